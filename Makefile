@@ -1,0 +1,101 @@
+# cdrun: one build for everything.
+#
+#   make              bin/cdrun (warnings are errors)
+#   make test         build and run every test (unit suites + integration)
+#   make asan test    the same under AddressSanitizer + UBSan (build/asan/)
+#   make bench        scripts/bench/launch
+#   make install      PREFIX=/usr/local
+
+CC      ?= gcc
+PREFIX  ?= /usr/local
+PKGS    := libuv libcjson
+
+ifneq ($(filter asan,$(MAKECMDGOALS)),)
+SAN := 1
+endif
+
+ifeq ($(SAN),1)
+OUT      := build/asan
+BINDIR   := build/asan/bin
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
+            -fno-sanitize-recover=undefined
+OPT      := -O1
+else
+OUT      := build/release
+BINDIR   := bin
+SANFLAGS :=
+OPT      := -O2
+endif
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
+            -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
+CPPFLAGS += -D_GNU_SOURCE -Ilauncher
+CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SANFLAGS) \
+            $(shell pkg-config --cflags $(PKGS))
+LDFLAGS  += $(SANFLAGS)
+LDLIBS   += $(shell pkg-config --libs $(PKGS)) -ldl
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+
+VERSION  := $(shell cat VERSION)
+CPPFLAGS += -DCDRUN_VERSION='"$(VERSION)"'
+
+LAUNCHER_SRC := $(wildcard launcher/*.c)
+LAUNCHER_LIB := $(filter-out launcher/main.c,$(LAUNCHER_SRC))
+LAUNCHER_OBJ := $(LAUNCHER_LIB:%.c=$(OUT)/%.o)
+
+UNIT_SRC  := $(wildcard tests/unit/check_*.c)
+UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(OUT)/tests/%)
+HELPER_SRC := $(wildcard tests/helpers/*.c)
+HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(OUT)/tests/%)
+EXAMPLE_SRC := $(wildcard examples/*.c)
+EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BINDIR)/%)
+
+.PHONY: all asan test unit integ bench install clean
+all: $(BINDIR)/cdrun $(EXAMPLE_BIN)
+asan: all
+
+$(OUT)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(OUT)/launcher/liblauncher.a: $(LAUNCHER_OBJ)
+	$(AR) rcs $@ $^
+
+$(BINDIR)/cdrun: $(OUT)/launcher/main.o $(OUT)/launcher/liblauncher.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/%: $(OUT)/examples/%.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(OUT)/tests/check_%: $(OUT)/tests/unit/check_%.o $(OUT)/launcher/liblauncher.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(OUT)/tests/%: $(OUT)/tests/helpers/%.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+test: unit integ
+
+unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; \
+	  CK_DEFAULT_TIMEOUT=60 $$t; done
+
+integ: all $(HELPER_BIN)
+	CDRUN=$(abspath $(BINDIR)/cdrun) TESTWORKER=$(abspath $(OUT)/tests/testworker) \
+	  bash tests/integ/run.sh
+
+bench: all
+	scripts/bench/launch
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(BINDIR)/cdrun $(DESTDIR)$(PREFIX)/bin/cdrun
+	install -m 644 man/cdrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/cdrun.1
+
+clean:
+	rm -rf build bin
+
+-include $(shell find build -name '*.d' 2>/dev/null)
