@@ -33,7 +33,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilauncher
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS))
 LDFLAGS  += $(SANFLAGS)
-LDLIBS   += $(shell pkg-config --libs $(PKGS)) -ldl
+LDLIBS   += $(shell pkg-config --libs $(PKGS)) -ldl -lm
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 VERSION  := $(shell cat VERSION)

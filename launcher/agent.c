@@ -1,0 +1,937 @@
+/* agent.c -- the local worker group's life: rendezvous, start, watch,
+ * stop, restart, report.  One libuv loop, no polling: workers are reaped on
+ * SIGCHLD, their tee'd output read as it arrives. */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "errfile.h"
+#include "guardian.h"
+#include "logs.h"
+#include "spawn.h"
+#include "summary.h"
+#include "workerenv.h"
+
+/* How long the agent waits, once every worker is reaped, for output still
+ * buffered in tee pipes (held open by a straggler outside the group). */
+#define DRAIN_MS 1000
+
+enum stream_state { STREAM_NONE, STREAM_OPEN, STREAM_CLOSING };
+
+/* One tee'd stream of one worker: a pipe the agent reads, a log file it
+ * copies to, and the console it prints prefixed lines on. */
+struct tee_stream {
+  struct worker *w;
+  uv_pipe_t pipe;
+  enum stream_state state;
+  int file_fd;                  /* -1: no file */
+  int console_fd;               /* -1: not shown */
+  struct logs_liner *liner;
+};
+
+struct worker {
+  struct agent *agent;
+  int local_rank;
+  int rank;
+  pid_t pid;                    /* also its process group; 0 before start */
+  bool running;
+  char dir[PATH_MAX];           /* attempt_<k>/<local_rank> */
+  char error_file[PATH_MAX + 16];
+  struct tee_stream out, err;
+};
+
+enum agent_state {
+  ST_RENDEZVOUS,                /* waiting for a round */
+  ST_RUNNING,                   /* workers started, none failed yet */
+  ST_STOPPING,                  /* tearing the group down */
+  ST_BARRIER,                   /* succeeded, waiting for the exit barrier */
+  ST_DONE,
+};
+
+enum stop_reason {
+  STOP_SUCCESS,                 /* every worker exited 0 */
+  STOP_FAILURE,                 /* a worker failed: restart if allowed */
+  STOP_FATAL,                   /* a worker could not start: no restart */
+  STOP_SIGNAL,                  /* cdrun got a signal */
+  STOP_MEMBERSHIP,              /* the rendezvous asked for a new round */
+};
+
+/* A failure kept for the summary; strings owned. */
+struct failure {
+  struct worker_failure f;
+  char *error_file;
+  char *message;
+  char *traceback;
+};
+
+struct agent {
+  const struct agent_opts *o;
+  uv_loop_t loop;
+  uv_signal_t sigchld;
+  uv_signal_t *sigs;
+  uv_timer_t grace;
+  uv_timer_t drain;
+  struct guardian guardian;
+  struct rdzv *rdzv;
+  struct rdzv_assignment assign;
+  enum agent_state state;
+  enum stop_reason reason;
+  int stop_signal;              /* signal that stops the group */
+  int signals_seen;
+  bool drain_expired;
+  struct worker *workers;
+  struct failure *failures;
+  size_t nfailures;
+  int exit_status;
+  char host[256];
+};
+
+static void check_stopped(struct agent *a);
+
+static void agent_log(const char *fmt, ...)
+  __attribute__((format(printf, 1, 2)));
+
+/* Every agent message goes to stderr with the program's name, in one
+ * write so that it does not interleave with tee'd worker lines. */
+static void agent_log(const char *fmt, ...)
+{
+  char buf[1024];
+  va_list ap;
+  int n;
+
+  n = snprintf(buf, sizeof buf, "cdrun: ");
+  va_start(ap, fmt);
+  n += vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  if (n > (int)sizeof buf - 2)
+    n = (int)sizeof buf - 2;
+  buf[n++] = '\n';
+  if (write(2, buf, (size_t)n) < 0) {
+    /* Nothing better to do when stderr is gone. */
+  }
+}
+
+static void agent_event(struct agent *a, const char *name, const char *fmt,
+                        ...) __attribute__((format(printf, 3, 4)));
+
+/* --event_log_handler=console: one line per agent event, torchrun's
+ * event names. */
+static void agent_event(struct agent *a, const char *name, const char *fmt,
+                        ...)
+{
+  char detail[512];
+  va_list ap;
+
+  if (!a->o->log_events)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  agent_log("event %s run_id=%s round=%d %s", name, a->o->run_id,
+            a->assign.round, detail);
+}
+
+static double now_epoch(void)
+{
+  struct timeval tv;
+
+  gettimeofday(&tv, NULL);
+  return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+static const char *signame(int sig)
+{
+  static char buf[16];
+
+  return summary_signal_name(sig, buf, sizeof buf);
+}
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+  ssize_t n;
+
+  while (len > 0) {
+    n = write(fd, buf, len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return -errno;
+    buf += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* ---- tee'd output ------------------------------------------------------ */
+
+static void console_sink(void *ctx, const char *buf, size_t len)
+{
+  struct tee_stream *s = ctx;
+
+  write_all(s->console_fd, buf, len);
+}
+
+static void tee_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+  static char chunk[65536];   /* one loop thread: the read copies it out */
+
+  (void)h;
+  (void)hint;
+  *buf = uv_buf_init(chunk, sizeof chunk);
+}
+
+static void tee_closed(uv_handle_t *h)
+{
+  struct tee_stream *s = h->data;
+
+  s->state = STREAM_NONE;
+  check_stopped(s->w->agent);
+}
+
+static void tee_close(struct tee_stream *s)
+{
+  if (s->state != STREAM_OPEN)
+    return;
+  if (s->liner) {
+    logs_liner_flush(s->liner);
+    logs_liner_free(s->liner);
+    s->liner = NULL;
+  }
+  if (s->file_fd >= 0) {
+    close(s->file_fd);
+    s->file_fd = -1;
+  }
+  s->state = STREAM_CLOSING;
+  uv_close((uv_handle_t *)&s->pipe, tee_closed);
+}
+
+static void tee_data(struct tee_stream *s, const char *buf, size_t len)
+{
+  if (s->file_fd >= 0)
+    write_all(s->file_fd, buf, len);
+  if (s->liner)
+    logs_liner_feed(s->liner, buf, len);
+}
+
+static void tee_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+  struct tee_stream *s = st->data;
+
+  if (nread > 0)
+    tee_data(s, buf->base, (size_t)nread);
+  else if (nread < 0)
+    tee_close(s);       /* EOF: every writer is gone */
+}
+
+/* Reads what is left in the pipe without blocking, then closes it: used
+ * when a straggler outside the worker's group keeps the pipe open. */
+static void tee_drain_and_close(struct tee_stream *s)
+{
+  char buf[65536];
+  uv_os_fd_t fd;
+  ssize_t n;
+
+  if (s->state != STREAM_OPEN)
+    return;
+  if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0) {
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+      tee_data(s, buf, (size_t)n);
+  }
+  tee_close(s);
+}
+
+/* Opens <dir>/<name> for a redirected stream. */
+static int open_log(const struct worker *w, const char *name)
+{
+  char path[PATH_MAX + 16];
+
+  snprintf(path, sizeof path, "%s/%s", w->dir, name);
+  return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
+              0644);
+}
+
+/* Decides where one of a worker's streams goes and prepares it.  *child_fd
+ * receives the fd to give the worker (-1 = inherit); *close_after is an fd
+ * the agent closes once the worker started.  Returns 0 or -errno. */
+static int setup_stream(struct agent *a, struct worker *w,
+                        struct tee_stream *s, int bit, int *child_fd,
+                        int *close_after)
+{
+  const struct agent_opts *o = a->o;
+  int lr = w->local_rank, console_fd = bit == LOGS_STDOUT ? 1 : 2;
+  const char *name = bit == LOGS_STDOUT ? "stdout.log" : "stderr.log";
+  bool tee = o->tee[lr] & bit, redirect = o->redirects[lr] & bit;
+  char prefix[256];
+  int p[2], err;
+
+  *child_fd = -1;
+  *close_after = -1;
+  s->w = w;
+  s->file_fd = -1;
+  s->console_fd = -1;
+  s->liner = NULL;
+  if (!tee) {
+    if (redirect || !o->console[lr]) {
+      *child_fd = redirect ? open_log(w, name)
+                           : open("/dev/null", O_WRONLY | O_CLOEXEC);
+      if (*child_fd < 0)
+        return -errno;
+      *close_after = *child_fd;
+    }
+    return 0;
+  }
+
+  s->file_fd = open_log(w, name);
+  if (s->file_fd < 0)
+    return -errno;
+  if (o->console[lr]) {
+    logs_format_prefix(o->prefix_template, o->role, lr, w->rank, prefix,
+                       sizeof prefix);
+    s->console_fd = console_fd;
+    s->liner = logs_liner_new(prefix, 0, console_sink, s);
+    if (!s->liner)
+      goto fail_errno;
+  }
+  if (pipe2(p, O_CLOEXEC) < 0)
+    goto fail_errno;
+  err = uv_pipe_init(&a->loop, &s->pipe, 0);
+  if (err == 0)
+    err = uv_pipe_open(&s->pipe, p[0]);
+  if (err) {
+    close(p[0]);
+    close(p[1]);
+    goto fail;
+  }
+  s->pipe.data = s;
+  s->state = STREAM_OPEN;
+  uv_read_start((uv_stream_t *)&s->pipe, tee_alloc, tee_read);
+  *child_fd = p[1];
+  *close_after = p[1];
+  return 0;
+
+fail_errno:
+  err = -errno;
+fail:
+  if (s->liner)
+    logs_liner_free(s->liner);
+  s->liner = NULL;
+  if (s->file_fd >= 0)
+    close(s->file_fd);
+  s->file_fd = -1;
+  return err;
+}
+
+/* ---- failures ----------------------------------------------------------- */
+
+static void failures_clear(struct agent *a)
+{
+  size_t i;
+
+  for (i = 0; i < a->nfailures; i++) {
+    free(a->failures[i].error_file);
+    free(a->failures[i].message);
+    free(a->failures[i].traceback);
+  }
+  free(a->failures);
+  a->failures = NULL;
+  a->nfailures = 0;
+}
+
+/* Records a failed worker, reading its error file if it wrote one.
+ * message overrides the error file (used for exec failures). */
+static void record_failure(struct agent *a, struct worker *w, pid_t pid,
+                           int exitcode, const char *message)
+{
+  struct failure *f, *grown;
+  struct errfile_info info;
+  char why[256];
+
+  grown = realloc(a->failures, (a->nfailures + 1) * sizeof *grown);
+  if (!grown)
+    return;     /* the summary will miss it; nothing else depends on it */
+  a->failures = grown;
+  f = &a->failures[a->nfailures++];
+  memset(f, 0, sizeof *f);
+  f->f.local_rank = w->local_rank;
+  f->f.rank = w->rank;
+  f->f.pid = pid;
+  f->f.exitcode = exitcode;
+  f->f.time = now_epoch();
+  if (message) {
+    f->message = strdup(message);
+  } else if (errfile_read(w->error_file, &info, why, sizeof why) == 0) {
+    f->error_file = strdup(w->error_file);
+    f->message = info.message;
+    f->traceback = info.traceback;
+    if (info.timestamp > 0)
+      f->f.time = info.timestamp;
+    info.message = info.traceback = NULL;
+    errfile_free(&info);
+  }
+  f->f.error_file = f->error_file;
+  f->f.message = f->message;
+  f->f.traceback = f->traceback;
+}
+
+/* cdrun's exit status for a failed group: see agent.h. */
+static int failure_exit_status(const struct agent *a)
+{
+  struct worker_failure *list;
+  size_t i, root;
+  int code;
+
+  if (a->nfailures == 0)
+    return AGENT_EXIT_INTERNAL;
+  list = calloc(a->nfailures, sizeof *list);
+  if (!list)
+    return AGENT_EXIT_INTERNAL;
+  for (i = 0; i < a->nfailures; i++)
+    list[i] = a->failures[i].f;
+  root = summary_root_cause(list, a->nfailures);
+  code = list[root].exitcode;
+  free(list);
+  if (code < 0)
+    return 128 + (-code & 0x7f);
+  return code > 255 ? AGENT_EXIT_INTERNAL : code;
+}
+
+static void print_summary(struct agent *a)
+{
+  struct worker_failure *list;
+  size_t i;
+
+  list = calloc(a->nfailures ? a->nfailures : 1, sizeof *list);
+  if (!list || a->nfailures == 0) {
+    free(list);
+    return;
+  }
+  for (i = 0; i < a->nfailures; i++)
+    list[i] = a->failures[i].f;
+  fflush(stdout);
+  summary_print(stderr, a->o->target, a->host, list, a->nfailures);
+  fflush(stderr);
+  free(list);
+}
+
+/* ---- the group's life ---------------------------------------------------- */
+
+static void finish(struct agent *a, int status);
+
+static int any_running(const struct agent *a)
+{
+  int i, n = 0;
+
+  for (i = 0; i < a->o->nproc; i++)
+    n += a->workers[i].running;
+  return n;
+}
+
+static void kill_running(struct agent *a, int sig)
+{
+  int i;
+
+  for (i = 0; i < a->o->nproc; i++)
+    if (a->workers[i].running)
+      kill(-a->workers[i].pid, sig);
+}
+
+static void grace_expired(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+
+  if (any_running(a)) {
+    agent_log("workers still running %.0f s after %s; sending SIGKILL",
+              a->o->grace_s, signame(a->stop_signal));
+    kill_running(a, SIGKILL);
+  }
+}
+
+/* Starts tearing the group down: sig to every running worker's process
+ * group, SIGKILL after the grace period.  sig 0 sends nothing (every
+ * worker already exited). */
+static void begin_stop(struct agent *a, enum stop_reason why, int sig)
+{
+  a->state = ST_STOPPING;
+  a->reason = why;
+  a->stop_signal = sig ? sig : SIGTERM;
+  if (sig && any_running(a)) {
+    kill_running(a, sig);
+    uv_timer_start(&a->grace, grace_expired,
+                   (uint64_t)(a->o->grace_s * 1000.0), 0);
+  }
+  check_stopped(a);
+}
+
+static void drain_expired(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+  int i;
+
+  a->drain_expired = true;
+  for (i = 0; i < a->o->nproc; i++) {
+    tee_drain_and_close(&a->workers[i].out);
+    tee_drain_and_close(&a->workers[i].err);
+  }
+}
+
+static void join_round(struct agent *a, enum rdzv_join_reason why)
+{
+  int err;
+
+  a->state = ST_RENDEZVOUS;
+  err = a->rdzv->ops->join(a->rdzv, why);
+  if (err) {
+    agent_log("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
+              uv_strerror(err));
+    finish(a, AGENT_EXIT_INTERNAL);
+  }
+}
+
+/* Everything of the group is gone: decide what comes next. */
+static void group_finished(struct agent *a)
+{
+  int err;
+
+  switch (a->reason) {
+  case STOP_SUCCESS:
+    agent_event(a, "SUCCEEDED", "workers=%d", a->o->nproc);
+    a->state = ST_BARRIER;
+    err = a->rdzv->ops->exit_barrier(a->rdzv);
+    if (err) {
+      agent_log("exit barrier: %s", uv_strerror(err));
+      finish(a, AGENT_EXIT_INTERNAL);
+    }
+    return;
+  case STOP_FAILURE:
+    if (a->assign.restart_count < a->o->max_restarts) {
+      agent_log("worker group failed; restarting it (%d of %d restarts "
+                "used)", a->assign.restart_count + 1, a->o->max_restarts);
+      agent_event(a, "RESTART", "restart_count=%d",
+                  a->assign.restart_count + 1);
+      failures_clear(a);
+      join_round(a, RDZV_JOIN_FAILURE);
+      return;
+    }
+    agent_event(a, "FAILED", "restart_count=%d", a->assign.restart_count);
+    print_summary(a);
+    finish(a, failure_exit_status(a));
+    return;
+  case STOP_FATAL:
+    agent_event(a, "FAILED", "could not start the workers");
+    print_summary(a);
+    finish(a, a->exit_status);
+    return;
+  case STOP_SIGNAL:
+    finish(a, 128 + a->stop_signal);
+    return;
+  case STOP_MEMBERSHIP:
+    join_round(a, RDZV_JOIN_MEMBERSHIP);
+    return;
+  }
+}
+
+/* Called after every event while stopping: moves on once all workers are
+ * reaped and all their output is read. */
+static void check_stopped(struct agent *a)
+{
+  int i, open = 0;
+
+  if (a->state != ST_STOPPING || any_running(a))
+    return;
+  if (uv_is_active((uv_handle_t *)&a->grace)) {
+    uv_timer_stop(&a->grace);
+  }
+  /* Leaders are gone; kill what is left of their groups (grandchildren),
+   * which also lets the tee pipes reach EOF. */
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
+
+    if (w->pid > 0) {
+      kill(-w->pid, SIGKILL);
+      guardian_forget(&a->guardian, w->pid);
+      w->pid = 0;
+    }
+    open += w->out.state != STREAM_NONE;
+    open += w->err.state != STREAM_NONE;
+  }
+  if (open) {
+    if (!a->drain_expired && !uv_is_active((uv_handle_t *)&a->drain))
+      uv_timer_start(&a->drain, drain_expired, DRAIN_MS, 0);
+    return;
+  }
+  uv_timer_stop(&a->drain);
+  group_finished(a);
+}
+
+static void worker_exited(struct agent *a, struct worker *w, int status)
+{
+  int code, i;
+
+  w->running = false;
+  code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+  if (a->state != ST_RUNNING) {
+    check_stopped(a);
+    return;
+  }
+  if (code != 0) {
+    if (code < 0)
+      agent_log("worker %d (local rank %d, pid %d) was killed by %s",
+                w->rank, w->local_rank, (int)w->pid, signame(-code));
+    else
+      agent_log("worker %d (local rank %d, pid %d) exited with status %d",
+                w->rank, w->local_rank, (int)w->pid, code);
+    record_failure(a, w, w->pid, code, NULL);
+    begin_stop(a, STOP_FAILURE, SIGTERM);
+    return;
+  }
+  for (i = 0; i < a->o->nproc; i++)
+    if (a->workers[i].running)
+      return;
+  begin_stop(a, STOP_SUCCESS, 0);
+}
+
+static void on_sigchld(uv_signal_t *h, int signum)
+{
+  struct agent *a = h->data;
+  int status, i;
+  pid_t pid;
+
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    if (pid == a->guardian.pid) {
+      agent_log("the guardian process died; workers may outlive cdrun "
+                "if it is killed");
+      a->guardian.pid = 0;
+      continue;
+    }
+    for (i = 0; i < a->o->nproc; i++) {
+      struct worker *w = &a->workers[i];
+
+      if (w->running && w->pid == pid) {
+        worker_exited(a, w, status);
+        break;
+      }
+    }
+  }
+}
+
+static int register_group(void *ctx, pid_t pid)
+{
+  struct agent *a = ctx;
+
+  return guardian_watch(&a->guardian, pid);
+}
+
+/* Prepares attempt_<k>/<local_rank>/ and spawns one worker. */
+static int start_worker(struct agent *a, struct worker *w, int attempt)
+{
+  const struct agent_opts *o = a->o;
+  struct spawn_opts so = SPAWN_OPTS_INIT;
+  struct worker_env we;
+  char **env;
+  int out_fd, err_fd, close_out, close_err, err;
+
+  snprintf(w->dir, sizeof w->dir, "%s/attempt_%d/%d", o->run_log_dir,
+           attempt, w->local_rank);
+  err = logs_mkdirs(w->dir);
+  if (err)
+    return err;
+  snprintf(w->error_file, sizeof w->error_file, "%s/error.json", w->dir);
+  unlink(w->error_file);
+
+  memset(&we, 0, sizeof we);
+  we.local_rank = w->local_rank;
+  we.rank = w->rank;
+  we.group_rank = a->assign.group_rank;
+  we.role_rank = w->rank;
+  we.role_name = o->role;
+  we.local_world_size = o->nproc;
+  we.world_size = a->assign.world_size;
+  we.group_world_size = a->assign.group_world_size;
+  we.role_world_size = a->assign.world_size;
+  we.master_addr = a->assign.master_addr;
+  we.master_port = a->assign.master_port;
+  we.restart_count = a->assign.restart_count;
+  we.max_restarts = o->max_restarts;
+  we.run_id = o->run_id;
+  we.use_agent_store = false;
+  we.error_file = w->error_file;
+  we.default_omp_threads = o->default_omp_threads;
+  env = workerenv_build(environ, &we);
+  if (!env)
+    return -ENOMEM;
+
+  err = setup_stream(a, w, &w->out, LOGS_STDOUT, &out_fd, &close_out);
+  if (err)
+    goto out_env;
+  err = setup_stream(a, w, &w->err, LOGS_STDERR, &err_fd, &close_err);
+  if (err) {
+    if (close_out >= 0)
+      close(close_out);
+    goto out_env;
+  }
+  so.argv = o->cmd;
+  so.envp = env;
+  so.stdout_fd = out_fd;
+  so.stderr_fd = err_fd;
+  so.before_exec = register_group;
+  so.ctx = a;
+  err = spawn_worker(&so, &w->pid);
+  /* The worker has its own copies now; EOF on the tee pipes must come
+   * only from the worker's side. */
+  if (close_out >= 0)
+    close(close_out);
+  if (close_err >= 0)
+    close(close_err);
+  if (err == 0)
+    w->running = true;
+  else
+    w->pid = 0;
+out_env:
+  workerenv_free(env);
+  return err;
+}
+
+static void on_round(void *ctx, const struct rdzv_assignment *as)
+{
+  struct agent *a = ctx;
+  char path[PATH_MAX + 32];
+  int i, err;
+
+  if (a->state != ST_RENDEZVOUS)
+    return;
+  a->assign = *as;
+  a->state = ST_RUNNING;
+  a->drain_expired = false;
+  snprintf(path, sizeof path, "%s/attempt_%d", a->o->run_log_dir,
+           as->restart_count);
+  logs_rmtree(path);    /* torchrun wipes a reused attempt folder */
+  agent_event(a, "START", "restart_count=%d world_size=%d master=%s:%d",
+              as->restart_count, as->world_size, as->master_addr,
+              as->master_port);
+
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
+
+    w->agent = a;
+    w->local_rank = i;
+    w->rank = as->rank_offset + i;
+    w->pid = 0;
+    w->running = false;
+    err = start_worker(a, w, as->restart_count);
+    if (err == 0)
+      continue;
+    if (err == -ENOENT || err == -EACCES || err == -ENOEXEC ||
+        err == -ENOTDIR || err == -EISDIR || err == -ELOOP) {
+      char msg[PATH_MAX + 64];
+
+      snprintf(msg, sizeof msg, "cannot execute '%s': %s", a->o->cmd[0],
+               strerror(-err));
+      agent_log("%s", msg);
+      a->exit_status = err == -ENOENT ? AGENT_EXIT_NOT_FOUND
+                                      : AGENT_EXIT_NOT_EXECUTABLE;
+      record_failure(a, w, 0, a->exit_status, msg);
+    } else {
+      agent_log("cannot start worker %d: %s", w->rank, strerror(-err));
+      a->exit_status = AGENT_EXIT_INTERNAL;
+    }
+    begin_stop(a, STOP_FATAL, SIGTERM);
+    return;
+  }
+}
+
+static void on_restart(void *ctx, const char *reason)
+{
+  struct agent *a = ctx;
+
+  if (a->state != ST_RUNNING)
+    return;
+  agent_log("restarting the worker group: %s", reason);
+  begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
+}
+
+static void on_rdzv_error(void *ctx, int err, const char *message)
+{
+  struct agent *a = ctx;
+
+  agent_log("rendezvous failed: %s", message);
+  if (a->state == ST_RUNNING) {
+    begin_stop(a, STOP_FATAL, SIGTERM);
+    a->exit_status = AGENT_EXIT_INTERNAL;
+  } else if (a->state != ST_STOPPING) {
+    finish(a, AGENT_EXIT_INTERNAL);
+  }
+}
+
+static void on_barrier(void *ctx, int err)
+{
+  struct agent *a = ctx;
+
+  if (err)
+    agent_log("exit barrier failed: %s", uv_strerror(err));
+  finish(a, err ? AGENT_EXIT_INTERNAL : 0);
+}
+
+/* Note [second signal]: the first handled signal is forwarded to every
+ * worker's process group and starts the grace period; a second one (the
+ * impatient second Ctrl-C) SIGKILLs the workers at once. */
+static void on_signal(uv_signal_t *h, int signum)
+{
+  struct agent *a = h->data;
+
+  a->signals_seen++;
+  switch (a->state) {
+  case ST_RENDEZVOUS:
+  case ST_BARRIER:
+    agent_log("received %s; exiting", signame(signum));
+    finish(a, 128 + signum);
+    return;
+  case ST_RUNNING:
+    agent_log("received %s; forwarding it to the workers (SIGKILL in "
+              "%.0f s, or at once on a second signal)", signame(signum),
+              a->o->grace_s);
+    begin_stop(a, STOP_SIGNAL, signum);
+    return;
+  case ST_STOPPING:
+    if (a->reason != STOP_SIGNAL) {
+      /* A signal while restarting after a failure: do not restart. */
+      a->reason = STOP_SIGNAL;
+      a->stop_signal = signum;
+      if (a->signals_seen == 1) {
+        kill_running(a, signum);
+        return;
+      }
+    }
+    if (any_running(a)) {
+      agent_log("received %s again; killing the workers now",
+                signame(signum));
+      kill_running(a, SIGKILL);
+    }
+    return;
+  case ST_DONE:
+    return;
+  }
+}
+
+static void close_cb_noop(uv_handle_t *h)
+{
+  (void)h;
+}
+
+static void finish(struct agent *a, int status)
+{
+  int i;
+
+  if (a->state == ST_DONE)
+    return;
+  a->state = ST_DONE;
+  a->exit_status = status;
+  uv_close((uv_handle_t *)&a->sigchld, close_cb_noop);
+  for (i = 0; i < a->o->nsignals; i++)
+    uv_close((uv_handle_t *)&a->sigs[i], close_cb_noop);
+  uv_close((uv_handle_t *)&a->grace, close_cb_noop);
+  uv_close((uv_handle_t *)&a->drain, close_cb_noop);
+  for (i = 0; i < a->o->nproc; i++) {
+    tee_drain_and_close(&a->workers[i].out);
+    tee_drain_and_close(&a->workers[i].err);
+  }
+  if (a->rdzv) {
+    a->rdzv->ops->destroy(a->rdzv);
+    a->rdzv = NULL;
+  }
+}
+
+static int agent_init_handles(struct agent *a)
+{
+  struct rdzv_callbacks cb = { a, on_round, on_restart, on_rdzv_error,
+                               on_barrier };
+  int i, err;
+
+  err = uv_signal_init(&a->loop, &a->sigchld);
+  if (err)
+    return err;
+  a->sigchld.data = a;
+  err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD);
+  if (err)
+    return err;
+  for (i = 0; i < a->o->nsignals; i++) {
+    uv_signal_init(&a->loop, &a->sigs[i]);
+    a->sigs[i].data = a;
+    err = uv_signal_start(&a->sigs[i], on_signal, a->o->signals[i]);
+    if (err)
+      return err;
+  }
+  uv_timer_init(&a->loop, &a->grace);
+  uv_timer_init(&a->loop, &a->drain);
+  a->grace.data = a;
+  a->drain.data = a;
+  return a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
+}
+
+int agent_run(const struct agent_opts *o)
+{
+  struct agent a;
+  int err, status;
+
+  memset(&a, 0, sizeof a);
+  a.o = o;
+  a.exit_status = AGENT_EXIT_INTERNAL;
+  if (gethostname(a.host, sizeof a.host) < 0)
+    snprintf(a.host, sizeof a.host, "localhost");
+  a.host[sizeof a.host - 1] = '\0';
+  a.workers = calloc((size_t)o->nproc, sizeof *a.workers);
+  a.sigs = calloc((size_t)(o->nsignals ? o->nsignals : 1), sizeof *a.sigs);
+  if (!a.workers || !a.sigs) {
+    agent_log("out of memory");
+    free(a.workers);
+    free(a.sigs);
+    return AGENT_EXIT_INTERNAL;
+  }
+
+  /* The guardian is forked before the loop exists: it must inherit as
+   * little as possible.  See Note [no orphans]. */
+  err = guardian_start(&a.guardian);
+  if (err) {
+    agent_log("cannot start the guardian process: %s", strerror(-err));
+    goto out_free;
+  }
+  err = uv_loop_init(&a.loop);
+  if (err) {
+    agent_log("cannot create the event loop: %s", uv_strerror(err));
+    goto out_guardian;
+  }
+  err = agent_init_handles(&a);
+  if (err) {
+    agent_log("cannot set up the agent: %s", uv_strerror(err));
+    finish(&a, AGENT_EXIT_INTERNAL);
+  } else {
+    join_round(&a, RDZV_JOIN_FIRST);
+  }
+  uv_run(&a.loop, UV_RUN_DEFAULT);
+  /* finish() closed every handle; let the close callbacks run. */
+  uv_run(&a.loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&a.loop) != 0)
+    agent_log("internal: event loop closed with handles left open");
+
+out_guardian:
+  /* Anything left in the workers' groups dies with the guardian's SIGKILL
+   * now; normally nothing is. */
+  guardian_stop(&a.guardian);
+out_free:
+  status = a.exit_status;
+  failures_clear(&a);
+  free(a.workers);
+  free(a.sigs);
+  return status;
+}

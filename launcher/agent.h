@@ -1,0 +1,51 @@
+/* agent.h -- the elastic agent: runs the local worker group through
+ * rendezvous rounds, supervises it by exit events, restarts it, forwards
+ * signals, and reports the failure summary. */
+#ifndef CDRUN_AGENT_H
+#define CDRUN_AGENT_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+#include "rdzv.h"
+
+/* Everything the agent needs, resolved by main.c.  Pointers are borrowed
+ * for the duration of agent_run. */
+struct agent_opts {
+  int nproc;
+  char **cmd;                     /* argv of every worker */
+  const char *target;             /* name for the summary ("train.py") */
+  const char *role;
+  const char *run_id;
+  const char *run_log_dir;        /* <log_dir>/<run_id>_xxxxxx, exists */
+  const unsigned char *redirects; /* per local rank, LOGS_STDOUT|STDERR */
+  const unsigned char *tee;       /* per local rank */
+  const bool *console;            /* per local rank: may reach the console */
+  const char *prefix_template;    /* NULL: "[<role><local_rank>]:" */
+  int max_restarts;
+  double grace_s;                 /* signal -> SIGKILL */
+  const int *signals;             /* handled signals */
+  int nsignals;
+  bool default_omp_threads;       /* OMP_NUM_THREADS=1 if unset */
+  bool log_events;                /* --event_log_handler=console */
+  /* Creates the rendezvous back end on the agent's loop. */
+  int (*rdzv_create)(void *arg, uv_loop_t *loop,
+                     const struct rdzv_callbacks *cb, struct rdzv **out);
+  void *rdzv_arg;
+};
+
+/* Exit status of a cdrun run (documented in man/cdrun.1). */
+enum {
+  AGENT_EXIT_INTERNAL = 1,        /* cdrun could not do its job */
+  AGENT_EXIT_NOT_FOUND = 127,     /* the target could not be executed */
+  AGENT_EXIT_NOT_EXECUTABLE = 126,
+};
+
+/* Runs the job to its end and returns cdrun's exit status: 0 when every
+ * worker succeeded; the root cause's exit code (128 + signal when it was
+ * killed) when the group failed and no restart was left; 126/127 when the
+ * target could not be executed; 128 + signal when cdrun itself was stopped
+ * by a signal; 1 on an internal error (reported on stderr). */
+int agent_run(const struct agent_opts *o);
+
+#endif

@@ -1,0 +1,624 @@
+/* args.c -- torchrun's command line and PET_* fallbacks, parsed for cdrun. */
+#include "args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How an option's value is checked and where it lands. */
+enum kind {
+  K_STR,          /* any string, kept as is */
+  K_OPTSTR,       /* any string; "" means not given (NULL) */
+  K_NNODES,       /* N or MIN:MAX into nnodes_min/nnodes_max */
+  K_NPROC,        /* integer >= 1, cpu, gpu or auto */
+  K_UINT,         /* integer >= 0 */
+  K_PORT,         /* integer 1..65535 */
+  K_POSSEC,       /* seconds > 0 */
+  K_GRACE,        /* seconds >= 0 */
+  K_CHOICE,       /* one of opt.choices */
+  K_SIGNALS,      /* comma list of known signal names */
+  K_UNSUPPORTED,  /* parsed, then refused with opt.note */
+  K_BOOL,         /* no value on the command line; integer in PET_* */
+  K_HELP,
+  K_VERSION,
+};
+
+struct opt {
+  const char *name;             /* dest; "--" + name, '_' may be '-' */
+  char shortc;                  /* -X alias, or 0 */
+  enum kind kind;
+  size_t off;                   /* field in struct cdrun_args */
+  const char *def;              /* default, checked like a given value */
+  const char *const *choices;   /* K_CHOICE: NULL-terminated */
+  const char *note;             /* K_UNSUPPORTED: why */
+};
+
+/* What the command line said for one option. */
+struct given {
+  const char *val;              /* NULL: not on the command line */
+  const char *label;            /* the flag as typed, for messages */
+  int label_len;
+};
+
+static const char *const start_methods[] = {
+  "spawn", "fork", "forkserver", NULL,
+};
+static const char *const log_handlers[] = { "null", "console", NULL };
+static const char *const known_signals[] = {
+  "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
+  "SIGABRT", "SIGALRM", "SIGXCPU", NULL,
+};
+
+#define F(field) offsetof(struct cdrun_args, field)
+
+static const struct opt opts[] = {
+  { "nnodes", 0, K_NNODES, F(nnodes_min), "1", NULL, NULL },
+  { "nproc_per_node", 0, K_NPROC, F(nproc_per_node), "1", NULL, NULL },
+  { "rdzv_backend", 0, K_STR, F(rdzv_backend), "static", NULL, NULL },
+  { "rdzv_endpoint", 0, K_STR, F(rdzv_endpoint), "", NULL, NULL },
+  { "rdzv_id", 0, K_STR, F(rdzv_id), "none", NULL, NULL },
+  { "rdzv_conf", 0, K_STR, F(rdzv_conf), "", NULL, NULL },
+  { "standalone", 0, K_BOOL, F(standalone), NULL, NULL, NULL },
+  { "max_restarts", 0, K_UINT, F(max_restarts), "0", NULL, NULL },
+  { "monitor_interval", 0, K_POSSEC, F(monitor_interval), "0.1",
+    NULL, NULL },
+  { "start_method", 0, K_CHOICE, F(start_method), "spawn",
+    start_methods, NULL },
+  { "role", 0, K_STR, F(role), "default", NULL, NULL },
+  { "module", 'm', K_BOOL, F(module), NULL, NULL, NULL },
+  { "no_python", 0, K_BOOL, F(no_python), NULL, NULL, NULL },
+  { "run_path", 0, K_BOOL, F(run_path), NULL, NULL, NULL },
+  { "log_dir", 0, K_OPTSTR, F(log_dir), NULL, NULL, NULL },
+  { "redirects", 'r', K_STR, F(redirects), "0", NULL, NULL },
+  { "tee", 't', K_STR, F(tee), "0", NULL, NULL },
+  { "local_ranks_filter", 0, K_OPTSTR, F(local_ranks_filter), NULL,
+    NULL, NULL },
+  { "node_rank", 0, K_UINT, F(node_rank), "0", NULL, NULL },
+  { "master_addr", 0, K_OPTSTR, F(master_addr), NULL, NULL, NULL },
+  { "master_port", 0, K_PORT, F(master_port), NULL, NULL, NULL },
+  { "local_addr", 0, K_OPTSTR, F(local_addr), NULL, NULL, NULL },
+  { "signals_to_handle", 0, K_SIGNALS, F(signals_to_handle),
+    "SIGTERM,SIGINT,SIGHUP,SIGQUIT", NULL, NULL },
+  { "shutdown_timeout", 0, K_GRACE, F(shutdown_timeout), "30", NULL, NULL },
+  { "event_log_handler", 0, K_CHOICE, F(event_log_handler), "null",
+    log_handlers, NULL },
+  { "logs_specs", 0, K_UNSUPPORTED, 0, NULL, NULL,
+    "not supported by cdrun (it loads a Python plugin)" },
+  { "numa_binding", 0, K_UNSUPPORTED, 0, NULL, NULL, "not supported yet" },
+  { "help", 'h', K_HELP, F(help), NULL, NULL, NULL },
+  { "version", 0, K_VERSION, F(version), NULL, NULL, NULL },
+};
+
+#define NOPTS (sizeof opts / sizeof opts[0])
+
+/* torchrun reads this for the SIGTERM->SIGKILL grace period. */
+#define SHUTDOWN_ENV "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+
+__attribute__((format(printf, 3, 4)))
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -EINVAL;
+}
+
+static int nomem(char *err, size_t errlen)
+{
+  if (err && errlen)
+    snprintf(err, errlen, "out of memory");
+  return -ENOMEM;
+}
+
+static void *field(struct cdrun_args *a, const struct opt *o)
+{
+  return (char *)a + o->off;
+}
+
+/* "--nproc_per_node" and "--nproc-per-node", but not a mix of both. */
+static bool name_is(const char *s, size_t len, const char *dest, char sep)
+{
+  if (strlen(dest) != len)
+    return false;
+  for (size_t i = 0; i < len; i++)
+    if (s[i] != (dest[i] == '_' ? sep : dest[i]))
+      return false;
+  return true;
+}
+
+static const struct opt *find_long(const char *s, size_t len)
+{
+  for (size_t i = 0; i < NOPTS; i++)
+    if (name_is(s, len, opts[i].name, '_') ||
+        name_is(s, len, opts[i].name, '-'))
+      return &opts[i];
+  return NULL;
+}
+
+static const struct opt *find_short(char c)
+{
+  for (size_t i = 0; i < NOPTS; i++)
+    if (opts[i].shortc && opts[i].shortc == c)
+      return &opts[i];
+  return NULL;
+}
+
+/* argparse lets "-1" or "-.5" be a value; anything else with a leading
+ * dash (bar a lone "-") is the next flag, so the value is missing. */
+static bool looks_like_flag(const char *s)
+{
+  if (s[0] != '-' || s[1] == '\0')
+    return false;
+  const char *p = s + 1;
+  while (isdigit((unsigned char)*p))
+    p++;
+  if (*p == '.') {
+    p++;
+    if (!isdigit((unsigned char)*p))
+      return true;
+    while (isdigit((unsigned char)*p))
+      p++;
+  }
+  return *p != '\0';
+}
+
+/* A whole base-10 integer, nothing before or after it. */
+static bool parse_long(const char *s, long *out)
+{
+  char *end;
+
+  if (!*s || isspace((unsigned char)*s))
+    return false;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end)
+    return false;
+  *out = v;
+  return true;
+}
+
+/* A finite decimal number; strtod's inf, nan and hex forms are refused
+ * because Python's float() would not give a usable interval either. */
+static bool parse_double(const char *s, double *out)
+{
+  char *end;
+
+  if (!*s || strspn(s, "0123456789.eE+-") != strlen(s))
+    return false;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || *end || !isfinite(v))
+    return false;
+  *out = v;
+  return true;
+}
+
+/* "a, b or c" */
+static void join(char *buf, size_t n, const char *const *list,
+                 const char *sep, const char *last)
+{
+  size_t len = 0;
+
+  buf[0] = '\0';
+  for (size_t i = 0; list[i] && len < n; i++) {
+    const char *s = i == 0 ? "" : list[i + 1] ? sep : last;
+    int w = snprintf(buf + len, n - len, "%s%s", s, list[i]);
+    if (w < 0)
+      break;
+    len += (size_t)w;
+  }
+}
+
+static bool in_list(const char *const *list, const char *s, size_t len)
+{
+  for (size_t i = 0; list[i]; i++)
+    if (strlen(list[i]) == len && memcmp(list[i], s, len) == 0)
+      return true;
+  return false;
+}
+
+static int set_str(char **dst, const char *v, char *err, size_t errlen)
+{
+  *dst = strdup(v);
+  return *dst ? 0 : nomem(err, errlen);
+}
+
+/* Checks and normalizes "SIGTERM, SIGUSR1" into "SIGTERM,SIGUSR1". */
+static int store_signals(char **dst, const char *v, const char *label,
+                         int ll, char *err, size_t errlen)
+{
+  char names[128];
+  char *out = malloc(strlen(v) + 1);
+  size_t len = 0;
+  const char *p = v;
+
+  if (!out)
+    return nomem(err, errlen);
+  join(names, sizeof names, known_signals, " ", " ");
+  for (;;) {
+    const char *end = p + strcspn(p, ",");
+    const char *s = p, *e = end;
+
+    while (s < e && isspace((unsigned char)*s))
+      s++;
+    while (e > s && isspace((unsigned char)e[-1]))
+      e--;
+    if (s == e) {
+      free(out);
+      return fail(err, errlen, "%.*s: invalid value '%s' (empty signal "
+                  "name; expected a comma list of: %s)", ll, label, v,
+                  names);
+    }
+    if (!in_list(known_signals, s, (size_t)(e - s))) {
+      free(out);
+      return fail(err, errlen, "%.*s: invalid value '%s' (unknown signal "
+                  "'%.*s'; supported: %s)", ll, label, v, (int)(e - s), s,
+                  names);
+    }
+    if (len)
+      out[len++] = ',';
+    memcpy(out + len, s, (size_t)(e - s));
+    len += (size_t)(e - s);
+    if (!*end)
+      break;
+    p = end + 1;
+  }
+  out[len] = '\0';
+  *dst = out;
+  return 0;
+}
+
+static bool parse_nnodes(const char *v, int *min, int *max)
+{
+  char buf[64];
+  const char *colon = strchr(v, ':');
+  long lo, hi;
+
+  if (!colon) {
+    if (!parse_long(v, &lo))
+      return false;
+    hi = lo;
+  } else {
+    size_t n = (size_t)(colon - v);
+    if (n >= sizeof buf)
+      return false;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    if (!parse_long(buf, &lo) || !parse_long(colon + 1, &hi))
+      return false;
+  }
+  if (lo < 1 || hi < lo || hi > INT_MAX)
+    return false;
+  *min = (int)lo;
+  *max = (int)hi;
+  return true;
+}
+
+/* Checks one value and stores it in *a.  label/ll name its source. */
+static int store(struct cdrun_args *a, const struct opt *o, const char *v,
+                 const char *label, int ll, char *err, size_t errlen)
+{
+  char buf[128];
+  long n;
+  double d;
+
+#define INVALID(what) \
+  fail(err, errlen, "%.*s: invalid value '%s' (expected %s)", ll, label, \
+       v, what)
+
+  switch (o->kind) {
+  case K_STR:
+    return set_str(field(a, o), v, err, errlen);
+  case K_OPTSTR:
+    return *v ? set_str(field(a, o), v, err, errlen) : 0;
+  case K_NNODES:
+    if (!parse_nnodes(v, &a->nnodes_min, &a->nnodes_max))
+      return INVALID("N or MIN:MAX with 0 < MIN <= MAX");
+    return 0;
+  case K_NPROC:
+    if (!strcmp(v, "cpu") || !strcmp(v, "gpu") || !strcmp(v, "auto"))
+      return set_str(field(a, o), v, err, errlen);
+    if (!parse_long(v, &n) || n < 1 || n > INT_MAX)
+      return INVALID("an integer >= 1, cpu, gpu or auto");
+    /* Canonical digits, so "+04" does not surprise the agent. */
+    snprintf(buf, sizeof buf, "%ld", n);
+    return set_str(field(a, o), buf, err, errlen);
+  case K_UINT:
+    if (!parse_long(v, &n) || n < 0 || n > INT_MAX)
+      return INVALID("an integer >= 0");
+    *(int *)field(a, o) = (int)n;
+    return 0;
+  case K_PORT:
+    if (!parse_long(v, &n) || n < 1 || n > 65535)
+      return INVALID("a port number 1..65535");
+    *(int *)field(a, o) = (int)n;
+    return 0;
+  case K_POSSEC:
+    if (!parse_double(v, &d) || !(d > 0))
+      return INVALID("a number of seconds > 0");
+    *(double *)field(a, o) = d;
+    return 0;
+  case K_GRACE:
+    if (!parse_double(v, &d) || !(d >= 0))
+      return INVALID("a number of seconds >= 0");
+    *(double *)field(a, o) = d;
+    return 0;
+  case K_CHOICE:
+    if (!in_list(o->choices, v, strlen(v))) {
+      join(buf, sizeof buf, o->choices, ", ", " or ");
+      return INVALID(buf);
+    }
+    return set_str(field(a, o), v, err, errlen);
+  case K_SIGNALS:
+    return store_signals(field(a, o), v, label, ll, err, errlen);
+  case K_UNSUPPORTED:
+    return fail(err, errlen, "%.*s: %s", ll, label, o->note);
+  case K_BOOL:
+  case K_HELP:
+  case K_VERSION:
+    break;
+  }
+  return 0;
+#undef INVALID
+}
+
+static const char *env_get(char **env, const char *name)
+{
+  size_t n = strlen(name);
+
+  for (char **e = env; e && *e; e++)
+    if (!strncmp(*e, name, n) && (*e)[n] == '=')
+      return *e + n + 1;
+  return NULL;
+}
+
+/* Fills every field: the command line, else PET_<NAME>, else the
+ * default.  With env NULL and nothing given it yields the defaults. */
+static int resolve(struct cdrun_args *a, const struct given *g, char **env,
+                   char *err, size_t errlen)
+{
+  for (size_t i = 0; i < NOPTS; i++) {
+    const struct opt *o = &opts[i];
+    const char *v = g[i].val, *label = g[i].label;
+    int ll = g[i].label_len;
+    char envname[64];
+    int rc;
+
+    if (o->kind == K_HELP || o->kind == K_VERSION)
+      continue;
+    if (o->kind == K_BOOL && v) {
+      *(bool *)field(a, o) = true;
+      continue;
+    }
+    if (!v) {
+      snprintf(envname, sizeof envname, "PET_%s", o->name);
+      for (char *c = envname; *c; c++)
+        *c = (char)toupper((unsigned char)*c);
+      label = envname;
+      v = env_get(env, envname);
+      if (!v && o->kind == K_GRACE && (v = env_get(env, SHUTDOWN_ENV)))
+        label = SHUTDOWN_ENV;
+      ll = (int)strlen(label);
+    }
+    if (o->kind == K_BOOL) {
+      long n = 0;
+
+      /* torchrun's check_env: bool(int(value)). */
+      if (v && !parse_long(v, &n))
+        return fail(err, errlen, "%s: invalid value '%s' (expected an "
+                    "integer, nonzero = on)", label, v);
+      *(bool *)field(a, o) = n != 0;
+      continue;
+    }
+    if (!v)
+      v = o->def;
+    if (!v)
+      continue;
+    rc = store(a, o, v, label, ll, err, errlen);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
+               char *err, size_t errlen)
+{
+  struct cdrun_args a;
+  struct given g[NOPTS];
+  int i, rc;
+
+  memset(&a, 0, sizeof a);
+  memset(g, 0, sizeof g);
+  memset(out, 0, sizeof *out);
+  if (err && errlen)
+    err[0] = '\0';
+
+  for (i = 1; i < argc; i++) {
+    const char *arg = argv[i], *val = NULL;
+    const struct opt *o;
+    int ll;
+
+    if (!strcmp(arg, "--")) {
+      i++;
+      break;
+    }
+    if (arg[0] != '-' || arg[1] == '\0')
+      break;                            /* the target */
+    if (arg[1] == '-') {
+      const char *eq = strchr(arg + 2, '=');
+      size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+
+      o = find_long(arg + 2, len);
+      ll = (int)len + 2;
+      if (eq)
+        val = eq + 1;
+    } else {
+      /* argparse takes -r3, -r=3 and -r 3 alike. */
+      o = find_short(arg[1]);
+      ll = 2;
+      if (arg[2])
+        val = arg + (arg[2] == '=' ? 3 : 2);
+    }
+    if (!o)
+      return fail(err, errlen, "unrecognized argument '%s'", arg);
+
+    if (o->kind == K_BOOL || o->kind == K_HELP || o->kind == K_VERSION) {
+      if (val)
+        return fail(err, errlen, "%.*s: does not take a value (got '%s')",
+                    ll, arg, val);
+      if (o->kind == K_HELP || o->kind == K_VERSION) {
+        /* Stop at once; the struct still gets its defaults so that the
+         * caller can treat it like any parsed one. */
+        memset(g, 0, sizeof g);
+        rc = resolve(&a, g, NULL, err, errlen);
+        if (rc) {
+          args_free(&a);
+          return rc;
+        }
+        *(bool *)field(&a, o) = true;
+        *out = a;
+        return 0;
+      }
+      val = "";
+    } else if (!val) {
+      if (i + 1 >= argc || looks_like_flag(argv[i + 1]))
+        return fail(err, errlen, "%.*s: expected a value", ll, arg);
+      val = argv[++i];
+    }
+    g[o - opts] = (struct given){ val, arg, ll };
+  }
+
+  if (i < argc) {
+    a.target_argv = argv + i;
+    a.target_argc = argc - i;
+  }
+
+  rc = resolve(&a, g, env, err, errlen);
+  if (!rc && !a.target_argc)
+    rc = fail(err, errlen, "missing the training script (the program to "
+              "run)");
+  if (!rc && a.module && a.no_python)
+    rc = fail(err, errlen, "--module and --no_python are mutually "
+              "exclusive");
+  if (rc) {
+    args_free(&a);
+    return rc;
+  }
+  *out = a;
+  return 0;
+}
+
+void args_free(struct cdrun_args *a)
+{
+  if (!a)
+    return;
+
+  char **strs[] = {
+    &a->nproc_per_node, &a->rdzv_backend, &a->rdzv_endpoint, &a->rdzv_id,
+    &a->rdzv_conf, &a->start_method, &a->role, &a->log_dir,
+    &a->redirects, &a->tee, &a->local_ranks_filter, &a->master_addr,
+    &a->local_addr, &a->signals_to_handle, &a->event_log_handler,
+  };
+
+  /* NULL each pointer so that a second call is harmless. */
+  for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+    free(*strs[i]);
+    *strs[i] = NULL;
+  }
+}
+
+static const char usage[] =
+  "usage: cdrun [options] training_script [training_script_args ...]\n"
+  "\n"
+  "Starts nproc_per_node workers running training_script on this node and\n"
+  "supervises them, like torchrun.  Every option is accepted as --a_b or\n"
+  "--a-b, and as --option=VALUE or --option VALUE.\n"
+  "\n"
+  "positional arguments:\n"
+  "  training_script       the Python script, the module (-m) or the\n"
+  "                        program (--no_python) the workers run\n"
+  "  training_script_args  passed to every worker untouched, even when they\n"
+  "                        look like cdrun options\n"
+  "\n"
+  "worker / launch options:\n"
+  "  --nproc_per_node N    workers on this node: an integer, cpu, gpu or\n"
+  "                        auto (default: 1)\n"
+  "  --nnodes N|MIN:MAX    number of nodes, or an elastic range\n"
+  "                        (default: 1:1)\n"
+  "  --node_rank N         rank of this node (default: 0)\n"
+  "  --max_restarts N      restarts of the worker group before failing\n"
+  "                        (default: 0)\n"
+  "  --role NAME           role name of the workers (default: default)\n"
+  "  -m, --module          run the target as a Python module (python -m)\n"
+  "  --no_python           exec the target itself, without python\n"
+  "  --run_path            run the target like a Python script\n"
+  "                        (as torchrun's runpy.run_path)\n"
+  "  --master_addr ADDR    address of the rank 0 node (default: 127.0.0.1)\n"
+  "  --master_port PORT    port of the rank 0 node, 1..65535\n"
+  "                        (default: a free port chosen by cdrun)\n"
+  "  --local_addr ADDR     address of this node (default: not set)\n"
+  "  --monitor_interval S  accepted for compatibility and unused: cdrun\n"
+  "                        supervises workers by exit events (default: 0.1)\n"
+  "  --start_method M      spawn, fork or forkserver; accepted for\n"
+  "                        compatibility and unused: cdrun always execs a\n"
+  "                        program (default: spawn)\n"
+  "\n"
+  "rendezvous options:\n"
+  "  Only single-node modes work in this version: --standalone, or\n"
+  "  --nnodes=1 with the static backend.  The other rendezvous backends\n"
+  "  arrive with multi-node support.\n"
+  "  --standalone          single-node job with a local rendezvous; the\n"
+  "                        --rdzv_* options are ignored\n"
+  "  --rdzv_backend NAME   rendezvous backend (default: static)\n"
+  "  --rdzv_endpoint HOST[:PORT]\n"
+  "                        rendezvous endpoint (default: \"\")\n"
+  "  --rdzv_id ID          job id shared by all nodes (default: none)\n"
+  "  --rdzv_conf K=V,...   extra rendezvous settings (default: \"\")\n"
+  "\n"
+  "log options:\n"
+  "  --log_dir DIR         base directory for worker logs\n"
+  "                        (default: a new temporary directory)\n"
+  "  -r, --redirects SPEC  send worker output to files in the log directory:\n"
+  "                        0 none, 1 stdout, 2 stderr, 3 both, or per local\n"
+  "                        rank as 0:1,1:3 (default: 0)\n"
+  "  -t, --tee SPEC        like --redirects, but also print to the console\n"
+  "                        (default: 0)\n"
+  "  --local_ranks_filter RANKS\n"
+  "                        show only these local ranks on the console,\n"
+  "                        e.g. 0,2 (default: all)\n"
+  "  --event_log_handler H null or console (default: null)\n"
+  "  --logs_specs NAME     not supported by cdrun (it loads a Python plugin)\n"
+  "  --numa_binding MODE   not supported yet\n"
+  "\n"
+  "signal options:\n"
+  "  --signals_to_handle LIST\n"
+  "                        signals forwarded to the workers, a comma list\n"
+  "                        of SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2\n"
+  "                        SIGABRT SIGALRM SIGXCPU\n"
+  "                        (default: SIGTERM,SIGINT,SIGHUP,SIGQUIT)\n"
+  "  --shutdown_timeout S  grace period in seconds between SIGTERM and\n"
+  "                        SIGKILL when stopping the workers; env\n"
+  "                        TORCH_ELASTIC_SHUTDOWN_TIMEOUT (default: 30)\n"
+  "  A second Ctrl-C kills the workers at once.\n"
+  "\n"
+  "other options:\n"
+  "  -h, --help            show this help and exit\n"
+  "  --version             show the version and exit\n"
+  "\n"
+  "Every option not on the command line is read from PET_<OPTION> in the\n"
+  "environment (PET_NPROC_PER_NODE=4, PET_STANDALONE=1, ...); the command\n"
+  "line wins.\n";
+
+const char *args_usage(void)
+{
+  return usage;
+}

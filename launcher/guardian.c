@@ -1,0 +1,135 @@
+/* guardian.c -- the watcher process behind Note [no orphans]. */
+#include "guardian.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define GUARDIAN_MAX_GROUPS 65536
+
+/* One command on the pipe: 'w' (watch) or 'f' (forget) a process group.
+ * Commands are smaller than PIPE_BUF, so each write is atomic. */
+struct guardian_msg {
+  char op;
+  int32_t pgid;
+};
+
+static void guardian_main(int rfd)
+{
+  static pid_t groups[GUARDIAN_MAX_GROUPS];
+  struct guardian_msg m;
+  size_t ngroups = 0, i;
+  ssize_t n;
+  int sig;
+
+  setsid();
+  for (sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD)
+      signal(sig, SIG_IGN);
+  /* Keep only the pipe: the agent's stdout may be a pipe someone waits on
+   * to reach EOF, and the guardian must not hold it open. */
+  if (dup2(rfd, 3) < 0)
+    _exit(1);
+  for (i = 0; i < 3; i++) {
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0 && null != (int)i) {
+      dup2(null, (int)i);
+      close(null);
+    }
+  }
+  if (close_range(4, ~0U, 0) < 0)
+    for (i = 4; i < 1024; i++)
+      close((int)i);
+
+  for (;;) {
+    n = read(3, &m, sizeof m);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n != (ssize_t)sizeof m)
+      break;              /* EOF (or garbage): the agent is gone */
+    if (m.op == 'w' && ngroups < GUARDIAN_MAX_GROUPS) {
+      groups[ngroups++] = m.pgid;
+    } else if (m.op == 'f') {
+      for (i = 0; i < ngroups; i++)
+        if (groups[i] == m.pgid) {
+          groups[i] = groups[--ngroups];
+          break;
+        }
+    }
+  }
+  for (i = 0; i < ngroups; i++)
+    kill(-groups[i], SIGKILL);
+  _exit(0);
+}
+
+int guardian_start(struct guardian *g)
+{
+  int p[2];
+  pid_t pid;
+
+  g->pid = 0;
+  g->fd = -1;
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return -errno;
+  pid = fork();
+  if (pid < 0) {
+    int err = -errno;
+    close(p[0]);
+    close(p[1]);
+    return err;
+  }
+  if (pid == 0) {
+    close(p[1]);
+    guardian_main(p[0]);
+  }
+  close(p[0]);
+  g->pid = pid;
+  g->fd = p[1];
+  return 0;
+}
+
+static int guardian_send(struct guardian *g, char op, pid_t pgid)
+{
+  struct guardian_msg m;
+  ssize_t n;
+
+  if (g->fd < 0)
+    return -EPIPE;
+  memset(&m, 0, sizeof m);
+  m.op = op;
+  m.pgid = pgid;
+  do
+    n = write(g->fd, &m, sizeof m);
+  while (n < 0 && errno == EINTR);
+  if (n < 0)
+    return -errno;
+  return n == (ssize_t)sizeof m ? 0 : -EIO;
+}
+
+int guardian_watch(struct guardian *g, pid_t pgid)
+{
+  return guardian_send(g, 'w', pgid);
+}
+
+int guardian_forget(struct guardian *g, pid_t pgid)
+{
+  return guardian_send(g, 'f', pgid);
+}
+
+void guardian_stop(struct guardian *g)
+{
+  if (g->fd >= 0) {
+    close(g->fd);
+    g->fd = -1;
+  }
+  if (g->pid > 0) {
+    while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+    g->pid = 0;
+  }
+}

@@ -1,0 +1,33 @@
+/* guardian.h -- a small process that kills the workers' process groups
+ * when the agent dies, however it dies (SIGKILL included). */
+#ifndef CDRUN_GUARDIAN_H
+#define CDRUN_GUARDIAN_H
+
+#include <sys/types.h>
+
+/* Note [no orphans]: each worker gets PR_SET_PDEATHSIG(SIGKILL), which
+ * covers the worker itself but not its children.  Workers lead their own
+ * process groups, so killing a group reaches the grandchildren; the
+ * guardian holds the list of groups and is told of the agent's death by
+ * EOF on a pipe that only the agent holds.  It then SIGKILLs every group
+ * it knows and exits.  It runs in its own session, ignoring the terminal's
+ * signals, so a Ctrl-C or a SIGKILL of the agent cannot take it along. */
+struct guardian {
+  pid_t pid;      /* the guardian process, 0 when not started */
+  int fd;         /* write end of its command pipe, -1 when closed */
+};
+
+/* Forks the guardian.  Call it before the event loop exists (the child
+ * inherits nothing it needs besides the pipe).  Returns 0 or -errno. */
+int guardian_start(struct guardian *g);
+
+/* Adds / removes a process group on the guardian's list.  Returns 0 or
+ * -errno (for example -EPIPE when the guardian is gone). */
+int guardian_watch(struct guardian *g, pid_t pgid);
+int guardian_forget(struct guardian *g, pid_t pgid);
+
+/* Closes the pipe: the guardian SIGKILLs what is left on its list and
+ * exits; then waits for it.  Idempotent. */
+void guardian_stop(struct guardian *g);
+
+#endif

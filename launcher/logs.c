@@ -1,0 +1,515 @@
+/* logs.c -- redirect/tee specs, rank filter, line prefixes, log dirs. */
+#include "logs.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define SPEC_HINT "expected 0..3 or local_rank:mask pairs like 0:3,1:1"
+#define FILTER_HINT "expected comma-separated local ranks like 0,2,3"
+/* Longest piece of user input echoed into an error message. */
+#define ECHO_MAX 64
+#define LINER_DEFAULT_CAP (64 * 1024)
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+  va_list ap;
+
+  if (!err || errlen == 0)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* Width for "%.*s" of an input piece, clamped so messages stay one line. */
+static int echo_len(size_t n)
+{
+  return n > ECHO_MAX ? ECHO_MAX : (int)n;
+}
+
+/* Parses s[0..n) as a decimal int (optional '-', digits only: no blanks,
+ * no '+', nothing trailing).  Returns 0 or -EINVAL. */
+static int parse_int(const char *s, size_t n, long *out)
+{
+  char buf[24];
+  char *end;
+  size_t i = 0;
+  long v;
+
+  if (n == 0 || n >= sizeof(buf))
+    return -EINVAL;
+  if (s[0] == '-')
+    i = 1;
+  if (i == n)
+    return -EINVAL;
+  for (; i < n; i++)
+    if (s[i] < '0' || s[i] > '9')
+      return -EINVAL;
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  errno = 0;
+  v = strtol(buf, &end, 10);
+  if (errno != 0 || *end != '\0' || v < INT_MIN || v > INT_MAX)
+    return -EINVAL;
+  *out = v;
+  return 0;
+}
+
+/* A work array of nproc bytes (at least one, so malloc(0) is no issue). */
+static unsigned char *alloc_bytes(int nproc)
+{
+  return malloc(nproc > 0 ? (size_t)nproc : 1);
+}
+
+/* Parses one "lr:mask" entry of a spec map into tmp (0xff = unset). */
+static int parse_pair(const char *spec, const char *p, size_t n, int nproc,
+                      unsigned char *tmp, char *err, size_t errlen)
+{
+  const char *colon = memchr(p, ':', n);
+  size_t rlen, mlen;
+  long lr;
+
+  if (!colon) {
+    set_err(err, errlen, "invalid entry '%.*s' in '%.*s' (%s)",
+            echo_len(n), p, echo_len(strlen(spec)), spec, SPEC_HINT);
+    return -EINVAL;
+  }
+  rlen = (size_t)(colon - p);
+  mlen = n - rlen - 1;
+  if (parse_int(p, rlen, &lr) < 0) {
+    set_err(err, errlen, "invalid local rank '%.*s' in entry '%.*s' (%s)",
+            echo_len(rlen), p, echo_len(n), p, SPEC_HINT);
+    return -EINVAL;
+  }
+  if (lr < 0 || lr >= nproc) {
+    set_err(err, errlen,
+            "local rank %ld in entry '%.*s' out of range (0..%d)",
+            lr, echo_len(n), p, nproc - 1);
+    return -EINVAL;
+  }
+  if (mlen != 1 || colon[1] < '0' || colon[1] > '3') {
+    set_err(err, errlen, "invalid mask '%.*s' in entry '%.*s' (%s)",
+            echo_len(mlen), colon + 1, echo_len(n), p, SPEC_HINT);
+    return -EINVAL;
+  }
+  if (tmp[lr] != 0xff) {
+    set_err(err, errlen, "duplicate local rank %ld in '%.*s'",
+            lr, echo_len(strlen(spec)), spec);
+    return -EINVAL;
+  }
+  tmp[lr] = (unsigned char)(colon[1] - '0');
+  return 0;
+}
+
+int logs_parse_std_spec(const char *spec, int nproc, unsigned char *mask,
+                        char *err, size_t errlen)
+{
+  unsigned char *tmp;
+  const char *p;
+  int rc = 0;
+
+  if (nproc < 0 || (nproc > 0 && !mask)) {
+    set_err(err, errlen, "invalid number of local ranks %d", nproc);
+    return -EINVAL;
+  }
+  /* Empty or absent means "no redirect", as torchrun's default "0". */
+  if (!spec || !*spec) {
+    if (nproc > 0)
+      memset(mask, 0, (size_t)nproc);
+    return 0;
+  }
+  if (!strchr(spec, ':')) {
+    if (spec[0] < '0' || spec[0] > '3' || spec[1] != '\0') {
+      set_err(err, errlen, "invalid value '%.*s' (%s)",
+              echo_len(strlen(spec)), spec, SPEC_HINT);
+      return -EINVAL;
+    }
+    if (nproc > 0)
+      memset(mask, spec[0] - '0', (size_t)nproc);
+    return 0;
+  }
+
+  /* Map form: fill a copy so mask is untouched on error. */
+  tmp = alloc_bytes(nproc);
+  if (!tmp)
+    return -ENOMEM;
+  if (nproc > 0)
+    memset(tmp, 0xff, (size_t)nproc);
+  p = spec;
+  for (;;) {
+    const char *comma = strchr(p, ',');
+    size_t n = comma ? (size_t)(comma - p) : strlen(p);
+
+    if (n == 0) {
+      set_err(err, errlen, "empty entry in '%.*s' (%s)",
+              echo_len(strlen(spec)), spec, SPEC_HINT);
+      rc = -EINVAL;
+      break;
+    }
+    rc = parse_pair(spec, p, n, nproc, tmp, err, errlen);
+    if (rc < 0 || !comma)
+      break;
+    p = comma + 1;
+  }
+  if (rc == 0) {
+    for (int i = 0; i < nproc; i++)
+      mask[i] = tmp[i] == 0xff ? 0 : tmp[i];
+  }
+  free(tmp);
+  return rc;
+}
+
+static bool is_blank(char c)
+{
+  return c == ' ' || c == '\t';
+}
+
+int logs_parse_ranks_filter(const char *spec, int nproc, bool *keep,
+                            char *err, size_t errlen)
+{
+  unsigned char *tmp;
+  const char *p;
+  int rc = 0;
+
+  if (nproc < 0 || (nproc > 0 && !keep)) {
+    set_err(err, errlen, "invalid number of local ranks %d", nproc);
+    return -EINVAL;
+  }
+  if (!spec || !*spec) {
+    for (int i = 0; i < nproc; i++)
+      keep[i] = true;
+    return 0;
+  }
+  tmp = alloc_bytes(nproc);
+  if (!tmp)
+    return -ENOMEM;
+  if (nproc > 0)
+    memset(tmp, 0, (size_t)nproc);
+  p = spec;
+  for (;;) {
+    const char *comma = strchr(p, ',');
+    const char *e = comma ? comma : p + strlen(p);
+    const char *s = p;
+    long lr;
+
+    /* torchrun uses int(), which tolerates surrounding blanks. */
+    while (s < e && is_blank(*s))
+      s++;
+    while (e > s && is_blank(e[-1]))
+      e--;
+    if (s == e) {
+      set_err(err, errlen, "empty entry in '%.*s' (%s)",
+              echo_len(strlen(spec)), spec, FILTER_HINT);
+      rc = -EINVAL;
+      break;
+    }
+    if (parse_int(s, (size_t)(e - s), &lr) < 0) {
+      set_err(err, errlen, "invalid local rank '%.*s' (%s)",
+              echo_len((size_t)(e - s)), s, FILTER_HINT);
+      rc = -EINVAL;
+      break;
+    }
+    if (lr < 0 || lr >= nproc) {
+      set_err(err, errlen, "local rank %ld out of range (0..%d)",
+              lr, nproc - 1);
+      rc = -EINVAL;
+      break;
+    }
+    tmp[lr] = 1;
+    if (!comma)
+      break;
+    p = comma + 1;
+  }
+  if (rc == 0) {
+    for (int i = 0; i < nproc; i++)
+      keep[i] = tmp[i] != 0;
+  }
+  free(tmp);
+  return rc;
+}
+
+/* A bounded output buffer that truncates but always NUL-terminates. */
+struct outbuf {
+  char *out;
+  size_t cap;
+  size_t len;
+};
+
+static void ob_put(struct outbuf *ob, const char *s, size_t n)
+{
+  size_t room;
+
+  if (ob->cap == 0)
+    return;
+  room = ob->cap - 1 - ob->len;
+  if (n > room)
+    n = room;
+  memcpy(ob->out + ob->len, s, n);
+  ob->len += n;
+  ob->out[ob->len] = '\0';
+}
+
+static void ob_int(struct outbuf *ob, int v)
+{
+  char num[16];
+  int n = snprintf(num, sizeof(num), "%d", v);
+
+  if (n > 0)
+    ob_put(ob, num, (size_t)n);
+}
+
+static bool id_start(char c)
+{
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+static bool id_char(char c)
+{
+  return id_start(c) || (c >= '0' && c <= '9');
+}
+
+/* Writes the value of a template variable; false if the name is unknown. */
+static bool put_var(struct outbuf *ob, const char *name, size_t n,
+                    const char *role, int local_rank, int rank)
+{
+  if (n == 9 && memcmp(name, "role_name", 9) == 0)
+    ob_put(ob, role, strlen(role));
+  else if (n == 10 && memcmp(name, "local_rank", 10) == 0)
+    ob_int(ob, local_rank);
+  else if (n == 4 && memcmp(name, "rank", 4) == 0)
+    ob_int(ob, rank);
+  else
+    return false;
+  return true;
+}
+
+/* Python string.Template.safe_substitute: "$$" -> "$", "$name" and
+ * "${name}" are replaced when known, anything else stays as written. */
+size_t logs_format_prefix(const char *tmpl, const char *role, int local_rank,
+                          int rank, char *out, size_t outlen)
+{
+  struct outbuf ob = { out, outlen, 0 };
+  const char *p;
+
+  if (outlen > 0)
+    out[0] = '\0';
+  if (!role)
+    role = "";
+  if (!tmpl) {
+    ob_put(&ob, "[", 1);
+    ob_put(&ob, role, strlen(role));
+    ob_int(&ob, local_rank);
+    ob_put(&ob, "]:", 2);
+    return ob.len;
+  }
+  p = tmpl;
+  while (*p) {
+    const char *dollar = strchr(p, '$');
+    const char *name, *end;
+
+    if (!dollar) {
+      ob_put(&ob, p, strlen(p));
+      break;
+    }
+    ob_put(&ob, p, (size_t)(dollar - p));
+    p = dollar + 1;
+    if (*p == '$') {
+      ob_put(&ob, "$", 1);
+      p++;
+      continue;
+    }
+    if (*p == '{' && id_start(p[1])) {
+      name = p + 1;
+      for (end = name; id_char(*end); end++)
+        ;
+      if (*end == '}') {
+        if (!put_var(&ob, name, (size_t)(end - name), role, local_rank,
+                     rank))
+          ob_put(&ob, dollar, (size_t)(end + 1 - dollar));
+        p = end + 1;
+        continue;
+      }
+    } else if (id_start(*p)) {
+      name = p;
+      for (end = name; id_char(*end); end++)
+        ;
+      if (!put_var(&ob, name, (size_t)(end - name), role, local_rank, rank))
+        ob_put(&ob, dollar, (size_t)(end - dollar));
+      p = end;
+      continue;
+    }
+    /* A lone '$' is kept literally. */
+    ob_put(&ob, "$", 1);
+  }
+  return ob.len;
+}
+
+/* buf holds the prefix, then up to cap bytes of the pending line, then
+ * room for the '\n', so each line leaves in one contiguous sink call and
+ * every input byte is copied exactly once. */
+struct logs_liner {
+  logs_sink_fn sink;
+  void *ctx;
+  size_t plen;
+  size_t cap;
+  size_t len;
+  char buf[];
+};
+
+struct logs_liner *logs_liner_new(const char *prefix, size_t cap,
+                                  logs_sink_fn sink, void *ctx)
+{
+  struct logs_liner *l;
+  size_t plen = prefix ? strlen(prefix) : 0;
+
+  if (!sink)
+    return NULL;
+  if (cap == 0)
+    cap = LINER_DEFAULT_CAP;
+  /* Keeps sizeof + plen + cap + 1 from wrapping. */
+  if (cap > SIZE_MAX / 4 || plen > SIZE_MAX / 4)
+    return NULL;
+  l = malloc(sizeof(*l) + plen + cap + 1);
+  if (!l)
+    return NULL;
+  l->sink = sink;
+  l->ctx = ctx;
+  l->plen = plen;
+  l->cap = cap;
+  l->len = 0;
+  if (plen > 0)
+    memcpy(l->buf, prefix, plen);
+  return l;
+}
+
+static void liner_emit(struct logs_liner *l)
+{
+  l->buf[l->plen + l->len] = '\n';
+  l->sink(l->ctx, l->buf, l->plen + l->len + 1);
+  l->len = 0;
+}
+
+void logs_liner_feed(struct logs_liner *l, const char *buf, size_t len)
+{
+  while (len > 0) {
+    const char *nl = memchr(buf, '\n', len);
+    size_t seg = nl ? (size_t)(nl - buf) : len;
+
+    len -= seg;
+    while (seg > 0) {
+      size_t n;
+
+      /* Split only once more content follows, so a line of exactly cap
+       * bytes plus its '\n' stays one line. */
+      if (l->len == l->cap)
+        liner_emit(l);
+      n = l->cap - l->len;
+      if (n > seg)
+        n = seg;
+      memcpy(l->buf + l->plen + l->len, buf, n);
+      l->len += n;
+      buf += n;
+      seg -= n;
+    }
+    if (nl) {
+      liner_emit(l);
+      buf++;
+      len--;
+    }
+  }
+}
+
+void logs_liner_flush(struct logs_liner *l)
+{
+  if (l->len > 0)
+    liner_emit(l);
+}
+
+void logs_liner_free(struct logs_liner *l)
+{
+  free(l);
+}
+
+/* mkdir that accepts an existing directory (and only a directory). */
+static int mkdir_one(const char *path)
+{
+  struct stat st;
+
+  if (mkdir(path, 0755) == 0)
+    return 0;
+  if (errno != EEXIST)
+    return -errno;
+  if (stat(path, &st) < 0)
+    return -errno;
+  return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int logs_mkdirs(const char *dir)
+{
+  char *path;
+  int rc = 0;
+
+  if (!dir || !*dir)
+    return -ENOENT;
+  path = strdup(dir);
+  if (!path)
+    return -ENOMEM;
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/' || p[-1] == '/')
+      continue;
+    *p = '\0';
+    rc = mkdir_one(path);
+    *p = '/';
+    if (rc < 0)
+      break;
+  }
+  if (rc == 0)
+    rc = mkdir_one(path);
+  free(path);
+  return rc;
+}
+
+/* nftw callback: children come before their directory (FTW_DEPTH).  A
+ * positive errno return stops the walk and is what nftw returns. */
+static int rm_entry(const char *path, const struct stat *st, int type,
+                    struct FTW *ftw)
+{
+  int r;
+
+  (void)st;
+  (void)ftw;
+  r = (type == FTW_DP || type == FTW_DNR) ? rmdir(path) : unlink(path);
+  /* Something else removed it meanwhile: that is the goal anyway. */
+  if (r < 0 && errno != ENOENT)
+    return errno;
+  return 0;
+}
+
+int logs_rmtree(const char *dir)
+{
+  struct stat st;
+  int rc;
+
+  if (!dir || !*dir)
+    return -ENOENT;
+  if (lstat(dir, &st) < 0)
+    return -errno;
+  if (!S_ISDIR(st.st_mode))
+    return -ENOTDIR;
+  rc = nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc < 0)
+    return errno ? -errno : -EIO;
+  return rc > 0 ? -rc : 0;
+}

@@ -1,0 +1,427 @@
+/* main.c -- cdrun: parse, resolve the single-node job, run the agent. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "args.h"
+#include "logs.h"
+#include "nproc.h"
+#include "port.h"
+#include "rdzv.h"
+
+#define EXIT_USAGE 2
+
+/* What main resolved from the arguments; freed by job_free. */
+struct job {
+  int nproc;
+  char **cmd;
+  char run_id[128];
+  char master_addr[256];
+  int master_port;
+  int port_fd;                /* Note [port reservation], -1 if none */
+  char log_base[PATH_MAX];    /* --log_dir or a temporary one */
+  bool log_base_is_temp;
+  char run_log_dir[PATH_MAX + 160];
+  unsigned char *redirects;
+  unsigned char *tee;
+  bool *console;
+  int signals[16];
+  int nsignals;
+};
+
+static void die_usage(const char *fmt, ...)
+  __attribute__((format(printf, 1, 2), noreturn));
+
+static void die_usage(const char *fmt, ...)
+{
+  va_list ap;
+
+  fputs("cdrun: error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(EXIT_USAGE);
+}
+
+static const struct {
+  const char *name;
+  int sig;
+} signal_names[] = {
+  { "SIGTERM", SIGTERM }, { "SIGINT", SIGINT }, { "SIGHUP", SIGHUP },
+  { "SIGQUIT", SIGQUIT }, { "SIGUSR1", SIGUSR1 }, { "SIGUSR2", SIGUSR2 },
+  { "SIGABRT", SIGABRT }, { "SIGALRM", SIGALRM }, { "SIGXCPU", SIGXCPU },
+};
+
+/* "SIGTERM,SIGUSR1" -> signal numbers (args.c validated the names). */
+static void parse_signals(const char *list, struct job *j)
+{
+  const char *p = list;
+  size_t i, len;
+
+  j->nsignals = 0;
+  while (*p) {
+    len = strcspn(p, ",");
+    for (i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++)
+      if (strlen(signal_names[i].name) == len &&
+          strncmp(p, signal_names[i].name, len) == 0)
+        break;
+    if (i == sizeof signal_names / sizeof signal_names[0])
+      die_usage("--signals_to_handle: unknown signal '%.*s'", (int)len, p);
+    if (j->nsignals < (int)(sizeof j->signals / sizeof j->signals[0]))
+      j->signals[j->nsignals++] = signal_names[i].sig;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+}
+
+/* Splits "host[:port]" / "[v6]:port" into host and port (0 if absent).
+ * Returns 0 or -EINVAL. */
+static int split_endpoint(const char *ep, char *host, size_t hostlen,
+                          int *port)
+{
+  const char *colon, *end;
+  char *stop;
+  long p;
+
+  *port = 0;
+  if (ep[0] == '[') {
+    end = strchr(ep, ']');
+    if (!end)
+      return -EINVAL;
+    snprintf(host, hostlen, "%.*s", (int)(end - ep - 1), ep + 1);
+    colon = end[1] == ':' ? end + 1 : NULL;
+    if (!colon && end[1])
+      return -EINVAL;
+  } else {
+    colon = strrchr(ep, ':');
+    if (colon && strchr(ep, ':') != colon)
+      colon = NULL;     /* a bare IPv6 address: no port */
+    snprintf(host, hostlen, "%.*s",
+             (int)(colon ? (size_t)(colon - ep) : strlen(ep)), ep);
+  }
+  if (colon) {
+    errno = 0;
+    p = strtol(colon + 1, &stop, 10);
+    if (errno || stop == colon + 1 || *stop || p < 0 || p > 65535)
+      return -EINVAL;
+    *port = (int)p;
+  }
+  return host[0] ? 0 : -EINVAL;
+}
+
+/* --rdzv_conf is k=v,k=v; only its syntax matters for one node. */
+static void check_rdzv_conf(const char *conf)
+{
+  const char *p = conf;
+  size_t len;
+
+  while (*p) {
+    len = strcspn(p, ",");
+    if (!memchr(p, '=', len) || p[0] == '=')
+      die_usage("--rdzv_conf: invalid entry '%.*s' (expected key=value)",
+                (int)len, p);
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+}
+
+/* Only single-node modes run in this version; multi-node ones are parsed
+ * and refused with a message, never ignored. */
+static void check_mode(const struct cdrun_args *a, struct job *j)
+{
+  const char *be = a->rdzv_backend;
+  char host[256];
+  int port;
+
+  check_rdzv_conf(a->rdzv_conf);
+  if (a->nnodes_max > 1)
+    die_usage("--nnodes=%d:%d: multi-node jobs are not supported yet "
+              "(this version runs one node: --standalone or --nnodes=1)",
+              a->nnodes_min, a->nnodes_max);
+  if (a->standalone)
+    return;     /* torchrun overrides the rendezvous flags here too */
+  if (strcmp(be, "c10d") == 0 || strcmp(be, "rdzvd") == 0 ||
+      strcmp(be, "etcd") == 0 || strcmp(be, "etcd-v2") == 0)
+    die_usage("--rdzv_backend=%s: not supported yet (multi-node "
+              "rendezvous comes in a later version); use --standalone or "
+              "the static back end", be);
+  if (strcmp(be, "static") != 0)
+    die_usage("--rdzv_backend: unknown back end '%s' (expected static, "
+              "c10d, rdzvd, etcd or etcd-v2)", be);
+  if (a->node_rank != 0)
+    die_usage("--node_rank=%d is out of range for --nnodes=1 (node ranks "
+              "are 0..nnodes-1)", a->node_rank);
+  /* torchrun's static back end takes MASTER_ADDR:PORT from a given
+   * endpoint. */
+  if (a->rdzv_endpoint[0]) {
+    if (split_endpoint(a->rdzv_endpoint, host, sizeof host, &port))
+      die_usage("--rdzv_endpoint: invalid value '%s' (expected host[:port]"
+                " or [ipv6]:port)", a->rdzv_endpoint);
+    snprintf(j->master_addr, sizeof j->master_addr, "%s", host);
+    if (port)
+      j->master_port = port;
+  }
+}
+
+static bool is_python_source(const char *target)
+{
+  size_t n = strlen(target);
+  struct stat st;
+
+  if (n > 3 && strcmp(target + n - 3, ".py") == 0)
+    return true;
+  /* An existing file that is not executable can only be a script for the
+   * interpreter (torchrun runs everything through python). */
+  return stat(target, &st) == 0 && S_ISREG(st.st_mode) &&
+         access(target, X_OK) != 0;
+}
+
+/* The worker command line: see "TARGETS" in man/cdrun.1. */
+static char **build_command(const struct cdrun_args *a)
+{
+  const char *python = getenv("PYTHON_EXEC");
+  bool use_python;
+  char **cmd;
+  int n = 0, i;
+
+  if (!python || !*python)
+    python = "python3";
+  use_python = !a->no_python &&
+               (a->module || a->run_path ||
+                is_python_source(a->target_argv[0]));
+  cmd = calloc((size_t)a->target_argc + 4, sizeof *cmd);
+  if (!cmd)
+    return NULL;
+  if (use_python) {
+    cmd[n++] = (char *)python;
+    cmd[n++] = "-u";
+    if (a->module)
+      cmd[n++] = "-m";
+  }
+  for (i = 0; i < a->target_argc; i++)
+    cmd[n++] = a->target_argv[i];
+  cmd[n] = NULL;
+  return cmd;
+}
+
+static void make_run_id(const struct cdrun_args *a, char *out, size_t len)
+{
+  unsigned char b[16];
+  int fd, i;
+  size_t n = 0;
+
+  if (!a->standalone) {
+    snprintf(out, len, "%s", a->rdzv_id);
+    return;
+  }
+  /* torchrun's standalone id: a random UUID (version 4). */
+  fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, b, sizeof b) != (ssize_t)sizeof b) {
+    for (i = 0; i < 16; i++)
+      b[i] = (unsigned char)(rand() ^ getpid() ^ i);
+  }
+  if (fd >= 0)
+    close(fd);
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  for (i = 0; i < 16 && n + 3 < len; i++) {
+    n += (size_t)snprintf(out + n, len - n, "%02x", b[i]);
+    if ((i == 3 || i == 5 || i == 7 || i == 9) && n + 2 < len)
+      out[n++] = '-';
+  }
+  out[n] = '\0';
+}
+
+static int setup_logs(const struct cdrun_args *a, struct job *j)
+{
+  const char *tmp = getenv("TMPDIR");
+  char tmpl[sizeof j->run_log_dir];
+  int err;
+
+  if (a->log_dir) {
+    snprintf(j->log_base, sizeof j->log_base, "%s", a->log_dir);
+    err = logs_mkdirs(j->log_base);
+    if (err) {
+      fprintf(stderr, "cdrun: error: --log_dir: cannot create '%s': %s\n",
+              a->log_dir, strerror(-err));
+      return err;
+    }
+  } else {
+    snprintf(tmpl, sizeof j->log_base, "%s/cdrun_XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(tmpl)) {
+      fprintf(stderr, "cdrun: error: cannot create a log directory in "
+              "%s: %s\n", tmp && *tmp ? tmp : "/tmp", strerror(errno));
+      return -errno;
+    }
+    memcpy(j->log_base, tmpl, sizeof j->log_base);
+    j->log_base_is_temp = true;
+  }
+  /* torchrun: tempfile.mkdtemp(prefix=f"{run_id}_", dir=log_dir). */
+  snprintf(tmpl, sizeof tmpl, "%s/%s_XXXXXX", j->log_base, j->run_id);
+  if (strlen(tmpl) >= PATH_MAX - 64) {
+    fprintf(stderr, "cdrun: error: --log_dir: path too long\n");
+    return -ENAMETOOLONG;
+  }
+  if (!mkdtemp(tmpl)) {
+    fprintf(stderr, "cdrun: error: cannot create '%s': %s\n", tmpl,
+            strerror(errno));
+    return -errno;
+  }
+  snprintf(j->run_log_dir, sizeof j->run_log_dir, "%s", tmpl);
+  return 0;
+}
+
+static void resolve_streams(const struct cdrun_args *a, struct job *j)
+{
+  char err[256];
+
+  j->redirects = calloc((size_t)j->nproc, 1);
+  j->tee = calloc((size_t)j->nproc, 1);
+  j->console = calloc((size_t)j->nproc, sizeof *j->console);
+  if (!j->redirects || !j->tee || !j->console)
+    die_usage("out of memory");
+  if (logs_parse_std_spec(a->redirects, j->nproc, j->redirects, err,
+                          sizeof err))
+    die_usage("--redirects: %s", err);
+  if (logs_parse_std_spec(a->tee, j->nproc, j->tee, err, sizeof err))
+    die_usage("--tee: %s", err);
+  if (logs_parse_ranks_filter(a->local_ranks_filter, j->nproc, j->console,
+                              err, sizeof err))
+    die_usage("--local_ranks_filter: %s", err);
+}
+
+static int create_local_rdzv(void *arg, uv_loop_t *loop,
+                             const struct rdzv_callbacks *cb,
+                             struct rdzv **out)
+{
+  struct job *j = arg;
+
+  return rdzv_local_create(loop, j->nproc, j->master_addr, j->master_port,
+                           cb, out);
+}
+
+/* True when any rank writes a log file the user may want to read. */
+static bool logs_written(const struct job *j)
+{
+  int i;
+
+  for (i = 0; i < j->nproc; i++)
+    if (j->redirects[i] || j->tee[i])
+      return true;
+  return false;
+}
+
+int main(int argc, char **argv)
+{
+  struct cdrun_args a;
+  struct agent_opts o;
+  struct job j;
+  char err[512];
+  int status;
+
+  if (args_parse(&a, argc, argv, environ, err, sizeof err) != 0)
+    die_usage("%s", err);
+  if (a.help) {
+    fputs(args_usage(), stdout);
+    args_free(&a);
+    return 0;
+  }
+  if (a.version) {
+    printf("cdrun %s\n", CDRUN_VERSION);
+    args_free(&a);
+    return 0;
+  }
+
+  memset(&j, 0, sizeof j);
+  j.port_fd = -1;
+  snprintf(j.master_addr, sizeof j.master_addr, "%s",
+           a.master_addr ? a.master_addr
+                         : a.local_addr ? a.local_addr : "127.0.0.1");
+  j.master_port = a.master_port;
+  check_mode(&a, &j);
+  j.nproc = nproc_resolve(a.nproc_per_node, err, sizeof err);
+  if (j.nproc < 0)
+    die_usage("%s", err);
+  resolve_streams(&a, &j);
+  parse_signals(a.signals_to_handle, &j);
+  j.cmd = build_command(&a);
+  if (!j.cmd)
+    die_usage("out of memory");
+  make_run_id(&a, j.run_id, sizeof j.run_id);
+
+  if (j.master_port == 0) {
+    j.port_fd = port_reserve(&j.master_port);
+    if (j.port_fd < 0) {
+      fprintf(stderr, "cdrun: error: cannot find a free port for "
+              "MASTER_PORT: %s\n", strerror(-j.port_fd));
+      return AGENT_EXIT_INTERNAL;
+    }
+  }
+  if (setup_logs(&a, &j))
+    return AGENT_EXIT_INTERNAL;
+
+  /* torchrun's banner, once, when several workers would each start a
+   * full OpenMP pool. */
+  if (j.nproc > 1 && !getenv("OMP_NUM_THREADS"))
+    fprintf(stderr,
+            "*****************************************\n"
+            "Setting OMP_NUM_THREADS environment variable for each process "
+            "to be 1 in default, to avoid your system being overloaded, "
+            "please further tune the variable for optimal performance in "
+            "your application as needed. \n"
+            "*****************************************\n");
+
+  /* Writing to a closed console must not kill the agent (and with it the
+   * supervision of the workers); workers get the default back. */
+  signal(SIGPIPE, SIG_IGN);
+
+  memset(&o, 0, sizeof o);
+  o.nproc = j.nproc;
+  o.cmd = j.cmd;
+  o.target = a.target_argv[0];
+  o.role = a.role;
+  o.run_id = j.run_id;
+  o.run_log_dir = j.run_log_dir;
+  o.redirects = j.redirects;
+  o.tee = j.tee;
+  o.console = j.console;
+  o.prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  o.max_restarts = a.max_restarts;
+  o.grace_s = a.shutdown_timeout;
+  o.signals = j.signals;
+  o.nsignals = j.nsignals;
+  o.default_omp_threads = j.nproc > 1;
+  o.log_events = strcmp(a.event_log_handler, "console") == 0;
+  o.rdzv_create = create_local_rdzv;
+  o.rdzv_arg = &j;
+  status = agent_run(&o);
+
+  /* A temporary log dir goes away unless it holds what the user needs:
+   * worker logs, or the error files the failure summary points to. */
+  if (j.log_base_is_temp) {
+    if (status == 0 && !logs_written(&j))
+      logs_rmtree(j.log_base);
+    else if (logs_written(&j))
+      fprintf(stderr, "cdrun: worker logs are in %s\n", j.run_log_dir);
+  }
+  if (j.port_fd >= 0)
+    close(j.port_fd);
+  free(j.cmd);
+  free(j.redirects);
+  free(j.tee);
+  free(j.console);
+  args_free(&a);
+  return status;
+}

@@ -1,0 +1,83 @@
+/* nproc.c -- counting CPUs and CUDA devices for --nproc_per_node. */
+#include "nproc.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The two driver API entry points we need, declared by hand so that no
+ * CUDA header is required either. */
+typedef int (*cu_init_fn)(unsigned int flags);
+typedef int (*cu_device_get_count_fn)(int *count);
+
+int nproc_cuda_devices(char *err, size_t errlen)
+{
+  cu_init_fn cu_init;
+  cu_device_get_count_fn cu_count;
+  void *lib;
+  int count = 0, rc;
+
+  lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(err, errlen, "no CUDA driver (libcuda.so.1 not found)");
+    return -ENODEV;
+  }
+  cu_init = (cu_init_fn)dlsym(lib, "cuInit");
+  cu_count = (cu_device_get_count_fn)dlsym(lib, "cuDeviceGetCount");
+  if (!cu_init || !cu_count) {
+    snprintf(err, errlen, "libcuda.so.1 lacks cuInit/cuDeviceGetCount");
+    dlclose(lib);
+    return -ENODEV;
+  }
+  rc = cu_init(0);
+  if (rc == 0)
+    rc = cu_count(&count);
+  dlclose(lib);
+  /* CUDA_ERROR_NO_DEVICE (100) is "zero devices", not a failure. */
+  if (rc == 100)
+    return 0;
+  if (rc != 0) {
+    snprintf(err, errlen, "CUDA driver error %d while counting devices", rc);
+    return -ENODEV;
+  }
+  return count;
+}
+
+int nproc_resolve(const char *spec, char *err, size_t errlen)
+{
+  char why[200];
+  long n;
+  char *end;
+  int gpus;
+
+  if (strcmp(spec, "cpu") == 0) {
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+  }
+  if (strcmp(spec, "gpu") == 0 || strcmp(spec, "auto") == 0) {
+    gpus = nproc_cuda_devices(why, sizeof why);
+    if (gpus > 0)
+      return gpus;
+    if (strcmp(spec, "auto") == 0) {
+      n = sysconf(_SC_NPROCESSORS_ONLN);
+      return n > 0 ? (int)n : 1;
+    }
+    snprintf(err, errlen,
+             "--nproc_per_node=gpu: no CUDA device found (%s)",
+             gpus == 0 ? "the driver reports 0 devices" : why);
+    return -ENODEV;
+  }
+  errno = 0;
+  n = strtol(spec, &end, 10);
+  if (errno || end == spec || *end || n < 1 || n > 65536) {
+    snprintf(err, errlen,
+             "--nproc_per_node: invalid value '%s' (expected an integer "
+             ">= 1, cpu, gpu or auto)", spec);
+    return -EINVAL;
+  }
+  return (int)n;
+}

@@ -1,0 +1,71 @@
+/* rdzv.h -- the rendezvous back-end interface the agent talks to.
+ *
+ * A back end turns "this node wants to run" into an assignment (ranks,
+ * sizes, master address) and tells the agent when the job needs a new
+ * round.  Every call is asynchronous: results come back through the
+ * callbacks on the agent's libuv loop, never from inside the call that
+ * caused them (libuv's rule: a call that fails returns an error and its
+ * callback never runs).  The single-node back end (rdzv_local.c) completes
+ * at once; the rdzvd client and the embedded server plug in here. */
+#ifndef CDRUN_RDZV_H
+#define CDRUN_RDZV_H
+
+#include <uv.h>
+
+/* What one completed round gives this node.  O(1) data, whatever the job's
+ * size. */
+struct rdzv_assignment {
+  int round;              /* rendezvous round, increases by one per round */
+  int restart_count;      /* restarts so far, counted per job */
+  int group_rank;         /* this node's rank */
+  int group_world_size;   /* nodes in the round */
+  int rank_offset;        /* global rank of this node's local rank 0 */
+  int world_size;         /* workers in the round, all nodes */
+  char master_addr[256];
+  int master_port;
+};
+
+/* Why the agent asks for a round. */
+enum rdzv_join_reason {
+  RDZV_JOIN_FIRST,        /* start of the job */
+  RDZV_JOIN_FAILURE,      /* local workers failed: counts as a restart */
+  RDZV_JOIN_MEMBERSHIP,   /* the back end asked for a new round: free */
+};
+
+struct rdzv_callbacks {
+  void *ctx;
+  /* A round completed; a is valid during the call only. */
+  void (*on_round)(void *ctx, const struct rdzv_assignment *a);
+  /* The job needs a new round (a peer failed, joined or died): stop the
+   * workers and join again with RDZV_JOIN_MEMBERSHIP. */
+  void (*on_restart)(void *ctx, const char *reason);
+  /* The rendezvous cannot go on (timeout, closed, config mismatch). */
+  void (*on_error)(void *ctx, int err, const char *message);
+  /* The exit barrier passed (err == 0) or failed. */
+  void (*on_barrier)(void *ctx, int err);
+};
+
+struct rdzv;
+
+struct rdzv_ops {
+  const char *name;
+  int (*join)(struct rdzv *r, enum rdzv_join_reason why);
+  int (*exit_barrier)(struct rdzv *r);
+  /* Leaves the job and frees r; no callback runs afterwards. */
+  void (*destroy)(struct rdzv *r);
+};
+
+/* The common head of every back end's state. */
+struct rdzv {
+  const struct rdzv_ops *ops;
+  struct rdzv_callbacks cb;
+  uv_loop_t *loop;
+};
+
+/* Single node (--standalone, --nnodes=1): one node of nproc workers,
+ * rank 0, the master address and port given. */
+int rdzv_local_create(uv_loop_t *loop, int nproc, const char *master_addr,
+                      int master_port, const struct rdzv_callbacks *cb,
+                      struct rdzv **out);
+
+#endif

@@ -1,0 +1,40 @@
+/* spawn.h -- start one worker process: its own session and process group,
+ * tied to the agent's life, exec errors reported back synchronously. */
+#ifndef CDRUN_SPAWN_H
+#define CDRUN_SPAWN_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* What to run and how.  The fd fields follow git's convention: -1 means
+ * inherit the agent's, >= 0 means dup2 onto the worker's 0/1/2.  The
+ * caller keeps ownership of every fd (they are not closed here). */
+struct spawn_opts {
+  char *const *argv;      /* argv[0] is looked up in PATH like execvp */
+  char *const *envp;      /* the complete environment */
+  int stdin_fd;
+  int stdout_fd;
+  int stderr_fd;
+  /* Called in the parent after fork and before the child may exec, with
+   * the child's pid (== its process group id).  The child waits for this
+   * to return, so whatever it records (the guardian's watch list) is in
+   * place before the worker can start grandchildren.  May be NULL. */
+  int (*before_exec)(void *ctx, pid_t pid);
+  void *ctx;
+};
+
+#define SPAWN_OPTS_INIT { NULL, NULL, -1, -1, -1, NULL, NULL }
+
+/* Forks and execs.  The child calls setsid() (so the worker leads a new
+ * process group, as torchrun's start_new_session), asks the kernel for
+ * SIGKILL when the agent dies (PR_SET_PDEATHSIG), resets every signal
+ * disposition and the signal mask, then execs.
+ *
+ * Returns 0 with *pid set once the exec succeeded; -errno of the failed
+ * execvp (for example -ENOENT, -EACCES) after reaping the child; or another
+ * negative errno if fork or pipe failed.  Safe to call from a libuv loop
+ * that handles signals: all signals are blocked around fork so no handler
+ * runs in the child. */
+int spawn_worker(const struct spawn_opts *o, pid_t *pid);
+
+#endif

@@ -1,0 +1,197 @@
+/* summary.c -- prints torchrun's failure summary (ChildFailedError). */
+#include "summary.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+
+#define RULE_WIDTH 60
+#define ERRORS_HINT \
+  "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+
+/* NaN sorts last so a bogus time never becomes the root cause. */
+static double sort_time(const struct worker_failure *w)
+{
+  return isnan(w->time) ? INFINITY : w->time;
+}
+
+/* Total order on failures: time, then global rank, then index. */
+static bool before(const struct worker_failure *f, size_t a, size_t b)
+{
+  double ta = sort_time(&f[a]), tb = sort_time(&f[b]);
+
+  if (ta != tb)
+    return ta < tb;
+  if (f[a].rank != f[b].rank)
+    return f[a].rank < f[b].rank;
+  return a < b;
+}
+
+size_t summary_root_cause(const struct worker_failure *f, size_t n)
+{
+  size_t best = 0;
+
+  if (!f)
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if (before(f, i, best))
+      best = i;
+  return best;
+}
+
+/* Python's signal.Signals names; the macros keep numbers per-platform. */
+static const struct {
+  int num;
+  const char *name;
+} sig_names[] = {
+  { SIGHUP, "SIGHUP" },   { SIGINT, "SIGINT" },     { SIGQUIT, "SIGQUIT" },
+  { SIGILL, "SIGILL" },   { SIGTRAP, "SIGTRAP" },   { SIGABRT, "SIGABRT" },
+  { SIGBUS, "SIGBUS" },   { SIGFPE, "SIGFPE" },     { SIGKILL, "SIGKILL" },
+  { SIGUSR1, "SIGUSR1" }, { SIGSEGV, "SIGSEGV" },   { SIGUSR2, "SIGUSR2" },
+  { SIGPIPE, "SIGPIPE" }, { SIGALRM, "SIGALRM" },   { SIGTERM, "SIGTERM" },
+  { SIGCHLD, "SIGCHLD" }, { SIGCONT, "SIGCONT" },   { SIGSTOP, "SIGSTOP" },
+  { SIGTSTP, "SIGTSTP" }, { SIGTTIN, "SIGTTIN" },   { SIGTTOU, "SIGTTOU" },
+  { SIGURG, "SIGURG" },   { SIGXCPU, "SIGXCPU" },   { SIGXFSZ, "SIGXFSZ" },
+  { SIGVTALRM, "SIGVTALRM" }, { SIGPROF, "SIGPROF" },
+  { SIGWINCH, "SIGWINCH" }, { SIGIO, "SIGIO" },     { SIGSYS, "SIGSYS" },
+};
+
+const char *summary_signal_name(int signum, char *buf, size_t buflen)
+{
+  for (size_t i = 0; i < sizeof(sig_names) / sizeof(sig_names[0]); i++)
+    if (sig_names[i].num == signum)
+      return sig_names[i].name;
+  if (!buf || buflen == 0)
+    return "SIG?";
+#if defined(__GLIBC__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  {
+    /* glibc knows the rarer ones (SIGSTKFLT, SIGPWR, ...) */
+    const char *abbrev = sigabbrev_np(signum);
+
+    if (abbrev) {
+      snprintf(buf, buflen, "SIG%s", abbrev);
+      return buf;
+    }
+  }
+#endif
+  snprintf(buf, buflen, "SIG%d", signum);
+  return buf;
+}
+
+static void print_time(FILE *out, double t)
+{
+  char buf[64];
+  struct tm tm;
+  time_t secs;
+
+  /* keep the cast to time_t defined */
+  if (!isfinite(t) || t < -1e15 || t > 1e15) {
+    fputs("<N/A>", out);
+    return;
+  }
+  secs = (time_t)floor(t);
+  if (!localtime_r(&secs, &tm) ||
+      strftime(buf, sizeof(buf), "%Y-%m-%d_%H:%M:%S", &tm) == 0) {
+    fputs("<N/A>", out);
+    return;
+  }
+  fputs(buf, out);
+}
+
+/* Prints text, indenting every line after the first by two spaces the way
+ * torchrun does (replace("\n", "\n  ")); trailing newlines are dropped so
+ * the block does not end in a blank indented line. */
+static void print_indented(FILE *out, const char *text)
+{
+  size_t len = strlen(text);
+
+  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+    len--;
+  for (size_t i = 0; i < len; i++) {
+    fputc(text[i], out);
+    if (text[i] == '\n')
+      fputs("  ", out);
+  }
+}
+
+static void print_failure(FILE *out, size_t idx, const char *host,
+                          const struct worker_failure *w)
+{
+  const char *text = NULL;
+  bool has_file;
+
+  if (w->traceback && *w->traceback)
+    text = w->traceback;
+  else if (w->message)
+    text = w->message;
+  /* a path the worker never wrote is as good as none */
+  has_file = text && w->error_file && *w->error_file;
+
+  fprintf(out, "[%zu]:\n", idx);
+  fputs("  time      : ", out);
+  print_time(out, w->time);
+  fprintf(out, "\n  host      : %s\n", host ? host : "<N/A>");
+  fprintf(out, "  rank      : %d (local_rank: %d)\n", w->rank,
+          w->local_rank);
+  fprintf(out, "  exitcode  : %d (pid: %d)\n", w->exitcode, (int)w->pid);
+  fprintf(out, "  error_file: %s\n", has_file ? w->error_file : "<N/A>");
+  fputs("  traceback : ", out);
+  if (text) {
+    print_indented(out, text);
+  } else if (w->exitcode < 0) {
+    char buf[32];
+
+    fprintf(out, "Signal %d (%s) received by PID %d", -w->exitcode,
+            summary_signal_name(-w->exitcode, buf, sizeof(buf)),
+            (int)w->pid);
+  } else {
+    fputs(ERRORS_HINT, out);
+  }
+  fputc('\n', out);
+}
+
+static void rule(FILE *out, char c)
+{
+  for (int i = 0; i < RULE_WIDTH; i++)
+    fputc(c, out);
+  fputc('\n', out);
+}
+
+void summary_print(FILE *out, const char *target, const char *host,
+                   const struct worker_failure *f, size_t n)
+{
+  size_t root, prev = 0, idx = 1;
+
+  if (!out || !f || n == 0)
+    return;
+  root = summary_root_cause(f, n);
+  rule(out, '=');
+  fprintf(out, "%s FAILED\n", target ? target : "<N/A>");
+  rule(out, '-');
+  fputs("Failures:\n", out);
+  if (n == 1)
+    fputs("  <NO_OTHER_FAILURES>\n", out);
+  /* others in time order without allocating: each round picks the
+   * smallest failure that sorts after the previous one */
+  for (size_t k = 0; k + 1 < n; k++) {
+    size_t next = n;
+
+    for (size_t i = 0; i < n; i++) {
+      if (i == root || (k > 0 && !before(f, prev, i)))
+        continue;
+      if (next == n || before(f, i, next))
+        next = i;
+    }
+    if (next == n)
+      break;
+    print_failure(out, idx++, host, &f[next]);
+    prev = next;
+  }
+  rule(out, '-');
+  fputs("Root Cause (first observed failure):\n", out);
+  print_failure(out, 0, host, &f[root]);
+  rule(out, '=');
+}

@@ -1,0 +1,127 @@
+/* workerenv.c -- builds a worker's environment block. */
+#include "workerenv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The names the agent owns; an inherited value of any of these is
+ * replaced.  The three "inherit if set" ones are handled separately. */
+static const char *const owned[] = {
+  "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
+  "LOCAL_WORLD_SIZE", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
+  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+  "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+  "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", NULL,
+};
+
+static bool name_is(const char *entry, const char *name)
+{
+  size_t n = strlen(name);
+
+  return strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
+const char *workerenv_get(char *const *env, const char *name)
+{
+  size_t i;
+
+  for (i = 0; env && env[i]; i++)
+    if (name_is(env[i], name))
+      return env[i] + strlen(name) + 1;
+  return NULL;
+}
+
+static bool is_owned(const char *entry)
+{
+  size_t i;
+
+  for (i = 0; owned[i]; i++)
+    if (name_is(entry, owned[i]))
+      return true;
+  return false;
+}
+
+/* Appends "name=value" to env[*n]; returns -1 when out of memory. */
+static int add(char **env, size_t *n, const char *name, const char *value)
+{
+  if (asprintf(&env[*n], "%s=%s", name, value) < 0) {
+    env[*n] = NULL;
+    return -1;
+  }
+  (*n)++;
+  return 0;
+}
+
+static int add_int(char **env, size_t *n, const char *name, long value)
+{
+  char buf[32];
+
+  snprintf(buf, sizeof buf, "%ld", value);
+  return add(env, n, name, buf);
+}
+
+char **workerenv_build(char *const *base, const struct worker_env *w)
+{
+  size_t nbase = 0, n = 0, i;
+  char **env;
+  int bad = 0;
+
+  while (base && base[nbase])
+    nbase++;
+  env = calloc(nbase + 32, sizeof *env);
+  if (!env)
+    return NULL;
+  for (i = 0; i < nbase; i++) {
+    if (is_owned(base[i]))
+      continue;
+    env[n] = strdup(base[i]);
+    if (!env[n])
+      goto fail;
+    n++;
+  }
+  bad |= add_int(env, &n, "LOCAL_RANK", w->local_rank);
+  bad |= add_int(env, &n, "RANK", w->rank);
+  bad |= add_int(env, &n, "GROUP_RANK", w->group_rank);
+  bad |= add_int(env, &n, "ROLE_RANK", w->role_rank);
+  bad |= add(env, &n, "ROLE_NAME", w->role_name);
+  bad |= add_int(env, &n, "LOCAL_WORLD_SIZE", w->local_world_size);
+  bad |= add_int(env, &n, "WORLD_SIZE", w->world_size);
+  bad |= add_int(env, &n, "GROUP_WORLD_SIZE", w->group_world_size);
+  bad |= add_int(env, &n, "ROLE_WORLD_SIZE", w->role_world_size);
+  bad |= add(env, &n, "MASTER_ADDR", w->master_addr);
+  bad |= add_int(env, &n, "MASTER_PORT", w->master_port);
+  bad |= add_int(env, &n, "TORCHELASTIC_RESTART_COUNT", w->restart_count);
+  bad |= add_int(env, &n, "TORCHELASTIC_MAX_RESTARTS", w->max_restarts);
+  bad |= add(env, &n, "TORCHELASTIC_RUN_ID", w->run_id);
+  /* Python's str(bool), as torchrun writes it. */
+  bad |= add(env, &n, "TORCHELASTIC_USE_AGENT_STORE",
+             w->use_agent_store ? "True" : "False");
+  bad |= add(env, &n, "TORCHELASTIC_ERROR_FILE",
+             w->error_file ? w->error_file : "");
+  if (!workerenv_get(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+    bad |= add(env, &n, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!workerenv_get(base, "NCCL_ASYNC_ERROR_HANDLING"))
+    bad |= add(env, &n, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (w->default_omp_threads && !workerenv_get(base, "OMP_NUM_THREADS"))
+    bad |= add(env, &n, "OMP_NUM_THREADS", "1");
+  if (bad)
+    goto fail;
+  env[n] = NULL;
+  return env;
+
+fail:
+  workerenv_free(env);
+  return NULL;
+}
+
+void workerenv_free(char **env)
+{
+  size_t i;
+
+  if (!env)
+    return;
+  for (i = 0; env[i]; i++)
+    free(env[i]);
+  free(env);
+}

@@ -1,0 +1,40 @@
+/* workerenv.h -- the environment each worker gets: the agent's own, plus
+ * torchrun's variables (shared/reference/torchrun.md §1.2). */
+#ifndef CDRUN_WORKERENV_H
+#define CDRUN_WORKERENV_H
+
+#include <stdbool.h>
+
+/* The per-worker facts.  Strings are borrowed. */
+struct worker_env {
+  int local_rank;
+  int rank;
+  int group_rank;
+  int role_rank;
+  const char *role_name;
+  int local_world_size;
+  int world_size;
+  int group_world_size;
+  int role_world_size;
+  const char *master_addr;
+  int master_port;
+  int restart_count;
+  int max_restarts;
+  const char *run_id;
+  bool use_agent_store;
+  const char *error_file;     /* "" when there is none */
+  bool default_omp_threads;   /* set OMP_NUM_THREADS=1 when it is unset */
+};
+
+/* Returns a NULL-terminated heap array of "NAME=value" strings: every entry
+ * of base (usually environ) except the names set here, then ours.  Inherited
+ * TORCH_NCCL_ASYNC_ERROR_HANDLING / NCCL_ASYNC_ERROR_HANDLING /
+ * OMP_NUM_THREADS values win, as in torchrun.  NULL when out of memory. */
+char **workerenv_build(char *const *base, const struct worker_env *w);
+
+void workerenv_free(char **env);
+
+/* The value of name in env, or NULL. */
+const char *workerenv_get(char *const *env, const char *name);
+
+#endif

@@ -1,0 +1,209 @@
+/* testworker.c -- the worker program integration tests run under cdrun.
+ * Each mode does one observable thing and records it in files under a
+ * directory the test reads afterwards.
+ *
+ *   testworker env DIR              write DIR/env.<RANK> (torchrun vars)
+ *   testworker fail DIR RANK CODE N like env, then rank RANK exits CODE
+ *                                   while TORCHELASTIC_RESTART_COUNT < N
+ *   testworker kill RANK SIG        rank RANK kills itself with SIG
+ *   testworker errfile MSG          writes TORCHELASTIC_ERROR_FILE, exits 1
+ *   testworker sleep DIR SECS       DIR/pid.<RANK>, a grandchild's pid in
+ *                                   DIR/gpid.<RANK>, then sleeps
+ *   testworker trap DIR SECS        on SIGTERM/SIGUSR1/...: DIR/sig.<RANK>
+ *                                   holds the signal number, exit 0
+ *   testworker ignore DIR SECS      ignores SIGTERM/INT/HUP, DIR/pid.<RANK>,
+ *                                   sleeps
+ *   testworker print N              N lines on stdout, N on stderr
+ *   testworker listen DIR           binds+listens MASTER_PORT (rank 0),
+ *                                   DIR/port.<RANK> on success, waits */
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const torchrun_vars[] = {
+  "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
+  "LOCAL_WORLD_SIZE", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
+  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+  "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+  "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+  "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
+  "OMP_NUM_THREADS", "CDRUN_TEST_INHERITED", NULL,
+};
+
+static const char *trap_dir;
+
+static int env_int(const char *name)
+{
+  const char *v = getenv(name);
+
+  return v ? (int)strtol(v, NULL, 10) : -1;
+}
+
+static void write_file(const char *dir, const char *what, const char *text)
+{
+  char path[4096], tmp[4200];
+  FILE *f;
+
+  snprintf(path, sizeof path, "%s/%s.%d", dir, what, env_int("RANK"));
+  snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+  f = fopen(tmp, "w");
+  if (!f) {
+    perror(tmp);
+    exit(3);
+  }
+  fputs(text, f);
+  fclose(f);
+  rename(tmp, path);    /* the test never sees a half-written file */
+}
+
+static void write_pid(const char *dir, const char *what, pid_t pid)
+{
+  char buf[32];
+
+  snprintf(buf, sizeof buf, "%d\n", (int)pid);
+  write_file(dir, what, buf);
+}
+
+static void sleep_s(double s)
+{
+  struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
+
+  while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+    ;
+}
+
+static void on_trap(int sig)
+{
+  char buf[16];
+
+  snprintf(buf, sizeof buf, "%d\n", sig);
+  write_file(trap_dir, "sig", buf);
+  _exit(0);
+}
+
+static int mode_env(const char *dir)
+{
+  char text[16384];
+  size_t n = 0;
+  int i;
+
+  for (i = 0; torchrun_vars[i]; i++) {
+    const char *v = getenv(torchrun_vars[i]);
+
+    n += (size_t)snprintf(text + n, sizeof text - n, "%s=%s\n",
+                          torchrun_vars[i], v ? v : "<unset>");
+  }
+  write_file(dir, "env", text);
+  return 0;
+}
+
+static int mode_listen(const char *dir)
+{
+  struct sockaddr_in sa;
+  int fd, one = 1;
+
+  if (env_int("RANK") != 0)
+    return 0;
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((unsigned short)env_int("MASTER_PORT"));
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 8) < 0) {
+    perror("bind MASTER_PORT");
+    return 1;
+  }
+  {
+    char line[32];
+
+    snprintf(line, sizeof line, "%s\n", getenv("MASTER_PORT"));
+    write_file(dir, "port", line);
+  }
+  sleep_s(2);
+  close(fd);
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  const char *mode = argc > 1 ? argv[1] : "";
+  int rank = env_int("RANK"), i;
+
+  if (strcmp(mode, "env") == 0 && argc == 3)
+    return mode_env(argv[2]);
+  if (strcmp(mode, "fail") == 0 && argc == 6) {
+    mode_env(argv[2]);
+    if (rank == atoi(argv[3]) &&
+        env_int("TORCHELASTIC_RESTART_COUNT") < atoi(argv[5]))
+      return atoi(argv[4]);
+    sleep_s(0.3);   /* let the failing rank be first */
+    return 0;
+  }
+  if (strcmp(mode, "kill") == 0 && argc == 4) {
+    if (rank == atoi(argv[2])) {
+      signal(atoi(argv[3]), SIG_DFL);
+      raise(atoi(argv[3]));
+    }
+    sleep_s(0.2);
+    return 0;
+  }
+  if (strcmp(mode, "errfile") == 0 && argc == 3) {
+    FILE *f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
+
+    if (!f)
+      return 4;
+    fprintf(f, "{\"message\": {\"message\": \"%s\", \"extraInfo\": "
+            "{\"py_callstack\": \"Traceback: %s at rank %d\", "
+            "\"timestamp\": \"%ld\"}}}", argv[2], argv[2], rank,
+            (long)time(NULL));
+    fclose(f);
+    return 1;
+  }
+  if (strcmp(mode, "sleep") == 0 && argc == 4) {
+    pid_t child = fork();
+
+    if (child == 0) {
+      sleep_s(atof(argv[3]));
+      _exit(0);
+    }
+    write_pid(argv[2], "gpid", child);
+    write_pid(argv[2], "pid", getpid());
+    sleep_s(atof(argv[3]));
+    return 0;
+  }
+  if (strcmp(mode, "trap") == 0 && argc == 4) {
+    int sigs[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+
+    trap_dir = argv[2];
+    for (i = 0; i < (int)(sizeof sigs / sizeof sigs[0]); i++)
+      signal(sigs[i], on_trap);
+    write_pid(argv[2], "pid", getpid());
+    sleep_s(atof(argv[3]));
+    return 0;
+  }
+  if (strcmp(mode, "ignore") == 0 && argc == 4) {
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    write_pid(argv[2], "pid", getpid());
+    sleep_s(atof(argv[3]));
+    return 0;
+  }
+  if (strcmp(mode, "print") == 0 && argc == 3) {
+    for (i = 0; i < atoi(argv[2]); i++) {
+      printf("out rank=%d line=%d\n", rank, i);
+      fprintf(stderr, "err rank=%d line=%d\n", rank, i);
+    }
+    return 0;
+  }
+  if (strcmp(mode, "listen") == 0 && argc == 3)
+    return mode_listen(argv[2]);
+  fprintf(stderr, "testworker: bad arguments (mode '%s')\n", mode);
+  return 64;
+}

@@ -1,0 +1,23 @@
+#!/bin/bash
+# run.sh -- runs every integration scenario tests/integ/t_*.sh, each in its
+# own bash with a time limit; exit 77 from a scenario means "skipped".
+cd "$(dirname "$0")" || exit 1
+pass=0 failed=0 skipped=0 failures=()
+only=${1:-}
+for t in t_*.sh; do
+  [ -n "$only" ] && [[ $t != *"$only"* ]] && continue
+  start=$EPOCHREALTIME
+  timeout -k 5 180 bash "$t" >"/tmp/cdrun-integ-$$.log" 2>&1
+  rc=$?
+  secs=$(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $start }")
+  case $rc in
+    0) pass=$((pass + 1)); echo "PASS $t (${secs}s)" ;;
+    77) skipped=$((skipped + 1))
+        echo "SKIP $t: $(grep -m1 '^SKIP' "/tmp/cdrun-integ-$$.log")" ;;
+    *) failed=$((failed + 1)); failures+=("$t")
+       echo "FAIL $t (rc=$rc, ${secs}s)"; sed 's/^/    /' "/tmp/cdrun-integ-$$.log" ;;
+  esac
+done
+rm -f "/tmp/cdrun-integ-$$.log"
+echo "integration: $pass passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,26 @@
+# SIGKILL of the agent leaves no worker and no grandchild alive.
+. "$(dirname "$0")/lib.sh"
+
+mkdir "$T/a"
+bg_cdrun --standalone --nproc_per_node=3 "$TW" sleep "$T/a" 60
+wait_files "$T/a/gpid.*" 3 10
+wait_files "$T/a/pid.*" 3 10
+pids=$(cat "$T"/a/pid.* "$T"/a/gpid.*)
+for p in $pids; do alive "$p" || fail "process $p not running before the kill"; done
+kill -KILL "$BG"
+wait "$BG" 2>/dev/null
+for ((i = 0; i < 100; i++)); do
+  left=""
+  for p in $pids; do alive "$p" && left="$left $p"; done
+  [ -z "$left" ] && break
+  sleep 0.1
+done
+[ -z "$left" ] || fail "processes left behind after SIGKILL of the agent:$left"
+
+# A normal exit also leaves no grandchild behind.
+mkdir "$T/b"
+"$CDRUN" --nproc_per_node=2 "$TW" sleep "$T/b" 0.2 || fail "short run"
+for p in $(cat "$T"/b/gpid.*); do
+  alive "$p" && fail "grandchild $p outlived a finished job"
+done
+exit 0

@@ -1,0 +1,67 @@
+# Every bad flag, value or environment variable: one line naming it, exit 2.
+. "$(dirname "$0")/lib.sh"
+
+# expect_usage_error REGEX [ENV=V...] -- ARGS...
+expect_usage_error() {
+  local want=$1 envs=()
+  shift
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]+"${envs[@]}"}" "$CDRUN" "$@" >"$T/out" 2>"$T/err"
+  local rc=$?
+  [ "$rc" -eq 2 ] || fail "cdrun $*: exit $rc, want 2 ($(cat "$T/err"))"
+  expect_eq "lines for cdrun $*" "$(wc -l <"$T/err")" 1
+  grep -Eq -- "^cdrun: error: .*$want" "$T/err" ||
+    fail "cdrun $*: '$(cat "$T/err")' does not match '$want'"
+  [ -s "$T/out" ] && fail "cdrun $*: wrote to stdout"
+  return 0
+}
+
+expect_usage_error "unrecognized argument '--bogus'" -- --bogus /bin/true
+expect_usage_error "--nproc_per_node" -- --nproc_per_node=abc /bin/true
+expect_usage_error "--nproc_per_node" -- --nproc_per_node=0 /bin/true
+expect_usage_error "--nproc_per_node" -- --nproc_per_node xpu /bin/true
+expect_usage_error "--nnodes" -- --nnodes=3:2 /bin/true
+expect_usage_error "--nnodes.*not supported yet" -- --nnodes=2 /bin/true
+expect_usage_error "--nnodes.*not supported yet" -- --nnodes=1:4 /bin/true
+expect_usage_error "--rdzv_backend=c10d: not supported yet" -- \
+  --rdzv_backend=c10d --rdzv_endpoint=h:1 /bin/true
+expect_usage_error "--rdzv_backend=etcd: not supported yet" -- \
+  --rdzv-backend etcd /bin/true
+expect_usage_error "--rdzv_backend: unknown back end 'zk'" -- \
+  --rdzv_backend=zk /bin/true
+expect_usage_error "--rdzv_endpoint" -- --rdzv_endpoint='[::1' /bin/true
+expect_usage_error "--rdzv_conf" -- --rdzv_conf=join_timeout /bin/true
+expect_usage_error "--max_restarts" -- --max_restarts=-1 /bin/true
+expect_usage_error "--max_restarts" -- --max_restarts
+expect_usage_error "--monitor_interval" -- --monitor_interval=0 /bin/true
+expect_usage_error "--start_method" -- --start_method=thread /bin/true
+expect_usage_error "--master_port" -- --master_port=70000 /bin/true
+expect_usage_error "--node_rank" -- --node_rank=1 /bin/true
+expect_usage_error "--redirects" -- --redirects=4 /bin/true
+expect_usage_error "--tee" -- --tee=0:3,0:1 /bin/true
+expect_usage_error "--local_ranks_filter" -- --nproc_per_node=2 \
+  --local_ranks_filter=5 /bin/true
+expect_usage_error "--signals_to_handle" -- --signals_to_handle=SIGFOO /bin/true
+expect_usage_error "--shutdown_timeout" -- --shutdown_timeout=-3 /bin/true
+expect_usage_error "--event_log_handler" -- --event_log_handler=x /bin/true
+expect_usage_error "--logs_specs: not supported" -- --logs_specs=x /bin/true
+expect_usage_error "--numa_binding: not supported yet" -- \
+  --numa_binding=node /bin/true
+expect_usage_error "--standalone" -- --standalone=1 /bin/true
+expect_usage_error "mutually exclusive" -- -m --no_python x
+expect_usage_error "missing the training script" --
+expect_usage_error "PET_MAX_RESTARTS" PET_MAX_RESTARTS=x -- /bin/true
+expect_usage_error "PET_STANDALONE" PET_STANDALONE=yes -- /bin/true
+expect_usage_error "PET_NNODES.*not supported yet|--nnodes.*not supported yet" \
+  PET_NNODES=2 -- /bin/true
+
+# The command line beats the environment; help and version work.
+PET_NPROC_PER_NODE=bogus "$CDRUN" --nproc_per_node=1 /bin/true ||
+  fail "--nproc_per_node did not override PET_NPROC_PER_NODE"
+"$CDRUN" --help >"$T/out" || fail "--help"
+expect_grep '^usage: cdrun ' "$T/out"
+expect_grep 'nproc[-_]per[-_]node' "$T/out"
+"$CDRUN" --version >"$T/out" || fail "--version"
+expect_grep '^cdrun [0-9]+\.[0-9]+\.[0-9]+$' "$T/out"
+exit 0

@@ -1,0 +1,749 @@
+/* check_logs.c -- unit tests for launcher/logs.c. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "logs.h"
+
+/* ---- std spec -------------------------------------------------------- */
+
+START_TEST(test_spec_single_value)
+{
+  unsigned char m[4];
+  char err[256];
+
+  for (int v = 0; v <= 3; v++) {
+    char spec[2] = { (char)('0' + v), '\0' };
+
+    memset(m, 0xee, sizeof(m));
+    ck_assert_int_eq(logs_parse_std_spec(spec, 4, m, err, sizeof(err)), 0);
+    for (int i = 0; i < 4; i++)
+      ck_assert_uint_eq(m[i], (unsigned)v);
+  }
+}
+END_TEST
+
+START_TEST(test_spec_empty_and_null)
+{
+  unsigned char m[3];
+  char err[256];
+
+  memset(m, 0xee, sizeof(m));
+  ck_assert_int_eq(logs_parse_std_spec("", 3, m, err, sizeof(err)), 0);
+  for (int i = 0; i < 3; i++)
+    ck_assert_uint_eq(m[i], 0);
+  memset(m, 0xee, sizeof(m));
+  ck_assert_int_eq(logs_parse_std_spec(NULL, 3, m, err, sizeof(err)), 0);
+  for (int i = 0; i < 3; i++)
+    ck_assert_uint_eq(m[i], 0);
+}
+END_TEST
+
+START_TEST(test_spec_map)
+{
+  unsigned char m[3];
+  unsigned char big[12];
+  char err[256];
+
+  memset(m, 0xee, sizeof(m));
+  ck_assert_int_eq(logs_parse_std_spec("0:3,1:1", 3, m, err, sizeof(err)),
+                   0);
+  ck_assert_uint_eq(m[0], LOGS_STDOUT | LOGS_STDERR);
+  ck_assert_uint_eq(m[1], LOGS_STDOUT);
+  ck_assert_uint_eq(m[2], 0);
+
+  memset(m, 0xee, sizeof(m));
+  ck_assert_int_eq(logs_parse_std_spec("2:2", 3, m, err, sizeof(err)), 0);
+  ck_assert_uint_eq(m[0], 0);
+  ck_assert_uint_eq(m[1], 0);
+  ck_assert_uint_eq(m[2], LOGS_STDERR);
+
+  /* Order does not matter; multi-digit local ranks are fine. */
+  memset(big, 0xee, sizeof(big));
+  ck_assert_int_eq(logs_parse_std_spec("11:3,0:0,10:2", 12, big, err,
+                                       sizeof(err)), 0);
+  ck_assert_uint_eq(big[11], 3);
+  ck_assert_uint_eq(big[10], 2);
+  for (int i = 0; i < 10; i++)
+    ck_assert_uint_eq(big[i], 0);
+}
+END_TEST
+
+static const struct {
+  const char *spec;
+  const char *needle;   /* must appear in the error message */
+} bad_specs[] = {
+  { "4", "invalid value '4'" },
+  { "x", "invalid value 'x'" },
+  { "03", "invalid value '03'" },
+  { "-1", "invalid value '-1'" },
+  { " 1", "invalid value ' 1'" },
+  { "1,2", "invalid value '1,2'" },
+  { "0:4", "invalid mask '4'" },
+  { "0:", "invalid mask ''" },
+  { "0:33", "invalid mask '33'" },
+  { "0:3:1", "invalid mask '3:1'" },
+  { ":1", "invalid local rank ''" },
+  { "a:1", "invalid local rank 'a'" },
+  { " 0:1", "invalid local rank ' 0'" },
+  { "4:1", "local rank 4 in entry '4:1' out of range (0..3)" },
+  { "99999999999:1", "invalid local rank '99999999999'" },
+  { "-1:1", "local rank -1 in entry '-1:1' out of range" },
+  { "0:3,", "empty entry in '0:3,'" },
+  { ",0:3", "empty entry in ',0:3'" },
+  { "0:3,,1:1", "empty entry" },
+  { "0:3,1", "invalid entry '1' in '0:3,1'" },
+  { "0:3,0:1", "duplicate local rank 0" },
+};
+
+START_TEST(test_spec_errors)
+{
+  unsigned char m[4];
+  char err[256];
+  const char *spec = bad_specs[_i].spec;
+
+  memset(m, 0xee, sizeof(m));
+  err[0] = '\0';
+  ck_assert_int_eq(logs_parse_std_spec(spec, 4, m, err, sizeof(err)),
+                   -EINVAL);
+  ck_assert_msg(strstr(err, bad_specs[_i].needle) != NULL,
+                "spec '%s': err '%s' lacks '%s'", spec, err,
+                bad_specs[_i].needle);
+  ck_assert_ptr_null(strchr(err, '\n'));
+  /* A failed parse leaves the caller's array alone. */
+  for (int i = 0; i < 4; i++)
+    ck_assert_uint_eq(m[i], 0xee);
+}
+END_TEST
+
+START_TEST(test_spec_err_buffers)
+{
+  unsigned char m[2] = { 7, 7 };
+  char err[8];
+
+  memset(err, 'z', sizeof(err));
+  ck_assert_int_eq(logs_parse_std_spec("9", 2, m, err, sizeof(err)),
+                   -EINVAL);
+  ck_assert_str_eq(err, "invalid");
+  ck_assert_int_eq(logs_parse_std_spec("9", 2, m, NULL, 0), -EINVAL);
+  ck_assert_int_eq(logs_parse_std_spec("0:9", 2, m, err, 0), -EINVAL);
+  ck_assert_int_eq(logs_parse_std_spec("1", -1, m, err, sizeof(err)),
+                   -EINVAL);
+  ck_assert_uint_eq(m[0], 7);
+  /* nproc 0: a plain value is fine, any named rank is out of range. */
+  ck_assert_int_eq(logs_parse_std_spec("3", 0, NULL, NULL, 0), 0);
+  ck_assert_int_eq(logs_parse_std_spec("0:1", 0, m, NULL, 0), -EINVAL);
+}
+END_TEST
+
+/* ---- ranks filter ---------------------------------------------------- */
+
+START_TEST(test_filter_all)
+{
+  bool keep[3];
+  char err[128];
+
+  memset(keep, 0, sizeof(keep));
+  ck_assert_int_eq(logs_parse_ranks_filter(NULL, 3, keep, err,
+                                           sizeof(err)), 0);
+  ck_assert(keep[0] && keep[1] && keep[2]);
+  memset(keep, 0, sizeof(keep));
+  ck_assert_int_eq(logs_parse_ranks_filter("", 3, keep, err,
+                                           sizeof(err)), 0);
+  ck_assert(keep[0] && keep[1] && keep[2]);
+}
+END_TEST
+
+START_TEST(test_filter_subset)
+{
+  bool keep[5];
+  char err[128];
+
+  memset(keep, 1, sizeof(keep));
+  ck_assert_int_eq(logs_parse_ranks_filter("0,2,3", 5, keep, err,
+                                           sizeof(err)), 0);
+  ck_assert(keep[0]);
+  ck_assert(!keep[1]);
+  ck_assert(keep[2]);
+  ck_assert(keep[3]);
+  ck_assert(!keep[4]);
+
+  /* int() in torchrun allows blanks; repeats are harmless (a set). */
+  memset(keep, 0, sizeof(keep));
+  ck_assert_int_eq(logs_parse_ranks_filter(" 4 ,1,4", 5, keep, err,
+                                           sizeof(err)), 0);
+  ck_assert(!keep[0]);
+  ck_assert(keep[1]);
+  ck_assert(!keep[2]);
+  ck_assert(!keep[3]);
+  ck_assert(keep[4]);
+}
+END_TEST
+
+static const struct {
+  const char *spec;
+  const char *needle;
+} bad_filters[] = {
+  { "4", "local rank 4 out of range (0..3)" },
+  { "-1", "local rank -1 out of range" },
+  { "x", "invalid local rank 'x'" },
+  { "1.5", "invalid local rank '1.5'" },
+  { "+1", "invalid local rank '+1'" },
+  { "0,", "empty entry in '0,'" },
+  { ",0", "empty entry" },
+  { "0,,1", "empty entry" },
+  { " ", "empty entry" },
+  { "0;1", "invalid local rank '0;1'" },
+  { "1 2", "invalid local rank '1 2'" },
+};
+
+START_TEST(test_filter_errors)
+{
+  bool keep[4] = { true, false, true, false };
+  char err[256];
+
+  err[0] = '\0';
+  ck_assert_int_eq(logs_parse_ranks_filter(bad_filters[_i].spec, 4, keep,
+                                           err, sizeof(err)), -EINVAL);
+  ck_assert_msg(strstr(err, bad_filters[_i].needle) != NULL,
+                "filter '%s': err '%s' lacks '%s'", bad_filters[_i].spec,
+                err, bad_filters[_i].needle);
+  ck_assert(keep[0] && !keep[1] && keep[2] && !keep[3]);
+}
+END_TEST
+
+/* ---- prefix ---------------------------------------------------------- */
+
+START_TEST(test_prefix_default)
+{
+  char out[64];
+
+  ck_assert_uint_eq(logs_format_prefix(NULL, "default", 0, 5, out,
+                                       sizeof(out)), 11);
+  ck_assert_str_eq(out, "[default0]:");
+  ck_assert_uint_eq(logs_format_prefix(NULL, "trainer", 12, 0, out,
+                                       sizeof(out)), 12);
+  ck_assert_str_eq(out, "[trainer12]:");
+  ck_assert_uint_eq(logs_format_prefix(NULL, NULL, 1, 0, out,
+                                       sizeof(out)), 4);
+  ck_assert_str_eq(out, "[1]:");
+}
+END_TEST
+
+START_TEST(test_prefix_template)
+{
+  char out[64];
+
+  ck_assert_uint_eq(logs_format_prefix("[${role_name}${local_rank}|${rank}]:",
+                                       "default", 3, 11, out, sizeof(out)),
+                    14);
+  ck_assert_str_eq(out, "[default3|11]:");
+  /* The unbraced $name form of string.Template. */
+  logs_format_prefix("$role_name-$rank: ", "w", 0, 5, out, sizeof(out));
+  ck_assert_str_eq(out, "w-5: ");
+  logs_format_prefix("${rank}x$local_rank", "w", 2, -1, out, sizeof(out));
+  ck_assert_str_eq(out, "-1x2");
+  logs_format_prefix("plain", "w", 2, 1, out, sizeof(out));
+  ck_assert_str_eq(out, "plain");
+  ck_assert_uint_eq(logs_format_prefix("", "w", 2, 1, out, sizeof(out)), 0);
+  ck_assert_str_eq(out, "");
+}
+END_TEST
+
+START_TEST(test_prefix_unknown_and_dollars)
+{
+  char out[64];
+
+  logs_format_prefix("${foo}-$bar-${rank}", "r", 0, 7, out, sizeof(out));
+  ck_assert_str_eq(out, "${foo}-$bar-7");
+  logs_format_prefix("$$rank=$rank", "r", 0, 7, out, sizeof(out));
+  ck_assert_str_eq(out, "$rank=7");
+  logs_format_prefix("a$", "r", 0, 7, out, sizeof(out));
+  ck_assert_str_eq(out, "a$");
+  logs_format_prefix("${rank", "r", 0, 7, out, sizeof(out));
+  ck_assert_str_eq(out, "${rank");
+  logs_format_prefix("${1}$1 $ x", "r", 0, 7, out, sizeof(out));
+  ck_assert_str_eq(out, "${1}$1 $ x");
+  /* Identifiers are greedy and case-sensitive, as in Python. */
+  logs_format_prefix("$rankx|${RANK}|$rank_", "r", 0, 7, out, sizeof(out));
+  ck_assert_str_eq(out, "$rankx|${RANK}|$rank_");
+}
+END_TEST
+
+START_TEST(test_prefix_truncation)
+{
+  char out[8];
+
+  memset(out, 'z', sizeof(out));
+  ck_assert_uint_eq(logs_format_prefix(NULL, "default", 0, 0, out, 5), 4);
+  ck_assert_str_eq(out, "[def");
+  ck_assert_int_eq(out[5], 'z');
+  ck_assert_uint_eq(logs_format_prefix("${rank}", "x", 0, 123456, out, 4),
+                    3);
+  ck_assert_str_eq(out, "123");
+  ck_assert_uint_eq(logs_format_prefix(NULL, "default", 0, 0, out, 1), 0);
+  ck_assert_str_eq(out, "");
+  out[0] = 'q';
+  ck_assert_uint_eq(logs_format_prefix(NULL, "default", 0, 0, out, 0), 0);
+  ck_assert_int_eq(out[0], 'q');
+}
+END_TEST
+
+/* ---- liner ----------------------------------------------------------- */
+
+/* Collects sink output and checks each call is one whole line. */
+struct sink {
+  char *data;
+  size_t len, size;
+  size_t calls;
+  const char *prefix;
+  size_t max_call;
+};
+
+static void sink_fn(void *ctx, const char *buf, size_t len)
+{
+  struct sink *s = ctx;
+  size_t plen = strlen(s->prefix);
+
+  ck_assert_uint_ge(len, plen + 1);
+  ck_assert(memcmp(buf, s->prefix, plen) == 0);
+  ck_assert_int_eq(buf[len - 1], '\n');
+  ck_assert_ptr_null(memchr(buf + plen, '\n', len - plen - 1));
+  if (s->len + len + 1 > s->size) {
+    s->size = (s->len + len + 1) * 2;
+    s->data = realloc(s->data, s->size);
+    ck_assert_ptr_nonnull(s->data);
+  }
+  memcpy(s->data + s->len, buf, len);
+  s->len += len;
+  s->data[s->len] = '\0';
+  s->calls++;
+  if (len > s->max_call)
+    s->max_call = len;
+}
+
+static void sink_init(struct sink *s, const char *prefix)
+{
+  memset(s, 0, sizeof(*s));
+  s->prefix = prefix;
+  s->size = 64;
+  s->data = calloc(1, s->size);
+  ck_assert_ptr_nonnull(s->data);
+}
+
+static void feed_str(struct logs_liner *l, const char *str)
+{
+  logs_liner_feed(l, str, strlen(str));
+}
+
+START_TEST(test_liner_multiline_chunk)
+{
+  struct sink s;
+  struct logs_liner *l;
+
+  sink_init(&s, "[p0]:");
+  l = logs_liner_new("[p0]:", 0, sink_fn, &s);
+  ck_assert_ptr_nonnull(l);
+  feed_str(l, "a\nbb\n\nccc\r\nd");
+  ck_assert_uint_eq(s.calls, 4);
+  ck_assert_str_eq(s.data, "[p0]:a\n[p0]:bb\n[p0]:\n[p0]:ccc\r\n");
+  feed_str(l, "ee\n");
+  ck_assert_uint_eq(s.calls, 5);
+  ck_assert_str_eq(s.data + s.len - 9, "[p0]:dee\n");
+  logs_liner_free(l);
+  free(s.data);
+}
+END_TEST
+
+START_TEST(test_liner_byte_at_a_time)
+{
+  const char *text = "hello\n\nworld\r\nlast";
+  struct sink s;
+  struct logs_liner *l;
+
+  sink_init(&s, "P:");
+  l = logs_liner_new("P:", 0, sink_fn, &s);
+  ck_assert_ptr_nonnull(l);
+  for (size_t i = 0; text[i]; i++)
+    logs_liner_feed(l, text + i, 1);
+  ck_assert_uint_eq(s.calls, 3);
+  ck_assert_str_eq(s.data, "P:hello\nP:\nP:world\r\n");
+  logs_liner_feed(l, "", 0);
+  ck_assert_uint_eq(s.calls, 3);
+  logs_liner_flush(l);
+  ck_assert_uint_eq(s.calls, 4);
+  ck_assert_str_eq(s.data, "P:hello\nP:\nP:world\r\nP:last\n");
+  logs_liner_free(l);
+  free(s.data);
+}
+END_TEST
+
+START_TEST(test_liner_cap_split)
+{
+  struct sink s;
+  struct logs_liner *l;
+
+  sink_init(&s, "P:");
+  l = logs_liner_new("P:", 4, sink_fn, &s);
+  ck_assert_ptr_nonnull(l);
+  feed_str(l, "abcdefghij\n");
+  ck_assert_str_eq(s.data, "P:abcd\nP:efgh\nP:ij\n");
+  ck_assert_uint_eq(s.calls, 3);
+  ck_assert_uint_eq(s.max_call, 2 + 4 + 1);
+
+  /* A line of exactly cap bytes (or a multiple) gives no empty extra. */
+  s.len = 0;
+  s.calls = 0;
+  feed_str(l, "abcd\nefghijkl\n");
+  s.data[s.len] = '\0';
+  ck_assert_str_eq(s.data, "P:abcd\nP:efgh\nP:ijkl\n");
+  ck_assert_uint_eq(s.calls, 3);
+
+  /* Split across chunks, and an unterminated tail of exactly cap. */
+  s.len = 0;
+  s.calls = 0;
+  feed_str(l, "ab");
+  feed_str(l, "cde");
+  feed_str(l, "fgh");
+  ck_assert_uint_eq(s.calls, 1);
+  logs_liner_flush(l);
+  s.data[s.len] = '\0';
+  ck_assert_str_eq(s.data, "P:abcd\nP:efgh\n");
+  ck_assert_uint_eq(s.calls, 2);
+  logs_liner_free(l);
+  free(s.data);
+}
+END_TEST
+
+START_TEST(test_liner_default_cap)
+{
+  size_t n = 70000;
+  char *line = malloc(n + 1);
+  struct sink s;
+  struct logs_liner *l;
+
+  ck_assert_ptr_nonnull(line);
+  memset(line, 'x', n);
+  line[n] = '\n';
+  sink_init(&s, "");
+  l = logs_liner_new(NULL, 0, sink_fn, &s);
+  ck_assert_ptr_nonnull(l);
+  logs_liner_feed(l, line, n + 1);
+  ck_assert_uint_eq(s.calls, 2);
+  ck_assert_uint_eq(s.max_call, 65536 + 1);
+  ck_assert_uint_eq(s.len, n + 2);
+  ck_assert_int_eq(s.data[65536], '\n');
+  logs_liner_free(l);
+  free(s.data);
+  free(line);
+}
+END_TEST
+
+START_TEST(test_liner_flush)
+{
+  struct sink s;
+  struct logs_liner *l;
+
+  sink_init(&s, "[a1]:");
+  l = logs_liner_new("[a1]:", 16, sink_fn, &s);
+  ck_assert_ptr_nonnull(l);
+  logs_liner_flush(l);
+  ck_assert_uint_eq(s.calls, 0);
+  feed_str(l, "one\n");
+  logs_liner_flush(l);
+  ck_assert_uint_eq(s.calls, 1);
+  feed_str(l, "partial");
+  ck_assert_uint_eq(s.calls, 1);
+  logs_liner_flush(l);
+  ck_assert_uint_eq(s.calls, 2);
+  logs_liner_flush(l);
+  ck_assert_uint_eq(s.calls, 2);
+  /* The liner is reusable after a flush. */
+  feed_str(l, "after\nmore");
+  logs_liner_flush(l);
+  ck_assert_uint_eq(s.calls, 4);
+  ck_assert_str_eq(s.data,
+                   "[a1]:one\n[a1]:partial\n[a1]:after\n[a1]:more\n");
+  logs_liner_free(l);
+  free(s.data);
+}
+END_TEST
+
+START_TEST(test_liner_many_lines)
+{
+  size_t nlines = 200000;
+  char *text = malloc(nlines * 2);
+  struct sink s;
+  struct logs_liner *l;
+
+  ck_assert_ptr_nonnull(text);
+  for (size_t i = 0; i < nlines; i++) {
+    text[2 * i] = (char)('a' + i % 26);
+    text[2 * i + 1] = '\n';
+  }
+  sink_init(&s, "[x]:");
+  l = logs_liner_new("[x]:", 0, sink_fn, &s);
+  ck_assert_ptr_nonnull(l);
+  logs_liner_feed(l, text, nlines * 2);
+  ck_assert_uint_eq(s.calls, nlines);
+  ck_assert_uint_eq(s.len, nlines * 6);
+  ck_assert(memcmp(s.data + 6 * 27, "[x]:b\n", 6) == 0);
+  logs_liner_free(l);
+  free(s.data);
+  free(text);
+}
+END_TEST
+
+/* Reference model: prefixes each line, splitting at cap, written
+ * independently of the liner's buffer logic. */
+static size_t expected_output(const char *text, size_t n, const char *prefix,
+                              size_t cap, char *out)
+{
+  size_t plen = strlen(prefix), o = 0, col = 0;
+  bool open = false;
+
+  for (size_t i = 0; i < n; i++) {
+    if (text[i] == '\n') {
+      if (!open) {
+        memcpy(out + o, prefix, plen);
+        o += plen;
+      }
+      out[o++] = '\n';
+      open = false;
+      col = 0;
+      continue;
+    }
+    if (open && col == cap) {
+      out[o++] = '\n';
+      open = false;
+      col = 0;
+    }
+    if (!open) {
+      memcpy(out + o, prefix, plen);
+      o += plen;
+      open = true;
+    }
+    out[o++] = text[i];
+    col++;
+  }
+  if (open)
+    out[o++] = '\n';
+  return o;
+}
+
+START_TEST(test_liner_random_chunks)
+{
+  const char *prefix = "[trainer7]:";
+  const size_t caps[] = { 1, 3, 17, 100, 0 };
+  size_t n = 20000;
+  char *text = malloc(n);
+  char *want = malloc(n * 20);
+
+  ck_assert_ptr_nonnull(text);
+  ck_assert_ptr_nonnull(want);
+  srand(12345);
+  for (size_t ci = 0; ci < sizeof(caps) / sizeof(caps[0]); ci++) {
+    size_t cap = caps[ci] ? caps[ci] : 65536;
+    struct sink s;
+    struct logs_liner *l;
+    size_t wlen, pos = 0;
+
+    /* Lines of varied length, empty ones and CRs included. */
+    for (size_t i = 0; i < n; i++) {
+      int r = rand() % 100;
+
+      text[i] = r < 8 ? '\n' : r < 10 ? '\r' : (char)('!' + r % 90);
+    }
+    for (size_t i = 0; i + 1 < n && i < 40; i++)
+      text[i] = '\n';
+    wlen = expected_output(text, n, prefix, cap, want);
+    sink_init(&s, prefix);
+    l = logs_liner_new(prefix, caps[ci], sink_fn, &s);
+    ck_assert_ptr_nonnull(l);
+    while (pos < n) {
+      size_t chunk = (size_t)(rand() % 300);
+
+      if (rand() % 4 == 0)
+        chunk = (size_t)(rand() % 3);
+      if (chunk > n - pos)
+        chunk = n - pos;
+      logs_liner_feed(l, text + pos, chunk);
+      pos += chunk;
+    }
+    logs_liner_flush(l);
+    ck_assert_uint_eq(s.len, wlen);
+    ck_assert(memcmp(s.data, want, wlen) == 0);
+    ck_assert_uint_le(s.max_call, strlen(prefix) + cap + 1);
+    logs_liner_free(l);
+    free(s.data);
+  }
+  free(text);
+  free(want);
+}
+END_TEST
+
+/* ---- directories ----------------------------------------------------- */
+
+static char tmpdir[64];
+
+static void dir_setup(void)
+{
+  snprintf(tmpdir, sizeof(tmpdir), "/tmp/check_logs.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void dir_teardown(void)
+{
+  /* Best effort; the rmtree test already removed its tree. */
+  logs_rmtree(tmpdir);
+}
+
+static bool is_dir(const char *path)
+{
+  struct stat st;
+
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static void touch(const char *path)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, "x\n", 2), 2);
+  close(fd);
+}
+
+START_TEST(test_mkdirs)
+{
+  char p[256];
+  struct stat st;
+
+  snprintf(p, sizeof(p), "%s/a/b/c", tmpdir);
+  ck_assert_int_eq(logs_mkdirs(p), 0);
+  ck_assert(is_dir(p));
+  ck_assert_int_eq(stat(p, &st), 0);
+  /* Existing is fine, at every level. */
+  ck_assert_int_eq(logs_mkdirs(p), 0);
+  snprintf(p, sizeof(p), "%s/a", tmpdir);
+  ck_assert_int_eq(logs_mkdirs(p), 0);
+  ck_assert_int_eq(logs_mkdirs(tmpdir), 0);
+  /* Repeated and trailing slashes. */
+  snprintf(p, sizeof(p), "%s//x///y/", tmpdir);
+  ck_assert_int_eq(logs_mkdirs(p), 0);
+  snprintf(p, sizeof(p), "%s/x/y", tmpdir);
+  ck_assert(is_dir(p));
+  ck_assert_int_eq(logs_mkdirs(""), -ENOENT);
+  ck_assert_int_eq(logs_mkdirs(NULL), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_mkdirs_file_in_way)
+{
+  char p[256];
+
+  snprintf(p, sizeof(p), "%s/f", tmpdir);
+  touch(p);
+  ck_assert_int_eq(logs_mkdirs(p), -ENOTDIR);
+  snprintf(p, sizeof(p), "%s/f/sub", tmpdir);
+  ck_assert_int_eq(logs_mkdirs(p), -ENOTDIR);
+}
+END_TEST
+
+START_TEST(test_rmtree)
+{
+  char root[256], p[512], keep[256];
+
+  snprintf(root, sizeof(root), "%s/attempt_0", tmpdir);
+  snprintf(p, sizeof(p), "%s/0/deep/er", root);
+  ck_assert_int_eq(logs_mkdirs(p), 0);
+  snprintf(p, sizeof(p), "%s/1", root);
+  ck_assert_int_eq(logs_mkdirs(p), 0);
+  snprintf(p, sizeof(p), "%s/0/stdout.log", root);
+  touch(p);
+  snprintf(p, sizeof(p), "%s/0/deep/er/x", root);
+  touch(p);
+  snprintf(p, sizeof(p), "%s/1/stderr.log", root);
+  touch(p);
+  /* A symlink out of the tree is removed, not followed. */
+  snprintf(keep, sizeof(keep), "%s/outside", tmpdir);
+  ck_assert_int_eq(logs_mkdirs(keep), 0);
+  snprintf(p, sizeof(p), "%s/outside/precious", tmpdir);
+  touch(p);
+  snprintf(p, sizeof(p), "%s/1/link", root);
+  ck_assert_int_eq(symlink(keep, p), 0);
+
+  ck_assert_int_eq(logs_rmtree(root), 0);
+  ck_assert(access(root, F_OK) == -1 && errno == ENOENT);
+  snprintf(p, sizeof(p), "%s/outside/precious", tmpdir);
+  ck_assert_int_eq(access(p, F_OK), 0);
+
+  ck_assert_int_eq(logs_rmtree(root), -ENOENT);
+  ck_assert_int_eq(logs_rmtree(p), -ENOTDIR);
+  ck_assert_int_eq(access(p, F_OK), 0);
+  ck_assert_int_eq(logs_rmtree(tmpdir), 0);
+  ck_assert(!is_dir(tmpdir));
+}
+END_TEST
+
+static Suite *logs_suite(void)
+{
+  Suite *s = suite_create("logs");
+  TCase *tc = tcase_create("spec");
+
+  tcase_add_test(tc, test_spec_single_value);
+  tcase_add_test(tc, test_spec_empty_and_null);
+  tcase_add_test(tc, test_spec_map);
+  tcase_add_loop_test(tc, test_spec_errors, 0,
+                      (int)(sizeof(bad_specs) / sizeof(bad_specs[0])));
+  tcase_add_test(tc, test_spec_err_buffers);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("filter");
+  tcase_add_test(tc, test_filter_all);
+  tcase_add_test(tc, test_filter_subset);
+  tcase_add_loop_test(tc, test_filter_errors, 0,
+                      (int)(sizeof(bad_filters) / sizeof(bad_filters[0])));
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("prefix");
+  tcase_add_test(tc, test_prefix_default);
+  tcase_add_test(tc, test_prefix_template);
+  tcase_add_test(tc, test_prefix_unknown_and_dollars);
+  tcase_add_test(tc, test_prefix_truncation);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("liner");
+  tcase_add_test(tc, test_liner_multiline_chunk);
+  tcase_add_test(tc, test_liner_byte_at_a_time);
+  tcase_add_test(tc, test_liner_cap_split);
+  tcase_add_test(tc, test_liner_default_cap);
+  tcase_add_test(tc, test_liner_flush);
+  tcase_add_test(tc, test_liner_many_lines);
+  tcase_add_test(tc, test_liner_random_chunks);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("dirs");
+  tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+  tcase_add_test(tc, test_mkdirs);
+  tcase_add_test(tc, test_mkdirs_file_in_way);
+  tcase_add_test(tc, test_rmtree);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr = srunner_create(logs_suite());
+  int failed;
+
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
