@@ -83,9 +83,20 @@ unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; \
 	  CK_DEFAULT_TIMEOUT=60 $$t; done
 
+# Under the sanitizers every report of every cdrun process lands in
+# $(OUT)/san/; any file there fails the run.
+SAN_DIR := $(abspath $(OUT)/san)
+ifeq ($(SAN),1)
+SAN_ENV := ASAN_OPTIONS=log_path=$(SAN_DIR)/asan:detect_leaks=1 \
+           UBSAN_OPTIONS=log_path=$(SAN_DIR)/ubsan:print_stacktrace=1
+endif
+
 integ: all $(HELPER_BIN)
-	CDRUN=$(abspath $(BINDIR)/cdrun) TESTWORKER=$(abspath $(OUT)/tests/testworker) \
-	  bash tests/integ/run.sh
+	@rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
+	$(SAN_ENV) CDRUN=$(abspath $(BINDIR)/cdrun) \
+	  TESTWORKER=$(abspath $(OUT)/tests/testworker) bash tests/integ/run.sh
+	@if [ -n "$$(ls -A $(SAN_DIR))" ]; then \
+	  echo "sanitizer reports:"; cat $(SAN_DIR)/*; exit 1; fi
 
 bench: all
 	scripts/bench/launch

@@ -1,3 +1,4 @@
+#!/bin/bash
 # lib.sh -- helpers for the integration scenarios (sourced).
 # Every scenario runs the real bin/cdrun ($CDRUN) with the real test worker
 # ($TESTWORKER), in a private temporary directory, and kills by pid every

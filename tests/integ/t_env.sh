@@ -1,3 +1,4 @@
+#!/bin/bash
 # Four workers observe torchrun's environment, with torchrun's values.
 . "$(dirname "$0")/lib.sh"
 

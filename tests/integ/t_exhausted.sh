@@ -1,3 +1,4 @@
+#!/bin/bash
 # Restarts run out: torchrun's failure summary, and the documented exit
 # status (the root cause's exit code, or 128 + signal).
 . "$(dirname "$0")/lib.sh"

@@ -1,3 +1,4 @@
+#!/bin/bash
 # Log files in torchrun's layout, --redirects, --tee with [role<lr>]:
 # prefixes that never split or interleave lines, --local_ranks_filter,
 # the prefix template.

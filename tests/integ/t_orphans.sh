@@ -1,3 +1,4 @@
+#!/bin/bash
 # SIGKILL of the agent leaves no worker and no grandchild alive.
 . "$(dirname "$0")/lib.sh"
 

@@ -1,3 +1,4 @@
+#!/bin/bash
 # Every bad flag, value or environment variable: one line naming it, exit 2.
 . "$(dirname "$0")/lib.sh"
 

@@ -1,3 +1,4 @@
+#!/bin/bash
 # MASTER_PORT: a free port, never the same for concurrent jobs, and
 # bindable by rank 0 with SO_REUSEADDR while cdrun holds it.
 . "$(dirname "$0")/lib.sh"

@@ -1,3 +1,4 @@
+#!/bin/bash
 # .py targets run under python3 -u (or $PYTHON_EXEC); -m runs a module;
 # arguments after the target pass through untouched.
 . "$(dirname "$0")/lib.sh"

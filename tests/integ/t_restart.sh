@@ -1,3 +1,4 @@
+#!/bin/bash
 # A worker failure restarts the whole local group; the next attempt
 # succeeds; TORCHELASTIC_RESTART_COUNT counts attempts.
 . "$(dirname "$0")/lib.sh"

@@ -1,3 +1,4 @@
+#!/bin/bash
 # Signals to the agent reach every worker's process group; the agent
 # exits after its workers, with 128 + signal; SIGKILL after the grace
 # period; a second signal kills at once.

@@ -1,0 +1,31 @@
+#!/bin/bash
+# install-deps.sh -- installs the Debian packages cdrun needs to build and
+# test.  Idempotent: installs only what is missing; runs apt-get update
+# only when something must be installed.
+#
+#   scripts/install-deps.sh          build + test dependencies
+#   scripts/install-deps.sh --bench  also what the benchmarks compare with
+set -euo pipefail
+
+pkgs=(build-essential pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev
+      check python3 procps)
+if [ "${1:-}" = "--bench" ]; then
+  pkgs+=(python3-torch time)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+    missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+  "${missing[@]}"
