@@ -575,6 +575,26 @@ static void check_stopped(struct agent *a)
   group_finished(a);
 }
 
+/* Tells the rendezvous at once, so the other nodes stop their workers
+ * while this one stops its own. */
+static void report_failure(struct agent *a, struct worker *w, int code)
+{
+  const struct failure *f =
+      a->nfailures ? &a->failures[a->nfailures - 1] : NULL;
+  bool final = a->assign.restart_count >= a->o->max_restarts;
+  char msg[512];
+
+  if (f && f->message)
+    snprintf(msg, sizeof msg, "rank %d: %s", w->rank, f->message);
+  else if (code < 0)
+    snprintf(msg, sizeof msg, "rank %d was killed by %s", w->rank,
+             signame(-code));
+  else
+    snprintf(msg, sizeof msg, "rank %d exited with status %d", w->rank,
+             code);
+  a->rdzv->ops->report_failure(a->rdzv, final, msg);
+}
+
 static void worker_exited(struct agent *a, struct worker *w, int status)
 {
   int code, i;
@@ -593,6 +613,7 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
       agent_log("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
     record_failure(a, w, w->pid, code, NULL);
+    report_failure(a, w, code);
     begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
   }
@@ -755,6 +776,13 @@ static void on_restart(void *ctx, const char *reason)
 {
   struct agent *a = ctx;
 
+  if (a->state == ST_BARRIER) {
+    /* Our workers are done but another node's are not: the job goes on
+     * in a new round, and so do we. */
+    agent_log("the job needs a new round: %s", reason);
+    join_round(a, RDZV_JOIN_MEMBERSHIP);
+    return;
+  }
   if (a->state != ST_RUNNING)
     return;
   agent_log("restarting the worker group: %s", reason);

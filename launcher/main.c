@@ -16,6 +16,7 @@
 #include "nproc.h"
 #include "port.h"
 #include "rdzv.h"
+#include "rdzv_config.h"
 
 #define EXIT_USAGE 2
 
@@ -23,9 +24,9 @@
 struct job {
   int nproc;
   char **cmd;
-  char run_id[128];
-  char master_addr[256];
-  int master_port;
+  char run_id[RP_MAX_ID + 1];
+  struct rdzv_config rdzv;
+  int port;                   /* reserved port, or 0 */
   int port_fd;                /* Note [port reservation], -1 if none */
   char log_base[PATH_MAX];    /* --log_dir or a temporary one */
   bool log_base_is_temp;
@@ -81,96 +82,6 @@ static void parse_signals(const char *list, struct job *j)
     p += len;
     if (*p == ',')
       p++;
-  }
-}
-
-/* Splits "host[:port]" / "[v6]:port" into host and port (0 if absent).
- * Returns 0 or -EINVAL. */
-static int split_endpoint(const char *ep, char *host, size_t hostlen,
-                          int *port)
-{
-  const char *colon, *end;
-  char *stop;
-  long p;
-
-  *port = 0;
-  if (ep[0] == '[') {
-    end = strchr(ep, ']');
-    if (!end)
-      return -EINVAL;
-    snprintf(host, hostlen, "%.*s", (int)(end - ep - 1), ep + 1);
-    colon = end[1] == ':' ? end + 1 : NULL;
-    if (!colon && end[1])
-      return -EINVAL;
-  } else {
-    colon = strrchr(ep, ':');
-    if (colon && strchr(ep, ':') != colon)
-      colon = NULL;     /* a bare IPv6 address: no port */
-    snprintf(host, hostlen, "%.*s",
-             (int)(colon ? (size_t)(colon - ep) : strlen(ep)), ep);
-  }
-  if (colon) {
-    errno = 0;
-    p = strtol(colon + 1, &stop, 10);
-    if (errno || stop == colon + 1 || *stop || p < 0 || p > 65535)
-      return -EINVAL;
-    *port = (int)p;
-  }
-  return host[0] ? 0 : -EINVAL;
-}
-
-/* --rdzv_conf is k=v,k=v; only its syntax matters for one node. */
-static void check_rdzv_conf(const char *conf)
-{
-  const char *p = conf;
-  size_t len;
-
-  while (*p) {
-    len = strcspn(p, ",");
-    if (!memchr(p, '=', len) || p[0] == '=')
-      die_usage("--rdzv_conf: invalid entry '%.*s' (expected key=value)",
-                (int)len, p);
-    p += len;
-    if (*p == ',')
-      p++;
-  }
-}
-
-/* Only single-node modes run in this version; multi-node ones are parsed
- * and refused with a message, never ignored. */
-static void check_mode(const struct cdrun_args *a, struct job *j)
-{
-  const char *be = a->rdzv_backend;
-  char host[256];
-  int port;
-
-  check_rdzv_conf(a->rdzv_conf);
-  if (a->nnodes_max > 1)
-    die_usage("--nnodes=%d:%d: multi-node jobs are not supported yet "
-              "(this version runs one node: --standalone or --nnodes=1)",
-              a->nnodes_min, a->nnodes_max);
-  if (a->standalone)
-    return;     /* torchrun overrides the rendezvous flags here too */
-  if (strcmp(be, "c10d") == 0 || strcmp(be, "rdzvd") == 0 ||
-      strcmp(be, "etcd") == 0 || strcmp(be, "etcd-v2") == 0)
-    die_usage("--rdzv_backend=%s: not supported yet (multi-node "
-              "rendezvous comes in a later version); use --standalone or "
-              "the static back end", be);
-  if (strcmp(be, "static") != 0)
-    die_usage("--rdzv_backend: unknown back end '%s' (expected static, "
-              "c10d, rdzvd, etcd or etcd-v2)", be);
-  if (a->node_rank != 0)
-    die_usage("--node_rank=%d is out of range for --nnodes=1 (node ranks "
-              "are 0..nnodes-1)", a->node_rank);
-  /* torchrun's static back end takes MASTER_ADDR:PORT from a given
-   * endpoint. */
-  if (a->rdzv_endpoint[0]) {
-    if (split_endpoint(a->rdzv_endpoint, host, sizeof host, &port))
-      die_usage("--rdzv_endpoint: invalid value '%s' (expected host[:port]"
-                " or [ipv6]:port)", a->rdzv_endpoint);
-    snprintf(j->master_addr, sizeof j->master_addr, "%s", host);
-    if (port)
-      j->master_port = port;
   }
 }
 
@@ -302,14 +213,12 @@ static void resolve_streams(const struct cdrun_args *a, struct job *j)
     die_usage("--local_ranks_filter: %s", err);
 }
 
-static int create_local_rdzv(void *arg, uv_loop_t *loop,
-                             const struct rdzv_callbacks *cb,
-                             struct rdzv **out)
+static int create_rdzv(void *arg, uv_loop_t *loop,
+                       const struct rdzv_callbacks *cb, struct rdzv **out)
 {
   struct job *j = arg;
 
-  return rdzv_local_create(loop, j->nproc, j->master_addr, j->master_port,
-                           cb, out);
+  return rdzv_config_create(&j->rdzv, j->nproc, j->port, loop, cb, out);
 }
 
 /* True when any rank writes a log file the user may want to read. */
@@ -328,7 +237,7 @@ int main(int argc, char **argv)
   struct cdrun_args a;
   struct agent_opts o;
   struct job j;
-  char err[512];
+  char err[512], warn[256];
   int status;
 
   if (args_parse(&a, argc, argv, environ, err, sizeof err) != 0)
@@ -346,11 +255,13 @@ int main(int argc, char **argv)
 
   memset(&j, 0, sizeof j);
   j.port_fd = -1;
-  snprintf(j.master_addr, sizeof j.master_addr, "%s",
-           a.master_addr ? a.master_addr
-                         : a.local_addr ? a.local_addr : "127.0.0.1");
-  j.master_port = a.master_port;
-  check_mode(&a, &j);
+  make_run_id(&a, j.run_id, sizeof j.run_id);
+  if (rdzv_config_resolve(&a, j.run_id, &j.rdzv, err, sizeof err, warn,
+                          sizeof warn))
+    die_usage("%s", err);
+  if (warn[0])
+    fprintf(stderr, "cdrun: warning: --rdzv_conf: unknown key%s %s "
+            "ignored\n", strchr(warn, ',') ? "s" : "", warn);
   j.nproc = nproc_resolve(a.nproc_per_node, err, sizeof err);
   if (j.nproc < 0)
     die_usage("%s", err);
@@ -359,10 +270,11 @@ int main(int argc, char **argv)
   j.cmd = build_command(&a);
   if (!j.cmd)
     die_usage("out of memory");
-  make_run_id(&a, j.run_id, sizeof j.run_id);
 
-  if (j.master_port == 0) {
-    j.port_fd = port_reserve(&j.master_port);
+  /* A free port for MASTER_PORT, unless the static back end was given
+   * one: the rdzvd back end offers it in case this node gets rank 0. */
+  if (j.rdzv.backend != BACKEND_STATIC || j.rdzv.master_port == 0) {
+    j.port_fd = port_reserve(&j.port);
     if (j.port_fd < 0) {
       fprintf(stderr, "cdrun: error: cannot find a free port for "
               "MASTER_PORT: %s\n", strerror(-j.port_fd));
@@ -404,7 +316,7 @@ int main(int argc, char **argv)
   o.nsignals = j.nsignals;
   o.default_omp_threads = j.nproc > 1;
   o.log_events = strcmp(a.event_log_handler, "console") == 0;
-  o.rdzv_create = create_local_rdzv;
+  o.rdzv_create = create_rdzv;
   o.rdzv_arg = &j;
   status = agent_run(&o);
 

@@ -10,6 +10,7 @@
 #ifndef CDRUN_RDZV_H
 #define CDRUN_RDZV_H
 
+#include <stdbool.h>
 #include <uv.h>
 
 /* What one completed round gives this node.  O(1) data, whatever the job's
@@ -50,6 +51,10 @@ struct rdzv;
 struct rdzv_ops {
   const char *name;
   int (*join)(struct rdzv *r, enum rdzv_join_reason why);
+  /* Local workers failed: tell the job at once, before the local group is
+   * torn down, so other nodes start stopping theirs.  final: no restart
+   * is left, the job ends.  Then join(RDZV_JOIN_FAILURE) unless final. */
+  int (*report_failure)(struct rdzv *r, bool final, const char *message);
   int (*exit_barrier)(struct rdzv *r);
   /* Leaves the job and frees r; no callback runs afterwards. */
   void (*destroy)(struct rdzv *r);
@@ -62,10 +67,13 @@ struct rdzv {
   uv_loop_t *loop;
 };
 
-/* Single node (--standalone, --nnodes=1): one node of nproc workers,
- * rank 0, the master address and port given. */
-int rdzv_local_create(uv_loop_t *loop, int nproc, const char *master_addr,
-                      int master_port, const struct rdzv_callbacks *cb,
-                      struct rdzv **out);
+/* The static back end (also --standalone with one node): node node_rank
+ * of nnodes, each with nproc workers; no coordination, no elasticity.
+ * Restarts are counted locally. */
+int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
+                      const char *master_addr, int master_port,
+                      const struct rdzv_callbacks *cb, struct rdzv **out);
+
+/* The rdzvd client (--rdzv_backend=c10d|rdzvd); see rdzv_client.h. */
 
 #endif

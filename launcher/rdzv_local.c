@@ -11,6 +11,7 @@ struct rdzv_local {
   struct rdzv_assignment next;
   uv_timer_t defer;            /* delivers results on the next loop turn */
   enum { PENDING_NONE, PENDING_ROUND, PENDING_BARRIER } pending;
+  bool failure_counted;        /* report_failure counted this round's */
 };
 
 static void deliver(uv_timer_t *t)
@@ -33,10 +34,24 @@ static int local_join(struct rdzv *r, enum rdzv_join_reason why)
     return -EBUSY;
   if (why != RDZV_JOIN_FIRST)
     l->next.round++;
-  if (why == RDZV_JOIN_FAILURE)
+  if (why == RDZV_JOIN_FAILURE && !l->failure_counted)
     l->next.restart_count++;
+  l->failure_counted = false;
   l->pending = PENDING_ROUND;
   return uv_timer_start(&l->defer, deliver, 0, 0);
+}
+
+static int local_report_failure(struct rdzv *r, bool final,
+                                const char *message)
+{
+  struct rdzv_local *l = (struct rdzv_local *)r;
+
+  (void)message;
+  if (!final && !l->failure_counted) {
+    l->next.restart_count++;
+    l->failure_counted = true;
+  }
+  return 0;
 }
 
 static int local_exit_barrier(struct rdzv *r)
@@ -64,12 +79,13 @@ static void local_destroy(struct rdzv *r)
 }
 
 static const struct rdzv_ops local_ops = {
-  "local", local_join, local_exit_barrier, local_destroy,
+  "static", local_join, local_report_failure, local_exit_barrier,
+  local_destroy,
 };
 
-int rdzv_local_create(uv_loop_t *loop, int nproc, const char *master_addr,
-                      int master_port, const struct rdzv_callbacks *cb,
-                      struct rdzv **out)
+int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
+                      const char *master_addr, int master_port,
+                      const struct rdzv_callbacks *cb, struct rdzv **out)
 {
   struct rdzv_local *l = calloc(1, sizeof *l);
   int err;
@@ -79,8 +95,12 @@ int rdzv_local_create(uv_loop_t *loop, int nproc, const char *master_addr,
   l->base.ops = &local_ops;
   l->base.cb = *cb;
   l->base.loop = loop;
-  l->next.group_world_size = 1;
-  l->next.world_size = nproc;
+  /* Static jobs assume every node runs nproc workers, as torchrun's
+   * static back end does when ranks are derived from node_rank. */
+  l->next.group_rank = node_rank;
+  l->next.group_world_size = nnodes;
+  l->next.rank_offset = node_rank * nproc;
+  l->next.world_size = nnodes * nproc;
   snprintf(l->next.master_addr, sizeof l->next.master_addr, "%s",
            master_addr);
   l->next.master_port = master_port;

@@ -14,6 +14,8 @@
  *   testworker ignore DIR SECS      ignores SIGTERM/INT/HUP, DIR/pid.<RANK>,
  *                                   sleeps
  *   testworker print N              N lines on stdout, N on stderr
+ *   testworker elastic DIR SECS     DIR/ws<WORLD_SIZE>.<RANK> holds the env,
+ *                                   DIR/pid.<RANK> the pid, then sleeps
  *   testworker listen DIR           binds+listens MASTER_PORT (rank 0),
  *                                   DIR/port.<RANK> on success, waits */
 #include <errno.h>
@@ -200,6 +202,22 @@ int main(int argc, char **argv)
       printf("out rank=%d line=%d\n", rank, i);
       fprintf(stderr, "err rank=%d line=%d\n", rank, i);
     }
+    return 0;
+  }
+  if (strcmp(mode, "elastic") == 0 && argc == 4) {
+    char what[64];
+
+    snprintf(what, sizeof what, "ws%d", env_int("WORLD_SIZE"));
+    mode_env(argv[2]);
+    write_pid(argv[2], "pid", getpid());
+    {
+      char src[4096], dst[4096];
+
+      snprintf(src, sizeof src, "%s/env.%d", argv[2], rank);
+      snprintf(dst, sizeof dst, "%s/%s.%d", argv[2], what, rank);
+      rename(src, dst);
+    }
+    sleep_s(atof(argv[3]));
     return 0;
   }
   if (strcmp(mode, "listen") == 0 && argc == 3)

@@ -92,3 +92,79 @@ expect_grep() {
 envval() {
   sed -n "s/^$2=//p" "$1"
 }
+
+# start_rdzvd: starts bin/rdzvd on a free loopback port; sets RDZVD_PID
+# and RDZVD_PORT.
+start_rdzvd() {
+  : "${RDZVD:?RDZVD must point to bin/rdzvd}"
+  "$RDZVD" --host 127.0.0.1 --port 0 2>"$T/rdzvd.log" &
+  RDZVD_PID=$!
+  STARTED+=("$RDZVD_PID")
+  local i
+  for ((i = 0; i < 100; i++)); do
+    RDZVD_PORT=$(sed -n 's/^rdzvd: listening on [^ ]*:\([0-9]*\) .*/\1/p' \
+                   "$T/rdzvd.log")
+    [ -n "$RDZVD_PORT" ] && return 0
+    sleep 0.05
+  done
+  cat "$T/rdzvd.log" >&2
+  fail "rdzvd did not start"
+}
+
+# free_port: a port nobody listens on right now (for embedded hosting).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# agent NAME ARGS...: starts a cdrun agent in the background; its pid goes
+# to AGENT_<NAME>, its output to $T/NAME.out and $T/NAME.err.
+agent() {
+  local name=$1
+  shift
+  "$CDRUN" "$@" >"$T/$name.out" 2>"$T/$name.err" &
+  local pid=$!
+  STARTED+=("$pid")
+  printf -v "AGENT_$name" '%s' "$pid"
+}
+
+# check_world DIR PREFIX WORLD: every rank 0..WORLD-1 wrote DIR/PREFIX.<r>
+# with WORLD_SIZE=WORLD, one MASTER_ADDR:PORT, RANK = offset + LOCAL_RANK
+# where offsets follow the group ranks.
+check_world() {
+  local dir=$1 prefix=$2 world=$3 r f ma mp
+  ma=$(envval "$dir/$prefix.0" MASTER_ADDR)
+  mp=$(envval "$dir/$prefix.0" MASTER_PORT)
+  for ((r = 0; r < world; r++)); do
+    f=$dir/$prefix.$r
+    [ -f "$f" ] || fail "rank $r did not run ($f missing)"
+    expect_eq "rank $r WORLD_SIZE" "$(envval "$f" WORLD_SIZE)" "$world"
+    expect_eq "rank $r MASTER_ADDR" "$(envval "$f" MASTER_ADDR)" "$ma"
+    expect_eq "rank $r MASTER_PORT" "$(envval "$f" MASTER_PORT)" "$mp"
+    expect_eq "rank $r RANK" "$(envval "$f" RANK)" "$r"
+  done
+  [ -f "$dir/$prefix.$world" ] && fail "a rank beyond the world ran"
+  # Offsets: the first rank of each group is the sum of the sizes before.
+  python3 - "$dir" "$prefix" "$world" <<'PY' || fail "rank offsets inconsistent"
+import sys, os
+d, p, w = sys.argv[1], sys.argv[2], int(sys.argv[3])
+env = []
+for r in range(w):
+    kv = dict(l.rstrip("\n").split("=", 1) for l in open(os.path.join(d, f"{p}.{r}")))
+    env.append(kv)
+groups = {}
+for kv in env:
+    g = int(kv["GROUP_RANK"])
+    groups.setdefault(g, []).append(kv)
+gws = {int(kv["GROUP_WORLD_SIZE"]) for kv in env}
+assert len(gws) == 1 and gws.pop() == len(groups), "GROUP_WORLD_SIZE"
+off = 0
+for g in sorted(groups):
+    ranks = sorted(int(kv["RANK"]) for kv in groups[g])
+    lws = int(groups[g][0]["LOCAL_WORLD_SIZE"])
+    assert ranks == list(range(off, off + lws)), (g, ranks, off, lws)
+    for kv in groups[g]:
+        assert int(kv["RANK"]) == off + int(kv["LOCAL_RANK"])
+    off += lws
+assert off == w
+PY
+}

@@ -23,10 +23,15 @@ expect_usage_error "--nproc_per_node" -- --nproc_per_node=abc /bin/true
 expect_usage_error "--nproc_per_node" -- --nproc_per_node=0 /bin/true
 expect_usage_error "--nproc_per_node" -- --nproc_per_node xpu /bin/true
 expect_usage_error "--nnodes" -- --nnodes=3:2 /bin/true
-expect_usage_error "--nnodes.*not supported yet" -- --nnodes=2 /bin/true
-expect_usage_error "--nnodes.*not supported yet" -- --nnodes=1:4 /bin/true
-expect_usage_error "--rdzv_backend=c10d: not supported yet" -- \
-  --rdzv_backend=c10d --rdzv_endpoint=h:1 /bin/true
+expect_usage_error "--nnodes=1:4: the static back end needs a fixed" -- \
+  --nnodes=1:4 /bin/true
+expect_usage_error "--standalone runs one node" -- --standalone --nnodes=2 /bin/true
+expect_usage_error "--rdzv_backend=c10d needs --rdzv_endpoint" -- \
+  --rdzv_backend=c10d --nnodes=2 /bin/true
+expect_usage_error "--rdzv_conf: invalid value 'abc' for join_timeout" -- \
+  --rdzv_backend=c10d --rdzv_endpoint=h:1 --rdzv_conf=join_timeout=abc /bin/true
+expect_usage_error "--rdzv_conf: invalid value '2' for is_host" -- \
+  --rdzv_backend=c10d --rdzv_endpoint=h:1 --rdzv_conf=is_host=2 /bin/true
 expect_usage_error "--rdzv_backend=etcd: not supported yet" -- \
   --rdzv-backend etcd /bin/true
 expect_usage_error "--rdzv_backend: unknown back end 'zk'" -- \
@@ -38,7 +43,10 @@ expect_usage_error "--max_restarts" -- --max_restarts
 expect_usage_error "--monitor_interval" -- --monitor_interval=0 /bin/true
 expect_usage_error "--start_method" -- --start_method=thread /bin/true
 expect_usage_error "--master_port" -- --master_port=70000 /bin/true
-expect_usage_error "--node_rank" -- --node_rank=1 /bin/true
+expect_usage_error "--node_rank=1 is out of range for --nnodes=1" -- \
+  --node_rank=1 /bin/true
+expect_usage_error "--node_rank=2 is out of range for --nnodes=2" -- \
+  --nnodes=2 --node_rank=2 /bin/true
 expect_usage_error "--redirects" -- --redirects=4 /bin/true
 expect_usage_error "--tee" -- --tee=0:3,0:1 /bin/true
 expect_usage_error "--local_ranks_filter" -- --nproc_per_node=2 \
@@ -54,8 +62,7 @@ expect_usage_error "mutually exclusive" -- -m --no_python x
 expect_usage_error "missing the training script" --
 expect_usage_error "PET_MAX_RESTARTS" PET_MAX_RESTARTS=x -- /bin/true
 expect_usage_error "PET_STANDALONE" PET_STANDALONE=yes -- /bin/true
-expect_usage_error "PET_NNODES.*not supported yet|--nnodes.*not supported yet" \
-  PET_NNODES=2 -- /bin/true
+expect_usage_error "PET_NNODES" PET_NNODES=x -- /bin/true
 
 # The command line beats the environment; help and version work.
 PET_NPROC_PER_NODE=bogus "$CDRUN" --nproc_per_node=1 /bin/true ||

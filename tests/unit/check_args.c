@@ -740,7 +740,7 @@ static const char *const usage_words[] = {
   "--shutdown_timeout", "--event_log_handler", "--logs_specs",
   "--numa_binding", "-h, --help", "--version", "PET_",
   "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "SIGKILL", "second Ctrl-C",
-  "unused", "single-node", "(default: 1:1)", "(default: static)",
+  "unused", "--rdzv_conf", "(default: 1)", "static (default)",
   "(default: 30)", "(default: SIGTERM,SIGINT,SIGHUP,SIGQUIT)",
 };
 

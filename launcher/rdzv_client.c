@@ -1,0 +1,647 @@
+/* rdzv_client.c -- the agent's rdzvd back end: one connection, pushed
+ * rounds and restarts, keepalives both ways, and the embedded server. */
+#include "rdzv_client.h"
+
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "server.h"
+
+#define READ_CHUNK 65536
+#define PROGRESS_EVERY_S 10.0
+
+struct rdzv_client {
+  struct rdzv base;               /* first: a struct rdzv * is one */
+  struct rdzv_client_opts o;
+  char host[RP_MAX_ADDR + 1];
+  char id[RP_MAX_ID + 1];
+  char local_addr[RP_MAX_ADDR + 1];
+  char myhost[RP_MAX_ADDR + 1];
+
+  uv_tcp_t tcp;
+  uv_connect_t creq;
+  uv_shutdown_t sreq;
+  uv_timer_t retry;
+  uv_timer_t keepalive;
+  int open_handles;
+  bool tcp_open;                  /* tcp initialised and not closing */
+  bool connected;
+  bool connecting;
+  struct sockaddr_storage addr;
+
+  char *buf;
+  size_t len, cap;
+
+  double connect_deadline;        /* give up connecting after this */
+  double last_rx;                 /* last byte from the server */
+  bool join_pending;
+  enum rp_join_reason pending_reason;
+  int round;                      /* of the last ROUND */
+  bool destroyed;
+  bool failed;                    /* on_error already reported */
+  char last_connect_error[128];
+
+  int last_present;
+  double last_progress;
+
+  struct rdzvd_server *server;    /* when this node hosts */
+};
+
+static double now_s(void)
+{
+  return (double)uv_hrtime() / 1e9;
+}
+
+static void client_log(const char *fmt, ...)
+  __attribute__((format(printf, 1, 2)));
+
+static void client_log(const char *fmt, ...)
+{
+  char buf[1024];
+  va_list ap;
+  int n;
+
+  n = snprintf(buf, sizeof buf, "cdrun: ");
+  va_start(ap, fmt);
+  n += vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  if (n > (int)sizeof buf - 2)
+    n = (int)sizeof buf - 2;
+  buf[n++] = '\n';
+  if (write(2, buf, (size_t)n) < 0) {
+    /* stderr is gone; nothing to do */
+  }
+}
+
+static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+/* Reports a fatal rendezvous problem once. */
+static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
+{
+  char msg[RP_MAX_TEXT + 64];
+  va_list ap;
+
+  if (c->failed || c->destroyed)
+    return;
+  c->failed = true;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  uv_timer_stop(&c->keepalive);
+  uv_timer_stop(&c->retry);
+  c->base.cb.on_error(c->base.cb.ctx, err, msg);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+  struct rdzv_client *c = h->data;
+
+  if (h == (uv_handle_t *)&c->tcp)
+    c->tcp_open = false;
+  if (--c->open_handles == 0 && c->destroyed) {
+    free(c->buf);
+    free(c);
+  }
+}
+
+static int send_msg(struct rdzv_client *c, const struct rp_msg *m);
+
+static void send_join(struct rdzv_client *c)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_JOIN;
+  snprintf(m.u.join.id, sizeof m.u.join.id, "%s", c->id);
+  snprintf(m.u.join.addr, sizeof m.u.join.addr, "%s", c->local_addr);
+  snprintf(m.u.join.host, sizeof m.u.join.host, "%s", c->myhost);
+  m.u.join.pid = getpid();
+  m.u.join.nproc = c->o.nproc;
+  m.u.join.master_port = c->o.master_port;
+  m.u.join.reason = c->pending_reason;
+  m.u.join.conf = c->o.conf;
+  c->join_pending = false;
+  send_msg(c, &m);
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+struct write_req {
+  uv_write_t req;
+  char *data;
+};
+
+static void write_done(uv_write_t *req, int status)
+{
+  struct write_req *w = (struct write_req *)req;
+
+  (void)status;   /* a broken connection shows up on the read side */
+  free(w->data);
+  free(w);
+}
+
+static int send_msg(struct rdzv_client *c, const struct rp_msg *m)
+{
+  struct write_req *w;
+  uv_buf_t b;
+  size_t len;
+  int err;
+
+  if (!c->connected)
+    return UV_ENOTCONN;
+  w = malloc(sizeof *w);
+  if (!w)
+    return UV_ENOMEM;
+  err = rp_encode(m, &w->data, &len);
+  if (err) {
+    free(w);
+    return err;
+  }
+  b = uv_buf_init(w->data, (unsigned int)len);
+  err = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_done);
+  if (err) {
+    free(w->data);
+    free(w);
+  }
+  return err;
+}
+
+/* ---- what the server says ---------------------------------------------- */
+
+static void on_waiting(struct rdzv_client *c, const struct rp_waiting *w)
+{
+  double now = now_s();
+
+  if (w->present == c->last_present &&
+      now - c->last_progress < PROGRESS_EVERY_S)
+    return;
+  c->last_present = w->present;
+  c->last_progress = now;
+  if (w->last_call >= 0)
+    client_log("rendezvous '%s' round %d: %d node%s present (min %d, max "
+               "%d); starting in %.0f s unless more join", c->id, w->round,
+               w->present, w->present == 1 ? "" : "s", w->min_nodes,
+               w->max_nodes, w->last_call);
+  else
+    client_log("rendezvous '%s' round %d: waiting for nodes: %d present, "
+               "at least %d needed (max %d); join timeout in %.0f s", c->id,
+               w->round, w->present, w->min_nodes, w->max_nodes,
+               w->deadline);
+}
+
+static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
+{
+  struct rdzv_assignment a;
+
+  switch (m->op) {
+  case RP_PONG:
+    return;
+  case RP_WAITING:
+    on_waiting(c, &m->u.waiting);
+    return;
+  case RP_ROUND:
+    memset(&a, 0, sizeof a);
+    a.round = m->u.round.round;
+    a.restart_count = m->u.round.restart_count;
+    a.group_rank = m->u.round.group_rank;
+    a.group_world_size = m->u.round.group_world_size;
+    a.rank_offset = m->u.round.rank_offset;
+    a.world_size = m->u.round.world_size;
+    snprintf(a.master_addr, sizeof a.master_addr, "%s",
+             m->u.round.master_addr);
+    a.master_port = m->u.round.master_port;
+    c->round = a.round;
+    c->last_present = -1;
+    c->base.cb.on_round(c->base.cb.ctx, &a);
+    return;
+  case RP_RESTART:
+    c->base.cb.on_restart(c->base.cb.ctx, m->u.text.message);
+    return;
+  case RP_BARRIER_DONE:
+    c->base.cb.on_barrier(c->base.cb.ctx, 0);
+    return;
+  case RP_CLOSED:
+    fail(c, UV_ECANCELED, "the job '%s' was closed: %s", c->id,
+         m->u.text.message);
+    return;
+  case RP_ERROR:
+    fail(c, UV_EPROTO, "rendezvous '%s' at %s:%d refused: %s (%s)", c->id,
+         c->host, c->o.port, m->u.text.message,
+         rp_error_name(m->u.text.code));
+    return;
+  default:
+    fail(c, UV_EPROTO, "unexpected '%s' message from the rendezvous server",
+         rp_op_name(m->op));
+    return;
+  }
+}
+
+static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+  struct rdzv_client *c = h->data;
+  size_t want = c->len + READ_CHUNK;
+  char *grown;
+
+  (void)hint;
+  if (want > c->cap) {
+    grown = realloc(c->buf, want);
+    if (!grown) {
+      *buf = uv_buf_init(NULL, 0);
+      return;
+    }
+    c->buf = grown;
+    c->cap = want;
+  }
+  *buf = uv_buf_init(c->buf + c->len, (unsigned int)(c->cap - c->len));
+}
+
+static void close_tcp(struct rdzv_client *c)
+{
+  c->connected = false;
+  if (c->tcp_open && !uv_is_closing((uv_handle_t *)&c->tcp))
+    uv_close((uv_handle_t *)&c->tcp, handle_closed);
+}
+
+static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+  struct rdzv_client *c = st->data;
+  size_t off = 0, flen;
+  struct rp_msg m;
+  char err[256];
+  int rc;
+
+  (void)buf;
+  if (nread < 0) {
+    close_tcp(c);
+    fail(c, (int)nread, "lost the rendezvous server %s:%d: %s", c->host,
+         c->o.port, nread == UV_EOF ? "connection closed"
+                                    : uv_strerror((int)nread));
+    return;
+  }
+  c->last_rx = now_s();
+  c->len += (size_t)nread;
+  while (!c->destroyed && !c->failed) {
+    rc = rp_frame_peek(c->buf + off, c->len - off, &flen);
+    if (rc == 0)
+      break;
+    if (rc < 0 || rp_decode(c->buf + off + RP_FRAME_HEADER,
+                            flen - RP_FRAME_HEADER, &m, err,
+                            sizeof err) != 0) {
+      close_tcp(c);
+      fail(c, UV_EPROTO, "bad message from the rendezvous server %s:%d: "
+           "%s", c->host, c->o.port, rc < 0 ? "bad frame" : err);
+      return;
+    }
+    off += flen;
+    dispatch(c, &m);
+    rp_msg_free(&m);
+  }
+  if (c->destroyed || c->failed)
+    return;
+  memmove(c->buf, c->buf + off, c->len - off);
+  c->len -= off;
+}
+
+/* ---- connecting and keepalives ------------------------------------------ */
+
+static void keepalive_tick(uv_timer_t *t)
+{
+  struct rdzv_client *c = t->data;
+  double window = c->o.conf.keepalive_interval * c->o.conf.keepalive_misses;
+  struct rp_msg m;
+
+  if (!c->connected)
+    return;
+  if (now_s() - c->last_rx > window) {
+    close_tcp(c);
+    fail(c, UV_ETIMEDOUT, "lost the rendezvous server %s:%d: no answer "
+         "for %.1f s", c->host, c->o.port, window);
+    return;
+  }
+  memset(&m, 0, sizeof m);
+  m.op = RP_KEEPALIVE;
+  send_msg(c, &m);
+}
+
+static void start_connect(struct rdzv_client *c);
+
+static void retry_fire(uv_timer_t *t)
+{
+  start_connect(t->data);
+}
+
+static void connected_cb(uv_connect_t *req, int status)
+{
+  struct rdzv_client *c = req->data;
+  uint64_t ms;
+
+  c->connecting = false;
+  if (c->destroyed)
+    return;
+  if (status < 0) {
+    snprintf(c->last_connect_error, sizeof c->last_connect_error, "%s",
+             uv_strerror(status));
+    close_tcp(c);
+    if (now_s() >= c->connect_deadline) {
+      fail(c, status, "cannot reach the rendezvous at %s:%d within the "
+           "join timeout (%.0f s): %s", c->host, c->o.port,
+           c->o.conf.join_timeout, c->last_connect_error);
+      return;
+    }
+    uv_timer_start(&c->retry, retry_fire, 500, 0);
+    return;
+  }
+  c->connected = true;
+  c->last_rx = now_s();
+  uv_tcp_nodelay(&c->tcp, 1);
+  uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+  ms = (uint64_t)(c->o.conf.keepalive_interval * 1000.0);
+  uv_timer_start(&c->keepalive, keepalive_tick, ms ? ms : 1, ms ? ms : 1);
+  if (c->join_pending)
+    send_join(c);
+}
+
+static void start_connect(struct rdzv_client *c)
+{
+  int err;
+
+  if (c->connecting || c->connected || c->destroyed || c->tcp_open)
+    return;
+  uv_tcp_init(c->base.loop, &c->tcp);
+  c->tcp.data = c;
+  c->tcp_open = true;
+  c->open_handles++;
+  c->connecting = true;
+  c->creq.data = c;
+  err = uv_tcp_connect(&c->creq, &c->tcp, (struct sockaddr *)&c->addr,
+                       connected_cb);
+  if (err) {
+    c->connecting = false;
+    close_tcp(c);
+    fail(c, err, "cannot connect to the rendezvous at %s:%d: %s", c->host,
+         c->o.port, uv_strerror(err));
+  }
+}
+
+static void server_log(void *ctx, const char *line)
+{
+  (void)ctx;
+  client_log("rdzv: %s", line);
+}
+
+/* Note [embedded rendezvous]: a node whose endpoint names its own host
+ * tries to serve the rendezvous itself, from the same state machine as
+ * rdzvd.  Binding decides the race between agents on one host and a
+ * daemon already there: whoever binds hosts, the others connect.  The
+ * hosting agent stays up after its own job ends until every node has
+ * left, so finishing first breaks nobody's exit barrier. */
+static void maybe_host(struct rdzv_client *c)
+{
+  struct rdzvd_server_opts so;
+  const char *lvl = getenv("LOGLEVEL");
+  char err[256];
+  int rc;
+
+  if (c->o.host_mode == RDZV_HOST_NEVER)
+    return;
+  if (c->o.host_mode == RDZV_HOST_AUTO && !rdzv_endpoint_is_local(c->host))
+    return;
+  memset(&so, 0, sizeof so);
+  so.port = c->o.port;
+  if (lvl && (strcmp(lvl, "INFO") == 0 || strcmp(lvl, "DEBUG") == 0))
+    so.log = server_log;
+  rc = rdzvd_server_start(c->base.loop, &so, &c->server, err, sizeof err);
+  if (rc == 0) {
+    c->open_handles++;
+    client_log("hosting the rendezvous for '%s' on port %d", c->id,
+               rdzvd_server_port(c->server));
+    if (c->o.port == 0) {
+      c->o.port = rdzvd_server_port(c->server);
+      if (c->addr.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&c->addr)->sin6_port =
+            htons((uint16_t)c->o.port);
+      else
+        ((struct sockaddr_in *)&c->addr)->sin_port =
+            htons((uint16_t)c->o.port);
+    }
+  } else if (rc != UV_EADDRINUSE) {
+    client_log("cannot host the rendezvous (%s); joining as a client", err);
+  }
+}
+
+static int resolve(struct rdzv_client *c)
+{
+  struct addrinfo hints, *res;
+  char port[16];
+  int rc;
+
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  snprintf(port, sizeof port, "%d", c->o.port);
+  rc = getaddrinfo(c->host, port, &hints, &res);
+  if (rc) {
+    fail(c, UV_EAI_NONAME, "cannot resolve the rendezvous endpoint '%s': %s",
+         c->host, gai_strerror(rc));
+    return -1;
+  }
+  memcpy(&c->addr, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  return 0;
+}
+
+/* ---- the back-end operations ---------------------------------------------- */
+
+static int client_join(struct rdzv *r, enum rdzv_join_reason why)
+{
+  struct rdzv_client *c = (struct rdzv_client *)r;
+
+  if (c->failed)
+    return UV_ECANCELED;
+  c->pending_reason = why == RDZV_JOIN_FIRST     ? RP_REASON_FIRST
+                      : why == RDZV_JOIN_FAILURE ? RP_REASON_FAILURE
+                                                 : RP_REASON_MEMBERSHIP;
+  c->join_pending = true;
+  c->last_present = -1;
+  if (c->connected) {
+    send_join(c);
+    return 0;
+  }
+  if (why == RDZV_JOIN_FIRST) {
+    if (resolve(c))
+      return 0;   /* fail() reported it */
+    maybe_host(c);
+    c->connect_deadline = now_s() + c->o.conf.join_timeout;
+    start_connect(c);
+  }
+  return 0;
+}
+
+static int client_report_failure(struct rdzv *r, bool final,
+                                 const char *message)
+{
+  struct rdzv_client *c = (struct rdzv_client *)r;
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_FAILURE;
+  m.u.failure.final = final;
+  snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s",
+           message ? message : "");
+  return send_msg(c, &m);
+}
+
+static int client_exit_barrier(struct rdzv *r)
+{
+  struct rdzv_client *c = (struct rdzv_client *)r;
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_BARRIER;
+  snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
+  m.u.barrier.round = c->round;
+  return send_msg(c, &m);
+}
+
+static void shutdown_done(uv_shutdown_t *req, int status)
+{
+  struct rdzv_client *c = req->data;
+
+  (void)status;
+  close_tcp(c);
+}
+
+/* The embedded server counts as one of the client's open handles: the
+ * client's memory lives until the server is stopped. */
+static void server_idle(void *ctx)
+{
+  struct rdzv_client *c = ctx;
+
+  rdzvd_server_stop(c->server);
+  c->server = NULL;
+  if (--c->open_handles == 0) {
+    free(c->buf);
+    free(c);
+  }
+}
+
+static void client_destroy(struct rdzv *r)
+{
+  struct rdzv_client *c = (struct rdzv_client *)r;
+  struct rp_msg m;
+  int others;
+
+  c->destroyed = true;
+  uv_timer_stop(&c->retry);
+  uv_timer_stop(&c->keepalive);
+  uv_close((uv_handle_t *)&c->retry, handle_closed);
+  uv_close((uv_handle_t *)&c->keepalive, handle_closed);
+  if (c->connected) {
+    memset(&m, 0, sizeof m);
+    m.op = RP_LEAVE;
+    send_msg(c, &m);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->sreq.data = c;
+    if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, shutdown_done) != 0)
+      close_tcp(c);
+  } else {
+    close_tcp(c);
+  }
+  if (c->server) {
+    others = rdzvd_server_nodes(c->server) - (c->connected ? 1 : 0);
+    if (others > 0)
+      client_log("this node hosts the rendezvous: staying up until the "
+                 "other %d node%s leave", others, others == 1 ? "" : "s");
+    rdzvd_server_on_idle(c->server, server_idle, c);
+  }
+}
+
+static const struct rdzv_ops client_ops = {
+  "rdzvd", client_join, client_report_failure, client_exit_barrier,
+  client_destroy,
+};
+
+int rdzv_client_create(uv_loop_t *loop, const struct rdzv_client_opts *o,
+                       const struct rdzv_callbacks *cb, struct rdzv **out)
+{
+  struct rdzv_client *c = calloc(1, sizeof *c);
+
+  if (!c)
+    return UV_ENOMEM;
+  c->base.ops = &client_ops;
+  c->base.cb = *cb;
+  c->base.loop = loop;
+  c->o = *o;
+  snprintf(c->host, sizeof c->host, "%s", o->host);
+  snprintf(c->id, sizeof c->id, "%s", o->id);
+  snprintf(c->local_addr, sizeof c->local_addr, "%s",
+           o->local_addr ? o->local_addr : "");
+  if (gethostname(c->myhost, sizeof c->myhost - 1) < 0)
+    snprintf(c->myhost, sizeof c->myhost, "unknown");
+  c->o.host = c->host;
+  c->o.id = c->id;
+  c->o.local_addr = c->local_addr;
+  c->last_present = -1;
+  uv_timer_init(loop, &c->retry);
+  uv_timer_init(loop, &c->keepalive);
+  c->retry.data = c;
+  c->keepalive.data = c;
+  c->open_handles = 2;
+  *out = &c->base;
+  return 0;
+}
+
+bool rdzv_endpoint_is_local(const char *host)
+{
+  struct addrinfo hints, *res, *ai;
+  struct ifaddrs *ifs, *i;
+  char name[256];
+  bool local = false;
+
+  if (strcmp(host, "localhost") == 0)
+    return true;
+  if (gethostname(name, sizeof name) == 0 && strcmp(name, host) == 0)
+    return true;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0)
+    return false;
+  if (getifaddrs(&ifs) != 0)
+    ifs = NULL;
+  for (ai = res; ai && !local; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET) {
+      const struct sockaddr_in *a = (const struct sockaddr_in *)ai->ai_addr;
+
+      if ((ntohl(a->sin_addr.s_addr) >> 24) == 127)
+        local = true;
+      for (i = ifs; i && !local; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+            ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                a->sin_addr.s_addr)
+          local = true;
+    } else if (ai->ai_family == AF_INET6) {
+      const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ai->ai_addr;
+
+      if (IN6_IS_ADDR_LOOPBACK(&a->sin6_addr))
+        local = true;
+      for (i = ifs; i && !local; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 &&
+            memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                   &a->sin6_addr, sizeof a->sin6_addr) == 0)
+          local = true;
+    }
+  }
+  if (ifs)
+    freeifaddrs(ifs);
+  freeaddrinfo(res);
+  return local;
+}

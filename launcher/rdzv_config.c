@@ -1,0 +1,228 @@
+/* rdzv_config.c -- picks and configures the rendezvous back end. */
+#include "rdzv_config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "endpoint.h"
+
+#define C10D_DEFAULT_PORT 29400
+#define STATIC_DEFAULT_PORT 29500
+
+static int parse_double(const char *v, double lo, double hi, double *out)
+{
+  char *end;
+  double d;
+
+  errno = 0;
+  d = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(d) || d < lo || d > hi)
+    return -EINVAL;
+  *out = d;
+  return 0;
+}
+
+/* One --rdzv_conf entry. */
+static int conf_entry(struct rdzv_config *c, const char *key,
+                      const char *val, char *err, size_t errlen, char *warn,
+                      size_t warnlen)
+{
+  double d;
+
+  if (strcmp(key, "join_timeout") == 0 || strcmp(key, "timeout") == 0) {
+    if (parse_double(val, 1e-3, 1e7, &c->conf.join_timeout))
+      goto bad;
+  } else if (strcmp(key, "last_call_timeout") == 0) {
+    if (parse_double(val, 0, 1e7, &c->conf.last_call_timeout))
+      goto bad;
+  } else if (strcmp(key, "close_timeout") == 0) {
+    if (parse_double(val, 0, 1e7, &c->conf.close_timeout))
+      goto bad;
+  } else if (strcmp(key, "keepalive_interval") == 0 ||
+             strcmp(key, "heartbeat") == 0) {
+    if (parse_double(val, 1e-3, 3600, &c->conf.keepalive_interval))
+      goto bad;
+  } else if (strcmp(key, "keepalive_misses") == 0) {
+    if (parse_double(val, 1, 1000, &d) || d != floor(d))
+      goto bad;
+    c->conf.keepalive_misses = (int)d;
+  } else if (strcmp(key, "is_host") == 0) {
+    if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0 ||
+        strcmp(val, "True") == 0)
+      c->host_mode = RDZV_HOST_ALWAYS;
+    else if (strcmp(val, "0") == 0 || strcmp(val, "false") == 0 ||
+             strcmp(val, "False") == 0)
+      c->host_mode = RDZV_HOST_NEVER;
+    else
+      goto bad;
+  } else if (strcmp(key, "read_timeout") == 0 ||
+             strcmp(key, "store_type") == 0 || strcmp(key, "rank") == 0) {
+    /* torchrun's TCPStore knobs: nothing to configure here. */
+  } else {
+    size_t n = strlen(warn);
+
+    snprintf(warn + n, warnlen - n, "%s'%s'", n ? ", " : "", key);
+  }
+  return 0;
+bad:
+  snprintf(err, errlen, "--rdzv_conf: invalid value '%s' for %s", val, key);
+  return -EINVAL;
+}
+
+static int parse_conf(struct rdzv_config *c, const char *conf, char *err,
+                      size_t errlen, char *warn, size_t warnlen)
+{
+  char key[64], val[256];
+  const char *p = conf, *eq;
+  size_t len;
+
+  while (*p) {
+    len = strcspn(p, ",");
+    eq = memchr(p, '=', len);
+    if (!eq || eq == p || (size_t)(eq - p) >= sizeof key ||
+        len - (size_t)(eq - p) - 1 >= sizeof val) {
+      snprintf(err, errlen, "--rdzv_conf: invalid entry '%.*s' (expected "
+               "key=value)", (int)len, p);
+      return -EINVAL;
+    }
+    snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
+    snprintf(val, sizeof val, "%.*s", (int)(len - (size_t)(eq - p) - 1),
+             eq + 1);
+    if (conf_entry(c, key, val, err, errlen, warn, warnlen))
+      return -EINVAL;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  return 0;
+}
+
+int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
+                        struct rdzv_config *c, char *err, size_t errlen,
+                        char *warn, size_t warnlen)
+{
+  const char *be = a->rdzv_backend;
+
+  memset(c, 0, sizeof *c);
+  warn[0] = '\0';
+  rp_conf_default(&c->conf);
+  c->conf.min_nodes = a->nnodes_min;
+  c->conf.max_nodes = a->nnodes_max;
+  c->conf.max_restarts = a->max_restarts;
+  c->host_mode = RDZV_HOST_AUTO;
+  snprintf(c->id, sizeof c->id, "%s", run_id);
+  if (a->local_addr)
+    snprintf(c->local_addr, sizeof c->local_addr, "%s", a->local_addr);
+  if (parse_conf(c, a->rdzv_conf, err, errlen, warn, warnlen))
+    return -EINVAL;
+
+  if (a->standalone) {
+    /* torchrun: c10d on localhost with a random id; one node. */
+    if (a->nnodes_max > 1) {
+      snprintf(err, errlen, "--standalone runs one node; --nnodes=%d:%d "
+               "needs --rdzv_backend=c10d --rdzv_endpoint=HOST:PORT",
+               a->nnodes_min, a->nnodes_max);
+      return -EINVAL;
+    }
+    be = "static";
+  }
+  if (strcmp(be, "etcd") == 0 || strcmp(be, "etcd-v2") == 0) {
+    snprintf(err, errlen, "--rdzv_backend=%s: not supported yet (use c10d "
+             "with rdzvd, or the static back end)", be);
+    return -EINVAL;
+  }
+  if (strcmp(be, "c10d") == 0 || strcmp(be, "rdzvd") == 0) {
+    c->backend = BACKEND_RDZVD;
+    if (!a->rdzv_endpoint[0]) {
+      snprintf(err, errlen, "--rdzv_backend=%s needs --rdzv_endpoint="
+               "HOST[:PORT] (where rdzvd runs, or the host that serves "
+               "the rendezvous)", be);
+      return -EINVAL;
+    }
+    if (endpoint_parse(a->rdzv_endpoint, C10D_DEFAULT_PORT, c->host,
+                       sizeof c->host, &c->port)) {
+      snprintf(err, errlen, "--rdzv_endpoint: invalid value '%s' (expected"
+               " host[:port] or [ipv6]:port)", a->rdzv_endpoint);
+      return -EINVAL;
+    }
+    if (strlen(run_id) > RP_MAX_ID || !run_id[0]) {
+      snprintf(err, errlen, "--rdzv_id: must be 1..%d characters",
+               RP_MAX_ID);
+      return -EINVAL;
+    }
+    return 0;
+  }
+  if (strcmp(be, "static") != 0) {
+    snprintf(err, errlen, "--rdzv_backend: unknown back end '%s' (expected"
+             " static, c10d, rdzvd, etcd or etcd-v2)", be);
+    return -EINVAL;
+  }
+
+  c->backend = BACKEND_STATIC;
+  if (a->standalone) {
+    c->node_rank = 0;
+    c->nnodes = 1;
+  } else {
+    if (a->nnodes_min != a->nnodes_max) {
+      snprintf(err, errlen, "--nnodes=%d:%d: the static back end needs a "
+               "fixed number of nodes (elastic jobs need "
+               "--rdzv_backend=c10d)", a->nnodes_min, a->nnodes_max);
+      return -EINVAL;
+    }
+    c->nnodes = a->nnodes_max;
+    c->node_rank = a->node_rank;
+    if (c->node_rank >= c->nnodes) {
+      snprintf(err, errlen, "--node_rank=%d is out of range for --nnodes="
+               "%d (node ranks are 0..nnodes-1)", c->node_rank, c->nnodes);
+      return -EINVAL;
+    }
+  }
+  snprintf(c->master_addr, sizeof c->master_addr, "%s",
+           a->master_addr ? a->master_addr
+                          : a->local_addr ? a->local_addr : "127.0.0.1");
+  c->master_port = a->master_port;
+  /* Several static nodes must agree on a port without talking: torchrun's
+   * default.  One node picks a free one. */
+  if (c->master_port == 0 && c->nnodes > 1)
+    c->master_port = STATIC_DEFAULT_PORT;
+  /* torchrun's static back end takes MASTER_ADDR:PORT from an endpoint. */
+  if (!a->standalone && a->rdzv_endpoint[0]) {
+    int port;
+
+    if (endpoint_parse(a->rdzv_endpoint, 0, c->master_addr,
+                       sizeof c->master_addr, &port)) {
+      snprintf(err, errlen, "--rdzv_endpoint: invalid value '%s' (expected"
+               " host[:port] or [ipv6]:port)", a->rdzv_endpoint);
+      return -EINVAL;
+    }
+    if (port)
+      c->master_port = port;
+  }
+  return 0;
+}
+
+int rdzv_config_create(const struct rdzv_config *c, int nproc,
+                       int offered_port, uv_loop_t *loop,
+                       const struct rdzv_callbacks *cb, struct rdzv **out)
+{
+  struct rdzv_client_opts o;
+
+  if (c->backend == BACKEND_STATIC)
+    return rdzv_local_create(loop, c->node_rank, c->nnodes, nproc,
+                             c->master_addr,
+                             c->master_port ? c->master_port : offered_port,
+                             cb, out);
+  memset(&o, 0, sizeof o);
+  o.host = c->host;
+  o.port = c->port;
+  o.id = c->id;
+  o.conf = c->conf;
+  o.local_addr = c->local_addr;
+  o.nproc = nproc;
+  o.master_port = offered_port;
+  o.host_mode = c->host_mode;
+  return rdzv_client_create(loop, &o, cb, out);
+}

@@ -1,0 +1,49 @@
+/* rdzv_config.h -- from cdrun's rendezvous flags (--standalone, --nnodes,
+ * --rdzv_backend, --rdzv_endpoint, --rdzv_id, --rdzv_conf, --node_rank,
+ * --master_addr/--master_port, --local_addr) to a rendezvous back end. */
+#ifndef CDRUN_RDZV_CONFIG_H
+#define CDRUN_RDZV_CONFIG_H
+
+#include <stddef.h>
+
+#include "args.h"
+#include "rdzv.h"
+#include "rdzv_client.h"
+#include "rdzv_proto.h"
+
+enum rdzv_backend_kind {
+  BACKEND_STATIC,     /* --standalone, or --rdzv_backend=static */
+  BACKEND_RDZVD,      /* --rdzv_backend=c10d or rdzvd */
+};
+
+struct rdzv_config {
+  enum rdzv_backend_kind backend;
+  /* static */
+  int node_rank;
+  int nnodes;
+  char master_addr[RP_MAX_ADDR + 1];
+  int master_port;                    /* 0: reserve a free one */
+  /* rdzvd */
+  char host[RP_MAX_ADDR + 1];         /* endpoint */
+  int port;
+  char id[RP_MAX_ID + 1];
+  struct rp_conf conf;
+  enum rdzv_host_mode host_mode;
+  char local_addr[RP_MAX_ADDR + 1];
+};
+
+/* Resolves a's rendezvous flags.  run_id is the job id to use (a random
+ * one for --standalone).  Returns 0, or -EINVAL with a one-line message
+ * naming the flag in err.  Unknown --rdzv_conf keys are reported in warn
+ * (empty when none), not refused: torchrun passes them to plugins. */
+int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
+                        struct rdzv_config *out, char *err, size_t errlen,
+                        char *warn, size_t warnlen);
+
+/* Creates the back end.  offered_port is this node's reserved port, which
+ * the rdzvd back end offers as MASTER_PORT should this node get rank 0. */
+int rdzv_config_create(const struct rdzv_config *c, int nproc,
+                       int offered_port, uv_loop_t *loop,
+                       const struct rdzv_callbacks *cb, struct rdzv **out);
+
+#endif

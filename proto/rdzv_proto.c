@@ -1,0 +1,994 @@
+/* rdzv_proto.c -- the rendezvous wire codec (spec: proto/PROTOCOL.md). */
+#include "rdzv_proto.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <locale.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SAFE_INT 9007199254740991.0   /* 2^53 - 1: exact in a double */
+#define MAX_SECONDS 1e7
+
+/* The kinds of field a message carries; each knows its C type. */
+enum kind {
+  K_INT,        /* int */
+  K_I64,        /* int64_t, |x| <= 2^53 - 1 */
+  K_DBL,        /* double, finite */
+  K_BOOL,       /* bool */
+  K_STR,        /* char[size] */
+  K_VALUE,      /* struct rp_kv's heap value + value_len */
+  K_REASON,     /* enum rp_join_reason */
+  K_CODE,       /* enum rp_error_code */
+  K_CONF,       /* struct rp_conf, a nested object */
+  K_STATUS,     /* char *status_json, an object on the wire */
+};
+
+struct field {
+  const char *name;
+  enum kind kind;
+  size_t off;           /* from the start of struct rp_msg (or rp_conf) */
+  size_t size;          /* K_STR: sizeof the array */
+  double lo, hi;        /* numbers: range; strings: byte length range */
+  bool lo_open;         /* lo itself is excluded (timeouts > 0) */
+  bool required;
+};
+
+#define MSG(member) offsetof(struct rp_msg, u.member)
+#define ARR(member) MSG(member), sizeof(((struct rp_msg *)0)->u.member)
+#define CONF(member) offsetof(struct rp_conf, member)
+
+static const struct field conf_fields[] = {
+  { "min_nodes", K_INT, CONF(min_nodes), 0, 1, RP_MAX_NODES, false, false },
+  { "max_nodes", K_INT, CONF(max_nodes), 0, 1, RP_MAX_NODES, false, false },
+  { "max_restarts", K_INT, CONF(max_restarts), 0, 0, 1e6, false, false },
+  { "join_timeout", K_DBL, CONF(join_timeout), 0, 0, MAX_SECONDS, true,
+    false },
+  { "last_call_timeout", K_DBL, CONF(last_call_timeout), 0, 0, MAX_SECONDS,
+    false, false },
+  { "close_timeout", K_DBL, CONF(close_timeout), 0, 0, MAX_SECONDS, false,
+    false },
+  { "keepalive_interval", K_DBL, CONF(keepalive_interval), 0, 0, 3600, true,
+    false },
+  { "keepalive_misses", K_INT, CONF(keepalive_misses), 0, 1, 1000, false,
+    false },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field join_fields[] = {
+  { "id", K_STR, ARR(join.id), 1, RP_MAX_ID, false, true },
+  { "addr", K_STR, ARR(join.addr), 0, RP_MAX_ADDR, false, false },
+  { "host", K_STR, ARR(join.host), 0, RP_MAX_ADDR, false, false },
+  { "pid", K_I64, MSG(join.pid), 0, 0, MAX_SAFE_INT, false, false },
+  { "nproc", K_INT, MSG(join.nproc), 0, 1, 65536, false, true },
+  { "master_port", K_INT, MSG(join.master_port), 0, 1, 65535, false, true },
+  { "reason", K_REASON, MSG(join.reason), 0, 0, 0, false, false },
+  { "conf", K_CONF, MSG(join.conf), 0, 0, 0, false, false },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field failure_fields[] = {
+  { "final", K_BOOL, MSG(failure.final), 0, 0, 0, false, false },
+  { "message", K_STR, ARR(failure.message), 0, RP_MAX_TEXT, false, false },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field barrier_fields[] = {
+  { "name", K_STR, ARR(barrier.name), 1, RP_MAX_ID, false, true },
+  { "round", K_INT, MSG(barrier.round), 0, 0, INT_MAX, false, true },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+#define KEY_FIELD \
+  { "key", K_STR, ARR(kv.key), 1, RP_MAX_KEY, false, true }
+
+static const struct field kv_set_fields[] = {
+  KEY_FIELD,
+  { "value", K_VALUE, MSG(kv), 0, 0, RP_MAX_VALUE, false, true },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field kv_get_fields[] = {
+  KEY_FIELD,
+  { "wait", K_DBL, MSG(kv.wait), 0, 0, MAX_SECONDS, false, false },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field kv_add_fields[] = {
+  KEY_FIELD,
+  { "delta", K_I64, MSG(kv.delta), 0, -MAX_SAFE_INT, MAX_SAFE_INT, false,
+    true },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field kv_value_fields[] = {
+  KEY_FIELD,
+  { "found", K_BOOL, MSG(kv.found), 0, 0, 0, false, true },
+  { "value", K_VALUE, MSG(kv), 0, 0, RP_MAX_VALUE, false, false },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field waiting_fields[] = {
+  { "round", K_INT, MSG(waiting.round), 0, 0, INT_MAX, false, true },
+  { "present", K_INT, MSG(waiting.present), 0, 0, INT_MAX, false, true },
+  { "min_nodes", K_INT, MSG(waiting.min_nodes), 0, 1, RP_MAX_NODES, false,
+    true },
+  { "max_nodes", K_INT, MSG(waiting.max_nodes), 0, 1, RP_MAX_NODES, false,
+    true },
+  { "deadline", K_DBL, MSG(waiting.deadline), 0, 0, MAX_SECONDS, false,
+    true },
+  { "last_call", K_DBL, MSG(waiting.last_call), 0, -1, MAX_SECONDS, false,
+    true },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field round_fields[] = {
+  { "round", K_INT, MSG(round.round), 0, 0, INT_MAX, false, true },
+  { "restart_count", K_INT, MSG(round.restart_count), 0, 0, INT_MAX, false,
+    true },
+  { "group_rank", K_INT, MSG(round.group_rank), 0, 0, RP_MAX_NODES - 1,
+    false, true },
+  { "group_world_size", K_INT, MSG(round.group_world_size), 0, 1,
+    RP_MAX_NODES, false, true },
+  { "rank_offset", K_INT, MSG(round.rank_offset), 0, 0, INT_MAX, false,
+    true },
+  { "world_size", K_INT, MSG(round.world_size), 0, 1, INT_MAX, false, true },
+  { "master_addr", K_STR, ARR(round.master_addr), 1, RP_MAX_ADDR, false,
+    true },
+  { "master_port", K_INT, MSG(round.master_port), 0, 1, 65535, false, true },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+#define MESSAGE_FIELD \
+  { "message", K_STR, ARR(text.message), 0, RP_MAX_TEXT, false, false }
+
+static const struct field restart_fields[] = {
+  MESSAGE_FIELD,
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field closed_fields[] = {
+  { "success", K_BOOL, MSG(text.success), 0, 0, 0, false, false },
+  MESSAGE_FIELD,
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field error_fields[] = {
+  { "code", K_CODE, MSG(text.code), 0, 0, 0, false, true },
+  MESSAGE_FIELD,
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field status_reply_fields[] = {
+  { "status", K_STATUS, MSG(status_json), 0, 0, 0, false, true },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field no_fields[] = {
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct {
+  const char *name;
+  const struct field *fields;
+} ops[RP_OP_COUNT] = {
+  [RP_JOIN] = { "join", join_fields },
+  [RP_KEEPALIVE] = { "keepalive", no_fields },
+  [RP_FAILURE] = { "failure", failure_fields },
+  [RP_BARRIER] = { "barrier", barrier_fields },
+  [RP_LEAVE] = { "leave", no_fields },
+  [RP_KV_SET] = { "kv_set", kv_set_fields },
+  [RP_KV_GET] = { "kv_get", kv_get_fields },
+  [RP_KV_ADD] = { "kv_add", kv_add_fields },
+  [RP_STATUS] = { "status", no_fields },
+  [RP_WAITING] = { "waiting", waiting_fields },
+  [RP_ROUND] = { "round", round_fields },
+  [RP_RESTART] = { "restart", restart_fields },
+  [RP_BARRIER_DONE] = { "barrier_done", barrier_fields },
+  [RP_CLOSED] = { "closed", closed_fields },
+  [RP_KV_VALUE] = { "kv_value", kv_value_fields },
+  [RP_STATUS_REPLY] = { "status_reply", status_reply_fields },
+  [RP_PONG] = { "pong", no_fields },
+  [RP_ERROR] = { "error", error_fields },
+};
+
+static const char *const reasons[] = {
+  [RP_REASON_FIRST] = "first",
+  [RP_REASON_FAILURE] = "failure",
+  [RP_REASON_MEMBERSHIP] = "membership",
+};
+#define NREASONS (sizeof reasons / sizeof reasons[0])
+
+static const char *const codes[] = {
+  [RP_ERR_BAD_REQUEST] = "bad_request",
+  [RP_ERR_CONFIG_MISMATCH] = "config_mismatch",
+  [RP_ERR_JOIN_TIMEOUT] = "join_timeout",
+  [RP_ERR_CLOSED] = "closed",
+  [RP_ERR_NOT_JOINED] = "not_joined",
+  [RP_ERR_LIMIT] = "limit",
+  [RP_ERR_TIMEOUT] = "timeout",
+  [RP_ERR_AUTH] = "auth",
+};
+#define NCODES (sizeof codes / sizeof codes[0])
+
+const char *rp_op_name(enum rp_op op)
+{
+  if ((int)op <= RP_OP_INVALID || op >= RP_OP_COUNT)
+    return NULL;
+  return ops[op].name;
+}
+
+const char *rp_error_name(enum rp_error_code code)
+{
+  if ((int)code < RP_ERR_BAD_REQUEST || (size_t)code >= NCODES)
+    return NULL;
+  return codes[code];
+}
+
+static const char *reason_name(enum rp_join_reason r)
+{
+  if ((int)r < 0 || (size_t)r >= NREASONS)
+    return NULL;
+  return reasons[r];
+}
+
+void rp_conf_default(struct rp_conf *c)
+{
+  c->min_nodes = 1;
+  c->max_nodes = 1;
+  c->max_restarts = 0;
+  c->join_timeout = 600;
+  c->last_call_timeout = 30;
+  c->close_timeout = 30;
+  c->keepalive_interval = 1;
+  c->keepalive_misses = 5;
+}
+
+void rp_msg_free(struct rp_msg *m)
+{
+  if (!m)
+    return;
+  switch (m->op) {
+  case RP_KV_SET:
+  case RP_KV_GET:
+  case RP_KV_ADD:
+  case RP_KV_VALUE:
+    free(m->u.kv.value);
+    m->u.kv.value = NULL;
+    m->u.kv.value_len = 0;
+    break;
+  case RP_STATUS_REPLY:
+    free(m->u.status_json);
+    m->u.status_json = NULL;
+    break;
+  default:
+    break;
+  }
+}
+
+int rp_frame_peek(const void *buf, size_t avail, size_t *frame_len)
+{
+  const unsigned char *p = buf;
+  uint32_t n;
+
+  if (avail < RP_FRAME_HEADER)
+    return 0;
+  /* Byte by byte: buf may be unaligned. */
+  n = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+      (uint32_t)p[3];
+  if (n == 0)
+    return -EBADMSG;
+  if (n > RP_MAX_FRAME)
+    return -EMSGSIZE;
+  if (avail - RP_FRAME_HEADER < n)
+    return 0;
+  *frame_len = RP_FRAME_HEADER + (size_t)n;
+  return 1;
+}
+
+/* ---- errors ---- */
+
+struct ctx {
+  char *err;
+  size_t errlen;
+  const char *op;         /* prefix of field names: "join" */
+  const char *sub;        /* nested object: "conf", or NULL */
+};
+
+static int fail(struct ctx *c, int rc, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+static int fail(struct ctx *c, int rc, const char *fmt, ...)
+{
+  va_list ap;
+
+  if (c->err && c->errlen) {
+    va_start(ap, fmt);
+    vsnprintf(c->err, c->errlen, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+/* "join.conf.min_nodes" into buf. */
+static const char *path(const struct ctx *c, const char *name, char *buf,
+                        size_t len)
+{
+  if (c->sub)
+    snprintf(buf, len, "%s.%s.%s", c->op, c->sub, name);
+  else
+    snprintf(buf, len, "%s.%s", c->op, name);
+  return buf;
+}
+
+/* Untrusted text quoted in an error: printable ASCII only, bounded, so
+ * the error itself can travel in an ERROR message and a log line. */
+static const char *sanitize(const char *s, char *buf, size_t len)
+{
+  size_t i, o = 0;
+
+  for (i = 0; s[i] && o + 4 < len; i++) {
+    unsigned char ch = (unsigned char)s[i];
+
+    buf[o++] = ch >= 0x20 && ch < 0x7f && ch != '"' ? (char)ch : '?';
+    if (i == 31) {
+      memcpy(buf + o, "...", 3);
+      o += 3;
+      break;
+    }
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+static const char *type_name(const cJSON *it)
+{
+  if (cJSON_IsString(it))
+    return "a string";
+  if (cJSON_IsNumber(it))
+    return "a number";
+  if (cJSON_IsBool(it))
+    return cJSON_IsTrue(it) ? "true" : "false";
+  if (cJSON_IsNull(it))
+    return "null";
+  if (cJSON_IsArray(it))
+    return "an array";
+  if (cJSON_IsObject(it))
+    return "an object";
+  return "an invalid value";
+}
+
+/* A number for an error message: integers in full, others short. */
+static const char *num_text(double d, char *buf, size_t len)
+{
+  if (isfinite(d) && d == floor(d) && fabs(d) < 1e16)
+    snprintf(buf, len, "%.0f", d);
+  else
+    snprintf(buf, len, "%g", d);
+  return buf;
+}
+
+static const char *range_text(const struct field *f, bool integral,
+                              char *buf, size_t len)
+{
+  char lo[32], hi[32];
+
+  num_text(f->lo, lo, sizeof lo);
+  num_text(f->hi, hi, sizeof hi);
+  if (integral)
+    snprintf(buf, len, "an integer %s..%s", lo, hi);
+  else if (f->lo_open)
+    snprintf(buf, len, "a number > %s and <= %s", lo, hi);
+  else
+    snprintf(buf, len, "a number %s..%s", lo, hi);
+  return buf;
+}
+
+/* ---- checks shared by encode and decode ---- */
+
+static int check_number(struct ctx *c, const struct field *f, double d)
+{
+  bool integral = f->kind == K_INT || f->kind == K_I64;
+  bool ok = isfinite(d) && d <= f->hi &&
+            (f->lo_open ? d > f->lo : d >= f->lo) &&
+            (!integral || d == floor(d));
+  char p[80], r[64], n[32];
+
+  if (ok)
+    return 0;
+  return fail(c, -EINVAL, "%s: expected %s, got %s",
+              path(c, f->name, p, sizeof p),
+              range_text(f, integral, r, sizeof r),
+              num_text(d, n, sizeof n));
+}
+
+static int check_length(struct ctx *c, const struct field *f, size_t n)
+{
+  char p[80], lo[32], hi[32];
+
+  if (n >= f->lo && n <= f->hi)
+    return 0;
+  return fail(c, -EINVAL, "%s: expected a string of %s..%s bytes, got %zu",
+              path(c, f->name, p, sizeof p), num_text(f->lo, lo, sizeof lo),
+              num_text(f->hi, hi, sizeof hi), n);
+}
+
+/* Relations between fields, after each field is known to be valid. */
+static int check_relations(struct ctx *c, const struct rp_msg *m)
+{
+  const struct rp_conf *cf = &m->u.join.conf;
+  const struct rp_waiting *w = &m->u.waiting;
+  const struct rp_round *r = &m->u.round;
+
+  switch (m->op) {
+  case RP_JOIN:
+    if (cf->min_nodes > cf->max_nodes)
+      return fail(c, -EINVAL, "join.conf.min_nodes: %d > max_nodes %d",
+                  cf->min_nodes, cf->max_nodes);
+    break;
+  case RP_WAITING:
+    if (w->min_nodes > w->max_nodes)
+      return fail(c, -EINVAL, "waiting.min_nodes: %d > max_nodes %d",
+                  w->min_nodes, w->max_nodes);
+    if (w->last_call < 0 && w->last_call != -1)
+      return fail(c, -EINVAL,
+                  "waiting.last_call: expected -1 or a number >= 0, "
+                  "got %g", w->last_call);
+    break;
+  case RP_ROUND:
+    if (r->group_rank >= r->group_world_size)
+      return fail(c, -EINVAL, "round.group_rank: %d >= group_world_size %d",
+                  r->group_rank, r->group_world_size);
+    if (r->group_world_size > r->world_size)
+      return fail(c, -EINVAL, "round.group_world_size: %d > world_size %d",
+                  r->group_world_size, r->world_size);
+    if (r->rank_offset >= r->world_size)
+      return fail(c, -EINVAL, "round.rank_offset: %d >= world_size %d",
+                  r->rank_offset, r->world_size);
+    break;
+  default:
+    break;
+  }
+  return 0;
+}
+
+/* ---- parsing ---- */
+
+/* Raw NUL bytes and \u0000 escapes would silently cut a string short in
+ * cJSON; refuse them before parsing.  String state is tracked so that an
+ * escaped backslash followed by "u0000" is not mistaken for one. */
+static int check_nul(struct ctx *c, const char *s, size_t len)
+{
+  bool in_str = false;
+  size_t i;
+
+  for (i = 0; i < len; i++) {
+    if (s[i] == '\0')
+      return fail(c, -EBADMSG, "NUL byte at offset %zu", i);
+    if (!in_str) {
+      in_str = s[i] == '"';
+    } else if (s[i] == '"') {
+      in_str = false;
+    } else if (s[i] == '\\' && i + 1 < len) {
+      if (s[i + 1] == 'u' && i + 5 < len && memcmp(s + i + 2, "0000", 4) == 0)
+        return fail(c, -EBADMSG, "\\u0000 in a string at offset %zu", i);
+      i++;
+    }
+  }
+  return 0;
+}
+
+/* Parses exactly len bytes as one JSON object: no NUL, nothing but
+ * whitespace after it. */
+static int parse_object(struct ctx *c, const char *s, size_t len,
+                        cJSON **out)
+{
+  const char *end = NULL;
+  cJSON *j;
+  int rc;
+
+  rc = check_nul(c, s, len);
+  if (rc)
+    return rc;
+  j = cJSON_ParseWithLengthOpts(s, len, &end, false);
+  if (!j) {
+    size_t at = end && end >= s && end <= s + len ? (size_t)(end - s) : 0;
+
+    return fail(c, -EBADMSG, "not valid JSON (at byte %zu)", at);
+  }
+  for (; end < s + len; end++) {
+    if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r') {
+      cJSON_Delete(j);
+      return fail(c, -EBADMSG, "trailing bytes after the JSON object "
+                  "(at byte %zu)", (size_t)(end - s));
+    }
+  }
+  if (!cJSON_IsObject(j)) {
+    rc = fail(c, -EBADMSG, "expected a JSON object, got %s", type_name(j));
+    cJSON_Delete(j);
+    return rc;
+  }
+  *out = j;
+  return 0;
+}
+
+/* The member called name, NULL if absent; a repeated name is an error
+ * (two readers could disagree on which one counts). */
+static int member(struct ctx *c, const cJSON *obj, const char *name,
+                  cJSON **out, int dup_rc)
+{
+  cJSON *it, *found = NULL;
+  char p[80];
+
+  cJSON_ArrayForEach(it, obj) {
+    if (it->string && strcmp(it->string, name) == 0) {
+      if (found) {
+        if (c->op)
+          path(c, name, p, sizeof p);
+        else
+          snprintf(p, sizeof p, "%s", name);
+        return fail(c, dup_rc, "%s: duplicate field", p);
+      }
+      found = it;
+    }
+  }
+  *out = found;
+  return 0;
+}
+
+static int decode_fields(struct ctx *c, const cJSON *obj,
+                         const struct field *fields, char *base);
+
+static int wrong_type(struct ctx *c, const struct field *f, const char *want,
+                      const cJSON *it)
+{
+  char p[80];
+
+  return fail(c, -EINVAL, "%s: expected %s, got %s",
+              path(c, f->name, p, sizeof p), want, type_name(it));
+}
+
+static int decode_enum(struct ctx *c, const struct field *f, const cJSON *it,
+                       const char *const *names, size_t n, size_t first,
+                       int *out)
+{
+  char p[80], s[48];
+  size_t i;
+
+  if (!cJSON_IsString(it))
+    return wrong_type(c, f, "a string", it);
+  for (i = first; i < n; i++) {
+    if (strcmp(it->valuestring, names[i]) == 0) {
+      *out = (int)i;
+      return 0;
+    }
+  }
+  return fail(c, -EINVAL, "%s: unknown value \"%s\"",
+              path(c, f->name, p, sizeof p),
+              sanitize(it->valuestring, s, sizeof s));
+}
+
+static int decode_field(struct ctx *c, const struct field *f,
+                        const cJSON *it, char *base)
+{
+  struct rp_kv *kv;
+  size_t n;
+  char *s;
+  int rc, e;
+
+  switch (f->kind) {
+  case K_INT:
+  case K_I64:
+  case K_DBL:
+    if (!cJSON_IsNumber(it))
+      return wrong_type(c, f, f->kind == K_DBL ? "a number" : "an integer",
+                        it);
+    rc = check_number(c, f, it->valuedouble);
+    if (rc)
+      return rc;
+    if (f->kind == K_INT)
+      *(int *)(base + f->off) = (int)it->valuedouble;
+    else if (f->kind == K_I64)
+      *(int64_t *)(base + f->off) = (int64_t)it->valuedouble;
+    else
+      *(double *)(base + f->off) = it->valuedouble;
+    return 0;
+  case K_BOOL:
+    if (!cJSON_IsBool(it))
+      return wrong_type(c, f, "true or false", it);
+    *(bool *)(base + f->off) = cJSON_IsTrue(it);
+    return 0;
+  case K_STR:
+    if (!cJSON_IsString(it))
+      return wrong_type(c, f, "a string", it);
+    n = strlen(it->valuestring);
+    rc = check_length(c, f, n);
+    if (rc)
+      return rc;
+    memcpy(base + f->off, it->valuestring, n + 1);
+    return 0;
+  case K_VALUE:
+    if (!cJSON_IsString(it))
+      return wrong_type(c, f, "a string", it);
+    n = strlen(it->valuestring);
+    rc = check_length(c, f, n);
+    if (rc)
+      return rc;
+    kv = (struct rp_kv *)(base + f->off);
+    s = malloc(n + 1);
+    if (!s)
+      return fail(c, -ENOMEM, "out of memory");
+    memcpy(s, it->valuestring, n + 1);
+    free(kv->value);
+    kv->value = s;
+    kv->value_len = n;
+    return 0;
+  case K_REASON:
+    rc = decode_enum(c, f, it, reasons, NREASONS, 0, &e);
+    if (!rc)
+      *(enum rp_join_reason *)(base + f->off) = (enum rp_join_reason)e;
+    return rc;
+  case K_CODE:
+    rc = decode_enum(c, f, it, codes, NCODES, RP_ERR_BAD_REQUEST, &e);
+    if (!rc)
+      *(enum rp_error_code *)(base + f->off) = (enum rp_error_code)e;
+    return rc;
+  case K_CONF: {
+    struct ctx sub = *c;
+
+    if (!cJSON_IsObject(it))
+      return wrong_type(c, f, "an object", it);
+    sub.sub = f->name;
+    /* Missing keys keep the defaults filled in before. */
+    return decode_fields(&sub, it, conf_fields, base + f->off);
+  }
+  case K_STATUS:
+    if (!cJSON_IsObject(it))
+      return wrong_type(c, f, "an object", it);
+    s = cJSON_PrintUnformatted(it);
+    if (!s)
+      return fail(c, -ENOMEM, "out of memory");
+    *(char **)(base + f->off) = s;
+    return 0;
+  }
+  return fail(c, -EINVAL, "internal: bad field kind");
+}
+
+static int decode_fields(struct ctx *c, const cJSON *obj,
+                         const struct field *fields, char *base)
+{
+  const struct field *f;
+  struct rp_kv *kv;
+  cJSON *it;
+  char p[80];
+  int rc;
+
+  for (f = fields; f->name; f++) {
+    rc = member(c, obj, f->name, &it, -EINVAL);
+    if (rc)
+      return rc;
+    if (!it) {
+      if (f->required)
+        return fail(c, -EINVAL, "%s: missing",
+                    path(c, f->name, p, sizeof p));
+      if (f->kind == K_VALUE) {
+        /* A value is never NULL after decode: absent is "". */
+        kv = (struct rp_kv *)(base + f->off);
+        kv->value = calloc(1, 1);
+        if (!kv->value)
+          return fail(c, -ENOMEM, "out of memory");
+      }
+      continue;
+    }
+    rc = decode_field(c, f, it, base);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+static enum rp_op op_by_name(const char *s)
+{
+  int i;
+
+  for (i = RP_OP_INVALID + 1; i < RP_OP_COUNT; i++)
+    if (strcmp(ops[i].name, s) == 0)
+      return (enum rp_op)i;
+  return RP_OP_INVALID;
+}
+
+static int decode_head(struct ctx *c, const cJSON *j, enum rp_op *op)
+{
+  cJSON *v, *o;
+  char s[48], n[32];
+  int rc;
+
+  rc = member(c, j, "v", &v, -EPROTO);
+  if (rc)
+    return rc;
+  if (!v)
+    return fail(c, -EPROTO, "missing v");
+  if (!cJSON_IsNumber(v))
+    return fail(c, -EPROTO, "v: expected the integer %d, got %s", RP_VERSION,
+                type_name(v));
+  if (v->valuedouble != RP_VERSION)
+    return fail(c, -EPROTO, "v: unsupported version %s (expected %d)",
+                num_text(v->valuedouble, n, sizeof n), RP_VERSION);
+  rc = member(c, j, "op", &o, -EBADMSG);
+  if (rc)
+    return rc;
+  if (!o)
+    return fail(c, -EBADMSG, "missing op");
+  if (!cJSON_IsString(o))
+    return fail(c, -EBADMSG, "op: expected a string, got %s", type_name(o));
+  *op = op_by_name(o->valuestring);
+  if (*op == RP_OP_INVALID)
+    return fail(c, -ENOTSUP, "unknown op \"%s\"",
+                sanitize(o->valuestring, s, sizeof s));
+  return 0;
+}
+
+int rp_decode(const void *body, size_t len, struct rp_msg *m, char *err,
+              size_t errlen)
+{
+  struct ctx c = { err, errlen, NULL, NULL };
+  enum rp_op op = RP_OP_INVALID;
+  cJSON *j = NULL;
+  int rc;
+
+  if (err && errlen)
+    err[0] = '\0';
+  memset(m, 0, sizeof *m);
+  if (len == 0)
+    return fail(&c, -EBADMSG, "empty body");
+  if (len > RP_MAX_FRAME)
+    return fail(&c, -EMSGSIZE, "body of %zu bytes exceeds %u", len,
+                RP_MAX_FRAME);
+  rc = parse_object(&c, body, len, &j);
+  if (rc)
+    return rc;
+  rc = decode_head(&c, j, &op);
+  if (!rc) {
+    c.op = ops[op].name;
+    m->op = op;
+    if (op == RP_JOIN)
+      rp_conf_default(&m->u.join.conf);
+    rc = decode_fields(&c, j, ops[op].fields, (char *)m);
+  }
+  if (!rc)
+    rc = check_relations(&c, m);
+  cJSON_Delete(j);
+  if (rc) {
+    rp_msg_free(m);
+    memset(m, 0, sizeof *m);
+  }
+  return rc;
+}
+
+/* ---- encoding ---- */
+
+/* Numbers go out as raw text: cJSON's own printer rounds to 15 digits when
+ * that is "close enough", which would not survive a round trip. */
+static int add_number(cJSON *obj, const char *name, double d, bool integral)
+{
+  char buf[40];
+  const char *dp = localeconv()->decimal_point;
+  char *p;
+  int prec;
+
+  if (integral) {
+    snprintf(buf, sizeof buf, "%" PRId64, (int64_t)d);
+  } else {
+    /* The shortest of 15..17 digits that reads back exactly. */
+    for (prec = 15; prec <= 17; prec++) {
+      snprintf(buf, sizeof buf, "%.*g", prec, d);
+      if (strtod(buf, NULL) == d)
+        break;
+    }
+    /* JSON wants '.', whatever LC_NUMERIC says. */
+    if (dp && dp[0] && dp[0] != '.' && (p = strchr(buf, dp[0])))
+      *p = '.';
+  }
+  return cJSON_AddItemToObject(obj, name, cJSON_CreateRaw(buf)) ? 0
+                                                                : -ENOMEM;
+}
+
+static int encode_fields(struct ctx *c, cJSON *obj,
+                         const struct field *fields, const char *base);
+
+/* A C string in a fixed array: terminated within it. */
+static int array_len(struct ctx *c, const struct field *f, const char *s,
+                     size_t *n)
+{
+  char p[80];
+
+  *n = strnlen(s, f->size);
+  if (*n == f->size)
+    return fail(c, -EINVAL, "%s: not NUL-terminated",
+                path(c, f->name, p, sizeof p));
+  return check_length(c, f, *n);
+}
+
+static int add_string(cJSON *obj, const char *name, const char *s)
+{
+  return cJSON_AddStringToObject(obj, name, s) ? 0 : -ENOMEM;
+}
+
+static int encode_value(struct ctx *c, cJSON *obj, const struct field *f,
+                        const struct rp_kv *kv)
+{
+  char p[80], *s;
+  int rc;
+
+  /* A NULL value is the empty string (KV_VALUE with found = false). */
+  if (!kv->value) {
+    if (kv->value_len)
+      return fail(c, -EINVAL, "%s: NULL with length %zu",
+                  path(c, f->name, p, sizeof p), kv->value_len);
+    return add_string(obj, f->name, "");
+  }
+  rc = check_length(c, f, kv->value_len);
+  if (rc)
+    return rc;
+  if (memchr(kv->value, '\0', kv->value_len))
+    return fail(c, -EINVAL, "%s: NUL byte in the value",
+                path(c, f->name, p, sizeof p));
+  /* Copy: the value need not be terminated at value_len. */
+  s = malloc(kv->value_len + 1);
+  if (!s)
+    return -ENOMEM;
+  memcpy(s, kv->value, kv->value_len);
+  s[kv->value_len] = '\0';
+  rc = add_string(obj, f->name, s);
+  free(s);
+  return rc;
+}
+
+static int encode_status(struct ctx *c, cJSON *obj, const struct field *f,
+                         const char *json)
+{
+  char p[80], why[160];
+  struct ctx sub = { why, sizeof why, NULL, NULL };
+  cJSON *st;
+  int rc;
+
+  if (!json)
+    return fail(c, -EINVAL, "%s: NULL", path(c, f->name, p, sizeof p));
+  rc = parse_object(&sub, json, strlen(json), &st);
+  if (rc)
+    return fail(c, -EINVAL, "%s: %s", path(c, f->name, p, sizeof p), why);
+  if (!cJSON_AddItemToObject(obj, f->name, st)) {
+    cJSON_Delete(st);
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
+                        const char *base)
+{
+  const void *at = base + f->off;
+  const char *name;
+  char p[80];
+  double d;
+  size_t n;
+  int rc;
+
+  switch (f->kind) {
+  case K_INT:
+  case K_I64:
+  case K_DBL:
+    d = f->kind == K_INT   ? *(const int *)at
+        : f->kind == K_I64 ? (double)*(const int64_t *)at
+                           : *(const double *)at;
+    /* An int64 beyond 2^53 would round into range: check it exactly. */
+    if (f->kind == K_I64 && (*(const int64_t *)at > (int64_t)f->hi ||
+                             *(const int64_t *)at < (int64_t)f->lo))
+      return fail(c, -EINVAL, "%s: expected an integer %.0f..%.0f, got %"
+                  PRId64, path(c, f->name, p, sizeof p), f->lo, f->hi,
+                  *(const int64_t *)at);
+    rc = check_number(c, f, d);
+    return rc ? rc : add_number(obj, f->name, d, f->kind != K_DBL);
+  case K_BOOL:
+    return cJSON_AddBoolToObject(obj, f->name, *(const bool *)at) ? 0
+                                                                  : -ENOMEM;
+  case K_STR:
+    rc = array_len(c, f, at, &n);
+    return rc ? rc : add_string(obj, f->name, at);
+  case K_VALUE:
+    return encode_value(c, obj, f, at);
+  case K_REASON:
+  case K_CODE:
+    name = f->kind == K_REASON
+             ? reason_name(*(const enum rp_join_reason *)at)
+             : rp_error_name(*(const enum rp_error_code *)at);
+    if (!name)
+      return fail(c, -EINVAL, "%s: invalid value %d",
+                  path(c, f->name, p, sizeof p), *(const int *)at);
+    return add_string(obj, f->name, name);
+  case K_CONF: {
+    struct ctx sub = *c;
+    cJSON *o = cJSON_AddObjectToObject(obj, f->name);
+
+    if (!o)
+      return -ENOMEM;
+    sub.sub = f->name;
+    return encode_fields(&sub, o, conf_fields, at);
+  }
+  case K_STATUS:
+    return encode_status(c, obj, f, *(char *const *)at);
+  }
+  return -EINVAL;
+}
+
+static int encode_fields(struct ctx *c, cJSON *obj,
+                         const struct field *fields, const char *base)
+{
+  const struct field *f;
+  int rc;
+
+  for (f = fields; f->name; f++) {
+    rc = encode_field(c, obj, f, base);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+int rp_encode(const struct rp_msg *m, char **out, size_t *len)
+{
+  char why[256];
+  struct ctx c = { why, sizeof why, NULL, NULL };
+  cJSON *j;
+  char *body = NULL, *frame;
+  size_t n;
+  int rc;
+
+  *out = NULL;
+  *len = 0;
+  c.op = rp_op_name(m->op);
+  if (!c.op)
+    return -EINVAL;
+  j = cJSON_CreateObject();
+  if (!j)
+    return -ENOMEM;
+  rc = add_number(j, "v", RP_VERSION, true);
+  if (!rc)
+    rc = add_string(j, "op", c.op);
+  if (!rc)
+    rc = encode_fields(&c, j, ops[m->op].fields, (const char *)m);
+  if (!rc)
+    rc = check_relations(&c, m);
+  if (!rc) {
+    body = cJSON_PrintUnformatted(j);
+    if (!body)
+      rc = -ENOMEM;
+  }
+  cJSON_Delete(j);
+  if (rc)
+    return rc;
+  n = strlen(body);
+  if (n > RP_MAX_FRAME) {
+    cJSON_free(body);
+    return -EMSGSIZE;
+  }
+  frame = malloc(RP_FRAME_HEADER + n);
+  if (!frame) {
+    cJSON_free(body);
+    return -ENOMEM;
+  }
+  frame[0] = (char)(n >> 24 & 0xff);
+  frame[1] = (char)(n >> 16 & 0xff);
+  frame[2] = (char)(n >> 8 & 0xff);
+  frame[3] = (char)(n & 0xff);
+  memcpy(frame + RP_FRAME_HEADER, body, n);
+  cJSON_free(body);
+  *out = frame;
+  *len = RP_FRAME_HEADER + n;
+  return 0;
+}

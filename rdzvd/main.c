@@ -1,0 +1,189 @@
+/* main.c -- rdzvd: the rendezvous daemon, and its status query. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <uv.h>
+
+#include "rdzv_proto.h"
+#include "server.h"
+#include "status_client.h"
+
+#define EXIT_USAGE 2
+
+static const char usage[] =
+  "usage: rdzvd [--host ADDR] [--port PORT] [--max_jobs N] [--quiet]\n"
+  "       rdzvd --status HOST[:PORT] [--json]\n"
+  "\n"
+  "The cdrun rendezvous daemon: many jobs at once, keyed by rdzv_id.\n"
+  "\n"
+  "  --host ADDR      address to listen on (default: every IPv6 and IPv4\n"
+  "                   address)\n"
+  "  --port PORT      TCP port (default 29400; 0 picks a free one, printed\n"
+  "                   on the first line as 'rdzvd: listening on ...')\n"
+  "  --max_jobs N     refuse new jobs beyond N (default 10000)\n"
+  "  --quiet          do not log what happens to each job\n"
+  "  --status H[:P]   print the jobs, rounds, phases and nodes of the rdzvd\n"
+  "                   at H:P (default port 29400) and exit\n"
+  "  --json           with --status: print the raw JSON\n"
+  "  --version, -h/--help\n";
+
+struct daemon {
+  uv_loop_t *loop;
+  struct rdzvd_server *server;
+  uv_signal_t sigterm, sigint;
+  bool quiet;
+};
+
+/* Job log lines: a timestamp, then what happened. */
+static void log_line(void *ctx, const char *line)
+{
+  struct daemon *d = ctx;
+  struct timeval tv;
+  struct tm tm;
+  char stamp[32];
+
+  if (d->quiet)
+    return;
+  gettimeofday(&tv, NULL);
+  localtime_r(&tv.tv_sec, &tm);
+  strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+  fprintf(stderr, "%s.%03d rdzvd: %s\n", stamp, (int)(tv.tv_usec / 1000),
+          line);
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+  (void)arg;
+  if (!uv_is_closing(h))
+    uv_close(h, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+  struct daemon *d = h->data;
+
+  log_line(d, signum == SIGTERM ? "SIGTERM: shutting down"
+                                : "SIGINT: shutting down");
+  rdzvd_server_stop(d->server);
+  uv_close((uv_handle_t *)&d->sigterm, NULL);
+  uv_close((uv_handle_t *)&d->sigint, NULL);
+}
+
+static int parse_int(const char *flag, const char *v, long lo, long hi)
+{
+  char *end;
+  long n;
+
+  errno = 0;
+  n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < lo || n > hi) {
+    fprintf(stderr, "rdzvd: error: %s: invalid value '%s' (expected an "
+            "integer %ld..%ld)\n", flag, v, lo, hi);
+    exit(EXIT_USAGE);
+  }
+  return (int)n;
+}
+
+/* Accepts --flag=value and --flag value, with - or _ spellings. */
+static const char *flag_value(int argc, char **argv, int *i,
+                              const char *name)
+{
+  const char *a = argv[*i];
+  size_t n = strlen(name);
+  size_t k;
+
+  if (strncmp(a, "--", 2) != 0)
+    return NULL;
+  a += 2;
+  for (k = 0; k < n; k++) {
+    char c = a[k], want = name[k];
+
+    if (c == '-')
+      c = '_';
+    if (c != want)
+      return NULL;
+  }
+  if (a[n] == '=')
+    return a + n + 1;
+  if (a[n] != '\0')
+    return NULL;
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "rdzvd: error: --%s: expected a value\n", name);
+    exit(EXIT_USAGE);
+  }
+  return argv[++*i];
+}
+
+int main(int argc, char **argv)
+{
+  struct rdzvd_server_opts o;
+  struct daemon d;
+  const char *status = NULL, *v;
+  bool json = false;
+  char err[256];
+  int i, rc;
+
+  memset(&o, 0, sizeof o);
+  memset(&d, 0, sizeof d);
+  o.port = 29400;
+  for (i = 1; i < argc; i++) {
+    if ((v = flag_value(argc, argv, &i, "host"))) {
+      o.host = v;
+    } else if ((v = flag_value(argc, argv, &i, "port"))) {
+      o.port = parse_int("--port", v, 0, 65535);
+    } else if ((v = flag_value(argc, argv, &i, "max_jobs"))) {
+      o.limits.max_jobs = parse_int("--max_jobs", v, 1, 10000000);
+    } else if ((v = flag_value(argc, argv, &i, "status"))) {
+      status = v;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (strcmp(argv[i], "--quiet") == 0) {
+      d.quiet = true;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf("rdzvd %s\n", CDRUN_VERSION);
+      return 0;
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      fputs(usage, stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "rdzvd: error: unrecognized argument '%s'\n",
+              argv[i]);
+      return EXIT_USAGE;
+    }
+  }
+  if (status)
+    return status_query(status, json);
+
+  signal(SIGPIPE, SIG_IGN);
+  d.loop = uv_default_loop();
+  o.log = log_line;
+  o.log_ctx = &d;
+  rc = rdzvd_server_start(d.loop, &o, &d.server, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "rdzvd: error: %s\n", err);
+    return 1;
+  }
+  /* The first line is machine-readable: tests and scripts that asked for
+   * port 0 read the port from it. */
+  fprintf(stderr, "rdzvd: listening on %s:%d (pid %d)\n",
+          o.host && *o.host ? o.host : "[::]",
+          rdzvd_server_port(d.server), (int)getpid());
+  fflush(stderr);
+  uv_signal_init(d.loop, &d.sigterm);
+  uv_signal_init(d.loop, &d.sigint);
+  d.sigterm.data = d.sigint.data = &d;
+  uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&d.sigint, on_signal, SIGINT);
+  uv_run(d.loop, UV_RUN_DEFAULT);
+  uv_walk(d.loop, close_walk, NULL);
+  uv_run(d.loop, UV_RUN_DEFAULT);
+  uv_loop_close(d.loop);
+  return 0;
+}

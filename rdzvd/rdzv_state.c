@@ -1,0 +1,1855 @@
+/* rdzv_state.c -- the rendezvous state machine (see rdzv_state.h). */
+#include "rdzv_state.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define container_of(p, type, member) \
+  ((type *)(void *)((char *)(p) - offsetof(type, member)))
+
+#define DEF_MAX_JOBS 10000
+#define DEF_MAX_KEYS 4096
+#define DEF_MAX_KV_BYTES ((size_t)16 << 20)
+#define MAX_BARRIERS 64             /* distinct barrier names per round */
+#define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
+#define WIRE_MAX_SECONDS 1e7        /* the codec's bound on durations */
+#define DESC_MAX (2 * RP_MAX_ADDR + 64)
+#define T_IDLE SIZE_MAX
+
+/* ---- hash table ---- */
+
+/* Open addressing with linear probing; each slot keeps its item's hash so
+ * that growing and backward-shift deletion never recompute it.  An empty
+ * slot has item == NULL.  The capacity is a power of two. */
+struct hslot {
+  uint64_t h;
+  void *item;
+};
+
+struct htab {
+  struct hslot *s;
+  size_t cap;
+  size_t n;
+};
+
+static void *ht_find(const struct htab *t, uint64_t h, const void *key,
+                     bool (*eq)(const void *item, const void *key))
+{
+  size_t mask, i;
+
+  if (!t->cap)
+    return NULL;
+  mask = t->cap - 1;
+  for (i = h & mask; t->s[i].item; i = (i + 1) & mask)
+    if (t->s[i].h == h && eq(t->s[i].item, key))
+      return t->s[i].item;
+  return NULL;
+}
+
+static void ht_place(struct hslot *s, size_t cap, uint64_t h, void *item)
+{
+  size_t mask = cap - 1, i = h & mask;
+
+  while (s[i].item)
+    i = (i + 1) & mask;
+  s[i].h = h;
+  s[i].item = item;
+}
+
+/* Adds an item known to be absent.  Returns 0 or -ENOMEM. */
+static int ht_insert(struct htab *t, uint64_t h, void *item)
+{
+  if ((t->n + 1) * 4 > t->cap * 3) {
+    size_t cap = t->cap ? t->cap * 2 : 16, i;
+    struct hslot *s = calloc(cap, sizeof(*s));
+
+    if (!s)
+      return -ENOMEM;
+    for (i = 0; i < t->cap; i++)
+      if (t->s[i].item)
+        ht_place(s, cap, t->s[i].h, t->s[i].item);
+    free(t->s);
+    t->s = s;
+    t->cap = cap;
+  }
+  ht_place(t->s, t->cap, h, item);
+  t->n++;
+  return 0;
+}
+
+/* Removes the item (by identity), shifting later members of its probe run
+ * back so that lookups never need tombstones. */
+static void ht_remove(struct htab *t, uint64_t h, const void *item)
+{
+  size_t mask, i, j, k;
+
+  if (!t->cap)
+    return;
+  mask = t->cap - 1;
+  for (i = h & mask; t->s[i].item != item; i = (i + 1) & mask)
+    if (!t->s[i].item)
+      return;
+  for (j = i;;) {
+    j = (j + 1) & mask;
+    if (!t->s[j].item)
+      break;
+    k = t->s[j].h & mask;
+    /* s[j] stays when its home slot k lies cyclically in (i, j]. */
+    if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+      continue;
+    t->s[i] = t->s[j];
+    i = j;
+  }
+  t->s[i].item = NULL;
+  t->n--;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* FNV-1a, seeded per registry so that ids chosen by strangers cannot be
+ * lined up on one probe run ahead of time. */
+static uint64_t hash_str(uint64_t seed, const char *s)
+{
+  uint64_t h = 0xcbf29ce484222325ULL ^ seed;
+
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+  return mix64(h);
+}
+
+static uint64_t hash_ptr(uint64_t seed, const void *p)
+{
+  return mix64((uint64_t)(uintptr_t)p ^ seed);
+}
+
+/* ---- state ---- */
+
+/* Note [timers]
+ *
+ * Every deadline is a struct rs_timer embedded in its owner (a job's last
+ * call, progress and forget timers; a node's join and keepalive timers; a
+ * KV wait) and kept in one binary min-heap of pointers.  Each timer knows
+ * its heap index, so arming, moving and cancelling are O(log n), and
+ * freeing an owner cancels its timers (no dangling entries).  The heap's
+ * capacity is reserved when an owner is created (r->timers counts the
+ * embedded timers), so arming a timer never allocates and cannot fail.
+ *
+ * Keepalive is lazy: a message only stores last_seen (O(1)); the node's
+ * keepalive timer stays where it was armed, and when it fires it either
+ * finds the node silent for the whole period (dead) or moves itself to
+ * last_seen + period.  So rs_tick touches a live node about once per
+ * period, never on every message, and never scans the nodes. */
+enum tkind {
+  T_LAST_CALL,    /* struct job, t_last_call */
+  T_PROGRESS,     /* struct job, t_progress */
+  T_FORGET,       /* struct job, t_forget */
+  T_JOIN,         /* struct node, t_join */
+  T_ALIVE,        /* struct node, t_alive */
+  T_KV_WAIT,      /* struct waiter, t */
+};
+
+struct rs_timer {
+  double at;
+  size_t idx;                   /* heap index, T_IDLE when not armed */
+  enum tkind kind;
+};
+
+enum phase { PH_GATHERING, PH_LAST_CALL, PH_RUNNING, PH_CLOSED, PH_FINISHED };
+
+/* Note [node states]
+ *
+ * NS_PART: a participant of the current round: gathering (joined it) or
+ *   running (has a rank).
+ * NS_SPARE: joined, but not in the round: the waiting list.  Spares are
+ *   kept in join order and promoted to participants while there is room
+ *   (participants + outstanding < max_nodes).  Their join timeout runs
+ *   from their JOIN, as a gathering participant's does.
+ * NS_IDLE: a node of the job that has not joined the current round.  With
+ *   expected set it was a participant of the previous round, was told to
+ *   restart, and has a place reserved until the round completes
+ *   ("outstanding"); a round of restarting nodes completes as soon as none
+ *   is outstanding.  Status calls this state "left". */
+enum nstate { NS_IDLE, NS_PART, NS_SPARE };
+
+struct conn {
+  void *conn;
+  uint64_t h;
+  struct node *node;            /* NULL when not (or no longer) joined */
+  bool dropped;                 /* drop was called: ignore what follows */
+  char peer[RP_MAX_ADDR + 1];   /* rs_set_peer_addr, or "" */
+};
+
+struct barrier {
+  struct barrier *next;
+  int count;                    /* participants that entered */
+  bool done;
+  char name[RP_MAX_ID + 1];
+};
+
+struct kv {
+  uint64_t h;
+  size_t len;
+  char *value;                  /* len bytes + NUL */
+  char key[];
+};
+
+struct wkey {                   /* the GETs waiting for one key */
+  uint64_t h;
+  struct waiter *head;
+  char key[];
+};
+
+struct waiter {
+  struct node *node;
+  struct wkey *wk;
+  struct waiter *kprev, *knext; /* wk's list */
+  struct waiter *nprev, *nnext; /* node's list */
+  double wait;
+  struct rs_timer t;
+};
+
+struct node {
+  struct job *job;
+  struct conn *c;
+  struct node *prev, *next;     /* job->nodes, creation order */
+  struct node *sprev, *snext;   /* job->spares, join order */
+  struct waiter *waiters;
+  struct barrier *barrier;      /* the pending barrier it entered */
+  enum nstate state;
+  bool expected;
+  int rank;                     /* in the running round, else -1 */
+  int prev_rank;                /* in the previous round, else -1 */
+  uint64_t seq;                 /* join order */
+  double join_at, last_seen;
+  struct rs_timer t_join, t_alive;
+  int64_t pid;
+  int nproc, master_port;
+  char host[RP_MAX_ADDR + 1];
+  char addr[RP_MAX_ADDR + 1];   /* as joined; "" = the peer address */
+};
+
+struct job {
+  struct job *prev, *next;      /* registry list, creation order */
+  uint64_t h;
+  struct rp_conf conf;
+  enum phase phase;
+  int round, restart_count, world_size;
+  int n_nodes, n_part, n_outstanding, n_spares;
+  int64_t sum_nproc;            /* over all nodes: bounds any world size */
+  bool restarting;              /* the round started with nodes expected */
+  bool exit_passed;             /* the running round passed "exit" */
+  bool progress_dirty;
+  double deadline;              /* last call */
+  double progress_last;
+  uint64_t seq;
+  struct rs_timer t_last_call, t_progress, t_forget;
+  struct node *nodes, *nodes_tail;
+  struct node *spares, *spares_tail;
+  struct node **order;          /* scratch for ranking, >= n_nodes */
+  size_t order_cap;
+  struct barrier *barriers;
+  int n_barriers;
+  struct htab kv;
+  size_t kv_bytes;
+  struct htab waits;            /* key -> struct wkey */
+  int n_waiters;
+  char id[RP_MAX_ID + 1];
+};
+
+struct rs_registry {
+  struct rs_sink sink;
+  struct rs_limits lim;
+  uint64_t seed;
+  struct htab jobs;             /* id -> struct job */
+  struct htab conns;            /* conn pointer -> struct conn */
+  struct job *jobs_head, *jobs_tail;
+  int n_jobs, n_nodes;
+  struct rs_timer **heap;
+  size_t heap_n, heap_cap;
+  size_t timers;                /* embedded timers alive: heap_cap >= */
+};
+
+/* ---- small helpers ---- */
+
+static void copy_str(char *dst, size_t size, const char *src)
+{
+  size_t n = strnlen(src, size - 1);
+
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+__attribute__((format(printf, 3, 4)))
+static void fmt(char *buf, size_t size, const char *f, ...)
+{
+  va_list ap;
+
+  va_start(ap, f);
+  vsnprintf(buf, size, f, ap);
+  va_end(ap);
+}
+
+__attribute__((format(printf, 2, 3)))
+static void say(const struct rs_registry *r, const char *f, ...)
+{
+  char line[2 * RP_MAX_TEXT + DESC_MAX];
+  va_list ap;
+
+  if (!r->sink.log)
+    return;
+  va_start(ap, f);
+  vsnprintf(line, sizeof line, f, ap);
+  va_end(ap);
+  r->sink.log(r->sink.ctx, line);
+}
+
+static double clamp_secs(double s)
+{
+  return s < 0 ? 0 : s > WIRE_MAX_SECONDS ? WIRE_MAX_SECONDS : s;
+}
+
+static bool job_eq(const void *item, const void *key)
+{
+  return strcmp(((const struct job *)item)->id, key) == 0;
+}
+
+static bool conn_eq(const void *item, const void *key)
+{
+  return ((const struct conn *)item)->conn == key;
+}
+
+static bool kv_eq(const void *item, const void *key)
+{
+  return strcmp(((const struct kv *)item)->key, key) == 0;
+}
+
+static bool wkey_eq(const void *item, const void *key)
+{
+  return strcmp(((const struct wkey *)item)->key, key) == 0;
+}
+
+static const char *node_addr(const struct node *n)
+{
+  if (n->addr[0])
+    return n->addr;
+  return n->c->peer[0] ? n->c->peer : "127.0.0.1";
+}
+
+static void describe(const struct node *n, char *buf, size_t size)
+{
+  fmt(buf, size, "node %s (%s, pid %" PRId64 ")", n->host[0] ? n->host : "?",
+      node_addr(n), n->pid);
+}
+
+static const char *phase_name(enum phase p)
+{
+  static const char *const names[] = {
+    [PH_GATHERING] = "gathering", [PH_LAST_CALL] = "last_call",
+    [PH_RUNNING] = "running", [PH_CLOSED] = "closed",
+    [PH_FINISHED] = "finished",
+  };
+
+  return names[p];
+}
+
+static bool gathering(const struct job *job)
+{
+  return job->phase == PH_GATHERING || job->phase == PH_LAST_CALL;
+}
+
+/* ---- timers (Note [timers]) ---- */
+
+static void heap_put(struct rs_registry *r, size_t i, struct rs_timer *t)
+{
+  r->heap[i] = t;
+  t->idx = i;
+}
+
+static void heap_up(struct rs_registry *r, size_t i)
+{
+  struct rs_timer *t = r->heap[i];
+
+  while (i) {
+    size_t p = (i - 1) / 2;
+
+    if (!(t->at < r->heap[p]->at))
+      break;
+    heap_put(r, i, r->heap[p]);
+    i = p;
+  }
+  heap_put(r, i, t);
+}
+
+static void heap_down(struct rs_registry *r, size_t i)
+{
+  struct rs_timer *t = r->heap[i];
+
+  for (;;) {
+    size_t c = 2 * i + 1;
+
+    if (c >= r->heap_n)
+      break;
+    if (c + 1 < r->heap_n && r->heap[c + 1]->at < r->heap[c]->at)
+      c++;
+    if (!(r->heap[c]->at < t->at))
+      break;
+    heap_put(r, i, r->heap[c]);
+    i = c;
+  }
+  heap_put(r, i, t);
+}
+
+static void timer_init(struct rs_timer *t, enum tkind kind)
+{
+  t->at = 0;
+  t->idx = T_IDLE;
+  t->kind = kind;
+}
+
+static bool timer_armed(const struct rs_timer *t)
+{
+  return t->idx != T_IDLE;
+}
+
+static void timer_set(struct rs_registry *r, struct rs_timer *t, double at)
+{
+  double old = t->at;
+
+  t->at = at;
+  if (!timer_armed(t)) {
+    heap_put(r, r->heap_n++, t);
+    heap_up(r, t->idx);
+  } else if (at < old) {
+    heap_up(r, t->idx);
+  } else {
+    heap_down(r, t->idx);
+  }
+}
+
+static void timer_clear(struct rs_registry *r, struct rs_timer *t)
+{
+  size_t i = t->idx;
+  struct rs_timer *last;
+
+  if (i == T_IDLE)
+    return;
+  t->idx = T_IDLE;
+  last = r->heap[--r->heap_n];
+  if (i < r->heap_n) {
+    heap_put(r, i, last);
+    heap_up(r, i);
+    heap_down(r, last->idx);
+  }
+}
+
+/* Makes room in the heap for k more embedded timers. */
+static int timers_reserve(struct rs_registry *r, size_t k)
+{
+  if (r->timers + k > r->heap_cap) {
+    size_t cap = r->heap_cap ? r->heap_cap : 64;
+    struct rs_timer **h;
+
+    while (cap < r->timers + k)
+      cap *= 2;
+    h = realloc(r->heap, cap * sizeof(*h));
+    if (!h)
+      return -ENOMEM;
+    r->heap = h;
+    r->heap_cap = cap;
+  }
+  r->timers += k;
+  return 0;
+}
+
+/* ---- sending ---- */
+
+static void send_msg(const struct rs_registry *r, void *conn,
+                     const struct rp_msg *m)
+{
+  r->sink.send(r->sink.ctx, conn, m);
+}
+
+static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
+                      enum rp_error_code code, bool success, const char *text)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = op;
+  m.u.text.code = code;
+  m.u.text.success = success;
+  copy_str(m.u.text.message, sizeof m.u.text.message, text);
+  send_msg(r, conn, &m);
+}
+
+/* Sends ERROR and returns err (a negative errno) for rs_handle. */
+__attribute__((format(printf, 5, 6)))
+static int refuse(const struct rs_registry *r, void *conn,
+                  enum rp_error_code code, int err, const char *f, ...)
+{
+  char text[RP_MAX_TEXT + 1];
+  va_list ap;
+
+  va_start(ap, f);
+  vsnprintf(text, sizeof text, f, ap);
+  va_end(ap);
+  send_text(r, conn, RP_ERROR, code, false, text);
+  return err;
+}
+
+static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
+{
+  uint64_t h = hash_ptr(r->seed, conn);
+  struct conn *c = ht_find(&r->conns, h, conn, conn_eq);
+
+  if (c || !create)
+    return c;
+  c = calloc(1, sizeof(*c));
+  if (!c)
+    return NULL;
+  c->conn = conn;
+  c->h = h;
+  if (ht_insert(&r->conns, h, c)) {
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* Closes conn after what was sent; later messages from it are ignored
+ * until rs_conn_closed. */
+static void conn_drop(struct rs_registry *r, void *conn)
+{
+  struct conn *c = conn_get(r, conn, true);
+
+  if (c)
+    c->dropped = true;
+  r->sink.drop(r->sink.ctx, conn);
+}
+
+static void send_waiting(const struct rs_registry *r, const struct job *job,
+                         const struct node *n, double now)
+{
+  struct rp_msg m;
+  struct rp_waiting *w = &m.u.waiting;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_WAITING;
+  w->round = job->round + (job->phase == PH_RUNNING);
+  w->present = job->n_part;
+  w->min_nodes = job->conf.min_nodes;
+  w->max_nodes = job->conf.max_nodes;
+  w->deadline = clamp_secs(n->join_at + job->conf.join_timeout - now);
+  w->last_call = job->phase == PH_LAST_CALL
+                   ? clamp_secs(job->deadline - now) : -1;
+  send_msg(r, n->c->conn, &m);
+}
+
+/* ---- nodes ---- */
+
+/* Moves n to another state, keeping the job's counts and spare list. */
+static void node_set_state(struct job *job, struct node *n, enum nstate st,
+                           bool expected)
+{
+  if (n->state == NS_PART) {
+    job->n_part--;
+  } else if (n->state == NS_SPARE) {
+    if (n->sprev)
+      n->sprev->snext = n->snext;
+    else
+      job->spares = n->snext;
+    if (n->snext)
+      n->snext->sprev = n->sprev;
+    else
+      job->spares_tail = n->sprev;
+    n->sprev = n->snext = NULL;
+    job->n_spares--;
+  } else if (n->expected) {
+    job->n_outstanding--;
+  }
+  n->state = st;
+  n->expected = st == NS_IDLE && expected;
+  if (st == NS_PART) {
+    job->n_part++;
+  } else if (st == NS_SPARE) {
+    n->sprev = job->spares_tail;
+    if (job->spares_tail)
+      job->spares_tail->snext = n;
+    else
+      job->spares = n;
+    job->spares_tail = n;
+    job->n_spares++;
+  } else if (n->expected) {
+    job->n_outstanding++;
+  }
+}
+
+static void waiter_free(struct rs_registry *r, struct job *job,
+                        struct waiter *w)
+{
+  struct wkey *wk = w->wk;
+
+  if (w->kprev)
+    w->kprev->knext = w->knext;
+  else
+    wk->head = w->knext;
+  if (w->knext)
+    w->knext->kprev = w->kprev;
+  if (!wk->head) {
+    ht_remove(&job->waits, wk->h, wk);
+    free(wk);
+  }
+  if (w->nprev)
+    w->nprev->nnext = w->nnext;
+  else
+    w->node->waiters = w->nnext;
+  if (w->nnext)
+    w->nnext->nprev = w->nprev;
+  timer_clear(r, &w->t);
+  r->timers--;
+  job->n_waiters--;
+  free(w);
+}
+
+/* Forgets n: counts, lists, timers, waits.  Sends nothing. */
+static void node_free(struct rs_registry *r, struct node *n)
+{
+  struct job *job = n->job;
+
+  node_set_state(job, n, NS_IDLE, false);
+  if (n->barrier)
+    n->barrier->count--;
+  while (n->waiters)
+    waiter_free(r, job, n->waiters);
+  timer_clear(r, &n->t_join);
+  timer_clear(r, &n->t_alive);
+  r->timers -= 2;
+  if (n->prev)
+    n->prev->next = n->next;
+  else
+    job->nodes = n->next;
+  if (n->next)
+    n->next->prev = n->prev;
+  else
+    job->nodes_tail = n->prev;
+  job->n_nodes--;
+  job->sum_nproc -= n->nproc;
+  r->n_nodes--;
+  n->c->node = NULL;
+  free(n);
+}
+
+static void node_fill(struct node *n, const struct rp_join *j)
+{
+  copy_str(n->host, sizeof n->host, j->host);
+  copy_str(n->addr, sizeof n->addr, j->addr);
+  n->pid = j->pid;
+  n->nproc = j->nproc;
+  n->master_port = j->master_port;
+}
+
+static struct node *node_create(struct rs_registry *r, struct job *job,
+                                struct conn *c, const struct rp_join *j,
+                                double now)
+{
+  struct node *n;
+
+  if ((size_t)job->n_nodes + 1 > job->order_cap) {
+    size_t cap = job->order_cap ? job->order_cap * 2 : 8;
+    struct node **o = realloc(job->order, cap * sizeof(*o));
+
+    if (!o)
+      return NULL;
+    job->order = o;
+    job->order_cap = cap;
+  }
+  n = calloc(1, sizeof(*n));
+  if (!n)
+    return NULL;
+  if (timers_reserve(r, 2)) {
+    free(n);
+    return NULL;
+  }
+  n->job = job;
+  n->c = c;
+  c->node = n;
+  node_fill(n, j);
+  n->state = NS_IDLE;
+  n->rank = n->prev_rank = -1;
+  n->last_seen = now;
+  timer_init(&n->t_join, T_JOIN);
+  timer_init(&n->t_alive, T_ALIVE);
+  timer_set(r, &n->t_alive, now + job->conf.keepalive_interval *
+                                    job->conf.keepalive_misses);
+  n->prev = job->nodes_tail;
+  if (job->nodes_tail)
+    job->nodes_tail->next = n;
+  else
+    job->nodes = n;
+  job->nodes_tail = n;
+  job->n_nodes++;
+  job->sum_nproc += n->nproc;
+  r->n_nodes++;
+  timer_clear(r, &job->t_forget);
+  return n;
+}
+
+/* ---- jobs ---- */
+
+static void barriers_free(struct job *job)
+{
+  while (job->barriers) {
+    struct barrier *b = job->barriers;
+
+    job->barriers = b->next;
+    free(b);
+  }
+  job->n_barriers = 0;
+}
+
+static void job_free(struct rs_registry *r, struct job *job)
+{
+  size_t i;
+
+  while (job->nodes)
+    node_free(r, job->nodes);
+  barriers_free(job);
+  for (i = 0; i < job->kv.cap; i++) {
+    struct kv *e = job->kv.s[i].item;
+
+    if (e) {
+      free(e->value);
+      free(e);
+    }
+  }
+  free(job->kv.s);
+  free(job->waits.s);           /* empty: waits die with their nodes */
+  free(job->order);
+  timer_clear(r, &job->t_last_call);
+  timer_clear(r, &job->t_progress);
+  timer_clear(r, &job->t_forget);
+  r->timers -= 3;
+  ht_remove(&r->jobs, job->h, job);
+  if (job->prev)
+    job->prev->next = job->next;
+  else
+    r->jobs_head = job->next;
+  if (job->next)
+    job->next->prev = job->prev;
+  else
+    r->jobs_tail = job->prev;
+  r->n_jobs--;
+  free(job);
+}
+
+static struct job *job_find(const struct rs_registry *r, const char *id)
+{
+  return ht_find(&r->jobs, hash_str(r->seed, id), id, job_eq);
+}
+
+static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
+                              double now)
+{
+  const struct rp_conf *cf = &j->conf;
+  struct job *job = calloc(1, sizeof(*job));
+
+  if (!job)
+    return NULL;
+  copy_str(job->id, sizeof job->id, j->id);
+  job->h = hash_str(r->seed, job->id);
+  if (timers_reserve(r, 3)) {
+    free(job);
+    return NULL;
+  }
+  if (ht_insert(&r->jobs, job->h, job)) {
+    r->timers -= 3;
+    free(job);
+    return NULL;
+  }
+  job->conf = *cf;
+  job->phase = PH_GATHERING;
+  job->progress_last = now;
+  timer_init(&job->t_last_call, T_LAST_CALL);
+  timer_init(&job->t_progress, T_PROGRESS);
+  timer_init(&job->t_forget, T_FORGET);
+  job->prev = r->jobs_tail;
+  if (r->jobs_tail)
+    r->jobs_tail->next = job;
+  else
+    r->jobs_head = job;
+  r->jobs_tail = job;
+  r->n_jobs++;
+  /* Forgotten unless a node arrives (node_create cancels this). */
+  timer_set(r, &job->t_forget, now + cf->close_timeout);
+  say(r, "job %s: created (nodes %d..%d, max_restarts %d, join_timeout "
+      "%g s, last_call %g s, close_timeout %g s, keepalive %g s x %d)",
+      job->id, cf->min_nodes, cf->max_nodes, cf->max_restarts,
+      cf->join_timeout, cf->last_call_timeout, cf->close_timeout,
+      cf->keepalive_interval, cf->keepalive_misses);
+  return job;
+}
+
+/* A participant count change while gathering: everyone hears of it at
+ * most once per PROGRESS_PERIOD, from rs_tick. */
+static void progress_changed(struct rs_registry *r, struct job *job,
+                             double now)
+{
+  job->progress_dirty = true;
+  if (!timer_armed(&job->t_progress))
+    timer_set(r, &job->t_progress,
+              fmax(now, job->progress_last + PROGRESS_PERIOD));
+}
+
+/* Ranks (Note [round semantics]): previous participants keep their order,
+ * newcomers follow in join order. */
+static int rank_cmp(const void *a, const void *b)
+{
+  const struct node *x = *(struct node *const *)a;
+  const struct node *y = *(struct node *const *)b;
+
+  if ((x->prev_rank < 0) != (y->prev_rank < 0))
+    return x->prev_rank < 0 ? 1 : -1;
+  if (x->prev_rank != y->prev_rank)
+    return x->prev_rank < y->prev_rank ? -1 : 1;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Ranks the participants and sends each its ROUND: O(N log N), the only
+ * place that sorts.  The round then runs. */
+static void complete_round(struct rs_registry *r, struct job *job)
+{
+  struct rp_msg m;
+  struct rp_round *rd = &m.u.round;
+  struct node *n, *master;
+  size_t k = 0, i;
+  int offset = 0;
+
+  /* Places that nobody came back for go to the waiting list. */
+  while (job->spares && job->n_part < job->conf.max_nodes)
+    node_set_state(job, job->spares, NS_PART, false);
+  for (n = job->nodes; n; n = n->next) {
+    if (n->state == NS_PART) {
+      job->order[k++] = n;
+    } else if (n->state == NS_IDLE) {
+      node_set_state(job, n, NS_IDLE, false);
+      n->prev_rank = -1;
+    }
+  }
+  if (!k)
+    return;
+  qsort(job->order, k, sizeof(*job->order), rank_cmp);
+  job->world_size = 0;
+  for (i = 0; i < k; i++)
+    job->world_size += job->order[i]->nproc;  /* <= sum_nproc <= INT_MAX */
+  master = job->order[0];
+  memset(&m, 0, sizeof m);
+  m.op = RP_ROUND;
+  rd->round = job->round;
+  rd->restart_count = job->restart_count;
+  rd->group_world_size = (int)k;
+  rd->world_size = job->world_size;
+  copy_str(rd->master_addr, sizeof rd->master_addr, node_addr(master));
+  rd->master_port = master->master_port;
+  for (i = 0; i < k; i++) {
+    n = job->order[i];
+    n->rank = (int)i;
+    timer_clear(r, &n->t_join);
+    rd->group_rank = (int)i;
+    rd->rank_offset = offset;
+    offset += n->nproc;
+    send_msg(r, n->c->conn, &m);
+  }
+  job->phase = PH_RUNNING;
+  job->restarting = false;
+  job->exit_passed = false;
+  job->progress_dirty = false;
+  timer_clear(r, &job->t_last_call);
+  timer_clear(r, &job->t_progress);
+  say(r, "job %s: round %d complete: %zu nodes, world size %d, master "
+      "%s:%d", job->id, job->round, k, job->world_size, rd->master_addr,
+      rd->master_port);
+}
+
+/* Completes the gathering round, or starts or cancels its last call. */
+static void decide(struct rs_registry *r, struct job *job, double now)
+{
+  const struct rp_conf *cf = &job->conf;
+
+  if (job->n_part >= cf->max_nodes ||
+      (job->restarting && !job->n_outstanding &&
+       job->n_part >= cf->min_nodes)) {
+    complete_round(r, job);
+  } else if (job->n_part >= cf->min_nodes) {
+    if (job->phase == PH_LAST_CALL)
+      return;
+    if (cf->last_call_timeout <= 0) {
+      complete_round(r, job);
+      return;
+    }
+    job->phase = PH_LAST_CALL;
+    job->deadline = now + cf->last_call_timeout;
+    timer_set(r, &job->t_last_call, job->deadline);
+  } else if (job->phase == PH_LAST_CALL) {
+    job->phase = PH_GATHERING;
+    timer_clear(r, &job->t_last_call);
+  }
+}
+
+/* After any change to a gathering round: promote spares into free places,
+ * then complete, start or cancel the last call.  Promoted nodes hear
+ * WAITING, or ROUND if the round completes. */
+static void recheck(struct rs_registry *r, struct job *job, double now)
+{
+  const struct rp_conf *cf = &job->conf;
+  size_t k = 0, i;
+
+  if (!gathering(job))
+    return;
+  while (job->spares && job->n_part + job->n_outstanding < cf->max_nodes) {
+    job->order[k++] = job->spares;
+    node_set_state(job, job->spares, NS_PART, false);
+  }
+  if (k)
+    progress_changed(r, job, now);
+  decide(r, job, now);
+  for (i = 0; i < k && gathering(job); i++)
+    send_waiting(r, job, job->order[i], now);
+}
+
+/* A new round: every participant of the ending one but `except` (who
+ * knows already) gets RESTART with why; all of them are expected back. */
+static void start_round(struct rs_registry *r, struct job *job, double now,
+                        const char *why, const struct node *except)
+{
+  char text[RP_MAX_TEXT + 1], cancelled[RP_MAX_TEXT + 1] = "";
+  size_t len = 0;
+  struct barrier *b;
+  struct node *n;
+
+  for (b = job->barriers; b; b = b->next)
+    if (!b->done && len < sizeof cancelled)
+      len += (size_t)snprintf(cancelled + len, sizeof cancelled - len,
+                              "%s%s", len ? ", " : "", b->name);
+  if (len)
+    fmt(text, sizeof text, "%s (cancels barrier %s)", why, cancelled);
+  else
+    copy_str(text, sizeof text, why);
+  job->round++;
+  job->phase = PH_GATHERING;
+  job->exit_passed = false;
+  job->progress_dirty = false;
+  job->progress_last = now;
+  timer_clear(r, &job->t_last_call);
+  timer_clear(r, &job->t_progress);
+  for (n = job->nodes; n; n = n->next) {
+    n->barrier = NULL;
+    if (n->state != NS_PART)
+      continue;
+    n->prev_rank = n->rank;
+    n->rank = -1;
+    node_set_state(job, n, NS_IDLE, true);
+    if (n != except)
+      send_text(r, n->c->conn, RP_RESTART, 0, false, text);
+  }
+  barriers_free(job);
+  job->restarting = job->n_outstanding + job->n_spares > 0;
+  say(r, "job %s: restart, new round %d (restart_count %d of %d): %s",
+      job->id, job->round, job->restart_count, job->conf.max_restarts,
+      text);
+  recheck(r, job, now);
+}
+
+/* Sends CLOSED to every node of the job and drops them; the job stays
+ * close_timeout seconds so that late joiners learn it ended. */
+static void end_job(struct rs_registry *r, struct job *job, double now,
+                    bool success, const char *text)
+{
+  job->phase = success ? PH_FINISHED : PH_CLOSED;
+  timer_clear(r, &job->t_last_call);
+  timer_clear(r, &job->t_progress);
+  say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
+  while (job->nodes) {
+    struct conn *c = job->nodes->c;
+
+    send_text(r, c->conn, RP_CLOSED, 0, success, text);
+    node_free(r, job->nodes);
+    conn_drop(r, c->conn);
+  }
+  barriers_free(job);
+  timer_set(r, &job->t_forget, now + job->conf.close_timeout);
+}
+
+static void barrier_check(struct rs_registry *r, struct job *job,
+                          struct barrier *b)
+{
+  struct rp_msg m;
+  struct node *n;
+
+  if (b->done || b->count < job->n_part)
+    return;
+  b->done = true;
+  memset(&m, 0, sizeof m);
+  m.op = RP_BARRIER_DONE;
+  copy_str(m.u.barrier.name, sizeof m.u.barrier.name, b->name);
+  m.u.barrier.round = job->round;
+  for (n = job->nodes; n; n = n->next) {
+    if (n->barrier == b) {
+      n->barrier = NULL;
+      send_msg(r, n->c->conn, &m);
+    }
+  }
+  if (strcmp(b->name, "exit") == 0)
+    job->exit_passed = true;
+  say(r, "job %s: round %d: barrier %s passed by %d nodes", job->id,
+      job->round, b->name, b->count);
+}
+
+/* Repairs the job after a node that needs no new round went away. */
+static void job_settle(struct rs_registry *r, struct job *job, double now,
+                       bool was_part)
+{
+  struct barrier *b;
+
+  if (gathering(job)) {
+    if (was_part)
+      progress_changed(r, job, now);
+    /* Nobody of the previous round is left to wait for: a fresh round
+     * that waits for its last call again. */
+    if (!job->n_part && !job->n_outstanding)
+      job->restarting = false;
+    recheck(r, job, now);
+  } else if (job->phase == PH_RUNNING && job->exit_passed) {
+    if (!job->n_part) {
+      end_job(r, job, now, true,
+              "every node left after the exit barrier");
+      return;
+    }
+    for (b = job->barriers; b; b = b->next)
+      barrier_check(r, job, b);
+  }
+  if (!job->n_nodes && !timer_armed(&job->t_forget))
+    timer_set(r, &job->t_forget, now + job->conf.close_timeout);
+}
+
+/* Removes n (the caller logged why).  A participant of a running round
+ * before its exit barrier is a lost node: the survivors start a new round
+ * ("<node> <why>"); otherwise the job just settles. */
+static void node_remove(struct rs_registry *r, struct node *n, double now,
+                        const char *why)
+{
+  struct job *job = n->job;
+  bool was_part = n->state == NS_PART;
+  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+
+  if (job->phase == PH_RUNNING && was_part && !job->exit_passed) {
+    describe(n, d, sizeof d);
+    fmt(text, sizeof text, "%s %s", d, why);
+    node_free(r, n);
+    start_round(r, job, now, text, NULL);
+    if (!job->n_nodes)
+      timer_set(r, &job->t_forget, now + job->conf.close_timeout);
+    return;
+  }
+  node_free(r, n);
+  job_settle(r, job, now, was_part);
+}
+
+static void node_lost(struct rs_registry *r, struct node *n, double now,
+                      const char *why)
+{
+  char d[DESC_MAX];
+
+  describe(n, d, sizeof d);
+  say(r, "job %s: %s %s", n->job->id, d, why);
+  node_remove(r, n, now, why);
+}
+
+/* ---- JOIN ---- */
+
+static const char *conf_problem(const struct rp_conf *cf)
+{
+  if (cf->min_nodes < 1 || cf->min_nodes > cf->max_nodes ||
+      cf->max_nodes > RP_MAX_NODES)
+    return "min_nodes..max_nodes out of range";
+  if (cf->max_restarts < 0)
+    return "max_restarts < 0";
+  if (!(cf->join_timeout > 0) || !(cf->keepalive_interval > 0) ||
+      !(cf->last_call_timeout >= 0) || !(cf->close_timeout >= 0) ||
+      !isfinite(cf->join_timeout) || !isfinite(cf->keepalive_interval) ||
+      !isfinite(cf->last_call_timeout) || !isfinite(cf->close_timeout))
+    return "bad timeout";
+  if (cf->keepalive_misses < 1)
+    return "keepalive_misses < 1";
+  return NULL;
+}
+
+/* A node that sent JOIN and is in no round yet (new, or back after a
+ * restart) enters the gathering round or the waiting list. */
+static void admit(struct rs_registry *r, struct job *job, struct node *n,
+                  double now)
+{
+  char d[DESC_MAX], why[RP_MAX_TEXT + 1];
+
+  n->seq = ++job->seq;
+  n->join_at = now;
+  timer_set(r, &n->t_join, now + job->conf.join_timeout);
+  describe(n, d, sizeof d);
+  if (gathering(job)) {
+    if (n->expected ||
+        job->n_part + job->n_outstanding < job->conf.max_nodes) {
+      node_set_state(job, n, NS_PART, false);
+      say(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
+          job->id, d, job->round, job->n_part, job->conf.min_nodes,
+          job->conf.max_nodes);
+      progress_changed(r, job, now);
+      recheck(r, job, now);
+      if (gathering(job))       /* else it got ROUND already */
+        send_waiting(r, job, n, now);
+      return;
+    }
+  } else if (!job->exit_passed && job->n_part < job->conf.max_nodes) {
+    node_set_state(job, n, NS_SPARE, false);
+    say(r, "job %s: %s joined running round %d", job->id, d, job->round);
+    fmt(why, sizeof why, "%s joined", d);
+    start_round(r, job, now, why, NULL);
+    if (n->state == NS_SPARE)   /* not promoted: still gets its answer */
+      send_waiting(r, job, n, now);
+    return;
+  }
+  node_set_state(job, n, NS_SPARE, false);
+  say(r, "job %s: %s waiting: round %d is %s", job->id, d, job->round,
+      job->exit_passed ? "finishing" : "full");
+  send_waiting(r, job, n, now);
+}
+
+static int rejoin(struct rs_registry *r, struct node *n,
+                  const struct rp_join *j, double now)
+{
+  struct job *job = n->job;
+
+  if (n->state == NS_SPARE || (n->state == NS_PART && gathering(job))) {
+    send_waiting(r, job, n, now);
+    return 0;
+  }
+  if (n->state == NS_PART)
+    return refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                  "already a participant of running round %d", job->round);
+  if (job->sum_nproc - n->nproc + j->nproc > INT_MAX)
+    return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                  "the job's world size would exceed %d", INT_MAX);
+  job->sum_nproc += j->nproc - n->nproc;
+  node_fill(n, j);
+  admit(r, job, n, now);
+  return 0;
+}
+
+/* JOIN: refusals first (they drop the connection unless it already is
+ * a node), then a re-join, or a new node (and maybe a new job).  O(1)
+ * amortized unless it completes or restarts a round. */
+static int on_join(struct rs_registry *r, struct conn *c, void *conn,
+                   const struct rp_join *j, double now)
+{
+  struct node *n = c ? c->node : NULL;
+  const char *problem;
+  struct job *job;
+  int err;
+
+  if (n && strcmp(n->job->id, j->id) != 0)
+    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                  "already a node of job %s", n->job->id);
+  problem = !j->id[0] || strnlen(j->id, sizeof j->id) == sizeof j->id
+            ? "bad id" : j->nproc < 1 ? "nproc < 1"
+            : j->master_port < 1 || j->master_port > 65535 ? "bad port"
+            : conf_problem(&j->conf);
+  if (problem && !n) {
+    err = refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
+                 problem);
+    conn_drop(r, conn);
+    return err;
+  }
+  if (problem)
+    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
+                  problem);
+  job = n ? n->job : job_find(r, j->id);
+  if (job && (job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
+    err = refuse(r, conn, RP_ERR_CLOSED, -ESHUTDOWN, "job %s %s", job->id,
+                 job->phase == PH_CLOSED ? "is closed" : "has finished");
+    conn_drop(r, conn);
+    return err;
+  }
+  if (job && (j->conf.min_nodes != job->conf.min_nodes ||
+              j->conf.max_nodes != job->conf.max_nodes)) {
+    say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
+        "mismatch: nodes %d..%d, the job has %d..%d", job->id, RP_MAX_ADDR,
+        j->host, j->pid,
+        j->conf.min_nodes, j->conf.max_nodes, job->conf.min_nodes,
+        job->conf.max_nodes);
+    err = refuse(r, conn, RP_ERR_CONFIG_MISMATCH, -EINVAL,
+                 "min_nodes..max_nodes %d..%d differs from job %s's %d..%d",
+                 j->conf.min_nodes, j->conf.max_nodes, job->id,
+                 job->conf.min_nodes, job->conf.max_nodes);
+    if (n)
+      node_remove(r, n, now, "lost: config mismatch");
+    conn_drop(r, conn);
+    return err;
+  }
+  if (n)
+    return rejoin(r, n, j, now);
+  if (!job && r->n_jobs >= r->lim.max_jobs) {
+    err = refuse(r, conn, RP_ERR_LIMIT, -ENOSPC, "too many jobs (%d)",
+                 r->lim.max_jobs);
+    conn_drop(r, conn);
+    return err;
+  }
+  if (job && (job->n_nodes >= RP_MAX_NODES ||
+              job->sum_nproc + j->nproc > INT_MAX)) {
+    err = refuse(r, conn, RP_ERR_LIMIT, -ENOSPC, "job %s is too large",
+                 job->id);
+    conn_drop(r, conn);
+    return err;
+  }
+  if (!job)
+    job = job_create(r, j, now);
+  c = c ? c : conn_get(r, conn, true);
+  n = job && c ? node_create(r, job, c, j, now) : NULL;
+  if (!n) {
+    err = refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    conn_drop(r, conn);
+    return err;
+  }
+  admit(r, job, n, now);
+  return 0;
+}
+
+/* ---- FAILURE, BARRIER, LEAVE ---- */
+
+/* FAILURE: a restart, counted once per round, or the end of the job. */
+static int on_failure(struct rs_registry *r, struct node *n,
+                      const struct rp_failure *f, double now)
+{
+  struct job *job = n->job;
+  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+
+  describe(n, d, sizeof d);
+  if (f->final) {
+    fmt(text, sizeof text, "%s workers failed (final): %.*s", d,
+        RP_MAX_TEXT, f->message);
+    end_job(r, job, now, false, text);
+  } else if (job->phase != PH_RUNNING || n->state != NS_PART) {
+    /* The round already ended: this failure is part of that restart. */
+    say(r, "job %s: %s workers failed in round %d (already restarting): "
+        "%.*s", job->id, d, job->round, RP_MAX_TEXT, f->message);
+  } else if (job->restart_count >= job->conf.max_restarts) {
+    fmt(text, sizeof text, "%s workers failed: %.*s; no restarts left "
+        "(%d of %d used)", d, RP_MAX_TEXT, f->message, job->restart_count,
+        job->conf.max_restarts);
+    end_job(r, job, now, false, text);
+  } else {
+    job->restart_count++;
+    fmt(text, sizeof text, "%s workers failed: %.*s", d, RP_MAX_TEXT,
+        f->message);
+    start_round(r, job, now, text, n);
+  }
+  return 0;
+}
+
+/* BARRIER: a node waits in at most one barrier; a repeat is harmless, and
+ * one for a barrier that already completed is answered at once. */
+static int on_barrier(struct rs_registry *r, struct node *n,
+                      const struct rp_barrier *m)
+{
+  struct job *job = n->job;
+  void *conn = n->c->conn;
+  struct barrier *b;
+  struct rp_msg done;
+
+  if (job->phase != PH_RUNNING || n->state != NS_PART ||
+      m->round != job->round)
+    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                  "barrier %.*s for round %d: not a participant of a "
+                  "running round %d", RP_MAX_ID, m->name, m->round,
+                  job->round);
+  for (b = job->barriers; b; b = b->next)
+    if (strncmp(b->name, m->name, sizeof b->name) == 0)
+      break;
+  if (!b) {
+    if (job->n_barriers >= MAX_BARRIERS)
+      return refuse(r, conn, RP_ERR_LIMIT, -ENOSPC,
+                    "too many barriers in round %d", job->round);
+    b = calloc(1, sizeof(*b));
+    if (!b)
+      return refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    copy_str(b->name, sizeof b->name, m->name);
+    b->next = job->barriers;
+    job->barriers = b;
+    job->n_barriers++;
+  }
+  if (b->done) {                /* a repeat after it completed */
+    memset(&done, 0, sizeof done);
+    done.op = RP_BARRIER_DONE;
+    done.u.barrier = *m;
+    send_msg(r, conn, &done);
+    return 0;
+  }
+  if (n->barrier == b)
+    return 0;
+  if (n->barrier)
+    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                  "already waiting in barrier %s", n->barrier->name);
+  n->barrier = b;
+  b->count++;
+  barrier_check(r, job, b);
+  return 0;
+}
+
+/* LEAVE: quiet after the exit barrier, a lost node before it. */
+static int on_leave(struct rs_registry *r, struct node *n, double now)
+{
+  struct job *job = n->job;
+  char d[DESC_MAX];
+
+  if (job->phase == PH_RUNNING && n->state == NS_PART && !job->exit_passed) {
+    node_lost(r, n, now, "lost: left before the exit barrier");
+    return 0;
+  }
+  describe(n, d, sizeof d);
+  say(r, "job %s: %s left", job->id, d);
+  node_remove(r, n, now, "left");
+  return 0;
+}
+
+/* ---- KV ---- */
+
+static void send_value(const struct rs_registry *r, void *conn,
+                       const char *key, const struct kv *e)
+{
+  struct rp_msg m;
+  char empty[1] = "";
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_KV_VALUE;
+  copy_str(m.u.kv.key, sizeof m.u.kv.key, key);
+  m.u.kv.found = e != NULL;
+  m.u.kv.value = e ? e->value : empty;
+  m.u.kv.value_len = e ? e->len : 0;
+  send_msg(r, conn, &m);
+}
+
+static bool key_ok(const char *key)
+{
+  size_t n = strnlen(key, RP_MAX_KEY + 1);
+
+  return n > 0 && n <= RP_MAX_KEY;
+}
+
+/* Stores key = value (len bytes) and answers the GETs waiting for it.
+ * Returns the entry, or NULL with *err set after sending ERROR. */
+static struct kv *kv_put(struct rs_registry *r, struct node *n,
+                         const char *key, const char *value, size_t len,
+                         int *err)
+{
+  struct job *job = n->job;
+  uint64_t h = hash_str(r->seed, key);
+  struct kv *e = ht_find(&job->kv, h, key, kv_eq);
+  size_t klen = strlen(key), old = e ? klen + e->len : 0;
+  bool fresh = !e;
+  struct waiter *w, *next;
+  struct wkey *wk;
+  char *v;
+
+  if (!e && job->kv.n >= (size_t)r->lim.max_keys_per_job) {
+    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                  "too many keys (%d)", r->lim.max_keys_per_job);
+    return NULL;
+  }
+  if (job->kv_bytes - old + klen + len > r->lim.max_kv_bytes) {
+    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                  "the job's store would exceed %zu bytes",
+                  r->lim.max_kv_bytes);
+    return NULL;
+  }
+  v = malloc(len + 1);
+  if (!v || (!e && !(e = calloc(1, sizeof(*e) + klen + 1)))) {
+    free(v);
+    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return NULL;
+  }
+  if (fresh) {
+    memcpy(e->key, key, klen + 1);
+    e->h = h;
+    if (ht_insert(&job->kv, h, e)) {
+      free(v);
+      free(e);
+      *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return NULL;
+    }
+  }
+  if (len)
+    memcpy(v, value, len);
+  v[len] = '\0';
+  free(e->value);
+  e->value = v;
+  e->len = len;
+  job->kv_bytes = job->kv_bytes - old + klen + len;
+  wk = ht_find(&job->waits, h, key, wkey_eq);
+  for (w = wk ? wk->head : NULL; w; w = next) {
+    next = w->knext;            /* waiter_free frees wk after the last */
+    send_value(r, w->node->c->conn, key, e);
+    waiter_free(r, job, w);
+  }
+  *err = 0;
+  return e;
+}
+
+static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
+                   double wait, double now)
+{
+  struct job *job = n->job;
+  uint64_t h = hash_str(r->seed, key);
+  struct wkey *wk = ht_find(&job->waits, h, key, wkey_eq);
+  struct waiter *w;
+  size_t klen = strlen(key);
+
+  if (job->n_waiters >= r->lim.max_keys_per_job)
+    return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                  "too many waiting gets (%d)", job->n_waiters);
+  w = calloc(1, sizeof(*w));
+  if (!w || timers_reserve(r, 1)) {
+    free(w);
+    return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+  }
+  if (!wk) {
+    wk = calloc(1, sizeof(*wk) + klen + 1);
+    if (!wk || ht_insert(&job->waits, h, wk)) {
+      free(wk);
+      free(w);
+      r->timers--;
+      return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    }
+    wk->h = h;
+    memcpy(wk->key, key, klen + 1);
+  }
+  w->node = n;
+  w->wk = wk;
+  w->wait = wait;
+  w->knext = wk->head;
+  if (wk->head)
+    wk->head->kprev = w;
+  wk->head = w;
+  w->nnext = n->waiters;
+  if (n->waiters)
+    n->waiters->nprev = w;
+  n->waiters = w;
+  job->n_waiters++;
+  timer_init(&w->t, T_KV_WAIT);
+  timer_set(r, &w->t, now + wait);
+  return 0;
+}
+
+/* Parses a whole decimal int64 ("-12"); false for anything else. */
+static bool parse_i64(const char *s, size_t len, int64_t *out)
+{
+  long long v;
+  char *end;
+
+  if (!len || (s[0] != '-' && s[0] != '+' && (s[0] < '0' || s[0] > '9')))
+    return false;
+  errno = 0;
+  v = strtoll(s, &end, 10);
+  if (errno || end != s + len)
+    return false;
+  *out = v;
+  return true;
+}
+
+static int on_kv(struct rs_registry *r, struct node *n,
+                 const struct rp_msg *m, double now)
+{
+  const struct rp_kv *kv = &m->u.kv;
+  struct job *job = n->job;
+  void *conn = n->c->conn;
+  char num[32];
+  struct kv *e;
+  int64_t v = 0;
+  int err;
+
+  if (!key_ok(kv->key))
+    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
+  e = ht_find(&job->kv, hash_str(r->seed, kv->key), kv->key, kv_eq);
+  switch (m->op) {
+  case RP_KV_SET:
+    if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))
+      return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad value");
+    kv_put(r, n, kv->key, kv->value, kv->value_len, &err);
+    return err;
+  case RP_KV_GET:
+    if (e || !(kv->wait > 0)) {
+      send_value(r, conn, kv->key, e);
+      return 0;
+    }
+    return kv_wait(r, n, kv->key, fmin(kv->wait, WIRE_MAX_SECONDS), now);
+  default:                      /* RP_KV_ADD */
+    if (e && !parse_i64(e->value, e->len, &v))
+      return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                    "key %s does not hold an integer", kv->key);
+    if (__builtin_add_overflow(v, kv->delta, &v))
+      return refuse(r, conn, RP_ERR_BAD_REQUEST, -ERANGE,
+                    "key %s would overflow", kv->key);
+    fmt(num, sizeof num, "%" PRId64, v);
+    e = kv_put(r, n, kv->key, num, strlen(num), &err);
+    if (e)
+      send_value(r, conn, kv->key, e);
+    return err;
+  }
+}
+
+/* ---- STATUS ---- */
+
+static bool jnum(cJSON *o, const char *k, double v)
+{
+  return cJSON_AddNumberToObject(o, k, v) != NULL;
+}
+
+static bool jstr(cJSON *o, const char *k, const char *v)
+{
+  return cJSON_AddStringToObject(o, k, v) != NULL;
+}
+
+static bool status_job(const struct job *job, double now, bool with_nodes,
+                       cJSON *o)
+{
+  static const char *const states[] = {
+    [NS_IDLE] = "left", [NS_PART] = "participant", [NS_SPARE] = "waiting",
+  };
+  const struct rp_conf *cf = &job->conf;
+  const struct barrier *b;
+  const struct node *n;
+  cJSON *conf, *nodes, *bars = NULL, *no;
+  bool ok;
+
+  ok = jstr(o, "id", job->id) && jstr(o, "phase", phase_name(job->phase)) &&
+       jnum(o, "round", job->round) &&
+       jnum(o, "restart_count", job->restart_count) &&
+       (conf = cJSON_AddObjectToObject(o, "conf")) &&
+       jnum(conf, "min_nodes", cf->min_nodes) &&
+       jnum(conf, "max_nodes", cf->max_nodes) &&
+       jnum(conf, "max_restarts", cf->max_restarts) &&
+       jnum(conf, "join_timeout", cf->join_timeout) &&
+       jnum(conf, "last_call_timeout", cf->last_call_timeout) &&
+       jnum(conf, "close_timeout", cf->close_timeout) &&
+       jnum(conf, "keepalive_interval", cf->keepalive_interval) &&
+       jnum(conf, "keepalive_misses", cf->keepalive_misses) &&
+       jnum(o, "world_size", job->world_size) &&
+       jnum(o, "participants", job->n_part) &&
+       jnum(o, "waiting", job->n_spares) &&
+       (job->phase != PH_LAST_CALL ||
+        jnum(o, "last_call", clamp_secs(job->deadline - now))) &&
+       (bars = cJSON_AddObjectToObject(o, "barriers")) &&
+       jnum(o, "kv_keys", (double)job->kv.n);
+  for (b = job->barriers; ok && b; b = b->next)
+    ok = jnum(bars, b->name, b->count);
+  if (!ok || !with_nodes)
+    return ok && (with_nodes || cJSON_AddTrueToObject(o, "nodes_omitted"));
+  ok = (nodes = cJSON_AddArrayToObject(o, "nodes")) != NULL;
+  for (n = job->nodes; ok && n; n = n->next) {
+    ok = (no = cJSON_CreateObject()) && cJSON_AddItemToArray(nodes, no);
+    if (!ok) {
+      cJSON_Delete(no);
+      break;
+    }
+    ok = jstr(no, "host", n->host) && jstr(no, "addr", node_addr(n)) &&
+         jnum(no, "pid", (double)n->pid) && jnum(no, "nproc", n->nproc) &&
+         jnum(no, "rank", job->phase == PH_RUNNING && n->state == NS_PART
+                            ? n->rank : -1) &&
+         jstr(no, "state", states[n->state]);
+  }
+  return ok;
+}
+
+static cJSON *status(const struct rs_registry *r, double now,
+                     bool with_nodes)
+{
+  cJSON *root = cJSON_CreateObject(), *jobs = NULL, *o;
+  const struct job *job;
+  bool ok;
+
+  ok = root && (jobs = cJSON_AddArrayToObject(root, "jobs")) &&
+       jnum(root, "nodes", r->n_nodes);
+  for (job = r->jobs_head; ok && job; job = job->next) {
+    ok = (o = cJSON_CreateObject()) && cJSON_AddItemToArray(jobs, o);
+    if (!ok)
+      cJSON_Delete(o);
+    else
+      ok = status_job(job, now, with_nodes, o);
+  }
+  if (!ok) {
+    cJSON_Delete(root);
+    return NULL;
+  }
+  return root;
+}
+
+cJSON *rs_status(const struct rs_registry *r, double now)
+{
+  return status(r, now, true);
+}
+
+static int on_status(struct rs_registry *r, void *conn, double now)
+{
+  struct rp_msg m;
+  cJSON *st = status(r, now, true);
+  char *s = st ? cJSON_PrintUnformatted(st) : NULL;
+
+  cJSON_Delete(st);
+  /* Too big for one frame: the node lists go. */
+  if (s && strlen(s) > RP_MAX_FRAME - 4096) {
+    cJSON_free(s);
+    st = status(r, now, false);
+    s = st ? cJSON_PrintUnformatted(st) : NULL;
+    cJSON_Delete(st);
+  }
+  if (!s)
+    return refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+  memset(&m, 0, sizeof m);
+  m.op = RP_STATUS_REPLY;
+  m.u.status_json = s;
+  send_msg(r, conn, &m);
+  cJSON_free(s);
+  return 0;
+}
+
+/* ---- entry points ---- */
+
+struct rs_registry *rs_create(const struct rs_sink *sink,
+                              const struct rs_limits *limits)
+{
+  struct rs_registry *r = calloc(1, sizeof(*r));
+
+  if (!r)
+    return NULL;
+  r->sink = *sink;
+  if (limits)
+    r->lim = *limits;
+  if (r->lim.max_jobs <= 0)
+    r->lim.max_jobs = DEF_MAX_JOBS;
+  if (r->lim.max_keys_per_job <= 0)
+    r->lim.max_keys_per_job = DEF_MAX_KEYS;
+  if (!r->lim.max_kv_bytes)
+    r->lim.max_kv_bytes = DEF_MAX_KV_BYTES;
+  r->seed = mix64((uint64_t)(uintptr_t)r);
+  return r;
+}
+
+void rs_destroy(struct rs_registry *r)
+{
+  size_t i;
+
+  if (!r)
+    return;
+  while (r->jobs_head)
+    job_free(r, r->jobs_head);
+  for (i = 0; i < r->conns.cap; i++)
+    free(r->conns.s[i].item);
+  free(r->conns.s);
+  free(r->jobs.s);
+  free(r->heap);
+  free(r);
+}
+
+int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
+              double now)
+{
+  struct conn *c = conn_get(r, conn, false);
+  struct node *n = c ? c->node : NULL;
+
+  if (!isfinite(now))
+    return -EINVAL;
+  if (c && c->dropped)
+    return -ENOTCONN;
+  if (n)
+    n->last_seen = now;         /* any message is a sign of life */
+  switch (m->op) {
+  case RP_JOIN:
+    return on_join(r, c, conn, &m->u.join, now);
+  case RP_STATUS:
+    return on_status(r, conn, now);
+  case RP_KEEPALIVE:
+  case RP_FAILURE:
+  case RP_BARRIER:
+  case RP_LEAVE:
+  case RP_KV_SET:
+  case RP_KV_GET:
+  case RP_KV_ADD:
+    break;
+  default:
+    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                  "unexpected message (op %d)", (int)m->op);
+  }
+  if (!n)
+    return refuse(r, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
+                  "not joined: send JOIN first");
+  switch (m->op) {
+  case RP_KEEPALIVE:
+    {
+      struct rp_msg pong;
+
+      memset(&pong, 0, sizeof pong);
+      pong.op = RP_PONG;
+      send_msg(r, conn, &pong);
+      return 0;
+    }
+  case RP_FAILURE:
+    return on_failure(r, n, &m->u.failure, now);
+  case RP_BARRIER:
+    return on_barrier(r, n, &m->u.barrier);
+  case RP_LEAVE:
+    return on_leave(r, n, now);
+  default:
+    return on_kv(r, n, m, now);
+  }
+}
+
+void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr)
+{
+  struct conn *c = conn_get(r, conn, true);
+
+  if (c && addr)
+    copy_str(c->peer, sizeof c->peer, addr);
+}
+
+void rs_conn_closed(struct rs_registry *r, void *conn, double now)
+{
+  struct conn *c = conn_get(r, conn, false);
+
+  if (!c)
+    return;
+  if (c->node)
+    node_lost(r, c->node, now, "lost: connection closed");
+  ht_remove(&r->conns, c->h, c);
+  free(c);
+}
+
+/* Note [timers]: dead only if silent for the whole period; else the
+ * timer moves to the end of the node's current period. */
+static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
+{
+  double period = n->job->conf.keepalive_interval *
+                  n->job->conf.keepalive_misses;
+  char why[64];
+
+  if (now < n->last_seen + period) {
+    timer_set(r, &n->t_alive, n->last_seen + period);
+    return;
+  }
+  fmt(why, sizeof why, "lost: no keepalive for %.1f s", now - n->last_seen);
+  node_lost(r, n, now, why);
+}
+
+static void on_join_timer(struct rs_registry *r, struct node *n, double now)
+{
+  struct job *job = n->job;
+  struct conn *c = n->c;
+  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+
+  if (n->state == NS_SPARE && !gathering(job))
+    fmt(text, sizeof text, "waited %g s: round %d is full (%d of at most "
+        "%d nodes)", job->conf.join_timeout, job->round, job->n_part,
+        job->conf.max_nodes);
+  else
+    fmt(text, sizeof text, "waited %g s: %d of at least %d nodes present",
+        job->conf.join_timeout, job->n_part, job->conf.min_nodes);
+  describe(n, d, sizeof d);
+  say(r, "job %s: %s: join timeout: %s", job->id, d, text);
+  send_text(r, c->conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
+  node_remove(r, n, now, "join timeout");
+  conn_drop(r, c->conn);
+}
+
+/* One WAITING per participant, at most once per PROGRESS_PERIOD. */
+static void on_progress_timer(struct rs_registry *r, struct job *job,
+                              double now)
+{
+  struct node *n;
+
+  if (!gathering(job) || !job->progress_dirty)
+    return;
+  for (n = job->nodes; n; n = n->next)
+    if (n->state == NS_PART)
+      send_waiting(r, job, n, now);
+  job->progress_last = now;
+  job->progress_dirty = false;
+}
+
+static void on_kv_timer(struct rs_registry *r, struct waiter *w)
+{
+  struct node *n = w->node;
+
+  refuse(r, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT,
+         "key %s not set within %g s", w->wk->key, w->wait);
+  waiter_free(r, n->job, w);
+}
+
+double rs_tick(struct rs_registry *r, double now)
+{
+  struct job *job;
+
+  if (!isfinite(now))
+    return -1;
+  while (r->heap_n && r->heap[0]->at <= now) {
+    struct rs_timer *t = r->heap[0];
+
+    timer_clear(r, t);
+    switch (t->kind) {
+    case T_LAST_CALL:
+      job = container_of(t, struct job, t_last_call);
+      if (job->phase == PH_LAST_CALL)
+        complete_round(r, job);
+      break;
+    case T_PROGRESS:
+      on_progress_timer(r, container_of(t, struct job, t_progress), now);
+      break;
+    case T_FORGET:
+      job = container_of(t, struct job, t_forget);
+      if (!job->n_nodes) {
+        say(r, "job %s: forgotten", job->id);
+        job_free(r, job);
+      }
+      break;
+    case T_JOIN:
+      on_join_timer(r, container_of(t, struct node, t_join), now);
+      break;
+    case T_ALIVE:
+      on_alive_timer(r, container_of(t, struct node, t_alive), now);
+      break;
+    case T_KV_WAIT:
+      on_kv_timer(r, container_of(t, struct waiter, t));
+      break;
+    }
+  }
+  return r->heap_n ? r->heap[0]->at : -1;
+}
+
+int rs_job_count(const struct rs_registry *r)
+{
+  return r->n_jobs;
+}
+
+int rs_node_count(const struct rs_registry *r)
+{
+  return r->n_nodes;
+}

@@ -1,0 +1,156 @@
+/* rdzv_state.h -- the rendezvous state machine: every job (rdzv_id) with
+ * its rounds, participants, waiting list, barriers and key-value store.
+ *
+ * Pure: no sockets, no clocks, no allocation visible to the caller.  Time
+ * is passed in (seconds, any monotonic origin); messages go out through the
+ * injected sink.  rdzvd drives it from its libuv server, cdrun links it for
+ * the embedded server, and tests drive it transition by transition.
+ *
+ * Nodes are identified by an opaque connection pointer chosen by the
+ * caller (never dereferenced here).  One connection is one node of at most
+ * one job. */
+#ifndef RDZV_STATE_H
+#define RDZV_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "rdzv_proto.h"
+
+struct cJSON;
+
+/* How the machine talks back.  send() must not call back into the state
+ * machine; it queues (the server encodes and writes later). */
+struct rs_sink {
+  void *ctx;
+  /* A message for one node's connection. */
+  void (*send)(void *ctx, void *conn, const struct rp_msg *m);
+  /* Close this connection after the messages already sent to it: used
+   * after an ERROR that ends the node's membership.  The machine has
+   * already forgotten the node when drop is called. */
+  void (*drop)(void *ctx, void *conn);
+  /* One line saying what happened to a job ("job x: round 2 complete:
+   * 4 nodes, world size 16").  May be NULL. */
+  void (*log)(void *ctx, const char *line);
+};
+
+/* Limits, to bound memory under untrusted input.  A zero field takes
+ * the default. */
+struct rs_limits {
+  int max_jobs;             /* default 10000 */
+  int max_keys_per_job;     /* default 4096 */
+  size_t max_kv_bytes;      /* per job, default 16 MiB */
+};
+
+struct rs_registry;
+
+/* Creates an empty registry.  limits may be NULL for defaults.  Returns
+ * NULL when out of memory. */
+struct rs_registry *rs_create(const struct rs_sink *sink,
+                              const struct rs_limits *limits);
+void rs_destroy(struct rs_registry *r);
+
+/* Note [round semantics]
+ *
+ * A job's first JOIN creates it and fixes its configuration (min/max
+ * nodes, timeouts, max_restarts).  A later JOIN with different min_nodes
+ * or max_nodes gets ERROR config_mismatch (naming both values) and drop.
+ *
+ * Phases of the current round: GATHERING -> (LAST_CALL) -> RUNNING.
+ * - GATHERING: joiners become participants.  At min_nodes the last-call
+ *   deadline (now + last_call_timeout) starts; at max_nodes, or when every
+ *   node expected back (see restarts) has re-joined and there are at least
+ *   min_nodes, the round completes at once; when the deadline passes with
+ *   >= min_nodes, it completes.
+ * - Completion: ranks are assigned (below), and every participant gets one
+ *   ROUND message with its own group_rank, group_world_size, rank_offset
+ *   (sum of nproc of lower ranks), world_size (sum of all nproc), round,
+ *   restart_count, and the master address and port: the rank-0 node's addr
+ *   (its JOIN's addr, or the connection's peer address set with
+ *   rs_set_peer_addr when addr is "") and the master_port it offered.
+ * - RUNNING: a JOIN from a new node: if participants < max_nodes, it goes
+ *   to the waiting list and a new round starts (RESTART "node <host>
+ *   joined" to every participant; no restart counted); if the round is
+ *   full it just waits (WAITING) until a place frees up.
+ * - A new round (round + 1) starts GATHERING with no participants; the
+ *   nodes of the previous round that are still alive plus the waiting list
+ *   are "expected"; each comes back with JOIN (reason membership/failure).
+ *
+ * Ranks: participants of the previous round keep their relative order
+ * (so the rank-0 node keeps rank 0 while it lives), then the others in
+ * join order.  At most max_nodes participate; the rest wait.
+ *
+ * Failures: FAILURE (final = false) from a participant of the RUNNING
+ * round counts one restart (restart_count + 1, once per round however many
+ * nodes report) and starts a new round: RESTART "<host> workers failed" to
+ * every other participant.  FAILURE with final = true, or a failure when
+ * restart_count == max_restarts already, closes the job: CLOSED (success =
+ * false, the message) to every node of the job, then drop.
+ *
+ * Dead nodes: rs_conn_closed (connection lost) or silence longer than
+ * keepalive_interval * keepalive_misses (checked by rs_tick; any message
+ * from the node counts as a sign of life).  A dead participant of a
+ * RUNNING round starts a new round for the survivors (RESTART "<host>
+ * lost"; no restart counted).  A dead node in GATHERING is just removed
+ * (the last-call deadline is cancelled if the count drops below min).
+ *
+ * Join timeout: a node that has been gathering (since its JOIN; on the
+ * waiting list too) for join_timeout without its round completing gets
+ * ERROR join_timeout ("waited 600 s: 1 of at least 2 nodes present") and
+ * drop.
+ *
+ * Progress: while GATHERING, every node of the round gets WAITING after
+ * its JOIN and then at most once per second when the count changes
+ * (emitted from rs_tick), so progress costs O(N) per second, not O(N^2).
+ *
+ * Barriers: BARRIER(name, round) from a participant of the RUNNING round;
+ * when every participant of the round has entered the barrier, each gets
+ * BARRIER_DONE.  A new round cancels pending barriers (the RESTART says
+ * so).  A barrier for a stale round gets ERROR bad_request.
+ *
+ * Leaving: LEAVE from a node removes it without starting a round if the
+ * job's round passed its "exit" barrier, or if the job is closed; when
+ * every node has left (or died) after the exit barrier, the job is
+ * finished: kept close_timeout seconds (a JOIN then gets ERROR closed),
+ * then forgotten.  A LEAVE from a RUNNING participant before the exit
+ * barrier counts as a lost node.
+ *
+ * KV: per job, keys <= RP_MAX_KEY, values <= RP_MAX_VALUE, bounded by
+ * rs_limits; SET replaces; GET answers KV_VALUE (found = false when
+ * absent and wait == 0, or waits up to wait seconds for the key: answered
+ * when it is set, or ERROR timeout from rs_tick); ADD treats the value as
+ * a decimal integer (absent = 0) and answers the new value. */
+
+/* A message from conn, decoded.  now in seconds.  Returns 0, or a negative
+ * errno when the message was refused (an ERROR has been sent then; the
+ * caller need not do anything else). */
+int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
+              double now);
+
+/* The connection's peer address as the server saw it ("10.0.0.5"), used
+ * as the node's address when its JOIN gave none. */
+void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr);
+
+/* The connection is gone (closed, reset).  Safe for unknown conns.  Call
+ * it for dropped connections too: until then their messages are
+ * ignored. */
+void rs_conn_closed(struct rs_registry *r, void *conn, double now);
+
+/* Runs every deadline due at now (last call, join timeouts, keepalive
+ * deaths, KV wait timeouts, progress messages, forgetting finished jobs).
+ * Returns the absolute time of the next deadline, or a negative value if
+ * none is pending. */
+double rs_tick(struct rs_registry *r, double now);
+
+/* The number of jobs known, and of nodes connected to any job. */
+int rs_job_count(const struct rs_registry *r);
+int rs_node_count(const struct rs_registry *r);
+
+/* A JSON object describing every job (id, phase, round, restart_count,
+ * conf, nodes with addr/host/pid/nproc/rank/state, waiting list, barrier
+ * counts, kv key count).  A node's state is "participant", "waiting" (the
+ * waiting list) or "left" (not back since RESTART).  Caller frees with
+ * cJSON_Delete. */
+struct cJSON *rs_status(const struct rs_registry *r, double now);
+
+#endif

@@ -1,0 +1,46 @@
+/* server.h -- rdzvd's libuv TCP server around the rendezvous state
+ * machine.  Used by the rdzvd daemon and, embedded, by a cdrun agent that
+ * hosts the rendezvous itself. */
+#ifndef RDZVD_SERVER_H
+#define RDZVD_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "rdzv_state.h"
+
+struct rdzvd_server;
+
+struct rdzvd_server_opts {
+  const char *host;           /* NULL or "": every address, IPv6 + IPv4 */
+  int port;                   /* 0: any free port (see rdzvd_server_port) */
+  struct rs_limits limits;    /* zeros: defaults */
+  /* Where job log lines go (prefixed with a timestamp); NULL: nowhere. */
+  void (*log)(void *ctx, const char *line);
+  void *log_ctx;
+};
+
+/* Binds, listens and starts serving on loop.  Returns 0, or a negative
+ * libuv error with a sentence in err ("cannot listen on [::]:29400:
+ * address already in use"). */
+int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
+                       struct rdzvd_server **out, char *err, size_t errlen);
+
+/* The port actually bound. */
+int rdzvd_server_port(const struct rdzvd_server *s);
+
+/* Nodes currently members of some job, and jobs known. */
+int rdzvd_server_nodes(const struct rdzvd_server *s);
+int rdzvd_server_jobs(const struct rdzvd_server *s);
+
+/* Calls cb(ctx) once, the first time the server has no node left in any
+ * job (immediately on the next loop turn if it has none now). */
+void rdzvd_server_on_idle(struct rdzvd_server *s, void (*cb)(void *ctx),
+                          void *ctx);
+
+/* Closes the listener and every connection; frees s once every handle is
+ * closed (the loop must keep running until then). */
+void rdzvd_server_stop(struct rdzvd_server *s);
+
+#endif

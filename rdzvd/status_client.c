@@ -1,0 +1,181 @@
+/* status_client.c -- a small blocking client for the STATUS request. */
+#include "status_client.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "endpoint.h"
+#include "rdzv_proto.h"
+
+#define STATUS_TIMEOUT_MS 5000
+
+static int connect_to(const char *host, int port, char *err, size_t errlen)
+{
+  struct addrinfo hints, *res, *ai;
+  char portstr[16];
+  int fd = -1, rc;
+
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  snprintf(portstr, sizeof portstr, "%d", port);
+  rc = getaddrinfo(host, portstr, &hints, &res);
+  if (rc) {
+    snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(rc));
+    return -1;
+  }
+  for (ai = res; ai; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      continue;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+      break;
+    snprintf(err, errlen, "cannot connect to %s:%d: %s", host, port,
+             strerror(errno));
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+/* Reads one whole frame into a heap buffer; returns its length or -1. */
+static ssize_t read_frame(int fd, char **out, char *err, size_t errlen)
+{
+  size_t len = 0, cap = 4096, flen;
+  char *buf = malloc(cap), *grown;
+  struct pollfd p = { fd, POLLIN, 0 };
+  ssize_t n;
+  int rc;
+
+  while (buf) {
+    rc = rp_frame_peek(buf, len, &flen);
+    if (rc == 1) {
+      *out = buf;
+      return (ssize_t)flen;
+    }
+    if (rc < 0) {
+      snprintf(err, errlen, "bad frame from the server");
+      break;
+    }
+    if (poll(&p, 1, STATUS_TIMEOUT_MS) <= 0) {
+      snprintf(err, errlen, "no answer within %d s", STATUS_TIMEOUT_MS / 1000);
+      break;
+    }
+    if (len == cap) {
+      grown = realloc(buf, cap * 2);
+      if (!grown)
+        break;
+      buf = grown;
+      cap *= 2;
+    }
+    n = read(fd, buf + len, cap - len);
+    if (n <= 0) {
+      snprintf(err, errlen, "the server closed the connection");
+      break;
+    }
+    len += (size_t)n;
+  }
+  free(buf);
+  return -1;
+}
+
+static const char *jstr(const cJSON *o, const char *k)
+{
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+  return cJSON_IsString(v) ? v->valuestring : "?";
+}
+
+static double jnum(const cJSON *o, const char *k)
+{
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+  return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+static void print_table(const cJSON *st)
+{
+  const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(st, "jobs"), *j, *n;
+
+  printf("%d job(s), %d node(s)\n", cJSON_GetArraySize(jobs),
+         (int)jnum(st, "nodes"));
+  cJSON_ArrayForEach(j, jobs) {
+    const cJSON *conf = cJSON_GetObjectItemCaseSensitive(j, "conf");
+
+    printf("job %s: %s, round %d, restarts %d/%d, nodes %d..%d, world "
+           "size %d\n", jstr(j, "id"), jstr(j, "phase"),
+           (int)jnum(j, "round"), (int)jnum(j, "restart_count"),
+           (int)jnum(conf, "max_restarts"), (int)jnum(conf, "min_nodes"),
+           (int)jnum(conf, "max_nodes"), (int)jnum(j, "world_size"));
+    cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(j, "nodes")) {
+      printf("  rank %-5d %-12s %-24s %-16s pid %-8d nproc %d\n",
+             (int)jnum(n, "rank"), jstr(n, "state"), jstr(n, "host"),
+             jstr(n, "addr"), (int)jnum(n, "pid"), (int)jnum(n, "nproc"));
+    }
+  }
+}
+
+int status_query(const char *endpoint, bool json)
+{
+  struct rp_msg m;
+  char host[RP_MAX_ADDR + 1], err[256] = "";
+  char *frame = NULL, *req = NULL;
+  size_t reqlen;
+  ssize_t flen;
+  cJSON *st;
+  int fd, port, rc = 1;
+
+  if (endpoint_parse(endpoint, 29400, host, sizeof host, &port)) {
+    fprintf(stderr, "rdzvd: error: --status: invalid endpoint '%s' "
+            "(expected host[:port] or [ipv6]:port)\n", endpoint);
+    return 2;
+  }
+  fd = connect_to(host, port, err, sizeof err);
+  if (fd < 0) {
+    fprintf(stderr, "rdzvd: %s\n", err);
+    return 1;
+  }
+  memset(&m, 0, sizeof m);
+  m.op = RP_STATUS;
+  if (rp_encode(&m, &req, &reqlen) != 0 ||
+      write(fd, req, reqlen) != (ssize_t)reqlen) {
+    fprintf(stderr, "rdzvd: cannot send the status request\n");
+    goto out;
+  }
+  flen = read_frame(fd, &frame, err, sizeof err);
+  if (flen < 0) {
+    fprintf(stderr, "rdzvd: %s:%d: %s\n", host, port, err);
+    goto out;
+  }
+  if (rp_decode(frame + RP_FRAME_HEADER, (size_t)flen - RP_FRAME_HEADER, &m,
+                err, sizeof err) != 0 || m.op != RP_STATUS_REPLY) {
+    fprintf(stderr, "rdzvd: unexpected answer from %s:%d: %s\n", host,
+            port, err[0] ? err : rp_op_name(m.op));
+    if (err[0] == '\0')
+      rp_msg_free(&m);
+    goto out;
+  }
+  st = cJSON_Parse(m.u.status_json);
+  if (json || !st) {
+    puts(m.u.status_json);
+  } else {
+    print_table(st);
+  }
+  cJSON_Delete(st);
+  rp_msg_free(&m);
+  rc = 0;
+out:
+  free(req);
+  free(frame);
+  close(fd);
+  return rc;
+}

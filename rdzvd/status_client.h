@@ -1,0 +1,14 @@
+/* status_client.h -- `rdzvd --status host[:port]`: ask a running rdzvd
+ * what it knows and print it. */
+#ifndef RDZVD_STATUS_CLIENT_H
+#define RDZVD_STATUS_CLIENT_H
+
+#include <stdbool.h>
+
+/* Connects to endpoint ("host", "host:port", "[v6]:port"; port 29400 by
+ * default), sends STATUS, prints the reply (a table, or the JSON when
+ * json), and returns the process exit status (0, or 1 with a message on
+ * stderr). */
+int status_query(const char *endpoint, bool json);
+
+#endif

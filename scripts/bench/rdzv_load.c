@@ -1,0 +1,679 @@
+/* rdzv_load.c -- rendezvous load client: N agents on N sockets, 1 job. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rdzv_proto.h"
+
+#define NPROC 8
+#define CONNECT_WINDOW 256      /* connects in flight at once */
+#define BACKLOG_HIGH 512        /* pause connecting above this queue */
+#define PHASE_TIMEOUT 60.0      /* seconds for ROUND, barrier */
+#define READ_SCRATCH 65536
+#define MAX_EVENTS 1024
+
+static const char usage[] =
+  "usage: rdzv_load --host H --port P --nodes N --id ID [--leave-only]\n"
+  "\n"
+  "Connects N agents to one rdzvd (paced, not timed), sends every JOIN as\n"
+  "fast as it can, reads until each agent has its ROUND and checks the\n"
+  "assignment.  Prints complete_ms = last ROUND received - last JOIN\n"
+  "written.  Then every agent enters the exit barrier and LEAVEs (with\n"
+  "--leave-only: LEAVE at once, as a node lost mid-round would).\n";
+
+enum phase { PH_ROUND, PH_BARRIER };
+
+struct conn {
+  int fd;
+  int idx;
+  char *in;                   /* bytes read, not yet a whole frame */
+  size_t in_len, in_cap;
+  char *out;                  /* encoded frame being written */
+  size_t out_len, out_off;
+  bool connected;
+  bool got_round;
+  bool got_barrier;
+  int waitings;
+  struct rp_round round;
+};
+
+struct load {
+  const char *host;
+  int port;
+  int nodes;
+  const char *id;
+  bool leave_only;
+  int ep;
+  struct conn *c;
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  int rounds, barriers;
+  long waitings;
+  double t_first_round, t_last_round, t_barrier_done;
+  double t_last_write;        /* a write that had to wait for EPOLLOUT */
+};
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2),
+                                                     noreturn));
+
+static void die(const char *fmt, ...)
+{
+  va_list ap;
+
+  fputs("rdzv_load: error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(1);
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(long ms)
+{
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+static long parse_long(const char *flag, const char *v, long lo, long hi)
+{
+  char *end;
+  long n;
+
+  errno = 0;
+  n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < lo || n > hi)
+    die("%s: expected an integer %ld..%ld, got '%s'", flag, lo, hi, v);
+  return n;
+}
+
+static void parse_args(struct load *L, int argc, char **argv)
+{
+  int i;
+
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      fputs(usage, stdout);
+      exit(0);
+    }
+    if (strcmp(a, "--leave-only") == 0) {
+      L->leave_only = true;
+      continue;
+    }
+    if (i + 1 >= argc)
+      die("%s: unknown option or missing value\n%s", a, usage);
+    if (strcmp(a, "--host") == 0)
+      L->host = argv[++i];
+    else if (strcmp(a, "--port") == 0)
+      L->port = (int)parse_long(a, argv[++i], 1, 65535);
+    else if (strcmp(a, "--nodes") == 0)
+      L->nodes = (int)parse_long(a, argv[++i], 1, RP_MAX_NODES);
+    else if (strcmp(a, "--id") == 0)
+      L->id = argv[++i];
+    else
+      die("unknown option '%s'\n%s", a, usage);
+  }
+  if (!L->host || !L->port || !L->nodes || !L->id)
+    die("--host, --port, --nodes and --id are required\n%s", usage);
+  if (strlen(L->id) == 0 || strlen(L->id) > RP_MAX_ID)
+    die("--id: 1..%d bytes", RP_MAX_ID);
+}
+
+/* N sockets plus a few: the soft limit goes up to the hard one. */
+static void raise_nofile(int nodes)
+{
+  struct rlimit rl;
+
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    die("getrlimit: %s", strerror(errno));
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    die("setrlimit: %s", strerror(errno));
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)nodes + 16)
+    die("RLIMIT_NOFILE hard limit %llu is too low for %d connections",
+        (unsigned long long)rl.rlim_cur, nodes);
+}
+
+static void resolve(struct load *L)
+{
+  struct addrinfo hints, *res;
+  char port[16];
+  int rc;
+
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  snprintf(port, sizeof port, "%d", L->port);
+  rc = getaddrinfo(L->host, port, &hints, &res);
+  if (rc != 0)
+    die("cannot resolve '%s': %s", L->host, gai_strerror(rc));
+  memcpy(&L->addr, res->ai_addr, res->ai_addrlen);
+  L->addrlen = res->ai_addrlen;
+  freeaddrinfo(res);
+}
+
+/* The accept queue length of the local listener on port (rx_queue of the
+ * LISTEN row in /proc/net/tcp{,6}), or -1 if not found (remote host). */
+static long listen_queue(int port)
+{
+  static const char *const files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
+  char line[512];
+  size_t f;
+
+  for (f = 0; f < sizeof files / sizeof files[0]; f++) {
+    FILE *fp = fopen(files[f], "r");
+
+    if (!fp)
+      continue;
+    while (fgets(line, sizeof line, fp)) {
+      char local[128], rem[128], *colon, *end;
+      unsigned st;
+      unsigned long txq, rxq, lport;
+
+      if (sscanf(line, " %*d: %127s %127s %x %lx:%lx", local, rem, &st,
+                 &txq, &rxq) != 5 || st != 0x0A)
+        continue;
+      colon = strrchr(local, ':');
+      if (!colon)
+        continue;
+      lport = strtoul(colon + 1, &end, 16);
+      if (*end == '\0' && lport == (unsigned long)port) {
+        fclose(fp);
+        return (long)rxq;
+      }
+    }
+    fclose(fp);
+  }
+  return -1;
+}
+
+static void ep_set(struct load *L, struct conn *c, int op, uint32_t ev)
+{
+  struct epoll_event e;
+
+  memset(&e, 0, sizeof e);
+  e.events = ev;
+  e.data.ptr = c;
+  if (epoll_ctl(L->ep, op, c->fd, &e) != 0)
+    die("epoll_ctl: %s", strerror(errno));
+}
+
+static void start_connect(struct load *L, struct conn *c)
+{
+  int one = 1;
+
+  c->fd = socket(L->addr.ss_family,
+                 SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (c->fd < 0)
+    die("socket (connection %d): %s", c->idx, strerror(errno));
+  /* Agents send small frames and wait for answers: no Nagle delay. */
+  setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (connect(c->fd, (struct sockaddr *)&L->addr, L->addrlen) != 0 &&
+      errno != EINPROGRESS)
+    die("connect (connection %d): %s", c->idx, strerror(errno));
+  ep_set(L, c, EPOLL_CTL_ADD, EPOLLOUT);
+}
+
+/* Untimed: every connection established and, where the listener is
+ * local, accepted (its accept queue empty), so that the timed phase sees
+ * only rendezvous work. */
+static void connect_all(struct load *L)
+{
+  struct epoll_event ev[MAX_EVENTS];
+  int next = 0, inflight = 0, done = 0, retries = 0, i, n;
+  double deadline = now_s() + PHASE_TIMEOUT;
+  long q;
+
+  while (done < L->nodes) {
+    while (next < L->nodes && inflight < CONNECT_WINDOW) {
+      /* Pace against the daemon's accept loop, not just the handshake. */
+      if (next % CONNECT_WINDOW == 0 && next > 0) {
+        while ((q = listen_queue(L->port)) > BACKLOG_HIGH &&
+               now_s() < deadline)
+          sleep_ms(1);
+      }
+      start_connect(L, &L->c[next++]);
+      inflight++;
+    }
+    n = epoll_wait(L->ep, ev, MAX_EVENTS, 1000);
+    if (n < 0 && errno != EINTR)
+      die("epoll_wait: %s", strerror(errno));
+    for (i = 0; i < n; i++) {
+      struct conn *c = ev[i].data.ptr;
+      int err = 0;
+      socklen_t len = sizeof err;
+
+      getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err) {
+        /* A refused or reset handshake under load: try again. */
+        if (++retries > L->nodes)
+          die("connect (connection %d): %s", c->idx, strerror(err));
+        epoll_ctl(L->ep, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+        sleep_ms(1);
+        start_connect(L, c);
+        continue;
+      }
+      c->connected = true;
+      ep_set(L, c, EPOLL_CTL_MOD, EPOLLIN);
+      inflight--;
+      done++;
+    }
+    if (now_s() > deadline)
+      die("only %d of %d connections established in %.0f s", done,
+          L->nodes, PHASE_TIMEOUT);
+  }
+  while ((q = listen_queue(L->port)) > 0 && now_s() < deadline)
+    sleep_ms(1);
+  if (q > 0)
+    die("rdzvd has not accepted %ld connections after %.0f s", q,
+        PHASE_TIMEOUT);
+  sleep_ms(50 + L->nodes / 100);  /* uv_accept + read_start after that */
+  if (retries)
+    fprintf(stderr, "rdzv_load: %d connect retries\n", retries);
+}
+
+static void encode_or_die(const struct rp_msg *m, struct conn *c)
+{
+  int rc = rp_encode(m, &c->out, &c->out_len);
+
+  if (rc)
+    die("cannot encode %s: %s", rp_op_name(m->op), strerror(-rc));
+  c->out_off = 0;
+}
+
+static void encode_join(const struct load *L, struct conn *c)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_JOIN;
+  snprintf(m.u.join.id, sizeof m.u.join.id, "%s", L->id);
+  snprintf(m.u.join.host, sizeof m.u.join.host, "load%d", c->idx);
+  m.u.join.pid = c->idx;
+  m.u.join.nproc = NPROC;
+  m.u.join.master_port = 29500 + c->idx % 1000;
+  m.u.join.reason = RP_REASON_FIRST;
+  rp_conf_default(&m.u.join.conf);
+  m.u.join.conf.min_nodes = L->nodes;
+  m.u.join.conf.max_nodes = L->nodes;
+  m.u.join.conf.join_timeout = 600;
+  m.u.join.conf.last_call_timeout = 30;
+  /* Long keepalives: none are sent, and none are needed. */
+  m.u.join.conf.keepalive_interval = 30;
+  m.u.join.conf.keepalive_misses = 5;
+  encode_or_die(&m, c);
+}
+
+/* Writes what is left of c->out; true when all of it is gone. */
+static bool flush_out(struct load *L, struct conn *c)
+{
+  while (c->out_off < c->out_len) {
+    ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        ep_set(L, c, EPOLL_CTL_MOD, EPOLLIN | EPOLLOUT);
+        return false;
+      }
+      die("write (connection %d): %s", c->idx, strerror(errno));
+    }
+    c->out_off += (size_t)n;
+  }
+  free(c->out);
+  c->out = NULL;
+  c->out_len = c->out_off = 0;
+  return true;
+}
+
+/* Sends every connection's c->out; returns how many are still pending
+ * (finished by the read loop on EPOLLOUT). */
+static int send_all(struct load *L)
+{
+  int i, pending = 0;
+
+  for (i = 0; i < L->nodes; i++)
+    if (!flush_out(L, &L->c[i]))
+      pending++;
+  return pending;
+}
+
+static void check_round(struct load *L, struct conn *c)
+{
+  const struct rp_round *r = &c->round;
+
+  if (c->got_round)
+    die("connection %d: a second ROUND", c->idx);
+  if (r->group_rank < 0 || r->group_rank >= L->nodes)
+    die("connection %d: group_rank %d out of 0..%d", c->idx,
+        r->group_rank, L->nodes - 1);
+  if (r->group_world_size != L->nodes)
+    die("connection %d: group_world_size %d, expected %d", c->idx,
+        r->group_world_size, L->nodes);
+  if ((long)r->world_size != (long)NPROC * L->nodes)
+    die("connection %d: world_size %d, expected %ld", c->idx,
+        r->world_size, (long)NPROC * L->nodes);
+  if ((long)r->rank_offset != (long)NPROC * r->group_rank)
+    die("connection %d: rank_offset %d for group_rank %d, expected %ld",
+        c->idx, r->rank_offset, r->group_rank,
+        (long)NPROC * r->group_rank);
+}
+
+/* Handles one decoded message for c in the given phase. */
+static void on_msg(struct load *L, struct conn *c, const struct rp_msg *m,
+                   enum phase ph)
+{
+  switch (m->op) {
+  case RP_WAITING:
+    c->waitings++;
+    L->waitings++;
+    return;
+  case RP_ROUND:
+    if (ph != PH_ROUND)
+      die("connection %d: unexpected ROUND (round %d) after the round",
+          c->idx, m->u.round.round);
+    c->round = m->u.round;
+    check_round(L, c);
+    c->got_round = true;
+    L->t_last_round = now_s();
+    if (L->rounds++ == 0)
+      L->t_first_round = L->t_last_round;
+    return;
+  case RP_BARRIER_DONE:
+    if (ph != PH_BARRIER || c->got_barrier)
+      die("connection %d: unexpected BARRIER_DONE", c->idx);
+    c->got_barrier = true;
+    L->barriers++;
+    L->t_barrier_done = now_s();
+    return;
+  case RP_ERROR:
+    die("connection %d: ERROR %s: %s", c->idx,
+        rp_error_name(m->u.text.code), m->u.text.message);
+  case RP_RESTART:
+  case RP_CLOSED:
+    die("connection %d: unexpected %s: %s", c->idx, rp_op_name(m->op),
+        m->u.text.message);
+  default:
+    die("connection %d: unexpected %s", c->idx, rp_op_name(m->op));
+  }
+}
+
+/* Decodes every whole frame in buf; returns the bytes consumed. */
+static size_t parse_frames(struct load *L, struct conn *c, const char *buf,
+                           size_t len, enum phase ph)
+{
+  size_t off = 0, flen;
+  struct rp_msg m;
+  char err[256];
+  int rc;
+
+  for (;;) {
+    rc = rp_frame_peek(buf + off, len - off, &flen);
+    if (rc == 0)
+      return off;
+    if (rc < 0)
+      die("connection %d: bad frame from rdzvd: %s", c->idx,
+          strerror(-rc));
+    rc = rp_decode(buf + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER, &m,
+                   err, sizeof err);
+    if (rc)
+      die("connection %d: undecodable frame from rdzvd: %s", c->idx, err);
+    on_msg(L, c, &m, ph);
+    rp_msg_free(&m);
+    off += flen;
+  }
+}
+
+static void keep_rest(struct conn *c, const char *buf, size_t len)
+{
+  if (len > c->in_cap) {
+    char *p = realloc(c->in, len);
+
+    if (!p)
+      die("out of memory");
+    c->in = p;
+    c->in_cap = len;
+  }
+  memmove(c->in, buf, len);
+  c->in_len = len;
+}
+
+/* Reads everything available on c and handles the whole frames. */
+static void read_conn(struct load *L, struct conn *c, enum phase ph)
+{
+  static char scratch[READ_SCRATCH];
+  size_t used;
+  ssize_t n;
+
+  for (;;) {
+    n = read(c->fd, scratch, sizeof scratch);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return;
+      die("read (connection %d): %s", c->idx, strerror(errno));
+    }
+    if (n == 0)
+      die("connection %d: closed by rdzvd while waiting for %s", c->idx,
+          ph == PH_ROUND ? "ROUND" : "BARRIER_DONE");
+    if (c->in_len == 0) {
+      /* The common case: frames straight from the scratch buffer. */
+      used = parse_frames(L, c, scratch, (size_t)n, ph);
+      if (used < (size_t)n)
+        keep_rest(c, scratch + used, (size_t)n - used);
+    } else {
+      if (c->in_len + (size_t)n > c->in_cap) {
+        char *p = realloc(c->in, c->in_len + (size_t)n);
+
+        if (!p)
+          die("out of memory");
+        c->in = p;
+        c->in_cap = c->in_len + (size_t)n;
+      }
+      memcpy(c->in + c->in_len, scratch, (size_t)n);
+      c->in_len += (size_t)n;
+      used = parse_frames(L, c, c->in, c->in_len, ph);
+      memmove(c->in, c->in + used, c->in_len - used);
+      c->in_len -= used;
+    }
+    if ((size_t)n < sizeof scratch)
+      return;
+  }
+}
+
+/* Runs the event loop until *count reaches N, or the phase times out. */
+static void wait_for(struct load *L, const int *count, int pending,
+                     enum phase ph, double t0)
+{
+  struct epoll_event ev[MAX_EVENTS];
+  int i, n;
+
+  while (*count < L->nodes || pending > 0) {
+    double left = t0 + PHASE_TIMEOUT - now_s();
+
+    if (left <= 0)
+      break;
+    n = epoll_wait(L->ep, ev, MAX_EVENTS, (int)(left * 1000) + 1);
+    if (n < 0 && errno != EINTR)
+      die("epoll_wait: %s", strerror(errno));
+    for (i = 0; i < n; i++) {
+      struct conn *c = ev[i].data.ptr;
+
+      if ((ev[i].events & EPOLLOUT) && c->out) {
+        if (flush_out(L, c)) {
+          ep_set(L, c, EPOLL_CTL_MOD, EPOLLIN);
+          L->t_last_write = now_s();
+          pending--;
+        }
+      }
+      if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+        read_conn(L, c, ph);
+    }
+  }
+  if (*count < L->nodes) {
+    for (i = 0; i < L->nodes; i++) {
+      const struct conn *c = &L->c[i];
+
+      if (ph == PH_ROUND ? !c->got_round : !c->got_barrier)
+        break;
+    }
+    die("%d of %d connections got no %s within %.0f s (first: connection "
+        "%d, %d WAITING seen)", L->nodes - *count, L->nodes,
+        ph == PH_ROUND ? "ROUND" : "BARRIER_DONE", PHASE_TIMEOUT, i,
+        i < L->nodes ? L->c[i].waitings : 0);
+  }
+  if (pending > 0)
+    die("%d writes still pending after %.0f s", pending, PHASE_TIMEOUT);
+}
+
+/* Every node got a distinct rank 0..N-1, one round, one master. */
+static void check_assignment(const struct load *L)
+{
+  const struct conn *c0 = NULL;
+  unsigned char *seen = calloc((size_t)L->nodes, 1);
+  int i;
+
+  if (!seen)
+    die("out of memory");
+  for (i = 0; i < L->nodes; i++) {
+    const struct rp_round *r = &L->c[i].round;
+
+    if (seen[r->group_rank]++)
+      die("group_rank %d assigned twice (connection %d)", r->group_rank,
+          i);
+    if (r->group_rank == 0)
+      c0 = &L->c[i];
+  }
+  free(seen);
+  for (i = 0; i < L->nodes; i++) {
+    const struct rp_round *r = &L->c[i].round;
+
+    if (r->round != c0->round.round ||
+        r->restart_count != c0->round.restart_count)
+      die("connection %d: round %d/restarts %d, rank 0's %d/%d", i,
+          r->round, r->restart_count, c0->round.round,
+          c0->round.restart_count);
+    if (strcmp(r->master_addr, c0->round.master_addr) != 0 ||
+        r->master_port != c0->round.master_port)
+      die("connection %d: master %s:%d, rank 0's %s:%d", i,
+          r->master_addr, r->master_port, c0->round.master_addr,
+          c0->round.master_port);
+  }
+  if (c0->round.master_port != 29500 + c0->idx % 1000)
+    die("master_port %d is not the one the rank-0 node offered (%d)",
+        c0->round.master_port, 29500 + c0->idx % 1000);
+}
+
+static void barrier_all(struct load *L)
+{
+  struct rp_msg m;
+  double t0;
+  int i;
+
+  for (i = 0; i < L->nodes; i++) {
+    memset(&m, 0, sizeof m);
+    m.op = RP_BARRIER;
+    snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
+    m.u.barrier.round = L->c[i].round.round;
+    encode_or_die(&m, &L->c[i]);
+  }
+  t0 = now_s();
+  wait_for(L, &L->barriers, send_all(L), PH_BARRIER, t0);
+  printf(" barrier_ms=%.1f", (L->t_barrier_done - t0) * 1000.0);
+}
+
+/* LEAVE everywhere, then close: a blocking write is fine here. */
+static void leave_all(struct load *L)
+{
+  struct rp_msg m;
+  int i;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_LEAVE;
+  for (i = 0; i < L->nodes; i++) {
+    struct conn *c = &L->c[i];
+
+    encode_or_die(&m, c);
+    fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) & ~O_NONBLOCK);
+    flush_out(L, c);
+    shutdown(c->fd, SHUT_WR);
+  }
+  for (i = 0; i < L->nodes; i++) {
+    close(L->c[i].fd);
+    free(L->c[i].in);
+  }
+}
+
+int main(int argc, char **argv)
+{
+  struct load L;
+  double t_last_join;
+  int i, pending;
+
+  memset(&L, 0, sizeof L);
+  parse_args(&L, argc, argv);
+  raise_nofile(L.nodes);
+  resolve(&L);
+  L.c = calloc((size_t)L.nodes, sizeof *L.c);
+  L.ep = epoll_create1(EPOLL_CLOEXEC);
+  if (!L.c || L.ep < 0)
+    die("setup: %s", strerror(errno));
+  for (i = 0; i < L.nodes; i++) {
+    L.c[i].idx = i;
+    L.c[i].fd = -1;
+  }
+  connect_all(&L);
+  /* Encoding is not the daemon's work: done before the clock starts. */
+  for (i = 0; i < L.nodes; i++)
+    encode_join(&L, &L.c[i]);
+
+  pending = send_all(&L);
+  t_last_join = now_s();
+  wait_for(&L, &L.rounds, pending, PH_ROUND, t_last_join);
+  if (pending > 0) {  /* a JOIN finished late: the clock starts there */
+    fprintf(stderr, "rdzv_load: %d JOINs waited for socket space\n",
+            pending);
+    t_last_join = L.t_last_write;
+  }
+  check_assignment(&L);
+  printf("rdzv_load nodes=%d complete_ms=%.1f first_round_ms=%.1f "
+         "waiting_msgs=%ld", L.nodes, (L.t_last_round - t_last_join) * 1e3,
+         (L.t_first_round - t_last_join) * 1e3, L.waitings);
+  if (!L.leave_only)
+    barrier_all(&L);
+  printf("\n");
+  fflush(stdout);
+  leave_all(&L);
+  free(L.c);
+  close(L.ep);
+  return 0;
+}

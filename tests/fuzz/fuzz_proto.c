@@ -1,0 +1,175 @@
+/* fuzz_proto.c -- libFuzzer target: framing, decode, re-encode round trip. */
+#include "rdzv_proto.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static bool same_double(double a, double b)
+{
+  /* Exact: the encoder must print every double so it reads back equal. */
+  return a == b || (isnan(a) && isnan(b));
+}
+
+static bool same_conf(const struct rp_conf *a, const struct rp_conf *b)
+{
+  return a->min_nodes == b->min_nodes && a->max_nodes == b->max_nodes &&
+         a->max_restarts == b->max_restarts &&
+         same_double(a->join_timeout, b->join_timeout) &&
+         same_double(a->last_call_timeout, b->last_call_timeout) &&
+         same_double(a->close_timeout, b->close_timeout) &&
+         same_double(a->keepalive_interval, b->keepalive_interval) &&
+         a->keepalive_misses == b->keepalive_misses;
+}
+
+static bool same_kv(const struct rp_kv *a, const struct rp_kv *b)
+{
+  return strcmp(a->key, b->key) == 0 && a->value_len == b->value_len &&
+         (a->value_len == 0 ||
+          memcmp(a->value, b->value, a->value_len) == 0) &&
+         a->delta == b->delta && same_double(a->wait, b->wait) &&
+         a->found == b->found;
+}
+
+static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
+{
+  const struct rp_join *ja = &a->u.join, *jb = &b->u.join;
+  const struct rp_waiting *wa = &a->u.waiting, *wb = &b->u.waiting;
+  const struct rp_round *ra = &a->u.round, *rb = &b->u.round;
+
+  if (a->op != b->op)
+    return false;
+  switch (a->op) {
+  case RP_JOIN:
+    return strcmp(ja->id, jb->id) == 0 && strcmp(ja->addr, jb->addr) == 0 &&
+           strcmp(ja->host, jb->host) == 0 && ja->pid == jb->pid &&
+           ja->nproc == jb->nproc && ja->master_port == jb->master_port &&
+           ja->reason == jb->reason && same_conf(&ja->conf, &jb->conf);
+  case RP_FAILURE:
+    return a->u.failure.final == b->u.failure.final &&
+           strcmp(a->u.failure.message, b->u.failure.message) == 0;
+  case RP_BARRIER:
+  case RP_BARRIER_DONE:
+    return strcmp(a->u.barrier.name, b->u.barrier.name) == 0 &&
+           a->u.barrier.round == b->u.barrier.round;
+  case RP_KV_SET:
+  case RP_KV_GET:
+  case RP_KV_ADD:
+  case RP_KV_VALUE:
+    return same_kv(&a->u.kv, &b->u.kv);
+  case RP_WAITING:
+    return wa->round == wb->round && wa->present == wb->present &&
+           wa->min_nodes == wb->min_nodes && wa->max_nodes == wb->max_nodes &&
+           same_double(wa->deadline, wb->deadline) &&
+           same_double(wa->last_call, wb->last_call);
+  case RP_ROUND:
+    return ra->round == rb->round && ra->restart_count == rb->restart_count &&
+           ra->group_rank == rb->group_rank &&
+           ra->group_world_size == rb->group_world_size &&
+           ra->rank_offset == rb->rank_offset &&
+           ra->world_size == rb->world_size &&
+           strcmp(ra->master_addr, rb->master_addr) == 0 &&
+           ra->master_port == rb->master_port;
+  case RP_RESTART:
+  case RP_CLOSED:
+  case RP_ERROR:
+    return a->u.text.code == b->u.text.code &&
+           a->u.text.success == b->u.text.success &&
+           strcmp(a->u.text.message, b->u.text.message) == 0;
+  case RP_STATUS_REPLY:
+    return strcmp(a->u.status_json, b->u.status_json) == 0;
+  default:
+    return true;
+  }
+}
+
+/* Decoded once, it must encode, and that must decode to the same. */
+static void round_trip(const struct rp_msg *m)
+{
+  struct rp_msg m2;
+  char err[256], *frame;
+  size_t len, flen;
+  int rc;
+
+  rc = rp_encode(m, &frame, &len);
+  if (rc) {
+    fprintf(stderr, "re-encode of %s failed: %d\n", rp_op_name(m->op), rc);
+    abort();
+  }
+  if (rp_frame_peek(frame, len, &flen) != 1 || flen != len) {
+    fprintf(stderr, "re-encoded frame does not peek whole\n");
+    abort();
+  }
+  rc = rp_decode(frame + RP_FRAME_HEADER, len - RP_FRAME_HEADER, &m2, err,
+                 sizeof err);
+  if (rc) {
+    fprintf(stderr, "re-decode failed: %s: %.*s\n", err,
+            (int)(len - RP_FRAME_HEADER), frame + RP_FRAME_HEADER);
+    abort();
+  }
+  if (!same_msg(m, &m2)) {
+    fprintf(stderr, "round trip changed the message: %.*s\n",
+            (int)(len - RP_FRAME_HEADER), frame + RP_FRAME_HEADER);
+    abort();
+  }
+  rp_msg_free(&m2);
+  free(frame);
+}
+
+/* rdzvd answers a refused frame with ERROR carrying the reason: it must
+ * be one line and encodable. */
+static void check_error_text(int rc, const char *err)
+{
+  struct rp_msg e;
+  char *frame;
+  size_t len;
+
+  if (err[0] == '\0' || strchr(err, '\n')) {
+    fprintf(stderr, "error %d without a one-line reason\n", rc);
+    abort();
+  }
+  memset(&e, 0, sizeof e);
+  e.op = RP_ERROR;
+  e.u.text.code = RP_ERR_BAD_REQUEST;
+  snprintf(e.u.text.message, sizeof e.u.text.message, "%s", err);
+  if (rp_encode(&e, &frame, &len) != 0) {
+    fprintf(stderr, "cannot encode the reason '%s'\n", err);
+    abort();
+  }
+  free(frame);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+  struct rp_msg m;
+  char err[256];
+  size_t off = 0, flen;
+  int rc;
+
+  /* A stream of frames, as a connection would see it. */
+  while (off < size) {
+    rc = rp_frame_peek(data + off, size - off, &flen);
+    if (rc <= 0)
+      break;
+    rc = rp_decode(data + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER, &m,
+                   err, sizeof err);
+    if (rc == 0) {
+      round_trip(&m);
+      rp_msg_free(&m);
+    } else {
+      check_error_text(rc, err);
+    }
+    off += flen;
+  }
+  /* The whole input as one body too: no framing needed to reach decode. */
+  if (size > 0 && size <= RP_MAX_FRAME &&
+      rp_decode(data, size, &m, err, sizeof err) == 0) {
+    round_trip(&m);
+    rp_msg_free(&m);
+  }
+  return 0;
+}

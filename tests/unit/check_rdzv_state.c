@@ -1,0 +1,1149 @@
+/* check_rdzv_state.c -- unit tests for the rendezvous state machine. */
+#include "rdzv_state.h"
+
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Fake connections: node i is &conn_mem[i], host "h<i>", address
+ * 10.0.0.<i+1>, pid 1000 + i, master port 29500 + i. */
+enum { A, B, C, D, E, X, NCONN };
+static char conn_mem[NCONN];
+#define CONN(i) ((void *)&conn_mem[i])
+
+/* What the machine sent, dropped and logged (the recording sink). */
+struct sent {
+  void *conn;
+  struct rp_msg m;
+};
+
+static struct {
+  struct sent *msgs;
+  size_t n, cap;
+  void **drops;
+  size_t nd, capd;
+  char **logs;
+  size_t nl, capl;
+  bool encode;          /* check every message with the wire encoder */
+} rec;
+
+static struct rs_registry *R;
+static struct rp_conf CF;   /* the configuration join() offers */
+
+static void *grow(void *p, size_t *cap, size_t n, size_t size)
+{
+  if (n < *cap)
+    return p;
+  *cap = *cap ? *cap * 2 : 64;
+  p = realloc(p, *cap * size);
+  ck_assert_ptr_nonnull(p);
+  return p;
+}
+
+static void rec_send(void *ctx, void *conn, const struct rp_msg *m)
+{
+  struct sent *s;
+  char *out;
+  size_t len;
+  int rc;
+
+  (void)ctx;
+  if (rec.encode) {
+    rc = rp_encode(m, &out, &len);
+    ck_assert_msg(rc == 0, "op %d does not encode: %d", (int)m->op, rc);
+    free(out);
+  }
+  rec.msgs = grow(rec.msgs, &rec.cap, rec.n, sizeof(*rec.msgs));
+  s = &rec.msgs[rec.n++];
+  s->conn = conn;
+  s->m = *m;
+  /* The sink must copy heap parts during the call. */
+  if (m->op == RP_KV_VALUE) {
+    s->m.u.kv.value = malloc(m->u.kv.value_len + 1);
+    ck_assert_ptr_nonnull(s->m.u.kv.value);
+    if (m->u.kv.value_len)
+      memcpy(s->m.u.kv.value, m->u.kv.value, m->u.kv.value_len);
+    s->m.u.kv.value[m->u.kv.value_len] = '\0';
+  } else if (m->op == RP_STATUS_REPLY) {
+    s->m.u.status_json = strdup(m->u.status_json);
+    ck_assert_ptr_nonnull(s->m.u.status_json);
+  }
+}
+
+static void rec_drop(void *ctx, void *conn)
+{
+  (void)ctx;
+  rec.drops = grow(rec.drops, &rec.capd, rec.nd, sizeof(*rec.drops));
+  rec.drops[rec.nd++] = conn;
+}
+
+static void rec_log(void *ctx, const char *line)
+{
+  (void)ctx;
+  rec.logs = grow(rec.logs, &rec.capl, rec.nl, sizeof(*rec.logs));
+  rec.logs[rec.nl] = strdup(line);
+  ck_assert_ptr_nonnull(rec.logs[rec.nl]);
+  rec.nl++;
+}
+
+static const struct rs_sink SINK = { NULL, rec_send, rec_drop, rec_log };
+
+/* Forgets what was recorded so far (messages and drops; logs stay). */
+static void clear(void)
+{
+  size_t i;
+
+  for (i = 0; i < rec.n; i++) {
+    if (rec.msgs[i].m.op == RP_KV_VALUE)
+      free(rec.msgs[i].m.u.kv.value);
+    else if (rec.msgs[i].m.op == RP_STATUS_REPLY)
+      free(rec.msgs[i].m.u.status_json);
+  }
+  rec.n = 0;
+  rec.nd = 0;
+}
+
+static struct rp_conf conf_of(int min, int max)
+{
+  struct rp_conf cf;
+
+  rp_conf_default(&cf);
+  cf.min_nodes = min;
+  cf.max_nodes = max;
+  /* Long enough that only the keepalive tests ever see a death. */
+  cf.keepalive_interval = 100;
+  cf.keepalive_misses = 10;
+  return cf;
+}
+
+static void setup(void)
+{
+  memset(&rec, 0, sizeof rec);
+  rec.encode = true;
+  CF = conf_of(1, 1);
+  R = rs_create(&SINK, NULL);
+  ck_assert_ptr_nonnull(R);
+}
+
+static void teardown(void)
+{
+  size_t i;
+
+  rs_destroy(R);
+  clear();
+  free(rec.msgs);
+  free(rec.drops);
+  for (i = 0; i < rec.nl; i++)
+    free(rec.logs[i]);
+  free(rec.logs);
+}
+
+/* ---- driving ---- */
+
+static int join_job(int i, const char *id, const char *addr, int nproc,
+                    double now)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_JOIN;
+  snprintf(m.u.join.id, sizeof m.u.join.id, "%s", id);
+  if (addr)
+    snprintf(m.u.join.addr, sizeof m.u.join.addr, "%s", addr);
+  else
+    snprintf(m.u.join.addr, sizeof m.u.join.addr, "10.0.0.%d", i + 1);
+  snprintf(m.u.join.host, sizeof m.u.join.host, "h%d", i);
+  m.u.join.pid = 1000 + i;
+  m.u.join.nproc = nproc;
+  m.u.join.master_port = 29500 + i;
+  m.u.join.reason = RP_REASON_FIRST;
+  m.u.join.conf = CF;
+  return rs_handle(R, CONN(i), &m, now);
+}
+
+static int join(int i, int nproc, double now)
+{
+  return join_job(i, "job1", NULL, nproc, now);
+}
+
+static int op(int i, enum rp_op o, double now)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = o;
+  return rs_handle(R, CONN(i), &m, now);
+}
+
+static int failure(int i, bool final, const char *msg, double now)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_FAILURE;
+  m.u.failure.final = final;
+  snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s", msg);
+  return rs_handle(R, CONN(i), &m, now);
+}
+
+static int barrier(int i, const char *name, int round, double now)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_BARRIER;
+  snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "%s", name);
+  m.u.barrier.round = round;
+  return rs_handle(R, CONN(i), &m, now);
+}
+
+static int kv(int i, enum rp_op o, const char *key, const char *value,
+              int64_t delta, double wait, double now)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = o;
+  snprintf(m.u.kv.key, sizeof m.u.kv.key, "%s", key);
+  m.u.kv.value = (char *)value;
+  m.u.kv.value_len = value ? strlen(value) : 0;
+  m.u.kv.delta = delta;
+  m.u.kv.wait = wait;
+  return rs_handle(R, CONN(i), &m, now);
+}
+
+/* ---- looking at what was recorded ---- */
+
+static int count(int i, enum rp_op o)
+{
+  size_t k;
+  int n = 0;
+
+  for (k = 0; k < rec.n; k++)
+    n += rec.msgs[k].conn == CONN(i) && rec.msgs[k].m.op == o;
+  return n;
+}
+
+static int total(enum rp_op o)
+{
+  size_t k;
+  int n = 0;
+
+  for (k = 0; k < rec.n; k++)
+    n += rec.msgs[k].m.op == o;
+  return n;
+}
+
+/* The last message of op o to node i; fails the test if there is none. */
+static const struct rp_msg *last(int i, enum rp_op o)
+{
+  size_t k;
+
+  for (k = rec.n; k-- > 0;)
+    if (rec.msgs[k].conn == CONN(i) && rec.msgs[k].m.op == o)
+      return &rec.msgs[k].m;
+  ck_abort_msg("no message of op %d to node %d", (int)o, i);
+  return NULL;
+}
+
+static bool dropped(int i)
+{
+  size_t k;
+
+  for (k = 0; k < rec.nd; k++)
+    if (rec.drops[k] == CONN(i))
+      return true;
+  return false;
+}
+
+static bool logged(const char *s)
+{
+  size_t k;
+
+  for (k = 0; k < rec.nl; k++)
+    if (strstr(rec.logs[k], s))
+      return true;
+  return false;
+}
+
+static void assert_round(int i, int round, int rank, int gws, int offset,
+                         int world, int master)
+{
+  const struct rp_msg *m = last(i, RP_ROUND);
+  char addr[32];
+
+  snprintf(addr, sizeof addr, "10.0.0.%d", master + 1);
+  ck_assert_int_eq(m->u.round.round, round);
+  ck_assert_int_eq(m->u.round.group_rank, rank);
+  ck_assert_int_eq(m->u.round.group_world_size, gws);
+  ck_assert_int_eq(m->u.round.rank_offset, offset);
+  ck_assert_int_eq(m->u.round.world_size, world);
+  ck_assert_str_eq(m->u.round.master_addr, addr);
+  ck_assert_int_eq(m->u.round.master_port, 29500 + master);
+}
+
+static void assert_error(int i, enum rp_error_code code)
+{
+  ck_assert_int_eq(last(i, RP_ERROR)->u.text.code, code);
+}
+
+/* STATUS from node i, parsed.  Caller frees with cJSON_Delete. */
+static cJSON *status_of(int i, double now)
+{
+  cJSON *j;
+
+  ck_assert_int_eq(op(i, RP_STATUS, now), 0);
+  j = cJSON_Parse(last(i, RP_STATUS_REPLY)->u.status_json);
+  ck_assert_ptr_nonnull(j);
+  return j;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+  ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", k);
+  return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+  ck_assert_msg(cJSON_IsString(v), "%s is not a string", k);
+  return v->valuestring;
+}
+
+static const cJSON *job0(const cJSON *st)
+{
+  const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(st, "jobs");
+
+  ck_assert(cJSON_IsArray(jobs));
+  ck_assert_ptr_nonnull(jobs->child);
+  return jobs->child;
+}
+
+/* Two nodes A (nproc 1) and B (nproc 1) in a running round 0. */
+static void running_pair(void)
+{
+  CF = conf_of(2, 2);
+  CF.max_restarts = 3;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  ck_assert_int_eq(count(A, RP_ROUND), 1);
+  ck_assert_int_eq(count(B, RP_ROUND), 1);
+  clear();
+}
+
+/* ---- rounds ---- */
+
+START_TEST(single_node_round)
+{
+  ck_assert_int_eq(join(A, 4, 0), 0);
+  ck_assert_int_eq(count(A, RP_WAITING), 0);
+  ck_assert_int_eq(count(A, RP_ROUND), 1);
+  assert_round(A, 0, 0, 1, 0, 4, A);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.restart_count, 0);
+  ck_assert_int_eq(rs_job_count(R), 1);
+  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert(logged("job job1: created"));
+  ck_assert(logged("job job1: round 0 complete: 1 nodes, world size 4, "
+                   "master 10.0.0.1:29500"));
+}
+END_TEST
+
+START_TEST(last_call_completes_at_deadline)
+{
+  const struct rp_waiting *w;
+
+  CF = conf_of(2, 4);
+  CF.last_call_timeout = 5;
+  ck_assert_int_eq(join(A, 3, 0), 0);
+  w = &last(A, RP_WAITING)->u.waiting;
+  ck_assert_int_eq(w->round, 0);
+  ck_assert_int_eq(w->present, 1);
+  ck_assert_int_eq(w->min_nodes, 2);
+  ck_assert_int_eq(w->max_nodes, 4);
+  ck_assert_double_eq(w->deadline, 600);
+  ck_assert_double_eq(w->last_call, -1);
+  ck_assert_int_eq(join(B, 5, 1), 0);
+  w = &last(B, RP_WAITING)->u.waiting;
+  ck_assert_int_eq(w->present, 2);
+  ck_assert_double_eq(w->last_call, 5);
+  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_double_le(rs_tick(R, 5.9), 6);
+  ck_assert_int_eq(total(RP_ROUND), 0);
+  rs_tick(R, 6);
+  ck_assert_int_eq(count(A, RP_ROUND), 1);
+  ck_assert_int_eq(count(B, RP_ROUND), 1);
+  assert_round(A, 0, 0, 2, 0, 8, A);
+  assert_round(B, 0, 1, 2, 3, 8, A);
+}
+END_TEST
+
+START_TEST(max_completes_at_once)
+{
+  CF = conf_of(1, 2);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_int_eq(join(B, 2, 1), 0);
+  assert_round(A, 0, 0, 2, 0, 3, A);
+  assert_round(B, 0, 1, 2, 1, 3, A);
+}
+END_TEST
+
+START_TEST(config_mismatch_refused)
+{
+  CF = conf_of(2, 4);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  CF = conf_of(1, 4);
+  ck_assert_int_lt(join(X, 1, 1), 0);
+  assert_error(X, RP_ERR_CONFIG_MISMATCH);
+  ck_assert_ptr_nonnull(strstr(last(X, RP_ERROR)->u.text.message,
+                               "1..4 differs from job job1's 2..4"));
+  ck_assert(dropped(X));
+  ck_assert(logged("config mismatch"));
+  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(count(A, RP_RESTART) + count(A, RP_ERROR), 0);
+  /* The job goes on with the right configuration. */
+  CF = conf_of(2, 4);
+  ck_assert_int_eq(join(B, 1, 2), 0);
+  ck_assert_int_eq(last(B, RP_WAITING)->u.waiting.present, 2);
+}
+END_TEST
+
+START_TEST(join_sends_progress_once_per_second)
+{
+  CF = conf_of(4, 4);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0.2), 0);
+  ck_assert_int_eq(count(A, RP_WAITING), 1);
+  ck_assert_int_eq(count(B, RP_WAITING), 1);
+  ck_assert_double_eq(rs_tick(R, 0.5), 1.0);
+  ck_assert_int_eq(count(A, RP_WAITING), 1);
+  rs_tick(R, 1.0);
+  ck_assert_int_eq(count(A, RP_WAITING), 2);
+  ck_assert_int_eq(count(B, RP_WAITING), 2);
+  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 2);
+  ck_assert_double_eq(last(A, RP_WAITING)->u.waiting.deadline, 599);
+  ck_assert_int_eq(join(C, 1, 1.5), 0);
+  rs_tick(R, 1.9);
+  ck_assert_int_eq(count(A, RP_WAITING), 2);
+  rs_tick(R, 2.0);
+  ck_assert_int_eq(count(A, RP_WAITING), 3);
+  ck_assert_int_eq(count(C, RP_WAITING), 2);
+  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 3);
+  /* No change, no message. */
+  rs_tick(R, 10);
+  ck_assert_int_eq(count(A, RP_WAITING), 3);
+}
+END_TEST
+
+START_TEST(death_while_gathering_cancels_last_call)
+{
+  cJSON *st;
+
+  CF = conf_of(2, 3);
+  CF.last_call_timeout = 5;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  rs_conn_closed(R, CONN(B), 1);
+  ck_assert(logged("node h1 (10.0.0.2, pid 1001) lost: connection closed"));
+  st = status_of(X, 1);
+  ck_assert_str_eq(str(job0(st), "phase"), "gathering");
+  cJSON_Delete(st);
+  rs_tick(R, 6);
+  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_int_eq(join(C, 1, 7), 0);
+  rs_tick(R, 11.9);
+  ck_assert_int_eq(total(RP_ROUND), 0);
+  rs_tick(R, 12);
+  assert_round(A, 0, 0, 2, 0, 2, A);
+  assert_round(C, 0, 1, 2, 1, 2, A);
+}
+END_TEST
+
+/* ---- membership changes ---- */
+
+START_TEST(scale_up_from_waiting_list)
+{
+  CF = conf_of(2, 4);
+  CF.last_call_timeout = 5;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  rs_tick(R, 6);
+  ck_assert_int_eq(total(RP_ROUND), 2);
+  clear();
+  ck_assert_int_eq(join(C, 1, 10), 0);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(B, RP_RESTART), 1);
+  ck_assert_int_eq(count(C, RP_RESTART), 0);
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
+                   "node h2 (10.0.0.3, pid 1002) joined");
+  ck_assert_int_eq(count(C, RP_WAITING), 1);
+  ck_assert_int_eq(last(C, RP_WAITING)->u.waiting.round, 1);
+  ck_assert(logged("joined running round 0"));
+  ck_assert_int_eq(join(A, 1, 11), 0);
+  ck_assert_int_eq(total(RP_ROUND), 0);
+  /* Every expected node back: no last-call wait. */
+  ck_assert_int_eq(join(B, 1, 12), 0);
+  ck_assert_int_eq(total(RP_ROUND), 3);
+  assert_round(A, 1, 0, 3, 0, 3, A);
+  assert_round(B, 1, 1, 3, 1, 3, A);
+  assert_round(C, 1, 2, 3, 2, 3, A);
+  ck_assert_int_eq(last(C, RP_ROUND)->u.round.restart_count, 0);
+}
+END_TEST
+
+START_TEST(full_round_keeps_spare)
+{
+  CF = conf_of(1, 2);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  clear();
+  ck_assert_int_eq(join(C, 1, 2), 0);
+  ck_assert_int_eq(count(C, RP_WAITING), 1);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert(logged("round 0 is full"));
+  rs_conn_closed(R, CONN(B), 3);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
+                   "node h1 (10.0.0.2, pid 1001) lost: connection closed");
+  ck_assert_int_eq(count(C, RP_RESTART), 0);
+  ck_assert_int_eq(count(C, RP_WAITING), 2);   /* now in the round */
+  ck_assert_int_eq(join(A, 1, 4), 0);
+  assert_round(A, 1, 0, 2, 0, 2, A);
+  assert_round(C, 1, 1, 2, 1, 2, A);
+}
+END_TEST
+
+START_TEST(worker_failure_restarts)
+{
+  running_pair();
+  ck_assert_int_eq(failure(B, false, "exitcode 1", 5), 0);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(B, RP_RESTART), 0);
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
+                   "node h1 (10.0.0.2, pid 1001) workers failed: "
+                   "exitcode 1");
+  ck_assert(logged("restart_count 1 of 3"));
+  /* A's workers fail too before it hears: the same restart. */
+  ck_assert_int_eq(failure(A, false, "exitcode 2", 5.1), 0);
+  ck_assert_int_eq(total(RP_RESTART), 1);
+  ck_assert_int_eq(join(B, 1, 6), 0);
+  ck_assert_int_eq(join(A, 1, 7), 0);
+  assert_round(A, 1, 0, 2, 0, 2, A);
+  assert_round(B, 1, 1, 2, 1, 2, A);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.restart_count, 1);
+  ck_assert_int_eq(last(B, RP_ROUND)->u.round.restart_count, 1);
+}
+END_TEST
+
+START_TEST(restarts_exhausted_close)
+{
+  cJSON *st;
+
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  clear();
+  ck_assert_int_eq(failure(B, false, "exitcode 1", 5), 0);
+  ck_assert_int_eq(count(A, RP_CLOSED), 1);
+  ck_assert_int_eq(count(B, RP_CLOSED), 1);
+  ck_assert(!last(A, RP_CLOSED)->u.text.success);
+  ck_assert_ptr_nonnull(strstr(last(A, RP_CLOSED)->u.text.message,
+                               "no restarts left"));
+  ck_assert(dropped(A));
+  ck_assert(dropped(B));
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(rs_node_count(R), 0);
+  st = status_of(X, 5);
+  ck_assert_str_eq(str(job0(st), "phase"), "closed");
+  cJSON_Delete(st);
+  ck_assert_int_lt(join(C, 1, 6), 0);
+  assert_error(C, RP_ERR_CLOSED);
+  ck_assert(dropped(C));
+}
+END_TEST
+
+START_TEST(final_failure_closes)
+{
+  running_pair();
+  ck_assert_int_eq(failure(A, true, "exitcode 3", 5), 0);
+  ck_assert_int_eq(count(A, RP_CLOSED), 1);
+  ck_assert_int_eq(count(B, RP_CLOSED), 1);
+  ck_assert(!last(B, RP_CLOSED)->u.text.success);
+  ck_assert(dropped(A) && dropped(B));
+  ck_assert(logged("closed"));
+  /* Messages from a dropped conn are ignored, silently. */
+  clear();
+  ck_assert_int_eq(op(A, RP_KEEPALIVE, 6), -ENOTCONN);
+  ck_assert_int_eq((int)rec.n, 0);
+}
+END_TEST
+
+START_TEST(lost_connection_restarts_survivors)
+{
+  CF = conf_of(2, 3);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  ck_assert_int_eq(join(C, 1, 0), 0);
+  clear();
+  rs_conn_closed(R, CONN(B), 5);
+  rs_conn_closed(R, CONN(B), 5);    /* twice, or unknown: harmless */
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(C, RP_RESTART), 1);
+  ck_assert_int_eq(count(B, RP_RESTART), 0);
+  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert(logged("lost: connection closed"));
+  ck_assert_int_eq(join(C, 1, 6), 0);
+  ck_assert_int_eq(join(A, 1, 6), 0);
+  assert_round(A, 1, 0, 2, 0, 2, A);
+  assert_round(C, 1, 1, 2, 1, 2, A);
+}
+END_TEST
+
+START_TEST(keepalive_silence_kills)
+{
+  CF = conf_of(2, 2);
+  CF.keepalive_interval = 1;
+  CF.keepalive_misses = 3;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  ck_assert_double_eq(rs_tick(R, 0), 3);
+  clear();
+  ck_assert_int_eq(op(B, RP_KEEPALIVE, 2.5), 0);
+  ck_assert_int_eq(count(B, RP_PONG), 1);
+  rs_tick(R, 2.9);
+  ck_assert_int_eq(rs_node_count(R), 2);
+  rs_tick(R, 3.1);
+  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(count(B, RP_RESTART), 1);
+  ck_assert_ptr_nonnull(strstr(last(B, RP_RESTART)->u.text.message,
+                               "node h0 (10.0.0.1, pid 1000) lost: no "
+                               "keepalive for 3.1 s"));
+  rs_tick(R, 4);
+  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_double_eq(rs_tick(R, 5.4), 5.5);
+  rs_tick(R, 5.6);
+  ck_assert_int_eq(rs_node_count(R), 0);
+  ck_assert(logged("node h1 (10.0.0.2, pid 1001) lost: no keepalive"));
+}
+END_TEST
+
+START_TEST(join_timeout_below_min)
+{
+  CF = conf_of(2, 2);
+  CF.join_timeout = 10;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  rs_conn_closed(R, CONN(B), 1);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(join(A, 1, 2), 0);
+  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 1);
+  ck_assert_double_eq(last(A, RP_WAITING)->u.waiting.deadline, 10);
+  rs_tick(R, 11.9);
+  ck_assert(!dropped(A));
+  rs_tick(R, 12);
+  assert_error(A, RP_ERR_JOIN_TIMEOUT);
+  ck_assert_str_eq(last(A, RP_ERROR)->u.text.message,
+                   "waited 10 s: 1 of at least 2 nodes present");
+  ck_assert(dropped(A));
+  ck_assert_int_eq(rs_node_count(R), 0);
+  ck_assert(logged("join timeout"));
+  /* The empty job is forgotten after close_timeout. */
+  rs_tick(R, 12 + 30);
+  ck_assert_int_eq(rs_job_count(R), 0);
+}
+END_TEST
+
+START_TEST(expected_nodes_all_gone)
+{
+  CF = conf_of(1, 2);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  rs_conn_closed(R, CONN(A), 1);
+  rs_conn_closed(R, CONN(B), 1);
+  ck_assert_int_eq(rs_node_count(R), 0);
+  clear();
+  /* A newcomer is not a restarting node: it waits for the last call. */
+  ck_assert_int_eq(join(C, 1, 2), 0);
+  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_double_eq(last(C, RP_WAITING)->u.waiting.last_call, 30);
+  rs_tick(R, 32);
+  assert_round(C, 1, 0, 1, 0, 1, C);
+}
+END_TEST
+
+START_TEST(spare_times_out)
+{
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  ck_assert_double_eq(last(B, RP_WAITING)->u.waiting.deadline, 600);
+  ck_assert_double_eq(last(B, RP_WAITING)->u.waiting.last_call, -1);
+  rs_tick(R, 600.9);
+  ck_assert(!dropped(B));
+  rs_tick(R, 601);
+  assert_error(B, RP_ERR_JOIN_TIMEOUT);
+  ck_assert_str_eq(last(B, RP_ERROR)->u.text.message,
+                   "waited 600 s: round 0 is full (1 of at most 1 nodes)");
+  ck_assert(dropped(B));
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(rs_node_count(R), 1);
+}
+END_TEST
+
+START_TEST(ranks_stable_across_rounds)
+{
+  CF = conf_of(1, 3);
+  CF.max_restarts = 5;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  ck_assert_int_eq(join(C, 1, 0), 0);
+  assert_round(C, 0, 2, 3, 2, 3, A);
+  ck_assert_int_eq(failure(A, false, "boom", 1), 0);
+  /* A comes back last, yet keeps rank 0. */
+  ck_assert_int_eq(join(C, 1, 2), 0);
+  ck_assert_int_eq(join(B, 1, 3), 0);
+  ck_assert_int_eq(join(A, 1, 4), 0);
+  assert_round(A, 1, 0, 3, 0, 3, A);
+  assert_round(B, 1, 1, 3, 1, 3, A);
+  assert_round(C, 1, 2, 3, 2, 3, A);
+  /* Rank 0 dies: the next in order takes it, whatever the join order. */
+  rs_conn_closed(R, CONN(A), 5);
+  ck_assert_int_eq(join(C, 1, 6), 0);
+  ck_assert_int_eq(join(B, 1, 7), 0);
+  assert_round(B, 2, 0, 2, 0, 2, B);
+  assert_round(C, 2, 1, 2, 1, 2, B);
+}
+END_TEST
+
+START_TEST(rejoin_rules)
+{
+  CF = conf_of(2, 3);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  /* Already gathering: a no-op that answers WAITING again. */
+  ck_assert_int_eq(join(A, 1, 1), 0);
+  ck_assert_int_eq(count(A, RP_WAITING), 2);
+  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 1);
+  /* A conn in job1 may not join another job. */
+  ck_assert_int_lt(join_job(A, "job2", NULL, 1, 1), 0);
+  assert_error(A, RP_ERR_BAD_REQUEST);
+  ck_assert(!dropped(A));
+  ck_assert_int_eq(rs_job_count(R), 1);
+  ck_assert_int_eq(join(B, 1, 2), 0);
+  ck_assert_int_eq(join(C, 1, 3), 0);
+  ck_assert_int_eq(total(RP_ROUND), 3);
+  /* A participant of the running round cannot join it again. */
+  ck_assert_int_lt(join(A, 1, 4), 0);
+  assert_error(A, RP_ERR_BAD_REQUEST);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+}
+END_TEST
+
+START_TEST(peer_address_fallback)
+{
+  /* Peer address known before the JOIN. */
+  rs_set_peer_addr(R, CONN(A), "192.168.1.7");
+  ck_assert_int_eq(join_job(A, "pa", "", 1, 0), 0);
+  ck_assert_str_eq(last(A, RP_ROUND)->u.round.master_addr, "192.168.1.7");
+  /* No peer address at all. */
+  ck_assert_int_eq(join_job(B, "pb", "", 1, 0), 0);
+  ck_assert_str_eq(last(B, RP_ROUND)->u.round.master_addr, "127.0.0.1");
+  /* Peer address learned after the JOIN. */
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(join_job(C, "pc", "", 1, 0), 0);
+  rs_set_peer_addr(R, CONN(C), "10.9.9.9");
+  ck_assert_int_eq(join_job(D, "pc", NULL, 1, 0), 0);
+  ck_assert_str_eq(last(D, RP_ROUND)->u.round.master_addr, "10.9.9.9");
+  ck_assert_int_eq(rs_job_count(R), 3);
+}
+END_TEST
+
+START_TEST(two_jobs_independent)
+{
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(join_job(A, "j1", NULL, 1, 0), 0);
+  CF = conf_of(1, 1);
+  ck_assert_int_eq(join_job(C, "j2", NULL, 7, 0), 0);
+  assert_round(C, 0, 0, 1, 0, 7, C);
+  ck_assert_int_eq(total(RP_ROUND), 1);
+  rs_conn_closed(R, CONN(C), 1);
+  ck_assert_int_eq(count(A, RP_RESTART), 0);
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(join_job(B, "j1", NULL, 1, 2), 0);
+  assert_round(A, 0, 0, 2, 0, 2, A);
+  assert_round(B, 0, 1, 2, 1, 2, A);
+  ck_assert_int_eq(rs_job_count(R), 2);
+  ck_assert_int_eq(rs_node_count(R), 2);
+}
+END_TEST
+
+/* ---- barriers and leaving ---- */
+
+START_TEST(barrier_completes_with_last)
+{
+  cJSON *st;
+
+  running_pair();
+  ck_assert_int_eq(barrier(A, "exit", 0, 1), 0);
+  ck_assert_int_eq(barrier(A, "exit", 0, 1), 0);     /* a repeat */
+  ck_assert_int_eq(total(RP_BARRIER_DONE), 0);
+  st = status_of(X, 1);
+  ck_assert_int_eq((int)num(cJSON_GetObjectItem(job0(st), "barriers"),
+                            "exit"), 1);
+  cJSON_Delete(st);
+  ck_assert_int_eq(barrier(B, "exit", 0, 2), 0);
+  ck_assert_int_eq(count(A, RP_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(B, RP_BARRIER_DONE), 1);
+  ck_assert(logged("barrier exit passed by 2 nodes"));
+}
+END_TEST
+
+START_TEST(restart_cancels_barrier)
+{
+  CF = conf_of(2, 3);
+  CF.last_call_timeout = 5;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  rs_tick(R, 5);
+  ck_assert_int_eq(barrier(A, "exit", 0, 6), 0);
+  ck_assert_int_eq(join(C, 1, 7), 0);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
+                   "node h2 (10.0.0.3, pid 1002) joined "
+                   "(cancels barrier exit)");
+  ck_assert_int_eq(total(RP_BARRIER_DONE), 0);
+  ck_assert_int_eq(join(A, 1, 8), 0);
+  ck_assert_int_eq(join(B, 1, 8), 0);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 1);
+  /* The barrier of round 0 is stale now. */
+  ck_assert_int_lt(barrier(B, "exit", 0, 9), 0);
+  assert_error(B, RP_ERR_BAD_REQUEST);
+  ck_assert_int_eq(barrier(B, "exit", 1, 9), 0);
+  ck_assert_int_eq(total(RP_BARRIER_DONE), 0);
+}
+END_TEST
+
+START_TEST(leave_after_exit_finishes)
+{
+  cJSON *st;
+
+  running_pair();
+  ck_assert_int_eq(barrier(A, "exit", 0, 1), 0);
+  ck_assert_int_eq(barrier(B, "exit", 0, 1), 0);
+  ck_assert_int_eq(op(A, RP_LEAVE, 2), 0);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(op(B, RP_LEAVE, 3), 0);
+  ck_assert_int_eq(rs_node_count(R), 0);
+  ck_assert(logged("job job1: finished"));
+  st = status_of(X, 3);
+  ck_assert_str_eq(str(job0(st), "phase"), "finished");
+  cJSON_Delete(st);
+  ck_assert_int_lt(join(C, 1, 10), 0);
+  assert_error(C, RP_ERR_CLOSED);
+  ck_assert(dropped(C));
+  rs_tick(R, 32.9);
+  ck_assert_int_eq(rs_job_count(R), 1);
+  rs_tick(R, 33);
+  ck_assert_int_eq(rs_job_count(R), 0);
+  ck_assert(logged("job job1: forgotten"));
+  /* The id is free again. */
+  CF = conf_of(1, 1);
+  ck_assert_int_eq(join(D, 1, 34), 0);
+  assert_round(D, 0, 0, 1, 0, 1, D);
+}
+END_TEST
+
+START_TEST(leave_before_exit_is_lost)
+{
+  running_pair();
+  ck_assert_int_eq(op(A, RP_LEAVE, 2), 0);
+  ck_assert_int_eq(count(B, RP_RESTART), 1);
+  ck_assert_str_eq(last(B, RP_RESTART)->u.text.message,
+                   "node h0 (10.0.0.1, pid 1000) lost: left before the "
+                   "exit barrier");
+  ck_assert(logged("lost: left before the exit barrier"));
+  /* Gone: A's next message needs a JOIN. */
+  ck_assert_int_eq(op(A, RP_KEEPALIVE, 3), -ENOTCONN);
+  assert_error(A, RP_ERR_NOT_JOINED);
+}
+END_TEST
+
+/* ---- KV ---- */
+
+START_TEST(kv_set_get_add)
+{
+  const struct rp_kv *v;
+  cJSON *st;
+
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  clear();
+  ck_assert_int_eq(kv(A, RP_KV_SET, "k", "hello", 0, 0, 1), 0);
+  ck_assert_int_eq((int)rec.n, 0);     /* SET is not answered */
+  ck_assert_int_eq(kv(A, RP_KV_GET, "k", NULL, 0, 0, 1), 0);
+  v = &last(A, RP_KV_VALUE)->u.kv;
+  ck_assert(v->found);
+  ck_assert_str_eq(v->key, "k");
+  ck_assert_str_eq(v->value, "hello");
+  ck_assert_int_eq(kv(A, RP_KV_SET, "k", "bye", 0, 0, 1), 0);
+  ck_assert_int_eq(kv(A, RP_KV_GET, "k", NULL, 0, 0, 1), 0);
+  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "bye");
+  ck_assert_int_eq(kv(A, RP_KV_GET, "nope", NULL, 0, 0, 1), 0);
+  ck_assert(!last(A, RP_KV_VALUE)->u.kv.found);
+  ck_assert_int_eq(kv(A, RP_KV_ADD, "n", NULL, 5, 0, 1), 0);
+  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "5");
+  ck_assert_int_eq(kv(A, RP_KV_ADD, "n", NULL, -7, 0, 1), 0);
+  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "-2");
+  ck_assert_int_lt(kv(A, RP_KV_ADD, "k", NULL, 1, 0, 1), 0);
+  assert_error(A, RP_ERR_BAD_REQUEST);
+  st = status_of(A, 1);
+  ck_assert_int_eq((int)num(job0(st), "kv_keys"), 2);
+  cJSON_Delete(st);
+}
+END_TEST
+
+START_TEST(kv_wait_answered_or_times_out)
+{
+  running_pair();
+  ck_assert_int_eq(kv(A, RP_KV_GET, "x", NULL, 0, 10, 1), 0);
+  ck_assert_int_eq(total(RP_KV_VALUE), 0);
+  ck_assert_int_eq(kv(B, RP_KV_SET, "x", "42", 0, 0, 2), 0);
+  ck_assert_int_eq(count(A, RP_KV_VALUE), 1);
+  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "42");
+  ck_assert_int_eq(count(B, RP_KV_VALUE), 0);
+  ck_assert_int_eq(kv(A, RP_KV_GET, "y", NULL, 0, 5, 3), 0);
+  ck_assert_int_eq(kv(B, RP_KV_GET, "y", NULL, 0, 5, 3), 0);
+  ck_assert_double_eq(rs_tick(R, 7.9), 8);
+  ck_assert_int_eq(total(RP_ERROR), 0);
+  rs_tick(R, 8);
+  assert_error(A, RP_ERR_TIMEOUT);
+  assert_error(B, RP_ERR_TIMEOUT);
+  ck_assert_str_eq(last(A, RP_ERROR)->u.text.message,
+                   "key y not set within 5 s");
+  /* A pending wait dies with its node. */
+  ck_assert_int_eq(kv(A, RP_KV_GET, "z", NULL, 0, 5, 9), 0);
+  rs_conn_closed(R, CONN(A), 9);
+  clear();
+  rs_tick(R, 20);
+  ck_assert_int_eq(total(RP_ERROR), 0);
+}
+END_TEST
+
+START_TEST(kv_limits)
+{
+  struct rs_limits lim = { 1, 2, 100 };
+
+  rs_destroy(R);
+  R = rs_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(kv(A, RP_KV_SET, "k1", "v", 0, 0, 1), 0);
+  ck_assert_int_eq(kv(A, RP_KV_SET, "k2", "v", 0, 0, 1), 0);
+  ck_assert_int_lt(kv(A, RP_KV_SET, "k3", "v", 0, 0, 1), 0);
+  assert_error(A, RP_ERR_LIMIT);
+  ck_assert_int_eq(kv(A, RP_KV_SET, "k1", "replaced", 0, 0, 1), 0);
+  clear();
+  ck_assert_int_lt(kv(A, RP_KV_SET, "k2", "0123456789012345678901234567890"
+                      "1234567890123456789012345678901234567890123456789"
+                      "0123456789", 0, 0, 1), 0);
+  assert_error(A, RP_ERR_LIMIT);
+  ck_assert_int_eq(kv(A, RP_KV_GET, "k2", NULL, 0, 0, 1), 0);
+  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "v");
+  ck_assert_int_eq(kv(A, RP_KV_GET, "k4", NULL, 0, 5, 1), 0);
+  ck_assert_int_eq(kv(A, RP_KV_GET, "k4", NULL, 0, 5, 1), 0);
+  ck_assert_int_lt(kv(A, RP_KV_GET, "k4", NULL, 0, 5, 1), 0);
+  assert_error(A, RP_ERR_LIMIT);
+  /* One job at most. */
+  ck_assert_int_lt(join_job(B, "other", NULL, 1, 2), 0);
+  assert_error(B, RP_ERR_LIMIT);
+  ck_assert(dropped(B));
+  ck_assert_int_eq(rs_job_count(R), 1);
+}
+END_TEST
+
+/* ---- other requests ---- */
+
+START_TEST(not_joined_errors)
+{
+  static const enum rp_op ops[] = {
+    RP_KEEPALIVE, RP_FAILURE, RP_BARRIER, RP_LEAVE, RP_KV_SET, RP_KV_GET,
+    RP_KV_ADD,
+  };
+  size_t i;
+
+  ck_assert_double_lt(rs_tick(R, 0), 0);     /* nothing pending */
+  for (i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    clear();
+    if (ops[i] == RP_KV_SET || ops[i] == RP_KV_GET || ops[i] == RP_KV_ADD)
+      ck_assert_int_eq(kv(X, ops[i], "k", "v", 1, 0, 0), -ENOTCONN);
+    else
+      ck_assert_int_eq(op(X, ops[i], 0), -ENOTCONN);
+    ck_assert_int_eq(count(X, RP_ERROR), 1);
+    assert_error(X, RP_ERR_NOT_JOINED);
+    ck_assert(!dropped(X));
+  }
+  ck_assert_int_lt(op(X, RP_ROUND, 0), 0);
+  assert_error(X, RP_ERR_BAD_REQUEST);
+  ck_assert_int_eq(rs_job_count(R), 0);
+}
+END_TEST
+
+START_TEST(status_reply_content)
+{
+  const cJSON *job, *conf, *nodes, *n;
+  cJSON *st;
+
+  CF = conf_of(2, 4);
+  ck_assert_int_eq(join(A, 2, 0), 0);
+  st = status_of(X, 1);
+  ck_assert_int_eq((int)num(st, "nodes"), 1);
+  job = job0(st);
+  ck_assert_str_eq(str(job, "id"), "job1");
+  ck_assert_str_eq(str(job, "phase"), "gathering");
+  ck_assert_int_eq((int)num(job, "round"), 0);
+  ck_assert_int_eq((int)num(job, "restart_count"), 0);
+  ck_assert_int_eq((int)num(job, "kv_keys"), 0);
+  conf = cJSON_GetObjectItem(job, "conf");
+  ck_assert_int_eq((int)num(conf, "min_nodes"), 2);
+  ck_assert_int_eq((int)num(conf, "max_nodes"), 4);
+  ck_assert_double_eq(num(conf, "join_timeout"), 600);
+  ck_assert_ptr_null(cJSON_GetObjectItem(job, "barriers")->child);
+  nodes = cJSON_GetObjectItem(job, "nodes");
+  ck_assert_int_eq(cJSON_GetArraySize(nodes), 1);
+  n = nodes->child;
+  ck_assert_str_eq(str(n, "host"), "h0");
+  ck_assert_str_eq(str(n, "addr"), "10.0.0.1");
+  ck_assert_int_eq((int)num(n, "pid"), 1000);
+  ck_assert_int_eq((int)num(n, "nproc"), 2);
+  ck_assert_int_eq((int)num(n, "rank"), -1);
+  ck_assert_str_eq(str(n, "state"), "participant");
+  cJSON_Delete(st);
+  ck_assert_int_eq(join(B, 3, 1), 0);
+  st = status_of(X, 2);
+  ck_assert_str_eq(str(job0(st), "phase"), "last_call");
+  cJSON_Delete(st);
+  rs_tick(R, 31);
+  st = status_of(A, 31);
+  job = job0(st);
+  ck_assert_str_eq(str(job, "phase"), "running");
+  ck_assert_int_eq((int)num(job, "world_size"), 5);
+  n = cJSON_GetObjectItem(job, "nodes")->child->next;
+  ck_assert_str_eq(str(n, "host"), "h1");
+  ck_assert_int_eq((int)num(n, "rank"), 1);
+  cJSON_Delete(st);
+}
+END_TEST
+
+/* 10,000 nodes in one job: one ROUND each, every rank once, offsets
+ * summing up.  Quadratic work would show as a timeout here. */
+START_TEST(ten_thousand_nodes)
+{
+  enum { N = 10000 };
+  static int rank_of[N], offset_of[N], seen[N];
+  char *base = malloc(N);
+  struct rp_msg m;
+  size_t k;
+  int i, world = 0, sum = 0;
+
+  ck_assert_ptr_nonnull(base);
+  rec.encode = false;
+  CF = conf_of(N, N);
+  memset(&m, 0, sizeof m);
+  m.op = RP_JOIN;
+  snprintf(m.u.join.id, sizeof m.u.join.id, "big");
+  m.u.join.conf = CF;
+  m.u.join.master_port = 29400;
+  for (i = 0; i < N; i++) {
+    snprintf(m.u.join.host, sizeof m.u.join.host, "n%d", i);
+    snprintf(m.u.join.addr, sizeof m.u.join.addr, "10.%d.%d.%d",
+             i >> 16, (i >> 8) & 255, i & 255);
+    m.u.join.pid = i;
+    m.u.join.nproc = 1 + i % 3;
+    world += m.u.join.nproc;
+    if (i == N - 1)
+      ck_assert_int_eq(total(RP_ROUND), 0);
+    ck_assert_int_eq(rs_handle(R, base + i, &m, i * 1e-4), 0);
+  }
+  ck_assert_int_eq(total(RP_ROUND), N);
+  for (k = 0; k < rec.n; k++) {
+    const struct rp_round *rd = &rec.msgs[k].m.u.round;
+
+    if (rec.msgs[k].m.op != RP_ROUND)
+      continue;
+    i = (int)((char *)rec.msgs[k].conn - base);
+    ck_assert(i >= 0 && i < N);
+    ck_assert_int_eq(seen[i]++, 0);
+    ck_assert_int_eq(rd->group_world_size, N);
+    ck_assert_int_eq(rd->world_size, world);
+    ck_assert_str_eq(rd->master_addr, "10.0.0.0");
+    rank_of[i] = rd->group_rank;
+    offset_of[i] = rd->rank_offset;
+  }
+  /* Ranks in join order; offsets are the prefix sums of nproc. */
+  for (i = 0; i < N; i++) {
+    ck_assert_int_eq(rank_of[i], i);
+    ck_assert_int_eq(offset_of[i], sum);
+    sum += 1 + i % 3;
+  }
+  ck_assert_int_eq(rs_node_count(R), N);
+  free(base);
+}
+END_TEST
+
+static Suite *rdzv_state_suite(void)
+{
+  Suite *s = suite_create("rdzv_state");
+  TCase *tc = tcase_create("rdzv_state");
+
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, single_node_round);
+  tcase_add_test(tc, last_call_completes_at_deadline);
+  tcase_add_test(tc, max_completes_at_once);
+  tcase_add_test(tc, config_mismatch_refused);
+  tcase_add_test(tc, join_sends_progress_once_per_second);
+  tcase_add_test(tc, death_while_gathering_cancels_last_call);
+  tcase_add_test(tc, scale_up_from_waiting_list);
+  tcase_add_test(tc, full_round_keeps_spare);
+  tcase_add_test(tc, worker_failure_restarts);
+  tcase_add_test(tc, restarts_exhausted_close);
+  tcase_add_test(tc, final_failure_closes);
+  tcase_add_test(tc, lost_connection_restarts_survivors);
+  tcase_add_test(tc, keepalive_silence_kills);
+  tcase_add_test(tc, join_timeout_below_min);
+  tcase_add_test(tc, expected_nodes_all_gone);
+  tcase_add_test(tc, spare_times_out);
+  tcase_add_test(tc, ranks_stable_across_rounds);
+  tcase_add_test(tc, rejoin_rules);
+  tcase_add_test(tc, peer_address_fallback);
+  tcase_add_test(tc, two_jobs_independent);
+  tcase_add_test(tc, barrier_completes_with_last);
+  tcase_add_test(tc, restart_cancels_barrier);
+  tcase_add_test(tc, leave_after_exit_finishes);
+  tcase_add_test(tc, leave_before_exit_is_lost);
+  tcase_add_test(tc, kv_set_get_add);
+  tcase_add_test(tc, kv_wait_answered_or_times_out);
+  tcase_add_test(tc, kv_limits);
+  tcase_add_test(tc, not_joined_errors);
+  tcase_add_test(tc, status_reply_content);
+  tcase_add_test(tc, ten_thousand_nodes);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr = srunner_create(rdzv_state_suite());
+  int failed;
+
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

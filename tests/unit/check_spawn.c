@@ -1,0 +1,537 @@
+/* check_spawn.c -- unit tests for launcher/spawn.c.
+ *
+ * Each test process is made a child subreaper, so a worker orphaned by the
+ * death of its parent comes back to it and can be reaped and checked with
+ * waitpid.  Whatever a test starts is recorded and SIGKILLed at exit,
+ * failed assertions included (Check's fork mode ends a failed test with
+ * exit()). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "spawn.h"
+
+#define LIMIT_MS 10000
+
+/* ---- process bookkeeping --------------------------------------------- */
+
+#define MAX_TRACKED 16
+static pid_t tracked[MAX_TRACKED];
+
+static void track(pid_t pid)
+{
+  for (int i = 0; i < MAX_TRACKED; i++)
+    if (tracked[i] == 0) {
+      tracked[i] = pid;
+      return;
+    }
+  ck_abort_msg("too many tracked processes");
+}
+
+static void untrack(pid_t pid)
+{
+  for (int i = 0; i < MAX_TRACKED; i++)
+    if (tracked[i] == pid)
+      tracked[i] = 0;
+}
+
+/* atexit: spawned workers lead their own sessions, out of reach of
+ * Check's killpg of the test's group. */
+static void kill_tracked(void)
+{
+  for (int i = 0; i < MAX_TRACKED; i++)
+    if (tracked[i] > 0) {
+      kill(-tracked[i], SIGKILL);
+      kill(tracked[i], SIGKILL);
+      tracked[i] = 0;
+    }
+}
+
+static char tmpdir[64];
+
+static void setup(void)
+{
+  memset(tracked, 0, sizeof tracked);
+  ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/check_spawn.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void rm_in_tmpdir(const char *name)
+{
+  char p[128];
+
+  snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+  unlink(p);
+}
+
+static void teardown(void)
+{
+  rm_in_tmpdir("marker");
+  rm_in_tmpdir("noexec");
+  rmdir(tmpdir);
+}
+
+static void sleep_ms(int ms)
+{
+  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+  while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+    ;
+}
+
+/* Reaps pid (a child, or an orphan that will be reparented to us),
+ * polling up to limit_ms.  Returns true with *status set once reaped. */
+static bool reap_within(pid_t pid, int *status, int limit_ms)
+{
+  for (int waited = 0;; waited += 5) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+
+    if (r == pid) {
+      untrack(pid);
+      return true;
+    }
+    if (r < 0 && errno != EINTR && errno != ECHILD)
+      return false;
+    if (waited >= limit_ms)
+      return false;
+    sleep_ms(5);
+  }
+}
+
+static void expect_killed_by(pid_t pid, int sig)
+{
+  int st = 0;
+
+  ck_assert_msg(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
+                (int)pid);
+  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == sig,
+                "pid %d: status 0x%x, want signal %d", (int)pid, st, sig);
+}
+
+static void expect_exit(pid_t pid, int code)
+{
+  int st = 0;
+
+  ck_assert_msg(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
+                (int)pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == code,
+                "pid %d: status 0x%x, want exit %d", (int)pid, st, code);
+}
+
+/* No child of ours is left, not even a zombie. */
+static void expect_no_children(void)
+{
+  pid_t rc;
+  int st, err;
+
+  rc = waitpid(-1, &st, WNOHANG);
+  err = errno;
+  ck_assert_int_eq(rc, -1);
+  ck_assert_int_eq(err, ECHILD);
+}
+
+/* Reads fd to EOF into buf (NUL-terminated). */
+static size_t read_all(int fd, char *buf, size_t size)
+{
+  size_t len = 0;
+  ssize_t n;
+
+  for (;;) {
+    n = read(fd, buf + len, size - 1 - len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    ck_assert_int_ge(n, 0);
+    if (n == 0)
+      break;
+    len += (size_t)n;
+    ck_assert_uint_lt(len, size - 1);
+  }
+  buf[len] = '\0';
+  return len;
+}
+
+/* A field of /proc/<pid>/status holding a hex signal mask. */
+static unsigned long long proc_sigmask(pid_t pid, const char *field)
+{
+  char path[64], line[256];
+  size_t flen = strlen(field);
+  unsigned long long mask = 0;
+  bool found = false;
+  FILE *f;
+
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, field, flen) == 0 && line[flen] == ':') {
+      mask = strtoull(line + flen + 1, NULL, 16);
+      found = true;
+      break;
+    }
+  fclose(f);
+  ck_assert_msg(found, "no %s in %s", field, path);
+  return mask;
+}
+
+static unsigned long long sigbit(int sig)
+{
+  return 1ULL << (sig - 1);
+}
+
+static char *empty_env[] = { NULL };
+
+static int spawn(char *const *argv, char *const *envp, int out_fd,
+                 pid_t *pid)
+{
+  struct spawn_opts o = SPAWN_OPTS_INIT;
+  int rc;
+
+  o.argv = argv;
+  o.envp = envp;
+  o.stdout_fd = out_fd;
+  *pid = -1;
+  rc = spawn_worker(&o, pid);
+  if (rc == 0)
+    track(*pid);
+  return rc;
+}
+
+/* ---- exec errors ----------------------------------------------------- */
+
+START_TEST(test_enoent)
+{
+  char *argv1[] = { "/nonexistent/cdrun-check-no-such-program", NULL };
+  char *argv2[] = { "cdrun-check-no-such-program-in-path", NULL };
+  pid_t pid = 12345;
+
+  ck_assert_int_eq(spawn(argv1, empty_env, -1, &pid), -ENOENT);
+  expect_no_children();
+  ck_assert_int_eq(spawn(argv2, empty_env, -1, &pid), -ENOENT);
+  expect_no_children();
+}
+END_TEST
+
+START_TEST(test_eacces)
+{
+  char path[128];
+  char *argv[] = { path, NULL };
+  pid_t pid;
+  int fd;
+
+  snprintf(path, sizeof path, "%s/noexec", tmpdir);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, "#!/bin/sh\nexit 0\n", 17), 17);
+  close(fd);
+  ck_assert_int_eq(spawn(argv, empty_env, -1, &pid), -EACCES);
+  expect_no_children();
+}
+END_TEST
+
+/* ---- a successful exec ----------------------------------------------- */
+
+START_TEST(test_session_leader)
+{
+  char *argv[] = { "/bin/sleep", "30", NULL };
+  pid_t pid;
+
+  ck_assert_int_eq(spawn(argv, empty_env, -1, &pid), 0);
+  ck_assert_int_gt(pid, 0);
+  ck_assert_int_eq(getpgid(pid), pid);
+  ck_assert_int_eq(getsid(pid), pid);
+  ck_assert_int_ne(getsid(pid), getsid(0));
+  ck_assert_int_eq(kill(pid, SIGKILL), 0);
+  expect_killed_by(pid, SIGKILL);
+}
+END_TEST
+
+START_TEST(test_stdout_to_fd)
+{
+  char *argv[] = { "echo", "hello", NULL };   /* found through PATH */
+  char buf[64];
+  int p[2];
+  pid_t pid;
+
+  ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+  ck_assert_int_eq(spawn(argv, empty_env, p[1], &pid), 0);
+  /* spawn_worker does not take the caller's fd. */
+  ck_assert_int_ne(fcntl(p[1], F_GETFD), -1);
+  close(p[1]);
+  read_all(p[0], buf, sizeof buf);
+  close(p[0]);
+  ck_assert_str_eq(buf, "hello\n");
+  expect_exit(pid, 0);
+}
+END_TEST
+
+START_TEST(test_all_three_fds)
+{
+  char *argv[] = { "/bin/sh", "-c",
+                   "read x; echo \"out:$x\"; echo \"err:$x\" >&2", NULL };
+  struct spawn_opts o = SPAWN_OPTS_INIT;
+  char out[64], err[64];
+  int in[2], po[2], pe[2];
+  pid_t pid;
+
+  ck_assert_int_eq(pipe2(in, O_CLOEXEC), 0);
+  ck_assert_int_eq(pipe2(po, O_CLOEXEC), 0);
+  ck_assert_int_eq(pipe2(pe, O_CLOEXEC), 0);
+  o.argv = argv;
+  o.envp = empty_env;
+  o.stdin_fd = in[0];
+  o.stdout_fd = po[1];
+  o.stderr_fd = pe[1];
+  ck_assert_int_eq(spawn_worker(&o, &pid), 0);
+  track(pid);
+  close(in[0]);
+  close(po[1]);
+  close(pe[1]);
+  ck_assert_int_eq(write(in[1], "abc\n", 4), 4);
+  close(in[1]);
+  read_all(po[0], out, sizeof out);
+  read_all(pe[0], err, sizeof err);
+  close(po[0]);
+  close(pe[0]);
+  ck_assert_str_eq(out, "out:abc\n");
+  ck_assert_str_eq(err, "err:abc\n");
+  expect_exit(pid, 0);
+}
+END_TEST
+
+START_TEST(test_exact_env)
+{
+  char *argv[] = { "/usr/bin/env", NULL };
+  char *envp[] = { "CDRUN_A=1", "CDRUN_B=two words", NULL };
+  char buf[256];
+  int p[2];
+  pid_t pid;
+
+  ck_assert_int_eq(setenv("CDRUN_PARENT_ONLY", "x", 1), 0);
+  ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+  ck_assert_int_eq(spawn(argv, envp, p[1], &pid), 0);
+  close(p[1]);
+  read_all(p[0], buf, sizeof buf);
+  close(p[0]);
+  ck_assert_str_eq(buf, "CDRUN_A=1\nCDRUN_B=two words\n");
+  expect_exit(pid, 0);
+}
+END_TEST
+
+/* ---- before_exec ----------------------------------------------------- */
+
+struct before {
+  int calls;
+  pid_t pid;
+  int ret;
+  bool marker_existed;
+  char exe[PATH_MAX];
+  char marker[128];
+};
+
+static int before_exec(void *ctx, pid_t pid)
+{
+  struct before *b = ctx;
+  char path[64];
+  ssize_t n;
+
+  b->calls++;
+  b->pid = pid;
+  b->marker_existed = access(b->marker, F_OK) == 0;
+  snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+  n = readlink(path, b->exe, sizeof b->exe - 1);
+  b->exe[n > 0 ? n : 0] = '\0';
+  return b->ret;
+}
+
+static void run_before(struct before *b, int want_rc, pid_t *pid)
+{
+  char *argv[] = { "/bin/sh", "-c", "echo x > \"$0\"", b->marker, NULL };
+  struct spawn_opts o = SPAWN_OPTS_INIT;
+
+  snprintf(b->marker, sizeof b->marker, "%s/marker", tmpdir);
+  o.argv = argv;
+  o.envp = empty_env;
+  o.before_exec = before_exec;
+  o.ctx = b;
+  *pid = -1;
+  ck_assert_int_eq(spawn_worker(&o, pid), want_rc);
+  ck_assert_int_eq(b->calls, 1);
+  ck_assert_int_gt(b->pid, 0);
+  ck_assert(!b->marker_existed);
+}
+
+START_TEST(test_before_exec_ok)
+{
+  struct before b;
+  char self[PATH_MAX];
+  ssize_t n;
+  pid_t pid;
+
+  memset(&b, 0, sizeof b);
+  run_before(&b, 0, &pid);
+  track(pid);
+  ck_assert_int_eq(b.pid, pid);
+  /* At that point the child was still a copy of us, not yet exec'd. */
+  n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ck_assert_int_gt(n, 0);
+  self[n] = '\0';
+  ck_assert_str_eq(b.exe, self);
+  expect_exit(pid, 0);
+  ck_assert_int_eq(access(b.marker, F_OK), 0);
+}
+END_TEST
+
+START_TEST(test_before_exec_error)
+{
+  struct before b;
+  pid_t pid;
+  int rc, err;
+
+  memset(&b, 0, sizeof b);
+  b.ret = -ECANCELED;
+  run_before(&b, -ECANCELED, &pid);
+  /* Reaped, and the program never ran. */
+  expect_no_children();
+  rc = access(b.marker, F_OK);
+  err = errno;
+  ck_assert_int_eq(rc, -1);
+  ck_assert_int_eq(err, ENOENT);
+}
+END_TEST
+
+/* ---- signals --------------------------------------------------------- */
+
+START_TEST(test_signals_reset)
+{
+  char *argv[] = { "/bin/sleep", "30", NULL };
+  sigset_t usr1, old;
+  pid_t a, b;
+
+  ck_assert(signal(SIGTERM, SIG_IGN) != SIG_ERR);
+  ck_assert(signal(SIGHUP, SIG_IGN) != SIG_ERR);
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  ck_assert_int_eq(sigprocmask(SIG_BLOCK, &usr1, &old), 0);
+
+  ck_assert_int_eq(spawn(argv, empty_env, -1, &a), 0);
+  ck_assert_int_eq(spawn(argv, empty_env, -1, &b), 0);
+  ck_assert_uint_eq(proc_sigmask(a, "SigIgn") &
+                    (sigbit(SIGTERM) | sigbit(SIGHUP)), 0);
+  ck_assert_uint_eq(proc_sigmask(a, "SigBlk") & sigbit(SIGUSR1), 0);
+  ck_assert_int_eq(kill(a, SIGTERM), 0);
+  ck_assert_int_eq(kill(b, SIGUSR1), 0);
+  expect_killed_by(a, SIGTERM);
+  expect_killed_by(b, SIGUSR1);
+
+  /* Our own dispositions are untouched. */
+  ck_assert(signal(SIGTERM, SIG_DFL) == SIG_IGN);
+  ck_assert_uint_ne(proc_sigmask(getpid(), "SigBlk") & sigbit(SIGUSR1), 0);
+  signal(SIGHUP, SIG_DFL);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+}
+END_TEST
+
+/* The middle process of the parent-death test: spawns sleep, reports its
+ * pid, waits to be killed. */
+static void middle_main(int wfd)
+{
+  char *argv[] = { "/bin/sleep", "30", NULL };
+  struct spawn_opts o = SPAWN_OPTS_INIT;
+  pid_t pid = -1;
+
+  o.argv = argv;
+  o.envp = empty_env;
+  if (spawn_worker(&o, &pid) != 0)
+    pid = -1;
+  if (write(wfd, &pid, sizeof pid) != (ssize_t)sizeof pid)
+    _exit(1);
+  for (;;)
+    pause();
+}
+
+START_TEST(test_parent_death_kills_worker)
+{
+  pid_t mid, worker = -1;
+  int p[2];
+
+  ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+  mid = fork();
+  ck_assert_int_ge(mid, 0);
+  if (mid == 0) {
+    close(p[0]);
+    middle_main(p[1]);
+  }
+  track(mid);
+  close(p[1]);
+  ck_assert_int_eq(read(p[0], &worker, sizeof worker),
+                   (ssize_t)sizeof worker);
+  close(p[0]);
+  ck_assert_int_gt(worker, 0);
+  track(worker);
+  /* Alive and running sleep until its parent goes. */
+  ck_assert_int_eq(kill(worker, 0), 0);
+  ck_assert_int_eq(getsid(worker), worker);
+
+  ck_assert_int_eq(kill(mid, SIGKILL), 0);
+  expect_killed_by(mid, SIGKILL);
+  /* Orphaned, it comes back to us (the subreaper): PR_SET_PDEATHSIG
+   * must have killed it. */
+  expect_killed_by(worker, SIGKILL);
+}
+END_TEST
+
+static Suite *spawn_suite(void)
+{
+  Suite *s = suite_create("spawn");
+  TCase *tc = tcase_create("errors");
+
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_enoent);
+  tcase_add_test(tc, test_eacces);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("exec");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_session_leader);
+  tcase_add_test(tc, test_stdout_to_fd);
+  tcase_add_test(tc, test_all_three_fds);
+  tcase_add_test(tc, test_exact_env);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("before_exec");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_before_exec_ok);
+  tcase_add_test(tc, test_before_exec_error);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("signals");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_signals_reset);
+  tcase_add_test(tc, test_parent_death_kills_worker);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr = srunner_create(spawn_suite());
+  int failed;
+
+  atexit(kill_tracked);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
