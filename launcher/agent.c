@@ -28,6 +28,9 @@
  * buffered in tee pipes (held open by a straggler outside the group). */
 #define DRAIN_MS 1000
 
+/* See Note [simultaneous failures]. */
+#define COFAILURE_WINDOW_S 0.1
+
 enum stream_state { STREAM_NONE, STREAM_OPEN, STREAM_CLOSING };
 
 /* One tee'd stream of one worker: a pipe the agent reads, a log file it
@@ -94,6 +97,8 @@ struct agent {
   struct worker *workers;
   struct failure *failures;
   size_t nfailures;
+  double first_failure_time;    /* when this attempt's first failure was
+                                   seen (epoch seconds) */
   int exit_status;
   char host[256];
 };
@@ -364,6 +369,8 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
   a->failures = grown;
   f = &a->failures[a->nfailures++];
   memset(f, 0, sizeof *f);
+  if (a->nfailures == 1)
+    a->first_failure_time = now_epoch();
   f->f.local_rank = w->local_rank;
   f->f.rank = w->rank;
   f->f.pid = pid;
@@ -372,6 +379,8 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
   if (message) {
     f->message = strdup(message);
   } else if (errfile_read(w->error_file, &info, why, sizeof why) == 0) {
+    if (a->o->error_files_read)
+      *a->o->error_files_read = true;
     f->error_file = strdup(w->error_file);
     f->message = info.message;
     f->traceback = info.traceback;
@@ -595,12 +604,33 @@ static void report_failure(struct agent *a, struct worker *w, int code)
   a->rdzv->ops->report_failure(a->rdzv, final, msg);
 }
 
+/* Note [simultaneous failures]: workers often fail together (the same
+ * bad input, a dead peer).  torchrun, polling every 0.1 s, lists all the
+ * failures one poll finds; we are told of each exit at once, so an exit
+ * within COFAILURE_WINDOW_S of the first failure that our stop signal did
+ * not cause is listed too. */
+static bool is_cofailure(const struct agent *a, int code)
+{
+  if (code == 0 || a->nfailures == 0)
+    return false;
+  if (code == -a->stop_signal || code == -SIGKILL)
+    return false;
+  return now_epoch() - a->first_failure_time < COFAILURE_WINDOW_S;
+}
+
 static void worker_exited(struct agent *a, struct worker *w, int status)
 {
   int code, i;
 
   w->running = false;
   code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+  if (a->state == ST_STOPPING && a->reason == STOP_FAILURE &&
+      is_cofailure(a, code)) {
+    agent_log("worker %d (local rank %d, pid %d) failed too (%s %d)",
+              w->rank, w->local_rank, (int)w->pid,
+              code < 0 ? "signal" : "status", code < 0 ? -code : code);
+    record_failure(a, w, w->pid, code, NULL);
+  }
   if (a->state != ST_RUNNING) {
     check_stopped(a);
     return;

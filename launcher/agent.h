@@ -28,6 +28,7 @@ struct agent_opts {
   int nsignals;
   bool default_omp_threads;       /* OMP_NUM_THREADS=1 if unset */
   bool log_events;                /* --event_log_handler=console */
+  bool *error_files_read;         /* out: the summary used error files */
   /* Creates the rendezvous back end on the agent's loop. */
   int (*rdzv_create)(void *arg, uv_loop_t *loop,
                      const struct rdzv_callbacks *cb, struct rdzv **out);

@@ -238,6 +238,7 @@ int main(int argc, char **argv)
   struct agent_opts o;
   struct job j;
   char err[512], warn[256];
+  bool error_files_read = false;
   int status;
 
   if (args_parse(&a, argc, argv, environ, err, sizeof err) != 0)
@@ -295,6 +296,9 @@ int main(int argc, char **argv)
             "your application as needed. \n"
             "*****************************************\n");
 
+  /* torchrun exports the handled signals to its workers' environment. */
+  setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", a.signals_to_handle, 1);
+
   /* Writing to a closed console must not kill the agent (and with it the
    * supervision of the workers); workers get the default back. */
   signal(SIGPIPE, SIG_IGN);
@@ -317,16 +321,19 @@ int main(int argc, char **argv)
   o.default_omp_threads = j.nproc > 1;
   o.log_events = strcmp(a.event_log_handler, "console") == 0;
   o.rdzv_create = create_rdzv;
+  o.error_files_read = &error_files_read;
   o.rdzv_arg = &j;
   status = agent_run(&o);
 
   /* A temporary log dir goes away unless it holds what the user needs:
    * worker logs, or the error files the failure summary points to. */
   if (j.log_base_is_temp) {
-    if (status == 0 && !logs_written(&j))
-      logs_rmtree(j.log_base);
-    else if (logs_written(&j))
+    if (logs_written(&j))
       fprintf(stderr, "cdrun: worker logs are in %s\n", j.run_log_dir);
+    else if (error_files_read)
+      fprintf(stderr, "cdrun: error files are in %s\n", j.run_log_dir);
+    else
+      logs_rmtree(j.log_base);
   }
   if (j.port_fd >= 0)
     close(j.port_fd);

@@ -6,6 +6,8 @@
  *   testworker fail DIR RANK CODE N like env, then rank RANK exits CODE
  *                                   while TORCHELASTIC_RESTART_COUNT < N
  *   testworker kill RANK SIG        rank RANK kills itself with SIG
+ *   testworker failall CODE         every rank exits CODE at once (and
+ *                                   ignores SIGTERM meanwhile)
  *   testworker errfile MSG          writes TORCHELASTIC_ERROR_FILE, exits 1
  *   testworker sleep DIR SECS       DIR/pid.<RANK>, a grandchild's pid in
  *                                   DIR/gpid.<RANK>, then sleeps
@@ -35,7 +37,8 @@ static const char *const torchrun_vars[] = {
   "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
   "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
   "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
-  "OMP_NUM_THREADS", "CDRUN_TEST_INHERITED", NULL,
+  "OMP_NUM_THREADS", "CDRUN_TEST_INHERITED",
+  "TORCHELASTIC_SIGNALS_TO_HANDLE", NULL,
 };
 
 static const char *trap_dir;
@@ -146,6 +149,10 @@ int main(int argc, char **argv)
       return atoi(argv[4]);
     sleep_s(0.3);   /* let the failing rank be first */
     return 0;
+  }
+  if (strcmp(mode, "failall") == 0 && argc == 3) {
+    signal(SIGTERM, SIG_IGN);
+    return atoi(argv[2]);
   }
   if (strcmp(mode, "kill") == 0 && argc == 4) {
     if (rank == atoi(argv[2])) {

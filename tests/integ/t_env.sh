@@ -36,6 +36,8 @@ for r in 0 1 2 3; do
     "$(envval "$f" NCCL_ASYNC_ERROR_HANDLING)" 1
   expect_eq "rank $r OMP_NUM_THREADS" "$(envval "$f" OMP_NUM_THREADS)" 1
   expect_eq "rank $r inherited" "$(envval "$f" CDRUN_TEST_INHERITED)" yes
+  expect_eq "rank $r TORCHELASTIC_SIGNALS_TO_HANDLE" \
+    "$(envval "$f" TORCHELASTIC_SIGNALS_TO_HANDLE)" SIGTERM,SIGINT,SIGHUP,SIGQUIT
   ef=$(envval "$f" TORCHELASTIC_ERROR_FILE)
   [[ $ef == */${runid}_*/attempt_0/$r/error.json ]] ||
     fail "rank $r TORCHELASTIC_ERROR_FILE '$ef'"

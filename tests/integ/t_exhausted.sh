@@ -31,6 +31,17 @@ expect_eq "signal exit status" "$?" 137
 expect_grep '^  exitcode  : -9 \(pid: [0-9]+\)$' "$T/err"
 expect_grep '^  traceback : Signal 9 \(SIGKILL\) received by PID [0-9]+$' "$T/err"
 
+# Workers failing together are all listed; the root cause is the first.
+"$CDRUN" --nproc_per_node=3 "$TW" failall 4 >"$T/out" 2>"$T/err"
+expect_eq "failall status" "$?" 4
+expect_grep '^Failures:$' "$T/err"
+expect_grep '^\[1\]:$' "$T/err"
+grep -q '<NO_OTHER_FAILURES>' "$T/err" && fail "simultaneous failures not listed"
+# No logs were written and no error file read: no temporary dir is left.
+ls -d "${TMPDIR:-/tmp}"/cdrun_* 2>/dev/null | while read -r d; do
+  grep -q "$d" "$T/err" && fail "temporary log dir $d left behind"
+done
+
 # A target that cannot be executed: 127, no restarts, a clear message.
 "$CDRUN" --max_restarts=3 --no_python "$T/no-such-program" >"$T/out" 2>"$T/err"
 expect_eq "missing program status" "$?" 127

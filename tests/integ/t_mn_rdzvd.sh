@@ -41,4 +41,29 @@ expect_grep '^[0-9]+ job\(s\)' "$T/status"
 "$RDZVD" --status "$ep" --json >"$T/status.json" || fail "--status --json"
 python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$T/status.json" ||
   fail "status JSON does not parse"
+
+# IPv6: a daemon on [::1], agents with a bracketed endpoint.
+if ip -6 addr show lo 2>/dev/null | grep -q '::1'; then
+  "$RDZVD" --host ::1 --port 0 2>"$T/rdzvd6.log" &
+  pid6=$!
+  STARTED+=("$pid6")
+  wait_files "$T/rdzvd6.log" 1 5
+  for ((i = 0; i < 100; i++)); do
+    port6=$(sed -n 's/^rdzvd: listening on .*:\([0-9]*\) .*/\1/p' "$T/rdzvd6.log")
+    [ -n "$port6" ] && break
+    sleep 0.05
+  done
+  [ -n "$port6" ] || fail "rdzvd on ::1 did not start: $(cat "$T/rdzvd6.log")"
+  mkdir "$T/six"
+  for n in p q; do
+    agent "$n" --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint="[::1]:$port6" \
+      --rdzv_id=six "$TW" env "$T/six"
+  done
+  wait_exit "$AGENT_p" 30; [ "$RC" -eq 0 ] || { cat "$T/p.err"; fail "IPv6 agent p: $RC"; }
+  wait_exit "$AGENT_q" 30; [ "$RC" -eq 0 ] || { cat "$T/q.err"; fail "IPv6 agent q: $RC"; }
+  check_world "$T/six" env 2
+  expect_eq "IPv6 MASTER_ADDR" "$(envval "$T/six/env.1" MASTER_ADDR)" ::1
+else
+  echo "note: no IPv6 loopback; the IPv6 part was skipped" >&2
+fi
 exit 0

@@ -1,0 +1,189 @@
+#!/bin/bash
+# Agents on separate "hosts": rdzvd and three cdrun agents each in their own
+# network namespace, wired through a bridge in a dedicated "switch"
+# namespace (the host's own networking is untouched).  Every worker must get
+# the rank-0 node's namespace address as MASTER_ADDR (not 127.0.0.1).  Then
+# the rank-0 node's link goes down: rdzvd notices the silence after
+# keepalive_interval * keepalive_misses, the two survivors restart with the
+# smaller world (and a new master), and the cut-off agent, which no longer
+# hears the server, gives up with a clear message and stops its workers.
+# Needs root and working `ip netns`, veth and bridge; skips otherwise.
+. "$(dirname "$0")/lib.sh"
+
+: "${RDZVD:?RDZVD must point to bin/rdzvd}"
+
+# Names are unique per run (pid-derived); interface names stay <= 15 chars.
+id=$$
+NS_SW=cdrun-$id-sw           # the switch: holds the bridge
+NS_R=cdrun-$id-r             # rdzvd
+NODES=(a b c)                # the agents, namespaces cdrun-$id-<n>
+BR=b$id                      # bridge, in NS_SW
+NET=10.213.$((id % 250 + 1)) # private /24 (inside private namespaces)
+CREATED_NS=()
+
+net_cleanup() {
+  local ns
+  # lib.sh's cleanup kills every process first (nothing may pin a netns).
+  cleanup
+  # Bridge ports and the bridge, then the namespaces (which takes the
+  # namespace-side veth ends with them).
+  if [ "${#CREATED_NS[@]}" -gt 0 ]; then
+    for ns in "${CREATED_NS[@]}"; do
+      [ "$ns" = "$NS_SW" ] && continue
+      ip -n "$NS_SW" link del "v$id${ns##*-}" 2>/dev/null
+    done
+    ip -n "$NS_SW" link del "$BR" 2>/dev/null
+    for ns in "${CREATED_NS[@]}"; do
+      ip netns del "$ns" 2>/dev/null
+    done
+  fi
+  return 0
+}
+trap net_cleanup EXIT
+
+# ---- can we do this here? ------------------------------------------------
+[ "$(id -u)" -eq 0 ] || skip "network namespaces need root (uid $(id -u))"
+command -v ip >/dev/null || skip "the ip command (iproute2) is not installed"
+ip netns add "$NS_SW" 2>"$T/ip.err" ||
+  skip "'ip netns add' does not work here: $(head -c 200 "$T/ip.err")"
+CREATED_NS+=("$NS_SW")
+ip -n "$NS_SW" link set lo up 2>"$T/ip.err" ||
+  skip "cannot configure a network namespace: $(head -c 200 "$T/ip.err")"
+ip -n "$NS_SW" link add "$BR" type bridge 2>"$T/ip.err" ||
+  skip "cannot create a bridge in a namespace: $(head -c 200 "$T/ip.err")"
+ip -n "$NS_SW" link set "$BR" up || fail "cannot bring the bridge up"
+
+# host NAME NUM: a namespace cdrun-$id-NAME with eth-like e$idNAME at
+# $NET.NUM/24, its peer v$idNAME a port of the bridge.
+host() {
+  local name=$1 num=$2 ns=cdrun-$id-$1
+  ip netns add "$ns" 2>"$T/ip.err" ||
+    skip "'ip netns add' failed for a second namespace: $(head -c 200 "$T/ip.err")"
+  CREATED_NS+=("$ns")
+  ip -n "$NS_SW" link add "v$id$name" type veth peer name "e$id$name" \
+    netns "$ns" 2>"$T/ip.err" ||
+    skip "cannot create a veth pair across namespaces: $(head -c 200 "$T/ip.err")"
+  ip -n "$NS_SW" link set "v$id$name" master "$BR" 2>"$T/ip.err" ||
+    skip "cannot attach a veth to the bridge: $(head -c 200 "$T/ip.err")"
+  ip -n "$NS_SW" link set "v$id$name" up || fail "veth v$id$name up"
+  ip -n "$ns" link set lo up || fail "lo up in $ns"
+  ip -n "$ns" addr add "$NET.$num/24" dev "e$id$name" || fail "addr in $ns"
+  ip -n "$ns" link set "e$id$name" up || fail "veth e$id$name up"
+}
+
+host r 1
+declare -A ADDR NSOF
+i=11
+for n in "${NODES[@]}"; do
+  host "$n" "$i"
+  ADDR[$n]=$NET.$i
+  NSOF[$n]=cdrun-$id-$n
+  i=$((i + 1))
+done
+# The fabric works: a node reaches rdzvd's address (wait for DAD/carrier).
+for ((i = 0; i < 40; i++)); do
+  ip netns exec "${NSOF[a]}" ping -c1 -W1 "$NET.1" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+[ "$i" -lt 40 ] || fail "no connectivity over the bridge ($NET.0/24)"
+
+# ---- rdzvd in its own namespace --------------------------------------------
+ip netns exec "$NS_R" "$RDZVD" --host "$NET.1" --port 0 2>"$T/rdzvd.log" &
+RDZVD_PID=$!
+STARTED+=("$RDZVD_PID")
+for ((i = 0; i < 100; i++)); do
+  RDZVD_PORT=$(sed -n 's/^rdzvd: listening on [^ ]*:\([0-9]*\) .*/\1/p' \
+                 "$T/rdzvd.log")
+  [ -n "$RDZVD_PORT" ] && break
+  sleep 0.05
+done
+[ -n "$RDZVD_PORT" ] || { cat "$T/rdzvd.log" >&2; fail "rdzvd did not start"; }
+ep=$NET.1:$RDZVD_PORT
+conf=last_call_timeout=0.5,keepalive_interval=0.2,keepalive_misses=5,join_timeout=20
+
+# ---- three agents, one per namespace -------------------------------------
+mkdir "$T/w"
+for n in "${NODES[@]}"; do
+  # ip netns exec execs the command: the pid is cdrun's own.
+  ip netns exec "${NSOF[$n]}" "$CDRUN" --nnodes=1:3 --nproc_per_node=1 \
+    --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=netns \
+    --rdzv_conf="$conf" "$TW" elastic "$T/w" 60 >"$T/$n.out" 2>"$T/$n.err" &
+  STARTED+=("$!")
+  printf -v "AGENT_$n" '%s' "$!"
+done
+
+# node_of PID: the node whose namespace the process PID runs in.
+node_of() {
+  local want got n
+  want=$(readlink "/proc/$1/ns/net" 2>/dev/null) || return 1
+  for n in "${NODES[@]}"; do
+    got=$(ip netns exec "${NSOF[$n]}" readlink /proc/self/ns/net)
+    [ "$got" = "$want" ] && { echo "$n"; return 0; }
+  done
+  return 1
+}
+
+# The round with all three nodes.
+wait_files "$T/w/ws3.*" 3 20
+check_world "$T/w" ws3 3
+declare -A WPID NODE_OF_RANK
+for r in 0 1 2; do
+  p=$(cat "$T/w/pid.$r")
+  nd=$(node_of "$p") || fail "worker rank $r (pid $p) is in no test namespace"
+  WPID[$nd]=$p
+  NODE_OF_RANK[$r]=$nd
+done
+[ "${#WPID[@]}" -eq 3 ] || fail "the 3 ranks are not on 3 different nodes"
+master=${NODE_OF_RANK[0]}
+for r in 0 1 2; do
+  expect_eq "ws3 rank $r MASTER_ADDR" "$(envval "$T/w/ws3.$r" MASTER_ADDR)" \
+    "${ADDR[$master]}"
+done
+
+# ---- partition: the rank-0 node's link goes down --------------------------
+cut=$master
+rm -f "$T"/w/ws2.*
+ip -n "${NSOF[$cut]}" link set "e$id$cut" down || fail "cannot cut node $cut"
+survivors=()
+for n in "${NODES[@]}"; do [ "$n" != "$cut" ] && survivors+=("$n"); done
+
+# The survivors restart with the smaller world and a new master.
+wait_files "$T/w/ws2.*" 2 20
+check_world "$T/w" ws2 2
+m2=$(node_of "$(cat "$T/w/pid.0")") || fail "ws2 rank 0 is in no test namespace"
+[ "$m2" != "$cut" ] || fail "the cut-off node is rank 0 of the new round"
+for r in 0 1; do
+  expect_eq "ws2 rank $r MASTER_ADDR" "$(envval "$T/w/ws2.$r" MASTER_ADDR)" \
+    "${ADDR[$m2]}"
+done
+expect_grep "lost" "$T/rdzvd.log"
+for n in "${survivors[@]}"; do
+  expect_grep 'restarting the worker group: .*lost' "$T/$n.err"
+done
+
+# The cut-off agent gives up on the silent server and stops its worker.
+pv=AGENT_$cut
+wait_exit "${!pv}" 15
+[ "$RC" -ne 0 ] || fail "the cut-off agent $cut exited 0"
+expect_grep 'lost the rendezvous server .*no answer for' "$T/$cut.err"
+alive "${WPID[$cut]}" && fail "worker ${WPID[$cut]} of the cut-off agent survived"
+for n in "${survivors[@]}"; do
+  pv=AGENT_$n
+  alive "${!pv}" || { cat "$T/$n.err" >&2; fail "survivor $n died"; }
+done
+
+# ---- stop everything by pid ----------------------------------------------
+for n in "${survivors[@]}"; do
+  pv=AGENT_$n
+  kill -TERM "${!pv}"
+done
+for n in "${survivors[@]}"; do
+  pv=AGENT_$n
+  wait_exit "${!pv}" 20
+done
+for f in "$T"/w/pid.*; do
+  alive "$(cat "$f")" && fail "worker $(cat "$f") ($f) outlived its agent"
+done
+kill -TERM "$RDZVD_PID"
+wait_exit "$RDZVD_PID" 10
+exit 0
