@@ -1,0 +1,240 @@
+/* pg.h -- libpg: the process-group library for workers started by cdrun.
+ *
+ * A process group is WORLD_SIZE processes that exchange data: a key-value
+ * store (rank 0 serves it on MASTER_PORT) and collectives on CPU memory
+ * (shared memory within a host, TCP across hosts) or on GPU memory (NCCL).
+ *
+ * Usage:
+ *
+ *   pg_group *g;
+ *   struct pg_options o = PG_OPTIONS_INIT;      // everything from the env
+ *   int err = pg_init(&o, &g);
+ *   if (err) { fprintf(stderr, "pg_init: %s\n", pg_strerror(err)); ... }
+ *   pg_all_reduce(g, grad, grad, n, PG_F32, PG_AVG);   // in place
+ *   pg_destroy(g);
+ *
+ * Conventions: every function returns 0 or a negative error code (a
+ * negative errno, or one of the PG_E* codes below); nothing is printed and
+ * nothing exits.  A call that fails synchronously has no other effect; an
+ * async call that fails synchronously returns no work handle.
+ *
+ * Threads: a group may be used from one thread at a time (calls are issued
+ * in order; the library's progress thread runs them in that order).  The
+ * store may be used from any thread. */
+#ifndef PG_H
+#define PG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PG_EXTERN __attribute__((visibility("default")))
+#else
+#define PG_EXTERN
+#endif
+
+#define PG_VERSION_MAJOR 0
+#define PG_VERSION_MINOR 1
+
+typedef struct pg_group pg_group;
+typedef struct pg_store pg_store;
+typedef struct pg_work pg_work;
+
+/* Element types. */
+typedef enum {
+  PG_F32 = 0,
+  PG_F64,
+  PG_F16,     /* IEEE half; reduced in f32 */
+  PG_BF16,    /* bfloat16; reduced in f32 */
+  PG_I32,
+  PG_I64,
+  PG_U8,
+  PG_DTYPE_COUNT
+} pg_dtype;
+
+/* Reductions.  AVG is SUM divided by the world size (integer types:
+ * truncating division). */
+typedef enum {
+  PG_SUM = 0,
+  PG_AVG,
+  PG_MIN,
+  PG_MAX,
+  PG_PROD,
+  PG_OP_COUNT
+} pg_op;
+
+typedef enum {
+  PG_BACKEND_AUTO = 0,  /* NCCL when built and a GPU is present, else CPU */
+  PG_BACKEND_CPU,
+  PG_BACKEND_NCCL,
+} pg_backend;
+
+/* Error codes beyond errno.  Errno values used: -EINVAL (bad argument or
+ * environment), -ETIMEDOUT (an operation or a store wait timed out),
+ * -ECONNRESET / -EPIPE (a peer went away), -ECONNREFUSED (the store is not
+ * there), -ENOMEM, -EPROTO (a peer sent garbage), -ENOENT (store key
+ * missing), -ENODEV (NCCL requested, no GPU), -ENOTSUP (backend lacks it).
+ */
+#define PG_EBACKEND_BASE  (-20000)  /* -20000 - ncclResult_t / cudaError */
+#define PG_ENCCL(r)       (PG_EBACKEND_BASE - (int)(r))
+#define PG_ECUDA(r)       (PG_EBACKEND_BASE - 1000 - (int)(r))
+#define PG_EPEERFAIL      (-19999)  /* an earlier collective failed: the
+                                       group is unusable, destroy it */
+
+/* How to create a group.  Zero / -1 / NULL fields take the value from the
+ * environment cdrun sets (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT) or the documented default. */
+struct pg_options {
+  int rank;                 /* -1: $RANK */
+  int world_size;           /* -1: $WORLD_SIZE */
+  int local_rank;           /* -1: $LOCAL_RANK (0 if unset) */
+  int local_world_size;     /* -1: $LOCAL_WORLD_SIZE (1 if unset) */
+  const char *master_addr;  /* NULL: $MASTER_ADDR */
+  int master_port;          /* 0: $MASTER_PORT */
+  pg_backend backend;       /* AUTO: $PG_BACKEND (cpu|nccl), else auto */
+  double timeout;           /* seconds for every operation; 0:
+                               $PG_TIMEOUT, else 300 */
+  /* Ranks with equal host ids share memory (shared-memory transport);
+   * NULL: $PG_HOST_ID, else this machine's hostname and boot id.  Tests
+   * give every rank its own id to force the TCP path on one machine. */
+  const char *host_id;
+  int device;               /* CUDA device for NCCL; -1: local_rank */
+};
+
+#define PG_OPTIONS_INIT { -1, -1, -1, -1, NULL, 0, PG_BACKEND_AUTO, 0, NULL, -1 }
+
+/* Creates the group: connects to (rank 0: serves) the store, exchanges
+ * endpoints, sets up the backend.  Collective: every rank must call it.
+ * Returns 0 and *out, or an error (a missing or malformed variable is
+ * -EINVAL; see pg_last_error for the sentence naming it). */
+PG_EXTERN int pg_init(const struct pg_options *o, pg_group **out);
+
+/* Frees the group (waits for work in flight).  NULL is fine. */
+PG_EXTERN void pg_destroy(pg_group *g);
+
+PG_EXTERN int pg_rank(const pg_group *g);
+PG_EXTERN int pg_size(const pg_group *g);
+/* "cpu-shm", "cpu-tcp", "cpu-hier" or "nccl". */
+PG_EXTERN const char *pg_backend_name(const pg_group *g);
+/* The group's store (owned by the group). */
+PG_EXTERN pg_store *pg_group_store(pg_group *g);
+
+/* A sentence about the last error of this thread's last failing libpg
+ * call ("MASTER_PORT is 'abc', expected a port 1..65535"), or "". */
+PG_EXTERN const char *pg_last_error(void);
+/* The meaning of an error code, and its name ("ETIMEDOUT"). */
+PG_EXTERN const char *pg_strerror(int err);
+PG_EXTERN const char *pg_err_name(int err);
+PG_EXTERN size_t pg_dtype_size(pg_dtype t);
+
+/* ---- store ---------------------------------------------------------- */
+
+/* Serves a store on addr:port (port 0: any; addr NULL: every address).
+ * Returns the server's port via *port.  The server runs on its own thread
+ * until pg_store_server_stop. */
+typedef struct pg_store_server pg_store_server;
+PG_EXTERN int pg_store_server_start(const char *addr, int *port,
+                                    pg_store_server **out);
+PG_EXTERN void pg_store_server_stop(pg_store_server *s);
+
+/* Connects to a store, retrying until timeout seconds have passed. */
+PG_EXTERN int pg_store_connect(const char *host, int port, double timeout,
+                               pg_store **out);
+PG_EXTERN void pg_store_close(pg_store *s);
+
+/* Keys are NUL-terminated, at most 4096 bytes; values at most 64 MiB. */
+PG_EXTERN int pg_store_set(pg_store *s, const char *key, const void *value,
+                           size_t len);
+/* Waits up to timeout seconds (0: don't wait) for key; *value is malloc'd
+ * (free it).  -ETIMEDOUT, or -ENOENT when not waiting and absent. */
+PG_EXTERN int pg_store_get(pg_store *s, const char *key, double timeout,
+                           void **value, size_t *len);
+/* Adds delta to the decimal integer in key (absent: 0); *result (may be
+ * NULL) gets the new value. */
+PG_EXTERN int pg_store_add(pg_store *s, const char *key, int64_t delta,
+                           int64_t *result);
+/* Waits until every key exists, up to timeout seconds. */
+PG_EXTERN int pg_store_wait(pg_store *s, const char *const *keys, size_t n,
+                            double timeout);
+/* Sets key to desired if its value equals expected (expected_len 0 and
+ * NULL: "key absent").  *current (malloc'd, may be NULL) gets the value
+ * after the operation; *swapped whether it replaced. */
+PG_EXTERN int pg_store_compare_set(pg_store *s, const char *key,
+                                   const void *expected, size_t expected_len,
+                                   const void *desired, size_t desired_len,
+                                   void **current, size_t *current_len,
+                                   bool *swapped);
+/* *deleted (may be NULL): whether the key existed. */
+PG_EXTERN int pg_store_delete(pg_store *s, const char *key, bool *deleted);
+PG_EXTERN int pg_store_num_keys(pg_store *s, int64_t *n);
+
+/* ---- collectives ------------------------------------------------------ *
+ * count is in elements; buffers are host memory for the CPU backend and
+ * device memory for NCCL.  send == recv means in place.  count may be 0.
+ * Every rank must issue the same collectives in the same order. */
+
+PG_EXTERN int pg_all_reduce(pg_group *g, const void *send, void *recv,
+                            size_t count, pg_dtype t, pg_op op);
+PG_EXTERN int pg_broadcast(pg_group *g, void *buf, size_t count, pg_dtype t,
+                           int root);
+/* recv matters on root only (may be NULL elsewhere). */
+PG_EXTERN int pg_reduce(pg_group *g, const void *send, void *recv,
+                        size_t count, pg_dtype t, pg_op op, int root);
+/* recv holds world_size * count elements, rank r's at r * count. */
+PG_EXTERN int pg_all_gather(pg_group *g, const void *send, void *recv,
+                            size_t count, pg_dtype t);
+/* send holds world_size * count elements; rank r gets the reduction of
+ * every rank's block r in recv (count elements). */
+PG_EXTERN int pg_reduce_scatter(pg_group *g, const void *send, void *recv,
+                                size_t count, pg_dtype t, pg_op op);
+PG_EXTERN int pg_barrier(pg_group *g);
+/* Point to point; a send matches the peer's recv with the same tag, in
+ * order. */
+PG_EXTERN int pg_send(pg_group *g, const void *buf, size_t count,
+                      pg_dtype t, int peer, int tag);
+PG_EXTERN int pg_recv(pg_group *g, void *buf, size_t count, pg_dtype t,
+                      int peer, int tag);
+
+/* ---- async -------------------------------------------------------------
+ * Each call queues the operation and returns at once with a work handle;
+ * operations of a group run in issue order on the library's progress
+ * thread.  The buffers must stay valid and untouched until the work is
+ * done. */
+
+PG_EXTERN int pg_all_reduce_async(pg_group *g, const void *send, void *recv,
+                                  size_t count, pg_dtype t, pg_op op,
+                                  pg_work **w);
+PG_EXTERN int pg_broadcast_async(pg_group *g, void *buf, size_t count,
+                                 pg_dtype t, int root, pg_work **w);
+PG_EXTERN int pg_reduce_async(pg_group *g, const void *send, void *recv,
+                              size_t count, pg_dtype t, pg_op op, int root,
+                              pg_work **w);
+PG_EXTERN int pg_all_gather_async(pg_group *g, const void *send, void *recv,
+                                  size_t count, pg_dtype t, pg_work **w);
+PG_EXTERN int pg_reduce_scatter_async(pg_group *g, const void *send,
+                                      void *recv, size_t count, pg_dtype t,
+                                      pg_op op, pg_work **w);
+PG_EXTERN int pg_barrier_async(pg_group *g, pg_work **w);
+PG_EXTERN int pg_send_async(pg_group *g, const void *buf, size_t count,
+                            pg_dtype t, int peer, int tag, pg_work **w);
+PG_EXTERN int pg_recv_async(pg_group *g, void *buf, size_t count,
+                            pg_dtype t, int peer, int tag, pg_work **w);
+
+/* *done = whether the work finished; returns its result when done, else
+ * 0. */
+PG_EXTERN int pg_work_test(pg_work *w, bool *done);
+/* Waits up to timeout seconds (< 0: no limit); returns the work's result,
+ * or -ETIMEDOUT if it is still running (the work goes on). */
+PG_EXTERN int pg_work_wait(pg_work *w, double timeout);
+/* Frees the handle; work still in flight completes on its own. */
+PG_EXTERN void pg_work_free(pg_work *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,129 @@
+/* pg_internal.h -- what libpg's parts share: the backend (communicator)
+ * interface, the setup every backend gets, deadlines, reduction kernels.
+ * Nothing here is installed. */
+#ifndef PG_INTERNAL_H
+#define PG_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pg.h"
+
+#define PG__HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- time ---------------------------------------------------------------
+ * Deadlines are absolute CLOCK_MONOTONIC seconds. */
+PG__HIDDEN double pg__now(void);
+
+/* ---- errors --------------------------------------------------------------
+ * Records a sentence for pg_last_error() (thread-local) and returns err,
+ * so code can write: return pg__fail(-EINVAL, "MASTER_PORT is '%s'", v); */
+PG__HIDDEN int pg__fail(int err, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+
+/* ---- topology -------------------------------------------------------------
+ * Which ranks share a host, computed at init from every rank's host id. */
+struct pg__topo {
+  int rank, size;
+  int nhosts;
+  int *host_of;       /* [size]: host index of each rank (0..nhosts-1),
+                         hosts numbered by their lowest rank */
+  int *leader_of;     /* [nhosts]: lowest global rank on each host */
+  int *local;         /* global ranks on this rank's host, ascending */
+  int nlocal;
+  int local_index;    /* this rank's index in local[] */
+};
+
+/* What a backend needs to set itself up.  A communicator may span a
+ * subset of the group: ranks[0..n-1] (global ranks, ascending); the
+ * caller's position in it is me.  Ranks, roots and peers in the ops below
+ * are positions in ranks[], not global ranks. */
+struct pg__setup {
+  pg_store *store;
+  const char *ns;         /* store key namespace unique to this comm,
+                             e.g. "pg/0/shm/host1/" */
+  const struct pg__topo *topo;
+  const int *ranks;
+  int n;
+  int me;
+  double timeout;         /* seconds, default per operation */
+  int device;             /* NCCL */
+};
+
+struct pg__comm;
+
+/* A backend.  Every op is blocking, runs on one thread at a time (the
+ * group's progress thread or, when the queue is empty, the caller's), and
+ * must return by the deadline: -ETIMEDOUT, or -ECONNRESET when it can tell
+ * a peer died.  After an error the comm may be unusable; the group then
+ * fails every later op with PG_EPEERFAIL.
+ *
+ * Reductions: op may be PG_AVG (SUM then divide by n, see pg__avg_finish).
+ * Buffers: send == recv means in place.  count == 0 must still synchronize
+ * nothing and return 0 at once (every rank calls it). */
+struct pg__comm_ops {
+  const char *name;
+  int (*all_reduce)(struct pg__comm *c, const void *send, void *recv,
+                    size_t count, pg_dtype t, pg_op op, double deadline);
+  int (*broadcast)(struct pg__comm *c, void *buf, size_t count, pg_dtype t,
+                   int root, double deadline);
+  int (*reduce)(struct pg__comm *c, const void *send, void *recv,
+                size_t count, pg_dtype t, pg_op op, int root,
+                double deadline);
+  int (*all_gather)(struct pg__comm *c, const void *send, void *recv,
+                    size_t count, pg_dtype t, double deadline);
+  int (*reduce_scatter)(struct pg__comm *c, const void *send, void *recv,
+                        size_t count, pg_dtype t, pg_op op, double deadline);
+  int (*barrier)(struct pg__comm *c, double deadline);
+  int (*send)(struct pg__comm *c, const void *buf, size_t bytes, int peer,
+              int tag, double deadline);
+  int (*recv)(struct pg__comm *c, void *buf, size_t bytes, int peer,
+              int tag, double deadline);
+  void (*destroy)(struct pg__comm *c);
+};
+
+struct pg__comm {
+  const struct pg__comm_ops *ops;
+};
+
+/* Constructors; each is collective over setup->ranks.  Return 0 or an
+ * error (with pg__fail's sentence). */
+PG__HIDDEN int pg__shm_create(const struct pg__setup *s,
+                              struct pg__comm **out);
+PG__HIDDEN int pg__tcp_create(const struct pg__setup *s,
+                              struct pg__comm **out);
+/* Shared memory within each host, TCP between host leaders. */
+PG__HIDDEN int pg__hier_create(const struct pg__setup *s,
+                               struct pg__comm **out);
+/* Returns -ENOTSUP when libpg was built without NCCL, -ENODEV without a
+ * GPU. */
+PG__HIDDEN int pg__nccl_create(const struct pg__setup *s,
+                               struct pg__comm **out);
+PG__HIDDEN bool pg__nccl_built(void);
+
+/* ---- reduction kernels (reduce.c) --------------------------------------
+ * op PG_AVG reduces like PG_SUM.  f16/bf16 are widened to f32 for each
+ * step and rounded back to nearest even. */
+PG__HIDDEN void pg__reduce(pg_dtype t, pg_op op, void *dst, const void *src,
+                           size_t count);                 /* dst op= src */
+PG__HIDDEN void pg__reduce3(pg_dtype t, pg_op op, void *dst, const void *a,
+                            const void *b, size_t count); /* dst = a op b */
+/* buf /= n, for PG_AVG once the SUM is complete. */
+PG__HIDDEN void pg__avg_finish(pg_dtype t, void *buf, size_t count, int n);
+PG__HIDDEN float pg__f16_to_f32(uint16_t h);
+PG__HIDDEN uint16_t pg__f32_to_f16(float f);
+PG__HIDDEN float pg__bf16_to_f32(uint16_t h);
+PG__HIDDEN uint16_t pg__f32_to_bf16(float f);
+
+/* ---- store internals ---------------------------------------------------- */
+/* Publishes value under ns+key, then reads the n values ns+key_of(i) for
+ * every i: an all-gather over the store, used at setup.  vals[i] are
+ * malloc'd. */
+PG__HIDDEN int pg__store_exchange(pg_store *st, const char *ns,
+                                  const char *key, const void *value,
+                                  size_t len, const char *const *keys,
+                                  int n, double timeout, void **vals,
+                                  size_t *lens);
+
+#endif
