@@ -30,7 +30,7 @@ endif
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
             -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
             -Wno-format-truncation
-CPPFLAGS += -D_GNU_SOURCE -Ilauncher -Iproto -Irdzvd
+CPPFLAGS += -D_GNU_SOURCE -Ilauncher -Iproto -Irdzvd -Ilibpg/include -Ilibpg
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS))
 LDFLAGS  += $(SANFLAGS)
@@ -47,6 +47,62 @@ CORE_SRC := $(filter-out launcher/main.c rdzvd/main.c, \
 CORE_OBJ := $(CORE_SRC:%.c=$(OUT)/%.o)
 CORE_LIB := $(OUT)/libcdrun_core.a
 
+# ---- libpg: lib/libpg.a, lib/libpg.so, lib/libpg.pc ----------------------
+# The NCCL backend is built when CUDA and NCCL headers and libraries are
+# found (CUDA_HOME, default /usr/local/cuda); otherwise a stub returns
+# -ENOTSUP at run time.
+CUDA_HOME ?= /usr/local/cuda
+NCCL_H      := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h \
+                 /usr/local/include/nccl.h /usr/include/nccl.h))
+CUDART_H    := $(wildcard $(CUDA_HOME)/include/cuda_runtime.h)
+CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard \
+                 $(CUDA_HOME)/lib64/libcudart.so $(CUDA_HOME)/lib/libcudart.so))))
+NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard \
+                 $(CUDA_HOME)/lib64/libnccl.so $(CUDA_HOME)/lib/libnccl.so \
+                 /usr/lib/x86_64-linux-gnu/libnccl.so /usr/local/lib/libnccl.so))))
+ifneq ($(and $(NCCL_H),$(CUDART_H),$(CUDA_LIBDIR),$(NCCL_LIBDIR)),)
+WITH_NCCL   := 1
+PG_NCCL_SRC := libpg/nccl/nccl.c
+PG_NCCL_CFLAGS := -DPG_WITH_NCCL -I$(CUDA_HOME)/include -I$(dir $(NCCL_H))
+PG_NCCL_LIBS := -L$(NCCL_LIBDIR) -L$(CUDA_LIBDIR) -lnccl -lcudart \
+                -Wl,-rpath,$(NCCL_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR)
+PG_BACKENDS := cpu(shm,tcp,hier) nccl
+else
+PG_NCCL_SRC := libpg/nccl/nccl_none.c
+PG_BACKENDS := cpu(shm,tcp,hier) [nccl not built: no CUDA/NCCL under $(CUDA_HOME)]
+endif
+
+LIBDIR   := $(if $(filter 1,$(SAN)),build/asan/lib,lib)
+PG_SRC   := $(wildcard libpg/*.c libpg/cpu/*.c) $(PG_NCCL_SRC)
+PG_OBJ   := $(PG_SRC:%.c=$(OUT)/pic/%.o)
+PG_LIBS  := -lpthread -lrt -lm $(PG_NCCL_LIBS)
+PG_CFLAGS := -fPIC -fvisibility=hidden -Ilibpg/include -Ilibpg
+
+$(OUT)/pic/libpg/nccl/%.o: libpg/nccl/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_NCCL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(OUT)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIBDIR)/libpg.a: $(PG_OBJ)
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	$(AR) rcs $@ $^
+	@echo "libpg: built backends: $(PG_BACKENDS)"
+
+$(LIBDIR)/libpg.so: $(PG_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libpg.so.0 -o $@ $^ $(PG_LIBS)
+
+$(LIBDIR)/libpg.pc: libpg/libpg.pc.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@LIBS_PRIVATE@|$(PG_LIBS)|' $< > $@
+
+libpg: $(LIBDIR)/libpg.a $(LIBDIR)/libpg.so $(LIBDIR)/libpg.pc
+
 UNIT_SRC  := $(wildcard tests/unit/check_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(OUT)/tests/%)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
@@ -54,8 +110,8 @@ HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(OUT)/tests/%)
 EXAMPLE_SRC := $(wildcard examples/*.c)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BINDIR)/%)
 
-.PHONY: all asan test unit integ bench install clean fuzz
-all: $(BINDIR)/cdrun $(BINDIR)/rdzvd $(EXAMPLE_BIN)
+.PHONY: all asan test unit integ bench install clean fuzz libpg
+all: $(BINDIR)/cdrun $(BINDIR)/rdzvd libpg $(EXAMPLE_BIN)
 asan: all
 
 $(OUT)/%.o: %.c
@@ -74,17 +130,17 @@ $(BINDIR)/rdzvd: $(OUT)/rdzvd/main.o $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/%: $(OUT)/examples/%.o
+$(BINDIR)/%: $(OUT)/examples/%.o $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(PG_LIBS)
 
-$(OUT)/tests/check_%: $(OUT)/tests/unit/check_%.o $(CORE_LIB)
+$(OUT)/tests/check_%: $(OUT)/tests/unit/check_%.o $(CORE_LIB) $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS) $(PG_LIBS)
 
-$(OUT)/tests/%: $(OUT)/tests/helpers/%.o
+$(OUT)/tests/%: $(OUT)/tests/helpers/%.o $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(PG_LIBS)
 
 test: unit integ
 
@@ -115,6 +171,10 @@ install: all
 	install -m 755 $(BINDIR)/cdrun $(DESTDIR)$(PREFIX)/bin/cdrun
 	install -m 755 $(BINDIR)/rdzvd $(DESTDIR)$(PREFIX)/bin/rdzvd
 	install -m 644 man/cdrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/cdrun.1
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 644 libpg/include/pg.h $(DESTDIR)$(PREFIX)/include/pg.h
+	install -m 644 lib/libpg.a lib/libpg.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 lib/libpg.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/libpg.pc
 
 # Coverage-guided fuzzing of everything that parses network input (clang's
 # libFuzzer).  `make fuzz FUZZ_SECS=60`; the corpus grows in build/fuzz/.
@@ -134,6 +194,6 @@ fuzz:
 	done
 
 clean:
-	rm -rf build bin
+	rm -rf build bin lib
 
 -include $(shell find build -name '*.d' 2>/dev/null)

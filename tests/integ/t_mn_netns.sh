@@ -81,6 +81,7 @@ for n in "${NODES[@]}"; do
   i=$((i + 1))
 done
 # ---- rdzvd in its own namespace --------------------------------------------
+: >"$T/rdzvd.log"
 ip netns exec "$NS_R" "$RDZVD" --host "$NET.1" --port 0 2>"$T/rdzvd.log" &
 RDZVD_PID=$!
 STARTED+=("$RDZVD_PID")
