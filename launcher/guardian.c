@@ -19,7 +19,7 @@ struct guardian_msg {
   int32_t pgid;
 };
 
-static void guardian_main(int rfd)
+static void guardian_main(int rfd, const sigset_t *mask)
 {
   static pid_t groups[GUARDIAN_MAX_GROUPS];
   struct guardian_msg m;
@@ -31,6 +31,7 @@ static void guardian_main(int rfd)
   for (sig = 1; sig < NSIG; sig++)
     if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD)
       signal(sig, SIG_IGN);
+  sigprocmask(SIG_SETMASK, mask, NULL);
   /* Keep only the pipe: the agent's stdout may be a pipe someone waits on
    * to reach EOF, and the guardian must not hold it open. */
   if (dup2(rfd, 3) < 0)
@@ -72,21 +73,29 @@ int guardian_start(struct guardian *g)
   int p[2];
   pid_t pid;
 
+  sigset_t all, old;
+
   g->pid = 0;
   g->fd = -1;
   if (pipe2(p, O_CLOEXEC) < 0)
     return -errno;
+  /* Signals stay blocked in the child until it ignores them: a Ctrl-C in
+   * the first microseconds must not take the guardian down. */
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &old);
   pid = fork();
   if (pid < 0) {
     int err = -errno;
+    sigprocmask(SIG_SETMASK, &old, NULL);
     close(p[0]);
     close(p[1]);
     return err;
   }
   if (pid == 0) {
     close(p[1]);
-    guardian_main(p[0]);
+    guardian_main(p[0], &old);
   }
+  sigprocmask(SIG_SETMASK, &old, NULL);
   close(p[0]);
   g->pid = pid;
   g->fd = p[1];

@@ -187,7 +187,7 @@ static void on_waiting(struct rdzv_client *c, const struct rp_waiting *w)
   c->last_progress = now;
   if (w->last_call >= 0)
     client_log("rendezvous '%s' round %d: %d node%s present (min %d, max "
-               "%d); starting in %.0f s unless more join", c->id, w->round,
+               "%d); starting in %.1f s unless more join", c->id, w->round,
                w->present, w->present == 1 ? "" : "s", w->min_nodes,
                w->max_nodes, w->last_call);
   else

@@ -97,7 +97,8 @@ envval() {
 # and RDZVD_PORT.
 start_rdzvd() {
   : "${RDZVD:?RDZVD must point to bin/rdzvd}"
-  "$RDZVD" --host 127.0.0.1 --port 0 2>"$T/rdzvd.log" &
+  : >"$T/rdzvd.log"
+  "$RDZVD" --host 127.0.0.1 --port 0 2>>"$T/rdzvd.log" &
   RDZVD_PID=$!
   STARTED+=("$RDZVD_PID")
   local i

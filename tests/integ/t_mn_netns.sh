@@ -188,4 +188,8 @@ for f in "$T"/w/pid.*; do
 done
 kill -TERM "$RDZVD_PID"
 wait_exit "$RDZVD_PID" 10
+# Under the sanitizer builds nothing may have been reported.
+for f in "$T"/*.err "$T/rdzvd.log"; do
+  grep -Eq 'Sanitizer|runtime error' "$f" && { cat "$f" >&2; fail "sanitizer report in $f"; }
+done
 exit 0

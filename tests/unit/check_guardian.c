@@ -2,9 +2,14 @@
  *
  * Each test process is made a child subreaper, so processes orphaned by a
  * death (the grandchildren of a group, the guardian of a killed agent)
- * come back to it and their fate is read with waitpid.  Whatever a test
- * starts is recorded and SIGKILLed at exit, failed assertions included
- * (Check's fork mode ends a failed test with exit()). */
+ * come back to it and their fate is read with waitpid.
+ *
+ * Nothing outlives a failed test (Check ends it with _exit() and SIGKILLs
+ * its process group only): a test about to fail on a process that did not
+ * die kills what it started first (CHECK_OR_CLEAN); group leaders forked
+ * by the test die with it (PR_SET_PDEATHSIG); a guardian sees EOF when
+ * its agent dies; and every helper process ends itself after HELPER_LIFE_S
+ * whatever happens. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -45,8 +50,8 @@ static void untrack(pid_t pid)
       tracked[i] = 0;
 }
 
-/* atexit: the groups and the guardian are out of reach of Check's killpg
- * of the test's own group. */
+/* The groups and the guardian are out of reach of Check's killpg of the
+ * test's own group. */
 static void kill_tracked(void)
 {
   for (int i = 0; i < MAX_TRACKED; i++)
@@ -92,24 +97,35 @@ static bool reap_within(pid_t pid, int *status, int limit_ms)
   }
 }
 
+/* ck_assert_msg, but first SIGKILLs whatever the test started. */
+#define CHECK_OR_CLEAN(expr, ...)                       \
+  do {                                                  \
+    if (!(expr)) {                                      \
+      kill_tracked();                                   \
+      ck_abort_msg(__VA_ARGS__);                        \
+    }                                                   \
+  } while (0)
+
 static void expect_killed_by(pid_t pid, int sig)
 {
   int st = 0;
 
-  ck_assert_msg(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
-                (int)pid);
-  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == sig,
-                "pid %d: status 0x%x, want signal %d", (int)pid, st, sig);
+  CHECK_OR_CLEAN(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
+                 (int)pid);
+  CHECK_OR_CLEAN(WIFSIGNALED(st) && WTERMSIG(st) == sig,
+                 "pid %d: status 0x%x, want signal %d", (int)pid, st,
+                 sig);
 }
 
 static void expect_exit(pid_t pid, int code)
 {
   int st = 0;
 
-  ck_assert_msg(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
-                (int)pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == code,
-                "pid %d: status 0x%x, want exit %d", (int)pid, st, code);
+  CHECK_OR_CLEAN(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
+                 (int)pid);
+  CHECK_OR_CLEAN(WIFEXITED(st) && WEXITSTATUS(st) == code,
+                 "pid %d: status 0x%x, want exit %d", (int)pid, st,
+                 code);
 }
 
 static void write_full(int fd, const void *buf, size_t len)
@@ -132,6 +148,20 @@ static void read_full(int fd, void *buf, size_t len)
   }
 }
 
+/* How long a helper process lives at most, whatever becomes of the test. */
+#define HELPER_LIFE_S 60
+
+/* The start of every helper process.  Check's handlers for SIGTERM,
+ * SIGINT and SIGALRM (inherited from the test) would signal the test's
+ * process group: back to the defaults. */
+static void helper_init(void)
+{
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGALRM, SIG_DFL);
+  alarm(HELPER_LIFE_S);
+}
+
 static void idle_forever(void)
 {
   for (;;)
@@ -140,12 +170,14 @@ static void idle_forever(void)
 
 /* Forks a process group: a leader and one grandchild in it, both idle.
  * close_fds (n of them) are closed in both, so neither holds a pipe the
- * test waits on.  Returns the leader (== pgid) and the grandchild in *gc,
- * or -1; assertion-free so that it can run in a forked helper. */
-static pid_t make_group(const int *close_fds, int n, pid_t *gc)
+ * test waits on.  tie: the leader dies with its parent (not for the agent
+ * test, where that would do the guardian's job).  Returns the leader
+ * (== pgid) and the grandchild in *gc, or -1; assertion-free so that it
+ * can run in a forked helper. */
+static pid_t make_group(const int *close_fds, int n, bool tie, pid_t *gc)
 {
+  pid_t parent = getpid(), leader, g = -1;
   int p[2];
-  pid_t leader, g = -1;
 
   if (pipe2(p, O_CLOEXEC) < 0)
     return -1;
@@ -156,15 +188,22 @@ static pid_t make_group(const int *close_fds, int n, pid_t *gc)
     return -1;
   }
   if (leader == 0) {
-    /* Check's SIGTERM/SIGINT handlers would signal the test's group. */
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
+    helper_init();
+    if (tie && (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
+                getppid() != parent))
+      _exit(1);
     for (int i = 0; i < n; i++)
       close(close_fds[i]);
     close(p[0]);
     setpgid(0, 0);
+    parent = getpid();
     g = fork();
     if (g == 0) {
+      /* Dies with the leader, but of SIGUSR2: a SIGKILL means the whole
+       * group was killed. */
+      alarm(HELPER_LIFE_S);
+      if (prctl(PR_SET_PDEATHSIG, SIGUSR2) < 0 || getppid() != parent)
+        _exit(1);
       close(p[1]);
       idle_forever();
     }
@@ -193,7 +232,7 @@ static struct group new_group(void)
 {
   struct group g;
 
-  g.leader = make_group(NULL, 0, &g.gc);
+  g.leader = make_group(NULL, 0, true, &g.gc);
   ck_assert_int_gt(g.leader, 0);
   track(g.leader);
   track(g.gc);
@@ -267,8 +306,8 @@ static void wait_guardian_ready(pid_t pid)
       return;
     sleep_ms(5);
   }
-  ck_abort_msg("guardian %d never ignored SIGTERM/SIGINT/SIGHUP",
-               (int)pid);
+  CHECK_OR_CLEAN(false, "guardian %d never ignored SIGTERM/SIGINT/SIGHUP",
+                 (int)pid);
 }
 
 /* ---- tests ----------------------------------------------------------- */
@@ -433,14 +472,13 @@ static void agent_main(int wfd)
   struct guardian g;
   pid_t pids[3];
 
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGINT, SIG_DFL);
+  helper_init();
   if (guardian_start(&g) != 0)
     _exit(2);
   {
     int fds[2] = { g.fd, wfd };
 
-    pids[1] = make_group(fds, 2, &pids[2]);
+    pids[1] = make_group(fds, 2, false, &pids[2]);
   }
   if (pids[1] < 0 || guardian_watch(&g, pids[1]) != 0)
     _exit(2);
@@ -506,7 +544,6 @@ int main(void)
   SRunner *sr = srunner_create(guardian_suite());
   int failed;
 
-  atexit(kill_tracked);
   srunner_run_all(sr, CK_NORMAL);
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);

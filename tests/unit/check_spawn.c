@@ -2,9 +2,13 @@
  *
  * Each test process is made a child subreaper, so a worker orphaned by the
  * death of its parent comes back to it and can be reaped and checked with
- * waitpid.  Whatever a test starts is recorded and SIGKILLed at exit,
- * failed assertions included (Check's fork mode ends a failed test with
- * exit()). */
+ * waitpid.
+ *
+ * Nothing outlives a failed test: Check ends it with _exit() and SIGKILLs
+ * its process group, which holds every helper process; the workers are
+ * tied to their parents by spawn_worker's PR_SET_PDEATHSIG (and only ever
+ * run sleep 30).  A test about to fail on a process that did not die
+ * kills what it started first (CHECK_OR_CLEAN). */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,8 +50,8 @@ static void untrack(pid_t pid)
       tracked[i] = 0;
 }
 
-/* atexit: spawned workers lead their own sessions, out of reach of
- * Check's killpg of the test's group. */
+/* Workers lead their own sessions, out of reach of Check's killpg of the
+ * test's group. */
 static void kill_tracked(void)
 {
   for (int i = 0; i < MAX_TRACKED; i++)
@@ -110,24 +114,35 @@ static bool reap_within(pid_t pid, int *status, int limit_ms)
   }
 }
 
+/* ck_assert_msg, but first SIGKILLs whatever the test started. */
+#define CHECK_OR_CLEAN(expr, ...)                       \
+  do {                                                  \
+    if (!(expr)) {                                      \
+      kill_tracked();                                   \
+      ck_abort_msg(__VA_ARGS__);                        \
+    }                                                   \
+  } while (0)
+
 static void expect_killed_by(pid_t pid, int sig)
 {
   int st = 0;
 
-  ck_assert_msg(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
-                (int)pid);
-  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == sig,
-                "pid %d: status 0x%x, want signal %d", (int)pid, st, sig);
+  CHECK_OR_CLEAN(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
+                 (int)pid);
+  CHECK_OR_CLEAN(WIFSIGNALED(st) && WTERMSIG(st) == sig,
+                 "pid %d: status 0x%x, want signal %d", (int)pid, st,
+                 sig);
 }
 
 static void expect_exit(pid_t pid, int code)
 {
   int st = 0;
 
-  ck_assert_msg(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
-                (int)pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == code,
-                "pid %d: status 0x%x, want exit %d", (int)pid, st, code);
+  CHECK_OR_CLEAN(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
+                 (int)pid);
+  CHECK_OR_CLEAN(WIFEXITED(st) && WEXITSTATUS(st) == code,
+                 "pid %d: status 0x%x, want exit %d", (int)pid, st,
+                 code);
 }
 
 /* No child of ours is left, not even a zombie. */
@@ -529,7 +544,6 @@ int main(void)
   SRunner *sr = srunner_create(spawn_suite());
   int failed;
 
-  atexit(kill_tracked);
   srunner_run_all(sr, CK_NORMAL);
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);
