@@ -134,6 +134,9 @@ $(BINDIR)/%: $(OUT)/examples/%.o $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(PG_LIBS)
 
+# The NCCL suite must know whether libpg was built with NCCL.
+$(OUT)/tests/unit/check_pg_nccl.o: CPPFLAGS += $(PG_NCCL_CFLAGS)
+
 $(OUT)/tests/check_%: $(OUT)/tests/unit/check_%.o $(CORE_LIB) $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS) $(PG_LIBS)

@@ -163,7 +163,8 @@ int main(int argc, char **argv)
 
   signal(SIGPIPE, SIG_IGN);
   d.loop = uv_default_loop();
-  o.log = log_line;
+  /* --quiet: no logger at all, so no line is even formatted. */
+  o.log = d.quiet ? NULL : log_line;
   o.log_ctx = &d;
   rc = rdzvd_server_start(d.loop, &o, &d.server, err, sizeof err);
   if (rc) {

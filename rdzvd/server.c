@@ -54,6 +54,7 @@ struct rdzvd_server {
   void (*idle_cb)(void *ctx);
   void *idle_ctx;
   uv_idle_t idle_check;
+  char rbuf[READ_CHUNK];        /* Note [read buffers] */
 };
 
 static double now_s(const struct rdzvd_server *s)
@@ -275,6 +276,10 @@ static void schedule(struct rdzvd_server *s)
   check_idle(s);
 }
 
+/* Note [read buffers]: most reads carry whole frames, so they land in one
+ * buffer shared by every connection; only a partial frame is copied into
+ * the connection's own buffer.  10,000 idle agents then cost no read
+ * memory at all. */
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
   struct conn *c = (struct conn *)h;
@@ -282,6 +287,10 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
   char *grown;
 
   (void)hint;
+  if (c->len == 0) {
+    *buf = uv_buf_init(c->s->rbuf, sizeof c->s->rbuf);
+    return;
+  }
   if (want > c->cap) {
     grown = realloc(c->buf, want);
     if (!grown) {
@@ -294,8 +303,9 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
   *buf = uv_buf_init(c->buf + c->len, (unsigned int)(c->cap - c->len));
 }
 
-/* Frames and handles everything complete in c->buf. */
-static void consume(struct conn *c)
+/* Handles every whole frame in data[0..len); returns the bytes used, or
+ * -1 when the connection is being closed. */
+static ssize_t consume(struct conn *c, const char *data, size_t len)
 {
   struct rdzvd_server *s = c->s;
   size_t off = 0, flen;
@@ -304,48 +314,64 @@ static void consume(struct conn *c)
   int rc;
 
   while (!c->closing && !c->drop_after_write) {
-    rc = rp_frame_peek(c->buf + off, c->len - off, &flen);
+    rc = rp_frame_peek(data + off, len - off, &flen);
     if (rc == 0)
       break;
     if (rc < 0) {
       reject(c, rc == -EMSGSIZE ? "frame too large" : "empty frame");
-      return;
+      return -1;
     }
-    rc = rp_decode(c->buf + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER,
+    rc = rp_decode(data + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER,
                    &m, err, sizeof err);
     off += flen;
     if (rc) {
       reject(c, err);
-      return;
+      return -1;
     }
     rs_handle(s->reg, c, &m, now_s(s));
     rp_msg_free(&m);
   }
-  if (c->closing)
-    return;
-  memmove(c->buf, c->buf + off, c->len - off);
-  c->len -= off;
-  /* Keep idle connections small. */
-  if (c->len == 0 && c->cap > 4 * READ_CHUNK) {
-    free(c->buf);
-    c->buf = NULL;
-    c->cap = 0;
-  }
+  return c->closing || c->drop_after_write ? -1 : (ssize_t)off;
 }
 
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
   struct conn *c = (struct conn *)st;
+  ssize_t used;
+  size_t left;
 
-  (void)buf;
   if (nread < 0) {
     conn_close(c);
     return;
   }
   if (nread == 0)
     return;
-  c->len += (size_t)nread;
-  consume(c);
+  if (buf->base == c->s->rbuf) {
+    used = consume(c, buf->base, (size_t)nread);
+    left = used < 0 ? 0 : (size_t)nread - (size_t)used;
+    if (left) {
+      c->buf = malloc(left + READ_CHUNK);
+      if (!c->buf) {
+        conn_close(c);
+        return;
+      }
+      c->cap = left + READ_CHUNK;
+      memcpy(c->buf, buf->base + used, left);
+      c->len = left;
+    }
+  } else {
+    c->len += (size_t)nread;
+    used = consume(c, c->buf, c->len);
+    if (used > 0) {
+      memmove(c->buf, c->buf + used, c->len - (size_t)used);
+      c->len -= (size_t)used;
+    }
+    if (c->len == 0 || used < 0) {
+      free(c->buf);
+      c->buf = NULL;
+      c->cap = c->len = 0;
+    }
+  }
   schedule(c->s);
 }
 
