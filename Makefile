@@ -161,7 +161,7 @@ endif
 
 integ: all $(HELPER_BIN)
 	@rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
-	$(SAN_ENV) CDRUN=$(abspath $(BINDIR)/cdrun) \
+	$(SAN_ENV) CDRUN=$(abspath $(BINDIR)/cdrun) RDZVD=$(abspath $(BINDIR)/rdzvd) \
 	  TESTWORKER=$(abspath $(OUT)/tests/testworker) bash tests/integ/run.sh
 	@if [ -n "$$(ls -A $(SAN_DIR))" ]; then \
 	  echo "sanitizer reports:"; cat $(SAN_DIR)/*; exit 1; fi
@@ -174,6 +174,8 @@ install: all
 	install -m 755 $(BINDIR)/cdrun $(DESTDIR)$(PREFIX)/bin/cdrun
 	install -m 755 $(BINDIR)/rdzvd $(DESTDIR)$(PREFIX)/bin/rdzvd
 	install -m 644 man/cdrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/cdrun.1
+	install -d $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/man/man3
+	install -m 644 man/rdzvd.8 $(DESTDIR)$(PREFIX)/share/man/man8/rdzvd.8
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 644 libpg/include/pg.h $(DESTDIR)$(PREFIX)/include/pg.h
 	install -m 644 lib/libpg.a lib/libpg.so $(DESTDIR)$(PREFIX)/lib/

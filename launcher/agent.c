@@ -823,6 +823,11 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
 {
   struct agent *a = ctx;
 
+  if (err == 0 && a->state != ST_RUNNING && a->state != ST_STOPPING) {
+    agent_log("%s", message);
+    finish(a, 0);
+    return;
+  }
   agent_log("rendezvous failed: %s", message);
   if (a->state == ST_RUNNING) {
     begin_stop(a, STOP_FATAL, SIGTERM);

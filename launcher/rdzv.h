@@ -40,7 +40,8 @@ struct rdzv_callbacks {
   /* The job needs a new round (a peer failed, joined or died): stop the
    * workers and join again with RDZV_JOIN_MEMBERSHIP. */
   void (*on_restart)(void *ctx, const char *reason);
-  /* The rendezvous cannot go on (timeout, closed, config mismatch). */
+  /* The rendezvous cannot go on (timeout, closed, config mismatch); err 0:
+   * the job finished without needing this node. */
   void (*on_error)(void *ctx, int err, const char *message);
   /* The exit barrier passed (err == 0) or failed. */
   void (*on_barrier)(void *ctx, int err);

@@ -229,8 +229,13 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
     c->base.cb.on_barrier(c->base.cb.ctx, 0);
     return;
   case RP_CLOSED:
-    fail(c, UV_ECANCELED, "the job '%s' was closed: %s", c->id,
-         m->u.text.message);
+    /* err 0: the job finished well without needing this node (a spare
+     * that waited for a place). */
+    if (m->u.text.success)
+      fail(c, 0, "the job '%s' finished: %s", c->id, m->u.text.message);
+    else
+      fail(c, UV_ECANCELED, "the job '%s' was closed: %s", c->id,
+           m->u.text.message);
     return;
   case RP_ERROR:
     fail(c, UV_EPROTO, "rendezvous '%s' at %s:%d refused: %s (%s)", c->id,
@@ -558,8 +563,9 @@ static void client_destroy(struct rdzv *r)
   if (c->server) {
     others = rdzvd_server_nodes(c->server) - (c->connected ? 1 : 0);
     if (others > 0)
-      client_log("this node hosts the rendezvous: staying up until the "
-                 "other %d node%s leave", others, others == 1 ? "" : "s");
+      client_log("this node hosts the rendezvous: staying up until %d "
+                 "other node%s leave%s", others, others == 1 ? "" : "s",
+                 others == 1 ? "s" : "");
     rdzvd_server_on_idle(c->server, server_idle, c);
   }
 }

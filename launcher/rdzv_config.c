@@ -136,6 +136,11 @@ int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
   }
   if (strcmp(be, "c10d") == 0 || strcmp(be, "rdzvd") == 0) {
     c->backend = BACKEND_RDZVD;
+    if (a->nnodes_max > RP_MAX_NODES) {
+      snprintf(err, errlen, "--nnodes=%d:%d: at most %d nodes per job",
+               a->nnodes_min, a->nnodes_max, RP_MAX_NODES);
+      return -EINVAL;
+    }
     if (!a->rdzv_endpoint[0]) {
       snprintf(err, errlen, "--rdzv_backend=%s needs --rdzv_endpoint="
                "HOST[:PORT] (where rdzvd runs, or the host that serves "

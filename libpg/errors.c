@@ -50,7 +50,8 @@ const char *pg_last_error(void)
   XX(EBUSY, "resource busy")                                              \
   XX(EADDRINUSE, "address already in use")                                \
   XX(EHOSTUNREACH, "host unreachable")                                    \
-  XX(EAGAIN, "resource temporarily unavailable")
+  XX(EAGAIN, "resource temporarily unavailable")                          \
+  XX(EALREADY, "already done (e.g. a gradient marked ready twice)")
 
 const char *pg_err_name(int err)
 {

@@ -81,7 +81,22 @@ struct pg__comm_ops {
   int (*recv)(struct pg__comm *c, void *buf, size_t bytes, int peer,
               int tag, double deadline);
   void (*destroy)(struct pg__comm *c);
+  /* Memory the backend's ops take (the reducer's buckets): NULL means host
+   * memory (malloc/free/memset/memcpy); NCCL gives device memory. */
+  void *(*mem_alloc)(struct pg__comm *c, size_t bytes);
+  void (*mem_free)(struct pg__comm *c, void *p);
+  int (*mem_zero)(struct pg__comm *c, void *p, size_t bytes);
+  int (*mem_copy)(struct pg__comm *c, void *dst, const void *src,
+                  size_t bytes);
 };
+
+/* The group's memory functions (group.c), following the comm's mem_* or
+ * host memory (64-byte aligned). */
+PG__HIDDEN void *pg__mem_alloc(pg_group *g, size_t bytes);
+PG__HIDDEN void pg__mem_free(pg_group *g, void *p);
+PG__HIDDEN int pg__mem_zero(pg_group *g, void *p, size_t bytes);
+PG__HIDDEN int pg__mem_copy(pg_group *g, void *dst, const void *src,
+                            size_t bytes);
 
 struct pg__comm {
   const struct pg__comm_ops *ops;

@@ -162,6 +162,8 @@ int main(int argc, char **argv)
     return status_query(status, json);
 
   signal(SIGPIPE, SIG_IGN);
+  /* A daemon outlives the terminal that started it. */
+  signal(SIGHUP, SIG_IGN);
   d.loop = uv_default_loop();
   /* --quiet: no logger at all, so no line is even formatted. */
   o.log = d.quiet ? NULL : log_line;
@@ -173,9 +175,14 @@ int main(int argc, char **argv)
   }
   /* The first line is machine-readable: tests and scripts that asked for
    * port 0 read the port from it. */
-  fprintf(stderr, "rdzvd: listening on %s:%d (pid %d)\n",
-          o.host && *o.host ? o.host : "[::]",
-          rdzvd_server_port(d.server), (int)getpid());
+  {
+    const char *h = o.host && *o.host ? o.host : "::";
+    bool v6 = strchr(h, ':') != NULL;
+
+    fprintf(stderr, "rdzvd: listening on %s%s%s:%d (pid %d)\n",
+            v6 ? "[" : "", h, v6 ? "]" : "", rdzvd_server_port(d.server),
+            (int)getpid());
+  }
   fflush(stderr);
   uv_signal_init(d.loop, &d.sigterm);
   uv_signal_init(d.loop, &d.sigint);

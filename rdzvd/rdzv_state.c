@@ -880,9 +880,9 @@ static void complete_round(struct rs_registry *r, struct job *job)
   job->progress_dirty = false;
   timer_clear(r, &job->t_last_call);
   timer_clear(r, &job->t_progress);
-  say(r, "job %s: round %d complete: %zu nodes, world size %d, master "
-      "%s:%d", job->id, job->round, k, job->world_size, rd->master_addr,
-      rd->master_port);
+  say(r, "job %s: round %d complete: %zu node%s, world size %d, master "
+      "%s:%d", job->id, job->round, k, k == 1 ? "" : "s", job->world_size,
+      rd->master_addr, rd->master_port);
 }
 
 /* Completes the gathering round, or starts or cancels its last call. */
@@ -1756,8 +1756,15 @@ static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
     timer_set(r, &n->t_alive, n->last_seen + period);
     return;
   }
+  void *conn = n->c->conn;
+
   fmt(why, sizeof why, "lost: no keepalive for %.1f s", now - n->last_seen);
   node_lost(r, n, now, why);
+  /* The node is out of the job: say so and close, so that an agent that
+   * was only suspended learns it at once instead of hanging on. */
+  send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false,
+            "expelled: no keepalive within the keepalive window");
+  conn_drop(r, conn);
 }
 
 static void on_join_timer(struct rs_registry *r, struct node *n, double now)

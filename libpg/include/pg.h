@@ -69,7 +69,7 @@ typedef enum {
 } pg_op;
 
 typedef enum {
-  PG_BACKEND_AUTO = 0,  /* NCCL when built and a GPU is present, else CPU */
+  PG_BACKEND_AUTO = 0,  /* $PG_BACKEND, else CPU */
   PG_BACKEND_CPU,
   PG_BACKEND_NCCL,
 } pg_backend;
@@ -96,7 +96,9 @@ struct pg_options {
   int local_world_size;     /* -1: $LOCAL_WORLD_SIZE (1 if unset) */
   const char *master_addr;  /* NULL: $MASTER_ADDR */
   int master_port;          /* 0: $MASTER_PORT */
-  pg_backend backend;       /* AUTO: $PG_BACKEND (cpu|nccl), else auto */
+  pg_backend backend;       /* AUTO: $PG_BACKEND (cpu|nccl), else cpu:
+                               buffers are host memory unless NCCL is
+                               asked for */
   double timeout;           /* seconds for every operation; 0:
                                $PG_TIMEOUT, else 300 */
   /* Ranks with equal host ids share memory (shared-memory transport);
@@ -185,11 +187,13 @@ PG_EXTERN int pg_broadcast(pg_group *g, void *buf, size_t count, pg_dtype t,
 /* recv matters on root only (may be NULL elsewhere). */
 PG_EXTERN int pg_reduce(pg_group *g, const void *send, void *recv,
                         size_t count, pg_dtype t, pg_op op, int root);
-/* recv holds world_size * count elements, rank r's at r * count. */
+/* recv holds world_size * count elements, rank r's at r * count.  In
+ * place: send == recv + rank * count. */
 PG_EXTERN int pg_all_gather(pg_group *g, const void *send, void *recv,
                             size_t count, pg_dtype t);
 /* send holds world_size * count elements; rank r gets the reduction of
- * every rank's block r in recv (count elements). */
+ * every rank's block r in recv (count elements).  In place: recv == send +
+ * rank * count. */
 PG_EXTERN int pg_reduce_scatter(pg_group *g, const void *send, void *recv,
                                 size_t count, pg_dtype t, pg_op op);
 PG_EXTERN int pg_barrier(pg_group *g);
@@ -233,6 +237,82 @@ PG_EXTERN int pg_work_test(pg_work *w, bool *done);
 PG_EXTERN int pg_work_wait(pg_work *w, double timeout);
 /* Frees the handle; work still in flight completes on its own. */
 PG_EXTERN void pg_work_free(pg_work *w);
+
+/* ---- reducer: DDP-style gradient bucketing --------------------------------
+ *
+ * Gradients are averaged across ranks while the backward pass still runs.
+ * Parameters are registered in forward order; buckets are formed in
+ * reverse order (the last layers' gradients, ready first, go first): the
+ * first bucket up to first_bucket_cap bytes (1 MiB), the others up to
+ * bucket_cap (25 MiB), one dtype per bucket.  Each gradient lives in its
+ * bucket's memory (pg_reducer_grad): the application writes it there, no
+ * copy.  When every gradient of a bucket is marked ready, the bucket's
+ * all-reduce (AVG) starts at once, asynchronously, buckets in order.
+ *
+ *   pg_reducer_create(g, params, n, &opts, &r);   // collective
+ *   for each step:
+ *     pg_reducer_prepare(r, sync);   // sync = false: accumulate (no_sync)
+ *     backward: for each parameter i, last layer first:
+ *       write or add its gradient into pg_reducer_grad(r, i);
+ *       pg_reducer_mark_ready(r, i);
+ *     pg_reducer_finish(r);          // averaged gradients in place
+ *     optimizer step reading pg_reducer_grad(r, i); pg_reducer_zero_grad(r)
+ *
+ * A parameter not marked ready by finish got no gradient this iteration:
+ * its slot contributes zeros (so it is averaged with the ranks that did
+ * use it), never a deadlock.  The order in which gradients became ready
+ * in the first synchronized iteration rebuilds the buckets once, at the
+ * next prepare (rank 0's order, so all ranks agree); gradient pointers
+ * may change then: fetch them with pg_reducer_grad after prepare. */
+
+typedef struct pg_reducer pg_reducer;
+
+struct pg_param_spec {
+  size_t numel;
+  pg_dtype dtype;
+};
+
+struct pg_reducer_options {
+  size_t bucket_cap;        /* bytes; 0: $PG_BUCKET_CAP_MB MiB, else 25 MiB */
+  size_t first_bucket_cap;  /* bytes; 0: $PG_FIRST_BUCKET_CAP_MB, else 1 MiB */
+  bool no_rebuild;          /* keep the initial buckets */
+};
+
+#define PG_REDUCER_OPTIONS_INIT { 0, 0, false }
+
+/* Collective.  Fails with -EINVAL on every rank (pg_last_error names the
+ * first difference) when ranks disagree on the parameter list. */
+PG_EXTERN int pg_reducer_create(pg_group *g, const struct pg_param_spec *p,
+                                size_t n,
+                                const struct pg_reducer_options *o,
+                                pg_reducer **out);
+PG_EXTERN void pg_reducer_destroy(pg_reducer *r);
+/* Where parameter i's gradient lives (numel elements of its dtype). */
+PG_EXTERN void *pg_reducer_grad(pg_reducer *r, size_t i);
+/* Zeroes every gradient. */
+PG_EXTERN int pg_reducer_zero_grad(pg_reducer *r);
+/* Starts an iteration's backward pass; sync = false accumulates locally
+ * without communicating (no_sync). */
+PG_EXTERN int pg_reducer_prepare(pg_reducer *r, bool sync);
+/* Parameter i's gradient is complete.  -EALREADY if marked twice in one
+ * iteration. */
+PG_EXTERN int pg_reducer_mark_ready(pg_reducer *r, size_t i);
+/* Waits for every bucket; leaves averaged gradients in place. */
+PG_EXTERN int pg_reducer_finish(pg_reducer *r);
+/* Buckets as they are now: how many, and parameter i's bucket. */
+PG_EXTERN size_t pg_reducer_num_buckets(const pg_reducer *r);
+PG_EXTERN size_t pg_reducer_bucket_of(const pg_reducer *r, size_t i);
+
+/* The bucket assignment alone (pure; for tests and tools): parameters
+ * taken in order[0..n-1] (NULL: reverse registration order), grouped by
+ * dtype, a bucket closed once it reaches its cap (the parameter that
+ * crosses the cap stays in it), the first bucket of each dtype capped at
+ * first_cap, the others at cap.  bucket_of[i] receives parameter i's
+ * bucket; buckets are numbered in the order they are filled. */
+PG_EXTERN int pg_bucket_assign(const struct pg_param_spec *p, size_t n,
+                               const size_t *order, size_t first_cap,
+                               size_t cap, size_t *bucket_of,
+                               size_t *nbuckets);
 
 #ifdef __cplusplus
 }

@@ -351,7 +351,7 @@ START_TEST(single_node_round)
   ck_assert_int_eq(rs_job_count(R), 1);
   ck_assert_int_eq(rs_node_count(R), 1);
   ck_assert(logged("job job1: created"));
-  ck_assert(logged("job job1: round 0 complete: 1 nodes, world size 4, "
+  ck_assert(logged("job job1: round 0 complete: 1 node, world size 4, "
                    "master 10.0.0.1:29500"));
 }
 END_TEST

@@ -1,0 +1,1246 @@
+/* shm.c -- the shared-memory communicator: every rank of the comm on one
+ * host, all data through one POSIX shm segment.
+ *
+ * Note [shm segment]: local rank 0 creates "/pg-<random>-<pid>" (O_EXCL),
+ * reserves its pages (posix_fallocate: a full /dev/shm fails here with
+ * ENOSPC, not later with SIGBUS; smaller buffers are tried then) and
+ * publishes name and sizes through the store; the others open and map it;
+ * after a second exchange (everyone mapped, or someone failed) rank 0
+ * unlinks it.  From then on only the mappings hold it: nothing is left in
+ * /dev/shm however the processes end.  Layout, each part aligned to LINE:
+ *
+ *   header | abort line | rank[n] (seq line + waiters line) |
+ *   ring control[n*n] (sender line + receiver line) |
+ *   buffers[n][NBUF] (buf bytes each) | rings[n*n] (ring bytes each)
+ *
+ * Note [phases]: collectives advance in phases.  Every rank runs the same
+ * sequence of phases (it depends only on the op, count, dtype and n) and
+ * publishes its own counter seq = number of phases it has entered.  A rank
+ * writes data only into its own buffers, and only before publishing the
+ * phase the data belongs to; a reader waits until the writer's seq reaches
+ * that phase, and finishes reading before it publishes its next phase.
+ * So data written in phase v is free again once every rank's seq >= v + 1;
+ * each buffer remembers that number (free_at) and a writer waits for it
+ * before reusing the buffer (with two buffers, alternated, it almost never
+ * waits).  Counters are 32-bit (futex words) and compared modulo 2^32.
+ *
+ * Note [algorithms]: all_reduce up to small_max bytes: everyone copies its
+ * input into its buffer, publishes, and reduces all n buffers in rank order
+ * (one phase; every rank computes the same bits).  Larger: chunks of up to
+ * n * slice elements; per chunk, phase A: copy the slices other ranks
+ * reduce into my buffer; phase B: reduce my slice (rank order: the serial
+ * left fold) into my own buffer's slice; then copy every slice out.
+ * reduce is the same with only the root copying out; reduce_scatter is
+ * phase A plus reducing straight into recv; broadcast and all_gather copy
+ * through the writer's buffer, one phase per chunk.  send/recv use a byte
+ * ring per ordered pair (header: tag and length; a message that does not
+ * match the tag asked for is moved into a private queue).
+ *
+ * Note [waiting]: spin (when ranks do not outnumber the CPUs we may run
+ * on), yield a few times, then sleep on the counter word with FUTEX_WAIT
+ * (shared futexes: the word lives in the segment) for at most 10 ms; a
+ * writer wakes only when the word's waiters count says someone sleeps.
+ * Between sleeps a waiter checks the deadline, the abort word, and whether
+ * a peer died (a pidfd per peer, readable once the process is gone, zombie
+ * or not; kill(pid, 0) where pidfd_open is missing).  The first rank that
+ * fails sets the abort word and wakes every sleeper, so the others fail at
+ * once instead of at their own deadlines; a failed comm fails every later
+ * op. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pg_internal.h"
+
+#define LINE 128                  /* two cache lines: adjacent-line prefetch */
+#define NBUF 2
+#define SHM_MAGIC 0x70677368u     /* "pgsh" */
+#define SHM_VERSION 1u
+#define MSG_MAGIC 0x6d736731u
+
+#define BUF_DEFAULT (1u << 20)
+#define BUF_MIN (64u << 10)
+#define SEG_CAP ((size_t)256 << 20)   /* n * NBUF * buf at most */
+#define RING_TOTAL ((size_t)16 << 20)
+#define RING_MAX (256u << 10)
+#define RING_MIN (4u << 10)
+#define SMALL_MAX (32u << 10)
+
+#define SPIN_NS 50000.0
+#define YIELDS 16
+#define SLEEP_SLICE 0.010
+
+struct shm_hdr {
+  uint32_t magic, version, n, nbuf;
+  uint64_t size, buf, ring;
+};
+
+struct shm_abort {
+  uint32_t word;          /* 0, or 1 + the rank that failed first */
+  int32_t err;
+};
+
+struct shm_rank {
+  uint32_t seq;           /* phases entered (futex word), written by owner */
+  int32_t pid;
+  char pad1[LINE - 8];
+  uint32_t waiters;       /* ranks sleeping on seq */
+  char pad2[LINE - 4];
+};
+
+/* Control of the ring s -> d. */
+struct shm_ring {
+  uint32_t tail;          /* bytes written, by s */
+  uint32_t head_waiters;  /* s sleeping on head */
+  char pad1[LINE - 8];
+  uint32_t head;          /* bytes consumed, by d */
+  uint32_t tail_waiters;  /* d sleeping on tail */
+  char pad2[LINE - 8];
+};
+
+struct msg_hdr {
+  uint64_t len;
+  int32_t tag;
+  uint32_t magic;
+};
+
+/* A message read from a ring before anyone asked for its tag. */
+struct unexpected {
+  struct unexpected *next;
+  int tag;
+  size_t len;
+  char data[];
+};
+
+struct shm_comm {
+  struct pg__comm base;
+  int n, me;
+  char *map;
+  size_t map_len;
+  struct shm_hdr *hdr;
+  struct shm_abort *ab;
+  struct shm_rank *rk;
+  struct shm_ring *rc;
+  char *bufs, *rings;
+  size_t buf, ring, small_max;
+  uint32_t seq;
+  uint64_t chunk;
+  uint32_t free_at[NBUF];
+  uint32_t *tx_tail, *rx_head;     /* [n]: my ends of each ring */
+  struct unexpected **uq;          /* [n]: per sender, in arrival order */
+  pid_t *pid;
+  int *pidfd;
+  bool spin;
+  int err;
+  const char *what;                /* the op running, for messages */
+};
+
+static const struct pg__comm_ops shm_ops;
+
+/* ---- small helpers ----------------------------------------------------------- */
+
+static inline bool ge32(uint32_t a, uint32_t b)
+{
+  return (int32_t)(a - b) >= 0;
+}
+
+static inline uint32_t load_acq(const uint32_t *w)
+{
+  return __atomic_load_n(w, __ATOMIC_ACQUIRE);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static void futex_wake(uint32_t *w)
+{
+  syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait(uint32_t *w, uint32_t val, double secs)
+{
+  struct timespec ts;
+
+  if (secs < 0)
+    secs = 0;
+  ts.tv_sec = (time_t)secs;
+  ts.tv_nsec = (long)((secs - (double)ts.tv_sec) * 1e9);
+  syscall(SYS_futex, w, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+/* Stores v in w and wakes its sleepers, if any.  The seq_cst store and
+ * load pair with the waiter's seq_cst increment and load (Dekker): either
+ * the waiter sees v, or we see it counted. */
+static inline void publish(uint32_t *w, uint32_t *waiters, uint32_t v)
+{
+  __atomic_store_n(w, v, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(waiters, __ATOMIC_SEQ_CST))
+    futex_wake(w);
+}
+
+static inline char *buf_of(struct shm_comm *c, int r, int b)
+{
+  return c->bufs + ((size_t)r * NBUF + (size_t)b) * c->buf;
+}
+
+static inline struct shm_ring *ring_ctl(struct shm_comm *c, int s, int d)
+{
+  return &c->rc[(size_t)s * (size_t)c->n + (size_t)d];
+}
+
+static inline char *ring_data(struct shm_comm *c, int s, int d)
+{
+  return c->rings + ((size_t)s * (size_t)c->n + (size_t)d) * c->ring;
+}
+
+/* ---- failure -------------------------------------------------------------- */
+
+static void wake_everyone(struct shm_comm *c)
+{
+  int i;
+
+  for (i = 0; i < c->n; i++)
+    futex_wake(&c->rk[i].seq);
+  for (i = 0; i < c->n * c->n; i++) {
+    futex_wake(&c->rc[i].tail);
+    futex_wake(&c->rc[i].head);
+  }
+}
+
+/* Marks the comm failed, here and for every peer, and returns err (the
+ * caller has set the sentence). */
+static int poison(struct shm_comm *c, int err)
+{
+  uint32_t zero = 0;
+
+  c->err = err;
+  if (__atomic_compare_exchange_n(&c->ab->word, &zero, (uint32_t)c->me + 1,
+                                  false, __ATOMIC_SEQ_CST,
+                                  __ATOMIC_SEQ_CST)) {
+    __atomic_store_n(&c->ab->err, err, __ATOMIC_RELAXED);
+    wake_everyone(c);
+  }
+  return err;
+}
+
+static int check_abort(struct shm_comm *c)
+{
+  uint32_t w = __atomic_load_n(&c->ab->word, __ATOMIC_ACQUIRE);
+  int r, err;
+
+  if (w == 0)
+    return 0;
+  r = (int)w - 1;
+  err = __atomic_load_n(&c->ab->err, __ATOMIC_RELAXED);
+  c->err = -ECONNRESET;
+  return pg__fail(-ECONNRESET,
+                  "shm: rank %d (pid %d) failed (%s) and aborted the "
+                  "communicator during %s",
+                  r, (int)c->pid[r], pg_err_name(err), c->what);
+}
+
+/* The first peer found dead, or -1. */
+static int dead_peer(struct shm_comm *c)
+{
+  struct pollfd pfd[64];
+  int i, k, base;
+
+  for (base = 0; base < c->n; base += 64) {
+    int m = c->n - base < 64 ? c->n - base : 64;
+
+    for (k = 0; k < m; k++) {
+      i = base + k;
+      pfd[k].fd = i == c->me ? -1 : c->pidfd[i];
+      pfd[k].events = POLLIN;
+      pfd[k].revents = 0;
+    }
+    if (poll(pfd, (nfds_t)m, 0) > 0)
+      for (k = 0; k < m; k++)
+        if (pfd[k].revents)
+          return base + k;
+    for (k = 0; k < m; k++) {
+      i = base + k;
+      if (i != c->me && c->pidfd[i] < 0 && c->pid[i] > 0 &&
+          kill(c->pid[i], 0) < 0 && errno == ESRCH)
+        return i;
+    }
+  }
+  return -1;
+}
+
+static int ok_before(struct shm_comm *c)
+{
+  if (c->err)
+    return pg__fail(PG_EPEERFAIL, "shm: the communicator failed earlier (%s)",
+                    pg_err_name(c->err));
+  return 0;
+}
+
+/* Waits until *w >= target (mod 2^32); peer is whose word it is. */
+static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
+                   uint32_t target, int peer, double deadline)
+{
+  double start = 0, now;
+  int i, err, dead;
+  bool slept_out = false;
+
+  if (ge32(load_acq(w), target))
+    return 0;
+  if (c->spin) {
+    start = pg__now();
+    for (;;) {
+      for (i = 0; i < 64; i++) {
+        if (ge32(load_acq(w), target))
+          return 0;
+        cpu_relax();
+      }
+      if ((err = check_abort(c)) != 0)
+        return err;
+      now = pg__now();
+      if (now - start > SPIN_NS * 1e-9 || now >= deadline)
+        break;
+    }
+  }
+  for (i = 0; i < YIELDS; i++) {
+    sched_yield();
+    if (ge32(load_acq(w), target))
+      return 0;
+  }
+  for (;;) {
+    uint32_t v;
+
+    if ((err = check_abort(c)) != 0)
+      return err;
+    now = pg__now();
+    if (now >= deadline) {
+      if (ge32(load_acq(w), target))
+        return 0;
+      pg__fail(-ETIMEDOUT, "shm: %s timed out waiting for rank %d (pid %d)",
+               c->what, peer, (int)c->pid[peer]);
+      return poison(c, -ETIMEDOUT);
+    }
+    if (slept_out && (dead = dead_peer(c)) >= 0) {
+      if (ge32(load_acq(w), target))
+        return 0;
+      pg__fail(-ECONNRESET, "shm: rank %d (pid %d) died during %s", dead,
+               (int)c->pid[dead], c->what);
+      return poison(c, -ECONNRESET);
+    }
+    __atomic_add_fetch(waiters, 1, __ATOMIC_SEQ_CST);
+    v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+    if (!ge32(v, target)) {
+      double slice = deadline - now < SLEEP_SLICE ? deadline - now
+                                                  : SLEEP_SLICE;
+
+      futex_wait(w, v, slice);
+      slept_out = pg__now() - now >= slice * 0.9;
+    }
+    __atomic_sub_fetch(waiters, 1, __ATOMIC_SEQ_CST);
+    if (ge32(load_acq(w), target))
+      return 0;
+  }
+}
+
+/* ---- phases (Note [phases]) ----------------------------------------------- */
+
+static inline void phase(struct shm_comm *c)
+{
+  c->seq++;
+  publish(&c->rk[c->me].seq, &c->rk[c->me].waiters, c->seq);
+}
+
+static int wait_rank(struct shm_comm *c, int r, uint32_t target,
+                     double deadline)
+{
+  return wait_ge(c, &c->rk[r].seq, &c->rk[r].waiters, target, r, deadline);
+}
+
+static int wait_all(struct shm_comm *c, uint32_t target, double deadline)
+{
+  int r, err;
+
+  for (r = 0; r < c->n; r++)
+    if (r != c->me && (err = wait_rank(c, r, target, deadline)) != 0)
+      return err;
+  return 0;
+}
+
+/* The next buffer index, once every reader of its last contents is done. */
+static int next_buf(struct shm_comm *c, double deadline, int *err)
+{
+  int b = (int)(c->chunk++ % NBUF);
+
+  *err = wait_all(c, c->free_at[b], deadline);
+  return b;
+}
+
+/* dst = srcs[0] op srcs[1] op ... in that order.  dst must not alias a
+ * source other than srcs[0] or srcs[1] (the callers give disjoint ones). */
+static void reduce_n(pg_dtype t, pg_op op, void *dst, const void *const *srcs,
+                     int n, size_t count)
+{
+  int i;
+
+  if (n == 1) {
+    if (dst != srcs[0])
+      memmove(dst, srcs[0], count * pg_dtype_size(t));
+    return;
+  }
+  pg__reduce3(t, op, dst, srcs[0], srcs[1], count);
+  for (i = 2; i < n; i++)
+    pg__reduce(t, op, dst, srcs[i], count);
+}
+
+static bool valid(pg_dtype t, pg_op op)
+{
+  return (unsigned)t < PG_DTYPE_COUNT && (unsigned)op < PG_OP_COUNT;
+}
+
+/* Slices of a chunk: elements [r * s, min((r + 1) * s, c)) for rank r. */
+static inline size_t slice_len(size_t c, size_t s, int r)
+{
+  size_t lo = (size_t)r * s;
+
+  return lo >= c ? 0 : (c - lo < s ? c - lo : s);
+}
+
+/* Elements per slice for a chunk of c, at most smax, a multiple of 16
+ * where that fits (whole vectors, whole cache lines). */
+static inline size_t slice_of(size_t c, int n, size_t smax)
+{
+  size_t s = (c + (size_t)n - 1) / (size_t)n;
+
+  s = (s + 15) & ~(size_t)15;
+  return s < smax ? s : smax;
+}
+
+static size_t slice_max(struct shm_comm *c, size_t esz)
+{
+  size_t s = c->buf / ((size_t)c->n * esz);
+
+  return s >= 16 ? s & ~(size_t)15 : s;
+}
+
+/* ---- all_reduce / reduce -------------------------------------------------------- */
+
+/* One phase: everyone publishes its whole input; all (or only root >= 0)
+ * reduce all n buffers in rank order. */
+static int reduce_small(struct shm_comm *c, const void *send, void *recv,
+                        size_t count, pg_dtype t, pg_op op, int root,
+                        double deadline)
+{
+  size_t bytes = count * pg_dtype_size(t);
+  const void *srcs[c->n];
+  int b, r, err;
+
+  b = next_buf(c, deadline, &err);
+  if (err)
+    return err;
+  memcpy(buf_of(c, c->me, b), send, bytes);
+  phase(c);
+  c->free_at[b] = c->seq + 1;
+  if (root >= 0 && root != c->me)
+    return 0;
+  if ((err = wait_all(c, c->seq, deadline)) != 0)
+    return err;
+  for (r = 0; r < c->n; r++)
+    srcs[r] = buf_of(c, r, b);
+  reduce_n(t, op, recv, srcs, c->n, count);
+  if (op == PG_AVG)
+    pg__avg_finish(t, recv, count, c->n);
+  return 0;
+}
+
+/* Chunked reduce-scatter + all-gather (root < 0) or + gather to root. */
+static int reduce_large(struct shm_comm *c, const void *send, void *recv,
+                        size_t count, pg_dtype t, pg_op op, int root,
+                        double deadline)
+{
+  size_t esz = pg_dtype_size(t), smax = slice_max(c, esz);
+  size_t chunk = smax * (size_t)c->n, off, cn, s, lo, m;
+  const char *in = send;
+  char *out = recv;
+  const void *srcs[c->n];
+  int b, r, err, me = c->me;
+
+  for (off = 0; off < count; off += cn) {
+    char *mine;
+
+    cn = count - off < chunk ? count - off : chunk;
+    s = slice_of(cn, c->n, smax);
+    b = next_buf(c, deadline, &err);
+    if (err)
+      return err;
+    mine = buf_of(c, me, b);
+    /* Phase A: the slices the others reduce. */
+    for (r = 0; r < c->n; r++)
+      if (r != me && (m = slice_len(cn, s, r)) != 0)
+        memcpy(mine + (size_t)r * s * esz, in + (off + (size_t)r * s) * esz,
+               m * esz);
+    phase(c);
+    if ((err = wait_all(c, c->seq, deadline)) != 0)
+      return err;
+    /* Phase B: my slice, in rank order, into my own buffer. */
+    lo = (size_t)me * s;
+    if ((m = slice_len(cn, s, me)) != 0) {
+      for (r = 0; r < c->n; r++)
+        srcs[r] = r == me ? in + (off + lo) * esz : buf_of(c, r, b) + lo * esz;
+      reduce_n(t, op, mine + lo * esz, srcs, c->n, m);
+      if (op == PG_AVG)
+        pg__avg_finish(t, mine + lo * esz, m, c->n);
+    }
+    phase(c);
+    c->free_at[b] = c->seq + 1;
+    if (root >= 0 && root != me)
+      continue;
+    if ((err = wait_all(c, c->seq, deadline)) != 0)
+      return err;
+    for (r = 0; r < c->n; r++)
+      if ((m = slice_len(cn, s, r)) != 0)
+        memcpy(out + (off + (size_t)r * s) * esz,
+               buf_of(c, r, b) + (size_t)r * s * esz, m * esz);
+  }
+  return 0;
+}
+
+static int shm_all_reduce(struct pg__comm *pc, const void *send, void *recv,
+                          size_t count, pg_dtype t, pg_op op, double deadline)
+{
+  struct shm_comm *c = (struct shm_comm *)pc;
+  size_t bytes = count * pg_dtype_size(t);
+  int err;
+
+  if (!valid(t, op))
+    return pg__fail(-EINVAL, "shm: all_reduce: bad dtype or op");
+  if ((err = ok_before(c)) != 0 || count == 0)
+    return err;
+  c->what = "all_reduce";
+  if (c->n == 1) {
+    if (recv != send)
+      memmove(recv, send, bytes);
+    return 0;
+  }
+  if (bytes <= c->small_max)
+    return reduce_small(c, send, recv, count, t, op, -1, deadline);
+  return reduce_large(c, send, recv, count, t, op, -1, deadline);
+}
+
+static int shm_reduce(struct pg__comm *pc, const void *send, void *recv,
+                      size_t count, pg_dtype t, pg_op op, int root,
+                      double deadline)
+{
+  struct shm_comm *c = (struct shm_comm *)pc;
+  size_t bytes = count * pg_dtype_size(t);
+  int err;
+
+  if (!valid(t, op) || root < 0 || root >= c->n)
+    return pg__fail(-EINVAL, "shm: reduce: bad dtype, op or root %d", root);
+  if ((err = ok_before(c)) != 0 || count == 0)
+    return err;
+  c->what = "reduce";
+  if (c->n == 1) {
+    if (recv != send)
+      memmove(recv, send, bytes);
+    return 0;
+  }
+  if (bytes <= c->small_max)
+    return reduce_small(c, send, recv, count, t, op, root, deadline);
+  return reduce_large(c, send, recv, count, t, op, root, deadline);
+}
+
+/* ---- reduce_scatter ------------------------------------------------------------ */
+
+static int shm_reduce_scatter(struct pg__comm *pc, const void *send,
+                              void *recv, size_t count, pg_dtype t, pg_op op,
+                              double deadline)
+{
+  struct shm_comm *c = (struct shm_comm *)pc;
+  size_t esz = pg_dtype_size(t), cap, off, m;
+  const char *in = send;
+  char *out = recv;
+  const void *srcs[c->n];
+  int b, r, err, me = c->me;
+
+  if (!valid(t, op))
+    return pg__fail(-EINVAL, "shm: reduce_scatter: bad dtype or op");
+  if ((err = ok_before(c)) != 0 || count == 0)
+    return err;
+  c->what = "reduce_scatter";
+  if (c->n == 1) {
+    if (recv != send)
+      memmove(recv, send, count * esz);
+    return 0;
+  }
+  cap = c->buf / ((size_t)c->n * esz);
+  for (off = 0; off < count; off += m) {
+    char *mine, *dst = out + off * esz;
+    bool overlap;
+
+    m = count - off < cap ? count - off : cap;
+    b = next_buf(c, deadline, &err);
+    if (err)
+      return err;
+    mine = buf_of(c, me, b);
+    for (r = 0; r < c->n; r++)
+      if (r != me)
+        memcpy(mine + (size_t)r * cap * esz,
+               in + ((size_t)r * count + off) * esz, m * esz);
+    phase(c);
+    c->free_at[b] = c->seq + 1;
+    if ((err = wait_all(c, c->seq, deadline)) != 0)
+      return err;
+    for (r = 0; r < c->n; r++)
+      srcs[r] = r == me ? in + ((size_t)me * count + off) * esz
+                        : buf_of(c, r, b) + (size_t)me * cap * esz;
+    /* recv overlapping send: accumulate in my own (unused) slice. */
+    overlap = (uintptr_t)out < (uintptr_t)in + (size_t)c->n * count * esz &&
+              (uintptr_t)in < (uintptr_t)out + count * esz;
+    if (overlap) {
+      char *acc = mine + (size_t)me * cap * esz;
+
+      reduce_n(t, op, acc, srcs, c->n, m);
+      memcpy(dst, acc, m * esz);
+    } else
+      reduce_n(t, op, dst, srcs, c->n, m);
+    if (op == PG_AVG)
+      pg__avg_finish(t, dst, m, c->n);
+  }
+  return 0;
+}
+
+/* ---- broadcast / all_gather ---------------------------------------------------- */
+
+static int shm_broadcast(struct pg__comm *pc, void *buf, size_t count,
+                         pg_dtype t, int root, double deadline)
+{
+  struct shm_comm *c = (struct shm_comm *)pc;
+  size_t bytes = count * pg_dtype_size(t), off, m;
+  char *p = buf;
+  int b, err;
+
+  if ((unsigned)t >= PG_DTYPE_COUNT || root < 0 || root >= c->n)
+    return pg__fail(-EINVAL, "shm: broadcast: bad dtype or root %d", root);
+  if ((err = ok_before(c)) != 0 || count == 0 || c->n == 1)
+    return err;
+  c->what = "broadcast";
+  for (off = 0; off < bytes; off += m) {
+    m = bytes - off < c->buf ? bytes - off : c->buf;
+    if (c->me == root) {
+      b = next_buf(c, deadline, &err);
+      if (err)
+        return err;
+      memcpy(buf_of(c, root, b), p + off, m);
+      phase(c);
+      c->free_at[b] = c->seq + 1;
+    } else {
+      b = (int)(c->chunk++ % NBUF);
+      phase(c);
+      if ((err = wait_rank(c, root, c->seq, deadline)) != 0)
+        return err;
+      memcpy(p + off, buf_of(c, root, b), m);
+    }
+  }
+  return 0;
+}
+
+static int shm_all_gather(struct pg__comm *pc, const void *send, void *recv,
+                          size_t count, pg_dtype t, double deadline)
+{
+  struct shm_comm *c = (struct shm_comm *)pc;
+  size_t bytes = count * pg_dtype_size(t), off, m;
+  const char *in = send;
+  char *out = recv;
+  int b, r, err;
+
+  if ((unsigned)t >= PG_DTYPE_COUNT)
+    return pg__fail(-EINVAL, "shm: all_gather: bad dtype");
+  if ((err = ok_before(c)) != 0 || count == 0)
+    return err;
+  c->what = "all_gather";
+  for (off = 0; off < bytes; off += m) {
+    char *own = out + (size_t)c->me * bytes + off;
+
+    m = bytes - off < c->buf ? bytes - off : c->buf;
+    if (c->n > 1) {
+      b = next_buf(c, deadline, &err);
+      if (err)
+        return err;
+      memcpy(buf_of(c, c->me, b), in + off, m);
+      phase(c);
+      c->free_at[b] = c->seq + 1;
+    } else
+      b = 0;
+    if (own != in + off)
+      memmove(own, in + off, m);
+    for (r = 0; r < c->n; r++) {
+      if (r == c->me)
+        continue;
+      if ((err = wait_rank(c, r, c->seq, deadline)) != 0)
+        return err;
+      memcpy(out + (size_t)r * bytes + off, buf_of(c, r, b), m);
+    }
+  }
+  return 0;
+}
+
+static int shm_barrier(struct pg__comm *pc, double deadline)
+{
+  struct shm_comm *c = (struct shm_comm *)pc;
+  int err;
+
+  if ((err = ok_before(c)) != 0 || c->n == 1)
+    return err;
+  c->what = "barrier";
+  phase(c);
+  return wait_all(c, c->seq, deadline);
+}
+
+/* ---- send / recv ------------------------------------------------------------------ */
+
+/* Copies len bytes into ring s->d at position pos (wrapping). */
+static void ring_put(struct shm_comm *c, char *ring, uint32_t pos,
+                     const char *src, size_t len)
+{
+  size_t at = pos & (c->ring - 1), first = c->ring - at;
+
+  if (first > len)
+    first = len;
+  memcpy(ring + at, src, first);
+  if (len > first)
+    memcpy(ring, src + first, len - first);
+}
+
+static void ring_get(struct shm_comm *c, const char *ring, uint32_t pos,
+                     char *dst, size_t len)
+{
+  size_t at = pos & (c->ring - 1), first = c->ring - at;
+
+  if (!dst)
+    return;
+  if (first > len)
+    first = len;
+  memcpy(dst, ring + at, first);
+  if (len > first)
+    memcpy(dst + first, ring, len - first);
+}
+
+static int shm_send(struct pg__comm *pc, const void *buf, size_t bytes,
+                    int peer, int tag, double deadline)
+{
+  struct shm_comm *c = (struct shm_comm *)pc;
+  struct shm_ring *rc;
+  struct msg_hdr h = { bytes, tag, MSG_MAGIC };
+  const char *parts[2] = { (const char *)&h, buf };
+  size_t left[2] = { sizeof h, bytes };
+  char *ring;
+  uint32_t tail;
+  int part = 0, err;
+
+  if (peer < 0 || peer >= c->n || peer == c->me)
+    return pg__fail(-EINVAL, "shm: send: bad peer %d", peer);
+  if ((err = ok_before(c)) != 0)
+    return err;
+  c->what = "send";
+  rc = ring_ctl(c, c->me, peer);
+  ring = ring_data(c, c->me, peer);
+  tail = c->tx_tail[peer];
+  while (part < 2) {
+    size_t want = left[0] + left[1], space, m;
+
+    if (want > c->ring / 2)
+      want = c->ring / 2;
+    /* Room for want bytes: head >= tail + want - ring. */
+    err = wait_ge(c, &rc->head, &rc->head_waiters,
+                  tail + (uint32_t)want - (uint32_t)c->ring, peer, deadline);
+    if (err)
+      return err;
+    space = c->ring - (uint32_t)(tail - load_acq(&rc->head));
+    while (part < 2 && space > 0) {
+      m = left[part] < space ? left[part] : space;
+      ring_put(c, ring, tail, parts[part], m);
+      tail += (uint32_t)m;
+      parts[part] += m;
+      left[part] -= m;
+      space -= m;
+      if (left[part] == 0)
+        part++;
+    }
+    c->tx_tail[peer] = tail;
+    publish(&rc->tail, &rc->tail_waiters, tail);
+  }
+  return 0;
+}
+
+/* Reads len bytes from peer's ring into dst (NULL: discard). */
+static int ring_read(struct shm_comm *c, int peer, char *dst, size_t len,
+                     double deadline)
+{
+  struct shm_ring *rc = ring_ctl(c, peer, c->me);
+  const char *ring = ring_data(c, peer, c->me);
+  uint32_t head = c->rx_head[peer];
+  int err;
+
+  while (len > 0) {
+    size_t avail, m;
+
+    err = wait_ge(c, &rc->tail, &rc->tail_waiters, head + 1, peer, deadline);
+    if (err)
+      return err;
+    avail = (uint32_t)(load_acq(&rc->tail) - head);
+    m = avail < len ? avail : len;
+    ring_get(c, ring, head, dst, m);
+    if (dst)
+      dst += m;
+    len -= m;
+    head += (uint32_t)m;
+    c->rx_head[peer] = head;
+    publish(&rc->head, &rc->head_waiters, head);
+  }
+  return 0;
+}
+
+static int shm_recv(struct pg__comm *pc, void *buf, size_t bytes, int peer,
+                    int tag, double deadline)
+{
+  struct shm_comm *c = (struct shm_comm *)pc;
+  struct unexpected **pu, *u;
+  struct msg_hdr h;
+  int err;
+
+  if (peer < 0 || peer >= c->n || peer == c->me)
+    return pg__fail(-EINVAL, "shm: recv: bad peer %d", peer);
+  if ((err = ok_before(c)) != 0)
+    return err;
+  c->what = "recv";
+  for (pu = &c->uq[peer]; (u = *pu) != NULL; pu = &u->next)
+    if (u->tag == tag) {
+      *pu = u->next;
+      if (u->len != bytes) {
+        err = pg__fail(-EMSGSIZE, "shm: recv from rank %d, tag %d: %zu bytes "
+                       "sent, %zu expected", peer, tag, u->len, bytes);
+        free(u);
+        return err;
+      }
+      memcpy(buf, u->data, bytes);
+      free(u);
+      return 0;
+    }
+  for (;;) {
+    if ((err = ring_read(c, peer, (char *)&h, sizeof h, deadline)) != 0)
+      return err;
+    if (h.magic != MSG_MAGIC) {
+      pg__fail(-EPROTO, "shm: garbage in the ring from rank %d", peer);
+      return poison(c, -EPROTO);
+    }
+    if (h.tag == tag) {
+      if (h.len != bytes) {
+        err = ring_read(c, peer, NULL, h.len, deadline);
+        if (err)
+          return err;
+        return pg__fail(-EMSGSIZE, "shm: recv from rank %d, tag %d: %" PRIu64
+                        " bytes sent, %zu expected", peer, tag, h.len, bytes);
+      }
+      return ring_read(c, peer, buf, bytes, deadline);
+    }
+    u = malloc(sizeof *u + h.len);
+    if (!u) {
+      pg__fail(-ENOMEM, "shm: no memory to queue a %" PRIu64 "-byte message "
+               "from rank %d", h.len, peer);
+      return poison(c, -ENOMEM);
+    }
+    u->next = NULL;
+    u->tag = h.tag;
+    u->len = h.len;
+    if ((err = ring_read(c, peer, u->data, h.len, deadline)) != 0) {
+      free(u);
+      return err;
+    }
+    for (pu = &c->uq[peer]; *pu; pu = &(*pu)->next)
+      ;
+    *pu = u;
+  }
+}
+
+/* ---- create / destroy ---------------------------------------------------------- */
+
+static void shm_destroy(struct pg__comm *pc)
+{
+  struct shm_comm *c = (struct shm_comm *)pc;
+  int i;
+
+  if (!c)
+    return;
+  if (c->map)
+    munmap(c->map, c->map_len);
+  for (i = 0; c->pidfd && i < c->n; i++)
+    if (c->pidfd[i] >= 0)
+      close(c->pidfd[i]);
+  for (i = 0; c->uq && i < c->n; i++)
+    while (c->uq[i]) {
+      struct unexpected *u = c->uq[i];
+
+      c->uq[i] = u->next;
+      free(u);
+    }
+  free(c->uq);
+  free(c->pid);
+  free(c->pidfd);
+  free(c->tx_tail);
+  free(c->rx_head);
+  free(c);
+}
+
+static size_t align_up(size_t x, size_t a)
+{
+  return (x + a - 1) & ~(a - 1);
+}
+
+/* Segment offsets for n ranks and the given sizes. */
+struct layout {
+  size_t abort_off, rank_off, ring_ctl_off, buf_off, ring_off, size;
+};
+
+static struct layout layout_of(int n, size_t buf, size_t ring)
+{
+  struct layout l;
+  size_t nn = (size_t)n * (size_t)n;
+
+  l.abort_off = LINE;
+  l.rank_off = 2 * LINE;
+  l.ring_ctl_off = l.rank_off + (size_t)n * sizeof(struct shm_rank);
+  l.buf_off = align_up(l.ring_ctl_off + nn * sizeof(struct shm_ring), 4096);
+  l.ring_off = l.buf_off + (size_t)n * NBUF * buf;
+  l.size = align_up(l.ring_off + nn * ring, 4096);
+  return l;
+}
+
+static size_t pow2_floor(size_t x)
+{
+  size_t p = 1;
+
+  while (p * 2 <= x)
+    p *= 2;
+  return p;
+}
+
+/* Buffer bytes: $PG_SHM_BUF (a tuning knob) or BUF_DEFAULT, capped so
+ * the buffers of all ranks stay within SEG_CAP. */
+static size_t default_buf(int n)
+{
+  const char *e = getenv("PG_SHM_BUF");
+  size_t buf = BUF_DEFAULT, cap = SEG_CAP / ((size_t)n * NBUF);
+
+  if (e && *e) {
+    char *end;
+    unsigned long long v = strtoull(e, &end, 10);
+
+    if (*end == '\0' && v >= 4096)
+      buf = (size_t)v;
+  }
+  if (buf > cap)
+    buf = cap;
+  /* At least 16 elements of 8 bytes per rank in a chunk. */
+  if (buf < (size_t)n * 128)
+    buf = (size_t)n * 128;
+  return align_up(buf, 4096);
+}
+
+/* Rank 0: creates, sizes and maps the segment; *name gets its name. */
+static int create_segment(struct shm_comm *c, char *name, size_t name_len)
+{
+  size_t buf = default_buf(c->n), ring;
+  struct layout l;
+  uint64_t rnd;
+  int fd = -1, tries, err;
+
+  ring = c->n > 1 ? pow2_floor(RING_TOTAL / ((size_t)c->n * (size_t)c->n))
+                  : RING_MIN;
+  if (ring > RING_MAX)
+    ring = RING_MAX;
+  if (ring < RING_MIN)
+    ring = RING_MIN;
+  for (tries = 0; tries < 8 && fd < 0; tries++) {
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+      rnd = (uint64_t)(pg__now() * 1e9) ^ ((uint64_t)getpid() << 32) ^
+            (uint64_t)tries;
+    snprintf(name, name_len, "/pg-%016" PRIx64 "-%d", rnd, (int)getpid());
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST)
+      break;
+  }
+  if (fd < 0)
+    return pg__fail(-errno, "shm: cannot create a shared memory segment "
+                    "(%s): %s", name, strerror(errno));
+  /* Reserve the pages now; on ENOSPC try smaller buffers and rings. */
+  for (;;) {
+    l = layout_of(c->n, buf, ring);
+    if (ftruncate(fd, (off_t)l.size) < 0) {
+      err = -errno;
+    } else {
+      err = -posix_fallocate(fd, 0, (off_t)l.size);
+      if (err == -EOPNOTSUPP || err == -EINVAL || err == -ENOSYS)
+        err = 0;
+    }
+    if (err == 0 || buf <= BUF_MIN || (err != -ENOSPC && err != -EFBIG))
+      break;
+    if (ftruncate(fd, 0) < 0) {
+      err = -errno;
+      break;
+    }
+    buf /= 2;
+    if (ring > RING_MIN)
+      ring /= 2;
+  }
+  if (err == 0) {
+    c->map = mmap(NULL, l.size, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (c->map == MAP_FAILED) {
+      c->map = NULL;
+      err = -errno;
+    }
+  }
+  close(fd);
+  if (err) {
+    shm_unlink(name);
+    return pg__fail(err, "shm: cannot size a %zu-byte shared memory segment "
+                    "in /dev/shm: %s", l.size, strerror(-err));
+  }
+  c->map_len = l.size;
+  c->buf = buf;
+  c->ring = ring;
+  c->hdr = (struct shm_hdr *)c->map;
+  c->hdr->n = (uint32_t)c->n;
+  c->hdr->nbuf = NBUF;
+  c->hdr->size = l.size;
+  c->hdr->buf = buf;
+  c->hdr->ring = ring;
+  c->hdr->version = SHM_VERSION;
+  __atomic_store_n(&c->hdr->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+  return 0;
+}
+
+static int open_segment(struct shm_comm *c, const char *name, size_t size)
+{
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0), err;
+  struct shm_hdr *h;
+
+  if (fd < 0)
+    return pg__fail(-errno, "shm: cannot open rank 0's segment %s: %s", name,
+                    strerror(errno));
+  c->map = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                MAP_SHARED | MAP_POPULATE, fd, 0);
+  err = errno;
+  close(fd);
+  if (c->map == MAP_FAILED) {
+    c->map = NULL;
+    return pg__fail(-err, "shm: cannot map %s: %s", name, strerror(err));
+  }
+  c->map_len = size;
+  h = (struct shm_hdr *)c->map;
+  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC ||
+      h->version != SHM_VERSION || h->n != (uint32_t)c->n ||
+      h->nbuf != NBUF || h->size != size || (h->ring & (h->ring - 1)) != 0)
+    return pg__fail(-EPROTO, "shm: segment %s does not match this "
+                    "communicator", name);
+  c->hdr = h;
+  c->buf = h->buf;
+  c->ring = h->ring;
+  return 0;
+}
+
+/* The CPUs this process may run on. */
+static int usable_cpus(void)
+{
+  cpu_set_t set;
+
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    return CPU_COUNT(&set);
+  return (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+static int open_pidfd(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+  int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+  if (fd >= 0)
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return fd;
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
+{
+  struct shm_comm *c;
+  struct layout l;
+  char name[64] = "", val[160], key[32];
+  char **keys = NULL;
+  void **vals = NULL;
+  size_t *lens = NULL, size = 0;
+  int i, err, n = s->n, me = s->me;
+  double timeout = s->timeout > 0 ? s->timeout : 300;
+
+  *out = NULL;
+  if (n < 1 || me < 0 || me >= n)
+    return pg__fail(-EINVAL, "shm: bad communicator (%d of %d)", me, n);
+  c = calloc(1, sizeof *c);
+  if (!c)
+    return pg__fail(-ENOMEM, "shm: out of memory");
+  c->base.ops = &shm_ops;
+  c->n = n;
+  c->me = me;
+  c->what = "setup";
+  c->tx_tail = calloc((size_t)n, sizeof *c->tx_tail);
+  c->rx_head = calloc((size_t)n, sizeof *c->rx_head);
+  c->uq = calloc((size_t)n, sizeof *c->uq);
+  c->pid = calloc((size_t)n, sizeof *c->pid);
+  c->pidfd = malloc((size_t)n * sizeof *c->pidfd);
+  keys = calloc((size_t)n, sizeof *keys);
+  vals = calloc((size_t)n, sizeof *vals);
+  lens = calloc((size_t)n, sizeof *lens);
+  if (!c->tx_tail || !c->rx_head || !c->uq || !c->pid || !c->pidfd ||
+      !keys || !vals || !lens) {
+    err = pg__fail(-ENOMEM, "shm: out of memory");
+    goto fail;
+  }
+  for (i = 0; i < n; i++)
+    c->pidfd[i] = -1;
+
+  /* Exchange 1: rank 0's segment (or its failure). */
+  if (me == 0) {
+    err = create_segment(c, name, sizeof name);
+    if (err)
+      snprintf(val, sizeof val, "! %d", err);
+    else
+      snprintf(val, sizeof val, "%s %zu", name, c->map_len);
+  } else {
+    err = 0;
+    snprintf(val, sizeof val, "-");
+  }
+  snprintf(key, sizeof key, "seg%d", me);
+  {
+    const char *k0 = "seg0";
+    int e2 = pg__store_exchange(s->store, s->ns, key, val, strlen(val) + 1,
+                                &k0, 1, timeout, vals, lens);
+    if (e2 && !err)
+      err = e2;
+  }
+  if (!err && me != 0) {
+    char *v = vals[0];
+
+    if (lens[0] == 0 || v[lens[0] - 1] != '\0' || v[0] == '!' ||
+        sscanf(v, "%63s %zu", name, &size) != 2)
+      err = pg__fail(-ECONNRESET, "shm: rank 0 could not create the "
+                     "shared memory segment");
+    else
+      err = open_segment(c, name, size);
+  }
+  free(vals[0]);
+  vals[0] = NULL;
+
+  /* Exchange 2: everyone's pid, or its failure; then rank 0 unlinks. */
+  if (err)
+    snprintf(val, sizeof val, "! %d", err);
+  else
+    snprintf(val, sizeof val, "%d", (int)getpid());
+  for (i = 0; i < n; i++) {
+    keys[i] = malloc(16);
+    if (!keys[i]) {
+      err = err ? err : pg__fail(-ENOMEM, "shm: out of memory");
+      break;
+    }
+    snprintf(keys[i], 16, "att%d", i);
+  }
+  if (i == n) {
+    int e2 = pg__store_exchange(s->store, s->ns, keys[me], val,
+                                strlen(val) + 1, (const char *const *)keys, n,
+                                timeout, vals, lens);
+    if (e2 && !err)
+      err = e2;
+  }
+  if (me == 0 && name[0])
+    shm_unlink(name);
+  for (i = 0; !err && i < n; i++) {
+    const char *v = vals[i];
+    int pid;
+
+    if (!v || lens[i] == 0 || v[lens[i] - 1] != '\0' ||
+        sscanf(v, "%d", &pid) != 1 || v[0] == '!')
+      err = pg__fail(-ECONNRESET, "shm: rank %d could not attach the "
+                     "shared memory segment", i);
+    else
+      c->pid[i] = (pid_t)pid;
+  }
+  if (err)
+    goto fail;
+
+  l = layout_of(n, c->buf, c->ring);
+  c->ab = (struct shm_abort *)(c->map + l.abort_off);
+  c->rk = (struct shm_rank *)(c->map + l.rank_off);
+  c->rc = (struct shm_ring *)(c->map + l.ring_ctl_off);
+  c->bufs = c->map + l.buf_off;
+  c->rings = c->map + l.ring_off;
+  c->small_max = c->buf < SMALL_MAX ? c->buf : SMALL_MAX;
+  c->spin = n <= usable_cpus();
+  __atomic_store_n(&c->rk[me].pid, (int32_t)getpid(), __ATOMIC_RELAXED);
+  for (i = 0; i < n; i++)
+    if (i != me)
+      c->pidfd[i] = open_pidfd(c->pid[i]);
+  for (i = 0; i < n; i++)
+    free(keys[i]);
+  free(keys);
+  free(vals);
+  free(lens);
+  *out = &c->base;
+  return 0;
+
+fail:
+  if (me == 0 && name[0])
+    shm_unlink(name);
+  for (i = 0; keys && i < n; i++)
+    free(keys[i]);
+  for (i = 0; vals && i < n; i++)
+    free(vals[i]);
+  free(keys);
+  free(vals);
+  free(lens);
+  shm_destroy(&c->base);
+  return err;
+}
+
+/* Host memory: the mem_* hooks stay NULL. */
+static const struct pg__comm_ops shm_ops = {
+  .name = "cpu-shm",
+  .all_reduce = shm_all_reduce,
+  .broadcast = shm_broadcast,
+  .reduce = shm_reduce,
+  .all_gather = shm_all_gather,
+  .reduce_scatter = shm_reduce_scatter,
+  .barrier = shm_barrier,
+  .send = shm_send,
+  .recv = shm_recv,
+  .destroy = shm_destroy,
+};

@@ -1,0 +1,882 @@
+/* group.c -- pg_init/pg_destroy, the topology, the choice of backend, and
+ * the work queue: every operation runs in issue order on the group's
+ * progress thread, or inline on the caller's thread when nothing is
+ * queued (so a synchronous call costs no thread hand-off). */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pg_internal.h"
+
+#define DEFAULT_TIMEOUT_S 300.0
+#define EXIT_WAIT_MAX_S 30.0
+
+enum work_kind {
+  W_ALL_REDUCE, W_BROADCAST, W_REDUCE, W_ALL_GATHER, W_REDUCE_SCATTER,
+  W_BARRIER, W_SEND, W_RECV,
+};
+
+struct pg_work {
+  struct pg_group *g;
+  enum work_kind kind;
+  const void *send;
+  void *recv;
+  size_t count;
+  pg_dtype dtype;
+  pg_op op;
+  int root;             /* root, or peer for send/recv */
+  int tag;
+  int result;
+  bool done;
+  int refs;             /* the queue's and the caller's */
+  struct pg_work *next;
+};
+
+struct pg_group {
+  int rank, size;
+  double timeout;
+  pg_store *store;
+  pg_store_server *server;      /* rank 0 serves the store */
+  struct pg__topo topo;
+  struct pg__comm *comm;        /* NULL for a group of one */
+  char backend[16];
+  int *all_ranks;
+
+  pthread_mutex_t mu;
+  pthread_cond_t queued;        /* work was queued, or stop */
+  pthread_cond_t finished;      /* some work finished */
+  pthread_t thread;
+  struct pg_work *head, *tail;
+  bool busy;                    /* an op is executing (thread or inline) */
+  bool stop;
+  int failed;                   /* first error: later ops fail fast */
+};
+
+/* ---- environment ---------------------------------------------------------- */
+
+static int env_int(const char *name, long lo, long hi, int fallback,
+                   bool required, int *out)
+{
+  const char *v = getenv(name);
+  char *end;
+  long n;
+
+  if (!v || !*v) {
+    if (required)
+      return pg__fail(-EINVAL, "%s is not set (run the worker under cdrun "
+                      "or torchrun, or pass it in struct pg_options)", name);
+    *out = fallback;
+    return 0;
+  }
+  errno = 0;
+  n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < lo || n > hi)
+    return pg__fail(-EINVAL, "%s is '%s', expected an integer %ld..%ld",
+                    name, v, lo, hi);
+  *out = (int)n;
+  return 0;
+}
+
+static int env_double(const char *name, double fallback, double *out)
+{
+  const char *v = getenv(name);
+  char *end;
+  double d;
+
+  if (!v || !*v) {
+    *out = fallback;
+    return 0;
+  }
+  errno = 0;
+  d = strtod(v, &end);
+  if (errno || end == v || *end || !(d > 0) || d > 1e9)
+    return pg__fail(-EINVAL, "%s is '%s', expected seconds > 0", name, v);
+  *out = d;
+  return 0;
+}
+
+/* This machine: hostname plus boot id, so two containers with the same
+ * hostname on different machines are not taken for one host. */
+static void default_host_id(char *out, size_t len)
+{
+  char host[256] = "unknown", boot[64] = "";
+  FILE *f;
+
+  gethostname(host, sizeof host - 1);
+  f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(boot, sizeof boot, f))
+      boot[0] = '\0';
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+  }
+  snprintf(out, len, "%s/%s", host, boot);
+}
+
+/* ---- topology --------------------------------------------------------------- */
+
+static void topo_free(struct pg__topo *t)
+{
+  free(t->host_of);
+  free(t->leader_of);
+  free(t->local);
+  memset(t, 0, sizeof *t);
+}
+
+/* All-gathers host ids over the store and groups ranks by them. */
+static int topo_build(pg_group *g, const char *host_id)
+{
+  struct pg__topo *t = &g->topo;
+  char **keys = NULL, key[64];
+  void **vals = NULL;
+  size_t *lens = NULL;
+  int i, j, err = -ENOMEM;
+
+  t->rank = g->rank;
+  t->size = g->size;
+  t->host_of = calloc((size_t)g->size, sizeof *t->host_of);
+  t->leader_of = calloc((size_t)g->size, sizeof *t->leader_of);
+  t->local = calloc((size_t)g->size, sizeof *t->local);
+  keys = calloc((size_t)g->size, sizeof *keys);
+  vals = calloc((size_t)g->size, sizeof *vals);
+  lens = calloc((size_t)g->size, sizeof *lens);
+  if (!t->host_of || !t->leader_of || !t->local || !keys || !vals || !lens)
+    goto out;
+  for (i = 0; i < g->size; i++) {
+    snprintf(key, sizeof key, "host/%d", i);
+    keys[i] = strdup(key);
+    if (!keys[i])
+      goto out;
+  }
+  snprintf(key, sizeof key, "host/%d", g->rank);
+  err = pg__store_exchange(g->store, "pg/", key, host_id, strlen(host_id),
+                           (const char *const *)keys, g->size, g->timeout,
+                           vals, lens);
+  if (err)
+    goto out;
+  t->nhosts = 0;
+  for (i = 0; i < g->size; i++) {
+    for (j = 0; j < i; j++)
+      if (lens[j] == lens[i] && memcmp(vals[j], vals[i], lens[i]) == 0)
+        break;
+    if (j < i) {
+      t->host_of[i] = t->host_of[j];
+    } else {
+      t->leader_of[t->nhosts] = i;
+      t->host_of[i] = t->nhosts++;
+    }
+  }
+  t->nlocal = 0;
+  for (i = 0; i < g->size; i++)
+    if (t->host_of[i] == t->host_of[g->rank]) {
+      if (i == g->rank)
+        t->local_index = t->nlocal;
+      t->local[t->nlocal++] = i;
+    }
+  err = 0;
+out:
+  for (i = 0; keys && i < g->size; i++) {
+    free(keys[i]);
+    if (vals)
+      free(vals[i]);
+  }
+  free(keys);
+  free(vals);
+  free(lens);
+  return err;
+}
+
+/* ---- running one operation ----------------------------------------------------- */
+
+/* A group of one: every collective is a local copy. */
+static int run_self(struct pg_work *w)
+{
+  size_t bytes = w->count * pg_dtype_size(w->dtype);
+
+  switch (w->kind) {
+  case W_ALL_REDUCE:
+  case W_ALL_GATHER:
+  case W_REDUCE_SCATTER:
+  case W_REDUCE:
+    if (w->recv && w->recv != w->send && bytes)
+      memmove(w->recv, w->send, bytes);
+    return 0;
+  case W_BROADCAST:
+  case W_BARRIER:
+    return 0;
+  case W_SEND:
+  case W_RECV:
+    return pg__fail(-EINVAL, "send/recv: peer %d is this rank", w->root);
+  }
+  return -EINVAL;
+}
+
+static bool overlap(const void *a, size_t alen, const void *b, size_t blen)
+{
+  const char *x = a, *y = b;
+
+  return alen && blen && x < y + blen && y < x + alen;
+}
+
+/* Note [in-place gathers]: NCCL's in-place conventions are all_gather with
+ * send == recv + rank * count and reduce_scatter with recv == send + rank *
+ * count.  The CPU backends take disjoint buffers (or send == recv for
+ * all_reduce/reduce), so an overlapping pair goes through a temporary of
+ * count elements here. */
+static int run_overlapping(pg_group *g, struct pg_work *w, double deadline)
+{
+  struct pg__comm *c = g->comm;
+  size_t bytes = w->count * pg_dtype_size(w->dtype);
+  void *tmp = malloc(bytes);
+  int err;
+
+  if (!tmp)
+    return pg__fail(-ENOMEM, "out of memory for an in-place %s",
+                    w->kind == W_ALL_GATHER ? "all_gather"
+                                            : "reduce_scatter");
+  if (w->kind == W_ALL_GATHER) {
+    memcpy(tmp, w->send, bytes);
+    err = c->ops->all_gather(c, tmp, w->recv, w->count, w->dtype, deadline);
+  } else {
+    err = c->ops->reduce_scatter(c, w->send, tmp, w->count, w->dtype, w->op,
+                                 deadline);
+    if (err == 0)
+      memcpy(w->recv, tmp, bytes);
+  }
+  free(tmp);
+  return err;
+}
+
+static int run_work(pg_group *g, struct pg_work *w)
+{
+  struct pg__comm *c = g->comm;
+  double deadline = pg__now() + g->timeout;
+  size_t bytes = w->count * pg_dtype_size(w->dtype);
+  size_t all = bytes * (size_t)g->size;
+
+  if (!c)
+    return run_self(w);
+  if (strcmp(g->backend, "nccl") != 0 &&
+      ((w->kind == W_ALL_GATHER && overlap(w->send, bytes, w->recv, all)) ||
+       (w->kind == W_REDUCE_SCATTER &&
+        overlap(w->send, all, w->recv, bytes))))
+    return run_overlapping(g, w, deadline);
+  switch (w->kind) {
+  case W_ALL_REDUCE:
+    return c->ops->all_reduce(c, w->send, w->recv, w->count, w->dtype,
+                              w->op, deadline);
+  case W_BROADCAST:
+    return c->ops->broadcast(c, w->recv, w->count, w->dtype, w->root,
+                             deadline);
+  case W_REDUCE:
+    return c->ops->reduce(c, w->send, w->recv, w->count, w->dtype, w->op,
+                          w->root, deadline);
+  case W_ALL_GATHER:
+    return c->ops->all_gather(c, w->send, w->recv, w->count, w->dtype,
+                              deadline);
+  case W_REDUCE_SCATTER:
+    return c->ops->reduce_scatter(c, w->send, w->recv, w->count, w->dtype,
+                                  w->op, deadline);
+  case W_BARRIER:
+    return c->ops->barrier(c, deadline);
+  case W_SEND:
+    return c->ops->send(c, w->send, bytes, w->root, w->tag, deadline);
+  case W_RECV:
+    return c->ops->recv(c, w->recv, bytes, w->root, w->tag, deadline);
+  }
+  return -EINVAL;
+}
+
+/* Runs w and records the outcome; called with g->mu NOT held. */
+static void execute(pg_group *g, struct pg_work *w)
+{
+  int failed, err;
+
+  pthread_mutex_lock(&g->mu);
+  failed = g->failed;
+  pthread_mutex_unlock(&g->mu);
+  err = failed ? PG_EPEERFAIL : run_work(g, w);
+  pthread_mutex_lock(&g->mu);
+  if (err && !g->failed && err != PG_EPEERFAIL)
+    g->failed = err;
+  w->result = err;
+  w->done = true;
+  g->busy = false;
+  pthread_cond_broadcast(&g->finished);
+  pthread_cond_signal(&g->queued);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void work_unref(struct pg_work *w)
+{
+  /* Called with g->mu held. */
+  if (--w->refs == 0)
+    free(w);
+}
+
+static void *progress_main(void *arg)
+{
+  pg_group *g = arg;
+  struct pg_work *w;
+
+  pthread_mutex_lock(&g->mu);
+  for (;;) {
+    while (!g->stop && (!g->head || g->busy))
+      pthread_cond_wait(&g->queued, &g->mu);
+    if (!g->head && g->stop)
+      break;
+    if (!g->head || g->busy)
+      continue;
+    w = g->head;
+    g->head = w->next;
+    if (!g->head)
+      g->tail = NULL;
+    g->busy = true;
+    pthread_mutex_unlock(&g->mu);
+    execute(g, w);
+    pthread_mutex_lock(&g->mu);
+    work_unref(w);
+  }
+  pthread_mutex_unlock(&g->mu);
+  return NULL;
+}
+
+static int check_args(pg_group *g, const struct pg_work *w)
+{
+  if (!g)
+    return pg__fail(-EINVAL, "the group is NULL");
+  if ((unsigned)w->dtype >= PG_DTYPE_COUNT)
+    return pg__fail(-EINVAL, "invalid dtype %d", (int)w->dtype);
+  if ((unsigned)w->op >= PG_OP_COUNT)
+    return pg__fail(-EINVAL, "invalid reduction op %d", (int)w->op);
+  if (w->count > SIZE_MAX / 8 / (size_t)g->size)
+    return pg__fail(-EINVAL, "count %zu is too large", w->count);
+  if (w->count && (w->kind == W_ALL_REDUCE || w->kind == W_ALL_GATHER ||
+                   w->kind == W_REDUCE_SCATTER) && (!w->send || !w->recv))
+    return pg__fail(-EINVAL, "NULL buffer with count %zu", w->count);
+  if ((w->kind == W_BROADCAST || w->kind == W_REDUCE) &&
+      (w->root < 0 || w->root >= g->size))
+    return pg__fail(-EINVAL, "root %d is not a rank of this group of %d",
+                    w->root, g->size);
+  if (w->kind == W_REDUCE && w->count && !w->send)
+    return pg__fail(-EINVAL, "reduce: NULL send buffer");
+  if (w->kind == W_REDUCE && w->count && g->rank == w->root && !w->recv)
+    return pg__fail(-EINVAL, "reduce: NULL receive buffer on the root");
+  if ((w->kind == W_SEND || w->kind == W_RECV) &&
+      (w->root < 0 || w->root >= g->size || w->root == g->rank))
+    return pg__fail(-EINVAL, "peer %d is not another rank of this group "
+                    "of %d", w->root, g->size);
+  if (w->kind == W_BROADCAST && w->count && !w->recv)
+    return pg__fail(-EINVAL, "broadcast: NULL buffer");
+  return 0;
+}
+
+/* Queues w (async) or runs it (sync); w is filled but not yet owned. */
+static int submit(pg_group *g, const struct pg_work *proto, pg_work **out)
+{
+  struct pg_work *w;
+  int err = check_args(g, proto);
+
+  if (err)
+    return err;
+  if (!out) {
+    /* Synchronous: run inline when the queue is empty and idle. */
+    struct pg_work local = *proto;
+
+    pthread_mutex_lock(&g->mu);
+    while (g->head || g->busy)
+      pthread_cond_wait(&g->finished, &g->mu);
+    g->busy = true;
+    pthread_mutex_unlock(&g->mu);
+    local.g = g;
+    local.refs = 1;
+    execute(g, &local);
+    return local.result;
+  }
+  w = malloc(sizeof *w);
+  if (!w)
+    return pg__fail(-ENOMEM, "out of memory queueing an operation");
+  *w = *proto;
+  w->g = g;
+  w->refs = 2;
+  w->next = NULL;
+  w->done = false;
+  pthread_mutex_lock(&g->mu);
+  if (g->tail)
+    g->tail->next = w;
+  else
+    g->head = w;
+  g->tail = w;
+  pthread_cond_signal(&g->queued);
+  pthread_mutex_unlock(&g->mu);
+  *out = w;
+  return 0;
+}
+
+int pg_work_test(pg_work *w, bool *done)
+{
+  int r = 0;
+
+  pthread_mutex_lock(&w->g->mu);
+  *done = w->done;
+  if (w->done)
+    r = w->result;
+  pthread_mutex_unlock(&w->g->mu);
+  return r;
+}
+
+int pg_work_wait(pg_work *w, double timeout)
+{
+  pg_group *g = w->g;
+  struct timespec ts;
+  double until = timeout >= 0 ? pg__now() + timeout : 0;
+  int r;
+
+  pthread_mutex_lock(&g->mu);
+  while (!w->done) {
+    if (timeout < 0) {
+      pthread_cond_wait(&g->finished, &g->mu);
+      continue;
+    }
+    if (pg__now() >= until)
+      break;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    {
+      double left = until - pg__now(), s = (double)ts.tv_sec +
+                    (double)ts.tv_nsec / 1e9 + (left > 0 ? left : 0);
+
+      ts.tv_sec = (time_t)s;
+      ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    }
+    pthread_cond_timedwait(&g->finished, &g->mu, &ts);
+  }
+  r = w->done ? w->result : -ETIMEDOUT;
+  pthread_mutex_unlock(&g->mu);
+  return r;
+}
+
+void pg_work_free(pg_work *w)
+{
+  pg_group *g;
+
+  if (!w)
+    return;
+  g = w->g;
+  pthread_mutex_lock(&g->mu);
+  work_unref(w);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* ---- the operations ---------------------------------------------------------- */
+
+#define WORK(kind_, send_, recv_, count_, dtype_, op_, root_, tag_)        \
+  (struct pg_work){ .kind = (kind_), .send = (send_), .recv = (recv_),    \
+                    .count = (count_), .dtype = (dtype_), .op = (op_),    \
+                    .root = (root_), .tag = (tag_) }
+
+int pg_all_reduce_async(pg_group *g, const void *send, void *recv,
+                        size_t count, pg_dtype t, pg_op op, pg_work **w)
+{
+  struct pg_work p = WORK(W_ALL_REDUCE, send, recv, count, t, op, 0, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_broadcast_async(pg_group *g, void *buf, size_t count, pg_dtype t,
+                       int root, pg_work **w)
+{
+  struct pg_work p = WORK(W_BROADCAST, buf, buf, count, t, PG_SUM, root, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_reduce_async(pg_group *g, const void *send, void *recv, size_t count,
+                    pg_dtype t, pg_op op, int root, pg_work **w)
+{
+  struct pg_work p = WORK(W_REDUCE, send, recv, count, t, op, root, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_all_gather_async(pg_group *g, const void *send, void *recv,
+                        size_t count, pg_dtype t, pg_work **w)
+{
+  struct pg_work p = WORK(W_ALL_GATHER, send, recv, count, t, PG_SUM, 0, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_reduce_scatter_async(pg_group *g, const void *send, void *recv,
+                            size_t count, pg_dtype t, pg_op op, pg_work **w)
+{
+  struct pg_work p = WORK(W_REDUCE_SCATTER, send, recv, count, t, op, 0, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_barrier_async(pg_group *g, pg_work **w)
+{
+  struct pg_work p = WORK(W_BARRIER, NULL, NULL, 0, PG_U8, PG_SUM, 0, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_send_async(pg_group *g, const void *buf, size_t count, pg_dtype t,
+                  int peer, int tag, pg_work **w)
+{
+  struct pg_work p = WORK(W_SEND, buf, NULL, count, t, PG_SUM, peer, tag);
+
+  return submit(g, &p, w);
+}
+
+int pg_recv_async(pg_group *g, void *buf, size_t count, pg_dtype t,
+                  int peer, int tag, pg_work **w)
+{
+  struct pg_work p = WORK(W_RECV, NULL, buf, count, t, PG_SUM, peer, tag);
+
+  return submit(g, &p, w);
+}
+
+int pg_all_reduce(pg_group *g, const void *send, void *recv, size_t count,
+                  pg_dtype t, pg_op op)
+{
+  return pg_all_reduce_async(g, send, recv, count, t, op, NULL);
+}
+
+int pg_broadcast(pg_group *g, void *buf, size_t count, pg_dtype t, int root)
+{
+  return pg_broadcast_async(g, buf, count, t, root, NULL);
+}
+
+int pg_reduce(pg_group *g, const void *send, void *recv, size_t count,
+              pg_dtype t, pg_op op, int root)
+{
+  return pg_reduce_async(g, send, recv, count, t, op, root, NULL);
+}
+
+int pg_all_gather(pg_group *g, const void *send, void *recv, size_t count,
+                  pg_dtype t)
+{
+  return pg_all_gather_async(g, send, recv, count, t, NULL);
+}
+
+int pg_reduce_scatter(pg_group *g, const void *send, void *recv,
+                      size_t count, pg_dtype t, pg_op op)
+{
+  return pg_reduce_scatter_async(g, send, recv, count, t, op, NULL);
+}
+
+int pg_barrier(pg_group *g)
+{
+  return pg_barrier_async(g, NULL);
+}
+
+int pg_send(pg_group *g, const void *buf, size_t count, pg_dtype t, int peer,
+            int tag)
+{
+  return pg_send_async(g, buf, count, t, peer, tag, NULL);
+}
+
+int pg_recv(pg_group *g, void *buf, size_t count, pg_dtype t, int peer,
+            int tag)
+{
+  return pg_recv_async(g, buf, count, t, peer, tag, NULL);
+}
+
+/* ---- creating and destroying ------------------------------------------------------ */
+
+static int resolve_options(const struct pg_options *o, pg_group *g,
+                           const char **addr, int *port, pg_backend *be,
+                           int *local_rank)
+{
+  int err, lws;
+  const char *b;
+
+  g->rank = o->rank;
+  g->size = o->world_size;
+  if (g->size < 0 &&
+      (err = env_int("WORLD_SIZE", 1, 1 << 24, 1, true, &g->size)))
+    return err;
+  if (g->size < 1)
+    return pg__fail(-EINVAL, "world size %d, expected >= 1", g->size);
+  if (g->rank < 0 &&
+      (err = env_int("RANK", 0, g->size - 1, 0, true, &g->rank)))
+    return err;
+  if (g->rank >= g->size)
+    return pg__fail(-EINVAL, "rank %d is outside the world of %d", g->rank,
+                    g->size);
+  *local_rank = o->local_rank;
+  if (*local_rank < 0 &&
+      (err = env_int("LOCAL_RANK", 0, INT_MAX, 0, false, local_rank)))
+    return err;
+  if (o->local_world_size < 0 &&
+      (err = env_int("LOCAL_WORLD_SIZE", 1, INT_MAX, 1, false, &lws)))
+    return err;
+  *addr = o->master_addr ? o->master_addr : getenv("MASTER_ADDR");
+  if (g->size > 1 && (!*addr || !**addr))
+    return pg__fail(-EINVAL, "MASTER_ADDR is not set (run the worker under "
+                    "cdrun or torchrun, or pass master_addr)");
+  *port = o->master_port;
+  if (*port <= 0 && g->size > 1 &&
+      (err = env_int("MASTER_PORT", 1, 65535, 0, true, port)))
+    return err;
+  g->timeout = o->timeout;
+  if (g->timeout <= 0 &&
+      (err = env_double("PG_TIMEOUT", DEFAULT_TIMEOUT_S, &g->timeout)))
+    return err;
+  *be = o->backend;
+  b = getenv("PG_BACKEND");
+  if (*be == PG_BACKEND_AUTO && b && *b) {
+    if (strcmp(b, "cpu") == 0)
+      *be = PG_BACKEND_CPU;
+    else if (strcmp(b, "nccl") == 0)
+      *be = PG_BACKEND_NCCL;
+    else
+      return pg__fail(-EINVAL, "PG_BACKEND is '%s', expected cpu or nccl",
+                      b);
+  }
+  return 0;
+}
+
+static int create_comm(pg_group *g, pg_backend be, int device)
+{
+  struct pg__setup s;
+  int i, err;
+
+  g->all_ranks = calloc((size_t)g->size, sizeof *g->all_ranks);
+  if (!g->all_ranks)
+    return -ENOMEM;
+  for (i = 0; i < g->size; i++)
+    g->all_ranks[i] = i;
+  memset(&s, 0, sizeof s);
+  s.store = g->store;
+  s.topo = &g->topo;
+  s.ranks = g->all_ranks;
+  s.n = g->size;
+  s.me = g->rank;
+  s.timeout = g->timeout;
+  s.device = device;
+  if (be == PG_BACKEND_NCCL) {
+    s.ns = "pg/nccl/";
+    err = pg__nccl_create(&s, &g->comm);
+    snprintf(g->backend, sizeof g->backend, "nccl");
+    return err;
+  }
+  if (g->topo.nhosts == 1) {
+    s.ns = "pg/shm/";
+    snprintf(g->backend, sizeof g->backend, "cpu-shm");
+    return pg__shm_create(&s, &g->comm);
+  }
+  if (g->topo.nhosts == g->size) {
+    s.ns = "pg/tcp/";
+    snprintf(g->backend, sizeof g->backend, "cpu-tcp");
+    return pg__tcp_create(&s, &g->comm);
+  }
+  s.ns = "pg/hier/";
+  snprintf(g->backend, sizeof g->backend, "cpu-hier");
+  return pg__hier_create(&s, &g->comm);
+}
+
+/* Note [store lifetime]: rank 0's store server must outlive every other
+ * rank's last use of it, so pg_destroy ends with each rank checking in and
+ * rank 0 waiting (bounded) for all of them before it stops serving. */
+static void exit_barrier(pg_group *g)
+{
+  char key[64];
+  char **keys;
+  int i;
+
+  if (!g->store || g->size == 1)
+    return;
+  snprintf(key, sizeof key, "pg/exit/%d", g->rank);
+  pg_store_set(g->store, key, "1", 1);
+  if (g->rank != 0)
+    return;
+  keys = calloc((size_t)g->size, sizeof *keys);
+  if (!keys)
+    return;
+  for (i = 0; i < g->size; i++) {
+    snprintf(key, sizeof key, "pg/exit/%d", i);
+    keys[i] = strdup(key);
+  }
+  pg_store_wait(g->store, (const char *const *)keys, (size_t)g->size,
+                g->timeout < EXIT_WAIT_MAX_S ? g->timeout : EXIT_WAIT_MAX_S);
+  for (i = 0; i < g->size; i++)
+    free(keys[i]);
+  free(keys);
+}
+
+void pg_destroy(pg_group *g)
+{
+  if (!g)
+    return;
+  pthread_mutex_lock(&g->mu);
+  g->stop = true;
+  pthread_cond_broadcast(&g->queued);
+  pthread_mutex_unlock(&g->mu);
+  pthread_join(g->thread, NULL);
+  if (g->comm)
+    g->comm->ops->destroy(g->comm);
+  exit_barrier(g);
+  if (g->store)
+    pg_store_close(g->store);
+  if (g->server)
+    pg_store_server_stop(g->server);
+  topo_free(&g->topo);
+  free(g->all_ranks);
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->queued);
+  pthread_cond_destroy(&g->finished);
+  free(g);
+}
+
+int pg_init(const struct pg_options *o, pg_group **out)
+{
+  struct pg_options defaults = PG_OPTIONS_INIT;
+  char host_id[512];
+  const char *addr = NULL, *hid;
+  pg_backend be;
+  pg_group *g;
+  int port = 0, local_rank = 0, err;
+
+  if (!o)
+    o = &defaults;
+  g = calloc(1, sizeof *g);
+  if (!g)
+    return pg__fail(-ENOMEM, "out of memory");
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->queued, NULL);
+  pthread_cond_init(&g->finished, NULL);
+  err = resolve_options(o, g, &addr, &port, &be, &local_rank);
+  if (err)
+    goto fail_early;
+  if (pthread_create(&g->thread, NULL, progress_main, g) != 0) {
+    err = pg__fail(-EAGAIN, "cannot start the progress thread");
+    goto fail_early;
+  }
+  if (be == PG_BACKEND_NCCL && !pg__nccl_built()) {
+    err = pg__fail(-ENOTSUP, "PG_BACKEND=nccl: libpg was built without "
+                   "NCCL (no CUDA/NCCL found at build time)");
+    goto fail;
+  }
+  if (g->size == 1) {
+    snprintf(g->backend, sizeof g->backend, "self");
+    *out = g;
+    return 0;
+  }
+
+  if (g->rank == 0) {
+    int p = port;
+
+    err = pg_store_server_start(NULL, &p, &g->server);
+    if (err) {
+      err = pg__fail(err, "rank 0 cannot serve the store on port %d: %s",
+                     port, pg_strerror(err));
+      goto fail;
+    }
+  }
+  err = pg_store_connect(g->rank == 0 ? "127.0.0.1" : addr, port,
+                         g->timeout, &g->store);
+  if (err) {
+    err = pg__fail(err, "cannot reach the store at %s:%d: %s", addr, port,
+                   pg_last_error()[0] ? pg_last_error() : pg_strerror(err));
+    goto fail;
+  }
+  hid = o->host_id ? o->host_id : getenv("PG_HOST_ID");
+  if (!hid || !*hid) {
+    default_host_id(host_id, sizeof host_id);
+    hid = host_id;
+  }
+  err = topo_build(g, hid);
+  if (err)
+    goto fail;
+  err = create_comm(g, be, o->device >= 0 ? o->device : local_rank);
+  if (err)
+    goto fail;
+  *out = g;
+  return 0;
+
+fail:
+  {
+    char why[512];
+
+    /* pg_destroy's teardown may overwrite the sentence: keep it. */
+    snprintf(why, sizeof why, "%s", pg_last_error());
+    g->comm = NULL;
+    pg_destroy(g);
+    pg__fail(err, "%s", why);
+  }
+  return err;
+fail_early:
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->queued);
+  pthread_cond_destroy(&g->finished);
+  free(g);
+  return err;
+}
+
+void *pg__mem_alloc(pg_group *g, size_t bytes)
+{
+  struct pg__comm *c = g->comm;
+  void *p = NULL;
+
+  if (c && c->ops->mem_alloc)
+    return c->ops->mem_alloc(c, bytes);
+  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+    return NULL;
+  return p;
+}
+
+void pg__mem_free(pg_group *g, void *p)
+{
+  struct pg__comm *c = g->comm;
+
+  if (c && c->ops->mem_free)
+    c->ops->mem_free(c, p);
+  else
+    free(p);
+}
+
+int pg__mem_zero(pg_group *g, void *p, size_t bytes)
+{
+  struct pg__comm *c = g->comm;
+
+  if (c && c->ops->mem_zero)
+    return c->ops->mem_zero(c, p, bytes);
+  memset(p, 0, bytes);
+  return 0;
+}
+
+int pg__mem_copy(pg_group *g, void *dst, const void *src, size_t bytes)
+{
+  struct pg__comm *c = g->comm;
+
+  if (c && c->ops->mem_copy)
+    return c->ops->mem_copy(c, dst, src, bytes);
+  memmove(dst, src, bytes);
+  return 0;
+}
+
+int pg_rank(const pg_group *g)
+{
+  return g->rank;
+}
+
+int pg_size(const pg_group *g)
+{
+  return g->size;
+}
+
+const char *pg_backend_name(const pg_group *g)
+{
+  return g->backend;
+}
+
+pg_store *pg_group_store(pg_group *g)
+{
+  return g->store;
+}

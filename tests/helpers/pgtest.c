@@ -1,0 +1,463 @@
+/* pgtest.c -- a libpg worker for the integration tests: run under cdrun
+ * (or with RANK/WORLD_SIZE/MASTER_* set by hand), it checks collectives
+ * against a serial reference computed locally, since every rank can
+ * generate every rank's input.
+ *
+ *   pgtest matrix [quick]   every collective x dtype x op x size, in place
+ *                           and out of place
+ *   pgtest async            several operations in flight, waited out of
+ *                           order, overlapping the caller's computation
+ *   pgtest store            the group's store across ranks
+ *   pgtest sendrecv         point to point with tags
+ *   pgtest victim R DIR     rank R SIGKILLs itself in the middle of a
+ *                           stream of all-reduces; the others must get an
+ *                           error (written to DIR/err.<rank>), not hang
+ *
+ * Exit status 0 when every check passed; details on stderr otherwise. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pg.h"
+#include "pg_internal.h"
+
+static int rank, world;
+static long checks, failures;
+
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    checks++;                                                         \
+    if (!(cond)) {                                                    \
+      failures++;                                                     \
+      if (failures <= 20) {                                           \
+        fprintf(stderr, "pgtest rank %d: ", rank);                    \
+        fprintf(stderr, __VA_ARGS__);                                 \
+        fputc('\n', stderr);                                          \
+      }                                                               \
+    }                                                                 \
+  } while (0)
+
+static const char *const dtype_names[] = {
+  "f32", "f64", "f16", "bf16", "i32", "i64", "u8",
+};
+static const char *const op_names[] = { "sum", "avg", "min", "max", "prod" };
+
+/* The input value of element i on rank r: small numbers whose sums and
+ * products are exact in every dtype, so any reduction order gives the
+ * same bits. */
+static double input_value(int r, size_t i, pg_op op, pg_dtype t)
+{
+  static const double prod_vals[] = { 1, 2, 1, 0.5, 1, -1 };
+  unsigned h = (unsigned)(r * 7919 + (int)(i % 1009) * 104729);
+
+  if (op == PG_PROD) {
+    if (t == PG_U8 || t == PG_I32 || t == PG_I64)
+      return (h % 3 == 0) ? 2 : 1;
+    return prod_vals[h % 6];
+  }
+  if (t == PG_U8)
+    return (double)(h % 5);
+  if (t == PG_I32 || t == PG_I64)
+    return (double)((int)(h % 41) - 20);
+  return (double)((int)(h % 33) - 16) * 0.25;
+}
+
+static void store_value(void *buf, size_t i, pg_dtype t, double v)
+{
+  switch (t) {
+  case PG_F32: ((float *)buf)[i] = (float)v; break;
+  case PG_F64: ((double *)buf)[i] = v; break;
+  case PG_F16: ((uint16_t *)buf)[i] = pg__f32_to_f16((float)v); break;
+  case PG_BF16: ((uint16_t *)buf)[i] = pg__f32_to_bf16((float)v); break;
+  case PG_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case PG_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case PG_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  default: break;
+  }
+}
+
+static double load_value(const void *buf, size_t i, pg_dtype t)
+{
+  switch (t) {
+  case PG_F32: return ((const float *)buf)[i];
+  case PG_F64: return ((const double *)buf)[i];
+  case PG_F16: return pg__f16_to_f32(((const uint16_t *)buf)[i]);
+  case PG_BF16: return pg__bf16_to_f32(((const uint16_t *)buf)[i]);
+  case PG_I32: return ((const int32_t *)buf)[i];
+  case PG_I64: return (double)((const int64_t *)buf)[i];
+  case PG_U8: return ((const uint8_t *)buf)[i];
+  default: return 0;
+  }
+}
+
+static void fill_input(void *buf, int r, size_t count, pg_op op, pg_dtype t,
+                       size_t salt)
+{
+  size_t i;
+
+  for (i = 0; i < count; i++)
+    store_value(buf, i, t, input_value(r, i + salt, op, t));
+}
+
+/* The reduction of element i over ranks, in the dtype's arithmetic. */
+static double expected(size_t i, pg_op op, pg_dtype t, size_t salt)
+{
+  double acc = input_value(0, i + salt, op, t), v;
+  int r;
+
+  for (r = 1; r < world; r++) {
+    v = input_value(r, i + salt, op, t);
+    switch (op) {
+    case PG_SUM: case PG_AVG: acc += v; break;
+    case PG_MIN: acc = v < acc ? v : acc; break;
+    case PG_MAX: acc = v > acc ? v : acc; break;
+    case PG_PROD: acc *= v; break;
+    default: break;
+    }
+  }
+  if (t == PG_U8 && (op == PG_SUM || op == PG_PROD || op == PG_AVG))
+    acc = (double)((uint8_t)(int64_t)acc);   /* wraps like unsigned */
+  if (op == PG_AVG) {
+    if (t == PG_I32 || t == PG_I64 || t == PG_U8)
+      acc = trunc(acc / world);
+    else
+      acc /= world;
+  }
+  return acc;
+}
+
+static bool close_enough(double got, double want, pg_dtype t, pg_op op)
+{
+  double tol = 0;
+
+  if (op == PG_AVG && (t == PG_F16 || t == PG_BF16))
+    tol = fabs(want) * (t == PG_BF16 ? 1e-2 : 2e-3) + 1e-3;
+  else if (op == PG_AVG && (t == PG_F32 || t == PG_F64))
+    tol = fabs(want) * 1e-6 + 1e-9;
+  return fabs(got - want) <= tol;
+}
+
+static void check_result(const char *what, const void *buf, size_t count,
+                         pg_dtype t, pg_op op, size_t salt)
+{
+  size_t i;
+  double got, want;
+
+  for (i = 0; i < count; i++) {
+    got = load_value(buf, i, t);
+    want = expected(i, op, t, salt);
+    if (!close_enough(got, want, t, op)) {
+      CHECK(0, "%s %s %s count %zu: element %zu is %g, expected %g", what,
+            dtype_names[t], op_names[op], count, i, got, want);
+      return;
+    }
+  }
+  checks++;
+}
+
+#define TRY(call)                                                     \
+  do {                                                                \
+    int err_ = (call);                                                \
+    if (err_) {                                                       \
+      fprintf(stderr, "pgtest rank %d: %s: %s (%s)\n", rank, #call,   \
+              pg_strerror(err_), pg_last_error());                    \
+      exit(1);                                                        \
+    }                                                                 \
+  } while (0)
+
+static void one_reduction_case(pg_group *g, pg_dtype t, pg_op op,
+                               size_t count, bool in_place)
+{
+  size_t es = pg_dtype_size(t), n = (size_t)world, i, r;
+  size_t bytes = count * es + 1;
+  unsigned char *send = malloc(bytes * n), *recv = malloc(bytes * n);
+  unsigned char *tmp = malloc(bytes * n);
+  int root = (int)(count % n);
+
+  /* all_reduce */
+  fill_input(send, rank, count, op, t, 0);
+  if (in_place) {
+    TRY(pg_all_reduce(g, send, send, count, t, op));
+    check_result("all_reduce(in place)", send, count, t, op, 0);
+  } else {
+    memset(recv, 0xAB, bytes);
+    TRY(pg_all_reduce(g, send, recv, count, t, op));
+    check_result("all_reduce", recv, count, t, op, 0);
+  }
+
+  /* reduce to root */
+  fill_input(send, rank, count, op, t, 0);
+  memset(recv, 0xAB, bytes);
+  TRY(pg_reduce(g, send, in_place ? send : recv, count, t, op, root));
+  if (rank == root)
+    check_result("reduce", in_place ? send : recv, count, t, op, 0);
+
+  /* reduce_scatter: block b of rank r's input is the input at salt b *
+   * count, so block b's expected value is expected(i, salt = b*count). */
+  for (r = 0; r < n; r++)
+    fill_input(send + r * count * es, rank, count, op, t, r * count);
+  if (in_place) {
+    TRY(pg_reduce_scatter(g, send, send + (size_t)rank * count * es, count,
+                          t, op));
+    check_result("reduce_scatter(in place)",
+                 send + (size_t)rank * count * es, count, t, op,
+                 (size_t)rank * count);
+  } else {
+    TRY(pg_reduce_scatter(g, send, recv, count, t, op));
+    check_result("reduce_scatter", recv, count, t, op,
+                 (size_t)rank * count);
+  }
+
+  /* bitwise agreement of all_reduce results across ranks */
+  if (op == PG_SUM && count) {
+    fill_input(send, rank, count, op, t, 0);
+    TRY(pg_all_reduce(g, send, recv, count, t, op));
+    TRY(pg_all_gather(g, recv, tmp, count, t));
+    for (i = 1; i < n; i++)
+      CHECK(memcmp(tmp, tmp + i * count * es, count * es) == 0,
+            "all_reduce %s count %zu: rank %zu's result differs from rank "
+            "0's", dtype_names[t], count, i);
+  }
+  free(send);
+  free(recv);
+  free(tmp);
+}
+
+static void one_data_case(pg_group *g, pg_dtype t, size_t count,
+                          bool in_place)
+{
+  size_t es = pg_dtype_size(t), n = (size_t)world, r, i;
+  unsigned char *buf = malloc(count * es * n + 1);
+  unsigned char *out = malloc(count * es * n + 1);
+  int root = (int)((count + 1) % n);
+  bool ok;
+
+  /* broadcast */
+  if (rank == root)
+    fill_input(buf, root, count, PG_SUM, t, 7);
+  else
+    memset(buf, 0x5A, count * es + 1);
+  TRY(pg_broadcast(g, buf, count, t, root));
+  ok = true;
+  for (i = 0; i < count && ok; i++)
+    ok = load_value(buf, i, t) == input_value(root, i + 7, PG_SUM, t);
+  CHECK(ok, "broadcast %s count %zu from %d: wrong data", dtype_names[t],
+        count, root);
+
+  /* all_gather */
+  if (in_place) {
+    fill_input(out + (size_t)rank * count * es, rank, count, PG_SUM, t, 3);
+    TRY(pg_all_gather(g, out + (size_t)rank * count * es, out, count, t));
+  } else {
+    fill_input(buf, rank, count, PG_SUM, t, 3);
+    TRY(pg_all_gather(g, buf, out, count, t));
+  }
+  ok = true;
+  for (r = 0; r < n && ok; r++)
+    for (i = 0; i < count && ok; i++)
+      ok = load_value(out + r * count * es, i, t) ==
+           input_value((int)r, i + 3, PG_SUM, t);
+  CHECK(ok, "all_gather%s %s count %zu: wrong data",
+        in_place ? "(in place)" : "", dtype_names[t], count);
+  free(buf);
+  free(out);
+}
+
+static int mode_matrix(pg_group *g, bool quick)
+{
+  static const size_t sizes[] = { 0, 1, 7, 1000, 65537 };
+  size_t nsizes = quick ? 4 : sizeof sizes / sizeof sizes[0], s;
+  int t, op, ip;
+
+  for (t = 0; t < PG_DTYPE_COUNT; t++)
+    for (s = 0; s < nsizes; s++)
+      for (ip = 0; ip < 2; ip++) {
+        for (op = 0; op < PG_OP_COUNT; op++)
+          one_reduction_case(g, (pg_dtype)t, (pg_op)op, sizes[s], ip);
+        one_data_case(g, (pg_dtype)t, sizes[s], ip);
+      }
+  /* One large message through the pipelined paths. */
+  one_reduction_case(g, PG_F32, PG_SUM, (1u << 20) + 3, false);
+  one_data_case(g, PG_F32, (1u << 20) + 3, false);
+  TRY(pg_barrier(g));
+  return 0;
+}
+
+static int mode_async(pg_group *g)
+{
+  enum { N = 6 };
+  size_t count = 1 << 16, i;
+  float *bufs[N];
+  pg_work *w[N];
+  volatile double sink = 0;
+  bool done;
+  int k;
+
+  for (k = 0; k < N; k++) {
+    bufs[k] = malloc(count * sizeof(float));
+    fill_input(bufs[k], rank, count, PG_SUM, PG_F32, (size_t)k);
+    TRY(pg_all_reduce_async(g, bufs[k], bufs[k], count, PG_F32, PG_SUM,
+                            &w[k]));
+  }
+  /* The caller computes while the operations run. */
+  for (i = 0; i < 2000000; i++)
+    sink += (double)i * 1e-9;
+  /* Waits out of order: the last first. */
+  for (k = N - 1; k >= 0; k--) {
+    TRY(pg_work_wait(w[k], 60));
+    TRY(pg_work_test(w[k], &done));
+    CHECK(done, "work %d not done after wait", k);
+    check_result("async all_reduce", bufs[k], count, PG_F32, PG_SUM,
+                 (size_t)k);
+    pg_work_free(w[k]);
+    free(bufs[k]);
+  }
+  /* A handle freed before completion completes on its own. */
+  bufs[0] = malloc(count * sizeof(float));
+  fill_input(bufs[0], rank, count, PG_SUM, PG_F32, 0);
+  TRY(pg_all_reduce_async(g, bufs[0], bufs[0], count, PG_F32, PG_SUM,
+                          &w[0]));
+  pg_work_free(w[0]);
+  TRY(pg_barrier(g));         /* runs after it, in issue order */
+  check_result("detached all_reduce", bufs[0], count, PG_F32, PG_SUM, 0);
+  free(bufs[0]);
+  return 0;
+}
+
+static int mode_store(pg_group *g)
+{
+  pg_store *s = pg_group_store(g);
+  char key[64];
+  void *v;
+  size_t len;
+  int64_t n;
+  bool swapped;
+
+  TRY(pg_store_add(s, "t/counter", 1, &n));
+  TRY(pg_barrier(g));
+  TRY(pg_store_add(s, "t/counter", 0, &n));
+  CHECK(n == world, "store counter %lld, expected %d", (long long)n, world);
+  snprintf(key, sizeof key, "t/from/%d", rank);
+  TRY(pg_store_set(s, key, &rank, sizeof rank));
+  snprintf(key, sizeof key, "t/from/%d", (rank + 1) % world);
+  TRY(pg_store_get(s, key, 30, &v, &len));
+  CHECK(len == sizeof(int) && *(int *)v == (rank + 1) % world,
+        "store get of a neighbour's key");
+  free(v);
+  /* Exactly one rank wins a compare-and-set on an absent key. */
+  TRY(pg_store_compare_set(s, "t/leader", NULL, 0, &rank, sizeof rank,
+                           &v, &len, &swapped));
+  free(v);
+  TRY(pg_all_reduce(g, &(int){ swapped }, &n, 1, PG_I32, PG_SUM));
+  CHECK((int)n == 1, "%d ranks won the compare_set", (int)n);
+  CHECK(pg_store_get(s, "t/absent", 0, &v, &len) == -ENOENT,
+        "get of an absent key without waiting");
+  CHECK(pg_store_get(s, "t/absent", 0.2, &v, &len) == -ETIMEDOUT,
+        "get of an absent key with a 0.2 s timeout");
+  TRY(pg_barrier(g));
+  return 0;
+}
+
+static int mode_sendrecv(pg_group *g)
+{
+  int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  size_t count = 100003, i;
+  int32_t *a = malloc(count * 4), *b = malloc(count * 4);
+  int32_t small = rank * 10, got = -1;
+
+  if (world < 2)
+    return 0;
+  for (i = 0; i < count; i++)
+    a[i] = (int32_t)(rank * 1000003 + (int)i);
+  /* Even ranks send first, odd ranks receive first: no deadlock. */
+  if (rank % 2 == 0) {
+    TRY(pg_send(g, a, count, PG_I32, next, 5));
+    TRY(pg_send(g, &small, 1, PG_I32, next, 6));
+    TRY(pg_recv(g, b, count, PG_I32, prev, 5));
+    TRY(pg_recv(g, &got, 1, PG_I32, prev, 6));
+  } else {
+    TRY(pg_recv(g, b, count, PG_I32, prev, 5));
+    TRY(pg_recv(g, &got, 1, PG_I32, prev, 6));
+    TRY(pg_send(g, a, count, PG_I32, next, 5));
+    TRY(pg_send(g, &small, 1, PG_I32, next, 6));
+  }
+  for (i = 0; i < count; i++)
+    if (b[i] != (int32_t)(prev * 1000003 + (int)i))
+      break;
+  CHECK(i == count, "recv from %d: element %zu wrong", prev, i);
+  CHECK(got == prev * 10, "tagged small message: got %d", got);
+  free(a);
+  free(b);
+  TRY(pg_barrier(g));
+  return 0;
+}
+
+static int mode_victim(pg_group *g, int victim, const char *dir)
+{
+  size_t count = 4096;
+  float *buf = calloc(count, sizeof(float));
+  char path[4096];
+  double start = pg__now();
+  FILE *f;
+  int i, err = 0;
+
+  for (i = 0; i < 1000000 && !err; i++) {
+    if (rank == victim && i == 50)
+      raise(SIGKILL);
+    if (i == 50)
+      start = pg__now();
+    err = pg_all_reduce(g, buf, buf, count, PG_F32, PG_SUM);
+  }
+  snprintf(path, sizeof path, "%s/err.%d", dir, rank);
+  f = fopen(path, "w");
+  if (f) {
+    fprintf(f, "%s %.3f %s\n", pg_err_name(err), pg__now() - start,
+            pg_last_error());
+    fclose(f);
+  }
+  free(buf);
+  return err ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+  const char *mode = argc > 1 ? argv[1] : "";
+  pg_group *g;
+  int rc = 2, err;
+
+  err = pg_init(NULL, &g);
+  if (err) {
+    fprintf(stderr, "pgtest: pg_init: %s: %s\n", pg_strerror(err),
+            pg_last_error());
+    return 1;
+  }
+  rank = pg_rank(g);
+  world = pg_size(g);
+  if (strcmp(mode, "matrix") == 0)
+    rc = mode_matrix(g, argc > 2 && strcmp(argv[2], "quick") == 0);
+  else if (strcmp(mode, "async") == 0)
+    rc = mode_async(g);
+  else if (strcmp(mode, "store") == 0)
+    rc = mode_store(g);
+  else if (strcmp(mode, "sendrecv") == 0)
+    rc = mode_sendrecv(g);
+  else if (strcmp(mode, "victim") == 0 && argc == 4)
+    rc = mode_victim(g, atoi(argv[2]), argv[3]);
+  else
+    fprintf(stderr, "pgtest: unknown mode '%s'\n", mode);
+  if (rc == 0 && failures)
+    rc = 1;
+  if (rank == 0 || failures)
+    fprintf(stderr, "pgtest %s: rank %d of %d (%s): %ld checks, %ld "
+            "failed\n", mode, rank, world, pg_backend_name(g), checks,
+            failures);
+  if (strcmp(mode, "victim") != 0)
+    pg_destroy(g);
+  return rc;
+}

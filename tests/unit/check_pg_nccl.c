@@ -1,0 +1,733 @@
+/* check_pg_nccl.c -- unit tests for libpg's NCCL backend (libpg/nccl/). */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pg_internal.h"
+
+#ifdef PG_WITH_NCCL
+#include <cuda_runtime.h>
+#endif
+
+/* Devices visible to CUDA, counted in a child: a process that has
+ * initialized CUDA cannot use it in children it forks, and the rank
+ * tests fork one child per GPU.  0 when libpg has no NCCL. */
+static int probe_devices(void)
+{
+#ifdef PG_WITH_NCCL
+  pid_t pid;
+  int st, n = 0;
+
+  pid = fork();
+  if (pid == 0) {
+    if (cudaGetDeviceCount(&n) != cudaSuccess)
+      n = 0;
+    _exit(n > 100 ? 100 : n);
+  }
+  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+    return 0;
+  return WEXITSTATUS(st);
+#else
+  return 0;
+#endif
+}
+
+START_TEST(test_built_matches_build)
+{
+#ifdef PG_WITH_NCCL
+  ck_assert_msg(pg__nccl_built(), "compiled with PG_WITH_NCCL, but libpg "
+                "says its NCCL backend is not built");
+#else
+  ck_assert_msg(!pg__nccl_built(), "libpg has NCCL but this test was "
+                "compiled without it: build it with $(PG_NCCL_CFLAGS)");
+#endif
+}
+END_TEST
+
+static struct pg__setup setup1(const int *ranks, int n, int me, int dev,
+                               double timeout)
+{
+  struct pg__setup s;
+
+  memset(&s, 0, sizeof s);
+  s.ns = "t/nccl/";
+  s.ranks = ranks;
+  s.n = n;
+  s.me = me;
+  s.timeout = timeout;
+  s.device = dev;
+  return s;
+}
+
+/* Without a GPU (or NCCL) create fails cleanly and says why; with one, a
+ * device that does not exist is -ENODEV too. */
+START_TEST(test_create_without_device)
+{
+  static const int ranks[] = { 0 };
+  int ndev = probe_devices();
+  struct pg__setup s = setup1(ranks, 1, 0, -1, 5);
+  struct pg__comm dummy, *c = &dummy;
+  int err;
+
+  if (ndev > 0)
+    s.device = ndev;
+  pg__fail(0, "%s", "");
+  err = pg__nccl_create(&s, &c);
+  ck_assert_ptr_null(c);
+  ck_assert_str_ne(pg_last_error(), "");
+  if (!pg__nccl_built()) {
+    ck_assert_int_eq(err, -ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(pg_last_error(), "without NCCL"));
+  } else if (ndev == 0) {
+    ck_assert_msg(err == -ENODEV, "got %d (%s)", err, pg_last_error());
+    ck_assert_ptr_nonnull(strstr(pg_last_error(), "no CUDA device"));
+  } else {
+    ck_assert_msg(err == -ENODEV, "got %d (%s)", err, pg_last_error());
+  }
+}
+END_TEST
+
+START_TEST(test_create_bad_member)
+{
+  static const int ranks[] = { 0, 1 };
+  struct pg__setup s = setup1(ranks, 2, 2, -1, 5);
+  struct pg__comm *c = NULL;
+  int err = pg__nccl_create(&s, &c);
+
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(err, pg__nccl_built() ? -EINVAL : -ENOTSUP);
+}
+END_TEST
+
+#ifdef PG_WITH_NCCL
+
+/* ---- host reference --------------------------------------------------- */
+
+static uint16_t f32_to_f16(float f)
+{
+  uint32_t x, sign, mant, h, rem, half;
+  int32_t exp;
+  int shift;
+
+  memcpy(&x, &f, sizeof x);
+  sign = (x >> 16) & 0x8000;
+  exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+  mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff)
+    return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31)
+    return (uint16_t)(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10)
+      return (uint16_t)sign;
+    mant |= 0x800000;
+    shift = 14 - exp;
+    h = mant >> shift;
+    rem = mant & ((1u << shift) - 1);
+    half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1)))
+      h++;
+    return (uint16_t)(sign | h);
+  }
+  h = ((uint32_t)exp << 10) | (mant >> 13);
+  rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+    h++;  /* a carry into the exponent is still right */
+  return (uint16_t)(sign | h);
+}
+
+static float f16_to_f32(uint16_t h)
+{
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, x;
+  int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float f;
+
+  if (exp == 0) {
+    f = ldexpf((float)mant, -24);
+    return sign ? -f : f;
+  }
+  if (exp == 31)
+    x = sign | 0x7f800000 | ((uint32_t)mant << 13);
+  else
+    x = sign | ((uint32_t)(exp + 112) << 23) | ((uint32_t)mant << 13);
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+  uint32_t x;
+
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffff) > 0x7f800000)
+    return (uint16_t)((x >> 16) | 0x40);
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+static void put(pg_dtype t, void *buf, size_t i, double v)
+{
+  uint16_t h;
+
+  switch (t) {
+  case PG_F32: ((float *)buf)[i] = (float)v; break;
+  case PG_F64: ((double *)buf)[i] = v; break;
+  case PG_F16: h = f32_to_f16((float)v); ((uint16_t *)buf)[i] = h; break;
+  case PG_BF16: h = f32_to_bf16((float)v); ((uint16_t *)buf)[i] = h; break;
+  case PG_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case PG_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case PG_U8: ((uint8_t *)buf)[i] = (uint8_t)((int64_t)v & 0xff); break;
+  default: break;
+  }
+}
+
+static double get(pg_dtype t, const void *buf, size_t i)
+{
+  switch (t) {
+  case PG_F32: return ((const float *)buf)[i];
+  case PG_F64: return ((const double *)buf)[i];
+  case PG_F16: return f16_to_f32(((const uint16_t *)buf)[i]);
+  case PG_BF16: return bf16_to_f32(((const uint16_t *)buf)[i]);
+  case PG_I32: return ((const int32_t *)buf)[i];
+  case PG_I64: return (double)((const int64_t *)buf)[i];
+  case PG_U8: return ((const uint8_t *)buf)[i];
+  default: return 0;
+  }
+}
+
+static bool is_int(pg_dtype t)
+{
+  return t == PG_I32 || t == PG_I64 || t == PG_U8;
+}
+
+/* Rank r's element idx: small integers, so every sum and product of up to
+ * 8 ranks is exact in every dtype (f16, bf16 and u8 included). */
+static double gen(pg_dtype t, pg_op op, int r, size_t idx, int salt)
+{
+  unsigned h = (unsigned)(r * 131 + salt * 17) + (unsigned)idx * 7u;
+
+  if (op == PG_PROD)
+    return t == PG_U8 ? 1 + h % 3 : (h % 3 == 2 ? -1.0 : 1.0 + h % 3);
+  return t == PG_U8 ? h % 5 : (double)(int)(h % 9) - 4;
+}
+
+/* The reduction of element idx over n ranks; AVG on integers truncates
+ * (pg.h). */
+static double ref(pg_dtype t, pg_op op, int n, size_t idx, int salt)
+{
+  double acc = gen(t, op, 0, idx, salt), v;
+  int r;
+
+  for (r = 1; r < n; r++) {
+    v = gen(t, op, r, idx, salt);
+    switch (op) {
+    case PG_SUM: case PG_AVG: acc += v; break;
+    case PG_MIN: acc = v < acc ? v : acc; break;
+    case PG_MAX: acc = v > acc ? v : acc; break;
+    case PG_PROD: acc *= v; break;
+    default: break;
+    }
+  }
+  if (op == PG_AVG)
+    acc = is_int(t) ? (double)((int64_t)acc / n) : acc / n;
+  return acc;
+}
+
+/* ---- one rank --------------------------------------------------------- */
+
+#define MAXCOUNT 65537
+#define MAXRANKS 4
+
+static const size_t sizes[] = { 0, 1, 7, 1000, MAXCOUNT };
+
+struct rank {
+  struct pg__comm *c;
+  int n, me, salt, fails;
+  void *dsend, *drecv;        /* device, MAXRANKS * MAXCOUNT * 8 bytes */
+  unsigned char *hs, *hr;     /* host, as big */
+};
+
+#define BUFBYTES ((size_t)MAXRANKS * MAXCOUNT * 8)
+
+static double deadline(void)
+{
+  return pg__now() + 60;
+}
+
+static void report(struct rank *k, const char *what, pg_dtype t,
+                   pg_op op, size_t count, const char *fmt, ...)
+  __attribute__((format(printf, 6, 7)));
+
+/* Prints the first few failures of a rank (a child: no ck_assert). */
+static void report(struct rank *k, const char *what, pg_dtype t,
+                   pg_op op, size_t count, const char *fmt, ...)
+{
+  va_list ap;
+
+  if (++k->fails > 5)
+    return;
+  fprintf(stderr, "rank %d/%d: %s dtype %d op %d count %zu: ", k->me,
+          k->n, what, (int)t, (int)op, count);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+static void check_rc(struct rank *k, const char *what, pg_dtype t,
+                     pg_op op, size_t count, int rc)
+{
+  if (rc != 0) {
+    report(k, what, t, op, count, "rc %d (%s)", rc, pg_last_error());
+  }
+}
+
+static void h2d(void *d, const void *h, size_t bytes)
+{
+  if (bytes && cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice))
+    abort();
+}
+
+static void d2h(void *h, const void *d, size_t bytes)
+{
+  if (bytes && cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost))
+    abort();
+}
+
+/* Compares element i of buf with want. */
+static void expect(struct rank *k, const char *what, pg_dtype t, pg_op op,
+                   size_t count, const unsigned char *buf, size_t i,
+                   double want)
+{
+  static const double eps[PG_DTYPE_COUNT] = {
+    0x1p-23, 0x1p-52, 0x1p-10, 0x1p-7, 0, 0, 0
+  };
+  unsigned char tmp[8];
+  double got = get(t, buf, i), tol;
+
+  /* What the dtype can hold; AVG on floats may round differently (NCCL
+   * scales before summing). */
+  put(t, tmp, 0, want);
+  want = get(t, tmp, 0);
+  tol = op == PG_AVG ? eps[t] * 8 * fmax(4, fabs(want)) : 0;
+  if (!(fabs(got - want) <= tol))
+    report(k, what, t, op, count, "[%zu] got %.9g, want %.9g", i, got, want);
+}
+
+static void fill(pg_dtype t, pg_op op, int r, unsigned char *h,
+                 size_t first, size_t count, int salt)
+{
+  size_t i;
+
+  for (i = 0; i < count; i++)
+    put(t, h, i, gen(t, op, r, first + i, salt));
+}
+
+static void do_all_reduce(struct rank *k, pg_dtype t, pg_op op, size_t cnt)
+{
+  size_t es = pg_dtype_size(t), i;
+  int inplace, rc;
+
+  for (inplace = 0; inplace < 2; inplace++) {
+    fill(t, op, k->me, k->hs, 0, cnt, k->salt);
+    h2d(k->dsend, k->hs, cnt * es);
+    cudaMemset(k->drecv, 0xab, cnt * es + 1);
+    rc = k->c->ops->all_reduce(k->c, k->dsend,
+                               inplace ? k->dsend : k->drecv, cnt, t, op,
+                               deadline());
+    check_rc(k, "all_reduce", t, op, cnt, rc);
+    d2h(k->hr, inplace ? k->dsend : k->drecv, cnt * es);
+    for (i = 0; i < cnt; i++)
+      expect(k, inplace ? "all_reduce in place" : "all_reduce", t, op, cnt,
+             k->hr, i, ref(t, op, k->n, i, k->salt));
+  }
+}
+
+static void do_reduce(struct rank *k, pg_dtype t, pg_op op, size_t cnt)
+{
+  size_t es = pg_dtype_size(t), i;
+  int root = k->salt % k->n, rc;
+
+  fill(t, op, k->me, k->hs, 0, cnt, k->salt);
+  h2d(k->dsend, k->hs, cnt * es);
+  rc = k->c->ops->reduce(k->c, k->dsend, k->me == root ? k->drecv : NULL,
+                         cnt, t, op, root, deadline());
+  check_rc(k, "reduce", t, op, cnt, rc);
+  if (k->me != root)
+    return;
+  d2h(k->hr, k->drecv, cnt * es);
+  for (i = 0; i < cnt; i++)
+    expect(k, "reduce", t, op, cnt, k->hr, i, ref(t, op, k->n, i, k->salt));
+}
+
+/* Modes: 0 separate buffers, 1 in place as pg.h says (recv == send +
+ * me * count), 2 send == recv (output in send's first block). */
+static const char *const modes[] = { "", " in place", " send == recv" };
+
+static void do_reduce_scatter(struct rank *k, pg_dtype t, pg_op op,
+                              size_t cnt)
+{
+  size_t es = pg_dtype_size(t), i, mine = (size_t)k->me * cnt;
+  char what[64];
+  void *out;
+  int mode, rc;
+
+  for (mode = 0; mode < 3; mode++) {
+    snprintf(what, sizeof what, "reduce_scatter%s", modes[mode]);
+    out = mode == 0 ? k->drecv : mode == 1 ? (char *)k->dsend + mine * es
+                                           : k->dsend;
+    fill(t, op, k->me, k->hs, 0, (size_t)k->n * cnt, k->salt);
+    h2d(k->dsend, k->hs, (size_t)k->n * cnt * es);
+    rc = k->c->ops->reduce_scatter(k->c, k->dsend, out, cnt, t, op,
+                                   deadline());
+    check_rc(k, what, t, op, cnt, rc);
+    d2h(k->hr, out, cnt * es);
+    for (i = 0; i < cnt; i++)
+      expect(k, what, t, op, cnt, k->hr, i,
+             ref(t, op, k->n, mine + i, k->salt));
+  }
+}
+
+static void do_broadcast(struct rank *k, pg_dtype t, size_t cnt)
+{
+  size_t es = pg_dtype_size(t), i;
+  int root = (k->salt + 1) % k->n, rc;
+
+  fill(t, PG_SUM, k->me, k->hs, 0, cnt, k->salt);
+  h2d(k->dsend, k->hs, cnt * es);
+  rc = k->c->ops->broadcast(k->c, k->dsend, cnt, t, root, deadline());
+  check_rc(k, "broadcast", t, PG_SUM, cnt, rc);
+  d2h(k->hr, k->dsend, cnt * es);
+  for (i = 0; i < cnt; i++)
+    expect(k, "broadcast", t, PG_SUM, cnt, k->hr, i,
+           gen(t, PG_SUM, root, i, k->salt));
+}
+
+/* Modes as for reduce_scatter: 1 is send == recv + me * count, 2 has the
+ * input in recv's first block. */
+static void do_all_gather(struct rank *k, pg_dtype t, size_t cnt)
+{
+  size_t es = pg_dtype_size(t), i;
+  char what[64];
+  void *in;
+  int mode, r, rc;
+
+  for (mode = 0; mode < 3; mode++) {
+    snprintf(what, sizeof what, "all_gather%s", modes[mode]);
+    in = mode == 0 ? k->dsend
+       : mode == 1 ? (char *)k->drecv + (size_t)k->me * cnt * es : k->drecv;
+    fill(t, PG_SUM, k->me, k->hs, 0, cnt, k->salt);
+    cudaMemset(k->drecv, 0xab, (size_t)k->n * cnt * es + 1);
+    h2d(in, k->hs, cnt * es);
+    rc = k->c->ops->all_gather(k->c, in, k->drecv, cnt, t, deadline());
+    check_rc(k, what, t, PG_SUM, cnt, rc);
+    d2h(k->hr, k->drecv, (size_t)k->n * cnt * es);
+    for (r = 0; r < k->n; r++)
+      for (i = 0; i < cnt; i++)
+        expect(k, what, t, PG_SUM, cnt, k->hr, (size_t)r * cnt + i,
+               gen(t, PG_SUM, r, i, k->salt));
+  }
+}
+
+/* A ring: rank 0 sends first, the others receive first, so the blocking
+ * calls cannot all wait on each other. */
+static void do_send_recv(struct rank *k, pg_dtype t, size_t cnt)
+{
+  size_t es = pg_dtype_size(t), i;
+  int next = (k->me + 1) % k->n, prev = (k->me + k->n - 1) % k->n;
+  int rc1, rc2;
+
+  if (k->n < 2)
+    return;
+  fill(t, PG_SUM, k->me, k->hs, 0, cnt, k->salt);
+  h2d(k->dsend, k->hs, cnt * es);
+  if (k->me == 0) {
+    rc1 = k->c->ops->send(k->c, k->dsend, cnt * es, next, 7, deadline());
+    rc2 = k->c->ops->recv(k->c, k->drecv, cnt * es, prev, 7, deadline());
+  } else {
+    rc2 = k->c->ops->recv(k->c, k->drecv, cnt * es, prev, 7, deadline());
+    rc1 = k->c->ops->send(k->c, k->dsend, cnt * es, next, 7, deadline());
+  }
+  check_rc(k, "send", t, PG_SUM, cnt, rc1);
+  check_rc(k, "recv", t, PG_SUM, cnt, rc2);
+  d2h(k->hr, k->drecv, cnt * es);
+  for (i = 0; i < cnt; i++)
+    expect(k, "recv", t, PG_SUM, cnt, k->hr, i,
+           gen(t, PG_SUM, prev, i, k->salt));
+}
+
+/* Count 0 must not synchronize: rank 0 alone calls every op with it, and
+ * the collectives after must still match up. */
+static void do_zero_alone(struct rank *k)
+{
+  struct pg__comm *c = k->c;
+  double d = pg__now() + 1;
+  int rc = 0;
+
+  if (k->me != 0)
+    return;
+  rc |= c->ops->all_reduce(c, k->dsend, k->drecv, 0, PG_F32, PG_SUM, d);
+  rc |= c->ops->broadcast(c, k->dsend, 0, PG_F32, 0, d);
+  rc |= c->ops->reduce(c, k->dsend, k->drecv, 0, PG_F32, PG_SUM, 0, d);
+  rc |= c->ops->all_gather(c, k->dsend, k->drecv, 0, PG_F32, d);
+  rc |= c->ops->reduce_scatter(c, k->dsend, k->drecv, 0, PG_F32, PG_SUM,
+                               d);
+  if (k->n > 1) {
+    rc |= c->ops->send(c, k->dsend, 0, 1, 0, d);
+    rc |= c->ops->recv(c, k->drecv, 0, 1, 0, d);
+  }
+  check_rc(k, "count 0 alone", PG_F32, PG_SUM, 0, rc);
+  /* Bad arguments fail without touching the comm. */
+  rc = c->ops->broadcast(c, k->dsend, 1, PG_F32, k->n, d);
+  if (rc != -EINVAL)
+    report(k, "broadcast root n", PG_F32, PG_SUM, 1, "rc %d", rc);
+  rc = c->ops->all_reduce(c, k->dsend, k->drecv, 1, PG_DTYPE_COUNT,
+                          PG_SUM, d);
+  if (rc != -EINVAL)
+    report(k, "bad dtype", PG_F32, PG_SUM, 1, "rc %d", rc);
+}
+
+static int rank_collectives(const struct pg__setup *s)
+{
+  struct rank k;
+  size_t z;
+  int t, op, err;
+
+  memset(&k, 0, sizeof k);
+  k.n = s->n;
+  k.me = s->me;
+  err = pg__nccl_create(s, &k.c);
+  if (err) {
+    fprintf(stderr, "rank %d: pg__nccl_create: %d %s\n", s->me, err,
+            pg_last_error());
+    return 1;
+  }
+  if (cudaSetDevice(s->device) || cudaMalloc(&k.dsend, BUFBYTES) ||
+      cudaMalloc(&k.drecv, BUFBYTES))
+    abort();
+  k.hs = malloc(BUFBYTES);
+  k.hr = malloc(BUFBYTES);
+  if (!k.hs || !k.hr)
+    abort();
+  do_zero_alone(&k);
+  for (t = 0; t < PG_DTYPE_COUNT; t++) {
+    for (z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+      for (op = 0; op < PG_OP_COUNT; op++) {
+        k.salt++;
+        do_all_reduce(&k, (pg_dtype)t, (pg_op)op, sizes[z]);
+        do_reduce(&k, (pg_dtype)t, (pg_op)op, sizes[z]);
+        do_reduce_scatter(&k, (pg_dtype)t, (pg_op)op, sizes[z]);
+      }
+      do_broadcast(&k, (pg_dtype)t, sizes[z]);
+      do_all_gather(&k, (pg_dtype)t, sizes[z]);
+      do_send_recv(&k, (pg_dtype)t, sizes[z]);
+      check_rc(&k, "barrier", (pg_dtype)t, PG_SUM, 0,
+               k.c->ops->barrier(k.c, deadline()));
+    }
+  }
+  k.c->ops->destroy(k.c);
+  cudaFree(k.dsend);
+  cudaFree(k.drecv);
+  free(k.hs);
+  free(k.hr);
+  return k.fails ? 1 : 0;
+}
+
+/* Rank 1 joins init and then never calls the collective: rank 0 must time
+ * out, abort, and fail every later op. */
+static int rank_op_timeout(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  void *d = NULL;
+  double t0;
+  int err, fails = 0;
+
+  err = pg__nccl_create(s, &c);
+  if (err) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (s->me == 1) {
+    sleep(8);
+    c->ops->destroy(c);
+    return 0;
+  }
+  if (cudaSetDevice(s->device) || cudaMalloc(&d, 4096))
+    abort();
+  t0 = pg__now();
+  err = c->ops->all_reduce(c, d, d, 1000, PG_F32, PG_SUM, t0 + 2);
+  if (err != -ETIMEDOUT || pg__now() - t0 > 6) {
+    fprintf(stderr, "all_reduce: %d after %.1f s (%s)\n", err,
+            pg__now() - t0, pg_last_error());
+    fails++;
+  }
+  err = c->ops->barrier(c, pg__now() + 2);
+  if (err != PG_EPEERFAIL) {
+    fprintf(stderr, "barrier after abort: %d\n", err);
+    fails++;
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  return fails ? 1 : 0;
+}
+
+/* ---- ranks as processes ---------------------------------------------- */
+
+typedef int (*rank_fn)(const struct pg__setup *s);
+
+/* Rank 0 serves the store and hands its port to the others through
+ * pipes; each rank gets device `me`. */
+static int rank_main(rank_fn fn, int n, int me, int (*fds)[2],
+                     double timeout)
+{
+  static const int ranks[MAXRANKS] = { 0, 1, 2, 3 };
+  struct pg__setup s = setup1(ranks, n, me, me, timeout);
+  pg_store_server *srv = NULL;
+  pg_store *st = NULL;
+  int port = 0, r, rc;
+
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (me == 0) {
+    if (pg_store_server_start("127.0.0.1", &port, &srv))
+      port = -1;
+    for (r = 1; r < n; r++)
+      if (write(fds[r][1], &port, sizeof port) != sizeof port)
+        return 1;
+  } else if (read(fds[me][0], &port, sizeof port) != sizeof port) {
+    return 1;
+  }
+  if (port < 0 || pg_store_connect("127.0.0.1", port, 30, &st)) {
+    fprintf(stderr, "rank %d: store: %s\n", me, pg_last_error());
+    return 1;
+  }
+  s.store = st;
+  rc = fn(&s);
+  pg_store_close(st);
+  if (srv)
+    pg_store_server_stop(srv);
+  return rc;
+}
+
+static void run_ranks(rank_fn fn, int n, double timeout)
+{
+  int fds[MAXRANKS][2];
+  pid_t pids[MAXRANKS];
+  int r, st;
+
+  for (r = 0; r < n; r++)
+    ck_assert_int_eq(pipe(fds[r]), 0);
+  for (r = 0; r < n; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0)
+      _exit(rank_main(fn, n, r, fds, timeout));
+  }
+  for (r = 0; r < n; r++) {
+    ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "rank %d of %d failed (status %#x; its stderr says why)",
+                  r, n, st);
+  }
+  for (r = 0; r < n; r++) {
+    close(fds[r][0]);
+    close(fds[r][1]);
+  }
+}
+
+/* _i: the number of ranks (and GPUs). */
+START_TEST(test_collectives)
+{
+  run_ranks(rank_collectives, _i, 60);
+}
+END_TEST
+
+START_TEST(test_op_timeout)
+{
+  run_ranks(rank_op_timeout, 2, 20);
+}
+END_TEST
+
+/* Only member 0 of 2 ever joins: init must give up at the timeout. */
+START_TEST(test_init_timeout)
+{
+  static const int ranks[] = { 0, 1 };
+  struct pg__setup s = setup1(ranks, 2, 0, 0, 2);
+  pg_store_server *srv;
+  pg_store *st;
+  struct pg__comm *c = NULL;
+  int port = 0, err;
+  double t0;
+
+  ck_assert_int_eq(pg_store_server_start("127.0.0.1", &port, &srv), 0);
+  ck_assert_int_eq(pg_store_connect("127.0.0.1", port, 10, &st), 0);
+  s.store = st;
+  t0 = pg__now();
+  err = pg__nccl_create(&s, &c);
+  ck_assert_msg(err == -ETIMEDOUT, "got %d (%s)", err, pg_last_error());
+  ck_assert_ptr_null(c);
+  ck_assert_double_lt(pg__now() - t0, 10);
+  ck_assert_str_ne(pg_last_error(), "");
+  pg_store_close(st);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
+#endif /* PG_WITH_NCCL */
+
+static Suite *pg_nccl_suite(int ndev)
+{
+  Suite *s = suite_create("pg_nccl");
+  TCase *tc = tcase_create("build");
+
+  tcase_add_test(tc, test_built_matches_build);
+  tcase_add_test(tc, test_create_without_device);
+  tcase_add_test(tc, test_create_bad_member);
+  suite_add_tcase(s, tc);
+#ifdef PG_WITH_NCCL
+  if (ndev >= 1) {
+    tc = tcase_create("gpu");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_collectives, 1, 2);
+    tcase_add_test(tc, test_init_timeout);
+    if (ndev >= 2) {
+      tcase_add_loop_test(tc, test_collectives,
+                          ndev < MAXRANKS ? ndev : MAXRANKS,
+                          (ndev < MAXRANKS ? ndev : MAXRANKS) + 1);
+      tcase_add_test(tc, test_op_timeout);
+    }
+    suite_add_tcase(s, tc);
+  }
+#endif
+  if (ndev < 1)
+    printf("SKIP: no CUDA device; NCCL collective tests need a GPU\n");
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr = srunner_create(pg_nccl_suite(probe_devices()));
+  int failed;
+
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,772 @@
+/* check_pg_tcp.c -- libpg's TCP and hierarchical communicators: N forked
+ * ranks on this machine, a real store, every collective checked against a
+ * serial reference each rank computes itself. */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pg_internal.h"
+
+#define MAXN 8
+#define OP_TIMEOUT 60.0         /* generous: 8 ranks share 2 cores */
+#define KILL_DEADLINE 2.0
+
+enum kind { K_TCP, K_HIER };
+
+/* One rank's view, in the child. */
+struct rank_ctx {
+  struct pg__comm *c;
+  pg_store *st;
+  int me, n;
+  int fails;
+  int ready_fd;                 /* write a byte once running, or -1 */
+};
+
+typedef void (*body_fn)(struct rank_ctx *rc);
+typedef void (*hook_fn)(const pid_t *pids, int n, int ready_fd);
+
+static void failf(struct rank_ctx *rc, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+
+/* Children report on stderr and by exit status; Check's own asserts
+ * belong to the test process only. */
+static void failf(struct rank_ctx *rc, const char *fmt, ...)
+{
+  va_list ap;
+
+  if (rc->fails++ >= 8)
+    return;
+  fprintf(stderr, "[rank %d/%d] ", rc->me, rc->n);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, " (%s)\n", pg_last_error());
+}
+
+#define EXPECT(rc, cond, ...)                                             \
+  do {                                                                    \
+    if (!(cond))                                                          \
+      failf(rc, __VA_ARGS__);                                             \
+  } while (0)
+
+/* ---- values --------------------------------------------------------------
+ * Inputs are small integers, so every float SUM, PROD, MIN and MAX is
+ * exact in any order (|partial sums| <= 8 * 23, products <= 8: exact even
+ * in bf16); only AVG needs a tolerance. */
+
+static uint16_t to_f16(float f)
+{
+  uint32_t x, m, h, rem, sign;
+  int e;
+
+  memcpy(&x, &f, 4);
+  sign = (x >> 16) & 0x8000;
+  e = (int)((x >> 23) & 0xff) - 127 + 15;
+  m = x & 0x7fffff;
+  if (e >= 31)
+    return (uint16_t)(sign | 0x7c00);
+  if (e <= 0)
+    return (uint16_t)sign;      /* no subnormals among our values */
+  h = sign | (uint32_t)e << 10 | m >> 13;
+  rem = m & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+    h++;
+  return (uint16_t)h;
+}
+
+static float from_f16(uint16_t h)
+{
+  int e = (h >> 10) & 31, m = h & 1023;
+  float v;
+
+  if (e == 0)
+    v = ldexpf((float)m, -24);
+  else if (e == 31)
+    v = m ? NAN : INFINITY;
+  else
+    v = ldexpf((float)(1024 + m), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+static uint16_t to_bf16(float f)
+{
+  uint32_t x;
+
+  memcpy(&x, &f, 4);
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static bool is_int(pg_dtype t)
+{
+  return t == PG_I32 || t == PG_I64 || t == PG_U8;
+}
+
+static double input(int r, size_t i, pg_dtype t, pg_op op)
+{
+  long v;
+
+  if (op == PG_PROD)
+    return ((size_t)r + i) % 3 == 0 ? 2 : 1;
+  v = (long)(((size_t)r * 37 + i * 11 + 5) % 32) - 8;
+  return t == PG_U8 ? (double)(v + 8) : (double)v;
+}
+
+static void put(pg_dtype t, void *buf, size_t i, double v)
+{
+  switch (t) {
+  case PG_F32: ((float *)buf)[i] = (float)v; break;
+  case PG_F64: ((double *)buf)[i] = v; break;
+  case PG_F16: ((uint16_t *)buf)[i] = to_f16((float)v); break;
+  case PG_BF16: ((uint16_t *)buf)[i] = to_bf16((float)v); break;
+  case PG_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case PG_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case PG_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  default: break;
+  }
+}
+
+static double get(pg_dtype t, const void *buf, size_t i)
+{
+  switch (t) {
+  case PG_F32: return ((const float *)buf)[i];
+  case PG_F64: return ((const double *)buf)[i];
+  case PG_F16: return from_f16(((const uint16_t *)buf)[i]);
+  case PG_BF16: return from_bf16(((const uint16_t *)buf)[i]);
+  case PG_I32: return ((const int32_t *)buf)[i];
+  case PG_I64: return (double)((const int64_t *)buf)[i];
+  case PG_U8: return ((const uint8_t *)buf)[i];
+  default: return 0;
+  }
+}
+
+/* Rank r's input elements first..first+count-1, into buf[0..count). */
+static void fill(void *buf, int r, size_t first, size_t count, pg_dtype t,
+                 pg_op op)
+{
+  size_t i;
+
+  for (i = 0; i < count; i++)
+    put(t, buf, i, input(r, first + i, t, op));
+}
+
+static double reference(int n, size_t i, pg_dtype t, pg_op op)
+{
+  double acc = input(0, i, t, op);
+  int r;
+
+  for (r = 1; r < n; r++) {
+    double v = input(r, i, t, op);
+
+    switch (op) {
+    case PG_SUM: case PG_AVG: acc += v; break;
+    case PG_PROD: acc *= v; break;
+    case PG_MIN: acc = v < acc ? v : acc; break;
+    case PG_MAX: acc = v > acc ? v : acc; break;
+    default: break;
+    }
+  }
+  if (op == PG_AVG)
+    acc = is_int(t) ? (double)((int64_t)acc / n) : acc / n;
+  return acc;
+}
+
+static double tolerance(pg_dtype t)
+{
+  switch (t) {
+  case PG_F32: return 1e-6;
+  case PG_F64: return 1e-12;
+  case PG_F16: return 2e-3;
+  case PG_BF16: return 1e-2;
+  default: return 0;
+  }
+}
+
+static const char *const dname[] = {
+  "f32", "f64", "f16", "bf16", "i32", "i64", "u8",
+};
+static const char *const oname[] = { "sum", "avg", "min", "max", "prod" };
+
+/* Element i of buf (global index first + i) against the reference; one
+ * report per call. */
+static void check_reduced(struct rank_ctx *rc, const char *what,
+                          const void *buf, size_t first, size_t count,
+                          pg_dtype t, pg_op op)
+{
+  size_t i;
+
+  for (i = 0; i < count; i++) {
+    double want = reference(rc->n, first + i, t, op);
+    double got = get(t, buf, i);
+    bool ok = is_int(t) ? got == want
+                        : fabs(got - want) <=
+                          tolerance(t) * (fabs(want) > 1 ? fabs(want) : 1);
+
+    if (!ok) {
+      failf(rc, "%s %s %s count %zu: element %zu is %g, want %g", what,
+            dname[t], oname[op], count, first + i, got, want);
+      return;
+    }
+  }
+}
+
+static void check_input(struct rank_ctx *rc, const char *what,
+                        const void *buf, int r, size_t first, size_t count,
+                        pg_dtype t, pg_op op)
+{
+  size_t i;
+
+  for (i = 0; i < count; i++)
+    if (get(t, buf, i) != input(r, first + i, t, op)) {
+      failf(rc, "%s %s count %zu: element %zu is %g, want rank %d's %g",
+            what, dname[t], count, first + i, get(t, buf, i), r,
+            input(r, first + i, t, op));
+      return;
+    }
+}
+
+static uint64_t hash(const void *buf, size_t len)
+{
+  const unsigned char *p = buf;
+  uint64_t h = 1469598103934665603ull;
+
+  while (len--)
+    h = (h ^ *p++) * 1099511628211ull;
+  return h;
+}
+
+static double deadline(void)
+{
+  return pg__now() + OP_TIMEOUT;
+}
+
+/* ---- one collective, every way -------------------------------------------- */
+
+static void *xmalloc(size_t n)
+{
+  void *p = malloc(n ? n : 1);
+
+  if (!p)
+    _exit(99);
+  return p;
+}
+
+static void t_all_reduce(struct rank_ctx *rc, size_t count, pg_dtype t,
+                         pg_op op, bool inplace)
+{
+  size_t es = pg_dtype_size(t), bytes = count * es;
+  char *in = xmalloc(bytes), *out = inplace ? in : xmalloc(bytes);
+  int64_t h, *hs = xmalloc((size_t)rc->n * sizeof *hs);
+  int err, r;
+
+  fill(in, rc->me, 0, count, t, op);
+  if (!inplace)
+    memset(out, 0x5a, bytes);
+  err = rc->c->ops->all_reduce(rc->c, in, out, count, t, op, deadline());
+  EXPECT(rc, err == 0, "all_reduce %s %s count %zu: %s", dname[t],
+         oname[op], count, pg_err_name(err));
+  check_reduced(rc, inplace ? "all_reduce(in place)" : "all_reduce", out, 0,
+                count, t, op);
+  if (!inplace)
+    check_input(rc, "all_reduce send buffer", in, rc->me, 0, count, t, op);
+  /* Every rank must hold the same bits, not just close values. */
+  h = (int64_t)hash(out, bytes);
+  err = rc->c->ops->all_gather(rc->c, &h, hs, 1, PG_I64, deadline());
+  EXPECT(rc, err == 0, "all_gather of hashes: %s", pg_err_name(err));
+  for (r = 0; r < rc->n; r++)
+    EXPECT(rc, hs[r] == h, "all_reduce %s %s count %zu: rank %d's result "
+           "differs in its bits from this rank's", dname[t], oname[op],
+           count, r);
+  free(hs);
+  if (!inplace)
+    free(out);
+  free(in);
+}
+
+static void t_reduce(struct rank_ctx *rc, size_t count, pg_dtype t,
+                     pg_op op, bool inplace, int root)
+{
+  size_t bytes = count * pg_dtype_size(t);
+  char *in = xmalloc(bytes), *out = NULL;
+  int err;
+
+  fill(in, rc->me, 0, count, t, op);
+  if (inplace)
+    out = in;
+  else if (rc->me == root)
+    out = xmalloc(bytes);
+  err = rc->c->ops->reduce(rc->c, in, out, count, t, op, root, deadline());
+  EXPECT(rc, err == 0, "reduce %s %s count %zu root %d: %s", dname[t],
+         oname[op], count, root, pg_err_name(err));
+  if (rc->me == root)
+    check_reduced(rc, inplace ? "reduce(in place)" : "reduce", out, 0,
+                  count, t, op);
+  if (!inplace || rc->me != root)
+    check_input(rc, "reduce send buffer", in, rc->me, 0, count, t, op);
+  if (!inplace)
+    free(out);
+  free(in);
+}
+
+static void t_reduce_scatter(struct rank_ctx *rc, size_t count, pg_dtype t,
+                             pg_op op, bool inplace)
+{
+  size_t es = pg_dtype_size(t), blk = count * es;
+  size_t all = blk * (size_t)rc->n;
+  char *in = xmalloc(all);
+  char *out = inplace ? in + (size_t)rc->me * blk : xmalloc(blk);
+  int err;
+
+  fill(in, rc->me, 0, count * (size_t)rc->n, t, op);
+  err = rc->c->ops->reduce_scatter(rc->c, in, out, count, t, op,
+                                   deadline());
+  EXPECT(rc, err == 0, "reduce_scatter %s %s count %zu: %s", dname[t],
+         oname[op], count, pg_err_name(err));
+  check_reduced(rc, inplace ? "reduce_scatter(in place)" : "reduce_scatter",
+                out, (size_t)rc->me * count, count, t, op);
+  if (!inplace) {
+    check_input(rc, "reduce_scatter send buffer", in, rc->me, 0,
+                count * (size_t)rc->n, t, op);
+    free(out);
+  }
+  free(in);
+}
+
+static void t_all_gather(struct rank_ctx *rc, size_t count, pg_dtype t,
+                         bool inplace)
+{
+  size_t es = pg_dtype_size(t), blk = count * es;
+  char *out = xmalloc(blk * (size_t)rc->n);
+  char *in = inplace ? out + (size_t)rc->me * blk : xmalloc(blk);
+  int err, r;
+
+  memset(out, 0x5a, blk * (size_t)rc->n);
+  fill(in, rc->me, 0, count, t, PG_SUM);
+  err = rc->c->ops->all_gather(rc->c, in, out, count, t, deadline());
+  EXPECT(rc, err == 0, "all_gather %s count %zu: %s", dname[t], count,
+         pg_err_name(err));
+  for (r = 0; r < rc->n; r++)
+    check_input(rc, inplace ? "all_gather(in place)" : "all_gather",
+                out + (size_t)r * blk, r, 0, count, t, PG_SUM);
+  if (!inplace)
+    free(in);
+  free(out);
+}
+
+static void t_broadcast(struct rank_ctx *rc, size_t count, pg_dtype t,
+                        int root)
+{
+  size_t bytes = count * pg_dtype_size(t);
+  char *buf = xmalloc(bytes);
+  int err;
+
+  if (rc->me == root)
+    fill(buf, root, 0, count, t, PG_SUM);
+  else
+    memset(buf, 0x5a, bytes);
+  err = rc->c->ops->broadcast(rc->c, buf, count, t, root, deadline());
+  EXPECT(rc, err == 0, "broadcast %s count %zu root %d: %s", dname[t],
+         count, root, pg_err_name(err));
+  check_input(rc, "broadcast", buf, root, 0, count, t, PG_SUM);
+  free(buf);
+}
+
+/* ---- bodies -------------------------------------------------------------- */
+
+static const size_t sizes[] = { 0, 1, 7, 1000, 65537, 1 << 20 };
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+/* Every collective x dtype x op x size, in place and out of place.  The
+ * largest size runs for f32 (every op) and SUM (every type), which keeps
+ * 8 ranks on 2 cores within the suite's time. */
+static void body_matrix(struct rank_ctx *rc)
+{
+  size_t si;
+  int t, op, ip, k = 0, err;
+
+  for (si = 0; si < NSIZES; si++) {
+    size_t count = sizes[si];
+    size_t blk = count >= (size_t)rc->n ? count / (size_t)rc->n : count;
+
+    for (t = 0; t < PG_DTYPE_COUNT; t++) {
+      for (op = 0; op < PG_OP_COUNT; op++) {
+        if (count == 1 << 20 && t != PG_F32 && op != PG_SUM)
+          continue;
+        for (ip = 0; ip < 2; ip++) {
+          t_all_reduce(rc, count, (pg_dtype)t, (pg_op)op, ip);
+          t_reduce(rc, count, (pg_dtype)t, (pg_op)op, ip, k++ % rc->n);
+          t_reduce_scatter(rc, blk, (pg_dtype)t, (pg_op)op, ip);
+        }
+      }
+      for (ip = 0; ip < 2; ip++)
+        t_all_gather(rc, blk, (pg_dtype)t, ip);
+      t_broadcast(rc, count, (pg_dtype)t, k++ % rc->n);
+    }
+    err = rc->c->ops->barrier(rc->c, deadline());
+    EXPECT(rc, err == 0, "barrier: %s", pg_err_name(err));
+  }
+}
+
+/* Messages of several tags to every peer, received in another order than
+ * sent (the rest wait in the unexpected queue), one of them large enough
+ * that senders block on each other. */
+static void body_p2p(struct rank_ctx *rc)
+{
+  static const int tags[] = { 7, -3, 1 << 20, 0 };
+  static const size_t lens[] = { 1000, 0, 3 << 20, 13 };
+  int p, k, err;
+
+  for (k = 0; k < 4; k++) {
+    for (p = 0; p < rc->n; p++) {
+      size_t len = lens[k] + (size_t)rc->me;
+      char *buf;
+
+      if (p == rc->me)
+        continue;
+      buf = xmalloc(len);
+      memset(buf, rc->me * 16 + k, len);
+      err = rc->c->ops->send(rc->c, buf, len, p, tags[k], deadline());
+      EXPECT(rc, err == 0, "send tag %d to %d: %s", tags[k], p,
+             pg_err_name(err));
+      free(buf);
+    }
+  }
+  for (k = 3; k >= 0; k--) {
+    for (p = rc->n - 1; p >= 0; p--) {
+      size_t len = lens[k] + (size_t)p, i;
+      unsigned char *buf;
+
+      if (p == rc->me)
+        continue;
+      buf = xmalloc(len);
+      err = rc->c->ops->recv(rc->c, buf, len, p, tags[k], deadline());
+      EXPECT(rc, err == 0, "recv tag %d from %d: %s", tags[k], p,
+             pg_err_name(err));
+      for (i = 0; i < len; i++)
+        if (buf[i] != (unsigned char)(p * 16 + k)) {
+          failf(rc, "recv tag %d from %d: byte %zu is %d", tags[k], p, i,
+                buf[i]);
+          break;
+        }
+      free(buf);
+    }
+  }
+  /* A collective after p2p traffic: the streams are still in step. */
+  t_all_reduce(rc, 1000, PG_F32, PG_SUM, true);
+}
+
+/* The victim is killed by the parent mid-collective; the others must see
+ * an error within the deadline, and the comm must stay failed. */
+static void body_killed(struct rank_ctx *rc)
+{
+  size_t count = 1 << 20;
+  float *buf = xmalloc(count * sizeof *buf);
+  int i, err = 0;
+  double t0 = 0, took;
+
+  fill(buf, rc->me, 0, count, PG_F32, PG_SUM);
+  for (i = 0; i < 100000 && err == 0; i++) {
+    t0 = pg__now();
+    err = rc->c->ops->all_reduce(rc->c, buf, buf, count, PG_F32, PG_SUM,
+                                 t0 + KILL_DEADLINE);
+    if (i == 0 && rc->ready_fd >= 0 && write(rc->ready_fd, "r", 1) != 1)
+      _exit(98);
+  }
+  took = pg__now() - t0;
+  EXPECT(rc, err == -ECONNRESET || err == -ETIMEDOUT,
+         "after a peer died: %s", pg_err_name(err));
+  EXPECT(rc, took < KILL_DEADLINE + 0.5, "the failing op took %.2f s", took);
+  err = rc->c->ops->barrier(rc->c, pg__now() + KILL_DEADLINE);
+  EXPECT(rc, err == PG_EPEERFAIL, "the op after a failure: %s",
+         pg_err_name(err));
+  free(buf);
+}
+
+/* Rank 1 never joins; the others time out (or see the ones that timed
+ * out hang up) within the deadline. */
+static void body_absent(struct rank_ctx *rc)
+{
+  float x = 1;
+  double t0 = pg__now();
+  int err;
+
+  if (rc->me == 1) {
+    poll(NULL, 0, (int)(KILL_DEADLINE * 1500));
+    return;
+  }
+  err = rc->c->ops->all_reduce(rc->c, &x, &x, 1, PG_F32, PG_SUM,
+                               t0 + KILL_DEADLINE);
+  EXPECT(rc, err == -ETIMEDOUT || err == -ECONNRESET,
+         "all_reduce without rank 1: %s", pg_err_name(err));
+  EXPECT(rc, pg__now() - t0 < KILL_DEADLINE + 0.5, "took %.2f s",
+         pg__now() - t0);
+}
+
+/* Ranks that disagree on the collective get -EPROTO, not garbage. */
+static void body_mismatch(struct rank_ctx *rc)
+{
+  float x[4] = { 1, 2, 3, 4 };
+  int err;
+
+  if (rc->me == 0)
+    err = rc->c->ops->all_reduce(rc->c, x, x, 4, PG_F32, PG_SUM,
+                                 pg__now() + KILL_DEADLINE);
+  else
+    err = rc->c->ops->broadcast(rc->c, x, 4, PG_F32, 0,
+                                pg__now() + KILL_DEADLINE);
+  EXPECT(rc, err == -EPROTO || err == -ECONNRESET,
+         "mismatched collectives: %s", pg_err_name(err));
+}
+
+/* ---- worlds -------------------------------------------------------------- */
+
+static void make_topo(struct pg__topo *tp, int me, int n, const int *host_of)
+{
+  int r, h;
+
+  memset(tp, 0, sizeof *tp);
+  tp->rank = me;
+  tp->size = n;
+  tp->host_of = xmalloc((size_t)n * sizeof(int));
+  tp->local = xmalloc((size_t)n * sizeof(int));
+  for (r = 0; r < n; r++) {
+    tp->host_of[r] = host_of ? host_of[r] : r;
+    if (tp->host_of[r] + 1 > tp->nhosts)
+      tp->nhosts = tp->host_of[r] + 1;
+  }
+  tp->leader_of = xmalloc((size_t)tp->nhosts * sizeof(int));
+  for (h = 0; h < tp->nhosts; h++)
+    tp->leader_of[h] = -1;
+  for (r = 0; r < n; r++) {
+    h = tp->host_of[r];
+    if (tp->leader_of[h] < 0)
+      tp->leader_of[h] = r;
+    if (h == tp->host_of[me]) {
+      if (r == me)
+        tp->local_index = tp->nlocal;
+      tp->local[tp->nlocal++] = r;
+    }
+  }
+}
+
+static void child(int me, int n, int port, enum kind kind,
+                  const int *host_of, body_fn body, int ready_fd)
+{
+  struct rank_ctx rc;
+  struct pg__topo tp;
+  struct pg__setup s;
+  int ranks[MAXN], r, err;
+
+  memset(&rc, 0, sizeof rc);
+  rc.me = me;
+  rc.n = n;
+  rc.ready_fd = ready_fd;
+  err = pg_store_connect("127.0.0.1", port, 10, &rc.st);
+  if (err) {
+    fprintf(stderr, "[rank %d] store: %s\n", me, pg_err_name(err));
+    _exit(2);
+  }
+  make_topo(&tp, me, n, host_of);
+  for (r = 0; r < n; r++)
+    ranks[r] = r;
+  memset(&s, 0, sizeof s);
+  s.store = rc.st;
+  s.ns = "t/comm/";
+  s.topo = &tp;
+  s.ranks = ranks;
+  s.n = n;
+  s.me = me;
+  s.timeout = 30;
+  s.device = -1;
+  err = kind == K_TCP ? pg__tcp_create(&s, &rc.c) : pg__hier_create(&s,
+                                                                    &rc.c);
+  if (err) {
+    fprintf(stderr, "[rank %d] create: %s: %s\n", me, pg_err_name(err),
+            pg_last_error());
+    _exit(3);
+  }
+  body(&rc);
+  rc.c->ops->destroy(rc.c);
+  pg_store_close(rc.st);
+  _exit(rc.fails ? 1 : 0);
+}
+
+/* Forks n ranks and waits for them (killing all at limit seconds).
+ * Returns how many did not exit 0, not counting the victim (-1: none). */
+static int world(int n, enum kind kind, const int *host_of, body_fn body,
+                 hook_fn hook, int victim, double limit)
+{
+  pg_store_server *srv;
+  pid_t pids[MAXN];
+  int port = 0, r, bad = 0, left = n, pfd[2];
+  double end = pg__now() + limit;
+
+  ck_assert_int_eq(pg_store_server_start("127.0.0.1", &port, &srv), 0);
+  ck_assert_int_eq(pipe(pfd), 0);
+  for (r = 0; r < n; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0) {
+      close(pfd[0]);
+      child(r, n, port, kind, host_of, body, pfd[1]);
+    }
+  }
+  close(pfd[1]);
+  if (hook)
+    hook(pids, n, pfd[0]);
+  while (left > 0) {
+    for (r = 0; r < n; r++) {
+      int st;
+
+      if (pids[r] <= 0 || waitpid(pids[r], &st, WNOHANG) != pids[r])
+        continue;
+      if (r != victim && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+        fprintf(stderr, "rank %d: %s %d\n", r,
+                WIFEXITED(st) ? "exit" : "signal",
+                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        bad++;
+      }
+      pids[r] = 0;
+      left--;
+    }
+    if (left && pg__now() > end) {
+      for (r = 0; r < n; r++)
+        if (pids[r] > 0) {
+          fprintf(stderr, "rank %d: still running after %.0f s\n", r,
+                  limit);
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], NULL, 0);
+          pids[r] = 0;
+          bad++;
+          left--;
+        }
+    }
+    if (left)
+      poll(NULL, 0, 5);
+  }
+  close(pfd[0]);
+  pg_store_server_stop(srv);
+  return bad;
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+START_TEST(test_matrix)
+{
+  ck_assert_int_eq(world(_i, K_TCP, NULL, body_matrix, NULL, -1, 280), 0);
+}
+END_TEST
+
+START_TEST(test_p2p)
+{
+  ck_assert_int_eq(world(_i, K_TCP, NULL, body_p2p, NULL, -1, 60), 0);
+}
+END_TEST
+
+static void kill_rank2(const pid_t *pids, int n, int ready_fd)
+{
+  char b;
+  int i;
+
+  for (i = 0; i < n; i++)
+    ck_assert_int_eq(read(ready_fd, &b, 1), 1);
+  poll(NULL, 0, 30);
+  kill(pids[2], SIGKILL);
+}
+
+START_TEST(test_killed_mid_collective)
+{
+  ck_assert_int_eq(world(4, K_TCP, NULL, body_killed, kill_rank2, 2, 30),
+                   0);
+}
+END_TEST
+
+START_TEST(test_absent_rank_times_out)
+{
+  ck_assert_int_eq(world(3, K_TCP, NULL, body_absent, NULL, -1, 30), 0);
+}
+END_TEST
+
+START_TEST(test_mismatch_is_eproto)
+{
+  ck_assert_int_eq(world(2, K_TCP, NULL, body_mismatch, NULL, -1, 30), 0);
+}
+END_TEST
+
+/* Two "hosts" of two ranks: shared memory inside, TCP between leaders. */
+START_TEST(test_hier_matrix)
+{
+  static const int hosts[4] = { 0, 0, 1, 1 };
+
+  ck_assert_int_eq(world(4, K_HIER, hosts, body_matrix, NULL, -1, 280), 0);
+}
+END_TEST
+
+/* Uneven hosts, a host of one, the leaders not the lowest ranks overall. */
+START_TEST(test_hier_uneven)
+{
+  static const int hosts[5] = { 0, 1, 1, 0, 2 };
+
+  ck_assert_int_eq(world(5, K_HIER, hosts, body_matrix, NULL, -1, 280), 0);
+}
+END_TEST
+
+START_TEST(test_hier_p2p)
+{
+  static const int hosts[4] = { 0, 0, 1, 1 };
+
+  ck_assert_int_eq(world(4, K_HIER, hosts, body_p2p, NULL, -1, 60), 0);
+}
+END_TEST
+
+static Suite *pg_tcp_suite(void)
+{
+  Suite *s = suite_create("pg_tcp");
+  TCase *tc = tcase_create("tcp");
+  TCase *tf = tcase_create("failure");
+  TCase *th = tcase_create("hier");
+
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, test_matrix, 1, MAXN + 1);
+  tcase_add_loop_test(tc, test_p2p, 2, MAXN + 1);
+  suite_add_tcase(s, tc);
+  tcase_set_timeout(tf, 60);
+  tcase_add_test(tf, test_killed_mid_collective);
+  tcase_add_test(tf, test_absent_rank_times_out);
+  tcase_add_test(tf, test_mismatch_is_eproto);
+  suite_add_tcase(s, tf);
+  tcase_set_timeout(th, 300);
+  tcase_add_test(th, test_hier_matrix);
+  tcase_add_test(th, test_hier_uneven);
+  tcase_add_test(th, test_hier_p2p);
+  suite_add_tcase(s, th);
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr = srunner_create(pg_tcp_suite());
+  int failed;
+
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
