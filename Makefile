@@ -94,7 +94,8 @@ $(LIBDIR)/libpg.a: $(PG_OBJ)
 
 $(LIBDIR)/libpg.so: $(PG_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libpg.so.0 -o $@ $^ $(PG_LIBS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libpg.so.0 -o $@.0 $^ $(PG_LIBS)
+	ln -sf libpg.so.0 $@
 
 $(LIBDIR)/libpg.pc: libpg/libpg.pc.in
 	@mkdir -p $(dir $@)
@@ -178,7 +179,9 @@ install: all
 	install -m 644 man/rdzvd.8 $(DESTDIR)$(PREFIX)/share/man/man8/rdzvd.8
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 644 libpg/include/pg.h $(DESTDIR)$(PREFIX)/include/pg.h
-	install -m 644 lib/libpg.a lib/libpg.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 lib/libpg.a lib/libpg.so.0 $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libpg.so.0 $(DESTDIR)$(PREFIX)/lib/libpg.so
+	install -m 644 man/libpg.3 $(DESTDIR)$(PREFIX)/share/man/man3/libpg.3
 	install -m 644 lib/libpg.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/libpg.pc
 
 # Coverage-guided fuzzing of everything that parses network input (clang's

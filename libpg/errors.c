@@ -51,7 +51,8 @@ const char *pg_last_error(void)
   XX(EADDRINUSE, "address already in use")                                \
   XX(EHOSTUNREACH, "host unreachable")                                    \
   XX(EAGAIN, "resource temporarily unavailable")                          \
-  XX(EALREADY, "already done (e.g. a gradient marked ready twice)")
+  XX(EALREADY, "already done (e.g. a gradient marked ready twice)")       \
+  XX(ERANGE, "result out of range (store counter overflow)")
 
 const char *pg_err_name(int err)
 {

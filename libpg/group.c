@@ -33,6 +33,8 @@ struct pg_work {
   int result;
   bool done;
   int refs;             /* the queue's and the caller's */
+  char *why;            /* pg_last_error of a failed async op, for the
+                           thread that waits for it */
   struct pg_work *next;
 };
 
@@ -299,8 +301,13 @@ static void execute(pg_group *g, struct pg_work *w)
   pthread_mutex_lock(&g->mu);
   failed = g->failed;
   pthread_mutex_unlock(&g->mu);
-  err = failed ? PG_EPEERFAIL : run_work(g, w);
+  err = failed ? pg__fail(PG_EPEERFAIL, "an earlier operation of this "
+                          "group failed (%s): the group is unusable",
+                          pg_err_name(failed))
+               : run_work(g, w);
   pthread_mutex_lock(&g->mu);
+  if (err && !w->why)
+    w->why = strdup(pg_last_error());
   if (err && !g->failed && err != PG_EPEERFAIL)
     g->failed = err;
   w->result = err;
@@ -314,8 +321,18 @@ static void execute(pg_group *g, struct pg_work *w)
 static void work_unref(struct pg_work *w)
 {
   /* Called with g->mu held. */
-  if (--w->refs == 0)
+  if (--w->refs == 0) {
+    free(w->why);
     free(w);
+  }
+}
+
+/* Hands a failed async op's sentence to the thread that asked. */
+static int work_result(struct pg_work *w)
+{
+  if (w->result && w->why)
+    pg__fail(w->result, "%s", w->why);
+  return w->result;
 }
 
 static void *progress_main(void *arg)
@@ -394,13 +411,16 @@ static int submit(pg_group *g, const struct pg_work *proto, pg_work **out)
     pthread_mutex_unlock(&g->mu);
     local.g = g;
     local.refs = 1;
+    local.why = NULL;
     execute(g, &local);
+    free(local.why);
     return local.result;
   }
   w = malloc(sizeof *w);
   if (!w)
     return pg__fail(-ENOMEM, "out of memory queueing an operation");
   *w = *proto;
+  w->why = NULL;
   w->g = g;
   w->refs = 2;
   w->next = NULL;
@@ -424,7 +444,7 @@ int pg_work_test(pg_work *w, bool *done)
   pthread_mutex_lock(&w->g->mu);
   *done = w->done;
   if (w->done)
-    r = w->result;
+    r = work_result(w);
   pthread_mutex_unlock(&w->g->mu);
   return r;
 }
@@ -454,7 +474,7 @@ int pg_work_wait(pg_work *w, double timeout)
     }
     pthread_cond_timedwait(&g->finished, &g->mu, &ts);
   }
-  r = w->done ? w->result : -ETIMEDOUT;
+  r = w->done ? work_result(w) : -ETIMEDOUT;
   pthread_mutex_unlock(&g->mu);
   return r;
 }
@@ -763,8 +783,20 @@ int pg_init(const struct pg_options *o, pg_group **out)
                    "NCCL (no CUDA/NCCL found at build time)");
     goto fail;
   }
-  if (g->size == 1) {
+  if (g->size == 1 && be != PG_BACKEND_NCCL) {
     snprintf(g->backend, sizeof g->backend, "self");
+    *out = g;
+    return 0;
+  }
+  if (g->size == 1) {
+    /* NCCL with one rank: device buffers need the real backend, and a
+     * single member needs no store. */
+    g->topo.rank = 0;
+    g->topo.size = 1;
+    g->topo.nhosts = 1;
+    err = create_comm(g, be, o->device >= 0 ? o->device : local_rank);
+    if (err)
+      goto fail;
     *out = g;
     return 0;
   }

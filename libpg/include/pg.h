@@ -77,9 +77,12 @@ typedef enum {
 /* Error codes beyond errno.  Errno values used: -EINVAL (bad argument or
  * environment), -ETIMEDOUT (an operation or a store wait timed out),
  * -ECONNRESET / -EPIPE (a peer went away), -ECONNREFUSED (the store is not
- * there), -ENOMEM, -EPROTO (a peer sent garbage), -ENOENT (store key
- * missing), -ENODEV (NCCL requested, no GPU), -ENOTSUP (backend lacks it).
- */
+ * there), -ENOMEM, -EPROTO (a peer sent garbage or ranks disagree on an
+ * operation), -ENOENT (store key missing), -ENODEV (NCCL requested, no
+ * GPU), -ENOTSUP (backend lacks it), -EMSGSIZE (message or value too
+ * large), -ERANGE (store counter overflow), -EALREADY (reducer: marked
+ * twice), -EBUSY (reducer: operations in flight).  pg_strerror and
+ * pg_err_name know them all. */
 #define PG_EBACKEND_BASE  (-20000)  /* -20000 - ncclResult_t / cudaError */
 #define PG_ENCCL(r)       (PG_EBACKEND_BASE - (int)(r))
 #define PG_ECUDA(r)       (PG_EBACKEND_BASE - 1000 - (int)(r))
@@ -116,18 +119,21 @@ struct pg_options {
  * -EINVAL; see pg_last_error for the sentence naming it). */
 PG_EXTERN int pg_init(const struct pg_options *o, pg_group **out);
 
-/* Frees the group (waits for work in flight).  NULL is fine. */
+/* Frees the group (waits for work in flight).  NULL is fine.  Free every
+ * work handle first. */
 PG_EXTERN void pg_destroy(pg_group *g);
 
 PG_EXTERN int pg_rank(const pg_group *g);
 PG_EXTERN int pg_size(const pg_group *g);
-/* "cpu-shm", "cpu-tcp", "cpu-hier" or "nccl". */
+/* "self" (a group of one), "cpu-shm", "cpu-tcp", "cpu-hier" or "nccl". */
 PG_EXTERN const char *pg_backend_name(const pg_group *g);
 /* The group's store (owned by the group). */
 PG_EXTERN pg_store *pg_group_store(pg_group *g);
 
 /* A sentence about the last error of this thread's last failing libpg
- * call ("MASTER_PORT is 'abc', expected a port 1..65535"), or "". */
+ * call ("MASTER_PORT is 'abc', expected an integer 1..65535"), or "".
+ * For async work, pg_work_wait/pg_work_test set it when they return the
+ * work's error. */
 PG_EXTERN const char *pg_last_error(void);
 /* The meaning of an error code, and its name ("ETIMEDOUT"). */
 PG_EXTERN const char *pg_strerror(int err);
@@ -152,8 +158,9 @@ PG_EXTERN void pg_store_close(pg_store *s);
 /* Keys are NUL-terminated, at most 4096 bytes; values at most 64 MiB. */
 PG_EXTERN int pg_store_set(pg_store *s, const char *key, const void *value,
                            size_t len);
-/* Waits up to timeout seconds (0: don't wait) for key; *value is malloc'd
- * (free it).  -ETIMEDOUT, or -ENOENT when not waiting and absent. */
+/* Waits up to timeout seconds (0: don't wait; < 0: no limit) for key;
+ * *value is malloc'd (free it).  -ETIMEDOUT, or -ENOENT when not waiting
+ * and absent. */
 PG_EXTERN int pg_store_get(pg_store *s, const char *key, double timeout,
                            void **value, size_t *len);
 /* Adds delta to the decimal integer in key (absent: 0); *result (may be
@@ -163,8 +170,8 @@ PG_EXTERN int pg_store_add(pg_store *s, const char *key, int64_t delta,
 /* Waits until every key exists, up to timeout seconds. */
 PG_EXTERN int pg_store_wait(pg_store *s, const char *const *keys, size_t n,
                             double timeout);
-/* Sets key to desired if its value equals expected (expected_len 0 and
- * NULL: "key absent").  *current (malloc'd, may be NULL) gets the value
+/* Sets key to desired if its value equals expected (expected_len 0
+ * matches an absent key or an empty value, as in PyTorch's TCPStore).  *current (malloc'd, may be NULL) gets the value
  * after the operation; *swapped whether it replaced. */
 PG_EXTERN int pg_store_compare_set(pg_store *s, const char *key,
                                    const void *expected, size_t expected_len,
