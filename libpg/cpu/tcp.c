@@ -487,6 +487,12 @@ static int rx_step(struct tcp_comm *c, struct stream *s, bool *moved)
         }
       }
       r = pump(c, s, moved);
+      if (r < 0 && s->drain_only) {
+        /* A peer that finished and closed is no error for a send to
+         * another; an op that needs it will meet the closed socket. */
+        s->fin = true;
+        return 0;
+      }
       if (r <= 0)
         return r;
       if (s->drain_only) {
@@ -549,15 +555,21 @@ static int ms_until(double deadline)
 
 static int timed_out(struct tcp_comm *c, const struct stream *ss, int ns)
 {
+  const struct stream *w = NULL;
   int i;
 
-  for (i = 0; i < ns; i++)
-    if (!ss[i].fin && !ss[i].drain_only)
-      return pg__fail(-ETIMEDOUT, "%s: timed out %s rank %d (%zu of %zu "
-                      "parts done)", c->opname,
-                      ss[i].tx ? "sending to" : "waiting for",
-                      ss[i].p->rank, ss[i].j, ss[i].nunits);
-  return pg__fail(-ETIMEDOUT, "%s: timed out", c->opname);
+  /* Name a stream blocked on its socket, not one waiting on another. */
+  for (i = 0; i < ns; i++) {
+    if (ss[i].fin || ss[i].drain_only)
+      continue;
+    if (!w || (!w->want && ss[i].want))
+      w = &ss[i];
+  }
+  if (!w)
+    return pg__fail(-ETIMEDOUT, "%s: timed out", c->opname);
+  return pg__fail(-ETIMEDOUT, "%s: timed out %s rank %d (%zu of %zu parts "
+                  "done)", c->opname, w->tx ? "sending to" : "waiting for",
+                  w->p->rank, w->j, w->nunits);
 }
 
 /* Moves every stream until all but the drain-only ones are finished, the
@@ -1345,7 +1357,7 @@ static int tcp_send(struct pg__comm *base, const void *buf, size_t bytes,
 {
   struct tcp_comm *c = (struct tcp_comm *)base;
   struct frame h;
-  int err = begin(c, "send", false);
+  int err = begin(c, "send", false), i, ns = 1;
 
   if (err)
     return err;
@@ -1357,11 +1369,16 @@ static int tcp_send(struct pg__comm *base, const void *buf, size_t bytes,
   h.tag = tag;
   h.len = bytes;
   stream_buf(c, &c->ss[0], peer, true, &h, buf);
-  /* Meanwhile queue what the peer sends this rank, so two ranks sending
-   * each other large messages at once do not wait on each other. */
-  stream_init(c, &c->ss[1], peer, false, &h);
-  c->ss[1].drain_only = true;
-  return end(c, run(c, c->ss, 2, deadline));
+  /* Meanwhile queue what any peer sends this rank, so ranks sending each
+   * other large messages (in a pair or a cycle) do not wait on each
+   * other. */
+  for (i = 0; i < c->n; i++) {
+    if (i == c->me)
+      continue;
+    stream_init(c, &c->ss[ns], i, false, &h);
+    c->ss[ns++].drain_only = true;
+  }
+  return end(c, run(c, c->ss, ns, deadline));
 }
 
 static int tcp_recv(struct pg__comm *base, void *buf, size_t bytes,
@@ -1480,17 +1497,44 @@ static int my_address(char *host, size_t hostlen, int *family)
   return 0;
 }
 
-/* Before connect/listen, so that the window scale covers them. */
-static void tune(int fd)
+static long sysctl_long(const char *path)
 {
-  int one = 1, sz = SOCK_BUF;
+  char buf[64];
+  long v = 0;
+  FILE *f = fopen(path, "re");
 
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+  if (f) {
+    if (fgets(buf, sizeof buf, f))
+      v = strtol(buf, NULL, 10);
+    fclose(f);
+  }
+  return v;
 }
 
-static int listen_any(int family, int *port)
+/* SOCK_BUF if the kernel grants it, else 0.  A fixed size switches
+ * autotuning off, and one capped by a small net.core.[rw]mem_max would be
+ * worse than autotuning on a long link. */
+static int sock_buf(void)
+{
+  if (sysctl_long("/proc/sys/net/core/wmem_max") >= SOCK_BUF &&
+      sysctl_long("/proc/sys/net/core/rmem_max") >= SOCK_BUF)
+    return SOCK_BUF;
+  return 0;
+}
+
+/* Before connect/listen, so that the window scale covers the buffers. */
+static void tune(int fd, int bufsz)
+{
+  int one = 1;
+
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (bufsz) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsz, sizeof bufsz);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsz, sizeof bufsz);
+  }
+}
+
+static int listen_any(int family, int bufsz, int *port)
 {
   struct sockaddr_storage ss;
   socklen_t sl;
@@ -1517,7 +1561,7 @@ static int listen_any(int family, int *port)
   if (family == AF_INET6)
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  tune(fd);
+  tune(fd, bufsz);
   if (bind(fd, (struct sockaddr *)&ss, sl) < 0 ||
       listen(fd, SOMAXCONN) < 0 ||
       getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
@@ -1565,7 +1609,7 @@ static int io_full(int fd, void *buf, size_t len, bool wr, double deadline)
 
 /* "host port" -> connected non-blocking socket, retrying refusals until
  * the deadline. */
-static int connect_to(const char *ep, double deadline)
+static int connect_to(const char *ep, int bufsz, double deadline)
 {
   char host[256];
   const char *sp = strrchr(ep, ' ');
@@ -1597,7 +1641,7 @@ static int connect_to(const char *ep, double deadline)
       err = -errno;
       break;
     }
-    tune(fd);
+    tune(fd, bufsz);
     err = 0;
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
       err = errno == EINPROGRESS ? 0 : -errno;
@@ -1652,13 +1696,13 @@ static bool hello_ok(const struct hello *h, uint64_t hash, int to, int n)
  * proves it belongs to this comm (magic, namespace hash, ranks), so a
  * stray connection to the port is dropped. */
 static int mesh(struct tcp_comm *c, int lfd, char **eps, uint64_t hash,
-                double deadline)
+                int bufsz, double deadline)
 {
   struct hello h, in;
   int j, got = 0, err;
 
   for (j = 0; j < c->me; j++) {
-    int fd = connect_to(eps[j], deadline);
+    int fd = connect_to(eps[j], bufsz, deadline);
 
     if (fd < 0)
       return pg__fail(fd, "tcp setup: cannot connect to rank %d at %s: "
@@ -1756,7 +1800,7 @@ int pg__tcp_create(const struct pg__setup *s, struct pg__comm **out)
   struct tcp_comm *c = calloc(1, sizeof *c);
   char **eps = calloc((size_t)s->n, sizeof *eps);
   char host[NI_MAXHOST], ep[NI_MAXHOST + 16];
-  int i, err, lfd = -1, port = 0, family;
+  int i, err, lfd = -1, port = 0, family, bufsz = sock_buf();
 
   *out = NULL;
   if (!c || !eps)
@@ -1776,7 +1820,7 @@ int pg__tcp_create(const struct pg__setup *s, struct pg__comm **out)
   }
   if (s->n > 1) {
     my_address(host, sizeof host, &family);
-    lfd = listen_any(family, &port);
+    lfd = listen_any(family, bufsz, &port);
     if (lfd < 0) {
       err = pg__fail(lfd, "tcp setup: cannot listen: %s",
                      strerror(-lfd));
@@ -1786,7 +1830,7 @@ int pg__tcp_create(const struct pg__setup *s, struct pg__comm **out)
     err = publish(s, ep, eps);
     if (err)
       goto fail;
-    err = mesh(c, lfd, eps, fnv1a(s->ns), deadline);
+    err = mesh(c, lfd, eps, fnv1a(s->ns), bufsz, deadline);
     if (err)
       goto fail;
     close(lfd);

@@ -257,7 +257,7 @@ static double deadline(void)
   return pg__now() + OP_TIMEOUT;
 }
 
-/* ---- one collective, every way -------------------------------------------- */
+/* ---- one collective, every way ------------------------------------------ */
 
 static void *xmalloc(size_t n)
 {
@@ -472,6 +472,37 @@ static void body_p2p(struct rank_ctx *rc)
   t_all_reduce(rc, 1000, PG_F32, PG_SUM, true);
 }
 
+/* Rank 2 sends rank 0 a message and leaves.  Its closed connection must
+ * not fail rank 0's send to rank 1 (sends drain every peer), and what it
+ * sent before leaving is still there to receive. */
+static void body_early_exit(struct rank_ctx *rc)
+{
+  size_t big = 3 << 20;
+  char *buf = xmalloc(big), msg[64] = "from rank 2", got[64];
+  int err;
+
+  memset(buf, 7, big);
+  if (rc->me == 2) {
+    err = rc->c->ops->send(rc->c, msg, sizeof msg, 0, 5, deadline());
+    EXPECT(rc, err == 0, "send to 0: %s", pg_err_name(err));
+  } else if (rc->me == 0) {
+    poll(NULL, 0, 300);         /* rank 2 is gone by now */
+    err = rc->c->ops->send(rc->c, buf, big, 1, 1, deadline());
+    EXPECT(rc, err == 0, "send to 1 after rank 2 left: %s",
+           pg_err_name(err));
+    err = rc->c->ops->recv(rc->c, got, sizeof got, 2, 5, deadline());
+    EXPECT(rc, err == 0 && strcmp(got, msg) == 0,
+           "recv from the departed rank 2: %s", pg_err_name(err));
+    err = rc->c->ops->recv(rc->c, got, sizeof got, 2, 5, deadline());
+    EXPECT(rc, err == -ECONNRESET, "a second recv from rank 2: %s",
+           pg_err_name(err));
+  } else {
+    err = rc->c->ops->recv(rc->c, buf, big, 0, 1, deadline());
+    EXPECT(rc, err == 0, "recv from 0: %s", pg_err_name(err));
+  }
+  free(buf);
+}
+
 /* The victim is killed by the parent mid-collective; the others must see
  * an error within the deadline, and the comm must stay failed. */
 static void body_killed(struct rank_ctx *rc)
@@ -608,23 +639,61 @@ static void child(int me, int n, int port, enum kind kind,
   _exit(rc.fails ? 1 : 0);
 }
 
+/* The store serves from a process of its own: its thread must not exist
+ * in the process that forks the ranks (a child could inherit a lock that
+ * thread holds, e.g. the allocator's under ASan).  Serves until *ctl is
+ * closed. */
+static pid_t store_proc(int *port, int *ctl)
+{
+  int up[2], down[2];
+  pid_t pid;
+
+  ck_assert_int_eq(pipe(up), 0);
+  ck_assert_int_eq(pipe(down), 0);
+  pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    pg_store_server *srv;
+    char b;
+    int p = 0;
+
+    close(up[0]);
+    close(down[1]);
+    if (pg_store_server_start("127.0.0.1", &p, &srv) != 0)
+      p = -1;
+    if (write(up[1], &p, sizeof p) != sizeof p || p < 0)
+      _exit(1);
+    while (read(down[0], &b, 1) > 0)
+      ;
+    pg_store_server_stop(srv);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  ck_assert_int_eq(read(up[0], port, sizeof *port), sizeof *port);
+  ck_assert_int_gt(*port, 0);
+  close(up[0]);
+  *ctl = down[1];
+  return pid;
+}
+
 /* Forks n ranks and waits for them (killing all at limit seconds).
  * Returns how many did not exit 0, not counting the victim (-1: none). */
 static int world(int n, enum kind kind, const int *host_of, body_fn body,
                  hook_fn hook, int victim, double limit)
 {
-  pg_store_server *srv;
-  pid_t pids[MAXN];
-  int port = 0, r, bad = 0, left = n, pfd[2];
+  pid_t pids[MAXN], store;
+  int port = 0, r, bad = 0, left = n, pfd[2], ctl;
   double end = pg__now() + limit;
 
-  ck_assert_int_eq(pg_store_server_start("127.0.0.1", &port, &srv), 0);
+  store = store_proc(&port, &ctl);
   ck_assert_int_eq(pipe(pfd), 0);
   for (r = 0; r < n; r++) {
     pids[r] = fork();
     ck_assert_int_ge(pids[r], 0);
     if (pids[r] == 0) {
       close(pfd[0]);
+      close(ctl);
       child(r, n, port, kind, host_of, body, pfd[1]);
     }
   }
@@ -662,7 +731,8 @@ static int world(int n, enum kind kind, const int *host_of, body_fn body,
       poll(NULL, 0, 5);
   }
   close(pfd[0]);
-  pg_store_server_stop(srv);
+  close(ctl);
+  waitpid(store, NULL, 0);
   return bad;
 }
 
@@ -690,6 +760,13 @@ static void kill_rank2(const pid_t *pids, int n, int ready_fd)
   poll(NULL, 0, 30);
   kill(pids[2], SIGKILL);
 }
+
+START_TEST(test_peer_left_after_send)
+{
+  ck_assert_int_eq(world(3, K_TCP, NULL, body_early_exit, NULL, -1, 30),
+                   0);
+}
+END_TEST
 
 START_TEST(test_killed_mid_collective)
 {
@@ -748,6 +825,7 @@ static Suite *pg_tcp_suite(void)
   tcase_add_loop_test(tc, test_p2p, 2, MAXN + 1);
   suite_add_tcase(s, tc);
   tcase_set_timeout(tf, 60);
+  tcase_add_test(tf, test_peer_left_after_send);
   tcase_add_test(tf, test_killed_mid_collective);
   tcase_add_test(tf, test_absent_rank_times_out);
   tcase_add_test(tf, test_mismatch_is_eproto);
@@ -765,7 +843,7 @@ int main(void)
   SRunner *sr = srunner_create(pg_tcp_suite());
   int failed;
 
-  srunner_run_all(sr, CK_NORMAL);
+  srunner_run_all(sr, CK_ENV);
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);
   return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
