@@ -26,23 +26,29 @@
  *
  * Note [algorithms]: all_reduce up to small_max bytes: everyone copies its
  * input into its buffer, publishes, and reduces all n buffers in rank order
- * (one phase; every rank computes the same bits).  Larger: chunks of up to
- * n * slice elements; per chunk, phase A: copy the slices other ranks
- * reduce into my buffer; phase B: reduce my slice (rank order: the serial
- * left fold) into my own buffer's slice; then copy every slice out.
- * reduce is the same with only the root copying out; reduce_scatter is
- * phase A plus reducing straight into recv; broadcast and all_gather copy
- * through the writer's buffer, one phase per chunk.  send/recv use a byte
- * ring per ordered pair (header: tag and length; a message that does not
- * match the tag asked for is moved into a private queue).
+ * (one phase; every rank computes the same bits).  Larger: a reduce-scatter
+ * + all-gather, pipelined in chunks of up to n slices (a chunk of every
+ * rank fits its buffer, which stays in cache); per chunk, phase A: copy the
+ * slices the other ranks reduce into my buffer; phase B: reduce my slice
+ * (in rank order: the serial left fold, so every element has one writer
+ * and all ranks get the same bits) into my own buffer's slice and, while
+ * it is in cache, into my output; then copy the other slices out.  reduce
+ * is the same with only the root reducing (small) or copying out (large);
+ * reduce_scatter is phase A plus reducing straight into recv; broadcast
+ * and all_gather copy through the writer's buffer, one phase per chunk.
+ * send/recv use a byte ring per ordered pair (header: tag and length; a
+ * message that does not match the tag asked for is moved into a private
+ * queue; a message larger than the ring streams through it).
  *
- * Note [waiting]: spin (when ranks do not outnumber the CPUs we may run
- * on), yield a few times, then sleep on the counter word with FUTEX_WAIT
- * (shared futexes: the word lives in the segment) for at most 10 ms; a
- * writer wakes only when the word's waiters count says someone sleeps.
+ * Note [waiting]: spin for SPIN_S (only when ranks do not outnumber the
+ * CPUs we may run on), then yield with short spins in between until
+ * YIELD_S (the peer may need this very CPU), then sleep on the counter
+ * word with FUTEX_WAIT (shared futexes: the word lives in the segment)
+ * for at most SLEEP_SLICE at a time; a writer calls FUTEX_WAKE only when
+ * the word's waiters count says someone sleeps.
  * Between sleeps a waiter checks the deadline, the abort word, and whether
- * a peer died (a pidfd per peer, readable once the process is gone, zombie
- * or not; kill(pid, 0) where pidfd_open is missing).  The first rank that
+ * the peer it waits for died (a pidfd per peer, readable once the process
+ * is gone, zombie or not; kill(pid, 0) where pidfd_open is missing).  The first rank that
  * fails sets the abort word and wakes every sleeper, so the others fail at
  * once instead of at their own deadlines; a failed comm fails every later
  * op. */
@@ -72,17 +78,23 @@
 #define SHM_VERSION 1u
 #define MSG_MAGIC 0x6d736731u
 
-#define BUF_DEFAULT (1u << 20)
+#define BUF_DEFAULT (512u << 10)
 #define BUF_MIN (64u << 10)
 #define SEG_CAP ((size_t)256 << 20)   /* n * NBUF * buf at most */
-#define RING_TOTAL ((size_t)16 << 20)
+#define RING_TOTAL ((size_t)4 << 20)
 #define RING_MAX (256u << 10)
 #define RING_MIN (4u << 10)
-#define SMALL_MAX (32u << 10)
+/* all_reduce/reduce in one phase up to this many bytes (Note
+ * [algorithms]).  Measured on 2 cores: with a CPU per rank the two-phase
+ * path is as fast from 2 KiB on (it reads less of the peers' data); when
+ * ranks outnumber CPUs every phase costs a context switch, and one phase
+ * wins up to about 8 KiB. */
+#define SMALL_SPIN 2048u
+#define SMALL_SLEEP 8192u
 
-#define SPIN_NS 50000.0
-#define YIELDS 16
-#define SLEEP_SLICE 0.010
+#define SPIN_S 10e-6        /* pure spinning */
+#define YIELD_S 1e-3        /* then yielding, then futex sleeps of */
+#define SLEEP_SLICE 0.010   /* at most this (liveness checks between) */
 
 struct shm_hdr {
   uint32_t magic, version, n, nbuf;
@@ -259,33 +271,23 @@ static int check_abort(struct shm_comm *c)
                   r, (int)c->pid[r], pg_err_name(err), c->what);
 }
 
-/* The first peer found dead, or -1. */
-static int dead_peer(struct shm_comm *c)
+/* Whether rank r's process is gone (exited, killed, a zombie).  Only the
+ * rank waited for is checked: a rank that finished its part and exited is
+ * no failure, and one that waits for a dead rank finds out itself and
+ * aborts the comm. */
+static bool peer_dead(struct shm_comm *c, int r)
 {
-  struct pollfd pfd[64];
-  int i, k, base;
+  struct pollfd pfd;
 
-  for (base = 0; base < c->n; base += 64) {
-    int m = c->n - base < 64 ? c->n - base : 64;
-
-    for (k = 0; k < m; k++) {
-      i = base + k;
-      pfd[k].fd = i == c->me ? -1 : c->pidfd[i];
-      pfd[k].events = POLLIN;
-      pfd[k].revents = 0;
-    }
-    if (poll(pfd, (nfds_t)m, 0) > 0)
-      for (k = 0; k < m; k++)
-        if (pfd[k].revents)
-          return base + k;
-    for (k = 0; k < m; k++) {
-      i = base + k;
-      if (i != c->me && c->pidfd[i] < 0 && c->pid[i] > 0 &&
-          kill(c->pid[i], 0) < 0 && errno == ESRCH)
-        return i;
-    }
+  if (r == c->me || c->pid[r] <= 0)
+    return false;
+  if (c->pidfd[r] >= 0) {
+    pfd.fd = c->pidfd[r];
+    pfd.events = POLLIN;
+    pfd.revents = 0;
+    return poll(&pfd, 1, 0) > 0 && pfd.revents != 0;
   }
-  return -1;
+  return kill(c->pid[r], 0) < 0 && errno == ESRCH;
 }
 
 static int ok_before(struct shm_comm *c)
@@ -300,31 +302,40 @@ static int ok_before(struct shm_comm *c)
 static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
                    uint32_t target, int peer, double deadline)
 {
-  double start = 0, now;
-  int i, err, dead;
+  double start, now;
+  int i, err;
   bool slept_out = false;
 
   if (ge32(load_acq(w), target))
     return 0;
-  if (c->spin) {
-    start = pg__now();
-    for (;;) {
-      for (i = 0; i < 64; i++) {
-        if (ge32(load_acq(w), target))
-          return 0;
-        cpu_relax();
-      }
-      if ((err = check_abort(c)) != 0)
-        return err;
-      now = pg__now();
-      if (now - start > SPIN_NS * 1e-9 || now >= deadline)
-        break;
+  start = pg__now();
+  /* Spin, when every rank can have a CPU of its own. */
+  while (c->spin) {
+    for (i = 0; i < 64; i++) {
+      if (ge32(load_acq(w), target))
+        return 0;
+      cpu_relax();
     }
+    if ((err = check_abort(c)) != 0)
+      return err;
+    now = pg__now();
+    if (now - start > SPIN_S || now >= deadline)
+      break;
   }
-  for (i = 0; i < YIELDS; i++) {
+  /* Yield with short spins in between: the peer may be waiting for this
+   * very CPU (other load, or more ranks than CPUs). */
+  for (;;) {
     sched_yield();
-    if (ge32(load_acq(w), target))
-      return 0;
+    for (i = 0; i < 16; i++) {
+      if (ge32(load_acq(w), target))
+        return 0;
+      cpu_relax();
+    }
+    if ((err = check_abort(c)) != 0)
+      return err;
+    now = pg__now();
+    if (now - start > YIELD_S || now >= deadline)
+      break;
   }
   for (;;) {
     uint32_t v;
@@ -339,11 +350,11 @@ static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
                c->what, peer, (int)c->pid[peer]);
       return poison(c, -ETIMEDOUT);
     }
-    if (slept_out && (dead = dead_peer(c)) >= 0) {
+    if (slept_out && peer_dead(c, peer)) {
       if (ge32(load_acq(w), target))
         return 0;
-      pg__fail(-ECONNRESET, "shm: rank %d (pid %d) died during %s", dead,
-               (int)c->pid[dead], c->what);
+      pg__fail(-ECONNRESET, "shm: rank %d (pid %d) died during %s", peer,
+               (int)c->pid[peer], c->what);
       return poison(c, -ECONNRESET);
     }
     __atomic_add_fetch(waiters, 1, __ATOMIC_SEQ_CST);
@@ -500,7 +511,8 @@ static int reduce_large(struct shm_comm *c, const void *send, void *recv,
     phase(c);
     if ((err = wait_all(c, c->seq, deadline)) != 0)
       return err;
-    /* Phase B: my slice, in rank order, into my own buffer. */
+    /* Phase B: my slice, in rank order, into my own buffer (and, while
+     * it is still in cache, into my output). */
     lo = (size_t)me * s;
     if ((m = slice_len(cn, s, me)) != 0) {
       for (r = 0; r < c->n; r++)
@@ -508,6 +520,8 @@ static int reduce_large(struct shm_comm *c, const void *send, void *recv,
       reduce_n(t, op, mine + lo * esz, srcs, c->n, m);
       if (op == PG_AVG)
         pg__avg_finish(t, mine + lo * esz, m, c->n);
+      if (root < 0 || root == me)
+        memcpy(out + (off + lo) * esz, mine + lo * esz, m * esz);
     }
     phase(c);
     c->free_at[b] = c->seq + 1;
@@ -516,7 +530,7 @@ static int reduce_large(struct shm_comm *c, const void *send, void *recv,
     if ((err = wait_all(c, c->seq, deadline)) != 0)
       return err;
     for (r = 0; r < c->n; r++)
-      if ((m = slice_len(cn, s, r)) != 0)
+      if (r != me && (m = slice_len(cn, s, r)) != 0)
         memcpy(out + (off + (size_t)r * s) * esz,
                buf_of(c, r, b) + (size_t)r * s * esz, m * esz);
   }
@@ -943,23 +957,15 @@ static size_t pow2_floor(size_t x)
   return p;
 }
 
-/* Buffer bytes: $PG_SHM_BUF (a tuning knob) or BUF_DEFAULT, capped so
- * the buffers of all ranks stay within SEG_CAP. */
+/* Buffer bytes: BUF_DEFAULT (chunks that stay in L2/L3: measured best
+ * between 256 KiB and 1 MiB), capped so the buffers of all ranks stay
+ * within SEG_CAP, at least 16 elements of 8 bytes per rank. */
 static size_t default_buf(int n)
 {
-  const char *e = getenv("PG_SHM_BUF");
   size_t buf = BUF_DEFAULT, cap = SEG_CAP / ((size_t)n * NBUF);
 
-  if (e && *e) {
-    char *end;
-    unsigned long long v = strtoull(e, &end, 10);
-
-    if (*end == '\0' && v >= 4096)
-      buf = (size_t)v;
-  }
   if (buf > cap)
     buf = cap;
-  /* At least 16 elements of 8 bytes per rank in a chunk. */
   if (buf < (size_t)n * 128)
     buf = (size_t)n * 128;
   return align_up(buf, 4096);
@@ -1102,8 +1108,12 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
   size_t *lens = NULL, size = 0;
   int i, err, n = s->n, me = s->me;
   double timeout = s->timeout > 0 ? s->timeout : 300;
+  unsigned long long pidns = 0;
+  struct stat nsst;
 
   *out = NULL;
+  if (stat("/proc/self/ns/pid", &nsst) == 0)
+    pidns = (unsigned long long)nsst.st_ino;
   if (n < 1 || me < 0 || me >= n)
     return pg__fail(-EINVAL, "shm: bad communicator (%d of %d)", me, n);
   c = calloc(1, sizeof *c);
@@ -1161,11 +1171,12 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
   free(vals[0]);
   vals[0] = NULL;
 
-  /* Exchange 2: everyone's pid, or its failure; then rank 0 unlinks. */
+  /* Exchange 2: everyone's pid and pid namespace, or its failure; then
+   * rank 0 unlinks. */
   if (err)
     snprintf(val, sizeof val, "! %d", err);
   else
-    snprintf(val, sizeof val, "%d", (int)getpid());
+    snprintf(val, sizeof val, "%d %llu", (int)getpid(), pidns);
   for (i = 0; i < n; i++) {
     keys[i] = malloc(16);
     if (!keys[i]) {
@@ -1185,14 +1196,15 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
     shm_unlink(name);
   for (i = 0; !err && i < n; i++) {
     const char *v = vals[i];
+    unsigned long long ns;
     int pid;
 
-    if (!v || lens[i] == 0 || v[lens[i] - 1] != '\0' ||
-        sscanf(v, "%d", &pid) != 1 || v[0] == '!')
+    if (!v || lens[i] == 0 || v[lens[i] - 1] != '\0' || v[0] == '!' ||
+        sscanf(v, "%d %llu", &pid, &ns) != 2)
       err = pg__fail(-ECONNRESET, "shm: rank %d could not attach the "
                      "shared memory segment", i);
-    else
-      c->pid[i] = (pid_t)pid;
+    else  /* A pid from another pid namespace means nothing here. */
+      c->pid[i] = ns == pidns ? (pid_t)pid : 0;
   }
   if (err)
     goto fail;
@@ -1203,14 +1215,18 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
   c->rc = (struct shm_ring *)(c->map + l.ring_ctl_off);
   c->bufs = c->map + l.buf_off;
   c->rings = c->map + l.ring_off;
-  c->small_max = c->buf < SMALL_MAX ? c->buf : SMALL_MAX;
   c->spin = n <= usable_cpus();
+  c->small_max = c->spin ? SMALL_SPIN : SMALL_SLEEP;
+  if (c->small_max > c->buf)
+    c->small_max = c->buf;
   __atomic_store_n(&c->rk[me].pid, (int32_t)getpid(), __ATOMIC_RELAXED);
   for (i = 0; i < n; i++)
-    if (i != me)
+    if (i != me && c->pid[i] > 0)
       c->pidfd[i] = open_pidfd(c->pid[i]);
-  for (i = 0; i < n; i++)
+  for (i = 0; i < n; i++) {
     free(keys[i]);
+    free(vals[i]);
+  }
   free(keys);
   free(vals);
   free(lens);

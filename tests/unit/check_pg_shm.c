@@ -102,6 +102,45 @@ static void rank_teardown(struct rank *r)
 
 typedef void (*rank_fn)(struct rank *r, void *arg);
 
+/* Waits for the ranks, at most RANKS_LIMIT seconds: a hang kills them all
+ * and fails the test (the comm's own deadlines should make that
+ * impossible). */
+#define RANKS_LIMIT 240.0
+
+/* A rank reaped only once all others have exited (-1: none): a killed
+ * rank then stays a zombie while its peers notice, as it would under a
+ * parent that is slow to wait. */
+static int reap_last = -1;
+
+static void reap(pid_t *pids, int n, int *st)
+{
+  double end = pg__now() + RANKS_LIMIT;
+  int left = n, i;
+  bool done[MAXN] = { false };
+
+  while (left > 0) {
+    for (i = 0; i < n; i++)
+      if (!done[i] && (i != reap_last || left == 1) &&
+          waitpid(pids[i], &st[i], WNOHANG) == pids[i]) {
+        done[i] = true;
+        left--;
+      }
+    if (left == 0)
+      break;
+    if (pg__now() > end) {
+      for (i = 0; i < n; i++)
+        if (!done[i])
+          kill(pids[i], SIGKILL);
+      for (i = 0; i < n; i++)
+        if (!done[i])
+          waitpid(pids[i], &st[i], 0);
+      ck_abort_msg("%d of %d ranks still running after %.0f s", left, n,
+                   RANKS_LIMIT);
+    }
+    usleep(2000);
+  }
+}
+
 /* Forks n ranks running fn; returns their exit statuses in st[]. */
 static void run_ranks(int n, rank_fn fn, void *arg, pid_t *pids, int *st,
                       void (*while_running)(pid_t *pids, int n))
@@ -123,9 +162,7 @@ static void run_ranks(int n, rank_fn fn, void *arg, pid_t *pids, int *st,
   }
   if (while_running)
     while_running(pids, n);
-  for (i = 0; i < n; i++) {
-    ck_assert_int_eq(waitpid(pids[i], &st[i], 0), pids[i]);
-  }
+  reap(pids, n, st);
 }
 
 static void expect_clean_exits(int n, const int *st)
@@ -138,23 +175,46 @@ static void expect_clean_exits(int n, const int *st)
                   n, st[i]);
 }
 
-static pg_store_server *srv;
+/* The store serves from a process of its own: the test process must stay
+ * single-threaded, or a rank forked while the server thread holds a lock
+ * (malloc's, the sanitizers') would deadlock. */
+static pid_t store_pid;
 
 static void setup(void)
 {
-  int err;
+  int fds[2];
+  ssize_t got;
 
   res = mmap(NULL, sizeof *res, PROT_READ | PROT_WRITE,
              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ck_assert_ptr_ne(res, MAP_FAILED);
-  store_port = 0;
-  err = pg_store_server_start("127.0.0.1", &store_port, &srv);
-  ck_assert_int_eq(err, 0);
+  ck_assert_int_eq(pipe(fds), 0);
+  store_pid = fork();
+  ck_assert_int_ge(store_pid, 0);
+  if (store_pid == 0) {
+    pg_store_server *srv;
+    int port = 0;
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(fds[0]);
+    if (pg_store_server_start("127.0.0.1", &port, &srv) != 0)
+      port = -1;
+    if (write(fds[1], &port, sizeof port) != (ssize_t)sizeof port)
+      _exit(1);
+    for (;;)
+      pause();
+  }
+  close(fds[1]);
+  got = read(fds[0], &store_port, sizeof store_port);
+  close(fds[0]);
+  ck_assert_int_eq(got, sizeof store_port);
+  ck_assert_int_gt(store_port, 0);
 }
 
 static void teardown(void)
 {
-  pg_store_server_stop(srv);
+  kill(store_pid, SIGKILL);
+  waitpid(store_pid, NULL, 0);
   munmap(res, sizeof *res);
 }
 
@@ -766,7 +826,9 @@ START_TEST(test_killed_rank)
   int st[KILL_N], i;
   pid_t pids[KILL_N];
 
+  reap_last = KILL_VICTIM;
   run_ranks(KILL_N, kill_loop, NULL, pids, st, kill_victim);
+  reap_last = -1;
   ck_assert(WIFSIGNALED(st[KILL_VICTIM]) &&
             WTERMSIG(st[KILL_VICTIM]) == SIGKILL);
   for (i = 0; i < KILL_N; i++) {
@@ -821,6 +883,38 @@ START_TEST(test_no_show)
                   "rank %d: %.3f s", i, res->elapsed[i]);
   }
   ck_assert(res->err[0] == -ETIMEDOUT || res->err[1] == -ETIMEDOUT);
+}
+END_TEST
+
+/* A rank that has done its part and exited is no failure: rank 1 leaves
+ * right after a reduce to rank 0 that rank 2 joins late (0 sleeps on 2
+ * meanwhile, and must not mind that 1 is gone). */
+static void early_exit(struct rank *r, void *arg)
+{
+  int32_t x[100], y[100], i, err;
+  struct timespec ts = { 0, 300 * 1000000 };
+
+  (void)arg;
+  rank_setup(r, "early/", 10);
+  for (i = 0; i < 100; i++)
+    x[i] = r->me + i;
+  if (r->me == 2)
+    nanosleep(&ts, NULL);
+  err = r->c->ops->reduce(r->c, x, y, 100, PG_I32, PG_SUM, 0, deadline(r));
+  RCHECK(r, err == 0, "reduce: %s: %s", pg_err_name(err), pg_last_error());
+  if (r->me == 0)
+    for (i = 0; i < 100; i++)
+      RCHECK(r, y[i] == 3 + 3 * i, "y[%d] = %d", i, y[i]);
+  rank_teardown(r);
+}
+
+START_TEST(test_early_exit)
+{
+  int st[3];
+  pid_t pids[3];
+
+  run_ranks(3, early_exit, NULL, pids, st, NULL);
+  expect_clean_exits(3, st);
 }
 END_TEST
 
@@ -907,6 +1001,7 @@ static Suite *pg_shm_suite(void)
   tcase_add_test(tf, test_killed_rank);
   tcase_add_test(tf, test_no_show);
   tcase_add_test(tf, test_unlinked);
+  tcase_add_test(tf, test_early_exit);
   suite_add_tcase(s, tf);
   return s;
 }
