@@ -53,6 +53,7 @@ struct worker {
   char dir[PATH_MAX];           /* attempt_<k>/<local_rank> */
   char error_file[PATH_MAX + 16];
   struct tee_stream out, err;
+  struct spawn_pending pending; /* between spawn_start and spawn_finish */
 };
 
 enum agent_state {
@@ -684,7 +685,9 @@ static int register_group(void *ctx, pid_t pid)
   return guardian_watch(&a->guardian, pid);
 }
 
-/* Prepares attempt_<k>/<local_rank>/ and spawns one worker. */
+/* Prepares attempt_<k>/<local_rank>/ and starts one worker; on_round
+ * then waits for every worker's exec at once (spawn_finish), so the
+ * workers exec in parallel. */
 static int start_worker(struct agent *a, struct worker *w, int attempt)
 {
   const struct agent_opts *o = a->o;
@@ -738,27 +741,45 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   so.stderr_fd = err_fd;
   so.before_exec = register_group;
   so.ctx = a;
-  err = spawn_worker(&so, &w->pid);
+  err = spawn_start(&so, &w->pending);
   /* The worker has its own copies now; EOF on the tee pipes must come
    * only from the worker's side. */
   if (close_out >= 0)
     close(close_out);
   if (close_err >= 0)
     close(close_err);
-  if (err == 0)
-    w->running = true;
-  else
-    w->pid = 0;
 out_env:
   workerenv_free(env);
   return err;
+}
+
+/* A worker could not be started: fail without restarting (a target
+ * that cannot be executed will not be executable next time either). */
+static void start_failed(struct agent *a, struct worker *w, int err)
+{
+  if (err == -ENOENT || err == -EACCES || err == -ENOEXEC ||
+      err == -ENOTDIR || err == -EISDIR || err == -ELOOP) {
+    char msg[PATH_MAX + 64];
+
+    snprintf(msg, sizeof msg, "cannot execute '%s': %s", a->o->cmd[0],
+             strerror(-err));
+    agent_log("%s", msg);
+    a->exit_status = err == -ENOENT ? AGENT_EXIT_NOT_FOUND
+                                    : AGENT_EXIT_NOT_EXECUTABLE;
+    record_failure(a, w, 0, a->exit_status, msg);
+  } else {
+    agent_log("cannot start worker %d: %s", w->rank, strerror(-err));
+    a->exit_status = AGENT_EXIT_INTERNAL;
+  }
+  begin_stop(a, STOP_FATAL, SIGTERM);
 }
 
 static void on_round(void *ctx, const struct rdzv_assignment *as)
 {
   struct agent *a = ctx;
   char path[PATH_MAX + 32];
-  int i, err;
+  struct worker *bad = NULL;
+  int i, err, first_err = 0, started;
 
   if (a->state != ST_RENDEZVOUS)
     return;
@@ -781,25 +802,29 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
     w->pid = 0;
     w->running = false;
     err = start_worker(a, w, as->restart_count);
-    if (err == 0)
-      continue;
-    if (err == -ENOENT || err == -EACCES || err == -ENOEXEC ||
-        err == -ENOTDIR || err == -EISDIR || err == -ELOOP) {
-      char msg[PATH_MAX + 64];
-
-      snprintf(msg, sizeof msg, "cannot execute '%s': %s", a->o->cmd[0],
-               strerror(-err));
-      agent_log("%s", msg);
-      a->exit_status = err == -ENOENT ? AGENT_EXIT_NOT_FOUND
-                                      : AGENT_EXIT_NOT_EXECUTABLE;
-      record_failure(a, w, 0, a->exit_status, msg);
-    } else {
-      agent_log("cannot start worker %d: %s", w->rank, strerror(-err));
-      a->exit_status = AGENT_EXIT_INTERNAL;
+    if (err) {
+      first_err = err;
+      bad = w;
+      break;
     }
-    begin_stop(a, STOP_FATAL, SIGTERM);
-    return;
   }
+  started = i;
+  for (i = 0; i < started; i++) {
+    struct worker *w = &a->workers[i];
+
+    err = spawn_finish(&w->pending, &w->pid);
+    if (err == 0) {
+      w->running = true;
+    } else {
+      w->pid = 0;
+      if (!first_err) {
+        first_err = err;
+        bad = w;
+      }
+    }
+  }
+  if (first_err)
+    start_failed(a, bad, first_err);
 }
 
 static void on_restart(void *ctx, const char *reason)

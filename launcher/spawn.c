@@ -71,14 +71,16 @@ static void child_main(const struct spawn_opts *o, pid_t agent, int errpipe,
   child_fail(errpipe, errno);
 }
 
-int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
+int spawn_start(const struct spawn_opts *o, struct spawn_pending *p)
 {
   int errpipe[2], gopipe[2];
   sigset_t all, old;
   pid_t agent = getpid(), pid;
-  int err = 0, child_err = 0, status;
+  int err = 0, status;
   ssize_t n;
 
+  p->pid = 0;
+  p->errfd = -1;
   if (pipe2(errpipe, O_CLOEXEC) < 0)
     return -errno;
   if (pipe2(gopipe, O_CLOEXEC) < 0) {
@@ -110,24 +112,14 @@ int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
     while (n < 0 && errno == EINTR);
   }
   close(gopipe[1]);   /* on error the child reads EOF and exits */
-  gopipe[1] = -1;
-
-  /* EOF: exec succeeded (the CLOEXEC end closed); an int: it failed. */
-  do
-    n = read(errpipe[0], &child_err, sizeof child_err);
-  while (n < 0 && errno == EINTR);
-  close(errpipe[0]);
-
-  if (err == 0 && n == (ssize_t)sizeof child_err)
-    err = -child_err;
-  if (err == 0 && n != 0 && n != (ssize_t)sizeof child_err)
-    err = -EPROTO;
   if (err) {
+    close(errpipe[0]);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
       ;
     return err;
   }
-  *pid_out = pid;
+  p->pid = pid;
+  p->errfd = errpipe[0];
   return 0;
 
 fail_fork:
@@ -138,4 +130,36 @@ fail_gopipe:
   close(errpipe[0]);
   close(errpipe[1]);
   return err;
+}
+
+int spawn_finish(struct spawn_pending *p, pid_t *pid_out)
+{
+  int child_err = 0, status, err = 0;
+  ssize_t n;
+
+  /* EOF: exec succeeded (the CLOEXEC end closed); an int: it failed. */
+  do
+    n = read(p->errfd, &child_err, sizeof child_err);
+  while (n < 0 && errno == EINTR);
+  close(p->errfd);
+  p->errfd = -1;
+  if (n == (ssize_t)sizeof child_err)
+    err = -child_err;
+  else if (n != 0)
+    err = -EPROTO;
+  if (err) {
+    while (waitpid(p->pid, &status, 0) < 0 && errno == EINTR)
+      ;
+    return err;
+  }
+  *pid_out = p->pid;
+  return 0;
+}
+
+int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
+{
+  struct spawn_pending p;
+  int err = spawn_start(o, &p);
+
+  return err ? err : spawn_finish(&p, pid_out);
 }

@@ -37,4 +37,16 @@ struct spawn_opts {
  * runs in the child. */
 int spawn_worker(const struct spawn_opts *o, pid_t *pid);
 
+/* spawn_worker in two halves, so that several workers exec in parallel:
+ * spawn_start forks and releases the child (0, or an error after reaping
+ * it); spawn_finish waits for its exec and returns what spawn_worker
+ * would.  Every successful spawn_start needs its spawn_finish. */
+struct spawn_pending {
+  pid_t pid;
+  int errfd;      /* read end of the exec-error pipe */
+};
+
+int spawn_start(const struct spawn_opts *o, struct spawn_pending *p);
+int spawn_finish(struct spawn_pending *p, pid_t *pid);
+
 #endif
