@@ -6,6 +6,8 @@
 #   make bench        scripts/bench/launch
 #   make install      PREFIX=/usr/local
 
+.DEFAULT_GOAL := all
+
 CC      ?= gcc
 PREFIX  ?= /usr/local
 PKGS    := libuv libcjson

@@ -1,9 +1,10 @@
 #!/bin/bash
-# examples/train_mlp under cdrun: 1 and 4 workers over one global batch
-# end at the same parameters; a worker SIGKILLed mid-run is restarted,
-# resumes from the checkpoint and ends bitwise equal to an uninterrupted
-# run; a run checkpointed by 2 workers finishes with 4; bad flags and a
-# checkpoint written for other flags exit 2.
+# examples/train_mlp under cdrun: 1 and 4 workers over one global batch,
+# and the reducer and --no-reducer, end at the same parameters; a worker
+# SIGKILLed mid-run is restarted, resumes from the checkpoint and ends
+# bitwise equal to an uninterrupted run; a run checkpointed by 2 workers
+# finishes with 4; bad flags and a checkpoint written for other flags
+# exit 2.
 . "$(dirname "$0")/lib.sh"
 
 TRAIN=$(dirname "$CDRUN")/train_mlp
@@ -49,6 +50,11 @@ expect_grep '^train_mlp: 4 workers .* global batch 128 \(32 per worker\)' \
 expect_grep '^epoch 3/3: loss [0-9.]+ train-acc' "$T/four.log"
 close "$(sums one)" "$(sums four)" ||
   fail "1 vs 4 workers: $(sums one) vs $(sums four)"
+# The reducer averages as one all-reduce per gradient does.
+train serial 4 "$TRAIN" "${SMALL[@]}" --ckpt-dir "$T/serial.ckpt" \
+  --no-reducer
+close "$(sums serial)" "$(sums four)" ||
+  fail "reducer vs --no-reducer: $(sums four) vs $(sums serial)"
 # It learns: the loss falls epoch after epoch.
 awk '/^epoch/ { l = $4 + 0; if (n++ && l >= prev) bad = 1; prev = l }
      END { exit bad || n != 3 }' "$T/four.log" ||
