@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "errfile.h"
+#include "say.h"
 #include "guardian.h"
 #include "logs.h"
 #include "spawn.h"
@@ -106,29 +107,6 @@ struct agent {
 
 static void check_stopped(struct agent *a);
 
-static void agent_log(const char *fmt, ...)
-  __attribute__((format(printf, 1, 2)));
-
-/* Every agent message goes to stderr with the program's name, in one
- * write so that it does not interleave with tee'd worker lines. */
-static void agent_log(const char *fmt, ...)
-{
-  char buf[1024];
-  va_list ap;
-  int n;
-
-  n = snprintf(buf, sizeof buf, "cdrun: ");
-  va_start(ap, fmt);
-  n += vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  if (n > (int)sizeof buf - 2)
-    n = (int)sizeof buf - 2;
-  buf[n++] = '\n';
-  if (write(2, buf, (size_t)n) < 0) {
-    /* Nothing better to do when stderr is gone. */
-  }
-}
-
 static void agent_event(struct agent *a, const char *name, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
 
@@ -145,7 +123,7 @@ static void agent_event(struct agent *a, const char *name, const char *fmt,
   va_start(ap, fmt);
   vsnprintf(detail, sizeof detail, fmt, ap);
   va_end(ap);
-  agent_log("event %s run_id=%s round=%d %s", name, a->o->run_id,
+  say("event %s run_id=%s round=%d %s", name, a->o->run_id,
             a->assign.round, detail);
 }
 
@@ -462,7 +440,7 @@ static void grace_expired(uv_timer_t *t)
   struct agent *a = t->data;
 
   if (any_running(a)) {
-    agent_log("workers still running %.0f s after %s; sending SIGKILL",
+    say("workers still running %.0f s after %s; sending SIGKILL",
               a->o->grace_s, signame(a->stop_signal));
     kill_running(a, SIGKILL);
   }
@@ -503,7 +481,7 @@ static void join_round(struct agent *a, enum rdzv_join_reason why)
   a->state = ST_RENDEZVOUS;
   err = a->rdzv->ops->join(a->rdzv, why);
   if (err) {
-    agent_log("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
+    say("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
               uv_strerror(err));
     finish(a, AGENT_EXIT_INTERNAL);
   }
@@ -520,13 +498,13 @@ static void group_finished(struct agent *a)
     a->state = ST_BARRIER;
     err = a->rdzv->ops->exit_barrier(a->rdzv);
     if (err) {
-      agent_log("exit barrier: %s", uv_strerror(err));
+      say("exit barrier: %s", uv_strerror(err));
       finish(a, AGENT_EXIT_INTERNAL);
     }
     return;
   case STOP_FAILURE:
     if (a->assign.restart_count < a->o->max_restarts) {
-      agent_log("worker group failed; restarting it (%d of %d restarts "
+      say("worker group failed; restarting it (%d of %d restarts "
                 "used)", a->assign.restart_count + 1, a->o->max_restarts);
       agent_event(a, "RESTART", "restart_count=%d",
                   a->assign.restart_count + 1);
@@ -627,7 +605,7 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
   code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
   if (a->state == ST_STOPPING && a->reason == STOP_FAILURE &&
       is_cofailure(a, code)) {
-    agent_log("worker %d (local rank %d, pid %d) failed too (%s %d)",
+    say("worker %d (local rank %d, pid %d) failed too (%s %d)",
               w->rank, w->local_rank, (int)w->pid,
               code < 0 ? "signal" : "status", code < 0 ? -code : code);
     record_failure(a, w, w->pid, code, NULL);
@@ -638,10 +616,10 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
   }
   if (code != 0) {
     if (code < 0)
-      agent_log("worker %d (local rank %d, pid %d) was killed by %s",
+      say("worker %d (local rank %d, pid %d) was killed by %s",
                 w->rank, w->local_rank, (int)w->pid, signame(-code));
     else
-      agent_log("worker %d (local rank %d, pid %d) exited with status %d",
+      say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
     record_failure(a, w, w->pid, code, NULL);
     report_failure(a, w, code);
@@ -662,7 +640,7 @@ static void on_sigchld(uv_signal_t *h, int signum)
 
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
     if (pid == a->guardian.pid) {
-      agent_log("the guardian process died; workers may outlive cdrun "
+      say("the guardian process died; workers may outlive cdrun "
                 "if it is killed");
       a->guardian.pid = 0;
       continue;
@@ -763,12 +741,12 @@ static void start_failed(struct agent *a, struct worker *w, int err)
 
     snprintf(msg, sizeof msg, "cannot execute '%s': %s", a->o->cmd[0],
              strerror(-err));
-    agent_log("%s", msg);
+    say("%s", msg);
     a->exit_status = err == -ENOENT ? AGENT_EXIT_NOT_FOUND
                                     : AGENT_EXIT_NOT_EXECUTABLE;
     record_failure(a, w, 0, a->exit_status, msg);
   } else {
-    agent_log("cannot start worker %d: %s", w->rank, strerror(-err));
+    say("cannot start worker %d: %s", w->rank, strerror(-err));
     a->exit_status = AGENT_EXIT_INTERNAL;
   }
   begin_stop(a, STOP_FATAL, SIGTERM);
@@ -834,13 +812,13 @@ static void on_restart(void *ctx, const char *reason)
   if (a->state == ST_BARRIER) {
     /* Our workers are done but another node's are not: the job goes on
      * in a new round, and so do we. */
-    agent_log("the job needs a new round: %s", reason);
+    say("the job needs a new round: %s", reason);
     join_round(a, RDZV_JOIN_MEMBERSHIP);
     return;
   }
   if (a->state != ST_RUNNING)
     return;
-  agent_log("restarting the worker group: %s", reason);
+  say("restarting the worker group: %s", reason);
   begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
 }
 
@@ -849,11 +827,11 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
   struct agent *a = ctx;
 
   if (err == 0 && a->state != ST_RUNNING && a->state != ST_STOPPING) {
-    agent_log("%s", message);
+    say("%s", message);
     finish(a, 0);
     return;
   }
-  agent_log("rendezvous failed: %s", message);
+  say("rendezvous failed: %s", message);
   if (a->state == ST_RUNNING) {
     begin_stop(a, STOP_FATAL, SIGTERM);
     a->exit_status = AGENT_EXIT_INTERNAL;
@@ -867,7 +845,7 @@ static void on_barrier(void *ctx, int err)
   struct agent *a = ctx;
 
   if (err)
-    agent_log("exit barrier failed: %s", uv_strerror(err));
+    say("exit barrier failed: %s", uv_strerror(err));
   finish(a, err ? AGENT_EXIT_INTERNAL : 0);
 }
 
@@ -882,11 +860,11 @@ static void on_signal(uv_signal_t *h, int signum)
   switch (a->state) {
   case ST_RENDEZVOUS:
   case ST_BARRIER:
-    agent_log("received %s; exiting", signame(signum));
+    say("received %s; exiting", signame(signum));
     finish(a, 128 + signum);
     return;
   case ST_RUNNING:
-    agent_log("received %s; forwarding it to the workers (SIGKILL in "
+    say("received %s; forwarding it to the workers (SIGKILL in "
               "%.0f s, or at once on a second signal)", signame(signum),
               a->o->grace_s);
     begin_stop(a, STOP_SIGNAL, signum);
@@ -902,7 +880,7 @@ static void on_signal(uv_signal_t *h, int signum)
       }
     }
     if (any_running(a)) {
-      agent_log("received %s again; killing the workers now",
+      say("received %s again; killing the workers now",
                 signame(signum));
       kill_running(a, SIGKILL);
     }
@@ -981,7 +959,7 @@ int agent_run(const struct agent_opts *o)
   a.workers = calloc((size_t)o->nproc, sizeof *a.workers);
   a.sigs = calloc((size_t)(o->nsignals ? o->nsignals : 1), sizeof *a.sigs);
   if (!a.workers || !a.sigs) {
-    agent_log("out of memory");
+    say("out of memory");
     free(a.workers);
     free(a.sigs);
     return AGENT_EXIT_INTERNAL;
@@ -991,17 +969,17 @@ int agent_run(const struct agent_opts *o)
    * little as possible.  See Note [no orphans]. */
   err = guardian_start(&a.guardian);
   if (err) {
-    agent_log("cannot start the guardian process: %s", strerror(-err));
+    say("cannot start the guardian process: %s", strerror(-err));
     goto out_free;
   }
   err = uv_loop_init(&a.loop);
   if (err) {
-    agent_log("cannot create the event loop: %s", uv_strerror(err));
+    say("cannot create the event loop: %s", uv_strerror(err));
     goto out_guardian;
   }
   err = agent_init_handles(&a);
   if (err) {
-    agent_log("cannot set up the agent: %s", uv_strerror(err));
+    say("cannot set up the agent: %s", uv_strerror(err));
     finish(&a, AGENT_EXIT_INTERNAL);
   } else {
     join_round(&a, RDZV_JOIN_FIRST);
@@ -1010,7 +988,7 @@ int agent_run(const struct agent_opts *o)
   /* finish() closed every handle; let the close callbacks run. */
   uv_run(&a.loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&a.loop) != 0)
-    agent_log("internal: event loop closed with handles left open");
+    say("internal: event loop closed with handles left open");
 
 out_guardian:
   /* Anything left in the workers' groups dies with the guardian's SIGKILL

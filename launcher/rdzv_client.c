@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "say.h"
 #include "server.h"
 
 #define READ_CHUNK 65536
@@ -57,27 +58,6 @@ struct rdzv_client {
 static double now_s(void)
 {
   return (double)uv_hrtime() / 1e9;
-}
-
-static void client_log(const char *fmt, ...)
-  __attribute__((format(printf, 1, 2)));
-
-static void client_log(const char *fmt, ...)
-{
-  char buf[1024];
-  va_list ap;
-  int n;
-
-  n = snprintf(buf, sizeof buf, "cdrun: ");
-  va_start(ap, fmt);
-  n += vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  if (n > (int)sizeof buf - 2)
-    n = (int)sizeof buf - 2;
-  buf[n++] = '\n';
-  if (write(2, buf, (size_t)n) < 0) {
-    /* stderr is gone; nothing to do */
-  }
 }
 
 static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
@@ -186,12 +166,12 @@ static void on_waiting(struct rdzv_client *c, const struct rp_waiting *w)
   c->last_present = w->present;
   c->last_progress = now;
   if (w->last_call >= 0)
-    client_log("rendezvous '%s' round %d: %d node%s present (min %d, max "
+    say("rendezvous '%s' round %d: %d node%s present (min %d, max "
                "%d); starting in %.1f s unless more join", c->id, w->round,
                w->present, w->present == 1 ? "" : "s", w->min_nodes,
                w->max_nodes, w->last_call);
   else
-    client_log("rendezvous '%s' round %d: waiting for nodes: %d present, "
+    say("rendezvous '%s' round %d: waiting for nodes: %d present, "
                "at least %d needed (max %d); join timeout in %.0f s", c->id,
                w->round, w->present, w->min_nodes, w->max_nodes,
                w->deadline);
@@ -399,7 +379,7 @@ static void start_connect(struct rdzv_client *c)
 static void server_log(void *ctx, const char *line)
 {
   (void)ctx;
-  client_log("rdzv: %s", line);
+  say("rdzv: %s", line);
 }
 
 /* Note [embedded rendezvous]: a node whose endpoint names its own host
@@ -426,7 +406,7 @@ static void maybe_host(struct rdzv_client *c)
   rc = rdzvd_server_start(c->base.loop, &so, &c->server, err, sizeof err);
   if (rc == 0) {
     c->open_handles++;
-    client_log("hosting the rendezvous for '%s' on port %d", c->id,
+    say("hosting the rendezvous for '%s' on port %d", c->id,
                rdzvd_server_port(c->server));
     if (c->o.port == 0) {
       c->o.port = rdzvd_server_port(c->server);
@@ -438,7 +418,7 @@ static void maybe_host(struct rdzv_client *c)
             htons((uint16_t)c->o.port);
     }
   } else if (rc != UV_EADDRINUSE) {
-    client_log("cannot host the rendezvous (%s); joining as a client", err);
+    say("cannot host the rendezvous (%s); joining as a client", err);
   }
 }
 
@@ -563,7 +543,7 @@ static void client_destroy(struct rdzv *r)
   if (c->server) {
     others = rdzvd_server_nodes(c->server) - (c->connected ? 1 : 0);
     if (others > 0)
-      client_log("this node hosts the rendezvous: staying up until %d "
+      say("this node hosts the rendezvous: staying up until %d "
                  "other node%s leave%s", others, others == 1 ? "" : "s",
                  others == 1 ? "s" : "");
     rdzvd_server_on_idle(c->server, server_idle, c);
