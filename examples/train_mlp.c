@@ -1477,8 +1477,9 @@ int main(int argc, char **argv)
 
     snprintf(buf, sizeof buf, "%ld is not divisible by WORLD_SIZE %d",
              R.o.global_batch, R.world);
-    if (R.rank == 0)
-      err_msg("--global-batch", buf);
+    /* Every rank says it: the first to exit makes cdrun stop the others,
+     * maybe before rank 0 got here. */
+    err_msg("--global-batch", buf);
     pg_destroy(R.g);
     return 2;
   }
