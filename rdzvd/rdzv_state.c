@@ -1208,6 +1208,20 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
     conn_drop(r, conn);
     return err;
   }
+  /* Restarts are counted per job, so every node must agree on how many
+   * there may be (each decides alone whether its failure is final). */
+  if (job && j->conf.max_restarts != job->conf.max_restarts) {
+    say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
+        "mismatch: max_restarts %d, the job has %d", job->id, RP_MAX_ADDR,
+        j->host, j->pid, j->conf.max_restarts, job->conf.max_restarts);
+    err = refuse(r, conn, RP_ERR_CONFIG_MISMATCH, -EINVAL,
+                 "max_restarts %d differs from job %s's %d",
+                 j->conf.max_restarts, job->id, job->conf.max_restarts);
+    if (n)
+      node_remove(r, n, now, "lost: config mismatch");
+    conn_drop(r, conn);
+    return err;
+  }
   if (n)
     return rejoin(r, n, j, now);
   if (!job && r->n_jobs >= r->lim.max_jobs) {

@@ -31,6 +31,12 @@ agent m2 --nnodes=2:3 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint="$e
 wait_exit "$AGENT_m2" 20
 [ "$RC" -ne 0 ] || fail "a mismatching joiner was accepted"
 expect_grep 'config_mismatch' "$T/m2.err"
+# Restarts are counted per job: every node must allow the same number.
+agent m3 --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint="$ep" \
+  --rdzv_id=mm --max_restarts=2 "$TW" env "$T/x"
+wait_exit "$AGENT_m3" 20
+[ "$RC" -ne 0 ] || fail "a joiner with another --max_restarts was accepted"
+expect_grep 'max_restarts 2 differs' "$T/m3.err"
 kill -TERM "$AGENT_m1"
 wait_exit "$AGENT_m1" 20
 

@@ -416,6 +416,21 @@ START_TEST(config_mismatch_refused)
 }
 END_TEST
 
+START_TEST(max_restarts_mismatch_refused)
+{
+  CF = conf_of(2, 4);
+  CF.max_restarts = 3;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  CF.max_restarts = 1;
+  ck_assert_int_lt(join(X, 1, 1), 0);
+  assert_error(X, RP_ERR_CONFIG_MISMATCH);
+  ck_assert_ptr_nonnull(strstr(last(X, RP_ERROR)->u.text.message,
+                               "max_restarts 1 differs from job job1's 3"));
+  ck_assert(dropped(X));
+  ck_assert_int_eq(rs_node_count(R), 1);
+}
+END_TEST
+
 START_TEST(join_sends_progress_once_per_second)
 {
   CF = conf_of(4, 4);
@@ -1107,6 +1122,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, last_call_completes_at_deadline);
   tcase_add_test(tc, max_completes_at_once);
   tcase_add_test(tc, config_mismatch_refused);
+  tcase_add_test(tc, max_restarts_mismatch_refused);
   tcase_add_test(tc, join_sends_progress_once_per_second);
   tcase_add_test(tc, death_while_gathering_cancels_last_call);
   tcase_add_test(tc, scale_up_from_waiting_list);
