@@ -73,14 +73,6 @@ enum stop_reason {
   STOP_MEMBERSHIP,              /* the rendezvous asked for a new round */
 };
 
-/* A failure kept for the summary; strings owned. */
-struct failure {
-  struct worker_failure f;
-  char *error_file;
-  char *message;
-  char *traceback;
-};
-
 struct agent {
   const struct agent_opts *o;
   uv_loop_t loop;
@@ -97,7 +89,7 @@ struct agent {
   int signals_seen;
   bool drain_expired;
   struct worker *workers;
-  struct failure *failures;
+  struct worker_failure *failures;  /* strings owned: failures_clear */
   size_t nfailures;
   double first_failure_time;    /* when this attempt's first failure was
                                    seen (epoch seconds) */
@@ -324,9 +316,9 @@ static void failures_clear(struct agent *a)
   size_t i;
 
   for (i = 0; i < a->nfailures; i++) {
-    free(a->failures[i].error_file);
-    free(a->failures[i].message);
-    free(a->failures[i].traceback);
+    free((char *)a->failures[i].error_file);
+    free((char *)a->failures[i].message);
+    free((char *)a->failures[i].traceback);
   }
   free(a->failures);
   a->failures = NULL;
@@ -338,7 +330,7 @@ static void failures_clear(struct agent *a)
 static void record_failure(struct agent *a, struct worker *w, pid_t pid,
                            int exitcode, const char *message)
 {
-  struct failure *f, *grown;
+  struct worker_failure *f, *grown;
   struct errfile_info info;
   char why[256];
 
@@ -350,11 +342,11 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
   memset(f, 0, sizeof *f);
   if (a->nfailures == 1)
     a->first_failure_time = now_epoch();
-  f->f.local_rank = w->local_rank;
-  f->f.rank = w->rank;
-  f->f.pid = pid;
-  f->f.exitcode = exitcode;
-  f->f.time = now_epoch();
+  f->local_rank = w->local_rank;
+  f->rank = w->rank;
+  f->pid = pid;
+  f->exitcode = exitcode;
+  f->time = now_epoch();
   if (message) {
     f->message = strdup(message);
   } else if (errfile_read(w->error_file, &info, why, sizeof why) == 0) {
@@ -364,32 +356,20 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
     f->message = info.message;
     f->traceback = info.traceback;
     if (info.timestamp > 0)
-      f->f.time = info.timestamp;
+      f->time = info.timestamp;
     info.message = info.traceback = NULL;
     errfile_free(&info);
   }
-  f->f.error_file = f->error_file;
-  f->f.message = f->message;
-  f->f.traceback = f->traceback;
 }
 
 /* cdrun's exit status for a failed group: see agent.h. */
 static int failure_exit_status(const struct agent *a)
 {
-  struct worker_failure *list;
-  size_t i, root;
   int code;
 
   if (a->nfailures == 0)
     return AGENT_EXIT_INTERNAL;
-  list = calloc(a->nfailures, sizeof *list);
-  if (!list)
-    return AGENT_EXIT_INTERNAL;
-  for (i = 0; i < a->nfailures; i++)
-    list[i] = a->failures[i].f;
-  root = summary_root_cause(list, a->nfailures);
-  code = list[root].exitcode;
-  free(list);
+  code = a->failures[summary_root_cause(a->failures, a->nfailures)].exitcode;
   if (code < 0)
     return 128 + (-code & 0x7f);
   return code > 255 ? AGENT_EXIT_INTERNAL : code;
@@ -397,20 +377,11 @@ static int failure_exit_status(const struct agent *a)
 
 static void print_summary(struct agent *a)
 {
-  struct worker_failure *list;
-  size_t i;
-
-  list = calloc(a->nfailures ? a->nfailures : 1, sizeof *list);
-  if (!list || a->nfailures == 0) {
-    free(list);
+  if (a->nfailures == 0)
     return;
-  }
-  for (i = 0; i < a->nfailures; i++)
-    list[i] = a->failures[i].f;
   fflush(stdout);
-  summary_print(stderr, a->o->target, a->host, list, a->nfailures);
+  summary_print(stderr, a->o->target, a->host, a->failures, a->nfailures);
   fflush(stderr);
-  free(list);
 }
 
 /* ---- the group's life ---------------------------------------------------- */
@@ -567,7 +538,7 @@ static void check_stopped(struct agent *a)
  * while this one stops its own. */
 static void report_failure(struct agent *a, struct worker *w, int code)
 {
-  const struct failure *f =
+  const struct worker_failure *f =
       a->nfailures ? &a->failures[a->nfailures - 1] : NULL;
   bool final = a->assign.restart_count >= a->o->max_restarts;
   char msg[512];

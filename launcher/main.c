@@ -17,6 +17,7 @@
 #include "port.h"
 #include "rdzv.h"
 #include "rdzv_config.h"
+#include "summary.h"
 
 #define EXIT_USAGE 2
 
@@ -53,32 +54,21 @@ static void die_usage(const char *fmt, ...)
   exit(EXIT_USAGE);
 }
 
-static const struct {
-  const char *name;
-  int sig;
-} signal_names[] = {
-  { "SIGTERM", SIGTERM }, { "SIGINT", SIGINT }, { "SIGHUP", SIGHUP },
-  { "SIGQUIT", SIGQUIT }, { "SIGUSR1", SIGUSR1 }, { "SIGUSR2", SIGUSR2 },
-  { "SIGABRT", SIGABRT }, { "SIGALRM", SIGALRM }, { "SIGXCPU", SIGXCPU },
-};
-
 /* "SIGTERM,SIGUSR1" -> signal numbers (args.c validated the names). */
 static void parse_signals(const char *list, struct job *j)
 {
   const char *p = list;
-  size_t i, len;
+  size_t len;
+  int sig;
 
   j->nsignals = 0;
   while (*p) {
     len = strcspn(p, ",");
-    for (i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++)
-      if (strlen(signal_names[i].name) == len &&
-          strncmp(p, signal_names[i].name, len) == 0)
-        break;
-    if (i == sizeof signal_names / sizeof signal_names[0])
+    sig = summary_signal_number(p, len);
+    if (sig < 0)
       die_usage("--signals_to_handle: unknown signal '%.*s'", (int)len, p);
     if (j->nsignals < (int)(sizeof j->signals / sizeof j->signals[0]))
-      j->signals[j->nsignals++] = signal_names[i].sig;
+      j->signals[j->nsignals++] = sig;
     p += len;
     if (*p == ',')
       p++;

@@ -80,16 +80,23 @@ static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
   c->base.cb.on_error(c->base.cb.ctx, err, msg);
 }
 
+/* One of c's handles (or its embedded server) is gone; the last one,
+ * once destroyed, frees c. */
+static void client_release(struct rdzv_client *c)
+{
+  if (--c->open_handles == 0 && c->destroyed) {
+    free(c->buf);
+    free(c);
+  }
+}
+
 static void handle_closed(uv_handle_t *h)
 {
   struct rdzv_client *c = h->data;
 
   if (h == (uv_handle_t *)&c->tcp)
     c->tcp_open = false;
-  if (--c->open_handles == 0 && c->destroyed) {
-    free(c->buf);
-    free(c);
-  }
+  client_release(c);
 }
 
 static int send_msg(struct rdzv_client *c, const struct rp_msg *m);
@@ -512,10 +519,7 @@ static void server_idle(void *ctx)
 
   rdzvd_server_stop(c->server);
   c->server = NULL;
-  if (--c->open_handles == 0) {
-    free(c->buf);
-    free(c);
-  }
+  client_release(c);
 }
 
 static void client_destroy(struct rdzv *r)

@@ -58,6 +58,15 @@ static const struct {
   { SIGWINCH, "SIGWINCH" }, { SIGIO, "SIGIO" },     { SIGSYS, "SIGSYS" },
 };
 
+int summary_signal_number(const char *name, size_t len)
+{
+  for (size_t i = 0; i < sizeof(sig_names) / sizeof(sig_names[0]); i++)
+    if (strlen(sig_names[i].name) == len &&
+        strncmp(sig_names[i].name, name, len) == 0)
+      return sig_names[i].num;
+  return -1;
+}
+
 const char *summary_signal_name(int signum, char *buf, size_t buflen)
 {
   for (size_t i = 0; i < sizeof(sig_names) / sizeof(sig_names[0]); i++)

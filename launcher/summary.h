@@ -37,4 +37,7 @@ void summary_print(FILE *out, const char *target, const char *host,
  * string or one written into buf. */
 const char *summary_signal_name(int signum, char *buf, size_t buflen);
 
+/* The number of the signal named name[0..len) ("SIGTERM"), or -1. */
+int summary_signal_number(const char *name, size_t len);
+
 #endif

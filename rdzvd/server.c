@@ -79,14 +79,18 @@ static void server_log(struct rdzvd_server *s, const char *fmt, ...)
   s->log(s->log_ctx, line);
 }
 
-static void handle_closed(uv_handle_t *h)
+/* One handle of s is closed; the last one, once stopping, frees s. */
+static void handle_released(struct rdzvd_server *s)
 {
-  struct rdzvd_server *s = h->data;
-
   if (--s->open_handles == 0 && s->stopping) {
     rs_destroy(s->reg);
     free(s);
   }
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+  handle_released(h->data);
 }
 
 static void conn_freed(uv_handle_t *h)
@@ -96,10 +100,7 @@ static void conn_freed(uv_handle_t *h)
 
   free(c->buf);
   free(c);
-  if (--s->open_handles == 0 && s->stopping) {
-    rs_destroy(s->reg);
-    free(s);
-  }
+  handle_released(s);
 }
 
 static void check_idle(struct rdzvd_server *s);
