@@ -6,8 +6,9 @@
  *   testworker fail DIR RANK CODE N like env, then rank RANK exits CODE
  *                                   while TORCHELASTIC_RESTART_COUNT < N
  *   testworker kill RANK SIG        rank RANK kills itself with SIG
- *   testworker failall CODE         every rank exits CODE at once (and
- *                                   ignores SIGTERM meanwhile)
+ *   testworker failall DIR CODE     every rank exits CODE at once, once
+ *                                   all LOCAL_WORLD_SIZE ranks ignore
+ *                                   SIGTERM (they meet through DIR)
  *   testworker errfile MSG          writes TORCHELASTIC_ERROR_FILE, exits 1
  *   testworker sleep DIR SECS       DIR/pid.<RANK>, a grandchild's pid in
  *                                   DIR/gpid.<RANK>, then sleeps
@@ -150,9 +151,23 @@ int main(int argc, char **argv)
     sleep_s(0.3);   /* let the failing rank be first */
     return 0;
   }
-  if (strcmp(mode, "failall") == 0 && argc == 3) {
+  if (strcmp(mode, "failall") == 0 && argc == 4) {
+    char path[4096];
+    int n = env_int("LOCAL_WORLD_SIZE"), ready, r;
+
+    /* A rank the agent's SIGTERM reaches before it ignores it would die
+     * of the stop signal, not fail: meet first. */
     signal(SIGTERM, SIG_IGN);
-    return atoi(argv[2]);
+    write_file(argv[2], "ready", "1\n");
+    do {
+      for (ready = 0, r = 0; r < n; r++) {
+        snprintf(path, sizeof path, "%s/ready.%d", argv[2], r);
+        ready += access(path, F_OK) == 0;
+      }
+      if (ready < n)
+        sleep_s(0.001);
+    } while (ready < n);
+    return atoi(argv[3]);
   }
   if (strcmp(mode, "kill") == 0 && argc == 4) {
     if (rank == atoi(argv[2])) {

@@ -32,7 +32,8 @@ expect_grep '^  exitcode  : -9 \(pid: [0-9]+\)$' "$T/err"
 expect_grep '^  traceback : Signal 9 \(SIGKILL\) received by PID [0-9]+$' "$T/err"
 
 # Workers failing together are all listed; the root cause is the first.
-"$CDRUN" --nproc_per_node=3 "$TW" failall 4 >"$T/out" 2>"$T/err"
+mkdir "$T/fa"
+"$CDRUN" --nproc_per_node=3 "$TW" failall "$T/fa" 4 >"$T/out" 2>"$T/err"
 expect_eq "failall status" "$?" 4
 expect_grep '^Failures:$' "$T/err"
 expect_grep '^\[1\]:$' "$T/err"
