@@ -43,6 +43,11 @@ struct tee_stream {
   int file_fd;                  /* -1: no file */
   int console_fd;               /* -1: not shown */
   struct logs_liner *liner;
+  /* --duplicate_*_filters: matching lines, prefixed, to filtered_fd. */
+  char *const *filters;
+  struct logs_liner *filter_liner;
+  int filtered_fd;              /* -1: no filter */
+  size_t prefix_len;
 };
 
 struct worker {
@@ -159,6 +164,16 @@ static void console_sink(void *ctx, const char *buf, size_t len)
   write_all(s->console_fd, buf, len);
 }
 
+static void filter_sink(void *ctx, const char *buf, size_t len)
+{
+  struct tee_stream *s = ctx;
+
+  /* buf is "<prefix><line>\n": match the line only. */
+  if (logs_filter_match(s->filters, buf + s->prefix_len,
+                        len - s->prefix_len - 1))
+    write_all(s->filtered_fd, buf, len);
+}
+
 static void tee_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
   static char chunk[65536];   /* one loop thread: the read copies it out */
@@ -185,9 +200,18 @@ static void tee_close(struct tee_stream *s)
     logs_liner_free(s->liner);
     s->liner = NULL;
   }
+  if (s->filter_liner) {
+    logs_liner_flush(s->filter_liner);
+    logs_liner_free(s->filter_liner);
+    s->filter_liner = NULL;
+  }
   if (s->file_fd >= 0) {
     close(s->file_fd);
     s->file_fd = -1;
+  }
+  if (s->filtered_fd >= 0) {
+    close(s->filtered_fd);
+    s->filtered_fd = -1;
   }
   s->state = STREAM_CLOSING;
   uv_close((uv_handle_t *)&s->pipe, tee_closed);
@@ -199,6 +223,8 @@ static void tee_data(struct tee_stream *s, const char *buf, size_t len)
     write_all(s->file_fd, buf, len);
   if (s->liner)
     logs_liner_feed(s->liner, buf, len);
+  if (s->filter_liner)
+    logs_liner_feed(s->filter_liner, buf, len);
 }
 
 static void tee_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -238,9 +264,22 @@ static int open_log(const struct worker *w, const char *name)
               0644);
 }
 
+/* Opens attempt_<k>/<name>, shared by the attempt's workers (O_APPEND:
+ * each line is one write, so lines of different workers never mix). */
+static int open_filtered(const struct worker *w, const char *name)
+{
+  char path[PATH_MAX + 32];
+  const char *slash = strrchr(w->dir, '/');
+
+  snprintf(path, sizeof path, "%.*s/%s",
+           slash ? (int)(slash - w->dir) : 1, slash ? w->dir : ".", name);
+  return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
 /* Decides where one of a worker's streams goes and prepares it.  *child_fd
  * receives the fd to give the worker (-1 = inherit); *close_after is an fd
- * the agent closes once the worker started.  Returns 0 or -errno. */
+ * the agent closes once the worker started.  Returns 0 or -errno.  A
+ * stream goes through the agent (a pipe) when it is tee'd or filtered. */
 static int setup_stream(struct agent *a, struct worker *w,
                         struct tee_stream *s, int bit, int *child_fd,
                         int *close_after)
@@ -249,6 +288,8 @@ static int setup_stream(struct agent *a, struct worker *w,
   int lr = w->local_rank, console_fd = bit == LOGS_STDOUT ? 1 : 2;
   const char *name = bit == LOGS_STDOUT ? "stdout.log" : "stderr.log";
   bool tee = o->tee[lr] & bit, redirect = o->redirects[lr] & bit;
+  char *const *filters = bit == LOGS_STDOUT ? o->stdout_filters
+                                            : o->stderr_filters;
   char prefix[256];
   int p[2], err;
 
@@ -258,7 +299,10 @@ static int setup_stream(struct agent *a, struct worker *w,
   s->file_fd = -1;
   s->console_fd = -1;
   s->liner = NULL;
-  if (!tee) {
+  s->filters = filters;
+  s->filter_liner = NULL;
+  s->filtered_fd = -1;
+  if (!tee && !filters) {
     if (redirect || !o->console[lr]) {
       *child_fd = redirect ? open_log(w, name)
                            : open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -269,15 +313,30 @@ static int setup_stream(struct agent *a, struct worker *w,
     return 0;
   }
 
-  s->file_fd = open_log(w, name);
-  if (s->file_fd < 0)
-    return -errno;
-  if (o->console[lr]) {
-    logs_format_prefix(o->prefix_template, o->role, lr, w->rank, prefix,
-                       sizeof prefix);
+  logs_format_prefix(o->prefix_template, o->role, lr, w->rank, prefix,
+                     sizeof prefix);
+  if (tee || redirect) {
+    s->file_fd = open_log(w, name);
+    if (s->file_fd < 0)
+      return -errno;
+  }
+  if (o->console[lr] && (tee || !redirect)) {
+    /* Only tee'd lines are prefixed; a stream piped for its filter
+     * reaches the console as the worker wrote it. */
     s->console_fd = console_fd;
-    s->liner = logs_liner_new(prefix, 0, console_sink, s);
+    s->liner = logs_liner_new(tee ? prefix : "", 0, console_sink, s);
     if (!s->liner)
+      goto fail_errno;
+  }
+  if (filters) {
+    s->prefix_len = strlen(prefix);
+    s->filtered_fd = open_filtered(w, bit == LOGS_STDOUT
+                                          ? "filtered_stdout.log"
+                                          : "filtered_stderr.log");
+    if (s->filtered_fd < 0)
+      goto fail_errno;
+    s->filter_liner = logs_liner_new(prefix, 0, filter_sink, s);
+    if (!s->filter_liner)
       goto fail_errno;
   }
   if (pipe2(p, O_CLOEXEC) < 0)
@@ -303,9 +362,15 @@ fail:
   if (s->liner)
     logs_liner_free(s->liner);
   s->liner = NULL;
+  if (s->filter_liner)
+    logs_liner_free(s->filter_liner);
+  s->filter_liner = NULL;
   if (s->file_fd >= 0)
     close(s->file_fd);
   s->file_fd = -1;
+  if (s->filtered_fd >= 0)
+    close(s->filtered_fd);
+  s->filtered_fd = -1;
   return err;
 }
 
@@ -671,6 +736,7 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   we.use_agent_store = false;
   we.error_file = w->error_file;
   we.default_omp_threads = o->default_omp_threads;
+  we.virtual_local_rank = o->virtual_local_rank;
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;

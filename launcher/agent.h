@@ -22,6 +22,9 @@ struct agent_opts {
   const unsigned char *tee;       /* per local rank */
   const bool *console;            /* per local rank: may reach the console */
   const char *prefix_template;    /* NULL: "[<role><local_rank>]:" */
+  char *const *stdout_filters;    /* --duplicate_stdout_filters or NULL */
+  char *const *stderr_filters;
+  bool virtual_local_rank;        /* LOCAL_RANK=0, one GPU each */
   int max_restarts;
   double grace_s;                 /* signal -> SIGKILL */
   const int *signals;             /* handled signals */

@@ -35,6 +35,8 @@ struct job {
   unsigned char *redirects;
   unsigned char *tee;
   bool *console;
+  char **stdout_filters;      /* --duplicate_*_filters, NULL if none */
+  char **stderr_filters;
   int signals[16];
   int nsignals;
 };
@@ -187,6 +189,7 @@ static int setup_logs(const struct cdrun_args *a, struct job *j)
 static void resolve_streams(const struct cdrun_args *a, struct job *j)
 {
   char err[256];
+  int rc;
 
   j->redirects = calloc((size_t)j->nproc, 1);
   j->tee = calloc((size_t)j->nproc, 1);
@@ -201,6 +204,11 @@ static void resolve_streams(const struct cdrun_args *a, struct job *j)
   if (logs_parse_ranks_filter(a->local_ranks_filter, j->nproc, j->console,
                               err, sizeof err))
     die_usage("--local_ranks_filter: %s", err);
+  j->stdout_filters = logs_parse_filters(a->duplicate_stdout_filters, &rc);
+  if (!rc)
+    j->stderr_filters = logs_parse_filters(a->duplicate_stderr_filters, &rc);
+  if (rc)
+    die_usage("out of memory");
 }
 
 static int create_rdzv(void *arg, uv_loop_t *loop,
@@ -243,7 +251,14 @@ int main(int argc, char **argv)
     args_free(&a);
     return 0;
   }
+  if (a.print_completion) {
+    args_print_completion(stdout, a.print_completion);
+    args_free(&a);
+    return 0;
+  }
 
+  if (a.numa_binding)
+    die_usage("--numa_binding: not supported yet");
   memset(&j, 0, sizeof j);
   j.port_fd = -1;
   make_run_id(&a, j.run_id, sizeof j.run_id);
@@ -303,7 +318,12 @@ int main(int argc, char **argv)
   o.redirects = j.redirects;
   o.tee = j.tee;
   o.console = j.console;
-  o.prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  o.prefix_template = a.log_line_prefix_template
+                       ? a.log_line_prefix_template
+                       : getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  o.stdout_filters = j.stdout_filters;
+  o.stderr_filters = j.stderr_filters;
+  o.virtual_local_rank = a.virtual_local_rank;
   o.max_restarts = a.max_restarts;
   o.grace_s = a.shutdown_timeout;
   o.signals = j.signals;
@@ -331,6 +351,8 @@ int main(int argc, char **argv)
   free(j.redirects);
   free(j.tee);
   free(j.console);
+  logs_filters_free(j.stdout_filters);
+  logs_filters_free(j.stderr_filters);
   args_free(&a);
   return status;
 }
