@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "errfile.h"
+#include "filetimer.h"
 #include "say.h"
 #include "guardian.h"
 #include "logs.h"
@@ -60,6 +61,8 @@ struct worker {
   char error_file[PATH_MAX + 16];
   struct tee_stream out, err;
   struct spawn_pending pending; /* between spawn_start and spawn_finish */
+  char killed_why[512];         /* why the agent killed it ("" if not):
+                                   the failure's message */
 };
 
 enum agent_state {
@@ -100,6 +103,7 @@ struct agent {
                                    seen (epoch seconds) */
   int exit_status;
   char host[256];
+  struct filetimer *ftimer;     /* torch's file timer, or NULL */
 };
 
 static void check_stopped(struct agent *a);
@@ -596,6 +600,8 @@ static void check_stopped(struct agent *a)
     return;
   }
   uv_timer_stop(&a->drain);
+  if (a->ftimer)
+    filetimer_clear(a->ftimer, 0);  /* grandchildren's timers too */
   group_finished(a);
 }
 
@@ -644,8 +650,11 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     say("worker %d (local rank %d, pid %d) failed too (%s %d)",
               w->rank, w->local_rank, (int)w->pid,
               code < 0 ? "signal" : "status", code < 0 ? -code : code);
-    record_failure(a, w, w->pid, code, NULL);
+    record_failure(a, w, w->pid, code,
+                   w->killed_why[0] ? w->killed_why : NULL);
   }
+  if (a->ftimer)
+    filetimer_clear(a->ftimer, w->pid);
   if (a->state != ST_RUNNING) {
     check_stopped(a);
     return;
@@ -657,7 +666,8 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     else
       say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
-    record_failure(a, w, w->pid, code, NULL);
+    record_failure(a, w, w->pid, code,
+                   w->killed_why[0] ? w->killed_why : NULL);
     report_failure(a, w, code);
     begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
@@ -717,6 +727,7 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
     return err;
   snprintf(w->error_file, sizeof w->error_file, "%s/error.json", w->dir);
   unlink(w->error_file);
+  w->killed_why[0] = '\0';
 
   memset(&we, 0, sizeof we);
   we.local_rank = w->local_rank;
@@ -737,6 +748,7 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   we.error_file = w->error_file;
   we.default_omp_threads = o->default_omp_threads;
   we.virtual_local_rank = o->virtual_local_rank;
+  we.timer_file = o->timer_file;
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;
@@ -927,6 +939,60 @@ static void on_signal(uv_signal_t *h, int signum)
   }
 }
 
+/* ---- hang detection ------------------------------------------------------ */
+
+/* The running worker pid is, or whose process group holds pid. */
+static struct worker *worker_of(struct agent *a, pid_t pid)
+{
+  pid_t pgid = getpgid(pid);
+  int i;
+
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
+
+    if (w->running && (w->pid == pid || w->pid == pgid))
+      return w;
+  }
+  return NULL;
+}
+
+/* " 30 s" for a deadline of about 30 s, "" when it is not known. */
+static void format_deadline(double secs, char *buf, size_t len)
+{
+  if (!(secs >= 0.05))
+    snprintf(buf, len, "%s", "");
+  else if (secs >= 100)
+    snprintf(buf, len, " %.0f s", secs);
+  else
+    snprintf(buf, len, " %.2g s", secs);
+}
+
+/* A file timer expired (see filetimer.h): torch's FileTimerServer sends
+ * the timer's signal to its pid; we do so only for our own workers and
+ * their descendants, and say why. */
+static void on_timer_expired(void *ctx, const struct filetimer_request *t)
+{
+  struct agent *a = ctx;
+  struct worker *w = worker_of(a, t->pid);
+  char msg[512], deadline[32];
+
+  if (!w) {
+    say("file timer: '%s' of pid %d expired, but pid %d is no worker of "
+        "this agent; ignored", t->scope_id, (int)t->pid, (int)t->pid);
+    return;
+  }
+  format_deadline(t->expiration_time - t->received, deadline,
+                  sizeof deadline);
+  snprintf(msg, sizeof msg, "rank %d exceeded its%s deadline in '%s'",
+           w->rank, deadline, t->scope_id);
+  say("%s; sending %s to pid %d", msg, signame(t->signal), (int)t->pid);
+  if (t->pid == w->pid)
+    snprintf(w->killed_why, sizeof w->killed_why, "%s", msg);
+  if (kill(t->pid, t->signal) < 0 && errno != ESRCH)
+    say("file timer: cannot signal pid %d: %s", (int)t->pid,
+        strerror(errno));
+}
+
 static void close_cb_noop(uv_handle_t *h)
 {
   (void)h;
@@ -953,6 +1019,8 @@ static void finish(struct agent *a, int status)
     a->rdzv->ops->destroy(a->rdzv);
     a->rdzv = NULL;
   }
+  filetimer_close(a->ftimer);
+  a->ftimer = NULL;
 }
 
 static int agent_init_handles(struct agent *a)
@@ -979,6 +1047,17 @@ static int agent_init_handles(struct agent *a)
   uv_timer_init(&a->loop, &a->drain);
   a->grace.data = a;
   a->drain.data = a;
+  if (a->o->timer_file) {
+    a->ftimer = filetimer_new(0, on_timer_expired, a);
+    if (!a->ftimer)
+      return UV_ENOMEM;
+    err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
+    if (err) {
+      say("file timer: cannot serve %s: %s", a->o->timer_file,
+          err == -EEXIST ? "it exists and is not a FIFO" : strerror(-err));
+      return err;
+    }
+  }
   return a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
 }
 

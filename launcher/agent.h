@@ -25,6 +25,7 @@ struct agent_opts {
   char *const *stdout_filters;    /* --duplicate_stdout_filters or NULL */
   char *const *stderr_filters;
   bool virtual_local_rank;        /* LOCAL_RANK=0, one GPU each */
+  const char *timer_file;         /* torch's file timer FIFO, or NULL */
   int max_restarts;
   double grace_s;                 /* signal -> SIGKILL */
   const int *signals;             /* handled signals */

@@ -235,7 +235,8 @@ int main(int argc, char **argv)
   struct cdrun_args a;
   struct agent_opts o;
   struct job j;
-  char err[512], warn[256];
+  char err[512], warn[256], timer_file[PATH_MAX + 200];
+  const char *env;
   bool error_files_read = false;
   int status;
 
@@ -324,6 +325,17 @@ int main(int argc, char **argv)
   o.stdout_filters = j.stdout_filters;
   o.stderr_filters = j.stderr_filters;
   o.virtual_local_rank = a.virtual_local_rank;
+  /* torch's agent serves its file timer when asked in its environment. */
+  if ((env = getenv("TORCHELASTIC_ENABLE_FILE_TIMER")) &&
+      strcmp(env, "1") == 0) {
+    env = getenv("TORCHELASTIC_TIMER_FILE");
+    if (env && *env)
+      snprintf(timer_file, sizeof timer_file, "%s", env);
+    else
+      snprintf(timer_file, sizeof timer_file, "%s/watchdog_timer",
+               j.run_log_dir);
+    o.timer_file = timer_file;
+  }
   o.max_restarts = a.max_restarts;
   o.grace_s = a.shutdown_timeout;
   o.signals = j.signals;
