@@ -63,6 +63,8 @@ struct worker {
   struct spawn_pending pending; /* between spawn_start and spawn_finish */
   char killed_why[512];         /* why the agent killed it ("" if not):
                                    the failure's message */
+  char heartbeat_file[PATH_MAX + 16];   /* "" without a watchdog */
+  double started;               /* epoch seconds */
 };
 
 enum agent_state {
@@ -88,6 +90,7 @@ struct agent {
   uv_signal_t *sigs;
   uv_timer_t grace;
   uv_timer_t drain;
+  uv_timer_t heartbeat;         /* --worker_heartbeat_timeout checks */
   struct guardian guardian;
   struct rdzv *rdzv;
   struct rdzv_assignment assign;
@@ -107,6 +110,7 @@ struct agent {
 };
 
 static void check_stopped(struct agent *a);
+static void heartbeat_check(uv_timer_t *t);
 
 static void agent_event(struct agent *a, const char *name, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
@@ -493,6 +497,7 @@ static void begin_stop(struct agent *a, enum stop_reason why, int sig)
 {
   a->state = ST_STOPPING;
   a->reason = why;
+  uv_timer_stop(&a->heartbeat);
   a->stop_signal = sig ? sig : SIGTERM;
   if (sig && any_running(a)) {
     kill_running(a, sig);
@@ -645,8 +650,9 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
 
   w->running = false;
   code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+  /* A worker our watchdogs killed failed, whenever it went. */
   if (a->state == ST_STOPPING && a->reason == STOP_FAILURE &&
-      is_cofailure(a, code)) {
+      (is_cofailure(a, code) || w->killed_why[0])) {
     say("worker %d (local rank %d, pid %d) failed too (%s %d)",
               w->rank, w->local_rank, (int)w->pid,
               code < 0 ? "signal" : "status", code < 0 ? -code : code);
@@ -728,6 +734,20 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   snprintf(w->error_file, sizeof w->error_file, "%s/error.json", w->dir);
   unlink(w->error_file);
   w->killed_why[0] = '\0';
+  w->heartbeat_file[0] = '\0';
+  if (o->heartbeat_timeout > 0) {
+    int fd;
+
+    snprintf(w->heartbeat_file, sizeof w->heartbeat_file, "%s/heartbeat",
+             w->dir);
+    /* Created now: its mtime is the start of the worker's first step. */
+    fd = open(w->heartbeat_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+              0644);
+    if (fd < 0)
+      return -errno;
+    close(fd);
+  }
+  w->started = now_epoch();
 
   memset(&we, 0, sizeof we);
   we.local_rank = w->local_rank;
@@ -749,6 +769,7 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   we.default_omp_threads = o->default_omp_threads;
   we.virtual_local_rank = o->virtual_local_rank;
   we.timer_file = o->timer_file;
+  we.heartbeat_file = w->heartbeat_file[0] ? w->heartbeat_file : NULL;
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;
@@ -850,8 +871,13 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
       }
     }
   }
-  if (first_err)
+  if (first_err) {
     start_failed(a, bad, first_err);
+    return;
+  }
+  if (a->o->heartbeat_timeout > 0)
+    uv_timer_start(&a->heartbeat, heartbeat_check,
+                   (uint64_t)(a->o->heartbeat_timeout * 1000.0) + 1, 0);
 }
 
 static void on_restart(void *ctx, const char *reason)
@@ -993,6 +1019,51 @@ static void on_timer_expired(void *ctx, const struct filetimer_request *t)
         strerror(errno));
 }
 
+/* Note [heartbeat watchdog]: with --worker_heartbeat_timeout=S each
+ * worker has a heartbeat file (CDRUN_HEARTBEAT_FILE) whose mtime it bumps
+ * every step (libpg's pg_heartbeat).  The timer is armed for the earliest
+ * moment a worker could have been silent for S; then the files are
+ * stat'ed, the silent ones killed, and the timer re-armed.  A worker that
+ * touches its file keeps moving its own deadline, so a healthy group
+ * costs one stat per worker per S seconds. */
+static void heartbeat_check(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+  double timeout = a->o->heartbeat_timeout, now = now_epoch(), next = -1;
+  int i;
+
+  if (a->state != ST_RUNNING)
+    return;
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
+    struct stat st;
+    double last = w->started;
+
+    if (!w->running || w->killed_why[0])
+      continue;
+    if (stat(w->heartbeat_file, &st) == 0) {
+      double m = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
+
+      if (m > last)
+        last = m;
+    }
+    if (now - last >= timeout) {
+      snprintf(w->killed_why, sizeof w->killed_why, "rank %d made no "
+               "progress for %.2g s (its heartbeat file was not touched; "
+               "--worker_heartbeat_timeout=%g)", w->rank, now - last,
+               timeout);
+      say("%s; sending SIGKILL to pid %d", w->killed_why, (int)w->pid);
+      kill(w->pid, SIGKILL);
+      continue;
+    }
+    if (next < 0 || last + timeout < next)
+      next = last + timeout;
+  }
+  if (next >= 0)
+    uv_timer_start(&a->heartbeat, heartbeat_check,
+                   (uint64_t)((next - now) * 1000.0) + 1, 0);
+}
+
 static void close_cb_noop(uv_handle_t *h)
 {
   (void)h;
@@ -1011,6 +1082,7 @@ static void finish(struct agent *a, int status)
     uv_close((uv_handle_t *)&a->sigs[i], close_cb_noop);
   uv_close((uv_handle_t *)&a->grace, close_cb_noop);
   uv_close((uv_handle_t *)&a->drain, close_cb_noop);
+  uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
   for (i = 0; i < a->o->nproc; i++) {
     tee_drain_and_close(&a->workers[i].out);
     tee_drain_and_close(&a->workers[i].err);
@@ -1045,8 +1117,10 @@ static int agent_init_handles(struct agent *a)
   }
   uv_timer_init(&a->loop, &a->grace);
   uv_timer_init(&a->loop, &a->drain);
+  uv_timer_init(&a->loop, &a->heartbeat);
   a->grace.data = a;
   a->drain.data = a;
+  a->heartbeat.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
     if (!a->ftimer)

@@ -26,6 +26,7 @@ struct agent_opts {
   char *const *stderr_filters;
   bool virtual_local_rank;        /* LOCAL_RANK=0, one GPU each */
   const char *timer_file;         /* torch's file timer FIFO, or NULL */
+  double heartbeat_timeout;       /* --worker_heartbeat_timeout, 0: off */
   int max_restarts;
   double grace_s;                 /* signal -> SIGKILL */
   const int *signals;             /* handled signals */

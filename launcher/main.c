@@ -325,6 +325,7 @@ int main(int argc, char **argv)
   o.stdout_filters = j.stdout_filters;
   o.stderr_filters = j.stderr_filters;
   o.virtual_local_rank = a.virtual_local_rank;
+  o.heartbeat_timeout = a.worker_heartbeat_timeout;
   /* torch's agent serves its file timer when asked in its environment. */
   if ((env = getenv("TORCHELASTIC_ENABLE_FILE_TIMER")) &&
       strcmp(env, "1") == 0) {
