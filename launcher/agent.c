@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/mempolicy.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -789,6 +790,16 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   so.stderr_fd = err_fd;
   so.before_exec = register_group;
   so.ctx = a;
+  if (o->numa) {
+    const struct numa_binding *b = &o->numa[w->local_rank];
+
+    so.cpus = &b->cpus;
+    if (o->numa_memory && b->nnodes > 0) {
+      so.mempolicy = b->nnodes == 1 ? MPOL_PREFERRED : MPOL_INTERLEAVE;
+      so.nodes = b->nodes;
+      so.maxnode = NUMA_MAX_NODES + 1;
+    }
+  }
   err = spawn_start(&so, &w->pending);
   /* The worker has its own copies now; EOF on the tee pipes must come
    * only from the worker's side. */

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "numa.h"
 #include "rdzv.h"
 
 /* Everything the agent needs, resolved by main.c.  Pointers are borrowed
@@ -27,6 +28,8 @@ struct agent_opts {
   bool virtual_local_rank;        /* LOCAL_RANK=0, one GPU each */
   const char *timer_file;         /* torch's file timer FIFO, or NULL */
   double heartbeat_timeout;       /* --worker_heartbeat_timeout, 0: off */
+  const struct numa_binding *numa;  /* per local rank, or NULL */
+  bool numa_memory;               /* also set the memory policy */
   int max_restarts;
   double grace_s;                 /* signal -> SIGKILL */
   const int *signals;             /* handled signals */

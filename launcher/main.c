@@ -2,18 +2,22 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/mempolicy.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "agent.h"
 #include "args.h"
 #include "logs.h"
 #include "nproc.h"
+#include "numa.h"
 #include "port.h"
 #include "rdzv.h"
 #include "rdzv_config.h"
@@ -35,6 +39,8 @@ struct job {
   unsigned char *redirects;
   unsigned char *tee;
   bool *console;
+  struct numa_binding *numa;  /* per local rank, NULL without binding */
+  bool numa_memory;
   char **stdout_filters;      /* --duplicate_*_filters, NULL if none */
   char **stderr_filters;
   int signals[16];
@@ -211,6 +217,74 @@ static void resolve_streams(const struct cdrun_args *a, struct job *j)
     die_usage("out of memory");
 }
 
+/* The device index local rank lr uses: its entry of CUDA_VISIBLE_DEVICES
+ * when that is a list of indexes, else lr. */
+static int gpu_index(int lr)
+{
+  const char *p = getenv("CUDA_VISIBLE_DEVICES");
+
+  for (int i = 0; p && *p; i++) {
+    size_t len = strcspn(p, ",");
+
+    if (i == lr)
+      return strspn(p, "0123456789") >= len && len ? atoi(p) : lr;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  return lr;
+}
+
+/* --numa_binding: see numa.h.  Exits with a message when the topology
+ * cannot be read. */
+static void resolve_numa(const struct cdrun_args *a, struct job *j)
+{
+  struct numa_topo topo;
+  cpu_set_t allowed;
+  int mode = numa_mode_parse(a->numa_binding), gpus[256], ngpu, err;
+  int *home = NULL;
+  char line[1024], cpus[256];
+  size_t used = 0;
+
+  if (sched_getaffinity(0, sizeof allowed, &allowed) < 0)
+    die_usage("--numa_binding: cannot read cdrun's CPU affinity: %s",
+              strerror(errno));
+  err = numa_topo_read("/sys", &allowed, &topo);
+  if (err)
+    die_usage("--numa_binding: cannot read the CPU topology under "
+              "/sys/devices/system: %s", strerror(-err));
+  j->numa = calloc((size_t)j->nproc, sizeof *j->numa);
+  if (!j->numa)
+    die_usage("out of memory");
+  /* GPU workers are bound near their GPU; CPU workers share the nodes. */
+  ngpu = numa_gpu_nodes("/sys", gpus, 256);
+  if (ngpu > 0) {
+    home = calloc((size_t)j->nproc, sizeof *home);
+    if (!home)
+      die_usage("out of memory");
+    for (int i = 0; i < j->nproc; i++)
+      home[i] = gpus[gpu_index(i) % ngpu];
+  }
+  numa_plan(&topo, (enum numa_mode)mode, j->nproc, home, j->numa);
+  free(home);
+  numa_topo_free(&topo);
+  /* Memory policy needs set_mempolicy(2), which seccomp may forbid
+   * (containers): then bind CPUs only, and say so. */
+  j->numa_memory = syscall(SYS_set_mempolicy, MPOL_DEFAULT, NULL, 0) == 0;
+  if (!j->numa_memory)
+    fprintf(stderr, "cdrun: warning: --numa_binding: set_mempolicy: %s; "
+            "binding CPUs only\n", strerror(errno));
+  used = (size_t)snprintf(line, sizeof line, "--numa_binding=%s (%s "
+                          "workers):", a->numa_binding,
+                          ngpu > 0 ? "GPU" : "CPU");
+  for (int i = 0; i < j->nproc && used < sizeof line; i++) {
+    numa_format_list(&j->numa[i].cpus, cpus, sizeof cpus);
+    used += (size_t)snprintf(line + used, sizeof line - used,
+                             " %s%d:%s", i ? "| " : "", i, cpus);
+  }
+  fprintf(stderr, "cdrun: %s\n", line);
+}
+
 static int create_rdzv(void *arg, uv_loop_t *loop,
                        const struct rdzv_callbacks *cb, struct rdzv **out)
 {
@@ -258,8 +332,6 @@ int main(int argc, char **argv)
     return 0;
   }
 
-  if (a.numa_binding)
-    die_usage("--numa_binding: not supported yet");
   memset(&j, 0, sizeof j);
   j.port_fd = -1;
   make_run_id(&a, j.run_id, sizeof j.run_id);
@@ -273,6 +345,8 @@ int main(int argc, char **argv)
   if (j.nproc < 0)
     die_usage("%s", err);
   resolve_streams(&a, &j);
+  if (a.numa_binding)
+    resolve_numa(&a, &j);
   parse_signals(a.signals_to_handle, &j);
   j.cmd = build_command(&a);
   if (!j.cmd)
@@ -326,6 +400,8 @@ int main(int argc, char **argv)
   o.stderr_filters = j.stderr_filters;
   o.virtual_local_rank = a.virtual_local_rank;
   o.heartbeat_timeout = a.worker_heartbeat_timeout;
+  o.numa = j.numa;
+  o.numa_memory = j.numa_memory;
   /* torch's agent serves its file timer when asked in its environment. */
   if ((env = getenv("TORCHELASTIC_ENABLE_FILE_TIMER")) &&
       strcmp(env, "1") == 0) {
@@ -364,6 +440,7 @@ int main(int argc, char **argv)
   free(j.redirects);
   free(j.tee);
   free(j.console);
+  free(j.numa);
   logs_filters_free(j.stdout_filters);
   logs_filters_free(j.stderr_filters);
   args_free(&a);
