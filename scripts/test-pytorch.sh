@@ -122,6 +122,7 @@ wait_exit "$AGENT_b" 170; rc_b=$RC
   { cat "$T/a.err" "$T/b.err" >&2; fail "DDP multi-node: exits $rc_a $rc_b"; }
 cat "$T/a.out" "$T/b.out" >"$T/ab.out"
 expect_grep '^DDP OK world=2 ' "$T/ab.out"
+kill "$RDZVD_PID" && wait "$RDZVD_PID" 2>/dev/null
 pass "DDP multi-node (rdzvd)"
 
 # 3. @record: the error file reaches the summary.
