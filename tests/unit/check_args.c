@@ -730,6 +730,7 @@ START_TEST(test_prefixes)
                    "--master_addr, --master_port");
   ck_assert_ok(PARSE("--no-", "t"));
   ck_assert(A.no_python);
+  args_free(&A);
   ck_assert_einval(PARSE("--max_rest-x=1", "t"),
                    "unrecognized argument '--max_rest-x=1'");
   /* A mix of spellings is no prefix of either. */
