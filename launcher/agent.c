@@ -287,8 +287,7 @@ static int open_filtered(const struct worker *w, const char *name)
 
 /* Decides where one of a worker's streams goes and prepares it.  *child_fd
  * receives the fd to give the worker (-1 = inherit); *close_after is an fd
- * the agent closes once the worker started.  Returns 0 or -errno.  A
- * stream goes through the agent (a pipe) when it is tee'd or filtered. */
+ * the agent closes once the worker started.  Returns 0 or -errno. */
 static int setup_stream(struct agent *a, struct worker *w,
                         struct tee_stream *s, int bit, int *child_fd,
                         int *close_after)
@@ -297,8 +296,10 @@ static int setup_stream(struct agent *a, struct worker *w,
   int lr = w->local_rank, console_fd = bit == LOGS_STDOUT ? 1 : 2;
   const char *name = bit == LOGS_STDOUT ? "stdout.log" : "stderr.log";
   bool tee = o->tee[lr] & bit, redirect = o->redirects[lr] & bit;
-  char *const *filters = bit == LOGS_STDOUT ? o->stdout_filters
-                                            : o->stderr_filters;
+  /* torch duplicates the tee'd streams only. */
+  char *const *filters = !tee ? NULL
+                         : bit == LOGS_STDOUT ? o->stdout_filters
+                                              : o->stderr_filters;
   char prefix[256];
   int p[2], err;
 
@@ -311,7 +312,7 @@ static int setup_stream(struct agent *a, struct worker *w,
   s->filters = filters;
   s->filter_liner = NULL;
   s->filtered_fd = -1;
-  if (!tee && !filters) {
+  if (!tee) {
     if (redirect || !o->console[lr]) {
       *child_fd = redirect ? open_log(w, name)
                            : open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -324,16 +325,12 @@ static int setup_stream(struct agent *a, struct worker *w,
 
   logs_format_prefix(o->prefix_template, o->role, lr, w->rank, prefix,
                      sizeof prefix);
-  if (tee || redirect) {
-    s->file_fd = open_log(w, name);
-    if (s->file_fd < 0)
-      return -errno;
-  }
-  if (o->console[lr] && (tee || !redirect)) {
-    /* Only tee'd lines are prefixed; a stream piped for its filter
-     * reaches the console as the worker wrote it. */
+  s->file_fd = open_log(w, name);
+  if (s->file_fd < 0)
+    return -errno;
+  if (o->console[lr]) {
     s->console_fd = console_fd;
-    s->liner = logs_liner_new(tee ? prefix : "", 0, console_sink, s);
+    s->liner = logs_liner_new(prefix, 0, console_sink, s);
     if (!s->liner)
       goto fail_errno;
   }

@@ -235,6 +235,23 @@ static int gpu_index(int lr)
   return lr;
 }
 
+/* --virtual_local_rank takes local rank i's device from the i-th entry
+ * of CUDA_VISIBLE_DEVICES when that is set; like torch, refuse a list
+ * too short for every worker. */
+static void check_virtual_devices(int nproc)
+{
+  const char *p = getenv("CUDA_VISIBLE_DEVICES");
+  int n = 1;
+
+  if (!p || !*p)
+    return;
+  for (; *p; p++)
+    n += *p == ',';
+  if (nproc > n)
+    die_usage("--virtual_local_rank: local rank %d exceeds the %d "
+              "device%s in CUDA_VISIBLE_DEVICES", n, n, n == 1 ? "" : "s");
+}
+
 /* --numa_binding: see numa.h.  Exits with a message when the topology
  * cannot be read. */
 static void resolve_numa(const struct cdrun_args *a, struct job *j)
@@ -347,6 +364,8 @@ int main(int argc, char **argv)
   resolve_streams(&a, &j);
   if (a.numa_binding)
     resolve_numa(&a, &j);
+  if (a.virtual_local_rank)
+    check_virtual_devices(j.nproc);
   parse_signals(a.signals_to_handle, &j);
   j.cmd = build_command(&a);
   if (!j.cmd)

@@ -54,9 +54,15 @@ static void own_device(const char *visible, int local_rank, char *out,
 
   for (int i = 0; p && *p; i++) {
     size_t len = strcspn(p, ",");
+    const char *e = p + len, *b = p;
 
-    if (i == local_rank && len > 0 && len < outlen) {
-      snprintf(out, outlen, "%.*s", (int)len, p);
+    /* torch: devices[local_rank].strip() */
+    while (b < e && (*b == ' ' || *b == '\t'))
+      b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+      e--;
+    if (i == local_rank && e > b && (size_t)(e - b) < outlen) {
+      snprintf(out, outlen, "%.*s", (int)(e - b), b);
       return;
     }
     p += len;

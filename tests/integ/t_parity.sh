@@ -15,11 +15,12 @@ expect_grep "^<$host\|w\|1> out rank=1 line=1$" "$T/out"
 expect_grep "^<$host\|w\|0> err rank=0 line=0$" "$T/err"
 grep -q '^env ' "$T/out" && fail "the environment's template won"
 
-# Filters: matching lines (either worker) also go, prefixed, to
-# attempt_0/filtered_std{out,err}.log; ",," is a literal comma.
-"$CDRUN" --nproc_per_node=2 --log_dir "$T/l1" --redirects 1 \
+# Filters: matching lines of the tee'd streams (of every worker) also go,
+# prefixed, to attempt_0/filtered_std{out,err}.log; ",," is a literal
+# comma.  Streams that are not tee'd are not duplicated, as in torch.
+"$CDRUN" --nproc_per_node=2 --log_dir "$T/l1" --tee 0:3,1:1 \
   --duplicate-stdout-filters 'line=1,,x,line=3' \
-  --duplicate_stderr_filters 'rank=1 ' "$TW" print 5 \
+  --duplicate_stderr_filters 'err rank=' "$TW" print 5 \
   >"$T/out" 2>"$T/err" || fail "filter run"
 a=$(echo "$T"/l1/*/attempt_0)
 [ -f "$a/filtered_stdout.log" ] || fail "no filtered_stdout.log"
@@ -28,12 +29,11 @@ expect_grep '^\[default0\]:out rank=0 line=3$' "$a/filtered_stdout.log"
 expect_grep '^\[default1\]:out rank=1 line=3$' "$a/filtered_stdout.log"
 expect_eq "filtered stderr lines" "$(grep -c . "$a/filtered_stderr.log")" 5
 expect_eq "filtered stderr ranks" \
-  "$(grep -vc '^\[default1\]:err rank=1 line=[0-4]$' "$a/filtered_stderr.log")" 0
-# The streams still go where --redirects says: stdout to its file, stderr
-# to the console unprefixed.
-expect_eq "stdout.log kept" "$(grep -c . "$a/0/stdout.log")" 5
-expect_eq "stderr on console" "$(grep -c '^err rank=[01] line=' "$T/err")" 10
-grep -q 'rank=' "$T/out" && fail "redirected stdout reached the console"
+  "$(grep -vc '^\[default0\]:err rank=0 line=[0-4]$' "$a/filtered_stderr.log")" 0
+# The streams still go where --tee says.
+expect_eq "stdout.log kept" "$(grep -c . "$a/1/stdout.log")" 5
+expect_eq "untee'd stderr on console" "$(grep -c '^err rank=1 line=' "$T/err")" 5
+expect_eq "tee'd stdout on console" "$(grep -c '^\[default[01]\]:out rank=' "$T/out")" 10
 
 # --virtual-local-rank: LOCAL_RANK=0, one device each.
 mkdir "$T/v"
@@ -42,6 +42,9 @@ CUDA_VISIBLE_DEVICES=5,7 "$CDRUN" --nproc_per_node=2 --virtual-local-rank \
   "$T/v" || fail "virtual local rank run"
 expect_eq "rank 0" "$(cat "$T/v/0")" "0 5"
 expect_eq "rank 1" "$(cat "$T/v/1")" "0 7"
+CUDA_VISIBLE_DEVICES=5 "$CDRUN" --nproc_per_node=2 --virtual-local-rank \
+  /bin/true >"$T/out" 2>"$T/err" && fail "too few devices accepted"
+expect_grep '^cdrun: error: --virtual_local_rank: local rank 1 exceeds the 1 device in CUDA_VISIBLE_DEVICES$' "$T/err"
 
 # Unique prefixes; an ambiguous one lists the candidates.
 "$CDRUN" --nproc 2 --max_rest=0 --stand --no-py bash -c 'echo "$WORLD_SIZE"' \

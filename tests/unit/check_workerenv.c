@@ -314,7 +314,7 @@ END_TEST
 START_TEST(test_virtual_local_rank)
 {
   struct worker_env w = sample();
-  char *base[] = { "CUDA_VISIBLE_DEVICES=4,6,GPU-ab", "X=1", NULL };
+  char *base[] = { "CUDA_VISIBLE_DEVICES=4,6, GPU-ab ", "X=1", NULL };
   char **env;
 
   w.local_rank = 2;
@@ -337,7 +337,7 @@ START_TEST(test_virtual_local_rank)
   env = workerenv_build(base, &w);
   ck_assert_str_eq(workerenv_get(env, "LOCAL_RANK"), "3");
   ck_assert_str_eq(workerenv_get(env, "CUDA_VISIBLE_DEVICES"),
-                   "4,6,GPU-ab");
+                   "4,6, GPU-ab ");
   workerenv_free(env);
 }
 END_TEST
