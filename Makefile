@@ -185,6 +185,7 @@ install: all
 	ln -sf libpg.so.0 $(DESTDIR)$(PREFIX)/lib/libpg.so
 	install -m 644 man/libpg.3 $(DESTDIR)$(PREFIX)/share/man/man3/libpg.3
 	install -m 644 lib/libpg.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/libpg.pc
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions && $(BINDIR)/cdrun --print-completion bash >$(DESTDIR)$(PREFIX)/share/bash-completion/completions/cdrun
 
 # Coverage-guided fuzzing of everything that parses network input (clang's
 # libFuzzer).  `make fuzz FUZZ_SECS=60`; the corpus grows in build/fuzz/.

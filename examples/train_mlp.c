@@ -1392,6 +1392,8 @@ static int run_training(struct run *R, long start, long total)
     t = now_s();
     if (train_step(R, step, &st, &w) != 0)
       return 1;
+    /* Progress, for cdrun --worker-heartbeat-timeout. */
+    pg_heartbeat();
     if (step - start >= WARMUP) {
       busy += now_s() - t;
       waited += w;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/mempolicy.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "errfile.h"
+#include "filetimer.h"
 #include "say.h"
 #include "guardian.h"
 #include "logs.h"
@@ -43,6 +45,11 @@ struct tee_stream {
   int file_fd;                  /* -1: no file */
   int console_fd;               /* -1: not shown */
   struct logs_liner *liner;
+  /* --duplicate_*_filters: matching lines, prefixed, to filtered_fd. */
+  char *const *filters;
+  struct logs_liner *filter_liner;
+  int filtered_fd;              /* -1: no filter */
+  size_t prefix_len;
 };
 
 struct worker {
@@ -55,6 +62,10 @@ struct worker {
   char error_file[PATH_MAX + 16];
   struct tee_stream out, err;
   struct spawn_pending pending; /* between spawn_start and spawn_finish */
+  char killed_why[512];         /* why the agent killed it ("" if not):
+                                   the failure's message */
+  char heartbeat_file[PATH_MAX + 16];   /* "" without a watchdog */
+  double started;               /* epoch seconds */
 };
 
 enum agent_state {
@@ -80,6 +91,7 @@ struct agent {
   uv_signal_t *sigs;
   uv_timer_t grace;
   uv_timer_t drain;
+  uv_timer_t heartbeat;         /* --worker_heartbeat_timeout checks */
   struct guardian guardian;
   struct rdzv *rdzv;
   struct rdzv_assignment assign;
@@ -95,9 +107,11 @@ struct agent {
                                    seen (epoch seconds) */
   int exit_status;
   char host[256];
+  struct filetimer *ftimer;     /* torch's file timer, or NULL */
 };
 
 static void check_stopped(struct agent *a);
+static void heartbeat_check(uv_timer_t *t);
 
 static void agent_event(struct agent *a, const char *name, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
@@ -159,6 +173,16 @@ static void console_sink(void *ctx, const char *buf, size_t len)
   write_all(s->console_fd, buf, len);
 }
 
+static void filter_sink(void *ctx, const char *buf, size_t len)
+{
+  struct tee_stream *s = ctx;
+
+  /* buf is "<prefix><line>\n": match the line only. */
+  if (logs_filter_match(s->filters, buf + s->prefix_len,
+                        len - s->prefix_len - 1))
+    write_all(s->filtered_fd, buf, len);
+}
+
 static void tee_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
   static char chunk[65536];   /* one loop thread: the read copies it out */
@@ -185,9 +209,18 @@ static void tee_close(struct tee_stream *s)
     logs_liner_free(s->liner);
     s->liner = NULL;
   }
+  if (s->filter_liner) {
+    logs_liner_flush(s->filter_liner);
+    logs_liner_free(s->filter_liner);
+    s->filter_liner = NULL;
+  }
   if (s->file_fd >= 0) {
     close(s->file_fd);
     s->file_fd = -1;
+  }
+  if (s->filtered_fd >= 0) {
+    close(s->filtered_fd);
+    s->filtered_fd = -1;
   }
   s->state = STREAM_CLOSING;
   uv_close((uv_handle_t *)&s->pipe, tee_closed);
@@ -199,6 +232,8 @@ static void tee_data(struct tee_stream *s, const char *buf, size_t len)
     write_all(s->file_fd, buf, len);
   if (s->liner)
     logs_liner_feed(s->liner, buf, len);
+  if (s->filter_liner)
+    logs_liner_feed(s->filter_liner, buf, len);
 }
 
 static void tee_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -238,6 +273,18 @@ static int open_log(const struct worker *w, const char *name)
               0644);
 }
 
+/* Opens attempt_<k>/<name>, shared by the attempt's workers (O_APPEND:
+ * each line is one write, so lines of different workers never mix). */
+static int open_filtered(const struct worker *w, const char *name)
+{
+  char path[PATH_MAX + 32];
+  const char *slash = strrchr(w->dir, '/');
+
+  snprintf(path, sizeof path, "%.*s/%s",
+           slash ? (int)(slash - w->dir) : 1, slash ? w->dir : ".", name);
+  return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
 /* Decides where one of a worker's streams goes and prepares it.  *child_fd
  * receives the fd to give the worker (-1 = inherit); *close_after is an fd
  * the agent closes once the worker started.  Returns 0 or -errno. */
@@ -249,6 +296,10 @@ static int setup_stream(struct agent *a, struct worker *w,
   int lr = w->local_rank, console_fd = bit == LOGS_STDOUT ? 1 : 2;
   const char *name = bit == LOGS_STDOUT ? "stdout.log" : "stderr.log";
   bool tee = o->tee[lr] & bit, redirect = o->redirects[lr] & bit;
+  /* torch duplicates the tee'd streams only. */
+  char *const *filters = !tee ? NULL
+                         : bit == LOGS_STDOUT ? o->stdout_filters
+                                              : o->stderr_filters;
   char prefix[256];
   int p[2], err;
 
@@ -258,6 +309,9 @@ static int setup_stream(struct agent *a, struct worker *w,
   s->file_fd = -1;
   s->console_fd = -1;
   s->liner = NULL;
+  s->filters = filters;
+  s->filter_liner = NULL;
+  s->filtered_fd = -1;
   if (!tee) {
     if (redirect || !o->console[lr]) {
       *child_fd = redirect ? open_log(w, name)
@@ -269,15 +323,26 @@ static int setup_stream(struct agent *a, struct worker *w,
     return 0;
   }
 
+  logs_format_prefix(o->prefix_template, o->role, lr, w->rank, prefix,
+                     sizeof prefix);
   s->file_fd = open_log(w, name);
   if (s->file_fd < 0)
     return -errno;
   if (o->console[lr]) {
-    logs_format_prefix(o->prefix_template, o->role, lr, w->rank, prefix,
-                       sizeof prefix);
     s->console_fd = console_fd;
     s->liner = logs_liner_new(prefix, 0, console_sink, s);
     if (!s->liner)
+      goto fail_errno;
+  }
+  if (filters) {
+    s->prefix_len = strlen(prefix);
+    s->filtered_fd = open_filtered(w, bit == LOGS_STDOUT
+                                          ? "filtered_stdout.log"
+                                          : "filtered_stderr.log");
+    if (s->filtered_fd < 0)
+      goto fail_errno;
+    s->filter_liner = logs_liner_new(prefix, 0, filter_sink, s);
+    if (!s->filter_liner)
       goto fail_errno;
   }
   if (pipe2(p, O_CLOEXEC) < 0)
@@ -303,9 +368,15 @@ fail:
   if (s->liner)
     logs_liner_free(s->liner);
   s->liner = NULL;
+  if (s->filter_liner)
+    logs_liner_free(s->filter_liner);
+  s->filter_liner = NULL;
   if (s->file_fd >= 0)
     close(s->file_fd);
   s->file_fd = -1;
+  if (s->filtered_fd >= 0)
+    close(s->filtered_fd);
+  s->filtered_fd = -1;
   return err;
 }
 
@@ -424,6 +495,7 @@ static void begin_stop(struct agent *a, enum stop_reason why, int sig)
 {
   a->state = ST_STOPPING;
   a->reason = why;
+  uv_timer_stop(&a->heartbeat);
   a->stop_signal = sig ? sig : SIGTERM;
   if (sig && any_running(a)) {
     kill_running(a, sig);
@@ -531,6 +603,8 @@ static void check_stopped(struct agent *a)
     return;
   }
   uv_timer_stop(&a->drain);
+  if (a->ftimer)
+    filetimer_clear(a->ftimer, 0);  /* grandchildren's timers too */
   group_finished(a);
 }
 
@@ -574,13 +648,17 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
 
   w->running = false;
   code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+  /* A worker our watchdogs killed failed, whenever it went. */
   if (a->state == ST_STOPPING && a->reason == STOP_FAILURE &&
-      is_cofailure(a, code)) {
+      (is_cofailure(a, code) || w->killed_why[0])) {
     say("worker %d (local rank %d, pid %d) failed too (%s %d)",
               w->rank, w->local_rank, (int)w->pid,
               code < 0 ? "signal" : "status", code < 0 ? -code : code);
-    record_failure(a, w, w->pid, code, NULL);
+    record_failure(a, w, w->pid, code,
+                   w->killed_why[0] ? w->killed_why : NULL);
   }
+  if (a->ftimer)
+    filetimer_clear(a->ftimer, w->pid);
   if (a->state != ST_RUNNING) {
     check_stopped(a);
     return;
@@ -592,7 +670,8 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     else
       say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
-    record_failure(a, w, w->pid, code, NULL);
+    record_failure(a, w, w->pid, code,
+                   w->killed_why[0] ? w->killed_why : NULL);
     report_failure(a, w, code);
     begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
@@ -652,6 +731,21 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
     return err;
   snprintf(w->error_file, sizeof w->error_file, "%s/error.json", w->dir);
   unlink(w->error_file);
+  w->killed_why[0] = '\0';
+  w->heartbeat_file[0] = '\0';
+  if (o->heartbeat_timeout > 0) {
+    int fd;
+
+    snprintf(w->heartbeat_file, sizeof w->heartbeat_file, "%s/heartbeat",
+             w->dir);
+    /* Created now: its mtime is the start of the worker's first step. */
+    fd = open(w->heartbeat_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+              0644);
+    if (fd < 0)
+      return -errno;
+    close(fd);
+  }
+  w->started = now_epoch();
 
   memset(&we, 0, sizeof we);
   we.local_rank = w->local_rank;
@@ -671,6 +765,9 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   we.use_agent_store = false;
   we.error_file = w->error_file;
   we.default_omp_threads = o->default_omp_threads;
+  we.virtual_local_rank = o->virtual_local_rank;
+  we.timer_file = o->timer_file;
+  we.heartbeat_file = w->heartbeat_file[0] ? w->heartbeat_file : NULL;
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;
@@ -690,6 +787,16 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   so.stderr_fd = err_fd;
   so.before_exec = register_group;
   so.ctx = a;
+  if (o->numa) {
+    const struct numa_binding *b = &o->numa[w->local_rank];
+
+    so.cpus = &b->cpus;
+    if (o->numa_memory && b->nnodes > 0) {
+      so.mempolicy = b->nnodes == 1 ? MPOL_PREFERRED : MPOL_INTERLEAVE;
+      so.nodes = b->nodes;
+      so.maxnode = NUMA_MAX_NODES + 1;
+    }
+  }
   err = spawn_start(&so, &w->pending);
   /* The worker has its own copies now; EOF on the tee pipes must come
    * only from the worker's side. */
@@ -772,8 +879,13 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
       }
     }
   }
-  if (first_err)
+  if (first_err) {
     start_failed(a, bad, first_err);
+    return;
+  }
+  if (a->o->heartbeat_timeout > 0)
+    uv_timer_start(&a->heartbeat, heartbeat_check,
+                   (uint64_t)(a->o->heartbeat_timeout * 1000.0) + 1, 0);
 }
 
 static void on_restart(void *ctx, const char *reason)
@@ -861,6 +973,105 @@ static void on_signal(uv_signal_t *h, int signum)
   }
 }
 
+/* ---- hang detection ------------------------------------------------------ */
+
+/* The running worker pid is, or whose process group holds pid. */
+static struct worker *worker_of(struct agent *a, pid_t pid)
+{
+  pid_t pgid = getpgid(pid);
+  int i;
+
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
+
+    if (w->running && (w->pid == pid || w->pid == pgid))
+      return w;
+  }
+  return NULL;
+}
+
+/* " 30 s" for a deadline of about 30 s, "" when it is not known. */
+static void format_deadline(double secs, char *buf, size_t len)
+{
+  if (!(secs >= 0.05))
+    snprintf(buf, len, "%s", "");
+  else if (secs >= 100)
+    snprintf(buf, len, " %.0f s", secs);
+  else
+    snprintf(buf, len, " %.2g s", secs);
+}
+
+/* A file timer expired (see filetimer.h): torch's FileTimerServer sends
+ * the timer's signal to its pid; we do so only for our own workers and
+ * their descendants, and say why. */
+static void on_timer_expired(void *ctx, const struct filetimer_request *t)
+{
+  struct agent *a = ctx;
+  struct worker *w = worker_of(a, t->pid);
+  char msg[512], deadline[32];
+
+  if (!w) {
+    say("file timer: '%s' of pid %d expired, but pid %d is no worker of "
+        "this agent; ignored", t->scope_id, (int)t->pid, (int)t->pid);
+    return;
+  }
+  format_deadline(t->expiration_time - t->received, deadline,
+                  sizeof deadline);
+  snprintf(msg, sizeof msg, "rank %d exceeded its%s deadline in '%s'",
+           w->rank, deadline, t->scope_id);
+  say("%s; sending %s to pid %d", msg, signame(t->signal), (int)t->pid);
+  if (t->pid == w->pid)
+    snprintf(w->killed_why, sizeof w->killed_why, "%s", msg);
+  if (kill(t->pid, t->signal) < 0 && errno != ESRCH)
+    say("file timer: cannot signal pid %d: %s", (int)t->pid,
+        strerror(errno));
+}
+
+/* Note [heartbeat watchdog]: with --worker_heartbeat_timeout=S each
+ * worker has a heartbeat file (CDRUN_HEARTBEAT_FILE) whose mtime it bumps
+ * every step (libpg's pg_heartbeat).  The timer is armed for the earliest
+ * moment a worker could have been silent for S; then the files are
+ * stat'ed, the silent ones killed, and the timer re-armed.  A worker that
+ * touches its file keeps moving its own deadline, so a healthy group
+ * costs one stat per worker per S seconds. */
+static void heartbeat_check(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+  double timeout = a->o->heartbeat_timeout, now = now_epoch(), next = -1;
+  int i;
+
+  if (a->state != ST_RUNNING)
+    return;
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
+    struct stat st;
+    double last = w->started;
+
+    if (!w->running || w->killed_why[0])
+      continue;
+    if (stat(w->heartbeat_file, &st) == 0) {
+      double m = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
+
+      if (m > last)
+        last = m;
+    }
+    if (now - last >= timeout) {
+      snprintf(w->killed_why, sizeof w->killed_why, "rank %d made no "
+               "progress for %.2g s (its heartbeat file was not touched; "
+               "--worker_heartbeat_timeout=%g)", w->rank, now - last,
+               timeout);
+      say("%s; sending SIGKILL to pid %d", w->killed_why, (int)w->pid);
+      kill(w->pid, SIGKILL);
+      continue;
+    }
+    if (next < 0 || last + timeout < next)
+      next = last + timeout;
+  }
+  if (next >= 0)
+    uv_timer_start(&a->heartbeat, heartbeat_check,
+                   (uint64_t)((next - now) * 1000.0) + 1, 0);
+}
+
 static void close_cb_noop(uv_handle_t *h)
 {
   (void)h;
@@ -879,6 +1090,7 @@ static void finish(struct agent *a, int status)
     uv_close((uv_handle_t *)&a->sigs[i], close_cb_noop);
   uv_close((uv_handle_t *)&a->grace, close_cb_noop);
   uv_close((uv_handle_t *)&a->drain, close_cb_noop);
+  uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
   for (i = 0; i < a->o->nproc; i++) {
     tee_drain_and_close(&a->workers[i].out);
     tee_drain_and_close(&a->workers[i].err);
@@ -887,6 +1099,8 @@ static void finish(struct agent *a, int status)
     a->rdzv->ops->destroy(a->rdzv);
     a->rdzv = NULL;
   }
+  filetimer_close(a->ftimer);
+  a->ftimer = NULL;
 }
 
 static int agent_init_handles(struct agent *a)
@@ -911,8 +1125,21 @@ static int agent_init_handles(struct agent *a)
   }
   uv_timer_init(&a->loop, &a->grace);
   uv_timer_init(&a->loop, &a->drain);
+  uv_timer_init(&a->loop, &a->heartbeat);
   a->grace.data = a;
   a->drain.data = a;
+  a->heartbeat.data = a;
+  if (a->o->timer_file) {
+    a->ftimer = filetimer_new(0, on_timer_expired, a);
+    if (!a->ftimer)
+      return UV_ENOMEM;
+    err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
+    if (err) {
+      say("file timer: cannot serve %s: %s", a->o->timer_file,
+          err == -EEXIST ? "it exists and is not a FIFO" : strerror(-err));
+      return err;
+    }
+  }
   return a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
 }
 

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "numa.h"
 #include "rdzv.h"
 
 /* Everything the agent needs, resolved by main.c.  Pointers are borrowed
@@ -22,6 +23,13 @@ struct agent_opts {
   const unsigned char *tee;       /* per local rank */
   const bool *console;            /* per local rank: may reach the console */
   const char *prefix_template;    /* NULL: "[<role><local_rank>]:" */
+  char *const *stdout_filters;    /* --duplicate_stdout_filters or NULL */
+  char *const *stderr_filters;
+  bool virtual_local_rank;        /* LOCAL_RANK=0, one GPU each */
+  const char *timer_file;         /* torch's file timer FIFO, or NULL */
+  double heartbeat_timeout;       /* --worker_heartbeat_timeout, 0: off */
+  const struct numa_binding *numa;  /* per local rank, or NULL */
+  bool numa_memory;               /* also set the memory policy */
   int max_restarts;
   double grace_s;                 /* signal -> SIGKILL */
   const int *signals;             /* handled signals */

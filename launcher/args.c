@@ -26,6 +26,7 @@ enum kind {
   K_BOOL,         /* no value on the command line; integer in PET_* */
   K_HELP,
   K_VERSION,
+  K_COMPLETION,   /* like K_HELP, with a value in opt.choices */
 };
 
 struct opt {
@@ -53,6 +54,10 @@ static const char *const known_signals[] = {
   "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
   "SIGABRT", "SIGALRM", "SIGXCPU", NULL,
 };
+static const char *const numa_modes[] = {
+  "node", "socket", "exclusive", "core-complex", NULL,
+};
+static const char *const completion_shells[] = { "bash", NULL };
 
 #define F(field) offsetof(struct cdrun_args, field)
 
@@ -89,7 +94,19 @@ static const struct opt opts[] = {
     log_handlers, NULL },
   { "logs_specs", 0, K_UNSUPPORTED, 0, NULL, NULL,
     "not supported by cdrun (it loads a Python plugin)" },
-  { "numa_binding", 0, K_UNSUPPORTED, 0, NULL, NULL, "not supported yet" },
+  { "numa_binding", 0, K_CHOICE, F(numa_binding), NULL, numa_modes, NULL },
+  { "log_line_prefix_template", 0, K_OPTSTR, F(log_line_prefix_template),
+    NULL, NULL, NULL },
+  { "duplicate_stdout_filters", 0, K_OPTSTR, F(duplicate_stdout_filters),
+    NULL, NULL, NULL },
+  { "duplicate_stderr_filters", 0, K_OPTSTR, F(duplicate_stderr_filters),
+    NULL, NULL, NULL },
+  { "virtual_local_rank", 0, K_BOOL, F(virtual_local_rank), NULL, NULL,
+    NULL },
+  { "worker_heartbeat_timeout", 0, K_GRACE, F(worker_heartbeat_timeout),
+    "0", NULL, NULL },
+  { "print_completion", 0, K_COMPLETION, F(print_completion), NULL,
+    completion_shells, NULL },
   { "help", 'h', K_HELP, F(help), NULL, NULL, NULL },
   { "version", 0, K_VERSION, F(version), NULL, NULL, NULL },
 };
@@ -140,6 +157,55 @@ static const struct opt *find_long(const char *s, size_t len)
     if (name_is(s, len, opts[i].name, '_') ||
         name_is(s, len, opts[i].name, '-'))
       return &opts[i];
+  return NULL;
+}
+
+/* argparse's allow_abbrev: s[0..len) is a strict prefix of dest in one
+ * spelling. */
+static bool prefix_of(const char *s, size_t len, const char *dest, char sep)
+{
+  if (len >= strlen(dest))
+    return false;
+  for (size_t i = 0; i < len; i++)
+    if (s[i] != (dest[i] == '_' ? sep : dest[i]))
+      return false;
+  return true;
+}
+
+/* The option a unique prefix names (both spellings of one option count
+ * once), or NULL with the candidates listed in err when there are several
+ * (*ambiguous set). */
+static const struct opt *find_prefix(const char *s, size_t len,
+                                     bool *ambiguous, char *err,
+                                     size_t errlen)
+{
+  const struct opt *found = NULL;
+  char sep = memchr(s, '-', len) ? '-' : '_';
+  size_t n = 0, used;
+
+  *ambiguous = false;
+  for (size_t i = 0; i < NOPTS; i++)
+    if (prefix_of(s, len, opts[i].name, '_') ||
+        prefix_of(s, len, opts[i].name, '-')) {
+      found = &opts[i];
+      n++;
+    }
+  if (n <= 1)
+    return found;
+  *ambiguous = true;
+  used = (size_t)snprintf(err, errlen, "ambiguous option: --%.*s could "
+                          "match", (int)len, s);
+  for (size_t i = 0, k = 0; i < NOPTS && used < errlen; i++) {
+    if (!prefix_of(s, len, opts[i].name, '_') &&
+        !prefix_of(s, len, opts[i].name, '-'))
+      continue;
+    used += (size_t)snprintf(err + used, errlen - used, "%s --", k++ ? ","
+                             : "");
+    for (const char *c = opts[i].name; *c && used + 1 < errlen; c++)
+      err[used++] = *c == '_' ? sep : *c;
+    if (used < errlen)
+      err[used] = '\0';
+  }
   return NULL;
 }
 
@@ -364,6 +430,7 @@ static int store(struct cdrun_args *a, const struct opt *o, const char *v,
   case K_BOOL:
   case K_HELP:
   case K_VERSION:
+  case K_COMPLETION:
     break;
   }
   return 0;
@@ -392,7 +459,8 @@ static int resolve(struct cdrun_args *a, const struct given *g, char **env,
     char envname[64];
     int rc;
 
-    if (o->kind == K_HELP || o->kind == K_VERSION)
+    if (o->kind == K_HELP || o->kind == K_VERSION ||
+        o->kind == K_COMPLETION)
       continue;
     if (o->kind == K_BOOL && v) {
       *(bool *)field(a, o) = true;
@@ -458,6 +526,13 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
       size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
 
       o = find_long(arg + 2, len);
+      if (!o) {
+        bool ambiguous;
+
+        o = find_prefix(arg + 2, len, &ambiguous, err, errlen);
+        if (ambiguous)
+          return -EINVAL;
+      }
       ll = (int)len + 2;
       if (eq)
         val = eq + 1;
@@ -494,6 +569,22 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
         return fail(err, errlen, "%.*s: expected a value", ll, arg);
       val = argv[++i];
     }
+    if (o->kind == K_COMPLETION) {
+      /* Like --help: the rest of the line does not matter. */
+      if (!in_list(o->choices, val, strlen(val)))
+        return fail(err, errlen, "%.*s: invalid value '%s' (expected "
+                    "bash)", ll, arg, val);
+      memset(g, 0, sizeof g);
+      rc = resolve(&a, g, NULL, err, errlen);
+      if (!rc)
+        rc = set_str(field(&a, o), val, err, errlen);
+      if (rc) {
+        args_free(&a);
+        return rc;
+      }
+      *out = a;
+      return 0;
+    }
     g[o - opts] = (struct given){ val, arg, ll };
   }
 
@@ -527,6 +618,8 @@ void args_free(struct cdrun_args *a)
     &a->rdzv_conf, &a->start_method, &a->role, &a->log_dir,
     &a->redirects, &a->tee, &a->local_ranks_filter, &a->master_addr,
     &a->local_addr, &a->signals_to_handle, &a->event_log_handler,
+    &a->log_line_prefix_template, &a->duplicate_stdout_filters,
+    &a->duplicate_stderr_filters, &a->numa_binding, &a->print_completion,
   };
 
   /* NULL each pointer so that a second call is harmless. */
@@ -542,6 +635,7 @@ static const char usage[] =
   "Starts nproc_per_node workers running training_script on this node and\n"
   "supervises them, like torchrun.  Every option is accepted as --a_b or\n"
   "--a-b, and as --option=VALUE or --option VALUE.\n"
+  "A unique prefix of an option names it (--nproc, --max_rest=3).\n"
   "\n"
   "positional arguments:\n"
   "  training_script       the Python script, the module (-m) or the\n"
@@ -564,6 +658,20 @@ static const char usage[] =
   "  --start_method M      spawn, fork or forkserver; accepted for\n"
   "                        compatibility and unused: cdrun always execs a\n"
   "                        program (default: spawn)\n"
+  "  --virtual_local_rank  every worker gets LOCAL_RANK=0 and a\n"
+  "                        CUDA_VISIBLE_DEVICES naming only its own GPU\n"
+  "  --numa_binding MODE   bind each worker's CPUs and memory: node,\n"
+  "                        socket, exclusive or core-complex (see\n"
+  "                        NUMA BINDING in cdrun(1))\n"
+  "\n"
+  "hang detection:\n"
+  "  --worker_heartbeat_timeout S\n"
+  "                        kill a worker (a failure) that has not touched\n"
+  "                        its CDRUN_HEARTBEAT_FILE for S seconds; libpg's\n"
+  "                        pg_heartbeat() does (default: 0, off)\n"
+  "  TORCHELASTIC_ENABLE_FILE_TIMER=1 serves torch's file timer\n"
+  "                        (FileTimerClient, expires()) on the FIFO named by\n"
+  "                        TORCHELASTIC_TIMER_FILE\n"
   "\n"
   "rendezvous options:\n"
   "  --nnodes N|MIN:MAX    number of nodes, or an elastic range (default: 1)\n"
@@ -580,7 +688,9 @@ static const char usage[] =
   "  --rdzv_id ID          job id shared by all nodes (default: none)\n"
   "  --rdzv_conf K=V,...   join_timeout (600), last_call_timeout (30),\n"
   "                        close_timeout (30), keepalive_interval (1),\n"
-  "                        keepalive_misses (5), is_host (auto)\n"
+  "                        keepalive_misses (5), is_host (auto); torch's\n"
+  "                        keep_alive_interval, keep_alive_max_attempt\n"
+  "                        name the keepalive ones\n"
   "  --node_rank N         static: this node's rank (default: 0)\n"
   "  --master_addr ADDR    static: address of the rank 0 node\n"
   "                        (default: --local_addr, else 127.0.0.1)\n"
@@ -602,7 +712,17 @@ static const char usage[] =
   "                        e.g. 0,2 (default: all)\n"
   "  --event_log_handler H null or console (default: null)\n"
   "  --logs_specs NAME     not supported by cdrun (it loads a Python plugin)\n"
-  "  --numa_binding MODE   not supported yet\n"
+  "  --log_line_prefix_template T\n"
+  "                        prefix of tee'd console lines, with ${role_name}\n"
+  "                        ${local_rank} ${rank} ${hostname}; env\n"
+  "                        TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE\n"
+  "                        (default: [<role><local_rank>]:)\n"
+  "  --duplicate_stdout_filters F1,F2\n"
+  "  --duplicate_stderr_filters F1,F2\n"
+  "                        tee'd lines of the workers' stdout (stderr) that\n"
+  "                        hold any of these strings (,, is a comma) are\n"
+  "                        also written, prefixed, to the log directory's\n"
+  "                        attempt_<k>/filtered_stdout.log (_stderr.log)\n"
   "\n"
   "signal options:\n"
   "  --signals_to_handle LIST\n"
@@ -618,6 +738,8 @@ static const char usage[] =
   "other options:\n"
   "  -h, --help            show this help and exit\n"
   "  --version             show the version and exit\n"
+  "  --print_completion bash\n"
+  "                        print a bash completion script and exit\n"
   "\n"
   "Every option not on the command line is read from PET_<OPTION> in the\n"
   "environment (PET_NPROC_PER_NODE=4, PET_STANDALONE=1, ...); the command\n"
@@ -626,4 +748,92 @@ static const char usage[] =
 const char *args_usage(void)
 {
   return usage;
+}
+
+/* The bash completion script: option names in both spellings, the
+ * choices of K_CHOICE options, and file names elsewhere. */
+int args_print_completion(FILE *out, const char *shell)
+{
+  if (!shell || strcmp(shell, "bash") != 0)
+    return -EINVAL;
+  fputs("# bash completion for cdrun (cdrun --print-completion bash)\n"
+        "_cdrun()\n{\n"
+        "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}\n"
+        "  local i\n"
+        "  # Past the training script everything is its own.\n"
+        "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
+        "    case ${COMP_WORDS[i]} in\n"
+        "      --) return 0 ;;\n"
+        "      -*) ;;\n"
+        "      =) ;;\n"
+        "      *) case ${COMP_WORDS[i-1]} in\n"
+        "           =) ;;\n"
+        "           ", out);
+  /* A word after a flag that takes no value is the training script. */
+  for (size_t i = 0, k = 0; i < NOPTS; i++) {
+    const struct opt *o = &opts[i];
+
+    if (o->kind != K_BOOL)
+      continue;
+    fprintf(out, "%s--%s", k++ ? "|" : "", o->name);
+    if (strchr(o->name, '_')) {
+      fputs("|--", out);
+      for (const char *c = o->name; *c; c++)
+        fputc(*c == '_' ? '-' : *c, out);
+    }
+    if (o->shortc)
+      fprintf(out, "|-%c", o->shortc);
+  }
+  fputs(") return 0 ;;\n"
+        "           -*) ;;\n"
+        "           *) return 0 ;;\n"
+        "         esac ;;\n"
+        "    esac\n"
+        "  done\n"
+        "  # --flag=<TAB>: bash split the word at '='.\n"
+        "  if [[ $prev == = ]]; then\n"
+        "    prev=${COMP_WORDS[COMP_CWORD-2]}\n"
+        "  elif [[ $cur == = ]]; then\n"
+        "    prev=${COMP_WORDS[COMP_CWORD-1]} cur=\n"
+        "  fi\n"
+        "  case $prev in\n", out);
+  for (size_t i = 0; i < NOPTS; i++) {
+    const struct opt *o = &opts[i];
+    char dash[64];
+
+    if (o->kind != K_CHOICE && o->kind != K_COMPLETION)
+      continue;
+    snprintf(dash, sizeof dash, "%s", o->name);
+    for (char *c = dash; *c; c++)
+      if (*c == '_')
+        *c = '-';
+    fprintf(out, "    --%s|--%s)\n      COMPREPLY=($(compgen -W \"", o->name,
+            dash);
+    for (size_t k = 0; o->choices[k]; k++)
+      fprintf(out, "%s%s", k ? " " : "", o->choices[k]);
+    fputs("\" -- \"$cur\")); return 0 ;;\n", out);
+  }
+  fputs("    --log[_-]dir) COMPREPLY=($(compgen -d -- \"$cur\")); return 0 ;;\n"
+        "  esac\n"
+        "  if [[ $cur == -* ]]; then\n"
+        "    COMPREPLY=($(compgen -W \"", out);
+  for (size_t i = 0; i < NOPTS; i++) {
+    const struct opt *o = &opts[i];
+
+    fprintf(out, "%s--%s", i ? " " : "", o->name);
+    if (strchr(o->name, '_')) {
+      fputs(" --", out);
+      for (const char *c = o->name; *c; c++)
+        fputc(*c == '_' ? '-' : *c, out);
+    }
+    if (o->shortc)
+      fprintf(out, " -%c", o->shortc);
+  }
+  fputs("\" -- \"$cur\"))\n"
+        "    return 0\n"
+        "  fi\n"
+        "  COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+        "}\n"
+        "complete -o filenames -F _cdrun cdrun\n", out);
+  return 0;
 }

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Everything the command line and the PET_* environment said.  Strings are
  * heap copies owned by the struct (args_free releases them); NULL means
@@ -38,6 +39,16 @@ struct cdrun_args {
   double shutdown_timeout;      /* grace period in seconds, default 30 */
   char *event_log_handler;      /* "null" (default) or "console" */
 
+  /* torch 2.15 additions. */
+  char *log_line_prefix_template;  /* NULL: the env, else "[<role><lr>]:" */
+  char *duplicate_stdout_filters;  /* "a,b" (",," is a comma) or NULL */
+  char *duplicate_stderr_filters;
+  bool virtual_local_rank;      /* LOCAL_RANK=0, one GPU per worker */
+  char *numa_binding;           /* NULL, node, socket, exclusive or
+                                   core-complex */
+  double worker_heartbeat_timeout;  /* seconds, 0: no watchdog */
+  char *print_completion;       /* --print-completion SHELL, or NULL */
+
   /* The target and its arguments, untouched: argv[0] is the script,
    * module or program.  Points into the argv given to args_parse. */
   char **target_argv;
@@ -60,5 +71,9 @@ void args_free(struct cdrun_args *a);
 
 /* The --help text. */
 const char *args_usage(void);
+
+/* Writes the completion script for shell ("bash") to out, generated from
+ * the option table.  Returns 0, or -EINVAL for a shell it cannot serve. */
+int args_print_completion(FILE *out, const char *shell);
 
 #endif

@@ -280,6 +280,17 @@ static bool id_char(char c)
   return id_start(c) || (c >= '0' && c <= '9');
 }
 
+/* socket.gethostname(), as torch fills ${hostname}. */
+static void put_hostname(struct outbuf *ob)
+{
+  char host[256];
+
+  if (gethostname(host, sizeof host) < 0)
+    snprintf(host, sizeof host, "localhost");
+  host[sizeof host - 1] = '\0';
+  ob_put(ob, host, strlen(host));
+}
+
 /* Writes the value of a template variable; false if the name is unknown. */
 static bool put_var(struct outbuf *ob, const char *name, size_t n,
                     const char *role, int local_rank, int rank)
@@ -290,6 +301,8 @@ static bool put_var(struct outbuf *ob, const char *name, size_t n,
     ob_int(ob, local_rank);
   else if (n == 4 && memcmp(name, "rank", 4) == 0)
     ob_int(ob, rank);
+  else if (n == 8 && memcmp(name, "hostname", 8) == 0)
+    put_hostname(ob);
   else
     return false;
   return true;
@@ -354,6 +367,71 @@ size_t logs_format_prefix(const char *tmpl, const char *role, int local_rank,
     ob_put(&ob, "$", 1);
   }
   return ob.len;
+}
+
+char **logs_parse_filters(const char *spec, int *err)
+{
+  char **out, *cur;
+  size_t n = 0, len = 0;
+
+  *err = 0;
+  if (!spec || !*spec)
+    return NULL;
+  /* At most one filter per comma, plus one, plus the NULL. */
+  out = calloc(strlen(spec) + 2, sizeof *out);
+  cur = malloc(strlen(spec) + 1);
+  if (!out || !cur)
+    goto nomem;
+  for (const char *p = spec;; p++) {
+    if (*p == ',' && p[1] == ',') {
+      cur[len++] = ',';
+      p++;
+      continue;
+    }
+    if (*p && *p != ',') {
+      cur[len++] = *p;
+      continue;
+    }
+    if (len) {
+      cur[len] = '\0';
+      out[n] = strdup(cur);
+      if (!out[n])
+        goto nomem;
+      n++;
+      len = 0;
+    }
+    if (!*p)
+      break;
+  }
+  free(cur);
+  if (n == 0) {
+    free(out);
+    return NULL;
+  }
+  return out;
+
+nomem:
+  free(cur);
+  logs_filters_free(out);
+  *err = -ENOMEM;
+  return NULL;
+}
+
+void logs_filters_free(char **filters)
+{
+  if (!filters)
+    return;
+  for (size_t i = 0; filters[i]; i++)
+    free(filters[i]);
+  free(filters);
+}
+
+bool logs_filter_match(char *const *filters, const char *line, size_t len)
+{
+  for (size_t i = 0; filters && filters[i]; i++)
+    if (memmem(line, len, filters[i], strlen(filters[i])))
+      return true;
+  return false;
 }
 
 /* buf holds the prefix, then up to cap bytes of the pending line, then

@@ -25,11 +25,24 @@ int logs_parse_ranks_filter(const char *spec, int nproc, bool *keep,
                             char *err, size_t errlen);
 
 /* Expands a line prefix template such as TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
- * ("${role_name}", "${local_rank}", "${rank}" are replaced) into out.
+ * ("${role_name}", "${local_rank}", "${rank}", "${hostname}" are replaced)
+ * into out.
  * A NULL template gives torchrun's default "[<role><local_rank>]:".
  * Returns the length written (always NUL-terminated, truncated to outlen). */
 size_t logs_format_prefix(const char *tmpl, const char *role, int local_rank,
                           int rank, char *out, size_t outlen);
+
+/* --duplicate_stdout_filters / --duplicate_stderr_filters: splits "a,b"
+ * into a NULL-terminated heap array of filters, ",," standing for a
+ * literal comma; empty filters are dropped (one would match every line).
+ * NULL or "" gives NULL (no filter).  *err is set to -ENOMEM when out of
+ * memory (NULL returned), else 0.  Free with logs_filters_free. */
+char **logs_parse_filters(const char *spec, int *err);
+
+void logs_filters_free(char **filters);
+
+/* True when line[0..len) contains any of the filters. */
+bool logs_filter_match(char *const *filters, const char *line, size_t len);
 
 /* A line assembler: bytes come in arbitrary chunks, whole lines go out,
  * each prefixed, through one call of the sink (so one write(2) per line and

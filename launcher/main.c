@@ -2,18 +2,22 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/mempolicy.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "agent.h"
 #include "args.h"
 #include "logs.h"
 #include "nproc.h"
+#include "numa.h"
 #include "port.h"
 #include "rdzv.h"
 #include "rdzv_config.h"
@@ -35,6 +39,10 @@ struct job {
   unsigned char *redirects;
   unsigned char *tee;
   bool *console;
+  struct numa_binding *numa;  /* per local rank, NULL without binding */
+  bool numa_memory;
+  char **stdout_filters;      /* --duplicate_*_filters, NULL if none */
+  char **stderr_filters;
   int signals[16];
   int nsignals;
 };
@@ -187,6 +195,7 @@ static int setup_logs(const struct cdrun_args *a, struct job *j)
 static void resolve_streams(const struct cdrun_args *a, struct job *j)
 {
   char err[256];
+  int rc;
 
   j->redirects = calloc((size_t)j->nproc, 1);
   j->tee = calloc((size_t)j->nproc, 1);
@@ -201,6 +210,96 @@ static void resolve_streams(const struct cdrun_args *a, struct job *j)
   if (logs_parse_ranks_filter(a->local_ranks_filter, j->nproc, j->console,
                               err, sizeof err))
     die_usage("--local_ranks_filter: %s", err);
+  j->stdout_filters = logs_parse_filters(a->duplicate_stdout_filters, &rc);
+  if (!rc)
+    j->stderr_filters = logs_parse_filters(a->duplicate_stderr_filters, &rc);
+  if (rc)
+    die_usage("out of memory");
+}
+
+/* The device index local rank lr uses: its entry of CUDA_VISIBLE_DEVICES
+ * when that is a list of indexes, else lr. */
+static int gpu_index(int lr)
+{
+  const char *p = getenv("CUDA_VISIBLE_DEVICES");
+
+  for (int i = 0; p && *p; i++) {
+    size_t len = strcspn(p, ",");
+
+    if (i == lr)
+      return strspn(p, "0123456789") >= len && len ? atoi(p) : lr;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  return lr;
+}
+
+/* --virtual_local_rank takes local rank i's device from the i-th entry
+ * of CUDA_VISIBLE_DEVICES when that is set; like torch, refuse a list
+ * too short for every worker. */
+static void check_virtual_devices(int nproc)
+{
+  const char *p = getenv("CUDA_VISIBLE_DEVICES");
+  int n = 1;
+
+  if (!p || !*p)
+    return;
+  for (; *p; p++)
+    n += *p == ',';
+  if (nproc > n)
+    die_usage("--virtual_local_rank: local rank %d exceeds the %d "
+              "device%s in CUDA_VISIBLE_DEVICES", n, n, n == 1 ? "" : "s");
+}
+
+/* --numa_binding: see numa.h.  Exits with a message when the topology
+ * cannot be read. */
+static void resolve_numa(const struct cdrun_args *a, struct job *j)
+{
+  struct numa_topo topo;
+  cpu_set_t allowed;
+  int mode = numa_mode_parse(a->numa_binding), gpus[256], ngpu, err;
+  int *home = NULL;
+  char line[1024], cpus[256];
+  size_t used = 0;
+
+  if (sched_getaffinity(0, sizeof allowed, &allowed) < 0)
+    die_usage("--numa_binding: cannot read cdrun's CPU affinity: %s",
+              strerror(errno));
+  err = numa_topo_read("/sys", &allowed, &topo);
+  if (err)
+    die_usage("--numa_binding: cannot read the CPU topology under "
+              "/sys/devices/system: %s", strerror(-err));
+  j->numa = calloc((size_t)j->nproc, sizeof *j->numa);
+  if (!j->numa)
+    die_usage("out of memory");
+  /* GPU workers are bound near their GPU; CPU workers share the nodes. */
+  ngpu = numa_gpu_nodes("/sys", gpus, 256);
+  if (ngpu > 0) {
+    home = calloc((size_t)j->nproc, sizeof *home);
+    if (!home)
+      die_usage("out of memory");
+    for (int i = 0; i < j->nproc; i++)
+      home[i] = gpus[gpu_index(i) % ngpu];
+  }
+  numa_plan(&topo, (enum numa_mode)mode, j->nproc, home, j->numa);
+  free(home);
+  numa_topo_free(&topo);
+  /* Memory policy needs set_mempolicy(2), which seccomp may forbid
+   * (containers): then bind CPUs only, and say so. */
+  j->numa_memory = syscall(SYS_set_mempolicy, MPOL_DEFAULT, NULL, 0) == 0;
+  if (!j->numa_memory)
+    fprintf(stderr, "cdrun: warning: --numa_binding: set_mempolicy: %s; "
+            "binding CPUs only\n", strerror(errno));
+  used = (size_t)snprintf(line, sizeof line, "--numa_binding=%s (%s "
+                          "workers):", a->numa_binding,
+                          ngpu > 0 ? "GPU" : "CPU");
+  for (int i = 0; i < j->nproc && used < sizeof line; i++) {
+    numa_format_list(&j->numa[i].cpus, cpus, sizeof cpus);
+    used += (size_t)snprintf(line + used, sizeof line - used,
+                             " %s%d:%s", i ? "| " : "", i, cpus);
+  }
+  fprintf(stderr, "cdrun: %s\n", line);
 }
 
 static int create_rdzv(void *arg, uv_loop_t *loop,
@@ -227,7 +326,8 @@ int main(int argc, char **argv)
   struct cdrun_args a;
   struct agent_opts o;
   struct job j;
-  char err[512], warn[256];
+  char err[512], warn[256], timer_file[PATH_MAX + 200];
+  const char *env;
   bool error_files_read = false;
   int status;
 
@@ -240,6 +340,11 @@ int main(int argc, char **argv)
   }
   if (a.version) {
     printf("cdrun %s\n", CDRUN_VERSION);
+    args_free(&a);
+    return 0;
+  }
+  if (a.print_completion) {
+    args_print_completion(stdout, a.print_completion);
     args_free(&a);
     return 0;
   }
@@ -257,6 +362,10 @@ int main(int argc, char **argv)
   if (j.nproc < 0)
     die_usage("%s", err);
   resolve_streams(&a, &j);
+  if (a.numa_binding)
+    resolve_numa(&a, &j);
+  if (a.virtual_local_rank)
+    check_virtual_devices(j.nproc);
   parse_signals(a.signals_to_handle, &j);
   j.cmd = build_command(&a);
   if (!j.cmd)
@@ -303,7 +412,26 @@ int main(int argc, char **argv)
   o.redirects = j.redirects;
   o.tee = j.tee;
   o.console = j.console;
-  o.prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  o.prefix_template = a.log_line_prefix_template
+                       ? a.log_line_prefix_template
+                       : getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  o.stdout_filters = j.stdout_filters;
+  o.stderr_filters = j.stderr_filters;
+  o.virtual_local_rank = a.virtual_local_rank;
+  o.heartbeat_timeout = a.worker_heartbeat_timeout;
+  o.numa = j.numa;
+  o.numa_memory = j.numa_memory;
+  /* torch's agent serves its file timer when asked in its environment. */
+  if ((env = getenv("TORCHELASTIC_ENABLE_FILE_TIMER")) &&
+      strcmp(env, "1") == 0) {
+    env = getenv("TORCHELASTIC_TIMER_FILE");
+    if (env && *env)
+      snprintf(timer_file, sizeof timer_file, "%s", env);
+    else
+      snprintf(timer_file, sizeof timer_file, "%s/watchdog_timer",
+               j.run_log_dir);
+    o.timer_file = timer_file;
+  }
   o.max_restarts = a.max_restarts;
   o.grace_s = a.shutdown_timeout;
   o.signals = j.signals;
@@ -331,6 +459,9 @@ int main(int argc, char **argv)
   free(j.redirects);
   free(j.tee);
   free(j.console);
+  free(j.numa);
+  logs_filters_free(j.stdout_filters);
+  logs_filters_free(j.stderr_filters);
   args_free(&a);
   return status;
 }

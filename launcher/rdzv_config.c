@@ -42,10 +42,13 @@ static int conf_entry(struct rdzv_config *c, const char *key,
     if (parse_double(val, 0, 1e7, &c->conf.close_timeout))
       goto bad;
   } else if (strcmp(key, "keepalive_interval") == 0 ||
+             strcmp(key, "keep_alive_interval") == 0 ||
              strcmp(key, "heartbeat") == 0) {
+    /* keep_alive_interval: torch's c10d name for the same thing. */
     if (parse_double(val, 1e-3, 3600, &c->conf.keepalive_interval))
       goto bad;
-  } else if (strcmp(key, "keepalive_misses") == 0) {
+  } else if (strcmp(key, "keepalive_misses") == 0 ||
+             strcmp(key, "keep_alive_max_attempt") == 0) {
     if (parse_double(val, 1, 1000, &d) || d != floor(d))
       goto bad;
     c->conf.keepalive_misses = (int)d;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,6 +65,12 @@ static void child_main(const struct spawn_opts *o, pid_t agent, int errpipe,
 
   if (move_fd(o->stdin_fd, 0) || move_fd(o->stdout_fd, 1) ||
       move_fd(o->stderr_fd, 2))
+    child_fail(errpipe, errno);
+  /* Both are plain syscalls: async-signal-safe. */
+  if (o->cpus && sched_setaffinity(0, sizeof *o->cpus, o->cpus) < 0)
+    child_fail(errpipe, errno);
+  if (o->mempolicy &&
+      syscall(SYS_set_mempolicy, o->mempolicy, o->nodes, o->maxnode) < 0)
     child_fail(errpipe, errno);
 
   sigprocmask(SIG_SETMASK, &none, NULL);

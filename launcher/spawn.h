@@ -3,6 +3,7 @@
 #ifndef CDRUN_SPAWN_H
 #define CDRUN_SPAWN_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -21,9 +22,17 @@ struct spawn_opts {
    * place before the worker can start grandchildren.  May be NULL. */
   int (*before_exec)(void *ctx, pid_t pid);
   void *ctx;
+  /* --numa_binding, applied in the child before exec: its CPU affinity
+   * (NULL: inherited) and memory policy (set_mempolicy(2) mode with nodes
+   * and maxnode; mode 0, MPOL_DEFAULT, leaves the policy alone). */
+  const cpu_set_t *cpus;
+  int mempolicy;
+  const unsigned long *nodes;
+  unsigned long maxnode;
 };
 
-#define SPAWN_OPTS_INIT { NULL, NULL, -1, -1, -1, NULL, NULL }
+#define SPAWN_OPTS_INIT \
+  { NULL, NULL, -1, -1, -1, NULL, NULL, NULL, 0, NULL, 0 }
 
 /* Forks and execs.  The child calls setsid() (so the worker leads a new
  * process group, as torchrun's start_new_session), asks the kernel for

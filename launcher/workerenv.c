@@ -32,14 +32,44 @@ const char *workerenv_get(char *const *env, const char *name)
   return NULL;
 }
 
-static bool is_owned(const char *entry)
+static bool is_owned(const char *entry, const struct worker_env *w)
 {
   size_t i;
 
   for (i = 0; owned[i]; i++)
     if (name_is(entry, owned[i]))
       return true;
-  return false;
+  /* These are ours only when we set them. */
+  return (w->virtual_local_rank && name_is(entry, "CUDA_VISIBLE_DEVICES")) ||
+         (w->timer_file && name_is(entry, "TORCHELASTIC_TIMER_FILE")) ||
+         (w->heartbeat_file && name_is(entry, "CDRUN_HEARTBEAT_FILE"));
+}
+
+/* The local_rank-th entry of a CUDA_VISIBLE_DEVICES list ("4,5,GPU-ab"),
+ * or the local rank itself when there is no such entry. */
+static void own_device(const char *visible, int local_rank, char *out,
+                       size_t outlen)
+{
+  const char *p = visible;
+
+  for (int i = 0; p && *p; i++) {
+    size_t len = strcspn(p, ",");
+    const char *e = p + len, *b = p;
+
+    /* torch: devices[local_rank].strip() */
+    while (b < e && (*b == ' ' || *b == '\t'))
+      b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+      e--;
+    if (i == local_rank && e > b && (size_t)(e - b) < outlen) {
+      snprintf(out, outlen, "%.*s", (int)(e - b), b);
+      return;
+    }
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  snprintf(out, outlen, "%d", local_rank);
 }
 
 /* Appends "name=value" to env[*n]; returns -1 when out of memory. */
@@ -73,14 +103,15 @@ char **workerenv_build(char *const *base, const struct worker_env *w)
   if (!env)
     return NULL;
   for (i = 0; i < nbase; i++) {
-    if (is_owned(base[i]))
+    if (is_owned(base[i], w))
       continue;
     env[n] = strdup(base[i]);
     if (!env[n])
       goto fail;
     n++;
   }
-  bad |= add_int(env, &n, "LOCAL_RANK", w->local_rank);
+  bad |= add_int(env, &n, "LOCAL_RANK",
+                 w->virtual_local_rank ? 0 : w->local_rank);
   bad |= add_int(env, &n, "RANK", w->rank);
   bad |= add_int(env, &n, "GROUP_RANK", w->group_rank);
   bad |= add_int(env, &n, "ROLE_RANK", w->role_rank);
@@ -105,6 +136,17 @@ char **workerenv_build(char *const *base, const struct worker_env *w)
     bad |= add(env, &n, "NCCL_ASYNC_ERROR_HANDLING", "1");
   if (w->default_omp_threads && !workerenv_get(base, "OMP_NUM_THREADS"))
     bad |= add(env, &n, "OMP_NUM_THREADS", "1");
+  if (w->virtual_local_rank) {
+    char dev[128];
+
+    own_device(workerenv_get(base, "CUDA_VISIBLE_DEVICES"), w->local_rank,
+               dev, sizeof dev);
+    bad |= add(env, &n, "CUDA_VISIBLE_DEVICES", dev);
+  }
+  if (w->timer_file)
+    bad |= add(env, &n, "TORCHELASTIC_TIMER_FILE", w->timer_file);
+  if (w->heartbeat_file)
+    bad |= add(env, &n, "CDRUN_HEARTBEAT_FILE", w->heartbeat_file);
   if (bad)
     goto fail;
   env[n] = NULL;

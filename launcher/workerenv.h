@@ -24,6 +24,12 @@ struct worker_env {
   bool use_agent_store;
   const char *error_file;     /* "" when there is none */
   bool default_omp_threads;   /* set OMP_NUM_THREADS=1 when it is unset */
+  /* --virtual_local_rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming
+   * only this worker's GPU (the local_rank-th entry of an inherited
+   * CUDA_VISIBLE_DEVICES list, else the local rank). */
+  bool virtual_local_rank;
+  const char *timer_file;     /* TORCHELASTIC_TIMER_FILE, or NULL */
+  const char *heartbeat_file; /* CDRUN_HEARTBEAT_FILE, or NULL */
 };
 
 /* Returns a NULL-terminated heap array of "NAME=value" strings: every entry

@@ -321,6 +321,12 @@ PG_EXTERN int pg_bucket_assign(const struct pg_param_spec *p, size_t n,
                                size_t cap, size_t *bucket_of,
                                size_t *nbuckets);
 
+/* Progress heartbeat for cdrun --worker-heartbeat-timeout: touches the
+ * file named by CDRUN_HEARTBEAT_FILE (a no-op returning 0 when unset).
+ * Call it once per training step; a worker that goes longer than the
+ * timeout without one is killed by cdrun as hung.  0 or a negative errno. */
+PG_EXTERN int pg_heartbeat(void);
+
 #ifdef __cplusplus
 }
 #endif

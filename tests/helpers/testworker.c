@@ -20,8 +20,17 @@
  *   testworker elastic DIR SECS     DIR/ws<WORLD_SIZE>.<RANK> holds the env,
  *                                   DIR/pid.<RANK> the pid, then sleeps
  *   testworker listen DIR           binds+listens MASTER_PORT (rank 0),
- *                                   DIR/port.<RANK> on success, waits */
+ *                                   DIR/port.<RANK> on success, waits
+ *   testworker timer RANK SCOPE     torch's file timer protocol on
+ *                                   TORCHELASTIC_TIMER_FILE: rank RANK
+ *                                   sends junk, then a 1 s deadline for
+ *                                   SCOPE and hangs; the others take a
+ *                                   600 s one, release it, exit 0
+ *   testworker hang DIR STEPS       pg_heartbeat() STEPS times (DIR/pid.<RANK>
+ *                                   after the first), then hangs;
+ *                                   STEPS < 0: -STEPS beats, exit 0 */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,7 +38,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <sys/time.h>
 #include <unistd.h>
+
+#include "pg.h"
 
 static const char *const torchrun_vars[] = {
   "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
@@ -133,6 +145,70 @@ static int mode_listen(const char *dir)
   }
   sleep_s(2);
   close(fd);
+  return 0;
+}
+
+/* One line to the file timer FIFO, as torch's FileTimerClient writes it:
+ * opened O_WRONLY|O_NONBLOCK, one write of at most PIPE_BUF bytes. */
+static void timer_send(const char *line)
+{
+  const char *path = getenv("TORCHELASTIC_TIMER_FILE");
+  int fd = path ? open(path, O_WRONLY | O_NONBLOCK) : -1;
+
+  if (fd < 0 || write(fd, line, strlen(line)) != (ssize_t)strlen(line)) {
+    perror("file timer");
+    exit(5);
+  }
+  close(fd);
+}
+
+static int mode_timer(int hang_rank, const char *scope)
+{
+  char line[1024];
+  struct timeval tv;
+  double now;
+
+  gettimeofday(&tv, NULL);
+  now = (double)tv.tv_sec + tv.tv_usec / 1e6;
+  if (env_int("RANK") == hang_rank) {
+    timer_send("not json\n");
+    timer_send("{\"version\": 1, \"pid\": 0, \"scope_id\": \"x\", "
+               "\"expiration_time\": 1, \"signal\": 9}\n");
+    snprintf(line, sizeof line, "{\"version\": 1, \"pid\": %d, "
+             "\"scope_id\": \"%s\", \"expiration_time\": %.6f, "
+             "\"signal\": 9}\n", (int)getpid(), scope, now + 1);
+    timer_send(line);
+    sleep_s(600);
+    return 0;
+  }
+  snprintf(line, sizeof line, "{\"version\": 1, \"pid\": %d, \"scope_id\": "
+           "\"ok\", \"expiration_time\": %.6f, \"signal\": 9}\n",
+           (int)getpid(), now + 600);
+  timer_send(line);
+  snprintf(line, sizeof line, "{\"version\": 1, \"pid\": %d, \"scope_id\": "
+           "\"ok\", \"expiration_time\": -1, \"signal\": 0}\n",
+           (int)getpid());
+  timer_send(line);
+  return 0;
+}
+
+static int mode_hang(const char *dir, int steps)
+{
+  int n = steps < 0 ? -steps : steps, i, err;
+
+  for (i = 0; i < n; i++) {
+    err = pg_heartbeat();
+    if (err) {
+      fprintf(stderr, "pg_heartbeat: %s\n", strerror(-err));
+      return 6;
+    }
+    if (i == 0)
+      write_pid(dir, "pid", getpid());
+    sleep_s(0.01);
+  }
+  if (steps < 0)
+    return 0;
+  sleep_s(600);
   return 0;
 }
 
@@ -244,6 +320,10 @@ int main(int argc, char **argv)
   }
   if (strcmp(mode, "listen") == 0 && argc == 3)
     return mode_listen(argv[2]);
+  if (strcmp(mode, "timer") == 0 && argc == 4)
+    return mode_timer(atoi(argv[2]), argv[3]);
+  if (strcmp(mode, "hang") == 0 && argc == 4)
+    return mode_hang(argv[2], atoi(argv[3]));
   fprintf(stderr, "testworker: bad arguments (mode '%s')\n", mode);
   return 64;
 }

@@ -55,8 +55,8 @@ expect_usage_error "--signals_to_handle" -- --signals_to_handle=SIGFOO /bin/true
 expect_usage_error "--shutdown_timeout" -- --shutdown_timeout=-3 /bin/true
 expect_usage_error "--event_log_handler" -- --event_log_handler=x /bin/true
 expect_usage_error "--logs_specs: not supported" -- --logs_specs=x /bin/true
-expect_usage_error "--numa_binding: not supported yet" -- \
-  --numa_binding=node /bin/true
+expect_usage_error "--numa_binding: invalid value 'rack'" -- \
+  --numa_binding=rack /bin/true
 expect_usage_error "--standalone" -- --standalone=1 /bin/true
 expect_usage_error "mutually exclusive" -- -m --no_python x
 expect_usage_error "missing the training script" --

@@ -482,8 +482,8 @@ START_TEST(test_env_invalid)
                    "PET_MASTER_PORT");
   ck_assert_einval(parse_env(ENV("PET_LOGS_SPECS=x"), ARGV("t")),
                    "PET_LOGS_SPECS: not supported by cdrun");
-  ck_assert_einval(parse_env(ENV("PET_NUMA_BINDING=node"), ARGV("t")),
-                   "PET_NUMA_BINDING: not supported yet");
+  ck_assert_einval(parse_env(ENV("PET_NUMA_BINDING=rack"), ARGV("t")),
+                   "PET_NUMA_BINDING: invalid value 'rack'");
 }
 END_TEST
 
@@ -606,7 +606,7 @@ START_TEST(test_unknown_flags)
   /* argparse registers each name in one spelling or the other. */
   ck_assert_einval(PARSE("--nproc-per_node=2", "t"),
                    "'--nproc-per_node=2'");
-  ck_assert_einval(PARSE("--nproc", "2", "t"), "'--nproc'");
+  ck_assert_einval(PARSE("--nprocs", "2", "t"), "'--nprocs'");
   ck_assert_einval(PARSE("--NNODES=1", "t"), "'--NNODES=1'");
 }
 END_TEST
@@ -645,12 +645,120 @@ START_TEST(test_unsupported)
                    "--logs_specs: not supported by cdrun (it loads a "
                    "Python plugin)");
   ck_assert_einval(PARSE("--logs-specs=x", "t"), "--logs-specs");
-  ck_assert_einval(PARSE("--numa_binding=node", "t"),
-                   "--numa_binding: not supported yet");
-  ck_assert_einval(PARSE("--numa-binding", "socket", "t"),
-                   "--numa-binding");
+  ck_assert_einval(PARSE("--numa_binding=rack", "t"),
+                   "--numa_binding: invalid value 'rack' (expected node, "
+                   "socket, exclusive or core-complex)");
   ck_assert_einval(PARSE("--numa_binding"), "--numa_binding: expected a "
                    "value");
+}
+END_TEST
+
+/* torch 2.15's flags, in both spellings and from PET_*. */
+START_TEST(test_torch215_flags)
+{
+  const char *modes[] = { "node", "socket", "exclusive", "core-complex" };
+
+  ck_assert_ok(PARSE("t"));
+  ck_assert_ptr_null(A.log_line_prefix_template);
+  ck_assert_ptr_null(A.duplicate_stdout_filters);
+  ck_assert_ptr_null(A.duplicate_stderr_filters);
+  ck_assert(!A.virtual_local_rank);
+  ck_assert_ptr_null(A.numa_binding);
+  ck_assert_double_eq(A.worker_heartbeat_timeout, 0);
+  args_free(&A);
+
+  ck_assert_ok(PARSE("--log-line-prefix-template", "[${rank}]",
+                     "--duplicate-stdout-filters=a,,b,c",
+                     "--duplicate_stderr_filters", "err",
+                     "--virtual-local-rank", "--numa-binding", "socket",
+                     "--worker-heartbeat-timeout=2.5", "t"));
+  ck_assert_str_eq(A.log_line_prefix_template, "[${rank}]");
+  ck_assert_str_eq(A.duplicate_stdout_filters, "a,,b,c");
+  ck_assert_str_eq(A.duplicate_stderr_filters, "err");
+  ck_assert(A.virtual_local_rank);
+  ck_assert_str_eq(A.numa_binding, "socket");
+  ck_assert_double_eq(A.worker_heartbeat_timeout, 2.5);
+  args_free(&A);
+
+  for (size_t i = 0; i < 4; i++) {
+    char flag[64];
+
+    snprintf(flag, sizeof flag, "--numa_binding=%s", modes[i]);
+    ck_assert_ok(PARSE(flag, "t"));
+    ck_assert_str_eq(A.numa_binding, modes[i]);
+    args_free(&A);
+  }
+  ck_assert_ok(PARSE_ENV(ENV("PET_VIRTUAL_LOCAL_RANK=1",
+                             "PET_LOG_LINE_PREFIX_TEMPLATE=x",
+                             "PET_WORKER_HEARTBEAT_TIMEOUT=7"), "t"));
+  ck_assert(A.virtual_local_rank);
+  ck_assert_str_eq(A.log_line_prefix_template, "x");
+  ck_assert_double_eq(A.worker_heartbeat_timeout, 7);
+  args_free(&A);
+  ck_assert_einval(PARSE("--worker_heartbeat_timeout=-1", "t"),
+                   "--worker_heartbeat_timeout: invalid value '-1'");
+  ck_assert_einval(PARSE("--virtual_local_rank=1", "t"),
+                   "does not take a value");
+}
+END_TEST
+
+/* argparse's allow_abbrev: unique prefixes name the option. */
+START_TEST(test_prefixes)
+{
+  ck_assert_ok(PARSE("--nproc", "4", "--max_rest=3", "--stand", "t"));
+  ck_assert_str_eq(A.nproc_per_node, "4");
+  ck_assert_int_eq(A.max_restarts, 3);
+  ck_assert(A.standalone);
+  args_free(&A);
+  ck_assert_ok(PARSE("--nproc-per=2", "--max-rest", "1", "--rdzv-e", "h:1",
+                     "t"));
+  ck_assert_str_eq(A.nproc_per_node, "2");
+  ck_assert_int_eq(A.max_restarts, 1);
+  ck_assert_str_eq(A.rdzv_endpoint, "h:1");
+  args_free(&A);
+  /* An exact name wins over being a prefix of another. */
+  ck_assert_ok(PARSE("--role=x", "t"));
+  ck_assert_str_eq(A.role, "x");
+  args_free(&A);
+  ck_assert_einval(PARSE("--rdzv=x", "t"), "ambiguous option: --rdzv could "
+                   "match --rdzv_backend, --rdzv_endpoint, --rdzv_id, "
+                   "--rdzv_conf");
+  ck_assert_einval(PARSE("--no", "t"), "ambiguous option: --no could "
+                   "match --no_python, --node_rank");
+  ck_assert_einval(PARSE("--m", "t"), "ambiguous option: --m could match "
+                   "--max_restarts, --monitor_interval, --module, "
+                   "--master_addr, --master_port");
+  ck_assert_ok(PARSE("--no-", "t"));
+  ck_assert(A.no_python);
+  args_free(&A);
+  ck_assert_einval(PARSE("--max_rest-x=1", "t"),
+                   "unrecognized argument '--max_rest-x=1'");
+  /* A mix of spellings is no prefix of either. */
+  ck_assert_einval(PARSE("--nproc_per-n=1", "t"), "unrecognized");
+}
+END_TEST
+
+START_TEST(test_print_completion)
+{
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f;
+
+  /* Like --help: no training script needed, the rest is not parsed. */
+  ck_assert_ok(PARSE("--print-completion", "bash", "--bogus"));
+  ck_assert_str_eq(A.print_completion, "bash");
+  args_free(&A);
+  ck_assert_einval(PARSE("--print_completion=tcsh"),
+                   "--print_completion: invalid value 'tcsh'");
+  f = open_memstream(&buf, &len);
+  ck_assert_int_eq(args_print_completion(f, "bash"), 0);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(buf, "complete -o filenames -F _cdrun cdrun"));
+  ck_assert_ptr_nonnull(strstr(buf, " --nproc-per-node "));
+  ck_assert_ptr_nonnull(strstr(buf, " --nproc_per_node "));
+  ck_assert_ptr_nonnull(strstr(buf, "node socket exclusive core-complex"));
+  free(buf);
+  ck_assert_int_eq(args_print_completion(stdout, "zsh"), -EINVAL);
 }
 END_TEST
 
@@ -738,7 +846,10 @@ static const char *const usage_words[] = {
   "-t, --tee", "--local_ranks_filter", "--node_rank", "--master_addr",
   "--master_port", "--local_addr", "--signals_to_handle",
   "--shutdown_timeout", "--event_log_handler", "--logs_specs",
-  "--numa_binding", "-h, --help", "--version", "PET_",
+  "--numa_binding", "--log_line_prefix_template", "${hostname}",
+  "--duplicate_stdout_filters", "--duplicate_stderr_filters",
+  "--virtual_local_rank", "--worker_heartbeat_timeout",
+  "TORCHELASTIC_ENABLE_FILE_TIMER", "--print_completion", "-h, --help", "--version", "PET_",
   "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "SIGKILL", "second Ctrl-C",
   "unused", "--rdzv_conf", "(default: 1)", "static (default)",
   "(default: 30)", "(default: SIGTERM,SIGINT,SIGHUP,SIGQUIT)",
@@ -801,6 +912,9 @@ static Suite *args_suite(void)
   tcase_add_test(tc, test_missing_value);
   tcase_add_test(tc, test_bool_takes_no_value);
   tcase_add_test(tc, test_unsupported);
+  tcase_add_test(tc, test_torch215_flags);
+  tcase_add_test(tc, test_prefixes);
+  tcase_add_test(tc, test_print_completion);
   tcase_add_test(tc, test_module_no_python);
   tcase_add_test(tc, test_no_target);
   tcase_add_test(tc, test_help_version);

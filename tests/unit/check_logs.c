@@ -255,6 +255,56 @@ START_TEST(test_prefix_template)
 }
 END_TEST
 
+START_TEST(test_prefix_hostname)
+{
+  char out[512], host[256], want[300];
+
+  ck_assert_int_eq(gethostname(host, sizeof host), 0);
+  host[sizeof host - 1] = '\0';
+  snprintf(want, sizeof want, "%s:1|w", host);
+  logs_format_prefix("${hostname}:${rank}|$role_name", "w", 0, 1, out,
+                     sizeof out);
+  ck_assert_str_eq(out, want);
+}
+END_TEST
+
+START_TEST(test_filters)
+{
+  char **f;
+  int err;
+
+  ck_assert_ptr_null(logs_parse_filters(NULL, &err));
+  ck_assert_int_eq(err, 0);
+  ck_assert_ptr_null(logs_parse_filters("", &err));
+  f = logs_parse_filters(",,,", &err);
+  ck_assert_str_eq(f[0], ",");
+  ck_assert_ptr_null(f[1]);
+  logs_filters_free(f);
+  ck_assert_ptr_null(logs_parse_filters(",", &err));
+  f = logs_parse_filters("a,,b,c,,", &err);
+  ck_assert_int_eq(err, 0);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_str_eq(f[0], "a,b");
+  ck_assert_str_eq(f[1], "c,");
+  ck_assert_ptr_null(f[2]);
+  ck_assert(logs_filter_match(f, "xx a,b yy", 9));
+  ck_assert(logs_filter_match(f, "c,", 2));
+  ck_assert(!logs_filter_match(f, "a,,b", 4));
+  /* Only the first len bytes count. */
+  ck_assert(!logs_filter_match(f, "a,b", 2));
+  ck_assert(!logs_filter_match(NULL, "a,b", 3));
+  logs_filters_free(f);
+  f = logs_parse_filters(",x,,", &err);
+  ck_assert_str_eq(f[0], "x,");
+  ck_assert_ptr_null(f[1]);
+  logs_filters_free(f);
+  f = logs_parse_filters("loss=", &err);
+  ck_assert_str_eq(f[0], "loss=");
+  logs_filters_free(f);
+  logs_filters_free(NULL);
+}
+END_TEST
+
 START_TEST(test_prefix_unknown_and_dollars)
 {
   char out[64];
@@ -730,6 +780,8 @@ static Suite *logs_suite(void)
 
   tc = tcase_create("dirs");
   tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+  tcase_add_test(tc, test_prefix_hostname);
+  tcase_add_test(tc, test_filters);
   tcase_add_test(tc, test_mkdirs);
   tcase_add_test(tc, test_mkdirs_file_in_way);
   tcase_add_test(tc, test_rmtree);

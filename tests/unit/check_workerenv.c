@@ -311,6 +311,57 @@ START_TEST(test_get)
 }
 END_TEST
 
+START_TEST(test_virtual_local_rank)
+{
+  struct worker_env w = sample();
+  char *base[] = { "CUDA_VISIBLE_DEVICES=4,6, GPU-ab ", "X=1", NULL };
+  char **env;
+
+  w.local_rank = 2;
+  w.virtual_local_rank = true;
+  env = workerenv_build(base, &w);
+  ck_assert_str_eq(workerenv_get(env, "LOCAL_RANK"), "0");
+  ck_assert_str_eq(workerenv_get(env, "CUDA_VISIBLE_DEVICES"), "GPU-ab");
+  ck_assert_int_eq(count_name(env, "CUDA_VISIBLE_DEVICES"), 1);
+  workerenv_free(env);
+  /* No such entry, or no list: the local rank. */
+  w.local_rank = 3;
+  env = workerenv_build(base, &w);
+  ck_assert_str_eq(workerenv_get(env, "CUDA_VISIBLE_DEVICES"), "3");
+  workerenv_free(env);
+  env = workerenv_build(base + 1, &w);
+  ck_assert_str_eq(workerenv_get(env, "CUDA_VISIBLE_DEVICES"), "3");
+  workerenv_free(env);
+  /* Off: LOCAL_RANK is the local rank and the list is inherited. */
+  w.virtual_local_rank = false;
+  env = workerenv_build(base, &w);
+  ck_assert_str_eq(workerenv_get(env, "LOCAL_RANK"), "3");
+  ck_assert_str_eq(workerenv_get(env, "CUDA_VISIBLE_DEVICES"),
+                   "4,6, GPU-ab ");
+  workerenv_free(env);
+}
+END_TEST
+
+START_TEST(test_timer_and_heartbeat_files)
+{
+  struct worker_env w = sample();
+  char *base[] = { "TORCHELASTIC_TIMER_FILE=/old", "X=1", NULL };
+  char **env;
+
+  env = workerenv_build(base, &w);
+  ck_assert_str_eq(workerenv_get(env, "TORCHELASTIC_TIMER_FILE"), "/old");
+  ck_assert_ptr_null(workerenv_get(env, "CDRUN_HEARTBEAT_FILE"));
+  workerenv_free(env);
+  w.timer_file = "/run/t";
+  w.heartbeat_file = "/run/hb";
+  env = workerenv_build(base, &w);
+  ck_assert_str_eq(workerenv_get(env, "TORCHELASTIC_TIMER_FILE"), "/run/t");
+  ck_assert_int_eq(count_name(env, "TORCHELASTIC_TIMER_FILE"), 1);
+  ck_assert_str_eq(workerenv_get(env, "CDRUN_HEARTBEAT_FILE"), "/run/hb");
+  workerenv_free(env);
+}
+END_TEST
+
 static Suite *workerenv_suite(void)
 {
   Suite *s = suite_create("workerenv");
@@ -324,6 +375,8 @@ static Suite *workerenv_suite(void)
   tcase_add_test(tc, test_agent_store_and_error_file);
   tcase_add_test(tc, test_prefix_names_kept);
   tcase_add_test(tc, test_negative_and_large_ints);
+  tcase_add_test(tc, test_virtual_local_rank);
+  tcase_add_test(tc, test_timer_and_heartbeat_files);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("get");
