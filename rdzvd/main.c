@@ -11,6 +11,9 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "endpoint.h"
+#include "metrics.h"
+#include "metrics_http.h"
 #include "rdzv_proto.h"
 #include "server.h"
 #include "status_client.h"
@@ -19,6 +22,7 @@
 
 static const char usage[] =
   "usage: rdzvd [--host ADDR] [--port PORT] [--max_jobs N] [--quiet]\n"
+  "             [--metrics HOST:PORT]\n"
   "       rdzvd --status HOST[:PORT] [--json]\n"
   "\n"
   "The cdrun rendezvous daemon: many jobs at once, keyed by rdzv_id.\n"
@@ -29,6 +33,9 @@ static const char usage[] =
   "                   on the first line as 'rdzvd: listening on ...')\n"
   "  --max_jobs N     refuse new jobs beyond N (default 10000)\n"
   "  --quiet          do not log what happens to each job\n"
+  "  --metrics H:P    serve Prometheus metrics at http://H:P/metrics\n"
+  "                   (':P' or '[::]:P': every address; port 0 picks one,\n"
+  "                   printed as 'rdzvd: metrics on ...')\n"
   "  --status H[:P]   print the jobs, rounds, phases and nodes of the rdzvd\n"
   "                   at H:P (default port 29400) and exit\n"
   "  --json           with --status: print the raw JSON\n"
@@ -39,6 +46,11 @@ struct daemon {
   struct rdzvd_server *server;
   uv_signal_t sigterm, sigint;
   bool quiet;
+  /* --metrics */
+  struct rdzvd_metrics metrics;
+  struct metrics_http *http;
+  const char *metrics_ep;
+  char metrics_host[256];
 };
 
 /* Job log lines: a timestamp, then what happened. */
@@ -72,6 +84,8 @@ static void on_signal(uv_signal_t *h, int signum)
   log_line(d, signum == SIGTERM ? "SIGTERM: shutting down"
                                 : "SIGINT: shutting down");
   rdzvd_server_stop(d->server);
+  if (d->http)
+    metrics_http_stop(d->http);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
 }
@@ -121,6 +135,45 @@ static const char *flag_value(int argc, char **argv, int *i,
   return argv[++*i];
 }
 
+/* GET /metrics: the counters, and the gauges read from the registry. */
+static int render_metrics(void *ctx, char **body, size_t *len)
+{
+  struct daemon *d = ctx;
+  struct metrics_gauges g;
+
+  _Static_assert(RS_PHASES == METRICS_PHASES, "one phase list");
+  memset(&g, 0, sizeof g);
+  rdzvd_server_jobs_by_phase(d->server, g.jobs_by_phase, g.phase_names);
+  g.nodes = rdzvd_server_nodes(d->server);
+  return metrics_render(&d->metrics, &g, body, len);
+}
+
+/* --metrics HOST:PORT ("[v6]:PORT", ":PORT" for every address). */
+static int start_metrics(struct daemon *d, char *err, size_t errlen)
+{
+  char host[256] = "";
+  int port = -1;
+
+  if (d->metrics_ep[0] == ':') {
+    char *end;
+    long p = strtol(d->metrics_ep + 1, &end, 10);
+
+    if (end != d->metrics_ep + 1 && !*end && p >= 0 && p <= 65535)
+      port = (int)p;
+  } else if (endpoint_parse(d->metrics_ep, -1, host, sizeof host,
+                            &port) != 0) {
+    port = -1;
+  }
+  if (port < 0) {
+    snprintf(err, errlen, "--metrics: invalid value '%s' (expected "
+             "HOST:PORT, [IPV6]:PORT or :PORT)", d->metrics_ep);
+    return UV_EINVAL;
+  }
+  snprintf(d->metrics_host, sizeof d->metrics_host, "%s", host);
+  return metrics_http_start(d->loop, host, port, render_metrics, d,
+                            &d->http, err, errlen);
+}
+
 int main(int argc, char **argv)
 {
   struct rdzvd_server_opts o;
@@ -140,6 +193,8 @@ int main(int argc, char **argv)
       o.port = parse_int("--port", v, 0, 65535);
     } else if ((v = flag_value(argc, argv, &i, "max_jobs"))) {
       o.limits.max_jobs = parse_int("--max_jobs", v, 1, 10000000);
+    } else if ((v = flag_value(argc, argv, &i, "metrics"))) {
+      d.metrics_ep = v;
     } else if ((v = flag_value(argc, argv, &i, "status"))) {
       status = v;
     } else if (strcmp(argv[i], "--json") == 0) {
@@ -168,11 +223,26 @@ int main(int argc, char **argv)
   /* --quiet: no logger at all, so no line is even formatted. */
   o.log = d.quiet ? NULL : log_line;
   o.log_ctx = &d;
+  metrics_init(&d.metrics);
+  o.metrics = &d.metrics;
   rc = rdzvd_server_start(d.loop, &o, &d.server, err, sizeof err);
   if (rc) {
     fprintf(stderr, "rdzvd: error: %s\n", err);
     return 1;
   }
+  if (d.metrics_ep && start_metrics(&d, err, sizeof err)) {
+    fprintf(stderr, "rdzvd: error: %s\n", err);
+    rdzvd_server_stop(d.server);
+    uv_run(d.loop, UV_RUN_DEFAULT);
+    return 1;
+  }
+  /* Handled before anyone learns the port: a SIGTERM right after the
+   * first line is a clean stop. */
+  uv_signal_init(d.loop, &d.sigterm);
+  uv_signal_init(d.loop, &d.sigint);
+  d.sigterm.data = d.sigint.data = &d;
+  uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&d.sigint, on_signal, SIGINT);
   /* The first line is machine-readable: tests and scripts that asked for
    * port 0 read the port from it. */
   {
@@ -183,12 +253,14 @@ int main(int argc, char **argv)
             v6 ? "[" : "", h, v6 ? "]" : "", rdzvd_server_port(d.server),
             (int)getpid());
   }
+  if (d.http) {
+    const char *h = d.metrics_host[0] ? d.metrics_host : "::";
+    bool v6 = strchr(h, ':') != NULL;
+
+    fprintf(stderr, "rdzvd: metrics on http://%s%s%s:%d/metrics\n",
+            v6 ? "[" : "", h, v6 ? "]" : "", metrics_http_port(d.http));
+  }
   fflush(stderr);
-  uv_signal_init(d.loop, &d.sigterm);
-  uv_signal_init(d.loop, &d.sigint);
-  d.sigterm.data = d.sigint.data = &d;
-  uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-  uv_signal_start(&d.sigint, on_signal, SIGINT);
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_walk(d.loop, close_walk, NULL);
   uv_run(d.loop, UV_RUN_DEFAULT);
