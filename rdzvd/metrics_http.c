@@ -15,7 +15,7 @@
 #include <string.h>
 
 struct scrape {
-  uv_tcp_t tcp;                 /* first: the handle's data is the scrape */
+  uv_tcp_t tcp;                 /* both handles: data is the scrape */
   uv_timer_t timer;
   uv_write_t write;
   uv_shutdown_t shutdown;
