@@ -172,6 +172,10 @@ integ: all $(HELPER_BIN)
 bench: all
 	scripts/bench/launch
 
+# `make install PREFIX=/usr DESTDIR=/tmp/root`: binaries, man pages, pg.h,
+# libpg (static, shared with its libpg.so development link, libpg.pc for
+# the installed PREFIX) and the systemd unit (ExecStart in PREFIX/bin).
+SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BINDIR)/cdrun $(DESTDIR)$(PREFIX)/bin/cdrun
@@ -181,10 +185,18 @@ install: all
 	install -m 644 man/rdzvd.8 $(DESTDIR)$(PREFIX)/share/man/man8/rdzvd.8
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 644 libpg/include/pg.h $(DESTDIR)$(PREFIX)/include/pg.h
-	install -m 644 lib/libpg.a lib/libpg.so.0 $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(LIBDIR)/libpg.a $(DESTDIR)$(PREFIX)/lib/libpg.a
+	install -m 755 $(LIBDIR)/libpg.so.0 $(DESTDIR)$(PREFIX)/lib/libpg.so.0
 	ln -sf libpg.so.0 $(DESTDIR)$(PREFIX)/lib/libpg.so
 	install -m 644 man/libpg.3 $(DESTDIR)$(PREFIX)/share/man/man3/libpg.3
-	install -m 644 lib/libpg.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/libpg.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@LIBS_PRIVATE@|$(PG_LIBS)|' libpg/libpg.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libpg.pc
+	chmod 644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/libpg.pc
+	install -d $(DESTDIR)$(SYSTEMD_UNITDIR)
+	sed -e 's|/usr/local/bin/rdzvd|$(PREFIX)/bin/rdzvd|' \
+	    scripts/rdzvd.service > $(DESTDIR)$(SYSTEMD_UNITDIR)/rdzvd.service
+	chmod 644 $(DESTDIR)$(SYSTEMD_UNITDIR)/rdzvd.service
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions && $(BINDIR)/cdrun --print-completion bash >$(DESTDIR)$(PREFIX)/share/bash-completion/completions/cdrun
 
 # Coverage-guided fuzzing of everything that parses network input (clang's

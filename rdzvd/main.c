@@ -1,6 +1,7 @@
 /* main.c -- rdzvd: the rendezvous daemon, and its status query. */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,12 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "endpoint.h"
+#include "log_file.h"
+#include "metrics.h"
+#include "metrics_http.h"
 #include "rdzv_proto.h"
+#include "sd_notify.h"
 #include "server.h"
 #include "status_client.h"
 
@@ -19,6 +25,7 @@
 
 static const char usage[] =
   "usage: rdzvd [--host ADDR] [--port PORT] [--max_jobs N] [--quiet]\n"
+  "             [--metrics HOST:PORT] [--log-file PATH]\n"
   "       rdzvd --status HOST[:PORT] [--json]\n"
   "\n"
   "The cdrun rendezvous daemon: many jobs at once, keyed by rdzv_id.\n"
@@ -29,6 +36,11 @@ static const char usage[] =
   "                   on the first line as 'rdzvd: listening on ...')\n"
   "  --max_jobs N     refuse new jobs beyond N (default 10000)\n"
   "  --quiet          do not log what happens to each job\n"
+  "  --metrics H:P    serve Prometheus metrics at http://H:P/metrics\n"
+  "                   (':P' or '[::]:P': every address; port 0 picks one,\n"
+  "                   printed as 'rdzvd: metrics on ...')\n"
+  "  --log-file PATH  append the log to PATH instead of stderr (the first\n"
+  "                   lines go to both); SIGHUP reopens it\n"
   "  --status H[:P]   print the jobs, rounds, phases and nodes of the rdzvd\n"
   "                   at H:P (default port 29400) and exit\n"
   "  --json           with --status: print the raw JSON\n"
@@ -37,8 +49,16 @@ static const char usage[] =
 struct daemon {
   uv_loop_t *loop;
   struct rdzvd_server *server;
-  uv_signal_t sigterm, sigint;
+  uv_signal_t sigterm, sigint, sighup;
   bool quiet;
+  /* --log-file; log.f NULL: stderr */
+  struct log_file log;
+  const char *log_path;
+  /* --metrics */
+  struct rdzvd_metrics metrics;
+  struct metrics_http *http;
+  const char *metrics_ep;
+  char metrics_host[256];
 };
 
 /* Job log lines: a timestamp, then what happened. */
@@ -54,8 +74,52 @@ static void log_line(void *ctx, const char *line)
   gettimeofday(&tv, NULL);
   localtime_r(&tv.tv_sec, &tm);
   strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
-  fprintf(stderr, "%s.%03d rdzvd: %s\n", stamp, (int)(tv.tv_usec / 1000),
-          line);
+  fprintf(d->log.f ? d->log.f : stderr, "%s.%03d rdzvd: %s\n", stamp,
+          (int)(tv.tv_usec / 1000), line);
+}
+
+/* The first lines: on stderr, where scripts read the port, and in the
+ * log file when there is one. */
+static void announce(struct daemon *d, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+
+static void announce(struct daemon *d, const char *fmt, ...)
+{
+  va_list ap;
+
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fflush(stderr);
+  if (d->log.f) {
+    va_start(ap, fmt);
+    vfprintf(d->log.f, fmt, ap);
+    va_end(ap);
+  }
+}
+
+/* SIGHUP (systemctl reload, logrotate): reopen the log file. */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+  struct daemon *d = h->data;
+  char line[512];
+  int err;
+
+  (void)signum;
+  if (!d->log.f) {
+    log_line(d, "SIGHUP: no --log-file to reopen");
+    return;
+  }
+  err = log_file_reopen(&d->log);
+  if (err) {
+    snprintf(line, sizeof line, "SIGHUP: cannot reopen %s: %s; still "
+             "writing to the file opened before", d->log.path,
+             strerror(-err));
+    log_line(d, line);
+    return;
+  }
+  snprintf(line, sizeof line, "SIGHUP: reopened %s", d->log.path);
+  log_line(d, line);
 }
 
 static void close_walk(uv_handle_t *h, void *arg)
@@ -69,11 +133,15 @@ static void on_signal(uv_signal_t *h, int signum)
 {
   struct daemon *d = h->data;
 
+  sd_notify_state("STOPPING=1");
   log_line(d, signum == SIGTERM ? "SIGTERM: shutting down"
                                 : "SIGINT: shutting down");
   rdzvd_server_stop(d->server);
+  if (d->http)
+    metrics_http_stop(d->http);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
+  uv_close((uv_handle_t *)&d->sighup, NULL);
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long hi)
@@ -121,6 +189,45 @@ static const char *flag_value(int argc, char **argv, int *i,
   return argv[++*i];
 }
 
+/* GET /metrics: the counters, and the gauges read from the registry. */
+static int render_metrics(void *ctx, char **body, size_t *len)
+{
+  struct daemon *d = ctx;
+  struct metrics_gauges g;
+
+  _Static_assert(RS_PHASES == METRICS_PHASES, "one phase list");
+  memset(&g, 0, sizeof g);
+  rdzvd_server_jobs_by_phase(d->server, g.jobs_by_phase, g.phase_names);
+  g.nodes = rdzvd_server_nodes(d->server);
+  return metrics_render(&d->metrics, &g, body, len);
+}
+
+/* --metrics HOST:PORT ("[v6]:PORT", ":PORT" for every address). */
+static int start_metrics(struct daemon *d, char *err, size_t errlen)
+{
+  char host[256] = "";
+  int port = -1;
+
+  if (d->metrics_ep[0] == ':') {
+    char *end;
+    long p = strtol(d->metrics_ep + 1, &end, 10);
+
+    if (end != d->metrics_ep + 1 && !*end && p >= 0 && p <= 65535)
+      port = (int)p;
+  } else if (endpoint_parse(d->metrics_ep, -1, host, sizeof host,
+                            &port) != 0) {
+    port = -1;
+  }
+  if (port < 0) {
+    snprintf(err, errlen, "--metrics: invalid value '%s' (expected "
+             "HOST:PORT, [IPV6]:PORT or :PORT)", d->metrics_ep);
+    return UV_EINVAL;
+  }
+  snprintf(d->metrics_host, sizeof d->metrics_host, "%s", host);
+  return metrics_http_start(d->loop, host, port, render_metrics, d,
+                            &d->http, err, errlen);
+}
+
 int main(int argc, char **argv)
 {
   struct rdzvd_server_opts o;
@@ -140,6 +247,10 @@ int main(int argc, char **argv)
       o.port = parse_int("--port", v, 0, 65535);
     } else if ((v = flag_value(argc, argv, &i, "max_jobs"))) {
       o.limits.max_jobs = parse_int("--max_jobs", v, 1, 10000000);
+    } else if ((v = flag_value(argc, argv, &i, "metrics"))) {
+      d.metrics_ep = v;
+    } else if ((v = flag_value(argc, argv, &i, "log_file"))) {
+      d.log_path = v;
     } else if ((v = flag_value(argc, argv, &i, "status"))) {
       status = v;
     } else if (strcmp(argv[i], "--json") == 0) {
@@ -165,33 +276,74 @@ int main(int argc, char **argv)
   /* A daemon outlives the terminal that started it. */
   signal(SIGHUP, SIG_IGN);
   d.loop = uv_default_loop();
+  if (d.log_path) {
+    rc = log_file_open(&d.log, d.log_path);
+    if (rc) {
+      fprintf(stderr, "rdzvd: error: --log-file: cannot open %s: %s\n",
+              d.log_path, strerror(-rc));
+      return 1;
+    }
+  }
   /* --quiet: no logger at all, so no line is even formatted. */
   o.log = d.quiet ? NULL : log_line;
   o.log_ctx = &d;
+  metrics_init(&d.metrics);
+  o.metrics = &d.metrics;
   rc = rdzvd_server_start(d.loop, &o, &d.server, err, sizeof err);
   if (rc) {
     fprintf(stderr, "rdzvd: error: %s\n", err);
+    log_file_close(&d.log);
     return 1;
   }
+  if (d.metrics_ep && start_metrics(&d, err, sizeof err)) {
+    fprintf(stderr, "rdzvd: error: %s\n", err);
+    rdzvd_server_stop(d.server);
+    uv_run(d.loop, UV_RUN_DEFAULT);
+    log_file_close(&d.log);
+    return 1;
+  }
+  /* Handled before anyone learns the port: a SIGTERM right after the
+   * first line is a clean stop. */
+  uv_signal_init(d.loop, &d.sigterm);
+  uv_signal_init(d.loop, &d.sigint);
+  uv_signal_init(d.loop, &d.sighup);
+  d.sigterm.data = d.sigint.data = d.sighup.data = &d;
+  uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&d.sigint, on_signal, SIGINT);
+  uv_signal_start(&d.sighup, on_sighup, SIGHUP);
   /* The first line is machine-readable: tests and scripts that asked for
    * port 0 read the port from it. */
   {
     const char *h = o.host && *o.host ? o.host : "::";
     bool v6 = strchr(h, ':') != NULL;
 
-    fprintf(stderr, "rdzvd: listening on %s%s%s:%d (pid %d)\n",
-            v6 ? "[" : "", h, v6 ? "]" : "", rdzvd_server_port(d.server),
-            (int)getpid());
+    announce(&d, "rdzvd: listening on %s%s%s:%d (pid %d)\n",
+             v6 ? "[" : "", h, v6 ? "]" : "", rdzvd_server_port(d.server),
+             (int)getpid());
   }
-  fflush(stderr);
-  uv_signal_init(d.loop, &d.sigterm);
-  uv_signal_init(d.loop, &d.sigint);
-  d.sigterm.data = d.sigint.data = &d;
-  uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-  uv_signal_start(&d.sigint, on_signal, SIGINT);
+  if (d.http) {
+    const char *h = d.metrics_host[0] ? d.metrics_host : "::";
+    bool v6 = strchr(h, ':') != NULL;
+
+    announce(&d, "rdzvd: metrics on http://%s%s%s:%d/metrics\n",
+             v6 ? "[" : "", h, v6 ? "]" : "", metrics_http_port(d.http));
+  }
+  /* systemd (Type=notify): ready once every port listens. */
+  {
+    char state[64];
+
+    snprintf(state, sizeof state, "READY=1\nSTATUS=listening on port %d",
+             rdzvd_server_port(d.server));
+    rc = sd_notify_state(state);
+    if (rc < 0)
+      announce(&d, "rdzvd: warning: cannot notify systemd through "
+               "NOTIFY_SOCKET=%s: %s\n", getenv("NOTIFY_SOCKET"),
+               strerror(-rc));
+  }
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_walk(d.loop, close_walk, NULL);
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_loop_close(d.loop);
+  log_file_close(&d.log);
   return 0;
 }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
+
 #define container_of(p, type, member) \
   ((type *)(void *)((char *)(p) - offsetof(type, member)))
 
@@ -255,6 +257,7 @@ struct job {
   bool exit_passed;             /* the running round passed "exit" */
   bool progress_dirty;
   double deadline;              /* last call */
+  double round_started;         /* metrics: creation, or the RESTART */
   double progress_last;
   uint64_t seq;
   struct rs_timer t_last_call, t_progress, t_forget;
@@ -282,6 +285,7 @@ struct rs_registry {
   struct rs_timer **heap;
   size_t heap_n, heap_cap;
   size_t timers;                /* embedded timers alive: heap_cap >= */
+  struct rdzvd_metrics *metrics;  /* rs_set_metrics; NULL: none */
 };
 
 /* ---- small helpers ---- */
@@ -784,6 +788,7 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   job->conf = *cf;
   job->phase = PH_GATHERING;
   job->progress_last = now;
+  job->round_started = now;
   timer_init(&job->t_last_call, T_LAST_CALL);
   timer_init(&job->t_progress, T_PROGRESS);
   timer_init(&job->t_forget, T_FORGET);
@@ -831,7 +836,8 @@ static int rank_cmp(const void *a, const void *b)
 
 /* Ranks the participants and sends each its ROUND: O(N log N), the only
  * place that sorts.  The round then runs. */
-static void complete_round(struct rs_registry *r, struct job *job)
+static void complete_round(struct rs_registry *r, struct job *job,
+                           double now)
 {
   struct rp_msg m;
   struct rp_round *rd = &m.u.round;
@@ -880,6 +886,7 @@ static void complete_round(struct rs_registry *r, struct job *job)
   job->progress_dirty = false;
   timer_clear(r, &job->t_last_call);
   timer_clear(r, &job->t_progress);
+  metrics_round_completed(r->metrics, now - job->round_started);
   say(r, "job %s: round %d complete: %zu node%s, world size %d, master "
       "%s:%d", job->id, job->round, k, k == 1 ? "" : "s", job->world_size,
       rd->master_addr, rd->master_port);
@@ -893,12 +900,12 @@ static void decide(struct rs_registry *r, struct job *job, double now)
   if (job->n_part >= cf->max_nodes ||
       (job->restarting && !job->n_outstanding &&
        job->n_part >= cf->min_nodes)) {
-    complete_round(r, job);
+    complete_round(r, job, now);
   } else if (job->n_part >= cf->min_nodes) {
     if (job->phase == PH_LAST_CALL)
       return;
     if (cf->last_call_timeout <= 0) {
-      complete_round(r, job);
+      complete_round(r, job, now);
       return;
     }
     job->phase = PH_LAST_CALL;
@@ -954,6 +961,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   job->exit_passed = false;
   job->progress_dirty = false;
   job->progress_last = now;
+  job->round_started = now;
   timer_clear(r, &job->t_last_call);
   timer_clear(r, &job->t_progress);
   for (n = job->nodes; n; n = n->next) {
@@ -1275,6 +1283,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
     end_job(r, job, now, false, text);
   } else {
     job->restart_count++;
+    metrics_restart(r->metrics);
     fmt(text, sizeof text, "%s workers failed: %.*s", d, RP_MAX_TEXT,
         f->message);
     start_round(r, job, now, text, n);
@@ -1839,7 +1848,7 @@ double rs_tick(struct rs_registry *r, double now)
     case T_LAST_CALL:
       job = container_of(t, struct job, t_last_call);
       if (job->phase == PH_LAST_CALL)
-        complete_round(r, job);
+        complete_round(r, job, now);
       break;
     case T_PROGRESS:
       on_progress_timer(r, container_of(t, struct job, t_progress), now);
@@ -1873,4 +1882,24 @@ int rs_job_count(const struct rs_registry *r)
 int rs_node_count(const struct rs_registry *r)
 {
   return r->n_nodes;
+}
+
+void rs_set_metrics(struct rs_registry *r, struct rdzvd_metrics *m)
+{
+  r->metrics = m;
+}
+
+void rs_jobs_by_phase(const struct rs_registry *r, int counts[RS_PHASES],
+                      const char *names[RS_PHASES])
+{
+  const struct job *job;
+  int i;
+
+  _Static_assert(PH_FINISHED + 1 == RS_PHASES, "RS_PHASES: every phase");
+  for (i = 0; i < RS_PHASES; i++) {
+    counts[i] = 0;
+    names[i] = phase_name((enum phase)i);
+  }
+  for (job = r->jobs_head; job; job = job->next)
+    counts[job->phase]++;
 }

@@ -153,4 +153,18 @@ int rs_node_count(const struct rs_registry *r);
  * cJSON_Delete. */
 struct cJSON *rs_status(const struct rs_registry *r, double now);
 
+/* ---- metrics (rdzvd --metrics) ---- */
+
+struct rdzvd_metrics;
+
+/* Counters the machine bumps as rounds complete and restarts are
+ * counted (metrics.h); NULL, the default, keeps none. */
+void rs_set_metrics(struct rs_registry *r, struct rdzvd_metrics *m);
+
+/* Jobs per phase: counts[i] jobs are in the phase named names[i]
+ * ("gathering", "last_call", "running", "closed", "finished").  O(jobs). */
+#define RS_PHASES 5
+void rs_jobs_by_phase(const struct rs_registry *r, int counts[RS_PHASES],
+                      const char *names[RS_PHASES]);
+
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 
+#include "metrics.h"
 #include "rdzv_proto.h"
 
 /* A client whose unread replies exceed this is too slow: it is dropped
@@ -54,6 +55,7 @@ struct rdzvd_server {
   void (*idle_cb)(void *ctx);
   void *idle_ctx;
   uv_idle_t idle_check;
+  struct rdzvd_metrics *metrics;  /* NULL: none kept */
   char rbuf[READ_CHUNK];        /* Note [read buffers] */
 };
 
@@ -122,6 +124,7 @@ static void conn_close(struct conn *c)
     c->next->prev = c->prev;
   if (!s->stopping)
     rs_conn_closed(s->reg, c, now_s(s));
+  metrics_conn_closed(s->metrics);
   uv_close((uv_handle_t *)&c->tcp, conn_freed);
   if (!s->stopping) {
     schedule(s);
@@ -176,7 +179,9 @@ static void conn_write(struct conn *c, char *data, size_t len)
     free(data);
     free(w);
     conn_close(c);
+    return;
   }
+  metrics_bytes_out(c->s->metrics, len);
 }
 
 static bool is_loopback(const char *addr)
@@ -204,6 +209,8 @@ static void sink_send(void *ctx, void *connp, const struct rp_msg *m)
   (void)ctx;
   if (c->closing)
     return;
+  if (m->op == RP_ERROR)
+    metrics_refusal(c->s->metrics, m->u.text.code);
   if (m->op == RP_ROUND && is_loopback(m->u.round.master_addr) &&
       !c->peer_loopback && c->local[0]) {
     copy = *m;
@@ -249,6 +256,7 @@ static void reject(struct conn *c, const char *why)
   m.u.text.code = RP_ERR_BAD_REQUEST;
   snprintf(m.u.text.message, sizeof m.u.text.message, "%s", why);
   server_log(c->s, "bad request from %s: %s", c->peer, why);
+  metrics_frame_error(c->s->metrics);
   sink_send(c->s, c, &m);
   sink_drop(c->s, c);
 }
@@ -329,6 +337,8 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
       reject(c, err);
       return -1;
     }
+    if (m.op == RP_JOIN)
+      metrics_join(s->metrics);
     rs_handle(s->reg, c, &m, now_s(s));
     rp_msg_free(&m);
   }
@@ -347,6 +357,7 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   }
   if (nread == 0)
     return;
+  metrics_bytes_in(c->s->metrics, (size_t)nread);
   if (buf->base == c->s->rbuf) {
     used = consume(c, buf->base, (size_t)nread);
     left = used < 0 ? 0 : (size_t)nread - (size_t)used;
@@ -417,6 +428,7 @@ static void on_connection(uv_stream_t *listener, int status)
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  metrics_conn_opened(s->metrics);
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &namelen) == 0)
     addr_string(&ss, c->peer, sizeof c->peer);
   namelen = sizeof ss;
@@ -529,6 +541,8 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
     snprintf(err, errlen, "out of memory");
     return UV_ENOMEM;
   }
+  s->metrics = o->metrics;
+  rs_set_metrics(s->reg, o->metrics);
   uv_tcp_init(loop, &s->listener);
   uv_timer_init(loop, &s->timer);
   uv_idle_init(loop, &s->idle_check);
@@ -563,6 +577,13 @@ int rdzvd_server_nodes(const struct rdzvd_server *s)
 int rdzvd_server_jobs(const struct rdzvd_server *s)
 {
   return rs_job_count(s->reg);
+}
+
+void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
+                                int counts[RS_PHASES],
+                                const char *names[RS_PHASES])
+{
+  rs_jobs_by_phase(s->reg, counts, names);
 }
 
 void rdzvd_server_stop(struct rdzvd_server *s)

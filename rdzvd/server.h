@@ -19,6 +19,8 @@ struct rdzvd_server_opts {
   /* Where job log lines go (prefixed with a timestamp); NULL: nowhere. */
   void (*log)(void *ctx, const char *line);
   void *log_ctx;
+  /* Counters to bump (metrics.h); NULL: none. */
+  struct rdzvd_metrics *metrics;
 };
 
 /* Binds, listens and starts serving on loop.  Returns 0, or a negative
@@ -33,6 +35,11 @@ int rdzvd_server_port(const struct rdzvd_server *s);
 /* Nodes currently members of some job, and jobs known. */
 int rdzvd_server_nodes(const struct rdzvd_server *s);
 int rdzvd_server_jobs(const struct rdzvd_server *s);
+
+/* Jobs per phase (rs_jobs_by_phase), for metrics. */
+void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
+                                int counts[RS_PHASES],
+                                const char *names[RS_PHASES]);
 
 /* Calls cb(ctx) once, the first time the server has no node left in any
  * job (immediately on the next loop turn if it has none now). */

@@ -1,0 +1,41 @@
+/* metrics_http.h -- a tiny, bounded HTTP/1.x responder that serves one
+ * path, GET /metrics, from the daemon's libuv loop.
+ *
+ * Bounds, so that a hostile or broken client costs little and never
+ * blocks the rendezvous: a request head of at most METRICS_HTTP_MAX_REQUEST
+ * bytes (431 otherwise), METRICS_HTTP_TIMEOUT_MS from accept to the last
+ * byte of the response (closed otherwise), at most METRICS_HTTP_MAX_CONNS
+ * scrapes at once (more are closed at accept).  Every response carries
+ * Connection: close.  Other paths get 404, other methods 405, anything
+ * that is not HTTP/1.x 400. */
+#ifndef RDZVD_METRICS_HTTP_H
+#define RDZVD_METRICS_HTTP_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#define METRICS_HTTP_MAX_REQUEST 8192
+#define METRICS_HTTP_TIMEOUT_MS 10000
+#define METRICS_HTTP_MAX_CONNS 16
+
+struct metrics_http;
+
+/* Produces the body of GET /metrics: a malloc'd buffer of *len bytes,
+ * freed by the responder.  Returns 0 or a negative errno (500 then). */
+typedef int (*metrics_http_render_cb)(void *ctx, char **body, size_t *len);
+
+/* Binds host:port (host "" or NULL: every IPv6 and IPv4 address; port 0:
+ * any free one) and serves on loop.  Returns 0, or a negative libuv error
+ * with a sentence in err. */
+int metrics_http_start(uv_loop_t *loop, const char *host, int port,
+                       metrics_http_render_cb render, void *ctx,
+                       struct metrics_http **out, char *err, size_t errlen);
+
+/* The port actually bound. */
+int metrics_http_port(const struct metrics_http *h);
+
+/* Closes the listener and every scrape in progress; frees h once every
+ * handle is closed (the loop must keep running until then). */
+void metrics_http_stop(struct metrics_http *h);
+
+#endif
