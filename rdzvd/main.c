@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "server.h"
 #include "status_client.h"
@@ -19,7 +20,8 @@
 
 static const char usage[] =
   "usage: rdzvd [--host ADDR] [--port PORT] [--max_jobs N] [--quiet]\n"
-  "       rdzvd --status HOST[:PORT] [--json]\n"
+  "             [--secret-file PATH]\n"
+  "       rdzvd --status HOST[:PORT] [--json] [--secret-file PATH]\n"
   "\n"
   "The cdrun rendezvous daemon: many jobs at once, keyed by rdzv_id.\n"
   "\n"
@@ -29,6 +31,9 @@ static const char usage[] =
   "                   on the first line as 'rdzvd: listening on ...')\n"
   "  --max_jobs N     refuse new jobs beyond N (default 10000)\n"
   "  --quiet          do not log what happens to each job\n"
+  "  --secret-file PATH  a shared secret (16..1024 bytes, mode 600): only\n"
+  "                   clients that prove they know it are served, and\n"
+  "                   --status proves it (env RDZVD_SECRET_FILE)\n"
   "  --status H[:P]   print the jobs, rounds, phases and nodes of the rdzvd\n"
   "                   at H:P (default port 29400) and exit\n"
   "  --json           with --status: print the raw JSON\n"
@@ -125,7 +130,8 @@ int main(int argc, char **argv)
 {
   struct rdzvd_server_opts o;
   struct daemon d;
-  const char *status = NULL, *v;
+  struct ra_secret secret;
+  const char *status = NULL, *v, *secret_file = getenv("RDZVD_SECRET_FILE");
   bool json = false;
   char err[256];
   int i, rc;
@@ -140,6 +146,8 @@ int main(int argc, char **argv)
       o.port = parse_int("--port", v, 0, 65535);
     } else if ((v = flag_value(argc, argv, &i, "max_jobs"))) {
       o.limits.max_jobs = parse_int("--max_jobs", v, 1, 10000000);
+    } else if ((v = flag_value(argc, argv, &i, "secret_file"))) {
+      secret_file = v;
     } else if ((v = flag_value(argc, argv, &i, "status"))) {
       status = v;
     } else if (strcmp(argv[i], "--json") == 0) {
@@ -158,8 +166,18 @@ int main(int argc, char **argv)
       return EXIT_USAGE;
     }
   }
-  if (status)
-    return status_query(status, json);
+  memset(&secret, 0, sizeof secret);
+  if (secret_file && *secret_file &&
+      ra_secret_load(secret_file, &secret, err, sizeof err) != 0) {
+    fprintf(stderr, "rdzvd: error: %s\n", err);
+    return 1;
+  }
+  if (status) {
+    rc = status_query(status, json, &secret);
+    ra_secret_clear(&secret);
+    return rc;
+  }
+  o.secret = &secret;
 
   signal(SIGPIPE, SIG_IGN);
   /* A daemon outlives the terminal that started it. */
@@ -169,6 +187,7 @@ int main(int argc, char **argv)
   o.log = d.quiet ? NULL : log_line;
   o.log_ctx = &d;
   rc = rdzvd_server_start(d.loop, &o, &d.server, err, sizeof err);
+  ra_secret_clear(&secret);   /* the server keeps its own copy */
   if (rc) {
     fprintf(stderr, "rdzvd: error: %s\n", err);
     return 1;
@@ -182,6 +201,11 @@ int main(int argc, char **argv)
     fprintf(stderr, "rdzvd: listening on %s%s%s:%d (pid %d)\n",
             v6 ? "[" : "", h, v6 ? "]" : "", rdzvd_server_port(d.server),
             (int)getpid());
+  }
+  if (secret_file && *secret_file) {
+    snprintf(err, sizeof err, "clients must prove they know the shared "
+             "secret in %s", secret_file);
+    log_line(&d, err);
   }
   fflush(stderr);
   uv_signal_init(d.loop, &d.sigterm);

@@ -9,6 +9,8 @@ set -euo pipefail
 
 pkgs=(build-essential pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev
       check python3 procps)
+# rdzvd's shared-secret handshake: HMAC-SHA256 from libcrypto.
+pkgs+=(libssl-dev)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch time)
 fi
