@@ -3,7 +3,7 @@
  * specified in proto/PROTOCOL.md.
  *
  * A frame is a 4-byte big-endian length followed by that many bytes of a
- * UTF-8 JSON object: {"v": 1, "op": "<name>", ...fields}.  Every field is
+ * UTF-8 JSON object: {"v": 2, "op": "<name>", ...fields}.  Every field is
  * validated on decode: type, range, length; unknown ops and versions are
  * errors.  Unknown extra fields are ignored (forward compatibility). */
 #ifndef RDZV_PROTO_H
