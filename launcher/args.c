@@ -581,6 +581,8 @@ static const char usage[] =
   "  --rdzv_conf K=V,...   join_timeout (600), last_call_timeout (30),\n"
   "                        close_timeout (30), keepalive_interval (1),\n"
   "                        keepalive_misses (5), is_host (auto)\n"
+  "                        secret_file (a mode-600 shared secret; env\n"
+  "                        CDRUN_RDZV_SECRET_FILE)\n"
   "  --node_rank N         static: this node's rank (default: 0)\n"
   "  --master_addr ADDR    static: address of the rank 0 node\n"
   "                        (default: --local_addr, else 127.0.0.1)\n"
