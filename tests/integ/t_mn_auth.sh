@@ -76,6 +76,17 @@ expect_grep "$REFUSED" "$T/s2.err"
 expect_grep "$REFUSED" "$T/s3.err"
 kill -0 "$RDZVD_PID" || fail "rdzvd died"
 
+# A version 1 peer (no handshake) gets an error naming both versions.
+python3 - "$RDZVD_PORT" >"$T/v1.out" <<'PY' || fail "v1 probe failed"
+import json, socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+body = b'{"v":1,"op":"status"}'
+s.sendall(struct.pack(">I", len(body)) + body)
+n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
+print(json.loads(s.recv(n, socket.MSG_WAITALL))["message"])
+PY
+expect_grep "unsupported protocol version 1 \(this side speaks version 2\)" "$T/v1.out"
+
 # A client with a secret and a server without: refused, clearly, both ends.
 start_rdzvd
 agent extra --nnodes=1 --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$RDZVD_PORT" \
