@@ -110,6 +110,13 @@ static void conn_freed(uv_handle_t *h)
 static void check_idle(struct rdzvd_server *s);
 static void schedule(struct rdzvd_server *s);
 
+/* With a secret, the state machine learns of a connection only once its
+ * handshake has succeeded (Note [authentication gate]). */
+static bool conn_known(const struct conn *c)
+{
+  return c->s->secret.len == 0 || c->auth.state == RA_S_DONE;
+}
+
 /* Closes a connection now; the state machine learns it is gone. */
 static void conn_close(struct conn *c)
 {
@@ -124,7 +131,7 @@ static void conn_close(struct conn *c)
     s->conns = c->next;
   if (c->next)
     c->next->prev = c->prev;
-  if (!s->stopping)
+  if (!s->stopping && conn_known(c))
     rs_conn_closed(s->reg, c, now_s(s));
   uv_close((uv_handle_t *)&c->tcp, conn_freed);
   if (!s->stopping) {
@@ -310,8 +317,9 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 
 /* Note [authentication gate]: with a secret, a connection's frames go to
  * the handshake (proto/rdzv_auth.c) until it has succeeded; nothing
- * reaches the state machine before, and a pre-auth frame may not exceed
- * RA_PREAUTH_MAX_FRAME.  Returns true when m may go on to rs_handle. */
+ * reaches the state machine before (not even the connection's address),
+ * and a pre-auth frame may not exceed RA_PREAUTH_MAX_FRAME.  Returns true
+ * when m may go on to rs_handle. */
 static bool auth_gate(struct conn *c, const struct rp_msg *m)
 {
   struct rp_msg reply;
@@ -323,6 +331,9 @@ static bool auth_gate(struct conn *c, const struct rp_msg *m)
     return true;
   case RA_REPLY:
     sink_send(c->s, c, &reply);
+    /* Only now does the state machine learn of the connection. */
+    if (c->auth.state == RA_S_DONE)
+      rs_set_peer_addr(c->s->reg, c, c->peer);
     return false;
   case RA_REFUSE:
     server_log(c->s, "authentication failed from %s: %s", c->peer, why);
@@ -480,7 +491,8 @@ static void on_connection(uv_stream_t *listener, int status)
   if (s->conns)
     s->conns->prev = c;
   s->conns = c;
-  rs_set_peer_addr(s->reg, c, c->peer);
+  if (conn_known(c))
+    rs_set_peer_addr(s->reg, c, c->peer);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
 }
 
