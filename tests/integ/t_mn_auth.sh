@@ -87,6 +87,21 @@ print(json.loads(s.recv(n, socket.MSG_WAITALL))["message"])
 PY
 expect_grep "unsupported protocol version 1 \(this side speaks version 2\)" "$T/v1.out"
 
+# Before the handshake a frame may be tiny: a stranger announcing 1 MiB is
+# refused on the header alone, without the server waiting for the body.
+python3 - "$RDZVD_PORT" >"$T/big.out" <<'PY' || fail "pre-auth size probe failed"
+import json, socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(struct.pack(">I", 1 << 20) + b'{"v":2,')
+n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
+m = json.loads(s.recv(n, socket.MSG_WAITALL))
+print(m["code"], m["message"])
+print("closed" if s.recv(1) == b"" else "open")
+PY
+expect_grep "^auth this server requires a shared secret" "$T/big.out"
+expect_grep "^closed" "$T/big.out"
+expect_grep "no shared secret: a frame of 1048576 bytes before authenticating" "$T/rdzvd.log"
+
 # A client with a secret and a server without: refused, clearly, both ends.
 start_rdzvd
 agent extra --nnodes=1 --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$RDZVD_PORT" \
