@@ -247,11 +247,12 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
   }
 }
 
-/* Note [client handshake]: with a secret, the first messages on a fresh
- * connection are the handshake (proto/rdzv_auth.h); the join goes out
- * once the server has proved that it knows the secret too. */
 static void close_tcp(struct rdzv_client *c);
 
+/* Note [client handshake]: with a secret, the first messages on a fresh
+ * connection are the handshake (proto/rdzv_auth.h); the join goes out
+ * once the server has proved that it knows the secret too.  A refusal is
+ * final: retrying would get the same answer. */
 static void handshake_step(struct rdzv_client *c, const struct rp_msg *m)
 {
   struct rp_msg reply;
@@ -591,7 +592,8 @@ static void client_destroy(struct rdzv *r)
   if (c->connected) {
     memset(&m, 0, sizeof m);
     m.op = RP_LEAVE;
-    send_msg(c, &m);
+    if (c->authed)    /* mid-handshake: nothing but the handshake */
+      send_msg(c, &m);
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->sreq.data = c;
     if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, shutdown_done) != 0)
