@@ -113,6 +113,11 @@ HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(OUT)/tests/%)
 EXAMPLE_SRC := $(wildcard examples/*.c)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BINDIR)/%)
 
+# The shared-secret handshake (proto/rdzv_auth.c) uses libcrypto: only
+# the binaries that link the core get it.
+CRYPTO_LIBS := $(shell pkg-config --libs libcrypto)
+$(BINDIR)/cdrun $(BINDIR)/rdzvd $(UNIT_BIN): LDLIBS += $(CRYPTO_LIBS)
+
 .PHONY: all asan test unit integ bench install clean fuzz libpg
 all: $(BINDIR)/cdrun $(BINDIR)/rdzvd libpg $(EXAMPLE_BIN)
 asan: all

@@ -914,7 +914,11 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
     finish(a, 0);
     return;
   }
-  say("rendezvous failed: %s", message);
+  /* A refusal (authentication) already says what it is. */
+  if (err == UV_EACCES)
+    say("%s", message);
+  else
+    say("rendezvous failed: %s", message);
   if (a->state == ST_RUNNING) {
     begin_stop(a, STOP_FATAL, SIGTERM);
     a->exit_status = AGENT_EXIT_INTERNAL;

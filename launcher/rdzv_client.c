@@ -53,6 +53,10 @@ struct rdzv_client {
   double last_progress;
 
   struct rdzvd_server *server;    /* when this node hosts */
+
+  struct ra_secret secret;        /* len 0: none */
+  struct ra_client auth;          /* the handshake on this connection */
+  bool authed;                    /* joins may go out */
 };
 
 static double now_s(void)
@@ -86,6 +90,7 @@ static void client_release(struct rdzv_client *c)
 {
   if (--c->open_handles == 0 && c->destroyed) {
     free(c->buf);
+    ra_secret_clear(&c->secret);
     free(c);
   }
 }
@@ -225,6 +230,12 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
            m->u.text.message);
     return;
   case RP_ERROR:
+    if (m->u.text.code == RP_ERR_AUTH) {
+      fail(c, UV_EACCES, RA_REFUSED ": the rendezvous at %s:%d says: %s%s",
+           c->host, c->o.port, m->u.text.message,
+           c->secret.len ? "" : " (give --rdzv-conf=secret_file=PATH)");
+      return;
+    }
     fail(c, UV_EPROTO, "rendezvous '%s' at %s:%d refused: %s (%s)", c->id,
          c->host, c->o.port, m->u.text.message,
          rp_error_name(m->u.text.code));
@@ -234,6 +245,32 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
          rp_op_name(m->op));
     return;
   }
+}
+
+static void close_tcp(struct rdzv_client *c);
+
+/* Note [client handshake]: with a secret, the first messages on a fresh
+ * connection are the handshake (proto/rdzv_auth.h); the join goes out
+ * once the server has proved that it knows the secret too.  A refusal is
+ * final: retrying would get the same answer. */
+static void handshake_step(struct rdzv_client *c, const struct rp_msg *m)
+{
+  struct rp_msg reply;
+  char err[RP_MAX_TEXT + 128];
+  int rc = ra_client_step(&c->auth, &c->secret, m, &reply, err, sizeof err);
+
+  if (rc == 1) {
+    send_msg(c, &reply);
+    return;
+  }
+  if (rc < 0) {
+    close_tcp(c);
+    fail(c, UV_EACCES, "%s (rendezvous at %s:%d)", err, c->host, c->o.port);
+    return;
+  }
+  c->authed = true;
+  if (c->join_pending)
+    send_join(c);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -293,7 +330,10 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
       return;
     }
     off += flen;
-    dispatch(c, &m);
+    if (c->authed)
+      dispatch(c, &m);
+    else
+      handshake_step(c, &m);
     rp_msg_free(&m);
   }
   if (c->destroyed || c->failed)
@@ -318,6 +358,8 @@ static void keepalive_tick(uv_timer_t *t)
          "for %.1f s", c->host, c->o.port, window);
     return;
   }
+  if (!c->authed)
+    return;   /* only the handshake before it succeeds */
   memset(&m, 0, sizeof m);
   m.op = RP_KEEPALIVE;
   send_msg(c, &m);
@@ -357,6 +399,18 @@ static void connected_cb(uv_connect_t *req, int status)
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
   ms = (uint64_t)(c->o.conf.keepalive_interval * 1000.0);
   uv_timer_start(&c->keepalive, keepalive_tick, ms ? ms : 1, ms ? ms : 1);
+  c->authed = c->secret.len == 0;
+  if (!c->authed) {
+    struct rp_msg hello;
+
+    if (ra_client_hello(&c->auth, &hello) != 0) {
+      close_tcp(c);
+      fail(c, UV_EIO, "cannot start the handshake: no random bytes");
+      return;
+    }
+    send_msg(c, &hello);
+    return;
+  }
   if (c->join_pending)
     send_join(c);
 }
@@ -408,6 +462,7 @@ static void maybe_host(struct rdzv_client *c)
     return;
   memset(&so, 0, sizeof so);
   so.port = c->o.port;
+  so.secret = &c->secret;
   if (lvl && (strcmp(lvl, "INFO") == 0 || strcmp(lvl, "DEBUG") == 0))
     so.log = server_log;
   rc = rdzvd_server_start(c->base.loop, &so, &c->server, err, sizeof err);
@@ -464,7 +519,8 @@ static int client_join(struct rdzv *r, enum rdzv_join_reason why)
   c->join_pending = true;
   c->last_present = -1;
   if (c->connected) {
-    send_join(c);
+    if (c->authed)
+      send_join(c);
     return 0;
   }
   if (why == RDZV_JOIN_FIRST) {
@@ -536,7 +592,8 @@ static void client_destroy(struct rdzv *r)
   if (c->connected) {
     memset(&m, 0, sizeof m);
     m.op = RP_LEAVE;
-    send_msg(c, &m);
+    if (c->authed)    /* mid-handshake: nothing but the handshake */
+      send_msg(c, &m);
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->sreq.data = c;
     if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, shutdown_done) != 0)
@@ -579,6 +636,9 @@ int rdzv_client_create(uv_loop_t *loop, const struct rdzv_client_opts *o,
   c->o.host = c->host;
   c->o.id = c->id;
   c->o.local_addr = c->local_addr;
+  if (o->secret)
+    c->secret = *o->secret;
+  c->o.secret = NULL;             /* c->secret is the copy */
   c->last_present = -1;
   uv_timer_init(loop, &c->retry);
   uv_timer_init(loop, &c->keepalive);

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "rdzv.h"
+#include "rdzv_auth.h"
 #include "rdzv_proto.h"
 
 enum rdzv_host_mode {
@@ -25,6 +26,10 @@ struct rdzv_client_opts {
   int nproc;
   int master_port;            /* this node's reserved port */
   enum rdzv_host_mode host_mode;
+  /* NULL or empty: no shared secret.  Otherwise the client proves it
+   * knows it (and checks the server's proof) before its join, and an
+   * embedded server demands it of every node (copied). */
+  const struct ra_secret *secret;
 };
 
 /* Creates the back end; nothing is sent before the first join.  Returns 0

@@ -25,6 +25,17 @@ static int parse_double(const char *v, double lo, double hi, double *out)
   return 0;
 }
 
+static int load_secret(struct rdzv_config *c, const char *path, char *err,
+                       size_t errlen)
+{
+  char why[512];
+
+  if (ra_secret_load(path, &c->secret, why, sizeof why) == 0)
+    return 0;
+  snprintf(err, errlen, "--rdzv_conf: %s", why);
+  return -EINVAL;
+}
+
 /* One --rdzv_conf entry. */
 static int conf_entry(struct rdzv_config *c, const char *key,
                       const char *val, char *err, size_t errlen, char *warn,
@@ -61,6 +72,9 @@ static int conf_entry(struct rdzv_config *c, const char *key,
       c->host_mode = RDZV_HOST_NEVER;
     else
       goto bad;
+  } else if (strcmp(key, "secret_file") == 0) {
+    if (load_secret(c, val, err, errlen))
+      return -EINVAL;
   } else if (strcmp(key, "read_timeout") == 0 ||
              strcmp(key, "store_type") == 0 || strcmp(key, "rank") == 0) {
     /* torchrun's TCPStore knobs: nothing to configure here. */
@@ -121,6 +135,12 @@ int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
     snprintf(c->local_addr, sizeof c->local_addr, "%s", a->local_addr);
   if (parse_conf(c, a->rdzv_conf, err, errlen, warn, warnlen))
     return -EINVAL;
+  if (c->secret.len == 0) {
+    const char *path = getenv("CDRUN_RDZV_SECRET_FILE");
+
+    if (path && *path && load_secret(c, path, err, errlen))
+      return -EINVAL;
+  }
 
   if (a->standalone) {
     /* torchrun: c10d on localhost with a random id; one node. */
@@ -232,5 +252,6 @@ int rdzv_config_create(const struct rdzv_config *c, int nproc,
   o.nproc = nproc;
   o.master_port = offered_port;
   o.host_mode = c->host_mode;
+  o.secret = &c->secret;
   return rdzv_client_create(loop, &o, cb, out);
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "args.h"
+#include "rdzv_auth.h"
 #include "rdzv.h"
 #include "rdzv_client.h"
 #include "rdzv_proto.h"
@@ -30,11 +31,16 @@ struct rdzv_config {
   struct rp_conf conf;
   enum rdzv_host_mode host_mode;
   char local_addr[RP_MAX_ADDR + 1];
+  /* --rdzv_conf=secret_file=PATH, else $CDRUN_RDZV_SECRET_FILE: loaded
+   * and checked at resolve time; len 0: none. */
+  struct ra_secret secret;
 };
 
 /* Resolves a's rendezvous flags.  run_id is the job id to use (a random
  * one for --standalone).  Returns 0, or -EINVAL with a one-line message
- * naming the flag in err.  Unknown --rdzv_conf keys are reported in warn
+ * naming the flag in err.  The shared secret comes from --rdzv_conf's
+ * secret_file, else from the environment's CDRUN_RDZV_SECRET_FILE.
+ * Unknown --rdzv_conf keys are reported in warn
  * (empty when none), not refused: torchrun passes them to plugins. */
 int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
                         struct rdzv_config *out, char *err, size_t errlen,

@@ -27,6 +27,7 @@ enum kind {
   K_CODE,       /* enum rp_error_code */
   K_CONF,       /* struct rp_conf, a nested object */
   K_STATUS,     /* char *status_json, an object on the wire */
+  K_HEX,        /* unsigned char[size], lowercase hex on the wire */
 };
 
 struct field {
@@ -169,6 +170,16 @@ static const struct field status_reply_fields[] = {
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
+static const struct field nonce_fields[] = {
+  { "nonce", K_HEX, ARR(auth.nonce), 0, 0, false, true },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field mac_fields[] = {
+  { "mac", K_HEX, ARR(auth.mac), 0, 0, false, true },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
 static const struct field no_fields[] = {
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
@@ -195,6 +206,10 @@ static const struct {
   [RP_STATUS_REPLY] = { "status_reply", status_reply_fields },
   [RP_PONG] = { "pong", no_fields },
   [RP_ERROR] = { "error", error_fields },
+  [RP_HELLO] = { "hello", nonce_fields },
+  [RP_CHALLENGE] = { "challenge", nonce_fields },
+  [RP_AUTH] = { "auth", mac_fields },
+  [RP_AUTH_OK] = { "auth_ok", mac_fields },
 };
 
 static const char *const reasons[] = {
@@ -573,6 +588,29 @@ static int decode_enum(struct ctx *c, const struct field *f, const cJSON *it,
               sanitize(it->valuestring, s, sizeof s));
 }
 
+/* Exactly 2 * f->size lowercase hex digits: one spelling per value. */
+static int decode_hex(struct ctx *c, const struct field *f, const char *s,
+                      unsigned char *out)
+{
+  static const char digits[] = "0123456789abcdef";
+  size_t n = strlen(s), i;
+  const char *hi, *lo;
+  char p[80];
+
+  if (n != 2 * f->size)
+    return fail(c, -EINVAL, "%s: expected %zu hex digits, got %zu bytes",
+                path(c, f->name, p, sizeof p), 2 * f->size, n);
+  for (i = 0; i < f->size; i++) {
+    hi = s[2 * i] ? strchr(digits, s[2 * i]) : NULL;
+    lo = s[2 * i + 1] ? strchr(digits, s[2 * i + 1]) : NULL;
+    if (!hi || !lo)
+      return fail(c, -EINVAL, "%s: not lowercase hex",
+                  path(c, f->name, p, sizeof p));
+    out[i] = (unsigned char)((hi - digits) << 4 | (lo - digits));
+  }
+  return 0;
+}
+
 static int decode_field(struct ctx *c, const struct field *f,
                         const cJSON *it, char *base)
 {
@@ -647,6 +685,10 @@ static int decode_field(struct ctx *c, const struct field *f,
     /* Missing keys keep the defaults filled in before. */
     return decode_fields(&sub, it, conf_fields, base + f->off);
   }
+  case K_HEX:
+    if (!cJSON_IsString(it))
+      return wrong_type(c, f, "a string", it);
+    return decode_hex(c, f, it->valuestring, (unsigned char *)base + f->off);
   case K_STATUS:
     if (!cJSON_IsObject(it))
       return wrong_type(c, f, "an object", it);
@@ -717,8 +759,9 @@ static int decode_head(struct ctx *c, const cJSON *j, enum rp_op *op)
     return fail(c, -EPROTO, "v: expected the integer %d, got %s", RP_VERSION,
                 type_name(v));
   if (v->valuedouble != RP_VERSION)
-    return fail(c, -EPROTO, "v: unsupported version %s (expected %d)",
-                num_text(v->valuedouble, n, sizeof n), RP_VERSION);
+    return fail(c, -EPROTO, "v: unsupported protocol version %s (this side "
+                "speaks version %d)", num_text(v->valuedouble, n, sizeof n),
+                RP_VERSION);
   rc = member(c, j, "op", &o, -EBADMSG);
   if (rc)
     return rc;
@@ -922,6 +965,20 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
   }
   case K_STATUS:
     return encode_status(c, obj, f, *(char *const *)at);
+  case K_HEX: {
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *b = at;
+    char hex[2 * RP_AUTH_BYTES + 1];
+
+    if (f->size > RP_AUTH_BYTES)
+      return -EINVAL;
+    for (n = 0; n < f->size; n++) {
+      hex[2 * n] = digits[b[n] >> 4];
+      hex[2 * n + 1] = digits[b[n] & 15];
+    }
+    hex[2 * n] = '\0';
+    return add_string(obj, f->name, hex);
+  }
   }
   return -EINVAL;
 }

@@ -3,7 +3,7 @@
  * specified in proto/PROTOCOL.md.
  *
  * A frame is a 4-byte big-endian length followed by that many bytes of a
- * UTF-8 JSON object: {"v": 1, "op": "<name>", ...fields}.  Every field is
+ * UTF-8 JSON object: {"v": 2, "op": "<name>", ...fields}.  Every field is
  * validated on decode: type, range, length; unknown ops and versions are
  * errors.  Unknown extra fields are ignored (forward compatibility). */
 #ifndef RDZV_PROTO_H
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RP_VERSION 1
+#define RP_VERSION 2               /* 2: the shared-secret handshake */
 #define RP_FRAME_HEADER 4
 #define RP_MAX_FRAME (1u << 20)     /* body bytes; larger frames: error */
 #define RP_MAX_ID 128               /* rdzv_id, barrier names */
@@ -22,6 +22,7 @@
 #define RP_MAX_VALUE 65536          /* kv value bytes */
 #define RP_MAX_TEXT 1024            /* reasons, error messages */
 #define RP_MAX_NODES 100000         /* min/max nodes upper bound */
+#define RP_AUTH_BYTES 32            /* nonces and HMAC-SHA256 tags */
 
 enum rp_op {
   RP_OP_INVALID = 0,
@@ -45,6 +46,11 @@ enum rp_op {
   RP_STATUS_REPLY,
   RP_PONG,
   RP_ERROR,         /* the request was refused; see code */
+  /* the shared-secret handshake (proto/rdzv_auth.h), both directions */
+  RP_HELLO,         /* A -> S: the client's nonce */
+  RP_CHALLENGE,     /* S -> A: the server's nonce */
+  RP_AUTH,          /* A -> S: the client's proof */
+  RP_AUTH_OK,       /* S -> A: accepted, with the server's proof */
   RP_OP_COUNT
 };
 
@@ -63,7 +69,8 @@ enum rp_error_code {
   RP_ERR_NOT_JOINED,          /* "not_joined": op needs a prior JOIN */
   RP_ERR_LIMIT,               /* "limit": too many keys/bytes/jobs */
   RP_ERR_TIMEOUT,             /* "timeout": a KV wait timed out */
-  RP_ERR_AUTH,                /* "auth" (reserved) */
+  RP_ERR_AUTH,                /* "auth": the shared-secret handshake
+                                 failed or was required */
 };
 
 /* The job's configuration, fixed by its first joiner. */
@@ -135,6 +142,12 @@ struct rp_text {                  /* RESTART, CLOSED, ERROR */
   char message[RP_MAX_TEXT + 1];
 };
 
+struct rp_auth {                  /* HELLO, CHALLENGE: nonce; AUTH, AUTH_OK:
+                                     mac.  Hex on the wire. */
+  unsigned char nonce[RP_AUTH_BYTES];
+  unsigned char mac[RP_AUTH_BYTES];
+};
+
 struct rp_msg {
   enum rp_op op;
   union {
@@ -145,6 +158,7 @@ struct rp_msg {
     struct rp_waiting waiting;
     struct rp_round round;
     struct rp_text text;
+    struct rp_auth auth;
     char *status_json;            /* STATUS_REPLY: heap, a JSON object */
   } u;
 };

@@ -16,6 +16,7 @@
 #include "log_file.h"
 #include "metrics.h"
 #include "metrics_http.h"
+#include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "sd_notify.h"
 #include "server.h"
@@ -25,8 +26,8 @@
 
 static const char usage[] =
   "usage: rdzvd [--host ADDR] [--port PORT] [--max_jobs N] [--quiet]\n"
-  "             [--metrics HOST:PORT] [--log-file PATH]\n"
-  "       rdzvd --status HOST[:PORT] [--json]\n"
+  "             [--metrics HOST:PORT] [--log-file PATH] [--secret-file PATH]\n"
+  "       rdzvd --status HOST[:PORT] [--json] [--secret-file PATH]\n"
   "\n"
   "The cdrun rendezvous daemon: many jobs at once, keyed by rdzv_id.\n"
   "\n"
@@ -41,6 +42,9 @@ static const char usage[] =
   "                   printed as 'rdzvd: metrics on ...')\n"
   "  --log-file PATH  append the log to PATH instead of stderr (the first\n"
   "                   lines go to both); SIGHUP reopens it\n"
+  "  --secret-file PATH  a shared secret (16..1024 bytes, mode 600): only\n"
+  "                   clients that prove they know it are served, and\n"
+  "                   --status proves it (env RDZVD_SECRET_FILE)\n"
   "  --status H[:P]   print the jobs, rounds, phases and nodes of the rdzvd\n"
   "                   at H:P (default port 29400) and exit\n"
   "  --json           with --status: print the raw JSON\n"
@@ -232,7 +236,8 @@ int main(int argc, char **argv)
 {
   struct rdzvd_server_opts o;
   struct daemon d;
-  const char *status = NULL, *v;
+  struct ra_secret secret;
+  const char *status = NULL, *v, *secret_file = getenv("RDZVD_SECRET_FILE");
   bool json = false;
   char err[256];
   int i, rc;
@@ -251,6 +256,8 @@ int main(int argc, char **argv)
       d.metrics_ep = v;
     } else if ((v = flag_value(argc, argv, &i, "log_file"))) {
       d.log_path = v;
+    } else if ((v = flag_value(argc, argv, &i, "secret_file"))) {
+      secret_file = v;
     } else if ((v = flag_value(argc, argv, &i, "status"))) {
       status = v;
     } else if (strcmp(argv[i], "--json") == 0) {
@@ -269,8 +276,18 @@ int main(int argc, char **argv)
       return EXIT_USAGE;
     }
   }
-  if (status)
-    return status_query(status, json);
+  memset(&secret, 0, sizeof secret);
+  if (secret_file && *secret_file &&
+      ra_secret_load(secret_file, &secret, err, sizeof err) != 0) {
+    fprintf(stderr, "rdzvd: error: %s\n", err);
+    return 1;
+  }
+  if (status) {
+    rc = status_query(status, json, &secret);
+    ra_secret_clear(&secret);
+    return rc;
+  }
+  o.secret = &secret;
 
   signal(SIGPIPE, SIG_IGN);
   /* A daemon outlives the terminal that started it. */
@@ -290,6 +307,7 @@ int main(int argc, char **argv)
   metrics_init(&d.metrics);
   o.metrics = &d.metrics;
   rc = rdzvd_server_start(d.loop, &o, &d.server, err, sizeof err);
+  ra_secret_clear(&secret);   /* the server keeps its own copy */
   if (rc) {
     fprintf(stderr, "rdzvd: error: %s\n", err);
     log_file_close(&d.log);
@@ -340,6 +358,12 @@ int main(int argc, char **argv)
                "NOTIFY_SOCKET=%s: %s\n", getenv("NOTIFY_SOCKET"),
                strerror(-rc));
   }
+  if (secret_file && *secret_file) {
+    snprintf(err, sizeof err, "clients must prove they know the shared "
+             "secret in %s", secret_file);
+    log_line(&d, err);
+  }
+  fflush(stderr);
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_walk(d.loop, close_walk, NULL);
   uv_run(d.loop, UV_RUN_DEFAULT);

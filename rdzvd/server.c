@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 
 #include "metrics.h"
+#include "rdzv_auth.h"
 #include "rdzv_proto.h"
 
 /* A client whose unread replies exceed this is too slow: it is dropped
@@ -31,6 +32,7 @@ struct conn {
   bool closing;
   bool drop_after_write;      /* close once the write queue drains */
   size_t pending;             /* bytes queued for writing */
+  struct ra_server auth;      /* the shared-secret handshake */
   struct conn *prev, *next;   /* every open connection */
 };
 
@@ -56,6 +58,7 @@ struct rdzvd_server {
   void *idle_ctx;
   uv_idle_t idle_check;
   struct rdzvd_metrics *metrics;  /* NULL: none kept */
+  struct ra_secret secret;      /* len 0: none */
   char rbuf[READ_CHUNK];        /* Note [read buffers] */
 };
 
@@ -86,6 +89,7 @@ static void handle_released(struct rdzvd_server *s)
 {
   if (--s->open_handles == 0 && s->stopping) {
     rs_destroy(s->reg);
+    ra_secret_clear(&s->secret);
     free(s);
   }
 }
@@ -108,6 +112,13 @@ static void conn_freed(uv_handle_t *h)
 static void check_idle(struct rdzvd_server *s);
 static void schedule(struct rdzvd_server *s);
 
+/* With a secret, the state machine learns of a connection only once its
+ * handshake has succeeded (Note [authentication gate]). */
+static bool conn_known(const struct conn *c)
+{
+  return c->s->secret.len == 0 || c->auth.state == RA_S_DONE;
+}
+
 /* Closes a connection now; the state machine learns it is gone. */
 static void conn_close(struct conn *c)
 {
@@ -122,7 +133,7 @@ static void conn_close(struct conn *c)
     s->conns = c->next;
   if (c->next)
     c->next->prev = c->prev;
-  if (!s->stopping)
+  if (!s->stopping && conn_known(c))
     rs_conn_closed(s->reg, c, now_s(s));
   metrics_conn_closed(s->metrics);
   uv_close((uv_handle_t *)&c->tcp, conn_freed);
@@ -312,6 +323,44 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
   *buf = uv_buf_init(c->buf + c->len, (unsigned int)(c->cap - c->len));
 }
 
+/* Note [authentication gate]: with a secret, a connection's frames go to
+ * the handshake (proto/rdzv_auth.c) until it has succeeded; nothing
+ * reaches the state machine before (not even the connection's address),
+ * and a pre-auth frame may not exceed RA_PREAUTH_MAX_FRAME.  Returns true
+ * when m may go on to rs_handle. */
+static bool auth_gate(struct conn *c, const struct rp_msg *m)
+{
+  struct rp_msg reply;
+  char why[256];
+
+  switch (ra_server_step(&c->auth, &c->s->secret, m, &reply, why,
+                         sizeof why)) {
+  case RA_PASS:
+    return true;
+  case RA_REPLY:
+    sink_send(c->s, c, &reply);
+    /* Only now does the state machine learn of the connection. */
+    if (c->auth.state == RA_S_DONE)
+      rs_set_peer_addr(c->s->reg, c, c->peer);
+    return false;
+  case RA_REFUSE:
+    server_log(c->s, "authentication failed from %s: %s", c->peer, why);
+    metrics_auth_failure(c->s->metrics);
+    sink_send(c->s, c, &reply);
+    sink_drop(c->s, c);
+    return false;
+  }
+  return false;
+}
+
+/* The announced body length of the frame at data (4 bytes there). */
+static size_t frame_body_len(const char *data)
+{
+  const unsigned char *p = (const unsigned char *)data;
+
+  return (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+}
+
 /* Handles every whole frame in data[0..len); returns the bytes used, or
  * -1 when the connection is being closed. */
 static ssize_t consume(struct conn *c, const char *data, size_t len)
@@ -323,6 +372,22 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
   int rc;
 
   while (!c->closing && !c->drop_after_write) {
+    if (len - off >= RP_FRAME_HEADER &&
+        ra_server_frame_too_big(&c->auth, &s->secret,
+                                frame_body_len(data + off))) {
+      memset(&m, 0, sizeof m);
+      m.op = RP_ERROR;
+      m.u.text.code = RP_ERR_AUTH;
+      snprintf(m.u.text.message, sizeof m.u.text.message,
+               "this server requires a shared secret");
+      server_log(s, "authentication failed from %s: no shared secret: a "
+                 "frame of %zu bytes before authenticating", c->peer,
+                 frame_body_len(data + off));
+      metrics_auth_failure(s->metrics);
+      sink_send(s, c, &m);
+      sink_drop(s, c);
+      return -1;
+    }
     rc = rp_frame_peek(data + off, len - off, &flen);
     if (rc == 0)
       break;
@@ -337,9 +402,11 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
       reject(c, err);
       return -1;
     }
-    if (m.op == RP_JOIN)
-      metrics_join(s->metrics);
-    rs_handle(s->reg, c, &m, now_s(s));
+    if (auth_gate(c, &m)) {
+      if (m.op == RP_JOIN)
+        metrics_join(s->metrics);
+      rs_handle(s->reg, c, &m, now_s(s));
+    }
     rp_msg_free(&m);
   }
   return c->closing || c->drop_after_write ? -1 : (ssize_t)off;
@@ -439,7 +506,8 @@ static void on_connection(uv_stream_t *listener, int status)
   if (s->conns)
     s->conns->prev = c;
   s->conns = c;
-  rs_set_peer_addr(s->reg, c, c->peer);
+  if (conn_known(c))
+    rs_set_peer_addr(s->reg, c, c->peer);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
 }
 
@@ -529,6 +597,8 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
     return UV_ENOMEM;
   }
   s->loop = loop;
+  if (o->secret)
+    s->secret = *o->secret;
   s->log = o->log;
   s->log_ctx = o->log_ctx;
   sink.ctx = s;
@@ -537,6 +607,7 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   sink.log = sink_log;
   s->reg = rs_create(&sink, o->limits.max_jobs ? &o->limits : NULL);
   if (!s->reg) {
+    ra_secret_clear(&s->secret);
     free(s);
     snprintf(err, errlen, "out of memory");
     return UV_ENOMEM;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "rdzv_auth.h"
 #include "rdzv_state.h"
 
 struct rdzvd_server;
@@ -16,6 +17,9 @@ struct rdzvd_server_opts {
   const char *host;           /* NULL or "": every address, IPv6 + IPv4 */
   int port;                   /* 0: any free port (see rdzvd_server_port) */
   struct rs_limits limits;    /* zeros: defaults */
+  /* NULL or empty: no shared secret.  Otherwise every connection must
+   * pass the handshake of proto/rdzv_auth.h first (copied). */
+  const struct ra_secret *secret;
   /* Where job log lines go (prefixed with a timestamp); NULL: nowhere. */
   void (*log)(void *ctx, const char *line);
   void *log_ctx;

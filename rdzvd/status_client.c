@@ -124,7 +124,8 @@ static void print_table(const cJSON *st)
   }
 }
 
-int status_query(const char *endpoint, bool json)
+int status_query(const char *endpoint, bool json,
+                 const struct ra_secret *secret)
 {
   struct rp_msg m;
   char host[RP_MAX_ADDR + 1], err[256] = "";
@@ -144,6 +145,11 @@ int status_query(const char *endpoint, bool json)
     fprintf(stderr, "rdzvd: %s\n", err);
     return 1;
   }
+  if (secret && secret->len &&
+      ra_handshake_fd(fd, secret, STATUS_TIMEOUT_MS, err, sizeof err) != 0) {
+    fprintf(stderr, "rdzvd: %s:%d: %s\n", host, port, err);
+    goto out;
+  }
   memset(&m, 0, sizeof m);
   m.op = RP_STATUS;
   if (rp_encode(&m, &req, &reqlen) != 0 ||
@@ -157,7 +163,18 @@ int status_query(const char *endpoint, bool json)
     goto out;
   }
   if (rp_decode(frame + RP_FRAME_HEADER, (size_t)flen - RP_FRAME_HEADER, &m,
-                err, sizeof err) != 0 || m.op != RP_STATUS_REPLY) {
+                err, sizeof err) == 0 && m.op == RP_ERROR) {
+    if (m.u.text.code == RP_ERR_AUTH)
+      fprintf(stderr, "rdzvd: %s:%d: " RA_REFUSED ": the server says: %s"
+              "%s\n", host, port, m.u.text.message,
+              secret && secret->len ? "" : " (give --secret-file)");
+    else
+      fprintf(stderr, "rdzvd: %s:%d refused: %s (%s)\n", host, port,
+              m.u.text.message, rp_error_name(m.u.text.code));
+    rp_msg_free(&m);
+    goto out;
+  }
+  if (err[0] || m.op != RP_STATUS_REPLY) {
     fprintf(stderr, "rdzvd: unexpected answer from %s:%d: %s\n", host,
             port, err[0] ? err : rp_op_name(m.op));
     if (err[0] == '\0')

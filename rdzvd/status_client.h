@@ -5,10 +5,13 @@
 
 #include <stdbool.h>
 
+#include "rdzv_auth.h"
+
 /* Connects to endpoint ("host", "host:port", "[v6]:port"; port 29400 by
- * default), sends STATUS, prints the reply (a table, or the JSON when
+ * default), authenticates when secret is not empty, sends STATUS, prints the reply (a table, or the JSON when
  * json), and returns the process exit status (0, or 1 with a message on
  * stderr). */
-int status_query(const char *endpoint, bool json);
+int status_query(const char *endpoint, bool json,
+                 const struct ra_secret *secret);
 
 #endif

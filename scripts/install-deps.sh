@@ -11,6 +11,8 @@ pkgs=(build-essential pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev
       check python3 procps)
 # rdzvd's metrics test parses /metrics with the real Prometheus parser.
 pkgs+=(python3-prometheus-client)
+# rdzvd's shared-secret handshake: HMAC-SHA256 from libcrypto.
+pkgs+=(libssl-dev)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch time)
 fi

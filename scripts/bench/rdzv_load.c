@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rdzv_auth.h"
 #include "rdzv_proto.h"
 
 #define NPROC 8
@@ -27,14 +28,25 @@
 
 static const char usage[] =
   "usage: rdzv_load --host H --port P --nodes N --id ID [--leave-only]\n"
+  "                 [--secret-file PATH]\n"
+  "       rdzv_load --soak [--minutes M] [--rdzvd-pid PID] --host H\n"
+  "                 --port P --nodes N --id ID [--secret-file PATH]\n"
   "\n"
-  "Connects N agents to one rdzvd (paced, not timed), sends every JOIN as\n"
-  "fast as it can, reads until each agent has its ROUND and checks the\n"
-  "assignment.  Prints complete_ms = last ROUND received - last JOIN\n"
-  "written.  Then every agent enters the exit barrier and LEAVEs (with\n"
-  "--leave-only: LEAVE at once, as a node lost mid-round would).\n";
+  "Connects N agents to one rdzvd (paced, not timed), authenticates each\n"
+  "with the shared secret when given (untimed too: auth_ms), sends every\n"
+  "JOIN as fast as it can, reads until each agent has its ROUND and\n"
+  "checks the assignment.  Prints complete_ms = last ROUND received - last\n"
+  "JOIN written.  Then every agent enters the exit barrier and LEAVEs\n"
+  "(with --leave-only: LEAVE at once, as a node lost mid-round would).\n"
+  "\n"
+  "--soak: for M minutes (default 10), over and over: N agents connect,\n"
+  "join a fresh job, get their ROUND; one reports a failure, the others\n"
+  "get RESTART; all re-join and get the next ROUND; all pass the exit\n"
+  "barrier and leave.  Prints soak minutes=M rounds=R rss_start_kb=A\n"
+  "rss_end_kb=B, the RSS of rdzvd (--rdzvd-pid) after the first cycle and\n"
+  "after the last.\n";
 
-enum phase { PH_ROUND, PH_BARRIER };
+enum phase { PH_ROUND, PH_BARRIER, PH_RESTART };
 
 struct conn {
   int fd;
@@ -46,6 +58,7 @@ struct conn {
   bool connected;
   bool got_round;
   bool got_barrier;
+  bool got_restart;
   int waitings;
   struct rp_round round;
 };
@@ -56,6 +69,13 @@ struct load {
   int nodes;
   const char *id;
   bool leave_only;
+  bool soak;
+  double minutes;
+  int rdzvd_pid;
+  const char *secret_file;
+  struct ra_secret secret;
+  const char *cycle_id;       /* the job of this cycle (soak) */
+  int restarts;
   int ep;
   struct conn *c;
   struct sockaddr_storage addr;
@@ -124,6 +144,10 @@ static void parse_args(struct load *L, int argc, char **argv)
       L->leave_only = true;
       continue;
     }
+    if (strcmp(a, "--soak") == 0) {
+      L->soak = true;
+      continue;
+    }
     if (i + 1 >= argc)
       die("%s: unknown option or missing value\n%s", a, usage);
     if (strcmp(a, "--host") == 0)
@@ -134,13 +158,32 @@ static void parse_args(struct load *L, int argc, char **argv)
       L->nodes = (int)parse_long(a, argv[++i], 1, RP_MAX_NODES);
     else if (strcmp(a, "--id") == 0)
       L->id = argv[++i];
+    else if (strcmp(a, "--secret-file") == 0)
+      L->secret_file = argv[++i];
+    else if (strcmp(a, "--rdzvd-pid") == 0)
+      L->rdzvd_pid = (int)parse_long(a, argv[++i], 1, 1L << 30);
+    else if (strcmp(a, "--minutes") == 0) {
+      char *end;
+
+      L->minutes = strtod(argv[++i], &end);
+      if (*end || !(L->minutes > 0 && L->minutes <= 10000))
+        die("--minutes: expected a number > 0, got '%s'", argv[i]);
+    }
     else
       die("unknown option '%s'\n%s", a, usage);
   }
   if (!L->host || !L->port || !L->nodes || !L->id)
     die("--host, --port, --nodes and --id are required\n%s", usage);
-  if (strlen(L->id) == 0 || strlen(L->id) > RP_MAX_ID)
-    die("--id: 1..%d bytes", RP_MAX_ID);
+  if (strlen(L->id) == 0 || strlen(L->id) > RP_MAX_ID - 16)
+    die("--id: 1..%d bytes", RP_MAX_ID - 16);
+  if (L->secret_file) {
+    char err[512];
+
+    if (ra_secret_load(L->secret_file, &L->secret, err, sizeof err) != 0)
+      die("%s", err);
+  }
+  if (L->minutes == 0)
+    L->minutes = 10;
 }
 
 /* N sockets plus a few: the soft limit goes up to the hard one. */
@@ -313,12 +356,15 @@ static void encode_join(const struct load *L, struct conn *c)
 
   memset(&m, 0, sizeof m);
   m.op = RP_JOIN;
-  snprintf(m.u.join.id, sizeof m.u.join.id, "%s", L->id);
+  snprintf(m.u.join.id, sizeof m.u.join.id, "%s",
+           L->cycle_id ? L->cycle_id : L->id);
   snprintf(m.u.join.host, sizeof m.u.join.host, "load%d", c->idx);
   m.u.join.pid = c->idx;
   m.u.join.nproc = NPROC;
   m.u.join.master_port = 29500 + c->idx % 1000;
-  m.u.join.reason = RP_REASON_FIRST;
+  m.u.join.reason = !L->soak || L->restarts == 0 ? RP_REASON_FIRST
+                    : c->idx == 0               ? RP_REASON_FAILURE
+                                                : RP_REASON_MEMBERSHIP;
   rp_conf_default(&m.u.join.conf);
   m.u.join.conf.min_nodes = L->nodes;
   m.u.join.conf.max_nodes = L->nodes;
@@ -327,6 +373,10 @@ static void encode_join(const struct load *L, struct conn *c)
   /* Long keepalives: none are sent, and none are needed. */
   m.u.join.conf.keepalive_interval = 30;
   m.u.join.conf.keepalive_misses = 5;
+  if (L->soak) {
+    m.u.join.conf.max_restarts = 1;
+    m.u.join.conf.close_timeout = 1;  /* forgotten soon: memory stays flat */
+  }
   encode_or_die(&m, c);
 }
 
@@ -417,6 +467,13 @@ static void on_msg(struct load *L, struct conn *c, const struct rp_msg *m,
     die("connection %d: ERROR %s: %s", c->idx,
         rp_error_name(m->u.text.code), m->u.text.message);
   case RP_RESTART:
+    if (ph == PH_RESTART && !c->got_restart) {
+      c->got_restart = true;
+      L->restarts++;
+      return;
+    }
+    die("connection %d: unexpected %s: %s", c->idx, rp_op_name(m->op),
+        m->u.text.message);
   case RP_CLOSED:
     die("connection %d: unexpected %s: %s", c->idx, rp_op_name(m->op),
         m->u.text.message);
@@ -483,7 +540,8 @@ static void read_conn(struct load *L, struct conn *c, enum phase ph)
     }
     if (n == 0)
       die("connection %d: closed by rdzvd while waiting for %s", c->idx,
-          ph == PH_ROUND ? "ROUND" : "BARRIER_DONE");
+          ph == PH_ROUND ? "ROUND" : ph == PH_RESTART ? "RESTART"
+                                                      : "BARRIER_DONE");
     if (c->in_len == 0) {
       /* The common case: frames straight from the scratch buffer. */
       used = parse_frames(L, c, scratch, (size_t)n, ph);
@@ -542,12 +600,16 @@ static void wait_for(struct load *L, const int *count, int pending,
     for (i = 0; i < L->nodes; i++) {
       const struct conn *c = &L->c[i];
 
-      if (ph == PH_ROUND ? !c->got_round : !c->got_barrier)
+      if (ph == PH_ROUND     ? !c->got_round
+          : ph == PH_RESTART ? !c->got_restart && i != 0
+                             : !c->got_barrier)
         break;
     }
     die("%d of %d connections got no %s within %.0f s (first: connection "
         "%d, %d WAITING seen)", L->nodes - *count, L->nodes,
-        ph == PH_ROUND ? "ROUND" : "BARRIER_DONE", PHASE_TIMEOUT, i,
+        ph == PH_ROUND ? "ROUND" : ph == PH_RESTART ? "RESTART"
+                                                    : "BARRIER_DONE",
+        PHASE_TIMEOUT, i,
         i < L->nodes ? L->c[i].waitings : 0);
   }
   if (pending > 0)
@@ -607,7 +669,8 @@ static void barrier_all(struct load *L)
   }
   t0 = now_s();
   wait_for(L, &L->barriers, send_all(L), PH_BARRIER, t0);
-  printf(" barrier_ms=%.1f", (L->t_barrier_done - t0) * 1000.0);
+  if (!L->soak)
+    printf(" barrier_ms=%.1f", (L->t_barrier_done - t0) * 1000.0);
 }
 
 /* LEAVE everywhere, then close: a blocking write is fine here. */
@@ -629,13 +692,148 @@ static void leave_all(struct load *L)
   for (i = 0; i < L->nodes; i++) {
     close(L->c[i].fd);
     free(L->c[i].in);
+    L->c[i].in = NULL;
+    L->c[i].in_len = L->c[i].in_cap = 0;
   }
+}
+
+/* The handshake on every connection, one after the other, blocking: part
+ * of connecting, not of the timed rendezvous.  Returns the time taken. */
+static double authenticate_all(struct load *L)
+{
+  double t0 = now_s();
+  char err[512];
+  int i, fl;
+
+  if (L->secret.len == 0)
+    return 0;
+  for (i = 0; i < L->nodes; i++) {
+    struct conn *c = &L->c[i];
+
+    fl = fcntl(c->fd, F_GETFL);
+    fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (ra_handshake_fd(c->fd, &L->secret, (int)(PHASE_TIMEOUT * 1000), err,
+                        sizeof err) != 0)
+      die("connection %d: %s", c->idx, err);
+    fcntl(c->fd, F_SETFL, fl);
+  }
+  return now_s() - t0;
+}
+
+/* Fresh connection slots (soak: every cycle). */
+static void reset_conns(struct load *L)
+{
+  int i;
+
+  for (i = 0; i < L->nodes; i++) {
+    free(L->c[i].in);
+    free(L->c[i].out);
+    memset(&L->c[i], 0, sizeof L->c[i]);
+    L->c[i].idx = i;
+    L->c[i].fd = -1;
+  }
+  L->rounds = L->barriers = L->restarts = 0;
+  L->waitings = 0;
+}
+
+/* Every agent JOINs (again) and gets its ROUND. */
+static void join_all(struct load *L)
+{
+  int i;
+
+  for (i = 0; i < L->nodes; i++) {
+    L->c[i].got_round = false;
+    encode_join(L, &L->c[i]);
+  }
+  L->rounds = 0;
+  wait_for(L, &L->rounds, send_all(L), PH_ROUND, now_s());
+  check_assignment(L);
+}
+
+static long rss_kb(int pid)
+{
+  char path[64], line[256];
+  long kb = -1;
+  FILE *f;
+
+  snprintf(path, sizeof path, "/proc/%d/status", pid);
+  f = fopen(path, "r");
+  if (!f)
+    return -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+      break;
+  fclose(f);
+  return kb;
+}
+
+/* One soak cycle: connect, join, a failure and a restart, re-join, exit
+ * barrier, leave. */
+static void soak_cycle(struct load *L, int cycle)
+{
+  char id[RP_MAX_ID + 1];
+  struct rp_msg m;
+  int i;
+
+  snprintf(id, sizeof id, "%s-%d", L->id, cycle);
+  L->cycle_id = id;
+  reset_conns(L);
+  connect_all(L);
+  authenticate_all(L);
+  join_all(L);
+  /* Node 0's workers fail: every other participant gets RESTART. */
+  memset(&m, 0, sizeof m);
+  m.op = RP_FAILURE;
+  snprintf(m.u.failure.message, sizeof m.u.failure.message,
+           "soak cycle %d", cycle);
+  encode_or_die(&m, &L->c[0]);
+  L->c[0].got_restart = true;
+  L->restarts = 1;
+  wait_for(L, &L->restarts, send_all(L), PH_RESTART, now_s());
+  join_all(L);
+  for (i = 0; i < L->nodes; i++)
+    if (L->c[i].round.restart_count != 1)
+      die("cycle %d connection %d: restart_count %d after one failure",
+          cycle, i, L->c[i].round.restart_count);
+  barrier_all(L);
+  leave_all(L);
+  for (i = 0; i < L->nodes; i++)
+    L->c[i].fd = -1;
+  L->cycle_id = NULL;
+}
+
+static int soak(struct load *L)
+{
+  double t0 = now_s(), end = t0 + L->minutes * 60;
+  long rss_start = -1, rss_end = -1;
+  int cycles = 0, rounds = 0;
+  double next_note = t0 + 60;
+
+  while (cycles == 0 || now_s() < end) {
+    soak_cycle(L, cycles);
+    cycles++;
+    rounds += 2;          /* the first round and the one after the restart */
+    if (cycles == 1 && L->rdzvd_pid)
+      rss_start = rss_kb(L->rdzvd_pid);
+    if (now_s() >= next_note) {
+      next_note += 60;
+      fprintf(stderr, "rdzv_load: soak: %d cycles in %.0f s, rdzvd rss "
+              "%ld kB\n", cycles, now_s() - t0,
+              L->rdzvd_pid ? rss_kb(L->rdzvd_pid) : -1L);
+    }
+  }
+  if (L->rdzvd_pid)
+    rss_end = rss_kb(L->rdzvd_pid);
+  printf("soak minutes=%.2f rounds=%d nodes=%d auth=%d rss_start_kb=%ld "
+         "rss_end_kb=%ld\n", (now_s() - t0) / 60, rounds, L->nodes,
+         L->secret.len > 0, rss_start, rss_end);
+  return 0;
 }
 
 int main(int argc, char **argv)
 {
   struct load L;
-  double t_first_join, t_last_join;
+  double t_first_join, t_last_join, auth_s;
   int i, pending;
 
   memset(&L, 0, sizeof L);
@@ -650,7 +848,10 @@ int main(int argc, char **argv)
     L.c[i].idx = i;
     L.c[i].fd = -1;
   }
+  if (L.soak)
+    return soak(&L);
   connect_all(&L);
+  auth_s = authenticate_all(&L);
   /* Encoding is not the daemon's work: done before the clock starts. */
   for (i = 0; i < L.nodes; i++)
     encode_join(&L, &L.c[i]);
@@ -665,11 +866,11 @@ int main(int argc, char **argv)
     t_last_join = L.t_last_write;
   }
   check_assignment(&L);
-  printf("rdzv_load nodes=%d complete_ms=%.1f first_round_ms=%.1f "
-         "join_send_ms=%.1f waiting_msgs=%ld", L.nodes,
-         (L.t_last_round - t_last_join) * 1e3,
+  printf("rdzv_load nodes=%d auth=%d complete_ms=%.1f first_round_ms=%.1f "
+         "join_send_ms=%.1f waiting_msgs=%ld auth_ms=%.1f", L.nodes,
+         L.secret.len > 0, (L.t_last_round - t_last_join) * 1e3,
          (L.t_first_round - t_last_join) * 1e3,
-         (t_last_join - t_first_join) * 1e3, L.waitings);
+         (t_last_join - t_first_join) * 1e3, L.waitings, auth_s * 1e3);
   if (!L.leave_only)
     barrier_all(&L);
   printf("\n");

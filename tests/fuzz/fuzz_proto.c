@@ -82,6 +82,12 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
            strcmp(a->u.text.message, b->u.text.message) == 0;
   case RP_STATUS_REPLY:
     return strcmp(a->u.status_json, b->u.status_json) == 0;
+  case RP_HELLO:
+  case RP_CHALLENGE:
+    return memcmp(a->u.auth.nonce, b->u.auth.nonce, RP_AUTH_BYTES) == 0;
+  case RP_AUTH:
+  case RP_AUTH_OK:
+    return memcmp(a->u.auth.mac, b->u.auth.mac, RP_AUTH_BYTES) == 0;
   default:
     return true;
   }

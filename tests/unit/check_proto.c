@@ -147,6 +147,12 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
            !strcmp(ta->message, tb->message);
   case RP_STATUS_REPLY:
     return !strcmp(a->u.status_json, b->u.status_json);
+  case RP_HELLO:
+  case RP_CHALLENGE:
+    return !memcmp(a->u.auth.nonce, b->u.auth.nonce, RP_AUTH_BYTES);
+  case RP_AUTH:
+  case RP_AUTH_OK:
+    return !memcmp(a->u.auth.mac, b->u.auth.mac, RP_AUTH_BYTES);
   default:
     return true;
   }
@@ -223,6 +229,7 @@ START_TEST(names)
     NULL, "join", "keepalive", "failure", "barrier", "leave", "kv_set",
     "kv_get", "kv_add", "status", "waiting", "round", "restart",
     "barrier_done", "closed", "kv_value", "status_reply", "pong", "error",
+    "hello", "challenge", "auth", "auth_ok",
   };
   int i;
 
@@ -263,7 +270,7 @@ END_TEST
 
 START_TEST(peek_every_prefix_is_incomplete)
 {
-  static const char frame[] = "\0\0\0\x18{\"v\":1,\"op\":\"keepalive\"}";
+  static const char frame[] = "\0\0\0\x18{\"v\":2,\"op\":\"keepalive\"}";
   size_t len = sizeof frame - 1, flen, i;
 
   ck_assert_uint_eq(len, 28);
@@ -369,7 +376,7 @@ START_TEST(rt_join)
   c->keepalive_interval = 0.1;
   c->keepalive_misses = 7;
   round_trip_body(&m,
-    "{\"v\":1,\"op\":\"join\",\"id\":\"job-42\",\"addr\":\"10.0.0.7\","
+    "{\"v\":2,\"op\":\"join\",\"id\":\"job-42\",\"addr\":\"10.0.0.7\","
     "\"host\":\"node7.example\",\"pid\":123456,\"nproc\":8,"
     "\"master_port\":29500,\"reason\":\"membership\",\"conf\":"
     "{\"min_nodes\":2,\"max_nodes\":16,\"max_restarts\":3,"
@@ -384,10 +391,10 @@ END_TEST
 START_TEST(rt_no_fields)
 {
   static const struct { enum rp_op op; const char *body; } t[] = {
-    { RP_KEEPALIVE, "{\"v\":1,\"op\":\"keepalive\"}" },
-    { RP_LEAVE, "{\"v\":1,\"op\":\"leave\"}" },
-    { RP_STATUS, "{\"v\":1,\"op\":\"status\"}" },
-    { RP_PONG, "{\"v\":1,\"op\":\"pong\"}" },
+    { RP_KEEPALIVE, "{\"v\":2,\"op\":\"keepalive\"}" },
+    { RP_LEAVE, "{\"v\":2,\"op\":\"leave\"}" },
+    { RP_STATUS, "{\"v\":2,\"op\":\"status\"}" },
+    { RP_PONG, "{\"v\":2,\"op\":\"pong\"}" },
   };
   struct rp_msg m;
   size_t i;
@@ -408,12 +415,12 @@ START_TEST(rt_failure)
   snprintf(m.u.failure.message, sizeof m.u.failure.message,
            "rank 3 \"exited\"\twith \\ code 1\n\x01 caf\xc3\xa9");
   round_trip_body(&m,
-    "{\"v\":1,\"op\":\"failure\",\"final\":true,\"message\":"
+    "{\"v\":2,\"op\":\"failure\",\"final\":true,\"message\":"
     "\"rank 3 \\\"exited\\\"\\twith \\\\ code 1\\n\\u0001 caf\xc3\xa9\"}");
   m.u.failure.final = false;
   m.u.failure.message[0] = '\0';
   round_trip_body(&m,
-    "{\"v\":1,\"op\":\"failure\",\"final\":false,\"message\":\"\"}");
+    "{\"v\":2,\"op\":\"failure\",\"final\":false,\"message\":\"\"}");
 }
 END_TEST
 
@@ -424,14 +431,14 @@ START_TEST(rt_barrier)
   msg_init(&m, RP_BARRIER);
   snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
   m.u.barrier.round = INT_MAX;
-  round_trip_body(&m, "{\"v\":1,\"op\":\"barrier\",\"name\":\"exit\","
+  round_trip_body(&m, "{\"v\":2,\"op\":\"barrier\",\"name\":\"exit\","
                   "\"round\":2147483647}");
   /* BARRIER_DONE says which barrier of which round passed. */
   m.op = RP_BARRIER_DONE;
   m.u.barrier.round = 0;
-  round_trip_body(&m, "{\"v\":1,\"op\":\"barrier_done\",\"name\":"
+  round_trip_body(&m, "{\"v\":2,\"op\":\"barrier_done\",\"name\":"
                   "\"exit\",\"round\":0}");
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"barrier_done\"}"), -EINVAL,
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"barrier_done\"}"), -EINVAL,
                     "barrier_done.name: missing");
 }
 END_TEST
@@ -445,24 +452,24 @@ START_TEST(rt_kv)
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "nccl/uid");
   m.u.kv.value = value;
   m.u.kv.value_len = strlen(value);
-  round_trip_body(&m, "{\"v\":1,\"op\":\"kv_set\",\"key\":\"nccl/uid\","
+  round_trip_body(&m, "{\"v\":2,\"op\":\"kv_set\",\"key\":\"nccl/uid\","
                   "\"value\":\"hello\x80world\"}");
 
   /* value_len rules, not the terminator. */
   m.u.kv.value_len = 5;
-  round_trip_body(&m, "{\"v\":1,\"op\":\"kv_set\",\"key\":\"nccl/uid\","
+  round_trip_body(&m, "{\"v\":2,\"op\":\"kv_set\",\"key\":\"nccl/uid\","
                   "\"value\":\"hello\"}");
 
   msg_init(&m, RP_KV_GET);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "k");
   m.u.kv.wait = 2.5;
-  round_trip_body(&m, "{\"v\":1,\"op\":\"kv_get\",\"key\":\"k\","
+  round_trip_body(&m, "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\","
                   "\"wait\":2.5}");
 
   msg_init(&m, RP_KV_ADD);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "counter");
   m.u.kv.delta = -MAX_SAFE;
-  round_trip_body(&m, "{\"v\":1,\"op\":\"kv_add\",\"key\":\"counter\","
+  round_trip_body(&m, "{\"v\":2,\"op\":\"kv_add\",\"key\":\"counter\","
                   "\"delta\":-9007199254740991}");
   m.u.kv.delta = MAX_SAFE;
   round_trip_free(&m);
@@ -472,7 +479,7 @@ START_TEST(rt_kv)
   m.u.kv.found = true;
   m.u.kv.value = value;
   m.u.kv.value_len = 3;
-  round_trip_body(&m, "{\"v\":1,\"op\":\"kv_value\",\"key\":\"counter\","
+  round_trip_body(&m, "{\"v\":2,\"op\":\"kv_value\",\"key\":\"counter\","
                   "\"found\":true,\"value\":\"hel\"}");
 
   /* Not found: a NULL value goes out as "" and comes back as "". */
@@ -500,7 +507,7 @@ START_TEST(rt_waiting)
   m.u.waiting.max_nodes = 8;
   m.u.waiting.deadline = 587.125;
   m.u.waiting.last_call = -1;
-  round_trip_body(&m, "{\"v\":1,\"op\":\"waiting\",\"round\":4,"
+  round_trip_body(&m, "{\"v\":2,\"op\":\"waiting\",\"round\":4,"
                   "\"present\":3,\"min_nodes\":2,\"max_nodes\":8,"
                   "\"deadline\":587.125,\"last_call\":-1}");
   m.u.waiting.last_call = 29.75;
@@ -522,7 +529,7 @@ START_TEST(rt_round)
   snprintf(m.u.round.master_addr, sizeof m.u.round.master_addr,
            "fe80::1%%eth0");
   m.u.round.master_port = 65535;
-  round_trip_body(&m, "{\"v\":1,\"op\":\"round\",\"round\":2,"
+  round_trip_body(&m, "{\"v\":2,\"op\":\"round\",\"round\":2,"
                   "\"restart_count\":1,\"group_rank\":1,"
                   "\"group_world_size\":3,\"rank_offset\":8,"
                   "\"world_size\":24,\"master_addr\":\"fe80::1%eth0\","
@@ -537,19 +544,19 @@ START_TEST(rt_text)
 
   msg_init(&m, RP_RESTART);
   snprintf(m.u.text.message, sizeof m.u.text.message, "node n3 joined");
-  round_trip_body(&m, "{\"v\":1,\"op\":\"restart\","
+  round_trip_body(&m, "{\"v\":2,\"op\":\"restart\","
                   "\"message\":\"node n3 joined\"}");
 
   msg_init(&m, RP_CLOSED);
   m.u.text.success = true;
   snprintf(m.u.text.message, sizeof m.u.text.message, "finished");
-  round_trip_body(&m, "{\"v\":1,\"op\":\"closed\",\"success\":true,"
+  round_trip_body(&m, "{\"v\":2,\"op\":\"closed\",\"success\":true,"
                   "\"message\":\"finished\"}");
 
   msg_init(&m, RP_ERROR);
   m.u.text.code = RP_ERR_CONFIG_MISMATCH;
   snprintf(m.u.text.message, sizeof m.u.text.message, "min 2 != 3");
-  round_trip_body(&m, "{\"v\":1,\"op\":\"error\","
+  round_trip_body(&m, "{\"v\":2,\"op\":\"error\","
                   "\"code\":\"config_mismatch\",\"message\":\"min 2 != 3\"}");
   for (code = RP_ERR_BAD_REQUEST; code <= RP_ERR_AUTH; code++) {
     m.u.text.code = (enum rp_error_code)code;
@@ -580,7 +587,7 @@ START_TEST(rt_status_reply)
   m.u.status_json = strdup(M.u.status_json);
   ck_assert_ptr_nonnull(m.u.status_json);
   rp_msg_free(&M);
-  round_trip_body(&m, "{\"v\":1,\"op\":\"status_reply\",\"status\":"
+  round_trip_body(&m, "{\"v\":2,\"op\":\"status_reply\",\"status\":"
                   "{\"jobs\":[{\"id\":\"j\",\"nodes\":[1,2.5,null,true,"
                   "{\"x\":{}}]}],\"n\":3}}");
   rp_msg_free(&m);
@@ -655,7 +662,7 @@ START_TEST(decode_hand_written_join)
     "\r\n {\n  \"op\" : \"join\",\n  \"extra\": {\"deep\": [1, 2]},\n"
     "  \"conf\": {\"keepalive_misses\": 3, \"min_nodes\": 2,"
     " \"max_nodes\": 4, \"future\": \"x\"},\n"
-    "  \"nproc\": 4.0, \"master_port\": 2.95e4, \"v\": 1,\n"
+    "  \"nproc\": 4.0, \"master_port\": 2.95e4, \"v\": 2,\n"
     "  \"id\": \"j\\u00e9\", \"reason\": \"failure\", \"pid\": 77\n}\t\n"));
   ck_assert_int_eq(M.op, RP_JOIN);
   ck_assert_str_eq(M.u.join.id, "j\xc3\xa9");
@@ -680,13 +687,13 @@ START_TEST(decode_partial_conf_defaults)
 
   rp_conf_default(&d);
   /* No conf at all, no reason: every default. */
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"join\",\"id\":\"j\",\"nproc\":2,"
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":2,"
                       "\"master_port\":9}"));
   ck_assert(same_conf(&M.u.join.conf, &d));
   ck_assert_int_eq(M.u.join.reason, RP_REASON_FIRST);
   ck_assert_int_eq(M.u.join.pid, 0);
   /* Only max_nodes and one timeout. */
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"join\",\"id\":\"j\",\"nproc\":2,"
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":2,"
                       "\"master_port\":9,\"conf\":{\"max_nodes\":3,"
                       "\"close_timeout\":0.5}}"));
   ck_assert_int_eq(M.u.join.conf.min_nodes, 1);
@@ -698,15 +705,15 @@ START_TEST(decode_partial_conf_defaults)
   ck_assert_double_eq(M.u.join.conf.keepalive_interval, 1);
   ck_assert_int_eq(M.u.join.conf.keepalive_misses, 5);
   /* An empty conf is all defaults too. */
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"join\",\"id\":\"j\",\"nproc\":2,"
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":2,"
                       "\"master_port\":9,\"conf\":{}}"));
   ck_assert(same_conf(&M.u.join.conf, &d));
   /* min_nodes alone above the default max is a contradiction. */
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"join\",\"id\":\"j\","
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"join\",\"id\":\"j\","
                            "\"nproc\":2,\"master_port\":9,"
                            "\"conf\":{\"min_nodes\":2}}"),
                     -EINVAL, "join.conf.min_nodes: 2 > max_nodes 1");
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"join\",\"id\":\"j\","
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"join\",\"id\":\"j\","
                            "\"nproc\":2,\"master_port\":9,\"conf\":[]}"),
                     -EINVAL, "join.conf: expected an object, got an array");
 }
@@ -714,21 +721,21 @@ END_TEST
 
 START_TEST(decode_optional_defaults)
 {
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"failure\"}"));
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"failure\"}"));
   ck_assert(!M.u.failure.final);
   ck_assert_str_eq(M.u.failure.message, "");
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"closed\"}"));
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"closed\"}"));
   ck_assert(!M.u.text.success);
   ck_assert_str_eq(M.u.text.message, "");
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"restart\"}"));
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"restart\"}"));
   ck_assert_str_eq(M.u.text.message, "");
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"kv_get\",\"key\":\"k\"}"));
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\"}"));
   ck_assert_double_eq(M.u.kv.wait, 0);
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"kv_value\",\"key\":\"k\","
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"kv_value\",\"key\":\"k\","
                       "\"found\":false}"));
   ck_assert_str_eq(M.u.kv.value, "");
   rp_msg_free(&M);
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"error\",\"code\":\"auth\"}"));
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"error\",\"code\":\"auth\"}"));
   ck_assert_int_eq(M.u.text.code, RP_ERR_AUTH);
   ck_assert_str_eq(M.u.text.message, "");
 }
@@ -737,27 +744,27 @@ END_TEST
 START_TEST(decode_required_missing)
 {
   static const struct { const char *body, *needle; } t[] = {
-    { "{\"v\":1,\"op\":\"join\",\"nproc\":1,\"master_port\":1}",
+    { "{\"v\":2,\"op\":\"join\",\"nproc\":1,\"master_port\":1}",
       "join.id: missing" },
-    { "{\"v\":1,\"op\":\"join\",\"id\":\"j\",\"master_port\":1}",
+    { "{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"master_port\":1}",
       "join.nproc: missing" },
-    { "{\"v\":1,\"op\":\"join\",\"id\":\"j\",\"nproc\":1}",
+    { "{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":1}",
       "join.master_port: missing" },
-    { "{\"v\":1,\"op\":\"barrier\",\"name\":\"x\"}", "barrier.round: missing" },
-    { "{\"v\":1,\"op\":\"barrier\",\"round\":1}", "barrier.name: missing" },
-    { "{\"v\":1,\"op\":\"kv_set\",\"key\":\"k\"}", "kv_set.value: missing" },
-    { "{\"v\":1,\"op\":\"kv_set\",\"value\":\"v\"}", "kv_set.key: missing" },
-    { "{\"v\":1,\"op\":\"kv_add\",\"key\":\"k\"}", "kv_add.delta: missing" },
-    { "{\"v\":1,\"op\":\"kv_value\",\"key\":\"k\"}",
+    { "{\"v\":2,\"op\":\"barrier\",\"name\":\"x\"}", "barrier.round: missing" },
+    { "{\"v\":2,\"op\":\"barrier\",\"round\":1}", "barrier.name: missing" },
+    { "{\"v\":2,\"op\":\"kv_set\",\"key\":\"k\"}", "kv_set.value: missing" },
+    { "{\"v\":2,\"op\":\"kv_set\",\"value\":\"v\"}", "kv_set.key: missing" },
+    { "{\"v\":2,\"op\":\"kv_add\",\"key\":\"k\"}", "kv_add.delta: missing" },
+    { "{\"v\":2,\"op\":\"kv_value\",\"key\":\"k\"}",
       "kv_value.found: missing" },
-    { "{\"v\":1,\"op\":\"waiting\",\"round\":1,\"present\":1,"
+    { "{\"v\":2,\"op\":\"waiting\",\"round\":1,\"present\":1,"
       "\"min_nodes\":1,\"max_nodes\":1,\"deadline\":1}",
       "waiting.last_call: missing" },
-    { "{\"v\":1,\"op\":\"round\",\"round\":0,\"restart_count\":0,"
+    { "{\"v\":2,\"op\":\"round\",\"round\":0,\"restart_count\":0,"
       "\"group_rank\":0,\"group_world_size\":1,\"rank_offset\":0,"
       "\"world_size\":1,\"master_port\":1}", "round.master_addr: missing" },
-    { "{\"v\":1,\"op\":\"error\",\"message\":\"m\"}", "error.code: missing" },
-    { "{\"v\":1,\"op\":\"status_reply\"}", "status_reply.status: missing" },
+    { "{\"v\":2,\"op\":\"error\",\"message\":\"m\"}", "error.code: missing" },
+    { "{\"v\":2,\"op\":\"status_reply\"}", "status_reply.status: missing" },
   };
   size_t i;
 
@@ -772,7 +779,7 @@ START_TEST(malformed_bodies)
 {
   static const struct { const char *body; int rc; const char *needle; } t[] = {
     { "nope", -EBADMSG, "not valid JSON" },
-    { "{\"v\":1,\"op\":\"pong\"", -EBADMSG, "not valid JSON" },
+    { "{\"v\":2,\"op\":\"pong\"", -EBADMSG, "not valid JSON" },
     { "[1,2]", -EBADMSG, "expected a JSON object, got an array" },
     { "\"v\"", -EBADMSG, "expected a JSON object, got a string" },
     { "42", -EBADMSG, "expected a JSON object, got a number" },
@@ -780,33 +787,35 @@ START_TEST(malformed_bodies)
     { "   ", -EBADMSG, "not valid JSON" },
     { "{}", -EPROTO, "missing v" },
     { "{\"op\":\"pong\"}", -EPROTO, "missing v" },
-    { "{\"v\":2,\"op\":\"pong\"}", -EPROTO, "v: unsupported version 2" },
-    { "{\"v\":0,\"op\":\"pong\"}", -EPROTO, "v: unsupported version 0" },
+    { "{\"v\":1,\"op\":\"pong\"}", -EPROTO,
+      "v: unsupported protocol version 1 (this side speaks version 2)" },
+    { "{\"v\":3,\"op\":\"pong\"}", -EPROTO, "unsupported protocol version 3" },
+    { "{\"v\":0,\"op\":\"pong\"}", -EPROTO, "v: unsupported protocol version 0" },
     { "{\"v\":1.5,\"op\":\"pong\"}", -EPROTO, "version 1.5" },
-    { "{\"v\":\"1\",\"op\":\"pong\"}", -EPROTO,
-      "v: expected the integer 1, got a string" },
+    { "{\"v\":\"2\",\"op\":\"pong\"}", -EPROTO,
+      "v: expected the integer 2, got a string" },
     { "{\"v\":null,\"op\":\"pong\"}", -EPROTO, "got null" },
     { "{\"v\":1,\"v\":1,\"op\":\"pong\"}", -EPROTO, "v: duplicate field" },
     /* v is checked before op. */
-    { "{\"v\":2,\"op\":\"martian\"}", -EPROTO, "unsupported version 2" },
-    { "{\"v\":1}", -EBADMSG, "missing op" },
-    { "{\"v\":1,\"op\":7}", -EBADMSG, "op: expected a string, got a number" },
-    { "{\"v\":1,\"op\":[\"join\"]}", -EBADMSG, "got an array" },
-    { "{\"v\":1,\"op\":\"martian\"}", -ENOTSUP, "unknown op \"martian\"" },
-    { "{\"v\":1,\"op\":\"JOIN\"}", -ENOTSUP, "unknown op \"JOIN\"" },
-    { "{\"v\":1,\"op\":\"\"}", -ENOTSUP, "unknown op \"\"" },
-    { "{\"v\":1,\"op\":\"pong\",\"op\":\"leave\"}", -EBADMSG,
+    { "{\"v\":1,\"op\":\"martian\"}", -EPROTO, "unsupported protocol version 1" },
+    { "{\"v\":2}", -EBADMSG, "missing op" },
+    { "{\"v\":2,\"op\":7}", -EBADMSG, "op: expected a string, got a number" },
+    { "{\"v\":2,\"op\":[\"join\"]}", -EBADMSG, "got an array" },
+    { "{\"v\":2,\"op\":\"martian\"}", -ENOTSUP, "unknown op \"martian\"" },
+    { "{\"v\":2,\"op\":\"JOIN\"}", -ENOTSUP, "unknown op \"JOIN\"" },
+    { "{\"v\":2,\"op\":\"\"}", -ENOTSUP, "unknown op \"\"" },
+    { "{\"v\":2,\"op\":\"pong\",\"op\":\"leave\"}", -EBADMSG,
       "op: duplicate field" },
-    { "{\"v\":1,\"op\":\"pong\"}x", -EBADMSG, "trailing bytes" },
-    { "{\"v\":1,\"op\":\"pong\"}{}", -EBADMSG, "at byte 19" },
-    { "{\"v\":1,\"op\":\"pong\"} \n ]", -EBADMSG, "trailing bytes" },
-    { "{\"v\":1,\"op\":\"kv_get\",\"key\":\"k\\u0000x\"}", -EBADMSG,
+    { "{\"v\":2,\"op\":\"pong\"}x", -EBADMSG, "trailing bytes" },
+    { "{\"v\":2,\"op\":\"pong\"}{}", -EBADMSG, "at byte 19" },
+    { "{\"v\":2,\"op\":\"pong\"} \n ]", -EBADMSG, "trailing bytes" },
+    { "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\\u0000x\"}", -EBADMSG,
       "\\u0000" },
-    { "{\"v\":1,\"op\":\"kv_get\",\"key\":\"k\",\"x\\u0000\":1}", -EBADMSG,
+    { "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\",\"x\\u0000\":1}", -EBADMSG,
       "\\u0000" },
-    { "{\"v\":1,\"op\":\"kv_get\",\"key\":\"k\\ud800\"}", -EBADMSG,
+    { "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\\ud800\"}", -EBADMSG,
       "not valid JSON" },
-    { "{\"v\":1,\"op\":\"join\",\"id\":\"j\",\"id\":\"k\",\"nproc\":1,"
+    { "{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"id\":\"k\",\"nproc\":1,"
       "\"master_port\":1}", -EINVAL, "join.id: duplicate field" },
   };
   size_t i;
@@ -818,8 +827,8 @@ END_TEST
 
 START_TEST(malformed_nul_and_sizes)
 {
-  static const char nul[] = "{\"v\":1,\"op\":\"kv_get\",\"key\":\"a\0b\"}";
-  static const char tail[] = "{\"v\":1,\"op\":\"pong\"}\0";
+  static const char nul[] = "{\"v\":2,\"op\":\"kv_get\",\"key\":\"a\0b\"}";
+  static const char tail[] = "{\"v\":2,\"op\":\"pong\"}\0";
   char *big;
 
   ck_assert_refused(decode_n(nul, sizeof nul - 1), -EBADMSG,
@@ -831,14 +840,14 @@ START_TEST(malformed_nul_and_sizes)
   memset(big, ' ', RP_MAX_FRAME + 1);
   ck_assert_refused(decode_n(big, RP_MAX_FRAME + 1), -EMSGSIZE, "exceeds");
   /* Exactly the maximum, padded with whitespace, is fine. */
-  memcpy(big, "{\"v\":1,\"op\":\"pong\"}", 19);
+  memcpy(big, "{\"v\":2,\"op\":\"pong\"}", 19);
   ck_assert_ok(decode_n(big, RP_MAX_FRAME));
   ck_assert_int_eq(M.op, RP_PONG);
   free(big);
   /* An escaped backslash then "u0000" is text, not a NUL. */
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"kv_get\",\"key\":\"a\\\\u0000\"}"));
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"kv_get\",\"key\":\"a\\\\u0000\"}"));
   ck_assert_str_eq(M.u.kv.key, "a\\u0000");
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"kv_get\",\"key\":\"\\u0001\"}"));
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"kv_get\",\"key\":\"\\u0001\"}"));
   ck_assert_str_eq(M.u.kv.key, "\x01");
 }
 END_TEST
@@ -849,9 +858,9 @@ START_TEST(error_text_is_safe)
   int rc;
 
   /* Control bytes and quotes from the peer never reach the reason. */
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"a\\n\\\"b\xff\"}"), -ENOTSUP,
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"a\\n\\\"b\xff\"}"), -ENOTSUP,
                     "unknown op \"a??b?\"");
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
                            "aaaaaaaaaaaaaaaaaaaa\"}"), -ENOTSUP,
                     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\"");
   /* A short buffer truncates; no buffer at all is allowed. */
@@ -859,7 +868,7 @@ START_TEST(error_text_is_safe)
   ck_assert_int_eq(rc, -EBADMSG);
   ck_assert_uint_eq(strlen(small), sizeof small - 1);
   ck_assert_int_eq(rp_decode("[]", 2, &M, NULL, 0), -EBADMSG);
-  ck_assert_int_eq(rp_decode("{\"v\":1,\"op\":\"pong\"}", 19, &M, NULL, 0),
+  ck_assert_int_eq(rp_decode("{\"v\":2,\"op\":\"pong\"}", 19, &M, NULL, 0),
                    0);
 }
 END_TEST
@@ -876,13 +885,13 @@ struct num_case {
   char type;                    /* 'i' int, 'l' int64, 'd' double */
 };
 
-#define JOIN_T "{\"v\":1,\"op\":\"join\",\"id\":\"j\",\"nproc\":1," \
+#define JOIN_T "{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":1," \
                "\"master_port\":1,"
-#define WAIT_T "{\"v\":1,\"op\":\"waiting\","
+#define WAIT_T "{\"v\":2,\"op\":\"waiting\","
 #define W_RP "\"round\":1,\"present\":1,"
 #define W_MM "\"min_nodes\":1,\"max_nodes\":1,"
 #define W_DL "\"deadline\":1,\"last_call\":1,"
-#define ROUND_T "{\"v\":1,\"op\":\"round\","
+#define ROUND_T "{\"v\":2,\"op\":\"round\","
 #define R_RC "\"round\":0,\"restart_count\":0,"
 #define R_G "\"group_rank\":0,\"group_world_size\":1,\"rank_offset\":0," \
             "\"world_size\":1,"
@@ -891,10 +900,10 @@ struct num_case {
 #define IMAX "2147483647"
 
 static const struct num_case num_cases[] = {
-  { "{\"v\":1,\"op\":\"join\",\"id\":\"j\",\"master_port\":1,\"nproc\":@}",
+  { "{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"master_port\":1,\"nproc\":@}",
     "join.nproc", "1", "65536", "0", "65537", 1, 65536, true,
     OFF(join.nproc), 'i' },
-  { "{\"v\":1,\"op\":\"join\",\"id\":\"j\",\"nproc\":1,\"master_port\":@}",
+  { "{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":1,\"master_port\":@}",
     "join.master_port", "1", "65535", "0", "65536", 1, 65535, true,
     OFF(join.master_port), 'i' },
   { JOIN_T "\"pid\":@}", "join.pid", "0", "9007199254740991", "-1",
@@ -922,12 +931,12 @@ static const struct num_case num_cases[] = {
   { JOIN_T "\"conf\":{\"keepalive_misses\":@}}",
     "join.conf.keepalive_misses", "1", "1000", "0", "1001", 1, 1000, true,
     OFF(join.conf.keepalive_misses), 'i' },
-  { "{\"v\":1,\"op\":\"barrier\",\"name\":\"b\",\"round\":@}",
+  { "{\"v\":2,\"op\":\"barrier\",\"name\":\"b\",\"round\":@}",
     "barrier.round", "0", IMAX, "-1", "2147483648", 0, INT_MAX, true,
     OFF(barrier.round), 'i' },
-  { "{\"v\":1,\"op\":\"kv_get\",\"key\":\"k\",\"wait\":@}", "kv_get.wait",
+  { "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\",\"wait\":@}", "kv_get.wait",
     "0", "1e7", "-1", "1e8", 0, 1e7, false, OFF(kv.wait), 'd' },
-  { "{\"v\":1,\"op\":\"kv_add\",\"key\":\"k\",\"delta\":@}", "kv_add.delta",
+  { "{\"v\":2,\"op\":\"kv_add\",\"key\":\"k\",\"delta\":@}", "kv_add.delta",
     "-9007199254740991", "9007199254740991", "-9007199254740992",
     "9007199254740992", -9007199254740991.0, 9007199254740991.0, true,
     OFF(kv.delta), 'l' },
@@ -968,7 +977,7 @@ static const struct num_case num_cases[] = {
   { ROUND_T R_RC R_M "\"group_rank\":0,\"group_world_size\":1,"
     "\"rank_offset\":0,\"world_size\":@}", "round.world_size", "1", IMAX,
     "0", "2147483648", 1, INT_MAX, true, OFF(round.world_size), 'i' },
-  { "{\"v\":1,\"op\":\"round\",\"round\":0,\"restart_count\":0,"
+  { "{\"v\":2,\"op\":\"round\",\"round\":0,\"restart_count\":0,"
     "\"group_rank\":0,\"group_world_size\":1,\"rank_offset\":0,"
     "\"world_size\":1,\"master_addr\":\"m\",\"master_port\":@}",
     "round.master_port", "1", "65535", "0", "65536", 1, 65535, true,
@@ -1017,16 +1026,16 @@ END_TEST
 
 START_TEST(numeric_messages)
 {
-  ck_assert_int_eq(decode("{\"v\":1,\"op\":\"join\",\"id\":\"j\","
+  ck_assert_int_eq(decode("{\"v\":2,\"op\":\"join\",\"id\":\"j\","
                           "\"master_port\":1,\"nproc\":0}"), -EINVAL);
   ck_assert_str_eq(err, "join.nproc: expected an integer 1..65536, got 0");
-  ck_assert_int_eq(decode("{\"v\":1,\"op\":\"join\",\"id\":\"j\","
+  ck_assert_int_eq(decode("{\"v\":2,\"op\":\"join\",\"id\":\"j\","
                           "\"master_port\":1,\"nproc\":\"4\"}"), -EINVAL);
   ck_assert_str_eq(err, "join.nproc: expected an integer, got a string");
   ck_assert_int_eq(decode(JOIN_T "\"conf\":{\"join_timeout\":0}}"), -EINVAL);
   ck_assert_str_eq(err, "join.conf.join_timeout: expected a number > 0 and "
                    "<= 10000000, got 0");
-  ck_assert_int_eq(decode("{\"v\":1,\"op\":\"kv_get\",\"key\":\"k\","
+  ck_assert_int_eq(decode("{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\","
                           "\"wait\":-2}"), -EINVAL);
   ck_assert_str_eq(err, "kv_get.wait: expected a number 0..10000000, got -2");
 }
@@ -1074,30 +1083,30 @@ struct str_case {
 };
 
 static const struct str_case str_cases[] = {
-  { "{\"v\":1,\"op\":\"join\",\"nproc\":1,\"master_port\":1,\"id\":@}",
+  { "{\"v\":2,\"op\":\"join\",\"nproc\":1,\"master_port\":1,\"id\":@}",
     "join.id", 1, RP_MAX_ID, OFF(join.id) },
   { JOIN_T "\"addr\":@}", "join.addr", 0, RP_MAX_ADDR, OFF(join.addr) },
   { JOIN_T "\"host\":@}", "join.host", 0, RP_MAX_ADDR, OFF(join.host) },
-  { "{\"v\":1,\"op\":\"failure\",\"message\":@}", "failure.message", 0,
+  { "{\"v\":2,\"op\":\"failure\",\"message\":@}", "failure.message", 0,
     RP_MAX_TEXT, OFF(failure.message) },
-  { "{\"v\":1,\"op\":\"barrier\",\"round\":1,\"name\":@}", "barrier.name", 1,
+  { "{\"v\":2,\"op\":\"barrier\",\"round\":1,\"name\":@}", "barrier.name", 1,
     RP_MAX_ID, OFF(barrier.name) },
-  { "{\"v\":1,\"op\":\"kv_get\",\"key\":@}", "kv_get.key", 1, RP_MAX_KEY,
+  { "{\"v\":2,\"op\":\"kv_get\",\"key\":@}", "kv_get.key", 1, RP_MAX_KEY,
     OFF(kv.key) },
-  { "{\"v\":1,\"op\":\"kv_set\",\"value\":\"\",\"key\":@}", "kv_set.key", 1,
+  { "{\"v\":2,\"op\":\"kv_set\",\"value\":\"\",\"key\":@}", "kv_set.key", 1,
     RP_MAX_KEY, OFF(kv.key) },
-  { "{\"v\":1,\"op\":\"kv_add\",\"delta\":1,\"key\":@}", "kv_add.key", 1,
+  { "{\"v\":2,\"op\":\"kv_add\",\"delta\":1,\"key\":@}", "kv_add.key", 1,
     RP_MAX_KEY, OFF(kv.key) },
-  { "{\"v\":1,\"op\":\"kv_value\",\"found\":false,\"key\":@}",
+  { "{\"v\":2,\"op\":\"kv_value\",\"found\":false,\"key\":@}",
     "kv_value.key", 1, RP_MAX_KEY, OFF(kv.key) },
   { ROUND_T R_RC R_G "\"master_port\":1,\"master_addr\":@}",
     "round.master_addr", 1,
     RP_MAX_ADDR, OFF(round.master_addr) },
-  { "{\"v\":1,\"op\":\"restart\",\"message\":@}", "restart.message", 0,
+  { "{\"v\":2,\"op\":\"restart\",\"message\":@}", "restart.message", 0,
     RP_MAX_TEXT, OFF(text.message) },
-  { "{\"v\":1,\"op\":\"closed\",\"message\":@}", "closed.message", 0,
+  { "{\"v\":2,\"op\":\"closed\",\"message\":@}", "closed.message", 0,
     RP_MAX_TEXT, OFF(text.message) },
-  { "{\"v\":1,\"op\":\"error\",\"code\":\"limit\",\"message\":@}",
+  { "{\"v\":2,\"op\":\"error\",\"code\":\"limit\",\"message\":@}",
     "error.message", 0, RP_MAX_TEXT, OFF(text.message) },
 };
 
@@ -1136,8 +1145,8 @@ END_TEST
 START_TEST(kv_value_limits)
 {
   static const char *const tpl[] = {
-    "{\"v\":1,\"op\":\"kv_set\",\"key\":\"k\",\"value\":@}",
-    "{\"v\":1,\"op\":\"kv_value\",\"key\":\"k\",\"found\":true,\"value\":@}",
+    "{\"v\":2,\"op\":\"kv_set\",\"key\":\"k\",\"value\":@}",
+    "{\"v\":2,\"op\":\"kv_value\",\"key\":\"k\",\"found\":true,\"value\":@}",
   };
   static const char *const path[] = { "kv_set.value", "kv_value.value" };
   struct rp_msg m;
@@ -1182,12 +1191,12 @@ START_TEST(bools_and_enums)
   char body[160];
   int i;
 
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"failure\",\"final\":1}"),
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"failure\",\"final\":1}"),
                     -EINVAL, "failure.final: expected true or false, got a "
                     "number");
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"closed\",\"success\":"
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"closed\",\"success\":"
                            "\"true\"}"), -EINVAL, "closed.success");
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"kv_value\",\"key\":\"k\","
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"kv_value\",\"key\":\"k\","
                            "\"found\":null}"), -EINVAL, "kv_value.found");
   for (i = 0; i < 3; i++) {
     snprintf(body, sizeof body, JOIN_T "\"reason\":\"%s\"}", reasons[i]);
@@ -1199,33 +1208,33 @@ START_TEST(bools_and_enums)
   ck_assert_refused(decode(JOIN_T "\"reason\":0}"), -EINVAL,
                     "join.reason: expected a string, got a number");
   for (i = RP_ERR_BAD_REQUEST; i <= RP_ERR_AUTH; i++) {
-    snprintf(body, sizeof body, "{\"v\":1,\"op\":\"error\",\"code\":\"%s\"}",
+    snprintf(body, sizeof body, "{\"v\":2,\"op\":\"error\",\"code\":\"%s\"}",
              rp_error_name((enum rp_error_code)i));
     ck_assert_ok(decode(body));
     ck_assert_int_eq(M.u.text.code, i);
   }
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"error\",\"code\":\"\"}"),
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"error\",\"code\":\"\"}"),
                     -EINVAL, "error.code: unknown value \"\"");
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"error\",\"code\":1}"),
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"error\",\"code\":1}"),
                     -EINVAL, "error.code: expected a string");
 }
 END_TEST
 
 START_TEST(status_reply_decode)
 {
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"status_reply\",\"status\":{\"jobs\":"
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"status_reply\",\"status\":{\"jobs\":"
                       "{\"a\":{\"round\":1e0,\"s\":\"\\u00e9\\n\"}},"
                       "\"x\":[]}}"));
   ck_assert_str_eq(M.u.status_json, "{\"jobs\":{\"a\":{\"round\":1,"
                    "\"s\":\"\xc3\xa9\\n\"}},\"x\":[]}");
   rp_msg_free(&M);
-  ck_assert_ok(decode("{\"v\":1,\"op\":\"status_reply\",\"status\":{}}"));
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"status_reply\",\"status\":{}}"));
   ck_assert_str_eq(M.u.status_json, "{}");
   rp_msg_free(&M);
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"status_reply\","
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"status_reply\","
                            "\"status\":\"{}\"}"), -EINVAL,
                     "status_reply.status: expected an object, got a string");
-  ck_assert_refused(decode("{\"v\":1,\"op\":\"status_reply\","
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"status_reply\","
                            "\"status\":[]}"), -EINVAL, "got an array");
 }
 END_TEST
@@ -1332,7 +1341,7 @@ START_TEST(encode_too_large)
   ck_assert_int_eq(rp_encode(&m, &frame, &over), 0);
   free(frame);
   over -= RP_FRAME_HEADER;
-  ck_assert_uint_eq(over, strlen("{\"v\":1,\"op\":\"status_reply\","
+  ck_assert_uint_eq(over, strlen("{\"v\":2,\"op\":\"status_reply\","
                                  "\"status\":{\"a\":\"\"}}"));
   /* A string filling the body exactly fits; one byte more does not. */
   n = RP_MAX_FRAME - over;

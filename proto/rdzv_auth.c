@@ -1,0 +1,404 @@
+/* rdzv_auth.c -- the shared-secret handshake (see rdzv_auth.h). */
+#include "rdzv_auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+/* Same length, so that label | nc | ns has one parse. */
+static const char label_client[] = "cdrun-rdzv-2 client";
+static const char label_server[] = "cdrun-rdzv-2 server";
+#define LABEL_LEN (sizeof label_client - 1)     /* no NUL */
+
+int ra_secret_load(const char *path, struct ra_secret *out, char *err,
+                   size_t errlen)
+{
+  unsigned char buf[RA_MAX_SECRET + 2];
+  struct stat st;
+  size_t len = 0;
+  ssize_t n;
+  int fd;
+
+  memset(out, 0, sizeof *out);
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    snprintf(err, errlen, "secret file %s: %s", path, strerror(errno));
+    return -errno;
+  }
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "secret file %s: not a regular file", path);
+    close(fd);
+    return -EINVAL;
+  }
+  /* As ssh refuses a private key others can read. */
+  if (st.st_mode & 077) {
+    snprintf(err, errlen, "secret file %s: permissions %04o are too open: "
+             "it must not be accessible by group or others (chmod 600 %s)",
+             path, (unsigned)(st.st_mode & 07777), path);
+    close(fd);
+    return -EPERM;
+  }
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    snprintf(err, errlen, "secret file %s: owned by uid %u, not by this "
+             "user (uid %u) or root", path, (unsigned)st.st_uid,
+             (unsigned)geteuid());
+    close(fd);
+    return -EPERM;
+  }
+  while (len < sizeof buf) {
+    n = read(fd, buf + len, sizeof buf - len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      snprintf(err, errlen, "secret file %s: %s", path, strerror(errno));
+      OPENSSL_cleanse(buf, sizeof buf);
+      close(fd);
+      return -EIO;
+    }
+    if (n == 0)
+      break;
+    len += (size_t)n;
+  }
+  close(fd);
+  /* One trailing newline is the editor's, not the secret's. */
+  if (len > 0 && len <= RA_MAX_SECRET + 1 && buf[len - 1] == '\n') {
+    len--;
+    if (len > 0 && buf[len - 1] == '\r')
+      len--;
+  }
+  if (len > RA_MAX_SECRET || len < RA_MIN_SECRET) {
+    snprintf(err, errlen, "secret file %s: %s (a secret has %d..%d bytes; "
+             "for example: openssl rand -hex 32 > %s)", path,
+             len > RA_MAX_SECRET ? "too long"
+             : len == 0          ? "empty"
+                                 : "too short",
+             RA_MIN_SECRET, RA_MAX_SECRET, path);
+    OPENSSL_cleanse(buf, sizeof buf);
+    return -EINVAL;
+  }
+  memcpy(out->key, buf, len);
+  out->len = len;
+  OPENSSL_cleanse(buf, sizeof buf);
+  return 0;
+}
+
+void ra_secret_clear(struct ra_secret *s)
+{
+  OPENSSL_cleanse(s, sizeof *s);
+}
+
+int ra_nonce(unsigned char out[RP_AUTH_BYTES])
+{
+  return RAND_bytes(out, RP_AUTH_BYTES) == 1 ? 0 : -EIO;
+}
+
+int ra_hmac(const void *key, size_t keylen, const void *msg, size_t msglen,
+            unsigned char out[RP_AUTH_BYTES])
+{
+  unsigned int outlen = 0;
+
+  if (keylen > INT_MAX ||
+      !HMAC(EVP_sha256(), key, (int)keylen, msg, msglen, out, &outlen) ||
+      outlen != RP_AUTH_BYTES)
+    return -EIO;
+  return 0;
+}
+
+int ra_mac(const struct ra_secret *k, enum ra_side side,
+           const unsigned char nc[RP_AUTH_BYTES],
+           const unsigned char ns[RP_AUTH_BYTES],
+           unsigned char out[RP_AUTH_BYTES])
+{
+  unsigned char msg[LABEL_LEN + 2 * RP_AUTH_BYTES];
+
+  memcpy(msg, side == RA_CLIENT ? label_client : label_server, LABEL_LEN);
+  memcpy(msg + LABEL_LEN, nc, RP_AUTH_BYTES);
+  memcpy(msg + LABEL_LEN + RP_AUTH_BYTES, ns, RP_AUTH_BYTES);
+  return ra_hmac(k->key, k->len, msg, sizeof msg, out);
+}
+
+bool ra_verify(const struct ra_secret *k, enum ra_side side,
+               const unsigned char nc[RP_AUTH_BYTES],
+               const unsigned char ns[RP_AUTH_BYTES],
+               const unsigned char mac[RP_AUTH_BYTES])
+{
+  unsigned char want[RP_AUTH_BYTES];
+  bool ok;
+
+  if (!k || k->len == 0 || ra_mac(k, side, nc, ns, want) != 0)
+    return false;
+  ok = CRYPTO_memcmp(want, mac, RP_AUTH_BYTES) == 0;
+  OPENSSL_cleanse(want, sizeof want);
+  return ok;
+}
+
+/* ---- server ---- */
+
+static enum ra_verdict refuse(struct rp_msg *reply, const char *to_peer,
+                              char *why, size_t whylen, const char *log)
+{
+  memset(reply, 0, sizeof *reply);
+  reply->op = RP_ERROR;
+  reply->u.text.code = RP_ERR_AUTH;
+  snprintf(reply->u.text.message, sizeof reply->u.text.message, "%s",
+           to_peer);
+  snprintf(why, whylen, "%s", log);
+  return RA_REFUSE;
+}
+
+static bool is_handshake(enum rp_op op)
+{
+  return op == RP_HELLO || op == RP_CHALLENGE || op == RP_AUTH ||
+         op == RP_AUTH_OK;
+}
+
+enum ra_verdict ra_server_step(struct ra_server *st,
+                               const struct ra_secret *k,
+                               const struct rp_msg *m, struct rp_msg *reply,
+                               char *why, size_t whylen)
+{
+  bool secret = k && k->len > 0;
+
+  if (!secret) {
+    if (m->op == RP_HELLO)
+      return refuse(reply, "this server has no shared secret configured, "
+                    "but the client has one", why, whylen,
+                    "it offers a shared secret, but this server has none "
+                    "(--secret-file)");
+    if (is_handshake(m->op))
+      return refuse(reply, "unexpected handshake message", why, whylen,
+                    "unexpected handshake message");
+    return RA_PASS;
+  }
+  switch (st->state) {
+  case RA_S_HELLO:
+    if (m->op != RP_HELLO)
+      return refuse(reply, "this server requires a shared secret", why,
+                    whylen, "no shared secret: it did not authenticate "
+                    "(its first message was not a hello)");
+    memcpy(st->nc, m->u.auth.nonce, RP_AUTH_BYTES);
+    if (ra_nonce(st->ns) != 0)
+      return refuse(reply, "internal error", why, whylen,
+                    "internal: no random bytes for a nonce");
+    memset(reply, 0, sizeof *reply);
+    reply->op = RP_CHALLENGE;
+    memcpy(reply->u.auth.nonce, st->ns, RP_AUTH_BYTES);
+    st->state = RA_S_PROOF;
+    return RA_REPLY;
+  case RA_S_PROOF:
+    if (m->op != RP_AUTH)
+      return refuse(reply, "handshake out of order", why, whylen,
+                    "handshake out of order (expected auth)");
+    if (!ra_verify(k, RA_CLIENT, st->nc, st->ns, m->u.auth.mac))
+      return refuse(reply, "wrong shared secret", why, whylen,
+                    "wrong shared secret");
+    memset(reply, 0, sizeof *reply);
+    reply->op = RP_AUTH_OK;
+    if (ra_mac(k, RA_SERVER, st->nc, st->ns, reply->u.auth.mac) != 0)
+      return refuse(reply, "internal error", why, whylen,
+                    "internal: HMAC failed");
+    st->state = RA_S_DONE;
+    return RA_REPLY;
+  case RA_S_DONE:
+    break;
+  }
+  if (is_handshake(m->op))
+    return refuse(reply, "handshake out of order", why, whylen,
+                  "handshake message after authentication");
+  return RA_PASS;
+}
+
+bool ra_server_frame_too_big(const struct ra_server *st,
+                             const struct ra_secret *k, size_t n)
+{
+  return k && k->len > 0 && st->state != RA_S_DONE &&
+         n > RA_PREAUTH_MAX_FRAME;
+}
+
+/* ---- client ---- */
+
+int ra_client_hello(struct ra_client *st, struct rp_msg *hello)
+{
+  memset(st, 0, sizeof *st);
+  if (ra_nonce(st->nc) != 0)
+    return -EIO;
+  memset(hello, 0, sizeof *hello);
+  hello->op = RP_HELLO;
+  memcpy(hello->u.auth.nonce, st->nc, RP_AUTH_BYTES);
+  st->state = RA_C_CHALLENGE;
+  return 0;
+}
+
+int ra_client_step(struct ra_client *st, const struct ra_secret *k,
+                   const struct rp_msg *m, struct rp_msg *reply, char *err,
+                   size_t errlen)
+{
+  if (m->op == RP_ERROR) {
+    snprintf(err, errlen, RA_REFUSED ": the server says: %s%s%s",
+             m->u.text.message[0] ? m->u.text.message : "(no reason)",
+             m->u.text.code == RP_ERR_AUTH ? "" : " (",
+             m->u.text.code == RP_ERR_AUTH
+                 ? ""
+                 : rp_error_name(m->u.text.code));
+    if (m->u.text.code != RP_ERR_AUTH)
+      snprintf(err + strlen(err), errlen - strlen(err), ")");
+    return -EACCES;
+  }
+  if (st->state == RA_C_CHALLENGE && m->op == RP_CHALLENGE) {
+    /* Our own nonce coming back is a reflection attempt. */
+    if (CRYPTO_memcmp(m->u.auth.nonce, st->nc, RP_AUTH_BYTES) == 0) {
+      snprintf(err, errlen, RA_REFUSED ": the server reflected our nonce");
+      return -EACCES;
+    }
+    memcpy(st->ns, m->u.auth.nonce, RP_AUTH_BYTES);
+    memset(reply, 0, sizeof *reply);
+    reply->op = RP_AUTH;
+    if (ra_mac(k, RA_CLIENT, st->nc, st->ns, reply->u.auth.mac) != 0) {
+      snprintf(err, errlen, RA_REFUSED ": HMAC failed");
+      return -EACCES;
+    }
+    st->state = RA_C_OK;
+    return 1;
+  }
+  if (st->state == RA_C_OK && m->op == RP_AUTH_OK) {
+    if (!ra_verify(k, RA_SERVER, st->nc, st->ns, m->u.auth.mac)) {
+      snprintf(err, errlen, RA_REFUSED ": the server did not prove that "
+               "it knows the shared secret");
+      return -EACCES;
+    }
+    st->state = RA_C_DONE;
+    return 0;
+  }
+  snprintf(err, errlen, RA_REFUSED ": unexpected '%s' from the server "
+           "during the handshake (it may be an older version without "
+           "shared secrets)", rp_op_name(m->op) ? rp_op_name(m->op) : "?");
+  return -EACCES;
+}
+
+/* ---- blocking helper ---- */
+
+static int write_all(int fd, const char *p, size_t n)
+{
+  ssize_t w;
+
+  while (n > 0) {
+    w = write(fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -EIO;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int send_msg_fd(int fd, const struct rp_msg *m)
+{
+  char *frame;
+  size_t len;
+  int rc = rp_encode(m, &frame, &len);
+
+  if (rc)
+    return rc;
+  rc = write_all(fd, frame, len);
+  free(frame);
+  return rc;
+}
+
+/* Reads n bytes within timeout_ms per wait. */
+static int read_full(int fd, char *buf, size_t n, int timeout_ms, char *err,
+                     size_t errlen)
+{
+  struct pollfd p = { fd, POLLIN, 0 };
+  size_t len = 0;
+  ssize_t r;
+  int rc;
+
+  while (len < n) {
+    rc = poll(&p, 1, timeout_ms);
+    if (rc < 0 && errno == EINTR)
+      continue;
+    if (rc <= 0) {
+      snprintf(err, errlen, "no answer to the handshake within %d ms",
+               timeout_ms);
+      return -ETIMEDOUT;
+    }
+    r = read(fd, buf + len, n - len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      snprintf(err, errlen, "the server closed the connection during the "
+               "handshake");
+      return -EIO;
+    }
+    len += (size_t)r;
+  }
+  return 0;
+}
+
+/* Reads exactly one frame (handshake answers are small, and nothing
+ * follows them before we send again) and decodes it into m. */
+static int read_msg_fd(int fd, int timeout_ms, struct rp_msg *m, char *err,
+                       size_t errlen)
+{
+  char buf[RP_FRAME_HEADER + 4 * RP_MAX_TEXT];
+  const unsigned char *h = (const unsigned char *)buf;
+  size_t n;
+  int rc;
+
+  rc = read_full(fd, buf, RP_FRAME_HEADER, timeout_ms, err, errlen);
+  if (rc)
+    return rc;
+  n = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
+  if (n == 0 || n > sizeof buf - RP_FRAME_HEADER) {
+    snprintf(err, errlen, "bad frame of %zu bytes from the server during "
+             "the handshake", n);
+    return -EIO;
+  }
+  rc = read_full(fd, buf + RP_FRAME_HEADER, n, timeout_ms, err, errlen);
+  if (rc)
+    return rc;
+  return rp_decode(buf + RP_FRAME_HEADER, n, m, err, errlen) ? -EIO : 0;
+}
+
+int ra_handshake_fd(int fd, const struct ra_secret *k, int timeout_ms,
+                    char *err, size_t errlen)
+{
+  struct ra_client st;
+  struct rp_msg m, reply;
+  int rc;
+
+  if (ra_client_hello(&st, &m) != 0) {
+    snprintf(err, errlen, "no random bytes for a nonce");
+    return -EIO;
+  }
+  if (send_msg_fd(fd, &m) != 0) {
+    snprintf(err, errlen, "cannot send the hello");
+    return -EIO;
+  }
+  for (;;) {
+    rc = read_msg_fd(fd, timeout_ms, &m, err, errlen);
+    if (rc)
+      return rc;
+    rc = ra_client_step(&st, k, &m, &reply, err, errlen);
+    rp_msg_free(&m);
+    if (rc <= 0)
+      return rc;
+    if (send_msg_fd(fd, &reply) != 0) {
+      snprintf(err, errlen, "cannot send the proof");
+      return -EIO;
+    }
+  }
+}

@@ -1,0 +1,787 @@
+/* abuse_client.c -- hostile clients for scripts/bench/abuse: each attack
+ * of issue 8 (and a few more) against a live rdzvd, one per run.  Blocking
+ * sockets; every wait is bounded. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rdzv_auth.h"
+#include "rdzv_proto.h"
+
+static const char usage[] =
+  "usage: abuse_client ATTACK --host H --port P [--secret-file PATH]\n"
+  "                    [--rdzvd-pid PID] [--count N] [--wait S]\n"
+  "\n"
+  "ATTACK: ping kv_waiters partial_frames lockout status_many\n"
+  "        waiting_final silent junk kv_fill pong_flood\n"
+  "\n"
+  "Prints one line: attack=NAME survived=0|1 rss_kb=K note=\"...\" and\n"
+  "exits 0 (survived), 1 (not survived) or 2 (the client itself failed).\n"
+  "With --secret-file, the attacks that need a member of a job (an\n"
+  "insider) authenticate; strangers (partial_frames, silent, junk) never\n"
+  "do.\n";
+
+static struct {
+  const char *host;
+  int port;
+  struct ra_secret secret;
+  int rdzvd_pid;
+  long count;
+  double wait;
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  long rss_peak;
+  char note[512];
+} A;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2),
+                                                     noreturn));
+
+static void die(const char *fmt, ...)
+{
+  va_list ap;
+
+  fputs("abuse_client: error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(2);
+}
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void note(const char *fmt, ...)
+{
+  size_t n = strlen(A.note);
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(A.note + n, sizeof A.note - n, fmt, ap);
+  va_end(ap);
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static long rss_kb(void)
+{
+  char path[64], line[256];
+  long kb = -1;
+  FILE *f;
+
+  if (!A.rdzvd_pid)
+    return -1;
+  snprintf(path, sizeof path, "/proc/%d/status", A.rdzvd_pid);
+  f = fopen(path, "r");
+  if (!f)
+    return -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+      break;
+  fclose(f);
+  if (kb > A.rss_peak)
+    A.rss_peak = kb;
+  return kb;
+}
+
+/* ---- connections ---- */
+
+/* A connected blocking socket; rcvbuf > 0 shrinks the receive buffer
+ * first (a client that does not read fills it quickly).  Returns -1 when
+ * the connection is refused (the daemon is full or gone). */
+static int dial_raw(int rcvbuf)
+{
+  int fd = socket(A.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+  if (fd < 0)
+    die("socket: %s", strerror(errno));
+  if (rcvbuf > 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (connect(fd, (struct sockaddr *)&A.addr, A.addrlen) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* An insider: connected and authenticated when there is a secret. */
+static int dial(int rcvbuf)
+{
+  char err[512];
+  int fd = dial_raw(rcvbuf);
+
+  if (fd < 0)
+    return -1;
+  if (A.secret.len &&
+      ra_handshake_fd(fd, &A.secret, 5000, err, sizeof err) != 0) {
+    close(fd);
+    note("handshake: %s; ", err);
+    return -1;
+  }
+  return fd;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+  const char *c = p;
+  ssize_t w;
+
+  while (n > 0) {
+    w = send(fd, c, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int send_msg(int fd, const struct rp_msg *m)
+{
+  char *frame;
+  size_t len;
+  int rc = rp_encode(m, &frame, &len);
+
+  if (rc)
+    die("encode %s: %s", rp_op_name(m->op), strerror(-rc));
+  rc = write_all(fd, frame, len);
+  free(frame);
+  return rc;
+}
+
+static int read_full(int fd, char *buf, size_t n, double deadline)
+{
+  struct pollfd p = { fd, POLLIN, 0 };
+  size_t len = 0;
+  ssize_t r;
+  int ms;
+
+  while (len < n) {
+    ms = (int)((deadline - now_s()) * 1000);
+    if (ms <= 0 || poll(&p, 1, ms) <= 0)
+      return -ETIMEDOUT;
+    r = read(fd, buf + len, n - len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -EIO;
+    len += (size_t)r;
+  }
+  return 0;
+}
+
+/* One message within secs: 0, -ETIMEDOUT, -EIO (closed or garbage). */
+static int recv_msg(int fd, struct rp_msg *m, double secs)
+{
+  double deadline = now_s() + secs;
+  unsigned char h[RP_FRAME_HEADER];
+  char err[256], *body;
+  size_t n;
+  int rc;
+
+  rc = read_full(fd, (char *)h, sizeof h, deadline);
+  if (rc)
+    return rc;
+  n = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
+  if (n == 0 || n > RP_MAX_FRAME)
+    return -EIO;
+  body = malloc(n);
+  if (!body)
+    die("out of memory");
+  rc = read_full(fd, body, n, deadline);
+  if (!rc && rp_decode(body, n, m, err, sizeof err) != 0)
+    rc = -EIO;
+  free(body);
+  return rc;
+}
+
+/* Reads until a message of op (returned in *m) or another that ends the
+ * wait: ERROR or CLOSED (also returned).  WAITING, PONG are skipped. */
+static int wait_op(int fd, enum rp_op op, struct rp_msg *m, double secs)
+{
+  double deadline = now_s() + secs;
+  int rc;
+
+  for (;;) {
+    rc = recv_msg(fd, m, deadline - now_s());
+    if (rc)
+      return rc;
+    if (m->op == op || m->op == RP_ERROR || m->op == RP_CLOSED)
+      return 0;
+    rp_msg_free(m);
+  }
+}
+
+static void join_msg(struct rp_msg *m, const char *id, int min, int max,
+                     double close_timeout)
+{
+  memset(m, 0, sizeof *m);
+  m->op = RP_JOIN;
+  snprintf(m->u.join.id, sizeof m->u.join.id, "%s", id);
+  snprintf(m->u.join.host, sizeof m->u.join.host, "abuse");
+  m->u.join.pid = getpid();
+  m->u.join.nproc = 1;
+  m->u.join.master_port = 29500;
+  rp_conf_default(&m->u.join.conf);
+  m->u.join.conf.min_nodes = min;
+  m->u.join.conf.max_nodes = max;
+  m->u.join.conf.last_call_timeout = 0;
+  m->u.join.conf.close_timeout = close_timeout;
+  m->u.join.conf.keepalive_interval = 3600;   /* we send none */
+  m->u.join.conf.keepalive_misses = 1000;
+}
+
+static int join(int fd, const char *id, int min, int max,
+                double close_timeout)
+{
+  struct rp_msg m;
+
+  join_msg(&m, id, min, max, close_timeout);
+  return send_msg(fd, &m);
+}
+
+static void kv(int fd, enum rp_op op, const char *key, const char *value,
+               size_t value_len, double wait)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = op;
+  snprintf(m.u.kv.key, sizeof m.u.kv.key, "%s", key);
+  m.u.kv.value = (char *)value;
+  m.u.kv.value_len = value_len;
+  m.u.kv.wait = wait;
+  if (send_msg(fd, &m) != 0)
+    note("kv send failed; ");
+}
+
+/* The daemon answers: a fresh insider's keepalive gets some frame (pong or
+ * not_joined) within 5 s. */
+static bool daemon_answers(void)
+{
+  struct rp_msg m;
+  int fd = dial(0), rc;
+
+  if (fd < 0)
+    return false;
+  memset(&m, 0, sizeof m);
+  m.op = RP_KEEPALIVE;
+  rc = send_msg(fd, &m) == 0 ? recv_msg(fd, &m, 5) : -EIO;
+  if (rc == 0)
+    rp_msg_free(&m);
+  close(fd);
+  return rc == 0;
+}
+
+/* A fresh one-node job gets its round. */
+static bool real_job_works(const char *tag)
+{
+  char id[64];
+  struct rp_msg m;
+  int fd = dial(0), rc;
+  bool ok;
+
+  if (fd < 0)
+    return false;
+  snprintf(id, sizeof id, "real-%s-%d", tag, (int)getpid());
+  rc = join(fd, id, 1, 1, 30) == 0 ? wait_op(fd, RP_ROUND, &m, 10) : -EIO;
+  ok = rc == 0 && m.op == RP_ROUND;
+  if (rc == 0 && !ok)
+    note("a real job got %s %s; ", rp_op_name(m.op), m.u.text.message);
+  if (rc == 0)
+    rp_msg_free(&m);
+  close(fd);
+  return ok;
+}
+
+static void raise_nofile(void)
+{
+  struct rlimit rl;
+
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+/* ---- the attacks ---- */
+
+/* A member whose receive buffer is full registers many kv_get waiters; a
+ * second member sets the key to 64 KiB: the answers overflow the member's
+ * output limit while the machine walks its waiters. */
+static bool attack_kv_waiters(void)
+{
+  long n = A.count ? A.count : 400, i;
+  char id[64], *value;
+  struct rp_msg m;
+  int a, b;
+  bool ok;
+
+  snprintf(id, sizeof id, "kvw-%d", (int)getpid());
+  a = dial(2048);
+  b = dial(0);
+  if (a < 0 || b < 0)
+    die("cannot connect");
+  join(a, id, 2, 2, 30);
+  join(b, id, 2, 2, 30);
+  if (wait_op(b, RP_ROUND, &m, 10) != 0 || m.op != RP_ROUND)
+    die("kv_waiters: no round for the second member");
+  for (i = 0; i < n; i++)
+    kv(a, RP_KV_GET, "k", NULL, 0, 600);
+  /* Frames of one connection are handled in order: once b sees a's
+   * marker, every waiter is registered. */
+  kv(a, RP_KV_SET, "a_done", "1", 1, 0);
+  kv(b, RP_KV_GET, "a_done", NULL, 0, 30);
+  if (wait_op(b, RP_KV_VALUE, &m, 30) != 0)
+    die("kv_waiters: the marker never came");
+  rp_msg_free(&m);
+  value = malloc(RP_MAX_VALUE);
+  memset(value, 'v', RP_MAX_VALUE);
+  kv(b, RP_KV_SET, "k", value, RP_MAX_VALUE, 0);
+  free(value);
+  kv(b, RP_KV_GET, "after", NULL, 0, 0);
+  ok = wait_op(b, RP_KV_VALUE, &m, 10) == 0;
+  if (ok)
+    rp_msg_free(&m);
+  rss_kb();
+  note("%ld waiters answered with 64 KiB each; ", n);
+  close(a);
+  close(b);
+  return ok && daemon_answers();
+}
+
+/* Many strangers, each holding a 1 MiB frame but its last byte. */
+static bool attack_partial_frames(void)
+{
+  long n = A.count ? A.count : 200, i, held = 0;
+  size_t body = RP_MAX_FRAME;
+  unsigned char *frame = malloc(RP_FRAME_HEADER + body);
+  int *fds = calloc((size_t)n, sizeof *fds);
+  struct timeval tv = { 2, 0 };
+  long before = rss_kb(), peak;
+  bool alive;
+
+  if (!frame || !fds)
+    die("out of memory");
+  frame[0] = (unsigned char)(body >> 24);
+  frame[1] = (unsigned char)(body >> 16);
+  frame[2] = (unsigned char)(body >> 8);
+  frame[3] = (unsigned char)body;
+  memset(frame + RP_FRAME_HEADER, ' ', body);
+  for (i = 0; i < n; i++) {
+    fds[i] = dial_raw(0);
+    if (fds[i] < 0)
+      continue;
+    setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (write_all(fds[i], frame, RP_FRAME_HEADER + body - 1) == 0)
+      held++;
+  }
+  usleep(500000);   /* let the daemon read what it accepts */
+  peak = rss_kb();
+  alive = daemon_answers();
+  for (i = 0; i < n; i++) {
+    struct pollfd p = { fds[i], POLLIN, 0 };
+    char c;
+
+    if (fds[i] < 0)
+      continue;
+    /* Closed by the daemon: readable, and EOF or a reset (an error frame
+     * first does not count as open either). */
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR) ||
+                                recv(fds[i], &c, 1, MSG_PEEK) >= 0))
+      held--;
+    close(fds[i]);
+  }
+  free(fds);
+  free(frame);
+  note("%ld of %ld connections still open, each with a 1 MiB frame but a "
+       "byte; rss %ld -> %ld kB; ", held, n, before, peak);
+  return alive;
+}
+
+/* Fill max_jobs with abandoned jobs the client asks to keep for months. */
+static bool attack_lockout(void)
+{
+  long n = A.count ? A.count : 10000, i, made = 0, refused = 0;
+  char id[64];
+  struct rp_msg m;
+  bool ok;
+  int fd;
+
+  for (i = 0; i < n; i++) {
+    fd = dial(0);
+    if (fd < 0) {
+      refused++;
+      continue;
+    }
+    snprintf(id, sizeof id, "lock-%d-%ld", (int)getpid(), i);
+    if (join(fd, id, 1, 1, 1e7) == 0 && wait_op(fd, RP_ROUND, &m, 10) == 0) {
+      if (m.op == RP_ROUND)
+        made++;
+      else
+        refused++;
+      rp_msg_free(&m);
+    }
+    close(fd);
+  }
+  rss_kb();
+  ok = real_job_works("lockout");
+  note("%ld abandoned jobs made, %ld refused; a real job %s; ", made,
+       refused, ok ? "still works" : "is REFUSED");
+  return ok;
+}
+
+/* The status query answers, whatever the number of jobs. */
+static bool attack_status_many(void)
+{
+  struct rp_msg m;
+  double t0 = now_s();
+  int fd = dial(0), rc;
+  bool ok;
+
+  if (fd < 0)
+    return false;
+  memset(&m, 0, sizeof m);
+  m.op = RP_STATUS;
+  rc = send_msg(fd, &m) == 0 ? wait_op(fd, RP_STATUS_REPLY, &m, 5) : -EIO;
+  ok = rc == 0 && m.op == RP_STATUS_REPLY;
+  note("status %s after %.0f ms", ok ? "answered" : "NOT answered",
+       (now_s() - t0) * 1000);
+  if (ok)
+    note(" (%zu bytes); ", strlen(m.u.status_json));
+  else
+    note("; ");
+  if (rc == 0)
+    rp_msg_free(&m);
+  close(fd);
+  rss_kb();
+  return ok;
+}
+
+/* A node on the waiting list reports a final failure: the job must go on. */
+static bool attack_waiting_final(void)
+{
+  char id[64];
+  struct rp_msg m;
+  int a = dial(0), b = dial(0), rc;
+  bool ok;
+
+  if (a < 0 || b < 0)
+    die("cannot connect");
+  snprintf(id, sizeof id, "wf-%d", (int)getpid());
+  join(a, id, 1, 1, 30);
+  if (wait_op(a, RP_ROUND, &m, 10) != 0 || m.op != RP_ROUND)
+    die("waiting_final: no round");
+  join(b, id, 1, 1, 30);
+  if (wait_op(b, RP_WAITING, &m, 10) != 0 || m.op != RP_WAITING)
+    die("waiting_final: the spare is not waiting");
+  memset(&m, 0, sizeof m);
+  m.op = RP_FAILURE;
+  m.u.failure.final = true;
+  snprintf(m.u.failure.message, sizeof m.u.failure.message, "sabotage");
+  send_msg(b, &m);
+  kv(a, RP_KV_GET, "anything", NULL, 0, 0);
+  rc = wait_op(a, RP_KV_VALUE, &m, 10);
+  ok = rc == 0 && m.op == RP_KV_VALUE;
+  note("the participant %s; ", ok ? "runs on"
+                               : rc == 0 && m.op == RP_CLOSED
+                                   ? "was CLOSED by the spare's failure"
+                                   : "got no answer");
+  if (rc == 0)
+    rp_msg_free(&m);
+  close(a);
+  close(b);
+  return ok;
+}
+
+/* Connections that never send anything must not live forever. */
+static bool attack_silent(void)
+{
+  long n = A.count ? A.count : 1000, i, open_ = 0;
+  double wait = A.wait > 0 ? A.wait : 20, deadline = now_s() + wait;
+  struct pollfd *p = calloc((size_t)n, sizeof *p);
+  char c;
+
+  if (!p)
+    die("out of memory");
+  for (i = 0; i < n; i++) {
+    p[i].fd = dial_raw(0);
+    p[i].events = POLLIN;
+    if (p[i].fd >= 0)
+      open_++;
+  }
+  rss_kb();
+  while (open_ > 0 && now_s() < deadline) {
+    if (poll(p, (nfds_t)n, 200) < 0 && errno != EINTR)
+      break;
+    for (i = 0; i < n; i++) {
+      if (p[i].fd < 0 || !p[i].revents)
+        continue;
+      if (read(p[i].fd, &c, 1) <= 0) {
+        close(p[i].fd);
+        p[i].fd = -1;
+        open_--;
+      }
+    }
+  }
+  for (i = 0; i < n; i++)
+    if (p[i].fd >= 0)
+      close(p[i].fd);
+  free(p);
+  note("%ld of %ld silent connections still open after %.0f s; ", open_, n,
+       wait);
+  return open_ == 0 && daemon_answers();
+}
+
+/* Junk and oversized frames, many variants, each on its own connection:
+ * each must be refused and closed, the daemon unharmed. */
+static bool attack_junk(void)
+{
+  static const char *const bodies[] = {
+    "not json", "{\"v\":2}", "{\"v\":99,\"op\":\"join\"}",
+    "{\"v\":2,\"op\":\"martian\"}", "[1,2,3]", "{\"v\":2,\"op\":\"join\"}",
+    "{\"v\":2,\"op\":\"kv_get\",\"key\":\"\\u0000\"}",
+    "{\"v\":2,\"op\":\"auth\",\"mac\":\"zz\"}",
+    "{\"v\":2,\"op\":\"challenge\",\"nonce\":"
+    "\"0000000000000000000000000000000000000000000000000000000000000000\"}",
+  };
+  long n = A.count ? A.count : 500, i, closed = 0;
+  unsigned char buf[8192];
+  struct rp_msg m;
+  size_t len;
+  int fd, k;
+
+  for (i = 0; i < n; i++) {
+    fd = dial_raw(0);
+    if (fd < 0)
+      continue;
+    k = (int)(i % 13);
+    if (k < 9) {
+      len = strlen(bodies[k]);
+      buf[0] = buf[1] = 0;
+      buf[2] = (unsigned char)(len >> 8);
+      buf[3] = (unsigned char)len;
+      memcpy(buf + 4, bodies[k], len);
+      len += 4;
+    } else if (k == 9) {          /* zero length */
+      memset(buf, 0, 4);
+      len = 4;
+    } else if (k == 10) {         /* 4 GiB announced */
+      memset(buf, 0xff, 4);
+      len = 4;
+    } else if (k == 11) {         /* random bytes */
+      for (len = 0; len < sizeof buf; len++)
+        buf[len] = (unsigned char)rand();
+    } else {                      /* deep nesting */
+      len = 4 + 4000;
+      buf[0] = buf[1] = 0;
+      buf[2] = (unsigned char)(4000 >> 8);
+      buf[3] = (unsigned char)(4000 & 0xff);
+      memset(buf + 4, '[', 4000);
+    }
+    write_all(fd, buf, len);
+    /* Refused: an error frame, then the close; or the close at once. */
+    while (recv_msg(fd, &m, 5) == 0)
+      rp_msg_free(&m);
+    closed++;
+    close(fd);
+  }
+  rss_kb();
+  note("%ld junk connections closed by the daemon; ", closed);
+  return daemon_answers();
+}
+
+/* Own attack: jobs whose members fill their KV store (4096 keys x 64 KiB
+ * in 16 MiB per job): nothing bounds the total over jobs but a global
+ * budget. */
+static bool attack_kv_fill(void)
+{
+  long jobs = A.count ? A.count : 16, j, k, refused = 0;
+  char id[64], key[32], *value = malloc(RP_MAX_VALUE);
+  struct rp_msg m;
+  int *fds = calloc((size_t)jobs, sizeof *fds);
+  long before = rss_kb(), peak;
+  bool alive;
+
+  if (!value || !fds)
+    die("out of memory");
+  memset(value, 'x', RP_MAX_VALUE);
+  for (j = 0; j < jobs; j++) {
+    fds[j] = dial(0);
+    if (fds[j] < 0)
+      continue;
+    snprintf(id, sizeof id, "kvfill-%d-%ld", (int)getpid(), j);
+    join(fds[j], id, 1, 1, 30);
+    if (wait_op(fds[j], RP_ROUND, &m, 10) != 0)
+      continue;
+    rp_msg_free(&m);
+    for (k = 0; k < 255; k++) {
+      snprintf(key, sizeof key, "k%ld", k);
+      kv(fds[j], RP_KV_SET, key, value, RP_MAX_VALUE, 0);
+    }
+    /* A limit answers with an error: count the refusals. */
+    kv(fds[j], RP_KV_GET, "k0", NULL, 0, 0);
+    while (wait_op(fds[j], RP_KV_VALUE, &m, 10) == 0) {
+      bool done = m.op != RP_ERROR;
+
+      refused += m.op == RP_ERROR;
+      rp_msg_free(&m);
+      if (done)
+        break;
+    }
+  }
+  peak = rss_kb();
+  alive = daemon_answers();
+  for (j = 0; j < jobs; j++)
+    if (fds[j] >= 0)
+      close(fds[j]);
+  free(fds);
+  free(value);
+  note("%ld jobs x 16 MiB of values, %ld refusals; rss %ld -> %ld kB; ",
+       jobs, refused, before, peak);
+  return alive;
+}
+
+/* Own attack: members that never read flood keepalives; the pongs pile up
+ * in the daemon (8 MiB per connection, no global budget). */
+static bool attack_pong_flood(void)
+{
+  long conns = A.count ? A.count : 32, i, per = 300000, k;
+  char id[64], *frame, *batch;
+  size_t flen;
+  struct rp_msg m;
+  int *fds = calloc((size_t)conns, sizeof *fds);
+  struct timeval tv = { 3, 0 };
+  long before = rss_kb(), peak;
+  bool alive;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_KEEPALIVE;
+  if (!fds || rp_encode(&m, &frame, &flen) != 0)
+    die("setup");
+  batch = malloc(flen * 4096);
+  if (!batch)
+    die("out of memory");
+  for (k = 0; k < 4096; k++)
+    memcpy(batch + k * (long)flen, frame, flen);
+  for (i = 0; i < conns; i++) {
+    fds[i] = dial(2048);
+    if (fds[i] < 0)
+      continue;
+    snprintf(id, sizeof id, "pong-%d-%ld", (int)getpid(), i);
+    join(fds[i], id, 1, 1, 30);
+    setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+  for (k = 0; k < per; k += 4096)
+    for (i = 0; i < conns; i++)
+      if (fds[i] >= 0 && write_all(fds[i], batch, flen * 4096) != 0) {
+        close(fds[i]);
+        fds[i] = -1;
+      }
+  usleep(500000);
+  peak = rss_kb();
+  alive = daemon_answers();
+  for (i = 0; i < conns; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  free(fds);
+  free(batch);
+  free(frame);
+  note("%ld non-reading members x %ld keepalives; rss %ld -> %ld kB; ",
+       conns, per, before, peak);
+  return alive;
+}
+
+int main(int argc, char **argv)
+{
+  static const struct {
+    const char *name;
+    bool (*run)(void);
+  } attacks[] = {
+    { "ping", daemon_answers },
+    { "kv_waiters", attack_kv_waiters },
+    { "partial_frames", attack_partial_frames },
+    { "lockout", attack_lockout },
+    { "status_many", attack_status_many },
+    { "waiting_final", attack_waiting_final },
+    { "silent", attack_silent },
+    { "junk", attack_junk },
+    { "kv_fill", attack_kv_fill },
+    { "pong_flood", attack_pong_flood },
+  };
+  const char *attack = argc > 1 ? argv[1] : NULL, *secret = NULL;
+  struct addrinfo hints, *res;
+  char port[16], err[512];
+  size_t k;
+  bool ok;
+  int i;
+
+  if (!attack || strcmp(attack, "-h") == 0 || strcmp(attack, "--help") == 0) {
+    fputs(usage, attack ? stdout : stderr);
+    return attack ? 0 : 2;
+  }
+  for (i = 2; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--host") == 0)
+      A.host = argv[i + 1];
+    else if (strcmp(argv[i], "--port") == 0)
+      A.port = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--secret-file") == 0)
+      secret = argv[i + 1];
+    else if (strcmp(argv[i], "--rdzvd-pid") == 0)
+      A.rdzvd_pid = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--count") == 0)
+      A.count = atol(argv[i + 1]);
+    else if (strcmp(argv[i], "--wait") == 0)
+      A.wait = atof(argv[i + 1]);
+    else
+      die("unknown option '%s'\n%s", argv[i], usage);
+  }
+  if (i != argc || !A.host || A.port <= 0)
+    die("--host and --port are required\n%s", usage);
+  if (secret && ra_secret_load(secret, &A.secret, err, sizeof err) != 0)
+    die("%s", err);
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  snprintf(port, sizeof port, "%d", A.port);
+  if (getaddrinfo(A.host, port, &hints, &res) != 0)
+    die("cannot resolve %s", A.host);
+  memcpy(&A.addr, res->ai_addr, res->ai_addrlen);
+  A.addrlen = res->ai_addrlen;
+  freeaddrinfo(res);
+  raise_nofile();
+  signal(SIGPIPE, SIG_IGN);
+  for (k = 0; k < sizeof attacks / sizeof attacks[0]; k++) {
+    if (strcmp(attacks[k].name, attack) != 0)
+      continue;
+    A.rss_peak = -1;
+    ok = attacks[k].run();
+    printf("attack=%s survived=%d rss_kb=%ld note=\"%s\"\n", attack, ok,
+           A.rss_peak, A.note);
+    return ok ? 0 : 1;
+  }
+  die("unknown attack '%s'\n%s", attack, usage);
+}

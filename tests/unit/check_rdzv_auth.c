@@ -1,0 +1,448 @@
+/* check_rdzv_auth.c -- unit tests for proto/rdzv_auth.c: HMAC-SHA256
+ * known answers (RFC 4231), the secret file's checks, and both sides of
+ * the handshake, honest and tampered with. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rdzv_auth.h"
+#include "rdzv_proto.h"
+
+static void unhex(const char *hex, unsigned char *out, size_t n)
+{
+  size_t i;
+  unsigned v;
+
+  ck_assert_uint_eq(strlen(hex), 2 * n);
+  for (i = 0; i < n; i++) {
+    ck_assert_int_eq(sscanf(hex + 2 * i, "%2x", &v), 1);
+    out[i] = (unsigned char)v;
+  }
+}
+
+/* ---- RFC 4231 section 4 test cases (HMAC-SHA-256 lines) ---- */
+
+static void kat(const void *key, size_t keylen, const void *data,
+                size_t datalen, const char *want_hex)
+{
+  unsigned char want[RP_AUTH_BYTES], got[RP_AUTH_BYTES];
+
+  unhex(want_hex, want, sizeof want);
+  ck_assert_int_eq(ra_hmac(key, keylen, data, datalen, got), 0);
+  ck_assert_mem_eq(got, want, sizeof want);
+}
+
+START_TEST(rfc4231_vectors)
+{
+  unsigned char key[131], data[50];
+
+  /* Test case 1. */
+  memset(key, 0x0b, 20);
+  kat(key, 20, "Hi There", 8,
+      "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  /* Test case 2: a key shorter than the output. */
+  kat("Jefe", 4, "what do ya want for nothing?", 28,
+      "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  /* Test case 3. */
+  memset(key, 0xaa, 20);
+  memset(data, 0xdd, 50);
+  kat(key, 20, data, 50,
+      "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+  /* Test case 6: a key larger than the block (hashed first). */
+  memset(key, 0xaa, 131);
+  kat(key, 131, "Test Using Larger Than Block-Size Key - Hash Key First",
+      54, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+END_TEST
+
+/* The proofs are HMAC(K, label | Nc | Ns), with a label per direction. */
+START_TEST(mac_layout)
+{
+  struct ra_secret k;
+  unsigned char nc[RP_AUTH_BYTES], ns[RP_AUTH_BYTES], msg[19 + 64];
+  unsigned char a[RP_AUTH_BYTES], b[RP_AUTH_BYTES];
+
+  memset(&k, 0, sizeof k);
+  memcpy(k.key, "0123456789abcdef0123", 20);
+  k.len = 20;
+  memset(nc, 1, sizeof nc);
+  memset(ns, 2, sizeof ns);
+  memcpy(msg, "cdrun-rdzv-2 client", 19);
+  memcpy(msg + 19, nc, 32);
+  memcpy(msg + 51, ns, 32);
+  ck_assert_int_eq(ra_mac(&k, RA_CLIENT, nc, ns, a), 0);
+  ck_assert_int_eq(ra_hmac(k.key, k.len, msg, sizeof msg, b), 0);
+  ck_assert_mem_eq(a, b, sizeof a);
+  memcpy(msg, "cdrun-rdzv-2 server", 19);
+  ck_assert_int_eq(ra_mac(&k, RA_SERVER, nc, ns, a), 0);
+  ck_assert_int_eq(ra_hmac(k.key, k.len, msg, sizeof msg, b), 0);
+  ck_assert_mem_eq(a, b, sizeof a);
+  /* Directions and nonce order are bound. */
+  ck_assert(ra_verify(&k, RA_SERVER, nc, ns, a));
+  ck_assert(!ra_verify(&k, RA_CLIENT, nc, ns, a));
+  ck_assert(!ra_verify(&k, RA_SERVER, ns, nc, a));
+  /* Fresh nonces differ. */
+  ck_assert_int_eq(ra_nonce(nc), 0);
+  ck_assert_int_eq(ra_nonce(ns), 0);
+  ck_assert_mem_ne(nc, ns, sizeof nc);
+}
+END_TEST
+
+/* ---- the secret file ---- */
+
+static char dir[64];
+
+static void setup_dir(void)
+{
+  snprintf(dir, sizeof dir, "/tmp/check_auth.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown_dir(void)
+{
+  char cmd[128];
+
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+static const char *write_file(const char *name, const void *data,
+                              size_t len, mode_t mode)
+{
+  static char path[128];
+  int fd;
+
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, data, len), (ssize_t)len);
+  close(fd);
+  ck_assert_int_eq(chmod(path, mode), 0);
+  return path;
+}
+
+static void refused(const char *path, int want_rc, const char *needle)
+{
+  struct ra_secret k;
+  char err[512];
+  int rc = ra_secret_load(path, &k, err, sizeof err);
+
+  ck_assert_msg(rc == want_rc, "%s: rc %d, want %d (%s)", path, rc, want_rc,
+                err);
+  ck_assert_msg(strstr(err, needle), "'%s' not in '%s'", needle, err);
+  ck_assert_uint_eq(k.len, 0);
+}
+
+START_TEST(secret_file_good)
+{
+  struct ra_secret k;
+  char err[512];
+  const char *p;
+
+  p = write_file("s", "0123456789abcdef\n", 17, 0600);
+  ck_assert_int_eq(ra_secret_load(p, &k, err, sizeof err), 0);
+  ck_assert_uint_eq(k.len, 16);   /* the newline is not part of it */
+  ck_assert_mem_eq(k.key, "0123456789abcdef", 16);
+  p = write_file("crlf", "0123456789abcdefXY\r\n", 20, 0400);
+  ck_assert_int_eq(ra_secret_load(p, &k, err, sizeof err), 0);
+  ck_assert_uint_eq(k.len, 18);
+  ra_secret_clear(&k);
+  ck_assert_uint_eq(k.len, 0);
+}
+END_TEST
+
+START_TEST(secret_file_refused)
+{
+  char big[RA_MAX_SECRET + 8];
+
+  refused(write_file("g", "0123456789abcdef", 16, 0640), -EPERM,
+          "permissions 0640 are too open");
+  refused(write_file("o", "0123456789abcdef", 16, 0604), -EPERM,
+          "chmod 600");
+  refused(write_file("x", "0123456789abcdef", 16, 0610), -EPERM,
+          "too open");
+  refused(write_file("e", "", 0, 0600), -EINVAL, "empty");
+  refused(write_file("nl", "\n", 1, 0600), -EINVAL, "empty");
+  refused(write_file("short", "0123456789abcde\n", 16, 0600), -EINVAL,
+          "too short");
+  memset(big, 'a', sizeof big);
+  refused(write_file("long", big, sizeof big, 0600), -EINVAL, "too long");
+  refused(dir, -EINVAL, "not a regular file");
+  refused("/nonexistent/secret", -ENOENT, "No such file");
+}
+END_TEST
+
+/* ---- the handshake, both sides, no sockets ---- */
+
+static struct ra_secret K1, K2;
+
+static void keys(void)
+{
+  memset(&K1, 0, sizeof K1);
+  memset(&K2, 0, sizeof K2);
+  memcpy(K1.key, "the right secret, 32 bytes long!", 32);
+  K1.len = 32;
+  memcpy(K2.key, "the wrong secret, 32 bytes long!", 32);
+  K2.len = 32;
+}
+
+/* Runs a handshake of a client knowing kc against a server knowing ks;
+ * returns the client's last rc (0: both sides done). */
+static int handshake(const struct ra_secret *kc, const struct ra_secret *ks,
+                     enum ra_verdict *last, char *why)
+{
+  struct ra_client c;
+  struct ra_server s;
+  struct rp_msg m, reply, back;
+  char err[512];
+  int rc;
+
+  memset(&s, 0, sizeof s);
+  ck_assert_int_eq(ra_client_hello(&c, &m), 0);
+  ck_assert_int_eq(m.op, RP_HELLO);
+  *last = ra_server_step(&s, ks, &m, &reply, why, 256);
+  if (*last != RA_REPLY)
+    return ra_client_step(&c, kc, &reply, &back, err, sizeof err);
+  ck_assert_int_eq(reply.op, RP_CHALLENGE);
+  rc = ra_client_step(&c, kc, &reply, &back, err, sizeof err);
+  ck_assert_int_eq(rc, 1);
+  ck_assert_int_eq(back.op, RP_AUTH);
+  *last = ra_server_step(&s, ks, &back, &reply, why, 256);
+  rc = ra_client_step(&c, kc, &reply, &m, err, sizeof err);
+  if (rc == 0) {
+    ck_assert_int_eq(s.state, RA_S_DONE);
+    ck_assert_int_eq(c.state, RA_C_DONE);
+  } else {
+    ck_assert_msg(strstr(err, RA_REFUSED), "%s", err);
+  }
+  return rc;
+}
+
+START_TEST(handshake_ok)
+{
+  enum ra_verdict v;
+  char why[256];
+
+  keys();
+  ck_assert_int_eq(handshake(&K1, &K1, &v, why), 0);
+  ck_assert_int_eq(v, RA_REPLY);
+}
+END_TEST
+
+START_TEST(handshake_wrong_secret)
+{
+  enum ra_verdict v;
+  char why[256];
+
+  keys();
+  ck_assert_int_eq(handshake(&K2, &K1, &v, why), -EACCES);
+  ck_assert_int_eq(v, RA_REFUSE);
+  ck_assert_str_eq(why, "wrong shared secret");
+}
+END_TEST
+
+/* Without a secret on one side: a clear refusal either way. */
+START_TEST(handshake_secret_on_one_side)
+{
+  struct ra_server s;
+  struct rp_msg m, reply;
+  enum ra_verdict v;
+  char why[256];
+
+  keys();
+  /* The client has one, the server has none. */
+  ck_assert_int_eq(handshake(&K1, NULL, &v, why), -EACCES);
+  ck_assert_int_eq(v, RA_REFUSE);
+  ck_assert_ptr_nonnull(strstr(why, "this server has none"));
+  /* The server has one; the client sends a join at once. */
+  memset(&s, 0, sizeof s);
+  memset(&m, 0, sizeof m);
+  m.op = RP_JOIN;
+  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RA_REFUSE);
+  ck_assert_int_eq(reply.op, RP_ERROR);
+  ck_assert_int_eq(reply.u.text.code, RP_ERR_AUTH);
+  ck_assert_str_eq(reply.u.text.message,
+                   "this server requires a shared secret");
+  /* A status query is no exception. */
+  memset(&s, 0, sizeof s);
+  m.op = RP_STATUS;
+  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RA_REFUSE);
+  /* Neither side has one: everything passes. */
+  memset(&s, 0, sizeof s);
+  ck_assert_int_eq(ra_server_step(&s, NULL, &m, &reply, why, sizeof why),
+                   RA_PASS);
+}
+END_TEST
+
+/* One bit flipped in either proof is refused. */
+START_TEST(handshake_tampered)
+{
+  struct ra_client c;
+  struct ra_server s;
+  struct rp_msg m, reply, back;
+  char why[256], err[512];
+  int bit;
+
+  keys();
+  for (bit = 0; bit < 256; bit += 37) {
+    /* The client's proof. */
+    memset(&s, 0, sizeof s);
+    ck_assert_int_eq(ra_client_hello(&c, &m), 0);
+    ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                     RA_REPLY);
+    ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err,
+                                    sizeof err), 1);
+    back.u.auth.mac[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    ck_assert_int_eq(ra_server_step(&s, &K1, &back, &reply, why,
+                                    sizeof why), RA_REFUSE);
+    /* The server's proof. */
+    memset(&s, 0, sizeof s);
+    ck_assert_int_eq(ra_client_hello(&c, &m), 0);
+    ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                     RA_REPLY);
+    ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err,
+                                    sizeof err), 1);
+    ck_assert_int_eq(ra_server_step(&s, &K1, &back, &reply, why,
+                                    sizeof why), RA_REPLY);
+    ck_assert_int_eq(reply.op, RP_AUTH_OK);
+    reply.u.auth.mac[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err,
+                                    sizeof err), -EACCES);
+    ck_assert_ptr_nonnull(strstr(err, "did not prove"));
+  }
+}
+END_TEST
+
+/* A proof from one session is worthless in the next (fresh server nonce),
+ * and a server that reflects the client's nonce is caught. */
+START_TEST(handshake_replay_and_reflection)
+{
+  struct ra_client c;
+  struct ra_server s;
+  struct rp_msg m, reply, proof, back;
+  char why[256], err[512];
+
+  keys();
+  memset(&s, 0, sizeof s);
+  ck_assert_int_eq(ra_client_hello(&c, &m), 0);
+  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RA_REPLY);
+  ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &proof, err, sizeof err),
+                   1);
+  /* Replay the same hello and proof to a new connection. */
+  memset(&s, 0, sizeof s);
+  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RA_REPLY);
+  ck_assert_int_eq(ra_server_step(&s, &K1, &proof, &reply, why, sizeof why),
+                   RA_REFUSE);
+  /* Reflection: the challenge carries the client's own nonce. */
+  ck_assert_int_eq(ra_client_hello(&c, &m), 0);
+  reply = m;
+  reply.op = RP_CHALLENGE;
+  ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err, sizeof err),
+                   -EACCES);
+  ck_assert_ptr_nonnull(strstr(err, "reflected"));
+  /* Out of order: auth before hello; hello after success. */
+  memset(&s, 0, sizeof s);
+  ck_assert_int_eq(ra_server_step(&s, &K1, &proof, &reply, why, sizeof why),
+                   RA_REFUSE);
+}
+END_TEST
+
+START_TEST(preauth_frame_limit)
+{
+  struct ra_server s;
+
+  keys();
+  memset(&s, 0, sizeof s);
+  ck_assert(!ra_server_frame_too_big(&s, &K1, RA_PREAUTH_MAX_FRAME));
+  ck_assert(ra_server_frame_too_big(&s, &K1, RA_PREAUTH_MAX_FRAME + 1));
+  ck_assert(!ra_server_frame_too_big(&s, NULL, RP_MAX_FRAME));
+  s.state = RA_S_DONE;
+  ck_assert(!ra_server_frame_too_big(&s, &K1, RP_MAX_FRAME));
+}
+END_TEST
+
+/* ---- the codec's handshake messages ---- */
+
+START_TEST(codec_hex_fields)
+{
+  struct rp_msg m, d;
+  char *frame, err[256];
+  size_t len;
+  int i;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_HELLO;
+  for (i = 0; i < RP_AUTH_BYTES; i++)
+    m.u.auth.nonce[i] = (unsigned char)(i * 9);
+  ck_assert_int_eq(rp_encode(&m, &frame, &len), 0);
+  ck_assert_uint_le(len - RP_FRAME_HEADER, RA_PREAUTH_MAX_FRAME);
+  ck_assert_int_eq(rp_decode(frame + RP_FRAME_HEADER, len - RP_FRAME_HEADER,
+                             &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.op, RP_HELLO);
+  ck_assert_mem_eq(d.u.auth.nonce, m.u.auth.nonce, RP_AUTH_BYTES);
+  ck_assert_ptr_nonnull(memmem(frame, len, "\"nonce\":\"0009121b", 17));
+  free(frame);
+  ck_assert_int_eq(rp_decode("{\"v\":2,\"op\":\"auth\",\"mac\":\"00\"}", 30,
+                             &d, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "auth.mac: expected 64 hex digits"));
+  {
+    char body[160];
+
+    snprintf(body, sizeof body, "{\"v\":2,\"op\":\"challenge\",\"nonce\":"
+             "\"%064d\"}", 0);
+    ck_assert_int_eq(rp_decode(body, strlen(body), &d, err, sizeof err), 0);
+    body[40] = 'A';
+    ck_assert_int_eq(rp_decode(body, strlen(body), &d, err, sizeof err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not lowercase hex"));
+  }
+  ck_assert_int_eq(rp_decode("{\"v\":2,\"op\":\"hello\"}", 20, &d, err,
+                             sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "hello.nonce: missing"));
+}
+END_TEST
+
+static Suite *auth_suite(void)
+{
+  Suite *s = suite_create("rdzv_auth");
+  TCase *tc = tcase_create("hmac");
+  TCase *files = tcase_create("secret_file");
+  TCase *hs = tcase_create("handshake");
+
+  tcase_add_test(tc, rfc4231_vectors);
+  tcase_add_test(tc, mac_layout);
+  suite_add_tcase(s, tc);
+  tcase_add_checked_fixture(files, setup_dir, teardown_dir);
+  tcase_add_test(files, secret_file_good);
+  tcase_add_test(files, secret_file_refused);
+  suite_add_tcase(s, files);
+  tcase_add_test(hs, handshake_ok);
+  tcase_add_test(hs, handshake_wrong_secret);
+  tcase_add_test(hs, handshake_secret_on_one_side);
+  tcase_add_test(hs, handshake_tampered);
+  tcase_add_test(hs, handshake_replay_and_reflection);
+  tcase_add_test(hs, preauth_frame_limit);
+  tcase_add_test(hs, codec_hex_fields);
+  suite_add_tcase(s, hs);
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr = srunner_create(auth_suite());
+  int failed;
+
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
