@@ -13,10 +13,13 @@
 #include "agent.h"
 #include "args.h"
 #include "logs.h"
+#include "multihost.h"
 #include "nproc.h"
 #include "port.h"
+#include "print_config.h"
 #include "rdzv.h"
 #include "rdzv_config.h"
+#include "slurm_env.h"
 #include "summary.h"
 
 #define EXIT_USAGE 2
@@ -222,17 +225,59 @@ static bool logs_written(const struct job *j)
   return false;
 }
 
+static enum args_origin origin_of(const struct cdrun_args *a,
+                                  const char *name)
+{
+  enum args_origin origin;
+  const char *n;
+  char val[8], env[64];
+  size_t i;
+
+  for (i = 0; args_describe(a, i, &n, val, sizeof val, &origin, env,
+                            sizeof env); i++)
+    if (n && strcmp(n, name) == 0)
+      return origin;
+  return ARGS_DEFAULT;
+}
+
+/* Under a Slurm step, re-reads the arguments with Slurm's facts as
+ * PET_* defaults (below the command line and the real PET_* variables);
+ * *penv becomes the environment that was read. */
+static void apply_slurm(struct cdrun_args *a, int argc, char **argv,
+                        struct slurm_env *se, char ***penv)
+{
+  char err[512];
+
+  *penv = environ;
+  memset(se, 0, sizeof *se);
+  if (a->standalone || a->hostfile || a->hosts || a->help || a->version)
+    return;
+  if (slurm_env_derive(environ, se, err, sizeof err))
+    die_usage("%s", err);
+  if (!se->active)
+    return;
+  *penv = slurm_env_augment(environ, se);
+  if (!*penv)
+    die_usage("out of memory");
+  args_free(a);
+  if (args_parse(a, argc, argv, *penv, err, sizeof err) != 0)
+    die_usage("%s", err);
+}
+
 int main(int argc, char **argv)
 {
   struct cdrun_args a;
   struct agent_opts o;
+  struct slurm_env se;
   struct job j;
-  char err[512], warn[256];
+  char err[512], warn[256], **penv;
+  const char *nproc_from = "--nproc_per_node";
   bool error_files_read = false;
   int status;
 
   if (args_parse(&a, argc, argv, environ, err, sizeof err) != 0)
     die_usage("%s", err);
+  apply_slurm(&a, argc, argv, &se, &penv);
   if (a.help) {
     fputs(args_usage(), stdout);
     args_free(&a);
@@ -244,6 +289,14 @@ int main(int argc, char **argv)
     return 0;
   }
 
+  if ((a.hostfile || a.hosts) && !a.print_config) {
+    status = multihost_run(&a, argc, argv);
+    args_free(&a);
+    if (penv != environ)
+      free(penv);
+    return status;
+  }
+
   memset(&j, 0, sizeof j);
   j.port_fd = -1;
   make_run_id(&a, j.run_id, sizeof j.run_id);
@@ -253,9 +306,36 @@ int main(int argc, char **argv)
   if (warn[0])
     fprintf(stderr, "cdrun: warning: --rdzv_conf: unknown key%s %s "
             "ignored\n", strchr(warn, ',') ? "s" : "", warn);
-  j.nproc = nproc_resolve(a.nproc_per_node, err, sizeof err);
-  if (j.nproc < 0)
-    die_usage("%s", err);
+  /* The first node of a Slurm step serves the rendezvous the others
+   * were told about (unless rdzv_conf says otherwise). */
+  if (se.active && j.rdzv.backend == BACKEND_RDZVD &&
+      j.rdzv.host_mode == RDZV_HOST_AUTO &&
+      slurm_env_source(&se, environ, "PET_RDZV_ENDPOINT") &&
+      origin_of(&a, "rdzv_endpoint") == ARGS_ENV)
+    j.rdzv.host_mode = se.node_rank == 0 ? RDZV_HOST_ALWAYS
+                                         : RDZV_HOST_NEVER;
+  if (se.active && se.gpus_on_node > 0 &&
+      (!strcmp(a.nproc_per_node, "gpu") || !strcmp(a.nproc_per_node,
+                                                   "auto"))) {
+    j.nproc = se.gpus_on_node;
+    nproc_from = "Slurm (SLURM_GPUS_ON_NODE)";
+  } else {
+    j.nproc = nproc_resolve(a.nproc_per_node, err, sizeof err);
+    if (j.nproc < 0)
+      die_usage("%s", err);
+    if (strcmp(a.nproc_per_node, "gpu") == 0 ||
+        strcmp(a.nproc_per_node, "auto") == 0)
+      nproc_from = "the CUDA devices visible";
+  }
+  if (a.print_config) {
+    print_config(stdout, &a, environ, &se, &j.rdzv, j.nproc, nproc_from);
+    args_free(&a);
+    if (penv != environ)
+      free(penv);
+    return 0;
+  }
+  if (a.stdin_watchdog && multihost_watchdog_start() != 0)
+    return AGENT_EXIT_INTERNAL;
   resolve_streams(&a, &j);
   parse_signals(a.signals_to_handle, &j);
   j.cmd = build_command(&a);
@@ -332,5 +412,7 @@ int main(int argc, char **argv)
   free(j.tee);
   free(j.console);
   args_free(&a);
+  if (penv != environ)
+    free(penv);
   return status;
 }
