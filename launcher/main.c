@@ -292,7 +292,7 @@ int main(int argc, char **argv)
   if ((a.hostfile || a.hosts) && !a.print_config) {
     status = multihost_run(&a, argc, argv);
     args_free(&a);
-    if (penv != environ)
+    if (se.active)
       free(penv);
     return status;
   }
@@ -330,7 +330,7 @@ int main(int argc, char **argv)
   if (a.print_config) {
     print_config(stdout, &a, environ, &se, &j.rdzv, j.nproc, nproc_from);
     args_free(&a);
-    if (penv != environ)
+    if (se.active)
       free(penv);
     return 0;
   }
@@ -412,7 +412,7 @@ int main(int argc, char **argv)
   free(j.tee);
   free(j.console);
   args_free(&a);
-  if (penv != environ)
+  if (se.active)
     free(penv);
   return status;
 }
