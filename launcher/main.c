@@ -372,6 +372,21 @@ int main(int argc, char **argv)
   /* Writing to a closed console must not kill the agent (and with it the
    * supervision of the workers); workers get the default back. */
   signal(SIGPIPE, SIG_IGN);
+  /* Slurm signals every process of a step (scancel -s USR1 for a
+   * checkpoint before preemption): the workers get it from Slurm; the
+   * agent must not die of it unless told to handle it. */
+  if (se.active) {
+    int extra[] = { SIGUSR1, SIGUSR2 }, k, m;
+    bool handled;
+
+    for (k = 0; k < 2; k++) {
+      handled = false;
+      for (m = 0; m < j.nsignals; m++)
+        handled |= j.signals[m] == extra[k];
+      if (!handled)
+        signal(extra[k], SIG_IGN);
+    }
+  }
 
   memset(&o, 0, sizeof o);
   o.nproc = j.nproc;
