@@ -621,8 +621,9 @@ static void report_exit(struct remote *r, int code, bool elastic)
         "%s", r->host->name, r->last_err[0] ? ": " : "", r->last_err,
         elastic ? "; the job goes on without it (elastic)" : "");
   else if (code == 127)
-    say("host %s: cannot start cdrun there (exit 127)%s%s", r->host->name,
-        r->last_err[0] ? ": " : "", r->last_err);
+    say("host %s: exit 127: cdrun or the training script was not found "
+        "there%s%s", r->host->name, r->last_err[0] ? ": " : "",
+        r->last_err);
   else
     say("host %s: the agent exited %d", r->host->name, code);
 }
@@ -792,8 +793,10 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
           report_exit(r, code, plan.elastic);
         if (!first_fail)
           first_fail = code;
-        /* A lost host in a fixed-size job: nobody else can go on. */
-        if (!plan.elastic && !stopping) {
+        /* A lost host in a fixed-size job: nobody else can go on.  (An
+         * agent that failed otherwise told the rendezvous; the others
+         * stop by themselves and report.) */
+        if (!plan.elastic && !stopping && code == SSH_FAILED) {
           say("stopping the agents on every host");
           stop_all(rs, n);
           stopping = true;

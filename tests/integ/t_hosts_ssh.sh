@@ -169,6 +169,15 @@ expect_grep '^\[h1\] \[default0\]:out rank=0 line=1$' "$T/print.out"
 expect_grep '^\[h2\] \[default0\]:out rank=1 line=1$' "$T/print.out"
 expect_grep '^\[h2\] \[default0\]:err rank=1 line=0$' "$T/print.err"
 
+# A worker fails: the head exits with the job's failure status.
+mkdir "$T/w1f"
+head_bg failed --hosts=h1,h2 --rdzv_conf=last_call_timeout=0.5 \
+  "$TW" fail "$T/w1f" 1 7 99
+wait_exit "$HEAD" 60
+[ "$RC" -ne 0 ] || fail "a job whose worker failed exited 0"
+expect_grep '^cdrun: host h[12]: the agent exited 7$' "$T/failed.err"
+[ "$RC" -eq 7 ] || [ "$RC" -eq 1 ] || fail "the head exited $RC (want 7 or 1)"
+
 # ---- 2. an unreachable host: a clear error, the job stops ------------------
 mkdir "$T/w2"
 head_bg unreach --hosts=h1,h3 --rdzv_conf=last_call_timeout=0.5 \
