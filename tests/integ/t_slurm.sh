@@ -221,6 +221,22 @@ expect_grep '^node_rank +1 +Slurm \(SLURM_NODEID\)' "$T/cfg.out"
 expect_grep '^\(workers on this node\) +2 +Slurm \(SLURM_GPUS_ON_NODE\)' "$T/cfg.out"
 expect_grep '^\(rendezvous served by\) +this node' "$T/cfg.out"
 
+# A batch script is no step: cdrun there derives nothing (it would wait
+# for nodes that never run it).
+cat >"$T/batch.sh" <<SH
+#!/bin/sh
+env | grep '^SLURM_' | sort >"$T/batch.env"
+"$CDRUN" --print-config >"$T/batch.cfg.tmp" 2>&1; mv "$T/batch.cfg.tmp" "$T/batch.cfg"
+SH
+chmod +x "$T/batch.sh"
+inctl sbatch -N2 -o /dev/null "$T/batch.sh" >"$T/sbatch.out" 2>&1 ||
+  fail "sbatch: $(cat "$T/sbatch.out")"
+wait_files "$T/batch.cfg" 1 60
+expect_grep '^nnodes +1:1 +default$' "$T/batch.cfg"
+[ -n "${DEBUG_SLURM_TEST:-}" ] && cat "$T/batch.env" >&2
+grep -q '^SLURM_JOB_NUM_NODES=2$' "$T/batch.env" ||
+  fail "the batch script did not run in a 2-node job: $(cat "$T/batch.env")"
+
 # ---- 2. training through libpg ---------------------------------------------
 mkdir "$T/ck"
 srun_bg train -N2 --ntasks-per-node=1 --gpus-per-node=2 \
