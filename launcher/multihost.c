@@ -789,8 +789,16 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
           any_ok = true;
           continue;
         }
-        if (!stopping)
+        /* The ssh client itself killed: that host is cut off. */
+        if (WIFSIGNALED(st)) {
+          if (!stopping)
+            say("host %s: the ssh client was killed by signal %d%s",
+                r->host->name, WTERMSIG(st), plan.elastic
+                ? "; the job goes on without it (elastic)" : "");
+          code = SSH_FAILED;
+        } else if (!stopping) {
           report_exit(r, code, plan.elastic);
+        }
         if (!first_fail)
           first_fail = code;
         /* A lost host in a fixed-size job: nobody else can go on.  (An

@@ -29,6 +29,10 @@ net_cleanup() {
   for f in "$T"/sshd-*.pid; do
     [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null
   done
+  # Whatever still runs in our namespaces was started by this test.
+  for ns in "${CREATED_NS[@]+"${CREATED_NS[@]}"}"; do
+    for f in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$f" 2>/dev/null; done
+  done
   cleanup
   for ns in "${CREATED_NS[@]+"${CREATED_NS[@]}"}"; do
     [ "$ns" = "$NS_SW" ] || ip -n "$NS_SW" link del "v$id${ns##*-}" 2>/dev/null
@@ -214,6 +218,24 @@ for r in 0 1; do
   p=$(cat "$T/w4/pid.$r")
   for ((i = 0; i < 600; i++)); do alive "$p" || break; sleep 0.1; done
   alive "$p" && fail "worker $p (rank $r) outlived the SIGKILLed head"
+done
+
+# ---- 4b. one local ssh client dies: its host's workers stop too ------------
+mkdir "$T/w4b"
+head_bg sshdies --hosts=h1,h2 --rdzv_conf=last_call_timeout=0.5 \
+  "$TW" sleep "$T/w4b" 300
+wait_files "$T/w4b/pid.*" 2 60
+sshs=$(ps -o pid= --ppid "$HEAD" | tr -d ' ')
+[ "$(echo "$sshs" | wc -w)" -eq 2 ] || fail "the head has no 2 ssh children: '$sshs'"
+kill -KILL $(echo "$sshs" | head -1)
+wait_exit "$HEAD" 60
+[ "$RC" -ne 0 ] || fail "a job that lost a host's ssh exited 0"
+expect_grep '^cdrun: host h[12]: the ssh client was killed by signal 9$' "$T/sshdies.err"
+expect_grep '^cdrun: stopping the agents on every host$' "$T/sshdies.err"
+for r in 0 1; do
+  p=$(cat "$T/w4b/pid.$r")
+  for ((i = 0; i < 600; i++)); do alive "$p" || break; sleep 0.1; done
+  alive "$p" && fail "worker $p (rank $r) outlived its host's ssh"
 done
 
 # ---- 5. a host's agent dies mid-job: the other goes on (elastic) -----------
