@@ -591,6 +591,15 @@ bool args_describe(const struct cdrun_args *a, size_t i, const char **name,
   return true;
 }
 
+enum args_origin args_origin_of(const struct cdrun_args *a,
+                                const char *name)
+{
+  for (size_t i = 0; i < NOPTS; i++)
+    if (strcmp(opts[i].name, name) == 0)
+      return (enum args_origin)a->origin[i];
+  return ARGS_DEFAULT;
+}
+
 static const char usage[] =
   "usage: cdrun [options] training_script [training_script_args ...]\n"
   "\n"

@@ -80,6 +80,11 @@ bool args_describe(const struct cdrun_args *a, size_t i, const char **name,
                    char *val, size_t vlen, enum args_origin *origin,
                    char *envname, size_t envlen);
 
+/* The origin of the option called name ("nnodes"); ARGS_DEFAULT for an
+ * unknown name. */
+enum args_origin args_origin_of(const struct cdrun_args *a,
+                                const char *name);
+
 /* The --help text. */
 const char *args_usage(void);
 

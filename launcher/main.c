@@ -225,21 +225,6 @@ static bool logs_written(const struct job *j)
   return false;
 }
 
-static enum args_origin origin_of(const struct cdrun_args *a,
-                                  const char *name)
-{
-  enum args_origin origin;
-  const char *n;
-  char val[8], env[64];
-  size_t i;
-
-  for (i = 0; args_describe(a, i, &n, val, sizeof val, &origin, env,
-                            sizeof env); i++)
-    if (n && strcmp(n, name) == 0)
-      return origin;
-  return ARGS_DEFAULT;
-}
-
 /* Under a Slurm step, re-reads the arguments with Slurm's facts as
  * PET_* defaults (below the command line and the real PET_* variables);
  * *penv becomes the environment that was read. */
@@ -311,7 +296,7 @@ int main(int argc, char **argv)
   if (se.active && j.rdzv.backend == BACKEND_RDZVD &&
       j.rdzv.host_mode == RDZV_HOST_AUTO &&
       slurm_env_source(&se, environ, "PET_RDZV_ENDPOINT") &&
-      origin_of(&a, "rdzv_endpoint") == ARGS_ENV)
+      args_origin_of(&a, "rdzv_endpoint") == ARGS_ENV)
     j.rdzv.host_mode = se.node_rank == 0 ? RDZV_HOST_ALWAYS
                                          : RDZV_HOST_NEVER;
   if (se.active && se.gpus_on_node > 0 &&

@@ -601,15 +601,7 @@ static void plan_job(const struct cdrun_args *a, const struct mh_host *hosts,
 /* Whether option name was given (flag or PET_*), not defaulted. */
 static bool given(const struct cdrun_args *a, const char *name)
 {
-  enum args_origin origin;
-  const char *n;
-  char val[8], env[64];
-
-  for (size_t i = 0; args_describe(a, i, &n, val, sizeof val, &origin, env,
-                                   sizeof env); i++)
-    if (n && strcmp(n, name) == 0)
-      return origin != ARGS_DEFAULT;
-  return false;
+  return args_origin_of(a, name) != ARGS_DEFAULT;
 }
 
 static void report_exit(struct remote *r, int code, bool elastic)

@@ -46,6 +46,10 @@ START_TEST(test_origins)
                    ARGS_DEFAULT);
   ck_assert_str_eq(val, "static");
   ck_assert_int_eq(origin(&a, "print_config", val, sizeof val), ARGS_FLAG);
+  ck_assert_int_eq(args_origin_of(&a, "nnodes"), ARGS_ENV);
+  ck_assert_int_eq(args_origin_of(&a, "max_restarts"), ARGS_FLAG);
+  ck_assert_int_eq(args_origin_of(&a, "role"), ARGS_DEFAULT);
+  ck_assert_int_eq(args_origin_of(&a, "no_such_option"), ARGS_DEFAULT);
   args_free(&a);
 }
 END_TEST
