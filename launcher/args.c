@@ -107,11 +107,17 @@ static const struct opt opts[] = {
     "0", NULL, NULL },
   { "print_completion", 0, K_COMPLETION, F(print_completion), NULL,
     completion_shells, NULL },
+  { "print_config", 0, K_BOOL, F(print_config), NULL, NULL, NULL },
+  { "hostfile", 0, K_OPTSTR, F(hostfile), NULL, NULL, NULL },
+  { "hosts", 0, K_OPTSTR, F(hosts), NULL, NULL, NULL },
+  { "stdin_watchdog", 0, K_BOOL, F(stdin_watchdog), NULL, NULL, NULL },
   { "help", 'h', K_HELP, F(help), NULL, NULL, NULL },
   { "version", 0, K_VERSION, F(version), NULL, NULL, NULL },
 };
 
 #define NOPTS (sizeof opts / sizeof opts[0])
+_Static_assert(NOPTS <= sizeof ((struct cdrun_args *)0)->origin,
+               "struct cdrun_args.origin is too small");
 
 /* torchrun reads this for the SIGTERM->SIGKILL grace period. */
 #define SHUTDOWN_ENV "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
@@ -462,6 +468,7 @@ static int resolve(struct cdrun_args *a, const struct given *g, char **env,
     if (o->kind == K_HELP || o->kind == K_VERSION ||
         o->kind == K_COMPLETION)
       continue;
+    a->origin[i] = v ? ARGS_FLAG : ARGS_DEFAULT;
     if (o->kind == K_BOOL && v) {
       *(bool *)field(a, o) = true;
       continue;
@@ -475,6 +482,8 @@ static int resolve(struct cdrun_args *a, const struct given *g, char **env,
       if (!v && o->kind == K_GRACE && (v = env_get(env, SHUTDOWN_ENV)))
         label = SHUTDOWN_ENV;
       ll = (int)strlen(label);
+      if (v)
+        a->origin[i] = ARGS_ENV;
     }
     if (o->kind == K_BOOL) {
       long n = 0;
@@ -594,7 +603,7 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
   }
 
   rc = resolve(&a, g, env, err, errlen);
-  if (!rc && !a.target_argc)
+  if (!rc && !a.target_argc && !a.print_config)
     rc = fail(err, errlen, "missing the training script (the program to "
               "run)");
   if (!rc && a.module && a.no_python)
@@ -620,6 +629,7 @@ void args_free(struct cdrun_args *a)
     &a->local_addr, &a->signals_to_handle, &a->event_log_handler,
     &a->log_line_prefix_template, &a->duplicate_stdout_filters,
     &a->duplicate_stderr_filters, &a->numa_binding, &a->print_completion,
+    &a->hostfile, &a->hosts,
   };
 
   /* NULL each pointer so that a second call is harmless. */
@@ -627,6 +637,60 @@ void args_free(struct cdrun_args *a)
     free(*strs[i]);
     *strs[i] = NULL;
   }
+}
+
+bool args_describe(const struct cdrun_args *a, size_t i, const char **name,
+                   char *val, size_t vlen, enum args_origin *origin,
+                   char *envname, size_t envlen)
+{
+  const struct opt *o;
+  const void *f;
+
+  if (i >= NOPTS)
+    return false;
+  o = &opts[i];
+  *name = NULL;
+  val[0] = '\0';
+  if (o->kind == K_UNSUPPORTED || o->kind == K_HELP || o->kind == K_VERSION)
+    return true;
+  f = (const char *)a + o->off;
+  *name = o->name;
+  *origin = (enum args_origin)a->origin[i];
+  snprintf(envname, envlen, "PET_%s", o->name);
+  for (char *c = envname; *c; c++)
+    *c = (char)toupper((unsigned char)*c);
+  if (o->kind == K_GRACE && *origin == ARGS_ENV &&
+      !getenv(envname))
+    snprintf(envname, envlen, "%s", SHUTDOWN_ENV);
+  switch (o->kind) {
+  case K_NNODES:
+    snprintf(val, vlen, "%d:%d", a->nnodes_min, a->nnodes_max);
+    break;
+  case K_UINT:
+  case K_PORT:
+    snprintf(val, vlen, "%d", *(const int *)f);
+    break;
+  case K_POSSEC:
+  case K_GRACE:
+    snprintf(val, vlen, "%g", *(const double *)f);
+    break;
+  case K_BOOL:
+    snprintf(val, vlen, "%d", *(const bool *)f ? 1 : 0);
+    break;
+  default:
+    snprintf(val, vlen, "%s", *(char *const *)f ? *(char *const *)f : "");
+    break;
+  }
+  return true;
+}
+
+enum args_origin args_origin_of(const struct cdrun_args *a,
+                                const char *name)
+{
+  for (size_t i = 0; i < NOPTS; i++)
+    if (strcmp(opts[i].name, name) == 0)
+      return (enum args_origin)a->origin[i];
+  return ARGS_DEFAULT;
 }
 
 static const char usage[] =
@@ -736,6 +800,18 @@ static const char usage[] =
   "                        SIGKILL when stopping the workers; env\n"
   "                        TORCH_ELASTIC_SHUTDOWN_TIMEOUT (default: 30)\n"
   "  A second Ctrl-C kills the workers at once.\n"
+  "\n"
+  "Slurm, ssh hosts, Kubernetes (see RUNNING ON CLUSTERS in cdrun(1)):\n"
+  "  --print-config        print every setting, its value and where it came\n"
+  "                        from (flag, PET_* env, Slurm, default), and exit\n"
+  "  --hostfile FILE       start one agent per host of FILE over ssh (one\n"
+  "                        host per line, optional slots=N, # comments)\n"
+  "  --hosts H1,H2,...     the same with the hosts on the command line\n"
+  "  --stdin_watchdog      stop (as on SIGTERM) when stdin closes; the\n"
+  "                        head node gives it to every remote agent\n"
+  "  Under srun (one task per node) --nnodes, the endpoint, the job id and\n"
+  "  --nproc_per_node=gpu come from Slurm's environment; CDRUN_SLURM=0\n"
+  "  ignores it.\n"
   "\n"
   "other options:\n"
   "  -h, --help            show this help and exit\n"

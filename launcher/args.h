@@ -54,6 +54,13 @@ struct cdrun_args {
   char **target_argv;
   int target_argc;
 
+  /* Slurm, ssh and Kubernetes (launcher/slurm_env.c, multihost.c). */
+  bool print_config;            /* print what was resolved and from where */
+  char *hostfile;               /* start one agent per host over ssh */
+  char *hosts;                  /* "h1,h2": the same, inline */
+  bool stdin_watchdog;          /* stop when stdin closes (remote agents) */
+  unsigned char origin[40];     /* per option: enum args_origin */
+
   bool help;                    /* --help / -h was given */
   bool version;                 /* --version was given */
 };
@@ -68,6 +75,26 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
 
 /* Releases the strings args_parse allocated. */
 void args_free(struct cdrun_args *a);
+
+/* Where an option's value came from (for --print-config). */
+enum args_origin {
+  ARGS_DEFAULT,       /* the default */
+  ARGS_FLAG,          /* the command line */
+  ARGS_ENV,           /* PET_<NAME> (or TORCH_ELASTIC_SHUTDOWN_TIMEOUT) */
+};
+
+/* Describes option i of a parsed struct: its name, its value as text
+ * (empty when not set), its origin and, for ARGS_ENV, the variable read.
+ * *name is NULL for options that hold no value (--help, refused ones).
+ * Returns false when i is past the last option. */
+bool args_describe(const struct cdrun_args *a, size_t i, const char **name,
+                   char *val, size_t vlen, enum args_origin *origin,
+                   char *envname, size_t envlen);
+
+/* The origin of the option called name ("nnodes"); ARGS_DEFAULT for an
+ * unknown name. */
+enum args_origin args_origin_of(const struct cdrun_args *a,
+                                const char *name);
 
 /* The --help text. */
 const char *args_usage(void);

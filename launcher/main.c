@@ -16,11 +16,14 @@
 #include "agent.h"
 #include "args.h"
 #include "logs.h"
+#include "multihost.h"
 #include "nproc.h"
 #include "numa.h"
 #include "port.h"
+#include "print_config.h"
 #include "rdzv.h"
 #include "rdzv_config.h"
+#include "slurm_env.h"
 #include "summary.h"
 
 #define EXIT_USAGE 2
@@ -321,18 +324,44 @@ static bool logs_written(const struct job *j)
   return false;
 }
 
+/* Under a Slurm step, re-reads the arguments with Slurm's facts as
+ * PET_* defaults (below the command line and the real PET_* variables);
+ * *penv becomes the environment that was read. */
+static void apply_slurm(struct cdrun_args *a, int argc, char **argv,
+                        struct slurm_env *se, char ***penv)
+{
+  char err[512];
+
+  *penv = environ;
+  memset(se, 0, sizeof *se);
+  if (a->standalone || a->hostfile || a->hosts || a->help || a->version)
+    return;
+  if (slurm_env_derive(environ, se, err, sizeof err))
+    die_usage("%s", err);
+  if (!se->active)
+    return;
+  *penv = slurm_env_augment(environ, se);
+  if (!*penv)
+    die_usage("out of memory");
+  args_free(a);
+  if (args_parse(a, argc, argv, *penv, err, sizeof err) != 0)
+    die_usage("%s", err);
+}
+
 int main(int argc, char **argv)
 {
   struct cdrun_args a;
   struct agent_opts o;
+  struct slurm_env se;
   struct job j;
-  char err[512], warn[256], timer_file[PATH_MAX + 200];
-  const char *env;
+  char err[512], warn[256], timer_file[PATH_MAX + 200], **penv;
+  const char *env, *nproc_from = "--nproc_per_node";
   bool error_files_read = false;
   int status;
 
   if (args_parse(&a, argc, argv, environ, err, sizeof err) != 0)
     die_usage("%s", err);
+  apply_slurm(&a, argc, argv, &se, &penv);
   if (a.help) {
     fputs(args_usage(), stdout);
     args_free(&a);
@@ -349,6 +378,14 @@ int main(int argc, char **argv)
     return 0;
   }
 
+  if ((a.hostfile || a.hosts) && !a.print_config) {
+    status = multihost_run(&a, argc, argv);
+    args_free(&a);
+    if (se.active)
+      free(penv);
+    return status;
+  }
+
   memset(&j, 0, sizeof j);
   j.port_fd = -1;
   make_run_id(&a, j.run_id, sizeof j.run_id);
@@ -358,9 +395,36 @@ int main(int argc, char **argv)
   if (warn[0])
     fprintf(stderr, "cdrun: warning: --rdzv_conf: unknown key%s %s "
             "ignored\n", strchr(warn, ',') ? "s" : "", warn);
-  j.nproc = nproc_resolve(a.nproc_per_node, err, sizeof err);
-  if (j.nproc < 0)
-    die_usage("%s", err);
+  /* The first node of a Slurm step serves the rendezvous the others
+   * were told about (unless rdzv_conf says otherwise). */
+  if (se.active && j.rdzv.backend == BACKEND_RDZVD &&
+      j.rdzv.host_mode == RDZV_HOST_AUTO &&
+      slurm_env_source(&se, environ, "PET_RDZV_ENDPOINT") &&
+      args_origin_of(&a, "rdzv_endpoint") == ARGS_ENV)
+    j.rdzv.host_mode = se.node_rank == 0 ? RDZV_HOST_ALWAYS
+                                         : RDZV_HOST_NEVER;
+  if (se.active && se.gpus_on_node > 0 &&
+      (!strcmp(a.nproc_per_node, "gpu") || !strcmp(a.nproc_per_node,
+                                                   "auto"))) {
+    j.nproc = se.gpus_on_node;
+    nproc_from = "Slurm (SLURM_GPUS_ON_NODE)";
+  } else {
+    j.nproc = nproc_resolve(a.nproc_per_node, err, sizeof err);
+    if (j.nproc < 0)
+      die_usage("%s", err);
+    if (strcmp(a.nproc_per_node, "gpu") == 0 ||
+        strcmp(a.nproc_per_node, "auto") == 0)
+      nproc_from = "the CUDA devices visible";
+  }
+  if (a.print_config) {
+    print_config(stdout, &a, environ, &se, &j.rdzv, j.nproc, nproc_from);
+    args_free(&a);
+    if (se.active)
+      free(penv);
+    return 0;
+  }
+  if (a.stdin_watchdog && multihost_watchdog_start() != 0)
+    return AGENT_EXIT_INTERNAL;
   resolve_streams(&a, &j);
   if (a.numa_binding)
     resolve_numa(&a, &j);
@@ -401,6 +465,21 @@ int main(int argc, char **argv)
   /* Writing to a closed console must not kill the agent (and with it the
    * supervision of the workers); workers get the default back. */
   signal(SIGPIPE, SIG_IGN);
+  /* Slurm signals every process of a step (scancel -s USR1 for a
+   * checkpoint before preemption): the workers get it from Slurm; the
+   * agent must not die of it unless told to handle it. */
+  if (se.active) {
+    int extra[] = { SIGUSR1, SIGUSR2 }, k, m;
+    bool handled;
+
+    for (k = 0; k < 2; k++) {
+      handled = false;
+      for (m = 0; m < j.nsignals; m++)
+        handled |= j.signals[m] == extra[k];
+      if (!handled)
+        signal(extra[k], SIG_IGN);
+    }
+  }
 
   memset(&o, 0, sizeof o);
   o.nproc = j.nproc;
@@ -463,5 +542,7 @@ int main(int argc, char **argv)
   logs_filters_free(j.stdout_filters);
   logs_filters_free(j.stderr_filters);
   args_free(&a);
+  if (se.active)
+    free(penv);
   return status;
 }

@@ -12,7 +12,8 @@ static const char *const owned[] = {
   "LOCAL_WORLD_SIZE", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
   "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
   "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-  "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", NULL,
+  "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "NODE_RANK",
+  NULL,
 };
 
 static bool name_is(const char *entry, const char *name)
@@ -114,6 +115,8 @@ char **workerenv_build(char *const *base, const struct worker_env *w)
                  w->virtual_local_rank ? 0 : w->local_rank);
   bad |= add_int(env, &n, "RANK", w->rank);
   bad |= add_int(env, &n, "GROUP_RANK", w->group_rank);
+  /* Not torchrun's, but many applications (PyTorch Lightning) read it. */
+  bad |= add_int(env, &n, "NODE_RANK", w->group_rank);
   bad |= add_int(env, &n, "ROLE_RANK", w->role_rank);
   bad |= add(env, &n, "ROLE_NAME", w->role_name);
   bad |= add_int(env, &n, "LOCAL_WORLD_SIZE", w->local_world_size);

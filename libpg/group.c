@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "launch_env.h"
 #include "pg_internal.h"
 
 #define DEFAULT_TIMEOUT_S 300.0
@@ -47,6 +48,7 @@ struct pg_group {
   struct pg__comm *comm;        /* NULL for a group of one */
   char backend[16];
   int *all_ranks;
+  char launch_addr[256];        /* MASTER_ADDR derived from srun's env */
 
   pthread_mutex_t mu;
   pthread_cond_t queued;        /* work was queued, or stop */
@@ -63,14 +65,17 @@ struct pg_group {
 static int env_int(const char *name, long lo, long hi, int fallback,
                    bool required, int *out)
 {
-  const char *v = getenv(name);
+  char buf[64];
+  /* Set by cdrun/torchrun, else derived from srun's or mpirun's. */
+  const char *v = pg__launch_env(name, buf, sizeof buf);
   char *end;
   long n;
 
   if (!v || !*v) {
     if (required)
-      return pg__fail(-EINVAL, "%s is not set (run the worker under cdrun "
-                      "or torchrun, or pass it in struct pg_options)", name);
+      return pg__fail(-EINVAL, "%s is not set (run the worker under cdrun, "
+                      "torchrun, srun or mpirun, or pass it in struct "
+                      "pg_options)", name);
     *out = fallback;
     return 0;
   }
@@ -639,10 +644,13 @@ static int resolve_options(const struct pg_options *o, pg_group *g,
   if (o->local_world_size < 0 &&
       (err = env_int("LOCAL_WORLD_SIZE", 1, INT_MAX, 1, false, &lws)))
     return err;
-  *addr = o->master_addr ? o->master_addr : getenv("MASTER_ADDR");
+  *addr = o->master_addr ? o->master_addr
+        : pg__launch_env("MASTER_ADDR", g->launch_addr,
+                         sizeof g->launch_addr);
   if (g->size > 1 && (!*addr || !**addr))
     return pg__fail(-EINVAL, "MASTER_ADDR is not set (run the worker under "
-                    "cdrun or torchrun, or pass master_addr)");
+                    "cdrun, torchrun or srun, pass master_addr, or for "
+                    "mpirun across hosts: -x MASTER_ADDR=<rank 0's host>)");
   *port = o->master_port;
   if (*port <= 0 && g->size > 1 &&
       (err = env_int("MASTER_PORT", 1, 65535, 0, true, port)))

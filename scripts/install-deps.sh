@@ -13,6 +13,10 @@ pkgs=(build-essential pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev
 pkgs+=(python3-prometheus-client)
 # rdzvd's shared-secret handshake: HMAC-SHA256 from libcrypto.
 pkgs+=(libssl-dev)
+# The cluster tests (t_slurm, t_hosts_ssh, t_launch_mpirun) run the real
+# Slurm, munge, OpenSSH and Open MPI; they skip when these are absent.
+pkgs+=(slurmctld slurmd slurm-client munge openssh-server openssh-client
+       openmpi-bin iproute2 util-linux)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch time)
 fi

@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "launch_env.h"
 #include "pg_internal.h"
 
 /* Messages of at most this many bytes take the latency-optimal algorithms
@@ -1455,7 +1456,9 @@ static int numeric_host(const struct sockaddr *sa, socklen_t len, char *host,
  * first address, else loopback.  Sockets listen on every address. */
 static int my_address(char *host, size_t hostlen, int *family)
 {
-  const char *m = getenv("MASTER_ADDR");
+  char mbuf[256];
+  /* Set by cdrun, else derived from srun's or mpirun's environment. */
+  const char *m = pg__launch_env("MASTER_ADDR", mbuf, sizeof mbuf);
   struct addrinfo hints, *ai = NULL, *a;
   char name[256];
 

@@ -16,6 +16,7 @@ for r in 0 1 2 3; do
   expect_eq "rank $r RANK" "$(envval "$f" RANK)" "$r"
   expect_eq "rank $r LOCAL_RANK" "$(envval "$f" LOCAL_RANK)" "$r"
   expect_eq "rank $r GROUP_RANK" "$(envval "$f" GROUP_RANK)" 0
+  expect_eq "rank $r NODE_RANK" "$(envval "$f" NODE_RANK)" 0
   expect_eq "rank $r ROLE_RANK" "$(envval "$f" ROLE_RANK)" "$r"
   expect_eq "rank $r ROLE_NAME" "$(envval "$f" ROLE_NAME)" default
   expect_eq "rank $r LOCAL_WORLD_SIZE" "$(envval "$f" LOCAL_WORLD_SIZE)" 4

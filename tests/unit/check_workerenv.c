@@ -80,7 +80,7 @@ static const char *const torchrun_names[] = {
   "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
   "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
   "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
-  "OMP_NUM_THREADS",
+  "OMP_NUM_THREADS", "NODE_RANK",
 };
 #define N_TORCHRUN_NAMES \
   (sizeof(torchrun_names) / sizeof(torchrun_names[0]))
@@ -90,6 +90,7 @@ static void expect_sample(char *const *env)
   expect(env, "LOCAL_RANK", "3");
   expect(env, "RANK", "11");
   expect(env, "GROUP_RANK", "2");
+  expect(env, "NODE_RANK", "2");
   expect(env, "ROLE_RANK", "7");
   expect(env, "ROLE_NAME", "trainer");
   expect(env, "LOCAL_WORLD_SIZE", "4");
@@ -158,7 +159,7 @@ START_TEST(test_owned_replaced)
     "MASTER_PORT=1", "TORCHELASTIC_RESTART_COUNT=99",
     "TORCHELASTIC_MAX_RESTARTS=99", "TORCHELASTIC_RUN_ID=old",
     "TORCHELASTIC_USE_AGENT_STORE=old", "TORCHELASTIC_ERROR_FILE=old",
-    "KEEP=me", "RANK=98", NULL,
+    "KEEP=me", "RANK=98", "NODE_RANK=99", NULL,
   };
   struct worker_env w = sample();
   char **env = workerenv_build(base, &w);

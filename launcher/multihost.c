@@ -1,0 +1,886 @@
+/* multihost.c -- the head node: one cdrun agent per host over OpenSSH
+ * (see multihost.h).
+ *
+ * Note [remote lifetime]: killing a local ssh client leaves the remote
+ * command running.  Every remote agent therefore runs with
+ * --stdin_watchdog, and the head keeps the write end of each ssh's stdin.
+ * When that end closes -- the head stops the job (Ctrl-C, SIGTERM, a lost
+ * host), or the head or its ssh dies in any way -- ssh sends EOF, the
+ * remote agent reads it and stops its workers as on SIGTERM (grace period,
+ * then SIGKILL), and its exit status comes back through ssh. */
+#include "multihost.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "say.h"
+#include "slurm_env.h"
+
+#define HOSTFILE_MAX (1 << 20)
+#define LINE_MAX_OUT 65536      /* longer lines are cut into pieces */
+#define SSH_FAILED 255          /* ssh's own failure, or a killed remote */
+
+__attribute__((format(printf, 3, 4)))
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+  va_list ap;
+
+  if (err && errlen) {
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -EINVAL;
+}
+
+/* ---- host lists ---------------------------------------------------------- */
+
+static bool valid_host(const char *s, size_t n)
+{
+  size_t i;
+
+  if (n == 0 || n >= sizeof ((struct mh_host *)0)->name || s[0] == '-')
+    return false;
+  for (i = 0; i < n; i++)
+    if (!isalnum((unsigned char)s[i]) && !strchr("._-@:[]%", s[i]))
+      return false;
+  return true;
+}
+
+static int add_host(struct mh_host **hosts, int *n, const char *name,
+                    size_t len, int slots)
+{
+  struct mh_host *h;
+
+  if (*n >= MULTIHOST_MAX_HOSTS)
+    return -E2BIG;
+  h = realloc(*hosts, (size_t)(*n + 1) * sizeof *h);
+  if (!h)
+    return -ENOMEM;
+  *hosts = h;
+  memcpy(h[*n].name, name, len);
+  h[*n].name[len] = '\0';
+  h[*n].slots = slots;
+  (*n)++;
+  return 0;
+}
+
+int multihost_parse_hosts(const char *text, int is_list, struct mh_host **out,
+                          char *err, size_t errlen)
+{
+  struct mh_host *hosts = NULL;
+  const char *p = text, *end, *tok, *tend;
+  int n = 0, line = 0, rc = 0;
+  char sep = is_list ? ',' : '\n';
+
+  *out = NULL;
+  while (*p) {
+    long slots = 0;
+
+    end = p + strcspn(p, is_list ? "," : "\n");
+    line++;
+    /* One line: "host [slots=N] [max_slots=M]  # comment". */
+    tend = memchr(p, '#', (size_t)(end - p));
+    if (!tend || is_list)
+      tend = end;
+    tok = p;
+    while (tok < tend && isspace((unsigned char)*tok))
+      tok++;
+    if (tok < tend) {
+      const char *hend = tok;
+
+      while (hend < tend && !isspace((unsigned char)*hend))
+        hend++;
+      if (!valid_host(tok, (size_t)(hend - tok))) {
+        rc = fail(err, errlen, "%s %d: invalid host name '%.*s'",
+                  is_list ? "--hosts: entry" : "--hostfile: line", line,
+                  (int)(hend - tok), tok);
+        goto out;
+      }
+      for (const char *q = hend; q < tend;) {
+        const char *w;
+        char *num_end;
+
+        while (q < tend && isspace((unsigned char)*q))
+          q++;
+        if (q >= tend)
+          break;
+        w = q;
+        while (q < tend && !isspace((unsigned char)*q))
+          q++;
+        if ((size_t)(q - w) > 6 && strncmp(w, "slots=", 6) == 0) {
+          errno = 0;
+          slots = strtol(w + 6, &num_end, 10);
+          if (errno || num_end != q || slots < 1 || slots > 65536) {
+            rc = fail(err, errlen, "--hostfile: line %d: invalid '%.*s' "
+                      "(expected slots=N, 1 <= N <= 65536)", line,
+                      (int)(q - w), w);
+            goto out;
+          }
+        } else if ((size_t)(q - w) > 10 &&
+                   strncmp(w, "max_slots=", 10) == 0) {
+          /* mpirun's: accepted, nothing to limit here. */
+        } else {
+          rc = fail(err, errlen, "--hostfile: line %d: unknown '%.*s' "
+                    "(expected host [slots=N])", line, (int)(q - w), w);
+          goto out;
+        }
+      }
+      rc = add_host(&hosts, &n, tok, (size_t)(hend - tok), (int)slots);
+      if (rc == -E2BIG)
+        rc = fail(err, errlen, "%s: more than %d hosts", is_list
+                  ? "--hosts" : "--hostfile", MULTIHOST_MAX_HOSTS);
+      else if (rc)
+        rc = fail(err, errlen, "out of memory");
+      if (rc)
+        goto out;
+    }
+    p = *end == sep ? end + 1 : end;
+  }
+  if (n == 0)
+    rc = fail(err, errlen, "%s: no host", is_list ? "--hosts"
+                                                  : "--hostfile");
+out:
+  if (rc) {
+    free(hosts);
+    return rc;
+  }
+  *out = hosts;
+  return n;
+}
+
+static char *read_hostfile(const char *path, char *err, size_t errlen)
+{
+  struct stat st;
+  char *buf;
+  size_t n = 0;
+  ssize_t r;
+  int fd;
+
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    fail(err, errlen, "--hostfile: cannot open '%s': %s", path,
+         strerror(errno));
+    return NULL;
+  }
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    close(fd);
+    fail(err, errlen, "--hostfile: '%s' is a directory", path);
+    return NULL;
+  }
+  buf = malloc(HOSTFILE_MAX + 1);
+  if (!buf) {
+    close(fd);
+    fail(err, errlen, "out of memory");
+    return NULL;
+  }
+  while (n < HOSTFILE_MAX &&
+         (r = read(fd, buf + n, HOSTFILE_MAX - n)) != 0) {
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      fail(err, errlen, "--hostfile: cannot read '%s': %s", path,
+           strerror(errno));
+      goto bad;
+    }
+    n += (size_t)r;
+  }
+  if (n == HOSTFILE_MAX) {
+    fail(err, errlen, "--hostfile: '%s' is larger than %d bytes", path,
+         HOSTFILE_MAX);
+    goto bad;
+  }
+  close(fd);
+  buf[n] = '\0';
+  if (strlen(buf) != n) {
+    fail(err, errlen, "--hostfile: '%s' holds a NUL byte", path);
+    free(buf);
+    return NULL;
+  }
+  return buf;
+bad:
+  close(fd);
+  free(buf);
+  return NULL;
+}
+
+/* ---- the remote command -------------------------------------------------- */
+
+struct strbuf {
+  char *s;
+  size_t len, cap;
+  bool oom;
+};
+
+static void sb_add(struct strbuf *b, const char *s, size_t n)
+{
+  if (b->oom)
+    return;
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    char *p;
+
+    while (cap < b->len + n + 1)
+      cap *= 2;
+    p = realloc(b->s, cap);
+    if (!p) {
+      b->oom = true;
+      return;
+    }
+    b->s = p;
+    b->cap = cap;
+  }
+  memcpy(b->s + b->len, s, n);
+  b->len += n;
+  b->s[b->len] = '\0';
+}
+
+/* Appends ' arg' quoted for a POSIX shell. */
+static void sb_arg(struct strbuf *b, const char *arg)
+{
+  const char *p;
+
+  sb_add(b, " '", 2);
+  for (p = arg; *p; p++) {
+    if (*p == '\'')
+      sb_add(b, "'\\''", 4);
+    else
+      sb_add(b, p, 1);
+  }
+  sb_add(b, "'", 1);
+}
+
+__attribute__((format(printf, 2, 3)))
+static void sb_argf(struct strbuf *b, const char *fmt, ...)
+{
+  char buf[1024];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  sb_arg(b, buf);
+}
+
+/* True for the head-only options and their "--opt VALUE" form. */
+static int head_only(const char *arg)
+{
+  static const char *const names[] = { "hostfile", "hosts" };
+  size_t i, n;
+  const char *s;
+
+  if (strncmp(arg, "--", 2) != 0)
+    return 0;
+  for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+    n = strlen(names[i]);
+    s = arg + 2;
+    if (strncmp(s, names[i], n) == 0 && (s[n] == '=' || s[n] == '\0'))
+      return s[n] == '=' ? 1 : 2;   /* args taken */
+  }
+  return 0;
+}
+
+/* The cdrun a remote host runs: $CDRUN_SSH_CDRUN, else this program's
+ * absolute path when it was started by path, else "cdrun" from PATH. */
+static void remote_cdrun(const char *argv0, char *out, size_t len)
+{
+  const char *v = getenv("CDRUN_SSH_CDRUN");
+  char buf[PATH_MAX];
+
+  if (v && *v)
+    snprintf(out, len, "%s", v);
+  else if (strchr(argv0, '/') && realpath(argv0, buf))
+    snprintf(out, len, "%s", buf);
+  else
+    snprintf(out, len, "cdrun");
+}
+
+struct job_plan {
+  char id[128];
+  char endpoint[300];
+  bool derived_endpoint;        /* the first host serves the rendezvous */
+  char nnodes[32];
+  bool elastic;
+  char cdrun[PATH_MAX];
+  char cwd[PATH_MAX];
+};
+
+static char *remote_command(const struct cdrun_args *a, int argc,
+                            char **argv, const struct job_plan *p,
+                            const struct mh_host *h, int node_rank,
+                            bool nproc_given)
+{
+  struct strbuf b = { 0 };
+  int ti = a->target_argv ? (int)(a->target_argv - argv) : argc, i, skip;
+
+  /* The working directory, like DeepSpeed's runner; a host without it
+   * starts in the login directory. */
+  if (p->cwd[0]) {
+    sb_add(&b, "cd", 2);
+    sb_arg(&b, p->cwd);
+    sb_add(&b, " 2>/dev/null;", 13);
+  }
+  sb_add(&b, " exec", 5);
+  sb_arg(&b, p->cdrun);
+  for (i = 1; i < ti; i++) {
+    if (strcmp(argv[i], "--") == 0)
+      break;
+    skip = head_only(argv[i]);
+    if (skip) {
+      i += skip - 1;
+      continue;
+    }
+    sb_arg(&b, argv[i]);
+  }
+  /* Later flags win: the head's plan comes last, before the target. */
+  sb_argf(&b, "--nnodes=%s", p->nnodes);
+  sb_argf(&b, "--node_rank=%d", node_rank);
+  sb_arg(&b, "--rdzv_backend=c10d");
+  sb_argf(&b, "--rdzv_endpoint=%s", p->endpoint);
+  sb_argf(&b, "--rdzv_id=%s", p->id);
+  if (p->derived_endpoint)
+    sb_argf(&b, "--rdzv_conf=%s%sis_host=%d", a->rdzv_conf,
+            a->rdzv_conf[0] ? "," : "", node_rank == 0);
+  if (h->slots && !nproc_given)
+    sb_argf(&b, "--nproc_per_node=%d", h->slots);
+  sb_arg(&b, "--stdin_watchdog");
+  sb_arg(&b, "--");
+  for (i = ti; i < argc; i++)
+    sb_arg(&b, argv[i]);
+  if (b.oom) {
+    free(b.s);
+    return NULL;
+  }
+  return b.s;
+}
+
+/* ---- running the ssh clients --------------------------------------------- */
+
+struct stream {
+  int fd;
+  char buf[LINE_MAX_OUT];
+  size_t len;
+  FILE *to;
+};
+
+struct remote {
+  const struct mh_host *host;
+  char prefix[300];
+  pid_t pid;
+  int in_fd;                    /* the write end of ssh's stdin */
+  struct stream out, err;
+  char last_err[512];           /* ssh's last message, for the report */
+  bool exited;
+  int status;
+};
+
+static int sig_pipe[2] = { -1, -1 };
+
+static void on_signal(int sig)
+{
+  unsigned char c = (unsigned char)sig;
+  int saved = errno;
+
+  if (write(sig_pipe[1], &c, 1) < 0) {
+    /* full: a signal is already pending, enough to wake the loop */
+  }
+  errno = saved;
+}
+
+static void emit(struct remote *r, struct stream *s, const char *line,
+                 size_t n)
+{
+  char *buf = malloc(strlen(r->prefix) + n + 2);
+
+  if (s == &r->err && n) {
+    size_t k = n < sizeof r->last_err - 1 ? n : sizeof r->last_err - 1;
+
+    memcpy(r->last_err, line, k);
+    r->last_err[k] = '\0';
+  }
+  if (!buf)
+    return;
+  memcpy(buf, r->prefix, strlen(r->prefix));
+  memcpy(buf + strlen(r->prefix), line, n);
+  buf[strlen(r->prefix) + n] = '\n';
+  /* One write per line: lines of different hosts never interleave. */
+  if (write(fileno(s->to), buf, strlen(r->prefix) + n + 1) < 0) {
+    /* the console is gone; keep supervising */
+  }
+  free(buf);
+}
+
+/* Flushes a partial line and closes the stream. */
+static void finish(struct remote *r, struct stream *s)
+{
+  if (s->len)
+    emit(r, s, s->buf, s->len);
+  s->len = 0;
+  if (s->fd >= 0)
+    close(s->fd);
+  s->fd = -1;
+}
+
+/* Reads what is there: 1 read something, 0 EOF (closed), -1 nothing now. */
+static int pump(struct remote *r, struct stream *s)
+{
+  ssize_t n;
+  char *nl;
+
+  if (s->fd < 0)
+    return 0;
+  n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN))
+    return -1;
+  if (n <= 0) {
+    finish(r, s);
+    return 0;
+  }
+  s->len += (size_t)n;
+  while ((nl = memchr(s->buf, '\n', s->len))) {
+    size_t k = (size_t)(nl - s->buf);
+
+    emit(r, s, s->buf, k);
+    memmove(s->buf, nl + 1, s->len - k - 1);
+    s->len -= k + 1;
+  }
+  if (s->len == sizeof s->buf) {
+    emit(r, s, s->buf, s->len);
+    s->len = 0;
+  }
+  return 1;
+}
+
+/* Splits $CDRUN_SSH ("ssh -F cfg", default "ssh") into argv words. */
+static int ssh_words(char *spec, char **words, int max)
+{
+  int n = 0;
+  char *save = NULL, *w;
+
+  for (w = strtok_r(spec, " \t", &save); w && n < max;
+       w = strtok_r(NULL, " \t", &save))
+    words[n++] = w;
+  return n;
+}
+
+static int start_remote(struct remote *r, const char *cmd)
+{
+  int in[2], out[2], err[2];
+  char spec[1024], *words[48];
+  const char *env = getenv("CDRUN_SSH");
+  int n, i;
+  pid_t pid;
+
+  snprintf(spec, sizeof spec, "%s", env && *env ? env : "ssh");
+  n = ssh_words(spec, words, 40);
+  if (n == 0)
+    return -EINVAL;
+  words[n++] = "-o";
+  words[n++] = "BatchMode=yes";
+  words[n++] = "-T";
+  words[n++] = (char *)r->host->name;
+  words[n++] = (char *)cmd;
+  words[n] = NULL;
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) ||
+      pipe2(err, O_CLOEXEC))
+    return -errno;
+  pid = fork();
+  if (pid < 0)
+    return -errno;
+  if (pid == 0) {
+    /* Its own process group: a Ctrl-C on the terminal reaches the head
+     * alone, which then stops every host the same way. */
+    setpgid(0, 0);
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    for (i = 1; i < NSIG; i++)
+      signal(i, SIG_DFL);
+    execvp(words[0], words);
+    fprintf(stderr, "cannot run %s: %s\n", words[0], strerror(errno));
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  r->pid = pid;
+  r->in_fd = in[1];
+  r->out.fd = out[0];
+  r->err.fd = err[0];
+  fcntl(out[0], F_SETFL, O_NONBLOCK);
+  fcntl(err[0], F_SETFL, O_NONBLOCK);
+  return 0;
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Stops every remote agent: Note [remote lifetime]. */
+static void stop_all(struct remote *rs, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (rs[i].in_fd >= 0) {
+      close(rs[i].in_fd);
+      rs[i].in_fd = -1;
+    }
+}
+
+static int exit_code(int status)
+{
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  return 1;
+}
+
+static void plan_job(const struct cdrun_args *a, const struct mh_host *hosts,
+                     int nhosts, const char *argv0, struct job_plan *p,
+                     bool nnodes_given, bool endpoint_given)
+{
+  unsigned char b[8];
+  int fd;
+
+  memset(p, 0, sizeof p[0]);
+  if (strcmp(a->rdzv_id, "none") != 0) {
+    snprintf(p->id, sizeof p->id, "%s", a->rdzv_id);
+  } else {
+    fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, b, sizeof b) != (ssize_t)sizeof b)
+      for (size_t i = 0; i < sizeof b; i++)
+        b[i] = (unsigned char)(rand() ^ getpid() ^ (int)time(NULL));
+    if (fd >= 0)
+      close(fd);
+    snprintf(p->id, sizeof p->id, "hosts-%02x%02x%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]);
+  }
+  if (nnodes_given)
+    snprintf(p->nnodes, sizeof p->nnodes, "%d:%d", a->nnodes_min,
+             a->nnodes_max);
+  else
+    snprintf(p->nnodes, sizeof p->nnodes, "%d", nhosts);
+  p->elastic = nnodes_given && a->nnodes_min < a->nnodes_max;
+  if (endpoint_given) {
+    snprintf(p->endpoint, sizeof p->endpoint, "%s", a->rdzv_endpoint);
+  } else {
+    /* The first host serves the rendezvous on a port agreed from the
+     * job id; "user@host" reaches it as "host". */
+    const char *h = strrchr(hosts[0].name, '@');
+
+    h = h ? h + 1 : hosts[0].name;
+    snprintf(p->endpoint, sizeof p->endpoint, "%s%s%s:%d",
+             strchr(h, ':') && h[0] != '[' ? "[" : "", h,
+             strchr(h, ':') && h[0] != '[' ? "]" : "",
+             slurm_env_port(p->id, "hosts"));
+    p->derived_endpoint = true;
+  }
+  remote_cdrun(argv0, p->cdrun, sizeof p->cdrun);
+  if (!getcwd(p->cwd, sizeof p->cwd))
+    p->cwd[0] = '\0';
+}
+
+/* Whether option name was given (flag or PET_*), not defaulted. */
+static bool given(const struct cdrun_args *a, const char *name)
+{
+  return args_origin_of(a, name) != ARGS_DEFAULT;
+}
+
+static void report_exit(struct remote *r, int code, bool elastic)
+{
+  if (code == 0)
+    return;
+  if (code == SSH_FAILED)
+    say("host %s: ssh failed or the remote agent was killed (exit 255)%s%s"
+        "%s", r->host->name, r->last_err[0] ? ": " : "", r->last_err,
+        elastic ? "; the job goes on without it (elastic)" : "");
+  else if (code == 127)
+    say("host %s: exit 127: cdrun or the training script was not found "
+        "there%s%s", r->host->name, r->last_err[0] ? ": " : "",
+        r->last_err);
+  else
+    say("host %s: the agent exited %d", r->host->name, code);
+}
+
+int multihost_run(const struct cdrun_args *a, int argc, char **argv)
+{
+  struct mh_host *hosts = NULL;
+  struct remote *rs = NULL;
+  struct job_plan plan;
+  struct sigaction sa, old_int, old_term, old_hup, old_chld;
+  char err[512], *text;
+  int n, i, running = 0, status = -1, first_fail = 0, sigs = 0;
+  bool any_ok = false, stopping = false;
+  double stop_at = 0;
+
+  if (a->hostfile && a->hosts) {
+    say("error: --hostfile and --hosts are mutually exclusive");
+    return 2;
+  }
+  if (a->hostfile) {
+    text = read_hostfile(a->hostfile, err, sizeof err);
+    if (!text) {
+      say("error: %s", err);
+      return 2;
+    }
+    n = multihost_parse_hosts(text, 0, &hosts, err, sizeof err);
+    free(text);
+  } else {
+    n = multihost_parse_hosts(a->hosts, 1, &hosts, err, sizeof err);
+  }
+  if (n < 0) {
+    say("error: %s", err);
+    return 2;
+  }
+  if (a->standalone) {
+    say("error: --standalone runs one node; --hostfile/--hosts start one "
+        "agent per host");
+    free(hosts);
+    return 2;
+  }
+  plan_job(a, hosts, n, argv[0], &plan, given(a, "nnodes"),
+           given(a, "rdzv_endpoint"));
+  rs = calloc((size_t)n, sizeof *rs);
+  if (!rs || pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
+    say("error: out of memory or file descriptors");
+    free(hosts);
+    free(rs);
+    return 1;
+  }
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
+  sigaction(SIGCHLD, &sa, &old_chld);
+  signal(SIGPIPE, SIG_IGN);
+
+  say("starting %d agent%s over ssh: rendezvous %s, id %s", n,
+      n == 1 ? "" : "s", plan.endpoint, plan.id);
+  for (i = 0; i < n; i++) {
+    char *cmd = remote_command(a, argc, argv, &plan, &hosts[i], i,
+                               given(a, "nproc_per_node"));
+    int rc;
+
+    rs[i].host = &hosts[i];
+    snprintf(rs[i].prefix, sizeof rs[i].prefix, "[%s] ", hosts[i].name);
+    rs[i].in_fd = rs[i].out.fd = rs[i].err.fd = -1;
+    rs[i].out.to = stdout;
+    rs[i].err.to = stderr;
+    rc = cmd ? start_remote(&rs[i], cmd) : -ENOMEM;
+    free(cmd);
+    if (rc) {
+      say("error: host %s: cannot start ssh: %s", hosts[i].name,
+          strerror(-rc));
+      rs[i].exited = true;
+      rs[i].status = 1;
+      stop_all(rs, n);
+      stopping = true;
+      stop_at = now_s();
+      first_fail = first_fail ? first_fail : 1;
+      break;
+    }
+    running++;
+  }
+
+  while (running > 0) {
+    struct pollfd pf[2 * MULTIHOST_MAX_HOSTS + 1];
+    int idx[2 * MULTIHOST_MAX_HOSTS + 1], np = 0, timeout = -1;
+    unsigned char c;
+    pid_t pid;
+    int st;
+
+    pf[np].fd = sig_pipe[0];
+    pf[np].events = POLLIN;
+    idx[np++] = -1;
+    for (i = 0; i < n; i++) {
+      if (rs[i].out.fd >= 0) {
+        pf[np].fd = rs[i].out.fd;
+        pf[np].events = POLLIN;
+        idx[np++] = 2 * i;
+      }
+      if (rs[i].err.fd >= 0) {
+        pf[np].fd = rs[i].err.fd;
+        pf[np].events = POLLIN;
+        idx[np++] = 2 * i + 1;
+      }
+    }
+    /* Stopping: the agents' own grace period, then ssh is ended. */
+    if (stopping) {
+      double left = stop_at + a->shutdown_timeout + 15 - now_s();
+
+      timeout = left > 0 ? (int)(left * 1000) + 1 : 0;
+      if (left <= 0) {
+        for (i = 0; i < n; i++)
+          if (!rs[i].exited && rs[i].pid > 0)
+            kill(rs[i].pid, SIGKILL);
+      }
+    }
+    if (poll(pf, (nfds_t)np, timeout) < 0 && errno != EINTR)
+      break;
+    for (int k = 1; k < np; k++) {
+      struct remote *r = &rs[idx[k] / 2];
+
+      if (pf[k].revents)
+        pump(r, idx[k] % 2 ? &r->err : &r->out);
+    }
+    while (read(sig_pipe[0], &c, 1) == 1) {
+      if (c == SIGCHLD)
+        continue;
+      sigs++;
+      if (sigs == 1) {
+        say("got %s: stopping the agents on every host", strsignal(c));
+        stop_all(rs, n);
+        stopping = true;
+        stop_at = now_s();
+        if (!first_fail)
+          first_fail = 128 + c;
+      } else {
+        say("got %s again: ending the ssh connections now", strsignal(c));
+        for (i = 0; i < n; i++)
+          if (!rs[i].exited && rs[i].pid > 0)
+            kill(rs[i].pid, SIGTERM);
+      }
+    }
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+      for (i = 0; i < n; i++) {
+        struct remote *r = &rs[i];
+        int code;
+
+        if (r->pid != pid)
+          continue;
+        /* What is still in its pipes belongs before the report. */
+        while (pump(r, &r->out) == 1)
+          ;
+        while (pump(r, &r->err) == 1)
+          ;
+        r->exited = true;
+        r->status = code = exit_code(st);
+        running--;
+        if (code == 0) {
+          any_ok = true;
+          continue;
+        }
+        /* The ssh client itself killed: that host is cut off. */
+        if (WIFSIGNALED(st)) {
+          if (!stopping)
+            say("host %s: the ssh client was killed by signal %d%s",
+                r->host->name, WTERMSIG(st), plan.elastic
+                ? "; the job goes on without it (elastic)" : "");
+          code = SSH_FAILED;
+        } else if (!stopping) {
+          report_exit(r, code, plan.elastic);
+        }
+        if (!first_fail)
+          first_fail = code;
+        /* A lost host in a fixed-size job: nobody else can go on.  (An
+         * agent that failed otherwise told the rendezvous; the others
+         * stop by themselves and report.) */
+        if (!plan.elastic && !stopping && code == SSH_FAILED) {
+          say("stopping the agents on every host");
+          stop_all(rs, n);
+          stopping = true;
+          stop_at = now_s();
+        }
+      }
+    }
+  }
+  /* Output left in the pipes after the last exit. */
+  for (i = 0; i < n; i++) {
+    while (pump(&rs[i], &rs[i].out) == 1)
+      ;
+    while (pump(&rs[i], &rs[i].err) == 1)
+      ;
+    finish(&rs[i], &rs[i].out);
+    finish(&rs[i], &rs[i].err);
+    if (rs[i].in_fd >= 0)
+      close(rs[i].in_fd);
+  }
+  if (sigs > 0)
+    status = first_fail;
+  else if (plan.elastic && any_ok)
+    status = 0;
+  else
+    status = first_fail;
+
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  sigaction(SIGHUP, &old_hup, NULL);
+  sigaction(SIGCHLD, &old_chld, NULL);
+  close(sig_pipe[0]);
+  close(sig_pipe[1]);
+  sig_pipe[0] = sig_pipe[1] = -1;
+  free(rs);
+  free(hosts);
+  return status;
+}
+
+/* ---- the remote side ------------------------------------------------------ */
+
+static int watchdog_fd = -1;
+
+static void *watchdog(void *arg)
+{
+  char buf[256];
+  ssize_t n;
+
+  (void)arg;
+  for (;;) {
+    n = read(watchdog_fd, buf, sizeof buf);
+    if (n > 0 || (n < 0 && errno == EINTR))
+      continue;
+    break;
+  }
+  say("stdin closed (the head node or its connection is gone): stopping");
+  kill(getpid(), SIGTERM);
+  return NULL;
+}
+
+int multihost_watchdog_start(void)
+{
+  pthread_t t;
+  pthread_attr_t attr;
+  int fd, null, rc;
+
+  fd = fcntl(0, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) {
+    say("error: --stdin_watchdog: no stdin: %s", strerror(errno));
+    return -errno;
+  }
+  /* The workers must not read (or hold) the head's pipe. */
+  null = open("/dev/null", O_RDONLY);
+  if (null >= 0) {
+    dup2(null, 0);
+    close(null);
+  }
+  watchdog_fd = fd;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  rc = pthread_create(&t, &attr, watchdog, NULL);
+  pthread_attr_destroy(&attr);
+  if (rc) {
+    say("error: --stdin_watchdog: cannot start a thread: %s", strerror(rc));
+    return -rc;
+  }
+  return 0;
+}
