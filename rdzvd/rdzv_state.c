@@ -282,9 +282,29 @@ struct rs_registry {
   struct rs_timer **heap;
   size_t heap_n, heap_cap;
   size_t timers;                /* embedded timers alive: heap_cap >= */
+  bool busy;                    /* an entry point is running */
 };
 
 /* ---- small helpers ---- */
+
+/* The sink must not call back into the machine (rdzv_state.h): a close
+ * from inside send() would free the list being walked.  Breaking that is
+ * a bug in the caller, caught here at once rather than as a corrupted
+ * heap later. */
+static void enter(struct rs_registry *r, const char *what)
+{
+  if (r->busy) {
+    fprintf(stderr, "rdzv_state: %s called from inside the state machine "
+            "(a sink callback re-entered it)\n", what);
+    abort();
+  }
+  r->busy = true;
+}
+
+static void leave(struct rs_registry *r)
+{
+  r->busy = false;
+}
 
 static void copy_str(char *dst, size_t size, const char *src)
 {
@@ -1675,6 +1695,7 @@ void rs_destroy(struct rs_registry *r)
 
   if (!r)
     return;
+  enter(r, "rs_destroy");
   while (r->jobs_head)
     job_free(r, r->jobs_head);
   for (i = 0; i < r->conns.cap; i++)
@@ -1685,8 +1706,8 @@ void rs_destroy(struct rs_registry *r)
   free(r);
 }
 
-int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
-              double now)
+static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
+                  double now)
 {
   struct conn *c = conn_get(r, conn, false);
   struct node *n = c ? c->node : NULL;
@@ -1738,24 +1759,41 @@ int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   }
 }
 
+int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
+              double now)
+{
+  int rc;
+
+  enter(r, "rs_handle");
+  rc = handle(r, conn, m, now);
+  leave(r);
+  return rc;
+}
+
 void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr)
 {
-  struct conn *c = conn_get(r, conn, true);
+  struct conn *c;
 
+  enter(r, "rs_set_peer_addr");
+  c = conn_get(r, conn, true);
   if (c && addr)
     copy_str(c->peer, sizeof c->peer, addr);
+  leave(r);
 }
 
 void rs_conn_closed(struct rs_registry *r, void *conn, double now)
 {
-  struct conn *c = conn_get(r, conn, false);
+  struct conn *c;
 
-  if (!c)
-    return;
-  if (c->node)
-    node_lost(r, c->node, now, "lost: connection closed");
-  ht_remove(&r->conns, c->h, c);
-  free(c);
+  enter(r, "rs_conn_closed");
+  c = conn_get(r, conn, false);
+  if (c) {
+    if (c->node)
+      node_lost(r, c->node, now, "lost: connection closed");
+    ht_remove(&r->conns, c->h, c);
+    free(c);
+  }
+  leave(r);
 }
 
 /* Note [timers]: dead only if silent for the whole period; else the
@@ -1825,12 +1863,10 @@ static void on_kv_timer(struct rs_registry *r, struct waiter *w)
   waiter_free(r, n->job, w);
 }
 
-double rs_tick(struct rs_registry *r, double now)
+static double tick(struct rs_registry *r, double now)
 {
   struct job *job;
 
-  if (!isfinite(now))
-    return -1;
   while (r->heap_n && r->heap[0]->at <= now) {
     struct rs_timer *t = r->heap[0];
 
@@ -1863,6 +1899,18 @@ double rs_tick(struct rs_registry *r, double now)
     }
   }
   return r->heap_n ? r->heap[0]->at : -1;
+}
+
+double rs_tick(struct rs_registry *r, double now)
+{
+  double next;
+
+  if (!isfinite(now))
+    return -1;
+  enter(r, "rs_tick");
+  next = tick(r, now);
+  leave(r);
+  return next;
 }
 
 int rs_job_count(const struct rs_registry *r)

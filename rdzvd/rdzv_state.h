@@ -19,8 +19,10 @@
 
 struct cJSON;
 
-/* How the machine talks back.  send() must not call back into the state
- * machine; it queues (the server encodes and writes later). */
+/* How the machine talks back.  No callback may call back into the state
+ * machine (rs_*), not even to report that a connection died while being
+ * written to: such closes are deferred until the entry point returns
+ * (server.c, Note [deferred close]).  A re-entry aborts the process. */
 struct rs_sink {
   void *ctx;
   /* A message for one node's connection. */

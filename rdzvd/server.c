@@ -28,7 +28,9 @@ struct conn {
   char local[INET6_ADDRSTRLEN];
   bool peer_loopback;
   bool closing;
+  bool close_pending;         /* Note [deferred close] */
   bool drop_after_write;      /* close once the write queue drains */
+  struct conn *close_next;    /* s->close_list */
   size_t pending;             /* bytes queued for writing */
   struct conn *prev, *next;   /* every open connection */
 };
@@ -46,6 +48,8 @@ struct rdzvd_server {
   uv_timer_t timer;
   struct rs_registry *reg;
   struct conn *conns;
+  struct conn *close_list;    /* closes requested while in the machine */
+  int in_machine;             /* depth of rs_* calls running */
   int port;
   int open_handles;
   bool stopping;
@@ -106,8 +110,57 @@ static void conn_freed(uv_handle_t *h)
 static void check_idle(struct rdzvd_server *s);
 static void schedule(struct rdzvd_server *s);
 
-/* Closes a connection now; the state machine learns it is gone. */
+/* Note [deferred close]
+ *
+ * The state machine walks its own lists (a key's waiters, a job's nodes)
+ * while it sends, and a send can fail (the output limit, malloc,
+ * uv_write): the connection must then close, and closing tells the
+ * machine the node is gone, which frees what it is walking.  So every
+ * call into the machine goes through machine_enter/machine_leave, and a
+ * close requested meanwhile only marks the connection (close_pending:
+ * nothing more is written to it) and queues it; machine_leave, once the
+ * outermost call has returned, closes what was queued.  rs_conn_closed is
+ * called from one place, conn_close_now, and never inside the machine;
+ * the machine itself aborts on re-entry (rdzv_state.c), so the contract
+ * is enforced, not only written down. */
+static void conn_close_now(struct conn *c);
+
+static void machine_enter(struct rdzvd_server *s)
+{
+  s->in_machine++;
+}
+
+static void machine_leave(struct rdzvd_server *s)
+{
+  struct conn *c;
+
+  if (--s->in_machine > 0)
+    return;
+  while ((c = s->close_list)) {
+    s->close_list = c->close_next;
+    c->close_next = NULL;
+    conn_close_now(c);
+  }
+}
+
+/* Closes a connection: now, or once the machine has returned. */
 static void conn_close(struct conn *c)
+{
+  struct rdzvd_server *s = c->s;
+
+  if (c->closing || c->close_pending)
+    return;
+  if (s->in_machine) {
+    c->close_pending = true;
+    c->close_next = s->close_list;
+    s->close_list = c;
+    return;
+  }
+  conn_close_now(c);
+}
+
+/* The state machine learns the connection is gone; the handle closes. */
+static void conn_close_now(struct conn *c)
 {
   struct rdzvd_server *s = c->s;
 
@@ -120,8 +173,11 @@ static void conn_close(struct conn *c)
     s->conns = c->next;
   if (c->next)
     c->next->prev = c->prev;
-  if (!s->stopping)
+  if (!s->stopping) {
+    machine_enter(s);
     rs_conn_closed(s->reg, c, now_s(s));
+    machine_leave(s);
+  }
   uv_close((uv_handle_t *)&c->tcp, conn_freed);
   if (!s->stopping) {
     schedule(s);
@@ -149,7 +205,7 @@ static void conn_write(struct conn *c, char *data, size_t len)
   struct write_req *w;
   uv_buf_t b;
 
-  if (c->closing) {
+  if (c->closing || c->close_pending) {
     free(data);
     return;
   }
@@ -202,7 +258,7 @@ static void sink_send(void *ctx, void *connp, const struct rp_msg *m)
   int err;
 
   (void)ctx;
-  if (c->closing)
+  if (c->closing || c->close_pending)
     return;
   if (m->op == RP_ROUND && is_loopback(m->u.round.master_addr) &&
       !c->peer_loopback && c->local[0]) {
@@ -225,7 +281,7 @@ static void sink_drop(void *ctx, void *connp)
   struct conn *c = connp;
 
   (void)ctx;
-  if (c->closing)
+  if (c->closing || c->close_pending)
     return;
   c->drop_after_write = true;
   if (c->pending == 0)
@@ -265,7 +321,11 @@ static void schedule(struct rdzvd_server *s)
 
   if (s->stopping)
     return;
+  machine_enter(s);
   next = rs_tick(s->reg, now);
+  machine_leave(s);
+  if (s->stopping)
+    return;
   if (next < 0) {
     uv_timer_stop(&s->timer);
   } else {
@@ -314,7 +374,7 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
   char err[256];
   int rc;
 
-  while (!c->closing && !c->drop_after_write) {
+  while (!c->closing && !c->close_pending && !c->drop_after_write) {
     rc = rp_frame_peek(data + off, len - off, &flen);
     if (rc == 0)
       break;
@@ -329,10 +389,13 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
       reject(c, err);
       return -1;
     }
+    machine_enter(s);
     rs_handle(s->reg, c, &m, now_s(s));
+    machine_leave(s);
     rp_msg_free(&m);
   }
-  return c->closing || c->drop_after_write ? -1 : (ssize_t)off;
+  return c->closing || c->close_pending || c->drop_after_write
+           ? -1 : (ssize_t)off;
 }
 
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
