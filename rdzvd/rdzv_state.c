@@ -1280,6 +1280,18 @@ static int on_failure(struct rs_registry *r, struct node *n,
   char d[DESC_MAX], text[RP_MAX_TEXT + 1];
 
   describe(n, d, sizeof d);
+  /* Only a node with workers in this job may end or restart it: a
+   * participant of the current round, or one of the round that just
+   * ended whose report crossed our RESTART (expected back).  A node on
+   * the waiting list, or one the last round went on without, has no
+   * workers to report on. */
+  if (n->state != NS_PART && !(n->state == NS_IDLE && n->expected)) {
+    say(r, "job %s: refused a failure report from %s: not a participant "
+        "of round %d", job->id, d, job->round);
+    return refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
+                  "failure report refused: not a participant of round %d "
+                  "of job %s", job->round, job->id);
+  }
   if (f->final) {
     fmt(text, sizeof text, "%s workers failed (final): %.*s", d,
         RP_MAX_TEXT, f->message);

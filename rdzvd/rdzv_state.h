@@ -82,7 +82,10 @@ void rs_destroy(struct rs_registry *r);
  * (so the rank-0 node keeps rank 0 while it lives), then the others in
  * join order.  At most max_nodes participate; the rest wait.
  *
- * Failures: FAILURE (final = false) from a participant of the RUNNING
+ * Failures: only a participant of the current round (or of the round
+ * that just ended, expected back: its report crossed our RESTART) may
+ * report one; anyone else gets ERROR bad_request and nothing changes.
+ * FAILURE (final = false) from a participant of the RUNNING
  * round counts one restart (restart_count + 1, once per round however many
  * nodes report) and starts a new round: RESTART "<host> workers failed" to
  * every other participant.  FAILURE with final = true, or a failure when

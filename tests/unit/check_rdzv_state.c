@@ -1111,6 +1111,48 @@ START_TEST(ten_thousand_nodes)
 }
 END_TEST
 
+/* Only a participant may report a failure: a spare on the waiting list
+ * can neither restart nor close the job. */
+START_TEST(failure_from_spare_refused)
+{
+  CF = conf_of(1, 2);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  ck_assert_int_eq(join(C, 1, 2), 0);     /* the round is full: a spare */
+  clear();
+  ck_assert_int_eq(failure(C, true, "hostile", 3), -EPERM);
+  ck_assert_int_eq(last(C, RP_ERROR)->u.text.code, RP_ERR_BAD_REQUEST);
+  ck_assert_int_eq(failure(C, false, "hostile", 3), -EPERM);
+  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert(!dropped(C));
+  ck_assert(logged("refused a failure report"));
+  /* A participant still can. */
+  ck_assert_int_eq(failure(A, true, "real", 4), 0);
+  ck_assert_int_eq(count(B, RP_CLOSED), 1);
+}
+END_TEST
+
+/* A node the last round went on without (not expected back) has no
+ * workers either. */
+START_TEST(failure_from_left_node_refused)
+{
+  CF = conf_of(1, 3);
+  CF.last_call_timeout = 0;
+  CF.max_restarts = 3;
+  ck_assert_int_eq(join(A, 1, 0), 0);     /* round 0: A alone */
+  ck_assert_int_eq(join(B, 1, 1), 0);     /* restart; round 1 is B alone */
+  ck_assert_int_eq(last(B, RP_ROUND)->u.round.round, 1);
+  clear();
+  ck_assert_int_eq(failure(A, true, "stale", 2), -EPERM);
+  ck_assert_int_eq(total(RP_CLOSED), 0);
+  /* A participant's report that crossed its RESTART still counts. */
+  ck_assert_int_eq(failure(B, false, "x", 3), 0);     /* round 2 */
+  ck_assert_int_eq(failure(B, false, "again", 3), 0);
+  ck_assert_int_eq(count(B, RP_ERROR), 0);
+}
+END_TEST
+
 static Suite *rdzv_state_suite(void)
 {
   Suite *s = suite_create("rdzv_state");
@@ -1130,6 +1172,8 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, worker_failure_restarts);
   tcase_add_test(tc, restarts_exhausted_close);
   tcase_add_test(tc, final_failure_closes);
+  tcase_add_test(tc, failure_from_spare_refused);
+  tcase_add_test(tc, failure_from_left_node_refused);
   tcase_add_test(tc, lost_connection_restarts_survivors);
   tcase_add_test(tc, keepalive_silence_kills);
   tcase_add_test(tc, join_timeout_below_min);
