@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "rp_frames.h"
 #include "say.h"
 #include "server.h"
 
@@ -262,13 +263,21 @@ static void close_tcp(struct rdzv_client *c)
     uv_close((uv_handle_t *)&c->tcp, handle_closed);
 }
 
+/* One message from the server; stops the frame loop once the client is
+ * done (destroyed, or failed). */
+static int on_frame(void *ctx, struct rp_msg *m)
+{
+  struct rdzv_client *c = ctx;
+
+  dispatch(c, m);
+  return c->destroyed || c->failed;
+}
+
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
   struct rdzv_client *c = st->data;
-  size_t off = 0, flen;
-  struct rp_msg m;
   char err[256];
-  int rc;
+  ssize_t used;
 
   (void)buf;
   if (nread < 0) {
@@ -280,26 +289,17 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   }
   c->last_rx = now_s();
   c->len += (size_t)nread;
-  while (!c->destroyed && !c->failed) {
-    rc = rp_frame_peek(c->buf + off, c->len - off, &flen);
-    if (rc == 0)
-      break;
-    if (rc < 0 || rp_decode(c->buf + off + RP_FRAME_HEADER,
-                            flen - RP_FRAME_HEADER, &m, err,
-                            sizeof err) != 0) {
-      close_tcp(c);
-      fail(c, UV_EPROTO, "bad message from the rendezvous server %s:%d: "
-           "%s", c->host, c->o.port, rc < 0 ? "bad frame" : err);
-      return;
-    }
-    off += flen;
-    dispatch(c, &m);
-    rp_msg_free(&m);
+  used = rp_frames_read(c->buf, c->len, 0, on_frame, c, err, sizeof err);
+  if (used < 0) {
+    close_tcp(c);
+    fail(c, UV_EPROTO, "bad message from the rendezvous server %s:%d: %s",
+         c->host, c->o.port, err);
+    return;
   }
   if (c->destroyed || c->failed)
     return;
-  memmove(c->buf, c->buf + off, c->len - off);
-  c->len -= off;
+  memmove(c->buf, c->buf + used, c->len - (size_t)used);
+  c->len -= (size_t)used;
 }
 
 /* ---- connecting and keepalives ------------------------------------------ */

@@ -18,6 +18,11 @@
 #define DEF_MAX_JOBS 10000
 #define DEF_MAX_KEYS 4096
 #define DEF_MAX_KV_BYTES ((size_t)16 << 20)
+#define DEF_MAX_KV_TOTAL ((size_t)256 << 20)
+#define DEF_MAX_JOIN_TIMEOUT 86400.0
+#define DEF_MAX_LAST_CALL 3600.0
+#define DEF_MAX_CLOSE_TIMEOUT 3600.0
+#define DEF_MAX_KEEPALIVE 300.0
 #define MAX_BARRIERS 64             /* distinct barrier names per round */
 #define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
 #define WIRE_MAX_SECONDS 1e7        /* the codec's bound on durations */
@@ -245,6 +250,8 @@ struct node {
 
 struct job {
   struct job *prev, *next;      /* registry list, creation order */
+  struct job *eprev, *enext;    /* registry's empty list (no node) */
+  bool empty_listed;
   uint64_t h;
   struct rp_conf conf;
   enum phase phase;
@@ -278,7 +285,9 @@ struct rs_registry {
   struct htab jobs;             /* id -> struct job */
   struct htab conns;            /* conn pointer -> struct conn */
   struct job *jobs_head, *jobs_tail;
+  struct job *empty_head, *empty_tail;  /* jobs with no node, oldest first */
   int n_jobs, n_nodes;
+  size_t kv_total;              /* every job's kv_bytes */
   struct rs_timer **heap;
   size_t heap_n, heap_cap;
   size_t timers;                /* embedded timers alive: heap_cap >= */
@@ -646,6 +655,38 @@ static void waiter_free(struct rs_registry *r, struct job *job,
   free(w);
 }
 
+/* The empty list: jobs without a node, in the order they emptied, so
+ * that a full job table forgets the longest-empty one (rs_limits). */
+static void empty_add(struct rs_registry *r, struct job *job)
+{
+  if (job->empty_listed)
+    return;
+  job->empty_listed = true;
+  job->enext = NULL;
+  job->eprev = r->empty_tail;
+  if (r->empty_tail)
+    r->empty_tail->enext = job;
+  else
+    r->empty_head = job;
+  r->empty_tail = job;
+}
+
+static void empty_remove(struct rs_registry *r, struct job *job)
+{
+  if (!job->empty_listed)
+    return;
+  job->empty_listed = false;
+  if (job->eprev)
+    job->eprev->enext = job->enext;
+  else
+    r->empty_head = job->enext;
+  if (job->enext)
+    job->enext->eprev = job->eprev;
+  else
+    r->empty_tail = job->eprev;
+  job->eprev = job->enext = NULL;
+}
+
 /* Forgets n: counts, lists, timers, waits.  Sends nothing. */
 static void node_free(struct rs_registry *r, struct node *n)
 {
@@ -672,6 +713,8 @@ static void node_free(struct rs_registry *r, struct node *n)
   r->n_nodes--;
   n->c->node = NULL;
   free(n);
+  if (!job->n_nodes)
+    empty_add(r, job);
 }
 
 static void node_fill(struct node *n, const struct rp_join *j)
@@ -725,6 +768,7 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   job->n_nodes++;
   job->sum_nproc += n->nproc;
   r->n_nodes++;
+  empty_remove(r, job);
   timer_clear(r, &job->t_forget);
   return n;
 }
@@ -758,6 +802,8 @@ static void job_free(struct rs_registry *r, struct job *job)
     }
   }
   free(job->kv.s);
+  r->kv_total -= job->kv_bytes;
+  empty_remove(r, job);
   free(job->waits.s);           /* empty: waits die with their nodes */
   free(job->order);
   timer_clear(r, &job->t_last_call);
@@ -780,6 +826,39 @@ static void job_free(struct rs_registry *r, struct job *job)
 static struct job *job_find(const struct rs_registry *r, const char *id)
 {
   return ht_find(&r->jobs, hash_str(r->seed, id), id, job_eq);
+}
+
+static void lower(const struct rs_registry *r, const struct job *job,
+                  const char *what, double *v, double ceiling)
+{
+  if (*v <= ceiling)
+    return;
+  say(r, "job %s: %s %g s lowered to the server's ceiling %g s", job->id,
+      what, *v, ceiling);
+  *v = ceiling;
+}
+
+/* The durations a client chose, within the server's ceilings
+ * (rs_limits); keepalive_interval itself was checked at the JOIN. */
+static void ceilings(const struct rs_registry *r, struct job *job)
+{
+  struct rp_conf *cf = &job->conf;
+  double max_misses;
+
+  lower(r, job, "join_timeout", &cf->join_timeout, r->lim.max_join_timeout);
+  lower(r, job, "last_call_timeout", &cf->last_call_timeout,
+        r->lim.max_last_call);
+  lower(r, job, "close_timeout", &cf->close_timeout,
+        r->lim.max_close_timeout);
+  max_misses = floor(r->lim.max_keepalive / cf->keepalive_interval);
+  if (max_misses < 1)
+    max_misses = 1;
+  if (cf->keepalive_misses > max_misses) {
+    say(r, "job %s: keepalive_misses %d lowered to %d (the server's "
+        "keepalive window is at most %g s)", job->id, cf->keepalive_misses,
+        (int)max_misses, r->lim.max_keepalive);
+    cf->keepalive_misses = (int)max_misses;
+  }
 }
 
 static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
@@ -814,7 +893,10 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
     r->jobs_head = job;
   r->jobs_tail = job;
   r->n_jobs++;
+  empty_add(r, job);
+  ceilings(r, job);
   /* Forgotten unless a node arrives (node_create cancels this). */
+  cf = &job->conf;
   timer_set(r, &job->t_forget, now + cf->close_timeout);
   say(r, "job %s: created (nodes %d..%d, max_restarts %d, join_timeout "
       "%g s, last_call %g s, close_timeout %g s, keepalive %g s x %d)",
@@ -1196,6 +1278,8 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
             ? "bad id" : j->nproc < 1 ? "nproc < 1"
             : j->master_port < 1 || j->master_port > 65535 ? "bad port"
             : conf_problem(&j->conf);
+  if (!problem && j->conf.keepalive_interval > r->lim.max_keepalive)
+    problem = "keepalive_interval above the server's ceiling";
   if (problem && !n) {
     err = refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
                  problem);
@@ -1244,6 +1328,12 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
   }
   if (n)
     return rejoin(r, n, j, now);
+  if (!job && r->n_jobs >= r->lim.max_jobs && r->empty_head) {
+    say(r, "job %s: forgotten early: the job table is full (%d jobs) and "
+        "it has had no node for longest", r->empty_head->id,
+        r->lim.max_jobs);
+    job_free(r, r->empty_head);
+  }
   if (!job && r->n_jobs >= r->lim.max_jobs) {
     err = refuse(r, conn, RP_ERR_LIMIT, -ENOSPC, "too many jobs (%d)",
                  r->lim.max_jobs);
@@ -1423,6 +1513,12 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
                   "too many keys (%d)", r->lim.max_keys_per_job);
     return NULL;
   }
+  if (r->kv_total - old + klen + len > r->lim.max_kv_total) {
+    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                  "the server's store would exceed %zu bytes",
+                  r->lim.max_kv_total);
+    return NULL;
+  }
   if (job->kv_bytes - old + klen + len > r->lim.max_kv_bytes) {
     *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "the job's store would exceed %zu bytes",
@@ -1452,6 +1548,7 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
   e->value = v;
   e->len = len;
   job->kv_bytes = job->kv_bytes - old + klen + len;
+  r->kv_total = r->kv_total - old + klen + len;
   wk = ht_find(&job->waits, h, key, wkey_eq);
   for (w = wk ? wk->head : NULL; w; w = next) {
     next = w->knext;            /* waiter_free frees wk after the last */
@@ -1548,7 +1645,8 @@ static int on_kv(struct rs_registry *r, struct node *n,
       send_value(r, conn, kv->key, e);
       return 0;
     }
-    return kv_wait(r, n, kv->key, fmin(kv->wait, WIRE_MAX_SECONDS), now);
+    return kv_wait(r, n, kv->key, fmin(kv->wait, r->lim.max_join_timeout),
+                   now);
   default:                      /* RP_KV_ADD */
     if (e && !parse_i64(e->value, e->len, &v))
       return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
@@ -1681,6 +1779,26 @@ static int on_status(struct rs_registry *r, void *conn, double now)
 
 /* ---- entry points ---- */
 
+void rs_limits_default(struct rs_limits *l)
+{
+  if (l->max_jobs <= 0)
+    l->max_jobs = DEF_MAX_JOBS;
+  if (l->max_keys_per_job <= 0)
+    l->max_keys_per_job = DEF_MAX_KEYS;
+  if (!l->max_kv_bytes)
+    l->max_kv_bytes = DEF_MAX_KV_BYTES;
+  if (!l->max_kv_total)
+    l->max_kv_total = DEF_MAX_KV_TOTAL;
+  if (!(l->max_join_timeout > 0))
+    l->max_join_timeout = DEF_MAX_JOIN_TIMEOUT;
+  if (!(l->max_last_call > 0))
+    l->max_last_call = DEF_MAX_LAST_CALL;
+  if (!(l->max_close_timeout > 0))
+    l->max_close_timeout = DEF_MAX_CLOSE_TIMEOUT;
+  if (!(l->max_keepalive > 0))
+    l->max_keepalive = DEF_MAX_KEEPALIVE;
+}
+
 struct rs_registry *rs_create(const struct rs_sink *sink,
                               const struct rs_limits *limits)
 {
@@ -1691,12 +1809,7 @@ struct rs_registry *rs_create(const struct rs_sink *sink,
   r->sink = *sink;
   if (limits)
     r->lim = *limits;
-  if (r->lim.max_jobs <= 0)
-    r->lim.max_jobs = DEF_MAX_JOBS;
-  if (r->lim.max_keys_per_job <= 0)
-    r->lim.max_keys_per_job = DEF_MAX_KEYS;
-  if (!r->lim.max_kv_bytes)
-    r->lim.max_kv_bytes = DEF_MAX_KV_BYTES;
+  rs_limits_default(&r->lim);
   r->seed = mix64((uint64_t)(uintptr_t)r);
   return r;
 }

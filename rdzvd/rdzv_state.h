@@ -39,10 +39,25 @@ struct rs_sink {
 /* Limits, to bound memory under untrusted input.  A zero field takes
  * the default. */
 struct rs_limits {
-  int max_jobs;             /* default 10000 */
-  int max_keys_per_job;     /* default 4096 */
+  int max_jobs;             /* default 10000; when full, the job that has
+                               had no node for longest is forgotten to make
+                               room, so empty jobs never lock others out */
+  int max_keys_per_job;     /* default 4096 (and as many waiting GETs) */
   size_t max_kv_bytes;      /* per job, default 16 MiB */
+  size_t max_kv_total;      /* every job together, default 256 MiB */
+  /* Ceilings on the durations a JOIN chooses (seconds).  A job's
+   * join_timeout, last_call_timeout and close_timeout above them are
+   * lowered to them (and logged); a keepalive_interval above
+   * max_keepalive is refused, and keepalive_misses is lowered so that
+   * interval x misses fits.  KV waits are bounded by max_join_timeout. */
+  double max_join_timeout;  /* default 86400 */
+  double max_last_call;     /* default 3600 */
+  double max_close_timeout; /* default 3600 */
+  double max_keepalive;     /* default 300 */
 };
+
+/* Fills the zero fields of l with the defaults. */
+void rs_limits_default(struct rs_limits *l);
 
 struct rs_registry;
 

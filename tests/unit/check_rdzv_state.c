@@ -125,7 +125,8 @@ static void setup(void)
   memset(&rec, 0, sizeof rec);
   rec.encode = true;
   CF = conf_of(1, 1);
-  R = rs_create(&SINK, NULL);
+  /* conf_of's keepalive window (1000 s) is above the default ceiling. */
+  R = rs_create(&SINK, &(struct rs_limits){ .max_keepalive = 1e6 });
   ck_assert_ptr_nonnull(R);
 }
 
@@ -952,7 +953,8 @@ END_TEST
 
 START_TEST(kv_limits)
 {
-  struct rs_limits lim = { 1, 2, 100 };
+  struct rs_limits lim = { .max_jobs = 1, .max_keys_per_job = 2,
+                           .max_kv_bytes = 100 };
 
   rs_destroy(R);
   R = rs_create(&SINK, &lim);
@@ -979,6 +981,100 @@ START_TEST(kv_limits)
   assert_error(B, RP_ERR_LIMIT);
   ck_assert(dropped(B));
   ck_assert_int_eq(rs_job_count(R), 1);
+}
+END_TEST
+
+/* A full job table forgets the job that has had no node for longest; it
+ * refuses only when every job has nodes. */
+START_TEST(empty_job_evicted_when_full)
+{
+  struct rs_limits lim = { .max_jobs = 2 };
+
+  rs_destroy(R);
+  R = rs_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF.close_timeout = 1e7;               /* asks to be kept for months */
+  ck_assert_int_eq(join_job(A, "j1", NULL, 1, 0), 0);
+  ck_assert_int_eq(join_job(B, "j2", NULL, 1, 0), 0);
+  rs_conn_closed(R, CONN(A), 1);        /* j1 empty first */
+  rs_conn_closed(R, CONN(B), 2);        /* then j2 */
+  ck_assert_int_eq(rs_job_count(R), 2);
+  ck_assert_int_eq(join_job(C, "j3", NULL, 1, 3), 0);
+  ck_assert(logged("job j1: forgotten early"));
+  ck_assert_int_eq(join_job(D, "j4", NULL, 1, 4), 0);
+  ck_assert(logged("job j2: forgotten early"));
+  ck_assert_int_eq(rs_job_count(R), 2);
+  /* j3 and j4 have nodes: now a new job is refused. */
+  clear();
+  ck_assert_int_eq(join_job(E, "j5", NULL, 1, 5), -ENOSPC);
+  assert_error(E, RP_ERR_LIMIT);
+}
+END_TEST
+
+/* Durations a client chooses are lowered to the server's ceilings; a
+ * keepalive interval above the ceiling is refused. */
+START_TEST(durations_capped)
+{
+  struct rs_limits lim = { .max_join_timeout = 100, .max_last_call = 10,
+                           .max_close_timeout = 20, .max_keepalive = 30 };
+  cJSON *st, *conf;
+
+  rs_destroy(R);
+  R = rs_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF = conf_of(2, 2);
+  CF.join_timeout = 1e7;
+  CF.last_call_timeout = 1e7;
+  CF.close_timeout = 1e7;
+  CF.keepalive_interval = 10;
+  CF.keepalive_misses = 1000;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert(logged("close_timeout 1e+07 s lowered"));
+  st = rs_status(R, 0);
+  conf = cJSON_GetObjectItem(cJSON_GetArrayItem(
+      cJSON_GetObjectItem(st, "jobs"), 0), "conf");
+  ck_assert_double_eq(cJSON_GetObjectItem(conf, "join_timeout")->valuedouble,
+                      100);
+  ck_assert_double_eq(
+      cJSON_GetObjectItem(conf, "last_call_timeout")->valuedouble, 10);
+  ck_assert_double_eq(
+      cJSON_GetObjectItem(conf, "close_timeout")->valuedouble, 20);
+  ck_assert_int_eq(cJSON_GetObjectItem(conf, "keepalive_misses")->valueint,
+                   3);
+  cJSON_Delete(st);
+  /* The join timeout that runs is the lowered one. */
+  clear();
+  rs_tick(R, 101);
+  assert_error(A, RP_ERR_JOIN_TIMEOUT);
+  CF.keepalive_interval = 31;
+  clear();
+  ck_assert_int_eq(join(B, 1, 102), -EINVAL);
+  assert_error(B, RP_ERR_BAD_REQUEST);
+}
+END_TEST
+
+/* Every job's store together is bounded too. */
+START_TEST(kv_total_budget)
+{
+  struct rs_limits lim = { .max_kv_total = 100 };
+  char v[61];
+
+  rs_destroy(R);
+  R = rs_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  memset(v, 'x', 60);
+  v[60] = '\0';
+  ck_assert_int_eq(join_job(A, "j1", NULL, 1, 0), 0);
+  ck_assert_int_eq(join_job(B, "j2", NULL, 1, 0), 0);
+  ck_assert_int_eq(kv(A, RP_KV_SET, "k", v, 0, 0, 1), 0);
+  clear();
+  ck_assert_int_eq(kv(B, RP_KV_SET, "k", v, 0, 0, 1), -ENOSPC);
+  assert_error(B, RP_ERR_LIMIT);
+  /* A job that goes gives its bytes back. */
+  rs_conn_closed(R, CONN(A), 2);
+  rs_tick(R, 40);                       /* j1 forgotten (close 30 s) */
+  ck_assert_int_eq(rs_job_count(R), 1);
+  ck_assert_int_eq(kv(B, RP_KV_SET, "k", v, 0, 0, 40), 0);
 }
 END_TEST
 
@@ -1190,6 +1286,9 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, kv_set_get_add);
   tcase_add_test(tc, kv_wait_answered_or_times_out);
   tcase_add_test(tc, kv_limits);
+  tcase_add_test(tc, empty_job_evicted_when_full);
+  tcase_add_test(tc, durations_capped);
+  tcase_add_test(tc, kv_total_budget);
   tcase_add_test(tc, not_joined_errors);
   tcase_add_test(tc, status_reply_content);
   tcase_add_test(tc, ten_thousand_nodes);

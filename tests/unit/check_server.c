@@ -61,6 +61,24 @@ static void start_with(const struct rdzvd_server_opts *o)
   ck_assert_int_eq(pthread_create(&S.th, NULL, serve, NULL), 0);
 }
 
+static void teardown(void);
+
+/* Restarts the server with other options (the fixture started one). */
+static void restart_with(const struct rdzvd_server_opts *o)
+{
+  teardown();
+  start_with(o);
+}
+
+static struct rdzvd_server_opts opts(void)
+{
+  struct rdzvd_server_opts o;
+
+  memset(&o, 0, sizeof o);
+  o.host = "127.0.0.1";
+  return o;
+}
+
 static void setup(void)
 {
   struct rdzvd_server_opts o;
@@ -531,6 +549,174 @@ START_TEST(partial_frame_then_close)
 }
 END_TEST
 
+/* ---- limits (Note [budgets]) ---- */
+
+/* A KEEPALIVE frame of about body bytes (an ignored "pad" field). */
+static char *padded_keepalive(size_t body, size_t *len)
+{
+  const char *head = "{\"v\":1,\"op\":\"keepalive\",\"pad\":\"";
+  size_t hl = strlen(head), pad = body - hl - 2;
+  char *f = malloc(RP_FRAME_HEADER + body);
+
+  ck_assert_ptr_nonnull(f);
+  f[0] = (char)(body >> 24);
+  f[1] = (char)(body >> 16);
+  f[2] = (char)(body >> 8);
+  f[3] = (char)body;
+  memcpy(f + 4, head, hl);
+  memset(f + 4 + hl, 'p', pad);
+  memcpy(f + 4 + hl + pad, "\"}", 2);
+  *len = RP_FRAME_HEADER + body;
+  return f;
+}
+
+START_TEST(too_many_connections)
+{
+  struct rdzvd_server_opts o = opts();
+  struct client *a, *b, *c;
+  struct rp_msg m;
+  int tries;
+
+  o.io.max_conns = 2;
+  restart_with(&o);
+  a = cl_open(0);
+  b = cl_open(0);
+  cl_simple(a, RP_STATUS);
+  cl_expect(a, RP_STATUS_REPLY, NULL);
+  cl_simple(b, RP_STATUS);
+  cl_expect(b, RP_STATUS_REPLY, NULL);
+  c = cl_open(0);                       /* the third: closed at once */
+  ck_assert(cl_closed_by_server(c));
+  cl_close(c);
+  cl_close(a);
+  /* Once the daemon has seen a go, there is room again. */
+  for (tries = 0;; tries++) {
+    ck_assert_int_lt(tries, 1000);
+    c = cl_open(0);
+    cl_simple(c, RP_STATUS);
+    if (cl_recv(c, &m) == 0) {
+      ck_assert_int_eq(m.op, RP_STATUS_REPLY);
+      rp_msg_free(&m);
+      cl_close(c);
+      break;
+    }
+    cl_close(c);
+    usleep(10000);
+  }
+  cl_close(b);
+}
+END_TEST
+
+/* A connection that does not join within hello_timeout is closed; one
+ * that joined stays. */
+START_TEST(hello_timeout_drops_silent)
+{
+  struct rdzvd_server_opts o = opts();
+  struct client *joined, *silent;
+
+  o.io.hello_timeout = 0.3;
+  restart_with(&o);
+  joined = cl_open(0);
+  silent = cl_open(0);
+  cl_join(joined, "hello", 0, 2, 2);
+  cl_expect(joined, RP_WAITING, NULL);
+  ck_assert(cl_closed_by_server(silent));
+  cl_sync(joined);
+  cl_close(silent);
+  cl_close(joined);
+}
+END_TEST
+
+/* Until it joins, a connection's frames are small; after, they may be
+ * as large as the protocol allows. */
+START_TEST(prejoin_frame_limit)
+{
+  struct rdzvd_server_opts o = opts();
+  struct client *c;
+  struct rp_msg m;
+  char *f;
+  size_t len;
+
+  o.io.prejoin_frame = 1000;
+  restart_with(&o);
+  c = cl_open(0);
+  f = padded_keepalive(2000, &len);
+  ck_assert_int_eq(cl_write(c, f, RP_FRAME_HEADER), 0);  /* header only */
+  cl_expect(c, RP_ERROR, &m);
+  ck_assert_msg(strstr(m.u.text.message, "frame too large") != NULL, "%s",
+                m.u.text.message);
+  ck_assert(cl_closed_by_server(c));
+  cl_close(c);
+  c = cl_open(0);
+  cl_join(c, "big", 0, 2, 2);
+  cl_expect(c, RP_WAITING, NULL);
+  ck_assert_int_eq(cl_write(c, f, len), 0);
+  cl_expect(c, RP_PONG, NULL);
+  free(f);
+  cl_close(c);
+}
+END_TEST
+
+/* Two partial frames larger together than the input budget: the second
+ * waits (reading paused), is not dropped, and completes once the first
+ * has. */
+START_TEST(input_budget_pauses)
+{
+  struct rdzvd_server_opts o = opts();
+  struct client *a, *b;
+  char *f;
+  size_t len, half;
+
+  o.io.input_budget = 100 << 10;
+  restart_with(&o);
+  pair("budget", &a, &b);
+  f = padded_keepalive(80 << 10, &len);
+  half = len / 2;
+  ck_assert_int_eq(cl_write(a, f, half), 0);
+  ck_assert_int_eq(cl_write(b, f, half), 0);
+  server_alive();
+  ck_assert_int_eq(cl_write(a, f + half, len - half), 0);
+  ck_assert_int_eq(cl_write(b, f + half, len - half), 0);
+  cl_expect(a, RP_PONG, NULL);
+  cl_expect(b, RP_PONG, NULL);
+  free(f);
+  cl_close(a);
+  cl_close(b);
+}
+END_TEST
+
+/* Replies nobody reads, below one connection's limit but above the
+ * daemon's output budget: that connection goes, the daemon stays. */
+START_TEST(output_budget_drops_slow_reader)
+{
+  struct rdzvd_server_opts o = opts();
+  struct client *a, *b;
+  char *value = malloc(RP_MAX_VALUE);
+  int i;
+
+  ck_assert_ptr_nonnull(value);
+  memset(value, 'v', RP_MAX_VALUE);
+  o.io.output_budget = 1 << 20;
+  restart_with(&o);
+  a = cl_open(4096);
+  b = cl_open(0);
+  cl_join(a, "out", 0, 2, 2);
+  cl_expect(a, RP_WAITING, NULL);
+  cl_join(b, "out", 1, 2, 2);
+  cl_expect(a, RP_ROUND, NULL);
+  cl_expect(b, RP_ROUND, NULL);
+  for (i = 0; i < 60; i++)              /* 60 x 64 KiB < 8 MiB */
+    cl_kv(a, RP_KV_GET, "k", NULL, 0, 1000);
+  cl_sync(a);
+  cl_kv(b, RP_KV_SET, "k", value, RP_MAX_VALUE, 0);
+  cl_expect(b, RP_RESTART, NULL);
+  server_alive();
+  cl_close(a);
+  cl_close(b);
+  free(value);
+}
+END_TEST
+
 static Suite *server_suite(void)
 {
   Suite *s = suite_create("server");
@@ -547,6 +733,11 @@ static Suite *server_suite(void)
   tcase_add_test(tc, partial_frames_reassembled);
   tcase_add_test(tc, oversized_frame_refused);
   tcase_add_test(tc, partial_frame_then_close);
+  tcase_add_test(tc, too_many_connections);
+  tcase_add_test(tc, hello_timeout_drops_silent);
+  tcase_add_test(tc, prejoin_frame_limit);
+  tcase_add_test(tc, input_budget_pauses);
+  tcase_add_test(tc, output_budget_drops_slow_reader);
   suite_add_tcase(s, tc);
   return s;
 }
