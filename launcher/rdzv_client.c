@@ -389,17 +389,51 @@ static void server_log(void *ctx, const char *line)
   say("rdzv: %s", line);
 }
 
+static bool is_loopback_sa(const struct sockaddr *sa)
+{
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >>
+            24) == 127;
+  if (sa->sa_family == AF_INET6)
+    return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+  return false;
+}
+
+void rdzv_host_bind_addr(const char *host, const struct sockaddr *addr,
+                         char *out, size_t outlen)
+{
+  unsigned char bin[sizeof(struct in6_addr)];
+  bool literal = inet_pton(AF_INET, host, bin) == 1 ||
+                 inet_pton(AF_INET6, host, bin) == 1;
+  bool localhost_name = strcmp(host, "localhost") == 0 ||
+                        strncmp(host, "localhost.", 10) == 0 ||
+                        strcmp(host, "ip6-localhost") == 0 ||
+                        strcmp(host, "ip6-loopback") == 0;
+
+  out[0] = '\0';
+  if (!literal && !localhost_name && is_loopback_sa(addr))
+    return;                     /* this machine's own name: see above */
+  if (addr->sa_family == AF_INET)
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, out,
+              (socklen_t)outlen);
+  else if (addr->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr,
+              out, (socklen_t)outlen);
+}
+
 /* Note [embedded rendezvous]: a node whose endpoint names its own host
  * tries to serve the rendezvous itself, from the same state machine as
  * rdzvd.  Binding decides the race between agents on one host and a
  * daemon already there: whoever binds hosts, the others connect.  The
  * hosting agent stays up after its own job ends until every node has
- * left, so finishing first breaks nobody's exit barrier. */
+ * left, so finishing first breaks nobody's exit barrier.  It listens on
+ * the endpoint's own address (rdzv_host_bind_addr), never on more than
+ * the endpoint names: a loopback endpoint stays loopback. */
 static void maybe_host(struct rdzv_client *c)
 {
   struct rdzvd_server_opts so;
   const char *lvl = getenv("LOGLEVEL");
-  char err[256];
+  char err[256], bind_addr[INET6_ADDRSTRLEN];
   int rc;
 
   if (c->o.host_mode == RDZV_HOST_NEVER)
@@ -407,14 +441,23 @@ static void maybe_host(struct rdzv_client *c)
   if (c->o.host_mode == RDZV_HOST_AUTO && !rdzv_endpoint_is_local(c->host))
     return;
   memset(&so, 0, sizeof so);
+  /* is_host=1 for a name that resolves elsewhere: the user knows this
+   * machine is the host under another address, so every address. */
+  if (c->o.host_mode == RDZV_HOST_ALWAYS && !rdzv_endpoint_is_local(c->host))
+    bind_addr[0] = '\0';
+  else
+    rdzv_host_bind_addr(c->host, (const struct sockaddr *)&c->addr,
+                        bind_addr, sizeof bind_addr);
+  so.host = bind_addr;
   so.port = c->o.port;
   if (lvl && (strcmp(lvl, "INFO") == 0 || strcmp(lvl, "DEBUG") == 0))
     so.log = server_log;
   rc = rdzvd_server_start(c->base.loop, &so, &c->server, err, sizeof err);
   if (rc == 0) {
     c->open_handles++;
-    say("hosting the rendezvous for '%s' on port %d", c->id,
-               rdzvd_server_port(c->server));
+    say("hosting the rendezvous for '%s' on %s%s%s:%d", c->id,
+        strchr(bind_addr, ':') ? "[" : "", bind_addr[0] ? bind_addr : "*",
+        strchr(bind_addr, ':') ? "]" : "", rdzvd_server_port(c->server));
     if (c->o.port == 0) {
       c->o.port = rdzvd_server_port(c->server);
       if (c->addr.ss_family == AF_INET6)
