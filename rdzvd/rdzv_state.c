@@ -1,5 +1,5 @@
 /* rdzv_state.c -- the rendezvous state machine (see rdzv_state.h). */
-#include "rdzv_state.h"
+#include "rdzv_state_int.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -25,274 +25,7 @@
 #define DEF_MAX_KEEPALIVE 300.0
 #define MAX_BARRIERS 64             /* distinct barrier names per round */
 #define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
-#define WIRE_MAX_SECONDS 1e7        /* the codec's bound on durations */
 #define DESC_MAX (2 * RP_MAX_ADDR + 64)
-#define T_IDLE SIZE_MAX
-
-/* ---- hash table ---- */
-
-/* Open addressing with linear probing; each slot keeps its item's hash so
- * that growing and backward-shift deletion never recompute it.  An empty
- * slot has item == NULL.  The capacity is a power of two. */
-struct hslot {
-  uint64_t h;
-  void *item;
-};
-
-struct htab {
-  struct hslot *s;
-  size_t cap;
-  size_t n;
-};
-
-static void *ht_find(const struct htab *t, uint64_t h, const void *key,
-                     bool (*eq)(const void *item, const void *key))
-{
-  size_t mask, i;
-
-  if (!t->cap)
-    return NULL;
-  mask = t->cap - 1;
-  for (i = h & mask; t->s[i].item; i = (i + 1) & mask)
-    if (t->s[i].h == h && eq(t->s[i].item, key))
-      return t->s[i].item;
-  return NULL;
-}
-
-static void ht_place(struct hslot *s, size_t cap, uint64_t h, void *item)
-{
-  size_t mask = cap - 1, i = h & mask;
-
-  while (s[i].item)
-    i = (i + 1) & mask;
-  s[i].h = h;
-  s[i].item = item;
-}
-
-/* Adds an item known to be absent.  Returns 0 or -ENOMEM. */
-static int ht_insert(struct htab *t, uint64_t h, void *item)
-{
-  if ((t->n + 1) * 4 > t->cap * 3) {
-    size_t cap = t->cap ? t->cap * 2 : 16, i;
-    struct hslot *s = calloc(cap, sizeof(*s));
-
-    if (!s)
-      return -ENOMEM;
-    for (i = 0; i < t->cap; i++)
-      if (t->s[i].item)
-        ht_place(s, cap, t->s[i].h, t->s[i].item);
-    free(t->s);
-    t->s = s;
-    t->cap = cap;
-  }
-  ht_place(t->s, t->cap, h, item);
-  t->n++;
-  return 0;
-}
-
-/* Removes the item (by identity), shifting later members of its probe run
- * back so that lookups never need tombstones. */
-static void ht_remove(struct htab *t, uint64_t h, const void *item)
-{
-  size_t mask, i, j, k;
-
-  if (!t->cap)
-    return;
-  mask = t->cap - 1;
-  for (i = h & mask; t->s[i].item != item; i = (i + 1) & mask)
-    if (!t->s[i].item)
-      return;
-  for (j = i;;) {
-    j = (j + 1) & mask;
-    if (!t->s[j].item)
-      break;
-    k = t->s[j].h & mask;
-    /* s[j] stays when its home slot k lies cyclically in (i, j]. */
-    if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-      continue;
-    t->s[i] = t->s[j];
-    i = j;
-  }
-  t->s[i].item = NULL;
-  t->n--;
-}
-
-static uint64_t mix64(uint64_t x)
-{
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-/* FNV-1a, seeded per registry so that ids chosen by strangers cannot be
- * lined up on one probe run ahead of time. */
-static uint64_t hash_str(uint64_t seed, const char *s)
-{
-  uint64_t h = 0xcbf29ce484222325ULL ^ seed;
-
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-  return mix64(h);
-}
-
-static uint64_t hash_ptr(uint64_t seed, const void *p)
-{
-  return mix64((uint64_t)(uintptr_t)p ^ seed);
-}
-
-/* ---- state ---- */
-
-/* Note [timers]
- *
- * Every deadline is a struct rs_timer embedded in its owner (a job's last
- * call, progress and forget timers; a node's join and keepalive timers; a
- * KV wait) and kept in one binary min-heap of pointers.  Each timer knows
- * its heap index, so arming, moving and cancelling are O(log n), and
- * freeing an owner cancels its timers (no dangling entries).  The heap's
- * capacity is reserved when an owner is created (r->timers counts the
- * embedded timers), so arming a timer never allocates and cannot fail.
- *
- * Keepalive is lazy: a message only stores last_seen (O(1)); the node's
- * keepalive timer stays where it was armed, and when it fires it either
- * finds the node silent for the whole period (dead) or moves itself to
- * last_seen + period.  So rs_tick touches a live node about once per
- * period, never on every message, and never scans the nodes. */
-enum tkind {
-  T_LAST_CALL,    /* struct job, t_last_call */
-  T_PROGRESS,     /* struct job, t_progress */
-  T_FORGET,       /* struct job, t_forget */
-  T_JOIN,         /* struct node, t_join */
-  T_ALIVE,        /* struct node, t_alive */
-  T_KV_WAIT,      /* struct waiter, t */
-};
-
-struct rs_timer {
-  double at;
-  size_t idx;                   /* heap index, T_IDLE when not armed */
-  enum tkind kind;
-};
-
-enum phase { PH_GATHERING, PH_LAST_CALL, PH_RUNNING, PH_CLOSED, PH_FINISHED };
-
-/* Note [node states]
- *
- * NS_PART: a participant of the current round: gathering (joined it) or
- *   running (has a rank).
- * NS_SPARE: joined, but not in the round: the waiting list.  Spares are
- *   kept in join order and promoted to participants while there is room
- *   (participants + outstanding < max_nodes).  Their join timeout runs
- *   from their JOIN, as a gathering participant's does.
- * NS_IDLE: a node of the job that has not joined the current round.  With
- *   expected set it was a participant of the previous round, was told to
- *   restart, and has a place reserved until the round completes
- *   ("outstanding"); a round of restarting nodes completes as soon as none
- *   is outstanding.  Status calls this state "left". */
-enum nstate { NS_IDLE, NS_PART, NS_SPARE };
-
-struct conn {
-  void *conn;
-  uint64_t h;
-  struct node *node;            /* NULL when not (or no longer) joined */
-  bool dropped;                 /* drop was called: ignore what follows */
-  char peer[RP_MAX_ADDR + 1];   /* rs_set_peer_addr, or "" */
-};
-
-struct barrier {
-  struct barrier *next;
-  int count;                    /* participants that entered */
-  bool done;
-  char name[RP_MAX_ID + 1];
-};
-
-struct kv {
-  uint64_t h;
-  size_t len;
-  char *value;                  /* len bytes + NUL */
-  char key[];
-};
-
-struct wkey {                   /* the GETs waiting for one key */
-  uint64_t h;
-  struct waiter *head;
-  char key[];
-};
-
-struct waiter {
-  struct node *node;
-  struct wkey *wk;
-  struct waiter *kprev, *knext; /* wk's list */
-  struct waiter *nprev, *nnext; /* node's list */
-  double wait;
-  struct rs_timer t;
-};
-
-struct node {
-  struct job *job;
-  struct conn *c;
-  struct node *prev, *next;     /* job->nodes, creation order */
-  struct node *sprev, *snext;   /* job->spares, join order */
-  struct waiter *waiters;
-  struct barrier *barrier;      /* the pending barrier it entered */
-  enum nstate state;
-  bool expected;
-  int rank;                     /* in the running round, else -1 */
-  int prev_rank;                /* in the previous round, else -1 */
-  uint64_t seq;                 /* join order */
-  double join_at, last_seen;
-  struct rs_timer t_join, t_alive;
-  int64_t pid;
-  int nproc, master_port;
-  char host[RP_MAX_ADDR + 1];
-  char addr[RP_MAX_ADDR + 1];   /* as joined; "" = the peer address */
-};
-
-struct job {
-  struct job *prev, *next;      /* registry list, creation order */
-  struct job *eprev, *enext;    /* registry's empty list (no node) */
-  bool empty_listed;
-  uint64_t h;
-  struct rp_conf conf;
-  enum phase phase;
-  int round, restart_count, world_size;
-  int n_nodes, n_part, n_outstanding, n_spares;
-  int64_t sum_nproc;            /* over all nodes: bounds any world size */
-  bool restarting;              /* the round started with nodes expected */
-  bool exit_passed;             /* the running round passed "exit" */
-  bool progress_dirty;
-  double deadline;              /* last call */
-  double progress_last;
-  uint64_t seq;
-  struct rs_timer t_last_call, t_progress, t_forget;
-  struct node *nodes, *nodes_tail;
-  struct node *spares, *spares_tail;
-  struct node **order;          /* scratch for ranking, >= n_nodes */
-  size_t order_cap;
-  struct barrier *barriers;
-  int n_barriers;
-  struct htab kv;
-  size_t kv_bytes;
-  struct htab waits;            /* key -> struct wkey */
-  int n_waiters;
-  char id[RP_MAX_ID + 1];
-};
-
-struct rs_registry {
-  struct rs_sink sink;
-  struct rs_limits lim;
-  uint64_t seed;
-  struct htab jobs;             /* id -> struct job */
-  struct htab conns;            /* conn pointer -> struct conn */
-  struct job *jobs_head, *jobs_tail;
-  struct job *empty_head, *empty_tail;  /* jobs with no node, oldest first */
-  int n_jobs, n_nodes;
-  size_t kv_total;              /* every job's kv_bytes */
-  struct rs_timer **heap;
-  size_t heap_n, heap_cap;
-  size_t timers;                /* embedded timers alive: heap_cap >= */
-  bool busy;                    /* an entry point is running */
-};
 
 /* ---- small helpers ---- */
 
@@ -347,11 +80,6 @@ static void say(const struct rs_registry *r, const char *f, ...)
   r->sink.log(r->sink.ctx, line);
 }
 
-static double clamp_secs(double s)
-{
-  return s < 0 ? 0 : s > WIRE_MAX_SECONDS ? WIRE_MAX_SECONDS : s;
-}
-
 static bool job_eq(const void *item, const void *key)
 {
   return strcmp(((const struct job *)item)->id, key) == 0;
@@ -372,17 +100,10 @@ static bool wkey_eq(const void *item, const void *key)
   return strcmp(((const struct wkey *)item)->key, key) == 0;
 }
 
-static const char *node_addr(const struct node *n)
-{
-  if (n->addr[0])
-    return n->addr;
-  return n->c->peer[0] ? n->c->peer : "127.0.0.1";
-}
-
 static void describe(const struct node *n, char *buf, size_t size)
 {
   fmt(buf, size, "node %s (%s, pid %" PRId64 ")", n->host[0] ? n->host : "?",
-      node_addr(n), n->pid);
+      rs__node_addr(n), n->pid);
 }
 
 static const char *phase_name(enum phase p)
@@ -399,110 +120,6 @@ static const char *phase_name(enum phase p)
 static bool gathering(const struct job *job)
 {
   return job->phase == PH_GATHERING || job->phase == PH_LAST_CALL;
-}
-
-/* ---- timers (Note [timers]) ---- */
-
-static void heap_put(struct rs_registry *r, size_t i, struct rs_timer *t)
-{
-  r->heap[i] = t;
-  t->idx = i;
-}
-
-static void heap_up(struct rs_registry *r, size_t i)
-{
-  struct rs_timer *t = r->heap[i];
-
-  while (i) {
-    size_t p = (i - 1) / 2;
-
-    if (!(t->at < r->heap[p]->at))
-      break;
-    heap_put(r, i, r->heap[p]);
-    i = p;
-  }
-  heap_put(r, i, t);
-}
-
-static void heap_down(struct rs_registry *r, size_t i)
-{
-  struct rs_timer *t = r->heap[i];
-
-  for (;;) {
-    size_t c = 2 * i + 1;
-
-    if (c >= r->heap_n)
-      break;
-    if (c + 1 < r->heap_n && r->heap[c + 1]->at < r->heap[c]->at)
-      c++;
-    if (!(r->heap[c]->at < t->at))
-      break;
-    heap_put(r, i, r->heap[c]);
-    i = c;
-  }
-  heap_put(r, i, t);
-}
-
-static void timer_init(struct rs_timer *t, enum tkind kind)
-{
-  t->at = 0;
-  t->idx = T_IDLE;
-  t->kind = kind;
-}
-
-static bool timer_armed(const struct rs_timer *t)
-{
-  return t->idx != T_IDLE;
-}
-
-static void timer_set(struct rs_registry *r, struct rs_timer *t, double at)
-{
-  double old = t->at;
-
-  t->at = at;
-  if (!timer_armed(t)) {
-    heap_put(r, r->heap_n++, t);
-    heap_up(r, t->idx);
-  } else if (at < old) {
-    heap_up(r, t->idx);
-  } else {
-    heap_down(r, t->idx);
-  }
-}
-
-static void timer_clear(struct rs_registry *r, struct rs_timer *t)
-{
-  size_t i = t->idx;
-  struct rs_timer *last;
-
-  if (i == T_IDLE)
-    return;
-  t->idx = T_IDLE;
-  last = r->heap[--r->heap_n];
-  if (i < r->heap_n) {
-    heap_put(r, i, last);
-    heap_up(r, i);
-    heap_down(r, last->idx);
-  }
-}
-
-/* Makes room in the heap for k more embedded timers. */
-static int timers_reserve(struct rs_registry *r, size_t k)
-{
-  if (r->timers + k > r->heap_cap) {
-    size_t cap = r->heap_cap ? r->heap_cap : 64;
-    struct rs_timer **h;
-
-    while (cap < r->timers + k)
-      cap *= 2;
-    h = realloc(r->heap, cap * sizeof(*h));
-    if (!h)
-      return -ENOMEM;
-    r->heap = h;
-    r->heap_cap = cap;
-  }
-  r->timers += k;
-  return 0;
 }
 
 /* ---- sending ---- */
@@ -543,7 +160,7 @@ static int refuse(const struct rs_registry *r, void *conn,
 
 static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
 {
-  uint64_t h = hash_ptr(r->seed, conn);
+  uint64_t h = ht_hash_ptr(r->seed, conn);
   struct conn *c = ht_find(&r->conns, h, conn, conn_eq);
 
   if (c || !create)
@@ -583,9 +200,9 @@ static void send_waiting(const struct rs_registry *r, const struct job *job,
   w->present = job->n_part;
   w->min_nodes = job->conf.min_nodes;
   w->max_nodes = job->conf.max_nodes;
-  w->deadline = clamp_secs(n->join_at + job->conf.join_timeout - now);
+  w->deadline = rs__clamp_secs(n->join_at + job->conf.join_timeout - now);
   w->last_call = job->phase == PH_LAST_CALL
-                   ? clamp_secs(job->deadline - now) : -1;
+                   ? rs__clamp_secs(job->deadline - now) : -1;
   send_msg(r, n->c->conn, &m);
 }
 
@@ -649,8 +266,8 @@ static void waiter_free(struct rs_registry *r, struct job *job,
     w->node->waiters = w->nnext;
   if (w->nnext)
     w->nnext->nprev = w->nprev;
-  timer_clear(r, &w->t);
-  r->timers--;
+  th_clear(&r->heap, &w->t);
+  th_unreserve(&r->heap, 1);
   job->n_waiters--;
   free(w);
 }
@@ -697,9 +314,9 @@ static void node_free(struct rs_registry *r, struct node *n)
     n->barrier->count--;
   while (n->waiters)
     waiter_free(r, job, n->waiters);
-  timer_clear(r, &n->t_join);
-  timer_clear(r, &n->t_alive);
-  r->timers -= 2;
+  th_clear(&r->heap, &n->t_join);
+  th_clear(&r->heap, &n->t_alive);
+  th_unreserve(&r->heap, 2);
   if (n->prev)
     n->prev->next = n->next;
   else
@@ -744,7 +361,7 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   n = calloc(1, sizeof(*n));
   if (!n)
     return NULL;
-  if (timers_reserve(r, 2)) {
+  if (th_reserve(&r->heap, 2)) {
     free(n);
     return NULL;
   }
@@ -755,9 +372,9 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   n->state = NS_IDLE;
   n->rank = n->prev_rank = -1;
   n->last_seen = now;
-  timer_init(&n->t_join, T_JOIN);
-  timer_init(&n->t_alive, T_ALIVE);
-  timer_set(r, &n->t_alive, now + job->conf.keepalive_interval *
+  th_init(&n->t_join, T_JOIN);
+  th_init(&n->t_alive, T_ALIVE);
+  th_set(&r->heap, &n->t_alive, now + job->conf.keepalive_interval *
                                     job->conf.keepalive_misses);
   n->prev = job->nodes_tail;
   if (job->nodes_tail)
@@ -769,7 +386,7 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   job->sum_nproc += n->nproc;
   r->n_nodes++;
   empty_remove(r, job);
-  timer_clear(r, &job->t_forget);
+  th_clear(&r->heap, &job->t_forget);
   return n;
 }
 
@@ -806,10 +423,10 @@ static void job_free(struct rs_registry *r, struct job *job)
   empty_remove(r, job);
   free(job->waits.s);           /* empty: waits die with their nodes */
   free(job->order);
-  timer_clear(r, &job->t_last_call);
-  timer_clear(r, &job->t_progress);
-  timer_clear(r, &job->t_forget);
-  r->timers -= 3;
+  th_clear(&r->heap, &job->t_last_call);
+  th_clear(&r->heap, &job->t_progress);
+  th_clear(&r->heap, &job->t_forget);
+  th_unreserve(&r->heap, 3);
   ht_remove(&r->jobs, job->h, job);
   if (job->prev)
     job->prev->next = job->next;
@@ -825,7 +442,7 @@ static void job_free(struct rs_registry *r, struct job *job)
 
 static struct job *job_find(const struct rs_registry *r, const char *id)
 {
-  return ht_find(&r->jobs, hash_str(r->seed, id), id, job_eq);
+  return ht_find(&r->jobs, ht_hash_str(r->seed, id), id, job_eq);
 }
 
 static void lower(const struct rs_registry *r, const struct job *job,
@@ -870,22 +487,22 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   if (!job)
     return NULL;
   copy_str(job->id, sizeof job->id, j->id);
-  job->h = hash_str(r->seed, job->id);
-  if (timers_reserve(r, 3)) {
+  job->h = ht_hash_str(r->seed, job->id);
+  if (th_reserve(&r->heap, 3)) {
     free(job);
     return NULL;
   }
   if (ht_insert(&r->jobs, job->h, job)) {
-    r->timers -= 3;
+    th_unreserve(&r->heap, 3);
     free(job);
     return NULL;
   }
   job->conf = *cf;
   job->phase = PH_GATHERING;
   job->progress_last = now;
-  timer_init(&job->t_last_call, T_LAST_CALL);
-  timer_init(&job->t_progress, T_PROGRESS);
-  timer_init(&job->t_forget, T_FORGET);
+  th_init(&job->t_last_call, T_LAST_CALL);
+  th_init(&job->t_progress, T_PROGRESS);
+  th_init(&job->t_forget, T_FORGET);
   job->prev = r->jobs_tail;
   if (r->jobs_tail)
     r->jobs_tail->next = job;
@@ -897,7 +514,7 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   ceilings(r, job);
   /* Forgotten unless a node arrives (node_create cancels this). */
   cf = &job->conf;
-  timer_set(r, &job->t_forget, now + cf->close_timeout);
+  th_set(&r->heap, &job->t_forget, now + cf->close_timeout);
   say(r, "job %s: created (nodes %d..%d, max_restarts %d, join_timeout "
       "%g s, last_call %g s, close_timeout %g s, keepalive %g s x %d)",
       job->id, cf->min_nodes, cf->max_nodes, cf->max_restarts,
@@ -912,8 +529,8 @@ static void progress_changed(struct rs_registry *r, struct job *job,
                              double now)
 {
   job->progress_dirty = true;
-  if (!timer_armed(&job->t_progress))
-    timer_set(r, &job->t_progress,
+  if (!th_armed(&job->t_progress))
+    th_set(&r->heap, &job->t_progress,
               fmax(now, job->progress_last + PROGRESS_PERIOD));
 }
 
@@ -965,12 +582,12 @@ static void complete_round(struct rs_registry *r, struct job *job)
   rd->restart_count = job->restart_count;
   rd->group_world_size = (int)k;
   rd->world_size = job->world_size;
-  copy_str(rd->master_addr, sizeof rd->master_addr, node_addr(master));
+  copy_str(rd->master_addr, sizeof rd->master_addr, rs__node_addr(master));
   rd->master_port = master->master_port;
   for (i = 0; i < k; i++) {
     n = job->order[i];
     n->rank = (int)i;
-    timer_clear(r, &n->t_join);
+    th_clear(&r->heap, &n->t_join);
     rd->group_rank = (int)i;
     rd->rank_offset = offset;
     offset += n->nproc;
@@ -980,8 +597,8 @@ static void complete_round(struct rs_registry *r, struct job *job)
   job->restarting = false;
   job->exit_passed = false;
   job->progress_dirty = false;
-  timer_clear(r, &job->t_last_call);
-  timer_clear(r, &job->t_progress);
+  th_clear(&r->heap, &job->t_last_call);
+  th_clear(&r->heap, &job->t_progress);
   say(r, "job %s: round %d complete: %zu node%s, world size %d, master "
       "%s:%d", job->id, job->round, k, k == 1 ? "" : "s", job->world_size,
       rd->master_addr, rd->master_port);
@@ -1005,10 +622,10 @@ static void decide(struct rs_registry *r, struct job *job, double now)
     }
     job->phase = PH_LAST_CALL;
     job->deadline = now + cf->last_call_timeout;
-    timer_set(r, &job->t_last_call, job->deadline);
+    th_set(&r->heap, &job->t_last_call, job->deadline);
   } else if (job->phase == PH_LAST_CALL) {
     job->phase = PH_GATHERING;
-    timer_clear(r, &job->t_last_call);
+    th_clear(&r->heap, &job->t_last_call);
   }
 }
 
@@ -1056,8 +673,8 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   job->exit_passed = false;
   job->progress_dirty = false;
   job->progress_last = now;
-  timer_clear(r, &job->t_last_call);
-  timer_clear(r, &job->t_progress);
+  th_clear(&r->heap, &job->t_last_call);
+  th_clear(&r->heap, &job->t_progress);
   for (n = job->nodes; n; n = n->next) {
     n->barrier = NULL;
     if (n->state != NS_PART)
@@ -1082,8 +699,8 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
                     bool success, const char *text)
 {
   job->phase = success ? PH_FINISHED : PH_CLOSED;
-  timer_clear(r, &job->t_last_call);
-  timer_clear(r, &job->t_progress);
+  th_clear(&r->heap, &job->t_last_call);
+  th_clear(&r->heap, &job->t_progress);
   say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
   while (job->nodes) {
     struct conn *c = job->nodes->c;
@@ -1093,7 +710,7 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
     conn_drop(r, c->conn);
   }
   barriers_free(job);
-  timer_set(r, &job->t_forget, now + job->conf.close_timeout);
+  th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
 static void barrier_check(struct rs_registry *r, struct job *job,
@@ -1144,8 +761,8 @@ static void job_settle(struct rs_registry *r, struct job *job, double now,
     for (b = job->barriers; b; b = b->next)
       barrier_check(r, job, b);
   }
-  if (!job->n_nodes && !timer_armed(&job->t_forget))
-    timer_set(r, &job->t_forget, now + job->conf.close_timeout);
+  if (!job->n_nodes && !th_armed(&job->t_forget))
+    th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
 /* Removes n (the caller logged why).  A participant of a running round
@@ -1164,7 +781,7 @@ static void node_remove(struct rs_registry *r, struct node *n, double now,
     node_free(r, n);
     start_round(r, job, now, text, NULL);
     if (!job->n_nodes)
-      timer_set(r, &job->t_forget, now + job->conf.close_timeout);
+      th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
     return;
   }
   node_free(r, n);
@@ -1209,7 +826,7 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
 
   n->seq = ++job->seq;
   n->join_at = now;
-  timer_set(r, &n->t_join, now + job->conf.join_timeout);
+  th_set(&r->heap, &n->t_join, now + job->conf.join_timeout);
   describe(n, d, sizeof d);
   if (gathering(job)) {
     if (n->expected ||
@@ -1500,7 +1117,7 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
                          int *err)
 {
   struct job *job = n->job;
-  uint64_t h = hash_str(r->seed, key);
+  uint64_t h = ht_hash_str(r->seed, key);
   struct kv *e = ht_find(&job->kv, h, key, kv_eq);
   size_t klen = strlen(key), old = e ? klen + e->len : 0;
   bool fresh = !e;
@@ -1563,7 +1180,7 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
                    double wait, double now)
 {
   struct job *job = n->job;
-  uint64_t h = hash_str(r->seed, key);
+  uint64_t h = ht_hash_str(r->seed, key);
   struct wkey *wk = ht_find(&job->waits, h, key, wkey_eq);
   struct waiter *w;
   size_t klen = strlen(key);
@@ -1572,7 +1189,7 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
     return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "too many waiting gets (%d)", job->n_waiters);
   w = calloc(1, sizeof(*w));
-  if (!w || timers_reserve(r, 1)) {
+  if (!w || th_reserve(&r->heap, 1)) {
     free(w);
     return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
   }
@@ -1581,7 +1198,7 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
     if (!wk || ht_insert(&job->waits, h, wk)) {
       free(wk);
       free(w);
-      r->timers--;
+      th_unreserve(&r->heap, 1);
       return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
     }
     wk->h = h;
@@ -1599,8 +1216,8 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
     n->waiters->nprev = w;
   n->waiters = w;
   job->n_waiters++;
-  timer_init(&w->t, T_KV_WAIT);
-  timer_set(r, &w->t, now + wait);
+  th_init(&w->t, T_KV_WAIT);
+  th_set(&r->heap, &w->t, now + wait);
   return 0;
 }
 
@@ -1633,7 +1250,7 @@ static int on_kv(struct rs_registry *r, struct node *n,
 
   if (!key_ok(kv->key))
     return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
-  e = ht_find(&job->kv, hash_str(r->seed, kv->key), kv->key, kv_eq);
+  e = ht_find(&job->kv, ht_hash_str(r->seed, kv->key), kv->key, kv_eq);
   switch (m->op) {
   case RP_KV_SET:
     if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))
@@ -1702,7 +1319,7 @@ static bool status_job(const struct job *job, double now, bool with_nodes,
        jnum(o, "participants", job->n_part) &&
        jnum(o, "waiting", job->n_spares) &&
        (job->phase != PH_LAST_CALL ||
-        jnum(o, "last_call", clamp_secs(job->deadline - now))) &&
+        jnum(o, "last_call", rs__clamp_secs(job->deadline - now))) &&
        (bars = cJSON_AddObjectToObject(o, "barriers")) &&
        jnum(o, "kv_keys", (double)job->kv.n);
   for (b = job->barriers; ok && b; b = b->next)
@@ -1716,7 +1333,7 @@ static bool status_job(const struct job *job, double now, bool with_nodes,
       cJSON_Delete(no);
       break;
     }
-    ok = jstr(no, "host", n->host) && jstr(no, "addr", node_addr(n)) &&
+    ok = jstr(no, "host", n->host) && jstr(no, "addr", rs__node_addr(n)) &&
          jnum(no, "pid", (double)n->pid) && jnum(no, "nproc", n->nproc) &&
          jnum(no, "rank", job->phase == PH_RUNNING && n->state == NS_PART
                             ? n->rank : -1) &&
@@ -1810,7 +1427,7 @@ struct rs_registry *rs_create(const struct rs_sink *sink,
   if (limits)
     r->lim = *limits;
   rs_limits_default(&r->lim);
-  r->seed = mix64((uint64_t)(uintptr_t)r);
+  r->seed = ht_mix64((uint64_t)(uintptr_t)r);
   return r;
 }
 
@@ -1827,7 +1444,7 @@ void rs_destroy(struct rs_registry *r)
     free(r->conns.s[i].item);
   free(r->conns.s);
   free(r->jobs.s);
-  free(r->heap);
+  th_free(&r->heap);
   free(r);
 }
 
@@ -1930,7 +1547,7 @@ static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
   char why[64];
 
   if (now < n->last_seen + period) {
-    timer_set(r, &n->t_alive, n->last_seen + period);
+    th_set(&r->heap, &n->t_alive, n->last_seen + period);
     return;
   }
   void *conn = n->c->conn;
@@ -1992,10 +1609,10 @@ static double tick(struct rs_registry *r, double now)
 {
   struct job *job;
 
-  while (r->heap_n && r->heap[0]->at <= now) {
-    struct rs_timer *t = r->heap[0];
+  struct th_timer *t;
 
-    timer_clear(r, t);
+  while ((t = th_top(&r->heap)) && t->at <= now) {
+    th_clear(&r->heap, t);
     switch (t->kind) {
     case T_LAST_CALL:
       job = container_of(t, struct job, t_last_call);
@@ -2023,7 +1640,8 @@ static double tick(struct rs_registry *r, double now)
       break;
     }
   }
-  return r->heap_n ? r->heap[0]->at : -1;
+  t = th_top(&r->heap);
+  return t ? t->at : -1;
 }
 
 double rs_tick(struct rs_registry *r, double now)
