@@ -877,6 +877,27 @@ static int rejoin(struct rs_registry *r, struct node *n,
   return 0;
 }
 
+/* A refused JOIN: ERROR, then the connection closes; a node of the job
+ * that sent it is removed first (why says how, for the others).  Returns
+ * err for rs_handle. */
+__attribute__((format(printf, 8, 9)))
+static int refuse_join(struct rs_registry *r, void *conn, struct node *n,
+                       double now, const char *why, enum rp_error_code code,
+                       int err, const char *f, ...)
+{
+  char text[RP_MAX_TEXT + 1];
+  va_list ap;
+
+  va_start(ap, f);
+  vsnprintf(text, sizeof text, f, ap);
+  va_end(ap);
+  send_text(r, conn, RP_ERROR, code, false, text);
+  if (n)
+    node_remove(r, n, now, why);
+  conn_drop(r, conn);
+  return err;
+}
+
 /* JOIN: refusals first (they drop the connection unless it already is
  * a node), then a re-join, or a new node (and maybe a new job).  O(1)
  * amortized unless it completes or restarts a round. */
@@ -886,7 +907,6 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
   struct node *n = c ? c->node : NULL;
   const char *problem;
   struct job *job;
-  int err;
 
   if (n && strcmp(n->job->id, j->id) != 0)
     return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
@@ -897,22 +917,17 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
             : conf_problem(&j->conf);
   if (!problem && j->conf.keepalive_interval > r->lim.max_keepalive)
     problem = "keepalive_interval above the server's ceiling";
-  if (problem && !n) {
-    err = refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
-                 problem);
-    conn_drop(r, conn);
-    return err;
-  }
-  if (problem)
+  if (problem && n)             /* a node stays; only this JOIN is bad */
     return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
                   problem);
+  if (problem)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
+                       -EINVAL, "bad join: %s", problem);
   job = n ? n->job : job_find(r, j->id);
-  if (job && (job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
-    err = refuse(r, conn, RP_ERR_CLOSED, -ESHUTDOWN, "job %s %s", job->id,
-                 job->phase == PH_CLOSED ? "is closed" : "has finished");
-    conn_drop(r, conn);
-    return err;
-  }
+  if (job && (job->phase == PH_CLOSED || job->phase == PH_FINISHED))
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_CLOSED, -ESHUTDOWN,
+                       "job %s %s", job->id, job->phase == PH_CLOSED
+                       ? "is closed" : "has finished");
   if (job && (j->conf.min_nodes != job->conf.min_nodes ||
               j->conf.max_nodes != job->conf.max_nodes)) {
     say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
@@ -920,14 +935,11 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
         j->host, j->pid,
         j->conf.min_nodes, j->conf.max_nodes, job->conf.min_nodes,
         job->conf.max_nodes);
-    err = refuse(r, conn, RP_ERR_CONFIG_MISMATCH, -EINVAL,
-                 "min_nodes..max_nodes %d..%d differs from job %s's %d..%d",
-                 j->conf.min_nodes, j->conf.max_nodes, job->id,
-                 job->conf.min_nodes, job->conf.max_nodes);
-    if (n)
-      node_remove(r, n, now, "lost: config mismatch");
-    conn_drop(r, conn);
-    return err;
+    return refuse_join(r, conn, n, now, "lost: config mismatch",
+                       RP_ERR_CONFIG_MISMATCH, -EINVAL,
+                       "min_nodes..max_nodes %d..%d differs from job %s's "
+                       "%d..%d", j->conf.min_nodes, j->conf.max_nodes,
+                       job->id, job->conf.min_nodes, job->conf.max_nodes);
   }
   /* Restarts are counted per job, so every node must agree on how many
    * there may be (each decides alone whether its failure is final). */
@@ -935,13 +947,11 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
     say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
         "mismatch: max_restarts %d, the job has %d", job->id, RP_MAX_ADDR,
         j->host, j->pid, j->conf.max_restarts, job->conf.max_restarts);
-    err = refuse(r, conn, RP_ERR_CONFIG_MISMATCH, -EINVAL,
-                 "max_restarts %d differs from job %s's %d",
-                 j->conf.max_restarts, job->id, job->conf.max_restarts);
-    if (n)
-      node_remove(r, n, now, "lost: config mismatch");
-    conn_drop(r, conn);
-    return err;
+    return refuse_join(r, conn, n, now, "lost: config mismatch",
+                       RP_ERR_CONFIG_MISMATCH, -EINVAL,
+                       "max_restarts %d differs from job %s's %d",
+                       j->conf.max_restarts, job->id,
+                       job->conf.max_restarts);
   }
   if (n)
     return rejoin(r, n, j, now);
@@ -951,28 +961,20 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
         r->lim.max_jobs);
     job_free(r, r->empty_head);
   }
-  if (!job && r->n_jobs >= r->lim.max_jobs) {
-    err = refuse(r, conn, RP_ERR_LIMIT, -ENOSPC, "too many jobs (%d)",
-                 r->lim.max_jobs);
-    conn_drop(r, conn);
-    return err;
-  }
+  if (!job && r->n_jobs >= r->lim.max_jobs)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOSPC,
+                       "too many jobs (%d)", r->lim.max_jobs);
   if (job && (job->n_nodes >= RP_MAX_NODES ||
-              job->sum_nproc + j->nproc > INT_MAX)) {
-    err = refuse(r, conn, RP_ERR_LIMIT, -ENOSPC, "job %s is too large",
-                 job->id);
-    conn_drop(r, conn);
-    return err;
-  }
+              job->sum_nproc + j->nproc > INT_MAX))
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOSPC,
+                       "job %s is too large", job->id);
   if (!job)
     job = job_create(r, j, now);
   c = c ? c : conn_get(r, conn, true);
   n = job && c ? node_create(r, job, c, j, now) : NULL;
-  if (!n) {
-    err = refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-    conn_drop(r, conn);
-    return err;
-  }
+  if (!n)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
+                       "out of memory");
   admit(r, job, n, now);
   return 0;
 }
