@@ -22,6 +22,7 @@
 #define RP_MAX_VALUE 65536          /* kv value bytes */
 #define RP_MAX_TEXT 1024            /* reasons, error messages */
 #define RP_MAX_NODES 100000         /* min/max nodes upper bound */
+#define RP_MAX_STATUS_JOBS 100000   /* status: jobs asked for at most */
 
 enum rp_op {
   RP_OP_INVALID = 0,
@@ -135,9 +136,15 @@ struct rp_text {                  /* RESTART, CLOSED, ERROR */
   char message[RP_MAX_TEXT + 1];
 };
 
+struct rp_status_req {            /* STATUS */
+  char job[RP_MAX_ID + 1];        /* "" = a summary of every job */
+  int limit;                      /* jobs in the summary; 0 = default */
+};
+
 struct rp_msg {
   enum rp_op op;
   union {
+    struct rp_status_req status;
     struct rp_join join;
     struct rp_failure failure;
     struct rp_barrier barrier;

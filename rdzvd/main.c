@@ -19,7 +19,7 @@
 
 static const char usage[] =
   "usage: rdzvd [--host ADDR] [--port PORT] [--max_jobs N] [--quiet]\n"
-  "       rdzvd --status HOST[:PORT] [--json]\n"
+  "       rdzvd --status HOST[:PORT] [--json] [--job ID | --limit N]\n"
   "\n"
   "The cdrun rendezvous daemon: many jobs at once, keyed by rdzv_id.\n"
   "\n"
@@ -33,6 +33,8 @@ static const char usage[] =
   "  --status H[:P]   print the jobs, rounds, phases and nodes of the rdzvd\n"
   "                   at H:P (default port 29400) and exit\n"
   "  --json           with --status: print the raw JSON\n"
+  "  --job ID         with --status: that job only, with its nodes\n"
+  "  --limit N        with --status: at most N jobs (default 100)\n"
   "  --version, -h/--help\n"
   "\n"
   "Limits (man rdzvd, LIMITS; sizes take K, M, G suffixes):\n"
@@ -180,7 +182,8 @@ int main(int argc, char **argv)
 {
   struct rdzvd_server_opts o;
   struct daemon d;
-  const char *status = NULL, *v;
+  const char *status = NULL, *status_job = NULL, *v;
+  int status_limit = 0;
   bool json = false;
   char err[256];
   int i, rc;
@@ -217,6 +220,15 @@ int main(int argc, char **argv)
       o.limits.max_close_timeout = parse_secs("--max_close_timeout", v);
     } else if ((v = flag_value(argc, argv, &i, "max_keepalive"))) {
       o.limits.max_keepalive = parse_secs("--max_keepalive", v);
+    } else if ((v = flag_value(argc, argv, &i, "job"))) {
+      if (!*v || strlen(v) > RP_MAX_ID) {
+        fprintf(stderr, "rdzvd: error: --job: expected a job id of 1 to "
+                "%d bytes\n", RP_MAX_ID);
+        return EXIT_USAGE;
+      }
+      status_job = v;
+    } else if ((v = flag_value(argc, argv, &i, "limit"))) {
+      status_limit = parse_int("--limit", v, 1, RP_MAX_STATUS_JOBS);
     } else if ((v = flag_value(argc, argv, &i, "status"))) {
       status = v;
     } else if (strcmp(argv[i], "--json") == 0) {
@@ -236,7 +248,7 @@ int main(int argc, char **argv)
     }
   }
   if (status)
-    return status_query(status, json);
+    return status_query(status, json, status_job, status_limit);
 
   signal(SIGPIPE, SIG_IGN);
   /* A daemon outlives the terminal that started it. */

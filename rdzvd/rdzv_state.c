@@ -80,10 +80,6 @@ static void say(const struct rs_registry *r, const char *f, ...)
   r->sink.log(r->sink.ctx, line);
 }
 
-static bool job_eq(const void *item, const void *key)
-{
-  return strcmp(((const struct job *)item)->id, key) == 0;
-}
 
 static bool conn_eq(const void *item, const void *key)
 {
@@ -104,17 +100,6 @@ static void describe(const struct node *n, char *buf, size_t size)
 {
   fmt(buf, size, "node %s (%s, pid %" PRId64 ")", n->host[0] ? n->host : "?",
       rs__node_addr(n), n->pid);
-}
-
-static const char *phase_name(enum phase p)
-{
-  static const char *const names[] = {
-    [PH_GATHERING] = "gathering", [PH_LAST_CALL] = "last_call",
-    [PH_RUNNING] = "running", [PH_CLOSED] = "closed",
-    [PH_FINISHED] = "finished",
-  };
-
-  return names[p];
 }
 
 static bool gathering(const struct job *job)
@@ -442,7 +427,7 @@ static void job_free(struct rs_registry *r, struct job *job)
 
 static struct job *job_find(const struct rs_registry *r, const char *id)
 {
-  return ht_find(&r->jobs, ht_hash_str(r->seed, id), id, job_eq);
+  return ht_find(&r->jobs, ht_hash_str(r->seed, id), id, rs__job_eq);
 }
 
 static void lower(const struct rs_registry *r, const struct job *job,
@@ -1281,111 +1266,22 @@ static int on_kv(struct rs_registry *r, struct node *n,
   }
 }
 
-/* ---- STATUS ---- */
+/* ---- STATUS (the report itself: status_render.c) ---- */
 
-static bool jnum(cJSON *o, const char *k, double v)
-{
-  return cJSON_AddNumberToObject(o, k, v) != NULL;
-}
-
-static bool jstr(cJSON *o, const char *k, const char *v)
-{
-  return cJSON_AddStringToObject(o, k, v) != NULL;
-}
-
-static bool status_job(const struct job *job, double now, bool with_nodes,
-                       cJSON *o)
-{
-  static const char *const states[] = {
-    [NS_IDLE] = "left", [NS_PART] = "participant", [NS_SPARE] = "waiting",
-  };
-  const struct rp_conf *cf = &job->conf;
-  const struct barrier *b;
-  const struct node *n;
-  cJSON *conf, *nodes, *bars = NULL, *no;
-  bool ok;
-
-  ok = jstr(o, "id", job->id) && jstr(o, "phase", phase_name(job->phase)) &&
-       jnum(o, "round", job->round) &&
-       jnum(o, "restart_count", job->restart_count) &&
-       (conf = cJSON_AddObjectToObject(o, "conf")) &&
-       jnum(conf, "min_nodes", cf->min_nodes) &&
-       jnum(conf, "max_nodes", cf->max_nodes) &&
-       jnum(conf, "max_restarts", cf->max_restarts) &&
-       jnum(conf, "join_timeout", cf->join_timeout) &&
-       jnum(conf, "last_call_timeout", cf->last_call_timeout) &&
-       jnum(conf, "close_timeout", cf->close_timeout) &&
-       jnum(conf, "keepalive_interval", cf->keepalive_interval) &&
-       jnum(conf, "keepalive_misses", cf->keepalive_misses) &&
-       jnum(o, "world_size", job->world_size) &&
-       jnum(o, "participants", job->n_part) &&
-       jnum(o, "waiting", job->n_spares) &&
-       (job->phase != PH_LAST_CALL ||
-        jnum(o, "last_call", rs__clamp_secs(job->deadline - now))) &&
-       (bars = cJSON_AddObjectToObject(o, "barriers")) &&
-       jnum(o, "kv_keys", (double)job->kv.n);
-  for (b = job->barriers; ok && b; b = b->next)
-    ok = jnum(bars, b->name, b->count);
-  if (!ok || !with_nodes)
-    return ok && (with_nodes || cJSON_AddTrueToObject(o, "nodes_omitted"));
-  ok = (nodes = cJSON_AddArrayToObject(o, "nodes")) != NULL;
-  for (n = job->nodes; ok && n; n = n->next) {
-    ok = (no = cJSON_CreateObject()) && cJSON_AddItemToArray(nodes, no);
-    if (!ok) {
-      cJSON_Delete(no);
-      break;
-    }
-    ok = jstr(no, "host", n->host) && jstr(no, "addr", rs__node_addr(n)) &&
-         jnum(no, "pid", (double)n->pid) && jnum(no, "nproc", n->nproc) &&
-         jnum(no, "rank", job->phase == PH_RUNNING && n->state == NS_PART
-                            ? n->rank : -1) &&
-         jstr(no, "state", states[n->state]);
-  }
-  return ok;
-}
-
-static cJSON *status(const struct rs_registry *r, double now,
-                     bool with_nodes)
-{
-  cJSON *root = cJSON_CreateObject(), *jobs = NULL, *o;
-  const struct job *job;
-  bool ok;
-
-  ok = root && (jobs = cJSON_AddArrayToObject(root, "jobs")) &&
-       jnum(root, "nodes", r->n_nodes);
-  for (job = r->jobs_head; ok && job; job = job->next) {
-    ok = (o = cJSON_CreateObject()) && cJSON_AddItemToArray(jobs, o);
-    if (!ok)
-      cJSON_Delete(o);
-    else
-      ok = status_job(job, now, with_nodes, o);
-  }
-  if (!ok) {
-    cJSON_Delete(root);
-    return NULL;
-  }
-  return root;
-}
-
-cJSON *rs_status(const struct rs_registry *r, double now)
-{
-  return status(r, now, true);
-}
-
-static int on_status(struct rs_registry *r, void *conn, double now)
+static int on_status(struct rs_registry *r, void *conn,
+                     const struct rp_status_req *q, double now)
 {
   struct rp_msg m;
-  cJSON *st = status(r, now, true);
-  char *s = st ? cJSON_PrintUnformatted(st) : NULL;
+  cJSON *st;
+  char *s;
+  int err;
 
+  st = rs_status_query(r, q, now, &err);
+  if (!st && err == -ENOENT)
+    return refuse(r, conn, RP_ERR_BAD_REQUEST, err, "no job %.*s",
+                  RP_MAX_ID, q->job);
+  s = st ? cJSON_PrintUnformatted(st) : NULL;
   cJSON_Delete(st);
-  /* Too big for one frame: the node lists go. */
-  if (s && strlen(s) > RP_MAX_FRAME - 4096) {
-    cJSON_free(s);
-    st = status(r, now, false);
-    s = st ? cJSON_PrintUnformatted(st) : NULL;
-    cJSON_Delete(st);
-  }
   if (!s)
     return refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
   memset(&m, 0, sizeof m);
@@ -1466,7 +1362,7 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_JOIN:
     return on_join(r, c, conn, &m->u.join, now);
   case RP_STATUS:
-    return on_status(r, conn, now);
+    return on_status(r, conn, &m->u.status, now);
   case RP_KEEPALIVE:
   case RP_FAILURE:
   case RP_BARRIER:

@@ -166,11 +166,26 @@ double rs_tick(struct rs_registry *r, double now);
 int rs_job_count(const struct rs_registry *r);
 int rs_node_count(const struct rs_registry *r);
 
-/* A JSON object describing every job (id, phase, round, restart_count,
- * conf, nodes with addr/host/pid/nproc/rank/state, waiting list, barrier
- * counts, kv key count).  A node's state is "participant", "waiting" (the
- * waiting list) or "left" (not back since RESTART).  Caller frees with
+/* The status report (status_render.c): a JSON object with "nodes" (the
+ * count), "jobs_total", "jobs_shown", "truncated" and "jobs", each job
+ * with id, phase, round, restart_count, conf, world_size, participants,
+ * waiting, barrier counts, kv key count and its nodes (addr, host, pid,
+ * nproc, rank, state: "participant", "waiting" (the waiting list) or
+ * "left" (not back since RESTART)).
+ *
+ * Its work and size are proportional to what it shows, never to what the
+ * daemon holds: q NULL or q->job "" is a summary of the first q->limit
+ * jobs (default 100) in creation order, node lists only for jobs of at
+ * most 64 nodes ("nodes_omitted" otherwise), and "truncated" when jobs
+ * were left out; q->job names one job, with as many of its nodes as fit
+ * ("nodes_truncated" otherwise).  Either always fits one frame.  Returns
+ * NULL with *err -ENOENT for an unknown job, -ENOMEM.  Caller frees with
  * cJSON_Delete. */
+struct cJSON *rs_status_query(const struct rs_registry *r,
+                              const struct rp_status_req *q, double now,
+                              int *err);
+
+/* rs_status_query(r, NULL, now, &ignored). */
 struct cJSON *rs_status(const struct rs_registry *r, double now);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hashtab.h"
 #include "rdzv_state.h"
@@ -158,6 +159,11 @@ static inline const char *rs__node_addr(const struct node *n)
   if (n->addr[0])
     return n->addr;
   return n->c->peer[0] ? n->c->peer : "127.0.0.1";
+}
+
+static inline bool rs__job_eq(const void *item, const void *key)
+{
+  return strcmp(((const struct job *)item)->id, key) == 0;
 }
 
 static inline double rs__clamp_secs(double s)

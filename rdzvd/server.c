@@ -4,6 +4,7 @@
  * machine's next deadline. */
 #include "server.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -581,6 +582,44 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
   *buf = uv_buf_init(c->buf + c->len, (unsigned int)(c->cap - c->len));
 }
 
+/* STATUS, answered here: the machine's report (its size bounded by what
+ * it shows, Note [status size]) and the server's own figures. */
+static void server_status(struct conn *c, const struct rp_status_req *q)
+{
+  struct rdzvd_server *s = c->s;
+  struct rp_msg m;
+  cJSON *st, *sv = NULL;
+  char *text = NULL;
+  int err;
+
+  st = rs_status_query(s->reg, q, now_s(s), &err);
+  if (st && (sv = cJSON_AddObjectToObject(st, "server")) &&
+      cJSON_AddNumberToObject(sv, "connections", s->n_conns) &&
+      cJSON_AddNumberToObject(sv, "max_conns", s->lim.max_conns) &&
+      cJSON_AddNumberToObject(sv, "input_bytes", (double)s->in_bytes) &&
+      cJSON_AddNumberToObject(sv, "input_budget",
+                              (double)s->lim.input_budget) &&
+      cJSON_AddNumberToObject(sv, "reading_paused", s->n_paused) &&
+      cJSON_AddNumberToObject(sv, "output_bytes", (double)s->out_bytes) &&
+      cJSON_AddNumberToObject(sv, "output_budget",
+                              (double)s->lim.output_budget))
+    text = cJSON_PrintUnformatted(st);
+  cJSON_Delete(st);
+  memset(&m, 0, sizeof m);
+  if (text) {
+    m.op = RP_STATUS_REPLY;
+    m.u.status_json = text;
+  } else {
+    m.op = RP_ERROR;
+    m.u.text.code = err == -ENOENT ? RP_ERR_BAD_REQUEST : RP_ERR_LIMIT;
+    snprintf(m.u.text.message, sizeof m.u.text.message, "%s%.*s",
+             err == -ENOENT ? "no job " : "out of memory",
+             err == -ENOENT ? RP_MAX_ID : 0, q->job);
+  }
+  sink_send(s, c, &m);
+  cJSON_free(text);
+}
+
 /* One decoded message from c, for the machine.  Stops the frame loop
  * once c is going away. */
 static int on_frame(void *ctx, struct rp_msg *m)
@@ -589,6 +628,10 @@ static int on_frame(void *ctx, struct rp_msg *m)
   struct rdzvd_server *s = c->s;
   int rc;
 
+  if (m->op == RP_STATUS) {
+    server_status(c, &m->u.status);
+    return c->closing || c->close_pending || c->drop_after_write;
+  }
   machine_enter(s);
   rc = rs_handle(s->reg, c, m, now_s(s));
   machine_leave(s);

@@ -387,7 +387,7 @@ START_TEST(rt_no_fields)
   static const struct { enum rp_op op; const char *body; } t[] = {
     { RP_KEEPALIVE, "{\"v\":1,\"op\":\"keepalive\"}" },
     { RP_LEAVE, "{\"v\":1,\"op\":\"leave\"}" },
-    { RP_STATUS, "{\"v\":1,\"op\":\"status\"}" },
+    { RP_STATUS, "{\"v\":1,\"op\":\"status\",\"job\":\"\",\"limit\":0}" },
     { RP_PONG, "{\"v\":1,\"op\":\"pong\"}" },
   };
   struct rp_msg m;
@@ -397,6 +397,26 @@ START_TEST(rt_no_fields)
     msg_init(&m, t[i].op);
     round_trip_body(&m, t[i].body);
   }
+}
+END_TEST
+
+/* A status request may name one job and bound the summary; an older
+ * request without either still decodes (both optional). */
+START_TEST(rt_status_request)
+{
+  struct rp_msg m;
+  char *body;
+
+  msg_init(&m, RP_STATUS);
+  snprintf(m.u.status.job, sizeof m.u.status.job, "train7");
+  m.u.status.limit = 25;
+  round_trip_body(&m, "{\"v\":1,\"op\":\"status\",\"job\":\"train7\","
+                  "\"limit\":25}");
+  body = strdup("{\"v\":1,\"op\":\"status\"}");
+  ck_assert_ok(decode_n(body, strlen(body)));
+  ck_assert_str_eq(M.u.status.job, "");
+  ck_assert_int_eq(M.u.status.limit, 0);
+  free(body);
 }
 END_TEST
 
@@ -1453,6 +1473,7 @@ static Suite *proto_suite(void)
   tcase_add_test(tc, encode_refuses_invalid);
   tcase_add_test(tc, encode_too_large);
   tcase_add_test(tc, frames_read_loop);
+  tcase_add_test(tc, rt_status_request);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1153,6 +1153,84 @@ END_TEST
 
 /* 10,000 nodes in one job: one ROUND each, every rank once, offsets
  * summing up.  Quadratic work would show as a timeout here. */
+/* The status report stays within one frame, in work proportional to what
+ * it shows: a summary of the first jobs with a truncation notice, one job
+ * on request, as many nodes of a huge job as fit. */
+START_TEST(status_bounded)
+{
+  enum { JOBS = 10000, NODES = 12000 };
+  struct rp_status_req q;
+  char *base = malloc(JOBS + NODES), *text;
+  const cJSON *jobs;
+  struct rp_msg m;
+  cJSON *st;
+  int i, err;
+
+  ck_assert_ptr_nonnull(base);
+  rec.encode = false;
+  CF = conf_of(1, RP_MAX_NODES);
+  CF.last_call_timeout = 1e6;
+  memset(&m, 0, sizeof m);
+  m.op = RP_JOIN;
+  m.u.join.conf = CF;
+  m.u.join.master_port = 29400;
+  m.u.join.nproc = 1;
+  for (i = 0; i < JOBS; i++) {
+    snprintf(m.u.join.id, sizeof m.u.join.id, "job%05d", i);
+    snprintf(m.u.join.host, sizeof m.u.join.host, "h%d", i);
+    ck_assert_int_eq(rs_handle(R, base + i, &m, 0), 0);
+  }
+  /* One job of many nodes with long host names. */
+  snprintf(m.u.join.id, sizeof m.u.join.id, "job00007");
+  memset(m.u.join.host, 'x', RP_MAX_ADDR);
+  for (i = 0; i < NODES; i++)
+    ck_assert_int_eq(rs_handle(R, base + JOBS + i, &m, 0), 0);
+  clear();
+  st = status_of(X, 1);
+  ck_assert_int_eq((int)num(st, "jobs_total"), JOBS);
+  ck_assert_int_eq((int)num(st, "jobs_shown"), 100);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(st, "truncated")));
+  jobs = cJSON_GetObjectItem(st, "jobs");
+  ck_assert_int_eq(cJSON_GetArraySize(jobs), 100);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(jobs, 7),
+                                             "nodes_omitted")));
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(
+      cJSON_GetArrayItem(jobs, 8), "nodes")), 1);
+  cJSON_Delete(st);
+  /* More jobs on request, within the frame whatever the request. */
+  memset(&q, 0, sizeof q);
+  q.limit = RP_MAX_STATUS_JOBS;
+  st = rs_status_query(R, &q, 1, &err);
+  ck_assert_ptr_nonnull(st);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(st, "truncated")));
+  text = cJSON_PrintUnformatted(st);
+  ck_assert_uint_lt(strlen(text), RP_MAX_FRAME - 4096);
+  cJSON_free(text);
+  cJSON_Delete(st);
+  /* One job: as many nodes as fit, and a notice. */
+  snprintf(q.job, sizeof q.job, "job00007");
+  st = rs_status_query(R, &q, 1, &err);
+  ck_assert_ptr_nonnull(st);
+  jobs = cJSON_GetObjectItem(st, "jobs");
+  ck_assert_int_eq(cJSON_GetArraySize(jobs), 1);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(jobs, 0),
+                                             "nodes_truncated")));
+  ck_assert_int_eq((int)num(cJSON_GetArrayItem(jobs, 0), "node_count"),
+                   NODES + 1);
+  text = cJSON_PrintUnformatted(st);
+  ck_assert_uint_lt(strlen(text), RP_MAX_FRAME - 4096);
+  cJSON_free(text);
+  cJSON_Delete(st);
+  /* An unknown job is an error, not an empty report. */
+  snprintf(q.job, sizeof q.job, "nosuch");
+  ck_assert_ptr_null(rs_status_query(R, &q, 1, &err));
+  ck_assert_int_eq(err, -ENOENT);
+  for (i = 0; i < JOBS + NODES; i++)
+    rs_conn_closed(R, base + i, 2);
+  free(base);
+}
+END_TEST
+
 START_TEST(ten_thousand_nodes)
 {
   enum { N = 10000 };
@@ -1292,6 +1370,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, not_joined_errors);
   tcase_add_test(tc, status_reply_content);
   tcase_add_test(tc, ten_thousand_nodes);
+  tcase_add_test(tc, status_bounded);
   suite_add_tcase(s, tc);
   return s;
 }
