@@ -86,16 +86,6 @@ static bool conn_eq(const void *item, const void *key)
   return ((const struct conn *)item)->conn == key;
 }
 
-static bool kv_eq(const void *item, const void *key)
-{
-  return strcmp(((const struct kv *)item)->key, key) == 0;
-}
-
-static bool wkey_eq(const void *item, const void *key)
-{
-  return strcmp(((const struct wkey *)item)->key, key) == 0;
-}
-
 static void describe(const struct node *n, char *buf, size_t size)
 {
   fmt(buf, size, "node %s (%s, pid %" PRId64 ")", n->host[0] ? n->host : "?",
@@ -109,7 +99,7 @@ static bool gathering(const struct job *job)
 
 /* ---- sending ---- */
 
-static void send_msg(const struct rs_registry *r, void *conn,
+void rs__send_msg(const struct rs_registry *r, void *conn,
                      const struct rp_msg *m)
 {
   r->sink.send(r->sink.ctx, conn, m);
@@ -125,12 +115,12 @@ static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
   m.u.text.code = code;
   m.u.text.success = success;
   copy_str(m.u.text.message, sizeof m.u.text.message, text);
-  send_msg(r, conn, &m);
+  rs__send_msg(r, conn, &m);
 }
 
 /* Sends ERROR and returns err (a negative errno) for rs_handle. */
 __attribute__((format(printf, 5, 6)))
-static int refuse(const struct rs_registry *r, void *conn,
+int rs__refuse(const struct rs_registry *r, void *conn,
                   enum rp_error_code code, int err, const char *f, ...)
 {
   char text[RP_MAX_TEXT + 1];
@@ -188,7 +178,7 @@ static void send_waiting(const struct rs_registry *r, const struct job *job,
   w->deadline = rs__clamp_secs(n->join_at + job->conf.join_timeout - now);
   w->last_call = job->phase == PH_LAST_CALL
                    ? rs__clamp_secs(job->deadline - now) : -1;
-  send_msg(r, n->c->conn, &m);
+  rs__send_msg(r, n->c->conn, &m);
 }
 
 /* ---- nodes ---- */
@@ -228,33 +218,6 @@ static void node_set_state(struct job *job, struct node *n, enum nstate st,
   } else if (n->expected) {
     job->n_outstanding++;
   }
-}
-
-static void waiter_free(struct rs_registry *r, struct job *job,
-                        struct waiter *w)
-{
-  struct wkey *wk = w->wk;
-
-  if (w->kprev)
-    w->kprev->knext = w->knext;
-  else
-    wk->head = w->knext;
-  if (w->knext)
-    w->knext->kprev = w->kprev;
-  if (!wk->head) {
-    ht_remove(&job->waits, wk->h, wk);
-    free(wk);
-  }
-  if (w->nprev)
-    w->nprev->nnext = w->nnext;
-  else
-    w->node->waiters = w->nnext;
-  if (w->nnext)
-    w->nnext->nprev = w->nprev;
-  th_clear(&r->heap, &w->t);
-  th_unreserve(&r->heap, 1);
-  job->n_waiters--;
-  free(w);
 }
 
 /* The empty list: jobs without a node, in the order they emptied, so
@@ -298,7 +261,7 @@ static void node_free(struct rs_registry *r, struct node *n)
   if (n->barrier)
     n->barrier->count--;
   while (n->waiters)
-    waiter_free(r, job, n->waiters);
+    rs__kv_waiter_free(r, job, n->waiters);
   th_clear(&r->heap, &n->t_join);
   th_clear(&r->heap, &n->t_alive);
   th_unreserve(&r->heap, 2);
@@ -390,23 +353,11 @@ static void barriers_free(struct job *job)
 
 static void job_free(struct rs_registry *r, struct job *job)
 {
-  size_t i;
-
   while (job->nodes)
     node_free(r, job->nodes);
   barriers_free(job);
-  for (i = 0; i < job->kv.cap; i++) {
-    struct kv *e = job->kv.s[i].item;
-
-    if (e) {
-      free(e->value);
-      free(e);
-    }
-  }
-  free(job->kv.s);
-  r->kv_total -= job->kv_bytes;
+  rs__kv_job_free(r, job);
   empty_remove(r, job);
-  free(job->waits.s);           /* empty: waits die with their nodes */
   free(job->order);
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
@@ -576,7 +527,7 @@ static void complete_round(struct rs_registry *r, struct job *job)
     rd->group_rank = (int)i;
     rd->rank_offset = offset;
     offset += n->nproc;
-    send_msg(r, n->c->conn, &m);
+    rs__send_msg(r, n->c->conn, &m);
   }
   job->phase = PH_RUNNING;
   job->restarting = false;
@@ -714,7 +665,7 @@ static void barrier_check(struct rs_registry *r, struct job *job,
   for (n = job->nodes; n; n = n->next) {
     if (n->barrier == b) {
       n->barrier = NULL;
-      send_msg(r, n->c->conn, &m);
+      rs__send_msg(r, n->c->conn, &m);
     }
   }
   if (strcmp(b->name, "exit") == 0)
@@ -851,10 +802,10 @@ static int rejoin(struct rs_registry *r, struct node *n,
     return 0;
   }
   if (n->state == NS_PART)
-    return refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "already a participant of running round %d", job->round);
   if (job->sum_nproc - n->nproc + j->nproc > INT_MAX)
-    return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "the job's world size would exceed %d", INT_MAX);
   job->sum_nproc += j->nproc - n->nproc;
   node_fill(n, j);
@@ -894,7 +845,7 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
   struct job *job;
 
   if (n && strcmp(n->job->id, j->id) != 0)
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "already a node of job %s", n->job->id);
   problem = !j->id[0] || strnlen(j->id, sizeof j->id) == sizeof j->id
             ? "bad id" : j->nproc < 1 ? "nproc < 1"
@@ -903,7 +854,7 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
   if (!problem && j->conf.keepalive_interval > r->lim.max_keepalive)
     problem = "keepalive_interval above the server's ceiling";
   if (problem && n)             /* a node stays; only this JOIN is bad */
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
                   problem);
   if (problem)
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
@@ -982,7 +933,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
   if (n->state != NS_PART && !(n->state == NS_IDLE && n->expected)) {
     say(r, "job %s: refused a failure report from %s: not a participant "
         "of round %d", job->id, d, job->round);
-    return refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
+    return rs__refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
                   "failure report refused: not a participant of round %d "
                   "of job %s", job->round, job->id);
   }
@@ -1020,7 +971,7 @@ static int on_barrier(struct rs_registry *r, struct node *n,
 
   if (job->phase != PH_RUNNING || n->state != NS_PART ||
       m->round != job->round)
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "barrier %.*s for round %d: not a participant of a "
                   "running round %d", RP_MAX_ID, m->name, m->round,
                   job->round);
@@ -1029,11 +980,11 @@ static int on_barrier(struct rs_registry *r, struct node *n,
       break;
   if (!b) {
     if (job->n_barriers >= MAX_BARRIERS)
-      return refuse(r, conn, RP_ERR_LIMIT, -ENOSPC,
+      return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOSPC,
                     "too many barriers in round %d", job->round);
     b = calloc(1, sizeof(*b));
     if (!b)
-      return refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
     copy_str(b->name, sizeof b->name, m->name);
     b->next = job->barriers;
     job->barriers = b;
@@ -1043,13 +994,13 @@ static int on_barrier(struct rs_registry *r, struct node *n,
     memset(&done, 0, sizeof done);
     done.op = RP_BARRIER_DONE;
     done.u.barrier = *m;
-    send_msg(r, conn, &done);
+    rs__send_msg(r, conn, &done);
     return 0;
   }
   if (n->barrier == b)
     return 0;
   if (n->barrier)
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "already waiting in barrier %s", n->barrier->name);
   n->barrier = b;
   b->count++;
@@ -1073,199 +1024,6 @@ static int on_leave(struct rs_registry *r, struct node *n, double now)
   return 0;
 }
 
-/* ---- KV ---- */
-
-static void send_value(const struct rs_registry *r, void *conn,
-                       const char *key, const struct kv *e)
-{
-  struct rp_msg m;
-  char empty[1] = "";
-
-  memset(&m, 0, sizeof m);
-  m.op = RP_KV_VALUE;
-  copy_str(m.u.kv.key, sizeof m.u.kv.key, key);
-  m.u.kv.found = e != NULL;
-  m.u.kv.value = e ? e->value : empty;
-  m.u.kv.value_len = e ? e->len : 0;
-  send_msg(r, conn, &m);
-}
-
-static bool key_ok(const char *key)
-{
-  size_t n = strnlen(key, RP_MAX_KEY + 1);
-
-  return n > 0 && n <= RP_MAX_KEY;
-}
-
-/* Stores key = value (len bytes) and answers the GETs waiting for it.
- * Returns the entry, or NULL with *err set after sending ERROR. */
-static struct kv *kv_put(struct rs_registry *r, struct node *n,
-                         const char *key, const char *value, size_t len,
-                         int *err)
-{
-  struct job *job = n->job;
-  uint64_t h = ht_hash_str(r->seed, key);
-  struct kv *e = ht_find(&job->kv, h, key, kv_eq);
-  size_t klen = strlen(key), old = e ? klen + e->len : 0;
-  bool fresh = !e;
-  struct waiter *w, *next;
-  struct wkey *wk;
-  char *v;
-
-  if (!e && job->kv.n >= (size_t)r->lim.max_keys_per_job) {
-    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "too many keys (%d)", r->lim.max_keys_per_job);
-    return NULL;
-  }
-  if (r->kv_total - old + klen + len > r->lim.max_kv_total) {
-    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "the server's store would exceed %zu bytes",
-                  r->lim.max_kv_total);
-    return NULL;
-  }
-  if (job->kv_bytes - old + klen + len > r->lim.max_kv_bytes) {
-    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "the job's store would exceed %zu bytes",
-                  r->lim.max_kv_bytes);
-    return NULL;
-  }
-  v = malloc(len + 1);
-  if (!v || (!e && !(e = calloc(1, sizeof(*e) + klen + 1)))) {
-    free(v);
-    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-    return NULL;
-  }
-  if (fresh) {
-    memcpy(e->key, key, klen + 1);
-    e->h = h;
-    if (ht_insert(&job->kv, h, e)) {
-      free(v);
-      free(e);
-      *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-      return NULL;
-    }
-  }
-  if (len)
-    memcpy(v, value, len);
-  v[len] = '\0';
-  free(e->value);
-  e->value = v;
-  e->len = len;
-  job->kv_bytes = job->kv_bytes - old + klen + len;
-  r->kv_total = r->kv_total - old + klen + len;
-  wk = ht_find(&job->waits, h, key, wkey_eq);
-  for (w = wk ? wk->head : NULL; w; w = next) {
-    next = w->knext;            /* waiter_free frees wk after the last */
-    send_value(r, w->node->c->conn, key, e);
-    waiter_free(r, job, w);
-  }
-  *err = 0;
-  return e;
-}
-
-static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
-                   double wait, double now)
-{
-  struct job *job = n->job;
-  uint64_t h = ht_hash_str(r->seed, key);
-  struct wkey *wk = ht_find(&job->waits, h, key, wkey_eq);
-  struct waiter *w;
-  size_t klen = strlen(key);
-
-  if (job->n_waiters >= r->lim.max_keys_per_job)
-    return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "too many waiting gets (%d)", job->n_waiters);
-  w = calloc(1, sizeof(*w));
-  if (!w || th_reserve(&r->heap, 1)) {
-    free(w);
-    return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-  }
-  if (!wk) {
-    wk = calloc(1, sizeof(*wk) + klen + 1);
-    if (!wk || ht_insert(&job->waits, h, wk)) {
-      free(wk);
-      free(w);
-      th_unreserve(&r->heap, 1);
-      return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-    }
-    wk->h = h;
-    memcpy(wk->key, key, klen + 1);
-  }
-  w->node = n;
-  w->wk = wk;
-  w->wait = wait;
-  w->knext = wk->head;
-  if (wk->head)
-    wk->head->kprev = w;
-  wk->head = w;
-  w->nnext = n->waiters;
-  if (n->waiters)
-    n->waiters->nprev = w;
-  n->waiters = w;
-  job->n_waiters++;
-  th_init(&w->t, T_KV_WAIT);
-  th_set(&r->heap, &w->t, now + wait);
-  return 0;
-}
-
-/* Parses a whole decimal int64 ("-12"); false for anything else. */
-static bool parse_i64(const char *s, size_t len, int64_t *out)
-{
-  long long v;
-  char *end;
-
-  if (!len || (s[0] != '-' && s[0] != '+' && (s[0] < '0' || s[0] > '9')))
-    return false;
-  errno = 0;
-  v = strtoll(s, &end, 10);
-  if (errno || end != s + len)
-    return false;
-  *out = v;
-  return true;
-}
-
-static int on_kv(struct rs_registry *r, struct node *n,
-                 const struct rp_msg *m, double now)
-{
-  const struct rp_kv *kv = &m->u.kv;
-  struct job *job = n->job;
-  void *conn = n->c->conn;
-  char num[32];
-  struct kv *e;
-  int64_t v = 0;
-  int err;
-
-  if (!key_ok(kv->key))
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
-  e = ht_find(&job->kv, ht_hash_str(r->seed, kv->key), kv->key, kv_eq);
-  switch (m->op) {
-  case RP_KV_SET:
-    if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))
-      return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad value");
-    kv_put(r, n, kv->key, kv->value, kv->value_len, &err);
-    return err;
-  case RP_KV_GET:
-    if (e || !(kv->wait > 0)) {
-      send_value(r, conn, kv->key, e);
-      return 0;
-    }
-    return kv_wait(r, n, kv->key, fmin(kv->wait, r->lim.max_join_timeout),
-                   now);
-  default:                      /* RP_KV_ADD */
-    if (e && !parse_i64(e->value, e->len, &v))
-      return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                    "key %s does not hold an integer", kv->key);
-    if (__builtin_add_overflow(v, kv->delta, &v))
-      return refuse(r, conn, RP_ERR_BAD_REQUEST, -ERANGE,
-                    "key %s would overflow", kv->key);
-    fmt(num, sizeof num, "%" PRId64, v);
-    e = kv_put(r, n, kv->key, num, strlen(num), &err);
-    if (e)
-      send_value(r, conn, kv->key, e);
-    return err;
-  }
-}
-
 /* ---- STATUS (the report itself: status_render.c) ---- */
 
 static int on_status(struct rs_registry *r, void *conn,
@@ -1278,16 +1036,16 @@ static int on_status(struct rs_registry *r, void *conn,
 
   st = rs_status_query(r, q, now, &err);
   if (!st && err == -ENOENT)
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, err, "no job %.*s",
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, err, "no job %.*s",
                   RP_MAX_ID, q->job);
   s = st ? cJSON_PrintUnformatted(st) : NULL;
   cJSON_Delete(st);
   if (!s)
-    return refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
   memset(&m, 0, sizeof m);
   m.op = RP_STATUS_REPLY;
   m.u.status_json = s;
-  send_msg(r, conn, &m);
+  rs__send_msg(r, conn, &m);
   cJSON_free(s);
   return 0;
 }
@@ -1372,11 +1130,11 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_KV_ADD:
     break;
   default:
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "unexpected message (op %d)", (int)m->op);
   }
   if (!n)
-    return refuse(r, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
+    return rs__refuse(r, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
                   "not joined: send JOIN first");
   switch (m->op) {
   case RP_KEEPALIVE:
@@ -1385,7 +1143,7 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
 
       memset(&pong, 0, sizeof pong);
       pong.op = RP_PONG;
-      send_msg(r, conn, &pong);
+      rs__send_msg(r, conn, &pong);
       return 0;
     }
   case RP_FAILURE:
@@ -1395,7 +1153,7 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_LEAVE:
     return on_leave(r, n, now);
   default:
-    return on_kv(r, n, m, now);
+    return rs__kv_handle(r, n, m, now);
   }
 }
 
@@ -1494,15 +1252,6 @@ static void on_progress_timer(struct rs_registry *r, struct job *job,
   job->progress_dirty = false;
 }
 
-static void on_kv_timer(struct rs_registry *r, struct waiter *w)
-{
-  struct node *n = w->node;
-
-  refuse(r, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT,
-         "key %s not set within %g s", w->wk->key, w->wait);
-  waiter_free(r, n->job, w);
-}
-
 static double tick(struct rs_registry *r, double now)
 {
   struct job *job;
@@ -1534,7 +1283,7 @@ static double tick(struct rs_registry *r, double now)
       on_alive_timer(r, container_of(t, struct node, t_alive), now);
       break;
     case T_KV_WAIT:
-      on_kv_timer(r, container_of(t, struct waiter, t));
+      rs__kv_timeout(r, container_of(t, struct waiter, t));
       break;
     }
   }

@@ -8,7 +8,12 @@
  *
  * Nodes are identified by an opaque connection pointer chosen by the
  * caller (never dereferenced here).  One connection is one node of at most
- * one job. */
+ * one job.
+ *
+ * Files: rdzv_state.c (the machine: jobs, rounds, nodes, barriers),
+ * kv_store.c (each job's key-value store), status_render.c (the status
+ * report), on hashtab.c and timer_heap.c; their shared types are in
+ * rdzv_state_int.h. */
 #ifndef RDZV_STATE_H
 #define RDZV_STATE_H
 

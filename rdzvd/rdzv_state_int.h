@@ -154,6 +154,23 @@ struct rs_registry {
   bool busy;                    /* an entry point is running */
 };
 
+/* rdzv_state.c's, for its other files: a message to conn; an ERROR to
+ * conn, returning err. */
+void rs__send_msg(const struct rs_registry *r, void *conn,
+                  const struct rp_msg *m);
+__attribute__((format(printf, 5, 6)))
+int rs__refuse(const struct rs_registry *r, void *conn,
+               enum rp_error_code code, int err, const char *f, ...);
+
+/* kv_store.c: KV_SET, KV_GET, KV_ADD from node n; a waiting GET freed
+ * (its node goes); one timed out (ERROR timeout); a job's store freed. */
+int rs__kv_handle(struct rs_registry *r, struct node *n,
+                  const struct rp_msg *m, double now);
+void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
+                        struct waiter *w);
+void rs__kv_timeout(struct rs_registry *r, struct waiter *w);
+void rs__kv_job_free(struct rs_registry *r, struct job *job);
+
 static inline const char *rs__node_addr(const struct node *n)
 {
   if (n->addr[0])
