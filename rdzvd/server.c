@@ -26,6 +26,9 @@
 /* A connection with more unwritten replies than this is not read from
  * until they drain: it stops making work before it is dropped. */
 #define OUTPUT_PAUSE ((size_t)256 << 10)
+/* Frames up to this size have a share of the input budget of their own
+ * (budget_left). */
+#define SMALL_FRAME ((size_t)4 << 10)
 
 struct conn {
   uv_tcp_t tcp;               /* first: the handle's data is the conn */
@@ -527,7 +530,9 @@ static void schedule(struct rdzvd_server *s)
  * such leftovers could each wait for the other: when every other partial
  * frame is waiting, the one still reading gets its frame anyway.  The
  * budget is thus exceeded by at most one frame and a header per
- * connection, and waiting frames never block each other for good. */
+ * connection, and waiting frames never block each other for good.  A
+ * quarter of the budget is only for small frames (SMALL_FRAME), so large
+ * frames from stalled senders leave room for everyone's JOINs. */
 
 /* The bytes c's partial frame needs in all: its header, or the whole
  * frame once the header is in. */
@@ -541,10 +546,17 @@ static size_t frame_need(const struct conn *c)
                             (size_t)u[2] << 8 | (size_t)u[3]);
 }
 
-static size_t budget_left(const struct rdzvd_server *s)
+/* What is left of the input budget for a partial frame of need bytes.
+ * A quarter of it is kept for small frames (every message an agent
+ * sends is one), so that large frames held by stalled senders cannot
+ * starve the JOINs and KEEPALIVEs of everyone else. */
+static size_t budget_left(const struct rdzvd_server *s, size_t need)
 {
-  return s->in_bytes < s->lim.input_budget
-           ? s->lim.input_budget - s->in_bytes : 0;
+  size_t budget = s->lim.input_budget;
+
+  if (need > SMALL_FRAME)
+    budget -= budget / 4;
+  return s->in_bytes < budget ? budget - s->in_bytes : 0;
 }
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -557,7 +569,7 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
   (void)hint;
   if (c->len == 0) {
     /* What is left over after the whole frames must fit the budget. */
-    left = budget_left(s);
+    left = budget_left(s, 0);
     *buf = uv_buf_init(s->rbuf, (unsigned int)(left < RP_FRAME_HEADER
                                   ? RP_FRAME_HEADER
                                   : left < sizeof s->rbuf ? left
@@ -569,7 +581,7 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     /* No reservation to be had: read_cb sees UV_ENOBUFS, pauses c.
      * Unless every other partial frame waits already: then c goes on
      * anyway, so that one always progresses. */
-    if ((need - c->cap > budget_left(s) &&
+    if ((need - c->cap > budget_left(s, need) &&
          s->n_partial - s->n_paused > 1) ||
         !(grown = realloc(c->buf, need))) {
       *buf = uv_buf_init(NULL, 0);

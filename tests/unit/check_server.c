@@ -717,6 +717,37 @@ START_TEST(output_budget_drops_slow_reader)
 }
 END_TEST
 
+/* Large frames that never complete, holding all the input budget they
+ * can get, still leave room for a newcomer's JOIN. */
+START_TEST(stalled_large_frames_leave_room_for_joins)
+{
+  enum { HOGS = 4 };
+  struct rdzvd_server_opts o = opts();
+  struct client *hog[HOGS], *c;
+  char *f;
+  size_t len;
+  int i;
+
+  o.io.input_budget = 256 << 10;
+  restart_with(&o);
+  f = padded_keepalive(100 << 10, &len);
+  for (i = 0; i < HOGS; i++) {
+    hog[i] = cl_open(0);
+    cl_join(hog[i], "hogs", i, HOGS + 2, HOGS + 2);
+    cl_expect(hog[i], RP_WAITING, NULL);
+    ck_assert_int_eq(cl_write(hog[i], f, 60 << 10), 0);
+  }
+  server_alive();
+  c = cl_open(0);
+  cl_join(c, "hogs", HOGS, HOGS + 2, HOGS + 2);
+  cl_expect(c, RP_WAITING, NULL);
+  cl_close(c);
+  for (i = 0; i < HOGS; i++)
+    cl_close(hog[i]);
+  free(f);
+}
+END_TEST
+
 static Suite *server_suite(void)
 {
   Suite *s = suite_create("server");
@@ -738,6 +769,7 @@ static Suite *server_suite(void)
   tcase_add_test(tc, prejoin_frame_limit);
   tcase_add_test(tc, input_budget_pauses);
   tcase_add_test(tc, output_budget_drops_slow_reader);
+  tcase_add_test(tc, stalled_large_frames_leave_room_for_joins);
   suite_add_tcase(s, tc);
   return s;
 }
