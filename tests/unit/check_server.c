@@ -320,6 +320,16 @@ static double jnum(const cJSON *o, const char *k)
   return v->valuedouble;
 }
 
+/* A figure of the server's own in the status reply. */
+static double server_figure(const char *name)
+{
+  cJSON *st = status_now();
+  double v = jnum(cJSON_GetObjectItemCaseSensitive(st, "server"), name);
+
+  cJSON_Delete(st);
+  return v;
+}
+
 static void server_alive(void)
 {
   cJSON_Delete(status_now());
@@ -578,6 +588,7 @@ START_TEST(too_many_connections)
   int tries;
 
   o.io.max_conns = 2;
+  o.io.hello_timeout = 1e6;             /* only the limit may close c */
   restart_with(&o);
   a = cl_open(0);
   b = cl_open(0);
@@ -718,26 +729,35 @@ START_TEST(output_budget_drops_slow_reader)
 END_TEST
 
 /* Large frames that never complete, holding all the input budget they
- * can get, still leave room for a newcomer's JOIN. */
+ * can get, still leave room for a newcomer's JOIN.  Each hog announces a
+ * frame of half the budget and sends only its first bytes: the frame's
+ * reservation is what it holds. */
 START_TEST(stalled_large_frames_leave_room_for_joins)
 {
-  enum { HOGS = 4 };
+  enum { HOGS = 2, BUDGET = 256 << 10 };
   struct rdzvd_server_opts o = opts();
   struct client *hog[HOGS], *c;
   char *f;
   size_t len;
   int i;
 
-  o.io.input_budget = 256 << 10;
+  o.io.input_budget = BUDGET;
   restart_with(&o);
-  f = padded_keepalive(100 << 10, &len);
+  f = padded_keepalive(BUDGET / 2 - RP_FRAME_HEADER, &len);
   for (i = 0; i < HOGS; i++) {
     hog[i] = cl_open(0);
     cl_join(hog[i], "hogs", i, HOGS + 2, HOGS + 2);
     cl_expect(hog[i], RP_WAITING, NULL);
-    ck_assert_int_eq(cl_write(hog[i], f, 60 << 10), 0);
+    ck_assert_int_eq(cl_write(hog[i], f, 14), 0);
+    while (server_figure("input_bytes") < i * (BUDGET / 2) + 14)
+      usleep(10000);
+    /* More bytes: the frame asks for its reservation. */
+    ck_assert_int_eq(cl_write(hog[i], f + 14, 10), 0);
+    /* Observed: the frame got its reservation, or had to wait. */
+    while (server_figure("input_bytes") < (i + 1) * (BUDGET / 2) &&
+           server_figure("reading_paused") < 1)
+      usleep(10000);
   }
-  server_alive();
   c = cl_open(0);
   cl_join(c, "hogs", HOGS, HOGS + 2, HOGS + 2);
   cl_expect(c, RP_WAITING, NULL);
