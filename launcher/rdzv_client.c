@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "rp_frames.h"
 #include "say.h"
 #include "server.h"
 
@@ -299,13 +300,24 @@ static void close_tcp(struct rdzv_client *c)
     uv_close((uv_handle_t *)&c->tcp, handle_closed);
 }
 
+/* One message from the server; stops the frame loop once the client is
+ * done (destroyed, or failed). */
+static int on_frame(void *ctx, struct rp_msg *m)
+{
+  struct rdzv_client *c = ctx;
+
+  if (c->authed)
+    dispatch(c, m);
+  else
+    handshake_step(c, m);
+  return c->destroyed || c->failed;
+}
+
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
   struct rdzv_client *c = st->data;
-  size_t off = 0, flen;
-  struct rp_msg m;
   char err[256];
-  int rc;
+  ssize_t used;
 
   (void)buf;
   if (nread < 0) {
@@ -317,29 +329,17 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   }
   c->last_rx = now_s();
   c->len += (size_t)nread;
-  while (!c->destroyed && !c->failed) {
-    rc = rp_frame_peek(c->buf + off, c->len - off, &flen);
-    if (rc == 0)
-      break;
-    if (rc < 0 || rp_decode(c->buf + off + RP_FRAME_HEADER,
-                            flen - RP_FRAME_HEADER, &m, err,
-                            sizeof err) != 0) {
-      close_tcp(c);
-      fail(c, UV_EPROTO, "bad message from the rendezvous server %s:%d: "
-           "%s", c->host, c->o.port, rc < 0 ? "bad frame" : err);
-      return;
-    }
-    off += flen;
-    if (c->authed)
-      dispatch(c, &m);
-    else
-      handshake_step(c, &m);
-    rp_msg_free(&m);
+  used = rp_frames_read(c->buf, c->len, 0, on_frame, c, err, sizeof err);
+  if (used < 0) {
+    close_tcp(c);
+    fail(c, UV_EPROTO, "bad message from the rendezvous server %s:%d: %s",
+         c->host, c->o.port, err);
+    return;
   }
   if (c->destroyed || c->failed)
     return;
-  memmove(c->buf, c->buf + off, c->len - off);
-  c->len -= off;
+  memmove(c->buf, c->buf + used, c->len - (size_t)used);
+  c->len -= (size_t)used;
 }
 
 /* ---- connecting and keepalives ------------------------------------------ */
@@ -443,17 +443,51 @@ static void server_log(void *ctx, const char *line)
   say("rdzv: %s", line);
 }
 
+static bool is_loopback_sa(const struct sockaddr *sa)
+{
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >>
+            24) == 127;
+  if (sa->sa_family == AF_INET6)
+    return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+  return false;
+}
+
+void rdzv_host_bind_addr(const char *host, const struct sockaddr *addr,
+                         char *out, size_t outlen)
+{
+  unsigned char bin[sizeof(struct in6_addr)];
+  bool literal = inet_pton(AF_INET, host, bin) == 1 ||
+                 inet_pton(AF_INET6, host, bin) == 1;
+  bool localhost_name = strcmp(host, "localhost") == 0 ||
+                        strncmp(host, "localhost.", 10) == 0 ||
+                        strcmp(host, "ip6-localhost") == 0 ||
+                        strcmp(host, "ip6-loopback") == 0;
+
+  out[0] = '\0';
+  if (!literal && !localhost_name && is_loopback_sa(addr))
+    return;                     /* this machine's own name: see above */
+  if (addr->sa_family == AF_INET)
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, out,
+              (socklen_t)outlen);
+  else if (addr->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr,
+              out, (socklen_t)outlen);
+}
+
 /* Note [embedded rendezvous]: a node whose endpoint names its own host
  * tries to serve the rendezvous itself, from the same state machine as
  * rdzvd.  Binding decides the race between agents on one host and a
  * daemon already there: whoever binds hosts, the others connect.  The
  * hosting agent stays up after its own job ends until every node has
- * left, so finishing first breaks nobody's exit barrier. */
+ * left, so finishing first breaks nobody's exit barrier.  It listens on
+ * the endpoint's own address (rdzv_host_bind_addr), never on more than
+ * the endpoint names: a loopback endpoint stays loopback. */
 static void maybe_host(struct rdzv_client *c)
 {
   struct rdzvd_server_opts so;
   const char *lvl = getenv("LOGLEVEL");
-  char err[256];
+  char err[256], bind_addr[INET6_ADDRSTRLEN];
   int rc;
 
   if (c->o.host_mode == RDZV_HOST_NEVER)
@@ -461,6 +495,14 @@ static void maybe_host(struct rdzv_client *c)
   if (c->o.host_mode == RDZV_HOST_AUTO && !rdzv_endpoint_is_local(c->host))
     return;
   memset(&so, 0, sizeof so);
+  /* is_host=1 for a name that resolves elsewhere: the user knows this
+   * machine is the host under another address, so every address. */
+  if (c->o.host_mode == RDZV_HOST_ALWAYS && !rdzv_endpoint_is_local(c->host))
+    bind_addr[0] = '\0';
+  else
+    rdzv_host_bind_addr(c->host, (const struct sockaddr *)&c->addr,
+                        bind_addr, sizeof bind_addr);
+  so.host = bind_addr;
   so.port = c->o.port;
   so.secret = &c->secret;
   if (lvl && (strcmp(lvl, "INFO") == 0 || strcmp(lvl, "DEBUG") == 0))
@@ -468,8 +510,9 @@ static void maybe_host(struct rdzv_client *c)
   rc = rdzvd_server_start(c->base.loop, &so, &c->server, err, sizeof err);
   if (rc == 0) {
     c->open_handles++;
-    say("hosting the rendezvous for '%s' on port %d", c->id,
-               rdzvd_server_port(c->server));
+    say("hosting the rendezvous for '%s' on %s%s%s:%d", c->id,
+        strchr(bind_addr, ':') ? "[" : "", bind_addr[0] ? bind_addr : "*",
+        strchr(bind_addr, ':') ? "]" : "", rdzvd_server_port(c->server));
     if (c->o.port == 0) {
       c->o.port = rdzvd_server_port(c->server);
       if (c->addr.ss_family == AF_INET6)

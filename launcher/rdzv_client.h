@@ -5,6 +5,8 @@
 #define CDRUN_RDZV_CLIENT_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/socket.h>
 
 #include "rdzv.h"
 #include "rdzv_auth.h"
@@ -40,5 +42,16 @@ int rdzv_client_create(uv_loop_t *loop, const struct rdzv_client_opts *o,
 /* True when host names this machine: a loopback address, the host name,
  * or an address of one of its interfaces. */
 bool rdzv_endpoint_is_local(const char *host);
+
+/* The address an embedded host listens on for endpoint host, which
+ * resolved to addr: a literal address as given; "localhost" (or another
+ * name for loopback) as the loopback address it resolved to, so that a
+ * loopback endpoint stays reachable from this machine only; a name that
+ * resolves to an interface address as that address.  A host name that
+ * this machine alone maps to loopback (Debian's 127.0.1.1) names the
+ * host to the other nodes, which reach it by its real address: "" then,
+ * every address.  Writes the numeric address (or "") to out. */
+void rdzv_host_bind_addr(const char *host, const struct sockaddr *addr,
+                         char *out, size_t outlen);
 
 #endif

@@ -180,6 +180,13 @@ static const struct field mac_fields[] = {
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
+static const struct field status_fields[] = {
+  { "job", K_STR, ARR(status.job), 0, RP_MAX_ID, false, false },
+  { "limit", K_INT, MSG(status.limit), 0, 0, RP_MAX_STATUS_JOBS, false,
+    false },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
 static const struct field no_fields[] = {
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
@@ -196,7 +203,7 @@ static const struct {
   [RP_KV_SET] = { "kv_set", kv_set_fields },
   [RP_KV_GET] = { "kv_get", kv_get_fields },
   [RP_KV_ADD] = { "kv_add", kv_add_fields },
-  [RP_STATUS] = { "status", no_fields },
+  [RP_STATUS] = { "status", status_fields },
   [RP_WAITING] = { "waiting", waiting_fields },
   [RP_ROUND] = { "round", round_fields },
   [RP_RESTART] = { "restart", restart_fields },

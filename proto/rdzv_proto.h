@@ -23,6 +23,7 @@
 #define RP_MAX_TEXT 1024            /* reasons, error messages */
 #define RP_MAX_NODES 100000         /* min/max nodes upper bound */
 #define RP_AUTH_BYTES 32            /* nonces and HMAC-SHA256 tags */
+#define RP_MAX_STATUS_JOBS 100000   /* status: jobs asked for at most */
 
 enum rp_op {
   RP_OP_INVALID = 0,
@@ -148,9 +149,15 @@ struct rp_auth {                  /* HELLO, CHALLENGE: nonce; AUTH, AUTH_OK:
   unsigned char mac[RP_AUTH_BYTES];
 };
 
+struct rp_status_req {            /* STATUS */
+  char job[RP_MAX_ID + 1];        /* "" = a summary of every job */
+  int limit;                      /* jobs in the summary; 0 = default */
+};
+
 struct rp_msg {
   enum rp_op op;
   union {
+    struct rp_status_req status;
     struct rp_join join;
     struct rp_failure failure;
     struct rp_barrier barrier;

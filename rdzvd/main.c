@@ -27,7 +27,9 @@
 static const char usage[] =
   "usage: rdzvd [--host ADDR] [--port PORT] [--max_jobs N] [--quiet]\n"
   "             [--metrics HOST:PORT] [--log-file PATH] [--secret-file PATH]\n"
-  "       rdzvd --status HOST[:PORT] [--json] [--secret-file PATH]\n"
+  "             [--max_conns N] [--kv_budget BYTES] [...limits: see below]\n"
+  "       rdzvd --status HOST[:PORT] [--json] [--job ID | --limit N]\n"
+  "             [--secret-file PATH]\n"
   "\n"
   "The cdrun rendezvous daemon: many jobs at once, keyed by rdzv_id.\n"
   "\n"
@@ -35,7 +37,8 @@ static const char usage[] =
   "                   address)\n"
   "  --port PORT      TCP port (default 29400; 0 picks a free one, printed\n"
   "                   on the first line as 'rdzvd: listening on ...')\n"
-  "  --max_jobs N     refuse new jobs beyond N (default 10000)\n"
+  "  --max_jobs N     at most N jobs (default 10000); when full, the job\n"
+  "                   longest without a node is forgotten, else refused\n"
   "  --quiet          do not log what happens to each job\n"
   "  --metrics H:P    serve Prometheus metrics at http://H:P/metrics\n"
   "                   (':P' or '[::]:P': every address; port 0 picks one,\n"
@@ -48,7 +51,22 @@ static const char usage[] =
   "  --status H[:P]   print the jobs, rounds, phases and nodes of the rdzvd\n"
   "                   at H:P (default port 29400) and exit\n"
   "  --json           with --status: print the raw JSON\n"
-  "  --version, -h/--help\n";
+  "  --job ID         with --status: that job only, with its nodes\n"
+  "  --limit N        with --status: at most N jobs (default 100)\n"
+  "  --version, -h/--help\n"
+  "\n"
+  "Limits (man rdzvd, LIMITS; sizes take K, M, G suffixes):\n"
+  "  --max_conns N            open connections (default 65536)\n"
+  "  --hello_timeout SECS     time a new connection has to join (10)\n"
+  "  --prejoin_frame_max SIZE frame limit until joined (16K)\n"
+  "  --input_budget SIZE      partial frames, all connections (64M)\n"
+  "  --output_budget SIZE     unwritten replies, all connections (256M)\n"
+  "  --conn_output_max SIZE   unwritten replies of one connection (8M)\n"
+  "  --kv_budget SIZE         key-value bytes, all jobs (256M)\n"
+  "  --max_join_timeout SECS  ceiling on a job's join_timeout (86400)\n"
+  "  --max_last_call SECS     ceiling on last_call_timeout (3600)\n"
+  "  --max_close_timeout SECS ceiling on close_timeout (3600)\n"
+  "  --max_keepalive SECS     ceiling on the keepalive window (300)\n";
 
 struct daemon {
   uv_loop_t *loop;
@@ -163,6 +181,47 @@ static int parse_int(const char *flag, const char *v, long lo, long hi)
   return (int)n;
 }
 
+/* A byte count: digits and an optional K, M or G (powers of 1024). */
+static size_t parse_size(const char *flag, const char *v)
+{
+  unsigned long long n, mul = 1;
+  char *end;
+
+  errno = 0;
+  n = strtoull(v, &end, 10);
+  if (*end == 'K' || *end == 'k')
+    mul = 1ull << 10;
+  else if (*end == 'M' || *end == 'm')
+    mul = 1ull << 20;
+  else if (*end == 'G' || *end == 'g')
+    mul = 1ull << 30;
+  if (mul > 1)
+    end++;
+  if (errno || end == v || *end || v[0] == '-' || n == 0 ||
+      n > (1ull << 50) / mul) {
+    fprintf(stderr, "rdzvd: error: %s: invalid size '%s' (expected a "
+            "positive byte count, optionally with K, M or G)\n", flag, v);
+    exit(EXIT_USAGE);
+  }
+  return (size_t)(n * mul);
+}
+
+/* Seconds: a positive finite number. */
+static double parse_secs(const char *flag, const char *v)
+{
+  char *end;
+  double d;
+
+  errno = 0;
+  d = strtod(v, &end);
+  if (errno || end == v || *end || !(d > 0) || d > 1e7) {
+    fprintf(stderr, "rdzvd: error: %s: invalid duration '%s' (expected "
+            "seconds, > 0 and <= 1e7)\n", flag, v);
+    exit(EXIT_USAGE);
+  }
+  return d;
+}
+
 /* Accepts --flag=value and --flag value, with - or _ spellings. */
 static const char *flag_value(int argc, char **argv, int *i,
                               const char *name)
@@ -237,7 +296,9 @@ int main(int argc, char **argv)
   struct rdzvd_server_opts o;
   struct daemon d;
   struct ra_secret secret;
-  const char *status = NULL, *v, *secret_file = getenv("RDZVD_SECRET_FILE");
+  const char *status = NULL, *status_job = NULL, *v;
+  const char *secret_file = getenv("RDZVD_SECRET_FILE");
+  int status_limit = 0;
   bool json = false;
   char err[256];
   int i, rc;
@@ -258,6 +319,37 @@ int main(int argc, char **argv)
       d.log_path = v;
     } else if ((v = flag_value(argc, argv, &i, "secret_file"))) {
       secret_file = v;
+    } else if ((v = flag_value(argc, argv, &i, "max_conns"))) {
+      o.io.max_conns = parse_int("--max_conns", v, 1, 10000000);
+    } else if ((v = flag_value(argc, argv, &i, "hello_timeout"))) {
+      o.io.hello_timeout = parse_secs("--hello_timeout", v);
+    } else if ((v = flag_value(argc, argv, &i, "prejoin_frame_max"))) {
+      o.io.prejoin_frame = parse_size("--prejoin_frame_max", v);
+    } else if ((v = flag_value(argc, argv, &i, "input_budget"))) {
+      o.io.input_budget = parse_size("--input_budget", v);
+    } else if ((v = flag_value(argc, argv, &i, "output_budget"))) {
+      o.io.output_budget = parse_size("--output_budget", v);
+    } else if ((v = flag_value(argc, argv, &i, "conn_output_max"))) {
+      o.io.conn_output = parse_size("--conn_output_max", v);
+    } else if ((v = flag_value(argc, argv, &i, "kv_budget"))) {
+      o.limits.max_kv_total = parse_size("--kv_budget", v);
+    } else if ((v = flag_value(argc, argv, &i, "max_join_timeout"))) {
+      o.limits.max_join_timeout = parse_secs("--max_join_timeout", v);
+    } else if ((v = flag_value(argc, argv, &i, "max_last_call"))) {
+      o.limits.max_last_call = parse_secs("--max_last_call", v);
+    } else if ((v = flag_value(argc, argv, &i, "max_close_timeout"))) {
+      o.limits.max_close_timeout = parse_secs("--max_close_timeout", v);
+    } else if ((v = flag_value(argc, argv, &i, "max_keepalive"))) {
+      o.limits.max_keepalive = parse_secs("--max_keepalive", v);
+    } else if ((v = flag_value(argc, argv, &i, "job"))) {
+      if (!*v || strlen(v) > RP_MAX_ID) {
+        fprintf(stderr, "rdzvd: error: --job: expected a job id of 1 to "
+                "%d bytes\n", RP_MAX_ID);
+        return EXIT_USAGE;
+      }
+      status_job = v;
+    } else if ((v = flag_value(argc, argv, &i, "limit"))) {
+      status_limit = parse_int("--limit", v, 1, RP_MAX_STATUS_JOBS);
     } else if ((v = flag_value(argc, argv, &i, "status"))) {
       status = v;
     } else if (strcmp(argv[i], "--json") == 0) {
@@ -283,7 +375,8 @@ int main(int argc, char **argv)
     return 1;
   }
   if (status) {
-    rc = status_query(status, json, &secret);
+    rc = status_query(status, json, status_job, status_limit,
+                      &secret);
     ra_secret_clear(&secret);
     return rc;
   }

@@ -1,5 +1,5 @@
 /* rdzv_state.c -- the rendezvous state machine (see rdzv_state.h). */
-#include "rdzv_state.h"
+#include "rdzv_state_int.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -20,275 +20,35 @@
 #define DEF_MAX_JOBS 10000
 #define DEF_MAX_KEYS 4096
 #define DEF_MAX_KV_BYTES ((size_t)16 << 20)
+#define DEF_MAX_KV_TOTAL ((size_t)256 << 20)
+#define DEF_MAX_JOIN_TIMEOUT 86400.0
+#define DEF_MAX_LAST_CALL 3600.0
+#define DEF_MAX_CLOSE_TIMEOUT 3600.0
+#define DEF_MAX_KEEPALIVE 300.0
 #define MAX_BARRIERS 64             /* distinct barrier names per round */
 #define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
-#define WIRE_MAX_SECONDS 1e7        /* the codec's bound on durations */
 #define DESC_MAX (2 * RP_MAX_ADDR + 64)
-#define T_IDLE SIZE_MAX
-
-/* ---- hash table ---- */
-
-/* Open addressing with linear probing; each slot keeps its item's hash so
- * that growing and backward-shift deletion never recompute it.  An empty
- * slot has item == NULL.  The capacity is a power of two. */
-struct hslot {
-  uint64_t h;
-  void *item;
-};
-
-struct htab {
-  struct hslot *s;
-  size_t cap;
-  size_t n;
-};
-
-static void *ht_find(const struct htab *t, uint64_t h, const void *key,
-                     bool (*eq)(const void *item, const void *key))
-{
-  size_t mask, i;
-
-  if (!t->cap)
-    return NULL;
-  mask = t->cap - 1;
-  for (i = h & mask; t->s[i].item; i = (i + 1) & mask)
-    if (t->s[i].h == h && eq(t->s[i].item, key))
-      return t->s[i].item;
-  return NULL;
-}
-
-static void ht_place(struct hslot *s, size_t cap, uint64_t h, void *item)
-{
-  size_t mask = cap - 1, i = h & mask;
-
-  while (s[i].item)
-    i = (i + 1) & mask;
-  s[i].h = h;
-  s[i].item = item;
-}
-
-/* Adds an item known to be absent.  Returns 0 or -ENOMEM. */
-static int ht_insert(struct htab *t, uint64_t h, void *item)
-{
-  if ((t->n + 1) * 4 > t->cap * 3) {
-    size_t cap = t->cap ? t->cap * 2 : 16, i;
-    struct hslot *s = calloc(cap, sizeof(*s));
-
-    if (!s)
-      return -ENOMEM;
-    for (i = 0; i < t->cap; i++)
-      if (t->s[i].item)
-        ht_place(s, cap, t->s[i].h, t->s[i].item);
-    free(t->s);
-    t->s = s;
-    t->cap = cap;
-  }
-  ht_place(t->s, t->cap, h, item);
-  t->n++;
-  return 0;
-}
-
-/* Removes the item (by identity), shifting later members of its probe run
- * back so that lookups never need tombstones. */
-static void ht_remove(struct htab *t, uint64_t h, const void *item)
-{
-  size_t mask, i, j, k;
-
-  if (!t->cap)
-    return;
-  mask = t->cap - 1;
-  for (i = h & mask; t->s[i].item != item; i = (i + 1) & mask)
-    if (!t->s[i].item)
-      return;
-  for (j = i;;) {
-    j = (j + 1) & mask;
-    if (!t->s[j].item)
-      break;
-    k = t->s[j].h & mask;
-    /* s[j] stays when its home slot k lies cyclically in (i, j]. */
-    if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-      continue;
-    t->s[i] = t->s[j];
-    i = j;
-  }
-  t->s[i].item = NULL;
-  t->n--;
-}
-
-static uint64_t mix64(uint64_t x)
-{
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-/* FNV-1a, seeded per registry so that ids chosen by strangers cannot be
- * lined up on one probe run ahead of time. */
-static uint64_t hash_str(uint64_t seed, const char *s)
-{
-  uint64_t h = 0xcbf29ce484222325ULL ^ seed;
-
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-  return mix64(h);
-}
-
-static uint64_t hash_ptr(uint64_t seed, const void *p)
-{
-  return mix64((uint64_t)(uintptr_t)p ^ seed);
-}
-
-/* ---- state ---- */
-
-/* Note [timers]
- *
- * Every deadline is a struct rs_timer embedded in its owner (a job's last
- * call, progress and forget timers; a node's join and keepalive timers; a
- * KV wait) and kept in one binary min-heap of pointers.  Each timer knows
- * its heap index, so arming, moving and cancelling are O(log n), and
- * freeing an owner cancels its timers (no dangling entries).  The heap's
- * capacity is reserved when an owner is created (r->timers counts the
- * embedded timers), so arming a timer never allocates and cannot fail.
- *
- * Keepalive is lazy: a message only stores last_seen (O(1)); the node's
- * keepalive timer stays where it was armed, and when it fires it either
- * finds the node silent for the whole period (dead) or moves itself to
- * last_seen + period.  So rs_tick touches a live node about once per
- * period, never on every message, and never scans the nodes. */
-enum tkind {
-  T_LAST_CALL,    /* struct job, t_last_call */
-  T_PROGRESS,     /* struct job, t_progress */
-  T_FORGET,       /* struct job, t_forget */
-  T_JOIN,         /* struct node, t_join */
-  T_ALIVE,        /* struct node, t_alive */
-  T_KV_WAIT,      /* struct waiter, t */
-};
-
-struct rs_timer {
-  double at;
-  size_t idx;                   /* heap index, T_IDLE when not armed */
-  enum tkind kind;
-};
-
-enum phase { PH_GATHERING, PH_LAST_CALL, PH_RUNNING, PH_CLOSED, PH_FINISHED };
-
-/* Note [node states]
- *
- * NS_PART: a participant of the current round: gathering (joined it) or
- *   running (has a rank).
- * NS_SPARE: joined, but not in the round: the waiting list.  Spares are
- *   kept in join order and promoted to participants while there is room
- *   (participants + outstanding < max_nodes).  Their join timeout runs
- *   from their JOIN, as a gathering participant's does.
- * NS_IDLE: a node of the job that has not joined the current round.  With
- *   expected set it was a participant of the previous round, was told to
- *   restart, and has a place reserved until the round completes
- *   ("outstanding"); a round of restarting nodes completes as soon as none
- *   is outstanding.  Status calls this state "left". */
-enum nstate { NS_IDLE, NS_PART, NS_SPARE };
-
-struct conn {
-  void *conn;
-  uint64_t h;
-  struct node *node;            /* NULL when not (or no longer) joined */
-  bool dropped;                 /* drop was called: ignore what follows */
-  char peer[RP_MAX_ADDR + 1];   /* rs_set_peer_addr, or "" */
-};
-
-struct barrier {
-  struct barrier *next;
-  int count;                    /* participants that entered */
-  bool done;
-  char name[RP_MAX_ID + 1];
-};
-
-struct kv {
-  uint64_t h;
-  size_t len;
-  char *value;                  /* len bytes + NUL */
-  char key[];
-};
-
-struct wkey {                   /* the GETs waiting for one key */
-  uint64_t h;
-  struct waiter *head;
-  char key[];
-};
-
-struct waiter {
-  struct node *node;
-  struct wkey *wk;
-  struct waiter *kprev, *knext; /* wk's list */
-  struct waiter *nprev, *nnext; /* node's list */
-  double wait;
-  struct rs_timer t;
-};
-
-struct node {
-  struct job *job;
-  struct conn *c;
-  struct node *prev, *next;     /* job->nodes, creation order */
-  struct node *sprev, *snext;   /* job->spares, join order */
-  struct waiter *waiters;
-  struct barrier *barrier;      /* the pending barrier it entered */
-  enum nstate state;
-  bool expected;
-  int rank;                     /* in the running round, else -1 */
-  int prev_rank;                /* in the previous round, else -1 */
-  uint64_t seq;                 /* join order */
-  double join_at, last_seen;
-  struct rs_timer t_join, t_alive;
-  int64_t pid;
-  int nproc, master_port;
-  char host[RP_MAX_ADDR + 1];
-  char addr[RP_MAX_ADDR + 1];   /* as joined; "" = the peer address */
-};
-
-struct job {
-  struct job *prev, *next;      /* registry list, creation order */
-  uint64_t h;
-  struct rp_conf conf;
-  enum phase phase;
-  int round, restart_count, world_size;
-  int n_nodes, n_part, n_outstanding, n_spares;
-  int64_t sum_nproc;            /* over all nodes: bounds any world size */
-  bool restarting;              /* the round started with nodes expected */
-  bool exit_passed;             /* the running round passed "exit" */
-  bool progress_dirty;
-  double deadline;              /* last call */
-  double round_started;         /* metrics: creation, or the RESTART */
-  double progress_last;
-  uint64_t seq;
-  struct rs_timer t_last_call, t_progress, t_forget;
-  struct node *nodes, *nodes_tail;
-  struct node *spares, *spares_tail;
-  struct node **order;          /* scratch for ranking, >= n_nodes */
-  size_t order_cap;
-  struct barrier *barriers;
-  int n_barriers;
-  struct htab kv;
-  size_t kv_bytes;
-  struct htab waits;            /* key -> struct wkey */
-  int n_waiters;
-  char id[RP_MAX_ID + 1];
-};
-
-struct rs_registry {
-  struct rs_sink sink;
-  struct rs_limits lim;
-  uint64_t seed;
-  struct htab jobs;             /* id -> struct job */
-  struct htab conns;            /* conn pointer -> struct conn */
-  struct job *jobs_head, *jobs_tail;
-  int n_jobs, n_nodes;
-  struct rs_timer **heap;
-  size_t heap_n, heap_cap;
-  size_t timers;                /* embedded timers alive: heap_cap >= */
-  struct rdzvd_metrics *metrics;  /* rs_set_metrics; NULL: none */
-};
 
 /* ---- small helpers ---- */
+
+/* The sink must not call back into the machine (rdzv_state.h): a close
+ * from inside send() would free the list being walked.  Breaking that is
+ * a bug in the caller, caught here at once rather than as a corrupted
+ * heap later. */
+static void enter(struct rs_registry *r, const char *what)
+{
+  if (r->busy) {
+    fprintf(stderr, "rdzv_state: %s called from inside the state machine "
+            "(a sink callback re-entered it)\n", what);
+    abort();
+  }
+  r->busy = true;
+}
+
+static void leave(struct rs_registry *r)
+{
+  r->busy = false;
+}
 
 static void copy_str(char *dst, size_t size, const char *src)
 {
@@ -322,53 +82,16 @@ static void say(const struct rs_registry *r, const char *f, ...)
   r->sink.log(r->sink.ctx, line);
 }
 
-static double clamp_secs(double s)
-{
-  return s < 0 ? 0 : s > WIRE_MAX_SECONDS ? WIRE_MAX_SECONDS : s;
-}
-
-static bool job_eq(const void *item, const void *key)
-{
-  return strcmp(((const struct job *)item)->id, key) == 0;
-}
 
 static bool conn_eq(const void *item, const void *key)
 {
   return ((const struct conn *)item)->conn == key;
 }
 
-static bool kv_eq(const void *item, const void *key)
-{
-  return strcmp(((const struct kv *)item)->key, key) == 0;
-}
-
-static bool wkey_eq(const void *item, const void *key)
-{
-  return strcmp(((const struct wkey *)item)->key, key) == 0;
-}
-
-static const char *node_addr(const struct node *n)
-{
-  if (n->addr[0])
-    return n->addr;
-  return n->c->peer[0] ? n->c->peer : "127.0.0.1";
-}
-
 static void describe(const struct node *n, char *buf, size_t size)
 {
   fmt(buf, size, "node %s (%s, pid %" PRId64 ")", n->host[0] ? n->host : "?",
-      node_addr(n), n->pid);
-}
-
-static const char *phase_name(enum phase p)
-{
-  static const char *const names[] = {
-    [PH_GATHERING] = "gathering", [PH_LAST_CALL] = "last_call",
-    [PH_RUNNING] = "running", [PH_CLOSED] = "closed",
-    [PH_FINISHED] = "finished",
-  };
-
-  return names[p];
+      rs__node_addr(n), n->pid);
 }
 
 static bool gathering(const struct job *job)
@@ -376,113 +99,9 @@ static bool gathering(const struct job *job)
   return job->phase == PH_GATHERING || job->phase == PH_LAST_CALL;
 }
 
-/* ---- timers (Note [timers]) ---- */
-
-static void heap_put(struct rs_registry *r, size_t i, struct rs_timer *t)
-{
-  r->heap[i] = t;
-  t->idx = i;
-}
-
-static void heap_up(struct rs_registry *r, size_t i)
-{
-  struct rs_timer *t = r->heap[i];
-
-  while (i) {
-    size_t p = (i - 1) / 2;
-
-    if (!(t->at < r->heap[p]->at))
-      break;
-    heap_put(r, i, r->heap[p]);
-    i = p;
-  }
-  heap_put(r, i, t);
-}
-
-static void heap_down(struct rs_registry *r, size_t i)
-{
-  struct rs_timer *t = r->heap[i];
-
-  for (;;) {
-    size_t c = 2 * i + 1;
-
-    if (c >= r->heap_n)
-      break;
-    if (c + 1 < r->heap_n && r->heap[c + 1]->at < r->heap[c]->at)
-      c++;
-    if (!(r->heap[c]->at < t->at))
-      break;
-    heap_put(r, i, r->heap[c]);
-    i = c;
-  }
-  heap_put(r, i, t);
-}
-
-static void timer_init(struct rs_timer *t, enum tkind kind)
-{
-  t->at = 0;
-  t->idx = T_IDLE;
-  t->kind = kind;
-}
-
-static bool timer_armed(const struct rs_timer *t)
-{
-  return t->idx != T_IDLE;
-}
-
-static void timer_set(struct rs_registry *r, struct rs_timer *t, double at)
-{
-  double old = t->at;
-
-  t->at = at;
-  if (!timer_armed(t)) {
-    heap_put(r, r->heap_n++, t);
-    heap_up(r, t->idx);
-  } else if (at < old) {
-    heap_up(r, t->idx);
-  } else {
-    heap_down(r, t->idx);
-  }
-}
-
-static void timer_clear(struct rs_registry *r, struct rs_timer *t)
-{
-  size_t i = t->idx;
-  struct rs_timer *last;
-
-  if (i == T_IDLE)
-    return;
-  t->idx = T_IDLE;
-  last = r->heap[--r->heap_n];
-  if (i < r->heap_n) {
-    heap_put(r, i, last);
-    heap_up(r, i);
-    heap_down(r, last->idx);
-  }
-}
-
-/* Makes room in the heap for k more embedded timers. */
-static int timers_reserve(struct rs_registry *r, size_t k)
-{
-  if (r->timers + k > r->heap_cap) {
-    size_t cap = r->heap_cap ? r->heap_cap : 64;
-    struct rs_timer **h;
-
-    while (cap < r->timers + k)
-      cap *= 2;
-    h = realloc(r->heap, cap * sizeof(*h));
-    if (!h)
-      return -ENOMEM;
-    r->heap = h;
-    r->heap_cap = cap;
-  }
-  r->timers += k;
-  return 0;
-}
-
 /* ---- sending ---- */
 
-static void send_msg(const struct rs_registry *r, void *conn,
+void rs__send_msg(const struct rs_registry *r, void *conn,
                      const struct rp_msg *m)
 {
   r->sink.send(r->sink.ctx, conn, m);
@@ -498,12 +117,12 @@ static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
   m.u.text.code = code;
   m.u.text.success = success;
   copy_str(m.u.text.message, sizeof m.u.text.message, text);
-  send_msg(r, conn, &m);
+  rs__send_msg(r, conn, &m);
 }
 
 /* Sends ERROR and returns err (a negative errno) for rs_handle. */
 __attribute__((format(printf, 5, 6)))
-static int refuse(const struct rs_registry *r, void *conn,
+int rs__refuse(const struct rs_registry *r, void *conn,
                   enum rp_error_code code, int err, const char *f, ...)
 {
   char text[RP_MAX_TEXT + 1];
@@ -518,7 +137,7 @@ static int refuse(const struct rs_registry *r, void *conn,
 
 static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
 {
-  uint64_t h = hash_ptr(r->seed, conn);
+  uint64_t h = ht_hash_ptr(r->seed, conn);
   struct conn *c = ht_find(&r->conns, h, conn, conn_eq);
 
   if (c || !create)
@@ -558,10 +177,10 @@ static void send_waiting(const struct rs_registry *r, const struct job *job,
   w->present = job->n_part;
   w->min_nodes = job->conf.min_nodes;
   w->max_nodes = job->conf.max_nodes;
-  w->deadline = clamp_secs(n->join_at + job->conf.join_timeout - now);
+  w->deadline = rs__clamp_secs(n->join_at + job->conf.join_timeout - now);
   w->last_call = job->phase == PH_LAST_CALL
-                   ? clamp_secs(job->deadline - now) : -1;
-  send_msg(r, n->c->conn, &m);
+                   ? rs__clamp_secs(job->deadline - now) : -1;
+  rs__send_msg(r, n->c->conn, &m);
 }
 
 /* ---- nodes ---- */
@@ -603,31 +222,36 @@ static void node_set_state(struct job *job, struct node *n, enum nstate st,
   }
 }
 
-static void waiter_free(struct rs_registry *r, struct job *job,
-                        struct waiter *w)
+/* The empty list: jobs without a node, in the order they emptied, so
+ * that a full job table forgets the longest-empty one (rs_limits). */
+static void empty_add(struct rs_registry *r, struct job *job)
 {
-  struct wkey *wk = w->wk;
+  if (job->empty_listed)
+    return;
+  job->empty_listed = true;
+  job->enext = NULL;
+  job->eprev = r->empty_tail;
+  if (r->empty_tail)
+    r->empty_tail->enext = job;
+  else
+    r->empty_head = job;
+  r->empty_tail = job;
+}
 
-  if (w->kprev)
-    w->kprev->knext = w->knext;
+static void empty_remove(struct rs_registry *r, struct job *job)
+{
+  if (!job->empty_listed)
+    return;
+  job->empty_listed = false;
+  if (job->eprev)
+    job->eprev->enext = job->enext;
   else
-    wk->head = w->knext;
-  if (w->knext)
-    w->knext->kprev = w->kprev;
-  if (!wk->head) {
-    ht_remove(&job->waits, wk->h, wk);
-    free(wk);
-  }
-  if (w->nprev)
-    w->nprev->nnext = w->nnext;
+    r->empty_head = job->enext;
+  if (job->enext)
+    job->enext->eprev = job->eprev;
   else
-    w->node->waiters = w->nnext;
-  if (w->nnext)
-    w->nnext->nprev = w->nprev;
-  timer_clear(r, &w->t);
-  r->timers--;
-  job->n_waiters--;
-  free(w);
+    r->empty_tail = job->eprev;
+  job->eprev = job->enext = NULL;
 }
 
 /* Forgets n: counts, lists, timers, waits.  Sends nothing. */
@@ -639,10 +263,10 @@ static void node_free(struct rs_registry *r, struct node *n)
   if (n->barrier)
     n->barrier->count--;
   while (n->waiters)
-    waiter_free(r, job, n->waiters);
-  timer_clear(r, &n->t_join);
-  timer_clear(r, &n->t_alive);
-  r->timers -= 2;
+    rs__kv_waiter_free(r, job, n->waiters);
+  th_clear(&r->heap, &n->t_join);
+  th_clear(&r->heap, &n->t_alive);
+  th_unreserve(&r->heap, 2);
   if (n->prev)
     n->prev->next = n->next;
   else
@@ -656,6 +280,8 @@ static void node_free(struct rs_registry *r, struct node *n)
   r->n_nodes--;
   n->c->node = NULL;
   free(n);
+  if (!job->n_nodes)
+    empty_add(r, job);
 }
 
 static void node_fill(struct node *n, const struct rp_join *j)
@@ -685,7 +311,7 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   n = calloc(1, sizeof(*n));
   if (!n)
     return NULL;
-  if (timers_reserve(r, 2)) {
+  if (th_reserve(&r->heap, 2)) {
     free(n);
     return NULL;
   }
@@ -696,9 +322,9 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   n->state = NS_IDLE;
   n->rank = n->prev_rank = -1;
   n->last_seen = now;
-  timer_init(&n->t_join, T_JOIN);
-  timer_init(&n->t_alive, T_ALIVE);
-  timer_set(r, &n->t_alive, now + job->conf.keepalive_interval *
+  th_init(&n->t_join, T_JOIN);
+  th_init(&n->t_alive, T_ALIVE);
+  th_set(&r->heap, &n->t_alive, now + job->conf.keepalive_interval *
                                     job->conf.keepalive_misses);
   n->prev = job->nodes_tail;
   if (job->nodes_tail)
@@ -709,7 +335,8 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   job->n_nodes++;
   job->sum_nproc += n->nproc;
   r->n_nodes++;
-  timer_clear(r, &job->t_forget);
+  empty_remove(r, job);
+  th_clear(&r->heap, &job->t_forget);
   return n;
 }
 
@@ -728,26 +355,16 @@ static void barriers_free(struct job *job)
 
 static void job_free(struct rs_registry *r, struct job *job)
 {
-  size_t i;
-
   while (job->nodes)
     node_free(r, job->nodes);
   barriers_free(job);
-  for (i = 0; i < job->kv.cap; i++) {
-    struct kv *e = job->kv.s[i].item;
-
-    if (e) {
-      free(e->value);
-      free(e);
-    }
-  }
-  free(job->kv.s);
-  free(job->waits.s);           /* empty: waits die with their nodes */
+  rs__kv_job_free(r, job);
+  empty_remove(r, job);
   free(job->order);
-  timer_clear(r, &job->t_last_call);
-  timer_clear(r, &job->t_progress);
-  timer_clear(r, &job->t_forget);
-  r->timers -= 3;
+  th_clear(&r->heap, &job->t_last_call);
+  th_clear(&r->heap, &job->t_progress);
+  th_clear(&r->heap, &job->t_forget);
+  th_unreserve(&r->heap, 3);
   ht_remove(&r->jobs, job->h, job);
   if (job->prev)
     job->prev->next = job->next;
@@ -763,7 +380,40 @@ static void job_free(struct rs_registry *r, struct job *job)
 
 static struct job *job_find(const struct rs_registry *r, const char *id)
 {
-  return ht_find(&r->jobs, hash_str(r->seed, id), id, job_eq);
+  return ht_find(&r->jobs, ht_hash_str(r->seed, id), id, rs__job_eq);
+}
+
+static void lower(const struct rs_registry *r, const struct job *job,
+                  const char *what, double *v, double ceiling)
+{
+  if (*v <= ceiling)
+    return;
+  say(r, "job %s: %s %g s lowered to the server's ceiling %g s", job->id,
+      what, *v, ceiling);
+  *v = ceiling;
+}
+
+/* The durations a client chose, within the server's ceilings
+ * (rs_limits); keepalive_interval itself was checked at the JOIN. */
+static void ceilings(const struct rs_registry *r, struct job *job)
+{
+  struct rp_conf *cf = &job->conf;
+  double max_misses;
+
+  lower(r, job, "join_timeout", &cf->join_timeout, r->lim.max_join_timeout);
+  lower(r, job, "last_call_timeout", &cf->last_call_timeout,
+        r->lim.max_last_call);
+  lower(r, job, "close_timeout", &cf->close_timeout,
+        r->lim.max_close_timeout);
+  max_misses = floor(r->lim.max_keepalive / cf->keepalive_interval);
+  if (max_misses < 1)
+    max_misses = 1;
+  if (cf->keepalive_misses > max_misses) {
+    say(r, "job %s: keepalive_misses %d lowered to %d (the server's "
+        "keepalive window is at most %g s)", job->id, cf->keepalive_misses,
+        (int)max_misses, r->lim.max_keepalive);
+    cf->keepalive_misses = (int)max_misses;
+  }
 }
 
 static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
@@ -775,13 +425,13 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   if (!job)
     return NULL;
   copy_str(job->id, sizeof job->id, j->id);
-  job->h = hash_str(r->seed, job->id);
-  if (timers_reserve(r, 3)) {
+  job->h = ht_hash_str(r->seed, job->id);
+  if (th_reserve(&r->heap, 3)) {
     free(job);
     return NULL;
   }
   if (ht_insert(&r->jobs, job->h, job)) {
-    r->timers -= 3;
+    th_unreserve(&r->heap, 3);
     free(job);
     return NULL;
   }
@@ -789,9 +439,9 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   job->phase = PH_GATHERING;
   job->progress_last = now;
   job->round_started = now;
-  timer_init(&job->t_last_call, T_LAST_CALL);
-  timer_init(&job->t_progress, T_PROGRESS);
-  timer_init(&job->t_forget, T_FORGET);
+  th_init(&job->t_last_call, T_LAST_CALL);
+  th_init(&job->t_progress, T_PROGRESS);
+  th_init(&job->t_forget, T_FORGET);
   job->prev = r->jobs_tail;
   if (r->jobs_tail)
     r->jobs_tail->next = job;
@@ -799,8 +449,11 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
     r->jobs_head = job;
   r->jobs_tail = job;
   r->n_jobs++;
+  empty_add(r, job);
+  ceilings(r, job);
   /* Forgotten unless a node arrives (node_create cancels this). */
-  timer_set(r, &job->t_forget, now + cf->close_timeout);
+  cf = &job->conf;
+  th_set(&r->heap, &job->t_forget, now + cf->close_timeout);
   say(r, "job %s: created (nodes %d..%d, max_restarts %d, join_timeout "
       "%g s, last_call %g s, close_timeout %g s, keepalive %g s x %d)",
       job->id, cf->min_nodes, cf->max_nodes, cf->max_restarts,
@@ -815,8 +468,8 @@ static void progress_changed(struct rs_registry *r, struct job *job,
                              double now)
 {
   job->progress_dirty = true;
-  if (!timer_armed(&job->t_progress))
-    timer_set(r, &job->t_progress,
+  if (!th_armed(&job->t_progress))
+    th_set(&r->heap, &job->t_progress,
               fmax(now, job->progress_last + PROGRESS_PERIOD));
 }
 
@@ -869,23 +522,23 @@ static void complete_round(struct rs_registry *r, struct job *job,
   rd->restart_count = job->restart_count;
   rd->group_world_size = (int)k;
   rd->world_size = job->world_size;
-  copy_str(rd->master_addr, sizeof rd->master_addr, node_addr(master));
+  copy_str(rd->master_addr, sizeof rd->master_addr, rs__node_addr(master));
   rd->master_port = master->master_port;
   for (i = 0; i < k; i++) {
     n = job->order[i];
     n->rank = (int)i;
-    timer_clear(r, &n->t_join);
+    th_clear(&r->heap, &n->t_join);
     rd->group_rank = (int)i;
     rd->rank_offset = offset;
     offset += n->nproc;
-    send_msg(r, n->c->conn, &m);
+    rs__send_msg(r, n->c->conn, &m);
   }
   job->phase = PH_RUNNING;
   job->restarting = false;
   job->exit_passed = false;
   job->progress_dirty = false;
-  timer_clear(r, &job->t_last_call);
-  timer_clear(r, &job->t_progress);
+  th_clear(&r->heap, &job->t_last_call);
+  th_clear(&r->heap, &job->t_progress);
   metrics_round_completed(r->metrics, now - job->round_started);
   say(r, "job %s: round %d complete: %zu node%s, world size %d, master "
       "%s:%d", job->id, job->round, k, k == 1 ? "" : "s", job->world_size,
@@ -910,10 +563,10 @@ static void decide(struct rs_registry *r, struct job *job, double now)
     }
     job->phase = PH_LAST_CALL;
     job->deadline = now + cf->last_call_timeout;
-    timer_set(r, &job->t_last_call, job->deadline);
+    th_set(&r->heap, &job->t_last_call, job->deadline);
   } else if (job->phase == PH_LAST_CALL) {
     job->phase = PH_GATHERING;
-    timer_clear(r, &job->t_last_call);
+    th_clear(&r->heap, &job->t_last_call);
   }
 }
 
@@ -962,8 +615,8 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   job->progress_dirty = false;
   job->progress_last = now;
   job->round_started = now;
-  timer_clear(r, &job->t_last_call);
-  timer_clear(r, &job->t_progress);
+  th_clear(&r->heap, &job->t_last_call);
+  th_clear(&r->heap, &job->t_progress);
   for (n = job->nodes; n; n = n->next) {
     n->barrier = NULL;
     if (n->state != NS_PART)
@@ -988,8 +641,8 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
                     bool success, const char *text)
 {
   job->phase = success ? PH_FINISHED : PH_CLOSED;
-  timer_clear(r, &job->t_last_call);
-  timer_clear(r, &job->t_progress);
+  th_clear(&r->heap, &job->t_last_call);
+  th_clear(&r->heap, &job->t_progress);
   say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
   while (job->nodes) {
     struct conn *c = job->nodes->c;
@@ -999,7 +652,7 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
     conn_drop(r, c->conn);
   }
   barriers_free(job);
-  timer_set(r, &job->t_forget, now + job->conf.close_timeout);
+  th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
 static void barrier_check(struct rs_registry *r, struct job *job,
@@ -1018,7 +671,7 @@ static void barrier_check(struct rs_registry *r, struct job *job,
   for (n = job->nodes; n; n = n->next) {
     if (n->barrier == b) {
       n->barrier = NULL;
-      send_msg(r, n->c->conn, &m);
+      rs__send_msg(r, n->c->conn, &m);
     }
   }
   if (strcmp(b->name, "exit") == 0)
@@ -1050,8 +703,8 @@ static void job_settle(struct rs_registry *r, struct job *job, double now,
     for (b = job->barriers; b; b = b->next)
       barrier_check(r, job, b);
   }
-  if (!job->n_nodes && !timer_armed(&job->t_forget))
-    timer_set(r, &job->t_forget, now + job->conf.close_timeout);
+  if (!job->n_nodes && !th_armed(&job->t_forget))
+    th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
 /* Removes n (the caller logged why).  A participant of a running round
@@ -1070,7 +723,7 @@ static void node_remove(struct rs_registry *r, struct node *n, double now,
     node_free(r, n);
     start_round(r, job, now, text, NULL);
     if (!job->n_nodes)
-      timer_set(r, &job->t_forget, now + job->conf.close_timeout);
+      th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
     return;
   }
   node_free(r, n);
@@ -1115,7 +768,7 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
 
   n->seq = ++job->seq;
   n->join_at = now;
-  timer_set(r, &n->t_join, now + job->conf.join_timeout);
+  th_set(&r->heap, &n->t_join, now + job->conf.join_timeout);
   describe(n, d, sizeof d);
   if (gathering(job)) {
     if (n->expected ||
@@ -1155,15 +808,36 @@ static int rejoin(struct rs_registry *r, struct node *n,
     return 0;
   }
   if (n->state == NS_PART)
-    return refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "already a participant of running round %d", job->round);
   if (job->sum_nproc - n->nproc + j->nproc > INT_MAX)
-    return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "the job's world size would exceed %d", INT_MAX);
   job->sum_nproc += j->nproc - n->nproc;
   node_fill(n, j);
   admit(r, job, n, now);
   return 0;
+}
+
+/* A refused JOIN: ERROR, then the connection closes; a node of the job
+ * that sent it is removed first (why says how, for the others).  Returns
+ * err for rs_handle. */
+__attribute__((format(printf, 8, 9)))
+static int refuse_join(struct rs_registry *r, void *conn, struct node *n,
+                       double now, const char *why, enum rp_error_code code,
+                       int err, const char *f, ...)
+{
+  char text[RP_MAX_TEXT + 1];
+  va_list ap;
+
+  va_start(ap, f);
+  vsnprintf(text, sizeof text, f, ap);
+  va_end(ap);
+  send_text(r, conn, RP_ERROR, code, false, text);
+  if (n)
+    node_remove(r, n, now, why);
+  conn_drop(r, conn);
+  return err;
 }
 
 /* JOIN: refusals first (they drop the connection unless it already is
@@ -1175,31 +849,27 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
   struct node *n = c ? c->node : NULL;
   const char *problem;
   struct job *job;
-  int err;
 
   if (n && strcmp(n->job->id, j->id) != 0)
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "already a node of job %s", n->job->id);
   problem = !j->id[0] || strnlen(j->id, sizeof j->id) == sizeof j->id
             ? "bad id" : j->nproc < 1 ? "nproc < 1"
             : j->master_port < 1 || j->master_port > 65535 ? "bad port"
             : conf_problem(&j->conf);
-  if (problem && !n) {
-    err = refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
-                 problem);
-    conn_drop(r, conn);
-    return err;
-  }
-  if (problem)
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
+  if (!problem && j->conf.keepalive_interval > r->lim.max_keepalive)
+    problem = "keepalive_interval above the server's ceiling";
+  if (problem && n)             /* a node stays; only this JOIN is bad */
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
                   problem);
+  if (problem)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
+                       -EINVAL, "bad join: %s", problem);
   job = n ? n->job : job_find(r, j->id);
-  if (job && (job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
-    err = refuse(r, conn, RP_ERR_CLOSED, -ESHUTDOWN, "job %s %s", job->id,
-                 job->phase == PH_CLOSED ? "is closed" : "has finished");
-    conn_drop(r, conn);
-    return err;
-  }
+  if (job && (job->phase == PH_CLOSED || job->phase == PH_FINISHED))
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_CLOSED, -ESHUTDOWN,
+                       "job %s %s", job->id, job->phase == PH_CLOSED
+                       ? "is closed" : "has finished");
   if (job && (j->conf.min_nodes != job->conf.min_nodes ||
               j->conf.max_nodes != job->conf.max_nodes)) {
     say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
@@ -1207,14 +877,11 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
         j->host, j->pid,
         j->conf.min_nodes, j->conf.max_nodes, job->conf.min_nodes,
         job->conf.max_nodes);
-    err = refuse(r, conn, RP_ERR_CONFIG_MISMATCH, -EINVAL,
-                 "min_nodes..max_nodes %d..%d differs from job %s's %d..%d",
-                 j->conf.min_nodes, j->conf.max_nodes, job->id,
-                 job->conf.min_nodes, job->conf.max_nodes);
-    if (n)
-      node_remove(r, n, now, "lost: config mismatch");
-    conn_drop(r, conn);
-    return err;
+    return refuse_join(r, conn, n, now, "lost: config mismatch",
+                       RP_ERR_CONFIG_MISMATCH, -EINVAL,
+                       "min_nodes..max_nodes %d..%d differs from job %s's "
+                       "%d..%d", j->conf.min_nodes, j->conf.max_nodes,
+                       job->id, job->conf.min_nodes, job->conf.max_nodes);
   }
   /* Restarts are counted per job, so every node must agree on how many
    * there may be (each decides alone whether its failure is final). */
@@ -1222,38 +889,34 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
     say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
         "mismatch: max_restarts %d, the job has %d", job->id, RP_MAX_ADDR,
         j->host, j->pid, j->conf.max_restarts, job->conf.max_restarts);
-    err = refuse(r, conn, RP_ERR_CONFIG_MISMATCH, -EINVAL,
-                 "max_restarts %d differs from job %s's %d",
-                 j->conf.max_restarts, job->id, job->conf.max_restarts);
-    if (n)
-      node_remove(r, n, now, "lost: config mismatch");
-    conn_drop(r, conn);
-    return err;
+    return refuse_join(r, conn, n, now, "lost: config mismatch",
+                       RP_ERR_CONFIG_MISMATCH, -EINVAL,
+                       "max_restarts %d differs from job %s's %d",
+                       j->conf.max_restarts, job->id,
+                       job->conf.max_restarts);
   }
   if (n)
     return rejoin(r, n, j, now);
-  if (!job && r->n_jobs >= r->lim.max_jobs) {
-    err = refuse(r, conn, RP_ERR_LIMIT, -ENOSPC, "too many jobs (%d)",
-                 r->lim.max_jobs);
-    conn_drop(r, conn);
-    return err;
+  if (!job && r->n_jobs >= r->lim.max_jobs && r->empty_head) {
+    say(r, "job %s: forgotten early: the job table is full (%d jobs) and "
+        "it has had no node for longest", r->empty_head->id,
+        r->lim.max_jobs);
+    job_free(r, r->empty_head);
   }
+  if (!job && r->n_jobs >= r->lim.max_jobs)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOSPC,
+                       "too many jobs (%d)", r->lim.max_jobs);
   if (job && (job->n_nodes >= RP_MAX_NODES ||
-              job->sum_nproc + j->nproc > INT_MAX)) {
-    err = refuse(r, conn, RP_ERR_LIMIT, -ENOSPC, "job %s is too large",
-                 job->id);
-    conn_drop(r, conn);
-    return err;
-  }
+              job->sum_nproc + j->nproc > INT_MAX))
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOSPC,
+                       "job %s is too large", job->id);
   if (!job)
     job = job_create(r, j, now);
   c = c ? c : conn_get(r, conn, true);
   n = job && c ? node_create(r, job, c, j, now) : NULL;
-  if (!n) {
-    err = refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-    conn_drop(r, conn);
-    return err;
-  }
+  if (!n)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
+                       "out of memory");
   admit(r, job, n, now);
   return 0;
 }
@@ -1268,6 +931,18 @@ static int on_failure(struct rs_registry *r, struct node *n,
   char d[DESC_MAX], text[RP_MAX_TEXT + 1];
 
   describe(n, d, sizeof d);
+  /* Only a node with workers in this job may end or restart it: a
+   * participant of the current round, or one of the round that just
+   * ended whose report crossed our RESTART (expected back).  A node on
+   * the waiting list, or one the last round went on without, has no
+   * workers to report on. */
+  if (n->state != NS_PART && !(n->state == NS_IDLE && n->expected)) {
+    say(r, "job %s: refused a failure report from %s: not a participant "
+        "of round %d", job->id, d, job->round);
+    return rs__refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
+                  "failure report refused: not a participant of round %d "
+                  "of job %s", job->round, job->id);
+  }
   if (f->final) {
     fmt(text, sizeof text, "%s workers failed (final): %.*s", d,
         RP_MAX_TEXT, f->message);
@@ -1303,7 +978,7 @@ static int on_barrier(struct rs_registry *r, struct node *n,
 
   if (job->phase != PH_RUNNING || n->state != NS_PART ||
       m->round != job->round)
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "barrier %.*s for round %d: not a participant of a "
                   "running round %d", RP_MAX_ID, m->name, m->round,
                   job->round);
@@ -1312,11 +987,11 @@ static int on_barrier(struct rs_registry *r, struct node *n,
       break;
   if (!b) {
     if (job->n_barriers >= MAX_BARRIERS)
-      return refuse(r, conn, RP_ERR_LIMIT, -ENOSPC,
+      return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOSPC,
                     "too many barriers in round %d", job->round);
     b = calloc(1, sizeof(*b));
     if (!b)
-      return refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
     copy_str(b->name, sizeof b->name, m->name);
     b->next = job->barriers;
     job->barriers = b;
@@ -1326,13 +1001,13 @@ static int on_barrier(struct rs_registry *r, struct node *n,
     memset(&done, 0, sizeof done);
     done.op = RP_BARRIER_DONE;
     done.u.barrier = *m;
-    send_msg(r, conn, &done);
+    rs__send_msg(r, conn, &done);
     return 0;
   }
   if (n->barrier == b)
     return 0;
   if (n->barrier)
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "already waiting in barrier %s", n->barrier->name);
   n->barrier = b;
   b->count++;
@@ -1356,307 +1031,53 @@ static int on_leave(struct rs_registry *r, struct node *n, double now)
   return 0;
 }
 
-/* ---- KV ---- */
+/* ---- STATUS (the report itself: status_render.c) ---- */
 
-static void send_value(const struct rs_registry *r, void *conn,
-                       const char *key, const struct kv *e)
+static int on_status(struct rs_registry *r, void *conn,
+                     const struct rp_status_req *q, double now)
 {
   struct rp_msg m;
-  char empty[1] = "";
-
-  memset(&m, 0, sizeof m);
-  m.op = RP_KV_VALUE;
-  copy_str(m.u.kv.key, sizeof m.u.kv.key, key);
-  m.u.kv.found = e != NULL;
-  m.u.kv.value = e ? e->value : empty;
-  m.u.kv.value_len = e ? e->len : 0;
-  send_msg(r, conn, &m);
-}
-
-static bool key_ok(const char *key)
-{
-  size_t n = strnlen(key, RP_MAX_KEY + 1);
-
-  return n > 0 && n <= RP_MAX_KEY;
-}
-
-/* Stores key = value (len bytes) and answers the GETs waiting for it.
- * Returns the entry, or NULL with *err set after sending ERROR. */
-static struct kv *kv_put(struct rs_registry *r, struct node *n,
-                         const char *key, const char *value, size_t len,
-                         int *err)
-{
-  struct job *job = n->job;
-  uint64_t h = hash_str(r->seed, key);
-  struct kv *e = ht_find(&job->kv, h, key, kv_eq);
-  size_t klen = strlen(key), old = e ? klen + e->len : 0;
-  bool fresh = !e;
-  struct waiter *w, *next;
-  struct wkey *wk;
-  char *v;
-
-  if (!e && job->kv.n >= (size_t)r->lim.max_keys_per_job) {
-    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "too many keys (%d)", r->lim.max_keys_per_job);
-    return NULL;
-  }
-  if (job->kv_bytes - old + klen + len > r->lim.max_kv_bytes) {
-    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "the job's store would exceed %zu bytes",
-                  r->lim.max_kv_bytes);
-    return NULL;
-  }
-  v = malloc(len + 1);
-  if (!v || (!e && !(e = calloc(1, sizeof(*e) + klen + 1)))) {
-    free(v);
-    *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-    return NULL;
-  }
-  if (fresh) {
-    memcpy(e->key, key, klen + 1);
-    e->h = h;
-    if (ht_insert(&job->kv, h, e)) {
-      free(v);
-      free(e);
-      *err = refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-      return NULL;
-    }
-  }
-  if (len)
-    memcpy(v, value, len);
-  v[len] = '\0';
-  free(e->value);
-  e->value = v;
-  e->len = len;
-  job->kv_bytes = job->kv_bytes - old + klen + len;
-  wk = ht_find(&job->waits, h, key, wkey_eq);
-  for (w = wk ? wk->head : NULL; w; w = next) {
-    next = w->knext;            /* waiter_free frees wk after the last */
-    send_value(r, w->node->c->conn, key, e);
-    waiter_free(r, job, w);
-  }
-  *err = 0;
-  return e;
-}
-
-static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
-                   double wait, double now)
-{
-  struct job *job = n->job;
-  uint64_t h = hash_str(r->seed, key);
-  struct wkey *wk = ht_find(&job->waits, h, key, wkey_eq);
-  struct waiter *w;
-  size_t klen = strlen(key);
-
-  if (job->n_waiters >= r->lim.max_keys_per_job)
-    return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "too many waiting gets (%d)", job->n_waiters);
-  w = calloc(1, sizeof(*w));
-  if (!w || timers_reserve(r, 1)) {
-    free(w);
-    return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-  }
-  if (!wk) {
-    wk = calloc(1, sizeof(*wk) + klen + 1);
-    if (!wk || ht_insert(&job->waits, h, wk)) {
-      free(wk);
-      free(w);
-      r->timers--;
-      return refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
-    }
-    wk->h = h;
-    memcpy(wk->key, key, klen + 1);
-  }
-  w->node = n;
-  w->wk = wk;
-  w->wait = wait;
-  w->knext = wk->head;
-  if (wk->head)
-    wk->head->kprev = w;
-  wk->head = w;
-  w->nnext = n->waiters;
-  if (n->waiters)
-    n->waiters->nprev = w;
-  n->waiters = w;
-  job->n_waiters++;
-  timer_init(&w->t, T_KV_WAIT);
-  timer_set(r, &w->t, now + wait);
-  return 0;
-}
-
-/* Parses a whole decimal int64 ("-12"); false for anything else. */
-static bool parse_i64(const char *s, size_t len, int64_t *out)
-{
-  long long v;
-  char *end;
-
-  if (!len || (s[0] != '-' && s[0] != '+' && (s[0] < '0' || s[0] > '9')))
-    return false;
-  errno = 0;
-  v = strtoll(s, &end, 10);
-  if (errno || end != s + len)
-    return false;
-  *out = v;
-  return true;
-}
-
-static int on_kv(struct rs_registry *r, struct node *n,
-                 const struct rp_msg *m, double now)
-{
-  const struct rp_kv *kv = &m->u.kv;
-  struct job *job = n->job;
-  void *conn = n->c->conn;
-  char num[32];
-  struct kv *e;
-  int64_t v = 0;
+  cJSON *st;
+  char *s;
   int err;
 
-  if (!key_ok(kv->key))
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
-  e = ht_find(&job->kv, hash_str(r->seed, kv->key), kv->key, kv_eq);
-  switch (m->op) {
-  case RP_KV_SET:
-    if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))
-      return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad value");
-    kv_put(r, n, kv->key, kv->value, kv->value_len, &err);
-    return err;
-  case RP_KV_GET:
-    if (e || !(kv->wait > 0)) {
-      send_value(r, conn, kv->key, e);
-      return 0;
-    }
-    return kv_wait(r, n, kv->key, fmin(kv->wait, WIRE_MAX_SECONDS), now);
-  default:                      /* RP_KV_ADD */
-    if (e && !parse_i64(e->value, e->len, &v))
-      return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                    "key %s does not hold an integer", kv->key);
-    if (__builtin_add_overflow(v, kv->delta, &v))
-      return refuse(r, conn, RP_ERR_BAD_REQUEST, -ERANGE,
-                    "key %s would overflow", kv->key);
-    fmt(num, sizeof num, "%" PRId64, v);
-    e = kv_put(r, n, kv->key, num, strlen(num), &err);
-    if (e)
-      send_value(r, conn, kv->key, e);
-    return err;
-  }
-}
-
-/* ---- STATUS ---- */
-
-static bool jnum(cJSON *o, const char *k, double v)
-{
-  return cJSON_AddNumberToObject(o, k, v) != NULL;
-}
-
-static bool jstr(cJSON *o, const char *k, const char *v)
-{
-  return cJSON_AddStringToObject(o, k, v) != NULL;
-}
-
-static bool status_job(const struct job *job, double now, bool with_nodes,
-                       cJSON *o)
-{
-  static const char *const states[] = {
-    [NS_IDLE] = "left", [NS_PART] = "participant", [NS_SPARE] = "waiting",
-  };
-  const struct rp_conf *cf = &job->conf;
-  const struct barrier *b;
-  const struct node *n;
-  cJSON *conf, *nodes, *bars = NULL, *no;
-  bool ok;
-
-  ok = jstr(o, "id", job->id) && jstr(o, "phase", phase_name(job->phase)) &&
-       jnum(o, "round", job->round) &&
-       jnum(o, "restart_count", job->restart_count) &&
-       (conf = cJSON_AddObjectToObject(o, "conf")) &&
-       jnum(conf, "min_nodes", cf->min_nodes) &&
-       jnum(conf, "max_nodes", cf->max_nodes) &&
-       jnum(conf, "max_restarts", cf->max_restarts) &&
-       jnum(conf, "join_timeout", cf->join_timeout) &&
-       jnum(conf, "last_call_timeout", cf->last_call_timeout) &&
-       jnum(conf, "close_timeout", cf->close_timeout) &&
-       jnum(conf, "keepalive_interval", cf->keepalive_interval) &&
-       jnum(conf, "keepalive_misses", cf->keepalive_misses) &&
-       jnum(o, "world_size", job->world_size) &&
-       jnum(o, "participants", job->n_part) &&
-       jnum(o, "waiting", job->n_spares) &&
-       (job->phase != PH_LAST_CALL ||
-        jnum(o, "last_call", clamp_secs(job->deadline - now))) &&
-       (bars = cJSON_AddObjectToObject(o, "barriers")) &&
-       jnum(o, "kv_keys", (double)job->kv.n);
-  for (b = job->barriers; ok && b; b = b->next)
-    ok = jnum(bars, b->name, b->count);
-  if (!ok || !with_nodes)
-    return ok && (with_nodes || cJSON_AddTrueToObject(o, "nodes_omitted"));
-  ok = (nodes = cJSON_AddArrayToObject(o, "nodes")) != NULL;
-  for (n = job->nodes; ok && n; n = n->next) {
-    ok = (no = cJSON_CreateObject()) && cJSON_AddItemToArray(nodes, no);
-    if (!ok) {
-      cJSON_Delete(no);
-      break;
-    }
-    ok = jstr(no, "host", n->host) && jstr(no, "addr", node_addr(n)) &&
-         jnum(no, "pid", (double)n->pid) && jnum(no, "nproc", n->nproc) &&
-         jnum(no, "rank", job->phase == PH_RUNNING && n->state == NS_PART
-                            ? n->rank : -1) &&
-         jstr(no, "state", states[n->state]);
-  }
-  return ok;
-}
-
-static cJSON *status(const struct rs_registry *r, double now,
-                     bool with_nodes)
-{
-  cJSON *root = cJSON_CreateObject(), *jobs = NULL, *o;
-  const struct job *job;
-  bool ok;
-
-  ok = root && (jobs = cJSON_AddArrayToObject(root, "jobs")) &&
-       jnum(root, "nodes", r->n_nodes);
-  for (job = r->jobs_head; ok && job; job = job->next) {
-    ok = (o = cJSON_CreateObject()) && cJSON_AddItemToArray(jobs, o);
-    if (!ok)
-      cJSON_Delete(o);
-    else
-      ok = status_job(job, now, with_nodes, o);
-  }
-  if (!ok) {
-    cJSON_Delete(root);
-    return NULL;
-  }
-  return root;
-}
-
-cJSON *rs_status(const struct rs_registry *r, double now)
-{
-  return status(r, now, true);
-}
-
-static int on_status(struct rs_registry *r, void *conn, double now)
-{
-  struct rp_msg m;
-  cJSON *st = status(r, now, true);
-  char *s = st ? cJSON_PrintUnformatted(st) : NULL;
-
+  st = rs_status_query(r, q, now, &err);
+  if (!st && err == -ENOENT)
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, err, "no job %.*s",
+                  RP_MAX_ID, q->job);
+  s = st ? cJSON_PrintUnformatted(st) : NULL;
   cJSON_Delete(st);
-  /* Too big for one frame: the node lists go. */
-  if (s && strlen(s) > RP_MAX_FRAME - 4096) {
-    cJSON_free(s);
-    st = status(r, now, false);
-    s = st ? cJSON_PrintUnformatted(st) : NULL;
-    cJSON_Delete(st);
-  }
   if (!s)
-    return refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
   memset(&m, 0, sizeof m);
   m.op = RP_STATUS_REPLY;
   m.u.status_json = s;
-  send_msg(r, conn, &m);
+  rs__send_msg(r, conn, &m);
   cJSON_free(s);
   return 0;
 }
 
 /* ---- entry points ---- */
+
+void rs_limits_default(struct rs_limits *l)
+{
+  if (l->max_jobs <= 0)
+    l->max_jobs = DEF_MAX_JOBS;
+  if (l->max_keys_per_job <= 0)
+    l->max_keys_per_job = DEF_MAX_KEYS;
+  if (!l->max_kv_bytes)
+    l->max_kv_bytes = DEF_MAX_KV_BYTES;
+  if (!l->max_kv_total)
+    l->max_kv_total = DEF_MAX_KV_TOTAL;
+  if (!(l->max_join_timeout > 0))
+    l->max_join_timeout = DEF_MAX_JOIN_TIMEOUT;
+  if (!(l->max_last_call > 0))
+    l->max_last_call = DEF_MAX_LAST_CALL;
+  if (!(l->max_close_timeout > 0))
+    l->max_close_timeout = DEF_MAX_CLOSE_TIMEOUT;
+  if (!(l->max_keepalive > 0))
+    l->max_keepalive = DEF_MAX_KEEPALIVE;
+}
 
 struct rs_registry *rs_create(const struct rs_sink *sink,
                               const struct rs_limits *limits)
@@ -1668,13 +1089,8 @@ struct rs_registry *rs_create(const struct rs_sink *sink,
   r->sink = *sink;
   if (limits)
     r->lim = *limits;
-  if (r->lim.max_jobs <= 0)
-    r->lim.max_jobs = DEF_MAX_JOBS;
-  if (r->lim.max_keys_per_job <= 0)
-    r->lim.max_keys_per_job = DEF_MAX_KEYS;
-  if (!r->lim.max_kv_bytes)
-    r->lim.max_kv_bytes = DEF_MAX_KV_BYTES;
-  r->seed = mix64((uint64_t)(uintptr_t)r);
+  rs_limits_default(&r->lim);
+  r->seed = ht_mix64((uint64_t)(uintptr_t)r);
   return r;
 }
 
@@ -1684,18 +1100,19 @@ void rs_destroy(struct rs_registry *r)
 
   if (!r)
     return;
+  enter(r, "rs_destroy");
   while (r->jobs_head)
     job_free(r, r->jobs_head);
   for (i = 0; i < r->conns.cap; i++)
     free(r->conns.s[i].item);
   free(r->conns.s);
   free(r->jobs.s);
-  free(r->heap);
+  th_free(&r->heap);
   free(r);
 }
 
-int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
-              double now)
+static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
+                  double now)
 {
   struct conn *c = conn_get(r, conn, false);
   struct node *n = c ? c->node : NULL;
@@ -1710,7 +1127,7 @@ int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_JOIN:
     return on_join(r, c, conn, &m->u.join, now);
   case RP_STATUS:
-    return on_status(r, conn, now);
+    return on_status(r, conn, &m->u.status, now);
   case RP_KEEPALIVE:
   case RP_FAILURE:
   case RP_BARRIER:
@@ -1720,11 +1137,11 @@ int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_KV_ADD:
     break;
   default:
-    return refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "unexpected message (op %d)", (int)m->op);
   }
   if (!n)
-    return refuse(r, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
+    return rs__refuse(r, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
                   "not joined: send JOIN first");
   switch (m->op) {
   case RP_KEEPALIVE:
@@ -1733,7 +1150,7 @@ int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
 
       memset(&pong, 0, sizeof pong);
       pong.op = RP_PONG;
-      send_msg(r, conn, &pong);
+      rs__send_msg(r, conn, &pong);
       return 0;
     }
   case RP_FAILURE:
@@ -1743,28 +1160,45 @@ int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_LEAVE:
     return on_leave(r, n, now);
   default:
-    return on_kv(r, n, m, now);
+    return rs__kv_handle(r, n, m, now);
   }
+}
+
+int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
+              double now)
+{
+  int rc;
+
+  enter(r, "rs_handle");
+  rc = handle(r, conn, m, now);
+  leave(r);
+  return rc;
 }
 
 void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr)
 {
-  struct conn *c = conn_get(r, conn, true);
+  struct conn *c;
 
+  enter(r, "rs_set_peer_addr");
+  c = conn_get(r, conn, true);
   if (c && addr)
     copy_str(c->peer, sizeof c->peer, addr);
+  leave(r);
 }
 
 void rs_conn_closed(struct rs_registry *r, void *conn, double now)
 {
-  struct conn *c = conn_get(r, conn, false);
+  struct conn *c;
 
-  if (!c)
-    return;
-  if (c->node)
-    node_lost(r, c->node, now, "lost: connection closed");
-  ht_remove(&r->conns, c->h, c);
-  free(c);
+  enter(r, "rs_conn_closed");
+  c = conn_get(r, conn, false);
+  if (c) {
+    if (c->node)
+      node_lost(r, c->node, now, "lost: connection closed");
+    ht_remove(&r->conns, c->h, c);
+    free(c);
+  }
+  leave(r);
 }
 
 /* Note [timers]: dead only if silent for the whole period; else the
@@ -1776,7 +1210,7 @@ static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
   char why[64];
 
   if (now < n->last_seen + period) {
-    timer_set(r, &n->t_alive, n->last_seen + period);
+    th_set(&r->heap, &n->t_alive, n->last_seen + period);
     return;
   }
   void *conn = n->c->conn;
@@ -1825,25 +1259,14 @@ static void on_progress_timer(struct rs_registry *r, struct job *job,
   job->progress_dirty = false;
 }
 
-static void on_kv_timer(struct rs_registry *r, struct waiter *w)
-{
-  struct node *n = w->node;
-
-  refuse(r, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT,
-         "key %s not set within %g s", w->wk->key, w->wait);
-  waiter_free(r, n->job, w);
-}
-
-double rs_tick(struct rs_registry *r, double now)
+static double tick(struct rs_registry *r, double now)
 {
   struct job *job;
 
-  if (!isfinite(now))
-    return -1;
-  while (r->heap_n && r->heap[0]->at <= now) {
-    struct rs_timer *t = r->heap[0];
+  struct th_timer *t;
 
-    timer_clear(r, t);
+  while ((t = th_top(&r->heap)) && t->at <= now) {
+    th_clear(&r->heap, t);
     switch (t->kind) {
     case T_LAST_CALL:
       job = container_of(t, struct job, t_last_call);
@@ -1867,11 +1290,24 @@ double rs_tick(struct rs_registry *r, double now)
       on_alive_timer(r, container_of(t, struct node, t_alive), now);
       break;
     case T_KV_WAIT:
-      on_kv_timer(r, container_of(t, struct waiter, t));
+      rs__kv_timeout(r, container_of(t, struct waiter, t));
       break;
     }
   }
-  return r->heap_n ? r->heap[0]->at : -1;
+  t = th_top(&r->heap);
+  return t ? t->at : -1;
+}
+
+double rs_tick(struct rs_registry *r, double now)
+{
+  double next;
+
+  if (!isfinite(now))
+    return -1;
+  enter(r, "rs_tick");
+  next = tick(r, now);
+  leave(r);
+  return next;
 }
 
 int rs_job_count(const struct rs_registry *r)
@@ -1898,7 +1334,7 @@ void rs_jobs_by_phase(const struct rs_registry *r, int counts[RS_PHASES],
   _Static_assert(PH_FINISHED + 1 == RS_PHASES, "RS_PHASES: every phase");
   for (i = 0; i < RS_PHASES; i++) {
     counts[i] = 0;
-    names[i] = phase_name((enum phase)i);
+    names[i] = rs__phase_name((enum phase)i);
   }
   for (job = r->jobs_head; job; job = job->next)
     counts[job->phase]++;

@@ -8,7 +8,12 @@
  *
  * Nodes are identified by an opaque connection pointer chosen by the
  * caller (never dereferenced here).  One connection is one node of at most
- * one job. */
+ * one job.
+ *
+ * Files: rdzv_state.c (the machine: jobs, rounds, nodes, barriers),
+ * kv_store.c (each job's key-value store), status_render.c (the status
+ * report), on hashtab.c and timer_heap.c; their shared types are in
+ * rdzv_state_int.h. */
 #ifndef RDZV_STATE_H
 #define RDZV_STATE_H
 
@@ -19,8 +24,10 @@
 
 struct cJSON;
 
-/* How the machine talks back.  send() must not call back into the state
- * machine; it queues (the server encodes and writes later). */
+/* How the machine talks back.  No callback may call back into the state
+ * machine (rs_*), not even to report that a connection died while being
+ * written to: such closes are deferred until the entry point returns
+ * (server.c, Note [deferred close]).  A re-entry aborts the process. */
 struct rs_sink {
   void *ctx;
   /* A message for one node's connection. */
@@ -37,10 +44,25 @@ struct rs_sink {
 /* Limits, to bound memory under untrusted input.  A zero field takes
  * the default. */
 struct rs_limits {
-  int max_jobs;             /* default 10000 */
-  int max_keys_per_job;     /* default 4096 */
+  int max_jobs;             /* default 10000; when full, the job that has
+                               had no node for longest is forgotten to make
+                               room, so empty jobs never lock others out */
+  int max_keys_per_job;     /* default 4096 (and as many waiting GETs) */
   size_t max_kv_bytes;      /* per job, default 16 MiB */
+  size_t max_kv_total;      /* every job together, default 256 MiB */
+  /* Ceilings on the durations a JOIN chooses (seconds).  A job's
+   * join_timeout, last_call_timeout and close_timeout above them are
+   * lowered to them (and logged); a keepalive_interval above
+   * max_keepalive is refused, and keepalive_misses is lowered so that
+   * interval x misses fits.  KV waits are bounded by max_join_timeout. */
+  double max_join_timeout;  /* default 86400 */
+  double max_last_call;     /* default 3600 */
+  double max_close_timeout; /* default 3600 */
+  double max_keepalive;     /* default 300 */
 };
+
+/* Fills the zero fields of l with the defaults. */
+void rs_limits_default(struct rs_limits *l);
 
 struct rs_registry;
 
@@ -80,7 +102,10 @@ void rs_destroy(struct rs_registry *r);
  * (so the rank-0 node keeps rank 0 while it lives), then the others in
  * join order.  At most max_nodes participate; the rest wait.
  *
- * Failures: FAILURE (final = false) from a participant of the RUNNING
+ * Failures: only a participant of the current round (or of the round
+ * that just ended, expected back: its report crossed our RESTART) may
+ * report one; anyone else gets ERROR bad_request and nothing changes.
+ * FAILURE (final = false) from a participant of the RUNNING
  * round counts one restart (restart_count + 1, once per round however many
  * nodes report) and starts a new round: RESTART "<host> workers failed" to
  * every other participant.  FAILURE with final = true, or a failure when
@@ -146,11 +171,26 @@ double rs_tick(struct rs_registry *r, double now);
 int rs_job_count(const struct rs_registry *r);
 int rs_node_count(const struct rs_registry *r);
 
-/* A JSON object describing every job (id, phase, round, restart_count,
- * conf, nodes with addr/host/pid/nproc/rank/state, waiting list, barrier
- * counts, kv key count).  A node's state is "participant", "waiting" (the
- * waiting list) or "left" (not back since RESTART).  Caller frees with
+/* The status report (status_render.c): a JSON object with "nodes" (the
+ * count), "jobs_total", "jobs_shown", "truncated" and "jobs", each job
+ * with id, phase, round, restart_count, conf, world_size, participants,
+ * waiting, barrier counts, kv key count and its nodes (addr, host, pid,
+ * nproc, rank, state: "participant", "waiting" (the waiting list) or
+ * "left" (not back since RESTART)).
+ *
+ * Its work and size are proportional to what it shows, never to what the
+ * daemon holds: q NULL or q->job "" is a summary of the first q->limit
+ * jobs (default 100) in creation order, node lists only for jobs of at
+ * most 64 nodes ("nodes_omitted" otherwise), and "truncated" when jobs
+ * were left out; q->job names one job, with as many of its nodes as fit
+ * ("nodes_truncated" otherwise).  Either always fits one frame.  Returns
+ * NULL with *err -ENOENT for an unknown job, -ENOMEM.  Caller frees with
  * cJSON_Delete. */
+struct cJSON *rs_status_query(const struct rs_registry *r,
+                              const struct rp_status_req *q, double now,
+                              int *err);
+
+/* rs_status_query(r, NULL, now, &ignored). */
 struct cJSON *rs_status(const struct rs_registry *r, double now);
 
 /* ---- metrics (rdzvd --metrics) ---- */

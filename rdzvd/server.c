@@ -4,6 +4,7 @@
  * machine's next deadline. */
 #include "server.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -15,11 +16,21 @@
 #include "metrics.h"
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
+#include "rp_frames.h"
 
-/* A client whose unread replies exceed this is too slow: it is dropped
- * rather than allowed to grow the daemon's memory without bound. */
-#define MAX_PENDING_WRITE (8u << 20)
 #define READ_CHUNK 65536
+#define DEF_MAX_CONNS 65536
+#define DEF_HELLO_TIMEOUT 10.0
+#define DEF_PREJOIN_FRAME ((size_t)16 << 10)
+#define DEF_INPUT_BUDGET ((size_t)64 << 20)
+#define DEF_OUTPUT_BUDGET ((size_t)256 << 20)
+#define DEF_CONN_OUTPUT ((size_t)8 << 20)
+/* A connection with more unwritten replies than this is not read from
+ * until they drain: it stops making work before it is dropped. */
+#define OUTPUT_PAUSE ((size_t)256 << 10)
+/* Frames up to this size have a share of the input budget of their own
+ * (budget_left). */
+#define SMALL_FRAME ((size_t)4 << 10)
 
 struct conn {
   uv_tcp_t tcp;               /* first: the handle's data is the conn */
@@ -30,10 +41,19 @@ struct conn {
   char local[INET6_ADDRSTRLEN];
   bool peer_loopback;
   bool closing;
+  bool close_pending;         /* Note [deferred close] */
   bool drop_after_write;      /* close once the write queue drains */
+  bool joined;                /* a JOIN was accepted: Note [budgets] */
+  bool reading;               /* uv_read_start is in effect */
+  bool in_paused;             /* waits for input budget (s->paused) */
+  bool out_paused;            /* too many unwritten replies */
+  struct conn *close_next;    /* s->close_list */
   size_t pending;             /* bytes queued for writing */
   struct ra_server auth;      /* the shared-secret handshake */
+  double accepted_at;
   struct conn *prev, *next;   /* every open connection */
+  struct conn *hprev, *hnext; /* s->hello: not joined yet, accept order */
+  struct conn *pprev, *pnext; /* s->paused: waiting for input budget */
 };
 
 struct write_req {
@@ -49,6 +69,17 @@ struct rdzvd_server {
   uv_timer_t timer;
   struct rs_registry *reg;
   struct conn *conns;
+  struct conn *close_list;    /* closes requested while in the machine */
+  int in_machine;             /* depth of rs_* calls running */
+  struct rdzvd_server_limits lim;
+  int n_conns;
+  size_t in_bytes;            /* partial-frame buffers, every conn */
+  size_t out_bytes;           /* unwritten replies, every conn */
+  int n_partial;              /* conns holding a partial frame */
+  int n_paused;               /* of which waiting for input budget */
+  struct conn *hello, *hello_tail;
+  struct conn *paused, *paused_tail;
+  uv_timer_t hello_timer;
   int port;
   int open_handles;
   bool stopping;
@@ -99,14 +130,143 @@ static void handle_closed(uv_handle_t *h)
   handle_released(h->data);
 }
 
+static void resume_input(struct rdzvd_server *s);
+
 static void conn_freed(uv_handle_t *h)
 {
   struct conn *c = (struct conn *)h;
   struct rdzvd_server *s = c->s;
 
+  s->in_bytes -= c->cap;
+  if (c->buf)
+    s->n_partial--;
   free(c->buf);
   free(c);
+  if (!s->stopping)
+    resume_input(s);
   handle_released(s);
+}
+
+/* Note [budgets]
+ *
+ * Whatever a client can make the daemon hold is bounded, and a client
+ * that exceeds a bound is slowed down or dropped, never the daemon:
+ * - connections: at most max_conns; more are accepted and closed at once;
+ * - a new connection has hello_timeout to join (a status query is one
+ *   round trip); until it joins, a frame's body is limited to
+ *   prejoin_frame (a JOIN is tiny), checked on its header;
+ * - input: most reads hold whole frames and use the shared read buffer;
+ *   the partial frames kept per connection count against input_budget
+ *   (Note [read buffers]).  A connection whose frame finds too little
+ *   left stops being read (paused, in order) until other partial frames
+ *   complete or go; one that holds budget and never completes its frame
+ *   dies at its deadline (not joined: hello_timeout; joined: the job's
+ *   keepalive window);
+ * - output: a connection with more than OUTPUT_PAUSE unwritten replies is
+ *   not read from (it makes no new work) until they drain; one over
+ *   conn_output, or one with unwritten replies when every connection's
+ *   together exceed output_budget, is dropped;
+ * - jobs, keys, values and durations: the state machine's rs_limits. */
+
+static void hello_remove(struct conn *c)
+{
+  struct rdzvd_server *s = c->s;
+
+  if (!c->hprev && s->hello != c)
+    return;
+  if (c->hprev)
+    c->hprev->hnext = c->hnext;
+  else
+    s->hello = c->hnext;
+  if (c->hnext)
+    c->hnext->hprev = c->hprev;
+  else
+    s->hello_tail = c->hprev;
+  c->hprev = c->hnext = NULL;
+}
+
+static void paused_remove(struct conn *c)
+{
+  struct rdzvd_server *s = c->s;
+
+  if (!c->in_paused)
+    return;
+  c->in_paused = false;
+  s->n_paused--;
+  if (c->pprev)
+    c->pprev->pnext = c->pnext;
+  else
+    s->paused = c->pnext;
+  if (c->pnext)
+    c->pnext->pprev = c->pprev;
+  else
+    s->paused_tail = c->pprev;
+  c->pprev = c->pnext = NULL;
+}
+
+static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+
+/* Reads from c exactly when nothing holds it back. */
+static void update_reading(struct conn *c)
+{
+  bool want = !c->closing && !c->close_pending && !c->in_paused &&
+              !c->out_paused;
+
+  if (want == c->reading)
+    return;
+  c->reading = want;
+  if (want)
+    uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+  else
+    uv_read_stop((uv_stream_t *)&c->tcp);
+}
+
+/* c wants input budget that is not there: it waits its turn. */
+static void pause_input(struct conn *c)
+{
+  struct rdzvd_server *s = c->s;
+
+  if (c->in_paused)
+    return;
+  c->in_paused = true;
+  s->n_paused++;
+  c->pprev = s->paused_tail;
+  if (s->paused_tail)
+    s->paused_tail->pnext = c;
+  else
+    s->paused = c;
+  s->paused_tail = c;
+  update_reading(c);
+}
+
+/* Input budget came free: the paused connections read again, in order
+ * (one that still finds too little waits again, at the end).  When every
+ * partial frame waits, the first goes on regardless (Note [read
+ * buffers]). */
+static void resume_input(struct rdzvd_server *s)
+{
+  while (s->paused && (s->in_bytes < s->lim.input_budget ||
+                       s->n_partial == s->n_paused)) {
+    struct conn *c = s->paused;
+
+    paused_remove(c);
+    update_reading(c);
+  }
+}
+
+/* Frees c's partial-frame buffer, keeping the input count. */
+static void inbuf_release(struct conn *c)
+{
+  struct rdzvd_server *s = c->s;
+
+  s->in_bytes -= c->cap;
+  if (c->buf)
+    s->n_partial--;
+  free(c->buf);
+  c->buf = NULL;
+  c->cap = c->len = 0;
+  resume_input(s);
 }
 
 static void check_idle(struct rdzvd_server *s);
@@ -119,8 +279,57 @@ static bool conn_known(const struct conn *c)
   return c->s->secret.len == 0 || c->auth.state == RA_S_DONE;
 }
 
-/* Closes a connection now; the state machine learns it is gone. */
+/* Note [deferred close]
+ *
+ * The state machine walks its own lists (a key's waiters, a job's nodes)
+ * while it sends, and a send can fail (the output limit, malloc,
+ * uv_write): the connection must then close, and closing tells the
+ * machine the node is gone, which frees what it is walking.  So every
+ * call into the machine goes through machine_enter/machine_leave, and a
+ * close requested meanwhile only marks the connection (close_pending:
+ * nothing more is written to it) and queues it; machine_leave, once the
+ * outermost call has returned, closes what was queued.  rs_conn_closed is
+ * called from one place, conn_close_now, and never inside the machine;
+ * the machine itself aborts on re-entry (rdzv_state.c), so the contract
+ * is enforced, not only written down. */
+static void conn_close_now(struct conn *c);
+
+static void machine_enter(struct rdzvd_server *s)
+{
+  s->in_machine++;
+}
+
+static void machine_leave(struct rdzvd_server *s)
+{
+  struct conn *c;
+
+  if (--s->in_machine > 0)
+    return;
+  while ((c = s->close_list)) {
+    s->close_list = c->close_next;
+    c->close_next = NULL;
+    conn_close_now(c);
+  }
+}
+
+/* Closes a connection: now, or once the machine has returned. */
 static void conn_close(struct conn *c)
+{
+  struct rdzvd_server *s = c->s;
+
+  if (c->closing || c->close_pending)
+    return;
+  if (s->in_machine) {
+    c->close_pending = true;
+    c->close_next = s->close_list;
+    s->close_list = c;
+    return;
+  }
+  conn_close_now(c);
+}
+
+/* The state machine learns the connection is gone; the handle closes. */
+static void conn_close_now(struct conn *c)
 {
   struct rdzvd_server *s = c->s;
 
@@ -133,8 +342,14 @@ static void conn_close(struct conn *c)
     s->conns = c->next;
   if (c->next)
     c->next->prev = c->prev;
-  if (!s->stopping && conn_known(c))
+  s->n_conns--;
+  hello_remove(c);
+  paused_remove(c);
+  if (!s->stopping && conn_known(c)) {
+    machine_enter(s);
     rs_conn_closed(s->reg, c, now_s(s));
+    machine_leave(s);
+  }
   metrics_conn_closed(s->metrics);
   uv_close((uv_handle_t *)&c->tcp, conn_freed);
   if (!s->stopping) {
@@ -149,10 +364,15 @@ static void write_done(uv_write_t *req, int status)
   struct conn *c = w->c;
 
   c->pending -= w->len;
+  c->s->out_bytes -= w->len;
   free(w->data);
   free(w);
   if (c->closing)
     return;
+  if (c->out_paused && c->pending <= OUTPUT_PAUSE / 4) {
+    c->out_paused = false;
+    update_reading(c);
+  }
   if (status < 0 || (c->drop_after_write && c->pending == 0))
     conn_close(c);
 }
@@ -163,13 +383,21 @@ static void conn_write(struct conn *c, char *data, size_t len)
   struct write_req *w;
   uv_buf_t b;
 
-  if (c->closing) {
+  if (c->closing || c->close_pending) {
     free(data);
     return;
   }
-  if (c->pending + len > MAX_PENDING_WRITE) {
-    server_log(c->s, "dropping %s: it does not read its replies",
-               c->peer);
+  if (c->pending + len > c->s->lim.conn_output) {
+    server_log(c->s, "dropping %s: it does not read its replies (%zu "
+               "bytes unwritten)", c->peer, c->pending);
+    free(data);
+    conn_close(c);
+    return;
+  }
+  if (c->pending && c->s->out_bytes + len > c->s->lim.output_budget) {
+    server_log(c->s, "dropping %s: the output budget (%zu bytes) is spent "
+               "and it has %zu bytes of unread replies", c->peer,
+               c->s->lim.output_budget, c->pending);
     free(data);
     conn_close(c);
     return;
@@ -184,13 +412,17 @@ static void conn_write(struct conn *c, char *data, size_t len)
   w->len = len;
   w->data = data;
   b = uv_buf_init(data, (unsigned int)len);
-  c->pending += len;
   if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_done) != 0) {
-    c->pending -= len;
     free(data);
     free(w);
     conn_close(c);
     return;
+  }
+  c->pending += len;
+  c->s->out_bytes += len;
+  if (c->pending > OUTPUT_PAUSE && !c->out_paused) {
+    c->out_paused = true;
+    update_reading(c);
   }
   metrics_bytes_out(c->s->metrics, len);
 }
@@ -218,7 +450,7 @@ static void sink_send(void *ctx, void *connp, const struct rp_msg *m)
   int err;
 
   (void)ctx;
-  if (c->closing)
+  if (c->closing || c->close_pending)
     return;
   if (m->op == RP_ERROR)
     metrics_refusal(c->s->metrics, m->u.text.code);
@@ -243,7 +475,7 @@ static void sink_drop(void *ctx, void *connp)
   struct conn *c = connp;
 
   (void)ctx;
-  if (c->closing)
+  if (c->closing || c->close_pending)
     return;
   c->drop_after_write = true;
   if (c->pending == 0)
@@ -272,6 +504,8 @@ static void reject(struct conn *c, const char *why)
   sink_drop(c->s, c);
 }
 
+static void hello_fired(uv_timer_t *t);
+
 static void timer_fired(uv_timer_t *t)
 {
   schedule(t->data);
@@ -284,7 +518,11 @@ static void schedule(struct rdzvd_server *s)
 
   if (s->stopping)
     return;
+  machine_enter(s);
   next = rs_tick(s->reg, now);
+  machine_leave(s);
+  if (s->stopping)
+    return;
   if (next < 0) {
     uv_timer_stop(&s->timer);
   } else {
@@ -299,26 +537,77 @@ static void schedule(struct rdzvd_server *s)
 /* Note [read buffers]: most reads carry whole frames, so they land in one
  * buffer shared by every connection; only a partial frame is copied into
  * the connection's own buffer.  10,000 idle agents then cost no read
- * memory at all. */
+ * memory at all.
+ *
+ * A partial frame's buffer is sized to the frame its header announces:
+ * that is its reservation of the input budget (Note [budgets]).  A frame
+ * that got its reservation always completes once its sender sends it, and
+ * then gives it back; one that cannot get it waits (reading paused) in
+ * order.  What a read of the shared buffer leaves over is kept unreserved
+ * (it was read already; reads there are sized to the budget left), so two
+ * such leftovers could each wait for the other: when every other partial
+ * frame is waiting, the one still reading gets its frame anyway.  The
+ * budget is thus exceeded by at most one frame and a header per
+ * connection, and waiting frames never block each other for good.  A
+ * quarter of the budget is only for small frames (SMALL_FRAME), so large
+ * frames from stalled senders leave room for everyone's JOINs. */
+
+/* The bytes c's partial frame needs in all: its header, or the whole
+ * frame once the header is in. */
+static size_t frame_need(const struct conn *c)
+{
+  const unsigned char *u = (const unsigned char *)c->buf;
+
+  if (c->len < RP_FRAME_HEADER)
+    return RP_FRAME_HEADER;
+  return RP_FRAME_HEADER + ((size_t)u[0] << 24 | (size_t)u[1] << 16 |
+                            (size_t)u[2] << 8 | (size_t)u[3]);
+}
+
+/* What is left of the input budget for a partial frame of need bytes.
+ * A quarter of it is kept for small frames (every message an agent
+ * sends is one), so that large frames held by stalled senders cannot
+ * starve the JOINs and KEEPALIVEs of everyone else. */
+static size_t budget_left(const struct rdzvd_server *s, size_t need)
+{
+  size_t budget = s->lim.input_budget;
+
+  if (need > SMALL_FRAME)
+    budget -= budget / 4;
+  return s->in_bytes < budget ? budget - s->in_bytes : 0;
+}
+
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
   struct conn *c = (struct conn *)h;
-  size_t want = c->len + READ_CHUNK;
+  struct rdzvd_server *s = c->s;
+  size_t need, left;
   char *grown;
 
   (void)hint;
   if (c->len == 0) {
-    *buf = uv_buf_init(c->s->rbuf, sizeof c->s->rbuf);
+    /* What is left over after the whole frames must fit the budget. */
+    left = budget_left(s, 0);
+    *buf = uv_buf_init(s->rbuf, (unsigned int)(left < RP_FRAME_HEADER
+                                  ? RP_FRAME_HEADER
+                                  : left < sizeof s->rbuf ? left
+                                  : sizeof s->rbuf));
     return;
   }
-  if (want > c->cap) {
-    grown = realloc(c->buf, want);
-    if (!grown) {
+  need = frame_need(c);
+  if (need > c->cap) {
+    /* No reservation to be had: read_cb sees UV_ENOBUFS, pauses c.
+     * Unless every other partial frame waits already: then c goes on
+     * anyway, so that one always progresses. */
+    if ((need - c->cap > budget_left(s, need) &&
+         s->n_partial - s->n_paused > 1) ||
+        !(grown = realloc(c->buf, need))) {
       *buf = uv_buf_init(NULL, 0);
       return;
     }
+    s->in_bytes += need - c->cap;
     c->buf = grown;
-    c->cap = want;
+    c->cap = need;
   }
   *buf = uv_buf_init(c->buf + c->len, (unsigned int)(c->cap - c->len));
 }
@@ -340,8 +629,11 @@ static bool auth_gate(struct conn *c, const struct rp_msg *m)
   case RA_REPLY:
     sink_send(c->s, c, &reply);
     /* Only now does the state machine learn of the connection. */
-    if (c->auth.state == RA_S_DONE)
+    if (c->auth.state == RA_S_DONE) {
+      machine_enter(c->s);
       rs_set_peer_addr(c->s->reg, c, c->peer);
+      machine_leave(c->s);
+    }
     return false;
   case RA_REFUSE:
     server_log(c->s, "authentication failed from %s: %s", c->peer, why);
@@ -361,17 +653,84 @@ static size_t frame_body_len(const char *data)
   return (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
 }
 
+/* STATUS, answered here: the machine's report (its size bounded by what
+ * it shows, Note [status size]) and the server's own figures. */
+static void server_status(struct conn *c, const struct rp_status_req *q)
+{
+  struct rdzvd_server *s = c->s;
+  struct rp_msg m;
+  cJSON *st, *sv = NULL;
+  char *text = NULL;
+  int err;
+
+  st = rs_status_query(s->reg, q, now_s(s), &err);
+  if (st && (sv = cJSON_AddObjectToObject(st, "server")) &&
+      cJSON_AddNumberToObject(sv, "connections", s->n_conns) &&
+      cJSON_AddNumberToObject(sv, "max_conns", s->lim.max_conns) &&
+      cJSON_AddNumberToObject(sv, "input_bytes", (double)s->in_bytes) &&
+      cJSON_AddNumberToObject(sv, "input_budget",
+                              (double)s->lim.input_budget) &&
+      cJSON_AddNumberToObject(sv, "reading_paused", s->n_paused) &&
+      cJSON_AddNumberToObject(sv, "output_bytes", (double)s->out_bytes) &&
+      cJSON_AddNumberToObject(sv, "output_budget",
+                              (double)s->lim.output_budget))
+    text = cJSON_PrintUnformatted(st);
+  cJSON_Delete(st);
+  memset(&m, 0, sizeof m);
+  if (text) {
+    m.op = RP_STATUS_REPLY;
+    m.u.status_json = text;
+  } else {
+    m.op = RP_ERROR;
+    m.u.text.code = err == -ENOENT ? RP_ERR_BAD_REQUEST : RP_ERR_LIMIT;
+    snprintf(m.u.text.message, sizeof m.u.text.message, "%s%.*s",
+             err == -ENOENT ? "no job " : "out of memory",
+             err == -ENOENT ? RP_MAX_ID : 0, q->job);
+  }
+  sink_send(s, c, &m);
+  cJSON_free(text);
+}
+
+/* One decoded message from c, for the machine.  Stops the frame loop
+ * once c is going away. */
+static int on_frame(void *ctx, struct rp_msg *m)
+{
+  struct conn *c = ctx;
+  struct rdzvd_server *s = c->s;
+  int rc;
+
+  if (!auth_gate(c, m))         /* a handshake step, or refused */
+    return 1;                   /* the frame limit may change: re-read */
+  if (m->op == RP_STATUS) {
+    server_status(c, &m->u.status);
+    return c->closing || c->close_pending || c->drop_after_write;
+  }
+  if (m->op == RP_JOIN)
+    metrics_join(s->metrics);
+  machine_enter(s);
+  rc = rs_handle(s->reg, c, m, now_s(s));
+  machine_leave(s);
+  if (m->op == RP_JOIN && rc == 0 && !c->joined && !c->closing &&
+      !c->close_pending && !c->drop_after_write) {
+    c->joined = true;
+    hello_remove(c);
+    return 1;                   /* read on with the joined frame limit */
+  }
+  return c->closing || c->close_pending || c->drop_after_write;
+}
+
 /* Handles every whole frame in data[0..len); returns the bytes used, or
  * -1 when the connection is being closed. */
 static ssize_t consume(struct conn *c, const char *data, size_t len)
 {
   struct rdzvd_server *s = c->s;
-  size_t off = 0, flen;
   struct rp_msg m;
   char err[256];
-  int rc;
+  size_t off = 0, max_body;
+  ssize_t used;
+  bool joined, authed;
 
-  while (!c->closing && !c->drop_after_write) {
+  do {
     if (len - off >= RP_FRAME_HEADER &&
         ra_server_frame_too_big(&c->auth, &s->secret,
                                 frame_body_len(data + off))) {
@@ -388,55 +747,58 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
       sink_drop(s, c);
       return -1;
     }
-    rc = rp_frame_peek(data + off, len - off, &flen);
-    if (rc == 0)
-      break;
-    if (rc < 0) {
-      reject(c, rc == -EMSGSIZE ? "frame too large" : "empty frame");
-      return -1;
-    }
-    rc = rp_decode(data + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER,
-                   &m, err, sizeof err);
-    off += flen;
-    if (rc) {
+    /* The frame limit depends on how far the connection got: tiny before
+     * the handshake, small until it joined (Note [bounded resources]). */
+    joined = c->joined;
+    authed = conn_known(c);
+    max_body = joined ? RP_MAX_FRAME : s->lim.prejoin_frame;
+    if (!authed && max_body > RA_PREAUTH_MAX_FRAME)
+      max_body = RA_PREAUTH_MAX_FRAME;
+    used = rp_frames_read(data + off, len - off, max_body, on_frame, c,
+                          err, sizeof err);
+    if (used < 0) {
       reject(c, err);
       return -1;
     }
-    if (auth_gate(c, &m)) {
-      if (m.op == RP_JOIN)
-        metrics_join(s->metrics);
-      rs_handle(s->reg, c, &m, now_s(s));
-    }
-    rp_msg_free(&m);
-  }
-  return c->closing || c->drop_after_write ? -1 : (ssize_t)off;
+    off += (size_t)used;
+    if (c->closing || c->close_pending || c->drop_after_write)
+      return -1;
+  } while (used > 0 && (joined != c->joined || authed != conn_known(c)));
+  return (ssize_t)off;
 }
 
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
   struct conn *c = (struct conn *)st;
+  struct rdzvd_server *s = c->s;
   ssize_t used;
   size_t left;
 
+  if (nread == UV_ENOBUFS) {
+      pause_input(c);
+    return;
+  }
   if (nread < 0) {
     conn_close(c);
     return;
   }
   if (nread == 0)
     return;
-  metrics_bytes_in(c->s->metrics, (size_t)nread);
-  if (buf->base == c->s->rbuf) {
+  metrics_bytes_in(s->metrics, (size_t)nread);
+  if (buf->base == s->rbuf) {
     used = consume(c, buf->base, (size_t)nread);
     left = used < 0 ? 0 : (size_t)nread - (size_t)used;
     if (left) {
-      c->buf = malloc(left + READ_CHUNK);
+      /* Already read, so kept; alloc_cb reserves the rest. */
+      c->buf = malloc(left);
       if (!c->buf) {
         conn_close(c);
         return;
       }
-      c->cap = left + READ_CHUNK;
+      c->cap = c->len = left;
+      s->in_bytes += left;
+      s->n_partial++;
       memcpy(c->buf, buf->base + used, left);
-      c->len = left;
     }
   } else {
     c->len += (size_t)nread;
@@ -445,13 +807,10 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
       memmove(c->buf, c->buf + used, c->len - (size_t)used);
       c->len -= (size_t)used;
     }
-    if (c->len == 0 || used < 0) {
-      free(c->buf);
-      c->buf = NULL;
-      c->cap = c->len = 0;
-    }
+    if (c->len == 0 || used < 0)
+      inbuf_release(c);
   }
-  schedule(c->s);
+  schedule(s);
 }
 
 static void addr_string(const struct sockaddr_storage *ss, char *out,
@@ -470,6 +829,39 @@ static void addr_string(const struct sockaddr_storage *ss, char *out,
   } else {
     snprintf(out, len, "?");
   }
+}
+
+/* Arms the hello timer for the oldest connection that has not joined. */
+static void hello_arm(struct rdzvd_server *s)
+{
+  double ms;
+
+  if (!s->hello) {
+    uv_timer_stop(&s->hello_timer);
+    return;
+  }
+  ms = (s->hello->accepted_at + s->lim.hello_timeout - now_s(s)) * 1000.0;
+  uv_timer_start(&s->hello_timer, hello_fired, ms <= 0 ? 0
+                 : (uint64_t)ms + 1, 0);
+}
+
+/* Connections accepted hello_timeout ago that have not joined go.  The
+ * list is in accept order, so only its head is ever looked at. */
+static void hello_fired(uv_timer_t *t)
+{
+  struct rdzvd_server *s = t->data;
+  double now = now_s(s);
+
+  while (s->hello &&
+         s->hello->accepted_at + s->lim.hello_timeout <= now) {
+    struct conn *c = s->hello;
+
+    server_log(s, "dropping %s: no join within %g s of connecting",
+               c->peer, s->lim.hello_timeout);
+    hello_remove(c);
+    conn_close(c);
+  }
+  hello_arm(s);
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -496,19 +888,38 @@ static void on_connection(uv_stream_t *listener, int status)
   }
   uv_tcp_nodelay(&c->tcp, 1);
   metrics_conn_opened(s->metrics);
+  s->n_conns++;
+  c->next = s->conns;
+  if (s->conns)
+    s->conns->prev = c;
+  s->conns = c;
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &namelen) == 0)
     addr_string(&ss, c->peer, sizeof c->peer);
   namelen = sizeof ss;
   if (uv_tcp_getsockname(&c->tcp, (struct sockaddr *)&ss, &namelen) == 0)
     addr_string(&ss, c->local, sizeof c->local);
   c->peer_loopback = is_loopback(c->peer);
-  c->next = s->conns;
-  if (s->conns)
-    s->conns->prev = c;
-  s->conns = c;
-  if (conn_known(c))
+  if (s->n_conns > s->lim.max_conns) {
+    server_log(s, "refused a connection from %s: too many connections "
+               "(%d)", c->peer, s->lim.max_conns);
+    conn_close(c);
+    return;
+  }
+  c->accepted_at = now_s(s);
+  c->hprev = s->hello_tail;
+  if (s->hello_tail)
+    s->hello_tail->hnext = c;
+  else
+    s->hello = c;
+  s->hello_tail = c;
+  if (!uv_is_active((uv_handle_t *)&s->hello_timer))
+    hello_arm(s);
+  if (conn_known(c)) {
+    machine_enter(s);
     rs_set_peer_addr(s->reg, c, c->peer);
-  uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+    machine_leave(s);
+  }
+  update_reading(c);
 }
 
 static void idle_fire(uv_idle_t *h)
@@ -599,13 +1010,15 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   s->loop = loop;
   if (o->secret)
     s->secret = *o->secret;
+  s->lim = o->io;
+  rdzvd_server_limits_default(&s->lim);
   s->log = o->log;
   s->log_ctx = o->log_ctx;
   sink.ctx = s;
   sink.send = sink_send;
   sink.drop = sink_drop;
   sink.log = sink_log;
-  s->reg = rs_create(&sink, o->limits.max_jobs ? &o->limits : NULL);
+  s->reg = rs_create(&sink, &o->limits);
   if (!s->reg) {
     ra_secret_clear(&s->secret);
     free(s);
@@ -617,10 +1030,12 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   uv_tcp_init(loop, &s->listener);
   uv_timer_init(loop, &s->timer);
   uv_idle_init(loop, &s->idle_check);
+  uv_timer_init(loop, &s->hello_timer);
   s->listener.data = s;
   s->timer.data = s;
   s->idle_check.data = s;
-  s->open_handles = 3;
+  s->hello_timer.data = s;
+  s->open_handles = 4;
   rc = bind_listener(s, o->host, o->port, err, errlen);
   if (rc) {
     rdzvd_server_stop(s);
@@ -673,4 +1088,21 @@ void rdzvd_server_stop(struct rdzvd_server *s)
   uv_close((uv_handle_t *)&s->listener, handle_closed);
   uv_close((uv_handle_t *)&s->timer, handle_closed);
   uv_close((uv_handle_t *)&s->idle_check, handle_closed);
+  uv_close((uv_handle_t *)&s->hello_timer, handle_closed);
+}
+
+void rdzvd_server_limits_default(struct rdzvd_server_limits *l)
+{
+  if (l->max_conns <= 0)
+    l->max_conns = DEF_MAX_CONNS;
+  if (!(l->hello_timeout > 0))
+    l->hello_timeout = DEF_HELLO_TIMEOUT;
+  if (!l->prejoin_frame)
+    l->prejoin_frame = DEF_PREJOIN_FRAME;
+  if (!l->input_budget)
+    l->input_budget = DEF_INPUT_BUDGET;
+  if (!l->output_budget)
+    l->output_budget = DEF_OUTPUT_BUDGET;
+  if (!l->conn_output)
+    l->conn_output = DEF_CONN_OUTPUT;
 }

@@ -13,10 +13,29 @@
 
 struct rdzvd_server;
 
+/* What one daemon lets its clients hold, so that no client can take it
+ * down (man/rdzvd.8, "LIMITS").  A zero field takes the default. */
+struct rdzvd_server_limits {
+  int max_conns;              /* open connections; default 65536 */
+  double hello_timeout;       /* seconds a new connection has to join (or
+                                 end its status query); default 10 */
+  size_t prejoin_frame;       /* frame body limit until joined; 16 KiB */
+  size_t input_budget;        /* partial frames, every connection together;
+                                 default 64 MiB: beyond, reading pauses */
+  size_t output_budget;       /* unwritten replies, every connection
+                                 together; default 256 MiB */
+  size_t conn_output;         /* one connection's unwritten replies;
+                                 default 8 MiB: beyond, it is dropped */
+};
+
+/* Fills the zero fields of l with the defaults. */
+void rdzvd_server_limits_default(struct rdzvd_server_limits *l);
+
 struct rdzvd_server_opts {
   const char *host;           /* NULL or "": every address, IPv6 + IPv4 */
   int port;                   /* 0: any free port (see rdzvd_server_port) */
-  struct rs_limits limits;    /* zeros: defaults */
+  struct rs_limits limits;    /* the state machine's; zeros: defaults */
+  struct rdzvd_server_limits io;  /* connections; zeros: defaults */
   /* NULL or empty: no shared secret.  Otherwise every connection must
    * pass the handshake of proto/rdzv_auth.h first (copied). */
   const struct ra_secret *secret;

@@ -105,9 +105,18 @@ static double jnum(const cJSON *o, const char *k)
 static void print_table(const cJSON *st)
 {
   const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(st, "jobs"), *j, *n;
+  const cJSON *sv = cJSON_GetObjectItemCaseSensitive(st, "server");
+  int total = (int)jnum(st, "jobs_total");
 
-  printf("%d job(s), %d node(s)\n", cJSON_GetArraySize(jobs),
-         (int)jnum(st, "nodes"));
+  printf("%d job(s), %d node(s)\n", total >= 0 ? total
+         : cJSON_GetArraySize(jobs), (int)jnum(st, "nodes"));
+  if (cJSON_IsObject(sv))
+    printf("server: %d connection(s) of %d; input %.0f of %.0f bytes "
+           "(%d paused); output %.0f of %.0f bytes\n",
+           (int)jnum(sv, "connections"), (int)jnum(sv, "max_conns"),
+           jnum(sv, "input_bytes"), jnum(sv, "input_budget"),
+           (int)jnum(sv, "reading_paused"), jnum(sv, "output_bytes"),
+           jnum(sv, "output_budget"));
   cJSON_ArrayForEach(j, jobs) {
     const cJSON *conf = cJSON_GetObjectItemCaseSensitive(j, "conf");
 
@@ -121,11 +130,21 @@ static void print_table(const cJSON *st)
              (int)jnum(n, "rank"), jstr(n, "state"), jstr(n, "host"),
              jstr(n, "addr"), (int)jnum(n, "pid"), (int)jnum(n, "nproc"));
     }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "nodes_omitted")))
+      printf("  (%d nodes: --job %s lists them)\n",
+             (int)jnum(j, "node_count"), jstr(j, "id"));
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "nodes_truncated")))
+      printf("  (the first %d of %d nodes: no more fit one answer)\n",
+             cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "nodes")),
+             (int)jnum(j, "node_count"));
   }
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "truncated")))
+    printf("(showing %d of %d jobs: --limit N shows more, --job ID one)\n",
+           (int)jnum(st, "jobs_shown"), total);
 }
 
-int status_query(const char *endpoint, bool json,
-                 const struct ra_secret *secret)
+int status_query(const char *endpoint, bool json, const char *job,
+                 int limit, const struct ra_secret *secret)
 {
   struct rp_msg m;
   char host[RP_MAX_ADDR + 1], err[256] = "";
@@ -152,6 +171,8 @@ int status_query(const char *endpoint, bool json,
   }
   memset(&m, 0, sizeof m);
   m.op = RP_STATUS;
+  snprintf(m.u.status.job, sizeof m.u.status.job, "%s", job ? job : "");
+  m.u.status.limit = limit;
   if (rp_encode(&m, &req, &reqlen) != 0 ||
       write(fd, req, reqlen) != (ssize_t)reqlen) {
     fprintf(stderr, "rdzvd: cannot send the status request\n");

@@ -8,10 +8,13 @@
 #include "rdzv_auth.h"
 
 /* Connects to endpoint ("host", "host:port", "[v6]:port"; port 29400 by
- * default), authenticates when secret is not empty, sends STATUS, prints the reply (a table, or the JSON when
+ * default), authenticates when secret is not empty, sends STATUS, prints
+ * the reply (a table with a notice of what was left out, or the JSON when
  * json), and returns the process exit status (0, or 1 with a message on
  * stderr). */
-int status_query(const char *endpoint, bool json,
-                 const struct ra_secret *secret);
+/* job: NULL or "" for a summary of the first limit jobs (0: the
+ * daemon's default), else that job with its nodes. */
+int status_query(const char *endpoint, bool json, const char *job,
+                 int limit, const struct ra_secret *secret);
 
 #endif

@@ -1,5 +1,6 @@
 /* check_proto.c -- unit tests for the rendezvous wire codec. */
 #include "rdzv_proto.h"
+#include "rp_frames.h"
 
 #include <check.h>
 #include <errno.h>
@@ -393,7 +394,7 @@ START_TEST(rt_no_fields)
   static const struct { enum rp_op op; const char *body; } t[] = {
     { RP_KEEPALIVE, "{\"v\":2,\"op\":\"keepalive\"}" },
     { RP_LEAVE, "{\"v\":2,\"op\":\"leave\"}" },
-    { RP_STATUS, "{\"v\":2,\"op\":\"status\"}" },
+    { RP_STATUS, "{\"v\":2,\"op\":\"status\",\"job\":\"\",\"limit\":0}" },
     { RP_PONG, "{\"v\":2,\"op\":\"pong\"}" },
   };
   struct rp_msg m;
@@ -403,6 +404,26 @@ START_TEST(rt_no_fields)
     msg_init(&m, t[i].op);
     round_trip_body(&m, t[i].body);
   }
+}
+END_TEST
+
+/* A status request may name one job and bound the summary; an older
+ * request without either still decodes (both optional). */
+START_TEST(rt_status_request)
+{
+  struct rp_msg m;
+  char *body;
+
+  msg_init(&m, RP_STATUS);
+  snprintf(m.u.status.job, sizeof m.u.status.job, "train7");
+  m.u.status.limit = 25;
+  round_trip_body(&m, "{\"v\":2,\"op\":\"status\",\"job\":\"train7\","
+                  "\"limit\":25}");
+  body = strdup("{\"v\":2,\"op\":\"status\"}");
+  ck_assert_ok(decode_n(body, strlen(body)));
+  ck_assert_str_eq(M.u.status.job, "");
+  ck_assert_int_eq(M.u.status.limit, 0);
+  free(body);
 }
 END_TEST
 
@@ -1368,6 +1389,56 @@ static void teardown(void)
   rp_msg_free(&M);
 }
 
+/* ---- the frame loop (rp_frames.c) ---- */
+
+static int frames_seen;
+
+static int count_frame(void *ctx, struct rp_msg *m)
+{
+  int stop_after = *(int *)ctx;
+
+  ck_assert_int_eq(m->op, RP_KEEPALIVE);
+  return ++frames_seen == stop_after;
+}
+
+START_TEST(frames_read_loop)
+{
+  struct rp_msg m;
+  char *f, buf[256], why[128];
+  size_t len, used;
+  int never = -1, one = 1;
+  ssize_t rc;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_KEEPALIVE;
+  ck_assert_int_eq(rp_encode(&m, &f, &len), 0);
+  ck_assert_uint_lt(3 * len, sizeof buf);
+  memcpy(buf, f, len);
+  memcpy(buf + len, f, len);
+  memcpy(buf + 2 * len, f, len - 1);          /* the third is partial */
+  used = 3 * len - 1;
+  frames_seen = 0;
+  rc = rp_frames_read(buf, used, 0, count_frame, &never, why, sizeof why);
+  ck_assert_int_eq(rc, (ssize_t)(2 * len));
+  ck_assert_int_eq(frames_seen, 2);
+  /* A callback can stop the loop. */
+  frames_seen = 0;
+  rc = rp_frames_read(buf, used, 0, count_frame, &one, why, sizeof why);
+  ck_assert_int_eq(rc, (ssize_t)len);
+  /* A header announcing more than max_body fails at once, body or not. */
+  rc = rp_frames_read(buf, 4, 2, count_frame, &never, why, sizeof why);
+  ck_assert_int_eq(rc, -EMSGSIZE);
+  ck_assert(strstr(why, "frame too large") != NULL);
+  /* A bad body names the problem. */
+  memcpy(buf + 4, "{\"v\":1}", 7);
+  buf[0] = buf[1] = buf[2] = 0;
+  buf[3] = 7;
+  rc = rp_frames_read(buf, 11, 0, count_frame, &never, why, sizeof why);
+  ck_assert_int_lt(rc, 0);
+  free(f);
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
   Suite *s = suite_create("proto");
@@ -1410,6 +1481,8 @@ static Suite *proto_suite(void)
   tcase_add_test(tc, status_reply_decode);
   tcase_add_test(tc, encode_refuses_invalid);
   tcase_add_test(tc, encode_too_large);
+  tcase_add_test(tc, frames_read_loop);
+  tcase_add_test(tc, rt_status_request);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -125,7 +125,8 @@ static void setup(void)
   memset(&rec, 0, sizeof rec);
   rec.encode = true;
   CF = conf_of(1, 1);
-  R = rs_create(&SINK, NULL);
+  /* conf_of's keepalive window (1000 s) is above the default ceiling. */
+  R = rs_create(&SINK, &(struct rs_limits){ .max_keepalive = 1e6 });
   ck_assert_ptr_nonnull(R);
 }
 
@@ -952,7 +953,8 @@ END_TEST
 
 START_TEST(kv_limits)
 {
-  struct rs_limits lim = { 1, 2, 100 };
+  struct rs_limits lim = { .max_jobs = 1, .max_keys_per_job = 2,
+                           .max_kv_bytes = 100 };
 
   rs_destroy(R);
   R = rs_create(&SINK, &lim);
@@ -979,6 +981,100 @@ START_TEST(kv_limits)
   assert_error(B, RP_ERR_LIMIT);
   ck_assert(dropped(B));
   ck_assert_int_eq(rs_job_count(R), 1);
+}
+END_TEST
+
+/* A full job table forgets the job that has had no node for longest; it
+ * refuses only when every job has nodes. */
+START_TEST(empty_job_evicted_when_full)
+{
+  struct rs_limits lim = { .max_jobs = 2 };
+
+  rs_destroy(R);
+  R = rs_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF.close_timeout = 1e7;               /* asks to be kept for months */
+  ck_assert_int_eq(join_job(A, "j1", NULL, 1, 0), 0);
+  ck_assert_int_eq(join_job(B, "j2", NULL, 1, 0), 0);
+  rs_conn_closed(R, CONN(A), 1);        /* j1 empty first */
+  rs_conn_closed(R, CONN(B), 2);        /* then j2 */
+  ck_assert_int_eq(rs_job_count(R), 2);
+  ck_assert_int_eq(join_job(C, "j3", NULL, 1, 3), 0);
+  ck_assert(logged("job j1: forgotten early"));
+  ck_assert_int_eq(join_job(D, "j4", NULL, 1, 4), 0);
+  ck_assert(logged("job j2: forgotten early"));
+  ck_assert_int_eq(rs_job_count(R), 2);
+  /* j3 and j4 have nodes: now a new job is refused. */
+  clear();
+  ck_assert_int_eq(join_job(E, "j5", NULL, 1, 5), -ENOSPC);
+  assert_error(E, RP_ERR_LIMIT);
+}
+END_TEST
+
+/* Durations a client chooses are lowered to the server's ceilings; a
+ * keepalive interval above the ceiling is refused. */
+START_TEST(durations_capped)
+{
+  struct rs_limits lim = { .max_join_timeout = 100, .max_last_call = 10,
+                           .max_close_timeout = 20, .max_keepalive = 30 };
+  cJSON *st, *conf;
+
+  rs_destroy(R);
+  R = rs_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF = conf_of(2, 2);
+  CF.join_timeout = 1e7;
+  CF.last_call_timeout = 1e7;
+  CF.close_timeout = 1e7;
+  CF.keepalive_interval = 10;
+  CF.keepalive_misses = 1000;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert(logged("close_timeout 1e+07 s lowered"));
+  st = rs_status(R, 0);
+  conf = cJSON_GetObjectItem(cJSON_GetArrayItem(
+      cJSON_GetObjectItem(st, "jobs"), 0), "conf");
+  ck_assert_double_eq(cJSON_GetObjectItem(conf, "join_timeout")->valuedouble,
+                      100);
+  ck_assert_double_eq(
+      cJSON_GetObjectItem(conf, "last_call_timeout")->valuedouble, 10);
+  ck_assert_double_eq(
+      cJSON_GetObjectItem(conf, "close_timeout")->valuedouble, 20);
+  ck_assert_int_eq(cJSON_GetObjectItem(conf, "keepalive_misses")->valueint,
+                   3);
+  cJSON_Delete(st);
+  /* The join timeout that runs is the lowered one. */
+  clear();
+  rs_tick(R, 101);
+  assert_error(A, RP_ERR_JOIN_TIMEOUT);
+  CF.keepalive_interval = 31;
+  clear();
+  ck_assert_int_eq(join(B, 1, 102), -EINVAL);
+  assert_error(B, RP_ERR_BAD_REQUEST);
+}
+END_TEST
+
+/* Every job's store together is bounded too. */
+START_TEST(kv_total_budget)
+{
+  struct rs_limits lim = { .max_kv_total = 100 };
+  char v[61];
+
+  rs_destroy(R);
+  R = rs_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  memset(v, 'x', 60);
+  v[60] = '\0';
+  ck_assert_int_eq(join_job(A, "j1", NULL, 1, 0), 0);
+  ck_assert_int_eq(join_job(B, "j2", NULL, 1, 0), 0);
+  ck_assert_int_eq(kv(A, RP_KV_SET, "k", v, 0, 0, 1), 0);
+  clear();
+  ck_assert_int_eq(kv(B, RP_KV_SET, "k", v, 0, 0, 1), -ENOSPC);
+  assert_error(B, RP_ERR_LIMIT);
+  /* A job that goes gives its bytes back. */
+  rs_conn_closed(R, CONN(A), 2);
+  rs_tick(R, 40);                       /* j1 forgotten (close 30 s) */
+  ck_assert_int_eq(rs_job_count(R), 1);
+  ck_assert_int_eq(kv(B, RP_KV_SET, "k", v, 0, 0, 40), 0);
 }
 END_TEST
 
@@ -1057,6 +1153,84 @@ END_TEST
 
 /* 10,000 nodes in one job: one ROUND each, every rank once, offsets
  * summing up.  Quadratic work would show as a timeout here. */
+/* The status report stays within one frame, in work proportional to what
+ * it shows: a summary of the first jobs with a truncation notice, one job
+ * on request, as many nodes of a huge job as fit. */
+START_TEST(status_bounded)
+{
+  enum { JOBS = 10000, NODES = 12000 };
+  struct rp_status_req q;
+  char *base = malloc(JOBS + NODES), *text;
+  const cJSON *jobs;
+  struct rp_msg m;
+  cJSON *st;
+  int i, err;
+
+  ck_assert_ptr_nonnull(base);
+  rec.encode = false;
+  CF = conf_of(1, RP_MAX_NODES);
+  CF.last_call_timeout = 1e6;
+  memset(&m, 0, sizeof m);
+  m.op = RP_JOIN;
+  m.u.join.conf = CF;
+  m.u.join.master_port = 29400;
+  m.u.join.nproc = 1;
+  for (i = 0; i < JOBS; i++) {
+    snprintf(m.u.join.id, sizeof m.u.join.id, "job%05d", i);
+    snprintf(m.u.join.host, sizeof m.u.join.host, "h%d", i);
+    ck_assert_int_eq(rs_handle(R, base + i, &m, 0), 0);
+  }
+  /* One job of many nodes with long host names. */
+  snprintf(m.u.join.id, sizeof m.u.join.id, "job00007");
+  memset(m.u.join.host, 'x', RP_MAX_ADDR);
+  for (i = 0; i < NODES; i++)
+    ck_assert_int_eq(rs_handle(R, base + JOBS + i, &m, 0), 0);
+  clear();
+  st = status_of(X, 1);
+  ck_assert_int_eq((int)num(st, "jobs_total"), JOBS);
+  ck_assert_int_eq((int)num(st, "jobs_shown"), 100);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(st, "truncated")));
+  jobs = cJSON_GetObjectItem(st, "jobs");
+  ck_assert_int_eq(cJSON_GetArraySize(jobs), 100);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(jobs, 7),
+                                             "nodes_omitted")));
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(
+      cJSON_GetArrayItem(jobs, 8), "nodes")), 1);
+  cJSON_Delete(st);
+  /* More jobs on request, within the frame whatever the request. */
+  memset(&q, 0, sizeof q);
+  q.limit = RP_MAX_STATUS_JOBS;
+  st = rs_status_query(R, &q, 1, &err);
+  ck_assert_ptr_nonnull(st);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(st, "truncated")));
+  text = cJSON_PrintUnformatted(st);
+  ck_assert_uint_lt(strlen(text), RP_MAX_FRAME - 4096);
+  cJSON_free(text);
+  cJSON_Delete(st);
+  /* One job: as many nodes as fit, and a notice. */
+  snprintf(q.job, sizeof q.job, "job00007");
+  st = rs_status_query(R, &q, 1, &err);
+  ck_assert_ptr_nonnull(st);
+  jobs = cJSON_GetObjectItem(st, "jobs");
+  ck_assert_int_eq(cJSON_GetArraySize(jobs), 1);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(jobs, 0),
+                                             "nodes_truncated")));
+  ck_assert_int_eq((int)num(cJSON_GetArrayItem(jobs, 0), "node_count"),
+                   NODES + 1);
+  text = cJSON_PrintUnformatted(st);
+  ck_assert_uint_lt(strlen(text), RP_MAX_FRAME - 4096);
+  cJSON_free(text);
+  cJSON_Delete(st);
+  /* An unknown job is an error, not an empty report. */
+  snprintf(q.job, sizeof q.job, "nosuch");
+  ck_assert_ptr_null(rs_status_query(R, &q, 1, &err));
+  ck_assert_int_eq(err, -ENOENT);
+  for (i = 0; i < JOBS + NODES; i++)
+    rs_conn_closed(R, base + i, 2);
+  free(base);
+}
+END_TEST
+
 START_TEST(ten_thousand_nodes)
 {
   enum { N = 10000 };
@@ -1111,6 +1285,48 @@ START_TEST(ten_thousand_nodes)
 }
 END_TEST
 
+/* Only a participant may report a failure: a spare on the waiting list
+ * can neither restart nor close the job. */
+START_TEST(failure_from_spare_refused)
+{
+  CF = conf_of(1, 2);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  ck_assert_int_eq(join(C, 1, 2), 0);     /* the round is full: a spare */
+  clear();
+  ck_assert_int_eq(failure(C, true, "hostile", 3), -EPERM);
+  ck_assert_int_eq(last(C, RP_ERROR)->u.text.code, RP_ERR_BAD_REQUEST);
+  ck_assert_int_eq(failure(C, false, "hostile", 3), -EPERM);
+  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert(!dropped(C));
+  ck_assert(logged("refused a failure report"));
+  /* A participant still can. */
+  ck_assert_int_eq(failure(A, true, "real", 4), 0);
+  ck_assert_int_eq(count(B, RP_CLOSED), 1);
+}
+END_TEST
+
+/* A node the last round went on without (not expected back) has no
+ * workers either. */
+START_TEST(failure_from_left_node_refused)
+{
+  CF = conf_of(1, 3);
+  CF.last_call_timeout = 0;
+  CF.max_restarts = 3;
+  ck_assert_int_eq(join(A, 1, 0), 0);     /* round 0: A alone */
+  ck_assert_int_eq(join(B, 1, 1), 0);     /* restart; round 1 is B alone */
+  ck_assert_int_eq(last(B, RP_ROUND)->u.round.round, 1);
+  clear();
+  ck_assert_int_eq(failure(A, true, "stale", 2), -EPERM);
+  ck_assert_int_eq(total(RP_CLOSED), 0);
+  /* A participant's report that crossed its RESTART still counts. */
+  ck_assert_int_eq(failure(B, false, "x", 3), 0);     /* round 2 */
+  ck_assert_int_eq(failure(B, false, "again", 3), 0);
+  ck_assert_int_eq(count(B, RP_ERROR), 0);
+}
+END_TEST
+
 static Suite *rdzv_state_suite(void)
 {
   Suite *s = suite_create("rdzv_state");
@@ -1130,6 +1346,8 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, worker_failure_restarts);
   tcase_add_test(tc, restarts_exhausted_close);
   tcase_add_test(tc, final_failure_closes);
+  tcase_add_test(tc, failure_from_spare_refused);
+  tcase_add_test(tc, failure_from_left_node_refused);
   tcase_add_test(tc, lost_connection_restarts_survivors);
   tcase_add_test(tc, keepalive_silence_kills);
   tcase_add_test(tc, join_timeout_below_min);
@@ -1146,9 +1364,13 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, kv_set_get_add);
   tcase_add_test(tc, kv_wait_answered_or_times_out);
   tcase_add_test(tc, kv_limits);
+  tcase_add_test(tc, empty_job_evicted_when_full);
+  tcase_add_test(tc, durations_capped);
+  tcase_add_test(tc, kv_total_budget);
   tcase_add_test(tc, not_joined_errors);
   tcase_add_test(tc, status_reply_content);
   tcase_add_test(tc, ten_thousand_nodes);
+  tcase_add_test(tc, status_bounded);
   suite_add_tcase(s, tc);
   return s;
 }

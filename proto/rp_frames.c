@@ -1,0 +1,51 @@
+/* rp_frames.c -- the one frame-reading loop (see rp_frames.h). */
+#include "rp_frames.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* The body length a frame's header announces; the header must be in. */
+static size_t announced(const char *p)
+{
+  const unsigned char *u = (const unsigned char *)p;
+
+  return (size_t)((uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 |
+                  (uint32_t)u[2] << 8 | (uint32_t)u[3]);
+}
+
+ssize_t rp_frames_read(const char *data, size_t len, size_t max_body,
+                       rp_frames_cb cb, void *ctx, char *err, size_t errlen)
+{
+  size_t off = 0, flen;
+  struct rp_msg m;
+  int rc, stop;
+
+  if (!max_body || max_body > RP_MAX_FRAME)
+    max_body = RP_MAX_FRAME;
+  for (;;) {
+    if (len - off >= RP_FRAME_HEADER &&
+        announced(data + off) > max_body) {
+      snprintf(err, errlen, "frame too large (%zu bytes; the limit is %zu)",
+               announced(data + off), max_body);
+      return -EMSGSIZE;
+    }
+    rc = rp_frame_peek(data + off, len - off, &flen);
+    if (rc == 0)
+      return (ssize_t)off;
+    if (rc < 0) {
+      snprintf(err, errlen, "%s", rc == -EMSGSIZE ? "frame too large"
+                                                  : "empty frame");
+      return rc;
+    }
+    rc = rp_decode(data + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER,
+                   &m, err, errlen);
+    if (rc)
+      return rc;
+    off += flen;
+    stop = cb(ctx, &m);
+    rp_msg_free(&m);
+    if (stop)
+      return (ssize_t)off;
+  }
+}

@@ -1,0 +1,271 @@
+/* kv_store.c -- each job's key-value store: SET, GET (optionally waiting
+ * for the key), ADD, bounded per job and for the whole daemon (rs_limits).
+ *
+ * Who uses it: nothing in cdrun (its workers' store is libpg's, hosted by
+ * rank 0).  It is part of protocol 1 for other clients of the rendezvous
+ * (a job script or tool that needs a value shared by the job's nodes
+ * before any worker runs), so it stays, within its limits, documented in
+ * proto/PROTOCOL.md and rdzvd(8).  Waiting GETs are timers of the
+ * registry's heap and die with their node. */
+#include "rdzv_state_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool kv_eq(const void *item, const void *key)
+{
+  return strcmp(((const struct kv *)item)->key, key) == 0;
+}
+
+static bool wkey_eq(const void *item, const void *key)
+{
+  return strcmp(((const struct wkey *)item)->key, key) == 0;
+}
+
+void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
+                        struct waiter *w)
+{
+  struct wkey *wk = w->wk;
+
+  if (w->kprev)
+    w->kprev->knext = w->knext;
+  else
+    wk->head = w->knext;
+  if (w->knext)
+    w->knext->kprev = w->kprev;
+  if (!wk->head) {
+    ht_remove(&job->waits, wk->h, wk);
+    free(wk);
+  }
+  if (w->nprev)
+    w->nprev->nnext = w->nnext;
+  else
+    w->node->waiters = w->nnext;
+  if (w->nnext)
+    w->nnext->nprev = w->nprev;
+  th_clear(&r->heap, &w->t);
+  th_unreserve(&r->heap, 1);
+  job->n_waiters--;
+  free(w);
+}
+
+static void send_value(const struct rs_registry *r, void *conn,
+                       const char *key, const struct kv *e)
+{
+  struct rp_msg m;
+  char empty[1] = "";
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_KV_VALUE;
+  snprintf(m.u.kv.key, sizeof m.u.kv.key, "%s", key);
+  m.u.kv.found = e != NULL;
+  m.u.kv.value = e ? e->value : empty;
+  m.u.kv.value_len = e ? e->len : 0;
+  rs__send_msg(r, conn, &m);
+}
+
+static bool key_ok(const char *key)
+{
+  size_t n = strnlen(key, RP_MAX_KEY + 1);
+
+  return n > 0 && n <= RP_MAX_KEY;
+}
+
+/* Stores key = value (len bytes) and answers the GETs waiting for it.
+ * Returns the entry, or NULL with *err set after sending ERROR. */
+static struct kv *kv_put(struct rs_registry *r, struct node *n,
+                         const char *key, const char *value, size_t len,
+                         int *err)
+{
+  struct job *job = n->job;
+  uint64_t h = ht_hash_str(r->seed, key);
+  struct kv *e = ht_find(&job->kv, h, key, kv_eq);
+  size_t klen = strlen(key), old = e ? klen + e->len : 0;
+  bool fresh = !e;
+  struct waiter *w, *next;
+  struct wkey *wk;
+  char *v;
+
+  if (!e && job->kv.n >= (size_t)r->lim.max_keys_per_job) {
+    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                  "too many keys (%d)", r->lim.max_keys_per_job);
+    return NULL;
+  }
+  if (r->kv_total - old + klen + len > r->lim.max_kv_total) {
+    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                  "the server's store would exceed %zu bytes",
+                  r->lim.max_kv_total);
+    return NULL;
+  }
+  if (job->kv_bytes - old + klen + len > r->lim.max_kv_bytes) {
+    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                  "the job's store would exceed %zu bytes",
+                  r->lim.max_kv_bytes);
+    return NULL;
+  }
+  v = malloc(len + 1);
+  if (!v || (!e && !(e = calloc(1, sizeof(*e) + klen + 1)))) {
+    free(v);
+    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return NULL;
+  }
+  if (fresh) {
+    memcpy(e->key, key, klen + 1);
+    e->h = h;
+    if (ht_insert(&job->kv, h, e)) {
+      free(v);
+      free(e);
+      *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return NULL;
+    }
+  }
+  if (len)
+    memcpy(v, value, len);
+  v[len] = '\0';
+  free(e->value);
+  e->value = v;
+  e->len = len;
+  job->kv_bytes = job->kv_bytes - old + klen + len;
+  r->kv_total = r->kv_total - old + klen + len;
+  wk = ht_find(&job->waits, h, key, wkey_eq);
+  for (w = wk ? wk->head : NULL; w; w = next) {
+    next = w->knext;            /* rs__kv_waiter_free frees wk after the last */
+    send_value(r, w->node->c->conn, key, e);
+    rs__kv_waiter_free(r, job, w);
+  }
+  *err = 0;
+  return e;
+}
+
+static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
+                   double wait, double now)
+{
+  struct job *job = n->job;
+  uint64_t h = ht_hash_str(r->seed, key);
+  struct wkey *wk = ht_find(&job->waits, h, key, wkey_eq);
+  struct waiter *w;
+  size_t klen = strlen(key);
+
+  if (job->n_waiters >= r->lim.max_keys_per_job)
+    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                  "too many waiting gets (%d)", job->n_waiters);
+  w = calloc(1, sizeof(*w));
+  if (!w || th_reserve(&r->heap, 1)) {
+    free(w);
+    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+  }
+  if (!wk) {
+    wk = calloc(1, sizeof(*wk) + klen + 1);
+    if (!wk || ht_insert(&job->waits, h, wk)) {
+      free(wk);
+      free(w);
+      th_unreserve(&r->heap, 1);
+      return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    }
+    wk->h = h;
+    memcpy(wk->key, key, klen + 1);
+  }
+  w->node = n;
+  w->wk = wk;
+  w->wait = wait;
+  w->knext = wk->head;
+  if (wk->head)
+    wk->head->kprev = w;
+  wk->head = w;
+  w->nnext = n->waiters;
+  if (n->waiters)
+    n->waiters->nprev = w;
+  n->waiters = w;
+  job->n_waiters++;
+  th_init(&w->t, T_KV_WAIT);
+  th_set(&r->heap, &w->t, now + wait);
+  return 0;
+}
+
+/* Parses a whole decimal int64 ("-12"); false for anything else. */
+static bool parse_i64(const char *s, size_t len, int64_t *out)
+{
+  long long v;
+  char *end;
+
+  if (!len || (s[0] != '-' && s[0] != '+' && (s[0] < '0' || s[0] > '9')))
+    return false;
+  errno = 0;
+  v = strtoll(s, &end, 10);
+  if (errno || end != s + len)
+    return false;
+  *out = v;
+  return true;
+}
+
+int rs__kv_handle(struct rs_registry *r, struct node *n,
+                 const struct rp_msg *m, double now)
+{
+  const struct rp_kv *kv = &m->u.kv;
+  struct job *job = n->job;
+  void *conn = n->c->conn;
+  char num[32];
+  struct kv *e;
+  int64_t v = 0;
+  int err;
+
+  if (!key_ok(kv->key))
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
+  e = ht_find(&job->kv, ht_hash_str(r->seed, kv->key), kv->key, kv_eq);
+  switch (m->op) {
+  case RP_KV_SET:
+    if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))
+      return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad value");
+    kv_put(r, n, kv->key, kv->value, kv->value_len, &err);
+    return err;
+  case RP_KV_GET:
+    if (e || !(kv->wait > 0)) {
+      send_value(r, conn, kv->key, e);
+      return 0;
+    }
+    return kv_wait(r, n, kv->key, fmin(kv->wait, r->lim.max_join_timeout),
+                   now);
+  default:                      /* RP_KV_ADD */
+    if (e && !parse_i64(e->value, e->len, &v))
+      return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                    "key %s does not hold an integer", kv->key);
+    if (__builtin_add_overflow(v, kv->delta, &v))
+      return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -ERANGE,
+                    "key %s would overflow", kv->key);
+    snprintf(num, sizeof num, "%" PRId64, v);
+    e = kv_put(r, n, kv->key, num, strlen(num), &err);
+    if (e)
+      send_value(r, conn, kv->key, e);
+    return err;
+  }
+}
+
+void rs__kv_timeout(struct rs_registry *r, struct waiter *w)
+{
+  struct node *n = w->node;
+
+  rs__refuse(r, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT,
+         "key %s not set within %g s", w->wk->key, w->wait);
+  rs__kv_waiter_free(r, n->job, w);
+}
+
+void rs__kv_job_free(struct rs_registry *r, struct job *job)
+{
+  size_t i;
+
+  for (i = 0; i < job->kv.cap; i++) {
+    struct kv *e = job->kv.s[i].item;
+
+    if (e) {
+      free(e->value);
+      free(e);
+    }
+  }
+  free(job->kv.s);
+  r->kv_total -= job->kv_bytes;
+  free(job->waits.s);           /* empty: waits die with their nodes */
+}

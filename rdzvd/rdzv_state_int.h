@@ -1,0 +1,196 @@
+/* rdzv_state_int.h -- the rendezvous state machine's own types, shared by
+ * its files (rdzv_state.c, the machine; status_render.c, its status
+ * report) and by nothing else. */
+#ifndef RDZV_STATE_INT_H
+#define RDZV_STATE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "hashtab.h"
+#include "rdzv_state.h"
+#include "timer_heap.h"
+
+#define WIRE_MAX_SECONDS 1e7        /* the codec's bound on durations */
+
+/* Note [timers]
+ *
+ * Every deadline is a struct th_timer embedded in its owner (a job's last
+ * call, progress and forget timers; a node's join and keepalive timers; a
+ * KV wait) and kept in the registry's one timer heap (timer_heap.h); its
+ * kind says which owner and which timer it is.
+ *
+ * Keepalive is lazy: a message only stores last_seen (O(1)); the node's
+ * keepalive timer stays where it was armed, and when it fires it either
+ * finds the node silent for the whole period (dead) or moves itself to
+ * last_seen + period.  So rs_tick touches a live node about once per
+ * period, never on every message, and never scans the nodes. */
+enum tkind {
+  T_LAST_CALL,    /* struct job, t_last_call */
+  T_PROGRESS,     /* struct job, t_progress */
+  T_FORGET,       /* struct job, t_forget */
+  T_JOIN,         /* struct node, t_join */
+  T_ALIVE,        /* struct node, t_alive */
+  T_KV_WAIT,      /* struct waiter, t */
+};
+
+enum phase { PH_GATHERING, PH_LAST_CALL, PH_RUNNING, PH_CLOSED, PH_FINISHED };
+
+/* Note [node states]
+ *
+ * NS_PART: a participant of the current round: gathering (joined it) or
+ *   running (has a rank).
+ * NS_SPARE: joined, but not in the round: the waiting list.  Spares are
+ *   kept in join order and promoted to participants while there is room
+ *   (participants + outstanding < max_nodes).  Their join timeout runs
+ *   from their JOIN, as a gathering participant's does.
+ * NS_IDLE: a node of the job that has not joined the current round.  With
+ *   expected set it was a participant of the previous round, was told to
+ *   restart, and has a place reserved until the round completes
+ *   ("outstanding"); a round of restarting nodes completes as soon as none
+ *   is outstanding.  Status calls this state "left". */
+enum nstate { NS_IDLE, NS_PART, NS_SPARE };
+
+struct conn {
+  void *conn;
+  uint64_t h;
+  struct node *node;            /* NULL when not (or no longer) joined */
+  bool dropped;                 /* drop was called: ignore what follows */
+  char peer[RP_MAX_ADDR + 1];   /* rs_set_peer_addr, or "" */
+};
+
+struct barrier {
+  struct barrier *next;
+  int count;                    /* participants that entered */
+  bool done;
+  char name[RP_MAX_ID + 1];
+};
+
+struct kv {
+  uint64_t h;
+  size_t len;
+  char *value;                  /* len bytes + NUL */
+  char key[];
+};
+
+struct wkey {                   /* the GETs waiting for one key */
+  uint64_t h;
+  struct waiter *head;
+  char key[];
+};
+
+struct waiter {
+  struct node *node;
+  struct wkey *wk;
+  struct waiter *kprev, *knext; /* wk's list */
+  struct waiter *nprev, *nnext; /* node's list */
+  double wait;
+  struct th_timer t;
+};
+
+struct node {
+  struct job *job;
+  struct conn *c;
+  struct node *prev, *next;     /* job->nodes, creation order */
+  struct node *sprev, *snext;   /* job->spares, join order */
+  struct waiter *waiters;
+  struct barrier *barrier;      /* the pending barrier it entered */
+  enum nstate state;
+  bool expected;
+  int rank;                     /* in the running round, else -1 */
+  int prev_rank;                /* in the previous round, else -1 */
+  uint64_t seq;                 /* join order */
+  double join_at, last_seen;
+  struct th_timer t_join, t_alive;
+  int64_t pid;
+  int nproc, master_port;
+  char host[RP_MAX_ADDR + 1];
+  char addr[RP_MAX_ADDR + 1];   /* as joined; "" = the peer address */
+};
+
+struct job {
+  struct job *prev, *next;      /* registry list, creation order */
+  struct job *eprev, *enext;    /* registry's empty list (no node) */
+  bool empty_listed;
+  uint64_t h;
+  struct rp_conf conf;
+  enum phase phase;
+  int round, restart_count, world_size;
+  int n_nodes, n_part, n_outstanding, n_spares;
+  int64_t sum_nproc;            /* over all nodes: bounds any world size */
+  bool restarting;              /* the round started with nodes expected */
+  bool exit_passed;             /* the running round passed "exit" */
+  bool progress_dirty;
+  double deadline;              /* last call */
+  double round_started;         /* metrics: creation, or the RESTART */
+  double progress_last;
+  uint64_t seq;
+  struct th_timer t_last_call, t_progress, t_forget;
+  struct node *nodes, *nodes_tail;
+  struct node *spares, *spares_tail;
+  struct node **order;          /* scratch for ranking, >= n_nodes */
+  size_t order_cap;
+  struct barrier *barriers;
+  int n_barriers;
+  struct htab kv;
+  size_t kv_bytes;
+  struct htab waits;            /* key -> struct wkey */
+  int n_waiters;
+  char id[RP_MAX_ID + 1];
+};
+
+struct rs_registry {
+  struct rs_sink sink;
+  struct rs_limits lim;
+  uint64_t seed;
+  struct htab jobs;             /* id -> struct job */
+  struct htab conns;            /* conn pointer -> struct conn */
+  struct job *jobs_head, *jobs_tail;
+  struct job *empty_head, *empty_tail;  /* jobs with no node, oldest first */
+  int n_jobs, n_nodes;
+  size_t kv_total;              /* every job's kv_bytes */
+  struct timer_heap heap;
+  struct rdzvd_metrics *metrics;  /* rs_set_metrics; NULL: none */
+  bool busy;                    /* an entry point is running */
+};
+
+/* status_render.c's: a phase's name, as status and metrics show it. */
+const char *rs__phase_name(enum phase p);
+
+/* rdzv_state.c's, for its other files: a message to conn; an ERROR to
+ * conn, returning err. */
+void rs__send_msg(const struct rs_registry *r, void *conn,
+                  const struct rp_msg *m);
+__attribute__((format(printf, 5, 6)))
+int rs__refuse(const struct rs_registry *r, void *conn,
+               enum rp_error_code code, int err, const char *f, ...);
+
+/* kv_store.c: KV_SET, KV_GET, KV_ADD from node n; a waiting GET freed
+ * (its node goes); one timed out (ERROR timeout); a job's store freed. */
+int rs__kv_handle(struct rs_registry *r, struct node *n,
+                  const struct rp_msg *m, double now);
+void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
+                        struct waiter *w);
+void rs__kv_timeout(struct rs_registry *r, struct waiter *w);
+void rs__kv_job_free(struct rs_registry *r, struct job *job);
+
+static inline const char *rs__node_addr(const struct node *n)
+{
+  if (n->addr[0])
+    return n->addr;
+  return n->c->peer[0] ? n->c->peer : "127.0.0.1";
+}
+
+static inline bool rs__job_eq(const void *item, const void *key)
+{
+  return strcmp(((const struct job *)item)->id, key) == 0;
+}
+
+static inline double rs__clamp_secs(double s)
+{
+  return s < 0 ? 0 : s > WIRE_MAX_SECONDS ? WIRE_MAX_SECONDS : s;
+}
+
+#endif
