@@ -267,7 +267,10 @@ PG_EXTERN void pg_work_free(pg_work *w);
  *
  * A parameter not marked ready by finish got no gradient this iteration:
  * its slot contributes zeros (so it is averaged with the ranks that did
- * use it), never a deadlock.  The order in which gradients became ready
+ * use it), never a deadlock -- unless it was marked ready in a no_sync
+ * iteration since the last synchronized finish or zero_grad: then its
+ * slot holds an accumulated gradient, which is kept and averaged (as DDP
+ * keeps a defined .grad).  The order in which gradients became ready
  * in the first synchronized iteration rebuilds the buckets once, at the
  * next prepare (rank 0's order, so all ranks agree); gradient pointers
  * may change then: fetch them with pg_reducer_grad after prepare. */
