@@ -253,6 +253,82 @@ static int run_overlapping(pg_group *g, struct pg_work *w, double deadline)
   return err;
 }
 
+/* Note [half precision]: f16 and bf16 reductions accumulate in f32 on
+ * the CPU backends: their transports add partial results as they go (a
+ * ring rounds after every step), so the data is widened to f32 here, the
+ * backend reduces f32, and the result is rounded once; AVG divides before
+ * that rounding.  So an f16 average of 65504 over 3 ranks is 65504, not
+ * +inf.  It costs a temporary and twice the bytes on the wire, for these
+ * dtypes only.  MIN and MAX are exact in any precision: not widened. */
+static bool widens(const struct pg_work *w)
+{
+  return (w->dtype == PG_F16 || w->dtype == PG_BF16) && w->count &&
+         (w->op == PG_SUM || w->op == PG_AVG || w->op == PG_PROD) &&
+         (w->kind == W_ALL_REDUCE || w->kind == W_REDUCE ||
+          w->kind == W_REDUCE_SCATTER);
+}
+
+static void widen(pg_dtype t, float *dst, const void *src, size_t n)
+{
+  const uint16_t *h = src;
+  size_t i;
+
+  if (t == PG_F16)
+    for (i = 0; i < n; i++)
+      dst[i] = pg__f16_to_f32(h[i]);
+  else
+    for (i = 0; i < n; i++)
+      dst[i] = pg__bf16_to_f32(h[i]);
+}
+
+static void narrow(pg_dtype t, void *dst, const float *src, size_t n)
+{
+  uint16_t *h = dst;
+  size_t i;
+
+  if (t == PG_F16)
+    for (i = 0; i < n; i++)
+      h[i] = pg__f32_to_f16(src[i]);
+  else
+    for (i = 0; i < n; i++)
+      h[i] = pg__f32_to_bf16(src[i]);
+}
+
+static int run_widened(pg_group *g, struct pg_work *w, double deadline)
+{
+  struct pg__comm *c = g->comm;
+  size_t nin = w->kind == W_REDUCE_SCATTER ? w->count * (size_t)g->size
+                                           : w->count;
+  /* reduce_scatter's output gets its own block after the input. */
+  size_t nout = w->kind == W_REDUCE_SCATTER ? w->count : 0;
+  float *in = malloc((nin + nout) * sizeof *in), *out;
+  int err;
+
+  if (!in)
+    return pg__fail(-ENOMEM, "out of memory widening %zu %s elements to "
+                    "f32", nin, w->dtype == PG_F16 ? "f16" : "bf16");
+  widen(w->dtype, in, w->send, nin);
+  out = in;
+  switch (w->kind) {
+  case W_ALL_REDUCE:
+    err = c->ops->all_reduce(c, in, in, w->count, PG_F32, w->op, deadline);
+    break;
+  case W_REDUCE:
+    err = c->ops->reduce(c, in, in, w->count, PG_F32, w->op, w->root,
+                         deadline);
+    break;
+  default:  /* W_REDUCE_SCATTER */
+    out = in + nin;
+    err = c->ops->reduce_scatter(c, in, out, w->count, PG_F32, w->op,
+                                 deadline);
+    break;
+  }
+  if (!err && w->recv && (w->kind != W_REDUCE || g->rank == w->root))
+    narrow(w->dtype, w->recv, out, w->count);
+  free(in);
+  return err;
+}
+
 static int run_work(pg_group *g, struct pg_work *w)
 {
   struct pg__comm *c = g->comm;
@@ -262,6 +338,8 @@ static int run_work(pg_group *g, struct pg_work *w)
 
   if (!c)
     return run_self(w);
+  if (strcmp(g->backend, "nccl") != 0 && widens(w))
+    return run_widened(g, w, deadline);
   if (strcmp(g->backend, "nccl") != 0 &&
       ((w->kind == W_ALL_GATHER && overlap(w->send, bytes, w->recv, all)) ||
        (w->kind == W_REDUCE_SCATTER &&

@@ -49,8 +49,8 @@ typedef struct pg_work pg_work;
 typedef enum {
   PG_F32 = 0,
   PG_F64,
-  PG_F16,     /* IEEE half; reduced in f32 */
-  PG_BF16,    /* bfloat16; reduced in f32 */
+  PG_F16,     /* IEEE half; accumulated in f32 (see pg_op) */
+  PG_BF16,    /* bfloat16; accumulated in f32 (see pg_op) */
   PG_I32,
   PG_I64,
   PG_U8,
@@ -58,7 +58,16 @@ typedef enum {
 } pg_dtype;
 
 /* Reductions.  AVG is SUM divided by the world size (integer types:
- * truncating division). */
+ * truncating division).
+ *
+ * Half precision (f16, bf16): SUM, AVG and PROD accumulate in f32 and
+ * round once, AVG dividing before that rounding, so a result that the
+ * dtype can hold is never inf (an f16 AVG of 65504 over 3 ranks is
+ * 65504).  The CPU backends widen the data to f32 for the transport (a
+ * temporary and twice the bytes, for these dtypes only).  NCCL reduces
+ * half precision with its own kernels: AVG is ncclAvg, which scales each
+ * contribution by 1/n before summing (no overflow, rounding may differ
+ * from the CPU backends in the last bit). */
 typedef enum {
   PG_SUM = 0,
   PG_AVG,
