@@ -35,6 +35,7 @@ struct pg_work {
   int refs;             /* the queue's and the caller's */
   char *why;            /* pg_last_error of a failed async op, for the
                            thread that waits for it */
+  struct pg__fence *fence;  /* stream-ordered backends: its completion */
   struct pg_work *next;
 };
 
@@ -56,6 +57,11 @@ struct pg_group {
   bool busy;                    /* an op is executing (thread or inline) */
   bool stop;
   int failed;                   /* first error: later ops fail fast */
+
+  /* pg_group_start/end: the nesting depth; on the CPU backends the
+   * grouped sends and receives, run at the end. */
+  int grouping;
+  struct pg_work *batch, *batch_tail;
 };
 
 /* ---- environment ---------------------------------------------------------- */
@@ -473,6 +479,75 @@ static int check_args(pg_group *g, const struct pg_work *w)
   return 0;
 }
 
+static bool stream_ordered(const pg_group *g)
+{
+  return g->comm && g->comm->ops->take_fence;
+}
+
+/* Note [stream model] in nccl.c: the op is enqueued on the caller's
+ * thread at once (no progress thread) and returns; a synchronous call
+ * then makes the caller's stream wait for it on the device (a barrier:
+ * the host), an async one hands its fence to the work handle. */
+static int submit_stream(pg_group *g, const struct pg_work *proto,
+                         pg_work **out)
+{
+  struct pg__comm *c = g->comm;
+  struct pg_work local = *proto, *w;
+  struct pg__fence *f;
+  int err;
+
+  pthread_mutex_lock(&g->mu);
+  err = run_work(g, &local);
+  f = err ? NULL : c->ops->take_fence(c);
+  pthread_mutex_unlock(&g->mu);
+  if (err)
+    return err;
+  if (!out) {
+    if (f)
+      err = c->ops->fence_wait(f, proto->kind == W_BARRIER, -1);
+    c->ops->fence_free(f);
+    return err;
+  }
+  w = calloc(1, sizeof *w);
+  if (!w) {
+    c->ops->fence_free(f);
+    return pg__fail(-ENOMEM, "out of memory for a work handle");
+  }
+  *w = local;
+  w->g = g;
+  w->fence = f;
+  w->refs = 1;
+  w->done = f == NULL;  /* nothing was enqueued (count 0) */
+  w->why = NULL;
+  w->next = NULL;
+  *out = w;
+  return 0;
+}
+
+/* A point-to-point op between pg_group_start and pg_group_end on a CPU
+ * backend: kept for the end. */
+static int batch_add(pg_group *g, const struct pg_work *proto)
+{
+  struct pg_work *w;
+
+  if (proto->kind != W_SEND && proto->kind != W_RECV)
+    return pg__fail(-ENOTSUP, "only pg_send and pg_recv may be issued "
+                    "between pg_group_start and pg_group_end on the CPU "
+                    "backends");
+  w = calloc(1, sizeof *w);
+  if (!w)
+    return pg__fail(-ENOMEM, "out of memory queueing a grouped operation");
+  *w = *proto;
+  w->g = g;
+  w->next = NULL;
+  if (g->batch_tail)
+    g->batch_tail->next = w;
+  else
+    g->batch = w;
+  g->batch_tail = w;
+  return 0;
+}
+
 /* Queues w (async) or runs it (sync); w is filled but not yet owned. */
 static int submit(pg_group *g, const struct pg_work *proto, pg_work **out)
 {
@@ -481,6 +556,14 @@ static int submit(pg_group *g, const struct pg_work *proto, pg_work **out)
 
   if (err)
     return err;
+  if (g->grouping && out)
+    return pg__fail(-EINVAL, "between pg_group_start and pg_group_end "
+                    "issue pg_send/pg_recv (no work handles): "
+                    "pg_group_end completes the group");
+  if (g->grouping && !stream_ordered(g))
+    return batch_add(g, proto);
+  if (stream_ordered(g))
+    return submit_stream(g, proto, out);
   if (!out) {
     /* Synchronous: run inline when the queue is empty and idle. */
     struct pg_work local = *proto;
@@ -522,6 +605,12 @@ int pg_work_test(pg_work *w, bool *done)
 {
   int r = 0;
 
+  if (w->fence) {
+    r = w->g->comm->ops->fence_query(w->fence);
+    *done = r != 0;
+    return r < 0 ? r : 0;
+  }
+
   pthread_mutex_lock(&w->g->mu);
   *done = w->done;
   if (w->done)
@@ -537,6 +626,8 @@ int pg_work_wait(pg_work *w, double timeout)
   double until = timeout >= 0 ? pg__now() + timeout : 0;
   int r;
 
+  if (w->fence)
+    return g->comm->ops->fence_wait(w->fence, false, timeout);
   pthread_mutex_lock(&g->mu);
   while (!w->done) {
     if (timeout < 0) {
@@ -560,12 +651,99 @@ int pg_work_wait(pg_work *w, double timeout)
   return r;
 }
 
+int pg_work_synchronize(pg_work *w, double timeout)
+{
+  if (w && w->fence)
+    return w->g->comm->ops->fence_wait(w->fence, true, timeout);
+  return w ? pg_work_wait(w, timeout)
+           : pg__fail(-EINVAL, "pg_work_synchronize: NULL work");
+}
+
+int pg_set_stream(pg_group *g, void *stream)
+{
+  if (!g)
+    return pg__fail(-EINVAL, "pg_set_stream: NULL group");
+  if (!stream_ordered(g))
+    return 0;  /* host memory: no streams */
+  return g->comm->ops->set_stream(g->comm, stream);
+}
+
+int pg_group_start(pg_group *g)
+{
+  int err = 0;
+
+  if (!g)
+    return pg__fail(-EINVAL, "pg_group_start: NULL group");
+  if (stream_ordered(g)) {
+    pthread_mutex_lock(&g->mu);
+    err = g->comm->ops->group_start(g->comm);
+    pthread_mutex_unlock(&g->mu);
+  }
+  if (!err)
+    g->grouping++;
+  return err;
+}
+
+/* CPU backends: every send first, then every receive, each in issue
+ * order; a send waiting for room receives meanwhile (shm and TCP), so a
+ * group's exchange cannot deadlock. */
+static int run_batch(pg_group *g)
+{
+  struct pg_work *w, *next;
+  int pass, err = 0, e;
+
+  for (pass = 0; pass < 2; pass++)
+    for (w = g->batch; w; w = w->next)
+      if ((w->kind == W_SEND) == (pass == 0) && !err) {
+        e = submit(g, w, NULL);
+        if (e && !err)
+          err = e;
+      }
+  for (w = g->batch; w; w = next) {
+    next = w->next;
+    free(w);
+  }
+  g->batch = g->batch_tail = NULL;
+  return err;
+}
+
+int pg_group_end(pg_group *g)
+{
+  struct pg__fence *f = NULL;
+  int err;
+
+  if (!g)
+    return pg__fail(-EINVAL, "pg_group_end: NULL group");
+  if (g->grouping == 0)
+    return pg__fail(-EINVAL, "pg_group_end without pg_group_start");
+  g->grouping--;
+  if (!stream_ordered(g))
+    return g->grouping ? 0 : run_batch(g);
+  pthread_mutex_lock(&g->mu);
+  err = g->comm->ops->group_end(g->comm);
+  if (!err)
+    f = g->comm->ops->take_fence(g->comm);
+  pthread_mutex_unlock(&g->mu);
+  if (!err && f)
+    err = g->comm->ops->fence_wait(f, false, -1);
+  if (f)
+    g->comm->ops->fence_free(f);
+  return err;
+}
+
 void pg_work_free(pg_work *w)
 {
   pg_group *g;
 
   if (!w)
     return;
+  if (w->fence || (w->g && stream_ordered(w->g))) {
+    if (w->fence)
+      w->g->comm->ops->fence_free(w->fence);
+    free(w->why);
+    free(w);
+    return;
+  }
   g = w->g;
   pthread_mutex_lock(&g->mu);
   work_unref(w);
@@ -743,7 +921,8 @@ static int resolve_options(const struct pg_options *o, pg_group *g,
   return 0;
 }
 
-static int create_comm(pg_group *g, pg_backend be, int device)
+static int create_comm(pg_group *g, pg_backend be, int device,
+                       int local_rank)
 {
   struct pg__setup s;
   int i, err;
@@ -761,6 +940,7 @@ static int create_comm(pg_group *g, pg_backend be, int device)
   s.me = g->rank;
   s.timeout = g->timeout;
   s.device = device;
+  s.local_rank = local_rank;
   if (be == PG_BACKEND_NCCL) {
     s.ns = "pg/nccl/";
     err = pg__nccl_create(&s, &g->comm);
@@ -875,7 +1055,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
     g->topo.rank = 0;
     g->topo.size = 1;
     g->topo.nhosts = 1;
-    err = create_comm(g, be, o->device >= 0 ? o->device : local_rank);
+    err = create_comm(g, be, o->device, local_rank);
     if (err)
       goto fail;
     *out = g;
@@ -907,7 +1087,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
   err = topo_build(g, hid);
   if (err)
     goto fail;
-  err = create_comm(g, be, o->device >= 0 ? o->device : local_rank);
+  err = create_comm(g, be, o->device, local_rank);
   if (err)
     goto fail;
   *out = g;

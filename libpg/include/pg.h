@@ -20,7 +20,10 @@
  *
  * Threads: a group may be used from one thread at a time (calls are issued
  * in order; the library's progress thread runs them in that order).  The
- * store may be used from any thread. */
+ * store may be used from any thread.
+ *
+ * NCCL: calls return once the work is enqueued on the GPU; see "streams"
+ * below for what that means for the caller. */
 #ifndef PG_H
 #define PG_H
 
@@ -117,7 +120,10 @@ struct pg_options {
    * NULL: $PG_HOST_ID, else this machine's hostname and boot id.  Tests
    * give every rank its own id to force the TCP path on one machine. */
   const char *host_id;
-  int device;               /* CUDA device for NCCL; -1: local_rank */
+  /* CUDA device for NCCL; -1: the device rule -- a process that sees
+   * one device (CUDA_VISIBLE_DEVICES) uses device 0, one that sees
+   * several uses local_rank modulo their number. */
+  int device;
 };
 
 #define PG_OPTIONS_INIT { -1, -1, -1, -1, NULL, 0, PG_BACKEND_AUTO, 0, NULL, -1 }
@@ -253,6 +259,56 @@ PG_EXTERN int pg_work_test(pg_work *w, bool *done);
 PG_EXTERN int pg_work_wait(pg_work *w, double timeout);
 /* Frees the handle; work still in flight completes on its own. */
 PG_EXTERN void pg_work_free(pg_work *w);
+
+/* ---- streams (NCCL) -------------------------------------------------------
+ *
+ * On NCCL, operations are stream-ordered, as NCCL's own and PyTorch's
+ * ProcessGroupNCCL are:
+ *
+ * - Each operation is ordered after what the group's stream (below) holds
+ *   when it is called -- the kernels that produced its input -- and runs
+ *   on the communicator's own stream, so it never waits for later work.
+ * - Every call, synchronous or not, returns once the operation is
+ *   enqueued: the host does not wait for the GPU.  A synchronous call
+ *   (pg_all_reduce, ...) makes the group's stream wait for the result on
+ *   the device, so kernels queued there next see it; to read a result on
+ *   the host, synchronize that stream.  pg_barrier alone waits on the
+ *   host.
+ * - An _async call's pg_work_wait makes the group's stream wait for the
+ *   work on the device and returns at once (with the error known so far);
+ *   pg_work_synchronize blocks the host until the work is done;
+ *   $PG_NCCL_BLOCKING_WAIT=1 makes pg_work_wait (and synchronous calls
+ *   and the reducer's memory operations) wait on the host too.
+ *   pg_work_test asks without waiting.
+ * - Buffers must stay valid until the work is done on the device.
+ * - A failure (an operation past its timeout, an NCCL error) aborts the
+ *   communicator and is published through the store: every rank's
+ *   watchdog aborts its own within about a quarter of a second, and
+ *   every later operation fails (PG_EPEERFAIL); the sentence names the
+ *   operation, its sequence number and the rank that failed first.
+ *
+ * On the CPU backends buffers are host memory, there are no streams, and
+ * calls return when their work is done (async: pg_work_wait). */
+
+/* The stream (a cudaStream_t) that operations of g are ordered after and
+ * that waits for them; NULL: the legacy default stream (the default).
+ * No-op on the CPU backends. */
+PG_EXTERN int pg_set_stream(pg_group *g, void *stream);
+/* Waits on the host until w is done (NCCL: until the GPU finished it),
+ * up to timeout seconds (< 0: no limit); the CPU backends: pg_work_wait. */
+PG_EXTERN int pg_work_synchronize(pg_work *w, double timeout);
+
+/* Point-to-point groups: pg_send and pg_recv issued between
+ * pg_group_start and pg_group_end run together, so an exchange (each
+ * rank sending to and receiving from the other) cannot deadlock; NCCL
+ * runs them as one ncclGroupStart/ncclGroupEnd group, and pg_group_end
+ * returns once it is enqueued (the group's stream waits for it).  On the
+ * CPU backends pg_group_end runs every send, then every receive, and
+ * returns when they are done; only pg_send and pg_recv may be grouped
+ * there (-ENOTSUP otherwise), and never _async calls (-EINVAL).  Groups
+ * nest; the outermost end runs them. */
+PG_EXTERN int pg_group_start(pg_group *g);
+PG_EXTERN int pg_group_end(pg_group *g);
 
 /* ---- reducer: DDP-style gradient bucketing --------------------------------
  *

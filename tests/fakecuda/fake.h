@@ -15,4 +15,9 @@ cudaError_t fake_stream_enqueue(cudaStream_t s, void (*fn)(void *),
  * calls): the fake's kernels poll shared memory. */
 void fake_backoff(unsigned *spins);
 
+/* Makes the stream's work slow, so that a missing wait shows up as a
+ * wrong result instead of passing by luck: every copy, memset and NCCL
+ * operation first sleeps $FAKECUDA_DELAY_US (default 300) microseconds. */
+void fake_work_delay(void);
+
 #endif

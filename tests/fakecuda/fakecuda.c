@@ -11,7 +11,9 @@
  * wrong result.  Synchronous copies and memsets go through the legacy
  * stream and wait for it, as in CUDA.
  *
- * Devices: $FAKECUDA_DEVICES (default 4; 0: cudaErrorNoDevice). */
+ * Devices: $FAKECUDA_DEVICES (default 4; 0: cudaErrorNoDevice).
+ * Work on streams is slowed down (fake_work_delay) so that ordering bugs
+ * do not pass by luck. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -45,7 +47,13 @@ struct CUevent_st {
   pthread_cond_t cv;
   uint64_t recorded;        /* recordings asked for */
   uint64_t reached;         /* recordings the stream has got to */
+  int refs;                 /* the creator's, each queued record/wait's:
+                               CUDA lets an event be destroyed with work
+                               on it still queued */
 };
+
+/* Tells the tests they run on the fake (check_pg_nccl.c). */
+int fakecuda_is_fake = 1;
 
 static __thread cudaError_t last_error;
 static __thread int current_device;
@@ -68,6 +76,19 @@ void fake_backoff(unsigned *spins)
     return;
   }
   ts.tv_nsec = *spins < 1000 ? 20000 : 200000;
+  nanosleep(&ts, NULL);
+}
+
+void fake_work_delay(void)
+{
+  const char *v = getenv("FAKECUDA_DELAY_US");
+  long us = v && *v ? atol(v) : 300;
+  struct timespec ts;
+
+  if (us <= 0)
+    return;
+  ts.tv_sec = us / 1000000;
+  ts.tv_nsec = (us % 1000000) * 1000;
   nanosleep(&ts, NULL);
 }
 
@@ -216,6 +237,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t hs)
 
 /* ---- events ------------------------------------------------------------ */
 
+static void ev_unref(struct CUevent_st *e)
+{
+  if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e);
+}
+
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags)
 {
   struct CUevent_st *e = calloc(1, sizeof *e);
@@ -223,6 +253,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags)
   (void)flags;
   if (!e)
     return fail(cudaErrorMemoryAllocation);
+  e->refs = 1;
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
   *out = e;
@@ -238,14 +269,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
   if (!e)
     return fail(cudaErrorInvalidResourceHandle);
-  /* A recording still queued would touch freed memory: let it pass. */
-  pthread_mutex_lock(&e->mu);
-  while (e->reached < e->recorded)
-    pthread_cond_wait(&e->cv, &e->mu);
-  pthread_mutex_unlock(&e->mu);
-  pthread_mutex_destroy(&e->mu);
-  pthread_cond_destroy(&e->cv);
-  free(e);
+  ev_unref(e);
   return cudaSuccess;
 }
 
@@ -263,6 +287,7 @@ static void ev_reach(void *p)
     a->e->reached = a->gen;
   pthread_cond_broadcast(&a->e->cv);
   pthread_mutex_unlock(&a->e->mu);
+  ev_unref(a->e);
   free(a);
 }
 
@@ -274,6 +299,7 @@ static void ev_wait(void *p)
   while (a->e->reached < a->gen)
     pthread_cond_wait(&a->e->cv, &a->e->mu);
   pthread_mutex_unlock(&a->e->mu);
+  ev_unref(a->e);
   free(a);
 }
 
@@ -291,8 +317,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
   a->e = e;
   a->gen = ++e->recorded;
   pthread_mutex_unlock(&e->mu);
+  __atomic_add_fetch(&e->refs, 1, __ATOMIC_ACQ_REL);
   r = fake_stream_enqueue(s, ev_reach, a);
   if (r != cudaSuccess) {
+    ev_unref(e);
     free(a);
     return r;
   }
@@ -341,7 +369,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e,
     return fail(cudaErrorMemoryAllocation);
   a->e = e;
   a->gen = gen;
+  __atomic_add_fetch(&e->refs, 1, __ATOMIC_ACQ_REL);
   if (fake_stream_enqueue(s, ev_wait, a) != cudaSuccess) {
+    ev_unref(e);
     free(a);
     return last_error;
   }
@@ -377,6 +407,7 @@ static void do_copy(void *p)
 {
   struct copy_arg *a = p;
 
+  fake_work_delay();
   if (a->set)
     memset(a->dst, a->value, a->bytes);
   else

@@ -448,6 +448,7 @@ static void run_batch(void *arg)
   unsigned spins = 0;
   bool all;
 
+  fake_work_delay();
   if (bt->fail) {
     while (!aborted(c))
       fake_backoff(&spins);
