@@ -9,6 +9,9 @@
  *                           order, overlapping the caller's computation
  *   pgtest store            the group's store across ranks
  *   pgtest sendrecv         point to point with tags
+ *   pgtest exchange         pg_group_start/end: every rank sends 1 MiB to
+ *                           both neighbours and receives from both, in
+ *                           one group (no rank receives first)
  *   pgtest halfavg          f16/bf16 reductions accumulate in f32 (pg.h):
  *                           an f16 AVG of 65504 is 65504, not +inf
  *   pgtest victim R DIR     rank R SIGKILLs itself in the middle of a
@@ -473,6 +476,55 @@ static int mode_halfavg(pg_group *g)
   return 0;
 }
 
+static int mode_exchange(pg_group *g)
+{
+  int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  size_t count = 1 << 18, i;   /* 1 MiB of i32 */
+  int32_t *a = malloc(count * 4), *fromprev = malloc(count * 4);
+  int32_t *fromnext = malloc(count * 4);
+  int round;
+
+  if (world < 2)
+    return 0;
+  for (round = 0; round < 3; round++) {
+    for (i = 0; i < count; i++)
+      a[i] = (int32_t)(rank * 1000003 + (int)i + round);
+    TRY(pg_group_start(g));
+    TRY(pg_send(g, a, count, PG_I32, next, 1));
+    if (world > 2)
+      TRY(pg_send(g, a, count, PG_I32, prev, 2));
+    TRY(pg_recv(g, fromprev, count, PG_I32, prev, 1));
+    if (world > 2)
+      TRY(pg_recv(g, fromnext, count, PG_I32, next, 2));
+    TRY(pg_group_end(g));
+    for (i = 0; i < count; i++)
+      if (fromprev[i] != (int32_t)(prev * 1000003 + (int)i + round))
+        break;
+    CHECK(i == count, "round %d: from %d: element %zu wrong", round, prev,
+          i);
+    for (i = 0; world > 2 && i < count; i++)
+      if (fromnext[i] != (int32_t)(next * 1000003 + (int)i + round))
+        break;
+    CHECK(world == 2 || i == count, "round %d: from %d: element %zu wrong",
+          round, next, i);
+  }
+  /* Only point to point may be grouped on the CPU backends; async never. */
+  TRY(pg_group_start(g));
+  {
+    pg_work *w = NULL;
+
+    CHECK(pg_send_async(g, a, 1, PG_I32, next, 3, &w) == -EINVAL && !w,
+          "an async send in a group was accepted");
+  }
+  TRY(pg_group_end(g));
+  CHECK(pg_group_end(g) == -EINVAL, "pg_group_end without a start");
+  free(a);
+  free(fromprev);
+  free(fromnext);
+  TRY(pg_barrier(g));
+  return 0;
+}
+
 static int mode_victim(pg_group *g, int victim, const char *dir)
 {
   size_t count = 4096;
@@ -522,6 +574,8 @@ int main(int argc, char **argv)
     rc = mode_store(g);
   else if (strcmp(mode, "sendrecv") == 0)
     rc = mode_sendrecv(g);
+  else if (strcmp(mode, "exchange") == 0)
+    rc = mode_exchange(g);
   else if (strcmp(mode, "halfavg") == 0)
     rc = mode_halfavg(g);
   else if (strcmp(mode, "victim") == 0 && argc == 4)
