@@ -255,7 +255,9 @@ PG_EXTERN int pg_recv_async(pg_group *g, void *buf, size_t count,
  * 0. */
 PG_EXTERN int pg_work_test(pg_work *w, bool *done);
 /* Waits up to timeout seconds (< 0: no limit); returns the work's result,
- * or -ETIMEDOUT if it is still running (the work goes on). */
+ * or -ETIMEDOUT if it is still running (the work goes on).  NCCL: makes
+ * the group's stream wait for the work on the device and returns at once
+ * (see "streams" below; pg_work_synchronize waits on the host). */
 PG_EXTERN int pg_work_wait(pg_work *w, double timeout);
 /* Frees the handle; work still in flight completes on its own. */
 PG_EXTERN void pg_work_free(pg_work *w);
