@@ -153,10 +153,42 @@ $(OUT)/tests/%: $(OUT)/tests/helpers/%.o $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(PG_LIBS)
 
+# ---- NCCL on a fake GPU: CI runs libpg/nccl/nccl.c -----------------------
+# tests/fakecuda/ fakes the CUDA runtime and NCCL functions nccl.c calls
+# (host memory, a thread per stream, events, real reductions between
+# processes).  $(FAKE_DIR)/libpg.a is libpg's own objects (nccl.c as
+# built for real NCCL) with the fake in place of libcudart/libnccl; the
+# NCCL suite and the workers are linked against it as well.
+FAKE_DIR := $(OUT)/fake-nccl
+ifeq ($(WITH_NCCL),1)
+FAKE_SRC := $(wildcard tests/fakecuda/*.c)
+FAKE_OBJ := $(FAKE_SRC:%.c=$(FAKE_DIR)/%.o)
+FAKE_UNIT := $(FAKE_DIR)/tests/check_pg_nccl
+FAKE_BINS := $(FAKE_UNIT) $(FAKE_DIR)/tests/pgtest \
+             $(FAKE_DIR)/tests/reducertest
+
+$(FAKE_DIR)/tests/fakecuda/%.o: tests/fakecuda/%.c tests/fakecuda/fake.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_NCCL_CFLAGS) -c $< -o $@
+
+$(FAKE_DIR)/libpg.a: $(PG_OBJ) $(FAKE_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(FAKE_DIR)/tests/check_pg_nccl: $(OUT)/tests/unit/check_pg_nccl.o \
+    $(CORE_LIB) $(FAKE_DIR)/libpg.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS) -lpthread -lrt -lm
+
+$(FAKE_DIR)/tests/%: $(OUT)/tests/helpers/%.o $(FAKE_DIR)/libpg.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread -lrt -lm
+endif
+
 test: unit integ
 
-unit: $(UNIT_BIN)
-	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; \
+unit: $(UNIT_BIN) $(FAKE_UNIT)
+	@set -e; for t in $(UNIT_BIN) $(FAKE_UNIT); do echo "== $$t"; \
 	  CK_DEFAULT_TIMEOUT=60 $$t; done
 
 # Under the sanitizers every report of every cdrun process lands in
@@ -167,7 +199,7 @@ SAN_ENV := ASAN_OPTIONS=log_path=$(SAN_DIR)/asan:detect_leaks=1 \
            UBSAN_OPTIONS=log_path=$(SAN_DIR)/ubsan:print_stacktrace=1
 endif
 
-integ: all $(HELPER_BIN)
+integ: all $(HELPER_BIN) $(FAKE_BINS)
 	@rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
 	$(SAN_ENV) CDRUN=$(abspath $(BINDIR)/cdrun) RDZVD=$(abspath $(BINDIR)/rdzvd) \
 	  TESTWORKER=$(abspath $(OUT)/tests/testworker) bash tests/integ/run.sh

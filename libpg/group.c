@@ -36,6 +36,7 @@ struct pg_work {
   int refs;             /* the queue's and the caller's */
   char *why;            /* pg_last_error of a failed async op, for the
                            thread that waits for it */
+  struct pg__fence *fence;  /* stream-ordered backends: its completion */
   struct pg_work *next;
 };
 
@@ -58,6 +59,11 @@ struct pg_group {
   bool busy;                    /* an op is executing (thread or inline) */
   bool stop;
   int failed;                   /* first error: later ops fail fast */
+
+  /* pg_group_start/end: the nesting depth; on the CPU backends the
+   * grouped sends and receives, run at the end. */
+  int grouping;
+  struct pg_work *batch, *batch_tail;
 };
 
 /* ---- environment ---------------------------------------------------------- */
@@ -258,6 +264,82 @@ static int run_overlapping(pg_group *g, struct pg_work *w, double deadline)
   return err;
 }
 
+/* Note [half precision]: f16 and bf16 reductions accumulate in f32 on
+ * the CPU backends: their transports add partial results as they go (a
+ * ring rounds after every step), so the data is widened to f32 here, the
+ * backend reduces f32, and the result is rounded once; AVG divides before
+ * that rounding.  So an f16 average of 65504 over 3 ranks is 65504, not
+ * +inf.  It costs a temporary and twice the bytes on the wire, for these
+ * dtypes only.  MIN and MAX are exact in any precision: not widened. */
+static bool widens(const struct pg_work *w)
+{
+  return (w->dtype == PG_F16 || w->dtype == PG_BF16) && w->count &&
+         (w->op == PG_SUM || w->op == PG_AVG || w->op == PG_PROD) &&
+         (w->kind == W_ALL_REDUCE || w->kind == W_REDUCE ||
+          w->kind == W_REDUCE_SCATTER);
+}
+
+static void widen(pg_dtype t, float *dst, const void *src, size_t n)
+{
+  const uint16_t *h = src;
+  size_t i;
+
+  if (t == PG_F16)
+    for (i = 0; i < n; i++)
+      dst[i] = pg__f16_to_f32(h[i]);
+  else
+    for (i = 0; i < n; i++)
+      dst[i] = pg__bf16_to_f32(h[i]);
+}
+
+static void narrow(pg_dtype t, void *dst, const float *src, size_t n)
+{
+  uint16_t *h = dst;
+  size_t i;
+
+  if (t == PG_F16)
+    for (i = 0; i < n; i++)
+      h[i] = pg__f32_to_f16(src[i]);
+  else
+    for (i = 0; i < n; i++)
+      h[i] = pg__f32_to_bf16(src[i]);
+}
+
+static int run_widened(pg_group *g, struct pg_work *w, double deadline)
+{
+  struct pg__comm *c = g->comm;
+  size_t nin = w->kind == W_REDUCE_SCATTER ? w->count * (size_t)g->size
+                                           : w->count;
+  /* reduce_scatter's output gets its own block after the input. */
+  size_t nout = w->kind == W_REDUCE_SCATTER ? w->count : 0;
+  float *in = malloc((nin + nout) * sizeof *in), *out;
+  int err;
+
+  if (!in)
+    return pg__fail(-ENOMEM, "out of memory widening %zu %s elements to "
+                    "f32", nin, w->dtype == PG_F16 ? "f16" : "bf16");
+  widen(w->dtype, in, w->send, nin);
+  out = in;
+  switch (w->kind) {
+  case W_ALL_REDUCE:
+    err = c->ops->all_reduce(c, in, in, w->count, PG_F32, w->op, deadline);
+    break;
+  case W_REDUCE:
+    err = c->ops->reduce(c, in, in, w->count, PG_F32, w->op, w->root,
+                         deadline);
+    break;
+  default:  /* W_REDUCE_SCATTER */
+    out = in + nin;
+    err = c->ops->reduce_scatter(c, in, out, w->count, PG_F32, w->op,
+                                 deadline);
+    break;
+  }
+  if (!err && w->recv && (w->kind != W_REDUCE || g->rank == w->root))
+    narrow(w->dtype, w->recv, out, w->count);
+  free(in);
+  return err;
+}
+
 static int run_work(pg_group *g, struct pg_work *w)
 {
   struct pg__comm *c = g->comm;
@@ -267,6 +349,8 @@ static int run_work(pg_group *g, struct pg_work *w)
 
   if (!c)
     return run_self(w);
+  if (strcmp(g->backend, "nccl") != 0 && widens(w))
+    return run_widened(g, w, deadline);
   if (strcmp(g->backend, "nccl") != 0 &&
       ((w->kind == W_ALL_GATHER && overlap(w->send, bytes, w->recv, all)) ||
        (w->kind == W_REDUCE_SCATTER &&
@@ -400,6 +484,75 @@ static int check_args(pg_group *g, const struct pg_work *w)
   return 0;
 }
 
+static bool stream_ordered(const pg_group *g)
+{
+  return g->comm && g->comm->ops->take_fence;
+}
+
+/* Note [stream model] in nccl.c: the op is enqueued on the caller's
+ * thread at once (no progress thread) and returns; a synchronous call
+ * then makes the caller's stream wait for it on the device (a barrier:
+ * the host), an async one hands its fence to the work handle. */
+static int submit_stream(pg_group *g, const struct pg_work *proto,
+                         pg_work **out)
+{
+  struct pg__comm *c = g->comm;
+  struct pg_work local = *proto, *w;
+  struct pg__fence *f;
+  int err;
+
+  pthread_mutex_lock(&g->mu);
+  err = run_work(g, &local);
+  f = err ? NULL : c->ops->take_fence(c);
+  pthread_mutex_unlock(&g->mu);
+  if (err)
+    return err;
+  if (!out) {
+    if (f)
+      err = c->ops->fence_wait(f, proto->kind == W_BARRIER, -1);
+    c->ops->fence_free(f);
+    return err;
+  }
+  w = calloc(1, sizeof *w);
+  if (!w) {
+    c->ops->fence_free(f);
+    return pg__fail(-ENOMEM, "out of memory for a work handle");
+  }
+  *w = local;
+  w->g = g;
+  w->fence = f;
+  w->refs = 1;
+  w->done = f == NULL;  /* nothing was enqueued (count 0) */
+  w->why = NULL;
+  w->next = NULL;
+  *out = w;
+  return 0;
+}
+
+/* A point-to-point op between pg_group_start and pg_group_end on a CPU
+ * backend: kept for the end. */
+static int batch_add(pg_group *g, const struct pg_work *proto)
+{
+  struct pg_work *w;
+
+  if (proto->kind != W_SEND && proto->kind != W_RECV)
+    return pg__fail(-ENOTSUP, "only pg_send and pg_recv may be issued "
+                    "between pg_group_start and pg_group_end on the CPU "
+                    "backends");
+  w = calloc(1, sizeof *w);
+  if (!w)
+    return pg__fail(-ENOMEM, "out of memory queueing a grouped operation");
+  *w = *proto;
+  w->g = g;
+  w->next = NULL;
+  if (g->batch_tail)
+    g->batch_tail->next = w;
+  else
+    g->batch = w;
+  g->batch_tail = w;
+  return 0;
+}
+
 /* Queues w (async) or runs it (sync); w is filled but not yet owned. */
 static int submit(pg_group *g, const struct pg_work *proto, pg_work **out)
 {
@@ -408,6 +561,14 @@ static int submit(pg_group *g, const struct pg_work *proto, pg_work **out)
 
   if (err)
     return err;
+  if (g->grouping && out)
+    return pg__fail(-EINVAL, "between pg_group_start and pg_group_end "
+                    "issue pg_send/pg_recv (no work handles): "
+                    "pg_group_end completes the group");
+  if (g->grouping && !stream_ordered(g))
+    return batch_add(g, proto);
+  if (stream_ordered(g))
+    return submit_stream(g, proto, out);
   if (!out) {
     /* Synchronous: run inline when the queue is empty and idle. */
     struct pg_work local = *proto;
@@ -449,6 +610,12 @@ int pg_work_test(pg_work *w, bool *done)
 {
   int r = 0;
 
+  if (w->fence) {
+    r = w->g->comm->ops->fence_query(w->fence);
+    *done = r != 0;
+    return r < 0 ? r : 0;
+  }
+
   pthread_mutex_lock(&w->g->mu);
   *done = w->done;
   if (w->done)
@@ -464,6 +631,8 @@ int pg_work_wait(pg_work *w, double timeout)
   double until = timeout >= 0 ? pg__now() + timeout : 0;
   int r;
 
+  if (w->fence)
+    return g->comm->ops->fence_wait(w->fence, false, timeout);
   pthread_mutex_lock(&g->mu);
   while (!w->done) {
     if (timeout < 0) {
@@ -487,12 +656,99 @@ int pg_work_wait(pg_work *w, double timeout)
   return r;
 }
 
+int pg_work_synchronize(pg_work *w, double timeout)
+{
+  if (w && w->fence)
+    return w->g->comm->ops->fence_wait(w->fence, true, timeout);
+  return w ? pg_work_wait(w, timeout)
+           : pg__fail(-EINVAL, "pg_work_synchronize: NULL work");
+}
+
+int pg_set_stream(pg_group *g, void *stream)
+{
+  if (!g)
+    return pg__fail(-EINVAL, "pg_set_stream: NULL group");
+  if (!stream_ordered(g))
+    return 0;  /* host memory: no streams */
+  return g->comm->ops->set_stream(g->comm, stream);
+}
+
+int pg_group_start(pg_group *g)
+{
+  int err = 0;
+
+  if (!g)
+    return pg__fail(-EINVAL, "pg_group_start: NULL group");
+  if (stream_ordered(g)) {
+    pthread_mutex_lock(&g->mu);
+    err = g->comm->ops->group_start(g->comm);
+    pthread_mutex_unlock(&g->mu);
+  }
+  if (!err)
+    g->grouping++;
+  return err;
+}
+
+/* CPU backends: every send first, then every receive, each in issue
+ * order; a send waiting for room receives meanwhile (shm and TCP), so a
+ * group's exchange cannot deadlock. */
+static int run_batch(pg_group *g)
+{
+  struct pg_work *w, *next;
+  int pass, err = 0, e;
+
+  for (pass = 0; pass < 2; pass++)
+    for (w = g->batch; w; w = w->next)
+      if ((w->kind == W_SEND) == (pass == 0) && !err) {
+        e = submit(g, w, NULL);
+        if (e && !err)
+          err = e;
+      }
+  for (w = g->batch; w; w = next) {
+    next = w->next;
+    free(w);
+  }
+  g->batch = g->batch_tail = NULL;
+  return err;
+}
+
+int pg_group_end(pg_group *g)
+{
+  struct pg__fence *f = NULL;
+  int err;
+
+  if (!g)
+    return pg__fail(-EINVAL, "pg_group_end: NULL group");
+  if (g->grouping == 0)
+    return pg__fail(-EINVAL, "pg_group_end without pg_group_start");
+  g->grouping--;
+  if (!stream_ordered(g))
+    return g->grouping ? 0 : run_batch(g);
+  pthread_mutex_lock(&g->mu);
+  err = g->comm->ops->group_end(g->comm);
+  if (!err)
+    f = g->comm->ops->take_fence(g->comm);
+  pthread_mutex_unlock(&g->mu);
+  if (!err && f)
+    err = g->comm->ops->fence_wait(f, false, -1);
+  if (f)
+    g->comm->ops->fence_free(f);
+  return err;
+}
+
 void pg_work_free(pg_work *w)
 {
   pg_group *g;
 
   if (!w)
     return;
+  if (w->fence || (w->g && stream_ordered(w->g))) {
+    if (w->fence)
+      w->g->comm->ops->fence_free(w->fence);
+    free(w->why);
+    free(w);
+    return;
+  }
   g = w->g;
   pthread_mutex_lock(&g->mu);
   work_unref(w);
@@ -673,7 +929,8 @@ static int resolve_options(const struct pg_options *o, pg_group *g,
   return 0;
 }
 
-static int create_comm(pg_group *g, pg_backend be, int device)
+static int create_comm(pg_group *g, pg_backend be, int device,
+                       int local_rank)
 {
   struct pg__setup s;
   int i, err;
@@ -691,6 +948,7 @@ static int create_comm(pg_group *g, pg_backend be, int device)
   s.me = g->rank;
   s.timeout = g->timeout;
   s.device = device;
+  s.local_rank = local_rank;
   if (be == PG_BACKEND_NCCL) {
     s.ns = "pg/nccl/";
     err = pg__nccl_create(&s, &g->comm);
@@ -805,7 +1063,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
     g->topo.rank = 0;
     g->topo.size = 1;
     g->topo.nhosts = 1;
-    err = create_comm(g, be, o->device >= 0 ? o->device : local_rank);
+    err = create_comm(g, be, o->device, local_rank);
     if (err)
       goto fail;
     *out = g;
@@ -837,7 +1095,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
   err = topo_build(g, hid);
   if (err)
     goto fail;
-  err = create_comm(g, be, o->device >= 0 ? o->device : local_rank);
+  err = create_comm(g, be, o->device, local_rank);
   if (err)
     goto fail;
   *out = g;

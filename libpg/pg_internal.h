@@ -48,8 +48,17 @@ struct pg__setup {
   int n;
   int me;
   double timeout;         /* seconds, default per operation */
-  int device;             /* NCCL */
+  int device;             /* NCCL: pg_options.device, or -1 */
+  int local_rank;         /* NCCL: picks the device when device < 0 */
 };
+
+/* The CUDA device of a process that sees ndev devices (Note [device
+ * rule], device.c): requested >= 0 is taken as is; otherwise one visible
+ * device is device 0, else local_rank modulo ndev. */
+PG__HIDDEN int pg__pick_device(int requested, int local_rank, int ndev);
+
+/* A stream-ordered backend's completion of one operation (nccl.c). */
+struct pg__fence;
 
 struct pg__comm;
 
@@ -88,6 +97,26 @@ struct pg__comm_ops {
   int (*mem_zero)(struct pg__comm *c, void *p, size_t bytes);
   int (*mem_copy)(struct pg__comm *c, void *dst, const void *src,
                   size_t bytes);
+
+  /* Stream-ordered backends (NCCL; NULL elsewhere), Note [stream model]
+   * in nccl.c: the ops above enqueue their work after what the current
+   * stream holds at the call and return without waiting for it.
+   * set_stream: the caller's stream (a cudaStream_t; NULL: the legacy
+   * default stream).  take_fence: the completion of the op just enqueued,
+   * owned by the caller (NULL: the op enqueued nothing).  fence_query: 1
+   * done, 0 not yet, or the op's error.  fence_wait: host = false makes
+   * the current stream wait for it on the device and returns the error
+   * known so far; host = true blocks up to timeout seconds (< 0: no
+   * limit; -ETIMEDOUT, the work goes on).  group_start/group_end bracket
+   * ops run as one NCCL group (ncclGroupStart/End); group_end's fence is
+   * taken like an op's. */
+  int (*set_stream)(struct pg__comm *c, void *stream);
+  struct pg__fence *(*take_fence)(struct pg__comm *c);
+  int (*fence_query)(struct pg__fence *f);
+  int (*fence_wait)(struct pg__fence *f, bool host, double timeout);
+  void (*fence_free)(struct pg__fence *f);
+  int (*group_start)(struct pg__comm *c);
+  int (*group_end)(struct pg__comm *c);
 };
 
 /* The group's memory functions (group.c), following the comm's mem_* or

@@ -57,6 +57,11 @@ struct pg_reducer {
   bool active;
   bool sync;
   unsigned char *ready;  /* [n] */
+  /* [n]: marked ready in a no_sync iteration since the last synchronized
+   * finish or zero_grad: its slot holds an accumulated gradient, which a
+   * synchronized iteration that does not use it must keep (as DDP keeps a
+   * defined .grad), not zero. */
+  unsigned char *accumulated;
   size_t nmarked;
   size_t next_bucket;    /* Note [bucket launch order] */
   int err;               /* first launch error of this iteration */
@@ -401,8 +406,9 @@ int pg_reducer_create(pg_group *g, const struct pg_param_spec *p, size_t n,
   r->no_rebuild = o->no_rebuild;
   r->p = malloc((n ? n : 1) * sizeof *r->p);
   r->ready = calloc(n ? n : 1, 1);
+  r->accumulated = calloc(n ? n : 1, 1);
   r->order = malloc((n ? n : 1) * sizeof *r->order);
-  if (!r->p || !r->ready || !r->order) {
+  if (!r->p || !r->ready || !r->accumulated || !r->order) {
     err = pg__fail(-ENOMEM, "out of memory for the reducer");
     goto fail;
   }
@@ -418,6 +424,7 @@ int pg_reducer_create(pg_group *g, const struct pg_param_spec *p, size_t n,
 fail:
   free(r->p);
   free(r->ready);
+  free(r->accumulated);
   free(r->order);
   free(r);
   return err;
@@ -455,6 +462,7 @@ void pg_reducer_destroy(pg_reducer *r)
   layout_free(r->g, &r->L);
   free(r->p);
   free(r->ready);
+  free(r->accumulated);
   free(r->order);
   pthread_mutex_destroy(&r->mu);
   free(r);
@@ -496,6 +504,8 @@ int pg_reducer_zero_grad(pg_reducer *r)
                    "(call pg_reducer_finish first)");
   for (b = 0; b < r->L.nb && !err; b++)
     err = pg__mem_zero(r->g, r->L.b[b].buf, r->L.b[b].bytes);
+  if (!err)
+    memset(r->accumulated, 0, r->n ? r->n : 1);
   pthread_mutex_unlock(&r->mu);
   return err;
 }
@@ -613,8 +623,10 @@ static int mark_locked(struct pg_reducer *r, size_t i)
 {
   r->ready[i] = 1;
   r->nmarked++;
-  if (!r->sync)
+  if (!r->sync) {
+    r->accumulated[i] = 1;
     return 0;
+  }
   if (r->recording && r->norder < r->n)
     r->order[r->norder++] = i;
   r->L.b[r->L.bucket_of[i]].pending--;
@@ -671,16 +683,19 @@ int pg_reducer_finish(pg_reducer *r)
     goto out;
   /* Unused parameters contribute zeros, so the ranks that did use them
    * get the average over all ranks and nobody waits for a bucket that
-   * never fills. */
+   * never fills; one that accumulated a gradient under no_sync
+   * contributes that gradient. */
   for (i = 0; i < r->n; i++) {
     if (r->ready[i])
       continue;
-    e = pg__mem_zero(r->g, slot(&r->L, i),
+    e = r->accumulated[i] ? 0 :
+        pg__mem_zero(r->g, slot(&r->L, i),
                      r->p[i].numel * pg_dtype_size(r->p[i].dtype));
     if (e && !r->err)
       r->err = e;
     mark_locked(r, i);
   }
+  memset(r->accumulated, 0, r->n ? r->n : 1);
   err = wait_all(r);
   if (r->err)
     err = pg__fail(r->err, "launching an all-reduce failed: %s",

@@ -38,7 +38,10 @@
  * and all_gather copy through the writer's buffer, one phase per chunk.
  * send/recv use a byte ring per ordered pair (header: tag and length; a
  * message that does not match the tag asked for is moved into a private
- * queue; a message larger than the ring streams through it).
+ * queue; a message larger than the ring streams through it).  A send
+ * waiting for room drains every incoming ring into that queue meanwhile
+ * (as the TCP backend does), so ranks that send each other large messages
+ * before receiving, in a pair or a cycle, do not wait on each other.
  *
  * Note [waiting]: spin for SPIN_S (only when ranks do not outnumber the
  * CPUs we may run on), then yield with short spins in between until
@@ -95,6 +98,7 @@
 #define SPIN_S 10e-6        /* pure spinning */
 #define YIELD_S 1e-3        /* then yielding, then futex sleeps of */
 #define SLEEP_SLICE 0.010   /* at most this (liveness checks between) */
+#define DRAIN_SLICE 0.001   /* the same for a send draining its inbox */
 
 struct shm_hdr {
   uint32_t magic, version, n, nbuf;
@@ -154,6 +158,9 @@ struct shm_comm {
   uint32_t free_at[NBUF];
   uint32_t *tx_tail, *rx_head;     /* [n]: my ends of each ring */
   struct unexpected **uq;          /* [n]: per sender, in arrival order */
+  struct unexpected **part;        /* [n]: message being drained, or NULL */
+  size_t *part_got;                /* [n]: its bytes read so far */
+  bool draining;                   /* a send waits: drain_all while waiting */
   pid_t *pid;
   int *pidfd;
   bool spin;
@@ -298,6 +305,8 @@ static int ok_before(struct shm_comm *c)
   return 0;
 }
 
+static int drain_all(struct shm_comm *c);
+
 /* Waits until *w >= target (mod 2^32); peer is whose word it is. */
 static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
                    uint32_t target, int peer, double deadline)
@@ -333,6 +342,8 @@ static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
     }
     if ((err = check_abort(c)) != 0)
       return err;
+    if (c->draining && (err = drain_all(c)) < 0)
+      return err;
     now = pg__now();
     if (now - start > YIELD_S || now >= deadline)
       break;
@@ -341,6 +352,8 @@ static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
     uint32_t v;
 
     if ((err = check_abort(c)) != 0)
+      return err;
+    if (c->draining && (err = drain_all(c)) < 0)
       return err;
     now = pg__now();
     if (now >= deadline) {
@@ -360,8 +373,9 @@ static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
     __atomic_add_fetch(waiters, 1, __ATOMIC_SEQ_CST);
     v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
     if (!ge32(v, target)) {
-      double slice = deadline - now < SLEEP_SLICE ? deadline - now
-                                                  : SLEEP_SLICE;
+      /* A draining sender is not woken by incoming data: look often. */
+      double cap = c->draining ? DRAIN_SLICE : SLEEP_SLICE;
+      double slice = deadline - now < cap ? deadline - now : cap;
 
       futex_wait(w, v, slice);
       slept_out = pg__now() - now >= slice * 0.9;
@@ -758,6 +772,85 @@ static void ring_get(struct shm_comm *c, const char *ring, uint32_t pos,
     memcpy(dst + first, ring, len - first);
 }
 
+static void queue_unexpected(struct shm_comm *c, int peer,
+                             struct unexpected *u)
+{
+  struct unexpected **pu;
+
+  for (pu = &c->uq[peer]; *pu; pu = &(*pu)->next)
+    ;
+  *pu = u;
+}
+
+/* Moves what peer has written to this rank so far into the unexpected
+ * queue, without waiting (a message may be moved in several calls).
+ * Returns 1 if it moved anything, 0 if not, or an error. */
+static int drain_peer(struct shm_comm *c, int peer)
+{
+  struct shm_ring *rc = ring_ctl(c, peer, c->me);
+  const char *ring = ring_data(c, peer, c->me);
+  uint32_t head = c->rx_head[peer], avail;
+  struct unexpected *u;
+  struct msg_hdr h;
+  size_t m;
+
+  for (;;) {
+    avail = load_acq(&rc->tail) - head;
+    u = c->part[peer];
+    if (!u) {
+      if (avail < sizeof h)
+        break;
+      ring_get(c, ring, head, (char *)&h, sizeof h);
+      if (h.magic != MSG_MAGIC) {
+        pg__fail(-EPROTO, "shm: garbage in the ring from rank %d", peer);
+        return poison(c, -EPROTO);
+      }
+      u = malloc(sizeof *u + h.len);
+      if (!u) {
+        pg__fail(-ENOMEM, "shm: no memory to queue a %" PRIu64 "-byte "
+                 "message from rank %d", h.len, peer);
+        return poison(c, -ENOMEM);
+      }
+      u->next = NULL;
+      u->tag = h.tag;
+      u->len = h.len;
+      c->part[peer] = u;
+      c->part_got[peer] = 0;
+      head += (uint32_t)sizeof h;
+      avail -= (uint32_t)sizeof h;
+    }
+    m = u->len - c->part_got[peer];
+    if (m > avail)
+      m = avail;
+    ring_get(c, ring, head, u->data + c->part_got[peer], m);
+    head += (uint32_t)m;
+    c->part_got[peer] += m;
+    if (c->part_got[peer] < u->len)
+      break;
+    c->part[peer] = NULL;
+    queue_unexpected(c, peer, u);
+  }
+  if (head == c->rx_head[peer])
+    return 0;
+  c->rx_head[peer] = head;
+  publish(&rc->head, &rc->head_waiters, head);
+  return 1;
+}
+
+static int drain_all(struct shm_comm *c)
+{
+  int r, moved = 0, err;
+
+  for (r = 0; r < c->n; r++) {
+    if (r == c->me)
+      continue;
+    if ((err = drain_peer(c, r)) < 0)
+      return err;
+    moved |= err;
+  }
+  return moved;
+}
+
 static int shm_send(struct pg__comm *pc, const void *buf, size_t bytes,
                     int peer, int tag, double deadline)
 {
@@ -784,8 +877,10 @@ static int shm_send(struct pg__comm *pc, const void *buf, size_t bytes,
     if (want > c->ring / 2)
       want = c->ring / 2;
     /* Room for want bytes: head >= tail + want - ring. */
+    c->draining = true;
     err = wait_ge(c, &rc->head, &rc->head_waiters,
                   tail + (uint32_t)want - (uint32_t)c->ring, peer, deadline);
+    c->draining = false;
     if (err)
       return err;
     space = c->ring - (uint32_t)(tail - load_acq(&rc->head));
@@ -846,6 +941,15 @@ static int shm_recv(struct pg__comm *pc, void *buf, size_t bytes, int peer,
   if ((err = ok_before(c)) != 0)
     return err;
   c->what = "recv";
+  if ((u = c->part[peer]) != NULL) {
+    /* A send drained part of this message: read the rest first. */
+    err = ring_read(c, peer, u->data + c->part_got[peer],
+                    u->len - c->part_got[peer], deadline);
+    if (err)
+      return err;
+    c->part[peer] = NULL;
+    queue_unexpected(c, peer, u);
+  }
   for (pu = &c->uq[peer]; (u = *pu) != NULL; pu = &u->next)
     if (u->tag == tag) {
       *pu = u->next;
@@ -889,9 +993,7 @@ static int shm_recv(struct pg__comm *pc, void *buf, size_t bytes, int peer,
       free(u);
       return err;
     }
-    for (pu = &c->uq[peer]; *pu; pu = &(*pu)->next)
-      ;
-    *pu = u;
+    queue_unexpected(c, peer, u);
   }
 }
 
@@ -916,7 +1018,11 @@ static void shm_destroy(struct pg__comm *pc)
       c->uq[i] = u->next;
       free(u);
     }
+  for (i = 0; c->part && i < c->n; i++)
+    free(c->part[i]);
   free(c->uq);
+  free(c->part);
+  free(c->part_got);
   free(c->pid);
   free(c->pidfd);
   free(c->tx_tail);
@@ -1126,12 +1232,15 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
   c->tx_tail = calloc((size_t)n, sizeof *c->tx_tail);
   c->rx_head = calloc((size_t)n, sizeof *c->rx_head);
   c->uq = calloc((size_t)n, sizeof *c->uq);
+  c->part = calloc((size_t)n, sizeof *c->part);
+  c->part_got = calloc((size_t)n, sizeof *c->part_got);
   c->pid = calloc((size_t)n, sizeof *c->pid);
   c->pidfd = malloc((size_t)n * sizeof *c->pidfd);
   keys = calloc((size_t)n, sizeof *keys);
   vals = calloc((size_t)n, sizeof *vals);
   lens = calloc((size_t)n, sizeof *lens);
-  if (!c->tx_tail || !c->rx_head || !c->uq || !c->pid || !c->pidfd ||
+  if (!c->tx_tail || !c->rx_head || !c->uq || !c->part || !c->part_got ||
+      !c->pid || !c->pidfd ||
       !keys || !vals || !lens) {
     err = pg__fail(-ENOMEM, "shm: out of memory");
     goto fail;

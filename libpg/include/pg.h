@@ -20,7 +20,10 @@
  *
  * Threads: a group may be used from one thread at a time (calls are issued
  * in order; the library's progress thread runs them in that order).  The
- * store may be used from any thread. */
+ * store may be used from any thread.
+ *
+ * NCCL: calls return once the work is enqueued on the GPU; see "streams"
+ * below for what that means for the caller. */
 #ifndef PG_H
 #define PG_H
 
@@ -49,8 +52,8 @@ typedef struct pg_work pg_work;
 typedef enum {
   PG_F32 = 0,
   PG_F64,
-  PG_F16,     /* IEEE half; reduced in f32 */
-  PG_BF16,    /* bfloat16; reduced in f32 */
+  PG_F16,     /* IEEE half; accumulated in f32 (see pg_op) */
+  PG_BF16,    /* bfloat16; accumulated in f32 (see pg_op) */
   PG_I32,
   PG_I64,
   PG_U8,
@@ -58,7 +61,16 @@ typedef enum {
 } pg_dtype;
 
 /* Reductions.  AVG is SUM divided by the world size (integer types:
- * truncating division). */
+ * truncating division).
+ *
+ * Half precision (f16, bf16): SUM, AVG and PROD accumulate in f32 and
+ * round once, AVG dividing before that rounding, so a result that the
+ * dtype can hold is never inf (an f16 AVG of 65504 over 3 ranks is
+ * 65504).  The CPU backends widen the data to f32 for the transport (a
+ * temporary and twice the bytes, for these dtypes only).  NCCL reduces
+ * half precision with its own kernels: AVG is ncclAvg, which scales each
+ * contribution by 1/n before summing (no overflow, rounding may differ
+ * from the CPU backends in the last bit). */
 typedef enum {
   PG_SUM = 0,
   PG_AVG,
@@ -108,7 +120,10 @@ struct pg_options {
    * NULL: $PG_HOST_ID, else this machine's hostname and boot id.  Tests
    * give every rank its own id to force the TCP path on one machine. */
   const char *host_id;
-  int device;               /* CUDA device for NCCL; -1: local_rank */
+  /* CUDA device for NCCL; -1: the device rule -- a process that sees
+   * one device (CUDA_VISIBLE_DEVICES) uses device 0, one that sees
+   * several uses local_rank modulo their number. */
+  int device;
 };
 
 #define PG_OPTIONS_INIT { -1, -1, -1, -1, NULL, 0, PG_BACKEND_AUTO, 0, NULL, -1 }
@@ -240,10 +255,62 @@ PG_EXTERN int pg_recv_async(pg_group *g, void *buf, size_t count,
  * 0. */
 PG_EXTERN int pg_work_test(pg_work *w, bool *done);
 /* Waits up to timeout seconds (< 0: no limit); returns the work's result,
- * or -ETIMEDOUT if it is still running (the work goes on). */
+ * or -ETIMEDOUT if it is still running (the work goes on).  NCCL: makes
+ * the group's stream wait for the work on the device and returns at once
+ * (see "streams" below; pg_work_synchronize waits on the host). */
 PG_EXTERN int pg_work_wait(pg_work *w, double timeout);
 /* Frees the handle; work still in flight completes on its own. */
 PG_EXTERN void pg_work_free(pg_work *w);
+
+/* ---- streams (NCCL) -------------------------------------------------------
+ *
+ * On NCCL, operations are stream-ordered, as NCCL's own and PyTorch's
+ * ProcessGroupNCCL are:
+ *
+ * - Each operation is ordered after what the group's stream (below) holds
+ *   when it is called -- the kernels that produced its input -- and runs
+ *   on the communicator's own stream, so it never waits for later work.
+ * - Every call, synchronous or not, returns once the operation is
+ *   enqueued: the host does not wait for the GPU.  A synchronous call
+ *   (pg_all_reduce, ...) makes the group's stream wait for the result on
+ *   the device, so kernels queued there next see it; to read a result on
+ *   the host, synchronize that stream.  pg_barrier alone waits on the
+ *   host.
+ * - An _async call's pg_work_wait makes the group's stream wait for the
+ *   work on the device and returns at once (with the error known so far);
+ *   pg_work_synchronize blocks the host until the work is done;
+ *   $PG_NCCL_BLOCKING_WAIT=1 makes pg_work_wait (and synchronous calls
+ *   and the reducer's memory operations) wait on the host too.
+ *   pg_work_test asks without waiting.
+ * - Buffers must stay valid until the work is done on the device.
+ * - A failure (an operation past its timeout, an NCCL error) aborts the
+ *   communicator and is published through the store: every rank's
+ *   watchdog aborts its own within about a quarter of a second, and
+ *   every later operation fails (PG_EPEERFAIL); the sentence names the
+ *   operation, its sequence number and the rank that failed first.
+ *
+ * On the CPU backends buffers are host memory, there are no streams, and
+ * calls return when their work is done (async: pg_work_wait). */
+
+/* The stream (a cudaStream_t) that operations of g are ordered after and
+ * that waits for them; NULL: the legacy default stream (the default).
+ * No-op on the CPU backends. */
+PG_EXTERN int pg_set_stream(pg_group *g, void *stream);
+/* Waits on the host until w is done (NCCL: until the GPU finished it),
+ * up to timeout seconds (< 0: no limit); the CPU backends: pg_work_wait. */
+PG_EXTERN int pg_work_synchronize(pg_work *w, double timeout);
+
+/* Point-to-point groups: pg_send and pg_recv issued between
+ * pg_group_start and pg_group_end run together, so an exchange (each
+ * rank sending to and receiving from the other) cannot deadlock; NCCL
+ * runs them as one ncclGroupStart/ncclGroupEnd group, and pg_group_end
+ * returns once it is enqueued (the group's stream waits for it).  On the
+ * CPU backends pg_group_end runs every send, then every receive, and
+ * returns when they are done; only pg_send and pg_recv may be grouped
+ * there (-ENOTSUP otherwise), and never _async calls (-EINVAL).  Groups
+ * nest; the outermost end runs them. */
+PG_EXTERN int pg_group_start(pg_group *g);
+PG_EXTERN int pg_group_end(pg_group *g);
 
 /* ---- reducer: DDP-style gradient bucketing --------------------------------
  *
@@ -267,7 +334,10 @@ PG_EXTERN void pg_work_free(pg_work *w);
  *
  * A parameter not marked ready by finish got no gradient this iteration:
  * its slot contributes zeros (so it is averaged with the ranks that did
- * use it), never a deadlock.  The order in which gradients became ready
+ * use it), never a deadlock -- unless it was marked ready in a no_sync
+ * iteration since the last synchronized finish or zero_grad: then its
+ * slot holds an accumulated gradient, which is kept and averaged (as DDP
+ * keeps a defined .grad).  The order in which gradients became ready
  * in the first synchronized iteration rebuilds the buckets once, at the
  * next prepare (rank 0's order, so all ranks agree); gradient pointers
  * may change then: fetch them with pg_reducer_grad after prepare. */

@@ -1,5 +1,7 @@
-/* nccl.c -- the NCCL backend: each pg__comm op is one NCCL call. */
+/* nccl.c -- the NCCL backend: each pg__comm op is one NCCL call, enqueued
+ * on the communicator's stream in order with the caller's stream. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,35 +17,54 @@
 
 #include "pg_internal.h"
 
-/* Note [NCCL backend]
+/* Note [stream model] (as torch's ProcessGroupNCCL)
  *
- * Buffers are device memory of this comm's device.  Each op enqueues one
- * NCCL call on the comm's own non-blocking stream, records an event after
- * it and polls that event until the collective is complete, so when an op
- * returns its output is ready for every stream and the host.
+ * Buffers are device memory of this comm's device.  The comm has its own
+ * non-blocking stream.  At submit time (on the caller's thread) an op
+ * records an event on the caller's stream (pg_set_stream; the legacy
+ * default stream unless set) and makes the NCCL stream wait for it, so
+ * the op runs after the kernels that produced its input and never waits
+ * for later, unrelated work; then it enqueues the NCCL call, records a
+ * completion event after it, and returns.  The host never waits for the
+ * GPU here.  Completion (a fence) is that event: a synchronous pg_ call
+ * makes the caller's stream wait for it on the device and returns; an
+ * async one hands it to the work handle, whose pg_work_wait does the same
+ * (pg_work_synchronize, a barrier, or $PG_NCCL_BLOCKING_WAIT=1 wait on
+ * the host instead).  So consecutive buckets pipeline on the device and
+ * nothing in this file blocks the host on the GPU except those host waits
+ * and destroy.
  *
- * Input ordering: the stream is non-blocking, so it would not wait for the
- * caller's kernels on the legacy default stream; each op makes it wait for
- * that stream (an event record and a stream wait, no host sync), as
- * torch's ProcessGroupNCCL does with the current stream.  Input produced on
- * any other stream must be synchronized by the caller.
+ * Note [watchdog]: every fence is also on the comm's in-flight list.  A
+ * watchdog thread polls the list's events, ncclCommGetAsyncError and,
+ * every STORE_POLL_S, the store key <ns>abort.  A fence past its deadline
+ * (the group's timeout from submit) fails with -ETIMEDOUT naming the op and
+ * its sequence number; an async NCCL error fails with it.  The first
+ * failure of a rank, whatever found it, is published under <ns>abort
+ * ("rank R: what happened"), and every rank's watchdog that sees the key
+ * aborts its own communicator, so a failure reaches every rank within
+ * about STORE_POLL_S plus the abort, instead of the peers hanging in
+ * NCCL kernels until their own timeouts.  ncclCommAbort is what takes a
+ * stuck NCCL kernel off the GPU; after it every fence and every later op
+ * fails (PG_EPEERFAIL, or the error itself).
  *
- * Timeouts: the communicator is non-blocking (NCCL >= 2.14), so neither
- * init nor the first collective (where NCCL connects peers lazily) can
- * block the thread past the deadline.  On timeout or an NCCL async error
- * the comm is aborted (ncclCommAbort is what takes a stuck NCCL kernel
- * off the GPU) and every later op fails with PG_EPEERFAIL.
+ * Locking: mu guards the NCCL handle (enqueues, abort); wmu the in-flight
+ * list and the failure sentence.  The watchdog takes mu only to abort.
+ *
+ * Timeouts of calls: the communicator is non-blocking (NCCL >= 2.14), so
+ * neither init nor the first collective (where NCCL connects peers
+ * lazily) can block the thread past the deadline.
  *
  * Point to point: NCCL has no tags.  A send matches the peer's recv by
- * order alone (per pair of peers); the tag is ignored, so callers must
- * issue sends and recvs to a peer in the same order on both sides.
+ * order alone (per pair of peers); the tag is ignored.  A send and a recv
+ * outside a group run one after the other on the stream, so an exchange
+ * must be grouped (pg_group_start/end: ncclGroupStart/End).
  *
  * In place: pg.h's in-place forms are NCCL's (all_gather send == recv +
  * me * count, reduce_scatter recv == send + me * count) and pass straight
- * through.  Plain send == recv aliasing would race inside NCCL for me !=
- * 0, so it gets its literal meaning with one device copy: all_gather's
- * input is recv's first block, reduce_scatter's output lands in send's
- * first block. */
+ * through, no copy.  Plain send == recv aliasing would race inside NCCL
+ * for me != 0, so it gets its literal meaning with one device copy:
+ * all_gather's input is recv's first block, reduce_scatter's output lands
+ * in send's first block. */
 
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21400
 #define PG_NCCL_NONBLOCKING 1  /* ncclConfig_t, ncclCommFinalize */
@@ -55,16 +76,51 @@
 #define PG_NCCL_LAST_ERROR 1   /* ncclGetLastError */
 #endif
 
+#define WATCH_TICK_S 0.05      /* the watchdog's event polling period */
+#define STORE_POLL_S 0.25      /* how often it reads <ns>abort */
+
+struct nccl_comm;
+
+/* One enqueued operation's completion (a pg__fence). */
+struct pg__fence {
+  struct nccl_comm *c;
+  cudaEvent_t done;
+  unsigned long long seq;
+  const char *what;
+  double deadline;
+  double limit;          /* seconds from submit to deadline */
+  int refs;              /* the in-flight list's, the holder's (wmu) */
+  int result;            /* the failure, once known (wmu) */
+  bool finished;         /* the event was reached (wmu) */
+  bool listed;
+  struct pg__fence *next;
+};
+
 struct nccl_comm {
   struct pg__comm base;
+  pthread_mutex_t mu;    /* the NCCL handle */
   ncclComm_t comm;       /* NULL once aborted */
   cudaStream_t stream;
-  cudaEvent_t ready;     /* recorded on the legacy stream, waited on */
-  cudaEvent_t done;      /* recorded after each NCCL call, polled */
+  cudaEvent_t ready;     /* recorded on the caller's stream at submit */
   int *scratch;          /* one device int for barrier */
   int device, n, me;
   double timeout;
-  bool poisoned;
+  bool blocking_wait;    /* $PG_NCCL_BLOCKING_WAIT=1 */
+  cudaStream_t user;     /* the caller's stream; NULL: legacy */
+  unsigned long long seq;
+  int group_depth;
+  struct pg__fence *last;  /* the last op's fence, not yet taken */
+
+  pthread_mutex_t wmu;
+  pthread_cond_t wcv;
+  struct pg__fence *inflight;
+  int failed;            /* first error (atomic) */
+  char why[512];         /* its sentence (wmu) */
+  bool stop;
+  bool watching;
+  pthread_t watchdog;
+  pg_store *store;       /* NULL: a single member */
+  char abort_key[512];
 };
 
 /* ---- errors --------------------------------------------------------- */
@@ -93,32 +149,52 @@ static int cuda_fail(struct nccl_comm *c, cudaError_t e, const char *what)
                   cudaGetErrorString(e));
 }
 
+static int failed(struct nccl_comm *c)
+{
+  return __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE);
+}
+
+/* Records the comm's first failure (later ones are its consequences),
+ * fails every fence in flight with it, and publishes it through the
+ * store when it is this rank's own (Note [watchdog]). */
+static void mark_failed(struct nccl_comm *c, int err, const char *why,
+                        bool publish)
+{
+  struct pg__fence *f;
+  char msg[640];
+  int zero = 0, len;
+
+  if (!__atomic_compare_exchange_n(&c->failed, &zero, err, false,
+                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return;
+  pthread_mutex_lock(&c->wmu);
+  snprintf(c->why, sizeof c->why, "%s", why);
+  for (f = c->inflight; f; f = f->next)
+    if (!f->finished && !f->result)
+      f->result = err;
+  pthread_mutex_unlock(&c->wmu);
+  if (publish && c->store) {
+    len = snprintf(msg, sizeof msg, "rank %d: %s", c->me, why);
+    pg_store_set(c->store, c->abort_key, msg,
+                 len < (int)sizeof msg ? (size_t)len : sizeof msg - 1);
+  }
+}
+
 /* After a failure the comm's state is unknown: NCCL kernels may still be
- * waiting on peers.  Aborting is the only safe way out. */
-static void poison(struct nccl_comm *c)
+ * waiting on peers.  Aborting is the only safe way out.  mu held. */
+static void abort_locked(struct nccl_comm *c)
 {
   if (c->comm)
     ncclCommAbort(c->comm);
   c->comm = NULL;
-  c->poisoned = true;
 }
 
-static int fail_poison(struct nccl_comm *c, ncclResult_t r,
-                       const char *what)
+/* The submitting thread's failure (mu held; err's sentence recorded). */
+static int fail_locked(struct nccl_comm *c, int err)
 {
-  int err = nccl_fail(c, r, what);
-
-  poison(c);
+  mark_failed(c, err, pg_last_error(), true);
+  abort_locked(c);
   return err;
-}
-
-static int timeout_poison(struct nccl_comm *c, const char *what)
-{
-  poison(c);
-  return pg__fail(-ETIMEDOUT, "NCCL backend: %s (rank %d of %d, device %d) "
-                  "did not complete by its deadline: a peer is stuck, "
-                  "dead or not running it; the communicator was aborted",
-                  what, c->me, c->n, c->device);
 }
 
 /* ---- polling -------------------------------------------------------- */
@@ -152,8 +228,9 @@ static void backoff_wait(struct backoff *b, double now)
 }
 
 /* Waits for the comm's pending non-blocking call: returns its result, or
- * ncclInProgress if the deadline passed first. */
-static ncclResult_t poll_async(ncclComm_t comm, double deadline)
+ * ncclInProgress if the deadline passed first, or ncclRemoteError once
+ * the watchdog has failed the comm. */
+static ncclResult_t poll_async(struct nccl_comm *c, double deadline)
 {
   struct backoff b;
   ncclResult_t r, ar;
@@ -161,11 +238,13 @@ static ncclResult_t poll_async(ncclComm_t comm, double deadline)
 
   backoff_init(&b);
   for (;;) {
-    r = ncclCommGetAsyncError(comm, &ar);
+    r = ncclCommGetAsyncError(c->comm, &ar);
     if (r != ncclSuccess)
       return r;
     if (ar != ncclInProgress)
       return ar;
+    if (failed(c))
+      return ncclRemoteError;
     now = pg__now();
     if (now >= deadline)
       return ncclInProgress;
@@ -175,49 +254,337 @@ static ncclResult_t poll_async(ncclComm_t comm, double deadline)
 
 /* A non-blocking comm may answer ncclInProgress: the call goes on in the
  * background (and only then reaches the stream), and nothing else may be
- * issued until ncclCommGetAsyncError stops saying so. */
+ * issued until ncclCommGetAsyncError stops saying so.  mu held. */
 static int settle(struct nccl_comm *c, ncclResult_t r, const char *what,
                   double deadline)
 {
   if (r == ncclInProgress && c->comm)
-    r = poll_async(c->comm, deadline);
+    r = poll_async(c, deadline);
   if (r == ncclSuccess)
     return 0;
   if (r == ncclInProgress)
-    return timeout_poison(c, what);
-  return fail_poison(c, r, what);
+    return fail_locked(c, pg__fail(-ETIMEDOUT, "NCCL backend: %s (rank %d "
+                                   "of %d, device %d) could not be issued "
+                                   "by its deadline: a peer is stuck, dead "
+                                   "or not running it; the communicator "
+                                   "was aborted", what, c->me, c->n,
+                                   c->device));
+  return fail_locked(c, nccl_fail(c, r, what));
 }
 
-/* Polls the event recorded after the op, and the comm for async errors
- * (a dead peer shows up there, not on the stream). */
-static int wait_done(struct nccl_comm *c, const char *what, double deadline)
+/* ---- fences ------------------------------------------------------------ */
+
+/* Drops a reference; wmu held.  Returns the fence if it must be freed
+ * (outside wmu: destroying an event may wait for its stream). */
+static struct pg__fence *fence_unref_locked(struct pg__fence *f)
 {
-  struct backoff b;
+  return --f->refs == 0 ? f : NULL;
+}
+
+static void fence_destroy(struct pg__fence *f)
+{
+  if (f->done)
+    cudaEventDestroy(f->done);
+  free(f);
+}
+
+/* 1 done, 0 not yet, or the op's error (with its sentence). */
+static int fence_state(struct pg__fence *f)
+{
+  struct nccl_comm *c = f->c;
   cudaError_t e;
-  ncclResult_t r, ar;
-  double now;
   int err;
 
+  pthread_mutex_lock(&c->wmu);
+  if ((err = f->result) != 0) {
+    pg__fail(err, "NCCL backend: %s (#%llu of this communicator) failed: "
+             "%s", f->what, f->seq, c->why);
+    pthread_mutex_unlock(&c->wmu);
+    return err;
+  }
+  if (f->finished) {
+    pthread_mutex_unlock(&c->wmu);
+    return 1;
+  }
+  pthread_mutex_unlock(&c->wmu);
+  e = cudaEventQuery(f->done);
+  if (e == cudaErrorNotReady)
+    return 0;
+  if (e != cudaSuccess)
+    return cuda_fail(c, e, "cudaEventQuery");
+  pthread_mutex_lock(&c->wmu);
+  f->finished = true;
+  pthread_mutex_unlock(&c->wmu);
+  return 1;
+}
+
+/* Records the fence of the op just enqueued on the NCCL stream.  mu
+ * held. */
+static int track(struct nccl_comm *c, const char *what, double deadline)
+{
+  struct pg__fence *f = calloc(1, sizeof *f), *old = NULL;
+  cudaError_t e;
+
+  if (!f)
+    return fail_locked(c, pg__fail(-ENOMEM, "NCCL backend: out of "
+                                   "memory tracking %s", what));
+  e = cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming);
+  if (e == cudaSuccess)
+    e = cudaEventRecord(f->done, c->stream);
+  if (e != cudaSuccess) {
+    if (f->done)
+      cudaEventDestroy(f->done);
+    free(f);
+    /* Whether the NCCL call completed is now unknown. */
+    return fail_locked(c, cuda_fail(c, e, what));
+  }
+  f->c = c;
+  f->seq = ++c->seq;
+  f->what = what;
+  f->deadline = deadline;
+  f->limit = deadline - pg__now();
+  f->refs = 2;
+  f->listed = true;
+  pthread_mutex_lock(&c->wmu);
+  f->next = c->inflight;
+  c->inflight = f;
+  if (c->last)
+    old = fence_unref_locked(c->last);
+  c->last = f;
+  pthread_mutex_unlock(&c->wmu);
+  if (old)
+    fence_destroy(old);
+  return 0;
+}
+
+static struct pg__fence *nccl_take_fence(struct pg__comm *base)
+{
+  struct nccl_comm *c = (struct nccl_comm *)base;
+  struct pg__fence *f;
+
+  pthread_mutex_lock(&c->wmu);
+  f = c->last;
+  c->last = NULL;
+  pthread_mutex_unlock(&c->wmu);
+  return f;
+}
+
+static int nccl_fence_query(struct pg__fence *f)
+{
+  return fence_state(f);
+}
+
+static void nccl_fence_free(struct pg__fence *f)
+{
+  struct pg__fence *dead;
+
+  if (!f)
+    return;
+  pthread_mutex_lock(&f->c->wmu);
+  dead = fence_unref_locked(f);
+  pthread_mutex_unlock(&f->c->wmu);
+  if (dead)
+    fence_destroy(dead);
+}
+
+static cudaStream_t user_stream(struct nccl_comm *c)
+{
+  return c->user ? c->user : cudaStreamLegacy;
+}
+
+/* Gives the thread back the device it had (prev < 0: unchanged). */
+static int leave(int prev, int err)
+{
+  if (prev >= 0)
+    cudaSetDevice(prev);
+  return err;
+}
+
+/* Switches to the comm's device; *prev gets the caller's (-1: same), as
+ * torch's device guard, so an op has no visible side effect. */
+static int enter(struct nccl_comm *c, int *prev)
+{
+  cudaError_t e;
+  int cur = -1;
+
+  *prev = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur == c->device)
+    return 0;
+  e = cudaSetDevice(c->device);
+  if (e != cudaSuccess)
+    return cuda_fail(c, e, "cudaSetDevice");
+  *prev = cur;
+  return 0;
+}
+
+static int nccl_fence_wait(struct pg__fence *f, bool host, double timeout)
+{
+  struct nccl_comm *c = f->c;
+  double until = timeout >= 0 ? pg__now() + timeout : 0, now;
+  struct backoff b;
+  cudaError_t e;
+  int st, prev, err;
+
+  if (!host && !c->blocking_wait) {
+    st = fence_state(f);
+    if (st != 0)
+      return st < 0 ? st : 0;
+    if ((err = enter(c, &prev)) != 0)
+      return err;
+    pthread_mutex_lock(&c->mu);
+    e = cudaStreamWaitEvent(user_stream(c), f->done, 0);
+    pthread_mutex_unlock(&c->mu);
+    return leave(prev, e == cudaSuccess ? 0 :
+                 cuda_fail(c, e, "cudaStreamWaitEvent (the caller's "
+                           "stream on a collective)"));
+  }
   backoff_init(&b);
   for (;;) {
-    e = cudaEventQuery(c->done);
-    if (e == cudaSuccess)
-      return 0;
-    if (e != cudaErrorNotReady) {
-      err = cuda_fail(c, e, what);
-      poison(c);
-      return err;
-    }
-    r = ncclCommGetAsyncError(c->comm, &ar);
-    if (r != ncclSuccess)
-      return fail_poison(c, r, what);
-    if (ar != ncclSuccess && ar != ncclInProgress)
-      return fail_poison(c, ar, what);
+    st = fence_state(f);
+    if (st != 0)
+      return st < 0 ? st : 0;
     now = pg__now();
-    if (now >= deadline)
-      return timeout_poison(c, what);
+    if (timeout >= 0 && now >= until)
+      return pg__fail(-ETIMEDOUT, "NCCL backend: %s (#%llu of this "
+                      "communicator) still running after %.3g s of "
+                      "waiting", f->what, f->seq, timeout);
     backoff_wait(&b, now);
   }
+}
+
+static int nccl_set_stream(struct pg__comm *base, void *stream)
+{
+  struct nccl_comm *c = (struct nccl_comm *)base;
+
+  pthread_mutex_lock(&c->mu);
+  c->user = stream;
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+/* ---- the watchdog (Note [watchdog]) --------------------------------- */
+
+/* Fails the comm from the watchdog: publish, then abort. */
+static void watchdog_fail(struct nccl_comm *c, int err, const char *why,
+                          bool publish)
+{
+  mark_failed(c, err, why, publish);
+  pthread_mutex_lock(&c->mu);
+  abort_locked(c);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Checks the fences in flight; returns an error and its sentence for the
+ * first that failed or ran past its deadline.  wmu held. */
+static int scan_fences(struct nccl_comm *c, struct pg__fence **dead,
+                       char *why, size_t len)
+{
+  struct pg__fence **pp = &c->inflight, *f, *d;
+  double now = pg__now();
+  cudaError_t e;
+  int err = 0;
+
+  while ((f = *pp) != NULL) {
+    if (!f->finished && !f->result) {
+      e = cudaEventQuery(f->done);
+      if (e == cudaSuccess) {
+        f->finished = true;
+      } else if (e != cudaErrorNotReady && !err) {
+        err = PG_ECUDA(e);
+        snprintf(why, len, "NCCL backend: %s (#%llu of this communicator; "
+                 "rank %d of %d, device %d): %s", f->what, f->seq, c->me,
+                 c->n, c->device, cudaGetErrorString(e));
+      } else if (now > f->deadline && !err) {
+        err = -ETIMEDOUT;
+        snprintf(why, len, "NCCL backend: %s (#%llu of this communicator; "
+                 "rank %d of %d, device %d) did not complete within %.3g "
+                 "s: a peer is stuck, dead or not running it; the "
+                 "communicator was aborted", f->what, f->seq, c->me, c->n,
+                 c->device, f->limit);
+      }
+    }
+    if (f->finished || f->result) {
+      *pp = f->next;
+      f->listed = false;
+      if ((d = fence_unref_locked(f)) != NULL) {
+        d->next = *dead;
+        *dead = d;
+      }
+    } else {
+      pp = &f->next;
+    }
+  }
+  return err;
+}
+
+static void *watchdog_main(void *arg)
+{
+  struct nccl_comm *c = arg;
+  struct pg__fence *dead, *f;
+  double next_store = pg__now() + STORE_POLL_S;
+  char why[640], *peer;
+  ncclResult_t ar;
+  struct timespec ts;
+  size_t len;
+  int err;
+
+  cudaSetDevice(c->device);
+  pthread_mutex_lock(&c->wmu);
+  while (!c->stop) {
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)(WATCH_TICK_S * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&c->wcv, &c->wmu, &ts);
+    if (c->stop)
+      break;
+    dead = NULL;
+    err = scan_fences(c, &dead, why, sizeof why);
+    pthread_mutex_unlock(&c->wmu);
+    while ((f = dead) != NULL) {
+      dead = f->next;
+      fence_destroy(f);
+    }
+    if (err && !failed(c))
+      watchdog_fail(c, err, why, true);
+    /* An async error of NCCL's (a dead peer shows up there). */
+    if (!failed(c) && pthread_mutex_trylock(&c->mu) == 0) {
+      ar = ncclSuccess;
+      if (c->comm && ncclCommGetAsyncError(c->comm, &ar) != ncclSuccess)
+        ar = ncclInternalError;
+      if (ar != ncclSuccess && ar != ncclInProgress) {
+        pg__fail(0, "%s", "");
+        nccl_fail(c, ar, "asynchronous error");
+        snprintf(why, sizeof why, "%s", pg_last_error());
+        mark_failed(c, PG_ENCCL(ar), why, true);
+        abort_locked(c);
+      }
+      pthread_mutex_unlock(&c->mu);
+    }
+    /* Another rank's failure. */
+    if (!failed(c) && c->store && pg__now() >= next_store) {
+      next_store = pg__now() + STORE_POLL_S;
+      peer = NULL;
+      err = pg_store_get(c->store, c->abort_key, 0, (void **)&peer, &len);
+      if (err == 0) {
+        snprintf(why, sizeof why, "NCCL backend: aborted because %.*s",
+                 (int)len, peer);
+        watchdog_fail(c, PG_EPEERFAIL, why, false);
+      } else if (err == -ECONNRESET || err == -EPIPE ||
+                 err == -ECONNREFUSED) {
+        /* Rank 0 (the store) is gone: so is the group. */
+        snprintf(why, sizeof why, "NCCL backend: aborted because the "
+                 "store (rank 0) went away: %s", pg_strerror(err));
+        watchdog_fail(c, PG_EPEERFAIL, why, false);
+      }
+      free(peer);
+    }
+    pthread_mutex_lock(&c->wmu);
+  }
+  pthread_mutex_unlock(&c->wmu);
+  return NULL;
 }
 
 /* ---- ops ------------------------------------------------------------ */
@@ -269,65 +636,56 @@ static int check_rank(struct nccl_comm *c, int r, const char *what)
   return 0;
 }
 
-/* Gives the thread back the device begin() found (prev < 0: none). */
-static int leave(int prev, int err)
-{
-  if (prev >= 0)
-    cudaSetDevice(prev);
-  return err;
-}
-
-/* Prepares the stream for the next NCCL call.  The thread may be the
- * caller's or the progress thread and the current device is per-thread:
- * switch to the comm's and note the caller's in *prev (-1: unchanged) for
- * leave(), like torch's device guard, so an op has no visible side
- * effect. */
+/* Locks the handle and orders the NCCL stream after the caller's stream
+ * as it is now (Note [stream model]).  On success mu is held and *prev
+ * is for leave(); on failure neither. */
 static int begin(struct nccl_comm *c, const char *what, int *prev)
 {
   cudaError_t e;
-  int cur = -1;
+  int err;
 
-  *prev = -1;
-  if (c->poisoned)
-    return pg__fail(PG_EPEERFAIL, "NCCL backend: %s: the communicator "
-                    "was aborted by an earlier error", what);
-  if (cudaGetDevice(&cur) != cudaSuccess || cur != c->device) {
-    e = cudaSetDevice(c->device);
-    if (e != cudaSuccess)
-      return cuda_fail(c, e, "cudaSetDevice");
-    *prev = cur;
+  if ((err = enter(c, prev)) != 0)
+    return err;
+  pthread_mutex_lock(&c->mu);
+  if (failed(c) || !c->comm) {
+    pthread_mutex_lock(&c->wmu);
+    err = pg__fail(PG_EPEERFAIL, "NCCL backend: %s: the communicator was "
+                   "aborted by an earlier failure: %s", what,
+                   c->why[0] ? c->why : "(unknown)");
+    pthread_mutex_unlock(&c->wmu);
+    pthread_mutex_unlock(&c->mu);
+    return leave(*prev, err);
   }
-  e = cudaEventRecord(c->ready, cudaStreamLegacy);
+  e = cudaEventRecord(c->ready, user_stream(c));
   if (e == cudaSuccess)
     e = cudaStreamWaitEvent(c->stream, c->ready, 0);
-  if (e != cudaSuccess)
-    return leave(*prev, cuda_fail(c, e, "ordering after the default "
-                                  "stream"));
+  if (e != cudaSuccess) {
+    err = cuda_fail(c, e, "ordering after the caller's stream");
+    pthread_mutex_unlock(&c->mu);
+    return leave(*prev, err);
+  }
   return 0;
 }
 
-/* Settles NCCL call r, queues the optional copy after it, and waits for
- * the stream to get there. */
+/* Settles NCCL call r, queues the optional copy after it and its fence
+ * (none inside a group: group_end has the group's), then unlocks. */
 static int finish(struct nccl_comm *c, ncclResult_t r, const char *what,
-                  double deadline, void *dst, const void *src, size_t len)
+                  double deadline, void *dst, const void *src, size_t len,
+                  int prev)
 {
   cudaError_t e = cudaSuccess;
   int err;
 
   err = settle(c, r, what, deadline);
-  if (err)
-    return err;
-  if (len)
+  if (!err && len) {
     e = cudaMemcpyAsync(dst, src, len, cudaMemcpyDeviceToDevice, c->stream);
-  if (e == cudaSuccess)
-    e = cudaEventRecord(c->done, c->stream);
-  if (e != cudaSuccess) {
-    /* Whether the NCCL call completed is now unknown. */
-    err = cuda_fail(c, e, what);
-    poison(c);
-    return err;
+    if (e != cudaSuccess)
+      err = fail_locked(c, cuda_fail(c, e, what));
   }
-  return wait_done(c, what, deadline);
+  if (!err && c->group_depth == 0)
+    err = track(c, what, deadline);
+  pthread_mutex_unlock(&c->mu);
+  return leave(prev, err);
 }
 
 static int nccl_all_reduce(struct pg__comm *base, const void *send,
@@ -344,10 +702,9 @@ static int nccl_all_reduce(struct pg__comm *base, const void *send,
   if ((err = map_dtype(t, &dt)) || (err = map_op(op, &rop)) ||
       (err = begin(c, "ncclAllReduce", &prev)))
     return err;
-  err = finish(c, ncclAllReduce(send, recv, count, dt, rop, c->comm,
-                                c->stream),
-               "ncclAllReduce", deadline, NULL, NULL, 0);
-  return leave(prev, err);
+  return finish(c, ncclAllReduce(send, recv, count, dt, rop, c->comm,
+                                 c->stream),
+                "ncclAllReduce", deadline, NULL, NULL, 0, prev);
 }
 
 static int nccl_broadcast(struct pg__comm *base, void *buf, size_t count,
@@ -363,10 +720,9 @@ static int nccl_broadcast(struct pg__comm *base, void *buf, size_t count,
       (err = check_rank(c, root, "ncclBroadcast")) ||
       (err = begin(c, "ncclBroadcast", &prev)))
     return err;
-  err = finish(c, ncclBroadcast(buf, buf, count, dt, root, c->comm,
-                                c->stream),
-               "ncclBroadcast", deadline, NULL, NULL, 0);
-  return leave(prev, err);
+  return finish(c, ncclBroadcast(buf, buf, count, dt, root, c->comm,
+                                 c->stream),
+                "ncclBroadcast", deadline, NULL, NULL, 0, prev);
 }
 
 static int nccl_reduce(struct pg__comm *base, const void *send, void *recv,
@@ -385,10 +741,9 @@ static int nccl_reduce(struct pg__comm *base, const void *send, void *recv,
       (err = begin(c, "ncclReduce", &prev)))
     return err;
   /* recv may be NULL off the root: NCCL uses recvbuff on the root only. */
-  err = finish(c, ncclReduce(send, recv, count, dt, rop, root, c->comm,
-                             c->stream),
-               "ncclReduce", deadline, NULL, NULL, 0);
-  return leave(prev, err);
+  return finish(c, ncclReduce(send, recv, count, dt, rop, root, c->comm,
+                              c->stream),
+                "ncclReduce", deadline, NULL, NULL, 0, prev);
 }
 
 static int nccl_all_gather(struct pg__comm *base, const void *send,
@@ -408,18 +763,19 @@ static int nccl_all_gather(struct pg__comm *base, const void *send,
       (err = begin(c, "ncclAllGather", &prev)))
     return err;
   if (send == recv && c->me != 0) {
-    /* Note [NCCL backend], in place; me >= 1: the blocks are apart. */
+    /* Note [stream model], in place; me >= 1: the blocks are apart. */
     e = cudaMemcpyAsync(mine, recv, bytes, cudaMemcpyDeviceToDevice,
                         c->stream);
-    if (e != cudaSuccess)
-      return leave(prev, cuda_fail(c, e, "ncclAllGather (in-place "
-                                   "copy)"));
+    if (e != cudaSuccess) {
+      err = cuda_fail(c, e, "ncclAllGather (in-place copy)");
+      pthread_mutex_unlock(&c->mu);
+      return leave(prev, err);
+    }
     send = mine;
   }
-  err = finish(c, ncclAllGather(send, recv, count, dt, c->comm,
-                                c->stream),
-               "ncclAllGather", deadline, NULL, NULL, 0);
-  return leave(prev, err);
+  return finish(c, ncclAllGather(send, recv, count, dt, c->comm,
+                                 c->stream),
+                "ncclAllGather", deadline, NULL, NULL, 0, prev);
 }
 
 static int nccl_reduce_scatter(struct pg__comm *base, const void *send,
@@ -438,15 +794,14 @@ static int nccl_reduce_scatter(struct pg__comm *base, const void *send,
   if ((err = map_dtype(t, &dt)) || (err = map_op(op, &rop)) ||
       (err = begin(c, "ncclReduceScatter", &prev)))
     return err;
-  /* Note [NCCL backend], in place: reduce into NCCL's in-place block,
-   * then copy it to block 0. */
+  /* Note [stream model], in place: send == recv reduces into NCCL's
+   * in-place block, then copies it to block 0. */
   if (send == recv && c->me != 0)
     out = (char *)recv + (size_t)c->me * bytes;
-  err = finish(c, ncclReduceScatter(send, out, count, dt, rop, c->comm,
-                                    c->stream),
-               "ncclReduceScatter", deadline, recv, out,
-               out != recv ? bytes : 0);
-  return leave(prev, err);
+  return finish(c, ncclReduceScatter(send, out, count, dt, rop, c->comm,
+                                     c->stream),
+                "ncclReduceScatter", deadline, recv, out,
+                out != recv ? bytes : 0, prev);
 }
 
 static int nccl_barrier(struct pg__comm *base, double deadline)
@@ -456,10 +811,9 @@ static int nccl_barrier(struct pg__comm *base, double deadline)
 
   if ((err = begin(c, "barrier (ncclAllReduce)", &prev)))
     return err;
-  err = finish(c, ncclAllReduce(c->scratch, c->scratch, 1, ncclInt32,
-                                ncclSum, c->comm, c->stream),
-               "barrier (ncclAllReduce)", deadline, NULL, NULL, 0);
-  return leave(prev, err);
+  return finish(c, ncclAllReduce(c->scratch, c->scratch, 1, ncclInt32,
+                                 ncclSum, c->comm, c->stream),
+                "barrier (ncclAllReduce)", deadline, NULL, NULL, 0, prev);
 }
 
 /* Checks a point-to-point peer.  A send to oneself would wait forever
@@ -474,7 +828,7 @@ static int check_peer(struct nccl_comm *c, int peer, const char *what)
   return err;
 }
 
-/* The tag is ignored: see Note [NCCL backend], point to point. */
+/* The tag is ignored: see Note [stream model], point to point. */
 static int nccl_send(struct pg__comm *base, const void *buf, size_t bytes,
                      int peer, int tag, double deadline)
 {
@@ -487,10 +841,9 @@ static int nccl_send(struct pg__comm *base, const void *buf, size_t bytes,
   if ((err = check_peer(c, peer, "ncclSend")) ||
       (err = begin(c, "ncclSend", &prev)))
     return err;
-  err = finish(c, ncclSend(buf, bytes, ncclUint8, peer, c->comm,
-                           c->stream),
-               "ncclSend", deadline, NULL, NULL, 0);
-  return leave(prev, err);
+  return finish(c, ncclSend(buf, bytes, ncclUint8, peer, c->comm,
+                            c->stream),
+                "ncclSend", deadline, NULL, NULL, 0, prev);
 }
 
 static int nccl_recv(struct pg__comm *base, void *buf, size_t bytes,
@@ -505,10 +858,51 @@ static int nccl_recv(struct pg__comm *base, void *buf, size_t bytes,
   if ((err = check_peer(c, peer, "ncclRecv")) ||
       (err = begin(c, "ncclRecv", &prev)))
     return err;
-  err = finish(c, ncclRecv(buf, bytes, ncclUint8, peer, c->comm,
-                           c->stream),
-               "ncclRecv", deadline, NULL, NULL, 0);
+  return finish(c, ncclRecv(buf, bytes, ncclUint8, peer, c->comm,
+                            c->stream),
+                "ncclRecv", deadline, NULL, NULL, 0, prev);
+}
+
+/* Point to point inside a group may not deadlock: NCCL launches the
+ * group's sends and receives together at ncclGroupEnd. */
+static int nccl_group_start(struct pg__comm *base)
+{
+  struct nccl_comm *c = (struct nccl_comm *)base;
+  int err, prev;
+
+  if ((err = begin(c, "ncclGroupStart", &prev)))
+    return err;
+  err = settle(c, ncclGroupStart(), "ncclGroupStart", pg__now() + 1e9);
+  if (!err)
+    c->group_depth++;
+  pthread_mutex_unlock(&c->mu);
   return leave(prev, err);
+}
+
+static int nccl_group_end(struct pg__comm *base)
+{
+  struct nccl_comm *c = (struct nccl_comm *)base;
+  double deadline = pg__now() + c->timeout;
+  int err = 0, prev;
+
+  if ((err = enter(c, &prev)) != 0)
+    return err;
+  pthread_mutex_lock(&c->mu);
+  if (c->group_depth == 0) {
+    pthread_mutex_unlock(&c->mu);
+    return leave(prev, pg__fail(-EINVAL, "NCCL backend: group end without "
+                                "a group start"));
+  }
+  c->group_depth--;
+  if (failed(c) || !c->comm) {
+    /* NCCL's group state is per thread: close it even so. */
+    ncclGroupEnd();
+    pthread_mutex_unlock(&c->mu);
+    return leave(prev, pg__fail(PG_EPEERFAIL, "NCCL backend: group end: "
+                                "the communicator was aborted"));
+  }
+  return finish(c, ncclGroupEnd(), "ncclGroupEnd", deadline, NULL, NULL, 0,
+                prev);
 }
 
 /* ---- setup and teardown --------------------------------------------- */
@@ -516,19 +910,66 @@ static int nccl_recv(struct pg__comm *base, void *buf, size_t bytes,
 /* Frees what exists; the comm is gone or never was by now. */
 static void free_comm(struct nccl_comm *c)
 {
+  struct pg__fence *f;
+
+  while ((f = c->inflight) != NULL) {
+    c->inflight = f->next;
+    if (--f->refs == 0)
+      fence_destroy(f);
+    else
+      f->listed = false;  /* a work handle still holds it */
+  }
+  if (c->last && --c->last->refs == 0)
+    fence_destroy(c->last);
   if (c->scratch)
     cudaFree(c->scratch);
-  if (c->done)
-    cudaEventDestroy(c->done);
   if (c->ready)
     cudaEventDestroy(c->ready);
   if (c->stream)
     cudaStreamDestroy(c->stream);
+  pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->wmu);
+  pthread_cond_destroy(&c->wcv);
   free(c);
 }
 
-/* Flushes and frees the communicator.  Ops wait for their work, so the
- * stream is idle unless an op failed, and then the comm was aborted. */
+static void stop_watchdog(struct nccl_comm *c)
+{
+  if (!c->watching)
+    return;
+  pthread_mutex_lock(&c->wmu);
+  c->stop = true;
+  pthread_cond_broadcast(&c->wcv);
+  pthread_mutex_unlock(&c->wmu);
+  pthread_join(c->watchdog, NULL);
+  c->watching = false;
+}
+
+/* Waits (bounded) for the stream to run dry: returns false if it did not
+ * by the deadline. */
+static bool drain(struct nccl_comm *c, double deadline)
+{
+  struct backoff b;
+  cudaError_t e;
+  double now;
+
+  backoff_init(&b);
+  for (;;) {
+    e = cudaStreamQuery(c->stream);
+    if (e == cudaSuccess)
+      return true;
+    if (e != cudaErrorNotReady)
+      return false;
+    now = pg__now();
+    if (now >= deadline)
+      return false;
+    backoff_wait(&b, now);
+  }
+}
+
+/* Flushes and frees the communicator.  Work still in flight gets the
+ * timeout to finish (the peers are finishing theirs); after that, or
+ * after a failure, the comm is aborted. */
 static void nccl_destroy(struct pg__comm *base)
 {
   struct nccl_comm *c = (struct nccl_comm *)base;
@@ -537,17 +978,19 @@ static void nccl_destroy(struct pg__comm *base)
 
   if (!c)
     return;
+  stop_watchdog(c);
   if (cudaGetDevice(&prev) == cudaSuccess && prev == c->device)
     prev = -1;
   cudaSetDevice(c->device);
-  if (c->comm && cudaStreamSynchronize(c->stream) != cudaSuccess)
-    r = ncclUnhandledCudaError;
+  pthread_mutex_lock(&c->mu);
+  if (c->comm && (failed(c) || !drain(c, pg__now() + c->timeout)))
+    r = ncclInternalError;
 #ifdef PG_NCCL_NONBLOCKING
   /* Finalize may wait on peers: bound it, then abort instead. */
   if (c->comm && r == ncclSuccess) {
     r = ncclCommFinalize(c->comm);
     if (r == ncclInProgress)
-      r = poll_async(c->comm, pg__now() + c->timeout);
+      r = poll_async(c, pg__now() + c->timeout);
   }
 #endif
   if (c->comm) {
@@ -557,28 +1000,25 @@ static void nccl_destroy(struct pg__comm *base)
       ncclCommAbort(c->comm);
     c->comm = NULL;
   }
+  pthread_mutex_unlock(&c->mu);
   free_comm(c);
   leave(prev, 0);
 }
 
-/* Device memory for the reducer's buckets, on the comm's device.  Copies
- * use cudaMemcpyDefault (unified addressing), so host <-> device works
- * too. */
+/* Device memory for the reducer's buckets, on the comm's device. */
 static void *nccl_mem_alloc(struct pg__comm *base, size_t bytes)
 {
   struct nccl_comm *c = (struct nccl_comm *)base;
   void *p = NULL;
   int prev = -1;
 
-  if (cudaGetDevice(&prev) == cudaSuccess && prev == c->device)
-    prev = -1;
-  cudaSetDevice(c->device);
+  if (enter(c, &prev) != 0)
+    return NULL;
   if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
     cuda_fail(c, cudaGetLastError(), "cudaMalloc");
     p = NULL;
   }
-  if (prev >= 0)
-    cudaSetDevice(prev);
+  leave(prev, 0);
   return p;
 }
 
@@ -589,21 +1029,37 @@ static void nccl_mem_free(struct pg__comm *base, void *p)
     cudaFree(p);
 }
 
+/* Stream-ordered on the caller's stream, as a kernel writing the memory
+ * would be (host-synchronized under $PG_NCCL_BLOCKING_WAIT). */
 static int nccl_mem_zero(struct pg__comm *base, void *p, size_t bytes)
 {
   struct nccl_comm *c = (struct nccl_comm *)base;
-  cudaError_t e = cudaMemset(p, 0, bytes);
+  cudaError_t e;
+  int prev, err;
 
-  return e == cudaSuccess ? 0 : cuda_fail(c, e, "cudaMemset");
+  if ((err = enter(c, &prev)) != 0)
+    return err;
+  e = cudaMemsetAsync(p, 0, bytes, user_stream(c));
+  if (e == cudaSuccess && c->blocking_wait)
+    e = cudaStreamSynchronize(user_stream(c));
+  return leave(prev, e == cudaSuccess ? 0 : cuda_fail(c, e, "cudaMemset"));
 }
 
+/* Either side may be host memory: ordered on the caller's stream, then
+ * waited for (the host reads or reuses it next). */
 static int nccl_mem_copy(struct pg__comm *base, void *dst, const void *src,
                          size_t bytes)
 {
   struct nccl_comm *c = (struct nccl_comm *)base;
-  cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  cudaError_t e;
+  int prev, err;
 
-  return e == cudaSuccess ? 0 : cuda_fail(c, e, "cudaMemcpy");
+  if ((err = enter(c, &prev)) != 0)
+    return err;
+  e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, user_stream(c));
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(user_stream(c));
+  return leave(prev, e == cudaSuccess ? 0 : cuda_fail(c, e, "cudaMemcpy"));
 }
 
 static const struct pg__comm_ops nccl_ops = {
@@ -621,6 +1077,13 @@ static const struct pg__comm_ops nccl_ops = {
   .send = nccl_send,
   .recv = nccl_recv,
   .destroy = nccl_destroy,
+  .set_stream = nccl_set_stream,
+  .take_fence = nccl_take_fence,
+  .fence_query = nccl_fence_query,
+  .fence_wait = nccl_fence_wait,
+  .fence_free = nccl_fence_free,
+  .group_start = nccl_group_start,
+  .group_end = nccl_group_end,
 };
 
 bool pg__nccl_built(void)
@@ -689,6 +1152,7 @@ static void abandon_id(const struct pg__setup *s)
 static int init_comm(struct nccl_comm *c, ncclUniqueId id, double deadline)
 {
   ncclResult_t r;
+  int err;
 
 #ifdef PG_NCCL_NONBLOCKING
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -699,7 +1163,10 @@ static int init_comm(struct nccl_comm *c, ncclUniqueId id, double deadline)
   /* Old NCCL: init blocks until every member joins; no timeout. */
   r = ncclCommInitRank(&c->comm, c->n, id, c->me);
 #endif
-  return settle(c, r, "ncclCommInitRank", deadline);
+  pthread_mutex_lock(&c->mu);
+  err = settle(c, r, "ncclCommInitRank", deadline);
+  pthread_mutex_unlock(&c->mu);
+  return err;
 }
 
 /* Device resources first: failing there costs the peers nothing. */
@@ -714,8 +1181,6 @@ static int init_cuda(struct nccl_comm *c)
   if (e != cudaSuccess)
     return cuda_fail(c, e, "cudaStreamCreateWithFlags");
   e = cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming);
-  if (e == cudaSuccess)
-    e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
   if (e != cudaSuccess)
     return cuda_fail(c, e, "cudaEventCreateWithFlags");
   e = cudaMalloc((void **)&c->scratch, sizeof *c->scratch);
@@ -733,6 +1198,7 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
   cudaError_t e;
   double timeout = s->timeout > 0 ? s->timeout : 300;
   double deadline = pg__now() + timeout;
+  const char *bw = getenv("PG_NCCL_BLOCKING_WAIT");
   int ndev = 0, dev, prev, err;
 
   *out = NULL;
@@ -756,12 +1222,13 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
     return pg__fail(PG_ECUDA(e), "NCCL backend: cudaGetDeviceCount: %s",
                     cudaGetErrorString(e));
   }
-  dev = s->device >= 0 ? s->device : s->me % ndev;
+  /* Note [device rule] in device.c. */
+  dev = pg__pick_device(s->device, s->local_rank, ndev);
   if (dev >= ndev) {
     abandon_id(s);
     return pg__fail(-ENODEV, "NCCL backend: CUDA device %d requested "
-                    "(LOCAL_RANK or pg_options.device) but there are "
-                    "only %d", dev, ndev);
+                    "(pg_options.device) but this process sees only %d",
+                    dev, ndev);
   }
   c = calloc(1, sizeof *c);
   if (!c) {
@@ -773,6 +1240,13 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
   c->n = s->n;
   c->me = s->me;
   c->timeout = timeout;
+  c->blocking_wait = bw && strcmp(bw, "1") == 0;
+  c->store = s->n > 1 ? s->store : NULL;
+  snprintf(c->abort_key, sizeof c->abort_key, "%sabort", s->ns ? s->ns
+           : "");
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->wmu, NULL);
+  pthread_cond_init(&c->wcv, NULL);
   /* Like the ops, leave the caller's current device as it was. */
   if (cudaGetDevice(&prev) != cudaSuccess || prev == dev)
     prev = -1;
@@ -783,8 +1257,17 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
     err = share_id(c, s, &id, deadline);
   if (!err)
     err = init_comm(c, id, deadline);
+  if (!err) {
+    if (pthread_create(&c->watchdog, NULL, watchdog_main, c) == 0)
+      c->watching = true;
+    else
+      err = pg__fail(-EAGAIN, "NCCL backend: cannot start the watchdog "
+                     "thread");
+  }
   if (err) {
-    poison(c);
+    pthread_mutex_lock(&c->mu);
+    abort_locked(c);
+    pthread_mutex_unlock(&c->mu);
     free_comm(c);
     return leave(prev, err);
   }

@@ -9,6 +9,11 @@
  *                           order, overlapping the caller's computation
  *   pgtest store            the group's store across ranks
  *   pgtest sendrecv         point to point with tags
+ *   pgtest exchange         pg_group_start/end: every rank sends 1 MiB to
+ *                           both neighbours and receives from both, in
+ *                           one group (no rank receives first)
+ *   pgtest halfavg          f16/bf16 reductions accumulate in f32 (pg.h):
+ *                           an f16 AVG of 65504 is 65504, not +inf
  *   pgtest victim R DIR     rank R SIGKILLs itself in the middle of a
  *                           stream of all-reduces; the others must get an
  *                           error (written to DIR/err.<rank>), not hang
@@ -398,6 +403,128 @@ static int mode_sendrecv(pg_group *g)
   return 0;
 }
 
+/* Rank r's input for the half-precision checks: f16 65504 everywhere
+ * (any f16 partial sum overflows); bf16 1 on rank 0 and 2^-8 elsewhere
+ * (1 + 2^-8 rounds back to 1 in bf16, so per-step rounding loses every
+ * small term). */
+static float half_input(pg_dtype t, int r)
+{
+  return t == PG_F16 ? 65504.0f : r == 0 ? 1.0f : 0x1p-8f;
+}
+
+/* The one rounding of the exact f32 result. */
+static uint16_t half_want(pg_dtype t, pg_op op)
+{
+  float acc = 0;
+  int r;
+
+  for (r = 0; r < world; r++)
+    acc += half_input(t, r);
+  if (op == PG_AVG)
+    acc /= (float)world;
+  return t == PG_F16 ? pg__f32_to_f16(acc) : pg__f32_to_bf16(acc);
+}
+
+static int mode_halfavg(pg_group *g)
+{
+  static const pg_dtype types[] = { PG_F16, PG_BF16 };
+  size_t count = 1000, i, k;
+  uint16_t *a = malloc(count * 2 * (size_t)world), *b = malloc(count * 2);
+  uint16_t x, want;
+  const char *tn;
+  int op;
+
+  for (k = 0; k < 2; k++) {
+    pg_dtype t = types[k];
+
+    tn = t == PG_F16 ? "f16" : "bf16";
+    x = t == PG_F16 ? pg__f32_to_f16(half_input(t, rank))
+                    : pg__f32_to_bf16(half_input(t, rank));
+    for (op = PG_SUM; op <= PG_AVG; op++) {
+      /* A SUM of 65504s is +inf in any precision: not checked. */
+      if (t == PG_F16 && op == PG_SUM)
+        continue;
+      want = half_want(t, (pg_op)op);
+      for (i = 0; i < count; i++)
+        a[i] = x;
+      TRY(pg_all_reduce(g, a, a, count, t, (pg_op)op));
+      for (i = 0; i < count && a[i] == want; i++)
+        ;
+      CHECK(i == count, "all_reduce %s %s: element %zu is %#x, want %#x",
+            tn, op_names[op], i, i < count ? a[i] : 0, want);
+      for (i = 0; i < count; i++)
+        a[i] = x;
+      TRY(pg_reduce(g, a, b, count, t, (pg_op)op, world - 1));
+      if (rank == world - 1) {
+        for (i = 0; i < count && b[i] == want; i++)
+          ;
+        CHECK(i == count, "reduce %s %s: element %zu is %#x, want %#x", tn,
+              op_names[op], i, i < count ? b[i] : 0, want);
+      }
+      for (i = 0; i < count * (size_t)world; i++)
+        a[i] = x;
+      TRY(pg_reduce_scatter(g, a, b, count, t, (pg_op)op));
+      for (i = 0; i < count && b[i] == want; i++)
+        ;
+      CHECK(i == count, "reduce_scatter %s %s: element %zu is %#x, want "
+            "%#x", tn, op_names[op], i, i < count ? b[i] : 0, want);
+    }
+  }
+  free(a);
+  free(b);
+  TRY(pg_barrier(g));
+  return 0;
+}
+
+static int mode_exchange(pg_group *g)
+{
+  int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  size_t count = 1 << 18, i;   /* 1 MiB of i32 */
+  int32_t *a = malloc(count * 4), *fromprev = malloc(count * 4);
+  int32_t *fromnext = malloc(count * 4);
+  int round;
+
+  if (world < 2)
+    return 0;
+  for (round = 0; round < 3; round++) {
+    for (i = 0; i < count; i++)
+      a[i] = (int32_t)(rank * 1000003 + (int)i + round);
+    TRY(pg_group_start(g));
+    TRY(pg_send(g, a, count, PG_I32, next, 1));
+    if (world > 2)
+      TRY(pg_send(g, a, count, PG_I32, prev, 2));
+    TRY(pg_recv(g, fromprev, count, PG_I32, prev, 1));
+    if (world > 2)
+      TRY(pg_recv(g, fromnext, count, PG_I32, next, 2));
+    TRY(pg_group_end(g));
+    for (i = 0; i < count; i++)
+      if (fromprev[i] != (int32_t)(prev * 1000003 + (int)i + round))
+        break;
+    CHECK(i == count, "round %d: from %d: element %zu wrong", round, prev,
+          i);
+    for (i = 0; world > 2 && i < count; i++)
+      if (fromnext[i] != (int32_t)(next * 1000003 + (int)i + round))
+        break;
+    CHECK(world == 2 || i == count, "round %d: from %d: element %zu wrong",
+          round, next, i);
+  }
+  /* Only point to point may be grouped on the CPU backends; async never. */
+  TRY(pg_group_start(g));
+  {
+    pg_work *w = NULL;
+
+    CHECK(pg_send_async(g, a, 1, PG_I32, next, 3, &w) == -EINVAL && !w,
+          "an async send in a group was accepted");
+  }
+  TRY(pg_group_end(g));
+  CHECK(pg_group_end(g) == -EINVAL, "pg_group_end without a start");
+  free(a);
+  free(fromprev);
+  free(fromnext);
+  TRY(pg_barrier(g));
+  return 0;
+}
+
 static int mode_victim(pg_group *g, int victim, const char *dir)
 {
   size_t count = 4096;
@@ -447,6 +574,10 @@ int main(int argc, char **argv)
     rc = mode_store(g);
   else if (strcmp(mode, "sendrecv") == 0)
     rc = mode_sendrecv(g);
+  else if (strcmp(mode, "exchange") == 0)
+    rc = mode_exchange(g);
+  else if (strcmp(mode, "halfavg") == 0)
+    rc = mode_halfavg(g);
   else if (strcmp(mode, "victim") == 0 && argc == 4)
     rc = mode_victim(g, atoi(argv[2]), argv[3]);
   else

@@ -7,6 +7,8 @@
  *                          $PG_FIRST_BUCKET_CAP_MB, which must be 64 KiB
  *                          and 16 KiB (0.0625 and 0.015625)
  *   reducertest nosync     2 accumulating iterations, then a synced one
+ *   reducertest nosync_unused  an accumulating iteration, then a synced one
+ *                          that leaves some accumulated parameters unused
  *   reducertest unused     parameters never marked on some or all ranks
  *   reducertest mismatch   ranks disagree on the parameter list
  *   reducertest overlap    bucket 0 is reduced before finish is called
@@ -398,6 +400,59 @@ static int mode_unused(struct ctx *c)
   return 0;
 }
 
+/* ---- nosync_unused --------------------------------------------------------
+ * A gradient accumulated under no_sync for a parameter that the last
+ * (synchronized) micro-batch does not use is kept and averaged, as DDP
+ * keeps a defined .grad. */
+
+static bool used_in_last(int rank, size_t i)
+{
+  if (i == 4 || i == 12)
+    return false;                     /* on every rank */
+  if (i == 9)
+    return rank % 2 == 0;             /* on odd ranks */
+  return true;
+}
+
+static double want_nosync_unused(const struct ctx *c, size_t i, size_t j,
+                                 const void *arg)
+{
+  double s = 0;
+  int r;
+
+  (void)arg;
+  for (r = 0; r < c->world; r++)
+    s += grad_value(r, i, j, 0) +
+         (used_in_last(r, i) ? grad_value(r, i, j, 1) : 0);
+  return s / c->world;
+}
+
+static int mode_nosync_unused(struct ctx *c)
+{
+  pg_reducer *rd = create(c, false);
+  size_t i;
+
+  TRY(c, pg_reducer_prepare(rd, false));
+  for (i = NPARAMS; i-- > 0;) {
+    write_grad(rd, i, c->rank, 0, true);
+    TRY(c, pg_reducer_mark_ready(rd, i));
+  }
+  TRY(c, pg_reducer_finish(rd));
+  TRY(c, pg_reducer_prepare(rd, true));
+  for (i = NPARAMS; i-- > 0;) {
+    if (!used_in_last(c->rank, i))
+      continue;
+    write_grad(rd, i, c->rank, 1, true);
+    TRY(c, pg_reducer_mark_ready(rd, i));
+  }
+  TRY(c, pg_reducer_finish(rd));
+  for (i = 0; i < NPARAMS; i++)
+    check_param(c, rd, i, want_nosync_unused, NULL, "accumulated, unused "
+                "in the last micro-batch");
+  pg_reducer_destroy(rd);
+  return 0;
+}
+
 /* ---- mismatch ------------------------------------------------------------ */
 
 static void expect_mismatch(struct ctx *c, const struct pg_param_spec *p,
@@ -548,6 +603,8 @@ int main(int argc, char **argv)
     rc = mode_average(&c);
   else if (strcmp(c.mode, "nosync") == 0)
     rc = mode_nosync(&c);
+  else if (strcmp(c.mode, "nosync_unused") == 0)
+    rc = mode_nosync_unused(&c);
   else if (strcmp(c.mode, "unused") == 0)
     rc = mode_unused(&c);
   else if (strcmp(c.mode, "mismatch") == 0)

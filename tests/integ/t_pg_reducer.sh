@@ -1,6 +1,7 @@
 #!/bin/bash
 # libpg reducer: averages across ranks with many buckets, no_sync
-# accumulation, unused parameters, a parameter-list mismatch, and a bucket
+# accumulation (kept for a parameter the synced step does not use), unused
+# parameters, a parameter-list mismatch, and a bucket
 # reduced while the backward pass goes on; over shm (1, 2, 4 ranks) and
 # forced TCP (3 ranks, one host id each).
 . "$(dirname "$0")/lib.sh"
@@ -34,7 +35,7 @@ parameters, rank 0 has 20" "$T/err"
   fi
 }
 
-for mode in average nosync unused mismatch overlap; do
+for mode in average nosync nosync_unused unused mismatch overlap; do
   run 1 same-host "$mode" '[a-z-]+'
   run 2 same-host "$mode" cpu-shm
   run 4 same-host "$mode" cpu-shm

@@ -17,7 +17,17 @@
 
 #ifdef PG_WITH_NCCL
 #include <cuda_runtime.h>
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
 #endif
+
+/* Defined (1) by the fake CUDA runtime (tests/fakecuda/): the tests that
+ * need its hooks (injected failures, a chosen device count) run only
+ * there. */
+extern int fakecuda_is_fake __attribute__((weak));
+#define fakecuda_is_fake (&fakecuda_is_fake != NULL)
 
 /* Devices visible to CUDA, counted in a child: a process that has
  * initialized CUDA cannot use it in children it forks, and the rank
@@ -94,6 +104,17 @@ START_TEST(test_create_without_device)
   } else {
     ck_assert_msg(err == -ENODEV, "got %d (%s)", err, pg_last_error());
   }
+}
+END_TEST
+
+START_TEST(test_device_rule)
+{
+  ck_assert_int_eq(pg__pick_device(2, 5, 4), 2);   /* explicit */
+  ck_assert_int_eq(pg__pick_device(-1, 5, 1), 0);  /* one visible */
+  ck_assert_int_eq(pg__pick_device(-1, 1, 1), 0);
+  ck_assert_int_eq(pg__pick_device(-1, 5, 4), 1);  /* local rank mod n */
+  ck_assert_int_eq(pg__pick_device(-1, 3, 8), 3);
+  ck_assert_int_eq(pg__pick_device(-1, -1, 8), 0);
 }
 END_TEST
 
@@ -265,7 +286,8 @@ struct rank {
   unsigned char *hs, *hr;     /* host, as big */
 };
 
-#define BUFBYTES ((size_t)MAXRANKS * MAXCOUNT * 8)
+/* + slack: the tests poison one byte past the largest block */
+#define BUFBYTES ((size_t)MAXRANKS * MAXCOUNT * 8 + 64)
 
 static double deadline(void)
 {
@@ -298,6 +320,24 @@ static void check_rc(struct rank *k, const char *what, pg_dtype t,
   if (rc != 0) {
     report(k, what, t, op, count, "rc %d (%s)", rc, pg_last_error());
   }
+}
+
+/* Note [stream model]: an op returns once enqueued.  Orders what the
+ * caller does next after it: on the device (the legacy stream waits for
+ * the op's fence) or, every third op, on the host. */
+static int joined(struct rank *k, int rc)
+{
+  struct pg__fence *f;
+  static unsigned turn;
+
+  if (rc)
+    return rc;
+  f = k->c->ops->take_fence(k->c);
+  if (!f)
+    return 0;
+  rc = k->c->ops->fence_wait(f, ++turn % 3 == 0, 60);
+  k->c->ops->fence_free(f);
+  return rc;
 }
 
 static void h2d(void *d, const void *h, size_t bytes)
@@ -350,9 +390,9 @@ static void do_all_reduce(struct rank *k, pg_dtype t, pg_op op, size_t cnt)
     fill(t, op, k->me, k->hs, 0, cnt, k->salt);
     h2d(k->dsend, k->hs, cnt * es);
     cudaMemset(k->drecv, 0xab, cnt * es + 1);
-    rc = k->c->ops->all_reduce(k->c, k->dsend,
-                               inplace ? k->dsend : k->drecv, cnt, t, op,
-                               deadline());
+    rc = joined(k, k->c->ops->all_reduce(k->c, k->dsend,
+                                         inplace ? k->dsend : k->drecv, cnt,
+                                         t, op, deadline()));
     check_rc(k, "all_reduce", t, op, cnt, rc);
     d2h(k->hr, inplace ? k->dsend : k->drecv, cnt * es);
     for (i = 0; i < cnt; i++)
@@ -368,8 +408,9 @@ static void do_reduce(struct rank *k, pg_dtype t, pg_op op, size_t cnt)
 
   fill(t, op, k->me, k->hs, 0, cnt, k->salt);
   h2d(k->dsend, k->hs, cnt * es);
-  rc = k->c->ops->reduce(k->c, k->dsend, k->me == root ? k->drecv : NULL,
-                         cnt, t, op, root, deadline());
+  rc = joined(k, k->c->ops->reduce(k->c, k->dsend,
+                                   k->me == root ? k->drecv : NULL, cnt, t,
+                                   op, root, deadline()));
   check_rc(k, "reduce", t, op, cnt, rc);
   if (k->me != root)
     return;
@@ -396,8 +437,8 @@ static void do_reduce_scatter(struct rank *k, pg_dtype t, pg_op op,
                                            : k->dsend;
     fill(t, op, k->me, k->hs, 0, (size_t)k->n * cnt, k->salt);
     h2d(k->dsend, k->hs, (size_t)k->n * cnt * es);
-    rc = k->c->ops->reduce_scatter(k->c, k->dsend, out, cnt, t, op,
-                                   deadline());
+    rc = joined(k, k->c->ops->reduce_scatter(k->c, k->dsend, out, cnt, t,
+                                             op, deadline()));
     check_rc(k, what, t, op, cnt, rc);
     d2h(k->hr, out, cnt * es);
     for (i = 0; i < cnt; i++)
@@ -413,7 +454,8 @@ static void do_broadcast(struct rank *k, pg_dtype t, size_t cnt)
 
   fill(t, PG_SUM, k->me, k->hs, 0, cnt, k->salt);
   h2d(k->dsend, k->hs, cnt * es);
-  rc = k->c->ops->broadcast(k->c, k->dsend, cnt, t, root, deadline());
+  rc = joined(k, k->c->ops->broadcast(k->c, k->dsend, cnt, t, root,
+                                      deadline()));
   check_rc(k, "broadcast", t, PG_SUM, cnt, rc);
   d2h(k->hr, k->dsend, cnt * es);
   for (i = 0; i < cnt; i++)
@@ -437,7 +479,8 @@ static void do_all_gather(struct rank *k, pg_dtype t, size_t cnt)
     fill(t, PG_SUM, k->me, k->hs, 0, cnt, k->salt);
     cudaMemset(k->drecv, 0xab, (size_t)k->n * cnt * es + 1);
     h2d(in, k->hs, cnt * es);
-    rc = k->c->ops->all_gather(k->c, in, k->drecv, cnt, t, deadline());
+    rc = joined(k, k->c->ops->all_gather(k->c, in, k->drecv, cnt, t,
+                                         deadline()));
     check_rc(k, what, t, PG_SUM, cnt, rc);
     d2h(k->hr, k->drecv, (size_t)k->n * cnt * es);
     for (r = 0; r < k->n; r++)
@@ -460,11 +503,15 @@ static void do_send_recv(struct rank *k, pg_dtype t, size_t cnt)
   fill(t, PG_SUM, k->me, k->hs, 0, cnt, k->salt);
   h2d(k->dsend, k->hs, cnt * es);
   if (k->me == 0) {
-    rc1 = k->c->ops->send(k->c, k->dsend, cnt * es, next, 7, deadline());
-    rc2 = k->c->ops->recv(k->c, k->drecv, cnt * es, prev, 7, deadline());
+    rc1 = joined(k, k->c->ops->send(k->c, k->dsend, cnt * es, next, 7,
+                                    deadline()));
+    rc2 = joined(k, k->c->ops->recv(k->c, k->drecv, cnt * es, prev, 7,
+                                    deadline()));
   } else {
-    rc2 = k->c->ops->recv(k->c, k->drecv, cnt * es, prev, 7, deadline());
-    rc1 = k->c->ops->send(k->c, k->dsend, cnt * es, next, 7, deadline());
+    rc2 = joined(k, k->c->ops->recv(k->c, k->drecv, cnt * es, prev, 7,
+                                    deadline()));
+    rc1 = joined(k, k->c->ops->send(k->c, k->dsend, cnt * es, next, 7,
+                                    deadline()));
   }
   check_rc(k, "send", t, PG_SUM, cnt, rc1);
   check_rc(k, "recv", t, PG_SUM, cnt, rc2);
@@ -540,7 +587,7 @@ static int rank_collectives(const struct pg__setup *s)
       do_all_gather(&k, (pg_dtype)t, sizes[z]);
       do_send_recv(&k, (pg_dtype)t, sizes[z]);
       check_rc(&k, "barrier", (pg_dtype)t, PG_SUM, 0,
-               k.c->ops->barrier(k.c, deadline()));
+               joined(&k, k.c->ops->barrier(k.c, deadline())));
     }
   }
   k.c->ops->destroy(k.c);
@@ -573,8 +620,17 @@ static int rank_op_timeout(const struct pg__setup *s)
   if (cudaSetDevice(s->device) || cudaMalloc(&d, 4096))
     abort();
   t0 = pg__now();
+  /* Enqueued at once; the watchdog fails it past its deadline, naming
+   * the op and its sequence number. */
   err = c->ops->all_reduce(c, d, d, 1000, PG_F32, PG_SUM, t0 + 2);
-  if (err != -ETIMEDOUT || pg__now() - t0 > 6) {
+  if (err == 0) {
+    struct pg__fence *f = c->ops->take_fence(c);
+
+    err = f ? c->ops->fence_wait(f, true, 30) : -EINVAL;
+    c->ops->fence_free(f);
+  }
+  if (err != -ETIMEDOUT || !strstr(pg_last_error(), "ncclAllReduce (#1 ") ||
+      !strstr(pg_last_error(), "did not complete within")) {
     fprintf(stderr, "all_reduce: %d after %.1f s (%s)\n", err,
             pg__now() - t0, pg_last_error());
     fails++;
@@ -587,6 +643,159 @@ static int rank_op_timeout(const struct pg__setup *s)
   c->ops->destroy(c);
   cudaFree(d);
   return fails ? 1 : 0;
+}
+
+/* Note [stream model]: the input is written by a slow copy on a stream of
+ * the caller's (pg_set_stream); the op must wait for it on the device, at
+ * submit time, and the caller's stream must wait for the op (device wait)
+ * before the result is copied back on it.  Nothing waits on the host. */
+static int rank_stream_order(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  struct pg__fence *f;
+  cudaStream_t st;
+  size_t n = 4096, i;
+  float *d, *h, *out;
+  int err, round, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (cudaSetDevice(s->device) ||
+      cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) ||
+      cudaMalloc((void **)&d, n * sizeof *d))
+    abort();
+  h = malloc(n * sizeof *h);
+  out = malloc(n * sizeof *out);
+  c->ops->set_stream(c, st);
+  for (round = 1; round <= 20; round++) {
+    for (i = 0; i < n; i++)
+      h[i] = (float)(round * 100 + s->me);
+    if (cudaMemcpyAsync(d, h, n * sizeof *d, cudaMemcpyHostToDevice, st))
+      abort();
+    err = c->ops->all_reduce(c, d, d, n, PG_F32, PG_SUM, pg__now() + 60);
+    f = err ? NULL : c->ops->take_fence(c);
+    if (!err)
+      err = c->ops->fence_wait(f, false, 60);
+    c->ops->fence_free(f);
+    if (cudaMemcpyAsync(out, d, n * sizeof *d, cudaMemcpyDeviceToHost, st) ||
+        cudaStreamSynchronize(st))
+      abort();
+    for (i = 0; i < n && !err; i++)
+      if (out[i] != (float)(round * 100 * s->n + s->n * (s->n - 1) / 2)) {
+        fprintf(stderr, "rank %d round %d: [%zu] = %g\n", s->me, round, i,
+                out[i]);
+        fails++;
+        break;
+      }
+    if (err) {
+      fprintf(stderr, "rank %d: all_reduce: %s\n", s->me, pg_last_error());
+      fails++;
+    }
+    /* The next round's copy into h must not race this round's. */
+    if (cudaStreamSynchronize(st))
+      abort();
+  }
+  c->ops->destroy(c);
+  cudaStreamDestroy(st);
+  cudaFree(d);
+  free(h);
+  free(out);
+  return fails ? 1 : 0;
+}
+
+/* Both ranks send 1 MiB to each other before receiving, in a group:
+ * without ncclGroupStart/End each send would wait for a receive queued
+ * behind the peer's own send. */
+static int rank_group_p2p(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  struct pg__fence *f;
+  size_t n = 1 << 20, i;
+  unsigned char *a, *b, *h;
+  int peer = 1 - s->me, err;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (cudaSetDevice(s->device) || cudaMalloc((void **)&a, n) ||
+      cudaMalloc((void **)&b, n))
+    abort();
+  h = malloc(n);
+  for (i = 0; i < n; i++)
+    h[i] = (unsigned char)(i * 7 + (size_t)s->me);
+  h2d(a, h, n);
+  err = c->ops->group_start(c);
+  if (!err)
+    err = c->ops->send(c, a, n, peer, 0, pg__now() + 60);
+  if (!err)
+    err = c->ops->recv(c, b, n, peer, 0, pg__now() + 60);
+  if (!err)
+    err = c->ops->group_end(c);
+  f = err ? NULL : c->ops->take_fence(c);
+  if (!err)
+    err = f ? c->ops->fence_wait(f, true, 30) : -EINVAL;
+  c->ops->fence_free(f);
+  if (err) {
+    fprintf(stderr, "rank %d: grouped exchange: %d %s\n", s->me, err,
+            pg_last_error());
+    return 1;
+  }
+  d2h(h, b, n);
+  for (i = 0; i < n; i++)
+    if (h[i] != (unsigned char)(i * 7 + (size_t)peer)) {
+      fprintf(stderr, "rank %d: byte %zu from %d wrong\n", s->me, i, peer);
+      return 1;
+    }
+  c->ops->destroy(c);
+  cudaFree(a);
+  cudaFree(b);
+  free(h);
+  return 0;
+}
+
+/* Note [watchdog]: rank 1's third collective fails (the fake's injected
+ * async error); rank 1's watchdog aborts and publishes it, and the other
+ * ranks, stuck in that collective on their GPUs, abort theirs on seeing
+ * the store key: they fail with PG_EPEERFAIL naming rank 1, long before
+ * the 30 s deadline. */
+static int rank_failure_spreads(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  struct pg__fence *f;
+  float *d;
+  int i, err = 0;
+
+  setenv("FAKENCCL_FAIL_RANK", "1", 1);
+  setenv("FAKENCCL_FAIL_OP", "3", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (cudaSetDevice(s->device) || cudaMalloc((void **)&d, 4096))
+    abort();
+  for (i = 0; i < 10 && !err; i++) {
+    err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 30);
+    f = err ? NULL : c->ops->take_fence(c);
+    if (!err)
+      err = f ? c->ops->fence_wait(f, true, -1) : -EINVAL;
+    c->ops->fence_free(f);
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  if (i != 3) {
+    fprintf(stderr, "rank %d: op %d failed (%d: %s), expected op 3\n",
+            s->me, i, err, pg_last_error());
+    return 1;
+  }
+  if (s->me == 1 ? err == PG_ENCCL(ncclSystemError)
+                 : err == PG_EPEERFAIL &&
+                   strstr(pg_last_error(), "because rank 1: "))
+    return 0;
+  fprintf(stderr, "rank %d: got %d (%s)\n", s->me, err, pg_last_error());
+  return 1;
 }
 
 /* ---- ranks as processes ---------------------------------------------- */
@@ -620,6 +829,22 @@ static int rank_main(rank_fn fn, int n, int me, int (*fds)[2],
   }
   s.store = st;
   rc = fn(&s);
+  /* Rank 0's store outlives every rank's use of it (as pg_destroy's exit
+   * barrier makes sure): the watchdogs read it until the end. */
+  {
+    char key[32];
+    const char *keys[MAXRANKS];
+    static char names[MAXRANKS][32];
+
+    snprintf(key, sizeof key, "t/exit/%d", me);
+    pg_store_set(st, key, "1", 1);
+    for (r = 0; r < n; r++) {
+      snprintf(names[r], sizeof names[r], "t/exit/%d", r);
+      keys[r] = names[r];
+    }
+    if (me == 0)
+      pg_store_wait(st, keys, (size_t)n, 60);
+  }
   pg_store_close(st);
   if (srv)
     pg_store_server_stop(srv);
@@ -665,6 +890,48 @@ START_TEST(test_op_timeout)
 }
 END_TEST
 
+START_TEST(test_stream_order)
+{
+  run_ranks(rank_stream_order, _i, 60);
+}
+END_TEST
+
+START_TEST(test_group_p2p)
+{
+  run_ranks(rank_group_p2p, 2, 60);
+}
+END_TEST
+
+START_TEST(test_failure_spreads)
+{
+  run_ranks(rank_failure_spreads, 3, 120);
+}
+END_TEST
+
+/* Note [device rule]: a worker at local rank 3 that sees one device
+ * (CUDA_VISIBLE_DEVICES) uses device 0. */
+START_TEST(test_one_visible_device)
+{
+  struct pg_options o = PG_OPTIONS_INIT;
+  pg_group *g = NULL;
+  int err;
+
+  if (fakecuda_is_fake)
+    setenv("FAKECUDA_DEVICES", "1", 1);
+  else if (probe_devices() != 1)
+    return;  /* needs the fake, or a machine with one GPU */
+  o.rank = 0;
+  o.world_size = 1;
+  o.local_rank = 3;
+  o.backend = PG_BACKEND_NCCL;
+  err = pg_init(&o, &g);
+  ck_assert_msg(err == 0, "local rank 3, one device: %d (%s)", err,
+                pg_last_error());
+  ck_assert_str_eq(pg_backend_name(g), "nccl");
+  pg_destroy(g);
+}
+END_TEST
+
 /* Only member 0 of 2 ever joins: init must give up at the timeout. */
 START_TEST(test_init_timeout)
 {
@@ -700,6 +967,7 @@ static Suite *pg_nccl_suite(int ndev)
   tcase_add_test(tc, test_built_matches_build);
   tcase_add_test(tc, test_create_without_device);
   tcase_add_test(tc, test_create_bad_member);
+  tcase_add_test(tc, test_device_rule);
   suite_add_tcase(s, tc);
 #ifdef PG_WITH_NCCL
   if (ndev >= 1) {
@@ -707,11 +975,17 @@ static Suite *pg_nccl_suite(int ndev)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_collectives, 1, 2);
     tcase_add_test(tc, test_init_timeout);
+    tcase_add_loop_test(tc, test_stream_order, 1, 2);
+    tcase_add_test(tc, test_one_visible_device);
     if (ndev >= 2) {
       tcase_add_loop_test(tc, test_collectives,
                           ndev < MAXRANKS ? ndev : MAXRANKS,
                           (ndev < MAXRANKS ? ndev : MAXRANKS) + 1);
       tcase_add_test(tc, test_op_timeout);
+      tcase_add_loop_test(tc, test_stream_order, 2, 3);
+      tcase_add_test(tc, test_group_p2p);
+      if (ndev >= 3 && fakecuda_is_fake)
+        tcase_add_test(tc, test_failure_spreads);
     }
     suite_add_tcase(s, tc);
   }

@@ -779,6 +779,60 @@ START_TEST(test_send_recv)
 }
 END_TEST
 
+/* Every rank sends 1 MiB (and a message larger than any ring) to both
+ * neighbours before it receives anything: a pair (n = 2) and cycles.
+ * TCP drains incoming messages while it sends; shared memory must too,
+ * or this deadlocks until the deadline. */
+static void p2p_send_first(struct rank *r, void *arg)
+{
+  static const size_t lens[] = { 1u << 20, (3u << 20) + 5 };
+  int next = (r->me + 1) % r->n, prev = (r->me + r->n - 1) % r->n;
+  size_t k, big = (3u << 20) + 5;
+  unsigned char *s = xmalloc(big), *d = xmalloc(big);
+  char ns[64];
+  int err;
+
+  (void)arg;
+  snprintf(ns, sizeof ns, "p2pfirst/%d/", r->n);
+  rank_setup(r, ns, 30);
+  for (k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+    fill_msg(s, lens[k], r->me, 10 + (int)k);
+    err = r->c->ops->send(r->c, s, lens[k], next, 10 + (int)k, deadline(r));
+    RCHECK(r, err == 0, "send %zu to next: %s", lens[k], pg_last_error());
+    if (r->n > 2) {
+      fill_msg(s, lens[k], r->me, 20 + (int)k);
+      err = r->c->ops->send(r->c, s, lens[k], prev, 20 + (int)k,
+                            deadline(r));
+      RCHECK(r, err == 0, "send %zu to prev: %s", lens[k], pg_last_error());
+    }
+    err = r->c->ops->recv(r->c, d, lens[k], prev, 10 + (int)k, deadline(r));
+    RCHECK(r, err == 0, "recv %zu from prev: %s", lens[k], pg_last_error());
+    check_msg(r, d, lens[k], prev, 10 + (int)k);
+    if (r->n > 2) {
+      err = r->c->ops->recv(r->c, d, lens[k], next, 20 + (int)k,
+                            deadline(r));
+      RCHECK(r, err == 0, "recv %zu from next: %s", lens[k],
+             pg_last_error());
+      check_msg(r, d, lens[k], next, 20 + (int)k);
+    }
+  }
+  err = r->c->ops->barrier(r->c, deadline(r));
+  RCHECK(r, err == 0, "barrier: %s", pg_last_error());
+  free(s);
+  free(d);
+  rank_teardown(r);
+}
+
+START_TEST(test_send_first)
+{
+  int n = _i, st[MAXN];
+  pid_t pids[MAXN];
+
+  run_ranks(n, p2p_send_first, NULL, pids, st, NULL);
+  expect_clean_exits(n, st);
+}
+END_TEST
+
 /* ---- failures ----------------------------------------------------------------------- */
 
 #define KILL_N 4
@@ -994,6 +1048,7 @@ static Suite *pg_shm_suite(void)
   tcase_add_checked_fixture(tp, setup, teardown);
   tcase_set_timeout(tp, 120);
   tcase_add_loop_test(tp, test_send_recv, 2, MAXN + 1);
+  tcase_add_loop_test(tp, test_send_first, 2, 5);
   tcase_add_test(tp, test_solo);
   suite_add_tcase(s, tp);
   tcase_add_checked_fixture(tf, setup, teardown);

@@ -1,0 +1,23 @@
+/* fake.h -- what the test-only CUDA runtime fake (fakecuda.c) offers the
+ * NCCL fake (fakenccl.c).  Nothing here is part of libpg. */
+#ifndef FAKE_H
+#define FAKE_H
+
+#include <cuda_runtime.h>
+
+/* Runs fn(arg) on stream s's own thread, after everything enqueued on it
+ * before (s may be 0, cudaStreamLegacy or cudaStreamPerThread: the
+ * process's legacy stream).  Returns cudaSuccess or an error. */
+cudaError_t fake_stream_enqueue(cudaStream_t s, void (*fn)(void *),
+                                void *arg);
+
+/* Sleeps a little, more the longer a wait has lasted (spins counts the
+ * calls): the fake's kernels poll shared memory. */
+void fake_backoff(unsigned *spins);
+
+/* Makes the stream's work slow, so that a missing wait shows up as a
+ * wrong result instead of passing by luck: every copy, memset and NCCL
+ * operation first sleeps $FAKECUDA_DELAY_US (default 300) microseconds. */
+void fake_work_delay(void);
+
+#endif

@@ -1,0 +1,521 @@
+/* fakecuda.c -- a test-only fake of the CUDA runtime functions libpg's
+ * NCCL backend calls, so that CI runs libpg/nccl/nccl.c without a GPU.
+ *
+ * "Device" memory is host memory.  Every stream is a real thread that runs
+ * what is enqueued on it in order; events are recorded by the stream when
+ * it gets there; cudaStreamWaitEvent makes a stream wait (on its thread,
+ * not the caller's) for the event's last recording.  Streams never
+ * synchronize implicitly with each other, not even with the legacy default
+ * stream, which is stricter than CUDA for non-blocking streams and the
+ * same for what libpg uses: a missing cudaStreamWaitEvent shows up as a
+ * wrong result.  Synchronous copies and memsets go through the legacy
+ * stream and wait for it, as in CUDA.
+ *
+ * Devices: $FAKECUDA_DEVICES (default 4; 0: cudaErrorNoDevice).
+ * Work on streams is slowed down (fake_work_delay) so that ordering bugs
+ * do not pass by luck. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+struct task {
+  void (*fn)(void *);
+  void *arg;
+  struct task *next;
+};
+
+struct CUstream_st {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;        /* work queued, or work finished */
+  struct task *head, *tail;
+  uint64_t queued, finished;
+  bool stop;
+  pthread_t th;
+};
+
+struct CUevent_st {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t recorded;        /* recordings asked for */
+  uint64_t reached;         /* recordings the stream has got to */
+  int refs;                 /* the creator's, each queued record/wait's:
+                               CUDA lets an event be destroyed with work
+                               on it still queued */
+};
+
+/* Tells the tests they run on the fake (check_pg_nccl.c). */
+int fakecuda_is_fake = 1;
+
+static __thread cudaError_t last_error;
+static __thread int current_device;
+static pthread_once_t legacy_once = PTHREAD_ONCE_INIT;
+static struct CUstream_st *legacy;
+
+static cudaError_t fail(cudaError_t e)
+{
+  if (e != cudaSuccess)
+    last_error = e;
+  return e;
+}
+
+void fake_backoff(unsigned *spins)
+{
+  struct timespec ts = { 0, 0 };
+
+  if (++*spins < 64) {
+    sched_yield();
+    return;
+  }
+  ts.tv_nsec = *spins < 1000 ? 20000 : 200000;
+  nanosleep(&ts, NULL);
+}
+
+void fake_work_delay(void)
+{
+  const char *v = getenv("FAKECUDA_DELAY_US");
+  long us = v && *v ? atol(v) : 300;
+  struct timespec ts;
+
+  if (us <= 0)
+    return;
+  ts.tv_sec = us / 1000000;
+  ts.tv_nsec = (us % 1000000) * 1000;
+  nanosleep(&ts, NULL);
+}
+
+static int devices(void)
+{
+  const char *v = getenv("FAKECUDA_DEVICES");
+
+  return v && *v ? atoi(v) : 4;
+}
+
+/* ---- streams --------------------------------------------------------- */
+
+static void *stream_main(void *arg)
+{
+  struct CUstream_st *s = arg;
+  struct task *t;
+
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stop)
+      pthread_cond_wait(&s->cv, &s->mu);
+    if (!s->head)
+      break;
+    t = s->head;
+    pthread_mutex_unlock(&s->mu);
+    t->fn(t->arg);
+    pthread_mutex_lock(&s->mu);
+    s->head = t->next;
+    if (!s->head)
+      s->tail = NULL;
+    s->finished++;
+    free(t);
+    pthread_cond_broadcast(&s->cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static struct CUstream_st *stream_new(void)
+{
+  struct CUstream_st *s = calloc(1, sizeof *s);
+
+  if (!s)
+    return NULL;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  if (pthread_create(&s->th, NULL, stream_main, s) != 0) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+static void legacy_init(void)
+{
+  legacy = stream_new();
+  if (!legacy)
+    abort();
+}
+
+static struct CUstream_st *resolve(cudaStream_t s)
+{
+  if (s == 0 || s == cudaStreamLegacy || s == cudaStreamPerThread) {
+    pthread_once(&legacy_once, legacy_init);
+    return legacy;
+  }
+  return s;
+}
+
+cudaError_t fake_stream_enqueue(cudaStream_t hs, void (*fn)(void *),
+                                void *arg)
+{
+  struct CUstream_st *s = resolve(hs);
+  struct task *t = malloc(sizeof *t);
+
+  if (!t)
+    return fail(cudaErrorMemoryAllocation);
+  t->fn = fn;
+  t->arg = arg;
+  t->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->tail)
+    s->tail->next = t;
+  else
+    s->head = t;
+  s->tail = t;
+  s->queued++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags)
+{
+  (void)flags;
+  *out = stream_new();
+  return *out ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *out)
+{
+  return cudaStreamCreateWithFlags(out, 0);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t hs)
+{
+  struct CUstream_st *s = resolve(hs);
+  uint64_t want;
+
+  pthread_mutex_lock(&s->mu);
+  want = s->queued;
+  while (s->finished < want)
+    pthread_cond_wait(&s->cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t hs)
+{
+  struct CUstream_st *s = resolve(hs);
+  bool idle;
+
+  pthread_mutex_lock(&s->mu);
+  idle = s->finished == s->queued;
+  pthread_mutex_unlock(&s->mu);
+  return idle ? cudaSuccess : cudaErrorNotReady;
+}
+
+/* Waits for the queue to drain, then ends the thread. */
+cudaError_t cudaStreamDestroy(cudaStream_t hs)
+{
+  struct CUstream_st *s = hs;
+
+  if (!s || s == resolve(0))
+    return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&s->mu);
+  s->stop = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->th, NULL);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+  return cudaSuccess;
+}
+
+/* ---- events ------------------------------------------------------------ */
+
+static void ev_unref(struct CUevent_st *e)
+{
+  if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags)
+{
+  struct CUevent_st *e = calloc(1, sizeof *e);
+
+  (void)flags;
+  if (!e)
+    return fail(cudaErrorMemoryAllocation);
+  e->refs = 1;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  *out = e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *out)
+{
+  return cudaEventCreateWithFlags(out, 0);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+  if (!e)
+    return fail(cudaErrorInvalidResourceHandle);
+  ev_unref(e);
+  return cudaSuccess;
+}
+
+struct ev_arg {
+  struct CUevent_st *e;
+  uint64_t gen;
+};
+
+static void ev_reach(void *p)
+{
+  struct ev_arg *a = p;
+
+  pthread_mutex_lock(&a->e->mu);
+  if (a->e->reached < a->gen)
+    a->e->reached = a->gen;
+  pthread_cond_broadcast(&a->e->cv);
+  pthread_mutex_unlock(&a->e->mu);
+  ev_unref(a->e);
+  free(a);
+}
+
+static void ev_wait(void *p)
+{
+  struct ev_arg *a = p;
+
+  pthread_mutex_lock(&a->e->mu);
+  while (a->e->reached < a->gen)
+    pthread_cond_wait(&a->e->cv, &a->e->mu);
+  pthread_mutex_unlock(&a->e->mu);
+  ev_unref(a->e);
+  free(a);
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+  struct ev_arg *a = malloc(sizeof *a);
+  cudaError_t r;
+
+  if (!e || !a) {
+    free(a);
+    return fail(e ? cudaErrorMemoryAllocation
+                  : cudaErrorInvalidResourceHandle);
+  }
+  pthread_mutex_lock(&e->mu);
+  a->e = e;
+  a->gen = ++e->recorded;
+  pthread_mutex_unlock(&e->mu);
+  __atomic_add_fetch(&e->refs, 1, __ATOMIC_ACQ_REL);
+  r = fake_stream_enqueue(s, ev_reach, a);
+  if (r != cudaSuccess) {
+    ev_unref(e);
+    free(a);
+    return r;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+  bool done;
+
+  if (!e)
+    return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&e->mu);
+  done = e->reached >= e->recorded;
+  pthread_mutex_unlock(&e->mu);
+  return done ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+  if (!e)
+    return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&e->mu);
+  while (e->reached < e->recorded)
+    pthread_cond_wait(&e->cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e,
+                                unsigned int flags)
+{
+  struct ev_arg *a;
+  uint64_t gen;
+
+  (void)flags;
+  if (!e)
+    return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&e->mu);
+  gen = e->recorded;
+  pthread_mutex_unlock(&e->mu);
+  if (gen == 0)
+    return cudaSuccess;  /* never recorded: nothing to wait for */
+  a = malloc(sizeof *a);
+  if (!a)
+    return fail(cudaErrorMemoryAllocation);
+  a->e = e;
+  a->gen = gen;
+  __atomic_add_fetch(&e->refs, 1, __ATOMIC_ACQ_REL);
+  if (fake_stream_enqueue(s, ev_wait, a) != cudaSuccess) {
+    ev_unref(e);
+    free(a);
+    return last_error;
+  }
+  return cudaSuccess;
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+  if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) {
+    *p = NULL;
+    return fail(cudaErrorMemoryAllocation);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+  free(p);
+  return cudaSuccess;
+}
+
+struct copy_arg {
+  void *dst;
+  const void *src;
+  size_t bytes;
+  int value;
+  bool set;
+};
+
+static void do_copy(void *p)
+{
+  struct copy_arg *a = p;
+
+  fake_work_delay();
+  if (a->set)
+    memset(a->dst, a->value, a->bytes);
+  else
+    memmove(a->dst, a->src, a->bytes);
+  free(a);
+}
+
+static cudaError_t enqueue_copy(void *dst, const void *src, size_t bytes,
+                                int value, bool set, cudaStream_t s)
+{
+  struct copy_arg *a = malloc(sizeof *a);
+
+  if (!a)
+    return fail(cudaErrorMemoryAllocation);
+  a->dst = dst;
+  a->src = src;
+  a->bytes = bytes;
+  a->value = value;
+  a->set = set;
+  if (fake_stream_enqueue(s, do_copy, a) != cudaSuccess) {
+    free(a);
+    return last_error;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
+                            enum cudaMemcpyKind kind, cudaStream_t s)
+{
+  (void)kind;
+  return enqueue_copy(dst, src, bytes, 0, false, s);
+}
+
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes,
+                            cudaStream_t s)
+{
+  return enqueue_copy(dst, NULL, bytes, value, true, s);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes,
+                       enum cudaMemcpyKind kind)
+{
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, 0);
+
+  return e == cudaSuccess ? cudaStreamSynchronize(0) : e;
+}
+
+cudaError_t cudaMemset(void *dst, int value, size_t bytes)
+{
+  cudaError_t e = cudaMemsetAsync(dst, value, bytes, 0);
+
+  return e == cudaSuccess ? cudaStreamSynchronize(0) : e;
+}
+
+/* ---- devices and errors ------------------------------------------------- */
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+  *n = devices();
+  if (*n < 1) {
+    *n = 0;
+    return fail(cudaErrorNoDevice);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int dev)
+{
+  if (dev < 0 || dev >= devices())
+    return fail(cudaErrorInvalidDevice);
+  current_device = dev;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *dev)
+{
+  *dev = current_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+  return cudaStreamSynchronize(0);
+}
+
+cudaError_t cudaGetLastError(void)
+{
+  cudaError_t e = last_error;
+
+  last_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+  return last_error;
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+  switch (e) {
+  case cudaSuccess: return "no error (fake)";
+  case cudaErrorNoDevice: return "no CUDA-capable device is detected (fake)";
+  case cudaErrorInvalidDevice: return "invalid device ordinal (fake)";
+  case cudaErrorMemoryAllocation: return "out of memory (fake)";
+  case cudaErrorNotReady: return "device not ready (fake)";
+  case cudaErrorInvalidResourceHandle:
+    return "invalid resource handle (fake)";
+  default: return "unknown error (fake)";
+  }
+}

@@ -1,0 +1,811 @@
+/* fakenccl.c -- a test-only fake of the NCCL functions libpg's NCCL
+ * backend calls: real collectives between ranks that are separate
+ * processes, through a POSIX shared-memory segment named after the
+ * unique id, run on the fake CUDA streams (fakecuda.c), so a wrong op or
+ * dtype mapping gives a wrong result.
+ *
+ * Semantics kept: every call enqueues its work on the stream and returns;
+ * the work of one rank blocks its stream until the peers get there (so a
+ * missing peer hangs the stream, as on a GPU, until ncclCommAbort);
+ * ncclGroupStart/End run the grouped sends and receives together, so an
+ * exchange does not deadlock; ncclCommGetAsyncError reports an injected
+ * failure; a non-blocking communicator (config.blocking = 0) finishes
+ * ncclCommInitRankConfig in the background (ncclInProgress until then).
+ * Arithmetic: every element is reduced in double (integers in int64) and
+ * rounded once; ncclAvg divides the sum (integers truncating).  Aborts are
+ * local, as in NCCL: the peers of an aborted rank hang.
+ *
+ * Test hooks: $FAKENCCL_FAIL_RANK and $FAKENCCL_FAIL_OP=k: on that rank
+ * the k-th operation (from 1) never completes and the communicator
+ * reports ncclSystemError from ncclCommGetAsyncError, as a crashed kernel
+ * would. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fake.h"
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#define SLOT ((size_t)1 << 20)     /* per-rank staging for collectives */
+#define BOX ((size_t)256 << 10)    /* per ordered pair, point to point */
+#define LINE 64
+
+struct rank_line {
+  uint64_t phase;
+  char pad[LINE - 8];
+};
+
+struct box {
+  uint64_t put, take, len;
+  char pad[LINE - 24];
+};
+
+struct seg {
+  uint32_t n;
+  uint32_t joined;
+  char pad[LINE - 8];
+  /* then: rank_line[n], box[n * n], slots[n][SLOT], boxdata[n*n][BOX] */
+};
+
+struct ncclComm {
+  int n, me, dev;
+  char name[64];
+  size_t size;
+  struct seg *seg;
+  struct rank_line *rl;
+  struct box *boxes;
+  char *slots, *boxdata;
+  uint64_t phase;           /* this rank's, touched by its stream only */
+  int aborted;              /* atomic */
+  int async_err;            /* atomic: ncclResult_t */
+  int init_done;            /* atomic */
+  int refs;                 /* atomic: the user's, each queued op's */
+  int fail_op;              /* FAKENCCL_FAIL_OP on this rank, else 0 */
+  unsigned long ops;        /* operations issued */
+  pthread_t init_th;
+  bool init_thread;
+  char last[256];
+};
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static uint64_t ld(const uint64_t *p)
+{
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static void st(uint64_t *p, uint64_t v)
+{
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+static bool aborted(struct ncclComm *c)
+{
+  return __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE) != 0;
+}
+
+static void comm_unref(struct ncclComm *c)
+{
+  if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
+  if (c->init_thread)
+    pthread_join(c->init_th, NULL);
+  if (c->seg)
+    munmap(c->seg, c->size);
+  free(c);
+}
+
+static size_t type_size(ncclDataType_t t)
+{
+  switch (t) {
+  case ncclInt8: case ncclUint8: return 1;
+  case ncclFloat16: case ncclBfloat16: return 2;
+  case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+  case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+  default: return 0;
+  }
+}
+
+static bool is_float(ncclDataType_t t)
+{
+  return t == ncclFloat16 || t == ncclBfloat16 || t == ncclFloat32 ||
+         t == ncclFloat64;
+}
+
+static double h2d(uint16_t h)
+{
+  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY)
+                                               : ldexp(m | 0x400, e - 25);
+
+  return h & 0x8000 ? -v : v;
+}
+
+static uint16_t d2h(double d)
+{
+  float f = (float)d;
+  uint32_t x, sign, mant, h, rem, half;
+  int32_t exp;
+  int shift;
+
+  memcpy(&x, &f, sizeof x);
+  sign = (x >> 16) & 0x8000;
+  exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+  mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff)
+    return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31)
+    return (uint16_t)(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10)
+      return (uint16_t)sign;
+    mant |= 0x800000;
+    shift = 14 - exp;
+    h = mant >> shift;
+    rem = mant & ((1u << shift) - 1);
+    half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1)))
+      h++;
+    return (uint16_t)(sign | h);
+  }
+  h = ((uint32_t)exp << 10) | (mant >> 13);
+  rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+    h++;
+  return (uint16_t)(sign | h);
+}
+
+static double b2d(uint16_t b)
+{
+  uint32_t x = (uint32_t)b << 16;
+  float f;
+
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+static uint16_t d2b(double d)
+{
+  float f = (float)d;
+  uint32_t x;
+
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffff) > 0x7f800000)
+    return (uint16_t)((x >> 16) | 0x40);
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+static double getf(ncclDataType_t t, const void *p, size_t i)
+{
+  switch (t) {
+  case ncclFloat16: return h2d(((const uint16_t *)p)[i]);
+  case ncclBfloat16: return b2d(((const uint16_t *)p)[i]);
+  case ncclFloat32: return ((const float *)p)[i];
+  default: return ((const double *)p)[i];
+  }
+}
+
+static void putf(ncclDataType_t t, void *p, size_t i, double v)
+{
+  switch (t) {
+  case ncclFloat16: ((uint16_t *)p)[i] = d2h(v); break;
+  case ncclBfloat16: ((uint16_t *)p)[i] = d2b(v); break;
+  case ncclFloat32: ((float *)p)[i] = (float)v; break;
+  default: ((double *)p)[i] = v; break;
+  }
+}
+
+static int64_t geti(ncclDataType_t t, const void *p, size_t i)
+{
+  switch (t) {
+  case ncclInt8: return ((const int8_t *)p)[i];
+  case ncclUint8: return ((const uint8_t *)p)[i];
+  case ncclInt32: return ((const int32_t *)p)[i];
+  case ncclUint32: return ((const uint32_t *)p)[i];
+  case ncclInt64: return ((const int64_t *)p)[i];
+  default: return (int64_t)((const uint64_t *)p)[i];
+  }
+}
+
+static void puti(ncclDataType_t t, void *p, size_t i, int64_t v)
+{
+  switch (t) {
+  case ncclInt8: ((int8_t *)p)[i] = (int8_t)v; break;
+  case ncclUint8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+  case ncclInt32: ((int32_t *)p)[i] = (int32_t)v; break;
+  case ncclUint32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+  case ncclInt64: ((int64_t *)p)[i] = v; break;
+  default: ((uint64_t *)p)[i] = (uint64_t)v; break;
+  }
+}
+
+static bool is_signed_int(ncclDataType_t t)
+{
+  return t == ncclInt8 || t == ncclInt32 || t == ncclInt64;
+}
+
+/* dst[i] = op over srcs[0..n-1][i], for m elements. */
+static void reduce(ncclDataType_t t, ncclRedOp_t op, void *dst,
+                   const void *const *srcs, int n, size_t m)
+{
+  size_t i;
+  int r;
+
+  for (i = 0; i < m; i++) {
+    if (is_float(t)) {
+      double acc = getf(t, srcs[0], i), v;
+
+      for (r = 1; r < n; r++) {
+        v = getf(t, srcs[r], i);
+        switch (op) {
+        case ncclSum: case ncclAvg: acc += v; break;
+        case ncclProd: acc *= v; break;
+        case ncclMin: acc = v < acc || isnan(v) ? v : acc; break;
+        default: acc = v > acc || isnan(v) ? v : acc; break;
+        }
+      }
+      if (op == ncclAvg)
+        acc /= n;
+      putf(t, dst, i, acc);
+    } else {
+      uint64_t acc = (uint64_t)geti(t, srcs[0], i), v;
+      bool sgn = is_signed_int(t);
+
+      for (r = 1; r < n; r++) {
+        v = (uint64_t)geti(t, srcs[r], i);
+        switch (op) {
+        case ncclSum: case ncclAvg: acc += v; break;
+        case ncclProd: acc *= v; break;
+        case ncclMin:
+          acc = sgn ? ((int64_t)v < (int64_t)acc ? v : acc)
+                    : (v < acc ? v : acc);
+          break;
+        default:
+          acc = sgn ? ((int64_t)v > (int64_t)acc ? v : acc)
+                    : (v > acc ? v : acc);
+          break;
+        }
+      }
+      /* The sum wraps in the element type first (pg.h's rule). */
+      puti(t, dst, i, (int64_t)acc);
+      if (op == ncclAvg)
+        puti(t, dst, i, sgn ? geti(t, dst, i) / n
+                            : (int64_t)((uint64_t)geti(t, dst, i) /
+                                        (uint64_t)n));
+    }
+  }
+}
+
+/* ---- phases: every rank's stream meets the others' ------------------- */
+
+static char *slot(struct ncclComm *c, int r)
+{
+  return c->slots + (size_t)r * SLOT;
+}
+
+/* Publishes the next phase and waits for every rank to reach it. */
+static ncclResult_t meet(struct ncclComm *c)
+{
+  unsigned spins = 0;
+  int r;
+
+  c->phase++;
+  st(&c->rl[c->me].phase, c->phase);
+  for (r = 0; r < c->n; r++)
+    while (ld(&c->rl[r].phase) < c->phase) {
+      if (aborted(c))
+        return ncclInvalidUsage;
+      fake_backoff(&spins);
+    }
+  return ncclSuccess;
+}
+
+/* ---- operations ------------------------------------------------------- */
+
+enum kind { K_ALLREDUCE, K_BCAST, K_REDUCE, K_ALLGATHER, K_REDSCAT,
+            K_SEND, K_RECV };
+
+struct op {
+  enum kind kind;
+  const void *send;
+  void *recv;
+  size_t count;
+  ncclDataType_t dt;
+  ncclRedOp_t rop;
+  int root;                 /* or peer */
+  size_t done;              /* p2p progress, bytes */
+  struct op *next;
+};
+
+struct batch {
+  struct ncclComm *c;
+  struct op *ops;
+  bool fail;                /* the injected failure: never finishes */
+};
+
+/* Collectives in chunks that fit a slot; rank r's contribution to a
+ * chunk lies in slot r. */
+static ncclResult_t run_collective(struct ncclComm *c, struct op *o)
+{
+  size_t es = type_size(o->dt), per = SLOT / es, off, m, b;
+  const void *srcs[64];
+  ncclResult_t res;
+  int r, nb;
+
+  for (r = 0; r < c->n; r++)
+    srcs[r] = slot(c, r);
+  /* reduce_scatter: one pass per block; the others: one pass. */
+  nb = o->kind == K_REDSCAT ? c->n : 1;
+  for (b = 0; b < (size_t)nb; b++) {
+    for (off = 0; off < o->count; off += m) {
+      const char *in = (const char *)o->send + (b * o->count + off) * es;
+
+      m = o->count - off < per ? o->count - off : per;
+      switch (o->kind) {
+      case K_BCAST:
+        if (c->me == o->root)
+          memcpy(slot(c, c->me), in, m * es);
+        break;
+      default:
+        memcpy(slot(c, c->me), in, m * es);
+        break;
+      }
+      if ((res = meet(c)) != ncclSuccess)
+        return res;
+      switch (o->kind) {
+      case K_ALLREDUCE:
+        reduce(o->dt, o->rop, (char *)o->recv + off * es, srcs, c->n, m);
+        break;
+      case K_REDUCE:
+        if (c->me == o->root)
+          reduce(o->dt, o->rop, (char *)o->recv + off * es, srcs, c->n, m);
+        break;
+      case K_REDSCAT:
+        if ((int)b == c->me)
+          reduce(o->dt, o->rop, (char *)o->recv + off * es, srcs, c->n, m);
+        break;
+      case K_BCAST:
+        memcpy((char *)o->recv + off * es, slot(c, o->root), m * es);
+        break;
+      case K_ALLGATHER:
+        for (r = 0; r < c->n; r++)
+          memcpy((char *)o->recv + ((size_t)r * o->count + off) * es,
+                 slot(c, r), m * es);
+        break;
+      default:
+        break;
+      }
+      if ((res = meet(c)) != ncclSuccess)
+        return res;
+    }
+  }
+  return ncclSuccess;
+}
+
+static struct box *box_of(struct ncclComm *c, int from, int to)
+{
+  return &c->boxes[from * c->n + to];
+}
+
+static char *boxdata(struct ncclComm *c, int from, int to)
+{
+  return c->boxdata + (size_t)(from * c->n + to) * BOX;
+}
+
+/* One step of a send or receive without waiting; true when it is done. */
+static bool p2p_step(struct ncclComm *c, struct op *o)
+{
+  size_t bytes = o->count * type_size(o->dt), m;
+  struct box *bx;
+
+  if (o->kind == K_SEND) {
+    bx = box_of(c, c->me, o->root);
+    if (o->done >= bytes && ld(&bx->put) == ld(&bx->take))
+      return true;
+    if (o->done >= bytes || ld(&bx->put) != ld(&bx->take))
+      return false;
+    m = bytes - o->done < BOX ? bytes - o->done : BOX;
+    memcpy(boxdata(c, c->me, o->root), (const char *)o->send + o->done, m);
+    bx->len = m;
+    st(&bx->put, ld(&bx->put) + 1);
+    o->done += m;
+    return false;
+  }
+  bx = box_of(c, o->root, c->me);
+  if (o->done >= bytes)
+    return true;
+  if (ld(&bx->put) == ld(&bx->take))
+    return false;
+  m = bx->len;
+  if (m > bytes - o->done)
+    m = bytes - o->done;   /* a size mismatch: NCCL's is undefined */
+  memcpy((char *)o->recv + o->done, boxdata(c, o->root, c->me), m);
+  o->done += m;
+  st(&bx->take, ld(&bx->take) + 1);
+  return o->done >= bytes;
+}
+
+/* Collectives in order, then every send and receive of the batch
+ * together (a group's exchange cannot deadlock). */
+static void run_batch(void *arg)
+{
+  struct batch *bt = arg;
+  struct ncclComm *c = bt->c;
+  struct op *o, *next;
+  unsigned spins = 0;
+  bool all;
+
+  fake_work_delay();
+  if (bt->fail) {
+    while (!aborted(c))
+      fake_backoff(&spins);
+    goto out;
+  }
+  for (o = bt->ops; o && !aborted(c); o = o->next)
+    if (o->kind != K_SEND && o->kind != K_RECV && o->count)
+      run_collective(c, o);
+  for (;;) {
+    all = true;
+    for (o = bt->ops; o; o = o->next)
+      if ((o->kind == K_SEND || o->kind == K_RECV) && o->count &&
+          !p2p_step(c, o))
+        all = false;
+    if (all || aborted(c))
+      break;
+    fake_backoff(&spins);
+  }
+out:
+  for (o = bt->ops; o; o = next) {
+    next = o->next;
+    free(o);
+  }
+  comm_unref(c);
+  free(bt);
+}
+
+/* ---- groups ---------------------------------------------------------- */
+
+struct pending {
+  struct ncclComm *c;
+  cudaStream_t stream;
+  struct op *head, *tail;
+};
+
+static __thread int group_depth;
+static __thread struct pending group_ops;
+
+static ncclResult_t launch(struct ncclComm *c, cudaStream_t s, struct op *ops)
+{
+  struct batch *bt = calloc(1, sizeof *bt);
+  const char *fr = getenv("FAKENCCL_FAIL_RANK");
+
+  if (!bt)
+    return ncclSystemError;
+  bt->c = c;
+  bt->ops = ops;
+  c->ops++;
+  if (c->fail_op && fr && atoi(fr) == c->me &&
+      c->ops == (unsigned long)c->fail_op) {
+    bt->fail = true;
+    __atomic_store_n(&c->async_err, ncclSystemError, __ATOMIC_RELEASE);
+    snprintf(c->last, sizeof c->last, "fake: injected failure of "
+             "operation %lu on rank %d", c->ops, c->me);
+  }
+  __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+  if (fake_stream_enqueue(s, run_batch, bt) != cudaSuccess) {
+    comm_unref(c);
+    free(bt);
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t submit(struct ncclComm *c, cudaStream_t s, struct op *proto)
+{
+  struct op *o;
+
+  if (!c || aborted(c))
+    return ncclInvalidArgument;
+  if (!__atomic_load_n(&c->init_done, __ATOMIC_ACQUIRE))
+    return ncclInvalidUsage;
+  if (!type_size(proto->dt))
+    return ncclInvalidArgument;
+  if ((proto->kind == K_BCAST || proto->kind == K_REDUCE ||
+       proto->kind == K_SEND || proto->kind == K_RECV) &&
+      (proto->root < 0 || proto->root >= c->n))
+    return ncclInvalidArgument;
+  if ((unsigned)proto->rop > (unsigned)ncclAvg)
+    return ncclInvalidArgument;
+  o = malloc(sizeof *o);
+  if (!o)
+    return ncclSystemError;
+  *o = *proto;
+  o->done = 0;
+  o->next = NULL;
+  if (group_depth == 0)
+    return launch(c, s, o);
+  if (group_ops.head && (group_ops.c != c || group_ops.stream != s)) {
+    free(o);
+    return ncclInvalidUsage;  /* the fake groups one comm and stream */
+  }
+  group_ops.c = c;
+  group_ops.stream = s;
+  if (group_ops.tail)
+    group_ops.tail->next = o;
+  else
+    group_ops.head = o;
+  group_ops.tail = o;
+  return ncclSuccess;
+}
+
+/* nccl.h declares these without (void). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#pragma GCC diagnostic ignored "-Wmissing-prototypes"
+ncclResult_t ncclGroupStart()
+{
+  group_depth++;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd()
+{
+  ncclResult_t r = ncclSuccess;
+
+  if (group_depth == 0)
+    return ncclInvalidUsage;
+  if (--group_depth > 0 || !group_ops.head)
+    return ncclSuccess;
+  r = launch(group_ops.c, group_ops.stream, group_ops.head);
+  memset(&group_ops, 0, sizeof group_ops);
+  return r;
+}
+#pragma GCC diagnostic pop
+
+#define OP(k, s, r, n, d, o, rt) \
+  (struct op){ .kind = (k), .send = (s), .recv = (r), .count = (n), \
+               .dt = (d), .rop = (o), .root = (rt) }
+
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t n,
+                           ncclDataType_t d, ncclRedOp_t o, ncclComm_t c,
+                           cudaStream_t st_)
+{
+  struct op p = OP(K_ALLREDUCE, s, r, n, d, o, 0);
+
+  return submit(c, st_, &p);
+}
+
+ncclResult_t ncclBroadcast(const void *s, void *r, size_t n,
+                           ncclDataType_t d, int root, ncclComm_t c,
+                           cudaStream_t st_)
+{
+  struct op p = OP(K_BCAST, s, r, n, d, ncclSum, root);
+
+  return submit(c, st_, &p);
+}
+
+ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t d,
+                        ncclRedOp_t o, int root, ncclComm_t c,
+                        cudaStream_t st_)
+{
+  struct op p = OP(K_REDUCE, s, r, n, d, o, root);
+
+  return submit(c, st_, &p);
+}
+
+ncclResult_t ncclAllGather(const void *s, void *r, size_t n,
+                           ncclDataType_t d, ncclComm_t c, cudaStream_t st_)
+{
+  struct op p = OP(K_ALLGATHER, s, r, n, d, ncclSum, 0);
+
+  return submit(c, st_, &p);
+}
+
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n,
+                               ncclDataType_t d, ncclRedOp_t o,
+                               ncclComm_t c, cudaStream_t st_)
+{
+  struct op p = OP(K_REDSCAT, s, r, n, d, o, 0);
+
+  return submit(c, st_, &p);
+}
+
+ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t d, int peer,
+                      ncclComm_t c, cudaStream_t st_)
+{
+  struct op p = OP(K_SEND, s, NULL, n, d, ncclSum, peer);
+
+  return submit(c, st_, &p);
+}
+
+ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t d, int peer,
+                      ncclComm_t c, cudaStream_t st_)
+{
+  struct op p = OP(K_RECV, NULL, r, n, d, ncclSum, peer);
+
+  return submit(c, st_, &p);
+}
+
+/* ---- communicators ------------------------------------------------------ */
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+  memset(id, 0, sizeof *id);
+  if (getrandom(id->internal, 16, 0) != 16)
+    return ncclSystemError;
+  return ncclSuccess;
+}
+
+static void name_of(const ncclUniqueId *id, char *out, size_t len)
+{
+  const unsigned char *b = (const unsigned char *)id->internal;
+  size_t i, k;
+
+  k = (size_t)snprintf(out, len, "/fakenccl-");
+  for (i = 0; i < 16 && k + 2 < len; i++)
+    k += (size_t)snprintf(out + k, len - k, "%02x", b[i]);
+}
+
+/* Maps the segment and waits for every rank to join. */
+static ncclResult_t join(struct ncclComm *c)
+{
+  unsigned spins = 0;
+  int fd;
+
+  fd = shm_open(c->name, O_CREAT | O_RDWR, 0600);
+  if (fd < 0)
+    return ncclSystemError;
+  if (ftruncate(fd, (off_t)c->size) != 0) {
+    close(fd);
+    return ncclSystemError;
+  }
+  c->seg = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (c->seg == MAP_FAILED) {
+    c->seg = NULL;
+    return ncclSystemError;
+  }
+  c->rl = (struct rank_line *)((char *)c->seg + sizeof *c->seg);
+  c->boxes = (struct box *)(c->rl + c->n);
+  c->slots = (char *)(c->boxes + c->n * c->n);
+  c->boxdata = c->slots + (size_t)c->n * SLOT;
+  __atomic_add_fetch(&c->seg->joined, 1, __ATOMIC_ACQ_REL);
+  while (__atomic_load_n(&c->seg->joined, __ATOMIC_ACQUIRE) <
+         (uint32_t)c->n) {
+    if (aborted(c))
+      return ncclInvalidUsage;
+    fake_backoff(&spins);
+  }
+  if (c->me == 0)
+    shm_unlink(c->name);
+  return ncclSuccess;
+}
+
+static void *init_main(void *arg)
+{
+  struct ncclComm *c = arg;
+  ncclResult_t r = join(c);
+
+  __atomic_store_n(&c->async_err, r, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->init_done, r == ncclSuccess, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
+                                    int rank, ncclConfig_t *cfg)
+{
+  struct ncclComm *c;
+  const char *fo = getenv("FAKENCCL_FAIL_OP");
+  ncclResult_t r;
+
+  *out = NULL;
+  if (n < 1 || n > 64 || rank < 0 || rank >= n)
+    return ncclInvalidArgument;
+  c = calloc(1, sizeof *c);
+  if (!c)
+    return ncclSystemError;
+  c->n = n;
+  c->me = rank;
+  cudaGetDevice(&c->dev);
+  c->refs = 1;
+  c->fail_op = fo && *fo ? atoi(fo) : 0;
+  name_of(&id, c->name, sizeof c->name);
+  c->size = sizeof(struct seg) + (size_t)n * sizeof(struct rank_line) +
+            (size_t)n * n * sizeof(struct box) + (size_t)n * SLOT +
+            (size_t)n * n * BOX;
+  *out = c;
+  if (cfg && cfg->blocking == 0) {
+    __atomic_store_n(&c->async_err, ncclInProgress, __ATOMIC_RELEASE);
+    if (pthread_create(&c->init_th, NULL, init_main, c) != 0) {
+      free(c);
+      *out = NULL;
+      return ncclSystemError;
+    }
+    c->init_thread = true;
+    return ncclInProgress;
+  }
+  r = join(c);
+  if (r != ncclSuccess) {
+    comm_unref(c);
+    *out = NULL;
+    return r;
+  }
+  c->init_done = 1;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id,
+                              int rank)
+{
+  return ncclCommInitRankConfig(out, n, id, rank, NULL);
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
+{
+  if (!c)
+    return ncclInvalidArgument;
+  *err = (ncclResult_t)__atomic_load_n(&c->async_err, __ATOMIC_ACQUIRE);
+  return ncclSuccess;
+}
+
+/* Takes the stuck work off the streams; local, as NCCL's. */
+ncclResult_t ncclCommAbort(ncclComm_t c)
+{
+  if (!c)
+    return ncclSuccess;
+  __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+  if (c->me == 0)
+    shm_unlink(c->name);
+  comm_unref(c);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t c)
+{
+  return c ? ncclSuccess : ncclInvalidArgument;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t c)
+{
+  if (!c)
+    return ncclInvalidArgument;
+  if (c->me == 0 && !__atomic_load_n(&c->init_done, __ATOMIC_ACQUIRE))
+    shm_unlink(c->name);
+  __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+  comm_unref(c);
+  return ncclSuccess;
+}
+
+const char *ncclGetLastError(ncclComm_t c)
+{
+  return c ? c->last : "";
+}
+
+const char *ncclGetErrorString(ncclResult_t r)
+{
+  switch (r) {
+  case ncclSuccess: return "no error (fake)";
+  case ncclUnhandledCudaError: return "unhandled cuda error (fake)";
+  case ncclSystemError: return "unhandled system error (fake)";
+  case ncclInternalError: return "internal error (fake)";
+  case ncclInvalidArgument: return "invalid argument (fake)";
+  case ncclInvalidUsage: return "invalid usage (fake)";
+  case ncclRemoteError: return "remote process exited or there was a "
+                               "network error (fake)";
+  case ncclInProgress: return "NCCL operation in progress (fake)";
+  default: return "unknown result code (fake)";
+  }
+}

@@ -1,0 +1,16 @@
+#!/bin/bash
+# libpg: pg_group_start/end -- every rank sends 1 MiB to both neighbours
+# before receiving, in one group; over shared memory and forced TCP, 2
+# and 3 ranks (a pair and a cycle).
+. "$(dirname "$0")/lib.sh"
+
+PGTEST=$(dirname "$TW")/pgtest
+for hid in same-host 'h$RANK'; do
+  for n in 2 3; do
+    PG_TIMEOUT=60 "$CDRUN" --standalone --nproc_per_node=$n --no_python \
+      /bin/sh -c "PG_HOST_ID=$hid exec \"\$0\" exchange" "$PGTEST" \
+      >"$T/out" 2>"$T/err" || { cat "$T/err"; fail "exchange ($hid, $n) failed"; }
+    expect_grep "pgtest exchange: rank 0 of $n .*, 0 failed" "$T/err"
+  done
+done
+exit 0

@@ -1,0 +1,34 @@
+#!/bin/bash
+# libpg's NCCL backend (libpg/nccl/nccl.c) on the fake GPU of
+# tests/fakecuda/ (host memory as device memory, a thread per stream,
+# reductions between the worker processes): the collective matrix, async
+# work, point to point, a grouped exchange and the reducer, launched by
+# the real cdrun.  The workers read results on the host, so they wait on
+# the host ($PG_NCCL_BLOCKING_WAIT=1); the device-side waits are
+# check_pg_nccl's.
+. "$(dirname "$0")/lib.sh"
+
+FAKE=$(dirname "$(dirname "$TW")")/fake-nccl/tests
+[ -x "$FAKE/pgtest" ] || skip "no $FAKE/pgtest (libpg built without NCCL headers)"
+export PG_BACKEND=nccl PG_NCCL_BLOCKING_WAIT=1 FAKECUDA_DEVICES=4 PG_TIMEOUT=120
+
+run() {   # run N PROGRAM MODE...
+  local n=$1 prog=$2 r
+  shift 2
+  "$CDRUN" --standalone --nproc_per_node="$n" --no_python "$FAKE/$prog" "$@" \
+    >"$T/out" 2>"$T/err" || { cat "$T/err" >&2; fail "$prog $* ($n ranks) failed"; }
+}
+
+for mode in "matrix quick" async sendrecv exchange; do
+  run 3 pgtest $mode
+  expect_grep "pgtest ${mode%% *}: rank 0 of 3 .nccl.: [0-9]* checks, 0 failed" "$T/err"
+done
+export PG_BUCKET_CAP_MB=0.0625 PG_FIRST_BUCKET_CAP_MB=0.015625
+for mode in average nosync nosync_unused unused overlap; do
+  run 2 reducertest "$mode"
+  expect_grep "reducertest $mode: rank 0 of 2 on nccl" "$T/err"
+  for r in 0 1; do
+    expect_grep "reducertest $mode: rank $r: [1-9][0-9]* checks, 0 failed" "$T/err"
+  done
+done
+exit 0
