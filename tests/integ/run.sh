@@ -7,7 +7,9 @@ only=${1:-}
 for t in t_*.sh; do
   [ -n "$only" ] && [[ $t != *"$only"* ]] && continue
   start=$EPOCHREALTIME
-  timeout -k 5 180 bash "$t" >"/tmp/cdrun-integ-$$.log" 2>&1
+  # A scenario may raise its own limit with a line '# integ-timeout: SECS'.
+  limit=$(sed -n 's/^# integ-timeout: \([0-9][0-9]*\)$/\1/p' "$t" | head -1)
+  timeout -k 5 "${limit:-180}" bash "$t" >"/tmp/cdrun-integ-$$.log" 2>&1
   rc=$?
   secs=$(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $start }")
   case $rc in
