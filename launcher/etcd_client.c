@@ -10,6 +10,7 @@
 #include "curl_dl.h"
 
 #include "curl_uv.h"
+#include "say.h"
 
 #define MAX_MEMBERS 16
 #define MAX_REPLY (8u << 20)      /* bounds a reply (etcd sends <= ~1.5 MiB) */
@@ -78,6 +79,22 @@ struct etcd_client {
 };
 
 static int curl_users;          /* clients alive: global init/cleanup */
+
+/* LOGLEVEL=DEBUG: every request and its outcome on stderr. */
+static bool debug_on(void)
+{
+  static int on = -1;
+
+  if (on < 0) {
+    const char *l = getenv("LOGLEVEL");
+
+    on = l && strcmp(l, "DEBUG") == 0;
+  }
+  return on;
+}
+
+#define DEBUG(...) \
+  do { if (debug_on()) say("etcd: " __VA_ARGS__); } while (0)
 
 /* ---- base64 and JSON helpers ------------------------------------------- */
 
@@ -376,12 +393,16 @@ static void call_done(struct curl_uv_req *r, CURLcode result)
   if (result != CURLE_OK) {
     snprintf(k->last_error, sizeof k->last_error, "%s: %s",
              c->members[k->member], curl_easy_strerror(result));
+    DEBUG("%s %s: %s", c->members[k->member], k->path,
+          curl_easy_strerror(result));
     call_next_member(k, result == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
                         : result == CURLE_COULDNT_CONNECT  ? -ECONNREFUSED
                                                            : -EIO);
     return;
   }
   curl_easy_getinfo(k->req.easy, CURLINFO_RESPONSE_CODE, &http);
+  DEBUG("%s %s -> HTTP %ld: %.300s", c->members[k->member], k->path, http,
+        k->buf ? k->buf : "");
   if (curl_easy_getinfo(k->req.easy, CURLINFO_LOCAL_IP, &ip) == CURLE_OK &&
       ip)
     snprintf(c->local_ip, sizeof c->local_ip, "%s", ip);
@@ -637,6 +658,8 @@ static void watch_done(struct curl_uv_req *r, CURLcode result)
 {
   struct etcd_watch *w = r->data;
 
+  DEBUG("%s watch ended: %s", w->c->members[w->member],
+        curl_easy_strerror(result));
   w->running = false;
   watch_deliver(w);
   if (w->stopped)
@@ -685,6 +708,8 @@ static void watch_connect(struct etcd_watch *w)
   curl_easy_setopt(w->req.easy, CURLOPT_WRITEDATA, w);
   w->req.done = watch_done;
   w->req.data = w;
+  DEBUG("%s watch from revision %" PRId64, c->members[w->member],
+        w->next_rev);
   if (curl_uv_add(c->cu, &w->req) == 0)
     w->running = true;
   else
