@@ -13,6 +13,7 @@ struct curl_uv {
   int depth;                    /* inside socket_action/dispatch */
   bool closing;
   bool cleaned;                 /* curl_multi_cleanup done */
+  struct curl_uv_sock *socks;   /* polls not yet closing */
 };
 
 /* One socket curl asked us to watch. */
@@ -20,7 +21,28 @@ struct curl_uv_sock {
   uv_poll_t poll;
   curl_socket_t fd;
   struct curl_uv *cu;
+  struct curl_uv_sock *prev, *next;
 };
+
+static void sock_unlink(struct curl_uv_sock *s)
+{
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    s->cu->socks = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  s->prev = s->next = NULL;
+}
+
+static void handle_closed(uv_handle_t *h);
+
+static void sock_close(struct curl_uv_sock *s)
+{
+  sock_unlink(s);
+  uv_poll_stop(&s->poll);
+  uv_close((uv_handle_t *)&s->poll, handle_closed);
+}
 
 static void maybe_free(struct curl_uv *cu)
 {
@@ -52,6 +74,9 @@ static void finish_close(struct curl_uv *cu)
   curl_multi_cleanup(cu->multi);  /* may still remove sockets */
   cu->depth--;
   cu->cleaned = true;
+  /* Whatever curl did not say it removed: its sockets are closed now. */
+  while (cu->socks)
+    sock_close(cu->socks);
   if (!uv_is_closing((uv_handle_t *)&cu->timer))
     uv_close((uv_handle_t *)&cu->timer, handle_closed);
   maybe_free(cu);
@@ -122,8 +147,7 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
   (void)easy;
   if (what == CURL_POLL_REMOVE) {
     if (s) {
-      uv_poll_stop(&s->poll);
-      uv_close((uv_handle_t *)&s->poll, handle_closed);
+      sock_close(s);
       curl_multi_assign(cu->multi, fd, NULL);
     }
     return 0;
@@ -139,6 +163,10 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
       return -1;
     }
     s->poll.data = s;
+    s->next = cu->socks;
+    if (cu->socks)
+      cu->socks->prev = s;
+    cu->socks = s;
     cu->open_handles++;
     curl_multi_assign(cu->multi, fd, s);
   }
