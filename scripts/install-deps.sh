@@ -9,8 +9,13 @@ set -euo pipefail
 
 pkgs=(build-essential pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev
       check python3 procps)
+# The etcd back end's tests: real etcd servers, TLS certificates, curl for
+# health checks.
+pkgs+=(etcd-server etcd-client openssl curl)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch time)
+  # torchrun's etcd back end (bench/rendezvous part 3)
+  pkgs+=(python3-etcd)
 fi
 
 missing=()
