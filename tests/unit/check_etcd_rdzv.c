@@ -181,6 +181,11 @@ START_TEST(test_failure_once_per_round)
   ck_assert_int_eq(s.phase, ES_RUNNING);
   ck_assert_int_eq(get(&s, "a")->rank, 0);
   ck_assert_int_eq(get(&s, "b")->rank, 1);
+  /* a's report of round 0 arriving only now (after a retried
+   * transaction, say) must not restart round 1. */
+  ck_assert_int_eq(es_failure(&s, "a", 0, false, "late"), 0);
+  ck_assert_int_eq(s.restart_count, 1);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
   /* No restart left: the job closes. */
   ck_assert_int_eq(es_failure(&s, "a", 1, false, "again"), 1);
   ck_assert_int_eq(s.phase, ES_CLOSED);
