@@ -99,6 +99,7 @@ struct rdzv_etcd {
   bool destroyed;
   bool closing;
   double keepalive_ok;            /* last successful keepalive */
+  bool keepalive_inflight;
   bool keepalive_warned;
 };
 
@@ -460,6 +461,7 @@ static void keepalive_done(void *ctx, int err, const cJSON *r,
   struct rdzv_etcd *e = ctx;
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(r, "result");
 
+  e->keepalive_inflight = false;
   if (err) {
     if (!e->keepalive_warned && now_s() - e->keepalive_ok > e->ttl) {
       e->keepalive_warned = true;
@@ -483,11 +485,14 @@ static void keepalive_tick(uv_timer_t *t)
   struct rdzv_etcd *e = t->data;
   cJSON *b;
 
-  if (!e->lease[0] || e->failed || e->destroyed)
+  /* One at a time: a member that does not answer holds one for up to
+   * the request timeout, then the next member gets it. */
+  if (!e->lease[0] || e->failed || e->destroyed || e->keepalive_inflight)
     return;
   b = cJSON_CreateObject();
   cJSON_AddStringToObject(b, "ID", e->lease);
-  etcd_call(e->ec, "/v3/lease/keepalive", b, keepalive_done, e);
+  if (etcd_call(e->ec, "/v3/lease/keepalive", b, keepalive_done, e) == 0)
+    e->keepalive_inflight = true;
   cJSON_Delete(b);
 }
 
@@ -561,7 +566,12 @@ static void observe_gathering(struct rdzv_etcd *e)
     return;
   e->last_present = part;
   e->last_progress = now;
-  if (s->phase == ES_GATHERING && part >= s->conf.min_nodes)
+  if (s->phase == ES_RUNNING)
+    say("rendezvous '%s': round %d is full (%d of at most %d nodes): "
+        "waiting for a place; join timeout in %.0f s", e->id, s->round,
+        part, s->conf.max_nodes,
+        fmax(0, e->join_started + e->o.conf.join_timeout - now));
+  else if (part >= s->conf.min_nodes)
     say("rendezvous '%s' round %d: %d node%s present (min %d, max %d); "
         "starting in %.1f s unless more join", e->id, s->round, part,
         part == 1 ? "" : "s", s->conf.min_nodes, s->conf.max_nodes,
@@ -569,7 +579,7 @@ static void observe_gathering(struct rdzv_etcd *e)
   else
     say("rendezvous '%s' round %d: waiting for nodes: %d present, at "
         "least %d needed (max %d); join timeout in %.0f s", e->id,
-        s->round + (s->phase == ES_RUNNING), part, s->conf.min_nodes,
+        s->round, part, s->conf.min_nodes,
         s->conf.max_nodes,
         fmax(0, e->join_started + e->o.conf.join_timeout - now));
 }
@@ -916,8 +926,10 @@ static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
     co.password = e->password;
     co.timeout = 10;
     rc = etcd_client_create(r->loop, &co, &e->ec, err, sizeof err);
-    if (rc)
+    if (rc) {
+      say("rendezvous '%s': %s", e->id, err);
       return UV_EINVAL;
+    }
     e->boot = B_GRANT;
     ms = (uint64_t)(e->o.conf.keepalive_interval * 1000);
     uv_timer_start(&e->keepalive, keepalive_tick, ms ? ms : 1, ms ? ms : 1);

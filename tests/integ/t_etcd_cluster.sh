@@ -21,6 +21,7 @@ done
 
 mkdir "$T/w"
 conf=keepalive_interval=0.5,keepalive_misses=10
+export LOGLEVEL=DEBUG
 for n in a b; do
   agent "$n" --nnodes=2 --nproc_per_node=1 --rdzv_backend=etcd \
     --rdzv_endpoint="$eps" --rdzv_id=ha --rdzv_conf="$conf" \
@@ -31,8 +32,15 @@ w0=$(cat "$T/w/pid.0") w1=$(cat "$T/w/pid.1")
 kill -KILL "${ETCD_MEMBER_PID[leader]}"
 alive "$w0" && alive "$w1" ||
   skip "the workers ended before the leader was killed (machine too slow)"
-wait_exit "$AGENT_a" 90; rca=$RC
-wait_exit "$AGENT_b" 90; rcb=$RC
+# On a hang, show what the agents said (they run with LOGLEVEL=DEBUG).
+for ((i = 0; i < 900; i++)); do
+  alive "$AGENT_a" || alive "$AGENT_b" || break
+  sleep 0.1
+done
+alive "$AGENT_a" || alive "$AGENT_b" &&
+  { tail -n 30 "$T/a.err" "$T/b.err"; fail "the agents did not finish"; }
+wait_exit "$AGENT_a" 10; rca=$RC
+wait_exit "$AGENT_b" 10; rcb=$RC
 [ "$rca" -eq 0 ] && [ "$rcb" -eq 0 ] ||
   { cat "$T/a.err" "$T/b.err"; fail "agents exited $rca/$rcb"; }
 grep -q 'restarting' "$T/a.err" "$T/b.err" &&

@@ -39,6 +39,33 @@ expect_grep 'restarting the worker group: .*lost' "$T/a.err"
 kill -TERM "$AGENT_a"
 wait_exit "$AGENT_a" 30
 
+# A full round: a third node waits as a spare and takes the place of a
+# node that dies.
+mkdir "$T/sp"
+for n in e f; do
+  agent "$n" --nnodes=1:2 --nproc_per_node=1 --rdzv_backend=etcd --rdzv_endpoint="$ep" \
+    --rdzv_id=sp --rdzv_conf="$conf" "$TW" elastic "$T/sp" 60
+done
+wait_files "$T/sp/ws2.*" 2 30
+agent g --nnodes=1:2 --nproc_per_node=1 --rdzv_backend=etcd --rdzv_endpoint="$ep" \
+  --rdzv_id=sp --rdzv_conf="$conf" "$TW" elastic "$T/sp" 60
+for ((i = 0; i < 600; i++)); do
+  grep -q 'is full' "$T/g.err" && break
+  sleep 0.05
+done
+expect_grep "rendezvous 'sp': round 0 is full \(2 of at most 2 nodes\)" "$T/g.err"
+pf=$(cat "$T/sp/pid.1")
+rm -f "$T"/sp/ws2.*
+kill -KILL "$AGENT_f"
+wait_files "$T/sp/ws2.*" 2 30
+check_world "$T/sp" ws2 2
+[ "$(cat "$T/sp/pid.1")" != "$pf" ] || fail "rank 1 did not restart"
+alive "$AGENT_g" || fail "the spare exited"
+expect_grep 'restarting the worker group: .*lost' "$T/e.err"
+kill -TERM "$AGENT_e" "$AGENT_g"
+wait_exit "$AGENT_e" 30
+wait_exit "$AGENT_g" 30
+
 # Below min: min 2, one node dies, the survivor waits join_timeout, fails.
 mkdir "$T/min"
 conf2=last_call_timeout=0.5,join_timeout=4,keepalive_interval=0.5,keepalive_misses=4
