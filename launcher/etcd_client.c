@@ -629,7 +629,16 @@ static void watch_deliver(struct etcd_watch *w)
       w->retry_ms = WATCH_RETRY_MIN_MS;
       w->cb(w->ctx, res);
     } else if (err) {
-      /* {"error":{"grpc_code":14,...}}: this member cannot serve it. */
+      /* {"error":{"grpc_code":14,...}}: this member cannot serve it;
+       * 16: the token expired (etcd restarted): get a new one first. */
+      int code = (int)etcd_i64(err, "grpc_code");
+
+      DEBUG("%s watch error: grpc code %d", w->c->members[w->member], code);
+      if (code == 16 && w->c->user && !w->c->authenticating) {
+        free(w->c->token);
+        w->c->token = NULL;
+        authenticate(w->c);
+      }
       cJSON_Delete(j);
       if (w->running) {
         curl_uv_remove(w->c->cu, &w->req);

@@ -32,6 +32,7 @@
 #define LEAVE_GUARD_MS 5000
 #define MIN_TTL 2                 /* etcd's smallest lease TTL */
 #define PROGRESS_EVERY_S 10.0
+#define CATCHUP_MS 1000
 
 enum boot { B_IDLE, B_GRANT, B_ALIVE, B_SYNC, B_READY };
 
@@ -65,8 +66,12 @@ struct rdzv_etcd {
   struct es_state st;
   int64_t st_mod;                 /* mod_revision of st; 0: absent */
   int64_t view_rev;               /* the watch delivered up to here */
-  char **alive;                   /* ids with an alive key */
+  struct peer *alive;             /* agents with an alive key, in creation
+                                     order */
   int n_alive, cap_alive;
+  bool publish_inflight;          /* our alive key being rewritten */
+  bool publish_dirty;             /* ... and it must be again */
+  int join_round;                 /* the round our join asks for */
   bool was_member;
 
   /* Intents. */
@@ -94,6 +99,8 @@ struct rdzv_etcd {
   uv_timer_t last_call;
   uv_timer_t join_deadline;
   uv_timer_t leave_guard;
+  uv_timer_t catchup;             /* Note [writing from the watch's view] */
+  bool catchup_expired;
   int open_handles;
   bool failed;
   bool destroyed;
@@ -139,36 +146,99 @@ static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
   e->base.cb.on_error(e->base.cb.ctx, err, msg);
 }
 
-/* ---- the alive set ----------------------------------------------------- */
+/* ---- the alive set --------------------------------------------------- */
+
+/* Note [requests in alive keys]: an agent's alive key also says what it
+ * wants: join (from round R on), enter the exit barrier of round R, leave.
+ * Whoever writes the state next applies every request it can see, not only
+ * its own, so N agents that join, pass the exit barrier or leave together
+ * need about N transactions, not N^2/2 (each one that loses the
+ * compare-and-swap finds its request already applied).  The requests are
+ * the same idempotent transitions as the agent's own, so applying one
+ * twice, or late, is harmless; the agent still applies its own. */
+struct peer {
+  char id[ES_ID_MAX + 1];
+  int64_t create_rev;
+  struct es_node node;
+  struct es_conf conf;
+  int join;                       /* -1: not joining */
+  int exit;                       /* -1: not in the exit barrier */
+  bool leave;
+};
 
 static int alive_find(const struct rdzv_etcd *e, const char *id)
 {
   int i;
 
   for (i = 0; i < e->n_alive; i++)
-    if (strcmp(e->alive[i], id) == 0)
+    if (strcmp(e->alive[i].id, id) == 0)
       return i;
   return -1;
 }
 
-static void alive_add(struct rdzv_etcd *e, const char *id)
+static double jnum(const cJSON *o, const char *k, double dflt)
 {
-  char **g;
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, k);
 
-  if (alive_find(e, id) >= 0)
-    return;
-  if (e->n_alive == e->cap_alive) {
-    int cap = e->cap_alive ? e->cap_alive * 2 : 16;
+  return cJSON_IsNumber(f) ? f->valuedouble : dflt;
+}
 
-    g = realloc(e->alive, (size_t)cap * sizeof *g);
-    if (!g)
-      return;
-    e->alive = g;
-    e->cap_alive = cap;
-  }
-  e->alive[e->n_alive] = strdup(id);
-  if (e->alive[e->n_alive])
+static void peer_parse(struct peer *p, const char *value, size_t len)
+{
+  cJSON *j = value ? cJSON_ParseWithLength(value, len) : NULL;
+  const cJSON *f;
+
+  memset(&p->node, 0, sizeof p->node);
+  snprintf(p->node.id, sizeof p->node.id, "%s", p->id);
+  f = cJSON_GetObjectItemCaseSensitive(j, "host");
+  snprintf(p->node.host, sizeof p->node.host, "%s",
+           cJSON_IsString(f) ? f->valuestring : "");
+  f = cJSON_GetObjectItemCaseSensitive(j, "addr");
+  snprintf(p->node.addr, sizeof p->node.addr, "%s",
+           cJSON_IsString(f) ? f->valuestring : "");
+  p->node.pid = (int64_t)jnum(j, "pid", 0);
+  p->node.nproc = (int)jnum(j, "nproc", 0);
+  p->node.port = (int)jnum(j, "port", 0);
+  p->conf.min_nodes = (int)jnum(j, "min_nodes", 0);
+  p->conf.max_nodes = (int)jnum(j, "max_nodes", 0);
+  p->conf.max_restarts = (int)jnum(j, "max_restarts", 0);
+  p->conf.last_call_timeout = jnum(j, "last_call_timeout", 0);
+  p->join = (int)jnum(j, "join", -1);
+  p->exit = (int)jnum(j, "exit", -1);
+  p->leave = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "leave"));
+  /* An agent of another version, or a bad value: no requests from it. */
+  if (p->node.nproc < 1 || p->conf.min_nodes < 1)
+    p->join = -1;
+  cJSON_Delete(j);
+}
+
+static void alive_put(struct rdzv_etcd *e, const char *id, int64_t create,
+                      const char *value, size_t len)
+{
+  struct peer *g;
+  int i = alive_find(e, id), k;
+
+  if (i < 0) {
+    if (e->n_alive == e->cap_alive) {
+      int cap = e->cap_alive ? e->cap_alive * 2 : 16;
+
+      g = realloc(e->alive, (size_t)cap * sizeof *g);
+      if (!g)
+        return;
+      e->alive = g;
+      e->cap_alive = cap;
+    }
+    /* Creation order: requests are applied in it. */
+    for (i = e->n_alive; i > 0 && e->alive[i - 1].create_rev > create; i--)
+      ;
+    for (k = e->n_alive; k > i; k--)
+      e->alive[k] = e->alive[k - 1];
     e->n_alive++;
+    memset(&e->alive[i], 0, sizeof e->alive[i]);
+    snprintf(e->alive[i].id, sizeof e->alive[i].id, "%s", id);
+    e->alive[i].create_rev = create;
+  }
+  peer_parse(&e->alive[i], value, len);
 }
 
 static void alive_del(struct rdzv_etcd *e, const char *id)
@@ -177,14 +247,14 @@ static void alive_del(struct rdzv_etcd *e, const char *id)
 
   if (i < 0)
     return;
-  free(e->alive[i]);
-  e->alive[i] = e->alive[--e->n_alive];
+  for (; i + 1 < e->n_alive; i++)
+    e->alive[i] = e->alive[i + 1];
+  e->n_alive--;
 }
 
 static void alive_clear(struct rdzv_etcd *e)
 {
-  while (e->n_alive)
-    free(e->alive[--e->n_alive]);
+  e->n_alive = 0;
 }
 
 /* ---- what etcd says ------------------------------------------------------- */
@@ -240,7 +310,9 @@ static void take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
              "expired (no keepalive reached etcd for %d s): the other "
              "nodes count it as lost", e->id, e->ttl);
     } else {
-      alive_add(e, id);
+      val = etcd_get_b64(kv, "value", &vlen);
+      alive_put(e, id, etcd_i64(kv, "create_revision"), val, vlen);
+      free(val);
     }
   }
   free(key);
@@ -385,6 +457,10 @@ static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
     return;
   }
   e->boot = B_READY;
+  /* The round our join asks for, now that we know the job. */
+  if (e->want_join)
+    e->join_round = e->st.exists ? e->st.round : 0;
+  e->publish_dirty = true;
   kick(e);
 }
 
@@ -403,6 +479,80 @@ static void start_sync(struct rdzv_etcd *e)
     boot_failed(e, rc, "cannot start a request");
   else
     e->call_inflight = true;
+}
+
+/* Our alive key's value: who we are and what we ask for (Note [requests
+ * in alive keys]). */
+static char *alive_value(const struct rdzv_etcd *e)
+{
+  cJSON *v = cJSON_CreateObject();
+  char *out;
+
+  if (!v)
+    return NULL;
+  cJSON_AddStringToObject(v, "host", e->myhost);
+  cJSON_AddStringToObject(v, "addr", e->local_addr);
+  cJSON_AddNumberToObject(v, "pid", (double)getpid());
+  cJSON_AddNumberToObject(v, "nproc", e->o.nproc);
+  cJSON_AddNumberToObject(v, "port", e->o.master_port);
+  cJSON_AddNumberToObject(v, "min_nodes", e->o.conf.min_nodes);
+  cJSON_AddNumberToObject(v, "max_nodes", e->o.conf.max_nodes);
+  cJSON_AddNumberToObject(v, "max_restarts", e->o.conf.max_restarts);
+  cJSON_AddNumberToObject(v, "last_call_timeout",
+                          e->o.conf.last_call_timeout);
+  cJSON_AddNumberToObject(v, "join", e->want_join && !e->want_leave
+                                         ? e->join_round : -1);
+  cJSON_AddNumberToObject(v, "exit", e->want_leave ? -1 : e->barrier_round);
+  if (e->want_leave)
+    cJSON_AddTrueToObject(v, "leave");
+  out = cJSON_PrintUnformatted(v);
+  cJSON_Delete(v);
+  return out;
+}
+
+static void publish_done(void *ctx, int err, const cJSON *r, const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+
+  (void)r;
+  (void)msg;
+  e->publish_inflight = false;
+  if (err)
+    e->publish_dirty = true;    /* step() tries again */
+  if (e->publish_dirty)
+    kick(e);
+}
+
+/* Rewrites our alive key with what we ask for now (one put at a time);
+ * only an optimisation for the others, never needed for progress. */
+static void publish(struct rdzv_etcd *e)
+{
+  cJSON *b;
+  char *val;
+
+  if (e->boot != B_READY || !e->lease[0] || e->closing) {
+    e->publish_dirty = e->boot != B_READY;
+    return;
+  }
+  if (e->publish_inflight) {
+    e->publish_dirty = true;
+    return;
+  }
+  e->publish_dirty = false;
+  val = alive_value(e);
+  b = cJSON_CreateObject();
+  if (!val || !b) {
+    free(val);
+    cJSON_Delete(b);
+    return;
+  }
+  etcd_add_b64(b, "key", e->alive_key, strlen(e->alive_key));
+  etcd_add_b64(b, "value", val, strlen(val));
+  cJSON_AddStringToObject(b, "lease", e->lease);
+  if (etcd_call(e->ec, "/v3/kv/put", b, publish_done, e) == 0)
+    e->publish_inflight = true;
+  free(val);
+  cJSON_Delete(b);
 }
 
 static void boot_next(struct rdzv_etcd *e)
@@ -425,19 +575,14 @@ static void boot_next(struct rdzv_etcd *e)
     cJSON_Delete(b);
     break;
   case B_ALIVE:
+    val = alive_value(e);
+    if (!val) {
+      rc = -ENOMEM;
+      break;
+    }
     b = cJSON_CreateObject();
     etcd_add_b64(b, "key", e->alive_key, strlen(e->alive_key));
-    {
-      cJSON *v = cJSON_CreateObject();
-
-      cJSON_AddStringToObject(v, "host", e->myhost);
-      cJSON_AddStringToObject(v, "addr", e->local_addr);
-      cJSON_AddNumberToObject(v, "pid", (double)getpid());
-      val = cJSON_PrintUnformatted(v);
-      cJSON_Delete(v);
-    }
-    if (val)
-      etcd_add_b64(b, "value", val, strlen(val));
+    etcd_add_b64(b, "value", val, strlen(val));
     free(val);
     cJSON_AddStringToObject(b, "lease", e->lease);
     rc = etcd_call(e->ec, "/v3/kv/put", b, alive_done, e);
@@ -634,6 +779,36 @@ static void observe(struct rdzv_etcd *e)
 
 static void txn_done(void *ctx, int err, const cJSON *r, const char *msg);
 
+/* The other agents' requests (Note [requests in alive keys]), in the
+ * order their alive keys were created.  A request the state cannot take
+ * (a config mismatch, a closed job) is left for its agent to find. */
+static int apply_requests(struct rdzv_etcd *e, struct es_state *s)
+{
+  char err[RP_MAX_TEXT + 1];
+  int changed = 0, i, k;
+
+  if (e->view_rev < e->st_mod)
+    return 0;     /* requests seen may be older than the state */
+  for (i = 0; i < e->n_alive; i++) {
+    const struct peer *p = &e->alive[i];
+
+    if (strcmp(p->id, e->me_id) == 0)
+      continue;
+    if (p->leave) {
+      changed |= es_remove(s, p->id, "left");
+      continue;
+    }
+    if (p->exit >= 0)
+      changed |= es_barrier(s, p->id, p->exit);
+    if (p->join >= 0 && p->join >= (s->exists ? s->round : 0)) {
+      k = es_find(s, p->id);
+      if (k < 0 || s->nodes[k].st == ES_IDLE)
+        changed |= es_join(s, &p->node, &p->conf, err, sizeof err) > 0;
+    }
+  }
+  return changed;
+}
+
 /* Applies every intent to a copy of the state.  Returns 1 to write it, 0
  * when nothing changes, < 0 when a join was refused (err says why). */
 static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
@@ -693,6 +868,7 @@ static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
     changed |= es_last_call(s, e->last_call_round);
     e->last_call_round = -1;
   }
+  changed |= apply_requests(e, s);
   return changed;
 }
 
@@ -834,6 +1010,14 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
   kick(e);
 }
 
+static void catchup_fire(uv_timer_t *t)
+{
+  struct rdzv_etcd *e = t->data;
+
+  e->catchup_expired = true;
+  kick(e);
+}
+
 static void step(struct rdzv_etcd *e)
 {
   char err[RP_MAX_TEXT + 1];
@@ -847,8 +1031,23 @@ static void step(struct rdzv_etcd *e)
     return;
   }
   observe(e);
+  if (e->publish_dirty && !e->closing)
+    publish(e);
   if (e->closing || e->call_inflight || (e->failed && !e->want_leave))
     return;
+  /* Note [writing from the watch's view]: a transaction's reply can be
+   * ahead of the watch.  Writing from such a state would apply only our
+   * own requests (the others' are known from the watch), and lose to the
+   * agents that write next; so wait for the watch to catch up, which it
+   * does within a round trip.  A bounded wait: a watch that is
+   * reconnecting must not stop the rendezvous. */
+  if (e->view_rev < e->st_mod && !e->catchup_expired) {
+    if (!uv_is_active((uv_handle_t *)&e->catchup))
+      uv_timer_start(&e->catchup, catchup_fire, CATCHUP_MS, 0);
+    return;
+  }
+  uv_timer_stop(&e->catchup);
+  e->catchup_expired = false;
   rc = transform(e, &e->txn_state, err, sizeof err, &cf, &cb);
   if (rc < 0) {
     if (e->destroyed) {
@@ -911,8 +1110,10 @@ static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
   if (e->failed)
     return UV_ECANCELED;
   e->want_join = true;
+  e->join_round = e->st.exists ? e->st.round : 0;
   e->last_present = -1;
   e->join_started = now_s();
+  publish(e);
   uv_timer_start(&e->join_deadline, join_timeout_fire,
                  (uint64_t)(e->o.conf.join_timeout * 1000), 0);
   if (why == RDZV_JOIN_FIRST && e->boot == B_IDLE) {
@@ -962,6 +1163,7 @@ static int etcd_exit_barrier(struct rdzv *r)
     return UV_EINVAL;
   e->barrier_round = e->delivered_round;
   e->barrier_written = false;
+  publish(e);
   kick(e);
   return 0;
 }
@@ -1004,6 +1206,7 @@ static void close_all(struct rdzv_etcd *e)
   uv_close((uv_handle_t *)&e->last_call, handle_closed);
   uv_close((uv_handle_t *)&e->join_deadline, handle_closed);
   uv_close((uv_handle_t *)&e->leave_guard, handle_closed);
+  uv_close((uv_handle_t *)&e->catchup, handle_closed);
 }
 
 static void revoke_done(void *ctx, int err, const cJSON *r, const char *msg)
@@ -1063,6 +1266,7 @@ static void etcd_destroy(struct rdzv *r)
   e->want_join = false;
   e->want_failure = false;
   e->barrier_round = -1;
+  publish(e);
   kick(e);
 }
 
@@ -1121,9 +1325,11 @@ int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
   uv_timer_init(loop, &e->last_call);
   uv_timer_init(loop, &e->join_deadline);
   uv_timer_init(loop, &e->leave_guard);
+  uv_timer_init(loop, &e->catchup);
   e->kick.data = e->retry.data = e->keepalive.data = e;
   e->last_call.data = e->join_deadline.data = e->leave_guard.data = e;
-  e->open_handles = 6;
+  e->catchup.data = e;
+  e->open_handles = 7;
   *out = &e->base;
   return 0;
 }
