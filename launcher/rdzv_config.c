@@ -8,9 +8,12 @@
 #include <string.h>
 
 #include "endpoint.h"
+#include "etcd_rdzv_state.h"
+#include "rdzv_etcd.h"
 
 #define C10D_DEFAULT_PORT 29400
 #define STATIC_DEFAULT_PORT 29500
+#define ETCD_DEFAULT_PORT 2379
 
 static int parse_double(const char *v, double lo, double hi, double *out)
 {
@@ -36,12 +39,138 @@ static int load_secret(struct rdzv_config *c, const char *path, char *err,
   return -EINVAL;
 }
 
+/* The password file's first line (the file stays the only place the
+ * password is written). */
+static int read_password(const char *path, char *out, size_t size,
+                         char *err, size_t errlen)
+{
+  FILE *f = fopen(path, "r");
+  size_t n;
+
+  if (!f) {
+    snprintf(err, errlen, "--rdzv_conf password_file=%s: cannot read it: "
+             "%s", path, strerror(errno));
+    return -EINVAL;
+  }
+  if (!fgets(out, (int)size, f))
+    out[0] = '\0';
+  fclose(f);
+  n = strcspn(out, "\r\n");
+  out[n] = '\0';
+  if (!out[0]) {
+    snprintf(err, errlen, "--rdzv_conf password_file=%s: empty", path);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+/* The etcd back end's --rdzv_conf keys (torchrun's protocol, cacert,
+ * cert, key; and user/password_file).  Returns 0 when taken, 1 when key
+ * is not one of them, -EINVAL with err set when its value is bad. */
+static int etcd_conf_entry(struct rdzv_config *c, const char *key,
+                           const char *val, char *err, size_t errlen)
+{
+  struct rdzv_etcd_config *e = &c->etcd;
+  char *dst = NULL;
+  size_t size = 0;
+
+  if (strcmp(key, "protocol") == 0) {
+    if (strcmp(val, "https") == 0)
+      e->https = true;
+    else if (strcmp(val, "http") == 0)
+      e->https = false;
+    else {
+      snprintf(err, errlen, "--rdzv_conf: invalid value '%s' for protocol "
+               "(expected http or https)", val);
+      return -EINVAL;
+    }
+    return 0;
+  }
+  if (strcmp(key, "password") == 0) {
+    snprintf(err, errlen, "--rdzv_conf: password=... is refused: a "
+             "password on the command line is visible to every user of "
+             "the machine; use password_file=PATH");
+    return -EINVAL;
+  }
+  if (strcmp(key, "password_file") == 0)
+    return read_password(val, e->password, sizeof e->password, err,
+                         errlen);
+  if (strcmp(key, "cacert") == 0 || strcmp(key, "ca_cert") == 0) {
+    dst = e->cacert;
+    size = sizeof e->cacert;
+  } else if (strcmp(key, "cert") == 0 || strcmp(key, "ssl_cert") == 0) {
+    dst = e->cert;
+    size = sizeof e->cert;
+  } else if (strcmp(key, "key") == 0 || strcmp(key, "ssl_cert_key") == 0) {
+    dst = e->key;
+    size = sizeof e->key;
+  } else if (strcmp(key, "user") == 0 || strcmp(key, "username") == 0) {
+    dst = e->user;
+    size = sizeof e->user;
+  } else if (strcmp(key, "etcd_prefix") == 0) {
+    if (val[0] != '/') {
+      snprintf(err, errlen, "--rdzv_conf: etcd_prefix must start with '/'");
+      return -EINVAL;
+    }
+    dst = e->prefix;
+    size = sizeof e->prefix;
+  } else {
+    return 1;
+  }
+  snprintf(dst, size, "%s", val);
+  return 0;
+}
+
+/* --rdzv_endpoint for etcd: a comma-separated list of members, each
+ * host[:port] (default 2379), normalised to host:port. */
+static int etcd_endpoints(struct rdzv_config *c, const char *list,
+                          char *err, size_t errlen)
+{
+  char one[RP_MAX_ADDR + 16], host[RP_MAX_ADDR + 1];
+  const char *p = list;
+  size_t len, used = 0;
+  int port;
+
+  if (!list[0]) {
+    snprintf(err, errlen, "--rdzv_backend=etcd needs --rdzv_endpoint="
+             "HOST[:PORT][,HOST[:PORT]...] (the etcd members)");
+    return -EINVAL;
+  }
+  while (*p) {
+    len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof one)
+      goto bad;
+    snprintf(one, sizeof one, "%.*s", (int)len, p);
+    if (strncmp(one, "http://", 7) == 0 || strncmp(one, "https://", 8) == 0) {
+      c->etcd.https = one[4] == 's';
+      memmove(one, strstr(one, "//") + 2, strlen(strstr(one, "//") + 2) + 1);
+    }
+    if (endpoint_parse(one, ETCD_DEFAULT_PORT, host, sizeof host, &port))
+      goto bad;
+    used += (size_t)snprintf(c->etcd.endpoints + used,
+                             sizeof c->etcd.endpoints - used,
+                             strchr(host, ':') ? "%s[%s]:%d" : "%s%s:%d",
+                             used ? "," : "", host, port);
+    if (used >= sizeof c->etcd.endpoints)
+      goto bad;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  return 0;
+bad:
+  snprintf(err, errlen, "--rdzv_endpoint: invalid etcd member list '%s' "
+           "(expected host[:port][,host[:port]...])", list);
+  return -EINVAL;
+}
+
 /* One --rdzv_conf entry. */
 static int conf_entry(struct rdzv_config *c, const char *key,
                       const char *val, char *err, size_t errlen, char *warn,
                       size_t warnlen)
 {
   double d;
+  int rc;
 
   if (strcmp(key, "join_timeout") == 0 || strcmp(key, "timeout") == 0) {
     if (parse_double(val, 1e-3, 1e7, &c->conf.join_timeout))
@@ -75,6 +204,8 @@ static int conf_entry(struct rdzv_config *c, const char *key,
   } else if (strcmp(key, "secret_file") == 0) {
     if (load_secret(c, val, err, errlen))
       return -EINVAL;
+  } else if ((rc = etcd_conf_entry(c, key, val, err, errlen)) != 1) {
+    return rc;
   } else if (strcmp(key, "read_timeout") == 0 ||
              strcmp(key, "store_type") == 0 || strcmp(key, "rank") == 0) {
     /* torchrun's TCPStore knobs: nothing to configure here. */
@@ -152,10 +283,45 @@ int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
     }
     be = "static";
   }
-  if (strcmp(be, "etcd") == 0 || strcmp(be, "etcd-v2") == 0) {
-    snprintf(err, errlen, "--rdzv_backend=%s: not supported yet (use c10d "
-             "with rdzvd, or the static back end)", be);
+  if (strcmp(be, "etcd-v2") == 0) {
+    snprintf(err, errlen, "--rdzv_backend=etcd-v2: not supported: it "
+             "speaks etcd's v2 API, which etcd 3.4 serves only with "
+             "--enable-v2 and 3.6 removed; use --rdzv_backend=etcd (the "
+             "v3 API, any etcd >= 3.4) or c10d");
     return -EINVAL;
+  }
+  if (strcmp(be, "etcd") == 0 || strcmp(be, "etcd-v3") == 0) {
+    c->backend = BACKEND_ETCD;
+    if (a->nnodes_max > ES_MAX_NODES) {
+      snprintf(err, errlen, "--nnodes=%d:%d: at most %d nodes per job with "
+               "the etcd back end", a->nnodes_min, a->nnodes_max,
+               ES_MAX_NODES);
+      return -EINVAL;
+    }
+    if (etcd_endpoints(c, a->rdzv_endpoint, err, errlen))
+      return -EINVAL;
+    if (strlen(run_id) > RP_MAX_ID || !run_id[0] || strchr(run_id, '/')) {
+      snprintf(err, errlen, "--rdzv_id: must be 1..%d characters, no '/'",
+               RP_MAX_ID);
+      return -EINVAL;
+    }
+    if (!c->etcd.https && (c->etcd.cacert[0] || c->etcd.cert[0] ||
+                           c->etcd.key[0])) {
+      snprintf(err, errlen, "--rdzv_conf: cacert, cert and key need "
+               "protocol=https");
+      return -EINVAL;
+    }
+    if (!c->etcd.cert[0] != !c->etcd.key[0]) {
+      snprintf(err, errlen, "--rdzv_conf: cert and key go together (the "
+               "client certificate and its private key)");
+      return -EINVAL;
+    }
+    if (!c->etcd.user[0] != !c->etcd.password[0]) {
+      snprintf(err, errlen, "--rdzv_conf: user=NAME and "
+               "password_file=PATH go together");
+      return -EINVAL;
+    }
+    return 0;
   }
   if (strcmp(be, "c10d") == 0 || strcmp(be, "rdzvd") == 0) {
     c->backend = BACKEND_RDZVD;
@@ -185,7 +351,7 @@ int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
   }
   if (strcmp(be, "static") != 0) {
     snprintf(err, errlen, "--rdzv_backend: unknown back end '%s' (expected"
-             " static, c10d, rdzvd, etcd or etcd-v2)", be);
+             " static, c10d, rdzvd, etcd or etcd-v3)", be);
     return -EINVAL;
   }
 
@@ -237,7 +403,25 @@ int rdzv_config_create(const struct rdzv_config *c, int nproc,
                        const struct rdzv_callbacks *cb, struct rdzv **out)
 {
   struct rdzv_client_opts o;
+  struct rdzv_etcd_opts eo;
 
+  if (c->backend == BACKEND_ETCD) {
+    memset(&eo, 0, sizeof eo);
+    eo.endpoints = c->etcd.endpoints;
+    eo.https = c->etcd.https;
+    eo.cacert = c->etcd.cacert;
+    eo.cert = c->etcd.cert;
+    eo.key = c->etcd.key;
+    eo.user = c->etcd.user[0] ? c->etcd.user : NULL;
+    eo.password = c->etcd.password;
+    eo.prefix = c->etcd.prefix;
+    eo.id = c->id;
+    eo.conf = c->conf;
+    eo.local_addr = c->local_addr;
+    eo.nproc = nproc;
+    eo.master_port = offered_port;
+    return rdzv_etcd_create(loop, &eo, cb, out);
+  }
   if (c->backend == BACKEND_STATIC)
     return rdzv_local_create(loop, c->node_rank, c->nnodes, nproc,
                              c->master_addr,

@@ -4,6 +4,8 @@
 #ifndef CDRUN_RDZV_CONFIG_H
 #define CDRUN_RDZV_CONFIG_H
 
+#include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "args.h"
@@ -15,6 +17,18 @@
 enum rdzv_backend_kind {
   BACKEND_STATIC,     /* --standalone, or --rdzv_backend=static */
   BACKEND_RDZVD,      /* --rdzv_backend=c10d or rdzvd */
+  BACKEND_ETCD,       /* --rdzv_backend=etcd or etcd-v3 */
+};
+
+/* --rdzv_backend=etcd: the members and how to talk to them. */
+struct rdzv_etcd_config {
+  char endpoints[1024];               /* "host:port,host:port" */
+  bool https;                         /* --rdzv_conf protocol=https */
+  char cacert[PATH_MAX], cert[PATH_MAX], key[PATH_MAX];
+  char user[256];                     /* user=NAME */
+  char password[256];                 /* read from password_file=PATH */
+  char prefix[256];                   /* etcd_prefix=, default
+                                         /cdrun/rdzv/ */
 };
 
 struct rdzv_config {
@@ -34,6 +48,8 @@ struct rdzv_config {
   /* --rdzv_conf=secret_file=PATH, else $CDRUN_RDZV_SECRET_FILE: loaded
    * and checked at resolve time; len 0: none. */
   struct ra_secret secret;
+  /* etcd (also uses id, conf, local_addr) */
+  struct rdzv_etcd_config etcd;
 };
 
 /* Resolves a's rendezvous flags.  run_id is the job id to use (a random

@@ -17,8 +17,13 @@ pkgs+=(libssl-dev)
 # Slurm, munge, OpenSSH and Open MPI; they skip when these are absent.
 pkgs+=(slurmctld slurmd slurm-client munge openssh-server openssh-client
        openmpi-bin iproute2 util-linux)
+# The etcd back end's tests: real etcd servers, TLS certificates, curl for
+# health checks.
+pkgs+=(etcd-server etcd-client openssl curl)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch time)
+  # torchrun's etcd back end (bench/rendezvous part 3)
+  pkgs+=(python3-etcd)
 fi
 
 missing=()

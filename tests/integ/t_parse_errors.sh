@@ -32,8 +32,19 @@ expect_usage_error "--rdzv_conf: invalid value 'abc' for join_timeout" -- \
   --rdzv_backend=c10d --rdzv_endpoint=h:1 --rdzv_conf=join_timeout=abc /bin/true
 expect_usage_error "--rdzv_conf: invalid value '2' for is_host" -- \
   --rdzv_backend=c10d --rdzv_endpoint=h:1 --rdzv_conf=is_host=2 /bin/true
-expect_usage_error "--rdzv_backend=etcd: not supported yet" -- \
+expect_usage_error "--rdzv_backend=etcd needs --rdzv_endpoint" -- \
   --rdzv-backend etcd /bin/true
+expect_usage_error "--rdzv_backend=etcd-v2: not supported: it speaks etcd's v2 API" -- \
+  --rdzv-backend etcd-v2 /bin/true
+expect_usage_error "password=... is refused" -- --rdzv_backend=etcd \
+  --rdzv_endpoint=h:2379 --rdzv_conf=user=u,password=p /bin/true
+expect_usage_error "password_file=/nonexistent/pw: cannot read it" -- \
+  --rdzv_backend=etcd --rdzv_endpoint=h:2379 \
+  --rdzv_conf=user=u,password_file=/nonexistent/pw /bin/true
+expect_usage_error "cacert, cert and key need protocol=https" -- \
+  --rdzv_backend=etcd --rdzv_endpoint=h:2379 --rdzv_conf=cacert=/x /bin/true
+expect_usage_error "invalid etcd member list 'h:1,,h:2'" -- \
+  --rdzv_backend=etcd --rdzv_endpoint=h:1,,h:2 /bin/true
 expect_usage_error "--rdzv_backend: unknown back end 'zk'" -- \
   --rdzv_backend=zk /bin/true
 expect_usage_error "--rdzv_endpoint" -- --rdzv_endpoint='[::1' /bin/true

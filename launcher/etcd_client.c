@@ -1,0 +1,973 @@
+/* etcd_client.c -- etcd v3 over the JSON gateway, on libcurl + libuv. */
+#include "etcd_client.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "curl_dl.h"
+
+#include "curl_uv.h"
+#include "say.h"
+
+#define MAX_MEMBERS 16
+#define MAX_REPLY (8u << 20)      /* bounds a reply (etcd sends <= ~1.5 MiB) */
+#define CONNECT_TIMEOUT_MS 2000L
+#define WATCH_RETRY_MIN_MS 100
+#define WATCH_RETRY_MAX_MS 2000
+
+struct etcd_call {
+  struct curl_uv_req req;
+  struct etcd_client *c;
+  struct etcd_call *prev, *next;
+  char *path;
+  char *body;
+  struct curl_slist *hdrs;
+  char *buf;
+  size_t len, cap;
+  etcd_reply_cb cb;
+  void *ctx;
+  int member;                   /* tried now */
+  int tries;                    /* members tried */
+  bool reauthed;                /* retried once with a fresh token */
+  bool is_auth;                 /* the authenticate call itself */
+  bool waiting_token;           /* queued until the token comes */
+  char last_error[256];
+};
+
+struct etcd_watch {
+  struct curl_uv_req req;
+  struct etcd_client *c;
+  struct etcd_watch *prev, *next;
+  char *key64, *end64;
+  int64_t next_rev;
+  int member;
+  bool running;                 /* a transfer is in flight */
+  bool stopped;
+  int retry_ms;
+  struct curl_slist *hdrs;
+  char *body;
+  char *buf;                    /* bytes not yet split into lines */
+  size_t len, cap;
+  uv_timer_t retry;             /* reconnect later */
+  uv_timer_t deliver;           /* lines out of curl's write callback */
+  int open_handles;
+  etcd_watch_cb cb;
+  etcd_watch_err_cb ecb;
+  void *ctx;
+};
+
+struct etcd_client {
+  uv_loop_t *loop;
+  struct curl_uv *cu;
+  char members_text[1024];
+  char *members[MAX_MEMBERS];   /* "host:port" */
+  int n_members;
+  int cur;                      /* member in use */
+  bool https;
+  char *cacert, *cert, *key, *user, *password;
+  long timeout_ms;
+  char *token;                  /* "" until authenticated */
+  bool authenticating;
+  struct etcd_call *calls;
+  struct etcd_watch *watches;
+  int watches_alive;            /* not yet freed */
+  bool closing;
+  char local_ip[64];
+};
+
+static int curl_users;          /* clients alive: global init/cleanup */
+
+/* LOGLEVEL=DEBUG: every request and its outcome on stderr. */
+static bool debug_on(void)
+{
+  static int on = -1;
+
+  if (on < 0) {
+    const char *l = getenv("LOGLEVEL");
+
+    on = l && strcmp(l, "DEBUG") == 0;
+  }
+  return on;
+}
+
+#define DEBUG(...) \
+  do { if (debug_on()) say("etcd: " __VA_ARGS__); } while (0)
+
+/* ---- base64 and JSON helpers ------------------------------------------- */
+
+static const char b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+void etcd_b64_encode(const void *in, size_t n, char *out)
+{
+  const unsigned char *p = in;
+  size_t i;
+  uint32_t v;
+
+  for (i = 0; i + 2 < n; i += 3) {
+    v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+    *out++ = b64[v >> 18];
+    *out++ = b64[(v >> 12) & 63];
+    *out++ = b64[(v >> 6) & 63];
+    *out++ = b64[v & 63];
+  }
+  if (i < n) {
+    v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0);
+    *out++ = b64[v >> 18];
+    *out++ = b64[(v >> 12) & 63];
+    *out++ = i + 1 < n ? b64[(v >> 6) & 63] : '=';
+    *out++ = '=';
+  }
+  *out = '\0';
+}
+
+static int b64_val(char ch)
+{
+  const char *p = ch ? strchr(b64, ch) : NULL;
+
+  return p ? (int)(p - b64) : -1;
+}
+
+int etcd_b64_decode(const char *in, size_t n, char *out)
+{
+  size_t i, o = 0;
+  int a, b, c, d;
+
+  if (n % 4)
+    return -1;
+  for (i = 0; i < n; i += 4) {
+    bool last = i + 4 == n;
+
+    a = b64_val(in[i]);
+    b = b64_val(in[i + 1]);
+    c = last && in[i + 2] == '=' && in[i + 3] == '=' ? -2
+                                                      : b64_val(in[i + 2]);
+    d = last && in[i + 3] == '=' ? -2 : b64_val(in[i + 3]);
+    if (a < 0 || b < 0 || c == -1 || d == -1 || (c == -2 && d != -2))
+      return -1;
+    out[o++] = (char)(a << 2 | b >> 4);
+    if (c >= 0)
+      out[o++] = (char)((b & 15) << 4 | c >> 2);
+    if (d >= 0)
+      out[o++] = (char)((c & 3) << 6 | d);
+  }
+  out[o] = '\0';
+  return (int)o;
+}
+
+bool etcd_add_b64(cJSON *obj, const char *name, const char *s, size_t n)
+{
+  char *enc = malloc(4 * ((n + 2) / 3) + 1);
+  bool ok;
+
+  if (!enc)
+    return false;
+  etcd_b64_encode(s, n, enc);
+  ok = cJSON_AddStringToObject(obj, name, enc) != NULL;
+  free(enc);
+  return ok;
+}
+
+char *etcd_get_b64(const cJSON *obj, const char *name, size_t *len)
+{
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, name);
+  size_t n;
+  char *out;
+  int k;
+
+  if (!cJSON_IsString(f))
+    return NULL;
+  n = strlen(f->valuestring);
+  out = malloc(n / 4 * 3 + 1);
+  if (!out)
+    return NULL;
+  k = etcd_b64_decode(f->valuestring, n, out);
+  if (k < 0) {
+    free(out);
+    return NULL;
+  }
+  if (len)
+    *len = (size_t)k;
+  return out;
+}
+
+int64_t etcd_i64(const cJSON *obj, const char *name)
+{
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, name);
+
+  if (cJSON_IsString(f))
+    return strtoll(f->valuestring, NULL, 10);
+  if (cJSON_IsNumber(f))
+    return (int64_t)f->valuedouble;
+  if (cJSON_IsTrue(f))
+    return 1;
+  return 0;
+}
+
+void etcd_prefix_end(const char *prefix, char *out)
+{
+  size_t n = strlen(prefix);
+
+  memcpy(out, prefix, n + 1);
+  while (n > 0 && (unsigned char)out[n - 1] == 0xff)
+    out[--n] = '\0';
+  if (n > 0)
+    out[n - 1] = (char)((unsigned char)out[n - 1] + 1);
+}
+
+/* ---- requests -------------------------------------------------------------- */
+
+static size_t grow_append(char **buf, size_t *len, size_t *cap,
+                          const char *data, size_t n)
+{
+  char *g;
+  size_t want;
+
+  if (*len + n + 1 > *cap) {
+    if (*len + n + 1 > MAX_REPLY)
+      return 0;
+    want = *cap ? *cap * 2 : 4096;
+    while (want < *len + n + 1)
+      want *= 2;
+    g = realloc(*buf, want);
+    if (!g)
+      return 0;
+    *buf = g;
+    *cap = want;
+  }
+  memcpy(*buf + *len, data, n);
+  *len += n;
+  (*buf)[*len] = '\0';
+  return n;
+}
+
+static size_t call_write(char *data, size_t size, size_t nmemb, void *userp)
+{
+  struct etcd_call *k = userp;
+
+  return grow_append(&k->buf, &k->len, &k->cap, data, size * nmemb);
+}
+
+/* Options every transfer to etcd shares. */
+static CURL *easy_for(struct etcd_client *c, int member, const char *path,
+                      const char *body, struct curl_slist **hdrs)
+{
+  char url[600], auth[1200];
+  CURL *e = curl_easy_init();
+
+  if (!e)
+    return NULL;
+  snprintf(url, sizeof url, "%s://%s%s", c->https ? "https" : "http",
+           c->members[member], path);
+  *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+  *hdrs = curl_slist_append(*hdrs, "Expect:");
+  if (c->token && c->token[0]) {
+    snprintf(auth, sizeof auth, "Authorization: %s", c->token);
+    *hdrs = curl_slist_append(*hdrs, auth);
+  }
+  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, *hdrs);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (c->cacert)
+    curl_easy_setopt(e, CURLOPT_CAINFO, c->cacert);
+  if (c->cert)
+    curl_easy_setopt(e, CURLOPT_SSLCERT, c->cert);
+  if (c->key)
+    curl_easy_setopt(e, CURLOPT_SSLKEY, c->key);
+  return e;
+}
+
+static void call_free(struct etcd_call *k)
+{
+  struct etcd_client *c = k->c;
+
+  if (k->prev)
+    k->prev->next = k->next;
+  else
+    c->calls = k->next;
+  if (k->next)
+    k->next->prev = k->prev;
+  if (k->req.easy)
+    curl_easy_cleanup(k->req.easy);
+  curl_slist_free_all(k->hdrs);
+  free(k->path);
+  free(k->body);
+  free(k->buf);
+  free(k);
+}
+
+static void call_done(struct curl_uv_req *r, CURLcode result);
+static void authenticate(struct etcd_client *c);
+
+/* Sends k to its current member. */
+static int call_send(struct etcd_call *k)
+{
+  struct etcd_client *c = k->c;
+
+  if (k->req.easy)
+    curl_easy_cleanup(k->req.easy);
+  curl_slist_free_all(k->hdrs);
+  k->hdrs = NULL;
+  k->len = 0;
+  k->req.easy = easy_for(c, k->member, k->path, k->body, &k->hdrs);
+  if (!k->req.easy)
+    return -ENOMEM;
+  curl_easy_setopt(k->req.easy, CURLOPT_WRITEFUNCTION, call_write);
+  curl_easy_setopt(k->req.easy, CURLOPT_WRITEDATA, k);
+  curl_easy_setopt(k->req.easy, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+  k->req.done = call_done;
+  k->req.data = k;
+  return curl_uv_add(c->cu, &k->req) ? -EIO : 0;
+}
+
+/* Ends k with an error, its callback once. */
+static void call_fail(struct etcd_call *k, int err, const char *msg)
+{
+  etcd_reply_cb cb = k->cb;
+  void *ctx = k->ctx;
+  char text[512];
+
+  snprintf(text, sizeof text, "%s", msg);
+  call_free(k);
+  if (cb)
+    cb(ctx, err, NULL, text);
+}
+
+static void watches_follow(struct etcd_client *c);
+
+/* The member failed k: the next one, or give up once all were tried. */
+static void call_next_member(struct etcd_call *k, int err)
+{
+  struct etcd_client *c = k->c;
+  char msg[512];
+  int rc;
+
+  if (++k->tries >= c->n_members) {
+    snprintf(msg, sizeof msg, "etcd at %s: %s", c->members_text,
+             k->last_error);
+    call_fail(k, err, msg);
+    return;
+  }
+  k->member = (k->member + 1) % c->n_members;
+  if (c->cur != k->member) {
+    c->cur = k->member;
+    watches_follow(c);
+  }
+  rc = call_send(k);
+  if (rc)
+    call_fail(k, rc, "etcd: cannot start a request");
+}
+
+/* etcd's error body: {"error":"...","message":"...","code":N}. */
+static int grpc_errno(int code)
+{
+  switch (code) {
+  case 3: return -EINVAL;       /* InvalidArgument */
+  case 5: return -ENOENT;       /* NotFound (lease) */
+  case 7: return -EPERM;        /* PermissionDenied */
+  case 9: return -EAGAIN;       /* FailedPrecondition */
+  case 11: return -ERANGE;      /* OutOfRange (compacted) */
+  case 14: return -EAGAIN;      /* Unavailable */
+  case 16: return -EACCES;      /* Unauthenticated */
+  default: return -EIO;
+  }
+}
+
+static void call_done(struct curl_uv_req *r, CURLcode result)
+{
+  struct etcd_call *k = r->data;
+  struct etcd_client *c = k->c;
+  const cJSON *msgf, *codef;
+  long http = 0;
+  cJSON *j;
+  char *ip = NULL;
+  int code;
+
+  if (result != CURLE_OK) {
+    snprintf(k->last_error, sizeof k->last_error, "%s: %s",
+             c->members[k->member], curl_easy_strerror(result));
+    DEBUG("%s %s: %s", c->members[k->member], k->path,
+          curl_easy_strerror(result));
+    call_next_member(k, result == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
+                        : result == CURLE_COULDNT_CONNECT  ? -ECONNREFUSED
+                                                           : -EIO);
+    return;
+  }
+  curl_easy_getinfo(k->req.easy, CURLINFO_RESPONSE_CODE, &http);
+  DEBUG("%s %s -> HTTP %ld: %.300s", c->members[k->member], k->path, http,
+        k->buf ? k->buf : "");
+  if (curl_easy_getinfo(k->req.easy, CURLINFO_LOCAL_IP, &ip) == CURLE_OK &&
+      ip)
+    snprintf(c->local_ip, sizeof c->local_ip, "%s", ip);
+  j = cJSON_ParseWithLength(k->buf ? k->buf : "", k->len);
+  if (http == 200 && j) {
+    etcd_reply_cb cb = k->cb;
+    void *ctx = k->ctx;
+
+    call_free(k);
+    if (cb)
+      cb(ctx, 0, j, NULL);
+    cJSON_Delete(j);
+    return;
+  }
+  msgf = cJSON_GetObjectItemCaseSensitive(j, "message");
+  codef = cJSON_GetObjectItemCaseSensitive(j, "code");
+  code = cJSON_IsNumber(codef) ? codef->valueint : -1;
+  snprintf(k->last_error, sizeof k->last_error, "%s: HTTP %ld%s%s",
+           c->members[k->member], http, cJSON_IsString(msgf) ? ": " : "",
+           cJSON_IsString(msgf) ? msgf->valuestring : "");
+  cJSON_Delete(j);
+  if (http == 503 || code == 14) {      /* no leader here: try another */
+    call_next_member(k, -EAGAIN);
+    return;
+  }
+  if (code == 16 && !k->is_auth && !k->reauthed && c->user) {
+    /* The token expired (or etcd restarted): a new one, then again. */
+    k->reauthed = true;
+    free(c->token);
+    c->token = NULL;
+    k->waiting_token = true;
+    authenticate(c);
+    return;
+  }
+  call_fail(k, code >= 0 ? grpc_errno(code) : -EIO, k->last_error);
+}
+
+static int call_start(struct etcd_client *c, const char *path,
+                      const char *body, etcd_reply_cb cb, void *ctx,
+                      bool is_auth)
+{
+  struct etcd_call *k;
+
+  if (c->closing)
+    return -ECANCELED;
+  k = calloc(1, sizeof *k);
+  if (!k)
+    return -ENOMEM;
+  k->c = c;
+  k->path = strdup(path);
+  k->body = strdup(body);
+  k->cb = cb;
+  k->ctx = ctx;
+  k->member = c->cur;
+  k->is_auth = is_auth;
+  k->next = c->calls;
+  if (c->calls)
+    c->calls->prev = k;
+  c->calls = k;
+  if (!k->path || !k->body) {
+    call_free(k);
+    return -ENOMEM;
+  }
+  if (c->user && !is_auth && (!c->token || c->authenticating)) {
+    k->waiting_token = true;
+    authenticate(c);
+    return 0;
+  }
+  if (call_send(k)) {
+    call_free(k);
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+/* The token came (or could not be had): release the queued calls. */
+static void token_ready(struct etcd_client *c, int err, const char *msg)
+{
+  struct etcd_call *k, *next;
+
+  for (k = c->calls; k; k = next) {
+    next = k->next;
+    if (!k->waiting_token)
+      continue;
+    k->waiting_token = false;
+    if (err)
+      call_fail(k, err, msg);
+    else if (call_send(k))
+      call_fail(k, -ENOMEM, "etcd: cannot start a request");
+  }
+}
+
+static void auth_reply(void *ctx, int err, const cJSON *reply,
+                       const char *msg)
+{
+  struct etcd_client *c = ctx;
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(reply, "token");
+  char text[600];
+
+  c->authenticating = false;
+  if (!err && !cJSON_IsString(t)) {
+    err = -EPROTO;
+    msg = "no token in the answer";
+  }
+  if (err) {
+    snprintf(text, sizeof text, "etcd authentication as '%s' failed: %s",
+             c->user, msg);
+    token_ready(c, err, text);
+    return;
+  }
+  free(c->token);
+  c->token = strdup(t->valuestring);
+  token_ready(c, c->token ? 0 : -ENOMEM, "out of memory");
+}
+
+static void authenticate(struct etcd_client *c)
+{
+  cJSON *b;
+  char *body;
+  int rc;
+
+  if (c->authenticating)
+    return;
+  b = cJSON_CreateObject();
+  cJSON_AddStringToObject(b, "name", c->user);
+  cJSON_AddStringToObject(b, "password", c->password ? c->password : "");
+  body = cJSON_PrintUnformatted(b);
+  cJSON_Delete(b);
+  if (!body) {
+    token_ready(c, -ENOMEM, "out of memory");
+    return;
+  }
+  c->authenticating = true;
+  rc = call_start(c, "/v3/auth/authenticate", body, auth_reply, c, true);
+  memset(body, 0, strlen(body));    /* the password */
+  free(body);
+  if (rc) {
+    c->authenticating = false;
+    token_ready(c, rc, "cannot start the authentication request");
+  }
+}
+
+int etcd_call(struct etcd_client *c, const char *path, const cJSON *body,
+              etcd_reply_cb cb, void *ctx)
+{
+  char *text = cJSON_PrintUnformatted(body);
+  int rc;
+
+  if (!text)
+    return -ENOMEM;
+  rc = call_start(c, path, text, cb, ctx, false);
+  free(text);
+  return rc;
+}
+
+/* ---- watches ------------------------------------------------------------ */
+
+static void watch_closed(uv_handle_t *h)
+{
+  struct etcd_watch *w = h->data;
+  struct etcd_client *c = w->c;
+
+  if (--w->open_handles > 0)
+    return;
+  free(w->key64);
+  free(w->end64);
+  free(w->buf);
+  free(w);
+  c->watches_alive--;
+  if (c->closing && c->watches_alive == 0 && !c->calls) {
+    free(c->token);
+    free(c);
+  }
+}
+
+static void deliver_cb(uv_timer_t *t);
+
+static size_t watch_write(char *data, size_t size, size_t nmemb, void *userp)
+{
+  struct etcd_watch *w = userp;
+  size_t n = grow_append(&w->buf, &w->len, &w->cap, data, size * nmemb);
+
+  if (n && memchr(data, '\n', size * nmemb))
+    uv_timer_start(&w->deliver, deliver_cb, 0, 0);
+  return n;
+}
+
+static void watch_schedule(struct etcd_watch *w);
+
+/* Hands every complete line to the watcher (outside curl's callbacks). */
+static void watch_deliver(struct etcd_watch *w)
+{
+  const cJSON *res, *err;
+  char *line = w->buf, *nl;
+  cJSON *j;
+  size_t used;
+
+  while (!w->stopped && w->len && (nl = memchr(line, '\n', w->len -
+                                             (size_t)(line - w->buf)))) {
+    j = cJSON_ParseWithLength(line, (size_t)(nl - line));
+    line = nl + 1;
+    if (!j)
+      continue;
+    res = cJSON_GetObjectItemCaseSensitive(j, "result");
+    err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (cJSON_IsObject(res)) {
+      const cJSON *hdr = cJSON_GetObjectItemCaseSensitive(res, "header");
+      int64_t rev = etcd_i64(hdr, "revision");
+
+      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "canceled"))) {
+        int64_t compact = etcd_i64(res, "compact_revision");
+        char msg[128];
+
+        cJSON_Delete(j);
+        w->stopped = true;
+        snprintf(msg, sizeof msg, "etcd watch canceled (compacted at "
+                 "revision %" PRId64 ")", compact);
+        if (w->ecb)
+          w->ecb(w->ctx, compact ? -ESTALE : -ECANCELED, msg);
+        return;
+      }
+      if (rev >= w->next_rev)
+        w->next_rev = rev + 1;
+      w->retry_ms = WATCH_RETRY_MIN_MS;
+      w->cb(w->ctx, res);
+    } else if (err) {
+      /* {"error":{"grpc_code":14,...}}: this member cannot serve it;
+       * 16: the token expired (etcd restarted): get a new one first. */
+      int code = (int)etcd_i64(err, "grpc_code");
+
+      DEBUG("%s watch error: grpc code %d", w->c->members[w->member], code);
+      if (code == 16 && w->c->user && !w->c->authenticating) {
+        free(w->c->token);
+        w->c->token = NULL;
+        authenticate(w->c);
+      }
+      cJSON_Delete(j);
+      if (w->running) {
+        curl_uv_remove(w->c->cu, &w->req);
+        w->running = false;
+      }
+      w->member = (w->member + 1) % w->c->n_members;
+      w->len = 0;
+      watch_schedule(w);
+      return;
+    }
+    cJSON_Delete(j);
+  }
+  used = (size_t)(line - w->buf);
+  if (used && used <= w->len) {
+    memmove(w->buf, line, w->len - used);
+    w->len -= used;
+  }
+}
+
+static void deliver_cb(uv_timer_t *t)
+{
+  watch_deliver(t->data);
+}
+
+static void watch_done(struct curl_uv_req *r, CURLcode result)
+{
+  struct etcd_watch *w = r->data;
+
+  DEBUG("%s watch ended: %s", w->c->members[w->member],
+        curl_easy_strerror(result));
+  w->running = false;
+  watch_deliver(w);
+  if (w->stopped)
+    return;
+  /* The stream ended (member gone, or closed by etcd): the next member
+   * when this one failed, from the next revision. */
+  if (result != CURLE_OK)
+    w->member = (w->member + 1) % w->c->n_members;
+  w->len = 0;
+  watch_schedule(w);
+}
+
+static void watch_connect(struct etcd_watch *w)
+{
+  struct etcd_client *c = w->c;
+  cJSON *b, *cr;
+
+  if (w->stopped || w->running)
+    return;
+  b = cJSON_CreateObject();
+  cr = cJSON_AddObjectToObject(b, "create_request");
+  cJSON_AddStringToObject(cr, "key", w->key64);
+  if (w->end64)
+    cJSON_AddStringToObject(cr, "range_end", w->end64);
+  if (w->next_rev > 0) {
+    char rev[32];
+
+    snprintf(rev, sizeof rev, "%" PRId64, w->next_rev);
+    cJSON_AddStringToObject(cr, "start_revision", rev);
+  }
+  cJSON_AddTrueToObject(cr, "progress_notify");
+  free(w->body);
+  w->body = cJSON_PrintUnformatted(b);
+  cJSON_Delete(b);
+  if (w->req.easy)
+    curl_easy_cleanup(w->req.easy);
+  curl_slist_free_all(w->hdrs);
+  w->hdrs = NULL;
+  w->req.easy = w->body ? easy_for(c, w->member, "/v3/watch", w->body,
+                                   &w->hdrs) : NULL;
+  if (!w->req.easy) {
+    watch_schedule(w);
+    return;
+  }
+  curl_easy_setopt(w->req.easy, CURLOPT_WRITEFUNCTION, watch_write);
+  curl_easy_setopt(w->req.easy, CURLOPT_WRITEDATA, w);
+  w->req.done = watch_done;
+  w->req.data = w;
+  DEBUG("%s watch from revision %" PRId64, c->members[w->member],
+        w->next_rev);
+  if (curl_uv_add(c->cu, &w->req) == 0)
+    w->running = true;
+  else
+    watch_schedule(w);
+}
+
+static void retry_cb(uv_timer_t *t)
+{
+  struct etcd_watch *w = t->data;
+
+  if (w->c->user && !w->c->token) {
+    authenticate(w->c);
+    watch_schedule(w);      /* once the token is there */
+    return;
+  }
+  watch_connect(w);
+}
+
+static void watch_schedule(struct etcd_watch *w)
+{
+  if (w->stopped)
+    return;
+  uv_timer_start(&w->retry, retry_cb, (uint64_t)w->retry_ms, 0);
+  w->retry_ms = w->retry_ms * 2 > WATCH_RETRY_MAX_MS ? WATCH_RETRY_MAX_MS
+                                                      : w->retry_ms * 2;
+}
+
+/* The client moved to another member: watches follow at once. */
+static void watches_follow(struct etcd_client *c)
+{
+  struct etcd_watch *w;
+
+  for (w = c->watches; w; w = w->next) {
+    if (w->stopped || w->member == c->cur)
+      continue;
+    w->member = c->cur;
+    if (w->running) {
+      curl_uv_remove(c->cu, &w->req);
+      w->running = false;
+      watch_deliver(w);
+      w->len = 0;
+      watch_connect(w);
+    }
+  }
+}
+
+static char *b64_dup(const char *s)
+{
+  size_t n = strlen(s);
+  char *out = malloc(4 * ((n + 2) / 3) + 1);
+
+  if (out)
+    etcd_b64_encode(s, n, out);
+  return out;
+}
+
+struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
+                                    const char *range_end, int64_t start_rev,
+                                    etcd_watch_cb cb, etcd_watch_err_cb ecb,
+                                    void *ctx)
+{
+  struct etcd_watch *w = calloc(1, sizeof *w);
+
+  if (!w)
+    return NULL;
+  w->c = c;
+  w->key64 = b64_dup(key);
+  w->end64 = range_end ? b64_dup(range_end) : NULL;
+  if (!w->key64 || (range_end && !w->end64)) {
+    free(w->key64);
+    free(w->end64);
+    free(w);
+    return NULL;
+  }
+  w->next_rev = start_rev;
+  w->member = c->cur;
+  w->retry_ms = WATCH_RETRY_MIN_MS;
+  w->cb = cb;
+  w->ecb = ecb;
+  w->ctx = ctx;
+  uv_timer_init(c->loop, &w->retry);
+  uv_timer_init(c->loop, &w->deliver);
+  w->retry.data = w;
+  w->deliver.data = w;
+  w->open_handles = 2;
+  w->next = c->watches;
+  if (c->watches)
+    c->watches->prev = w;
+  c->watches = w;
+  c->watches_alive++;
+  if (c->user && !c->token)
+    watch_schedule(w);
+  else
+    watch_connect(w);
+  return w;
+}
+
+void etcd_watch_stop(struct etcd_watch *w)
+{
+  struct etcd_client *c = w->c;
+
+  w->stopped = true;
+  if (w->running)
+    curl_uv_remove(c->cu, &w->req);
+  w->running = false;
+  if (w->req.easy)
+    curl_easy_cleanup(w->req.easy);
+  w->req.easy = NULL;
+  curl_slist_free_all(w->hdrs);
+  w->hdrs = NULL;
+  free(w->body);
+  w->body = NULL;
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    c->watches = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  uv_close((uv_handle_t *)&w->retry, watch_closed);
+  uv_close((uv_handle_t *)&w->deliver, watch_closed);
+}
+
+/* ---- the client ------------------------------------------------------ */
+
+static char *dup_opt(const char *s)
+{
+  return s && s[0] ? strdup(s) : NULL;
+}
+
+int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
+                       struct etcd_client **out, char *err, size_t errlen)
+{
+  struct etcd_client *c = calloc(1, sizeof *c);
+  char *p, *save = NULL, *tok;
+  int rc;
+
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  snprintf(c->members_text, sizeof c->members_text, "%s", o->endpoints);
+  p = strdup(o->endpoints);
+  for (tok = p ? strtok_r(p, ",", &save) : NULL; tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    if (c->n_members == MAX_MEMBERS) {
+      snprintf(err, errlen, "--rdzv_endpoint: at most %d etcd members",
+               MAX_MEMBERS);
+      goto bad;
+    }
+    /* A URL is accepted too: its scheme picks the protocol. */
+    if (strncmp(tok, "http://", 7) == 0)
+      tok += 7;
+    else if (strncmp(tok, "https://", 8) == 0)
+      tok += 8;
+    if (!tok[0] || strpbrk(tok, "/ \t")) {
+      snprintf(err, errlen, "--rdzv_endpoint: invalid etcd member '%s' "
+               "(expected host:port)", tok);
+      goto bad;
+    }
+    c->members[c->n_members] = strdup(tok);
+    if (!c->members[c->n_members])
+      goto nomem;
+    c->n_members++;
+  }
+  free(p);
+  p = NULL;
+  if (!c->n_members) {
+    snprintf(err, errlen, "--rdzv_endpoint: no etcd member given");
+    goto bad;
+  }
+  c->loop = loop;
+  c->https = o->https;
+  c->cacert = dup_opt(o->cacert);
+  c->cert = dup_opt(o->cert);
+  c->key = dup_opt(o->key);
+  c->user = dup_opt(o->user);
+  c->password = o->password ? strdup(o->password) : NULL;
+  c->timeout_ms = (long)((o->timeout > 0 ? o->timeout : 10) * 1000);
+  if (curl_dl_load(err, errlen))
+    goto bad;
+  if (curl_users++ == 0 && curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+    curl_users--;
+    snprintf(err, errlen, "cannot initialise libcurl");
+    goto bad;
+  }
+  rc = curl_uv_create(loop, &c->cu);
+  if (rc) {
+    if (--curl_users == 0)
+      curl_global_cleanup();
+    goto nomem;
+  }
+  *out = c;
+  return 0;
+nomem:
+  snprintf(err, errlen, "out of memory");
+bad:
+  free(p);
+  while (c->n_members)
+    free(c->members[--c->n_members]);
+  free(c->cacert);
+  free(c->cert);
+  free(c->key);
+  free(c->user);
+  free(c->password);
+  free(c);
+  return -EINVAL;
+}
+
+void etcd_client_close(struct etcd_client *c)
+{
+  c->closing = true;
+  while (c->calls) {
+    curl_uv_remove(c->cu, &c->calls->req);
+    call_free(c->calls);
+  }
+  while (c->watches)
+    etcd_watch_stop(c->watches);
+  curl_uv_close(c->cu);
+  c->cu = NULL;
+  if (--curl_users == 0)
+    curl_global_cleanup();
+  while (c->n_members)
+    free(c->members[--c->n_members]);
+  free(c->cacert);
+  free(c->cert);
+  free(c->key);
+  free(c->user);
+  if (c->password) {
+    memset(c->password, 0, strlen(c->password));
+    free(c->password);
+  }
+  c->cacert = c->cert = c->key = c->user = c->password = NULL;
+  if (c->watches_alive == 0) {
+    free(c->token);
+    free(c);
+  }
+}
+
+const char *etcd_client_endpoint(const struct etcd_client *c)
+{
+  return c->members[c->cur];
+}
+
+const char *etcd_client_local_ip(const struct etcd_client *c)
+{
+  return c->local_ip;
+}
+
+const char *etcd_client_members(const struct etcd_client *c)
+{
+  return c->members_text;
+}

@@ -1,0 +1,92 @@
+/* etcd_client.h -- a small etcd v3 client over its HTTP/JSON gateway
+ * (/v3/...), on the caller's libuv loop through libcurl (curl_uv.h).
+ *
+ * Calls are POSTs of JSON bodies; replies come back parsed.  Keys and
+ * values are base64 on the wire (etcd_b64_*); int64 fields come back as
+ * JSON strings (etcd_i64 reads either).  The client fails over between
+ * the members it was given: a request that cannot connect, times out or
+ * gets 503 (no leader) is retried on the next member, once around the
+ * list.  With a user name it authenticates (/v3/auth/authenticate) and
+ * sends the token with every request, renewing it when etcd says it is
+ * invalid.  A watch is a long-lived streaming POST that resumes on the
+ * next member from the last revision it delivered. */
+#ifndef CDRUN_ETCD_CLIENT_H
+#define CDRUN_ETCD_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+#include <uv.h>
+
+struct etcd_client_opts {
+  const char *endpoints;        /* "host:port,host:port,..." */
+  bool https;
+  const char *cacert, *cert, *key;  /* PEM files, or NULL */
+  const char *user;             /* NULL: no authentication */
+  const char *password;
+  double timeout;               /* seconds per request (one member) */
+};
+
+struct etcd_client;
+struct etcd_watch;
+
+/* err 0: reply is the decoded JSON body (valid during the call only).
+ * err < 0 (negative errno): msg says what failed, naming the members. */
+typedef void (*etcd_reply_cb)(void *ctx, int err, const cJSON *reply,
+                              const char *msg);
+
+/* One message of a watch stream: its "result" object. */
+typedef void (*etcd_watch_cb)(void *ctx, const cJSON *result);
+/* The watch cannot resume: err -ESTALE when its revision was compacted. */
+typedef void (*etcd_watch_err_cb)(void *ctx, int err, const char *msg);
+
+/* Initialises libcurl (the first client only) and parses the member list.
+ * Returns 0, or -EINVAL with a message in err. */
+int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
+                       struct etcd_client **out, char *err, size_t errlen);
+
+/* POSTs body to path ("/v3/kv/range").  cb runs later, exactly once,
+ * unless the client is closed first.  Returns 0 or a negative errno. */
+int etcd_call(struct etcd_client *c, const char *path, const cJSON *body,
+              etcd_reply_cb cb, void *ctx);
+
+/* Watches [key, range_end) (range_end NULL: key alone) from start_rev.
+ * Returns NULL when out of memory. */
+struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
+                                    const char *range_end, int64_t start_rev,
+                                    etcd_watch_cb cb, etcd_watch_err_cb ecb,
+                                    void *ctx);
+void etcd_watch_stop(struct etcd_watch *w);
+
+/* Cancels every call and watch (no callback runs) and frees the client
+ * once its handles are closed. */
+void etcd_client_close(struct etcd_client *c);
+
+/* The member in use ("host:port") and this machine's address on the
+ * connection to it ("" before the first answer). */
+const char *etcd_client_endpoint(const struct etcd_client *c);
+const char *etcd_client_local_ip(const struct etcd_client *c);
+/* The members as given, for messages. */
+const char *etcd_client_members(const struct etcd_client *c);
+
+/* ---- wire helpers ---- */
+
+/* Standard base64 with padding.  encode writes 4*ceil(n/3)+1 bytes. */
+void etcd_b64_encode(const void *in, size_t n, char *out);
+/* Returns the decoded length, or -1 on bad input; out holds n*3/4+1. */
+int etcd_b64_decode(const char *in, size_t n, char *out);
+
+/* Adds name: base64(s) to obj.  Returns false when out of memory. */
+bool etcd_add_b64(cJSON *obj, const char *name, const char *s, size_t n);
+/* A base64 field decoded into a fresh NUL-terminated string (NULL when
+ * absent, bad or out of memory); *len gets its length. */
+char *etcd_get_b64(const cJSON *obj, const char *name, size_t *len);
+/* An int64 field (etcd sends them as strings); absent: 0. */
+int64_t etcd_i64(const cJSON *obj, const char *name);
+/* The end of the range of keys that start with prefix: prefix with its
+ * last byte + 1 (written to out, which holds strlen(prefix) + 1). */
+void etcd_prefix_end(const char *prefix, char *out);
+
+#endif

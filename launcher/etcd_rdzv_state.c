@@ -1,0 +1,537 @@
+/* etcd_rdzv_state.c -- the etcd back end's job document and transitions
+ * (see etcd_rdzv_state.h; the rules are rdzvd's Note [round semantics]). */
+#include "etcd_rdzv_state.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+static const char *const phase_names[] = {
+  "gathering", "running", "closed", "finished",
+};
+static const char *const nstate_names[] = { "idle", "part", "spare" };
+
+void es_init(struct es_state *s)
+{
+  memset(s, 0, sizeof *s);
+}
+
+void es_free(struct es_state *s)
+{
+  free(s->nodes);
+  es_init(s);
+}
+
+static int reserve(struct es_state *s, int n)
+{
+  struct es_node *g;
+  int cap;
+
+  if (n <= s->cap)
+    return 0;
+  cap = s->cap ? s->cap : 8;
+  while (cap < n)
+    cap *= 2;
+  g = realloc(s->nodes, (size_t)cap * sizeof *g);
+  if (!g)
+    return -ENOMEM;
+  s->nodes = g;
+  s->cap = cap;
+  return 0;
+}
+
+int es_copy(struct es_state *dst, const struct es_state *src)
+{
+  struct es_node *keep = dst->nodes;
+  int cap = dst->cap;
+
+  *dst = *src;
+  dst->nodes = keep;
+  dst->cap = cap;
+  if (reserve(dst, src->n))
+    return -ENOMEM;
+  if (src->n)
+    memcpy(dst->nodes, src->nodes, (size_t)src->n * sizeof *src->nodes);
+  return 0;
+}
+
+/* ---- JSON ---- */
+
+static double jnum(const cJSON *o, const char *k, double dflt)
+{
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, k);
+
+  return cJSON_IsNumber(f) ? f->valuedouble : dflt;
+}
+
+static bool jbool(const cJSON *o, const char *k)
+{
+  return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+static void jstr(const cJSON *o, const char *k, char *out, size_t size)
+{
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, k);
+
+  snprintf(out, size, "%s", cJSON_IsString(f) ? f->valuestring : "");
+}
+
+static int name_index(const char *const *names, int n, const cJSON *f)
+{
+  int i;
+
+  if (!cJSON_IsString(f))
+    return -1;
+  for (i = 0; i < n; i++)
+    if (strcmp(names[i], f->valuestring) == 0)
+      return i;
+  return -1;
+}
+
+int es_parse(const char *json, size_t len, struct es_state *s)
+{
+  cJSON *j = cJSON_ParseWithLength(json, len);
+  const cJSON *nodes, *e;
+  int ph, k;
+
+  es_free(s);
+  if (!cJSON_IsObject(j))
+    goto bad;
+  s->exists = true;
+  s->conf.min_nodes = (int)jnum(j, "min_nodes", 1);
+  s->conf.max_nodes = (int)jnum(j, "max_nodes", 1);
+  s->conf.max_restarts = (int)jnum(j, "max_restarts", 0);
+  s->conf.last_call_timeout = jnum(j, "last_call_timeout", 0);
+  ph = name_index(phase_names, 4, cJSON_GetObjectItemCaseSensitive(j,
+                                                                   "phase"));
+  if (ph < 0)
+    goto bad;
+  s->phase = (enum es_phase)ph;
+  s->round = (int)jnum(j, "round", 0);
+  s->restart_count = (int)jnum(j, "restart_count", 0);
+  s->restarting = jbool(j, "restarting");
+  s->exit_passed = jbool(j, "exit_passed");
+  s->seq = (int64_t)jnum(j, "seq", 0);
+  jstr(j, "why", s->why, sizeof s->why);
+  nodes = cJSON_GetObjectItemCaseSensitive(j, "nodes");
+  if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) > ES_MAX_NODES ||
+      reserve(s, cJSON_GetArraySize(nodes)))
+    goto bad;
+  cJSON_ArrayForEach(e, nodes) {
+    struct es_node *n = &s->nodes[s->n];
+
+    memset(n, 0, sizeof *n);
+    jstr(e, "id", n->id, sizeof n->id);
+    jstr(e, "host", n->host, sizeof n->host);
+    jstr(e, "addr", n->addr, sizeof n->addr);
+    n->pid = (int64_t)jnum(e, "pid", 0);
+    n->nproc = (int)jnum(e, "nproc", 1);
+    n->port = (int)jnum(e, "port", 0);
+    n->seq = (int64_t)jnum(e, "seq", 0);
+    k = name_index(nstate_names, 3, cJSON_GetObjectItemCaseSensitive(e,
+                                                                    "st"));
+    if (k < 0 || !n->id[0] || n->nproc < 1)
+      goto bad;
+    n->st = (enum es_nstate)k;
+    n->expected = jbool(e, "expected");
+    n->rank = (int)jnum(e, "rank", -1);
+    n->prev_rank = (int)jnum(e, "prev_rank", -1);
+    n->in_exit = jbool(e, "in_exit");
+    s->n++;
+  }
+  cJSON_Delete(j);
+  return 0;
+bad:
+  cJSON_Delete(j);
+  es_free(s);
+  return -EINVAL;
+}
+
+char *es_serialize(const struct es_state *s)
+{
+  cJSON *j = cJSON_CreateObject(), *nodes, *e;
+  char *out = NULL;
+  int i;
+
+  if (!j)
+    return NULL;
+  cJSON_AddNumberToObject(j, "min_nodes", s->conf.min_nodes);
+  cJSON_AddNumberToObject(j, "max_nodes", s->conf.max_nodes);
+  cJSON_AddNumberToObject(j, "max_restarts", s->conf.max_restarts);
+  cJSON_AddNumberToObject(j, "last_call_timeout", s->conf.last_call_timeout);
+  cJSON_AddStringToObject(j, "phase", phase_names[s->phase]);
+  cJSON_AddNumberToObject(j, "round", s->round);
+  cJSON_AddNumberToObject(j, "restart_count", s->restart_count);
+  cJSON_AddBoolToObject(j, "restarting", s->restarting);
+  cJSON_AddBoolToObject(j, "exit_passed", s->exit_passed);
+  cJSON_AddNumberToObject(j, "seq", (double)s->seq);
+  cJSON_AddStringToObject(j, "why", s->why);
+  nodes = cJSON_AddArrayToObject(j, "nodes");
+  for (i = 0; nodes && i < s->n; i++) {
+    const struct es_node *n = &s->nodes[i];
+
+    e = cJSON_CreateObject();
+    if (!e || !cJSON_AddItemToArray(nodes, e))
+      goto out;
+    cJSON_AddStringToObject(e, "id", n->id);
+    cJSON_AddStringToObject(e, "host", n->host);
+    cJSON_AddStringToObject(e, "addr", n->addr);
+    cJSON_AddNumberToObject(e, "pid", (double)n->pid);
+    cJSON_AddNumberToObject(e, "nproc", n->nproc);
+    cJSON_AddNumberToObject(e, "port", n->port);
+    cJSON_AddNumberToObject(e, "seq", (double)n->seq);
+    cJSON_AddStringToObject(e, "st", nstate_names[n->st]);
+    cJSON_AddBoolToObject(e, "expected", n->expected);
+    cJSON_AddNumberToObject(e, "rank", n->rank);
+    cJSON_AddNumberToObject(e, "prev_rank", n->prev_rank);
+    cJSON_AddBoolToObject(e, "in_exit", n->in_exit);
+  }
+  if (nodes)
+    out = cJSON_PrintUnformatted(j);
+out:
+  cJSON_Delete(j);
+  return out;
+}
+
+/* ---- helpers ---- */
+
+int es_find(const struct es_state *s, const char *id)
+{
+  int i;
+
+  for (i = 0; i < s->n; i++)
+    if (strcmp(s->nodes[i].id, id) == 0)
+      return i;
+  return -1;
+}
+
+void es_counts(const struct es_state *s, int *part, int *outstanding,
+               int *spares)
+{
+  int i, p = 0, o = 0, sp = 0;
+
+  for (i = 0; i < s->n; i++) {
+    p += s->nodes[i].st == ES_PART;
+    o += s->nodes[i].st == ES_IDLE && s->nodes[i].expected;
+    sp += s->nodes[i].st == ES_SPARE;
+  }
+  if (part)
+    *part = p;
+  if (outstanding)
+    *outstanding = o;
+  if (spares)
+    *spares = sp;
+}
+
+void es_describe(const struct es_node *n, char *buf, size_t size)
+{
+  snprintf(buf, size, "node %s (%s, pid %" PRId64 ")",
+           n->host[0] ? n->host : "?", n->addr[0] ? n->addr : "?", n->pid);
+}
+
+static void set_why(struct es_state *s, const char *f, ...)
+  __attribute__((format(printf, 2, 3)));
+
+static void set_why(struct es_state *s, const char *f, ...)
+{
+  va_list ap;
+
+  va_start(ap, f);
+  vsnprintf(s->why, sizeof s->why, f, ap);
+  va_end(ap);
+}
+
+/* The oldest spare (lowest seq), or -1. */
+static int first_spare(const struct es_state *s)
+{
+  int i, best = -1;
+
+  for (i = 0; i < s->n; i++)
+    if (s->nodes[i].st == ES_SPARE &&
+        (best < 0 || s->nodes[i].seq < s->nodes[best].seq))
+      best = i;
+  return best;
+}
+
+static int rank_cmp(const void *a, const void *b)
+{
+  const struct es_node *x = *(struct es_node *const *)a;
+  const struct es_node *y = *(struct es_node *const *)b;
+
+  if ((x->prev_rank < 0) != (y->prev_rank < 0))
+    return x->prev_rank < 0 ? 1 : -1;
+  if (x->prev_rank != y->prev_rank)
+    return x->prev_rank < y->prev_rank ? -1 : 1;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Ranks the participants: previous ranks first, newcomers in join order. */
+static void complete_round(struct es_state *s)
+{
+  struct es_node *order[ES_MAX_NODES];
+  int i, k = 0, part, sp;
+
+  es_counts(s, &part, NULL, NULL);
+  while (part < s->conf.max_nodes && (sp = first_spare(s)) >= 0) {
+    s->nodes[sp].st = ES_PART;
+    part++;
+  }
+  for (i = 0; i < s->n; i++) {
+    struct es_node *n = &s->nodes[i];
+
+    n->in_exit = false;
+    if (n->st == ES_PART) {
+      order[k++] = n;
+    } else if (n->st == ES_IDLE) {
+      n->expected = false;
+      n->prev_rank = -1;
+    }
+  }
+  if (!k)
+    return;
+  qsort(order, (size_t)k, sizeof *order, rank_cmp);
+  for (i = 0; i < k; i++)
+    order[i]->rank = i;
+  s->phase = ES_RUNNING;
+  s->restarting = false;
+  s->exit_passed = false;
+}
+
+/* Completes the round when it can without a last call. */
+static void decide(struct es_state *s)
+{
+  int part, outstanding;
+
+  es_counts(s, &part, &outstanding, NULL);
+  if (part >= s->conf.max_nodes ||
+      (s->restarting && !outstanding && part >= s->conf.min_nodes) ||
+      (part >= s->conf.min_nodes && s->conf.last_call_timeout <= 0))
+    complete_round(s);
+}
+
+/* Promotes spares into free places, then decides. */
+static void recheck(struct es_state *s)
+{
+  int part, outstanding, sp;
+
+  if (s->phase != ES_GATHERING)
+    return;
+  es_counts(s, &part, &outstanding, NULL);
+  while (part + outstanding < s->conf.max_nodes &&
+         (sp = first_spare(s)) >= 0) {
+    s->nodes[sp].st = ES_PART;
+    part++;
+  }
+  decide(s);
+}
+
+/* A new round: every participant is expected back. */
+static void start_round(struct es_state *s)
+{
+  int i, outstanding, spares;
+
+  s->round++;
+  s->phase = ES_GATHERING;
+  s->exit_passed = false;
+  for (i = 0; i < s->n; i++) {
+    struct es_node *n = &s->nodes[i];
+
+    n->in_exit = false;
+    if (n->st != ES_PART)
+      continue;
+    n->prev_rank = n->rank;
+    n->rank = -1;
+    n->st = ES_IDLE;
+    n->expected = true;
+  }
+  es_counts(s, NULL, &outstanding, &spares);
+  s->restarting = outstanding + spares > 0;
+  recheck(s);
+}
+
+static void admit(struct es_state *s, int i)
+{
+  struct es_node *n = &s->nodes[i];
+  char d[2 * RP_MAX_ADDR + 64];
+  int part, outstanding;
+
+  n->seq = ++s->seq;
+  es_counts(s, &part, &outstanding, NULL);
+  if (s->phase == ES_GATHERING) {
+    if (n->expected || part + outstanding < s->conf.max_nodes) {
+      n->st = ES_PART;
+      n->expected = false;
+      recheck(s);
+      return;
+    }
+  } else if (!s->exit_passed && part < s->conf.max_nodes) {
+    n->st = ES_SPARE;
+    n->expected = false;
+    es_describe(n, d, sizeof d);
+    set_why(s, "%s joined", d);
+    start_round(s);
+    return;
+  }
+  n->st = ES_SPARE;
+  n->expected = false;
+}
+
+/* ---- transitions ---- */
+
+int es_join(struct es_state *s, const struct es_node *me,
+            const struct es_conf *conf, char *err, size_t errlen)
+{
+  int i;
+
+  if (s->exists && (s->phase == ES_CLOSED || s->phase == ES_FINISHED)) {
+    snprintf(err, errlen, "the job %s: %s", s->phase == ES_CLOSED
+             ? "is closed" : "has finished", s->why);
+    return -ESHUTDOWN;
+  }
+  if (!s->exists || s->n == 0) {
+    /* A new job (or one every node has left): this join configures it. */
+    es_free(s);
+    s->exists = true;
+    s->conf = *conf;
+    s->phase = ES_GATHERING;
+  }
+  if (conf->min_nodes != s->conf.min_nodes ||
+      conf->max_nodes != s->conf.max_nodes) {
+    snprintf(err, errlen, "min_nodes..max_nodes %d..%d differs from the "
+             "job's %d..%d (config_mismatch)", conf->min_nodes,
+             conf->max_nodes, s->conf.min_nodes, s->conf.max_nodes);
+    return -EINVAL;
+  }
+  if (conf->max_restarts != s->conf.max_restarts) {
+    snprintf(err, errlen, "max_restarts %d differs from the job's %d "
+             "(config_mismatch)", conf->max_restarts, s->conf.max_restarts);
+    return -EINVAL;
+  }
+  i = es_find(s, me->id);
+  if (i >= 0) {
+    struct es_node *n = &s->nodes[i];
+
+    if (n->st == ES_SPARE || n->st == ES_PART)
+      return 0;     /* waiting already, or in the round */
+    snprintf(n->host, sizeof n->host, "%s", me->host);
+    snprintf(n->addr, sizeof n->addr, "%s", me->addr);
+    n->pid = me->pid;
+    n->nproc = me->nproc;
+    n->port = me->port;
+  } else {
+    if (s->n >= ES_MAX_NODES) {
+      snprintf(err, errlen, "the job has %d nodes already (the most the "
+               "etcd back end holds)", s->n);
+      return -ENOSPC;
+    }
+    if (reserve(s, s->n + 1)) {
+      snprintf(err, errlen, "out of memory");
+      return -ENOMEM;
+    }
+    i = s->n++;
+    s->nodes[i] = *me;
+    s->nodes[i].st = ES_IDLE;
+    s->nodes[i].expected = false;
+    s->nodes[i].rank = s->nodes[i].prev_rank = -1;
+    s->nodes[i].in_exit = false;
+  }
+  admit(s, i);
+  return 1;
+}
+
+int es_failure(struct es_state *s, const char *id, int round, bool final,
+               const char *message)
+{
+  int i = es_find(s, id);
+  char d[2 * RP_MAX_ADDR + 64];
+
+  if (!s->exists || i < 0 || s->phase == ES_CLOSED ||
+      s->phase == ES_FINISHED)
+    return 0;
+  es_describe(&s->nodes[i], d, sizeof d);
+  if (final) {
+    s->phase = ES_CLOSED;
+    set_why(s, "%s workers failed (final): %s", d, message);
+    return 1;
+  }
+  /* Once per round: a later report is part of the same restart. */
+  if (s->phase != ES_RUNNING || s->round != round ||
+      s->nodes[i].st != ES_PART)
+    return 0;
+  if (s->restart_count >= s->conf.max_restarts) {
+    s->phase = ES_CLOSED;
+    set_why(s, "%s workers failed: %s; no restarts left (%d of %d used)",
+            d, message, s->restart_count, s->conf.max_restarts);
+    return 1;
+  }
+  s->restart_count++;
+  set_why(s, "%s workers failed: %s", d, message);
+  start_round(s);
+  return 1;
+}
+
+int es_barrier(struct es_state *s, const char *id, int round)
+{
+  int i = es_find(s, id), k;
+
+  if (i < 0 || s->phase != ES_RUNNING || s->round != round ||
+      s->nodes[i].st != ES_PART || s->nodes[i].in_exit)
+    return 0;
+  s->nodes[i].in_exit = true;
+  for (k = 0; k < s->n; k++)
+    if (s->nodes[k].st == ES_PART && !s->nodes[k].in_exit)
+      return 1;
+  s->exit_passed = true;
+  return 1;
+}
+
+int es_remove(struct es_state *s, const char *id, const char *why)
+{
+  int i = es_find(s, id), part, outstanding;
+  bool was_part;
+  char d[2 * RP_MAX_ADDR + 64];
+
+  if (i < 0)
+    return 0;
+  was_part = s->nodes[i].st == ES_PART;
+  es_describe(&s->nodes[i], d, sizeof d);
+  s->nodes[i] = s->nodes[--s->n];
+  if (s->phase == ES_CLOSED || s->phase == ES_FINISHED)
+    return 1;
+  if (s->phase == ES_RUNNING && was_part && !s->exit_passed) {
+    set_why(s, "%s %s", d, why);
+    start_round(s);
+    return 1;
+  }
+  if (s->phase == ES_GATHERING) {
+    es_counts(s, &part, &outstanding, NULL);
+    if (!part && !outstanding)
+      s->restarting = false;
+    recheck(s);
+  } else if (s->phase == ES_RUNNING && s->exit_passed) {
+    es_counts(s, &part, NULL, NULL);
+    if (!part) {
+      s->phase = ES_FINISHED;
+      set_why(s, "every node left after the exit barrier");
+    }
+  }
+  return 1;
+}
+
+int es_last_call(struct es_state *s, int round)
+{
+  int part;
+
+  if (!s->exists || s->phase != ES_GATHERING || s->round != round)
+    return 0;
+  es_counts(s, &part, NULL, NULL);
+  if (part < s->conf.min_nodes)
+    return 0;
+  complete_round(s);
+  return 1;
+}

@@ -1,0 +1,97 @@
+/* etcd_rdzv_state.h -- the etcd back end's job state: one JSON document
+ * per job (stored under <prefix>/<rdzv_id>/state) and the pure
+ * transitions every agent applies to it before a compare-and-swap.
+ *
+ * The transitions are rdzvd's (rdzvd/rdzv_state.h, Note [round
+ * semantics]) restated over a value instead of a server's memory: the
+ * same phases, ranks, spares, expected nodes and restart counting.  Two
+ * things the server does with clocks are left to the agents: the last
+ * call (each agent arms its own timer when it sees a round reach
+ * min_nodes; the first to fire completes the round with es_last_call)
+ * and the join timeout (local).  Each transition is idempotent: applied
+ * twice, or to a state where it already happened, it changes nothing,
+ * which is what makes retrying a compare-and-swap safe (proto/ETCD.md). */
+#ifndef CDRUN_ETCD_RDZV_STATE_H
+#define CDRUN_ETCD_RDZV_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv_proto.h"
+
+#define ES_MAX_NODES 4096       /* one etcd value must hold the job */
+#define ES_ID_MAX 32
+
+enum es_phase { ES_GATHERING, ES_RUNNING, ES_CLOSED, ES_FINISHED };
+enum es_nstate { ES_IDLE, ES_PART, ES_SPARE };
+
+struct es_node {
+  char id[ES_ID_MAX + 1];       /* the agent's lease id, hex */
+  char host[RP_MAX_ADDR + 1];
+  char addr[RP_MAX_ADDR + 1];
+  int64_t pid;
+  int nproc;
+  int port;                     /* offered MASTER_PORT */
+  int64_t seq;                  /* join order */
+  enum es_nstate st;
+  bool expected;                /* idle, with a place in the new round */
+  int rank, prev_rank;          /* -1: none */
+  bool in_exit;                 /* entered the exit barrier */
+};
+
+struct es_conf {
+  int min_nodes, max_nodes, max_restarts;
+  double last_call_timeout;
+};
+
+struct es_state {
+  bool exists;
+  struct es_conf conf;
+  enum es_phase phase;
+  int round, restart_count;
+  bool restarting;              /* the round started with nodes expected */
+  bool exit_passed;
+  int64_t seq;
+  char why[RP_MAX_TEXT + 1];    /* why the current round started, or why
+                                   the job ended */
+  struct es_node *nodes;
+  int n, cap;
+};
+
+void es_init(struct es_state *s);
+void es_free(struct es_state *s);
+int es_copy(struct es_state *dst, const struct es_state *src);
+
+/* Parses a stored value.  Returns 0 or -EINVAL. */
+int es_parse(const char *json, size_t len, struct es_state *out);
+/* The value to store (malloc'd), or NULL when out of memory. */
+char *es_serialize(const struct es_state *s);
+
+int es_find(const struct es_state *s, const char *id);
+void es_counts(const struct es_state *s, int *part, int *outstanding,
+               int *spares);
+
+/* Each returns 1 when s changed, 0 when not, or a negative errno with a
+ * message in err (join only). */
+
+/* me joins (or rejoins) the job; a fresh job takes conf.  Refused with
+ * -ESHUTDOWN (job closed or finished) or -EINVAL (config mismatch). */
+int es_join(struct es_state *s, const struct es_node *me,
+            const struct es_conf *conf, char *err, size_t errlen);
+/* id's workers failed in round: a restart (once per round), or the end
+ * of the job when final or none is left. */
+int es_failure(struct es_state *s, const char *id, int round, bool final,
+               const char *message);
+/* id enters the exit barrier of round. */
+int es_barrier(struct es_state *s, const char *id, int round);
+/* id is gone: why is "lost" (its lease expired) or "left". */
+int es_remove(struct es_state *s, const char *id, const char *why);
+/* The last call of round ran out: complete it if it still gathers with
+ * at least min_nodes. */
+int es_last_call(struct es_state *s, int round);
+
+/* "node HOST (ADDR, pid PID)" */
+void es_describe(const struct es_node *n, char *buf, size_t size);
+
+#endif

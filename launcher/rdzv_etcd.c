@@ -1,0 +1,1335 @@
+/* rdzv_etcd.c -- the agent's etcd back end (proto/ETCD.md).
+ *
+ * Keys, under <prefix><rdzv_id>/:
+ *   state          the job document (etcd_rdzv_state.h), no lease
+ *   alive/<lease>  one per agent, attached to the agent's lease
+ *
+ * The agent keeps what it wants (join, report a failure, enter the exit
+ * barrier, complete a round whose last call ran out, remove dead nodes,
+ * leave) as intents.  step() applies every intent to the newest state it
+ * knows and, when that changes the state, writes it with one transaction
+ * that compares the state's mod_revision (and that this agent's alive key
+ * still exists); on a conflict the transaction's failure branch returns the
+ * current state and step() runs again.  What the state says (a completed
+ * round, a new round, the exit barrier passed, the job closed) reaches the
+ * agent's callbacks from observe(), fed by the watch. */
+#include "rdzv_etcd.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "etcd_client.h"
+#include "etcd_rdzv_state.h"
+#include "say.h"
+
+#define RETRY_MS 500
+#define LEAVE_GUARD_MS 5000
+#define MIN_TTL 2                 /* etcd's smallest lease TTL */
+#define PROGRESS_EVERY_S 10.0
+#define CATCHUP_MS 1000
+
+enum boot { B_IDLE, B_GRANT, B_ALIVE, B_SYNC, B_READY };
+
+struct rdzv_etcd {
+  struct rdzv base;               /* first: a struct rdzv * is one */
+  struct rdzv_etcd_opts o;
+  char endpoints[1024];
+  char id[RP_MAX_ID + 1];
+  char local_addr[RP_MAX_ADDR + 1];
+  char myhost[RP_MAX_ADDR + 1];
+  char *user, *password, *cacert, *cert, *key;
+
+  char prefix[RP_MAX_ID + 256];   /* <prefix><id>/ */
+  char state_key[RP_MAX_ID + 300];
+  char alive_prefix[RP_MAX_ID + 300];
+  char alive_key[RP_MAX_ID + 400];
+
+  struct etcd_client *ec;
+  struct etcd_watch *watch;
+  enum boot boot;
+  bool call_inflight;             /* one boot call or transaction */
+  struct es_state txn_state;      /* what the transaction in flight writes */
+  bool txn_clear_failure;         /* ... and the intents it carries */
+  bool txn_clear_barrier;
+  int ttl;
+  char lease[32];                 /* decimal, as etcd sends it */
+  char me_id[ES_ID_MAX + 1];      /* lease id in hex */
+  char last_error[512];
+
+  /* What this agent knows. */
+  struct es_state st;
+  int64_t st_mod;                 /* mod_revision of st; 0: absent */
+  int64_t view_rev;               /* the watch delivered up to here */
+  struct peer *alive;             /* agents with an alive key, in creation
+                                     order */
+  int n_alive, cap_alive;
+  bool publish_inflight;          /* our alive key being rewritten */
+  bool publish_dirty;             /* ... and it must be again */
+  int join_round;                 /* the round our join asks for */
+  bool was_member;
+
+  /* Intents. */
+  bool want_join;
+  bool want_failure;
+  int failure_round;
+  bool failure_final;
+  char failure_msg[RP_MAX_TEXT + 1];
+  int barrier_round;              /* -1: not waiting in the barrier */
+  bool barrier_written;
+  int last_call_round;            /* the last call of this round ran out */
+  bool want_leave;
+
+  /* What the agent was told. */
+  int delivered_round;            /* -1: none */
+  int restart_told_round;
+  int last_present;
+  double last_progress;
+  int lc_armed_round;             /* local last-call timer, -1: none */
+  double join_started;
+
+  uv_timer_t kick;                /* step() outside any callback */
+  uv_timer_t retry;
+  uv_timer_t keepalive;
+  uv_timer_t last_call;
+  uv_timer_t join_deadline;
+  uv_timer_t leave_guard;
+  uv_timer_t catchup;             /* Note [writing from the watch's view] */
+  bool catchup_expired;
+  int open_handles;
+  bool failed;
+  bool destroyed;
+  bool closing;
+  double keepalive_ok;            /* last successful keepalive */
+  bool keepalive_inflight;
+  bool keepalive_warned;
+};
+
+static double now_s(void)
+{
+  return (double)uv_hrtime() / 1e9;
+}
+
+static void kick_cb(uv_timer_t *t);
+static void retry_cb(uv_timer_t *t);
+static void leave_finish(struct rdzv_etcd *e);
+
+/* step() soon, from the loop: never from inside the call that caused it. */
+static void kick(struct rdzv_etcd *e)
+{
+  if (!e->closing)
+    uv_timer_start(&e->kick, kick_cb, 0, 0);
+}
+
+static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+/* Reports a fatal rendezvous problem once. */
+static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
+{
+  char msg[RP_MAX_TEXT + 256];
+  va_list ap;
+
+  if (e->failed || e->destroyed)
+    return;
+  e->failed = true;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  uv_timer_stop(&e->join_deadline);
+  uv_timer_stop(&e->last_call);
+  e->base.cb.on_error(e->base.cb.ctx, err, msg);
+}
+
+/* ---- the alive set --------------------------------------------------- */
+
+/* Note [requests in alive keys]: an agent's alive key also says what it
+ * wants: join (from round R on), enter the exit barrier of round R, leave.
+ * Whoever writes the state next applies every request it can see, not only
+ * its own, so N agents that join, pass the exit barrier or leave together
+ * need about N transactions, not N^2/2 (each one that loses the
+ * compare-and-swap finds its request already applied).  The requests are
+ * the same idempotent transitions as the agent's own, so applying one
+ * twice, or late, is harmless; the agent still applies its own. */
+struct peer {
+  char id[ES_ID_MAX + 1];
+  int64_t create_rev;
+  struct es_node node;
+  struct es_conf conf;
+  int join;                       /* -1: not joining */
+  int exit;                       /* -1: not in the exit barrier */
+  bool leave;
+};
+
+static int alive_find(const struct rdzv_etcd *e, const char *id)
+{
+  int i;
+
+  for (i = 0; i < e->n_alive; i++)
+    if (strcmp(e->alive[i].id, id) == 0)
+      return i;
+  return -1;
+}
+
+static double jnum(const cJSON *o, const char *k, double dflt)
+{
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, k);
+
+  return cJSON_IsNumber(f) ? f->valuedouble : dflt;
+}
+
+static void peer_parse(struct peer *p, const char *value, size_t len)
+{
+  cJSON *j = value ? cJSON_ParseWithLength(value, len) : NULL;
+  const cJSON *f;
+
+  memset(&p->node, 0, sizeof p->node);
+  snprintf(p->node.id, sizeof p->node.id, "%s", p->id);
+  f = cJSON_GetObjectItemCaseSensitive(j, "host");
+  snprintf(p->node.host, sizeof p->node.host, "%s",
+           cJSON_IsString(f) ? f->valuestring : "");
+  f = cJSON_GetObjectItemCaseSensitive(j, "addr");
+  snprintf(p->node.addr, sizeof p->node.addr, "%s",
+           cJSON_IsString(f) ? f->valuestring : "");
+  p->node.pid = (int64_t)jnum(j, "pid", 0);
+  p->node.nproc = (int)jnum(j, "nproc", 0);
+  p->node.port = (int)jnum(j, "port", 0);
+  p->conf.min_nodes = (int)jnum(j, "min_nodes", 0);
+  p->conf.max_nodes = (int)jnum(j, "max_nodes", 0);
+  p->conf.max_restarts = (int)jnum(j, "max_restarts", 0);
+  p->conf.last_call_timeout = jnum(j, "last_call_timeout", 0);
+  p->join = (int)jnum(j, "join", -1);
+  p->exit = (int)jnum(j, "exit", -1);
+  p->leave = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "leave"));
+  /* An agent of another version, or a bad value: no requests from it. */
+  if (p->node.nproc < 1 || p->conf.min_nodes < 1)
+    p->join = -1;
+  cJSON_Delete(j);
+}
+
+static void alive_put(struct rdzv_etcd *e, const char *id, int64_t create,
+                      const char *value, size_t len)
+{
+  struct peer *g;
+  int i = alive_find(e, id), k;
+
+  if (i < 0) {
+    if (e->n_alive == e->cap_alive) {
+      int cap = e->cap_alive ? e->cap_alive * 2 : 16;
+
+      g = realloc(e->alive, (size_t)cap * sizeof *g);
+      if (!g)
+        return;
+      e->alive = g;
+      e->cap_alive = cap;
+    }
+    /* Creation order: requests are applied in it. */
+    for (i = e->n_alive; i > 0 && e->alive[i - 1].create_rev > create; i--)
+      ;
+    for (k = e->n_alive; k > i; k--)
+      e->alive[k] = e->alive[k - 1];
+    e->n_alive++;
+    memset(&e->alive[i], 0, sizeof e->alive[i]);
+    snprintf(e->alive[i].id, sizeof e->alive[i].id, "%s", id);
+    e->alive[i].create_rev = create;
+  }
+  peer_parse(&e->alive[i], value, len);
+}
+
+static void alive_del(struct rdzv_etcd *e, const char *id)
+{
+  int i = alive_find(e, id);
+
+  if (i < 0)
+    return;
+  for (; i + 1 < e->n_alive; i++)
+    e->alive[i] = e->alive[i + 1];
+  e->n_alive--;
+}
+
+static void alive_clear(struct rdzv_etcd *e)
+{
+  e->n_alive = 0;
+}
+
+/* ---- what etcd says ------------------------------------------------------- */
+
+/* A newer version of the state (mod 0 with value NULL: deleted). */
+static void take_state(struct rdzv_etcd *e, const char *value, size_t len,
+                       int64_t mod)
+{
+  struct es_state s;
+
+  if (mod && mod <= e->st_mod)
+    return;
+  es_init(&s);
+  if (value && es_parse(value, len, &s) != 0) {
+    say("rendezvous '%s': ignoring a malformed state in etcd at %s", e->id,
+        e->state_key);
+    es_free(&s);
+    return;
+  }
+  es_free(&e->st);
+  e->st = s;
+  e->st_mod = mod;
+}
+
+/* One key-value from a range or an event: the state, or an alive key. */
+static void take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
+{
+  size_t klen = 0, vlen = 0, plen = strlen(e->alive_prefix);
+  char *key = etcd_get_b64(kv, "key", &klen), *val;
+  int64_t mod = etcd_i64(kv, "mod_revision");
+
+  if (!key)
+    return;
+  if (strcmp(key, e->state_key) == 0) {
+    if (deleted) {
+      if (mod > e->st_mod) {
+        es_free(&e->st);
+        e->st_mod = mod;
+      }
+    } else {
+      val = etcd_get_b64(kv, "value", &vlen);
+      if (val)
+        take_state(e, val, vlen, mod);
+      free(val);
+    }
+  } else if (klen > plen && strncmp(key, e->alive_prefix, plen) == 0) {
+    const char *id = key + plen;
+
+    if (deleted) {
+      alive_del(e, id);
+      if (strcmp(id, e->me_id) == 0 && !e->destroyed)
+        fail(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
+             "expired (no keepalive reached etcd for %d s): the other "
+             "nodes count it as lost", e->id, e->ttl);
+    } else {
+      val = etcd_get_b64(kv, "value", &vlen);
+      alive_put(e, id, etcd_i64(kv, "create_revision"), val, vlen);
+      free(val);
+    }
+  }
+  free(key);
+}
+
+static void on_watch(void *ctx, const cJSON *result)
+{
+  struct rdzv_etcd *e = ctx;
+  const cJSON *events = cJSON_GetObjectItemCaseSensitive(result, "events");
+  const cJSON *ev, *t;
+  int64_t rev = etcd_i64(cJSON_GetObjectItemCaseSensitive(result, "header"),
+                         "revision");
+
+  cJSON_ArrayForEach(ev, events) {
+    t = cJSON_GetObjectItemCaseSensitive(ev, "type");
+    take_kv(e, cJSON_GetObjectItemCaseSensitive(ev, "kv"),
+            cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0);
+  }
+  if (rev > e->view_rev)
+    e->view_rev = rev;
+  kick(e);
+}
+
+static void start_sync(struct rdzv_etcd *e);
+
+static void on_watch_error(void *ctx, int err, const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+
+  /* Compacted past what we saw: read everything again, watch anew. */
+  say("rendezvous '%s': %s; reading the job again", e->id, msg);
+  e->watch = NULL;      /* stopped by the client: freed with it */
+  e->boot = B_SYNC;
+  start_sync(e);
+}
+
+/* ---- boot: lease, alive key, snapshot, watch --------------------------- */
+
+static void boot_failed(struct rdzv_etcd *e, int err, const char *msg)
+{
+  e->call_inflight = false;
+  snprintf(e->last_error, sizeof e->last_error, "%s", msg);
+  if (e->destroyed) {
+    leave_finish(e);
+    return;
+  }
+  if (now_s() - e->join_started > e->o.conf.join_timeout) {
+    fail(e, err == -EACCES || err == -EPERM ? UV_EACCES : UV_ECONNREFUSED,
+         "rendezvous '%s': cannot use etcd within the join timeout (%.0f "
+         "s): %s", e->id, e->o.conf.join_timeout, msg);
+    return;
+  }
+  if (err == -EACCES || err == -EPERM || err == -EINVAL) {
+    fail(e, UV_EACCES, "rendezvous '%s': etcd refused: %s", e->id, msg);
+    return;
+  }
+  uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
+}
+
+static void boot_next(struct rdzv_etcd *e);
+
+static void grant_done(void *ctx, int err, const cJSON *r, const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "ID");
+
+  if (!err && !cJSON_IsString(id)) {
+    err = -EPROTO;
+    msg = "lease grant: no ID in the answer";
+  }
+  if (err) {
+    boot_failed(e, err, msg);
+    return;
+  }
+  e->call_inflight = false;
+  snprintf(e->lease, sizeof e->lease, "%s", id->valuestring);
+  if (e->destroyed) {
+    leave_finish(e);
+    return;
+  }
+  snprintf(e->me_id, sizeof e->me_id, "%" PRIx64,
+           (uint64_t)strtoull(e->lease, NULL, 10));
+  snprintf(e->alive_key, sizeof e->alive_key, "%s%s", e->alive_prefix,
+           e->me_id);
+  if (!e->local_addr[0])
+    snprintf(e->local_addr, sizeof e->local_addr, "%s",
+             etcd_client_local_ip(e->ec));
+  e->keepalive_ok = now_s();
+  e->boot = B_ALIVE;
+  boot_next(e);
+}
+
+static void alive_done(void *ctx, int err, const cJSON *r, const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+
+  (void)r;
+  if (err == -ENOENT) {     /* the lease expired meanwhile */
+    e->boot = B_GRANT;
+    e->lease[0] = '\0';
+  }
+  if (err) {
+    boot_failed(e, err, msg);
+    return;
+  }
+  e->call_inflight = false;
+  if (e->destroyed) {
+    leave_finish(e);
+    return;
+  }
+  e->boot = B_SYNC;
+  boot_next(e);
+}
+
+static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+  const cJSON *kv, *kvs = cJSON_GetObjectItemCaseSensitive(r, "kvs");
+  char end[sizeof e->prefix];
+
+  if (err) {
+    boot_failed(e, err, msg);
+    return;
+  }
+  e->call_inflight = false;
+  if (e->destroyed) {
+    leave_finish(e);
+    return;
+  }
+  es_free(&e->st);
+  e->st_mod = 0;
+  alive_clear(e);
+  cJSON_ArrayForEach(kv, kvs)
+    take_kv(e, kv, false);
+  e->view_rev = etcd_i64(cJSON_GetObjectItemCaseSensitive(r, "header"),
+                         "revision");
+  etcd_prefix_end(e->prefix, end);
+  e->watch = etcd_watch_start(e->ec, e->prefix, end, e->view_rev + 1,
+                              on_watch, on_watch_error, e);
+  if (!e->watch) {
+    fail(e, UV_ENOMEM, "rendezvous '%s': out of memory", e->id);
+    return;
+  }
+  e->boot = B_READY;
+  /* The round our join asks for, now that we know the job. */
+  if (e->want_join)
+    e->join_round = e->st.exists ? e->st.round : 0;
+  e->publish_dirty = true;
+  kick(e);
+}
+
+static void start_sync(struct rdzv_etcd *e)
+{
+  char end[sizeof e->prefix];
+  cJSON *b = cJSON_CreateObject();
+  int rc;
+
+  etcd_prefix_end(e->prefix, end);
+  etcd_add_b64(b, "key", e->prefix, strlen(e->prefix));
+  etcd_add_b64(b, "range_end", end, strlen(end));
+  rc = etcd_call(e->ec, "/v3/kv/range", b, sync_done, e);
+  cJSON_Delete(b);
+  if (rc)
+    boot_failed(e, rc, "cannot start a request");
+  else
+    e->call_inflight = true;
+}
+
+/* Our alive key's value: who we are and what we ask for (Note [requests
+ * in alive keys]). */
+static char *alive_value(const struct rdzv_etcd *e)
+{
+  cJSON *v = cJSON_CreateObject();
+  char *out;
+
+  if (!v)
+    return NULL;
+  cJSON_AddStringToObject(v, "host", e->myhost);
+  cJSON_AddStringToObject(v, "addr", e->local_addr);
+  cJSON_AddNumberToObject(v, "pid", (double)getpid());
+  cJSON_AddNumberToObject(v, "nproc", e->o.nproc);
+  cJSON_AddNumberToObject(v, "port", e->o.master_port);
+  cJSON_AddNumberToObject(v, "min_nodes", e->o.conf.min_nodes);
+  cJSON_AddNumberToObject(v, "max_nodes", e->o.conf.max_nodes);
+  cJSON_AddNumberToObject(v, "max_restarts", e->o.conf.max_restarts);
+  cJSON_AddNumberToObject(v, "last_call_timeout",
+                          e->o.conf.last_call_timeout);
+  cJSON_AddNumberToObject(v, "join", e->want_join && !e->want_leave
+                                         ? e->join_round : -1);
+  cJSON_AddNumberToObject(v, "exit", e->want_leave ? -1 : e->barrier_round);
+  if (e->want_leave)
+    cJSON_AddTrueToObject(v, "leave");
+  out = cJSON_PrintUnformatted(v);
+  cJSON_Delete(v);
+  return out;
+}
+
+static void publish_done(void *ctx, int err, const cJSON *r, const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+
+  (void)r;
+  (void)msg;
+  e->publish_inflight = false;
+  if (err)
+    e->publish_dirty = true;    /* step() tries again */
+  if (e->publish_dirty)
+    kick(e);
+}
+
+/* Rewrites our alive key with what we ask for now (one put at a time);
+ * only an optimisation for the others, never needed for progress. */
+static void publish(struct rdzv_etcd *e)
+{
+  cJSON *b;
+  char *val;
+
+  if (e->boot != B_READY || !e->lease[0] || e->closing) {
+    e->publish_dirty = e->boot != B_READY;
+    return;
+  }
+  if (e->publish_inflight) {
+    e->publish_dirty = true;
+    return;
+  }
+  e->publish_dirty = false;
+  val = alive_value(e);
+  b = cJSON_CreateObject();
+  if (!val || !b) {
+    free(val);
+    cJSON_Delete(b);
+    return;
+  }
+  etcd_add_b64(b, "key", e->alive_key, strlen(e->alive_key));
+  etcd_add_b64(b, "value", val, strlen(val));
+  cJSON_AddStringToObject(b, "lease", e->lease);
+  if (etcd_call(e->ec, "/v3/kv/put", b, publish_done, e) == 0)
+    e->publish_inflight = true;
+  free(val);
+  cJSON_Delete(b);
+}
+
+static void boot_next(struct rdzv_etcd *e)
+{
+  cJSON *b;
+  char ttl[16], *val;
+  int rc = 0;
+
+  if (e->call_inflight || e->destroyed || e->failed)
+    return;
+  switch (e->boot) {
+  case B_IDLE:
+  case B_READY:
+    return;
+  case B_GRANT:
+    b = cJSON_CreateObject();
+    snprintf(ttl, sizeof ttl, "%d", e->ttl);
+    cJSON_AddStringToObject(b, "TTL", ttl);   /* exactly "TTL" */
+    rc = etcd_call(e->ec, "/v3/lease/grant", b, grant_done, e);
+    cJSON_Delete(b);
+    break;
+  case B_ALIVE:
+    val = alive_value(e);
+    if (!val) {
+      rc = -ENOMEM;
+      break;
+    }
+    b = cJSON_CreateObject();
+    etcd_add_b64(b, "key", e->alive_key, strlen(e->alive_key));
+    etcd_add_b64(b, "value", val, strlen(val));
+    free(val);
+    cJSON_AddStringToObject(b, "lease", e->lease);
+    rc = etcd_call(e->ec, "/v3/kv/put", b, alive_done, e);
+    cJSON_Delete(b);
+    break;
+  case B_SYNC:
+    start_sync(e);
+    return;
+  }
+  if (rc)
+    boot_failed(e, rc, "cannot start a request");
+  else
+    e->call_inflight = true;
+}
+
+/* ---- keepalive ---------------------------------------------------------- */
+
+static void keepalive_done(void *ctx, int err, const cJSON *r,
+                           const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+  const cJSON *res = cJSON_GetObjectItemCaseSensitive(r, "result");
+
+  e->keepalive_inflight = false;
+  if (err) {
+    if (!e->keepalive_warned && now_s() - e->keepalive_ok > e->ttl) {
+      e->keepalive_warned = true;
+      say("rendezvous '%s': no lease keepalive reached etcd for %d s (%s); "
+          "the other nodes may count this one as lost", e->id, e->ttl, msg);
+    }
+    return;
+  }
+  if (etcd_i64(res, "TTL") <= 0) {
+    fail(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
+         "expired (no keepalive reached etcd for %d s): the other nodes "
+         "count it as lost", e->id, e->ttl);
+    return;
+  }
+  e->keepalive_ok = now_s();
+  e->keepalive_warned = false;
+}
+
+static void keepalive_tick(uv_timer_t *t)
+{
+  struct rdzv_etcd *e = t->data;
+  cJSON *b;
+
+  /* One at a time: a member that does not answer holds one for up to
+   * the request timeout, then the next member gets it. */
+  if (!e->lease[0] || e->failed || e->destroyed || e->keepalive_inflight)
+    return;
+  b = cJSON_CreateObject();
+  cJSON_AddStringToObject(b, "ID", e->lease);
+  if (etcd_call(e->ec, "/v3/lease/keepalive", b, keepalive_done, e) == 0)
+    e->keepalive_inflight = true;
+  cJSON_Delete(b);
+}
+
+/* ---- observe: the state to callbacks ---------------------------------- */
+
+static void deliver_round(struct rdzv_etcd *e, int me)
+{
+  struct rdzv_assignment a;
+  const struct es_node *master = NULL;
+  int i, offset = 0, world = 0, k = 0;
+
+  memset(&a, 0, sizeof a);
+  for (i = 0; i < e->st.n; i++) {
+    const struct es_node *n = &e->st.nodes[i];
+
+    if (n->st != ES_PART)
+      continue;
+    k++;
+    world += n->nproc;
+    if (n->rank < e->st.nodes[me].rank)
+      offset += n->nproc;
+    if (n->rank == 0)
+      master = n;
+  }
+  a.round = e->st.round;
+  a.restart_count = e->st.restart_count;
+  a.group_rank = e->st.nodes[me].rank;
+  a.group_world_size = k;
+  a.rank_offset = offset;
+  a.world_size = world;
+  snprintf(a.master_addr, sizeof a.master_addr, "%s",
+           master && master->addr[0] ? master->addr : "127.0.0.1");
+  a.master_port = master ? master->port : 0;
+  e->delivered_round = e->st.round;
+  e->restart_told_round = e->st.round;
+  e->want_join = false;
+  e->last_present = -1;
+  uv_timer_stop(&e->join_deadline);
+  uv_timer_stop(&e->last_call);
+  e->lc_armed_round = -1;
+  e->base.cb.on_round(e->base.cb.ctx, &a);
+}
+
+static void last_call_fire(uv_timer_t *t)
+{
+  struct rdzv_etcd *e = t->data;
+
+  e->last_call_round = e->lc_armed_round;
+  kick(e);
+}
+
+/* While this node waits: progress lines, and the local last-call timer. */
+static void observe_gathering(struct rdzv_etcd *e)
+{
+  const struct es_state *s = &e->st;
+  double now = now_s();
+  int part;
+
+  es_counts(s, &part, NULL, NULL);
+  if (s->phase == ES_GATHERING && part >= s->conf.min_nodes) {
+    if (e->lc_armed_round != s->round) {
+      e->lc_armed_round = s->round;
+      uv_timer_start(&e->last_call, last_call_fire,
+                     (uint64_t)(s->conf.last_call_timeout * 1000), 0);
+    }
+  } else if (e->lc_armed_round >= 0) {
+    uv_timer_stop(&e->last_call);
+    e->lc_armed_round = -1;
+  }
+  if (part == e->last_present && now - e->last_progress < PROGRESS_EVERY_S)
+    return;
+  e->last_present = part;
+  e->last_progress = now;
+  if (s->phase == ES_RUNNING)
+    say("rendezvous '%s': round %d is full (%d of at most %d nodes): "
+        "waiting for a place; join timeout in %.0f s", e->id, s->round,
+        part, s->conf.max_nodes,
+        fmax(0, e->join_started + e->o.conf.join_timeout - now));
+  else if (part >= s->conf.min_nodes)
+    say("rendezvous '%s' round %d: %d node%s present (min %d, max %d); "
+        "starting in %.1f s unless more join", e->id, s->round, part,
+        part == 1 ? "" : "s", s->conf.min_nodes, s->conf.max_nodes,
+        s->conf.last_call_timeout);
+  else
+    say("rendezvous '%s' round %d: waiting for nodes: %d present, at "
+        "least %d needed (max %d); join timeout in %.0f s", e->id,
+        s->round, part, s->conf.min_nodes,
+        s->conf.max_nodes,
+        fmax(0, e->join_started + e->o.conf.join_timeout - now));
+}
+
+static void observe(struct rdzv_etcd *e)
+{
+  const struct es_state *s = &e->st;
+  int me;
+
+  if (e->boot != B_READY || e->failed || e->destroyed)
+    return;
+  if (s->exists && s->phase == ES_CLOSED && e->was_member) {
+    fail(e, UV_ECANCELED, "the job '%s' was closed: %s", e->id, s->why);
+    return;
+  }
+  me = s->exists ? es_find(s, e->me_id) : -1;
+  if (s->exists && s->phase == ES_FINISHED && e->was_member) {
+    fail(e, 0, "the job '%s' finished: %s", e->id, s->why);
+    return;
+  }
+  if (me < 0) {
+    if (e->was_member && e->view_rev >= e->st_mod)
+      fail(e, UV_ECONNRESET, "rendezvous '%s': the other nodes removed "
+           "this one from the job (its etcd lease expired?)", e->id);
+    return;
+  }
+  e->was_member = true;
+  if (s->phase == ES_RUNNING && s->nodes[me].st == ES_PART &&
+      e->want_join && s->round != e->delivered_round) {
+    deliver_round(e, me);
+    return;
+  }
+  if (e->delivered_round >= 0 && s->round > e->restart_told_round &&
+      !e->want_join) {
+    e->restart_told_round = s->round;
+    e->barrier_round = -1;
+    e->base.cb.on_restart(e->base.cb.ctx, s->why);
+    return;
+  }
+  if (e->barrier_round >= 0 && e->barrier_written &&
+      s->round == e->barrier_round && s->phase == ES_RUNNING &&
+      s->exit_passed) {
+    e->barrier_round = -1;
+    e->base.cb.on_barrier(e->base.cb.ctx, 0);
+    return;
+  }
+  if (e->want_join)
+    observe_gathering(e);
+}
+
+/* ---- step: intents to a transaction -------------------------------------- */
+
+static void txn_done(void *ctx, int err, const cJSON *r, const char *msg);
+
+/* The other agents' requests (Note [requests in alive keys]), in the
+ * order their alive keys were created.  A request the state cannot take
+ * (a config mismatch, a closed job) is left for its agent to find. */
+static int apply_requests(struct rdzv_etcd *e, struct es_state *s)
+{
+  char err[RP_MAX_TEXT + 1];
+  int changed = 0, i, k;
+
+  if (e->view_rev < e->st_mod)
+    return 0;     /* requests seen may be older than the state */
+  for (i = 0; i < e->n_alive; i++) {
+    const struct peer *p = &e->alive[i];
+
+    if (strcmp(p->id, e->me_id) == 0)
+      continue;
+    if (p->leave) {
+      changed |= es_remove(s, p->id, "left");
+      continue;
+    }
+    if (p->exit >= 0)
+      changed |= es_barrier(s, p->id, p->exit);
+    if (p->join >= 0 && p->join >= (s->exists ? s->round : 0)) {
+      k = es_find(s, p->id);
+      if (k < 0 || s->nodes[k].st == ES_IDLE)
+        changed |= es_join(s, &p->node, &p->conf, err, sizeof err) > 0;
+    }
+  }
+  return changed;
+}
+
+/* Applies every intent to a copy of the state.  Returns 1 to write it, 0
+ * when nothing changes, < 0 when a join was refused (err says why). */
+static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
+                     size_t errlen, bool *clear_failure, bool *clear_barrier)
+{
+  int changed = 0, rc, i;
+
+  *clear_failure = *clear_barrier = false;
+  if (es_copy(s, &e->st))
+    return -ENOMEM;
+  /* Dead nodes: their alive key is gone in a view at least as new as
+   * the state (a node's alive key is written before it joins). */
+  if (s->exists && e->view_rev >= e->st_mod) {
+    for (i = 0; i < s->n;) {
+      if (strcmp(s->nodes[i].id, e->me_id) != 0 &&
+          alive_find(e, s->nodes[i].id) < 0 &&
+          es_remove(s, s->nodes[i].id, "lost")) {
+        changed = 1;
+        continue;
+      }
+      i++;
+    }
+  }
+  if (e->want_failure) {
+    rc = es_failure(s, e->me_id, e->failure_round, e->failure_final,
+                    e->failure_msg);
+    changed |= rc;
+    *clear_failure = true;
+  }
+  if (e->barrier_round >= 0 && !e->barrier_written) {
+    changed |= es_barrier(s, e->me_id, e->barrier_round);
+    *clear_barrier = true;
+  }
+  if (e->want_leave) {
+    changed |= es_remove(s, e->me_id, "left");
+  } else if (e->want_join) {
+    struct es_node me;
+    struct es_conf conf;
+
+    memset(&me, 0, sizeof me);
+    snprintf(me.id, sizeof me.id, "%s", e->me_id);
+    snprintf(me.host, sizeof me.host, "%s", e->myhost);
+    snprintf(me.addr, sizeof me.addr, "%s", e->local_addr);
+    me.pid = getpid();
+    me.nproc = e->o.nproc;
+    me.port = e->o.master_port;
+    conf.min_nodes = e->o.conf.min_nodes;
+    conf.max_nodes = e->o.conf.max_nodes;
+    conf.max_restarts = e->o.conf.max_restarts;
+    conf.last_call_timeout = e->o.conf.last_call_timeout;
+    rc = es_join(s, &me, &conf, err, errlen);
+    if (rc < 0)
+      return rc;
+    changed |= rc;
+  }
+  if (e->last_call_round >= 0) {
+    changed |= es_last_call(s, e->last_call_round);
+    e->last_call_round = -1;
+  }
+  changed |= apply_requests(e, s);
+  return changed;
+}
+
+static cJSON *range_op(const char *key)
+{
+  cJSON *op = cJSON_CreateObject();
+  cJSON *rr = cJSON_AddObjectToObject(op, "request_range");
+
+  etcd_add_b64(rr, "key", key, strlen(key));
+  return op;
+}
+
+/* Writes s if the state is still at st_mod and this agent is alive. */
+static int write_state(struct rdzv_etcd *e, const struct es_state *s)
+{
+  cJSON *b = cJSON_CreateObject(), *cmp, *c, *ok, *op, *in;
+  char rev[32], *val = NULL;
+  int rc;
+
+  cmp = cJSON_AddArrayToObject(b, "compare");
+  c = cJSON_CreateObject();
+  etcd_add_b64(c, "key", e->state_key, strlen(e->state_key));
+  cJSON_AddItemToArray(cmp, c);
+  if (e->st_mod > 0 && e->st.exists) {
+    snprintf(rev, sizeof rev, "%" PRId64, e->st_mod);
+    cJSON_AddStringToObject(c, "target", "MOD");
+    cJSON_AddStringToObject(c, "result", "EQUAL");
+    cJSON_AddStringToObject(c, "mod_revision", rev);
+  } else {
+    cJSON_AddStringToObject(c, "target", "CREATE");
+    cJSON_AddStringToObject(c, "result", "EQUAL");
+    cJSON_AddStringToObject(c, "create_revision", "0");
+  }
+  c = cJSON_CreateObject();
+  etcd_add_b64(c, "key", e->alive_key, strlen(e->alive_key));
+  cJSON_AddStringToObject(c, "target", "VERSION");
+  cJSON_AddStringToObject(c, "result", "GREATER");
+  cJSON_AddStringToObject(c, "version", "0");
+  cJSON_AddItemToArray(cmp, c);
+
+  ok = cJSON_AddArrayToObject(b, "success");
+  op = cJSON_CreateObject();
+  if (s->n == 0) {
+    /* Nobody left: the job is forgotten. */
+    in = cJSON_AddObjectToObject(op, "request_delete_range");
+    etcd_add_b64(in, "key", e->state_key, strlen(e->state_key));
+  } else {
+    val = es_serialize(s);
+    if (!val) {
+      cJSON_Delete(op);
+      cJSON_Delete(b);
+      return -ENOMEM;
+    }
+    in = cJSON_AddObjectToObject(op, "request_put");
+    etcd_add_b64(in, "key", e->state_key, strlen(e->state_key));
+    etcd_add_b64(in, "value", val, strlen(val));
+    free(val);
+  }
+  cJSON_AddItemToArray(ok, op);
+  op = cJSON_AddArrayToObject(b, "failure");
+  cJSON_AddItemToArray(op, range_op(e->state_key));
+  cJSON_AddItemToArray(op, range_op(e->alive_key));
+  rc = etcd_call(e->ec, "/v3/kv/txn", b, txn_done, e);
+  cJSON_Delete(b);
+  return rc;
+}
+
+static void step(struct rdzv_etcd *e);
+
+static void kick_cb(uv_timer_t *t)
+{
+  step(t->data);
+}
+
+static void retry_cb(uv_timer_t *t)
+{
+  struct rdzv_etcd *e = t->data;
+
+  if (e->boot != B_READY)
+    boot_next(e);
+  else
+    step(e);
+}
+
+static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+  const cJSON *resp, *kvs, *kv;
+  const cJSON *rr0 = NULL, *rr1 = NULL;
+  int64_t rev;
+
+  e->call_inflight = false;
+  if (err) {
+    /* Outcome unknown (a timeout may commit later): the next attempt
+     * compares again and re-applies the intents, which are idempotent. */
+    snprintf(e->last_error, sizeof e->last_error, "%s", msg);
+    uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
+    return;
+  }
+  rev = etcd_i64(cJSON_GetObjectItemCaseSensitive(r, "header"), "revision");
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "succeeded"))) {
+    struct es_state tmp = e->st;
+
+    e->st = e->txn_state;
+    e->txn_state = tmp;
+    e->st_mod = rev;
+    if (!e->st.n)
+      es_free(&e->st);
+    if (e->txn_clear_failure)
+      e->want_failure = false;
+    if (e->txn_clear_barrier)
+      e->barrier_written = true;
+    kick(e);
+    return;
+  }
+  resp = cJSON_GetObjectItemCaseSensitive(r, "responses");
+  rr0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(resp, 0),
+                                         "response_range");
+  rr1 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(resp, 1),
+                                         "response_range");
+  if (etcd_i64(rr1, "count") == 0) {
+    if (e->want_leave) {
+      leave_finish(e);
+      return;
+    }
+    fail(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
+         "expired (no keepalive reached etcd for %d s): the other nodes "
+         "count it as lost", e->id, e->ttl);
+    return;
+  }
+  kvs = cJSON_GetObjectItemCaseSensitive(rr0, "kvs");
+  kv = cJSON_GetArrayItem(kvs, 0);
+  if (kv) {
+    take_kv(e, kv, false);
+  } else if (e->st_mod < rev) {
+    es_free(&e->st);    /* deleted meanwhile */
+    e->st_mod = rev;
+  }
+  kick(e);
+}
+
+static void catchup_fire(uv_timer_t *t)
+{
+  struct rdzv_etcd *e = t->data;
+
+  e->catchup_expired = true;
+  kick(e);
+}
+
+static void step(struct rdzv_etcd *e)
+{
+  char err[RP_MAX_TEXT + 1];
+  bool cf, cb;
+  int rc;
+
+  if (e->closing)
+    return;
+  if (e->boot != B_READY) {
+    boot_next(e);
+    return;
+  }
+  observe(e);
+  if (e->publish_dirty && !e->closing)
+    publish(e);
+  if (e->closing || e->call_inflight || (e->failed && !e->want_leave))
+    return;
+  /* Note [writing from the watch's view]: a transaction's reply can be
+   * ahead of the watch.  Writing from such a state would apply only our
+   * own requests (the others' are known from the watch), and lose to the
+   * agents that write next; so wait for the watch to catch up, which it
+   * does within a round trip.  A bounded wait: a watch that is
+   * reconnecting must not stop the rendezvous. */
+  if (e->view_rev < e->st_mod && !e->catchup_expired) {
+    if (!uv_is_active((uv_handle_t *)&e->catchup))
+      uv_timer_start(&e->catchup, catchup_fire, CATCHUP_MS, 0);
+    return;
+  }
+  uv_timer_stop(&e->catchup);
+  e->catchup_expired = false;
+  rc = transform(e, &e->txn_state, err, sizeof err, &cf, &cb);
+  if (rc < 0) {
+    if (e->destroyed) {
+      leave_finish(e);
+      return;
+    }
+    fail(e, rc == -ESHUTDOWN ? UV_ECANCELED : UV_EINVAL,
+         "rendezvous '%s' in etcd refused the join: %s", e->id, err);
+    return;
+  }
+  if (cf && !rc)
+    e->want_failure = false;
+  if (cb && !rc)
+    e->barrier_written = true;
+  if (rc == 0) {
+    if (e->want_leave)
+      leave_finish(e);
+    return;
+  }
+  e->txn_clear_failure = cf;
+  e->txn_clear_barrier = cb;
+  rc = write_state(e, &e->txn_state);
+  if (rc) {
+    uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
+    return;
+  }
+  e->call_inflight = true;
+}
+
+/* ---- the back-end operations --------------------------------------------- */
+
+static void join_timeout_fire(uv_timer_t *t)
+{
+  struct rdzv_etcd *e = t->data;
+  int part = 0;
+
+  if (!e->want_join)
+    return;
+  if (e->boot != B_READY) {
+    fail(e, UV_ETIMEDOUT, "rendezvous '%s': cannot use etcd at %s within "
+         "the join timeout (%.0f s): %s", e->id, e->endpoints,
+         e->o.conf.join_timeout, e->last_error[0] ? e->last_error
+                                                  : "no answer");
+    return;
+  }
+  es_counts(&e->st, &part, NULL, NULL);
+  fail(e, UV_ETIMEDOUT, "rendezvous '%s' refused: waited %.0f s: %d of at "
+       "least %d nodes present (join_timeout)", e->id,
+       e->o.conf.join_timeout, part, e->o.conf.min_nodes);
+}
+
+static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
+{
+  struct rdzv_etcd *e = (struct rdzv_etcd *)r;
+  struct etcd_client_opts co;
+  char err[512];
+  uint64_t ms;
+  int rc;
+
+  if (e->failed)
+    return UV_ECANCELED;
+  e->want_join = true;
+  e->join_round = e->st.exists ? e->st.round : 0;
+  e->last_present = -1;
+  e->join_started = now_s();
+  publish(e);
+  uv_timer_start(&e->join_deadline, join_timeout_fire,
+                 (uint64_t)(e->o.conf.join_timeout * 1000), 0);
+  if (why == RDZV_JOIN_FIRST && e->boot == B_IDLE) {
+    memset(&co, 0, sizeof co);
+    co.endpoints = e->endpoints;
+    co.https = e->o.https;
+    co.cacert = e->cacert;
+    co.cert = e->cert;
+    co.key = e->key;
+    co.user = e->user;
+    co.password = e->password;
+    co.timeout = 10;
+    rc = etcd_client_create(r->loop, &co, &e->ec, err, sizeof err);
+    if (rc) {
+      say("rendezvous '%s': %s", e->id, err);
+      return UV_EINVAL;
+    }
+    e->boot = B_GRANT;
+    ms = (uint64_t)(e->o.conf.keepalive_interval * 1000);
+    uv_timer_start(&e->keepalive, keepalive_tick, ms ? ms : 1, ms ? ms : 1);
+  }
+  kick(e);
+  return 0;
+}
+
+static int etcd_report_failure(struct rdzv *r, bool final,
+                               const char *message)
+{
+  struct rdzv_etcd *e = (struct rdzv_etcd *)r;
+
+  if (e->delivered_round < 0)
+    return UV_EINVAL;
+  e->want_failure = true;
+  e->failure_round = e->delivered_round;
+  e->failure_final = final;
+  snprintf(e->failure_msg, sizeof e->failure_msg, "%s",
+           message ? message : "");
+  kick(e);
+  return 0;
+}
+
+static int etcd_exit_barrier(struct rdzv *r)
+{
+  struct rdzv_etcd *e = (struct rdzv_etcd *)r;
+
+  if (e->delivered_round < 0)
+    return UV_EINVAL;
+  e->barrier_round = e->delivered_round;
+  e->barrier_written = false;
+  publish(e);
+  kick(e);
+  return 0;
+}
+
+/* ---- leaving ------------------------------------------------------------ */
+
+static void handle_closed(uv_handle_t *h)
+{
+  struct rdzv_etcd *e = h->data;
+
+  if (--e->open_handles > 0)
+    return;
+  es_free(&e->st);
+  es_free(&e->txn_state);
+  alive_clear(e);
+  free(e->alive);
+  free(e->user);
+  if (e->password) {
+    memset(e->password, 0, strlen(e->password));
+    free(e->password);
+  }
+  free(e->cacert);
+  free(e->cert);
+  free(e->key);
+  free(e);
+}
+
+static void close_all(struct rdzv_etcd *e)
+{
+  if (e->closing)
+    return;
+  e->closing = true;
+  if (e->ec)
+    etcd_client_close(e->ec);   /* stops the watch too */
+  e->ec = NULL;
+  e->watch = NULL;
+  uv_close((uv_handle_t *)&e->kick, handle_closed);
+  uv_close((uv_handle_t *)&e->retry, handle_closed);
+  uv_close((uv_handle_t *)&e->keepalive, handle_closed);
+  uv_close((uv_handle_t *)&e->last_call, handle_closed);
+  uv_close((uv_handle_t *)&e->join_deadline, handle_closed);
+  uv_close((uv_handle_t *)&e->leave_guard, handle_closed);
+  uv_close((uv_handle_t *)&e->catchup, handle_closed);
+}
+
+static void revoke_done(void *ctx, int err, const cJSON *r, const char *msg)
+{
+  (void)err;
+  (void)r;
+  (void)msg;
+  close_all(ctx);
+}
+
+/* Out of the state (or giving up on it): revoke the lease, which deletes
+ * the alive key, then close. */
+static void leave_finish(struct rdzv_etcd *e)
+{
+  cJSON *b;
+
+  e->want_leave = false;
+  if (!e->ec || !e->lease[0]) {
+    close_all(e);
+    return;
+  }
+  b = cJSON_CreateObject();
+  cJSON_AddStringToObject(b, "ID", e->lease);
+  if (etcd_call(e->ec, "/v3/lease/revoke", b, revoke_done, e) != 0)
+    close_all(e);
+  cJSON_Delete(b);
+}
+
+static void leave_guard_fire(uv_timer_t *t)
+{
+  close_all(t->data);
+}
+
+static void etcd_destroy(struct rdzv *r)
+{
+  struct rdzv_etcd *e = (struct rdzv_etcd *)r;
+
+  e->destroyed = true;
+  uv_timer_stop(&e->keepalive);
+  uv_timer_stop(&e->last_call);
+  uv_timer_stop(&e->join_deadline);
+  uv_timer_stop(&e->retry);
+  if (!e->ec) {
+    close_all(e);
+    return;
+  }
+  /* Bounded: etcd may be unreachable. */
+  uv_timer_start(&e->leave_guard, leave_guard_fire, LEAVE_GUARD_MS, 0);
+  if (e->boot != B_READY || !e->lease[0]) {
+    if (!e->call_inflight)
+      leave_finish(e);
+    else
+      e->want_leave = true;   /* after the boot call, see boot_failed */
+    return;
+  }
+  e->want_leave = true;
+  e->want_join = false;
+  e->want_failure = false;
+  e->barrier_round = -1;
+  publish(e);
+  kick(e);
+}
+
+static const struct rdzv_ops etcd_ops = {
+  "etcd", etcd_join, etcd_report_failure, etcd_exit_barrier, etcd_destroy,
+};
+
+static char *dup_opt(const char *s)
+{
+  return s && s[0] ? strdup(s) : NULL;
+}
+
+int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
+                     const struct rdzv_callbacks *cb, struct rdzv **out)
+{
+  struct rdzv_etcd *e = calloc(1, sizeof *e);
+  double ttl;
+
+  if (!e)
+    return UV_ENOMEM;
+  e->base.ops = &etcd_ops;
+  e->base.cb = *cb;
+  e->base.loop = loop;
+  e->o = *o;
+  snprintf(e->endpoints, sizeof e->endpoints, "%s", o->endpoints);
+  snprintf(e->id, sizeof e->id, "%s", o->id);
+  snprintf(e->local_addr, sizeof e->local_addr, "%s",
+           o->local_addr ? o->local_addr : "");
+  if (gethostname(e->myhost, sizeof e->myhost - 1) < 0)
+    snprintf(e->myhost, sizeof e->myhost, "unknown");
+  e->user = dup_opt(o->user);
+  e->password = o->password ? strdup(o->password) : NULL;
+  e->cacert = dup_opt(o->cacert);
+  e->cert = dup_opt(o->cert);
+  e->key = dup_opt(o->key);
+  e->o.endpoints = e->endpoints;
+  e->o.id = e->id;
+  e->o.local_addr = e->local_addr;
+  snprintf(e->prefix, sizeof e->prefix, "%s%s/",
+           o->prefix && o->prefix[0] ? o->prefix : "/cdrun/rdzv/", o->id);
+  snprintf(e->state_key, sizeof e->state_key, "%sstate", e->prefix);
+  snprintf(e->alive_prefix, sizeof e->alive_prefix, "%salive/", e->prefix);
+  ttl = ceil(o->conf.keepalive_interval * o->conf.keepalive_misses);
+  e->ttl = ttl < MIN_TTL ? MIN_TTL : ttl > 1e6 ? 1000000 : (int)ttl;
+  e->delivered_round = -1;
+  e->restart_told_round = -1;
+  e->barrier_round = -1;
+  e->last_call_round = -1;
+  e->lc_armed_round = -1;
+  e->last_present = -1;
+  es_init(&e->st);
+  es_init(&e->txn_state);
+  uv_timer_init(loop, &e->kick);
+  uv_timer_init(loop, &e->retry);
+  uv_timer_init(loop, &e->keepalive);
+  uv_timer_init(loop, &e->last_call);
+  uv_timer_init(loop, &e->join_deadline);
+  uv_timer_init(loop, &e->leave_guard);
+  uv_timer_init(loop, &e->catchup);
+  e->kick.data = e->retry.data = e->keepalive.data = e;
+  e->last_call.data = e->join_deadline.data = e->leave_guard.data = e;
+  e->catchup.data = e;
+  e->open_handles = 7;
+  *out = &e->base;
+  return 0;
+}

@@ -1,0 +1,352 @@
+/* check_etcd_rdzv.c -- unit tests for the etcd back end's wire helpers
+ * (launcher/etcd_client.c) and its job-state transitions
+ * (launcher/etcd_rdzv_state.c).  The back end against a real etcd is
+ * tested by tests/integ/t_etcd_*.sh. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcd_client.h"
+#include "etcd_rdzv_state.h"
+
+/* ---- wire helpers ---- */
+
+START_TEST(test_b64_vectors)
+{
+  static const char *const plain[] = { "", "f", "fo", "foo", "foob",
+                                       "fooba", "foobar" };
+  static const char *const enc[] = { "", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==",
+                                     "Zm9vYmE=", "Zm9vYmFy" };
+  char out[64], back[64];
+  size_t i;
+
+  for (i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+    etcd_b64_encode(plain[i], strlen(plain[i]), out);
+    ck_assert_str_eq(out, enc[i]);
+    ck_assert_int_eq(etcd_b64_decode(out, strlen(out), back),
+                     (int)strlen(plain[i]));
+    ck_assert_str_eq(back, plain[i]);
+  }
+  /* The key layout's own keys, as etcd showed them. */
+  etcd_b64_encode("/rdzv/x", 7, out);
+  ck_assert_str_eq(out, "L3JkenYveA==");
+}
+END_TEST
+
+START_TEST(test_b64_bad)
+{
+  char out[64];
+
+  ck_assert_int_eq(etcd_b64_decode("Zm9", 3, out), -1);     /* length */
+  ck_assert_int_eq(etcd_b64_decode("Zm9*", 4, out), -1);    /* alphabet */
+  ck_assert_int_eq(etcd_b64_decode("Z===", 4, out), -1);    /* padding */
+  ck_assert_int_eq(etcd_b64_decode("Zg==Zg==", 8, out), -1);
+}
+END_TEST
+
+START_TEST(test_json_fields)
+{
+  cJSON *j = cJSON_Parse("{\"revision\":\"4111120159494236438\","
+                         "\"n\":12,\"key\":\"Zm9v\",\"bad\":\"!!\"}");
+  size_t len = 0;
+  char *s;
+
+  /* int64 as strings, never through a double (exceeds 2^53). */
+  ck_assert(etcd_i64(j, "revision") == 4111120159494236438LL);
+  ck_assert(etcd_i64(j, "n") == 12);
+  ck_assert(etcd_i64(j, "missing") == 0);     /* zero values are omitted */
+  s = etcd_get_b64(j, "key", &len);
+  ck_assert_str_eq(s, "foo");
+  ck_assert_uint_eq(len, 3);
+  free(s);
+  ck_assert_ptr_null(etcd_get_b64(j, "bad", &len));
+  ck_assert_ptr_null(etcd_get_b64(j, "missing", &len));
+  cJSON_Delete(j);
+}
+END_TEST
+
+START_TEST(test_prefix_end)
+{
+  char out[32];
+
+  etcd_prefix_end("/cdrun/rdzv/j/", out);
+  ck_assert_str_eq(out, "/cdrun/rdzv/j0");
+  etcd_prefix_end("a\xff", out);
+  ck_assert_str_eq(out, "b");
+}
+END_TEST
+
+/* ---- state transitions ---- */
+
+static struct es_conf conf(int min, int max, int restarts, double last_call)
+{
+  struct es_conf c = { min, max, restarts, last_call };
+
+  return c;
+}
+
+static struct es_node node(const char *id, int nproc)
+{
+  struct es_node n;
+
+  memset(&n, 0, sizeof n);
+  snprintf(n.id, sizeof n.id, "%s", id);
+  snprintf(n.host, sizeof n.host, "host-%s", id);
+  snprintf(n.addr, sizeof n.addr, "10.0.0.%d", (int)id[0]);
+  n.nproc = nproc;
+  n.port = 29500;
+  return n;
+}
+
+static int join(struct es_state *s, const char *id, int nproc,
+                struct es_conf c)
+{
+  struct es_node n = node(id, nproc);
+  char err[256];
+
+  return es_join(s, &n, &c, err, sizeof err);
+}
+
+static const struct es_node *get(const struct es_state *s, const char *id)
+{
+  int i = es_find(s, id);
+
+  ck_assert_int_ge(i, 0);
+  return &s->nodes[i];
+}
+
+START_TEST(test_complete_at_max)
+{
+  struct es_state s;
+  struct es_conf c = conf(2, 2, 0, 30);
+
+  es_init(&s);
+  ck_assert_int_eq(join(&s, "a", 2, c), 1);
+  ck_assert_int_eq(s.phase, ES_GATHERING);
+  ck_assert_int_eq(join(&s, "a", 2, c), 0);       /* idempotent */
+  ck_assert_int_eq(join(&s, "b", 1, c), 1);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(get(&s, "a")->rank, 0);
+  ck_assert_int_eq(get(&s, "b")->rank, 1);
+  ck_assert_int_eq(s.round, 0);
+  es_free(&s);
+}
+END_TEST
+
+START_TEST(test_last_call)
+{
+  struct es_state s;
+  struct es_conf c = conf(1, 3, 0, 30);
+
+  es_init(&s);
+  join(&s, "a", 1, c);
+  ck_assert_int_eq(s.phase, ES_GATHERING);        /* waits for more */
+  ck_assert_int_eq(es_last_call(&s, 5), 0);       /* another round's */
+  ck_assert_int_eq(es_last_call(&s, 0), 1);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(es_last_call(&s, 0), 0);       /* twice: nothing */
+  es_free(&s);
+  /* last_call_timeout 0: complete at min_nodes. */
+  es_init(&s);
+  c = conf(1, 3, 0, 0);
+  join(&s, "a", 1, c);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  es_free(&s);
+}
+END_TEST
+
+START_TEST(test_failure_once_per_round)
+{
+  struct es_state s;
+  struct es_conf c = conf(2, 2, 1, 30);
+
+  es_init(&s);
+  join(&s, "a", 1, c);
+  join(&s, "b", 1, c);
+  ck_assert_int_eq(es_failure(&s, "b", 0, false, "boom"), 1);
+  ck_assert_int_eq(s.restart_count, 1);
+  ck_assert_int_eq(s.round, 1);
+  ck_assert_int_eq(s.phase, ES_GATHERING);
+  ck_assert_ptr_nonnull(strstr(s.why, "workers failed: boom"));
+  /* a's report of the same round: part of the same restart. */
+  ck_assert_int_eq(es_failure(&s, "a", 0, false, "boom too"), 0);
+  ck_assert_int_eq(s.restart_count, 1);
+  /* Both come back: the round completes as soon as none is outstanding,
+   * with the old ranks. */
+  join(&s, "b", 1, c);
+  ck_assert_int_eq(s.phase, ES_GATHERING);
+  join(&s, "a", 1, c);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(get(&s, "a")->rank, 0);
+  ck_assert_int_eq(get(&s, "b")->rank, 1);
+  /* a's report of round 0 arriving only now (after a retried
+   * transaction, say) must not restart round 1. */
+  ck_assert_int_eq(es_failure(&s, "a", 0, false, "late"), 0);
+  ck_assert_int_eq(s.restart_count, 1);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  /* No restart left: the job closes. */
+  ck_assert_int_eq(es_failure(&s, "a", 1, false, "again"), 1);
+  ck_assert_int_eq(s.phase, ES_CLOSED);
+  ck_assert_ptr_nonnull(strstr(s.why, "no restarts left (1 of 1 used)"));
+  ck_assert_int_eq(join(&s, "c", 1, c), -ESHUTDOWN);
+  es_free(&s);
+}
+END_TEST
+
+START_TEST(test_scale_up_and_lost)
+{
+  struct es_state s;
+  struct es_conf c = conf(1, 3, 0, 30);
+
+  es_init(&s);
+  join(&s, "a", 2, c);
+  es_last_call(&s, 0);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  /* A newcomer while running: a new round, no restart counted. */
+  ck_assert_int_eq(join(&s, "b", 1, c), 1);
+  ck_assert_int_eq(s.round, 1);
+  ck_assert_int_eq(s.restart_count, 0);
+  ck_assert_ptr_nonnull(strstr(s.why, "joined"));
+  join(&s, "a", 2, c);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(get(&s, "a")->rank, 0);        /* keeps rank 0 */
+  ck_assert_int_eq(get(&s, "b")->rank, 1);
+  /* b's lease expired: a new round for a. */
+  ck_assert_int_eq(es_remove(&s, "b", "lost"), 1);
+  ck_assert_int_eq(s.round, 2);
+  ck_assert_ptr_nonnull(strstr(s.why, "lost"));
+  ck_assert_int_eq(es_remove(&s, "b", "lost"), 0);
+  join(&s, "a", 2, c);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  es_free(&s);
+}
+END_TEST
+
+START_TEST(test_full_round_waits)
+{
+  struct es_state s;
+  struct es_conf c = conf(2, 2, 0, 30);
+
+  es_init(&s);
+  join(&s, "a", 1, c);
+  join(&s, "b", 1, c);
+  ck_assert_int_eq(join(&s, "c", 1, c), 1);
+  ck_assert_int_eq(get(&s, "c")->st, ES_SPARE);
+  ck_assert_int_eq(s.round, 0);                   /* no new round */
+  /* b dies: c takes its place in the new round. */
+  es_remove(&s, "b", "lost");
+  join(&s, "a", 1, c);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(get(&s, "c")->st, ES_PART);
+  ck_assert_int_eq(get(&s, "c")->rank, 1);
+  es_free(&s);
+}
+END_TEST
+
+START_TEST(test_barrier_and_leave)
+{
+  struct es_state s;
+  struct es_conf c = conf(2, 2, 0, 30);
+
+  es_init(&s);
+  join(&s, "a", 1, c);
+  join(&s, "b", 1, c);
+  ck_assert_int_eq(es_barrier(&s, "a", 3), 0);     /* stale round */
+  ck_assert_int_eq(es_barrier(&s, "a", 0), 1);
+  ck_assert(!s.exit_passed);
+  ck_assert_int_eq(es_barrier(&s, "a", 0), 0);
+  ck_assert_int_eq(es_barrier(&s, "b", 0), 1);
+  ck_assert(s.exit_passed);
+  /* Leaving after the barrier starts no round; the last one finishes. */
+  es_remove(&s, "a", "left");
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(s.round, 0);
+  es_remove(&s, "b", "left");
+  ck_assert_int_eq(s.n, 0);
+  es_free(&s);
+}
+END_TEST
+
+START_TEST(test_config_mismatch)
+{
+  struct es_state s;
+  struct es_node n = node("b", 1);
+  struct es_conf c = conf(2, 2, 3, 30), other = conf(1, 3, 3, 30);
+  char err[256];
+
+  es_init(&s);
+  join(&s, "a", 1, c);
+  ck_assert_int_eq(es_join(&s, &n, &other, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "1..3 differs from the job's 2..2"));
+  other = conf(2, 2, 1, 30);
+  ck_assert_int_eq(es_join(&s, &n, &other, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "max_restarts 1 differs"));
+  ck_assert_int_eq(s.n, 1);
+  es_free(&s);
+}
+END_TEST
+
+START_TEST(test_serialize_round_trip)
+{
+  struct es_state s, t;
+  struct es_conf c = conf(1, 4, 2, 1.5);
+  char *text, *again;
+
+  es_init(&s);
+  es_init(&t);
+  join(&s, "a", 3, c);
+  join(&s, "b", 1, c);
+  es_last_call(&s, 0);
+  es_barrier(&s, "b", 0);
+  text = es_serialize(&s);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_int_eq(es_parse(text, strlen(text), &t), 0);
+  again = es_serialize(&t);
+  ck_assert_str_eq(text, again);
+  ck_assert_int_eq(t.n, 2);
+  ck_assert_int_eq(get(&t, "a")->nproc, 3);
+  ck_assert(get(&t, "b")->in_exit);
+  ck_assert(t.conf.last_call_timeout == 1.5);
+  free(text);
+  free(again);
+  ck_assert_int_eq(es_parse("{\"phase\":\"nope\",\"nodes\":[]}", 26, &t),
+                   -EINVAL);
+  ck_assert_int_eq(es_parse("[1]", 3, &t), -EINVAL);
+  es_free(&s);
+  es_free(&t);
+}
+END_TEST
+
+static Suite *etcd_suite(void)
+{
+  Suite *s = suite_create("etcd_rdzv");
+  TCase *tc = tcase_create("core");
+
+  tcase_add_test(tc, test_b64_vectors);
+  tcase_add_test(tc, test_b64_bad);
+  tcase_add_test(tc, test_json_fields);
+  tcase_add_test(tc, test_prefix_end);
+  tcase_add_test(tc, test_complete_at_max);
+  tcase_add_test(tc, test_last_call);
+  tcase_add_test(tc, test_failure_once_per_round);
+  tcase_add_test(tc, test_scale_up_and_lost);
+  tcase_add_test(tc, test_full_round_waits);
+  tcase_add_test(tc, test_barrier_and_leave);
+  tcase_add_test(tc, test_config_mismatch);
+  tcase_add_test(tc, test_serialize_round_trip);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr = srunner_create(etcd_suite());
+  int failed;
+
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
