@@ -332,7 +332,8 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
 {
   struct worker_failure *f, *grown;
   struct errfile_info info;
-  char why[256];
+  char why[PATH_MAX + 128], text[PATH_MAX + 160];
+  int err;
 
   grown = realloc(a->failures, (a->nfailures + 1) * sizeof *grown);
   if (!grown)
@@ -349,7 +350,8 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
   f->time = now_epoch();
   if (message) {
     f->message = strdup(message);
-  } else if (errfile_read(w->error_file, &info, why, sizeof why) == 0) {
+  } else if ((err = errfile_read(w->error_file, &info, why,
+                                 sizeof why)) == 0) {
     if (a->o->error_files_read)
       *a->o->error_files_read = true;
     f->error_file = strdup(w->error_file);
@@ -359,6 +361,15 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
       f->time = info.timestamp;
     info.message = info.traceback = NULL;
     errfile_free(&info);
+  } else if (err != -ENOENT) {
+    /* The worker wrote something that is not an error file: say so
+     * instead of a silent <N/A>. */
+    snprintf(text, sizeof text, "cannot use error file: %s", why);
+    say("worker %d: %s", w->rank, text);
+    if (a->o->error_files_read)
+      *a->o->error_files_read = true;
+    f->error_file = strdup(w->error_file);
+    f->message = strdup(text);
   }
 }
 

@@ -1,5 +1,6 @@
 /* args.c -- torchrun's command line and PET_* fallbacks, parsed for cdrun. */
 #include "args.h"
+#include "num.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -170,35 +171,10 @@ static bool looks_like_flag(const char *s)
   return *p != '\0';
 }
 
-/* A whole base-10 integer, nothing before or after it. */
+/* A whole base-10 integer (num.h's rule); the caller checks the range. */
 static bool parse_long(const char *s, long *out)
 {
-  char *end;
-
-  if (!*s || isspace((unsigned char)*s))
-    return false;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end)
-    return false;
-  *out = v;
-  return true;
-}
-
-/* A finite decimal number; strtod's inf, nan and hex forms are refused
- * because Python's float() would not give a usable interval either. */
-static bool parse_double(const char *s, double *out)
-{
-  char *end;
-
-  if (!*s || strspn(s, "0123456789.eE+-") != strlen(s))
-    return false;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || *end || !isfinite(v))
-    return false;
-  *out = v;
-  return true;
+  return num_parse_long(s, LONG_MIN, LONG_MAX, out) == 0;
 }
 
 /* "a, b or c" */
@@ -326,29 +302,29 @@ static int store(struct cdrun_args *a, const struct opt *o, const char *v,
   case K_NPROC:
     if (!strcmp(v, "cpu") || !strcmp(v, "gpu") || !strcmp(v, "auto"))
       return set_str(field(a, o), v, err, errlen);
-    if (!parse_long(v, &n) || n < 1 || n > INT_MAX)
-      return INVALID("an integer >= 1, cpu, gpu or auto");
+    if (num_parse_long(v, 1, NUM_NPROC_MAX, &n))
+      return INVALID("an integer 1..65536, cpu, gpu or auto");
     /* Canonical digits, so "+04" does not surprise the agent. */
     snprintf(buf, sizeof buf, "%ld", n);
     return set_str(field(a, o), buf, err, errlen);
   case K_UINT:
-    if (!parse_long(v, &n) || n < 0 || n > INT_MAX)
-      return INVALID("an integer >= 0");
+    if (num_parse_long(v, 0, INT_MAX, &n))
+      return INVALID("an integer 0..2147483647");
     *(int *)field(a, o) = (int)n;
     return 0;
   case K_PORT:
-    if (!parse_long(v, &n) || n < 1 || n > 65535)
+    if (num_parse_long(v, 1, 65535, &n))
       return INVALID("a port number 1..65535");
     *(int *)field(a, o) = (int)n;
     return 0;
   case K_POSSEC:
-    if (!parse_double(v, &d) || !(d > 0))
-      return INVALID("a number of seconds > 0");
+    if (num_parse_double(v, 0, NUM_SECONDS_MAX, &d) || d == 0)
+      return INVALID("a number of seconds > 0, at most 10000000");
     *(double *)field(a, o) = d;
     return 0;
   case K_GRACE:
-    if (!parse_double(v, &d) || !(d >= 0))
-      return INVALID("a number of seconds >= 0");
+    if (num_parse_double(v, 0, NUM_SECONDS_MAX, &d))
+      return INVALID("a number of seconds 0..10000000");
     *(double *)field(a, o) = d;
     return 0;
   case K_CHOICE:

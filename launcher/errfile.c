@@ -40,21 +40,31 @@ static int slurp(const char *path, char **buf, size_t *len,
 
   *buf = NULL;
   *len = 0;
-  fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO put there by a worker must not block the agent in
+   * open() (it is refused below, before any read). */
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     rc = -errno;
     set_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
     return rc;
   }
-  if (fstat(fd, &st) < 0)
-    memset(&st, 0, sizeof(st));
-  if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > ERRFILE_MAX) {
+  if (fstat(fd, &st) < 0) {
+    rc = -errno;
+    set_err(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    set_err(err, errlen, "%s is not a regular file", path);
+    close(fd);
+    return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+  }
+  if ((unsigned long long)st.st_size > ERRFILE_MAX) {
     set_err(err, errlen, "%s is larger than 4 MiB", path);
     close(fd);
     return -EFBIG;
   }
-  cap = (S_ISREG(st.st_mode) && st.st_size > 0) ?
-        (size_t)st.st_size + 2 : 4096;
+  cap = st.st_size > 0 ? (size_t)st.st_size + 2 : 4096;
   p = malloc(cap);
   if (!p) {
     close(fd);

@@ -1,5 +1,6 @@
 /* logs.c -- redirect/tee specs, rank filter, line prefixes, log dirs. */
 #include "logs.h"
+#include "num.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -39,32 +40,10 @@ static int echo_len(size_t n)
   return n > ECHO_MAX ? ECHO_MAX : (int)n;
 }
 
-/* Parses s[0..n) as a decimal int (optional '-', digits only: no blanks,
- * no '+', nothing trailing).  Returns 0 or -EINVAL. */
+/* s[0..n) as an int, by num.h's one rule.  Returns 0 or -errno. */
 static int parse_int(const char *s, size_t n, long *out)
 {
-  char buf[24];
-  char *end;
-  size_t i = 0;
-  long v;
-
-  if (n == 0 || n >= sizeof(buf))
-    return -EINVAL;
-  if (s[0] == '-')
-    i = 1;
-  if (i == n)
-    return -EINVAL;
-  for (; i < n; i++)
-    if (s[i] < '0' || s[i] > '9')
-      return -EINVAL;
-  memcpy(buf, s, n);
-  buf[n] = '\0';
-  errno = 0;
-  v = strtol(buf, &end, 10);
-  if (errno != 0 || *end != '\0' || v < INT_MIN || v > INT_MAX)
-    return -EINVAL;
-  *out = v;
-  return 0;
+  return num_parse_long_n(s, n, INT_MIN, INT_MAX, out);
 }
 
 /* A work array of nproc bytes (at least one, so malloc(0) is no issue). */

@@ -222,6 +222,21 @@ static bool logs_written(const struct job *j)
   return false;
 }
 
+/* Started with a standard fd closed (`cdrun ... <&- >&-`), the next
+ * open() -- libuv's own sockets included -- would land on 0..2 and be
+ * taken for a console.  /dev/null holds those slots instead. */
+static void fill_std_fds(void)
+{
+  int fd;
+
+  for (fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+      continue;
+    if (open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0)
+      exit(AGENT_EXIT_INTERNAL);
+  }
+}
+
 int main(int argc, char **argv)
 {
   struct cdrun_args a;
@@ -231,6 +246,7 @@ int main(int argc, char **argv)
   bool error_files_read = false;
   int status;
 
+  fill_std_fds();
   if (args_parse(&a, argc, argv, environ, err, sizeof err) != 0)
     die_usage("%s", err);
   if (a.help) {
@@ -256,6 +272,11 @@ int main(int argc, char **argv)
   j.nproc = nproc_resolve(a.nproc_per_node, err, sizeof err);
   if (j.nproc < 0)
     die_usage("%s", err);
+  /* RANK and WORLD_SIZE are ints, here and in every worker. */
+  if ((long long)a.nnodes_max * j.nproc > INT_MAX)
+    die_usage("--nnodes=%d with --nproc_per_node=%d: the world size %lld "
+              "exceeds %d", a.nnodes_max, j.nproc,
+              (long long)a.nnodes_max * j.nproc, INT_MAX);
   resolve_streams(&a, &j);
   parse_signals(a.signals_to_handle, &j);
   j.cmd = build_command(&a);
@@ -316,11 +337,12 @@ int main(int argc, char **argv)
   status = agent_run(&o);
 
   /* A temporary log dir goes away unless it holds what the user needs:
-   * worker logs, or the error files the failure summary points to. */
+   * worker logs, or the error files the failure summary points to (a run
+   * that failed, not one that recovered after a restart). */
   if (j.log_base_is_temp) {
     if (logs_written(&j))
       fprintf(stderr, "cdrun: worker logs are in %s\n", j.run_log_dir);
-    else if (error_files_read)
+    else if (error_files_read && status != 0)
       fprintf(stderr, "cdrun: error files are in %s\n", j.run_log_dir);
     else
       logs_rmtree(j.log_base);

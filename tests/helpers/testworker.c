@@ -9,7 +9,12 @@
  *   testworker failall DIR CODE     every rank exits CODE at once, once
  *                                   all LOCAL_WORLD_SIZE ranks ignore
  *                                   SIGTERM (they meet through DIR)
- *   testworker errfile MSG          writes TORCHELASTIC_ERROR_FILE, exits 1
+ *   testworker errfile MSG [N]      writes TORCHELASTIC_ERROR_FILE, exits 1
+ *                                   (with N: only while
+ *                                   TORCHELASTIC_RESTART_COUNT < N, else 0)
+ *   testworker errat MSG TS CODE    error file with timestamp TS, exits CODE
+ *   testworker errfifo              a FIFO at TORCHELASTIC_ERROR_FILE, exit 1
+ *   testworker errbad               a malformed error file, exits 1
  *   testworker sleep DIR SECS       DIR/pid.<RANK>, a grandchild's pid in
  *                                   DIR/gpid.<RANK>, then sleeps
  *   testworker trap DIR SECS        on SIGTERM/SIGUSR1/...: DIR/sig.<RANK>
@@ -28,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -177,15 +183,42 @@ int main(int argc, char **argv)
     sleep_s(0.2);
     return 0;
   }
-  if (strcmp(mode, "errfile") == 0 && argc == 3) {
-    FILE *f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
+  if (strcmp(mode, "errfile") == 0 && (argc == 3 || argc == 4)) {
+    FILE *f;
 
+    if (argc == 4 && env_int("TORCHELASTIC_RESTART_COUNT") >= atoi(argv[3]))
+      return 0;
+    f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
     if (!f)
       return 4;
     fprintf(f, "{\"message\": {\"message\": \"%s\", \"extraInfo\": "
             "{\"py_callstack\": \"Traceback: %s at rank %d\", "
             "\"timestamp\": \"%ld\"}}}", argv[2], argv[2], rank,
             (long)time(NULL));
+    fclose(f);
+    return 1;
+  }
+  if (strcmp(mode, "errat") == 0 && argc == 5) {
+    FILE *f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
+
+    if (!f)
+      return 4;
+    fprintf(f, "{\"message\": {\"message\": \"%s rank %d\", \"extraInfo\": "
+            "{\"timestamp\": \"%s\"}}}", argv[2], rank, argv[3]);
+    fclose(f);
+    return atoi(argv[4]);
+  }
+  if (strcmp(mode, "errfifo") == 0 && argc == 2) {
+    if (mkfifo(getenv("TORCHELASTIC_ERROR_FILE"), 0600) < 0)
+      return 4;
+    return 1;
+  }
+  if (strcmp(mode, "errbad") == 0 && argc == 2) {
+    FILE *f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
+
+    if (!f)
+      return 4;
+    fputs("{\"message\": oops", f);
     fclose(f);
     return 1;
   }
