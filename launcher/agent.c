@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "contain.h"
 #include "errfile.h"
 #include "say.h"
 #include "guardian.h"
@@ -81,6 +82,7 @@ struct agent {
   uv_timer_t grace;
   uv_timer_t drain;
   struct guardian guardian;
+  struct contain contain;
   struct rdzv *rdzv;
   struct rdzv_assignment assign;
   enum agent_state state;
@@ -89,6 +91,13 @@ struct agent {
   int signals_seen;
   bool drain_expired;
   struct worker *workers;
+  /* Note [linear supervision]: every exit is handled in O(1) -- workers
+   * found by pid in an open-addressing table, counts kept, not scanned. */
+  struct worker **by_pid;       /* by_pid_mask + 1 slots */
+  size_t by_pid_mask;
+  int nrunning;                 /* workers started and not yet reaped */
+  int nstreams;                 /* tee streams not yet closed */
+  bool group_cleared;           /* check_stopped killed what was left */
   struct worker_failure *failures;  /* strings owned: failures_clear */
   size_t nfailures;
   double first_failure_time;    /* when this attempt's first failure was
@@ -173,6 +182,7 @@ static void tee_closed(uv_handle_t *h)
   struct tee_stream *s = h->data;
 
   s->state = STREAM_NONE;
+  s->w->agent->nstreams--;
   check_stopped(s->w->agent);
 }
 
@@ -292,6 +302,7 @@ static int setup_stream(struct agent *a, struct worker *w,
   }
   s->pipe.data = s;
   s->state = STREAM_OPEN;
+  a->nstreams++;
   uv_read_start((uv_stream_t *)&s->pipe, tee_alloc, tee_read);
   *child_fd = p[1];
   *close_after = p[1];
@@ -399,13 +410,43 @@ static void print_summary(struct agent *a)
 
 static void finish(struct agent *a, int status);
 
+/* A removed entry: lookups probe past it, inserts may reuse it. */
+static struct worker removed_slot;
+
+static size_t pid_slot(const struct agent *a, pid_t pid)
+{
+  return ((size_t)pid * 2654435761u) & a->by_pid_mask;
+}
+
+static void pid_insert(struct agent *a, struct worker *w)
+{
+  size_t i = pid_slot(a, w->pid);
+
+  while (a->by_pid[i] && a->by_pid[i] != &removed_slot)
+    i = (i + 1) & a->by_pid_mask;
+  a->by_pid[i] = w;
+}
+
+/* The running worker with this pid, removed from the table; NULL for any
+ * other child (an orphan re-parented to us, see contain.h). */
+static struct worker *pid_take(struct agent *a, pid_t pid)
+{
+  size_t i = pid_slot(a, pid);
+  struct worker *w;
+
+  while ((w = a->by_pid[i])) {
+    if (w != &removed_slot && w->pid == pid && w->running) {
+      a->by_pid[i] = &removed_slot;
+      return w;
+    }
+    i = (i + 1) & a->by_pid_mask;
+  }
+  return NULL;
+}
+
 static int any_running(const struct agent *a)
 {
-  int i, n = 0;
-
-  for (i = 0; i < a->o->nproc; i++)
-    n += a->workers[i].running;
-  return n;
+  return a->nrunning;
 }
 
 static void kill_running(struct agent *a, int sig)
@@ -516,27 +557,29 @@ static void group_finished(struct agent *a)
  * reaped and all their output is read. */
 static void check_stopped(struct agent *a)
 {
-  int i, open = 0;
+  int i;
 
   if (a->state != ST_STOPPING || any_running(a))
     return;
-  if (uv_is_active((uv_handle_t *)&a->grace)) {
-    uv_timer_stop(&a->grace);
-  }
-  /* Leaders are gone; kill what is left of their groups (grandchildren),
-   * which also lets the tee pipes reach EOF. */
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
+  if (!a->group_cleared) {
+    a->group_cleared = true;
+    if (uv_is_active((uv_handle_t *)&a->grace))
+      uv_timer_stop(&a->grace);
+    /* Leaders are gone; kill what is left of their groups (grandchildren)
+     * and whatever left the groups (contain.h), which also lets the tee
+     * pipes reach EOF. */
+    for (i = 0; i < a->o->nproc; i++) {
+      struct worker *w = &a->workers[i];
 
-    if (w->pid > 0) {
-      kill(-w->pid, SIGKILL);
-      guardian_forget(&a->guardian, w->pid);
-      w->pid = 0;
+      if (w->pid > 0) {
+        kill(-w->pid, SIGKILL);
+        guardian_forget(&a->guardian, w->pid);
+        w->pid = 0;
+      }
     }
-    open += w->out.state != STREAM_NONE;
-    open += w->err.state != STREAM_NONE;
+    contain_kill_all(&a->contain, a->guardian.pid);
   }
-  if (open) {
+  if (a->nstreams) {
     if (!a->drain_expired && !uv_is_active((uv_handle_t *)&a->drain))
       uv_timer_start(&a->drain, drain_expired, DRAIN_MS, 0);
     return;
@@ -581,9 +624,10 @@ static bool is_cofailure(const struct agent *a, int code)
 
 static void worker_exited(struct agent *a, struct worker *w, int status)
 {
-  int code, i;
+  int code;
 
   w->running = false;
+  a->nrunning--;
   code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
   if (a->state == ST_STOPPING && a->reason == STOP_FAILURE &&
       is_cofailure(a, code)) {
@@ -608,16 +652,15 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
   }
-  for (i = 0; i < a->o->nproc; i++)
-    if (a->workers[i].running)
-      return;
-  begin_stop(a, STOP_SUCCESS, 0);
+  if (a->nrunning == 0)
+    begin_stop(a, STOP_SUCCESS, 0);
 }
 
 static void on_sigchld(uv_signal_t *h, int signum)
 {
   struct agent *a = h->data;
-  int status, i;
+  struct worker *w;
+  int status;
   pid_t pid;
 
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -627,22 +670,32 @@ static void on_sigchld(uv_signal_t *h, int signum)
       a->guardian.pid = 0;
       continue;
     }
-    for (i = 0; i < a->o->nproc; i++) {
-      struct worker *w = &a->workers[i];
-
-      if (w->running && w->pid == pid) {
-        worker_exited(a, w, status);
-        break;
-      }
-    }
+    /* Anything else is an orphan a worker left: reaped, nothing more. */
+    w = pid_take(a, pid);
+    if (w)
+      worker_exited(a, w, status);
   }
 }
 
 static int register_group(void *ctx, pid_t pid)
 {
   struct agent *a = ctx;
+  int err;
 
+  err = contain_add(&a->contain, pid);
+  if (err)
+    say("cannot use the cgroup for the workers (%s); falling back to "
+        "the subreaper", strerror(-err));
   return guardian_watch(&a->guardian, pid);
+}
+
+/* The exec failed: the group is gone, and must leave the guardian's list
+ * (its number may be reused by anything). */
+static void forget_group(void *ctx, pid_t pid)
+{
+  struct agent *a = ctx;
+
+  guardian_forget(&a->guardian, pid);
 }
 
 /* Prepares attempt_<k>/<local_rank>/ and starts one worker; on_round
@@ -700,6 +753,7 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   so.stdout_fd = out_fd;
   so.stderr_fd = err_fd;
   so.before_exec = register_group;
+  so.exec_failed = forget_group;
   so.ctx = a;
   err = spawn_start(&so, &w->pending);
   /* The worker has its own copies now; EOF on the tee pipes must come
@@ -746,6 +800,8 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
   a->assign = *as;
   a->state = ST_RUNNING;
   a->drain_expired = false;
+  a->group_cleared = false;
+  memset(a->by_pid, 0, (a->by_pid_mask + 1) * sizeof *a->by_pid);
   snprintf(path, sizeof path, "%s/attempt_%d", a->o->run_log_dir,
            as->restart_count);
   logs_rmtree(path);    /* torchrun wipes a reused attempt folder */
@@ -775,6 +831,8 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
     err = spawn_finish(&w->pending, &w->pid);
     if (err == 0) {
       w->running = true;
+      a->nrunning++;
+      pid_insert(a, w);
     } else {
       w->pid = 0;
       if (!first_err) {
@@ -940,16 +998,27 @@ int agent_run(const struct agent_opts *o)
   a.host[sizeof a.host - 1] = '\0';
   a.workers = calloc((size_t)o->nproc, sizeof *a.workers);
   a.sigs = calloc((size_t)(o->nsignals ? o->nsignals : 1), sizeof *a.sigs);
-  if (!a.workers || !a.sigs) {
+  /* At most half full, so probes stay short and always end. */
+  a.by_pid_mask = 7;
+  while (a.by_pid_mask + 1 < 2 * (size_t)o->nproc)
+    a.by_pid_mask = a.by_pid_mask * 2 + 1;
+  a.by_pid = calloc(a.by_pid_mask + 1, sizeof *a.by_pid);
+  if (!a.workers || !a.sigs || !a.by_pid) {
     say("out of memory");
     free(a.workers);
     free(a.sigs);
+    free(a.by_pid);
     return AGENT_EXIT_INTERNAL;
   }
 
+  /* Before the guardian, which must know the workers' cgroup. */
+  err = contain_init(&a.contain);
+  if (err)
+    say("cannot become a child subreaper: %s; descendants that leave "
+        "their worker's process group may outlive it", strerror(-err));
   /* The guardian is forked before the loop exists: it must inherit as
    * little as possible.  See Note [no orphans]. */
-  err = guardian_start(&a.guardian);
+  err = guardian_start(&a.guardian, a.contain.cgroup);
   if (err) {
     say("cannot start the guardian process: %s", strerror(-err));
     goto out_free;
@@ -977,9 +1046,11 @@ out_guardian:
    * now; normally nothing is. */
   guardian_stop(&a.guardian);
 out_free:
+  contain_destroy(&a.contain);
   status = a.exit_status;
   failures_clear(&a);
   free(a.workers);
   free(a.sigs);
+  free(a.by_pid);
   return status;
 }

@@ -18,8 +18,10 @@ struct guardian {
 };
 
 /* Forks the guardian.  Call it before the event loop exists (the child
- * inherits nothing it needs besides the pipe).  Returns 0 or -errno. */
-int guardian_start(struct guardian *g);
+ * inherits nothing it needs besides the pipe).  cgroup, when not NULL or
+ * "", is the workers' cgroup directory (contain.h): the guardian kills all
+ * of it too when the agent dies.  Returns 0 or -errno. */
+int guardian_start(struct guardian *g, const char *cgroup);
 
 /* Adds / removes a process group on the guardian's list.  Returns 0 or
  * -errno (for example -EPIPE when the guardian is gone). */

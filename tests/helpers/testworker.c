@@ -15,8 +15,15 @@
  *   testworker errat MSG TS CODE    error file with timestamp TS, exits CODE
  *   testworker errfifo              a FIFO at TORCHELASTIC_ERROR_FILE, exit 1
  *   testworker errbad               a malformed error file, exits 1
- *   testworker sleep DIR SECS       DIR/pid.<RANK>, a grandchild's pid in
- *                                   DIR/gpid.<RANK>, then sleeps
+ *   testworker sleep DIR SECS [GSECS]
+ *                                   DIR/pid.<RANK>, a grandchild's pid in
+ *                                   DIR/gpid.<RANK>, then sleeps SECS (the
+ *                                   grandchild GSECS, default SECS)
+ *   testworker setsid DIR SECS      like sleep, but the grandchild calls
+ *                                   setsid() and sleeps 600 s
+ *   testworker daemon DIR SECS      like sleep, but the grandchild is a
+ *                                   double-forked daemon (setsid, parent
+ *                                   gone), sleeping 600 s
  *   testworker trap DIR SECS        on SIGTERM/SIGUSR1/...: DIR/sig.<RANK>
  *                                   holds the signal number, exit 0
  *   testworker ignore DIR SECS      ignores SIGTERM/INT/HUP, DIR/pid.<RANK>,
@@ -222,14 +229,42 @@ int main(int argc, char **argv)
     fclose(f);
     return 1;
   }
-  if (strcmp(mode, "sleep") == 0 && argc == 4) {
+  if (strcmp(mode, "sleep") == 0 && (argc == 4 || argc == 5)) {
     pid_t child = fork();
 
     if (child == 0) {
-      sleep_s(atof(argv[3]));
+      sleep_s(atof(argv[argc == 5 ? 4 : 3]));
       _exit(0);
     }
     write_pid(argv[2], "gpid", child);
+    write_pid(argv[2], "pid", getpid());
+    sleep_s(atof(argv[3]));
+    return 0;
+  }
+  if ((strcmp(mode, "setsid") == 0 || strcmp(mode, "daemon") == 0) &&
+      argc == 4) {
+    int p[2];
+    pid_t child, gchild = 0;
+
+    if (pipe(p) < 0)
+      return 4;
+    child = fork();
+    if (child == 0) {
+      close(p[0]);
+      setsid();
+      if (strcmp(mode, "daemon") == 0 && fork() != 0)
+        _exit(0);       /* the daemon's parent leaves at once */
+      gchild = getpid();
+      if (write(p[1], &gchild, sizeof gchild) != sizeof gchild)
+        _exit(4);
+      close(p[1]);
+      sleep_s(600);
+      _exit(0);
+    }
+    close(p[1]);
+    if (read(p[0], &gchild, sizeof gchild) != sizeof gchild)
+      return 4;
+    write_pid(argv[2], "gpid", gchild);
     write_pid(argv[2], "pid", getpid());
     sleep_s(atof(argv[3]));
     return 0;
