@@ -30,6 +30,9 @@
  * buffered in tee pipes (held open by a straggler outside the group). */
 #define DRAIN_MS 1000
 
+/* Workers started before the agent waits for their execs (on_round). */
+#define SPAWN_BATCH 64
+
 /* See Note [simultaneous failures]. */
 #define COFAILURE_WINDOW_S 0.1
 
@@ -793,7 +796,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
   struct agent *a = ctx;
   char path[PATH_MAX + 32];
   struct worker *bad = NULL;
-  int i, err, first_err = 0, started;
+  int i, err, first_err = 0, started, batch, end;
 
   if (a->state != ST_RENDEZVOUS)
     return;
@@ -809,35 +812,41 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
               as->restart_count, as->world_size, as->master_addr,
               as->master_port);
 
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
+  /* Workers exec in parallel, a batch at a time: each one started but
+   * not finished holds a pipe, and every fork copies the fd table. */
+  for (batch = 0; batch < a->o->nproc && !first_err; batch = end) {
+    end = batch + SPAWN_BATCH < a->o->nproc ? batch + SPAWN_BATCH
+                                             : a->o->nproc;
+    for (i = batch; i < end; i++) {
+      struct worker *w = &a->workers[i];
 
-    w->agent = a;
-    w->local_rank = i;
-    w->rank = as->rank_offset + i;
-    w->pid = 0;
-    w->running = false;
-    err = start_worker(a, w, as->restart_count);
-    if (err) {
-      first_err = err;
-      bad = w;
-      break;
-    }
-  }
-  started = i;
-  for (i = 0; i < started; i++) {
-    struct worker *w = &a->workers[i];
-
-    err = spawn_finish(&w->pending, &w->pid);
-    if (err == 0) {
-      w->running = true;
-      a->nrunning++;
-      pid_insert(a, w);
-    } else {
+      w->agent = a;
+      w->local_rank = i;
+      w->rank = as->rank_offset + i;
       w->pid = 0;
-      if (!first_err) {
+      w->running = false;
+      err = start_worker(a, w, as->restart_count);
+      if (err) {
         first_err = err;
         bad = w;
+        break;
+      }
+    }
+    started = i;
+    for (i = batch; i < started; i++) {
+      struct worker *w = &a->workers[i];
+
+      err = spawn_finish(&w->pending, &w->pid);
+      if (err == 0) {
+        w->running = true;
+        a->nrunning++;
+        pid_insert(a, w);
+      } else {
+        w->pid = 0;
+        if (!first_err) {
+          first_err = err;
+          bad = w;
+        }
       }
     }
   }
