@@ -42,6 +42,8 @@ struct rdzv_client {
 
   double connect_deadline;        /* give up connecting after this */
   double last_rx;                 /* last byte from the server */
+  bool spoke;                     /* a valid frame came on this connection */
+  size_t rx_bytes;                /* bytes received on this connection */
   bool join_pending;
   enum rp_join_reason pending_reason;
   int round;                      /* of the last ROUND */
@@ -262,6 +264,25 @@ static void close_tcp(struct rdzv_client *c)
     uv_close((uv_handle_t *)&c->tcp, handle_closed);
 }
 
+/* Note [foreign protocol]: the first reply tells an rdzvd from anything
+ * else at the endpoint (a torchrun TCPStore closes or resets the
+ * connection after our hello, an HTTP server answers text): say what
+ * was found, not just "connection closed". */
+static void foreign_protocol(struct rdzv_client *c, int err)
+{
+  char what[96];
+
+  if (c->rx_bytes)
+    snprintf(what, sizeof what, "answered %zu bytes that are not an rdzvd "
+             "frame", c->rx_bytes);
+  else
+    snprintf(what, sizeof what, "%s the connection after our hello",
+             err == UV_ECONNRESET ? "reset" : "closed");
+  fail(c, UV_EPROTO, "the endpoint %s:%d does not speak the rdzvd protocol "
+       "(it %s; is it a torch TCPStore, or another service?)", c->host,
+       c->o.port, what);
+}
+
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
   struct rdzv_client *c = st->data;
@@ -271,6 +292,11 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   int rc;
 
   (void)buf;
+  if (nread < 0 && !c->spoke) {
+    close_tcp(c);
+    foreign_protocol(c, (int)nread);
+    return;
+  }
   if (nread < 0) {
     close_tcp(c);
     fail(c, (int)nread, "lost the rendezvous server %s:%d: %s", c->host,
@@ -280,6 +306,7 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   }
   c->last_rx = now_s();
   c->len += (size_t)nread;
+  c->rx_bytes += (size_t)nread;
   while (!c->destroyed && !c->failed) {
     rc = rp_frame_peek(c->buf + off, c->len - off, &flen);
     if (rc == 0)
@@ -288,11 +315,16 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                             flen - RP_FRAME_HEADER, &m, err,
                             sizeof err) != 0) {
       close_tcp(c);
+      if (!c->spoke) {
+        foreign_protocol(c, UV_EPROTO);
+        return;
+      }
       fail(c, UV_EPROTO, "bad message from the rendezvous server %s:%d: "
            "%s", c->host, c->o.port, rc < 0 ? "bad frame" : err);
       return;
     }
     off += flen;
+    c->spoke = true;
     dispatch(c, &m);
     rp_msg_free(&m);
   }
@@ -353,6 +385,8 @@ static void connected_cb(uv_connect_t *req, int status)
   }
   c->connected = true;
   c->last_rx = now_s();
+  c->spoke = false;
+  c->rx_bytes = 0;
   uv_tcp_nodelay(&c->tcp, 1);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
   ms = (uint64_t)(c->o.conf.keepalive_interval * 1000.0);
