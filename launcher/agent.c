@@ -33,9 +33,6 @@
 /* Workers started before the agent waits for their execs (on_round). */
 #define SPAWN_BATCH 64
 
-/* See Note [simultaneous failures]. */
-#define COFAILURE_WINDOW_S 0.1
-
 enum stream_state { STREAM_NONE, STREAM_OPEN, STREAM_CLOSING };
 
 /* One tee'd stream of one worker: a pipe the agent reads, a log file it
@@ -612,17 +609,17 @@ static void report_failure(struct agent *a, struct worker *w, int code)
 }
 
 /* Note [simultaneous failures]: workers often fail together (the same
- * bad input, a dead peer).  torchrun, polling every 0.1 s, lists all the
- * failures one poll finds; we are told of each exit at once, so an exit
- * within COFAILURE_WINDOW_S of the first failure that our stop signal did
- * not cause is listed too. */
+ * bad input, a dead peer).  torchrun, polling every --monitor_interval
+ * (0.1 s), lists all the failures one poll finds; we are told of each exit
+ * at once, so an exit within one monitor interval of the first failure
+ * that our stop signal did not cause is listed too. */
 static bool is_cofailure(const struct agent *a, int code)
 {
   if (code == 0 || a->nfailures == 0)
     return false;
   if (code == -a->stop_signal || code == -SIGKILL)
     return false;
-  return now_epoch() - a->first_failure_time < COFAILURE_WINDOW_S;
+  return now_epoch() - a->first_failure_time < a->o->cofailure_s;
 }
 
 static void worker_exited(struct agent *a, struct worker *w, int status)

@@ -106,7 +106,12 @@ static void make_cgroup(struct contain *c)
   }
   snprintf(path, sizeof path, "%s%s%scdrun-%d", mnt, rel,
            rel[0] && rel[strlen(rel) - 1] == '/' ? "" : "/", (int)getpid());
-  if (strlen(path) >= sizeof c->cgroup || mkdir(path, 0755) < 0)
+  if (strlen(path) >= sizeof c->cgroup)
+    return;
+  /* One left by an earlier cdrun of the same pid (SIGKILLed with its
+   * descendants stuck) goes if it is empty; else there is no cgroup. */
+  if (mkdir(path, 0755) < 0 &&
+      (errno != EEXIST || rmdir(path) < 0 || mkdir(path, 0755) < 0))
     return;
   snprintf(c->cgroup, sizeof c->cgroup, "%s", path);
 }

@@ -327,6 +327,7 @@ int main(int argc, char **argv)
   o.prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
   o.max_restarts = a.max_restarts;
   o.grace_s = a.shutdown_timeout;
+  o.cofailure_s = a.monitor_interval;
   o.signals = j.signals;
   o.nsignals = j.nsignals;
   o.default_omp_threads = j.nproc > 1;

@@ -47,8 +47,9 @@ wait_files "$d/pid.*" 2 30
 g=$(cat "$d/gpid.0")
 if ! grep -q '/cdrun-[0-9]*$' "/proc/$g/cgroup" 2>/dev/null; then
   kill -KILL "$BG"
-  skip "no delegated cgroup v2 here: a SIGKILL of cdrun is covered for" \
-    "process groups only (see Note [containment])"
+  skip "no delegated cgroup v2 here ($(grep '^0::' "/proc/$g/cgroup" \
+    2>/dev/null); $(grep -m1 cgroup "$T/err")): a SIGKILL of cdrun is" \
+    "covered for process groups only (see Note [containment])"
 fi
 kill -KILL "$BG"
 wait "$BG" 2>/dev/null
