@@ -1019,12 +1019,14 @@ int agent_run(const struct agent_opts *o)
 
   /* Before the guardian, which must know the workers' cgroup. */
   err = contain_init(&a.contain);
+  /* Inherited by every worker and whatever it starts. */
+  setenv(CONTAIN_ENV, a.contain.token, 1);
   if (err)
     say("cannot become a child subreaper: %s; descendants that leave "
         "their worker's process group may outlive it", strerror(-err));
   /* The guardian is forked before the loop exists: it must inherit as
    * little as possible.  See Note [no orphans]. */
-  err = guardian_start(&a.guardian, a.contain.cgroup);
+  err = guardian_start(&a.guardian, &a.contain);
   if (err) {
     say("cannot start the guardian process: %s", strerror(-err));
     goto out_free;

@@ -116,9 +116,27 @@ static void make_cgroup(struct contain *c)
   snprintf(c->cgroup, sizeof c->cgroup, "%s", path);
 }
 
+static void make_token(struct contain *c)
+{
+  unsigned char b[8] = { 0 };
+  struct timespec ts;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+  if (fd >= 0) {
+    if (read(fd, b, sizeof b) < 0)
+      memset(b, 0, sizeof b);
+    close(fd);
+  }
+  clock_gettime(CLOCK_REALTIME, &ts);
+  snprintf(c->token, sizeof c->token, "%d.%02x%02x%02x%02x%02x%02x%02x%02x.%ld",
+           (int)getpid(), b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+           (long)ts.tv_nsec);
+}
+
 int contain_init(struct contain *c)
 {
   memset(c, 0, sizeof *c);
+  make_token(c);
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
     c->subreaper = true;
   make_cgroup(c);
@@ -180,6 +198,65 @@ int contain_cgroup_kill(const char *cgroup)
       return 0;
   }
   return -EAGAIN;
+}
+
+/* Whether /proc/<pid>/environ holds the NUL-terminated entry want. */
+static bool environ_has(const char *pid, const char *want, size_t wlen)
+{
+  static char buf[1 << 21];     /* the largest environment execve takes */
+  char path[64 + 256];
+  size_t n = 0;
+  ssize_t r;
+  int fd;
+
+  snprintf(path, sizeof path, "/proc/%s/environ", pid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  while (n < sizeof buf - 1 &&
+         (r = read(fd, buf + n, sizeof buf - 1 - n)) > 0)
+    n += (size_t)r;
+  close(fd);
+  buf[n] = '\0';
+  for (size_t i = 0; i + wlen <= n; i += strlen(buf + i) + 1)
+    if (memcmp(buf + i, want, wlen) == 0)
+      return true;
+  return false;
+}
+
+int contain_kill_token(const char *token)
+{
+  char want[sizeof ((struct contain *)0)->token + 32];
+  size_t wlen;
+  struct dirent *d;
+  int round, killed, total = 0;
+  pid_t self = getpid();
+
+  if (!token || !token[0])
+    return 0;
+  /* The entry with its NUL, so that a longer token never matches. */
+  wlen = (size_t)snprintf(want, sizeof want, "%s=%s", CONTAIN_ENV, token) + 1;
+  for (round = 0; round < KILL_ROUNDS; round++) {
+    DIR *dir = opendir("/proc");
+
+    if (!dir)
+      return total;
+    killed = 0;
+    while ((d = readdir(dir))) {
+      long pid = strtol(d->d_name, NULL, 10);
+
+      if (pid <= 0 || pid == self || !environ_has(d->d_name, want, wlen))
+        continue;
+      if (kill((pid_t)pid, SIGKILL) == 0)
+        killed++;
+    }
+    closedir(dir);
+    total += killed;
+    if (!killed)
+      break;
+    nap_ms(10);   /* let the killed die, or a zombie's environ still reads */
+  }
+  return total;
 }
 
 /* Appends the pids in /proc/self/task/<tid>/children to pids. */

@@ -14,9 +14,13 @@
  *    cdrun-<pid>, created next to cdrun's, which descendants cannot leave;
  *    cgroup.kill stops all of it at once.  The guardian (guardian.h)
  *    knows the cgroup, so this holds even when cdrun itself is SIGKILLed.
+ *  - without a cgroup, a SIGKILL of cdrun re-parents what is left to init,
+ *    and only the environment still ties it to the job: every worker gets
+ *    CDRUN_CONTAIN=<token>, unique to this cdrun, which its descendants
+ *    inherit; the guardian kills every process whose /proc/PID/environ
+ *    holds it.  A descendant that execs with a cleaned environment after
+ *    leaving its process group escapes this last net (not the cgroup).
  *
- * Without a cgroup, a SIGKILL of cdrun leaves setsid'd descendants to
- * init: the guardian only knows the workers' process groups.
  * CDRUN_CGROUP=0 in cdrun's environment turns the cgroup off. */
 #ifndef CDRUN_CONTAIN_H
 #define CDRUN_CONTAIN_H
@@ -25,8 +29,11 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#define CONTAIN_ENV "CDRUN_CONTAIN"
+
 struct contain {
   char cgroup[PATH_MAX];        /* our cgroup's directory, "" if none */
+  char token[48];               /* CONTAIN_ENV's value for our workers */
   bool subreaper;
 };
 
@@ -44,6 +51,11 @@ int contain_add(struct contain *c, pid_t pid);
  * reaping them, until none is left.  Call it once the workers themselves
  * are reaped (their statuses would be consumed here otherwise). */
 void contain_kill_all(struct contain *c, pid_t spare);
+
+/* SIGKILLs every process whose initial environment holds
+ * CONTAIN_ENV=token, round after round until none is left.  For the
+ * guardian, after the agent died.  Returns how many were killed. */
+int contain_kill_token(const char *token);
 
 /* Kills what is left and removes the cgroup.  Idempotent. */
 void contain_destroy(struct contain *c);

@@ -25,7 +25,8 @@ struct guardian_msg {
   int32_t pgid;
 };
 
-static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup)
+static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
+                          const char *token)
 {
   static pid_t groups[GUARDIAN_MAX_GROUPS];
   struct guardian_msg m;
@@ -71,7 +72,9 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup)
   }
   for (i = 0; i < ngroups; i++)
     kill(-groups[i], SIGKILL);
-  /* What left the groups (setsid, daemons) is still in the cgroup. */
+  /* What left the groups (setsid, daemons) is still in the cgroup, and
+   * carries the token in its environment. */
+  contain_kill_token(token);
   if (cgroup[0]) {
     struct timespec ts = { 0, 10000000L };
 
@@ -82,9 +85,9 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup)
   _exit(0);
 }
 
-int guardian_start(struct guardian *g, const char *cgroup)
+int guardian_start(struct guardian *g, const struct contain *c)
 {
-  static char cg[PATH_MAX];
+  static char cg[PATH_MAX], token[sizeof c->token];
   int p[2];
   pid_t pid;
 
@@ -92,7 +95,8 @@ int guardian_start(struct guardian *g, const char *cgroup)
 
   g->pid = 0;
   g->fd = -1;
-  snprintf(cg, sizeof cg, "%s", cgroup ? cgroup : "");
+  snprintf(cg, sizeof cg, "%s", c ? c->cgroup : "");
+  snprintf(token, sizeof token, "%s", c ? c->token : "");
   if (pipe2(p, O_CLOEXEC) < 0)
     return -errno;
   /* Signals stay blocked in the child until it ignores them: a Ctrl-C in
@@ -109,7 +113,7 @@ int guardian_start(struct guardian *g, const char *cgroup)
   }
   if (pid == 0) {
     close(p[1]);
-    guardian_main(p[0], &old, cg);
+    guardian_main(p[0], &old, cg, token);
   }
   sigprocmask(SIG_SETMASK, &old, NULL);
   close(p[0]);
