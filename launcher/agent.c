@@ -52,8 +52,10 @@ struct worker {
   int rank;
   pid_t pid;                    /* also its process group; 0 before start */
   bool running;
-  char dir[PATH_MAX];           /* attempt_<k>/<local_rank> */
-  char error_file[PATH_MAX + 16];
+  /* Heap strings, not arrays: every fork copies the agent's page tables,
+   * so per-worker memory makes spawning N workers cost O(N^2). */
+  char *dir;                    /* attempt_<k>/<local_rank> */
+  char *error_file;
   struct tee_stream out, err;
   struct spawn_pending pending; /* between spawn_start and spawn_finish */
 };
@@ -709,12 +711,24 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   char **env;
   int out_fd, err_fd, close_out, close_err, err;
 
-  snprintf(w->dir, sizeof w->dir, "%s/attempt_%d/%d", o->run_log_dir,
-           attempt, w->local_rank);
-  err = logs_mkdirs(w->dir);
-  if (err)
-    return err;
-  snprintf(w->error_file, sizeof w->error_file, "%s/error.json", w->dir);
+  free(w->dir);
+  free(w->error_file);
+  w->error_file = NULL;
+  if (asprintf(&w->dir, "%s/attempt_%d/%d", o->run_log_dir, attempt,
+               w->local_rank) < 0) {
+    w->dir = NULL;
+    return -ENOMEM;
+  }
+  if (asprintf(&w->error_file, "%s/error.json", w->dir) < 0) {
+    w->error_file = NULL;
+    return -ENOMEM;
+  }
+  /* The parent exists after the first worker: one mkdir, not a walk. */
+  if (mkdir(w->dir, 0755) < 0) {
+    err = logs_mkdirs(w->dir);
+    if (err)
+      return err;
+  }
   unlink(w->error_file);
 
   memset(&we, 0, sizeof we);
@@ -1057,6 +1071,10 @@ out_free:
   contain_destroy(&a.contain);
   status = a.exit_status;
   failures_clear(&a);
+  for (int i = 0; i < o->nproc; i++) {
+    free(a.workers[i].dir);
+    free(a.workers[i].error_file);
+  }
   free(a.workers);
   free(a.sigs);
   free(a.by_pid);
