@@ -22,6 +22,7 @@
 #include "say.h"
 #include "guardian.h"
 #include "logs.h"
+#include "signames.h"
 #include "spawn.h"
 #include "summary.h"
 #include "workerenv.h"
@@ -142,7 +143,7 @@ static const char *signame(int sig)
 {
   static char buf[16];
 
-  return summary_signal_name(sig, buf, sizeof buf);
+  return sig_name(sig, buf, sizeof buf);
 }
 
 static int write_all(int fd, const char *buf, size_t len)

@@ -17,6 +17,7 @@
 #include "port.h"
 #include "rdzv.h"
 #include "rdzv_config.h"
+#include "signames.h"
 #include "summary.h"
 
 #define EXIT_USAGE 2
@@ -64,7 +65,7 @@ static void parse_signals(const char *list, struct job *j)
   j->nsignals = 0;
   while (*p) {
     len = strcspn(p, ",");
-    sig = summary_signal_number(p, len);
+    sig = sig_number(p, len);
     if (sig < 0)
       die_usage("--signals_to_handle: unknown signal '%.*s'", (int)len, p);
     if (j->nsignals < (int)(sizeof j->signals / sizeof j->signals[0]))
