@@ -508,7 +508,7 @@ static void join_round(struct agent *a, enum rdzv_join_reason why)
   err = a->rdzv->ops->join(a->rdzv, why);
   if (err) {
     say("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
-              uv_strerror(err));
+              say_strerror(err));
     finish(a, AGENT_EXIT_INTERNAL);
   }
 }
@@ -524,7 +524,7 @@ static void group_finished(struct agent *a)
     a->state = ST_BARRIER;
     err = a->rdzv->ops->exit_barrier(a->rdzv);
     if (err) {
-      say("exit barrier: %s", uv_strerror(err));
+      say("exit barrier: %s", say_strerror(err));
       finish(a, AGENT_EXIT_INTERNAL);
     }
     return;
@@ -688,7 +688,7 @@ static int register_group(void *ctx, pid_t pid)
   err = contain_add(&a->contain, pid);
   if (err)
     say("cannot use the cgroup for the workers (%s); falling back to "
-        "the subreaper", strerror(-err));
+        "the subreaper", say_strerror(err));
   return guardian_watch(&a->guardian, pid);
 }
 
@@ -791,13 +791,13 @@ static void start_failed(struct agent *a, struct worker *w, int err)
     char msg[PATH_MAX + 64];
 
     snprintf(msg, sizeof msg, "cannot execute '%s': %s", a->o->cmd[0],
-             strerror(-err));
+             say_strerror(err));
     say("%s", msg);
     a->exit_status = err == -ENOENT ? AGENT_EXIT_NOT_FOUND
                                     : AGENT_EXIT_NOT_EXECUTABLE;
     record_failure(a, w, 0, a->exit_status, msg);
   } else {
-    say("cannot start worker %d: %s", w->rank, strerror(-err));
+    say("cannot start worker %d: %s", w->rank, say_strerror(err));
     a->exit_status = AGENT_EXIT_INTERNAL;
   }
   begin_stop(a, STOP_FATAL, SIGTERM);
@@ -906,7 +906,7 @@ static void on_barrier(void *ctx, int err)
   struct agent *a = ctx;
 
   if (err)
-    say("exit barrier failed: %s", uv_strerror(err));
+    say("exit barrier failed: %s", say_strerror(err));
   finish(a, err ? AGENT_EXIT_INTERNAL : 0);
 }
 
@@ -1038,22 +1038,22 @@ int agent_run(const struct agent_opts *o)
   setenv(CONTAIN_ENV, a.contain.token, 1);
   if (err)
     say("cannot become a child subreaper: %s; descendants that leave "
-        "their worker's process group may outlive it", strerror(-err));
+        "their worker's process group may outlive it", say_strerror(err));
   /* The guardian is forked before the loop exists: it must inherit as
    * little as possible.  See Note [no orphans]. */
   err = guardian_start(&a.guardian, &a.contain);
   if (err) {
-    say("cannot start the guardian process: %s", strerror(-err));
+    say("cannot start the guardian process: %s", say_strerror(err));
     goto out_free;
   }
   err = uv_loop_init(&a.loop);
   if (err) {
-    say("cannot create the event loop: %s", uv_strerror(err));
+    say("cannot create the event loop: %s", say_strerror(err));
     goto out_guardian;
   }
   err = agent_init_handles(&a);
   if (err) {
-    say("cannot set up the agent: %s", uv_strerror(err));
+    say("cannot set up the agent: %s", say_strerror(err));
     finish(&a, AGENT_EXIT_INTERNAL);
   } else {
     join_round(&a, RDZV_JOIN_FIRST);

@@ -1,6 +1,5 @@
 /* args.c -- torchrun's command line and PET_* fallbacks, parsed for cdrun. */
 #include "args.h"
-#include "num.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -10,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "num.h"
+#include "say.h"
 
 /* How an option's value is checked and where it lands. */
 enum kind {
@@ -100,24 +102,9 @@ static const struct opt opts[] = {
 /* torchrun reads this for the SIGTERM->SIGKILL grace period. */
 #define SHUTDOWN_ENV "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -EINVAL;
-}
-
-static int nomem(char *err, size_t errlen)
-{
-  if (err && errlen)
-    snprintf(err, errlen, "out of memory");
-  return -ENOMEM;
-}
+/* say.h's one helper: a message in err, -EINVAL or -ENOMEM returned. */
+#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
+#define nomem(err, errlen) say_fail(err, errlen, -ENOMEM, "out of memory")
 
 static void *field(struct cdrun_args *a, const struct opt *o)
 {

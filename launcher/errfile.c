@@ -13,19 +13,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "say.h"
+
 #define ERRFILE_MAX (4u << 20)
 
-__attribute__((format(printf, 3, 4)))
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (!err || errlen == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+/* say.h's one helper, its return value unused here. */
+#define set_err(err, errlen, ...) \
+  ((void)say_fail(err, errlen, 0, __VA_ARGS__))
 
 /* Reads the whole file into a NUL-terminated heap buffer.  Reads up to one
  * byte past the limit instead of trusting st_size, so files that grow or
@@ -45,12 +39,12 @@ static int slurp(const char *path, char **buf, size_t *len,
   fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     rc = -errno;
-    set_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    set_err(err, errlen, "cannot open %s: %s", path, say_strerror(-errno));
     return rc;
   }
   if (fstat(fd, &st) < 0) {
     rc = -errno;
-    set_err(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+    set_err(err, errlen, "cannot stat %s: %s", path, say_strerror(-errno));
     close(fd);
     return rc;
   }
@@ -91,7 +85,7 @@ static int slurp(const char *path, char **buf, size_t *len,
       if (errno == EINTR)
         continue;
       rc = -errno;
-      set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
+      set_err(err, errlen, "cannot read %s: %s", path, say_strerror(-errno));
       free(p);
       close(fd);
       return rc;

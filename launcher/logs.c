@@ -1,6 +1,5 @@
 /* logs.c -- redirect/tee specs, rank filter, line prefixes, log dirs. */
 #include "logs.h"
-#include "num.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -14,25 +13,18 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "num.h"
+#include "say.h"
+
 #define SPEC_HINT "expected 0..3 or local_rank:mask pairs like 0:3,1:1"
 #define FILTER_HINT "expected comma-separated local ranks like 0,2,3"
 /* Longest piece of user input echoed into an error message. */
 #define ECHO_MAX 64
 #define LINER_DEFAULT_CAP (64 * 1024)
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-  __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (!err || errlen == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+/* say.h's one helper, its return value unused here. */
+#define set_err(err, errlen, ...) \
+  ((void)say_fail(err, errlen, 0, __VA_ARGS__))
 
 /* Width for "%.*s" of an input piece, clamped so messages stay one line. */
 static int echo_len(size_t n)

@@ -17,6 +17,7 @@
 #include "port.h"
 #include "rdzv.h"
 #include "rdzv_config.h"
+#include "say.h"
 #include "signames.h"
 #include "summary.h"
 
@@ -40,20 +41,8 @@ struct job {
   int nsignals;
 };
 
-static void die_usage(const char *fmt, ...)
-  __attribute__((format(printf, 1, 2), noreturn));
-
-static void die_usage(const char *fmt, ...)
-{
-  va_list ap;
-
-  fputs("cdrun: error: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  exit(EXIT_USAGE);
-}
+/* A user error: "cdrun: error: ..." (say.h), exit status 2. */
+#define die_usage(...) (say_error(__VA_ARGS__), exit(EXIT_USAGE))
 
 /* "SIGTERM,SIGUSR1" -> signal numbers (args.c validated the names). */
 static void parse_signals(const char *list, struct job *j)
@@ -155,16 +144,16 @@ static int setup_logs(const struct cdrun_args *a, struct job *j)
     snprintf(j->log_base, sizeof j->log_base, "%s", a->log_dir);
     err = logs_mkdirs(j->log_base);
     if (err) {
-      fprintf(stderr, "cdrun: error: --log_dir: cannot create '%s': %s\n",
-              a->log_dir, strerror(-err));
+      say_error("--log_dir: cannot create '%s': %s", a->log_dir,
+                say_strerror(err));
       return err;
     }
   } else {
     snprintf(tmpl, sizeof j->log_base, "%s/cdrun_XXXXXX",
              tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(tmpl)) {
-      fprintf(stderr, "cdrun: error: cannot create a log directory in "
-              "%s: %s\n", tmp && *tmp ? tmp : "/tmp", strerror(errno));
+      say_error("cannot create a log directory in %s: %s",
+                tmp && *tmp ? tmp : "/tmp", say_strerror(-errno));
       return -errno;
     }
     memcpy(j->log_base, tmpl, sizeof j->log_base);
@@ -173,12 +162,11 @@ static int setup_logs(const struct cdrun_args *a, struct job *j)
   /* torchrun: tempfile.mkdtemp(prefix=f"{run_id}_", dir=log_dir). */
   snprintf(tmpl, sizeof tmpl, "%s/%s_XXXXXX", j->log_base, j->run_id);
   if (strlen(tmpl) >= PATH_MAX - 64) {
-    fprintf(stderr, "cdrun: error: --log_dir: path too long\n");
+    say_error("--log_dir: path too long");
     return -ENAMETOOLONG;
   }
   if (!mkdtemp(tmpl)) {
-    fprintf(stderr, "cdrun: error: cannot create '%s': %s\n", tmpl,
-            strerror(errno));
+    say_error("cannot create '%s': %s", tmpl, say_strerror(-errno));
     return -errno;
   }
   snprintf(j->run_log_dir, sizeof j->run_log_dir, "%s", tmpl);
@@ -268,8 +256,8 @@ int main(int argc, char **argv)
                           sizeof warn))
     die_usage("%s", err);
   if (warn[0])
-    fprintf(stderr, "cdrun: warning: --rdzv_conf: unknown key%s %s "
-            "ignored\n", strchr(warn, ',') ? "s" : "", warn);
+    say("warning: --rdzv_conf: unknown key%s %s ignored",
+        strchr(warn, ',') ? "s" : "", warn);
   j.nproc = nproc_resolve(a.nproc_per_node, err, sizeof err);
   if (j.nproc < 0)
     die_usage("%s", err);
@@ -289,8 +277,8 @@ int main(int argc, char **argv)
   if (j.rdzv.backend != BACKEND_STATIC || j.rdzv.master_port == 0) {
     j.port_fd = port_reserve(&j.port);
     if (j.port_fd < 0) {
-      fprintf(stderr, "cdrun: error: cannot find a free port for "
-              "MASTER_PORT: %s\n", strerror(-j.port_fd));
+      say_error("cannot find a free port for MASTER_PORT: %s",
+                say_strerror(j.port_fd));
       return AGENT_EXIT_INTERNAL;
     }
   }
@@ -343,9 +331,9 @@ int main(int argc, char **argv)
    * that failed, not one that recovered after a restart). */
   if (j.log_base_is_temp) {
     if (logs_written(&j))
-      fprintf(stderr, "cdrun: worker logs are in %s\n", j.run_log_dir);
+      say("worker logs are in %s", j.run_log_dir);
     else if (error_files_read && status != 0)
-      fprintf(stderr, "cdrun: error files are in %s\n", j.run_log_dir);
+      say("error files are in %s", j.run_log_dir);
     else
       logs_rmtree(j.log_base);
   }
