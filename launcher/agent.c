@@ -979,11 +979,14 @@ static void finish(struct agent *a, int status)
   }
 }
 
+/* Sets up every handle and the rendezvous.  On failure closes what it
+ * initialised, in reverse (the loop still has to run for the close
+ * callbacks), and returns the error: finish() is then never called. */
 static int agent_init_handles(struct agent *a)
 {
   struct rdzv_callbacks cb = { a, on_round, on_restart, on_rdzv_error,
                                on_barrier };
-  int i, err;
+  int i = 0, err;
 
   err = uv_signal_init(&a->loop, &a->sigchld);
   if (err)
@@ -991,19 +994,42 @@ static int agent_init_handles(struct agent *a)
   a->sigchld.data = a;
   err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD);
   if (err)
-    return err;
+    goto fail_sigchld;
   for (i = 0; i < a->o->nsignals; i++) {
-    uv_signal_init(&a->loop, &a->sigs[i]);
+    err = uv_signal_init(&a->loop, &a->sigs[i]);
+    if (err)
+      goto fail_sigs;
     a->sigs[i].data = a;
     err = uv_signal_start(&a->sigs[i], on_signal, a->o->signals[i]);
-    if (err)
-      return err;
+    if (err) {
+      i++;      /* this one is initialised: close it too */
+      goto fail_sigs;
+    }
   }
-  uv_timer_init(&a->loop, &a->grace);
-  uv_timer_init(&a->loop, &a->drain);
+  err = uv_timer_init(&a->loop, &a->grace);
+  if (err)
+    goto fail_sigs;
   a->grace.data = a;
+  err = uv_timer_init(&a->loop, &a->drain);
+  if (err)
+    goto fail_grace;
   a->drain.data = a;
-  return a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
+  err = a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
+  if (err)
+    goto fail_drain;
+  return 0;
+
+fail_drain:
+  uv_close((uv_handle_t *)&a->drain, close_cb_noop);
+fail_grace:
+  uv_close((uv_handle_t *)&a->grace, close_cb_noop);
+fail_sigs:
+  while (i-- > 0)
+    uv_close((uv_handle_t *)&a->sigs[i], close_cb_noop);
+fail_sigchld:
+  uv_close((uv_handle_t *)&a->sigchld, close_cb_noop);
+  a->rdzv = NULL;
+  return err;
 }
 
 int agent_run(const struct agent_opts *o)
@@ -1054,7 +1080,8 @@ int agent_run(const struct agent_opts *o)
   err = agent_init_handles(&a);
   if (err) {
     say("cannot set up the agent: %s", say_strerror(err));
-    finish(&a, AGENT_EXIT_INTERNAL);
+    a.state = ST_DONE;          /* the ladder closed what was open */
+    a.exit_status = AGENT_EXIT_INTERNAL;
   } else {
     join_round(&a, RDZV_JOIN_FIRST);
   }
