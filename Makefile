@@ -2,6 +2,9 @@
 #
 #   make              bin/cdrun (warnings are errors)
 #   make test         build and run every test (unit suites + integration)
+#   make check T=args one unit suite (tests/unit/check_args.c); one test case
+#                     of it: CK_RUN_CASE=<tcase> (CK_RUN_SUITE=<suite>)
+#   make integ T=signals  the integration scenarios whose name has "signals"
 #   make asan test    the same under AddressSanitizer + UBSan (build/asan/)
 #   make bench        scripts/bench/launch
 #   make install      PREFIX=/usr/local
@@ -32,7 +35,13 @@ endif
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
             -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
             -Wno-format-truncation
-CPPFLAGS += -D_GNU_SOURCE -Ilauncher -Iproto -Irdzvd -Ilibpg/include -Ilibpg
+CPPFLAGS += -D_GNU_SOURCE
+# Layering: each folder sees its own headers and those of the layers it is
+# built on (proto <- rdzvd <- launcher; libpg and examples: libpg only).
+INC_proto    := -Iproto
+INC_rdzvd    := -Irdzvd $(INC_proto)
+INC_launcher := -Ilauncher $(INC_rdzvd)
+INC_libpg    := -Ilibpg/include -Ilibpg
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS))
 LDFLAGS  += $(SANFLAGS)
@@ -43,11 +52,19 @@ VERSION  := $(shell cat VERSION)
 CPPFLAGS += -DCDRUN_VERSION='"$(VERSION)"'
 
 # Everything but the two mains goes into one archive that cdrun, rdzvd and
-# the unit suites link: the rendezvous state machine exists once.
+# the unit suites link: the rendezvous state machine exists once.  The wire
+# protocol is an archive of its own, below it.
 CORE_SRC := $(filter-out launcher/main.c rdzvd/main.c, \
-              $(wildcard launcher/*.c rdzvd/*.c proto/*.c))
+              $(wildcard launcher/*.c rdzvd/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(OUT)/%.o)
 CORE_LIB := $(OUT)/libcdrun_core.a
+PROTO_OBJ := $(patsubst %.c,$(OUT)/%.o,$(wildcard proto/*.c))
+PROTO_LIB := $(OUT)/libcdrun_proto.a
+$(OUT)/proto/%.o: CPPFLAGS += $(INC_proto)
+$(OUT)/rdzvd/%.o: CPPFLAGS += $(INC_rdzvd)
+$(OUT)/launcher/%.o: CPPFLAGS += $(INC_launcher)
+$(OUT)/examples/%.o: CPPFLAGS += -Ilibpg/include
+$(OUT)/tests/%.o: CPPFLAGS += $(INC_launcher) $(INC_libpg)
 
 # ---- libpg: lib/libpg.a, lib/libpg.so, lib/libpg.pc ----------------------
 # The NCCL backend is built when CUDA and NCCL headers and libraries are
@@ -78,7 +95,7 @@ LIBDIR   := $(if $(filter 1,$(SAN)),build/asan/lib,lib)
 PG_SRC   := $(wildcard libpg/*.c libpg/cpu/*.c) $(PG_NCCL_SRC)
 PG_OBJ   := $(PG_SRC:%.c=$(OUT)/pic/%.o)
 PG_LIBS  := -lpthread -lrt -lm $(PG_NCCL_LIBS)
-PG_CFLAGS := -fPIC -fvisibility=hidden -Ilibpg/include -Ilibpg
+PG_CFLAGS := -fPIC -fvisibility=hidden $(INC_libpg)
 
 $(OUT)/pic/libpg/nccl/%.o: libpg/nccl/%.c
 	@mkdir -p $(dir $@)
@@ -118,7 +135,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BINDIR)/%)
 CRYPTO_LIBS := $(shell pkg-config --libs libcrypto)
 $(BINDIR)/cdrun $(BINDIR)/rdzvd $(UNIT_BIN): LDLIBS += $(CRYPTO_LIBS)
 
-.PHONY: all asan test unit integ bench install clean fuzz libpg
+.PHONY: all asan test unit check integ bench install clean fuzz libpg
 all: $(BINDIR)/cdrun $(BINDIR)/rdzvd libpg $(EXAMPLE_BIN)
 asan: all
 
@@ -130,11 +147,15 @@ $(CORE_LIB): $(CORE_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BINDIR)/cdrun: $(OUT)/launcher/main.o $(CORE_LIB)
+$(PROTO_LIB): $(PROTO_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BINDIR)/cdrun: $(OUT)/launcher/main.o $(CORE_LIB) $(PROTO_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/rdzvd: $(OUT)/rdzvd/main.o $(CORE_LIB)
+$(BINDIR)/rdzvd: $(OUT)/rdzvd/main.o $(CORE_LIB) $(PROTO_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -145,7 +166,8 @@ $(BINDIR)/%: $(OUT)/examples/%.o $(LIBDIR)/libpg.a
 # The NCCL suite must know whether libpg was built with NCCL.
 $(OUT)/tests/unit/check_pg_nccl.o: CPPFLAGS += $(PG_NCCL_CFLAGS)
 
-$(OUT)/tests/check_%: $(OUT)/tests/unit/check_%.o $(CORE_LIB) $(LIBDIR)/libpg.a
+$(OUT)/tests/check_%: $(OUT)/tests/unit/check_%.o $(CORE_LIB) $(PROTO_LIB) \
+                      $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS) $(PG_LIBS)
 
@@ -187,8 +209,9 @@ endif
 
 test: unit integ
 
-unit: $(UNIT_BIN) $(FAKE_UNIT)
-	@set -e; for t in $(UNIT_BIN) $(FAKE_UNIT); do echo "== $$t"; \
+UNIT_RUN := $(if $(T),$(T:%=$(OUT)/tests/check_%),$(UNIT_BIN) $(FAKE_UNIT))
+unit check: $(UNIT_RUN)
+	@set -e; for t in $(UNIT_RUN); do echo "== $$t"; \
 	  CK_DEFAULT_TIMEOUT=60 $$t; done
 
 # Under the sanitizers every report of every cdrun process lands in
@@ -202,7 +225,7 @@ endif
 integ: all $(HELPER_BIN) $(FAKE_BINS)
 	@rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
 	$(SAN_ENV) CDRUN=$(abspath $(BINDIR)/cdrun) RDZVD=$(abspath $(BINDIR)/rdzvd) \
-	  TESTWORKER=$(abspath $(OUT)/tests/testworker) bash tests/integ/run.sh
+	  TESTWORKER=$(abspath $(OUT)/tests/testworker) bash tests/integ/run.sh $(T)
 	@if [ -n "$$(ls -A $(SAN_DIR))" ]; then \
 	  echo "sanitizer reports:"; cat $(SAN_DIR)/*; exit 1; fi
 

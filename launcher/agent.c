@@ -18,11 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "contain.h"
 #include "errfile.h"
 #include "filetimer.h"
 #include "say.h"
 #include "guardian.h"
 #include "logs.h"
+#include "signames.h"
 #include "spawn.h"
 #include "summary.h"
 #include "workerenv.h"
@@ -31,8 +33,8 @@
  * buffered in tee pipes (held open by a straggler outside the group). */
 #define DRAIN_MS 1000
 
-/* See Note [simultaneous failures]. */
-#define COFAILURE_WINDOW_S 0.1
+/* Workers started before the agent waits for their execs (on_round). */
+#define SPAWN_BATCH 64
 
 enum stream_state { STREAM_NONE, STREAM_OPEN, STREAM_CLOSING };
 
@@ -58,8 +60,10 @@ struct worker {
   int rank;
   pid_t pid;                    /* also its process group; 0 before start */
   bool running;
-  char dir[PATH_MAX];           /* attempt_<k>/<local_rank> */
-  char error_file[PATH_MAX + 16];
+  /* Heap strings, not arrays: every fork copies the agent's page tables,
+   * so per-worker memory makes spawning N workers cost O(N^2). */
+  char *dir;                    /* attempt_<k>/<local_rank> */
+  char *error_file;
   struct tee_stream out, err;
   struct spawn_pending pending; /* between spawn_start and spawn_finish */
   char killed_why[512];         /* why the agent killed it ("" if not):
@@ -93,6 +97,7 @@ struct agent {
   uv_timer_t drain;
   uv_timer_t heartbeat;         /* --worker_heartbeat_timeout checks */
   struct guardian guardian;
+  struct contain contain;
   struct rdzv *rdzv;
   struct rdzv_assignment assign;
   enum agent_state state;
@@ -101,6 +106,13 @@ struct agent {
   int signals_seen;
   bool drain_expired;
   struct worker *workers;
+  /* Note [linear supervision]: every exit is handled in O(1) -- workers
+   * found by pid in an open-addressing table, counts kept, not scanned. */
+  struct worker **by_pid;       /* by_pid_mask + 1 slots */
+  size_t by_pid_mask;
+  int nrunning;                 /* workers started and not yet reaped */
+  int nstreams;                 /* tee streams not yet closed */
+  bool group_cleared;           /* check_stopped killed what was left */
   struct worker_failure *failures;  /* strings owned: failures_clear */
   size_t nfailures;
   double first_failure_time;    /* when this attempt's first failure was
@@ -145,7 +157,7 @@ static const char *signame(int sig)
 {
   static char buf[16];
 
-  return summary_signal_name(sig, buf, sizeof buf);
+  return sig_name(sig, buf, sizeof buf);
 }
 
 static int write_all(int fd, const char *buf, size_t len)
@@ -197,6 +209,7 @@ static void tee_closed(uv_handle_t *h)
   struct tee_stream *s = h->data;
 
   s->state = STREAM_NONE;
+  s->w->agent->nstreams--;
   check_stopped(s->w->agent);
 }
 
@@ -357,6 +370,7 @@ static int setup_stream(struct agent *a, struct worker *w,
   }
   s->pipe.data = s;
   s->state = STREAM_OPEN;
+  a->nstreams++;
   uv_read_start((uv_stream_t *)&s->pipe, tee_alloc, tee_read);
   *child_fd = p[1];
   *close_after = p[1];
@@ -403,7 +417,8 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
 {
   struct worker_failure *f, *grown;
   struct errfile_info info;
-  char why[256];
+  char why[PATH_MAX + 128], text[PATH_MAX + 160];
+  int err;
 
   grown = realloc(a->failures, (a->nfailures + 1) * sizeof *grown);
   if (!grown)
@@ -420,7 +435,8 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
   f->time = now_epoch();
   if (message) {
     f->message = strdup(message);
-  } else if (errfile_read(w->error_file, &info, why, sizeof why) == 0) {
+  } else if ((err = errfile_read(w->error_file, &info, why,
+                                 sizeof why)) == 0) {
     if (a->o->error_files_read)
       *a->o->error_files_read = true;
     f->error_file = strdup(w->error_file);
@@ -430,6 +446,15 @@ static void record_failure(struct agent *a, struct worker *w, pid_t pid,
       f->time = info.timestamp;
     info.message = info.traceback = NULL;
     errfile_free(&info);
+  } else if (err != -ENOENT) {
+    /* The worker wrote something that is not an error file: say so
+     * instead of a silent <N/A>. */
+    snprintf(text, sizeof text, "cannot use error file: %s", why);
+    say("worker %d: %s", w->rank, text);
+    if (a->o->error_files_read)
+      *a->o->error_files_read = true;
+    f->error_file = strdup(w->error_file);
+    f->message = strdup(text);
   }
 }
 
@@ -459,13 +484,43 @@ static void print_summary(struct agent *a)
 
 static void finish(struct agent *a, int status);
 
+/* A removed entry: lookups probe past it, inserts may reuse it. */
+static struct worker removed_slot;
+
+static size_t pid_slot(const struct agent *a, pid_t pid)
+{
+  return ((size_t)pid * 2654435761u) & a->by_pid_mask;
+}
+
+static void pid_insert(struct agent *a, struct worker *w)
+{
+  size_t i = pid_slot(a, w->pid);
+
+  while (a->by_pid[i] && a->by_pid[i] != &removed_slot)
+    i = (i + 1) & a->by_pid_mask;
+  a->by_pid[i] = w;
+}
+
+/* The running worker with this pid, removed from the table; NULL for any
+ * other child (an orphan re-parented to us, see contain.h). */
+static struct worker *pid_take(struct agent *a, pid_t pid)
+{
+  size_t i = pid_slot(a, pid);
+  struct worker *w;
+
+  while ((w = a->by_pid[i])) {
+    if (w != &removed_slot && w->pid == pid && w->running) {
+      a->by_pid[i] = &removed_slot;
+      return w;
+    }
+    i = (i + 1) & a->by_pid_mask;
+  }
+  return NULL;
+}
+
 static int any_running(const struct agent *a)
 {
-  int i, n = 0;
-
-  for (i = 0; i < a->o->nproc; i++)
-    n += a->workers[i].running;
-  return n;
+  return a->nrunning;
 }
 
 static void kill_running(struct agent *a, int sig)
@@ -525,7 +580,7 @@ static void join_round(struct agent *a, enum rdzv_join_reason why)
   err = a->rdzv->ops->join(a->rdzv, why);
   if (err) {
     say("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
-              uv_strerror(err));
+              say_strerror(err));
     finish(a, AGENT_EXIT_INTERNAL);
   }
 }
@@ -541,7 +596,7 @@ static void group_finished(struct agent *a)
     a->state = ST_BARRIER;
     err = a->rdzv->ops->exit_barrier(a->rdzv);
     if (err) {
-      say("exit barrier: %s", uv_strerror(err));
+      say("exit barrier: %s", say_strerror(err));
       finish(a, AGENT_EXIT_INTERNAL);
     }
     return;
@@ -577,27 +632,29 @@ static void group_finished(struct agent *a)
  * reaped and all their output is read. */
 static void check_stopped(struct agent *a)
 {
-  int i, open = 0;
+  int i;
 
   if (a->state != ST_STOPPING || any_running(a))
     return;
-  if (uv_is_active((uv_handle_t *)&a->grace)) {
-    uv_timer_stop(&a->grace);
-  }
-  /* Leaders are gone; kill what is left of their groups (grandchildren),
-   * which also lets the tee pipes reach EOF. */
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
+  if (!a->group_cleared) {
+    a->group_cleared = true;
+    if (uv_is_active((uv_handle_t *)&a->grace))
+      uv_timer_stop(&a->grace);
+    /* Leaders are gone; kill what is left of their groups (grandchildren)
+     * and whatever left the groups (contain.h), which also lets the tee
+     * pipes reach EOF. */
+    for (i = 0; i < a->o->nproc; i++) {
+      struct worker *w = &a->workers[i];
 
-    if (w->pid > 0) {
-      kill(-w->pid, SIGKILL);
-      guardian_forget(&a->guardian, w->pid);
-      w->pid = 0;
+      if (w->pid > 0) {
+        kill(-w->pid, SIGKILL);
+        guardian_forget(&a->guardian, w->pid);
+        w->pid = 0;
+      }
     }
-    open += w->out.state != STREAM_NONE;
-    open += w->err.state != STREAM_NONE;
+    contain_kill_all(&a->contain, a->guardian.pid);
   }
-  if (open) {
+  if (a->nstreams) {
     if (!a->drain_expired && !uv_is_active((uv_handle_t *)&a->drain))
       uv_timer_start(&a->drain, drain_expired, DRAIN_MS, 0);
     return;
@@ -629,24 +686,25 @@ static void report_failure(struct agent *a, struct worker *w, int code)
 }
 
 /* Note [simultaneous failures]: workers often fail together (the same
- * bad input, a dead peer).  torchrun, polling every 0.1 s, lists all the
- * failures one poll finds; we are told of each exit at once, so an exit
- * within COFAILURE_WINDOW_S of the first failure that our stop signal did
- * not cause is listed too. */
+ * bad input, a dead peer).  torchrun, polling every --monitor_interval
+ * (0.1 s), lists all the failures one poll finds; we are told of each exit
+ * at once, so an exit within one monitor interval of the first failure
+ * that our stop signal did not cause is listed too. */
 static bool is_cofailure(const struct agent *a, int code)
 {
   if (code == 0 || a->nfailures == 0)
     return false;
   if (code == -a->stop_signal || code == -SIGKILL)
     return false;
-  return now_epoch() - a->first_failure_time < COFAILURE_WINDOW_S;
+  return now_epoch() - a->first_failure_time < a->o->cofailure_s;
 }
 
 static void worker_exited(struct agent *a, struct worker *w, int status)
 {
-  int code, i;
+  int code;
 
   w->running = false;
+  a->nrunning--;
   code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
   /* A worker our watchdogs killed failed, whenever it went. */
   if (a->state == ST_STOPPING && a->reason == STOP_FAILURE &&
@@ -676,16 +734,15 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
   }
-  for (i = 0; i < a->o->nproc; i++)
-    if (a->workers[i].running)
-      return;
-  begin_stop(a, STOP_SUCCESS, 0);
+  if (a->nrunning == 0)
+    begin_stop(a, STOP_SUCCESS, 0);
 }
 
 static void on_sigchld(uv_signal_t *h, int signum)
 {
   struct agent *a = h->data;
-  int status, i;
+  struct worker *w;
+  int status;
   pid_t pid;
 
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -695,22 +752,32 @@ static void on_sigchld(uv_signal_t *h, int signum)
       a->guardian.pid = 0;
       continue;
     }
-    for (i = 0; i < a->o->nproc; i++) {
-      struct worker *w = &a->workers[i];
-
-      if (w->running && w->pid == pid) {
-        worker_exited(a, w, status);
-        break;
-      }
-    }
+    /* Anything else is an orphan a worker left: reaped, nothing more. */
+    w = pid_take(a, pid);
+    if (w)
+      worker_exited(a, w, status);
   }
 }
 
 static int register_group(void *ctx, pid_t pid)
 {
   struct agent *a = ctx;
+  int err;
 
+  err = contain_add(&a->contain, pid);
+  if (err)
+    say("cannot use the cgroup for the workers (%s); falling back to "
+        "the subreaper", say_strerror(err));
   return guardian_watch(&a->guardian, pid);
+}
+
+/* The exec failed: the group is gone, and must leave the guardian's list
+ * (its number may be reused by anything). */
+static void forget_group(void *ctx, pid_t pid)
+{
+  struct agent *a = ctx;
+
+  guardian_forget(&a->guardian, pid);
 }
 
 /* Prepares attempt_<k>/<local_rank>/ and starts one worker; on_round
@@ -724,12 +791,24 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   char **env;
   int out_fd, err_fd, close_out, close_err, err;
 
-  snprintf(w->dir, sizeof w->dir, "%s/attempt_%d/%d", o->run_log_dir,
-           attempt, w->local_rank);
-  err = logs_mkdirs(w->dir);
-  if (err)
-    return err;
-  snprintf(w->error_file, sizeof w->error_file, "%s/error.json", w->dir);
+  free(w->dir);
+  free(w->error_file);
+  w->error_file = NULL;
+  if (asprintf(&w->dir, "%s/attempt_%d/%d", o->run_log_dir, attempt,
+               w->local_rank) < 0) {
+    w->dir = NULL;
+    return -ENOMEM;
+  }
+  if (asprintf(&w->error_file, "%s/error.json", w->dir) < 0) {
+    w->error_file = NULL;
+    return -ENOMEM;
+  }
+  /* The parent exists after the first worker: one mkdir, not a walk. */
+  if (mkdir(w->dir, 0755) < 0) {
+    err = logs_mkdirs(w->dir);
+    if (err)
+      return err;
+  }
   unlink(w->error_file);
   w->killed_why[0] = '\0';
   w->heartbeat_file[0] = '\0';
@@ -786,6 +865,7 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   so.stdout_fd = out_fd;
   so.stderr_fd = err_fd;
   so.before_exec = register_group;
+  so.exec_failed = forget_group;
   so.ctx = a;
   if (o->numa) {
     const struct numa_binding *b = &o->numa[w->local_rank];
@@ -818,13 +898,13 @@ static void start_failed(struct agent *a, struct worker *w, int err)
     char msg[PATH_MAX + 64];
 
     snprintf(msg, sizeof msg, "cannot execute '%s': %s", a->o->cmd[0],
-             strerror(-err));
+             say_strerror(err));
     say("%s", msg);
     a->exit_status = err == -ENOENT ? AGENT_EXIT_NOT_FOUND
                                     : AGENT_EXIT_NOT_EXECUTABLE;
     record_failure(a, w, 0, a->exit_status, msg);
   } else {
-    say("cannot start worker %d: %s", w->rank, strerror(-err));
+    say("cannot start worker %d: %s", w->rank, say_strerror(err));
     a->exit_status = AGENT_EXIT_INTERNAL;
   }
   begin_stop(a, STOP_FATAL, SIGTERM);
@@ -835,13 +915,15 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
   struct agent *a = ctx;
   char path[PATH_MAX + 32];
   struct worker *bad = NULL;
-  int i, err, first_err = 0, started;
+  int i, err, first_err = 0, started, batch, end;
 
   if (a->state != ST_RENDEZVOUS)
     return;
   a->assign = *as;
   a->state = ST_RUNNING;
   a->drain_expired = false;
+  a->group_cleared = false;
+  memset(a->by_pid, 0, (a->by_pid_mask + 1) * sizeof *a->by_pid);
   snprintf(path, sizeof path, "%s/attempt_%d", a->o->run_log_dir,
            as->restart_count);
   logs_rmtree(path);    /* torchrun wipes a reused attempt folder */
@@ -849,33 +931,41 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
               as->restart_count, as->world_size, as->master_addr,
               as->master_port);
 
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
+  /* Workers exec in parallel, a batch at a time: each one started but
+   * not finished holds a pipe, and every fork copies the fd table. */
+  for (batch = 0; batch < a->o->nproc && !first_err; batch = end) {
+    end = batch + SPAWN_BATCH < a->o->nproc ? batch + SPAWN_BATCH
+                                             : a->o->nproc;
+    for (i = batch; i < end; i++) {
+      struct worker *w = &a->workers[i];
 
-    w->agent = a;
-    w->local_rank = i;
-    w->rank = as->rank_offset + i;
-    w->pid = 0;
-    w->running = false;
-    err = start_worker(a, w, as->restart_count);
-    if (err) {
-      first_err = err;
-      bad = w;
-      break;
-    }
-  }
-  started = i;
-  for (i = 0; i < started; i++) {
-    struct worker *w = &a->workers[i];
-
-    err = spawn_finish(&w->pending, &w->pid);
-    if (err == 0) {
-      w->running = true;
-    } else {
+      w->agent = a;
+      w->local_rank = i;
+      w->rank = as->rank_offset + i;
       w->pid = 0;
-      if (!first_err) {
+      w->running = false;
+      err = start_worker(a, w, as->restart_count);
+      if (err) {
         first_err = err;
         bad = w;
+        break;
+      }
+    }
+    started = i;
+    for (i = batch; i < started; i++) {
+      struct worker *w = &a->workers[i];
+
+      err = spawn_finish(&w->pending, &w->pid);
+      if (err == 0) {
+        w->running = true;
+        a->nrunning++;
+        pid_insert(a, w);
+      } else {
+        w->pid = 0;
+        if (!first_err) {
+          first_err = err;
+          bad = w;
+        }
       }
     }
   }
@@ -932,7 +1022,7 @@ static void on_barrier(void *ctx, int err)
   struct agent *a = ctx;
 
   if (err)
-    say("exit barrier failed: %s", uv_strerror(err));
+    say("exit barrier failed: %s", say_strerror(err));
   finish(a, err ? AGENT_EXIT_INTERNAL : 0);
 }
 
@@ -1107,11 +1197,14 @@ static void finish(struct agent *a, int status)
   a->ftimer = NULL;
 }
 
+/* Sets up every handle and the rendezvous.  On failure closes what it
+ * initialised, in reverse (the loop still has to run for the close
+ * callbacks), and returns the error: finish() is then never called. */
 static int agent_init_handles(struct agent *a)
 {
   struct rdzv_callbacks cb = { a, on_round, on_restart, on_rdzv_error,
                                on_barrier };
-  int i, err;
+  int i = 0, err;
 
   err = uv_signal_init(&a->loop, &a->sigchld);
   if (err)
@@ -1119,32 +1212,64 @@ static int agent_init_handles(struct agent *a)
   a->sigchld.data = a;
   err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD);
   if (err)
-    return err;
+    goto fail_sigchld;
   for (i = 0; i < a->o->nsignals; i++) {
-    uv_signal_init(&a->loop, &a->sigs[i]);
+    err = uv_signal_init(&a->loop, &a->sigs[i]);
+    if (err)
+      goto fail_sigs;
     a->sigs[i].data = a;
     err = uv_signal_start(&a->sigs[i], on_signal, a->o->signals[i]);
-    if (err)
-      return err;
+    if (err) {
+      i++;      /* this one is initialised: close it too */
+      goto fail_sigs;
+    }
   }
-  uv_timer_init(&a->loop, &a->grace);
-  uv_timer_init(&a->loop, &a->drain);
-  uv_timer_init(&a->loop, &a->heartbeat);
+  err = uv_timer_init(&a->loop, &a->grace);
+  if (err)
+    goto fail_sigs;
   a->grace.data = a;
+  err = uv_timer_init(&a->loop, &a->drain);
+  if (err)
+    goto fail_grace;
   a->drain.data = a;
+  err = uv_timer_init(&a->loop, &a->heartbeat);
+  if (err)
+    goto fail_drain;
   a->heartbeat.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
-    if (!a->ftimer)
-      return UV_ENOMEM;
+    if (!a->ftimer) {
+      err = UV_ENOMEM;
+      goto fail_heartbeat;
+    }
     err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
     if (err) {
       say("file timer: cannot serve %s: %s", a->o->timer_file,
           err == -EEXIST ? "it exists and is not a FIFO" : strerror(-err));
-      return err;
+      goto fail_ftimer;
     }
   }
-  return a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
+  err = a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
+  if (err)
+    goto fail_ftimer;
+  return 0;
+
+fail_ftimer:
+  filetimer_close(a->ftimer);
+  a->ftimer = NULL;
+fail_heartbeat:
+  uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
+fail_drain:
+  uv_close((uv_handle_t *)&a->drain, close_cb_noop);
+fail_grace:
+  uv_close((uv_handle_t *)&a->grace, close_cb_noop);
+fail_sigs:
+  while (i-- > 0)
+    uv_close((uv_handle_t *)&a->sigs[i], close_cb_noop);
+fail_sigchld:
+  uv_close((uv_handle_t *)&a->sigchld, close_cb_noop);
+  a->rdzv = NULL;
+  return err;
 }
 
 int agent_run(const struct agent_opts *o)
@@ -1160,29 +1285,43 @@ int agent_run(const struct agent_opts *o)
   a.host[sizeof a.host - 1] = '\0';
   a.workers = calloc((size_t)o->nproc, sizeof *a.workers);
   a.sigs = calloc((size_t)(o->nsignals ? o->nsignals : 1), sizeof *a.sigs);
-  if (!a.workers || !a.sigs) {
+  /* At most half full, so probes stay short and always end. */
+  a.by_pid_mask = 7;
+  while (a.by_pid_mask + 1 < 2 * (size_t)o->nproc)
+    a.by_pid_mask = a.by_pid_mask * 2 + 1;
+  a.by_pid = calloc(a.by_pid_mask + 1, sizeof *a.by_pid);
+  if (!a.workers || !a.sigs || !a.by_pid) {
     say("out of memory");
     free(a.workers);
     free(a.sigs);
+    free(a.by_pid);
     return AGENT_EXIT_INTERNAL;
   }
 
+  /* Before the guardian, which must know the workers' cgroup. */
+  err = contain_init(&a.contain);
+  /* Inherited by every worker and whatever it starts. */
+  setenv(CONTAIN_ENV, a.contain.token, 1);
+  if (err)
+    say("cannot become a child subreaper: %s; descendants that leave "
+        "their worker's process group may outlive it", say_strerror(err));
   /* The guardian is forked before the loop exists: it must inherit as
    * little as possible.  See Note [no orphans]. */
-  err = guardian_start(&a.guardian);
+  err = guardian_start(&a.guardian, &a.contain);
   if (err) {
-    say("cannot start the guardian process: %s", strerror(-err));
+    say("cannot start the guardian process: %s", say_strerror(err));
     goto out_free;
   }
   err = uv_loop_init(&a.loop);
   if (err) {
-    say("cannot create the event loop: %s", uv_strerror(err));
+    say("cannot create the event loop: %s", say_strerror(err));
     goto out_guardian;
   }
   err = agent_init_handles(&a);
   if (err) {
-    say("cannot set up the agent: %s", uv_strerror(err));
-    finish(&a, AGENT_EXIT_INTERNAL);
+    say("cannot set up the agent: %s", say_strerror(err));
+    a.state = ST_DONE;          /* the ladder closed what was open */
+    a.exit_status = AGENT_EXIT_INTERNAL;
   } else {
     join_round(&a, RDZV_JOIN_FIRST);
   }
@@ -1197,9 +1336,15 @@ out_guardian:
    * now; normally nothing is. */
   guardian_stop(&a.guardian);
 out_free:
+  contain_destroy(&a.contain);
   status = a.exit_status;
   failures_clear(&a);
+  for (int i = 0; i < o->nproc; i++) {
+    free(a.workers[i].dir);
+    free(a.workers[i].error_file);
+  }
   free(a.workers);
   free(a.sigs);
+  free(a.by_pid);
   return status;
 }

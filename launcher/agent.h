@@ -32,6 +32,7 @@ struct agent_opts {
   bool numa_memory;               /* also set the memory policy */
   int max_restarts;
   double grace_s;                 /* signal -> SIGKILL */
+  double cofailure_s;             /* Note [simultaneous failures] */
   const int *signals;             /* handled signals */
   int nsignals;
   bool default_omp_threads;       /* OMP_NUM_THREADS=1 if unset */

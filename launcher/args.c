@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "num.h"
+#include "say.h"
+
 /* How an option's value is checked and where it lands. */
 enum kind {
   K_STR,          /* any string, kept as is */
@@ -122,24 +125,9 @@ _Static_assert(NOPTS <= sizeof ((struct cdrun_args *)0)->origin,
 /* torchrun reads this for the SIGTERM->SIGKILL grace period. */
 #define SHUTDOWN_ENV "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -EINVAL;
-}
-
-static int nomem(char *err, size_t errlen)
-{
-  if (err && errlen)
-    snprintf(err, errlen, "out of memory");
-  return -ENOMEM;
-}
+/* say.h's one helper: a message in err, -EINVAL or -ENOMEM returned. */
+#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
+#define nomem(err, errlen) say_fail(err, errlen, -ENOMEM, "out of memory")
 
 static void *field(struct cdrun_args *a, const struct opt *o)
 {
@@ -242,35 +230,10 @@ static bool looks_like_flag(const char *s)
   return *p != '\0';
 }
 
-/* A whole base-10 integer, nothing before or after it. */
+/* A whole base-10 integer (num.h's rule); the caller checks the range. */
 static bool parse_long(const char *s, long *out)
 {
-  char *end;
-
-  if (!*s || isspace((unsigned char)*s))
-    return false;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end)
-    return false;
-  *out = v;
-  return true;
-}
-
-/* A finite decimal number; strtod's inf, nan and hex forms are refused
- * because Python's float() would not give a usable interval either. */
-static bool parse_double(const char *s, double *out)
-{
-  char *end;
-
-  if (!*s || strspn(s, "0123456789.eE+-") != strlen(s))
-    return false;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || *end || !isfinite(v))
-    return false;
-  *out = v;
-  return true;
+  return num_parse_long(s, LONG_MIN, LONG_MAX, out) == 0;
 }
 
 /* "a, b or c" */
@@ -398,29 +361,29 @@ static int store(struct cdrun_args *a, const struct opt *o, const char *v,
   case K_NPROC:
     if (!strcmp(v, "cpu") || !strcmp(v, "gpu") || !strcmp(v, "auto"))
       return set_str(field(a, o), v, err, errlen);
-    if (!parse_long(v, &n) || n < 1 || n > INT_MAX)
-      return INVALID("an integer >= 1, cpu, gpu or auto");
+    if (num_parse_long(v, 1, NUM_NPROC_MAX, &n))
+      return INVALID("an integer 1..65536, cpu, gpu or auto");
     /* Canonical digits, so "+04" does not surprise the agent. */
     snprintf(buf, sizeof buf, "%ld", n);
     return set_str(field(a, o), buf, err, errlen);
   case K_UINT:
-    if (!parse_long(v, &n) || n < 0 || n > INT_MAX)
-      return INVALID("an integer >= 0");
+    if (num_parse_long(v, 0, INT_MAX, &n))
+      return INVALID("an integer 0..2147483647");
     *(int *)field(a, o) = (int)n;
     return 0;
   case K_PORT:
-    if (!parse_long(v, &n) || n < 1 || n > 65535)
+    if (num_parse_long(v, 1, 65535, &n))
       return INVALID("a port number 1..65535");
     *(int *)field(a, o) = (int)n;
     return 0;
   case K_POSSEC:
-    if (!parse_double(v, &d) || !(d > 0))
-      return INVALID("a number of seconds > 0");
+    if (num_parse_double(v, 0, NUM_SECONDS_MAX, &d) || d == 0)
+      return INVALID("a number of seconds > 0, at most 10000000");
     *(double *)field(a, o) = d;
     return 0;
   case K_GRACE:
-    if (!parse_double(v, &d) || !(d >= 0))
-      return INVALID("a number of seconds >= 0");
+    if (num_parse_double(v, 0, NUM_SECONDS_MAX, &d))
+      return INVALID("a number of seconds 0..10000000");
     *(double *)field(a, o) = d;
     return 0;
   case K_CHOICE:
@@ -717,8 +680,9 @@ static const char usage[] =
   "  --no_python           exec the target itself, without python\n"
   "  --run_path            run the target like a Python script\n"
   "                        (as torchrun's runpy.run_path)\n"
-  "  --monitor_interval S  accepted for compatibility and unused: cdrun\n"
-  "                        supervises workers by exit events (default: 0.1)\n"
+  "  --monitor_interval S  failures within S of the first are listed with\n"
+  "                        it, as one torchrun poll would find them; exits\n"
+  "                        are seen at once, never polled (default: 0.1)\n"
   "  --start_method M      spawn, fork or forkserver; accepted for\n"
   "                        compatibility and unused: cdrun always execs a\n"
   "                        program (default: spawn)\n"

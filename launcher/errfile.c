@@ -13,19 +13,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "say.h"
+
 #define ERRFILE_MAX (4u << 20)
 
-__attribute__((format(printf, 3, 4)))
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (!err || errlen == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+/* say.h's one helper, its return value unused here. */
+#define set_err(err, errlen, ...) \
+  ((void)say_fail(err, errlen, 0, __VA_ARGS__))
 
 /* Reads the whole file into a NUL-terminated heap buffer.  Reads up to one
  * byte past the limit instead of trusting st_size, so files that grow or
@@ -40,21 +34,31 @@ static int slurp(const char *path, char **buf, size_t *len,
 
   *buf = NULL;
   *len = 0;
-  fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO put there by a worker must not block the agent in
+   * open() (it is refused below, before any read). */
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     rc = -errno;
-    set_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    set_err(err, errlen, "cannot open %s: %s", path, say_strerror(-errno));
     return rc;
   }
-  if (fstat(fd, &st) < 0)
-    memset(&st, 0, sizeof(st));
-  if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > ERRFILE_MAX) {
+  if (fstat(fd, &st) < 0) {
+    rc = -errno;
+    set_err(err, errlen, "cannot stat %s: %s", path, say_strerror(-errno));
+    close(fd);
+    return rc;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    set_err(err, errlen, "%s is not a regular file", path);
+    close(fd);
+    return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+  }
+  if ((unsigned long long)st.st_size > ERRFILE_MAX) {
     set_err(err, errlen, "%s is larger than 4 MiB", path);
     close(fd);
     return -EFBIG;
   }
-  cap = (S_ISREG(st.st_mode) && st.st_size > 0) ?
-        (size_t)st.st_size + 2 : 4096;
+  cap = st.st_size > 0 ? (size_t)st.st_size + 2 : 4096;
   p = malloc(cap);
   if (!p) {
     close(fd);
@@ -81,7 +85,7 @@ static int slurp(const char *path, char **buf, size_t *len,
       if (errno == EINTR)
         continue;
       rc = -errno;
-      set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
+      set_err(err, errlen, "cannot read %s: %s", path, say_strerror(-errno));
       free(p);
       close(fd);
       return rc;

@@ -1,14 +1,20 @@
 /* guardian.c -- the watcher process behind Note [no orphans]. */
 #include "guardian.h"
 
+#include <limits.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "contain.h"
 
 #define GUARDIAN_MAX_GROUPS 65536
 
@@ -19,7 +25,8 @@ struct guardian_msg {
   int32_t pgid;
 };
 
-static void guardian_main(int rfd, const sigset_t *mask)
+static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
+                          const char *token)
 {
   static pid_t groups[GUARDIAN_MAX_GROUPS];
   struct guardian_msg m;
@@ -65,11 +72,22 @@ static void guardian_main(int rfd, const sigset_t *mask)
   }
   for (i = 0; i < ngroups; i++)
     kill(-groups[i], SIGKILL);
+  /* What left the groups (setsid, daemons) is still in the cgroup, and
+   * carries the token in its environment. */
+  contain_kill_token(token);
+  if (cgroup[0]) {
+    struct timespec ts = { 0, 10000000L };
+
+    contain_cgroup_kill(cgroup);
+    for (i = 0; i < 200 && rmdir(cgroup) < 0 && errno == EBUSY; i++)
+      nanosleep(&ts, NULL);
+  }
   _exit(0);
 }
 
-int guardian_start(struct guardian *g)
+int guardian_start(struct guardian *g, const struct contain *c)
 {
+  static char cg[PATH_MAX], token[sizeof c->token];
   int p[2];
   pid_t pid;
 
@@ -77,6 +95,8 @@ int guardian_start(struct guardian *g)
 
   g->pid = 0;
   g->fd = -1;
+  snprintf(cg, sizeof cg, "%s", c ? c->cgroup : "");
+  snprintf(token, sizeof token, "%s", c ? c->token : "");
   if (pipe2(p, O_CLOEXEC) < 0)
     return -errno;
   /* Signals stay blocked in the child until it ignores them: a Ctrl-C in
@@ -93,7 +113,7 @@ int guardian_start(struct guardian *g)
   }
   if (pid == 0) {
     close(p[1]);
-    guardian_main(p[0], &old);
+    guardian_main(p[0], &old, cg, token);
   }
   sigprocmask(SIG_SETMASK, &old, NULL);
   close(p[0]);

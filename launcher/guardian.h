@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+struct contain;
+
 /* Note [no orphans]: each worker gets PR_SET_PDEATHSIG(SIGKILL), which
  * covers the worker itself but not its children.  Workers lead their own
  * process groups, so killing a group reaches the grandchildren; the
@@ -18,8 +20,11 @@ struct guardian {
 };
 
 /* Forks the guardian.  Call it before the event loop exists (the child
- * inherits nothing it needs besides the pipe).  Returns 0 or -errno. */
-int guardian_start(struct guardian *g);
+ * inherits nothing it needs besides the pipe).  c, when not NULL, is the
+ * workers' containment (contain.h): when the agent dies, the guardian also
+ * kills its cgroup and every process carrying its token.  Returns 0 or
+ * -errno. */
+int guardian_start(struct guardian *g, const struct contain *c);
 
 /* Adds / removes a process group on the guardian's list.  Returns 0 or
  * -errno (for example -EPIPE when the guardian is gone). */

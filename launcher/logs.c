@@ -13,25 +13,18 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "num.h"
+#include "say.h"
+
 #define SPEC_HINT "expected 0..3 or local_rank:mask pairs like 0:3,1:1"
 #define FILTER_HINT "expected comma-separated local ranks like 0,2,3"
 /* Longest piece of user input echoed into an error message. */
 #define ECHO_MAX 64
 #define LINER_DEFAULT_CAP (64 * 1024)
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-  __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (!err || errlen == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+/* say.h's one helper, its return value unused here. */
+#define set_err(err, errlen, ...) \
+  ((void)say_fail(err, errlen, 0, __VA_ARGS__))
 
 /* Width for "%.*s" of an input piece, clamped so messages stay one line. */
 static int echo_len(size_t n)
@@ -39,32 +32,10 @@ static int echo_len(size_t n)
   return n > ECHO_MAX ? ECHO_MAX : (int)n;
 }
 
-/* Parses s[0..n) as a decimal int (optional '-', digits only: no blanks,
- * no '+', nothing trailing).  Returns 0 or -EINVAL. */
+/* s[0..n) as an int, by num.h's one rule.  Returns 0 or -errno. */
 static int parse_int(const char *s, size_t n, long *out)
 {
-  char buf[24];
-  char *end;
-  size_t i = 0;
-  long v;
-
-  if (n == 0 || n >= sizeof(buf))
-    return -EINVAL;
-  if (s[0] == '-')
-    i = 1;
-  if (i == n)
-    return -EINVAL;
-  for (; i < n; i++)
-    if (s[i] < '0' || s[i] > '9')
-      return -EINVAL;
-  memcpy(buf, s, n);
-  buf[n] = '\0';
-  errno = 0;
-  v = strtol(buf, &end, 10);
-  if (errno != 0 || *end != '\0' || v < INT_MIN || v > INT_MAX)
-    return -EINVAL;
-  *out = v;
-  return 0;
+  return num_parse_long_n(s, n, INT_MIN, INT_MAX, out);
 }
 
 /* A work array of nproc bytes (at least one, so malloc(0) is no issue). */

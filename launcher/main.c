@@ -24,6 +24,8 @@
 #include "rdzv.h"
 #include "rdzv_config.h"
 #include "slurm_env.h"
+#include "say.h"
+#include "signames.h"
 #include "summary.h"
 
 #define EXIT_USAGE 2
@@ -50,20 +52,8 @@ struct job {
   int nsignals;
 };
 
-static void die_usage(const char *fmt, ...)
-  __attribute__((format(printf, 1, 2), noreturn));
-
-static void die_usage(const char *fmt, ...)
-{
-  va_list ap;
-
-  fputs("cdrun: error: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  exit(EXIT_USAGE);
-}
+/* A user error: "cdrun: error: ..." (say.h), exit status 2. */
+#define die_usage(...) (say_error(__VA_ARGS__), exit(EXIT_USAGE))
 
 /* "SIGTERM,SIGUSR1" -> signal numbers (args.c validated the names). */
 static void parse_signals(const char *list, struct job *j)
@@ -75,7 +65,7 @@ static void parse_signals(const char *list, struct job *j)
   j->nsignals = 0;
   while (*p) {
     len = strcspn(p, ",");
-    sig = summary_signal_number(p, len);
+    sig = sig_number(p, len);
     if (sig < 0)
       die_usage("--signals_to_handle: unknown signal '%.*s'", (int)len, p);
     if (j->nsignals < (int)(sizeof j->signals / sizeof j->signals[0]))
@@ -165,16 +155,16 @@ static int setup_logs(const struct cdrun_args *a, struct job *j)
     snprintf(j->log_base, sizeof j->log_base, "%s", a->log_dir);
     err = logs_mkdirs(j->log_base);
     if (err) {
-      fprintf(stderr, "cdrun: error: --log_dir: cannot create '%s': %s\n",
-              a->log_dir, strerror(-err));
+      say_error("--log_dir: cannot create '%s': %s", a->log_dir,
+                say_strerror(err));
       return err;
     }
   } else {
     snprintf(tmpl, sizeof j->log_base, "%s/cdrun_XXXXXX",
              tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(tmpl)) {
-      fprintf(stderr, "cdrun: error: cannot create a log directory in "
-              "%s: %s\n", tmp && *tmp ? tmp : "/tmp", strerror(errno));
+      say_error("cannot create a log directory in %s: %s",
+                tmp && *tmp ? tmp : "/tmp", say_strerror(-errno));
       return -errno;
     }
     memcpy(j->log_base, tmpl, sizeof j->log_base);
@@ -183,12 +173,11 @@ static int setup_logs(const struct cdrun_args *a, struct job *j)
   /* torchrun: tempfile.mkdtemp(prefix=f"{run_id}_", dir=log_dir). */
   snprintf(tmpl, sizeof tmpl, "%s/%s_XXXXXX", j->log_base, j->run_id);
   if (strlen(tmpl) >= PATH_MAX - 64) {
-    fprintf(stderr, "cdrun: error: --log_dir: path too long\n");
+    say_error("--log_dir: path too long");
     return -ENAMETOOLONG;
   }
   if (!mkdtemp(tmpl)) {
-    fprintf(stderr, "cdrun: error: cannot create '%s': %s\n", tmpl,
-            strerror(errno));
+    say_error("cannot create '%s': %s", tmpl, say_strerror(-errno));
     return -errno;
   }
   snprintf(j->run_log_dir, sizeof j->run_log_dir, "%s", tmpl);
@@ -348,6 +337,21 @@ static void apply_slurm(struct cdrun_args *a, int argc, char **argv,
     die_usage("%s", err);
 }
 
+/* Started with a standard fd closed (`cdrun ... <&- >&-`), the next
+ * open() -- libuv's own sockets included -- would land on 0..2 and be
+ * taken for a console.  /dev/null holds those slots instead. */
+static void fill_std_fds(void)
+{
+  int fd;
+
+  for (fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+      continue;
+    if (open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0)
+      exit(AGENT_EXIT_INTERNAL);
+  }
+}
+
 int main(int argc, char **argv)
 {
   struct cdrun_args a;
@@ -359,6 +363,7 @@ int main(int argc, char **argv)
   bool error_files_read = false;
   int status;
 
+  fill_std_fds();
   if (args_parse(&a, argc, argv, environ, err, sizeof err) != 0)
     die_usage("%s", err);
   apply_slurm(&a, argc, argv, &se, &penv);
@@ -393,8 +398,8 @@ int main(int argc, char **argv)
                           sizeof warn))
     die_usage("%s", err);
   if (warn[0])
-    fprintf(stderr, "cdrun: warning: --rdzv_conf: unknown key%s %s "
-            "ignored\n", strchr(warn, ',') ? "s" : "", warn);
+    say("warning: --rdzv_conf: unknown key%s %s ignored",
+        strchr(warn, ',') ? "s" : "", warn);
   /* The first node of a Slurm step serves the rendezvous the others
    * were told about (unless rdzv_conf says otherwise). */
   if (se.active && j.rdzv.backend == BACKEND_RDZVD &&
@@ -416,6 +421,11 @@ int main(int argc, char **argv)
         strcmp(a.nproc_per_node, "auto") == 0)
       nproc_from = "the CUDA devices visible";
   }
+  /* RANK and WORLD_SIZE are ints, here and in every worker. */
+  if ((long long)a.nnodes_max * j.nproc > INT_MAX)
+    die_usage("--nnodes=%d with --nproc_per_node=%d: the world size %lld "
+              "exceeds %d", a.nnodes_max, j.nproc,
+              (long long)a.nnodes_max * j.nproc, INT_MAX);
   if (a.print_config) {
     print_config(stdout, &a, environ, &se, &j.rdzv, j.nproc, nproc_from);
     args_free(&a);
@@ -440,8 +450,8 @@ int main(int argc, char **argv)
   if (j.rdzv.backend != BACKEND_STATIC || j.rdzv.master_port == 0) {
     j.port_fd = port_reserve(&j.port);
     if (j.port_fd < 0) {
-      fprintf(stderr, "cdrun: error: cannot find a free port for "
-              "MASTER_PORT: %s\n", strerror(-j.port_fd));
+      say_error("cannot find a free port for MASTER_PORT: %s",
+                say_strerror(j.port_fd));
       return AGENT_EXIT_INTERNAL;
     }
   }
@@ -513,6 +523,7 @@ int main(int argc, char **argv)
   }
   o.max_restarts = a.max_restarts;
   o.grace_s = a.shutdown_timeout;
+  o.cofailure_s = a.monitor_interval;
   o.signals = j.signals;
   o.nsignals = j.nsignals;
   o.default_omp_threads = j.nproc > 1;
@@ -523,12 +534,13 @@ int main(int argc, char **argv)
   status = agent_run(&o);
 
   /* A temporary log dir goes away unless it holds what the user needs:
-   * worker logs, or the error files the failure summary points to. */
+   * worker logs, or the error files the failure summary points to (a run
+   * that failed, not one that recovered after a restart). */
   if (j.log_base_is_temp) {
     if (logs_written(&j))
-      fprintf(stderr, "cdrun: worker logs are in %s\n", j.run_log_dir);
-    else if (error_files_read)
-      fprintf(stderr, "cdrun: error files are in %s\n", j.run_log_dir);
+      say("worker logs are in %s", j.run_log_dir);
+    else if (error_files_read && status != 0)
+      say("error files are in %s", j.run_log_dir);
     else
       logs_rmtree(j.log_base);
   }

@@ -1,5 +1,6 @@
 /* nproc.c -- counting CPUs and CUDA devices for --nproc_per_node. */
 #include "nproc.h"
+#include "num.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -51,7 +52,6 @@ int nproc_resolve(const char *spec, char *err, size_t errlen)
 {
   char why[200];
   long n;
-  char *end;
   int gpus;
 
   if (strcmp(spec, "cpu") == 0) {
@@ -71,12 +71,10 @@ int nproc_resolve(const char *spec, char *err, size_t errlen)
              gpus == 0 ? "the driver reports 0 devices" : why);
     return -ENODEV;
   }
-  errno = 0;
-  n = strtol(spec, &end, 10);
-  if (errno || end == spec || *end || n < 1 || n > 65536) {
+  if (num_parse_long(spec, 1, NUM_NPROC_MAX, &n)) {
     snprintf(err, errlen,
              "--nproc_per_node: invalid value '%s' (expected an integer "
-             ">= 1, cpu, gpu or auto)", spec);
+             "1..%d, cpu, gpu or auto)", spec, NUM_NPROC_MAX);
     return -EINVAL;
   }
   return (int)n;

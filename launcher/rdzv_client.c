@@ -43,6 +43,8 @@ struct rdzv_client {
 
   double connect_deadline;        /* give up connecting after this */
   double last_rx;                 /* last byte from the server */
+  bool spoke;                     /* a valid frame came on this connection */
+  size_t rx_bytes;                /* bytes received on this connection */
   bool join_pending;
   enum rp_join_reason pending_reason;
   int round;                      /* of the last ROUND */
@@ -306,11 +308,31 @@ static int on_frame(void *ctx, struct rp_msg *m)
 {
   struct rdzv_client *c = ctx;
 
+  c->spoke = true;
   if (c->authed)
     dispatch(c, m);
   else
     handshake_step(c, m);
   return c->destroyed || c->failed;
+}
+
+/* Note [foreign protocol]: the first reply tells an rdzvd from anything
+ * else at the endpoint (a torchrun TCPStore closes or resets the
+ * connection after our hello, an HTTP server answers text): say what
+ * was found, not just "connection closed". */
+static void foreign_protocol(struct rdzv_client *c, int err)
+{
+  char what[96];
+
+  if (c->rx_bytes)
+    snprintf(what, sizeof what, "answered %zu bytes that are not an rdzvd "
+             "frame", c->rx_bytes);
+  else
+    snprintf(what, sizeof what, "%s the connection after our hello",
+             err == UV_ECONNRESET ? "reset" : "closed");
+  fail(c, UV_EPROTO, "the endpoint %s:%d does not speak the rdzvd protocol "
+       "(it %s; is it a torch TCPStore, or another service?)", c->host,
+       c->o.port, what);
 }
 
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -320,6 +342,11 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   ssize_t used;
 
   (void)buf;
+  if (nread < 0 && !c->spoke) {
+    close_tcp(c);
+    foreign_protocol(c, (int)nread);
+    return;
+  }
   if (nread < 0) {
     close_tcp(c);
     fail(c, (int)nread, "lost the rendezvous server %s:%d: %s", c->host,
@@ -329,9 +356,14 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   }
   c->last_rx = now_s();
   c->len += (size_t)nread;
+  c->rx_bytes += (size_t)nread;
   used = rp_frames_read(c->buf, c->len, 0, on_frame, c, err, sizeof err);
   if (used < 0) {
     close_tcp(c);
+    if (!c->spoke) {
+      foreign_protocol(c, UV_EPROTO);
+      return;
+    }
     fail(c, UV_EPROTO, "bad message from the rendezvous server %s:%d: %s",
          c->host, c->o.port, err);
     return;
@@ -395,6 +427,8 @@ static void connected_cb(uv_connect_t *req, int status)
   }
   c->connected = true;
   c->last_rx = now_s();
+  c->spoke = false;
+  c->rx_bytes = 0;
   uv_tcp_nodelay(&c->tcp, 1);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
   ms = (uint64_t)(c->o.conf.keepalive_interval * 1000.0);

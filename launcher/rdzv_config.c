@@ -10,22 +10,16 @@
 #include "endpoint.h"
 #include "etcd_rdzv_state.h"
 #include "rdzv_etcd.h"
+#include "num.h"
 
 #define C10D_DEFAULT_PORT 29400
 #define STATIC_DEFAULT_PORT 29500
 #define ETCD_DEFAULT_PORT 2379
 
+/* num.h's one rule for numbers. */
 static int parse_double(const char *v, double lo, double hi, double *out)
 {
-  char *end;
-  double d;
-
-  errno = 0;
-  d = strtod(v, &end);
-  if (errno || end == v || *end || !isfinite(d) || d < lo || d > hi)
-    return -EINVAL;
-  *out = d;
-  return 0;
+  return num_parse_double(v, lo, hi, out);
 }
 
 static int load_secret(struct rdzv_config *c, const char *path, char *err,
@@ -173,13 +167,13 @@ static int conf_entry(struct rdzv_config *c, const char *key,
   int rc;
 
   if (strcmp(key, "join_timeout") == 0 || strcmp(key, "timeout") == 0) {
-    if (parse_double(val, 1e-3, 1e7, &c->conf.join_timeout))
+    if (parse_double(val, 1e-3, NUM_SECONDS_MAX, &c->conf.join_timeout))
       goto bad;
   } else if (strcmp(key, "last_call_timeout") == 0) {
-    if (parse_double(val, 0, 1e7, &c->conf.last_call_timeout))
+    if (parse_double(val, 0, NUM_SECONDS_MAX, &c->conf.last_call_timeout))
       goto bad;
   } else if (strcmp(key, "close_timeout") == 0) {
-    if (parse_double(val, 0, 1e7, &c->conf.close_timeout))
+    if (parse_double(val, 0, NUM_SECONDS_MAX, &c->conf.close_timeout))
       goto bad;
   } else if (strcmp(key, "keepalive_interval") == 0 ||
              strcmp(key, "keep_alive_interval") == 0 ||

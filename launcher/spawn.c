@@ -88,6 +88,8 @@ int spawn_start(const struct spawn_opts *o, struct spawn_pending *p)
 
   p->pid = 0;
   p->errfd = -1;
+  p->exec_failed = NULL;
+  p->ctx = NULL;
   if (pipe2(errpipe, O_CLOEXEC) < 0)
     return -errno;
   if (pipe2(gopipe, O_CLOEXEC) < 0) {
@@ -127,6 +129,8 @@ int spawn_start(const struct spawn_opts *o, struct spawn_pending *p)
   }
   p->pid = pid;
   p->errfd = errpipe[0];
+  p->exec_failed = o->exec_failed;
+  p->ctx = o->ctx;
   return 0;
 
 fail_fork:
@@ -157,6 +161,8 @@ int spawn_finish(struct spawn_pending *p, pid_t *pid_out)
   if (err) {
     while (waitpid(p->pid, &status, 0) < 0 && errno == EINTR)
       ;
+    if (p->exec_failed)
+      p->exec_failed(p->ctx, p->pid);
     return err;
   }
   *pid_out = p->pid;

@@ -29,10 +29,14 @@ struct spawn_opts {
   int mempolicy;
   const unsigned long *nodes;
   unsigned long maxnode;
+  /* Called when the exec failed after before_exec succeeded, with the
+   * same pid (reaped by then): undoes what before_exec recorded.  May be
+   * NULL. */
+  void (*exec_failed)(void *ctx, pid_t pid);
 };
 
 #define SPAWN_OPTS_INIT \
-  { NULL, NULL, -1, -1, -1, NULL, NULL, NULL, 0, NULL, 0 }
+  { NULL, NULL, -1, -1, -1, NULL, NULL, NULL, 0, NULL, 0, NULL }
 
 /* Forks and execs.  The child calls setsid() (so the worker leads a new
  * process group, as torchrun's start_new_session), asks the kernel for
@@ -53,6 +57,8 @@ int spawn_worker(const struct spawn_opts *o, pid_t *pid);
 struct spawn_pending {
   pid_t pid;
   int errfd;      /* read end of the exec-error pipe */
+  void (*exec_failed)(void *ctx, pid_t pid);
+  void *ctx;
 };
 
 int spawn_start(const struct spawn_opts *o, struct spawn_pending *p);

@@ -1,5 +1,6 @@
 /* summary.c -- prints torchrun's failure summary (ChildFailedError). */
 #include "summary.h"
+#include "signames.h"
 
 #include <math.h>
 #include <signal.h>
@@ -39,55 +40,6 @@ size_t summary_root_cause(const struct worker_failure *f, size_t n)
     if (before(f, i, best))
       best = i;
   return best;
-}
-
-/* Python's signal.Signals names; the macros keep numbers per-platform. */
-static const struct {
-  int num;
-  const char *name;
-} sig_names[] = {
-  { SIGHUP, "SIGHUP" },   { SIGINT, "SIGINT" },     { SIGQUIT, "SIGQUIT" },
-  { SIGILL, "SIGILL" },   { SIGTRAP, "SIGTRAP" },   { SIGABRT, "SIGABRT" },
-  { SIGBUS, "SIGBUS" },   { SIGFPE, "SIGFPE" },     { SIGKILL, "SIGKILL" },
-  { SIGUSR1, "SIGUSR1" }, { SIGSEGV, "SIGSEGV" },   { SIGUSR2, "SIGUSR2" },
-  { SIGPIPE, "SIGPIPE" }, { SIGALRM, "SIGALRM" },   { SIGTERM, "SIGTERM" },
-  { SIGCHLD, "SIGCHLD" }, { SIGCONT, "SIGCONT" },   { SIGSTOP, "SIGSTOP" },
-  { SIGTSTP, "SIGTSTP" }, { SIGTTIN, "SIGTTIN" },   { SIGTTOU, "SIGTTOU" },
-  { SIGURG, "SIGURG" },   { SIGXCPU, "SIGXCPU" },   { SIGXFSZ, "SIGXFSZ" },
-  { SIGVTALRM, "SIGVTALRM" }, { SIGPROF, "SIGPROF" },
-  { SIGWINCH, "SIGWINCH" }, { SIGIO, "SIGIO" },     { SIGSYS, "SIGSYS" },
-};
-
-int summary_signal_number(const char *name, size_t len)
-{
-  for (size_t i = 0; i < sizeof(sig_names) / sizeof(sig_names[0]); i++)
-    if (strlen(sig_names[i].name) == len &&
-        strncmp(sig_names[i].name, name, len) == 0)
-      return sig_names[i].num;
-  return -1;
-}
-
-const char *summary_signal_name(int signum, char *buf, size_t buflen)
-{
-  for (size_t i = 0; i < sizeof(sig_names) / sizeof(sig_names[0]); i++)
-    if (sig_names[i].num == signum)
-      return sig_names[i].name;
-  if (!buf || buflen == 0)
-    return "SIG?";
-#if defined(__GLIBC__) && \
-    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
-  {
-    /* glibc knows the rarer ones (SIGSTKFLT, SIGPWR, ...) */
-    const char *abbrev = sigabbrev_np(signum);
-
-    if (abbrev) {
-      snprintf(buf, buflen, "SIG%s", abbrev);
-      return buf;
-    }
-  }
-#endif
-  snprintf(buf, buflen, "SIG%d", signum);
-  return buf;
 }
 
 static void print_time(FILE *out, double t)
@@ -154,7 +106,7 @@ static void print_failure(FILE *out, size_t idx, const char *host,
     char buf[32];
 
     fprintf(out, "Signal %d (%s) received by PID %d", -w->exitcode,
-            summary_signal_name(-w->exitcode, buf, sizeof(buf)),
+            sig_name(-w->exitcode, buf, sizeof(buf)),
             (int)w->pid);
   } else {
     fputs(ERRORS_HINT, out);

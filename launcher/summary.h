@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "signames.h"
+
 /* One failed worker, as the agent observed it. */
 struct worker_failure {
   int local_rank;
@@ -33,11 +35,9 @@ size_t summary_root_cause(const struct worker_failure *f, size_t n);
 void summary_print(FILE *out, const char *target, const char *host,
                    const struct worker_failure *f, size_t n);
 
-/* "SIGKILL" for 9 etc.; "SIG<n>" for an unknown number.  Returns a static
- * string or one written into buf. */
-const char *summary_signal_name(int signum, char *buf, size_t buflen);
-
-/* The number of the signal named name[0..len) ("SIGTERM"), or -1. */
-int summary_signal_number(const char *name, size_t len);
+/* The signal names moved to signames.h; the old names stay for code in
+ * flight on other branches. */
+#define summary_signal_name sig_name
+#define summary_signal_number sig_number
 
 #endif

@@ -4,14 +4,33 @@
  *
  *   testworker env DIR              write DIR/env.<RANK> (torchrun vars)
  *   testworker fail DIR RANK CODE N like env, then rank RANK exits CODE
- *                                   while TORCHELASTIC_RESTART_COUNT < N
+ *                                   while TORCHELASTIC_RESTART_COUNT < N,
+ *                                   once every rank wrote its env file;
+ *                                   the others wait to be stopped
  *   testworker kill RANK SIG        rank RANK kills itself with SIG
  *   testworker failall DIR CODE     every rank exits CODE at once, once
  *                                   all LOCAL_WORLD_SIZE ranks ignore
  *                                   SIGTERM (they meet through DIR)
- *   testworker errfile MSG          writes TORCHELASTIC_ERROR_FILE, exits 1
- *   testworker sleep DIR SECS       DIR/pid.<RANK>, a grandchild's pid in
- *                                   DIR/gpid.<RANK>, then sleeps
+ *   testworker errfile MSG [N]      writes TORCHELASTIC_ERROR_FILE, exits 1
+ *                                   (with N: only while
+ *                                   TORCHELASTIC_RESTART_COUNT < N, else 0)
+ *   testworker errat MSG TS CODE    error file with timestamp TS, exits CODE
+ *   testworker codes DIR TS,.. C,.. local rank i writes an error file with
+ *                                   timestamp TS[i] ('-': no file) and
+ *                                   exits C[i] once every failing rank is
+ *                                   ready (SIGTERM ignored); C[i] 's':
+ *                                   sleeps until stopped instead
+ *   testworker errfifo              a FIFO at TORCHELASTIC_ERROR_FILE, exit 1
+ *   testworker errbad               a malformed error file, exits 1
+ *   testworker sleep DIR SECS [GSECS]
+ *                                   DIR/pid.<RANK>, a grandchild's pid in
+ *                                   DIR/gpid.<RANK>, then sleeps SECS (the
+ *                                   grandchild GSECS, default SECS)
+ *   testworker setsid DIR SECS      like sleep, but the grandchild calls
+ *                                   setsid() and sleeps 600 s
+ *   testworker daemon DIR SECS      like sleep, but the grandchild is a
+ *                                   double-forked daemon (setsid, parent
+ *                                   gone), sleeping 600 s
  *   testworker trap DIR SECS        on SIGTERM/SIGUSR1/...: DIR/sig.<RANK>
  *                                   holds the signal number, exit 0
  *   testworker ignore DIR SECS      ignores SIGTERM/INT/HUP, DIR/pid.<RANK>,
@@ -37,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -86,6 +106,17 @@ static void write_pid(const char *dir, const char *what, pid_t pid)
 
   snprintf(buf, sizeof buf, "%d\n", (int)pid);
   write_file(dir, what, buf);
+}
+
+/* The i-th entry of a comma list ("" past its end). */
+static const char *pick(const char *list, int i)
+{
+  while (i-- > 0 && *list) {
+    list += strcspn(list, ",");
+    if (*list == ',')
+      list++;
+  }
+  return list;
 }
 
 static void sleep_s(double s)
@@ -220,12 +251,31 @@ int main(int argc, char **argv)
   if (strcmp(mode, "env") == 0 && argc == 3)
     return mode_env(argv[2]);
   if (strcmp(mode, "fail") == 0 && argc == 6) {
+    int attempt = env_int("TORCHELASTIC_RESTART_COUNT");
+    int world = env_int("WORLD_SIZE"), ready, r, k;
+    char what[32], path[4096];
+
     mode_env(argv[2]);
-    if (rank == atoi(argv[3]) &&
-        env_int("TORCHELASTIC_RESTART_COUNT") < atoi(argv[5]))
-      return atoi(argv[4]);
-    sleep_s(0.3);   /* let the failing rank be first */
-    return 0;
+    snprintf(what, sizeof what, "att%d", attempt);
+    write_file(argv[2], what, "1\n");
+    if (attempt >= atoi(argv[5]))
+      return 0;         /* nobody fails in this attempt */
+    if (rank != atoi(argv[3])) {
+      sleep_s(120);     /* the failure stops us; never succeed first */
+      return 0;
+    }
+    /* Fail only once every rank of the world wrote its env file for this
+     * attempt: the test reads them all. */
+    for (k = 0; k < 120000; k++) {
+      for (ready = 0, r = 0; r < world; r++) {
+        snprintf(path, sizeof path, "%s/%s.%d", argv[2], what, r);
+        ready += access(path, F_OK) == 0;
+      }
+      if (ready == world)
+        break;
+      sleep_s(0.001);
+    }
+    return atoi(argv[4]);
   }
   if (strcmp(mode, "failall") == 0 && argc == 4) {
     char path[4096];
@@ -253,9 +303,12 @@ int main(int argc, char **argv)
     sleep_s(0.2);
     return 0;
   }
-  if (strcmp(mode, "errfile") == 0 && argc == 3) {
-    FILE *f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
+  if (strcmp(mode, "errfile") == 0 && (argc == 3 || argc == 4)) {
+    FILE *f;
 
+    if (argc == 4 && env_int("TORCHELASTIC_RESTART_COUNT") >= atoi(argv[3]))
+      return 0;
+    f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
     if (!f)
       return 4;
     fprintf(f, "{\"message\": {\"message\": \"%s\", \"extraInfo\": "
@@ -265,14 +318,100 @@ int main(int argc, char **argv)
     fclose(f);
     return 1;
   }
-  if (strcmp(mode, "sleep") == 0 && argc == 4) {
+  if (strcmp(mode, "errat") == 0 && argc == 5) {
+    FILE *f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
+
+    if (!f)
+      return 4;
+    fprintf(f, "{\"message\": {\"message\": \"%s rank %d\", \"extraInfo\": "
+            "{\"timestamp\": \"%s\"}}}", argv[2], rank, argv[3]);
+    fclose(f);
+    return atoi(argv[4]);
+  }
+  if (strcmp(mode, "codes") == 0 && argc == 5) {
+    const char *ts = pick(argv[3], env_int("LOCAL_RANK"));
+    const char *code = pick(argv[4], env_int("LOCAL_RANK"));
+    char path[4096];
+    int n = env_int("LOCAL_WORLD_SIZE"), ready, r;
+
+    if (code[0] == 's') {
+      write_pid(argv[2], "pid", getpid());
+      sleep_s(600);
+      return 0;
+    }
+    if (ts[0] != '-') {
+      FILE *f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
+
+      if (!f)
+        return 4;
+      fprintf(f, "{\"message\": {\"message\": \"rank %d failed\", "
+              "\"extraInfo\": {\"timestamp\": \"%.*s\"}}}", rank,
+              (int)strcspn(ts, ","), ts);
+      fclose(f);
+    }
+    signal(SIGTERM, SIG_IGN);
+    write_file(argv[2], "ready", "1\n");
+    do {    /* every failing rank is ready: they fail together */
+      for (ready = 0, r = 0; r < n; r++) {
+        snprintf(path, sizeof path, "%s/ready.%d", argv[2], r);
+        ready += access(path, F_OK) == 0 ||
+                 pick(argv[4], r)[0] == 's';
+      }
+      if (ready < n)
+        sleep_s(0.001);
+    } while (ready < n);
+    return atoi(code);
+  }
+  if (strcmp(mode, "errfifo") == 0 && argc == 2) {
+    if (mkfifo(getenv("TORCHELASTIC_ERROR_FILE"), 0600) < 0)
+      return 4;
+    return 1;
+  }
+  if (strcmp(mode, "errbad") == 0 && argc == 2) {
+    FILE *f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
+
+    if (!f)
+      return 4;
+    fputs("{\"message\": oops", f);
+    fclose(f);
+    return 1;
+  }
+  if (strcmp(mode, "sleep") == 0 && (argc == 4 || argc == 5)) {
     pid_t child = fork();
 
     if (child == 0) {
-      sleep_s(atof(argv[3]));
+      sleep_s(atof(argv[argc == 5 ? 4 : 3]));
       _exit(0);
     }
     write_pid(argv[2], "gpid", child);
+    write_pid(argv[2], "pid", getpid());
+    sleep_s(atof(argv[3]));
+    return 0;
+  }
+  if ((strcmp(mode, "setsid") == 0 || strcmp(mode, "daemon") == 0) &&
+      argc == 4) {
+    int p[2];
+    pid_t child, gchild = 0;
+
+    if (pipe(p) < 0)
+      return 4;
+    child = fork();
+    if (child == 0) {
+      close(p[0]);
+      setsid();
+      if (strcmp(mode, "daemon") == 0 && fork() != 0)
+        _exit(0);       /* the daemon's parent leaves at once */
+      gchild = getpid();
+      if (write(p[1], &gchild, sizeof gchild) != sizeof gchild)
+        _exit(4);
+      close(p[1]);
+      sleep_s(600);
+      _exit(0);
+    }
+    close(p[1]);
+    if (read(p[0], &gchild, sizeof gchild) != sizeof gchild)
+      return 4;
+    write_pid(argv[2], "gpid", gchild);
     write_pid(argv[2], "pid", getpid());
     sleep_s(atof(argv[3]));
     return 0;

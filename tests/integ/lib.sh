@@ -53,6 +53,17 @@ wait_files() {
   fail "timed out waiting for $count files matching $glob (have $n)"
 }
 
+# wait_grep PATTERN FILE SECONDS: waits until an extended regex matches a
+# line of FILE (an event a scenario must not race past).
+wait_grep() {
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do
+    grep -Eq -- "$1" "$2" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "timed out waiting for '$1' in $2"
+}
+
 # wait_exit PID SECONDS: waits for a background child, sets $RC.
 wait_exit() {
   local pid=$1 secs=$2 i

@@ -25,7 +25,8 @@ expect_eq "job y run id" "$(envval "$T/y/env.5" TORCHELASTIC_RUN_ID)" jy
 # Configuration mismatch: nnodes 2:2 fixed first, 2:3 refused.
 agent m1 --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint="$ep" \
   --rdzv_id=mm --rdzv_conf=join_timeout=20 "$TW" env "$T/x"
-sleep 0.5
+# m1 must have fixed the job's configuration before m2 asks.
+wait_grep 'job mm: .* joined' "$T/rdzvd.log" 30
 agent m2 --nnodes=2:3 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint="$ep" \
   --rdzv_id=mm "$TW" env "$T/x"
 wait_exit "$AGENT_m2" 20

@@ -18,9 +18,10 @@ for ((i = 0; i < 100; i++)); do
 done
 [ -z "$left" ] || fail "processes left behind after SIGKILL of the agent:$left"
 
-# A normal exit also leaves no grandchild behind.
+# A normal exit also leaves no grandchild behind: the grandchild would
+# sleep 600 s, so only cdrun can have ended it.
 mkdir "$T/b"
-"$CDRUN" --nproc_per_node=2 "$TW" sleep "$T/b" 0.2 || fail "short run"
+"$CDRUN" --nproc_per_node=2 "$TW" sleep "$T/b" 0.2 600 || fail "short run"
 for p in $(cat "$T"/b/gpid.*); do
   alive "$p" && fail "grandchild $p outlived a finished job"
 done

@@ -47,7 +47,9 @@ TORCH_ELASTIC_SHUTDOWN_TIMEOUT=300 bg_cdrun --nproc_per_node=2 \
   "$TW" ignore "$T/d" 60
 wait_files "$T/d/pid.*" 2 10
 kill -INT "$BG"
-sleep 0.3
+# Two signals pending at once are one: send the second once the first is
+# handled.
+wait_grep 'received SIGINT; forwarding it' "$T/err" 30
 kill -INT "$BG"
 wait_exit "$BG" 20
 expect_eq "agent status after two SIGINTs" "$RC" 130

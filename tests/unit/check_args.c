@@ -333,11 +333,11 @@ struct bad_case {
 };
 
 static const struct bad_case bad_values[] = {
-  { "--max_restarts", "x", "integer >= 0" },
-  { "--max_restarts", "-1", "integer >= 0" },
-  { "--max_restarts", "1.5", "integer >= 0" },
-  { "--node_rank", "-1", "integer >= 0" },
-  { "--node-rank", "one", "integer >= 0" },
+  { "--max_restarts", "x", "integer 0..2147483647" },
+  { "--max_restarts", "-1", "integer 0..2147483647" },
+  { "--max_restarts", "1.5", "integer 0..2147483647" },
+  { "--node_rank", "-1", "integer 0..2147483647" },
+  { "--node-rank", "one", "integer 0..2147483647" },
   { "--master_port", "0", "1..65535" },
   { "--master_port", "65536", "1..65535" },
   { "--master-port", "http", "1..65535" },
@@ -347,9 +347,14 @@ static const struct bad_case bad_values[] = {
   { "--monitor_interval", "inf", "> 0" },
   { "--monitor_interval", "nan", "> 0" },
   { "--monitor_interval", "0x10", "> 0" },
-  { "--shutdown_timeout", "-1", ">= 0" },
-  { "--shutdown_timeout", "1e999", ">= 0" },
-  { "--shutdown-timeout", "soon", ">= 0" },
+  { "--shutdown_timeout", "-1", "0..10000000" },
+  { "--shutdown_timeout", "1e999", "0..10000000" },
+  { "--shutdown_timeout", "1e30", "0..10000000" },
+  { "--shutdown-timeout", "soon", "0..10000000" },
+  { "--monitor_interval", "1e30", "at most 10000000" },
+  { "--nproc_per_node", "70000", "integer 1..65536, cpu, gpu or auto" },
+  { "--nproc_per_node", "99999999999999999999", "integer 1..65536" },
+  { "--max_restarts", "2147483648", "integer 0..2147483647" },
   { "--start_method", "thread", "spawn, fork or forkserver" },
   { "--start_method", "", "spawn, fork or forkserver" },
   { "--event_log_handler", "file", "null or console" },
@@ -467,7 +472,7 @@ START_TEST(test_env_invalid)
   ck_assert_einval(parse_env(ENV("PET_MAX_RESTARTS=x"), ARGV("t")),
                    "PET_MAX_RESTARTS");
   ck_assert_str_eq(err, "PET_MAX_RESTARTS: invalid value 'x' (expected an "
-                   "integer >= 0)");
+                   "integer 0..2147483647)");
   ck_assert_einval(parse_env(ENV("PET_NPROC_PER_NODE=xpu"), ARGV("t")),
                    "PET_NPROC_PER_NODE: invalid value 'xpu'");
   ck_assert_einval(parse_env(ENV("PET_NNODES=3:1"), ARGV("t")),
@@ -820,7 +825,7 @@ START_TEST(test_flag_spelling_in_message)
   ck_assert_einval(PARSE("--max-restarts", "x", "t"), "--max-restarts: ");
   ck_assert_einval(PARSE("--max_restarts=x", "t"), "--max_restarts: ");
   ck_assert_str_eq(err, "--max_restarts: invalid value 'x' (expected an "
-                   "integer >= 0)");
+                   "integer 0..2147483647)");
 }
 END_TEST
 

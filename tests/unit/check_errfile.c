@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmpdir[] = "/tmp/check_errfile.XXXXXX";
@@ -253,6 +254,20 @@ START_TEST(directory_is_error)
 }
 END_TEST
 
+/* A FIFO must be refused, not block the reader in open() forever (the
+ * suite's timeout fails the test if it does). */
+START_TEST(fifo_is_refused)
+{
+  struct errfile_info e;
+  char err[512];
+
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  ck_assert_int_eq(read_it(&e, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "is not a regular file"));
+  ck_assert_ptr_null(e.message);
+}
+END_TEST
+
 START_TEST(empty_file)
 {
   struct errfile_info e;
@@ -408,6 +423,7 @@ static Suite *errfile_suite(void)
   tcase_add_test(tc, bad_timestamps_are_absent);
   tcase_add_test(tc, missing_file);
   tcase_add_test(tc, directory_is_error);
+  tcase_add_test(tc, fifo_is_refused);
   tcase_add_test(tc, empty_file);
   tcase_add_test(tc, invalid_json);
   tcase_add_test(tc, trailing_garbage);

@@ -193,7 +193,7 @@ static const struct {
   { "-1", "local rank -1 out of range" },
   { "x", "invalid local rank 'x'" },
   { "1.5", "invalid local rank '1.5'" },
-  { "+1", "invalid local rank '+1'" },
+  { "0x1", "invalid local rank '0x1'" },
   { "0,", "empty entry in '0,'" },
   { ",0", "empty entry" },
   { "0,,1", "empty entry" },

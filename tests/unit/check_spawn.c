@@ -349,6 +349,8 @@ END_TEST
 struct before {
   int calls;
   pid_t pid;
+  int failed_calls;
+  pid_t failed_pid;
   int ret;
   bool marker_existed;
   char exe[PATH_MAX];
@@ -370,6 +372,14 @@ static int before_exec(void *ctx, pid_t pid)
   return b->ret;
 }
 
+static void exec_failed(void *ctx, pid_t pid)
+{
+  struct before *b = ctx;
+
+  b->failed_calls++;
+  b->failed_pid = pid;
+}
+
 static void run_before(struct before *b, int want_rc, pid_t *pid)
 {
   char *argv[] = { "/bin/sh", "-c", "echo x > \"$0\"", b->marker, NULL };
@@ -379,6 +389,7 @@ static void run_before(struct before *b, int want_rc, pid_t *pid)
   o.argv = argv;
   o.envp = empty_env;
   o.before_exec = before_exec;
+  o.exec_failed = exec_failed;
   o.ctx = b;
   *pid = -1;
   ck_assert_int_eq(spawn_worker(&o, pid), want_rc);
@@ -405,6 +416,30 @@ START_TEST(test_before_exec_ok)
   ck_assert_str_eq(b.exe, self);
   expect_exit(pid, 0);
   ck_assert_int_eq(access(b.marker, F_OK), 0);
+  ck_assert_int_eq(b.failed_calls, 0);
+}
+END_TEST
+
+/* An exec failure undoes what before_exec recorded (the agent's guardian
+ * must not keep a dead worker's process group on its list). */
+START_TEST(test_exec_failure_undoes_before_exec)
+{
+  char *argv[] = { "/nonexistent/cdrun-test-program", NULL };
+  struct spawn_opts o = SPAWN_OPTS_INIT;
+  struct before b;
+  pid_t pid = -1;
+
+  memset(&b, 0, sizeof b);
+  o.argv = argv;
+  o.envp = empty_env;
+  o.before_exec = before_exec;
+  o.exec_failed = exec_failed;
+  o.ctx = &b;
+  ck_assert_int_eq(spawn_worker(&o, &pid), -ENOENT);
+  ck_assert_int_eq(b.calls, 1);
+  ck_assert_int_eq(b.failed_calls, 1);
+  ck_assert_int_eq(b.failed_pid, b.pid);
+  expect_no_children();
 }
 END_TEST
 
@@ -529,6 +564,7 @@ static Suite *spawn_suite(void)
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_before_exec_ok);
   tcase_add_test(tc, test_before_exec_error);
+  tcase_add_test(tc, test_exec_failure_undoes_before_exec);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("signals");

@@ -61,32 +61,32 @@ START_TEST(signal_names)
 {
   char buf[32];
 
-  ck_assert_str_eq(summary_signal_name(SIGKILL, buf, sizeof(buf)),
+  ck_assert_str_eq(sig_name(SIGKILL, buf, sizeof(buf)),
                    "SIGKILL");
-  ck_assert_str_eq(summary_signal_name(SIGTERM, buf, sizeof(buf)),
+  ck_assert_str_eq(sig_name(SIGTERM, buf, sizeof(buf)),
                    "SIGTERM");
-  ck_assert_str_eq(summary_signal_name(SIGSEGV, buf, sizeof(buf)),
+  ck_assert_str_eq(sig_name(SIGSEGV, buf, sizeof(buf)),
                    "SIGSEGV");
-  ck_assert_str_eq(summary_signal_name(SIGABRT, buf, sizeof(buf)),
+  ck_assert_str_eq(sig_name(SIGABRT, buf, sizeof(buf)),
                    "SIGABRT");
-  ck_assert_str_eq(summary_signal_name(SIGBUS, buf, sizeof(buf)), "SIGBUS");
-  ck_assert_str_eq(summary_signal_name(SIGINT, buf, sizeof(buf)), "SIGINT");
-  ck_assert_str_eq(summary_signal_name(9, NULL, 0), "SIGKILL");
+  ck_assert_str_eq(sig_name(SIGBUS, buf, sizeof(buf)), "SIGBUS");
+  ck_assert_str_eq(sig_name(SIGINT, buf, sizeof(buf)), "SIGINT");
+  ck_assert_str_eq(sig_name(9, NULL, 0), "SIGKILL");
 }
 END_TEST
 
 START_TEST(signal_names_unknown)
 {
   char buf[32];
-  const char *s = summary_signal_name(200, buf, sizeof(buf));
+  const char *s = sig_name(200, buf, sizeof(buf));
 
   ck_assert_ptr_eq(s, buf);
   ck_assert_str_eq(s, "SIG200");
-  ck_assert_str_eq(summary_signal_name(-3, buf, sizeof(buf)), "SIG-3");
-  ck_assert_str_eq(summary_signal_name(0, buf, sizeof(buf)), "SIG0");
-  ck_assert_str_eq(summary_signal_name(200, NULL, 0), "SIG?");
+  ck_assert_str_eq(sig_name(-3, buf, sizeof(buf)), "SIG-3");
+  ck_assert_str_eq(sig_name(0, buf, sizeof(buf)), "SIG0");
+  ck_assert_str_eq(sig_name(200, NULL, 0), "SIG?");
   /* truncated but terminated */
-  ck_assert_str_eq(summary_signal_name(200, buf, 4), "SIG");
+  ck_assert_str_eq(sig_name(200, buf, 4), "SIG");
 }
 END_TEST
 

@@ -1,0 +1,338 @@
+/* contain.c -- see Note [containment] in contain.h. */
+#include "contain.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Rounds of contain_kill_all: each kills the children of the last. */
+#define KILL_ROUNDS 1000
+#define STRAYS_MAX 4096
+
+static int write_str(const char *path, const char *s)
+{
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  ssize_t n;
+  int err = 0;
+
+  if (fd < 0)
+    return -errno;
+  n = write(fd, s, strlen(s));
+  if (n < 0)
+    err = -errno;
+  close(fd);
+  return err;
+}
+
+static void nap_ms(long ms)
+{
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+  while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+    ;
+}
+
+/* The cgroup2 mount point and its root, from /proc/self/mountinfo. */
+static int cgroup2_mount(char *mnt, size_t mlen, char *root, size_t rlen)
+{
+  char line[4096], r[PATH_MAX], m[PATH_MAX];
+  FILE *f = fopen("/proc/self/mountinfo", "re");
+  int found = -ENOENT;
+
+  if (!f)
+    return -errno;
+  while (fgets(line, sizeof line, f)) {
+    const char *sep = strstr(line, " - cgroup2 ");
+
+    if (!sep || sscanf(line, "%*s %*s %*s %4095s %4095s", r, m) != 2)
+      continue;
+    snprintf(mnt, mlen, "%s", m);
+    snprintf(root, rlen, "%s", r);
+    found = 0;
+    break;
+  }
+  fclose(f);
+  return found;
+}
+
+/* This process's cgroup v2 path ("0::/a/b"), relative to the hierarchy. */
+static int own_cgroup(char *out, size_t len)
+{
+  char line[4096];
+  FILE *f = fopen("/proc/self/cgroup", "re");
+  int found = -ENOENT;
+
+  if (!f)
+    return -errno;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "0::", 3) != 0)
+      continue;
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(out, len, "%s", line + 3);
+    found = 0;
+    break;
+  }
+  fclose(f);
+  return found;
+}
+
+static void make_cgroup(struct contain *c)
+{
+  char mnt[PATH_MAX], root[PATH_MAX], own[PATH_MAX], path[PATH_MAX * 3];
+  const char *rel, *env = getenv("CDRUN_CGROUP");
+  size_t rl;
+
+  if (env && strcmp(env, "0") == 0)
+    return;
+  if (cgroup2_mount(mnt, sizeof mnt, root, sizeof root) ||
+      own_cgroup(own, sizeof own))
+    return;
+  /* The mount may show only a subtree (a container's): drop its root. */
+  rel = own;
+  rl = strlen(root);
+  if (strcmp(root, "/") != 0) {
+    if (strncmp(own, root, rl) != 0 || (own[rl] && own[rl] != '/'))
+      return;
+    rel = own + rl;
+  }
+  snprintf(path, sizeof path, "%s%s%scdrun-%d", mnt, rel,
+           rel[0] && rel[strlen(rel) - 1] == '/' ? "" : "/", (int)getpid());
+  if (strlen(path) >= sizeof c->cgroup)
+    return;
+  /* One left by an earlier cdrun of the same pid (SIGKILLed with its
+   * descendants stuck) goes if it is empty; else there is no cgroup. */
+  if (mkdir(path, 0755) < 0 &&
+      (errno != EEXIST || rmdir(path) < 0 || mkdir(path, 0755) < 0))
+    return;
+  snprintf(c->cgroup, sizeof c->cgroup, "%s", path);
+}
+
+static void make_token(struct contain *c)
+{
+  unsigned char b[8] = { 0 };
+  struct timespec ts;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+  if (fd >= 0) {
+    if (read(fd, b, sizeof b) < 0)
+      memset(b, 0, sizeof b);
+    close(fd);
+  }
+  clock_gettime(CLOCK_REALTIME, &ts);
+  snprintf(c->token, sizeof c->token, "%d.%02x%02x%02x%02x%02x%02x%02x%02x.%ld",
+           (int)getpid(), b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+           (long)ts.tv_nsec);
+}
+
+int contain_init(struct contain *c)
+{
+  memset(c, 0, sizeof *c);
+  make_token(c);
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
+    c->subreaper = true;
+  make_cgroup(c);
+  return c->subreaper || c->cgroup[0] ? 0 : -errno;
+}
+
+int contain_add(struct contain *c, pid_t pid)
+{
+  char path[PATH_MAX + 16], num[24];
+  int err;
+
+  if (!c->cgroup[0])
+    return 0;
+  snprintf(path, sizeof path, "%s/cgroup.procs", c->cgroup);
+  snprintf(num, sizeof num, "%d", (int)pid);
+  err = write_str(path, num);
+  if (err) {
+    /* Not delegated after all (or not to us): the subreaper remains. */
+    rmdir(c->cgroup);
+    c->cgroup[0] = '\0';
+  }
+  return err;
+}
+
+int contain_cgroup_kill(const char *cgroup)
+{
+  char path[PATH_MAX + 16], buf[4096];
+  int fd, err, rounds;
+  ssize_t n;
+
+  snprintf(path, sizeof path, "%s/cgroup.kill", cgroup);
+  err = write_str(path, "1");
+  if (err != -ENOENT)
+    return err;
+  /* Kernels before 5.14: kill the members until none is left. */
+  snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
+  for (rounds = 0; rounds < KILL_ROUNDS; rounds++) {
+    int killed = 0;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return -errno;
+    while ((n = read(fd, buf, sizeof buf - 1)) > 0) {
+      char *p = buf, *end;
+
+      buf[n] = '\0';
+      while (*p) {
+        long pid = strtol(p, &end, 10);
+
+        if (end == p)
+          break;
+        if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0)
+          killed++;
+        p = end + (*end == '\n');
+      }
+    }
+    close(fd);
+    if (!killed)
+      return 0;
+  }
+  return -EAGAIN;
+}
+
+/* Whether /proc/<pid>/environ holds the NUL-terminated entry want. */
+static bool environ_has(const char *pid, const char *want, size_t wlen)
+{
+  static char buf[1 << 21];     /* the largest environment execve takes */
+  char path[64 + 256];
+  size_t n = 0;
+  ssize_t r;
+  int fd;
+
+  snprintf(path, sizeof path, "/proc/%s/environ", pid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  while (n < sizeof buf - 1 &&
+         (r = read(fd, buf + n, sizeof buf - 1 - n)) > 0)
+    n += (size_t)r;
+  close(fd);
+  buf[n] = '\0';
+  for (size_t i = 0; i + wlen <= n; i += strlen(buf + i) + 1)
+    if (memcmp(buf + i, want, wlen) == 0)
+      return true;
+  return false;
+}
+
+int contain_kill_token(const char *token)
+{
+  char want[sizeof ((struct contain *)0)->token + 32];
+  size_t wlen;
+  struct dirent *d;
+  int round, killed, total = 0;
+  pid_t self = getpid();
+
+  if (!token || !token[0])
+    return 0;
+  /* The entry with its NUL, so that a longer token never matches. */
+  wlen = (size_t)snprintf(want, sizeof want, "%s=%s", CONTAIN_ENV, token) + 1;
+  for (round = 0; round < KILL_ROUNDS; round++) {
+    DIR *dir = opendir("/proc");
+
+    if (!dir)
+      return total;
+    killed = 0;
+    while ((d = readdir(dir))) {
+      long pid = strtol(d->d_name, NULL, 10);
+
+      if (pid <= 0 || pid == self || !environ_has(d->d_name, want, wlen))
+        continue;
+      if (kill((pid_t)pid, SIGKILL) == 0)
+        killed++;
+    }
+    closedir(dir);
+    total += killed;
+    if (!killed)
+      break;
+    nap_ms(10);   /* let the killed die, or a zombie's environ still reads */
+  }
+  return total;
+}
+
+/* Appends the pids in /proc/self/task/<tid>/children to pids. */
+static size_t list_children(pid_t *pids, size_t max)
+{
+  char path[64 + 256], buf[8192];
+  struct dirent *d;
+  size_t n = 0;
+  DIR *dir = opendir("/proc/self/task");
+
+  if (!dir)
+    return 0;
+  while ((d = readdir(dir)) && n < max) {
+    ssize_t r;
+    int fd;
+
+    if (d->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/children", d->d_name);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r <= 0)
+      continue;
+    buf[r] = '\0';
+    for (char *p = buf, *end; *p && n < max; p = end) {
+      long pid = strtol(p, &end, 10);
+
+      if (end == p)
+        break;
+      pids[n++] = (pid_t)pid;
+    }
+  }
+  closedir(dir);
+  return n;
+}
+
+void contain_kill_all(struct contain *c, pid_t spare)
+{
+  static pid_t pids[STRAYS_MAX];
+  size_t n, i, strays;
+  int round;
+
+  if (c->cgroup[0])
+    contain_cgroup_kill(c->cgroup);
+  if (!c->subreaper)
+    return;
+  /* Orphans of the workers are our children now (subreaper); killing
+   * one re-parents its own children to us, hence the rounds. */
+  for (round = 0; round < KILL_ROUNDS; round++) {
+    n = list_children(pids, STRAYS_MAX);
+    for (i = 0, strays = 0; i < n; i++) {
+      if (pids[i] == spare)
+        continue;
+      kill(pids[i], SIGKILL);
+      pids[strays++] = pids[i];
+    }
+    if (!strays)
+      return;
+    for (i = 0; i < strays; i++)
+      while (waitpid(pids[i], NULL, __WALL) < 0 && errno == EINTR)
+        ;
+  }
+}
+
+void contain_destroy(struct contain *c)
+{
+  int i;
+
+  contain_kill_all(c, -1);
+  if (!c->cgroup[0])
+    return;
+  /* The killed may take a moment to leave the cgroup. */
+  for (i = 0; i < 200 && rmdir(c->cgroup) < 0 && errno == EBUSY; i++)
+    nap_ms(10);
+  c->cgroup[0] = '\0';
+}

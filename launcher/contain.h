@@ -1,0 +1,68 @@
+/* contain.h -- nothing a worker starts outlives its worker group.
+ *
+ * Note [containment]: a worker leads its own process group, but a
+ * descendant that calls setsid() (or double-forks into a daemon) leaves
+ * that group.  Two mechanisms catch it:
+ *
+ *  - cdrun is a child subreaper (PR_SET_CHILD_SUBREAPER): whatever a
+ *    worker leaves behind is re-parented to cdrun, not to init, so once
+ *    the workers are reaped every survivor is a child of cdrun, and
+ *    contain_kill_all kills them (and, as they die, their own children,
+ *    which are re-parented to cdrun in turn).
+ *  - where the system delegates a cgroup v2 (a writable cgroup of ours),
+ *    the workers are moved at start into a cgroup of their own,
+ *    cdrun-<pid>, created next to cdrun's, which descendants cannot leave;
+ *    cgroup.kill stops all of it at once.  The guardian (guardian.h)
+ *    knows the cgroup, so this holds even when cdrun itself is SIGKILLed.
+ *  - without a cgroup, a SIGKILL of cdrun re-parents what is left to init,
+ *    and only the environment still ties it to the job: every worker gets
+ *    CDRUN_CONTAIN=<token>, unique to this cdrun, which its descendants
+ *    inherit; the guardian kills every process whose /proc/PID/environ
+ *    holds it.  A descendant that execs with a cleaned environment after
+ *    leaving its process group escapes this last net (not the cgroup).
+ *
+ * CDRUN_CGROUP=0 in cdrun's environment turns the cgroup off. */
+#ifndef CDRUN_CONTAIN_H
+#define CDRUN_CONTAIN_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define CONTAIN_ENV "CDRUN_CONTAIN"
+
+struct contain {
+  char cgroup[PATH_MAX];        /* our cgroup's directory, "" if none */
+  char token[48];               /* CONTAIN_ENV's value for our workers */
+  bool subreaper;
+};
+
+/* Makes the calling process a child subreaper and creates the worker
+ * cgroup where one can be had.  Neither is fatal: *c says what holds.
+ * Returns 0, or -errno when not even the subreaper could be set. */
+int contain_init(struct contain *c);
+
+/* Moves pid (a worker that has not exec'd yet) into the cgroup; 0 when
+ * there is none.  Returns 0 or -errno. */
+int contain_add(struct contain *c, pid_t pid);
+
+/* Kills everything of the worker group that is left: the cgroup's
+ * processes, then every child of this process but spare (the guardian),
+ * reaping them, until none is left.  Call it once the workers themselves
+ * are reaped (their statuses would be consumed here otherwise). */
+void contain_kill_all(struct contain *c, pid_t spare);
+
+/* SIGKILLs every process whose initial environment holds
+ * CONTAIN_ENV=token, round after round until none is left.  For the
+ * guardian, after the agent died.  Returns how many were killed. */
+int contain_kill_token(const char *token);
+
+/* Kills what is left and removes the cgroup.  Idempotent. */
+void contain_destroy(struct contain *c);
+
+/* Writes "1" to <cgroup>/cgroup.kill, or kills its cgroup.procs one by one
+ * on kernels without cgroup.kill.  Async-signal-safe enough for the
+ * guardian (no malloc).  Returns 0 or -errno. */
+int contain_cgroup_kill(const char *cgroup);
+
+#endif

@@ -1,0 +1,59 @@
+/* num.c -- see num.h. */
+#include "num.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int num_parse_long_n(const char *s, size_t n, long lo, long hi, long *out)
+{
+  char buf[32], *end;
+  size_t i = 0;
+  long v;
+
+  if (n > 0 && (s[0] == '-' || s[0] == '+'))
+    i = 1;
+  if (i == n)
+    return -EINVAL;
+  for (; i < n; i++)
+    if (s[i] < '0' || s[i] > '9')
+      return -EINVAL;
+  if (n >= sizeof buf)
+    return -ERANGE;     /* digits enough to overflow any long */
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  errno = 0;
+  v = strtol(buf, &end, 10);
+  if (errno || v < lo || v > hi)
+    return -ERANGE;
+  *out = v;
+  return 0;
+}
+
+int num_parse_long(const char *s, long lo, long hi, long *out)
+{
+  return num_parse_long_n(s, strlen(s), lo, hi, out);
+}
+
+int num_parse_double(const char *s, double lo, double hi, double *out)
+{
+  char *end;
+  double v;
+
+  /* strtod would also take inf, nan, hex and leading blanks. */
+  if (!*s || strspn(s, "0123456789.eE+-") != strlen(s))
+    return -EINVAL;
+  errno = 0;
+  v = strtod(s, &end);
+  if (*end || end == s)
+    return -EINVAL;
+  if (errno == ERANGE && fabs(v) < 1)
+    v = 0;              /* underflow: as good as zero */
+  else if (errno || !isfinite(v))
+    return -ERANGE;
+  if (!(v >= lo && v <= hi))
+    return -ERANGE;
+  *out = v;
+  return 0;
+}

@@ -1,0 +1,28 @@
+/* num.h -- the launcher's one number parser and its bounds.
+ *
+ * One rule for every number a user types (flags, PET_* variables,
+ * --rdzv_conf values, rank specs): the whole string is the number (no
+ * blanks, nothing trailing), an optional sign then decimal digits for
+ * integers, a finite decimal (no inf, nan or hex) for reals; the value must
+ * lie in [lo, hi], both ends included.  Each bound lives here once. */
+#ifndef CDRUN_NUM_H
+#define CDRUN_NUM_H
+
+#include <stddef.h>
+
+/* --nproc_per_node: the most workers one agent supervises. */
+#define NUM_NPROC_MAX 65536
+/* Any duration in seconds (grace period, rendezvous timeouts): about 115
+ * days, far beyond any use and far from overflowing a uint64 of ms. */
+#define NUM_SECONDS_MAX 1e7
+
+/* s[0..n) (n = strlen(s) for num_parse_long) as an integer in [lo, hi].
+ * Returns 0, -EINVAL (not an integer) or -ERANGE (outside [lo, hi]);
+ * *out is written only on success. */
+int num_parse_long(const char *s, long lo, long hi, long *out);
+int num_parse_long_n(const char *s, size_t n, long lo, long hi, long *out);
+
+/* s as a finite decimal in [lo, hi]; same returns. */
+int num_parse_double(const char *s, double lo, double hi, double *out);
+
+#endif

@@ -1,0 +1,113 @@
+/* check_num.c -- unit tests for launcher/num.c: the launcher's one rule
+ * for numbers a user types. */
+#include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include "num.h"
+
+static const struct {
+  const char *s;
+  long lo, hi;
+  int rc;
+  long want;
+} longs[] = {
+  { "0", 0, 10, 0, 0 },
+  { "10", 0, 10, 0, 10 },
+  { "+4", 1, 10, 0, 4 },
+  { "-1", -5, 5, 0, -1 },
+  { "11", 0, 10, -ERANGE, 0 },
+  { "-1", 0, 10, -ERANGE, 0 },
+  { "70000", 1, NUM_NPROC_MAX, -ERANGE, 0 },
+  { "99999999999999999999", 0, LONG_MAX, -ERANGE, 0 },
+  { "99999999999999999999999999999999999", 0, LONG_MAX, -ERANGE, 0 },
+  { "", 0, 10, -EINVAL, 0 },
+  { "-", 0, 10, -EINVAL, 0 },
+  { " 1", 0, 10, -EINVAL, 0 },
+  { "1 ", 0, 10, -EINVAL, 0 },
+  { "1.0", 0, 10, -EINVAL, 0 },
+  { "0x1", 0, 10, -EINVAL, 0 },
+  { "1e3", 0, 10000, -EINVAL, 0 },
+};
+
+START_TEST(test_long)
+{
+  long v = -777;
+  int rc = num_parse_long(longs[_i].s, longs[_i].lo, longs[_i].hi, &v);
+
+  ck_assert_msg(rc == longs[_i].rc, "'%s': rc %d, want %d", longs[_i].s, rc,
+                longs[_i].rc);
+  ck_assert_int_eq(v, rc == 0 ? longs[_i].want : -777);
+}
+END_TEST
+
+START_TEST(test_long_n)
+{
+  long v = 0;
+
+  /* Only the first n bytes count: "12,3" is 12, then ','. */
+  ck_assert_int_eq(num_parse_long_n("12,3", 2, 0, 100, &v), 0);
+  ck_assert_int_eq(v, 12);
+  ck_assert_int_eq(num_parse_long_n("12,3", 3, 0, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_long_n("12", 0, 0, 100, &v), -EINVAL);
+}
+END_TEST
+
+static const struct {
+  const char *s;
+  double lo, hi;
+  int rc;
+  double want;
+} doubles[] = {
+  { "0", 0, NUM_SECONDS_MAX, 0, 0 },
+  { "0.5", 0, NUM_SECONDS_MAX, 0, 0.5 },
+  { "1e3", 0, NUM_SECONDS_MAX, 0, 1000 },
+  { "10000000", 0, NUM_SECONDS_MAX, 0, 1e7 },
+  { "1e-400", 0, 1, 0, 0 },
+  { "10000001", 0, NUM_SECONDS_MAX, -ERANGE, 0 },
+  { "1e30", 0, NUM_SECONDS_MAX, -ERANGE, 0 },
+  { "1e999", 0, NUM_SECONDS_MAX, -ERANGE, 0 },
+  { "-1", 0, NUM_SECONDS_MAX, -ERANGE, 0 },
+  { "inf", 0, NUM_SECONDS_MAX, -EINVAL, 0 },
+  { "nan", 0, NUM_SECONDS_MAX, -EINVAL, 0 },
+  { "0x10", 0, NUM_SECONDS_MAX, -EINVAL, 0 },
+  { " 1", 0, NUM_SECONDS_MAX, -EINVAL, 0 },
+  { "", 0, NUM_SECONDS_MAX, -EINVAL, 0 },
+  { "1.5.2", 0, NUM_SECONDS_MAX, -EINVAL, 0 },
+  { "e", 0, NUM_SECONDS_MAX, -EINVAL, 0 },
+};
+
+START_TEST(test_double)
+{
+  double v = -777;
+  int rc = num_parse_double(doubles[_i].s, doubles[_i].lo, doubles[_i].hi,
+                            &v);
+
+  ck_assert_msg(rc == doubles[_i].rc, "'%s': rc %d, want %d", doubles[_i].s,
+                rc, doubles[_i].rc);
+  if (rc == 0)
+    ck_assert_double_eq(v, doubles[_i].want);
+  else
+    ck_assert_double_eq(v, -777);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("num");
+  TCase *tc = tcase_create("parse");
+  SRunner *sr;
+  int failed;
+
+  tcase_add_loop_test(tc, test_long, 0, sizeof longs / sizeof longs[0]);
+  tcase_add_test(tc, test_long_n);
+  tcase_add_loop_test(tc, test_double, 0,
+                      sizeof doubles / sizeof doubles[0]);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
