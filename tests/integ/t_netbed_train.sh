@@ -11,7 +11,7 @@
 . "$(dirname "$0")/lib.sh"
 
 : "${RDZVD:?RDZVD must point to bin/rdzvd}"
-NETBED=$(cd "$(dirname "$0")/../.." && pwd)/scripts/netbed
+NETBED=${NETBED:-$(cd "$(dirname "$0")/../.." && pwd)/scripts/netbed}
 TRAIN=$(dirname "$CDRUN")/train_mlp
 [ -x "$TRAIN" ] || fail "$TRAIN not built"
 export PG_TIMEOUT=60
