@@ -9,8 +9,12 @@ set -euo pipefail
 
 pkgs=(build-essential pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev
       check python3 procps)
+# scripts/netbed (the emulated-hosts tests): ip and tc.
+pkgs+=(iproute2)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch time)
+  # scripts/bench/net: iperf3's ceiling, Open MPI over TCP.
+  pkgs+=(iperf3 openmpi-bin libopenmpi-dev)
 fi
 
 missing=()
