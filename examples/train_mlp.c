@@ -68,7 +68,8 @@ struct opts {
   int optimizer;
   uint64_t seed;
   const char *ckpt_dir;
-  bool no_reducer, no_comm;
+  bool no_reducer, no_comm, device_compute;
+  double backward_ms[3];   /* --backward-ms; 0: measure */
 };
 
 static int rank_g = -1;   /* for messages */
@@ -129,6 +130,12 @@ static void usage(FILE *f)
 "  --steps N          stop once N steps in all are done (benchmarks)\n"
 "  --no-reducer       all-reduce each gradient after the backward pass\n"
 "  --no-comm          no communication in the steps (benchmarks)\n"
+"  --device-compute   benchmarks: after the warm-up steps each stage of\n"
+"                     the backward pass sleeps as long as it took on the\n"
+"                     CPU (as a GPU's kernels leave the CPU free); the\n"
+"                     gradients then stop being computed\n"
+"  --backward-ms A,B,C  with --device-compute: the three stages' times\n"
+"                     (ms) from the first step on, not measured\n"
 "  --die-at-step S    SIGKILL one worker at step S, first attempt only\n"
 "  --die-rank R       the worker that dies (0)\n", f);
 }
@@ -202,6 +209,7 @@ static int parse_flags(int argc, char **argv, struct opts *o)
   static const char *const takes_value[] = {
     "epochs", "global-batch", "lr", "optimizer", "ckpt-every", "ckpt-dir",
     "seed", "hidden", "samples", "steps", "die-at-step", "die-rank",
+    "backward-ms",
   };
   int i;
   size_t k;
@@ -241,6 +249,20 @@ static int parse_flags(int argc, char **argv, struct opts *o)
       o->no_reducer = true;
     } else if (!strcmp(name, "no-comm")) {
       o->no_comm = true;
+    } else if (!strcmp(name, "device-compute")) {
+      o->device_compute = true;
+    } else if (!strcmp(name, "backward-ms")) {
+      char *end;
+      const char *q = v;
+
+      for (k = 0; k < 3 && rc == 0; k++) {
+        errno = 0;
+        o->backward_ms[k] = strtod(q, &end);
+        if (errno || end == q || !(o->backward_ms[k] > 0) ||
+            o->backward_ms[k] > 1e6 || *end != (k < 2 ? ',' : '\0'))
+          rc = bad_value("--backward-ms", v, "three times in ms, A,B,C");
+        q = end + 1;
+      }
     } else if (!strcmp(name, "epochs")) {
       rc = parse_long("--epochs", v, 1, 1000000, &o->epochs);
     } else if (!strcmp(name, "global-batch")) {
@@ -281,6 +303,8 @@ static int parse_flags(int argc, char **argv, struct opts *o)
   if (o->samples < o->global_batch)
     return usage_error("--samples %ld is less than one --global-batch "
                        "(%ld)", o->samples, o->global_batch);
+  if (o->backward_ms[0] > 0 && !o->device_compute)
+    return usage_error("--backward-ms needs --device-compute");
   if (o->no_reducer && o->no_comm)
     return usage_error("--no-reducer and --no-comm: pick one");
   if (o->lr == 0)
@@ -576,6 +600,12 @@ struct net {
   uint32_t *idx;         /* dataset rows of x */
   float *x, *h1, *h2, *z3, *d3, *d2, *d1;
   struct terms t;
+  /* --device-compute: each backward stage's mean CPU time over the warm-up
+   * steps, then slept instead of computed; backward time of timed steps. */
+  bool device;
+  long real_steps;
+  double stage_s[3], given_s[3], bw_s;
+  long bw_steps;
 };
 
 static void net_init(struct net *n, size_t hid, size_t cap, uint64_t seed)
@@ -678,25 +708,70 @@ static double xent(const float *z, unsigned label, float scale, float *d,
  * bucket's all-reduce while the rest of the pass runs.  The marking order
  * (b3 W3 b2 W2 b1 W1) is the reverse registration order the reducer
  * expects, so its buckets fill front to back. */
+/* Stage k of the backward pass: computed (and timed for the warm-up
+ * mean), or in device mode after the warm-up, slept for that mean. */
+static bool stage_sleep(struct net *n, int k)
+{
+  struct timespec ts;
+  double d;
+
+  if (!n->device || (n->real_steps < WARMUP && !(n->given_s[k] > 0)))
+    return false;
+  d = n->given_s[k] > 0 ? n->given_s[k] :
+      n->stage_s[k] / (double)n->real_steps;
+  ts.tv_sec = (time_t)d;
+  ts.tv_nsec = (long)((d - (double)ts.tv_sec) * 1e9);
+  while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+    ;
+  return true;
+}
+
+static void stage_done(struct net *n, int k, double t0, bool slept)
+{
+  if (!slept)
+    n->stage_s[k] += now_s() - t0;
+}
+
+/* Stage k's mean computed time (ms), 0 if never computed. */
+static double stage_ms(const struct net *n, int k)
+{
+  return n->real_steps ? 1e3 * n->stage_s[k] / (double)n->real_steps : 0.0;
+}
+
 static int backward(struct net *n, size_t rows, pg_reducer *red)
 {
   size_t h = n->hid;
   int err = 0;
+  double t0 = now_s();
 
-  layer_wgrad(rows, h, NCLS, n->h2, n->d3, n->g[4], n->g[5], &n->t);
+  bool slept;
+
+  if (!(slept = stage_sleep(n, 0)))
+    layer_wgrad(rows, h, NCLS, n->h2, n->d3, n->g[4], n->g[5], &n->t);
+  stage_done(n, 0, t0, slept);
   if (red && ((err = pg_reducer_mark_ready(red, 5)) != 0 ||
               (err = pg_reducer_mark_ready(red, 4)) != 0))
     return err;
-  transpose(h, NCLS, n->p[4], n->wt3);
-  layer_dgrad(rows, h, NCLS, n->d3, n->wt3, n->h2, n->d2, &n->t);
-  layer_wgrad(rows, h, h, n->h1, n->d2, n->g[2], n->g[3], &n->t);
+  t0 = now_s();
+  if (!(slept = stage_sleep(n, 1))) {
+    transpose(h, NCLS, n->p[4], n->wt3);
+    layer_dgrad(rows, h, NCLS, n->d3, n->wt3, n->h2, n->d2, &n->t);
+    layer_wgrad(rows, h, h, n->h1, n->d2, n->g[2], n->g[3], &n->t);
+  }
+  stage_done(n, 1, t0, slept);
   if (red && ((err = pg_reducer_mark_ready(red, 3)) != 0 ||
               (err = pg_reducer_mark_ready(red, 2)) != 0))
     return err;
   /* From here on W2's bucket (most of the bytes) is on the wire. */
-  transpose(h, h, n->p[2], n->wt2);
-  layer_dgrad(rows, h, h, n->d2, n->wt2, n->h1, n->d1, &n->t);
-  layer_wgrad(rows, NIN, h, n->x, n->d1, n->g[0], n->g[1], &n->t);
+  t0 = now_s();
+  if (!(slept = stage_sleep(n, 2))) {
+    transpose(h, h, n->p[2], n->wt2);
+    layer_dgrad(rows, h, h, n->d2, n->wt2, n->h1, n->d1, &n->t);
+    layer_wgrad(rows, NIN, h, n->x, n->d1, n->g[0], n->g[1], &n->t);
+  }
+  stage_done(n, 2, t0, slept);
+  if (!slept)
+    n->real_steps++;
   if (red && ((err = pg_reducer_mark_ready(red, 1)) != 0 ||
               (err = pg_reducer_mark_ready(red, 0)) != 0))
     return err;
@@ -1262,10 +1337,13 @@ static int train_step(struct run *R, long step, struct stats *st,
     st->correct += pred == label;
   }
   st->rows += (double)R->local;
+  *wait = now_s();
   if ((err = backward(n, R->local, R->red)) != 0) {
     pg_fail("pg_reducer_mark_ready", err);
     return -1;
   }
+  n->bw_s += now_s() - *wait;
+  n->bw_steps++;
   *wait = now_s();
   if (R->red) {
     if ((err = pg_reducer_finish(R->red)) != 0) {
@@ -1364,8 +1442,12 @@ static int final_report(struct run *R, long step, double test_acc,
    * (the others also wait for it): the communication left exposed. */
   if (timed > 0)
     printf("step_ms=%.3f wait_ms=%.3f (means of %ld steps after %d "
-           "warm-up; %s, %d workers)\n", v[4], -v[5], timed, WARMUP,
-           mode[R->o.no_comm ? 2 : R->o.no_reducer], R->world);
+           "warm-up; %s, %d workers) backward_ms=%.3f compute=%s "
+           "stages_ms=%.3f,%.3f,%.3f\n", v[4], -v[5], timed, WARMUP,
+           mode[R->o.no_comm ? 2 : R->o.no_reducer], R->world,
+           R->n.bw_steps ? 1e3 * R->n.bw_s / (double)R->n.bw_steps : 0.0,
+           R->n.device ? "device" : "cpu", stage_ms(&R->n, 0),
+           stage_ms(&R->n, 1), stage_ms(&R->n, 2));
   printf("final: step %ld test-acc %.2f%% params: sum=%.9g abs=%.9g "
          "l2=%.9g\n", step, test_acc, sum, abs_sum, l2);
   return 0;
@@ -1491,6 +1573,9 @@ int main(int argc, char **argv)
   make_data(R.o.seed, (size_t)R.o.samples, &R.train, &R.test);
   net_init(&R.n, (size_t)R.o.hidden, R.local > 256 ? R.local : 256,
            R.o.seed);
+  R.n.device = R.o.device_compute;
+  for (int k = 0; k < 3; k++)
+    R.n.given_s[k] = R.o.backward_ms[k] / 1e3;
   R.perm = xcalloc(R.train.n, sizeof *R.perm);
   R.perm_epoch = -1;
   if (R.o.no_reducer || R.o.no_comm) {

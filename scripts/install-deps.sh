@@ -22,6 +22,8 @@ pkgs+=(slurmctld slurmd slurm-client munge openssh-server openssh-client
 pkgs+=(etcd-server etcd-client openssl curl)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch time)
+  # scripts/bench/net: iperf3's ceiling, Open MPI over TCP.
+  pkgs+=(iperf3 openmpi-bin libopenmpi-dev)
   # torchrun's etcd back end (bench/rendezvous part 3)
   pkgs+=(python3-etcd)
 fi

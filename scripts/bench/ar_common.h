@@ -15,6 +15,52 @@
 
 static const size_t ar_sizes[] = { 4096, 65536, 1 << 20, 16 << 20, 64 << 20 };
 #define AR_NSIZES (sizeof ar_sizes / sizeof ar_sizes[0])
+#define AR_MAX_SIZES 64
+
+/* The sizes to run: AR_SIZES from the environment (byte counts, multiples
+ * of 4, separated by spaces; scripts/bench/net), else ar_sizes.  Returns
+ * how many, 0 on a malformed list (with a message). */
+static inline size_t ar_size_list(size_t *out)
+{
+  const char *e = getenv("AR_SIZES");
+  size_t n = 0;
+
+  if (!e || !*e) {
+    for (n = 0; n < AR_NSIZES; n++)
+      out[n] = ar_sizes[n];
+    return n;
+  }
+  while (*e) {
+    char *end;
+    unsigned long long v;
+
+    while (*e == ' ')
+      e++;
+    if (!*e)
+      break;
+    v = strtoull(e, &end, 10);
+    if (end == e || (*end && *end != ' ') || v == 0 || v % 4 ||
+        v > (1ull << 30) || n == AR_MAX_SIZES) {
+      fprintf(stderr, "AR_SIZES: '%s' is not a list of at most %d byte "
+              "counts, multiples of 4, up to 1 GiB\n", getenv("AR_SIZES"),
+              AR_MAX_SIZES);
+      return 0;
+    }
+    out[n++] = (size_t)v;
+    e = end;
+  }
+  return n;
+}
+
+static inline size_t ar_size_max(const size_t *s, size_t n)
+{
+  size_t m = 0;
+
+  for (size_t k = 0; k < n; k++)
+    if (s[k] > m)
+      m = s[k];
+  return m;
+}
 
 #define AR_TARGET_S 0.25   /* timed seconds per size (at least ~0.2) */
 #define AR_WARM_S 0.1      /* warm-up seconds per size, at least */

@@ -7,13 +7,15 @@ per size one checked all-reduce of the pattern (rank r, element i:
 (7 i + 13 r) mod 251: every sum exact in f32), zeros, warm-up rounds
 (>= 0.1 s, at least 2), the slowest rank's estimate, a barrier, the timed loop; time per op = max over
 ranks of the mean (all_reduce MAX).  Rank 0 prints the result lines."""
+import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-SIZES = [4096, 65536, 1 << 20, 16 << 20, 64 << 20]
+SIZES = ([int(x) for x in os.environ.get("AR_SIZES", "").split()]
+         or [4096, 65536, 1 << 20, 16 << 20, 64 << 20])
 TARGET_S, MIN_ITERS, MAX_ITERS = 0.25, 5, 200000
 WARM_S, WARM_MAX_ROUNDS = 0.1, 1000
 TIMED_MIN_S, MAX_PASSES = 0.2, 10

@@ -39,7 +39,8 @@ int main(int argc, char **argv)
 {
   struct pg_options o = PG_OPTIONS_INIT;
   const char *expect = NULL;
-  size_t maxb = ar_sizes[AR_NSIZES - 1];
+  size_t sizes[AR_MAX_SIZES], nsizes = ar_size_list(sizes);
+  size_t maxb = ar_size_max(sizes, nsizes);
   float *buf;
   int err, rank, ws;
 
@@ -56,12 +57,14 @@ int main(int argc, char **argv)
             pg_backend_name(g), expect);
     return 1;
   }
+  if (nsizes == 0)
+    return 2;
   if (posix_memalign((void **)&buf, 4096, maxb) != 0) {
     fprintf(stderr, "ar_libpg: out of memory\n");
     return 1;
   }
-  for (size_t k = 0; k < AR_NSIZES; k++) {
-    size_t bytes = ar_sizes[k], cnt = bytes / sizeof(float);
+  for (size_t k = 0; k < nsizes; k++) {
+    size_t bytes = sizes[k], cnt = bytes / sizeof(float);
     long round = ar_warm_round(bytes), rounds, iters, i, done, passes;
     double t0, est = 0, warm, dt, bad, mine, seen;
 

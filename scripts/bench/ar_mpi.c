@@ -47,7 +47,8 @@ static double max_over_ranks(double v)
 
 int main(int argc, char **argv)
 {
-  size_t maxb = ar_sizes[AR_NSIZES - 1];
+  size_t sizes[AR_MAX_SIZES], nsizes = ar_size_list(sizes);
+  size_t maxb = ar_size_max(sizes, nsizes);
   float *buf = NULL;
   int rank, ws;
 
@@ -60,13 +61,17 @@ int main(int argc, char **argv)
             "busy-polls; -1: unknown)\n", ws,
             cvar_int("mpi_oversubscribe"), cvar_int("mpi_yield_when_idle"));
   }
+  if (nsizes == 0) {
+    MPI_Abort(MPI_COMM_WORLD, 2);
+    return 2;
+  }
   if (posix_memalign((void **)&buf, 4096, maxb) != 0) {
     fprintf(stderr, "ar_mpi: out of memory\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
-  for (size_t k = 0; k < AR_NSIZES; k++) {
-    size_t bytes = ar_sizes[k], cnt = bytes / sizeof(float);
+  for (size_t k = 0; k < nsizes; k++) {
+    size_t bytes = sizes[k], cnt = bytes / sizeof(float);
     long round = ar_warm_round(bytes), rounds, iters, i, done, passes;
     double t0, est = 0, warm, dt, bad, mine, seen;
 

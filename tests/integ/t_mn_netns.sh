@@ -12,77 +12,42 @@
 
 : "${RDZVD:?RDZVD must point to bin/rdzvd}"
 
-# Names are unique per run (pid-derived); interface names stay <= 15 chars.
-id=$$
-NS_SW=cdrun-$id-sw           # the switch: holds the bridge
-NS_R=cdrun-$id-r             # rdzvd
-NODES=(a b c)                # the agents, namespaces cdrun-$id-<n>
-BR=b$id                      # bridge, in NS_SW
-NET=10.213.$((id % 250 + 1)) # private /24 (inside private namespaces)
-CREATED_NS=()
+# The bed: scripts/netbed, 4 hosts (namespaces on a bridge that lives in a
+# namespace of its own; names unique per run): h1 for rdzvd, the agents'
+# nodes a, b, c on h2, h3, h4.
+NETBED=$(cd "$(dirname "$0")/../.." && pwd)/scripts/netbed
+BED=$T/bed
+NODES=(a b c)
 
 net_cleanup() {
-  local ns
-  # lib.sh's cleanup kills every process first (nothing may pin a netns).
+  local p
+  # Nothing may pin a namespace: kill every process first, then the bed,
+  # then lib.sh's cleanup (which removes $T, the bed's state).
+  for p in "${STARTED[@]+"${STARTED[@]}"}"; do
+    kill -9 "$p" 2>/dev/null
+  done
+  "$NETBED" down "$BED" 2>/dev/null
   cleanup
-  # Bridge ports and the bridge, then the namespaces (which takes the
-  # namespace-side veth ends with them).
-  if [ "${#CREATED_NS[@]}" -gt 0 ]; then
-    for ns in "${CREATED_NS[@]}"; do
-      [ "$ns" = "$NS_SW" ] && continue
-      ip -n "$NS_SW" link del "v$id${ns##*-}" 2>/dev/null
-    done
-    ip -n "$NS_SW" link del "$BR" 2>/dev/null
-    for ns in "${CREATED_NS[@]}"; do
-      ip netns del "$ns" 2>/dev/null
-    done
-  fi
   return 0
 }
 trap net_cleanup EXIT
 
-# ---- can we do this here? ------------------------------------------------
-[ "$(id -u)" -eq 0 ] || skip "network namespaces need root (uid $(id -u))"
-command -v ip >/dev/null || skip "the ip command (iproute2) is not installed"
-ip netns add "$NS_SW" 2>"$T/ip.err" ||
-  skip "'ip netns add' does not work here: $(head -c 200 "$T/ip.err")"
-CREATED_NS+=("$NS_SW")
-ip -n "$NS_SW" link set lo up 2>"$T/ip.err" ||
-  skip "cannot configure a network namespace: $(head -c 200 "$T/ip.err")"
-ip -n "$NS_SW" link add "$BR" type bridge 2>"$T/ip.err" ||
-  skip "cannot create a bridge in a namespace: $(head -c 200 "$T/ip.err")"
-ip -n "$NS_SW" link set "$BR" up || fail "cannot bring the bridge up"
-
-# host NAME NUM: a namespace cdrun-$id-NAME with eth-like e$idNAME at
-# $NET.NUM/24, its peer v$idNAME a port of the bridge.
-host() {
-  local name=$1 num=$2 ns=cdrun-$id-$1
-  ip netns add "$ns" 2>"$T/ip.err" ||
-    skip "'ip netns add' failed for a second namespace: $(head -c 200 "$T/ip.err")"
-  CREATED_NS+=("$ns")
-  ip -n "$NS_SW" link add "v$id$name" type veth peer name "e$id$name" \
-    netns "$ns" 2>"$T/ip.err" ||
-    skip "cannot create a veth pair across namespaces: $(head -c 200 "$T/ip.err")"
-  ip -n "$NS_SW" link set "v$id$name" master "$BR" 2>"$T/ip.err" ||
-    skip "cannot attach a veth to the bridge: $(head -c 200 "$T/ip.err")"
-  ip -n "$NS_SW" link set "v$id$name" up || fail "veth v$id$name up"
-  ip -n "$ns" link set lo up || fail "lo up in $ns"
-  ip -n "$ns" addr add "$NET.$num/24" dev "e$id$name" || fail "addr in $ns"
-  ip -n "$ns" link set "e$id$name" up || fail "veth e$id$name up"
-}
-
-host r 1
-declare -A ADDR NSOF
-i=11
+"$NETBED" up "$BED" 4 2>"$T/netbed.err"
+rc=$?
+[ "$rc" -eq 77 ] && skip "$(cat "$T/netbed.err")"
+[ "$rc" -eq 0 ] || fail "netbed up: $(cat "$T/netbed.err")"
+declare -A ADDR NSOF HOST
+i=2
 for n in "${NODES[@]}"; do
-  host "$n" "$i"
-  ADDR[$n]=$NET.$i
-  NSOF[$n]=cdrun-$id-$n
+  HOST[$n]=h$i
+  ADDR[$n]=$("$NETBED" addr "$BED" "h$i")
+  NSOF[$n]=$("$NETBED" ns "$BED" "h$i")
   i=$((i + 1))
 done
+RADDR=$("$NETBED" addr "$BED" h1)
 # ---- rdzvd in its own namespace --------------------------------------------
 : >"$T/rdzvd.log"
-ip netns exec "$NS_R" "$RDZVD" --host "$NET.1" --port 0 2>"$T/rdzvd.log" &
+"$NETBED" exec "$BED" h1 "$RDZVD" --host "$RADDR" --port 0 2>"$T/rdzvd.log" &
 RDZVD_PID=$!
 STARTED+=("$RDZVD_PID")
 for ((i = 0; i < 100; i++)); do
@@ -92,12 +57,12 @@ for ((i = 0; i < 100; i++)); do
   sleep 0.05
 done
 [ -n "$RDZVD_PORT" ] || { cat "$T/rdzvd.log" >&2; fail "rdzvd did not start"; }
-ep=$NET.1:$RDZVD_PORT
+ep=$RADDR:$RDZVD_PORT
 # The fabric works: every node reaches rdzvd over the bridge (a bare TCP
 # connect, closed at once).
 for n in "${NODES[@]}"; do
   ip netns exec "${NSOF[$n]}" timeout 5 bash -c \
-    "exec 3<>/dev/tcp/$NET.1/$RDZVD_PORT" 2>"$T/ip.err" ||
+    "exec 3<>/dev/tcp/$RADDR/$RDZVD_PORT" 2>"$T/ip.err" ||
     fail "node $n cannot reach rdzvd at $ep over the bridge: $(cat "$T/ip.err")"
 done
 conf=last_call_timeout=0.5,keepalive_interval=0.2,keepalive_misses=5,join_timeout=20
@@ -105,8 +70,8 @@ conf=last_call_timeout=0.5,keepalive_interval=0.2,keepalive_misses=5,join_timeou
 # ---- three agents, one per namespace -------------------------------------
 mkdir "$T/w"
 for n in "${NODES[@]}"; do
-  # ip netns exec execs the command: the pid is cdrun's own.
-  ip netns exec "${NSOF[$n]}" "$CDRUN" --nnodes=1:3 --nproc_per_node=1 \
+  # netbed exec execs the command: the pid is cdrun's own.
+  "$NETBED" exec "$BED" "${HOST[$n]}" "$CDRUN" --nnodes=1:3 --nproc_per_node=1 \
     --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=netns \
     --rdzv_conf="$conf" "$TW" elastic "$T/w" 60 >"$T/$n.out" 2>"$T/$n.err" &
   STARTED+=("$!")
@@ -144,7 +109,7 @@ done
 # ---- partition: the rank-0 node's link goes down --------------------------
 cut=$master
 rm -f "$T"/w/ws2.*
-ip -n "${NSOF[$cut]}" link set "e$id$cut" down || fail "cannot cut node $cut"
+"$NETBED" cut "$BED" "${HOST[$cut]}" || fail "cannot cut node $cut"
 survivors=()
 for n in "${NODES[@]}"; do [ "$n" != "$cut" ] && survivors+=("$n"); done
 
