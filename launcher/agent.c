@@ -103,6 +103,7 @@ struct agent {
   enum agent_state state;
   enum stop_reason reason;
   int stop_signal;              /* signal that stops the group */
+  bool sigkill_sent;            /* this stop escalated to SIGKILL */
   int signals_seen;
   bool drain_expired;
   struct worker *workers;
@@ -527,6 +528,8 @@ static void kill_running(struct agent *a, int sig)
 {
   int i;
 
+  if (sig == SIGKILL)
+    a->sigkill_sent = true;
   for (i = 0; i < a->o->nproc; i++)
     if (a->workers[i].running)
       kill(-a->workers[i].pid, sig);
@@ -552,6 +555,7 @@ static void begin_stop(struct agent *a, enum stop_reason why, int sig)
   a->reason = why;
   uv_timer_stop(&a->heartbeat);
   a->stop_signal = sig ? sig : SIGTERM;
+  a->sigkill_sent = false;
   if (sig && any_running(a)) {
     kill_running(a, sig);
     uv_timer_start(&a->grace, grace_expired,
@@ -689,12 +693,15 @@ static void report_failure(struct agent *a, struct worker *w, int code)
  * bad input, a dead peer).  torchrun, polling every --monitor_interval
  * (0.1 s), lists all the failures one poll finds; we are told of each exit
  * at once, so an exit within one monitor interval of the first failure
- * that our stop signal did not cause is listed too. */
+ * that our stop signal did not cause is listed too.  A SIGKILL is ours
+ * only once the stop has escalated to it: a worker that died of one
+ * before (the OOM killer, a peer, itself) but was reaped after the first
+ * failure, as a busy machine reaps them, failed. */
 static bool is_cofailure(const struct agent *a, int code)
 {
   if (code == 0 || a->nfailures == 0)
     return false;
-  if (code == -a->stop_signal || code == -SIGKILL)
+  if (code == -a->stop_signal || (code == -SIGKILL && a->sigkill_sent))
     return false;
   return now_epoch() - a->first_failure_time < a->o->cofailure_s;
 }

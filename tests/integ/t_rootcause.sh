@@ -37,4 +37,22 @@ expect_eq "stopped worker: root cause" "$(root_rank "$T/c.err")" 1
 expect_grep '<NO_OTHER_FAILURES>' "$T/c.err"
 [ "$(grep -c '^  rank      :' "$T/c.err")" -eq 1 ] ||
   { cat "$T/c.err"; fail "a worker cdrun stopped is listed as a failure"; }
+
+# Rank 1 (deaf to the SIGTERM) dies of a SIGKILL that cdrun did not send,
+# after rank 0 failed: it failed too, as a worker the OOM killer took
+# would, and is listed; cdrun never escalated to SIGKILL here.
+mkdir "$T/d"
+"$CDRUN" --standalone --nproc_per_node=2 --monitor_interval=60 --no_python \
+  /bin/sh -c 'if [ "$LOCAL_RANK" = 0 ]; then
+      while [ ! -e "$0/r1" ]; do sleep 0.05; done
+      : >"$0/r0"; exit 3
+    fi
+    trap "" TERM; : >"$0/r1"
+    while [ ! -e "$0/r0" ]; do sleep 0.05; done
+    sleep 0.3; kill -9 $$' "$T/d" 2>"$T/d.err"
+expect_eq "self-SIGKILL after a failure: exit status" "$?" 3
+expect_grep 'worker 1 \(local rank 1, pid [0-9]+\) failed too \(signal 9\)' \
+  "$T/d.err"
+[ "$(grep -c '^  rank      :' "$T/d.err")" -eq 2 ] ||
+  { cat "$T/d.err"; fail "the self-SIGKILLed worker is not listed"; }
 exit 0

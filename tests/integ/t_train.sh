@@ -64,7 +64,9 @@ awk '/^epoch/ { l = $4 + 0; if (n++ && l >= prev) bad = 1; prev = l }
 # checkpoint of step 40 and ends exactly where the uninterrupted run did.
 train kill 4 --max_restarts=1 "$TRAIN" "${SMALL[@]}" \
   --ckpt-dir "$T/kill.ckpt" --die-at-step 45 --die-rank 2
-expect_grep 'worker 2 \(local rank 2, pid [0-9]+\) was killed by SIGKILL' \
+# Its peers fail (ECONNRESET) right after it: on a busy machine cdrun may
+# reap one of them first, and rank 2 is then listed as failing too.
+expect_grep 'worker 2 \(local rank 2, pid [0-9]+\) (was killed by SIGKILL|failed too \(signal 9\))' \
   "$T/kill.log"
 expect_grep 'restarting it \(1 of 1 restarts used\)' "$T/kill.log"
 expect_grep '^resumed from step 40 ' "$T/kill.log"
