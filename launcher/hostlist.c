@@ -1,5 +1,6 @@
 /* hostlist.c -- Slurm hostlist expansion (see hostlist.h). */
 #include "hostlist.h"
+#include "say.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -23,18 +24,8 @@ struct item {
   int nbr;
 };
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (err && errlen) {
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -EINVAL;
-}
+/* A bad value: the message in err, -EINVAL. */
+#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
 
 static bool is_sep(char c)
 {

@@ -34,18 +34,8 @@
 #define LINE_MAX_OUT 65536      /* longer lines are cut into pieces */
 #define SSH_FAILED 255          /* ssh's own failure, or a killed remote */
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (err && errlen) {
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -EINVAL;
-}
+/* A bad value: the message in err, -EINVAL. */
+#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
 
 /* ---- host lists ---------------------------------------------------------- */
 

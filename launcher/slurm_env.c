@@ -1,6 +1,7 @@
 /* slurm_env.c -- deriving cdrun's rendezvous settings from srun's
  * environment (see slurm_env.h). */
 #include "slurm_env.h"
+#include "say.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -8,18 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (err && errlen) {
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -EINVAL;
-}
+/* A bad value: the message in err, -EINVAL. */
+#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
 
 static const char *get(char *const *env, const char *name)
 {
