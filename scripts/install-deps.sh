@@ -20,8 +20,10 @@ pkgs+=(slurmctld slurmd slurm-client munge openssh-server openssh-client
 # The etcd back end's tests: real etcd servers, TLS certificates, curl for
 # health checks.
 pkgs+=(etcd-server etcd-client openssl curl)
+# The PyTorch scenarios (t_python, t_filetimer, t_foreign): Debian's torch.
+pkgs+=(python3-torch)
 if [ "${1:-}" = "--bench" ]; then
-  pkgs+=(python3-torch time)
+  pkgs+=(time)
   # scripts/bench/net: iperf3's ceiling, Open MPI over TCP.
   pkgs+=(iperf3 openmpi-bin libopenmpi-dev)
   # torchrun's etcd back end (bench/rendezvous part 3)
