@@ -18,8 +18,12 @@
 
 enum work_kind {
   W_ALL_REDUCE, W_BROADCAST, W_REDUCE, W_ALL_GATHER, W_REDUCE_SCATTER,
-  W_BARRIER, W_SEND, W_RECV,
+  W_BARRIER, W_SEND, W_RECV, W_ALL_TO_ALL, W_GATHER, W_SCATTER,
 };
+
+/* The tag of the point-to-point messages that all_to_all, gather and
+ * scatter are made of (Note [composed collectives]); refused from users. */
+#define COMPOSED_TAG INT_MIN
 
 struct pg_work {
   struct pg_group *g;
@@ -31,6 +35,9 @@ struct pg_work {
   pg_op op;
   int root;             /* root, or peer for send/recv */
   int tag;
+  /* all_to_all_v: per-rank counts and displacements (elements); NULL
+   * counts: every block is count elements. */
+  const size_t *send_counts, *send_displs, *recv_counts, *recv_displs;
   int result;
   bool done;
   int refs;             /* the queue's and the caller's */
@@ -224,6 +231,10 @@ static int run_self(struct pg_work *w)
   case W_SEND:
   case W_RECV:
     return pg__fail(-EINVAL, "send/recv: peer %d is this rank", w->root);
+  case W_ALL_TO_ALL:
+  case W_GATHER:
+  case W_SCATTER:
+    break;
   }
   return -EINVAL;
 }
@@ -340,6 +351,160 @@ static int run_widened(pg_group *g, struct pg_work *w, double deadline)
   return err;
 }
 
+/* Note [composed collectives]: all_to_all, gather and scatter are made of
+ * point-to-point messages (tag COMPOSED_TAG) on every backend.  The CPU
+ * backends exchange pairwise: at step s every rank sends to rank + s and
+ * receives from rank - s; a send waiting for room drains what arrives
+ * meanwhile (shm and TCP), so the cycle of sends cannot deadlock, and a
+ * rank holds at most one step's blocks in flight.  NCCL issues every send
+ * and receive (its own block included: NCCL sends to itself inside a
+ * group) in one ncclGroupStart/End, as torch's alltoall does. */
+struct blocks {
+  size_t *scount, *sdispl, *rcount, *rdispl;  /* [n] elements */
+};
+
+static void blocks_free(struct blocks *b)
+{
+  free(b->scount);
+}
+
+/* Every rank's block of the send and receive buffers, in elements. */
+static int blocks_of(const pg_group *g, const struct pg_work *w,
+                     struct blocks *b)
+{
+  size_t n = (size_t)g->size, i, so = 0, ro = 0;
+
+  b->scount = malloc(4 * n * sizeof *b->scount);
+  if (!b->scount)
+    return pg__fail(-ENOMEM, "out of memory for %zu ranks' blocks", n);
+  b->sdispl = b->scount + n;
+  b->rcount = b->sdispl + n;
+  b->rdispl = b->rcount + n;
+  for (i = 0; i < n; i++) {
+    b->scount[i] = w->send_counts ? w->send_counts[i] : w->count;
+    b->rcount[i] = w->recv_counts ? w->recv_counts[i] : w->count;
+    b->sdispl[i] = w->send_displs ? w->send_displs[i] : so;
+    b->rdispl[i] = w->recv_displs ? w->recv_displs[i] : ro;
+    so = b->sdispl[i] + b->scount[i];
+    ro = b->rdispl[i] + b->rcount[i];
+  }
+  return 0;
+}
+
+static int send_block(pg_group *g, const char *base, size_t off,
+                      size_t count, size_t es, int peer, double deadline)
+{
+  return g->comm->ops->send(g->comm, base + off * es, count * es, peer,
+                            COMPOSED_TAG, deadline);
+}
+
+static int recv_block(pg_group *g, char *base, size_t off, size_t count,
+                      size_t es, int peer, double deadline)
+{
+  return g->comm->ops->recv(g->comm, base + off * es, count * es, peer,
+                            COMPOSED_TAG, deadline);
+}
+
+static int run_all_to_all(pg_group *g, const struct pg_work *w,
+                          const struct blocks *b, bool grouped,
+                          double deadline)
+{
+  size_t es = pg_dtype_size(w->dtype);
+  int n = g->size, me = g->rank, s, to, from, err = 0;
+
+  if (!grouped && b->scount[me] && w->recv)
+    memmove((char *)w->recv + b->rdispl[me] * es,
+            (const char *)w->send + b->sdispl[me] * es, b->scount[me] * es);
+  for (s = grouped ? 0 : 1; s < n && !err; s++) {
+    to = (me + s) % n;
+    from = (me - s + n) % n;
+    err = send_block(g, w->send, b->sdispl[to], b->scount[to], es, to,
+                     deadline);
+    if (!err)
+      err = recv_block(g, w->recv, b->rdispl[from], b->rcount[from], es,
+                       from, deadline);
+  }
+  return err;
+}
+
+/* gather (to_root) or scatter: the root's buffer holds n blocks of
+ * count; its own block is copied unless it is in place. */
+static int run_rooted(pg_group *g, const struct pg_work *w, bool grouped,
+                      double deadline)
+{
+  size_t es = pg_dtype_size(w->dtype), bytes = w->count * es;
+  bool gather = w->kind == W_GATHER;
+  int r, err = 0;
+
+  if (g->rank != w->root)
+    return gather ? send_block(g, w->send, 0, w->count, es, w->root,
+                               deadline)
+                  : recv_block(g, w->recv, 0, w->count, es, w->root,
+                               deadline);
+  for (r = 0; r < g->size && !err; r++) {
+    const char *src = gather ? w->send
+                             : (const char *)w->send + (size_t)r * bytes;
+    char *dst = gather ? (char *)w->recv + (size_t)r * bytes : w->recv;
+
+    if (r == w->root) {
+      if (src == dst || !bytes)
+        continue;  /* in place */
+      if (!grouped) {
+        memmove(dst, src, bytes);
+        continue;
+      }
+      /* NCCL: to itself, inside the group. */
+      err = send_block(g, src, 0, w->count, es, r, deadline);
+      if (!err)
+        err = recv_block(g, dst, 0, w->count, es, r, deadline);
+      continue;
+    }
+    err = gather ? recv_block(g, dst, 0, w->count, es, r, deadline)
+                 : send_block(g, src, 0, w->count, es, r, deadline);
+  }
+  return err;
+}
+
+static bool stream_ordered(const pg_group *g);
+
+static int run_composed(pg_group *g, struct pg_work *w, double deadline)
+{
+  struct pg__comm *c = g->comm;
+  bool grouped = c && stream_ordered(g);
+  struct blocks b = { 0 };
+  int err, e;
+
+  if (w->kind == W_ALL_TO_ALL && (err = blocks_of(g, w, &b)))
+    return err;
+  if (!c) {
+    /* A group of one: its own block. */
+    size_t es = pg_dtype_size(w->dtype);
+    size_t n = w->kind == W_ALL_TO_ALL ? b.scount[0] : w->count;
+    const char *src = (const char *)w->send +
+                      (w->kind == W_ALL_TO_ALL ? b.sdispl[0] : 0) * es;
+    char *dst = (char *)w->recv +
+                (w->kind == W_ALL_TO_ALL ? b.rdispl[0] : 0) * es;
+
+    if (n && src != dst)
+      memmove(dst, src, n * es);
+    blocks_free(&b);
+    return 0;
+  }
+  if (grouped && (err = c->ops->group_start(c))) {
+    blocks_free(&b);
+    return err;
+  }
+  err = w->kind == W_ALL_TO_ALL ? run_all_to_all(g, w, &b, grouped, deadline)
+                                : run_rooted(g, w, grouped, deadline);
+  if (grouped) {
+    e = c->ops->group_end(c);
+    if (!err)
+      err = e;
+  }
+  blocks_free(&b);
+  return err;
+}
+
 static int run_work(pg_group *g, struct pg_work *w)
 {
   struct pg__comm *c = g->comm;
@@ -347,6 +512,9 @@ static int run_work(pg_group *g, struct pg_work *w)
   size_t bytes = w->count * pg_dtype_size(w->dtype);
   size_t all = bytes * (size_t)g->size;
 
+  if (w->kind == W_ALL_TO_ALL || w->kind == W_GATHER ||
+      w->kind == W_SCATTER)
+    return run_composed(g, w, deadline);
   if (!c)
     return run_self(w);
   if (strcmp(g->backend, "nccl") != 0 && widens(w))
@@ -378,6 +546,10 @@ static int run_work(pg_group *g, struct pg_work *w)
     return c->ops->send(c, w->send, bytes, w->root, w->tag, deadline);
   case W_RECV:
     return c->ops->recv(c, w->recv, bytes, w->root, w->tag, deadline);
+  case W_ALL_TO_ALL:
+  case W_GATHER:
+  case W_SCATTER:
+    break;
   }
   return -EINVAL;
 }
@@ -454,6 +626,75 @@ static void *progress_main(void *arg)
   return NULL;
 }
 
+static int check_all_to_all(pg_group *g, const struct pg_work *w)
+{
+  size_t n = (size_t)g->size, es = pg_dtype_size(w->dtype), i, sn = 0,
+         rn = 0, lim = SIZE_MAX / 8 / n;
+
+  if (!w->send_counts != !w->recv_counts)
+    return pg__fail(-EINVAL, "all_to_all_v: send_counts and recv_counts "
+                    "are both required");
+  if (!w->send_counts) {
+    if (w->count && (!w->send || !w->recv))
+      return pg__fail(-EINVAL, "all_to_all: NULL buffer with count %zu",
+                      w->count);
+    if (overlap(w->send, w->count * n * es, w->recv, w->count * n * es))
+      return pg__fail(-EINVAL, "all_to_all: the send and receive buffers "
+                      "overlap (it cannot run in place)");
+    return 0;
+  }
+  for (i = 0; i < n; i++) {
+    if (w->send_counts[i] > lim || w->recv_counts[i] > lim ||
+        (w->send_displs && w->send_displs[i] > lim) ||
+        (w->recv_displs && w->recv_displs[i] > lim))
+      return pg__fail(-EINVAL, "all_to_all_v: rank %zu's count or "
+                      "displacement is too large", i);
+    sn += w->send_counts[i];
+    rn += w->recv_counts[i];
+  }
+  if ((sn && !w->send) || (rn && !w->recv))
+    return pg__fail(-EINVAL, "all_to_all_v: NULL %s buffer with %zu "
+                    "elements", sn && !w->send ? "send" : "receive",
+                    sn && !w->send ? sn : rn);
+  if (w->send_counts[g->rank] != w->recv_counts[g->rank])
+    return pg__fail(-EINVAL, "all_to_all_v: this rank (%d) sends itself "
+                    "%zu elements but expects %zu", g->rank,
+                    w->send_counts[g->rank], w->recv_counts[g->rank]);
+  return 0;
+}
+
+/* gather: recv on the root holds n blocks; scatter: send does.  In
+ * place: the root's own block is the other buffer. */
+static int check_rooted(pg_group *g, const struct pg_work *w)
+{
+  const char *what = w->kind == W_GATHER ? "gather" : "scatter";
+  size_t bytes = w->count * pg_dtype_size(w->dtype);
+  bool root = g->rank == w->root;
+
+  if (w->root < 0 || w->root >= g->size)
+    return pg__fail(-EINVAL, "%s: root %d is not a rank of this group of "
+                    "%d", what, w->root, g->size);
+  if (!w->count)
+    return 0;
+  if (w->kind == W_GATHER ? !w->send || (root && !w->recv)
+                          : !w->recv || (root && !w->send))
+    return pg__fail(-EINVAL, "%s: NULL buffer with count %zu", what,
+                    w->count);
+  if (root && w->kind == W_GATHER &&
+      (const char *)w->send != (const char *)w->recv +
+                               (size_t)w->root * bytes &&
+      overlap(w->send, bytes, w->recv, bytes * (size_t)g->size))
+    return pg__fail(-EINVAL, "gather: the buffers overlap (in place, send "
+                    "is recv + root * count)");
+  if (root && w->kind == W_SCATTER &&
+      (const char *)w->recv != (const char *)w->send +
+                               (size_t)w->root * bytes &&
+      overlap(w->recv, bytes, w->send, bytes * (size_t)g->size))
+    return pg__fail(-EINVAL, "scatter: the buffers overlap (in place, recv "
+                    "is send + root * count)");
+  return 0;
+}
+
 static int check_args(pg_group *g, const struct pg_work *w)
 {
   if (!g)
@@ -481,6 +722,13 @@ static int check_args(pg_group *g, const struct pg_work *w)
                     "of %d", w->root, g->size);
   if (w->kind == W_BROADCAST && w->count && !w->recv)
     return pg__fail(-EINVAL, "broadcast: NULL buffer");
+  if ((w->kind == W_SEND || w->kind == W_RECV) && w->tag == COMPOSED_TAG)
+    return pg__fail(-EINVAL, "tag %d is reserved for libpg's own use",
+                    w->tag);
+  if (w->kind == W_ALL_TO_ALL)
+    return check_all_to_all(g, w);
+  if (w->kind == W_GATHER || w->kind == W_SCATTER)
+    return check_rooted(g, w);
   return 0;
 }
 
@@ -869,6 +1117,75 @@ int pg_recv(pg_group *g, void *buf, size_t count, pg_dtype t, int peer,
             int tag)
 {
   return pg_recv_async(g, buf, count, t, peer, tag, NULL);
+}
+
+int pg_all_to_all_async(pg_group *g, const void *send, void *recv,
+                        size_t count, pg_dtype t, pg_work **w)
+{
+  struct pg_work p = WORK(W_ALL_TO_ALL, send, recv, count, t, PG_SUM, 0, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_all_to_all_v_async(pg_group *g, const void *send,
+                          const size_t *send_counts,
+                          const size_t *send_displs, void *recv,
+                          const size_t *recv_counts,
+                          const size_t *recv_displs, pg_dtype t,
+                          pg_work **w)
+{
+  struct pg_work p = WORK(W_ALL_TO_ALL, send, recv, 0, t, PG_SUM, 0, 0);
+
+  if (!send_counts || !recv_counts)
+    return pg__fail(-EINVAL, "all_to_all_v: NULL counts");
+  p.send_counts = send_counts;
+  p.send_displs = send_displs;
+  p.recv_counts = recv_counts;
+  p.recv_displs = recv_displs;
+  return submit(g, &p, w);
+}
+
+int pg_gather_async(pg_group *g, const void *send, void *recv, size_t count,
+                    pg_dtype t, int root, pg_work **w)
+{
+  struct pg_work p = WORK(W_GATHER, send, recv, count, t, PG_SUM, root, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_scatter_async(pg_group *g, const void *send, void *recv,
+                     size_t count, pg_dtype t, int root, pg_work **w)
+{
+  struct pg_work p = WORK(W_SCATTER, send, recv, count, t, PG_SUM, root, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_all_to_all(pg_group *g, const void *send, void *recv, size_t count,
+                  pg_dtype t)
+{
+  return pg_all_to_all_async(g, send, recv, count, t, NULL);
+}
+
+int pg_all_to_all_v(pg_group *g, const void *send, const size_t *send_counts,
+                    const size_t *send_displs, void *recv,
+                    const size_t *recv_counts, const size_t *recv_displs,
+                    pg_dtype t)
+{
+  return pg_all_to_all_v_async(g, send, send_counts, send_displs, recv,
+                               recv_counts, recv_displs, t, NULL);
+}
+
+int pg_gather(pg_group *g, const void *send, void *recv, size_t count,
+              pg_dtype t, int root)
+{
+  return pg_gather_async(g, send, recv, count, t, root, NULL);
+}
+
+int pg_scatter(pg_group *g, const void *send, void *recv, size_t count,
+               pg_dtype t, int root)
+{
+  return pg_scatter_async(g, send, recv, count, t, root, NULL);
 }
 
 /* ---- creating and destroying ------------------------------------------------------ */

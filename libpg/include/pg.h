@@ -219,8 +219,35 @@ PG_EXTERN int pg_all_gather(pg_group *g, const void *send, void *recv,
 PG_EXTERN int pg_reduce_scatter(pg_group *g, const void *send, void *recv,
                                 size_t count, pg_dtype t, pg_op op);
 PG_EXTERN int pg_barrier(pg_group *g);
+/* send holds world_size blocks of count elements, block r for rank r;
+ * recv gets world_size blocks, block r from rank r.  The buffers may not
+ * overlap. */
+PG_EXTERN int pg_all_to_all(pg_group *g, const void *send, void *recv,
+                            size_t count, pg_dtype t);
+/* The same with a size per rank: send_counts[r] elements at
+ * send_displs[r] go to rank r, recv_counts[r] elements from rank r land
+ * at recv_displs[r] (counts and displacements in elements; NULL
+ * displacements: the blocks packed in rank order).  Rank r's
+ * recv_counts[s] must equal rank s's send_counts[r] (-EMSGSIZE
+ * otherwise); blocks may not overlap. */
+PG_EXTERN int pg_all_to_all_v(pg_group *g, const void *send,
+                              const size_t *send_counts,
+                              const size_t *send_displs, void *recv,
+                              const size_t *recv_counts,
+                              const size_t *recv_displs, pg_dtype t);
+/* recv (on root only; NULL elsewhere is fine) gets world_size blocks of
+ * count elements, rank r's at r * count.  In place: on the root, send ==
+ * recv + root * count. */
+PG_EXTERN int pg_gather(pg_group *g, const void *send, void *recv,
+                        size_t count, pg_dtype t, int root);
+/* The root's send holds world_size blocks of count elements; rank r gets
+ * block r in recv.  send matters on the root only.  In place: on the
+ * root, recv == send + root * count. */
+PG_EXTERN int pg_scatter(pg_group *g, const void *send, void *recv,
+                         size_t count, pg_dtype t, int root);
 /* Point to point; a send matches the peer's recv with the same tag, in
- * order. */
+ * order.  Tag INT_MIN is libpg's own (all_to_all, gather and scatter are
+ * made of such messages): -EINVAL. */
 PG_EXTERN int pg_send(pg_group *g, const void *buf, size_t count,
                       pg_dtype t, int peer, int tag);
 PG_EXTERN int pg_recv(pg_group *g, void *buf, size_t count, pg_dtype t,
@@ -246,6 +273,23 @@ PG_EXTERN int pg_reduce_scatter_async(pg_group *g, const void *send,
                                       void *recv, size_t count, pg_dtype t,
                                       pg_op op, pg_work **w);
 PG_EXTERN int pg_barrier_async(pg_group *g, pg_work **w);
+/* The counts and displacements of pg_all_to_all_v_async, like the
+ * buffers, must stay valid until the work is done. */
+PG_EXTERN int pg_all_to_all_async(pg_group *g, const void *send,
+                                  void *recv, size_t count, pg_dtype t,
+                                  pg_work **w);
+PG_EXTERN int pg_all_to_all_v_async(pg_group *g, const void *send,
+                                    const size_t *send_counts,
+                                    const size_t *send_displs, void *recv,
+                                    const size_t *recv_counts,
+                                    const size_t *recv_displs, pg_dtype t,
+                                    pg_work **w);
+PG_EXTERN int pg_gather_async(pg_group *g, const void *send, void *recv,
+                              size_t count, pg_dtype t, int root,
+                              pg_work **w);
+PG_EXTERN int pg_scatter_async(pg_group *g, const void *send, void *recv,
+                               size_t count, pg_dtype t, int root,
+                               pg_work **w);
 PG_EXTERN int pg_send_async(pg_group *g, const void *buf, size_t count,
                             pg_dtype t, int peer, int tag, pg_work **w);
 PG_EXTERN int pg_recv_async(pg_group *g, void *buf, size_t count,

@@ -817,12 +817,13 @@ static int nccl_barrier(struct pg__comm *base, double deadline)
 }
 
 /* Checks a point-to-point peer.  A send to oneself would wait forever
- * outside an NCCL group, so it is refused. */
+ * outside an NCCL group, so it is refused there; inside one NCCL pairs it
+ * with the receive (all_to_all's own block, group.c). */
 static int check_peer(struct nccl_comm *c, int peer, const char *what)
 {
   int err = check_rank(c, peer, what);
 
-  if (!err && peer == c->me)
+  if (!err && peer == c->me && c->group_depth == 0)
     err = pg__fail(-EINVAL, "NCCL backend: %s: peer %d is this rank",
                    what, peer);
   return err;

@@ -4,7 +4,8 @@
  * generate every rank's input.
  *
  *   pgtest matrix [quick]   every collective x dtype x op x size, in place
- *                           and out of place
+ *                           and out of place; all_to_all(_v), gather and
+ *                           scatter synchronous and async
  *   pgtest async            several operations in flight, waited out of
  *                           order, overlapping the caller's computation
  *   pgtest store            the group's store across ranks
@@ -20,6 +21,7 @@
  *
  * Exit status 0 when every check passed; details on stderr otherwise. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -234,6 +236,151 @@ static void one_reduction_case(pg_group *g, pg_dtype t, pg_op op,
   free(tmp);
 }
 
+/* The value of element i of the block that rank `from` sends rank `to`. */
+static double block_value(int from, int to, size_t i, pg_dtype t)
+{
+  return input_value(from, i + (size_t)to * 131, PG_SUM, t);
+}
+
+static void fill_block(void *buf, int from, int to, size_t count, pg_dtype t)
+{
+  size_t i;
+
+  for (i = 0; i < count; i++)
+    store_value(buf, i, t, block_value(from, to, i, t));
+}
+
+static bool block_ok(const void *buf, int from, int to, size_t count,
+                     pg_dtype t)
+{
+  size_t i;
+
+  for (i = 0; i < count; i++)
+    if (load_value(buf, i, t) != block_value(from, to, i, t))
+      return false;
+  return true;
+}
+
+/* all_to_all_v's size of the block from rank `from` to rank `to`:
+ * 0..count, different for every pair. */
+static size_t vcount(int from, int to, size_t count)
+{
+  return count ? ((size_t)from * 3 + (size_t)to * 5 + count) % (count + 1)
+               : 0;
+}
+
+/* Waits for w when it is an async call's (async = the in_place pass). */
+static void finish_async(pg_work *w)
+{
+  if (w) {
+    TRY(pg_work_wait(w, 120));
+    pg_work_free(w);
+  }
+}
+
+/* all_to_all (equal and vector sizes), gather and scatter: synchronous
+ * on the out-of-place pass, async (and gather/scatter in place) on the
+ * other. */
+static void composed_case(pg_group *g, pg_dtype t, size_t count,
+                          bool async)
+{
+  size_t es = pg_dtype_size(t), n = (size_t)world, r, off;
+  size_t *sc = calloc(n, sizeof *sc), *rc = calloc(n, sizeof *rc);
+  size_t *sd = calloc(n, sizeof *sd), *rd = calloc(n, sizeof *rd);
+  unsigned char *a = malloc(count * es * n + 1);
+  unsigned char *b = malloc(count * es * n + 1);
+  pg_work *w = NULL, **wp = async ? &w : NULL;
+  int root = (int)((count + 2) % n);
+  bool ok;
+
+  /* all_to_all */
+  for (r = 0; r < n; r++)
+    fill_block(a + r * count * es, rank, (int)r, count, t);
+  memset(b, 0x5A, count * es * n + 1);
+  TRY(async ? pg_all_to_all_async(g, a, b, count, t, wp)
+            : pg_all_to_all(g, a, b, count, t));
+  finish_async(w);
+  w = NULL;
+  for (ok = true, r = 0; r < n && ok; r++)
+    ok = block_ok(b + r * count * es, (int)r, rank, count, t);
+  CHECK(ok, "all_to_all%s %s count %zu: block %zu wrong",
+        async ? "(async)" : "", dtype_names[t], count, r - 1);
+
+  /* all_to_all_v: blocks of different sizes; the receive side with
+   * explicit displacements in reverse rank order, the send side packed */
+  for (off = 0, r = 0; r < n; r++) {
+    sc[r] = vcount(rank, (int)r, count);
+    fill_block(a + off * es, rank, (int)r, sc[r], t);
+    off += sc[r];
+  }
+  for (off = 0, r = n; r-- > 0;) {
+    rc[r] = vcount((int)r, rank, count);
+    rd[r] = off;
+    off += rc[r];
+  }
+  memset(b, 0x5A, count * es * n + 1);
+  TRY(async ? pg_all_to_all_v_async(g, a, sc, NULL, b, rc, rd, t, wp)
+            : pg_all_to_all_v(g, a, sc, NULL, b, rc, rd, t));
+  finish_async(w);
+  w = NULL;
+  for (ok = true, r = 0; r < n && ok; r++)
+    ok = block_ok(b + rd[r] * es, (int)r, rank, rc[r], t);
+  CHECK(ok, "all_to_all_v%s %s count %zu: block %zu wrong",
+        async ? "(async)" : "", dtype_names[t], count, r - 1);
+
+  /* gather: in place on the async pass */
+  memset(b, 0x5A, count * es * n + 1);
+  if (async && rank == root) {
+    fill_block(b + (size_t)root * count * es, rank, root, count, t);
+    TRY(pg_gather_async(g, b + (size_t)root * count * es, b, count, t, root,
+                        wp));
+  } else {
+    fill_block(a, rank, root, count, t);
+    TRY(async ? pg_gather_async(g, a, rank == root ? b : NULL, count, t,
+                                root, wp)
+              : pg_gather(g, a, rank == root ? b : NULL, count, t, root));
+  }
+  finish_async(w);
+  w = NULL;
+  for (ok = true, r = 0; rank == root && r < n && ok; r++)
+    ok = block_ok(b + r * count * es, (int)r, root, count, t);
+  CHECK(ok, "gather%s %s count %zu to %d: block %zu wrong",
+        async ? "(async, in place)" : "", dtype_names[t], count, root,
+        r - 1);
+
+  /* scatter: in place on the async pass */
+  for (r = 0; r < n; r++)
+    fill_block(a + r * count * es, root, (int)r, count, t);
+  memset(b, 0x5A, count * es + 1);
+  if (async && rank == root)
+    TRY(pg_scatter_async(g, a, a + (size_t)root * count * es, count, t, root,
+                         wp));
+  else
+    TRY(async ? pg_scatter_async(g, rank == root ? a : NULL, b, count, t,
+                                 root, wp)
+              : pg_scatter(g, rank == root ? a : NULL, b, count, t, root));
+  finish_async(w);
+  ok = block_ok(async && rank == root ? a + (size_t)root * count * es : b,
+                root, rank, count, t);
+  CHECK(ok, "scatter%s %s count %zu from %d: wrong data",
+        async ? "(async, in place)" : "", dtype_names[t], count, root);
+  if (count == 1 && t == PG_F32 && !async) {
+    /* Bad input: a clear error, no communication. */
+    CHECK(pg_all_to_all(g, a, a, 1, t) == -EINVAL,
+          "an in-place all_to_all was accepted");
+    CHECK(pg_gather(g, a, b, 1, t, world) == -EINVAL,
+          "gather to root %d was accepted", world);
+    CHECK(pg_send(g, a, 1, t, (rank + 1) % world, INT_MIN) == -EINVAL,
+          "a send with libpg's own tag was accepted");
+  }
+  free(sc);
+  free(rc);
+  free(sd);
+  free(rd);
+  free(a);
+  free(b);
+}
+
 static void one_data_case(pg_group *g, pg_dtype t, size_t count,
                           bool in_place)
 {
@@ -272,6 +419,7 @@ static void one_data_case(pg_group *g, pg_dtype t, size_t count,
         in_place ? "(in place)" : "", dtype_names[t], count);
   free(buf);
   free(out);
+  composed_case(g, t, count, in_place);
 }
 
 static int mode_matrix(pg_group *g, bool quick)
