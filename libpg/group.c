@@ -52,10 +52,21 @@ struct pg_group {
   double timeout;
   pg_store *store;
   pg_store_server *server;      /* rank 0 serves the store */
-  struct pg__topo topo;
+  struct pg__topo topo;         /* the world group's; sub-groups use it */
+  const struct pg__topo *wtopo; /* the world's topology */
   struct pg__comm *comm;        /* NULL for a group of one */
   char backend[16];
-  int *all_ranks;
+  int *all_ranks;               /* [size]: each member's world rank */
+  /* Sub-groups (Note [sub-groups]): the store key namespace of this
+   * group ("pg/" for the world, then "pg/g1/", "pg/g1/g3/", ...), how
+   * many children it made, the user's view of the store (a sub-group's
+   * keys live under its namespace), and what NCCL needs again. */
+  char ns[256];
+  int children;
+  pg_store *user_store;
+  bool is_sub;
+  pg_backend be;
+  int device, local_rank;
   char launch_addr[256];        /* MASTER_ADDR derived from srun's env */
 
   pthread_mutex_t mu;
@@ -1188,6 +1199,229 @@ int pg_scatter(pg_group *g, const void *send, void *recv, size_t count,
   return pg_scatter_async(g, send, recv, count, t, root, NULL);
 }
 
+/* ---- sub-groups ------------------------------------------------------------ */
+
+/* Note [sub-groups]: pg_new_group and pg_split are called by every rank
+ * of the parent in the same order, so each rank's count of the parent's
+ * children names a child alike everywhere: "<parent's ns>g<k>/".  The
+ * child's backend keys and its user's store view live under that name,
+ * so groups never collide in the store.  A child is a group like the
+ * world (its own communicator over its members -- shared memory, TCP or
+ * hierarchical by where they live, or a new NCCL communicator -- its own
+ * progress thread and queue), so two groups run collectives at once from
+ * two threads.  It borrows the world's store connection and topology:
+ * destroy children before the world group. */
+static int create_comm(pg_group *g, pg_backend be, int device,
+                       int local_rank);
+
+static int child_create(pg_group *parent, const int *members, int n, int me,
+                        const char *ns, pg_group **out)
+{
+  char view[300];
+  pg_group *g = calloc(1, sizeof *g);
+  int i, err;
+
+  if (!g)
+    return pg__fail(-ENOMEM, "out of memory for a sub-group");
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->queued, NULL);
+  pthread_cond_init(&g->finished, NULL);
+  g->is_sub = true;
+  g->rank = me;
+  g->size = n;
+  g->timeout = parent->timeout;
+  g->store = parent->store;
+  g->wtopo = parent->wtopo;
+  snprintf(g->ns, sizeof g->ns, "%s", ns);
+  g->all_ranks = calloc((size_t)n, sizeof *g->all_ranks);
+  if (!g->all_ranks) {
+    err = pg__fail(-ENOMEM, "out of memory for a sub-group");
+    goto fail_early;
+  }
+  for (i = 0; i < n; i++)
+    g->all_ranks[i] = parent->all_ranks ? parent->all_ranks[members[i]]
+                                        : members[i];
+  if (pthread_create(&g->thread, NULL, progress_main, g) != 0) {
+    err = pg__fail(-EAGAIN, "cannot start a sub-group's progress thread");
+    goto fail_early;
+  }
+  snprintf(view, sizeof view, "%su/", ns);
+  if (g->store && (err = pg_store_prefix(g->store, view, &g->user_store)))
+    goto fail;
+  g->be = parent->be;
+  g->device = parent->device;
+  g->local_rank = parent->local_rank;
+  if (n == 1 && g->be != PG_BACKEND_NCCL)
+    snprintf(g->backend, sizeof g->backend, "self");
+  else if ((err = create_comm(g, g->be, g->device, g->local_rank)))
+    goto fail;
+  *out = g;
+  return 0;
+
+fail:
+  {
+    char why[512];
+
+    snprintf(why, sizeof why, "%s", pg_last_error());
+    g->comm = NULL;
+    pg_destroy(g);
+    return pg__fail(err, "sub-group %s: %s", ns, why);
+  }
+fail_early:
+  free(g->all_ranks);
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->queued);
+  pthread_cond_destroy(&g->finished);
+  free(g);
+  return err;
+}
+
+/* The next child's namespace. */
+static void child_ns(pg_group *parent, char *ns, size_t len)
+{
+  snprintf(ns, len, "%sg%d/", parent->ns, ++parent->children);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+  int x = *(const int *)a, y = *(const int *)b;
+
+  return (x > y) - (x < y);
+}
+
+int pg_new_group(pg_group *parent, const int *ranks, int n, pg_group **out)
+{
+  char ns[256];
+  int *m, i, me = -1, err;
+
+  if (!out)
+    return pg__fail(-EINVAL, "pg_new_group: no place for the group");
+  *out = NULL;
+  if (!parent || !ranks || n < 1 || n > parent->size)
+    return pg__fail(-EINVAL, "pg_new_group: %d ranks of a group of %d",
+                    n, parent ? parent->size : 0);
+  m = malloc((size_t)n * sizeof *m);
+  if (!m)
+    return pg__fail(-ENOMEM, "pg_new_group: out of memory");
+  memcpy(m, ranks, (size_t)n * sizeof *m);
+  qsort(m, (size_t)n, sizeof *m, cmp_int);   /* as torch's new_group */
+  for (i = 0; i < n; i++) {
+    if (m[i] < 0 || m[i] >= parent->size || (i && m[i] == m[i - 1])) {
+      err = pg__fail(-EINVAL, "pg_new_group: rank %d is %s", m[i],
+                     m[i] < 0 || m[i] >= parent->size
+                       ? "not in the parent group" : "listed twice");
+      free(m);
+      return err;
+    }
+    if (m[i] == parent->rank)
+      me = i;
+  }
+  child_ns(parent, ns, sizeof ns);
+  err = me < 0 ? 0 : child_create(parent, m, n, me, ns, out);
+  free(m);
+  return err;
+}
+
+struct split_entry {
+  int color, key, rank;
+};
+
+static int cmp_split(const void *a, const void *b)
+{
+  const struct split_entry *x = a, *y = b;
+
+  if (x->key != y->key)
+    return (x->key > y->key) - (x->key < y->key);
+  return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Every parent rank's (color, key), all-gathered over the store under
+ * the child's namespace. */
+static int split_exchange(pg_group *parent, const char *ns, int color,
+                          int key, struct split_entry *e)
+{
+  int n = parent->size, i, err = -ENOMEM;
+  char mine[64], k[64], **keys = calloc((size_t)n, sizeof *keys);
+  void **vals = calloc((size_t)n, sizeof *vals);
+  size_t *lens = calloc((size_t)n, sizeof *lens);
+
+  for (i = 0; keys && i < n; i++) {
+    snprintf(k, sizeof k, "split/%d", i);
+    if (!(keys[i] = strdup(k)))
+      break;
+  }
+  if (keys && vals && lens && i == n) {
+    snprintf(mine, sizeof mine, "%d %d", color, key);
+    snprintf(k, sizeof k, "split/%d", parent->rank);
+    err = pg__store_exchange(parent->store, ns, k, mine, strlen(mine), 
+                             (const char *const *)keys, n, parent->timeout,
+                             vals, lens);
+  }
+  for (i = 0; !err && i < n; i++) {
+    char txt[64];
+
+    snprintf(txt, sizeof txt, "%.*s", (int)(lens[i] < 63 ? lens[i] : 63),
+             (const char *)vals[i]);
+    e[i].rank = i;
+    if (sscanf(txt, "%d %d", &e[i].color, &e[i].key) != 2)
+      err = pg__fail(-EPROTO, "pg_split: rank %d published '%s'", i, txt);
+  }
+  if (err == -ENOMEM)
+    pg__fail(err, "pg_split: out of memory");
+  for (i = 0; i < n; i++) {
+    if (keys)
+      free(keys[i]);
+    if (vals)
+      free(vals[i]);
+  }
+  free(keys);
+  free(vals);
+  free(lens);
+  return err;
+}
+
+int pg_split(pg_group *parent, int color, int key, pg_group **out)
+{
+  struct split_entry *e;
+  char ns[256], cns[300];
+  int *m, n = 0, i, me = -1, err;
+
+  if (!out)
+    return pg__fail(-EINVAL, "pg_split: no place for the group");
+  *out = NULL;
+  if (!parent)
+    return pg__fail(-EINVAL, "pg_split: NULL parent");
+  child_ns(parent, ns, sizeof ns);
+  e = calloc((size_t)parent->size, sizeof *e);
+  m = calloc((size_t)parent->size, sizeof *m);
+  if (!e || !m) {
+    free(e);
+    free(m);
+    return pg__fail(-ENOMEM, "pg_split: out of memory");
+  }
+  if (parent->size == 1) {
+    e[0] = (struct split_entry){ color, key, 0 };
+    err = 0;
+  } else {
+    err = split_exchange(parent, ns, color, key, e);
+  }
+  if (!err && color >= 0) {
+    qsort(e, (size_t)parent->size, sizeof *e, cmp_split);
+    for (i = 0; i < parent->size; i++)
+      if (e[i].color == color) {
+        if (e[i].rank == parent->rank)
+          me = n;
+        m[n++] = e[i].rank;
+      }
+    /* One child per color, each under its own name. */
+    snprintf(cns, sizeof cns, "%sc%d/", ns, color);
+    err = child_create(parent, m, n, me, cns, out);
+  }
+  free(e);
+  free(m);
+  return err;
+}
+
 /* ---- creating and destroying ------------------------------------------------------ */
 
 static int resolve_options(const struct pg_options *o, pg_group *g,
@@ -1246,43 +1480,67 @@ static int resolve_options(const struct pg_options *o, pg_group *g,
   return 0;
 }
 
+/* The number of hosts among the members. */
+static int member_hosts(const pg_group *g)
+{
+  int i, j, k = 0;
+
+  for (i = 0; i < g->size; i++) {
+    for (j = 0; j < i; j++)
+      if (g->wtopo->host_of[g->all_ranks[j]] ==
+          g->wtopo->host_of[g->all_ranks[i]])
+        break;
+    k += j == i;
+  }
+  return k;
+}
+
 static int create_comm(pg_group *g, pg_backend be, int device,
                        int local_rank)
 {
   struct pg__setup s;
-  int i, err;
+  char ns[300];
+  int i, nhosts;
 
-  g->all_ranks = calloc((size_t)g->size, sizeof *g->all_ranks);
-  if (!g->all_ranks)
-    return -ENOMEM;
-  for (i = 0; i < g->size; i++)
-    g->all_ranks[i] = i;
+  if (!g->all_ranks) {
+    g->all_ranks = calloc((size_t)g->size, sizeof *g->all_ranks);
+    if (!g->all_ranks)
+      return -ENOMEM;
+    for (i = 0; i < g->size; i++)
+      g->all_ranks[i] = i;
+  }
+  if (!g->wtopo)
+    g->wtopo = &g->topo;
+  g->be = be;
+  g->device = device;
+  g->local_rank = local_rank;
+  nhosts = g->wtopo->host_of ? member_hosts(g) : 1;
   memset(&s, 0, sizeof s);
   s.store = g->store;
-  s.topo = &g->topo;
+  s.topo = g->wtopo;
   s.ranks = g->all_ranks;
   s.n = g->size;
   s.me = g->rank;
   s.timeout = g->timeout;
   s.device = device;
   s.local_rank = local_rank;
+  s.ns = ns;
   if (be == PG_BACKEND_NCCL) {
-    s.ns = "pg/nccl/";
-    err = pg__nccl_create(&s, &g->comm);
+    snprintf(ns, sizeof ns, "%snccl/", g->ns);
     snprintf(g->backend, sizeof g->backend, "nccl");
-    return err;
+    return pg__nccl_create(&s, &g->comm);
   }
-  if (g->topo.nhosts == 1) {
-    s.ns = "pg/shm/";
+  if (nhosts == 1) {
+    snprintf(ns, sizeof ns, "%sshm/", g->ns);
     snprintf(g->backend, sizeof g->backend, "cpu-shm");
     return pg__shm_create(&s, &g->comm);
   }
-  if (g->topo.nhosts == g->size) {
-    s.ns = "pg/tcp/";
+  if (nhosts == g->size) {
+    snprintf(ns, sizeof ns, "%stcp/", g->ns);
     snprintf(g->backend, sizeof g->backend, "cpu-tcp");
     return pg__tcp_create(&s, &g->comm);
   }
-  s.ns = "pg/hier/";
+  snprintf(ns, sizeof ns, "%shier/", g->ns);
   snprintf(g->backend, sizeof g->backend, "cpu-hier");
   return pg__hier_create(&s, &g->comm);
 }
@@ -1296,7 +1554,7 @@ static void exit_barrier(pg_group *g)
   char **keys;
   int i;
 
-  if (!g->store || g->size == 1)
+  if (!g->store || g->size == 1 || g->is_sub)
     return;
   snprintf(key, sizeof key, "pg/exit/%d", g->rank);
   pg_store_set(g->store, key, "1", 1);
@@ -1328,7 +1586,8 @@ void pg_destroy(pg_group *g)
   if (g->comm)
     g->comm->ops->destroy(g->comm);
   exit_barrier(g);
-  if (g->store)
+  pg_store_close(g->user_store);
+  if (g->store && !g->is_sub)
     pg_store_close(g->store);
   if (g->server)
     pg_store_server_stop(g->server);
@@ -1357,6 +1616,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->queued, NULL);
   pthread_cond_init(&g->finished, NULL);
+  snprintf(g->ns, sizeof g->ns, "pg/");
   err = resolve_options(o, g, &addr, &port, &be, &local_rank);
   if (err)
     goto fail_early;
@@ -1369,6 +1629,9 @@ int pg_init(const struct pg_options *o, pg_group **out)
                    "NCCL (no CUDA/NCCL found at build time)");
     goto fail;
   }
+  g->be = be;
+  g->device = o->device;
+  g->local_rank = local_rank;
   if (g->size == 1 && be != PG_BACKEND_NCCL) {
     snprintf(g->backend, sizeof g->backend, "self");
     *out = g;
@@ -1496,5 +1759,5 @@ const char *pg_backend_name(const pg_group *g)
 
 pg_store *pg_group_store(pg_group *g)
 {
-  return g->store;
+  return g->user_store ? g->user_store : g->store;
 }

@@ -1356,6 +1356,11 @@ void pg_store_server_stop(pg_store_server *srv)
 #define ST_GRACE 1.0
 
 struct pg_store {
+  /* Note [prefix views]: a view (pg_store_prefix) has no connection of
+   * its own: each call goes to base with prefix + key. */
+  pg_store *base;
+  char *prefix;
+  size_t plen;
   pthread_mutex_t mu;
   int fd;                   /* -1 once broken */
   uint32_t next_id;
@@ -1597,6 +1602,11 @@ void pg_store_close(pg_store *s)
 {
   if (!s)
     return;
+  if (s->base) {
+    free(s->prefix);
+    free(s);
+    return;
+  }
   if (s->fd >= 0)
     close(s->fd);
   pthread_mutex_destroy(&s->mu);
@@ -1762,6 +1772,63 @@ static double wait_span(const pg_store *s, double timeout)
   return timeout > 0 ? timeout + ST_GRACE : s->op_timeout;
 }
 
+/* ---- prefix views (Note [prefix views]) ---- */
+
+static int view_key(const pg_store *s, const char *key, char **out)
+{
+  size_t kl;
+
+  if (!key)
+    return pg__fail(-EINVAL, "store: NULL key");
+  kl = strlen(key);
+  if (s->plen + kl > ST_MAX_KEY)
+    return pg__fail(-EINVAL, "store: key '%.80s' under the prefix '%.80s' "
+                    "is longer than %u bytes", key, s->prefix, ST_MAX_KEY);
+  *out = malloc(s->plen + kl + 1);
+  if (!*out)
+    return pg__fail(-ENOMEM, "store: out of memory");
+  memcpy(*out, s->prefix, s->plen);
+  memcpy(*out + s->plen, key, kl + 1);
+  return 0;
+}
+
+int pg_store_prefix(pg_store *s, const char *prefix, pg_store **out)
+{
+  pg_store *v;
+
+  if (!out)
+    return pg__fail(-EINVAL, "store: no place for the view");
+  *out = NULL;
+  if (!s || !prefix || strlen(prefix) > ST_MAX_KEY)
+    return pg__fail(-EINVAL, "store: a prefix view needs a store and a "
+                    "prefix of at most %u bytes", ST_MAX_KEY);
+  v = calloc(1, sizeof *v);
+  if (!v || !(v->prefix = strdup(prefix))) {
+    free(v);
+    return pg__fail(-ENOMEM, "store: out of memory");
+  }
+  v->base = s;
+  v->plen = strlen(prefix);
+  v->fd = -1;
+  *out = v;
+  return 0;
+}
+
+/* The body of a keyed call on a view: forwards CALL with k in place of
+ * the key. */
+#define VIEW_FORWARD(s, key, CALL)                                      \
+  do {                                                                  \
+    if ((s) && (s)->base) {                                             \
+      char *k;                                                          \
+      int verr_ = view_key((s), (key), &k);                             \
+      if (verr_)                                                        \
+        return verr_;                                                   \
+      verr_ = (CALL);                                                   \
+      free(k);                                                          \
+      return verr_;                                                     \
+    }                                                                   \
+  } while (0)
+
 int pg_store_set(pg_store *s, const char *key, const void *value,
                  size_t len)
 {
@@ -1769,6 +1836,7 @@ int pg_store_set(pg_store *s, const char *key, const void *value,
   char what[128];
   int err;
 
+  VIEW_FORWARD(s, key, pg_store_set(s->base, k, value, len));
   if ((err = st_enter(s)))
     return err;
   if ((err = check_key(s, key)) || (err = check_value(s, key, value, len)))
@@ -1797,6 +1865,7 @@ int pg_store_get(pg_store *s, const char *key, double timeout,
 
   if (!value || !len || timeout != timeout)
     return pg__fail(-EINVAL, "store: get needs value, len and a timeout");
+  VIEW_FORWARD(s, key, pg_store_get(s->base, k, timeout, value, len));
   *value = NULL;
   *len = 0;
   if ((err = st_enter(s)))
@@ -1832,6 +1901,7 @@ int pg_store_add(pg_store *s, const char *key, int64_t delta,
   int64_t v;
   int err;
 
+  VIEW_FORWARD(s, key, pg_store_add(s->base, k, delta, result));
   if ((err = st_enter(s)))
     return err;
   if ((err = check_key(s, key)))
@@ -1852,6 +1922,23 @@ int pg_store_add(pg_store *s, const char *key, int64_t delta,
   return st_leave(s, &rep, 0);
 }
 
+static int view_wait(pg_store *s, const char *const *keys, size_t n,
+                     double timeout)
+{
+  char **full = calloc(n ? n : 1, sizeof *full);
+  size_t i;
+  int err = full ? 0 : pg__fail(-ENOMEM, "store: out of memory");
+
+  for (i = 0; !err && i < n; i++)
+    err = view_key(s, keys[i], &full[i]);
+  if (!err)
+    err = pg_store_wait(s->base, (const char *const *)full, n, timeout);
+  for (i = 0; full && i < n; i++)
+    free(full[i]);
+  free(full);
+  return err;
+}
+
 int pg_store_wait(pg_store *s, const char *const *keys, size_t n,
                   double timeout)
 {
@@ -1862,6 +1949,8 @@ int pg_store_wait(pg_store *s, const char *const *keys, size_t n,
 
   if ((!keys && n) || timeout != timeout)
     return pg__fail(-EINVAL, "store: wait needs keys and a timeout");
+  if (s && s->base)
+    return view_wait(s, keys, n, timeout);
   if ((err = st_enter(s)))
     return err;
   for (i = 0; i < n; i++) {
@@ -1912,6 +2001,10 @@ int pg_store_compare_set(pg_store *s, const char *key, const void *expected,
     *current_len = 0;
   if (swapped)
     *swapped = false;
+  VIEW_FORWARD(s, key, pg_store_compare_set(s->base, k, expected,
+                                            expected_len, desired,
+                                            desired_len, current,
+                                            current_len, swapped));
   if ((err = st_enter(s)))
     return err;
   if ((err = check_key(s, key)) ||
@@ -1956,6 +2049,7 @@ int pg_store_delete(pg_store *s, const char *key, bool *deleted)
 
   if (deleted)
     *deleted = false;
+  VIEW_FORWARD(s, key, pg_store_delete(s->base, k, deleted));
   if ((err = st_enter(s)))
     return err;
   if ((err = check_key(s, key)))
@@ -1983,6 +2077,8 @@ int pg_store_num_keys(pg_store *s, int64_t *n)
 
   if (!n)
     return pg__fail(-EINVAL, "store: num_keys needs a result");
+  if (s && s->base)   /* every key, as torch's PrefixStore counts */
+    return pg_store_num_keys(s->base, n);
   if ((err = st_enter(s)))
     return err;
   req_begin(s, ST_NUM_KEYS);

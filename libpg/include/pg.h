@@ -138,11 +138,40 @@ PG_EXTERN int pg_init(const struct pg_options *o, pg_group **out);
  * work handle first. */
 PG_EXTERN void pg_destroy(pg_group *g);
 
+/* ---- sub-groups ------------------------------------------------------
+ *
+ * Groups over a subset of a group's ranks, for tensor and pipeline
+ * parallelism: each has its own ranks (0..n-1), backend, store key
+ * namespace and progress thread, so collectives of several groups run
+ * at once -- from different threads (one thread per group at a time) or
+ * interleaved as async work.  Both calls are collective over the parent:
+ * every rank of the parent calls them, in the same order, even the ranks
+ * that are not members, which get *out = NULL and 0 (as torch's
+ * new_group gives non-members a non-member marker).  Members' calls also
+ * wait for each other (the new communicator's setup).  Ranks, roots and
+ * peers of a sub-group's operations are its own ranks.  A sub-group's
+ * backend is chosen by where its members live (shared memory when they
+ * share a host, TCP when none does, hierarchical otherwise; NCCL: a new
+ * communicator over the members).  pg_group_store gives a view of the
+ * store whose keys are the group's own (pg_store_prefix).  Destroy
+ * sub-groups before their parent.
+ *
+ * pg_new_group: the parent's ranks[0..n-1] (distinct, any order); the
+ * sub-group's rank i is the i-th smallest of them (as torch). */
+PG_EXTERN int pg_new_group(pg_group *parent, const int *ranks, int n,
+                           pg_group **out);
+/* pg_split (as MPI_Comm_split and ncclCommSplit): ranks that pass the
+ * same color >= 0 form a group, ordered by key, then by parent rank; a
+ * negative color makes no group (*out = NULL). */
+PG_EXTERN int pg_split(pg_group *parent, int color, int key,
+                       pg_group **out);
+
 PG_EXTERN int pg_rank(const pg_group *g);
 PG_EXTERN int pg_size(const pg_group *g);
 /* "self" (a group of one), "cpu-shm", "cpu-tcp", "cpu-hier" or "nccl". */
 PG_EXTERN const char *pg_backend_name(const pg_group *g);
-/* The group's store (owned by the group). */
+/* The group's store (owned by the group); a sub-group's is a view with
+ * the group's own keys. */
 PG_EXTERN pg_store *pg_group_store(pg_group *g);
 
 /* A sentence about the last error of this thread's last failing libpg
@@ -196,6 +225,11 @@ PG_EXTERN int pg_store_compare_set(pg_store *s, const char *key,
 /* *deleted (may be NULL): whether the key existed. */
 PG_EXTERN int pg_store_delete(pg_store *s, const char *key, bool *deleted);
 PG_EXTERN int pg_store_num_keys(pg_store *s, int64_t *n);
+/* A view of s in which every key is prefix + key (as PyTorch's
+ * PrefixStore; views nest).  It shares s's connection: close the view
+ * (pg_store_close) before s.  num_keys counts every key of s. */
+PG_EXTERN int pg_store_prefix(pg_store *s, const char *prefix,
+                              pg_store **out);
 
 /* ---- collectives ------------------------------------------------------ *
  * count is in elements; buffers are host memory for the CPU backend and

@@ -13,6 +13,10 @@
  *   pgtest exchange         pg_group_start/end: every rank sends 1 MiB to
  *                           both neighbours and receives from both, in
  *                           one group (no rank receives first)
+ *   pgtest groups           sub-groups: a 2D grid (2 or 3 columns), rows by
+ *                           pg_split, columns by pg_new_group, all-reduces
+ *                           in a row and a column at once (two threads,
+ *                           then interleaved async), per-group store keys
  *   pgtest halfavg          f16/bf16 reductions accumulate in f32 (pg.h):
  *                           an f16 AVG of 65504 is 65504, not +inf
  *   pgtest victim R DIR     rank R SIGKILLs itself in the middle of a
@@ -23,6 +27,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -700,6 +705,152 @@ static int mode_victim(pg_group *g, int victim, const char *dir)
   return err ? 0 : 1;
 }
 
+/* ---- sub-groups -------------------------------------------------------- */
+
+struct ar_loop {
+  pg_group *g;
+  int rounds, err;
+  double want;           /* the sum of the members' values, round 0 */
+  bool ok;
+};
+
+/* all_reduce rounds on one group; runs on its own thread. */
+static void *ar_loop_main(void *arg)
+{
+  struct ar_loop *l = arg;
+  size_t count = 4099, i;
+  float *buf = malloc(count * sizeof *buf);
+  int k;
+
+  l->ok = true;
+  for (k = 0; k < l->rounds && !l->err; k++) {
+    for (i = 0; i < count; i++)
+      buf[i] = (float)(rank + 1) + (float)k;
+    l->err = pg_all_reduce(l->g, buf, buf, count, PG_F32, PG_SUM);
+    for (i = 0; i < count && !l->err; i++)
+      if (buf[i] != (float)(l->want + k * pg_size(l->g)))
+        l->ok = false;
+  }
+  free(buf);
+  return NULL;
+}
+
+/* A rows x cols grid (3 columns when 3 divides the world, else 2): rows
+ * by pg_split, columns by pg_new_group; all-reduces in a row and a column
+ * at once from two threads, then interleaved async; a gather in a
+ * column; per-group store keys; the non-member marker; bad input. */
+static int mode_groups(pg_group *g)
+{
+  int cols = world % 3 == 0 ? 3 : 2, rows = world / cols;
+  int row = rank / cols, col = rank % cols, c, r, i;
+  pg_group *rowg = NULL, *colg = NULL, *mine = NULL, *none = NULL;
+  int members[64];
+  struct ar_loop lr, lc;
+  pthread_t tr, tc;
+  float a[3], b[3];
+  pg_work *wa, *wb;
+  pg_store *s;
+  void *v;
+  size_t len;
+  double rowsum = 0, colsum = 0;
+
+  if (world < 4 || world % cols || world > 64) {
+    fprintf(stderr, "pgtest groups: needs a world of 4..64 ranks that 2 "
+            "or 3 divides\n");
+    return 1;
+  }
+  TRY(pg_split(g, row, col, &rowg));
+  for (c = 0; c < cols; c++) {
+    pg_group *x = NULL;
+
+    for (r = 0; r < rows; r++)
+      members[r] = (rows - 1 - r) * cols + c;   /* any order */
+    TRY(pg_new_group(g, members, rows, &x));
+    CHECK((x != NULL) == (c == col), "column %d: member %d, group %p", c,
+          c == col, (void *)x);
+    if (c == col)
+      colg = x;
+  }
+  /* A color < 0: no group. */
+  TRY(pg_split(g, -1, 0, &none));
+  CHECK(none == NULL, "pg_split with color -1 gave a group");
+  CHECK(rowg && colg, "no row or column group");
+  if (!rowg || !colg)
+    return 1;
+  CHECK(pg_rank(rowg) == col && pg_size(rowg) == cols,
+        "row group: rank %d of %d, want %d of %d", pg_rank(rowg),
+        pg_size(rowg), col, cols);
+  CHECK(pg_rank(colg) == row && pg_size(colg) == rows,
+        "column group: rank %d of %d, want %d of %d", pg_rank(colg),
+        pg_size(colg), row, rows);
+  for (i = 0; i < cols; i++)
+    rowsum += row * cols + i + 1;
+  for (i = 0; i < rows; i++)
+    colsum += i * cols + col + 1;
+
+  /* Two threads, one group each, at once. */
+  lr = (struct ar_loop){ rowg, 20, 0, rowsum, false };
+  lc = (struct ar_loop){ colg, 20, 0, colsum, false };
+  if (pthread_create(&tr, NULL, ar_loop_main, &lr) ||
+      pthread_create(&tc, NULL, ar_loop_main, &lc)) {
+    fprintf(stderr, "pgtest groups: pthread_create failed\n");
+    return 1;
+  }
+  pthread_join(tr, NULL);
+  pthread_join(tc, NULL);
+  CHECK(!lr.err && lr.ok, "row all_reduce from a thread: %s, %s",
+        pg_err_name(lr.err), lr.ok ? "right" : "wrong sums");
+  CHECK(!lc.err && lc.ok, "column all_reduce from a thread: %s, %s",
+        pg_err_name(lc.err), lc.ok ? "right" : "wrong sums");
+
+  /* Interleaved async on one thread. */
+  for (i = 0; i < 3; i++)
+    a[i] = b[i] = (float)(rank + 1);
+  TRY(pg_all_reduce_async(rowg, a, a, 3, PG_F32, PG_SUM, &wa));
+  TRY(pg_all_reduce_async(colg, b, b, 3, PG_F32, PG_SUM, &wb));
+  TRY(pg_work_wait(wb, 60));
+  TRY(pg_work_wait(wa, 60));
+  pg_work_free(wa);
+  pg_work_free(wb);
+  CHECK(a[2] == (float)rowsum && b[2] == (float)colsum,
+        "interleaved async: row %g (want %g), column %g (want %g)", a[2],
+        rowsum, b[2], colsum);
+
+  /* A gather in the column: roots and blocks are the group's ranks. */
+  {
+    float my_v = (float)rank, got[64];
+
+    TRY(pg_gather(colg, &my_v, pg_rank(colg) == 0 ? got : NULL, 1, PG_F32,
+                  0));
+    for (i = 0; pg_rank(colg) == 0 && i < rows; i++)
+      CHECK(got[i] == (float)(i * cols + col),
+            "column gather: block %d is %g", i, got[i]);
+  }
+
+  /* Store keys are the group's: each row's rank 0 writes "who". */
+  s = pg_group_store(rowg);
+  if (pg_rank(rowg) == 0)
+    TRY(pg_store_set(s, "who", &row, sizeof row));
+  TRY(pg_store_get(s, "who", 60, &v, &len));
+  CHECK(len == sizeof row && *(int *)v == row, "row %d read another "
+        "group's key", row);
+  free(v);
+  CHECK(pg_store_get(pg_group_store(g), "who", 0, &v, &len) == -ENOENT,
+        "a row group's key is visible in the world's store");
+
+  /* Bad input. */
+  CHECK(pg_new_group(g, (int[]){ 0, 0 }, 2, &mine) == -EINVAL && !mine,
+        "a rank listed twice was accepted");
+  CHECK(pg_new_group(g, (int[]){ world }, 1, &mine) == -EINVAL,
+        "rank %d of a group of %d was accepted", world, world);
+  TRY(pg_barrier(colg));
+  TRY(pg_barrier(rowg));
+  pg_destroy(colg);
+  pg_destroy(rowg);
+  TRY(pg_barrier(g));
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "";
@@ -724,6 +875,8 @@ int main(int argc, char **argv)
     rc = mode_sendrecv(g);
   else if (strcmp(mode, "exchange") == 0)
     rc = mode_exchange(g);
+  else if (strcmp(mode, "groups") == 0)
+    rc = mode_groups(g);
   else if (strcmp(mode, "halfavg") == 0)
     rc = mode_halfavg(g);
   else if (strcmp(mode, "victim") == 0 && argc == 4)
