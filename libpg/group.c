@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "knobs.h"
 #include "launch_env.h"
 #include "pg_internal.h"
 
@@ -112,9 +113,10 @@ static int env_int(const char *name, long lo, long hi, int fallback,
   return 0;
 }
 
-static int env_double(const char *name, double fallback, double *out)
+static int env_double(enum pg__knob k, double fallback, double *out)
 {
-  const char *v = getenv(name);
+  const char *name = pg__knob_name(k);
+  const char *v = pg__knob(k);
   char *end;
   double d;
 
@@ -1464,11 +1466,11 @@ static int resolve_options(const struct pg_options *o, pg_group *g,
     return err;
   g->timeout = o->timeout;
   if (g->timeout <= 0 &&
-      (err = env_double("PG_TIMEOUT", DEFAULT_TIMEOUT_S, &g->timeout)))
+      (err = env_double(PG_KNOB_TIMEOUT, DEFAULT_TIMEOUT_S, &g->timeout)))
     return err;
   *be = o->backend;
-  b = getenv("PG_BACKEND");
-  if (*be == PG_BACKEND_AUTO && b && *b) {
+  b = pg__knob(PG_KNOB_BACKEND);
+  if (*be == PG_BACKEND_AUTO && b) {
     if (strcmp(b, "cpu") == 0)
       *be = PG_BACKEND_CPU;
     else if (strcmp(b, "nccl") == 0)
@@ -1667,7 +1669,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
                    pg_last_error()[0] ? pg_last_error() : pg_strerror(err));
     goto fail;
   }
-  hid = o->host_id ? o->host_id : getenv("PG_HOST_ID");
+  hid = o->host_id ? o->host_id : pg__knob(PG_KNOB_HOST_ID);
   if (!hid || !*hid) {
     default_host_id(host_id, sizeof host_id);
     hid = host_id;

@@ -15,6 +15,7 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
+#include "knobs.h"
 #include "pg_internal.h"
 
 /* Note [stream model] (as torch's ProcessGroupNCCL)
@@ -1199,7 +1200,7 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
   cudaError_t e;
   double timeout = s->timeout > 0 ? s->timeout : 300;
   double deadline = pg__now() + timeout;
-  const char *bw = getenv("PG_NCCL_BLOCKING_WAIT");
+  const char *bw = pg__knob(PG_KNOB_NCCL_BLOCKING_WAIT);
   int ndev = 0, dev, prev, err;
 
   *out = NULL;
