@@ -1,4 +1,4 @@
-/* check_pg_store.c -- unit tests for libpg/store.c: server and client. */
+/* check_pg_store.c -- unit tests for libpg/store_{wire,server,client}.c: server and client. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <dirent.h>
@@ -192,7 +192,7 @@ static int hold_port(uint32_t ip, int *port)
   return fd;
 }
 
-/* ---- raw protocol (see the comment at the top of store.c) ---- */
+/* ---- raw protocol (see the comment at the top of store_wire.h) ---- */
 
 static const uint8_t hello[4] = { 'p', 'g', 's', 1 };
 
