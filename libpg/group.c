@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "knobs.h"
 #include "launch_env.h"
 #include "pg_internal.h"
 
@@ -18,8 +19,12 @@
 
 enum work_kind {
   W_ALL_REDUCE, W_BROADCAST, W_REDUCE, W_ALL_GATHER, W_REDUCE_SCATTER,
-  W_BARRIER, W_SEND, W_RECV,
+  W_BARRIER, W_SEND, W_RECV, W_ALL_TO_ALL, W_GATHER, W_SCATTER,
 };
+
+/* The tag of the point-to-point messages that all_to_all, gather and
+ * scatter are made of (Note [composed collectives]); refused from users. */
+#define COMPOSED_TAG INT_MIN
 
 struct pg_work {
   struct pg_group *g;
@@ -31,6 +36,9 @@ struct pg_work {
   pg_op op;
   int root;             /* root, or peer for send/recv */
   int tag;
+  /* all_to_all_v: per-rank counts and displacements (elements); NULL
+   * counts: every block is count elements. */
+  const size_t *send_counts, *send_displs, *recv_counts, *recv_displs;
   int result;
   bool done;
   int refs;             /* the queue's and the caller's */
@@ -45,10 +53,21 @@ struct pg_group {
   double timeout;
   pg_store *store;
   pg_store_server *server;      /* rank 0 serves the store */
-  struct pg__topo topo;
+  struct pg__topo topo;         /* the world group's; sub-groups use it */
+  const struct pg__topo *wtopo; /* the world's topology */
   struct pg__comm *comm;        /* NULL for a group of one */
   char backend[16];
-  int *all_ranks;
+  int *all_ranks;               /* [size]: each member's world rank */
+  /* Sub-groups (Note [sub-groups]): the store key namespace of this
+   * group ("pg/" for the world, then "pg/g1/", "pg/g1/g3/", ...), how
+   * many children it made, the user's view of the store (a sub-group's
+   * keys live under its namespace), and what NCCL needs again. */
+  char ns[256];
+  int children;
+  pg_store *user_store;
+  bool is_sub;
+  pg_backend be;
+  int device, local_rank;
   char launch_addr[256];        /* MASTER_ADDR derived from srun's env */
 
   pthread_mutex_t mu;
@@ -94,9 +113,10 @@ static int env_int(const char *name, long lo, long hi, int fallback,
   return 0;
 }
 
-static int env_double(const char *name, double fallback, double *out)
+static int env_double(enum pg__knob k, double fallback, double *out)
 {
-  const char *v = getenv(name);
+  const char *name = pg__knob_name(k);
+  const char *v = pg__knob(k);
   char *end;
   double d;
 
@@ -224,6 +244,10 @@ static int run_self(struct pg_work *w)
   case W_SEND:
   case W_RECV:
     return pg__fail(-EINVAL, "send/recv: peer %d is this rank", w->root);
+  case W_ALL_TO_ALL:
+  case W_GATHER:
+  case W_SCATTER:
+    break;
   }
   return -EINVAL;
 }
@@ -340,6 +364,160 @@ static int run_widened(pg_group *g, struct pg_work *w, double deadline)
   return err;
 }
 
+/* Note [composed collectives]: all_to_all, gather and scatter are made of
+ * point-to-point messages (tag COMPOSED_TAG) on every backend.  The CPU
+ * backends exchange pairwise: at step s every rank sends to rank + s and
+ * receives from rank - s; a send waiting for room drains what arrives
+ * meanwhile (shm and TCP), so the cycle of sends cannot deadlock, and a
+ * rank holds at most one step's blocks in flight.  NCCL issues every send
+ * and receive (its own block included: NCCL sends to itself inside a
+ * group) in one ncclGroupStart/End, as torch's alltoall does. */
+struct blocks {
+  size_t *scount, *sdispl, *rcount, *rdispl;  /* [n] elements */
+};
+
+static void blocks_free(struct blocks *b)
+{
+  free(b->scount);
+}
+
+/* Every rank's block of the send and receive buffers, in elements. */
+static int blocks_of(const pg_group *g, const struct pg_work *w,
+                     struct blocks *b)
+{
+  size_t n = (size_t)g->size, i, so = 0, ro = 0;
+
+  b->scount = malloc(4 * n * sizeof *b->scount);
+  if (!b->scount)
+    return pg__fail(-ENOMEM, "out of memory for %zu ranks' blocks", n);
+  b->sdispl = b->scount + n;
+  b->rcount = b->sdispl + n;
+  b->rdispl = b->rcount + n;
+  for (i = 0; i < n; i++) {
+    b->scount[i] = w->send_counts ? w->send_counts[i] : w->count;
+    b->rcount[i] = w->recv_counts ? w->recv_counts[i] : w->count;
+    b->sdispl[i] = w->send_displs ? w->send_displs[i] : so;
+    b->rdispl[i] = w->recv_displs ? w->recv_displs[i] : ro;
+    so = b->sdispl[i] + b->scount[i];
+    ro = b->rdispl[i] + b->rcount[i];
+  }
+  return 0;
+}
+
+static int send_block(pg_group *g, const char *base, size_t off,
+                      size_t count, size_t es, int peer, double deadline)
+{
+  return g->comm->ops->send(g->comm, base + off * es, count * es, peer,
+                            COMPOSED_TAG, deadline);
+}
+
+static int recv_block(pg_group *g, char *base, size_t off, size_t count,
+                      size_t es, int peer, double deadline)
+{
+  return g->comm->ops->recv(g->comm, base + off * es, count * es, peer,
+                            COMPOSED_TAG, deadline);
+}
+
+static int run_all_to_all(pg_group *g, const struct pg_work *w,
+                          const struct blocks *b, bool grouped,
+                          double deadline)
+{
+  size_t es = pg_dtype_size(w->dtype);
+  int n = g->size, me = g->rank, s, to, from, err = 0;
+
+  if (!grouped && b->scount[me] && w->recv)
+    memmove((char *)w->recv + b->rdispl[me] * es,
+            (const char *)w->send + b->sdispl[me] * es, b->scount[me] * es);
+  for (s = grouped ? 0 : 1; s < n && !err; s++) {
+    to = (me + s) % n;
+    from = (me - s + n) % n;
+    err = send_block(g, w->send, b->sdispl[to], b->scount[to], es, to,
+                     deadline);
+    if (!err)
+      err = recv_block(g, w->recv, b->rdispl[from], b->rcount[from], es,
+                       from, deadline);
+  }
+  return err;
+}
+
+/* gather (to_root) or scatter: the root's buffer holds n blocks of
+ * count; its own block is copied unless it is in place. */
+static int run_rooted(pg_group *g, const struct pg_work *w, bool grouped,
+                      double deadline)
+{
+  size_t es = pg_dtype_size(w->dtype), bytes = w->count * es;
+  bool gather = w->kind == W_GATHER;
+  int r, err = 0;
+
+  if (g->rank != w->root)
+    return gather ? send_block(g, w->send, 0, w->count, es, w->root,
+                               deadline)
+                  : recv_block(g, w->recv, 0, w->count, es, w->root,
+                               deadline);
+  for (r = 0; r < g->size && !err; r++) {
+    const char *src = gather ? w->send
+                             : (const char *)w->send + (size_t)r * bytes;
+    char *dst = gather ? (char *)w->recv + (size_t)r * bytes : w->recv;
+
+    if (r == w->root) {
+      if (src == dst || !bytes)
+        continue;  /* in place */
+      if (!grouped) {
+        memmove(dst, src, bytes);
+        continue;
+      }
+      /* NCCL: to itself, inside the group. */
+      err = send_block(g, src, 0, w->count, es, r, deadline);
+      if (!err)
+        err = recv_block(g, dst, 0, w->count, es, r, deadline);
+      continue;
+    }
+    err = gather ? recv_block(g, dst, 0, w->count, es, r, deadline)
+                 : send_block(g, src, 0, w->count, es, r, deadline);
+  }
+  return err;
+}
+
+static bool stream_ordered(const pg_group *g);
+
+static int run_composed(pg_group *g, struct pg_work *w, double deadline)
+{
+  struct pg__comm *c = g->comm;
+  bool grouped = c && stream_ordered(g);
+  struct blocks b = { 0 };
+  int err, e;
+
+  if (w->kind == W_ALL_TO_ALL && (err = blocks_of(g, w, &b)))
+    return err;
+  if (!c) {
+    /* A group of one: its own block. */
+    size_t es = pg_dtype_size(w->dtype);
+    size_t n = w->kind == W_ALL_TO_ALL ? b.scount[0] : w->count;
+    const char *src = (const char *)w->send +
+                      (w->kind == W_ALL_TO_ALL ? b.sdispl[0] : 0) * es;
+    char *dst = (char *)w->recv +
+                (w->kind == W_ALL_TO_ALL ? b.rdispl[0] : 0) * es;
+
+    if (n && src != dst)
+      memmove(dst, src, n * es);
+    blocks_free(&b);
+    return 0;
+  }
+  if (grouped && (err = c->ops->group_start(c))) {
+    blocks_free(&b);
+    return err;
+  }
+  err = w->kind == W_ALL_TO_ALL ? run_all_to_all(g, w, &b, grouped, deadline)
+                                : run_rooted(g, w, grouped, deadline);
+  if (grouped) {
+    e = c->ops->group_end(c);
+    if (!err)
+      err = e;
+  }
+  blocks_free(&b);
+  return err;
+}
+
 static int run_work(pg_group *g, struct pg_work *w)
 {
   struct pg__comm *c = g->comm;
@@ -347,6 +525,9 @@ static int run_work(pg_group *g, struct pg_work *w)
   size_t bytes = w->count * pg_dtype_size(w->dtype);
   size_t all = bytes * (size_t)g->size;
 
+  if (w->kind == W_ALL_TO_ALL || w->kind == W_GATHER ||
+      w->kind == W_SCATTER)
+    return run_composed(g, w, deadline);
   if (!c)
     return run_self(w);
   if (strcmp(g->backend, "nccl") != 0 && widens(w))
@@ -378,6 +559,10 @@ static int run_work(pg_group *g, struct pg_work *w)
     return c->ops->send(c, w->send, bytes, w->root, w->tag, deadline);
   case W_RECV:
     return c->ops->recv(c, w->recv, bytes, w->root, w->tag, deadline);
+  case W_ALL_TO_ALL:
+  case W_GATHER:
+  case W_SCATTER:
+    break;
   }
   return -EINVAL;
 }
@@ -454,6 +639,75 @@ static void *progress_main(void *arg)
   return NULL;
 }
 
+static int check_all_to_all(pg_group *g, const struct pg_work *w)
+{
+  size_t n = (size_t)g->size, es = pg_dtype_size(w->dtype), i, sn = 0,
+         rn = 0, lim = SIZE_MAX / 8 / n;
+
+  if (!w->send_counts != !w->recv_counts)
+    return pg__fail(-EINVAL, "all_to_all_v: send_counts and recv_counts "
+                    "are both required");
+  if (!w->send_counts) {
+    if (w->count && (!w->send || !w->recv))
+      return pg__fail(-EINVAL, "all_to_all: NULL buffer with count %zu",
+                      w->count);
+    if (overlap(w->send, w->count * n * es, w->recv, w->count * n * es))
+      return pg__fail(-EINVAL, "all_to_all: the send and receive buffers "
+                      "overlap (it cannot run in place)");
+    return 0;
+  }
+  for (i = 0; i < n; i++) {
+    if (w->send_counts[i] > lim || w->recv_counts[i] > lim ||
+        (w->send_displs && w->send_displs[i] > lim) ||
+        (w->recv_displs && w->recv_displs[i] > lim))
+      return pg__fail(-EINVAL, "all_to_all_v: rank %zu's count or "
+                      "displacement is too large", i);
+    sn += w->send_counts[i];
+    rn += w->recv_counts[i];
+  }
+  if ((sn && !w->send) || (rn && !w->recv))
+    return pg__fail(-EINVAL, "all_to_all_v: NULL %s buffer with %zu "
+                    "elements", sn && !w->send ? "send" : "receive",
+                    sn && !w->send ? sn : rn);
+  if (w->send_counts[g->rank] != w->recv_counts[g->rank])
+    return pg__fail(-EINVAL, "all_to_all_v: this rank (%d) sends itself "
+                    "%zu elements but expects %zu", g->rank,
+                    w->send_counts[g->rank], w->recv_counts[g->rank]);
+  return 0;
+}
+
+/* gather: recv on the root holds n blocks; scatter: send does.  In
+ * place: the root's own block is the other buffer. */
+static int check_rooted(pg_group *g, const struct pg_work *w)
+{
+  const char *what = w->kind == W_GATHER ? "gather" : "scatter";
+  size_t bytes = w->count * pg_dtype_size(w->dtype);
+  bool root = g->rank == w->root;
+
+  if (w->root < 0 || w->root >= g->size)
+    return pg__fail(-EINVAL, "%s: root %d is not a rank of this group of "
+                    "%d", what, w->root, g->size);
+  if (!w->count)
+    return 0;
+  if (w->kind == W_GATHER ? !w->send || (root && !w->recv)
+                          : !w->recv || (root && !w->send))
+    return pg__fail(-EINVAL, "%s: NULL buffer with count %zu", what,
+                    w->count);
+  if (root && w->kind == W_GATHER &&
+      (const char *)w->send != (const char *)w->recv +
+                               (size_t)w->root * bytes &&
+      overlap(w->send, bytes, w->recv, bytes * (size_t)g->size))
+    return pg__fail(-EINVAL, "gather: the buffers overlap (in place, send "
+                    "is recv + root * count)");
+  if (root && w->kind == W_SCATTER &&
+      (const char *)w->recv != (const char *)w->send +
+                               (size_t)w->root * bytes &&
+      overlap(w->recv, bytes, w->send, bytes * (size_t)g->size))
+    return pg__fail(-EINVAL, "scatter: the buffers overlap (in place, recv "
+                    "is send + root * count)");
+  return 0;
+}
+
 static int check_args(pg_group *g, const struct pg_work *w)
 {
   if (!g)
@@ -481,6 +735,13 @@ static int check_args(pg_group *g, const struct pg_work *w)
                     "of %d", w->root, g->size);
   if (w->kind == W_BROADCAST && w->count && !w->recv)
     return pg__fail(-EINVAL, "broadcast: NULL buffer");
+  if ((w->kind == W_SEND || w->kind == W_RECV) && w->tag == COMPOSED_TAG)
+    return pg__fail(-EINVAL, "tag %d is reserved for libpg's own use",
+                    w->tag);
+  if (w->kind == W_ALL_TO_ALL)
+    return check_all_to_all(g, w);
+  if (w->kind == W_GATHER || w->kind == W_SCATTER)
+    return check_rooted(g, w);
   return 0;
 }
 
@@ -871,6 +1132,298 @@ int pg_recv(pg_group *g, void *buf, size_t count, pg_dtype t, int peer,
   return pg_recv_async(g, buf, count, t, peer, tag, NULL);
 }
 
+int pg_all_to_all_async(pg_group *g, const void *send, void *recv,
+                        size_t count, pg_dtype t, pg_work **w)
+{
+  struct pg_work p = WORK(W_ALL_TO_ALL, send, recv, count, t, PG_SUM, 0, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_all_to_all_v_async(pg_group *g, const void *send,
+                          const size_t *send_counts,
+                          const size_t *send_displs, void *recv,
+                          const size_t *recv_counts,
+                          const size_t *recv_displs, pg_dtype t,
+                          pg_work **w)
+{
+  struct pg_work p = WORK(W_ALL_TO_ALL, send, recv, 0, t, PG_SUM, 0, 0);
+
+  if (!send_counts || !recv_counts)
+    return pg__fail(-EINVAL, "all_to_all_v: NULL counts");
+  p.send_counts = send_counts;
+  p.send_displs = send_displs;
+  p.recv_counts = recv_counts;
+  p.recv_displs = recv_displs;
+  return submit(g, &p, w);
+}
+
+int pg_gather_async(pg_group *g, const void *send, void *recv, size_t count,
+                    pg_dtype t, int root, pg_work **w)
+{
+  struct pg_work p = WORK(W_GATHER, send, recv, count, t, PG_SUM, root, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_scatter_async(pg_group *g, const void *send, void *recv,
+                     size_t count, pg_dtype t, int root, pg_work **w)
+{
+  struct pg_work p = WORK(W_SCATTER, send, recv, count, t, PG_SUM, root, 0);
+
+  return submit(g, &p, w);
+}
+
+int pg_all_to_all(pg_group *g, const void *send, void *recv, size_t count,
+                  pg_dtype t)
+{
+  return pg_all_to_all_async(g, send, recv, count, t, NULL);
+}
+
+int pg_all_to_all_v(pg_group *g, const void *send, const size_t *send_counts,
+                    const size_t *send_displs, void *recv,
+                    const size_t *recv_counts, const size_t *recv_displs,
+                    pg_dtype t)
+{
+  return pg_all_to_all_v_async(g, send, send_counts, send_displs, recv,
+                               recv_counts, recv_displs, t, NULL);
+}
+
+int pg_gather(pg_group *g, const void *send, void *recv, size_t count,
+              pg_dtype t, int root)
+{
+  return pg_gather_async(g, send, recv, count, t, root, NULL);
+}
+
+int pg_scatter(pg_group *g, const void *send, void *recv, size_t count,
+               pg_dtype t, int root)
+{
+  return pg_scatter_async(g, send, recv, count, t, root, NULL);
+}
+
+/* ---- sub-groups ------------------------------------------------------------ */
+
+/* Note [sub-groups]: pg_new_group and pg_split are called by every rank
+ * of the parent in the same order, so each rank's count of the parent's
+ * children names a child alike everywhere: "<parent's ns>g<k>/".  The
+ * child's backend keys and its user's store view live under that name,
+ * so groups never collide in the store.  A child is a group like the
+ * world (its own communicator over its members -- shared memory, TCP or
+ * hierarchical by where they live, or a new NCCL communicator -- its own
+ * progress thread and queue), so two groups run collectives at once from
+ * two threads.  It borrows the world's store connection and topology:
+ * destroy children before the world group. */
+static int create_comm(pg_group *g, pg_backend be, int device,
+                       int local_rank);
+
+static int child_create(pg_group *parent, const int *members, int n, int me,
+                        const char *ns, pg_group **out)
+{
+  char view[300];
+  pg_group *g = calloc(1, sizeof *g);
+  int i, err;
+
+  if (!g)
+    return pg__fail(-ENOMEM, "out of memory for a sub-group");
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->queued, NULL);
+  pthread_cond_init(&g->finished, NULL);
+  g->is_sub = true;
+  g->rank = me;
+  g->size = n;
+  g->timeout = parent->timeout;
+  g->store = parent->store;
+  g->wtopo = parent->wtopo;
+  snprintf(g->ns, sizeof g->ns, "%s", ns);
+  g->all_ranks = calloc((size_t)n, sizeof *g->all_ranks);
+  if (!g->all_ranks) {
+    err = pg__fail(-ENOMEM, "out of memory for a sub-group");
+    goto fail_early;
+  }
+  for (i = 0; i < n; i++)
+    g->all_ranks[i] = parent->all_ranks ? parent->all_ranks[members[i]]
+                                        : members[i];
+  if (pthread_create(&g->thread, NULL, progress_main, g) != 0) {
+    err = pg__fail(-EAGAIN, "cannot start a sub-group's progress thread");
+    goto fail_early;
+  }
+  snprintf(view, sizeof view, "%su/", ns);
+  if (g->store && (err = pg_store_prefix(g->store, view, &g->user_store)))
+    goto fail;
+  g->be = parent->be;
+  g->device = parent->device;
+  g->local_rank = parent->local_rank;
+  if (n == 1 && g->be != PG_BACKEND_NCCL)
+    snprintf(g->backend, sizeof g->backend, "self");
+  else if ((err = create_comm(g, g->be, g->device, g->local_rank)))
+    goto fail;
+  *out = g;
+  return 0;
+
+fail:
+  {
+    char why[512];
+
+    snprintf(why, sizeof why, "%s", pg_last_error());
+    g->comm = NULL;
+    pg_destroy(g);
+    return pg__fail(err, "sub-group %s: %s", ns, why);
+  }
+fail_early:
+  free(g->all_ranks);
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->queued);
+  pthread_cond_destroy(&g->finished);
+  free(g);
+  return err;
+}
+
+/* The next child's namespace. */
+static void child_ns(pg_group *parent, char *ns, size_t len)
+{
+  snprintf(ns, len, "%sg%d/", parent->ns, ++parent->children);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+  int x = *(const int *)a, y = *(const int *)b;
+
+  return (x > y) - (x < y);
+}
+
+int pg_new_group(pg_group *parent, const int *ranks, int n, pg_group **out)
+{
+  char ns[256];
+  int *m, i, me = -1, err;
+
+  if (!out)
+    return pg__fail(-EINVAL, "pg_new_group: no place for the group");
+  *out = NULL;
+  if (!parent || !ranks || n < 1 || n > parent->size)
+    return pg__fail(-EINVAL, "pg_new_group: %d ranks of a group of %d",
+                    n, parent ? parent->size : 0);
+  m = malloc((size_t)n * sizeof *m);
+  if (!m)
+    return pg__fail(-ENOMEM, "pg_new_group: out of memory");
+  memcpy(m, ranks, (size_t)n * sizeof *m);
+  qsort(m, (size_t)n, sizeof *m, cmp_int);   /* as torch's new_group */
+  for (i = 0; i < n; i++) {
+    if (m[i] < 0 || m[i] >= parent->size || (i && m[i] == m[i - 1])) {
+      err = pg__fail(-EINVAL, "pg_new_group: rank %d is %s", m[i],
+                     m[i] < 0 || m[i] >= parent->size
+                       ? "not in the parent group" : "listed twice");
+      free(m);
+      return err;
+    }
+    if (m[i] == parent->rank)
+      me = i;
+  }
+  child_ns(parent, ns, sizeof ns);
+  err = me < 0 ? 0 : child_create(parent, m, n, me, ns, out);
+  free(m);
+  return err;
+}
+
+struct split_entry {
+  int color, key, rank;
+};
+
+static int cmp_split(const void *a, const void *b)
+{
+  const struct split_entry *x = a, *y = b;
+
+  if (x->key != y->key)
+    return (x->key > y->key) - (x->key < y->key);
+  return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Every parent rank's (color, key), all-gathered over the store under
+ * the child's namespace. */
+static int split_exchange(pg_group *parent, const char *ns, int color,
+                          int key, struct split_entry *e)
+{
+  int n = parent->size, i, err = -ENOMEM;
+  char mine[64], k[64], **keys = calloc((size_t)n, sizeof *keys);
+  void **vals = calloc((size_t)n, sizeof *vals);
+  size_t *lens = calloc((size_t)n, sizeof *lens);
+
+  for (i = 0; keys && i < n; i++) {
+    snprintf(k, sizeof k, "split/%d", i);
+    if (!(keys[i] = strdup(k)))
+      break;
+  }
+  if (keys && vals && lens && i == n) {
+    snprintf(mine, sizeof mine, "%d %d", color, key);
+    snprintf(k, sizeof k, "split/%d", parent->rank);
+    err = pg__store_exchange(parent->store, ns, k, mine, strlen(mine), 
+                             (const char *const *)keys, n, parent->timeout,
+                             vals, lens);
+  }
+  for (i = 0; !err && i < n; i++) {
+    char txt[64];
+
+    snprintf(txt, sizeof txt, "%.*s", (int)(lens[i] < 63 ? lens[i] : 63),
+             (const char *)vals[i]);
+    e[i].rank = i;
+    if (sscanf(txt, "%d %d", &e[i].color, &e[i].key) != 2)
+      err = pg__fail(-EPROTO, "pg_split: rank %d published '%s'", i, txt);
+  }
+  if (err == -ENOMEM)
+    pg__fail(err, "pg_split: out of memory");
+  for (i = 0; i < n; i++) {
+    if (keys)
+      free(keys[i]);
+    if (vals)
+      free(vals[i]);
+  }
+  free(keys);
+  free(vals);
+  free(lens);
+  return err;
+}
+
+int pg_split(pg_group *parent, int color, int key, pg_group **out)
+{
+  struct split_entry *e;
+  char ns[256], cns[300];
+  int *m, n = 0, i, me = -1, err;
+
+  if (!out)
+    return pg__fail(-EINVAL, "pg_split: no place for the group");
+  *out = NULL;
+  if (!parent)
+    return pg__fail(-EINVAL, "pg_split: NULL parent");
+  child_ns(parent, ns, sizeof ns);
+  e = calloc((size_t)parent->size, sizeof *e);
+  m = calloc((size_t)parent->size, sizeof *m);
+  if (!e || !m) {
+    free(e);
+    free(m);
+    return pg__fail(-ENOMEM, "pg_split: out of memory");
+  }
+  if (parent->size == 1) {
+    e[0] = (struct split_entry){ color, key, 0 };
+    err = 0;
+  } else {
+    err = split_exchange(parent, ns, color, key, e);
+  }
+  if (!err && color >= 0) {
+    qsort(e, (size_t)parent->size, sizeof *e, cmp_split);
+    for (i = 0; i < parent->size; i++)
+      if (e[i].color == color) {
+        if (e[i].rank == parent->rank)
+          me = n;
+        m[n++] = e[i].rank;
+      }
+    /* One child per color, each under its own name. */
+    snprintf(cns, sizeof cns, "%sc%d/", ns, color);
+    err = child_create(parent, m, n, me, cns, out);
+  }
+  free(e);
+  free(m);
+  return err;
+}
+
 /* ---- creating and destroying ------------------------------------------------------ */
 
 static int resolve_options(const struct pg_options *o, pg_group *g,
@@ -913,11 +1466,11 @@ static int resolve_options(const struct pg_options *o, pg_group *g,
     return err;
   g->timeout = o->timeout;
   if (g->timeout <= 0 &&
-      (err = env_double("PG_TIMEOUT", DEFAULT_TIMEOUT_S, &g->timeout)))
+      (err = env_double(PG_KNOB_TIMEOUT, DEFAULT_TIMEOUT_S, &g->timeout)))
     return err;
   *be = o->backend;
-  b = getenv("PG_BACKEND");
-  if (*be == PG_BACKEND_AUTO && b && *b) {
+  b = pg__knob(PG_KNOB_BACKEND);
+  if (*be == PG_BACKEND_AUTO && b) {
     if (strcmp(b, "cpu") == 0)
       *be = PG_BACKEND_CPU;
     else if (strcmp(b, "nccl") == 0)
@@ -929,43 +1482,67 @@ static int resolve_options(const struct pg_options *o, pg_group *g,
   return 0;
 }
 
+/* The number of hosts among the members. */
+static int member_hosts(const pg_group *g)
+{
+  int i, j, k = 0;
+
+  for (i = 0; i < g->size; i++) {
+    for (j = 0; j < i; j++)
+      if (g->wtopo->host_of[g->all_ranks[j]] ==
+          g->wtopo->host_of[g->all_ranks[i]])
+        break;
+    k += j == i;
+  }
+  return k;
+}
+
 static int create_comm(pg_group *g, pg_backend be, int device,
                        int local_rank)
 {
   struct pg__setup s;
-  int i, err;
+  char ns[300];
+  int i, nhosts;
 
-  g->all_ranks = calloc((size_t)g->size, sizeof *g->all_ranks);
-  if (!g->all_ranks)
-    return -ENOMEM;
-  for (i = 0; i < g->size; i++)
-    g->all_ranks[i] = i;
+  if (!g->all_ranks) {
+    g->all_ranks = calloc((size_t)g->size, sizeof *g->all_ranks);
+    if (!g->all_ranks)
+      return -ENOMEM;
+    for (i = 0; i < g->size; i++)
+      g->all_ranks[i] = i;
+  }
+  if (!g->wtopo)
+    g->wtopo = &g->topo;
+  g->be = be;
+  g->device = device;
+  g->local_rank = local_rank;
+  nhosts = g->wtopo->host_of ? member_hosts(g) : 1;
   memset(&s, 0, sizeof s);
   s.store = g->store;
-  s.topo = &g->topo;
+  s.topo = g->wtopo;
   s.ranks = g->all_ranks;
   s.n = g->size;
   s.me = g->rank;
   s.timeout = g->timeout;
   s.device = device;
   s.local_rank = local_rank;
+  s.ns = ns;
   if (be == PG_BACKEND_NCCL) {
-    s.ns = "pg/nccl/";
-    err = pg__nccl_create(&s, &g->comm);
+    snprintf(ns, sizeof ns, "%snccl/", g->ns);
     snprintf(g->backend, sizeof g->backend, "nccl");
-    return err;
+    return pg__nccl_create(&s, &g->comm);
   }
-  if (g->topo.nhosts == 1) {
-    s.ns = "pg/shm/";
+  if (nhosts == 1) {
+    snprintf(ns, sizeof ns, "%sshm/", g->ns);
     snprintf(g->backend, sizeof g->backend, "cpu-shm");
     return pg__shm_create(&s, &g->comm);
   }
-  if (g->topo.nhosts == g->size) {
-    s.ns = "pg/tcp/";
+  if (nhosts == g->size) {
+    snprintf(ns, sizeof ns, "%stcp/", g->ns);
     snprintf(g->backend, sizeof g->backend, "cpu-tcp");
     return pg__tcp_create(&s, &g->comm);
   }
-  s.ns = "pg/hier/";
+  snprintf(ns, sizeof ns, "%shier/", g->ns);
   snprintf(g->backend, sizeof g->backend, "cpu-hier");
   return pg__hier_create(&s, &g->comm);
 }
@@ -979,7 +1556,7 @@ static void exit_barrier(pg_group *g)
   char **keys;
   int i;
 
-  if (!g->store || g->size == 1)
+  if (!g->store || g->size == 1 || g->is_sub)
     return;
   snprintf(key, sizeof key, "pg/exit/%d", g->rank);
   pg_store_set(g->store, key, "1", 1);
@@ -1011,7 +1588,8 @@ void pg_destroy(pg_group *g)
   if (g->comm)
     g->comm->ops->destroy(g->comm);
   exit_barrier(g);
-  if (g->store)
+  pg_store_close(g->user_store);
+  if (g->store && !g->is_sub)
     pg_store_close(g->store);
   if (g->server)
     pg_store_server_stop(g->server);
@@ -1040,6 +1618,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->queued, NULL);
   pthread_cond_init(&g->finished, NULL);
+  snprintf(g->ns, sizeof g->ns, "pg/");
   err = resolve_options(o, g, &addr, &port, &be, &local_rank);
   if (err)
     goto fail_early;
@@ -1052,6 +1631,9 @@ int pg_init(const struct pg_options *o, pg_group **out)
                    "NCCL (no CUDA/NCCL found at build time)");
     goto fail;
   }
+  g->be = be;
+  g->device = o->device;
+  g->local_rank = local_rank;
   if (g->size == 1 && be != PG_BACKEND_NCCL) {
     snprintf(g->backend, sizeof g->backend, "self");
     *out = g;
@@ -1087,7 +1669,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
                    pg_last_error()[0] ? pg_last_error() : pg_strerror(err));
     goto fail;
   }
-  hid = o->host_id ? o->host_id : getenv("PG_HOST_ID");
+  hid = o->host_id ? o->host_id : pg__knob(PG_KNOB_HOST_ID);
   if (!hid || !*hid) {
     default_host_id(host_id, sizeof host_id);
     hid = host_id;
@@ -1179,5 +1761,5 @@ const char *pg_backend_name(const pg_group *g)
 
 pg_store *pg_group_store(pg_group *g)
 {
-  return g->store;
+  return g->user_store ? g->user_store : g->store;
 }

@@ -6,15 +6,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "knobs.h"
 #include "pg.h"
 
 /* The watchdog reads the file's mtime; touching it is one syscall and
- * needs no open fd.  The path is read each time: no state in the library. */
+ * needs no open fd.  The path is a knob (knobs.c): cdrun sets it before
+ * the worker starts. */
 PG_EXTERN int pg_heartbeat(void)
 {
-  const char *path = getenv("CDRUN_HEARTBEAT_FILE");
+  const char *path = pg__knob(PG_KNOB_HEARTBEAT_FILE);
 
-  if (!path || !*path)
+  if (!path)
     return 0;
   if (utimensat(AT_FDCWD, path, NULL, 0) == 0)
     return 0;

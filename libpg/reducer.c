@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "knobs.h"
 #include "pg_internal.h"
 
 #define DEFAULT_CAP ((size_t)25 << 20)
@@ -224,10 +225,10 @@ static uint64_t spec_hash(const struct pg_param_spec *p, size_t n)
 
 /* A cap from options or the environment ("0.25" MiB, as DDP's
  * int(bucket_cap_mb * 1024 * 1024)). */
-static int resolve_cap(size_t opt, const char *env, size_t fallback,
+static int resolve_cap(size_t opt, enum pg__knob k, size_t fallback,
                        size_t *out)
 {
-  const char *v = getenv(env);
+  const char *env = pg__knob_name(k), *v = pg__knob(k);
   char *end;
   double mb;
 
@@ -262,9 +263,9 @@ static int check_local(const struct pg_param_spec *p, size_t n,
       return pg__fail(-EINVAL, "parameter %zu: %zu elements is too large",
                       i, p[i].numel);
   }
-  err = resolve_cap(o->bucket_cap, "PG_BUCKET_CAP_MB", DEFAULT_CAP, cap);
+  err = resolve_cap(o->bucket_cap, PG_KNOB_BUCKET_CAP_MB, DEFAULT_CAP, cap);
   if (!err)
-    err = resolve_cap(o->first_bucket_cap, "PG_FIRST_BUCKET_CAP_MB",
+    err = resolve_cap(o->first_bucket_cap, PG_KNOB_FIRST_BUCKET_CAP_MB,
                       DEFAULT_FIRST_CAP, first_cap);
   return err;
 }

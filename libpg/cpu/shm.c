@@ -73,6 +73,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "knobs.h"
 #include "pg_internal.h"
 
 #define LINE 128                  /* two cache lines: adjacent-line prefetch */
@@ -1063,12 +1064,24 @@ static size_t pow2_floor(size_t x)
   return p;
 }
 
-/* Buffer bytes: BUF_DEFAULT (chunks that stay in L2/L3: measured best
- * between 256 KiB and 1 MiB), capped so the buffers of all ranks stay
- * within SEG_CAP, at least 16 elements of 8 bytes per rank. */
+/* Buffer bytes: $PG_SHM_BUF (a tuning knob: at least BUF_MIN, other
+ * values ignored), else BUF_DEFAULT (chunks that stay in L2/L3: measured
+ * best between 256 KiB and 1 MiB); capped so the buffers of all ranks
+ * stay within SEG_CAP, at least 16 elements of 8 bytes per rank.  Local
+ * rank 0 sizes the segment: its value counts. */
 static size_t default_buf(int n)
 {
   size_t buf = BUF_DEFAULT, cap = SEG_CAP / ((size_t)n * NBUF);
+  const char *v = pg__knob(PG_KNOB_SHM_BUF);
+  char *end;
+  unsigned long long want;
+
+  if (v) {
+    errno = 0;
+    want = strtoull(v, &end, 10);
+    if (!errno && end != v && !*end && want >= BUF_MIN && want <= SEG_CAP)
+      buf = (size_t)want;
+  }
 
   if (buf > cap)
     buf = cap;

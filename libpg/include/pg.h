@@ -138,11 +138,40 @@ PG_EXTERN int pg_init(const struct pg_options *o, pg_group **out);
  * work handle first. */
 PG_EXTERN void pg_destroy(pg_group *g);
 
+/* ---- sub-groups ------------------------------------------------------
+ *
+ * Groups over a subset of a group's ranks, for tensor and pipeline
+ * parallelism: each has its own ranks (0..n-1), backend, store key
+ * namespace and progress thread, so collectives of several groups run
+ * at once -- from different threads (one thread per group at a time) or
+ * interleaved as async work.  Both calls are collective over the parent:
+ * every rank of the parent calls them, in the same order, even the ranks
+ * that are not members, which get *out = NULL and 0 (as torch's
+ * new_group gives non-members a non-member marker).  Members' calls also
+ * wait for each other (the new communicator's setup).  Ranks, roots and
+ * peers of a sub-group's operations are its own ranks.  A sub-group's
+ * backend is chosen by where its members live (shared memory when they
+ * share a host, TCP when none does, hierarchical otherwise; NCCL: a new
+ * communicator over the members).  pg_group_store gives a view of the
+ * store whose keys are the group's own (pg_store_prefix).  Destroy
+ * sub-groups before their parent.
+ *
+ * pg_new_group: the parent's ranks[0..n-1] (distinct, any order); the
+ * sub-group's rank i is the i-th smallest of them (as torch). */
+PG_EXTERN int pg_new_group(pg_group *parent, const int *ranks, int n,
+                           pg_group **out);
+/* pg_split (as MPI_Comm_split and ncclCommSplit): ranks that pass the
+ * same color >= 0 form a group, ordered by key, then by parent rank; a
+ * negative color makes no group (*out = NULL). */
+PG_EXTERN int pg_split(pg_group *parent, int color, int key,
+                       pg_group **out);
+
 PG_EXTERN int pg_rank(const pg_group *g);
 PG_EXTERN int pg_size(const pg_group *g);
 /* "self" (a group of one), "cpu-shm", "cpu-tcp", "cpu-hier" or "nccl". */
 PG_EXTERN const char *pg_backend_name(const pg_group *g);
-/* The group's store (owned by the group). */
+/* The group's store (owned by the group); a sub-group's is a view with
+ * the group's own keys. */
 PG_EXTERN pg_store *pg_group_store(pg_group *g);
 
 /* A sentence about the last error of this thread's last failing libpg
@@ -196,6 +225,11 @@ PG_EXTERN int pg_store_compare_set(pg_store *s, const char *key,
 /* *deleted (may be NULL): whether the key existed. */
 PG_EXTERN int pg_store_delete(pg_store *s, const char *key, bool *deleted);
 PG_EXTERN int pg_store_num_keys(pg_store *s, int64_t *n);
+/* A view of s in which every key is prefix + key (as PyTorch's
+ * PrefixStore; views nest).  It shares s's connection: close the view
+ * (pg_store_close) before s.  num_keys counts every key of s. */
+PG_EXTERN int pg_store_prefix(pg_store *s, const char *prefix,
+                              pg_store **out);
 
 /* ---- collectives ------------------------------------------------------ *
  * count is in elements; buffers are host memory for the CPU backend and
@@ -219,8 +253,35 @@ PG_EXTERN int pg_all_gather(pg_group *g, const void *send, void *recv,
 PG_EXTERN int pg_reduce_scatter(pg_group *g, const void *send, void *recv,
                                 size_t count, pg_dtype t, pg_op op);
 PG_EXTERN int pg_barrier(pg_group *g);
+/* send holds world_size blocks of count elements, block r for rank r;
+ * recv gets world_size blocks, block r from rank r.  The buffers may not
+ * overlap. */
+PG_EXTERN int pg_all_to_all(pg_group *g, const void *send, void *recv,
+                            size_t count, pg_dtype t);
+/* The same with a size per rank: send_counts[r] elements at
+ * send_displs[r] go to rank r, recv_counts[r] elements from rank r land
+ * at recv_displs[r] (counts and displacements in elements; NULL
+ * displacements: the blocks packed in rank order).  Rank r's
+ * recv_counts[s] must equal rank s's send_counts[r] (-EMSGSIZE
+ * otherwise); blocks may not overlap. */
+PG_EXTERN int pg_all_to_all_v(pg_group *g, const void *send,
+                              const size_t *send_counts,
+                              const size_t *send_displs, void *recv,
+                              const size_t *recv_counts,
+                              const size_t *recv_displs, pg_dtype t);
+/* recv (on root only; NULL elsewhere is fine) gets world_size blocks of
+ * count elements, rank r's at r * count.  In place: on the root, send ==
+ * recv + root * count. */
+PG_EXTERN int pg_gather(pg_group *g, const void *send, void *recv,
+                        size_t count, pg_dtype t, int root);
+/* The root's send holds world_size blocks of count elements; rank r gets
+ * block r in recv.  send matters on the root only.  In place: on the
+ * root, recv == send + root * count. */
+PG_EXTERN int pg_scatter(pg_group *g, const void *send, void *recv,
+                         size_t count, pg_dtype t, int root);
 /* Point to point; a send matches the peer's recv with the same tag, in
- * order. */
+ * order.  Tag INT_MIN is libpg's own (all_to_all, gather and scatter are
+ * made of such messages): -EINVAL. */
 PG_EXTERN int pg_send(pg_group *g, const void *buf, size_t count,
                       pg_dtype t, int peer, int tag);
 PG_EXTERN int pg_recv(pg_group *g, void *buf, size_t count, pg_dtype t,
@@ -246,6 +307,23 @@ PG_EXTERN int pg_reduce_scatter_async(pg_group *g, const void *send,
                                       void *recv, size_t count, pg_dtype t,
                                       pg_op op, pg_work **w);
 PG_EXTERN int pg_barrier_async(pg_group *g, pg_work **w);
+/* The counts and displacements of pg_all_to_all_v_async, like the
+ * buffers, must stay valid until the work is done. */
+PG_EXTERN int pg_all_to_all_async(pg_group *g, const void *send,
+                                  void *recv, size_t count, pg_dtype t,
+                                  pg_work **w);
+PG_EXTERN int pg_all_to_all_v_async(pg_group *g, const void *send,
+                                    const size_t *send_counts,
+                                    const size_t *send_displs, void *recv,
+                                    const size_t *recv_counts,
+                                    const size_t *recv_displs, pg_dtype t,
+                                    pg_work **w);
+PG_EXTERN int pg_gather_async(pg_group *g, const void *send, void *recv,
+                              size_t count, pg_dtype t, int root,
+                              pg_work **w);
+PG_EXTERN int pg_scatter_async(pg_group *g, const void *send, void *recv,
+                               size_t count, pg_dtype t, int root,
+                               pg_work **w);
 PG_EXTERN int pg_send_async(pg_group *g, const void *buf, size_t count,
                             pg_dtype t, int peer, int tag, pg_work **w);
 PG_EXTERN int pg_recv_async(pg_group *g, void *buf, size_t count,

@@ -15,6 +15,7 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
+#include "knobs.h"
 #include "pg_internal.h"
 
 /* Note [stream model] (as torch's ProcessGroupNCCL)
@@ -817,12 +818,13 @@ static int nccl_barrier(struct pg__comm *base, double deadline)
 }
 
 /* Checks a point-to-point peer.  A send to oneself would wait forever
- * outside an NCCL group, so it is refused. */
+ * outside an NCCL group, so it is refused there; inside one NCCL pairs it
+ * with the receive (all_to_all's own block, group.c). */
 static int check_peer(struct nccl_comm *c, int peer, const char *what)
 {
   int err = check_rank(c, peer, what);
 
-  if (!err && peer == c->me)
+  if (!err && peer == c->me && c->group_depth == 0)
     err = pg__fail(-EINVAL, "NCCL backend: %s: peer %d is this rank",
                    what, peer);
   return err;
@@ -1198,7 +1200,7 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
   cudaError_t e;
   double timeout = s->timeout > 0 ? s->timeout : 300;
   double deadline = pg__now() + timeout;
-  const char *bw = getenv("PG_NCCL_BLOCKING_WAIT");
+  const char *bw = pg__knob(PG_KNOB_NCCL_BLOCKING_WAIT);
   int ndev = 0, dev, prev, err;
 
   *out = NULL;

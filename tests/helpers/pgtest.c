@@ -4,7 +4,8 @@
  * generate every rank's input.
  *
  *   pgtest matrix [quick]   every collective x dtype x op x size, in place
- *                           and out of place
+ *                           and out of place; all_to_all(_v), gather and
+ *                           scatter synchronous and async
  *   pgtest async            several operations in flight, waited out of
  *                           order, overlapping the caller's computation
  *   pgtest store            the group's store across ranks
@@ -12,6 +13,10 @@
  *   pgtest exchange         pg_group_start/end: every rank sends 1 MiB to
  *                           both neighbours and receives from both, in
  *                           one group (no rank receives first)
+ *   pgtest groups           sub-groups: a 2D grid (2 or 3 columns), rows by
+ *                           pg_split, columns by pg_new_group, all-reduces
+ *                           in a row and a column at once (two threads,
+ *                           then interleaved async), per-group store keys
  *   pgtest halfavg          f16/bf16 reductions accumulate in f32 (pg.h):
  *                           an f16 AVG of 65504 is 65504, not +inf
  *   pgtest victim R DIR     rank R SIGKILLs itself in the middle of a
@@ -20,7 +25,9 @@
  *
  * Exit status 0 when every check passed; details on stderr otherwise. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -234,6 +241,151 @@ static void one_reduction_case(pg_group *g, pg_dtype t, pg_op op,
   free(tmp);
 }
 
+/* The value of element i of the block that rank `from` sends rank `to`. */
+static double block_value(int from, int to, size_t i, pg_dtype t)
+{
+  return input_value(from, i + (size_t)to * 131, PG_SUM, t);
+}
+
+static void fill_block(void *buf, int from, int to, size_t count, pg_dtype t)
+{
+  size_t i;
+
+  for (i = 0; i < count; i++)
+    store_value(buf, i, t, block_value(from, to, i, t));
+}
+
+static bool block_ok(const void *buf, int from, int to, size_t count,
+                     pg_dtype t)
+{
+  size_t i;
+
+  for (i = 0; i < count; i++)
+    if (load_value(buf, i, t) != block_value(from, to, i, t))
+      return false;
+  return true;
+}
+
+/* all_to_all_v's size of the block from rank `from` to rank `to`:
+ * 0..count, different for every pair. */
+static size_t vcount(int from, int to, size_t count)
+{
+  return count ? ((size_t)from * 3 + (size_t)to * 5 + count) % (count + 1)
+               : 0;
+}
+
+/* Waits for w when it is an async call's (async = the in_place pass). */
+static void finish_async(pg_work *w)
+{
+  if (w) {
+    TRY(pg_work_wait(w, 120));
+    pg_work_free(w);
+  }
+}
+
+/* all_to_all (equal and vector sizes), gather and scatter: synchronous
+ * on the out-of-place pass, async (and gather/scatter in place) on the
+ * other. */
+static void composed_case(pg_group *g, pg_dtype t, size_t count,
+                          bool async)
+{
+  size_t es = pg_dtype_size(t), n = (size_t)world, r, off;
+  size_t *sc = calloc(n, sizeof *sc), *rc = calloc(n, sizeof *rc);
+  size_t *sd = calloc(n, sizeof *sd), *rd = calloc(n, sizeof *rd);
+  unsigned char *a = malloc(count * es * n + 1);
+  unsigned char *b = malloc(count * es * n + 1);
+  pg_work *w = NULL, **wp = async ? &w : NULL;
+  int root = (int)((count + 2) % n);
+  bool ok;
+
+  /* all_to_all */
+  for (r = 0; r < n; r++)
+    fill_block(a + r * count * es, rank, (int)r, count, t);
+  memset(b, 0x5A, count * es * n + 1);
+  TRY(async ? pg_all_to_all_async(g, a, b, count, t, wp)
+            : pg_all_to_all(g, a, b, count, t));
+  finish_async(w);
+  w = NULL;
+  for (ok = true, r = 0; r < n && ok; r++)
+    ok = block_ok(b + r * count * es, (int)r, rank, count, t);
+  CHECK(ok, "all_to_all%s %s count %zu: block %zu wrong",
+        async ? "(async)" : "", dtype_names[t], count, r - 1);
+
+  /* all_to_all_v: blocks of different sizes; the receive side with
+   * explicit displacements in reverse rank order, the send side packed */
+  for (off = 0, r = 0; r < n; r++) {
+    sc[r] = vcount(rank, (int)r, count);
+    fill_block(a + off * es, rank, (int)r, sc[r], t);
+    off += sc[r];
+  }
+  for (off = 0, r = n; r-- > 0;) {
+    rc[r] = vcount((int)r, rank, count);
+    rd[r] = off;
+    off += rc[r];
+  }
+  memset(b, 0x5A, count * es * n + 1);
+  TRY(async ? pg_all_to_all_v_async(g, a, sc, NULL, b, rc, rd, t, wp)
+            : pg_all_to_all_v(g, a, sc, NULL, b, rc, rd, t));
+  finish_async(w);
+  w = NULL;
+  for (ok = true, r = 0; r < n && ok; r++)
+    ok = block_ok(b + rd[r] * es, (int)r, rank, rc[r], t);
+  CHECK(ok, "all_to_all_v%s %s count %zu: block %zu wrong",
+        async ? "(async)" : "", dtype_names[t], count, r - 1);
+
+  /* gather: in place on the async pass */
+  memset(b, 0x5A, count * es * n + 1);
+  if (async && rank == root) {
+    fill_block(b + (size_t)root * count * es, rank, root, count, t);
+    TRY(pg_gather_async(g, b + (size_t)root * count * es, b, count, t, root,
+                        wp));
+  } else {
+    fill_block(a, rank, root, count, t);
+    TRY(async ? pg_gather_async(g, a, rank == root ? b : NULL, count, t,
+                                root, wp)
+              : pg_gather(g, a, rank == root ? b : NULL, count, t, root));
+  }
+  finish_async(w);
+  w = NULL;
+  for (ok = true, r = 0; rank == root && r < n && ok; r++)
+    ok = block_ok(b + r * count * es, (int)r, root, count, t);
+  CHECK(ok, "gather%s %s count %zu to %d: block %zu wrong",
+        async ? "(async, in place)" : "", dtype_names[t], count, root,
+        r - 1);
+
+  /* scatter: in place on the async pass */
+  for (r = 0; r < n; r++)
+    fill_block(a + r * count * es, root, (int)r, count, t);
+  memset(b, 0x5A, count * es + 1);
+  if (async && rank == root)
+    TRY(pg_scatter_async(g, a, a + (size_t)root * count * es, count, t, root,
+                         wp));
+  else
+    TRY(async ? pg_scatter_async(g, rank == root ? a : NULL, b, count, t,
+                                 root, wp)
+              : pg_scatter(g, rank == root ? a : NULL, b, count, t, root));
+  finish_async(w);
+  ok = block_ok(async && rank == root ? a + (size_t)root * count * es : b,
+                root, rank, count, t);
+  CHECK(ok, "scatter%s %s count %zu from %d: wrong data",
+        async ? "(async, in place)" : "", dtype_names[t], count, root);
+  if (count == 1 && t == PG_F32 && !async) {
+    /* Bad input: a clear error, no communication. */
+    CHECK(pg_all_to_all(g, a, a, 1, t) == -EINVAL,
+          "an in-place all_to_all was accepted");
+    CHECK(pg_gather(g, a, b, 1, t, world) == -EINVAL,
+          "gather to root %d was accepted", world);
+    CHECK(pg_send(g, a, 1, t, (rank + 1) % world, INT_MIN) == -EINVAL,
+          "a send with libpg's own tag was accepted");
+  }
+  free(sc);
+  free(rc);
+  free(sd);
+  free(rd);
+  free(a);
+  free(b);
+}
+
 static void one_data_case(pg_group *g, pg_dtype t, size_t count,
                           bool in_place)
 {
@@ -272,6 +424,7 @@ static void one_data_case(pg_group *g, pg_dtype t, size_t count,
         in_place ? "(in place)" : "", dtype_names[t], count);
   free(buf);
   free(out);
+  composed_case(g, t, count, in_place);
 }
 
 static int mode_matrix(pg_group *g, bool quick)
@@ -552,6 +705,152 @@ static int mode_victim(pg_group *g, int victim, const char *dir)
   return err ? 0 : 1;
 }
 
+/* ---- sub-groups -------------------------------------------------------- */
+
+struct ar_loop {
+  pg_group *g;
+  int rounds, err;
+  double want;           /* the sum of the members' values, round 0 */
+  bool ok;
+};
+
+/* all_reduce rounds on one group; runs on its own thread. */
+static void *ar_loop_main(void *arg)
+{
+  struct ar_loop *l = arg;
+  size_t count = 4099, i;
+  float *buf = malloc(count * sizeof *buf);
+  int k;
+
+  l->ok = true;
+  for (k = 0; k < l->rounds && !l->err; k++) {
+    for (i = 0; i < count; i++)
+      buf[i] = (float)(rank + 1) + (float)k;
+    l->err = pg_all_reduce(l->g, buf, buf, count, PG_F32, PG_SUM);
+    for (i = 0; i < count && !l->err; i++)
+      if (buf[i] != (float)(l->want + k * pg_size(l->g)))
+        l->ok = false;
+  }
+  free(buf);
+  return NULL;
+}
+
+/* A rows x cols grid (3 columns when 3 divides the world, else 2): rows
+ * by pg_split, columns by pg_new_group; all-reduces in a row and a column
+ * at once from two threads, then interleaved async; a gather in a
+ * column; per-group store keys; the non-member marker; bad input. */
+static int mode_groups(pg_group *g)
+{
+  int cols = world % 3 == 0 ? 3 : 2, rows = world / cols;
+  int row = rank / cols, col = rank % cols, c, r, i;
+  pg_group *rowg = NULL, *colg = NULL, *mine = NULL, *none = NULL;
+  int members[64];
+  struct ar_loop lr, lc;
+  pthread_t tr, tc;
+  float a[3], b[3];
+  pg_work *wa, *wb;
+  pg_store *s;
+  void *v;
+  size_t len;
+  double rowsum = 0, colsum = 0;
+
+  if (world < 4 || world % cols || world > 64) {
+    fprintf(stderr, "pgtest groups: needs a world of 4..64 ranks that 2 "
+            "or 3 divides\n");
+    return 1;
+  }
+  TRY(pg_split(g, row, col, &rowg));
+  for (c = 0; c < cols; c++) {
+    pg_group *x = NULL;
+
+    for (r = 0; r < rows; r++)
+      members[r] = (rows - 1 - r) * cols + c;   /* any order */
+    TRY(pg_new_group(g, members, rows, &x));
+    CHECK((x != NULL) == (c == col), "column %d: member %d, group %p", c,
+          c == col, (void *)x);
+    if (c == col)
+      colg = x;
+  }
+  /* A color < 0: no group. */
+  TRY(pg_split(g, -1, 0, &none));
+  CHECK(none == NULL, "pg_split with color -1 gave a group");
+  CHECK(rowg && colg, "no row or column group");
+  if (!rowg || !colg)
+    return 1;
+  CHECK(pg_rank(rowg) == col && pg_size(rowg) == cols,
+        "row group: rank %d of %d, want %d of %d", pg_rank(rowg),
+        pg_size(rowg), col, cols);
+  CHECK(pg_rank(colg) == row && pg_size(colg) == rows,
+        "column group: rank %d of %d, want %d of %d", pg_rank(colg),
+        pg_size(colg), row, rows);
+  for (i = 0; i < cols; i++)
+    rowsum += row * cols + i + 1;
+  for (i = 0; i < rows; i++)
+    colsum += i * cols + col + 1;
+
+  /* Two threads, one group each, at once. */
+  lr = (struct ar_loop){ rowg, 20, 0, rowsum, false };
+  lc = (struct ar_loop){ colg, 20, 0, colsum, false };
+  if (pthread_create(&tr, NULL, ar_loop_main, &lr) ||
+      pthread_create(&tc, NULL, ar_loop_main, &lc)) {
+    fprintf(stderr, "pgtest groups: pthread_create failed\n");
+    return 1;
+  }
+  pthread_join(tr, NULL);
+  pthread_join(tc, NULL);
+  CHECK(!lr.err && lr.ok, "row all_reduce from a thread: %s, %s",
+        pg_err_name(lr.err), lr.ok ? "right" : "wrong sums");
+  CHECK(!lc.err && lc.ok, "column all_reduce from a thread: %s, %s",
+        pg_err_name(lc.err), lc.ok ? "right" : "wrong sums");
+
+  /* Interleaved async on one thread. */
+  for (i = 0; i < 3; i++)
+    a[i] = b[i] = (float)(rank + 1);
+  TRY(pg_all_reduce_async(rowg, a, a, 3, PG_F32, PG_SUM, &wa));
+  TRY(pg_all_reduce_async(colg, b, b, 3, PG_F32, PG_SUM, &wb));
+  TRY(pg_work_wait(wb, 60));
+  TRY(pg_work_wait(wa, 60));
+  pg_work_free(wa);
+  pg_work_free(wb);
+  CHECK(a[2] == (float)rowsum && b[2] == (float)colsum,
+        "interleaved async: row %g (want %g), column %g (want %g)", a[2],
+        rowsum, b[2], colsum);
+
+  /* A gather in the column: roots and blocks are the group's ranks. */
+  {
+    float my_v = (float)rank, got[64];
+
+    TRY(pg_gather(colg, &my_v, pg_rank(colg) == 0 ? got : NULL, 1, PG_F32,
+                  0));
+    for (i = 0; pg_rank(colg) == 0 && i < rows; i++)
+      CHECK(got[i] == (float)(i * cols + col),
+            "column gather: block %d is %g", i, got[i]);
+  }
+
+  /* Store keys are the group's: each row's rank 0 writes "who". */
+  s = pg_group_store(rowg);
+  if (pg_rank(rowg) == 0)
+    TRY(pg_store_set(s, "who", &row, sizeof row));
+  TRY(pg_store_get(s, "who", 60, &v, &len));
+  CHECK(len == sizeof row && *(int *)v == row, "row %d read another "
+        "group's key", row);
+  free(v);
+  CHECK(pg_store_get(pg_group_store(g), "who", 0, &v, &len) == -ENOENT,
+        "a row group's key is visible in the world's store");
+
+  /* Bad input. */
+  CHECK(pg_new_group(g, (int[]){ 0, 0 }, 2, &mine) == -EINVAL && !mine,
+        "a rank listed twice was accepted");
+  CHECK(pg_new_group(g, (int[]){ world }, 1, &mine) == -EINVAL,
+        "rank %d of a group of %d was accepted", world, world);
+  TRY(pg_barrier(colg));
+  TRY(pg_barrier(rowg));
+  pg_destroy(colg);
+  pg_destroy(rowg);
+  TRY(pg_barrier(g));
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "";
@@ -576,6 +875,8 @@ int main(int argc, char **argv)
     rc = mode_sendrecv(g);
   else if (strcmp(mode, "exchange") == 0)
     rc = mode_exchange(g);
+  else if (strcmp(mode, "groups") == 0)
+    rc = mode_groups(g);
   else if (strcmp(mode, "halfavg") == 0)
     rc = mode_halfavg(g);
   else if (strcmp(mode, "victim") == 0 && argc == 4)

@@ -2,7 +2,7 @@
 # libpg's NCCL backend (libpg/nccl/nccl.c) on the fake GPU of
 # tests/fakecuda/ (host memory as device memory, a thread per stream,
 # reductions between the worker processes): the collective matrix, async
-# work, point to point, a grouped exchange and the reducer, launched by
+# work, point to point, a grouped exchange, sub-groups and the reducer, launched by
 # the real cdrun.  The workers read results on the host, so they wait on
 # the host ($PG_NCCL_BLOCKING_WAIT=1); the device-side waits are
 # check_pg_nccl's.
@@ -23,6 +23,9 @@ for mode in "matrix quick" async sendrecv exchange; do
   run 3 pgtest $mode
   expect_grep "pgtest ${mode%% *}: rank 0 of 3 .nccl.: [0-9]* checks, 0 failed" "$T/err"
 done
+# Sub-groups: a 2x2 grid, rows and columns all-reducing at once.
+run 4 pgtest groups
+expect_grep "pgtest groups: rank 0 of 4 .nccl.: [0-9]* checks, 0 failed" "$T/err"
 export PG_BUCKET_CAP_MB=0.0625 PG_FIRST_BUCKET_CAP_MB=0.015625
 for mode in average nosync nosync_unused unused overlap; do
   run 2 reducertest "$mode"

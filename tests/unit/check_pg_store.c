@@ -1,4 +1,4 @@
-/* check_pg_store.c -- unit tests for libpg/store.c: server and client. */
+/* check_pg_store.c -- unit tests for libpg/store_{wire,server,client}.c: server and client. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <dirent.h>
@@ -192,7 +192,7 @@ static int hold_port(uint32_t ip, int *port)
   return fd;
 }
 
-/* ---- raw protocol (see the comment at the top of store.c) ---- */
+/* ---- raw protocol (see the comment at the top of store_wire.h) ---- */
 
 static const uint8_t hello[4] = { 'p', 'g', 's', 1 };
 
@@ -530,6 +530,51 @@ START_TEST(test_compare_set)
   err = pg_store_compare_set(s, "k", NULL, 0, "e", 1, NULL, NULL, &sw);
   ck_assert_int_eq(err, 0);
   ck_assert(!sw);
+  pg_store_close(s);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
+/* pg_store_prefix: every call of a view lands under its prefix; views
+ * nest; closing a view leaves the store usable. */
+START_TEST(test_prefix_view)
+{
+  int port;
+  pg_store_server *srv = start(&port);
+  pg_store *s = connect_to(port), *a = NULL, *ab = NULL;
+  const char *keys[] = { "k", "n" };
+  int64_t n = -1;
+  bool sw = false, d = false;
+  void *v;
+  size_t len;
+  char big[4100];
+
+  ck_assert_int_eq(pg_store_prefix(s, "g1/", &a), 0);
+  ck_assert_int_eq(pg_store_prefix(a, "g2/", &ab), 0);
+  set_str(a, "k", "x");
+  expect_value(s, "g1/k", "x", 1);
+  ck_assert_int_eq(pg_store_get(s, "k", 0, &v, &len), -ENOENT);
+  ck_assert_int_eq(pg_store_add(ab, "n", 5, &n), 0);
+  ck_assert_int_eq(n, 5);
+  expect_value(s, "g1/g2/n", "5", 1);
+  ck_assert_int_eq(pg_store_compare_set(a, "k", "x", 1, "y", 1, NULL, NULL,
+                                        &sw), 0);
+  ck_assert(sw);
+  expect_value(a, "k", "y", 1);
+  set_str(a, "n", "1");
+  ck_assert_int_eq(pg_store_wait(a, keys, 2, 1), 0);
+  ck_assert_int_eq(pg_store_wait(ab, keys, 2, 0.1), -ETIMEDOUT);
+  ck_assert_int_eq(pg_store_delete(a, "k", &d), 0);
+  ck_assert(d);
+  ck_assert_int_eq(pg_store_get(s, "g1/k", 0, &v, &len), -ENOENT);
+  ck_assert_int_eq(pg_store_num_keys(ab, &n), 0);
+  ck_assert_int_eq(n, 2);   /* g1/n and g1/g2/n: every key */
+  memset(big, 'k', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  ck_assert_int_eq(pg_store_set(ab, big + 4, "1", 1), -EINVAL);
+  pg_store_close(ab);
+  pg_store_close(a);
+  set_str(s, "after", "1");
   pg_store_close(s);
   pg_store_server_stop(srv);
 }
@@ -1081,6 +1126,7 @@ static Suite *store_suite(void)
   tcase_add_test(tc, test_fd_exhaustion);
   tcase_add_test(tc, test_server_silent);
   tcase_add_test(tc, test_not_a_store);
+  tcase_add_test(tc, test_prefix_view);
   suite_add_tcase(s, tc);
   return s;
 }

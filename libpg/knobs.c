@@ -1,0 +1,57 @@
+/* knobs.c -- the table of libpg's environment knobs (knobs.h).
+ *
+ * Note [knobs]: every variable libpg reads is a row here, read once per
+ * process and kept (as NCCL_PARAM does), so a value cannot change under
+ * a running group and the documentation (man/libpg.3, ENVIRONMENT) has
+ * one list to follow.  Parsing and range checks stay with the code that
+ * uses a knob: it names the knob in its sentence. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "knobs.h"
+
+const struct pg__knob_def pg__knobs[PG_KNOB_COUNT] = {
+  [PG_KNOB_TIMEOUT] = { "PG_TIMEOUT", "300",
+    "seconds allowed to each operation and to setup" },
+  [PG_KNOB_BACKEND] = { "PG_BACKEND", "cpu",
+    "cpu or nccl, when pg_options.backend is PG_BACKEND_AUTO" },
+  [PG_KNOB_HOST_ID] = { "PG_HOST_ID", "",
+    "this process's host id (ranks with equal ids share memory); "
+    "default: hostname and boot id" },
+  [PG_KNOB_BUCKET_CAP_MB] = { "PG_BUCKET_CAP_MB", "25",
+    "the reducer's bucket cap in MiB" },
+  [PG_KNOB_FIRST_BUCKET_CAP_MB] = { "PG_FIRST_BUCKET_CAP_MB", "1",
+    "the reducer's first bucket cap in MiB" },
+  [PG_KNOB_SHM_BUF] = { "PG_SHM_BUF", "524288",
+    "bytes of each shared-memory collective buffer (65536 .. 256 MiB / "
+    "2 ranks)" },
+  [PG_KNOB_NCCL_BLOCKING_WAIT] = { "PG_NCCL_BLOCKING_WAIT", "0",
+    "1: NCCL waits block the host instead of ordering the stream" },
+  [PG_KNOB_HEARTBEAT_FILE] = { "CDRUN_HEARTBEAT_FILE", "",
+    "the file pg_heartbeat touches (set by cdrun)" },
+};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static const char *values[PG_KNOB_COUNT];
+
+static void read_all(void)
+{
+  int k;
+
+  for (k = 0; k < PG_KNOB_COUNT; k++) {
+    const char *v = getenv(pg__knobs[k].name);
+
+    values[k] = v && *v ? v : NULL;
+  }
+}
+
+const char *pg__knob(enum pg__knob k)
+{
+  pthread_once(&once, read_all);
+  return (unsigned)k < PG_KNOB_COUNT ? values[k] : NULL;
+}
+
+const char *pg__knob_name(enum pg__knob k)
+{
+  return (unsigned)k < PG_KNOB_COUNT ? pg__knobs[k].name : "?";
+}

@@ -1,0 +1,1091 @@
+/* store_server.c -- the store's server: one epoll thread serving every
+ * connection (protocol: store_wire.h), keys in a hash table, waiting
+ * requests on a deadline heap. */
+
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "pg_internal.h"
+#include "store_wire.h"
+
+#define ST_NOT_IN_HEAP SIZE_MAX
+/* Stop reading a connection's requests while this much output waits: a
+ * client that does not read its replies cannot grow our memory. */
+#define ST_OUT_HIGH (4u << 20)
+/* Bytes read from one connection per wakeup, so one big upload does not
+ * starve the others. */
+#define ST_READ_SLICE (4u << 20)
+/* How long a connection being closed for garbage may still drain. */
+#define ST_LINGER 1.0
+
+struct st_conn;
+struct st_entry;
+
+/* One key a waiting connection still misses, linked on that key. */
+struct st_reg {
+  struct st_reg *prev, *next;
+  struct st_entry *e;       /* NULL once unlinked */
+  struct st_conn *c;
+};
+
+/* A key.  Entries stay while absent keys have waiters, so a waiter
+ * always has something to hang on; num_keys counts present ones. */
+struct st_entry {
+  struct st_entry *next;    /* hash chain */
+  uint64_t hash;
+  bool present;
+  uint8_t *val;
+  size_t vlen;
+  struct st_reg *waiters;
+  size_t klen;
+  uint8_t key[];
+};
+
+struct st_conn {
+  struct st_conn *prev, *next;      /* every open connection */
+  struct st_conn *resume_next;      /* needs progress after a wakeup */
+  struct st_conn *dead_next;        /* closed, freed after the batch */
+  int fd;
+  uint32_t events;                  /* what epoll watches */
+  bool hello_done, closing, shut, eof, dead, in_resume;
+  struct buf in, out;
+  /* A WAIT or GET that waits: one reg per missing key. */
+  bool waiting;
+  uint8_t wait_op;
+  uint32_t wait_id;
+  struct st_reg *regs;
+  size_t nregs, missing;
+  double deadline;                  /* wait end, or linger end */
+  size_t heap_idx;
+};
+
+struct pg_store_server {
+  pthread_t thread;
+  int epfd, lfd, wakefd;
+  double accept_resume;             /* > 0: accepting paused until then */
+  struct st_entry **buckets;
+  size_t nbuckets, nentries;
+  int64_t nkeys;
+  struct st_conn *conns, *resume, *dead;
+  struct st_conn **heap;            /* min-heap on deadline */
+  size_t heap_len, heap_cap;
+};
+
+static uint64_t st_hash(const uint8_t *k, size_t n)
+{
+  uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    h = (h ^ k[i]) * 1099511628211ull;
+  return h;
+}
+
+static struct st_entry *tbl_find(struct pg_store_server *srv,
+                                 const uint8_t *k, size_t n)
+{
+  uint64_t h = st_hash(k, n);
+  struct st_entry *e = srv->buckets[h & (srv->nbuckets - 1)];
+
+  for (; e; e = e->next)
+    if (e->hash == h && e->klen == n && (n == 0 || !memcmp(e->key, k, n)))
+      return e;
+  return NULL;
+}
+
+static void tbl_grow(struct pg_store_server *srv)
+{
+  size_t n = srv->nbuckets * 2, i;
+  struct st_entry **b = calloc(n, sizeof *b), *e, *next;
+
+  if (!b)
+    return;             /* longer chains, still correct */
+  for (i = 0; i < srv->nbuckets; i++)
+    for (e = srv->buckets[i]; e; e = next) {
+      next = e->next;
+      e->next = b[e->hash & (n - 1)];
+      b[e->hash & (n - 1)] = e;
+    }
+  free(srv->buckets);
+  srv->buckets = b;
+  srv->nbuckets = n;
+}
+
+/* The entry for k, created absent if needed; NULL when out of memory. */
+static struct st_entry *tbl_get(struct pg_store_server *srv,
+                                const uint8_t *k, size_t n)
+{
+  struct st_entry *e = tbl_find(srv, k, n), **slot;
+
+  if (e)
+    return e;
+  e = calloc(1, sizeof *e + n);
+  if (!e)
+    return NULL;
+  e->hash = st_hash(k, n);
+  e->klen = n;
+  if (n)
+    memcpy(e->key, k, n);
+  if (srv->nentries >= srv->nbuckets)
+    tbl_grow(srv);
+  slot = &srv->buckets[e->hash & (srv->nbuckets - 1)];
+  e->next = *slot;
+  *slot = e;
+  srv->nentries++;
+  return e;
+}
+
+/* Frees e when nothing needs it: absent and nobody waiting. */
+static void tbl_release(struct pg_store_server *srv, struct st_entry *e)
+{
+  struct st_entry **pp;
+
+  if (e->present || e->waiters)
+    return;
+  pp = &srv->buckets[e->hash & (srv->nbuckets - 1)];
+  while (*pp != e)
+    pp = &(*pp)->next;
+  *pp = e->next;
+  srv->nentries--;
+  free(e->val);
+  free(e);
+}
+
+static void tbl_free(struct pg_store_server *srv)
+{
+  struct st_entry *e, *next;
+  size_t i;
+
+  for (i = 0; i < srv->nbuckets; i++)
+    for (e = srv->buckets[i]; e; e = next) {
+      next = e->next;
+      free(e->val);
+      free(e);
+    }
+  free(srv->buckets);
+  srv->buckets = NULL;
+}
+
+/* ---- timers: a binary heap of connections by deadline ---- */
+
+static void heap_swap(struct pg_store_server *srv, size_t i, size_t j)
+{
+  struct st_conn *t = srv->heap[i];
+
+  srv->heap[i] = srv->heap[j];
+  srv->heap[j] = t;
+  srv->heap[i]->heap_idx = i;
+  srv->heap[j]->heap_idx = j;
+}
+
+static void heap_up(struct pg_store_server *srv, size_t i)
+{
+  while (i > 0 && srv->heap[i]->deadline <
+                  srv->heap[(i - 1) / 2]->deadline) {
+    heap_swap(srv, i, (i - 1) / 2);
+    i = (i - 1) / 2;
+  }
+}
+
+static void heap_down(struct pg_store_server *srv, size_t i)
+{
+  for (;;) {
+    size_t l = 2 * i + 1, m = i;
+
+    if (l < srv->heap_len && srv->heap[l]->deadline <
+                             srv->heap[m]->deadline)
+      m = l;
+    if (l + 1 < srv->heap_len && srv->heap[l + 1]->deadline <
+                                 srv->heap[m]->deadline)
+      m = l + 1;
+    if (m == i)
+      return;
+    heap_swap(srv, i, m);
+    i = m;
+  }
+}
+
+static bool heap_push(struct pg_store_server *srv, struct st_conn *c)
+{
+  if (srv->heap_len == srv->heap_cap) {
+    size_t cap = srv->heap_cap ? 2 * srv->heap_cap : 64;
+    struct st_conn **h = realloc(srv->heap, cap * sizeof *h);
+
+    if (!h)
+      return false;
+    srv->heap = h;
+    srv->heap_cap = cap;
+  }
+  c->heap_idx = srv->heap_len;
+  srv->heap[srv->heap_len++] = c;
+  heap_up(srv, c->heap_idx);
+  return true;
+}
+
+static void heap_remove(struct pg_store_server *srv, struct st_conn *c)
+{
+  size_t i = c->heap_idx;
+
+  if (i == ST_NOT_IN_HEAP)
+    return;
+  c->heap_idx = ST_NOT_IN_HEAP;
+  srv->heap_len--;
+  if (i == srv->heap_len)
+    return;
+  srv->heap[i] = srv->heap[srv->heap_len];
+  srv->heap[i]->heap_idx = i;
+  heap_down(srv, i);
+  heap_up(srv, srv->heap[i]->heap_idx);
+}
+
+/* ---- connections ---- */
+
+static void resume_push(struct pg_store_server *srv, struct st_conn *c)
+{
+  if (c->in_resume)
+    return;
+  c->in_resume = true;
+  c->resume_next = srv->resume;
+  srv->resume = c;
+}
+
+/* Queues a reply: status plus up to two pieces of fields. */
+static void reply(struct pg_store_server *srv, struct st_conn *c,
+                  uint32_t id, uint8_t status, const void *a, size_t alen,
+                  const void *b, size_t blen)
+{
+  stw_buf_u32(&c->out, (uint32_t)(5 + alen + blen));
+  stw_buf_u32(&c->out, id);
+  stw_buf_u8(&c->out, status);
+  stw_buf_put(&c->out, a, alen);
+  stw_buf_put(&c->out, b, blen);
+  /* The connection may not be the one being served (a woken waiter). */
+  resume_push(srv, c);
+}
+
+static void reply_status(struct pg_store_server *srv, struct st_conn *c,
+                         uint32_t id, uint8_t status)
+{
+  reply(srv, c, id, status, NULL, 0, NULL, 0);
+}
+
+static void reply_value(struct pg_store_server *srv, struct st_conn *c,
+                        uint32_t id, const struct st_entry *e)
+{
+  uint8_t n[4];
+
+  stw_put_u32(n, (uint32_t)e->vlen);
+  reply(srv, c, id, ST_OK, n, 4, e->val, e->vlen);
+}
+
+static void reply_i64(struct pg_store_server *srv, struct st_conn *c,
+                      uint32_t id, int64_t v)
+{
+  uint8_t t[8];
+
+  stw_put_u64(t, (uint64_t)v);
+  reply(srv, c, id, ST_OK, t, 8, NULL, 0);
+}
+
+/* Unlinks c's remaining waits, freeing keys nobody needs any more. */
+static void wait_clear(struct pg_store_server *srv, struct st_conn *c)
+{
+  size_t i;
+
+  for (i = 0; i < c->nregs; i++) {
+    struct st_reg *r = &c->regs[i];
+    struct st_entry *e = r->e;
+
+    if (!e)
+      continue;
+    if (r->prev)
+      r->prev->next = r->next;
+    else
+      e->waiters = r->next;
+    if (r->next)
+      r->next->prev = r->prev;
+    r->e = NULL;
+    tbl_release(srv, e);
+  }
+  free(c->regs);
+  c->regs = NULL;
+  c->nregs = c->missing = 0;
+  c->waiting = false;
+  heap_remove(srv, c);
+}
+
+/* Answers c's wait: OK (e is the key that completed it) or TIMEOUT. */
+static void wait_done(struct pg_store_server *srv, struct st_conn *c,
+                      uint8_t status, const struct st_entry *e)
+{
+  if (status == ST_OK && c->wait_op == ST_GET)
+    reply_value(srv, c, c->wait_id, e);
+  else
+    reply_status(srv, c, c->wait_id, status);
+  wait_clear(srv, c);
+}
+
+/* e just got a value: answer the waits it completes. */
+static void entry_wake(struct pg_store_server *srv, struct st_entry *e)
+{
+  struct st_reg *r;
+
+  while ((r = e->waiters)) {
+    e->waiters = r->next;
+    if (r->next)
+      r->next->prev = NULL;
+    r->e = NULL;
+    if (--r->c->missing == 0)
+      wait_done(srv, r->c, ST_OK, e);
+  }
+}
+
+/* Gives e the value p[0, n); false when out of memory. */
+static bool entry_set(struct pg_store_server *srv, struct st_entry *e,
+                      const void *p, size_t n)
+{
+  uint8_t *v = malloc(n ? n : 1);
+
+  if (!v)
+    return false;
+  if (n)
+    memcpy(v, p, n);
+  free(e->val);
+  e->val = v;
+  e->vlen = n;
+  if (!e->present) {
+    e->present = true;
+    srv->nkeys++;
+  }
+  return true;
+}
+
+static void conn_close(struct pg_store_server *srv, struct st_conn *c)
+{
+  if (c->dead)
+    return;
+  wait_clear(srv, c);
+  heap_remove(srv, c);
+  epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
+  c->fd = -1;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    srv->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  stw_buf_free(&c->in);
+  stw_buf_free(&c->out);
+  /* Events of this batch may still name c: free it after the batch. */
+  c->dead = true;
+  c->dead_next = srv->dead;
+  srv->dead = c;
+}
+
+/* A frame we cannot parse: say so, then close once the reply is out (or
+ * after ST_LINGER), reading and dropping what still comes so the close
+ * does not reset the connection before the peer reads the reply. */
+static void conn_reject(struct pg_store_server *srv, struct st_conn *c,
+                        uint32_t id)
+{
+  if (id || c->hello_done)
+    reply_status(srv, c, id, ST_MALFORMED);
+  c->closing = true;
+  c->in.off = c->in.len = 0;
+  c->deadline = pg__now() + ST_LINGER;
+  if (!heap_push(srv, c))
+    c->out.oom = true;      /* closes it at once */
+  resume_push(srv, c);
+}
+
+/* Registers c as waiting for the keys keys[0..n) (lens in klen) that are
+ * absent; the caller checked at least one is. */
+static void wait_start(struct pg_store_server *srv, struct st_conn *c,
+                       uint8_t op, uint32_t id, const uint8_t *const *keys,
+                       const size_t *klen, size_t n, uint32_t ms)
+{
+  size_t i;
+
+  c->regs = calloc(n, sizeof *c->regs);
+  if (!c->regs) {
+    reply_status(srv, c, id, ST_NO_MEMORY);
+    return;
+  }
+  c->nregs = n;
+  c->waiting = true;
+  c->wait_op = op;
+  c->wait_id = id;
+  for (i = 0; i < n; i++) {
+    struct st_entry *e = tbl_get(srv, keys[i], klen[i]);
+    struct st_reg *r = &c->regs[i];
+
+    if (!e)
+      goto oom;
+    if (e->present)
+      continue;
+    r->c = c;
+    r->e = e;
+    r->next = e->waiters;
+    if (r->next)
+      r->next->prev = r;
+    e->waiters = r;
+    c->missing++;
+  }
+  if (ms != ST_NO_LIMIT) {
+    c->deadline = pg__now() + ms / 1000.0;
+    if (!heap_push(srv, c))
+      goto oom;
+  }
+  return;
+oom:
+  wait_clear(srv, c);
+  reply_status(srv, c, id, ST_NO_MEMORY);
+}
+
+static bool key_ok(size_t n)
+{
+  return n <= ST_MAX_KEY;
+}
+
+static void op_set(struct pg_store_server *srv, struct st_conn *c,
+                   uint32_t id, struct rd *r)
+{
+  size_t kn, vn;
+  const uint8_t *k = stw_rd_bytes(r, &kn), *v = stw_rd_bytes(r, &vn);
+  struct st_entry *e;
+
+  if (!stw_rd_done(r))
+    return conn_reject(srv, c, id);
+  if (!key_ok(kn) || vn > ST_MAX_VALUE)
+    return reply_status(srv, c, id, ST_TOO_LARGE);
+  e = tbl_get(srv, k, kn);
+  if (!e || !entry_set(srv, e, v, vn)) {
+    if (e)
+      tbl_release(srv, e);
+    return reply_status(srv, c, id, ST_NO_MEMORY);
+  }
+  reply_status(srv, c, id, ST_OK);
+  entry_wake(srv, e);
+}
+
+static void op_get(struct pg_store_server *srv, struct st_conn *c,
+                   uint32_t id, struct rd *r)
+{
+  size_t kn;
+  const uint8_t *k = stw_rd_bytes(r, &kn);
+  uint32_t ms = stw_rd_u32(r);
+  struct st_entry *e;
+
+  if (!stw_rd_done(r))
+    return conn_reject(srv, c, id);
+  if (!key_ok(kn))
+    return reply_status(srv, c, id, ST_TOO_LARGE);
+  e = tbl_find(srv, k, kn);
+  if (e && e->present)
+    return reply_value(srv, c, id, e);
+  if (ms == 0)
+    return reply_status(srv, c, id, ST_NOT_FOUND);
+  wait_start(srv, c, ST_GET, id, &k, &kn, 1, ms);
+}
+
+static void op_add(struct pg_store_server *srv, struct st_conn *c,
+                   uint32_t id, struct rd *r)
+{
+  size_t kn;
+  const uint8_t *k = stw_rd_bytes(r, &kn);
+  int64_t delta = (int64_t)stw_rd_u64(r), cur = 0;
+  struct st_entry *e;
+  char text[24];
+  int n;
+
+  if (!stw_rd_done(r))
+    return conn_reject(srv, c, id);
+  if (!key_ok(kn))
+    return reply_status(srv, c, id, ST_TOO_LARGE);
+  e = tbl_find(srv, k, kn);
+  if (e && e->present && !stw_parse_i64(e->val, e->vlen, &cur))
+    return reply_status(srv, c, id, ST_NOT_NUMBER);
+  if (__builtin_add_overflow(cur, delta, &cur))
+    return reply_status(srv, c, id, ST_OVERFLOW);
+  n = snprintf(text, sizeof text, "%" PRId64, cur);
+  e = tbl_get(srv, k, kn);
+  if (!e || !entry_set(srv, e, text, (size_t)n)) {
+    if (e)
+      tbl_release(srv, e);
+    return reply_status(srv, c, id, ST_NO_MEMORY);
+  }
+  reply_i64(srv, c, id, cur);
+  entry_wake(srv, e);
+}
+
+static void op_cas(struct pg_store_server *srv, struct st_conn *c,
+                   uint32_t id, struct rd *r)
+{
+  size_t kn, xn, dn;
+  const uint8_t *k = stw_rd_bytes(r, &kn), *x = stw_rd_bytes(r, &xn),
+                *d = stw_rd_bytes(r, &dn);
+  struct st_entry *e;
+  uint8_t head[6];
+  bool swap;
+
+  if (!stw_rd_done(r))
+    return conn_reject(srv, c, id);
+  if (!key_ok(kn) || xn > ST_MAX_VALUE || dn > ST_MAX_VALUE)
+    return reply_status(srv, c, id, ST_TOO_LARGE);
+  e = tbl_find(srv, k, kn);
+  if (!e || !e->present)
+    swap = xn == 0;
+  else
+    swap = e->vlen == xn && (xn == 0 || !memcmp(e->val, x, xn));
+  if (swap) {
+    e = tbl_get(srv, k, kn);
+    if (!e || !entry_set(srv, e, d, dn)) {
+      if (e)
+        tbl_release(srv, e);
+      return reply_status(srv, c, id, ST_NO_MEMORY);
+    }
+  }
+  head[0] = swap;
+  head[1] = e && e->present;
+  stw_put_u32(head + 2, head[1] ? (uint32_t)e->vlen : 0);
+  reply(srv, c, id, ST_OK, head, 6, head[1] ? e->val : NULL,
+        head[1] ? e->vlen : 0);
+  if (swap)
+    entry_wake(srv, e);
+}
+
+static void op_wait(struct pg_store_server *srv, struct st_conn *c,
+                    uint32_t id, struct rd *r)
+{
+  uint32_t ms = stw_rd_u32(r), n = stw_rd_u32(r), i, missing = 0;
+  const uint8_t **keys;
+  size_t *klen;
+  bool big = false;
+
+  /* Every key takes 4 bytes at least: a bogus n allocates nothing. */
+  if (r->bad || n > r->n / 4)
+    return conn_reject(srv, c, id);
+  if (n > ST_MAX_WAIT_KEYS)
+    return reply_status(srv, c, id, ST_TOO_LARGE);
+  keys = malloc((n ? n : 1) * sizeof *keys);
+  klen = malloc((n ? n : 1) * sizeof *klen);
+  if (!keys || !klen) {
+    reply_status(srv, c, id, ST_NO_MEMORY);
+    goto out;
+  }
+  for (i = 0; i < n; i++) {
+    struct st_entry *e;
+
+    keys[i] = stw_rd_bytes(r, &klen[i]);
+    if (r->bad)
+      break;
+    big |= !key_ok(klen[i]);
+    e = big ? NULL : tbl_find(srv, keys[i], klen[i]);
+    missing += !e || !e->present;
+  }
+  if (!stw_rd_done(r))
+    conn_reject(srv, c, id);
+  else if (big)
+    reply_status(srv, c, id, ST_TOO_LARGE);
+  else if (missing == 0)
+    reply_status(srv, c, id, ST_OK);
+  else if (ms == 0)
+    reply_status(srv, c, id, ST_TIMEOUT);
+  else
+    wait_start(srv, c, ST_WAIT, id, keys, klen, n, ms);
+out:
+  free(keys);
+  free(klen);
+}
+
+static void op_delete(struct pg_store_server *srv, struct st_conn *c,
+                      uint32_t id, struct rd *r)
+{
+  size_t kn;
+  const uint8_t *k = stw_rd_bytes(r, &kn);
+  struct st_entry *e;
+  uint8_t existed = 0;
+
+  if (!stw_rd_done(r))
+    return conn_reject(srv, c, id);
+  if (!key_ok(kn))
+    return reply_status(srv, c, id, ST_TOO_LARGE);
+  e = tbl_find(srv, k, kn);
+  if (e && e->present) {
+    existed = 1;
+    free(e->val);
+    e->val = NULL;
+    e->vlen = 0;
+    e->present = false;
+    srv->nkeys--;
+    tbl_release(srv, e);
+  }
+  reply(srv, c, id, ST_OK, &existed, 1, NULL, 0);
+}
+
+static void serve_frame(struct pg_store_server *srv, struct st_conn *c,
+                        const uint8_t *p, size_t n)
+{
+  struct rd r = { p, n, false };
+  uint8_t op = stw_rd_u8(&r);
+  uint32_t id = stw_rd_u32(&r);
+
+  switch (op) {
+  case ST_SET: op_set(srv, c, id, &r); break;
+  case ST_GET: op_get(srv, c, id, &r); break;
+  case ST_ADD: op_add(srv, c, id, &r); break;
+  case ST_CAS: op_cas(srv, c, id, &r); break;
+  case ST_WAIT: op_wait(srv, c, id, &r); break;
+  case ST_DELETE: op_delete(srv, c, id, &r); break;
+  case ST_NUM_KEYS:
+    if (!stw_rd_done(&r))
+      conn_reject(srv, c, id);
+    else
+      reply_i64(srv, c, id, srv->nkeys);
+    break;
+  default:
+    reply_status(srv, c, id, ST_UNKNOWN_OP);
+  }
+}
+
+/* Serves the complete requests buffered on c, in order, until one waits
+ * or the output backs up. */
+static void conn_serve(struct pg_store_server *srv, struct st_conn *c)
+{
+  while (!c->waiting && !c->closing && !c->out.oom &&
+         stw_buf_used(&c->out) < ST_OUT_HIGH) {
+    const uint8_t *p = c->in.p + c->in.off;
+    size_t avail = stw_buf_used(&c->in);
+    uint32_t len;
+
+    if (!c->hello_done) {
+      if (avail < 4)
+        break;
+      stw_buf_put(&c->out, stw_hello, 4);
+      if (memcmp(p, stw_hello, 4)) {
+        conn_reject(srv, c, 0);
+        break;
+      }
+      c->hello_done = true;
+      c->in.off += 4;
+      continue;
+    }
+    if (avail < 4)
+      break;
+    len = stw_get_u32(p);
+    if (len < 5 || len > ST_MAX_FRAME) {
+      conn_reject(srv, c, avail >= 9 ? stw_get_u32(p + 5) : 0);
+      break;
+    }
+    if (avail - 4 < len)
+      break;
+    /* Nothing below reads c->in, so the frame can be used in place. */
+    c->in.off += 4 + (size_t)len;
+    serve_frame(srv, c, p + 4, len);
+  }
+  if (stw_buf_used(&c->in) == 0)
+    stw_buf_clear(&c->in);
+}
+
+/* Reads what c has for us.  Returns -1 when c must close. */
+static int conn_read(struct st_conn *c)
+{
+  size_t total = 0;
+
+  while (total < ST_READ_SLICE) {
+    ssize_t n;
+
+    /* A big frame grows the buffer by doubling as its bytes arrive, not
+     * by trusting its header up front. */
+    if (c->closing)
+      c->in.off = c->in.len = 0;
+    if (!stw_buf_reserve(&c->in, 65536))
+      return -1;
+    n = recv(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len, 0);
+    if (n > 0) {
+      c->in.len += (size_t)n;
+      total += (size_t)n;
+    } else if (n == 0) {
+      c->eof = true;
+      return c->closing ? -1 : 0;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return 0;
+    } else {
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int conn_flush(struct st_conn *c)
+{
+  while (stw_buf_used(&c->out) > 0) {
+    ssize_t n = send(c->fd, c->out.p + c->out.off, stw_buf_used(&c->out),
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+
+    if (n > 0)
+      c->out.off += (size_t)n;
+    else if (n < 0 && errno == EINTR)
+      continue;
+    else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    else
+      return -1;
+  }
+  stw_buf_clear(&c->out);
+  return 0;
+}
+
+/* After anything happened to c: serve, write, close or re-arm epoll. */
+static void conn_progress(struct pg_store_server *srv, struct st_conn *c)
+{
+  uint32_t want;
+
+  for (;;) {
+    bool backed_up;
+
+    conn_serve(srv, c);
+    backed_up = stw_buf_used(&c->out) >= ST_OUT_HIGH;
+    if (c->out.oom || conn_flush(c) < 0)
+      return conn_close(srv, c);
+    if (!backed_up || stw_buf_used(&c->out) >= ST_OUT_HIGH || c->waiting ||
+        c->closing)
+      break;
+  }
+  if (c->closing && !c->shut && stw_buf_used(&c->out) == 0) {
+    shutdown(c->fd, SHUT_WR);
+    c->shut = true;
+  }
+  /* A peer that hung up gets the replies to what it sent, then we close;
+   * one that hung up while waiting is gone. */
+  if (c->eof && (c->waiting || c->closing || stw_buf_used(&c->out) == 0))
+    return conn_close(srv, c);
+  want = 0;
+  if (!c->eof) {
+    want |= EPOLLRDHUP;
+    if (c->closing || (!c->waiting && stw_buf_used(&c->out) < ST_OUT_HIGH))
+      want |= EPOLLIN;
+  }
+  if (stw_buf_used(&c->out) > 0)
+    want |= EPOLLOUT;
+  if (want != c->events) {
+    struct epoll_event ev = { .events = want, .data.ptr = c };
+
+    if (epoll_ctl(srv->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+      return conn_close(srv, c);
+    c->events = want;
+  }
+}
+
+static void conn_event(struct pg_store_server *srv, struct st_conn *c,
+                       uint32_t ev)
+{
+  if (c->dead)
+    return;
+  if ((ev & (EPOLLERR | EPOLLHUP)) || ((ev & EPOLLRDHUP) && c->waiting))
+    return conn_close(srv, c);
+  if ((ev & (EPOLLIN | EPOLLRDHUP)) && conn_read(c) < 0)
+    return conn_close(srv, c);
+  conn_progress(srv, c);
+}
+
+static void srv_accept(struct pg_store_server *srv)
+{
+  for (;;) {
+    int fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int one = 1;
+    struct st_conn *c;
+    struct epoll_event ev;
+
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        /* Out of fds or memory: the listener stays readable, so stop
+         * watching it for a moment instead of spinning. */
+        struct epoll_event ev0 = { .events = 0, .data.ptr = &srv->lfd };
+
+        if (epoll_ctl(srv->epfd, EPOLL_CTL_MOD, srv->lfd, &ev0) == 0)
+          srv->accept_resume = pg__now() + 0.1;
+      }
+      return;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c = calloc(1, sizeof *c);
+    if (!c) {
+      close(fd);
+      continue;
+    }
+    c->fd = fd;
+    c->heap_idx = ST_NOT_IN_HEAP;
+    c->events = EPOLLIN | EPOLLRDHUP;
+    ev.events = c->events;
+    ev.data.ptr = c;
+    if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+      close(fd);
+      free(c);
+      continue;
+    }
+    c->next = srv->conns;
+    if (c->next)
+      c->next->prev = c;
+    srv->conns = c;
+  }
+}
+
+static void srv_expire(struct pg_store_server *srv)
+{
+  double now = pg__now();
+
+  while (srv->heap_len > 0 && srv->heap[0]->deadline <= now) {
+    struct st_conn *c = srv->heap[0];
+
+    heap_remove(srv, c);
+    if (c->waiting)
+      wait_done(srv, c, ST_TIMEOUT, NULL);
+    else
+      conn_close(srv, c);   /* a rejected one that lingered enough */
+  }
+}
+
+static int srv_timeout_ms(const struct pg_store_server *srv)
+{
+  double dt, next = INFINITY;
+
+  if (srv->heap_len > 0)
+    next = srv->heap[0]->deadline;
+  if (srv->accept_resume > 0)
+    next = fmin(next, srv->accept_resume);
+  if (isinf(next))
+    return -1;
+  dt = next - pg__now();
+  if (dt <= 0)
+    return 0;
+  return dt > 86400 ? 86400000 : (int)ceil(dt * 1000);
+}
+
+static void *srv_main(void *arg)
+{
+  struct pg_store_server *srv = arg;
+  struct epoll_event evs[64];
+  bool stop = false;
+
+  pthread_setname_np(pthread_self(), "pg-store");   /* for top, gdb */
+
+  while (!stop) {
+    int n = epoll_wait(srv->epfd, evs, 64, srv_timeout_ms(srv)), i;
+    struct st_conn *c;
+
+    if (n < 0 && errno != EINTR)
+      break;
+    for (i = 0; i < n; i++) {
+      if (evs[i].data.ptr == &srv->wakefd)
+        stop = true;
+      else if (evs[i].data.ptr == &srv->lfd)
+        srv_accept(srv);
+      else
+        conn_event(srv, evs[i].data.ptr, evs[i].events);
+    }
+    srv_expire(srv);
+    if (srv->accept_resume > 0 && pg__now() >= srv->accept_resume) {
+      struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &srv->lfd };
+
+      epoll_ctl(srv->epfd, EPOLL_CTL_MOD, srv->lfd, &ev);
+      srv->accept_resume = 0;
+    }
+    while ((c = srv->resume)) {
+      srv->resume = c->resume_next;
+      c->in_resume = false;
+      if (!c->dead)
+        conn_progress(srv, c);
+    }
+    while ((c = srv->dead)) {
+      srv->dead = c->dead_next;
+      free(c);
+    }
+  }
+  /* Stopping (or epoll broke): every client sees its connection close
+   * now rather than waiting for its deadline. */
+  while (srv->conns)
+    conn_close(srv, srv->conns);
+  while (srv->dead) {
+    struct st_conn *c = srv->dead;
+
+    srv->dead = c->dead_next;
+    free(c);
+  }
+  srv->resume = NULL;
+  return NULL;
+}
+
+/* A listening socket on sa; SO_REUSEADDR because cdrun holds the port
+ * bound (Note [port reservation] in launcher/port.h). */
+static int listen_on(const struct sockaddr *sa, socklen_t len)
+{
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                  0);
+  int one = 1, zero = 0, err;
+
+  if (fd < 0)
+    return -errno;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+      (sa->sa_family == AF_INET6 &&
+       setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) < 0) ||
+      bind(fd, sa, len) < 0 || listen(fd, 16384) < 0) {
+    err = -errno;
+    close(fd);
+    return err;
+  }
+  return fd;
+}
+
+static int srv_listen(const char *addr, int port)
+{
+  struct addrinfo hints, *res, *ai;
+  char service[16];
+  int fd = -EADDRNOTAVAIL, rc;
+
+  if (!addr) {
+    /* Dual-stack ::, else (no IPv6 here) 0.0.0.0. */
+    struct sockaddr_in6 s6 = { .sin6_family = AF_INET6,
+                               .sin6_port = htons((uint16_t)port),
+                               .sin6_addr = IN6ADDR_ANY_INIT };
+    struct sockaddr_in s4 = { .sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)port),
+                              .sin_addr.s_addr = htonl(INADDR_ANY) };
+
+    fd = listen_on((struct sockaddr *)&s6, sizeof s6);
+    if (fd < 0)
+      fd = listen_on((struct sockaddr *)&s4, sizeof s4);
+  } else {
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(service, sizeof service, "%d", port);
+    rc = getaddrinfo(addr, service, &hints, &res);
+    if (rc)
+      return pg__fail(-EINVAL, "store: cannot resolve listen address "
+                      "'%s': %s", addr, gai_strerror(rc));
+    for (ai = res; ai; ai = ai->ai_next) {
+      fd = listen_on(ai->ai_addr, ai->ai_addrlen);
+      if (fd >= 0)
+        break;
+    }
+    freeaddrinfo(res);
+  }
+  if (fd < 0)
+    return pg__fail(fd, "store: cannot listen on %s:%d: %s",
+                    addr ? addr : "*", port, strerror(-fd));
+  return fd;
+}
+
+static int srv_add_fd(struct pg_store_server *srv, int fd, void *tag)
+{
+  struct epoll_event ev = { .events = EPOLLIN, .data.ptr = tag };
+
+  return epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+static void srv_free(struct pg_store_server *srv)
+{
+  if (srv->lfd >= 0)
+    close(srv->lfd);
+  if (srv->epfd >= 0)
+    close(srv->epfd);
+  if (srv->wakefd >= 0)
+    close(srv->wakefd);
+  tbl_free(srv);
+  free(srv->heap);
+  free(srv);
+}
+
+int pg_store_server_start(const char *addr, int *port,
+                          pg_store_server **out)
+{
+  struct pg_store_server *srv;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  sigset_t all, old;
+  int err;
+
+  if (!out || !port || *port < 0 || *port > 65535)
+    return pg__fail(-EINVAL, "store: server needs a port 0..65535 (got "
+                    "%d)", port ? *port : -1);
+  *out = NULL;
+  srv = calloc(1, sizeof *srv);
+  if (!srv)
+    return pg__fail(-ENOMEM, "store: out of memory");
+  srv->lfd = srv->epfd = srv->wakefd = -1;
+  srv->nbuckets = 1024;
+  srv->buckets = calloc(srv->nbuckets, sizeof *srv->buckets);
+  if (!srv->buckets) {
+    srv_free(srv);
+    return pg__fail(-ENOMEM, "store: out of memory");
+  }
+  srv->lfd = srv_listen(addr, *port);
+  if (srv->lfd < 0) {
+    err = srv->lfd;
+    srv->lfd = -1;
+    srv_free(srv);
+    return err;
+  }
+  srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+  srv->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (srv->epfd < 0 || srv->wakefd < 0 ||
+      getsockname(srv->lfd, (struct sockaddr *)&ss, &sl) < 0 ||
+      (err = srv_add_fd(srv, srv->lfd, &srv->lfd)) < 0 ||
+      (err = srv_add_fd(srv, srv->wakefd, &srv->wakefd)) < 0) {
+    err = -errno;
+    srv_free(srv);
+    return pg__fail(err, "store: server setup: %s", strerror(-err));
+  }
+  /* The thread takes no signals: they belong to the application. */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  err = -pthread_create(&srv->thread, NULL, srv_main, srv);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (err) {
+    srv_free(srv);
+    return pg__fail(err, "store: cannot start the server thread: %s",
+                    strerror(-err));
+  }
+  if (ss.ss_family == AF_INET6)
+    *port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  else
+    *port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  *out = srv;
+  return 0;
+}
+
+void pg_store_server_stop(pg_store_server *srv)
+{
+  uint64_t one = 1;
+
+  if (!srv)
+    return;
+  while (write(srv->wakefd, &one, sizeof one) < 0 && errno == EINTR)
+    ;
+  pthread_join(srv->thread, NULL);
+  srv_free(srv);
+}
+
