@@ -29,7 +29,7 @@ static const char usage[] =
   "\n"
   "ATTACK: ping kv_waiters partial_frames lockout status_many\n"
   "        waiting_final silent junk kv_fill pong_flood\n"
-  "        member_partial_frames\n"
+  "        member_partial_frames waiting_list\n"
   "\n"
   "Prints one line: attack=NAME survived=0|1 rss_kb=K note=\"...\" and\n"
   "exits 0 (survived), 1 (not survived) or 2 (the client itself failed).\n"
@@ -491,6 +491,56 @@ static bool attack_member_partial_frames(void)
   return alive;
 }
 
+/* Own attack: one job of one node, and thousands of spares on its
+ * waiting list (each a connection and a node): bounded by max_conns, and
+ * the participant's job, and others, go on. */
+static bool attack_waiting_list(void)
+{
+  long n = A.count ? A.count : 5000, i, waiting = 0;
+  int *fds = calloc((size_t)n, sizeof *fds), a = dial(0);
+  long before = rss_kb(), peak;
+  char id[64];
+  struct rp_msg m;
+  bool ok;
+
+  if (!fds || a < 0)
+    die("cannot connect");
+  snprintf(id, sizeof id, "wl-%d", (int)getpid());
+  join(a, id, 1, 1, 30);
+  if (wait_op(a, RP_ROUND, &m, 10) != 0 || m.op != RP_ROUND)
+    die("waiting_list: no round");
+  rp_msg_free(&m);
+  for (i = 0; i < n; i++) {
+    fds[i] = dial(0);
+    if (fds[i] < 0)
+      continue;
+    join(fds[i], id, 1, 1, 30);
+  }
+  for (i = 0; i < n; i++) {
+    if (fds[i] < 0)
+      continue;
+    if (wait_op(fds[i], RP_WAITING, &m, 10) == 0) {
+      waiting += m.op == RP_WAITING;
+      rp_msg_free(&m);
+    }
+  }
+  peak = rss_kb();
+  kv(a, RP_KV_GET, "anything", NULL, 0, 0);
+  ok = wait_op(a, RP_KV_VALUE, &m, 10) == 0 && m.op == RP_KV_VALUE;
+  if (ok)
+    rp_msg_free(&m);
+  ok = ok && real_job_works("waiting_list");
+  for (i = 0; i < n; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  close(a);
+  free(fds);
+  note("%ld of %ld spares on one job's waiting list; the participant %s; "
+       "rss %ld -> %ld kB; ", waiting, n, ok ? "runs on" : "is STUCK",
+       before, peak);
+  return ok && daemon_answers();
+}
+
 /* Fill max_jobs with abandoned jobs the client asks to keep for months. */
 static bool attack_lockout(void)
 {
@@ -803,6 +853,7 @@ int main(int argc, char **argv)
     { "kv_fill", attack_kv_fill },
     { "pong_flood", attack_pong_flood },
     { "member_partial_frames", attack_member_partial_frames },
+    { "waiting_list", attack_waiting_list },
   };
   const char *attack = argc > 1 ? argv[1] : NULL, *secret = NULL;
   struct addrinfo hints, *res;
