@@ -412,9 +412,9 @@ static bool attack_partial_frames(void)
     fds[i] = dial_raw(0);
     if (fds[i] < 0)
       continue;
+    held++;                     /* open until seen closed, below */
     setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (write_all(fds[i], frame, RP_FRAME_HEADER + body - 1) == 0)
-      held++;
+    write_all(fds[i], frame, RP_FRAME_HEADER + body - 1);
   }
   usleep(500000);   /* let the daemon read what it accepts */
   peak = rss_kb();
