@@ -48,7 +48,7 @@ struct conn {
   bool in_paused;             /* waits for input budget (s->paused) */
   bool out_paused;            /* too many unwritten replies */
   struct conn *close_next;    /* s->close_list */
-  size_t pending;             /* bytes queued for writing */
+  size_t pending;             /* write_cost of the queued replies */
   struct ra_server auth;      /* the shared-secret handshake */
   double accepted_at;
   struct conn *prev, *next;   /* every open connection */
@@ -59,9 +59,18 @@ struct conn {
 struct write_req {
   uv_write_t req;
   struct conn *c;
-  size_t len;
+  size_t cost;                /* what it holds: write_cost(its bytes) */
   char *data;
 };
+
+/* What an unwritten reply of len bytes costs the daemon: its bytes, its
+ * write request and two allocations' overhead.  The output limits count
+ * this, so that many tiny replies (pongs) are bounded like a few big
+ * ones. */
+static size_t write_cost(size_t len)
+{
+  return len + sizeof(struct write_req) + 2 * 16;
+}
 
 struct rdzvd_server {
   uv_loop_t *loop;
@@ -74,7 +83,7 @@ struct rdzvd_server {
   struct rdzvd_server_limits lim;
   int n_conns;
   size_t in_bytes;            /* partial-frame buffers, every conn */
-  size_t out_bytes;           /* unwritten replies, every conn */
+  size_t out_bytes;           /* write_cost of unwritten replies, all */
   int n_partial;              /* conns holding a partial frame */
   int n_paused;               /* of which waiting for input budget */
   struct conn *hello, *hello_tail;
@@ -363,8 +372,8 @@ static void write_done(uv_write_t *req, int status)
   struct write_req *w = (struct write_req *)req;
   struct conn *c = w->c;
 
-  c->pending -= w->len;
-  c->s->out_bytes -= w->len;
+  c->pending -= w->cost;
+  c->s->out_bytes -= w->cost;
   free(w->data);
   free(w);
   if (c->closing)
@@ -380,6 +389,7 @@ static void write_done(uv_write_t *req, int status)
 /* Queues one encoded frame (ownership of data passes here). */
 static void conn_write(struct conn *c, char *data, size_t len)
 {
+  size_t cost = write_cost(len);
   struct write_req *w;
   uv_buf_t b;
 
@@ -387,14 +397,14 @@ static void conn_write(struct conn *c, char *data, size_t len)
     free(data);
     return;
   }
-  if (c->pending + len > c->s->lim.conn_output) {
+  if (c->pending + cost > c->s->lim.conn_output) {
     server_log(c->s, "dropping %s: it does not read its replies (%zu "
                "bytes unwritten)", c->peer, c->pending);
     free(data);
     conn_close(c);
     return;
   }
-  if (c->pending && c->s->out_bytes + len > c->s->lim.output_budget) {
+  if (c->pending && c->s->out_bytes + cost > c->s->lim.output_budget) {
     server_log(c->s, "dropping %s: the output budget (%zu bytes) is spent "
                "and it has %zu bytes of unread replies", c->peer,
                c->s->lim.output_budget, c->pending);
@@ -409,7 +419,7 @@ static void conn_write(struct conn *c, char *data, size_t len)
     return;
   }
   w->c = c;
-  w->len = len;
+  w->cost = cost;
   w->data = data;
   b = uv_buf_init(data, (unsigned int)len);
   if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_done) != 0) {
@@ -418,8 +428,8 @@ static void conn_write(struct conn *c, char *data, size_t len)
     conn_close(c);
     return;
   }
-  c->pending += len;
-  c->s->out_bytes += len;
+  c->pending += cost;
+  c->s->out_bytes += cost;
   if (c->pending > OUTPUT_PAUSE && !c->out_paused) {
     c->out_paused = true;
     update_reading(c);

@@ -25,9 +25,11 @@
 static const char usage[] =
   "usage: abuse_client ATTACK --host H --port P [--secret-file PATH]\n"
   "                    [--rdzvd-pid PID] [--count N] [--wait S]\n"
+  "                    [--keepalive S]\n"
   "\n"
   "ATTACK: ping kv_waiters partial_frames lockout status_many\n"
   "        waiting_final silent junk kv_fill pong_flood\n"
+  "        member_partial_frames waiting_list\n"
   "\n"
   "Prints one line: attack=NAME survived=0|1 rss_kb=K note=\"...\" and\n"
   "exits 0 (survived), 1 (not survived) or 2 (the client itself failed).\n"
@@ -42,6 +44,8 @@ static struct {
   int rdzvd_pid;
   long count;
   double wait;
+  double keepalive;
+  long kv_send_failed;
   struct sockaddr_storage addr;
   socklen_t addrlen;
   long rss_peak;
@@ -250,7 +254,10 @@ static void join_msg(struct rp_msg *m, const char *id, int min, int max,
   m->u.join.conf.max_nodes = max;
   m->u.join.conf.last_call_timeout = 0;
   m->u.join.conf.close_timeout = close_timeout;
-  m->u.join.conf.keepalive_interval = 3600;   /* we send none */
+  /* We send no keepalives: ask for the longest window the server allows
+   * (an interval above its ceiling is refused; the misses are lowered to
+   * fit the window). */
+  m->u.join.conf.keepalive_interval = A.keepalive;
   m->u.join.conf.keepalive_misses = 1000;
 }
 
@@ -275,7 +282,7 @@ static void kv(int fd, enum rp_op op, const char *key, const char *value,
   m.u.kv.value_len = value_len;
   m.u.kv.wait = wait;
   if (send_msg(fd, &m) != 0)
-    note("kv send failed; ");
+    A.kv_send_failed++;         /* the daemon closed us: said once, in main */
 }
 
 /* The daemon answers: a fresh insider's keepalive gets some frame (pong or
@@ -307,7 +314,17 @@ static bool real_job_works(const char *tag)
   if (fd < 0)
     return false;
   snprintf(id, sizeof id, "real-%s-%d", tag, (int)getpid());
-  rc = join(fd, id, 1, 1, 30) == 0 ? wait_op(fd, RP_ROUND, &m, 10) : -EIO;
+  /* A real job: cdrun's defaults (rp_conf_default), one node. */
+  memset(&m, 0, sizeof m);
+  m.op = RP_JOIN;
+  snprintf(m.u.join.id, sizeof m.u.join.id, "%s", id);
+  snprintf(m.u.join.host, sizeof m.u.join.host, "real");
+  m.u.join.pid = getpid();
+  m.u.join.nproc = 1;
+  m.u.join.master_port = 29500;
+  rp_conf_default(&m.u.join.conf);
+  m.u.join.conf.min_nodes = m.u.join.conf.max_nodes = 1;
+  rc = send_msg(fd, &m) == 0 ? wait_op(fd, RP_ROUND, &m, 10) : -EIO;
   ok = rc == 0 && m.op == RP_ROUND;
   if (rc == 0 && !ok)
     note("a real job got %s %s; ", rp_op_name(m.op), m.u.text.message);
@@ -395,9 +412,9 @@ static bool attack_partial_frames(void)
     fds[i] = dial_raw(0);
     if (fds[i] < 0)
       continue;
+    held++;                     /* open until seen closed, below */
     setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (write_all(fds[i], frame, RP_FRAME_HEADER + body - 1) == 0)
-      held++;
+    write_all(fds[i], frame, RP_FRAME_HEADER + body - 1);
   }
   usleep(500000);   /* let the daemon read what it accepts */
   peak = rss_kb();
@@ -420,6 +437,108 @@ static bool attack_partial_frames(void)
   note("%ld of %ld connections still open, each with a 1 MiB frame but a "
        "byte; rss %ld -> %ld kB; ", held, n, before, peak);
   return alive;
+}
+
+/* Own attack: members (past the pre-join frame limit) each hold a 1 MiB
+ * frame but its last byte: only the input budget bounds what the daemon
+ * keeps; over it, it must stop reading, not grow. */
+static bool attack_member_partial_frames(void)
+{
+  long n = A.count ? A.count : 200, i, joined = 0;
+  size_t body = RP_MAX_FRAME;
+  unsigned char *frame = malloc(RP_FRAME_HEADER + body);
+  int *fds = calloc((size_t)n, sizeof *fds);
+  struct timeval tv = { 0, 100000 };
+  long before = rss_kb(), peak;
+  char id[64];
+  struct rp_msg m;
+  bool alive;
+
+  if (!frame || !fds)
+    die("out of memory");
+  frame[0] = (unsigned char)(body >> 24);
+  frame[1] = (unsigned char)(body >> 16);
+  frame[2] = (unsigned char)(body >> 8);
+  frame[3] = (unsigned char)body;
+  memset(frame + RP_FRAME_HEADER, ' ', body);
+  for (i = 0; i < n; i++) {
+    fds[i] = dial(0);
+    if (fds[i] < 0)
+      continue;
+    snprintf(id, sizeof id, "mpf-%d-%ld", (int)getpid(), i);
+    join(fds[i], id, 1, 1, 30);
+    if (wait_op(fds[i], RP_ROUND, &m, 10) != 0)
+      continue;
+    if (m.op == RP_ROUND)
+      joined++;
+    rp_msg_free(&m);
+    /* A paused member's write stalls: 100 ms, then the next one. */
+    setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    write_all(fds[i], frame, RP_FRAME_HEADER + body - 1);
+  }
+  if (joined < n)
+    die("member_partial_frames: only %ld of %ld members joined", joined, n);
+  usleep(500000);   /* let the daemon read what it accepts */
+  peak = rss_kb();
+  alive = daemon_answers();
+  for (i = 0; i < n; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  free(fds);
+  free(frame);
+  note("%ld members each sent a 1 MiB frame but a byte; rss %ld -> %ld kB; ",
+       n, before, peak);
+  return alive;
+}
+
+/* Own attack: one job of one node, and thousands of spares on its
+ * waiting list (each a connection and a node): bounded by max_conns, and
+ * the participant's job, and others, go on. */
+static bool attack_waiting_list(void)
+{
+  long n = A.count ? A.count : 5000, i, waiting = 0;
+  int *fds = calloc((size_t)n, sizeof *fds), a = dial(0);
+  long before = rss_kb(), peak;
+  char id[64];
+  struct rp_msg m;
+  bool ok;
+
+  if (!fds || a < 0)
+    die("cannot connect");
+  snprintf(id, sizeof id, "wl-%d", (int)getpid());
+  join(a, id, 1, 1, 30);
+  if (wait_op(a, RP_ROUND, &m, 10) != 0 || m.op != RP_ROUND)
+    die("waiting_list: no round");
+  rp_msg_free(&m);
+  for (i = 0; i < n; i++) {
+    fds[i] = dial(0);
+    if (fds[i] < 0)
+      continue;
+    join(fds[i], id, 1, 1, 30);
+  }
+  for (i = 0; i < n; i++) {
+    if (fds[i] < 0)
+      continue;
+    if (wait_op(fds[i], RP_WAITING, &m, 10) == 0) {
+      waiting += m.op == RP_WAITING;
+      rp_msg_free(&m);
+    }
+  }
+  peak = rss_kb();
+  kv(a, RP_KV_GET, "anything", NULL, 0, 0);
+  ok = wait_op(a, RP_KV_VALUE, &m, 10) == 0 && m.op == RP_KV_VALUE;
+  if (ok)
+    rp_msg_free(&m);
+  ok = ok && real_job_works("waiting_list");
+  for (i = 0; i < n; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  close(a);
+  free(fds);
+  note("%ld of %ld spares on one job's waiting list; the participant %s; "
+       "rss %ld -> %ld kB; ", waiting, n, ok ? "runs on" : "is STUCK",
+       before, peak);
+  return ok && daemon_answers();
 }
 
 /* Fill max_jobs with abandoned jobs the client asks to keep for months. */
@@ -512,6 +631,7 @@ static bool attack_waiting_final(void)
                                    : "got no answer");
   if (rc == 0)
     rp_msg_free(&m);
+  rss_kb();
   close(a);
   close(b);
   return ok;
@@ -674,7 +794,8 @@ static bool attack_pong_flood(void)
   size_t flen;
   struct rp_msg m;
   int *fds = calloc((size_t)conns, sizeof *fds);
-  struct timeval tv = { 3, 0 };
+  /* A member the daemon stopped reading is given up after 200 ms. */
+  struct timeval tv = { 0, 200000 };
   long before = rss_kb(), peak;
   bool alive;
 
@@ -731,6 +852,8 @@ int main(int argc, char **argv)
     { "junk", attack_junk },
     { "kv_fill", attack_kv_fill },
     { "pong_flood", attack_pong_flood },
+    { "member_partial_frames", attack_member_partial_frames },
+    { "waiting_list", attack_waiting_list },
   };
   const char *attack = argc > 1 ? argv[1] : NULL, *secret = NULL;
   struct addrinfo hints, *res;
@@ -756,11 +879,15 @@ int main(int argc, char **argv)
       A.count = atol(argv[i + 1]);
     else if (strcmp(argv[i], "--wait") == 0)
       A.wait = atof(argv[i + 1]);
+    else if (strcmp(argv[i], "--keepalive") == 0)
+      A.keepalive = atof(argv[i + 1]);
     else
       die("unknown option '%s'\n%s", argv[i], usage);
   }
   if (i != argc || !A.host || A.port <= 0)
     die("--host and --port are required\n%s", usage);
+  if (!(A.keepalive > 0))
+    A.keepalive = 300;          /* rdzvd's default --max_keepalive */
   if (secret && ra_secret_load(secret, &A.secret, err, sizeof err) != 0)
     die("%s", err);
   memset(&hints, 0, sizeof hints);
@@ -779,6 +906,9 @@ int main(int argc, char **argv)
       continue;
     A.rss_peak = -1;
     ok = attacks[k].run();
+    if (A.kv_send_failed)
+      note("%ld kv sends failed (connection closed by the daemon); ",
+           A.kv_send_failed);
     printf("attack=%s survived=%d rss_kb=%ld note=\"%s\"\n", attack, ok,
            A.rss_peak, A.note);
     return ok ? 0 : 1;

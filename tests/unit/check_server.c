@@ -728,6 +728,41 @@ START_TEST(output_budget_drops_slow_reader)
 }
 END_TEST
 
+/* A member that never reads and floods tiny requests is dropped by what
+ * its unwritten replies cost the daemon (each one a write request and an
+ * allocation besides its bytes), not by their bytes alone: 1500 pongs
+ * are some 36 KiB of bytes, under conn_output, but far more memory. */
+START_TEST(tiny_replies_count_their_cost)
+{
+  struct rdzvd_server_opts o = opts();
+  struct client *a;
+  struct rp_msg m;
+  char *frame, *batch;
+  size_t flen;
+  int i;
+
+  o.io.conn_output = 64 << 10;
+  restart_with(&o);
+  a = cl_open(4096);
+  cl_join(a, "tiny", 0, 1, 1);
+  cl_expect(a, RP_ROUND, NULL);
+  memset(&m, 0, sizeof m);
+  m.op = RP_KEEPALIVE;
+  ck_assert_int_eq(rp_encode(&m, &frame, &flen), 0);
+  ck_assert_uint_lt(1500 * flen, 64 << 10);
+  batch = malloc(1500 * flen);
+  ck_assert_ptr_nonnull(batch);
+  for (i = 0; i < 1500; i++)
+    memcpy(batch + (size_t)i * flen, frame, flen);
+  cl_write(a, batch, 1500 * flen);
+  ck_assert(cl_closed_by_server(a));
+  server_alive();
+  cl_close(a);
+  free(batch);
+  free(frame);
+}
+END_TEST
+
 /* Large frames that never complete, holding all the input budget they
  * can get, still leave room for a newcomer's JOIN.  Each hog announces a
  * frame of half the budget and sends only its first bytes: the frame's
@@ -789,6 +824,7 @@ static Suite *server_suite(void)
   tcase_add_test(tc, prejoin_frame_limit);
   tcase_add_test(tc, input_budget_pauses);
   tcase_add_test(tc, output_budget_drops_slow_reader);
+  tcase_add_test(tc, tiny_replies_count_their_cost);
   tcase_add_test(tc, stalled_large_frames_leave_room_for_joins);
   suite_add_tcase(s, tc);
   return s;
