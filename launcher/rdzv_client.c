@@ -505,6 +505,7 @@ static void maybe_host(struct rdzv_client *c)
   so.host = bind_addr;
   so.port = c->o.port;
   so.secret = &c->secret;
+  so.embedded = true;
   if (lvl && (strcmp(lvl, "INFO") == 0 || strcmp(lvl, "DEBUG") == 0))
     so.log = server_log;
   rc = rdzvd_server_start(c->base.loop, &so, &c->server, err, sizeof err);

@@ -158,7 +158,10 @@ static void on_signal(uv_signal_t *h, int signum)
   sd_notify_state("STOPPING=1");
   log_line(d, signum == SIGTERM ? "SIGTERM: shutting down"
                                 : "SIGINT: shutting down");
-  rdzvd_server_stop(d->server);
+  if (signum == SIGTERM)
+    rdzvd_server_going_away(d->server, "rdzvd is stopping (SIGTERM)");
+  else
+    rdzvd_server_stop(d->server);
   if (d->http)
     metrics_http_stop(d->http);
   uv_close((uv_handle_t *)&d->sigterm, NULL);

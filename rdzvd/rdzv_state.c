@@ -25,6 +25,7 @@
 #define DEF_MAX_LAST_CALL 3600.0
 #define DEF_MAX_CLOSE_TIMEOUT 3600.0
 #define DEF_MAX_KEEPALIVE 300.0
+#define DEF_RESUME_GRACE 10.0
 #define MAX_BARRIERS 64             /* distinct barrier names per round */
 #define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
 #define DESC_MAX (2 * RP_MAX_ADDR + 64)
@@ -259,6 +260,9 @@ static void node_free(struct rs_registry *r, struct node *n)
 {
   struct job *job = n->job;
 
+  if (job->rebuilding && n->rank >= 0 && (size_t)n->rank < job->order_cap &&
+      job->order[n->rank] == n)
+    job->order[n->rank] = NULL;
   node_set_state(job, n, NS_IDLE, false);
   if (n->barrier)
     n->barrier->count--;
@@ -437,6 +441,10 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   }
   job->conf = *cf;
   job->phase = PH_GATHERING;
+  if (r->resume_hint) {
+    job->round = r->resume_hint->round.round;
+    job->restart_count = r->resume_hint->round.restart_count;
+  }
   job->progress_last = now;
   job->round_started = now;
   th_init(&job->t_last_call, T_LAST_CALL);
@@ -524,6 +532,14 @@ static void complete_round(struct rs_registry *r, struct job *job,
   rd->world_size = job->world_size;
   copy_str(rd->master_addr, sizeof rd->master_addr, rs__node_addr(master));
   rd->master_port = master->master_port;
+  for (i = 0; r->embedded_pid && i < k; i++) {
+    if (job->order[i]->pid == r->embedded_pid &&
+        strcmp(job->order[i]->host, r->embedded_host) == 0) {
+      rd->embedded = true;
+      rd->host_rank = (int)i;
+      break;
+    }
+  }
   for (i = 0; i < k; i++) {
     n = job->order[i];
     n->rank = (int)i;
@@ -611,6 +627,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
     copy_str(text, sizeof text, why);
   job->round++;
   job->phase = PH_GATHERING;
+  job->rebuilding = false;
   job->exit_passed = false;
   job->progress_dirty = false;
   job->progress_last = now;
@@ -661,7 +678,7 @@ static void barrier_check(struct rs_registry *r, struct job *job,
   struct rp_msg m;
   struct node *n;
 
-  if (b->done || b->count < job->n_part)
+  if (b->done || b->count < job->n_part || job->rebuilding)
     return;
   b->done = true;
   memset(&m, 0, sizeof m);
@@ -843,8 +860,9 @@ static int refuse_join(struct rs_registry *r, void *conn, struct node *n,
 /* JOIN: refusals first (they drop the connection unless it already is
  * a node), then a re-join, or a new node (and maybe a new job).  O(1)
  * amortized unless it completes or restarts a round. */
-static int on_join(struct rs_registry *r, struct conn *c, void *conn,
-                   const struct rp_join *j, double now)
+static int join_node(struct rs_registry *r, struct conn *c, void *conn,
+                     const struct rp_join *j, double now,
+                     struct node **created)
 {
   struct node *n = c ? c->node : NULL;
   const char *problem;
@@ -917,7 +935,201 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
   if (!n)
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
                        "out of memory");
+  if (created) {                /* RESUME: the caller places it */
+    *created = n;
+    return 0;
+  }
   admit(r, job, n, now);
+  return 0;
+}
+
+static int on_join(struct rs_registry *r, struct conn *c, void *conn,
+                   const struct rp_join *j, double now)
+{
+  return join_node(r, c, conn, j, now, NULL);
+}
+
+/* ---- RESUME (Note [soft state]) ---- */
+
+/* The rebuilt round is whole again: barriers may pass. */
+static void rebuild_done(struct rs_registry *r, struct job *job)
+{
+  struct barrier *b;
+
+  job->rebuilding = false;
+  th_clear(&r->heap, &job->t_last_call);
+  say(r, "job %s: round %d rebuilt: all %d nodes re-asserted it", job->id,
+      job->round, job->rebuild_size);
+  for (b = job->barriers; b; b = b->next)
+    barrier_check(r, job, b);
+}
+
+/* The grace period ended with ranks missing: they are lost. */
+static void rebuild_expired(struct rs_registry *r, struct job *job,
+                            double now)
+{
+  char text[RP_MAX_TEXT + 1];
+
+  fmt(text, sizeof text, "%d of %d nodes did not come back within %g s "
+      "after the rendezvous restarted", job->rebuild_size - job->n_part,
+      job->rebuild_size, fmax(r->lim.resume_grace,
+                              job->conf.keepalive_interval *
+                              job->conf.keepalive_misses));
+  say(r, "job %s: round %d: %s", job->id, job->round, text);
+  start_round(r, job, now, text, NULL);
+}
+
+/* A gathering node re-asserts: a JOIN, keeping round numbers and the
+ * restart count from going back. */
+static int resume_gathering(struct rs_registry *r, struct conn *c,
+                            void *conn, const struct rp_resume *a,
+                            double now)
+{
+  struct job *job = job_find(r, a->join.id);
+  char text[RP_MAX_TEXT + 1];
+  int rc;
+
+  if (job && !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
+    if (a->round.restart_count > job->restart_count) {
+      say(r, "job %s: adopts restart count %d re-asserted by %.*s (pid %"
+          PRId64 ") (it had %d)", job->id, a->round.restart_count,
+          RP_MAX_ADDR, a->join.host, a->join.pid, job->restart_count);
+      job->restart_count = a->round.restart_count;
+    }
+    if (gathering(job) && a->round.round > job->round) {
+      say(r, "job %s: gathering round %d becomes round %d, re-asserted by "
+          "%.*s (pid %" PRId64 ")", job->id, job->round, a->round.round,
+          RP_MAX_ADDR, a->join.host, a->join.pid);
+      job->round = a->round.round;
+    } else if (job->phase == PH_RUNNING && a->round.round > job->round) {
+      fmt(text, sizeof text, "conflicting re-assertions: %.*s (pid %"
+          PRId64 ") waits for round %d, the job runs round %d", RP_MAX_ADDR,
+          a->join.host, a->join.pid, a->round.round, job->round);
+      say(r, "job %s: %s: highest round wins", job->id, text);
+      job->round = a->round.round - 1;
+      start_round(r, job, now, text, NULL);
+    }
+  }
+  r->resume_hint = a;
+  rc = join_node(r, c, conn, &a->join, now, NULL);
+  r->resume_hint = NULL;
+  if (rc == 0)
+    metrics_reconnect(r->metrics);
+  return rc;
+}
+
+static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
+                     const struct rp_resume *a, double now)
+{
+  const struct rp_round *as = &a->round;
+  struct job *job;
+  struct node *n;
+  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+  bool fresh;
+  int rc;
+
+  if (c && c->node)
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                      "resume: already a node of job %s", c->node->job->id);
+  if (a->phase == RP_PHASE_GATHERING)
+    return resume_gathering(r, c, conn, a, now);
+  if (as->group_world_size > RP_MAX_NODES || as->group_rank < 0 ||
+      as->group_rank >= as->group_world_size)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
+                       -EINVAL, "bad resume: group_rank %d of %d",
+                       as->group_rank, as->group_world_size);
+  fresh = !job_find(r, a->join.id);
+  n = NULL;
+  rc = join_node(r, c, conn, &a->join, now, &n);
+  if (rc || !n)
+    return rc;
+  job = n->job;
+  metrics_reconnect(r->metrics);
+  describe(n, d, sizeof d);
+  n->seq = ++job->seq;
+  if (fresh) {
+    double grace = fmax(r->lim.resume_grace, job->conf.keepalive_interval *
+                                             job->conf.keepalive_misses);
+    size_t cap = (size_t)as->group_world_size;
+
+    if (cap > job->order_cap) {
+      struct node **o = realloc(job->order, cap * sizeof(*o));
+
+      if (!o) {
+        node_free(r, n);
+        return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
+                           "out of memory");
+      }
+      job->order = o;
+      job->order_cap = cap;
+    }
+    memset(job->order, 0, job->order_cap * sizeof(*job->order));
+    job->round = as->round;
+    job->restart_count = as->restart_count;
+    job->world_size = as->world_size;
+    job->phase = PH_RUNNING;
+    job->exit_passed = false;
+    job->rebuilding = true;
+    job->rebuild_size = as->group_world_size;
+    job->deadline = now + grace;
+    th_clear(&r->heap, &job->t_progress);
+    th_set(&r->heap, &job->t_last_call, job->deadline);
+    say(r, "job %s: rebuilding running round %d (restart_count %d) from "
+        "re-assertions: %d nodes, world size %d, master %s:%d; %g s for "
+        "them to come back", job->id, job->round, job->restart_count,
+        as->group_world_size, as->world_size, as->master_addr,
+        as->master_port, grace);
+  }
+  if (job->rebuilding && as->round == job->round &&
+      as->group_world_size == job->rebuild_size &&
+      as->world_size == job->world_size && !job->order[as->group_rank]) {
+    if (as->restart_count > job->restart_count) {
+      say(r, "job %s: adopts restart count %d re-asserted by %s (it had "
+          "%d)", job->id, as->restart_count, d, job->restart_count);
+      job->restart_count = as->restart_count;
+    }
+    node_set_state(job, n, NS_PART, false);
+    n->rank = as->group_rank;
+    job->order[n->rank] = n;
+    say(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of %d "
+        "back)", job->id, d, n->rank, job->round,
+        a->phase == RP_PHASE_EXIT ? "at the exit barrier" : "running",
+        job->n_part, job->rebuild_size);
+    if (job->n_part == job->rebuild_size)
+      rebuild_done(r, job);
+    return 0;
+  }
+  if (job->rebuilding && as->round >= job->round) {
+    const struct node *holder = as->round == job->round &&
+                                as->group_world_size == job->rebuild_size
+                                ? job->order[as->group_rank] : NULL;
+    char hd[DESC_MAX] = "";
+
+    if (holder)
+      describe(holder, hd, sizeof hd);
+    fmt(text, sizeof text, "conflicting re-assertions: %s claims rank %d "
+        "of %d in round %d (world size %d); the job has round %d of %d "
+        "nodes (world size %d)%s%s", d, as->group_rank,
+        as->group_world_size, as->round, as->world_size, job->round,
+        job->rebuild_size, job->world_size, holder ? ", rank held by " : "",
+        hd);
+    say(r, "job %s: %s: a new round for every node", job->id, text);
+    if (as->restart_count > job->restart_count)
+      job->restart_count = as->restart_count;
+    if (as->round > job->round)
+      job->round = as->round;
+    node_set_state(job, n, NS_PART, false);
+    start_round(r, job, now, text, NULL);
+    return 0;
+  }
+  /* The job went on without this node: its workers stop, and it joins
+   * again as a newcomer. */
+  fmt(text, sizeof text, "the job went on without this node: it "
+      "re-asserted round %d, the job is %s round %d", as->round,
+      gathering(job) ? "gathering" : "at", job->round);
+  say(r, "job %s: %s: %s", job->id, d, text);
+  node_set_state(job, n, NS_IDLE, gathering(job));
+  send_text(r, conn, RP_RESTART, 0, false, text);
   return 0;
 }
 
@@ -1077,6 +1289,8 @@ void rs_limits_default(struct rs_limits *l)
     l->max_close_timeout = DEF_MAX_CLOSE_TIMEOUT;
   if (!(l->max_keepalive > 0))
     l->max_keepalive = DEF_MAX_KEEPALIVE;
+  if (!(l->resume_grace > 0))
+    l->resume_grace = DEF_RESUME_GRACE;
 }
 
 struct rs_registry *rs_create(const struct rs_sink *sink,
@@ -1126,6 +1340,8 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   switch (m->op) {
   case RP_JOIN:
     return on_join(r, c, conn, &m->u.join, now);
+  case RP_RESUME:
+    return on_resume(r, c, conn, &m->u.resume, now);
   case RP_STATUS:
     return on_status(r, conn, &m->u.status, now);
   case RP_KEEPALIVE:
@@ -1272,6 +1488,8 @@ static double tick(struct rs_registry *r, double now)
       job = container_of(t, struct job, t_last_call);
       if (job->phase == PH_LAST_CALL)
         complete_round(r, job, now);
+      else if (job->phase == PH_RUNNING && job->rebuilding)
+        rebuild_expired(r, job, now);
       break;
     case T_PROGRESS:
       on_progress_timer(r, container_of(t, struct job, t_progress), now);
@@ -1318,6 +1536,12 @@ int rs_job_count(const struct rs_registry *r)
 int rs_node_count(const struct rs_registry *r)
 {
   return r->n_nodes;
+}
+
+void rs_set_embedded(struct rs_registry *r, int64_t pid, const char *host)
+{
+  r->embedded_pid = pid;
+  copy_str(r->embedded_host, sizeof r->embedded_host, host ? host : "");
 }
 
 void rs_set_metrics(struct rs_registry *r, struct rdzvd_metrics *m)

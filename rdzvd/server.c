@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 
 #include "metrics.h"
@@ -710,7 +711,8 @@ static int on_frame(void *ctx, struct rp_msg *m)
   machine_enter(s);
   rc = rs_handle(s->reg, c, m, now_s(s));
   machine_leave(s);
-  if (m->op == RP_JOIN && rc == 0 && !c->joined && !c->closing &&
+  if ((m->op == RP_JOIN || m->op == RP_RESUME) && rc == 0 && !c->joined &&
+      !c->closing &&
       !c->close_pending && !c->drop_after_write) {
     c->joined = true;
     hello_remove(c);
@@ -1027,6 +1029,13 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   }
   s->metrics = o->metrics;
   rs_set_metrics(s->reg, o->metrics);
+  if (o->embedded) {
+    char me[RP_MAX_ADDR + 1] = "";
+
+    if (gethostname(me, sizeof me - 1) < 0)
+      me[0] = '\0';
+    rs_set_embedded(s->reg, (int64_t)getpid(), me);
+  }
   uv_tcp_init(loop, &s->listener);
   uv_timer_init(loop, &s->timer);
   uv_idle_init(loop, &s->idle_check);
@@ -1070,6 +1079,27 @@ void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
                                 const char *names[RS_PHASES])
 {
   rs_jobs_by_phase(s->reg, counts, names);
+}
+
+void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)
+{
+  struct rp_msg m;
+  struct conn *c, *next;
+
+  if (s->stopping)
+    return;
+  memset(&m, 0, sizeof m);
+  m.op = RP_GOING_AWAY;
+  snprintf(m.u.text.message, sizeof m.u.text.message, "%s", why);
+  /* uv_write writes at once into an empty socket buffer, so the frame
+   * is out before the close below; a connection with replies still
+   * queued may lose it and finds out from the close instead. */
+  for (c = s->conns; c; c = next) {
+    next = c->next;
+    if (conn_known(c) && !c->closing && !c->close_pending)
+      sink_send(s, c, &m);
+  }
+  rdzvd_server_stop(s);
 }
 
 void rdzvd_server_stop(struct rdzvd_server *s)
