@@ -58,6 +58,19 @@ struct rdzv_client {
   struct ra_secret secret;        /* len 0: none */
   struct ra_client auth;          /* the handshake on this connection */
   bool authed;                    /* joins may go out */
+
+  /* Note [reconnect]: what this node re-asserts, and the reconnection. */
+  bool have_round;                /* last holds the ROUND it runs */
+  struct rp_round last;
+  enum rp_resume_phase phase;
+  int gather_restarts;            /* restart count to assert, gathering */
+  bool reconnecting;
+  double lost_at;
+  double backoff;                 /* seconds before the next attempt */
+  bool failure_pending;           /* a FAILURE to send once back */
+  struct rp_failure pending_failure;
+  bool barrier_pending;           /* the exit BARRIER to send once back */
+  uint64_t rng;                   /* the backoff's jitter, per agent */
 };
 
 static double now_s(void)
@@ -106,6 +119,8 @@ static void handle_closed(uv_handle_t *h)
 }
 
 static int send_msg(struct rdzv_client *c, const struct rp_msg *m);
+static void on_ready(struct rdzv_client *c);
+static void lost(struct rdzv_client *c, const char *why, bool going_away);
 
 static void send_join(struct rdzv_client *c)
 {
@@ -213,10 +228,18 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
     a.master_port = m->u.round.master_port;
     c->round = a.round;
     c->last_present = -1;
+    c->have_round = true;
+    c->last = m->u.round;
+    c->phase = RP_PHASE_RUNNING;
+    c->gather_restarts = a.restart_count;
     c->base.cb.on_round(c->base.cb.ctx, &a);
     return;
   case RP_RESTART:
+    c->phase = RP_PHASE_GATHERING;
     c->base.cb.on_restart(c->base.cb.ctx, m->u.text.message);
+    return;
+  case RP_GOING_AWAY:
+    lost(c, m->u.text.message, true);
     return;
   case RP_BARRIER_DONE:
     c->base.cb.on_barrier(c->base.cb.ctx, 0);
@@ -270,8 +293,7 @@ static void handshake_step(struct rdzv_client *c, const struct rp_msg *m)
     return;
   }
   c->authed = true;
-  if (c->join_pending)
-    send_join(c);
+  on_ready(c);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -310,7 +332,7 @@ static int on_frame(void *ctx, struct rp_msg *m)
     dispatch(c, m);
   else
     handshake_step(c, m);
-  return c->destroyed || c->failed;
+  return c->destroyed || c->failed || !c->connected;
 }
 
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -321,10 +343,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 
   (void)buf;
   if (nread < 0) {
-    close_tcp(c);
-    fail(c, (int)nread, "lost the rendezvous server %s:%d: %s", c->host,
-         c->o.port, nread == UV_EOF ? "connection closed"
-                                    : uv_strerror((int)nread));
+    lost(c, nread == UV_EOF ? "connection closed" : uv_strerror((int)nread),
+         false);
     return;
   }
   c->last_rx = now_s();
@@ -336,13 +356,145 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
          c->host, c->o.port, err);
     return;
   }
-  if (c->destroyed || c->failed)
-    return;
+  if (c->destroyed || c->failed || !c->connected)
+    return;                     /* a reconnect starts with c->len 0 */
   memmove(c->buf, c->buf + used, c->len - (size_t)used);
   c->len -= (size_t)used;
 }
 
 /* ---- connecting and keepalives ------------------------------------------ */
+
+/* Note [reconnect]: when the connection is lost (closed, reset, silent
+ * for the keepalive window, or GOING_AWAY), the workers keep running and
+ * the client reconnects: after a delay that doubles from 0.1 s (0 after
+ * GOING_AWAY) up to RDZV_RECONNECT_BACKOFF_CAP, each drawn at random
+ * between half and all of it, so that thousands of agents do not all
+ * come back in the same millisecond; for at most reconnect_timeout
+ * seconds.  Once connected (and authenticated) it sends RESUME: the
+ * ROUND it runs and its phase (running, or at the exit barrier), or the
+ * round it waits for; then what happened meanwhile: a worker failure,
+ * the exit barrier, a join.  The server decides what that means
+ * (rdzv_state.h, Note [soft state]). */
+
+/* "the rendezvous server H:P", or, when it was embedded in a node's
+ * agent, "the rendezvous host H:P (embedded in the agent of node R)". */
+static const char *server_name(const struct rdzv_client *c, char *buf,
+                               size_t len)
+{
+  if (c->have_round && c->last.embedded)
+    snprintf(buf, len, "the rendezvous host %s:%d (embedded in the agent "
+             "of node %d)", c->host, c->o.port, c->last.host_rank);
+  else
+    snprintf(buf, len, "the rendezvous server %s:%d", c->host, c->o.port);
+  return buf;
+}
+
+static void retry_fire(uv_timer_t *t);
+
+static void schedule_retry(struct rdzv_client *c)
+{
+  double delay;
+
+  c->rng ^= c->rng << 13;         /* xorshift64 */
+  c->rng ^= c->rng >> 7;
+  c->rng ^= c->rng << 17;
+  delay = c->backoff * (0.5 + 0.5 * (double)(c->rng >> 11) / 0x1p53);
+
+  c->backoff = c->backoff <= 0 ? 0.1 : c->backoff * 2;
+  if (c->backoff > RDZV_RECONNECT_BACKOFF_CAP)
+    c->backoff = RDZV_RECONNECT_BACKOFF_CAP;
+  uv_timer_start(&c->retry, retry_fire, (uint64_t)(delay * 1000.0), 0);
+}
+
+static void lost(struct rdzv_client *c, const char *why, bool going_away)
+{
+  char what[RP_MAX_ADDR + 96];
+  bool embedded;
+
+  close_tcp(c);
+  if (c->destroyed || c->failed)
+    return;
+  server_name(c, what, sizeof what);
+  embedded = c->have_round && c->last.embedded;
+  if (c->o.reconnect_timeout <= 0) {
+    fail(c, going_away ? UV_ECONNRESET : UV_ECONNABORTED, "%s%s%s: %s",
+         embedded ? "" : "lost ", what, embedded ? " is gone" : "", why);
+    return;
+  }
+  if (!c->reconnecting) {
+    c->reconnecting = true;
+    c->lost_at = now_s();
+    say("%s%s%s: %s; %s, reconnecting for up to %g s (reconnect_timeout)",
+        going_away ? "going away: " : embedded ? "" : "lost ", what,
+        embedded && !going_away ? " is gone" : "", why,
+        c->phase == RP_PHASE_GATHERING ? "still waiting for a round"
+                                       : "workers keep running",
+        c->o.reconnect_timeout);
+  }
+  c->backoff = going_away ? 0 : 0.1;
+  schedule_retry(c);
+}
+
+/* Connected and authenticated: the first JOIN, or the re-assertion. */
+static void on_ready(struct rdzv_client *c)
+{
+  struct rp_msg m;
+  struct rp_resume *r = &m.u.resume;
+  bool running;
+
+  if (!c->reconnecting) {
+    if (c->join_pending)
+      send_join(c);
+    return;
+  }
+  c->reconnecting = false;
+  running = c->have_round &&
+            (c->phase != RP_PHASE_GATHERING || c->failure_pending);
+  memset(&m, 0, sizeof m);
+  m.op = RP_RESUME;
+  snprintf(r->join.id, sizeof r->join.id, "%s", c->id);
+  snprintf(r->join.addr, sizeof r->join.addr, "%s", c->local_addr);
+  snprintf(r->join.host, sizeof r->join.host, "%s", c->myhost);
+  r->join.pid = getpid();
+  r->join.nproc = c->o.nproc;
+  r->join.master_port = c->o.master_port;
+  r->join.reason = c->pending_reason;
+  r->join.conf = c->o.conf;
+  if (running) {
+    r->phase = c->phase == RP_PHASE_EXIT ? RP_PHASE_EXIT : RP_PHASE_RUNNING;
+    r->round = c->last;
+    r->round.embedded = false;
+    r->round.host_rank = 0;
+  } else {
+    r->phase = RP_PHASE_GATHERING;
+    r->round.round = c->have_round ? c->last.round + 1 : 0;
+    r->round.restart_count = c->gather_restarts;
+  }
+  say("reconnected to the rendezvous server %s:%d after %.1f s; "
+      "re-asserting %s round %d", c->host, c->o.port, now_s() - c->lost_at,
+      running ? (r->phase == RP_PHASE_EXIT ? "the exit barrier of"
+                                           : "running")
+              : "waiting for", r->round.round);
+  send_msg(c, &m);
+  if (c->failure_pending) {
+    memset(&m, 0, sizeof m);
+    m.op = RP_FAILURE;
+    m.u.failure = c->pending_failure;
+    c->failure_pending = false;
+    send_msg(c, &m);
+  }
+  if (running && c->phase == RP_PHASE_EXIT) {
+    memset(&m, 0, sizeof m);
+    m.op = RP_BARRIER;
+    snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
+    m.u.barrier.round = c->round;
+    send_msg(c, &m);
+  }
+  c->barrier_pending = false;
+  if (running && c->join_pending)
+    send_join(c);
+  c->join_pending = false;      /* a gathering RESUME is the join */
+}
 
 static void keepalive_tick(uv_timer_t *t)
 {
@@ -353,9 +505,10 @@ static void keepalive_tick(uv_timer_t *t)
   if (!c->connected)
     return;
   if (now_s() - c->last_rx > window) {
-    close_tcp(c);
-    fail(c, UV_ETIMEDOUT, "lost the rendezvous server %s:%d: no answer "
-         "for %.1f s", c->host, c->o.port, window);
+    char why[64];
+
+    snprintf(why, sizeof why, "no answer for %.1f s", window);
+    lost(c, why, false);
     return;
   }
   if (!c->authed)
@@ -384,6 +537,18 @@ static void connected_cb(uv_connect_t *req, int status)
     snprintf(c->last_connect_error, sizeof c->last_connect_error, "%s",
              uv_strerror(status));
     close_tcp(c);
+    if (c->reconnecting) {
+      if (now_s() >= c->lost_at + c->o.reconnect_timeout) {
+        char what[RP_MAX_ADDR + 96];
+
+        fail(c, UV_ETIMEDOUT, "%s did not come back within %g s "
+             "(reconnect_timeout): %s", server_name(c, what, sizeof what),
+             c->o.reconnect_timeout, c->last_connect_error);
+        return;
+      }
+      schedule_retry(c);
+      return;
+    }
     if (now_s() >= c->connect_deadline) {
       fail(c, status, "cannot reach the rendezvous at %s:%d within the "
            "join timeout (%.0f s): %s", c->host, c->o.port,
@@ -394,6 +559,7 @@ static void connected_cb(uv_connect_t *req, int status)
     return;
   }
   c->connected = true;
+  c->len = 0;
   c->last_rx = now_s();
   uv_tcp_nodelay(&c->tcp, 1);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
@@ -411,14 +577,18 @@ static void connected_cb(uv_connect_t *req, int status)
     send_msg(c, &hello);
     return;
   }
-  if (c->join_pending)
-    send_join(c);
+  on_ready(c);
 }
 
 static void start_connect(struct rdzv_client *c)
 {
   int err;
 
+  if (c->tcp_open && c->reconnecting && !c->destroyed && !c->connected &&
+      !c->connecting) {         /* the old handle is still closing */
+    uv_timer_start(&c->retry, retry_fire, 10, 0);
+    return;
+  }
   if (c->connecting || c->connected || c->destroyed || c->tcp_open)
     return;
   uv_tcp_init(c->base.loop, &c->tcp);
@@ -562,6 +732,10 @@ static int client_join(struct rdzv *r, enum rdzv_join_reason why)
                                                  : RP_REASON_MEMBERSHIP;
   c->join_pending = true;
   c->last_present = -1;
+  if (why == RDZV_JOIN_FAILURE && c->phase == RP_PHASE_RUNNING &&
+      c->have_round)
+    c->gather_restarts = c->last.restart_count + 1;
+  c->phase = RP_PHASE_GATHERING;
   if (c->connected) {
     if (c->authed)
       send_join(c);
@@ -588,6 +762,13 @@ static int client_report_failure(struct rdzv *r, bool final,
   m.u.failure.final = final;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s",
            message ? message : "");
+  if (!c->connected || !c->authed) {
+    if (!c->reconnecting && c->o.reconnect_timeout <= 0)
+      return UV_ENOTCONN;
+    c->pending_failure = m.u.failure;   /* sent once back */
+    c->failure_pending = true;
+    return 0;
+  }
   return send_msg(c, &m);
 }
 
@@ -600,6 +781,13 @@ static int client_exit_barrier(struct rdzv *r)
   m.op = RP_BARRIER;
   snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
   m.u.barrier.round = c->round;
+  c->phase = RP_PHASE_EXIT;
+  if (!c->connected || !c->authed) {
+    if (!c->reconnecting && c->o.reconnect_timeout <= 0)
+      return UV_ENOTCONN;
+    c->barrier_pending = true;          /* sent once back */
+    return 0;
+  }
   return send_msg(c, &m);
 }
 
@@ -684,6 +872,7 @@ int rdzv_client_create(uv_loop_t *loop, const struct rdzv_client_opts *o,
     c->secret = *o->secret;
   c->o.secret = NULL;             /* c->secret is the copy */
   c->last_present = -1;
+  c->rng = (uv_hrtime() ^ ((uint64_t)getpid() << 32)) | 1;
   uv_timer_init(loop, &c->retry);
   uv_timer_init(loop, &c->keepalive);
   c->retry.data = c;

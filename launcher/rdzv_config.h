@@ -34,6 +34,9 @@ struct rdzv_config {
   /* --rdzv_conf=secret_file=PATH, else $CDRUN_RDZV_SECRET_FILE: loaded
    * and checked at resolve time; len 0: none. */
   struct ra_secret secret;
+  /* --rdzv_conf=reconnect_timeout=S (seconds; 0: fail at once when the
+   * rendezvous connection is lost). */
+  double reconnect_timeout;
 };
 
 /* Resolves a's rendezvous flags.  run_id is the job id to use (a random
