@@ -29,9 +29,10 @@
  *   testworker hang DIR STEPS       pg_heartbeat() STEPS times (DIR/pid.<RANK>
  *                                   after the first), then hangs;
  *                                   STEPS < 0: -STEPS beats, exit 0
- *   testworker gate DIR             DIR/env.<RANK>.<RESTART_COUNT> and
- *                                   DIR/pid.<RANK>.<RESTART_COUNT>, then
- *                                   waits for DIR/go and exits 0 */
+ *   testworker gate DIR             DIR/env.<RANK>.<RESTART_COUNT>.<WORLD_SIZE>
+ *                                   and DIR/pid.<RANK>.<RESTART_COUNT>.
+ *                                   <WORLD_SIZE>, then waits for DIR/go
+ *                                   and exits 0 */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -326,7 +327,8 @@ int main(int argc, char **argv)
   if (strcmp(mode, "gate") == 0 && argc == 3) {
     char what[64], path[4096];
 
-    snprintf(what, sizeof what, "%d", env_int("TORCHELASTIC_RESTART_COUNT"));
+    snprintf(what, sizeof what, "%d.%d", env_int("TORCHELASTIC_RESTART_COUNT"),
+             env_int("WORLD_SIZE"));
     mode_env(argv[2]);
     write_pid(argv[2], "pid", getpid());
     {

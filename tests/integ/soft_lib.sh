@@ -35,20 +35,20 @@ kill_rdzvd() {
 }
 
 # three_agents ID DIR [ARGS...]: agents a, b, c of job ID, one gated
-# worker each (testworker gate DIR), through $ep.
+# worker each (testworker gate DIR), through $ep; --nnodes=$NNODES (3).
 three_agents() {
   local id=$1 dir=$2 n
   shift 2
   mkdir -p "$dir"
   for n in a b c; do
-    agent "$n" --nnodes=3 --nproc_per_node=1 --rdzv_backend=c10d \
+    agent "$n" --nnodes="${NNODES:-3}" --nproc_per_node=1 --rdzv_backend=c10d \
       --rdzv_endpoint="$ep" --rdzv_id="$id" "$@" "$TW" gate "$dir"
   done
 }
 
-# pid_of DIR RANK RESTART: the pid a gated worker recorded.
+# pid_of DIR RANK RESTART WORLD: the pid a gated worker recorded.
 pid_of() {
-  cat "$1/pid.$2.$3"
+  cat "$1/pid.$2.$3.$4"
 }
 
 # expect_exit NAME SECS WANT: agent NAME exits WANT within SECS.

@@ -12,8 +12,8 @@ port=$RDZVD_PORT
 ep=127.0.0.1:$port
 w=$T/w
 three_agents soft "$w" --max_restarts=2
-wait_files "$w/pid.*.0" 3 60
-p0=$(pid_of "$w" 0 0) p1=$(pid_of "$w" 1 0) p2=$(pid_of "$w" 2 0)
+wait_files "$w/pid.*.0.3" 3 60
+p0=$(pid_of "$w" 0 0 3) p1=$(pid_of "$w" 1 0 3) p2=$(pid_of "$w" 2 0 3)
 
 kill_rdzvd KILL
 for n in a b c; do
@@ -30,17 +30,17 @@ for r in 0 1 2; do
   v=p$r
   alive "${!v}" || fail "worker rank $r (pid ${!v}) died"
 done
-expect_eq "pid rank 0" "$(pid_of "$w" 0 0)" "$p0"
-expect_eq "pid rank 1" "$(pid_of "$w" 1 0)" "$p1"
-expect_eq "pid rank 2" "$(pid_of "$w" 2 0)" "$p2"
+expect_eq "pid rank 0" "$(pid_of "$w" 0 0 3)" "$p0"
+expect_eq "pid rank 1" "$(pid_of "$w" 1 0 3)" "$p1"
+expect_eq "pid rank 2" "$(pid_of "$w" 2 0 3)" "$p2"
 
 touch "$w/go"
 for n in a b c; do expect_exit "$n" 60 0; done
 # Nobody restarted: one incarnation of each rank, restart count 0.
-[ -z "$(compgen -G "$w/env.*.[1-9]*")" ] || fail "a worker was restarted: $(ls "$w")"
+[ "$(compgen -G "$w/env.*" | wc -l)" -eq 3 ] || fail "a worker was restarted: $(ls "$w")"
 for r in 0 1 2; do
   expect_eq "rank $r restart count" \
-    "$(envval "$w/env.$r.0" TORCHELASTIC_RESTART_COUNT)" 0
+    "$(envval "$w/env.$r.0.3" TORCHELASTIC_RESTART_COUNT)" 0
 done
 expect_grep "job soft: finished" "$T/rdzvd2.log"
 grep -q "restart, new round" "$T/rdzvd2.log" && fail "the new daemon started a new round"
