@@ -105,7 +105,8 @@ static bool gathering(const struct job *job)
 void rs__send_msg(const struct rs_registry *r, void *conn,
                      const struct rp_msg *m)
 {
-  r->sink.send(r->sink.ctx, conn, m);
+  if (conn)                     /* NULL: a detached node (rs_conn_reset) */
+    r->sink.send(r->sink.ctx, conn, m);
 }
 
 static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
@@ -159,7 +160,11 @@ static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
  * until rs_conn_closed. */
 static void conn_drop(struct rs_registry *r, void *conn)
 {
-  struct conn *c = conn_get(r, conn, true);
+  struct conn *c;
+
+  if (!conn)                    /* a detached node has none to drop */
+    return;
+  c = conn_get(r, conn, true);
 
   if (c)
     c->dropped = true;
@@ -282,7 +287,10 @@ static void node_free(struct rs_registry *r, struct node *n)
   job->n_nodes--;
   job->sum_nproc -= n->nproc;
   r->n_nodes--;
-  n->c->node = NULL;
+  if (!n->c->conn)
+    free(n->c);                 /* a detached node's placeholder */
+  else
+    n->c->node = NULL;
   free(n);
   if (!job->n_nodes)
     empty_add(r, job);
@@ -662,11 +670,11 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
   th_clear(&r->heap, &job->t_progress);
   say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
   while (job->nodes) {
-    struct conn *c = job->nodes->c;
+    void *conn = job->nodes->c->conn;
 
-    send_text(r, c->conn, RP_CLOSED, 0, success, text);
+    send_text(r, conn, RP_CLOSED, 0, success, text);
     node_free(r, job->nodes);
-    conn_drop(r, c->conn);
+    conn_drop(r, conn);
   }
   barriers_free(job);
   th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
@@ -1018,6 +1026,55 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
   return rc;
 }
 
+/* The node of job that lost its connection to a reset (rs_conn_reset)
+ * and that j's agent (host and pid) is, or NULL.  O(nodes of the job):
+ * only a RESUME to a live job pays it. */
+static struct node *detached_node(const struct job *job,
+                                  const struct rp_join *j)
+{
+  struct node *n;
+
+  for (n = job->nodes; n; n = n->next)
+    if (!n->c->conn && n->pid == j->pid &&
+        strncmp(n->host, j->host, sizeof n->host) == 0)
+      return n;
+  return NULL;
+}
+
+/* A detached node is back on a new connection within its keepalive
+ * window: it takes the connection.  If it still runs the job's round at
+ * its rank, nothing happens; else the job went on without it (it hears
+ * RESTART and is expected back if the job is gathering). */
+static int reattach(struct rs_registry *r, struct conn *c, void *conn,
+                    struct node *n, const struct rp_resume *a, double now)
+{
+  struct job *job = n->job;
+  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+
+  c = c ? c : conn_get(r, conn, true);
+  if (!c)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
+                       "out of memory");
+  free(n->c);
+  n->c = c;
+  c->node = n;
+  n->last_seen = now;
+  metrics_reconnect(r->metrics);
+  describe(n, d, sizeof d);
+  if (job->phase == PH_RUNNING && n->state == NS_PART &&
+      a->round.round == job->round && a->round.group_rank == n->rank) {
+    say(r, "job %s: %s reconnected and re-asserted rank %d of round %d: "
+        "the job goes on", job->id, d, n->rank, job->round);
+    return 0;
+  }
+  fmt(text, sizeof text, "the job went on without this node: it "
+      "re-asserted round %d, the job is %s round %d", a->round.round,
+      gathering(job) ? "gathering" : "at", job->round);
+  say(r, "job %s: %s reconnected: %s", job->id, d, text);
+  send_text(r, conn, RP_RESTART, 0, false, text);
+  return 0;
+}
+
 static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
                      const struct rp_resume *a, double now)
 {
@@ -1038,7 +1095,11 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
                        -EINVAL, "bad resume: group_rank %d of %d",
                        as->group_rank, as->group_world_size);
-  fresh = !job_find(r, a->join.id);
+  job = job_find(r, a->join.id);
+  n = job ? detached_node(job, &a->join) : NULL;
+  if (n)
+    return reattach(r, c, conn, n, a, now);
+  fresh = !job;
   n = NULL;
   rc = join_node(r, c, conn, &a->join, now, &n);
   if (rc || !n)
@@ -1417,6 +1478,39 @@ void rs_conn_closed(struct rs_registry *r, void *conn, double now)
   leave(r);
 }
 
+/* Note [soft state]: a running participant whose connection was reset
+ * stays a member, detached (a placeholder connection with conn NULL: it
+ * is sent nothing), until its keepalive window ends; a RESUME from the
+ * same agent within it takes it back (reattach). */
+void rs_conn_reset(struct rs_registry *r, void *conn, double now)
+{
+  struct conn *c, *ph;
+  struct node *n;
+  char d[DESC_MAX];
+
+  enter(r, "rs_conn_reset");
+  c = conn_get(r, conn, false);
+  n = c ? c->node : NULL;
+  if (n && !c->dropped && n->job->phase == PH_RUNNING &&
+      n->state == NS_PART && (ph = calloc(1, sizeof(*ph)))) {
+    copy_str(ph->peer, sizeof ph->peer, c->peer);
+    ph->node = n;
+    n->c = ph;
+    c->node = NULL;
+    describe(n, d, sizeof d);
+    say(r, "job %s: %s connection reset: still a member until its "
+        "keepalive window ends (%g s after it was last heard)", n->job->id,
+        d, n->job->conf.keepalive_interval * n->job->conf.keepalive_misses);
+  }
+  if (c) {
+    if (c->node)
+      node_lost(r, c->node, now, "lost: connection reset");
+    ht_remove(&r->conns, c->h, c);
+    free(c);
+  }
+  leave(r);
+}
+
 /* Note [timers]: dead only if silent for the whole period; else the
  * timer moves to the end of the node's current period. */
 static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
@@ -1443,7 +1537,7 @@ static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
 static void on_join_timer(struct rs_registry *r, struct node *n, double now)
 {
   struct job *job = n->job;
-  struct conn *c = n->c;
+  void *conn = n->c->conn;
   char d[DESC_MAX], text[RP_MAX_TEXT + 1];
 
   if (n->state == NS_SPARE && !gathering(job))
@@ -1455,9 +1549,9 @@ static void on_join_timer(struct rs_registry *r, struct node *n, double now)
         job->conf.join_timeout, job->n_part, job->conf.min_nodes);
   describe(n, d, sizeof d);
   say(r, "job %s: %s: join timeout: %s", job->id, d, text);
-  send_text(r, c->conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
+  send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
   node_remove(r, n, now, "join timeout");
-  conn_drop(r, c->conn);
+  conn_drop(r, conn);
 }
 
 /* One WAITING per participant, at most once per PROGRESS_PERIOD. */

@@ -178,6 +178,13 @@ void rs_destroy(struct rs_registry *r);
  *   of a job that went on without the node (the daemon stayed up and had
  *   already declared it lost), gets RESTART: its workers stop and it
  *   joins again like a newcomer.
+ * - The daemon stayed up: a connection closed cleanly (EOF: the agent
+ *   died, or left) is a lost node at once; a reset one (rs_conn_reset)
+ *   leaves a running participant detached until its keepalive window
+ *   (keepalive_interval x keepalive_misses after it was last heard)
+ *   ends.  A RESUME from the same agent (host, pid) before then takes it
+ *   back and the job goes on untouched; after it, the node was lost (a
+ *   new round for the survivors) and the RESUME gets RESTART.
  * - A FAILURE, LEAVE or BARRIER after a RESUME acts on the rebuilt round
  *   as on any running round.
  * Every accepted RESUME bumps metrics_reconnect. */
@@ -196,6 +203,12 @@ void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr);
  * it for dropped connections too: until then their messages are
  * ignored. */
 void rs_conn_closed(struct rs_registry *r, void *conn, double now);
+
+/* The connection was reset (or failed) rather than closed: a running
+ * participant stays a member, detached, until its keepalive window ends,
+ * so that its agent can reconnect and RESUME with nothing lost (Note
+ * [soft state]); anyone else is gone as with rs_conn_closed. */
+void rs_conn_reset(struct rs_registry *r, void *conn, double now);
 
 /* Runs every deadline due at now (last call, join timeouts, keepalive
  * deaths, KV wait timeouts, progress messages, forgetting finished jobs).

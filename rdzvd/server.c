@@ -45,6 +45,7 @@ struct conn {
   bool close_pending;         /* Note [deferred close] */
   bool drop_after_write;      /* close once the write queue drains */
   bool joined;                /* a JOIN was accepted: Note [budgets] */
+  bool reset;                 /* read failed other than by EOF */
   bool reading;               /* uv_read_start is in effect */
   bool in_paused;             /* waits for input budget (s->paused) */
   bool out_paused;            /* too many unwritten replies */
@@ -348,7 +349,10 @@ static void conn_close_now(struct conn *c)
   paused_remove(c);
   if (!s->stopping && conn_known(c)) {
     machine_enter(s);
-    rs_conn_closed(s->reg, c, now_s(s));
+    if (c->reset)
+      rs_conn_reset(s->reg, c, now_s(s));
+    else
+      rs_conn_closed(s->reg, c, now_s(s));
     machine_leave(s);
   }
   metrics_conn_closed(s->metrics);
@@ -781,6 +785,9 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     return;
   }
   if (nread < 0) {
+    /* Note [soft state]: a reset (not a clean close) may be a network
+     * cut the agent survives: its node waits for it to come back. */
+    c->reset = nread != UV_EOF;
     conn_close(c);
     return;
   }

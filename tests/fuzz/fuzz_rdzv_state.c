@@ -4,7 +4,7 @@
  * The input is a program: each step is an opcode byte and its operands,
  * sending one decoded message from one of NCONN connections (JOIN with a
  * fuzzed configuration, KEEPALIVE, FAILURE, BARRIER, LEAVE, KV ops,
- * STATUS, RESUME of a fuzzed phase and assignment), closing a connection, or advancing the clock and ticking.
+ * STATUS, RESUME of a fuzzed phase and assignment), closing or resetting a connection, or advancing the clock and ticking.
  * Drops are honoured the way rdzvd does, after the entry point returns.
  * After every step the invariants are checked:
  * - every message the machine sends encodes (the codec's validation);
@@ -376,7 +376,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       do_join((int)who, &in, now);
       break;
     case 9:
-      rs_conn_closed(F.r, conn_ptr((int)who), now);
+      if ((op / 13) & 1)          /* a reset: a running node detaches */
+        rs_conn_reset(F.r, conn_ptr((int)who), now);
+      else
+        rs_conn_closed(F.r, conn_ptr((int)who), now);
       F.c[who].id[0] = '\0';
       F.c[who].drop = false;
       F.c[who].gen++;

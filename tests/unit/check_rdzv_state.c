@@ -1331,9 +1331,10 @@ END_TEST
 
 /* ---- soft state: RESUME (Note [soft state]) ---- */
 
-/* Node i re-asserts round `round` of job1 (every node nproc 2). */
-static int resume(int i, enum rp_resume_phase phase, int round, int rc,
-                  int rank, int gws, double now)
+/* Node i re-asserts round `round` of job1 (every node nproc 2), on the
+ * connection of node `from`. */
+static int resume_from(int from, int i, enum rp_resume_phase phase,
+                       int round, int rc, int rank, int gws, double now)
 {
   struct rp_msg m;
   struct rp_join *j = &m.u.resume.join;
@@ -1360,7 +1361,13 @@ static int resume(int i, enum rp_resume_phase phase, int round, int rc,
     snprintf(a->master_addr, sizeof a->master_addr, "10.0.0.1");
     a->master_port = 29500;
   }
-  return rs_handle(R, CONN(i), &m, now);
+  return rs_handle(R, CONN(from), &m, now);
+}
+
+static int resume(int i, enum rp_resume_phase phase, int round, int rc,
+                  int rank, int gws, double now)
+{
+  return resume_from(i, i, phase, round, rc, rank, gws, now);
 }
 
 START_TEST(resume_rebuilds_running_job)
@@ -1502,6 +1509,46 @@ START_TEST(resume_after_reset_on_live_server)
 }
 END_TEST
 
+START_TEST(reset_then_resume_within_window)
+{
+  running_pair();
+  rs_conn_reset(R, CONN(B), 1);
+  ck_assert(logged("connection reset: still a member"));
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(rs_node_count(R), 2);
+  /* B's agent is back on a new connection: the job goes on. */
+  ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(barrier(A, "exit", 0, 3), 0);
+  ck_assert_int_eq(barrier(X, "exit", 0, 3), 0);
+  ck_assert_int_eq(count(A, RP_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(X, RP_BARRIER_DONE), 1);
+  /* A detached node goes with its job. */
+  rs_conn_reset(R, CONN(A), 4);
+  ck_assert_int_eq(failure(X, true, "boom", 5), 0);
+  ck_assert_int_eq(rs_node_count(R), 0);
+}
+END_TEST
+
+START_TEST(reset_then_window_ends)
+{
+  running_pair();
+  rs_conn_reset(R, CONN(B), 1);
+  ck_assert_int_eq(op(A, RP_KEEPALIVE, 999), 0);
+  rs_tick(R, 1001);             /* B's window: 100 s x 10, from 0 */
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(rs_node_count(R), 1);
+  /* Too late: it restarts and joins again. */
+  ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 1002), 0);
+  ck_assert_int_eq(count(X, RP_RESTART), 1);
+  /* A reset node of a job that ends is freed with it. */
+  rs_conn_reset(R, CONN(X), 1003);
+  ck_assert_int_eq(failure(A, true, "boom", 1004), 0);
+  ck_assert_int_eq(rs_node_count(R), 0);
+}
+END_TEST
+
 START_TEST(resume_refusals)
 {
   CF = conf_of(2, 2);
@@ -1569,6 +1616,8 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, resume_gathering_keeps_counts);
   tcase_add_test(tc, resume_after_reset_on_live_server);
   tcase_add_test(tc, resume_refusals);
+  tcase_add_test(tc, reset_then_resume_within_window);
+  tcase_add_test(tc, reset_then_window_ends);
   suite_add_tcase(s, tc);
   return s;
 }
