@@ -71,6 +71,7 @@ struct rdzv_client {
   struct rp_failure pending_failure;
   bool barrier_pending;           /* the exit BARRIER to send once back */
   uint64_t rng;                   /* the backoff's jitter, per agent */
+  bool connect_timed_out;         /* connect_watchdog cancelled it */
 };
 
 static double now_s(void)
@@ -406,6 +407,20 @@ static void schedule_retry(struct rdzv_client *c)
   uv_timer_start(&c->retry, retry_fire, (uint64_t)(delay * 1000.0), 0);
 }
 
+/* One more attempt failed: the next, or the end of reconnect_timeout. */
+static void reconnect_failed(struct rdzv_client *c)
+{
+  char what[RP_MAX_ADDR + 96];
+
+  if (now_s() >= c->lost_at + c->o.reconnect_timeout) {
+    fail(c, UV_ETIMEDOUT, "%s did not come back within %g s "
+         "(reconnect_timeout): %s", server_name(c, what, sizeof what),
+         c->o.reconnect_timeout, c->last_connect_error);
+    return;
+  }
+  schedule_retry(c);
+}
+
 static void lost(struct rdzv_client *c, const char *why, bool going_away)
 {
   char what[RP_MAX_ADDR + 96];
@@ -535,18 +550,12 @@ static void connected_cb(uv_connect_t *req, int status)
     return;
   if (status < 0) {
     snprintf(c->last_connect_error, sizeof c->last_connect_error, "%s",
-             uv_strerror(status));
+             c->connect_timed_out ? "connection timed out"
+                                  : uv_strerror(status));
+    c->connect_timed_out = false;
     close_tcp(c);
     if (c->reconnecting) {
-      if (now_s() >= c->lost_at + c->o.reconnect_timeout) {
-        char what[RP_MAX_ADDR + 96];
-
-        fail(c, UV_ETIMEDOUT, "%s did not come back within %g s "
-             "(reconnect_timeout): %s", server_name(c, what, sizeof what),
-             c->o.reconnect_timeout, c->last_connect_error);
-        return;
-      }
-      schedule_retry(c);
+      reconnect_failed(c);
       return;
     }
     if (now_s() >= c->connect_deadline) {
@@ -560,6 +569,8 @@ static void connected_cb(uv_connect_t *req, int status)
   }
   c->connected = true;
   c->len = 0;
+  if (c->reconnecting)
+    uv_timer_stop(&c->retry);   /* the connect watchdog */
   c->last_rx = now_s();
   uv_tcp_nodelay(&c->tcp, 1);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
@@ -578,6 +589,18 @@ static void connected_cb(uv_connect_t *req, int status)
     return;
   }
   on_ready(c);
+}
+
+/* A reconnection attempt took too long: cancel it (connected_cb runs
+ * with UV_ECANCELED and tries again, or gives up). */
+static void connect_watchdog(uv_timer_t *t)
+{
+  struct rdzv_client *c = t->data;
+
+  if (!c->connecting)
+    return;
+  c->connect_timed_out = true;
+  close_tcp(c);
 }
 
 static void start_connect(struct rdzv_client *c)
@@ -599,9 +622,25 @@ static void start_connect(struct rdzv_client *c)
   c->creq.data = c;
   err = uv_tcp_connect(&c->creq, &c->tcp, (struct sockaddr *)&c->addr,
                        connected_cb);
+  if (!err && c->reconnecting) {
+    /* A connect into a network cut hangs for the kernel's SYN retries
+     * (minutes): bound each attempt, and all of them by the deadline. */
+    double left = c->lost_at + c->o.reconnect_timeout - now_s();
+
+    if (left > RDZV_RECONNECT_BACKOFF_CAP)
+      left = RDZV_RECONNECT_BACKOFF_CAP;
+    uv_timer_start(&c->retry, connect_watchdog,
+                   left > 0 ? (uint64_t)(left * 1000.0) + 1 : 1, 0);
+  }
   if (err) {
     c->connecting = false;
     close_tcp(c);
+    if (c->reconnecting) {      /* unreachable for now: a network cut */
+      snprintf(c->last_connect_error, sizeof c->last_connect_error, "%s",
+               uv_strerror(err));
+      reconnect_failed(c);
+      return;
+    }
     fail(c, err, "cannot connect to the rendezvous at %s:%d: %s", c->host,
          c->o.port, uv_strerror(err));
   }
