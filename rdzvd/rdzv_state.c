@@ -987,6 +987,21 @@ static void rebuild_expired(struct rs_registry *r, struct job *job,
   start_round(r, job, now, text, NULL);
 }
 
+/* The node of job that j's agent (host and pid) is, or NULL: detached
+ * (its connection was reset, rs_conn_reset), or still on a connection
+ * the server has not seen die (a cut: the agent gave up on it first).
+ * O(nodes of the job): only a RESUME to a live job pays it. */
+static struct node *detached_node(const struct job *job,
+                                  const struct rp_join *j)
+{
+  struct node *n;
+
+  for (n = job->nodes; n; n = n->next)
+    if (n->pid == j->pid && strncmp(n->host, j->host, sizeof n->host) == 0)
+      return n;
+  return NULL;
+}
+
 /* A gathering node re-asserts: a JOIN, keeping round numbers and the
  * restart count from going back. */
 static int resume_gathering(struct rs_registry *r, struct conn *c,
@@ -994,7 +1009,8 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
                             double now)
 {
   struct job *job = job_find(r, a->join.id);
-  char text[RP_MAX_TEXT + 1];
+  char text[RP_MAX_TEXT + 1], d[DESC_MAX];
+  struct node *prev;
   int rc;
 
   if (job && !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
@@ -1018,6 +1034,17 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
       start_round(r, job, now, text, NULL);
     }
   }
+  if (job && (prev = detached_node(job, &a->join))) {
+    void *old = prev->c->conn;
+
+    /* Its old self (detached, or on a connection not known dead yet)
+     * makes way: the same agent cannot be two nodes. */
+    describe(prev, d, sizeof d);
+    say(r, "job %s: %s reconnected while gathering: its old connection "
+        "is superseded", job->id, d);
+    node_remove(r, prev, now, "superseded by its reconnection");
+    conn_drop(r, old);
+  }
   r->resume_hint = a;
   rc = join_node(r, c, conn, &a->join, now, NULL);
   r->resume_hint = NULL;
@@ -1026,23 +1053,9 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
   return rc;
 }
 
-/* The node of job that lost its connection to a reset (rs_conn_reset)
- * and that j's agent (host and pid) is, or NULL.  O(nodes of the job):
- * only a RESUME to a live job pays it. */
-static struct node *detached_node(const struct job *job,
-                                  const struct rp_join *j)
-{
-  struct node *n;
-
-  for (n = job->nodes; n; n = n->next)
-    if (!n->c->conn && n->pid == j->pid &&
-        strncmp(n->host, j->host, sizeof n->host) == 0)
-      return n;
-  return NULL;
-}
-
-/* A detached node is back on a new connection within its keepalive
- * window: it takes the connection.  If it still runs the job's round at
+/* A detached node (or one whose old connection is not known dead yet)
+ * is back on a new connection within its keepalive window: it takes the
+ * connection, and an old one is closed.  If it still runs the job's round at
  * its rank, nothing happens; else the job went on without it (it hears
  * RESTART and is expected back if the job is gathering). */
 static int reattach(struct rs_registry *r, struct conn *c, void *conn,
@@ -1055,7 +1068,14 @@ static int reattach(struct rs_registry *r, struct conn *c, void *conn,
   if (!c)
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
                        "out of memory");
-  free(n->c);
+  if (n->c->conn) {             /* superseded: closed, node kept */
+    struct conn *old = n->c;
+
+    old->node = NULL;
+    conn_drop(r, old->conn);
+  } else {
+    free(n->c);
+  }
   n->c = c;
   c->node = n;
   n->last_seen = now;

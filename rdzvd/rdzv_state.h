@@ -184,7 +184,10 @@ void rs_destroy(struct rs_registry *r);
  *   (keepalive_interval x keepalive_misses after it was last heard)
  *   ends.  A RESUME from the same agent (host, pid) before then takes it
  *   back and the job goes on untouched; after it, the node was lost (a
- *   new round for the survivors) and the RESUME gets RESTART.
+ *   new round for the survivors) and the RESUME gets RESTART.  The same
+ *   holds for a node whose old connection the server still thinks alive
+ *   (a cut the agent noticed first): the RESUME supersedes it, and the
+ *   old connection is closed.
  * - A FAILURE, LEAVE or BARRIER after a RESUME acts on the rebuilt round
  *   as on any running round.
  * Every accepted RESUME bumps metrics_reconnect. */

@@ -1549,6 +1549,29 @@ START_TEST(reset_then_window_ends)
 }
 END_TEST
 
+START_TEST(resume_supersedes_old_connection)
+{
+  running_pair();
+  /* B's agent gave up on a connection the server still thinks alive. */
+  ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
+  ck_assert(dropped(B));
+  rs_conn_closed(R, CONN(B), 3);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(rs_node_count(R), 2);
+  /* While gathering, the old self makes way for the new one. */
+  ck_assert_int_eq(failure(A, false, "exitcode 1", 4), 0);
+  ck_assert_int_eq(count(X, RP_RESTART), 1);
+  ck_assert_int_eq(resume_from(E, B, RP_PHASE_GATHERING, 1, 1, 0, 0, 5), 0);
+  ck_assert(logged("its old connection is superseded"));
+  ck_assert(dropped(X));
+  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert_int_eq(join(A, 1, 6), 0);
+  ck_assert_int_eq(last(E, RP_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(E, RP_ROUND)->u.round.group_world_size, 2);
+}
+END_TEST
+
 START_TEST(resume_refusals)
 {
   CF = conf_of(2, 2);
@@ -1618,6 +1641,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, resume_refusals);
   tcase_add_test(tc, reset_then_resume_within_window);
   tcase_add_test(tc, reset_then_window_ends);
+  tcase_add_test(tc, resume_supersedes_old_connection);
   suite_add_tcase(s, tc);
   return s;
 }
