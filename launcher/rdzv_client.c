@@ -426,7 +426,15 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
   char what[RP_MAX_ADDR + 96];
   bool embedded;
 
-  close_tcp(c);
+  /* A connection given up on to come back is closed with a reset, not a
+   * FIN: a server that is still there (it stalled, or only our direction
+   * broke) then keeps this node for its keepalive window instead of
+   * taking the close for a death (rdzvd.8, SOFT STATE). */
+  c->connected = false;
+  if (going_away || c->o.reconnect_timeout <= 0 || !c->tcp_open ||
+      uv_is_closing((uv_handle_t *)&c->tcp) ||
+      uv_tcp_close_reset(&c->tcp, handle_closed) != 0)
+    close_tcp(c);
   if (c->destroyed || c->failed)
     return;
   server_name(c, what, sizeof what);

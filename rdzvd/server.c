@@ -1095,6 +1095,9 @@ void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)
 
   if (s->stopping)
     return;
+  /* Stop accepting first: an agent that reconnects at once must not
+   * reach this daemon's backlog, only its successor. */
+  uv_close((uv_handle_t *)&s->listener, handle_closed);
   memset(&m, 0, sizeof m);
   m.op = RP_GOING_AWAY;
   snprintf(m.u.text.message, sizeof m.u.text.message, "%s", why);
@@ -1122,7 +1125,8 @@ void rdzvd_server_stop(struct rdzvd_server *s)
     uv_close((uv_handle_t *)&c->tcp, conn_freed);
   }
   s->conns = NULL;
-  uv_close((uv_handle_t *)&s->listener, handle_closed);
+  if (!uv_is_closing((uv_handle_t *)&s->listener))
+    uv_close((uv_handle_t *)&s->listener, handle_closed);
   uv_close((uv_handle_t *)&s->timer, handle_closed);
   uv_close((uv_handle_t *)&s->idle_check, handle_closed);
   uv_close((uv_handle_t *)&s->hello_timer, handle_closed);
