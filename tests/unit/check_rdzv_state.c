@@ -1516,6 +1516,13 @@ START_TEST(reset_then_resume_within_window)
   ck_assert(logged("connection reset: still a member"));
   ck_assert_int_eq(total(RP_RESTART), 0);
   ck_assert_int_eq(rs_node_count(R), 2);
+  {
+    cJSON *st = status_of(A, 1.5);
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(job0(st), "nodes");
+
+    ck_assert_str_eq(str(cJSON_GetArrayItem(nodes, 1), "state"), "detached");
+    cJSON_Delete(st);
+  }
   /* B's agent is back on a new connection: the job goes on. */
   ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
   ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
