@@ -60,6 +60,20 @@ struct rdzv_client {
   struct ra_secret secret;        /* len 0: none */
   struct ra_client auth;          /* the handshake on this connection */
   bool authed;                    /* joins may go out */
+
+  /* Note [reconnect]: what this node re-asserts, and the reconnection. */
+  bool have_round;                /* last holds the ROUND it runs */
+  struct rp_round last;
+  enum rp_resume_phase phase;
+  int gather_restarts;            /* restart count to assert, gathering */
+  bool reconnecting;
+  double lost_at;
+  double backoff;                 /* seconds before the next attempt */
+  bool failure_pending;           /* a FAILURE to send once back */
+  struct rp_failure pending_failure;
+  bool barrier_pending;           /* the exit BARRIER to send once back */
+  uint64_t rng;                   /* the backoff's jitter, per agent */
+  bool connect_timed_out;         /* connect_watchdog cancelled it */
 };
 
 static double now_s(void)
@@ -108,6 +122,8 @@ static void handle_closed(uv_handle_t *h)
 }
 
 static int send_msg(struct rdzv_client *c, const struct rp_msg *m);
+static void on_ready(struct rdzv_client *c);
+static void lost(struct rdzv_client *c, const char *why, bool going_away);
 
 static void send_join(struct rdzv_client *c)
 {
@@ -215,10 +231,18 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
     a.master_port = m->u.round.master_port;
     c->round = a.round;
     c->last_present = -1;
+    c->have_round = true;
+    c->last = m->u.round;
+    c->phase = RP_PHASE_RUNNING;
+    c->gather_restarts = a.restart_count;
     c->base.cb.on_round(c->base.cb.ctx, &a);
     return;
   case RP_RESTART:
+    c->phase = RP_PHASE_GATHERING;
     c->base.cb.on_restart(c->base.cb.ctx, m->u.text.message);
+    return;
+  case RP_GOING_AWAY:
+    lost(c, m->u.text.message, true);
     return;
   case RP_BARRIER_DONE:
     c->base.cb.on_barrier(c->base.cb.ctx, 0);
@@ -272,8 +296,7 @@ static void handshake_step(struct rdzv_client *c, const struct rp_msg *m)
     return;
   }
   c->authed = true;
-  if (c->join_pending)
-    send_join(c);
+  on_ready(c);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -313,7 +336,7 @@ static int on_frame(void *ctx, struct rp_msg *m)
     dispatch(c, m);
   else
     handshake_step(c, m);
-  return c->destroyed || c->failed;
+  return c->destroyed || c->failed || !c->connected;
 }
 
 /* Note [foreign protocol]: the first reply tells an rdzvd from anything
@@ -348,10 +371,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     return;
   }
   if (nread < 0) {
-    close_tcp(c);
-    fail(c, (int)nread, "lost the rendezvous server %s:%d: %s", c->host,
-         c->o.port, nread == UV_EOF ? "connection closed"
-                                    : uv_strerror((int)nread));
+    lost(c, nread == UV_EOF ? "connection closed" : uv_strerror((int)nread),
+         false);
     return;
   }
   c->last_rx = now_s();
@@ -368,13 +389,167 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
          c->host, c->o.port, err);
     return;
   }
-  if (c->destroyed || c->failed)
-    return;
+  if (c->destroyed || c->failed || !c->connected)
+    return;                     /* a reconnect starts with c->len 0 */
   memmove(c->buf, c->buf + used, c->len - (size_t)used);
   c->len -= (size_t)used;
 }
 
 /* ---- connecting and keepalives ------------------------------------------ */
+
+/* Note [reconnect]: when the connection is lost (closed, reset, silent
+ * for the keepalive window, or GOING_AWAY), the workers keep running and
+ * the client reconnects: after a delay that doubles from 0.1 s (0 after
+ * GOING_AWAY) up to RDZV_RECONNECT_BACKOFF_CAP, each drawn at random
+ * between half and all of it, so that thousands of agents do not all
+ * come back in the same millisecond; for at most reconnect_timeout
+ * seconds.  Once connected (and authenticated) it sends RESUME: the
+ * ROUND it runs and its phase (running, or at the exit barrier), or the
+ * round it waits for; then what happened meanwhile: a worker failure,
+ * the exit barrier, a join.  The server decides what that means
+ * (rdzv_state.h, Note [soft state]). */
+
+/* "the rendezvous server H:P", or, when it was embedded in a node's
+ * agent, "the rendezvous host H:P (embedded in the agent of node R)". */
+static const char *server_name(const struct rdzv_client *c, char *buf,
+                               size_t len)
+{
+  if (c->have_round && c->last.embedded)
+    snprintf(buf, len, "the rendezvous host %s:%d (embedded in the agent "
+             "of node %d)", c->host, c->o.port, c->last.host_rank);
+  else
+    snprintf(buf, len, "the rendezvous server %s:%d", c->host, c->o.port);
+  return buf;
+}
+
+static void retry_fire(uv_timer_t *t);
+
+static void schedule_retry(struct rdzv_client *c)
+{
+  double delay;
+
+  c->rng ^= c->rng << 13;         /* xorshift64 */
+  c->rng ^= c->rng >> 7;
+  c->rng ^= c->rng << 17;
+  delay = c->backoff * (0.5 + 0.5 * (double)(c->rng >> 11) / 0x1p53);
+
+  c->backoff = c->backoff <= 0 ? 0.1 : c->backoff * 2;
+  if (c->backoff > RDZV_RECONNECT_BACKOFF_CAP)
+    c->backoff = RDZV_RECONNECT_BACKOFF_CAP;
+  uv_timer_start(&c->retry, retry_fire, (uint64_t)(delay * 1000.0), 0);
+}
+
+/* One more attempt failed: the next, or the end of reconnect_timeout. */
+static void reconnect_failed(struct rdzv_client *c)
+{
+  char what[RP_MAX_ADDR + 96];
+
+  if (now_s() >= c->lost_at + c->o.reconnect_timeout) {
+    fail(c, UV_ETIMEDOUT, "%s did not come back within %g s "
+         "(reconnect_timeout): %s", server_name(c, what, sizeof what),
+         c->o.reconnect_timeout, c->last_connect_error);
+    return;
+  }
+  schedule_retry(c);
+}
+
+static void lost(struct rdzv_client *c, const char *why, bool going_away)
+{
+  char what[RP_MAX_ADDR + 96];
+  bool embedded;
+
+  /* A connection given up on to come back is closed with a reset, not a
+   * FIN: a server that is still there (it stalled, or only our direction
+   * broke) then keeps this node for its keepalive window instead of
+   * taking the close for a death (rdzvd.8, SOFT STATE). */
+  c->connected = false;
+  if (going_away || c->o.reconnect_timeout <= 0 || !c->tcp_open ||
+      uv_is_closing((uv_handle_t *)&c->tcp) ||
+      uv_tcp_close_reset(&c->tcp, handle_closed) != 0)
+    close_tcp(c);
+  if (c->destroyed || c->failed)
+    return;
+  server_name(c, what, sizeof what);
+  embedded = c->have_round && c->last.embedded;
+  if (c->o.reconnect_timeout <= 0) {
+    fail(c, going_away ? UV_ECONNRESET : UV_ECONNABORTED, "%s%s%s: %s",
+         embedded ? "" : "lost ", what, embedded ? " is gone" : "", why);
+    return;
+  }
+  if (!c->reconnecting) {
+    c->reconnecting = true;
+    c->lost_at = now_s();
+    say("%s%s%s: %s; %s, reconnecting for up to %g s (reconnect_timeout)",
+        going_away ? "going away: " : embedded ? "" : "lost ", what,
+        embedded && !going_away ? " is gone" : "", why,
+        c->phase == RP_PHASE_GATHERING ? "still waiting for a round"
+                                       : "workers keep running",
+        c->o.reconnect_timeout);
+  }
+  c->backoff = going_away ? 0 : 0.1;
+  schedule_retry(c);
+}
+
+/* Connected and authenticated: the first JOIN, or the re-assertion. */
+static void on_ready(struct rdzv_client *c)
+{
+  struct rp_msg m;
+  struct rp_resume *r = &m.u.resume;
+  bool running;
+
+  if (!c->reconnecting) {
+    if (c->join_pending)
+      send_join(c);
+    return;
+  }
+  c->reconnecting = false;
+  running = c->have_round &&
+            (c->phase != RP_PHASE_GATHERING || c->failure_pending);
+  memset(&m, 0, sizeof m);
+  m.op = RP_RESUME;
+  snprintf(r->join.id, sizeof r->join.id, "%s", c->id);
+  snprintf(r->join.addr, sizeof r->join.addr, "%s", c->local_addr);
+  snprintf(r->join.host, sizeof r->join.host, "%s", c->myhost);
+  r->join.pid = getpid();
+  r->join.nproc = c->o.nproc;
+  r->join.master_port = c->o.master_port;
+  r->join.reason = c->pending_reason;
+  r->join.conf = c->o.conf;
+  if (running) {
+    r->phase = c->phase == RP_PHASE_EXIT ? RP_PHASE_EXIT : RP_PHASE_RUNNING;
+    r->round = c->last;
+    r->round.embedded = false;
+    r->round.host_rank = 0;
+  } else {
+    r->phase = RP_PHASE_GATHERING;
+    r->round.round = c->have_round ? c->last.round + 1 : 0;
+    r->round.restart_count = c->gather_restarts;
+  }
+  say("reconnected to the rendezvous server %s:%d after %.1f s; "
+      "re-asserting %s round %d", c->host, c->o.port, now_s() - c->lost_at,
+      running ? (r->phase == RP_PHASE_EXIT ? "the exit barrier of"
+                                           : "running")
+              : "waiting for", r->round.round);
+  send_msg(c, &m);
+  if (c->failure_pending) {
+    memset(&m, 0, sizeof m);
+    m.op = RP_FAILURE;
+    m.u.failure = c->pending_failure;
+    c->failure_pending = false;
+    send_msg(c, &m);
+  }
+  if (running && c->phase == RP_PHASE_EXIT) {
+    memset(&m, 0, sizeof m);
+    m.op = RP_BARRIER;
+    snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
+    m.u.barrier.round = c->round;
+    send_msg(c, &m);
+  }
+  c->barrier_pending = false;
+  if (running && c->join_pending)
+    send_join(c);
+  c->join_pending = false;      /* a gathering RESUME is the join */
+}
 
 static void keepalive_tick(uv_timer_t *t)
 {
@@ -385,9 +560,10 @@ static void keepalive_tick(uv_timer_t *t)
   if (!c->connected)
     return;
   if (now_s() - c->last_rx > window) {
-    close_tcp(c);
-    fail(c, UV_ETIMEDOUT, "lost the rendezvous server %s:%d: no answer "
-         "for %.1f s", c->host, c->o.port, window);
+    char why[64];
+
+    snprintf(why, sizeof why, "no answer for %.1f s", window);
+    lost(c, why, false);
     return;
   }
   if (!c->authed)
@@ -414,8 +590,14 @@ static void connected_cb(uv_connect_t *req, int status)
     return;
   if (status < 0) {
     snprintf(c->last_connect_error, sizeof c->last_connect_error, "%s",
-             uv_strerror(status));
+             c->connect_timed_out ? "connection timed out"
+                                  : uv_strerror(status));
+    c->connect_timed_out = false;
     close_tcp(c);
+    if (c->reconnecting) {
+      reconnect_failed(c);
+      return;
+    }
     if (now_s() >= c->connect_deadline) {
       fail(c, status, "cannot reach the rendezvous at %s:%d within the "
            "join timeout (%.0f s): %s", c->host, c->o.port,
@@ -426,6 +608,9 @@ static void connected_cb(uv_connect_t *req, int status)
     return;
   }
   c->connected = true;
+  c->len = 0;
+  if (c->reconnecting)
+    uv_timer_stop(&c->retry);   /* the connect watchdog */
   c->last_rx = now_s();
   c->spoke = false;
   c->rx_bytes = 0;
@@ -445,14 +630,30 @@ static void connected_cb(uv_connect_t *req, int status)
     send_msg(c, &hello);
     return;
   }
-  if (c->join_pending)
-    send_join(c);
+  on_ready(c);
+}
+
+/* A reconnection attempt took too long: cancel it (connected_cb runs
+ * with UV_ECANCELED and tries again, or gives up). */
+static void connect_watchdog(uv_timer_t *t)
+{
+  struct rdzv_client *c = t->data;
+
+  if (!c->connecting)
+    return;
+  c->connect_timed_out = true;
+  close_tcp(c);
 }
 
 static void start_connect(struct rdzv_client *c)
 {
   int err;
 
+  if (c->tcp_open && c->reconnecting && !c->destroyed && !c->connected &&
+      !c->connecting) {         /* the old handle is still closing */
+    uv_timer_start(&c->retry, retry_fire, 10, 0);
+    return;
+  }
   if (c->connecting || c->connected || c->destroyed || c->tcp_open)
     return;
   uv_tcp_init(c->base.loop, &c->tcp);
@@ -463,9 +664,25 @@ static void start_connect(struct rdzv_client *c)
   c->creq.data = c;
   err = uv_tcp_connect(&c->creq, &c->tcp, (struct sockaddr *)&c->addr,
                        connected_cb);
+  if (!err && c->reconnecting) {
+    /* A connect into a network cut hangs for the kernel's SYN retries
+     * (minutes): bound each attempt, and all of them by the deadline. */
+    double left = c->lost_at + c->o.reconnect_timeout - now_s();
+
+    if (left > RDZV_RECONNECT_BACKOFF_CAP)
+      left = RDZV_RECONNECT_BACKOFF_CAP;
+    uv_timer_start(&c->retry, connect_watchdog,
+                   left > 0 ? (uint64_t)(left * 1000.0) + 1 : 1, 0);
+  }
   if (err) {
     c->connecting = false;
     close_tcp(c);
+    if (c->reconnecting) {      /* unreachable for now: a network cut */
+      snprintf(c->last_connect_error, sizeof c->last_connect_error, "%s",
+               uv_strerror(err));
+      reconnect_failed(c);
+      return;
+    }
     fail(c, err, "cannot connect to the rendezvous at %s:%d: %s", c->host,
          c->o.port, uv_strerror(err));
   }
@@ -539,6 +756,7 @@ static void maybe_host(struct rdzv_client *c)
   so.host = bind_addr;
   so.port = c->o.port;
   so.secret = &c->secret;
+  so.embedded = true;
   if (lvl && (strcmp(lvl, "INFO") == 0 || strcmp(lvl, "DEBUG") == 0))
     so.log = server_log;
   rc = rdzvd_server_start(c->base.loop, &so, &c->server, err, sizeof err);
@@ -595,6 +813,10 @@ static int client_join(struct rdzv *r, enum rdzv_join_reason why)
                                                  : RP_REASON_MEMBERSHIP;
   c->join_pending = true;
   c->last_present = -1;
+  if (why == RDZV_JOIN_FAILURE && c->phase == RP_PHASE_RUNNING &&
+      c->have_round)
+    c->gather_restarts = c->last.restart_count + 1;
+  c->phase = RP_PHASE_GATHERING;
   if (c->connected) {
     if (c->authed)
       send_join(c);
@@ -621,6 +843,13 @@ static int client_report_failure(struct rdzv *r, bool final,
   m.u.failure.final = final;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s",
            message ? message : "");
+  if (!c->connected || !c->authed) {
+    if (!c->reconnecting && c->o.reconnect_timeout <= 0)
+      return UV_ENOTCONN;
+    c->pending_failure = m.u.failure;   /* sent once back */
+    c->failure_pending = true;
+    return 0;
+  }
   return send_msg(c, &m);
 }
 
@@ -633,6 +862,13 @@ static int client_exit_barrier(struct rdzv *r)
   m.op = RP_BARRIER;
   snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
   m.u.barrier.round = c->round;
+  c->phase = RP_PHASE_EXIT;
+  if (!c->connected || !c->authed) {
+    if (!c->reconnecting && c->o.reconnect_timeout <= 0)
+      return UV_ENOTCONN;
+    c->barrier_pending = true;          /* sent once back */
+    return 0;
+  }
   return send_msg(c, &m);
 }
 
@@ -717,6 +953,7 @@ int rdzv_client_create(uv_loop_t *loop, const struct rdzv_client_opts *o,
     c->secret = *o->secret;
   c->o.secret = NULL;             /* c->secret is the copy */
   c->last_present = -1;
+  c->rng = (uv_hrtime() ^ ((uint64_t)getpid() << 32)) | 1;
   uv_timer_init(loop, &c->retry);
   uv_timer_init(loop, &c->keepalive);
   c->retry.data = c;

@@ -32,7 +32,15 @@ struct rdzv_client_opts {
    * knows it (and checks the server's proof) before its join, and an
    * embedded server demands it of every node (copied). */
   const struct ra_secret *secret;
+  /* Note [reconnect]: seconds to keep the workers running and reconnect
+   * after losing the server; 0: fail at once, as before soft state. */
+  double reconnect_timeout;
 };
+
+#define RDZV_DEFAULT_RECONNECT_TIMEOUT 60.0
+#define RDZV_RECONNECT_BACKOFF_CAP 5.0   /* seconds between attempts, at
+                                            most; rdzvd's resume grace
+                                            defaults to twice this */
 
 /* Creates the back end; nothing is sent before the first join.  Returns 0
  * or a negative libuv error. */

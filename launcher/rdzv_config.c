@@ -186,6 +186,11 @@ static int conf_entry(struct rdzv_config *c, const char *key,
     if (parse_double(val, 1, 1000, &d) || d != floor(d))
       goto bad;
     c->conf.keepalive_misses = (int)d;
+  } else if (strcmp(key, "reconnect_timeout") == 0) {
+    /* Soft state: how long to keep workers running without the
+     * rendezvous server while reconnecting; 0: fail at once. */
+    if (parse_double(val, 0, 1e7, &c->reconnect_timeout))
+      goto bad;
   } else if (strcmp(key, "is_host") == 0) {
     if (strcmp(val, "1") == 0 || strcmp(val, "true") == 0 ||
         strcmp(val, "True") == 0)
@@ -255,6 +260,7 @@ int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
   c->conf.max_nodes = a->nnodes_max;
   c->conf.max_restarts = a->max_restarts;
   c->host_mode = RDZV_HOST_AUTO;
+  c->reconnect_timeout = RDZV_DEFAULT_RECONNECT_TIMEOUT;
   snprintf(c->id, sizeof c->id, "%s", run_id);
   if (a->local_addr)
     snprintf(c->local_addr, sizeof c->local_addr, "%s", a->local_addr);
@@ -431,5 +437,6 @@ int rdzv_config_create(const struct rdzv_config *c, int nproc,
   o.master_port = offered_port;
   o.host_mode = c->host_mode;
   o.secret = &c->secret;
+  o.reconnect_timeout = c->reconnect_timeout;
   return rdzv_client_create(loop, &o, cb, out);
 }

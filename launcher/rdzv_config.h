@@ -50,6 +50,9 @@ struct rdzv_config {
   struct ra_secret secret;
   /* etcd (also uses id, conf, local_addr) */
   struct rdzv_etcd_config etcd;
+  /* --rdzv_conf=reconnect_timeout=S (seconds; 0: fail at once when the
+   * rendezvous connection is lost). */
+  double reconnect_timeout;
 };
 
 /* Resolves a's rendezvous flags.  run_id is the job id to use (a random

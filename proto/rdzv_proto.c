@@ -24,6 +24,7 @@ enum kind {
   K_STR,        /* char[size] */
   K_VALUE,      /* struct rp_kv's heap value + value_len */
   K_REASON,     /* enum rp_join_reason */
+  K_PHASE,      /* enum rp_resume_phase */
   K_CODE,       /* enum rp_error_code */
   K_CONF,       /* struct rp_conf, a nested object */
   K_STATUS,     /* char *status_json, an object on the wire */
@@ -39,6 +40,10 @@ struct field {
   bool lo_open;         /* lo itself is excluded (timeouts > 0) */
   bool required;
 };
+
+/* size of a K_BOOL or K_INT field that is encoded only when not 0/false:
+ * a field added later, so that bodies without it stay as they were. */
+#define OMIT_ZERO 1
 
 #define MSG(member) offsetof(struct rp_msg, u.member)
 #define ARR(member) MSG(member), sizeof(((struct rp_msg *)0)->u.member)
@@ -142,6 +147,39 @@ static const struct field round_fields[] = {
   { "master_addr", K_STR, ARR(round.master_addr), 1, RP_MAX_ADDR, false,
     true },
   { "master_port", K_INT, MSG(round.master_port), 0, 1, 65535, false, true },
+  { "embedded", K_BOOL, MSG(round.embedded), OMIT_ZERO, 0, 0, false,
+    false },
+  { "host_rank", K_INT, MSG(round.host_rank), OMIT_ZERO, 0, RP_MAX_NODES - 1,
+    false, false },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+static const struct field resume_fields[] = {
+  { "id", K_STR, ARR(resume.join.id), 1, RP_MAX_ID, false, true },
+  { "addr", K_STR, ARR(resume.join.addr), 0, RP_MAX_ADDR, false, false },
+  { "host", K_STR, ARR(resume.join.host), 0, RP_MAX_ADDR, false, false },
+  { "pid", K_I64, MSG(resume.join.pid), 0, 0, MAX_SAFE_INT, false, false },
+  { "nproc", K_INT, MSG(resume.join.nproc), 0, 1, 65536, false, true },
+  { "master_port", K_INT, MSG(resume.join.master_port), 0, 1, 65535, false,
+    true },
+  { "reason", K_REASON, MSG(resume.join.reason), 0, 0, 0, false, false },
+  { "conf", K_CONF, MSG(resume.join.conf), 0, 0, 0, false, false },
+  { "phase", K_PHASE, MSG(resume.phase), 0, 0, 0, false, true },
+  { "round", K_INT, MSG(resume.round.round), 0, 0, INT_MAX, false, true },
+  { "restart_count", K_INT, MSG(resume.round.restart_count), 0, 0, INT_MAX,
+    false, true },
+  { "group_rank", K_INT, MSG(resume.round.group_rank), 0, 0,
+    RP_MAX_NODES - 1, false, false },
+  { "group_world_size", K_INT, MSG(resume.round.group_world_size), 0, 0,
+    RP_MAX_NODES, false, false },
+  { "rank_offset", K_INT, MSG(resume.round.rank_offset), 0, 0, INT_MAX,
+    false, false },
+  { "world_size", K_INT, MSG(resume.round.world_size), 0, 0, INT_MAX, false,
+    false },
+  { "master_addr", K_STR, ARR(resume.round.master_addr), 0, RP_MAX_ADDR,
+    false, false },
+  { "job_master_port", K_INT, MSG(resume.round.master_port), 0, 0, 65535,
+    false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
@@ -217,6 +255,8 @@ static const struct {
   [RP_CHALLENGE] = { "challenge", nonce_fields },
   [RP_AUTH] = { "auth", mac_fields },
   [RP_AUTH_OK] = { "auth_ok", mac_fields },
+  [RP_RESUME] = { "resume", resume_fields },
+  [RP_GOING_AWAY] = { "going_away", restart_fields },
 };
 
 static const char *const reasons[] = {
@@ -225,6 +265,13 @@ static const char *const reasons[] = {
   [RP_REASON_MEMBERSHIP] = "membership",
 };
 #define NREASONS (sizeof reasons / sizeof reasons[0])
+
+static const char *const phases[] = {
+  [RP_PHASE_GATHERING] = "gathering",
+  [RP_PHASE_RUNNING] = "running",
+  [RP_PHASE_EXIT] = "exit",
+};
+#define NPHASES (sizeof phases / sizeof phases[0])
 
 static const char *const codes[] = {
   [RP_ERR_BAD_REQUEST] = "bad_request",
@@ -257,6 +304,13 @@ static const char *reason_name(enum rp_join_reason r)
   if ((int)r < 0 || (size_t)r >= NREASONS)
     return NULL;
   return reasons[r];
+}
+
+static const char *phase_name(enum rp_resume_phase p)
+{
+  if ((int)p < 0 || (size_t)p >= NPHASES)
+    return NULL;
+  return phases[p];
 }
 
 void rp_conf_default(struct rp_conf *c)
@@ -446,6 +500,7 @@ static int check_relations(struct ctx *c, const struct rp_msg *m)
   const struct rp_conf *cf = &m->u.join.conf;
   const struct rp_waiting *w = &m->u.waiting;
   const struct rp_round *r = &m->u.round;
+  const struct rp_resume *rs = &m->u.resume;
 
   switch (m->op) {
   case RP_JOIN:
@@ -472,6 +527,28 @@ static int check_relations(struct ctx *c, const struct rp_msg *m)
     if (r->rank_offset >= r->world_size)
       return fail(c, -EINVAL, "round.rank_offset: %d >= world_size %d",
                   r->rank_offset, r->world_size);
+    break;
+  case RP_RESUME:
+    if (rs->join.conf.min_nodes > rs->join.conf.max_nodes)
+      return fail(c, -EINVAL, "resume.conf.min_nodes: %d > max_nodes %d",
+                  rs->join.conf.min_nodes, rs->join.conf.max_nodes);
+    if (rs->phase == RP_PHASE_GATHERING)
+      break;
+    /* A running node re-asserts its whole assignment. */
+    if (rs->round.group_world_size < 1 ||
+        rs->round.group_rank >= rs->round.group_world_size)
+      return fail(c, -EINVAL, "resume.group_rank: %d not below "
+                  "group_world_size %d", rs->round.group_rank,
+                  rs->round.group_world_size);
+    if (rs->round.group_world_size > rs->round.world_size ||
+        rs->round.rank_offset >= rs->round.world_size)
+      return fail(c, -EINVAL, "resume.world_size: %d below "
+                  "group_world_size %d or rank_offset %d",
+                  rs->round.world_size, rs->round.group_world_size,
+                  rs->round.rank_offset);
+    if (!rs->round.master_addr[0] || rs->round.master_port < 1)
+      return fail(c, -EINVAL, "resume.master_addr/job_master_port: "
+                  "required when running");
     break;
   default:
     break;
@@ -678,6 +755,11 @@ static int decode_field(struct ctx *c, const struct field *f,
     if (!rc)
       *(enum rp_join_reason *)(base + f->off) = (enum rp_join_reason)e;
     return rc;
+  case K_PHASE:
+    rc = decode_enum(c, f, it, phases, NPHASES, 0, &e);
+    if (!rc)
+      *(enum rp_resume_phase *)(base + f->off) = (enum rp_resume_phase)e;
+    return rc;
   case K_CODE:
     rc = decode_enum(c, f, it, codes, NCODES, RP_ERR_BAD_REQUEST, &e);
     if (!rc)
@@ -808,6 +890,8 @@ int rp_decode(const void *body, size_t len, struct rp_msg *m, char *err,
     m->op = op;
     if (op == RP_JOIN)
       rp_conf_default(&m->u.join.conf);
+    if (op == RP_RESUME)
+      rp_conf_default(&m->u.resume.join.conf);
     rc = decode_fields(&c, j, ops[op].fields, (char *)m);
   }
   if (!rc)
@@ -953,9 +1037,12 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
   case K_VALUE:
     return encode_value(c, obj, f, at);
   case K_REASON:
+  case K_PHASE:
   case K_CODE:
     name = f->kind == K_REASON
              ? reason_name(*(const enum rp_join_reason *)at)
+           : f->kind == K_PHASE
+             ? phase_name(*(const enum rp_resume_phase *)at)
              : rp_error_name(*(const enum rp_error_code *)at);
     if (!name)
       return fail(c, -EINVAL, "%s: invalid value %d",
@@ -997,6 +1084,10 @@ static int encode_fields(struct ctx *c, cJSON *obj,
   int rc;
 
   for (f = fields; f->name; f++) {
+    if (f->size == OMIT_ZERO && (f->kind == K_BOOL || f->kind == K_INT) &&
+        (f->kind == K_BOOL ? !*(const bool *)(base + f->off)
+                           : *(const int *)(base + f->off) == 0))
+      continue;
     rc = encode_field(c, obj, f, base);
     if (rc)
       return rc;

@@ -52,6 +52,9 @@ enum rp_op {
   RP_CHALLENGE,     /* S -> A: the server's nonce */
   RP_AUTH,          /* A -> S: the client's proof */
   RP_AUTH_OK,       /* S -> A: accepted, with the server's proof */
+  /* soft state (Note [soft state] in rdzvd/rdzv_state.h) */
+  RP_RESUME,        /* A -> S: after a reconnect, what the agent knows */
+  RP_GOING_AWAY,    /* S -> A: the server is stopping; reconnect now */
   RP_OP_COUNT
 };
 
@@ -135,9 +138,31 @@ struct rp_round {
   int world_size;
   char master_addr[RP_MAX_ADDR + 1];
   int master_port;
+  /* The server is embedded in the agent of node host_rank (optional on
+   * the wire: absent = false). */
+  bool embedded;
+  int host_rank;
 };
 
-struct rp_text {                  /* RESTART, CLOSED, ERROR */
+/* What a reconnecting agent was doing when it lost the server. */
+enum rp_resume_phase {
+  RP_PHASE_GATHERING = 0,     /* "gathering": waiting for a round */
+  RP_PHASE_RUNNING,           /* "running": its workers run a round */
+  RP_PHASE_EXIT,              /* "exit": at the round's exit barrier */
+};
+
+/* RESUME: the JOIN it would send (id, conf, nproc, offered port, reason)
+ * plus what it knows.  running/exit: round is the ROUND it runs (every
+ * field; master_port travels as "job_master_port").  gathering: only
+ * round.round (the round it waits for) and round.restart_count (the count
+ * it knows) mean something. */
+struct rp_resume {
+  struct rp_join join;
+  enum rp_resume_phase phase;
+  struct rp_round round;
+};
+
+struct rp_text {                  /* RESTART, CLOSED, ERROR, GOING_AWAY */
   enum rp_error_code code;        /* ERROR only */
   bool success;                   /* CLOSED: the job finished well */
   char message[RP_MAX_TEXT + 1];
@@ -159,6 +184,7 @@ struct rp_msg {
   union {
     struct rp_status_req status;
     struct rp_join join;
+    struct rp_resume resume;
     struct rp_failure failure;
     struct rp_barrier barrier;
     struct rp_kv kv;

@@ -66,7 +66,13 @@ static const char usage[] =
   "  --max_join_timeout SECS  ceiling on a job's join_timeout (86400)\n"
   "  --max_last_call SECS     ceiling on last_call_timeout (3600)\n"
   "  --max_close_timeout SECS ceiling on close_timeout (3600)\n"
-  "  --max_keepalive SECS     ceiling on the keepalive window (300)\n";
+  "  --max_keepalive SECS     ceiling on the keepalive window (300)\n"
+  "\n"
+  "Soft state (man rdzvd, SOFT STATE):\n"
+  "  --resume-grace SECS      after a restart, how long a job rebuilt from\n"
+  "                           re-assertions waits for its missing nodes\n"
+  "                           before a new round without them (10; at\n"
+  "                           least the job's keepalive window)\n";
 
 struct daemon {
   uv_loop_t *loop;
@@ -158,7 +164,10 @@ static void on_signal(uv_signal_t *h, int signum)
   sd_notify_state("STOPPING=1");
   log_line(d, signum == SIGTERM ? "SIGTERM: shutting down"
                                 : "SIGINT: shutting down");
-  rdzvd_server_stop(d->server);
+  if (signum == SIGTERM)
+    rdzvd_server_going_away(d->server, "rdzvd is stopping (SIGTERM)");
+  else
+    rdzvd_server_stop(d->server);
   if (d->http)
     metrics_http_stop(d->http);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
@@ -341,6 +350,8 @@ int main(int argc, char **argv)
       o.limits.max_close_timeout = parse_secs("--max_close_timeout", v);
     } else if ((v = flag_value(argc, argv, &i, "max_keepalive"))) {
       o.limits.max_keepalive = parse_secs("--max_keepalive", v);
+    } else if ((v = flag_value(argc, argv, &i, "resume_grace"))) {
+      o.limits.resume_grace = parse_secs("--resume-grace", v);
     } else if ((v = flag_value(argc, argv, &i, "job"))) {
       if (!*v || strlen(v) > RP_MAX_ID) {
         fprintf(stderr, "rdzvd: error: --job: expected a job id of 1 to "

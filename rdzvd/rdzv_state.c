@@ -25,6 +25,7 @@
 #define DEF_MAX_LAST_CALL 3600.0
 #define DEF_MAX_CLOSE_TIMEOUT 3600.0
 #define DEF_MAX_KEEPALIVE 300.0
+#define DEF_RESUME_GRACE 10.0
 #define MAX_BARRIERS 64             /* distinct barrier names per round */
 #define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
 #define DESC_MAX (2 * RP_MAX_ADDR + 64)
@@ -104,7 +105,8 @@ static bool gathering(const struct job *job)
 void rs__send_msg(const struct rs_registry *r, void *conn,
                      const struct rp_msg *m)
 {
-  r->sink.send(r->sink.ctx, conn, m);
+  if (conn)                     /* NULL: a detached node (rs_conn_reset) */
+    r->sink.send(r->sink.ctx, conn, m);
 }
 
 static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
@@ -158,7 +160,11 @@ static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
  * until rs_conn_closed. */
 static void conn_drop(struct rs_registry *r, void *conn)
 {
-  struct conn *c = conn_get(r, conn, true);
+  struct conn *c;
+
+  if (!conn)                    /* a detached node has none to drop */
+    return;
+  c = conn_get(r, conn, true);
 
   if (c)
     c->dropped = true;
@@ -259,6 +265,9 @@ static void node_free(struct rs_registry *r, struct node *n)
 {
   struct job *job = n->job;
 
+  if (job->rebuilding && n->rank >= 0 && (size_t)n->rank < job->order_cap &&
+      job->order[n->rank] == n)
+    job->order[n->rank] = NULL;
   node_set_state(job, n, NS_IDLE, false);
   if (n->barrier)
     n->barrier->count--;
@@ -278,7 +287,10 @@ static void node_free(struct rs_registry *r, struct node *n)
   job->n_nodes--;
   job->sum_nproc -= n->nproc;
   r->n_nodes--;
-  n->c->node = NULL;
+  if (!n->c->conn)
+    free(n->c);                 /* a detached node's placeholder */
+  else
+    n->c->node = NULL;
   free(n);
   if (!job->n_nodes)
     empty_add(r, job);
@@ -437,6 +449,10 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   }
   job->conf = *cf;
   job->phase = PH_GATHERING;
+  if (r->resume_hint) {
+    job->round = r->resume_hint->round.round;
+    job->restart_count = r->resume_hint->round.restart_count;
+  }
   job->progress_last = now;
   job->round_started = now;
   th_init(&job->t_last_call, T_LAST_CALL);
@@ -524,6 +540,14 @@ static void complete_round(struct rs_registry *r, struct job *job,
   rd->world_size = job->world_size;
   copy_str(rd->master_addr, sizeof rd->master_addr, rs__node_addr(master));
   rd->master_port = master->master_port;
+  for (i = 0; r->embedded_pid && i < k; i++) {
+    if (job->order[i]->pid == r->embedded_pid &&
+        strcmp(job->order[i]->host, r->embedded_host) == 0) {
+      rd->embedded = true;
+      rd->host_rank = (int)i;
+      break;
+    }
+  }
   for (i = 0; i < k; i++) {
     n = job->order[i];
     n->rank = (int)i;
@@ -611,6 +635,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
     copy_str(text, sizeof text, why);
   job->round++;
   job->phase = PH_GATHERING;
+  job->rebuilding = false;
   job->exit_passed = false;
   job->progress_dirty = false;
   job->progress_last = now;
@@ -645,11 +670,11 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
   th_clear(&r->heap, &job->t_progress);
   say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
   while (job->nodes) {
-    struct conn *c = job->nodes->c;
+    void *conn = job->nodes->c->conn;
 
-    send_text(r, c->conn, RP_CLOSED, 0, success, text);
+    send_text(r, conn, RP_CLOSED, 0, success, text);
     node_free(r, job->nodes);
-    conn_drop(r, c->conn);
+    conn_drop(r, conn);
   }
   barriers_free(job);
   th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
@@ -661,7 +686,7 @@ static void barrier_check(struct rs_registry *r, struct job *job,
   struct rp_msg m;
   struct node *n;
 
-  if (b->done || b->count < job->n_part)
+  if (b->done || b->count < job->n_part || job->rebuilding)
     return;
   b->done = true;
   memset(&m, 0, sizeof m);
@@ -843,8 +868,9 @@ static int refuse_join(struct rs_registry *r, void *conn, struct node *n,
 /* JOIN: refusals first (they drop the connection unless it already is
  * a node), then a re-join, or a new node (and maybe a new job).  O(1)
  * amortized unless it completes or restarts a round. */
-static int on_join(struct rs_registry *r, struct conn *c, void *conn,
-                   const struct rp_join *j, double now)
+static int join_node(struct rs_registry *r, struct conn *c, void *conn,
+                     const struct rp_join *j, double now,
+                     struct node **created)
 {
   struct node *n = c ? c->node : NULL;
   const char *problem;
@@ -917,7 +943,274 @@ static int on_join(struct rs_registry *r, struct conn *c, void *conn,
   if (!n)
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
                        "out of memory");
+  if (created) {                /* RESUME: the caller places it */
+    *created = n;
+    return 0;
+  }
   admit(r, job, n, now);
+  return 0;
+}
+
+static int on_join(struct rs_registry *r, struct conn *c, void *conn,
+                   const struct rp_join *j, double now)
+{
+  return join_node(r, c, conn, j, now, NULL);
+}
+
+/* ---- RESUME (Note [soft state]) ---- */
+
+/* The rebuilt round is whole again: barriers may pass. */
+static void rebuild_done(struct rs_registry *r, struct job *job)
+{
+  struct barrier *b;
+
+  job->rebuilding = false;
+  th_clear(&r->heap, &job->t_last_call);
+  say(r, "job %s: round %d rebuilt: all %d nodes re-asserted it", job->id,
+      job->round, job->rebuild_size);
+  for (b = job->barriers; b; b = b->next)
+    barrier_check(r, job, b);
+}
+
+/* The grace period ended with ranks missing: they are lost. */
+static void rebuild_expired(struct rs_registry *r, struct job *job,
+                            double now)
+{
+  char text[RP_MAX_TEXT + 1];
+
+  fmt(text, sizeof text, "%d of %d nodes did not come back within %g s "
+      "after the rendezvous restarted", job->rebuild_size - job->n_part,
+      job->rebuild_size, fmax(r->lim.resume_grace,
+                              job->conf.keepalive_interval *
+                              job->conf.keepalive_misses));
+  say(r, "job %s: round %d: %s", job->id, job->round, text);
+  start_round(r, job, now, text, NULL);
+}
+
+/* The node of job that j's agent (host and pid) is, or NULL: detached
+ * (its connection was reset, rs_conn_reset), or still on a connection
+ * the server has not seen die (a cut: the agent gave up on it first).
+ * O(nodes of the job): only a RESUME to a live job pays it. */
+static struct node *detached_node(const struct job *job,
+                                  const struct rp_join *j)
+{
+  struct node *n;
+
+  for (n = job->nodes; n; n = n->next)
+    if (n->pid == j->pid && strncmp(n->host, j->host, sizeof n->host) == 0)
+      return n;
+  return NULL;
+}
+
+/* A gathering node re-asserts: a JOIN, keeping round numbers and the
+ * restart count from going back. */
+static int resume_gathering(struct rs_registry *r, struct conn *c,
+                            void *conn, const struct rp_resume *a,
+                            double now)
+{
+  struct job *job = job_find(r, a->join.id);
+  char text[RP_MAX_TEXT + 1], d[DESC_MAX];
+  struct node *prev;
+  int rc;
+
+  if (job && !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
+    if (a->round.restart_count > job->restart_count) {
+      say(r, "job %s: adopts restart count %d re-asserted by %.*s (pid %"
+          PRId64 ") (it had %d)", job->id, a->round.restart_count,
+          RP_MAX_ADDR, a->join.host, a->join.pid, job->restart_count);
+      job->restart_count = a->round.restart_count;
+    }
+    if (gathering(job) && a->round.round > job->round) {
+      say(r, "job %s: gathering round %d becomes round %d, re-asserted by "
+          "%.*s (pid %" PRId64 ")", job->id, job->round, a->round.round,
+          RP_MAX_ADDR, a->join.host, a->join.pid);
+      job->round = a->round.round;
+    } else if (job->phase == PH_RUNNING && a->round.round > job->round) {
+      fmt(text, sizeof text, "conflicting re-assertions: %.*s (pid %"
+          PRId64 ") waits for round %d, the job runs round %d", RP_MAX_ADDR,
+          a->join.host, a->join.pid, a->round.round, job->round);
+      say(r, "job %s: %s: highest round wins", job->id, text);
+      job->round = a->round.round - 1;
+      start_round(r, job, now, text, NULL);
+    }
+  }
+  if (job && (prev = detached_node(job, &a->join))) {
+    void *old = prev->c->conn;
+
+    /* Its old self (detached, or on a connection not known dead yet)
+     * makes way: the same agent cannot be two nodes. */
+    describe(prev, d, sizeof d);
+    say(r, "job %s: %s reconnected while gathering: its old connection "
+        "is superseded", job->id, d);
+    node_remove(r, prev, now, "superseded by its reconnection");
+    conn_drop(r, old);
+  }
+  r->resume_hint = a;
+  rc = join_node(r, c, conn, &a->join, now, NULL);
+  r->resume_hint = NULL;
+  if (rc == 0)
+    metrics_reconnect(r->metrics);
+  return rc;
+}
+
+/* A detached node (or one whose old connection is not known dead yet)
+ * is back on a new connection within its keepalive window: it takes the
+ * connection, and an old one is closed.  If it still runs the job's round at
+ * its rank, nothing happens; else the job went on without it (it hears
+ * RESTART and is expected back if the job is gathering). */
+static int reattach(struct rs_registry *r, struct conn *c, void *conn,
+                    struct node *n, const struct rp_resume *a, double now)
+{
+  struct job *job = n->job;
+  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+
+  c = c ? c : conn_get(r, conn, true);
+  if (!c)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
+                       "out of memory");
+  if (n->c->conn) {             /* superseded: closed, node kept */
+    struct conn *old = n->c;
+
+    old->node = NULL;
+    conn_drop(r, old->conn);
+  } else {
+    free(n->c);
+  }
+  n->c = c;
+  c->node = n;
+  n->last_seen = now;
+  metrics_reconnect(r->metrics);
+  describe(n, d, sizeof d);
+  if (job->phase == PH_RUNNING && n->state == NS_PART &&
+      a->round.round == job->round && a->round.group_rank == n->rank) {
+    say(r, "job %s: %s reconnected and re-asserted rank %d of round %d: "
+        "the job goes on", job->id, d, n->rank, job->round);
+    return 0;
+  }
+  fmt(text, sizeof text, "the job went on without this node: it "
+      "re-asserted round %d, the job is %s round %d", a->round.round,
+      gathering(job) ? "gathering" : "at", job->round);
+  say(r, "job %s: %s reconnected: %s", job->id, d, text);
+  send_text(r, conn, RP_RESTART, 0, false, text);
+  return 0;
+}
+
+static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
+                     const struct rp_resume *a, double now)
+{
+  const struct rp_round *as = &a->round;
+  struct job *job;
+  struct node *n;
+  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+  bool fresh;
+  int rc;
+
+  if (c && c->node)
+    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                      "resume: already a node of job %s", c->node->job->id);
+  if (a->phase == RP_PHASE_GATHERING)
+    return resume_gathering(r, c, conn, a, now);
+  if (as->group_world_size > RP_MAX_NODES || as->group_rank < 0 ||
+      as->group_rank >= as->group_world_size)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
+                       -EINVAL, "bad resume: group_rank %d of %d",
+                       as->group_rank, as->group_world_size);
+  job = job_find(r, a->join.id);
+  n = job ? detached_node(job, &a->join) : NULL;
+  if (n)
+    return reattach(r, c, conn, n, a, now);
+  fresh = !job;
+  n = NULL;
+  rc = join_node(r, c, conn, &a->join, now, &n);
+  if (rc || !n)
+    return rc;
+  job = n->job;
+  metrics_reconnect(r->metrics);
+  describe(n, d, sizeof d);
+  n->seq = ++job->seq;
+  if (fresh) {
+    double grace = fmax(r->lim.resume_grace, job->conf.keepalive_interval *
+                                             job->conf.keepalive_misses);
+    size_t cap = (size_t)as->group_world_size;
+
+    if (cap > job->order_cap) {
+      struct node **o = realloc(job->order, cap * sizeof(*o));
+
+      if (!o) {
+        node_free(r, n);
+        return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
+                           "out of memory");
+      }
+      job->order = o;
+      job->order_cap = cap;
+    }
+    memset(job->order, 0, job->order_cap * sizeof(*job->order));
+    job->round = as->round;
+    job->restart_count = as->restart_count;
+    job->world_size = as->world_size;
+    job->phase = PH_RUNNING;
+    job->exit_passed = false;
+    job->rebuilding = true;
+    job->rebuild_size = as->group_world_size;
+    job->deadline = now + grace;
+    th_clear(&r->heap, &job->t_progress);
+    th_set(&r->heap, &job->t_last_call, job->deadline);
+    say(r, "job %s: rebuilding running round %d (restart_count %d) from "
+        "re-assertions: %d nodes, world size %d, master %s:%d; %g s for "
+        "them to come back", job->id, job->round, job->restart_count,
+        as->group_world_size, as->world_size, as->master_addr,
+        as->master_port, grace);
+  }
+  if (job->rebuilding && as->round == job->round &&
+      as->group_world_size == job->rebuild_size &&
+      as->world_size == job->world_size && !job->order[as->group_rank]) {
+    if (as->restart_count > job->restart_count) {
+      say(r, "job %s: adopts restart count %d re-asserted by %s (it had "
+          "%d)", job->id, as->restart_count, d, job->restart_count);
+      job->restart_count = as->restart_count;
+    }
+    node_set_state(job, n, NS_PART, false);
+    n->rank = as->group_rank;
+    job->order[n->rank] = n;
+    say(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of %d "
+        "back)", job->id, d, n->rank, job->round,
+        a->phase == RP_PHASE_EXIT ? "at the exit barrier" : "running",
+        job->n_part, job->rebuild_size);
+    if (job->n_part == job->rebuild_size)
+      rebuild_done(r, job);
+    return 0;
+  }
+  if (job->rebuilding && as->round >= job->round) {
+    const struct node *holder = as->round == job->round &&
+                                as->group_world_size == job->rebuild_size
+                                ? job->order[as->group_rank] : NULL;
+    char hd[DESC_MAX] = "";
+
+    if (holder)
+      describe(holder, hd, sizeof hd);
+    fmt(text, sizeof text, "conflicting re-assertions: %s claims rank %d "
+        "of %d in round %d (world size %d); the job has round %d of %d "
+        "nodes (world size %d)%s%s", d, as->group_rank,
+        as->group_world_size, as->round, as->world_size, job->round,
+        job->rebuild_size, job->world_size, holder ? ", rank held by " : "",
+        hd);
+    say(r, "job %s: %s: a new round for every node", job->id, text);
+    if (as->restart_count > job->restart_count)
+      job->restart_count = as->restart_count;
+    if (as->round > job->round)
+      job->round = as->round;
+    node_set_state(job, n, NS_PART, false);
+    start_round(r, job, now, text, NULL);
+    return 0;
+  }
+  /* The job went on without this node: its workers stop, and it joins
+   * again as a newcomer. */
+  fmt(text, sizeof text, "the job went on without this node: it "
+      "re-asserted round %d, the job is %s round %d", as->round,
+      gathering(job) ? "gathering" : "at", job->round);
+  say(r, "job %s: %s: %s", job->id, d, text);
+  node_set_state(job, n, NS_IDLE, gathering(job));
+  send_text(r, conn, RP_RESTART, 0, false, text);
   return 0;
 }
 
@@ -1077,6 +1370,8 @@ void rs_limits_default(struct rs_limits *l)
     l->max_close_timeout = DEF_MAX_CLOSE_TIMEOUT;
   if (!(l->max_keepalive > 0))
     l->max_keepalive = DEF_MAX_KEEPALIVE;
+  if (!(l->resume_grace > 0))
+    l->resume_grace = DEF_RESUME_GRACE;
 }
 
 struct rs_registry *rs_create(const struct rs_sink *sink,
@@ -1126,6 +1421,8 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   switch (m->op) {
   case RP_JOIN:
     return on_join(r, c, conn, &m->u.join, now);
+  case RP_RESUME:
+    return on_resume(r, c, conn, &m->u.resume, now);
   case RP_STATUS:
     return on_status(r, conn, &m->u.status, now);
   case RP_KEEPALIVE:
@@ -1201,6 +1498,39 @@ void rs_conn_closed(struct rs_registry *r, void *conn, double now)
   leave(r);
 }
 
+/* Note [soft state]: a running participant whose connection was reset
+ * stays a member, detached (a placeholder connection with conn NULL: it
+ * is sent nothing), until its keepalive window ends; a RESUME from the
+ * same agent within it takes it back (reattach). */
+void rs_conn_reset(struct rs_registry *r, void *conn, double now)
+{
+  struct conn *c, *ph;
+  struct node *n;
+  char d[DESC_MAX];
+
+  enter(r, "rs_conn_reset");
+  c = conn_get(r, conn, false);
+  n = c ? c->node : NULL;
+  if (n && !c->dropped && n->job->phase == PH_RUNNING &&
+      n->state == NS_PART && (ph = calloc(1, sizeof(*ph)))) {
+    copy_str(ph->peer, sizeof ph->peer, c->peer);
+    ph->node = n;
+    n->c = ph;
+    c->node = NULL;
+    describe(n, d, sizeof d);
+    say(r, "job %s: %s connection reset: still a member until its "
+        "keepalive window ends (%g s after it was last heard)", n->job->id,
+        d, n->job->conf.keepalive_interval * n->job->conf.keepalive_misses);
+  }
+  if (c) {
+    if (c->node)
+      node_lost(r, c->node, now, "lost: connection reset");
+    ht_remove(&r->conns, c->h, c);
+    free(c);
+  }
+  leave(r);
+}
+
 /* Note [timers]: dead only if silent for the whole period; else the
  * timer moves to the end of the node's current period. */
 static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
@@ -1227,7 +1557,7 @@ static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
 static void on_join_timer(struct rs_registry *r, struct node *n, double now)
 {
   struct job *job = n->job;
-  struct conn *c = n->c;
+  void *conn = n->c->conn;
   char d[DESC_MAX], text[RP_MAX_TEXT + 1];
 
   if (n->state == NS_SPARE && !gathering(job))
@@ -1239,9 +1569,9 @@ static void on_join_timer(struct rs_registry *r, struct node *n, double now)
         job->conf.join_timeout, job->n_part, job->conf.min_nodes);
   describe(n, d, sizeof d);
   say(r, "job %s: %s: join timeout: %s", job->id, d, text);
-  send_text(r, c->conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
+  send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
   node_remove(r, n, now, "join timeout");
-  conn_drop(r, c->conn);
+  conn_drop(r, conn);
 }
 
 /* One WAITING per participant, at most once per PROGRESS_PERIOD. */
@@ -1272,6 +1602,8 @@ static double tick(struct rs_registry *r, double now)
       job = container_of(t, struct job, t_last_call);
       if (job->phase == PH_LAST_CALL)
         complete_round(r, job, now);
+      else if (job->phase == PH_RUNNING && job->rebuilding)
+        rebuild_expired(r, job, now);
       break;
     case T_PROGRESS:
       on_progress_timer(r, container_of(t, struct job, t_progress), now);
@@ -1318,6 +1650,12 @@ int rs_job_count(const struct rs_registry *r)
 int rs_node_count(const struct rs_registry *r)
 {
   return r->n_nodes;
+}
+
+void rs_set_embedded(struct rs_registry *r, int64_t pid, const char *host)
+{
+  r->embedded_pid = pid;
+  copy_str(r->embedded_host, sizeof r->embedded_host, host ? host : "");
 }
 
 void rs_set_metrics(struct rs_registry *r, struct rdzvd_metrics *m)

@@ -59,6 +59,10 @@ struct rs_limits {
   double max_last_call;     /* default 3600 */
   double max_close_timeout; /* default 3600 */
   double max_keepalive;     /* default 300 */
+  /* Note [soft state]: how long a job rebuilt from re-assertions waits
+   * for the rest of its round's nodes (at least the job's keepalive
+   * window).  Default 10 s: twice the agents' reconnect backoff cap. */
+  double resume_grace;
 };
 
 /* Fills the zero fields of l with the defaults. */
@@ -146,6 +150,48 @@ void rs_destroy(struct rs_registry *r);
  * when it is set, or ERROR timeout from rs_tick); ADD treats the value as
  * a decimal integer (absent = 0) and answers the new value. */
 
+/* Note [soft state]
+ *
+ * The registry is soft state: agents hold the truth of their running job
+ * and re-assert it with RESUME after a reconnect (a restarted daemon, a
+ * reset connection, a successor after GOING_AWAY).
+ *
+ * - RESUME phase gathering is a JOIN, with one addition: a job it creates
+ *   starts at the asserted round and restart count (so the round numbers
+ *   and TORCHELASTIC_RESTART_COUNT never go back), and a running job at a
+ *   lower round than the one asserted is superseded: a new round (highest
+ *   round wins).
+ * - RESUME phase running/exit for an unknown job rebuilds it: RUNNING at
+ *   the asserted round, restart count and world size, the node at its
+ *   asserted rank; its workers go on (nothing is sent).  Until every rank
+ *   of the round is back (group_world_size), the job is "rebuilding":
+ *   barriers wait.  If ranks are still missing after the grace period
+ *   (rs_limits.resume_grace, at least the keepalive window), the missing
+ *   nodes are lost: a new round for the survivors (RESTART), as if they
+ *   had died; no restart is counted.
+ * - Conflicts are resolved in arrival order, deterministically, and
+ *   logged: a rank already re-asserted by another node, a different
+ *   group or world size, or a higher round than the rebuilt one start a
+ *   new round for every node of the job (the earlier one keeps its rank
+ *   order; the later one ranks after); a higher restart count of the
+ *   same round is adopted.  A RESUME of a round older than the job's, or
+ *   of a job that went on without the node (the daemon stayed up and had
+ *   already declared it lost), gets RESTART: its workers stop and it
+ *   joins again like a newcomer.
+ * - The daemon stayed up: a connection closed cleanly (EOF: the agent
+ *   died, or left) is a lost node at once; a reset one (rs_conn_reset)
+ *   leaves a running participant detached until its keepalive window
+ *   (keepalive_interval x keepalive_misses after it was last heard)
+ *   ends.  A RESUME from the same agent (host, pid) before then takes it
+ *   back and the job goes on untouched; after it, the node was lost (a
+ *   new round for the survivors) and the RESUME gets RESTART.  The same
+ *   holds for a node whose old connection the server still thinks alive
+ *   (a cut the agent noticed first): the RESUME supersedes it, and the
+ *   old connection is closed.
+ * - A FAILURE, LEAVE or BARRIER after a RESUME acts on the rebuilt round
+ *   as on any running round.
+ * Every accepted RESUME bumps metrics_reconnect. */
+
 /* A message from conn, decoded.  now in seconds.  Returns 0, or a negative
  * errno when the message was refused (an ERROR has been sent then; the
  * caller need not do anything else). */
@@ -161,11 +207,21 @@ void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr);
  * ignored. */
 void rs_conn_closed(struct rs_registry *r, void *conn, double now);
 
+/* The connection was reset (or failed) rather than closed: a running
+ * participant stays a member, detached, until its keepalive window ends,
+ * so that its agent can reconnect and RESUME with nothing lost (Note
+ * [soft state]); anyone else is gone as with rs_conn_closed. */
+void rs_conn_reset(struct rs_registry *r, void *conn, double now);
+
 /* Runs every deadline due at now (last call, join timeouts, keepalive
  * deaths, KV wait timeouts, progress messages, forgetting finished jobs).
  * Returns the absolute time of the next deadline, or a negative value if
  * none is pending. */
 double rs_tick(struct rs_registry *r, double now);
+
+/* This registry runs inside the agent with pid on host (cdrun's
+ * embedded rendezvous): ROUND messages then say which rank hosts it. */
+void rs_set_embedded(struct rs_registry *r, int64_t pid, const char *host);
 
 /* The number of jobs known, and of nodes connected to any job. */
 int rs_job_count(const struct rs_registry *r);

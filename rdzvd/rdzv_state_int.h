@@ -28,7 +28,8 @@
  * last_seen + period.  So rs_tick touches a live node about once per
  * period, never on every message, and never scans the nodes. */
 enum tkind {
-  T_LAST_CALL,    /* struct job, t_last_call */
+  T_LAST_CALL,    /* struct job, t_last_call; also the end of the grace
+                     period of a job being rebuilt (RUNNING) */
   T_PROGRESS,     /* struct job, t_progress */
   T_FORGET,       /* struct job, t_forget */
   T_JOIN,         /* struct node, t_join */
@@ -121,6 +122,9 @@ struct job {
   int n_nodes, n_part, n_outstanding, n_spares;
   int64_t sum_nproc;            /* over all nodes: bounds any world size */
   bool restarting;              /* the round started with nodes expected */
+  bool rebuilding;              /* RUNNING, rebuilt from RESUMEs, ranks
+                                   still missing: Note [soft state] */
+  int rebuild_size;             /* the round's group_world_size then */
   bool exit_passed;             /* the running round passed "exit" */
   bool progress_dirty;
   double deadline;              /* last call */
@@ -154,6 +158,10 @@ struct rs_registry {
   struct timer_heap heap;
   struct rdzvd_metrics *metrics;  /* rs_set_metrics; NULL: none */
   bool busy;                    /* an entry point is running */
+  const struct rp_resume *resume_hint;  /* a gathering RESUME's round and
+                                           count for the job it creates */
+  int64_t embedded_pid;         /* rs_set_embedded; 0: a daemon */
+  char embedded_host[RP_MAX_ADDR + 1];
 };
 
 /* status_render.c's: a phase's name, as status and metrics show it. */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 
 #include "metrics.h"
@@ -44,6 +45,7 @@ struct conn {
   bool close_pending;         /* Note [deferred close] */
   bool drop_after_write;      /* close once the write queue drains */
   bool joined;                /* a JOIN was accepted: Note [budgets] */
+  bool reset;                 /* read failed other than by EOF */
   bool reading;               /* uv_read_start is in effect */
   bool in_paused;             /* waits for input budget (s->paused) */
   bool out_paused;            /* too many unwritten replies */
@@ -356,7 +358,10 @@ static void conn_close_now(struct conn *c)
   paused_remove(c);
   if (!s->stopping && conn_known(c)) {
     machine_enter(s);
-    rs_conn_closed(s->reg, c, now_s(s));
+    if (c->reset)
+      rs_conn_reset(s->reg, c, now_s(s));
+    else
+      rs_conn_closed(s->reg, c, now_s(s));
     machine_leave(s);
   }
   metrics_conn_closed(s->metrics);
@@ -720,7 +725,8 @@ static int on_frame(void *ctx, struct rp_msg *m)
   machine_enter(s);
   rc = rs_handle(s->reg, c, m, now_s(s));
   machine_leave(s);
-  if (m->op == RP_JOIN && rc == 0 && !c->joined && !c->closing &&
+  if ((m->op == RP_JOIN || m->op == RP_RESUME) && rc == 0 && !c->joined &&
+      !c->closing &&
       !c->close_pending && !c->drop_after_write) {
     c->joined = true;
     hello_remove(c);
@@ -789,6 +795,9 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     return;
   }
   if (nread < 0) {
+    /* Note [soft state]: a reset (not a clean close) may be a network
+     * cut the agent survives: its node waits for it to come back. */
+    c->reset = nread != UV_EOF;
     conn_close(c);
     return;
   }
@@ -1037,6 +1046,13 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   }
   s->metrics = o->metrics;
   rs_set_metrics(s->reg, o->metrics);
+  if (o->embedded) {
+    char me[RP_MAX_ADDR + 1] = "";
+
+    if (gethostname(me, sizeof me - 1) < 0)
+      me[0] = '\0';
+    rs_set_embedded(s->reg, (int64_t)getpid(), me);
+  }
   uv_tcp_init(loop, &s->listener);
   uv_timer_init(loop, &s->timer);
   uv_idle_init(loop, &s->idle_check);
@@ -1082,6 +1098,30 @@ void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
   rs_jobs_by_phase(s->reg, counts, names);
 }
 
+void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)
+{
+  struct rp_msg m;
+  struct conn *c, *next;
+
+  if (s->stopping)
+    return;
+  /* Stop accepting first: an agent that reconnects at once must not
+   * reach this daemon's backlog, only its successor. */
+  uv_close((uv_handle_t *)&s->listener, handle_closed);
+  memset(&m, 0, sizeof m);
+  m.op = RP_GOING_AWAY;
+  snprintf(m.u.text.message, sizeof m.u.text.message, "%s", why);
+  /* uv_write writes at once into an empty socket buffer, so the frame
+   * is out before the close below; a connection with replies still
+   * queued may lose it and finds out from the close instead. */
+  for (c = s->conns; c; c = next) {
+    next = c->next;
+    if (conn_known(c) && !c->closing && !c->close_pending)
+      sink_send(s, c, &m);
+  }
+  rdzvd_server_stop(s);
+}
+
 void rdzvd_server_stop(struct rdzvd_server *s)
 {
   struct conn *c, *next;
@@ -1095,7 +1135,8 @@ void rdzvd_server_stop(struct rdzvd_server *s)
     uv_close((uv_handle_t *)&c->tcp, conn_freed);
   }
   s->conns = NULL;
-  uv_close((uv_handle_t *)&s->listener, handle_closed);
+  if (!uv_is_closing((uv_handle_t *)&s->listener))
+    uv_close((uv_handle_t *)&s->listener, handle_closed);
   uv_close((uv_handle_t *)&s->timer, handle_closed);
   uv_close((uv_handle_t *)&s->idle_check, handle_closed);
   uv_close((uv_handle_t *)&s->hello_timer, handle_closed);

@@ -44,6 +44,9 @@ struct rdzvd_server_opts {
   void *log_ctx;
   /* Counters to bump (metrics.h); NULL: none. */
   struct rdzvd_metrics *metrics;
+  /* Runs inside a cdrun agent (this process): ROUND messages say which
+   * rank hosts the rendezvous, so the others can name it when it goes. */
+  bool embedded;
 };
 
 /* Binds, listens and starts serving on loop.  Returns 0, or a negative
@@ -68,6 +71,11 @@ void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
  * job (immediately on the next loop turn if it has none now). */
 void rdzvd_server_on_idle(struct rdzvd_server *s, void (*cb)(void *ctx),
                           void *ctx);
+
+/* Tells every connection that passed the handshake GOING_AWAY (why),
+ * then stops as rdzvd_server_stop: agents reconnect at once to a
+ * successor instead of waiting for their keepalive window. */
+void rdzvd_server_going_away(struct rdzvd_server *s, const char *why);
 
 /* Closes the listener and every connection; frees s once every handle is
  * closed (the loop must keep running until then). */

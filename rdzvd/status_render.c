@@ -70,7 +70,9 @@ static bool add_node(cJSON *nodes, const struct job *job,
          jnum(no, "pid", (double)n->pid) && jnum(no, "nproc", n->nproc) &&
          jnum(no, "rank", job->phase == PH_RUNNING && n->state == NS_PART
                             ? n->rank : -1) &&
-         jstr(no, "state", states[n->state]);
+         jstr(no, "state", n->state == NS_PART && !n->c->conn
+                             ? "detached"  /* reset, may come back */
+                             : states[n->state]);
 }
 
 /* One job into o; its nodes while *budget lasts (all of them or none in

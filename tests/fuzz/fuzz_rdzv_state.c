@@ -4,7 +4,7 @@
  * The input is a program: each step is an opcode byte and its operands,
  * sending one decoded message from one of NCONN connections (JOIN with a
  * fuzzed configuration, KEEPALIVE, FAILURE, BARRIER, LEAVE, KV ops,
- * STATUS), closing a connection, or advancing the clock and ticking.
+ * STATUS, RESUME of a fuzzed phase and assignment), closing or resetting a connection, or advancing the clock and ticking.
  * Drops are honoured the way rdzvd does, after the entry point returns.
  * After every step the invariants are checked:
  * - every message the machine sends encodes (the codec's validation);
@@ -241,6 +241,43 @@ static void do_join(int i, struct in *in, double now)
   rs_handle(F.r, conn_ptr(i), &m, now);
 }
 
+/* RESUME: a running, exiting or gathering node re-asserting a fuzzed
+ * (always well-formed) assignment; ranks stay below NCONN. */
+static void do_resume(int i, struct in *in, double now)
+{
+  static const char *const ids[] = { "a", "b", "c" };
+  struct rp_msg m;
+  struct rp_resume *a = &m.u.resume;
+  unsigned b = take(in), t = take(in), k = take(in);
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_RESUME;
+  snprintf(a->join.id, sizeof a->join.id, "%s", ids[b % 3]);
+  snprintf(a->join.host, sizeof a->join.host, "h%d", i);
+  a->join.pid = 100 + i;
+  a->join.nproc = 1 + (b >> 2) % 4;
+  a->join.master_port = 29500 + i;
+  rp_conf_default(&a->join.conf);
+  a->join.conf.min_nodes = 1 + (t >> 2) % 3;
+  a->join.conf.max_nodes = a->join.conf.min_nodes + (t >> 4) % 3;
+  a->join.conf.max_restarts = (b >> 4) % 3;
+  a->join.conf.join_timeout = 1 + k % 60;
+  a->join.conf.last_call_timeout = (k >> 6) % 4;
+  a->join.conf.keepalive_interval = 1 + (t >> 6) % 4;
+  a->phase = (enum rp_resume_phase)(t % 3);
+  a->round.round = (int)(k % 5);
+  a->round.restart_count = (int)((k >> 3) % 3);
+  if (a->phase != RP_PHASE_GATHERING) {
+    a->round.group_world_size = 1 + (int)((b >> 6) % 3);
+    a->round.group_rank = (int)((k >> 5) % (unsigned)a->round.group_world_size);
+    a->round.world_size = 4 * a->round.group_world_size;
+    a->round.rank_offset = a->round.group_rank;
+    snprintf(a->round.master_addr, sizeof a->round.master_addr, "10.0.0.1");
+    a->round.master_port = 29500;
+  }
+  rs_handle(F.r, conn_ptr(i), &m, now);
+}
+
 static void do_op(int i, unsigned op, struct in *in, double now)
 {
   static const char *const keys[] = { "k0", "k1", "k2" };
@@ -334,12 +371,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   for (steps = 0; in.n && steps < MAX_STEPS; steps++) {
     unsigned op = take(&in), who = take(&in) % NCONN;
 
-    switch (op % 12) {
+    switch (op % 13) {
     case 0:
       do_join((int)who, &in, now);
       break;
     case 9:
-      rs_conn_closed(F.r, conn_ptr((int)who), now);
+      if ((op / 13) & 1)          /* a reset: a running node detaches */
+        rs_conn_reset(F.r, conn_ptr((int)who), now);
+      else
+        rs_conn_closed(F.r, conn_ptr((int)who), now);
       F.c[who].id[0] = '\0';
       F.c[who].drop = false;
       F.c[who].gen++;
@@ -348,11 +388,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       now += take(&in) / 4.0;
       rs_tick(F.r, now);
       break;
+    case 12:
+      do_resume((int)who, &in, now);
+      break;
     case 11:
       rs_set_peer_addr(F.r, conn_ptr((int)who), who & 1 ? "10.9.9.9" : "");
       break;
     default:
-      do_op((int)who, op % 12, &in, now);
+      do_op((int)who, op % 13, &in, now);
       break;
     }
     refresh();

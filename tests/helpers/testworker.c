@@ -47,7 +47,11 @@
  *                                   600 s one, release it, exit 0
  *   testworker hang DIR STEPS       pg_heartbeat() STEPS times (DIR/pid.<RANK>
  *                                   after the first), then hangs;
- *                                   STEPS < 0: -STEPS beats, exit 0 */
+ *                                   STEPS < 0: -STEPS beats, exit 0
+ *   testworker gate DIR             DIR/env.<RANK>.<RESTART_COUNT>.<WORLD_SIZE>
+ *                                   and DIR/pid.<RANK>.<RESTART_COUNT>.
+ *                                   <WORLD_SIZE>, then waits for DIR/go
+ *                                   and exits 0 */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -459,6 +463,28 @@ int main(int argc, char **argv)
   }
   if (strcmp(mode, "listen") == 0 && argc == 3)
     return mode_listen(argv[2]);
+  if (strcmp(mode, "gate") == 0 && argc == 3) {
+    char what[64], path[4096];
+
+    snprintf(what, sizeof what, "%d.%d", env_int("TORCHELASTIC_RESTART_COUNT"),
+             env_int("WORLD_SIZE"));
+    mode_env(argv[2]);
+    write_pid(argv[2], "pid", getpid());
+    {
+      char src[4096], dst[4096];
+
+      snprintf(src, sizeof src, "%s/env.%d", argv[2], rank);
+      snprintf(dst, sizeof dst, "%s/env.%d.%s", argv[2], rank, what);
+      rename(src, dst);
+      snprintf(src, sizeof src, "%s/pid.%d", argv[2], rank);
+      snprintf(dst, sizeof dst, "%s/pid.%d.%s", argv[2], rank, what);
+      rename(src, dst);
+    }
+    snprintf(path, sizeof path, "%s/go", argv[2]);
+    while (access(path, F_OK) != 0)
+      sleep_s(0.02);
+    return 0;
+  }
   if (strcmp(mode, "timer") == 0 && argc == 4)
     return mode_timer(atoi(argv[2]), argv[3]);
   if (strcmp(mode, "hang") == 0 && argc == 4)

@@ -65,7 +65,9 @@ for n in "${NODES[@]}"; do
     "exec 3<>/dev/tcp/$RADDR/$RDZVD_PORT" 2>"$T/ip.err" ||
     fail "node $n cannot reach rdzvd at $ep over the bridge: $(cat "$T/ip.err")"
 done
-conf=last_call_timeout=0.5,keepalive_interval=0.2,keepalive_misses=5,join_timeout=20
+# reconnect_timeout=2: the cut-off agent tries to come back (soft state)
+# for 2 s, then gives up.
+conf=last_call_timeout=0.5,keepalive_interval=0.2,keepalive_misses=5,join_timeout=20,reconnect_timeout=2
 
 # ---- three agents, one per namespace -------------------------------------
 mkdir "$T/w"
@@ -133,6 +135,7 @@ pv=AGENT_$cut
 wait_exit "${!pv}" 15
 [ "$RC" -ne 0 ] || fail "the cut-off agent $cut exited 0"
 expect_grep 'lost the rendezvous server .*no answer for' "$T/$cut.err"
+expect_grep 'did not come back within 2 s \(reconnect_timeout\)' "$T/$cut.err"
 alive "${WPID[$cut]}" && fail "worker ${WPID[$cut]} of the cut-off agent survived"
 for n in "${survivors[@]}"; do
   pv=AGENT_$n

@@ -230,7 +230,7 @@ START_TEST(names)
     NULL, "join", "keepalive", "failure", "barrier", "leave", "kv_set",
     "kv_get", "kv_add", "status", "waiting", "round", "restart",
     "barrier_done", "closed", "kv_value", "status_reply", "pong", "error",
-    "hello", "challenge", "auth", "auth_ok",
+    "hello", "challenge", "auth", "auth_ok", "resume", "going_away",
   };
   int i;
 
@@ -555,6 +555,65 @@ START_TEST(rt_round)
                   "\"group_world_size\":3,\"rank_offset\":8,"
                   "\"world_size\":24,\"master_addr\":\"fe80::1%eth0\","
                   "\"master_port\":65535}");
+}
+END_TEST
+
+START_TEST(rt_resume)
+{
+  struct rp_msg m;
+
+  msg_init(&m, RP_RESUME);
+  snprintf(m.u.resume.join.id, sizeof m.u.resume.join.id, "j");
+  m.u.resume.join.nproc = 2;
+  m.u.resume.join.master_port = 29500;
+  rp_conf_default(&m.u.resume.join.conf);
+  m.u.resume.phase = RP_PHASE_EXIT;
+  m.u.resume.round.round = 3;
+  m.u.resume.round.restart_count = 1;
+  m.u.resume.round.group_rank = 1;
+  m.u.resume.round.group_world_size = 2;
+  m.u.resume.round.rank_offset = 2;
+  m.u.resume.round.world_size = 4;
+  snprintf(m.u.resume.round.master_addr,
+           sizeof m.u.resume.round.master_addr, "10.0.0.1");
+  m.u.resume.round.master_port = 29501;
+  free(round_trip(&m));
+  ck_assert_int_eq(M.u.resume.phase, RP_PHASE_EXIT);
+  ck_assert_int_eq(M.u.resume.round.round, 3);
+  ck_assert_int_eq(M.u.resume.round.rank_offset, 2);
+  ck_assert_int_eq(M.u.resume.round.master_port, 29501);
+  ck_assert_int_eq(M.u.resume.join.master_port, 29500);
+  rp_msg_free(&M);
+  /* Running without a whole assignment: refused. */
+  m.u.resume.round.group_rank = 2;
+  ck_assert_int_eq(rp_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
+                   -EINVAL);
+  /* Gathering: only round and restart_count. */
+  memset(&m.u.resume.round, 0, sizeof m.u.resume.round);
+  m.u.resume.phase = RP_PHASE_GATHERING;
+  m.u.resume.round.round = 4;
+  free(round_trip(&m));
+  ck_assert_int_eq(M.u.resume.phase, RP_PHASE_GATHERING);
+  ck_assert_int_eq(M.u.resume.round.round, 4);
+  rp_msg_free(&M);
+
+  msg_init(&m, RP_GOING_AWAY);
+  snprintf(m.u.text.message, sizeof m.u.text.message, "bye");
+  round_trip_body(&m, "{\"v\":2,\"op\":\"going_away\","
+                  "\"message\":\"bye\"}");
+
+  /* ROUND's embedded host: only when set. */
+  msg_init(&m, RP_ROUND);
+  m.u.round.group_world_size = 2;
+  m.u.round.world_size = 2;
+  snprintf(m.u.round.master_addr, sizeof m.u.round.master_addr, "a");
+  m.u.round.master_port = 1;
+  m.u.round.embedded = true;
+  m.u.round.host_rank = 1;
+  free(round_trip(&m));
+  ck_assert(M.u.round.embedded);
+  ck_assert_int_eq(M.u.round.host_rank, 1);
+  rp_msg_free(&M);
 }
 END_TEST
 
@@ -1460,6 +1519,7 @@ static Suite *proto_suite(void)
   tcase_add_test(tc, rt_waiting);
   tcase_add_test(tc, rt_round);
   tcase_add_test(tc, rt_text);
+  tcase_add_test(tc, rt_resume);
   tcase_add_test(tc, rt_status_reply);
   tcase_add_test(tc, rt_doubles_exact);
   tcase_add_test(tc, rt_limits);

@@ -51,6 +51,29 @@ START_TEST(test_keep_alive_keys)
 }
 END_TEST
 
+/* Soft state: how long to reconnect; 0 is today's fail-at-once. */
+START_TEST(test_reconnect_timeout)
+{
+  struct rdzv_config c;
+  char err[256], warn[256];
+
+  ck_assert_int_eq(resolve("join_timeout=5", &c, err, sizeof err, warn,
+                           sizeof warn), 0);
+  ck_assert_double_eq(c.reconnect_timeout, 60);
+  ck_assert_int_eq(resolve("reconnect_timeout=0", &c, err, sizeof err, warn,
+                           sizeof warn), 0);
+  ck_assert_str_eq(warn, "");
+  ck_assert_double_eq(c.reconnect_timeout, 0);
+  ck_assert_int_eq(resolve("reconnect_timeout=2.5", &c, err, sizeof err,
+                           warn, sizeof warn), 0);
+  ck_assert_double_eq(c.reconnect_timeout, 2.5);
+  ck_assert_int_eq(resolve("reconnect_timeout=-1", &c, err, sizeof err,
+                           warn, sizeof warn), -EINVAL);
+  ck_assert_str_eq(err, "--rdzv_conf: invalid value '-1' for "
+                   "reconnect_timeout");
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("rdzv_config");
@@ -59,6 +82,7 @@ int main(void)
   int failed;
 
   tcase_add_test(tc, test_keep_alive_keys);
+  tcase_add_test(tc, test_reconnect_timeout);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,5 +1,6 @@
 /* check_rdzv_state.c -- unit tests for the rendezvous state machine. */
 #include "rdzv_state.h"
+#include "metrics.h"
 
 #include <check.h>
 #include <cjson/cJSON.h>
@@ -1327,6 +1328,273 @@ START_TEST(failure_from_left_node_refused)
 }
 END_TEST
 
+
+/* ---- soft state: RESUME (Note [soft state]) ---- */
+
+/* Node i re-asserts round `round` of job1 (every node nproc 2), on the
+ * connection of node `from`. */
+static int resume_from(int from, int i, enum rp_resume_phase phase,
+                       int round, int rc, int rank, int gws, double now)
+{
+  struct rp_msg m;
+  struct rp_join *j = &m.u.resume.join;
+  struct rp_round *a = &m.u.resume.round;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_RESUME;
+  snprintf(j->id, sizeof j->id, "job1");
+  snprintf(j->addr, sizeof j->addr, "10.0.0.%d", i + 1);
+  snprintf(j->host, sizeof j->host, "h%d", i);
+  j->pid = 1000 + i;
+  j->nproc = 2;
+  j->master_port = 29500 + i;
+  j->reason = RP_REASON_FIRST;
+  j->conf = CF;
+  m.u.resume.phase = phase;
+  a->round = round;
+  a->restart_count = rc;
+  if (phase != RP_PHASE_GATHERING) {
+    a->group_rank = rank;
+    a->group_world_size = gws;
+    a->rank_offset = 2 * rank;
+    a->world_size = 2 * gws;
+    snprintf(a->master_addr, sizeof a->master_addr, "10.0.0.1");
+    a->master_port = 29500;
+  }
+  return rs_handle(R, CONN(from), &m, now);
+}
+
+static int resume(int i, enum rp_resume_phase phase, int round, int rc,
+                  int rank, int gws, double now)
+{
+  return resume_from(i, i, phase, round, rc, rank, gws, now);
+}
+
+START_TEST(resume_rebuilds_running_job)
+{
+  struct rdzvd_metrics met;
+
+  metrics_init(&met);
+  rs_set_metrics(R, &met);
+  CF = conf_of(3, 3);
+  CF.max_restarts = 5;
+  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 2, 1, 0, 3, 0), 0);
+  ck_assert_int_eq(resume(B, RP_PHASE_EXIT, 2, 1, 1, 3, 0.5), 0);
+  ck_assert_int_eq(barrier(B, "exit", 2, 0.6), 0);
+  ck_assert_int_eq(barrier(A, "exit", 2, 0.7), 0);
+  /* Nothing reaches the running workers; the barrier waits for C. */
+  ck_assert_int_eq((int)rec.n, 0);
+  ck_assert(logged("rebuilding running round 2"));
+  ck_assert_int_eq(resume(C, RP_PHASE_RUNNING, 2, 1, 2, 3, 1), 0);
+  ck_assert(logged("round 2 rebuilt: all 3 nodes"));
+  ck_assert_int_eq((int)rec.n, 0);
+  ck_assert_int_eq(barrier(C, "exit", 2, 1.1), 0);
+  ck_assert_int_eq(total(RP_BARRIER_DONE), 3);
+  ck_assert_int_eq((int)met.reconnects, 3);
+  /* The rebuilt round fails like any other: restart 2, ranks kept. */
+  clear();
+  ck_assert_int_eq(failure(B, false, "exitcode 1", 2), 0);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(C, RP_RESTART), 1);
+  ck_assert(logged("restart_count 2 of 5"));
+  ck_assert_int_eq(join(C, 2, 3), 0);
+  ck_assert_int_eq(join(B, 2, 3), 0);
+  ck_assert_int_eq(join(A, 2, 3), 0);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 3);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.restart_count, 2);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.group_rank, 0);
+  ck_assert_int_eq(last(B, RP_ROUND)->u.round.group_rank, 1);
+  ck_assert_int_eq(last(C, RP_ROUND)->u.round.group_rank, 2);
+}
+END_TEST
+
+START_TEST(resume_grace_expires)
+{
+  double next;
+
+  CF = conf_of(1, 3);
+  CF.keepalive_interval = 1;
+  CF.keepalive_misses = 5;
+  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 2, 1, 0, 3, 100), 0);
+  ck_assert_int_eq(resume(B, RP_PHASE_RUNNING, 2, 1, 1, 3, 101), 0);
+  ck_assert_int_eq(op(A, RP_KEEPALIVE, 108), 0);
+  ck_assert_int_eq(op(B, RP_KEEPALIVE, 108), 0);
+  next = rs_tick(R, 109.9);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert(next > 109.9 && next <= 110);
+  rs_tick(R, 110);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(B, RP_RESTART), 1);
+  ck_assert(strstr(last(A, RP_RESTART)->u.text.message,
+                   "1 of 3 nodes did not come back within 10 s"));
+  ck_assert_int_eq(join(A, 2, 111), 0);
+  ck_assert_int_eq(join(B, 2, 111), 0);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 3);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.restart_count, 1);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.group_world_size, 2);
+  /* C comes back late: the job went on without it. */
+  clear();
+  ck_assert_int_eq(resume(C, RP_PHASE_RUNNING, 2, 1, 2, 3, 112), 0);
+  ck_assert_int_eq(count(C, RP_RESTART), 1);
+  ck_assert_int_eq(count(A, RP_RESTART), 0);
+  ck_assert(strstr(last(C, RP_RESTART)->u.text.message,
+                   "went on without this node"));
+  /* It joins like a newcomer: a new round for everyone. */
+  ck_assert_int_eq(join(C, 2, 113), 0);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+}
+END_TEST
+
+START_TEST(resume_rank_conflict)
+{
+  CF = conf_of(1, 3);
+  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 4, 2, 0, 2, 0), 0);
+  ck_assert_int_eq(resume(X, RP_PHASE_RUNNING, 4, 2, 0, 2, 1), 0);
+  ck_assert(logged("conflicting re-assertions: node h5"));
+  ck_assert(logged("rank held by node h0"));
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(X, RP_RESTART), 1);
+  ck_assert_int_eq(join(X, 2, 2), 0);
+  ck_assert_int_eq(join(A, 2, 2), 0);
+  /* The earlier one keeps rank 0; the round moved on; no restart. */
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 5);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.group_rank, 0);
+  ck_assert_int_eq(last(X, RP_ROUND)->u.round.group_rank, 1);
+  ck_assert_int_eq(last(X, RP_ROUND)->u.round.restart_count, 2);
+}
+END_TEST
+
+START_TEST(resume_highest_round_wins)
+{
+  CF = conf_of(1, 3);
+  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 4, 2, 0, 2, 0), 0);
+  ck_assert_int_eq(resume(B, RP_PHASE_RUNNING, 6, 3, 1, 2, 1), 0);
+  ck_assert(logged("conflicting re-assertions"));
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(B, RP_RESTART), 1);
+  ck_assert_int_eq(join(A, 2, 2), 0);
+  ck_assert_int_eq(join(B, 2, 2), 0);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 7);
+  ck_assert_int_eq(last(B, RP_ROUND)->u.round.restart_count, 3);
+}
+END_TEST
+
+START_TEST(resume_gathering_keeps_counts)
+{
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(resume(A, RP_PHASE_GATHERING, 5, 2, 0, 0, 0), 0);
+  ck_assert_int_eq(count(A, RP_WAITING), 1);
+  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.round, 5);
+  /* A node that knows less just joins the same round. */
+  ck_assert_int_eq(resume(B, RP_PHASE_GATHERING, 4, 1, 0, 0, 1), 0);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 5);
+  ck_assert_int_eq(last(B, RP_ROUND)->u.round.restart_count, 2);
+}
+END_TEST
+
+START_TEST(resume_after_reset_on_live_server)
+{
+  running_pair();
+  rs_conn_closed(R, CONN(B), 1);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  clear();
+  /* B reconnects (a new connection) and re-asserts round 0: too late. */
+  ck_assert_int_eq(resume(X, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert_int_eq(count(X, RP_RESTART), 1);
+  ck_assert_int_eq(join(A, 1, 3), 0);
+  ck_assert_int_eq(count(A, RP_ROUND), 0);   /* waits for X, expected */
+  ck_assert_int_eq(join(X, 1, 3), 0);
+  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(X, RP_ROUND)->u.round.group_world_size, 2);
+}
+END_TEST
+
+START_TEST(reset_then_resume_within_window)
+{
+  running_pair();
+  rs_conn_reset(R, CONN(B), 1);
+  ck_assert(logged("connection reset: still a member"));
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(rs_node_count(R), 2);
+  {
+    cJSON *st = status_of(A, 1.5);
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(job0(st), "nodes");
+
+    ck_assert_str_eq(str(cJSON_GetArrayItem(nodes, 1), "state"), "detached");
+    cJSON_Delete(st);
+  }
+  /* B's agent is back on a new connection: the job goes on. */
+  ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(barrier(A, "exit", 0, 3), 0);
+  ck_assert_int_eq(barrier(X, "exit", 0, 3), 0);
+  ck_assert_int_eq(count(A, RP_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(X, RP_BARRIER_DONE), 1);
+  /* A detached node goes with its job. */
+  rs_conn_reset(R, CONN(A), 4);
+  ck_assert_int_eq(failure(X, true, "boom", 5), 0);
+  ck_assert_int_eq(rs_node_count(R), 0);
+}
+END_TEST
+
+START_TEST(reset_then_window_ends)
+{
+  running_pair();
+  rs_conn_reset(R, CONN(B), 1);
+  ck_assert_int_eq(op(A, RP_KEEPALIVE, 999), 0);
+  rs_tick(R, 1001);             /* B's window: 100 s x 10, from 0 */
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(rs_node_count(R), 1);
+  /* Too late: it restarts and joins again. */
+  ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 1002), 0);
+  ck_assert_int_eq(count(X, RP_RESTART), 1);
+  /* A reset node of a job that ends is freed with it. */
+  rs_conn_reset(R, CONN(X), 1003);
+  ck_assert_int_eq(failure(A, true, "boom", 1004), 0);
+  ck_assert_int_eq(rs_node_count(R), 0);
+}
+END_TEST
+
+START_TEST(resume_supersedes_old_connection)
+{
+  running_pair();
+  /* B's agent gave up on a connection the server still thinks alive. */
+  ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
+  ck_assert(dropped(B));
+  rs_conn_closed(R, CONN(B), 3);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(rs_node_count(R), 2);
+  /* While gathering, the old self makes way for the new one. */
+  ck_assert_int_eq(failure(A, false, "exitcode 1", 4), 0);
+  ck_assert_int_eq(count(X, RP_RESTART), 1);
+  ck_assert_int_eq(resume_from(E, B, RP_PHASE_GATHERING, 1, 1, 0, 0, 5), 0);
+  ck_assert(logged("its old connection is superseded"));
+  ck_assert(dropped(X));
+  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert_int_eq(join(A, 1, 6), 0);
+  ck_assert_int_eq(last(E, RP_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(E, RP_ROUND)->u.round.group_world_size, 2);
+}
+END_TEST
+
+START_TEST(resume_refusals)
+{
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  /* A config that differs from the job's. */
+  CF = conf_of(1, 3);
+  ck_assert_int_lt(resume(B, RP_PHASE_RUNNING, 0, 0, 1, 2, 1), 0);
+  assert_error(B, RP_ERR_CONFIG_MISMATCH);
+  ck_assert(dropped(B));
+  /* Already a node. */
+  CF = conf_of(2, 2);
+  ck_assert_int_lt(resume(A, RP_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
+  assert_error(A, RP_ERR_BAD_REQUEST);
+}
+END_TEST
+
 static Suite *rdzv_state_suite(void)
 {
   Suite *s = suite_create("rdzv_state");
@@ -1371,6 +1639,16 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, status_reply_content);
   tcase_add_test(tc, ten_thousand_nodes);
   tcase_add_test(tc, status_bounded);
+  tcase_add_test(tc, resume_rebuilds_running_job);
+  tcase_add_test(tc, resume_grace_expires);
+  tcase_add_test(tc, resume_rank_conflict);
+  tcase_add_test(tc, resume_highest_round_wins);
+  tcase_add_test(tc, resume_gathering_keeps_counts);
+  tcase_add_test(tc, resume_after_reset_on_live_server);
+  tcase_add_test(tc, resume_refusals);
+  tcase_add_test(tc, reset_then_resume_within_window);
+  tcase_add_test(tc, reset_then_window_ends);
+  tcase_add_test(tc, resume_supersedes_old_connection);
   suite_add_tcase(s, tc);
   return s;
 }
