@@ -44,6 +44,7 @@ struct rdzv_client {
   double connect_deadline;        /* give up connecting after this */
   double last_rx;                 /* last byte from the server */
   bool spoke;                     /* a valid frame came on this connection */
+  bool ever_spoke;                /* ... or on an earlier one: an rdzvd */
   size_t rx_bytes;                /* bytes received on this connection */
   bool join_pending;
   enum rp_join_reason pending_reason;
@@ -331,7 +332,7 @@ static int on_frame(void *ctx, struct rp_msg *m)
 {
   struct rdzv_client *c = ctx;
 
-  c->spoke = true;
+  c->spoke = c->ever_spoke = true;
   if (c->authed)
     dispatch(c, m);
   else
@@ -365,7 +366,9 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   ssize_t used;
 
   (void)buf;
-  if (nread < 0 && !c->spoke) {
+  /* Once the endpoint has been an rdzvd, a connection that closes before
+   * its first frame is a daemon going or restarting: reconnect. */
+  if (nread < 0 && !c->spoke && !c->ever_spoke) {
     close_tcp(c);
     foreign_protocol(c, (int)nread);
     return;
@@ -381,7 +384,7 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   used = rp_frames_read(c->buf, c->len, 0, on_frame, c, err, sizeof err);
   if (used < 0) {
     close_tcp(c);
-    if (!c->spoke) {
+    if (!c->spoke && !c->ever_spoke) {
       foreign_protocol(c, UV_EPROTO);
       return;
     }
