@@ -252,7 +252,8 @@ done
 kill -KILL "$victim"
 wait_files "$T/w5/ws1.*" 1 60
 [ "$(node_of "$(cat "$T/w5/pid.0")")" = h1 ] || fail "the survivor is not on h1"
-expect_grep '^cdrun: host h2: ssh failed or the remote agent was killed \(exit 255\).*elastic' "$T/el.err"
+# The head learns of h2's ssh exit on its own: wait for its line.
+wait_grep '^cdrun: host h2: ssh failed or the remote agent was killed \(exit 255\).*elastic' "$T/el.err" 60
 alive "$HEAD" || fail "the head exited when one host of an elastic job died"
 kill -TERM "$HEAD"
 wait_exit "$HEAD" 60
