@@ -1060,8 +1060,14 @@ static void step(struct rdzv_etcd *e)
   }
   if (cf && !rc)
     e->want_failure = false;
-  if (cb && !rc)
+  if (cb && !rc) {
+    /* Our barrier request is in the state already (another agent applied
+     * it from our alive key): observe() ran before this and must look
+     * again, or an exit barrier passed meanwhile is never reported when
+     * no further event comes (the other nodes have left). */
     e->barrier_written = true;
+    kick(e);
+  }
   if (rc == 0) {
     if (e->want_leave)
       leave_finish(e);
