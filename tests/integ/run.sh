@@ -2,7 +2,7 @@
 # run.sh -- runs every integration scenario tests/integ/t_*.sh, each in its
 # own bash with a time limit; exit 77 from a scenario means "skipped".
 cd "$(dirname "$0")" || exit 1
-pass=0 failed=0 skipped=0 failures=()
+pass=0 failed=0 skipped=0 retried=0 failures=()
 only=${1:-}
 for t in t_*.sh; do
   [ -n "$only" ] && [[ $t != *"$only"* ]] && continue
@@ -11,6 +11,17 @@ for t in t_*.sh; do
   limit=$(sed -n 's/^# integ-timeout: \([0-9][0-9]*\)$/\1/p' "$t" | head -1)
   timeout -k 5 "${limit:-180}" bash "$t" >"/tmp/cdrun-integ-$$.log" 2>&1
   rc=$?
+  # Quarantine: a scenario with a known intermittent defect (named on its
+  # '# integ-retry: WHY' line) runs once more after a failure; the failure
+  # is printed in full and counted, so it stays visible.
+  why=$(sed -n 's/^# integ-retry: //p' "$t" | head -1)
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] && [ -n "$why" ]; then
+    retried=$((retried + 1))
+    echo "RETRY $t (rc=$rc; known intermittent: $why)"
+    sed 's/^/    /' "/tmp/cdrun-integ-$$.log"
+    timeout -k 5 "${limit:-180}" bash "$t" >"/tmp/cdrun-integ-$$.log" 2>&1
+    rc=$?
+  fi
   secs=$(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $start }")
   case $rc in
     0) pass=$((pass + 1)); echo "PASS $t (${secs}s)" ;;
@@ -21,5 +32,6 @@ for t in t_*.sh; do
   esac
 done
 rm -f "/tmp/cdrun-integ-$$.log"
+[ "$retried" -eq 0 ] || echo "integration: $retried scenario(s) retried after a failure (RETRY above)"
 echo "integration: $pass passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -1,4 +1,5 @@
 #!/bin/bash
+# integ-retry: the etcd back end has an open intermittent hang or lost node under load (issue 13)
 # A three-member etcd cluster loses its leader (SIGKILL) while a 2-node
 # job runs, and the agents were talking to that very member: they fail
 # over to the survivors, the job does not notice (no restart, the same
