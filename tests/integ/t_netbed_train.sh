@@ -54,7 +54,9 @@ for ((i = 0; i < 200; i++)); do
 done
 [ -n "$RDZVD_PORT" ] || { cat "$T/rdzvd.log" >&2; fail "rdzvd did not start"; }
 EP=${ADDR[h1]}:$RDZVD_PORT
-CONF=last_call_timeout=0.5,keepalive_interval=0.2,keepalive_misses=5,join_timeout=30
+# reconnect_timeout=5: the cut-off agent keeps trying to come back (soft
+# state) for 5 s, not the default 60, then gives up.
+CONF=last_call_timeout=0.5,keepalive_interval=0.2,keepalive_misses=5,join_timeout=30,reconnect_timeout=5
 
 SMALL=(--samples 4096 --global-batch 128 --hidden 64 --epochs 3
        --ckpt-every 10)
