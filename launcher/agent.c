@@ -34,7 +34,6 @@
 #define DRAIN_MS 1000
 
 /* Workers started before the agent waits for their execs (on_round). */
-#define SPAWN_BATCH 64
 
 enum stream_state { STREAM_NONE, STREAM_OPEN, STREAM_CLOSING };
 
@@ -65,7 +64,6 @@ struct worker {
   char *dir;                    /* attempt_<k>/<local_rank> */
   char *error_file;
   struct tee_stream out, err;
-  struct spawn_pending pending; /* between spawn_start and spawn_finish */
   char killed_why[512];         /* why the agent killed it ("" if not):
                                    the failure's message */
   char heartbeat_file[PATH_MAX + 16];   /* "" without a watchdog */
@@ -766,16 +764,15 @@ static void on_sigchld(uv_signal_t *h, int signum)
   }
 }
 
-static int register_group(void *ctx, pid_t pid)
+/* In the worker between clone and exec (spawn.h's in_child: system calls
+ * only): into the cgroup, and onto the guardian's list, before it can
+ * start anything. */
+static int register_group(void *ctx)
 {
   struct agent *a = ctx;
-  int err;
 
-  err = contain_add(&a->contain, pid);
-  if (err)
-    say("cannot use the cgroup for the workers (%s); falling back to "
-        "the subreaper", say_strerror(err));
-  return guardian_watch(&a->guardian, pid);
+  contain_enter(&a->contain);
+  return guardian_watch(&a->guardian, getpid());
 }
 
 /* The exec failed: the group is gone, and must leave the guardian's list
@@ -787,16 +784,14 @@ static void forget_group(void *ctx, pid_t pid)
   guardian_forget(&a->guardian, pid);
 }
 
-/* Prepares attempt_<k>/<local_rank>/ and starts one worker; on_round
- * then waits for every worker's exec at once (spawn_finish), so the
- * workers exec in parallel. */
+/* Prepares attempt_<k>/<local_rank>/ and starts one worker. */
 static int start_worker(struct agent *a, struct worker *w, int attempt)
 {
   const struct agent_opts *o = a->o;
   struct spawn_opts so = SPAWN_OPTS_INIT;
   struct worker_env we;
   char **env;
-  int out_fd, err_fd, close_out, close_err, err;
+  int out_fd, err_fd, close_out, close_err, err, cerr;
 
   free(w->dir);
   free(w->error_file);
@@ -871,7 +866,7 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
   so.envp = env;
   so.stdout_fd = out_fd;
   so.stderr_fd = err_fd;
-  so.before_exec = register_group;
+  so.in_child = register_group;
   so.exec_failed = forget_group;
   so.ctx = a;
   if (o->numa) {
@@ -884,7 +879,11 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
       so.maxnode = NUMA_MAX_NODES + 1;
     }
   }
-  err = spawn_start(&so, &w->pending);
+  err = spawn_worker(&so, &w->pid);
+  cerr = contain_check(&a->contain);
+  if (cerr)
+    say("cannot use the cgroup for the workers (%s); falling back to "
+        "the subreaper", say_strerror(cerr));
   /* The worker has its own copies now; EOF on the tee pipes must come
    * only from the worker's side. */
   if (close_out >= 0)
@@ -921,8 +920,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
 {
   struct agent *a = ctx;
   char path[PATH_MAX + 32];
-  struct worker *bad = NULL;
-  int i, err, first_err = 0, started, batch, end;
+  int i, err;
 
   if (a->state != ST_RENDEZVOUS)
     return;
@@ -938,47 +936,23 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
               as->restart_count, as->world_size, as->master_addr,
               as->master_port);
 
-  /* Workers exec in parallel, a batch at a time: each one started but
-   * not finished holds a pipe, and every fork copies the fd table. */
-  for (batch = 0; batch < a->o->nproc && !first_err; batch = end) {
-    end = batch + SPAWN_BATCH < a->o->nproc ? batch + SPAWN_BATCH
-                                             : a->o->nproc;
-    for (i = batch; i < end; i++) {
-      struct worker *w = &a->workers[i];
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
 
-      w->agent = a;
-      w->local_rank = i;
-      w->rank = as->rank_offset + i;
+    w->agent = a;
+    w->local_rank = i;
+    w->rank = as->rank_offset + i;
+    w->pid = 0;
+    w->running = false;
+    err = start_worker(a, w, as->restart_count);
+    if (err) {
       w->pid = 0;
-      w->running = false;
-      err = start_worker(a, w, as->restart_count);
-      if (err) {
-        first_err = err;
-        bad = w;
-        break;
-      }
+      start_failed(a, w, err);
+      return;
     }
-    started = i;
-    for (i = batch; i < started; i++) {
-      struct worker *w = &a->workers[i];
-
-      err = spawn_finish(&w->pending, &w->pid);
-      if (err == 0) {
-        w->running = true;
-        a->nrunning++;
-        pid_insert(a, w);
-      } else {
-        w->pid = 0;
-        if (!first_err) {
-          first_err = err;
-          bad = w;
-        }
-      }
-    }
-  }
-  if (first_err) {
-    start_failed(a, bad, first_err);
-    return;
+    w->running = true;
+    a->nrunning++;
+    pid_insert(a, w);
   }
   if (a->o->heartbeat_timeout > 0)
     uv_timer_start(&a->heartbeat, heartbeat_check,

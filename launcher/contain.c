@@ -133,31 +133,50 @@ static void make_token(struct contain *c)
            (long)ts.tv_nsec);
 }
 
+static void drop_cgroup(struct contain *c)
+{
+  if (c->procs_fd >= 0)
+    close(c->procs_fd);
+  c->procs_fd = -1;
+  if (c->cgroup[0])
+    rmdir(c->cgroup);
+  c->cgroup[0] = '\0';
+}
+
 int contain_init(struct contain *c)
 {
+  char procs[sizeof c->cgroup + 16];
+
   memset(c, 0, sizeof *c);
+  c->procs_fd = -1;
   make_token(c);
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
     c->subreaper = true;
   make_cgroup(c);
+  if (c->cgroup[0]) {
+    snprintf(procs, sizeof procs, "%s/cgroup.procs", c->cgroup);
+    c->procs_fd = open(procs, O_WRONLY | O_CLOEXEC);
+    if (c->procs_fd < 0)
+      drop_cgroup(c);
+  }
   return c->subreaper || c->cgroup[0] ? 0 : -errno;
 }
 
-int contain_add(struct contain *c, pid_t pid)
+void contain_enter(struct contain *c)
 {
-  char path[PATH_MAX + 16], num[24];
-  int err;
+  if (c->procs_fd >= 0 && write(c->procs_fd, "0", 1) < 0)
+    c->enter_err = -errno;
+}
 
-  if (!c->cgroup[0])
+int contain_check(struct contain *c)
+{
+  int err = c->enter_err;
+
+  if (!err)
     return 0;
-  snprintf(path, sizeof path, "%s/cgroup.procs", c->cgroup);
-  snprintf(num, sizeof num, "%d", (int)pid);
-  err = write_str(path, num);
-  if (err) {
-    /* Not delegated after all (or not to us): the subreaper remains. */
-    rmdir(c->cgroup);
-    c->cgroup[0] = '\0';
-  }
+  c->enter_err = 0;
+  /* Those that entered before stay there; the subreaper covers all. */
+  drop_cgroup(c);
   return err;
 }
 
@@ -329,6 +348,9 @@ void contain_destroy(struct contain *c)
   int i;
 
   contain_kill_all(c, -1);
+  if (c->procs_fd >= 0)
+    close(c->procs_fd);
+  c->procs_fd = -1;
   if (!c->cgroup[0])
     return;
   /* The killed may take a moment to leave the cgroup. */

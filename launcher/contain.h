@@ -34,6 +34,8 @@
 struct contain {
   char cgroup[PATH_MAX];        /* our cgroup's directory, "" if none */
   char token[48];               /* CONTAIN_ENV's value for our workers */
+  int procs_fd;                 /* <cgroup>/cgroup.procs, -1 if none */
+  int enter_err;                /* set by a child's contain_enter */
   bool subreaper;
 };
 
@@ -42,9 +44,17 @@ struct contain {
  * Returns 0, or -errno when not even the subreaper could be set. */
 int contain_init(struct contain *c);
 
-/* Moves pid (a worker that has not exec'd yet) into the cgroup; 0 when
- * there is none.  Returns 0 or -errno. */
-int contain_add(struct contain *c, pid_t pid);
+/* Moves the calling process (a worker between clone and exec; see
+ * spawn.h's in_child) into the cgroup; nothing when there is none.  Only
+ * a write(2) on the descriptor opened by contain_init, so async-signal-
+ * safe.  A failure is left in c->enter_err for contain_check, and is not
+ * fatal: the subreaper remains. */
+void contain_enter(struct contain *c);
+
+/* In the agent after a spawn: if a child could not enter the cgroup (not
+ * delegated after all, or not to us), gives the cgroup up and returns
+ * the error (to be reported once); 0 otherwise. */
+int contain_check(struct contain *c);
 
 /* Kills everything of the worker group that is left: the cgroup's
  * processes, then every child of this process but spare (the guardian),

@@ -1,178 +1,140 @@
-/* spawn.c -- fork/exec of a worker with exec errors through a CLOEXEC pipe. */
+/* spawn.c -- clone/exec of a worker; see Note [spawn without fork]. */
 #include "spawn.h"
 
 #include <errno.h>
-#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
-#include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Note [child side of spawn]: between fork and exec only async-signal-safe
- * calls are allowed (the agent may hold malloc's lock in another thread of a
- * future version, and libuv's state must not be touched).  Everything the
- * child needs (argv, envp, fds) is prepared before fork. */
-static void child_fail(int errpipe, int err)
-{
-  ssize_t n;
+/* The child's stack: room for execvpe's PATH buffer and, for a script
+ * without "#!", its copy of argv; untouched pages cost nothing. */
+#define CHILD_STACK_MIN (256 * 1024)
 
-  do
-    n = write(errpipe, &err, sizeof err);
-  while (n < 0 && errno == EINTR);
+/* What the child needs, and where it leaves the error that stopped it.
+ * Lives on the caller's stack, which the child shares. */
+struct child_args {
+  const struct spawn_opts *o;
+  pid_t agent;
+  int err;
+  int in_child_done;    /* in_child returned 0: exec_failed undoes it */
+};
+
+/* Note [child side of spawn]: the child runs in the agent's memory while
+ * the agent is suspended, so between clone and exec only async-signal-safe
+ * calls are allowed, and nothing the agent owns may change except
+ * args->err (and what in_child documents).  Everything the child needs
+ * (argv, envp, fds) is prepared before the clone. */
+/* The child's frames live on a stack the caller unmaps once the child has
+ * exec'd; they are never unwound, so no sanitizer may poison them (nor
+ * complain of the switch of stacks before _exit). */
+#define CHILD_CODE __attribute__((no_sanitize_address))
+
+CHILD_CODE static void child_fail(struct child_args *args, int err)
+{
+  args->err = err ? err : EINVAL;
   _exit(127);
 }
 
-static int move_fd(int from, int to)
+CHILD_CODE static int move_fd(int from, int to)
 {
   if (from < 0 || from == to)
     return 0;
   return dup2(from, to) < 0 ? -1 : 0;
 }
 
-static void child_main(const struct spawn_opts *o, pid_t agent, int errpipe,
-                       int gopipe)
+CHILD_CODE static int child_main(void *arg)
 {
+  struct child_args *args = arg;
+  const struct spawn_opts *o = args->o;
   struct sigaction sa;
   sigset_t none;
-  char go;
-  ssize_t n;
-  int sig;
+  int sig, err;
 
   if (setsid() < 0)
-    child_fail(errpipe, errno);
+    child_fail(args, errno);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-    child_fail(errpipe, errno);
+    child_fail(args, errno);
   /* The agent may have died before prctl took effect. */
-  if (getppid() != agent)
-    _exit(127);
+  if (getppid() != args->agent)
+    child_fail(args, ECHILD);
+  if (o->in_child) {
+    err = o->in_child(o->ctx);
+    if (err)
+      child_fail(args, -err);
+    args->in_child_done = 1;
+  }
 
+  /* No handler of the agent's may run here once signals are unblocked. */
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = SIG_DFL;
   for (sig = 1; sig < NSIG; sig++)
     sigaction(sig, &sa, NULL);
   sigemptyset(&none);
 
-  /* Wait until the agent has recorded our process group (see before_exec).
-   * EOF means the agent died first: do not start at all. */
-  do
-    n = read(gopipe, &go, 1);
-  while (n < 0 && errno == EINTR);
-  if (n != 1)
-    _exit(127);
-
   if (move_fd(o->stdin_fd, 0) || move_fd(o->stdout_fd, 1) ||
       move_fd(o->stderr_fd, 2))
-    child_fail(errpipe, errno);
+    child_fail(args, errno);
   /* Both are plain syscalls: async-signal-safe. */
   if (o->cpus && sched_setaffinity(0, sizeof *o->cpus, o->cpus) < 0)
-    child_fail(errpipe, errno);
+    child_fail(args, errno);
   if (o->mempolicy &&
       syscall(SYS_set_mempolicy, o->mempolicy, o->nodes, o->maxnode) < 0)
-    child_fail(errpipe, errno);
+    child_fail(args, errno);
 
   sigprocmask(SIG_SETMASK, &none, NULL);
   execvpe(o->argv[0], o->argv, o->envp);
-  child_fail(errpipe, errno);
+  child_fail(args, errno);
+  return 127;
 }
 
-int spawn_start(const struct spawn_opts *o, struct spawn_pending *p)
+static size_t child_stack_size(char *const *argv)
 {
-  int errpipe[2], gopipe[2];
-  sigset_t all, old;
-  pid_t agent = getpid(), pid;
-  int err = 0, status;
-  ssize_t n;
+  size_t argc = 0, page = (size_t)sysconf(_SC_PAGESIZE), size;
 
-  p->pid = 0;
-  p->errfd = -1;
-  p->exec_failed = NULL;
-  p->ctx = NULL;
-  if (pipe2(errpipe, O_CLOEXEC) < 0)
-    return -errno;
-  if (pipe2(gopipe, O_CLOEXEC) < 0) {
-    err = -errno;
-    goto fail_gopipe;
-  }
-
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid = fork();
-  if (pid == 0) {
-    close(errpipe[0]);
-    close(gopipe[1]);
-    child_main(o, agent, errpipe[1], gopipe[0]);
-  }
-  if (pid < 0)
-    err = -errno;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  close(errpipe[1]);
-  close(gopipe[0]);
-  if (pid < 0)
-    goto fail_fork;
-
-  if (o->before_exec)
-    err = o->before_exec(o->ctx, pid);
-  if (err == 0) {
-    do
-      n = write(gopipe[1], "g", 1);
-    while (n < 0 && errno == EINTR);
-  }
-  close(gopipe[1]);   /* on error the child reads EOF and exits */
-  if (err) {
-    close(errpipe[0]);
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-      ;
-    return err;
-  }
-  p->pid = pid;
-  p->errfd = errpipe[0];
-  p->exec_failed = o->exec_failed;
-  p->ctx = o->ctx;
-  return 0;
-
-fail_fork:
-  close(gopipe[1]);
-  close(errpipe[0]);
-  return err;
-fail_gopipe:
-  close(errpipe[0]);
-  close(errpipe[1]);
-  return err;
-}
-
-int spawn_finish(struct spawn_pending *p, pid_t *pid_out)
-{
-  int child_err = 0, status, err = 0;
-  ssize_t n;
-
-  /* EOF: exec succeeded (the CLOEXEC end closed); an int: it failed. */
-  do
-    n = read(p->errfd, &child_err, sizeof child_err);
-  while (n < 0 && errno == EINTR);
-  close(p->errfd);
-  p->errfd = -1;
-  if (n == (ssize_t)sizeof child_err)
-    err = -child_err;
-  else if (n != 0)
-    err = -EPROTO;
-  if (err) {
-    while (waitpid(p->pid, &status, 0) < 0 && errno == EINTR)
-      ;
-    if (p->exec_failed)
-      p->exec_failed(p->ctx, p->pid);
-    return err;
-  }
-  *pid_out = p->pid;
-  return 0;
+  while (argv[argc])
+    argc++;
+  size = CHILD_STACK_MIN + (argc + 2) * sizeof(char *) + 2 * PATH_MAX;
+  return (size + page - 1) / page * page;
 }
 
 int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
 {
-  struct spawn_pending p;
-  int err = spawn_start(o, &p);
+  struct child_args args = { o, getpid(), 0, 0 };
+  size_t stack_size = child_stack_size(o->argv);
+  sigset_t all, old;
+  char *stack;
+  pid_t pid;
+  int err = 0, status;
 
-  return err ? err : spawn_finish(&p, pid_out);
+  stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED)
+    return -errno;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  /* Returns once the child has exec'd or exited (CLONE_VFORK); the stack
+   * grows down from its end. */
+  pid = clone(child_main, stack + stack_size,
+              CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  if (pid < 0)
+    err = -errno;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  munmap(stack, stack_size);
+  if (err)
+    return err;
+  if (args.err) {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+      ;
+    if (args.in_child_done && o->exec_failed)
+      o->exec_failed(o->ctx, pid);
+    return -args.err;
+  }
+  *pid_out = pid;
+  return 0;
 }

@@ -16,11 +16,15 @@ struct spawn_opts {
   int stdin_fd;
   int stdout_fd;
   int stderr_fd;
-  /* Called in the parent after fork and before the child may exec, with
-   * the child's pid (== its process group id).  The child waits for this
-   * to return, so whatever it records (the guardian's watch list) is in
-   * place before the worker can start grandchildren.  May be NULL. */
-  int (*before_exec)(void *ctx, pid_t pid);
+  /* Runs in the child before exec, so that whatever it records (the
+   * guardian's watch list, the cgroup) is in place before the worker can
+   * start grandchildren.  The child shares the caller's memory until it
+   * execs, and the caller is suspended meanwhile (vfork semantics): the
+   * hook may read and write the caller's data, but may only make
+   * async-signal-safe calls (no malloc, stdio or locks).  Returns 0, or
+   * -errno to abandon the spawn (spawn_worker then returns it and the
+   * program never runs).  May be NULL. */
+  int (*in_child)(void *ctx);
   void *ctx;
   /* --numa_binding, applied in the child before exec: its CPU affinity
    * (NULL: inherited) and memory policy (set_mempolicy(2) mode with nodes
@@ -29,39 +33,33 @@ struct spawn_opts {
   int mempolicy;
   const unsigned long *nodes;
   unsigned long maxnode;
-  /* Called when the exec failed after before_exec succeeded, with the
-   * same pid (reaped by then): undoes what before_exec recorded.  May be
-   * NULL. */
+  /* Called in the caller when the exec failed after in_child succeeded,
+   * with the child's pid (reaped by then): undoes what in_child
+   * recorded.  May be NULL. */
   void (*exec_failed)(void *ctx, pid_t pid);
 };
 
 #define SPAWN_OPTS_INIT \
   { NULL, NULL, -1, -1, -1, NULL, NULL, NULL, 0, NULL, 0, NULL }
 
-/* Forks and execs.  The child calls setsid() (so the worker leads a new
- * process group, as torchrun's start_new_session), asks the kernel for
- * SIGKILL when the agent dies (PR_SET_PDEATHSIG), resets every signal
- * disposition and the signal mask, then execs.
+/* Starts the worker and returns once it has exec'd.  The child calls
+ * setsid() (so the worker leads a new process group, as torchrun's
+ * start_new_session), asks the kernel for SIGKILL when the agent dies
+ * (PR_SET_PDEATHSIG), runs in_child, resets every signal disposition and
+ * the signal mask, then execs.
+ *
+ * Note [spawn without fork]: the child is made with clone(CLONE_VM |
+ * CLONE_VFORK), as posix_spawn does, not fork: a fork copies the agent's
+ * page tables and makes its next writes copy-on-write faults, a cost that
+ * grows with the agent's memory, which grows with the number of workers
+ * (5,000 forks spent most of their time there).  The exec's outcome comes
+ * back through the shared memory; no pipe is needed.
  *
  * Returns 0 with *pid set once the exec succeeded; -errno of the failed
- * execvp (for example -ENOENT, -EACCES) after reaping the child; or another
- * negative errno if fork or pipe failed.  Safe to call from a libuv loop
- * that handles signals: all signals are blocked around fork so no handler
- * runs in the child. */
+ * execvp (for example -ENOENT, -EACCES) or of in_child after reaping the
+ * child; or another negative errno if the clone failed.  Safe to call
+ * from a libuv loop that handles signals: all signals are blocked around
+ * the clone so no handler runs in the child. */
 int spawn_worker(const struct spawn_opts *o, pid_t *pid);
-
-/* spawn_worker in two halves, so that several workers exec in parallel:
- * spawn_start forks and releases the child (0, or an error after reaping
- * it); spawn_finish waits for its exec and returns what spawn_worker
- * would.  Every successful spawn_start needs its spawn_finish. */
-struct spawn_pending {
-  pid_t pid;
-  int errfd;      /* read end of the exec-error pipe */
-  void (*exec_failed)(void *ctx, pid_t pid);
-  void *ctx;
-};
-
-int spawn_start(const struct spawn_opts *o, struct spawn_pending *p);
-int spawn_finish(struct spawn_pending *p, pid_t *pid);
 
 #endif

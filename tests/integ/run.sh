@@ -3,9 +3,17 @@
 # own bash with a time limit; exit 77 from a scenario means "skipped".
 cd "$(dirname "$0")" || exit 1
 pass=0 failed=0 skipped=0 retried=0 failures=()
-only=${1:-}
+# Arguments, if any, select the scenarios whose names contain one of them.
+selected() {
+  local name
+  [ $# -eq 1 ] && return 0
+  for name in "${@:2}"; do
+    [[ $1 == *"$name"* ]] && return 0
+  done
+  return 1
+}
 for t in t_*.sh; do
-  [ -n "$only" ] && [[ $t != *"$only"* ]] && continue
+  selected "$t" "$@" || continue
   start=$EPOCHREALTIME
   # A scenario may raise its own limit with a line '# integ-timeout: SECS'.
   limit=$(sed -n 's/^# integ-timeout: \([0-9][0-9]*\)$/\1/p' "$t" | head -1)

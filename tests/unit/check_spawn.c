@@ -344,7 +344,7 @@ START_TEST(test_exact_env)
 }
 END_TEST
 
-/* ---- before_exec ----------------------------------------------------- */
+/* ---- in_child -------------------------------------------------------- */
 
 struct before {
   int calls;
@@ -357,17 +357,17 @@ struct before {
   char marker[128];
 };
 
-static int before_exec(void *ctx, pid_t pid)
+/* Runs in the child, which shares our memory until it execs: system
+ * calls only. */
+static int in_child(void *ctx)
 {
   struct before *b = ctx;
-  char path[64];
   ssize_t n;
 
   b->calls++;
-  b->pid = pid;
+  b->pid = getpid();
   b->marker_existed = access(b->marker, F_OK) == 0;
-  snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
-  n = readlink(path, b->exe, sizeof b->exe - 1);
+  n = readlink("/proc/self/exe", b->exe, sizeof b->exe - 1);
   b->exe[n > 0 ? n : 0] = '\0';
   return b->ret;
 }
@@ -388,7 +388,7 @@ static void run_before(struct before *b, int want_rc, pid_t *pid)
   snprintf(b->marker, sizeof b->marker, "%s/marker", tmpdir);
   o.argv = argv;
   o.envp = empty_env;
-  o.before_exec = before_exec;
+  o.in_child = in_child;
   o.exec_failed = exec_failed;
   o.ctx = b;
   *pid = -1;
@@ -398,7 +398,7 @@ static void run_before(struct before *b, int want_rc, pid_t *pid)
   ck_assert(!b->marker_existed);
 }
 
-START_TEST(test_before_exec_ok)
+START_TEST(test_in_child_ok)
 {
   struct before b;
   char self[PATH_MAX];
@@ -420,9 +420,9 @@ START_TEST(test_before_exec_ok)
 }
 END_TEST
 
-/* An exec failure undoes what before_exec recorded (the agent's guardian
+/* An exec failure undoes what in_child recorded (the agent's guardian
  * must not keep a dead worker's process group on its list). */
-START_TEST(test_exec_failure_undoes_before_exec)
+START_TEST(test_exec_failure_undoes_in_child)
 {
   char *argv[] = { "/nonexistent/cdrun-test-program", NULL };
   struct spawn_opts o = SPAWN_OPTS_INIT;
@@ -432,7 +432,7 @@ START_TEST(test_exec_failure_undoes_before_exec)
   memset(&b, 0, sizeof b);
   o.argv = argv;
   o.envp = empty_env;
-  o.before_exec = before_exec;
+  o.in_child = in_child;
   o.exec_failed = exec_failed;
   o.ctx = &b;
   ck_assert_int_eq(spawn_worker(&o, &pid), -ENOENT);
@@ -443,7 +443,7 @@ START_TEST(test_exec_failure_undoes_before_exec)
 }
 END_TEST
 
-START_TEST(test_before_exec_error)
+START_TEST(test_in_child_error)
 {
   struct before b;
   pid_t pid;
@@ -560,11 +560,11 @@ static Suite *spawn_suite(void)
   tcase_add_test(tc, test_exact_env);
   suite_add_tcase(s, tc);
 
-  tc = tcase_create("before_exec");
+  tc = tcase_create("in_child");
   tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_add_test(tc, test_before_exec_ok);
-  tcase_add_test(tc, test_before_exec_error);
-  tcase_add_test(tc, test_exec_failure_undoes_before_exec);
+  tcase_add_test(tc, test_in_child_ok);
+  tcase_add_test(tc, test_in_child_error);
+  tcase_add_test(tc, test_exec_failure_undoes_in_child);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("signals");
