@@ -66,6 +66,8 @@ struct pg_group {
   int children;
   pg_store *user_store;
   bool is_sub;
+  struct pg_group *split_from;  /* the parent whose comm is split */
+  int split_color, split_key;
   pg_backend be;
   int device, local_rank;
   char launch_addr[256];        /* MASTER_ADDR derived from srun's env */
@@ -1216,8 +1218,29 @@ int pg_scatter(pg_group *g, const void *send, void *recv, size_t count,
 static int create_comm(pg_group *g, pg_backend be, int device,
                        int local_rank);
 
+/* Whether the parent's children are split from its communicator (NCCL's
+ * ncclCommSplit, which every parent rank must call, members or not). */
+static bool splits(const pg_group *parent)
+{
+  return parent->comm && parent->comm->ops->split;
+}
+
+/* A parent rank outside the new group takes part in the split. */
+static int split_nonmember(pg_group *parent)
+{
+  struct pg__comm *none = NULL;
+  int err;
+
+  if (!splits(parent))
+    return 0;
+  pthread_mutex_lock(&parent->mu);
+  err = parent->comm->ops->split(parent->comm, -1, 0, NULL, &none);
+  pthread_mutex_unlock(&parent->mu);
+  return err;
+}
+
 static int child_create(pg_group *parent, const int *members, int n, int me,
-                        const char *ns, pg_group **out)
+                        int color, int key, const char *ns, pg_group **out)
 {
   char view[300];
   pg_group *g = calloc(1, sizeof *g);
@@ -1253,6 +1276,11 @@ static int child_create(pg_group *parent, const int *members, int n, int me,
   g->be = parent->be;
   g->device = parent->device;
   g->local_rank = parent->local_rank;
+  if (splits(parent)) {
+    g->split_from = parent;
+    g->split_color = color;
+    g->split_key = key;
+  }
   if (n == 1 && g->be != PG_BACKEND_NCCL)
     snprintf(g->backend, sizeof g->backend, "self");
   else if ((err = create_comm(g, g->be, g->device, g->local_rank)))
@@ -1319,7 +1347,9 @@ int pg_new_group(pg_group *parent, const int *ranks, int n, pg_group **out)
       me = i;
   }
   child_ns(parent, ns, sizeof ns);
-  err = me < 0 ? 0 : child_create(parent, m, n, me, ns, out);
+  /* Members by parent rank: NCCL orders a split by key, then rank. */
+  err = me < 0 ? split_nonmember(parent)
+               : child_create(parent, m, n, me, 0, parent->rank, ns, out);
   free(m);
   return err;
 }
@@ -1417,7 +1447,9 @@ int pg_split(pg_group *parent, int color, int key, pg_group **out)
       }
     /* One child per color, each under its own name. */
     snprintf(cns, sizeof cns, "%sc%d/", ns, color);
-    err = child_create(parent, m, n, me, cns, out);
+    err = child_create(parent, m, n, me, color, key, cns, out);
+  } else if (!err) {
+    err = split_nonmember(parent);
   }
   free(e);
   free(m);
@@ -1530,6 +1562,16 @@ static int create_comm(pg_group *g, pg_backend be, int device,
   if (be == PG_BACKEND_NCCL) {
     snprintf(ns, sizeof ns, "%snccl/", g->ns);
     snprintf(g->backend, sizeof g->backend, "nccl");
+    if (g->split_from) {
+      pg_group *p = g->split_from;
+      int err;
+
+      pthread_mutex_lock(&p->mu);
+      err = p->comm->ops->split(p->comm, g->split_color, g->split_key, &s,
+                                &g->comm);
+      pthread_mutex_unlock(&p->mu);
+      return err;
+    }
     return pg__nccl_create(&s, &g->comm);
   }
   if (nhosts == 1) {

@@ -117,6 +117,13 @@ struct pg__comm_ops {
   void (*fence_free)(struct pg__fence *f);
   int (*group_start)(struct pg__comm *c);
   int (*group_end)(struct pg__comm *c);
+
+  /* A sub-group's communicator split from this one (NCCL: ncclCommSplit;
+   * NULL where sub-groups are set up through the store instead).
+   * Collective over every rank of c: a member passes its color, key and
+   * the child's setup s; the others pass s == NULL and get nothing. */
+  int (*split)(struct pg__comm *c, int color, int key,
+               const struct pg__setup *s, struct pg__comm **out);
 };
 
 /* The group's memory functions (group.c), following the comm's mem_* or

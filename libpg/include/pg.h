@@ -151,8 +151,9 @@ PG_EXTERN void pg_destroy(pg_group *g);
  * wait for each other (the new communicator's setup).  Ranks, roots and
  * peers of a sub-group's operations are its own ranks.  A sub-group's
  * backend is chosen by where its members live (shared memory when they
- * share a host, TCP when none does, hierarchical otherwise; NCCL: a new
- * communicator over the members).  pg_group_store gives a view of the
+ * share a host, TCP when none does, hierarchical otherwise; NCCL: split
+ * from the parent's communicator with ncclCommSplit, with NCCL >= 2.18).
+ * pg_group_store gives a view of the
  * store whose keys are the group's own (pg_store_prefix).  Destroy
  * sub-groups before their parent.
  *

@@ -1064,6 +1064,11 @@ static int nccl_mem_copy(struct pg__comm *base, void *dst, const void *src,
   return leave(prev, e == cudaSuccess ? 0 : cuda_fail(c, e, "cudaMemcpy"));
 }
 
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21800
+static int nccl_split(struct pg__comm *base, int color, int key,
+                      const struct pg__setup *s, struct pg__comm **out);
+#endif
+
 static const struct pg__comm_ops nccl_ops = {
   .name = "nccl",
   .mem_alloc = nccl_mem_alloc,
@@ -1086,6 +1091,9 @@ static const struct pg__comm_ops nccl_ops = {
   .fence_free = nccl_fence_free,
   .group_start = nccl_group_start,
   .group_end = nccl_group_end,
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21800
+  .split = nccl_split,
+#endif
 };
 
 bool pg__nccl_built(void)
@@ -1193,6 +1201,119 @@ static int init_cuda(struct nccl_comm *c)
   return 0;
 }
 
+/* A communicator's host side, before NCCL or CUDA know of it. */
+static struct nccl_comm *comm_alloc(const struct pg__setup *s, int dev)
+{
+  const char *bw = pg__knob(PG_KNOB_NCCL_BLOCKING_WAIT);
+  struct nccl_comm *c = calloc(1, sizeof *c);
+
+  if (!c)
+    return NULL;
+  c->base.ops = &nccl_ops;
+  c->device = dev;
+  c->n = s->n;
+  c->me = s->me;
+  c->timeout = s->timeout > 0 ? s->timeout : 300;
+  c->blocking_wait = bw && strcmp(bw, "1") == 0;
+  c->store = s->n > 1 ? s->store : NULL;
+  snprintf(c->abort_key, sizeof c->abort_key, "%sabort", s->ns ? s->ns
+           : "");
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->wmu, NULL);
+  pthread_cond_init(&c->wcv, NULL);
+  return c;
+}
+
+/* The last step of making c: its watchdog, or on any error its end.
+ * Restores the caller's device (prev, from enter's convention). */
+static int comm_start(struct nccl_comm *c, int err, int prev,
+                      struct pg__comm **out)
+{
+  if (!err) {
+    if (pthread_create(&c->watchdog, NULL, watchdog_main, c) == 0)
+      c->watching = true;
+    else
+      err = pg__fail(-EAGAIN, "NCCL backend: cannot start the watchdog "
+                     "thread");
+  }
+  if (err) {
+    pthread_mutex_lock(&c->mu);
+    abort_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    free_comm(c);
+    return leave(prev, err);
+  }
+  *out = &c->base;
+  return leave(prev, 0);
+}
+
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21800
+/* Note [split]: ncclCommSplit, collective over every rank of the parent
+ * (as torch's new_group does when the parent is NCCL): members pass
+ * their color and key, the others (s == NULL) NCCL_SPLIT_NOCOLOR.  NCCL
+ * orders the members by key, then by parent rank, as pg_split says and
+ * as group.c numbers them (s->me).  The child shares the parent's device
+ * and has its own stream, watchdog and abort key (s->ns).  A member whose
+ * CUDA setup failed still takes part with its color, so the others'
+ * membership stays what they computed, then aborts (its failure reaches
+ * them through the store). */
+static int nccl_split(struct pg__comm *base, int color, int key,
+                      const struct pg__setup *s, struct pg__comm **out)
+{
+  struct nccl_comm *p = (struct nccl_comm *)base, *c = NULL;
+  ncclComm_t nc = NULL;
+  ncclResult_t r;
+  int prev, err = 0, joined;
+#ifdef PG_NCCL_NONBLOCKING
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+
+  cfg.blocking = 0;
+#endif
+
+  *out = NULL;
+  err = enter(p, &prev);
+  if (err)
+    return err;
+  if (s) {
+    c = comm_alloc(s, p->device);
+    if (!c)
+      return leave(prev, pg__fail(-ENOMEM, "NCCL backend: out of memory"));
+    err = init_cuda(c);
+  }
+  pthread_mutex_lock(&p->mu);
+  if (!p->comm) {
+    pthread_mutex_unlock(&p->mu);
+    err = pg__fail(PG_EPEERFAIL, "NCCL backend: the parent communicator "
+                   "was aborted; no sub-group can be split from it");
+    return c ? comm_start(c, err, prev, out) : leave(prev, err);
+  }
+#ifdef PG_NCCL_NONBLOCKING
+  r = ncclCommSplit(p->comm, s ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &cfg);
+#else
+  r = ncclCommSplit(p->comm, s ? color : NCCL_SPLIT_NOCOLOR, key, &nc, NULL);
+#endif
+  if (!c) {
+    if (r == ncclInProgress)
+      r = poll_async(p, pg__now() + p->timeout);
+    pthread_mutex_unlock(&p->mu);
+    return leave(prev, r == ncclSuccess ? 0
+                       : nccl_fail(p, r, "ncclCommSplit"));
+  }
+  pthread_mutex_unlock(&p->mu);
+  /* A non-blocking split goes on in the background: the new comm's
+   * state says when it is done. */
+  c->comm = nc;
+  pthread_mutex_lock(&c->mu);
+  joined = settle(c, r, "ncclCommSplit", pg__now() + c->timeout);
+  pthread_mutex_unlock(&c->mu);
+  if (!err)
+    err = joined;
+  else if (c->comm)
+    mark_failed(c, err, pg_last_error(), true);
+  return comm_start(c, err, prev, out);
+}
+#endif
+
 int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
 {
   struct nccl_comm *c;
@@ -1200,7 +1321,6 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
   cudaError_t e;
   double timeout = s->timeout > 0 ? s->timeout : 300;
   double deadline = pg__now() + timeout;
-  const char *bw = pg__knob(PG_KNOB_NCCL_BLOCKING_WAIT);
   int ndev = 0, dev, prev, err;
 
   *out = NULL;
@@ -1232,23 +1352,11 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
                     "(pg_options.device) but this process sees only %d",
                     dev, ndev);
   }
-  c = calloc(1, sizeof *c);
+  c = comm_alloc(s, dev);
   if (!c) {
     abandon_id(s);
     return pg__fail(-ENOMEM, "NCCL backend: out of memory");
   }
-  c->base.ops = &nccl_ops;
-  c->device = dev;
-  c->n = s->n;
-  c->me = s->me;
-  c->timeout = timeout;
-  c->blocking_wait = bw && strcmp(bw, "1") == 0;
-  c->store = s->n > 1 ? s->store : NULL;
-  snprintf(c->abort_key, sizeof c->abort_key, "%sabort", s->ns ? s->ns
-           : "");
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_mutex_init(&c->wmu, NULL);
-  pthread_cond_init(&c->wcv, NULL);
   /* Like the ops, leave the caller's current device as it was. */
   if (cudaGetDevice(&prev) != cudaSuccess || prev == dev)
     prev = -1;
@@ -1259,20 +1367,5 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
     err = share_id(c, s, &id, deadline);
   if (!err)
     err = init_comm(c, id, deadline);
-  if (!err) {
-    if (pthread_create(&c->watchdog, NULL, watchdog_main, c) == 0)
-      c->watching = true;
-    else
-      err = pg__fail(-EAGAIN, "NCCL backend: cannot start the watchdog "
-                     "thread");
-  }
-  if (err) {
-    pthread_mutex_lock(&c->mu);
-    abort_locked(c);
-    pthread_mutex_unlock(&c->mu);
-    free_comm(c);
-    return leave(prev, err);
-  }
-  *out = &c->base;
-  return leave(prev, 0);
+  return comm_start(c, err, prev, out);
 }

@@ -15,6 +15,8 @@
  * rounded once; ncclAvg divides the sum (integers truncating).  Aborts are
  * local, as in NCCL: the peers of an aborted rank hang.
  *
+ * ncclCommSplit: collective over the parent, through its segment.
+ *
  * Test hooks: $FAKENCCL_FAIL_RANK and $FAKENCCL_FAIL_OP=k: on that rank
  * the k-th operation (from 1) never completes and the communicator
  * reports ncclSystemError from ncclCommGetAsyncError, as a crashed kernel
@@ -48,6 +50,15 @@ struct rank_line {
   char pad[LINE - 8];
 };
 
+/* ncclCommSplit's all-gather of (color, key), double-buffered by the
+ * split's parity: a rank posts split k + 1 only after every rank posted
+ * k, so nobody still reads the slot it writes. */
+struct split_line {
+  uint64_t seq;             /* the last split this rank posted */
+  int32_t color[2], key[2];
+  char pad[LINE - 24];
+};
+
 struct box {
   uint64_t put, take, len;
   char pad[LINE - 24];
@@ -57,15 +68,18 @@ struct seg {
   uint32_t n;
   uint32_t joined;
   char pad[LINE - 8];
-  /* then: rank_line[n], box[n * n], slots[n][SLOT], boxdata[n*n][BOX] */
+  /* then: rank_line[n], split_line[n], box[n * n], slots[n][SLOT],
+   * boxdata[n*n][BOX] */
 };
 
 struct ncclComm {
   int n, me, dev;
-  char name[64];
+  char name[160];
   size_t size;
   struct seg *seg;
   struct rank_line *rl;
+  struct split_line *sl;
+  uint64_t splits;          /* ncclCommSplit calls on this comm */
   struct box *boxes;
   char *slots, *boxdata;
   uint64_t phase;           /* this rank's, touched by its stream only */
@@ -679,7 +693,8 @@ static ncclResult_t join(struct ncclComm *c)
     return ncclSystemError;
   }
   c->rl = (struct rank_line *)((char *)c->seg + sizeof *c->seg);
-  c->boxes = (struct box *)(c->rl + c->n);
+  c->sl = (struct split_line *)(c->rl + c->n);
+  c->boxes = (struct box *)(c->sl + c->n);
   c->slots = (char *)(c->boxes + c->n * c->n);
   c->boxdata = c->slots + (size_t)c->n * SLOT;
   __atomic_add_fetch(&c->seg->joined, 1, __ATOMIC_ACQ_REL);
@@ -704,8 +719,9 @@ static void *init_main(void *arg)
   return NULL;
 }
 
-ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
-                                    int rank, ncclConfig_t *cfg)
+/* A communicator of n ranks over the segment called name. */
+static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
+                              const char *name, ncclConfig_t *cfg)
 {
   struct ncclComm *c;
   const char *fo = getenv("FAKENCCL_FAIL_OP");
@@ -722,8 +738,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
   cudaGetDevice(&c->dev);
   c->refs = 1;
   c->fail_op = fo && *fo ? atoi(fo) : 0;
-  name_of(&id, c->name, sizeof c->name);
+  snprintf(c->name, sizeof c->name, "%s", name);
   c->size = sizeof(struct seg) + (size_t)n * sizeof(struct rank_line) +
+            (size_t)n * sizeof(struct split_line) +
             (size_t)n * n * sizeof(struct box) + (size_t)n * SLOT +
             (size_t)n * n * BOX;
   *out = c;
@@ -745,6 +762,73 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
   }
   c->init_done = 1;
   return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
+                                    int rank, ncclConfig_t *cfg)
+{
+  char name[64];
+
+  name_of(&id, name, sizeof name);
+  return comm_make(out, n, rank, name, cfg);
+}
+
+/* $FAKENCCL_TRACE: a file that gets a line per ncclCommSplit call, so a
+ * test sees that sub-groups were split from their parent. */
+static void trace_split(const struct ncclComm *c, int color, int key)
+{
+  const char *path = getenv("FAKENCCL_TRACE");
+  FILE *f = path && *path ? fopen(path, "ae") : NULL;
+
+  if (!f)
+    return;
+  fprintf(f, "ncclCommSplit rank=%d n=%d color=%d key=%d\n", c->me, c->n,
+          color, key);
+  fclose(f);
+}
+
+/* Collective over comm: the ranks of one color form a communicator,
+ * ordered by key, then by rank in comm; its segment is named after
+ * comm's, the split's number and the color. */
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+                           ncclComm_t *newcomm, ncclConfig_t *cfg)
+{
+  char name[sizeof comm->name + 48];
+  unsigned spins = 0;
+  uint64_t k;
+  int b, r, n = 0, me = 0;
+
+  *newcomm = NULL;
+  if (!comm || !__atomic_load_n(&comm->init_done, __ATOMIC_ACQUIRE))
+    return ncclInvalidArgument;
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    return ncclInvalidArgument;
+  k = ++comm->splits;
+  b = (int)(k & 1);
+  comm->sl[comm->me].color[b] = color;
+  comm->sl[comm->me].key[b] = key;
+  st(&comm->sl[comm->me].seq, k);
+  for (r = 0; r < comm->n; r++)
+    while (ld(&comm->sl[r].seq) < k) {
+      if (aborted(comm))
+        return ncclInvalidUsage;
+      fake_backoff(&spins);
+    }
+  trace_split(comm, color, key);
+  if (color == NCCL_SPLIT_NOCOLOR)
+    return ncclSuccess;
+  for (r = 0; r < comm->n; r++) {
+    int kr = comm->sl[r].key[b];
+
+    if (comm->sl[r].color[b] != color)
+      continue;
+    n++;
+    if (kr < key || (kr == key && r < comm->me))
+      me++;
+  }
+  snprintf(name, sizeof name, "%s-s%llu-c%d", comm->name,
+           (unsigned long long)k, color);
+  return comm_make(newcomm, n, me, name, cfg);
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id,

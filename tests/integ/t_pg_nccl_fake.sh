@@ -23,9 +23,14 @@ for mode in "matrix quick" async sendrecv exchange; do
   run 3 pgtest $mode
   expect_grep "pgtest ${mode%% *}: rank 0 of 3 .nccl.: [0-9]* checks, 0 failed" "$T/err"
 done
-# Sub-groups: a 2x2 grid, rows and columns all-reducing at once.
-run 4 pgtest groups
+# Sub-groups: a 2x2 grid, rows and columns all-reducing at once, each
+# split from the world's communicator (ncclCommSplit, as torch does): per
+# rank a row split, two column groups (one of them as a non-member) and a
+# split with no color.
+FAKENCCL_TRACE=$T/splits run 4 pgtest groups
 expect_grep "pgtest groups: rank 0 of 4 .nccl.: [0-9]* checks, 0 failed" "$T/err"
+expect_eq "ncclCommSplit calls" "$(grep -c '^ncclCommSplit rank=[0-3] n=4 ' "$T/splits")" 16
+expect_eq "splits without a color" "$(grep -c "color=-1 " "$T/splits")" 8
 export PG_BUCKET_CAP_MB=0.0625 PG_FIRST_BUCKET_CAP_MB=0.015625
 for mode in average nosync nosync_unused unused overlap; do
   run 2 reducertest "$mode"
