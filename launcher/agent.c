@@ -59,8 +59,7 @@ struct worker {
   int rank;
   pid_t pid;                    /* also its process group; 0 before start */
   bool running;
-  /* Heap strings, not arrays: every fork copies the agent's page tables,
-   * so per-worker memory makes spawning N workers cost O(N^2). */
+  /* Heap strings, not arrays: the agent's memory grows with N. */
   char *dir;                    /* attempt_<k>/<local_rank> */
   char *error_file;
   struct tee_stream out, err;
@@ -96,6 +95,7 @@ struct agent {
   uv_timer_t heartbeat;         /* --worker_heartbeat_timeout checks */
   struct guardian guardian;
   struct contain contain;
+  struct spawner *spawner;      /* made at the first start of workers */
   struct rdzv *rdzv;
   struct rdzv_assignment assign;
   enum agent_state state;
@@ -784,14 +784,41 @@ static void forget_group(void *ctx, pid_t pid)
   guardian_forget(&a->guardian, pid);
 }
 
-/* Prepares attempt_<k>/<local_rank>/ and starts one worker. */
-static int start_worker(struct agent *a, struct worker *w, int attempt)
+/* Workers are started a batch at a time: prepared here (their folders,
+ * environments and output streams), spawned on several threads at once
+ * (spawn_many), then recorded. */
+#define SPAWN_BATCH 64
+#define SPAWN_THREADS 4
+
+struct spawn_prep {
+  struct spawn_opts so[SPAWN_BATCH];
+  char **env[SPAWN_BATCH];
+  int close_out[SPAWN_BATCH], close_err[SPAWN_BATCH];
+  pid_t pid[SPAWN_BATCH];
+  int err[SPAWN_BATCH];
+};
+
+/* What the worker has its own copies of once spawned: EOF on the tee
+ * pipes must come only from the worker's side. */
+static void spawn_prep_release(struct spawn_prep *p, int k)
+{
+  if (p->close_out[k] >= 0)
+    close(p->close_out[k]);
+  if (p->close_err[k] >= 0)
+    close(p->close_err[k]);
+  workerenv_free(p->env[k]);
+}
+
+/* Prepares attempt_<k>/<local_rank>/ and slot k of p for one worker; on
+ * error nothing of slot k is left to release. */
+static int prepare_worker(struct agent *a, struct worker *w, int attempt,
+                          struct spawn_prep *p, int k)
 {
   const struct agent_opts *o = a->o;
   struct spawn_opts so = SPAWN_OPTS_INIT;
   struct worker_env we;
   char **env;
-  int out_fd, err_fd, close_out, close_err, err, cerr;
+  int out_fd, err_fd, close_out, close_err, err;
 
   free(w->dir);
   free(w->error_file);
@@ -879,17 +906,11 @@ static int start_worker(struct agent *a, struct worker *w, int attempt)
       so.maxnode = NUMA_MAX_NODES + 1;
     }
   }
-  err = spawn_worker(&so, &w->pid);
-  cerr = contain_check(&a->contain);
-  if (cerr)
-    say("cannot use the cgroup for the workers (%s); falling back to "
-        "the subreaper", say_strerror(cerr));
-  /* The worker has its own copies now; EOF on the tee pipes must come
-   * only from the worker's side. */
-  if (close_out >= 0)
-    close(close_out);
-  if (close_err >= 0)
-    close(close_err);
+  p->so[k] = so;
+  p->env[k] = env;
+  p->close_out[k] = close_out;
+  p->close_err[k] = close_err;
+  return 0;
 out_env:
   workerenv_free(env);
   return err;
@@ -920,7 +941,9 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
 {
   struct agent *a = ctx;
   char path[PATH_MAX + 32];
-  int i, err;
+  struct spawn_prep prep;
+  struct worker *bad = NULL;
+  int i, k, err, first_err = 0, batch, end;
 
   if (a->state != ST_RENDEZVOUS)
     return;
@@ -936,23 +959,52 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
               as->restart_count, as->world_size, as->master_addr,
               as->master_port);
 
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
+  for (batch = 0; batch < a->o->nproc; batch = end) {
+    end = batch + SPAWN_BATCH < a->o->nproc ? batch + SPAWN_BATCH
+                                             : a->o->nproc;
+    for (i = batch; i < end; i++) {
+      struct worker *w = &a->workers[i];
 
-    w->agent = a;
-    w->local_rank = i;
-    w->rank = as->rank_offset + i;
-    w->pid = 0;
-    w->running = false;
-    err = start_worker(a, w, as->restart_count);
-    if (err) {
+      w->agent = a;
+      w->local_rank = i;
+      w->rank = as->rank_offset + i;
       w->pid = 0;
-      start_failed(a, w, err);
+      w->running = false;
+      err = prepare_worker(a, w, as->restart_count, &prep, i - batch);
+      if (err) {
+        bad = w;
+        first_err = err;
+        break;
+      }
+    }
+    if (!a->spawner && a->o->nproc > 1)
+      spawner_start(SPAWN_THREADS - 1, &a->spawner);  /* NULL: one thread */
+    spawn_many(a->spawner, prep.so, (size_t)(i - batch), prep.pid,
+               prep.err);
+    for (k = 0; k < i - batch; k++) {
+      struct worker *w = &a->workers[batch + k];
+
+      spawn_prep_release(&prep, k);
+      if (prep.err[k]) {
+        if (!first_err || w < bad) {
+          first_err = prep.err[k];
+          bad = w;
+        }
+        continue;
+      }
+      w->pid = prep.pid[k];
+      w->running = true;
+      a->nrunning++;
+      pid_insert(a, w);
+    }
+    err = contain_check(&a->contain);
+    if (err)
+      say("cannot use the cgroup for the workers (%s); falling back to "
+          "the subreaper", say_strerror(err));
+    if (first_err) {
+      start_failed(a, bad, first_err);
       return;
     }
-    w->running = true;
-    a->nrunning++;
-    pid_insert(a, w);
   }
   if (a->o->heartbeat_timeout > 0)
     uv_timer_start(&a->heartbeat, heartbeat_check,
@@ -1313,6 +1365,8 @@ int agent_run(const struct agent_opts *o)
     say("internal: event loop closed with handles left open");
 
 out_guardian:
+  /* Its threads' workers are gone (Note [spawning threads], spawn.c). */
+  spawner_stop(a.spawner);
   /* Anything left in the workers' groups dies with the guardian's SIGKILL
    * now; normally nothing is. */
   guardian_stop(&a.guardian);

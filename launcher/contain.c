@@ -164,8 +164,9 @@ int contain_init(struct contain *c)
 
 void contain_enter(struct contain *c)
 {
+  /* Children of several spawning threads may fail at once. */
   if (c->procs_fd >= 0 && write(c->procs_fd, "0", 1) < 0)
-    c->enter_err = -errno;
+    __atomic_store_n(&c->enter_err, -errno, __ATOMIC_RELAXED);
 }
 
 int contain_check(struct contain *c)

@@ -3,8 +3,11 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -15,6 +18,7 @@
 /* The child's stack: room for execvpe's PATH buffer and, for a script
  * without "#!", its copy of argv; untouched pages cost nothing. */
 #define CHILD_STACK_MIN (256 * 1024)
+#define SPAWN_THREADS_MAX 16
 
 /* What the child needs, and where it leaves the error that stopped it.
  * Lives on the caller's stack, which the child shares. */
@@ -137,4 +141,134 @@ int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
   }
   *pid_out = pid;
   return 0;
+}
+
+/* The work of one spawn_many call, shared by the threads. */
+struct spawn_batch {
+  const struct spawn_opts *opts;
+  size_t n;
+  size_t next;          /* the next index to take (atomic) */
+  pid_t *pids;
+  int *errs;
+};
+
+/* Note [spawning threads]: PR_SET_PDEATHSIG fires when the *thread* that
+ * made the child ends, not the process, so the threads live as long as
+ * the workers they start: a pool, stopped only when the agent ends. */
+struct spawner {
+  pthread_mutex_t mu;
+  pthread_cond_t work;          /* a batch was posted, or stop */
+  pthread_cond_t idle;          /* a thread left the batch */
+  struct spawn_batch *batch;    /* the current one, or NULL */
+  unsigned long gen;            /* batches posted */
+  int busy;                     /* threads inside the current batch */
+  bool stop;
+  int nthreads;
+  pthread_t th[SPAWN_THREADS_MAX];
+};
+
+static void batch_run(struct spawn_batch *b)
+{
+  size_t i;
+
+  while ((i = __atomic_fetch_add(&b->next, 1, __ATOMIC_RELAXED)) < b->n) {
+    b->pids[i] = 0;
+    b->errs[i] = spawn_worker(&b->opts[i], &b->pids[i]);
+  }
+}
+
+static void *spawner_main(void *arg)
+{
+  struct spawner *sp = arg;
+  unsigned long seen = 0;
+  struct spawn_batch *b;
+
+  pthread_mutex_lock(&sp->mu);
+  for (;;) {
+    while (!sp->stop && (!sp->batch || sp->gen == seen))
+      pthread_cond_wait(&sp->work, &sp->mu);
+    if (sp->stop)
+      break;
+    seen = sp->gen;
+    b = sp->batch;
+    sp->busy++;
+    pthread_mutex_unlock(&sp->mu);
+    batch_run(b);
+    pthread_mutex_lock(&sp->mu);
+    sp->busy--;
+    pthread_cond_signal(&sp->idle);
+  }
+  pthread_mutex_unlock(&sp->mu);
+  return NULL;
+}
+
+int spawner_start(int nthreads, struct spawner **out)
+{
+  struct spawner *sp = calloc(1, sizeof *sp);
+  sigset_t all, old;
+  int k;
+
+  *out = NULL;
+  if (!sp)
+    return -ENOMEM;
+  pthread_mutex_init(&sp->mu, NULL);
+  pthread_cond_init(&sp->work, NULL);
+  pthread_cond_init(&sp->idle, NULL);
+  if (nthreads > SPAWN_THREADS_MAX)
+    nthreads = SPAWN_THREADS_MAX;
+  /* Signals stay with the caller's thread: the threads block them all. */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  for (k = 0; k < nthreads; k++)
+    if (pthread_create(&sp->th[sp->nthreads], NULL, spawner_main, sp) == 0)
+      sp->nthreads++;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  *out = sp;
+  return 0;
+}
+
+void spawn_many(struct spawner *sp, const struct spawn_opts *opts, size_t n,
+                pid_t *pids, int *errs)
+{
+  struct spawn_batch b = { opts, n, 0, pids, errs };
+  sigset_t all, old;
+
+  if (sp && sp->nthreads > 0 && n > 1) {
+    pthread_mutex_lock(&sp->mu);
+    sp->batch = &b;
+    sp->gen++;
+    pthread_cond_broadcast(&sp->work);
+    pthread_mutex_unlock(&sp->mu);
+  }
+  /* The caller's share, with signals blocked like the threads'. */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  batch_run(&b);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (sp && sp->batch == &b) {
+    /* b lives on this stack: no thread may hold it once we return. */
+    pthread_mutex_lock(&sp->mu);
+    while (sp->busy > 0)
+      pthread_cond_wait(&sp->idle, &sp->mu);
+    sp->batch = NULL;
+    pthread_mutex_unlock(&sp->mu);
+  }
+}
+
+void spawner_stop(struct spawner *sp)
+{
+  int k;
+
+  if (!sp)
+    return;
+  pthread_mutex_lock(&sp->mu);
+  sp->stop = true;
+  pthread_cond_broadcast(&sp->work);
+  pthread_mutex_unlock(&sp->mu);
+  for (k = 0; k < sp->nthreads; k++)
+    pthread_join(sp->th[k], NULL);
+  pthread_mutex_destroy(&sp->mu);
+  pthread_cond_destroy(&sp->work);
+  pthread_cond_destroy(&sp->idle);
+  free(sp);
 }

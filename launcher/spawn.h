@@ -62,4 +62,28 @@ struct spawn_opts {
  * the clone so no handler runs in the child. */
 int spawn_worker(const struct spawn_opts *o, pid_t *pid);
 
+/* Several spawns at once: spawn_worker suspends only its own thread until
+ * its child has exec'd, and on a busy machine that time is mostly spent
+ * waiting for a CPU, so a few spawns in flight hide it.  A spawner is a
+ * pool of threads (at most 16) that start workers with the caller; since
+ * a worker's PR_SET_PDEATHSIG fires when the thread that made it ends,
+ * stop the spawner only when its workers are gone (the agent's end). */
+struct spawner;
+
+/* Starts nthreads threads (fewer if the system refuses some; then
+ * spawns are only slower).  Returns 0 or -ENOMEM. */
+int spawner_start(int nthreads, struct spawner **out);
+
+/* spawn_worker for opts[0..n-1], on the caller's thread and the
+ * spawner's (sp may be NULL: the caller's only); each result in pids[i]
+ * and errs[i] (0, or what spawn_worker returned).  in_child and
+ * exec_failed may run on several threads at once.  Every spawning thread
+ * blocks all signals, so handlers run on the caller's thread only. */
+void spawn_many(struct spawner *sp, const struct spawn_opts *opts, size_t n,
+                pid_t *pids, int *errs);
+
+/* Ends the threads (see above: their workers get PR_SET_PDEATHSIG's
+ * SIGKILL).  NULL is a no-op. */
+void spawner_stop(struct spawner *sp);
+
 #endif

@@ -542,6 +542,73 @@ START_TEST(test_parent_death_kills_worker)
 }
 END_TEST
 
+/* ---- several at once -------------------------------------------------- */
+
+#define MANY 12
+#define MANY_BAD 5      /* this one cannot be executed */
+
+/* A batch on a spawner's threads: results in order, the bad one's error
+ * in its slot, and the workers outlive the batch (their parent-death
+ * signal follows the thread that made them, which must not end). */
+START_TEST(test_spawn_many)
+{
+  char *sh[] = { "/bin/sh", "-c", "read x && echo \"$x\" > \"$0\"", NULL,
+                 NULL };
+  char *bad[] = { "/nonexistent/cdrun-test-program", NULL };
+  char files[MANY][128], *argvs[MANY][5], buf[16];
+  struct spawn_opts o[MANY];
+  struct spawner *sp;
+  int in[MANY][2], errs[MANY], i, j;
+  pid_t pids[MANY];
+
+  signal(SIGPIPE, SIG_IGN);     /* a killed worker: EPIPE, not death */
+  ck_assert_int_eq(spawner_start(3, &sp), 0);
+  for (i = 0; i < MANY; i++) {
+    o[i] = (struct spawn_opts)SPAWN_OPTS_INIT;
+    snprintf(files[i], sizeof files[i], "%s/w%d", tmpdir, i);
+    for (j = 0; j < 5; j++)
+      argvs[i][j] = sh[j];
+    argvs[i][3] = files[i];
+    ck_assert_int_eq(pipe2(in[i], O_CLOEXEC), 0);
+    o[i].argv = i == MANY_BAD ? bad : argvs[i];
+    o[i].envp = empty_env;
+    o[i].stdin_fd = in[i][0];
+  }
+  spawn_many(sp, o, MANY, pids, errs);
+  for (i = 0; i < MANY; i++) {
+    close(in[i][0]);
+    if (i != MANY_BAD) {
+      ck_assert_int_eq(errs[i], 0);
+      track(pids[i]);
+    }
+  }
+  ck_assert_int_eq(errs[MANY_BAD], -ENOENT);
+  /* Only now may they go on: a worker killed when its thread left the
+   * batch never reads this. */
+  for (i = 0; i < MANY; i++) {
+    if (i != MANY_BAD)
+      ck_assert_int_eq(write(in[i][1], "go\n", 3), 3);
+    close(in[i][1]);
+  }
+  for (i = 0; i < MANY; i++) {
+    int fd;
+
+    if (i == MANY_BAD)
+      continue;
+    expect_exit(pids[i], 0);
+    fd = open(files[i], O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    read_all(fd, buf, sizeof buf);
+    close(fd);
+    unlink(files[i]);
+    ck_assert_str_eq(buf, "go\n");
+  }
+  spawner_stop(sp);
+  signal(SIGPIPE, SIG_DFL);
+  expect_no_children();
+}
+END_TEST
+
 static Suite *spawn_suite(void)
 {
   Suite *s = suite_create("spawn");
@@ -565,6 +632,11 @@ static Suite *spawn_suite(void)
   tcase_add_test(tc, test_in_child_ok);
   tcase_add_test(tc, test_in_child_error);
   tcase_add_test(tc, test_exec_failure_undoes_in_child);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("many");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_spawn_many);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("signals");
