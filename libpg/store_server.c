@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -85,22 +86,31 @@ struct pg_store_server {
   struct st_conn *conns, *resume, *dead;
   struct st_conn **heap;            /* min-heap on deadline */
   size_t heap_len, heap_cap;
+  uint64_t seed;                    /* of the key hash, random */
 };
 
-static uint64_t st_hash(const uint8_t *k, size_t n)
+/* FNV-1a from a random basis, then mixed (splitmix64's finalizer): keys
+ * are chosen by whoever connects to the port, and must not be lined up
+ * on one chain ahead of time (as rdzvd's registry hashes). */
+static uint64_t st_hash(const struct pg_store_server *srv, const uint8_t *k,
+                        size_t n)
 {
-  uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+  uint64_t h = 1469598103934665603ull ^ srv->seed;
   size_t i;
 
   for (i = 0; i < n; i++)
     h = (h ^ k[i]) * 1099511628211ull;
-  return h;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
 }
 
 static struct st_entry *tbl_find(struct pg_store_server *srv,
                                  const uint8_t *k, size_t n)
 {
-  uint64_t h = st_hash(k, n);
+  uint64_t h = st_hash(srv, k, n);
   struct st_entry *e = srv->buckets[h & (srv->nbuckets - 1)];
 
   for (; e; e = e->next)
@@ -138,7 +148,7 @@ static struct st_entry *tbl_get(struct pg_store_server *srv,
   e = calloc(1, sizeof *e + n);
   if (!e)
     return NULL;
-  e->hash = st_hash(k, n);
+  e->hash = st_hash(srv, k, n);
   e->klen = n;
   if (n)
     memcpy(e->key, k, n);
@@ -1036,6 +1046,10 @@ int pg_store_server_start(const char *addr, int *port,
   if (!srv)
     return pg__fail(-ENOMEM, "store: out of memory");
   srv->lfd = srv->epfd = srv->wakefd = -1;
+  if (getrandom(&srv->seed, sizeof srv->seed, GRND_NONBLOCK) !=
+      (ssize_t)sizeof srv->seed)
+    srv->seed = (uint64_t)(uintptr_t)srv ^ (uint64_t)getpid() << 32 ^
+                (uint64_t)(pg__now() * 1e9);
   srv->nbuckets = 1024;
   srv->buckets = calloc(srv->nbuckets, sizeof *srv->buckets);
   if (!srv->buckets) {
