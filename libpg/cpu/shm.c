@@ -1217,27 +1217,13 @@ static int open_pidfd(pid_t pid)
 #endif
 }
 
-int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
+static struct shm_comm *comm_alloc(int n, int me)
 {
-  struct shm_comm *c;
-  struct layout l;
-  char name[64] = "", val[160], key[32];
-  char **keys = NULL;
-  void **vals = NULL;
-  size_t *lens = NULL, size = 0;
-  int i, err, n = s->n, me = s->me;
-  double timeout = s->timeout > 0 ? s->timeout : 300;
-  unsigned long long pidns = 0;
-  struct stat nsst;
+  struct shm_comm *c = calloc(1, sizeof *c);
+  int i;
 
-  *out = NULL;
-  if (stat("/proc/self/ns/pid", &nsst) == 0)
-    pidns = (unsigned long long)nsst.st_ino;
-  if (n < 1 || me < 0 || me >= n)
-    return pg__fail(-EINVAL, "shm: bad communicator (%d of %d)", me, n);
-  c = calloc(1, sizeof *c);
   if (!c)
-    return pg__fail(-ENOMEM, "shm: out of memory");
+    return NULL;
   c->base.ops = &shm_ops;
   c->n = n;
   c->me = me;
@@ -1249,73 +1235,89 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
   c->part_got = calloc((size_t)n, sizeof *c->part_got);
   c->pid = calloc((size_t)n, sizeof *c->pid);
   c->pidfd = malloc((size_t)n * sizeof *c->pidfd);
-  keys = calloc((size_t)n, sizeof *keys);
-  vals = calloc((size_t)n, sizeof *vals);
-  lens = calloc((size_t)n, sizeof *lens);
-  if (!c->tx_tail || !c->rx_head || !c->uq || !c->part || !c->part_got ||
-      !c->pid || !c->pidfd ||
-      !keys || !vals || !lens) {
-    err = pg__fail(-ENOMEM, "shm: out of memory");
-    goto fail;
-  }
-  for (i = 0; i < n; i++)
+  for (i = 0; c->pidfd && i < n; i++)
     c->pidfd[i] = -1;
+  if (!c->tx_tail || !c->rx_head || !c->uq || !c->part || !c->part_got ||
+      !c->pid || !c->pidfd) {
+    shm_destroy(&c->base);
+    return NULL;
+  }
+  return c;
+}
 
-  /* Exchange 1: rank 0's segment (or its failure). */
-  if (me == 0) {
-    err = create_segment(c, name, sizeof name);
+/* Setup exchange 1: rank 0 creates the segment and publishes its name
+ * (or its failure); the others map it.  name gets the segment's name on
+ * rank 0 (to unlink), "" elsewhere. */
+static int share_segment(struct shm_comm *c, const struct pg__setup *s,
+                         double timeout, char *name, size_t namelen)
+{
+  const char *k0 = "seg0";
+  char val[160], key[32], seg[64];
+  void *v0 = NULL;
+  size_t len0 = 0, size = 0;
+  int err = 0, e2;
+
+  if (c->me == 0) {
+    err = create_segment(c, name, namelen);
     if (err)
       snprintf(val, sizeof val, "! %d", err);
     else
       snprintf(val, sizeof val, "%s %zu", name, c->map_len);
   } else {
-    err = 0;
     snprintf(val, sizeof val, "-");
   }
-  snprintf(key, sizeof key, "seg%d", me);
-  {
-    const char *k0 = "seg0";
-    int e2 = pg__store_exchange(s->store, s->ns, key, val, strlen(val) + 1,
-                                &k0, 1, timeout, vals, lens);
-    if (e2 && !err)
-      err = e2;
-  }
-  if (!err && me != 0) {
-    char *v = vals[0];
+  snprintf(key, sizeof key, "seg%d", c->me);
+  e2 = pg__store_exchange(s->store, s->ns, key, val, strlen(val) + 1, &k0,
+                          1, timeout, &v0, &len0);
+  if (e2 && !err)
+    err = e2;
+  if (!err && c->me != 0) {
+    const char *v = v0;
 
-    if (lens[0] == 0 || v[lens[0] - 1] != '\0' || v[0] == '!' ||
-        sscanf(v, "%63s %zu", name, &size) != 2)
+    if (len0 == 0 || v[len0 - 1] != '\0' || v[0] == '!' ||
+        sscanf(v, "%63s %zu", seg, &size) != 2)
       err = pg__fail(-ECONNRESET, "shm: rank 0 could not create the "
                      "shared memory segment");
     else
-      err = open_segment(c, name, size);
+      err = open_segment(c, seg, size);
   }
-  free(vals[0]);
-  vals[0] = NULL;
+  free(v0);
+  return err;
+}
 
-  /* Exchange 2: everyone's pid and pid namespace, or its failure; then
-   * rank 0 unlinks. */
+/* Setup exchange 2: everyone's pid and pid namespace (for the peers'
+ * liveness), or the failure to attach (err, if not 0). */
+static int share_pids(struct shm_comm *c, const struct pg__setup *s,
+                      double timeout, int err)
+{
+  int i, n = c->n;
+  unsigned long long pidns = 0;
+  struct stat nsst;
+  char val[160], **keys = calloc((size_t)n, sizeof *keys);
+  void **vals = calloc((size_t)n, sizeof *vals);
+  size_t *lens = calloc((size_t)n, sizeof *lens);
+
+  if (stat("/proc/self/ns/pid", &nsst) == 0)
+    pidns = (unsigned long long)nsst.st_ino;
   if (err)
     snprintf(val, sizeof val, "! %d", err);
   else
     snprintf(val, sizeof val, "%d %llu", (int)getpid(), pidns);
-  for (i = 0; i < n; i++) {
+  for (i = 0; keys && i < n; i++) {
     keys[i] = malloc(16);
-    if (!keys[i]) {
-      err = err ? err : pg__fail(-ENOMEM, "shm: out of memory");
+    if (!keys[i])
       break;
-    }
     snprintf(keys[i], 16, "att%d", i);
   }
-  if (i == n) {
-    int e2 = pg__store_exchange(s->store, s->ns, keys[me], val,
-                                strlen(val) + 1, (const char *const *)keys, n,
-                                timeout, vals, lens);
+  if (!keys || !vals || !lens || i < n) {
+    err = err ? err : pg__fail(-ENOMEM, "shm: out of memory");
+  } else {
+    int e2 = pg__store_exchange(s->store, s->ns, keys[c->me], val,
+                                strlen(val) + 1, (const char *const *)keys,
+                                n, timeout, vals, lens);
     if (e2 && !err)
       err = e2;
   }
-  if (me == 0 && name[0])
-    shm_unlink(name);
   for (i = 0; !err && i < n; i++) {
     const char *v = vals[i];
     unsigned long long ns;
@@ -1328,45 +1330,66 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
     else  /* A pid from another pid namespace means nothing here. */
       c->pid[i] = ns == pidns ? (pid_t)pid : 0;
   }
-  if (err)
-    goto fail;
+  for (i = 0; i < n; i++) {
+    if (keys)
+      free(keys[i]);
+    if (vals)
+      free(vals[i]);
+  }
+  free(keys);
+  free(vals);
+  free(lens);
+  return err;
+}
 
-  l = layout_of(n, c->buf, c->ring);
+/* The segment's parts, the spin mode, and pidfds on the peers. */
+static void comm_attach(struct shm_comm *c)
+{
+  struct layout l = layout_of(c->n, c->buf, c->ring);
+  int i;
+
   c->ab = (struct shm_abort *)(c->map + l.abort_off);
   c->rk = (struct shm_rank *)(c->map + l.rank_off);
   c->rc = (struct shm_ring *)(c->map + l.ring_ctl_off);
   c->bufs = c->map + l.buf_off;
   c->rings = c->map + l.ring_off;
-  c->spin = n <= usable_cpus();
+  c->spin = c->n <= usable_cpus();
   c->small_max = c->spin ? SMALL_SPIN : SMALL_SLEEP;
   if (c->small_max > c->buf)
     c->small_max = c->buf;
-  __atomic_store_n(&c->rk[me].pid, (int32_t)getpid(), __ATOMIC_RELAXED);
-  for (i = 0; i < n; i++)
-    if (i != me && c->pid[i] > 0)
+  __atomic_store_n(&c->rk[c->me].pid, (int32_t)getpid(), __ATOMIC_RELAXED);
+  for (i = 0; i < c->n; i++)
+    if (i != c->me && c->pid[i] > 0)
       c->pidfd[i] = open_pidfd(c->pid[i]);
-  for (i = 0; i < n; i++) {
-    free(keys[i]);
-    free(vals[i]);
+}
+
+/* Rank 0 makes the segment, everyone maps it and learns the others'
+ * pids; the segment is unlinked as soon as all have it. */
+int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
+{
+  struct shm_comm *c;
+  char name[64] = "";
+  double timeout = s->timeout > 0 ? s->timeout : 300;
+  int err;
+
+  *out = NULL;
+  if (s->n < 1 || s->me < 0 || s->me >= s->n)
+    return pg__fail(-EINVAL, "shm: bad communicator (%d of %d)", s->me,
+                    s->n);
+  c = comm_alloc(s->n, s->me);
+  if (!c)
+    return pg__fail(-ENOMEM, "shm: out of memory");
+  err = share_segment(c, s, timeout, name, sizeof name);
+  err = share_pids(c, s, timeout, err);
+  if (name[0])
+    shm_unlink(name);
+  if (err) {
+    shm_destroy(&c->base);
+    return err;
   }
-  free(keys);
-  free(vals);
-  free(lens);
+  comm_attach(c);
   *out = &c->base;
   return 0;
-
-fail:
-  if (me == 0 && name[0])
-    shm_unlink(name);
-  for (i = 0; keys && i < n; i++)
-    free(keys[i]);
-  for (i = 0; vals && i < n; i++)
-    free(vals[i]);
-  free(keys);
-  free(vals);
-  free(lens);
-  shm_destroy(&c->base);
-  return err;
 }
 
 /* Host memory: the mem_* hooks stay NULL. */
