@@ -166,7 +166,6 @@ static void topo_free(struct pg__topo *t)
 static int topo_build(pg_group *g, const char *host_id)
 {
   struct pg__topo *t = &g->topo;
-  char **keys = NULL, key[64];
   void **vals = NULL;
   size_t *lens = NULL;
   int i, j, err = -ENOMEM;
@@ -176,21 +175,13 @@ static int topo_build(pg_group *g, const char *host_id)
   t->host_of = calloc((size_t)g->size, sizeof *t->host_of);
   t->leader_of = calloc((size_t)g->size, sizeof *t->leader_of);
   t->local = calloc((size_t)g->size, sizeof *t->local);
-  keys = calloc((size_t)g->size, sizeof *keys);
   vals = calloc((size_t)g->size, sizeof *vals);
   lens = calloc((size_t)g->size, sizeof *lens);
-  if (!t->host_of || !t->leader_of || !t->local || !keys || !vals || !lens)
+  if (!t->host_of || !t->leader_of || !t->local || !vals || !lens)
     goto out;
-  for (i = 0; i < g->size; i++) {
-    snprintf(key, sizeof key, "host/%d", i);
-    keys[i] = strdup(key);
-    if (!keys[i])
-      goto out;
-  }
-  snprintf(key, sizeof key, "host/%d", g->rank);
-  err = pg__store_exchange(g->store, "pg/", key, host_id, strlen(host_id),
-                           (const char *const *)keys, g->size, g->timeout,
-                           vals, lens);
+  err = pg__store_allgather(g->store, "pg/", "host/", g->rank, g->size,
+                            host_id, strlen(host_id), g->timeout, vals,
+                            lens);
   if (err)
     goto out;
   t->nhosts = 0;
@@ -214,12 +205,7 @@ static int topo_build(pg_group *g, const char *host_id)
     }
   err = 0;
 out:
-  for (i = 0; keys && i < g->size; i++) {
-    free(keys[i]);
-    if (vals)
-      free(vals[i]);
-  }
-  free(keys);
+  pg__free_vals(vals, g->size);
   free(vals);
   free(lens);
   return err;
@@ -1373,21 +1359,15 @@ static int split_exchange(pg_group *parent, const char *ns, int color,
                           int key, struct split_entry *e)
 {
   int n = parent->size, i, err = -ENOMEM;
-  char mine[64], k[64], **keys = calloc((size_t)n, sizeof *keys);
+  char mine[64];
   void **vals = calloc((size_t)n, sizeof *vals);
   size_t *lens = calloc((size_t)n, sizeof *lens);
 
-  for (i = 0; keys && i < n; i++) {
-    snprintf(k, sizeof k, "split/%d", i);
-    if (!(keys[i] = strdup(k)))
-      break;
-  }
-  if (keys && vals && lens && i == n) {
+  if (vals && lens) {
     snprintf(mine, sizeof mine, "%d %d", color, key);
-    snprintf(k, sizeof k, "split/%d", parent->rank);
-    err = pg__store_exchange(parent->store, ns, k, mine, strlen(mine), 
-                             (const char *const *)keys, n, parent->timeout,
-                             vals, lens);
+    err = pg__store_allgather(parent->store, ns, "split/", parent->rank, n,
+                              mine, strlen(mine), parent->timeout, vals,
+                              lens);
   }
   for (i = 0; !err && i < n; i++) {
     char txt[64];
@@ -1400,13 +1380,7 @@ static int split_exchange(pg_group *parent, const char *ns, int color,
   }
   if (err == -ENOMEM)
     pg__fail(err, "pg_split: out of memory");
-  for (i = 0; i < n; i++) {
-    if (keys)
-      free(keys[i]);
-    if (vals)
-      free(vals[i]);
-  }
-  free(keys);
+  pg__free_vals(vals, n);
   free(vals);
   free(lens);
   return err;

@@ -176,5 +176,15 @@ PG__HIDDEN int pg__store_exchange(pg_store *st, const char *ns,
                                   size_t len, const char *const *keys,
                                   int n, double timeout, void **vals,
                                   size_t *lens);
+/* The same when every key is <prefix><rank>: publishes value under
+ * ns+prefix+me, then reads ns+prefix+i for i in 0..n-1 (n may be less
+ * than the group: "the first n").  On error nothing is left in vals. */
+PG__HIDDEN int pg__store_allgather(pg_store *st, const char *ns,
+                                   const char *prefix, int me, int n,
+                                   const void *value, size_t len,
+                                   double timeout, void **vals,
+                                   size_t *lens);
+/* Frees vals[0..n-1] (and NULLs them); vals may be NULL. */
+PG__HIDDEN void pg__free_vals(void **vals, int n);
 
 #endif

@@ -1251,8 +1251,7 @@ static struct shm_comm *comm_alloc(int n, int me)
 static int share_segment(struct shm_comm *c, const struct pg__setup *s,
                          double timeout, char *name, size_t namelen)
 {
-  const char *k0 = "seg0";
-  char val[160], key[32], seg[64];
+  char val[160], seg[64];
   void *v0 = NULL;
   size_t len0 = 0, size = 0;
   int err = 0, e2;
@@ -1266,9 +1265,9 @@ static int share_segment(struct shm_comm *c, const struct pg__setup *s,
   } else {
     snprintf(val, sizeof val, "-");
   }
-  snprintf(key, sizeof key, "seg%d", c->me);
-  e2 = pg__store_exchange(s->store, s->ns, key, val, strlen(val) + 1, &k0,
-                          1, timeout, &v0, &len0);
+  /* Everyone publishes, only rank 0's is read: the first 1. */
+  e2 = pg__store_allgather(s->store, s->ns, "seg", c->me, 1, val,
+                           strlen(val) + 1, timeout, &v0, &len0);
   if (e2 && !err)
     err = e2;
   if (!err && c->me != 0) {
@@ -1293,7 +1292,7 @@ static int share_pids(struct shm_comm *c, const struct pg__setup *s,
   int i, n = c->n;
   unsigned long long pidns = 0;
   struct stat nsst;
-  char val[160], **keys = calloc((size_t)n, sizeof *keys);
+  char val[160];
   void **vals = calloc((size_t)n, sizeof *vals);
   size_t *lens = calloc((size_t)n, sizeof *lens);
 
@@ -1303,18 +1302,11 @@ static int share_pids(struct shm_comm *c, const struct pg__setup *s,
     snprintf(val, sizeof val, "! %d", err);
   else
     snprintf(val, sizeof val, "%d %llu", (int)getpid(), pidns);
-  for (i = 0; keys && i < n; i++) {
-    keys[i] = malloc(16);
-    if (!keys[i])
-      break;
-    snprintf(keys[i], 16, "att%d", i);
-  }
-  if (!keys || !vals || !lens || i < n) {
+  if (!vals || !lens) {
     err = err ? err : pg__fail(-ENOMEM, "shm: out of memory");
   } else {
-    int e2 = pg__store_exchange(s->store, s->ns, keys[c->me], val,
-                                strlen(val) + 1, (const char *const *)keys,
-                                n, timeout, vals, lens);
+    int e2 = pg__store_allgather(s->store, s->ns, "att", c->me, n, val,
+                                 strlen(val) + 1, timeout, vals, lens);
     if (e2 && !err)
       err = e2;
   }
@@ -1330,13 +1322,7 @@ static int share_pids(struct shm_comm *c, const struct pg__setup *s,
     else  /* A pid from another pid namespace means nothing here. */
       c->pid[i] = ns == pidns ? (pid_t)pid : 0;
   }
-  for (i = 0; i < n; i++) {
-    if (keys)
-      free(keys[i]);
-    if (vals)
-      free(vals[i]);
-  }
-  free(keys);
+  pg__free_vals(vals, n);
   free(vals);
   free(lens);
   return err;
