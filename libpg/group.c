@@ -1225,10 +1225,34 @@ static int split_nonmember(pg_group *parent)
   return err;
 }
 
+/* A group whose setup failed with err after its thread started: torn
+ * down, and its sentence kept (pg_destroy's teardown may overwrite it),
+ * after "what: " when what is not NULL. */
+static int setup_failed(pg_group *g, int err, const char *what)
+{
+  char why[512];
+
+  snprintf(why, sizeof why, "%s", pg_last_error());
+  g->comm = NULL;
+  pg_destroy(g);
+  return what ? pg__fail(err, "%s: %s", what, why)
+              : pg__fail(err, "%s", why);
+}
+
+/* A group whose setup failed before its progress thread started. */
+static void group_free_early(pg_group *g)
+{
+  free(g->all_ranks);
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->queued);
+  pthread_cond_destroy(&g->finished);
+  free(g);
+}
+
 static int child_create(pg_group *parent, const int *members, int n, int me,
                         int color, int key, const char *ns, pg_group **out)
 {
-  char view[300];
+  char view[300], what[300];
   pg_group *g = calloc(1, sizeof *g);
   int i, err;
 
@@ -1275,20 +1299,10 @@ static int child_create(pg_group *parent, const int *members, int n, int me,
   return 0;
 
 fail:
-  {
-    char why[512];
-
-    snprintf(why, sizeof why, "%s", pg_last_error());
-    g->comm = NULL;
-    pg_destroy(g);
-    return pg__fail(err, "sub-group %s: %s", ns, why);
-  }
+  snprintf(what, sizeof what, "sub-group %s", ns);
+  return setup_failed(g, err, what);
 fail_early:
-  free(g->all_ranks);
-  pthread_mutex_destroy(&g->mu);
-  pthread_cond_destroy(&g->queued);
-  pthread_cond_destroy(&g->finished);
-  free(g);
+  group_free_early(g);
   return err;
 }
 
@@ -1700,21 +1714,9 @@ int pg_init(const struct pg_options *o, pg_group **out)
   return 0;
 
 fail:
-  {
-    char why[512];
-
-    /* pg_destroy's teardown may overwrite the sentence: keep it. */
-    snprintf(why, sizeof why, "%s", pg_last_error());
-    g->comm = NULL;
-    pg_destroy(g);
-    pg__fail(err, "%s", why);
-  }
-  return err;
+  return setup_failed(g, err, NULL);
 fail_early:
-  pthread_mutex_destroy(&g->mu);
-  pthread_cond_destroy(&g->queued);
-  pthread_cond_destroy(&g->finished);
-  free(g);
+  group_free_early(g);
   return err;
 }
 
