@@ -25,42 +25,7 @@
 #include <unistd.h>
 
 #include "guardian.h"
-
-#define LIMIT_MS 10000
-
-/* ---- process bookkeeping --------------------------------------------- */
-
-#define MAX_TRACKED 32
-static pid_t tracked[MAX_TRACKED];
-
-static void track(pid_t pid)
-{
-  for (int i = 0; i < MAX_TRACKED; i++)
-    if (tracked[i] == 0) {
-      tracked[i] = pid;
-      return;
-    }
-  ck_abort_msg("too many tracked processes");
-}
-
-static void untrack(pid_t pid)
-{
-  for (int i = 0; i < MAX_TRACKED; i++)
-    if (tracked[i] == pid)
-      tracked[i] = 0;
-}
-
-/* The groups and the guardian are out of reach of Check's killpg of the
- * test's own group. */
-static void kill_tracked(void)
-{
-  for (int i = 0; i < MAX_TRACKED; i++)
-    if (tracked[i] > 0) {
-      kill(-tracked[i], SIGKILL);
-      kill(tracked[i], SIGKILL);
-      tracked[i] = 0;
-    }
-}
+#include "proc_track.h"
 
 static void setup(void)
 {
@@ -68,64 +33,6 @@ static void setup(void)
   ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
   /* As cdrun's main does: a write to a dead guardian is -EPIPE. */
   signal(SIGPIPE, SIG_IGN);
-}
-
-static void sleep_ms(int ms)
-{
-  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-  while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-    ;
-}
-
-/* Reaps pid (a child, or an orphan that will be reparented to us),
- * polling up to limit_ms.  Returns true with *status set once reaped. */
-static bool reap_within(pid_t pid, int *status, int limit_ms)
-{
-  for (int waited = 0;; waited += 5) {
-    pid_t r = waitpid(pid, status, WNOHANG);
-
-    if (r == pid) {
-      untrack(pid);
-      return true;
-    }
-    if (r < 0 && errno != EINTR && errno != ECHILD)
-      return false;
-    if (waited >= limit_ms)
-      return false;
-    sleep_ms(5);
-  }
-}
-
-/* ck_assert_msg, but first SIGKILLs whatever the test started. */
-#define CHECK_OR_CLEAN(expr, ...)                       \
-  do {                                                  \
-    if (!(expr)) {                                      \
-      kill_tracked();                                   \
-      ck_abort_msg(__VA_ARGS__);                        \
-    }                                                   \
-  } while (0)
-
-static void expect_killed_by(pid_t pid, int sig)
-{
-  int st = 0;
-
-  CHECK_OR_CLEAN(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
-                 (int)pid);
-  CHECK_OR_CLEAN(WIFSIGNALED(st) && WTERMSIG(st) == sig,
-                 "pid %d: status 0x%x, want signal %d", (int)pid, st,
-                 sig);
-}
-
-static void expect_exit(pid_t pid, int code)
-{
-  int st = 0;
-
-  CHECK_OR_CLEAN(reap_within(pid, &st, LIMIT_MS), "pid %d still alive",
-                 (int)pid);
-  CHECK_OR_CLEAN(WIFEXITED(st) && WEXITSTATUS(st) == code,
-                 "pid %d: status 0x%x, want exit %d", (int)pid, st,
-                 code);
 }
 
 static void write_full(int fd, const void *buf, size_t len)
