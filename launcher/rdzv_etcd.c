@@ -607,6 +607,10 @@ static void keepalive_done(void *ctx, int err, const cJSON *r,
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(r, "result");
 
   e->keepalive_inflight = false;
+  if (!err && !cJSON_IsObject(res)) {
+    err = -EPROTO;
+    msg = "lease keepalive: no result in the answer";
+  }
   if (err) {
     if (!e->keepalive_warned && now_s() - e->keepalive_ok > e->ttl) {
       e->keepalive_warned = true;
@@ -625,18 +629,36 @@ static void keepalive_done(void *ctx, int err, const cJSON *r,
   e->keepalive_warned = false;
 }
 
+/* Seconds between keepalives: the configured interval, but at least
+ * three per TTL (keepalive_misses 1 would otherwise renew only as the
+ * lease ends). */
+static double keepalive_period(const struct rdzv_etcd *e)
+{
+  return fmin(e->o.conf.keepalive_interval, e->ttl / 3.0);
+}
+
+/* How long one member may take to renew before the next is asked. */
+static double keepalive_timeout(const struct rdzv_etcd *e)
+{
+  return fmax(0.5, e->ttl / 3.0);
+}
+
 static void keepalive_tick(uv_timer_t *t)
 {
   struct rdzv_etcd *e = t->data;
   cJSON *b;
 
-  /* One at a time: a member that does not answer holds one for up to
-   * the request timeout, then the next member gets it. */
+  /* Note [keepalive across a member's loss]: one at a time, each member
+   * given a third of the TTL before the next one is asked, so a member
+   * that is gone or has no leader (a follower holds a renewal up to ~7 s
+   * waiting for one) never keeps the renewal from the members that can
+   * serve it within the TTL. */
   if (!e->lease[0] || e->failed || e->destroyed || e->keepalive_inflight)
     return;
   b = cJSON_CreateObject();
   cJSON_AddStringToObject(b, "ID", e->lease);
-  if (etcd_call(e->ec, "/v3/lease/keepalive", b, keepalive_done, e) == 0)
+  if (etcd_call_within(e->ec, "/v3/lease/keepalive", b, keepalive_timeout(e),
+                       keepalive_done, e) == 0)
     e->keepalive_inflight = true;
   cJSON_Delete(b);
 }
@@ -1138,7 +1160,7 @@ static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
       return UV_EINVAL;
     }
     e->boot = B_GRANT;
-    ms = (uint64_t)(e->o.conf.keepalive_interval * 1000);
+    ms = (uint64_t)(keepalive_period(e) * 1000);
     uv_timer_start(&e->keepalive, keepalive_tick, ms ? ms : 1, ms ? ms : 1);
   }
   kick(e);
