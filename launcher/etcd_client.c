@@ -653,9 +653,19 @@ static void watch_deliver(struct etcd_watch *w)
           w->ecb(w->ctx, compact ? -ESTALE : -ECANCELED, msg);
         return;
       }
+      w->retry_ms = WATCH_RETRY_MIN_MS;
+      /* The "created" answer's revision is the member's current one, sent
+       * before the events that lead up to it (a watch that resumes from an
+       * older revision): it says nothing about what was delivered, and a
+       * watch that resumed from it would skip those events. */
+      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "created")) &&
+          !cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(res,
+                                                               "events"))) {
+        cJSON_Delete(j);
+        continue;
+      }
       if (rev >= w->next_rev)
         w->next_rev = rev + 1;
-      w->retry_ms = WATCH_RETRY_MIN_MS;
       w->cb(w->ctx, res);
     } else if (err) {
       /* {"error":{"grpc_code":14,...}}: this member cannot serve it;
