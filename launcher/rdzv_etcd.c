@@ -503,7 +503,11 @@ static char *alive_value(const struct rdzv_etcd *e)
   cJSON_AddNumberToObject(v, "join", e->want_join && !e->want_leave
                                          ? e->join_round : -1);
   cJSON_AddNumberToObject(v, "exit", e->want_leave ? -1 : e->barrier_round);
-  if (e->want_leave)
+  /* Not before our failure report is in the state: another agent that
+   * applied the leave first would start a round for a node that "left"
+   * and the report, then a no-op, would be lost (a final failure would
+   * not close the job; the others would wait for this node). */
+  if (e->want_leave && !e->want_failure)
     cJSON_AddTrueToObject(v, "leave");
   out = cJSON_PrintUnformatted(v);
   cJSON_Delete(v);
@@ -999,8 +1003,10 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
     e->st_mod = rev;
     if (!e->st.n)
       es_free(&e->st);
-    if (e->txn_clear_failure)
+    if (e->txn_clear_failure) {
       e->want_failure = false;
+      e->publish_dirty |= e->want_leave;    /* now the leave */
+    }
     if (e->txn_clear_barrier)
       e->barrier_written = true;
     kick(e);
@@ -1080,8 +1086,13 @@ static void step(struct rdzv_etcd *e)
          "rendezvous '%s' in etcd refused the join: %s", e->id, err);
     return;
   }
-  if (cf && !rc)
+  if (cf && !rc) {
     e->want_failure = false;
+    if (e->want_leave) {
+      e->publish_dirty = true;
+      kick(e);
+    }
+  }
   if (cb && !rc) {
     /* Our barrier request is in the state already (another agent applied
      * it from our alive key): observe() ran before this and must look
@@ -1290,9 +1301,11 @@ static void etcd_destroy(struct rdzv *r)
       e->want_leave = true;   /* after the boot call, see boot_failed */
     return;
   }
+  /* A failure report still pending goes with the leave (the transition
+   * applies it first): dropped, the others would see only "left" and wait
+   * for a node that will not come instead of restarting or closing. */
   e->want_leave = true;
   e->want_join = false;
-  e->want_failure = false;
   e->barrier_round = -1;
   publish(e);
   kick(e);
