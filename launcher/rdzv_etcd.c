@@ -59,6 +59,8 @@ struct rdzv_etcd {
   bool txn_clear_barrier;
   int ttl;
   char lease[32];                 /* decimal, as etcd sends it */
+  char end_lease[32];             /* Note [the ended job's marker]; "0":
+                                     none could be had */
   char me_id[ES_ID_MAX + 1];      /* lease id in hex */
   char last_error[512];
 
@@ -907,6 +909,59 @@ static cJSON *range_op(const char *key)
   return op;
 }
 
+/* Note [the ended job's marker]: as rdzvd keeps an ended job
+ * close_timeout seconds so that a late joiner is told it ended (instead of
+ * starting a new job of the same id), the last agent to leave a closed or
+ * finished job leaves its state, without nodes, on a lease of its own
+ * whose TTL is close_timeout: etcd deletes it then.  The lease is granted
+ * just before that write; if it cannot be had, the state is deleted. */
+static bool keeps_marker(const struct rdzv_etcd *e, const struct es_state *s)
+{
+  return s->exists && s->n == 0 && e->o.conf.close_timeout > 0 &&
+         (s->phase == ES_CLOSED || s->phase == ES_FINISHED) &&
+         e->end_lease[0] && strcmp(e->end_lease, "0") != 0;
+}
+
+static void end_grant_done(void *ctx, int err, const cJSON *r,
+                           const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "ID");
+
+  (void)msg;
+  e->call_inflight = false;
+  snprintf(e->end_lease, sizeof e->end_lease, "%s",
+           !err && cJSON_IsString(id) ? id->valuestring : "0");
+  kick(e);
+}
+
+/* Asks for the marker's lease when s is an ended job nobody is in.
+ * Returns true when the request went out (step() runs again on its
+ * answer). */
+static bool grant_end_lease(struct rdzv_etcd *e, const struct es_state *s)
+{
+  cJSON *b;
+  char ttl[32];
+  int rc;
+
+  if (e->end_lease[0] || !s->exists || s->n != 0 ||
+      !(e->o.conf.close_timeout > 0) ||
+      (s->phase != ES_CLOSED && s->phase != ES_FINISHED))
+    return false;
+  b = cJSON_CreateObject();
+  snprintf(ttl, sizeof ttl, "%.0f",
+           fmin(1e7, fmax(MIN_TTL, ceil(e->o.conf.close_timeout))));
+  cJSON_AddStringToObject(b, "TTL", ttl);
+  rc = etcd_call(e->ec, "/v3/lease/grant", b, end_grant_done, e);
+  cJSON_Delete(b);
+  if (rc) {
+    snprintf(e->end_lease, sizeof e->end_lease, "0");
+    return false;
+  }
+  e->call_inflight = true;
+  return true;
+}
+
 /* Writes s if the state is still at st_mod and this agent is alive. */
 static int write_state(struct rdzv_etcd *e, const struct es_state *s)
 {
@@ -937,7 +992,7 @@ static int write_state(struct rdzv_etcd *e, const struct es_state *s)
 
   ok = cJSON_AddArrayToObject(b, "success");
   op = cJSON_CreateObject();
-  if (s->n == 0) {
+  if (s->n == 0 && !keeps_marker(e, s)) {
     /* Nobody left: the job is forgotten. */
     in = cJSON_AddObjectToObject(op, "request_delete_range");
     etcd_add_b64(in, "key", e->state_key, strlen(e->state_key));
@@ -952,6 +1007,8 @@ static int write_state(struct rdzv_etcd *e, const struct es_state *s)
     etcd_add_b64(in, "key", e->state_key, strlen(e->state_key));
     etcd_add_b64(in, "value", val, strlen(val));
     free(val);
+    if (s->n == 0)
+      cJSON_AddStringToObject(in, "lease", e->end_lease);
   }
   cJSON_AddItemToArray(ok, op);
   op = cJSON_AddArrayToObject(b, "failure");
@@ -1106,6 +1163,8 @@ static void step(struct rdzv_etcd *e)
       leave_finish(e);
     return;
   }
+  if (grant_end_lease(e, &e->txn_state))
+    return;
   e->txn_clear_failure = cf;
   e->txn_clear_barrier = cb;
   rc = write_state(e, &e->txn_state);
