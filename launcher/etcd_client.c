@@ -1010,3 +1010,8 @@ const char *etcd_client_members(const struct etcd_client *c)
 {
   return c->members_text;
 }
+
+int etcd_client_n_members(const struct etcd_client *c)
+{
+  return c->n_members;
+}

@@ -75,8 +75,9 @@ void etcd_client_close(struct etcd_client *c);
  * connection to it ("" before the first answer). */
 const char *etcd_client_endpoint(const struct etcd_client *c);
 const char *etcd_client_local_ip(const struct etcd_client *c);
-/* The members as given, for messages. */
+/* The members as given, for messages, and how many there are. */
 const char *etcd_client_members(const struct etcd_client *c);
+int etcd_client_n_members(const struct etcd_client *c);
 
 /* ---- wire helpers ---- */
 

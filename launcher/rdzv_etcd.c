@@ -643,9 +643,13 @@ static double keepalive_period(const struct rdzv_etcd *e)
   return fmin(e->o.conf.keepalive_interval, e->ttl / 3.0);
 }
 
-/* How long one member may take to renew before the next is asked. */
+/* How long one member may take to renew before the next is asked.  With
+ * one member there is no other to ask: a slow answer still renews, so it
+ * gets the whole TTL. */
 static double keepalive_timeout(const struct rdzv_etcd *e)
 {
+  if (etcd_client_n_members(e->ec) < 2)
+    return e->ttl;
   return fmax(0.5, e->ttl / 3.0);
 }
 
