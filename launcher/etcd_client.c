@@ -31,6 +31,7 @@ struct etcd_call {
   void *ctx;
   int member;                   /* tried now */
   int tries;                    /* members tried */
+  long timeout_ms;              /* per member */
   bool reauthed;                /* retried once with a fresh token */
   bool is_auth;                 /* the authenticate call itself */
   bool waiting_token;           /* queued until the token comes */
@@ -321,7 +322,9 @@ static int call_send(struct etcd_call *k)
     return -ENOMEM;
   curl_easy_setopt(k->req.easy, CURLOPT_WRITEFUNCTION, call_write);
   curl_easy_setopt(k->req.easy, CURLOPT_WRITEDATA, k);
-  curl_easy_setopt(k->req.easy, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+  curl_easy_setopt(k->req.easy, CURLOPT_TIMEOUT_MS, k->timeout_ms);
+  if (k->timeout_ms < CONNECT_TIMEOUT_MS)
+    curl_easy_setopt(k->req.easy, CURLOPT_CONNECTTIMEOUT_MS, k->timeout_ms);
   k->req.done = call_done;
   k->req.data = k;
   return curl_uv_add(c->cu, &k->req) ? -EIO : 0;
@@ -384,7 +387,7 @@ static void call_done(struct curl_uv_req *r, CURLcode result)
 {
   struct etcd_call *k = r->data;
   struct etcd_client *c = k->c;
-  const cJSON *msgf, *codef;
+  const cJSON *msgf, *codef, *errf;
   long http = 0;
   cJSON *j;
   char *ip = NULL;
@@ -407,6 +410,23 @@ static void call_done(struct curl_uv_req *r, CURLcode result)
       ip)
     snprintf(c->local_ip, sizeof c->local_ip, "%s", ip);
   j = cJSON_ParseWithLength(k->buf ? k->buf : "", k->len);
+  /* A streaming call (lease keepalive) that failed answers 200 with
+   * {"error":{"grpc_code":14,"message":...}}: an error like any other. */
+  errf = cJSON_GetObjectItemCaseSensitive(j, "error");
+  if (http == 200 && cJSON_IsObject(errf)) {
+    msgf = cJSON_GetObjectItemCaseSensitive(errf, "message");
+    code = (int)etcd_i64(errf, "grpc_code");
+    snprintf(k->last_error, sizeof k->last_error, "%s: %s (grpc code %d)",
+             c->members[k->member], cJSON_IsString(msgf) ? msgf->valuestring
+                                                          : "error", code);
+    cJSON_Delete(j);
+    if (code == 14 || code == 4) {      /* no leader, timed out */
+      call_next_member(k, -EAGAIN);
+      return;
+    }
+    call_fail(k, grpc_errno(code), k->last_error);
+    return;
+  }
   if (http == 200 && j) {
     etcd_reply_cb cb = k->cb;
     void *ctx = k->ctx;
@@ -441,8 +461,8 @@ static void call_done(struct curl_uv_req *r, CURLcode result)
 }
 
 static int call_start(struct etcd_client *c, const char *path,
-                      const char *body, etcd_reply_cb cb, void *ctx,
-                      bool is_auth)
+                      const char *body, long timeout_ms, etcd_reply_cb cb,
+                      void *ctx, bool is_auth)
 {
   struct etcd_call *k;
 
@@ -457,6 +477,7 @@ static int call_start(struct etcd_client *c, const char *path,
   k->cb = cb;
   k->ctx = ctx;
   k->member = c->cur;
+  k->timeout_ms = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
   k->is_auth = is_auth;
   k->next = c->calls;
   if (c->calls)
@@ -536,7 +557,7 @@ static void authenticate(struct etcd_client *c)
     return;
   }
   c->authenticating = true;
-  rc = call_start(c, "/v3/auth/authenticate", body, auth_reply, c, true);
+  rc = call_start(c, "/v3/auth/authenticate", body, 0, auth_reply, c, true);
   memset(body, 0, strlen(body));    /* the password */
   free(body);
   if (rc) {
@@ -545,17 +566,25 @@ static void authenticate(struct etcd_client *c)
   }
 }
 
-int etcd_call(struct etcd_client *c, const char *path, const cJSON *body,
-              etcd_reply_cb cb, void *ctx)
+int etcd_call_within(struct etcd_client *c, const char *path,
+                     const cJSON *body, double timeout, etcd_reply_cb cb,
+                     void *ctx)
 {
   char *text = cJSON_PrintUnformatted(body);
   int rc;
 
   if (!text)
     return -ENOMEM;
-  rc = call_start(c, path, text, cb, ctx, false);
+  rc = call_start(c, path, text, timeout > 0 ? (long)(timeout * 1000) : 0,
+                  cb, ctx, false);
   free(text);
   return rc;
+}
+
+int etcd_call(struct etcd_client *c, const char *path, const cJSON *body,
+              etcd_reply_cb cb, void *ctx)
+{
+  return etcd_call_within(c, path, body, 0, cb, ctx);
 }
 
 /* ---- watches ------------------------------------------------------------ */
@@ -624,9 +653,19 @@ static void watch_deliver(struct etcd_watch *w)
           w->ecb(w->ctx, compact ? -ESTALE : -ECANCELED, msg);
         return;
       }
+      w->retry_ms = WATCH_RETRY_MIN_MS;
+      /* The "created" answer's revision is the member's current one, sent
+       * before the events that lead up to it (a watch that resumes from an
+       * older revision): it says nothing about what was delivered, and a
+       * watch that resumed from it would skip those events. */
+      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "created")) &&
+          !cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(res,
+                                                               "events"))) {
+        cJSON_Delete(j);
+        continue;
+      }
       if (rev >= w->next_rev)
         w->next_rev = rev + 1;
-      w->retry_ms = WATCH_RETRY_MIN_MS;
       w->cb(w->ctx, res);
     } else if (err) {
       /* {"error":{"grpc_code":14,...}}: this member cannot serve it;
@@ -970,4 +1009,9 @@ const char *etcd_client_local_ip(const struct etcd_client *c)
 const char *etcd_client_members(const struct etcd_client *c)
 {
   return c->members_text;
+}
+
+int etcd_client_n_members(const struct etcd_client *c)
+{
+  return c->n_members;
 }

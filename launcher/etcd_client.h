@@ -52,6 +52,13 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
 int etcd_call(struct etcd_client *c, const char *path, const cJSON *body,
               etcd_reply_cb cb, void *ctx);
 
+/* etcd_call with its own timeout per member (seconds; 0: the client's),
+ * for calls that must fail over faster than the others (lease
+ * keepalives). */
+int etcd_call_within(struct etcd_client *c, const char *path,
+                     const cJSON *body, double timeout, etcd_reply_cb cb,
+                     void *ctx);
+
 /* Watches [key, range_end) (range_end NULL: key alone) from start_rev.
  * Returns NULL when out of memory. */
 struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
@@ -68,8 +75,9 @@ void etcd_client_close(struct etcd_client *c);
  * connection to it ("" before the first answer). */
 const char *etcd_client_endpoint(const struct etcd_client *c);
 const char *etcd_client_local_ip(const struct etcd_client *c);
-/* The members as given, for messages. */
+/* The members as given, for messages, and how many there are. */
 const char *etcd_client_members(const struct etcd_client *c);
+int etcd_client_n_members(const struct etcd_client *c);
 
 /* ---- wire helpers ---- */
 

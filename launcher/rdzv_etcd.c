@@ -59,6 +59,8 @@ struct rdzv_etcd {
   bool txn_clear_barrier;
   int ttl;
   char lease[32];                 /* decimal, as etcd sends it */
+  char end_lease[32];             /* Note [the ended job's marker]; "0":
+                                     none could be had */
   char me_id[ES_ID_MAX + 1];      /* lease id in hex */
   char last_error[512];
 
@@ -503,7 +505,11 @@ static char *alive_value(const struct rdzv_etcd *e)
   cJSON_AddNumberToObject(v, "join", e->want_join && !e->want_leave
                                          ? e->join_round : -1);
   cJSON_AddNumberToObject(v, "exit", e->want_leave ? -1 : e->barrier_round);
-  if (e->want_leave)
+  /* Not before our failure report is in the state: another agent that
+   * applied the leave first would start a round for a node that "left"
+   * and the report, then a no-op, would be lost (a final failure would
+   * not close the job; the others would wait for this node). */
+  if (e->want_leave && !e->want_failure)
     cJSON_AddTrueToObject(v, "leave");
   out = cJSON_PrintUnformatted(v);
   cJSON_Delete(v);
@@ -607,6 +613,10 @@ static void keepalive_done(void *ctx, int err, const cJSON *r,
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(r, "result");
 
   e->keepalive_inflight = false;
+  if (!err && !cJSON_IsObject(res)) {
+    err = -EPROTO;
+    msg = "lease keepalive: no result in the answer";
+  }
   if (err) {
     if (!e->keepalive_warned && now_s() - e->keepalive_ok > e->ttl) {
       e->keepalive_warned = true;
@@ -625,18 +635,40 @@ static void keepalive_done(void *ctx, int err, const cJSON *r,
   e->keepalive_warned = false;
 }
 
+/* Seconds between keepalives: the configured interval, but at least
+ * three per TTL (keepalive_misses 1 would otherwise renew only as the
+ * lease ends). */
+static double keepalive_period(const struct rdzv_etcd *e)
+{
+  return fmin(e->o.conf.keepalive_interval, e->ttl / 3.0);
+}
+
+/* How long one member may take to renew before the next is asked.  With
+ * one member there is no other to ask: a slow answer still renews, so it
+ * gets the whole TTL. */
+static double keepalive_timeout(const struct rdzv_etcd *e)
+{
+  if (etcd_client_n_members(e->ec) < 2)
+    return e->ttl;
+  return fmax(0.5, e->ttl / 3.0);
+}
+
 static void keepalive_tick(uv_timer_t *t)
 {
   struct rdzv_etcd *e = t->data;
   cJSON *b;
 
-  /* One at a time: a member that does not answer holds one for up to
-   * the request timeout, then the next member gets it. */
+  /* Note [keepalive across a member's loss]: one at a time, each member
+   * given a third of the TTL before the next one is asked, so a member
+   * that is gone or has no leader (a follower holds a renewal up to ~7 s
+   * waiting for one) never keeps the renewal from the members that can
+   * serve it within the TTL. */
   if (!e->lease[0] || e->failed || e->destroyed || e->keepalive_inflight)
     return;
   b = cJSON_CreateObject();
   cJSON_AddStringToObject(b, "ID", e->lease);
-  if (etcd_call(e->ec, "/v3/lease/keepalive", b, keepalive_done, e) == 0)
+  if (etcd_call_within(e->ec, "/v3/lease/keepalive", b, keepalive_timeout(e),
+                       keepalive_done, e) == 0)
     e->keepalive_inflight = true;
   cJSON_Delete(b);
 }
@@ -881,6 +913,59 @@ static cJSON *range_op(const char *key)
   return op;
 }
 
+/* Note [the ended job's marker]: as rdzvd keeps an ended job
+ * close_timeout seconds so that a late joiner is told it ended (instead of
+ * starting a new job of the same id), the last agent to leave a closed or
+ * finished job leaves its state, without nodes, on a lease of its own
+ * whose TTL is close_timeout: etcd deletes it then.  The lease is granted
+ * just before that write; if it cannot be had, the state is deleted. */
+static bool keeps_marker(const struct rdzv_etcd *e, const struct es_state *s)
+{
+  return s->exists && s->n == 0 && e->o.conf.close_timeout > 0 &&
+         (s->phase == ES_CLOSED || s->phase == ES_FINISHED) &&
+         e->end_lease[0] && strcmp(e->end_lease, "0") != 0;
+}
+
+static void end_grant_done(void *ctx, int err, const cJSON *r,
+                           const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "ID");
+
+  (void)msg;
+  e->call_inflight = false;
+  snprintf(e->end_lease, sizeof e->end_lease, "%s",
+           !err && cJSON_IsString(id) ? id->valuestring : "0");
+  kick(e);
+}
+
+/* Asks for the marker's lease when s is an ended job nobody is in.
+ * Returns true when the request went out (step() runs again on its
+ * answer). */
+static bool grant_end_lease(struct rdzv_etcd *e, const struct es_state *s)
+{
+  cJSON *b;
+  char ttl[32];
+  int rc;
+
+  if (e->end_lease[0] || !s->exists || s->n != 0 ||
+      !(e->o.conf.close_timeout > 0) ||
+      (s->phase != ES_CLOSED && s->phase != ES_FINISHED))
+    return false;
+  b = cJSON_CreateObject();
+  snprintf(ttl, sizeof ttl, "%.0f",
+           fmin(1e7, fmax(MIN_TTL, ceil(e->o.conf.close_timeout))));
+  cJSON_AddStringToObject(b, "TTL", ttl);
+  rc = etcd_call(e->ec, "/v3/lease/grant", b, end_grant_done, e);
+  cJSON_Delete(b);
+  if (rc) {
+    snprintf(e->end_lease, sizeof e->end_lease, "0");
+    return false;
+  }
+  e->call_inflight = true;
+  return true;
+}
+
 /* Writes s if the state is still at st_mod and this agent is alive. */
 static int write_state(struct rdzv_etcd *e, const struct es_state *s)
 {
@@ -911,7 +996,7 @@ static int write_state(struct rdzv_etcd *e, const struct es_state *s)
 
   ok = cJSON_AddArrayToObject(b, "success");
   op = cJSON_CreateObject();
-  if (s->n == 0) {
+  if (s->n == 0 && !keeps_marker(e, s)) {
     /* Nobody left: the job is forgotten. */
     in = cJSON_AddObjectToObject(op, "request_delete_range");
     etcd_add_b64(in, "key", e->state_key, strlen(e->state_key));
@@ -926,6 +1011,8 @@ static int write_state(struct rdzv_etcd *e, const struct es_state *s)
     etcd_add_b64(in, "key", e->state_key, strlen(e->state_key));
     etcd_add_b64(in, "value", val, strlen(val));
     free(val);
+    if (s->n == 0)
+      cJSON_AddStringToObject(in, "lease", e->end_lease);
   }
   cJSON_AddItemToArray(ok, op);
   op = cJSON_AddArrayToObject(b, "failure");
@@ -977,8 +1064,10 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
     e->st_mod = rev;
     if (!e->st.n)
       es_free(&e->st);
-    if (e->txn_clear_failure)
+    if (e->txn_clear_failure) {
       e->want_failure = false;
+      e->publish_dirty |= e->want_leave;    /* now the leave */
+    }
     if (e->txn_clear_barrier)
       e->barrier_written = true;
     kick(e);
@@ -1058,8 +1147,13 @@ static void step(struct rdzv_etcd *e)
          "rendezvous '%s' in etcd refused the join: %s", e->id, err);
     return;
   }
-  if (cf && !rc)
+  if (cf && !rc) {
     e->want_failure = false;
+    if (e->want_leave) {
+      e->publish_dirty = true;
+      kick(e);
+    }
+  }
   if (cb && !rc) {
     /* Our barrier request is in the state already (another agent applied
      * it from our alive key): observe() ran before this and must look
@@ -1073,6 +1167,8 @@ static void step(struct rdzv_etcd *e)
       leave_finish(e);
     return;
   }
+  if (grant_end_lease(e, &e->txn_state))
+    return;
   e->txn_clear_failure = cf;
   e->txn_clear_barrier = cb;
   rc = write_state(e, &e->txn_state);
@@ -1138,7 +1234,7 @@ static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
       return UV_EINVAL;
     }
     e->boot = B_GRANT;
-    ms = (uint64_t)(e->o.conf.keepalive_interval * 1000);
+    ms = (uint64_t)(keepalive_period(e) * 1000);
     uv_timer_start(&e->keepalive, keepalive_tick, ms ? ms : 1, ms ? ms : 1);
   }
   kick(e);
@@ -1268,9 +1364,11 @@ static void etcd_destroy(struct rdzv *r)
       e->want_leave = true;   /* after the boot call, see boot_failed */
     return;
   }
+  /* A failure report still pending goes with the leave (the transition
+   * applies it first): dropped, the others would see only "left" and wait
+   * for a node that will not come instead of restarting or closing. */
   e->want_leave = true;
   e->want_join = false;
-  e->want_failure = false;
   e->barrier_round = -1;
   publish(e);
   kick(e);

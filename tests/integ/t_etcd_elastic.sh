@@ -1,5 +1,4 @@
 #!/bin/bash
-# integ-retry: the etcd back end has an open intermittent hang or lost node under load (issue 13)
 # The etcd back end is elastic like c10d: nodes with unequal nproc get
 # rank offsets that follow their group ranks; a late node scales a running
 # job up (everyone restarts, no restart counted); an agent SIGKILLed is

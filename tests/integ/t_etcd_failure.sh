@@ -1,5 +1,4 @@
 #!/bin/bash
-# integ-retry: the etcd back end has an open intermittent hang or lost node under load (issue 13)
 # Through etcd, a worker failure on one node restarts every node's workers
 # in a new round; TORCHELASTIC_RESTART_COUNT agrees on all nodes (counted
 # per job).  When restarts run out, the failing node prints the summary

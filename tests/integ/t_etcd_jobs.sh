@@ -1,5 +1,4 @@
 #!/bin/bash
-# integ-retry: the etcd back end has an open intermittent hang or lost node under load (issue 13)
 # Two jobs share one etcd without seeing each other (keys under their own
 # rdzv_id), and a node whose --nnodes differs from its job's is refused
 # with config_mismatch while the job runs on.  etcd-v2 is refused with a

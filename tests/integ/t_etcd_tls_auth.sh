@@ -1,5 +1,4 @@
 #!/bin/bash
-# integ-retry: the etcd back end has an open intermittent hang or lost node under load (issue 13)
 # The etcd back end over TLS with client certificates (made here with
 # openssl: a CA, a server certificate for 127.0.0.1, a client certificate),
 # and with etcd user/password authentication (the password from a file).
