@@ -1,45 +1,12 @@
 #!/bin/bash
 # Through etcd, a worker failure on one node restarts every node's workers
-# in a new round; TORCHELASTIC_RESTART_COUNT agrees on all nodes (counted
-# per job).  When restarts run out, the failing node prints the summary
-# and the other stops with "the job ... was closed".
+# in a new round, and running out of restarts ends the job on every node
+# (failure_lib.sh says what is checked).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/etcd_lib.sh"
+. "$(dirname "$0")/failure_lib.sh"
 
 start_etcd e1
 etcd_wait_healthy "$ETCD_URL" 30
-ep=$ETCD_EP
-
-mkdir "$T/f"
-# Global rank 1 fails on the first attempt only.
-for n in a b; do
-  agent "$n" --nnodes=2 --nproc_per_node=2 --rdzv_backend=etcd \
-    --rdzv_endpoint="$ep" --rdzv_id=fail1 --max_restarts=2 \
-    "$TW" fail "$T/f" 1 5 1
-done
-wait_exit "$AGENT_a" 60; rca=$RC
-wait_exit "$AGENT_b" 60; rcb=$RC
-[ "$rca" -eq 0 ] && [ "$rcb" -eq 0 ] ||
-  { cat "$T/a.err" "$T/b.err"; fail "agents exited $rca/$rcb"; }
-for r in 0 1 2 3; do
-  expect_eq "rank $r restart count" \
-    "$(envval "$T/f/env.$r" TORCHELASTIC_RESTART_COUNT)" 1
-done
-
-# Restarts exhausted: rank 3 always fails.
-mkdir "$T/g"
-for n in c d; do
-  agent "$n" --nnodes=2 --nproc_per_node=2 --rdzv_backend=etcd \
-    --rdzv_endpoint="$ep" --rdzv_id=fail2 --max_restarts=1 \
-    "$TW" fail "$T/g" 3 9 99
-done
-wait_exit "$AGENT_c" 60; rcc=$RC
-wait_exit "$AGENT_d" 60; rcd=$RC
-if grep -q 'Root Cause' "$T/c.err"; then failer=c other=d; rf=$rcc; ro=$rcd
-else failer=d other=c; rf=$rcd; ro=$rcc; fi
-expect_eq "failing agent status" "$rf" 9
-expect_grep '^  rank      : 3 \(local_rank: 1\)$' "$T/$failer.err"
-[ "$ro" -ne 0 ] || fail "the other agent exited 0 although the job failed"
-expect_grep "job 'fail2' was closed" "$T/$other.err"
-expect_eq "attempts" "$(envval "$T/g/env.0" TORCHELASTIC_RESTART_COUNT)" 1
+failure_scenario etcd "$ETCD_EP" 60
 exit 0
