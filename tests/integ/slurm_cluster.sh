@@ -9,38 +9,19 @@
 # (exported), inctl CMD... (runs CMD in the controller's namespace, where
 # srun and scontrol work), CREATED_NS, DAEMONS, id.
 
-id=$$
-NS_SW=cdrun-$id-sw
-BR=b$id
-NET=10.215.$((id % 250 + 1))
-CREATED_NS=()
+. "$(dirname "${BASH_SOURCE[0]}")/nsbed_lib.sh"
 DAEMONS=()     # pid files of daemons we started
 
-net_cleanup() {
-  local ns f p
+nsbed_stop_daemons() {
+  local f
   if [ -n "${DEBUG_SLURM_TEST:-}" ]; then
     tail -n 20 "$T"/*.log "$T"/*.err >&2
   fi
   for f in "${DAEMONS[@]+"${DAEMONS[@]}"}"; do
     [ -f "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null
   done
-  # Whatever still runs in our namespaces was started by this test.
-  for ns in "${CREATED_NS[@]+"${CREATED_NS[@]}"}"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  done
-  cleanup
-  for ns in "${CREATED_NS[@]+"${CREATED_NS[@]}"}"; do
-    [ "$ns" = "$NS_SW" ] || ip -n "$NS_SW" link del "v$id${ns##*-}" 2>/dev/null
-  done
-  ip -n "$NS_SW" link del "$BR" 2>/dev/null
-  for ns in "${CREATED_NS[@]+"${CREATED_NS[@]}"}"; do
-    ip netns del "$ns" 2>/dev/null
-    rm -rf "/etc/netns/$ns"
-  done
-  rmdir /etc/netns 2>/dev/null
-  return 0
 }
-trap net_cleanup EXIT
+trap nsbed_cleanup EXIT
 
 [ "$(id -u)" -eq 0 ] || skip "a Slurm test cluster needs root (uid $(id -u))"
 for c in ip nsenter unshare; do
@@ -52,14 +33,7 @@ done
 for c in srun sbatch scancel squeue sinfo scontrol mungekey; do
   command -v $c >/dev/null || skip "$c is not installed (slurm-client, munge)"
 done
-
-ip netns add "$NS_SW" 2>"$T/ip.err" ||
-  skip "'ip netns add' does not work here: $(head -c 200 "$T/ip.err")"
-CREATED_NS+=("$NS_SW")
-ip -n "$NS_SW" link set lo up || skip "cannot configure a network namespace"
-ip -n "$NS_SW" link add "$BR" type bridge 2>"$T/ip.err" ||
-  skip "cannot create a bridge in a namespace: $(head -c 200 "$T/ip.err")"
-ip -n "$NS_SW" link set "$BR" up || fail "bridge up"
+nsbed_start 215
 
 CTL_HOST=$(hostname -s)
 declare -A ADDR=([ctl]=$NET.1 [n1]=$NET.11 [n2]=$NET.12)
@@ -70,22 +44,7 @@ declare -A ADDR=([ctl]=$NET.1 [n1]=$NET.11 [n2]=$NET.12)
   echo "${ADDR[n2]} n2"
 } >"$T/hosts"
 
-host() {
-  local name=$1 ns=cdrun-$id-$1
-  ip netns add "$ns" || fail "netns $ns"
-  CREATED_NS+=("$ns")
-  ip -n "$NS_SW" link add "v$id$name" type veth peer name "e$id$name" \
-    netns "$ns" 2>"$T/ip.err" ||
-    skip "cannot create a veth pair: $(head -c 200 "$T/ip.err")"
-  ip -n "$NS_SW" link set "v$id$name" master "$BR" || fail "bridge port"
-  ip -n "$NS_SW" link set "v$id$name" up || fail "veth up"
-  ip -n "$ns" link set lo up || fail "lo up"
-  ip -n "$ns" addr add "${ADDR[$name]}/24" dev "e$id$name" || fail "addr"
-  ip -n "$ns" link set "e$id$name" up || fail "veth up in $ns"
-  mkdir -p "/etc/netns/$ns" && cp "$T/hosts" "/etc/netns/$ns/hosts" ||
-    fail "cannot write /etc/netns/$ns/hosts"
-}
-for n in ctl n1 n2; do host "$n"; done
+for n in ctl n1 n2; do nsbed_host "$n"; done
 
 # ---- munge --------------------------------------------------------------
 mkdir -p "$T/munge" && chmod 755 "$T" "$T/munge"

@@ -11,14 +11,10 @@
 # event for the other.  Needs root, ip netns, sshd; skips otherwise.
 . "$(dirname "$0")/lib.sh"
 
-id=$$
-NS_SW=cdrun-$id-sw
-BR=b$id
-NET=10.214.$((id % 250 + 1))
+. "$(dirname "$0")/nsbed_lib.sh"
 PORT=2222                     # inside private namespaces only
-CREATED_NS=()
 
-net_cleanup() {
+nsbed_stop_daemons() {
   local ns f
   if [ -n "${DEBUG_SSH_TEST:-}" ]; then
     tail -n 30 "$T"/*.err "$T"/*.log >&2
@@ -29,36 +25,14 @@ net_cleanup() {
   for f in "$T"/sshd-*.pid; do
     [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null
   done
-  # Whatever still runs in our namespaces was started by this test.
-  for ns in "${CREATED_NS[@]+"${CREATED_NS[@]}"}"; do
-    for f in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$f" 2>/dev/null; done
-  done
-  cleanup
-  for ns in "${CREATED_NS[@]+"${CREATED_NS[@]}"}"; do
-    [ "$ns" = "$NS_SW" ] || ip -n "$NS_SW" link del "v$id${ns##*-}" 2>/dev/null
-  done
-  ip -n "$NS_SW" link del "$BR" 2>/dev/null
-  for ns in "${CREATED_NS[@]+"${CREATED_NS[@]}"}"; do
-    ip netns del "$ns" 2>/dev/null
-    rm -rf "/etc/netns/$ns"
-  done
-  rmdir /etc/netns 2>/dev/null
-  return 0
 }
-trap net_cleanup EXIT
+trap nsbed_cleanup EXIT
 
 [ "$(id -u)" -eq 0 ] || skip "network namespaces and sshd need root (uid $(id -u))"
-command -v ip >/dev/null || skip "the ip command (iproute2) is not installed"
 [ -x /usr/sbin/sshd ] || skip "openssh-server (/usr/sbin/sshd) is not installed"
 command -v ssh >/dev/null && command -v ssh-keygen >/dev/null ||
   skip "openssh-client is not installed"
-ip netns add "$NS_SW" 2>"$T/ip.err" ||
-  skip "'ip netns add' does not work here: $(head -c 200 "$T/ip.err")"
-CREATED_NS+=("$NS_SW")
-ip -n "$NS_SW" link set lo up || skip "cannot configure a network namespace"
-ip -n "$NS_SW" link add "$BR" type bridge 2>"$T/ip.err" ||
-  skip "cannot create a bridge in a namespace: $(head -c 200 "$T/ip.err")"
-ip -n "$NS_SW" link set "$BR" up || fail "bridge up"
+nsbed_start 214
 
 # Names: the head "hd" and hosts h1, h2; h3 is in the hostfile and /etc/hosts
 # but nobody has its address.
@@ -66,22 +40,7 @@ declare -A ADDR=([hd]=$NET.10 [h1]=$NET.11 [h2]=$NET.12 [h3]=$NET.13)
 for n in hd h1 h2 h3; do echo "${ADDR[$n]} $n"; done >"$T/hosts"
 echo "127.0.0.1 localhost" >>"$T/hosts"
 
-host() {
-  local name=$1 ns=cdrun-$id-$1
-  ip netns add "$ns" || fail "netns $ns"
-  CREATED_NS+=("$ns")
-  ip -n "$NS_SW" link add "v$id$name" type veth peer name "e$id$name" \
-    netns "$ns" 2>"$T/ip.err" ||
-    skip "cannot create a veth pair: $(head -c 200 "$T/ip.err")"
-  ip -n "$NS_SW" link set "v$id$name" master "$BR" || fail "bridge port"
-  ip -n "$NS_SW" link set "v$id$name" up || fail "veth up"
-  ip -n "$ns" link set lo up || fail "lo up"
-  ip -n "$ns" addr add "${ADDR[$name]}/24" dev "e$id$name" || fail "addr"
-  ip -n "$ns" link set "e$id$name" up || fail "veth up in $ns"
-  mkdir -p "/etc/netns/$ns" && cp "$T/hosts" "/etc/netns/$ns/hosts" ||
-    fail "cannot write /etc/netns/$ns/hosts"
-}
-for n in hd h1 h2; do host "$n"; done
+for n in hd h1 h2; do nsbed_host "$n"; done
 
 # ---- keys, sshd per host, the client's config ------------------------------
 ssh-keygen -q -t ed25519 -N '' -f "$T/hostkey" || fail "ssh-keygen host key"
