@@ -55,7 +55,7 @@
 #define SEPARATION 1.0   /* cluster centres ~ N(0, SEPARATION^2) per dim */
 #define NOISE 1.75       /* samples ~ centre + N(0, NOISE^2) per dim */
 #define NTEST 10000
-#define MAX_LAYERS 8     /* --layers: hidden layers */
+#define MAX_LAYERS 16    /* --layers: hidden layers */
 #define MAX_W (MAX_LAYERS + 1)   /* weight layers */
 #define MAX_P (2 * MAX_W)        /* parameters: W1 b1 W2 b2 ... */
 #define WARMUP 5         /* steps left out of step_ms */
@@ -129,7 +129,7 @@ static void usage(FILE *f)
 "  --ckpt-dir DIR     where latest.ckpt lives (./ckpt)\n"
 "  --seed N           data, initial weights and sampler (1)\n"
 "  --hidden N         width of the hidden layers (512)\n"
-"  --layers N         hidden layers, 1 to 8 (2: 64-512-512-10)\n"
+"  --layers N         hidden layers, 1 to 16 (2: 64-512-512-10)\n"
 "  --samples N        training rows (60000)\n"
 "  --steps N          stop once N steps in all are done (benchmarks)\n"
 "  --no-reducer       all-reduce each gradient after the backward pass\n"
