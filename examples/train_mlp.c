@@ -7,8 +7,8 @@
  *  - data: a Gaussian-mixture classification problem generated from --seed
  *    (10 classes, 4 clusters each, 64 features), --samples training rows
  *    and a held-out test set; every rank generates the same arrays;
- *  - model: 64 -> hidden -> hidden -> 10, ReLU, softmax cross-entropy;
- *    forward and backward passes in plain C;
+ *  - model: 64 -> hidden -> hidden -> 10 (--layers N: N hidden layers),
+ *    ReLU, softmax cross-entropy; forward and backward passes in plain C;
  *  - sampler: as torch's DistributedSampler, a permutation per (seed,
  *    epoch), identical on every rank; the global batch is fixed, so each
  *    rank takes global_batch / WORLD_SIZE rows of it per step and one
