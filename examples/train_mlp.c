@@ -7,8 +7,8 @@
  *  - data: a Gaussian-mixture classification problem generated from --seed
  *    (10 classes, 4 clusters each, 64 features), --samples training rows
  *    and a held-out test set; every rank generates the same arrays;
- *  - model: 64 -> hidden -> hidden -> 10, ReLU, softmax cross-entropy;
- *    forward and backward passes in plain C;
+ *  - model: 64 -> hidden -> hidden -> 10 (--layers N: N hidden layers),
+ *    ReLU, softmax cross-entropy; forward and backward passes in plain C;
  *  - sampler: as torch's DistributedSampler, a permutation per (seed,
  *    epoch), identical on every rank; the global batch is fixed, so each
  *    rank takes global_batch / WORLD_SIZE rows of it per step and one
@@ -55,21 +55,24 @@
 #define SEPARATION 1.0   /* cluster centres ~ N(0, SEPARATION^2) per dim */
 #define NOISE 1.75       /* samples ~ centre + N(0, NOISE^2) per dim */
 #define NTEST 10000
-#define NPARAM 6         /* W1 b1 W2 b2 W3 b3 */
+#define MAX_LAYERS 16    /* --layers: hidden layers */
+#define MAX_W (MAX_LAYERS + 1)   /* weight layers */
+#define MAX_P (2 * MAX_W)        /* parameters: W1 b1 W2 b2 ... */
 #define WARMUP 5         /* steps left out of step_ms */
 #define BLOCK 16         /* see Note [vectorizing] */
 
 enum { OPT_SGD, OPT_ADAM };
 
 struct opts {
-  long epochs, global_batch, hidden, samples, ckpt_every, steps;
+  long epochs, global_batch, hidden, layers, samples, ckpt_every, steps;
   long die_at_step, die_rank;
   double lr, momentum;
   int optimizer;
   uint64_t seed;
   const char *ckpt_dir;
   bool no_reducer, no_comm, device_compute;
-  double backward_ms[3];   /* --backward-ms; 0: measure */
+  double backward_ms[MAX_W];   /* --backward-ms; 0: measure */
+  int nbackward_ms;
 };
 
 static int rank_g = -1;   /* for messages */
@@ -125,7 +128,8 @@ static void usage(FILE *f)
 "  --ckpt-every K     checkpoint every K steps, 0: never (50)\n"
 "  --ckpt-dir DIR     where latest.ckpt lives (./ckpt)\n"
 "  --seed N           data, initial weights and sampler (1)\n"
-"  --hidden N         width of both hidden layers (512)\n"
+"  --hidden N         width of the hidden layers (512)\n"
+"  --layers N         hidden layers, 1 to 16 (2: 64-512-512-10)\n"
 "  --samples N        training rows (60000)\n"
 "  --steps N          stop once N steps in all are done (benchmarks)\n"
 "  --no-reducer       all-reduce each gradient after the backward pass\n"
@@ -134,8 +138,9 @@ static void usage(FILE *f)
 "                     the backward pass sleeps as long as it took on the\n"
 "                     CPU (as a GPU's kernels leave the CPU free); the\n"
 "                     gradients then stop being computed\n"
-"  --backward-ms A,B,C  with --device-compute: the three stages' times\n"
-"                     (ms) from the first step on, not measured\n"
+"  --backward-ms A,B,..  with --device-compute: the backward stages'\n"
+"                     times (ms; one per layer, last layer first) from\n"
+"                     the first step on, not measured\n"
 "  --die-at-step S    SIGKILL one worker at step S, first attempt only\n"
 "  --die-rank R       the worker that dies (0)\n", f);
 }
@@ -209,7 +214,7 @@ static int parse_flags(int argc, char **argv, struct opts *o)
   static const char *const takes_value[] = {
     "epochs", "global-batch", "lr", "optimizer", "ckpt-every", "ckpt-dir",
     "seed", "hidden", "samples", "steps", "die-at-step", "die-rank",
-    "backward-ms",
+    "backward-ms", "layers",
   };
   int i;
   size_t k;
@@ -255,12 +260,18 @@ static int parse_flags(int argc, char **argv, struct opts *o)
       char *end;
       const char *q = v;
 
-      for (k = 0; k < 3 && rc == 0; k++) {
+      o->nbackward_ms = 0;
+      for (k = 0; k < MAX_W && rc == 0; k++) {
         errno = 0;
         o->backward_ms[k] = strtod(q, &end);
         if (errno || end == q || !(o->backward_ms[k] > 0) ||
-            o->backward_ms[k] > 1e6 || *end != (k < 2 ? ',' : '\0'))
-          rc = bad_value("--backward-ms", v, "three times in ms, A,B,C");
+            o->backward_ms[k] > 1e6 || (*end != ',' && *end != '\0') ||
+            (*end == ',' && k == MAX_W - 1))
+          rc = bad_value("--backward-ms", v, "times in ms, A,B,..., one "
+                         "per backward stage");
+        o->nbackward_ms = (int)k + 1;
+        if (*end == '\0')
+          break;
         q = end + 1;
       }
     } else if (!strcmp(name, "epochs")) {
@@ -286,6 +297,8 @@ static int parse_flags(int argc, char **argv, struct opts *o)
       rc = parse_u64("--seed", v, &o->seed);
     } else if (!strcmp(name, "hidden")) {
       rc = parse_long("--hidden", v, 1, 16384, &o->hidden);
+    } else if (!strcmp(name, "layers")) {
+      rc = parse_long("--layers", v, 1, MAX_LAYERS, &o->layers);
     } else if (!strcmp(name, "samples")) {
       rc = parse_long("--samples", v, 1, 10000000, &o->samples);
     } else if (!strcmp(name, "steps")) {
@@ -305,6 +318,10 @@ static int parse_flags(int argc, char **argv, struct opts *o)
                        "(%ld)", o->samples, o->global_batch);
   if (o->backward_ms[0] > 0 && !o->device_compute)
     return usage_error("--backward-ms needs --device-compute");
+  if (o->nbackward_ms && o->nbackward_ms != o->layers + 1)
+    return usage_error("--backward-ms has %d times; --layers %ld has %ld "
+                       "backward stages", o->nbackward_ms, o->layers,
+                       o->layers + 1);
   if (o->no_reducer && o->no_comm)
     return usage_error("--no-reducer and --no-comm: pick one");
   if (o->lr == 0)
@@ -587,62 +604,77 @@ static void transpose(size_t rows, size_t cols, const float *a, float *at)
 
 struct net {
   size_t hid;
-  size_t numel[NPARAM];
+  int nw;                /* weight layers: hidden layers + 1 */
+  size_t np;             /* parameters: 2 nw */
+  size_t dim[MAX_W + 1]; /* layer widths: NIN, hid..., NCLS */
+  size_t numel[MAX_P];
   size_t total;
   float *w;              /* every parameter, forward order */
-  float *p[NPARAM];      /* into w: W1 b1 W2 b2 W3 b3 */
+  float *p[MAX_P];       /* into w: W1 b1 W2 b2 ... */
   float *opt1, *opt2;    /* optimizer state: momentum, or Adam's m and v */
   float *own_grad;       /* --no-reducer / --no-comm: gradients here */
-  float *g[NPARAM];      /* where gradient i is written this step */
-  float *wt2, *wt3;      /* W2, W3 transposed, for the backward pass */
+  float *g[MAX_P];       /* where gradient i is written this step */
+  float *wt[MAX_W];      /* wt[l]: W(l+1) transposed (l >= 1), backward */
   /* Activations for up to cap rows. */
   size_t cap;
   uint32_t *idx;         /* dataset rows of x */
-  float *x, *h1, *h2, *z3, *d3, *d2, *d1;
+  float *x;              /* the input, act[0] */
+  float *act[MAX_W];     /* act[l]: layer l's input (hidden l after ReLU) */
+  float *del[MAX_W];     /* del[l]: dloss / d act[l], l >= 1 */
+  float *z, *dz;         /* logits and dloss / dlogits */
   struct terms t;
   /* --device-compute: each backward stage's mean CPU time over the warm-up
    * steps, then slept instead of computed; backward time of timed steps. */
   bool device;
   long real_steps;
-  double stage_s[3], given_s[3], bw_s;
+  double stage_s[MAX_W], given_s[MAX_W], bw_s;
+  double due_s;          /* device mode: the current stage's end */
   long bw_steps;
 };
 
-static void net_init(struct net *n, size_t hid, size_t cap, uint64_t seed)
+/* layers hidden layers of hid units: layer l maps dim[l] to dim[l + 1]. */
+static void net_init(struct net *n, size_t hid, int layers, size_t cap,
+                     uint64_t seed)
 {
-  size_t i, off = 0, fan_in[NPARAM] = { NIN, 0, hid, 0, hid, 0 };
+  size_t i, off = 0;
   uint64_t s = stream(seed, 5, 0);
+  int l;
 
   n->hid = hid;
-  n->numel[0] = NIN * hid;
-  n->numel[1] = hid;
-  n->numel[2] = hid * hid;
-  n->numel[3] = hid;
-  n->numel[4] = hid * NCLS;
-  n->numel[5] = NCLS;
-  for (i = 0; i < NPARAM; i++)
+  n->nw = layers + 1;
+  n->np = 2 * (size_t)n->nw;
+  n->dim[0] = NIN;
+  for (l = 1; l < n->nw; l++)
+    n->dim[l] = hid;
+  n->dim[n->nw] = NCLS;
+  for (l = 0; l < n->nw; l++) {
+    n->numel[2 * l] = n->dim[l] * n->dim[l + 1];
+    n->numel[2 * l + 1] = n->dim[l + 1];
+  }
+  for (i = 0; i < n->np; i++)
     n->total += n->numel[i];
   n->w = xcalloc(n->total, sizeof *n->w);
   n->opt1 = xcalloc(n->total, sizeof *n->opt1);
   n->opt2 = xcalloc(n->total, sizeof *n->opt2);
-  for (i = 0; i < NPARAM; i++) {
+  for (i = 0; i < n->np; i++) {
     n->p[i] = n->w + off;
     off += n->numel[i];
     /* He initialisation for the weights; biases start at zero. */
-    if (fan_in[i])
-      fill_normal(&s, n->p[i], n->numel[i], sqrt(2.0 / (double)fan_in[i]));
+    if (i % 2 == 0)
+      fill_normal(&s, n->p[i], n->numel[i],
+                  sqrt(2.0 / (double)n->dim[i / 2]));
   }
-  n->wt2 = xcalloc(hid * hid, sizeof *n->wt2);
-  n->wt3 = xcalloc(hid * NCLS, sizeof *n->wt3);
   n->cap = cap;
   n->idx = xcalloc(cap, sizeof *n->idx);
   n->x = xcalloc(cap * NIN, sizeof *n->x);
-  n->h1 = xcalloc(cap * hid, sizeof *n->h1);
-  n->h2 = xcalloc(cap * hid, sizeof *n->h2);
-  n->z3 = xcalloc(cap * NCLS, sizeof *n->z3);
-  n->d3 = xcalloc(cap * NCLS, sizeof *n->d3);
-  n->d2 = xcalloc(cap * hid, sizeof *n->d2);
-  n->d1 = xcalloc(cap * hid, sizeof *n->d1);
+  n->act[0] = n->x;
+  for (l = 1; l < n->nw; l++) {
+    n->wt[l] = xcalloc(n->dim[l] * n->dim[l + 1], sizeof *n->wt[l]);
+    n->act[l] = xcalloc(cap * hid, sizeof *n->act[l]);
+    n->del[l] = xcalloc(cap * hid, sizeof *n->del[l]);
+  }
+  n->z = xcalloc(cap * NCLS, sizeof *n->z);
+  n->dz = xcalloc(cap * NCLS, sizeof *n->dz);
   i = hid > cap ? hid : cap;
   n->t.a = xcalloc(i, sizeof *n->t.a);
   n->t.x = xcalloc(i, sizeof *n->t.x);
@@ -654,30 +686,32 @@ static void net_free(struct net *n)
   free(n->opt1);
   free(n->opt2);
   free(n->own_grad);
-  free(n->wt2);
-  free(n->wt3);
+  for (int l = 1; l < n->nw; l++) {
+    free(n->wt[l]);
+    free(n->act[l]);
+    free(n->del[l]);
+  }
   free(n->idx);
   free(n->x);
-  free(n->h1);
-  free(n->h2);
-  free(n->z3);
-  free(n->d3);
-  free(n->d2);
-  free(n->d1);
+  free(n->z);
+  free(n->dz);
   free(n->t.a);
   free(n->t.x);
 }
 
-/* Forward pass of the first rows rows of n->x: logits in n->z3. */
+/* Forward pass of the first rows rows of n->x: logits in n->z. */
 static void forward(struct net *n, size_t rows)
 {
-  size_t h = n->hid;
+  int l;
 
-  layer_fwd(rows, NIN, h, n->x, n->p[0], n->p[1], n->h1, &n->t);
-  relu(n->h1, rows * h);
-  layer_fwd(rows, h, h, n->h1, n->p[2], n->p[3], n->h2, &n->t);
-  relu(n->h2, rows * h);
-  layer_fwd(rows, h, NCLS, n->h2, n->p[4], n->p[5], n->z3, &n->t);
+  for (l = 0; l < n->nw; l++) {
+    bool last = l == n->nw - 1;
+
+    layer_fwd(rows, n->dim[l], n->dim[l + 1], n->act[l], n->p[2 * l],
+              n->p[2 * l + 1], last ? n->z : n->act[l + 1], &n->t);
+    if (!last)
+      relu(n->act[l + 1], rows * n->dim[l + 1]);
+  }
 }
 
 /* Softmax cross-entropy of one row's logits z; *pred gets the argmax;
@@ -703,13 +737,13 @@ static double xent(const float *z, unsigned label, float scale, float *d,
   return log(sum) - (double)(z[label] - mx);
 }
 
-/* Backward pass, last layer first: as soon as a parameter's gradient is
- * complete it is marked ready, so that the reducer can start a full
- * bucket's all-reduce while the rest of the pass runs.  The marking order
- * (b3 W3 b2 W2 b1 W1) is the reverse registration order the reducer
- * expects, so its buckets fill front to back. */
 /* Stage k of the backward pass: computed (and timed for the warm-up
- * mean), or in device mode after the warm-up, slept for that mean. */
+ * mean), or in device mode after the warm-up, slept for that mean.  The
+ * sleeps end at absolute deadlines, each stage's due time the previous
+ * one's plus its length, from the start of the pass: time the CPU spends
+ * between stages (marking gradients ready, launching all-reduces) runs
+ * alongside the "device", as it does beside a GPU's kernels, and a late
+ * wake-up does not push back the later stages. */
 static bool stage_sleep(struct net *n, int k)
 {
   struct timespec ts;
@@ -719,9 +753,11 @@ static bool stage_sleep(struct net *n, int k)
     return false;
   d = n->given_s[k] > 0 ? n->given_s[k] :
       n->stage_s[k] / (double)n->real_steps;
-  ts.tv_sec = (time_t)d;
-  ts.tv_nsec = (long)((d - (double)ts.tv_sec) * 1e9);
-  while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+  n->due_s += d;
+  ts.tv_sec = (time_t)n->due_s;
+  ts.tv_nsec = (long)((n->due_s - (double)ts.tv_sec) * 1e9);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+         EINTR)
     ;
   return true;
 }
@@ -738,43 +774,45 @@ static double stage_ms(const struct net *n, int k)
   return n->real_steps ? 1e3 * n->stage_s[k] / (double)n->real_steps : 0.0;
 }
 
+/* Backward pass, last layer first, one stage per layer: stage k computes
+ * layer l = nw - 1 - k's weight gradient (and, for k > 0, first its
+ * output's gradient from layer l + 1's), then marks W(l+1) and b(l+1)
+ * ready, so that the reducer can start a full bucket's all-reduce while
+ * the earlier layers' stages run.  The marking order (last layer's b, W
+ * first) is the reverse registration order the reducer expects, so its
+ * buckets fill front to back. */
 static int backward(struct net *n, size_t rows, pg_reducer *red)
 {
-  size_t h = n->hid;
-  int err = 0;
-  double t0 = now_s();
+  int err = 0, k;
 
-  bool slept;
+  n->due_s = now_s();
+  for (k = 0; k < n->nw; k++) {
+    int l = n->nw - 1 - k;
+    double t0 = now_s();
+    bool slept;
 
-  if (!(slept = stage_sleep(n, 0)))
-    layer_wgrad(rows, h, NCLS, n->h2, n->d3, n->g[4], n->g[5], &n->t);
-  stage_done(n, 0, t0, slept);
-  if (red && ((err = pg_reducer_mark_ready(red, 5)) != 0 ||
-              (err = pg_reducer_mark_ready(red, 4)) != 0))
-    return err;
-  t0 = now_s();
-  if (!(slept = stage_sleep(n, 1))) {
-    transpose(h, NCLS, n->p[4], n->wt3);
-    layer_dgrad(rows, h, NCLS, n->d3, n->wt3, n->h2, n->d2, &n->t);
-    layer_wgrad(rows, h, h, n->h1, n->d2, n->g[2], n->g[3], &n->t);
+    if (!(slept = stage_sleep(n, k))) {
+      const float *dout = n->dz;
+
+      if (k > 0) {
+        /* del[l + 1] = (dout W(l+2)^T) masked by act[l + 1] > 0 */
+        dout = l + 1 == n->nw - 1 ? n->dz : n->del[l + 2];
+        transpose(n->dim[l + 1], n->dim[l + 2], n->p[2 * (l + 1)],
+                  n->wt[l + 1]);
+        layer_dgrad(rows, n->dim[l + 1], n->dim[l + 2], dout, n->wt[l + 1],
+                    n->act[l + 1], n->del[l + 1], &n->t);
+        dout = n->del[l + 1];
+      }
+      layer_wgrad(rows, n->dim[l], n->dim[l + 1], n->act[l], dout,
+                  n->g[2 * l], n->g[2 * l + 1], &n->t);
+    }
+    stage_done(n, k, t0, slept);
+    if (k == n->nw - 1 && !slept)
+      n->real_steps++;
+    if (red && ((err = pg_reducer_mark_ready(red, (size_t)(2 * l + 1))) != 0 ||
+                (err = pg_reducer_mark_ready(red, (size_t)(2 * l))) != 0))
+      return err;
   }
-  stage_done(n, 1, t0, slept);
-  if (red && ((err = pg_reducer_mark_ready(red, 3)) != 0 ||
-              (err = pg_reducer_mark_ready(red, 2)) != 0))
-    return err;
-  /* From here on W2's bucket (most of the bytes) is on the wire. */
-  t0 = now_s();
-  if (!(slept = stage_sleep(n, 2))) {
-    transpose(h, h, n->p[2], n->wt2);
-    layer_dgrad(rows, h, h, n->d2, n->wt2, n->h1, n->d1, &n->t);
-    layer_wgrad(rows, NIN, h, n->x, n->d1, n->g[0], n->g[1], &n->t);
-  }
-  stage_done(n, 2, t0, slept);
-  if (!slept)
-    n->real_steps++;
-  if (red && ((err = pg_reducer_mark_ready(red, 1)) != 0 ||
-              (err = pg_reducer_mark_ready(red, 0)) != 0))
-    return err;
   return 0;
 }
 
@@ -818,7 +856,7 @@ static void optimize(struct net *n, const struct opts *o, long t)
   float c2 = (float)(1.0 - pow(0.999, (double)t));
   size_t i, off = 0;
 
-  for (i = 0; i < NPARAM; i++) {
+  for (i = 0; i < n->np; i++) {
     if (o->optimizer == OPT_SGD)
       sgd(n->numel[i], n->p[i], n->opt1 + off, n->g[i], (float)o->momentum,
           (float)o->lr);
@@ -835,18 +873,18 @@ static void optimize(struct net *n, const struct opts *o, long t)
  *   u64 FNV-1a of everything after this field,
  *   u32 NIN, hidden, NCLS, optimizer, u64 seed, samples, global batch,
  *   u32 world size of the writer, u64 step (steps done), f64 lr,
- *   u64 parameter count,
+ *   u32 hidden layers (version 2; version 1 files, 88-byte header, have 2),
  * then the parameters and the optimizer state (momentum; or Adam's m and
  * v), f32 each.  The sampler needs nothing more: its position is a pure
  * function of (seed, step). */
 
 #define CKPT_MAGIC "MLPCKPT"
-#define CKPT_VERSION 1u
-#define CKPT_HEADER 88u
+#define CKPT_VERSION 2u
+#define CKPT_HEADER 96u
 #define CKPT_MAX ((uint64_t)1 << 34)
 
 struct ckpt_info {
-  uint32_t hidden, optimizer, world;
+  uint32_t hidden, layers, optimizer, world;
   uint64_t seed, samples, global_batch, step, nparams;
   double lr;
 };
@@ -938,6 +976,7 @@ static unsigned char *ckpt_encode(const struct net *n, const struct opts *o,
   put_u64(b + 72, (uint64_t)step);
   memcpy(&lr, &o->lr, 8);
   put_u64(b + 80, lr);
+  put_u32(b + 88, (uint32_t)n->nw - 1);
   q = b + CKPT_HEADER;
   put_floats(q, n->w, n->total);
   put_floats(q + n->total * 4, n->opt1, n->total);
@@ -975,6 +1014,7 @@ static int ckpt_check(const unsigned char *b, size_t len,
     return -1;
   }
   ci->hidden = get_u32(b + 36);
+  ci->layers = get_u32(b + 88);
   ci->optimizer = get_u32(b + 44);
   ci->seed = get_u64(b + 48);
   ci->samples = get_u64(b + 56);
@@ -1000,6 +1040,9 @@ static int ckpt_matches(const struct ckpt_info *ci, const struct opts *o,
   if (ci->hidden != (uint64_t)o->hidden)
     snprintf(why, whylen, "--hidden %" PRIu32 " there, %ld here",
              ci->hidden, o->hidden);
+  else if (ci->layers != (uint64_t)o->layers)
+    snprintf(why, whylen, "--layers %" PRIu32 " there, %ld here",
+             ci->layers, o->layers);
   else if (ci->optimizer != (uint32_t)o->optimizer)
     snprintf(why, whylen, "--optimizer %s there, %s here",
              optname[ci->optimizer], optname[o->optimizer]);
@@ -1258,7 +1301,7 @@ static void evaluate(struct net *n, const struct dataset *test, int rank,
     }
     forward(n, k);
     for (r = 0; r < k; r++) {
-      xent(n->z3 + r * NCLS, test->y[n->idx[r]], 0, NULL, &pred);
+      xent(n->z + r * NCLS, test->y[n->idx[r]], 0, NULL, &pred);
       *correct += pred == test->y[n->idx[r]];
     }
     *rows += (double)k;
@@ -1287,7 +1330,7 @@ static int grads_for_step(struct run *R)
 
   if (!R->red) {
     memset(R->n.own_grad, 0, R->n.total * sizeof *R->n.own_grad);
-    for (i = 0; i < NPARAM; i++) {
+    for (i = 0; i < R->n.np; i++) {
       R->n.g[i] = R->n.own_grad + off;
       off += R->n.numel[i];
     }
@@ -1296,7 +1339,7 @@ static int grads_for_step(struct run *R)
   if ((err = pg_reducer_prepare(R->red, true)) != 0)
     return err;
   /* After prepare: a bucket rebuild may have moved them. */
-  for (i = 0; i < NPARAM; i++)
+  for (i = 0; i < R->n.np; i++)
     R->n.g[i] = pg_reducer_grad(R->red, i);
   return 0;
 }
@@ -1332,7 +1375,7 @@ static int train_step(struct run *R, long step, struct stats *st,
   for (j = 0; j < R->local; j++) {
     unsigned label = R->train.y[n->idx[j]];
 
-    st->loss += xent(n->z3 + j * NCLS, label, scale, n->d3 + j * NCLS,
+    st->loss += xent(n->z + j * NCLS, label, scale, n->dz + j * NCLS,
                      &pred);
     st->correct += pred == label;
   }
@@ -1351,7 +1394,7 @@ static int train_step(struct run *R, long step, struct stats *st,
       return -1;
     }
   } else if (R->o.no_reducer) {
-    for (j = 0; j < NPARAM; j++)
+    for (j = 0; j < n->np; j++)
       if ((err = pg_all_reduce(R->g, n->g[j], n->g[j], n->numel[j], PG_F32,
                                PG_AVG)) != 0) {
         pg_fail("pg_all_reduce", err);
@@ -1412,8 +1455,9 @@ static int final_report(struct run *R, long step, double test_acc,
 {
   static const char *const mode[] = { "reducer", "no-reducer", "no-comm" };
   double sum = 0, abs_sum = 0, l2 = 0, v[6];
+  char stages[MAX_W * 16] = "";
   size_t i;
-  int err;
+  int err, k;
 
   for (i = 0; i < R->n.total; i++) {
     sum += R->n.w[i];
@@ -1438,16 +1482,18 @@ static int final_report(struct run *R, long step, double test_acc,
   }
   if (R->rank != 0)
     return 0;
+  for (k = 0; k < R->n.nw; k++)
+    snprintf(stages + strlen(stages), sizeof stages - strlen(stages),
+             "%s%.3f", k ? "," : "", stage_ms(&R->n, k));
   /* The slowest rank's step; the wait of the rank that waited least
    * (the others also wait for it): the communication left exposed. */
   if (timed > 0)
     printf("step_ms=%.3f wait_ms=%.3f (means of %ld steps after %d "
            "warm-up; %s, %d workers) backward_ms=%.3f compute=%s "
-           "stages_ms=%.3f,%.3f,%.3f\n", v[4], -v[5], timed, WARMUP,
+           "stages_ms=%s\n", v[4], -v[5], timed, WARMUP,
            mode[R->o.no_comm ? 2 : R->o.no_reducer], R->world,
            R->n.bw_steps ? 1e3 * R->n.bw_s / (double)R->n.bw_steps : 0.0,
-           R->n.device ? "device" : "cpu", stage_ms(&R->n, 0),
-           stage_ms(&R->n, 1), stage_ms(&R->n, 2));
+           R->n.device ? "device" : "cpu", stages);
   printf("final: step %ld test-acc %.2f%% params: sum=%.9g abs=%.9g "
          "l2=%.9g\n", step, test_acc, sum, abs_sum, l2);
   return 0;
@@ -1532,7 +1578,7 @@ static int run_training(struct run *R, long start, long total)
 int main(int argc, char **argv)
 {
   struct run R;
-  struct pg_param_spec spec[NPARAM];
+  struct pg_param_spec spec[MAX_P];
   struct pg_reducer_options ro = PG_REDUCER_OPTIONS_INIT;
   long start, total;
   size_t i;
@@ -1545,6 +1591,7 @@ int main(int argc, char **argv)
   R.o.ckpt_dir = "ckpt";
   R.o.seed = 1;
   R.o.hidden = 512;
+  R.o.layers = 2;
   R.o.samples = 60000;
   R.o.die_at_step = -1;
   R.o.momentum = 0.9;
@@ -1571,28 +1618,28 @@ int main(int argc, char **argv)
   R.spe = R.o.samples / R.o.global_batch;   /* the last partial batch is
                                                dropped, as drop_last */
   make_data(R.o.seed, (size_t)R.o.samples, &R.train, &R.test);
-  net_init(&R.n, (size_t)R.o.hidden, R.local > 256 ? R.local : 256,
-           R.o.seed);
+  net_init(&R.n, (size_t)R.o.hidden, (int)R.o.layers,
+           R.local > 256 ? R.local : 256, R.o.seed);
   R.n.device = R.o.device_compute;
-  for (int k = 0; k < 3; k++)
+  for (int k = 0; k < R.o.nbackward_ms; k++)
     R.n.given_s[k] = R.o.backward_ms[k] / 1e3;
   R.perm = xcalloc(R.train.n, sizeof *R.perm);
   R.perm_epoch = -1;
   if (R.o.no_reducer || R.o.no_comm) {
     R.n.own_grad = xcalloc(R.n.total, sizeof *R.n.own_grad);
   } else {
-    for (i = 0; i < NPARAM; i++) {
+    for (i = 0; i < R.n.np; i++) {
       spec[i].numel = R.n.numel[i];
       spec[i].dtype = PG_F32;
     }
-    if ((err = pg_reducer_create(R.g, spec, NPARAM, &ro, &R.red)) != 0) {
+    if ((err = pg_reducer_create(R.g, spec, R.n.np, &ro, &R.red)) != 0) {
       pg_fail("pg_reducer_create", err);
       rc = 1;
       goto out;
     }
   }
   if (R.rank == 0) {
-    char grads[64];
+    char grads[64], shape[MAX_W * 8 + 16];
 
     if (R.red)
       snprintf(grads, sizeof grads, "reducer, %zu bucket%s",
@@ -1602,11 +1649,14 @@ int main(int argc, char **argv)
       snprintf(grads, sizeof grads, "%s",
                R.o.no_comm ? "no communication" : "all-reduce after "
                "backward");
-    printf("train_mlp: %d worker%s (%s), MLP %d-%ld-%ld-%d (%zu "
+    snprintf(shape, sizeof shape, "%d", NIN);
+    for (int l = 1; l <= R.n.nw; l++)
+      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "-%zu",
+               R.n.dim[l]);
+    printf("train_mlp: %d worker%s (%s), MLP %s (%zu "
            "parameters), %ld samples, global batch %ld (%zu per worker), "
            "%ld steps/epoch, %s lr %g, gradients: %s\n", R.world,
-           R.world == 1 ? "" : "s", pg_backend_name(R.g), NIN, R.o.hidden,
-           R.o.hidden, NCLS, R.n.total, R.o.samples, R.o.global_batch,
+           R.world == 1 ? "" : "s", pg_backend_name(R.g), shape, R.n.total, R.o.samples, R.o.global_batch,
            R.local, R.spe, R.o.optimizer == OPT_ADAM ? "adam" : "sgd",
            R.o.lr, grads);
   }

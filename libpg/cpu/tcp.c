@@ -140,7 +140,8 @@ static int tcp_all_reduce(struct pg__comm *base, const void *send,
       pg__avg_finish(t, recv, count, 1);
     return 0;
   }
-  if (bytes <= SMALL_BYTES || count < (size_t)c->n)
+  if (bytes <= (c->n == 2 ? PAIR_SMALL_BYTES : SMALL_BYTES) ||
+      count < (size_t)c->n)
     return end(c, ar_doubling(c, send, recv, count, t, op, deadline));
   memset(&r, 0, sizeof r);
   r.kind = RING_AR;

@@ -83,6 +83,26 @@ expect_grep '^final: step 96 ' "$T/rest.log"
 close "$(sums rest)" "$(sums four)" ||
   fail "2 then 4 workers vs 4: $(sums rest) vs $(sums four)"
 
+# A deeper model (--layers 4: 4 hidden layers, 5 backward stages): 1 and
+# 4 workers agree, and its buckets are several (the gradients of the
+# later layers are all-reduced while the earlier ones are computed).
+train deep1 1 "$TRAIN" "${SMALL[@]}" --ckpt-dir "$T/deep1.ckpt" --layers 4
+train deep4 4 "$TRAIN" "${SMALL[@]}" --ckpt-dir "$T/deep4.ckpt" --layers 4
+expect_grep '^train_mlp: 4 workers .* MLP 64-64-64-64-64-10 ' "$T/deep4.log"
+close "$(sums deep1)" "$(sums deep4)" ||
+  fail "--layers 4, 1 vs 4 workers: $(sums deep1) vs $(sums deep4)"
+[ "$(sums deep4)" != "$(sums four)" ] || fail "--layers 4 trained the default model"
+expect_grep 'stages_ms=[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+$' "$T/deep4.log"
+"$CDRUN" --standalone --nproc_per_node=1 "$TRAIN" "${SMALL[@]}" \
+  --ckpt-dir "$T/deep4.ckpt" >"$T/deepother.log" 2>&1
+expect_eq "checkpoint for other --layers: exit" "$?" 2
+expect_grep 'written for other flags \(--layers 4 there, 2 here\)' \
+  "$T/deepother.log"
+"$TRAIN" --layers 2 --device-compute --backward-ms 1,2 >"$T/bms.log" 2>&1
+expect_eq "--backward-ms count: exit" "$?" 2
+expect_grep 'backward-ms has 2 times; --layers 2 has 3 backward stages' \
+  "$T/bms.log"
+
 # Errors: exit 2 with a sentence.
 "$CDRUN" --standalone --nproc_per_node=1 "$TRAIN" "${SMALL[@]}" \
   --ckpt-dir "$T/four.ckpt" --hidden 32 >"$T/other.log" 2>&1

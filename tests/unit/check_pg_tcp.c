@@ -390,7 +390,7 @@ static void t_broadcast(struct rank_ctx *rc, size_t count, pg_dtype t,
 
 /* ---- bodies -------------------------------------------------------------- */
 
-static const size_t sizes[] = { 0, 1, 7, 1000, 65537, 1 << 20 };
+static const size_t sizes[] = { 0, 1, 7, 1000, 4099, 65537, 1 << 20 };
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
 /* Every collective x dtype x op x size, in place and out of place.  The
