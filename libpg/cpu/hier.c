@@ -20,6 +20,9 @@ struct hier_comm {
   bool leader;          /* lowest member on its host */
   struct pg__comm *local;    /* shm over this host's members; NULL alone */
   struct pg__comm *leaders;  /* tcp over the leaders; NULL if not one */
+  struct pg__comm *rail;     /* tcp over the ranks of this local index on
+                                every host (Note [rails]); the leaders' comm
+                                on leaders; NULL when the hosts differ */
   struct hier_p2p *p2p;      /* across hosts, connected on first use */
   int lmax;             /* members on the largest host */
   int dead;
@@ -182,6 +185,68 @@ out:
   return err;
 }
 
+/* Note [rails]: when every host has the same number L of members (and
+ * they are numbered alike), local rank i of each host is connected to
+ * local rank i of every other host -- rail i, NCCL's rings per NIC -- and
+ * rail 0 is the leaders' comm: nhosts - 1 sockets a rank, as the leaders
+ * alone would have.  Small all-reduces take them: shared memory
+ * all-reduces each host's sum into every member, then every member
+ * all-reduces the host sums over its own rail and divides (AVG) itself.
+ * Nobody waits in shared memory for another rank's TCP exchange (a wait
+ * that, on a busy host, falls asleep on a futex and costs a wake-up),
+ * every rank waits in poll() for its own data as on a flat TCP comm; and
+ * each rail gets the same operands in the same host order through the
+ * same algorithm, so every rank gets the same bits.  With RAILS_LARGE,
+ * large ones too: a shared-memory reduce-scatter leaves host slice i in
+ * local rank i, rail i all-reduces it, a shared-memory all-gather
+ * assembles the result; every rank carries 1/L of the inter-host
+ * traffic. */
+#define RAIL_MAX ((size_t)64 << 10)
+#ifndef RAILS_LARGE
+#define RAILS_LARGE 0
+#endif
+
+static int rails_all_reduce(struct hier_comm *h, const void *send,
+                            void *recv, size_t count, pg_dtype t, pg_op op,
+                            double deadline)
+{
+  size_t es = pg_dtype_size(t), blk = count / (size_t)h->lmax, done_n = 0;
+  pg_op sub = op == PG_AVG ? PG_SUM : op;
+  const char *in = send;
+  char *out = recv, *tmp;
+  int err = 0;
+
+  if (count * es > RAIL_MAX && blk > 0) {
+    tmp = malloc(blk * es);
+    if (!tmp)
+      return pg__fail(-ENOMEM, "all_reduce: out of memory");
+    err = h->local->ops->reduce_scatter(h->local, send, tmp, blk, t, sub,
+                                        deadline);
+    if (!err)
+      err = h->rail->ops->all_reduce(h->rail, tmp, tmp, blk, t, sub,
+                                     deadline);
+    if (!err && op == PG_AVG)
+      pg__avg_finish(t, tmp, blk, h->n);
+    if (!err)
+      err = h->local->ops->all_gather(h->local, tmp, recv, blk, t,
+                                      deadline);
+    free(tmp);
+    done_n = blk * (size_t)h->lmax;
+  }
+  if (err || done_n == count)
+    return err;
+  err = h->local->ops->all_reduce(h->local, in + done_n * es,
+                                  out + done_n * es, count - done_n, t, sub,
+                                  deadline);
+  if (!err)
+    err = h->rail->ops->all_reduce(h->rail, out + done_n * es,
+                                   out + done_n * es, count - done_n, t, sub,
+                                   deadline);
+  if (!err && op == PG_AVG)
+    pg__avg_finish(t, out + done_n * es, count - done_n, h->n);
+  return err;
+}
+
 /* Shared memory gathers to the leader, the leaders all-reduce over TCP,
  * shared memory spreads the result; large ones pipelined (Note [hier
  * pipeline]). */
@@ -197,7 +262,10 @@ static int hier_all_reduce(struct pg__comm *base, const void *send,
     return failed(h, "all_reduce");
   if (count == 0)
     return 0;
-  /* The same choice on every rank: it depends on the count only. */
+  /* The same choice on every rank: it depends on the count and on the
+   * layout only. */
+  if (h->rail && (count * pg_dtype_size(t) <= RAIL_MAX || RAILS_LARGE))
+    return done(h, rails_all_reduce(h, send, recv, count, t, op, deadline));
   if (h->nhosts > 1 && count * pg_dtype_size(t) > PIPE_SEG)
     return done(h, pipelined(h, send, recv, count, t, op, deadline));
   if (h->local)
@@ -440,6 +508,8 @@ static void hier_destroy(struct pg__comm *base)
     return;
   if (h->local)
     h->local->ops->destroy(h->local);
+  if (h->rail && h->rail != h->leaders)
+    h->rail->ops->destroy(h->rail);
   if (h->leaders)
     h->leaders->ops->destroy(h->leaders);
   pg__hier_p2p_destroy(h->p2p);
@@ -478,6 +548,34 @@ static int sub_create(const struct pg__setup *s, const char *suffix,
   ss.n = k;
   ss.me = me;
   return create(&ss, out);
+}
+
+/* Whether rails fit (Note [rails]): every host has lmax members, and on
+ * every rail the members' positions rise with their hosts' numbers (so a
+ * rail's positions are the hosts, in the same order on every rail). */
+static bool regular(const struct hier_comm *h)
+{
+  int *last = calloc((size_t)h->lmax, sizeof *last), *cnt;
+  bool ok = last != NULL;
+  int i;
+
+  cnt = calloc((size_t)h->nhosts, sizeof *cnt);
+  ok = ok && cnt;
+  for (i = 0; ok && i < h->lmax; i++)
+    last[i] = -1;
+  for (i = 0; ok && i < h->n; i++) {
+    int li = h->root_local[i];
+
+    cnt[h->host[i]]++;
+    if (h->host[i] != last[li] + 1)
+      ok = false;
+    last[li] = h->host[i];
+  }
+  for (i = 0; ok && i < h->nhosts; i++)
+    ok = cnt[i] == h->lmax;
+  free(last);
+  free(cnt);
+  return ok;
 }
 
 /* Creation order is the same on every member (this host's shm, then the
@@ -553,6 +651,22 @@ int pg__hier_create(const struct pg__setup *s, struct pg__comm **out)
                      pg__tcp_create, &h->leaders);
     if (err)
       goto fail;
+  }
+  if (h->lmax > 1 && regular(h)) {
+    if (h->leader) {
+      h->rail = h->leaders;
+    } else {
+      int li = h->root_local[s->me], k = 0;
+
+      for (i = 0; i < s->n; i++)
+        if (h->root_local[i] == li)
+          mine[k++] = s->ranks[i];
+      snprintf(suffix, sizeof suffix, "rail%d/", li);
+      err = sub_create(s, suffix, mine, k, h->my_host, pg__tcp_create,
+                       &h->rail);
+      if (err)
+        goto fail;
+    }
   }
   err = pg__hier_p2p_create(s, &h->p2p);
   if (err)
