@@ -23,6 +23,8 @@ struct hier_comm {
   struct pg__comm *rail;     /* tcp over the ranks of this local index on
                                 every host (Note [rails]); the leaders' comm
                                 on leaders; NULL when the hosts differ */
+  struct pg__comm *near;     /* HIER_NEAR_TCP: tcp over this host's
+                                members, for small all-reduces */
   struct hier_p2p *p2p;      /* across hosts, connected on first use */
   int lmax;             /* members on the largest host */
   int dead;
@@ -202,6 +204,9 @@ out:
  * assembles the result; every rank carries 1/L of the inter-host
  * traffic. */
 #define RAIL_MAX ((size_t)64 << 10)
+#ifndef HIER_NEAR_TCP
+#define HIER_NEAR_TCP 0
+#endif
 #ifndef RAILS_LARGE
 #define RAILS_LARGE 0
 #endif
@@ -235,9 +240,14 @@ static int rails_all_reduce(struct hier_comm *h, const void *send,
   }
   if (err || done_n == count)
     return err;
-  err = h->local->ops->all_reduce(h->local, in + done_n * es,
-                                  out + done_n * es, count - done_n, t, sub,
-                                  deadline);
+  if (h->near)
+    err = h->near->ops->all_reduce(h->near, in + done_n * es,
+                                   out + done_n * es, count - done_n, t,
+                                   sub, deadline);
+  else
+    err = h->local->ops->all_reduce(h->local, in + done_n * es,
+                                    out + done_n * es, count - done_n, t,
+                                    sub, deadline);
   if (!err)
     err = h->rail->ops->all_reduce(h->rail, out + done_n * es,
                                    out + done_n * es, count - done_n, t, sub,
@@ -508,6 +518,8 @@ static void hier_destroy(struct pg__comm *base)
     return;
   if (h->local)
     h->local->ops->destroy(h->local);
+  if (h->near)
+    h->near->ops->destroy(h->near);
   if (h->rail && h->rail != h->leaders)
     h->rail->ops->destroy(h->rail);
   if (h->leaders)
@@ -667,6 +679,16 @@ int pg__hier_create(const struct pg__setup *s, struct pg__comm **out)
       if (err)
         goto fail;
     }
+  }
+  if (HIER_NEAR_TCP && h->rail) {
+    for (i = 0, j = 0; i < s->n; i++)
+      if (h->host[i] == h->my_host)
+        mine[j++] = s->ranks[i];
+    snprintf(suffix, sizeof suffix, "near%d/", h->my_host);
+    err = sub_create(s, suffix, mine, j, me_local, pg__tcp_create,
+                     &h->near);
+    if (err)
+      goto fail;
   }
   err = pg__hier_p2p_create(s, &h->p2p);
   if (err)
