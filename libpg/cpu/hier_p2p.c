@@ -48,7 +48,6 @@ struct hier_p2p {
   uint64_t hash;
   pg_store *store;
   char *ns;
-  int nconn;
   struct pending pend[PEND_MAX];
   int npend;
 };
@@ -95,7 +94,6 @@ static void accept_ready(struct hier_p2p *p)
       continue;
     }
     p->c.peers[p->n + from].fd = q->fd;
-    p->nconn++;
     p->pend[i--] = p->pend[--p->npend];
   }
 }
@@ -190,7 +188,6 @@ static int connect_peer(struct hier_p2p *p, int q, double deadline)
   }
   free(ep);
   p->c.peers[q].fd = fd;
-  p->nconn++;
   return 0;
 }
 
@@ -297,11 +294,6 @@ int pg__hier_p2p_recv(struct hier_p2p *p, void *buf, size_t bytes, int q,
   tcp_stream_buf(&p->c, &p->c.ss[0], p->n + q, false, &h, buf);
   p->c.ss[0].p2p = true;
   return fail(p, tcp_run(&p->c, p->c.ss, 1, deadline));
-}
-
-int pg__hier_p2p_connections(const struct hier_p2p *p)
-{
-  return p->nconn;
 }
 
 void pg__hier_p2p_destroy(struct hier_p2p *p)

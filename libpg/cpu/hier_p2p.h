@@ -17,8 +17,6 @@ int pg__hier_p2p_send(struct hier_p2p *p, const void *buf, size_t bytes,
                       int peer, int tag, double deadline);
 int pg__hier_p2p_recv(struct hier_p2p *p, void *buf, size_t bytes,
                       int peer, int tag, double deadline);
-/* Connections open now (each direction of a pair is its own). */
-int pg__hier_p2p_connections(const struct hier_p2p *p);
 void pg__hier_p2p_destroy(struct hier_p2p *p);
 
 #endif
