@@ -570,9 +570,10 @@ static void body_mismatch(struct rank_ctx *rc)
          "mismatched collectives: %s", pg_err_name(err));
 }
 
-/* Large all-reduces go through the hierarchical pipeline (segments of 1
- * MiB, the leader's TCP stage on a thread): odd counts, a last segment of
- * a few elements, every rank's bits alike (t_all_reduce checks). */
+/* Large all-reduces (uneven hosts: the leaders' pipeline, segments of 1
+ * MiB and the leader's TCP stage on a thread; even hosts: the rails): odd
+ * counts, a last segment of a few elements, every rank's bits alike
+ * (t_all_reduce checks). */
 static void body_pipelined(struct rank_ctx *rc)
 {
   static const size_t counts[] = { (1 << 18) * 2 + 7, (1 << 18) + 1,
@@ -619,8 +620,8 @@ static int tcp_sockets(void)
 
 /* 3 hosts x 2 ranks (hosts[] below): no rank holds a socket to every
  * other (a full mesh: 5 more each); a rank holds the store's connection,
- * its point-to-point listener and one socket per other host (its rail),
- * and ranks 1 and 4 (other hosts, other rails) get one connection each
+ * its point-to-point listener, one socket per other host (its rail) and
+ * one per other rank of its host (the near comm), and ranks 1 and 4 (other hosts, other rails) get one connection each
  * way only once they send to each other. */
 static void body_no_mesh(struct rank_ctx *rc)
 {
@@ -628,9 +629,10 @@ static void body_no_mesh(struct rank_ctx *rc)
   char msg[32] = "across rails", got[32];
   float x = 1;
 
-  /* store + listener + (nhosts - 1) */
-  EXPECT(rc, before >= 0 && before <= 2 + 2, "rank %d holds %d TCP "
-         "sockets before any p2p (at most 4 without a full mesh)", rc->me,
+  /* store + listener + its rail (nhosts - 1) + its host's near comm
+   * (L - 1); a full mesh would add 5 */
+  EXPECT(rc, before >= 0 && before <= 2 + 2 + 1, "rank %d holds %d TCP "
+         "sockets before any p2p (at most 5 without a full mesh)", rc->me,
          before);
   err = rc->c->ops->all_reduce(rc->c, &x, &x, 1, PG_F32, PG_SUM,
                                deadline());
@@ -1015,8 +1017,9 @@ START_TEST(test_hier_no_full_mesh)
 }
 END_TEST
 
-/* Hosts of 1, 2 and 3 ranks (leaders only, no rails), and two hosts of 2
- * (rails): the pipelined all-reduce at odd sizes. */
+/* Large all-reduces at odd sizes: on hosts of 1, 2 and 3 ranks through
+ * the leaders' pipeline, on two hosts of 2 over the rails (a remainder of
+ * count % L elements through the small path). */
 START_TEST(test_hier_pipelined_uneven)
 {
   static const int hosts[6] = { 0, 1, 1, 2, 2, 2 };
