@@ -1,5 +1,9 @@
-/* hier.c -- the hierarchical communicator: shared memory within each host,
- * TCP between the host leaders, for members spread over several hosts. */
+/* hier.c -- the hierarchical communicator, for members spread over several
+ * hosts: shared memory within each host, TCP between hosts only over
+ * connections whose number grows with the hosts, never with the ranks --
+ * the host leaders' comm, and on equal hosts the rails (Note [rails]);
+ * point-to-point across hosts connects on first use (hier_p2p.c).  No
+ * full mesh: at 1,000 hosts x 8 ranks one would be 7,999 sockets a rank. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
