@@ -16,8 +16,9 @@
 
 #include "launch_env.h"
 #include "tcp_internal.h"
+#include "tcp_setup.h"
 
-static uint64_t tcp_fnv1a(const char *s)
+uint64_t tcp_fnv1a(const char *s)
 {
   uint64_t h = 1469598103934665603ull;
 
@@ -164,7 +165,7 @@ static int listen_any(int family, int bufsz, int *port)
 }
 
 /* Blocking-style full read or write on a non-blocking socket. */
-static int io_full(int fd, void *buf, size_t len, bool wr, double deadline)
+int tcp_io_full(int fd, void *buf, size_t len, bool wr, double deadline)
 {
   char *p = buf;
 
@@ -194,16 +195,15 @@ static int io_full(int fd, void *buf, size_t len, bool wr, double deadline)
   return 0;
 }
 
-/* "host port" -> connected non-blocking socket, retrying refusals until
- * the deadline. */
-static int connect_to(const char *ep, int bufsz, double deadline)
+/* "host port" -> its address. */
+static int ep_addr(const char *ep, struct sockaddr_storage *sa,
+                   socklen_t *sl)
 {
   char host[256];
   const char *sp = strrchr(ep, ' ');
   struct addrinfo hints, *ai;
   char *end;
   long port;
-  int fd, err;
 
   if (!sp || (size_t)(sp - ep) >= sizeof host)
     return -EPROTO;
@@ -218,50 +218,79 @@ static int connect_to(const char *ep, int bufsz, double deadline)
   hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
   if (getaddrinfo(host, sp + 1, &hints, &ai))
     return -EPROTO;
-  for (;;) {
-    struct pollfd pf;
-    socklen_t sl = sizeof err;
-
-    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                0);
-    if (fd < 0) {
-      err = -errno;
-      break;
-    }
-    tune(fd, bufsz);
-    err = 0;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-      err = errno == EINPROGRESS ? 0 : -errno;
-      pf.fd = fd;
-      pf.events = POLLOUT;
-      while (err == 0) {
-        int k = poll(&pf, 1, tcp_ms_until(deadline));
-
-        if (k > 0) {
-          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl);
-          err = -err;
-          break;
-        }
-        if (k == 0)
-          err = -ETIMEDOUT;
-        else if (errno != EINTR)
-          err = -errno;
-      }
-    }
-    if (err == 0)
-      break;
-    close(fd);
-    fd = -1;
-    if (err != -ECONNREFUSED || tcp_ms_until(deadline) <= 0)
-      break;
-    poll(NULL, 0, 20);  /* a listener not there yet: try again */
+  if (ai->ai_addrlen > sizeof *sa) {
+    freeaddrinfo(ai);
+    return -EPROTO;
   }
+  memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+  *sl = ai->ai_addrlen;
   freeaddrinfo(ai);
-  return fd >= 0 ? fd : err;
+  return 0;
 }
 
-static void hello_init(struct hello *h, uint64_t hash, int from, int to,
-                       int n)
+/* A non-blocking connect to sa started: the socket, or an error. */
+static int connect_start(const struct sockaddr_storage *sa, socklen_t sl,
+                         int bufsz)
+{
+  int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                  0);
+
+  if (fd < 0)
+    return -errno;
+  tune(fd, bufsz);
+  if (connect(fd, (const struct sockaddr *)sa, sl) < 0 &&
+      errno != EINPROGRESS) {
+    int err = -errno;
+
+    close(fd);
+    return err;
+  }
+  return fd;
+}
+
+/* "host port" -> connected non-blocking socket, retrying refusals until
+ * the deadline. */
+int tcp_connect_ep(const char *ep, int bufsz, double deadline)
+{
+  struct sockaddr_storage sa;
+  socklen_t sl;
+  int fd, err = ep_addr(ep, &sa, &sl);
+
+  if (err)
+    return err;
+  for (;;) {
+    struct pollfd pf;
+    socklen_t el = sizeof err;
+
+    fd = connect_start(&sa, sl, bufsz);
+    if (fd < 0)
+      return fd;
+    pf.fd = fd;
+    pf.events = POLLOUT;
+    err = 0;
+    while (err == 0) {
+      int k = poll(&pf, 1, tcp_ms_until(deadline));
+
+      if (k > 0) {
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        err = -err;
+        break;
+      }
+      if (k == 0)
+        err = -ETIMEDOUT;
+      else if (errno != EINTR)
+        err = -errno;
+    }
+    if (err == 0)
+      return fd;
+    close(fd);
+    if (err != -ECONNREFUSED || tcp_ms_until(deadline) <= 0)
+      return err;
+    poll(NULL, 0, 20);  /* a listener not there yet: try again */
+  }
+}
+
+void tcp_hello_init(struct hello *h, uint64_t hash, int from, int to, int n)
 {
   memset(h, 0, sizeof *h);
   h->magic = HELLO_MAGIC;
@@ -272,71 +301,314 @@ static void hello_init(struct hello *h, uint64_t hash, int from, int to,
   h->n = n;
 }
 
-static bool hello_ok(const struct hello *h, uint64_t hash, int to, int n)
+bool tcp_hello_ok(const struct hello *h, uint64_t hash, int to, int n)
 {
   return h->magic == HELLO_MAGIC && h->version == HELLO_VERSION &&
          h->ns_hash == hash && h->to == to && h->n == n && h->from >= 0 &&
          h->from < n;
 }
 
-/* Lower ranks listen, higher ranks connect to every lower one; each side
- * proves it belongs to this comm (magic, namespace hash, ranks), so a
- * stray connection to the port is dropped. */
+/* Note [parallel mesh]: lower ranks listen, higher ranks connect to every
+ * lower one, and each side proves it belongs to this comm (magic,
+ * namespace hash, ranks) so a stray connection to the port is dropped.
+ * Everything is in flight at once: the non-blocking connects to every
+ * lower rank, the accepts of the higher ones, and each socket's hellos as
+ * it becomes ready, all moved by one poll() loop -- setup costs about one
+ * round trip, not one per peer.  A refused connect (that listener is not
+ * up yet) is retried 20 ms later; an accepted connection that has not
+ * proved itself within STRAY_S is dropped, and it never blocks the
+ * others meanwhile. */
+#define STRAY_S 5.0
+#define RETRY_S 0.020
+#define ACCEPT_MAX 64   /* accepted connections proving themselves at once */
+
+enum { CS_WAIT, CS_CONNECT, CS_TX, CS_RX, CS_DONE };
+
+struct conn {
+  int fd, state;
+  int peer;             /* position; -1: accepted, not yet known */
+  size_t off;           /* bytes of the hello sent or received */
+  struct hello out, in;
+  double at;            /* CS_WAIT: connect then; accepted: drop then */
+};
+
+static void conn_close(struct conn *k)
+{
+  if (k->fd >= 0)
+    close(k->fd);
+  k->fd = -1;
+}
+
+/* Moves k's hello as far as the socket allows: 1 done, 0 wait, < 0
+ * error. */
+static int hello_io(struct conn *k)
+{
+  for (;;) {
+    bool tx = k->state == CS_TX;
+    char *p = tx ? (char *)&k->out : (char *)&k->in;
+    ssize_t r;
+
+    if (k->off == sizeof(struct hello))
+      return 1;
+    r = tx ? send(k->fd, p + k->off, sizeof(struct hello) - k->off,
+                  MSG_NOSIGNAL | MSG_DONTWAIT)
+           : recv(k->fd, p + k->off, sizeof(struct hello) - k->off,
+                  MSG_DONTWAIT);
+    if (r > 0) {
+      k->off += (size_t)r;
+      continue;
+    }
+    if (r == 0)
+      return -ECONNRESET;
+    if (errno == EINTR)
+      continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return 0;
+    return -errno;
+  }
+}
+
+/* One step of an outgoing connection; < 0: a failure to report. */
+static int out_step(struct tcp_comm *c, struct conn *k,
+                    const struct sockaddr_storage *sa, socklen_t sl,
+                    int bufsz, uint64_t hash, short rev)
+{
+  int err = 0, r;
+  socklen_t el = sizeof err;
+
+  switch (k->state) {
+  case CS_WAIT:
+    if (pg__now() < k->at)
+      return 0;
+    k->fd = connect_start(sa, sl, bufsz);
+    if (k->fd < 0)
+      return k->fd;
+    k->state = CS_CONNECT;
+    return 0;
+  case CS_CONNECT:
+    if (!rev)
+      return 0;
+    getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    if (err == ECONNREFUSED) {      /* not listening yet: again soon */
+      conn_close(k);
+      k->state = CS_WAIT;
+      k->at = pg__now() + RETRY_S;
+      return 0;
+    }
+    if (err)
+      return -err;
+    tcp_hello_init(&k->out, hash, c->me, k->peer, c->n);
+    k->state = CS_TX;
+    k->off = 0;
+    /* fall through */
+  case CS_TX:
+    r = hello_io(k);
+    if (r <= 0)
+      return r;
+    k->state = CS_RX;
+    k->off = 0;
+    /* fall through */
+  case CS_RX:
+    r = hello_io(k);
+    if (r <= 0)
+      return r;
+    if (!tcp_hello_ok(&k->in, hash, c->me, c->n) || k->in.from != k->peer)
+      return -EPROTO;
+    c->peers[k->peer].fd = k->fd;
+    k->fd = -1;
+    k->state = CS_DONE;
+    return 0;
+  }
+  return 0;
+}
+
+/* One step of an accepted connection; false: drop it. */
+static bool in_step(struct tcp_comm *c, struct conn *k, uint64_t hash)
+{
+  int r;
+
+  if (k->state == CS_RX) {
+    r = hello_io(k);
+    if (r < 0)
+      return false;
+    if (r == 0)
+      return pg__now() < k->at;
+    if (!tcp_hello_ok(&k->in, hash, c->me, c->n) || k->in.from <= c->me ||
+        c->peers[k->in.from].fd >= 0)
+      return false;
+    k->peer = k->in.from;
+    tcp_hello_init(&k->out, hash, c->me, k->peer, c->n);
+    k->state = CS_TX;
+    k->off = 0;
+  }
+  r = hello_io(k);
+  if (r < 0)
+    return false;
+  if (r == 0)
+    return pg__now() < k->at;
+  if (c->peers[k->peer].fd >= 0)
+    return false;
+  c->peers[k->peer].fd = k->fd;
+  k->fd = -1;
+  k->state = CS_DONE;
+  return true;
+}
+
 static int mesh(struct tcp_comm *c, int lfd, char **eps, uint64_t hash,
                 int bufsz, double deadline)
 {
-  struct hello h, in;
-  int j, got = 0, err;
+  int nout = c->me, nin = c->n - 1 - c->me, nacc = 0, cap = ACCEPT_MAX;
+  struct conn *out = calloc((size_t)nout + 1, sizeof *out);
+  struct conn *acc = calloc((size_t)cap, sizeof *acc);
+  struct sockaddr_storage *sa = calloc((size_t)nout + 1, sizeof *sa);
+  socklen_t *sl = calloc((size_t)nout + 1, sizeof *sl);
+  struct pollfd *pfd = calloc((size_t)(nout + cap) + 1, sizeof *pfd);
+  int *who = calloc((size_t)(nout + cap) + 1, sizeof *who);
+  int j, got = 0, done_out = 0, err = 0;
 
-  for (j = 0; j < c->me; j++) {
-    int fd = connect_to(eps[j], bufsz, deadline);
-
-    if (fd < 0)
-      return pg__fail(fd, "tcp setup: cannot connect to rank %d at %s: "
-                      "%s", c->peers[j].rank, eps[j], pg_strerror(fd));
-    c->peers[j].fd = fd;
-    hello_init(&h, hash, c->me, j, c->n);
-    err = io_full(fd, &h, sizeof h, true, deadline);
-    if (!err)
-      err = io_full(fd, &in, sizeof in, false, deadline);
-    if (!err && (!hello_ok(&in, hash, c->me, c->n) || in.from != j))
-      err = -EPROTO;
-    if (err)
-      return pg__fail(err, "tcp setup: no handshake with rank %d at %s: "
-                      "%s", c->peers[j].rank, eps[j], pg_strerror(err));
+  if (!out || !acc || !sa || !sl || !pfd || !who) {
+    err = pg__fail(-ENOMEM, "tcp setup: out of memory");
+    goto out;
   }
-  while (got < c->n - 1 - c->me) {
-    struct pollfd pf = { lfd, POLLIN, 0 };
-    double until;
-    int fd, ms = tcp_ms_until(deadline);
+  for (j = 0; j < nout; j++) {
+    out[j].fd = -1;
+    out[j].peer = j;
+    out[j].state = CS_WAIT;
+    err = ep_addr(eps[j], &sa[j], &sl[j]);
+    if (err) {
+      err = pg__fail(err, "tcp setup: rank %d published a bad endpoint "
+                     "'%s'", c->peers[j].rank, eps[j]);
+      goto out;
+    }
+  }
+  while (done_out < nout || got < nin) {
+    int np = 0, ms = tcp_ms_until(deadline), i, k;
+    double now = pg__now();
 
+    /* Connects due, and every step a socket allows without waiting. */
+    for (j = 0; j < nout; j++) {
+      int was = out[j].state;
+
+      if (was == CS_DONE)
+        continue;
+      err = out_step(c, &out[j], &sa[j], sl[j], bufsz, hash,
+                     was == CS_CONNECT ? 0 : POLLOUT);
+      if (err)
+        break;
+      if (out[j].state == CS_DONE)
+        done_out++;
+    }
+    if (err) {
+      err = pg__fail(err, err == -EPROTO
+                     ? "tcp setup: no handshake with rank %d at %s: %s"
+                     : "tcp setup: cannot connect to rank %d at %s: %s",
+                     c->peers[j].rank, eps[j], pg_strerror(err));
+      goto out;
+    }
+    for (i = 0; i < nacc; i++) {
+      if (!in_step(c, &acc[i], hash))
+        conn_close(&acc[i]);
+      else if (acc[i].state != CS_DONE)
+        continue;
+      else
+        got++;
+      acc[i--] = acc[--nacc];     /* done or dropped: free its slot */
+    }
+    if (done_out == nout && got == nin)
+      break;
     if (ms <= 0)
-      return pg__fail(-ETIMEDOUT, "tcp setup: %d of %d higher ranks "
-                      "connected before the timeout", got,
-                      c->n - 1 - c->me);
-    if (poll(&pf, 1, ms) <= 0)
-      continue;
-    fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0)
-      continue;
-    until = pg__now() + 5.0;    /* a silent stray must not stall setup */
-    if (until > deadline)
-      until = deadline;
-    err = io_full(fd, &in, sizeof in, false, until);
-    if (err || !hello_ok(&in, hash, c->me, c->n) || in.from <= c->me ||
-        c->peers[in.from].fd >= 0) {
-      close(fd);
-      continue;
+      break;
+    if (got < nin && nacc < cap) {
+      pfd[np].fd = lfd;
+      pfd[np].events = POLLIN;
+      who[np++] = -1;
     }
-    hello_init(&h, hash, c->me, in.from, c->n);
-    if (io_full(fd, &h, sizeof h, true, deadline)) {
-      close(fd);
-      continue;
+    for (j = 0; j < nout; j++) {
+      if (out[j].state == CS_WAIT) {
+        int w = (int)((out[j].at - now) * 1000) + 1;
+
+        if (w < ms)
+          ms = w > 0 ? w : 0;
+        continue;
+      }
+      if (out[j].state == CS_DONE)
+        continue;
+      pfd[np].fd = out[j].fd;
+      pfd[np].events = out[j].state == CS_RX ? POLLIN : POLLOUT;
+      who[np++] = j;
     }
-    c->peers[in.from].fd = fd;
-    got++;
+    for (i = 0; i < nacc; i++) {
+      int w = (int)((acc[i].at - now) * 1000) + 1;
+
+      if (w < ms)
+        ms = w > 0 ? w : 0;
+      pfd[np].fd = acc[i].fd;
+      pfd[np].events = acc[i].state == CS_RX ? POLLIN : POLLOUT;
+      who[np++] = nout + i;
+    }
+    k = poll(pfd, (nfds_t)np, ms);
+    if (k < 0 && errno != EINTR) {
+      err = pg__fail(-errno, "tcp setup: poll: %s", strerror(errno));
+      goto out;
+    }
+    for (i = 0; k > 0 && i < np; i++) {
+      if (!pfd[i].revents)
+        continue;
+      if (who[i] >= 0 && who[i] < nout &&
+          out[who[i]].state == CS_CONNECT) {
+        err = out_step(c, &out[who[i]], &sa[who[i]], sl[who[i]], bufsz,
+                       hash, pfd[i].revents);
+        if (err) {
+          j = who[i];
+          err = pg__fail(err, "tcp setup: cannot connect to rank %d at %s: "
+                         "%s", c->peers[j].rank, eps[j], pg_strerror(err));
+          goto out;
+        }
+        if (out[who[i]].state == CS_DONE)
+          done_out++;
+      }
+      if (who[i] == -1) {
+        int fd;
+
+        while (nacc < cap &&
+               (fd = accept4(lfd, NULL, NULL,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+          memset(&acc[nacc], 0, sizeof acc[nacc]);
+          acc[nacc].fd = fd;
+          acc[nacc].peer = -1;
+          acc[nacc].state = CS_RX;
+          /* a silent stray must not hold its slot for long */
+          acc[nacc].at = pg__now() + STRAY_S;
+          if (acc[nacc].at > deadline)
+            acc[nacc].at = deadline;
+          nacc++;
+        }
+      }
+    }
   }
-  return 0;
+  if (done_out < nout || got < nin) {
+    for (j = 0; j < nout && out[j].state == CS_DONE; j++)
+      ;
+    if (j < nout)
+      err = pg__fail(-ETIMEDOUT, "tcp setup: cannot connect to rank %d "
+                     "at %s: %s", c->peers[j].rank, eps[j],
+                     pg_strerror(-ETIMEDOUT));
+    else
+      err = pg__fail(-ETIMEDOUT, "tcp setup: %d of %d higher ranks "
+                     "connected before the timeout", got, nin);
+  }
+out:
+  for (j = 0; out && j < nout; j++)
+    conn_close(&out[j]);
+  for (j = 0; acc && j < nacc; j++)
+    conn_close(&acc[j]);
+  free(out);
+  free(acc);
+  free(sa);
+  free(sl);
+  free(pfd);
+  free(who);
+  return err;
 }
 
 static int publish(const struct pg__setup *s, const char *val, char **eps)
@@ -381,6 +653,22 @@ out:
   return err;
 }
 
+/* A socket listening on every address, and "host port" for others to
+ * reach it by. */
+int tcp_listen_ep(char *ep, size_t eplen, int *bufsz)
+{
+  char host[NI_MAXHOST];
+  int lfd, port = 0, family;
+
+  *bufsz = sock_buf();
+  my_address(host, sizeof host, &family);
+  lfd = listen_any(family, *bufsz, &port);
+  if (lfd < 0)
+    return pg__fail(lfd, "tcp setup: cannot listen: %s", strerror(-lfd));
+  snprintf(ep, eplen, "%s %d", host, port);
+  return lfd;
+}
+
 /* Publishes this rank's endpoint and connects c's peers: every socket of
  * the mesh open and proven to belong to this comm (the hello), or an
  * error already reported. */
@@ -388,18 +676,16 @@ int tcp_connect_all(struct tcp_comm *c, const struct pg__setup *s,
                     double deadline)
 {
   char **eps = calloc((size_t)s->n, sizeof *eps);
-  char host[NI_MAXHOST], ep[NI_MAXHOST + 16];
-  int i, err, lfd, port = 0, family, bufsz = sock_buf();
+  char ep[NI_MAXHOST + 16];
+  int i, err, lfd, bufsz;
 
   if (!eps)
     return pg__fail(-ENOMEM, "tcp setup: out of memory");
-  my_address(host, sizeof host, &family);
-  lfd = listen_any(family, bufsz, &port);
+  lfd = tcp_listen_ep(ep, sizeof ep, &bufsz);
   if (lfd < 0) {
-    err = pg__fail(lfd, "tcp setup: cannot listen: %s", strerror(-lfd));
+    err = lfd;
     goto out;
   }
-  snprintf(ep, sizeof ep, "%s %d", host, port);
   err = publish(s, ep, eps);
   if (!err)
     err = mesh(c, lfd, eps, tcp_fnv1a(s->ns), bufsz, deadline);

@@ -11,7 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include "pg_internal.h"
@@ -566,6 +570,103 @@ static void body_mismatch(struct rank_ctx *rc)
          "mismatched collectives: %s", pg_err_name(err));
 }
 
+/* Large all-reduces (uneven hosts: the leaders' pipeline, segments of 1
+ * MiB and the leader's TCP stage on a thread; even hosts: the rails): odd
+ * counts, a last segment of a few elements, every rank's bits alike
+ * (t_all_reduce checks). */
+static void body_pipelined(struct rank_ctx *rc)
+{
+  static const size_t counts[] = { (1 << 18) * 2 + 7, (1 << 18) + 1,
+                                   3 * (1 << 17) + 5 };
+  size_t i;
+
+  for (i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    t_all_reduce(rc, counts[i], PG_F32, PG_SUM, i % 2);
+    t_all_reduce(rc, counts[i], PG_F32, PG_AVG, !(i % 2));
+  }
+  t_all_reduce(rc, (1 << 17) * 3 + 1, PG_F64, PG_AVG, false);
+  t_all_reduce(rc, (1 << 18) * 3 + 3, PG_I32, PG_MAX, true);
+  t_all_reduce(rc, (1 << 20) * 2 + 1, PG_U8, PG_MIN, false);
+}
+
+/* TCP sockets this process holds (the store's connection included). */
+static int tcp_sockets(void)
+{
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  int k = 0;
+
+  if (!d)
+    return -1;
+  while ((e = readdir(d))) {
+    struct stat st;
+    int fd = atoi(e->d_name), type = 0;
+    socklen_t tl = sizeof type;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+
+    if (e->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) ||
+        !S_ISSOCK(st.st_mode))
+      continue;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+        type == SOCK_STREAM && getsockname(fd, (struct sockaddr *)&ss,
+                                           &sl) == 0 &&
+        (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+      k++;
+  }
+  closedir(d);
+  return k;
+}
+
+/* 3 hosts x 2 ranks (hosts[] below): no rank holds a socket to every
+ * other (a full mesh: 5 more each); a rank holds the store's connection,
+ * its point-to-point listener, one socket per other host (its rail) and
+ * one per other rank of its host (the near comm), and ranks 1 and 4 (other hosts, other rails) get one connection each
+ * way only once they send to each other. */
+static void body_no_mesh(struct rank_ctx *rc)
+{
+  int before = tcp_sockets(), after, err;
+  char msg[32] = "across rails", got[32];
+  float x = 1;
+
+  /* store + listener + its rail (nhosts - 1) + its host's near comm
+   * (L - 1); a full mesh would add 5 */
+  EXPECT(rc, before >= 0 && before <= 2 + 2 + 1, "rank %d holds %d TCP "
+         "sockets before any p2p (at most 5 without a full mesh)", rc->me,
+         before);
+  err = rc->c->ops->all_reduce(rc->c, &x, &x, 1, PG_F32, PG_SUM,
+                               deadline());
+  EXPECT(rc, err == 0 && x == 6, "all_reduce: %s, %g", pg_err_name(err),
+         (double)x);
+  EXPECT(rc, tcp_sockets() == before, "an all_reduce opened sockets: %d "
+         "then %d", before, tcp_sockets());
+  if (rc->me == 1) {
+    err = rc->c->ops->send(rc->c, msg, sizeof msg, 4, 9, deadline());
+    EXPECT(rc, err == 0, "send to 4: %s", pg_err_name(err));
+    err = rc->c->ops->recv(rc->c, got, sizeof got, 4, 9, deadline());
+    EXPECT(rc, err == 0 && strcmp(got, msg) == 0, "recv from 4: %s",
+           pg_err_name(err));
+  } else if (rc->me == 4) {
+    err = rc->c->ops->recv(rc->c, got, sizeof got, 1, 9, deadline());
+    EXPECT(rc, err == 0 && strcmp(got, msg) == 0, "recv from 1: %s",
+           pg_err_name(err));
+    err = rc->c->ops->send(rc->c, got, sizeof got, 1, 9, deadline());
+    EXPECT(rc, err == 0, "send to 1: %s", pg_err_name(err));
+  }
+  after = tcp_sockets();
+  EXPECT(rc, after == before + (rc->me == 1 || rc->me == 4 ? 2 : 0),
+         "rank %d: %d TCP sockets after the p2p, %d before", rc->me, after,
+         before);
+  err = rc->c->ops->barrier(rc->c, deadline());
+  EXPECT(rc, err == 0, "barrier: %s", pg_err_name(err));
+}
+
+static void body_one_all_reduce(struct rank_ctx *rc)
+{
+  t_all_reduce(rc, 1000, PG_F32, PG_SUM, false);
+  t_all_reduce(rc, 7, PG_I64, PG_MAX, true);
+}
+
 /* ---- worlds -------------------------------------------------------------- */
 
 static void make_topo(struct pg__topo *tp, int me, int n, const int *host_of)
@@ -597,6 +698,9 @@ static void make_topo(struct pg__topo *tp, int me, int n, const int *host_of)
   }
 }
 
+static bool g_stray;          /* test_setup_strays: see stray_main */
+static int g_port;            /* the store's, for the hooks */
+
 static void child(int me, int n, int port, enum kind kind,
                   const int *host_of, body_fn body, int ready_fd)
 {
@@ -626,6 +730,14 @@ static void child(int me, int n, int port, enum kind kind,
   s.me = me;
   s.timeout = 30;
   s.device = -1;
+  if (g_stray && me == n - 1) {
+    /* The last connector waits until the strays are at rank 0's door. */
+    void *v;
+    size_t len;
+
+    if (pg_store_get(rc.st, "t/stray", 30, &v, &len) == 0)
+      free(v);
+  }
   err = kind == K_TCP ? pg__tcp_create(&s, &rc.c) : pg__hier_create(&s,
                                                                     &rc.c);
   if (err) {
@@ -687,6 +799,7 @@ static int world(int n, enum kind kind, const int *host_of, body_fn body,
   double end = pg__now() + limit;
 
   store = store_proc(&port, &ctl);
+  g_port = port;
   ck_assert_int_eq(pipe(pfd), 0);
   for (r = 0; r < n; r++) {
     pids[r] = fork();
@@ -813,6 +926,128 @@ START_TEST(test_hier_p2p)
 }
 END_TEST
 
+/* Connects to rank 0's listener twice while the mesh is being set up:
+ * one connection says nothing, the other sends a hello of another comm;
+ * both stay open until this process is killed. */
+static pid_t g_stray_pid;
+
+static void stray_main(void)
+{
+  struct addrinfo hints, *ai;
+  struct hello_like { uint32_t magic, version; uint64_t hash;
+                      int32_t from, to, n, pad; } h;
+  char *ep, *sp;
+  pg_store *st;
+  void *v;
+  size_t len;
+  int fd[2], i;
+
+  /* Hold none of the test's pipes: the store stops when they close. */
+  for (i = 3; i < 1024; i++)
+    close(i);
+  if (pg_store_connect("127.0.0.1", g_port, 10, &st) ||
+      pg_store_get(st, "t/comm/ep/0", 30, &v, &len))
+    _exit(2);
+  ep = xmalloc(len + 1);
+  memcpy(ep, v, len);
+  ep[len] = '\0';
+  sp = strrchr(ep, ' ');
+  if (!sp)
+    _exit(3);
+  *sp = '\0';
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(ep, sp + 1, &hints, &ai))
+    _exit(4);
+  for (i = 0; i < 2; i++) {
+    fd[i] = socket(ai->ai_family, SOCK_STREAM, 0);
+    if (fd[i] < 0 || connect(fd[i], ai->ai_addr, ai->ai_addrlen))
+      _exit(5);
+  }
+  memset(&h, 0, sizeof h);
+  h.magic = 0x68746770u;        /* a hello, of another namespace */
+  h.version = 1;
+  h.hash = 42;
+  h.from = 1;
+  h.n = 4;
+  if (write(fd[1], &h, sizeof h) != sizeof h)
+    _exit(6);
+  if (pg_store_set(st, "t/stray", "1", 1))
+    _exit(7);
+  for (;;)
+    pause();
+}
+
+static void start_stray(const pid_t *pids, int n, int ready_fd)
+{
+  g_stray_pid = fork();
+  ck_assert_int_ge(g_stray_pid, 0);
+  if (g_stray_pid == 0)
+    stray_main();
+}
+
+/* Setup in parallel with strays at the door: a silent connection and one
+ * of another comm do not stall or break it. */
+START_TEST(test_setup_strays)
+{
+  int bad;
+
+  g_stray = true;
+  bad = world(4, K_TCP, NULL, body_one_all_reduce, start_stray, -1, 60);
+  g_stray = false;
+  kill(g_stray_pid, SIGKILL);
+  waitpid(g_stray_pid, NULL, 0);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* Many ranks connecting at once (the parallel mesh). */
+START_TEST(test_setup_many)
+{
+  ck_assert_int_eq(world(MAXN, K_TCP, NULL, body_one_all_reduce, NULL, -1,
+                         60), 0);
+}
+END_TEST
+
+START_TEST(test_hier_no_full_mesh)
+{
+  static const int hosts[6] = { 0, 0, 1, 1, 2, 2 };
+
+  ck_assert_int_eq(world(6, K_HIER, hosts, body_no_mesh, NULL, -1, 60), 0);
+}
+END_TEST
+
+/* Large all-reduces at odd sizes: on hosts of 1, 2 and 3 ranks through
+ * the leaders' pipeline, on two hosts of 2 over the rails (a remainder of
+ * count % L elements through the small path). */
+START_TEST(test_hier_pipelined_uneven)
+{
+  static const int hosts[6] = { 0, 1, 1, 2, 2, 2 };
+
+  ck_assert_int_eq(world(6, K_HIER, hosts, body_pipelined, NULL, -1, 200),
+                   0);
+}
+END_TEST
+
+START_TEST(test_hier_pipelined_even)
+{
+  static const int hosts[4] = { 0, 0, 1, 1 };
+
+  ck_assert_int_eq(world(4, K_HIER, hosts, body_pipelined, NULL, -1, 200),
+                   0);
+}
+END_TEST
+
+/* Point-to-point between every pair of 3 uneven hosts: connections made
+ * on first use, large messages sent both ways before any receive. */
+START_TEST(test_hier_p2p_uneven)
+{
+  static const int hosts[6] = { 0, 1, 1, 2, 2, 2 };
+
+  ck_assert_int_eq(world(6, K_HIER, hosts, body_p2p, NULL, -1, 120), 0);
+}
+END_TEST
+
 static Suite *pg_tcp_suite(void)
 {
   Suite *s = suite_create("pg_tcp");
@@ -829,11 +1064,17 @@ static Suite *pg_tcp_suite(void)
   tcase_add_test(tf, test_killed_mid_collective);
   tcase_add_test(tf, test_absent_rank_times_out);
   tcase_add_test(tf, test_mismatch_is_eproto);
+  tcase_add_test(tf, test_setup_strays);
+  tcase_add_test(tf, test_setup_many);
   suite_add_tcase(s, tf);
   tcase_set_timeout(th, 300);
   tcase_add_test(th, test_hier_matrix);
   tcase_add_test(th, test_hier_uneven);
   tcase_add_test(th, test_hier_p2p);
+  tcase_add_test(th, test_hier_no_full_mesh);
+  tcase_add_test(th, test_hier_pipelined_uneven);
+  tcase_add_test(th, test_hier_pipelined_even);
+  tcase_add_test(th, test_hier_p2p_uneven);
   suite_add_tcase(s, th);
   return s;
 }

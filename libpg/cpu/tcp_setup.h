@@ -1,0 +1,28 @@
+/* tcp_setup.h -- tcp_setup.c's pieces that other TCP users share (the
+ * hierarchical communicator's connections made on first use): endpoints,
+ * connects, and the hello each connection starts with. */
+#ifndef PG_TCP_SETUP_H
+#define PG_TCP_SETUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tcp_internal.h"
+
+/* FNV-1a of a store namespace: the hello's proof of the comm. */
+uint64_t tcp_fnv1a(const char *s);
+/* A non-blocking socket listening on every address (or an error, with
+ * pg__fail's sentence); ep gets "host port" for the others, *bufsz the
+ * socket buffer size to ask for (0: autotuning). */
+int tcp_listen_ep(char *ep, size_t eplen, int *bufsz);
+/* "host port" -> a connected non-blocking socket, retrying refusals until
+ * the deadline; or a negative errno (no sentence). */
+int tcp_connect_ep(const char *ep, int bufsz, double deadline);
+/* All of buf written or read on a non-blocking socket by the deadline. */
+int tcp_io_full(int fd, void *buf, size_t len, bool wr, double deadline);
+void tcp_hello_init(struct hello *h, uint64_t hash, int from, int to,
+                    int n);
+bool tcp_hello_ok(const struct hello *h, uint64_t hash, int to, int n);
+
+#endif
