@@ -6,36 +6,6 @@
 
 #include "pg_internal.h"
 
-int pg__store_exchange(pg_store *st, const char *ns, const char *key,
-                       const void *value, size_t len,
-                       const char *const *keys, int n, double timeout,
-                       void **vals, size_t *lens)
-{
-  char full[4096];
-  int i, err;
-
-  snprintf(full, sizeof full, "%s%s", ns, key);
-  err = pg_store_set(st, full, value, len);
-  if (err)
-    return pg__fail(err, "store: cannot publish '%s': %s", full,
-                    pg_strerror(err));
-  for (i = 0; i < n; i++)
-    vals[i] = NULL;
-  for (i = 0; i < n; i++) {
-    snprintf(full, sizeof full, "%s%s", ns, keys[i]);
-    err = pg_store_get(st, full, timeout, &vals[i], &lens[i]);
-    if (err) {
-      while (i-- > 0) {
-        free(vals[i]);
-        vals[i] = NULL;
-      }
-      return pg__fail(err, "store: waiting for '%s': %s", full,
-                      pg_strerror(err));
-    }
-  }
-  return 0;
-}
-
 int pg__store_allgather(pg_store *st, const char *ns, const char *prefix,
                         int me, int n, const void *value, size_t len,
                         double timeout, void **vals, size_t *lens)

@@ -71,6 +71,7 @@ struct pg_group {
   pg_backend be;
   int device, local_rank;
   char launch_addr[256];        /* MASTER_ADDR derived from srun's env */
+  char master_addr[256];        /* rank 0's address, as resolved */
 
   pthread_mutex_t mu;
   pthread_cond_t queued;        /* work was queued, or stop */
@@ -1267,6 +1268,7 @@ static int child_create(pg_group *parent, const int *members, int n, int me,
   g->timeout = parent->timeout;
   g->store = parent->store;
   g->wtopo = parent->wtopo;
+  memcpy(g->master_addr, parent->master_addr, sizeof g->master_addr);
   snprintf(g->ns, sizeof g->ns, "%s", ns);
   g->all_ranks = calloc((size_t)n, sizeof *g->all_ranks);
   if (!g->all_ranks) {
@@ -1547,6 +1549,7 @@ static int create_comm(pg_group *g, pg_backend be, int device,
   s.device = device;
   s.local_rank = local_rank;
   s.ns = ns;
+  s.master_addr = g->master_addr[0] ? g->master_addr : NULL;
   if (be == PG_BACKEND_NCCL) {
     snprintf(ns, sizeof ns, "%snccl/", g->ns);
     snprintf(g->backend, sizeof g->backend, "nccl");
@@ -1636,7 +1639,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
   struct pg_options defaults = PG_OPTIONS_INIT;
   char host_id[512];
   const char *addr = NULL, *hid;
-  pg_backend be;
+  pg_backend be = PG_BACKEND_AUTO;
   pg_group *g;
   int port = 0, local_rank = 0, err;
 
@@ -1652,6 +1655,8 @@ int pg_init(const struct pg_options *o, pg_group **out)
   err = resolve_options(o, g, &addr, &port, &be, &local_rank);
   if (err)
     goto fail_early;
+  if (addr)
+    snprintf(g->master_addr, sizeof g->master_addr, "%s", addr);
   if (pthread_create(&g->thread, NULL, progress_main, g) != 0) {
     err = pg__fail(-EAGAIN, "cannot start the progress thread");
     goto fail_early;

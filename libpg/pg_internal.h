@@ -49,6 +49,9 @@ struct pg__setup {
   int me;
   double timeout;         /* seconds, default per operation */
   int device;             /* NCCL: pg_options.device, or -1 */
+  const char *master_addr;  /* where rank 0 is reached (pg_options or
+                               MASTER_ADDR): TCP listens on the address
+                               that routes there; NULL: the hostname's */
   int local_rank;         /* NCCL: picks the device when device < 0 */
 };
 
@@ -168,17 +171,10 @@ PG__HIDDEN float pg__bf16_to_f32(uint16_t h);
 PG__HIDDEN uint16_t pg__f32_to_bf16(float f);
 
 /* ---- store internals ---------------------------------------------------- */
-/* Publishes value under ns+key, then reads the n values ns+key_of(i) for
- * every i: an all-gather over the store, used at setup.  vals[i] are
- * malloc'd. */
-PG__HIDDEN int pg__store_exchange(pg_store *st, const char *ns,
-                                  const char *key, const void *value,
-                                  size_t len, const char *const *keys,
-                                  int n, double timeout, void **vals,
-                                  size_t *lens);
-/* The same when every key is <prefix><rank>: publishes value under
+/* An all-gather over the store, used at setup: publishes value under
  * ns+prefix+me, then reads ns+prefix+i for i in 0..n-1 (n may be less
- * than the group: "the first n").  On error nothing is left in vals. */
+ * than the group: "the first n").  vals[i] are malloc'd; on error
+ * nothing is left in vals. */
 PG__HIDDEN int pg__store_allgather(pg_store *st, const char *ns,
                                    const char *prefix, int me, int n,
                                    const void *value, size_t len,

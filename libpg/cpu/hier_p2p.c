@@ -128,7 +128,7 @@ int pg__hier_p2p_create(const struct pg__setup *s, struct hier_p2p **out)
     p->c.peers[i].fd = -1;
     p->c.peers[i].rank = s->ranks[i % s->n];
   }
-  p->lfd = tcp_listen_ep(ep, sizeof ep, &p->bufsz);
+  p->lfd = tcp_listen_ep(s->master_addr, ep, sizeof ep, &p->bufsz);
   if (p->lfd < 0) {
     err = p->lfd;
     p->lfd = -1;

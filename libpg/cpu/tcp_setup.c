@@ -14,7 +14,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "launch_env.h"
 #include "tcp_internal.h"
 #include "tcp_setup.h"
 
@@ -37,13 +36,12 @@ static int numeric_host(const struct sockaddr *sa, socklen_t len, char *host,
 }
 
 /* The address other hosts reach this one by: the source address of a
- * route to MASTER_ADDR (a UDP connect sends nothing), else the hostname's
- * first address, else loopback.  Sockets listen on every address. */
-static int my_address(char *host, size_t hostlen, int *family)
+ * route to m, rank 0's address (a UDP connect sends nothing), else the
+ * hostname's first address, else loopback.  Sockets listen on every
+ * address. */
+static int my_address(const char *m, char *host, size_t hostlen,
+                      int *family)
 {
-  char mbuf[256];
-  /* Set by cdrun, else derived from srun's or mpirun's environment. */
-  const char *m = pg__launch_env("MASTER_ADDR", mbuf, sizeof mbuf);
   struct addrinfo hints, *ai = NULL, *a;
   char name[256];
 
@@ -613,41 +611,25 @@ out:
 
 static int publish(const struct pg__setup *s, const char *val, char **eps)
 {
-  char key[32];
-  char **keys = calloc((size_t)s->n, sizeof *keys);
   size_t *lens = calloc((size_t)s->n, sizeof *lens);
   void **vals = calloc((size_t)s->n, sizeof *vals);
   int i, err = -ENOMEM;
 
-  if (!keys || !lens || !vals)
-    goto out;
-  for (i = 0; i < s->n; i++) {
-    keys[i] = malloc(32);
-    if (!keys[i])
-      goto out;
-    snprintf(keys[i], 32, "ep/%d", i);
-  }
-  snprintf(key, sizeof key, "ep/%d", s->me);
-  err = pg__store_exchange(s->store, s->ns, key, val, strlen(val),
-                           (const char *const *)keys, s->n, s->timeout,
-                           vals, lens);
+  if (lens && vals)
+    err = pg__store_allgather(s->store, s->ns, "ep/", s->me, s->n, val,
+                              strlen(val), s->timeout, vals, lens);
+  else
+    pg__fail(err, "tcp setup: out of memory");
   for (i = 0; err == 0 && i < s->n; i++) {
     eps[i] = malloc(lens[i] + 1);
     if (!eps[i]) {
-      err = -ENOMEM;
+      err = pg__fail(-ENOMEM, "tcp setup: out of memory");
       break;
     }
     memcpy(eps[i], vals[i], lens[i]);
     eps[i][lens[i]] = '\0';
   }
-out:
-  for (i = 0; i < s->n; i++) {
-    if (keys)
-      free(keys[i]);
-    if (vals)
-      free(vals[i]);
-  }
-  free(keys);
+  pg__free_vals(vals, s->n);
   free(lens);
   free(vals);
   return err;
@@ -655,13 +637,14 @@ out:
 
 /* A socket listening on every address, and "host port" for others to
  * reach it by. */
-int tcp_listen_ep(char *ep, size_t eplen, int *bufsz)
+int tcp_listen_ep(const char *master_addr, char *ep, size_t eplen,
+                  int *bufsz)
 {
   char host[NI_MAXHOST];
   int lfd, port = 0, family;
 
   *bufsz = sock_buf();
-  my_address(host, sizeof host, &family);
+  my_address(master_addr, host, sizeof host, &family);
   lfd = listen_any(family, *bufsz, &port);
   if (lfd < 0)
     return pg__fail(lfd, "tcp setup: cannot listen: %s", strerror(-lfd));
@@ -681,7 +664,7 @@ int tcp_connect_all(struct tcp_comm *c, const struct pg__setup *s,
 
   if (!eps)
     return pg__fail(-ENOMEM, "tcp setup: out of memory");
-  lfd = tcp_listen_ep(ep, sizeof ep, &bufsz);
+  lfd = tcp_listen_ep(s->master_addr, ep, sizeof ep, &bufsz);
   if (lfd < 0) {
     err = lfd;
     goto out;

@@ -13,9 +13,11 @@
 /* FNV-1a of a store namespace: the hello's proof of the comm. */
 uint64_t tcp_fnv1a(const char *s);
 /* A non-blocking socket listening on every address (or an error, with
- * pg__fail's sentence); ep gets "host port" for the others, *bufsz the
- * socket buffer size to ask for (0: autotuning). */
-int tcp_listen_ep(char *ep, size_t eplen, int *bufsz);
+ * pg__fail's sentence); ep gets "host port" for the others, the host being
+ * the address that routes to master_addr (NULL: the hostname's), *bufsz
+ * the socket buffer size to ask for (0: autotuning). */
+int tcp_listen_ep(const char *master_addr, char *ep, size_t eplen,
+                  int *bufsz);
 /* "host port" -> a connected non-blocking socket, retrying refusals until
  * the deadline; or a negative errno (no sentence). */
 int tcp_connect_ep(const char *ep, int bufsz, double deadline);
