@@ -210,15 +210,25 @@ out:
  * traffic at once, the stages of different ranks overlapping; each
  * element is reduced in one place, so the bits agree.  The leaders'
  * pipeline (Note [hier pipeline]) serves uneven hosts. */
-#define RAIL_MAX ((size_t)64 << 10)
+#define RAIL_MAX ((size_t)8 << 10)
 /* Measured side by side, 2 "hosts" x 2 ranks on loopback (PG_HOST_ID),
  * under load: the host's step over TCP rather than shared memory: 4 B
  * 29-45 us against 56-64, 64 KiB 93-128 against 246-541; rails for large
  * ones against the leaders' pipeline: 1 MiB 1.6-2.2 ms against 3.3-4.7,
- * 16 MiB 37-51 ms against 87-128. */
+ * 16 MiB 37-51 ms against 87-128.  On a quiet machine, 2 netbed hosts x 2
+ * ranks at 10 Gbit/s, the slices through the rails beat the whole buffer
+ * through near + rail from 16 KiB (134-145 us against 161-163; 64 KiB
+ * 201-209 against 263-299); 8 KiB is even (70 against 74). */
 #ifndef HIER_NEAR_TCP
 #define HIER_NEAR_TCP 1
 #endif
+/* Up to this many bytes the host step stays in shared memory even with
+ * the near comm: shm's one-phase path for small messages (SMALL_SPIN in
+ * shm.c) beats loopback TCP there.  Measured on a quiet machine, 2 netbed
+ * hosts x 2 ranks at 10 Gbit/s, the whole all-reduce: 64 B-1 KiB 24-27
+ * us in shared memory against 49-54 over TCP, 2 KiB 38-40 against 59-61;
+ * from 4 KiB (shm's two-phase path) TCP wins, 59-62 us against 123-131. */
+#define NEAR_SHM_MAX 2048u
 #ifndef RAILS_LARGE
 #define RAILS_LARGE 1
 #endif
@@ -252,7 +262,7 @@ static int rails_all_reduce(struct hier_comm *h, const void *send,
   }
   if (err || done_n == count)
     return err;
-  if (h->near)
+  if (h->near && (count - done_n) * es > NEAR_SHM_MAX)
     err = h->near->ops->all_reduce(h->near, in + done_n * es,
                                    out + done_n * es, count - done_n, t,
                                    sub, deadline);
