@@ -137,19 +137,27 @@ static int env_double(enum pg__knob k, double fallback, double *out)
 
 /* This machine: hostname plus boot id, so two containers with the same
  * hostname on different machines are not taken for one host. */
+/* This kernel's boot id ("" if unknown): processes that share it share
+ * the machine's CPUs, even in network namespaces posing as hosts. */
+static void boot_id(char *out, size_t len)
+{
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+  out[0] = '\0';
+  if (f) {
+    if (!fgets(out, (int)len, f))
+      out[0] = '\0';
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+  }
+}
+
 static void default_host_id(char *out, size_t len)
 {
-  char host[256] = "unknown", boot[64] = "";
-  FILE *f;
+  char host[256] = "unknown", boot[64];
 
   gethostname(host, sizeof host - 1);
-  f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    if (!fgets(boot, sizeof boot, f))
-      boot[0] = '\0';
-    fclose(f);
-    boot[strcspn(boot, "\n")] = '\0';
-  }
+  boot_id(boot, sizeof boot);
   snprintf(out, len, "%s/%s", host, boot);
 }
 
@@ -163,12 +171,22 @@ static void topo_free(struct pg__topo *t)
   memset(t, 0, sizeof *t);
 }
 
-/* All-gathers host ids over the store and groups ranks by them. */
+/* The length of a published "<host id>\n<boot id>"'s host id. */
+static size_t host_part(const void *val, size_t len)
+{
+  const char *nl = memchr(val, '\n', len);
+
+  return nl ? (size_t)(nl - (const char *)val) : len;
+}
+
+/* All-gathers host ids (and boot ids) over the store and groups ranks by
+ * them. */
 static int topo_build(pg_group *g, const char *host_id)
 {
   struct pg__topo *t = &g->topo;
   void **vals = NULL;
-  size_t *lens = NULL;
+  size_t *lens = NULL, hl, bl;
+  char mine[1024], boot[64];
   int i, j, err = -ENOMEM;
 
   t->rank = g->rank;
@@ -180,15 +198,18 @@ static int topo_build(pg_group *g, const char *host_id)
   lens = calloc((size_t)g->size, sizeof *lens);
   if (!t->host_of || !t->leader_of || !t->local || !vals || !lens)
     goto out;
+  boot_id(boot, sizeof boot);
+  snprintf(mine, sizeof mine, "%s\n%s", host_id, boot);
   err = pg__store_allgather(g->store, "pg/", "host/", g->rank, g->size,
-                            host_id, strlen(host_id), g->timeout, vals,
-                            lens);
+                            mine, strlen(mine), g->timeout, vals, lens);
   if (err)
     goto out;
   t->nhosts = 0;
   for (i = 0; i < g->size; i++) {
+    hl = host_part(vals[i], lens[i]);
     for (j = 0; j < i; j++)
-      if (lens[j] == lens[i] && memcmp(vals[j], vals[i], lens[i]) == 0)
+      if (host_part(vals[j], lens[j]) == hl &&
+          memcmp(vals[j], vals[i], hl) == 0)
         break;
     if (j < i) {
       t->host_of[i] = t->host_of[j];
@@ -204,6 +225,13 @@ static int topo_build(pg_group *g, const char *host_id)
         t->local_index = t->nlocal;
       t->local[t->nlocal++] = i;
     }
+  t->machine_ranks = 0;
+  bl = strlen(boot);
+  for (i = 0; i < g->size; i++) {
+    hl = host_part(vals[i], lens[i]);
+    t->machine_ranks += hl < lens[i] && lens[i] - hl - 1 == bl &&
+                        memcmp((char *)vals[i] + hl + 1, boot, bl) == 0;
+  }
   err = 0;
 out:
   pg__free_vals(vals, g->size);

@@ -29,6 +29,10 @@ const struct pg__knob_def pg__knobs[PG_KNOB_COUNT] = {
     "1: NCCL waits block the host instead of ordering the stream" },
   [PG_KNOB_HEARTBEAT_FILE] = { "CDRUN_HEARTBEAT_FILE", "",
     "the file pg_heartbeat touches (set by cdrun)" },
+  [PG_KNOB_TCP_SPIN_US] = { "PG_TCP_SPIN_US", "",
+    "microseconds a TCP wait polls its sockets before it sleeps in "
+    "poll() (0 .. 10000); default: 50 when this host's ranks of the "
+    "communicator have a CPU each, else 0" },
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

@@ -33,6 +33,8 @@ struct pg__topo {
   int *local;         /* global ranks on this rank's host, ascending */
   int nlocal;
   int local_index;    /* this rank's index in local[] */
+  int machine_ranks;  /* ranks under this rank's kernel (same boot id),
+                         whatever their host ids: they share its CPUs */
 };
 
 /* What a backend needs to set itself up.  A communicator may span a
@@ -169,6 +171,9 @@ PG__HIDDEN float pg__f16_to_f32(uint16_t h);
 PG__HIDDEN uint16_t pg__f32_to_f16(float f);
 PG__HIDDEN float pg__bf16_to_f32(uint16_t h);
 PG__HIDDEN uint16_t pg__f32_to_bf16(float f);
+
+/* The CPUs this process may run on (its affinity mask). */
+PG__HIDDEN int pg__usable_cpus(void);
 
 /* ---- store internals ---------------------------------------------------- */
 /* An all-gather over the store, used at setup: publishes value under

@@ -1193,16 +1193,6 @@ static int open_segment(struct shm_comm *c, const char *name, size_t size)
   return 0;
 }
 
-/* The CPUs this process may run on. */
-static int usable_cpus(void)
-{
-  cpu_set_t set;
-
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    return CPU_COUNT(&set);
-  return (int)sysconf(_SC_NPROCESSORS_ONLN);
-}
-
 static int open_pidfd(pid_t pid)
 {
 #ifdef SYS_pidfd_open
@@ -1339,7 +1329,7 @@ static void comm_attach(struct shm_comm *c)
   c->rc = (struct shm_ring *)(c->map + l.ring_ctl_off);
   c->bufs = c->map + l.buf_off;
   c->rings = c->map + l.ring_off;
-  c->spin = c->n <= usable_cpus();
+  c->spin = c->n <= pg__usable_cpus();
   c->small_max = c->spin ? SMALL_SPIN : SMALL_SLEEP;
   if (c->small_max > c->buf)
     c->small_max = c->buf;

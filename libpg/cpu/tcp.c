@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "knobs.h"
 #include "tcp_internal.h"
 
 /* ---- the operations --------------------------------------------------- */
@@ -531,6 +532,36 @@ static const struct pg__comm_ops tcp_ops = {
   .destroy = tcp_destroy,
 };
 
+/* Note [spin then sleep] in tcp_stream.c: $PG_TCP_SPIN_US, else 50 us
+ * when the ranks on this machine have a CPU each. */
+static int spin_setting(const struct pg__setup *s, double *spin_s)
+{
+  const char *v = pg__knob(PG_KNOB_TCP_SPIN_US);
+  const struct pg__topo *t = s->topo;
+  int i, here = 0;
+  long us;
+  char *end;
+
+  if (v) {
+    errno = 0;
+    us = strtol(v, &end, 10);
+    if (errno || end == v || *end || us < 0 || us > 10000)
+      return pg__fail(-EINVAL, "PG_TCP_SPIN_US is '%s', expected an "
+                      "integer 0..10000 (microseconds)", v);
+    *spin_s = (double)us * 1e-6;
+    return 0;
+  }
+  /* Every rank under this kernel competes for its CPUs, whatever host
+   * it poses as (netbed's namespaces) and whichever comm it uses. */
+  for (i = 0; i < s->n; i++)
+    here += !t || !t->host_of ||
+            t->host_of[s->ranks[i]] == t->host_of[s->ranks[s->me]];
+  if (t && t->machine_ranks > here)
+    here = t->machine_ranks;
+  *spin_s = here <= pg__usable_cpus() ? 50e-6 : 0;
+  return 0;
+}
+
 int pg__tcp_create(const struct pg__setup *s, struct pg__comm **out)
 {
   double deadline = pg__now() + s->timeout;
@@ -555,7 +586,9 @@ int pg__tcp_create(const struct pg__setup *s, struct pg__comm **out)
     c->peers[i].fd = -1;
     c->peers[i].rank = s->ranks[i];
   }
-  if (s->n > 1)
+  err = spin_setting(s, &c->spin_s);
+  c->spin_cur = c->spin_s;
+  if (!err && s->n > 1)
     err = tcp_connect_all(c, s, deadline);
   if (err) {
     tcp_destroy(&c->base);

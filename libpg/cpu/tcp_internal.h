@@ -124,6 +124,9 @@ struct tcp_comm {
   struct pollfd *pfd;   /* [2n + 2] */
   char *scratch;
   size_t scratch_len;
+  double spin_s;        /* Note [spin then sleep] in tcp_stream.c: the */
+  double spin_cur;      /* most, the current budget, and the waits since */
+  unsigned spin_idle;   /* the budget reached 0 */
 };
 
 /* ---- small helpers ------------------------------------------------------ */

@@ -404,11 +404,45 @@ static int timed_out(struct tcp_comm *c, const struct stream *ss, int ns)
 
 /* Moves every stream until all but the drain-only ones are finished, the
  * deadline passes or a peer fails.  Never spins: waits in poll(). */
+/* Note [spin then sleep]: a wait first retries the sockets (non-blocking
+ * calls) for up to spin_cur seconds before it sleeps in poll().  Waking
+ * a sleeping process costs more than a small message's whole round trip
+ * when its CPU was idle (tens of microseconds: an idle CPU, in a VM a
+ * halted vCPU, must be woken), which is where Open MPI's busy-polling
+ * ranks win at 4 B.  But a rank spinning on a CPU its peer needs only
+ * delays the data it waits for, so the budget adapts, as an adaptive
+ * mutex's does: a spin that ended in data restores it to spin_s, one
+ * that ran out halves it, down to nothing; then every SPIN_PROBE-th wait
+ * tries a quarter of spin_s again.  spin_s is 50 us by default when this
+ * host's ranks of the comm have a CPU each, else 0 (pg__tcp_create). */
+#define SPIN_PROBE 64
+
+static void spin_result(struct tcp_comm *c, bool got_data)
+{
+  if (got_data) {
+    c->spin_cur = c->spin_s;
+    return;
+  }
+  c->spin_cur = c->spin_cur < 2e-6 ? 0 : c->spin_cur / 2;
+}
+
+/* This wait's spin budget. */
+static double spin_budget(struct tcp_comm *c)
+{
+  if (c->spin_cur > 0 || c->spin_s <= 0)
+    return c->spin_cur;
+  if (++c->spin_idle % SPIN_PROBE == 0)
+    return c->spin_s / 4;
+  return 0;
+}
+
 int tcp_run(struct tcp_comm *c, struct stream *ss, int ns,
             double deadline)
 {
+  double spin_until = 0, budget = 0;
+
   for (;;) {
-    bool moved = true, busy = false;
+    bool moved = true, progressed = false, busy = false;
     int i, k, nfd = 0;
 
     while (moved) {
@@ -423,6 +457,7 @@ int tcp_run(struct tcp_comm *c, struct stream *ss, int ns,
         if (err)
           return err;
       }
+      progressed |= moved;
     }
     for (i = 0; i < ns; i++) {
       if (ss[i].fin || !ss[i].want)
@@ -440,11 +475,31 @@ int tcp_run(struct tcp_comm *c, struct stream *ss, int ns,
     for (i = 0; i < ns; i++)
       if (!ss[i].fin && !ss[i].drain_only)
         break;
-    if (i == ns)
+    if (i == ns) {
+      if (spin_until > 0)
+        spin_result(c, true);       /* the spin ended in the data */
       return 0;
+    }
     if (!busy)          /* every stream waits on another: a bug here */
       return pg__fail(-EPROTO, "%s: internal error: no stream can move",
                       c->opname);
+    if (c->spin_s > 0) {
+      double now = pg__now();
+
+      if (progressed && spin_until > 0) {
+        spin_result(c, true);       /* data came while spinning */
+        spin_until = 0;
+      }
+      if (spin_until == 0) {
+        budget = spin_budget(c);
+        spin_until = now + budget;
+      }
+      if (now < spin_until && now < deadline)
+        continue;
+      if (budget > 0)
+        spin_result(c, false);      /* ran out: sleep, spin less */
+      budget = 0;
+    }
     k = tcp_ms_until(deadline);
     if (k <= 0)
       return timed_out(c, ss, ns);
