@@ -1,7 +1,8 @@
 #!/bin/bash
 # libpg: pg_group_start/end -- every rank sends 1 MiB to both neighbours
 # before receiving, in one group; over shared memory and forced TCP, 2
-# and 3 ranks (a pair and a cycle).
+# and 3 ranks (a pair and a cycle); TCP with its spin off and at its
+# most (PG_TCP_SPIN_US), and a bad value refused by name.
 . "$(dirname "$0")/lib.sh"
 
 PGTEST=$(dirname "$TW")/pgtest
@@ -13,4 +14,14 @@ for hid in same-host 'h$RANK'; do
     expect_grep "pgtest exchange: rank 0 of $n .*, 0 failed" "$T/err"
   done
 done
+for spin in 0 10000; do
+  PG_TCP_SPIN_US=$spin PG_TIMEOUT=60 "$CDRUN" --standalone --nproc_per_node=2 \
+    --no_python /bin/sh -c 'PG_HOST_ID=h$RANK exec "$0" exchange' "$PGTEST" \
+    >"$T/out" 2>"$T/err" || { cat "$T/err"; fail "exchange (spin $spin) failed"; }
+  expect_grep "pgtest exchange: rank 0 of 2 .*, 0 failed" "$T/err"
+done
+PG_TCP_SPIN_US=lots PG_TIMEOUT=60 "$CDRUN" --standalone --nproc_per_node=2 \
+  --no_python /bin/sh -c 'PG_HOST_ID=h$RANK exec "$0" exchange' "$PGTEST" \
+  >"$T/out" 2>"$T/err" && fail "PG_TCP_SPIN_US=lots was accepted"
+expect_grep "PG_TCP_SPIN_US is 'lots', expected an integer 0..10000" "$T/err"
 exit 0
