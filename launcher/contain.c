@@ -133,11 +133,16 @@ static void make_token(struct contain *c)
            (long)ts.tv_nsec);
 }
 
-static void drop_cgroup(struct contain *c)
+static void close_procs(struct contain *c)
 {
   if (c->procs_fd >= 0)
     close(c->procs_fd);
   c->procs_fd = -1;
+}
+
+static void drop_cgroup(struct contain *c)
+{
+  close_procs(c);
   if (c->cgroup[0])
     rmdir(c->cgroup);
   c->cgroup[0] = '\0';
@@ -349,9 +354,7 @@ void contain_destroy(struct contain *c)
   int i;
 
   contain_kill_all(c, -1);
-  if (c->procs_fd >= 0)
-    close(c->procs_fd);
-  c->procs_fd = -1;
+  close_procs(c);
   if (!c->cgroup[0])
     return;
   /* The killed may take a moment to leave the cgroup. */

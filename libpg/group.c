@@ -152,12 +152,11 @@ static void boot_id(char *out, size_t len)
   }
 }
 
-static void default_host_id(char *out, size_t len)
+static void default_host_id(const char *boot, char *out, size_t len)
 {
-  char host[256] = "unknown", boot[64];
+  char host[256] = "unknown";
 
   gethostname(host, sizeof host - 1);
-  boot_id(boot, sizeof boot);
   snprintf(out, len, "%s/%s", host, boot);
 }
 
@@ -181,12 +180,12 @@ static size_t host_part(const void *val, size_t len)
 
 /* All-gathers host ids (and boot ids) over the store and groups ranks by
  * them. */
-static int topo_build(pg_group *g, const char *host_id)
+static int topo_build(pg_group *g, const char *host_id, const char *boot)
 {
   struct pg__topo *t = &g->topo;
   void **vals = NULL;
   size_t *lens = NULL, hl, bl;
-  char mine[1024], boot[64];
+  char mine[1024];
   int i, j, err = -ENOMEM;
 
   t->rank = g->rank;
@@ -198,7 +197,6 @@ static int topo_build(pg_group *g, const char *host_id)
   lens = calloc((size_t)g->size, sizeof *lens);
   if (!t->host_of || !t->leader_of || !t->local || !vals || !lens)
     goto out;
-  boot_id(boot, sizeof boot);
   snprintf(mine, sizeof mine, "%s\n%s", host_id, boot);
   err = pg__store_allgather(g->store, "pg/", "host/", g->rank, g->size,
                             mine, strlen(mine), g->timeout, vals, lens);
@@ -1665,7 +1663,7 @@ void pg_destroy(pg_group *g)
 int pg_init(const struct pg_options *o, pg_group **out)
 {
   struct pg_options defaults = PG_OPTIONS_INIT;
-  char host_id[512];
+  char host_id[512], boot[64];
   const char *addr = NULL, *hid;
   pg_backend be = PG_BACKEND_AUTO;
   pg_group *g;
@@ -1732,12 +1730,13 @@ int pg_init(const struct pg_options *o, pg_group **out)
                    pg_last_error()[0] ? pg_last_error() : pg_strerror(err));
     goto fail;
   }
+  boot_id(boot, sizeof boot);
   hid = o->host_id ? o->host_id : pg__knob(PG_KNOB_HOST_ID);
   if (!hid || !*hid) {
-    default_host_id(host_id, sizeof host_id);
+    default_host_id(boot, host_id, sizeof host_id);
     hid = host_id;
   }
-  err = topo_build(g, hid);
+  err = topo_build(g, hid, boot);
   if (err)
     goto fail;
   err = create_comm(g, be, o->device, local_rank);

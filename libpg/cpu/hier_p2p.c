@@ -302,26 +302,11 @@ void pg__hier_p2p_destroy(struct hier_p2p *p)
 
   if (!p)
     return;
-  for (i = 0; p->c.peers && i < 2 * p->n; i++) {
-    struct peer *q = &p->c.peers[i];
-    struct umsg *u;
-
-    if (q->fd >= 0)
-      close(q->fd);
-    while ((u = q->qhead)) {
-      q->qhead = u->next;
-      free(u);
-    }
-    free(q->drain);
-  }
+  tcp_comm_release(&p->c, 2 * p->n);
   for (i = 0; i < p->npend; i++)
     close(p->pend[i].fd);
   if (p->lfd >= 0)
     close(p->lfd);
-  free(p->c.peers);
-  free(p->c.ss);
-  free(p->c.pfd);
-  free(p->c.scratch);
   free(p->ns);
   free(p);
 }

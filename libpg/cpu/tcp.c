@@ -493,14 +493,11 @@ static int tcp_recv(struct pg__comm *base, void *buf, size_t bytes,
   return end(c, tcp_run(c, c->ss, 1, deadline));
 }
 
-static void tcp_destroy(struct pg__comm *base)
+void tcp_comm_release(struct tcp_comm *c, int npeers)
 {
-  struct tcp_comm *c = (struct tcp_comm *)base;
   int i;
 
-  if (!c)
-    return;
-  for (i = 0; c->peers && i < c->n; i++) {
+  for (i = 0; c->peers && i < npeers; i++) {
     struct peer *p = &c->peers[i];
     struct umsg *u;
 
@@ -516,6 +513,15 @@ static void tcp_destroy(struct pg__comm *base)
   free(c->ss);
   free(c->pfd);
   free(c->scratch);
+}
+
+static void tcp_destroy(struct pg__comm *base)
+{
+  struct tcp_comm *c = (struct tcp_comm *)base;
+
+  if (!c)
+    return;
+  tcp_comm_release(c, c->n);
   free(c);
 }
 

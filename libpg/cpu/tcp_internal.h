@@ -253,6 +253,9 @@ void tcp_rd_rx_done(void *ctx, struct stream *s, size_t j);
 void tcp_chain_rx_done(void *ctx, struct stream *s, size_t j);
 void tcp_chain_tx_done(void *ctx, struct stream *s, size_t j);
 
+/* tcp.c: closes npeers peers' sockets and frees what c holds (not c). */
+void tcp_comm_release(struct tcp_comm *c, int npeers);
+
 /* tcp_setup.c: endpoints through the store, then the mesh of sockets. */
 int tcp_connect_all(struct tcp_comm *c, const struct pg__setup *s,
                     double deadline);

@@ -161,6 +161,25 @@ static int tx_step(struct tcp_comm *c, struct stream *s, bool *moved)
   }
 }
 
+/* One recv from s's peer: the bytes read (> 0); 0 when it would block
+ * (s->want set); or the error, reported (the peer closed or failed). */
+static ssize_t recv_some(struct tcp_comm *c, struct stream *s, void *dst,
+                         size_t need)
+{
+  ssize_t k;
+
+  do
+    k = recv(s->p->fd, dst, need, MSG_DONTWAIT);
+  while (k < 0 && errno == EINTR);
+  if (k > 0)
+    return k;
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    s->want = POLLIN;
+    return 0;
+  }
+  return peer_gone(c, s->p, k == 0 ? 0 : errno, "receiving from");
+}
+
 static void enqueue(struct peer *p, struct umsg *u)
 {
   u->next = NULL;
@@ -239,18 +258,9 @@ static int pump(struct tcp_comm *c, struct stream *s, bool *moved)
         return 0;       /* the caller looks at the queue again */
       continue;
     }
-    k = recv(p->fd, dst, need, MSG_DONTWAIT);
-    if (k == 0)
-      return peer_gone(c, p, 0, "receiving from");
-    if (k < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        s->want = POLLIN;
-        return 0;
-      }
-      return peer_gone(c, p, errno, "receiving from");
-    }
+    k = recv_some(c, s, dst, need);
+    if (k <= 0)
+      return (int)k;
     *moved = true;
     if (p->drain)
       p->drain_got += (size_t)k;
@@ -355,18 +365,9 @@ static int rx_step(struct tcp_comm *c, struct stream *s, bool *moved)
       *moved = true;
       continue;
     }
-    k = recv(p->fd, s->ptr + s->off, s->len - s->off, MSG_DONTWAIT);
-    if (k == 0)
-      return peer_gone(c, p, 0, "receiving from");
-    if (k < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        s->want = POLLIN;
-        return 0;
-      }
-      return peer_gone(c, p, errno, "receiving from");
-    }
+    k = recv_some(c, s, s->ptr + s->off, s->len - s->off);
+    if (k <= 0)
+      return (int)k;
     s->off += (size_t)k;
     *moved = true;
   }
