@@ -70,7 +70,7 @@ struct opts {
   int optimizer;
   uint64_t seed;
   const char *ckpt_dir;
-  bool no_reducer, no_comm, device_compute;
+  bool no_reducer, no_overlap, no_comm, device_compute;
   double backward_ms[MAX_W];   /* --backward-ms; 0: measure */
   int nbackward_ms;
 };
@@ -133,6 +133,8 @@ static void usage(FILE *f)
 "  --samples N        training rows (60000)\n"
 "  --steps N          stop once N steps in all are done (benchmarks)\n"
 "  --no-reducer       all-reduce each gradient after the backward pass\n"
+"  --no-overlap       the reducer, but every gradient marked ready after\n"
+"                     the backward pass: its buckets, none hidden\n"
 "  --no-comm          no communication in the steps (benchmarks)\n"
 "  --device-compute   benchmarks: after the warm-up steps each stage of\n"
 "                     the backward pass sleeps as long as it took on the\n"
@@ -252,6 +254,8 @@ static int parse_flags(int argc, char **argv, struct opts *o)
       return 1;
     } else if (!strcmp(name, "no-reducer")) {
       o->no_reducer = true;
+    } else if (!strcmp(name, "no-overlap")) {
+      o->no_overlap = true;
     } else if (!strcmp(name, "no-comm")) {
       o->no_comm = true;
     } else if (!strcmp(name, "device-compute")) {
@@ -322,8 +326,8 @@ static int parse_flags(int argc, char **argv, struct opts *o)
     return usage_error("--backward-ms has %d times; --layers %ld has %ld "
                        "backward stages", o->nbackward_ms, o->layers,
                        o->layers + 1);
-  if (o->no_reducer && o->no_comm)
-    return usage_error("--no-reducer and --no-comm: pick one");
+  if (o->no_reducer + o->no_comm + o->no_overlap > 1)
+    return usage_error("--no-reducer, --no-overlap and --no-comm: pick one");
   if (o->lr == 0)
     o->lr = o->optimizer == OPT_ADAM ? 0.001 : 0.05;
   return 0;
@@ -774,14 +778,24 @@ static double stage_ms(const struct net *n, int k)
   return n->real_steps ? 1e3 * n->stage_s[k] / (double)n->real_steps : 0.0;
 }
 
+/* Layer l's bias, then weight, ready for the reducer. */
+static int mark_layer(pg_reducer *red, int l)
+{
+  int err = pg_reducer_mark_ready(red, (size_t)(2 * l + 1));
+
+  return err ? err : pg_reducer_mark_ready(red, (size_t)(2 * l));
+}
+
 /* Backward pass, last layer first, one stage per layer: stage k computes
  * layer l = nw - 1 - k's weight gradient (and, for k > 0, first its
  * output's gradient from layer l + 1's), then marks W(l+1) and b(l+1)
  * ready, so that the reducer can start a full bucket's all-reduce while
  * the earlier layers' stages run.  The marking order (last layer's b, W
  * first) is the reverse registration order the reducer expects, so its
- * buckets fill front to back. */
-static int backward(struct net *n, size_t rows, pg_reducer *red)
+ * buckets fill front to back.  late (--no-overlap): every gradient is
+ * marked, in the same order, after the last stage, so the same buckets
+ * are all-reduced with nothing left to hide them behind. */
+static int backward(struct net *n, size_t rows, pg_reducer *red, bool late)
 {
   int err = 0, k;
 
@@ -809,10 +823,12 @@ static int backward(struct net *n, size_t rows, pg_reducer *red)
     stage_done(n, k, t0, slept);
     if (k == n->nw - 1 && !slept)
       n->real_steps++;
-    if (red && ((err = pg_reducer_mark_ready(red, (size_t)(2 * l + 1))) != 0 ||
-                (err = pg_reducer_mark_ready(red, (size_t)(2 * l))) != 0))
+    if (red && !late && (err = mark_layer(red, l)) != 0)
       return err;
   }
+  for (k = 0; red && late && k < n->nw; k++)
+    if ((err = mark_layer(red, n->nw - 1 - k)) != 0)
+      return err;
   return 0;
 }
 
@@ -1381,7 +1397,7 @@ static int train_step(struct run *R, long step, struct stats *st,
   }
   st->rows += (double)R->local;
   *wait = now_s();
-  if ((err = backward(n, R->local, R->red)) != 0) {
+  if ((err = backward(n, R->local, R->red, R->o.no_overlap)) != 0) {
     pg_fail("pg_reducer_mark_ready", err);
     return -1;
   }
@@ -1453,7 +1469,8 @@ static int report(struct run *R, long step, struct stats *st, double t0,
 static int final_report(struct run *R, long step, double test_acc,
                         double step_ms, double wait_ms, long timed)
 {
-  static const char *const mode[] = { "reducer", "no-reducer", "no-comm" };
+  static const char *const mode[] = { "reducer", "no-reducer", "no-comm",
+                                      "no-overlap" };
   double sum = 0, abs_sum = 0, l2 = 0, v[6];
   char stages[MAX_W * 16] = "";
   size_t i;
@@ -1491,7 +1508,8 @@ static int final_report(struct run *R, long step, double test_acc,
     printf("step_ms=%.3f wait_ms=%.3f (means of %ld steps after %d "
            "warm-up; %s, %d workers) backward_ms=%.3f compute=%s "
            "stages_ms=%s\n", v[4], -v[5], timed, WARMUP,
-           mode[R->o.no_comm ? 2 : R->o.no_reducer], R->world,
+           mode[R->o.no_comm ? 2 : R->o.no_overlap ? 3 : R->o.no_reducer],
+           R->world,
            R->n.bw_steps ? 1e3 * R->n.bw_s / (double)R->n.bw_steps : 0.0,
            R->n.device ? "device" : "cpu", stages);
   printf("final: step %ld test-acc %.2f%% params: sum=%.9g abs=%.9g "
@@ -1642,9 +1660,10 @@ int main(int argc, char **argv)
     char grads[64], shape[MAX_W * 8 + 16];
 
     if (R.red)
-      snprintf(grads, sizeof grads, "reducer, %zu bucket%s",
+      snprintf(grads, sizeof grads, "reducer, %zu bucket%s%s",
                pg_reducer_num_buckets(R.red),
-               pg_reducer_num_buckets(R.red) == 1 ? "" : "s");
+               pg_reducer_num_buckets(R.red) == 1 ? "" : "s",
+               R.o.no_overlap ? " after backward" : "");
     else
       snprintf(grads, sizeof grads, "%s",
                R.o.no_comm ? "no communication" : "all-reduce after "

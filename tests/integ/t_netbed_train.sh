@@ -1,6 +1,7 @@
 #!/bin/bash
 # examples/train_mlp across emulated hosts (scripts/netbed: one network
-# namespace per host on a bridge, links shaped to 10 Gbit/s): rdzvd in h1,
+# namespace per host on a bridge, links shaped to 10 Gbit/s, each host on
+# CPUs of its own (--cpus), which exec applies): rdzvd in h1,
 # one cdrun agent per host, one worker each, libpg's TCP transport between
 # the hosts.  A 2-host and a 4-host run end at the parameters of a
 # 1-worker run (the global batch is fixed).  Then 3 hosts train a longer
@@ -31,13 +32,29 @@ cleanup_procs() {
 }
 trap bed_cleanup EXIT
 
-"$NETBED" up "$BED" 4 --rate 10gbit 2>"$T/netbed.err"
+"$NETBED" up "$BED" 4 --rate 10gbit --cpus 2>"$T/netbed.err"
 rc=$?
 [ "$rc" -eq 77 ] && skip "$(cat "$T/netbed.err")"
 [ "$rc" -eq 0 ] || fail "netbed up: $(cat "$T/netbed.err")"
 declare -A ADDR
 for h in h1 h2 h3 h4; do
   ADDR[$h]=$("$NETBED" addr "$BED" "$h") || fail "netbed addr $h"
+done
+# --cpus: each host runs on CPUs of its own, out of ours (with 4 hosts on
+# N CPUs, host i on CPU i-1 mod N when N < 4).
+cpus_of() {
+  "$NETBED" exec "$BED" "$1" sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' \
+    /proc/self/status
+}
+ours=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+ncpu=$(nproc)
+for h in h1 h2 h3 h4; do
+  c=$(cpus_of "$h") || fail "netbed exec $h failed"
+  [ -n "$c" ] || fail "no CPU list for $h"
+  if [ "$ncpu" -ge 2 ] && [ "$h" = h2 ]; then
+    [ "$c" != "$(cpus_of h1)" ] || fail "--cpus: h1 and h2 share CPUs $c (ours: $ours)"
+  fi
+  [ "$ncpu" -lt 2 ] || [ "$c" != "$ours" ] || fail "--cpus: $h runs on all our CPUs ($c)"
 done
 
 # ---- rdzvd in h1 -------------------------------------------------------------

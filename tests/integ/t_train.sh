@@ -1,6 +1,7 @@
 #!/bin/bash
 # examples/train_mlp under cdrun: 1 and 4 workers over one global batch,
-# and the reducer and --no-reducer, end at the same parameters; a worker
+# and the reducer and --no-reducer, end at the same parameters (and
+# --no-overlap at the reducer's very bits); a worker
 # SIGKILLed mid-run is restarted, resumes from the checkpoint and ends
 # bitwise equal to an uninterrupted run; a run checkpointed by 2 workers
 # finishes with 4; bad flags and a checkpoint written for other flags
@@ -91,6 +92,13 @@ train deep4 4 "$TRAIN" "${SMALL[@]}" --ckpt-dir "$T/deep4.ckpt" --layers 4
 expect_grep '^train_mlp: 4 workers .* MLP 64-64-64-64-64-10 ' "$T/deep4.log"
 close "$(sums deep1)" "$(sums deep4)" ||
   fail "--layers 4, 1 vs 4 workers: $(sums deep1) vs $(sums deep4)"
+# --no-overlap (scripts/bench/overlap's serial baseline): the same buckets
+# all-reduced after the backward pass, so the very same bits.
+train late4 4 "$TRAIN" "${SMALL[@]}" --ckpt-dir "$T/late4.ckpt" --layers 4 \
+  --no-overlap
+expect_grep 'gradients: reducer, [0-9]+ buckets? after backward$' \
+  "$T/late4.log"
+expect_eq "--no-overlap vs the reducer" "$(sums late4)" "$(sums deep4)"
 [ "$(sums deep4)" != "$(sums four)" ] || fail "--layers 4 trained the default model"
 expect_grep 'stages_ms=[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+$' "$T/deep4.log"
 "$CDRUN" --standalone --nproc_per_node=1 "$TRAIN" "${SMALL[@]}" \
@@ -114,6 +122,9 @@ expect_grep 'written for other flags \(--hidden 64 there, 32 here\)' \
 expect_eq "global batch not divisible: exit" "$?" 2
 expect_grep '\-\-global-batch: 128 is not divisible by WORLD_SIZE 3' \
   "$T/three.log"
+"$TRAIN" --no-overlap --no-reducer >"$T/pick.log" 2>&1
+expect_eq "--no-overlap --no-reducer: exit" "$?" 2
+expect_grep 'no-reducer, --no-overlap and --no-comm: pick one' "$T/pick.log"
 "$TRAIN" --epochs two >"$T/flag.log" 2>&1
 expect_eq "bad flag: exit" "$?" 2
 expect_grep "^train_mlp: --epochs: 'two' is not an integer" "$T/flag.log"
