@@ -538,9 +538,11 @@ static const struct pg__comm_ops tcp_ops = {
   .destroy = tcp_destroy,
 };
 
-/* Note [spin then sleep] in tcp_stream.c: $PG_TCP_SPIN_US, else 50 us
- * when the ranks on this machine have a CPU each. */
-static int spin_setting(const struct pg__setup *s, double *spin_s)
+/* Note [spin then sleep] in tcp_stream.c: a pure spin of 50 us when the
+ * ranks on this machine have a CPU each, else a yielding one of 200 us;
+ * $PG_TCP_SPIN_US sets the length (0: sleep at once). */
+static int spin_setting(const struct pg__setup *s, double *spin_s,
+                        bool *yield)
 {
   const char *v = pg__knob(PG_KNOB_TCP_SPIN_US);
   const struct pg__topo *t = s->topo;
@@ -548,15 +550,6 @@ static int spin_setting(const struct pg__setup *s, double *spin_s)
   long us;
   char *end;
 
-  if (v) {
-    errno = 0;
-    us = strtol(v, &end, 10);
-    if (errno || end == v || *end || us < 0 || us > 10000)
-      return pg__fail(-EINVAL, "PG_TCP_SPIN_US is '%s', expected an "
-                      "integer 0..10000 (microseconds)", v);
-    *spin_s = (double)us * 1e-6;
-    return 0;
-  }
   /* Every rank under this kernel competes for its CPUs, whatever host
    * it poses as (netbed's namespaces) and whichever comm it uses. */
   for (i = 0; i < s->n; i++)
@@ -564,7 +557,16 @@ static int spin_setting(const struct pg__setup *s, double *spin_s)
             t->host_of[s->ranks[i]] == t->host_of[s->ranks[s->me]];
   if (t && t->machine_ranks > here)
     here = t->machine_ranks;
-  *spin_s = here <= pg__usable_cpus() ? 50e-6 : 0;
+  *yield = here > pg__usable_cpus();
+  *spin_s = *yield ? 200e-6 : 50e-6;
+  if (v) {
+    errno = 0;
+    us = strtol(v, &end, 10);
+    if (errno || end == v || *end || us < 0 || us > 10000)
+      return pg__fail(-EINVAL, "PG_TCP_SPIN_US is '%s', expected an "
+                      "integer 0..10000 (microseconds)", v);
+    *spin_s = (double)us * 1e-6;
+  }
   return 0;
 }
 
@@ -592,7 +594,7 @@ int pg__tcp_create(const struct pg__setup *s, struct pg__comm **out)
     c->peers[i].fd = -1;
     c->peers[i].rank = s->ranks[i];
   }
-  err = spin_setting(s, &c->spin_s);
+  err = spin_setting(s, &c->spin_s, &c->spin_yield);
   c->spin_cur = c->spin_s;
   if (!err && s->n > 1)
     err = tcp_connect_all(c, s, deadline);

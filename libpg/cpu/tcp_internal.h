@@ -127,6 +127,7 @@ struct tcp_comm {
   double spin_s;        /* Note [spin then sleep] in tcp_stream.c: the */
   double spin_cur;      /* most, the current budget, and the waits since */
   unsigned spin_idle;   /* the budget reached 0 */
+  bool spin_yield;      /* sched_yield between the spin's retries */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
