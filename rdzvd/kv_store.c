@@ -31,22 +31,12 @@ void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
 {
   struct wkey *wk = w->wk;
 
-  if (w->kprev)
-    w->kprev->knext = w->knext;
-  else
-    wk->head = w->knext;
-  if (w->knext)
-    w->knext->kprev = w->kprev;
-  if (!wk->head) {
+  LIST_REMOVE(w, by_key);
+  if (LIST_EMPTY(&wk->waiters)) {
     ht_remove(&job->waits, wk->h, wk);
     free(wk);
   }
-  if (w->nprev)
-    w->nprev->nnext = w->nnext;
-  else
-    w->node->waiters = w->nnext;
-  if (w->nnext)
-    w->nnext->nprev = w->nprev;
+  LIST_REMOVE(w, by_node);
   th_clear(&r->heap, &w->t);
   th_unreserve(&r->heap, 1);
   job->n_waiters--;
@@ -132,8 +122,8 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
   job->kv_bytes = job->kv_bytes - old + klen + len;
   r->kv_total = r->kv_total - old + klen + len;
   wk = ht_find(&job->waits, h, key, wkey_eq);
-  for (w = wk ? wk->head : NULL; w; w = next) {
-    next = w->knext;            /* rs__kv_waiter_free frees wk after the last */
+  for (w = wk ? LIST_FIRST(&wk->waiters) : NULL; w; w = next) {
+    next = LIST_NEXT(w, by_key); /* rs__kv_waiter_free frees wk after the last */
     send_value(r, w->node->c->conn, key, e);
     rs__kv_waiter_free(r, job, w);
   }
@@ -167,19 +157,14 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
       return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
     }
     wk->h = h;
+    LIST_INIT(&wk->waiters);
     memcpy(wk->key, key, klen + 1);
   }
   w->node = n;
   w->wk = wk;
   w->wait = wait;
-  w->knext = wk->head;
-  if (wk->head)
-    wk->head->kprev = w;
-  wk->head = w;
-  w->nnext = n->waiters;
-  if (n->waiters)
-    n->waiters->nprev = w;
-  n->waiters = w;
+  LIST_INSERT_HEAD(&wk->waiters, w, by_key);
+  LIST_INSERT_HEAD(&n->waiters, w, by_node);
   job->n_waiters++;
   th_init(&w->t, T_KV_WAIT);
   th_set(&r->heap, &w->t, now + wait);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 struct scrape {
   uv_tcp_t tcp;                 /* both handles: data is the scrape */
@@ -20,7 +21,7 @@ struct scrape {
   uv_write_t write;
   uv_shutdown_t shutdown;
   struct metrics_http *h;
-  struct scrape *prev, *next;
+  LIST_ENTRY(scrape) in_server; /* h->scrapes */
   char *response;               /* while being written */
   int open_handles;             /* tcp and timer: freed at 0 */
   bool closing, answered;
@@ -33,7 +34,7 @@ struct metrics_http {
   uv_tcp_t listener;
   metrics_http_render_cb render;
   void *ctx;
-  struct scrape *scrapes;
+  LIST_HEAD(, scrape) scrapes;
   int n_scrapes;
   int port;
   int open_handles;             /* listener + each scrape */
@@ -70,12 +71,7 @@ static void scrape_close(struct scrape *sc)
   if (sc->closing)
     return;
   sc->closing = true;
-  if (sc->prev)
-    sc->prev->next = sc->next;
-  else
-    h->scrapes = sc->next;
-  if (sc->next)
-    sc->next->prev = sc->prev;
+  LIST_REMOVE(sc, in_server);
   h->n_scrapes--;
   uv_close((uv_handle_t *)&sc->tcp, scrape_handle_closed);
   uv_close((uv_handle_t *)&sc->timer, scrape_handle_closed);
@@ -253,10 +249,7 @@ static void on_connection(uv_stream_t *listener, int status)
   sc->tcp.data = sc->timer.data = sc;
   sc->open_handles = 2;
   h->open_handles++;
-  sc->next = h->scrapes;
-  if (h->scrapes)
-    h->scrapes->prev = sc;
-  h->scrapes = sc;
+  LIST_INSERT_HEAD(&h->scrapes, sc, in_server);
   h->n_scrapes++;
   /* Over the limit: accepted only to be closed, so that the backlog
    * does not fill with scrapes nobody will answer. */
@@ -325,6 +318,7 @@ int metrics_http_start(uv_loop_t *loop, const char *host, int port,
     return UV_ENOMEM;
   }
   h->loop = loop;
+  LIST_INIT(&h->scrapes);
   h->render = render;
   h->ctx = ctx;
   uv_tcp_init(loop, &h->listener);
@@ -354,7 +348,7 @@ void metrics_http_stop(struct metrics_http *h)
   if (h->stopping)
     return;
   h->stopping = true;
-  while (h->scrapes)
-    scrape_close(h->scrapes);
+  while (!LIST_EMPTY(&h->scrapes))
+    scrape_close(LIST_FIRST(&h->scrapes));
   uv_close((uv_handle_t *)&h->listener, listener_closed);
 }

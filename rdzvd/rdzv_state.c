@@ -198,15 +198,7 @@ static void node_set_state(struct job *job, struct node *n, enum nstate st,
   if (n->state == NS_PART) {
     job->n_part--;
   } else if (n->state == NS_SPARE) {
-    if (n->sprev)
-      n->sprev->snext = n->snext;
-    else
-      job->spares = n->snext;
-    if (n->snext)
-      n->snext->sprev = n->sprev;
-    else
-      job->spares_tail = n->sprev;
-    n->sprev = n->snext = NULL;
+    TAILQ_REMOVE(&job->spares, n, in_spares);
     job->n_spares--;
   } else if (n->expected) {
     job->n_outstanding--;
@@ -216,12 +208,7 @@ static void node_set_state(struct job *job, struct node *n, enum nstate st,
   if (st == NS_PART) {
     job->n_part++;
   } else if (st == NS_SPARE) {
-    n->sprev = job->spares_tail;
-    if (job->spares_tail)
-      job->spares_tail->snext = n;
-    else
-      job->spares = n;
-    job->spares_tail = n;
+    TAILQ_INSERT_TAIL(&job->spares, n, in_spares);
     job->n_spares++;
   } else if (n->expected) {
     job->n_outstanding++;
@@ -235,13 +222,7 @@ static void empty_add(struct rs_registry *r, struct job *job)
   if (job->empty_listed)
     return;
   job->empty_listed = true;
-  job->enext = NULL;
-  job->eprev = r->empty_tail;
-  if (r->empty_tail)
-    r->empty_tail->enext = job;
-  else
-    r->empty_head = job;
-  r->empty_tail = job;
+  TAILQ_INSERT_TAIL(&r->empty, job, in_empty);
 }
 
 static void empty_remove(struct rs_registry *r, struct job *job)
@@ -249,15 +230,7 @@ static void empty_remove(struct rs_registry *r, struct job *job)
   if (!job->empty_listed)
     return;
   job->empty_listed = false;
-  if (job->eprev)
-    job->eprev->enext = job->enext;
-  else
-    r->empty_head = job->enext;
-  if (job->enext)
-    job->enext->eprev = job->eprev;
-  else
-    r->empty_tail = job->eprev;
-  job->eprev = job->enext = NULL;
+  TAILQ_REMOVE(&r->empty, job, in_empty);
 }
 
 /* Forgets n: counts, lists, timers, waits.  Sends nothing. */
@@ -271,19 +244,12 @@ static void node_free(struct rs_registry *r, struct node *n)
   node_set_state(job, n, NS_IDLE, false);
   if (n->barrier)
     n->barrier->count--;
-  while (n->waiters)
-    rs__kv_waiter_free(r, job, n->waiters);
+  while (!LIST_EMPTY(&n->waiters))
+    rs__kv_waiter_free(r, job, LIST_FIRST(&n->waiters));
   th_clear(&r->heap, &n->t_join);
   th_clear(&r->heap, &n->t_alive);
   th_unreserve(&r->heap, 2);
-  if (n->prev)
-    n->prev->next = n->next;
-  else
-    job->nodes = n->next;
-  if (n->next)
-    n->next->prev = n->prev;
-  else
-    job->nodes_tail = n->prev;
+  TAILQ_REMOVE(&job->nodes, n, in_job);
   job->n_nodes--;
   job->sum_nproc -= n->nproc;
   r->n_nodes--;
@@ -329,6 +295,7 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   }
   n->job = job;
   n->c = c;
+  LIST_INIT(&n->waiters);
   c->node = n;
   node_fill(n, j);
   n->state = NS_IDLE;
@@ -338,12 +305,7 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   th_init(&n->t_alive, T_ALIVE);
   th_set(&r->heap, &n->t_alive, now + job->conf.keepalive_interval *
                                     job->conf.keepalive_misses);
-  n->prev = job->nodes_tail;
-  if (job->nodes_tail)
-    job->nodes_tail->next = n;
-  else
-    job->nodes = n;
-  job->nodes_tail = n;
+  TAILQ_INSERT_TAIL(&job->nodes, n, in_job);
   job->n_nodes++;
   job->sum_nproc += n->nproc;
   r->n_nodes++;
@@ -367,8 +329,8 @@ static void barriers_free(struct job *job)
 
 static void job_free(struct rs_registry *r, struct job *job)
 {
-  while (job->nodes)
-    node_free(r, job->nodes);
+  while (!TAILQ_EMPTY(&job->nodes))
+    node_free(r, TAILQ_FIRST(&job->nodes));
   barriers_free(job);
   rs__kv_job_free(r, job);
   empty_remove(r, job);
@@ -378,14 +340,7 @@ static void job_free(struct rs_registry *r, struct job *job)
   th_clear(&r->heap, &job->t_forget);
   th_unreserve(&r->heap, 3);
   ht_remove(&r->jobs, job->h, job);
-  if (job->prev)
-    job->prev->next = job->next;
-  else
-    r->jobs_head = job->next;
-  if (job->next)
-    job->next->prev = job->prev;
-  else
-    r->jobs_tail = job->prev;
+  TAILQ_REMOVE(&r->jobs_in_order, job, in_registry);
   r->n_jobs--;
   free(job);
 }
@@ -438,6 +393,8 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
     return NULL;
   copy_str(job->id, sizeof job->id, j->id);
   job->h = ht_hash_str(r->seed, job->id);
+  TAILQ_INIT(&job->nodes);
+  TAILQ_INIT(&job->spares);
   if (th_reserve(&r->heap, 3)) {
     free(job);
     return NULL;
@@ -458,12 +415,7 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   th_init(&job->t_last_call, T_LAST_CALL);
   th_init(&job->t_progress, T_PROGRESS);
   th_init(&job->t_forget, T_FORGET);
-  job->prev = r->jobs_tail;
-  if (r->jobs_tail)
-    r->jobs_tail->next = job;
-  else
-    r->jobs_head = job;
-  r->jobs_tail = job;
+  TAILQ_INSERT_TAIL(&r->jobs_in_order, job, in_registry);
   r->n_jobs++;
   empty_add(r, job);
   ceilings(r, job);
@@ -515,9 +467,9 @@ static void complete_round(struct rs_registry *r, struct job *job,
   int offset = 0;
 
   /* Places that nobody came back for go to the waiting list. */
-  while (job->spares && job->n_part < job->conf.max_nodes)
-    node_set_state(job, job->spares, NS_PART, false);
-  for (n = job->nodes; n; n = n->next) {
+  while (!TAILQ_EMPTY(&job->spares) && job->n_part < job->conf.max_nodes)
+    node_set_state(job, TAILQ_FIRST(&job->spares), NS_PART, false);
+  TAILQ_FOREACH(n, &job->nodes, in_job) {
     if (n->state == NS_PART) {
       job->order[k++] = n;
     } else if (n->state == NS_IDLE) {
@@ -601,12 +553,14 @@ static void recheck(struct rs_registry *r, struct job *job, double now)
 {
   const struct rp_conf *cf = &job->conf;
   size_t k = 0, i;
+  struct node *n;
 
   if (!gathering(job))
     return;
-  while (job->spares && job->n_part + job->n_outstanding < cf->max_nodes) {
-    job->order[k++] = job->spares;
-    node_set_state(job, job->spares, NS_PART, false);
+  while (!TAILQ_EMPTY(&job->spares) &&
+         job->n_part + job->n_outstanding < cf->max_nodes) {
+    job->order[k++] = n = TAILQ_FIRST(&job->spares);
+    node_set_state(job, n, NS_PART, false);
   }
   if (k)
     progress_changed(r, job, now);
@@ -642,7 +596,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   job->round_started = now;
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
-  for (n = job->nodes; n; n = n->next) {
+  TAILQ_FOREACH(n, &job->nodes, in_job) {
     n->barrier = NULL;
     if (n->state != NS_PART)
       continue;
@@ -669,11 +623,12 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
   say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
-  while (job->nodes) {
-    void *conn = job->nodes->c->conn;
+  while (!TAILQ_EMPTY(&job->nodes)) {
+    struct node *n = TAILQ_FIRST(&job->nodes);
+    void *conn = n->c->conn;
 
     send_text(r, conn, RP_CLOSED, 0, success, text);
-    node_free(r, job->nodes);
+    node_free(r, n);
     conn_drop(r, conn);
   }
   barriers_free(job);
@@ -693,7 +648,7 @@ static void barrier_check(struct rs_registry *r, struct job *job,
   m.op = RP_BARRIER_DONE;
   copy_str(m.u.barrier.name, sizeof m.u.barrier.name, b->name);
   m.u.barrier.round = job->round;
-  for (n = job->nodes; n; n = n->next) {
+  TAILQ_FOREACH(n, &job->nodes, in_job) {
     if (n->barrier == b) {
       n->barrier = NULL;
       rs__send_msg(r, n->c->conn, &m);
@@ -923,11 +878,11 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
   }
   if (n)
     return rejoin(r, n, j, now);
-  if (!job && r->n_jobs >= r->lim.max_jobs && r->empty_head) {
+  if (!job && r->n_jobs >= r->lim.max_jobs && !TAILQ_EMPTY(&r->empty)) {
     say(r, "job %s: forgotten early: the job table is full (%d jobs) and "
-        "it has had no node for longest", r->empty_head->id,
+        "it has had no node for longest", TAILQ_FIRST(&r->empty)->id,
         r->lim.max_jobs);
-    job_free(r, r->empty_head);
+    job_free(r, TAILQ_FIRST(&r->empty));
   }
   if (!job && r->n_jobs >= r->lim.max_jobs)
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOSPC,
@@ -996,7 +951,7 @@ static struct node *detached_node(const struct job *job,
 {
   struct node *n;
 
-  for (n = job->nodes; n; n = n->next)
+  TAILQ_FOREACH(n, &job->nodes, in_job)
     if (n->pid == j->pid && strncmp(n->host, j->host, sizeof n->host) == 0)
       return n;
   return NULL;
@@ -1386,6 +1341,8 @@ struct rs_registry *rs_create(const struct rs_sink *sink,
     r->lim = *limits;
   rs_limits_default(&r->lim);
   r->seed = ht_mix64((uint64_t)(uintptr_t)r);
+  TAILQ_INIT(&r->jobs_in_order);
+  TAILQ_INIT(&r->empty);
   return r;
 }
 
@@ -1396,8 +1353,8 @@ void rs_destroy(struct rs_registry *r)
   if (!r)
     return;
   enter(r, "rs_destroy");
-  while (r->jobs_head)
-    job_free(r, r->jobs_head);
+  while (!TAILQ_EMPTY(&r->jobs_in_order))
+    job_free(r, TAILQ_FIRST(&r->jobs_in_order));
   for (i = 0; i < r->conns.cap; i++)
     free(r->conns.s[i].item);
   free(r->conns.s);
@@ -1582,7 +1539,7 @@ static void on_progress_timer(struct rs_registry *r, struct job *job,
 
   if (!gathering(job) || !job->progress_dirty)
     return;
-  for (n = job->nodes; n; n = n->next)
+  TAILQ_FOREACH(n, &job->nodes, in_job)
     if (n->state == NS_PART)
       send_waiting(r, job, n, now);
   job->progress_last = now;
@@ -1674,6 +1631,6 @@ void rs_jobs_by_phase(const struct rs_registry *r, int counts[RS_PHASES],
     counts[i] = 0;
     names[i] = rs__phase_name((enum phase)i);
   }
-  for (job = r->jobs_head; job; job = job->next)
+  TAILQ_FOREACH(job, &r->jobs_in_order, in_registry)
     counts[job->phase]++;
 }

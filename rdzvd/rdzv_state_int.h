@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #include "hashtab.h"
 #include "rdzv_state.h"
@@ -76,17 +77,20 @@ struct kv {
   char key[];
 };
 
+/* The registry's lists are <sys/queue.h>'s: TAILQ where the order is
+ * kept (creation, join order, oldest empty job first), LIST where it
+ * does not matter. */
 struct wkey {                   /* the GETs waiting for one key */
   uint64_t h;
-  struct waiter *head;
+  LIST_HEAD(, waiter) waiters;
   char key[];
 };
 
 struct waiter {
   struct node *node;
   struct wkey *wk;
-  struct waiter *kprev, *knext; /* wk's list */
-  struct waiter *nprev, *nnext; /* node's list */
+  LIST_ENTRY(waiter) by_key;    /* wk->waiters */
+  LIST_ENTRY(waiter) by_node;   /* node->waiters */
   double wait;
   struct th_timer t;
 };
@@ -94,9 +98,9 @@ struct waiter {
 struct node {
   struct job *job;
   struct conn *c;
-  struct node *prev, *next;     /* job->nodes, creation order */
-  struct node *sprev, *snext;   /* job->spares, join order */
-  struct waiter *waiters;
+  TAILQ_ENTRY(node) in_job;     /* job->nodes, creation order */
+  TAILQ_ENTRY(node) in_spares;  /* job->spares, join order */
+  LIST_HEAD(, waiter) waiters;
   struct barrier *barrier;      /* the pending barrier it entered */
   enum nstate state;
   bool expected;
@@ -112,8 +116,8 @@ struct node {
 };
 
 struct job {
-  struct job *prev, *next;      /* registry list, creation order */
-  struct job *eprev, *enext;    /* registry's empty list (no node) */
+  TAILQ_ENTRY(job) in_registry; /* r->jobs, creation order */
+  TAILQ_ENTRY(job) in_empty;    /* r->empty (no node), when empty_listed */
   bool empty_listed;
   uint64_t h;
   struct rp_conf conf;
@@ -132,8 +136,8 @@ struct job {
   double progress_last;
   uint64_t seq;
   struct th_timer t_last_call, t_progress, t_forget;
-  struct node *nodes, *nodes_tail;
-  struct node *spares, *spares_tail;
+  TAILQ_HEAD(, node) nodes;
+  TAILQ_HEAD(, node) spares;
   struct node **order;          /* scratch for ranking, >= n_nodes */
   size_t order_cap;
   struct barrier *barriers;
@@ -151,8 +155,8 @@ struct rs_registry {
   uint64_t seed;
   struct htab jobs;             /* id -> struct job */
   struct htab conns;            /* conn pointer -> struct conn */
-  struct job *jobs_head, *jobs_tail;
-  struct job *empty_head, *empty_tail;  /* jobs with no node, oldest first */
+  TAILQ_HEAD(, job) jobs_in_order;  /* the same, creation order */
+  TAILQ_HEAD(, job) empty;      /* jobs with no node, oldest first */
   int n_jobs, n_nodes;
   size_t kv_total;              /* every job's kv_bytes */
   struct timer_heap heap;

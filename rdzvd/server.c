@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
@@ -53,7 +54,7 @@ struct conn {
   size_t pending;             /* write_cost of the queued replies */
   struct ra_server auth;      /* the shared-secret handshake */
   double accepted_at;
-  struct conn *prev, *next;   /* every open connection */
+  LIST_ENTRY(conn) in_server; /* s->conns: every open connection */
   struct conn *hprev, *hnext; /* s->hello: not joined yet, accept order */
   struct conn *pprev, *pnext; /* s->paused: waiting for input budget */
 };
@@ -79,7 +80,7 @@ struct rdzvd_server {
   uv_tcp_t listener;
   uv_timer_t timer;
   struct rs_registry *reg;
-  struct conn *conns;
+  LIST_HEAD(, conn) conns;
   struct conn *close_list;    /* closes requested while in the machine */
   int in_machine;             /* depth of rs_* calls running */
   struct rdzvd_server_limits lim;
@@ -347,12 +348,7 @@ static void conn_close_now(struct conn *c)
   if (c->closing)
     return;
   c->closing = true;
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    s->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  LIST_REMOVE(c, in_server);
   s->n_conns--;
   hello_remove(c);
   paused_remove(c);
@@ -908,10 +904,7 @@ static void on_connection(uv_stream_t *listener, int status)
   uv_tcp_nodelay(&c->tcp, 1);
   metrics_conn_opened(s->metrics);
   s->n_conns++;
-  c->next = s->conns;
-  if (s->conns)
-    s->conns->prev = c;
-  s->conns = c;
+  LIST_INSERT_HEAD(&s->conns, c, in_server);
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &namelen) == 0)
     addr_string(&ss, c->peer, sizeof c->peer);
   namelen = sizeof ss;
@@ -1027,6 +1020,7 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
     return UV_ENOMEM;
   }
   s->loop = loop;
+  LIST_INIT(&s->conns);
   if (o->secret)
     s->secret = *o->secret;
   s->lim = o->io;
@@ -1114,8 +1108,8 @@ void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)
   /* uv_write writes at once into an empty socket buffer, so the frame
    * is out before the close below; a connection with replies still
    * queued may lose it and finds out from the close instead. */
-  for (c = s->conns; c; c = next) {
-    next = c->next;
+  for (c = LIST_FIRST(&s->conns); c; c = next) {
+    next = LIST_NEXT(c, in_server);
     if (conn_known(c) && !c->closing && !c->close_pending)
       sink_send(s, c, &m);
   }
@@ -1129,12 +1123,12 @@ void rdzvd_server_stop(struct rdzvd_server *s)
   if (s->stopping)
     return;
   s->stopping = true;
-  for (c = s->conns; c; c = next) {
-    next = c->next;
+  for (c = LIST_FIRST(&s->conns); c; c = next) {
+    next = LIST_NEXT(c, in_server);
     c->closing = true;
     uv_close((uv_handle_t *)&c->tcp, conn_freed);
   }
-  s->conns = NULL;
+  LIST_INIT(&s->conns);       /* closing: none is unlinked from now on */
   if (!uv_is_closing((uv_handle_t *)&s->listener))
     uv_close((uv_handle_t *)&s->listener, handle_closed);
   uv_close((uv_handle_t *)&s->timer, handle_closed);

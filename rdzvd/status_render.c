@@ -115,14 +115,14 @@ static bool add_job(const struct job *job, double now, bool summary,
   if (summary) {
     if (job->n_nodes > STATUS_SUMMARY_NODES)
       return cJSON_AddTrueToObject(o, "nodes_omitted") != NULL;
-    for (n = job->nodes; n; n = n->next)
+    TAILQ_FOREACH(n, &job->nodes, in_job)
       cost += node_cost(n);
     if (cost > *budget)
       return cJSON_AddTrueToObject(o, "nodes_omitted") != NULL;
   }
   if (!(nodes = cJSON_AddArrayToObject(o, "nodes")))
     return false;
-  for (n = job->nodes; n; n = n->next) {
+  TAILQ_FOREACH(n, &job->nodes, in_job) {
     cost = node_cost(n);
     if (cost > *budget)
       return cJSON_AddTrueToObject(o, "nodes_truncated") != NULL;
@@ -162,7 +162,8 @@ cJSON *rs_status_query(const struct rs_registry *r,
       ok = add_job(job, now, false, &budget, o);
     shown = 1;
   }
-  for (job = id ? NULL : r->jobs_head; ok && job; job = job->next) {
+  for (job = id ? NULL : TAILQ_FIRST(&r->jobs_in_order); ok && job;
+       job = TAILQ_NEXT(job, in_registry)) {
     if (shown >= limit || job_cost(job) > budget) {
       truncated = true;
       break;

@@ -157,17 +157,19 @@ static void check_registry(const struct rs_registry *r)
 {
   const struct job *job;
   const struct node *n;
-  int jobs = 0, nodes = 0;
+  int jobs = 0, nodes = 0, empty = 0;
 
-  for (job = r->jobs_head; job; job = job->next) {
-    int cnt = 0, part = 0, spares = 0, outstanding = 0;
+  TAILQ_FOREACH(job, &r->jobs_in_order, in_registry) {
+    int cnt = 0, part = 0, spares = 0, listed = 0, outstanding = 0;
     bool rank_seen[NCONN] = { false };
     int64_t sum = 0;
 
     jobs++;
-    if (job->next && job->next->prev != job)
+    if (TAILQ_NEXT(job, in_registry) &&
+        TAILQ_NEXT(job, in_registry)->in_registry.tqe_prev !=
+        &job->in_registry.tqe_next)
       abort();
-    for (n = job->nodes; n; n = n->next) {
+    TAILQ_FOREACH(n, &job->nodes, in_job) {
       cnt++;
       sum += n->nproc;
       if (n->job != job || n->c->node != n)
@@ -181,9 +183,11 @@ static void check_registry(const struct rs_registry *r)
         rank_seen[n->rank] = true;
       }
     }
-    for (n = job->spares; n; n = n->snext)
-      if (n->state != NS_SPARE)
+    TAILQ_FOREACH(n, &job->spares, in_spares)
+      if (n->state != NS_SPARE || n->job != job || ++listed > cnt)
         abort();
+    if (listed != spares)
+      abort();
     if (cnt != job->n_nodes || part != job->n_part ||
         spares != job->n_spares || outstanding != job->n_outstanding ||
         sum != job->sum_nproc || job->n_part > job->conf.max_nodes)
@@ -192,6 +196,14 @@ static void check_registry(const struct rs_registry *r)
       abort();
     nodes += cnt;
   }
+  TAILQ_FOREACH(job, &r->empty, in_empty)
+    if (!job->empty_listed || ++empty > jobs)
+      abort();
+  for (job = TAILQ_FIRST(&r->jobs_in_order); job;
+       job = TAILQ_NEXT(job, in_registry))
+    empty -= job->empty_listed;
+  if (empty != 0)
+    abort();
   if (jobs != r->n_jobs || nodes != r->n_nodes ||
       r->heap.n > r->heap.cap || r->heap.reserved > r->heap.cap)
     abort();
