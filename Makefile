@@ -268,7 +268,8 @@ fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build/fuzz/corpus_$$t; \
 	  $(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined \
-	    -D_GNU_SOURCE -DCDRUN_VERSION='"fuzz"' -Iproto -Irdzvd $$(pkg-config --cflags libcjson) \
+	    -D_GNU_SOURCE -DCDRUN_VERSION='"fuzz"' -Iproto -Irdzvd $(INC_libpg) \
+	    $$(pkg-config --cflags libcjson) -pthread \
 	    tests/fuzz/fuzz_$$t.c $$(cat tests/fuzz/fuzz_$$t.srcs) \
 	    $$(pkg-config --libs $(PKGS)) -lm -o build/fuzz/fuzz_$$t; \
 	  echo "== fuzz $$t for $(FUZZ_SECS)s"; \
