@@ -19,6 +19,7 @@
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/eventfd.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,7 +41,7 @@ struct st_entry;
 
 /* One key a waiting connection still misses, linked on that key. */
 struct st_reg {
-  struct st_reg *prev, *next;
+  LIST_ENTRY(st_reg) on_key;   /* e->waiters */
   struct st_entry *e;       /* NULL once unlinked */
   struct st_conn *c;
 };
@@ -53,13 +54,13 @@ struct st_entry {
   bool present;
   uint8_t *val;
   size_t vlen;
-  struct st_reg *waiters;
+  LIST_HEAD(, st_reg) waiters;
   size_t klen;
   uint8_t key[];
 };
 
 struct st_conn {
-  struct st_conn *prev, *next;      /* every open connection */
+  LIST_ENTRY(st_conn) in_server;    /* srv->conns: every open one */
   struct st_conn *resume_next;      /* needs progress after a wakeup */
   struct st_conn *dead_next;        /* closed, freed after the batch */
   int fd;
@@ -83,7 +84,8 @@ struct pg_store_server {
   struct st_entry **buckets;
   size_t nbuckets, nentries;
   int64_t nkeys;
-  struct st_conn *conns, *resume, *dead;
+  LIST_HEAD(, st_conn) conns;
+  struct st_conn *resume, *dead;
   struct st_conn **heap;            /* min-heap on deadline */
   size_t heap_len, heap_cap;
   uint64_t seed;                    /* of the key hash, random */
@@ -150,6 +152,7 @@ static struct st_entry *tbl_get(struct pg_store_server *srv,
     return NULL;
   e->hash = st_hash(srv, k, n);
   e->klen = n;
+  LIST_INIT(&e->waiters);
   if (n)
     memcpy(e->key, k, n);
   if (srv->nentries >= srv->nbuckets)
@@ -166,7 +169,7 @@ static void tbl_release(struct pg_store_server *srv, struct st_entry *e)
 {
   struct st_entry **pp;
 
-  if (e->present || e->waiters)
+  if (e->present || !LIST_EMPTY(&e->waiters))
     return;
   pp = &srv->buckets[e->hash & (srv->nbuckets - 1)];
   while (*pp != e)
@@ -324,12 +327,7 @@ static void wait_clear(struct pg_store_server *srv, struct st_conn *c)
 
     if (!e)
       continue;
-    if (r->prev)
-      r->prev->next = r->next;
-    else
-      e->waiters = r->next;
-    if (r->next)
-      r->next->prev = r->prev;
+    LIST_REMOVE(r, on_key);
     r->e = NULL;
     tbl_release(srv, e);
   }
@@ -356,10 +354,8 @@ static void entry_wake(struct pg_store_server *srv, struct st_entry *e)
 {
   struct st_reg *r;
 
-  while ((r = e->waiters)) {
-    e->waiters = r->next;
-    if (r->next)
-      r->next->prev = NULL;
+  while ((r = LIST_FIRST(&e->waiters))) {
+    LIST_REMOVE(r, on_key);
     r->e = NULL;
     if (--r->c->missing == 0)
       wait_done(srv, r->c, ST_OK, e);
@@ -395,12 +391,7 @@ static void conn_close(struct pg_store_server *srv, struct st_conn *c)
   epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
   c->fd = -1;
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    srv->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  LIST_REMOVE(c, in_server);
   stw_buf_free(&c->in);
   stw_buf_free(&c->out);
   /* Events of this batch may still name c: free it after the batch. */
@@ -452,10 +443,7 @@ static void wait_start(struct pg_store_server *srv, struct st_conn *c,
       continue;
     r->c = c;
     r->e = e;
-    r->next = e->waiters;
-    if (r->next)
-      r->next->prev = r;
-    e->waiters = r;
+    LIST_INSERT_HEAD(&e->waiters, r, on_key);
     c->missing++;
   }
   if (ms != ST_NO_LIMIT) {
@@ -855,10 +843,7 @@ static void srv_accept(struct pg_store_server *srv)
       free(c);
       continue;
     }
-    c->next = srv->conns;
-    if (c->next)
-      c->next->prev = c;
-    srv->conns = c;
+    LIST_INSERT_HEAD(&srv->conns, c, in_server);
   }
 }
 
@@ -935,8 +920,8 @@ static void *srv_main(void *arg)
   }
   /* Stopping (or epoll broke): every client sees its connection close
    * now rather than waiting for its deadline. */
-  while (srv->conns)
-    conn_close(srv, srv->conns);
+  while (!LIST_EMPTY(&srv->conns))
+    conn_close(srv, LIST_FIRST(&srv->conns));
   while (srv->dead) {
     struct st_conn *c = srv->dead;
 
@@ -1046,6 +1031,7 @@ int pg_store_server_start(const char *addr, int *port,
   if (!srv)
     return pg__fail(-ENOMEM, "store: out of memory");
   srv->lfd = srv->epfd = srv->wakefd = -1;
+  LIST_INIT(&srv->conns);
   if (getrandom(&srv->seed, sizeof srv->seed, GRND_NONBLOCK) !=
       (ssize_t)sizeof srv->seed)
     srv->seed = (uint64_t)(uintptr_t)srv ^ (uint64_t)getpid() << 32 ^
