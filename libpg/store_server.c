@@ -1,6 +1,6 @@
 /* store_server.c -- the store's server: one epoll thread serving every
- * connection (protocol: store_wire.h), keys in a hash table, waiting
- * requests on a deadline heap. */
+ * connection (protocol: store_wire.h), keys in a hash table
+ * (store_table.h), waiting requests on a deadline heap. */
 
 
 #include <errno.h>
@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "pg_internal.h"
+#include "store_table.h"
 #include "store_wire.h"
 
 #define ST_NOT_IN_HEAP SIZE_MAX
@@ -37,26 +38,12 @@
 #define ST_LINGER 1.0
 
 struct st_conn;
-struct st_entry;
 
 /* One key a waiting connection still misses, linked on that key. */
 struct st_reg {
   LIST_ENTRY(st_reg) on_key;   /* e->waiters */
   struct st_entry *e;       /* NULL once unlinked */
   struct st_conn *c;
-};
-
-/* A key.  Entries stay while absent keys have waiters, so a waiter
- * always has something to hang on; num_keys counts present ones. */
-struct st_entry {
-  struct st_entry *next;    /* hash chain */
-  uint64_t hash;
-  bool present;
-  uint8_t *val;
-  size_t vlen;
-  LIST_HEAD(, st_reg) waiters;
-  size_t klen;
-  uint8_t key[];
 };
 
 struct st_conn {
@@ -81,119 +68,13 @@ struct pg_store_server {
   pthread_t thread;
   int epfd, lfd, wakefd;
   double accept_resume;             /* > 0: accepting paused until then */
-  struct st_entry **buckets;
-  size_t nbuckets, nentries;
-  int64_t nkeys;
+  struct st_table keys;
+  int64_t nkeys;                    /* present ones (NUM_KEYS) */
   LIST_HEAD(, st_conn) conns;
   struct st_conn *resume, *dead;
   struct st_conn **heap;            /* min-heap on deadline */
   size_t heap_len, heap_cap;
-  uint64_t seed;                    /* of the key hash, random */
 };
-
-/* FNV-1a from a random basis, then mixed (splitmix64's finalizer): keys
- * are chosen by whoever connects to the port, and must not be lined up
- * on one chain ahead of time (as rdzvd's registry hashes). */
-static uint64_t st_hash(const struct pg_store_server *srv, const uint8_t *k,
-                        size_t n)
-{
-  uint64_t h = 1469598103934665603ull ^ srv->seed;
-  size_t i;
-
-  for (i = 0; i < n; i++)
-    h = (h ^ k[i]) * 1099511628211ull;
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
-
-static struct st_entry *tbl_find(struct pg_store_server *srv,
-                                 const uint8_t *k, size_t n)
-{
-  uint64_t h = st_hash(srv, k, n);
-  struct st_entry *e = srv->buckets[h & (srv->nbuckets - 1)];
-
-  for (; e; e = e->next)
-    if (e->hash == h && e->klen == n && (n == 0 || !memcmp(e->key, k, n)))
-      return e;
-  return NULL;
-}
-
-static void tbl_grow(struct pg_store_server *srv)
-{
-  size_t n = srv->nbuckets * 2, i;
-  struct st_entry **b = calloc(n, sizeof *b), *e, *next;
-
-  if (!b)
-    return;             /* longer chains, still correct */
-  for (i = 0; i < srv->nbuckets; i++)
-    for (e = srv->buckets[i]; e; e = next) {
-      next = e->next;
-      e->next = b[e->hash & (n - 1)];
-      b[e->hash & (n - 1)] = e;
-    }
-  free(srv->buckets);
-  srv->buckets = b;
-  srv->nbuckets = n;
-}
-
-/* The entry for k, created absent if needed; NULL when out of memory. */
-static struct st_entry *tbl_get(struct pg_store_server *srv,
-                                const uint8_t *k, size_t n)
-{
-  struct st_entry *e = tbl_find(srv, k, n), **slot;
-
-  if (e)
-    return e;
-  e = calloc(1, sizeof *e + n);
-  if (!e)
-    return NULL;
-  e->hash = st_hash(srv, k, n);
-  e->klen = n;
-  LIST_INIT(&e->waiters);
-  if (n)
-    memcpy(e->key, k, n);
-  if (srv->nentries >= srv->nbuckets)
-    tbl_grow(srv);
-  slot = &srv->buckets[e->hash & (srv->nbuckets - 1)];
-  e->next = *slot;
-  *slot = e;
-  srv->nentries++;
-  return e;
-}
-
-/* Frees e when nothing needs it: absent and nobody waiting. */
-static void tbl_release(struct pg_store_server *srv, struct st_entry *e)
-{
-  struct st_entry **pp;
-
-  if (e->present || !LIST_EMPTY(&e->waiters))
-    return;
-  pp = &srv->buckets[e->hash & (srv->nbuckets - 1)];
-  while (*pp != e)
-    pp = &(*pp)->next;
-  *pp = e->next;
-  srv->nentries--;
-  free(e->val);
-  free(e);
-}
-
-static void tbl_free(struct pg_store_server *srv)
-{
-  struct st_entry *e, *next;
-  size_t i;
-
-  for (i = 0; i < srv->nbuckets; i++)
-    for (e = srv->buckets[i]; e; e = next) {
-      next = e->next;
-      free(e->val);
-      free(e);
-    }
-  free(srv->buckets);
-  srv->buckets = NULL;
-}
 
 /* ---- timers: a binary heap of connections by deadline ---- */
 
@@ -329,7 +210,7 @@ static void wait_clear(struct pg_store_server *srv, struct st_conn *c)
       continue;
     LIST_REMOVE(r, on_key);
     r->e = NULL;
-    tbl_release(srv, e);
+    stt_release(&srv->keys, e);
   }
   free(c->regs);
   c->regs = NULL;
@@ -434,7 +315,7 @@ static void wait_start(struct pg_store_server *srv, struct st_conn *c,
   c->wait_op = op;
   c->wait_id = id;
   for (i = 0; i < n; i++) {
-    struct st_entry *e = tbl_get(srv, keys[i], klen[i]);
+    struct st_entry *e = stt_get(&srv->keys, keys[i], klen[i]);
     struct st_reg *r = &c->regs[i];
 
     if (!e)
@@ -473,10 +354,10 @@ static void op_set(struct pg_store_server *srv, struct st_conn *c,
     return conn_reject(srv, c, id);
   if (!key_ok(kn) || vn > ST_MAX_VALUE)
     return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = tbl_get(srv, k, kn);
+  e = stt_get(&srv->keys, k, kn);
   if (!e || !entry_set(srv, e, v, vn)) {
     if (e)
-      tbl_release(srv, e);
+      stt_release(&srv->keys, e);
     return reply_status(srv, c, id, ST_NO_MEMORY);
   }
   reply_status(srv, c, id, ST_OK);
@@ -495,7 +376,7 @@ static void op_get(struct pg_store_server *srv, struct st_conn *c,
     return conn_reject(srv, c, id);
   if (!key_ok(kn))
     return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = tbl_find(srv, k, kn);
+  e = stt_find(&srv->keys, k, kn);
   if (e && e->present)
     return reply_value(srv, c, id, e);
   if (ms == 0)
@@ -517,16 +398,16 @@ static void op_add(struct pg_store_server *srv, struct st_conn *c,
     return conn_reject(srv, c, id);
   if (!key_ok(kn))
     return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = tbl_find(srv, k, kn);
+  e = stt_find(&srv->keys, k, kn);
   if (e && e->present && !stw_parse_i64(e->val, e->vlen, &cur))
     return reply_status(srv, c, id, ST_NOT_NUMBER);
   if (__builtin_add_overflow(cur, delta, &cur))
     return reply_status(srv, c, id, ST_OVERFLOW);
   n = snprintf(text, sizeof text, "%" PRId64, cur);
-  e = tbl_get(srv, k, kn);
+  e = stt_get(&srv->keys, k, kn);
   if (!e || !entry_set(srv, e, text, (size_t)n)) {
     if (e)
-      tbl_release(srv, e);
+      stt_release(&srv->keys, e);
     return reply_status(srv, c, id, ST_NO_MEMORY);
   }
   reply_i64(srv, c, id, cur);
@@ -547,16 +428,16 @@ static void op_cas(struct pg_store_server *srv, struct st_conn *c,
     return conn_reject(srv, c, id);
   if (!key_ok(kn) || xn > ST_MAX_VALUE || dn > ST_MAX_VALUE)
     return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = tbl_find(srv, k, kn);
+  e = stt_find(&srv->keys, k, kn);
   if (!e || !e->present)
     swap = xn == 0;
   else
     swap = e->vlen == xn && (xn == 0 || !memcmp(e->val, x, xn));
   if (swap) {
-    e = tbl_get(srv, k, kn);
+    e = stt_get(&srv->keys, k, kn);
     if (!e || !entry_set(srv, e, d, dn)) {
       if (e)
-        tbl_release(srv, e);
+        stt_release(&srv->keys, e);
       return reply_status(srv, c, id, ST_NO_MEMORY);
     }
   }
@@ -595,7 +476,7 @@ static void op_wait(struct pg_store_server *srv, struct st_conn *c,
     if (r->bad)
       break;
     big |= !key_ok(klen[i]);
-    e = big ? NULL : tbl_find(srv, keys[i], klen[i]);
+    e = big ? NULL : stt_find(&srv->keys, keys[i], klen[i]);
     missing += !e || !e->present;
   }
   if (!stw_rd_done(r))
@@ -625,7 +506,7 @@ static void op_delete(struct pg_store_server *srv, struct st_conn *c,
     return conn_reject(srv, c, id);
   if (!key_ok(kn))
     return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = tbl_find(srv, k, kn);
+  e = stt_find(&srv->keys, k, kn);
   if (e && e->present) {
     existed = 1;
     free(e->val);
@@ -633,7 +514,7 @@ static void op_delete(struct pg_store_server *srv, struct st_conn *c,
     e->vlen = 0;
     e->present = false;
     srv->nkeys--;
-    tbl_release(srv, e);
+    stt_release(&srv->keys, e);
   }
   reply(srv, c, id, ST_OK, &existed, 1, NULL, 0);
 }
@@ -1009,7 +890,7 @@ static void srv_free(struct pg_store_server *srv)
     close(srv->epfd);
   if (srv->wakefd >= 0)
     close(srv->wakefd);
-  tbl_free(srv);
+  stt_free(&srv->keys);
   free(srv->heap);
   free(srv);
 }
@@ -1021,6 +902,7 @@ int pg_store_server_start(const char *addr, int *port,
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   sigset_t all, old;
+  uint64_t seed;
   int err;
 
   if (!out || !port || *port < 0 || *port > 65535)
@@ -1032,13 +914,10 @@ int pg_store_server_start(const char *addr, int *port,
     return pg__fail(-ENOMEM, "store: out of memory");
   srv->lfd = srv->epfd = srv->wakefd = -1;
   LIST_INIT(&srv->conns);
-  if (getrandom(&srv->seed, sizeof srv->seed, GRND_NONBLOCK) !=
-      (ssize_t)sizeof srv->seed)
-    srv->seed = (uint64_t)(uintptr_t)srv ^ (uint64_t)getpid() << 32 ^
-                (uint64_t)(pg__now() * 1e9);
-  srv->nbuckets = 1024;
-  srv->buckets = calloc(srv->nbuckets, sizeof *srv->buckets);
-  if (!srv->buckets) {
+  if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+    seed = (uint64_t)(uintptr_t)srv ^ (uint64_t)getpid() << 32 ^
+           (uint64_t)(pg__now() * 1e9);
+  if (stt_init(&srv->keys, seed) != 0) {
     srv_free(srv);
     return pg__fail(-ENOMEM, "store: out of memory");
   }

@@ -1,0 +1,117 @@
+/* store_table.c -- the store server's keys (store_table.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_table.h"
+
+#define STT_FIRST_BUCKETS 1024
+
+/* FNV-1a from a random basis, then mixed (splitmix64's finalizer), as
+ * rdzvd's registry hashes. */
+static uint64_t stt_hash(const struct st_table *t, const uint8_t *k,
+                         size_t n)
+{
+  uint64_t h = 1469598103934665603ull ^ t->seed;
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    h = (h ^ k[i]) * 1099511628211ull;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+int stt_init(struct st_table *t, uint64_t seed)
+{
+  memset(t, 0, sizeof *t);
+  t->seed = seed;
+  t->nbuckets = STT_FIRST_BUCKETS;
+  t->buckets = calloc(t->nbuckets, sizeof *t->buckets);
+  return t->buckets ? 0 : -ENOMEM;
+}
+
+struct st_entry *stt_find(const struct st_table *t, const uint8_t *k,
+                          size_t n)
+{
+  uint64_t h = stt_hash(t, k, n);
+  struct st_entry *e = t->buckets[h & (t->nbuckets - 1)];
+
+  for (; e; e = e->next)
+    if (e->hash == h && e->klen == n && (n == 0 || !memcmp(e->key, k, n)))
+      return e;
+  return NULL;
+}
+
+static void grow(struct st_table *t)
+{
+  size_t n = t->nbuckets * 2, i;
+  struct st_entry **b = calloc(n, sizeof *b), *e, *next;
+
+  if (!b)
+    return;             /* longer chains, still correct */
+  for (i = 0; i < t->nbuckets; i++)
+    for (e = t->buckets[i]; e; e = next) {
+      next = e->next;
+      e->next = b[e->hash & (n - 1)];
+      b[e->hash & (n - 1)] = e;
+    }
+  free(t->buckets);
+  t->buckets = b;
+  t->nbuckets = n;
+}
+
+struct st_entry *stt_get(struct st_table *t, const uint8_t *k, size_t n)
+{
+  struct st_entry *e = stt_find(t, k, n), **slot;
+
+  if (e)
+    return e;
+  e = calloc(1, sizeof *e + n);
+  if (!e)
+    return NULL;
+  e->hash = stt_hash(t, k, n);
+  e->klen = n;
+  LIST_INIT(&e->waiters);
+  if (n)
+    memcpy(e->key, k, n);
+  if (t->nentries >= t->nbuckets)
+    grow(t);
+  slot = &t->buckets[e->hash & (t->nbuckets - 1)];
+  e->next = *slot;
+  *slot = e;
+  t->nentries++;
+  return e;
+}
+
+void stt_release(struct st_table *t, struct st_entry *e)
+{
+  struct st_entry **pp;
+
+  if (e->present || !LIST_EMPTY(&e->waiters))
+    return;
+  pp = &t->buckets[e->hash & (t->nbuckets - 1)];
+  while (*pp != e)
+    pp = &(*pp)->next;
+  *pp = e->next;
+  t->nentries--;
+  free(e->val);
+  free(e);
+}
+
+void stt_free(struct st_table *t)
+{
+  struct st_entry *e, *next;
+  size_t i;
+
+  for (i = 0; t->buckets && i < t->nbuckets; i++)
+    for (e = t->buckets[i]; e; e = next) {
+      next = e->next;
+      free(e->val);
+      free(e);
+    }
+  free(t->buckets);
+  t->buckets = NULL;
+}
