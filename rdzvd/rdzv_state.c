@@ -1070,6 +1070,13 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
                        -EINVAL, "bad resume: group_rank %d of %d",
                        as->group_rank, as->group_world_size);
+  /* A round no JOIN of this configuration could have made: rebuilt, it
+   * would hold more participants than max_nodes. */
+  if (as->group_world_size > a->join.conf.max_nodes)
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
+                       -EINVAL, "bad resume: a round of %d nodes, but "
+                       "max_nodes is %d", as->group_world_size,
+                       a->join.conf.max_nodes);
   job = job_find(r, a->join.id);
   n = job ? detached_node(job, &a->join) : NULL;
   if (n)

@@ -1592,6 +1592,14 @@ START_TEST(resume_refusals)
   CF = conf_of(2, 2);
   ck_assert_int_lt(resume(A, RP_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
   assert_error(A, RP_ERR_BAD_REQUEST);
+  /* A round larger than its own max_nodes (found by fuzz_rdzv_state: the
+   * rebuilt job held 2 participants with max_nodes 1): refused, no job. */
+  CF = conf_of(1, 1);
+  ck_assert_int_lt(resume_from(C, C, RP_PHASE_RUNNING, 3, 0, 1, 3, 2), 0);
+  assert_error(C, RP_ERR_BAD_REQUEST);
+  ck_assert(strstr(last(C, RP_ERROR)->u.text.message,
+                   "bad resume: a round of 3 nodes, but max_nodes is 1"));
+  ck_assert_int_eq(rs_node_count(R), 1);
 }
 END_TEST
 
