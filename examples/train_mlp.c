@@ -1469,8 +1469,6 @@ static int report(struct run *R, long step, struct stats *st, double t0,
 static int final_report(struct run *R, long step, double test_acc,
                         double step_ms, double wait_ms, long timed)
 {
-  static const char *const mode[] = { "reducer", "no-reducer", "no-comm",
-                                      "no-overlap" };
   double sum = 0, abs_sum = 0, l2 = 0, v[6];
   char stages[MAX_W * 16] = "";
   size_t i;
@@ -1508,8 +1506,8 @@ static int final_report(struct run *R, long step, double test_acc,
     printf("step_ms=%.3f wait_ms=%.3f (means of %ld steps after %d "
            "warm-up; %s, %d workers) backward_ms=%.3f compute=%s "
            "stages_ms=%s\n", v[4], -v[5], timed, WARMUP,
-           mode[R->o.no_comm ? 2 : R->o.no_overlap ? 3 : R->o.no_reducer],
-           R->world,
+           R->o.no_comm ? "no-comm" : R->o.no_overlap ? "no-overlap" :
+           R->o.no_reducer ? "no-reducer" : "reducer", R->world,
            R->n.bw_steps ? 1e3 * R->n.bw_s / (double)R->n.bw_steps : 0.0,
            R->n.device ? "device" : "cpu", stages);
   printf("final: step %ld test-acc %.2f%% params: sum=%.9g abs=%.9g "

@@ -1,9 +1,9 @@
 /* tcp_stream.c -- the TCP communicator's engine: every message is a stream
  * of units to or from one peer, and one poll() loop moves them all. */
 #include <errno.h>
-#include <sched.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

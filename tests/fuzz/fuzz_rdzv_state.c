@@ -194,14 +194,13 @@ static void check_registry(const struct rs_registry *r)
       abort();
     if (job->empty_listed != (job->n_nodes == 0))
       abort();
+    empty += job->empty_listed;
     nodes += cnt;
   }
+  /* The empty list holds exactly the jobs marked empty_listed. */
   TAILQ_FOREACH(job, &r->empty, in_empty)
-    if (!job->empty_listed || ++empty > jobs)
+    if (!job->empty_listed || --empty < 0)
       abort();
-  for (job = TAILQ_FIRST(&r->jobs_in_order); job;
-       job = TAILQ_NEXT(job, in_registry))
-    empty -= job->empty_listed;
   if (empty != 0)
     abort();
   if (jobs != r->n_jobs || nodes != r->n_nodes ||
