@@ -67,6 +67,10 @@ struct rdzv_client {
   struct rp_round last;
   enum rp_resume_phase phase;
   int gather_restarts;            /* restart count to assert, gathering */
+  int gather_round;               /* the round to assert, gathering */
+  /* Note [node tokens] (proto/rdzv_token.h): the last credential the
+   * server gave this node, presented again in RESUME. */
+  unsigned char token[RP_TOKEN_BYTES];
   bool reconnecting;
   double lost_at;
   double backoff;                 /* seconds before the next attempt */
@@ -217,6 +221,12 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
   case RP_PONG:
     return;
   case RP_WAITING:
+    /* What its token vouches for is what a gathering RESUME asserts. */
+    if (!rp_token_none(m->u.waiting.token)) {
+      memcpy(c->token, m->u.waiting.token, sizeof c->token);
+      c->gather_round = m->u.waiting.round;
+      c->gather_restarts = m->u.waiting.restart_count;
+    }
     on_waiting(c, &m->u.waiting);
     return;
   case RP_ROUND:
@@ -236,6 +246,8 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
     c->last = m->u.round;
     c->phase = RP_PHASE_RUNNING;
     c->gather_restarts = a.restart_count;
+    c->gather_round = a.round < RP_MAX_ROUND ? a.round + 1 : a.round;
+    memcpy(c->token, m->u.round.token, sizeof c->token);
     c->base.cb.on_round(c->base.cb.ctx, &a);
     return;
   case RP_RESTART:
@@ -525,9 +537,10 @@ static void on_ready(struct rdzv_client *c)
     r->round.host_rank = 0;
   } else {
     r->phase = RP_PHASE_GATHERING;
-    r->round.round = c->have_round ? c->last.round + 1 : 0;
+    r->round.round = c->gather_round;
     r->round.restart_count = c->gather_restarts;
   }
+  memcpy(r->round.token, c->token, sizeof c->token);
   say("reconnected to the rendezvous server %s:%d after %.1f s; "
       "re-asserting %s round %d", c->host, c->o.port, now_s() - c->lost_at,
       running ? (r->phase == RP_PHASE_EXIT ? "the exit barrier of"

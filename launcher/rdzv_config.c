@@ -167,7 +167,8 @@ static int conf_entry(struct rdzv_config *c, const char *key,
   int rc;
 
   if (strcmp(key, "join_timeout") == 0 || strcmp(key, "timeout") == 0) {
-    if (parse_double(val, 1e-3, NUM_SECONDS_MAX, &c->conf.join_timeout))
+    if (parse_double(val, RP_MIN_JOIN_TIMEOUT, NUM_SECONDS_MAX,
+                     &c->conf.join_timeout))
       goto bad;
   } else if (strcmp(key, "last_call_timeout") == 0) {
     if (parse_double(val, 0, NUM_SECONDS_MAX, &c->conf.last_call_timeout))
@@ -179,7 +180,8 @@ static int conf_entry(struct rdzv_config *c, const char *key,
              strcmp(key, "keep_alive_interval") == 0 ||
              strcmp(key, "heartbeat") == 0) {
     /* keep_alive_interval: torch's c10d name for the same thing. */
-    if (parse_double(val, 1e-3, 3600, &c->conf.keepalive_interval))
+    if (parse_double(val, RP_MIN_KEEPALIVE, 3600,
+                     &c->conf.keepalive_interval))
       goto bad;
   } else if (strcmp(key, "keepalive_misses") == 0 ||
              strcmp(key, "keep_alive_max_attempt") == 0) {
@@ -243,6 +245,14 @@ static int parse_conf(struct rdzv_config *c, const char *conf, char *err,
     p += len;
     if (*p == ',')
       p++;
+  }
+  if (c->conf.keepalive_interval * c->conf.keepalive_misses <
+      RP_MIN_KEEPALIVE_WINDOW) {
+    snprintf(err, errlen, "--rdzv_conf: keepalive_interval x "
+             "keepalive_misses is %g s; it must be at least %g s",
+             c->conf.keepalive_interval * c->conf.keepalive_misses,
+             RP_MIN_KEEPALIVE_WINDOW);
+    return -EINVAL;
   }
   return 0;
 }

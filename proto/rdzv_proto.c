@@ -29,6 +29,8 @@ enum kind {
   K_CONF,       /* struct rp_conf, a nested object */
   K_STATUS,     /* char *status_json, an object on the wire */
   K_HEX,        /* unsigned char[size], lowercase hex on the wire */
+  K_TOKEN,      /* unsigned char[RP_TOKEN_BYTES], optional hex: absent
+                   on the wire when all zero (none) */
 };
 
 struct field {
@@ -52,15 +54,16 @@ struct field {
 static const struct field conf_fields[] = {
   { "min_nodes", K_INT, CONF(min_nodes), 0, 1, RP_MAX_NODES, false, false },
   { "max_nodes", K_INT, CONF(max_nodes), 0, 1, RP_MAX_NODES, false, false },
-  { "max_restarts", K_INT, CONF(max_restarts), 0, 0, 1e6, false, false },
-  { "join_timeout", K_DBL, CONF(join_timeout), 0, 0, MAX_SECONDS, true,
+  { "max_restarts", K_INT, CONF(max_restarts), 0, 0, RP_MAX_RESTARTS, false,
     false },
+  { "join_timeout", K_DBL, CONF(join_timeout), 0, RP_MIN_JOIN_TIMEOUT,
+    MAX_SECONDS, false, false },
   { "last_call_timeout", K_DBL, CONF(last_call_timeout), 0, 0, MAX_SECONDS,
     false, false },
   { "close_timeout", K_DBL, CONF(close_timeout), 0, 0, MAX_SECONDS, false,
     false },
-  { "keepalive_interval", K_DBL, CONF(keepalive_interval), 0, 0, 3600, true,
-    false },
+  { "keepalive_interval", K_DBL, CONF(keepalive_interval), 0,
+    RP_MIN_KEEPALIVE, 3600, false, false },
   { "keepalive_misses", K_INT, CONF(keepalive_misses), 0, 1, 1000, false,
     false },
   { NULL, 0, 0, 0, 0, 0, false, false }
@@ -86,7 +89,7 @@ static const struct field failure_fields[] = {
 
 static const struct field barrier_fields[] = {
   { "name", K_STR, ARR(barrier.name), 1, RP_MAX_ID, false, true },
-  { "round", K_INT, MSG(barrier.round), 0, 0, INT_MAX, false, true },
+  { "round", K_INT, MSG(barrier.round), 0, 0, RP_MAX_ROUND, false, true },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
@@ -120,7 +123,7 @@ static const struct field kv_value_fields[] = {
 };
 
 static const struct field waiting_fields[] = {
-  { "round", K_INT, MSG(waiting.round), 0, 0, INT_MAX, false, true },
+  { "round", K_INT, MSG(waiting.round), 0, 0, RP_MAX_ROUND, false, true },
   { "present", K_INT, MSG(waiting.present), 0, 0, INT_MAX, false, true },
   { "min_nodes", K_INT, MSG(waiting.min_nodes), 0, 1, RP_MAX_NODES, false,
     true },
@@ -130,13 +133,16 @@ static const struct field waiting_fields[] = {
     true },
   { "last_call", K_DBL, MSG(waiting.last_call), 0, -1, MAX_SECONDS, false,
     true },
+  { "restart_count", K_INT, MSG(waiting.restart_count), OMIT_ZERO, 0,
+    RP_MAX_RESTARTS, false, false },
+  { "token", K_TOKEN, ARR(waiting.token), 0, 0, false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
 static const struct field round_fields[] = {
-  { "round", K_INT, MSG(round.round), 0, 0, INT_MAX, false, true },
-  { "restart_count", K_INT, MSG(round.restart_count), 0, 0, INT_MAX, false,
-    true },
+  { "round", K_INT, MSG(round.round), 0, 0, RP_MAX_ROUND, false, true },
+  { "restart_count", K_INT, MSG(round.restart_count), 0, 0, RP_MAX_RESTARTS,
+    false, true },
   { "group_rank", K_INT, MSG(round.group_rank), 0, 0, RP_MAX_NODES - 1,
     false, true },
   { "group_world_size", K_INT, MSG(round.group_world_size), 0, 1,
@@ -151,6 +157,7 @@ static const struct field round_fields[] = {
     false },
   { "host_rank", K_INT, MSG(round.host_rank), OMIT_ZERO, 0, RP_MAX_NODES - 1,
     false, false },
+  { "token", K_TOKEN, ARR(round.token), 0, 0, false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
@@ -165,9 +172,10 @@ static const struct field resume_fields[] = {
   { "reason", K_REASON, MSG(resume.join.reason), 0, 0, 0, false, false },
   { "conf", K_CONF, MSG(resume.join.conf), 0, 0, 0, false, false },
   { "phase", K_PHASE, MSG(resume.phase), 0, 0, 0, false, true },
-  { "round", K_INT, MSG(resume.round.round), 0, 0, INT_MAX, false, true },
-  { "restart_count", K_INT, MSG(resume.round.restart_count), 0, 0, INT_MAX,
-    false, true },
+  { "round", K_INT, MSG(resume.round.round), 0, 0, RP_MAX_ROUND, false,
+    true },
+  { "restart_count", K_INT, MSG(resume.round.restart_count), 0, 0,
+    RP_MAX_RESTARTS, false, true },
   { "group_rank", K_INT, MSG(resume.round.group_rank), 0, 0,
     RP_MAX_NODES - 1, false, false },
   { "group_world_size", K_INT, MSG(resume.round.group_world_size), 0, 0,
@@ -180,6 +188,7 @@ static const struct field resume_fields[] = {
     false, false },
   { "job_master_port", K_INT, MSG(resume.round.master_port), 0, 0, 65535,
     false, false },
+  { "token", K_TOKEN, ARR(resume.round.token), 0, 0, false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
@@ -494,6 +503,20 @@ static int check_length(struct ctx *c, const struct field *f, size_t n)
               num_text(f->hi, hi, sizeof hi), n);
 }
 
+/* The keepalive window (interval x misses) has a floor: below it a job's
+ * first joiner could have every member declared dead before it spoke. */
+static int check_keepalive_window(struct ctx *c, const char *op,
+                                  const struct rp_conf *cf)
+{
+  double window = cf->keepalive_interval * cf->keepalive_misses;
+
+  if (window < RP_MIN_KEEPALIVE_WINDOW)
+    return fail(c, -EINVAL, "%s.conf.keepalive_interval x "
+                "keepalive_misses: %g s, expected at least %g s", op,
+                window, RP_MIN_KEEPALIVE_WINDOW);
+  return 0;
+}
+
 /* Relations between fields, after each field is known to be valid. */
 static int check_relations(struct ctx *c, const struct rp_msg *m)
 {
@@ -507,7 +530,7 @@ static int check_relations(struct ctx *c, const struct rp_msg *m)
     if (cf->min_nodes > cf->max_nodes)
       return fail(c, -EINVAL, "join.conf.min_nodes: %d > max_nodes %d",
                   cf->min_nodes, cf->max_nodes);
-    break;
+    return check_keepalive_window(c, "join", cf);
   case RP_WAITING:
     if (w->min_nodes > w->max_nodes)
       return fail(c, -EINVAL, "waiting.min_nodes: %d > max_nodes %d",
@@ -532,6 +555,8 @@ static int check_relations(struct ctx *c, const struct rp_msg *m)
     if (rs->join.conf.min_nodes > rs->join.conf.max_nodes)
       return fail(c, -EINVAL, "resume.conf.min_nodes: %d > max_nodes %d",
                   rs->join.conf.min_nodes, rs->join.conf.max_nodes);
+    if (check_keepalive_window(c, "resume", &rs->join.conf))
+      return -EINVAL;
     if (rs->phase == RP_PHASE_GATHERING)
       break;
     /* A running node re-asserts its whole assignment. */
@@ -546,6 +571,13 @@ static int check_relations(struct ctx *c, const struct rp_msg *m)
                   "group_world_size %d or rank_offset %d",
                   rs->round.world_size, rs->round.group_world_size,
                   rs->round.rank_offset);
+    /* Its ranks rank_offset .. rank_offset + nproc - 1 lie in the world
+     * (int64: both may be near INT_MAX). */
+    if ((int64_t)rs->round.rank_offset + rs->join.nproc >
+        rs->round.world_size)
+      return fail(c, -EINVAL, "resume.rank_offset: %d + nproc %d > "
+                  "world_size %d", rs->round.rank_offset, rs->join.nproc,
+                  rs->round.world_size);
     if (!rs->round.master_addr[0] || rs->round.master_port < 1)
       return fail(c, -EINVAL, "resume.master_addr/job_master_port: "
                   "required when running");
@@ -775,6 +807,7 @@ static int decode_field(struct ctx *c, const struct field *f,
     return decode_fields(&sub, it, conf_fields, base + f->off);
   }
   case K_HEX:
+  case K_TOKEN:
     if (!cJSON_IsString(it))
       return wrong_type(c, f, "a string", it);
     return decode_hex(c, f, it->valuestring, (unsigned char *)base + f->off);
@@ -1059,7 +1092,8 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
   }
   case K_STATUS:
     return encode_status(c, obj, f, *(char *const *)at);
-  case K_HEX: {
+  case K_HEX:
+  case K_TOKEN: {
     static const char digits[] = "0123456789abcdef";
     const unsigned char *b = at;
     char hex[2 * RP_AUTH_BYTES + 1];
@@ -1077,6 +1111,19 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
   return -EINVAL;
 }
 
+static bool all_zero(const char *p, size_t n)
+{
+  while (n--)
+    if (*p++)
+      return false;
+  return true;
+}
+
+bool rp_token_none(const unsigned char t[RP_TOKEN_BYTES])
+{
+  return all_zero((const char *)t, RP_TOKEN_BYTES);
+}
+
 static int encode_fields(struct ctx *c, cJSON *obj,
                          const struct field *fields, const char *base)
 {
@@ -1087,6 +1134,8 @@ static int encode_fields(struct ctx *c, cJSON *obj,
     if (f->size == OMIT_ZERO && (f->kind == K_BOOL || f->kind == K_INT) &&
         (f->kind == K_BOOL ? !*(const bool *)(base + f->off)
                            : *(const int *)(base + f->off) == 0))
+      continue;
+    if (f->kind == K_TOKEN && all_zero(base + f->off, f->size))
       continue;
     rc = encode_field(c, obj, f, base);
     if (rc)

@@ -24,6 +24,17 @@
 #define RP_MAX_NODES 100000         /* min/max nodes upper bound */
 #define RP_AUTH_BYTES 32            /* nonces and HMAC-SHA256 tags */
 #define RP_MAX_STATUS_JOBS 100000   /* status: jobs asked for at most */
+/* Bounds that leave room for the arithmetic done on the numbers: a round
+ * number or restart count from the wire can still be incremented (and
+ * rounds go up by one per round: 2^30 of them is decades of restarts). */
+#define RP_MAX_ROUND (1 << 30)
+#define RP_MAX_RESTARTS 1000000     /* max_restarts, restart_count */
+/* Floors on the durations a JOIN chooses (seconds): none lets a member
+ * be expelled before it could have spoken. */
+#define RP_MIN_JOIN_TIMEOUT 1.0
+#define RP_MIN_KEEPALIVE 0.05       /* keepalive_interval */
+#define RP_MIN_KEEPALIVE_WINDOW 0.5 /* keepalive_interval x misses */
+#define RP_TOKEN_BYTES 32           /* a node's credential (rdzv_token.h) */
 
 enum rp_op {
   RP_OP_INVALID = 0,
@@ -127,6 +138,10 @@ struct rp_waiting {
   double deadline;                /* seconds left of this node's join
                                      timeout */
   double last_call;               /* seconds until completion, or -1 */
+  int restart_count;              /* the job's, as the token binds it */
+  /* This node's credential for the round it gathers for (rdzv_token.h);
+   * all zero: none (absent on the wire). */
+  unsigned char token[RP_TOKEN_BYTES];
 };
 
 struct rp_round {
@@ -142,6 +157,9 @@ struct rp_round {
    * the wire: absent = false). */
   bool embedded;
   int host_rank;
+  /* The credential that proves this assignment (rdzv_token.h); all zero:
+   * none (absent on the wire).  RESUME presents it. */
+  unsigned char token[RP_TOKEN_BYTES];
 };
 
 /* What a reconnecting agent was doing when it lost the server. */
@@ -155,7 +173,8 @@ enum rp_resume_phase {
  * plus what it knows.  running/exit: round is the ROUND it runs (every
  * field; master_port travels as "job_master_port").  gathering: only
  * round.round (the round it waits for) and round.restart_count (the count
- * it knows) mean something. */
+ * it knows) mean something.  round.token: the last credential the node
+ * was given (ROUND's when running, WAITING's when gathering). */
 struct rp_resume {
   struct rp_join join;
   enum rp_resume_phase phase;
@@ -222,6 +241,9 @@ int rp_encode(const struct rp_msg *m, char **out, size_t *len);
 /* Frees the heap parts of m (kv value, status json); m itself is the
  * caller's. */
 void rp_msg_free(struct rp_msg *m);
+
+/* True when t holds no token (all zero: the field was absent). */
+bool rp_token_none(const unsigned char t[RP_TOKEN_BYTES]);
 
 /* Default configuration values (join 600 s, last call 30 s, close 30 s,
  * keepalive 1 s x 5, min = max = 1, max_restarts 0). */

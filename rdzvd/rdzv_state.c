@@ -29,6 +29,8 @@
 #define MAX_BARRIERS 64             /* distinct barrier names per round */
 #define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
 #define DESC_MAX (2 * RP_MAX_ADDR + 64)
+#define ROUND_LIMIT_TEXT "1073741824"   /* RP_MAX_ROUND */
+_Static_assert(RP_MAX_ROUND == 1073741824, "ROUND_LIMIT_TEXT");
 
 /* ---- small helpers ---- */
 
@@ -98,6 +100,33 @@ static void describe(const struct node *n, char *buf, size_t size)
 static bool gathering(const struct job *job)
 {
   return job->phase == PH_GATHERING || job->phase == PH_LAST_CALL;
+}
+
+/* ---- a rebuilding job's ranks: a table sized by the nodes that came
+ * back, never by the group size a RESUME claims ---- */
+
+static uint64_t rank_hash(const struct rs_registry *r, int rank)
+{
+  return ht_mix64(r->seed ^ (uint64_t)(unsigned)rank);
+}
+
+static bool rank_eq(const void *item, const void *key)
+{
+  return ((const struct node *)item)->rank == *(const int *)key;
+}
+
+static struct node *rank_holder(const struct rs_registry *r,
+                                const struct job *job, int rank)
+{
+  return ht_find(&job->ranks, rank_hash(r, rank), &rank, rank_eq);
+}
+
+/* The job is no longer rebuilding: the table goes. */
+static void ranks_clear(struct job *job)
+{
+  job->rebuilding = false;
+  free(job->ranks.s);
+  memset(&job->ranks, 0, sizeof job->ranks);
 }
 
 /* ---- sending ---- */
@@ -171,8 +200,66 @@ static void conn_drop(struct rs_registry *r, void *conn)
   r->sink.drop(r->sink.ctx, conn);
 }
 
+/* ---- node tokens (Note [node tokens], proto/rdzv_token.h) ---- */
+
+static void token_store(struct node *n, const unsigned char t[RP_TOKEN_BYTES])
+{
+  memcpy(n->prev_token, n->token, RP_TOKEN_BYTES);
+  memcpy(n->token, t, RP_TOKEN_BYTES);
+}
+
+/* n's credential for the round it gathers for, made anew only when what
+ * it vouches for changed (a WAITING costs no MAC).  A MAC that fails
+ * (libcrypto out of memory) leaves the node without one: it can still
+ * run, it just cannot prove itself after a reconnect. */
+static const unsigned char *token_gathering(const struct rs_registry *r,
+                                            struct node *n, int round,
+                                            int restarts)
+{
+  unsigned char t[RP_TOKEN_BYTES];
+
+  if (!n->token_gathering || n->token_round != round ||
+      n->token_restarts != restarts) {
+    if (rdzv_token_gathering(r->tokens, n->job->id, n->host, n->pid, round,
+                             restarts, t))
+      memset(t, 0, sizeof t);
+    token_store(n, t);
+    n->token_gathering = true;
+    n->token_round = round;
+    n->token_restarts = restarts;
+  }
+  return n->token;
+}
+
+/* True when t is a credential the server gave n (its latest or the one
+ * before: the latest may still have been on its way). */
+static bool token_held(const struct node *n, const unsigned char *t)
+{
+  return rdzv_token_equal(t, n->token) || rdzv_token_equal(t, n->prev_token);
+}
+
+/* True when the RESUME's token proves what it claims without the server
+ * remembering anything: only a key from the shared secret can (a random
+ * key died with the server life that issued the token). */
+static bool token_proves(const struct rs_registry *r,
+                         const struct rp_resume *a)
+{
+  unsigned char t[RP_TOKEN_BYTES];
+  int rc;
+
+  if (!rdzv_token_key_shared(r->tokens))
+    return false;
+  rc = a->phase == RP_PHASE_GATHERING
+         ? rdzv_token_gathering(r->tokens, a->join.id, a->join.host,
+                                a->join.pid, a->round.round,
+                                a->round.restart_count, t)
+         : rdzv_token_running(r->tokens, a->join.id, a->join.host,
+                              a->join.pid, &a->round, t);
+  return rc == 0 && rdzv_token_equal(a->round.token, t);
+}
+
 static void send_waiting(const struct rs_registry *r, const struct job *job,
-                         const struct node *n, double now)
+                         struct node *n, double now)
 {
   struct rp_msg m;
   struct rp_waiting *w = &m.u.waiting;
@@ -183,9 +270,12 @@ static void send_waiting(const struct rs_registry *r, const struct job *job,
   w->present = job->n_part;
   w->min_nodes = job->conf.min_nodes;
   w->max_nodes = job->conf.max_nodes;
-  w->deadline = rs__clamp_secs(n->join_at + job->conf.join_timeout - now);
+  w->deadline = rs__clamp_secs(n->join_at + n->join_timeout - now);
   w->last_call = job->phase == PH_LAST_CALL
                    ? rs__clamp_secs(job->deadline - now) : -1;
+  w->restart_count = job->restart_count;
+  memcpy(w->token, token_gathering(r, n, w->round, w->restart_count),
+         RP_TOKEN_BYTES);
   rs__send_msg(r, n->c->conn, &m);
 }
 
@@ -238,9 +328,8 @@ static void node_free(struct rs_registry *r, struct node *n)
 {
   struct job *job = n->job;
 
-  if (job->rebuilding && n->rank >= 0 && (size_t)n->rank < job->order_cap &&
-      job->order[n->rank] == n)
-    job->order[n->rank] = NULL;
+  if (job->rebuilding && n->rank >= 0)
+    ht_remove(&job->ranks, rank_hash(r, n->rank), n);
   node_set_state(job, n, NS_IDLE, false);
   if (n->barrier)
     n->barrier->count--;
@@ -262,13 +351,23 @@ static void node_free(struct rs_registry *r, struct node *n)
     empty_add(r, job);
 }
 
-static void node_fill(struct node *n, const struct rp_join *j)
+/* A node's own durations: its JOIN's, within the server's ceilings (as
+ * ceilings() applies them to the job's configuration). */
+static void node_fill(const struct rs_registry *r, struct node *n,
+                      const struct rp_join *j)
 {
+  const struct rp_conf *cf = &j->conf;
+  double misses = fmax(1, floor(r->lim.max_keepalive /
+                                cf->keepalive_interval));
+
   copy_str(n->host, sizeof n->host, j->host);
   copy_str(n->addr, sizeof n->addr, j->addr);
   n->pid = j->pid;
   n->nproc = j->nproc;
   n->master_port = j->master_port;
+  n->join_timeout = fmin(cf->join_timeout, r->lim.max_join_timeout);
+  n->alive_window = cf->keepalive_interval *
+                    fmin(cf->keepalive_misses, misses);
 }
 
 static struct node *node_create(struct rs_registry *r, struct job *job,
@@ -297,14 +396,13 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   n->c = c;
   LIST_INIT(&n->waiters);
   c->node = n;
-  node_fill(n, j);
+  node_fill(r, n, j);
   n->state = NS_IDLE;
   n->rank = n->prev_rank = -1;
   n->last_seen = now;
   th_init(&n->t_join, T_JOIN);
   th_init(&n->t_alive, T_ALIVE);
-  th_set(&r->heap, &n->t_alive, now + job->conf.keepalive_interval *
-                                    job->conf.keepalive_misses);
+  th_set(&r->heap, &n->t_alive, now + n->alive_window);
   TAILQ_INSERT_TAIL(&job->nodes, n, in_job);
   job->n_nodes++;
   job->sum_nproc += n->nproc;
@@ -335,6 +433,7 @@ static void job_free(struct rs_registry *r, struct job *job)
   rs__kv_job_free(r, job);
   empty_remove(r, job);
   free(job->order);
+  free(job->ranks.s);
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
   th_clear(&r->heap, &job->t_forget);
@@ -507,6 +606,11 @@ static void complete_round(struct rs_registry *r, struct job *job,
     rd->group_rank = (int)i;
     rd->rank_offset = offset;
     offset += n->nproc;
+    if (rdzv_token_running(r->tokens, job->id, n->host, n->pid, rd,
+                           rd->token))
+      memset(rd->token, 0, sizeof rd->token);
+    token_store(n, rd->token);
+    n->token_gathering = false;
     rs__send_msg(r, n->c->conn, &m);
   }
   job->phase = PH_RUNNING;
@@ -579,6 +683,14 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   struct barrier *b;
   struct node *n;
 
+  /* Round numbers are spent (a job driven through 2^30 rounds, or
+   * resumed near that): it is closed from rs_tick, outside the caller's
+   * walk, rather than sending a round no peer may accept. */
+  if (job->round >= RP_MAX_ROUND) {
+    job->rounds_spent = true;
+    th_set(&r->heap, &job->t_last_call, now);
+    return;
+  }
   for (b = job->barriers; b; b = b->next)
     if (!b->done && len < sizeof cancelled)
       len += (size_t)snprintf(cancelled + len, sizeof cancelled - len,
@@ -589,7 +701,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
     copy_str(text, sizeof text, why);
   job->round++;
   job->phase = PH_GATHERING;
-  job->rebuilding = false;
+  ranks_clear(job);
   job->exit_passed = false;
   job->progress_dirty = false;
   job->progress_last = now;
@@ -748,7 +860,7 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
 
   n->seq = ++job->seq;
   n->join_at = now;
-  th_set(&r->heap, &n->t_join, now + job->conf.join_timeout);
+  th_set(&r->heap, &n->t_join, now + n->join_timeout);
   describe(n, d, sizeof d);
   if (gathering(job)) {
     if (n->expected ||
@@ -794,7 +906,7 @@ static int rejoin(struct rs_registry *r, struct node *n,
     return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "the job's world size would exceed %d", INT_MAX);
   job->sum_nproc += j->nproc - n->nproc;
-  node_fill(n, j);
+  node_fill(r, n, j);
   admit(r, job, n, now);
   return 0;
 }
@@ -919,7 +1031,7 @@ static void rebuild_done(struct rs_registry *r, struct job *job)
 {
   struct barrier *b;
 
-  job->rebuilding = false;
+  ranks_clear(job);
   th_clear(&r->heap, &job->t_last_call);
   say(r, "job %s: round %d rebuilt: all %d nodes re-asserted it", job->id,
       job->round, job->rebuild_size);
@@ -942,23 +1054,44 @@ static void rebuild_expired(struct rs_registry *r, struct job *job,
   start_round(r, job, now, text, NULL);
 }
 
-/* The node of job that j's agent (host and pid) is, or NULL: detached
- * (its connection was reset, rs_conn_reset), or still on a connection
- * the server has not seen die (a cut: the agent gave up on it first).
- * O(nodes of the job): only a RESUME to a live job pays it. */
-static struct node *detached_node(const struct job *job,
-                                  const struct rp_join *j)
+/* The node of job that a's agent is, or NULL: same host and pid, and it
+ * holds a token the server gave that node (Note [node tokens]).  The node
+ * may be detached (its connection was reset, rs_conn_reset) or still on a
+ * connection the server has not seen die (a cut the agent noticed first).
+ * A RESUME that names a node's host and pid without its token is not that
+ * node: *impostor says so, and the node is left alone.  O(nodes of the
+ * job): only a RESUME to a live job pays it. */
+static struct node *claimed_node(const struct job *job,
+                                 const struct rp_resume *a, bool *impostor)
 {
   struct node *n;
 
-  TAILQ_FOREACH(n, &job->nodes, in_job)
-    if (n->pid == j->pid && strncmp(n->host, j->host, sizeof n->host) == 0)
+  *impostor = false;
+  if (!job)
+    return NULL;
+  TAILQ_FOREACH(n, &job->nodes, in_job) {
+    if (n->pid != a->join.pid ||
+        strncmp(n->host, a->join.host, sizeof n->host) != 0)
+      continue;
+    if (token_held(n, a->round.token))
       return n;
+    *impostor = true;
+  }
   return NULL;
 }
 
+static void log_impostor(const struct rs_registry *r, const struct job *job,
+                         const struct rp_resume *a)
+{
+  say(r, "job %s: a resume names node %.*s (pid %" PRId64 ") but does not "
+      "hold its token: the node is left alone", job->id, RP_MAX_ADDR,
+      a->join.host, a->join.pid);
+}
+
 /* A gathering node re-asserts: a JOIN, keeping round numbers and the
- * restart count from going back. */
+ * restart count from going back when the claim is vouched for (a token
+ * of the node's, or one the shared secret proves; without a secret, any
+ * claim on a job this server life rebuilt from claims). */
 static int resume_gathering(struct rs_registry *r, struct conn *c,
                             void *conn, const struct rp_resume *a,
                             double now)
@@ -966,9 +1099,16 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
   struct job *job = job_find(r, a->join.id);
   char text[RP_MAX_TEXT + 1], d[DESC_MAX];
   struct node *prev;
+  bool impostor, vouched;
   int rc;
 
-  if (job && !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
+  prev = claimed_node(job, a, &impostor);
+  if (impostor)
+    log_impostor(r, job, a);
+  vouched = prev || token_proves(r, a) ||
+            (!rdzv_token_key_shared(r->tokens) && (!job || job->resumed));
+  if (job && vouched &&
+      !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
     if (a->round.restart_count > job->restart_count) {
       say(r, "job %s: adopts restart count %d re-asserted by %.*s (pid %"
           PRId64 ") (it had %d)", job->id, a->round.restart_count,
@@ -989,7 +1129,7 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
       start_round(r, job, now, text, NULL);
     }
   }
-  if (job && (prev = detached_node(job, &a->join))) {
+  if (prev) {
     void *old = prev->c->conn;
 
     /* Its old self (detached, or on a connection not known dead yet)
@@ -1000,7 +1140,7 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
     node_remove(r, prev, now, "superseded by its reconnection");
     conn_drop(r, old);
   }
-  r->resume_hint = a;
+  r->resume_hint = vouched ? a : NULL;
   rc = join_node(r, c, conn, &a->join, now, NULL);
   r->resume_hint = NULL;
   if (rc == 0)
@@ -1008,11 +1148,11 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
   return rc;
 }
 
-/* A detached node (or one whose old connection is not known dead yet)
- * is back on a new connection within its keepalive window: it takes the
- * connection, and an old one is closed.  If it still runs the job's round at
- * its rank, nothing happens; else the job went on without it (it hears
- * RESTART and is expected back if the job is gathering). */
+/* A node of the job is back on a new connection within its keepalive
+ * window, holding its token: it takes the connection, and an old one is
+ * closed.  If it still runs the job's round at its rank, nothing happens;
+ * else the job went on without it (it hears RESTART and is expected back
+ * if the job is gathering). */
 static int reattach(struct rs_registry *r, struct conn *c, void *conn,
                     struct node *n, const struct rp_resume *a, double now)
 {
@@ -1050,6 +1190,64 @@ static int reattach(struct rs_registry *r, struct conn *c, void *conn,
   return 0;
 }
 
+/* A job this server does not know is rebuilt from a running claim: the
+ * table of ranks starts empty and grows with the nodes that come back. */
+static void rebuild_start(struct rs_registry *r, struct job *job,
+                          const struct rp_round *as, double now)
+{
+  double grace = fmax(r->lim.resume_grace, job->conf.keepalive_interval *
+                                           job->conf.keepalive_misses);
+
+  job->round = as->round;
+  job->restart_count = as->restart_count;
+  job->world_size = as->world_size;
+  job->phase = PH_RUNNING;
+  job->exit_passed = false;
+  job->rebuilding = true;
+  job->resumed = true;
+  job->rebuild_size = as->group_world_size;
+  job->deadline = now + grace;
+  th_clear(&r->heap, &job->t_progress);
+  th_set(&r->heap, &job->t_last_call, job->deadline);
+  say(r, "job %s: rebuilding running round %d (restart_count %d) from "
+      "re-assertions: %d nodes, world size %d, master %s:%d; %g s for "
+      "them to come back", job->id, job->round, job->restart_count,
+      as->group_world_size, as->world_size, as->master_addr,
+      as->master_port, grace);
+}
+
+/* n re-asserted a rank of the round being rebuilt, which nobody holds. */
+static int rebuild_take(struct rs_registry *r, struct job *job,
+                        struct node *n, const struct rp_resume *a,
+                        const char *d, double now)
+{
+  const struct rp_round *as = &a->round;
+
+  if (ht_insert(&job->ranks, rank_hash(r, as->group_rank), n)) {
+    void *conn = n->c->conn;
+
+    node_free(r, n);
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
+                       "out of memory");
+  }
+  if (as->restart_count > job->restart_count) {
+    say(r, "job %s: adopts restart count %d re-asserted by %s (it had "
+        "%d)", job->id, as->restart_count, d, job->restart_count);
+    job->restart_count = as->restart_count;
+  }
+  node_set_state(job, n, NS_PART, false);
+  n->rank = as->group_rank;
+  memcpy(n->token, as->token, RP_TOKEN_BYTES);
+  n->token_gathering = false;
+  say(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of %d "
+      "back)", job->id, d, n->rank, job->round,
+      a->phase == RP_PHASE_EXIT ? "at the exit barrier" : "running",
+      job->n_part, job->rebuild_size);
+  if (job->n_part == job->rebuild_size)
+    rebuild_done(r, job);
+  return 0;
+}
+
 static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
                      const struct rp_resume *a, double now)
 {
@@ -1057,7 +1255,7 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
   struct job *job;
   struct node *n;
   char d[DESC_MAX], text[RP_MAX_TEXT + 1];
-  bool fresh;
+  bool fresh, impostor;
   int rc;
 
   if (c && c->node)
@@ -1065,11 +1263,6 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
                       "resume: already a node of job %s", c->node->job->id);
   if (a->phase == RP_PHASE_GATHERING)
     return resume_gathering(r, c, conn, a, now);
-  if (as->group_world_size > RP_MAX_NODES || as->group_rank < 0 ||
-      as->group_rank >= as->group_world_size)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
-                       -EINVAL, "bad resume: group_rank %d of %d",
-                       as->group_rank, as->group_world_size);
   /* A round no JOIN of this configuration could have made: rebuilt, it
    * would hold more participants than max_nodes. */
   if (as->group_world_size > a->join.conf.max_nodes)
@@ -1078,9 +1271,22 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
                        "max_nodes is %d", as->group_world_size,
                        a->join.conf.max_nodes);
   job = job_find(r, a->join.id);
-  n = job ? detached_node(job, &a->join) : NULL;
+  n = claimed_node(job, a, &impostor);
   if (n)
     return reattach(r, c, conn, n, a, now);
+  if (impostor)
+    log_impostor(r, job, a);
+  /* With the shared secret a running claim must be proved: the rank of a
+   * round is claimed only by the node it was given to. */
+  if (rdzv_token_key_shared(r->tokens) && !token_proves(r, a)) {
+    say(r, "job %s: refused a resume from %.*s (pid %" PRId64 "): its "
+        "token does not prove rank %d of round %d", a->join.id, RP_MAX_ADDR,
+        a->join.host, a->join.pid, as->group_rank, as->round);
+    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_AUTH, -EACCES,
+                       "resume refused: the token does not prove rank %d "
+                       "of round %d of job %s", as->group_rank, as->round,
+                       a->join.id);
+  }
   fresh = !job;
   n = NULL;
   rc = join_node(r, c, conn, &a->join, now, &n);
@@ -1090,62 +1296,18 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
   metrics_reconnect(r->metrics);
   describe(n, d, sizeof d);
   n->seq = ++job->seq;
-  if (fresh) {
-    double grace = fmax(r->lim.resume_grace, job->conf.keepalive_interval *
-                                             job->conf.keepalive_misses);
-    size_t cap = (size_t)as->group_world_size;
-
-    if (cap > job->order_cap) {
-      struct node **o = realloc(job->order, cap * sizeof(*o));
-
-      if (!o) {
-        node_free(r, n);
-        return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
-                           "out of memory");
-      }
-      job->order = o;
-      job->order_cap = cap;
-    }
-    memset(job->order, 0, job->order_cap * sizeof(*job->order));
-    job->round = as->round;
-    job->restart_count = as->restart_count;
-    job->world_size = as->world_size;
-    job->phase = PH_RUNNING;
-    job->exit_passed = false;
-    job->rebuilding = true;
-    job->rebuild_size = as->group_world_size;
-    job->deadline = now + grace;
-    th_clear(&r->heap, &job->t_progress);
-    th_set(&r->heap, &job->t_last_call, job->deadline);
-    say(r, "job %s: rebuilding running round %d (restart_count %d) from "
-        "re-assertions: %d nodes, world size %d, master %s:%d; %g s for "
-        "them to come back", job->id, job->round, job->restart_count,
-        as->group_world_size, as->world_size, as->master_addr,
-        as->master_port, grace);
-  }
+  if (fresh)
+    rebuild_start(r, job, as, now);
   if (job->rebuilding && as->round == job->round &&
       as->group_world_size == job->rebuild_size &&
-      as->world_size == job->world_size && !job->order[as->group_rank]) {
-    if (as->restart_count > job->restart_count) {
-      say(r, "job %s: adopts restart count %d re-asserted by %s (it had "
-          "%d)", job->id, as->restart_count, d, job->restart_count);
-      job->restart_count = as->restart_count;
-    }
-    node_set_state(job, n, NS_PART, false);
-    n->rank = as->group_rank;
-    job->order[n->rank] = n;
-    say(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of %d "
-        "back)", job->id, d, n->rank, job->round,
-        a->phase == RP_PHASE_EXIT ? "at the exit barrier" : "running",
-        job->n_part, job->rebuild_size);
-    if (job->n_part == job->rebuild_size)
-      rebuild_done(r, job);
-    return 0;
-  }
+      as->world_size == job->world_size &&
+      !rank_holder(r, job, as->group_rank))
+    return rebuild_take(r, job, n, a, d, now);
   if (job->rebuilding && as->round >= job->round) {
     const struct node *holder = as->round == job->round &&
                                 as->group_world_size == job->rebuild_size
-                                ? job->order[as->group_rank] : NULL;
+                                ? rank_holder(r, job, as->group_rank)
+                                : NULL;
     char hd[DESC_MAX] = "";
 
     if (holder)
@@ -1348,6 +1510,11 @@ struct rs_registry *rs_create(const struct rs_sink *sink,
     r->lim = *limits;
   rs_limits_default(&r->lim);
   r->seed = ht_mix64((uint64_t)(uintptr_t)r);
+  r->tokens = rdzv_token_key_new(NULL);
+  if (!r->tokens) {
+    free(r);
+    return NULL;
+  }
   TAILQ_INIT(&r->jobs_in_order);
   TAILQ_INIT(&r->empty);
   return r;
@@ -1367,7 +1534,19 @@ void rs_destroy(struct rs_registry *r)
   free(r->conns.s);
   free(r->jobs.s);
   th_free(&r->heap);
+  rdzv_token_key_free(r->tokens);
   free(r);
+}
+
+int rs_set_secret(struct rs_registry *r, const struct ra_secret *secret)
+{
+  struct rdzv_token_key *k = rdzv_token_key_new(secret);
+
+  if (!k)
+    return -ENOMEM;
+  rdzv_token_key_free(r->tokens);
+  r->tokens = k;
+  return 0;
 }
 
 static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
@@ -1484,7 +1663,7 @@ void rs_conn_reset(struct rs_registry *r, void *conn, double now)
     describe(n, d, sizeof d);
     say(r, "job %s: %s connection reset: still a member until its "
         "keepalive window ends (%g s after it was last heard)", n->job->id,
-        d, n->job->conf.keepalive_interval * n->job->conf.keepalive_misses);
+        d, n->alive_window);
   }
   if (c) {
     if (c->node)
@@ -1499,8 +1678,7 @@ void rs_conn_reset(struct rs_registry *r, void *conn, double now)
  * timer moves to the end of the node's current period. */
 static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
 {
-  double period = n->job->conf.keepalive_interval *
-                  n->job->conf.keepalive_misses;
+  double period = n->alive_window;
   char why[64];
 
   if (now < n->last_seen + period) {
@@ -1526,11 +1704,11 @@ static void on_join_timer(struct rs_registry *r, struct node *n, double now)
 
   if (n->state == NS_SPARE && !gathering(job))
     fmt(text, sizeof text, "waited %g s: round %d is full (%d of at most "
-        "%d nodes)", job->conf.join_timeout, job->round, job->n_part,
+        "%d nodes)", n->join_timeout, job->round, job->n_part,
         job->conf.max_nodes);
   else
     fmt(text, sizeof text, "waited %g s: %d of at least %d nodes present",
-        job->conf.join_timeout, job->n_part, job->conf.min_nodes);
+        n->join_timeout, job->n_part, job->conf.min_nodes);
   describe(n, d, sizeof d);
   say(r, "job %s: %s: join timeout: %s", job->id, d, text);
   send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
@@ -1564,7 +1742,11 @@ static double tick(struct rs_registry *r, double now)
     switch (t->kind) {
     case T_LAST_CALL:
       job = container_of(t, struct job, t_last_call);
-      if (job->phase == PH_LAST_CALL)
+      if (job->rounds_spent && job->phase != PH_CLOSED &&
+          job->phase != PH_FINISHED)
+        end_job(r, job, now, false, "the job's round numbers are spent "
+                "(no round after " ROUND_LIMIT_TEXT ")");
+      else if (job->phase == PH_LAST_CALL)
         complete_round(r, job, now);
       else if (job->phase == PH_RUNNING && job->rebuilding)
         rebuild_expired(r, job, now);

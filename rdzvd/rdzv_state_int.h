@@ -12,6 +12,7 @@
 
 #include "hashtab.h"
 #include "rdzv_state.h"
+#include "rdzv_token.h"
 #include "timer_heap.h"
 
 #define WIRE_MAX_SECONDS 1e7        /* the codec's bound on durations */
@@ -111,6 +112,16 @@ struct node {
   struct th_timer t_join, t_alive;
   int64_t pid;
   int nproc, master_port;
+  /* Its own JOIN's durations within the server's ceilings: a node is
+   * judged by the keepalive it promised and waits as long as it asked,
+   * whatever the job's first joiner chose. */
+  double alive_window, join_timeout;
+  /* Note [node tokens] (proto/rdzv_token.h): the last two credentials
+   * issued to it (a RESUME may present either: the newer one may still
+   * be in flight), and what the gathering one vouches for. */
+  unsigned char token[RP_TOKEN_BYTES], prev_token[RP_TOKEN_BYTES];
+  int token_round, token_restarts;
+  bool token_gathering;
   char host[RP_MAX_ADDR + 1];
   char addr[RP_MAX_ADDR + 1];   /* as joined; "" = the peer address */
 };
@@ -129,6 +140,9 @@ struct job {
   bool rebuilding;              /* RUNNING, rebuilt from RESUMEs, ranks
                                    still missing: Note [soft state] */
   int rebuild_size;             /* the round's group_world_size then */
+  bool resumed;                 /* created from a RESUME in this server
+                                   life: its history is the agents' word */
+  bool rounds_spent;            /* round RP_MAX_ROUND reached: closing */
   bool exit_passed;             /* the running round passed "exit" */
   bool progress_dirty;
   double deadline;              /* last call */
@@ -140,6 +154,8 @@ struct job {
   TAILQ_HEAD(, node) spares;
   struct node **order;          /* scratch for ranking, >= n_nodes */
   size_t order_cap;
+  struct htab ranks;            /* rebuilding: rank -> the node that
+                                   re-asserted it; sized by arrivals */
   struct barrier *barriers;
   int n_barriers;
   struct htab kv;
@@ -164,6 +180,7 @@ struct rs_registry {
   bool busy;                    /* an entry point is running */
   const struct rp_resume *resume_hint;  /* a gathering RESUME's round and
                                            count for the job it creates */
+  struct rdzv_token_key *tokens; /* Note [node tokens] */
   int64_t embedded_pid;         /* rs_set_embedded; 0: a daemon */
   char embedded_host[RP_MAX_ADDR + 1];
 };

@@ -1032,6 +1032,10 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   sink.drop = sink_drop;
   sink.log = sink_log;
   s->reg = rs_create(&sink, &o->limits);
+  if (s->reg && s->secret.len && rs_set_secret(s->reg, &s->secret)) {
+    rs_destroy(s->reg);
+    s->reg = NULL;
+  }
   if (!s->reg) {
     ra_secret_clear(&s->secret);
     free(s);

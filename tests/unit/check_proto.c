@@ -451,9 +451,9 @@ START_TEST(rt_barrier)
 
   msg_init(&m, RP_BARRIER);
   snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
-  m.u.barrier.round = INT_MAX;
+  m.u.barrier.round = RP_MAX_ROUND;
   round_trip_body(&m, "{\"v\":2,\"op\":\"barrier\",\"name\":\"exit\","
-                  "\"round\":2147483647}");
+                  "\"round\":1073741824}");
   /* BARRIER_DONE says which barrier of which round passed. */
   m.op = RP_BARRIER_DONE;
   m.u.barrier.round = 0;
@@ -693,16 +693,18 @@ START_TEST(rt_doubles_exact)
                   M.u.kv.wait);
     rp_msg_free(&M);
   }
-  /* The tiniest positive interval is still > 0. */
+  /* The floors themselves are accepted, exactly. */
   msg_init(&m, RP_JOIN);
   snprintf(m.u.join.id, sizeof m.u.join.id, "j");
   m.u.join.nproc = 1;
   m.u.join.master_port = 1;
   rp_conf_default(&m.u.join.conf);
-  m.u.join.conf.keepalive_interval = 5e-324;
-  m.u.join.conf.join_timeout = 5e-324;
+  m.u.join.conf.keepalive_interval = RP_MIN_KEEPALIVE;
+  m.u.join.conf.keepalive_misses = 10;
+  m.u.join.conf.join_timeout = RP_MIN_JOIN_TIMEOUT;
   free(round_trip(&m));
-  ck_assert(M.u.join.conf.keepalive_interval == 5e-324);
+  ck_assert(M.u.join.conf.keepalive_interval == RP_MIN_KEEPALIVE);
+  ck_assert(M.u.join.conf.join_timeout == RP_MIN_JOIN_TIMEOUT);
   rp_msg_free(&M);
 }
 END_TEST
@@ -978,6 +980,7 @@ struct num_case {
 #define R_M "\"master_addr\":\"m\",\"master_port\":1,"
 #define OFF(m) offsetof(struct rp_msg, u.m)
 #define IMAX "2147483647"
+#define RMAX "1073741824"
 
 static const struct num_case num_cases[] = {
   { "{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"master_port\":1,\"nproc\":@}",
@@ -997,7 +1000,7 @@ static const struct num_case num_cases[] = {
     "1000000", "-1", "1000001", 0, 1e6, true, OFF(join.conf.max_restarts),
     'i' },
   { JOIN_T "\"conf\":{\"join_timeout\":@}}", "join.conf.join_timeout",
-    "1e-9", "1e7", "0", "10000000.000001", 1e-9, 1e7, false,
+    "1", "1e7", "0.999", "10000000.000001", 1, 1e7, false,
     OFF(join.conf.join_timeout), 'd' },
   { JOIN_T "\"conf\":{\"last_call_timeout\":@}}",
     "join.conf.last_call_timeout", "0", "1e7", "-1e-9", "1.0000001e7", 0,
@@ -1005,14 +1008,14 @@ static const struct num_case num_cases[] = {
   { JOIN_T "\"conf\":{\"close_timeout\":@}}", "join.conf.close_timeout",
     "0", "1e7", "-0.5", "2e7", 0, 1e7, false, OFF(join.conf.close_timeout),
     'd' },
-  { JOIN_T "\"conf\":{\"keepalive_interval\":@}}",
-    "join.conf.keepalive_interval", "0.001", "3600", "0", "3600.5", 0.001,
-    3600, false, OFF(join.conf.keepalive_interval), 'd' },
+  { JOIN_T "\"conf\":{\"keepalive_misses\":10,\"keepalive_interval\":@}}",
+    "join.conf.keepalive_interval", "0.05", "3600", "0.0499", "3600.5",
+    0.05, 3600, false, OFF(join.conf.keepalive_interval), 'd' },
   { JOIN_T "\"conf\":{\"keepalive_misses\":@}}",
     "join.conf.keepalive_misses", "1", "1000", "0", "1001", 1, 1000, true,
     OFF(join.conf.keepalive_misses), 'i' },
   { "{\"v\":2,\"op\":\"barrier\",\"name\":\"b\",\"round\":@}",
-    "barrier.round", "0", IMAX, "-1", "2147483648", 0, INT_MAX, true,
+    "barrier.round", "0", RMAX, "-1", "1073741825", 0, RP_MAX_ROUND, true,
     OFF(barrier.round), 'i' },
   { "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\",\"wait\":@}", "kv_get.wait",
     "0", "1e7", "-1", "1e8", 0, 1e7, false, OFF(kv.wait), 'd' },
@@ -1021,8 +1024,8 @@ static const struct num_case num_cases[] = {
     "9007199254740992", -9007199254740991.0, 9007199254740991.0, true,
     OFF(kv.delta), 'l' },
   { WAIT_T "\"present\":1," W_MM W_DL "\"round\":@}", "waiting.round",
-    "0", IMAX, "-1", "2147483648", 0, INT_MAX, true, OFF(waiting.round),
-    'i' },
+    "0", RMAX, "-1", "1073741825", 0, RP_MAX_ROUND, true,
+    OFF(waiting.round), 'i' },
   { WAIT_T "\"round\":1," W_MM W_DL "\"present\":@}", "waiting.present",
     "0", IMAX, "-1", "2147483648", 0, INT_MAX, true, OFF(waiting.present),
     'i' },
@@ -1039,9 +1042,10 @@ static const struct num_case num_cases[] = {
     "waiting.last_call", "-1", "1e7", "-1.5", "10000001", -1, 1e7, false,
     OFF(waiting.last_call), 'd' },
   { ROUND_T "\"restart_count\":0," R_G R_M "\"round\":@}", "round.round",
-    "0", IMAX, "-1", "2147483648", 0, INT_MAX, true, OFF(round.round), 'i' },
+    "0", RMAX, "-1", "1073741825", 0, RP_MAX_ROUND, true, OFF(round.round),
+    'i' },
   { ROUND_T "\"round\":0," R_G R_M "\"restart_count\":@}",
-    "round.restart_count", "0", IMAX, "-1", "2147483648", 0, INT_MAX, true,
+    "round.restart_count", "0", "1000000", "-1", "1000001", 0, 1e6, true,
     OFF(round.restart_count), 'i' },
   { ROUND_T R_RC R_M "\"group_world_size\":100000,\"rank_offset\":0,"
     "\"world_size\":100000,\"group_rank\":@}", "round.group_rank", "0",
@@ -1113,8 +1117,14 @@ START_TEST(numeric_messages)
                           "\"master_port\":1,\"nproc\":\"4\"}"), -EINVAL);
   ck_assert_str_eq(err, "join.nproc: expected an integer, got a string");
   ck_assert_int_eq(decode(JOIN_T "\"conf\":{\"join_timeout\":0}}"), -EINVAL);
-  ck_assert_str_eq(err, "join.conf.join_timeout: expected a number > 0 and "
-                   "<= 10000000, got 0");
+  ck_assert_str_eq(err, "join.conf.join_timeout: expected a number "
+                   "1..10000000, got 0");
+  /* The keepalive window's floor: a first joiner cannot choose one in
+   * which honest members are expelled before they speak. */
+  ck_assert_int_eq(decode(JOIN_T "\"conf\":{\"keepalive_interval\":0.05,"
+                          "\"keepalive_misses\":1}}"), -EINVAL);
+  ck_assert_str_eq(err, "join.conf.keepalive_interval x keepalive_misses: "
+                   "0.05 s, expected at least 0.5 s");
   ck_assert_int_eq(decode("{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\","
                           "\"wait\":-2}"), -EINVAL);
   ck_assert_str_eq(err, "kv_get.wait: expected a number 0..10000000, got -2");

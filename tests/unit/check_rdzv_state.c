@@ -30,6 +30,9 @@ static struct {
   char **logs;
   size_t nl, capl;
   bool encode;          /* check every message with the wire encoder */
+  /* The last token each connection was given (ROUND or WAITING): what
+   * its agent would present in a RESUME.  clear() keeps them. */
+  unsigned char tok[NCONN][RP_TOKEN_BYTES];
 } rec;
 
 static struct rs_registry *R;
@@ -57,6 +60,14 @@ static void rec_send(void *ctx, void *conn, const struct rp_msg *m)
     rc = rp_encode(m, &out, &len);
     ck_assert_msg(rc == 0, "op %d does not encode: %d", (int)m->op, rc);
     free(out);
+  }
+  for (size_t i = 0; i < NCONN; i++) {
+    const unsigned char *t = m->op == RP_ROUND ? m->u.round.token
+                             : m->op == RP_WAITING ? m->u.waiting.token
+                             : NULL;
+
+    if (conn == CONN(i) && t && !rp_token_none(t))
+      memcpy(rec.tok[i], t, RP_TOKEN_BYTES);
   }
   rec.msgs = grow(rec.msgs, &rec.cap, rec.n, sizeof(*rec.msgs));
   s = &rec.msgs[rec.n++];
@@ -1353,6 +1364,8 @@ static int resume_from(int from, int i, enum rp_resume_phase phase,
   m.u.resume.phase = phase;
   a->round = round;
   a->restart_count = rc;
+  /* It presents the last token node i's connection was given. */
+  memcpy(a->token, rec.tok[i], RP_TOKEN_BYTES);
   if (phase != RP_PHASE_GATHERING) {
     a->group_rank = rank;
     a->group_world_size = gws;

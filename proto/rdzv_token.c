@@ -1,0 +1,175 @@
+/* rdzv_token.c -- node credentials (Note [node tokens], rdzv_token.h). */
+#include "rdzv_token.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#define SHA256_BLOCK 64
+#define KEY_LABEL "cdrun-rdzv-token-key-1"
+#define TOKEN_LABEL_GATHERING "cdrun-rdzv-token-1 gathering"
+#define TOKEN_LABEL_RUNNING "cdrun-rdzv-token-1 running"
+
+/* HMAC-SHA256 with the key's blocks absorbed once: inner = SHA256 state
+ * after (key ^ ipad), outer = after (key ^ opad).  work is the scratch
+ * state each token copies them into. */
+struct rdzv_token_key {
+  EVP_MD_CTX *inner, *outer, *work;
+  bool shared;
+};
+
+static int absorb_pad(EVP_MD_CTX *ctx, const unsigned char key[32],
+                      unsigned char pad)
+{
+  unsigned char block[SHA256_BLOCK];
+  int ok;
+
+  memset(block, pad, sizeof block);
+  for (size_t i = 0; i < 32; i++)
+    block[i] ^= key[i];
+  ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
+       EVP_DigestUpdate(ctx, block, sizeof block);
+  OPENSSL_cleanse(block, sizeof block);
+  return ok ? 0 : -EIO;
+}
+
+struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *secret)
+{
+  struct rdzv_token_key *k = calloc(1, sizeof(*k));
+  unsigned char key[RP_AUTH_BYTES];
+  int rc;
+
+  if (!k)
+    return NULL;
+  k->shared = secret && secret->len;
+  rc = k->shared ? ra_hmac(secret->key, secret->len, KEY_LABEL,
+                           strlen(KEY_LABEL), key)
+                 : ra_nonce(key);
+  k->inner = EVP_MD_CTX_new();
+  k->outer = EVP_MD_CTX_new();
+  k->work = EVP_MD_CTX_new();
+  if (!rc && k->inner && k->outer && k->work) {
+    rc = absorb_pad(k->inner, key, 0x36);
+    if (!rc)
+      rc = absorb_pad(k->outer, key, 0x5c);
+    /* Gives work its digest state once, so copies need no allocation. */
+    if (!rc && !EVP_MD_CTX_copy_ex(k->work, k->inner))
+      rc = -EIO;
+  } else if (!rc) {
+    rc = -ENOMEM;
+  }
+  OPENSSL_cleanse(key, sizeof key);
+  if (rc) {
+    rdzv_token_key_free(k);
+    return NULL;
+  }
+  return k;
+}
+
+void rdzv_token_key_free(struct rdzv_token_key *k)
+{
+  if (!k)
+    return;
+  EVP_MD_CTX_free(k->inner);
+  EVP_MD_CTX_free(k->outer);
+  EVP_MD_CTX_free(k->work);
+  free(k);
+}
+
+bool rdzv_token_key_shared(const struct rdzv_token_key *k)
+{
+  return k->shared;
+}
+
+/* The MAC's input: a label, then each field length-prefixed (strings) or
+ * as 8 big-endian bytes (numbers), so no two claims encode alike. */
+struct claim {
+  unsigned char buf[64 + 3 * (4 + RP_MAX_ADDR + 1) + 16 * 8];
+  size_t len;
+};
+
+static void put_u64(struct claim *c, uint64_t v)
+{
+  for (int i = 7; i >= 0; i--)
+    c->buf[c->len++] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_str(struct claim *c, const char *s, size_t max)
+{
+  size_t n = strnlen(s, max);
+
+  put_u64(c, n);
+  memcpy(c->buf + c->len, s, n);
+  c->len += n;
+}
+
+static void claim_start(struct claim *c, const char *label, const char *job,
+                        const char *host, int64_t pid)
+{
+  c->len = 0;
+  put_str(c, label, 48);
+  put_str(c, job, RP_MAX_ID);
+  put_str(c, host, RP_MAX_ADDR);
+  put_u64(c, (uint64_t)pid);
+}
+
+static int mac(const struct rdzv_token_key *k, const struct claim *c,
+               unsigned char out[RP_TOKEN_BYTES])
+{
+  unsigned char ih[RP_TOKEN_BYTES];
+  unsigned int n = 0;
+  int ok;
+
+  ok = EVP_MD_CTX_copy_ex(k->work, k->inner) &&
+       EVP_DigestUpdate(k->work, c->buf, c->len) &&
+       EVP_DigestFinal_ex(k->work, ih, &n) && n == sizeof ih &&
+       EVP_MD_CTX_copy_ex(k->work, k->outer) &&
+       EVP_DigestUpdate(k->work, ih, sizeof ih) &&
+       EVP_DigestFinal_ex(k->work, out, &n) && n == RP_TOKEN_BYTES;
+  return ok ? 0 : -EIO;
+}
+
+int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
+                         const char *host, int64_t pid, int round,
+                         int restart_count,
+                         unsigned char out[RP_TOKEN_BYTES])
+{
+  struct claim c;
+
+  claim_start(&c, TOKEN_LABEL_GATHERING, job, host, pid);
+  put_u64(&c, (uint64_t)round);
+  put_u64(&c, (uint64_t)restart_count);
+  return mac(k, &c, out);
+}
+
+int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
+                       const char *host, int64_t pid,
+                       const struct rp_round *rd,
+                       unsigned char out[RP_TOKEN_BYTES])
+{
+  struct claim c;
+
+  claim_start(&c, TOKEN_LABEL_RUNNING, job, host, pid);
+  put_u64(&c, (uint64_t)rd->round);
+  put_u64(&c, (uint64_t)rd->restart_count);
+  put_u64(&c, (uint64_t)rd->group_rank);
+  put_u64(&c, (uint64_t)rd->group_world_size);
+  put_u64(&c, (uint64_t)rd->rank_offset);
+  put_u64(&c, (uint64_t)rd->world_size);
+  put_str(&c, rd->master_addr, RP_MAX_ADDR);
+  put_u64(&c, (uint64_t)rd->master_port);
+  return mac(k, &c, out);
+}
+
+bool rdzv_token_equal(const unsigned char a[RP_TOKEN_BYTES],
+                      const unsigned char b[RP_TOKEN_BYTES])
+{
+  unsigned char any = 0;
+
+  for (size_t i = 0; i < RP_TOKEN_BYTES; i++)
+    any |= a[i];
+  return any && CRYPTO_memcmp(a, b, RP_TOKEN_BYTES) == 0;
+}

@@ -1,0 +1,62 @@
+/* rdzv_token.h -- node credentials: the tokens a rendezvous server issues
+ * to the nodes of a job, and checks when a node speaks for itself from a
+ * connection that is not the one it joined on (RESUME).
+ *
+ * Note [node tokens]
+ *
+ * A node is whoever holds the token the server gave it, never whoever
+ * names its host and pid.  A token is HMAC-SHA256 under the server's token
+ * key over what it vouches for:
+ *   - gathering: job id, host, pid, the round gathered for and the job's
+ *     restart count (sent in WAITING);
+ *   - running: job id, host, pid and the whole assignment of the round
+ *     (round, restart count, group rank and size, rank offset, world size,
+ *     master address and port) (sent in ROUND).
+ * A node re-presents the last one it got.  A server that still knows the
+ * node compares it with what it issued; one that does not (it restarted)
+ * recomputes it from the claim, which it can only do when the key comes
+ * from the shared secret (key = HMAC(secret, "cdrun-rdzv-token-key-1")):
+ * then a rank of a round is claimed only by the node that was given it.
+ * Without a secret the key is random per server life, so a restarted
+ * server cannot tell a true claim from a forged one (proto/SECURITY.md).
+ *
+ * The key's HMAC inner and outer states are computed once, so a token
+ * costs two SHA-256 compressions and two context copies, no allocation. */
+#ifndef RDZV_TOKEN_H
+#define RDZV_TOKEN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rdzv_auth.h"
+#include "rdzv_proto.h"
+
+struct rdzv_token_key;
+
+/* A key derived from secret, or a random one when secret is NULL or
+ * empty.  NULL when out of memory or the CSPRNG failed. */
+struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *secret);
+void rdzv_token_key_free(struct rdzv_token_key *k);
+
+/* True when the key comes from a shared secret: a token issued by another
+ * server life with the same secret can be verified. */
+bool rdzv_token_key_shared(const struct rdzv_token_key *k);
+
+/* The gathering token of (job, host, pid) for round and restart_count;
+ * the running token of (job, host, pid) for the assignment rd (its own
+ * token field is ignored).  0 or -EIO. */
+int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
+                         const char *host, int64_t pid, int round,
+                         int restart_count,
+                         unsigned char out[RP_TOKEN_BYTES]);
+int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
+                       const char *host, int64_t pid,
+                       const struct rp_round *rd,
+                       unsigned char out[RP_TOKEN_BYTES]);
+
+/* Constant-time equality of two tokens; an all-zero token (none) equals
+ * nothing. */
+bool rdzv_token_equal(const unsigned char a[RP_TOKEN_BYTES],
+                      const unsigned char b[RP_TOKEN_BYTES]);
+
+#endif
