@@ -558,6 +558,40 @@ START_TEST(rt_round)
 }
 END_TEST
 
+/* Note [node tokens]: WAITING and ROUND carry a token, RESUME presents
+ * one; without one (all zero) the field and WAITING's restart_count are
+ * absent, so bodies are what they were before tokens. */
+START_TEST(rt_tokens)
+{
+  struct rp_msg m;
+  char *body;
+  size_t i;
+
+  msg_init(&m, RP_WAITING);
+  m.u.waiting.round = 2;
+  m.u.waiting.min_nodes = 1;
+  m.u.waiting.max_nodes = 1;
+  m.u.waiting.last_call = -1;
+  round_trip_body(&m, "{\"v\":2,\"op\":\"waiting\",\"round\":2,"
+                  "\"present\":0,\"min_nodes\":1,\"max_nodes\":1,"
+                  "\"deadline\":0,\"last_call\":-1}");
+  m.u.waiting.restart_count = 3;
+  for (i = 0; i < RP_TOKEN_BYTES; i++)
+    m.u.waiting.token[i] = (unsigned char)(i * 7 + 1);
+  body = round_trip(&m);
+  ck_assert(strstr(body, "\"restart_count\":3,\"token\":\"01080f"));
+  free(body);
+  ck_assert(!memcmp(M.u.waiting.token, m.u.waiting.token, RP_TOKEN_BYTES));
+  ck_assert_int_eq(M.u.waiting.restart_count, 3);
+  ck_assert(!rp_token_none(M.u.waiting.token));
+  rp_msg_free(&M);
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"waiting\",\"round\":2,"
+                           "\"present\":0,\"min_nodes\":1,\"max_nodes\":1,"
+                           "\"deadline\":0,\"last_call\":-1,\"token\":"
+                           "\"AB\"}"), -EINVAL, "waiting.token");
+}
+END_TEST
+
 START_TEST(rt_resume)
 {
   struct rp_msg m;
@@ -584,6 +618,22 @@ START_TEST(rt_resume)
   ck_assert_int_eq(M.u.resume.round.master_port, 29501);
   ck_assert_int_eq(M.u.resume.join.master_port, 29500);
   rp_msg_free(&M);
+  /* Its ranks must lie in the world (int64: both near INT_MAX). */
+  m.u.resume.round.rank_offset = 3;
+  ck_assert_int_eq(rp_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
+                   -EINVAL);
+  m.u.resume.round.world_size = INT_MAX;
+  m.u.resume.round.rank_offset = INT_MAX - 1;
+  ck_assert_int_eq(rp_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
+                   -EINVAL);
+  m.u.resume.round.rank_offset = INT_MAX - 2;
+  free(round_trip(&m));
+  rp_msg_free(&M);
+  /* A round beyond RP_MAX_ROUND: no room to go on from it. */
+  m.u.resume.round.round = RP_MAX_ROUND + 1;
+  ck_assert_int_eq(rp_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
+                   -EINVAL);
+  m.u.resume.round.round = 3;
   /* Running without a whole assignment: refused. */
   m.u.resume.round.group_rank = 2;
   ck_assert_int_eq(rp_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
@@ -1525,6 +1575,7 @@ static Suite *proto_suite(void)
   tcase_add_test(tc, rt_no_fields);
   tcase_add_test(tc, rt_failure);
   tcase_add_test(tc, rt_barrier);
+  tcase_add_test(tc, rt_tokens);
   tcase_add_test(tc, rt_kv);
   tcase_add_test(tc, rt_waiting);
   tcase_add_test(tc, rt_round);

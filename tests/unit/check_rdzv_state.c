@@ -1,8 +1,10 @@
 /* check_rdzv_state.c -- unit tests for the rendezvous state machine. */
 #include "rdzv_state.h"
 #include "metrics.h"
+#include "rdzv_auth.h"
 
 #include <check.h>
+#include <malloc.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdint.h>
@@ -1344,6 +1346,10 @@ END_TEST
 
 /* Node i re-asserts round `round` of job1 (every node nproc 2), on the
  * connection of node `from`. */
+/* What an impostor puts in its RESUME instead of node i's own. */
+static const unsigned char *forged_token;
+static const char *forged_master;
+
 static int resume_from(int from, int i, enum rp_resume_phase phase,
                        int round, int rc, int rank, int gws, double now)
 {
@@ -1364,14 +1370,16 @@ static int resume_from(int from, int i, enum rp_resume_phase phase,
   m.u.resume.phase = phase;
   a->round = round;
   a->restart_count = rc;
-  /* It presents the last token node i's connection was given. */
-  memcpy(a->token, rec.tok[i], RP_TOKEN_BYTES);
+  /* It presents the last token node i's connection was given, or the
+   * one a test forges. */
+  memcpy(a->token, forged_token ? forged_token : rec.tok[i], RP_TOKEN_BYTES);
   if (phase != RP_PHASE_GATHERING) {
     a->group_rank = rank;
     a->group_world_size = gws;
     a->rank_offset = 2 * rank;
     a->world_size = 2 * gws;
-    snprintf(a->master_addr, sizeof a->master_addr, "10.0.0.1");
+    snprintf(a->master_addr, sizeof a->master_addr, "%s",
+             forged_master ? forged_master : "10.0.0.1");
     a->master_port = 29500;
   }
   return rs_handle(R, CONN(from), &m, now);
@@ -1592,6 +1600,191 @@ START_TEST(resume_supersedes_old_connection)
 }
 END_TEST
 
+
+/* ---- who may speak for a node (Note [node tokens]) ---- */
+
+/* Item 1 of "identities a stranger cannot forge": a RESUME naming a live
+ * node's host and pid (both shown by --status) took the node over, and
+ * the impostor's final failure then closed the job. */
+START_TEST(impostor_cannot_displace)
+{
+  static const unsigned char garbage[RP_TOKEN_BYTES] = { 1, 2, 3 };
+
+  running_pair();
+  ck_assert(!rp_token_none(rec.tok[B]));
+  forged_token = garbage;
+  ck_assert_int_eq(resume_from(E, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 1), 0);
+  forged_token = NULL;
+  ck_assert(logged("does not hold its token: the node is left alone"));
+  ck_assert(!dropped(B));
+  ck_assert_int_eq(count(A, RP_RESTART), 0);
+  ck_assert_int_eq(count(B, RP_RESTART), 0);
+  /* It is a stranger the job went on without; its report is refused. */
+  ck_assert_int_eq(count(E, RP_RESTART), 1);
+  ck_assert_int_lt(failure(E, true, "forged", 2), 0);
+  assert_error(E, RP_ERR_BAD_REQUEST);
+  /* Without any token at all, the same. */
+  forged_token = (const unsigned char[RP_TOKEN_BYTES]){ 0 };
+  ck_assert_int_eq(resume_from(D, A, RP_PHASE_GATHERING, 1, 0, 0, 0, 3), 0);
+  forged_token = NULL;
+  ck_assert(!dropped(A));
+  ck_assert_int_eq(barrier(A, "exit", 0, 4), 0);
+  ck_assert_int_eq(barrier(B, "exit", 0, 4), 0);
+  ck_assert_int_eq(count(A, RP_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(B, RP_BARRIER_DONE), 1);
+  /* The true holder still takes its node back after a reset. */
+  rs_conn_reset(R, CONN(B), 5);
+  ck_assert_int_eq(resume_from(X, B, RP_PHASE_EXIT, 0, 0, 1, 2, 6), 0);
+  ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
+}
+END_TEST
+
+static void with_secret(void)
+{
+  struct ra_secret k = { .len = 32 };
+
+  memset(k.key, 7, k.len);
+  rs_destroy(R);
+  R = rs_create(&SINK, &(struct rs_limits){ .max_keepalive = 1e6 });
+  ck_assert_ptr_nonnull(R);
+  ck_assert_int_eq(rs_set_secret(R, &k), 0);
+}
+
+/* Item 2: after a restart, the first to re-assert a rank kept it, so a
+ * client holding the secret could take rank 0 with its own address.  With
+ * a secret, a running claim needs the token that proves it. */
+START_TEST(restarted_server_checks_claims)
+{
+  with_secret();
+  CF = conf_of(2, 2);
+  CF.max_restarts = 3;
+  ck_assert_int_eq(join(A, 2, 0), 0);
+  ck_assert_int_eq(join(B, 2, 0), 0);
+  ck_assert_str_eq(last(A, RP_ROUND)->u.round.master_addr, "10.0.0.1");
+  with_secret();                /* rdzvd restarts with the same secret */
+  clear();
+  /* A stranger claims rank 0 with its own MASTER_ADDR: refused. */
+  forged_master = "6.6.6.6";
+  ck_assert_int_lt(resume_from(E, A, RP_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
+  forged_master = NULL;
+  assert_error(E, RP_ERR_AUTH);
+  ck_assert(dropped(E));
+  /* B's own token does not prove rank 0 either. */
+  forged_token = rec.tok[B];
+  ck_assert_int_lt(resume_from(D, A, RP_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
+  forged_token = NULL;
+  assert_error(D, RP_ERR_AUTH);
+  ck_assert_int_eq(rs_job_count(R), 0);
+  /* The real nodes come back: rebuilt, nothing restarts. */
+  ck_assert_int_eq(resume(B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 0, 0, 0, 2, 2), 0);
+  ck_assert(logged("round 0 rebuilt: all 2 nodes"));
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  /* A gathering claim proved by its WAITING token keeps its counts. */
+  ck_assert_int_eq(failure(A, false, "exitcode 1", 3), 0);
+  ck_assert_int_eq(join(A, 2, 3), 0);
+  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.round, 1);
+  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.restart_count, 1);
+  with_secret();
+  ck_assert_int_eq(resume(A, RP_PHASE_GATHERING, 1, 1, 0, 0, 4), 0);
+  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.round, 1);
+  /* One that is not proved joins, but changes no count. */
+  forged_token = rec.tok[B];
+  ck_assert_int_eq(resume_from(E, E, RP_PHASE_GATHERING, 900, 7, 0, 0, 5),
+                   0);
+  forged_token = NULL;
+  ck_assert_int_eq(last(E, RP_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(E, RP_ROUND)->u.round.restart_count, 1);
+}
+END_TEST
+
+/* Item 3: a resumed round near 2^31 overflowed at the next round.  Round
+ * numbers now stop at RP_MAX_ROUND, where the job is closed cleanly. */
+START_TEST(round_numbers_bounded)
+{
+  CF = conf_of(1, 1);
+  CF.max_restarts = 5;
+  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, RP_MAX_ROUND, 0, 0, 1, 0),
+                   0);
+  ck_assert_int_eq(failure(A, false, "exitcode 1", 1), 0);
+  ck_assert_int_eq(count(A, RP_CLOSED), 0);
+  rs_tick(R, 1);
+  ck_assert_int_eq(count(A, RP_CLOSED), 1);
+  ck_assert(strstr(last(A, RP_CLOSED)->u.text.message,
+                   "round numbers are spent"));
+  ck_assert(dropped(A));
+}
+END_TEST
+
+/* Item 4: a RESUME claiming a huge round allocated a table of that size
+ * per job (800 KB for 100,000 nodes), out of every budget.  What a claim
+ * costs now is what arrived: one node. */
+START_TEST(huge_claims_cost_what_arrived)
+{
+  struct mallinfo2 before, after;
+  char id[32];
+  size_t grew;
+  int i;
+
+  CF = conf_of(1, RP_MAX_NODES);
+  before = mallinfo2();
+  for (i = 0; i < 200; i++) {
+    struct rp_msg m;
+
+    memset(&m, 0, sizeof m);
+    m.op = RP_RESUME;
+    snprintf(id, sizeof id, "job%d", i);
+    snprintf(m.u.resume.join.id, sizeof m.u.resume.join.id, "%s", id);
+    m.u.resume.join.nproc = 1;
+    m.u.resume.join.master_port = 1;
+    m.u.resume.join.conf = CF;
+    m.u.resume.phase = RP_PHASE_RUNNING;
+    m.u.resume.round.group_rank = RP_MAX_NODES - 1;
+    m.u.resume.round.group_world_size = RP_MAX_NODES;
+    m.u.resume.round.rank_offset = RP_MAX_NODES - 1;
+    m.u.resume.round.world_size = RP_MAX_NODES;
+    snprintf(m.u.resume.round.master_addr,
+             sizeof m.u.resume.round.master_addr, "m");
+    m.u.resume.round.master_port = 1;
+    ck_assert_int_eq(rs_handle(R, &conn_mem[0] + 0x1000 + i, &m, 0), 0);
+  }
+  after = mallinfo2();
+  grew = (after.uordblks + after.hblkhd) - (before.uordblks + before.hblkhd);
+  /* 200 x 800 KB before; a few KB per job now. */
+  ck_assert_msg(grew < 200 * 16384, "200 claims took %zu bytes", grew);
+  ck_assert_int_eq(rs_job_count(R), 200);
+  for (i = 0; i < 200; i++)
+    rs_conn_closed(R, &conn_mem[0] + 0x1000 + i, 1);
+}
+END_TEST
+
+/* Item 8: the first joiner fixed the keepalive window and join timeout of
+ * everyone.  A node is now judged by its own, and the wire has floors. */
+START_TEST(own_windows_not_the_squatters)
+{
+  CF = conf_of(2, 3);
+  CF.keepalive_interval = RP_MIN_KEEPALIVE;
+  CF.keepalive_misses = 10;
+  CF.join_timeout = RP_MIN_JOIN_TIMEOUT;
+  ck_assert_int_eq(join(E, 1, 0), 0);       /* the squatter creates it */
+  CF = conf_of(2, 3);
+  CF.keepalive_interval = 1;
+  CF.keepalive_misses = 5;
+  CF.join_timeout = 600;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  /* E goes silent and is expelled; A and B, silent as long, stay. */
+  rs_tick(R, 1.5);
+  ck_assert(dropped(E));
+  ck_assert(!dropped(A) && !dropped(B));
+  ck_assert_int_eq(op(A, RP_KEEPALIVE, 4), 0);
+  ck_assert_int_eq(op(B, RP_KEEPALIVE, 4), 0);
+  rs_tick(R, 4.5);
+  ck_assert(!dropped(A) && !dropped(B));
+  ck_assert_int_eq(rs_node_count(R), 2);
+}
+END_TEST
+
 START_TEST(resume_refusals)
 {
   CF = conf_of(2, 2);
@@ -1670,6 +1863,11 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, reset_then_resume_within_window);
   tcase_add_test(tc, reset_then_window_ends);
   tcase_add_test(tc, resume_supersedes_old_connection);
+  tcase_add_test(tc, impostor_cannot_displace);
+  tcase_add_test(tc, restarted_server_checks_claims);
+  tcase_add_test(tc, round_numbers_bounded);
+  tcase_add_test(tc, huge_claims_cost_what_arrived);
+  tcase_add_test(tc, own_windows_not_the_squatters);
   suite_add_tcase(s, tc);
   return s;
 }
