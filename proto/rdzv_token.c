@@ -19,6 +19,7 @@
 struct rdzv_token_key {
   EVP_MD_CTX *inner, *outer, *work;
   bool shared;
+  uint64_t next_incarnation;
 };
 
 static int absorb_pad(EVP_MD_CTX *ctx, const unsigned char key[32],
@@ -48,6 +49,13 @@ struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *secret)
   rc = k->shared ? ra_hmac(secret->key, secret->len, KEY_LABEL,
                            strlen(KEY_LABEL), key)
                  : ra_nonce(key);
+  if (!rc) {
+    unsigned char start[RP_AUTH_BYTES];
+
+    rc = ra_nonce(start);
+    for (size_t i = 0; !rc && i < 8; i++)
+      k->next_incarnation = k->next_incarnation << 8 | start[i];
+  }
   k->inner = EVP_MD_CTX_new();
   k->outer = EVP_MD_CTX_new();
   k->work = EVP_MD_CTX_new();
@@ -82,6 +90,11 @@ void rdzv_token_key_free(struct rdzv_token_key *k)
 bool rdzv_token_key_shared(const struct rdzv_token_key *k)
 {
   return k->shared;
+}
+
+uint64_t rdzv_token_incarnation(struct rdzv_token_key *k)
+{
+  return k->next_incarnation++;
 }
 
 /* The MAC's input: a label, then each field length-prefixed (strings) or
@@ -133,16 +146,40 @@ static int mac(const struct rdzv_token_key *k, const struct claim *c,
 }
 
 int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
-                         const char *host, int64_t pid, int round,
-                         int restart_count,
+                         const char *host, int64_t pid, uint64_t incarnation,
+                         int round, int restart_count,
                          unsigned char out[RP_TOKEN_BYTES])
 {
+  unsigned char tag[RP_TOKEN_BYTES];
   struct claim c;
+  int rc;
 
   claim_start(&c, TOKEN_LABEL_GATHERING, job, host, pid);
+  put_u64(&c, incarnation);
   put_u64(&c, (uint64_t)round);
   put_u64(&c, (uint64_t)restart_count);
-  return mac(k, &c, out);
+  rc = mac(k, &c, tag);
+  if (rc)
+    return rc;
+  for (int i = 0; i < 8; i++)
+    out[i] = (unsigned char)(incarnation >> (56 - 8 * i));
+  memcpy(out + 8, tag, RP_TOKEN_BYTES - 8);
+  return 0;
+}
+
+bool rdzv_token_gathering_ok(const struct rdzv_token_key *k, const char *job,
+                             const char *host, int64_t pid, int round,
+                             int restart_count,
+                             const unsigned char token[RP_TOKEN_BYTES])
+{
+  unsigned char want[RP_TOKEN_BYTES];
+  uint64_t incarnation = 0;
+
+  for (int i = 0; i < 8; i++)
+    incarnation = incarnation << 8 | token[i];
+  return rdzv_token_gathering(k, job, host, pid, incarnation, round,
+                              restart_count, want) == 0 &&
+         rdzv_token_equal(token, want);
 }
 
 int rdzv_token_running(const struct rdzv_token_key *k, const char *job,

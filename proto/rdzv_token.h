@@ -7,8 +7,11 @@
  * A node is whoever holds the token the server gave it, never whoever
  * names its host and pid.  A token is HMAC-SHA256 under the server's token
  * key over what it vouches for:
- *   - gathering: job id, host, pid, the round gathered for and the job's
- *     restart count (sent in WAITING);
+ *   - gathering: job id, host, pid, the node's incarnation (a number the
+ *     server draws for each node it creates, so that one who joins under
+ *     another node's name gets a token of its own), the round gathered
+ *     for and the job's restart count (sent in WAITING); the token is the
+ *     incarnation (8 bytes) and 24 bytes of the MAC;
  *   - running: job id, host, pid and the whole assignment of the round
  *     (round, restart count, group rank and size, rank offset, world size,
  *     master address and port) (sent in ROUND).
@@ -42,13 +45,24 @@ void rdzv_token_key_free(struct rdzv_token_key *k);
  * server life with the same secret can be verified. */
 bool rdzv_token_key_shared(const struct rdzv_token_key *k);
 
-/* The gathering token of (job, host, pid) for round and restart_count;
- * the running token of (job, host, pid) for the assignment rd (its own
- * token field is ignored).  0 or -EIO. */
+/* A new node's incarnation: unique within this key's life, and drawn
+ * from a random start so that lives do not repeat each other's. */
+uint64_t rdzv_token_incarnation(struct rdzv_token_key *k);
+
+/* The gathering token of (job, host, pid, incarnation) for round and
+ * restart_count; the running token of (job, host, pid) for the assignment
+ * rd (its own token field is ignored).  0 or -EIO. */
 int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
-                         const char *host, int64_t pid, int round,
-                         int restart_count,
+                         const char *host, int64_t pid, uint64_t incarnation,
+                         int round, int restart_count,
                          unsigned char out[RP_TOKEN_BYTES]);
+
+/* True when token is the gathering token of (job, host, pid) for round
+ * and restart_count under k, for the incarnation it names. */
+bool rdzv_token_gathering_ok(const struct rdzv_token_key *k, const char *job,
+                             const char *host, int64_t pid, int round,
+                             int restart_count,
+                             const unsigned char token[RP_TOKEN_BYTES]);
 int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
                        const char *host, int64_t pid,
                        const struct rp_round *rd,

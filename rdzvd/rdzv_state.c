@@ -220,8 +220,8 @@ static const unsigned char *token_gathering(const struct rs_registry *r,
 
   if (!n->token_gathering || n->token_round != round ||
       n->token_restarts != restarts) {
-    if (rdzv_token_gathering(r->tokens, n->job->id, n->host, n->pid, round,
-                             restarts, t))
+    if (rdzv_token_gathering(r->tokens, n->job->id, n->host, n->pid,
+                             n->incarnation, round, restarts, t))
       memset(t, 0, sizeof t);
     token_store(n, t);
     n->token_gathering = true;
@@ -245,17 +245,16 @@ static bool token_proves(const struct rs_registry *r,
                          const struct rp_resume *a)
 {
   unsigned char t[RP_TOKEN_BYTES];
-  int rc;
 
   if (!rdzv_token_key_shared(r->tokens))
     return false;
-  rc = a->phase == RP_PHASE_GATHERING
-         ? rdzv_token_gathering(r->tokens, a->join.id, a->join.host,
-                                a->join.pid, a->round.round,
-                                a->round.restart_count, t)
-         : rdzv_token_running(r->tokens, a->join.id, a->join.host,
-                              a->join.pid, &a->round, t);
-  return rc == 0 && rdzv_token_equal(a->round.token, t);
+  if (a->phase == RP_PHASE_GATHERING)
+    return rdzv_token_gathering_ok(r->tokens, a->join.id, a->join.host,
+                                   a->join.pid, a->round.round,
+                                   a->round.restart_count, a->round.token);
+  return rdzv_token_running(r->tokens, a->join.id, a->join.host,
+                            a->join.pid, &a->round, t) == 0 &&
+         rdzv_token_equal(a->round.token, t);
 }
 
 static void send_waiting(const struct rs_registry *r, const struct job *job,
@@ -266,7 +265,10 @@ static void send_waiting(const struct rs_registry *r, const struct job *job,
 
   memset(&m, 0, sizeof m);
   m.op = RP_WAITING;
-  w->round = job->round + (job->phase == PH_RUNNING);
+  /* The round it waits for: the next one when the job runs (none after
+   * RP_MAX_ROUND: the job closes when it would start). */
+  w->round = job->round + (job->phase == PH_RUNNING &&
+                           job->round < RP_MAX_ROUND);
   w->present = job->n_part;
   w->min_nodes = job->conf.min_nodes;
   w->max_nodes = job->conf.max_nodes;
@@ -399,6 +401,7 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   node_fill(r, n, j);
   n->state = NS_IDLE;
   n->rank = n->prev_rank = -1;
+  n->incarnation = rdzv_token_incarnation(r->tokens);
   n->last_seen = now;
   th_init(&n->t_join, T_JOIN);
   th_init(&n->t_alive, T_ALIVE);

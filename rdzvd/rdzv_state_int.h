@@ -120,6 +120,7 @@ struct node {
    * issued to it (a RESUME may present either: the newer one may still
    * be in flight), and what the gathering one vouches for. */
   unsigned char token[RP_TOKEN_BYTES], prev_token[RP_TOKEN_BYTES];
+  uint64_t incarnation;         /* drawn at creation: its tokens' own */
   int token_round, token_restarts;
   bool token_gathering;
   char host[RP_MAX_ADDR + 1];

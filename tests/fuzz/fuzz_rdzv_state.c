@@ -14,10 +14,30 @@
  * - the registry's own bookkeeping: counts of nodes, participants and
  *   spares, lists, ranks unique within a running round, timers;
  * and ASan/LSan see every allocation freed when the registry is
- * destroyed. */
+ * destroyed.
+ *
+ * The adversary (proto/SECURITY.md): one step in the program is a
+ * stranger's message, any op with any field values the codec lets
+ * through (extremes included: rounds at RP_MAX_ROUND, worlds of
+ * RP_MAX_NODES, another node's host and pid, no token or a wrong one),
+ * sent from any connection, a node of another job or none.  The agents
+ * keep the tokens they were given across reconnections, and the daemon
+ * itself may restart (a new registry, every connection gone), with or
+ * without a shared secret (the input's first byte).  After every step:
+ * - no live node is displaced: a step drops another live connection's
+ *   node only if its sender was a participant of that node's job;
+ * - only a participant of a job ends it (outside rs_tick);
+ * - round and restart numbers never go back, never below 0 or above the
+ *   wire's bounds;
+ * - memory stays within the budgets: a job's tables are sized by the
+ *   nodes that arrived, never by a claimed world;
+ * - with a secret, a running participant holds the rank it was given in
+ *   a ROUND of that round, in this daemon life or an earlier one. */
 #include "rdzv_state_int.h"
+#include "rdzv_auth.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,15 +53,34 @@ struct fconn {
   int nproc;
   bool drop;                /* the machine asked to drop it */
   int gen;                  /* a closed conn comes back as a new one */
+  /* What its agent keeps across reconnections: the last token it was
+   * given, and the last ROUND (its assignment) with its job. */
+  unsigned char token[RP_TOKEN_BYTES];
+  bool have_round;
+  struct rp_round last;
+  char last_id[8];
 };
+
+#define MAX_ISSUED 64
 
 static struct {
   char mem[NCONN][4];       /* distinct addresses per generation */
   struct fconn c[NCONN];
   struct rs_registry *r;
+  struct rs_limits lim;
+  bool secret;              /* tokens from a shared secret */
   /* ROUND messages of the current step */
   struct { int conn; struct rp_round rd; } rounds[NCONN];
   int n_rounds;
+  /* Every (job, round, rank) a ROUND gave, and to which connection
+   * index, across daemon lives. */
+  struct { char id[8]; int round, rank, conn; } issued[MAX_ISSUED];
+  int n_issued;
+  /* Before the step: which connections were live nodes, and of what. */
+  struct { const void *node; const void *job; bool part; } before[NCONN];
+  struct { const void *job; int round, restart; enum phase phase;
+           uint64_t seq; } jobs[8];
+  int n_jobs;
 } F;
 
 static int conn_index(void *conn)
@@ -75,6 +114,11 @@ static void f_send(void *ctx, void *conn, const struct rp_msg *m)
     F.rounds[F.n_rounds].conn = i;
     F.rounds[F.n_rounds].rd = m->u.round;
     F.n_rounds++;
+    memcpy(F.c[i].token, m->u.round.token, RP_TOKEN_BYTES);
+    F.c[i].have_round = true;
+    F.c[i].last = m->u.round;
+  } else if (m->op == RP_WAITING && !rp_token_none(m->u.waiting.token)) {
+    memcpy(F.c[i].token, m->u.waiting.token, RP_TOKEN_BYTES);
   }
 }
 
@@ -111,10 +155,25 @@ static void refresh(void)
   }
 }
 
+/* Remembers who was given which rank (check_ranks_owned). */
+static void note_issued(int conn, const struct rp_round *rd)
+{
+  int k = F.n_issued < MAX_ISSUED ? F.n_issued++ : MAX_ISSUED - 1;
+
+  snprintf(F.issued[k].id, sizeof F.issued[k].id, "%s", F.c[conn].id);
+  snprintf(F.c[conn].last_id, sizeof F.c[conn].last_id, "%s", F.c[conn].id);
+  F.issued[k].round = rd->round;
+  F.issued[k].rank = rd->group_rank;
+  F.issued[k].conn = conn;
+}
+
 /* The ROUNDs sent in one step, per (job, round): a consistent world. */
 static void check_rounds(void)
 {
   int a, b;
+
+  for (a = 0; a < F.n_rounds; a++)
+    note_issued(F.rounds[a].conn, &F.rounds[a].rd);
 
   for (a = 0; a < F.n_rounds; a++) {
     const struct rp_round *x = &F.rounds[a].rd;
@@ -161,7 +220,7 @@ static void check_registry(const struct rs_registry *r)
 
   TAILQ_FOREACH(job, &r->jobs_in_order, in_registry) {
     int cnt = 0, part = 0, spares = 0, listed = 0, outstanding = 0;
-    bool rank_seen[NCONN] = { false };
+    int ranks[NCONN], n_ranks = 0;
     int64_t sum = 0;
 
     jobs++;
@@ -178,9 +237,16 @@ static void check_registry(const struct rs_registry *r)
       spares += n->state == NS_SPARE;
       outstanding += n->state == NS_IDLE && n->expected;
       if (job->phase == PH_RUNNING && n->state == NS_PART) {
-        if (n->rank < 0 || n->rank >= NCONN || rank_seen[n->rank])
-          abort();          /* ranks unique within the running round */
-        rank_seen[n->rank] = true;
+        int q;
+
+        /* Ranks unique within the running round (a rebuilt one may hold
+         * any rank below its claimed size). */
+        if (n->rank < 0 || n->rank >= RP_MAX_NODES || n_ranks >= NCONN)
+          abort();
+        for (q = 0; q < n_ranks; q++)
+          if (ranks[q] == n->rank)
+            abort();
+        ranks[n_ranks++] = n->rank;
       }
     }
     TAILQ_FOREACH(n, &job->spares, in_spares)
@@ -193,6 +259,12 @@ static void check_registry(const struct rs_registry *r)
         sum != job->sum_nproc || job->n_part > job->conf.max_nodes)
       abort();
     if (job->empty_listed != (job->n_nodes == 0))
+      abort();
+    /* Tables sized by arrivals (at most NCONN nodes), never by a claim. */
+    if (job->order_cap > 4 * NCONN || job->ranks.cap > 8 * NCONN)
+      abort();
+    if (job->round < 0 || job->round > RP_MAX_ROUND ||
+        job->restart_count < 0 || job->restart_count > RP_MAX_RESTARTS)
       abort();
     empty += job->empty_listed;
     nodes += cnt;
@@ -278,6 +350,20 @@ static void do_resume(int i, struct in *in, double now)
   a->phase = (enum rp_resume_phase)(t % 3);
   a->round.round = (int)(k % 5);
   a->round.restart_count = (int)((k >> 3) % 3);
+  /* The agent presents the token it kept, and half the time re-asserts
+   * exactly the assignment it was given. */
+  memcpy(a->round.token, F.c[i].token, RP_TOKEN_BYTES);
+  if ((k & 1) && F.c[i].have_round && a->phase != RP_PHASE_GATHERING) {
+    snprintf(a->join.id, sizeof a->join.id, "%s", F.c[i].last_id);
+    a->round = F.c[i].last;
+    a->round.embedded = false;
+    a->round.host_rank = 0;
+    a->join.nproc = 1;
+    a->join.conf.max_nodes = 1 + 2 + 2;
+    a->join.conf.min_nodes = 1;
+    rs_handle(F.r, conn_ptr(i), &m, now);
+    return;
+  }
   if (a->phase != RP_PHASE_GATHERING) {
     a->round.group_world_size = 1 + (int)((b >> 6) % 3);
     a->round.group_rank = (int)((k >> 5) % (unsigned)a->round.group_world_size);
@@ -347,6 +433,223 @@ static void do_op(int i, unsigned op, struct in *in, double now)
   rs_handle(F.r, conn_ptr(i), &m, now);
 }
 
+/* ---- the adversary ---- */
+
+/* Encodes and decodes m as rdzvd's reader would, and hands the decoded
+ * message to the machine: what the codec refuses never reaches it. */
+static void send_wire(int i, struct rp_msg *m, double now)
+{
+  struct rp_msg d;
+  char *frame, err[256];
+  size_t len;
+
+  if (rp_encode(m, &frame, &len) != 0)
+    return;
+  if (rp_decode(frame + RP_FRAME_HEADER, len - RP_FRAME_HEADER, &d, err,
+                sizeof err) == 0) {
+    rs_handle(F.r, conn_ptr(i), &d, now);
+    rp_msg_free(&d);
+  }
+  free(frame);
+}
+
+static int pick_int(unsigned b, int hi)
+{
+  switch (b % 6) {
+  case 0: return 0;
+  case 1: return 1;
+  case 2: return hi;
+  case 3: return hi - 1;
+  case 4: return hi / 2;
+  default: return (int)(b >> 3);
+  }
+}
+
+/* A stranger's message: any op, extreme values, another node's name. */
+static void do_adversary(int i, struct in *in, double now)
+{
+  static const char *const ids[] = { "a", "b", "c" };
+  struct rp_msg m;
+  struct rp_resume *a = &m.u.resume;
+  unsigned kind = take(in), b = take(in), t = take(in), k = take(in);
+  int victim = (int)(t % NCONN), j;
+
+  memset(&m, 0, sizeof m);
+  switch (kind % 5) {
+  case 0:
+  case 1:                           /* RESUME (and JOIN: its join part) */
+    m.op = kind % 5 ? RP_RESUME : RP_JOIN;
+    snprintf(a->join.id, sizeof a->join.id, "%s", ids[b % 3]);
+    /* Another node's host and pid, as --status shows them. */
+    snprintf(a->join.host, sizeof a->join.host, "h%d", victim);
+    a->join.pid = 100 + victim;
+    a->join.nproc = 1 + pick_int(k, 65535);
+    a->join.master_port = 1 + (int)(b % 65535);
+    rp_conf_default(&a->join.conf);
+    a->join.conf.max_nodes = 1 + pick_int(t >> 3, RP_MAX_NODES - 1);
+    a->join.conf.min_nodes = 1 + pick_int(b >> 2, a->join.conf.max_nodes - 1);
+    a->join.conf.max_restarts = pick_int(k >> 2, RP_MAX_RESTARTS);
+    a->join.conf.join_timeout = k & 1 ? RP_MIN_JOIN_TIMEOUT : 1e7;
+    a->join.conf.keepalive_interval = k & 2 ? RP_MIN_KEEPALIVE : 3600;
+    a->join.conf.keepalive_misses = k & 2 ? 10 : 1000;
+    if (kind & 0x80) {              /* a configuration the honest use */
+      a->join.conf.min_nodes = 1 + (t >> 2) % 3;
+      a->join.conf.max_nodes = a->join.conf.min_nodes + (t >> 4) % 3;
+      a->join.conf.max_restarts = (b >> 4) % 3;
+      a->join.nproc = 1 + (k >> 2) % 4;
+    }
+    a->phase = (enum rp_resume_phase)(kind / 5 % 3);
+    a->round.round = pick_int(take(in), RP_MAX_ROUND);
+    a->round.restart_count = pick_int(take(in), RP_MAX_RESTARTS);
+    a->round.group_world_size = 1 + pick_int(take(in), RP_MAX_NODES - 1);
+    a->round.group_rank = pick_int(take(in), a->round.group_world_size - 1);
+    a->round.world_size = a->round.group_world_size +
+                          pick_int(take(in), INT_MAX / 2);
+    a->round.rank_offset = pick_int(take(in), a->round.world_size - 1);
+    snprintf(a->round.master_addr, sizeof a->round.master_addr, "6.6.6.6");
+    a->round.master_port = 6666;
+    /* No token, a made-up one, or its own (from an earlier life). */
+    if (b & 0x80)
+      memcpy(a->round.token, F.c[i].token, RP_TOKEN_BYTES);
+    else if (b & 0x40)
+      for (j = 0; j < RP_TOKEN_BYTES; j++)
+        a->round.token[j] = (unsigned char)(k + j);
+    break;
+  case 2:
+    m.op = RP_FAILURE;
+    m.u.failure.final = true;
+    break;
+  case 3:
+    m.op = RP_BARRIER;
+    snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
+    m.u.barrier.round = pick_int(b, RP_MAX_ROUND);
+    break;
+  default:
+    m.op = RP_KV_ADD;
+    snprintf(m.u.kv.key, sizeof m.u.kv.key, "k0");
+    m.u.kv.delta = b & 1 ? 9007199254740991LL : -9007199254740991LL;
+    break;
+  }
+  send_wire(i, &m, now);
+}
+
+/* The daemon restarts: every connection is gone; the agents keep what
+ * they knew. */
+static void restart_daemon(void)
+{
+  struct ra_secret k = { .len = 32 };
+  int i;
+
+  rs_destroy(F.r);
+  memset(k.key, 0x5a, k.len);
+  F.r = rs_create(&SINK, &F.lim);
+  if (!F.r || (F.secret && rs_set_secret(F.r, &k)))
+    abort();
+  for (i = 0; i < NCONN; i++) {
+    F.c[i].id[0] = '\0';
+    F.c[i].drop = false;
+    F.c[i].gen++;
+  }
+  F.n_jobs = 0;
+}
+
+/* ---- invariants across a step ---- */
+
+static const struct conn *conn_of(int i)
+{
+  void *p = conn_ptr(i);
+
+  return ht_find(&F.r->conns, ht_hash_ptr(F.r->seed, p), p, conn_eq);
+}
+
+static bool may_end(const struct node *n)
+{
+  return n->state == NS_PART || (n->state == NS_IDLE && n->expected);
+}
+
+static void note_before(void)
+{
+  const struct job *job;
+  int i;
+
+  for (i = 0; i < NCONN; i++) {
+    const struct conn *c = conn_of(i);
+
+    F.before[i].node = c && !c->dropped ? c->node : NULL;
+    F.before[i].job = F.before[i].node ? c->node->job : NULL;
+    F.before[i].part = F.before[i].node && may_end(c->node);
+  }
+  F.n_jobs = 0;
+  TAILQ_FOREACH(job, &F.r->jobs_in_order, in_registry) {
+    if (F.n_jobs == 8)
+      break;
+    F.jobs[F.n_jobs].job = job;
+    F.jobs[F.n_jobs].round = job->round;
+    F.jobs[F.n_jobs].restart = job->restart_count;
+    F.jobs[F.n_jobs].phase = job->phase;
+    F.jobs[F.n_jobs].seq = job->seq;
+    F.n_jobs++;
+  }
+}
+
+/* After a step by connection `by` (-1: the clock): nobody displaced,
+ * nobody but a participant ended a job, numbers never went back. */
+static void check_step(int by)
+{
+  const struct job *job;
+  int i, k;
+
+  for (i = 0; by >= 0 && i < NCONN; i++) {
+    if (i == by || !F.before[i].node || !F.c[i].drop)
+      continue;
+    /* i was a live node and was dropped by by's message. */
+    if (!(F.before[by].part && F.before[by].job == F.before[i].job))
+      abort();              /* a live node displaced by a stranger */
+  }
+  TAILQ_FOREACH(job, &F.r->jobs_in_order, in_registry) {
+    for (k = 0; k < F.n_jobs; k++) {
+      if (F.jobs[k].job != job || job->seq < F.jobs[k].seq)
+        continue;           /* another job at the same address */
+      if (job->round < F.jobs[k].round ||
+          job->restart_count < F.jobs[k].restart)
+        abort();            /* a round or restart count went back */
+      if (by >= 0 && job->phase == PH_CLOSED &&
+          F.jobs[k].phase != PH_CLOSED &&
+          !(F.before[by].part && F.before[by].job == job))
+        abort();            /* ended by someone not in it */
+    }
+  }
+}
+
+/* With a secret, a rebuilt running round's ranks belong to the nodes a
+ * ROUND gave them to. */
+static void check_ranks_owned(void)
+{
+  const struct job *job;
+  const struct node *n;
+  int k;
+
+  if (!F.secret)
+    return;
+  TAILQ_FOREACH(job, &F.r->jobs_in_order, in_registry) {
+    if (job->phase != PH_RUNNING || !job->resumed)
+      continue;
+    TAILQ_FOREACH(n, &job->nodes, in_job) {
+      bool owned = false;
+
+      if (n->state != NS_PART || n->rank < 0 || !n->c->conn)
+        continue;
+      for (k = 0; k < F.n_issued && !owned; k++)
+        owned = F.issued[k].round == job->round &&
+                F.issued[k].rank == n->rank &&
+                strcmp(F.issued[k].id, job->id) == 0 &&
+                F.issued[k].conn == conn_index(n->c->conn);
+      if (!owned && F.n_issued < MAX_ISSUED)
+        abort();            /* a rank claimed by one it was not given to */
+    }
+  }
+}
+
 /* What rdzvd does with a dropped connection once the machine returned. */
 static void honour_drops(double now)
 {
@@ -365,29 +668,36 @@ static void honour_drops(double now)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
   struct in in = { data, size };
-  struct rs_limits lim;
   double now = 0;
-  int steps, i;
+  int steps, i, by;
 
   memset(&F, 0, sizeof F);
-  memset(&lim, 0, sizeof lim);
-  lim.max_jobs = 2;                 /* eviction and "too many jobs" too */
-  lim.max_keys_per_job = 4;
-  lim.max_kv_bytes = 1000;
-  lim.max_kv_total = 1500;
-  lim.max_keepalive = 8;
-  F.r = rs_create(&SINK, &lim);
-  if (!F.r)
-    return 0;
+  F.lim.max_jobs = 2;               /* eviction and "too many jobs" too */
+  F.lim.max_keys_per_job = 4;
+  F.lim.max_kv_bytes = 1000;
+  F.lim.max_kv_total = 1500;
+  F.lim.max_keepalive = 8;
+  F.secret = take(&in) & 1;
+  F.r = NULL;
+  restart_daemon();
   for (steps = 0; in.n && steps < MAX_STEPS; steps++) {
     unsigned op = take(&in), who = take(&in) % NCONN;
 
-    switch (op % 13) {
+    note_before();
+    by = (int)who;
+    switch (op % 15) {
     case 0:
       do_join((int)who, &in, now);
       break;
+    case 13:
+      do_adversary((int)who, &in, now);
+      break;
+    case 14:
+      restart_daemon();
+      by = -1;
+      break;
     case 9:
-      if ((op / 13) & 1)          /* a reset: a running node detaches */
+      if ((op / 15) & 1)          /* a reset: a running node detaches */
         rs_conn_reset(F.r, conn_ptr((int)who), now);
       else
         rs_conn_closed(F.r, conn_ptr((int)who), now);
@@ -398,6 +708,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 10:
       now += take(&in) / 4.0;
       rs_tick(F.r, now);
+      by = -1;
       break;
     case 12:
       do_resume((int)who, &in, now);
@@ -406,11 +717,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       rs_set_peer_addr(F.r, conn_ptr((int)who), who & 1 ? "10.9.9.9" : "");
       break;
     default:
-      do_op((int)who, op % 13, &in, now);
+      do_op((int)who, op % 15, &in, now);
       break;
     }
     refresh();
     check_rounds();
+    if (op % 15 != 9 && op % 15 != 14)
+      check_step(by);
+    check_ranks_owned();
     honour_drops(now);
     refresh();
     check_rounds();

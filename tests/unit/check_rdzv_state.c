@@ -1639,6 +1639,35 @@ START_TEST(impostor_cannot_displace)
 }
 END_TEST
 
+/* Tokens are unique per node: one who joins under a node's name is
+ * given a token of its own, which does not take the node over. */
+START_TEST(name_twin_cannot_displace)
+{
+  struct rp_msg m;
+
+  CF = conf_of(3, 3);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  memset(&m, 0, sizeof m);
+  m.op = RP_JOIN;
+  snprintf(m.u.join.id, sizeof m.u.join.id, "job1");
+  snprintf(m.u.join.host, sizeof m.u.join.host, "h0");      /* A's */
+  m.u.join.pid = 1000;                                      /* A's */
+  m.u.join.nproc = 1;
+  m.u.join.master_port = 1;
+  m.u.join.conf = CF;
+  ck_assert_int_eq(rs_handle(R, CONN(E), &m, 1), 0);
+  ck_assert(!rp_token_none(rec.tok[E]));
+  ck_assert(memcmp(rec.tok[E], rec.tok[A], RP_TOKEN_BYTES) != 0);
+  rs_conn_closed(R, CONN(E), 2);
+  /* E's agent comes back presenting the token it was given, in A's name. */
+  forged_token = rec.tok[E];
+  ck_assert_int_eq(resume_from(X, A, RP_PHASE_GATHERING, 0, 0, 0, 0, 3), 0);
+  forged_token = NULL;
+  ck_assert(!dropped(A));
+  ck_assert_int_eq(rs_node_count(R), 2);
+}
+END_TEST
+
 static void with_secret(void)
 {
   struct ra_secret k = { .len = 32 };
@@ -1864,6 +1893,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, reset_then_window_ends);
   tcase_add_test(tc, resume_supersedes_old_connection);
   tcase_add_test(tc, impostor_cannot_displace);
+  tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);
   tcase_add_test(tc, round_numbers_bounded);
   tcase_add_test(tc, huge_claims_cost_what_arrived);
