@@ -271,7 +271,7 @@ fuzz:
 	    -D_GNU_SOURCE -DCDRUN_VERSION='"fuzz"' -Iproto -Irdzvd $(INC_libpg) \
 	    $$(pkg-config --cflags libcjson) -pthread \
 	    tests/fuzz/fuzz_$$t.c $$(cat tests/fuzz/fuzz_$$t.srcs) \
-	    $$(pkg-config --libs $(PKGS)) -lm -o build/fuzz/fuzz_$$t; \
+	    $$(pkg-config --libs $(PKGS) libcrypto) -lm -o build/fuzz/fuzz_$$t; \
 	  echo "== fuzz $$t for $(FUZZ_SECS)s"; \
 	  build/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECS) \
 	    build/fuzz/corpus_$$t tests/fuzz/seeds_$$t; \
