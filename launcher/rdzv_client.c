@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <ifaddrs.h>
+#include <math.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,6 +43,9 @@ struct rdzv_client {
   size_t len, cap;
 
   double connect_deadline;        /* give up connecting after this */
+  double first_try_at;            /* the first connection attempt */
+  double next_report;             /* say again that it cannot connect */
+  double report_every;
   double last_rx;                 /* last byte from the server */
   bool spoke;                     /* a valid frame came on this connection */
   bool ever_spoke;                /* ... or on an earlier one: an rdzvd */
@@ -72,6 +76,10 @@ struct rdzv_client {
    * server gave this node, presented again in RESUME. */
   unsigned char token[RP_TOKEN_BYTES];
   bool reconnecting;
+  bool resumed_running;           /* the RESUME re-asserted a round */
+  char resumed_what[64];          /* what it re-asserted, for the log */
+  bool unproven;                  /* reconnected, but no frame yet: the
+                                     endpoint has not shown it is an rdzvd */
   double lost_at;
   double backoff;                 /* seconds before the next attempt */
   bool failure_pending;           /* a FAILURE to send once back */
@@ -340,11 +348,17 @@ static void close_tcp(struct rdzv_client *c)
 
 /* One message from the server; stops the frame loop once the client is
  * done (destroyed, or failed). */
+static void flush_pending(struct rdzv_client *c);
+
 static int on_frame(void *ctx, struct rp_msg *m)
 {
   struct rdzv_client *c = ctx;
 
   c->spoke = c->ever_spoke = true;
+  if (c->unproven) {            /* Note [reconnect]: it is an rdzvd */
+    c->unproven = false;
+    flush_pending(c);
+  }
   if (c->authed)
     dispatch(c, m);
   else
@@ -468,6 +482,36 @@ static void reconnect_failed(struct rdzv_client *c)
   schedule_retry(c);
 }
 
+/* Note [first connection]: the first connection failed (refused,
+ * unreachable, or it reached something that never answered).  Said at
+ * once and then every 10 s, doubling to a minute, with how long it has
+ * tried; retried until the join timeout, then a failure naming the
+ * address and the last reason. */
+static void first_connect_failed(struct rdzv_client *c, int err)
+{
+  double t = now_s();
+
+  if (t >= c->connect_deadline) {
+    fail(c, err, "cannot reach the rendezvous at %s:%d within the join "
+         "timeout (%.0f s): %s", c->host, c->o.port, c->o.conf.join_timeout,
+         c->last_connect_error);
+    return;
+  }
+  if (t >= c->next_report) {
+    if (!c->report_every)
+      say("cannot reach the rendezvous at %s:%d yet: %s; retrying until "
+          "the join timeout (%.0f s)", c->host, c->o.port,
+          c->last_connect_error, c->o.conf.join_timeout);
+    else
+      say("still cannot reach the rendezvous at %s:%d after %.0f s: %s; "
+          "giving up in %.0f s", c->host, c->o.port, t - c->first_try_at,
+          c->last_connect_error, c->connect_deadline - t);
+    c->report_every = c->report_every ? fmin(2 * c->report_every, 60) : 10;
+    c->next_report = t + c->report_every;
+  }
+  uv_timer_start(&c->retry, retry_fire, 500, 0);
+}
+
 static void lost(struct rdzv_client *c, const char *why, bool going_away)
 {
   char what[RP_MAX_ADDR + 96];
@@ -484,6 +528,28 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
     close_tcp(c);
   if (c->destroyed || c->failed)
     return;
+  /* Note [foreign protocol]: a connection that never carried a frame
+   * reached something that is not an rdzvd (a silent listener, an HTTP
+   * server waiting for its request): one more failed attempt, counted
+   * against the join timeout (first connection) or the reconnect
+   * timeout, never a fresh start. */
+  if (!c->ever_spoke) {
+    snprintf(c->last_connect_error, sizeof c->last_connect_error,
+             "it accepted the connection but %s without answering as an "
+             "rdzvd", why);
+    c->join_pending = true;
+    first_connect_failed(c, UV_EPROTO);
+    return;
+  }
+  if (c->unproven) {
+    c->unproven = false;
+    c->reconnecting = true;
+    snprintf(c->last_connect_error, sizeof c->last_connect_error,
+             "the endpoint accepted the connection but %s without "
+             "answering as an rdzvd", why);
+    reconnect_failed(c);
+    return;
+  }
   server_name(c, what, sizeof what);
   embedded = c->have_round && c->last.embedded;
   if (c->o.reconnect_timeout <= 0) {
@@ -541,12 +607,31 @@ static void on_ready(struct rdzv_client *c)
     r->round.restart_count = c->gather_restarts;
   }
   memcpy(r->round.token, c->token, sizeof c->token);
-  say("reconnected to the rendezvous server %s:%d after %.1f s; "
-      "re-asserting %s round %d", c->host, c->o.port, now_s() - c->lost_at,
-      running ? (r->phase == RP_PHASE_EXIT ? "the exit barrier of"
-                                           : "running")
-              : "waiting for", r->round.round);
+  snprintf(c->resumed_what, sizeof c->resumed_what, "%s round %d",
+           running ? (r->phase == RP_PHASE_EXIT ? "the exit barrier of"
+                                                : "running")
+                   : "waiting for", r->round.round);
   send_msg(c, &m);
+  /* What happened meanwhile waits until the endpoint has answered as an
+   * rdzvd (a PONG to this at the latest): sent into something else, it
+   * would be lost. */
+  memset(&m, 0, sizeof m);
+  m.op = RP_KEEPALIVE;
+  send_msg(c, &m);
+  c->resumed_running = running;
+  c->unproven = true;
+}
+
+/* The reconnection is proved (Note [reconnect]): what happened while the
+ * server was away. */
+static void flush_pending(struct rdzv_client *c)
+{
+  struct rp_msg m;
+  bool running = c->resumed_running;
+
+  say("reconnected to the rendezvous server %s:%d after %.1f s; "
+      "re-asserting %s", c->host, c->o.port, now_s() - c->lost_at,
+      c->resumed_what);
   if (c->failure_pending) {
     memset(&m, 0, sizeof m);
     m.op = RP_FAILURE;
@@ -614,13 +699,7 @@ static void connected_cb(uv_connect_t *req, int status)
       reconnect_failed(c);
       return;
     }
-    if (now_s() >= c->connect_deadline) {
-      fail(c, status, "cannot reach the rendezvous at %s:%d within the "
-           "join timeout (%.0f s): %s", c->host, c->o.port,
-           c->o.conf.join_timeout, c->last_connect_error);
-      return;
-    }
-    uv_timer_start(&c->retry, retry_fire, 500, 0);
+    first_connect_failed(c, status);
     return;
   }
   c->connected = true;
@@ -842,7 +921,8 @@ static int client_join(struct rdzv *r, enum rdzv_join_reason why)
     if (resolve(c))
       return 0;   /* fail() reported it */
     maybe_host(c);
-    c->connect_deadline = now_s() + c->o.conf.join_timeout;
+    c->first_try_at = now_s();
+    c->connect_deadline = c->first_try_at + c->o.conf.join_timeout;
     start_connect(c);
   }
   return 0;
