@@ -633,6 +633,8 @@ static void decide(struct rs_registry *r, struct job *job, double now)
 {
   const struct rp_conf *cf = &job->conf;
 
+  if (job->rounds_spent)        /* closing: see start_round */
+    return;
   if (job->n_part >= cf->max_nodes ||
       (job->restarting && !job->n_outstanding &&
        job->n_part >= cf->min_nodes)) {
@@ -686,14 +688,6 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   struct barrier *b;
   struct node *n;
 
-  /* Round numbers are spent (a job driven through 2^30 rounds, or
-   * resumed near that): it is closed from rs_tick, outside the caller's
-   * walk, rather than sending a round no peer may accept. */
-  if (job->round >= RP_MAX_ROUND) {
-    job->rounds_spent = true;
-    th_set(&r->heap, &job->t_last_call, now);
-    return;
-  }
   for (b = job->barriers; b; b = b->next)
     if (!b->done && len < sizeof cancelled)
       len += (size_t)snprintf(cancelled + len, sizeof cancelled - len,
@@ -702,7 +696,14 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
     fmt(text, sizeof text, "%s (cancels barrier %s)", why, cancelled);
   else
     copy_str(text, sizeof text, why);
-  job->round++;
+  /* Round numbers are spent (a job driven through 2^30 rounds, or
+   * resumed near that): the restart goes on as any other, no round
+   * completes (decide), and rs_tick closes the job, outside the caller's
+   * walk, rather than send a round no peer may accept. */
+  if (job->round < RP_MAX_ROUND)
+    job->round++;
+  else
+    job->rounds_spent = true;
   job->phase = PH_GATHERING;
   ranks_clear(job);
   job->exit_passed = false;
@@ -727,6 +728,8 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
       job->id, job->round, job->restart_count, job->conf.max_restarts,
       text);
   recheck(r, job, now);
+  if (job->rounds_spent)
+    th_set(&r->heap, &job->t_last_call, now);
 }
 
 /* Sends CLOSED to every node of the job and drops them; the job stays

@@ -511,9 +511,14 @@ static void do_adversary(int i, struct in *in, double now)
     /* No token, a made-up one, or its own (from an earlier life). */
     if (b & 0x80)
       memcpy(a->round.token, F.c[i].token, RP_TOKEN_BYTES);
-    else if (b & 0x40)
+    else if (b & 0x40) {
+      /* Made up; never the same as another connection's (a token two
+       * senders share makes them one party: a stolen token is the
+       * node). */
       for (j = 0; j < RP_TOKEN_BYTES; j++)
         a->round.token[j] = (unsigned char)(k + j);
+      a->round.token[0] = (unsigned char)(0xa0 + i);
+    }
     break;
   case 2:
     m.op = RP_FAILURE;
