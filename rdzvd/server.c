@@ -747,10 +747,11 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
    * (the frame limit may change), and the loop goes on at once with the
    * bytes already here: a frame sent in the same packet as hello (or
    * auth) is answered now, not when more bytes arrive.  Behind hello the
-   * only frame that may follow is an auth, and one sent before the
-   * challenge was seen cannot carry a valid proof: either is refused by
-   * the handshake (error auth, close).  Frames behind a valid auth are
-   * the session's first. */
+   * only frame that may follow is an auth, and one read with the hello
+   * was sent before the challenge was seen (read_with_hello), so it
+   * cannot carry a valid proof: either is refused by the handshake
+   * (error auth, close).  Frames behind a valid auth are the session's
+   * first. */
   do {
     if (len - off >= RP_FRAME_HEADER &&
         ra_server_frame_too_big(&c->auth, &s->secret,
@@ -785,7 +786,11 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
     off += (size_t)used;
     if (c->closing || c->close_pending || c->drop_after_write)
       return -1;
+    /* The frames still here were read with the hello. */
+    c->auth.read_with_hello = auth == RA_S_HELLO &&
+                              c->auth.state == RA_S_PROOF;
   } while (used > 0 && (joined != c->joined || auth != c->auth.state));
+  c->auth.read_with_hello = false;
   return (ssize_t)off;
 }
 

@@ -854,6 +854,10 @@ static bool attack_pong_flood(void)
  * the client: survived when every one is, and the daemon answers. */
 static bool attack_pipelined_hello(void)
 {
+  /* A join small enough for the pre-auth frame limit (the daemon's
+   * defaults fill in its conf). */
+  static const char join_body[] = "{\"v\":2,\"op\":\"join\",\"id\":"
+    "\"pipelined\",\"nproc\":1,\"master_port\":29500}";
   long n = A.count ? A.count : 100, i, answered = 0;
   struct rp_msg hello, second, m;
   char *f1, *f2, *both;
@@ -864,15 +868,24 @@ static bool attack_pipelined_hello(void)
     memset(&hello, 0, sizeof hello);
     hello.op = RP_HELLO;
     memset(hello.u.auth.nonce, (int)(i & 0xff), RP_AUTH_BYTES);
+    if (rp_encode(&hello, &f1, &l1))
+      die("encode");
     if (i % 2 == 0) {
-      join_msg(&second, "pipelined", 1, 1, 30);
+      l2 = RP_FRAME_HEADER + sizeof join_body - 1;
+      f2 = malloc(l2);
+      if (!f2)
+        die("out of memory");
+      f2[0] = f2[1] = 0;
+      f2[2] = (char)((l2 - RP_FRAME_HEADER) >> 8);
+      f2[3] = (char)((l2 - RP_FRAME_HEADER) & 0xff);
+      memcpy(f2 + RP_FRAME_HEADER, join_body, sizeof join_body - 1);
     } else {
       memset(&second, 0, sizeof second);
       second.op = RP_AUTH;
       memset(second.u.auth.mac, 0xab, RP_AUTH_BYTES);
+      if (rp_encode(&second, &f2, &l2))
+        die("encode");
     }
-    if (rp_encode(&hello, &f1, &l1) || rp_encode(&second, &f2, &l2))
-      die("encode");
     both = malloc(l1 + l2);
     if (!both)
       die("out of memory");

@@ -136,6 +136,7 @@ PY
 expect_grep "^join challenge error auth$" "$T/pipe.out"
 expect_grep "^auth challenge error auth$" "$T/pipe.out"
 expect_grep "authentication failed from 127\.0\.0\.1: handshake out of order \(expected auth\)" "$T/rdzvd.log"
+expect_grep "authentication failed from 127\.0\.0\.1: auth sent before the challenge \(pipelined behind hello\)" "$T/rdzvd.log"
 grep -q "job pipelined:" "$T/rdzvd.log" && fail "a pipelined join reached the state machine"
 
 # A client with a secret and a server without: refused, clearly, both ends.
