@@ -7,18 +7,23 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "peer_text.h"
+
 /* libuv's codes that are not errno values: UV_EAI_* from here down. */
 #define UV_OWN_CODES (-3000)
 
+/* The message is escaped (peer_text.h): it may quote what the rendezvous
+ * server or a peer sent (a restart reason, an error), and that must not
+ * forge lines or reach the terminal as control bytes. */
 static void vsay(const char *prefix, const char *fmt, va_list ap)
 {
-  char buf[1024];
+  char msg[1024], buf[1024];
   int n;
 
+  vsnprintf(msg, sizeof msg, fmt, ap);
   n = snprintf(buf, sizeof buf, "cdrun: %s", prefix);
-  n += vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
-  if (n > (int)sizeof buf - 2)
-    n = (int)sizeof buf - 2;
+  n += (int)peer_text_escape(buf + n, sizeof buf - (size_t)n - 1, msg,
+                             strlen(msg), 0);
   buf[n++] = '\n';
   if (write(2, buf, (size_t)n) < 0) {
     /* Nothing better to do when stderr is gone. */

@@ -11,7 +11,9 @@
 #include <stddef.h>
 
 /* Prints "cdrun: <message>\n" on stderr in one write(2), so that it never
- * interleaves with tee'd worker lines (long messages are cut at 1 KiB). */
+ * interleaves with tee'd worker lines (long messages are cut at 1 KiB).
+ * The message is one line: control bytes in it are escaped ("\n",
+ * "\x1b": peer_text.h), since it may quote what a peer sent. */
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The same as "cdrun: error: <message>": a user error. */

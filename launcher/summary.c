@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "peer_text.h"
+
 #define RULE_WIDTH 60
 #define ERRORS_HINT \
   "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
@@ -64,18 +66,35 @@ static void print_time(FILE *out, double t)
 
 /* Prints text, indenting every line after the first by two spaces the way
  * torchrun does (replace("\n", "\n  ")); trailing newlines are dropped so
- * the block does not end in a blank indented line. */
+ * the block does not end in a blank indented line.  Each line is escaped
+ * (peer_text.h: its tabs kept, a CR before its newline dropped), so that
+ * no byte in it acts on the terminal. */
 static void print_indented(FILE *out, const char *text)
 {
-  size_t len = strlen(text);
+  size_t len = strlen(text), seg;
+  const char *nl;
 
   while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
     len--;
-  for (size_t i = 0; i < len; i++) {
-    fputc(text[i], out);
-    if (text[i] == '\n')
-      fputs("  ", out);
+  for (;;) {
+    nl = memchr(text, '\n', len);
+    seg = nl ? (size_t)(nl - text) : len;
+    peer_text_fwrite(text, seg > 0 && text[seg - 1] == '\r' ? seg - 1 : seg,
+                     PEER_TEXT_LINES, out);
+    if (!nl)
+      break;
+    fputs("\n  ", out);
+    len -= seg + 1;
+    text = nl + 1;
   }
+}
+
+/* A one-line field, escaped: it may name what a peer sent. */
+static void print_field(FILE *out, const char *name, const char *value)
+{
+  fprintf(out, "  %-10s: ", name);
+  peer_text_fputs(value, 0, out);
+  fputc('\n', out);
 }
 
 static void print_failure(FILE *out, size_t idx, const char *host,
@@ -94,11 +113,12 @@ static void print_failure(FILE *out, size_t idx, const char *host,
   fprintf(out, "[%zu]:\n", idx);
   fputs("  time      : ", out);
   print_time(out, w->time);
-  fprintf(out, "\n  host      : %s\n", host ? host : "<N/A>");
+  fputc('\n', out);
+  print_field(out, "host", host ? host : "<N/A>");
   fprintf(out, "  rank      : %d (local_rank: %d)\n", w->rank,
           w->local_rank);
   fprintf(out, "  exitcode  : %d (pid: %d)\n", w->exitcode, (int)w->pid);
-  fprintf(out, "  error_file: %s\n", has_file ? w->error_file : "<N/A>");
+  print_field(out, "error_file", has_file ? w->error_file : "<N/A>");
   fputs("  traceback : ", out);
   if (text) {
     print_indented(out, text);
@@ -130,7 +150,8 @@ void summary_print(FILE *out, const char *target, const char *host,
     return;
   root = summary_root_cause(f, n);
   rule(out, '=');
-  fprintf(out, "%s FAILED\n", target ? target : "<N/A>");
+  peer_text_fputs(target ? target : "<N/A>", 0, out);
+  fputs(" FAILED\n", out);
   rule(out, '-');
   fputs("Failures:\n", out);
   if (n == 1)

@@ -200,6 +200,10 @@ enum ra_verdict ra_server_step(struct ra_server *st,
     if (m->op != RP_AUTH)
       return refuse(reply, "handshake out of order", why, whylen,
                     "handshake out of order (expected auth)");
+    if (st->read_with_hello)
+      return refuse(reply, "auth sent before the challenge", why, whylen,
+                    "auth sent before the challenge (pipelined behind "
+                    "hello): it cannot hold the proof");
     if (!ra_verify(k, RA_CLIENT, st->nc, st->ns, m->u.auth.mac))
       return refuse(reply, "wrong shared secret", why, whylen,
                     "wrong shared secret");

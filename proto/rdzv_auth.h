@@ -73,6 +73,11 @@ enum ra_server_state {
 
 struct ra_server {
   enum ra_server_state state;
+  /* Set by the caller while it feeds frames it had read with the hello:
+   * an auth among those was sent before the challenge could be seen, so
+   * it cannot hold the proof, and is refused as such (not as a wrong
+   * secret). */
+  bool read_with_hello;
   unsigned char nc[RP_AUTH_BYTES], ns[RP_AUTH_BYTES];
 };
 

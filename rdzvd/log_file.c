@@ -5,7 +5,11 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "peer_text.h"
 
 static int open_append(const char *path, FILE **out)
 {
@@ -60,4 +64,18 @@ void log_file_close(struct log_file *lf)
     fclose(lf->f);
   free(lf->path);
   memset(lf, 0, sizeof *lf);
+}
+
+void log_file_line(struct log_file *lf, const char *line)
+{
+  char text[4096], stamp[32];
+  struct timeval tv;
+  struct tm tm;
+
+  peer_text_escape(text, sizeof text, line, strlen(line), 0);
+  gettimeofday(&tv, NULL);
+  localtime_r(&tv.tv_sec, &tm);
+  strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+  fprintf(lf && lf->f ? lf->f : stderr, "%s.%03d rdzvd: %s\n", stamp,
+          (int)(tv.tv_usec / 1000), text);
 }

@@ -1,5 +1,6 @@
-/* log_file.h -- rdzvd --log-file: an append-only log that SIGHUP reopens,
- * so that logrotate can rename it and have the daemon start a new one. */
+/* log_file.h -- rdzvd's log: its lines, written to --log-file (an
+ * append-only file that SIGHUP reopens, so that logrotate can rename it
+ * and have the daemon start a new one) or to stderr. */
 #ifndef RDZVD_LOG_FILE_H
 #define RDZVD_LOG_FILE_H
 
@@ -19,5 +20,12 @@ int log_file_open(struct log_file *lf, const char *path);
 int log_file_reopen(struct log_file *lf);
 
 void log_file_close(struct log_file *lf);
+
+/* Writes "<local time> rdzvd: <line>\n" to lf's file, or to stderr when
+ * none is open (lf NULL or closed).  The line is escaped first
+ * (peer_text.h): a log line may quote what a peer sent (a job id, a
+ * host), and a peer must not be able to forge lines or send terminal
+ * escapes through it. */
+void log_file_line(struct log_file *lf, const char *line);
 
 #endif

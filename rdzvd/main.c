@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -58,6 +56,8 @@ static const char usage[] =
   "Limits (man rdzvd, LIMITS; sizes take K, M, G suffixes):\n"
   "  --max_conns N            open connections (default 65536)\n"
   "  --hello_timeout SECS     time a new connection has to join (10)\n"
+  "  --metrics_header_timeout SECS  time a scrape has to send its\n"
+  "                           request (2); idle scrapes are evicted\n"
   "  --prejoin_frame_max SIZE frame limit until joined (16K)\n"
   "  --input_budget SIZE      partial frames, all connections (64M)\n"
   "  --output_budget SIZE     unwritten replies, all connections (256M)\n"
@@ -87,23 +87,16 @@ struct daemon {
   struct metrics_http *http;
   const char *metrics_ep;
   char metrics_host[256];
+  double metrics_header_timeout;  /* 0: the default */
 };
 
-/* Job log lines: a timestamp, then what happened. */
+/* Job log lines: a timestamp, then what happened (escaped: log_file.h). */
 static void log_line(void *ctx, const char *line)
 {
   struct daemon *d = ctx;
-  struct timeval tv;
-  struct tm tm;
-  char stamp[32];
 
-  if (d->quiet)
-    return;
-  gettimeofday(&tv, NULL);
-  localtime_r(&tv.tv_sec, &tm);
-  strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
-  fprintf(d->log.f ? d->log.f : stderr, "%s.%03d rdzvd: %s\n", stamp,
-          (int)(tv.tv_usec / 1000), line);
+  if (!d->quiet)
+    log_file_line(&d->log, line);
 }
 
 /* The first lines: on stderr, where scripts read the port, and in the
@@ -277,6 +270,7 @@ static int render_metrics(void *ctx, char **body, size_t *len)
 /* --metrics HOST:PORT ("[v6]:PORT", ":PORT" for every address). */
 static int start_metrics(struct daemon *d, char *err, size_t errlen)
 {
+  struct metrics_http_opts o = { 0 };
   char host[256] = "";
   int port = -1;
 
@@ -296,8 +290,12 @@ static int start_metrics(struct daemon *d, char *err, size_t errlen)
     return UV_EINVAL;
   }
   snprintf(d->metrics_host, sizeof d->metrics_host, "%s", host);
-  return metrics_http_start(d->loop, host, port, render_metrics, d,
-                            &d->http, err, errlen);
+  o.host = host;
+  o.port = port;
+  o.render = render_metrics;
+  o.ctx = d;
+  o.header_timeout = d->metrics_header_timeout;
+  return metrics_http_start(d->loop, &o, &d->http, err, errlen);
 }
 
 int main(int argc, char **argv)
@@ -332,6 +330,8 @@ int main(int argc, char **argv)
       o.io.max_conns = parse_int("--max_conns", v, 1, 10000000);
     } else if ((v = flag_value(argc, argv, &i, "hello_timeout"))) {
       o.io.hello_timeout = parse_secs("--hello_timeout", v);
+    } else if ((v = flag_value(argc, argv, &i, "metrics_header_timeout"))) {
+      d.metrics_header_timeout = parse_secs("--metrics_header_timeout", v);
     } else if ((v = flag_value(argc, argv, &i, "prejoin_frame_max"))) {
       o.io.prejoin_frame = parse_size("--prejoin_frame_max", v);
     } else if ((v = flag_value(argc, argv, &i, "input_budget"))) {

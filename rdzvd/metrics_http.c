@@ -1,19 +1,29 @@
 /* metrics_http.c -- GET /metrics over HTTP/1.x, bounded (see the header).
  *
  * A scrape is: accept, read the request head into a fixed buffer, answer
- * once, shut down the write side, close.  A timer per scrape bounds the
- * whole exchange, so a client that sends slowly, or never reads, holds
- * its slot for at most METRICS_HTTP_TIMEOUT_MS. */
+ * once, shut down the write side, close.  A timer per scrape bounds each
+ * half: the header timeout until the request head is in, then
+ * METRICS_HTTP_TIMEOUT_MS to write the answer.
+ *
+ * Note [idle eviction]: slots are few (METRICS_HTTP_MAX_CONNS), so
+ * clients that connect and send nothing could hold them all, and each
+ * reopened one would hold its slot again.  A newcomer that finds every
+ * slot taken therefore evicts the oldest scrape still waiting for its
+ * request: an idle client keeps its slot only while nobody else needs
+ * it, and a scraper, which sends its request at once, gets an answer. */
 #include "metrics_http.h"
 
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+
+#define MS_PER_S 1000.0
 
 struct scrape {
   uv_tcp_t tcp;                 /* both handles: data is the scrape */
@@ -21,10 +31,10 @@ struct scrape {
   uv_write_t write;
   uv_shutdown_t shutdown;
   struct metrics_http *h;
-  LIST_ENTRY(scrape) in_server; /* h->scrapes */
+  TAILQ_ENTRY(scrape) in_server; /* h->scrapes, oldest first */
   char *response;               /* while being written */
   int open_handles;             /* tcp and timer: freed at 0 */
-  bool closing, answered;
+  bool closing, answered;       /* answered: the request head is in */
   size_t len;
   char req[METRICS_HTTP_MAX_REQUEST];
 };
@@ -34,8 +44,9 @@ struct metrics_http {
   uv_tcp_t listener;
   metrics_http_render_cb render;
   void *ctx;
-  LIST_HEAD(, scrape) scrapes;
+  TAILQ_HEAD(, scrape) scrapes;
   int n_scrapes;
+  uint64_t header_ms;           /* the header timeout */
   int port;
   int open_handles;             /* listener + each scrape */
   bool stopping;
@@ -71,7 +82,7 @@ static void scrape_close(struct scrape *sc)
   if (sc->closing)
     return;
   sc->closing = true;
-  LIST_REMOVE(sc, in_server);
+  TAILQ_REMOVE(&h->scrapes, sc, in_server);
   h->n_scrapes--;
   uv_close((uv_handle_t *)&sc->tcp, scrape_handle_closed);
   uv_close((uv_handle_t *)&sc->timer, scrape_handle_closed);
@@ -94,6 +105,11 @@ static void write_done(uv_write_t *req, int status)
     scrape_close(sc);
 }
 
+static void timer_fired(uv_timer_t *t)
+{
+  scrape_close(t->data);
+}
+
 /* Sends one response (body may be NULL) and then closes. */
 static void respond(struct scrape *sc, const char *status,
                     const char *extra_headers, const char *body,
@@ -105,6 +121,8 @@ static void respond(struct scrape *sc, const char *status,
 
   sc->answered = true;
   uv_read_stop((uv_stream_t *)&sc->tcp);
+  /* The request is in: the rest of the time is for writing the answer. */
+  uv_timer_start(&sc->timer, timer_fired, METRICS_HTTP_TIMEOUT_MS, 0);
   n = snprintf(head, sizeof head,
                "HTTP/1.1 %s\r\n"
                "Content-Type: %s\r\n"
@@ -228,15 +246,26 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
   }
 }
 
-static void timer_fired(uv_timer_t *t)
+/* Note [idle eviction]: makes room for a newcomer when every slot is
+ * taken.  Returns false when no scrape is idle (the newcomer goes). */
+static bool evict_idle(struct metrics_http *h)
 {
-  scrape_close(t->data);
+  struct scrape *sc;
+
+  TAILQ_FOREACH(sc, &h->scrapes, in_server) {
+    if (!sc->answered) {
+      scrape_close(sc);
+      return true;
+    }
+  }
+  return false;
 }
 
 static void on_connection(uv_stream_t *listener, int status)
 {
   struct metrics_http *h = listener->data;
   struct scrape *sc;
+  bool room;
 
   if (status < 0)
     return;
@@ -249,16 +278,16 @@ static void on_connection(uv_stream_t *listener, int status)
   sc->tcp.data = sc->timer.data = sc;
   sc->open_handles = 2;
   h->open_handles++;
-  LIST_INSERT_HEAD(&h->scrapes, sc, in_server);
+  /* Over the limit with nobody idle: accepted only to be closed, so that
+   * the backlog does not fill with scrapes nobody will answer. */
+  room = h->n_scrapes < METRICS_HTTP_MAX_CONNS || evict_idle(h);
+  TAILQ_INSERT_TAIL(&h->scrapes, sc, in_server);
   h->n_scrapes++;
-  /* Over the limit: accepted only to be closed, so that the backlog
-   * does not fill with scrapes nobody will answer. */
-  if (uv_accept(listener, (uv_stream_t *)&sc->tcp) != 0 ||
-      h->n_scrapes > METRICS_HTTP_MAX_CONNS) {
+  if (uv_accept(listener, (uv_stream_t *)&sc->tcp) != 0 || !room) {
     scrape_close(sc);
     return;
   }
-  uv_timer_start(&sc->timer, timer_fired, METRICS_HTTP_TIMEOUT_MS, 0);
+  uv_timer_start(&sc->timer, timer_fired, h->header_ms, 0);
   if (uv_read_start((uv_stream_t *)&sc->tcp, alloc_cb, read_cb))
     scrape_close(sc);
 }
@@ -305,8 +334,7 @@ static int bind_listen(struct metrics_http *h, const char *host, int port,
   return rc;
 }
 
-int metrics_http_start(uv_loop_t *loop, const char *host, int port,
-                       metrics_http_render_cb render, void *ctx,
+int metrics_http_start(uv_loop_t *loop, const struct metrics_http_opts *o,
                        struct metrics_http **out, char *err, size_t errlen)
 {
   struct metrics_http *h = calloc(1, sizeof *h);
@@ -318,13 +346,16 @@ int metrics_http_start(uv_loop_t *loop, const char *host, int port,
     return UV_ENOMEM;
   }
   h->loop = loop;
-  LIST_INIT(&h->scrapes);
-  h->render = render;
-  h->ctx = ctx;
+  TAILQ_INIT(&h->scrapes);
+  h->render = o->render;
+  h->ctx = o->ctx;
+  h->header_ms = (uint64_t)((o->header_timeout > 0
+                               ? o->header_timeout
+                               : METRICS_HTTP_HEADER_TIMEOUT) * MS_PER_S);
   uv_tcp_init(loop, &h->listener);
   h->listener.data = h;
   h->open_handles = 1;
-  rc = bind_listen(h, host, port, err, errlen);
+  rc = bind_listen(h, o->host, o->port, err, errlen);
   if (rc) {
     metrics_http_stop(h);
     return rc;
@@ -348,7 +379,7 @@ void metrics_http_stop(struct metrics_http *h)
   if (h->stopping)
     return;
   h->stopping = true;
-  while (!LIST_EMPTY(&h->scrapes))
-    scrape_close(LIST_FIRST(&h->scrapes));
+  while (!TAILQ_EMPTY(&h->scrapes))
+    scrape_close(TAILQ_FIRST(&h->scrapes));
   uv_close((uv_handle_t *)&h->listener, listener_closed);
 }

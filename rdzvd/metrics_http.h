@@ -2,12 +2,15 @@
  * path, GET /metrics, from the daemon's libuv loop.
  *
  * Bounds, so that a hostile or broken client costs little and never
- * blocks the rendezvous: a request head of at most METRICS_HTTP_MAX_REQUEST
- * bytes (431 otherwise), METRICS_HTTP_TIMEOUT_MS from accept to the last
- * byte of the response (closed otherwise), at most METRICS_HTTP_MAX_CONNS
- * scrapes at once (more are closed at accept).  Every response carries
- * Connection: close.  Other paths get 404, other methods 405, anything
- * that is not HTTP/1.x 400. */
+ * blocks the rendezvous or the scrapes: a request head of at most
+ * METRICS_HTTP_MAX_REQUEST bytes (431 otherwise), sent within the header
+ * timeout of the accept (closed otherwise), then METRICS_HTTP_TIMEOUT_MS
+ * to write the response; at most METRICS_HTTP_MAX_CONNS scrapes at once.
+ * A connection that arrives when every slot is taken evicts the oldest
+ * one still waiting for its request (idle); only when none is idle is
+ * the newcomer closed.  So idle clients cannot lock the scrapes out.
+ * Every response carries Connection: close.  Other paths get 404, other
+ * methods 405, anything that is not HTTP/1.x 400. */
 #ifndef RDZVD_METRICS_HTTP_H
 #define RDZVD_METRICS_HTTP_H
 
@@ -15,6 +18,7 @@
 #include <uv.h>
 
 #define METRICS_HTTP_MAX_REQUEST 8192
+#define METRICS_HTTP_HEADER_TIMEOUT 2.0   /* seconds, the default */
 #define METRICS_HTTP_TIMEOUT_MS 10000
 #define METRICS_HTTP_MAX_CONNS 16
 
@@ -24,11 +28,18 @@ struct metrics_http;
  * freed by the responder.  Returns 0 or a negative errno (500 then). */
 typedef int (*metrics_http_render_cb)(void *ctx, char **body, size_t *len);
 
-/* Binds host:port (host "" or NULL: every IPv6 and IPv4 address; port 0:
- * any free one) and serves on loop.  Returns 0, or a negative libuv error
- * with a sentence in err. */
-int metrics_http_start(uv_loop_t *loop, const char *host, int port,
-                       metrics_http_render_cb render, void *ctx,
+struct metrics_http_opts {
+  const char *host;             /* "" or NULL: every IPv6 and IPv4 address */
+  int port;                     /* 0: any free one */
+  metrics_http_render_cb render;
+  void *ctx;                    /* render's */
+  double header_timeout;        /* seconds a scrape has to send its
+                                   request head; 0: the default */
+};
+
+/* Binds o->host:o->port and serves on loop.  Returns 0, or a negative
+ * libuv error with a sentence in err. */
+int metrics_http_start(uv_loop_t *loop, const struct metrics_http_opts *o,
                        struct metrics_http **out, char *err, size_t errlen);
 
 /* The port actually bound. */

@@ -740,8 +740,18 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
   char err[256];
   size_t off = 0, max_body;
   ssize_t used;
+  enum ra_server_state auth;
   bool joined, authed;
 
+  /* Note [pipelined handshake]: a handshake step stops the frame loop
+   * (the frame limit may change), and the loop goes on at once with the
+   * bytes already here: a frame sent in the same packet as hello (or
+   * auth) is answered now, not when more bytes arrive.  Behind hello the
+   * only frame that may follow is an auth, and one read with the hello
+   * was sent before the challenge was seen (read_with_hello), so it
+   * cannot carry a valid proof: either is refused by the handshake
+   * (error auth, close).  Frames behind a valid auth are the session's
+   * first. */
   do {
     if (len - off >= RP_FRAME_HEADER &&
         ra_server_frame_too_big(&c->auth, &s->secret,
@@ -762,6 +772,7 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
     /* The frame limit depends on how far the connection got: tiny before
      * the handshake, small until it joined (Note [bounded resources]). */
     joined = c->joined;
+    auth = c->auth.state;
     authed = conn_known(c);
     max_body = joined ? RP_MAX_FRAME : s->lim.prejoin_frame;
     if (!authed && max_body > RA_PREAUTH_MAX_FRAME)
@@ -775,7 +786,11 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
     off += (size_t)used;
     if (c->closing || c->close_pending || c->drop_after_write)
       return -1;
-  } while (used > 0 && (joined != c->joined || authed != conn_known(c)));
+    /* The frames still here were read with the hello. */
+    c->auth.read_with_hello = auth == RA_S_HELLO &&
+                              c->auth.state == RA_S_PROOF;
+  } while (used > 0 && (joined != c->joined || auth != c->auth.state));
+  c->auth.read_with_hello = false;
   return (ssize_t)off;
 }
 

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "endpoint.h"
+#include "peer_text.h"
 #include "rdzv_proto.h"
 
 #define STATUS_TIMEOUT_MS 5000
@@ -102,6 +103,30 @@ static double jnum(const cJSON *o, const char *k)
   return cJSON_IsNumber(v) ? v->valuedouble : -1;
 }
 
+/* Note [status text]: the report holds what peers sent (job ids, host
+ * names) and comes from a daemon that may not be ours: every string in
+ * it is escaped (peer_text.h) before the table shows it, and the JSON is
+ * printed as cJSON prints it (control bytes as \u escapes) through
+ * peer_text_fputs_json, so neither can reach the terminal raw. */
+static bool escape_strings(cJSON *o, char *buf, size_t len)
+{
+  cJSON *v;
+
+  cJSON_ArrayForEach(v, o) {
+    if (cJSON_IsString(v) && v->valuestring) {
+      peer_text_escape(buf, len, v->valuestring,
+                       strlen(v->valuestring), 0);
+      if (strcmp(buf, v->valuestring) != 0 &&
+          !cJSON_SetValuestring(v, buf))
+        return false;
+    } else if ((cJSON_IsObject(v) || cJSON_IsArray(v)) &&
+               !escape_strings(v, buf, len)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 static void print_table(const cJSON *st)
 {
   const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(st, "jobs"), *j, *n;
@@ -148,7 +173,8 @@ int status_query(const char *endpoint, bool json, const char *job,
 {
   struct rp_msg m;
   char host[RP_MAX_ADDR + 1], err[256] = "";
-  char *frame = NULL, *req = NULL;
+  char *frame = NULL, *req = NULL, *text;
+  char esc[4 * RP_MAX_TEXT + 1];    /* a peer's text, escaped */
   size_t reqlen;
   ssize_t flen;
   cJSON *st;
@@ -185,13 +211,15 @@ int status_query(const char *endpoint, bool json, const char *job,
   }
   if (rp_decode(frame + RP_FRAME_HEADER, (size_t)flen - RP_FRAME_HEADER, &m,
                 err, sizeof err) == 0 && m.op == RP_ERROR) {
+    peer_text_escape(esc, sizeof esc, m.u.text.message,
+                     strlen(m.u.text.message), 0);
     if (m.u.text.code == RP_ERR_AUTH)
       fprintf(stderr, "rdzvd: %s:%d: " RA_REFUSED ": the server says: %s"
-              "%s\n", host, port, m.u.text.message,
+              "%s\n", host, port, esc,
               secret && secret->len ? "" : " (give --secret-file)");
     else
       fprintf(stderr, "rdzvd: %s:%d refused: %s (%s)\n", host, port,
-              m.u.text.message, rp_error_name(m.u.text.code));
+              esc, rp_error_name(m.u.text.code));
     rp_msg_free(&m);
     goto out;
   }
@@ -202,11 +230,17 @@ int status_query(const char *endpoint, bool json, const char *job,
       rp_msg_free(&m);
     goto out;
   }
+  /* Note [status text]. */
   st = cJSON_Parse(m.u.status_json);
-  if (json || !st) {
-    puts(m.u.status_json);
-  } else {
+  if (st && json && (text = cJSON_PrintUnformatted(st))) {
+    peer_text_fputs_json(text, stdout);
+    putchar('\n');
+    cJSON_free(text);
+  } else if (st && !json && escape_strings(st, esc, sizeof esc)) {
     print_table(st);
+  } else {
+    peer_text_fputs(m.u.status_json, 0, stdout);
+    putchar('\n');
   }
   cJSON_Delete(st);
   rp_msg_free(&m);

@@ -1,6 +1,6 @@
 /* abuse_client.c -- hostile clients for scripts/bench/abuse: each attack
- * of issue 8 (and a few more) against a live rdzvd, one per run.  Blocking
- * sockets; every wait is bounded. */
+ * of issues 8 and 19 (and a few more) against a live rdzvd, one per run.
+ * Blocking sockets; every wait is bounded. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,17 +26,21 @@
 static const char usage[] =
   "usage: abuse_client ATTACK --host H --port P [--secret-file PATH]\n"
   "                    [--rdzvd-pid PID] [--count N] [--wait S]\n"
-  "                    [--keepalive S]\n"
+  "                    [--keepalive S] [--metrics-port P]\n"
+  "                    [--rdzvd PATH --log PATH]\n"
   "\n"
   "ATTACK: ping kv_waiters partial_frames lockout status_many\n"
   "        waiting_final silent junk kv_fill pong_flood\n"
-  "        member_partial_frames waiting_list\n"
+  "        member_partial_frames waiting_list pipelined_hello\n"
+  "        metrics_lockout (needs --metrics-port)\n"
+  "        control_bytes (needs --rdzvd, the binary for --status, and\n"
+  "        --log, the daemon's log)\n"
   "\n"
   "Prints one line: attack=NAME survived=0|1 rss_kb=K note=\"...\" and\n"
   "exits 0 (survived), 1 (not survived) or 2 (the client itself failed).\n"
   "With --secret-file, the attacks that need a member of a job (an\n"
-  "insider) authenticate; strangers (partial_frames, silent, junk) never\n"
-  "do.\n";
+  "insider) authenticate; strangers (partial_frames, silent, junk,\n"
+  "pipelined_hello, metrics_lockout) never do.\n";
 
 static struct {
   const char *host;
@@ -46,6 +51,10 @@ static struct {
   double wait;
   double keepalive;
   long kv_send_failed;
+  int metrics_port;
+  const char *secret_file;
+  const char *rdzvd_bin;      /* for --status */
+  const char *log_path;       /* the daemon's log */
   struct sockaddr_storage addr;
   socklen_t addrlen;
   long rss_peak;
@@ -836,6 +845,286 @@ static bool attack_pong_flood(void)
   return alive;
 }
 
+
+/* ---- issue 19 ---- */
+
+/* Strangers send a frame in the same write as their hello: a join, or an
+ * auth that cannot hold the proof (the challenge is not out yet).  Each
+ * must be answered (error auth, then the close) without another byte from
+ * the client: survived when every one is, and the daemon answers. */
+static bool attack_pipelined_hello(void)
+{
+  /* A join small enough for the pre-auth frame limit (the daemon's
+   * defaults fill in its conf). */
+  static const char join_body[] = "{\"v\":2,\"op\":\"join\",\"id\":"
+    "\"pipelined\",\"nproc\":1,\"master_port\":29500}";
+  long n = A.count ? A.count : 100, i, answered = 0;
+  struct rp_msg hello, second, m;
+  char *f1, *f2, *both;
+  size_t l1, l2;
+  int fd, rc;
+
+  for (i = 0; i < n; i++) {
+    memset(&hello, 0, sizeof hello);
+    hello.op = RP_HELLO;
+    memset(hello.u.auth.nonce, (int)(i & 0xff), RP_AUTH_BYTES);
+    if (rp_encode(&hello, &f1, &l1))
+      die("encode");
+    if (i % 2 == 0) {
+      l2 = RP_FRAME_HEADER + sizeof join_body - 1;
+      f2 = malloc(l2);
+      if (!f2)
+        die("out of memory");
+      f2[0] = f2[1] = 0;
+      f2[2] = (char)((l2 - RP_FRAME_HEADER) >> 8);
+      f2[3] = (char)((l2 - RP_FRAME_HEADER) & 0xff);
+      memcpy(f2 + RP_FRAME_HEADER, join_body, sizeof join_body - 1);
+    } else {
+      memset(&second, 0, sizeof second);
+      second.op = RP_AUTH;
+      memset(second.u.auth.mac, 0xab, RP_AUTH_BYTES);
+      if (rp_encode(&second, &f2, &l2))
+        die("encode");
+    }
+    both = malloc(l1 + l2);
+    if (!both)
+      die("out of memory");
+    memcpy(both, f1, l1);
+    memcpy(both + l1, f2, l2);
+    fd = dial_raw(0);
+    if (fd >= 0 && write_all(fd, both, l1 + l2) == 0) {
+      /* The challenge (with a secret) is skipped; the refusal counts,
+       * then the close. */
+      rc = wait_op(fd, RP_ERROR, &m, 5);
+      if (rc == 0) {
+        bool refused = m.op == RP_ERROR && m.u.text.code == RP_ERR_AUTH;
+
+        rp_msg_free(&m);
+        if (refused && recv_msg(fd, &m, 5) == -EIO)
+          answered++;
+      }
+    }
+    if (fd >= 0)
+      close(fd);
+    free(both);
+    free(f1);
+    free(f2);
+  }
+  rss_kb();
+  note("%ld of %ld frames pipelined behind hello answered (error auth, "
+       "close) with no more bytes sent; ", answered, n);
+  return answered == n && daemon_answers();
+}
+
+static int dial_metrics(void)
+{
+  struct sockaddr_storage a = A.addr;
+  int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+  if (fd < 0)
+    die("socket: %s", strerror(errno));
+  if (a.ss_family == AF_INET6)
+    ((struct sockaddr_in6 *)&a)->sin6_port = htons((uint16_t)A.metrics_port);
+  else
+    ((struct sockaddr_in *)&a)->sin_port = htons((uint16_t)A.metrics_port);
+  if (connect(fd, (struct sockaddr *)&a, A.addrlen) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* One scrape: true when it got "200 OK" and the whole answer within 5 s
+ * (the old header limit was 10 s: a locked-out scrape waited for it). */
+static bool scrape(void)
+{
+  static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  double deadline = now_s() + 5;
+  char buf[4096];
+  size_t len = 0;
+  ssize_t r;
+  int fd = dial_metrics();
+  bool ok = false;
+
+  if (fd < 0)
+    return false;
+  if (write_all(fd, req, sizeof req - 1) == 0) {
+    for (;;) {
+      struct pollfd p = { fd, POLLIN, 0 };
+      int ms = (int)((deadline - now_s()) * 1000);
+
+      if (ms <= 0 || poll(&p, 1, ms) <= 0)
+        break;
+      r = read(fd, buf + len, sizeof buf - 1 - len);
+      if (r <= 0) {
+        ok = len > 0;           /* the end of a whole answer */
+        break;
+      }
+      len += (size_t)r;
+      if (len == sizeof buf - 1)
+        len = 16;               /* keep the status line, drop the rest */
+    }
+  }
+  buf[len] = '\0';
+  close(fd);
+  return ok && strncmp(buf, "HTTP/1.1 200 OK\r\n", 17) == 0;
+}
+
+/* Idle clients fill the metrics endpoint's slots (16) and more, and
+ * reconnect: survived when every scrape in between is answered. */
+static bool attack_metrics_lockout(void)
+{
+  long n = A.count ? A.count : 64, i, opened = 0;
+  int *fds = calloc((size_t)n, sizeof *fds), round, scrapes = 0;
+  int good = 0;
+
+  if (!fds)
+    die("out of memory");
+  if (A.metrics_port <= 0)
+    die("metrics_lockout: --metrics-port is required");
+  for (round = 0; round < 5; round++) {
+    for (i = 0; i < n; i++) {
+      fds[i] = dial_metrics();
+      opened += fds[i] >= 0;
+    }
+    scrapes++;
+    good += scrape();
+    for (i = 0; i < n; i++)
+      if (fds[i] >= 0)
+        close(fds[i]);
+  }
+  free(fds);
+  rss_kb();
+  note("%ld idle connections in 5 rounds; %d of %d scrapes answered; ",
+       opened, good, scrapes);
+  return good == scrapes && daemon_answers();
+}
+
+/* Runs argv (no shell: the job id holds a newline), its stdout into buf
+ * (NUL-terminated).  Returns its exit status, or -1. */
+static int run_capture(char *const argv[], char *buf, size_t len)
+{
+  size_t got = 0;
+  int p[2], st;
+  ssize_t r;
+  pid_t pid;
+
+  if (pipe(p) != 0)
+    return -1;
+  pid = fork();
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    dup2(p[1], 1);
+    close(p[0]);
+    close(p[1]);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(p[1]);
+  while ((r = read(p[0], buf + got, len - 1 - got)) > 0 && got < len - 1)
+    got += (size_t)r;
+  buf[got] = '\0';
+  close(p[0]);
+  if (waitpid(pid, &st, 0) != pid)
+    return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Where text holds a raw control byte (newlines and tabs aside) or a
+ * forged "rdzvd: forged" line: a sentence, or NULL. */
+static const char *dirty(const char *text)
+{
+  const char *l;
+
+  for (l = text; *l; l++)
+    if (((unsigned char)*l < 0x20 && *l != '\n' && *l != '\t') ||
+        *l == 0x7f)
+      return "a raw control byte";
+  for (l = text; l; l = strchr(l, '\n')) {
+    l += *l == '\n';
+    if (strncmp(l, "rdzvd: forged", 13) == 0 ||
+        (strlen(l) > 24 && strncmp(l + 24, "rdzvd: forged", 13) == 0))
+      return "a forged line";
+  }
+  return NULL;
+}
+
+/* An insider joins with a job id and a host name that forge a log line
+ * and carry terminal escapes; survived when the daemon's log and
+ * `rdzvd --status` (the table, and --job with that id) show them
+ * escaped: no raw control byte, no forged line. */
+static bool attack_control_bytes(void)
+{
+  static const char id[] =
+    "evil\n2026-01-01 00:00:00.000 rdzvd: forged\x1b[31m\x1b[2J";
+  static char out[1 << 20];
+  char ep[300], *argv[8], what[64] = "", *line = NULL;
+  const char *bad = NULL;
+  struct rp_msg m;
+  int fd = dial(0), k, ok_runs = 0;
+  bool seen = false;
+  size_t cap = 0;
+  FILE *f;
+
+  if (!A.rdzvd_bin || !A.log_path)
+    die("control_bytes: --rdzvd and --log are required");
+  if (fd < 0)
+    die("cannot connect");
+  join_msg(&m, id, 2, 2, 30);
+  snprintf(m.u.join.host, sizeof m.u.join.host, "h\x1b]0;title\x07\r\n");
+  if (send_msg(fd, &m) != 0 || wait_op(fd, RP_WAITING, &m, 10) != 0)
+    die("control_bytes: no answer to the join");
+  if (m.op != RP_WAITING)
+    note("the join got %s %s; ", rp_op_name(m.op), m.u.text.message);
+  rp_msg_free(&m);
+  snprintf(ep, sizeof ep, "%s:%d", A.host, A.port);
+  for (k = 0; k < 2 && !bad; k++) {
+    int i = 0;
+
+    argv[i++] = (char *)A.rdzvd_bin;
+    argv[i++] = (char *)"--status";
+    argv[i++] = ep;
+    if (A.secret_file) {
+      argv[i++] = (char *)"--secret-file";
+      argv[i++] = (char *)A.secret_file;
+    }
+    if (k == 1) {
+      argv[i++] = (char *)"--job";
+      argv[i++] = (char *)id;
+    }
+    argv[i] = NULL;
+    if (run_capture(argv, out, sizeof out) == 0)
+      ok_runs++;
+    bad = dirty(out);
+    snprintf(what, sizeof what, "--status%s", k ? " --job" : "");
+  }
+  close(fd);
+  if (!bad) {
+    /* The whole log, line by line: every attack's lines are in it. */
+    f = fopen(A.log_path, "r");
+    if (!f)
+      die("control_bytes: cannot read %s", A.log_path);
+    snprintf(what, sizeof what, "the log");
+    while (!bad && getline(&line, &cap, f) > 0) {
+      bad = dirty(line);
+      seen = seen || strstr(line, "job evil\\n2026-01-01 00:00:00.000 "
+                                  "rdzvd: forged\\x1b[31m");
+    }
+    free(line);
+    fclose(f);
+    if (!bad && !seen)
+      note("(the job's line is not in the log) ");
+  }
+  rss_kb();
+  note("%d of 2 status queries answered; ", ok_runs);
+  if (bad)
+    note("%s in %s; ", bad, what);
+  else
+    note("the log and --status show the id escaped; ");
+  return !bad && ok_runs == 2 && daemon_answers();
+}
+
 int main(int argc, char **argv)
 {
   static const struct {
@@ -854,6 +1143,9 @@ int main(int argc, char **argv)
     { "pong_flood", attack_pong_flood },
     { "member_partial_frames", attack_member_partial_frames },
     { "waiting_list", attack_waiting_list },
+    { "pipelined_hello", attack_pipelined_hello },
+    { "metrics_lockout", attack_metrics_lockout },
+    { "control_bytes", attack_control_bytes },
   };
   const char *attack = argc > 1 ? argv[1] : NULL, *secret = NULL;
   struct addrinfo hints, *res;
@@ -881,6 +1173,12 @@ int main(int argc, char **argv)
       A.wait = atof(argv[i + 1]);
     else if (strcmp(argv[i], "--keepalive") == 0)
       A.keepalive = atof(argv[i + 1]);
+    else if (strcmp(argv[i], "--metrics-port") == 0)
+      A.metrics_port = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--rdzvd") == 0)
+      A.rdzvd_bin = argv[i + 1];
+    else if (strcmp(argv[i], "--log") == 0)
+      A.log_path = argv[i + 1];
     else
       die("unknown option '%s'\n%s", argv[i], usage);
   }
@@ -890,6 +1188,7 @@ int main(int argc, char **argv)
     A.keepalive = 300;          /* rdzvd's default --max_keepalive */
   if (secret && ra_secret_load(secret, &A.secret, err, sizeof err) != 0)
     die("%s", err);
+  A.secret_file = secret;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

@@ -3,7 +3,8 @@
 # the values move with real agents (joins, rounds, restarts, connections,
 # bytes, a refused frame).  Hostile HTTP (a huge request head, a slow one,
 # more idle scrapers than allowed, wrong path and method, garbage) gets an
-# answer or is closed, and leaves both ports of the daemon working.
+# answer or is closed, and leaves both ports of the daemon working; idle
+# clients filling every slot do not keep a scrape out.
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
@@ -161,12 +162,21 @@ r = exchange(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n")
 assert status(r) == b"HTTP/1.1 200 OK", r[:200]
 assert b"rdzvd_nodes" in r, r[:200]
 
+# Every slot (16) and more held by idle clients: a scrape still gets its
+# answer (the oldest idle one makes room), however often they come back.
+for _ in range(3):
+    idle = [conn() for _ in range(20)]
+    r = exchange(b"GET /metrics HTTP/1.1\r\n\r\n")
+    assert status(r) == b"HTTP/1.1 200 OK", r[:200]
+    for s in idle:
+        s.close()
+
 # A slow client (half a request line, then nothing) and 40 idle ones:
-# the daemon closes each within its request time limit.
+# the daemon closes each, evicted or past its header timeout.
 slow = conn()
 slow.sendall(b"GET /met")
 idle = [conn() for _ in range(40)]
-deadline = time.monotonic() + 90     # the daemon's limit is 10 s
+deadline = time.monotonic() + 90     # the daemon's limit is 2 s
 for s in [slow] + idle:
     s.settimeout(max(0.1, deadline - time.monotonic()))
     try:

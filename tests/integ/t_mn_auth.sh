@@ -102,6 +102,43 @@ expect_grep "^auth this server requires a shared secret" "$T/big.out"
 expect_grep "^closed" "$T/big.out"
 expect_grep "no shared secret: a frame of 1048576 bytes before authenticating" "$T/rdzvd.log"
 
+# Frames pipelined behind hello (§4.3), in the same write: the frame is
+# answered at once (the challenge, then error auth and the close) without
+# the client sending another byte.  A join is not the next handshake
+# message; an auth cannot hold a proof for a challenge not yet seen.
+python3 - "$RDZVD_PORT" >"$T/pipe.out" <<'PY' || fail "pipelined hello probe failed"
+import json, os, socket, struct, sys
+
+def frame(o):
+    b = json.dumps(o, separators=(",", ":")).encode()
+    return struct.pack(">I", len(b)) + b
+
+def recv_msg(s):
+    h = s.recv(4, socket.MSG_WAITALL)
+    if len(h) < 4:
+        return None
+    return json.loads(s.recv(struct.unpack(">I", h)[0], socket.MSG_WAITALL))
+
+hello = frame({"v": 2, "op": "hello", "nonce": os.urandom(32).hex()})
+for name, second in (("join", {"v": 2, "op": "join", "id": "pipelined",
+                               "nproc": 1, "master_port": 29500}),
+                     ("auth", {"v": 2, "op": "auth", "mac": "ab" * 32})):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=60)
+    s.sendall(hello + frame(second))
+    got = []
+    try:
+        while (m := recv_msg(s)) is not None:
+            got.append(m["op"] if m["op"] != "error" else "error " + m["code"])
+    except socket.timeout:
+        got.append("NO ANSWER")
+    print(name, " ".join(got))
+PY
+expect_grep "^join challenge error auth$" "$T/pipe.out"
+expect_grep "^auth challenge error auth$" "$T/pipe.out"
+expect_grep "authentication failed from 127\.0\.0\.1: handshake out of order \(expected auth\)" "$T/rdzvd.log"
+expect_grep "authentication failed from 127\.0\.0\.1: auth sent before the challenge \(pipelined behind hello\)" "$T/rdzvd.log"
+grep -q "job pipelined:" "$T/rdzvd.log" && fail "a pipelined join reached the state machine"
+
 # A client with a secret and a server without: refused, clearly, both ends.
 start_rdzvd
 agent extra --nnodes=1 --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$RDZVD_PORT" \

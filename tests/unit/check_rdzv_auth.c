@@ -411,6 +411,34 @@ START_TEST(codec_hex_fields)
 }
 END_TEST
 
+/* An auth the server read with the hello (read_with_hello, set by the
+ * caller) was sent before the challenge: refused as such, whatever it
+ * holds, and not as a wrong secret. */
+START_TEST(auth_read_with_hello)
+{
+  struct ra_client c;
+  struct ra_server s;
+  struct rp_msg m, reply, back;
+  char err[512], why[256];
+
+  keys();
+  memset(&s, 0, sizeof s);
+  ck_assert_int_eq(ra_client_hello(&c, &m), 0);
+  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RA_REPLY);
+  ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err, sizeof err),
+                   1);
+  s.read_with_hello = true;
+  ck_assert_int_eq(ra_server_step(&s, &K1, &back, &reply, why, sizeof why),
+                   RA_REFUSE);
+  ck_assert_int_eq(reply.op, RP_ERROR);
+  ck_assert_int_eq(reply.u.text.code, RP_ERR_AUTH);
+  ck_assert_str_eq(reply.u.text.message, "auth sent before the challenge");
+  ck_assert_msg(strstr(why, "pipelined behind hello"), "%s", why);
+  ck_assert_int_ne(s.state, RA_S_DONE);
+}
+END_TEST
+
 static Suite *auth_suite(void)
 {
   Suite *s = suite_create("rdzv_auth");
@@ -432,6 +460,7 @@ static Suite *auth_suite(void)
   tcase_add_test(hs, handshake_replay_and_reflection);
   tcase_add_test(hs, preauth_frame_limit);
   tcase_add_test(hs, codec_hex_fields);
+  tcase_add_test(hs, auth_read_with_hello);
   suite_add_tcase(s, hs);
   return s;
 }

@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "rdzv_auth.h"
 #include "rdzv_proto.h"
 
 #define WAIT_MS 60000           /* bound on any wait: a hang, not a race */
@@ -333,6 +334,31 @@ static double server_figure(const char *name)
 static void server_alive(void)
 {
   cJSON_Delete(status_now());
+}
+
+/* The same for a server with the shared secret k: a full handshake, then
+ * a status query answered. */
+static void server_alive_secret(const struct ra_secret *k)
+{
+  struct client *c = cl_open(0);
+  struct ra_client cs;
+  struct rp_msg m, reply;
+  char err[256];
+  int rc;
+
+  ck_assert_int_eq(ra_client_hello(&cs, &m), 0);
+  cl_send(c, &m);
+  do {
+    ck_assert_int_eq(cl_recv(c, &m), 0);
+    rc = ra_client_step(&cs, k, &m, &reply, err, sizeof err);
+    rp_msg_free(&m);
+    ck_assert_msg(rc >= 0, "%s", err);
+    if (rc == 1)
+      cl_send(c, &reply);
+  } while (rc == 1);
+  cl_simple(c, RP_STATUS);
+  cl_expect(c, RP_STATUS_REPLY, NULL);
+  cl_close(c);
 }
 
 /* Two nodes a, b of job id, round 0 running. */
@@ -803,6 +829,161 @@ START_TEST(stalled_large_frames_leave_room_for_joins)
 }
 END_TEST
 
+
+/* ---- pipelined frames and the shared-secret handshake (§4.3) ---- */
+
+static struct ra_secret test_secret(void)
+{
+  struct ra_secret k;
+
+  memset(&k, 0, sizeof k);
+  memset(k.key, 's', 32);
+  k.len = 32;
+  return k;
+}
+
+/* A server with a shared secret (the fixture started one without). */
+static void restart_with_secret(struct ra_secret *k)
+{
+  struct rdzvd_server_opts o = opts();
+
+  o.secret = k;
+  o.io.hello_timeout = 1e6;     /* only the handshake may close anyone */
+  restart_with(&o);
+}
+
+/* Appends m's frame to *buf (*len bytes so far). */
+static void frame_append(char **buf, size_t *len, const struct rp_msg *m)
+{
+  char *f;
+  size_t flen;
+
+  ck_assert_int_eq(rp_encode(m, &f, &flen), 0);
+  *buf = realloc(*buf, *len + flen);
+  ck_assert_ptr_nonnull(*buf);
+  memcpy(*buf + *len, f, flen);
+  *len += flen;
+  free(f);
+}
+
+static void join_msg(struct rp_msg *m, const char *id)
+{
+  memset(m, 0, sizeof *m);
+  m->op = RP_JOIN;
+  snprintf(m->u.join.id, sizeof m->u.join.id, "%s", id);
+  snprintf(m->u.join.addr, sizeof m->u.join.addr, "127.0.0.1");
+  snprintf(m->u.join.host, sizeof m->u.join.host, "h0");
+  m->u.join.pid = 1000;
+  m->u.join.nproc = 1;
+  m->u.join.master_port = 29500;
+  rp_conf_default(&m->u.join.conf);
+  m->u.join.conf.min_nodes = 2;
+  m->u.join.conf.max_nodes = 2;
+}
+
+/* Appends a frame of body json to *buf. */
+static void raw_append(char **buf, size_t *len, const char *json)
+{
+  size_t n = strlen(json);
+
+  *buf = realloc(*buf, *len + RP_FRAME_HEADER + n);
+  ck_assert_ptr_nonnull(*buf);
+  (*buf)[*len] = (*buf)[*len + 1] = 0;
+  (*buf)[*len + 2] = (char)(n >> 8);
+  (*buf)[*len + 3] = (char)(n & 0xff);
+  memcpy(*buf + *len + RP_FRAME_HEADER, json, n);
+  *len += RP_FRAME_HEADER + n;
+}
+
+/* hello and then the frame second (its JSON body), in one write: the
+ * challenge, then error auth (its message holding why) and the close,
+ * with no more bytes sent (issue 19, item 7: the second frame used to
+ * wait for more bytes). */
+static void pipelined_behind_hello(const char *second, const char *why)
+{
+  struct ra_secret k = test_secret();
+  struct ra_client cs;
+  struct client *c;
+  struct rp_msg m;
+  char *buf = NULL;
+  size_t len = 0;
+
+  restart_with_secret(&k);
+  c = cl_open(0);
+  ck_assert_int_eq(ra_client_hello(&cs, &m), 0);
+  frame_append(&buf, &len, &m);
+  raw_append(&buf, &len, second);
+  ck_assert_int_eq(cl_write(c, buf, len), 0);
+  free(buf);
+  ck_assert_int_eq(cl_recv(c, &m), 0);
+  ck_assert_int_eq(m.op, RP_CHALLENGE);
+  rp_msg_free(&m);
+  ck_assert_msg(cl_recv(c, &m) == 0, "no answer to the frame behind hello");
+  ck_assert_int_eq(m.op, RP_ERROR);
+  ck_assert_int_eq(m.u.text.code, RP_ERR_AUTH);
+  ck_assert_msg(strstr(m.u.text.message, why), "refused with '%s'",
+                m.u.text.message);
+  rp_msg_free(&m);
+  ck_assert(cl_closed_by_server(c));
+  cl_close(c);
+  server_alive_secret(&k);
+}
+
+START_TEST(join_behind_hello_refused_at_once)
+{
+  /* Small enough for the pre-auth frame limit. */
+  pipelined_behind_hello("{\"v\":2,\"op\":\"join\",\"id\":\"pipelined\","
+                         "\"nproc\":1,\"master_port\":29500}",
+                         "handshake out of order");
+}
+END_TEST
+
+/* An auth sent before the challenge was seen cannot hold the proof (it
+ * needs the server's nonce): refused at once. */
+START_TEST(auth_behind_hello_refused_at_once)
+{
+  pipelined_behind_hello("{\"v\":2,\"op\":\"auth\",\"mac\":\""
+                         "abababababababababababababababab"
+                         "abababababababababababababababab\"}",
+                         "auth sent before the challenge");
+}
+END_TEST
+
+/* Frames sent right behind a valid auth, in the same write, are the
+ * session's first: handled as soon as the auth succeeds. */
+START_TEST(join_behind_auth_served)
+{
+  struct ra_secret k = test_secret();
+  struct ra_client cs;
+  struct client *c;
+  struct rp_msg m, reply;
+  char *buf = NULL, err[256];
+  size_t len = 0;
+
+  restart_with_secret(&k);
+  c = cl_open(0);
+  ck_assert_int_eq(ra_client_hello(&cs, &m), 0);
+  cl_send(c, &m);
+  ck_assert_int_eq(cl_recv(c, &m), 0);
+  ck_assert_int_eq(ra_client_step(&cs, &k, &m, &reply, err, sizeof err), 1);
+  rp_msg_free(&m);
+  frame_append(&buf, &len, &reply);
+  join_msg(&m, "behind-auth");
+  frame_append(&buf, &len, &m);
+  memset(&m, 0, sizeof m);
+  m.op = RP_KEEPALIVE;
+  frame_append(&buf, &len, &m);
+  ck_assert_int_eq(cl_write(c, buf, len), 0);
+  free(buf);
+  ck_assert_int_eq(cl_recv(c, &m), 0);
+  ck_assert_int_eq(ra_client_step(&cs, &k, &m, &reply, err, sizeof err), 0);
+  rp_msg_free(&m);
+  cl_expect(c, RP_WAITING, NULL);
+  cl_expect(c, RP_PONG, NULL);
+  cl_close(c);
+}
+END_TEST
+
 static Suite *server_suite(void)
 {
   Suite *s = suite_create("server");
@@ -826,6 +1007,9 @@ static Suite *server_suite(void)
   tcase_add_test(tc, output_budget_drops_slow_reader);
   tcase_add_test(tc, tiny_replies_count_their_cost);
   tcase_add_test(tc, stalled_large_frames_leave_room_for_joins);
+  tcase_add_test(tc, join_behind_hello_refused_at_once);
+  tcase_add_test(tc, auth_behind_hello_refused_at_once);
+  tcase_add_test(tc, join_behind_auth_served);
   suite_add_tcase(s, tc);
   return s;
 }
