@@ -102,7 +102,8 @@ struct agent {
   enum stop_reason reason;
   int stop_signal;              /* signal that stops the group */
   bool sigkill_sent;            /* this stop escalated to SIGKILL */
-  int signals_seen;
+  unsigned forwarded;           /* signals this stop sent, by bit:
+                                   Note [signal escalation] */
   bool drain_expired;
   struct worker *workers;
   /* Note [linear supervision]: every exit is handled in O(1) -- workers
@@ -544,6 +545,9 @@ static void grace_expired(uv_timer_t *t)
   }
 }
 
+static unsigned signal_bit(int sig);
+static void start_grace(struct agent *a);
+
 /* Starts tearing the group down: sig to every running worker's process
  * group, SIGKILL after the grace period.  sig 0 sends nothing (every
  * worker already exited). */
@@ -554,10 +558,10 @@ static void begin_stop(struct agent *a, enum stop_reason why, int sig)
   uv_timer_stop(&a->heartbeat);
   a->stop_signal = sig ? sig : SIGTERM;
   a->sigkill_sent = false;
+  a->forwarded = signal_bit(sig);
   if (sig && any_running(a)) {
     kill_running(a, sig);
-    uv_timer_start(&a->grace, grace_expired,
-                   (uint64_t)(a->o->grace_s * 1000.0), 0);
+    start_grace(a);
   }
   check_stopped(a);
 }
@@ -1059,14 +1063,33 @@ static void on_barrier(void *ctx, int err)
   finish(a, err ? AGENT_EXIT_INTERNAL : 0);
 }
 
-/* Note [second signal]: the first handled signal is forwarded to every
- * worker's process group and starts the grace period; a second one (the
- * impatient second Ctrl-C) SIGKILLs the workers at once. */
+/* Note [signal escalation]: a handled signal is forwarded to every
+ * worker's process group and starts the grace period (SIGKILL when it
+ * ends).  Only an interactive repeat escalates: a second SIGINT (the
+ * impatient second Ctrl-C) SIGKILLs the workers at once.  Anything else
+ * received while stopping is no reason to kill: a signal already
+ * forwarded is the same event arriving twice (Slurm's srun forwards a
+ * SIGTERM and the step's end sends another, milliseconds apart), and a
+ * signal not yet forwarded (SIGTERM after Slurm's --signal=USR1 warning)
+ * is forwarded too and starts the grace period afresh, as if it were the
+ * first.  Each signal is forwarded once per stop, so the grace period is
+ * restarted at most once per handled signal. */
+static unsigned signal_bit(int sig)
+{
+  return sig > 0 && sig < 32 ? 1u << sig : 0;
+}
+
+static void start_grace(struct agent *a)
+{
+  uv_timer_start(&a->grace, grace_expired,
+                 (uint64_t)(a->o->grace_s * 1000.0), 0);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
   struct agent *a = h->data;
+  bool was_signal;
 
-  a->signals_seen++;
   switch (a->state) {
   case ST_RENDEZVOUS:
   case ST_BARRIER:
@@ -1074,25 +1097,41 @@ static void on_signal(uv_signal_t *h, int signum)
     finish(a, 128 + signum);
     return;
   case ST_RUNNING:
-    say("received %s; forwarding it to the workers (SIGKILL in "
-              "%.0f s, or at once on a second signal)", signame(signum),
-              a->o->grace_s);
+    say("received %s; forwarding it to the workers (SIGKILL in %.0f s%s)",
+        signame(signum), a->o->grace_s,
+        signum == SIGINT ? ", or at once on a second SIGINT" : "");
     begin_stop(a, STOP_SIGNAL, signum);
     return;
   case ST_STOPPING:
-    if (a->reason != STOP_SIGNAL) {
-      /* A signal while restarting after a failure: do not restart. */
-      a->reason = STOP_SIGNAL;
-      a->stop_signal = signum;
-      if (a->signals_seen == 1) {
-        kill_running(a, signum);
-        return;
-      }
+    was_signal = a->reason == STOP_SIGNAL;
+    /* A signal while restarting after a failure: do not restart. */
+    a->reason = STOP_SIGNAL;
+    if (!was_signal && (a->forwarded & signal_bit(signum))) {
+      say("received %s; the workers were already sent it (stopping "
+          "after a failure); no restart", signame(signum));
+      return;
     }
-    if (any_running(a)) {
-      say("received %s again; killing the workers now",
-                signame(signum));
-      kill_running(a, SIGKILL);
+    if (signum == SIGINT && (a->forwarded & signal_bit(SIGINT))) {
+      if (any_running(a)) {
+        say("received %s again; killing the workers now",
+            signame(signum));
+        kill_running(a, SIGKILL);
+      }
+      return;
+    }
+    if (a->forwarded & signal_bit(signum)) {
+      say("received %s again; already forwarded to the workers, SIGKILL "
+          "when the %.0f s grace period ends", signame(signum),
+          a->o->grace_s);
+      return;
+    }
+    a->forwarded |= signal_bit(signum);
+    a->stop_signal = signum;
+    if (any_running(a) && !a->sigkill_sent) {
+      say("received %s; forwarding it to the workers too (SIGKILL in "
+          "%.0f s)", signame(signum), a->o->grace_s);
+      kill_running(a, signum);
+      start_grace(a);
     }
     return;
   case ST_DONE:
