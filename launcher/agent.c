@@ -1379,7 +1379,7 @@ int agent_run(const struct agent_opts *o)
         "their worker's process group may outlive it", say_strerror(err));
   /* The guardian is forked before the loop exists: it must inherit as
    * little as possible.  See Note [no orphans]. */
-  err = guardian_start(&a.guardian, &a.contain);
+  err = guardian_start(&a.guardian, &a.contain, o->temp_log_base);
   if (err) {
     say("cannot start the guardian process: %s", say_strerror(err));
     goto out_free;

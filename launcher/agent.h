@@ -19,6 +19,9 @@ struct agent_opts {
   const char *role;
   const char *run_id;
   const char *run_log_dir;        /* <log_dir>/<run_id>_xxxxxx, exists */
+  const char *temp_log_base;      /* the temporary log_dir, removed should
+                                     the agent be killed; NULL with
+                                     --log_dir */
   const unsigned char *redirects; /* per local rank, LOGS_STDOUT|STDERR */
   const unsigned char *tee;       /* per local rank */
   const bool *console;            /* per local rank: may reach the console */

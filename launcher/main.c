@@ -498,6 +498,7 @@ int main(int argc, char **argv)
   o.role = a.role;
   o.run_id = j.run_id;
   o.run_log_dir = j.run_log_dir;
+  o.temp_log_base = j.log_base_is_temp ? j.log_base : NULL;
   o.redirects = j.redirects;
   o.tee = j.tee;
   o.console = j.console;
