@@ -922,7 +922,8 @@ out_env:
 
 /* A worker could not be started: fail without restarting (a target
  * that cannot be executed will not be executable next time either). */
-static void start_failed(struct agent *a, struct worker *w, int err)
+static void start_failed(struct agent *a, struct worker *w, int err,
+                         pid_t pid)
 {
   if (err == -ENOENT || err == -EACCES || err == -ENOEXEC ||
       err == -ENOTDIR || err == -EISDIR || err == -ELOOP) {
@@ -933,7 +934,7 @@ static void start_failed(struct agent *a, struct worker *w, int err)
     say("%s", msg);
     a->exit_status = err == -ENOENT ? AGENT_EXIT_NOT_FOUND
                                     : AGENT_EXIT_NOT_EXECUTABLE;
-    record_failure(a, w, 0, a->exit_status, msg);
+    record_failure(a, w, pid, a->exit_status, msg);
   } else {
     say("cannot start worker %d: %s", w->rank, say_strerror(err));
     a->exit_status = AGENT_EXIT_INTERNAL;
@@ -947,6 +948,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
   char path[PATH_MAX + 32];
   struct spawn_prep prep;
   struct worker *bad = NULL;
+  pid_t bad_pid = 0;            /* the child whose exec failed */
   int i, k, err, first_err = 0, batch, end;
 
   if (a->state != ST_RENDEZVOUS)
@@ -993,6 +995,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
         if (!first_err || w < bad) {
           first_err = prep.err[k];
           bad = w;
+          bad_pid = prep.pid[k];
         }
         continue;
       }
@@ -1006,7 +1009,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
       say("cannot use the cgroup for the workers (%s); falling back to "
           "the subreaper", say_strerror(err));
     if (first_err) {
-      start_failed(a, bad, first_err);
+      start_failed(a, bad, first_err, bad_pid);
       return;
     }
   }

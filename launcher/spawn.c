@@ -143,6 +143,7 @@ int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
       ;
     if (args.in_child_done && o->exec_failed)
       o->exec_failed(o->ctx, pid);
+    *pid_out = pid;     /* for the failure's report; already reaped */
     return -args.err;
   }
   *pid_out = pid;

@@ -2,9 +2,12 @@
 # A Slurm job's time limit with --signal's warning, on the real test
 # cluster (slurm_cluster.sh): srun -t 1 --signal=USR1@30 runs cdrun on two
 # nodes with --signals_to_handle=...,SIGUSR1 and workers that checkpoint
-# for 5 s in their signal handlers.  Slurm sends SIGUSR1 before the limit
+# for 5 s in their signal handlers (and train on after SIGUSR1).  Slurm
+# sends SIGUSR1 before the limit (up to a minute before, its resolution)
 # and SIGTERM at it (to the agents, more than once, and to the workers);
-# KillWait gives 30 s.  Every worker's SIGUSR1 and SIGTERM checkpoints
+# KillWait gives 30 s.  The grace period (--shutdown_timeout=150) outlasts
+# the time between the two, as it must for a job that trains on after the
+# warning.  Every worker's SIGUSR1 and SIGTERM checkpoints
 # finish: cdrun SIGKILLs nobody (Note [signal escalation]).  Takes one to
 # two minutes (Slurm's time limits have a resolution of a minute).
 # Needs root, ip netns, nsenter/unshare, slurm and munge; skips otherwise.
@@ -13,7 +16,7 @@
 
 mkdir "$T/k"
 ip netns exec "cdrun-$id-ctl" srun -J limit -t 1 --signal=USR1@30 -N2 \
-  --ntasks-per-node=1 "$CDRUN" --nproc_per_node=2 \
+  --ntasks-per-node=1 "$CDRUN" --nproc_per_node=2 --shutdown_timeout=150 \
   --signals_to_handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 \
   "$TW" ckpt "$T/k" 5 >"$T/limit.out" 2>"$T/limit.err" &
 SRUN=$!
