@@ -364,8 +364,13 @@ int main(int argc, char **argv)
   int status;
 
   fill_std_fds();
-  if (args_parse(&a, argc, argv, environ, err, sizeof err) != 0)
+  status = args_parse(&a, argc, argv, environ, err, sizeof err);
+  if (status) {
+    /* An option it does not know: argparse's usage line first. */
+    if (status == -ENOENT)
+      fprintf(stderr, "%s\n", args_usage_line());
     die_usage("%s", err);
+  }
   apply_slurm(&a, argc, argv, &se, &penv);
   if (a.help) {
     fputs(args_usage(), stdout);
