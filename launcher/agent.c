@@ -93,6 +93,10 @@ struct agent {
   uv_timer_t grace;
   uv_timer_t drain;
   uv_timer_t heartbeat;         /* --worker_heartbeat_timeout checks */
+  uv_timer_t backoff_timer;     /* the wait before a restart */
+  struct backoff backoff;       /* Note [restart backoff] */
+  double attempt_started;       /* when this attempt's workers started
+                                   (epoch seconds) */
   struct guardian guardian;
   struct contain contain;
   struct spawner *spawner;      /* made at the first start of workers */
@@ -124,6 +128,7 @@ struct agent {
 
 static void check_stopped(struct agent *a);
 static void heartbeat_check(uv_timer_t *t);
+static void join_round(struct agent *a, enum rdzv_join_reason why);
 
 static void agent_event(struct agent *a, const char *name, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
@@ -591,6 +596,65 @@ static void join_round(struct agent *a, enum rdzv_join_reason why)
   }
 }
 
+/* What a failure was, without its rank (a crash loop moves from rank to
+ * rank): "exited with status 1: <the error file's first line>". */
+static void failure_cause(const struct worker_failure *f, char *buf,
+                          size_t len)
+{
+  char sig[16];
+  int n;
+
+  if (f->exitcode < 0)
+    n = snprintf(buf, len, "killed by %s",
+                 sig_name(-f->exitcode, sig, sizeof sig));
+  else
+    n = snprintf(buf, len, "exited with status %d", f->exitcode);
+  if (f->message && *f->message && n >= 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, ": %.*s",
+             (int)strcspn(f->message, "\n"), f->message);
+}
+
+static void backoff_expired(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+
+  join_round(a, RDZV_JOIN_FAILURE);
+}
+
+/* A failed group with restarts left: again, at once or after the wait of
+ * Note [restart backoff]. */
+static void restart_after_failure(struct agent *a)
+{
+  const struct worker_failure *f = NULL;
+  char cause[256] = "", when[48] = "";
+  double delay;
+
+  if (a->nfailures > 0) {
+    f = &a->failures[summary_root_cause(a->failures, a->nfailures)];
+    failure_cause(f, cause, sizeof cause);
+  }
+  delay = backoff_next(&a->backoff, &a->o->backoff,
+                       a->first_failure_time - a->attempt_started,
+                       f ? cause : NULL);
+  if (delay > 0)
+    snprintf(when, sizeof when, " in %.3g s", delay);
+  say("worker group failed; restarting it%s (%d of %d restarts used)",
+      when, a->assign.restart_count + 1, a->o->max_restarts);
+  if (a->backoff.same >= 2)
+    say("the same failure %d times in a row: %s", a->backoff.same, cause);
+  agent_event(a, "RESTART", "restart_count=%d delay_s=%g",
+              a->assign.restart_count + 1, delay);
+  failures_clear(a);
+  if (delay > 0) {
+    /* Waiting counts as the rendezvous: a signal ends cdrun at once. */
+    a->state = ST_RENDEZVOUS;
+    uv_timer_start(&a->backoff_timer, backoff_expired,
+                   (uint64_t)(delay * 1000.0), 0);
+    return;
+  }
+  join_round(a, RDZV_JOIN_FAILURE);
+}
+
 /* Everything of the group is gone: decide what comes next. */
 static void group_finished(struct agent *a)
 {
@@ -608,12 +672,7 @@ static void group_finished(struct agent *a)
     return;
   case STOP_FAILURE:
     if (a->assign.restart_count < a->o->max_restarts) {
-      say("worker group failed; restarting it (%d of %d restarts "
-                "used)", a->assign.restart_count + 1, a->o->max_restarts);
-      agent_event(a, "RESTART", "restart_count=%d",
-                  a->assign.restart_count + 1);
-      failures_clear(a);
-      join_round(a, RDZV_JOIN_FAILURE);
+      restart_after_failure(a);
       return;
     }
     agent_event(a, "FAILED", "restart_count=%d", a->assign.restart_count);
@@ -955,6 +1014,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
     return;
   a->assign = *as;
   a->state = ST_RUNNING;
+  a->attempt_started = now_epoch();
   a->drain_expired = false;
   a->group_cleared = false;
   memset(a->by_pid, 0, (a->by_pid_mask + 1) * sizeof *a->by_pid);
@@ -1260,6 +1320,7 @@ static void finish(struct agent *a, int status)
   uv_close((uv_handle_t *)&a->grace, close_cb_noop);
   uv_close((uv_handle_t *)&a->drain, close_cb_noop);
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
+  uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
   for (i = 0; i < a->o->nproc; i++) {
     tee_drain_and_close(&a->workers[i].out);
     tee_drain_and_close(&a->workers[i].err);
@@ -1311,11 +1372,15 @@ static int agent_init_handles(struct agent *a)
   if (err)
     goto fail_drain;
   a->heartbeat.data = a;
+  err = uv_timer_init(&a->loop, &a->backoff_timer);
+  if (err)
+    goto fail_heartbeat;
+  a->backoff_timer.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
     if (!a->ftimer) {
       err = UV_ENOMEM;
-      goto fail_heartbeat;
+      goto fail_backoff;
     }
     err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
     if (err) {
@@ -1332,6 +1397,8 @@ static int agent_init_handles(struct agent *a)
 fail_ftimer:
   filetimer_close(a->ftimer);
   a->ftimer = NULL;
+fail_backoff:
+  uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
 fail_heartbeat:
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
 fail_drain:

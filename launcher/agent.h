@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "backoff.h"
 #include "numa.h"
 #include "rdzv.h"
 
@@ -34,6 +35,7 @@ struct agent_opts {
   const struct numa_binding *numa;  /* per local rank, or NULL */
   bool numa_memory;               /* also set the memory policy */
   int max_restarts;
+  struct backoff_conf backoff;    /* Note [restart backoff] */
   double grace_s;                 /* signal -> SIGKILL */
   double cofailure_s;             /* Note [simultaneous failures] */
   const int *signals;             /* handled signals */

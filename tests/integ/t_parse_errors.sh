@@ -29,6 +29,8 @@ expect_eq "misspelled flag: usage line" "$(head -1 "$T/err")" \
 expect_grep "^cdrun: error: unrecognized argument '--nproc-per-nodes=2' \(did you mean --nproc-per-node\?\)$" "$T/err"
 [ -s "$T/out" ] && fail "misspelled flag: wrote to stdout"
 expect_usage_error "--nproc_per_node" -- --nproc_per_node=abc /bin/true
+expect_usage_error "CDRUN_RESTART_BACKOFF: invalid value 'abc'" \
+  CDRUN_RESTART_BACKOFF=abc -- /bin/true
 expect_usage_error "--nproc_per_node" -- --nproc_per_node=0 /bin/true
 expect_usage_error "--nproc_per_node" -- --nproc_per_node xpu /bin/true
 expect_usage_error "--nnodes" -- --nnodes=3:2 /bin/true
