@@ -32,6 +32,9 @@ for sig in 10 15; do
       { cat "$T/limit.err" >&2; fail "rank $r's checkpoint on signal $sig did not finish"; }
   done
 done
+# The SIGTERM after the warning was forwarded, not taken as a second signal
+# (each agent also gets it twice at the limit, srun's and the step's).
+expect_grep 'received SIGTERM; forwarding it to the workers too' "$T/limit.err"
 grep -E 'killing the workers now|sending SIGKILL' "$T/limit.err" &&
   fail "cdrun SIGKILLed the workers at the time limit"
 for f in "$T"/*.err "$T"/*.out; do
