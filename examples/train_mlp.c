@@ -1128,7 +1128,7 @@ static int mkdirs(const char *dir)
 static int ckpt_save(const char *dir, const unsigned char *b, size_t len)
 {
   char tmp[4200], path[4200], why[4400];
-  int fd, dfd;
+  int fd, dfd, e;
 
   snprintf(tmp, sizeof tmp, "%s/latest.ckpt.tmp", dir);
   snprintf(path, sizeof path, "%s/latest.ckpt", dir);
@@ -1138,20 +1138,25 @@ static int ckpt_save(const char *dir, const unsigned char *b, size_t len)
   if (fd < 0)
     goto fail;
   if (write_all(fd, b, len) != 0 || fsync(fd) != 0) {
-    int e = errno;
-
+    e = errno;
     close(fd);
     errno = e;
-    goto fail;
+    goto fail_unlink;
   }
   if (close(fd) != 0 || rename(tmp, path) != 0)
-    goto fail;
+    goto fail_unlink;
   dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     fsync(dfd);
     close(dfd);
   }
   return 0;
+fail_unlink:
+  /* A full disk must not keep a half-written file (the old checkpoint,
+   * if any, stays). */
+  e = errno;
+  unlink(tmp);
+  errno = e;
 fail:
   snprintf(why, sizeof why, "%s: %s", tmp, strerror(errno));
   err_msg("cannot write the checkpoint", why);

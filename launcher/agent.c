@@ -93,6 +93,10 @@ struct agent {
   uv_timer_t grace;
   uv_timer_t drain;
   uv_timer_t heartbeat;         /* --worker_heartbeat_timeout checks */
+  uv_timer_t backoff_timer;     /* the wait before a restart */
+  struct backoff backoff;       /* Note [restart backoff] */
+  double attempt_started;       /* when this attempt's workers started
+                                   (epoch seconds) */
   struct guardian guardian;
   struct contain contain;
   struct spawner *spawner;      /* made at the first start of workers */
@@ -102,7 +106,8 @@ struct agent {
   enum stop_reason reason;
   int stop_signal;              /* signal that stops the group */
   bool sigkill_sent;            /* this stop escalated to SIGKILL */
-  int signals_seen;
+  unsigned forwarded;           /* signals this stop sent, by bit:
+                                   Note [signal escalation] */
   bool drain_expired;
   struct worker *workers;
   /* Note [linear supervision]: every exit is handled in O(1) -- workers
@@ -123,6 +128,7 @@ struct agent {
 
 static void check_stopped(struct agent *a);
 static void heartbeat_check(uv_timer_t *t);
+static void join_round(struct agent *a, enum rdzv_join_reason why);
 
 static void agent_event(struct agent *a, const char *name, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
@@ -544,6 +550,9 @@ static void grace_expired(uv_timer_t *t)
   }
 }
 
+static unsigned signal_bit(int sig);
+static void start_grace(struct agent *a);
+
 /* Starts tearing the group down: sig to every running worker's process
  * group, SIGKILL after the grace period.  sig 0 sends nothing (every
  * worker already exited). */
@@ -554,10 +563,10 @@ static void begin_stop(struct agent *a, enum stop_reason why, int sig)
   uv_timer_stop(&a->heartbeat);
   a->stop_signal = sig ? sig : SIGTERM;
   a->sigkill_sent = false;
+  a->forwarded = signal_bit(sig);
   if (sig && any_running(a)) {
     kill_running(a, sig);
-    uv_timer_start(&a->grace, grace_expired,
-                   (uint64_t)(a->o->grace_s * 1000.0), 0);
+    start_grace(a);
   }
   check_stopped(a);
 }
@@ -587,6 +596,65 @@ static void join_round(struct agent *a, enum rdzv_join_reason why)
   }
 }
 
+/* What a failure was, without its rank (a crash loop moves from rank to
+ * rank): "exited with status 1: <the error file's first line>". */
+static void failure_cause(const struct worker_failure *f, char *buf,
+                          size_t len)
+{
+  char sig[16];
+  int n;
+
+  if (f->exitcode < 0)
+    n = snprintf(buf, len, "killed by %s",
+                 sig_name(-f->exitcode, sig, sizeof sig));
+  else
+    n = snprintf(buf, len, "exited with status %d", f->exitcode);
+  if (f->message && *f->message && n >= 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, ": %.*s",
+             (int)strcspn(f->message, "\n"), f->message);
+}
+
+static void backoff_expired(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+
+  join_round(a, RDZV_JOIN_FAILURE);
+}
+
+/* A failed group with restarts left: again, at once or after the wait of
+ * Note [restart backoff]. */
+static void restart_after_failure(struct agent *a)
+{
+  const struct worker_failure *f = NULL;
+  char cause[256] = "", when[48] = "";
+  double delay;
+
+  if (a->nfailures > 0) {
+    f = &a->failures[summary_root_cause(a->failures, a->nfailures)];
+    failure_cause(f, cause, sizeof cause);
+  }
+  delay = backoff_next(&a->backoff, &a->o->backoff,
+                       a->first_failure_time - a->attempt_started,
+                       f ? cause : NULL);
+  if (delay > 0)
+    snprintf(when, sizeof when, " in %.3g s", delay);
+  say("worker group failed; restarting it%s (%d of %d restarts used)",
+      when, a->assign.restart_count + 1, a->o->max_restarts);
+  if (a->backoff.same >= 2)
+    say("the same failure %d times in a row: %s", a->backoff.same, cause);
+  agent_event(a, "RESTART", "restart_count=%d delay_s=%g",
+              a->assign.restart_count + 1, delay);
+  failures_clear(a);
+  if (delay > 0) {
+    /* Waiting counts as the rendezvous: a signal ends cdrun at once. */
+    a->state = ST_RENDEZVOUS;
+    uv_timer_start(&a->backoff_timer, backoff_expired,
+                   (uint64_t)(delay * 1000.0), 0);
+    return;
+  }
+  join_round(a, RDZV_JOIN_FAILURE);
+}
+
 /* Everything of the group is gone: decide what comes next. */
 static void group_finished(struct agent *a)
 {
@@ -604,12 +672,7 @@ static void group_finished(struct agent *a)
     return;
   case STOP_FAILURE:
     if (a->assign.restart_count < a->o->max_restarts) {
-      say("worker group failed; restarting it (%d of %d restarts "
-                "used)", a->assign.restart_count + 1, a->o->max_restarts);
-      agent_event(a, "RESTART", "restart_count=%d",
-                  a->assign.restart_count + 1);
-      failures_clear(a);
-      join_round(a, RDZV_JOIN_FAILURE);
+      restart_after_failure(a);
       return;
     }
     agent_event(a, "FAILED", "restart_count=%d", a->assign.restart_count);
@@ -918,7 +981,8 @@ out_env:
 
 /* A worker could not be started: fail without restarting (a target
  * that cannot be executed will not be executable next time either). */
-static void start_failed(struct agent *a, struct worker *w, int err)
+static void start_failed(struct agent *a, struct worker *w, int err,
+                         pid_t pid)
 {
   if (err == -ENOENT || err == -EACCES || err == -ENOEXEC ||
       err == -ENOTDIR || err == -EISDIR || err == -ELOOP) {
@@ -929,7 +993,7 @@ static void start_failed(struct agent *a, struct worker *w, int err)
     say("%s", msg);
     a->exit_status = err == -ENOENT ? AGENT_EXIT_NOT_FOUND
                                     : AGENT_EXIT_NOT_EXECUTABLE;
-    record_failure(a, w, 0, a->exit_status, msg);
+    record_failure(a, w, pid, a->exit_status, msg);
   } else {
     say("cannot start worker %d: %s", w->rank, say_strerror(err));
     a->exit_status = AGENT_EXIT_INTERNAL;
@@ -943,12 +1007,14 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
   char path[PATH_MAX + 32];
   struct spawn_prep prep;
   struct worker *bad = NULL;
+  pid_t bad_pid = 0;            /* the child whose exec failed */
   int i, k, err, first_err = 0, batch, end;
 
   if (a->state != ST_RENDEZVOUS)
     return;
   a->assign = *as;
   a->state = ST_RUNNING;
+  a->attempt_started = now_epoch();
   a->drain_expired = false;
   a->group_cleared = false;
   memset(a->by_pid, 0, (a->by_pid_mask + 1) * sizeof *a->by_pid);
@@ -989,6 +1055,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
         if (!first_err || w < bad) {
           first_err = prep.err[k];
           bad = w;
+          bad_pid = prep.pid[k];
         }
         continue;
       }
@@ -1002,7 +1069,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
       say("cannot use the cgroup for the workers (%s); falling back to "
           "the subreaper", say_strerror(err));
     if (first_err) {
-      start_failed(a, bad, first_err);
+      start_failed(a, bad, first_err, bad_pid);
       return;
     }
   }
@@ -1059,14 +1126,33 @@ static void on_barrier(void *ctx, int err)
   finish(a, err ? AGENT_EXIT_INTERNAL : 0);
 }
 
-/* Note [second signal]: the first handled signal is forwarded to every
- * worker's process group and starts the grace period; a second one (the
- * impatient second Ctrl-C) SIGKILLs the workers at once. */
+/* Note [signal escalation]: a handled signal is forwarded to every
+ * worker's process group and starts the grace period (SIGKILL when it
+ * ends).  Only an interactive repeat escalates: a second SIGINT (the
+ * impatient second Ctrl-C) SIGKILLs the workers at once.  Anything else
+ * received while stopping is no reason to kill: a signal already
+ * forwarded is the same event arriving twice (Slurm's srun forwards a
+ * SIGTERM and the step's end sends another, milliseconds apart), and a
+ * signal not yet forwarded (SIGTERM after Slurm's --signal=USR1 warning)
+ * is forwarded too and starts the grace period afresh, as if it were the
+ * first.  Each signal is forwarded once per stop, so the grace period is
+ * restarted at most once per handled signal. */
+static unsigned signal_bit(int sig)
+{
+  return sig > 0 && sig < 32 ? 1u << sig : 0;
+}
+
+static void start_grace(struct agent *a)
+{
+  uv_timer_start(&a->grace, grace_expired,
+                 (uint64_t)(a->o->grace_s * 1000.0), 0);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
   struct agent *a = h->data;
+  bool was_signal;
 
-  a->signals_seen++;
   switch (a->state) {
   case ST_RENDEZVOUS:
   case ST_BARRIER:
@@ -1074,25 +1160,41 @@ static void on_signal(uv_signal_t *h, int signum)
     finish(a, 128 + signum);
     return;
   case ST_RUNNING:
-    say("received %s; forwarding it to the workers (SIGKILL in "
-              "%.0f s, or at once on a second signal)", signame(signum),
-              a->o->grace_s);
+    say("received %s; forwarding it to the workers (SIGKILL in %.0f s%s)",
+        signame(signum), a->o->grace_s,
+        signum == SIGINT ? ", or at once on a second SIGINT" : "");
     begin_stop(a, STOP_SIGNAL, signum);
     return;
   case ST_STOPPING:
-    if (a->reason != STOP_SIGNAL) {
-      /* A signal while restarting after a failure: do not restart. */
-      a->reason = STOP_SIGNAL;
-      a->stop_signal = signum;
-      if (a->signals_seen == 1) {
-        kill_running(a, signum);
-        return;
-      }
+    was_signal = a->reason == STOP_SIGNAL;
+    /* A signal while restarting after a failure: do not restart. */
+    a->reason = STOP_SIGNAL;
+    if (!was_signal && (a->forwarded & signal_bit(signum))) {
+      say("received %s; the workers were already sent it (stopping "
+          "after a failure); no restart", signame(signum));
+      return;
     }
-    if (any_running(a)) {
-      say("received %s again; killing the workers now",
-                signame(signum));
-      kill_running(a, SIGKILL);
+    if (signum == SIGINT && (a->forwarded & signal_bit(SIGINT))) {
+      if (any_running(a)) {
+        say("received %s again; killing the workers now",
+            signame(signum));
+        kill_running(a, SIGKILL);
+      }
+      return;
+    }
+    if (a->forwarded & signal_bit(signum)) {
+      say("received %s again; already forwarded to the workers, SIGKILL "
+          "when the %.0f s grace period ends", signame(signum),
+          a->o->grace_s);
+      return;
+    }
+    a->forwarded |= signal_bit(signum);
+    a->stop_signal = signum;
+    if (any_running(a) && !a->sigkill_sent) {
+      say("received %s; forwarding it to the workers too (SIGKILL in "
+          "%.0f s)", signame(signum), a->o->grace_s);
+      kill_running(a, signum);
+      start_grace(a);
     }
     return;
   case ST_DONE:
@@ -1218,6 +1320,7 @@ static void finish(struct agent *a, int status)
   uv_close((uv_handle_t *)&a->grace, close_cb_noop);
   uv_close((uv_handle_t *)&a->drain, close_cb_noop);
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
+  uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
   for (i = 0; i < a->o->nproc; i++) {
     tee_drain_and_close(&a->workers[i].out);
     tee_drain_and_close(&a->workers[i].err);
@@ -1269,11 +1372,15 @@ static int agent_init_handles(struct agent *a)
   if (err)
     goto fail_drain;
   a->heartbeat.data = a;
+  err = uv_timer_init(&a->loop, &a->backoff_timer);
+  if (err)
+    goto fail_heartbeat;
+  a->backoff_timer.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
     if (!a->ftimer) {
       err = UV_ENOMEM;
-      goto fail_heartbeat;
+      goto fail_backoff;
     }
     err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
     if (err) {
@@ -1290,6 +1397,8 @@ static int agent_init_handles(struct agent *a)
 fail_ftimer:
   filetimer_close(a->ftimer);
   a->ftimer = NULL;
+fail_backoff:
+  uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
 fail_heartbeat:
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
 fail_drain:
@@ -1340,7 +1449,7 @@ int agent_run(const struct agent_opts *o)
         "their worker's process group may outlive it", say_strerror(err));
   /* The guardian is forked before the loop exists: it must inherit as
    * little as possible.  See Note [no orphans]. */
-  err = guardian_start(&a.guardian, &a.contain);
+  err = guardian_start(&a.guardian, &a.contain, o->temp_log_base);
   if (err) {
     say("cannot start the guardian process: %s", say_strerror(err));
     goto out_free;

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "backoff.h"
 #include "numa.h"
 #include "rdzv.h"
 
@@ -19,6 +20,9 @@ struct agent_opts {
   const char *role;
   const char *run_id;
   const char *run_log_dir;        /* <log_dir>/<run_id>_xxxxxx, exists */
+  const char *temp_log_base;      /* the temporary log_dir, removed should
+                                     the agent be killed; NULL with
+                                     --log_dir */
   const unsigned char *redirects; /* per local rank, LOGS_STDOUT|STDERR */
   const unsigned char *tee;       /* per local rank */
   const bool *console;            /* per local rank: may reach the console */
@@ -31,6 +35,7 @@ struct agent_opts {
   const struct numa_binding *numa;  /* per local rank, or NULL */
   bool numa_memory;               /* also set the memory policy */
   int max_restarts;
+  struct backoff_conf backoff;    /* Note [restart backoff] */
   double grace_s;                 /* signal -> SIGKILL */
   double cofailure_s;             /* Note [simultaneous failures] */
   const int *signals;             /* handled signals */

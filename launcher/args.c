@@ -154,6 +154,64 @@ static const struct opt *find_long(const char *s, size_t len)
   return NULL;
 }
 
+/* Edit distance between s[0..len) and name, '-' and '_' alike; stops
+ * counting at 3 (only near misses matter). */
+static int distance(const char *s, size_t len, const char *name)
+{
+  size_t n = strlen(name), i, j;
+  int row[64], prev, cur, best;
+
+  if (len >= 63 || n >= 63)
+    return 3;
+  for (j = 0; j <= n; j++)
+    row[j] = (int)j;
+  for (i = 1; i <= len; i++) {
+    prev = row[0];
+    row[0] = (int)i;
+    best = row[0];
+    for (j = 1; j <= n; j++) {
+      char a = s[i - 1] == '-' ? '_' : s[i - 1];
+      int sub = prev + (a != name[j - 1]);
+
+      cur = row[j] + 1 < row[j - 1] + 1 ? row[j] + 1 : row[j - 1] + 1;
+      if (sub < cur)
+        cur = sub;
+      prev = row[j];
+      row[j] = cur;
+      if (cur < best)
+        best = cur;
+    }
+    if (best >= 3)
+      return 3;
+  }
+  return row[n] < 3 ? row[n] : 3;
+}
+
+/* The option s[0..len) was probably meant to be (distance 1 or 2, in the
+ * spelling s uses), or NULL. */
+static const char *nearest_option(const char *s, size_t len, char *buf,
+                                  size_t buflen)
+{
+  const struct opt *best = NULL;
+  int d, best_d = 3;
+  char sep = memchr(s, '-', len) ? '-' : '_';
+
+  for (size_t i = 0; i < NOPTS; i++) {
+    d = distance(s, len, opts[i].name);
+    if (d < best_d) {
+      best_d = d;
+      best = &opts[i];
+    }
+  }
+  if (!best)
+    return NULL;
+  snprintf(buf, buflen, "--%s", best->name);
+  for (char *p = buf + 2; *p; p++)
+    if (*p == '_')
+      *p = sep;
+  return buf;
+}
+
 /* argparse's allow_abbrev: s[0..len) is a strict prefix of dest in one
  * spelling. */
 static bool prefix_of(const char *s, size_t len, const char *dest, char sep)
@@ -515,8 +573,17 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
       if (arg[2])
         val = arg + (arg[2] == '=' ? 3 : 2);
     }
-    if (!o)
-      return fail(err, errlen, "unrecognized argument '%s'", arg);
+    if (!o) {
+      char near[80];
+      const char *guess = arg[1] == '-'
+          ? nearest_option(arg + 2, strcspn(arg + 2, "="), near, sizeof near)
+          : NULL;
+
+      say_fail(err, errlen, -ENOENT, "unrecognized argument '%s'%s%s%s",
+               arg, guess ? " (did you mean " : "", guess ? guess : "",
+               guess ? "?)" : "");
+      return -ENOENT;
+    }
 
     if (o->kind == K_BOOL || o->kind == K_HELP || o->kind == K_VERSION) {
       if (val)
@@ -674,7 +741,9 @@ static const char usage[] =
   "  --nproc_per_node N    workers on this node: an integer, cpu, gpu or\n"
   "                        auto (default: 1)\n"
   "  --max_restarts N      restarts of the worker group before failing,\n"
-  "                        counted per job across nodes (default: 0)\n"
+  "                        counted per job across nodes (default: 0); a\n"
+  "                        crash loop backs off, 1 s doubling to 60 s (env\n"
+  "                        CDRUN_RESTART_BACKOFF=INITIAL:MAX:HEALTHY, 0 off)\n"
   "  --role NAME           role name of the workers (default: default)\n"
   "  -m, --module          run the target as a Python module (python -m)\n"
   "  --no_python           exec the target itself, without python\n"
@@ -770,7 +839,8 @@ static const char usage[] =
   "  --shutdown_timeout S  grace period in seconds between SIGTERM and\n"
   "                        SIGKILL when stopping the workers; env\n"
   "                        TORCH_ELASTIC_SHUTDOWN_TIMEOUT (default: 30)\n"
-  "  A second Ctrl-C kills the workers at once.\n"
+  "  A second Ctrl-C (SIGINT) kills the workers at once; a repeated\n"
+  "  SIGTERM, or one after another handled signal, does not.\n"
   "\n"
   "Slurm, ssh hosts, Kubernetes (see RUNNING ON CLUSTERS in cdrun(1)):\n"
   "  --print-config        print every setting, its value and where it came\n"
@@ -797,6 +867,14 @@ static const char usage[] =
 const char *args_usage(void)
 {
   return usage;
+}
+
+const char *args_usage_line(void)
+{
+  static char line[128];
+
+  snprintf(line, sizeof line, "%.*s", (int)strcspn(usage, "\n"), usage);
+  return line;
 }
 
 /* The bash completion script: option names in both spellings, the

@@ -68,7 +68,9 @@ struct cdrun_args {
 /* Parses argv (argv[0] is the program name) with env as the source of
  * PET_* fallbacks (NULL-terminated "NAME=value" array, usually environ).
  * Returns 0 and fills *out, or -EINVAL and writes a one-line message naming
- * the offending flag or value into err (size errlen, no trailing newline).
+ * the offending flag or value into err (size errlen, no trailing newline);
+ * -ENOENT (same message) for an option it does not know, after which the
+ * caller shows args_usage_line(). 
  * On error *out holds nothing that needs freeing. */
 int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
                char *err, size_t errlen);
@@ -98,6 +100,9 @@ enum args_origin args_origin_of(const struct cdrun_args *a,
 
 /* The --help text. */
 const char *args_usage(void);
+
+/* Its first line: "usage: cdrun [options] ...", no newline. */
+const char *args_usage_line(void);
 
 /* Writes the completion script for shell ("bash") to out, generated from
  * the option table.  Returns 0, or -EINVAL for a shell it cannot serve. */

@@ -4,6 +4,7 @@
 #include <limits.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -15,22 +16,26 @@
 #include <unistd.h>
 
 #include "contain.h"
+#include "logs.h"
 
 #define GUARDIAN_MAX_GROUPS 65536
 
-/* One command on the pipe: 'w' (watch) or 'f' (forget) a process group.
- * Commands are smaller than PIPE_BUF, so each write is atomic. */
+/* One command on the pipe: 'w' (watch) or 'f' (forget) a process group,
+ * or 'q' (the agent quits in order: its temporary directory is its own
+ * business).  Commands are smaller than PIPE_BUF, so each write is
+ * atomic. */
 struct guardian_msg {
   char op;
   int32_t pgid;
 };
 
 static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
-                          const char *token)
+                          const char *token, const char *temp_dir)
 {
   static pid_t groups[GUARDIAN_MAX_GROUPS];
   struct guardian_msg m;
   size_t ngroups = 0, i;
+  bool clean = false;
   ssize_t n;
   int sig;
 
@@ -60,7 +65,9 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
       continue;
     if (n != (ssize_t)sizeof m)
       break;              /* EOF (or garbage): the agent is gone */
-    if (m.op == 'w' && ngroups < GUARDIAN_MAX_GROUPS) {
+    if (m.op == 'q') {
+      clean = true;
+    } else if (m.op == 'w' && ngroups < GUARDIAN_MAX_GROUPS) {
       groups[ngroups++] = m.pgid;
     } else if (m.op == 'f') {
       for (i = 0; i < ngroups; i++)
@@ -82,12 +89,17 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
     for (i = 0; i < 200 && rmdir(cgroup) < 0 && errno == EBUSY; i++)
       nanosleep(&ts, NULL);
   }
+  /* The agent died without a word (SIGKILL, a crash): nobody else will
+   * remove its temporary log directory, and nobody was told where it is. */
+  if (!clean && temp_dir[0])
+    logs_rmtree(temp_dir);
   _exit(0);
 }
 
-int guardian_start(struct guardian *g, const struct contain *c)
+int guardian_start(struct guardian *g, const struct contain *c,
+                   const char *temp_dir)
 {
-  static char cg[PATH_MAX], token[sizeof c->token];
+  static char cg[PATH_MAX], token[sizeof c->token], tmp[PATH_MAX];
   int p[2];
   pid_t pid;
 
@@ -97,6 +109,7 @@ int guardian_start(struct guardian *g, const struct contain *c)
   g->fd = -1;
   snprintf(cg, sizeof cg, "%s", c ? c->cgroup : "");
   snprintf(token, sizeof token, "%s", c ? c->token : "");
+  snprintf(tmp, sizeof tmp, "%s", temp_dir ? temp_dir : "");
   if (pipe2(p, O_CLOEXEC) < 0)
     return -errno;
   /* Signals stay blocked in the child until it ignores them: a Ctrl-C in
@@ -113,7 +126,7 @@ int guardian_start(struct guardian *g, const struct contain *c)
   }
   if (pid == 0) {
     close(p[1]);
-    guardian_main(p[0], &old, cg, token);
+    guardian_main(p[0], &old, cg, token, tmp);
   }
   sigprocmask(SIG_SETMASK, &old, NULL);
   close(p[0]);
@@ -153,6 +166,7 @@ int guardian_forget(struct guardian *g, pid_t pgid)
 void guardian_stop(struct guardian *g)
 {
   if (g->fd >= 0) {
+    guardian_send(g, 'q', 0);
     close(g->fd);
     g->fd = -1;
   }

@@ -22,16 +22,20 @@ struct guardian {
 /* Forks the guardian.  Call it before the event loop exists (the child
  * inherits nothing it needs besides the pipe).  c, when not NULL, is the
  * workers' containment (contain.h): when the agent dies, the guardian also
- * kills its cgroup and every process carrying its token.  Returns 0 or
- * -errno. */
-int guardian_start(struct guardian *g, const struct contain *c);
+ * kills its cgroup and every process carrying its token.  temp_dir, when
+ * not NULL, is a directory the guardian removes (with its contents) if the
+ * agent dies without guardian_stop (cdrun's temporary log directory).
+ * Returns 0 or -errno. */
+int guardian_start(struct guardian *g, const struct contain *c,
+                   const char *temp_dir);
 
 /* Adds / removes a process group on the guardian's list.  Returns 0 or
  * -errno (for example -EPIPE when the guardian is gone). */
 int guardian_watch(struct guardian *g, pid_t pgid);
 int guardian_forget(struct guardian *g, pid_t pgid);
 
-/* Closes the pipe: the guardian SIGKILLs what is left on its list and
+/* Tells the guardian that the agent quits in order (temp_dir stays) and
+ * closes the pipe: the guardian SIGKILLs what is left on its list and
  * exits; then waits for it.  Idempotent. */
 void guardian_stop(struct guardian *g);
 

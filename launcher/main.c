@@ -358,14 +358,20 @@ int main(int argc, char **argv)
   struct agent_opts o;
   struct slurm_env se;
   struct job j;
+  struct backoff_conf backoff = BACKOFF_CONF_DEFAULT;
   char err[512], warn[256], timer_file[PATH_MAX + 200], **penv;
   const char *env, *nproc_from = "--nproc_per_node";
   bool error_files_read = false;
   int status;
 
   fill_std_fds();
-  if (args_parse(&a, argc, argv, environ, err, sizeof err) != 0)
+  status = args_parse(&a, argc, argv, environ, err, sizeof err);
+  if (status) {
+    /* An option it does not know: argparse's usage line first. */
+    if (status == -ENOENT)
+      fprintf(stderr, "%s\n", args_usage_line());
     die_usage("%s", err);
+  }
   apply_slurm(&a, argc, argv, &se, &penv);
   if (a.help) {
     fputs(args_usage(), stdout);
@@ -441,6 +447,9 @@ int main(int argc, char **argv)
   if (a.virtual_local_rank)
     check_virtual_devices(j.nproc);
   parse_signals(a.signals_to_handle, &j);
+  env = getenv(BACKOFF_ENV);
+  if (env && backoff_conf_parse(env, &backoff, err, sizeof err))
+    die_usage("%s", err);
   j.cmd = build_command(&a);
   if (!j.cmd)
     die_usage("out of memory");
@@ -498,6 +507,7 @@ int main(int argc, char **argv)
   o.role = a.role;
   o.run_id = j.run_id;
   o.run_log_dir = j.run_log_dir;
+  o.temp_log_base = j.log_base_is_temp ? j.log_base : NULL;
   o.redirects = j.redirects;
   o.tee = j.tee;
   o.console = j.console;
@@ -522,6 +532,7 @@ int main(int argc, char **argv)
     o.timer_file = timer_file;
   }
   o.max_restarts = a.max_restarts;
+  o.backoff = backoff;
   o.grace_s = a.shutdown_timeout;
   o.cofailure_s = a.monitor_interval;
   o.signals = j.signals;

@@ -69,11 +69,14 @@ struct rdzv {
 };
 
 /* The static back end (also --standalone with one node): node node_rank
- * of nnodes, each with nproc workers; no coordination, no elasticity.
- * Restarts are counted locally. */
+ * of nnodes, each with nproc workers; no elasticity.  Restarts are counted
+ * locally.  With several nodes and meet_timeout > 0, the first round
+ * comes once every node has met at master_addr:master_port (Note [static
+ * barrier], static_barrier.h), or an error after meet_timeout seconds. */
 int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
                       const char *master_addr, int master_port,
-                      const struct rdzv_callbacks *cb, struct rdzv **out);
+                      double meet_timeout, const struct rdzv_callbacks *cb,
+                      struct rdzv **out);
 
 /* The rdzvd client (--rdzv_backend=c10d|rdzvd); see rdzv_client.h. */
 

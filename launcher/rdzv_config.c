@@ -436,7 +436,7 @@ int rdzv_config_create(const struct rdzv_config *c, int nproc,
     return rdzv_local_create(loop, c->node_rank, c->nnodes, nproc,
                              c->master_addr,
                              c->master_port ? c->master_port : offered_port,
-                             cb, out);
+                             c->conf.join_timeout, cb, out);
   memset(&o, 0, sizeof o);
   o.host = c->host;
   o.port = c->port;

@@ -6,12 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "static_barrier.h"
+
 struct rdzv_local {
   struct rdzv base;            /* first: a struct rdzv * is one of these */
   struct rdzv_assignment next;
   uv_timer_t defer;            /* delivers results on the next loop turn */
   enum { PENDING_NONE, PENDING_ROUND, PENDING_BARRIER } pending;
   bool failure_counted;        /* report_failure counted this round's */
+  /* Note [static barrier]: several nodes meet once before the first
+   * round; meet.timeout_s 0: they do not. */
+  struct static_barrier_opts meet;
+  char master_addr[256];
+  struct static_barrier *barrier;
 };
 
 static void deliver(uv_timer_t *t)
@@ -26,12 +33,34 @@ static void deliver(uv_timer_t *t)
     l->base.cb.on_barrier(l->base.cb.ctx, 0);
 }
 
+static void met(void *ctx, int err, const char *message)
+{
+  struct rdzv_local *l = ctx;
+
+  static_barrier_close(l->barrier);
+  l->barrier = NULL;
+  if (err) {
+    l->base.cb.on_error(l->base.cb.ctx, err, message);
+    return;
+  }
+  l->pending = PENDING_NONE;
+  l->base.cb.on_round(l->base.cb.ctx, &l->next);
+}
+
 static int local_join(struct rdzv *r, enum rdzv_join_reason why)
 {
   struct rdzv_local *l = (struct rdzv_local *)r;
 
   if (l->pending != PENDING_NONE)
     return -EBUSY;
+  if (why == RDZV_JOIN_FIRST && l->meet.timeout_s > 0 &&
+      l->meet.nnodes > 1) {
+    int err = static_barrier_start(r->loop, &l->meet, met, l, &l->barrier);
+
+    if (err == 0)
+      l->pending = PENDING_ROUND;
+    return err;
+  }
   if (why != RDZV_JOIN_FIRST)
     l->next.round++;
   if (why == RDZV_JOIN_FAILURE && !l->failure_counted)
@@ -74,6 +103,8 @@ static void local_destroy(struct rdzv *r)
 {
   struct rdzv_local *l = (struct rdzv_local *)r;
 
+  static_barrier_close(l->barrier);
+  l->barrier = NULL;
   uv_timer_stop(&l->defer);
   uv_close((uv_handle_t *)&l->defer, free_on_close);
 }
@@ -85,7 +116,8 @@ static const struct rdzv_ops local_ops = {
 
 int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
                       const char *master_addr, int master_port,
-                      const struct rdzv_callbacks *cb, struct rdzv **out)
+                      double meet_timeout, const struct rdzv_callbacks *cb,
+                      struct rdzv **out)
 {
   struct rdzv_local *l = calloc(1, sizeof *l);
   int err;
@@ -104,6 +136,13 @@ int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
   snprintf(l->next.master_addr, sizeof l->next.master_addr, "%s",
            master_addr);
   l->next.master_port = master_port;
+  snprintf(l->master_addr, sizeof l->master_addr, "%s", master_addr);
+  l->meet.master_addr = l->master_addr;
+  l->meet.port = master_port;
+  l->meet.node_rank = node_rank;
+  l->meet.nnodes = nnodes;
+  l->meet.nproc = nproc;
+  l->meet.timeout_s = meet_timeout;
   err = uv_timer_init(loop, &l->defer);
   if (err) {
     free(l);

@@ -58,7 +58,7 @@ CHILD_CODE static int child_main(void *arg)
   const struct spawn_opts *o = args->o;
   struct sigaction sa;
   sigset_t none;
-  int sig, err;
+  int sig, err, fd;
 
   if (setsid() < 0)
     child_fail(args, errno);
@@ -84,6 +84,12 @@ CHILD_CODE static int child_main(void *arg)
   if (move_fd(o->stdin_fd, 0) || move_fd(o->stdout_fd, 1) ||
       move_fd(o->stderr_fd, 2))
     child_fail(args, errno);
+  /* The worker gets 0, 1 and 2 only: what cdrun's own parent left open
+   * (a CI runner's pipes, a lock) is none of its business, and torchrun's
+   * workers do not get it either.  cdrun's own fds are close-on-exec. */
+  if (close_range(3, ~0U, 0) < 0)
+    for (fd = 3; fd < 1024; fd++)
+      close(fd);
   /* Both are plain syscalls: async-signal-safe. */
   if (o->cpus && sched_setaffinity(0, sizeof *o->cpus, o->cpus) < 0)
     child_fail(args, errno);
@@ -137,6 +143,7 @@ int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
       ;
     if (args.in_child_done && o->exec_failed)
       o->exec_failed(o->ctx, pid);
+    *pid_out = pid;     /* for the failure's report; already reaped */
     return -args.err;
   }
   *pid_out = pid;

@@ -57,7 +57,8 @@ struct spawn_opts {
  *
  * Returns 0 with *pid set once the exec succeeded; -errno of the failed
  * execvp (for example -ENOENT, -EACCES) or of in_child after reaping the
- * child; or another negative errno if the clone failed.  Safe to call
+ * child, with *pid set to the pid it had (for reports only: it may be
+ * reused); or another negative errno if the clone failed.  Safe to call
  * from a libuv loop that handles signals: all signals are blocked around
  * the clone so no handler runs in the child. */
 int spawn_worker(const struct spawn_opts *o, pid_t *pid);

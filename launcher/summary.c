@@ -117,7 +117,13 @@ static void print_failure(FILE *out, size_t idx, const char *host,
   print_field(out, "host", host ? host : "<N/A>");
   fprintf(out, "  rank      : %d (local_rank: %d)\n", w->rank,
           w->local_rank);
-  fprintf(out, "  exitcode  : %d (pid: %d)\n", w->exitcode, (int)w->pid);
+  fprintf(out, "  exitcode  : %d", w->exitcode);
+  if (w->exitcode < 0) {
+    char sig[32];
+
+    fprintf(out, " (%s)", sig_name(-w->exitcode, sig, sizeof sig));
+  }
+  fprintf(out, " (pid: %d)\n", (int)w->pid);
   print_field(out, "error_file", has_file ? w->error_file : "<N/A>");
   fputs("  traceback : ", out);
   if (text) {

@@ -33,6 +33,12 @@
  *                                   gone), sleeping 600 s
  *   testworker trap DIR SECS        on SIGTERM/SIGUSR1/...: DIR/sig.<RANK>
  *                                   holds the signal number, exit 0
+ *   testworker ckpt DIR HSECS       a checkpointing worker: DIR/pid.<RANK>;
+ *                                   on a signal N (TERM/INT/HUP/QUIT/USR1/
+ *                                   USR2, others blocked meanwhile) writes
+ *                                   DIR/sig<N>.<RANK>, sleeps HSECS, writes
+ *                                   DIR/ckpt<N>.<RANK>; then exits 0 (on
+ *                                   USR1/USR2 keeps running)
  *   testworker ignore DIR SECS      ignores SIGTERM/INT/HUP, DIR/pid.<RANK>,
  *                                   sleeps
  *   testworker print N              N lines on stdout, N on stderr
@@ -138,6 +144,41 @@ static void on_trap(int sig)
   snprintf(buf, sizeof buf, "%d\n", sig);
   write_file(trap_dir, "sig", buf);
   _exit(0);
+}
+
+static double ckpt_secs;
+
+/* A checkpoint in a signal handler, as training scripts write one on
+ * Slurm's warning signal or on SIGTERM. */
+static void on_ckpt(int sig)
+{
+  char what[16];
+
+  snprintf(what, sizeof what, "sig%d", sig);
+  write_file(trap_dir, what, "1\n");
+  sleep_s(ckpt_secs);
+  snprintf(what, sizeof what, "ckpt%d", sig);
+  write_file(trap_dir, what, "1\n");
+  if (sig != SIGUSR1 && sig != SIGUSR2)
+    _exit(0);
+}
+
+static __attribute__((noreturn)) void mode_ckpt(const char *dir, double secs)
+{
+  int sigs[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+  struct sigaction sa;
+  size_t i;
+
+  trap_dir = dir;
+  ckpt_secs = secs;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_ckpt;
+  sigfillset(&sa.sa_mask);
+  for (i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    sigaction(sigs[i], &sa, NULL);
+  write_pid(dir, "pid", getpid());
+  for (;;)
+    pause();
 }
 
 static int mode_env(const char *dir)
@@ -430,6 +471,8 @@ int main(int argc, char **argv)
     sleep_s(atof(argv[3]));
     return 0;
   }
+  if (strcmp(mode, "ckpt") == 0 && argc == 4)
+    mode_ckpt(argv[2], atof(argv[3]));
   if (strcmp(mode, "ignore") == 0 && argc == 4) {
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);

@@ -73,4 +73,10 @@ rm -f "$T"/e/*
 "$CDRUN" --rdzv_endpoint='[::1]:29777' "$TW" env "$T/e" || fail "endpoint"
 expect_eq "endpoint MASTER_ADDR" "$(envval "$T/e/env.0" MASTER_ADDR)" ::1
 expect_eq "endpoint MASTER_PORT" "$(envval "$T/e/env.0" MASTER_PORT)" 29777
+# A descriptor that cdrun's parent left open does not reach the workers
+# (torchrun closes them too); 0, 1 and 2 do.
+"$CDRUN" --no-python bash -c 'for f in 0 1 2 9 100; do
+    [ -e /proc/$$/fd/$f ] && echo "$f"; done >"$0/fds.$RANK"; true' "$T" \
+  9>"$T/nine" 100>"$T/hundred" 2>"$T/fds.err" || fail "fds: cdrun exited $?"
+expect_eq "fds a worker inherits" "$(tr '\n' ' ' <"$T/fds.0")" "0 1 2 "
 exit 0

@@ -28,7 +28,7 @@ expect_grep "^  error_file: $T/logs/none_[^/]+/attempt_0/[01]/error.json$" "$T/e
 # A worker killed by a signal: 128 + signal, torchrun's message.
 "$CDRUN" --standalone --nproc_per_node=2 "$TW" kill 1 9 >"$T/out" 2>"$T/err"
 expect_eq "signal exit status" "$?" 137
-expect_grep '^  exitcode  : -9 \(pid: [0-9]+\)$' "$T/err"
+expect_grep '^  exitcode  : -9 \(SIGKILL\) \(pid: [0-9]+\)$' "$T/err"
 expect_grep '^  traceback : Signal 9 \(SIGKILL\) received by PID [0-9]+$' "$T/err"
 
 # Workers failing together are all listed; the root cause is the first.
@@ -48,4 +48,6 @@ done
 expect_eq "missing program status" "$?" 127
 expect_grep "cannot execute '$T/no-such-program': No such file or directory" "$T/err"
 grep -q restarting "$T/err" && fail "restarted a target that cannot run"
+# The summary names the process whose exec failed, not pid 0.
+expect_grep '^  exitcode  : 127 \(pid: [1-9][0-9]*\)$' "$T/err"
 exit 0

@@ -59,4 +59,42 @@ agent s1 --nnodes=2 --node_rank=1 --nproc_per_node=2 --master_addr=127.0.0.1 \
 wait_exit "$AGENT_s0" 20; wait_exit "$AGENT_s1" 20
 check_world "$T/s" env 4
 expect_eq "static MASTER_PORT" "$(envval "$T/s/env.3" MASTER_PORT)" "$port"
+
+# Two static nodes without --node_rank are both node 0: the nodes meet
+# at the endpoint before starting (Note [static barrier]), and both say
+# which flag is missing; no worker runs.
+mkdir "$T/dup"
+port=$(free_port)
+agent d0 --nnodes=2 --nproc_per_node=2 --rdzv_endpoint=127.0.0.1:"$port" \
+  "$TW" env "$T/dup"
+agent d1 --nnodes=2 --nproc_per_node=2 --rdzv_endpoint=127.0.0.1:"$port" \
+  "$TW" env "$T/dup"
+wait_exit "$AGENT_d0" 30; rc0=$RC
+wait_exit "$AGENT_d1" 30; rc1=$RC
+for n in d0 d1; do
+  expect_grep 'node rank 0 was claimed by two nodes .*--node_rank=0\.\.1, or use --rdzv_backend=c10d' \
+    "$T/$n.err"
+done
+[ "$rc0" -ne 0 ] && [ "$rc1" -ne 0 ] || fail "duplicate node ranks: exit $rc0 and $rc1"
+[ -z "$(ls -A "$T/dup")" ] || fail "workers ran with duplicate node ranks: $(ls "$T/dup")"
+
+# Different --nproc_per_node on static nodes: refused the same way.
+mkdir "$T/np"
+port=$(free_port)
+agent n0 --nnodes=2 --node_rank=0 --nproc_per_node=2 \
+  --master_addr=127.0.0.1 --master_port="$port" "$TW" env "$T/np"
+agent n1 --nnodes=2 --node_rank=1 --nproc_per_node=1 \
+  --master_addr=127.0.0.1 --master_port="$port" "$TW" env "$T/np"
+wait_exit "$AGENT_n0" 30; wait_exit "$AGENT_n1" 30
+expect_grep 'same --nproc_per_node on every node \(1 at .*, 2 at node 0\)' "$T/n1.err"
+
+# A static node whose node 0 never comes gives up after join_timeout.
+mkdir "$T/lone1"
+port=$(free_port)
+agent l1 --nnodes=2 --node_rank=1 --nproc_per_node=1 --master_addr=127.0.0.1 \
+  --master_port="$port" --rdzv_conf=join_timeout=1 "$TW" env "$T/lone1"
+wait_exit "$AGENT_l1" 30
+[ "$RC" -ne 0 ] || fail "a static node without node 0 exited 0"
+expect_grep 'static rendezvous: waited 1 s for node 0 at 127\.0\.0\.1:' "$T/l1.err"
+[ -z "$(ls -A "$T/lone1")" ] || fail "a worker ran without node 0"
 exit 0

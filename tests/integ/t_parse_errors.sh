@@ -1,5 +1,6 @@
 #!/bin/bash
-# Every bad flag, value or environment variable: one line naming it, exit 2.
+# Every bad flag, value or environment variable: one line naming it, exit 2
+# (an unknown flag: the usage line too).
 . "$(dirname "$0")/lib.sh"
 
 # expect_usage_error REGEX [ENV=V...] -- ARGS...
@@ -18,8 +19,18 @@ expect_usage_error() {
   return 0
 }
 
-expect_usage_error "unrecognized argument '--bogus'" -- --bogus /bin/true
+# An option cdrun does not know: argparse's usage line, then the error
+# (with the option probably meant).
+"$CDRUN" --nproc-per-nodes=2 /bin/true >"$T/out" 2>"$T/err"
+expect_eq "misspelled flag: exit status" "$?" 2
+expect_eq "misspelled flag: lines" "$(wc -l <"$T/err")" 2
+expect_eq "misspelled flag: usage line" "$(head -1 "$T/err")" \
+  "usage: cdrun [options] training_script [training_script_args ...]"
+expect_grep "^cdrun: error: unrecognized argument '--nproc-per-nodes=2' \(did you mean --nproc-per-node\?\)$" "$T/err"
+[ -s "$T/out" ] && fail "misspelled flag: wrote to stdout"
 expect_usage_error "--nproc_per_node" -- --nproc_per_node=abc /bin/true
+expect_usage_error "CDRUN_RESTART_BACKOFF: invalid value 'abc'" \
+  CDRUN_RESTART_BACKOFF=abc -- /bin/true
 expect_usage_error "--nproc_per_node" -- --nproc_per_node=0 /bin/true
 expect_usage_error "--nproc_per_node" -- --nproc_per_node xpu /bin/true
 expect_usage_error "--nnodes" -- --nnodes=3:2 /bin/true

@@ -1,6 +1,7 @@
 #!/bin/bash
 # A worker failure restarts the whole local group; the next attempt
-# succeeds; TORCHELASTIC_RESTART_COUNT counts attempts.
+# succeeds; TORCHELASTIC_RESTART_COUNT counts attempts.  A crash loop backs
+# off (Note [restart backoff]) and says it is the same failure.
 . "$(dirname "$0")/lib.sh"
 
 mkdir "$T/e"
@@ -21,4 +22,22 @@ done
 [ -d "$(echo "$T"/logs/*/attempt_1)" ] || fail "no attempt_1 folder"
 [ -d "$(echo "$T"/logs/*/attempt_2)" ] && fail "a third attempt ran"
 grep -q FAILED "$T/err" && fail "a summary was printed for a success"
+
+# A crash loop: at once, then 0.2 s, 0.4 s, 0.4 s (the cap); each failure
+# is the same one.  The healthy interval is far longer than any attempt.
+CDRUN_RESTART_BACKOFF=0.2:0.4:600 "$CDRUN" --nproc_per_node=2 \
+  --max_restarts=4 "$TW" errfile "disk full" >"$T/out" 2>"$T/loop.err"
+expect_eq "crash loop: exit status" "$?" 1
+expect_grep 'restarting it \(1 of 4 restarts used\)' "$T/loop.err"
+expect_grep 'restarting it in 0\.2 s \(2 of 4 restarts used\)' "$T/loop.err"
+expect_grep 'restarting it in 0\.4 s \(3 of 4 restarts used\)' "$T/loop.err"
+expect_grep 'restarting it in 0\.4 s \(4 of 4 restarts used\)' "$T/loop.err"
+expect_grep '^cdrun: the same failure 4 times in a row: exited with status 1: disk full$' \
+  "$T/loop.err"
+# Off: every restart at once.
+CDRUN_RESTART_BACKOFF=0 "$CDRUN" --nproc_per_node=1 --max_restarts=3 \
+  "$TW" errfile "disk full" >"$T/out" 2>"$T/off.err"
+expect_eq "no backoff: exit status" "$?" 1
+expect_grep 'restarting it \(3 of 3 restarts used\)' "$T/off.err"
+grep -q 'restarting it in' "$T/off.err" && fail "CDRUN_RESTART_BACKOFF=0 waited"
 exit 0

@@ -128,4 +128,18 @@ expect_grep 'no-reducer, --no-overlap and --no-comm: pick one' "$T/pick.log"
 "$TRAIN" --epochs two >"$T/flag.log" 2>&1
 expect_eq "bad flag: exit" "$?" 2
 expect_grep "^train_mlp: --epochs: 'two' is not an integer" "$T/flag.log"
+
+# A checkpoint that cannot be written (a full disk: a 4 KiB tmpfs in a
+# mount namespace of its own) fails the run and leaves no temporary file.
+if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null; then
+  mkdir "$T/full"
+  unshare -m sh -c 'mount -t tmpfs -o size=4k tmpfs "$0" || exit 99
+    "$@" --ckpt-dir "$0/ck"; rc=$?; ls -A "$0/ck" >"$0.ls"; exit $rc' \
+    "$T/full" "$TRAIN" "${SMALL[@]}" >"$T/full.log" 2>&1
+  rc=$?
+  [ "$rc" -ne 99 ] || fail "cannot mount a tmpfs: $(cat "$T/full.log")"
+  expect_eq "full disk: exit" "$rc" 1
+  expect_grep 'cannot write the checkpoint.*No space left on device' "$T/full.log"
+  expect_eq "full disk: files left" "$(cat "$T/full.ls")" ""
+fi
 exit 0

@@ -30,9 +30,12 @@ static int parse_env(char **env, char **argv)
   ck_assert_msg((rc) == 0, "parse failed: rc %d, err '%s'", (rc), err)
 
 /* An error: -EINVAL, one line naming `needle`, nothing left to free. */
-#define ck_assert_einval(rc, needle) do { \
+#define ck_assert_einval(rc, needle) ck_assert_fails(rc, -EINVAL, needle)
+/* An option args_parse does not know: the caller adds the usage line. */
+#define ck_assert_unknown(rc, needle) ck_assert_fails(rc, -ENOENT, needle)
+#define ck_assert_fails(rc, code, needle) do { \
     int rc_ = (rc); \
-    ck_assert_int_eq(rc_, -EINVAL); \
+    ck_assert_int_eq(rc_, (code)); \
     ck_assert_msg(strstr(err, (needle)) != NULL, \
                   "err '%s' lacks '%s'", err, (needle)); \
     ck_assert_ptr_null(strchr(err, '\n')); \
@@ -604,15 +607,22 @@ END_TEST
 
 START_TEST(test_unknown_flags)
 {
-  ck_assert_einval(PARSE("--foo", "t"), "unrecognized argument '--foo'");
-  ck_assert_einval(PARSE("--foo=1", "t"), "'--foo=1'");
-  ck_assert_einval(PARSE("-x", "t"), "unrecognized argument '-x'");
-  ck_assert_einval(PARSE("---nnodes=1", "t"), "unrecognized argument");
+  ck_assert_unknown(PARSE("--foo", "t"), "unrecognized argument '--foo'");
+  ck_assert_unknown(PARSE("--foo=1", "t"), "'--foo=1'");
+  ck_assert_unknown(PARSE("-x", "t"), "unrecognized argument '-x'");
+  ck_assert_unknown(PARSE("---nnodes=1", "t"), "unrecognized argument");
   /* argparse registers each name in one spelling or the other. */
-  ck_assert_einval(PARSE("--nproc-per_node=2", "t"),
+  ck_assert_unknown(PARSE("--nproc-per_node=2", "t"),
                    "'--nproc-per_node=2'");
-  ck_assert_einval(PARSE("--nprocs", "2", "t"), "'--nprocs'");
-  ck_assert_einval(PARSE("--NNODES=1", "t"), "'--NNODES=1'");
+  ck_assert_unknown(PARSE("--nprocs", "2", "t"), "'--nprocs'");
+  ck_assert_unknown(PARSE("--NNODES=1", "t"), "'--NNODES=1'");
+  /* A near miss names the option meant, in the spelling typed. */
+  ck_assert_unknown(PARSE("--nproc-per-nodes=2", "t"),
+                    "'--nproc-per-nodes=2' (did you mean --nproc-per-node?)");
+  ck_assert_unknown(PARSE("--max_restrats=2", "t"),
+                    "(did you mean --max_restarts?)");
+  ck_assert_unknown(PARSE("--foo", "t"), "'--foo'");
+  ck_assert_ptr_null(strstr(err, "did you mean"));
 }
 END_TEST
 
@@ -736,10 +746,10 @@ START_TEST(test_prefixes)
   ck_assert_ok(PARSE("--no-", "t"));
   ck_assert(A.no_python);
   args_free(&A);
-  ck_assert_einval(PARSE("--max_rest-x=1", "t"),
-                   "unrecognized argument '--max_rest-x=1'");
+  ck_assert_unknown(PARSE("--max_rest-x=1", "t"),
+                    "unrecognized argument '--max_rest-x=1'");
   /* A mix of spellings is no prefix of either. */
-  ck_assert_einval(PARSE("--nproc_per-n=1", "t"), "unrecognized");
+  ck_assert_unknown(PARSE("--nproc_per-n=1", "t"), "unrecognized");
 }
 END_TEST
 
@@ -816,7 +826,7 @@ START_TEST(test_help_version)
   args_free(&A);
 
   /* Errors before --help still count. */
-  ck_assert_einval(PARSE("--foo", "--help"), "--foo");
+  ck_assert_unknown(PARSE("--foo", "--help"), "--foo");
 }
 END_TEST
 

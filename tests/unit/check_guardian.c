@@ -168,7 +168,7 @@ static void expect_group_alive_then_end(struct group g)
 static void start(struct guardian *g)
 {
   memset(g, 0x55, sizeof *g);
-  ck_assert_int_eq(guardian_start(g, NULL), 0);
+  ck_assert_int_eq(guardian_start(g, NULL, NULL), 0);
   ck_assert_int_gt(g->pid, 0);
   ck_assert_int_ge(g->fd, 0);
   ck_assert_int_ne(fcntl(g->fd, F_GETFD) & FD_CLOEXEC, 0);
@@ -380,7 +380,7 @@ static void agent_main(int wfd)
   pid_t pids[3];
 
   helper_init();
-  if (guardian_start(&g, NULL) != 0)
+  if (guardian_start(&g, NULL, NULL) != 0)
     _exit(2);
   {
     int fds[2] = { g.fd, wfd };

@@ -66,7 +66,7 @@ static struct rdzv *make_node(int node_rank, int nnodes, int nproc,
   struct rdzv *r = NULL;
 
   ck_assert_int_eq(rdzv_local_create(&loop, node_rank, nnodes, nproc, addr,
-                                     port, &cb, &r), 0);
+                                     port, 0, &cb, &r), 0);
   ck_assert_ptr_nonnull(r);
   ck_assert_ptr_nonnull(r->ops);
   ck_assert_str_eq(r->ops->name, "static");

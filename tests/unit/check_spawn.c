@@ -139,6 +139,8 @@ START_TEST(test_enoent)
   pid_t pid = 12345;
 
   ck_assert_int_eq(spawn(argv1, empty_env, -1, &pid), -ENOENT);
+  /* The pid the failed child had, for the report (not 0). */
+  ck_assert_int_gt(pid, 0);
   expect_no_children();
   ck_assert_int_eq(spawn(argv2, empty_env, -1, &pid), -ENOENT);
   expect_no_children();

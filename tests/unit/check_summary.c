@@ -259,7 +259,7 @@ START_TEST(signal_without_error_file)
   utc();
   got = capture("./train", "n", &f, 1);
   ck_assert_ptr_nonnull(strstr(got,
-    "  exitcode  : -9 (pid: 4242)\n"
+    "  exitcode  : -9 (SIGKILL) (pid: 4242)\n"
     "  error_file: <N/A>\n"
     "  traceback : Signal 9 (SIGKILL) received by PID 4242\n" EQ60));
   free(got);
@@ -289,7 +289,7 @@ START_TEST(signal_with_error_file_message)
 
   got = capture("./train", "n", &f, 1);
   ck_assert_ptr_nonnull(strstr(got,
-    "  exitcode  : -6 (pid: 5)\n"
+    "  exitcode  : -6 (SIGABRT) (pid: 5)\n"
     "  error_file: /e.json\n"
     "  traceback : RuntimeError: abort\n"));
   ck_assert_ptr_null(strstr(got, "Signal"));

@@ -1,0 +1,548 @@
+/* static_barrier.c -- see Note [static barrier] in static_barrier.h. */
+#include "static_barrier.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define LINE_MAX_LEN 200        /* a hello, newline included */
+#define ANSWER_MAX_LEN 1024     /* node 0's answer, newline included */
+#define RETRY_MS 100            /* between attempts to reach node 0 */
+#define EXTRA_CONNS 64          /* connections beyond one per node */
+#define MAX_CONNS 100000
+
+/* One node's connection to node 0's listener (server side). */
+struct conn {
+  struct static_barrier *b;
+  struct conn *next;
+  uv_tcp_t h;
+  uv_write_t wr;
+  char buf[LINE_MAX_LEN];
+  size_t len;
+  bool hello;                   /* rank and token are valid */
+  bool closing;
+  int rank;
+  char token[96];
+};
+
+struct static_barrier {
+  uv_loop_t *loop;
+  struct static_barrier_opts o;
+  char addr[256];
+  char port_text[16];
+  char token[96];
+  char hello[LINE_MAX_LEN];
+  static_barrier_done done;
+  void *ctx;
+  bool finished;                /* done was called, or close */
+  int open_handles;             /* handles and requests not yet back */
+  bool freeing;
+  /* the client: every node */
+  uv_getaddrinfo_t gai;
+  bool gai_active;
+  struct sockaddr_storage peer;
+  bool have_peer;
+  uv_tcp_t client;
+  bool client_open;
+  uv_connect_t connect;
+  uv_write_t client_wr;
+  char cbuf[ANSWER_MAX_LEN];
+  size_t clen;
+  uv_timer_t retry, deadline;
+  /* the server: node 0 when it could bind */
+  uv_tcp_t listener;
+  bool listening;
+  struct conn *conns;
+  int nconns;
+  int met;                      /* distinct ranks that said hello */
+};
+
+static void try_connect(struct static_barrier *b);
+
+static void retry_fired(uv_timer_t *t)
+{
+  try_connect(t->data);
+}
+
+static void maybe_free(struct static_barrier *b)
+{
+  if (b->freeing && b->open_handles == 0)
+    free(b);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+  struct static_barrier *b = h->data;
+
+  b->open_handles--;
+  maybe_free(b);
+}
+
+static void conn_closed(uv_handle_t *h)
+{
+  struct conn *c = h->data;
+  struct static_barrier *b = c->b;
+
+  free(c);
+  b->open_handles--;
+  maybe_free(b);
+}
+
+static void close_conn(struct conn *c)
+{
+  struct static_barrier *b = c->b;
+  struct conn **p;
+
+  if (c->closing)
+    return;
+  c->closing = true;
+  for (p = &b->conns; *p; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  b->nconns--;
+  if (c->hello) {
+    struct conn *o;
+    bool other = false;
+
+    /* The rank stays met while another connection holds it. */
+    for (o = b->conns; o; o = o->next)
+      other |= o->hello && o->rank == c->rank;
+    if (!other)
+      b->met--;
+  }
+  uv_close((uv_handle_t *)&c->h, conn_closed);
+}
+
+static void stop_listening(struct static_barrier *b)
+{
+  if (b->listening) {
+    b->listening = false;
+    uv_close((uv_handle_t *)&b->listener, handle_closed);
+  }
+}
+
+static void close_client(struct static_barrier *b)
+{
+  if (b->client_open) {
+    b->client_open = false;
+    uv_close((uv_handle_t *)&b->client, handle_closed);
+  }
+}
+
+/* Ends the meeting for this node: the result to the caller, once. */
+static void finish(struct static_barrier *b, int err, const char *message)
+{
+  if (b->finished)
+    return;
+  b->finished = true;
+  uv_timer_stop(&b->retry);
+  uv_timer_stop(&b->deadline);
+  close_client(b);
+  b->done(b->ctx, err, message);
+}
+
+/* ---- the server (node 0) ------------------------------------------------ */
+
+static void conn_written(uv_write_t *w, int status)
+{
+  struct conn *c = w->data;
+
+  (void)status;
+  close_conn(c);
+}
+
+/* Answers every connection with line and closes it. */
+static void answer_all(struct static_barrier *b, const char *line)
+{
+  struct conn *c, *next;
+  uv_buf_t buf;
+
+  stop_listening(b);
+  for (c = b->conns; c; c = next) {
+    next = c->next;
+    buf = uv_buf_init((char *)line, (unsigned)strlen(line));
+    c->wr.data = c;
+    uv_read_stop((uv_stream_t *)&c->h);
+    if (uv_write(&c->wr, (uv_stream_t *)&c->h, &buf, 1, conn_written) != 0)
+      close_conn(c);
+  }
+}
+
+/* The meeting failed for everyone: why, to every node and to this one. */
+static void fail_all(struct static_barrier *b, const char *why)
+{
+  static char line[ANSWER_MAX_LEN];
+
+  snprintf(line, sizeof line, "error %s\n", why);
+  answer_all(b, line);
+  finish(b, -EINVAL, why);
+}
+
+static void on_hello(struct conn *c, const char *line)
+{
+  struct static_barrier *b = c->b;
+  char why[ANSWER_MAX_LEN - 16], token[96];
+  int version, rank, nnodes, nproc, end = 0;
+  struct conn *o;
+
+  if (sscanf(line, "cdrun-static %d %d %d %d %95s%n", &version, &rank,
+             &nnodes, &nproc, token, &end) != 5 || line[end] != '\0' ||
+      version != 1 || rank < 0 || nnodes < 1 || nproc < 1) {
+    close_conn(c);      /* not one of ours */
+    return;
+  }
+  if (nnodes != b->o.nnodes) {
+    snprintf(why, sizeof why, "static rendezvous: nodes disagree on "
+             "--nnodes (%d at %s, %d at node 0)", nnodes, token,
+             b->o.nnodes);
+    fail_all(b, why);
+    return;
+  }
+  if (nproc != b->o.nproc) {
+    snprintf(why, sizeof why, "static rendezvous: the static back end "
+             "needs the same --nproc_per_node on every node (%d at %s, %d "
+             "at node 0)", nproc, token, b->o.nproc);
+    fail_all(b, why);
+    return;
+  }
+  if (rank >= b->o.nnodes) {
+    close_conn(c);
+    return;
+  }
+  for (o = b->conns; o; o = o->next)
+    if (o != c && o->hello && o->rank == rank && strcmp(o->token, token)) {
+      snprintf(why, sizeof why, "static rendezvous: node rank %d was "
+               "claimed by two nodes (%s and %s): give each node its own "
+               "--node_rank=0..%d, or use --rdzv_backend=c10d, which "
+               "assigns node ranks", rank, o->token, token,
+               b->o.nnodes - 1);
+      fail_all(b, why);
+      return;
+    }
+  c->hello = true;
+  c->rank = rank;
+  snprintf(c->token, sizeof c->token, "%s", token);
+  for (o = b->conns; o; o = o->next)
+    if (o != c && o->hello && o->rank == rank)
+      break;
+  if (!o && ++b->met == b->o.nnodes)
+    answer_all(b, "ok\n");
+}
+
+static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+  struct conn *c = h->data;
+
+  (void)hint;
+  *buf = uv_buf_init(c->buf + c->len, (unsigned)(sizeof c->buf - c->len));
+}
+
+static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+  struct conn *c = s->data;
+  char *nl;
+
+  (void)buf;
+  if (n < 0) {
+    close_conn(c);      /* gone: its rank is no longer met */
+    return;
+  }
+  c->len += (size_t)n;
+  nl = memchr(c->buf, '\n', c->len);
+  if (!nl) {
+    if (c->len == sizeof c->buf)
+      close_conn(c);    /* too long for a hello */
+    return;
+  }
+  if (c->hello) {
+    close_conn(c);      /* one line per connection */
+    return;
+  }
+  *nl = '\0';
+  if ((size_t)(nl - c->buf) + 1 != c->len) {
+    close_conn(c);
+    return;
+  }
+  c->len = 0;
+  on_hello(c, c->buf);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+  struct static_barrier *b = server->data;
+  int limit = b->o.nnodes < MAX_CONNS ? b->o.nnodes + EXTRA_CONNS
+                                      : MAX_CONNS + EXTRA_CONNS;
+  struct conn *c;
+
+  if (status < 0 || !b->listening)
+    return;
+  c = calloc(1, sizeof *c);
+  if (!c)
+    return;
+  c->b = b;
+  c->h.data = c;
+  if (uv_tcp_init(b->loop, &c->h) != 0) {
+    free(c);
+    return;
+  }
+  b->open_handles++;
+  c->next = b->conns;
+  b->conns = c;
+  b->nconns++;
+  if (uv_accept(server, (uv_stream_t *)&c->h) != 0 || b->nconns > limit ||
+      uv_read_start((uv_stream_t *)&c->h, conn_alloc, conn_read) != 0)
+    close_conn(c);
+}
+
+/* Node 0 serves the meeting unless the port is taken (another node 0 on
+ * this host serves it: only connect, and be caught as a duplicate). */
+static int start_server(struct static_barrier *b)
+{
+  struct sockaddr_storage sa;
+  int err;
+
+  if (strchr(b->addr, ':'))
+    err = uv_ip6_addr("::", b->o.port, (struct sockaddr_in6 *)&sa);
+  else
+    err = uv_ip4_addr("0.0.0.0", b->o.port, (struct sockaddr_in *)&sa);
+  if (err)
+    return err;
+  err = uv_tcp_init(b->loop, &b->listener);
+  if (err)
+    return err;
+  b->listener.data = b;
+  b->open_handles++;
+  b->listening = true;
+  err = uv_tcp_bind(&b->listener, (struct sockaddr *)&sa, 0);
+  if (err == 0)
+    err = uv_listen((uv_stream_t *)&b->listener, 128, on_connection);
+  if (err) {
+    stop_listening(b);
+    return err == UV_EADDRINUSE ? 0 : err;
+  }
+  return 0;
+}
+
+/* ---- the client (every node) ------------------------------------------- */
+
+static void retry_later(struct static_barrier *b)
+{
+  close_client(b);
+  b->clen = 0;
+  if (!b->finished)
+    uv_timer_start(&b->retry, retry_fired, RETRY_MS, 0);
+}
+
+static void client_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+  struct static_barrier *b = h->data;
+
+  (void)hint;
+  *buf = uv_buf_init(b->cbuf + b->clen, (unsigned)(sizeof b->cbuf - b->clen
+                                                    - 1));
+}
+
+static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+  struct static_barrier *b = s->data;
+  char *nl;
+
+  (void)buf;
+  if (b->finished)
+    return;
+  if (n < 0) {
+    retry_later(b);     /* no answer: node 0 went away, or it was not us */
+    return;
+  }
+  b->clen += (size_t)n;
+  b->cbuf[b->clen] = '\0';
+  nl = strchr(b->cbuf, '\n');
+  if (!nl) {
+    if (b->clen >= sizeof b->cbuf - 1)
+      retry_later(b);
+    return;
+  }
+  *nl = '\0';
+  if (strcmp(b->cbuf, "ok") == 0)
+    finish(b, 0, NULL);
+  else if (strncmp(b->cbuf, "error ", 6) == 0)
+    finish(b, -EINVAL, b->cbuf + 6);
+  else
+    retry_later(b);
+}
+
+static void hello_written(uv_write_t *w, int status)
+{
+  struct static_barrier *b = w->data;
+
+  if (status < 0 && !b->finished && b->client_open)
+    retry_later(b);
+}
+
+static void connected(uv_connect_t *req, int status)
+{
+  struct static_barrier *b = req->data;
+  uv_buf_t buf = uv_buf_init(b->hello, (unsigned)strlen(b->hello));
+
+  if (b->finished || !b->client_open)
+    return;
+  if (status < 0) {
+    retry_later(b);
+    return;
+  }
+  b->client_wr.data = b;
+  if (uv_write(&b->client_wr, (uv_stream_t *)&b->client, &buf, 1,
+               hello_written) != 0 ||
+      uv_read_start((uv_stream_t *)&b->client, client_alloc,
+                    client_read) != 0)
+    retry_later(b);
+}
+
+static void resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *ai)
+{
+  struct static_barrier *b = req->data;
+
+  b->gai_active = false;
+  b->open_handles--;
+  if (b->freeing) {
+    uv_freeaddrinfo(ai);
+    maybe_free(b);
+    return;
+  }
+  if (status == 0 && ai && ai->ai_addrlen <= sizeof b->peer) {
+    memcpy(&b->peer, ai->ai_addr, ai->ai_addrlen);
+    b->have_peer = true;
+  }
+  uv_freeaddrinfo(ai);
+  if (b->finished)
+    return;
+  if (b->have_peer)
+    try_connect(b);
+  else
+    uv_timer_start(&b->retry, retry_fired, RETRY_MS, 0);
+}
+
+static void try_connect(struct static_barrier *b)
+{
+  struct addrinfo hints;
+
+  if (b->finished)
+    return;
+  if (!b->have_peer) {
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    b->gai.data = b;
+    if (uv_getaddrinfo(b->loop, &b->gai, resolved, b->addr, b->port_text,
+                       &hints) == 0) {
+      b->gai_active = true;
+      b->open_handles++;
+    } else {
+      uv_timer_start(&b->retry, retry_fired, RETRY_MS, 0);
+    }
+    return;
+  }
+  if (uv_tcp_init(b->loop, &b->client) != 0) {
+    uv_timer_start(&b->retry, retry_fired, RETRY_MS, 0);
+    return;
+  }
+  b->client.data = b;
+  b->client_open = true;
+  b->open_handles++;
+  b->connect.data = b;
+  if (uv_tcp_connect(&b->connect, &b->client, (struct sockaddr *)&b->peer,
+                     connected) != 0)
+    retry_later(b);
+}
+
+static void timed_out(uv_timer_t *t)
+{
+  struct static_barrier *b = t->data;
+  char why[512];
+
+  if (b->listening)
+    snprintf(why, sizeof why, "static rendezvous: waited %g s for the "
+             "other nodes: %d of %d node ranks met here at port %d (each "
+             "node needs its own --node_rank, or use "
+             "--rdzv_backend=c10d)", b->o.timeout_s, b->met, b->o.nnodes,
+             b->o.port);
+  else
+    snprintf(why, sizeof why, "static rendezvous: waited %g s for node 0 "
+             "at %s:%d (the --node_rank=0 node serves the meeting there, "
+             "on MASTER_PORT, until every node has arrived)",
+             b->o.timeout_s, b->addr, b->o.port);
+  stop_listening(b);
+  while (b->conns)
+    close_conn(b->conns);
+  finish(b, -ETIMEDOUT, why);
+}
+
+int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
+                         static_barrier_done done, void *ctx,
+                         struct static_barrier **out)
+{
+  struct static_barrier *b = calloc(1, sizeof *b);
+  char host[64];
+  unsigned rnd = 0;
+  int err;
+
+  if (!b)
+    return -ENOMEM;
+  b->loop = loop;
+  b->o = *o;
+  snprintf(b->addr, sizeof b->addr, "%s", o->master_addr);
+  b->o.master_addr = b->addr;
+  snprintf(b->port_text, sizeof b->port_text, "%d", o->port);
+  b->done = done;
+  b->ctx = ctx;
+  if (gethostname(host, sizeof host) < 0)
+    snprintf(host, sizeof host, "localhost");
+  host[sizeof host - 1] = '\0';
+  host[strcspn(host, " \t\n")] = '\0';
+  if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
+    rnd = (unsigned)uv_hrtime();
+  snprintf(b->token, sizeof b->token, "%s:pid%d:%08x", host, (int)getpid(),
+           rnd);
+  snprintf(b->hello, sizeof b->hello, "cdrun-static 1 %d %d %d %s\n",
+           o->node_rank, o->nnodes, o->nproc, b->token);
+  uv_timer_init(loop, &b->retry);
+  uv_timer_init(loop, &b->deadline);
+  b->retry.data = b->deadline.data = b;
+  b->open_handles = 2;
+  if (o->node_rank == 0) {
+    err = start_server(b);
+    if (err) {
+      b->finished = true;
+      static_barrier_close(b);
+      return err;
+    }
+  }
+  uv_timer_start(&b->deadline, timed_out, (uint64_t)(o->timeout_s * 1000.0),
+                 0);
+  /* Connects from the loop: done never runs inside this call. */
+  uv_timer_start(&b->retry, retry_fired, 0, 0);
+  *out = b;
+  return 0;
+}
+
+void static_barrier_close(struct static_barrier *b)
+{
+  if (!b)
+    return;
+  b->finished = true;
+  b->freeing = true;
+  stop_listening(b);
+  while (b->conns)
+    close_conn(b->conns);
+  close_client(b);
+  if (b->gai_active)
+    uv_cancel((uv_req_t *)&b->gai);
+  uv_close((uv_handle_t *)&b->retry, handle_closed);
+  uv_close((uv_handle_t *)&b->deadline, handle_closed);
+}
