@@ -1125,6 +1125,183 @@ static bool attack_control_bytes(void)
   return !bad && ok_runs == 2 && daemon_answers();
 }
 
+/* ---- who may speak for a node (Note [node tokens]) ---- */
+
+/* A RESUME for a running round of job id, naming host/pid, with no
+ * token (what anyone reading --status can write). */
+static void resume_msg(struct rp_msg *m, const char *id, const char *host,
+                       int64_t pid, int round, int gws, int max_nodes)
+{
+  join_msg(m, id, 1, max_nodes, 30);
+  m->op = RP_RESUME;
+  m->u.resume.join.conf.max_restarts = 5;
+  snprintf(m->u.resume.join.host, sizeof m->u.resume.join.host, "%s", host);
+  m->u.resume.join.pid = pid;
+  m->u.resume.phase = RP_PHASE_RUNNING;
+  m->u.resume.round.round = round;
+  m->u.resume.round.group_rank = gws - 1;
+  m->u.resume.round.group_world_size = gws;
+  m->u.resume.round.rank_offset = gws - 1;
+  m->u.resume.round.world_size = gws;
+  snprintf(m->u.resume.round.master_addr,
+           sizeof m->u.resume.round.master_addr, "6.6.6.6");
+  m->u.resume.round.master_port = 6666;
+}
+
+/* Item 1: a stranger names a live node's host and pid in a RESUME, then
+ * reports a final failure.  Survived when the node keeps its connection
+ * and its job goes on. */
+static bool attack_displace(void)
+{
+  char id[64];
+  struct rp_msg m;
+  int a = dial(0), b = dial(0), rc;
+  bool ok;
+
+  if (a < 0 || b < 0)
+    die("cannot connect");
+  snprintf(id, sizeof id, "dp-%d", (int)getpid());
+  join_msg(&m, id, 1, 1, 30);
+  snprintf(m.u.join.host, sizeof m.u.join.host, "victim");
+  m.u.join.pid = 4242;
+  send_msg(a, &m);
+  if (wait_op(a, RP_ROUND, &m, 10) != 0 || m.op != RP_ROUND)
+    die("displace: no round");
+  resume_msg(&m, id, "victim", 4242, m.u.round.round, 1, 1);
+  m.u.resume.round.group_rank = 0;
+  m.u.resume.round.rank_offset = 0;
+  send_msg(b, &m);
+  memset(&m, 0, sizeof m);
+  m.op = RP_FAILURE;
+  m.u.failure.final = true;
+  snprintf(m.u.failure.message, sizeof m.u.failure.message, "forged");
+  send_msg(b, &m);
+  /* b's answers, if any, come before the participant's own. */
+  if (recv_msg(b, &m, 2) == 0)
+    rp_msg_free(&m);
+  kv(a, RP_KV_GET, "anything", NULL, 0, 0);
+  rc = wait_op(a, RP_KV_VALUE, &m, 10);
+  ok = rc == 0 && m.op == RP_KV_VALUE;
+  note("the node %s; ", ok ? "kept its connection and its job"
+                       : rc == 0 && m.op == RP_CLOSED
+                           ? "was closed by the impostor"
+                           : "lost its connection");
+  if (rc == 0)
+    rp_msg_free(&m);
+  rss_kb();
+  close(a);
+  close(b);
+  return ok && daemon_answers();
+}
+
+/* Item 3: a resumed round at the top of the range, then a failure that
+ * needs the next round.  Survived when the daemon answers and the job
+ * ends cleanly (closed: round numbers spent; with a secret the claim is
+ * refused first). */
+static bool attack_round_overflow(void)
+{
+  char id[64];
+  struct rp_msg m;
+  int a = dial(0), rc;
+  bool ok;
+
+  if (a < 0)
+    die("cannot connect");
+  snprintf(id, sizeof id, "ro-%d", (int)getpid());
+  resume_msg(&m, id, "abuse", getpid(), RP_MAX_ROUND, 1, 1);
+  send_msg(a, &m);
+  memset(&m, 0, sizeof m);
+  m.op = RP_FAILURE;
+  snprintf(m.u.failure.message, sizeof m.u.failure.message, "overflow");
+  send_msg(a, &m);
+  rc = wait_op(a, RP_CLOSED, &m, 10);
+  ok = rc == 0 && (m.op == RP_CLOSED || (m.op == RP_ERROR &&
+                                         m.u.text.code == RP_ERR_AUTH));
+  note("%s; ", rc ? "no answer"
+               : m.op == RP_CLOSED ? m.u.text.message
+                                   : "the claim was refused (no token)");
+  if (rc == 0)
+    rp_msg_free(&m);
+  rss_kb();
+  close(a);
+  return ok && daemon_answers() && real_job_works("ro");
+}
+
+/* Item 4: each of 1000 connections resumes a new job claiming a round of
+ * 100,000 nodes.  Survived within the RSS budget: a claim costs what
+ * arrived, not what it claims. */
+static bool attack_huge_resume(void)
+{
+  long n = A.count ? A.count : 1000, i, held = 0;
+  long before = rss_kb(), peak;
+  int *fds = calloc((size_t)n, sizeof *fds);
+  char id[64];
+  struct rp_msg m;
+
+  if (!fds)
+    die("out of memory");
+  for (i = 0; i < n; i++) {
+    fds[i] = dial(0);
+    if (fds[i] < 0)
+      break;
+    snprintf(id, sizeof id, "hr-%d-%ld", (int)getpid(), i);
+    resume_msg(&m, id, "abuse", getpid(), 0, RP_MAX_NODES, RP_MAX_NODES);
+    if (send_msg(fds[i], &m) == 0)
+      held++;
+  }
+  /* Every claim is in once the daemon answers a later request. */
+  bool answers = daemon_answers();
+  peak = rss_kb();
+  for (i = 0; i < n; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  free(fds);
+  note("%ld claims of 100000-node rounds sent%s; rdzvd %ld -> %ld kB; ",
+       held, A.secret.len ? " (refused: no token)" : "", before, peak);
+  return answers && daemon_answers() && real_job_works("hr");
+}
+
+/* Item 8: the first joiner of a job chooses the shortest keepalive window
+ * the protocol allows and a 1 s join timeout, then goes silent.  Survived
+ * when an honest node of the job, with cdrun's defaults and as silent for
+ * 2 s, is still a member (each node is judged by its own window). */
+static bool attack_squatter_keepalive(void)
+{
+  char id[64];
+  struct rp_msg m;
+  int a = dial(0), b = dial(0), rc;
+  bool ok;
+
+  if (a < 0 || b < 0)
+    die("cannot connect");
+  snprintf(id, sizeof id, "sq-%d", (int)getpid());
+  join_msg(&m, id, 3, 3, 30);
+  m.u.join.conf.keepalive_interval = RP_MIN_KEEPALIVE;
+  m.u.join.conf.keepalive_misses = 10;
+  m.u.join.conf.join_timeout = RP_MIN_JOIN_TIMEOUT;
+  send_msg(a, &m);
+  join_msg(&m, id, 3, 3, 30);
+  m.u.join.conf.keepalive_interval = 1;
+  m.u.join.conf.keepalive_misses = 5;
+  m.u.join.conf.join_timeout = 600;
+  send_msg(b, &m);
+  if (wait_op(b, RP_WAITING, &m, 10) != 0 || m.op != RP_WAITING)
+    die("squatter_keepalive: the honest node is not waiting");
+  rp_msg_free(&m);
+  usleep(2000000);
+  kv(b, RP_KV_GET, "anything", NULL, 0, 0);
+  rc = wait_op(b, RP_KV_VALUE, &m, 10);
+  ok = rc == 0 && m.op == RP_KV_VALUE;
+  note("the honest node %s; ", ok ? "is still a member"
+                              : rc == 0 ? "was expelled" : "got no answer");
+  if (rc == 0)
+    rp_msg_free(&m);
+  rss_kb();
+  close(a);
+  close(b);
+  return ok && daemon_answers();
+}
+
 int main(int argc, char **argv)
 {
   static const struct {
@@ -1146,6 +1323,10 @@ int main(int argc, char **argv)
     { "pipelined_hello", attack_pipelined_hello },
     { "metrics_lockout", attack_metrics_lockout },
     { "control_bytes", attack_control_bytes },
+    { "displace", attack_displace },
+    { "round_overflow", attack_round_overflow },
+    { "huge_resume", attack_huge_resume },
+    { "squatter_keepalive", attack_squatter_keepalive },
   };
   const char *attack = argc > 1 ? argv[1] : NULL, *secret = NULL;
   struct addrinfo hints, *res;
