@@ -1127,6 +1127,26 @@ static bool attack_control_bytes(void)
 
 /* ---- who may speak for a node (Note [node tokens]) ---- */
 
+/* True when the node on fd is still served as a member: a kv_get gets
+ * its KV_VALUE.  Notes what happened to "the WHO". */
+static bool still_member(int fd, const char *who)
+{
+  struct rp_msg m;
+  int rc;
+  bool ok;
+
+  kv(fd, RP_KV_GET, "anything", NULL, 0, 0);
+  rc = wait_op(fd, RP_KV_VALUE, &m, 10);
+  ok = rc == 0 && m.op == RP_KV_VALUE;
+  note("the %s %s; ", who, ok ? "is still a member"
+                       : rc != 0 ? "got no answer"
+                       : m.op == RP_CLOSED ? "saw its job closed"
+                                           : "was expelled");
+  if (rc == 0)
+    rp_msg_free(&m);
+  return ok;
+}
+
 /* A RESUME for a running round of job id, naming host/pid, with no
  * token (what anyone reading --status can write). */
 static void resume_msg(struct rp_msg *m, const char *id, const char *host,
@@ -1155,7 +1175,7 @@ static bool attack_displace(void)
 {
   char id[64];
   struct rp_msg m;
-  int a = dial(0), b = dial(0), rc;
+  int a = dial(0), b = dial(0);
   bool ok;
 
   if (a < 0 || b < 0)
@@ -1179,15 +1199,7 @@ static bool attack_displace(void)
   /* b's answers, if any, come before the participant's own. */
   if (recv_msg(b, &m, 2) == 0)
     rp_msg_free(&m);
-  kv(a, RP_KV_GET, "anything", NULL, 0, 0);
-  rc = wait_op(a, RP_KV_VALUE, &m, 10);
-  ok = rc == 0 && m.op == RP_KV_VALUE;
-  note("the node %s; ", ok ? "kept its connection and its job"
-                       : rc == 0 && m.op == RP_CLOSED
-                           ? "was closed by the impostor"
-                           : "lost its connection");
-  if (rc == 0)
-    rp_msg_free(&m);
+  ok = still_member(a, "named node");
   rss_kb();
   close(a);
   close(b);
@@ -1269,7 +1281,7 @@ static bool attack_squatter_keepalive(void)
 {
   char id[64];
   struct rp_msg m;
-  int a = dial(0), b = dial(0), rc;
+  int a = dial(0), b = dial(0);
   bool ok;
 
   if (a < 0 || b < 0)
@@ -1289,13 +1301,7 @@ static bool attack_squatter_keepalive(void)
     die("squatter_keepalive: the honest node is not waiting");
   rp_msg_free(&m);
   usleep(2000000);
-  kv(b, RP_KV_GET, "anything", NULL, 0, 0);
-  rc = wait_op(b, RP_KV_VALUE, &m, 10);
-  ok = rc == 0 && m.op == RP_KV_VALUE;
-  note("the honest node %s; ", ok ? "is still a member"
-                              : rc == 0 ? "was expelled" : "got no answer");
-  if (rc == 0)
-    rp_msg_free(&m);
+  ok = still_member(b, "honest node");
   rss_kb();
   close(a);
   close(b);
