@@ -35,6 +35,14 @@ static bool same_kv(const struct rp_kv *a, const struct rp_kv *b)
          a->found == b->found;
 }
 
+static bool same_msg_join(const struct rp_join *ja, const struct rp_join *jb)
+{
+  return strcmp(ja->id, jb->id) == 0 && strcmp(ja->addr, jb->addr) == 0 &&
+         strcmp(ja->host, jb->host) == 0 && ja->pid == jb->pid &&
+         ja->nproc == jb->nproc && ja->master_port == jb->master_port &&
+         ja->reason == jb->reason && same_conf(&ja->conf, &jb->conf);
+}
+
 static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
 {
   const struct rp_join *ja = &a->u.join, *jb = &b->u.join;
@@ -45,10 +53,7 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
     return false;
   switch (a->op) {
   case RP_JOIN:
-    return strcmp(ja->id, jb->id) == 0 && strcmp(ja->addr, jb->addr) == 0 &&
-           strcmp(ja->host, jb->host) == 0 && ja->pid == jb->pid &&
-           ja->nproc == jb->nproc && ja->master_port == jb->master_port &&
-           ja->reason == jb->reason && same_conf(&ja->conf, &jb->conf);
+    return same_msg_join(ja, jb);
   case RP_FAILURE:
     return a->u.failure.final == b->u.failure.final &&
            strcmp(a->u.failure.message, b->u.failure.message) == 0;
@@ -65,7 +70,9 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
     return wa->round == wb->round && wa->present == wb->present &&
            wa->min_nodes == wb->min_nodes && wa->max_nodes == wb->max_nodes &&
            same_double(wa->deadline, wb->deadline) &&
-           same_double(wa->last_call, wb->last_call);
+           same_double(wa->last_call, wb->last_call) &&
+           wa->restart_count == wb->restart_count &&
+           memcmp(wa->token, wb->token, RP_TOKEN_BYTES) == 0;
   case RP_ROUND:
     return ra->round == rb->round && ra->restart_count == rb->restart_count &&
            ra->group_rank == rb->group_rank &&
@@ -73,7 +80,25 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
            ra->rank_offset == rb->rank_offset &&
            ra->world_size == rb->world_size &&
            strcmp(ra->master_addr, rb->master_addr) == 0 &&
-           ra->master_port == rb->master_port;
+           ra->master_port == rb->master_port &&
+           ra->embedded == rb->embedded && ra->host_rank == rb->host_rank &&
+           memcmp(ra->token, rb->token, RP_TOKEN_BYTES) == 0;
+  case RP_RESUME:
+    return same_msg_join(&a->u.resume.join, &b->u.resume.join) &&
+           a->u.resume.phase == b->u.resume.phase &&
+           a->u.resume.round.round == b->u.resume.round.round &&
+           a->u.resume.round.restart_count ==
+             b->u.resume.round.restart_count &&
+           a->u.resume.round.group_rank == b->u.resume.round.group_rank &&
+           a->u.resume.round.group_world_size ==
+             b->u.resume.round.group_world_size &&
+           a->u.resume.round.rank_offset == b->u.resume.round.rank_offset &&
+           a->u.resume.round.world_size == b->u.resume.round.world_size &&
+           strcmp(a->u.resume.round.master_addr,
+                  b->u.resume.round.master_addr) == 0 &&
+           a->u.resume.round.master_port == b->u.resume.round.master_port &&
+           memcmp(a->u.resume.round.token, b->u.resume.round.token,
+                  RP_TOKEN_BYTES) == 0;
   case RP_RESTART:
   case RP_CLOSED:
   case RP_ERROR:
