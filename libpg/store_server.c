@@ -8,12 +8,13 @@
  * ST_HANDSHAKE_S, ST_MAX_PREAUTH of them at once (the oldest goes first).
  * Past it, every byte the server holds for a client is counted: the keys
  * and values of the table, and each connection's input and output
- * buffers.  A request whose frame would take a connection past
- * max_conn, or the whole past max_bytes, is answered OVER_BUDGET (its
- * bytes are read and dropped, so the connection stays in step), and so is
- * a write or a reply that would take the whole past max_bytes: the client
- * gets an error naming the budget, the server and every other client go
- * on. */
+ * buffers.  A request whose frame would take its connection past
+ * max_conn, or the whole past max_bytes, is answered OVER_BUDGET as soon
+ * as its header is read, and its bytes are read and dropped as they come,
+ * so the connection stays in step (a connection's input is at most its
+ * head frame and one ST_READ_SLICE behind it).  So is a write or a reply
+ * that would take the whole past max_bytes.  The client gets an error
+ * naming the budget; the server and every other client go on. */
 
 
 #include <errno.h>
@@ -840,7 +841,7 @@ static void conn_serve(struct pg_store_server *srv, struct st_conn *c)
 }
 
 /* Reads what c has for us.  Returns -1 when c must close. */
-static int conn_read(struct pg_store_server *srv, struct st_conn *c)
+static int conn_read(struct st_conn *c)
 {
   size_t total = 0;
 
@@ -857,8 +858,6 @@ static int conn_read(struct pg_store_server *srv, struct st_conn *c)
       want = handshake_left(c);
       if (want == 0)
         return 0;
-    } else if (!c->skip && stw_buf_used(&c->in) > srv->max_conn + 65536) {
-      return 0;     /* served (or refused) before we read on */
     }
     if (!stw_buf_reserve(&c->in, want))
       return -1;
@@ -958,7 +957,7 @@ static void conn_event(struct pg_store_server *srv, struct st_conn *c,
     return;
   if ((ev & (EPOLLERR | EPOLLHUP)) || ((ev & EPOLLRDHUP) && c->waiting))
     return conn_close(srv, c);
-  if ((ev & (EPOLLIN | EPOLLRDHUP)) && conn_read(srv, c) < 0)
+  if ((ev & (EPOLLIN | EPOLLRDHUP)) && conn_read(c) < 0)
     return conn_close(srv, c);
   conn_progress(srv, c);
 }
