@@ -1613,8 +1613,10 @@ static int create_comm(pg_group *g, pg_backend be, int device,
   return pg__hier_create(&s, &g->comm);
 }
 
-/* addr names this host's loopback only ("localhost", 127.0.0.0/8, ::1):
- * every rank runs here. */
+/* addr is "localhost" or a loopback address (127.0.0.0/8, ::1): every
+ * rank runs here.  Other names are not resolved for this: a hostname
+ * that /etc/hosts maps to 127.0.1.1 here may be another address for the
+ * other hosts. */
 static bool is_loopback(const char *addr)
 {
   struct addrinfo hints, *res, *ai;
@@ -1622,6 +1624,8 @@ static bool is_loopback(const char *addr)
 
   memset(&hints, 0, sizeof hints);
   hints.ai_socktype = SOCK_STREAM;
+  if (!addr || strcmp(addr, "localhost") != 0)
+    hints.ai_flags = AI_NUMERICHOST;
   if (!addr || getaddrinfo(addr, NULL, &hints, &res) != 0)
     return false;
   for (ai = res; ai; ai = ai->ai_next) {
