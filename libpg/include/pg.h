@@ -93,7 +93,9 @@ typedef enum {
  * operation), -ENOENT (store key missing), -ENODEV (NCCL requested, no
  * GPU), -ENOTSUP (backend lacks it), -EMSGSIZE (message or value too
  * large), -ERANGE (store counter overflow), -EALREADY (reducer: marked
- * twice), -EBUSY (reducer: operations in flight).  pg_strerror and
+ * twice), -EBUSY (reducer: operations in flight), -EACCES (the store or a
+ * mesh peer refused the job token, or could not prove it), -ENOSPC (over
+ * the store's memory budget).  pg_strerror and
  * pg_err_name know them all. */
 #define PG_EBACKEND_BASE  (-20000)  /* -20000 - ncclResult_t / cudaError */
 #define PG_ENCCL(r)       (PG_EBACKEND_BASE - (int)(r))

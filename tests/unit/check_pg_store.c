@@ -1235,6 +1235,8 @@ START_TEST(test_auth_wrong_token)
   ck_assert_ptr_null(s);
   ck_assert_msg(strstr(pg_last_error(), "refused our job token"), "%s",
                 pg_last_error());
+  ck_assert_str_eq(pg_err_name(-EACCES), "EACCES");
+  ck_assert_str_eq(pg_err_name(-ENOSPC), "ENOSPC");
   /* A client with a token refuses a store that cannot prove it. */
   ck_assert_int_eq(pg_store_connect_auth("127.0.0.1", port2, 5, TOKEN, &s),
                    -EACCES);

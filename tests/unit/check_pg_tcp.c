@@ -1056,6 +1056,24 @@ START_TEST(test_token_wrong)
 }
 END_TEST
 
+/* Lazy p2p's one-way hello (hier_p2p.c) verifies under its own token
+ * only, and for the positions it was signed for. */
+START_TEST(test_token_p2p_hello)
+{
+  struct pg__token a, b;
+  struct hello h;
+
+  ck_assert_int_eq(pg__token_from(TOKEN, &a), 0);
+  ck_assert_int_eq(pg__token_from(TOKEN "-but-another", &b), 0);
+  tcp_hello_init(&h, tcp_fnv1a("t/comm/p2p/"), 3, 0, 4);
+  tcp_hello_sign(&a, &h);
+  ck_assert(tcp_hello_signed(&a, &h));
+  ck_assert(!tcp_hello_signed(&b, &h));
+  h.from = 2;                       /* claims another rank */
+  ck_assert(!tcp_hello_signed(&a, &h));
+}
+END_TEST
+
 /* A stranger who knows the comm's namespace and claims the last rank's
  * place at rank 0's door, before that rank comes, with a proof it cannot
  * make: dropped, and the real rank takes its place. */
@@ -1195,6 +1213,7 @@ static Suite *pg_tcp_suite(void)
   tcase_add_test(tf, test_token_mesh);
   tcase_add_test(tf, test_token_wrong);
   tcase_add_test(tf, test_token_impostor);
+  tcase_add_test(tf, test_token_p2p_hello);
   suite_add_tcase(s, tf);
   tcase_set_timeout(th, 300);
   tcase_add_test(th, test_hier_matrix);
