@@ -448,8 +448,16 @@ static void wait_start(struct pg_store_server *srv, struct st_conn *c,
                        uint8_t op, uint32_t id, const uint8_t *const *keys,
                        const size_t *klen, size_t n, uint32_t ms)
 {
-  size_t i;
+  size_t i, need = 0;
 
+  /* Absent keys get entries while they are waited for. */
+  for (i = 0; i < n; i++)
+    need += sizeof *c->regs + ST_ENTRY_COST + klen[i];
+  if (!room_for(srv, need))
+    return reply_refusal(srv, c, id, ST_OVER_BUDGET, "waiting for %zu "
+                         "keys would take rank 0's store past its budget of "
+                         "%zu bytes (PG_STORE_MAX_BYTES; %zu in use)", n,
+                         srv->max_bytes, srv_used(srv));
   c->regs = calloc(n, sizeof *c->regs);
   if (!c->regs) {
     reply_status(srv, c, id, ST_NO_MEMORY);

@@ -1353,6 +1353,19 @@ START_TEST(test_budget_total)
   }
   ck_assert_int_gt(refused, 0);
   ck_assert_int_le((size_t)stored * each, 4u << 20);
+  /* Waiting for absent keys takes room too (an entry each). */
+  {
+    static char names[40000][24];
+    static const char *waited[40000];
+
+    for (i = 0; i < 40000; i++) {
+      snprintf(names[i], sizeof names[i], "absent/%d", i);
+      waited[i] = names[i];
+    }
+    ck_assert_int_eq(pg_store_wait(s, waited, 40000, 5), -ENOSPC);
+    ck_assert_msg(strstr(pg_last_error(), "waiting for 40000 keys"), "%s",
+                  pg_last_error());
+  }
   /* The other client still reads; the hog's deletes make room. */
   expect_value(other, "pg/host/0", "h", 1);
   ck_assert_int_eq(pg_store_delete(s, "hog/0", NULL), 0);
