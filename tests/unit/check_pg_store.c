@@ -1223,6 +1223,26 @@ START_TEST(test_auth_stranger)
 }
 END_TEST
 
+/* Strangers that connect and prove nothing hold no slot for long: past
+ * 256 of them the oldest is closed, and the job's clients get in. */
+START_TEST(test_auth_preauth_cap)
+{
+  int port, fds[260], i;
+  pg_store_server *srv = start_auth(TOKEN, &port);
+  pg_store *s;
+
+  for (i = 0; i < 260; i++)
+    fds[i] = raw_connect(port);
+  raw_expect_close(fds[0]);       /* the oldest made room */
+  s = connect_auth(port, TOKEN);
+  set_str(s, "k", "v");
+  pg_store_close(s);
+  for (i = 1; i < 260; i++)
+    close(fds[i]);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
 START_TEST(test_auth_wrong_token)
 {
   int port, port2;
@@ -1547,6 +1567,7 @@ static Suite *store_suite(void)
   tcase_add_test(tc, test_hmac_vectors);
   tcase_add_test(tc, test_auth_stranger);
   tcase_add_test(tc, test_auth_wrong_token);
+  tcase_add_test(tc, test_auth_preauth_cap);
   tcase_add_test(tc, test_auth_env);
   tcase_add_test(tc, test_budget_conn);
   tcase_add_test(tc, test_budget_total);
