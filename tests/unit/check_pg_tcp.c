@@ -1074,6 +1074,104 @@ START_TEST(test_token_p2p_hello)
 }
 END_TEST
 
+/* Lazy p2p across hosts with a stranger at rank 0's p2p door first,
+ * claiming to be rank 3 with a hello it cannot sign: rank 0 drops it and
+ * takes rank 3's message from rank 3. */
+static pid_t g_p2p_impostor_pid;
+
+static void body_p2p_from_3(struct rank_ctx *rc)
+{
+  char buf[1024];
+  double until = pg__now() + 10;
+  void *v;
+  size_t len, i;
+  int err;
+
+  if (rc->me == 3) {
+    /* After the stranger's hello is at rank 0's door. */
+    err = pg_store_get(rc->st, "t/impostor", 30, &v, &len);
+    EXPECT(rc, err == 0, "no impostor: %s", pg_err_name(err));
+    if (!err)
+      free(v);
+    memset(buf, 0x33, sizeof buf);
+    err = rc->c->ops->send(rc->c, buf, sizeof buf, 0, 9, until);
+    EXPECT(rc, err == 0, "send to 0: %s", pg_err_name(err));
+  }
+  if (rc->me == 0) {
+    memset(buf, 0, sizeof buf);
+    err = rc->c->ops->recv(rc->c, buf, sizeof buf, 3, 9, until);
+    EXPECT(rc, err == 0, "recv from 3: %s", pg_err_name(err));
+    for (i = 0; i < sizeof buf && buf[i] == 0x33; i++)
+      ;
+    EXPECT(rc, i == sizeof buf, "byte %zu from 3 is %d", i, buf[i]);
+  }
+}
+
+static void p2p_impostor_main(void)
+{
+  struct addrinfo hints, *ai;
+  struct pg__token other;
+  struct hello h;
+  char *ep, *sp;
+  pg_store *st;
+  void *v;
+  size_t len;
+  int fd, i;
+
+  for (i = 3; i < 1024; i++)
+    close(i);
+  if (pg_store_connect_auth("127.0.0.1", g_port, 10, TOKEN, &st) ||
+      pg_store_get(st, "t/comm/p2p/ep/0", 30, &v, &len))
+    _exit(2);
+  ep = xmalloc(len + 1);
+  memcpy(ep, v, len);
+  ep[len] = '\0';
+  sp = strrchr(ep, ' ');
+  if (!sp)
+    _exit(3);
+  *sp = '\0';
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(ep, sp + 1, &hints, &ai))
+    _exit(4);
+  fd = socket(ai->ai_family, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen))
+    _exit(5);
+  if (pg__token_from(TOKEN "-not-the-job's", &other))
+    _exit(6);
+  tcp_hello_init(&h, tcp_fnv1a("t/comm/p2p/"), 3, 0, 4);
+  tcp_hello_sign(&other, &h);
+  if (write(fd, &h, sizeof h) != sizeof h)
+    _exit(7);
+  if (pg_store_set(st, "t/impostor", "1", 1))
+    _exit(8);
+  for (;;)
+    pause();
+}
+
+static void start_p2p_impostor(const pid_t *pids, int n, int ready_fd)
+{
+  g_p2p_impostor_pid = fork();
+  ck_assert_int_ge(g_p2p_impostor_pid, 0);
+  if (g_p2p_impostor_pid == 0)
+    p2p_impostor_main();
+}
+
+START_TEST(test_token_p2p_impostor)
+{
+  static const int hosts[4] = { 0, 0, 1, 1 };
+  int bad;
+
+  all_tokens(TOKEN);
+  bad = world(4, K_HIER, hosts, body_p2p_from_3, start_p2p_impostor, -1,
+              60);
+  kill(g_p2p_impostor_pid, SIGKILL);
+  waitpid(g_p2p_impostor_pid, NULL, 0);
+  all_tokens(NULL);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* A stranger who knows the comm's namespace and claims the last rank's
  * place at rank 0's door, before that rank comes, with a proof it cannot
  * make: dropped, and the real rank takes its place. */
@@ -1214,6 +1312,7 @@ static Suite *pg_tcp_suite(void)
   tcase_add_test(tf, test_token_wrong);
   tcase_add_test(tf, test_token_impostor);
   tcase_add_test(tf, test_token_p2p_hello);
+  tcase_add_test(tf, test_token_p2p_impostor);
   suite_add_tcase(s, tf);
   tcase_set_timeout(th, 300);
   tcase_add_test(th, test_hier_matrix);
