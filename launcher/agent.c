@@ -23,6 +23,7 @@
 #include "filetimer.h"
 #include "say.h"
 #include "guardian.h"
+#include "jobtoken.h"
 #include "logs.h"
 #include "signames.h"
 #include "spawn.h"
@@ -102,6 +103,8 @@ struct agent {
   struct spawner *spawner;      /* made at the first start of workers */
   struct rdzv *rdzv;
   struct rdzv_assignment assign;
+  char job_token[JOBTOKEN_HEX + 1];   /* this round's (jobtoken.h) */
+  bool token_noted;                   /* said it is guessable */
   enum agent_state state;
   enum stop_reason reason;
   int stop_signal;              /* signal that stops the group */
@@ -939,6 +942,7 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
   we.virtual_local_rank = o->virtual_local_rank;
   we.timer_file = o->timer_file;
   we.heartbeat_file = w->heartbeat_file[0] ? w->heartbeat_file : NULL;
+  we.job_token = a->job_token[0] ? a->job_token : NULL;
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;
@@ -1001,6 +1005,27 @@ static void start_failed(struct agent *a, struct worker *w, int err,
   begin_stop(a, STOP_FATAL, SIGTERM);
 }
 
+/* The workers' CDRUN_JOB_TOKEN for this round (Note [job token]). */
+static void round_token(struct agent *a)
+{
+  bool guessable;
+  int err = jobtoken_make(a->o->token_secret, a->o->token_secret_len,
+                          a->o->run_id, &a->assign, a->job_token,
+                          &guessable);
+
+  if (err) {
+    a->job_token[0] = '\0';
+    say("warning: no job token for the workers (%s): their store is open "
+        "to anyone who reaches MASTER_PORT", say_strerror(err));
+  } else if (guessable && !a->token_noted) {
+    a->token_noted = true;
+    say("warning: no rendezvous secret: the workers' %s is derived from "
+        "the run id and MASTER_ADDR:MASTER_PORT, which anyone who knows "
+        "them can compute (set --rdzv_conf secret_file=PATH, or %s on "
+        "every node)", JOBTOKEN_VAR, JOBTOKEN_VAR);
+  }
+}
+
 static void on_round(void *ctx, const struct rdzv_assignment *as)
 {
   struct agent *a = ctx;
@@ -1021,6 +1046,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
   snprintf(path, sizeof path, "%s/attempt_%d", a->o->run_log_dir,
            as->restart_count);
   logs_rmtree(path);    /* torchrun wipes a reused attempt folder */
+  round_token(a);
   agent_event(a, "START", "restart_count=%d world_size=%d master=%s:%d",
               as->restart_count, as->world_size, as->master_addr,
               as->master_port);

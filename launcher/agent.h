@@ -47,6 +47,10 @@ struct agent_opts {
   int (*rdzv_create)(void *arg, uv_loop_t *loop,
                      const struct rdzv_callbacks *cb, struct rdzv **out);
   void *rdzv_arg;
+  /* The rendezvous shared secret, the key of the workers' job token
+   * (jobtoken.h); len 0: none. */
+  const unsigned char *token_secret;
+  size_t token_secret_len;
 };
 
 /* Exit status of a cdrun run (documented in man/cdrun.1). */

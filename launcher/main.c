@@ -506,6 +506,8 @@ int main(int argc, char **argv)
   o.target = a.target_argv[0];
   o.role = a.role;
   o.run_id = j.run_id;
+  o.token_secret = j.rdzv.secret.key;
+  o.token_secret_len = j.rdzv.secret.len;
   o.run_log_dir = j.run_log_dir;
   o.temp_log_base = j.log_base_is_temp ? j.log_base : NULL;
   o.redirects = j.redirects;

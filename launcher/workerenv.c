@@ -43,7 +43,8 @@ static bool is_owned(const char *entry, const struct worker_env *w)
   /* These are ours only when we set them. */
   return (w->virtual_local_rank && name_is(entry, "CUDA_VISIBLE_DEVICES")) ||
          (w->timer_file && name_is(entry, "TORCHELASTIC_TIMER_FILE")) ||
-         (w->heartbeat_file && name_is(entry, "CDRUN_HEARTBEAT_FILE"));
+         (w->heartbeat_file && name_is(entry, "CDRUN_HEARTBEAT_FILE")) ||
+         (w->job_token && name_is(entry, "CDRUN_JOB_TOKEN"));
 }
 
 /* The local_rank-th entry of a CUDA_VISIBLE_DEVICES list ("4,5,GPU-ab"),
@@ -150,6 +151,9 @@ char **workerenv_build(char *const *base, const struct worker_env *w)
     bad |= add(env, &n, "TORCHELASTIC_TIMER_FILE", w->timer_file);
   if (w->heartbeat_file)
     bad |= add(env, &n, "CDRUN_HEARTBEAT_FILE", w->heartbeat_file);
+  /* The job's secret for libpg's store and mesh (jobtoken.h). */
+  if (w->job_token)
+    bad |= add(env, &n, "CDRUN_JOB_TOKEN", w->job_token);
   if (bad)
     goto fail;
   env[n] = NULL;

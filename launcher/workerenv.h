@@ -30,6 +30,7 @@ struct worker_env {
   bool virtual_local_rank;
   const char *timer_file;     /* TORCHELASTIC_TIMER_FILE, or NULL */
   const char *heartbeat_file; /* CDRUN_HEARTBEAT_FILE, or NULL */
+  const char *job_token;      /* CDRUN_JOB_TOKEN (jobtoken.h), or NULL */
 };
 
 /* Returns a NULL-terminated heap array of "NAME=value" strings: every entry

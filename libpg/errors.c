@@ -52,7 +52,9 @@ const char *pg_last_error(void)
   XX(EHOSTUNREACH, "host unreachable")                                    \
   XX(EAGAIN, "resource temporarily unavailable")                          \
   XX(EALREADY, "already done (e.g. a gradient marked ready twice)")       \
-  XX(ERANGE, "result out of range (store counter overflow)")
+  XX(ERANGE, "result out of range (store counter overflow)")            \
+  XX(EACCES, "refused: the job token (CDRUN_JOB_TOKEN) does not match")   \
+  XX(ENOSPC, "over the store's memory budget")
 
 const char *pg_err_name(int err)
 {

@@ -2,14 +2,18 @@
  * the work queue: every operation runs in issue order on the group's
  * progress thread, or inline on the caller's thread when nothing is
  * queued (so a synchronous call costs no thread hand-off). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "knobs.h"
 #include "launch_env.h"
 #include "pg_internal.h"
@@ -72,6 +76,7 @@ struct pg_group {
   int device, local_rank;
   char launch_addr[256];        /* MASTER_ADDR derived from srun's env */
   char master_addr[256];        /* rank 0's address, as resolved */
+  struct pg__token token;       /* the job token (auth.h); len 0: none */
 
   pthread_mutex_t mu;
   pthread_cond_t queued;        /* work was queued, or stop */
@@ -1295,6 +1300,7 @@ static int child_create(pg_group *parent, const int *members, int n, int me,
   g->store = parent->store;
   g->wtopo = parent->wtopo;
   memcpy(g->master_addr, parent->master_addr, sizeof g->master_addr);
+  g->token = parent->token;
   snprintf(g->ns, sizeof g->ns, "%s", ns);
   g->all_ranks = calloc((size_t)n, sizeof *g->all_ranks);
   if (!g->all_ranks) {
@@ -1576,6 +1582,7 @@ static int create_comm(pg_group *g, pg_backend be, int device,
   s.local_rank = local_rank;
   s.ns = ns;
   s.master_addr = g->master_addr[0] ? g->master_addr : NULL;
+  s.token = &g->token;
   if (be == PG_BACKEND_NCCL) {
     snprintf(ns, sizeof ns, "%snccl/", g->ns);
     snprintf(g->backend, sizeof g->backend, "nccl");
@@ -1604,6 +1611,35 @@ static int create_comm(pg_group *g, pg_backend be, int device,
   snprintf(ns, sizeof ns, "%shier/", g->ns);
   snprintf(g->backend, sizeof g->backend, "cpu-hier");
   return pg__hier_create(&s, &g->comm);
+}
+
+/* addr is "localhost" or a loopback address (127.0.0.0/8, ::1): every
+ * rank runs here.  Other names are not resolved for this: a hostname
+ * that /etc/hosts maps to 127.0.1.1 here may be another address for the
+ * other hosts. */
+static bool is_loopback(const char *addr)
+{
+  struct addrinfo hints, *res, *ai;
+  bool all = true;
+
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  if (!addr || strcmp(addr, "localhost") != 0)
+    hints.ai_flags = AI_NUMERICHOST;
+  if (!addr || getaddrinfo(addr, NULL, &hints, &res) != 0)
+    return false;
+  for (ai = res; ai; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET)
+      all &= (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr)
+              >> 24) == 127;
+    else if (ai->ai_family == AF_INET6)
+      all &= IN6_IS_ADDR_LOOPBACK(
+          &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
+    else
+      all = false;
+  }
+  freeaddrinfo(res);
+  return all;
 }
 
 /* Note [store lifetime]: rank 0's store server must outlive every other
@@ -1664,10 +1700,11 @@ int pg_init(const struct pg_options *o, pg_group **out)
 {
   struct pg_options defaults = PG_OPTIONS_INIT;
   char host_id[512], boot[64];
-  const char *addr = NULL, *hid;
+  const char *addr = NULL, *hid, *tok;
   pg_backend be = PG_BACKEND_AUTO;
   pg_group *g;
   int port = 0, local_rank = 0, err;
+  bool loopback;
 
   if (!o)
     o = &defaults;
@@ -1713,18 +1750,29 @@ int pg_init(const struct pg_options *o, pg_group **out)
     return 0;
   }
 
+  /* Note [job token]: the store and the TCP mesh serve only those who
+   * prove the token; a loopback group's store listens on loopback only,
+   * token or not. */
+  tok = o->job_token ? o->job_token : pg__knob(PG_KNOB_JOB_TOKEN);
+  if ((err = pg__token_from(tok ? tok : "", &g->token)))
+    goto fail;
+  loopback = is_loopback(addr);
+  if (!g->token.len)
+    pg__token_warn_missing(loopback);
   if (g->rank == 0) {
     int p = port;
 
-    err = pg_store_server_start(NULL, &p, &g->server);
+    err = pg_store_server_start_auth(loopback ? addr : NULL, &p,
+                                     tok ? tok : "", &g->server);
     if (err) {
       err = pg__fail(err, "rank 0 cannot serve the store on port %d: %s",
                      port, pg_strerror(err));
       goto fail;
     }
   }
-  err = pg_store_connect(g->rank == 0 ? "127.0.0.1" : addr, port,
-                         g->timeout, &g->store);
+  err = pg_store_connect_auth(g->rank == 0 && !loopback ? "127.0.0.1"
+                              : addr, port, g->timeout, tok ? tok : "",
+                              &g->store);
   if (err) {
     err = pg__fail(err, "cannot reach the store at %s:%d: %s", addr, port,
                    pg_last_error()[0] ? pg_last_error() : pg_strerror(err));

@@ -33,6 +33,19 @@ const struct pg__knob_def pg__knobs[PG_KNOB_COUNT] = {
     "microseconds a TCP wait polls its sockets before it sleeps in "
     "poll() (0 .. 10000); default: 50 when this host's ranks of the "
     "communicator have a CPU each, else 0" },
+  [PG_KNOB_JOB_TOKEN] = { "CDRUN_JOB_TOKEN", "",
+    "the job's secret (set by cdrun): store clients and mesh peers must "
+    "prove they know it" },
+  [PG_KNOB_STORE_MAX_BYTES] = { "PG_STORE_MAX_BYTES", "1073741824",
+    "bytes rank 0's store may hold: keys, values and every connection's "
+    "buffers (1 MiB .. 1 TiB)" },
+  [PG_KNOB_STORE_MAX_CONN_BYTES] = { "PG_STORE_MAX_CONN_BYTES",
+    "268435456", "bytes one store request or reply may take (64 KiB .. "
+    "PG_STORE_MAX_BYTES)" },
+  [PG_KNOB_STORE_MAX_VALUE] = { "PG_STORE_MAX_VALUE", "67108864",
+    "the largest value the store accepts (0 .. 64 MiB)" },
+  [PG_KNOB_STORE_MAX_KEY] = { "PG_STORE_MAX_KEY", "4096",
+    "the longest key the store accepts (1 .. 4096 bytes)" },
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

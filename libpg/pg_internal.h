@@ -41,6 +41,8 @@ struct pg__topo {
  * subset of the group: ranks[0..n-1] (global ranks, ascending); the
  * caller's position in it is me.  Ranks, roots and peers in the ops below
  * are positions in ranks[], not global ranks. */
+struct pg__token;
+
 struct pg__setup {
   pg_store *store;
   const char *ns;         /* store key namespace unique to this comm,
@@ -55,6 +57,8 @@ struct pg__setup {
                                MASTER_ADDR): TCP listens on the address
                                that routes there; NULL: the hostname's */
   int local_rank;         /* NCCL: picks the device when device < 0 */
+  const struct pg__token *token;  /* the job token (auth.h): TCP peers
+                                     prove it in their hello */
 };
 
 /* The CUDA device of a process that sees ndev devices (Note [device

@@ -43,6 +43,7 @@ struct pg_store {
   double op_timeout;
   struct buf req;
   char where[300];          /* "host:port", for sentences */
+  struct pg__token token;   /* len 0: none */
 };
 
 struct st_reply {
@@ -143,6 +144,58 @@ static void sleep_s(double t)
     ;
 }
 
+/* The handshake's second half (store_wire.h): the server's auth mode and
+ * nonce ns came back for our nc.  0, or an error (*fatal when the tokens
+ * do not match: retrying cannot help). */
+static int st_prove(pg_store *s, int fd, uint8_t auth,
+                    const uint8_t nc[PG_NONCE_BYTES],
+                    const uint8_t ns[PG_NONCE_BYTES], double until,
+                    bool *fatal, char *why, size_t whylen)
+{
+  uint8_t mac[PG_MAC_BYTES], answer[1 + PG_MAC_BYTES];
+  int err;
+
+  if (auth == ST_AUTH_NONE && !s->token.len)
+    return 0;
+  *fatal = true;
+  if (auth == ST_AUTH_NONE) {
+    snprintf(why, whylen, "the store does not ask for the job token: it is "
+             "not this job's, or rank 0 runs without %s", PG_TOKEN_VAR);
+    return -EACCES;
+  }
+  if (auth != ST_AUTH_TOKEN) {
+    snprintf(why, whylen, "the store asks for an unknown kind of "
+             "authentication (%u)", auth);
+    return -EPROTO;
+  }
+  if (!s->token.len) {
+    snprintf(why, whylen, "the store requires the job token, and %s is "
+             "not set here", PG_TOKEN_VAR);
+    return -EACCES;
+  }
+  pg__auth_mac(&s->token, ST_LABEL_CLIENT, NULL, 0, nc, ns, mac);
+  err = send_all(fd, mac, sizeof mac, until);
+  if (!err)
+    err = recv_all(fd, answer, sizeof answer, until);
+  if (err) {
+    *fatal = false;
+    return err;
+  }
+  if (answer[0] == ST_AUTH_FAILED) {
+    snprintf(why, whylen, "the store refused our job token (%s differs "
+             "from rank 0's)", PG_TOKEN_VAR);
+    return -EACCES;
+  }
+  if (answer[0] != ST_OK ||
+      !pg__auth_check(&s->token, ST_LABEL_SERVER, NULL, 0, nc, ns,
+                      answer + 1)) {
+    snprintf(why, whylen, "the store did not prove it knows the job token");
+    return -EACCES;
+  }
+  *fatal = false;
+  return 0;
+}
+
 /* One connection attempt to every address of host.  0 with s->fd set,
  * or an error; *fatal when retrying cannot help; why gets details. */
 static int st_try(pg_store *s, const char *host, int port, double deadline,
@@ -171,7 +224,7 @@ static int st_try(pg_store *s, const char *host, int port, double deadline,
                     SOCK_CLOEXEC, ai->ai_protocol);
     int one = 1, soerr = 0;
     socklen_t sl = sizeof soerr;
-    uint8_t hello[4];
+    uint8_t hello[ST_HELLO_BYTES + 1], nc[PG_NONCE_BYTES];
 
     if (fd < 0) {
       err = -errno;
@@ -194,7 +247,10 @@ static int st_try(pg_store *s, const char *host, int port, double deadline,
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     until = fmax(deadline, pg__now() + 1.0);
-    err = send_all(fd, stw_hello, 4, until);
+    memcpy(hello, stw_hello, 4);
+    pg__nonce(nc, sizeof nc);
+    memcpy(hello + 4, nc, sizeof nc);
+    err = send_all(fd, hello, ST_HELLO_BYTES, until);
     if (!err)
       err = recv_all(fd, hello, 4, until);
     if (err) {
@@ -214,6 +270,18 @@ static int st_try(pg_store *s, const char *host, int port, double deadline,
       err = -EPROTO;
       break;
     }
+    err = recv_all(fd, hello + 4, 1 + PG_NONCE_BYTES, until);
+    if (!err)
+      err = st_prove(s, fd, hello[4], nc, hello + 5, until, fatal, why,
+                     whylen);
+    if (err) {
+      if (!*fatal)
+        snprintf(why, whylen, "handshake failed: %s", strerror(-err));
+      close(fd);
+      if (*fatal)
+        break;
+      continue;
+    }
     s->fd = fd;
     err = 0;
     break;
@@ -224,6 +292,12 @@ static int st_try(pg_store *s, const char *host, int port, double deadline,
 
 int pg_store_connect(const char *host, int port, double timeout,
                      pg_store **out)
+{
+  return pg_store_connect_auth(host, port, timeout, NULL, out);
+}
+
+int pg_store_connect_auth(const char *host, int port, double timeout,
+                          const char *token, pg_store **out)
 {
   double start = pg__now(), deadline, backoff = 0.01;
   char why[200] = "";
@@ -241,6 +315,10 @@ int pg_store_connect(const char *host, int port, double timeout,
   if (!s)
     return pg__fail(-ENOMEM, "store: out of memory");
   s->fd = -1;
+  if ((err = pg__token_from(token, &s->token))) {
+    free(s);
+    return err;
+  }
   s->op_timeout = fmax(timeout, ST_MIN_OP_TIMEOUT);
   snprintf(s->where, sizeof s->where, strchr(host, ':') ? "[%s]:%d" :
            "%s:%d", host, port);
@@ -287,6 +365,7 @@ void pg_store_close(pg_store *s)
     close(s->fd);
   pthread_mutex_destroy(&s->mu);
   stw_buf_free(&s->req);
+  memset(&s->token, 0, sizeof s->token);
   free(s);
 }
 
@@ -369,10 +448,30 @@ static int st_call(pg_store *s, const char *what, double wait,
   return 0;
 }
 
+/* The server's sentence in a refusal's fields, if any. */
+static bool sentence(struct rd *r, char *out, size_t len)
+{
+  size_t n;
+  const uint8_t *p = r ? stw_rd_bytes(r, &n) : NULL;
+
+  if (!p || n == 0)
+    return false;
+  if (n >= len)
+    n = len - 1;
+  memcpy(out, p, n);
+  out[n] = '\0';
+  for (size_t i = 0; i < n; i++)   /* a line of printable text */
+    if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f)
+      out[i] = '?';
+  return true;
+}
+
 /* The error for a status other than OK. */
 static int st_status(pg_store *s, const char *what, uint8_t status,
-                     double timeout)
+                     double timeout, struct rd *r)
 {
+  char why[300];
+
   switch (status) {
   case ST_NOT_FOUND:
     return st_fail(s, -ENOENT, "%s: no such key", what);
@@ -382,8 +481,14 @@ static int st_status(pg_store *s, const char *what, uint8_t status,
     return st_fail(s, -EINVAL, "%s: the value is not a decimal integer",
                    what);
   case ST_TOO_LARGE:
+    if (sentence(r, why, sizeof why))
+      return st_fail(s, -EMSGSIZE, "%s: refused: %s", what, why);
     return st_fail(s, -EMSGSIZE, "%s: the server refused it as too large",
                    what);
+  case ST_OVER_BUDGET:
+    if (!sentence(r, why, sizeof why))
+      snprintf(why, sizeof why, "over the store's memory budget");
+    return st_fail(s, -ENOSPC, "%s: refused: %s", what, why);
   case ST_NO_MEMORY:
     return st_fail(s, -ENOMEM, "%s: the server is out of memory", what);
   case ST_UNKNOWN_OP:
@@ -524,7 +629,7 @@ int pg_store_set(pg_store *s, const char *key, const void *value,
   if ((err = st_call(s, what, s->op_timeout, &rep)))
     return st_leave(s, &rep, err);
   if (rep.status != ST_OK)
-    err = st_status(s, what, rep.status, 0);
+    err = st_status(s, what, rep.status, 0, &rep.r);
   else if (!stw_rd_done(&rep.r))
     err = st_break(s, -EPROTO, what, 0);
   return st_leave(s, &rep, err);
@@ -555,7 +660,7 @@ int pg_store_get(pg_store *s, const char *key, double timeout,
   if ((err = st_call(s, what, wait_span(s, timeout), &rep)))
     return st_leave(s, &rep, err);
   if (rep.status != ST_OK)
-    return st_leave(s, &rep, st_status(s, what, rep.status, timeout));
+    return st_leave(s, &rep, st_status(s, what, rep.status, timeout, &rep.r));
   v = stw_rd_bytes(&rep.r, &n);
   if (!stw_rd_done(&rep.r))
     return st_leave(s, &rep, st_break(s, -EPROTO, what, 0));
@@ -589,7 +694,7 @@ int pg_store_add(pg_store *s, const char *key, int64_t delta,
   if ((err = st_call(s, what, s->op_timeout, &rep)))
     return st_leave(s, &rep, err);
   if (rep.status != ST_OK)
-    return st_leave(s, &rep, st_status(s, what, rep.status, 0));
+    return st_leave(s, &rep, st_status(s, what, rep.status, 0, &rep.r));
   v = (int64_t)stw_rd_u64(&rep.r);
   if (!stw_rd_done(&rep.r))
     return st_leave(s, &rep, st_break(s, -EPROTO, what, 0));
@@ -653,7 +758,7 @@ int pg_store_wait(pg_store *s, const char *const *keys, size_t n,
   if ((err = st_call(s, what, wait_span(s, timeout), &rep)))
     return st_leave(s, &rep, err);
   if (rep.status != ST_OK)
-    err = st_status(s, what, rep.status, timeout);
+    err = st_status(s, what, rep.status, timeout, &rep.r);
   else if (!stw_rd_done(&rep.r))
     err = st_break(s, -EPROTO, what, 0);
   return st_leave(s, &rep, err);
@@ -695,7 +800,7 @@ int pg_store_compare_set(pg_store *s, const char *key, const void *expected,
   if ((err = st_call(s, what, s->op_timeout, &rep)))
     return st_leave(s, &rep, err);
   if (rep.status != ST_OK)
-    return st_leave(s, &rep, st_status(s, what, rep.status, 0));
+    return st_leave(s, &rep, st_status(s, what, rep.status, 0, &rep.r));
   did = stw_rd_u8(&rep.r);
   present = stw_rd_u8(&rep.r);
   v = stw_rd_bytes(&rep.r, &n);
@@ -736,7 +841,7 @@ int pg_store_delete(pg_store *s, const char *key, bool *deleted)
   if ((err = st_call(s, what, s->op_timeout, &rep)))
     return st_leave(s, &rep, err);
   if (rep.status != ST_OK)
-    return st_leave(s, &rep, st_status(s, what, rep.status, 0));
+    return st_leave(s, &rep, st_status(s, what, rep.status, 0, &rep.r));
   d = stw_rd_u8(&rep.r);
   if (!stw_rd_done(&rep.r) || d > 1)
     return st_leave(s, &rep, st_break(s, -EPROTO, what, 0));
@@ -761,7 +866,7 @@ int pg_store_num_keys(pg_store *s, int64_t *n)
   if ((err = st_call(s, "num_keys", s->op_timeout, &rep)))
     return st_leave(s, &rep, err);
   if (rep.status != ST_OK)
-    return st_leave(s, &rep, st_status(s, "num_keys", rep.status, 0));
+    return st_leave(s, &rep, st_status(s, "num_keys", rep.status, 0, &rep.r));
   v = (int64_t)stw_rd_u64(&rep.r);
   if (!stw_rd_done(&rep.r))
     return st_leave(s, &rep, st_break(s, -EPROTO, "num_keys", 0));

@@ -1,6 +1,20 @@
 /* store_server.c -- the store's server: one epoll thread serving every
  * connection (protocol: store_wire.h), keys in a hash table
- * (store_table.h), waiting requests on a deadline heap. */
+ * (store_table.h), waiting requests on a deadline heap.
+ *
+ * Note [store budget]: with a job token nothing but the handshake is read
+ * from a connection until it has proved the token (auth.h), and a
+ * stranger's connection holds a few hundred bytes for at most
+ * ST_HANDSHAKE_S, ST_MAX_PREAUTH of them at once (the oldest goes first).
+ * Past it, every byte the server holds for a client is counted: the keys
+ * and values of the table, and each connection's input and output
+ * buffers.  A request whose frame would take its connection past
+ * max_conn, or the whole past max_bytes, is answered OVER_BUDGET as soon
+ * as its header is read, and its bytes are read and dropped as they come,
+ * so the connection stays in step (a connection's input is at most its
+ * head frame and one ST_READ_SLICE behind it).  So is a write or a reply
+ * that would take the whole past max_bytes.  The client gets an error
+ * naming the budget; the server and every other client go on. */
 
 
 #include <errno.h>
@@ -23,6 +37,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
+#include "knobs.h"
 #include "pg_internal.h"
 #include "store_table.h"
 #include "store_wire.h"
@@ -36,6 +52,12 @@
 #define ST_READ_SLICE (4u << 20)
 /* How long a connection being closed for garbage may still drain. */
 #define ST_LINGER 1.0
+/* How long a new connection has to prove the token, and how many may be
+ * proving it at once (Note [store budget]). */
+#define ST_HANDSHAKE_S 10.0
+#define ST_MAX_PREAUTH 256
+/* What a key costs beyond its bytes: its entry and hash chain. */
+#define ST_ENTRY_COST (sizeof(struct st_entry) + 16)
 
 struct st_conn;
 
@@ -46,14 +68,22 @@ struct st_reg {
   struct st_conn *c;
 };
 
+/* Where a connection's handshake stands (store_wire.h). */
+enum st_auth { CA_HELLO, CA_PROOF, CA_READY };
+
 struct st_conn {
   LIST_ENTRY(st_conn) in_server;    /* srv->conns: every open one */
+  TAILQ_ENTRY(st_conn) in_preauth;  /* srv->preauth, oldest first */
   struct st_conn *resume_next;      /* needs progress after a wakeup */
   struct st_conn *dead_next;        /* closed, freed after the batch */
   int fd;
   uint32_t events;                  /* what epoll watches */
-  bool hello_done, closing, shut, eof, dead, in_resume;
+  bool closing, shut, eof, dead, in_resume, in_preauth_list, admitted;
+  enum st_auth auth;
+  uint8_t nc[PG_NONCE_BYTES], ns[PG_NONCE_BYTES];
   struct buf in, out;
+  size_t charge;                    /* in.cap + out.cap, in srv->buffered */
+  size_t skip;                      /* bytes of a refused frame to drop */
   /* A WAIT or GET that waits: one reg per missing key. */
   bool waiting;
   uint8_t wait_op;
@@ -70,6 +100,13 @@ struct pg_store_server {
   double accept_resume;             /* > 0: accepting paused until then */
   struct st_table keys;
   int64_t nkeys;                    /* present ones (NUM_KEYS) */
+  struct pg__token token;           /* len 0: open to every client */
+  /* Note [store budget] */
+  size_t max_bytes, max_conn, max_value, max_key;
+  size_t stored;                    /* keys (ST_ENTRY_COST each), values */
+  size_t buffered;                  /* every connection's charge */
+  int npreauth;
+  TAILQ_HEAD(, st_conn) preauth;
   LIST_HEAD(, st_conn) conns;
   struct st_conn *resume, *dead;
   struct st_conn **heap;            /* min-heap on deadline */
@@ -159,6 +196,30 @@ static void resume_push(struct pg_store_server *srv, struct st_conn *c)
   srv->resume = c;
 }
 
+/* Every byte held for clients (Note [store budget]). */
+static size_t srv_used(const struct pg_store_server *srv)
+{
+  return srv->stored + srv->keys.key_bytes +
+         srv->keys.nentries * ST_ENTRY_COST + srv->buffered;
+}
+
+/* The budget has room for extra more bytes. */
+static bool room_for(const struct pg_store_server *srv, size_t extra)
+{
+  size_t used = srv_used(srv);
+
+  return used <= srv->max_bytes && extra <= srv->max_bytes - used;
+}
+
+/* Keeps srv->buffered equal to the sum of the connections' buffers. */
+static void conn_charge(struct pg_store_server *srv, struct st_conn *c)
+{
+  size_t now = c->dead ? 0 : c->in.cap + c->out.cap;
+
+  srv->buffered = srv->buffered - c->charge + now;
+  c->charge = now;
+}
+
 /* Queues a reply: status plus up to two pieces of fields. */
 static void reply(struct pg_store_server *srv, struct st_conn *c,
                   uint32_t id, uint8_t status, const void *a, size_t alen,
@@ -179,11 +240,77 @@ static void reply_status(struct pg_store_server *srv, struct st_conn *c,
   reply(srv, c, id, status, NULL, 0, NULL, 0);
 }
 
+/* A refusal with a sentence for the client to show: status, then the
+ * sentence as bytes. */
+static void reply_refusal(struct pg_store_server *srv, struct st_conn *c,
+                          uint32_t id, uint8_t status, const char *fmt, ...)
+  __attribute__((format(printf, 5, 6)));
+
+static void reply_refusal(struct pg_store_server *srv, struct st_conn *c,
+                          uint32_t id, uint8_t status, const char *fmt, ...)
+{
+  char msg[300];
+  uint8_t n[4];
+  va_list ap;
+  int k;
+
+  va_start(ap, fmt);
+  k = vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (k < 0)
+    k = 0;
+  if ((size_t)k >= sizeof msg)
+    k = sizeof msg - 1;
+  stw_put_u32(n, (uint32_t)k);
+  reply(srv, c, id, status, n, 4, msg, (size_t)k);
+}
+
+/* A reply of n bytes would take c or the store past its budget: says so
+ * to the client instead. */
+static bool reply_over(struct pg_store_server *srv, struct st_conn *c,
+                       uint32_t id, size_t n)
+{
+  if (stw_buf_used(&c->out) + n > srv->max_conn) {
+    reply_refusal(srv, c, id, ST_OVER_BUDGET, "a reply of %zu bytes is "
+                  "over rank 0's per-connection budget of %zu bytes "
+                  "(PG_STORE_MAX_CONN_BYTES)", n, srv->max_conn);
+    return true;
+  }
+  if (!room_for(srv, n)) {
+    reply_refusal(srv, c, id, ST_OVER_BUDGET, "a reply of %zu bytes would "
+                  "take rank 0's store past its budget of %zu bytes "
+                  "(PG_STORE_MAX_BYTES; %zu in use)", n, srv->max_bytes,
+                  srv_used(srv));
+    return true;
+  }
+  return false;
+}
+
+/* Storing vn bytes under k would take the store past its budget: says
+ * so to the client. */
+static bool store_over(struct pg_store_server *srv, struct st_conn *c,
+                       uint32_t id, const uint8_t *k, size_t kn, size_t vn)
+{
+  const struct st_entry *e = stt_find(&srv->keys, k, kn);
+  size_t old = e && e->present ? e->vlen : 0;
+  size_t add = vn + (e ? 0 : kn + ST_ENTRY_COST);
+
+  if (add <= old || room_for(srv, add - old))
+    return false;
+  reply_refusal(srv, c, id, ST_OVER_BUDGET, "storing %zu bytes would take "
+                "rank 0's store past its budget of %zu bytes "
+                "(PG_STORE_MAX_BYTES; %zu in use)", vn, srv->max_bytes,
+                srv_used(srv));
+  return true;
+}
+
 static void reply_value(struct pg_store_server *srv, struct st_conn *c,
                         uint32_t id, const struct st_entry *e)
 {
   uint8_t n[4];
 
+  if (reply_over(srv, c, id, 13 + e->vlen))
+    return;
   stw_put_u32(n, (uint32_t)e->vlen);
   reply(srv, c, id, ST_OK, n, 4, e->val, e->vlen);
 }
@@ -253,6 +380,7 @@ static bool entry_set(struct pg_store_server *srv, struct st_entry *e,
     return false;
   if (n)
     memcpy(v, p, n);
+  srv->stored = srv->stored - e->vlen + n;
   free(e->val);
   e->val = v;
   e->vlen = n;
@@ -263,12 +391,25 @@ static bool entry_set(struct pg_store_server *srv, struct st_entry *e,
   return true;
 }
 
+/* c has proved the token, or failed to, or closes: it no longer counts
+ * among the connections proving it. */
+static void preauth_end(struct pg_store_server *srv, struct st_conn *c)
+{
+  if (!c->in_preauth_list)
+    return;
+  TAILQ_REMOVE(&srv->preauth, c, in_preauth);
+  c->in_preauth_list = false;
+  srv->npreauth--;
+  heap_remove(srv, c);      /* its handshake deadline */
+}
+
 static void conn_close(struct pg_store_server *srv, struct st_conn *c)
 {
   if (c->dead)
     return;
   wait_clear(srv, c);
   heap_remove(srv, c);
+  preauth_end(srv, c);
   epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
   c->fd = -1;
@@ -277,6 +418,7 @@ static void conn_close(struct pg_store_server *srv, struct st_conn *c)
   stw_buf_free(&c->out);
   /* Events of this batch may still name c: free it after the batch. */
   c->dead = true;
+  conn_charge(srv, c);
   c->dead_next = srv->dead;
   srv->dead = c;
 }
@@ -287,10 +429,13 @@ static void conn_close(struct pg_store_server *srv, struct st_conn *c)
 static void conn_reject(struct pg_store_server *srv, struct st_conn *c,
                         uint32_t id)
 {
-  if (id || c->hello_done)
+  if (id || c->auth == CA_READY)
     reply_status(srv, c, id, ST_MALFORMED);
+  preauth_end(srv, c);
   c->closing = true;
   c->in.off = c->in.len = 0;
+  c->skip = 0;
+  heap_remove(srv, c);
   c->deadline = pg__now() + ST_LINGER;
   if (!heap_push(srv, c))
     c->out.oom = true;      /* closes it at once */
@@ -303,8 +448,16 @@ static void wait_start(struct pg_store_server *srv, struct st_conn *c,
                        uint8_t op, uint32_t id, const uint8_t *const *keys,
                        const size_t *klen, size_t n, uint32_t ms)
 {
-  size_t i;
+  size_t i, need = 0;
 
+  /* Absent keys get entries while they are waited for. */
+  for (i = 0; i < n; i++)
+    need += sizeof *c->regs + ST_ENTRY_COST + klen[i];
+  if (!room_for(srv, need))
+    return reply_refusal(srv, c, id, ST_OVER_BUDGET, "waiting for %zu "
+                         "keys would take rank 0's store past its budget of "
+                         "%zu bytes (PG_STORE_MAX_BYTES; %zu in use)", n,
+                         srv->max_bytes, srv_used(srv));
   c->regs = calloc(n, sizeof *c->regs);
   if (!c->regs) {
     reply_status(srv, c, id, ST_NO_MEMORY);
@@ -338,9 +491,23 @@ oom:
   reply_status(srv, c, id, ST_NO_MEMORY);
 }
 
-static bool key_ok(size_t n)
+static bool key_ok(const struct pg_store_server *srv, size_t n)
 {
-  return n <= ST_MAX_KEY;
+  return n <= srv->max_key;
+}
+
+/* TOO_LARGE with the limit that refused it. */
+static void reply_too_large(struct pg_store_server *srv, struct st_conn *c,
+                            uint32_t id, size_t kn, size_t vn)
+{
+  if (kn > srv->max_key)
+    reply_refusal(srv, c, id, ST_TOO_LARGE, "a key of %zu bytes is over "
+                  "rank 0's limit of %zu (PG_STORE_MAX_KEY)", kn,
+                  srv->max_key);
+  else
+    reply_refusal(srv, c, id, ST_TOO_LARGE, "a value of %zu bytes is over "
+                  "rank 0's limit of %zu (PG_STORE_MAX_VALUE)", vn,
+                  srv->max_value);
 }
 
 static void op_set(struct pg_store_server *srv, struct st_conn *c,
@@ -352,8 +519,10 @@ static void op_set(struct pg_store_server *srv, struct st_conn *c,
 
   if (!stw_rd_done(r))
     return conn_reject(srv, c, id);
-  if (!key_ok(kn) || vn > ST_MAX_VALUE)
-    return reply_status(srv, c, id, ST_TOO_LARGE);
+  if (!key_ok(srv, kn) || vn > srv->max_value)
+    return reply_too_large(srv, c, id, kn, vn);
+  if (store_over(srv, c, id, k, kn, vn))
+    return;
   e = stt_get(&srv->keys, k, kn);
   if (!e || !entry_set(srv, e, v, vn)) {
     if (e)
@@ -374,7 +543,7 @@ static void op_get(struct pg_store_server *srv, struct st_conn *c,
 
   if (!stw_rd_done(r))
     return conn_reject(srv, c, id);
-  if (!key_ok(kn))
+  if (!key_ok(srv, kn))
     return reply_status(srv, c, id, ST_TOO_LARGE);
   e = stt_find(&srv->keys, k, kn);
   if (e && e->present)
@@ -396,7 +565,7 @@ static void op_add(struct pg_store_server *srv, struct st_conn *c,
 
   if (!stw_rd_done(r))
     return conn_reject(srv, c, id);
-  if (!key_ok(kn))
+  if (!key_ok(srv, kn))
     return reply_status(srv, c, id, ST_TOO_LARGE);
   e = stt_find(&srv->keys, k, kn);
   if (e && e->present && !stw_parse_i64(e->val, e->vlen, &cur))
@@ -404,6 +573,8 @@ static void op_add(struct pg_store_server *srv, struct st_conn *c,
   if (__builtin_add_overflow(cur, delta, &cur))
     return reply_status(srv, c, id, ST_OVERFLOW);
   n = snprintf(text, sizeof text, "%" PRId64, cur);
+  if (store_over(srv, c, id, k, kn, (size_t)n))
+    return;
   e = stt_get(&srv->keys, k, kn);
   if (!e || !entry_set(srv, e, text, (size_t)n)) {
     if (e)
@@ -426,13 +597,18 @@ static void op_cas(struct pg_store_server *srv, struct st_conn *c,
 
   if (!stw_rd_done(r))
     return conn_reject(srv, c, id);
-  if (!key_ok(kn) || xn > ST_MAX_VALUE || dn > ST_MAX_VALUE)
-    return reply_status(srv, c, id, ST_TOO_LARGE);
+  if (!key_ok(srv, kn) || xn > srv->max_value || dn > srv->max_value)
+    return reply_too_large(srv, c, id, kn, xn > dn ? xn : dn);
   e = stt_find(&srv->keys, k, kn);
   if (!e || !e->present)
     swap = xn == 0;
   else
     swap = e->vlen == xn && (xn == 0 || !memcmp(e->val, x, xn));
+  if (reply_over(srv, c, id, 15 + (swap ? dn : e && e->present ? e->vlen
+                                                             : 0)))
+    return;
+  if (swap && store_over(srv, c, id, k, kn, dn))
+    return;
   if (swap) {
     e = stt_get(&srv->keys, k, kn);
     if (!e || !entry_set(srv, e, d, dn)) {
@@ -475,14 +651,15 @@ static void op_wait(struct pg_store_server *srv, struct st_conn *c,
     keys[i] = stw_rd_bytes(r, &klen[i]);
     if (r->bad)
       break;
-    big |= !key_ok(klen[i]);
+    big |= !key_ok(srv, klen[i]);
     e = big ? NULL : stt_find(&srv->keys, keys[i], klen[i]);
     missing += !e || !e->present;
   }
   if (!stw_rd_done(r))
     conn_reject(srv, c, id);
   else if (big)
-    reply_status(srv, c, id, ST_TOO_LARGE);
+    reply_refusal(srv, c, id, ST_TOO_LARGE, "a key is over rank 0's limit "
+                  "of %zu bytes (PG_STORE_MAX_KEY)", srv->max_key);
   else if (missing == 0)
     reply_status(srv, c, id, ST_OK);
   else if (ms == 0)
@@ -504,11 +681,12 @@ static void op_delete(struct pg_store_server *srv, struct st_conn *c,
 
   if (!stw_rd_done(r))
     return conn_reject(srv, c, id);
-  if (!key_ok(kn))
+  if (!key_ok(srv, kn))
     return reply_status(srv, c, id, ST_TOO_LARGE);
   e = stt_find(&srv->keys, k, kn);
   if (e && e->present) {
     existed = 1;
+    srv->stored -= e->vlen;
     free(e->val);
     e->val = NULL;
     e->vlen = 0;
@@ -544,6 +722,90 @@ static void serve_frame(struct pg_store_server *srv, struct st_conn *c,
   }
 }
 
+/* The handshake bytes c still owes us in its present step. */
+static size_t handshake_left(const struct st_conn *c)
+{
+  size_t want = c->auth == CA_HELLO ? ST_HELLO_BYTES : PG_MAC_BYTES;
+  size_t have = stw_buf_used(&c->in);
+
+  return have < want ? want - have : 0;
+}
+
+/* One step of c's handshake (store_wire.h) on what it sent: false when
+ * it must wait for more, or was refused. */
+static bool conn_handshake(struct pg_store_server *srv, struct st_conn *c)
+{
+  const uint8_t *p = c->in.p + c->in.off;
+  size_t avail = stw_buf_used(&c->in);
+  uint8_t mac[PG_MAC_BYTES];
+
+  if (c->auth == CA_HELLO) {
+    if (avail >= 4 && memcmp(p, stw_hello, 4)) {
+      stw_buf_put(&c->out, stw_hello, 4);   /* what we speak, then close */
+      conn_reject(srv, c, 0);
+      return false;
+    }
+    if (avail < ST_HELLO_BYTES)
+      return false;
+    memcpy(c->nc, p + 4, PG_NONCE_BYTES);
+    c->in.off += ST_HELLO_BYTES;
+    pg__nonce(c->ns, PG_NONCE_BYTES);
+    stw_buf_put(&c->out, stw_hello, 4);
+    stw_buf_u8(&c->out, srv->token.len ? ST_AUTH_TOKEN : ST_AUTH_NONE);
+    stw_buf_put(&c->out, c->ns, PG_NONCE_BYTES);
+    if (!srv->token.len) {
+      preauth_end(srv, c);
+      c->auth = CA_READY;
+    } else {
+      c->auth = CA_PROOF;
+    }
+    return true;
+  }
+  if (avail < PG_MAC_BYTES)
+    return false;
+  if (!pg__auth_check(&srv->token, ST_LABEL_CLIENT, NULL, 0, c->nc, c->ns,
+                      p)) {
+    memset(mac, 0, sizeof mac);
+    stw_buf_u8(&c->out, ST_AUTH_FAILED);
+    stw_buf_put(&c->out, mac, sizeof mac);
+    conn_reject(srv, c, 0);
+    return false;
+  }
+  c->in.off += PG_MAC_BYTES;
+  pg__auth_mac(&srv->token, ST_LABEL_SERVER, NULL, 0, c->nc, c->ns, mac);
+  stw_buf_u8(&c->out, ST_OK);
+  stw_buf_put(&c->out, mac, sizeof mac);
+  preauth_end(srv, c);
+  c->auth = CA_READY;
+  return true;
+}
+
+/* The head frame of c (len bytes after its length; avail buffered) fits
+ * the budgets; otherwise it is refused, its bytes dropped as they come
+ * (Note [store budget]). */
+static bool frame_admit(struct pg_store_server *srv, struct st_conn *c,
+                        const uint8_t *p, size_t avail, uint32_t len)
+{
+  size_t need = 4 + (size_t)len, used = srv_used(srv) - c->charge, take;
+  uint32_t id = stw_get_u32(p + 5);
+
+  if (need > srv->max_conn)
+    reply_refusal(srv, c, id, ST_OVER_BUDGET, "a request of %zu bytes is "
+                  "over rank 0's per-connection budget of %zu bytes "
+                  "(PG_STORE_MAX_CONN_BYTES)", need, srv->max_conn);
+  else if (used > srv->max_bytes || need > srv->max_bytes - used)
+    reply_refusal(srv, c, id, ST_OVER_BUDGET, "a request of %zu bytes "
+                  "would take rank 0's store past its budget of %zu bytes "
+                  "(PG_STORE_MAX_BYTES; %zu in use)", need, srv->max_bytes,
+                  used);
+  else
+    return true;
+  take = avail < need ? avail : need;
+  c->in.off += take;
+  c->skip = need - take;
+  return false;
+}
+
 /* Serves the complete requests buffered on c, in order, until one waits
  * or the output backs up. */
 static void conn_serve(struct pg_store_server *srv, struct st_conn *c)
@@ -554,16 +816,11 @@ static void conn_serve(struct pg_store_server *srv, struct st_conn *c)
     size_t avail = stw_buf_used(&c->in);
     uint32_t len;
 
-    if (!c->hello_done) {
-      if (avail < 4)
+    if (c->skip)
+      break;
+    if (c->auth != CA_READY) {
+      if (!conn_handshake(srv, c))
         break;
-      stw_buf_put(&c->out, stw_hello, 4);
-      if (memcmp(p, stw_hello, 4)) {
-        conn_reject(srv, c, 0);
-        break;
-      }
-      c->hello_done = true;
-      c->in.off += 4;
       continue;
     }
     if (avail < 4)
@@ -573,10 +830,18 @@ static void conn_serve(struct pg_store_server *srv, struct st_conn *c)
       conn_reject(srv, c, avail >= 9 ? stw_get_u32(p + 5) : 0);
       break;
     }
+    if (avail < 9)
+      break;
+    if (!c->admitted) {
+      if (!frame_admit(srv, c, p, avail, len))
+        continue;
+      c->admitted = true;
+    }
     if (avail - 4 < len)
       break;
     /* Nothing below reads c->in, so the frame can be used in place. */
     c->in.off += 4 + (size_t)len;
+    c->admitted = false;
     serve_frame(srv, c, p + 4, len);
   }
   if (stw_buf_used(&c->in) == 0)
@@ -589,18 +854,35 @@ static int conn_read(struct st_conn *c)
   size_t total = 0;
 
   while (total < ST_READ_SLICE) {
+    size_t want = 65536;
     ssize_t n;
 
     /* A big frame grows the buffer by doubling as its bytes arrive, not
      * by trusting its header up front. */
-    if (c->closing)
+    if (c->closing) {
       c->in.off = c->in.len = 0;
-    if (!stw_buf_reserve(&c->in, 65536))
+    } else if (c->auth != CA_READY) {
+      /* Before the token is proved: the handshake's bytes, no more. */
+      want = handshake_left(c);
+      if (want == 0)
+        return 0;
+    }
+    if (!stw_buf_reserve(&c->in, want))
       return -1;
-    n = recv(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len, 0);
+    n = recv(c->fd, c->in.p + c->in.len, c->auth != CA_READY && !c->closing
+             ? want : c->in.cap - c->in.len, 0);
     if (n > 0) {
       c->in.len += (size_t)n;
       total += (size_t)n;
+      if (c->skip) {        /* a refused frame's bytes */
+        size_t drop = stw_buf_used(&c->in) < c->skip
+                    ? stw_buf_used(&c->in) : c->skip;
+
+        c->in.off += drop;
+        c->skip -= drop;
+        if (stw_buf_used(&c->in) == 0)
+          c->in.off = c->in.len = 0;
+      }
     } else if (n == 0) {
       c->eof = true;
       return c->closing ? -1 : 0;
@@ -658,6 +940,7 @@ static void conn_progress(struct pg_store_server *srv, struct st_conn *c)
    * one that hung up while waiting is gone. */
   if (c->eof && (c->waiting || c->closing || stw_buf_used(&c->out) == 0))
     return conn_close(srv, c);
+  conn_charge(srv, c);
   want = 0;
   if (!c->eof) {
     want |= EPOLLRDHUP;
@@ -717,14 +1000,27 @@ static void srv_accept(struct pg_store_server *srv)
     c->fd = fd;
     c->heap_idx = ST_NOT_IN_HEAP;
     c->events = EPOLLIN | EPOLLRDHUP;
+    c->deadline = pg__now() + ST_HANDSHAKE_S;
     ev.events = c->events;
     ev.data.ptr = c;
+    if (!heap_push(srv, c)) {
+      close(fd);
+      free(c);
+      continue;
+    }
     if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+      heap_remove(srv, c);
       close(fd);
       free(c);
       continue;
     }
     LIST_INSERT_HEAD(&srv->conns, c, in_server);
+    /* Too many strangers proving nothing: the oldest makes room. */
+    if (srv->npreauth == ST_MAX_PREAUTH)
+      conn_close(srv, TAILQ_FIRST(&srv->preauth));
+    TAILQ_INSERT_TAIL(&srv->preauth, c, in_preauth);
+    c->in_preauth_list = true;
+    srv->npreauth++;
   }
 }
 
@@ -739,7 +1035,7 @@ static void srv_expire(struct pg_store_server *srv)
     if (c->waiting)
       wait_done(srv, c, ST_TIMEOUT, NULL);
     else
-      conn_close(srv, c);   /* a rejected one that lingered enough */
+      conn_close(srv, c);   /* lingered enough, or proved nothing */
   }
 }
 
@@ -884,6 +1180,7 @@ static int srv_add_fd(struct pg_store_server *srv, int fd, void *tag)
 
 static void srv_free(struct pg_store_server *srv)
 {
+  memset(&srv->token, 0, sizeof srv->token);
   if (srv->lfd >= 0)
     close(srv->lfd);
   if (srv->epfd >= 0)
@@ -895,8 +1192,55 @@ static void srv_free(struct pg_store_server *srv)
   free(srv);
 }
 
+/* A size knob: its value in [lo, hi], or dflt when unset. */
+static int knob_size(enum pg__knob k, size_t dflt, size_t lo, size_t hi,
+                     size_t *out)
+{
+  const char *v = pg__knob(k);
+  unsigned long long n;
+  char *end;
+
+  *out = dflt;
+  if (!v)
+    return 0;
+  errno = 0;
+  n = strtoull(v, &end, 10);
+  if (errno || end == v || *end || v[0] == '-' || n < lo || n > hi)
+    return pg__fail(-EINVAL, "%s is '%s', expected bytes %zu..%zu",
+                    pg__knob_name(k), v, lo, hi);
+  *out = (size_t)n;
+  return 0;
+}
+
+/* The budgets of Note [store budget], from the knobs. */
+static int srv_budgets(struct pg_store_server *srv)
+{
+  int err;
+
+  if ((err = knob_size(PG_KNOB_STORE_MAX_BYTES, ST_DEFAULT_MAX_BYTES,
+                       1u << 20, (size_t)1 << 40, &srv->max_bytes)) ||
+      (err = knob_size(PG_KNOB_STORE_MAX_CONN_BYTES, ST_DEFAULT_MAX_CONN,
+                       1u << 16, srv->max_bytes, &srv->max_conn)) ||
+      (err = knob_size(PG_KNOB_STORE_MAX_VALUE, ST_MAX_VALUE, 0,
+                       ST_MAX_VALUE, &srv->max_value)) ||
+      (err = knob_size(PG_KNOB_STORE_MAX_KEY, ST_MAX_KEY, 1, ST_MAX_KEY,
+                       &srv->max_key)))
+    return err;
+  /* An unset per-connection budget follows a smaller total one. */
+  if (!pg__knob(PG_KNOB_STORE_MAX_CONN_BYTES) &&
+      srv->max_conn > srv->max_bytes)
+    srv->max_conn = srv->max_bytes;
+  return 0;
+}
+
 int pg_store_server_start(const char *addr, int *port,
                           pg_store_server **out)
+{
+  return pg_store_server_start_auth(addr, port, NULL, out);
+}
+
+int pg_store_server_start_auth(const char *addr, int *port,
+                               const char *token, pg_store_server **out)
 {
   struct pg_store_server *srv;
   struct sockaddr_storage ss;
@@ -914,6 +1258,12 @@ int pg_store_server_start(const char *addr, int *port,
     return pg__fail(-ENOMEM, "store: out of memory");
   srv->lfd = srv->epfd = srv->wakefd = -1;
   LIST_INIT(&srv->conns);
+  TAILQ_INIT(&srv->preauth);
+  if ((err = pg__token_from(token, &srv->token)) ||
+      (err = srv_budgets(srv))) {
+    free(srv);
+    return err;
+  }
   if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
     seed = (uint64_t)(uintptr_t)srv ^ (uint64_t)getpid() << 32 ^
            (uint64_t)(pg__now() * 1e9);

@@ -83,6 +83,7 @@ struct st_entry *stt_get(struct st_table *t, const uint8_t *k, size_t n)
   e->next = *slot;
   *slot = e;
   t->nentries++;
+  t->key_bytes += n;
   return e;
 }
 
@@ -97,6 +98,7 @@ void stt_release(struct st_table *t, struct st_entry *e)
     pp = &(*pp)->next;
   *pp = e->next;
   t->nentries--;
+  t->key_bytes -= e->klen;
   free(e->val);
   free(e);
 }

@@ -30,6 +30,7 @@ struct st_entry {
 struct st_table {
   struct st_entry **buckets;
   size_t nbuckets, nentries;
+  size_t key_bytes;          /* the keys of every entry, for budgets */
   uint64_t seed;
 };
 

@@ -2,11 +2,20 @@
  * (store_server.c) and client (store_client.c): the protocol's constants,
  * a byte queue to build frames and a reader to parse them. */
 
-/* Wire protocol, version 1.  Every integer is little-endian.
+/* Wire protocol, version 2.  Every integer is little-endian.
  *
- * Handshake: on connect the client sends 4 bytes, 'p' 'g' 's' VERSION.
- * The server answers with its own 4 bytes ('p' 'g' 's' and its version);
- * on a wrong magic or version it answers and then closes.
+ * Handshake: on connect the client sends 'p' 'g' 's' VERSION and a fresh
+ * random 32-byte nonce Nc.  On a wrong magic or version the server
+ * answers its own 4 bytes ('p' 'g' 's' and its version) and closes;
+ * otherwise 'p' 'g' 's' VERSION, u8 auth and its own nonce Ns.  auth 0
+ * (the server has no job token): the handshake is over.  auth 1: the
+ * client sends HMAC-SHA256(token, "pg-store-2 client\0" | Nc | Ns) (32
+ * bytes); the server answers u8 0 and HMAC-SHA256(token, "pg-store-2
+ * server\0" | Nc | Ns), or u8 10 (AUTH_FAILED) and 32 zero bytes and
+ * closes.  The client checks the server's proof too, and refuses a
+ * server without a token when it has one.  Before the handshake is over
+ * the server reads nothing else (auth.h, Note [store budget] in
+ * store_server.c).
  *
  * Request:  u32 length | u8 op | u32 request_id | fields
  * Reply:    u32 length | u32 request_id | u8 status | fields (if OK)
@@ -32,7 +41,10 @@
  * at most 65536 keys.
  *
  * Status: 0 OK, 1 NOT_FOUND, 2 TIMEOUT, 3 NOT_NUMBER, 4 TOO_LARGE,
- * 5 MALFORMED, 6 NO_MEMORY, 7 UNKNOWN_OP, 8 OVERFLOW.  A frame that cannot
+ * 5 MALFORMED, 6 NO_MEMORY, 7 UNKNOWN_OP, 8 OVERFLOW, 9 OVER_BUDGET (the
+ * server's memory budget: the request's bytes were read and dropped), 10
+ * AUTH_FAILED (handshake only).  TOO_LARGE and OVER_BUDGET carry a
+ * sentence (bytes) naming the limit.  A frame that cannot
  * be parsed (length out of range, fields that do not add up to it) gets
  * MALFORMED (request id 0 if unknown) and the server closes the
  * connection; anything else wrong gets its status and the connection
@@ -47,12 +59,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "pg_internal.h"
 
-#define ST_VERSION 1
+#define ST_VERSION 2
 #define ST_MAX_KEY 4096u
 #define ST_MAX_VALUE (64u << 20)
 #define ST_MAX_WAIT_KEYS 65536u
+/* The client's hello: magic, version and Nc; the server's adds auth. */
+#define ST_HELLO_BYTES (4 + PG_NONCE_BYTES)
+#define ST_AUTH_NONE 0
+#define ST_AUTH_TOKEN 1
+#define ST_LABEL_CLIENT "pg-store-2 client"
+#define ST_LABEL_SERVER "pg-store-2 server"
+/* The budgets' defaults (knobs.c, Note [store budget]). */
+#define ST_DEFAULT_MAX_BYTES ((size_t)1 << 30)
+#define ST_DEFAULT_MAX_CONN ((size_t)256 << 20)
 /* The largest request (CAS) and reply (GET / CAS): checked before any
  * buffer is sized for a frame. */
 #define ST_MAX_FRAME (2 * (ST_MAX_VALUE + 4) + ST_MAX_KEY + 16)
@@ -64,7 +86,8 @@ enum {
 };
 enum {
   ST_OK = 0, ST_NOT_FOUND, ST_TIMEOUT, ST_NOT_NUMBER, ST_TOO_LARGE,
-  ST_MALFORMED, ST_NO_MEMORY, ST_UNKNOWN_OP, ST_OVERFLOW
+  ST_MALFORMED, ST_NO_MEMORY, ST_UNKNOWN_OP, ST_OVERFLOW, ST_OVER_BUDGET,
+  ST_AUTH_FAILED
 };
 
 /* The handshake: 'p' 'g' 's' and the version. */

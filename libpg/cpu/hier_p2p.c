@@ -6,7 +6,9 @@
  * of ranks on different hosts gets a connection only when one sends to
  * the other, and each direction its own: the sender connects to the
  * receiver's listener (its endpoint read from the store once, published
- * at creation) and opens with a hello (magic, namespace hash, positions);
+ * at creation) and opens with a hello (magic, namespace hash, positions,
+ * and a one-way proof of the job token over a fresh nonce: Note [mesh
+ * hello] in tcp_internal.h);
  * the receiver accepts whenever it next does point-to-point (a recv, or a
  * send, which also drains what others send it) and drops what does not
  * prove itself within STRAY_S.  So nobody agrees on who connects (the
@@ -46,6 +48,7 @@ struct hier_p2p {
   int n, me;
   int lfd, bufsz;
   uint64_t hash;
+  const struct pg__token *token;
   pg_store *store;
   char *ns;
   struct pending pend[PEND_MAX];
@@ -89,6 +92,7 @@ static void accept_ready(struct hier_p2p *p)
     }
     from = q->in.from;
     if (!tcp_hello_ok(&q->in, p->hash, p->me, p->n) || from == p->me ||
+        !tcp_hello_signed(p->token, &q->in) ||
         p->c.peers[p->n + from].fd >= 0) {
       drop_pending(p, i--);
       continue;
@@ -100,6 +104,7 @@ static void accept_ready(struct hier_p2p *p)
 
 int pg__hier_p2p_create(const struct pg__setup *s, struct hier_p2p **out)
 {
+  static const struct pg__token no_token;
   struct hier_p2p *p = calloc(1, sizeof *p);
   char ep[1100], key[4200];
   int i, err;
@@ -111,6 +116,7 @@ int pg__hier_p2p_create(const struct pg__setup *s, struct hier_p2p **out)
   p->me = s->me;
   p->lfd = -1;
   p->store = s->store;
+  p->token = s->token ? s->token : &no_token;
   snprintf(key, sizeof key, "%sp2p/", s->ns);
   p->ns = strdup(key);
   p->hash = tcp_fnv1a(key);
@@ -176,6 +182,7 @@ static int connect_peer(struct hier_p2p *p, int q, double deadline)
   err = fd < 0 ? fd : 0;
   if (!err) {
     tcp_hello_init(&h, p->hash, p->me, q, p->n);
+    tcp_hello_sign(p->token, &h);
     err = tcp_io_full(fd, &h, sizeof h, true, deadline);
     if (err)
       close(fd);

@@ -39,7 +39,7 @@
 
 #define FRAME_MAGIC 0x66746770u  /* "pgtf" */
 #define HELLO_MAGIC 0x68746770u  /* "pgth" */
-#define HELLO_VERSION 1
+#define HELLO_VERSION 2
 
 enum { FRAME_COLL = 1, FRAME_P2P = 2 };
 enum {
@@ -60,10 +60,19 @@ struct frame {
 };
 _Static_assert(sizeof(struct frame) == 24, "frame header is 24 bytes");
 
+/* Note [mesh hello]: a connection's first bytes each way.  The
+ * connector's carries its nonce; the acceptor's its own nonce and its
+ * proof of the job token over both (auth.h), then the connector sends
+ * its proof (32 bytes): a challenge-response, so a peer without the
+ * token gets no socket of the comm, and a redirected endpoint leads
+ * nowhere.  Lazy p2p (hier_p2p.c) cannot wait for an answer: its sender
+ * puts a one-way proof over its own nonce in mac. */
 struct hello {
   uint32_t magic, version;
   uint64_t ns_hash;
   int32_t from, to, n, pad;
+  uint8_t nonce[32];
+  uint8_t mac[32];
 };
 
 /* A p2p message that arrived before its recv. */

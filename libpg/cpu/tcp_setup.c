@@ -297,6 +297,79 @@ void tcp_hello_init(struct hello *h, uint64_t hash, int from, int to, int n)
   h->from = from;
   h->to = to;
   h->n = n;
+  pg__nonce(h->nonce, sizeof h->nonce);
+}
+
+/* What every proof of a connection covers: the comm (its namespace
+ * hash and size) and who connects to whom. */
+struct proof_ctx {
+  uint64_t hash;
+  int32_t connector, acceptor, n;
+};
+
+static struct proof_ctx ctx_of(const struct hello *h)
+{
+  struct proof_ctx x;
+
+  memset(&x, 0, sizeof x);
+  x.hash = h->ns_hash;
+  x.connector = h->from;
+  x.acceptor = h->to;
+  x.n = h->n;
+  return x;
+}
+
+void tcp_hello_answer(const struct pg__token *t, const struct hello *asked,
+                      struct hello *answer)
+{
+  struct proof_ctx x = ctx_of(asked);
+
+  pg__auth_mac(t, "pg-mesh-2 acceptor", &x, sizeof x, asked->nonce,
+               answer->nonce, answer->mac);
+}
+
+bool tcp_answer_ok(const struct pg__token *t, const struct hello *sent,
+                   const struct hello *answer)
+{
+  struct proof_ctx x = ctx_of(sent);
+
+  return pg__auth_check(t, "pg-mesh-2 acceptor", &x, sizeof x, sent->nonce,
+                        answer->nonce, answer->mac);
+}
+
+void tcp_proof(const struct pg__token *t, const struct hello *sent,
+               const struct hello *answer, uint8_t out[32])
+{
+  struct proof_ctx x = ctx_of(sent);
+
+  pg__auth_mac(t, "pg-mesh-2 connector", &x, sizeof x, sent->nonce,
+               answer->nonce, out);
+}
+
+bool tcp_proof_ok(const struct pg__token *t, const struct hello *asked,
+                  const struct hello *answer, const uint8_t proof[32])
+{
+  struct proof_ctx x = ctx_of(asked);
+
+  return pg__auth_check(t, "pg-mesh-2 connector", &x, sizeof x,
+                        asked->nonce, answer->nonce, proof);
+}
+
+void tcp_hello_sign(const struct pg__token *t, struct hello *h)
+{
+  static const uint8_t none[PG_NONCE_BYTES];
+  struct proof_ctx x = ctx_of(h);
+
+  pg__auth_mac(t, "pg-p2p-2 sender", &x, sizeof x, h->nonce, none, h->mac);
+}
+
+bool tcp_hello_signed(const struct pg__token *t, const struct hello *h)
+{
+  static const uint8_t none[PG_NONCE_BYTES];
+  struct proof_ctx x = ctx_of(h);
+
+  return pg__auth_check(t, "pg-p2p-2 sender", &x, sizeof x, h->nonce, none,
+                        h->mac);
 }
 
 bool tcp_hello_ok(const struct hello *h, uint64_t hash, int to, int n)
@@ -308,7 +381,8 @@ bool tcp_hello_ok(const struct hello *h, uint64_t hash, int to, int n)
 
 /* Note [parallel mesh]: lower ranks listen, higher ranks connect to every
  * lower one, and each side proves it belongs to this comm (magic,
- * namespace hash, ranks) so a stray connection to the port is dropped.
+ * namespace hash, ranks, and the job token: Note [mesh hello] in
+ * tcp_internal.h) so a stray connection to the port is dropped.
  * Everything is in flight at once: the non-blocking connects to every
  * lower rank, the accepts of the higher ones, and each socket's hellos as
  * it becomes ready, all moved by one poll() loop -- setup costs about one
@@ -320,13 +394,17 @@ bool tcp_hello_ok(const struct hello *h, uint64_t hash, int to, int n)
 #define RETRY_S 0.020
 #define ACCEPT_MAX 64   /* accepted connections proving themselves at once */
 
-enum { CS_WAIT, CS_CONNECT, CS_TX, CS_RX, CS_DONE };
+/* A connector goes CONNECT, TX (hello), RX (answer), TX_PROOF; an
+ * acceptor RX (hello), TX (answer), RX_PROOF (Note [mesh hello]). */
+enum { CS_WAIT, CS_CONNECT, CS_TX, CS_RX, CS_TX_PROOF, CS_RX_PROOF,
+       CS_DONE };
 
 struct conn {
   int fd, state;
   int peer;             /* position; -1: accepted, not yet known */
-  size_t off;           /* bytes of the hello sent or received */
+  size_t off;           /* bytes of the message sent or received */
   struct hello out, in;
+  uint8_t proof[32];
   double at;            /* CS_WAIT: connect then; accepted: drop then */
 };
 
@@ -337,21 +415,24 @@ static void conn_close(struct conn *k)
   k->fd = -1;
 }
 
-/* Moves k's hello as far as the socket allows: 1 done, 0 wait, < 0
- * error. */
+/* Moves k's message of this state as far as the socket allows: 1 done,
+ * 0 wait, < 0 error. */
 static int hello_io(struct conn *k)
 {
+  bool tx = k->state == CS_TX || k->state == CS_TX_PROOF;
+  bool proof = k->state == CS_TX_PROOF || k->state == CS_RX_PROOF;
+  char *p = proof ? (char *)k->proof
+                  : tx ? (char *)&k->out : (char *)&k->in;
+  size_t len = proof ? sizeof k->proof : sizeof(struct hello);
+
   for (;;) {
-    bool tx = k->state == CS_TX;
-    char *p = tx ? (char *)&k->out : (char *)&k->in;
     ssize_t r;
 
-    if (k->off == sizeof(struct hello))
+    if (k->off == len)
       return 1;
-    r = tx ? send(k->fd, p + k->off, sizeof(struct hello) - k->off,
+    r = tx ? send(k->fd, p + k->off, len - k->off,
                   MSG_NOSIGNAL | MSG_DONTWAIT)
-           : recv(k->fd, p + k->off, sizeof(struct hello) - k->off,
-                  MSG_DONTWAIT);
+           : recv(k->fd, p + k->off, len - k->off, MSG_DONTWAIT);
     if (r > 0) {
       k->off += (size_t)r;
       continue;
@@ -366,10 +447,11 @@ static int hello_io(struct conn *k)
   }
 }
 
-/* One step of an outgoing connection; < 0: a failure to report. */
-static int out_step(struct tcp_comm *c, struct conn *k,
-                    const struct sockaddr_storage *sa, socklen_t sl,
-                    int bufsz, uint64_t hash, short rev)
+/* One step of an outgoing connection; < 0: a failure to report
+ * (-EACCES: the peer did not prove the job token). */
+static int out_step(struct tcp_comm *c, const struct pg__token *t,
+                    struct conn *k, const struct sockaddr_storage *sa,
+                    socklen_t sl, int bufsz, uint64_t hash, short rev)
 {
   int err = 0, r;
   socklen_t el = sizeof err;
@@ -412,6 +494,16 @@ static int out_step(struct tcp_comm *c, struct conn *k,
       return r;
     if (!tcp_hello_ok(&k->in, hash, c->me, c->n) || k->in.from != k->peer)
       return -EPROTO;
+    if (!tcp_answer_ok(t, &k->out, &k->in))
+      return -EACCES;
+    tcp_proof(t, &k->out, &k->in, k->proof);
+    k->state = CS_TX_PROOF;
+    k->off = 0;
+    /* fall through */
+  case CS_TX_PROOF:
+    r = hello_io(k);
+    if (r <= 0)
+      return r;
     c->peers[k->peer].fd = k->fd;
     k->fd = -1;
     k->state = CS_DONE;
@@ -421,7 +513,8 @@ static int out_step(struct tcp_comm *c, struct conn *k,
 }
 
 /* One step of an accepted connection; false: drop it. */
-static bool in_step(struct tcp_comm *c, struct conn *k, uint64_t hash)
+static bool in_step(struct tcp_comm *c, const struct pg__token *t,
+                    struct conn *k, uint64_t hash)
 {
   int r;
 
@@ -436,7 +529,17 @@ static bool in_step(struct tcp_comm *c, struct conn *k, uint64_t hash)
       return false;
     k->peer = k->in.from;
     tcp_hello_init(&k->out, hash, c->me, k->peer, c->n);
+    tcp_hello_answer(t, &k->in, &k->out);
     k->state = CS_TX;
+    k->off = 0;
+  }
+  if (k->state == CS_TX) {
+    r = hello_io(k);
+    if (r < 0)
+      return false;
+    if (r == 0)
+      return pg__now() < k->at;
+    k->state = CS_RX_PROOF;
     k->off = 0;
   }
   r = hello_io(k);
@@ -444,7 +547,9 @@ static bool in_step(struct tcp_comm *c, struct conn *k, uint64_t hash)
     return false;
   if (r == 0)
     return pg__now() < k->at;
-  if (c->peers[k->peer].fd >= 0)
+  /* A stranger without the token is dropped here, its slot freed. */
+  if (!tcp_proof_ok(t, &k->in, &k->out, k->proof) ||
+      c->peers[k->peer].fd >= 0)
     return false;
   c->peers[k->peer].fd = k->fd;
   k->fd = -1;
@@ -452,8 +557,22 @@ static bool in_step(struct tcp_comm *c, struct conn *k, uint64_t hash)
   return true;
 }
 
-static int mesh(struct tcp_comm *c, int lfd, char **eps, uint64_t hash,
-                int bufsz, double deadline)
+/* The sentence for a failed outgoing connection to position j. */
+static int out_fail(struct tcp_comm *c, int j, const char *ep, int err)
+{
+  if (err == -EACCES)
+    return pg__fail(err, "tcp setup: rank %d at %s did not prove the job "
+                    "token (%s differs between ranks, or that endpoint "
+                    "is not rank %d's)", c->peers[j].rank, ep,
+                    PG_TOKEN_VAR, c->peers[j].rank);
+  return pg__fail(err, err == -EPROTO
+                  ? "tcp setup: no handshake with rank %d at %s: %s"
+                  : "tcp setup: cannot connect to rank %d at %s: %s",
+                  c->peers[j].rank, ep, pg_strerror(err));
+}
+
+static int mesh(struct tcp_comm *c, const struct pg__token *t, int lfd,
+                char **eps, uint64_t hash, int bufsz, double deadline)
 {
   int nout = c->me, nin = c->n - 1 - c->me, nacc = 0, cap = ACCEPT_MAX;
   struct conn *out = calloc((size_t)nout + 1, sizeof *out);
@@ -489,7 +608,7 @@ static int mesh(struct tcp_comm *c, int lfd, char **eps, uint64_t hash,
 
       if (was == CS_DONE)
         continue;
-      err = out_step(c, &out[j], &sa[j], sl[j], bufsz, hash,
+      err = out_step(c, t, &out[j], &sa[j], sl[j], bufsz, hash,
                      was == CS_CONNECT ? 0 : POLLOUT);
       if (err)
         break;
@@ -497,14 +616,11 @@ static int mesh(struct tcp_comm *c, int lfd, char **eps, uint64_t hash,
         done_out++;
     }
     if (err) {
-      err = pg__fail(err, err == -EPROTO
-                     ? "tcp setup: no handshake with rank %d at %s: %s"
-                     : "tcp setup: cannot connect to rank %d at %s: %s",
-                     c->peers[j].rank, eps[j], pg_strerror(err));
+      err = out_fail(c, j, eps[j], err);
       goto out;
     }
     for (i = 0; i < nacc; i++) {
-      if (!in_step(c, &acc[i], hash))
+      if (!in_step(c, t, &acc[i], hash))
         conn_close(&acc[i]);
       else if (acc[i].state != CS_DONE)
         continue;
@@ -541,7 +657,8 @@ static int mesh(struct tcp_comm *c, int lfd, char **eps, uint64_t hash,
       if (w < ms)
         ms = w > 0 ? w : 0;
       pfd[np].fd = acc[i].fd;
-      pfd[np].events = acc[i].state == CS_RX ? POLLIN : POLLOUT;
+      pfd[np].events = acc[i].state == CS_RX ||
+                       acc[i].state == CS_RX_PROOF ? POLLIN : POLLOUT;
       who[np++] = nout + i;
     }
     k = poll(pfd, (nfds_t)np, ms);
@@ -554,12 +671,10 @@ static int mesh(struct tcp_comm *c, int lfd, char **eps, uint64_t hash,
         continue;
       if (who[i] >= 0 && who[i] < nout &&
           out[who[i]].state == CS_CONNECT) {
-        err = out_step(c, &out[who[i]], &sa[who[i]], sl[who[i]], bufsz,
-                       hash, pfd[i].revents);
+        err = out_step(c, t, &out[who[i]], &sa[who[i]], sl[who[i]],
+                       bufsz, hash, pfd[i].revents);
         if (err) {
-          j = who[i];
-          err = pg__fail(err, "tcp setup: cannot connect to rank %d at %s: "
-                         "%s", c->peers[j].rank, eps[j], pg_strerror(err));
+          err = out_fail(c, who[i], eps[who[i]], err);
           goto out;
         }
         if (out[who[i]].state == CS_DONE)
@@ -658,6 +773,7 @@ int tcp_listen_ep(const char *master_addr, char *ep, size_t eplen,
 int tcp_connect_all(struct tcp_comm *c, const struct pg__setup *s,
                     double deadline)
 {
+  static const struct pg__token no_token;
   char **eps = calloc((size_t)s->n, sizeof *eps);
   char ep[NI_MAXHOST + 16];
   int i, err, lfd, bufsz;
@@ -671,7 +787,8 @@ int tcp_connect_all(struct tcp_comm *c, const struct pg__setup *s,
   }
   err = publish(s, ep, eps);
   if (!err)
-    err = mesh(c, lfd, eps, tcp_fnv1a(s->ns), bufsz, deadline);
+    err = mesh(c, s->token ? s->token : &no_token, lfd, eps,
+               tcp_fnv1a(s->ns), bufsz, deadline);
   close(lfd);
 out:
   for (i = 0; i < s->n; i++)

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "tcp_internal.h"
 
 /* FNV-1a of a store namespace: the hello's proof of the comm. */
@@ -23,8 +24,24 @@ int tcp_listen_ep(const char *master_addr, char *ep, size_t eplen,
 int tcp_connect_ep(const char *ep, int bufsz, double deadline);
 /* All of buf written or read on a non-blocking socket by the deadline. */
 int tcp_io_full(int fd, void *buf, size_t len, bool wr, double deadline);
+/* A hello from `from` to `to` with a fresh nonce and no proof. */
 void tcp_hello_init(struct hello *h, uint64_t hash, int from, int to,
                     int n);
 bool tcp_hello_ok(const struct hello *h, uint64_t hash, int to, int n);
+/* Note [mesh hello].  The acceptor's answer to asked (its nonce and its
+ * proof); the connector's check of it; the connector's proof for the
+ * exchange and the acceptor's check of that.  t may be empty (no token:
+ * the proofs then only show the peer speaks the protocol). */
+void tcp_hello_answer(const struct pg__token *t, const struct hello *asked,
+                      struct hello *answer);
+bool tcp_answer_ok(const struct pg__token *t, const struct hello *sent,
+                   const struct hello *answer);
+void tcp_proof(const struct pg__token *t, const struct hello *sent,
+               const struct hello *answer, uint8_t out[32]);
+bool tcp_proof_ok(const struct pg__token *t, const struct hello *asked,
+                  const struct hello *answer, const uint8_t proof[32]);
+/* Lazy p2p's one-way hello: h's mac set, and checked. */
+void tcp_hello_sign(const struct pg__token *t, struct hello *h);
+bool tcp_hello_signed(const struct pg__token *t, const struct hello *h);
 
 #endif

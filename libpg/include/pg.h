@@ -93,7 +93,9 @@ typedef enum {
  * operation), -ENOENT (store key missing), -ENODEV (NCCL requested, no
  * GPU), -ENOTSUP (backend lacks it), -EMSGSIZE (message or value too
  * large), -ERANGE (store counter overflow), -EALREADY (reducer: marked
- * twice), -EBUSY (reducer: operations in flight).  pg_strerror and
+ * twice), -EBUSY (reducer: operations in flight), -EACCES (the store or a
+ * mesh peer refused the job token, or could not prove it), -ENOSPC (over
+ * the store's memory budget).  pg_strerror and
  * pg_err_name know them all. */
 #define PG_EBACKEND_BASE  (-20000)  /* -20000 - ncclResult_t / cudaError */
 #define PG_ENCCL(r)       (PG_EBACKEND_BASE - (int)(r))
@@ -124,9 +126,14 @@ struct pg_options {
    * one device (CUDA_VISIBLE_DEVICES) uses device 0, one that sees
    * several uses local_rank modulo their number. */
   int device;
+  /* The job's secret, the same for every rank: the store and the TCP
+   * mesh serve only those who prove they know it.  NULL:
+   * $CDRUN_JOB_TOKEN (cdrun sets it); "": none (a warning, once). */
+  const char *job_token;
 };
 
-#define PG_OPTIONS_INIT { -1, -1, -1, -1, NULL, 0, PG_BACKEND_AUTO, 0, NULL, -1 }
+#define PG_OPTIONS_INIT { -1, -1, -1, -1, NULL, 0, PG_BACKEND_AUTO, 0, NULL, \
+                          -1, NULL }
 
 /* Creates the group: connects to (rank 0: serves) the store, exchanges
  * endpoints, sets up the backend.  Collective: every rank must call it.
@@ -189,18 +196,34 @@ PG_EXTERN size_t pg_dtype_size(pg_dtype t);
 
 /* Serves a store on addr:port (port 0: any; addr NULL: every address).
  * Returns the server's port via *port.  The server runs on its own thread
- * until pg_store_server_stop. */
+ * until pg_store_server_stop.  Its memory is bounded by
+ * $PG_STORE_MAX_BYTES and friends (man libpg).
+ *
+ * The job token: the _auth forms take it (NULL: $CDRUN_JOB_TOKEN, which
+ * cdrun sets; "": none), the others read $CDRUN_JOB_TOKEN.  A server with
+ * a token serves only clients that prove they know it (challenge and
+ * HMAC-SHA256; the token never travels); a client with one refuses a
+ * server that cannot prove it.  Without a token on either side the store
+ * is open to whoever reaches the port.  A refused client gets -EACCES. */
 typedef struct pg_store_server pg_store_server;
 PG_EXTERN int pg_store_server_start(const char *addr, int *port,
                                     pg_store_server **out);
+PG_EXTERN int pg_store_server_start_auth(const char *addr, int *port,
+                                         const char *token,
+                                         pg_store_server **out);
 PG_EXTERN void pg_store_server_stop(pg_store_server *s);
 
 /* Connects to a store, retrying until timeout seconds have passed. */
 PG_EXTERN int pg_store_connect(const char *host, int port, double timeout,
                                pg_store **out);
+PG_EXTERN int pg_store_connect_auth(const char *host, int port,
+                                    double timeout, const char *token,
+                                    pg_store **out);
 PG_EXTERN void pg_store_close(pg_store *s);
 
-/* Keys are NUL-terminated, at most 4096 bytes; values at most 64 MiB. */
+/* Keys are NUL-terminated, at most 4096 bytes; values at most 64 MiB
+ * (rank 0 may set lower limits).  A request over the server's memory
+ * budget gets -ENOSPC (pg_last_error names the budget). */
 PG_EXTERN int pg_store_set(pg_store *s, const char *key, const void *value,
                            size_t len);
 /* Waits up to timeout seconds (0: don't wait; < 0: no limit) for key;

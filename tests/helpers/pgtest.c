@@ -19,6 +19,11 @@
  *                           then interleaved async), per-group store keys
  *   pgtest halfavg          f16/bf16 reductions accumulate in f32 (pg.h):
  *                           an f16 AVG of 65504 is 65504, not +inf
+ *   pgtest hold DIR         DIR/pid.<rank>, DIR/token.<rank> (the length
+ *                           of CDRUN_JOB_TOKEN), rank 0 DIR/master
+ *                           ("addr port"); then waits for DIR/release,
+ *                           checks no stranger's pg/exit key is in the
+ *                           store, and all-reduces (t_pg_store_auth.sh)
  *   pgtest victim R DIR     rank R SIGKILLs itself in the middle of a
  *                           stream of all-reduces; the others must get an
  *                           error (written to DIR/err.<rank>), not hang
@@ -851,6 +856,52 @@ static int mode_groups(pg_group *g)
   return 0;
 }
 
+static void write_file(const char *dir, const char *name, const char *text)
+{
+  char path[PATH_MAX];
+  FILE *f;
+
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  f = fopen(path, "w");
+  if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+    CHECK(0, "cannot write %s", path);
+}
+
+static int mode_hold(pg_group *g, const char *dir)
+{
+  const char *tok = getenv("CDRUN_JOB_TOKEN");
+  char name[64], text[300], path[PATH_MAX];
+  int v = rank + 1, i;
+
+  snprintf(name, sizeof name, "pid.%d", rank);
+  snprintf(text, sizeof text, "%d\n", (int)getpid());
+  write_file(dir, name, text);
+  snprintf(name, sizeof name, "token.%d", rank);
+  snprintf(text, sizeof text, "%zu\n", tok ? strlen(tok) : 0);
+  write_file(dir, name, text);
+  if (rank == 0) {
+    snprintf(text, sizeof text, "%s %s\n", getenv("MASTER_ADDR"),
+             getenv("MASTER_PORT"));
+    write_file(dir, "master", text);
+  }
+  snprintf(path, sizeof path, "%s/release", dir);
+  while (access(path, F_OK) != 0)
+    usleep(20000);
+  for (i = 0; i < world; i++) {
+    char key[32];
+    void *val = NULL;
+    size_t len;
+
+    snprintf(key, sizeof key, "pg/exit/%d", i);
+    CHECK(pg_store_get(pg_group_store(g), key, 0, &val, &len) ==
+          -ENOENT, "someone wrote %s before the end", key);
+    free(val);
+  }
+  TRY(pg_all_reduce(g, &v, &v, 1, PG_I32, PG_SUM));
+  CHECK(v == world * (world + 1) / 2, "all-reduce gave %d", v);
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "";
@@ -879,6 +930,8 @@ int main(int argc, char **argv)
     rc = mode_groups(g);
   else if (strcmp(mode, "halfavg") == 0)
     rc = mode_halfavg(g);
+  else if (strcmp(mode, "hold") == 0 && argc == 3)
+    rc = mode_hold(g, argv[2]);
   else if (strcmp(mode, "victim") == 0 && argc == 4)
     rc = mode_victim(g, atoi(argv[2]), argv[3]);
   else

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "pg.h"
+#include "hmac.h"
 
 #define MAX_VALUE (64u << 20)
 
@@ -194,7 +195,11 @@ static int hold_port(uint32_t ip, int *port)
 
 /* ---- raw protocol (see the comment at the top of store_wire.h) ---- */
 
-static const uint8_t hello[4] = { 'p', 'g', 's', 1 };
+/* The handshake (libpg/store_wire.h): magic and version, then a 32-byte
+ * nonce; the server answers its magic and version, its auth mode and
+ * its nonce. */
+static const uint8_t hello[4] = { 'p', 'g', 's', 2 };
+#define NONCE 32
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -250,14 +255,17 @@ static bool raw_recv(int fd, void *p, size_t n)
   return true;
 }
 
+/* A connection past the handshake with a server without a token. */
 static int raw_open(int port)
 {
   int fd = raw_connect(port);
-  uint8_t h[4];
+  uint8_t h[4 + 1 + NONCE] = { 0 };
 
-  raw_send(fd, hello, 4);
-  ck_assert(raw_recv(fd, h, 4));
+  memcpy(h, hello, 4);
+  raw_send(fd, h, 4 + NONCE);
+  ck_assert(raw_recv(fd, h, sizeof h));
   ck_assert(memcmp(h, hello, 4) == 0);
+  ck_assert_int_eq(h[4], 0);          /* no token asked for */
   return fd;
 }
 
@@ -1030,8 +1038,11 @@ static void *fake_main(void *arg)
   if (fd < 0)
     return NULL;
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (recv(fd, b, 4, MSG_WAITALL) == 4)
-    send(fd, f->answer, 4, MSG_NOSIGNAL);
+  if (recv(fd, b, 4 + NONCE, MSG_WAITALL) == 4 + NONCE) {
+    memset(b, 0, 4 + 1 + NONCE);      /* auth 0 and a nonce */
+    memcpy(b, f->answer, 4);
+    send(fd, b, memcmp(b, hello, 4) ? 4 : 4 + 1 + NONCE, MSG_NOSIGNAL);
+  }
   while (!atomic_load(&f->stop))
     if (recv(fd, b, sizeof b, 0) == 0)
       break;
@@ -1072,7 +1083,7 @@ START_TEST(test_server_silent)
   double t0;
   int err;
 
-  fake_start(&f, "pgs\x01");
+  fake_start(&f, "pgs\x02");
   ck_assert_int_eq(pg_store_connect("127.0.0.1", f.port, 5, &s), 0);
   /* The server should answer at 0.2 s; the client gives up 1 s later. */
   t0 = now();
@@ -1098,6 +1109,432 @@ START_TEST(test_not_a_store)
   ck_assert_ptr_null(s);
   ck_assert_ptr_nonnull(strstr(pg_last_error(), "not a libpg store"));
   fake_stop(&f);
+}
+END_TEST
+
+/* ---- the job token and the budgets (Note [store budget]) ---- */
+
+#define TOKEN "0123456789abcdef-the-job-token"
+
+static pg_store_server *start_auth(const char *token, int *port)
+{
+  pg_store_server *srv = NULL;
+  int err;
+
+  *port = 0;
+  err = pg_store_server_start_auth("127.0.0.1", port, token, &srv);
+  ck_assert_msg(err == 0, "server: %s", pg_last_error());
+  return srv;
+}
+
+static pg_store *connect_auth(int port, const char *token)
+{
+  pg_store *s = NULL;
+  int err = pg_store_connect_auth("127.0.0.1", port, 5, token, &s);
+
+  ck_assert_msg(err == 0, "connect: %s", pg_last_error());
+  return s;
+}
+
+/* A stranger's hello: the server asks for the token (auth 1). */
+static int raw_hello_auth(int port)
+{
+  int fd = raw_connect(port);
+  uint8_t h[4 + 1 + NONCE] = { 0 };
+
+  memcpy(h, hello, 4);
+  raw_send(fd, h, 4 + NONCE);
+  ck_assert(raw_recv(fd, h, sizeof h));
+  ck_assert(memcmp(h, hello, 4) == 0);
+  ck_assert_int_eq(h[4], 1);
+  return fd;
+}
+
+START_TEST(test_hmac_vectors)
+{
+  /* RFC 4231, test cases 1 and 2. */
+  static const uint8_t want1[32] = {
+    0xb0, 0x34, 0x4c, 0x61, 0xd8, 0xdb, 0x38, 0x53, 0x5c, 0xa8, 0xaf, 0xce,
+    0xaf, 0x0b, 0xf1, 0x2b, 0x88, 0x1d, 0xc2, 0x00, 0xc9, 0x83, 0x3d, 0xa7,
+    0x26, 0xe9, 0x37, 0x6c, 0x2e, 0x32, 0xcf, 0xf7 };
+  static const uint8_t want2[32] = {
+    0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24, 0x26,
+    0x08, 0x95, 0x75, 0xc7, 0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83,
+    0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43 };
+  uint8_t key[20], out[32];
+  const void *parts[2];
+  size_t lens[2];
+
+  memset(key, 0x0b, sizeof key);
+  parts[0] = "Hi There";
+  lens[0] = 8;
+  pg__hmac_sha256(key, sizeof key, parts, lens, 1, out);
+  ck_assert(memcmp(out, want1, 32) == 0);
+  /* The message in two pieces. */
+  parts[0] = "what do ya want ";
+  lens[0] = 16;
+  parts[1] = "for nothing?";
+  lens[1] = 12;
+  pg__hmac_sha256("Jefe", 4, parts, lens, 2, out);
+  ck_assert(memcmp(out, want2, 32) == 0);
+  ck_assert(pg__ct_equal(want1, want1, 32));
+  ck_assert(!pg__ct_equal(want1, want2, 32));
+}
+END_TEST
+
+/* With a token, the job's clients work; a stranger who does not know it
+ * can neither write nor read a key. */
+START_TEST(test_auth_stranger)
+{
+  int port, fd;
+  pg_store_server *srv = start_auth(TOKEN, &port);
+  pg_store *s = connect_auth(port, TOKEN), *t = NULL;
+  uint8_t f[256], mac[1 + 32];
+  void *v = NULL;
+  size_t n;
+  int64_t keys = -1;
+
+  set_str(s, "pg/host/0", "secret-host");
+  /* A stranger sends a SET where the proof goes: refused, closed. */
+  fd = raw_hello_auth(port);
+  n = frame_set(f, 1, "pg/exit/1", "1");
+  memset(f + n, 0, 32);
+  raw_send(fd, f, n + 32);
+  ck_assert(raw_recv(fd, mac, sizeof mac));
+  ck_assert_int_eq(mac[0], 10);       /* AUTH_FAILED */
+  raw_expect_close(fd);
+  /* A stranger that says nothing more after its hello gets nothing. */
+  fd = raw_hello_auth(port);
+  shutdown(fd, SHUT_WR);
+  raw_expect_close(fd);
+  /* libpg's own client without the token: refused at once, clearly. */
+  ck_assert_int_eq(pg_store_connect_auth("127.0.0.1", port, 5, "", &t),
+                   -EACCES);
+  ck_assert_ptr_null(t);
+  ck_assert_msg(strstr(pg_last_error(), "requires the job token"), "%s",
+                pg_last_error());
+  /* Nothing was written; what was is intact. */
+  ck_assert_int_eq(pg_store_get(s, "pg/exit/1", 0, &v, &n), -ENOENT);
+  expect_value(s, "pg/host/0", "secret-host", 11);
+  ck_assert_int_eq(pg_store_num_keys(s, &keys), 0);
+  ck_assert_int_eq(keys, 1);
+  pg_store_close(s);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
+/* Strangers that connect and prove nothing hold no slot for long: past
+ * 256 of them the oldest is closed, and the job's clients get in. */
+START_TEST(test_auth_preauth_cap)
+{
+  int port, fds[260], i;
+  pg_store_server *srv = start_auth(TOKEN, &port);
+  pg_store *s;
+
+  for (i = 0; i < 260; i++)
+    fds[i] = raw_connect(port);
+  raw_expect_close(fds[0]);       /* the oldest made room */
+  s = connect_auth(port, TOKEN);
+  set_str(s, "k", "v");
+  pg_store_close(s);
+  for (i = 1; i < 260; i++)
+    close(fds[i]);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
+START_TEST(test_auth_wrong_token)
+{
+  int port, port2;
+  pg_store_server *srv = start_auth(TOKEN, &port);
+  pg_store_server *open_srv = start_auth("", &port2);
+  pg_store *s = NULL;
+
+  ck_assert_int_eq(pg_store_connect_auth("127.0.0.1", port, 5,
+                                         TOKEN "-but-another", &s), -EACCES);
+  ck_assert_ptr_null(s);
+  ck_assert_msg(strstr(pg_last_error(), "refused our job token"), "%s",
+                pg_last_error());
+  ck_assert_str_eq(pg_err_name(-EACCES), "EACCES");
+  ck_assert_str_eq(pg_err_name(-ENOSPC), "ENOSPC");
+  /* A client with a token refuses a store that cannot prove it. */
+  ck_assert_int_eq(pg_store_connect_auth("127.0.0.1", port2, 5, TOKEN, &s),
+                   -EACCES);
+  ck_assert_msg(strstr(pg_last_error(), "does not ask for the job token"),
+                "%s", pg_last_error());
+  /* A token too short to be one. */
+  ck_assert_int_eq(pg_store_connect_auth("127.0.0.1", port, 5, "short", &s),
+                   -EINVAL);
+  ck_assert_msg(strstr(pg_last_error(), "CDRUN_JOB_TOKEN"), "%s",
+                pg_last_error());
+  /* The right one still works. */
+  s = connect_auth(port, TOKEN);
+  set_str(s, "k", "v");
+  expect_value(s, "k", "v", 1);
+  pg_store_close(s);
+  pg_store_server_stop(open_srv);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
+/* The token comes from $CDRUN_JOB_TOKEN when not given; without one on
+ * either side the store is open, as before. */
+START_TEST(test_auth_env)
+{
+  int port;
+  pg_store_server *srv;
+  pg_store *s;
+
+  setenv("CDRUN_JOB_TOKEN", TOKEN, 1);
+  srv = start(&port);
+  s = connect_auth(port, NULL);
+  set_str(s, "k", "v");
+  pg_store_close(s);
+  s = NULL;
+  ck_assert_int_eq(pg_store_connect_auth("127.0.0.1", port, 5, "", &s),
+                   -EACCES);
+  pg_store_server_stop(srv);
+  srv = start_auth("", &port);
+  s = connect_auth(port, "");
+  set_str(s, "k", "v");
+  pg_store_close(s);
+  pg_store_server_stop(srv);
+  unsetenv("CDRUN_JOB_TOKEN");
+}
+END_TEST
+
+static void budgets(const char *total, const char *conn)
+{
+  /* Knobs are read once per process: Check forks one per test. */
+  setenv("PG_STORE_MAX_BYTES", total, 1);
+  setenv("PG_STORE_MAX_CONN_BYTES", conn, 1);
+}
+
+/* A request over the per-connection budget gets a clear error; the same
+ * connection and the others go on. */
+START_TEST(test_budget_conn)
+{
+  int port;
+  pg_store_server *srv;
+  pg_store *s, *other;
+  size_t big = 2u << 20;
+  char *v = calloc(1, big);
+
+  budgets("16777216", "1048576");
+  srv = start_auth(TOKEN, &port);
+  s = connect_auth(port, TOKEN);
+  other = connect_auth(port, TOKEN);
+  ck_assert_ptr_nonnull(v);
+  ck_assert_int_eq(pg_store_set(s, "big", v, big), -ENOSPC);
+  ck_assert_msg(strstr(pg_last_error(), "PG_STORE_MAX_CONN_BYTES"), "%s",
+                pg_last_error());
+  /* The connection is still in step. */
+  set_str(s, "small", "1");
+  expect_value(s, "small", "1", 1);
+  set_str(other, "k", "v");
+  expect_value(other, "small", "1", 1);
+  free(v);
+  pg_store_close(other);
+  pg_store_close(s);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
+/* Values pile up to the total budget and no further; a well-behaved client
+ * keeps being served, and deleting makes room again. */
+START_TEST(test_budget_total)
+{
+  int port, i, stored = 0, refused = 0;
+  pg_store_server *srv;
+  pg_store *s, *other;
+  size_t each = 600u << 10;
+  char *v = calloc(1, each), key[32];
+  int64_t n = 0;
+
+  budgets("4194304", "1048576");
+  srv = start_auth(TOKEN, &port);
+  s = connect_auth(port, TOKEN);
+  other = connect_auth(port, TOKEN);
+  ck_assert_ptr_nonnull(v);
+  set_str(other, "pg/host/0", "h");
+  for (i = 0; i < 12; i++) {
+    int err;
+
+    snprintf(key, sizeof key, "hog/%d", i);
+    err = pg_store_set(s, key, v, each);
+    if (err == 0) {
+      stored++;
+      continue;
+    }
+    ck_assert_int_eq(err, -ENOSPC);
+    ck_assert_msg(strstr(pg_last_error(), "PG_STORE_MAX_BYTES"), "%s",
+                  pg_last_error());
+    refused++;
+  }
+  ck_assert_int_gt(refused, 0);
+  ck_assert_int_le((size_t)stored * each, 4u << 20);
+  /* Waiting for absent keys takes room too (an entry each). */
+  {
+    static char names[40000][24];
+    static const char *waited[40000];
+
+    for (i = 0; i < 40000; i++) {
+      snprintf(names[i], sizeof names[i], "absent/%d", i);
+      waited[i] = names[i];
+    }
+    ck_assert_int_eq(pg_store_wait(s, waited, 40000, 5), -ENOSPC);
+    ck_assert_msg(strstr(pg_last_error(), "waiting for 40000 keys"), "%s",
+                  pg_last_error());
+  }
+  /* The other client still reads; the hog's deletes make room. */
+  expect_value(other, "pg/host/0", "h", 1);
+  ck_assert_int_eq(pg_store_delete(s, "hog/0", NULL), 0);
+  ck_assert_int_eq(pg_store_set(other, "after", v, each), 0);
+  ck_assert_int_eq(pg_store_num_keys(other, &n), 0);
+  ck_assert_int_eq(n, stored + 1);
+  free(v);
+  pg_store_close(other);
+  pg_store_close(s);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
+/* The key and value limits follow their knobs, with a sentence. */
+START_TEST(test_budget_limits)
+{
+  int port;
+  pg_store_server *srv;
+  pg_store *s;
+  char key[100];
+
+  setenv("PG_STORE_MAX_KEY", "64", 1);
+  setenv("PG_STORE_MAX_VALUE", "10", 1);
+  srv = start_auth(TOKEN, &port);
+  s = connect_auth(port, TOKEN);
+  memset(key, 'k', sizeof key - 1);
+  key[sizeof key - 1] = '\0';
+  ck_assert_int_eq(pg_store_set(s, key, "v", 1), -EMSGSIZE);
+  ck_assert_msg(strstr(pg_last_error(), "PG_STORE_MAX_KEY"), "%s",
+                pg_last_error());
+  ck_assert_int_eq(pg_store_set(s, "k", "01234567890", 11), -EMSGSIZE);
+  ck_assert_msg(strstr(pg_last_error(), "PG_STORE_MAX_VALUE"), "%s",
+                pg_last_error());
+  set_str(s, "k", "0123456789");
+  pg_store_close(s);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
+START_TEST(test_budget_bad_knob)
+{
+  int port = 0;
+  pg_store_server *srv = NULL;
+
+  setenv("PG_STORE_MAX_BYTES", "lots", 1);
+  ck_assert_int_eq(pg_store_server_start("127.0.0.1", &port, &srv),
+                   -EINVAL);
+  ck_assert_ptr_null(srv);
+  ck_assert_msg(strstr(pg_last_error(), "PG_STORE_MAX_BYTES is 'lots'"),
+                "%s", pg_last_error());
+}
+END_TEST
+
+/* ---- pg_init without a token on loopback: works, warns once ---- */
+
+struct initer {
+  pthread_t t;
+  int rank, port, err;
+};
+
+static void *init_main(void *arg)
+{
+  struct initer *in = arg;
+  struct pg_options o = PG_OPTIONS_INIT;
+  char hid[16];
+  pg_group *g = NULL;
+  int v = in->rank + 1;
+
+  snprintf(hid, sizeof hid, "host%d", in->rank);   /* TCP between them */
+  o.rank = in->rank;
+  o.world_size = 2;
+  o.master_addr = "127.0.0.1";
+  o.master_port = in->port;
+  o.host_id = hid;
+  o.timeout = 30;
+  in->err = pg_init(&o, &g);
+  if (!in->err)
+    in->err = pg_all_reduce(g, &v, &v, 1, PG_I32, PG_SUM);
+  if (!in->err && v != 3)
+    in->err = -EPROTO;
+  pg_destroy(g);
+  return NULL;
+}
+
+/* Ranks 0 and 1 in two threads: pg_init on loopback, one all-reduce. */
+static void run_pair(int *err0, int *err1)
+{
+  struct initer in[2];
+  int i, hold = hold_port(INADDR_LOOPBACK, &in[0].port);
+
+  for (i = 0; i < 2; i++) {
+    in[i].rank = i;
+    in[i].port = in[0].port;
+    ck_assert_int_eq(pthread_create(&in[i].t, NULL, init_main, &in[i]), 0);
+  }
+  for (i = 0; i < 2; i++)
+    ck_assert_int_eq(pthread_join(in[i].t, NULL), 0);
+  close(hold);
+  *err0 = in[0].err;
+  *err1 = in[1].err;
+}
+
+/* What fd 2 got while fn ran. */
+static void capture_stderr(char *out, size_t len, void (*fn)(int *, int *),
+                           int *a, int *b)
+{
+  int p[2], saved = dup(2);
+  ssize_t k;
+  size_t got = 0;
+
+  ck_assert_int_eq(pipe(p), 0);
+  ck_assert_int_eq(dup2(p[1], 2), 2);
+  close(p[1]);
+  fn(a, b);
+  ck_assert_int_eq(dup2(saved, 2), 2);
+  close(saved);
+  while (got + 1 < len && (k = read(p[0], out + got, len - 1 - got)) > 0)
+    got += (size_t)k;
+  out[got] = '\0';
+  close(p[0]);
+}
+
+START_TEST(test_loopback_without_token)
+{
+  char err[4096], *first;
+  int a = -1, b = -1;
+
+  unsetenv("CDRUN_JOB_TOKEN");
+  capture_stderr(err, sizeof err, run_pair, &a, &b);
+  ck_assert_msg(a == 0 && b == 0, "pg_init/all_reduce: %d %d: %s", a, b,
+                err);
+  first = strstr(err, "CDRUN_JOB_TOKEN is not set");
+  ck_assert_msg(first, "no warning: '%s'", err);
+  ck_assert_msg(!strstr(first + 1, "CDRUN_JOB_TOKEN is not set"),
+                "warned twice: '%s'", err);
+}
+END_TEST
+
+START_TEST(test_pair_with_token)
+{
+  char err[4096];
+  int a = -1, b = -1;
+
+  setenv("CDRUN_JOB_TOKEN", TOKEN, 1);
+  capture_stderr(err, sizeof err, run_pair, &a, &b);
+  ck_assert_msg(a == 0 && b == 0, "pg_init/all_reduce: %d %d: %s", a, b,
+                err);
+  ck_assert_msg(!strstr(err, "CDRUN_JOB_TOKEN"), "warned: '%s'", err);
+  unsetenv("CDRUN_JOB_TOKEN");
 }
 END_TEST
 
@@ -1127,6 +1564,17 @@ static Suite *store_suite(void)
   tcase_add_test(tc, test_server_silent);
   tcase_add_test(tc, test_not_a_store);
   tcase_add_test(tc, test_prefix_view);
+  tcase_add_test(tc, test_hmac_vectors);
+  tcase_add_test(tc, test_auth_stranger);
+  tcase_add_test(tc, test_auth_wrong_token);
+  tcase_add_test(tc, test_auth_preauth_cap);
+  tcase_add_test(tc, test_auth_env);
+  tcase_add_test(tc, test_budget_conn);
+  tcase_add_test(tc, test_budget_total);
+  tcase_add_test(tc, test_budget_limits);
+  tcase_add_test(tc, test_budget_bad_knob);
+  tcase_add_test(tc, test_loopback_without_token);
+  tcase_add_test(tc, test_pair_with_token);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "pg_internal.h"
+#include "auth.h"
+#include "cpu/tcp_setup.h"
 
 #define MAXN 8
 #define OP_TIMEOUT 60.0         /* generous: 8 ranks share 2 cores */
@@ -700,6 +702,12 @@ static void make_topo(struct pg__topo *tp, int me, int n, const int *host_of)
 
 static bool g_stray;          /* test_setup_strays: see stray_main */
 static int g_port;            /* the store's, for the hooks */
+/* The job token of the store and of each rank's mesh (NULL: none), the
+ * setup timeout, and how each rank exited (world()). */
+static const char *g_store_token;
+static const char *g_mesh_token[MAXN];
+static double g_setup_timeout = 30;
+static int g_exit[MAXN];
 
 static void child(int me, int n, int port, enum kind kind,
                   const int *host_of, body_fn body, int ready_fd)
@@ -707,13 +715,15 @@ static void child(int me, int n, int port, enum kind kind,
   struct rank_ctx rc;
   struct pg__topo tp;
   struct pg__setup s;
+  struct pg__token token;
   int ranks[MAXN], r, err;
 
   memset(&rc, 0, sizeof rc);
   rc.me = me;
   rc.n = n;
   rc.ready_fd = ready_fd;
-  err = pg_store_connect("127.0.0.1", port, 10, &rc.st);
+  err = pg_store_connect_auth("127.0.0.1", port, 10,
+                              g_store_token ? g_store_token : "", &rc.st);
   if (err) {
     fprintf(stderr, "[rank %d] store: %s\n", me, pg_err_name(err));
     _exit(2);
@@ -728,8 +738,11 @@ static void child(int me, int n, int port, enum kind kind,
   s.ranks = ranks;
   s.n = n;
   s.me = me;
-  s.timeout = 30;
+  s.timeout = g_setup_timeout;
   s.device = -1;
+  if (pg__token_from(g_mesh_token[me] ? g_mesh_token[me] : "", &token))
+    _exit(2);
+  s.token = &token;
   if (g_stray && me == n - 1) {
     /* The last connector waits until the strays are at rank 0's door. */
     void *v;
@@ -743,7 +756,7 @@ static void child(int me, int n, int port, enum kind kind,
   if (err) {
     fprintf(stderr, "[rank %d] create: %s: %s\n", me, pg_err_name(err),
             pg_last_error());
-    _exit(3);
+    _exit(err == -EACCES ? 4 : 3);
   }
   body(&rc);
   rc.c->ops->destroy(rc.c);
@@ -771,7 +784,8 @@ static pid_t store_proc(int *port, int *ctl)
 
     close(up[0]);
     close(down[1]);
-    if (pg_store_server_start("127.0.0.1", &p, &srv) != 0)
+    if (pg_store_server_start_auth("127.0.0.1", &p, g_store_token ?
+                                   g_store_token : "", &srv) != 0)
       p = -1;
     if (write(up[1], &p, sizeof p) != sizeof p || p < 0)
       _exit(1);
@@ -819,6 +833,7 @@ static int world(int n, enum kind kind, const int *host_of, body_fn body,
 
       if (pids[r] <= 0 || waitpid(pids[r], &st, WNOHANG) != pids[r])
         continue;
+      g_exit[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       if (r != victim && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
         fprintf(stderr, "rank %d: %s %d\n", r,
                 WIFEXITED(st) ? "exit" : "signal",
@@ -1001,6 +1016,233 @@ START_TEST(test_setup_strays)
 }
 END_TEST
 
+/* ---- the job token (Note [mesh hello]) ---- */
+
+#define TOKEN "0123456789abcdef-the-job-token"
+
+static void all_tokens(const char *t)
+{
+  int r;
+
+  g_store_token = t;
+  for (r = 0; r < MAXN; r++)
+    g_mesh_token[r] = t;
+}
+
+/* With a token the mesh (flat, and lazy p2p across hosts) works. */
+START_TEST(test_token_mesh)
+{
+  static const int hosts[4] = { 0, 0, 1, 1 };
+
+  all_tokens(TOKEN);
+  ck_assert_int_eq(world(4, K_TCP, NULL, body_one_all_reduce, NULL, -1, 60),
+                   0);
+  ck_assert_int_eq(world(4, K_HIER, hosts, body_p2p, NULL, -1, 60), 0);
+  all_tokens(NULL);
+}
+END_TEST
+
+/* A rank whose token differs is refused by the others: it fails with
+ * -EACCES, not by taking a peer's place. */
+START_TEST(test_token_wrong)
+{
+  all_tokens(TOKEN);
+  g_mesh_token[3] = TOKEN "-but-another";
+  g_setup_timeout = 3;
+  ck_assert_int_eq(world(4, K_TCP, NULL, body_one_all_reduce, NULL, -1, 60),
+                   4);
+  ck_assert_int_eq(g_exit[3], 4);
+  all_tokens(NULL);
+}
+END_TEST
+
+/* Lazy p2p's one-way hello (hier_p2p.c) verifies under its own token
+ * only, and for the positions it was signed for. */
+START_TEST(test_token_p2p_hello)
+{
+  struct pg__token a, b;
+  struct hello h;
+
+  ck_assert_int_eq(pg__token_from(TOKEN, &a), 0);
+  ck_assert_int_eq(pg__token_from(TOKEN "-but-another", &b), 0);
+  tcp_hello_init(&h, tcp_fnv1a("t/comm/p2p/"), 3, 0, 4);
+  tcp_hello_sign(&a, &h);
+  ck_assert(tcp_hello_signed(&a, &h));
+  ck_assert(!tcp_hello_signed(&b, &h));
+  h.from = 2;                       /* claims another rank */
+  ck_assert(!tcp_hello_signed(&a, &h));
+}
+END_TEST
+
+/* Lazy p2p across hosts with a stranger at rank 0's p2p door first,
+ * claiming to be rank 3 with a hello it cannot sign: rank 0 drops it and
+ * takes rank 3's message from rank 3. */
+static pid_t g_p2p_impostor_pid;
+
+static void body_p2p_from_3(struct rank_ctx *rc)
+{
+  char buf[1024];
+  double until = pg__now() + 10;
+  void *v;
+  size_t len, i;
+  int err;
+
+  if (rc->me == 3) {
+    /* After the stranger's hello is at rank 0's door. */
+    err = pg_store_get(rc->st, "t/impostor", 30, &v, &len);
+    EXPECT(rc, err == 0, "no impostor: %s", pg_err_name(err));
+    if (!err)
+      free(v);
+    memset(buf, 0x33, sizeof buf);
+    err = rc->c->ops->send(rc->c, buf, sizeof buf, 0, 9, until);
+    EXPECT(rc, err == 0, "send to 0: %s", pg_err_name(err));
+  }
+  if (rc->me == 0) {
+    memset(buf, 0, sizeof buf);
+    err = rc->c->ops->recv(rc->c, buf, sizeof buf, 3, 9, until);
+    EXPECT(rc, err == 0, "recv from 3: %s", pg_err_name(err));
+    for (i = 0; i < sizeof buf && buf[i] == 0x33; i++)
+      ;
+    EXPECT(rc, i == sizeof buf, "byte %zu from 3 is %d", i, buf[i]);
+  }
+}
+
+static void p2p_impostor_main(void)
+{
+  struct addrinfo hints, *ai;
+  struct pg__token other;
+  struct hello h;
+  char *ep, *sp;
+  pg_store *st;
+  void *v;
+  size_t len;
+  int fd, i;
+
+  for (i = 3; i < 1024; i++)
+    close(i);
+  if (pg_store_connect_auth("127.0.0.1", g_port, 10, TOKEN, &st) ||
+      pg_store_get(st, "t/comm/p2p/ep/0", 30, &v, &len))
+    _exit(2);
+  ep = xmalloc(len + 1);
+  memcpy(ep, v, len);
+  ep[len] = '\0';
+  sp = strrchr(ep, ' ');
+  if (!sp)
+    _exit(3);
+  *sp = '\0';
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(ep, sp + 1, &hints, &ai))
+    _exit(4);
+  fd = socket(ai->ai_family, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen))
+    _exit(5);
+  if (pg__token_from(TOKEN "-not-the-job's", &other))
+    _exit(6);
+  tcp_hello_init(&h, tcp_fnv1a("t/comm/p2p/"), 3, 0, 4);
+  tcp_hello_sign(&other, &h);
+  if (write(fd, &h, sizeof h) != sizeof h)
+    _exit(7);
+  if (pg_store_set(st, "t/impostor", "1", 1))
+    _exit(8);
+  for (;;)
+    pause();
+}
+
+static void start_p2p_impostor(const pid_t *pids, int n, int ready_fd)
+{
+  g_p2p_impostor_pid = fork();
+  ck_assert_int_ge(g_p2p_impostor_pid, 0);
+  if (g_p2p_impostor_pid == 0)
+    p2p_impostor_main();
+}
+
+START_TEST(test_token_p2p_impostor)
+{
+  static const int hosts[4] = { 0, 0, 1, 1 };
+  int bad;
+
+  all_tokens(TOKEN);
+  bad = world(4, K_HIER, hosts, body_p2p_from_3, start_p2p_impostor, -1,
+              60);
+  kill(g_p2p_impostor_pid, SIGKILL);
+  waitpid(g_p2p_impostor_pid, NULL, 0);
+  all_tokens(NULL);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* A stranger who knows the comm's namespace and claims the last rank's
+ * place at rank 0's door, before that rank comes, with a proof it cannot
+ * make: dropped, and the real rank takes its place. */
+static pid_t g_impostor_pid;
+
+static void impostor_main(void)
+{
+  struct addrinfo hints, *ai;
+  struct hello h;
+  uint8_t proof[32];
+  char *ep, *sp;
+  pg_store *st;
+  void *v;
+  size_t len;
+  int fd, i;
+
+  for (i = 3; i < 1024; i++)
+    close(i);
+  if (pg_store_connect_auth("127.0.0.1", g_port, 10, TOKEN, &st) ||
+      pg_store_get(st, "t/comm/ep/0", 30, &v, &len))
+    _exit(2);
+  ep = xmalloc(len + 1);
+  memcpy(ep, v, len);
+  ep[len] = '\0';
+  sp = strrchr(ep, ' ');
+  if (!sp)
+    _exit(3);
+  *sp = '\0';
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(ep, sp + 1, &hints, &ai))
+    _exit(4);
+  fd = socket(ai->ai_family, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen))
+    _exit(5);
+  /* The hello and, without waiting for rank 0's answer (rank 0 is not
+   * in its mesh before the last rank has published), a proof. */
+  tcp_hello_init(&h, tcp_fnv1a("t/comm/"), 3, 0, 4);
+  memset(proof, 0x5a, sizeof proof);
+  if (write(fd, &h, sizeof h) != sizeof h ||
+      write(fd, proof, sizeof proof) != sizeof proof)
+    _exit(6);
+  if (pg_store_set(st, "t/stray", "1", 1))
+    _exit(9);
+  for (;;)
+    pause();
+}
+
+static void start_impostor(const pid_t *pids, int n, int ready_fd)
+{
+  g_impostor_pid = fork();
+  ck_assert_int_ge(g_impostor_pid, 0);
+  if (g_impostor_pid == 0)
+    impostor_main();
+}
+
+START_TEST(test_token_impostor)
+{
+  int bad;
+
+  all_tokens(TOKEN);
+  g_stray = true;
+  bad = world(4, K_TCP, NULL, body_one_all_reduce, start_impostor, -1, 60);
+  g_stray = false;
+  kill(g_impostor_pid, SIGKILL);
+  waitpid(g_impostor_pid, NULL, 0);
+  all_tokens(NULL);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* Many ranks connecting at once (the parallel mesh). */
 START_TEST(test_setup_many)
 {
@@ -1066,6 +1308,11 @@ static Suite *pg_tcp_suite(void)
   tcase_add_test(tf, test_mismatch_is_eproto);
   tcase_add_test(tf, test_setup_strays);
   tcase_add_test(tf, test_setup_many);
+  tcase_add_test(tf, test_token_mesh);
+  tcase_add_test(tf, test_token_wrong);
+  tcase_add_test(tf, test_token_impostor);
+  tcase_add_test(tf, test_token_p2p_hello);
+  tcase_add_test(tf, test_token_p2p_impostor);
   suite_add_tcase(s, tf);
   tcase_set_timeout(th, 300);
   tcase_add_test(th, test_hier_matrix);

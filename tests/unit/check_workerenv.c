@@ -363,6 +363,22 @@ START_TEST(test_timer_and_heartbeat_files)
 }
 END_TEST
 
+/* The job token replaces an inherited one (the agent's own, which is
+ * only a key: jobtoken.h). */
+START_TEST(test_job_token)
+{
+  struct worker_env w = sample();
+  char *base[] = { "CDRUN_JOB_TOKEN=the-operators-key", "X=1", NULL };
+  char **env;
+
+  w.job_token = "0123abcd";
+  env = workerenv_build(base, &w);
+  ck_assert_str_eq(workerenv_get(env, "CDRUN_JOB_TOKEN"), "0123abcd");
+  ck_assert_int_eq(count_name(env, "CDRUN_JOB_TOKEN"), 1);
+  workerenv_free(env);
+}
+END_TEST
+
 static Suite *workerenv_suite(void)
 {
   Suite *s = suite_create("workerenv");
@@ -378,6 +394,7 @@ static Suite *workerenv_suite(void)
   tcase_add_test(tc, test_negative_and_large_ints);
   tcase_add_test(tc, test_virtual_local_rank);
   tcase_add_test(tc, test_timer_and_heartbeat_files);
+  tcase_add_test(tc, test_job_token);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("get");

@@ -1,0 +1,62 @@
+/* jobtoken.c -- the workers' job token (jobtoken.h). */
+#include "jobtoken.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdzv_auth.h"
+
+#define LABEL "cdrun-job-token-1"
+#define PUBLIC_KEY "cdrun-job-token-public"
+
+static void hex(const unsigned char *b, size_t n, char *out)
+{
+  static const char digits[] = "0123456789abcdef";
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    out[2 * i] = digits[b[i] >> 4];
+    out[2 * i + 1] = digits[b[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
+int jobtoken_make(const unsigned char *secret, size_t keylen,
+                  const char *run_id, const struct rdzv_assignment *as,
+                  char out[JOBTOKEN_HEX + 1], bool *guessable)
+{
+  const char *own = getenv(JOBTOKEN_VAR);
+  unsigned char mac[RP_AUTH_BYTES];
+  char *msg;
+  int n, err;
+
+  *guessable = false;
+  if (own && *own) {
+    secret = (const unsigned char *)own;
+    keylen = strlen(own);
+  }
+  if (keylen == 0 && as->group_world_size <= 1) {
+    if (ra_nonce(mac))
+      return -EIO;
+    hex(mac, sizeof mac, out);
+    return 0;
+  }
+  if (keylen == 0) {
+    secret = (const unsigned char *)PUBLIC_KEY;
+    keylen = strlen(PUBLIC_KEY);
+    *guessable = true;
+  }
+  /* NULs between the fields: no two tuples give the same message. */
+  n = asprintf(&msg, "%s%c%s%c%s%c%d", LABEL, 0, run_id ? run_id : "", 0,
+               as->master_addr, 0, as->master_port);
+  if (n < 0)
+    return -ENOMEM;
+  err = ra_hmac(secret, keylen, msg, (size_t)n, mac);
+  free(msg);
+  if (err)
+    return -EIO;
+  hex(mac, sizeof mac, out);
+  return 0;
+}
