@@ -2,8 +2,11 @@
 #include "rdzv_token.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -18,7 +21,7 @@
  * state each token copies them into. */
 struct rdzv_token_key {
   EVP_MD_CTX *inner, *outer, *work;
-  bool shared;
+  bool lasting;
   uint64_t next_incarnation;
 };
 
@@ -37,7 +40,7 @@ static int absorb_pad(EVP_MD_CTX *ctx, const unsigned char key[32],
   return ok ? 0 : -EIO;
 }
 
-struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *secret)
+struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *file)
 {
   struct rdzv_token_key *k = calloc(1, sizeof(*k));
   unsigned char key[RP_AUTH_BYTES];
@@ -45,10 +48,10 @@ struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *secret)
 
   if (!k)
     return NULL;
-  k->shared = secret && secret->len;
-  rc = k->shared ? ra_hmac(secret->key, secret->len, KEY_LABEL,
-                           strlen(KEY_LABEL), key)
-                 : ra_nonce(key);
+  k->lasting = file && file->len;
+  rc = k->lasting ? ra_hmac(file->key, file->len, KEY_LABEL,
+                            strlen(KEY_LABEL), key)
+                  : ra_nonce(key);
   if (!rc) {
     unsigned char start[RP_AUTH_BYTES];
 
@@ -87,9 +90,46 @@ void rdzv_token_key_free(struct rdzv_token_key *k)
   free(k);
 }
 
-bool rdzv_token_key_shared(const struct rdzv_token_key *k)
+bool rdzv_token_key_lasting(const struct rdzv_token_key *k)
 {
-  return k->shared;
+  return k->lasting;
+}
+
+int rdzv_token_key_file(const char *path, struct ra_secret *out, char *err,
+                        size_t errlen)
+{
+  static const char digits[] = "0123456789abcdef";
+  unsigned char raw[RP_AUTH_BYTES];
+  char text[2 * RP_AUTH_BYTES + 1];
+  int fd, rc;
+
+  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0600);
+  if (fd >= 0) {                /* a first start: make the key */
+    rc = ra_nonce(raw);
+    for (size_t i = 0; !rc && i < sizeof raw; i++) {
+      text[2 * i] = digits[raw[i] >> 4];
+      text[2 * i + 1] = digits[raw[i] & 15];
+    }
+    text[sizeof text - 1] = '\n';
+    if (rc || write(fd, text, sizeof text) != (ssize_t)sizeof text ||
+        fsync(fd) != 0) {
+      snprintf(err, errlen, "token key file %s: cannot write it: %s", path,
+               rc ? "no random bytes" : strerror(errno));
+      close(fd);
+      unlink(path);
+      OPENSSL_cleanse(text, sizeof text);
+      OPENSSL_cleanse(raw, sizeof raw);
+      return -EIO;
+    }
+    close(fd);
+    OPENSSL_cleanse(text, sizeof text);
+    OPENSSL_cleanse(raw, sizeof raw);
+  } else if (errno != EEXIST) {
+    snprintf(err, errlen, "token key file %s: cannot create it: %s", path,
+             strerror(errno));
+    return -errno;
+  }
+  return ra_secret_load(path, out, err, errlen);
 }
 
 uint64_t rdzv_token_incarnation(struct rdzv_token_key *k)

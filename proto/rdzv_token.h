@@ -17,11 +17,14 @@
  *     master address and port) (sent in ROUND).
  * A node re-presents the last one it got.  A server that still knows the
  * node compares it with what it issued; one that does not (it restarted)
- * recomputes it from the claim, which it can only do when the key comes
- * from the shared secret (key = HMAC(secret, "cdrun-rdzv-token-key-1")):
- * then a rank of a round is claimed only by the node that was given it.
- * Without a secret the key is random per server life, so a restarted
- * server cannot tell a true claim from a forged one (proto/SECURITY.md).
+ * recomputes it from the claim, which it can only do when its key lasts:
+ * a token key file that only the server reads (rdzvd --token-key-file;
+ * key = HMAC(file, "cdrun-rdzv-token-key-1")).  Then a rank of a round is
+ * claimed only by the node that was given it.  The key is never derived
+ * from the shared secret: every client holds that, so any of them could
+ * compute every token.  Without a key file the key is random per server
+ * life, and a restarted server cannot tell a true claim from a forged one
+ * (proto/SECURITY.md).
  *
  * The key's HMAC inner and outer states are computed once, so a token
  * costs two SHA-256 compressions and two context copies, no allocation. */
@@ -36,14 +39,22 @@
 
 struct rdzv_token_key;
 
-/* A key derived from secret, or a random one when secret is NULL or
- * empty.  NULL when out of memory or the CSPRNG failed. */
-struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *secret);
+/* A key from file (rdzv_token_key_file's bytes), or a random one when
+ * file is NULL.  NULL when out of memory or the CSPRNG failed. */
+struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *file);
 void rdzv_token_key_free(struct rdzv_token_key *k);
 
-/* True when the key comes from a shared secret: a token issued by another
- * server life with the same secret can be verified. */
-bool rdzv_token_key_shared(const struct rdzv_token_key *k);
+/* True when the key outlives this server (it came from a key file): a
+ * token an earlier server life issued can be verified. */
+bool rdzv_token_key_lasting(const struct rdzv_token_key *k);
+
+/* Reads the token key file at path into out, creating it first (32
+ * random bytes as 64 hex digits, mode 600, O_EXCL) when it does not
+ * exist.  The file is checked as a secret file (ra_secret_load: regular,
+ * not accessible by group or others, owned by this user or root).
+ * Returns 0, or a negative errno with a sentence naming path in err. */
+int rdzv_token_key_file(const char *path, struct ra_secret *out, char *err,
+                        size_t errlen);
 
 /* A new node's incarnation: unique within this key's life, and drawn
  * from a random start so that lives do not repeat each other's. */

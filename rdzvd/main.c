@@ -16,6 +16,7 @@
 #include "metrics_http.h"
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
+#include "rdzv_token.h"
 #include "sd_notify.h"
 #include "server.h"
 #include "status_client.h"
@@ -25,6 +26,7 @@
 static const char usage[] =
   "usage: rdzvd [--host ADDR] [--port PORT] [--max_jobs N] [--quiet]\n"
   "             [--metrics HOST:PORT] [--log-file PATH] [--secret-file PATH]\n"
+  "             [--token-key-file PATH]\n"
   "             [--max_conns N] [--kv_budget BYTES] [...limits: see below]\n"
   "       rdzvd --status HOST[:PORT] [--json] [--job ID | --limit N]\n"
   "             [--secret-file PATH]\n"
@@ -46,6 +48,10 @@ static const char usage[] =
   "  --secret-file PATH  a shared secret (16..1024 bytes, mode 600): only\n"
   "                   clients that prove they know it are served, and\n"
   "                   --status proves it (env RDZVD_SECRET_FILE)\n"
+  "  --token-key-file PATH  this daemon's own key for node tokens, created\n"
+  "                   (mode 600) if missing: a restarted daemon with the\n"
+  "                   same file checks every re-asserted rank (env\n"
+  "                   RDZVD_TOKEN_KEY_FILE)\n"
   "  --status H[:P]   print the jobs, rounds, phases and nodes of the rdzvd\n"
   "                   at H:P (default port 29400) and exit\n"
   "  --json           with --status: print the raw JSON\n"
@@ -302,9 +308,10 @@ int main(int argc, char **argv)
 {
   struct rdzvd_server_opts o;
   struct daemon d;
-  struct ra_secret secret;
+  struct ra_secret secret, token_key;
   const char *status = NULL, *status_job = NULL, *v;
   const char *secret_file = getenv("RDZVD_SECRET_FILE");
+  const char *token_key_file = getenv("RDZVD_TOKEN_KEY_FILE");
   int status_limit = 0;
   bool json = false;
   char err[256];
@@ -326,6 +333,8 @@ int main(int argc, char **argv)
       d.log_path = v;
     } else if ((v = flag_value(argc, argv, &i, "secret_file"))) {
       secret_file = v;
+    } else if ((v = flag_value(argc, argv, &i, "token_key_file"))) {
+      token_key_file = v;
     } else if ((v = flag_value(argc, argv, &i, "max_conns"))) {
       o.io.max_conns = parse_int("--max_conns", v, 1, 10000000);
     } else if ((v = flag_value(argc, argv, &i, "hello_timeout"))) {
@@ -392,6 +401,14 @@ int main(int argc, char **argv)
     return rc;
   }
   o.secret = &secret;
+  memset(&token_key, 0, sizeof token_key);
+  if (token_key_file && *token_key_file &&
+      rdzv_token_key_file(token_key_file, &token_key, err, sizeof err)) {
+    fprintf(stderr, "rdzvd: error: --token-key-file: %s\n", err);
+    ra_secret_clear(&secret);
+    return 1;
+  }
+  o.token_key = &token_key;
 
   signal(SIGPIPE, SIG_IGN);
   /* A daemon outlives the terminal that started it. */
@@ -412,6 +429,7 @@ int main(int argc, char **argv)
   o.metrics = &d.metrics;
   rc = rdzvd_server_start(d.loop, &o, &d.server, err, sizeof err);
   ra_secret_clear(&secret);   /* the server keeps its own copy */
+  ra_secret_clear(&token_key);
   if (rc) {
     fprintf(stderr, "rdzvd: error: %s\n", err);
     log_file_close(&d.log);
@@ -466,6 +484,11 @@ int main(int argc, char **argv)
     snprintf(err, sizeof err, "clients must prove they know the shared "
              "secret in %s", secret_file);
     log_line(&d, err);
+    if (!(token_key_file && *token_key_file))
+      log_line(&d, "warning: no --token-key-file: after a restart this "
+               "daemon cannot check a re-asserted rank, and any client "
+               "with the secret could claim one before its node returns "
+               "(rdzvd(8), Node tokens)");
   }
   fflush(stderr);
   uv_run(d.loop, UV_RUN_DEFAULT);

@@ -239,14 +239,14 @@ static bool token_held(const struct node *n, const unsigned char *t)
 }
 
 /* True when the RESUME's token proves what it claims without the server
- * remembering anything: only a key from the shared secret can (a random
- * key died with the server life that issued the token). */
+ * remembering anything: only a lasting key (a key file) can; a random key
+ * died with the server life that issued the token. */
 static bool token_proves(const struct rs_registry *r,
                          const struct rp_resume *a)
 {
   unsigned char t[RP_TOKEN_BYTES];
 
-  if (!rdzv_token_key_shared(r->tokens))
+  if (!rdzv_token_key_lasting(r->tokens))
     return false;
   if (a->phase == RP_PHASE_GATHERING)
     return rdzv_token_gathering_ok(r->tokens, a->join.id, a->join.host,
@@ -1096,8 +1096,8 @@ static void log_impostor(const struct rs_registry *r, const struct job *job,
 
 /* A gathering node re-asserts: a JOIN, keeping round numbers and the
  * restart count from going back when the claim is vouched for (a token
- * of the node's, or one the shared secret proves; without a secret, any
- * claim on a job this server life rebuilt from claims). */
+ * of the node's, or one the lasting key proves; without a lasting key,
+ * any claim on a job this server life rebuilt from claims). */
 static int resume_gathering(struct rs_registry *r, struct conn *c,
                             void *conn, const struct rp_resume *a,
                             double now)
@@ -1112,7 +1112,7 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
   if (impostor)
     log_impostor(r, job, a);
   vouched = prev || token_proves(r, a) ||
-            (!rdzv_token_key_shared(r->tokens) && (!job || job->resumed));
+            (!rdzv_token_key_lasting(r->tokens) && (!job || job->resumed));
   if (job && vouched &&
       !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
     if (a->round.restart_count > job->restart_count) {
@@ -1282,9 +1282,9 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
     return reattach(r, c, conn, n, a, now);
   if (impostor)
     log_impostor(r, job, a);
-  /* With the shared secret a running claim must be proved: the rank of a
-   * round is claimed only by the node it was given to. */
-  if (rdzv_token_key_shared(r->tokens) && !token_proves(r, a)) {
+  /* With a lasting token key a running claim must be proved: the rank of
+   * a round is claimed only by the node it was given to. */
+  if (rdzv_token_key_lasting(r->tokens) && !token_proves(r, a)) {
     say(r, "job %s: refused a resume from %.*s (pid %" PRId64 "): its "
         "token does not prove rank %d of round %d", a->join.id, RP_MAX_ADDR,
         a->join.host, a->join.pid, as->group_rank, as->round);
@@ -1544,9 +1544,9 @@ void rs_destroy(struct rs_registry *r)
   free(r);
 }
 
-int rs_set_secret(struct rs_registry *r, const struct ra_secret *secret)
+int rs_set_token_key(struct rs_registry *r, const struct ra_secret *file)
 {
-  struct rdzv_token_key *k = rdzv_token_key_new(secret);
+  struct rdzv_token_key *k = rdzv_token_key_new(file);
 
   if (!k)
     return -ENOMEM;

@@ -223,12 +223,12 @@ double rs_tick(struct rs_registry *r, double now);
  * embedded rendezvous): ROUND messages then say which rank hosts it. */
 void rs_set_embedded(struct rs_registry *r, int64_t pid, const char *host);
 
-/* Node tokens (Note [node tokens], proto/rdzv_token.h) come from a key
- * derived from the shared secret instead of a random one, so that a
- * restarted server with the same secret can verify the tokens an earlier
- * one issued.  Call before any node joins.  0 or -ENOMEM. */
+/* Node tokens (Note [node tokens], proto/rdzv_token.h) come from the
+ * token key file's bytes (rdzv_token_key_file) instead of a random key,
+ * so that a restarted server with the same file verifies the tokens an
+ * earlier one issued.  Call before any node joins.  0 or -ENOMEM. */
 struct ra_secret;
-int rs_set_secret(struct rs_registry *r, const struct ra_secret *secret);
+int rs_set_token_key(struct rs_registry *r, const struct ra_secret *file);
 
 /* The number of jobs known, and of nodes connected to any job. */
 int rs_job_count(const struct rs_registry *r);

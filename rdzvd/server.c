@@ -1047,7 +1047,8 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   sink.drop = sink_drop;
   sink.log = sink_log;
   s->reg = rs_create(&sink, &o->limits);
-  if (s->reg && s->secret.len && rs_set_secret(s->reg, &s->secret)) {
+  if (s->reg && o->token_key && o->token_key->len &&
+      rs_set_token_key(s->reg, o->token_key)) {
     rs_destroy(s->reg);
     s->reg = NULL;
   }

@@ -23,7 +23,7 @@
  * sent from any connection, a node of another job or none.  The agents
  * keep the tokens they were given across reconnections, and the daemon
  * itself may restart (a new registry, every connection gone), with or
- * without a shared secret (the input's first byte).  After every step:
+ * without a lasting token key (the input's first byte).  After every step:
  * - no live node is displaced: a step drops another live connection's
  *   node only if its sender was a participant of that node's job;
  * - only a participant of a job ends it (outside rs_tick);
@@ -31,7 +31,7 @@
  *   wire's bounds;
  * - memory stays within the budgets: a job's tables are sized by the
  *   nodes that arrived, never by a claimed world;
- * - with a secret, a running participant holds the rank it was given in
+ * - with a lasting key, a running participant holds the rank it was given in
  *   a ROUND of that round, in this daemon life or an earlier one. */
 #include "rdzv_state_int.h"
 #include "rdzv_auth.h"
@@ -68,7 +68,7 @@ static struct {
   struct fconn c[NCONN];
   struct rs_registry *r;
   struct rs_limits lim;
-  bool secret;              /* tokens from a shared secret */
+  bool secret;              /* tokens from a lasting key (a key file) */
   /* ROUND messages of the current step */
   struct { int conn; struct rp_round rd; } rounds[NCONN];
   int n_rounds;
@@ -548,7 +548,7 @@ static void restart_daemon(void)
   rs_destroy(F.r);
   memset(k.key, 0x5a, k.len);
   F.r = rs_create(&SINK, &F.lim);
-  if (!F.r || (F.secret && rs_set_secret(F.r, &k)))
+  if (!F.r || (F.secret && rs_set_token_key(F.r, &k)))
     abort();
   for (i = 0; i < NCONN; i++) {
     F.c[i].id[0] = '\0';
@@ -626,7 +626,7 @@ static void check_step(int by)
   }
 }
 
-/* With a secret, a rebuilt running round's ranks belong to the nodes a
+/* With a lasting key, a rebuilt running round's ranks belong to the nodes a
  * ROUND gave them to. */
 static void check_ranks_owned(void)
 {

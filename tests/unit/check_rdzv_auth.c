@@ -12,6 +12,7 @@
 
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
+#include "rdzv_token.h"
 
 static void unhex(const char *hex, unsigned char *out, size_t n)
 {
@@ -137,6 +138,33 @@ static void refused(const char *path, int want_rc, const char *needle)
   ck_assert_msg(strstr(err, needle), "'%s' not in '%s'", needle, err);
   ck_assert_uint_eq(k.len, 0);
 }
+
+/* rdzvd --token-key-file: made at the first start (mode 600), the same
+ * key at the next; checked as a secret file. */
+START_TEST(token_key_file_made_once)
+{
+  char kdir[] = "/tmp/tkXXXXXX", path[64], err[256];
+  struct ra_secret a, b;
+  struct stat st;
+
+  ck_assert_ptr_nonnull(mkdtemp(kdir));
+  snprintf(path, sizeof path, "%s/token.key", kdir);
+  ck_assert_int_eq(rdzv_token_key_file(path, &a, err, sizeof err), 0);
+  ck_assert_int_eq(stat(path, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0600);
+  ck_assert_uint_eq(a.len, 64);
+  ck_assert_int_eq(rdzv_token_key_file(path, &b, err, sizeof err), 0);
+  ck_assert(a.len == b.len && memcmp(a.key, b.key, a.len) == 0);
+  ck_assert_int_eq(chmod(path, 0640), 0);
+  ck_assert_int_lt(rdzv_token_key_file(path, &b, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "too open"), "%s", err);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/no/such/dir/token.key", kdir);
+  ck_assert_int_lt(rdzv_token_key_file(path, &b, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "cannot create it"), "%s", err);
+  rmdir(kdir);
+}
+END_TEST
 
 START_TEST(secret_file_good)
 {
@@ -451,6 +479,7 @@ static Suite *auth_suite(void)
   suite_add_tcase(s, tc);
   tcase_add_checked_fixture(files, setup_dir, teardown_dir);
   tcase_add_test(files, secret_file_good);
+  tcase_add_test(files, token_key_file_made_once);
   tcase_add_test(files, secret_file_refused);
   suite_add_tcase(s, files);
   tcase_add_test(hs, handshake_ok);

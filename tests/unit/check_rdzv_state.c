@@ -1668,7 +1668,8 @@ START_TEST(name_twin_cannot_displace)
 }
 END_TEST
 
-static void with_secret(void)
+/* A daemon (re)started with a token key file (rdzvd --token-key-file). */
+static void with_token_key(void)
 {
   struct ra_secret k = { .len = 32 };
 
@@ -1676,21 +1677,22 @@ static void with_secret(void)
   rs_destroy(R);
   R = rs_create(&SINK, &(struct rs_limits){ .max_keepalive = 1e6 });
   ck_assert_ptr_nonnull(R);
-  ck_assert_int_eq(rs_set_secret(R, &k), 0);
+  ck_assert_int_eq(rs_set_token_key(R, &k), 0);
 }
 
 /* Item 2: after a restart, the first to re-assert a rank kept it, so a
  * client holding the secret could take rank 0 with its own address.  With
- * a secret, a running claim needs the token that proves it. */
+ * a token key file (a key only the daemon has: the secret is every
+ * client's), a running claim needs the token that proves it. */
 START_TEST(restarted_server_checks_claims)
 {
-  with_secret();
+  with_token_key();
   CF = conf_of(2, 2);
   CF.max_restarts = 3;
   ck_assert_int_eq(join(A, 2, 0), 0);
   ck_assert_int_eq(join(B, 2, 0), 0);
   ck_assert_str_eq(last(A, RP_ROUND)->u.round.master_addr, "10.0.0.1");
-  with_secret();                /* rdzvd restarts with the same secret */
+  with_token_key();             /* rdzvd restarts with the same key file */
   clear();
   /* A stranger claims rank 0 with its own MASTER_ADDR: refused. */
   forged_master = "6.6.6.6";
@@ -1714,7 +1716,7 @@ START_TEST(restarted_server_checks_claims)
   ck_assert_int_eq(join(A, 2, 3), 0);
   ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.round, 1);
   ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.restart_count, 1);
-  with_secret();
+  with_token_key();
   ck_assert_int_eq(resume(A, RP_PHASE_GATHERING, 1, 1, 0, 0, 4), 0);
   ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.round, 1);
   /* One that is not proved joins, but changes no count. */
