@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -89,6 +90,7 @@ struct conn {
   bool got_round;
   bool got_barrier;
   bool got_restart;
+  bool broken;                /* --restart: a write failed (reset) */
   int waitings;
   struct rp_round round;      /* with its token: what RESUME re-asserts */
   /* --restart */
@@ -490,6 +492,13 @@ static bool flush_out(struct load *L, struct conn *c)
         ep_set(L, c, EPOLL_CTL_MOD, EPOLLIN | EPOLLOUT);
         return false;
       }
+      /* --restart: an attempt that reached the dying daemon's listener
+       * is reset; the agent tries again. */
+      if ((c->rs == RS_AUTH || c->rs == RS_RESUMED) &&
+          (errno == EPIPE || errno == ECONNRESET)) {
+        c->broken = true;
+        return false;
+      }
       die("write (connection %d): %s", c->idx, strerror(errno));
     }
     c->out_off += (size_t)n;
@@ -633,6 +642,8 @@ static bool read_conn(struct load *L, struct conn *c, enum phase ph)
   ssize_t n;
 
   for (;;) {
+    if (c->fd < 0)
+      return true;              /* --restart: a handler dropped it */
     n = read(c->fd, scratch, sizeof scratch);
     if (n < 0) {
       if (errno == EINTR)
@@ -923,6 +934,7 @@ static void set_timer(struct load *L, struct conn *c, double due)
 
 static void drop_fd(struct conn *c)
 {
+  c->broken = false;
   if (c->fd >= 0)
     close(c->fd);         /* leaves the epoll set with it */
   c->fd = -1;
@@ -964,11 +976,17 @@ static void lost_conn(struct load *L, struct conn *c)
   schedule_retry(L, c);
 }
 
-/* Writes c->out; EPOLLOUT while some is left. */
+/* Writes c->out; EPOLLOUT while some is left.  A reset: the next attempt
+ * (c->fd is then -1). */
 static void send_out(struct load *L, struct conn *c)
 {
-  ep_set(L, c, EPOLL_CTL_MOD, flush_out(L, c) ? EPOLLIN
-                                                : EPOLLIN | EPOLLOUT);
+  bool done = flush_out(L, c);
+
+  if (c->broken) {
+    attempt_failed(L, c);
+    return;
+  }
+  ep_set(L, c, EPOLL_CTL_MOD, done ? EPOLLIN : EPOLLIN | EPOLLOUT);
 }
 
 /* Connected (and authenticated): RESUME, then KEEPALIVE for the PONG. */
@@ -1178,6 +1196,7 @@ static void restart_round(struct load *L)
   snprintf(needle, sizeof needle, "round %d rebuilt: all %d nodes "
            "re-asserted it", L->c[0].round.round, L->nodes);
   L->log_fd = -1;
+  signal(SIGPIPE, SIG_IGN);     /* a reset attempt: EPIPE, then again */
   for (i = 0; i < L->nodes; i++) {
     struct conn *c = &L->c[i];
 
