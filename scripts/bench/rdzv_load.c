@@ -56,14 +56,15 @@ static const char usage[] =
   "\n"
   "--restart: once every agent has its ROUND, says 'rdzv_load: running\n"
   "round R with N nodes: kill rdzvd now' on stderr and waits for the\n"
-  "daemon (--rdzvd-pid) to die.  Each agent then reconnects as cdrun's does (0.1 s\n"
-  "doubling to 5 s, each delay drawn between half and all of it) and\n"
-  "re-asserts its ROUND with RESUME (phase running, its token).  Prints\n"
-  "restart nodes=N auth=A rebuilt_ms=T ...: T from the new daemon\n"
-  "listening (probed every ms once the old one is gone) to its log (--rdzvd-log, the new daemon's\n"
-  "log, not --quiet) saying the round was rebuilt by all N nodes, or\n"
-  "without --rdzvd-log to the last PONG after a RESUME; then the exit\n"
-  "barrier (barrier_ms) on the rebuilt round, and LEAVE.\n";
+  "daemon (--rdzvd-pid) to die.  Each agent then reconnects as cdrun's\n"
+  "does (0.1 s doubling to 5 s, each delay drawn between half and all of\n"
+  "it) and re-asserts its ROUND with RESUME (phase running, its token).\n"
+  "Prints restart nodes=N auth=A rebuilt_ms=T ...: T from the new daemon\n"
+  "listening (probed every ms once the old one is gone) to its log\n"
+  "(--rdzvd-log: the new daemon's, not --quiet) saying the round was\n"
+  "rebuilt by all N nodes, or without --rdzvd-log to the last PONG after\n"
+  "a RESUME; then the exit barrier (barrier_ms) on the rebuilt round, and\n"
+  "LEAVE.\n";
 
 /* PH_UP: --restart, the round runs, the daemon is about to be killed;
  * PH_RESUME: --restart, the agents reconnect and re-assert it. */
@@ -1201,8 +1202,8 @@ static void restart_round(struct load *L)
     struct conn *c = &L->c[i];
 
     c->rs = RS_UP;
-    c->rng = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)(i + 1) * 0xbf58476d1ce4e5b9ULL)
-             ^ (uint64_t)getpid();
+    c->rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^
+             ((uint64_t)(i + 1) * 0xbf58476d1ce4e5b9ULL);
   }
   fprintf(stderr, "rdzv_load: running round %d with %d nodes: kill rdzvd "
           "now\n", L->c[0].round.round, L->nodes);
