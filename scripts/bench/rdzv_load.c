@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,11 +26,18 @@
 #define PHASE_TIMEOUT 60.0      /* seconds for ROUND, barrier */
 #define READ_SCRATCH 65536
 #define MAX_EVENTS 1024
+/* The real agent's reconnection (launcher/rdzv_client.c schedule_retry,
+ * start_connect): 0.1 s doubling to 5 s, each attempt bounded by 5 s. */
+#define BACKOFF_FIRST 0.1
+#define BACKOFF_CAP 5.0
+#define ATTEMPT_TIMEOUT 5.0
 
 static const char usage[] =
   "usage: rdzv_load --host H --port P --nodes N --id ID [--leave-only]\n"
   "                 [--secret-file PATH]\n"
   "       rdzv_load --soak [--minutes M] [--rdzvd-pid PID] --host H\n"
+  "                 --port P --nodes N --id ID [--secret-file PATH]\n"
+  "       rdzv_load --restart --rdzvd-pid PID [--rdzvd-log PATH] --host H\n"
   "                 --port P --nodes N --id ID [--secret-file PATH]\n"
   "\n"
   "Connects N agents to one rdzvd (paced, not timed), authenticates each\n"
@@ -44,9 +52,33 @@ static const char usage[] =
   "get RESTART; all re-join and get the next ROUND; all pass the exit\n"
   "barrier and leave.  Prints soak minutes=M rounds=R rss_start_kb=A\n"
   "rss_end_kb=B, the RSS of rdzvd (--rdzvd-pid) after the first cycle and\n"
-  "after the last.\n";
+  "after the last.\n"
+  "\n"
+  "--restart: once every agent has its ROUND, says 'rdzv_load: running\n"
+  "round R with N nodes: kill rdzvd now' on stderr and waits for the\n"
+  "daemon (--rdzvd-pid) to die.  Each agent then reconnects as cdrun's\n"
+  "does (0.1 s doubling to 5 s, each delay drawn between half and all of\n"
+  "it) and re-asserts its ROUND with RESUME (phase running, its token).\n"
+  "Prints restart nodes=N auth=A rebuilt_ms=T ...: T from the new daemon\n"
+  "listening (probed every ms once the old one is gone) to its log\n"
+  "(--rdzvd-log: the new daemon's, not --quiet) saying the round was\n"
+  "rebuilt by all N nodes, or without --rdzvd-log to the last PONG after\n"
+  "a RESUME; then the exit barrier (barrier_ms) on the rebuilt round, and\n"
+  "LEAVE.\n";
 
-enum phase { PH_ROUND, PH_BARRIER, PH_RESTART };
+/* PH_UP: --restart, the round runs, the daemon is about to be killed;
+ * PH_RESUME: --restart, the agents reconnect and re-assert it. */
+enum phase { PH_ROUND, PH_BARRIER, PH_RESTART, PH_UP, PH_RESUME };
+
+/* --restart: where one agent is in its reconnection (Note [restart]). */
+enum rstate {
+  RS_UP = 0,      /* connected to the first daemon, running the round */
+  RS_WAIT,        /* lost it: waiting for its next attempt (backoff) */
+  RS_CONNECTING,  /* connect in flight, bounded by ATTEMPT_TIMEOUT */
+  RS_AUTH,        /* the shared-secret handshake */
+  RS_RESUMED,     /* RESUME and KEEPALIVE sent, waiting for the PONG */
+  RS_BACK,        /* PONG: the daemon took the RESUME */
+};
 
 struct conn {
   int fd;
@@ -59,8 +91,21 @@ struct conn {
   bool got_round;
   bool got_barrier;
   bool got_restart;
+  bool broken;                /* --restart: a write failed (reset) */
   int waitings;
-  struct rp_round round;
+  struct rp_round round;      /* with its token: what RESUME re-asserts */
+  /* --restart */
+  enum rstate rs;
+  double due;                 /* RS_WAIT: next attempt; RS_CONNECTING: its
+                                 deadline; else 0 */
+  double backoff;
+  uint64_t rng;               /* the backoff's jitter, per agent */
+  struct ra_client auth;
+};
+
+struct timer_ev {             /* --restart: a min-heap entry */
+  double due;
+  int idx;
 };
 
 struct load {
@@ -84,10 +129,22 @@ struct load {
   long waitings;
   double t_first_round, t_last_round, t_barrier_done;
   double t_last_write;        /* a write that had to wait for EPOLLOUT */
+  /* --restart */
+  bool restart;
+  const char *rdzvd_log;      /* the new daemon's log, watched */
+  struct timer_ev *heap;
+  size_t heap_len, heap_cap;
+  int lost, back, attempts, failed_attempts;
+  double t_lost, t_listen, t_last_pong, t_rebuilt, t_probe, t_log;
+  int log_fd;
+  char log_tail[256];         /* the last bytes read, for a line cut in two */
+  size_t log_tail_len;
 };
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2),
                                                      noreturn));
+static void on_resume_msg(struct load *L, struct conn *c,
+                          const struct rp_msg *m);
 
 static void die(const char *fmt, ...)
 {
@@ -148,6 +205,10 @@ static void parse_args(struct load *L, int argc, char **argv)
       L->soak = true;
       continue;
     }
+    if (strcmp(a, "--restart") == 0) {
+      L->restart = true;
+      continue;
+    }
     if (i + 1 >= argc)
       die("%s: unknown option or missing value\n%s", a, usage);
     if (strcmp(a, "--host") == 0)
@@ -160,6 +221,8 @@ static void parse_args(struct load *L, int argc, char **argv)
       L->id = argv[++i];
     else if (strcmp(a, "--secret-file") == 0)
       L->secret_file = argv[++i];
+    else if (strcmp(a, "--rdzvd-log") == 0)
+      L->rdzvd_log = argv[++i];
     else if (strcmp(a, "--rdzvd-pid") == 0)
       L->rdzvd_pid = (int)parse_long(a, argv[++i], 1, 1L << 30);
     else if (strcmp(a, "--minutes") == 0) {
@@ -184,6 +247,12 @@ static void parse_args(struct load *L, int argc, char **argv)
   }
   if (L->minutes == 0)
     L->minutes = 10;
+  if (L->restart && (L->soak || L->leave_only))
+    die("--restart goes with neither --soak nor --leave-only");
+  if (L->rdzvd_log && !L->restart)
+    die("--rdzvd-log goes with --restart");
+  if (L->restart && !L->rdzvd_pid)
+    die("--restart needs --rdzvd-pid: the daemon that will be killed");
 }
 
 /* N sockets plus a few: the soft limit goes up to the hard one. */
@@ -350,34 +419,65 @@ static void encode_or_die(const struct rp_msg *m, struct conn *c)
   c->out_off = 0;
 }
 
+/* Agent c's JOIN (a RESUME carries the same fields). */
+static void fill_join(const struct load *L, const struct conn *c,
+                      struct rp_join *j)
+{
+  snprintf(j->id, sizeof j->id, "%s", L->cycle_id ? L->cycle_id : L->id);
+  snprintf(j->host, sizeof j->host, "load%d", c->idx);
+  j->pid = c->idx;
+  j->nproc = NPROC;
+  j->master_port = 29500 + c->idx % 1000;
+  j->reason = !L->soak || L->restarts == 0 ? RP_REASON_FIRST
+              : c->idx == 0               ? RP_REASON_FAILURE
+                                          : RP_REASON_MEMBERSHIP;
+  rp_conf_default(&j->conf);
+  j->conf.min_nodes = L->nodes;
+  j->conf.max_nodes = L->nodes;
+  j->conf.join_timeout = 600;
+  j->conf.last_call_timeout = 30;
+  /* Long keepalives: none are sent, and none are needed (--restart: the
+   * rebuilt job's resume grace is this window, 150 s). */
+  j->conf.keepalive_interval = 30;
+  j->conf.keepalive_misses = 5;
+  if (L->soak) {
+    j->conf.max_restarts = 1;
+    j->conf.close_timeout = 1;  /* forgotten soon: memory stays flat */
+  }
+}
+
 static void encode_join(const struct load *L, struct conn *c)
 {
   struct rp_msg m;
 
   memset(&m, 0, sizeof m);
   m.op = RP_JOIN;
-  snprintf(m.u.join.id, sizeof m.u.join.id, "%s",
-           L->cycle_id ? L->cycle_id : L->id);
-  snprintf(m.u.join.host, sizeof m.u.join.host, "load%d", c->idx);
-  m.u.join.pid = c->idx;
-  m.u.join.nproc = NPROC;
-  m.u.join.master_port = 29500 + c->idx % 1000;
-  m.u.join.reason = !L->soak || L->restarts == 0 ? RP_REASON_FIRST
-                    : c->idx == 0               ? RP_REASON_FAILURE
-                                                : RP_REASON_MEMBERSHIP;
-  rp_conf_default(&m.u.join.conf);
-  m.u.join.conf.min_nodes = L->nodes;
-  m.u.join.conf.max_nodes = L->nodes;
-  m.u.join.conf.join_timeout = 600;
-  m.u.join.conf.last_call_timeout = 30;
-  /* Long keepalives: none are sent, and none are needed. */
-  m.u.join.conf.keepalive_interval = 30;
-  m.u.join.conf.keepalive_misses = 5;
-  if (L->soak) {
-    m.u.join.conf.max_restarts = 1;
-    m.u.join.conf.close_timeout = 1;  /* forgotten soon: memory stays flat */
-  }
+  fill_join(L, c, &m.u.join);
   encode_or_die(&m, c);
+}
+
+/* Appends m's frame to what c has still to write. */
+static void append_msg(struct conn *c, const struct rp_msg *m)
+{
+  char *buf, *grown;
+  size_t len;
+  int rc = rp_encode(m, &buf, &len);
+
+  if (rc)
+    die("cannot encode %s: %s", rp_op_name(m->op), strerror(-rc));
+  if (!c->out) {
+    c->out = buf;
+    c->out_len = len;
+    c->out_off = 0;
+    return;
+  }
+  grown = realloc(c->out, c->out_len + len);
+  if (!grown)
+    die("out of memory");
+  memcpy(grown + c->out_len, buf, len);
+  c->out = grown;
+  c->out_len += len;
+  free(buf);
 }
 
 /* Writes what is left of c->out; true when all of it is gone. */
@@ -391,6 +491,13 @@ static bool flush_out(struct load *L, struct conn *c)
         continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         ep_set(L, c, EPOLL_CTL_MOD, EPOLLIN | EPOLLOUT);
+        return false;
+      }
+      /* --restart: an attempt that reached the dying daemon's listener
+       * is reset; the agent tries again. */
+      if ((c->rs == RS_AUTH || c->rs == RS_RESUMED) &&
+          (errno == EPIPE || errno == ECONNRESET)) {
+        c->broken = true;
         return false;
       }
       die("write (connection %d): %s", c->idx, strerror(errno));
@@ -440,6 +547,10 @@ static void check_round(struct load *L, struct conn *c)
 static void on_msg(struct load *L, struct conn *c, const struct rp_msg *m,
                    enum phase ph)
 {
+  if (ph == PH_UP || ph == PH_RESUME) {
+    on_resume_msg(L, c, m);
+    return;
+  }
   switch (m->op) {
   case RP_WAITING:
     c->waitings++;
@@ -522,22 +633,30 @@ static void keep_rest(struct conn *c, const char *buf, size_t len)
   c->in_len = len;
 }
 
-/* Reads everything available on c and handles the whole frames. */
-static void read_conn(struct load *L, struct conn *c, enum phase ph)
+/* Reads everything available on c and handles the whole frames.  Returns
+ * false when the daemon closed or reset the connection in PH_UP or
+ * PH_RESUME (--restart: the agent reconnects); elsewhere that is fatal. */
+static bool read_conn(struct load *L, struct conn *c, enum phase ph)
 {
   static char scratch[READ_SCRATCH];
   size_t used;
   ssize_t n;
 
   for (;;) {
+    if (c->fd < 0)
+      return true;              /* --restart: a handler dropped it */
     n = read(c->fd, scratch, sizeof scratch);
     if (n < 0) {
       if (errno == EINTR)
         continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK)
-        return;
+        return true;
+      if (ph == PH_UP || ph == PH_RESUME)
+        return false;
       die("read (connection %d): %s", c->idx, strerror(errno));
     }
+    if (n == 0 && (ph == PH_UP || ph == PH_RESUME))
+      return false;
     if (n == 0)
       die("connection %d: closed by rdzvd while waiting for %s", c->idx,
           ph == PH_ROUND ? "ROUND" : ph == PH_RESTART ? "RESTART"
@@ -563,7 +682,7 @@ static void read_conn(struct load *L, struct conn *c, enum phase ph)
       c->in_len -= used;
     }
     if ((size_t)n < sizeof scratch)
-      return;
+      return true;
   }
 }
 
@@ -593,7 +712,7 @@ static void wait_for(struct load *L, const int *count, int pending,
         }
       }
       if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
-        read_conn(L, c, ph);
+        (void)read_conn(L, c, ph);
     }
   }
   if (*count < L->nodes) {
@@ -750,6 +869,429 @@ static void join_all(struct load *L)
   check_assignment(L);
 }
 
+/* ---- --restart (Note [restart]) ---------------------------------------- */
+
+/* Note [restart]: the round runs (every agent has its ROUND and its
+ * token); rdzv_load says so on stderr ("rdzv_load: running ...") and the
+ * caller SIGKILLs rdzvd and starts a new one on the same port.  Each agent
+ * sees its connection die and does what launcher/rdzv_client.c does:
+ * waits 0.1 s, doubling to 5 s, each delay drawn uniformly between half
+ * and all of it; connects (an attempt bounded by 5 s; refused or reset:
+ * the next delay); passes the handshake when there is a secret; sends
+ * RESUME (phase running, its ROUND's assignment and token) and KEEPALIVE.
+ * The PONG says the daemon took the RESUME (a refusal is an ERROR and a
+ * close before it).  The clock starts when the new daemon listens (a probe
+ * connection every millisecond once the old daemon, --rdzvd-pid, is a
+ * zombie or gone: until then its own listener may answer) and
+ * stops when its log says "round R rebuilt: all N nodes re-asserted it"
+ * (--rdzvd-log, read every millisecond; without it, the last PONG). */
+
+static void heap_push(struct load *L, double due, int idx)
+{
+  size_t i;
+
+  if (L->heap_len == L->heap_cap) {
+    size_t cap = L->heap_cap ? L->heap_cap * 2 : 1024;
+    struct timer_ev *h = realloc(L->heap, cap * sizeof *h);
+
+    if (!h)
+      die("out of memory");
+    L->heap = h;
+    L->heap_cap = cap;
+  }
+  i = L->heap_len++;
+  while (i > 0 && L->heap[(i - 1) / 2].due > due) {
+    L->heap[i] = L->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  L->heap[i].due = due;
+  L->heap[i].idx = idx;
+}
+
+static struct timer_ev heap_pop(struct load *L)
+{
+  struct timer_ev top = L->heap[0], last = L->heap[--L->heap_len];
+  size_t i = 0, k;
+
+  while ((k = 2 * i + 1) < L->heap_len) {
+    if (k + 1 < L->heap_len && L->heap[k + 1].due < L->heap[k].due)
+      k++;
+    if (L->heap[k].due >= last.due)
+      break;
+    L->heap[i] = L->heap[k];
+    i = k;
+  }
+  if (L->heap_len)
+    L->heap[i] = last;
+  return top;
+}
+
+/* c's timer (an entry whose due is not c->due any more is stale). */
+static void set_timer(struct load *L, struct conn *c, double due)
+{
+  c->due = due;
+  heap_push(L, due, c->idx);
+}
+
+static void drop_fd(struct conn *c)
+{
+  c->broken = false;
+  if (c->fd >= 0)
+    close(c->fd);         /* leaves the epoll set with it */
+  c->fd = -1;
+  free(c->out);
+  c->out = NULL;
+  c->out_len = c->out_off = 0;
+  c->in_len = 0;
+}
+
+/* rdzv_client.c schedule_retry: the delay, then the next backoff. */
+static void schedule_retry(struct load *L, struct conn *c)
+{
+  double delay;
+
+  c->rng ^= c->rng << 13;         /* xorshift64 */
+  c->rng ^= c->rng >> 7;
+  c->rng ^= c->rng << 17;
+  delay = c->backoff * (0.5 + 0.5 * (double)(c->rng >> 11) / 0x1p53);
+  c->backoff = c->backoff <= 0 ? BACKOFF_FIRST : c->backoff * 2;
+  if (c->backoff > BACKOFF_CAP)
+    c->backoff = BACKOFF_CAP;
+  c->rs = RS_WAIT;
+  set_timer(L, c, now_s() + delay);
+}
+
+static void attempt_failed(struct load *L, struct conn *c)
+{
+  L->failed_attempts++;
+  drop_fd(c);
+  schedule_retry(L, c);
+}
+
+static void lost_conn(struct load *L, struct conn *c)
+{
+  if (L->lost++ == 0)
+    L->t_lost = now_s();
+  drop_fd(c);
+  c->backoff = BACKOFF_FIRST;
+  schedule_retry(L, c);
+}
+
+/* Writes c->out; EPOLLOUT while some is left.  A reset: the next attempt
+ * (c->fd is then -1). */
+static void send_out(struct load *L, struct conn *c)
+{
+  bool done = flush_out(L, c);
+
+  if (c->broken) {
+    attempt_failed(L, c);
+    return;
+  }
+  ep_set(L, c, EPOLL_CTL_MOD, done ? EPOLLIN : EPOLLIN | EPOLLOUT);
+}
+
+/* Connected (and authenticated): RESUME, then KEEPALIVE for the PONG. */
+static void send_resume(struct load *L, struct conn *c)
+{
+  struct rp_msg m;
+  struct rp_resume *r = &m.u.resume;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_RESUME;
+  fill_join(L, c, &r->join);
+  r->phase = RP_PHASE_RUNNING;
+  r->round = c->round;          /* the assignment and its token */
+  r->round.embedded = false;
+  r->round.host_rank = 0;
+  append_msg(c, &m);
+  memset(&m, 0, sizeof m);
+  m.op = RP_KEEPALIVE;
+  append_msg(c, &m);
+  c->rs = RS_RESUMED;
+  c->due = 0;
+  send_out(L, c);
+}
+
+static void on_connected(struct load *L, struct conn *c)
+{
+  struct rp_msg m;
+
+  if (L->secret.len == 0) {
+    send_resume(L, c);
+    return;
+  }
+  memset(&m, 0, sizeof m);
+  if (ra_client_hello(&c->auth, &m) != 0)
+    die("connection %d: cannot make a hello nonce", c->idx);
+  append_msg(c, &m);
+  c->rs = RS_AUTH;
+  c->due = 0;
+  send_out(L, c);
+}
+
+static void start_attempt(struct load *L, struct conn *c)
+{
+  int one = 1;
+
+  L->attempts++;
+  c->fd = socket(L->addr.ss_family,
+                 SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (c->fd < 0)
+    die("socket (connection %d): %s", c->idx, strerror(errno));
+  setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c->rs = RS_CONNECTING;
+  if (connect(c->fd, (struct sockaddr *)&L->addr, L->addrlen) != 0) {
+    if (errno != EINPROGRESS) {   /* refused: nobody listens yet */
+      attempt_failed(L, c);
+      return;
+    }
+    ep_set(L, c, EPOLL_CTL_ADD, EPOLLOUT);
+    set_timer(L, c, now_s() + ATTEMPT_TIMEOUT);
+    return;
+  }
+  ep_set(L, c, EPOLL_CTL_ADD, EPOLLIN);
+  on_connected(L, c);
+}
+
+/* The daemon's answers on a reconnected connection. */
+static void on_resume_msg(struct load *L, struct conn *c,
+                          const struct rp_msg *m)
+{
+  struct rp_msg reply;
+  char err[RP_MAX_TEXT + 128];
+  int rc;
+
+  if (c->rs == RS_AUTH) {
+    memset(&reply, 0, sizeof reply);
+    rc = ra_client_step(&c->auth, &L->secret, m, &reply, err, sizeof err);
+    if (rc < 0)
+      die("connection %d: %s", c->idx, err);
+    if (rc == 1) {
+      append_msg(c, &reply);
+      send_out(L, c);
+    } else {
+      send_resume(L, c);
+    }
+    return;
+  }
+  if (c->rs == RS_RESUMED && m->op == RP_PONG) {
+    c->rs = RS_BACK;
+    L->back++;
+    L->t_last_pong = now_s();
+    return;
+  }
+  if (m->op == RP_ERROR)
+    die("connection %d: the daemon refused its RESUME: ERROR %s: %s",
+        c->idx, rp_error_name(m->u.text.code), m->u.text.message);
+  if (m->op == RP_RESTART || m->op == RP_CLOSED)
+    die("connection %d: the round was not rebuilt: %s: %s", c->idx,
+        rp_op_name(m->op), m->u.text.message);
+  die("connection %d: unexpected %s %s", c->idx, rp_op_name(m->op),
+      c->rs == RS_UP ? "while the round ran" : "after its RESUME");
+}
+
+/* True once the killed daemon (--rdzvd-pid) has closed its descriptors,
+ * its listener among them: it is a zombie, or gone.  Its connections die
+ * one by one while it exits (80 ms for 10,000), its listener maybe last. */
+static bool old_daemon_gone(const struct load *L)
+{
+  char path[64], buf[512], *p;
+  ssize_t n;
+  int fd;
+
+  if (!L->rdzvd_pid)
+    return true;
+  snprintf(path, sizeof path, "/proc/%d/stat", L->rdzvd_pid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return true;
+  n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return true;
+  buf[n] = '\0';
+  p = strrchr(buf, ')');        /* "pid (comm) S ..." */
+  return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
+
+/* A connection to the port succeeds: the new daemon listens (probed only
+ * once the old one is gone, whose listener would answer too). */
+static void probe_listener(struct load *L)
+{
+  struct timeval tv = { 0, 100000 };
+  int fd = socket(L->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+  if (fd < 0)
+    die("socket (probe): %s", strerror(errno));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr *)&L->addr, L->addrlen) == 0)
+    L->t_listen = now_s();
+  close(fd);
+}
+
+/* Reads what the new daemon logged since last time; sets t_rebuilt at
+ * the line that says the round is whole again. */
+static void watch_log(struct load *L, const char *needle)
+{
+  char buf[65536 + sizeof L->log_tail];
+  size_t keep = strlen(needle) - 1;
+  ssize_t n;
+
+  if (L->log_fd < 0) {
+    L->log_fd = open(L->rdzvd_log, O_RDONLY | O_CLOEXEC);
+    if (L->log_fd < 0)
+      return;                   /* not there yet */
+  }
+  for (;;) {
+    memcpy(buf, L->log_tail, L->log_tail_len);
+    n = read(L->log_fd, buf + L->log_tail_len, sizeof buf - L->log_tail_len
+             - 1);
+    if (n <= 0)
+      return;
+    n += (ssize_t)L->log_tail_len;
+    buf[n] = '\0';
+    if (strstr(buf, needle)) {
+      L->t_rebuilt = now_s();
+      return;
+    }
+    L->log_tail_len = (size_t)n < keep ? (size_t)n : keep;
+    memcpy(L->log_tail, buf + n - L->log_tail_len, L->log_tail_len);
+  }
+}
+
+/* Fires the timers that are due; returns ms until the next one (or -1). */
+static int run_timers(struct load *L)
+{
+  double t = now_s();
+
+  while (L->heap_len) {
+    struct conn *c;
+
+    if (L->heap[0].due > t)
+      return (int)((L->heap[0].due - t) * 1000) + 1;
+    {
+      struct timer_ev e = heap_pop(L);
+
+      c = &L->c[e.idx];
+      if (c->due != e.due)
+        continue;                 /* stale */
+    }
+    c->due = 0;
+    if (c->rs == RS_WAIT)
+      start_attempt(L, c);
+    else if (c->rs == RS_CONNECTING)
+      attempt_failed(L, c);       /* no answer within ATTEMPT_TIMEOUT */
+    t = now_s();
+  }
+  return -1;
+}
+
+/* From the round running to every agent back and the round rebuilt. */
+static void restart_round(struct load *L)
+{
+  struct epoll_event ev[MAX_EVENTS];
+  char needle[128];
+  double deadline = now_s() + 2 * PHASE_TIMEOUT;
+  int i, n, wait_ms;
+
+  snprintf(needle, sizeof needle, "round %d rebuilt: all %d nodes "
+           "re-asserted it", L->c[0].round.round, L->nodes);
+  L->log_fd = -1;
+  signal(SIGPIPE, SIG_IGN);     /* a reset attempt: EPIPE, then again */
+  for (i = 0; i < L->nodes; i++) {
+    struct conn *c = &L->c[i];
+
+    c->rs = RS_UP;
+    c->rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^
+             ((uint64_t)(i + 1) * 0xbf58476d1ce4e5b9ULL);
+  }
+  fprintf(stderr, "rdzv_load: running round %d with %d nodes: kill rdzvd "
+          "now\n", L->c[0].round.round, L->nodes);
+  fflush(stderr);
+  while (L->back < L->nodes || (L->rdzvd_log && !L->t_rebuilt)) {
+    double t = now_s();
+
+    if (t > deadline)
+      die("after %.0f s: %d of %d agents lost the daemon, %d back, %s",
+          2 * PHASE_TIMEOUT, L->lost, L->nodes, L->back,
+          L->t_listen ? "the new daemon listens" : "no daemon listens");
+    if (L->lost && !L->t_listen && t - L->t_probe >= 0.001) {
+      L->t_probe = t;
+      if (old_daemon_gone(L))
+        probe_listener(L);
+    }
+    if (L->rdzvd_log && L->t_listen && !L->t_rebuilt &&
+        t - L->t_log >= 0.001) {
+      L->t_log = t;
+      watch_log(L, needle);
+    }
+    wait_ms = run_timers(L);
+    if (L->lost && (!L->t_listen || (L->rdzvd_log && !L->t_rebuilt)))
+      wait_ms = 1;
+    if (wait_ms < 0 || wait_ms > 100)
+      wait_ms = 100;
+    n = epoll_wait(L->ep, ev, MAX_EVENTS, wait_ms);
+    if (n < 0 && errno != EINTR)
+      die("epoll_wait: %s", strerror(errno));
+    for (i = 0; i < n; i++) {
+      struct conn *c = ev[i].data.ptr;
+
+      if (c->fd < 0)
+        continue;                 /* closed by an earlier event */
+      if (c->rs == RS_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err) {
+          attempt_failed(L, c);
+          continue;
+        }
+        on_connected(L, c);
+        continue;
+      }
+      if ((ev[i].events & EPOLLOUT) && c->out)
+        send_out(L, c);
+      if (!(ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+        continue;
+      if (read_conn(L, c, c->rs == RS_UP ? PH_UP : PH_RESUME))
+        continue;
+      if (c->rs == RS_UP)
+        lost_conn(L, c);
+      else if (c->rs == RS_BACK)
+        die("connection %d: closed by the new daemon after its RESUME was "
+            "taken", c->idx);
+      else
+        attempt_failed(L, c);     /* reset before the PONG: again */
+    }
+  }
+  if (!L->rdzvd_log)
+    L->t_rebuilt = L->t_last_pong;
+  if (L->t_rebuilt < L->t_listen)
+    die("the round was rebuilt before the new daemon was seen listening");
+  if (L->log_fd >= 0)
+    close(L->log_fd);
+  free(L->heap);
+  L->heap = NULL;
+  L->heap_len = L->heap_cap = 0;
+}
+
+/* The dead daemon's closed connections are gone from the epoll set; the
+ * barrier and LEAVE run on the new ones. */
+static void restart(struct load *L)
+{
+  restart_round(L);
+  printf("restart nodes=%d auth=%d rebuilt_ms=%.1f last_pong_ms=%.1f "
+         "down_ms=%.1f attempts=%d failed_attempts=%d", L->nodes,
+         L->secret.len > 0, (L->t_rebuilt - L->t_listen) * 1e3,
+         (L->t_last_pong - L->t_listen) * 1e3,
+         (L->t_listen - L->t_lost) * 1e3, L->attempts, L->failed_attempts);
+  barrier_all(L);
+  printf("\n");
+  fflush(stdout);
+  leave_all(L);
+}
+
 static long rss_kb(int pid)
 {
   char path[64], line[256];
@@ -866,6 +1408,12 @@ int main(int argc, char **argv)
     t_last_join = L.t_last_write;
   }
   check_assignment(&L);
+  if (L.restart) {
+    restart(&L);
+    free(L.c);
+    close(L.ep);
+    return 0;
+  }
   printf("rdzv_load nodes=%d auth=%d complete_ms=%.1f first_round_ms=%.1f "
          "join_send_ms=%.1f waiting_msgs=%ld auth_ms=%.1f", L.nodes,
          L.secret.len > 0, (L.t_last_round - t_last_join) * 1e3,
