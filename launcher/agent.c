@@ -98,6 +98,9 @@ struct agent {
   uv_timer_t backoff_timer;     /* the wait before a restart; in
                                    ST_CLOSING, the wait for the job's end */
   bool job_ended;               /* the rendezvous said the job ended */
+  uv_timer_t lost_timer;        /* Note [fixed membership] */
+  bool lost_pending;
+  char lost_host[256];
   struct backoff backoff;       /* Note [restart backoff] */
   double attempt_started;       /* when this attempt's workers started
                                    (epoch seconds) */
@@ -1086,6 +1089,12 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
 
   if (a->state != ST_RENDEZVOUS)
     return;
+  if (a->lost_pending) {
+    uv_timer_stop(&a->lost_timer);
+    a->lost_pending = false;
+    say("a round completed again after node %s was lost: the job goes "
+        "on", a->lost_host);
+  }
   a->assign = *as;
   a->state = ST_RUNNING;
   a->attempt_started = now_epoch();
@@ -1152,9 +1161,52 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
                    (uint64_t)(a->o->heartbeat_timeout * 1000.0) + 1, 0);
 }
 
+/* Note [fixed membership] (agent.h): the lost node is not back within
+ * the grace period; the job cannot go on at its fixed size. */
+static void lost_grace_expired(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+
+  if (a->state == ST_CLOSING || a->state == ST_DONE)
+    return;             /* a failure ends the job already */
+  say("node %s is not back after %g s: ending the job (exit status %d)",
+      a->lost_host, a->o->lost_grace_s, AGENT_EXIT_NODE_LOST);
+  a->exit_status = AGENT_EXIT_NODE_LOST;
+  if (a->state == ST_STOPPING) {
+    a->reason = STOP_FATAL;
+    return;
+  }
+  if (a->state == ST_RUNNING) {
+    begin_stop(a, STOP_FATAL, SIGTERM);
+    return;
+  }
+  finish(a, AGENT_EXIT_NODE_LOST);
+}
+
+/* A participant was lost: under a launcher that cannot start it again,
+ * a fixed-size job would wait for it until its join timeout, holding the
+ * allocation; it ends after a short, announced grace instead. */
+static void check_lost(struct agent *a)
+{
+  if (!a->o->fixed_source || !a->rdzv->lost_host[0] || a->lost_pending)
+    return;
+  snprintf(a->lost_host, sizeof a->lost_host, "%s", a->rdzv->lost_host);
+  say("node %s lost (%s) and this job's size is fixed (its nodes come "
+      "from %s, which cannot start it again): the job ends in %g s "
+      "unless it is back (--rdzv_conf lost_node_grace=S)", a->lost_host,
+      a->rdzv->lost_why[0] ? a->rdzv->lost_why : "lost", a->o->fixed_source,
+      a->o->lost_grace_s);
+  a->lost_pending = true;
+  uv_timer_start(&a->lost_timer, lost_grace_expired,
+                 (uint64_t)(a->o->lost_grace_s * 1000.0), 0);
+}
+
 static void on_restart(void *ctx, const char *reason)
 {
   struct agent *a = ctx;
+
+  if (a->state != ST_DONE && a->state != ST_CLOSING)
+    check_lost(a);
 
   if (a->state == ST_BARRIER) {
     /* Our workers are done but another node's are not: the job goes on
@@ -1409,6 +1461,7 @@ static void finish(struct agent *a, int status)
   uv_close((uv_handle_t *)&a->drain, close_cb_noop);
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
   uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
+  uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
   for (i = 0; i < a->o->nproc; i++) {
     tee_drain_and_close(&a->workers[i].out);
     tee_drain_and_close(&a->workers[i].err);
@@ -1464,11 +1517,15 @@ static int agent_init_handles(struct agent *a)
   if (err)
     goto fail_heartbeat;
   a->backoff_timer.data = a;
+  err = uv_timer_init(&a->loop, &a->lost_timer);
+  if (err)
+    goto fail_backoff;
+  a->lost_timer.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
     if (!a->ftimer) {
       err = UV_ENOMEM;
-      goto fail_backoff;
+      goto fail_lost;
     }
     err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
     if (err) {
@@ -1485,6 +1542,8 @@ static int agent_init_handles(struct agent *a)
 fail_ftimer:
   filetimer_close(a->ftimer);
   a->ftimer = NULL;
+fail_lost:
+  uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
 fail_backoff:
   uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
 fail_heartbeat:

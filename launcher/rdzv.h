@@ -85,6 +85,10 @@ struct rdzv {
   struct rdzv_cause local_cause;
   struct rdzv_cause job_cause;
   double cause_wait;
+  /* Set before on_restart when the new round is because a participant
+   * was lost (its host, and how: "its agent exited"); "" otherwise. */
+  char lost_host[256];
+  char lost_why[128];
 };
 
 /* The static back end (also --standalone with one node): node node_rank

@@ -277,6 +277,10 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
   case RP_RESTART:
     c->phase = RP_PHASE_GATHERING;
     take_cause(c, &m->u.text.cause);
+    snprintf(c->base.lost_host, sizeof c->base.lost_host, "%s",
+             m->u.text.lost_host);
+    snprintf(c->base.lost_why, sizeof c->base.lost_why, "%s",
+             m->u.text.lost_why);
     c->base.cb.on_restart(c->base.cb.ctx, m->u.text.message);
     return;
   case RP_GOING_AWAY:

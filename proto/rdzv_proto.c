@@ -22,6 +22,7 @@ enum kind {
   K_DBL,        /* double, finite */
   K_BOOL,       /* bool */
   K_STR,        /* char[size] */
+  K_OSTR,       /* char[size], optional: absent on the wire when "" */
   K_VALUE,      /* struct rp_kv's heap value + value_len */
   K_REASON,     /* enum rp_join_reason */
   K_PHASE,      /* enum rp_resume_phase */
@@ -225,6 +226,8 @@ static const struct field resume_fields[] = {
 static const struct field restart_fields[] = {
   MESSAGE_FIELD,
   CAUSE_FIELD,
+  { "lost_host", K_OSTR, ARR(text.lost_host), 0, RP_MAX_ADDR, false, false },
+  { "lost_why", K_OSTR, ARR(text.lost_why), 0, RP_MAX_ID, false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
@@ -787,6 +790,7 @@ static int decode_field(struct ctx *c, const struct field *f,
     *(bool *)(base + f->off) = cJSON_IsTrue(it);
     return 0;
   case K_STR:
+  case K_OSTR:
     if (!cJSON_IsString(it))
       return wrong_type(c, f, "a string", it);
     n = strlen(it->valuestring);
@@ -1095,6 +1099,7 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
     return cJSON_AddBoolToObject(obj, f->name, *(const bool *)at) ? 0
                                                                   : -ENOMEM;
   case K_STR:
+  case K_OSTR:
     rc = array_len(c, f, at, &n);
     return rc ? rc : add_string(obj, f->name, at);
   case K_VALUE:
@@ -1167,6 +1172,8 @@ static int encode_fields(struct ctx *c, cJSON *obj,
                            : *(const int *)(base + f->off) == 0))
       continue;
     if (f->kind == K_TOKEN && all_zero(base + f->off, f->size))
+      continue;
+    if (f->kind == K_OSTR && !*(base + f->off))
       continue;
     if (f->kind == K_CAUSE &&
         ((const struct rp_cause *)(base + f->off))->exited_at == 0)

@@ -201,6 +201,10 @@ struct rp_text {                  /* RESTART, CLOSED, ERROR, GOING_AWAY */
   char message[RP_MAX_TEXT + 1];
   struct rp_cause cause;          /* RESTART, CLOSED: the job's root
                                      cause, optional */
+  /* RESTART after a participant was lost: its host name and how ("its
+   * agent exited", "no keepalive for 5.2 s"); "": not a loss. */
+  char lost_host[RP_MAX_ADDR + 1];
+  char lost_why[RP_MAX_ID + 1];
 };
 
 struct rp_auth {                  /* HELLO, CHALLENGE: nonce; AUTH, AUTH_OK:

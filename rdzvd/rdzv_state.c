@@ -138,11 +138,13 @@ void rs__send_msg(const struct rs_registry *r, void *conn,
     r->sink.send(r->sink.ctx, conn, m);
 }
 
-/* cause: the job's root cause (RESTART, CLOSED), or NULL. */
+/* cause: the job's root cause (RESTART, CLOSED), or NULL; job: a
+ * RESTART's job, for the participant it lost (or NULL). */
 static void send_text_cause(const struct rs_registry *r, void *conn,
                             enum rp_op op, enum rp_error_code code,
                             bool success, const char *text,
-                            const struct rp_cause *cause)
+                            const struct rp_cause *cause,
+                            const struct job *job)
 {
   struct rp_msg m;
 
@@ -153,13 +155,17 @@ static void send_text_cause(const struct rs_registry *r, void *conn,
   copy_str(m.u.text.message, sizeof m.u.text.message, text);
   if (cause)
     m.u.text.cause = *cause;
+  if (job && job->lost_host) {
+    copy_str(m.u.text.lost_host, sizeof m.u.text.lost_host, job->lost_host);
+    copy_str(m.u.text.lost_why, sizeof m.u.text.lost_why, job->lost_why);
+  }
   rs__send_msg(r, conn, &m);
 }
 
 static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
                       enum rp_error_code code, bool success, const char *text)
 {
-  send_text_cause(r, conn, op, code, success, text, NULL);
+  send_text_cause(r, conn, op, code, success, text, NULL, NULL);
 }
 
 /* The job's root cause for a RESTART or CLOSED: NULL when no failure of
@@ -746,7 +752,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
     node_set_state(job, n, NS_IDLE, true);
     if (n != except)
       send_text_cause(r, n->c->conn, RP_RESTART, 0, false, text,
-                      job_cause(job));
+                      job_cause(job), job);
   }
   barriers_free(job);
   job->restarting = job->n_outstanding + job->n_spares > 0;
@@ -773,7 +779,7 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
     void *conn = n->c->conn;
 
     send_text_cause(r, conn, RP_CLOSED, 0, success, text,
-                    success ? NULL : job_cause(job));
+                    success ? NULL : job_cause(job), NULL);
     node_free(r, n);
     conn_drop(r, conn);
   }
@@ -844,10 +850,23 @@ static void node_remove(struct rs_registry *r, struct node *n, double now,
   char d[DESC_MAX], text[RP_MAX_TEXT + 1];
 
   if (job->phase == PH_RUNNING && was_part && !job->exit_passed) {
+    char host[RP_MAX_ADDR + 1], how[RP_MAX_ID + 1];
+
     describe(n, d, sizeof d);
     fmt(text, sizeof text, "%s %s", d, why);
+    /* What the RESTART tells of the loss (a launcher that cannot bring
+     * the node back ends the job on it: cdrun(1)). */
+    copy_str(host, sizeof host, n->host[0] ? n->host : rs__node_addr(n));
+    if (strcmp(why, "lost: connection closed") == 0)
+      copy_str(how, sizeof how, "its agent exited");
+    else
+      copy_str(how, sizeof how,
+               strncmp(why, "lost: ", 6) == 0 ? why + 6 : why);
     node_free(r, n);
+    job->lost_host = host;
+    job->lost_why = how;
     start_round(r, job, now, text, NULL);
+    job->lost_host = job->lost_why = NULL;
     if (!job->n_nodes)
       th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
     return;

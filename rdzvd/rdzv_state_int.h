@@ -155,6 +155,9 @@ struct job {
   bool closing;                 /* a failure ends the job: waiting for
                                    the other participants' reports */
   bool closing_exhausted;       /* ... because no restart is left */
+  /* The participant whose loss starts the round (its RESTART says so):
+   * set around start_round only. */
+  const char *lost_host, *lost_why;
   double closing_deadline;
   bool progress_dirty;
   double deadline;              /* last call */

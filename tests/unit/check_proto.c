@@ -154,7 +154,9 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
   case RP_ERROR:
     return ta->code == tb->code && ta->success == tb->success &&
            !strcmp(ta->message, tb->message) &&
-           same_cause(&ta->cause, &tb->cause);
+           same_cause(&ta->cause, &tb->cause) &&
+           !strcmp(ta->lost_host, tb->lost_host) &&
+           !strcmp(ta->lost_why, tb->lost_why);
   case RP_STATUS_REPLY:
     return !strcmp(a->u.status_json, b->u.status_json);
   case RP_HELLO:
@@ -706,6 +708,13 @@ START_TEST(rt_cause)
   free(round_trip(&m));
   ck_assert_double_eq(M.u.text.cause.exited_at, 1);
   rp_msg_free(&M);
+  /* A loss: its host and how, absent when "". */
+  msg_init(&m, RP_RESTART);
+  snprintf(m.u.text.lost_host, sizeof m.u.text.lost_host, "n2");
+  snprintf(m.u.text.lost_why, sizeof m.u.text.lost_why, "its agent exited");
+  round_trip_body(&m, "{\"v\":2,\"op\":\"restart\",\"message\":\"\","
+                  "\"lost_host\":\"n2\",\"lost_why\":\"its agent exited\"}");
+  msg_init(&m, RP_RESTART);
   /* Only the time is required; a bad field is named. */
   ck_assert_ok(decode("{\"v\":2,\"op\":\"restart\",\"cause\":"
                       "{\"exited_at\":5}}"));

@@ -560,6 +560,9 @@ START_TEST(full_round_keeps_spare)
   ck_assert_int_eq(count(A, RP_RESTART), 1);
   ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
                    "node h1 (10.0.0.2, pid 1001) lost: connection closed");
+  /* Which node was lost, and how: a fixed-size job ends on it. */
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.lost_host, "h1");
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.lost_why, "its agent exited");
   ck_assert_int_eq(count(C, RP_RESTART), 0);
   ck_assert_int_eq(count(C, RP_WAITING), 2);   /* now in the round */
   ck_assert_int_eq(join(A, 1, 4), 0);
@@ -577,6 +580,7 @@ START_TEST(worker_failure_restarts)
   ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
                    "node h1 (10.0.0.2, pid 1001) workers failed: "
                    "exitcode 1");
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.lost_host, "");
   ck_assert(logged("restart_count 1 of 3"));
   /* A's workers fail too before it hears: the same restart. */
   ck_assert_int_eq(failure(A, false, "exitcode 2", 5.1), 0);
