@@ -1248,6 +1248,7 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
     begin_stop(a, STOP_FATAL, SIGTERM);
     a->exit_status = AGENT_EXIT_INTERNAL;
   } else if (a->state != ST_STOPPING) {
+    print_summary(a);   /* the job's root cause, when it names one */
     finish(a, AGENT_EXIT_INTERNAL);
   }
 }
