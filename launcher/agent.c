@@ -1095,6 +1095,9 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
     say("a round completed again after node %s was lost: the job goes "
         "on", a->lost_host);
   }
+  /* A root cause named by an earlier round's restart is not this
+   * round's (Note [root cause]). */
+  memset(&a->rdzv->job_cause, 0, sizeof a->rdzv->job_cause);
   a->assign = *as;
   a->state = ST_RUNNING;
   a->attempt_started = now_epoch();
