@@ -424,11 +424,16 @@ int main(int argc, char **argv)
     write_pid(argv[2], "ppid", getppid());
     write_file(argv[2], "ready", "1\n");
     snprintf(path, sizeof path, "%s/fail.%d", argv[2], rank);
-    while (!(f = fopen(path, "r")))
+    for (;;) {     /* until the file holds its code (it may be half written) */
+      f = fopen(path, "r");
+      if (f && fscanf(f, "%d %63s", &code, how) >= 1) {
+        fclose(f);
+        break;
+      }
+      if (f)
+        fclose(f);
       sleep_s(0.01);
-    if (fscanf(f, "%d %63s", &code, how) < 1)
-      code = 99;
-    fclose(f);
+    }
     if (how[0] == 'e') {
       gettimeofday(&tv, NULL);
       f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");

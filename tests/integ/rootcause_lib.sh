@@ -35,9 +35,9 @@ rootcause_scenario() {
   expect_eq "B is an agent" "$(eval echo "\$AGENT_$nb")" "$B"
 
   kill -STOP "$B"
-  echo "28 e" >"$W/fail.2"
+  echo "28 e" >"$W/fail.2.tmp" && mv "$W/fail.2.tmp" "$W/fail.2"
   wait_files "$W/exited.2" 1 30
-  echo "104" >"$W/fail.0"
+  echo "104" >"$W/fail.0.tmp" && mv "$W/fail.0.tmp" "$W/fail.0"
   "$reported"
   kill -CONT "$B"
 
