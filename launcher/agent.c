@@ -75,6 +75,8 @@ enum agent_state {
   ST_RUNNING,                   /* workers started, none failed yet */
   ST_STOPPING,                  /* tearing the group down */
   ST_BARRIER,                   /* succeeded, waiting for the exit barrier */
+  ST_CLOSING,                   /* failed for good, waiting for the job's
+                                   end to name its root cause */
   ST_DONE,
 };
 
@@ -94,7 +96,12 @@ struct agent {
   uv_timer_t grace;
   uv_timer_t drain;
   uv_timer_t heartbeat;         /* --worker_heartbeat_timeout checks */
-  uv_timer_t backoff_timer;     /* the wait before a restart */
+  uv_timer_t backoff_timer;     /* the wait before a restart; in
+                                   ST_CLOSING, the wait for the job's end */
+  bool job_ended;               /* the rendezvous said the job ended */
+  uv_timer_t lost_timer;        /* Note [fixed membership] */
+  bool lost_pending;
+  char lost_host[256];
   struct backoff backoff;       /* Note [restart backoff] */
   double attempt_started;       /* when this attempt's workers started
                                    (epoch seconds) */
@@ -471,26 +478,71 @@ static int failure_exit_status(const struct agent *a)
 {
   int code;
 
-  if (a->nfailures == 0)
+  if (a->rdzv && a->rdzv->job_cause.exited_at > 0)
+    code = a->rdzv->job_cause.exitcode;     /* Note [root cause] */
+  else if (a->nfailures == 0)
     return AGENT_EXIT_INTERNAL;
-  code = a->failures[summary_root_cause(a->failures, a->nfailures)].exitcode;
+  else
+    code = a->failures[summary_root_cause(a->failures,
+                                          a->nfailures)].exitcode;
   if (code < 0)
     return 128 + (-code & 0x7f);
   return code > 255 ? AGENT_EXIT_INTERNAL : code;
 }
 
+/* Note [root cause]: the job's root cause, when the rendezvous named
+ * one, heads the summary; this node's failures are listed above it. */
 static void print_summary(struct agent *a)
 {
-  if (a->nfailures == 0)
+  const struct rdzv_cause *jc = a->rdzv ? &a->rdzv->job_cause : NULL;
+  struct worker_failure root;
+
+  if (jc && jc->exited_at <= 0)
+    jc = NULL;
+  if (a->nfailures == 0 && !jc)
     return;
   fflush(stdout);
-  summary_print(stderr, a->o->target, a->host, a->failures, a->nfailures);
+  if (jc) {
+    memset(&root, 0, sizeof root);
+    root.rank = jc->rank;
+    root.local_rank = jc->local_rank;
+    root.pid = (pid_t)jc->pid;
+    root.exitcode = jc->exitcode;
+    root.time = jc->exited_at;
+    root.message = "the job's first failure, reported by its node (its "
+                   "log and error file are there)";
+    if (summary_local_index(a->failures, a->nfailures, &root) ==
+        a->nfailures)
+      say("the job's root cause: rank %d on %s (%s %d)", jc->rank,
+          jc->host[0] ? jc->host : "another node",
+          jc->exitcode < 0 ? "signal" : "exit code",
+          jc->exitcode < 0 ? -jc->exitcode : jc->exitcode);
+  }
+  summary_print_job(stderr, a->o->target, a->host, a->failures,
+                    a->nfailures, jc ? &root : NULL,
+                    jc && jc->host[0] ? jc->host : NULL);
   fflush(stderr);
 }
 
-/* ---- the group's life ---------------------------------------------------- */
-
 static void finish(struct agent *a, int status);
+
+/* The group failed for good: the summary, then cdrun's status. */
+static void fail_for_good(struct agent *a)
+{
+  print_summary(a);
+  finish(a, failure_exit_status(a));
+}
+
+static void close_wait_expired(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+
+  say("the rendezvous did not say within %.0f s how the job ended; the "
+      "summary has this node's failures only", a->rdzv->cause_wait);
+  fail_for_good(a);
+}
+
+/* ---- the group's life ---------------------------------------------------- */
 
 /* A removed entry: lookups probe past it, inserts may reuse it. */
 static struct worker removed_slot;
@@ -679,8 +731,15 @@ static void group_finished(struct agent *a)
       return;
     }
     agent_event(a, "FAILED", "restart_count=%d", a->assign.restart_count);
-    print_summary(a);
-    finish(a, failure_exit_status(a));
+    /* Note [root cause]: the job's end names its root cause, which may
+     * be another node's earlier failure. */
+    if (a->rdzv->cause_wait > 0 && !a->job_ended) {
+      a->state = ST_CLOSING;
+      uv_timer_start(&a->backoff_timer, close_wait_expired,
+                     (uint64_t)(a->rdzv->cause_wait * 1000.0), 0);
+      return;
+    }
+    fail_for_good(a);
     return;
   case STOP_FATAL:
     agent_event(a, "FAILED", "could not start the workers");
@@ -740,7 +799,25 @@ static void report_failure(struct agent *a, struct worker *w, int code)
   const struct worker_failure *f =
       a->nfailures ? &a->failures[a->nfailures - 1] : NULL;
   bool final = a->assign.restart_count >= a->o->max_restarts;
+  struct rdzv_cause *lc = &a->rdzv->local_cause;
   char msg[512];
+
+  /* Note [root cause]: this node's earliest failure, with its time (the
+   * error file's, else when it was reaped), for the job's root cause. */
+  memset(lc, 0, sizeof *lc);
+  if (a->nfailures) {
+    const struct worker_failure *root =
+        &a->failures[summary_root_cause(a->failures, a->nfailures)];
+
+    lc->exited_at = root->time > 0 && root->time < 1e11 ? root->time
+                                                        : now_epoch();
+    lc->rank = root->rank;
+    lc->local_rank = root->local_rank;
+    lc->exitcode = root->exitcode < -255 || root->exitcode > 255
+                   ? 255 : root->exitcode;
+    lc->pid = (long)root->pid;
+    snprintf(lc->host, sizeof lc->host, "%s", a->host);
+  }
 
   if (f && f->message)
     snprintf(msg, sizeof msg, "rank %d: %s", w->rank, f->message);
@@ -1037,6 +1114,15 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
 
   if (a->state != ST_RENDEZVOUS)
     return;
+  if (a->lost_pending) {
+    uv_timer_stop(&a->lost_timer);
+    a->lost_pending = false;
+    say("a round completed again after node %s was lost: the job goes "
+        "on", a->lost_host);
+  }
+  /* A root cause named by an earlier round's restart is not this
+   * round's (Note [root cause]). */
+  memset(&a->rdzv->job_cause, 0, sizeof a->rdzv->job_cause);
   a->assign = *as;
   a->state = ST_RUNNING;
   a->attempt_started = now_epoch();
@@ -1104,9 +1190,52 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
                    (uint64_t)(a->o->heartbeat_timeout * 1000.0) + 1, 0);
 }
 
+/* Note [fixed membership] (agent.h): the lost node is not back within
+ * the grace period; the job cannot go on at its fixed size. */
+static void lost_grace_expired(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+
+  if (a->state == ST_CLOSING || a->state == ST_DONE)
+    return;             /* a failure ends the job already */
+  say("node %s is not back after %g s: ending the job (exit status %d)",
+      a->lost_host, a->o->lost_grace_s, AGENT_EXIT_NODE_LOST);
+  a->exit_status = AGENT_EXIT_NODE_LOST;
+  if (a->state == ST_STOPPING) {
+    a->reason = STOP_FATAL;
+    return;
+  }
+  if (a->state == ST_RUNNING) {
+    begin_stop(a, STOP_FATAL, SIGTERM);
+    return;
+  }
+  finish(a, AGENT_EXIT_NODE_LOST);
+}
+
+/* A participant was lost: under a launcher that cannot start it again,
+ * a fixed-size job would wait for it until its join timeout, holding the
+ * allocation; it ends after a short, announced grace instead. */
+static void check_lost(struct agent *a)
+{
+  if (!a->o->fixed_source || !a->rdzv->lost_host[0] || a->lost_pending)
+    return;
+  snprintf(a->lost_host, sizeof a->lost_host, "%s", a->rdzv->lost_host);
+  say("node %s lost (%s) and this job's size is fixed (its nodes come "
+      "from %s, which cannot start it again): the job ends in %g s "
+      "unless it is back (--rdzv_conf lost_node_grace=S)", a->lost_host,
+      a->rdzv->lost_why[0] ? a->rdzv->lost_why : "lost", a->o->fixed_source,
+      a->o->lost_grace_s);
+  a->lost_pending = true;
+  uv_timer_start(&a->lost_timer, lost_grace_expired,
+                 (uint64_t)(a->o->lost_grace_s * 1000.0), 0);
+}
+
 static void on_restart(void *ctx, const char *reason)
 {
   struct agent *a = ctx;
+
+  if (a->state != ST_DONE && a->state != ST_CLOSING)
+    check_lost(a);
 
   if (a->state == ST_BARRIER) {
     /* Our workers are done but another node's are not: the job goes on
@@ -1125,13 +1254,22 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
 {
   struct agent *a = ctx;
 
+  a->job_ended = true;
+  if (a->state == ST_CLOSING) {
+    uv_timer_stop(&a->backoff_timer);
+    say("%s", message);
+    fail_for_good(a);
+    return;
+  }
   if (err == 0 && a->state != ST_RUNNING && a->state != ST_STOPPING) {
     say("%s", message);
     finish(a, 0);
     return;
   }
-  /* A refusal (authentication) already says what it is. */
-  if (err == UV_EACCES)
+  /* A refusal (authentication) already says what it is, and so does
+   * the job's end while this node stops after its own failure. */
+  if (err == UV_EACCES ||
+      (a->state == ST_STOPPING && a->reason == STOP_FAILURE))
     say("%s", message);
   else
     say("rendezvous failed: %s", message);
@@ -1139,6 +1277,7 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
     begin_stop(a, STOP_FATAL, SIGTERM);
     a->exit_status = AGENT_EXIT_INTERNAL;
   } else if (a->state != ST_STOPPING) {
+    print_summary(a);   /* the job's root cause, when it names one */
     finish(a, AGENT_EXIT_INTERNAL);
   }
 }
@@ -1180,6 +1319,11 @@ static void on_signal(uv_signal_t *h, int signum)
   bool was_signal;
 
   switch (a->state) {
+  case ST_CLOSING:
+    say("received %s; not waiting for the job's end", signame(signum));
+    uv_timer_stop(&a->backoff_timer);
+    fail_for_good(a);
+    return;
   case ST_RENDEZVOUS:
   case ST_BARRIER:
     say("received %s; exiting", signame(signum));
@@ -1347,6 +1491,7 @@ static void finish(struct agent *a, int status)
   uv_close((uv_handle_t *)&a->drain, close_cb_noop);
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
   uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
+  uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
   for (i = 0; i < a->o->nproc; i++) {
     tee_drain_and_close(&a->workers[i].out);
     tee_drain_and_close(&a->workers[i].err);
@@ -1402,11 +1547,15 @@ static int agent_init_handles(struct agent *a)
   if (err)
     goto fail_heartbeat;
   a->backoff_timer.data = a;
+  err = uv_timer_init(&a->loop, &a->lost_timer);
+  if (err)
+    goto fail_backoff;
+  a->lost_timer.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
     if (!a->ftimer) {
       err = UV_ENOMEM;
-      goto fail_backoff;
+      goto fail_lost;
     }
     err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
     if (err) {
@@ -1423,6 +1572,8 @@ static int agent_init_handles(struct agent *a)
 fail_ftimer:
   filetimer_close(a->ftimer);
   a->ftimer = NULL;
+fail_lost:
+  uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
 fail_backoff:
   uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
 fail_heartbeat:

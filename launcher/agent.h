@@ -51,6 +51,13 @@ struct agent_opts {
    * (jobtoken.h); len 0: none. */
   const unsigned char *token_secret;
   size_t token_secret_len;
+  /* Note [fixed membership]: the nodes were started by a launcher that
+   * cannot bring a lost one back (fixed_source: "Slurm's step", "the
+   * hostfile"; NULL: elastic, or started by hand), and the size is fixed
+   * (min == max nodes).  A node lost then ends the job after
+   * lost_grace_s unless the round completes meanwhile. */
+  const char *fixed_source;
+  double lost_grace_s;
 };
 
 /* Exit status of a cdrun run (documented in man/cdrun.1). */
@@ -58,6 +65,9 @@ enum {
   AGENT_EXIT_INTERNAL = 1,        /* cdrun could not do its job */
   AGENT_EXIT_NOT_FOUND = 127,     /* the target could not be executed */
   AGENT_EXIT_NOT_EXECUTABLE = 126,
+  AGENT_EXIT_NODE_LOST = 75,      /* a node of a fixed-size job was lost
+                                     (sysexits' EX_TEMPFAIL: the job may
+                                     run again) */
 };
 
 /* Runs the job to its end and returns cdrun's exit status: 0 when every

@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +120,26 @@ int es_parse(const char *json, size_t len, struct es_state *s)
   s->exit_passed = jbool(j, "exit_passed");
   s->seq = (int64_t)jnum(j, "seq", 0);
   jstr(j, "why", s->why, sizeof s->why);
+  s->closing = jbool(j, "closing");
+  s->closing_exhausted = jbool(j, "closing_exhausted");
+  s->cause_held = jbool(j, "cause_held");
+  jstr(j, "cause_why", s->cause_why, sizeof s->cause_why);
+  {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cause");
+    double t = jnum(c, "exited_at", 0);
+
+    /* Read with rdzvd's bounds (PROTOCOL.md §4.7): a value out of them is
+     * none. */
+    if (cJSON_IsObject(c) && t > 0 && t <= 1e11) {
+      s->cause.exited_at = t;
+      s->cause.rank = (int)fmin(fmax(jnum(c, "rank", 0), 0), INT_MAX);
+      s->cause.local_rank = (int)fmin(fmax(jnum(c, "local_rank", 0), 0),
+                                      65535);
+      s->cause.exitcode = (int)fmin(fmax(jnum(c, "exitcode", 0), -255), 255);
+      s->cause.pid = (int64_t)fmin(fmax(jnum(c, "pid", 0), 0), 9e15);
+      jstr(c, "host", s->cause.host, sizeof s->cause.host);
+    }
+  }
   nodes = cJSON_GetObjectItemCaseSensitive(j, "nodes");
   if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) > ES_MAX_NODES ||
       reserve(s, cJSON_GetArraySize(nodes)))
@@ -142,6 +164,7 @@ int es_parse(const char *json, size_t len, struct es_state *s)
     n->rank = (int)jnum(e, "rank", -1);
     n->prev_rank = (int)jnum(e, "prev_rank", -1);
     n->in_exit = jbool(e, "in_exit");
+    n->reported = jbool(e, "reported");
     s->n++;
   }
   cJSON_Delete(j);
@@ -171,6 +194,26 @@ char *es_serialize(const struct es_state *s)
   cJSON_AddBoolToObject(j, "exit_passed", s->exit_passed);
   cJSON_AddNumberToObject(j, "seq", (double)s->seq);
   cJSON_AddStringToObject(j, "why", s->why);
+  if (s->closing) {
+    cJSON_AddTrueToObject(j, "closing");
+    cJSON_AddBoolToObject(j, "closing_exhausted", s->closing_exhausted);
+  }
+  if (s->cause_held) {
+    cJSON_AddTrueToObject(j, "cause_held");
+    cJSON_AddStringToObject(j, "cause_why", s->cause_why);
+  }
+  if (s->cause_held && s->cause.exited_at > 0) {
+    cJSON *c = cJSON_AddObjectToObject(j, "cause");
+
+    if (!c)
+      goto out;
+    cJSON_AddNumberToObject(c, "exited_at", s->cause.exited_at);
+    cJSON_AddNumberToObject(c, "rank", s->cause.rank);
+    cJSON_AddNumberToObject(c, "local_rank", s->cause.local_rank);
+    cJSON_AddNumberToObject(c, "exitcode", s->cause.exitcode);
+    cJSON_AddNumberToObject(c, "pid", (double)s->cause.pid);
+    cJSON_AddStringToObject(c, "host", s->cause.host);
+  }
   nodes = cJSON_AddArrayToObject(j, "nodes");
   for (i = 0; nodes && i < s->n; i++) {
     const struct es_node *n = &s->nodes[i];
@@ -190,6 +233,8 @@ char *es_serialize(const struct es_state *s)
     cJSON_AddNumberToObject(e, "rank", n->rank);
     cJSON_AddNumberToObject(e, "prev_rank", n->prev_rank);
     cJSON_AddBoolToObject(e, "in_exit", n->in_exit);
+    if (n->reported)
+      cJSON_AddTrueToObject(e, "reported");
   }
   if (nodes)
     out = cJSON_PrintUnformatted(j);
@@ -300,6 +345,9 @@ static void complete_round(struct es_state *s)
   s->phase = ES_RUNNING;
   s->restarting = false;
   s->exit_passed = false;
+  s->cause_held = false;
+  memset(&s->cause, 0, sizeof s->cause);
+  s->cause_why[0] = '\0';
 }
 
 /* Completes the round when it can without a last call. */
@@ -369,7 +417,7 @@ static void admit(struct es_state *s, int i)
       recheck(s);
       return;
     }
-  } else if (!s->exit_passed && part < s->conf.max_nodes) {
+  } else if (!s->exit_passed && !s->closing && part < s->conf.max_nodes) {
     n->st = ES_SPARE;
     n->expected = false;
     es_describe(n, d, sizeof d);
@@ -444,34 +492,112 @@ int es_join(struct es_state *s, const struct es_node *me,
   return 1;
 }
 
-int es_failure(struct es_state *s, const char *id, int round, bool final,
-               const char *message)
+/* Note [root cause]: n's report is the round's root cause when it is the
+ * first, or exited before the timed one held; an untimed one holds. */
+static void cause_offer(struct es_state *s, const struct es_node *n,
+                        const char *message, const struct rp_cause *cause)
 {
-  int i = es_find(s, id);
   char d[2 * RP_MAX_ADDR + 64];
+  double t = cause ? cause->exited_at : 0;
+
+  if (s->cause_held && (s->cause.exited_at <= 0 || t <= 0 ||
+                        t >= s->cause.exited_at))
+    return;
+  es_describe(n, d, sizeof d);
+  s->cause_held = true;
+  memset(&s->cause, 0, sizeof s->cause);
+  if (t > 0) {
+    s->cause = *cause;
+    if (!s->cause.host[0])
+      snprintf(s->cause.host, sizeof s->cause.host, "%s", n->host);
+  }
+  snprintf(s->cause_why, sizeof s->cause_why, "%s workers failed: %s", d,
+           message);
+}
+
+static int closing_pending(const struct es_state *s)
+{
+  int i, pending = 0;
+
+  for (i = 0; i < s->n; i++)
+    pending += s->nodes[i].st == ES_PART && !s->nodes[i].reported;
+  return pending;
+}
+
+static void close_job(struct es_state *s)
+{
+  if (s->closing_exhausted)
+    set_why(s, "%s; no restarts left (%d of %d used)", s->cause_why,
+            s->restart_count, s->conf.max_restarts);
+  else
+    set_why(s, "%s", s->cause_why);
+  s->phase = ES_CLOSED;
+  s->closing = false;
+}
+
+int es_failure(struct es_state *s, const char *id, int round, bool final,
+               const char *message, const struct rp_cause *cause)
+{
+  int i = es_find(s, id), k;
+  struct es_node *n;
 
   if (!s->exists || i < 0 || s->phase == ES_CLOSED ||
       s->phase == ES_FINISHED)
     return 0;
-  es_describe(&s->nodes[i], d, sizeof d);
+  n = &s->nodes[i];
+  if (s->closing) {
+    if (s->round != round || n->reported)
+      return 0;
+    cause_offer(s, n, message, cause);
+    n->reported = true;
+    if (!closing_pending(s))
+      close_job(s);
+    return 1;
+  }
+  if (s->phase == ES_RUNNING && s->round == round && n->st == ES_PART &&
+      (final || s->restart_count >= s->conf.max_restarts)) {
+    cause_offer(s, n, message, cause);
+    s->closing = true;
+    s->closing_exhausted = !final;
+    for (k = 0; k < s->n; k++)
+      s->nodes[k].reported = k == i;
+    if (!closing_pending(s))
+      close_job(s);
+    return 1;
+  }
+  /* A report that crossed the restart of its round: part of it. */
+  if (s->phase == ES_GATHERING && s->round == round + 1) {
+    struct rp_cause held = s->cause;
+    bool was_held = s->cause_held;
+
+    cause_offer(s, n, message, cause);
+    if (final) {
+      close_job(s);
+      return 1;
+    }
+    return was_held != s->cause_held ||
+           memcmp(&held, &s->cause, sizeof held) != 0;
+  }
   if (final) {
-    s->phase = ES_CLOSED;
-    set_why(s, "%s workers failed (final): %s", d, message);
+    cause_offer(s, n, message, cause);
+    close_job(s);
     return 1;
   }
   /* Once per round: a later report is part of the same restart. */
-  if (s->phase != ES_RUNNING || s->round != round ||
-      s->nodes[i].st != ES_PART)
+  if (s->phase != ES_RUNNING || s->round != round || n->st != ES_PART)
     return 0;
-  if (s->restart_count >= s->conf.max_restarts) {
-    s->phase = ES_CLOSED;
-    set_why(s, "%s workers failed: %s; no restarts left (%d of %d used)",
-            d, message, s->restart_count, s->conf.max_restarts);
-    return 1;
-  }
+  cause_offer(s, n, message, cause);
   s->restart_count++;
-  set_why(s, "%s workers failed: %s", d, message);
+  set_why(s, "%s", s->cause_why);
   start_round(s);
+  return 1;
+}
+
+int es_close_wait_over(struct es_state *s, int round)
+{
+  if (!s->exists || !s->closing || s->round != round)
+    return 0;
+  close_job(s);
   return 1;
 }
 
@@ -503,6 +629,11 @@ int es_remove(struct es_state *s, const char *id, const char *why)
   s->nodes[i] = s->nodes[--s->n];
   if (s->phase == ES_CLOSED || s->phase == ES_FINISHED)
     return 1;
+  if (s->closing) {             /* no round: one report fewer to wait for */
+    if (!closing_pending(s))
+      close_job(s);
+    return 1;
+  }
   if (s->phase == ES_RUNNING && was_part && !s->exit_passed) {
     set_why(s, "%s %s", d, why);
     start_round(s);

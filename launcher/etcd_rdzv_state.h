@@ -38,6 +38,7 @@ struct es_node {
   bool expected;                /* idle, with a place in the new round */
   int rank, prev_rank;          /* -1: none */
   bool in_exit;                 /* entered the exit barrier */
+  bool reported;                /* closing: its failure report is in */
 };
 
 struct es_conf {
@@ -55,6 +56,14 @@ struct es_state {
   int64_t seq;
   char why[RP_MAX_TEXT + 1];    /* why the current round started, or why
                                    the job ended */
+  /* Note [root cause] (rdzvd/rdzv_state.h), as rdzvd keeps it: the
+   * round's earliest-exited failure, and the close that waits for the
+   * other participants' reports (each agent's timer ends the wait:
+   * es_close_wait_over). */
+  bool cause_held;
+  struct rp_cause cause;        /* exited_at 0: untimed */
+  char cause_why[RP_MAX_TEXT + 1];
+  bool closing, closing_exhausted;
   struct es_node *nodes;
   int n, cap;
 };
@@ -79,10 +88,14 @@ void es_counts(const struct es_state *s, int *part, int *outstanding,
  * -ESHUTDOWN (job closed or finished) or -EINVAL (config mismatch). */
 int es_join(struct es_state *s, const struct es_node *me,
             const struct es_conf *conf, char *err, size_t errlen);
-/* id's workers failed in round: a restart (once per round), or the end
- * of the job when final or none is left. */
+/* id's workers failed in round (cause: its earliest failed worker, or
+ * NULL): a restart (once per round), or the end of the job when final or
+ * none is left: closing until every participant reported (or is gone),
+ * then closed naming the earliest-exited failure. */
 int es_failure(struct es_state *s, const char *id, int round, bool final,
-               const char *message);
+               const char *message, const struct rp_cause *cause);
+/* The wait of a closing round ran out: close it. */
+int es_close_wait_over(struct es_state *s, int round);
 /* id enters the exit barrier of round. */
 int es_barrier(struct es_state *s, const char *id, int round);
 /* id is gone: why is "lost" (its lease expired) or "left". */

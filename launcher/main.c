@@ -544,6 +544,12 @@ int main(int argc, char **argv)
   o.rdzv_create = create_rdzv;
   o.error_files_read = &error_files_read;
   o.rdzv_arg = &j;
+  /* Note [fixed membership] (agent.h): srun or the head node started
+   * every node, and neither can start a lost one again. */
+  if (j.rdzv.backend != BACKEND_STATIC && a.nnodes_min == a.nnodes_max &&
+      a.nnodes_max > 1 && (se.active || a.stdin_watchdog))
+    o.fixed_source = se.active ? "Slurm's step" : "the hostfile";
+  o.lost_grace_s = j.rdzv.lost_node_grace;
   status = agent_run(&o);
 
   /* A temporary log dir goes away unless it holds what the user needs:

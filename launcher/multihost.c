@@ -7,13 +7,23 @@
  * When that end closes -- the head stops the job (Ctrl-C, SIGTERM, a lost
  * host), or the head or its ssh dies in any way -- ssh sends EOF, the
  * remote agent reads it and stops its workers as on SIGTERM (grace period,
- * then SIGKILL), and its exit status comes back through ssh. */
+ * then SIGKILL), and its exit status comes back through ssh.
+ *
+ * Note [dead links]: a host whose link or machine dies sends nothing, not
+ * even an EOF.  The head's ssh asks the server for a sign of life every
+ * keepalive interval (ServerAliveInterval x ServerAliveCountMax, from the
+ * job's keepalive_interval x keepalive_misses) and exits 255 when none
+ * comes; the head names the host at once.  The other way, the head writes
+ * a byte to each ssh's stdin every interval, and the remote watchdog
+ * (told the window in CDRUN_HEAD_BEAT) stops its agent when nothing came
+ * within it.  A lost host is cdrun's exit status 75, never ssh's 255. */
 #include "multihost.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,12 +37,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "num.h"
+#include "rdzv_proto.h"
 #include "say.h"
 #include "slurm_env.h"
 
 #define HOSTFILE_MAX (1 << 20)
 #define LINE_MAX_OUT 65536      /* longer lines are cut into pieces */
 #define SSH_FAILED 255          /* ssh's own failure, or a killed remote */
+#define EXIT_HOST_LOST 75       /* agent.h's AGENT_EXIT_NODE_LOST */
+#define BEAT_ENV "CDRUN_HEAD_BEAT"
+#define BEAT_MARGIN 2.0         /* seconds on top of the remote's window */
 
 /* A bad value: the message in err, -EINVAL. */
 #define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
@@ -307,6 +322,10 @@ struct job_plan {
   bool elastic;
   char cdrun[PATH_MAX];
   char cwd[PATH_MAX];
+  /* Note [dead links]: ssh's ServerAliveInterval (whole seconds) and
+   * ServerAliveCountMax, and the head's beat to the remote watchdogs. */
+  int alive_interval, alive_count;
+  double beat;
 };
 
 static char *remote_command(const struct cdrun_args *a, int argc,
@@ -324,7 +343,11 @@ static char *remote_command(const struct cdrun_args *a, int argc,
     sb_arg(&b, p->cwd);
     sb_add(&b, " 2>/dev/null;", 13);
   }
-  sb_add(&b, " exec", 5);
+  /* Note [dead links]: how long the watchdog waits for the head's beat
+   * (an older cdrun there ignores it). */
+  sb_add(&b, " exec env", 9);
+  sb_argf(&b, BEAT_ENV "=%g", p->alive_interval * p->alive_count +
+                              BEAT_MARGIN);
   sb_arg(&b, p->cdrun);
   for (i = 1; i < ti; i++) {
     if (strcmp(argv[i], "--") == 0)
@@ -467,7 +490,8 @@ static int ssh_words(char *spec, char **words, int max)
   return n;
 }
 
-static int start_remote(struct remote *r, const char *cmd)
+static int start_remote(struct remote *r, const char *cmd,
+                        char alive_opts[2][64])
 {
   int in[2], out[2], err[2];
   char spec[1024], *words[48];
@@ -481,6 +505,10 @@ static int start_remote(struct remote *r, const char *cmd)
     return -EINVAL;
   words[n++] = "-o";
   words[n++] = "BatchMode=yes";
+  words[n++] = "-o";
+  words[n++] = alive_opts[0];
+  words[n++] = "-o";
+  words[n++] = alive_opts[1];
   words[n++] = "-T";
   words[n++] = (char *)r->host->name;
   words[n++] = (char *)cmd;
@@ -509,6 +537,7 @@ static int start_remote(struct remote *r, const char *cmd)
   close(err[1]);
   r->pid = pid;
   r->in_fd = in[1];
+  fcntl(in[1], F_SETFL, O_NONBLOCK);  /* a beat never blocks the head */
   r->out.fd = out[0];
   r->err.fd = err[0];
   fcntl(out[0], F_SETFL, O_NONBLOCK);
@@ -541,6 +570,46 @@ static int exit_code(int status)
   if (WIFSIGNALED(status))
     return 128 + WTERMSIG(status);
   return 1;
+}
+
+/* Note [dead links]: the job's keepalive (--rdzv_conf keepalive_interval
+ * and keepalive_misses, torch's names too; the remote agents check the
+ * values) as ssh's whole-second ServerAlive options. */
+static void plan_keepalive(const struct cdrun_args *a, struct job_plan *p)
+{
+  struct rp_conf dflt;
+  double interval, misses;
+  const char *e, *c = a->rdzv_conf ? a->rdzv_conf : "";
+  char key[64], val[64];
+  size_t kn, vn;
+
+  rp_conf_default(&dflt);
+  interval = dflt.keepalive_interval;
+  misses = dflt.keepalive_misses;
+  while (*c) {
+    e = c + strcspn(c, ",");
+    kn = strcspn(c, "=");
+    if (c + kn < e && kn < sizeof key && (size_t)(e - c - kn - 1) <
+                                         sizeof val) {
+      memcpy(key, c, kn);
+      key[kn] = '\0';
+      vn = (size_t)(e - c) - kn - 1;
+      memcpy(val, c + kn + 1, vn);
+      val[vn] = '\0';
+      if (!strcmp(key, "keepalive_interval") ||
+          !strcmp(key, "keep_alive_interval") || !strcmp(key, "heartbeat"))
+        num_parse_double(val, RP_MIN_KEEPALIVE, 3600, &interval);
+      else if (!strcmp(key, "keepalive_misses") ||
+               !strcmp(key, "keep_alive_max_attempt"))
+        num_parse_double(val, 1, 1000, &misses);
+    }
+    c = *e ? e + 1 : e;
+  }
+  p->alive_interval = (int)ceil(interval);
+  if (p->alive_interval < 1)
+    p->alive_interval = 1;
+  p->alive_count = (int)misses;
+  p->beat = interval;
 }
 
 static void plan_job(const struct cdrun_args *a, const struct mh_host *hosts,
@@ -584,6 +653,7 @@ static void plan_job(const struct cdrun_args *a, const struct mh_host *hosts,
     p->derived_endpoint = true;
   }
   remote_cdrun(argv0, p->cdrun, sizeof p->cdrun);
+  plan_keepalive(a, p);
   if (!getcwd(p->cwd, sizeof p->cwd))
     p->cwd[0] = '\0';
 }
@@ -594,11 +664,18 @@ static bool given(const struct cdrun_args *a, const char *name)
   return args_origin_of(a, name) != ARGS_DEFAULT;
 }
 
-static void report_exit(struct remote *r, int code, bool elastic)
+static void report_exit(struct remote *r, int code, bool elastic,
+                        int alive_window, int alive_count)
 {
   if (code == 0)
     return;
-  if (code == SSH_FAILED)
+  if (code == SSH_FAILED && (strstr(r->last_err, "not responding") ||
+                             strstr(r->last_err, "Timeout")))
+    say("host %s: lost: no answer over ssh within %d s (ServerAliveInterval "
+        "%d x ServerAliveCountMax %d): its machine or its link is down%s",
+        r->host->name, alive_window, alive_window / (alive_count ? alive_count : 1),
+        alive_count, elastic ? "; the job goes on without it (elastic)" : "");
+  else if (code == SSH_FAILED)
     say("host %s: ssh failed or the remote agent was killed (exit 255)%s%s"
         "%s", r->host->name, r->last_err[0] ? ": " : "", r->last_err,
         elastic ? "; the job goes on without it (elastic)" : "");
@@ -610,16 +687,52 @@ static void report_exit(struct remote *r, int code, bool elastic)
     say("host %s: the agent exited %d", r->host->name, code);
 }
 
+/* How long the head waits for the agents after it stopped them. */
+static double stop_wait(const struct cdrun_args *a)
+{
+  return a->shutdown_timeout + 15;
+}
+
+/* "cdrun: <what> host(s) h1, h2": the hosts whose ssh still runs. */
+static void say_waiting(const struct remote *rs, int n, const char *what,
+                        ...) __attribute__((format(printf, 3, 4)));
+
+static void say_waiting(const struct remote *rs, int n, const char *what,
+                        ...)
+{
+  char head[256], list[1024] = "";
+  size_t len = 0;
+  int k = 0;
+  va_list ap;
+
+  for (int i = 0; i < n; i++) {
+    if (rs[i].exited || rs[i].pid <= 0)
+      continue;
+    k++;
+    if (len < sizeof list - 16)
+      len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                              len ? ", " : "", rs[i].host->name);
+    else if (len < sizeof list - 1)
+      len += (size_t)snprintf(list + len, sizeof list - len, "...");
+  }
+  if (!k)
+    return;
+  va_start(ap, what);
+  vsnprintf(head, sizeof head, what, ap);
+  va_end(ap);
+  say("%s host%s %s", head, k == 1 ? "" : "s", list);
+}
+
 int multihost_run(const struct cdrun_args *a, int argc, char **argv)
 {
   struct mh_host *hosts = NULL;
   struct remote *rs = NULL;
   struct job_plan plan;
   struct sigaction sa, old_int, old_term, old_hup, old_chld;
-  char err[512], *text;
+  char err[512], *text, alive_opts[2][64];
   int n, i, running = 0, status = -1, first_fail = 0, sigs = 0;
-  bool any_ok = false, stopping = false;
-  double stop_at = 0;
+  bool any_ok = false, stopping = false, killed = false;
+  double stop_at = 0, next_beat = 0;
 
   if (a->hostfile && a->hosts) {
     say("error: --hostfile and --hosts are mutually exclusive");
@@ -665,6 +778,10 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
   sigaction(SIGCHLD, &sa, &old_chld);
   signal(SIGPIPE, SIG_IGN);
 
+  snprintf(alive_opts[0], sizeof alive_opts[0], "ServerAliveInterval=%d",
+           plan.alive_interval);
+  snprintf(alive_opts[1], sizeof alive_opts[1], "ServerAliveCountMax=%d",
+           plan.alive_count);
   say("starting %d agent%s over ssh: rendezvous %s, id %s", n,
       n == 1 ? "" : "s", plan.endpoint, plan.id);
   for (i = 0; i < n; i++) {
@@ -677,7 +794,7 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
     rs[i].in_fd = rs[i].out.fd = rs[i].err.fd = -1;
     rs[i].out.to = stdout;
     rs[i].err.to = stderr;
-    rc = cmd ? start_remote(&rs[i], cmd) : -ENOMEM;
+    rc = cmd ? start_remote(&rs[i], cmd, alive_opts) : -ENOMEM;
     free(cmd);
     if (rc) {
       say("error: host %s: cannot start ssh: %s", hosts[i].name,
@@ -715,12 +832,30 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
         idx[np++] = 2 * i + 1;
       }
     }
+    /* Note [dead links]: a beat to every remote watchdog. */
+    if (!stopping) {
+      double now = now_s();
+
+      if (now >= next_beat) {
+        for (i = 0; i < n; i++)
+          if (!rs[i].exited && rs[i].in_fd >= 0 &&
+              write(rs[i].in_fd, "\n", 1) < 0) {
+            /* full or gone: ssh's own keepalive decides */
+          }
+        next_beat = now + plan.beat;
+      }
+      timeout = (int)((next_beat - now) * 1000) + 1;
+    }
     /* Stopping: the agents' own grace period, then ssh is ended. */
     if (stopping) {
-      double left = stop_at + a->shutdown_timeout + 15 - now_s();
+      double left = stop_at + stop_wait(a) - now_s();
 
       timeout = left > 0 ? (int)(left * 1000) + 1 : 0;
       if (left <= 0) {
+        if (!killed)
+          say_waiting(rs, n, "did not stop within %.0f s: ending the ssh "
+                      "connection to", stop_wait(a));
+        killed = true;
         for (i = 0; i < n; i++)
           if (!rs[i].exited && rs[i].pid > 0)
             kill(rs[i].pid, SIGKILL);
@@ -743,6 +878,9 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
         stop_all(rs, n);
         stopping = true;
         stop_at = now_s();
+        say_waiting(rs, n, "waiting up to %.0f s (the agents' grace "
+                    "period and 15 s; %s again: at once) for", stop_wait(a),
+                    strsignal(c));
         if (!first_fail)
           first_fail = 128 + c;
       } else {
@@ -779,7 +917,9 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
                 ? "; the job goes on without it (elastic)" : "");
           code = SSH_FAILED;
         } else if (!stopping) {
-          report_exit(r, code, plan.elastic);
+          report_exit(r, code, plan.elastic,
+                      plan.alive_interval * plan.alive_count,
+                      plan.alive_count);
         }
         if (!first_fail)
           first_fail = code;
@@ -812,6 +952,9 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
     status = 0;
   else
     status = first_fail;
+  /* cdrun's own status for a lost host, not ssh's (cdrun(1)). */
+  if (status == SSH_FAILED)
+    status = EXIT_HOST_LOST;
 
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
@@ -828,16 +971,30 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
 /* ---- the remote side ------------------------------------------------------ */
 
 static int watchdog_fd = -1;
+static double watchdog_window;  /* CDRUN_HEAD_BEAT; 0: EOF only */
 
 static void *watchdog(void *arg)
 {
+  struct pollfd pf = { .fd = watchdog_fd, .events = POLLIN };
+  int ms = watchdog_window > 0 ? (int)(watchdog_window * 1000) : -1;
   char buf[256];
   ssize_t n;
+  int rc;
 
   (void)arg;
   for (;;) {
+    /* Note [dead links]: the head beats every keepalive interval. */
+    rc = poll(&pf, 1, ms);
+    if (rc < 0 && errno == EINTR)
+      continue;
+    if (rc == 0) {
+      say("no word from the head node for %g s (%s; its link or machine "
+          "is down?): stopping", watchdog_window, BEAT_ENV);
+      kill(getpid(), SIGTERM);
+      return NULL;
+    }
     n = read(watchdog_fd, buf, sizeof buf);
-    if (n > 0 || (n < 0 && errno == EINTR))
+    if (n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN)))
       continue;
     break;
   }
@@ -850,6 +1007,7 @@ int multihost_watchdog_start(void)
 {
   pthread_t t;
   pthread_attr_t attr;
+  const char *beat;
   int fd, null, rc;
 
   fd = fcntl(0, F_DUPFD_CLOEXEC, 3);
@@ -864,6 +1022,11 @@ int multihost_watchdog_start(void)
     close(null);
   }
   watchdog_fd = fd;
+  /* Set by a head that beats (Note [dead links]); a bad value is none. */
+  beat = getenv(BEAT_ENV);
+  if (!beat || num_parse_double(beat, 0.5, NUM_SECONDS_MAX,
+                                &watchdog_window))
+    watchdog_window = 0;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   rc = pthread_create(&t, &attr, watchdog, NULL);

@@ -61,11 +61,34 @@ struct rdzv_ops {
   void (*destroy)(struct rdzv *r);
 };
 
+/* Note [root cause] (rdzvd/rdzv_state.h): one failed worker of the job.
+ * exited_at 0: none. */
+struct rdzv_cause {
+  double exited_at;       /* wall-clock epoch seconds it exited */
+  int rank, local_rank;
+  int exitcode;           /* > 0 status, < 0 -signal */
+  long pid;
+  char host[256];
+};
+
 /* The common head of every back end's state. */
 struct rdzv {
   const struct rdzv_ops *ops;
   struct rdzv_callbacks cb;
   uv_loop_t *loop;
+  /* The agent sets local_cause (this node's earliest failure) before
+   * report_failure; a back end that sends it sets job_cause from the
+   * RESTART or CLOSED that names the job's root cause, before the
+   * callback runs.  A back end that sets cause_wait answers a final
+   * report with the job's end (on_error), naming the root cause, within
+   * that many seconds: the agent waits for it before its summary. */
+  struct rdzv_cause local_cause;
+  struct rdzv_cause job_cause;
+  double cause_wait;
+  /* Set before on_restart when the new round is because a participant
+   * was lost (its host, and how: "its agent exited"); "" otherwise. */
+  char lost_host[256];
+  char lost_why[128];
 };
 
 /* The static back end (also --standalone with one node): node node_rank

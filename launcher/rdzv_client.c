@@ -221,6 +221,22 @@ static void on_waiting(struct rdzv_client *c, const struct rp_waiting *w)
                w->deadline);
 }
 
+/* The job's root cause a RESTART or CLOSED names (Note [root cause]);
+ * one without any leaves the last one known. */
+static void take_cause(struct rdzv_client *c, const struct rp_cause *in)
+{
+  struct rdzv_cause *out = &c->base.job_cause;
+
+  if (in->exited_at <= 0)
+    return;
+  out->exited_at = in->exited_at;
+  out->rank = in->rank;
+  out->local_rank = in->local_rank;
+  out->exitcode = in->exitcode;
+  out->pid = (long)in->pid;
+  snprintf(out->host, sizeof out->host, "%s", in->host);
+}
+
 static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
 {
   struct rdzv_assignment a;
@@ -260,6 +276,11 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
     return;
   case RP_RESTART:
     c->phase = RP_PHASE_GATHERING;
+    take_cause(c, &m->u.text.cause);
+    snprintf(c->base.lost_host, sizeof c->base.lost_host, "%s",
+             m->u.text.lost_host);
+    snprintf(c->base.lost_why, sizeof c->base.lost_why, "%s",
+             m->u.text.lost_why);
     c->base.cb.on_restart(c->base.cb.ctx, m->u.text.message);
     return;
   case RP_GOING_AWAY:
@@ -269,6 +290,7 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
     c->base.cb.on_barrier(c->base.cb.ctx, 0);
     return;
   case RP_CLOSED:
+    take_cause(c, &m->u.text.cause);
     /* err 0: the job finished well without needing this node (a spare
      * that waited for a place). */
     if (m->u.text.success)
@@ -939,6 +961,17 @@ static int client_report_failure(struct rdzv *r, bool final,
   m.u.failure.final = final;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s",
            message ? message : "");
+  if (r->local_cause.exited_at > 0) {
+    const struct rdzv_cause *lc = &r->local_cause;
+    struct rp_cause *out = &m.u.failure.cause;
+
+    out->exited_at = lc->exited_at;
+    out->rank = lc->rank;
+    out->local_rank = lc->local_rank;
+    out->exitcode = lc->exitcode;
+    out->pid = lc->pid;
+    snprintf(out->host, sizeof out->host, "%s", lc->host);
+  }
   if (!c->connected || !c->authed) {
     if (!c->reconnecting && c->o.reconnect_timeout <= 0)
       return UV_ENOTCONN;
@@ -1033,6 +1066,10 @@ int rdzv_client_create(uv_loop_t *loop, const struct rdzv_client_opts *o,
   if (!c)
     return UV_ENOMEM;
   c->base.ops = &client_ops;
+  /* rdzvd waits one keepalive window for the other reports (Note [root
+   * cause]); a margin for the CLOSED to travel. */
+  c->base.cause_wait = o->conf.keepalive_interval * o->conf.keepalive_misses +
+                       5.0;
   c->base.cb = *cb;
   c->base.loop = loop;
   c->o = *o;

@@ -188,6 +188,9 @@ static int conf_entry(struct rdzv_config *c, const char *key,
     if (parse_double(val, 1, 1000, &d) || d != floor(d))
       goto bad;
     c->conf.keepalive_misses = (int)d;
+  } else if (strcmp(key, "lost_node_grace") == 0) {
+    if (parse_double(val, 0, 1e7, &c->lost_node_grace))
+      goto bad;
   } else if (strcmp(key, "reconnect_timeout") == 0) {
     /* Soft state: how long to keep workers running without the
      * rendezvous server while reconnecting; 0: fail at once. */
@@ -271,6 +274,7 @@ int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
   c->conf.max_restarts = a->max_restarts;
   c->host_mode = RDZV_HOST_AUTO;
   c->reconnect_timeout = RDZV_DEFAULT_RECONNECT_TIMEOUT;
+  c->lost_node_grace = RDZV_DEFAULT_LOST_NODE_GRACE;
   snprintf(c->id, sizeof c->id, "%s", run_id);
   if (a->local_addr)
     snprintf(c->local_addr, sizeof c->local_addr, "%s", a->local_addr);

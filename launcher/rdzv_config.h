@@ -53,7 +53,13 @@ struct rdzv_config {
   /* --rdzv_conf=reconnect_timeout=S (seconds; 0: fail at once when the
    * rendezvous connection is lost). */
   double reconnect_timeout;
+  /* --rdzv_conf=lost_node_grace=S: in a fixed-size job whose nodes a
+   * launcher started (a Slurm step, --hostfile), how long the others wait
+   * for a lost node before the job ends (agent.h). */
+  double lost_node_grace;
 };
+
+#define RDZV_DEFAULT_LOST_NODE_GRACE 30.0
 
 /* Resolves a's rendezvous flags.  run_id is the job id to use (a random
  * one for --standalone).  Returns 0, or -EINVAL with a one-line message

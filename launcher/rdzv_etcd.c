@@ -82,6 +82,10 @@ struct rdzv_etcd {
   int failure_round;
   bool failure_final;
   char failure_msg[RP_MAX_TEXT + 1];
+  struct rp_cause failure_cause;  /* Note [root cause]; exited_at 0: none */
+  int close_wait_round;           /* the wait of this closing round ran
+                                     out here; -1: none */
+  int cw_armed_round;             /* local close-wait timer, -1: none */
   int barrier_round;              /* -1: not waiting in the barrier */
   bool barrier_written;
   int last_call_round;            /* the last call of this round ran out */
@@ -99,6 +103,7 @@ struct rdzv_etcd {
   uv_timer_t retry;
   uv_timer_t keepalive;
   uv_timer_t last_call;
+  uv_timer_t close_wait;          /* Note [root cause]: a closing round */
   uv_timer_t join_deadline;
   uv_timer_t leave_guard;
   uv_timer_t catchup;             /* Note [writing from the watch's view] */
@@ -145,6 +150,7 @@ static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
   va_end(ap);
   uv_timer_stop(&e->join_deadline);
   uv_timer_stop(&e->last_call);
+  uv_timer_stop(&e->close_wait);
   e->base.cb.on_error(e->base.cb.ctx, err, msg);
 }
 
@@ -761,6 +767,50 @@ static void observe_gathering(struct rdzv_etcd *e)
         fmax(0, e->join_started + e->o.conf.join_timeout - now));
 }
 
+/* Note [root cause]: the job's root cause, as the state names it. */
+static void take_cause(struct rdzv_etcd *e)
+{
+  const struct rp_cause *in = &e->st.cause;
+  struct rdzv_cause *out = &e->base.job_cause;
+
+  if (!e->st.cause_held || in->exited_at <= 0)
+    return;
+  out->exited_at = in->exited_at;
+  out->rank = in->rank;
+  out->local_rank = in->local_rank;
+  out->exitcode = in->exitcode;
+  out->pid = (long)in->pid;
+  snprintf(out->host, sizeof out->host, "%s", in->host);
+}
+
+static void close_wait_fire(uv_timer_t *t)
+{
+  struct rdzv_etcd *e = t->data;
+
+  e->close_wait_round = e->cw_armed_round;
+  kick(e);
+}
+
+/* A closing round waits for the other participants' reports for one
+ * lease TTL (the keepalive window) from when this agent saw it; the first
+ * agent whose wait ends closes it. */
+static void observe_closing(struct rdzv_etcd *e)
+{
+  const struct es_state *s = &e->st;
+
+  if (s->exists && s->closing && s->phase == ES_RUNNING) {
+    if (e->cw_armed_round != s->round) {
+      e->cw_armed_round = s->round;
+      uv_timer_start(&e->close_wait, close_wait_fire,
+                     (uint64_t)e->ttl * 1000, 0);
+    }
+  } else if (e->cw_armed_round >= 0) {
+    uv_timer_stop(&e->close_wait);
+    e->cw_armed_round = -1;
+    e->close_wait_round = -1;
+  }
+}
+
 static void observe(struct rdzv_etcd *e)
 {
   const struct es_state *s = &e->st;
@@ -768,7 +818,9 @@ static void observe(struct rdzv_etcd *e)
 
   if (e->boot != B_READY || e->failed || e->destroyed)
     return;
+  observe_closing(e);
   if (s->exists && s->phase == ES_CLOSED && e->was_member) {
+    take_cause(e);
     fail(e, UV_ECANCELED, "the job '%s' was closed: %s", e->id, s->why);
     return;
   }
@@ -793,6 +845,7 @@ static void observe(struct rdzv_etcd *e)
       !e->want_join) {
     e->restart_told_round = s->round;
     e->barrier_round = -1;
+    take_cause(e);
     e->base.cb.on_restart(e->base.cb.ctx, s->why);
     return;
   }
@@ -866,7 +919,7 @@ static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
   }
   if (e->want_failure) {
     rc = es_failure(s, e->me_id, e->failure_round, e->failure_final,
-                    e->failure_msg);
+                    e->failure_msg, &e->failure_cause);
     changed |= rc;
     *clear_failure = true;
   }
@@ -900,6 +953,8 @@ static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
     changed |= es_last_call(s, e->last_call_round);
     e->last_call_round = -1;
   }
+  if (e->close_wait_round >= 0)     /* kept until the round is closed */
+    changed |= es_close_wait_over(s, e->close_wait_round);
   changed |= apply_requests(e, s);
   return changed;
 }
@@ -1253,6 +1308,18 @@ static int etcd_report_failure(struct rdzv *r, bool final,
   e->failure_final = final;
   snprintf(e->failure_msg, sizeof e->failure_msg, "%s",
            message ? message : "");
+  memset(&e->failure_cause, 0, sizeof e->failure_cause);
+  if (r->local_cause.exited_at > 0) {
+    const struct rdzv_cause *lc = &r->local_cause;
+
+    e->failure_cause.exited_at = lc->exited_at;
+    e->failure_cause.rank = lc->rank;
+    e->failure_cause.local_rank = lc->local_rank;
+    e->failure_cause.exitcode = lc->exitcode;
+    e->failure_cause.pid = lc->pid;
+    snprintf(e->failure_cause.host, sizeof e->failure_cause.host, "%s",
+             lc->host);
+  }
   kick(e);
   return 0;
 }
@@ -1306,6 +1373,7 @@ static void close_all(struct rdzv_etcd *e)
   uv_close((uv_handle_t *)&e->retry, handle_closed);
   uv_close((uv_handle_t *)&e->keepalive, handle_closed);
   uv_close((uv_handle_t *)&e->last_call, handle_closed);
+  uv_close((uv_handle_t *)&e->close_wait, handle_closed);
   uv_close((uv_handle_t *)&e->join_deadline, handle_closed);
   uv_close((uv_handle_t *)&e->leave_guard, handle_closed);
   uv_close((uv_handle_t *)&e->catchup, handle_closed);
@@ -1349,6 +1417,7 @@ static void etcd_destroy(struct rdzv *r)
   e->destroyed = true;
   uv_timer_stop(&e->keepalive);
   uv_timer_stop(&e->last_call);
+  uv_timer_stop(&e->close_wait);
   uv_timer_stop(&e->join_deadline);
   uv_timer_stop(&e->retry);
   if (!e->ec) {
@@ -1420,6 +1489,8 @@ int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
   e->barrier_round = -1;
   e->last_call_round = -1;
   e->lc_armed_round = -1;
+  e->close_wait_round = -1;
+  e->cw_armed_round = -1;
   e->last_present = -1;
   es_init(&e->st);
   es_init(&e->txn_state);
@@ -1427,13 +1498,16 @@ int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
   uv_timer_init(loop, &e->retry);
   uv_timer_init(loop, &e->keepalive);
   uv_timer_init(loop, &e->last_call);
+  uv_timer_init(loop, &e->close_wait);
   uv_timer_init(loop, &e->join_deadline);
   uv_timer_init(loop, &e->leave_guard);
   uv_timer_init(loop, &e->catchup);
   e->kick.data = e->retry.data = e->keepalive.data = e;
   e->last_call.data = e->join_deadline.data = e->leave_guard.data = e;
-  e->catchup.data = e;
-  e->open_handles = 7;
+  e->catchup.data = e->close_wait.data = e;
+  e->open_handles = 8;
+  /* Note [root cause]: a closing round waits one TTL, then the CAS. */
+  e->base.cause_wait = e->ttl + 10.0;
   *out = &e->base;
   return 0;
 }

@@ -147,24 +147,25 @@ static void rule(FILE *out, char c)
   fputc('\n', out);
 }
 
-void summary_print(FILE *out, const char *target, const char *host,
-                   const struct worker_failure *f, size_t n)
+/* The summary with f[0..n-1] below the root cause: f[root] (root < n),
+ * or remote (printed with remote_host) when root == n. */
+static void print_all(FILE *out, const char *target, const char *host,
+                      const struct worker_failure *f, size_t n, size_t root,
+                      const struct worker_failure *remote,
+                      const char *remote_host)
 {
-  size_t root, prev = 0, idx = 1;
+  size_t prev = 0, idx = 1, others = root < n ? n - 1 : n;
 
-  if (!out || !f || n == 0)
-    return;
-  root = summary_root_cause(f, n);
   rule(out, '=');
   peer_text_fputs(target ? target : "<N/A>", 0, out);
   fputs(" FAILED\n", out);
   rule(out, '-');
   fputs("Failures:\n", out);
-  if (n == 1)
+  if (others == 0)
     fputs("  <NO_OTHER_FAILURES>\n", out);
   /* others in time order without allocating: each round picks the
    * smallest failure that sorts after the previous one */
-  for (size_t k = 0; k + 1 < n; k++) {
+  for (size_t k = 0; k < others; k++) {
     size_t next = n;
 
     for (size_t i = 0; i < n; i++) {
@@ -180,6 +181,43 @@ void summary_print(FILE *out, const char *target, const char *host,
   }
   rule(out, '-');
   fputs("Root Cause (first observed failure):\n", out);
-  print_failure(out, 0, host, &f[root]);
+  if (root < n)
+    print_failure(out, 0, host, &f[root]);
+  else
+    print_failure(out, 0, remote_host, remote);
   rule(out, '=');
+}
+
+void summary_print(FILE *out, const char *target, const char *host,
+                   const struct worker_failure *f, size_t n)
+{
+  if (!out || !f || n == 0)
+    return;
+  print_all(out, target, host, f, n, summary_root_cause(f, n), NULL, NULL);
+}
+
+size_t summary_local_index(const struct worker_failure *f, size_t n,
+                           const struct worker_failure *job_root)
+{
+  for (size_t i = 0; f && i < n; i++)
+    if (f[i].rank == job_root->rank && f[i].pid == job_root->pid)
+      return i;
+  return n;
+}
+
+void summary_print_job(FILE *out, const char *target, const char *host,
+                       const struct worker_failure *f, size_t n,
+                       const struct worker_failure *job_root,
+                       const char *root_host)
+{
+  size_t local;
+
+  if (!out || (!job_root && (!f || n == 0)))
+    return;
+  if (!job_root) {
+    summary_print(out, target, host, f, n);
+    return;
+  }
+  local = summary_local_index(f, n, job_root);
+  print_all(out, target, host, f, n, local, job_root, root_host);
 }

@@ -35,6 +35,22 @@ size_t summary_root_cause(const struct worker_failure *f, size_t n);
 void summary_print(FILE *out, const char *target, const char *host,
                    const struct worker_failure *f, size_t n);
 
+/* Note [root cause] (rdzvd/rdzv_state.h): the summary of a job whose
+ * root cause the rendezvous named.  job_root (its host: root_host) heads
+ * it as the "Root Cause"; this node's failures f[0..n-1] are listed above
+ * it under "Failures:", but the one that is job_root itself (the same
+ * rank and pid: this node's failure was the job's root cause), which is
+ * printed as the root cause with its error file.  job_root NULL: as
+ * summary_print.  Prints nothing when there is neither. */
+void summary_print_job(FILE *out, const char *target, const char *host,
+                       const struct worker_failure *f, size_t n,
+                       const struct worker_failure *job_root,
+                       const char *root_host);
+
+/* The index in f[0..n-1] of job_root (the same rank and pid), or n. */
+size_t summary_local_index(const struct worker_failure *f, size_t n,
+                           const struct worker_failure *job_root);
+
 /* The signal names moved to signames.h; the old names stay for code in
  * flight on other branches. */
 #define summary_signal_name sig_name

@@ -22,11 +22,14 @@ enum kind {
   K_DBL,        /* double, finite */
   K_BOOL,       /* bool */
   K_STR,        /* char[size] */
+  K_OSTR,       /* char[size], optional: absent on the wire when "" */
   K_VALUE,      /* struct rp_kv's heap value + value_len */
   K_REASON,     /* enum rp_join_reason */
   K_PHASE,      /* enum rp_resume_phase */
   K_CODE,       /* enum rp_error_code */
   K_CONF,       /* struct rp_conf, a nested object */
+  K_CAUSE,      /* struct rp_cause, a nested object; absent on the wire
+                   when its exited_at is 0 (none) */
   K_STATUS,     /* char *status_json, an object on the wire */
   K_HEX,        /* unsigned char[size], lowercase hex on the wire */
   K_TOKEN,      /* unsigned char[RP_TOKEN_BYTES], optional hex: absent
@@ -50,6 +53,7 @@ struct field {
 #define MSG(member) offsetof(struct rp_msg, u.member)
 #define ARR(member) MSG(member), sizeof(((struct rp_msg *)0)->u.member)
 #define CONF(member) offsetof(struct rp_conf, member)
+#define CAUSE(member) offsetof(struct rp_cause, member)
 
 static const struct field conf_fields[] = {
   { "min_nodes", K_INT, CONF(min_nodes), 0, 1, RP_MAX_NODES, false, false },
@@ -69,6 +73,26 @@ static const struct field conf_fields[] = {
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
+/* Wall-clock seconds: after 0 and before the year 5138. */
+#define MAX_EPOCH 1e11
+
+static const struct field cause_fields[] = {
+  { "exited_at", K_DBL, CAUSE(exited_at), 0, 0, MAX_EPOCH, true, true },
+  { "rank", K_INT, CAUSE(rank), 0, 0, INT_MAX, false, false },
+  { "local_rank", K_INT, CAUSE(local_rank), 0, 0, 65535, false, false },
+  { "exitcode", K_INT, CAUSE(exitcode), 0, -255, 255, false, false },
+  { "pid", K_I64, CAUSE(pid), 0, 0, MAX_SAFE_INT, false, false },
+  { "host", K_STR, CAUSE(host), sizeof(((struct rp_cause *)0)->host), 0,
+    RP_MAX_ADDR, false, false },
+  { NULL, 0, 0, 0, 0, 0, false, false }
+};
+
+/* The fields of a nested object's kind. */
+static const struct field *sub_fields(enum kind k)
+{
+  return k == K_CAUSE ? cause_fields : conf_fields;
+}
+
 static const struct field join_fields[] = {
   { "id", K_STR, ARR(join.id), 1, RP_MAX_ID, false, true },
   { "addr", K_STR, ARR(join.addr), 0, RP_MAX_ADDR, false, false },
@@ -84,6 +108,7 @@ static const struct field join_fields[] = {
 static const struct field failure_fields[] = {
   { "final", K_BOOL, MSG(failure.final), 0, 0, 0, false, false },
   { "message", K_STR, ARR(failure.message), 0, RP_MAX_TEXT, false, false },
+  { "cause", K_CAUSE, MSG(failure.cause), 0, 0, 0, false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
@@ -195,14 +220,21 @@ static const struct field resume_fields[] = {
 #define MESSAGE_FIELD \
   { "message", K_STR, ARR(text.message), 0, RP_MAX_TEXT, false, false }
 
+#define CAUSE_FIELD \
+  { "cause", K_CAUSE, MSG(text.cause), 0, 0, 0, false, false }
+
 static const struct field restart_fields[] = {
   MESSAGE_FIELD,
+  CAUSE_FIELD,
+  { "lost_host", K_OSTR, ARR(text.lost_host), 0, RP_MAX_ADDR, false, false },
+  { "lost_why", K_OSTR, ARR(text.lost_why), 0, RP_MAX_ID, false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
 static const struct field closed_fields[] = {
   { "success", K_BOOL, MSG(text.success), 0, 0, 0, false, false },
   MESSAGE_FIELD,
+  CAUSE_FIELD,
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
@@ -758,6 +790,7 @@ static int decode_field(struct ctx *c, const struct field *f,
     *(bool *)(base + f->off) = cJSON_IsTrue(it);
     return 0;
   case K_STR:
+  case K_OSTR:
     if (!cJSON_IsString(it))
       return wrong_type(c, f, "a string", it);
     n = strlen(it->valuestring);
@@ -797,14 +830,15 @@ static int decode_field(struct ctx *c, const struct field *f,
     if (!rc)
       *(enum rp_error_code *)(base + f->off) = (enum rp_error_code)e;
     return rc;
-  case K_CONF: {
+  case K_CONF:
+  case K_CAUSE: {
     struct ctx sub = *c;
 
     if (!cJSON_IsObject(it))
       return wrong_type(c, f, "an object", it);
     sub.sub = f->name;
     /* Missing keys keep the defaults filled in before. */
-    return decode_fields(&sub, it, conf_fields, base + f->off);
+    return decode_fields(&sub, it, sub_fields(f->kind), base + f->off);
   }
   case K_HEX:
   case K_TOKEN:
@@ -1065,6 +1099,7 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
     return cJSON_AddBoolToObject(obj, f->name, *(const bool *)at) ? 0
                                                                   : -ENOMEM;
   case K_STR:
+  case K_OSTR:
     rc = array_len(c, f, at, &n);
     return rc ? rc : add_string(obj, f->name, at);
   case K_VALUE:
@@ -1081,14 +1116,15 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
       return fail(c, -EINVAL, "%s: invalid value %d",
                   path(c, f->name, p, sizeof p), *(const int *)at);
     return add_string(obj, f->name, name);
-  case K_CONF: {
+  case K_CONF:
+  case K_CAUSE: {
     struct ctx sub = *c;
     cJSON *o = cJSON_AddObjectToObject(obj, f->name);
 
     if (!o)
       return -ENOMEM;
     sub.sub = f->name;
-    return encode_fields(&sub, o, conf_fields, at);
+    return encode_fields(&sub, o, sub_fields(f->kind), at);
   }
   case K_STATUS:
     return encode_status(c, obj, f, *(char *const *)at);
@@ -1136,6 +1172,11 @@ static int encode_fields(struct ctx *c, cJSON *obj,
                            : *(const int *)(base + f->off) == 0))
       continue;
     if (f->kind == K_TOKEN && all_zero(base + f->off, f->size))
+      continue;
+    if (f->kind == K_OSTR && !*(base + f->off))
+      continue;
+    if (f->kind == K_CAUSE &&
+        ((const struct rp_cause *)(base + f->off))->exited_at == 0)
       continue;
     rc = encode_field(c, obj, f, base);
     if (rc)

@@ -111,9 +111,23 @@ struct rp_join {
   struct rp_conf conf;
 };
 
+/* Note [root cause]: a failed worker, as a failure report names it (the
+ * reporting node's earliest) and as RESTART and CLOSED name the job's root
+ * cause.  exited_at 0: none (the "cause" object is absent on the wire, as
+ * from a peer older than it). */
+struct rp_cause {
+  double exited_at;               /* wall-clock epoch seconds it exited */
+  int rank;                       /* global rank */
+  int local_rank;
+  int exitcode;                   /* > 0 exit status, < 0 -signal */
+  int64_t pid;
+  char host[RP_MAX_ADDR + 1];     /* its node's host name */
+};
+
 struct rp_failure {
   bool final;                     /* no restart left: close the job */
   char message[RP_MAX_TEXT + 1];
+  struct rp_cause cause;          /* optional */
 };
 
 struct rp_barrier {
@@ -185,6 +199,12 @@ struct rp_text {                  /* RESTART, CLOSED, ERROR, GOING_AWAY */
   enum rp_error_code code;        /* ERROR only */
   bool success;                   /* CLOSED: the job finished well */
   char message[RP_MAX_TEXT + 1];
+  struct rp_cause cause;          /* RESTART, CLOSED: the job's root
+                                     cause, optional */
+  /* RESTART after a participant was lost: its host name and how ("its
+   * agent exited", "no keepalive for 5.2 s"); "": not a loss. */
+  char lost_host[RP_MAX_ADDR + 1];
+  char lost_why[RP_MAX_ID + 1];
 };
 
 struct rp_auth {                  /* HELLO, CHALLENGE: nonce; AUTH, AUTH_OK:

@@ -138,8 +138,13 @@ void rs__send_msg(const struct rs_registry *r, void *conn,
     r->sink.send(r->sink.ctx, conn, m);
 }
 
-static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
-                      enum rp_error_code code, bool success, const char *text)
+/* cause: the job's root cause (RESTART, CLOSED), or NULL; job: a
+ * RESTART's job, for the participant it lost (or NULL). */
+static void send_text_cause(const struct rs_registry *r, void *conn,
+                            enum rp_op op, enum rp_error_code code,
+                            bool success, const char *text,
+                            const struct rp_cause *cause,
+                            const struct job *job)
 {
   struct rp_msg m;
 
@@ -148,7 +153,26 @@ static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
   m.u.text.code = code;
   m.u.text.success = success;
   copy_str(m.u.text.message, sizeof m.u.text.message, text);
+  if (cause)
+    m.u.text.cause = *cause;
+  if (job && job->lost_host) {
+    copy_str(m.u.text.lost_host, sizeof m.u.text.lost_host, job->lost_host);
+    copy_str(m.u.text.lost_why, sizeof m.u.text.lost_why, job->lost_why);
+  }
   rs__send_msg(r, conn, &m);
+}
+
+static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
+                      enum rp_error_code code, bool success, const char *text)
+{
+  send_text_cause(r, conn, op, code, success, text, NULL, NULL);
+}
+
+/* The job's root cause for a RESTART or CLOSED: NULL when no failure of
+ * the round was reported, or only untimed ones (an older agent's). */
+static const struct rp_cause *job_cause(const struct job *job)
+{
+  return job->cause_held && job->cause.exited_at > 0 ? &job->cause : NULL;
 }
 
 /* Sends ERROR and returns err (a negative errno) for rs_handle. */
@@ -620,6 +644,7 @@ static void complete_round(struct rs_registry *r, struct job *job,
   job->restarting = false;
   job->exit_passed = false;
   job->progress_dirty = false;
+  job->cause_held = false;
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
   metrics_round_completed(r->metrics, now - job->round_started);
@@ -688,6 +713,12 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   struct barrier *b;
   struct node *n;
 
+  /* A closing job starts no round: what changed may end its wait for
+   * reports (rs_tick, outside the caller's walk). */
+  if (job->closing) {
+    th_set(&r->heap, &job->t_last_call, now);
+    return;
+  }
   for (b = job->barriers; b; b = b->next)
     if (!b->done && len < sizeof cancelled)
       len += (size_t)snprintf(cancelled + len, sizeof cancelled - len,
@@ -720,7 +751,8 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
     n->rank = -1;
     node_set_state(job, n, NS_IDLE, true);
     if (n != except)
-      send_text(r, n->c->conn, RP_RESTART, 0, false, text);
+      send_text_cause(r, n->c->conn, RP_RESTART, 0, false, text,
+                      job_cause(job), job);
   }
   barriers_free(job);
   job->restarting = job->n_outstanding + job->n_spares > 0;
@@ -738,6 +770,7 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
                     bool success, const char *text)
 {
   job->phase = success ? PH_FINISHED : PH_CLOSED;
+  job->closing = false;
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
   say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
@@ -745,7 +778,8 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
     struct node *n = TAILQ_FIRST(&job->nodes);
     void *conn = n->c->conn;
 
-    send_text(r, conn, RP_CLOSED, 0, success, text);
+    send_text_cause(r, conn, RP_CLOSED, 0, success, text,
+                    success ? NULL : job_cause(job), NULL);
     node_free(r, n);
     conn_drop(r, conn);
   }
@@ -816,10 +850,23 @@ static void node_remove(struct rs_registry *r, struct node *n, double now,
   char d[DESC_MAX], text[RP_MAX_TEXT + 1];
 
   if (job->phase == PH_RUNNING && was_part && !job->exit_passed) {
+    char host[RP_MAX_ADDR + 1], how[RP_MAX_ID + 1];
+
     describe(n, d, sizeof d);
     fmt(text, sizeof text, "%s %s", d, why);
+    /* What the RESTART tells of the loss (a launcher that cannot bring
+     * the node back ends the job on it: cdrun(1)). */
+    copy_str(host, sizeof host, n->host[0] ? n->host : rs__node_addr(n));
+    if (strcmp(why, "lost: connection closed") == 0)
+      copy_str(how, sizeof how, "its agent exited");
+    else
+      copy_str(how, sizeof how,
+               strncmp(why, "lost: ", 6) == 0 ? why + 6 : why);
     node_free(r, n);
+    job->lost_host = host;
+    job->lost_why = how;
     start_round(r, job, now, text, NULL);
+    job->lost_host = job->lost_why = NULL;
     if (!job->n_nodes)
       th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
     return;
@@ -1346,12 +1393,89 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
 
 /* ---- FAILURE, BARRIER, LEAVE ---- */
 
+/* Note [root cause] (rdzv_state.h): offers n's report as the round's
+ * root cause: it wins when it is the first, or when it exited before the
+ * timed one held.  An untimed report (an older agent's) holds its place
+ * against later ones, as every report did before the times came. */
+static void cause_offer(struct job *job, const struct node *n,
+                        const struct rp_failure *f)
+{
+  char d[DESC_MAX];
+
+  if (job->cause_held && (job->cause.exited_at <= 0 ||
+                          f->cause.exited_at <= 0 ||
+                          f->cause.exited_at >= job->cause.exited_at))
+    return;
+  describe(n, d, sizeof d);
+  job->cause_held = true;
+  job->cause = f->cause;
+  if (f->cause.exited_at > 0 && !job->cause.host[0])
+    copy_str(job->cause.host, sizeof job->cause.host, n->host);
+  fmt(job->cause_text, sizeof job->cause_text, "%s workers failed: %.*s",
+      d, RP_MAX_TEXT, f->message);
+}
+
+/* The participants of a closing job whose report has not come. */
+static int closing_pending(const struct job *job)
+{
+  const struct node *n;
+  int pending = 0;
+
+  /* A detached node (rs_conn_reset) cannot report now: not waited for. */
+  TAILQ_FOREACH(n, &job->nodes, in_job)
+    pending += n->state == NS_PART && !n->reported && n->c->conn;
+  return pending;
+}
+
+static void closing_end(struct rs_registry *r, struct job *job, double now)
+{
+  char text[RP_MAX_TEXT + 1];
+  int pending = closing_pending(job);
+
+  if (job->closing_exhausted)
+    fmt(text, sizeof text, "%.*s; no restarts left (%d of %d used)",
+        RP_MAX_TEXT, job->cause_text, job->restart_count,
+        job->conf.max_restarts);
+  else
+    copy_str(text, sizeof text, job->cause_text);
+  if (pending)
+    say(r, "job %s: %d node%s did not report within the wait; closing",
+        job->id, pending, pending == 1 ? "" : "s");
+  end_job(r, job, now, false, text);
+}
+
+/* A failure ends the job: the CLOSED waits until every participant of
+ * the round reported its own (the earliest of them is the root cause),
+ * or one keepalive window (how long a silent node may still be alive),
+ * whichever comes first.  Participants that are healthy hear CLOSED when
+ * the wait ends. */
+static void closing_start(struct rs_registry *r, struct job *job,
+                          struct node *reporter, bool final, double now)
+{
+  struct node *n;
+
+  job->closing = true;
+  job->closing_exhausted = !final;
+  TAILQ_FOREACH(n, &job->nodes, in_job)
+    n->reported = n == reporter;
+  job->closing_deadline = now + job->conf.keepalive_interval *
+                                job->conf.keepalive_misses;
+  if (!closing_pending(job)) {
+    closing_end(r, job, now);
+    return;
+  }
+  say(r, "job %s: closing: waiting up to %g s for %d more failure "
+      "report%s", job->id, job->closing_deadline - now,
+      closing_pending(job), closing_pending(job) == 1 ? "" : "s");
+  th_set(&r->heap, &job->t_last_call, job->closing_deadline);
+}
+
 /* FAILURE: a restart, counted once per round, or the end of the job. */
 static int on_failure(struct rs_registry *r, struct node *n,
                       const struct rp_failure *f, double now)
 {
   struct job *job = n->job;
-  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+  char d[DESC_MAX];
 
   describe(n, d, sizeof d);
   /* Only a node with workers in this job may end or restart it: a
@@ -1366,25 +1490,30 @@ static int on_failure(struct rs_registry *r, struct node *n,
                   "failure report refused: not a participant of round %d "
                   "of job %s", job->round, job->id);
   }
-  if (f->final) {
-    fmt(text, sizeof text, "%s workers failed (final): %.*s", d,
-        RP_MAX_TEXT, f->message);
-    end_job(r, job, now, false, text);
+  cause_offer(job, n, f);
+  if (job->closing) {
+    n->reported = true;
+    say(r, "job %s: %s workers failed too%s: %.*s", job->id, d,
+        f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
+    if (!closing_pending(job))
+      closing_end(r, job, now);
+    return 0;
+  }
+  if (job->phase == PH_RUNNING && n->state == NS_PART &&
+      (f->final || job->restart_count >= job->conf.max_restarts)) {
+    say(r, "job %s: %s workers failed%s: %.*s", job->id, d,
+        f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
+    closing_start(r, job, n, f->final, now);
+  } else if (f->final) {
+    end_job(r, job, now, false, job->cause_text);
   } else if (job->phase != PH_RUNNING || n->state != NS_PART) {
     /* The round already ended: this failure is part of that restart. */
     say(r, "job %s: %s workers failed in round %d (already restarting): "
         "%.*s", job->id, d, job->round, RP_MAX_TEXT, f->message);
-  } else if (job->restart_count >= job->conf.max_restarts) {
-    fmt(text, sizeof text, "%s workers failed: %.*s; no restarts left "
-        "(%d of %d used)", d, RP_MAX_TEXT, f->message, job->restart_count,
-        job->conf.max_restarts);
-    end_job(r, job, now, false, text);
   } else {
     job->restart_count++;
     metrics_restart(r->metrics);
-    fmt(text, sizeof text, "%s workers failed: %.*s", d, RP_MAX_TEXT,
-        f->message);
-    start_round(r, job, now, text, n);
+    start_round(r, job, now, job->cause_text, n);
   }
   return 0;
 }
@@ -1748,7 +1877,12 @@ static double tick(struct rs_registry *r, double now)
     switch (t->kind) {
     case T_LAST_CALL:
       job = container_of(t, struct job, t_last_call);
-      if (job->rounds_spent && job->phase != PH_CLOSED &&
+      if (job->closing && (now >= job->closing_deadline ||
+                           !closing_pending(job)))
+        closing_end(r, job, now);
+      else if (job->closing)
+        th_set(&r->heap, &job->t_last_call, job->closing_deadline);
+      else if (job->rounds_spent && job->phase != PH_CLOSED &&
           job->phase != PH_FINISHED)
         end_job(r, job, now, false, "the job's round numbers are spent "
                 "(no round after " ROUND_LIMIT_TEXT ")");

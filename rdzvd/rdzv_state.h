@@ -114,7 +114,25 @@ void rs_destroy(struct rs_registry *r);
  * nodes report) and starts a new round: RESTART "<host> workers failed" to
  * every other participant.  FAILURE with final = true, or a failure when
  * restart_count == max_restarts already, closes the job: CLOSED (success =
- * false, the message) to every node of the job, then drop.
+ * false, the message) to every node of the job, then drop; the CLOSED
+ * waits for the other participants' reports (Note [root cause]).
+ *
+ * Note [root cause]: the root cause of a failed round is its failure
+ * whose worker exited first, by the wall-clock exited_at of the report's
+ * cause, whatever order the reports arrive in.  Every report of the round
+ * counts: the one that restarts it, and those that cross the RESTART
+ * (their workers failed before they heard); a report that exited later
+ * than the one held is secondary.  A report without a time (an older
+ * agent) holds its place against later ones and never displaces a timed
+ * one.  RESTART carries the cause known when it is sent; CLOSED the
+ * round's final one.  A failure that closes the job does not close it at
+ * once: the job is "closing" until every participant of the round has
+ * reported (or is gone, or detached), or one keepalive window
+ * (keepalive_interval x keepalive_misses) has passed, so that a node
+ * whose worker failed first but whose report comes second (a slow node,
+ * a busy link) still names the root cause; a closing job starts no
+ * round and admits no one to it.  Times come from the nodes' clocks: a
+ * skew larger than the gap between two failures can swap them. 
  *
  * Dead nodes: rs_conn_closed (connection lost) or silence longer than
  * keepalive_interval * keepalive_misses (checked by rs_tick; any message

@@ -31,7 +31,8 @@
  * period, never on every message, and never scans the nodes. */
 enum tkind {
   T_LAST_CALL,    /* struct job, t_last_call; also the end of the grace
-                     period of a job being rebuilt (RUNNING) */
+                     period of a job being rebuilt (RUNNING), and of the
+                     wait of a closing job (Note [root cause]) */
   T_PROGRESS,     /* struct job, t_progress */
   T_FORGET,       /* struct job, t_forget */
   T_JOIN,         /* struct node, t_join */
@@ -123,6 +124,7 @@ struct node {
   uint64_t incarnation;         /* drawn at creation: its tokens' own */
   int token_round, token_restarts;
   bool token_gathering;
+  bool reported;                /* closing: its failure report came */
   char host[RP_MAX_ADDR + 1];
   char addr[RP_MAX_ADDR + 1];   /* as joined; "" = the peer address */
 };
@@ -145,6 +147,18 @@ struct job {
                                    life: its history is the agents' word */
   bool rounds_spent;            /* round RP_MAX_ROUND reached: closing */
   bool exit_passed;             /* the running round passed "exit" */
+  /* Note [root cause] (rdzv_state.h): the round's root cause so far,
+   * and the close that waits for the other participants' reports. */
+  bool cause_held;              /* a failure of this round was reported */
+  struct rp_cause cause;        /* its worker; exited_at 0: untimed */
+  char cause_text[RP_MAX_TEXT + 1];  /* "<node> workers failed: <msg>" */
+  bool closing;                 /* a failure ends the job: waiting for
+                                   the other participants' reports */
+  bool closing_exhausted;       /* ... because no restart is left */
+  /* The participant whose loss starts the round (its RESTART says so):
+   * set around start_round only. */
+  const char *lost_host, *lost_why;
+  double closing_deadline;
   bool progress_dirty;
   double deadline;              /* last call */
   double round_started;         /* metrics: creation, or the RESTART */

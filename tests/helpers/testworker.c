@@ -20,6 +20,13 @@
  *                                   exits C[i] once every failing rank is
  *                                   ready (SIGTERM ignored); C[i] 's':
  *                                   sleeps until stopped instead
+ *   testworker failon DIR           DIR/pid.<RANK>, DIR/ppid.<RANK> (its
+ *                                   agent), DIR/ready.<RANK>; then waits
+ *                                   for DIR/fail.<RANK>, which holds an
+ *                                   exit code C: with "C e", first writes
+ *                                   an error file stamped with the time
+ *                                   (microseconds); writes DIR/exited.
+ *                                   <RANK> and exits C
  *   testworker errfifo              a FIFO at TORCHELASTIC_ERROR_FILE, exit 1
  *   testworker errbad               a malformed error file, exits 1
  *   testworker sleep DIR SECS [GSECS]
@@ -406,6 +413,40 @@ int main(int argc, char **argv)
         sleep_s(0.001);
     } while (ready < n);
     return atoi(code);
+  }
+  if (strcmp(mode, "failon") == 0 && argc == 3) {
+    char path[4096], how[64] = "";
+    struct timeval tv;
+    int code = 0;
+    FILE *f;
+
+    write_pid(argv[2], "pid", getpid());
+    write_pid(argv[2], "ppid", getppid());
+    write_file(argv[2], "ready", "1\n");
+    snprintf(path, sizeof path, "%s/fail.%d", argv[2], rank);
+    for (;;) {     /* until the file holds its code (it may be half written) */
+      f = fopen(path, "r");
+      if (f && fscanf(f, "%d %63s", &code, how) >= 1) {
+        fclose(f);
+        break;
+      }
+      if (f)
+        fclose(f);
+      sleep_s(0.01);
+    }
+    if (how[0] == 'e') {
+      gettimeofday(&tv, NULL);
+      f = fopen(getenv("TORCHELASTIC_ERROR_FILE"), "w");
+      if (!f)
+        return 4;
+      fprintf(f, "{\"message\": {\"message\": \"OSError: [Errno 28] No "
+              "space left on device (rank %d)\", \"extraInfo\": "
+              "{\"timestamp\": \"%ld.%06ld\"}}}", rank, (long)tv.tv_sec,
+              (long)tv.tv_usec);
+      fclose(f);
+    }
+    write_file(argv[2], "exited", "1\n");
+    return code;
   }
   if (strcmp(mode, "errfifo") == 0 && argc == 2) {
     if (mkfifo(getenv("TORCHELASTIC_ERROR_FILE"), 0600) < 0)

@@ -35,7 +35,8 @@ failure_scenario() {
   wait_exit "$AGENT_c" "$secs"; rcc=$RC
   wait_exit "$AGENT_d" "$secs"; rcd=$RC
   # One agent holds rank 3: it reports the root cause and exits 9.
-  if grep -q 'Root Cause' "$T/c.err"; then failer=c other=d; rf=$rcc; ro=$rcd
+  if grep -q 'worker 3 (local rank 1' "$T/c.err"; then
+    failer=c other=d; rf=$rcc; ro=$rcd
   else failer=d other=c; rf=$rcd; ro=$rcc; fi
   expect_eq "failing agent status" "$rf" 9
   expect_grep '^  rank      : 3 \(local_rank: 1\)$' "$T/$failer.err"

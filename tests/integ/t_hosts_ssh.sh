@@ -8,7 +8,10 @@
 # (clear error, the other host's agent stopped); Ctrl-C on the head stops
 # every remote worker with SIGTERM; the head SIGKILLed leaves no remote
 # orphan (stdin watchdog); a host's agent killed mid-job is an elastic
-# event for the other.  Needs root, ip netns, sshd; skips otherwise.
+# event for the other; a host's link cut mid-run is named within the
+# keepalive window (exit 75) and its agent stops for want of the head's
+# beat; Ctrl-C then names the hosts it waits for.  Needs root, ip netns,
+# sshd; skips otherwise.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/nsbed_lib.sh"
@@ -218,6 +221,47 @@ kill -TERM "$HEAD"
 wait_exit "$HEAD" 60
 p=$(cat "$T/w5/pid.0")
 alive "$p" && fail "the survivor's worker outlived the head's SIGTERM"
+
+# ---- 6. a host's link cut mid-run: named within the keepalive window -------
+# Note [dead links]: nothing reaches h2 any more, not even a reset.  The
+# head's ssh (ServerAlive 1 s x 5) names h2 and the head exits 75, not
+# ssh's 255; h2's agent hears no beat from the head and stops its workers
+# (its rendezvous alone would keep them 600 s: reconnect_timeout).
+mkdir "$T/w6"
+# ssh says why it gave up at its default LogLevel (INFO), not at ERROR.
+SSHCMD_ERR=$SSHCMD
+SSHCMD="$SSHCMD -o LogLevel=INFO"
+head_bg cut --hosts=h1,h2 \
+  --rdzv_conf=last_call_timeout=0.5,lost_node_grace=1,reconnect_timeout=600 \
+  "$TW" sleep "$T/w6" 300
+wait_files "$T/w6/pid.*" 2 60
+h2w=
+for r in 0 1; do
+  [ "$(node_of "$(cat "$T/w6/pid.$r")")" = h2 ] && h2w=$(cat "$T/w6/pid.$r")
+done
+[ -n "$h2w" ] || fail "no worker on h2"
+ip -n "$NS_SW" link set "v${id}h2" down || fail "cannot cut h2's link"
+wait_exit "$HEAD" 120
+expect_eq "the head's status after a cut link" "$RC" 75
+expect_grep '^cdrun: host h2: lost: no answer over ssh within 5 s \(ServerAliveInterval 1 x ServerAliveCountMax 5\)' "$T/cut.err"
+for ((i = 0; i < 600; i++)); do alive "$h2w" || break; sleep 0.1; done
+alive "$h2w" && fail "h2's worker $h2w outlived its cut link"
+ip -n "$NS_SW" link set "v${id}h2" up || fail "cannot restore h2's link"
+SSHCMD=$SSHCMD_ERR
+
+# ---- 7. Ctrl-C with a cut link: the hosts waited for are named -------------
+mkdir "$T/w7"
+head_bg cutint --hosts=h1,h2 \
+  --rdzv_conf=last_call_timeout=0.5,reconnect_timeout=600 \
+  "$TW" sleep "$T/w7" 300
+wait_files "$T/w7/pid.*" 2 60
+ip -n "$NS_SW" link set "v${id}h2" down || fail "cannot cut h2's link"
+kill -INT "$HEAD"
+wait_exit "$HEAD" 120
+expect_eq "the head's status after Ctrl-C" "$RC" 130
+expect_grep '^cdrun: waiting up to [0-9]+ s \(the agents. grace period and 15 s; Interrupt again: at once\) for hosts? (h1, )?h2$' "$T/cutint.err"
+ip -n "$NS_SW" link set "v${id}h2" up || fail "cannot restore h2's link"
+
 for f in "$T"/*.err "$T"/*.out; do
   grep -Eq 'Sanitizer|runtime error' "$f" && { cat "$f" >&2; fail "sanitizer report in $f"; }
 done

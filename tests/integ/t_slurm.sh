@@ -8,6 +8,8 @@
 #   srun -N2 -n4 ./pglaunch          per-process launch, no cdrun;
 #   scancel                         every worker gets SIGTERM (the grace);
 #   scancel -s USR1                 reaches the workers, the agents live on;
+#   one node's cdrun killed in a fixed-size step: the other ends the job
+#     after lost_node_grace, exit status 75;
 #   a node lost (its slurmd, then everything on it, killed) mid-job: the
 #     other node's agent restarts its workers in a smaller world.
 # Needs root, ip netns, nsenter/unshare, slurm and munge; skips otherwise.
@@ -138,7 +140,27 @@ done
 # died of SIGUSR1.
 [ "$RC" -eq 0 ] || { cat "$T/usr1.err" >&2; fail "srun exited $RC after scancel -s USR1"; }
 
-# ---- 6. a node lost mid-job: an elastic event -------------------------------
+# ---- 6. fixed size, one node's cdrun killed: the job ends -------------------
+# Note [fixed membership]: srun cannot start it again, so the survivor
+# names the lost node, waits lost_node_grace and exits 75.
+mkdir "$T/x"
+srun_bg fixed -N2 --ntasks-per-node=1 "$CDRUN" --max_restarts=3 \
+  --rdzv_conf=keepalive_interval=0.2,keepalive_misses=5,lost_node_grace=1 \
+  "$TW" elastic "$T/x" 300
+wait_files "$T/x/ws2.*" 2 60
+killed=
+for p in $(ip netns pids "cdrun-$id-n2"); do
+  [ "$(cat "/proc/$p/comm" 2>/dev/null)" = cdrun ] && kill -9 "$p" && killed=$p
+done
+[ -n "$killed" ] || fail "no cdrun on n2 to kill"
+wait_exit "$SRUN" 120
+expect_grep "cdrun: node n2 lost \(its agent exited\) and this job's size is fixed \(its nodes come from Slurm's step" "$T/fixed.err"
+expect_grep 'cdrun: node n2 is not back after 1 s: ending the job \(exit status 75\)' "$T/fixed.err"
+for f in "$T"/x/pid.*; do
+  alive "$(cat "$f")" && fail "worker $(cat "$f") outlived the fixed job"
+done
+
+# ---- 7. a node lost mid-job: an elastic event -------------------------------
 mkdir "$T/f"
 srun_bg elastic -N2 --ntasks-per-node=1 --no-kill "$CDRUN" --nnodes=1:2 \
   --max_restarts=3 --rdzv_conf=keepalive_interval=0.2,keepalive_misses=5 \

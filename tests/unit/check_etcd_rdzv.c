@@ -165,13 +165,13 @@ START_TEST(test_failure_once_per_round)
   es_init(&s);
   join(&s, "a", 1, c);
   join(&s, "b", 1, c);
-  ck_assert_int_eq(es_failure(&s, "b", 0, false, "boom"), 1);
+  ck_assert_int_eq(es_failure(&s, "b", 0, false, "boom", NULL), 1);
   ck_assert_int_eq(s.restart_count, 1);
   ck_assert_int_eq(s.round, 1);
   ck_assert_int_eq(s.phase, ES_GATHERING);
   ck_assert_ptr_nonnull(strstr(s.why, "workers failed: boom"));
   /* a's report of the same round: part of the same restart. */
-  ck_assert_int_eq(es_failure(&s, "a", 0, false, "boom too"), 0);
+  ck_assert_int_eq(es_failure(&s, "a", 0, false, "boom too", NULL), 0);
   ck_assert_int_eq(s.restart_count, 1);
   /* Both come back: the round completes as soon as none is outstanding,
    * with the old ranks. */
@@ -183,15 +183,67 @@ START_TEST(test_failure_once_per_round)
   ck_assert_int_eq(get(&s, "b")->rank, 1);
   /* a's report of round 0 arriving only now (after a retried
    * transaction, say) must not restart round 1. */
-  ck_assert_int_eq(es_failure(&s, "a", 0, false, "late"), 0);
+  ck_assert_int_eq(es_failure(&s, "a", 0, false, "late", NULL), 0);
   ck_assert_int_eq(s.restart_count, 1);
   ck_assert_int_eq(s.phase, ES_RUNNING);
   /* No restart left: the job closes. */
-  ck_assert_int_eq(es_failure(&s, "a", 1, false, "again"), 1);
+  ck_assert_int_eq(es_failure(&s, "a", 1, false, "again", NULL), 1);
+  /* Note [root cause]: closing until b reports or the wait runs out. */
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert(s.closing);
+  ck_assert_int_eq(es_close_wait_over(&s, 0), 0);
+  ck_assert_int_eq(es_close_wait_over(&s, 1), 1);
   ck_assert_int_eq(s.phase, ES_CLOSED);
   ck_assert_ptr_nonnull(strstr(s.why, "no restarts left (1 of 1 used)"));
   ck_assert_int_eq(join(&s, "c", 1, c), -ESHUTDOWN);
   es_free(&s);
+}
+END_TEST
+
+/* Note [root cause]: a's report comes first, b's worker exited first:
+ * the closed state names b's, through a serialize/parse round trip; a
+ * report that exited later is secondary, and a lost node ends the wait. */
+START_TEST(test_root_cause_earliest)
+{
+  struct es_state s, t;
+  struct es_conf c = conf(3, 3, 0, 30);
+  struct rp_cause ca = { .exited_at = 200.5, .rank = 0, .exitcode = 104,
+                         .pid = 10 };
+  struct rp_cause cb = { .exited_at = 199.25, .rank = 2, .exitcode = 28,
+                         .pid = 20 };
+  char *json;
+
+  es_init(&s);
+  es_init(&t);
+  join(&s, "a", 2, c);
+  join(&s, "b", 2, c);
+  join(&s, "x", 2, c);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(es_failure(&s, "a", 0, true, "rank 0: reset", &ca), 1);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert(s.closing);
+  /* The same report again (a retried transaction): no change. */
+  ck_assert_int_eq(es_failure(&s, "a", 0, true, "rank 0: reset", &ca), 0);
+  json = es_serialize(&s);
+  ck_assert_int_eq(es_parse(json, strlen(json), &t), 0);
+  free(json);
+  ck_assert_int_eq(es_failure(&t, "b", 0, true, "rank 2: disk full", &cb),
+                   1);
+  ck_assert_int_eq(t.phase, ES_RUNNING);    /* x has not reported */
+  ck_assert_int_eq(es_remove(&t, "x", "lost"), 1);
+  ck_assert_int_eq(t.phase, ES_CLOSED);
+  json = es_serialize(&t);
+  ck_assert_int_eq(es_parse(json, strlen(json), &s), 0);
+  free(json);
+  ck_assert(s.cause_held);
+  ck_assert_double_eq(s.cause.exited_at, 199.25);
+  ck_assert_int_eq(s.cause.rank, 2);
+  ck_assert_int_eq(s.cause.exitcode, 28);
+  ck_assert_int_eq(s.cause.pid, 20);
+  ck_assert_str_eq(s.cause.host, "host-b");
+  ck_assert_ptr_nonnull(strstr(s.why, "rank 2: disk full"));
+  es_free(&s);
+  es_free(&t);
 }
 END_TEST
 
@@ -331,6 +383,7 @@ static Suite *etcd_suite(void)
   tcase_add_test(tc, test_complete_at_max);
   tcase_add_test(tc, test_last_call);
   tcase_add_test(tc, test_failure_once_per_round);
+  tcase_add_test(tc, test_root_cause_earliest);
   tcase_add_test(tc, test_scale_up_and_lost);
   tcase_add_test(tc, test_full_round_waits);
   tcase_add_test(tc, test_barrier_and_leave);

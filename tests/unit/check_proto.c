@@ -84,6 +84,13 @@ static char *quoted(size_t n)
     ck_assert_int_eq(M.op, RP_OP_INVALID); \
   } while (0)
 
+static bool same_cause(const struct rp_cause *a, const struct rp_cause *b)
+{
+  return a->exited_at == b->exited_at && a->rank == b->rank &&
+         a->local_rank == b->local_rank && a->exitcode == b->exitcode &&
+         a->pid == b->pid && !strcmp(a->host, b->host);
+}
+
 static bool same_conf(const struct rp_conf *a, const struct rp_conf *b)
 {
   return a->min_nodes == b->min_nodes && a->max_nodes == b->max_nodes &&
@@ -114,7 +121,8 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
            ja->reason == jb->reason && same_conf(&ja->conf, &jb->conf);
   case RP_FAILURE:
     return a->u.failure.final == b->u.failure.final &&
-           !strcmp(a->u.failure.message, b->u.failure.message);
+           !strcmp(a->u.failure.message, b->u.failure.message) &&
+           same_cause(&a->u.failure.cause, &b->u.failure.cause);
   case RP_BARRIER:
   case RP_BARRIER_DONE:
     return !strcmp(a->u.barrier.name, b->u.barrier.name) &&
@@ -145,7 +153,10 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
   case RP_CLOSED:
   case RP_ERROR:
     return ta->code == tb->code && ta->success == tb->success &&
-           !strcmp(ta->message, tb->message);
+           !strcmp(ta->message, tb->message) &&
+           same_cause(&ta->cause, &tb->cause) &&
+           !strcmp(ta->lost_host, tb->lost_host) &&
+           !strcmp(ta->lost_why, tb->lost_why);
   case RP_STATUS_REPLY:
     return !strcmp(a->u.status_json, b->u.status_json);
   case RP_HELLO:
@@ -664,6 +675,68 @@ START_TEST(rt_resume)
   ck_assert(M.u.round.embedded);
   ck_assert_int_eq(M.u.round.host_rank, 1);
   rp_msg_free(&M);
+}
+END_TEST
+
+/* Note [root cause]: the optional cause, absent when exited_at is 0, in
+ * failure, restart and closed; checked like any field. */
+START_TEST(rt_cause)
+{
+  struct rp_msg m;
+
+  msg_init(&m, RP_FAILURE);
+  m.u.failure.final = true;
+  m.u.failure.cause.exited_at = 1764150000.125;
+  m.u.failure.cause.rank = 7;
+  m.u.failure.cause.local_rank = 3;
+  m.u.failure.cause.exitcode = -9;
+  m.u.failure.cause.pid = 4242;
+  snprintf(m.u.failure.cause.host, sizeof m.u.failure.cause.host, "n2");
+  round_trip_body(&m,
+    "{\"v\":2,\"op\":\"failure\",\"final\":true,\"message\":\"\","
+    "\"cause\":{\"exited_at\":1764150000.125,\"rank\":7,\"local_rank\":3,"
+    "\"exitcode\":-9,\"pid\":4242,\"host\":\"n2\"}}");
+  msg_init(&m, RP_CLOSED);
+  m.u.text.cause.exited_at = 12.5;
+  m.u.text.cause.exitcode = 28;
+  round_trip_body(&m,
+    "{\"v\":2,\"op\":\"closed\",\"success\":false,\"message\":\"\","
+    "\"cause\":{\"exited_at\":12.5,\"rank\":0,\"local_rank\":0,"
+    "\"exitcode\":28,\"pid\":0,\"host\":\"\"}}");
+  msg_init(&m, RP_RESTART);
+  m.u.text.cause.exited_at = 1;
+  free(round_trip(&m));
+  ck_assert_double_eq(M.u.text.cause.exited_at, 1);
+  rp_msg_free(&M);
+  /* A loss: its host and how, absent when "". */
+  msg_init(&m, RP_RESTART);
+  snprintf(m.u.text.lost_host, sizeof m.u.text.lost_host, "n2");
+  snprintf(m.u.text.lost_why, sizeof m.u.text.lost_why, "its agent exited");
+  round_trip_body(&m, "{\"v\":2,\"op\":\"restart\",\"message\":\"\","
+                  "\"lost_host\":\"n2\",\"lost_why\":\"its agent exited\"}");
+  msg_init(&m, RP_RESTART);
+  /* Only the time is required; a bad field is named. */
+  ck_assert_ok(decode("{\"v\":2,\"op\":\"restart\",\"cause\":"
+                      "{\"exited_at\":5}}"));
+  ck_assert_int_eq(M.u.text.cause.rank, 0);
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"failure\",\"cause\":"
+                           "{\"rank\":1}}"), -EINVAL,
+                    "failure.cause.exited_at: missing");
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"failure\",\"cause\":"
+                           "{\"exited_at\":0}}"), -EINVAL,
+                    "failure.cause.exited_at");
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"closed\",\"cause\":"
+                           "{\"exited_at\":1,\"exitcode\":256}}"), -EINVAL,
+                    "closed.cause.exitcode");
+  ck_assert_refused(decode("{\"v\":2,\"op\":\"closed\",\"cause\":7}"),
+                    -EINVAL, "closed.cause");
+  m.u.text.cause.exited_at = -1;
+  {
+    char *out;
+    size_t len;
+
+    ck_assert_int_eq(rp_encode(&m, &out, &len), -EINVAL);
+  }
 }
 END_TEST
 
@@ -1580,6 +1653,7 @@ static Suite *proto_suite(void)
   tcase_add_test(tc, rt_waiting);
   tcase_add_test(tc, rt_round);
   tcase_add_test(tc, rt_text);
+  tcase_add_test(tc, rt_cause);
   tcase_add_test(tc, rt_resume);
   tcase_add_test(tc, rt_status_reply);
   tcase_add_test(tc, rt_doubles_exact);

@@ -74,6 +74,26 @@ START_TEST(test_reconnect_timeout)
 }
 END_TEST
 
+/* Note [fixed membership]: the grace before a lost node ends the job. */
+START_TEST(test_lost_node_grace)
+{
+  struct rdzv_config c;
+  char err[256], warn[256];
+
+  ck_assert_int_eq(resolve("join_timeout=5", &c, err, sizeof err, warn,
+                           sizeof warn), 0);
+  ck_assert_double_eq(c.lost_node_grace, 30);
+  ck_assert_int_eq(resolve("lost_node_grace=0.5", &c, err, sizeof err, warn,
+                           sizeof warn), 0);
+  ck_assert_str_eq(warn, "");
+  ck_assert_double_eq(c.lost_node_grace, 0.5);
+  ck_assert_int_eq(resolve("lost_node_grace=soon", &c, err, sizeof err,
+                           warn, sizeof warn), -EINVAL);
+  ck_assert_str_eq(err, "--rdzv_conf: invalid value 'soon' for "
+                   "lost_node_grace");
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("rdzv_config");
@@ -83,6 +103,7 @@ int main(void)
 
   tcase_add_test(tc, test_keep_alive_keys);
   tcase_add_test(tc, test_reconnect_timeout);
+  tcase_add_test(tc, test_lost_node_grace);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -205,6 +205,23 @@ static int failure(int i, bool final, const char *msg, double now)
   return rs_handle(R, CONN(i), &m, now);
 }
 
+/* A failure report naming its worker (Note [root cause]). */
+static int failure_at(int i, bool final, const char *msg, double now,
+                      double exited_at, int rank, int exitcode)
+{
+  struct rp_msg m;
+
+  memset(&m, 0, sizeof m);
+  m.op = RP_FAILURE;
+  m.u.failure.final = final;
+  snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s", msg);
+  m.u.failure.cause.exited_at = exited_at;
+  m.u.failure.cause.rank = rank;
+  m.u.failure.cause.exitcode = exitcode;
+  m.u.failure.cause.pid = 4000 + rank;
+  return rs_handle(R, CONN(i), &m, now);
+}
+
 static int barrier(int i, const char *name, int round, double now)
 {
   struct rp_msg m;
@@ -543,6 +560,9 @@ START_TEST(full_round_keeps_spare)
   ck_assert_int_eq(count(A, RP_RESTART), 1);
   ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
                    "node h1 (10.0.0.2, pid 1001) lost: connection closed");
+  /* Which node was lost, and how: a fixed-size job ends on it. */
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.lost_host, "h1");
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.lost_why, "its agent exited");
   ck_assert_int_eq(count(C, RP_RESTART), 0);
   ck_assert_int_eq(count(C, RP_WAITING), 2);   /* now in the round */
   ck_assert_int_eq(join(A, 1, 4), 0);
@@ -560,6 +580,7 @@ START_TEST(worker_failure_restarts)
   ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
                    "node h1 (10.0.0.2, pid 1001) workers failed: "
                    "exitcode 1");
+  ck_assert_str_eq(last(A, RP_RESTART)->u.text.lost_host, "");
   ck_assert(logged("restart_count 1 of 3"));
   /* A's workers fail too before it hears: the same restart. */
   ck_assert_int_eq(failure(A, false, "exitcode 2", 5.1), 0);
@@ -582,6 +603,15 @@ START_TEST(restarts_exhausted_close)
   ck_assert_int_eq(join(B, 1, 0), 0);
   clear();
   ck_assert_int_eq(failure(B, false, "exitcode 1", 5), 0);
+  /* Note [root cause]: A may report its own; its keepalive window. */
+  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert(logged("closing: waiting up to 1000 s for 1 more failure"));
+  ck_assert_int_eq(op(A, RP_KEEPALIVE, 500), 0);    /* both live on */
+  ck_assert_int_eq(op(B, RP_KEEPALIVE, 500), 0);
+  rs_tick(R, 999);
+  ck_assert_int_eq(total(RP_CLOSED), 0);
+  rs_tick(R, 1005);
+  ck_assert(logged("1 node did not report within the wait"));
   ck_assert_int_eq(count(A, RP_CLOSED), 1);
   ck_assert_int_eq(count(B, RP_CLOSED), 1);
   ck_assert(!last(A, RP_CLOSED)->u.text.success);
@@ -604,6 +634,9 @@ START_TEST(final_failure_closes)
 {
   running_pair();
   ck_assert_int_eq(failure(A, true, "exitcode 3", 5), 0);
+  ck_assert_int_eq(total(RP_CLOSED), 0);
+  /* B's report ends the wait. */
+  ck_assert_int_eq(failure(B, true, "exitcode 4", 5.5), 0);
   ck_assert_int_eq(count(A, RP_CLOSED), 1);
   ck_assert_int_eq(count(B, RP_CLOSED), 1);
   ck_assert(!last(B, RP_CLOSED)->u.text.success);
@@ -613,6 +646,89 @@ START_TEST(final_failure_closes)
   clear();
   ck_assert_int_eq(op(A, RP_KEEPALIVE, 6), -ENOTCONN);
   ck_assert_int_eq((int)rec.n, 0);
+}
+END_TEST
+
+/* Note [root cause]: A's report arrives first, but B's worker exited
+ * earlier: the CLOSED each node gets names B's, with its host. */
+START_TEST(root_cause_earliest_exit_wins)
+{
+  const struct rp_cause *c;
+
+  running_pair();
+  ck_assert_int_eq(failure_at(A, true, "rank 0: connection reset", 5,
+                              1700000002.5, 0, 1), 0);
+  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert_int_eq(failure_at(B, true, "rank 1: disk full", 5.2,
+                              1700000001.25, 1, 28), 0);
+  ck_assert_int_eq(count(A, RP_CLOSED), 1);
+  ck_assert_int_eq(count(B, RP_CLOSED), 1);
+  c = &last(A, RP_CLOSED)->u.text.cause;
+  ck_assert_double_eq(c->exited_at, 1700000001.25);
+  ck_assert_int_eq(c->rank, 1);
+  ck_assert_int_eq(c->exitcode, 28);
+  ck_assert_int_eq(c->pid, 4001);
+  ck_assert_str_eq(c->host, "h1");
+  ck_assert_str_eq(last(A, RP_CLOSED)->u.text.message,
+                   "node h1 (10.0.0.2, pid 1001) workers failed: "
+                   "rank 1: disk full");
+  ck_assert_int_eq(last(B, RP_CLOSED)->u.text.cause.rank, 1);
+}
+END_TEST
+
+/* In the right order, the later report is secondary; RESTART carries the
+ * cause it was sent for, and a report crossing it that exited earlier
+ * becomes the round's root cause (the CLOSED of a later close names it). */
+START_TEST(root_cause_restart_and_late_reports)
+{
+  running_pair();
+  ck_assert_int_eq(failure_at(A, false, "rank 0: boom", 5, 100.0, 0, 3),
+                   0);
+  ck_assert_int_eq(count(B, RP_RESTART), 1);
+  ck_assert_int_eq(last(B, RP_RESTART)->u.text.cause.rank, 0);
+  ck_assert_double_eq(last(B, RP_RESTART)->u.text.cause.exited_at, 100.0);
+  /* B's crossed the RESTART and exited later: secondary. */
+  ck_assert_int_eq(failure_at(B, false, "rank 1: reset", 5.1, 101.0, 1, 1),
+                   0);
+  ck_assert_int_eq(total(RP_RESTART), 1);
+  /* A report without a time (an older agent) never displaces a timed
+   * one, and a restart with no failure carries no cause. */
+  ck_assert_int_eq(join(A, 1, 6), 0);
+  ck_assert_int_eq(join(B, 1, 6), 0);
+  clear();
+  ck_assert_int_eq(failure(A, false, "old agent", 7), 0);
+  ck_assert_double_eq(last(B, RP_RESTART)->u.text.cause.exited_at, 0);
+  ck_assert_int_eq(failure_at(B, false, "rank 1: earlier?", 7.1, 50.0, 1,
+                              9), 0);
+  ck_assert_int_eq(join(A, 1, 8), 0);
+  ck_assert_int_eq(join(B, 1, 8), 0);
+  clear();
+  rs_conn_closed(R, CONN(B), 9);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_double_eq(last(A, RP_RESTART)->u.text.cause.exited_at, 0);
+}
+END_TEST
+
+/* A closing job starts no round when a participant is lost or a node
+ * joins: the lost one ends the wait. */
+START_TEST(root_cause_closing_survives_loss)
+{
+  CF = conf_of(2, 3);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  rs_tick(R, CF.last_call_timeout + 1);
+  ck_assert_int_eq(count(A, RP_ROUND), 1);
+  clear();
+  ck_assert_int_eq(failure_at(A, true, "rank 0: boom", 40, 100.0, 0, 3), 0);
+  ck_assert_int_eq(join(C, 1, 41), 0);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RP_CLOSED), 0);
+  rs_conn_closed(R, CONN(B), 42);
+  ck_assert_int_eq(total(RP_RESTART), 0);
+  rs_tick(R, 42);
+  ck_assert_int_eq(count(A, RP_CLOSED), 1);
+  ck_assert_int_eq(count(C, RP_CLOSED), 1);
+  ck_assert_int_eq(last(C, RP_CLOSED)->u.text.cause.exitcode, 3);
 }
 END_TEST
 
@@ -1317,6 +1433,7 @@ START_TEST(failure_from_spare_refused)
   ck_assert(logged("refused a failure report"));
   /* A participant still can. */
   ck_assert_int_eq(failure(A, true, "real", 4), 0);
+  ck_assert_int_eq(failure(B, true, "real too", 4), 0);
   ck_assert_int_eq(count(B, RP_CLOSED), 1);
 }
 END_TEST
@@ -1861,6 +1978,9 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, final_failure_closes);
   tcase_add_test(tc, failure_from_spare_refused);
   tcase_add_test(tc, failure_from_left_node_refused);
+  tcase_add_test(tc, root_cause_earliest_exit_wins);
+  tcase_add_test(tc, root_cause_restart_and_late_reports);
+  tcase_add_test(tc, root_cause_closing_survives_loss);
   tcase_add_test(tc, lost_connection_restarts_survivors);
   tcase_add_test(tc, keepalive_silence_kills);
   tcase_add_test(tc, join_timeout_below_min);

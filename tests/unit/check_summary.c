@@ -158,6 +158,85 @@ START_TEST(single_failure_layout)
 }
 END_TEST
 
+/* Note [root cause]: the job's root cause from another node heads the
+ * summary; this node's failures are all listed above it.  When the job's
+ * root cause is one of this node's (rank and pid), it is printed as
+ * usual, with its error file. */
+START_TEST(job_root_cause_from_another_node)
+{
+  struct worker_failure mine[] = {
+    { .local_rank = 1, .rank = 1, .pid = 301, .exitcode = 1,
+      .time = T0 + 3, .message = "reset" },
+    { .local_rank = 0, .rank = 0, .pid = 300, .exitcode = 104,
+      .time = T0 + 2 },
+  };
+  struct worker_failure root = {
+    .local_rank = 0, .rank = 2, .pid = 900, .exitcode = 28,
+    .time = T0 + 1, .message = "on node b",
+  };
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *fp;
+
+  utc();
+  fp = open_memstream(&buf, &len);
+  summary_print_job(fp, "./train", "a", mine, 2, &root, "b");
+  ck_assert_int_eq(fclose(fp), 0);
+  assert_lines(buf,
+               EQ60
+               "./train FAILED\n"
+               DASH60
+               "Failures:\n"
+               "[1]:\n"
+               "  time      : 2024-05-01_12:00:02\n"
+               "  host      : a\n"
+               "  rank      : 0 (local_rank: 0)\n"
+               "  exitcode  : 104 (pid: 300)\n"
+               "  error_file: <N/A>\n"
+               "  traceback : " HINT "\n"
+               "[2]:\n"
+               "  time      : 2024-05-01_12:00:03\n"
+               "  host      : a\n"
+               "  rank      : 1 (local_rank: 1)\n"
+               "  exitcode  : 1 (pid: 301)\n"
+               "  error_file: <N/A>\n"
+               "  traceback : reset\n"
+               DASH60
+               "Root Cause (first observed failure):\n"
+               "[0]:\n"
+               "  time      : 2024-05-01_12:00:01\n"
+               "  host      : b\n"
+               "  rank      : 2 (local_rank: 0)\n"
+               "  exitcode  : 28 (pid: 900)\n"
+               "  error_file: <N/A>\n"
+               "  traceback : on node b\n"
+               EQ60);
+  free(buf);
+  /* Mine after all: the local one, printed from this node's record. */
+  root.rank = 1;
+  root.pid = 301;
+  ck_assert_uint_eq(summary_local_index(mine, 2, &root), 0);
+  buf = NULL;
+  fp = open_memstream(&buf, &len);
+  summary_print_job(fp, "./train", "a", mine, 2, &root, "b");
+  ck_assert_int_eq(fclose(fp), 0);
+  ck_assert_ptr_nonnull(strstr(buf, "Root Cause (first observed failure):\n"
+                               "[0]:\n  time      : 2024-05-01_12:00:03\n"
+                               "  host      : a\n"));
+  free(buf);
+  /* No local failure (a healthy node the job's end stopped). */
+  root.rank = 2;
+  root.pid = 900;
+  buf = NULL;
+  fp = open_memstream(&buf, &len);
+  summary_print_job(fp, "./train", "a", NULL, 0, &root, "b");
+  ck_assert_int_eq(fclose(fp), 0);
+  ck_assert_ptr_nonnull(strstr(buf, "  <NO_OTHER_FAILURES>\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "  host      : b\n"));
+  free(buf);
+}
+END_TEST
+
 START_TEST(multiple_failures_in_time_order)
 {
   struct worker_failure f[] = {
@@ -429,6 +508,7 @@ static Suite *summary_suite(void)
   tcase_add_test(tc, root_cause_smallest_time);
   tcase_add_test(tc, root_cause_ties_lowest_rank);
   tcase_add_test(tc, root_cause_nan_never_wins);
+  tcase_add_test(tc, job_root_cause_from_another_node);
   tcase_add_test(tc, single_failure_layout);
   tcase_add_test(tc, multiple_failures_in_time_order);
   tcase_add_test(tc, multiple_failures_equal_times);
