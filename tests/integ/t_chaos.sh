@@ -16,6 +16,29 @@ TRAIN=$(dirname "$CDRUN")/train_mlp
 [ -x "$TRAIN" ] || fail "$TRAIN not built"
 command -v python3 >/dev/null || skip "no python3"
 
+# The flags chaos relies on.  --log-steps: a line per K steps;
+# --params-out: the parameters' f32 bytes, whose sum (in double, in order)
+# is the final line's.
+TINY=(--hidden 8 --samples 256 --global-batch 64 --ckpt-every 0 --steps 3)
+(cd "$T" && "$TRAIN" "${TINY[@]}" --log-steps 1 --params-out "$T/p.bin") \
+  >"$T/tiny.log" 2>&1 || { cat "$T/tiny.log" >&2; fail "train_mlp --params-out"; }
+expect_eq "--log-steps 1" "$(grep '^step ' "$T/tiny.log" | tr '\n' ,)" "step 1,step 2,step 3,"
+sum=$(sed -En 's/^final: .* params: sum=([^ ]*) .*/\1/p' "$T/tiny.log")
+expect_eq "sum of --params-out" "$(python3 -c '
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+s = 0.0
+for (x,) in struct.iter_unpack("<f", b):
+    s += x
+print("%d %.9g" % (len(b) // 4, s))' "$T/p.bin")" "682 $sum"
+(cd "$T" && "$TRAIN" "${TINY[@]}" --params-out "$T/no/p.bin") >"$T/tiny.log" 2>&1
+expect_eq "--params-out unwritable: exit" "$?" 1
+expect_grep 'cannot write --params-out: .*/no/p.bin: No such file or directory' "$T/tiny.log"
+"$TRAIN" --params-out= >"$T/tiny.log" 2>&1
+expect_eq "--params-out empty: exit" "$?" 2
+expect_grep "^train_mlp: --params-out: '' is not a file name" "$T/tiny.log"
+rm -rf "$T/p.bin" "$T/tiny.log" "$T/ckpt"
+
 # CHAOS_WAIT: a missing event fails in a minute, not at the suite's limit.
 TMPDIR=$T CDRUN=$CDRUN RDZVD=$RDZVD TRAIN=$TRAIN CHAOS_FAULTS=6 CHAOS_SEED=7 \
   CHAOS_WAIT=60 \
