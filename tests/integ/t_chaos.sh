@@ -39,6 +39,15 @@ expect_eq "--params-out empty: exit" "$?" 2
 expect_grep "^train_mlp: --params-out: '' is not a file name" "$T/tiny.log"
 rm -rf "$T/p.bin" "$T/tiny.log" "$T/ckpt"
 
+# Bad settings: exit 2 and a sentence, nothing started.
+CHAOS_KINDS=worker_kill,bogus "$CHAOS" >/dev/null 2>"$T/bad.err"
+expect_eq "bad CHAOS_KINDS: exit" "$?" 2
+expect_grep "^chaos: CHAOS_KINDS: no kind 'bogus'" "$T/bad.err"
+CHAOS_FAULTS=-1 "$CHAOS" >/dev/null 2>"$T/bad.err"
+expect_eq "bad CHAOS_FAULTS: exit" "$?" 2
+expect_grep "^chaos: CHAOS_FAULTS: '-1' is not an integer" "$T/bad.err"
+rm -f "$T/bad.err"
+
 # CHAOS_WAIT: a missing event fails in a minute, not at the suite's limit.
 TMPDIR=$T CDRUN=$CDRUN RDZVD=$RDZVD TRAIN=$TRAIN CHAOS_FAULTS=6 CHAOS_SEED=7 \
   CHAOS_WAIT=60 \
