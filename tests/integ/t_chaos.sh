@@ -49,7 +49,10 @@ expect_grep "^chaos: CHAOS_FAULTS: '-1' is not an integer" "$T/bad.err"
 rm -f "$T/bad.err"
 
 # CHAOS_WAIT: a missing event fails in a minute, not at the suite's limit.
+# CHAOS_STEPS: room for the steps run while rdzvd restarts (the job goes
+# on), however slow the restart under load.
 TMPDIR=$T CDRUN=$CDRUN RDZVD=$RDZVD TRAIN=$TRAIN CHAOS_FAULTS=6 CHAOS_SEED=7 \
+  CHAOS_STEPS=300 \
   CHAOS_WAIT=60 \
   CHAOS_KINDS=worker_kill,agent_kill,rdzvd_kill,cut_long,worker_stop,disk_full \
   "$CHAOS" >"$T/out" 2>"$T/err" &
