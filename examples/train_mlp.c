@@ -66,6 +66,8 @@ enum { OPT_SGD, OPT_ADAM };
 struct opts {
   long epochs, global_batch, hidden, layers, samples, ckpt_every, steps;
   long die_at_step, die_rank;
+  long log_steps;          /* --log-steps: rank 0 prints "step N" */
+  const char *params_out;  /* --params-out: the final parameters' bytes */
   double lr, momentum;
   int optimizer;
   uint64_t seed;
@@ -144,7 +146,11 @@ static void usage(FILE *f)
 "                     times (ms; one per layer, last layer first) from\n"
 "                     the first step on, not measured\n"
 "  --die-at-step S    SIGKILL one worker at step S, first attempt only\n"
-"  --die-rank R       the worker that dies (0)\n", f);
+"  --die-rank R       the worker that dies (0)\n"
+"  --log-steps K      rank 0 prints \"step N\" every K steps done (0: no)\n"
+"  --params-out FILE  rank 0 writes the final parameters there (raw\n"
+"                     little-endian f32, forward order), for bitwise checks\n",
+        f);
 }
 
 static int usage_error(const char *fmt, ...)
@@ -216,7 +222,7 @@ static int parse_flags(int argc, char **argv, struct opts *o)
   static const char *const takes_value[] = {
     "epochs", "global-batch", "lr", "optimizer", "ckpt-every", "ckpt-dir",
     "seed", "hidden", "samples", "steps", "die-at-step", "die-rank",
-    "backward-ms", "layers",
+    "backward-ms", "layers", "log-steps", "params-out",
   };
   int i;
   size_t k;
@@ -311,6 +317,12 @@ static int parse_flags(int argc, char **argv, struct opts *o)
       rc = parse_long("--die-at-step", v, 0, LONG_MAX, &o->die_at_step);
     } else if (!strcmp(name, "die-rank")) {
       rc = parse_long("--die-rank", v, 0, 1 << 20, &o->die_rank);
+    } else if (!strcmp(name, "log-steps")) {
+      rc = parse_long("--log-steps", v, 0, LONG_MAX, &o->log_steps);
+    } else if (!strcmp(name, "params-out")) {
+      o->params_out = v;
+      if (!*v)
+        rc = bad_value("--params-out", v, "a file name");
     } else {
       return usage_error("unknown flag %s", argv[i]);
     }
@@ -1469,6 +1481,25 @@ static int report(struct run *R, long step, struct stats *st, double t0,
   return 0;
 }
 
+/* --params-out: the parameters' bytes, as in a checkpoint (little-endian
+ * f32, forward order), so that runs can be compared bit for bit. */
+static int params_write(const char *path, const struct net *n)
+{
+  unsigned char *b = xcalloc(n->total, 4);
+  char why[4400];
+  int fd, rc = 0;
+
+  put_floats(b, n->w, n->total);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || write_all(fd, b, n->total * 4) != 0 || close(fd) != 0) {
+    snprintf(why, sizeof why, "%s: %s", path, strerror(errno));
+    err_msg("cannot write --params-out", why);
+    rc = -1;
+  }
+  free(b);
+  return rc;
+}
+
 /* Checksum of the parameters, and (unless --no-comm) a check that every
  * replica holds the same bits. */
 static int final_report(struct run *R, long step, double test_acc,
@@ -1517,7 +1548,7 @@ static int final_report(struct run *R, long step, double test_acc,
            R->n.device ? "device" : "cpu", stages);
   printf("final: step %ld test-acc %.2f%% params: sum=%.9g abs=%.9g "
          "l2=%.9g\n", step, test_acc, sum, abs_sum, l2);
-  return 0;
+  return R->o.params_out ? params_write(R->o.params_out, &R->n) : 0;
 }
 
 static int run_training(struct run *R, long start, long total)
@@ -1548,6 +1579,8 @@ static int run_training(struct run *R, long start, long total)
       waited += w;
       timed++;
     }
+    if (R->o.log_steps && (step + 1) % R->o.log_steps == 0 && R->rank == 0)
+      printf("step %ld\n", step + 1);
     if (R->o.ckpt_every && (step + 1) % R->o.ckpt_every == 0) {
       saved = step + 1;
       if (R->rank == 0) {
