@@ -350,7 +350,18 @@ static void complete_round(struct es_state *s)
   s->cause_why[0] = '\0';
 }
 
-/* Completes the round when it can without a last call. */
+double es_last_call_wait(const struct es_state *s, double rejoin_window)
+{
+  int outstanding;
+
+  es_counts(s, NULL, &outstanding, NULL);
+  if (s->restarting && outstanding)
+    return fmax(s->conf.last_call_timeout, rejoin_window);
+  return s->conf.last_call_timeout;
+}
+
+/* Completes the round when it can without a last call: not while nodes
+ * told to restart are on their way back (es_last_call_wait). */
 static void decide(struct es_state *s)
 {
   int part, outstanding;
@@ -358,7 +369,8 @@ static void decide(struct es_state *s)
   es_counts(s, &part, &outstanding, NULL);
   if (part >= s->conf.max_nodes ||
       (s->restarting && !outstanding && part >= s->conf.min_nodes) ||
-      (part >= s->conf.min_nodes && s->conf.last_call_timeout <= 0))
+      (part >= s->conf.min_nodes && s->conf.last_call_timeout <= 0 &&
+       !(s->restarting && outstanding)))
     complete_round(s);
 }
 

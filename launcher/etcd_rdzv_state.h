@@ -104,6 +104,13 @@ int es_remove(struct es_state *s, const char *id, const char *why);
  * at least min_nodes. */
 int es_last_call(struct es_state *s, int round);
 
+/* How long the gathering round's last call lasts (seconds): the job's
+ * last_call_timeout, but at least rejoin_window (the agent's keepalive
+ * window) while nodes told to restart are still on their way back
+ * (rdzvd's rule: a round without them sends them in as newcomers,
+ * restarting the others again). */
+double es_last_call_wait(const struct es_state *s, double rejoin_window);
+
 /* "node HOST (ADDR, pid PID)" */
 void es_describe(const struct es_node *n, char *buf, size_t size);
 

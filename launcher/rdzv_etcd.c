@@ -732,6 +732,7 @@ static void observe_gathering(struct rdzv_etcd *e)
 {
   const struct es_state *s = &e->st;
   double now = now_s();
+  double window = e->o.conf.keepalive_interval * e->o.conf.keepalive_misses;
   int part;
 
   es_counts(s, &part, NULL, NULL);
@@ -739,7 +740,7 @@ static void observe_gathering(struct rdzv_etcd *e)
     if (e->lc_armed_round != s->round) {
       e->lc_armed_round = s->round;
       uv_timer_start(&e->last_call, last_call_fire,
-                     (uint64_t)(s->conf.last_call_timeout * 1000), 0);
+                     (uint64_t)(es_last_call_wait(s, window) * 1000), 0);
     }
   } else if (e->lc_armed_round >= 0) {
     uv_timer_stop(&e->last_call);
@@ -758,7 +759,7 @@ static void observe_gathering(struct rdzv_etcd *e)
     say("rendezvous '%s' round %d: %d node%s present (min %d, max %d); "
         "starting in %.1f s unless more join", e->id, s->round, part,
         part == 1 ? "" : "s", s->conf.min_nodes, s->conf.max_nodes,
-        s->conf.last_call_timeout);
+        es_last_call_wait(s, window));
   else
     say("rendezvous '%s' round %d: waiting for nodes: %d present, at "
         "least %d needed (max %d); join timeout in %.0f s", e->id,

@@ -665,14 +665,24 @@ static void decide(struct rs_registry *r, struct job *job, double now)
        job->n_part >= cf->min_nodes)) {
     complete_round(r, job, now);
   } else if (job->n_part >= cf->min_nodes) {
+    /* Nodes told to restart are still on their way back: a round without
+     * them would only send them in as newcomers, restarting the others
+     * again (with last_call_timeout 0, forever).  They get at least the
+     * job's keepalive window to come back. */
+    double last_call = job->restarting && job->n_outstanding
+                         ? fmax(cf->last_call_timeout,
+                                cf->keepalive_interval *
+                                cf->keepalive_misses)
+                         : cf->last_call_timeout;
+
     if (job->phase == PH_LAST_CALL)
       return;
-    if (cf->last_call_timeout <= 0) {
+    if (last_call <= 0) {
       complete_round(r, job, now);
       return;
     }
     job->phase = PH_LAST_CALL;
-    job->deadline = now + cf->last_call_timeout;
+    job->deadline = now + last_call;
     th_set(&r->heap, &job->t_last_call, job->deadline);
   } else if (job->phase == PH_LAST_CALL) {
     job->phase = PH_GATHERING;

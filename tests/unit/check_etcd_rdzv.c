@@ -247,6 +247,29 @@ START_TEST(test_root_cause_earliest)
 }
 END_TEST
 
+/* rdzvd's rule (zero_last_call_waits_for_restarting_nodes): with
+ * last_call_timeout 0, a round of restarting nodes waits for them, at
+ * most a keepalive window, instead of completing without them. */
+START_TEST(test_zero_last_call_waits_for_restarting)
+{
+  struct es_state s;
+  struct es_conf c = conf(1, 2, 3, 0);
+
+  es_init(&s);
+  join(&s, "a", 1, c);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(join(&s, "b", 1, c), 1);       /* a new round */
+  ck_assert_int_eq(s.phase, ES_GATHERING);        /* waits for a */
+  ck_assert(es_last_call_wait(&s, 5) == 5);
+  join(&s, "a", 1, c);
+  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(get(&s, "a")->rank, 0);
+  ck_assert_int_eq(get(&s, "b")->rank, 1);
+  ck_assert(es_last_call_wait(&s, 5) == 0);
+  es_free(&s);
+}
+END_TEST
+
 START_TEST(test_scale_up_and_lost)
 {
   struct es_state s;
@@ -384,6 +407,7 @@ static Suite *etcd_suite(void)
   tcase_add_test(tc, test_last_call);
   tcase_add_test(tc, test_failure_once_per_round);
   tcase_add_test(tc, test_root_cause_earliest);
+  tcase_add_test(tc, test_zero_last_call_waits_for_restarting);
   tcase_add_test(tc, test_scale_up_and_lost);
   tcase_add_test(tc, test_full_round_waits);
   tcase_add_test(tc, test_barrier_and_leave);

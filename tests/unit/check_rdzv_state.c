@@ -1445,15 +1445,19 @@ START_TEST(failure_from_left_node_refused)
   CF = conf_of(1, 3);
   CF.last_call_timeout = 0;
   CF.max_restarts = 3;
+  CF.keepalive_interval = 10;             /* a window of 100 s */
   ck_assert_int_eq(join(A, 1, 0), 0);     /* round 0: A alone */
-  ck_assert_int_eq(join(B, 1, 1), 0);     /* restart; round 1 is B alone */
+  ck_assert_int_eq(join(B, 1, 1), 0);     /* restart; A is waited for */
+  ck_assert_int_eq(op(A, RP_KEEPALIVE, 90), 0);
+  ck_assert_int_eq(op(B, RP_KEEPALIVE, 90), 0);
+  rs_tick(R, 1 + 100);                    /* then round 1 is B's alone */
   ck_assert_int_eq(last(B, RP_ROUND)->u.round.round, 1);
   clear();
-  ck_assert_int_eq(failure(A, true, "stale", 2), -EPERM);
+  ck_assert_int_eq(failure(A, true, "stale", 102), -EPERM);
   ck_assert_int_eq(total(RP_CLOSED), 0);
   /* A participant's report that crossed its RESTART still counts. */
-  ck_assert_int_eq(failure(B, false, "x", 3), 0);     /* round 2 */
-  ck_assert_int_eq(failure(B, false, "again", 3), 0);
+  ck_assert_int_eq(failure(B, false, "x", 103), 0);     /* round 2 */
+  ck_assert_int_eq(failure(B, false, "again", 103), 0);
   ck_assert_int_eq(count(B, RP_ERROR), 0);
 }
 END_TEST
@@ -1717,6 +1721,38 @@ START_TEST(resume_supersedes_old_connection)
 }
 END_TEST
 
+
+/* A node joining a running elastic job with last_call_timeout 0: the new
+ * round waits for the node told to restart instead of completing without
+ * it (which sent it in as a newcomer, restarting the other: two agents
+ * restarted each other forever, 900 rounds in 6 s). */
+START_TEST(zero_last_call_waits_for_restarting_nodes)
+{
+  CF = conf_of(1, 2);
+  CF.last_call_timeout = 0;
+  CF.max_restarts = 3;
+  CF.keepalive_interval = 10;             /* a window of 100 s */
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(count(A, RP_ROUND), 1);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(B, RP_ROUND), 0);      /* waits for A */
+  ck_assert_int_eq(join(A, 1, 1.1), 0);
+  ck_assert_int_eq(count(A, RP_ROUND), 2);
+  ck_assert_int_eq(last(B, RP_ROUND)->u.round.group_world_size, 2);
+  ck_assert_int_eq(total(RP_RESTART), 1);
+  /* A node that does not come back is waited for one keepalive window. */
+  clear();
+  ck_assert_int_eq(failure(B, false, "exitcode 1", 2), 0);
+  ck_assert_int_eq(join(B, 1, 2), 0);
+  ck_assert_int_eq(count(B, RP_ROUND), 0);
+  ck_assert_int_eq(op(A, RP_KEEPALIVE, 90), 0);
+  rs_tick(R, 2 + 100 - 0.01);
+  ck_assert_int_eq(count(B, RP_ROUND), 0);
+  rs_tick(R, 2 + 100);
+  ck_assert_int_eq(count(B, RP_ROUND), 1);
+}
+END_TEST
 
 /* ---- who may speak for a node (Note [node tokens]) ---- */
 
@@ -2014,6 +2050,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, reset_then_resume_within_window);
   tcase_add_test(tc, reset_then_window_ends);
   tcase_add_test(tc, resume_supersedes_old_connection);
+  tcase_add_test(tc, zero_last_call_waits_for_restarting_nodes);
   tcase_add_test(tc, impostor_cannot_displace);
   tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);
