@@ -114,7 +114,8 @@ struct shm_abort {
 struct shm_rank {
   uint32_t seq;           /* phases entered (futex word), written by owner */
   int32_t pid;
-  char pad1[LINE - 8];
+  uint32_t left;          /* 1: the owner destroyed the comm (Note [left]) */
+  char pad1[LINE - 12];
   uint32_t waiters;       /* ranks sleeping on seq */
   char pad2[LINE - 4];
 };
@@ -369,6 +370,13 @@ static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
         return 0;
       pg__fail(-ECONNRESET, "shm: rank %d (pid %d) died during %s", peer,
                (int)c->pid[peer], c->what);
+      return poison(c, -ECONNRESET);
+    }
+    if (__atomic_load_n(&c->rk[peer].left, __ATOMIC_ACQUIRE)) {
+      if (ge32(load_acq(w), target))
+        return 0;
+      pg__fail(-ECONNRESET, "shm: rank %d (pid %d) left the communicator "
+               "(pg_destroy) during %s", peer, (int)c->pid[peer], c->what);
       return poison(c, -ECONNRESET);
     }
     __atomic_add_fetch(waiters, 1, __ATOMIC_SEQ_CST);
@@ -1000,6 +1008,12 @@ static int shm_recv(struct pg__comm *pc, void *buf, size_t bytes, int peer,
 
 /* ---- create / destroy ---------------------------------------------------------- */
 
+/* Note [left]: a rank that destroys the comm says so before it unmaps.
+ * Whatever it contributed is there; a peer that still waits for more
+ * from it (it left mid-collective: an error outside libpg, a failed
+ * checkpoint write) would wait for its death or the timeout, while the
+ * leaver's pg_destroy waits for that peer's exit: both stuck for up to
+ * 30 s.  The peer fails at once instead. */
 static void shm_destroy(struct pg__comm *pc)
 {
   struct shm_comm *c = (struct shm_comm *)pc;
@@ -1007,6 +1021,10 @@ static void shm_destroy(struct pg__comm *pc)
 
   if (!c)
     return;
+  if (c->map && c->rk) {
+    __atomic_store_n(&c->rk[c->me].left, 1, __ATOMIC_RELEASE);
+    wake_everyone(c);
+  }
   if (c->map)
     munmap(c->map, c->map_len);
   for (i = 0; c->pidfd && i < c->n; i++)
