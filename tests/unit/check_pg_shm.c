@@ -899,6 +899,69 @@ START_TEST(test_killed_rank)
 }
 END_TEST
 
+/* Note [left]: rank 2 of 3 destroys the comm after the first all-reduce
+ * and stays alive (an error outside libpg on its way out); the others,
+ * in the second all-reduce, fail at once naming it, instead of waiting
+ * for its death or their deadline. */
+#define LEAVE_N 3
+#define LEAVER 2
+
+static void leave_early(struct rank *r, void *arg)
+{
+  size_t count = 1u << 16;
+  float *buf = xmalloc(count * sizeof *buf);
+  double end;
+  int err, i;
+
+  (void)arg;
+  rank_setup(r, "leave/", 10);
+  for (i = 0; i < (int)count; i++)
+    buf[i] = 1.0f;
+  err = r->c->ops->all_reduce(r->c, buf, buf, count, PG_F32, PG_SUM,
+                              pg__now() + 10);
+  RCHECK(r, err == 0, "first all_reduce: %s", pg_err_name(err));
+  if (r->me == LEAVER) {
+    rank_teardown(r);
+    /* Alive until the others are done, so that only "left" tells them. */
+    for (end = pg__now() + 20; pg__now() < end;) {
+      if (__atomic_load_n(&res->err_after[0], __ATOMIC_ACQUIRE) &&
+          __atomic_load_n(&res->err_after[1], __ATOMIC_ACQUIRE))
+        break;
+      usleep(2000);
+    }
+    free(buf);
+    return;
+  }
+  err = r->c->ops->all_reduce(r->c, buf, buf, count, PG_F32, PG_SUM,
+                              pg__now() + 10);
+  res->err[r->me] = err;
+  /* The first to notice says who left; the other learns from its abort. */
+  RCHECK(r, err != -ECONNRESET ||
+         strstr(pg_last_error(), "rank 2 (pid") ||
+         strstr(pg_last_error(), "aborted the communicator"), "%s",
+         pg_last_error());
+  if (err == -ECONNRESET && strstr(pg_last_error(), "left the communicator"))
+    __atomic_store_n(&res->ncases, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&res->err_after[r->me], 1, __ATOMIC_RELEASE);
+  rank_teardown(r);
+  free(buf);
+}
+
+START_TEST(test_rank_left)
+{
+  int st[LEAVE_N], i;
+  pid_t pids[LEAVE_N];
+
+  run_ranks(LEAVE_N, leave_early, NULL, pids, st, NULL);
+  expect_clean_exits(LEAVE_N, st);
+  for (i = 0; i < LEAVE_N; i++)
+    if (i != LEAVER)
+      ck_assert_msg(res->err[i] == -ECONNRESET, "rank %d: %s", i,
+                    pg_err_name(res->err[i]));
+  ck_assert_msg(res->ncases == 1, "no rank said rank %d left", LEAVER);
+}
+END_TEST
+
 /* Rank 2 of 3 never calls the collective: the others time out by their
  * deadline (or see the first one's abort). */
 static void no_show(struct rank *r, void *arg)
@@ -1054,6 +1117,7 @@ static Suite *pg_shm_suite(void)
   tcase_add_checked_fixture(tf, setup, teardown);
   tcase_set_timeout(tf, 60);
   tcase_add_test(tf, test_killed_rank);
+  tcase_add_test(tf, test_rank_left);
   tcase_add_test(tf, test_no_show);
   tcase_add_test(tf, test_unlinked);
   tcase_add_test(tf, test_early_exit);
