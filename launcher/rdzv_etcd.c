@@ -612,6 +612,24 @@ static void boot_next(struct rdzv_etcd *e)
 
 /* ---- keepalive ---------------------------------------------------------- */
 
+/* Note [etcd outage]: once no keepalive has reached etcd for half the
+ * lease, say so (once), with how long the lease has left; a keepalive
+ * that gets through later says that it did.  Checked at every tick, not
+ * only on an error: a request into a stalled etcd fails only at its own
+ * timeout. */
+static void keepalive_check(struct rdzv_etcd *e, const char *why)
+{
+  double silent = now_s() - e->keepalive_ok;
+
+  if (e->keepalive_warned || silent <= e->ttl / 2.0)
+    return;
+  e->keepalive_warned = true;
+  say("rendezvous '%s': no lease keepalive has reached etcd for %.1f s%s%s%s; "
+      "the lease expires in %.1f s unless one does, and the other nodes "
+      "then count this one as lost", e->id, silent, why ? " (" : "",
+      why ? why : "", why ? ")" : "", fmax(0, e->ttl - silent));
+}
+
 static void keepalive_done(void *ctx, int err, const cJSON *r,
                            const char *msg)
 {
@@ -624,11 +642,7 @@ static void keepalive_done(void *ctx, int err, const cJSON *r,
     msg = "lease keepalive: no result in the answer";
   }
   if (err) {
-    if (!e->keepalive_warned && now_s() - e->keepalive_ok > e->ttl) {
-      e->keepalive_warned = true;
-      say("rendezvous '%s': no lease keepalive reached etcd for %d s (%s); "
-          "the other nodes may count this one as lost", e->id, e->ttl, msg);
-    }
+    keepalive_check(e, msg);
     return;
   }
   if (etcd_i64(res, "TTL") <= 0) {
@@ -637,6 +651,11 @@ static void keepalive_done(void *ctx, int err, const cJSON *r,
          "count it as lost", e->id, e->ttl);
     return;
   }
+  /* Note [etcd outage]: the line that said it was in trouble gets its
+   * answer. */
+  if (e->keepalive_warned)
+    say("rendezvous '%s': etcd answers again: the lease was renewed after "
+        "%.1f s without a keepalive", e->id, now_s() - e->keepalive_ok);
   e->keepalive_ok = now_s();
   e->keepalive_warned = false;
 }
@@ -669,7 +688,10 @@ static void keepalive_tick(uv_timer_t *t)
    * that is gone or has no leader (a follower holds a renewal up to ~7 s
    * waiting for one) never keeps the renewal from the members that can
    * serve it within the TTL. */
-  if (!e->lease[0] || e->failed || e->destroyed || e->keepalive_inflight)
+  if (!e->lease[0] || e->failed || e->destroyed)
+    return;
+  keepalive_check(e, NULL);
+  if (e->keepalive_inflight)
     return;
   b = cJSON_CreateObject();
   cJSON_AddStringToObject(b, "ID", e->lease);
