@@ -36,6 +36,9 @@ int jobtoken_make(const unsigned char *secret, size_t keylen,
   if (own && *own) {
     secret = (const unsigned char *)own;
     keylen = strlen(own);
+  } else if (as->job_token[0]) {        /* the rendezvous issued it */
+    snprintf(out, JOBTOKEN_HEX + 1, "%s", as->job_token);
+    return 0;
   }
   if (keylen == 0 && as->group_world_size <= 1) {
     if (ra_nonce(mac))

@@ -3,20 +3,23 @@
  * processes that know it (man/libpg.3, proto/SECURITY.md).
  *
  * Note [job token]: every worker of a round, on every node, must get the
- * same token, and each agent learns only O(1) facts from the rendezvous.
- * So the token is computed, not exchanged: HMAC-SHA256 under a key the
- * job's agents share, over the facts they share (the run id, MASTER_ADDR
- * and MASTER_PORT), as 64 hex digits.  The key is, in order:
+ * same token.  In order:
  *   1. the agent's own $CDRUN_JOB_TOKEN, set by the operator to the same
- *      secret on every node;
- *   2. the rendezvous shared secret (--rdzv_conf secret_file=...);
- *   3. none, on a one-node round: then the token is 32 fresh random
- *      bytes instead, known to this agent's workers only;
- *   4. none, on a multi-node round without a secret: a fixed public key.
- *      That token keeps out scanners and processes of other jobs or
- *      rendezvous, but anyone who knows the run id and the master
- *      endpoint can compute it; the agent says so once.
- * The round is not in it: the static back end counts rounds per node. */
+ *      secret on every node, keys an HMAC over the run id, MASTER_ADDR
+ *      and MASTER_PORT (below);
+ *   2. the rendezvous issued one with the round (rdzvd and a hosting
+ *      cdrun do: an HMAC under the server's own key, a new one every
+ *      round, given to the round's participants only): taken as is;
+ *   3. otherwise the same HMAC as 1 under the rendezvous shared secret
+ *      (--rdzv_conf secret_file=...: the etcd and static back ends);
+ *   4. none, on a one-node round: 32 fresh random bytes, known to this
+ *      agent's workers only;
+ *   5. none, on a multi-node round: a fixed public key.  That token keeps
+ *      out scanners and processes of other jobs or rendezvous, but anyone
+ *      who knows the run id and the master endpoint can compute it; the
+ *      agent says so once.
+ * 1, 3 and 5 leave the round out: the static back end counts rounds per
+ * node. */
 #ifndef CDRUN_JOBTOKEN_H
 #define CDRUN_JOBTOKEN_H
 

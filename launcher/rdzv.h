@@ -24,6 +24,9 @@ struct rdzv_assignment {
   int world_size;         /* workers in the round, all nodes */
   char master_addr[256];
   int master_port;
+  /* The round's job token from the rendezvous, 64 hex digits, the same on
+   * every node (launcher/jobtoken.h); "": the back end issues none. */
+  char job_token[65];
 };
 
 /* Why the agent asks for a round. */

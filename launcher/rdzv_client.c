@@ -264,6 +264,9 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
     snprintf(a.master_addr, sizeof a.master_addr, "%s",
              m->u.round.master_addr);
     a.master_port = m->u.round.master_port;
+    if (!rp_token_none(m->u.round.job_token))
+      for (size_t i = 0; i < RP_TOKEN_BYTES; i++)
+        snprintf(a.job_token + 2 * i, 3, "%02x", m->u.round.job_token[i]);
     c->round = a.round;
     c->last_present = -1;
     c->have_round = true;

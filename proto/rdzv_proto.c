@@ -183,6 +183,7 @@ static const struct field round_fields[] = {
   { "host_rank", K_INT, MSG(round.host_rank), OMIT_ZERO, 0, RP_MAX_NODES - 1,
     false, false },
   { "token", K_TOKEN, ARR(round.token), 0, 0, false, false },
+  { "job_token", K_TOKEN, ARR(round.job_token), 0, 0, false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 

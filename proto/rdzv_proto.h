@@ -174,6 +174,10 @@ struct rp_round {
   /* The credential that proves this assignment (rdzv_token.h); all zero:
    * none (absent on the wire).  RESUME presents it. */
   unsigned char token[RP_TOKEN_BYTES];
+  /* The round's job token, the same for every participant: the key of
+   * libpg's store and mesh for the workers (launcher/jobtoken.h); all
+   * zero: none. */
+  unsigned char job_token[RP_TOKEN_BYTES];
 };
 
 /* What a reconnecting agent was doing when it lost the server. */

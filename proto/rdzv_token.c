@@ -15,6 +15,7 @@
 #define KEY_LABEL "cdrun-rdzv-token-key-1"
 #define TOKEN_LABEL_GATHERING "cdrun-rdzv-token-1 gathering"
 #define TOKEN_LABEL_RUNNING "cdrun-rdzv-token-1 running"
+#define TOKEN_LABEL_JOB "cdrun-rdzv-token-1 job"
 
 /* HMAC-SHA256 with the key's blocks absorbed once: inner = SHA256 state
  * after (key ^ ipad), outer = after (key ^ opad).  work is the scratch
@@ -238,6 +239,18 @@ int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
   put_u64(&c, (uint64_t)rd->world_size);
   put_str(&c, rd->master_addr, RP_MAX_ADDR);
   put_u64(&c, (uint64_t)rd->master_port);
+  return mac(k, &c, out);
+}
+
+int rdzv_token_job(const struct rdzv_token_key *k, const char *job,
+                   int round, int restart_count,
+                   unsigned char out[RP_TOKEN_BYTES])
+{
+  struct claim c;
+
+  claim_start(&c, TOKEN_LABEL_JOB, job, "", 0);
+  put_u64(&c, (uint64_t)round);
+  put_u64(&c, (uint64_t)restart_count);
   return mac(k, &c, out);
 }
 

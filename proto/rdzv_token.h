@@ -79,6 +79,15 @@ int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
                        const struct rp_round *rd,
                        unsigned char out[RP_TOKEN_BYTES]);
 
+/* The job token of round (with restart_count) of job: what the round's
+ * participants give their workers as CDRUN_JOB_TOKEN (launcher/jobtoken.h).
+ * Under the server's own key, so only a participant learns it; the same
+ * for every participant of the round, another for every round.  0 or
+ * -EIO. */
+int rdzv_token_job(const struct rdzv_token_key *k, const char *job,
+                   int round, int restart_count,
+                   unsigned char out[RP_TOKEN_BYTES]);
+
 /* Constant-time equality of two tokens; an all-zero token (none) equals
  * nothing. */
 bool rdzv_token_equal(const unsigned char a[RP_TOKEN_BYTES],

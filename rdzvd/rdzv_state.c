@@ -618,6 +618,9 @@ static void complete_round(struct rs_registry *r, struct job *job,
   rd->world_size = job->world_size;
   copy_str(rd->master_addr, sizeof rd->master_addr, rs__node_addr(master));
   rd->master_port = master->master_port;
+  if (rdzv_token_job(r->tokens, job->id, job->round, job->restart_count,
+                     rd->job_token))
+    memset(rd->job_token, 0, sizeof rd->job_token);
   for (i = 0; r->embedded_pid && i < k; i++) {
     if (job->order[i]->pid == r->embedded_pid &&
         strcmp(job->order[i]->host, r->embedded_host) == 0) {

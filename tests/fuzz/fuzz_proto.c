@@ -82,7 +82,8 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
            strcmp(ra->master_addr, rb->master_addr) == 0 &&
            ra->master_port == rb->master_port &&
            ra->embedded == rb->embedded && ra->host_rank == rb->host_rank &&
-           memcmp(ra->token, rb->token, RP_TOKEN_BYTES) == 0;
+           memcmp(ra->token, rb->token, RP_TOKEN_BYTES) == 0 &&
+           memcmp(ra->job_token, rb->job_token, RP_TOKEN_BYTES) == 0;
   case RP_RESUME:
     return same_msg_join(&a->u.resume.join, &b->u.resume.join) &&
            a->u.resume.phase == b->u.resume.phase &&

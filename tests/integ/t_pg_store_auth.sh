@@ -4,7 +4,7 @@
 # runs can neither read pg/host/0 nor write pg/exit/N, and what it sends
 # does not make rank 0 grow; the job completes.  Then two agents (two
 # "nodes" of an embedded rendezvous without a secret) give their workers
-# the same token, and say that it can be computed by others.
+# the same token, the one the rendezvous issued with the round.
 . "$(dirname "$0")/lib.sh"
 
 PGTEST=$(dirname "$TW")/pgtest
@@ -106,7 +106,8 @@ wait_exit "$BG" 60
 grep -q "CDRUN_JOB_TOKEN is not set" "$T/err" &&
   fail "a worker ran without a token"
 
-# ---- two nodes, no rendezvous secret: one (computable) token ----
+# ---- two nodes, no rendezvous secret: the rendezvous issues the round's
+# token (Note [job token]): the same on both, and nobody can compute it ----
 d=$T/m
 mkdir "$d"
 port=$(free_port)
@@ -121,6 +122,8 @@ for n in a b; do
   v=AGENT_$n
   wait_exit "${!v}" 60
   [ "$RC" -eq 0 ] || { cat "$T/a.err" "$T/b.err"; fail "agent $n exited $RC"; }
-  expect_grep "no rendezvous secret: the workers' CDRUN_JOB_TOKEN" "$T/$n.err"
+  grep -q "no rendezvous secret: the workers' CDRUN_JOB_TOKEN" "$T/$n.err" &&
+    fail "agent $n says its workers' token can be computed"
 done
+# Both ranks passed rank 0's store handshake and all-reduced: one token.
 exit 0

@@ -97,6 +97,29 @@ START_TEST(test_no_secret_guessable)
 }
 END_TEST
 
+/* The rendezvous issued a token with the round: taken as is, over the
+ * secret-derived one; the operator's own still wins. */
+START_TEST(test_rendezvous_issued)
+{
+  struct rdzv_assignment n0 = round_of(0, 2);
+  char a[JOBTOKEN_HEX + 1];
+  bool g = true;
+
+  unsetenv(JOBTOKEN_VAR);
+  memset(n0.job_token, 'c', JOBTOKEN_HEX);
+  make("a-rendezvous-secret-of-some-length", &n0, a, &g);
+  ck_assert(!g);
+  ck_assert_str_eq(a, n0.job_token);
+  make(NULL, &n0, a, &g);
+  ck_assert(!g);
+  ck_assert_str_eq(a, n0.job_token);
+  setenv(JOBTOKEN_VAR, "set-by-the-operator-on-every-node", 1);
+  make(NULL, &n0, a, &g);
+  ck_assert_str_ne(a, n0.job_token);
+  unsetenv(JOBTOKEN_VAR);
+}
+END_TEST
+
 static Suite *jobtoken_suite(void)
 {
   Suite *s = suite_create("jobtoken");
@@ -106,6 +129,7 @@ static Suite *jobtoken_suite(void)
   tcase_add_test(tc, test_operator_token);
   tcase_add_test(tc, test_one_node_random);
   tcase_add_test(tc, test_no_secret_guessable);
+  tcase_add_test(tc, test_rendezvous_issued);
   suite_add_tcase(s, tc);
   return s;
 }

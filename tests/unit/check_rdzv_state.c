@@ -1754,6 +1754,28 @@ START_TEST(zero_last_call_waits_for_restarting_nodes)
 }
 END_TEST
 
+/* The round's job token (rdzv_token_job): one for every participant of
+ * a round, another for the next round, none all zero. */
+START_TEST(job_token_per_round)
+{
+  unsigned char t0[RP_TOKEN_BYTES];
+
+  running_pair();
+  ck_assert_int_eq(failure(A, false, "exitcode 1", 1), 0);
+  ck_assert_int_eq(join(A, 1, 1), 0);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  ck_assert(!rp_token_none(last(A, RP_ROUND)->u.round.job_token));
+  ck_assert(!memcmp(last(A, RP_ROUND)->u.round.job_token,
+                    last(B, RP_ROUND)->u.round.job_token, RP_TOKEN_BYTES));
+  memcpy(t0, last(A, RP_ROUND)->u.round.job_token, RP_TOKEN_BYTES);
+  ck_assert_int_eq(failure(B, false, "exitcode 1", 2), 0);
+  ck_assert_int_eq(join(A, 1, 2), 0);
+  ck_assert_int_eq(join(B, 1, 2), 0);
+  ck_assert(memcmp(last(A, RP_ROUND)->u.round.job_token, t0,
+                   RP_TOKEN_BYTES) != 0);
+}
+END_TEST
+
 /* ---- who may speak for a node (Note [node tokens]) ---- */
 
 /* Item 1 of "identities a stranger cannot forge": a RESUME naming a live
@@ -2051,6 +2073,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, reset_then_window_ends);
   tcase_add_test(tc, resume_supersedes_old_connection);
   tcase_add_test(tc, zero_last_call_waits_for_restarting_nodes);
+  tcase_add_test(tc, job_token_per_round);
   tcase_add_test(tc, impostor_cannot_displace);
   tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);
