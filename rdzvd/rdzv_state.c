@@ -28,6 +28,7 @@
 #define DEF_RESUME_GRACE 10.0
 #define MAX_BARRIERS 64             /* distinct barrier names per round */
 #define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
+#define CLOSE_WAIT_MAX 5.0          /* closing_start: at most, seconds */
 #define DESC_MAX (2 * RP_MAX_ADDR + 64)
 #define ROUND_LIMIT_TEXT "1073741824"   /* RP_MAX_ROUND */
 _Static_assert(RP_MAX_ROUND == 1073741824, "ROUND_LIMIT_TEXT");
@@ -1459,9 +1460,10 @@ static void closing_end(struct rs_registry *r, struct job *job, double now)
 
 /* A failure ends the job: the CLOSED waits until every participant of
  * the round reported its own (the earliest of them is the root cause),
- * or one keepalive window (how long a silent node may still be alive),
- * whichever comes first.  Participants that are healthy hear CLOSED when
- * the wait ends. */
+ * or one keepalive window (how long a silent node may still be alive) but
+ * never more than CLOSE_WAIT_MAX (a job with a long keepalive window would
+ * otherwise hold its nodes for minutes), whichever comes first.
+ * Participants that are healthy hear CLOSED when the wait ends. */
 static void closing_start(struct rs_registry *r, struct job *job,
                           struct node *reporter, bool final, double now)
 {
@@ -1471,8 +1473,9 @@ static void closing_start(struct rs_registry *r, struct job *job,
   job->closing_exhausted = !final;
   TAILQ_FOREACH(n, &job->nodes, in_job)
     n->reported = n == reporter;
-  job->closing_deadline = now + job->conf.keepalive_interval *
-                                job->conf.keepalive_misses;
+  job->closing_deadline = now + fmin(CLOSE_WAIT_MAX,
+                                     job->conf.keepalive_interval *
+                                     job->conf.keepalive_misses);
   if (!closing_pending(job)) {
     closing_end(r, job, now);
     return;

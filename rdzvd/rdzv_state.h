@@ -128,9 +128,9 @@ void rs_destroy(struct rs_registry *r);
  * round's final one.  A failure that closes the job does not close it at
  * once: the job is "closing" until every participant of the round has
  * reported (or is gone, or detached), or one keepalive window
- * (keepalive_interval x keepalive_misses) has passed, so that a node
- * whose worker failed first but whose report comes second (a slow node,
- * a busy link) still names the root cause; a closing job starts no
+ * (keepalive_interval x keepalive_misses, at most 5 s) has passed, so
+ * that a node whose worker failed first but whose report comes second (a
+ * slow node, a busy link) still names the root cause; a closing job starts no
  * round and admits no one to it.  Times come from the nodes' clocks: a
  * skew larger than the gap between two failures can swap them. 
  *
