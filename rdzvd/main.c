@@ -1,5 +1,6 @@
 /* main.c -- rdzvd: the rendezvous daemon, and its status query. */
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -94,7 +95,23 @@ struct daemon {
   const char *metrics_ep;
   char metrics_host[256];
   double metrics_header_timeout;  /* 0: the default */
+  uv_timer_t trim;
 };
+
+/* Memory that peers made the daemon hold and then gave up (a job's key-
+ * value store, 10,000 jobs forgotten) goes back to the system: glibc
+ * keeps freed chunks in its arenas otherwise, and the daemon's RSS would
+ * stay at its peak for ever.  Checked every TRIM_PERIOD_MS; the timer does
+ * not keep the loop alive. */
+#define TRIM_PERIOD_MS 2000
+#define TRIM_FREE_BYTES ((size_t)1 << 20)
+
+static void trim_fire(uv_timer_t *t)
+{
+  (void)t;
+  if (mallinfo2().fordblks > TRIM_FREE_BYTES)
+    malloc_trim(0);
+}
 
 /* Job log lines: a timestamp, then what happened (escaped: log_file.h). */
 static void log_line(void *ctx, const char *line)
@@ -490,6 +507,9 @@ int main(int argc, char **argv)
                "with the secret could claim one before its node returns "
                "(rdzvd(8), Node tokens)");
   }
+  uv_timer_init(d.loop, &d.trim);
+  uv_timer_start(&d.trim, trim_fire, TRIM_PERIOD_MS, TRIM_PERIOD_MS);
+  uv_unref((uv_handle_t *)&d.trim);
   fflush(stderr);
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_walk(d.loop, close_walk, NULL);

@@ -173,7 +173,16 @@ static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
  * the round was reported, or only untimed ones (an older agent's). */
 static const struct rp_cause *job_cause(const struct job *job)
 {
-  return job->cause_held && job->cause.exited_at > 0 ? &job->cause : NULL;
+  const struct job_cause *jc = job->cause;
+
+  return jc && jc->held && jc->cause.exited_at > 0 ? &jc->cause : NULL;
+}
+
+/* The text of the round's root cause, for RESTART and CLOSED. */
+static const char *cause_text(const struct job *job)
+{
+  return job->cause && job->cause->held ? job->cause->text
+                                         : "workers failed";
 }
 
 /* Sends ERROR and returns err (a negative errno) for rs_handle. */
@@ -462,6 +471,7 @@ static void job_free(struct rs_registry *r, struct job *job)
   empty_remove(r, job);
   free(job->order);
   free(job->ranks.s);
+  free(job->cause);
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
   th_clear(&r->heap, &job->t_forget);
@@ -648,7 +658,8 @@ static void complete_round(struct rs_registry *r, struct job *job,
   job->restarting = false;
   job->exit_passed = false;
   job->progress_dirty = false;
-  job->cause_held = false;
+  if (job->cause)
+    job->cause->held = false;
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
   metrics_round_completed(r->metrics, now - job->round_started);
@@ -1414,19 +1425,22 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
 static void cause_offer(struct job *job, const struct node *n,
                         const struct rp_failure *f)
 {
+  struct job_cause *jc = job->cause;
   char d[DESC_MAX];
 
-  if (job->cause_held && (job->cause.exited_at <= 0 ||
-                          f->cause.exited_at <= 0 ||
-                          f->cause.exited_at >= job->cause.exited_at))
+  if (!jc && !(jc = job->cause = calloc(1, sizeof(*jc))))
+    return;                     /* out of memory: the texts say less */
+  if (jc->held && (jc->cause.exited_at <= 0 ||
+                   f->cause.exited_at <= 0 ||
+                   f->cause.exited_at >= jc->cause.exited_at))
     return;
   describe(n, d, sizeof d);
-  job->cause_held = true;
-  job->cause = f->cause;
-  if (f->cause.exited_at > 0 && !job->cause.host[0])
-    copy_str(job->cause.host, sizeof job->cause.host, n->host);
-  fmt(job->cause_text, sizeof job->cause_text, "%s workers failed: %.*s",
-      d, RP_MAX_TEXT, f->message);
+  jc->held = true;
+  jc->cause = f->cause;
+  if (f->cause.exited_at > 0 && !jc->cause.host[0])
+    copy_str(jc->cause.host, sizeof jc->cause.host, n->host);
+  fmt(jc->text, sizeof jc->text, "%s workers failed: %.*s", d, RP_MAX_TEXT,
+      f->message);
 }
 
 /* The participants of a closing job whose report has not come. */
@@ -1448,10 +1462,10 @@ static void closing_end(struct rs_registry *r, struct job *job, double now)
 
   if (job->closing_exhausted)
     fmt(text, sizeof text, "%.*s; no restarts left (%d of %d used)",
-        RP_MAX_TEXT, job->cause_text, job->restart_count,
+        RP_MAX_TEXT, cause_text(job), job->restart_count,
         job->conf.max_restarts);
   else
-    copy_str(text, sizeof text, job->cause_text);
+    copy_str(text, sizeof text, cause_text(job));
   if (pending)
     say(r, "job %s: %d node%s did not report within the wait; closing",
         job->id, pending, pending == 1 ? "" : "s");
@@ -1521,7 +1535,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
         f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
     closing_start(r, job, n, f->final, now);
   } else if (f->final) {
-    end_job(r, job, now, false, job->cause_text);
+    end_job(r, job, now, false, cause_text(job));
   } else if (job->phase != PH_RUNNING || n->state != NS_PART) {
     /* The round already ended: this failure is part of that restart. */
     say(r, "job %s: %s workers failed in round %d (already restarting): "
@@ -1529,7 +1543,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
   } else {
     job->restart_count++;
     metrics_restart(r->metrics);
-    start_round(r, job, now, job->cause_text, n);
+    start_round(r, job, now, cause_text(job), n);
   }
   return 0;
 }

@@ -129,6 +129,14 @@ struct node {
   char addr[RP_MAX_ADDR + 1];   /* as joined; "" = the peer address */
 };
 
+/* A job's root cause (Note [root cause]), allocated at its first failure
+ * and kept for its later rounds. */
+struct job_cause {
+  bool held;                    /* a failure of this round was reported */
+  struct rp_cause cause;        /* its worker; exited_at 0: untimed */
+  char text[RP_MAX_TEXT + 1];   /* "<node> workers failed: <msg>" */
+};
+
 struct job {
   TAILQ_ENTRY(job) in_registry; /* r->jobs, creation order */
   TAILQ_ENTRY(job) in_empty;    /* r->empty (no node), when empty_listed */
@@ -149,9 +157,8 @@ struct job {
   bool exit_passed;             /* the running round passed "exit" */
   /* Note [root cause] (rdzv_state.h): the round's root cause so far,
    * and the close that waits for the other participants' reports. */
-  bool cause_held;              /* a failure of this round was reported */
-  struct rp_cause cause;        /* its worker; exited_at 0: untimed */
-  char cause_text[RP_MAX_TEXT + 1];  /* "<node> workers failed: <msg>" */
+  struct job_cause *cause;      /* NULL until a first failure: 1.3 KB
+                                   that 10,000 quiet jobs need not hold */
   bool closing;                 /* a failure ends the job: waiting for
                                    the other participants' reports */
   bool closing_exhausted;       /* ... because no restart is left */
