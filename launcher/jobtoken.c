@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "rdzv_auth.h"
 
@@ -41,7 +42,9 @@ int jobtoken_make(const unsigned char *secret, size_t keylen,
     return 0;
   }
   if (keylen == 0 && as->group_world_size <= 1) {
-    if (ra_nonce(mac))
+    /* The kernel's CSPRNG, not OpenSSL's: no libcrypto set-up in an
+     * agent that has no secret. */
+    if (getrandom(mac, sizeof mac, 0) != (ssize_t)sizeof mac)
       return -EIO;
     hex(mac, sizeof mac, out);
     return 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/random.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -25,6 +26,13 @@ struct rdzv_token_key {
   bool lasting;
   uint64_t next_incarnation;
 };
+
+/* The kernel's CSPRNG: OpenSSL's (RAND_bytes) would set up its DRBG and
+ * providers in every cdrun that hosts a rendezvous, secret or not. */
+static int kernel_random(unsigned char *out, size_t n)
+{
+  return getrandom(out, n, 0) == (ssize_t)n ? 0 : -EIO;
+}
 
 static int absorb_pad(EVP_MD_CTX *ctx, const unsigned char key[32],
                       unsigned char pad)
@@ -52,11 +60,11 @@ struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *file)
   k->lasting = file && file->len;
   rc = k->lasting ? ra_hmac(file->key, file->len, KEY_LABEL,
                             strlen(KEY_LABEL), key)
-                  : ra_nonce(key);
+                  : kernel_random(key, sizeof key);
   if (!rc) {
     unsigned char start[RP_AUTH_BYTES];
 
-    rc = ra_nonce(start);
+    rc = kernel_random(start, sizeof start);
     for (size_t i = 0; !rc && i < 8; i++)
       k->next_incarnation = k->next_incarnation << 8 | start[i];
   }
