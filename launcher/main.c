@@ -505,19 +505,20 @@ int main(int argc, char **argv)
   o.cmd = j.cmd;
   o.target = a.target_argv[0];
   o.role = a.role;
+  o.output.role = a.role;
   o.run_id = j.run_id;
   o.token_secret = j.rdzv.secret.key;
   o.token_secret_len = j.rdzv.secret.len;
   o.run_log_dir = j.run_log_dir;
   o.temp_log_base = j.log_base_is_temp ? j.log_base : NULL;
-  o.redirects = j.redirects;
-  o.tee = j.tee;
-  o.console = j.console;
-  o.prefix_template = a.log_line_prefix_template
-                       ? a.log_line_prefix_template
-                       : getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-  o.stdout_filters = j.stdout_filters;
-  o.stderr_filters = j.stderr_filters;
+  o.output.redirects = j.redirects;
+  o.output.tee = j.tee;
+  o.output.console = j.console;
+  o.output.prefix_template = a.log_line_prefix_template
+                             ? a.log_line_prefix_template
+                             : getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  o.output.stdout_filters = j.stdout_filters;
+  o.output.stderr_filters = j.stderr_filters;
   o.virtual_local_rank = a.virtual_local_rank;
   o.heartbeat_timeout = a.worker_heartbeat_timeout;
   o.numa = j.numa;
