@@ -1,10 +1,11 @@
 /* agent.c -- the local worker group's life: rendezvous, start, watch,
  * stop, restart, report.  One libuv loop, no polling: workers are reaped on
- * SIGCHLD, their tee'd output read as it arrives. */
+ * SIGCHLD, their tee'd output read as it arrives (output.c).  What a
+ * failure was and what cdrun says and returns about it is failures.c's;
+ * the watchdogs that kill a hung worker are hang.c's. */
 #include "agent.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <linux/mempolicy.h>
 #include <signal.h>
@@ -15,13 +16,13 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "contain.h"
 #include "failures.h"
 #include "filetimer.h"
 #include "guardian.h"
+#include "hang.h"
 #include "jobtoken.h"
 #include "logs.h"
 #include "output.h"
@@ -44,10 +45,7 @@ struct worker {
   char *dir;                    /* attempt_<k>/<local_rank> */
   char *error_file;
   struct output_stream out, err;   /* output.h */
-  char killed_why[512];         /* why the agent killed it ("" if not):
-                                   the failure's message */
-  char heartbeat_file[PATH_MAX + 16];   /* "" without a watchdog */
-  double started;               /* epoch seconds */
+  struct hang_watch hang;       /* hang.h */
 };
 
 enum agent_state {
@@ -465,12 +463,12 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
   code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
   /* A worker our watchdogs killed failed, whenever it went. */
   if (a->state == ST_STOPPING && a->reason == STOP_FAILURE &&
-      (is_cofailure(a, code) || w->killed_why[0])) {
+      (is_cofailure(a, code) || w->hang.killed_why[0])) {
     say("worker %d (local rank %d, pid %d) failed too (%s %d)",
               w->rank, w->local_rank, (int)w->pid,
               code < 0 ? "signal" : "status", code < 0 ? -code : code);
     record_failure(a, w, w->pid, code,
-                   w->killed_why[0] ? w->killed_why : NULL);
+                   w->hang.killed_why[0] ? w->hang.killed_why : NULL);
   }
   if (a->ftimer)
     filetimer_clear(a->ftimer, w->pid);
@@ -486,7 +484,7 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
       say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
     record_failure(a, w, w->pid, code,
-                   w->killed_why[0] ? w->killed_why : NULL);
+                   w->hang.killed_why[0] ? w->hang.killed_why : NULL);
     report_failure(a, w, code);
     begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
@@ -618,21 +616,10 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
       return err;
   }
   unlink(w->error_file);
-  w->killed_why[0] = '\0';
-  w->heartbeat_file[0] = '\0';
-  if (o->heartbeat_timeout > 0) {
-    int fd;
-
-    snprintf(w->heartbeat_file, sizeof w->heartbeat_file, "%s/heartbeat",
-             w->dir);
-    /* Created now: its mtime is the start of the worker's first step. */
-    fd = open(w->heartbeat_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-              0644);
-    if (fd < 0)
-      return -errno;
-    close(fd);
-  }
-  w->started = now_epoch();
+  err = hang_watch_start(&w->hang, w->dir, o->heartbeat_timeout > 0,
+                         now_epoch());
+  if (err)
+    return err;
 
   memset(&we, 0, sizeof we);
   we.local_rank = w->local_rank;
@@ -654,7 +641,8 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
   we.default_omp_threads = o->default_omp_threads;
   we.virtual_local_rank = o->virtual_local_rank;
   we.timer_file = o->timer_file;
-  we.heartbeat_file = w->heartbeat_file[0] ? w->heartbeat_file : NULL;
+  we.heartbeat_file = w->hang.heartbeat_file[0] ? w->hang.heartbeat_file
+                                                : NULL;
   we.job_token = a->job_token[0] ? a->job_token : NULL;
   env = workerenv_build(environ, &we);
   if (!env)
@@ -1025,50 +1013,20 @@ static struct worker *worker_of(struct agent *a, pid_t pid)
   return NULL;
 }
 
-/* " 30 s" for a deadline of about 30 s, "" when it is not known. */
-static void format_deadline(double secs, char *buf, size_t len)
-{
-  if (!(secs >= 0.05))
-    snprintf(buf, len, "%s", "");
-  else if (secs >= 100)
-    snprintf(buf, len, " %.0f s", secs);
-  else
-    snprintf(buf, len, " %.2g s", secs);
-}
-
-/* A file timer expired (see filetimer.h): torch's FileTimerServer sends
- * the timer's signal to its pid; we do so only for our own workers and
- * their descendants, and say why. */
+/* A file timer expired (filetimer.h): for a worker of ours only. */
 static void on_timer_expired(void *ctx, const struct filetimer_request *t)
 {
   struct agent *a = ctx;
   struct worker *w = worker_of(a, t->pid);
-  char msg[512], deadline[32];
 
-  if (!w) {
-    say("file timer: '%s' of pid %d expired, but pid %d is no worker of "
-        "this agent; ignored", t->scope_id, (int)t->pid, (int)t->pid);
-    return;
-  }
-  format_deadline(t->expiration_time - t->received, deadline,
-                  sizeof deadline);
-  snprintf(msg, sizeof msg, "rank %d exceeded its%s deadline in '%s'",
-           w->rank, deadline, t->scope_id);
-  say("%s; sending %s to pid %d", msg, signame(t->signal), (int)t->pid);
-  if (t->pid == w->pid)
-    snprintf(w->killed_why, sizeof w->killed_why, "%s", msg);
-  if (kill(t->pid, t->signal) < 0 && errno != ESRCH)
-    say("file timer: cannot signal pid %d: %s", (int)t->pid,
-        strerror(errno));
+  if (w)
+    hang_timer_expired(&w->hang, w->pid, w->rank, t);
+  else
+    hang_timer_expired(NULL, 0, 0, t);
 }
 
-/* Note [heartbeat watchdog]: with --worker_heartbeat_timeout=S each
- * worker has a heartbeat file (CDRUN_HEARTBEAT_FILE) whose mtime it bumps
- * every step (libpg's pg_heartbeat).  The timer is armed for the earliest
- * moment a worker could have been silent for S; then the files are
- * stat'ed, the silent ones killed, and the timer re-armed.  A worker that
- * touches its file keeps moving its own deadline, so a healthy group
- * costs one stat per worker per S seconds. */
+/* Note [heartbeat watchdog] (hang.c): checks every running worker, then
+ * sleeps until the earliest moment one could be silent for too long. */
 static void heartbeat_check(uv_timer_t *t)
 {
   struct agent *a = t->data;
@@ -1079,28 +1037,13 @@ static void heartbeat_check(uv_timer_t *t)
     return;
   for (i = 0; i < a->o->nproc; i++) {
     struct worker *w = &a->workers[i];
-    struct stat st;
-    double last = w->started;
+    double due;
 
-    if (!w->running || w->killed_why[0])
+    if (!w->running || w->hang.killed_why[0])
       continue;
-    if (stat(w->heartbeat_file, &st) == 0) {
-      double m = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
-
-      if (m > last)
-        last = m;
-    }
-    if (now - last >= timeout) {
-      snprintf(w->killed_why, sizeof w->killed_why, "rank %d made no "
-               "progress for %.2g s (its heartbeat file was not touched; "
-               "--worker_heartbeat_timeout=%g)", w->rank, now - last,
-               timeout);
-      say("%s; sending SIGKILL to pid %d", w->killed_why, (int)w->pid);
-      kill(w->pid, SIGKILL);
-      continue;
-    }
-    if (next < 0 || last + timeout < next)
-      next = last + timeout;
+    due = hang_heartbeat_check(&w->hang, w->pid, w->rank, timeout, now);
+    if (due >= 0 && (next < 0 || due < next))
+      next = due;
   }
   if (next >= 0)
     uv_timer_start(&a->heartbeat, heartbeat_check,
