@@ -26,7 +26,6 @@
 #include "slurm_env.h"
 #include "say.h"
 #include "signames.h"
-#include "summary.h"
 
 #define EXIT_USAGE 2
 
