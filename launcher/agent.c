@@ -586,6 +586,38 @@ static int open_stream(struct agent *a, struct worker *w,
   return 0;
 }
 
+/* torchrun's environment for worker w (workerenv.h); borrows from a
+ * and w. */
+static void worker_env(const struct agent *a, const struct worker *w,
+                       struct worker_env *we)
+{
+  const struct agent_opts *o = a->o;
+
+  memset(we, 0, sizeof *we);
+  we->local_rank = w->local_rank;
+  we->rank = w->rank;
+  we->group_rank = a->assign.group_rank;
+  we->role_rank = w->rank;
+  we->role_name = o->role;
+  we->local_world_size = o->nproc;
+  we->world_size = a->assign.world_size;
+  we->group_world_size = a->assign.group_world_size;
+  we->role_world_size = a->assign.world_size;
+  we->master_addr = a->assign.master_addr;
+  we->master_port = a->assign.master_port;
+  we->restart_count = a->assign.restart_count;
+  we->max_restarts = o->max_restarts;
+  we->run_id = o->run_id;
+  we->use_agent_store = false;
+  we->error_file = w->error_file;
+  we->default_omp_threads = o->default_omp_threads;
+  we->virtual_local_rank = o->virtual_local_rank;
+  we->timer_file = o->timer_file;
+  we->heartbeat_file = w->hang.heartbeat_file[0] ? w->hang.heartbeat_file
+                                                 : NULL;
+  we->job_token = a->job_token[0] ? a->job_token : NULL;
+}
+
 /* Prepares attempt_<k>/<local_rank>/ and slot k of p for one worker; on
  * error nothing of slot k is left to release. */
 static int prepare_worker(struct agent *a, struct worker *w, int attempt,
@@ -621,29 +653,7 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
   if (err)
     return err;
 
-  memset(&we, 0, sizeof we);
-  we.local_rank = w->local_rank;
-  we.rank = w->rank;
-  we.group_rank = a->assign.group_rank;
-  we.role_rank = w->rank;
-  we.role_name = o->role;
-  we.local_world_size = o->nproc;
-  we.world_size = a->assign.world_size;
-  we.group_world_size = a->assign.group_world_size;
-  we.role_world_size = a->assign.world_size;
-  we.master_addr = a->assign.master_addr;
-  we.master_port = a->assign.master_port;
-  we.restart_count = a->assign.restart_count;
-  we.max_restarts = o->max_restarts;
-  we.run_id = o->run_id;
-  we.use_agent_store = false;
-  we.error_file = w->error_file;
-  we.default_omp_threads = o->default_omp_threads;
-  we.virtual_local_rank = o->virtual_local_rank;
-  we.timer_file = o->timer_file;
-  we.heartbeat_file = w->hang.heartbeat_file[0] ? w->hang.heartbeat_file
-                                                : NULL;
-  we.job_token = a->job_token[0] ? a->job_token : NULL;
+  worker_env(a, w, &we);
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;
