@@ -1108,73 +1108,73 @@ static int agent_init_handles(struct agent *a)
   a->sigchld.data = a;
   err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD);
   if (err)
-    goto fail_sigchld;
+    goto undo_sigchld;
   for (i = 0; i < a->o->nsignals; i++) {
     err = uv_signal_init(&a->loop, &a->sigs[i]);
     if (err)
-      goto fail_sigs;
+      goto undo_sigs;
     a->sigs[i].data = a;
     err = uv_signal_start(&a->sigs[i], on_signal, a->o->signals[i]);
     if (err) {
       i++;      /* this one is initialised: close it too */
-      goto fail_sigs;
+      goto undo_sigs;
     }
   }
   err = uv_timer_init(&a->loop, &a->grace);
   if (err)
-    goto fail_sigs;
+    goto undo_sigs;
   a->grace.data = a;
   err = uv_timer_init(&a->loop, &a->drain);
   if (err)
-    goto fail_grace;
+    goto undo_grace;
   a->drain.data = a;
   err = uv_timer_init(&a->loop, &a->heartbeat);
   if (err)
-    goto fail_drain;
+    goto undo_drain;
   a->heartbeat.data = a;
   err = uv_timer_init(&a->loop, &a->backoff_timer);
   if (err)
-    goto fail_heartbeat;
+    goto undo_heartbeat;
   a->backoff_timer.data = a;
   err = uv_timer_init(&a->loop, &a->lost_timer);
   if (err)
-    goto fail_backoff;
+    goto undo_backoff;
   a->lost_timer.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
     if (!a->ftimer) {
       err = UV_ENOMEM;
-      goto fail_lost;
+      goto undo_lost;
     }
     err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
     if (err) {
       say("file timer: cannot serve %s: %s", a->o->timer_file,
           err == -EEXIST ? "it exists and is not a FIFO" : strerror(-err));
-      goto fail_ftimer;
+      goto undo_ftimer;
     }
   }
   err = a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
   if (err)
-    goto fail_ftimer;
+    goto undo_ftimer;
   return 0;
 
-fail_ftimer:
+undo_ftimer:
   filetimer_close(a->ftimer);
   a->ftimer = NULL;
-fail_lost:
+undo_lost:
   uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
-fail_backoff:
+undo_backoff:
   uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
-fail_heartbeat:
+undo_heartbeat:
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
-fail_drain:
+undo_drain:
   uv_close((uv_handle_t *)&a->drain, close_cb_noop);
-fail_grace:
+undo_grace:
   uv_close((uv_handle_t *)&a->grace, close_cb_noop);
-fail_sigs:
+undo_sigs:
   while (i-- > 0)
     uv_close((uv_handle_t *)&a->sigs[i], close_cb_noop);
-fail_sigchld:
+undo_sigchld:
   uv_close((uv_handle_t *)&a->sigchld, close_cb_noop);
   a->rdzv = NULL;
   return err;
