@@ -559,7 +559,7 @@ static void spawn_prep_release(struct spawn_prep *p, int k)
   workerenv_free(p->env[k]);
 }
 
-/* ---- output --------------------------------------------------------------- */
+/* ---- output -------------------------------------------------------------- */
 
 /* A tee'd stream of a worker is closed (output.h). */
 static void stream_closed(void *ctx)

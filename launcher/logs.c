@@ -4,8 +4,6 @@
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
-#include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
