@@ -1,10 +1,11 @@
 /* agent.c -- the local worker group's life: rendezvous, start, watch,
  * stop, restart, report.  One libuv loop, no polling: workers are reaped on
- * SIGCHLD, their tee'd output read as it arrives. */
+ * SIGCHLD, their tee'd output read as it arrives (output.c).  What a
+ * failure was and what cdrun says and returns about it is failures.c's;
+ * the watchdogs that kill a hung worker are hang.c's. */
 #include "agent.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <linux/mempolicy.h>
 #include <signal.h>
@@ -15,44 +16,24 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "contain.h"
-#include "errfile.h"
+#include "failures.h"
 #include "filetimer.h"
-#include "say.h"
 #include "guardian.h"
+#include "hang.h"
 #include "jobtoken.h"
 #include "logs.h"
+#include "output.h"
+#include "say.h"
 #include "signames.h"
 #include "spawn.h"
-#include "summary.h"
 #include "workerenv.h"
 
 /* How long the agent waits, once every worker is reaped, for output still
  * buffered in tee pipes (held open by a straggler outside the group). */
 #define DRAIN_MS 1000
-
-/* Workers started before the agent waits for their execs (on_round). */
-
-enum stream_state { STREAM_NONE, STREAM_OPEN, STREAM_CLOSING };
-
-/* One tee'd stream of one worker: a pipe the agent reads, a log file it
- * copies to, and the console it prints prefixed lines on. */
-struct tee_stream {
-  struct worker *w;
-  uv_pipe_t pipe;
-  enum stream_state state;
-  int file_fd;                  /* -1: no file */
-  int console_fd;               /* -1: not shown */
-  struct logs_liner *liner;
-  /* --duplicate_*_filters: matching lines, prefixed, to filtered_fd. */
-  char *const *filters;
-  struct logs_liner *filter_liner;
-  int filtered_fd;              /* -1: no filter */
-  size_t prefix_len;
-};
 
 struct worker {
   struct agent *agent;
@@ -63,11 +44,8 @@ struct worker {
   /* Heap strings, not arrays: the agent's memory grows with N. */
   char *dir;                    /* attempt_<k>/<local_rank> */
   char *error_file;
-  struct tee_stream out, err;
-  char killed_why[512];         /* why the agent killed it ("" if not):
-                                   the failure's message */
-  char heartbeat_file[PATH_MAX + 16];   /* "" without a watchdog */
-  double started;               /* epoch seconds */
+  struct output_stream out, err;   /* output.h */
+  struct hang_watch hang;       /* hang.h */
 };
 
 enum agent_state {
@@ -127,10 +105,7 @@ struct agent {
   int nrunning;                 /* workers started and not yet reaped */
   int nstreams;                 /* tee streams not yet closed */
   bool group_cleared;           /* check_stopped killed what was left */
-  struct worker_failure *failures;  /* strings owned: failures_clear */
-  size_t nfailures;
-  double first_failure_time;    /* when this attempt's first failure was
-                                   seen (epoch seconds) */
+  struct failures failures;     /* this attempt's (failures.h) */
   int exit_status;
   char host[256];
   struct filetimer *ftimer;     /* torch's file timer, or NULL */
@@ -175,362 +150,45 @@ static const char *signame(int sig)
   return sig_name(sig, buf, sizeof buf);
 }
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-  ssize_t n;
-
-  while (len > 0) {
-    n = write(fd, buf, len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return -errno;
-    buf += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
-/* ---- tee'd output ------------------------------------------------------ */
-
-static void console_sink(void *ctx, const char *buf, size_t len)
-{
-  struct tee_stream *s = ctx;
-
-  write_all(s->console_fd, buf, len);
-}
-
-static void filter_sink(void *ctx, const char *buf, size_t len)
-{
-  struct tee_stream *s = ctx;
-
-  /* buf is "<prefix><line>\n": match the line only. */
-  if (logs_filter_match(s->filters, buf + s->prefix_len,
-                        len - s->prefix_len - 1))
-    write_all(s->filtered_fd, buf, len);
-}
-
-static void tee_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
-{
-  static char chunk[65536];   /* one loop thread: the read copies it out */
-
-  (void)h;
-  (void)hint;
-  *buf = uv_buf_init(chunk, sizeof chunk);
-}
-
-static void tee_closed(uv_handle_t *h)
-{
-  struct tee_stream *s = h->data;
-
-  s->state = STREAM_NONE;
-  s->w->agent->nstreams--;
-  check_stopped(s->w->agent);
-}
-
-static void tee_close(struct tee_stream *s)
-{
-  if (s->state != STREAM_OPEN)
-    return;
-  if (s->liner) {
-    logs_liner_flush(s->liner);
-    logs_liner_free(s->liner);
-    s->liner = NULL;
-  }
-  if (s->filter_liner) {
-    logs_liner_flush(s->filter_liner);
-    logs_liner_free(s->filter_liner);
-    s->filter_liner = NULL;
-  }
-  if (s->file_fd >= 0) {
-    close(s->file_fd);
-    s->file_fd = -1;
-  }
-  if (s->filtered_fd >= 0) {
-    close(s->filtered_fd);
-    s->filtered_fd = -1;
-  }
-  s->state = STREAM_CLOSING;
-  uv_close((uv_handle_t *)&s->pipe, tee_closed);
-}
-
-static void tee_data(struct tee_stream *s, const char *buf, size_t len)
-{
-  if (s->file_fd >= 0)
-    write_all(s->file_fd, buf, len);
-  if (s->liner)
-    logs_liner_feed(s->liner, buf, len);
-  if (s->filter_liner)
-    logs_liner_feed(s->filter_liner, buf, len);
-}
-
-static void tee_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
-{
-  struct tee_stream *s = st->data;
-
-  if (nread > 0)
-    tee_data(s, buf->base, (size_t)nread);
-  else if (nread < 0)
-    tee_close(s);       /* EOF: every writer is gone */
-}
-
-/* Reads what is left in the pipe without blocking, then closes it: used
- * when a straggler outside the worker's group keeps the pipe open. */
-static void tee_drain_and_close(struct tee_stream *s)
-{
-  char buf[65536];
-  uv_os_fd_t fd;
-  ssize_t n;
-
-  if (s->state != STREAM_OPEN)
-    return;
-  if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0) {
-    while ((n = read(fd, buf, sizeof buf)) > 0)
-      tee_data(s, buf, (size_t)n);
-  }
-  tee_close(s);
-}
-
-/* Opens <dir>/<name> for a redirected stream. */
-static int open_log(const struct worker *w, const char *name)
-{
-  char path[PATH_MAX + 16];
-
-  snprintf(path, sizeof path, "%s/%s", w->dir, name);
-  return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-              0644);
-}
-
-/* Opens attempt_<k>/<name>, shared by the attempt's workers (O_APPEND:
- * each line is one write, so lines of different workers never mix). */
-static int open_filtered(const struct worker *w, const char *name)
-{
-  char path[PATH_MAX + 32];
-  const char *slash = strrchr(w->dir, '/');
-
-  snprintf(path, sizeof path, "%.*s/%s",
-           slash ? (int)(slash - w->dir) : 1, slash ? w->dir : ".", name);
-  return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-}
-
-/* Decides where one of a worker's streams goes and prepares it.  *child_fd
- * receives the fd to give the worker (-1 = inherit); *close_after is an fd
- * the agent closes once the worker started.  Returns 0 or -errno. */
-static int setup_stream(struct agent *a, struct worker *w,
-                        struct tee_stream *s, int bit, int *child_fd,
-                        int *close_after)
-{
-  const struct agent_opts *o = a->o;
-  int lr = w->local_rank, console_fd = bit == LOGS_STDOUT ? 1 : 2;
-  const char *name = bit == LOGS_STDOUT ? "stdout.log" : "stderr.log";
-  bool tee = o->tee[lr] & bit, redirect = o->redirects[lr] & bit;
-  /* torch duplicates the tee'd streams only. */
-  char *const *filters = !tee ? NULL
-                         : bit == LOGS_STDOUT ? o->stdout_filters
-                                              : o->stderr_filters;
-  char prefix[256];
-  int p[2], err;
-
-  *child_fd = -1;
-  *close_after = -1;
-  s->w = w;
-  s->file_fd = -1;
-  s->console_fd = -1;
-  s->liner = NULL;
-  s->filters = filters;
-  s->filter_liner = NULL;
-  s->filtered_fd = -1;
-  if (!tee) {
-    if (redirect || !o->console[lr]) {
-      *child_fd = redirect ? open_log(w, name)
-                           : open("/dev/null", O_WRONLY | O_CLOEXEC);
-      if (*child_fd < 0)
-        return -errno;
-      *close_after = *child_fd;
-    }
-    return 0;
-  }
-
-  logs_format_prefix(o->prefix_template, o->role, lr, w->rank, prefix,
-                     sizeof prefix);
-  s->file_fd = open_log(w, name);
-  if (s->file_fd < 0)
-    return -errno;
-  if (o->console[lr]) {
-    s->console_fd = console_fd;
-    s->liner = logs_liner_new(prefix, 0, console_sink, s);
-    if (!s->liner)
-      goto fail_errno;
-  }
-  if (filters) {
-    s->prefix_len = strlen(prefix);
-    s->filtered_fd = open_filtered(w, bit == LOGS_STDOUT
-                                          ? "filtered_stdout.log"
-                                          : "filtered_stderr.log");
-    if (s->filtered_fd < 0)
-      goto fail_errno;
-    s->filter_liner = logs_liner_new(prefix, 0, filter_sink, s);
-    if (!s->filter_liner)
-      goto fail_errno;
-  }
-  if (pipe2(p, O_CLOEXEC) < 0)
-    goto fail_errno;
-  err = uv_pipe_init(&a->loop, &s->pipe, 0);
-  if (err == 0)
-    err = uv_pipe_open(&s->pipe, p[0]);
-  if (err) {
-    close(p[0]);
-    close(p[1]);
-    goto fail;
-  }
-  s->pipe.data = s;
-  s->state = STREAM_OPEN;
-  a->nstreams++;
-  uv_read_start((uv_stream_t *)&s->pipe, tee_alloc, tee_read);
-  *child_fd = p[1];
-  *close_after = p[1];
-  return 0;
-
-fail_errno:
-  err = -errno;
-fail:
-  if (s->liner)
-    logs_liner_free(s->liner);
-  s->liner = NULL;
-  if (s->filter_liner)
-    logs_liner_free(s->filter_liner);
-  s->filter_liner = NULL;
-  if (s->file_fd >= 0)
-    close(s->file_fd);
-  s->file_fd = -1;
-  if (s->filtered_fd >= 0)
-    close(s->filtered_fd);
-  s->filtered_fd = -1;
-  return err;
-}
-
 /* ---- failures ----------------------------------------------------------- */
 
-static void failures_clear(struct agent *a)
-{
-  size_t i;
-
-  for (i = 0; i < a->nfailures; i++) {
-    free((char *)a->failures[i].error_file);
-    free((char *)a->failures[i].message);
-    free((char *)a->failures[i].traceback);
-  }
-  free(a->failures);
-  a->failures = NULL;
-  a->nfailures = 0;
-}
-
-/* Records a failed worker, reading its error file if it wrote one.
- * message overrides the error file (used for exec failures). */
+/* Records the failure of worker w (pid, code: > 0 status, -signum) now.
+ * message (an exec failure, a watchdog's kill) replaces its error file. */
 static void record_failure(struct agent *a, struct worker *w, pid_t pid,
-                           int exitcode, const char *message)
+                           int code, const char *message)
 {
-  struct worker_failure *f, *grown;
-  struct errfile_info info;
-  char why[PATH_MAX + 128], text[PATH_MAX + 160];
-  int err;
+  struct worker_failure seen;
 
-  grown = realloc(a->failures, (a->nfailures + 1) * sizeof *grown);
-  if (!grown)
-    return;     /* the summary will miss it; nothing else depends on it */
-  a->failures = grown;
-  f = &a->failures[a->nfailures++];
-  memset(f, 0, sizeof *f);
-  if (a->nfailures == 1)
-    a->first_failure_time = now_epoch();
-  f->local_rank = w->local_rank;
-  f->rank = w->rank;
-  f->pid = pid;
-  f->exitcode = exitcode;
-  f->time = now_epoch();
-  if (message) {
-    f->message = strdup(message);
-  } else if ((err = errfile_read(w->error_file, &info, why,
-                                 sizeof why)) == 0) {
-    if (a->o->error_files_read)
-      *a->o->error_files_read = true;
-    f->error_file = strdup(w->error_file);
-    f->message = info.message;
-    f->traceback = info.traceback;
-    if (info.timestamp > 0)
-      f->time = info.timestamp;
-    info.message = info.traceback = NULL;
-    errfile_free(&info);
-  } else if (err != -ENOENT) {
-    /* The worker wrote something that is not an error file: say so
-     * instead of a silent <N/A>. */
-    snprintf(text, sizeof text, "cannot use error file: %s", why);
-    say("worker %d: %s", w->rank, text);
-    if (a->o->error_files_read)
-      *a->o->error_files_read = true;
-    f->error_file = strdup(w->error_file);
-    f->message = strdup(text);
-  }
+  memset(&seen, 0, sizeof seen);
+  seen.local_rank = w->local_rank;
+  seen.rank = w->rank;
+  seen.pid = pid;
+  seen.exitcode = code;
+  seen.time = now_epoch();
+  seen.error_file = w->error_file;
+  seen.message = message;
+  failures_record(&a->failures, &seen, a->o->error_files_read);
 }
 
-/* cdrun's exit status for a failed group: see agent.h. */
-static int failure_exit_status(const struct agent *a)
+/* The job's root cause, when the rendezvous named one (Note [root
+ * cause]). */
+static const struct rdzv_cause *job_cause(const struct agent *a)
 {
-  int code;
-
-  if (a->rdzv && a->rdzv->job_cause.exited_at > 0)
-    code = a->rdzv->job_cause.exitcode;     /* Note [root cause] */
-  else if (a->nfailures == 0)
-    return AGENT_EXIT_INTERNAL;
-  else
-    code = a->failures[summary_root_cause(a->failures,
-                                          a->nfailures)].exitcode;
-  if (code < 0)
-    return 128 + (-code & 0x7f);
-  return code > 255 ? AGENT_EXIT_INTERNAL : code;
+  return a->rdzv ? &a->rdzv->job_cause : NULL;
 }
 
-/* Note [root cause]: the job's root cause, when the rendezvous named
- * one, heads the summary; this node's failures are listed above it. */
 static void print_summary(struct agent *a)
 {
-  const struct rdzv_cause *jc = a->rdzv ? &a->rdzv->job_cause : NULL;
-  struct worker_failure root;
-
-  if (jc && jc->exited_at <= 0)
-    jc = NULL;
-  if (a->nfailures == 0 && !jc)
-    return;
-  fflush(stdout);
-  if (jc) {
-    memset(&root, 0, sizeof root);
-    root.rank = jc->rank;
-    root.local_rank = jc->local_rank;
-    root.pid = (pid_t)jc->pid;
-    root.exitcode = jc->exitcode;
-    root.time = jc->exited_at;
-    root.message = "the job's first failure, reported by its node (its "
-                   "log and error file are there)";
-    if (summary_local_index(a->failures, a->nfailures, &root) ==
-        a->nfailures)
-      say("the job's root cause: rank %d on %s (%s %d)", jc->rank,
-          jc->host[0] ? jc->host : "another node",
-          jc->exitcode < 0 ? "signal" : "exit code",
-          jc->exitcode < 0 ? -jc->exitcode : jc->exitcode);
-  }
-  summary_print_job(stderr, a->o->target, a->host, a->failures,
-                    a->nfailures, jc ? &root : NULL,
-                    jc && jc->host[0] ? jc->host : NULL);
-  fflush(stderr);
+  failures_print_summary(&a->failures, job_cause(a), a->o->target, a->host);
 }
 
 static void finish(struct agent *a, int status);
 
 /* The group failed for good: the summary, then cdrun's status. */
-static void fail_for_good(struct agent *a)
+static void finish_failed(struct agent *a)
 {
   print_summary(a);
-  finish(a, failure_exit_status(a));
+  finish(a, failures_exit_status(&a->failures, job_cause(a)));
 }
 
 static void close_wait_expired(uv_timer_t *t)
@@ -539,7 +197,7 @@ static void close_wait_expired(uv_timer_t *t)
 
   say("the rendezvous did not say within %.0f s how the job ended; the "
       "summary has this node's failures only", a->rdzv->cause_wait);
-  fail_for_good(a);
+  finish_failed(a);
 }
 
 /* ---- the group's life ---------------------------------------------------- */
@@ -633,8 +291,8 @@ static void drain_expired(uv_timer_t *t)
 
   a->drain_expired = true;
   for (i = 0; i < a->o->nproc; i++) {
-    tee_drain_and_close(&a->workers[i].out);
-    tee_drain_and_close(&a->workers[i].err);
+    output_stream_drain_close(&a->workers[i].out);
+    output_stream_drain_close(&a->workers[i].err);
   }
 }
 
@@ -649,24 +307,6 @@ static void join_round(struct agent *a, enum rdzv_join_reason why)
               say_strerror(err));
     finish(a, AGENT_EXIT_INTERNAL);
   }
-}
-
-/* What a failure was, without its rank (a crash loop moves from rank to
- * rank): "exited with status 1: <the error file's first line>". */
-static void failure_cause(const struct worker_failure *f, char *buf,
-                          size_t len)
-{
-  char sig[16];
-  int n;
-
-  if (f->exitcode < 0)
-    n = snprintf(buf, len, "killed by %s",
-                 sig_name(-f->exitcode, sig, sizeof sig));
-  else
-    n = snprintf(buf, len, "exited with status %d", f->exitcode);
-  if (f->message && *f->message && n >= 0 && (size_t)n < len)
-    snprintf(buf + n, len - (size_t)n, ": %.*s",
-             (int)strcspn(f->message, "\n"), f->message);
 }
 
 static void backoff_expired(uv_timer_t *t)
@@ -684,12 +324,11 @@ static void restart_after_failure(struct agent *a)
   char cause[256] = "", when[48] = "";
   double delay;
 
-  if (a->nfailures > 0) {
-    f = &a->failures[summary_root_cause(a->failures, a->nfailures)];
-    failure_cause(f, cause, sizeof cause);
-  }
+  f = failures_root(&a->failures);
+  if (f)
+    failures_describe(f, cause, sizeof cause);
   delay = backoff_next(&a->backoff, &a->o->backoff,
-                       a->first_failure_time - a->attempt_started,
+                       a->failures.first_time - a->attempt_started,
                        f ? cause : NULL);
   if (delay > 0)
     snprintf(when, sizeof when, " in %.3g s", delay);
@@ -699,7 +338,7 @@ static void restart_after_failure(struct agent *a)
     say("the same failure %d times in a row: %s", a->backoff.same, cause);
   agent_event(a, "RESTART", "restart_count=%d delay_s=%g",
               a->assign.restart_count + 1, delay);
-  failures_clear(a);
+  failures_clear(&a->failures);
   if (delay > 0) {
     /* Waiting counts as the rendezvous: a signal ends cdrun at once. */
     a->state = ST_RENDEZVOUS;
@@ -739,7 +378,7 @@ static void group_finished(struct agent *a)
                      (uint64_t)(a->rdzv->cause_wait * 1000.0), 0);
       return;
     }
-    fail_for_good(a);
+    finish_failed(a);
     return;
   case STOP_FATAL:
     agent_event(a, "FAILED", "could not start the workers");
@@ -796,55 +435,23 @@ static void check_stopped(struct agent *a)
  * while this one stops its own. */
 static void report_failure(struct agent *a, struct worker *w, int code)
 {
-  const struct worker_failure *f =
-      a->nfailures ? &a->failures[a->nfailures - 1] : NULL;
   bool final = a->assign.restart_count >= a->o->max_restarts;
-  struct rdzv_cause *lc = &a->rdzv->local_cause;
   char msg[512];
 
   /* Note [root cause]: this node's earliest failure, with its time (the
    * error file's, else when it was reaped), for the job's root cause. */
-  memset(lc, 0, sizeof *lc);
-  if (a->nfailures) {
-    const struct worker_failure *root =
-        &a->failures[summary_root_cause(a->failures, a->nfailures)];
-
-    lc->exited_at = root->time > 0 && root->time < 1e11 ? root->time
-                                                        : now_epoch();
-    lc->rank = root->rank;
-    lc->local_rank = root->local_rank;
-    lc->exitcode = root->exitcode < -255 || root->exitcode > 255
-                   ? 255 : root->exitcode;
-    lc->pid = (long)root->pid;
-    snprintf(lc->host, sizeof lc->host, "%s", a->host);
-  }
-
-  if (f && f->message)
-    snprintf(msg, sizeof msg, "rank %d: %s", w->rank, f->message);
-  else if (code < 0)
-    snprintf(msg, sizeof msg, "rank %d was killed by %s", w->rank,
-             signame(-code));
-  else
-    snprintf(msg, sizeof msg, "rank %d exited with status %d", w->rank,
-             code);
+  failures_local_cause(&a->failures, a->host, now_epoch(),
+                       &a->rdzv->local_cause);
+  failures_report_text(&a->failures, w->rank, code, msg, sizeof msg);
   a->rdzv->ops->report_failure(a->rdzv, final, msg);
 }
 
-/* Note [simultaneous failures]: workers often fail together (the same
- * bad input, a dead peer).  torchrun, polling every --monitor_interval
- * (0.1 s), lists all the failures one poll finds; we are told of each exit
- * at once, so an exit within one monitor interval of the first failure
- * that our stop signal did not cause is listed too.  A SIGKILL is ours
- * only once the stop has escalated to it: a worker that died of one
- * before (the OOM killer, a peer, itself) but was reaped after the first
- * failure, as a busy machine reaps them, failed. */
+/* Note [simultaneous failures] (failures.c). */
 static bool is_cofailure(const struct agent *a, int code)
 {
-  if (code == 0 || a->nfailures == 0)
-    return false;
-  if (code == -a->stop_signal || (code == -SIGKILL && a->sigkill_sent))
-    return false;
-  return now_epoch() - a->first_failure_time < a->o->cofailure_s;
+  return failures_is_cofailure(&a->failures, code, a->stop_signal,
+                               a->sigkill_sent, a->o->cofailure_s,
+                               now_epoch());
 }
 
 static void worker_exited(struct agent *a, struct worker *w, int status)
@@ -856,12 +463,12 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
   code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
   /* A worker our watchdogs killed failed, whenever it went. */
   if (a->state == ST_STOPPING && a->reason == STOP_FAILURE &&
-      (is_cofailure(a, code) || w->killed_why[0])) {
+      (is_cofailure(a, code) || w->hang.killed_why[0])) {
     say("worker %d (local rank %d, pid %d) failed too (%s %d)",
               w->rank, w->local_rank, (int)w->pid,
               code < 0 ? "signal" : "status", code < 0 ? -code : code);
     record_failure(a, w, w->pid, code,
-                   w->killed_why[0] ? w->killed_why : NULL);
+                   w->hang.killed_why[0] ? w->hang.killed_why : NULL);
   }
   if (a->ftimer)
     filetimer_clear(a->ftimer, w->pid);
@@ -877,7 +484,7 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
       say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
     record_failure(a, w, w->pid, code,
-                   w->killed_why[0] ? w->killed_why : NULL);
+                   w->hang.killed_why[0] ? w->hang.killed_why : NULL);
     report_failure(a, w, code);
     begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
@@ -952,6 +559,65 @@ static void spawn_prep_release(struct spawn_prep *p, int k)
   workerenv_free(p->env[k]);
 }
 
+/* ---- output -------------------------------------------------------------- */
+
+/* A tee'd stream of a worker is closed (output.h). */
+static void stream_closed(void *ctx)
+{
+  struct agent *a = ctx;
+
+  a->nstreams--;
+  check_stopped(a);
+}
+
+/* Sends one stream of w where the options say (output.h), counting the
+ * tee'd ones the agent waits for.  Returns 0 or a negative errno. */
+static int open_stream(struct agent *a, struct worker *w,
+                       struct output_stream *s, int bit, int *child_fd,
+                       int *close_after)
+{
+  int r = output_stream_open(s, &a->loop, &a->o->output, bit,
+                             w->local_rank, w->rank, w->dir, stream_closed,
+                             a, child_fd, close_after);
+
+  if (r < 0)
+    return r;
+  a->nstreams += r;
+  return 0;
+}
+
+/* torchrun's environment for worker w (workerenv.h); borrows from a
+ * and w. */
+static void worker_env(const struct agent *a, const struct worker *w,
+                       struct worker_env *we)
+{
+  const struct agent_opts *o = a->o;
+
+  memset(we, 0, sizeof *we);
+  we->local_rank = w->local_rank;
+  we->rank = w->rank;
+  we->group_rank = a->assign.group_rank;
+  we->role_rank = w->rank;
+  we->role_name = o->role;
+  we->local_world_size = o->nproc;
+  we->world_size = a->assign.world_size;
+  we->group_world_size = a->assign.group_world_size;
+  we->role_world_size = a->assign.world_size;
+  we->master_addr = a->assign.master_addr;
+  we->master_port = a->assign.master_port;
+  we->restart_count = a->assign.restart_count;
+  we->max_restarts = o->max_restarts;
+  we->run_id = o->run_id;
+  we->use_agent_store = false;
+  we->error_file = w->error_file;
+  we->default_omp_threads = o->default_omp_threads;
+  we->virtual_local_rank = o->virtual_local_rank;
+  we->timer_file = o->timer_file;
+  we->heartbeat_file = w->hang.heartbeat_file[0] ? w->hang.heartbeat_file
+                                                 : NULL;
+  we->job_token = a->job_token[0] ? a->job_token : NULL;
+}
+
 /* Prepares attempt_<k>/<local_rank>/ and slot k of p for one worker; on
  * error nothing of slot k is left to release. */
 static int prepare_worker(struct agent *a, struct worker *w, int attempt,
@@ -982,52 +648,20 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
       return err;
   }
   unlink(w->error_file);
-  w->killed_why[0] = '\0';
-  w->heartbeat_file[0] = '\0';
-  if (o->heartbeat_timeout > 0) {
-    int fd;
+  err = hang_watch_start(&w->hang, w->dir, o->heartbeat_timeout > 0,
+                         now_epoch());
+  if (err)
+    return err;
 
-    snprintf(w->heartbeat_file, sizeof w->heartbeat_file, "%s/heartbeat",
-             w->dir);
-    /* Created now: its mtime is the start of the worker's first step. */
-    fd = open(w->heartbeat_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-              0644);
-    if (fd < 0)
-      return -errno;
-    close(fd);
-  }
-  w->started = now_epoch();
-
-  memset(&we, 0, sizeof we);
-  we.local_rank = w->local_rank;
-  we.rank = w->rank;
-  we.group_rank = a->assign.group_rank;
-  we.role_rank = w->rank;
-  we.role_name = o->role;
-  we.local_world_size = o->nproc;
-  we.world_size = a->assign.world_size;
-  we.group_world_size = a->assign.group_world_size;
-  we.role_world_size = a->assign.world_size;
-  we.master_addr = a->assign.master_addr;
-  we.master_port = a->assign.master_port;
-  we.restart_count = a->assign.restart_count;
-  we.max_restarts = o->max_restarts;
-  we.run_id = o->run_id;
-  we.use_agent_store = false;
-  we.error_file = w->error_file;
-  we.default_omp_threads = o->default_omp_threads;
-  we.virtual_local_rank = o->virtual_local_rank;
-  we.timer_file = o->timer_file;
-  we.heartbeat_file = w->heartbeat_file[0] ? w->heartbeat_file : NULL;
-  we.job_token = a->job_token[0] ? a->job_token : NULL;
+  worker_env(a, w, &we);
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;
 
-  err = setup_stream(a, w, &w->out, LOGS_STDOUT, &out_fd, &close_out);
+  err = open_stream(a, w, &w->out, LOGS_STDOUT, &out_fd, &close_out);
   if (err)
     goto out_env;
-  err = setup_stream(a, w, &w->err, LOGS_STDERR, &err_fd, &close_err);
+  err = open_stream(a, w, &w->err, LOGS_STDERR, &err_fd, &close_err);
   if (err) {
     if (close_out >= 0)
       close(close_out);
@@ -1258,7 +892,7 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
   if (a->state == ST_CLOSING) {
     uv_timer_stop(&a->backoff_timer);
     say("%s", message);
-    fail_for_good(a);
+    finish_failed(a);
     return;
   }
   if (err == 0 && a->state != ST_RUNNING && a->state != ST_STOPPING) {
@@ -1322,7 +956,7 @@ static void on_signal(uv_signal_t *h, int signum)
   case ST_CLOSING:
     say("received %s; not waiting for the job's end", signame(signum));
     uv_timer_stop(&a->backoff_timer);
-    fail_for_good(a);
+    finish_failed(a);
     return;
   case ST_RENDEZVOUS:
   case ST_BARRIER:
@@ -1389,50 +1023,20 @@ static struct worker *worker_of(struct agent *a, pid_t pid)
   return NULL;
 }
 
-/* " 30 s" for a deadline of about 30 s, "" when it is not known. */
-static void format_deadline(double secs, char *buf, size_t len)
-{
-  if (!(secs >= 0.05))
-    snprintf(buf, len, "%s", "");
-  else if (secs >= 100)
-    snprintf(buf, len, " %.0f s", secs);
-  else
-    snprintf(buf, len, " %.2g s", secs);
-}
-
-/* A file timer expired (see filetimer.h): torch's FileTimerServer sends
- * the timer's signal to its pid; we do so only for our own workers and
- * their descendants, and say why. */
+/* A file timer expired (filetimer.h): for a worker of ours only. */
 static void on_timer_expired(void *ctx, const struct filetimer_request *t)
 {
   struct agent *a = ctx;
   struct worker *w = worker_of(a, t->pid);
-  char msg[512], deadline[32];
 
-  if (!w) {
-    say("file timer: '%s' of pid %d expired, but pid %d is no worker of "
-        "this agent; ignored", t->scope_id, (int)t->pid, (int)t->pid);
-    return;
-  }
-  format_deadline(t->expiration_time - t->received, deadline,
-                  sizeof deadline);
-  snprintf(msg, sizeof msg, "rank %d exceeded its%s deadline in '%s'",
-           w->rank, deadline, t->scope_id);
-  say("%s; sending %s to pid %d", msg, signame(t->signal), (int)t->pid);
-  if (t->pid == w->pid)
-    snprintf(w->killed_why, sizeof w->killed_why, "%s", msg);
-  if (kill(t->pid, t->signal) < 0 && errno != ESRCH)
-    say("file timer: cannot signal pid %d: %s", (int)t->pid,
-        strerror(errno));
+  if (w)
+    hang_timer_expired(&w->hang, w->pid, w->rank, t);
+  else
+    hang_timer_expired(NULL, 0, 0, t);
 }
 
-/* Note [heartbeat watchdog]: with --worker_heartbeat_timeout=S each
- * worker has a heartbeat file (CDRUN_HEARTBEAT_FILE) whose mtime it bumps
- * every step (libpg's pg_heartbeat).  The timer is armed for the earliest
- * moment a worker could have been silent for S; then the files are
- * stat'ed, the silent ones killed, and the timer re-armed.  A worker that
- * touches its file keeps moving its own deadline, so a healthy group
- * costs one stat per worker per S seconds. */
+/* Note [heartbeat watchdog] (hang.c): checks every running worker, then
+ * sleeps until the earliest moment one could be silent for too long. */
 static void heartbeat_check(uv_timer_t *t)
 {
   struct agent *a = t->data;
@@ -1443,28 +1047,13 @@ static void heartbeat_check(uv_timer_t *t)
     return;
   for (i = 0; i < a->o->nproc; i++) {
     struct worker *w = &a->workers[i];
-    struct stat st;
-    double last = w->started;
+    double due;
 
-    if (!w->running || w->killed_why[0])
+    if (!w->running || w->hang.killed_why[0])
       continue;
-    if (stat(w->heartbeat_file, &st) == 0) {
-      double m = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
-
-      if (m > last)
-        last = m;
-    }
-    if (now - last >= timeout) {
-      snprintf(w->killed_why, sizeof w->killed_why, "rank %d made no "
-               "progress for %.2g s (its heartbeat file was not touched; "
-               "--worker_heartbeat_timeout=%g)", w->rank, now - last,
-               timeout);
-      say("%s; sending SIGKILL to pid %d", w->killed_why, (int)w->pid);
-      kill(w->pid, SIGKILL);
-      continue;
-    }
-    if (next < 0 || last + timeout < next)
-      next = last + timeout;
+    due = hang_heartbeat_check(&w->hang, w->pid, w->rank, timeout, now);
+    if (due >= 0 && (next < 0 || due < next))
+      next = due;
   }
   if (next >= 0)
     uv_timer_start(&a->heartbeat, heartbeat_check,
@@ -1493,8 +1082,8 @@ static void finish(struct agent *a, int status)
   uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
   uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
   for (i = 0; i < a->o->nproc; i++) {
-    tee_drain_and_close(&a->workers[i].out);
-    tee_drain_and_close(&a->workers[i].err);
+    output_stream_drain_close(&a->workers[i].out);
+    output_stream_drain_close(&a->workers[i].err);
   }
   if (a->rdzv) {
     a->rdzv->ops->destroy(a->rdzv);
@@ -1519,73 +1108,73 @@ static int agent_init_handles(struct agent *a)
   a->sigchld.data = a;
   err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD);
   if (err)
-    goto fail_sigchld;
+    goto undo_sigchld;
   for (i = 0; i < a->o->nsignals; i++) {
     err = uv_signal_init(&a->loop, &a->sigs[i]);
     if (err)
-      goto fail_sigs;
+      goto undo_sigs;
     a->sigs[i].data = a;
     err = uv_signal_start(&a->sigs[i], on_signal, a->o->signals[i]);
     if (err) {
       i++;      /* this one is initialised: close it too */
-      goto fail_sigs;
+      goto undo_sigs;
     }
   }
   err = uv_timer_init(&a->loop, &a->grace);
   if (err)
-    goto fail_sigs;
+    goto undo_sigs;
   a->grace.data = a;
   err = uv_timer_init(&a->loop, &a->drain);
   if (err)
-    goto fail_grace;
+    goto undo_grace;
   a->drain.data = a;
   err = uv_timer_init(&a->loop, &a->heartbeat);
   if (err)
-    goto fail_drain;
+    goto undo_drain;
   a->heartbeat.data = a;
   err = uv_timer_init(&a->loop, &a->backoff_timer);
   if (err)
-    goto fail_heartbeat;
+    goto undo_heartbeat;
   a->backoff_timer.data = a;
   err = uv_timer_init(&a->loop, &a->lost_timer);
   if (err)
-    goto fail_backoff;
+    goto undo_backoff;
   a->lost_timer.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
     if (!a->ftimer) {
       err = UV_ENOMEM;
-      goto fail_lost;
+      goto undo_lost;
     }
     err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
     if (err) {
       say("file timer: cannot serve %s: %s", a->o->timer_file,
           err == -EEXIST ? "it exists and is not a FIFO" : strerror(-err));
-      goto fail_ftimer;
+      goto undo_ftimer;
     }
   }
   err = a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
   if (err)
-    goto fail_ftimer;
+    goto undo_ftimer;
   return 0;
 
-fail_ftimer:
+undo_ftimer:
   filetimer_close(a->ftimer);
   a->ftimer = NULL;
-fail_lost:
+undo_lost:
   uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
-fail_backoff:
+undo_backoff:
   uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
-fail_heartbeat:
+undo_heartbeat:
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
-fail_drain:
+undo_drain:
   uv_close((uv_handle_t *)&a->drain, close_cb_noop);
-fail_grace:
+undo_grace:
   uv_close((uv_handle_t *)&a->grace, close_cb_noop);
-fail_sigs:
+undo_sigs:
   while (i-- > 0)
     uv_close((uv_handle_t *)&a->sigs[i], close_cb_noop);
-fail_sigchld:
+undo_sigchld:
   uv_close((uv_handle_t *)&a->sigchld, close_cb_noop);
   a->rdzv = NULL;
   return err;
@@ -1659,7 +1248,7 @@ out_guardian:
 out_free:
   contain_destroy(&a.contain);
   status = a.exit_status;
-  failures_clear(&a);
+  failures_clear(&a.failures);
   for (int i = 0; i < o->nproc; i++) {
     free(a.workers[i].dir);
     free(a.workers[i].error_file);

@@ -1,6 +1,8 @@
 /* agent.h -- the elastic agent: runs the local worker group through
  * rendezvous rounds, supervises it by exit events, restarts it, forwards
- * signals, and reports the failure summary. */
+ * signals, and reports the failure summary.  Its parts: the workers'
+ * output (output.h), their failures and cdrun's exit status
+ * (failures.h), hang detection (hang.h). */
 #ifndef CDRUN_AGENT_H
 #define CDRUN_AGENT_H
 
@@ -9,6 +11,7 @@
 
 #include "backoff.h"
 #include "numa.h"
+#include "output.h"
 #include "rdzv.h"
 
 /* Everything the agent needs, resolved by main.c.  Pointers are borrowed
@@ -23,12 +26,7 @@ struct agent_opts {
   const char *temp_log_base;      /* the temporary log_dir, removed should
                                      the agent be killed; NULL with
                                      --log_dir */
-  const unsigned char *redirects; /* per local rank, LOGS_STDOUT|STDERR */
-  const unsigned char *tee;       /* per local rank */
-  const bool *console;            /* per local rank: may reach the console */
-  const char *prefix_template;    /* NULL: "[<role><local_rank>]:" */
-  char *const *stdout_filters;    /* --duplicate_stdout_filters or NULL */
-  char *const *stderr_filters;
+  struct output_conf output;      /* where the workers' streams go */
   bool virtual_local_rank;        /* LOCAL_RANK=0, one GPU each */
   const char *timer_file;         /* torch's file timer FIFO, or NULL */
   double heartbeat_timeout;       /* --worker_heartbeat_timeout, 0: off */

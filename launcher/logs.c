@@ -1,11 +1,9 @@
-/* logs.c -- redirect/tee specs, rank filter, line prefixes, log dirs. */
+/* logs.c -- redirect/tee specs, rank filter, duplicate filters, log dirs. */
 #include "logs.h"
 
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
-#include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +18,6 @@
 #define FILTER_HINT "expected comma-separated local ranks like 0,2,3"
 /* Longest piece of user input echoed into an error message. */
 #define ECHO_MAX 64
-#define LINER_DEFAULT_CAP (64 * 1024)
 
 /* say.h's one helper, its return value unused here. */
 #define set_err(err, errlen, ...) \
@@ -211,135 +208,6 @@ int logs_parse_ranks_filter(const char *spec, int nproc, bool *keep,
   return rc;
 }
 
-/* A bounded output buffer that truncates but always NUL-terminates. */
-struct outbuf {
-  char *out;
-  size_t cap;
-  size_t len;
-};
-
-static void ob_put(struct outbuf *ob, const char *s, size_t n)
-{
-  size_t room;
-
-  if (ob->cap == 0)
-    return;
-  room = ob->cap - 1 - ob->len;
-  if (n > room)
-    n = room;
-  memcpy(ob->out + ob->len, s, n);
-  ob->len += n;
-  ob->out[ob->len] = '\0';
-}
-
-static void ob_int(struct outbuf *ob, int v)
-{
-  char num[16];
-  int n = snprintf(num, sizeof(num), "%d", v);
-
-  if (n > 0)
-    ob_put(ob, num, (size_t)n);
-}
-
-static bool id_start(char c)
-{
-  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-
-static bool id_char(char c)
-{
-  return id_start(c) || (c >= '0' && c <= '9');
-}
-
-/* socket.gethostname(), as torch fills ${hostname}. */
-static void put_hostname(struct outbuf *ob)
-{
-  char host[256];
-
-  if (gethostname(host, sizeof host) < 0)
-    snprintf(host, sizeof host, "localhost");
-  host[sizeof host - 1] = '\0';
-  ob_put(ob, host, strlen(host));
-}
-
-/* Writes the value of a template variable; false if the name is unknown. */
-static bool put_var(struct outbuf *ob, const char *name, size_t n,
-                    const char *role, int local_rank, int rank)
-{
-  if (n == 9 && memcmp(name, "role_name", 9) == 0)
-    ob_put(ob, role, strlen(role));
-  else if (n == 10 && memcmp(name, "local_rank", 10) == 0)
-    ob_int(ob, local_rank);
-  else if (n == 4 && memcmp(name, "rank", 4) == 0)
-    ob_int(ob, rank);
-  else if (n == 8 && memcmp(name, "hostname", 8) == 0)
-    put_hostname(ob);
-  else
-    return false;
-  return true;
-}
-
-/* Python string.Template.safe_substitute: "$$" -> "$", "$name" and
- * "${name}" are replaced when known, anything else stays as written. */
-size_t logs_format_prefix(const char *tmpl, const char *role, int local_rank,
-                          int rank, char *out, size_t outlen)
-{
-  struct outbuf ob = { out, outlen, 0 };
-  const char *p;
-
-  if (outlen > 0)
-    out[0] = '\0';
-  if (!role)
-    role = "";
-  if (!tmpl) {
-    ob_put(&ob, "[", 1);
-    ob_put(&ob, role, strlen(role));
-    ob_int(&ob, local_rank);
-    ob_put(&ob, "]:", 2);
-    return ob.len;
-  }
-  p = tmpl;
-  while (*p) {
-    const char *dollar = strchr(p, '$');
-    const char *name, *end;
-
-    if (!dollar) {
-      ob_put(&ob, p, strlen(p));
-      break;
-    }
-    ob_put(&ob, p, (size_t)(dollar - p));
-    p = dollar + 1;
-    if (*p == '$') {
-      ob_put(&ob, "$", 1);
-      p++;
-      continue;
-    }
-    if (*p == '{' && id_start(p[1])) {
-      name = p + 1;
-      for (end = name; id_char(*end); end++)
-        ;
-      if (*end == '}') {
-        if (!put_var(&ob, name, (size_t)(end - name), role, local_rank,
-                     rank))
-          ob_put(&ob, dollar, (size_t)(end + 1 - dollar));
-        p = end + 1;
-        continue;
-      }
-    } else if (id_start(*p)) {
-      name = p;
-      for (end = name; id_char(*end); end++)
-        ;
-      if (!put_var(&ob, name, (size_t)(end - name), role, local_rank, rank))
-        ob_put(&ob, dollar, (size_t)(end - dollar));
-      p = end;
-      continue;
-    }
-    /* A lone '$' is kept literally. */
-    ob_put(&ob, "$", 1);
-  }
-  return ob.len;
-}
-
 char **logs_parse_filters(const char *spec, int *err)
 {
   char **out, *cur;
@@ -403,92 +271,6 @@ bool logs_filter_match(char *const *filters, const char *line, size_t len)
     if (memmem(line, len, filters[i], strlen(filters[i])))
       return true;
   return false;
-}
-
-/* buf holds the prefix, then up to cap bytes of the pending line, then
- * room for the '\n', so each line leaves in one contiguous sink call and
- * every input byte is copied exactly once. */
-struct logs_liner {
-  logs_sink_fn sink;
-  void *ctx;
-  size_t plen;
-  size_t cap;
-  size_t len;
-  char buf[];
-};
-
-struct logs_liner *logs_liner_new(const char *prefix, size_t cap,
-                                  logs_sink_fn sink, void *ctx)
-{
-  struct logs_liner *l;
-  size_t plen = prefix ? strlen(prefix) : 0;
-
-  if (!sink)
-    return NULL;
-  if (cap == 0)
-    cap = LINER_DEFAULT_CAP;
-  /* Keeps sizeof + plen + cap + 1 from wrapping. */
-  if (cap > SIZE_MAX / 4 || plen > SIZE_MAX / 4)
-    return NULL;
-  l = malloc(sizeof(*l) + plen + cap + 1);
-  if (!l)
-    return NULL;
-  l->sink = sink;
-  l->ctx = ctx;
-  l->plen = plen;
-  l->cap = cap;
-  l->len = 0;
-  if (plen > 0)
-    memcpy(l->buf, prefix, plen);
-  return l;
-}
-
-static void liner_emit(struct logs_liner *l)
-{
-  l->buf[l->plen + l->len] = '\n';
-  l->sink(l->ctx, l->buf, l->plen + l->len + 1);
-  l->len = 0;
-}
-
-void logs_liner_feed(struct logs_liner *l, const char *buf, size_t len)
-{
-  while (len > 0) {
-    const char *nl = memchr(buf, '\n', len);
-    size_t seg = nl ? (size_t)(nl - buf) : len;
-
-    len -= seg;
-    while (seg > 0) {
-      size_t n;
-
-      /* Split only once more content follows, so a line of exactly cap
-       * bytes plus its '\n' stays one line. */
-      if (l->len == l->cap)
-        liner_emit(l);
-      n = l->cap - l->len;
-      if (n > seg)
-        n = seg;
-      memcpy(l->buf + l->plen + l->len, buf, n);
-      l->len += n;
-      buf += n;
-      seg -= n;
-    }
-    if (nl) {
-      liner_emit(l);
-      buf++;
-      len--;
-    }
-  }
-}
-
-void logs_liner_flush(struct logs_liner *l)
-{
-  if (l->len > 0)
-    liner_emit(l);
-}
-
-void logs_liner_free(struct logs_liner *l)
-{
-  free(l);
 }
 
 /* mkdir that accepts an existing directory (and only a directory). */

@@ -26,7 +26,6 @@
 #include "slurm_env.h"
 #include "say.h"
 #include "signames.h"
-#include "summary.h"
 
 #define EXIT_USAGE 2
 
@@ -50,6 +49,7 @@ struct job {
   char **stderr_filters;
   int signals[16];
   int nsignals;
+  char timer_file[PATH_MAX + 200];  /* torch's file timer FIFO */
 };
 
 /* A user error: "cdrun: error: ..." (say.h), exit status 2. */
@@ -352,6 +352,263 @@ static void fill_std_fds(void)
   }
 }
 
+/* Parses the command line (then again with Slurm's facts, apply_slurm);
+ * a bad one ends cdrun with a usage error. */
+static void parse_args(struct cdrun_args *a, int argc, char **argv,
+                       struct slurm_env *se, char ***penv)
+{
+  char err[512];
+  int rc = args_parse(a, argc, argv, environ, err, sizeof err);
+
+  if (rc) {
+    /* An option it does not know: argparse's usage line first. */
+    if (rc == -ENOENT)
+      fprintf(stderr, "%s\n", args_usage_line());
+    die_usage("%s", err);
+  }
+  apply_slurm(a, argc, argv, se, penv);
+}
+
+/* --help, --version, --print_completion: answered at once.  True when
+ * one was. */
+static bool answer_at_once(const struct cdrun_args *a)
+{
+  if (a->help) {
+    fputs(args_usage(), stdout);
+    return true;
+  }
+  if (a->version) {
+    printf("cdrun %s\n", CDRUN_VERSION);
+    return true;
+  }
+  if (a->print_completion) {
+    args_print_completion(stdout, a->print_completion);
+    return true;
+  }
+  return false;
+}
+
+/* The rendezvous configuration and, under Slurm, who serves it. */
+static void resolve_rdzv(const struct cdrun_args *a,
+                         const struct slurm_env *se, struct job *j)
+{
+  char err[512], warn[256];
+
+  if (rdzv_config_resolve(a, j->run_id, &j->rdzv, err, sizeof err, warn,
+                          sizeof warn))
+    die_usage("%s", err);
+  if (warn[0])
+    say("warning: --rdzv_conf: unknown key%s %s ignored",
+        strchr(warn, ',') ? "s" : "", warn);
+  /* The first node of a Slurm step serves the rendezvous the others
+   * were told about (unless rdzv_conf says otherwise). */
+  if (se->active && j->rdzv.backend == BACKEND_RDZVD &&
+      j->rdzv.host_mode == RDZV_HOST_AUTO &&
+      slurm_env_source(se, environ, "PET_RDZV_ENDPOINT") &&
+      args_origin_of(a, "rdzv_endpoint") == ARGS_ENV)
+    j->rdzv.host_mode = se->node_rank == 0 ? RDZV_HOST_ALWAYS
+                                           : RDZV_HOST_NEVER;
+}
+
+/* The number of workers on this node; returns where it came from (for
+ * --print_config). */
+static const char *resolve_nproc(const struct cdrun_args *a,
+                                 const struct slurm_env *se, struct job *j)
+{
+  const char *from = "--nproc_per_node";
+  char err[512];
+
+  if (se->active && se->gpus_on_node > 0 &&
+      (!strcmp(a->nproc_per_node, "gpu") || !strcmp(a->nproc_per_node,
+                                                    "auto"))) {
+    j->nproc = se->gpus_on_node;
+    from = "Slurm (SLURM_GPUS_ON_NODE)";
+  } else {
+    j->nproc = nproc_resolve(a->nproc_per_node, err, sizeof err);
+    if (j->nproc < 0)
+      die_usage("%s", err);
+    if (strcmp(a->nproc_per_node, "gpu") == 0 ||
+        strcmp(a->nproc_per_node, "auto") == 0)
+      from = "the CUDA devices visible";
+  }
+  /* RANK and WORLD_SIZE are ints, here and in every worker. */
+  if ((long long)a->nnodes_max * j->nproc > INT_MAX)
+    die_usage("--nnodes=%d with --nproc_per_node=%d: the world size %lld "
+              "exceeds %d", a->nnodes_max, j->nproc,
+              (long long)a->nnodes_max * j->nproc, INT_MAX);
+  return from;
+}
+
+/* What every worker gets: its streams, NUMA binding, the handled
+ * signals, the restart backoff and the command. */
+static void resolve_workers(const struct cdrun_args *a, struct job *j,
+                            struct backoff_conf *backoff)
+{
+  const char *env;
+  char err[512];
+
+  resolve_streams(a, j);
+  if (a->numa_binding)
+    resolve_numa(a, j);
+  if (a->virtual_local_rank)
+    check_virtual_devices(j->nproc);
+  parse_signals(a->signals_to_handle, j);
+  env = getenv(BACKOFF_ENV);
+  if (env && backoff_conf_parse(env, backoff, err, sizeof err))
+    die_usage("%s", err);
+  j->cmd = build_command(a);
+  if (!j->cmd)
+    die_usage("out of memory");
+}
+
+/* A free port for MASTER_PORT, unless the static back end was given
+ * one: the rdzvd back end offers it in case this node gets rank 0.
+ * Returns 0 or a negative errno (said). */
+static int reserve_master_port(struct job *j)
+{
+  if (j->rdzv.backend != BACKEND_STATIC || j->rdzv.master_port == 0) {
+    j->port_fd = port_reserve(&j->port);
+    if (j->port_fd < 0) {
+      say_error("cannot find a free port for MASTER_PORT: %s",
+                say_strerror(j->port_fd));
+      return j->port_fd;
+    }
+  }
+  return 0;
+}
+
+/* The agent process itself: torchrun's OMP banner, its environment for
+ * the workers, and the signals it must survive. */
+static void prepare_agent_process(const struct cdrun_args *a,
+                                  const struct job *j,
+                                  const struct slurm_env *se)
+{
+  /* torchrun's banner, once, when several workers would each start a
+   * full OpenMP pool. */
+  if (j->nproc > 1 && !getenv("OMP_NUM_THREADS"))
+    fprintf(stderr,
+            "*****************************************\n"
+            "Setting OMP_NUM_THREADS environment variable for each process "
+            "to be 1 in default, to avoid your system being overloaded, "
+            "please further tune the variable for optimal performance in "
+            "your application as needed. \n"
+            "*****************************************\n");
+
+  /* torchrun exports the handled signals to its workers' environment. */
+  setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", a->signals_to_handle, 1);
+
+  /* Writing to a closed console must not kill the agent (and with it the
+   * supervision of the workers); workers get the default back. */
+  signal(SIGPIPE, SIG_IGN);
+  /* Slurm signals every process of a step (scancel -s USR1 for a
+   * checkpoint before preemption): the workers get it from Slurm; the
+   * agent must not die of it unless told to handle it. */
+  if (se->active) {
+    int extra[] = { SIGUSR1, SIGUSR2 }, k, m;
+    bool handled;
+
+    for (k = 0; k < 2; k++) {
+      handled = false;
+      for (m = 0; m < j->nsignals; m++)
+        handled |= j->signals[m] == extra[k];
+      if (!handled)
+        signal(extra[k], SIG_IGN);
+    }
+  }
+}
+
+/* The agent's options from the arguments and the resolved job (o borrows
+ * from both, and from j->timer_file). */
+static void fill_agent_opts(const struct cdrun_args *a,
+                            const struct slurm_env *se, struct job *j,
+                            const struct backoff_conf *backoff,
+                            bool *error_files_read, struct agent_opts *o)
+{
+  const char *env;
+
+  memset(o, 0, sizeof *o);
+  o->nproc = j->nproc;
+  o->cmd = j->cmd;
+  o->target = a->target_argv[0];
+  o->role = a->role;
+  o->output.role = a->role;
+  o->run_id = j->run_id;
+  o->token_secret = j->rdzv.secret.key;
+  o->token_secret_len = j->rdzv.secret.len;
+  o->run_log_dir = j->run_log_dir;
+  o->temp_log_base = j->log_base_is_temp ? j->log_base : NULL;
+  o->output.redirects = j->redirects;
+  o->output.tee = j->tee;
+  o->output.console = j->console;
+  o->output.prefix_template =
+      a->log_line_prefix_template
+          ? a->log_line_prefix_template
+          : getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  o->output.stdout_filters = j->stdout_filters;
+  o->output.stderr_filters = j->stderr_filters;
+  o->virtual_local_rank = a->virtual_local_rank;
+  o->heartbeat_timeout = a->worker_heartbeat_timeout;
+  o->numa = j->numa;
+  o->numa_memory = j->numa_memory;
+  /* torch's agent serves its file timer when asked in its environment. */
+  if ((env = getenv("TORCHELASTIC_ENABLE_FILE_TIMER")) &&
+      strcmp(env, "1") == 0) {
+    env = getenv("TORCHELASTIC_TIMER_FILE");
+    if (env && *env)
+      snprintf(j->timer_file, sizeof j->timer_file, "%s", env);
+    else
+      snprintf(j->timer_file, sizeof j->timer_file, "%s/watchdog_timer",
+               j->run_log_dir);
+    o->timer_file = j->timer_file;
+  }
+  o->max_restarts = a->max_restarts;
+  o->backoff = *backoff;
+  o->grace_s = a->shutdown_timeout;
+  o->cofailure_s = a->monitor_interval;
+  o->signals = j->signals;
+  o->nsignals = j->nsignals;
+  o->default_omp_threads = j->nproc > 1;
+  o->log_events = strcmp(a->event_log_handler, "console") == 0;
+  o->rdzv_create = create_rdzv;
+  o->error_files_read = error_files_read;
+  o->rdzv_arg = j;
+  /* Note [fixed membership] (agent.h): srun or the head node started
+   * every node, and neither can start a lost one again. */
+  if (j->rdzv.backend != BACKEND_STATIC && a->nnodes_min == a->nnodes_max &&
+      a->nnodes_max > 1 && (se->active || a->stdin_watchdog))
+    o->fixed_source = se->active ? "Slurm's step" : "the hostfile";
+  o->lost_grace_s = j->rdzv.lost_node_grace;
+}
+
+/* A temporary log dir goes away unless it holds what the user needs:
+ * worker logs, or the error files the failure summary points to (a run
+ * that failed, not one that recovered after a restart). */
+static void keep_or_remove_logs(const struct job *j, int status,
+                                bool error_files_read)
+{
+  if (!j->log_base_is_temp)
+    return;
+  if (logs_written(j))
+    say("worker logs are in %s", j->run_log_dir);
+  else if (error_files_read && status != 0)
+    say("error files are in %s", j->run_log_dir);
+  else
+    logs_rmtree(j->log_base);
+}
+
+static void job_free(struct job *j)
+{
+  if (j->port_fd >= 0)
+    close(j->port_fd);
+  free(j->cmd);
+  free(j->redirects);
+  free(j->tee);
+  free(j->console);
+  free(j->numa);
+  logs_filters_free(j->stdout_filters);
+  logs_filters_free(j->stderr_filters);
+}
+
 int main(int argc, char **argv)
 {
   struct cdrun_args a;
@@ -359,36 +616,17 @@ int main(int argc, char **argv)
   struct slurm_env se;
   struct job j;
   struct backoff_conf backoff = BACKOFF_CONF_DEFAULT;
-  char err[512], warn[256], timer_file[PATH_MAX + 200], **penv;
-  const char *env, *nproc_from = "--nproc_per_node";
+  const char *nproc_from;
   bool error_files_read = false;
+  char **penv;
   int status;
 
   fill_std_fds();
-  status = args_parse(&a, argc, argv, environ, err, sizeof err);
-  if (status) {
-    /* An option it does not know: argparse's usage line first. */
-    if (status == -ENOENT)
-      fprintf(stderr, "%s\n", args_usage_line());
-    die_usage("%s", err);
-  }
-  apply_slurm(&a, argc, argv, &se, &penv);
-  if (a.help) {
-    fputs(args_usage(), stdout);
+  parse_args(&a, argc, argv, &se, &penv);
+  if (answer_at_once(&a)) {
     args_free(&a);
     return 0;
   }
-  if (a.version) {
-    printf("cdrun %s\n", CDRUN_VERSION);
-    args_free(&a);
-    return 0;
-  }
-  if (a.print_completion) {
-    args_print_completion(stdout, a.print_completion);
-    args_free(&a);
-    return 0;
-  }
-
   if ((a.hostfile || a.hosts) && !a.print_config) {
     status = multihost_run(&a, argc, argv);
     args_free(&a);
@@ -400,38 +638,8 @@ int main(int argc, char **argv)
   memset(&j, 0, sizeof j);
   j.port_fd = -1;
   make_run_id(&a, j.run_id, sizeof j.run_id);
-  if (rdzv_config_resolve(&a, j.run_id, &j.rdzv, err, sizeof err, warn,
-                          sizeof warn))
-    die_usage("%s", err);
-  if (warn[0])
-    say("warning: --rdzv_conf: unknown key%s %s ignored",
-        strchr(warn, ',') ? "s" : "", warn);
-  /* The first node of a Slurm step serves the rendezvous the others
-   * were told about (unless rdzv_conf says otherwise). */
-  if (se.active && j.rdzv.backend == BACKEND_RDZVD &&
-      j.rdzv.host_mode == RDZV_HOST_AUTO &&
-      slurm_env_source(&se, environ, "PET_RDZV_ENDPOINT") &&
-      args_origin_of(&a, "rdzv_endpoint") == ARGS_ENV)
-    j.rdzv.host_mode = se.node_rank == 0 ? RDZV_HOST_ALWAYS
-                                         : RDZV_HOST_NEVER;
-  if (se.active && se.gpus_on_node > 0 &&
-      (!strcmp(a.nproc_per_node, "gpu") || !strcmp(a.nproc_per_node,
-                                                   "auto"))) {
-    j.nproc = se.gpus_on_node;
-    nproc_from = "Slurm (SLURM_GPUS_ON_NODE)";
-  } else {
-    j.nproc = nproc_resolve(a.nproc_per_node, err, sizeof err);
-    if (j.nproc < 0)
-      die_usage("%s", err);
-    if (strcmp(a.nproc_per_node, "gpu") == 0 ||
-        strcmp(a.nproc_per_node, "auto") == 0)
-      nproc_from = "the CUDA devices visible";
-  }
-  /* RANK and WORLD_SIZE are ints, here and in every worker. */
-  if ((long long)a.nnodes_max * j.nproc > INT_MAX)
-    die_usage("--nnodes=%d with --nproc_per_node=%d: the world size %lld "
-              "exceeds %d", a.nnodes_max, j.nproc,
-              (long long)a.nnodes_max * j.nproc, INT_MAX);
+  resolve_rdzv(&a, &se, &j);
+  nproc_from = resolve_nproc(&a, &se, &j);
   if (a.print_config) {
     print_config(stdout, &a, environ, &se, &j.rdzv, j.nproc, nproc_from);
     args_free(&a);
@@ -441,137 +649,15 @@ int main(int argc, char **argv)
   }
   if (a.stdin_watchdog && multihost_watchdog_start() != 0)
     return AGENT_EXIT_INTERNAL;
-  resolve_streams(&a, &j);
-  if (a.numa_binding)
-    resolve_numa(&a, &j);
-  if (a.virtual_local_rank)
-    check_virtual_devices(j.nproc);
-  parse_signals(a.signals_to_handle, &j);
-  env = getenv(BACKOFF_ENV);
-  if (env && backoff_conf_parse(env, &backoff, err, sizeof err))
-    die_usage("%s", err);
-  j.cmd = build_command(&a);
-  if (!j.cmd)
-    die_usage("out of memory");
-
-  /* A free port for MASTER_PORT, unless the static back end was given
-   * one: the rdzvd back end offers it in case this node gets rank 0. */
-  if (j.rdzv.backend != BACKEND_STATIC || j.rdzv.master_port == 0) {
-    j.port_fd = port_reserve(&j.port);
-    if (j.port_fd < 0) {
-      say_error("cannot find a free port for MASTER_PORT: %s",
-                say_strerror(j.port_fd));
-      return AGENT_EXIT_INTERNAL;
-    }
-  }
-  if (setup_logs(&a, &j))
+  resolve_workers(&a, &j, &backoff);
+  if (reserve_master_port(&j) || setup_logs(&a, &j))
     return AGENT_EXIT_INTERNAL;
-
-  /* torchrun's banner, once, when several workers would each start a
-   * full OpenMP pool. */
-  if (j.nproc > 1 && !getenv("OMP_NUM_THREADS"))
-    fprintf(stderr,
-            "*****************************************\n"
-            "Setting OMP_NUM_THREADS environment variable for each process "
-            "to be 1 in default, to avoid your system being overloaded, "
-            "please further tune the variable for optimal performance in "
-            "your application as needed. \n"
-            "*****************************************\n");
-
-  /* torchrun exports the handled signals to its workers' environment. */
-  setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", a.signals_to_handle, 1);
-
-  /* Writing to a closed console must not kill the agent (and with it the
-   * supervision of the workers); workers get the default back. */
-  signal(SIGPIPE, SIG_IGN);
-  /* Slurm signals every process of a step (scancel -s USR1 for a
-   * checkpoint before preemption): the workers get it from Slurm; the
-   * agent must not die of it unless told to handle it. */
-  if (se.active) {
-    int extra[] = { SIGUSR1, SIGUSR2 }, k, m;
-    bool handled;
-
-    for (k = 0; k < 2; k++) {
-      handled = false;
-      for (m = 0; m < j.nsignals; m++)
-        handled |= j.signals[m] == extra[k];
-      if (!handled)
-        signal(extra[k], SIG_IGN);
-    }
-  }
-
-  memset(&o, 0, sizeof o);
-  o.nproc = j.nproc;
-  o.cmd = j.cmd;
-  o.target = a.target_argv[0];
-  o.role = a.role;
-  o.run_id = j.run_id;
-  o.token_secret = j.rdzv.secret.key;
-  o.token_secret_len = j.rdzv.secret.len;
-  o.run_log_dir = j.run_log_dir;
-  o.temp_log_base = j.log_base_is_temp ? j.log_base : NULL;
-  o.redirects = j.redirects;
-  o.tee = j.tee;
-  o.console = j.console;
-  o.prefix_template = a.log_line_prefix_template
-                       ? a.log_line_prefix_template
-                       : getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-  o.stdout_filters = j.stdout_filters;
-  o.stderr_filters = j.stderr_filters;
-  o.virtual_local_rank = a.virtual_local_rank;
-  o.heartbeat_timeout = a.worker_heartbeat_timeout;
-  o.numa = j.numa;
-  o.numa_memory = j.numa_memory;
-  /* torch's agent serves its file timer when asked in its environment. */
-  if ((env = getenv("TORCHELASTIC_ENABLE_FILE_TIMER")) &&
-      strcmp(env, "1") == 0) {
-    env = getenv("TORCHELASTIC_TIMER_FILE");
-    if (env && *env)
-      snprintf(timer_file, sizeof timer_file, "%s", env);
-    else
-      snprintf(timer_file, sizeof timer_file, "%s/watchdog_timer",
-               j.run_log_dir);
-    o.timer_file = timer_file;
-  }
-  o.max_restarts = a.max_restarts;
-  o.backoff = backoff;
-  o.grace_s = a.shutdown_timeout;
-  o.cofailure_s = a.monitor_interval;
-  o.signals = j.signals;
-  o.nsignals = j.nsignals;
-  o.default_omp_threads = j.nproc > 1;
-  o.log_events = strcmp(a.event_log_handler, "console") == 0;
-  o.rdzv_create = create_rdzv;
-  o.error_files_read = &error_files_read;
-  o.rdzv_arg = &j;
-  /* Note [fixed membership] (agent.h): srun or the head node started
-   * every node, and neither can start a lost one again. */
-  if (j.rdzv.backend != BACKEND_STATIC && a.nnodes_min == a.nnodes_max &&
-      a.nnodes_max > 1 && (se.active || a.stdin_watchdog))
-    o.fixed_source = se.active ? "Slurm's step" : "the hostfile";
-  o.lost_grace_s = j.rdzv.lost_node_grace;
+  prepare_agent_process(&a, &j, &se);
+  fill_agent_opts(&a, &se, &j, &backoff, &error_files_read, &o);
   status = agent_run(&o);
 
-  /* A temporary log dir goes away unless it holds what the user needs:
-   * worker logs, or the error files the failure summary points to (a run
-   * that failed, not one that recovered after a restart). */
-  if (j.log_base_is_temp) {
-    if (logs_written(&j))
-      say("worker logs are in %s", j.run_log_dir);
-    else if (error_files_read && status != 0)
-      say("error files are in %s", j.run_log_dir);
-    else
-      logs_rmtree(j.log_base);
-  }
-  if (j.port_fd >= 0)
-    close(j.port_fd);
-  free(j.cmd);
-  free(j.redirects);
-  free(j.tee);
-  free(j.console);
-  free(j.numa);
-  logs_filters_free(j.stdout_filters);
-  logs_filters_free(j.stderr_filters);
+  keep_or_remove_logs(&j, status, error_files_read);
+  job_free(&j);
   args_free(&a);
   if (se.active)
     free(penv);

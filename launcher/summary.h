@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "signames.h"
 
 /* One failed worker, as the agent observed it. */
 struct worker_failure {
@@ -50,10 +49,5 @@ void summary_print_job(FILE *out, const char *target, const char *host,
 /* The index in f[0..n-1] of job_root (the same rank and pid), or n. */
 size_t summary_local_index(const struct worker_failure *f, size_t n,
                            const struct worker_failure *job_root);
-
-/* The signal names moved to signames.h; the old names stay for code in
- * flight on other branches. */
-#define summary_signal_name sig_name
-#define summary_signal_number sig_number
 
 #endif

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "signames.h"
+
 #define EQ60 "============================================================\n"
 #define DASH60 "------------------------------------------------------------\n"
 #define HINT "To enable traceback see: " \
