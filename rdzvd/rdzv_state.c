@@ -73,7 +73,7 @@ static void fmt(char *buf, size_t size, const char *f, ...)
 }
 
 __attribute__((format(printf, 2, 3)))
-static void log_printf(const struct rs_registry *r, const char *f, ...)
+static void say(const struct rs_registry *r, const char *f, ...)
 {
   char line[2 * RP_MAX_TEXT + DESC_MAX];
   va_list ap;
@@ -492,7 +492,7 @@ static void lower(const struct rs_registry *r, const struct job *job,
 {
   if (*v <= ceiling)
     return;
-  log_printf(r, "job %s: %s %g s lowered to the server's ceiling %g s", job->id,
+  say(r, "job %s: %s %g s lowered to the server's ceiling %g s", job->id,
       what, *v, ceiling);
   *v = ceiling;
 }
@@ -513,7 +513,7 @@ static void ceilings(const struct rs_registry *r, struct job *job)
   if (max_misses < 1)
     max_misses = 1;
   if (cf->keepalive_misses > max_misses) {
-    log_printf(r, "job %s: keepalive_misses %d lowered to %d (the server's "
+    say(r, "job %s: keepalive_misses %d lowered to %d (the server's "
         "keepalive window is at most %g s)", job->id, cf->keepalive_misses,
         (int)max_misses, r->lim.max_keepalive);
     cf->keepalive_misses = (int)max_misses;
@@ -559,7 +559,7 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   /* Forgotten unless a node arrives (node_create cancels this). */
   cf = &job->conf;
   th_set(&r->heap, &job->t_forget, now + cf->close_timeout);
-  log_printf(r, "job %s: created (nodes %d..%d, max_restarts %d, join_timeout "
+  say(r, "job %s: created (nodes %d..%d, max_restarts %d, join_timeout "
       "%g s, last_call %g s, close_timeout %g s, keepalive %g s x %d)",
       job->id, cf->min_nodes, cf->max_nodes, cf->max_restarts,
       cf->join_timeout, cf->last_call_timeout, cf->close_timeout,
@@ -663,7 +663,7 @@ static void complete_round(struct rs_registry *r, struct job *job,
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
   metrics_round_completed(r->metrics, now - job->round_started);
-  log_printf(r, "job %s: round %d complete: %zu node%s, world size %d, master "
+  say(r, "job %s: round %d complete: %zu node%s, world size %d, master "
       "%s:%d", job->id, job->round, k, k == 1 ? "" : "s", job->world_size,
       rd->master_addr, rd->master_port);
 }
@@ -781,7 +781,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   }
   barriers_free(job);
   job->restarting = job->n_outstanding + job->n_spares > 0;
-  log_printf(r, "job %s: restart, new round %d (restart_count %d of %d): %s",
+  say(r, "job %s: restart, new round %d (restart_count %d of %d): %s",
       job->id, job->round, job->restart_count, job->conf.max_restarts,
       text);
   recheck(r, job, now);
@@ -798,8 +798,7 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
   job->closing = false;
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
-  log_printf(r, "job %s: %s: %s", job->id, success ? "finished" : "closed",
-      text);
+  say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
   while (!TAILQ_EMPTY(&job->nodes)) {
     struct node *n = TAILQ_FIRST(&job->nodes);
     void *conn = n->c->conn;
@@ -834,7 +833,7 @@ static void barrier_check(struct rs_registry *r, struct job *job,
   }
   if (strcmp(b->name, "exit") == 0)
     job->exit_passed = true;
-  log_printf(r, "job %s: round %d: barrier %s passed by %d nodes", job->id,
+  say(r, "job %s: round %d: barrier %s passed by %d nodes", job->id,
       job->round, b->name, b->count);
 }
 
@@ -907,7 +906,7 @@ static void node_lost(struct rs_registry *r, struct node *n, double now,
   char d[DESC_MAX];
 
   describe(n, d, sizeof d);
-  log_printf(r, "job %s: %s %s", n->job->id, d, why);
+  say(r, "job %s: %s %s", n->job->id, d, why);
   node_remove(r, n, now, why);
 }
 
@@ -945,7 +944,7 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
     if (n->expected ||
         job->n_part + job->n_outstanding < job->conf.max_nodes) {
       node_set_state(job, n, NS_PART, false);
-      log_printf(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
+      say(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
           job->id, d, job->round, job->n_part, job->conf.min_nodes,
           job->conf.max_nodes);
       progress_changed(r, job, now);
@@ -956,7 +955,7 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
     }
   } else if (!job->exit_passed && job->n_part < job->conf.max_nodes) {
     node_set_state(job, n, NS_SPARE, false);
-    log_printf(r, "job %s: %s joined running round %d", job->id, d, job->round);
+    say(r, "job %s: %s joined running round %d", job->id, d, job->round);
     fmt(why, sizeof why, "%s joined", d);
     start_round(r, job, now, why, NULL);
     if (n->state == NS_SPARE)   /* not promoted: still gets its answer */
@@ -964,7 +963,7 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
     return;
   }
   node_set_state(job, n, NS_SPARE, false);
-  log_printf(r, "job %s: %s waiting: round %d is %s", job->id, d, job->round,
+  say(r, "job %s: %s waiting: round %d is %s", job->id, d, job->round,
       job->exit_passed ? "finishing" : "full");
   send_waiting(r, job, n, now);
 }
@@ -1044,7 +1043,7 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
                        ? "is closed" : "has finished");
   if (job && (j->conf.min_nodes != job->conf.min_nodes ||
               j->conf.max_nodes != job->conf.max_nodes)) {
-    log_printf(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
+    say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
         "mismatch: nodes %d..%d, the job has %d..%d", job->id, RP_MAX_ADDR,
         j->host, j->pid,
         j->conf.min_nodes, j->conf.max_nodes, job->conf.min_nodes,
@@ -1058,7 +1057,7 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
   /* Restarts are counted per job, so every node must agree on how many
    * there may be (each decides alone whether its failure is final). */
   if (job && j->conf.max_restarts != job->conf.max_restarts) {
-    log_printf(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
+    say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
         "mismatch: max_restarts %d, the job has %d", job->id, RP_MAX_ADDR,
         j->host, j->pid, j->conf.max_restarts, job->conf.max_restarts);
     return refuse_join(r, conn, n, now, "lost: config mismatch",
@@ -1070,8 +1069,8 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
   if (n)
     return rejoin(r, n, j, now);
   if (!job && r->n_jobs >= r->lim.max_jobs && !TAILQ_EMPTY(&r->empty)) {
-    log_printf(r, "job %s: forgotten early: the job table is full (%d jobs) "
-        "and it has had no node for longest", TAILQ_FIRST(&r->empty)->id,
+    say(r, "job %s: forgotten early: the job table is full (%d jobs) and "
+        "it has had no node for longest", TAILQ_FIRST(&r->empty)->id,
         r->lim.max_jobs);
     job_free(r, TAILQ_FIRST(&r->empty));
   }
@@ -1112,8 +1111,8 @@ static void rebuild_done(struct rs_registry *r, struct job *job)
 
   ranks_clear(job);
   th_clear(&r->heap, &job->t_last_call);
-  log_printf(r, "job %s: round %d rebuilt: all %d nodes re-asserted it",
-      job->id, job->round, job->rebuild_size);
+  say(r, "job %s: round %d rebuilt: all %d nodes re-asserted it", job->id,
+      job->round, job->rebuild_size);
   for (b = job->barriers; b; b = b->next)
     barrier_check(r, job, b);
 }
@@ -1129,7 +1128,7 @@ static void rebuild_expired(struct rs_registry *r, struct job *job,
       job->rebuild_size, fmax(r->lim.resume_grace,
                               job->conf.keepalive_interval *
                               job->conf.keepalive_misses));
-  log_printf(r, "job %s: round %d: %s", job->id, job->round, text);
+  say(r, "job %s: round %d: %s", job->id, job->round, text);
   start_round(r, job, now, text, NULL);
 }
 
@@ -1162,8 +1161,8 @@ static struct node *claimed_node(const struct job *job,
 static void log_impostor(const struct rs_registry *r, const struct job *job,
                          const struct rp_resume *a)
 {
-  log_printf(r, "job %s: a resume names node %.*s (pid %" PRId64 ") but does "
-      "not hold its token: the node is left alone", job->id, RP_MAX_ADDR,
+  say(r, "job %s: a resume names node %.*s (pid %" PRId64 ") but does not "
+      "hold its token: the node is left alone", job->id, RP_MAX_ADDR,
       a->join.host, a->join.pid);
 }
 
@@ -1189,21 +1188,21 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
   if (job && vouched &&
       !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
     if (a->round.restart_count > job->restart_count) {
-      log_printf(r, "job %s: adopts restart count %d re-asserted by %.*s (pid %"
+      say(r, "job %s: adopts restart count %d re-asserted by %.*s (pid %"
           PRId64 ") (it had %d)", job->id, a->round.restart_count,
           RP_MAX_ADDR, a->join.host, a->join.pid, job->restart_count);
       job->restart_count = a->round.restart_count;
     }
     if (gathering(job) && a->round.round > job->round) {
-      log_printf(r, "job %s: gathering round %d becomes round %d, re-asserted "
-          "by %.*s (pid %" PRId64 ")", job->id, job->round, a->round.round,
+      say(r, "job %s: gathering round %d becomes round %d, re-asserted by "
+          "%.*s (pid %" PRId64 ")", job->id, job->round, a->round.round,
           RP_MAX_ADDR, a->join.host, a->join.pid);
       job->round = a->round.round;
     } else if (job->phase == PH_RUNNING && a->round.round > job->round) {
       fmt(text, sizeof text, "conflicting re-assertions: %.*s (pid %"
           PRId64 ") waits for round %d, the job runs round %d", RP_MAX_ADDR,
           a->join.host, a->join.pid, a->round.round, job->round);
-      log_printf(r, "job %s: %s: highest round wins", job->id, text);
+      say(r, "job %s: %s: highest round wins", job->id, text);
       job->round = a->round.round - 1;
       start_round(r, job, now, text, NULL);
     }
@@ -1214,7 +1213,7 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
     /* Its old self (detached, or on a connection not known dead yet)
      * makes way: the same agent cannot be two nodes. */
     describe(prev, d, sizeof d);
-    log_printf(r, "job %s: %s reconnected while gathering: its old connection "
+    say(r, "job %s: %s reconnected while gathering: its old connection "
         "is superseded", job->id, d);
     node_remove(r, prev, now, "superseded by its reconnection");
     conn_drop(r, old);
@@ -1257,14 +1256,14 @@ static int reattach(struct rs_registry *r, struct conn *c, void *conn,
   describe(n, d, sizeof d);
   if (job->phase == PH_RUNNING && n->state == NS_PART &&
       a->round.round == job->round && a->round.group_rank == n->rank) {
-    log_printf(r, "job %s: %s reconnected and re-asserted rank %d of round %d: "
+    say(r, "job %s: %s reconnected and re-asserted rank %d of round %d: "
         "the job goes on", job->id, d, n->rank, job->round);
     return 0;
   }
   fmt(text, sizeof text, "the job went on without this node: it "
       "re-asserted round %d, the job is %s round %d", a->round.round,
       gathering(job) ? "gathering" : "at", job->round);
-  log_printf(r, "job %s: %s reconnected: %s", job->id, d, text);
+  say(r, "job %s: %s reconnected: %s", job->id, d, text);
   send_text(r, conn, RP_RESTART, 0, false, text);
   return 0;
 }
@@ -1288,7 +1287,7 @@ static void rebuild_start(struct rs_registry *r, struct job *job,
   job->deadline = now + grace;
   th_clear(&r->heap, &job->t_progress);
   th_set(&r->heap, &job->t_last_call, job->deadline);
-  log_printf(r, "job %s: rebuilding running round %d (restart_count %d) from "
+  say(r, "job %s: rebuilding running round %d (restart_count %d) from "
       "re-assertions: %d nodes, world size %d, master %s:%d; %g s for "
       "them to come back", job->id, job->round, job->restart_count,
       as->group_world_size, as->world_size, as->master_addr,
@@ -1310,7 +1309,7 @@ static int rebuild_take(struct rs_registry *r, struct job *job,
                        "out of memory");
   }
   if (as->restart_count > job->restart_count) {
-    log_printf(r, "job %s: adopts restart count %d re-asserted by %s (it had "
+    say(r, "job %s: adopts restart count %d re-asserted by %s (it had "
         "%d)", job->id, as->restart_count, d, job->restart_count);
     job->restart_count = as->restart_count;
   }
@@ -1318,7 +1317,7 @@ static int rebuild_take(struct rs_registry *r, struct job *job,
   n->rank = as->group_rank;
   memcpy(n->token, as->token, RP_TOKEN_BYTES);
   n->token_gathering = false;
-  log_printf(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of %d "
+  say(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of %d "
       "back)", job->id, d, n->rank, job->round,
       a->phase == RP_PHASE_EXIT ? "at the exit barrier" : "running",
       job->n_part, job->rebuild_size);
@@ -1358,7 +1357,7 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
   /* With a lasting token key a running claim must be proved: the rank of
    * a round is claimed only by the node it was given to. */
   if (rdzv_token_key_lasting(r->tokens) && !token_proves(r, a)) {
-    log_printf(r, "job %s: refused a resume from %.*s (pid %" PRId64 "): its "
+    say(r, "job %s: refused a resume from %.*s (pid %" PRId64 "): its "
         "token does not prove rank %d of round %d", a->join.id, RP_MAX_ADDR,
         a->join.host, a->join.pid, as->group_rank, as->round);
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_AUTH, -EACCES,
@@ -1397,7 +1396,7 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
         as->group_world_size, as->round, as->world_size, job->round,
         job->rebuild_size, job->world_size, holder ? ", rank held by " : "",
         hd);
-    log_printf(r, "job %s: %s: a new round for every node", job->id, text);
+    say(r, "job %s: %s: a new round for every node", job->id, text);
     if (as->restart_count > job->restart_count)
       job->restart_count = as->restart_count;
     if (as->round > job->round)
@@ -1411,7 +1410,7 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
   fmt(text, sizeof text, "the job went on without this node: it "
       "re-asserted round %d, the job is %s round %d", as->round,
       gathering(job) ? "gathering" : "at", job->round);
-  log_printf(r, "job %s: %s: %s", job->id, d, text);
+  say(r, "job %s: %s: %s", job->id, d, text);
   node_set_state(job, n, NS_IDLE, gathering(job));
   send_text(r, conn, RP_RESTART, 0, false, text);
   return 0;
@@ -1468,7 +1467,7 @@ static void closing_end(struct rs_registry *r, struct job *job, double now)
   else
     copy_str(text, sizeof text, cause_text(job));
   if (pending)
-    log_printf(r, "job %s: %d node%s did not report within the wait; closing",
+    say(r, "job %s: %d node%s did not report within the wait; closing",
         job->id, pending, pending == 1 ? "" : "s");
   end_job(r, job, now, false, text);
 }
@@ -1495,7 +1494,7 @@ static void closing_start(struct rs_registry *r, struct job *job,
     closing_end(r, job, now);
     return;
   }
-  log_printf(r, "job %s: closing: waiting up to %g s for %d more failure "
+  say(r, "job %s: closing: waiting up to %g s for %d more failure "
       "report%s", job->id, job->closing_deadline - now,
       closing_pending(job), closing_pending(job) == 1 ? "" : "s");
   th_set(&r->heap, &job->t_last_call, job->closing_deadline);
@@ -1515,7 +1514,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
    * the waiting list, or one the last round went on without, has no
    * workers to report on. */
   if (n->state != NS_PART && !(n->state == NS_IDLE && n->expected)) {
-    log_printf(r, "job %s: refused a failure report from %s: not a participant "
+    say(r, "job %s: refused a failure report from %s: not a participant "
         "of round %d", job->id, d, job->round);
     return rs__refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
                   "failure report refused: not a participant of round %d "
@@ -1524,7 +1523,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
   cause_offer(job, n, f);
   if (job->closing) {
     n->reported = true;
-    log_printf(r, "job %s: %s workers failed too%s: %.*s", job->id, d,
+    say(r, "job %s: %s workers failed too%s: %.*s", job->id, d,
         f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
     if (!closing_pending(job))
       closing_end(r, job, now);
@@ -1532,14 +1531,14 @@ static int on_failure(struct rs_registry *r, struct node *n,
   }
   if (job->phase == PH_RUNNING && n->state == NS_PART &&
       (f->final || job->restart_count >= job->conf.max_restarts)) {
-    log_printf(r, "job %s: %s workers failed%s: %.*s", job->id, d,
+    say(r, "job %s: %s workers failed%s: %.*s", job->id, d,
         f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
     closing_start(r, job, n, f->final, now);
   } else if (f->final) {
     end_job(r, job, now, false, cause_text(job));
   } else if (job->phase != PH_RUNNING || n->state != NS_PART) {
     /* The round already ended: this failure is part of that restart. */
-    log_printf(r, "job %s: %s workers failed in round %d (already restarting): "
+    say(r, "job %s: %s workers failed in round %d (already restarting): "
         "%.*s", job->id, d, job->round, RP_MAX_TEXT, f->message);
   } else {
     job->restart_count++;
@@ -1609,7 +1608,7 @@ static int on_leave(struct rs_registry *r, struct node *n, double now)
     return 0;
   }
   describe(n, d, sizeof d);
-  log_printf(r, "job %s: %s left", job->id, d);
+  say(r, "job %s: %s left", job->id, d);
   node_remove(r, n, now, "left");
   return 0;
 }
@@ -1827,7 +1826,7 @@ void rs_conn_reset(struct rs_registry *r, void *conn, double now)
     n->c = ph;
     c->node = NULL;
     describe(n, d, sizeof d);
-    log_printf(r, "job %s: %s connection reset: still a member until its "
+    say(r, "job %s: %s connection reset: still a member until its "
         "keepalive window ends (%g s after it was last heard)", n->job->id,
         d, n->alive_window);
   }
@@ -1876,7 +1875,7 @@ static void on_join_timer(struct rs_registry *r, struct node *n, double now)
     fmt(text, sizeof text, "waited %g s: %d of at least %d nodes present",
         n->join_timeout, job->n_part, job->conf.min_nodes);
   describe(n, d, sizeof d);
-  log_printf(r, "job %s: %s: join timeout: %s", job->id, d, text);
+  say(r, "job %s: %s: join timeout: %s", job->id, d, text);
   send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
   node_remove(r, n, now, "join timeout");
   conn_drop(r, conn);
@@ -1928,7 +1927,7 @@ static double tick(struct rs_registry *r, double now)
     case T_FORGET:
       job = container_of(t, struct job, t_forget);
       if (!job->n_nodes) {
-        log_printf(r, "job %s: forgotten", job->id);
+        say(r, "job %s: forgotten", job->id);
         job_free(r, job);
       }
       break;
