@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "curl_dl.h"
+#include "libcurl_dl.h"
 
-#include "curl_uv.h"
+#include "http_uv.h"
 #include "say.h"
 
 #define MAX_MEMBERS 16
@@ -19,7 +19,7 @@
 #define WATCH_RETRY_MAX_MS 2000
 
 struct etcd_call {
-  struct curl_uv_req req;
+  struct http_uv_req req;
   struct etcd_client *c;
   struct etcd_call *prev, *next;
   char *path;
@@ -39,7 +39,7 @@ struct etcd_call {
 };
 
 struct etcd_watch {
-  struct curl_uv_req req;
+  struct http_uv_req req;
   struct etcd_client *c;
   struct etcd_watch *prev, *next;
   char *key64, *end64;
@@ -62,7 +62,7 @@ struct etcd_watch {
 
 struct etcd_client {
   uv_loop_t *loop;
-  struct curl_uv *cu;
+  struct http_uv *cu;
   char members_text[1024];
   char *members[MAX_MEMBERS];   /* "host:port" */
   int n_members;
@@ -304,7 +304,7 @@ static void call_free(struct etcd_call *k)
   free(k);
 }
 
-static void call_done(struct curl_uv_req *r, CURLcode result);
+static void call_done(struct http_uv_req *r, CURLcode result);
 static void authenticate(struct etcd_client *c);
 
 /* Sends k to its current member. */
@@ -327,7 +327,7 @@ static int call_send(struct etcd_call *k)
     curl_easy_setopt(k->req.easy, CURLOPT_CONNECTTIMEOUT_MS, k->timeout_ms);
   k->req.done = call_done;
   k->req.data = k;
-  return curl_uv_add(c->cu, &k->req) ? -EIO : 0;
+  return http_uv_add(c->cu, &k->req) ? -EIO : 0;
 }
 
 /* Ends k with an error, its callback once. */
@@ -383,7 +383,7 @@ static int grpc_errno(int code)
   }
 }
 
-static void call_done(struct curl_uv_req *r, CURLcode result)
+static void call_done(struct http_uv_req *r, CURLcode result)
 {
   struct etcd_call *k = r->data;
   struct etcd_client *c = k->c;
@@ -680,7 +680,7 @@ static void watch_deliver(struct etcd_watch *w)
       }
       cJSON_Delete(j);
       if (w->running) {
-        curl_uv_remove(w->c->cu, &w->req);
+        http_uv_remove(w->c->cu, &w->req);
         w->running = false;
       }
       w->member = (w->member + 1) % w->c->n_members;
@@ -702,7 +702,7 @@ static void deliver_cb(uv_timer_t *t)
   watch_deliver(t->data);
 }
 
-static void watch_done(struct curl_uv_req *r, CURLcode result)
+static void watch_done(struct http_uv_req *r, CURLcode result)
 {
   struct etcd_watch *w = r->data;
 
@@ -758,7 +758,7 @@ static void watch_connect(struct etcd_watch *w)
   w->req.data = w;
   DEBUG("%s watch from revision %" PRId64, c->members[w->member],
         w->next_rev);
-  if (curl_uv_add(c->cu, &w->req) == 0)
+  if (http_uv_add(c->cu, &w->req) == 0)
     w->running = true;
   else
     watch_schedule(w);
@@ -795,7 +795,7 @@ static void watches_follow(struct etcd_client *c)
       continue;
     w->member = c->cur;
     if (w->running) {
-      curl_uv_remove(c->cu, &w->req);
+      http_uv_remove(c->cu, &w->req);
       w->running = false;
       watch_deliver(w);
       w->len = 0;
@@ -861,7 +861,7 @@ void etcd_watch_stop(struct etcd_watch *w)
 
   w->stopped = true;
   if (w->running)
-    curl_uv_remove(c->cu, &w->req);
+    http_uv_remove(c->cu, &w->req);
   w->running = false;
   if (w->req.easy)
     curl_easy_cleanup(w->req.easy);
@@ -936,14 +936,14 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
   c->user = dup_opt(o->user);
   c->password = o->password ? strdup(o->password) : NULL;
   c->timeout_ms = (long)((o->timeout > 0 ? o->timeout : 10) * 1000);
-  if (curl_dl_load(err, errlen))
+  if (libcurl_dl_load(err, errlen))
     goto bad;
   if (curl_users++ == 0 && curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
     curl_users--;
     snprintf(err, errlen, "cannot initialise libcurl");
     goto bad;
   }
-  rc = curl_uv_create(loop, &c->cu);
+  rc = http_uv_create(loop, &c->cu);
   if (rc) {
     if (--curl_users == 0)
       curl_global_cleanup();
@@ -970,12 +970,12 @@ void etcd_client_close(struct etcd_client *c)
 {
   c->closing = true;
   while (c->calls) {
-    curl_uv_remove(c->cu, &c->calls->req);
+    http_uv_remove(c->cu, &c->calls->req);
     call_free(c->calls);
   }
   while (c->watches)
     etcd_watch_stop(c->watches);
-  curl_uv_close(c->cu);
+  http_uv_close(c->cu);
   c->cu = NULL;
   if (--curl_users == 0)
     curl_global_cleanup();
@@ -996,19 +996,9 @@ void etcd_client_close(struct etcd_client *c)
   }
 }
 
-const char *etcd_client_endpoint(const struct etcd_client *c)
-{
-  return c->members[c->cur];
-}
-
 const char *etcd_client_local_ip(const struct etcd_client *c)
 {
   return c->local_ip;
-}
-
-const char *etcd_client_members(const struct etcd_client *c)
-{
-  return c->members_text;
 }
 
 int etcd_client_n_members(const struct etcd_client *c)

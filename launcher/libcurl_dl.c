@@ -1,5 +1,6 @@
-/* curl_dl.c -- libcurl's entry points, resolved at run time (curl_dl.h). */
-#include "curl_dl.h"
+/* libcurl_dl.c -- libcurl's entry points, resolved at run time
+ * (libcurl_dl.h). */
+#include "libcurl_dl.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -7,14 +8,14 @@
 #include <stdio.h>
 #include <string.h>
 
-struct curl_dl curl_dl;
+struct libcurl_dl libcurl_dl;
 
 static void *lib;
 
-int curl_dl_load(char *err, size_t errlen)
+int libcurl_dl_load(char *err, size_t errlen)
 {
   static const struct { const char *name; size_t off; } fns[] = {
-#define FN(f, n) { "curl_" n, offsetof(struct curl_dl, f) }
+#define FN(f, n) { "curl_" n, offsetof(struct libcurl_dl, f) }
     FN(global_init, "global_init"), FN(global_cleanup, "global_cleanup"),
     FN(easy_init, "easy_init"), FN(easy_cleanup, "easy_cleanup"),
     FN(easy_setopt, "easy_setopt"), FN(easy_getinfo, "easy_getinfo"),
@@ -28,7 +29,7 @@ int curl_dl_load(char *err, size_t errlen)
     FN(multi_assign, "multi_assign"),
 #undef FN
   };
-  struct curl_dl t;
+  struct libcurl_dl t;
   size_t i;
   void *h, *sym;
 
@@ -51,7 +52,7 @@ int curl_dl_load(char *err, size_t errlen)
     }
     memcpy((char *)&t + fns[i].off, &sym, sizeof sym);
   }
-  curl_dl = t;
+  libcurl_dl = t;
   lib = h;    /* kept for the life of the process */
   return 0;
 }
