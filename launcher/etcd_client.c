@@ -10,6 +10,7 @@
 #include "libcurl_dl.h"
 
 #include "http_uv.h"
+#include "list.h"
 #include "say.h"
 
 #define MAX_MEMBERS 16
@@ -21,7 +22,7 @@
 struct etcd_call {
   struct http_uv_req req;
   struct etcd_client *c;
-  struct etcd_call *prev, *next;
+  struct list_node node;        /* in c->calls */
   char *path;
   char *body;
   struct curl_slist *hdrs;
@@ -41,7 +42,7 @@ struct etcd_call {
 struct etcd_watch {
   struct http_uv_req req;
   struct etcd_client *c;
-  struct etcd_watch *prev, *next;
+  struct list_node node;        /* in c->watches */
   char *key64, *end64;
   int64_t next_rev;
   int member;
@@ -72,8 +73,8 @@ struct etcd_client {
   long timeout_ms;
   char *token;                  /* "" until authenticated */
   bool authenticating;
-  struct etcd_call *calls;
-  struct etcd_watch *watches;
+  struct list_node calls;       /* struct etcd_call */
+  struct list_node watches;     /* struct etcd_watch, not stopped */
   int watches_alive;            /* not yet freed */
   bool closing;
   char local_ip[64];
@@ -287,14 +288,7 @@ static CURL *easy_for(struct etcd_client *c, int member, const char *path,
 
 static void call_free(struct etcd_call *k)
 {
-  struct etcd_client *c = k->c;
-
-  if (k->prev)
-    k->prev->next = k->next;
-  else
-    c->calls = k->next;
-  if (k->next)
-    k->next->prev = k->prev;
+  list_remove(&k->node);
   if (k->req.easy)
     curl_easy_cleanup(k->req.easy);
   curl_slist_free_all(k->hdrs);
@@ -479,10 +473,7 @@ static int call_start(struct etcd_client *c, const char *path,
   k->member = c->cur;
   k->timeout_ms = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
   k->is_auth = is_auth;
-  k->next = c->calls;
-  if (c->calls)
-    c->calls->prev = k;
-  c->calls = k;
+  list_insert_head(&c->calls, &k->node);
   if (!k->path || !k->body) {
     call_free(k);
     return -ENOMEM;
@@ -502,10 +493,11 @@ static int call_start(struct etcd_client *c, const char *path,
 /* The token came (or could not be had): release the queued calls. */
 static void token_ready(struct etcd_client *c, int err, const char *msg)
 {
-  struct etcd_call *k, *next;
+  struct list_node *pos, *next;
 
-  for (k = c->calls; k; k = next) {
-    next = k->next;
+  list_for_each_safe(pos, next, &c->calls) {
+    struct etcd_call *k = list_entry(pos, struct etcd_call, node);
+
     if (!k->waiting_token)
       continue;
     k->waiting_token = false;
@@ -601,7 +593,7 @@ static void watch_closed(uv_handle_t *h)
   free(w->buf);
   free(w);
   c->watches_alive--;
-  if (c->closing && c->watches_alive == 0 && !c->calls) {
+  if (c->closing && c->watches_alive == 0 && list_empty(&c->calls)) {
     free(c->token);
     free(c);
   }
@@ -788,9 +780,11 @@ static void watch_schedule(struct etcd_watch *w)
 /* The client moved to another member: watches follow at once. */
 static void watches_follow(struct etcd_client *c)
 {
-  struct etcd_watch *w;
+  struct list_node *pos, *next;
 
-  for (w = c->watches; w; w = w->next) {
+  list_for_each_safe(pos, next, &c->watches) {
+    struct etcd_watch *w = list_entry(pos, struct etcd_watch, node);
+
     if (w->stopped || w->member == c->cur)
       continue;
     w->member = c->cur;
@@ -843,10 +837,7 @@ struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
   w->retry.data = w;
   w->deliver.data = w;
   w->open_handles = 2;
-  w->next = c->watches;
-  if (c->watches)
-    c->watches->prev = w;
-  c->watches = w;
+  list_insert_head(&c->watches, &w->node);
   c->watches_alive++;
   if (c->user && !c->token)
     watch_schedule(w);
@@ -870,12 +861,7 @@ void etcd_watch_stop(struct etcd_watch *w)
   w->hdrs = NULL;
   free(w->body);
   w->body = NULL;
-  if (w->prev)
-    w->prev->next = w->next;
-  else
-    c->watches = w->next;
-  if (w->next)
-    w->next->prev = w->prev;
+  list_remove(&w->node);
   uv_close((uv_handle_t *)&w->retry, watch_closed);
   uv_close((uv_handle_t *)&w->deliver, watch_closed);
 }
@@ -898,6 +884,8 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
+  list_init(&c->calls);
+  list_init(&c->watches);
   snprintf(c->members_text, sizeof c->members_text, "%s", o->endpoints);
   p = strdup(o->endpoints);
   for (tok = p ? strtok_r(p, ",", &save) : NULL; tok;
@@ -969,12 +957,14 @@ bad:
 void etcd_client_close(struct etcd_client *c)
 {
   c->closing = true;
-  while (c->calls) {
-    http_uv_remove(c->cu, &c->calls->req);
-    call_free(c->calls);
+  while (!list_empty(&c->calls)) {
+    struct etcd_call *k = list_first(&c->calls, struct etcd_call, node);
+
+    http_uv_remove(c->cu, &k->req);
+    call_free(k);
   }
-  while (c->watches)
-    etcd_watch_stop(c->watches);
+  while (!list_empty(&c->watches))
+    etcd_watch_stop(list_first(&c->watches, struct etcd_watch, node));
   http_uv_close(c->cu);
   c->cu = NULL;
   if (--curl_users == 0)

@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "list.h"
+
 struct http_uv {
   uv_loop_t *loop;
   CURLM *multi;
@@ -13,7 +15,7 @@ struct http_uv {
   int depth;                    /* inside socket_action/dispatch */
   bool closing;
   bool cleaned;                 /* curl_multi_cleanup done */
-  struct http_uv_sock *socks;   /* polls not yet closing */
+  struct list_node socks;       /* struct http_uv_sock, not closing */
 };
 
 /* One socket curl asked us to watch. */
@@ -21,25 +23,14 @@ struct http_uv_sock {
   uv_poll_t poll;
   curl_socket_t fd;
   struct http_uv *cu;
-  struct http_uv_sock *prev, *next;
+  struct list_node node;        /* in cu->socks */
 };
-
-static void sock_unlink(struct http_uv_sock *s)
-{
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    s->cu->socks = s->next;
-  if (s->next)
-    s->next->prev = s->prev;
-  s->prev = s->next = NULL;
-}
 
 static void handle_closed(uv_handle_t *h);
 
 static void sock_close(struct http_uv_sock *s)
 {
-  sock_unlink(s);
+  list_remove(&s->node);
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, handle_closed);
 }
@@ -75,8 +66,8 @@ static void finish_close(struct http_uv *cu)
   cu->depth--;
   cu->cleaned = true;
   /* Whatever curl did not say it removed: its sockets are closed now. */
-  while (cu->socks)
-    sock_close(cu->socks);
+  while (!list_empty(&cu->socks))
+    sock_close(list_first(&cu->socks, struct http_uv_sock, node));
   if (!uv_is_closing((uv_handle_t *)&cu->timer))
     uv_close((uv_handle_t *)&cu->timer, handle_closed);
   maybe_free(cu);
@@ -163,10 +154,7 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
       return -1;
     }
     s->poll.data = s;
-    s->next = cu->socks;
-    if (cu->socks)
-      cu->socks->prev = s;
-    cu->socks = s;
+    list_insert_head(&cu->socks, &s->node);
     cu->open_handles++;
     curl_multi_assign(cu->multi, fd, s);
   }
@@ -199,6 +187,7 @@ int http_uv_create(uv_loop_t *loop, struct http_uv **out)
   if (!cu)
     return UV_ENOMEM;
   cu->loop = loop;
+  list_init(&cu->socks);
   cu->multi = curl_multi_init();
   if (!cu->multi) {
     free(cu);
