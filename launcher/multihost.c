@@ -37,191 +37,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hostfile.h"
 #include "num.h"
 #include "rdzv_proto.h"
 #include "say.h"
 #include "slurm_env.h"
+#include "stdin_watchdog.h"
 
-#define HOSTFILE_MAX (1 << 20)
 #define LINE_MAX_OUT 65536      /* longer lines are cut into pieces */
 #define SSH_FAILED 255          /* ssh's own failure, or a killed remote */
 #define EXIT_HOST_LOST 75       /* agent.h's AGENT_EXIT_NODE_LOST */
-#define BEAT_ENV "CDRUN_HEAD_BEAT"
 #define BEAT_MARGIN 2.0         /* seconds on top of the remote's window */
-
-/* A bad value: the message in err, -EINVAL. */
-#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
-
-/* ---- host lists ---------------------------------------------------------- */
-
-static bool valid_host(const char *s, size_t n)
-{
-  size_t i;
-
-  if (n == 0 || n >= sizeof ((struct mh_host *)0)->name || s[0] == '-')
-    return false;
-  for (i = 0; i < n; i++)
-    if (!isalnum((unsigned char)s[i]) && !strchr("._-@:[]%", s[i]))
-      return false;
-  return true;
-}
-
-static int add_host(struct mh_host **hosts, int *n, const char *name,
-                    size_t len, int slots)
-{
-  struct mh_host *h;
-
-  if (*n >= MULTIHOST_MAX_HOSTS)
-    return -E2BIG;
-  h = realloc(*hosts, (size_t)(*n + 1) * sizeof *h);
-  if (!h)
-    return -ENOMEM;
-  *hosts = h;
-  memcpy(h[*n].name, name, len);
-  h[*n].name[len] = '\0';
-  h[*n].slots = slots;
-  (*n)++;
-  return 0;
-}
-
-int multihost_parse_hosts(const char *text, int is_list, struct mh_host **out,
-                          char *err, size_t errlen)
-{
-  struct mh_host *hosts = NULL;
-  const char *p = text, *end, *tok, *tend;
-  int n = 0, line = 0, rc = 0;
-  char sep = is_list ? ',' : '\n';
-
-  *out = NULL;
-  while (*p) {
-    long slots = 0;
-
-    end = p + strcspn(p, is_list ? "," : "\n");
-    line++;
-    /* One line: "host [slots=N] [max_slots=M]  # comment". */
-    tend = memchr(p, '#', (size_t)(end - p));
-    if (!tend || is_list)
-      tend = end;
-    tok = p;
-    while (tok < tend && isspace((unsigned char)*tok))
-      tok++;
-    if (tok < tend) {
-      const char *hend = tok;
-
-      while (hend < tend && !isspace((unsigned char)*hend))
-        hend++;
-      if (!valid_host(tok, (size_t)(hend - tok))) {
-        rc = fail(err, errlen, "%s %d: invalid host name '%.*s'",
-                  is_list ? "--hosts: entry" : "--hostfile: line", line,
-                  (int)(hend - tok), tok);
-        goto out;
-      }
-      for (const char *q = hend; q < tend;) {
-        const char *w;
-        char *num_end;
-
-        while (q < tend && isspace((unsigned char)*q))
-          q++;
-        if (q >= tend)
-          break;
-        w = q;
-        while (q < tend && !isspace((unsigned char)*q))
-          q++;
-        if ((size_t)(q - w) > 6 && strncmp(w, "slots=", 6) == 0) {
-          errno = 0;
-          slots = strtol(w + 6, &num_end, 10);
-          if (errno || num_end != q || slots < 1 || slots > 65536) {
-            rc = fail(err, errlen, "--hostfile: line %d: invalid '%.*s' "
-                      "(expected slots=N, 1 <= N <= 65536)", line,
-                      (int)(q - w), w);
-            goto out;
-          }
-        } else if ((size_t)(q - w) > 10 &&
-                   strncmp(w, "max_slots=", 10) == 0) {
-          /* mpirun's: accepted, nothing to limit here. */
-        } else {
-          rc = fail(err, errlen, "--hostfile: line %d: unknown '%.*s' "
-                    "(expected host [slots=N])", line, (int)(q - w), w);
-          goto out;
-        }
-      }
-      rc = add_host(&hosts, &n, tok, (size_t)(hend - tok), (int)slots);
-      if (rc == -E2BIG)
-        rc = fail(err, errlen, "%s: more than %d hosts", is_list
-                  ? "--hosts" : "--hostfile", MULTIHOST_MAX_HOSTS);
-      else if (rc)
-        rc = fail(err, errlen, "out of memory");
-      if (rc)
-        goto out;
-    }
-    p = *end == sep ? end + 1 : end;
-  }
-  if (n == 0)
-    rc = fail(err, errlen, "%s: no host", is_list ? "--hosts"
-                                                  : "--hostfile");
-out:
-  if (rc) {
-    free(hosts);
-    return rc;
-  }
-  *out = hosts;
-  return n;
-}
-
-static char *read_hostfile(const char *path, char *err, size_t errlen)
-{
-  struct stat st;
-  char *buf;
-  size_t n = 0;
-  ssize_t r;
-  int fd;
-
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    fail(err, errlen, "--hostfile: cannot open '%s': %s", path,
-         strerror(errno));
-    return NULL;
-  }
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    close(fd);
-    fail(err, errlen, "--hostfile: '%s' is a directory", path);
-    return NULL;
-  }
-  buf = malloc(HOSTFILE_MAX + 1);
-  if (!buf) {
-    close(fd);
-    fail(err, errlen, "out of memory");
-    return NULL;
-  }
-  while (n < HOSTFILE_MAX &&
-         (r = read(fd, buf + n, HOSTFILE_MAX - n)) != 0) {
-    if (r < 0) {
-      if (errno == EINTR)
-        continue;
-      fail(err, errlen, "--hostfile: cannot read '%s': %s", path,
-           strerror(errno));
-      goto bad;
-    }
-    n += (size_t)r;
-  }
-  if (n == HOSTFILE_MAX) {
-    fail(err, errlen, "--hostfile: '%s' is larger than %d bytes", path,
-         HOSTFILE_MAX);
-    goto bad;
-  }
-  close(fd);
-  buf[n] = '\0';
-  if (strlen(buf) != n) {
-    fail(err, errlen, "--hostfile: '%s' holds a NUL byte", path);
-    free(buf);
-    return NULL;
-  }
-  return buf;
-bad:
-  close(fd);
-  free(buf);
-  return NULL;
-}
 
 /* ---- the remote command -------------------------------------------------- */
 
@@ -330,7 +156,7 @@ struct job_plan {
 
 static char *remote_command(const struct cdrun_args *a, int argc,
                             char **argv, const struct job_plan *p,
-                            const struct mh_host *h, int node_rank,
+                            const struct hostfile_host *h, int node_rank,
                             bool nproc_given)
 {
   struct strbuf b = { 0 };
@@ -346,7 +172,7 @@ static char *remote_command(const struct cdrun_args *a, int argc,
   /* Note [dead links]: how long the watchdog waits for the head's beat
    * (an older cdrun there ignores it). */
   sb_add(&b, " exec env", 9);
-  sb_argf(&b, BEAT_ENV "=%g", p->alive_interval * p->alive_count +
+  sb_argf(&b, STDIN_WATCHDOG_BEAT_ENV "=%g", p->alive_interval * p->alive_count +
                               BEAT_MARGIN);
   sb_arg(&b, p->cdrun);
   for (i = 1; i < ti; i++) {
@@ -391,7 +217,7 @@ struct stream {
 };
 
 struct remote {
-  const struct mh_host *host;
+  const struct hostfile_host *host;
   char prefix[300];
   pid_t pid;
   int in_fd;                    /* the write end of ssh's stdin */
@@ -612,7 +438,7 @@ static void plan_keepalive(const struct cdrun_args *a, struct job_plan *p)
   p->beat = interval;
 }
 
-static void plan_job(const struct cdrun_args *a, const struct mh_host *hosts,
+static void plan_job(const struct cdrun_args *a, const struct hostfile_host *hosts,
                      int nhosts, const char *argv0, struct job_plan *p,
                      bool nnodes_given, bool endpoint_given)
 {
@@ -725,7 +551,7 @@ static void say_waiting(const struct remote *rs, int n, const char *what,
 
 int multihost_run(const struct cdrun_args *a, int argc, char **argv)
 {
-  struct mh_host *hosts = NULL;
+  struct hostfile_host *hosts = NULL;
   struct remote *rs = NULL;
   struct job_plan plan;
   struct sigaction sa, old_int, old_term, old_hup, old_chld;
@@ -735,26 +561,26 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
   double stop_at = 0, next_beat = 0;
 
   if (a->hostfile && a->hosts) {
-    say("error: --hostfile and --hosts are mutually exclusive");
+    say_error("--hostfile and --hosts are mutually exclusive");
     return 2;
   }
   if (a->hostfile) {
-    text = read_hostfile(a->hostfile, err, sizeof err);
+    text = hostfile_read(a->hostfile, err, sizeof err);
     if (!text) {
-      say("error: %s", err);
+      say_error("%s", err);
       return 2;
     }
-    n = multihost_parse_hosts(text, 0, &hosts, err, sizeof err);
+    n = hostfile_parse(text, 0, &hosts, err, sizeof err);
     free(text);
   } else {
-    n = multihost_parse_hosts(a->hosts, 1, &hosts, err, sizeof err);
+    n = hostfile_parse(a->hosts, 1, &hosts, err, sizeof err);
   }
   if (n < 0) {
-    say("error: %s", err);
+    say_error("%s", err);
     return 2;
   }
   if (a->standalone) {
-    say("error: --standalone runs one node; --hostfile/--hosts start one "
+    say_error("--standalone runs one node; --hostfile/--hosts start one "
         "agent per host");
     free(hosts);
     return 2;
@@ -763,7 +589,7 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
            given(a, "rdzv_endpoint"));
   rs = calloc((size_t)n, sizeof *rs);
   if (!rs || pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
-    say("error: out of memory or file descriptors");
+    say_error("out of memory or file descriptors");
     free(hosts);
     free(rs);
     return 1;
@@ -797,8 +623,8 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
     rc = cmd ? start_remote(&rs[i], cmd, alive_opts) : -ENOMEM;
     free(cmd);
     if (rc) {
-      say("error: host %s: cannot start ssh: %s", hosts[i].name,
-          strerror(-rc));
+      say_error("host %s: cannot start ssh: %s", hosts[i].name,
+                say_strerror(rc));
       rs[i].exited = true;
       rs[i].status = 1;
       stop_all(rs, n);
@@ -811,8 +637,8 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
   }
 
   while (running > 0) {
-    struct pollfd pf[2 * MULTIHOST_MAX_HOSTS + 1];
-    int idx[2 * MULTIHOST_MAX_HOSTS + 1], np = 0, timeout = -1;
+    struct pollfd pf[2 * HOSTFILE_MAX_HOSTS + 1];
+    int idx[2 * HOSTFILE_MAX_HOSTS + 1], np = 0, timeout = -1;
     unsigned char c;
     pid_t pid;
     int st;
@@ -966,74 +792,4 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
   free(rs);
   free(hosts);
   return status;
-}
-
-/* ---- the remote side ------------------------------------------------------ */
-
-static int watchdog_fd = -1;
-static double watchdog_window;  /* CDRUN_HEAD_BEAT; 0: EOF only */
-
-static void *watchdog(void *arg)
-{
-  struct pollfd pf = { .fd = watchdog_fd, .events = POLLIN };
-  int ms = watchdog_window > 0 ? (int)(watchdog_window * 1000) : -1;
-  char buf[256];
-  ssize_t n;
-  int rc;
-
-  (void)arg;
-  for (;;) {
-    /* Note [dead links]: the head beats every keepalive interval. */
-    rc = poll(&pf, 1, ms);
-    if (rc < 0 && errno == EINTR)
-      continue;
-    if (rc == 0) {
-      say("no word from the head node for %g s (%s; its link or machine "
-          "is down?): stopping", watchdog_window, BEAT_ENV);
-      kill(getpid(), SIGTERM);
-      return NULL;
-    }
-    n = read(watchdog_fd, buf, sizeof buf);
-    if (n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN)))
-      continue;
-    break;
-  }
-  say("stdin closed (the head node or its connection is gone): stopping");
-  kill(getpid(), SIGTERM);
-  return NULL;
-}
-
-int multihost_watchdog_start(void)
-{
-  pthread_t t;
-  pthread_attr_t attr;
-  const char *beat;
-  int fd, null, rc;
-
-  fd = fcntl(0, F_DUPFD_CLOEXEC, 3);
-  if (fd < 0) {
-    say("error: --stdin_watchdog: no stdin: %s", strerror(errno));
-    return -errno;
-  }
-  /* The workers must not read (or hold) the head's pipe. */
-  null = open("/dev/null", O_RDONLY);
-  if (null >= 0) {
-    dup2(null, 0);
-    close(null);
-  }
-  watchdog_fd = fd;
-  /* Set by a head that beats (Note [dead links]); a bad value is none. */
-  beat = getenv(BEAT_ENV);
-  if (!beat || num_parse_double(beat, 0.5, NUM_SECONDS_MAX,
-                                &watchdog_window))
-    watchdog_window = 0;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  rc = pthread_create(&t, &attr, watchdog, NULL);
-  pthread_attr_destroy(&attr);
-  if (rc) {
-    say("error: --stdin_watchdog: cannot start a thread: %s", strerror(rc));
-    return -rc;
-  }
-  return 0;
 }
