@@ -172,8 +172,8 @@ static char *remote_command(const struct cdrun_args *a, int argc,
   /* Note [dead links]: how long the watchdog waits for the head's beat
    * (an older cdrun there ignores it). */
   sb_add(&b, " exec env", 9);
-  sb_argf(&b, STDIN_WATCHDOG_BEAT_ENV "=%g", p->alive_interval * p->alive_count +
-                              BEAT_MARGIN);
+  sb_argf(&b, STDIN_WATCHDOG_BEAT_ENV "=%g",
+          p->alive_interval * p->alive_count + BEAT_MARGIN);
   sb_arg(&b, p->cdrun);
   for (i = 1; i < ti; i++) {
     if (strcmp(argv[i], "--") == 0)
@@ -438,8 +438,9 @@ static void plan_keepalive(const struct cdrun_args *a, struct job_plan *p)
   p->beat = interval;
 }
 
-static void plan_job(const struct cdrun_args *a, const struct hostfile_host *hosts,
-                     int nhosts, const char *argv0, struct job_plan *p,
+static void plan_job(const struct cdrun_args *a,
+                     const struct hostfile_host *hosts, int nhosts,
+                     const char *argv0, struct job_plan *p,
                      bool nnodes_given, bool endpoint_given)
 {
   unsigned char b[8];
