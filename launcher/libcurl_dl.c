@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "say.h"
+
 struct libcurl_dl libcurl_dl;
 
 static void *lib;
@@ -36,19 +38,17 @@ int libcurl_dl_load(char *err, size_t errlen)
   if (lib)
     return 0;
   h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    snprintf(err, errlen, "the etcd back end needs libcurl (libcurl4): %s",
-             dlerror());
-    return -ENOENT;
-  }
+  if (!h)
+    return say_fail(err, errlen, -ENOENT,
+                    "the etcd back end needs libcurl (libcurl4): %s",
+                    dlerror());
   memset(&t, 0, sizeof t);
   for (i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     sym = dlsym(h, fns[i].name);
     if (!sym) {
-      snprintf(err, errlen, "libcurl.so.4 has no %s (too old?)",
-               fns[i].name);
       dlclose(h);
-      return -ENOENT;
+      return say_fail(err, errlen, -ENOENT,
+                      "libcurl.so.4 has no %s (too old?)", fns[i].name);
     }
     memcpy((char *)&t + fns[i].off, &sym, sizeof sym);
   }
