@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "curl_dl.h"
+#include "libcurl_dl.h"
 
-#include "curl_uv.h"
+#include "http_uv.h"
+#include "list.h"
 #include "say.h"
 
 #define MAX_MEMBERS 16
@@ -19,9 +20,9 @@
 #define WATCH_RETRY_MAX_MS 2000
 
 struct etcd_call {
-  struct curl_uv_req req;
+  struct http_uv_req req;
   struct etcd_client *c;
-  struct etcd_call *prev, *next;
+  struct list_node node;        /* in c->calls */
   char *path;
   char *body;
   struct curl_slist *hdrs;
@@ -39,9 +40,9 @@ struct etcd_call {
 };
 
 struct etcd_watch {
-  struct curl_uv_req req;
+  struct http_uv_req req;
   struct etcd_client *c;
-  struct etcd_watch *prev, *next;
+  struct list_node node;        /* in c->watches */
   char *key64, *end64;
   int64_t next_rev;
   int member;
@@ -62,7 +63,7 @@ struct etcd_watch {
 
 struct etcd_client {
   uv_loop_t *loop;
-  struct curl_uv *cu;
+  struct http_uv *cu;
   char members_text[1024];
   char *members[MAX_MEMBERS];   /* "host:port" */
   int n_members;
@@ -72,8 +73,8 @@ struct etcd_client {
   long timeout_ms;
   char *token;                  /* "" until authenticated */
   bool authenticating;
-  struct etcd_call *calls;
-  struct etcd_watch *watches;
+  struct list_node calls;       /* struct etcd_call */
+  struct list_node watches;     /* struct etcd_watch, not stopped */
   int watches_alive;            /* not yet freed */
   bool closing;
   char local_ip[64];
@@ -287,14 +288,7 @@ static CURL *easy_for(struct etcd_client *c, int member, const char *path,
 
 static void call_free(struct etcd_call *k)
 {
-  struct etcd_client *c = k->c;
-
-  if (k->prev)
-    k->prev->next = k->next;
-  else
-    c->calls = k->next;
-  if (k->next)
-    k->next->prev = k->prev;
+  list_remove(&k->node);
   if (k->req.easy)
     curl_easy_cleanup(k->req.easy);
   curl_slist_free_all(k->hdrs);
@@ -304,7 +298,7 @@ static void call_free(struct etcd_call *k)
   free(k);
 }
 
-static void call_done(struct curl_uv_req *r, CURLcode result);
+static void call_done(struct http_uv_req *r, CURLcode result);
 static void authenticate(struct etcd_client *c);
 
 /* Sends k to its current member. */
@@ -327,7 +321,7 @@ static int call_send(struct etcd_call *k)
     curl_easy_setopt(k->req.easy, CURLOPT_CONNECTTIMEOUT_MS, k->timeout_ms);
   k->req.done = call_done;
   k->req.data = k;
-  return curl_uv_add(c->cu, &k->req) ? -EIO : 0;
+  return http_uv_add(c->cu, &k->req) ? -EIO : 0;
 }
 
 /* Ends k with an error, its callback once. */
@@ -383,7 +377,7 @@ static int grpc_errno(int code)
   }
 }
 
-static void call_done(struct curl_uv_req *r, CURLcode result)
+static void call_done(struct http_uv_req *r, CURLcode result)
 {
   struct etcd_call *k = r->data;
   struct etcd_client *c = k->c;
@@ -479,10 +473,7 @@ static int call_start(struct etcd_client *c, const char *path,
   k->member = c->cur;
   k->timeout_ms = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
   k->is_auth = is_auth;
-  k->next = c->calls;
-  if (c->calls)
-    c->calls->prev = k;
-  c->calls = k;
+  list_insert_head(&c->calls, &k->node);
   if (!k->path || !k->body) {
     call_free(k);
     return -ENOMEM;
@@ -502,10 +493,11 @@ static int call_start(struct etcd_client *c, const char *path,
 /* The token came (or could not be had): release the queued calls. */
 static void token_ready(struct etcd_client *c, int err, const char *msg)
 {
-  struct etcd_call *k, *next;
+  struct list_node *pos, *next;
 
-  for (k = c->calls; k; k = next) {
-    next = k->next;
+  list_for_each_safe(pos, next, &c->calls) {
+    struct etcd_call *k = list_entry(pos, struct etcd_call, node);
+
     if (!k->waiting_token)
       continue;
     k->waiting_token = false;
@@ -601,7 +593,7 @@ static void watch_closed(uv_handle_t *h)
   free(w->buf);
   free(w);
   c->watches_alive--;
-  if (c->closing && c->watches_alive == 0 && !c->calls) {
+  if (c->closing && c->watches_alive == 0 && list_empty(&c->calls)) {
     free(c->token);
     free(c);
   }
@@ -680,7 +672,7 @@ static void watch_deliver(struct etcd_watch *w)
       }
       cJSON_Delete(j);
       if (w->running) {
-        curl_uv_remove(w->c->cu, &w->req);
+        http_uv_remove(w->c->cu, &w->req);
         w->running = false;
       }
       w->member = (w->member + 1) % w->c->n_members;
@@ -702,7 +694,7 @@ static void deliver_cb(uv_timer_t *t)
   watch_deliver(t->data);
 }
 
-static void watch_done(struct curl_uv_req *r, CURLcode result)
+static void watch_done(struct http_uv_req *r, CURLcode result)
 {
   struct etcd_watch *w = r->data;
 
@@ -758,7 +750,7 @@ static void watch_connect(struct etcd_watch *w)
   w->req.data = w;
   DEBUG("%s watch from revision %" PRId64, c->members[w->member],
         w->next_rev);
-  if (curl_uv_add(c->cu, &w->req) == 0)
+  if (http_uv_add(c->cu, &w->req) == 0)
     w->running = true;
   else
     watch_schedule(w);
@@ -788,14 +780,16 @@ static void watch_schedule(struct etcd_watch *w)
 /* The client moved to another member: watches follow at once. */
 static void watches_follow(struct etcd_client *c)
 {
-  struct etcd_watch *w;
+  struct list_node *pos, *next;
 
-  for (w = c->watches; w; w = w->next) {
+  list_for_each_safe(pos, next, &c->watches) {
+    struct etcd_watch *w = list_entry(pos, struct etcd_watch, node);
+
     if (w->stopped || w->member == c->cur)
       continue;
     w->member = c->cur;
     if (w->running) {
-      curl_uv_remove(c->cu, &w->req);
+      http_uv_remove(c->cu, &w->req);
       w->running = false;
       watch_deliver(w);
       w->len = 0;
@@ -843,10 +837,7 @@ struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
   w->retry.data = w;
   w->deliver.data = w;
   w->open_handles = 2;
-  w->next = c->watches;
-  if (c->watches)
-    c->watches->prev = w;
-  c->watches = w;
+  list_insert_head(&c->watches, &w->node);
   c->watches_alive++;
   if (c->user && !c->token)
     watch_schedule(w);
@@ -861,7 +852,7 @@ void etcd_watch_stop(struct etcd_watch *w)
 
   w->stopped = true;
   if (w->running)
-    curl_uv_remove(c->cu, &w->req);
+    http_uv_remove(c->cu, &w->req);
   w->running = false;
   if (w->req.easy)
     curl_easy_cleanup(w->req.easy);
@@ -870,12 +861,7 @@ void etcd_watch_stop(struct etcd_watch *w)
   w->hdrs = NULL;
   free(w->body);
   w->body = NULL;
-  if (w->prev)
-    w->prev->next = w->next;
-  else
-    c->watches = w->next;
-  if (w->next)
-    w->next->prev = w->prev;
+  list_remove(&w->node);
   uv_close((uv_handle_t *)&w->retry, watch_closed);
   uv_close((uv_handle_t *)&w->deliver, watch_closed);
 }
@@ -895,16 +881,17 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
   int rc;
 
   if (!c) {
-    snprintf(err, errlen, "out of memory");
-    return -ENOMEM;
+    return say_fail(err, errlen, -ENOMEM, "out of memory");
   }
+  list_init(&c->calls);
+  list_init(&c->watches);
   snprintf(c->members_text, sizeof c->members_text, "%s", o->endpoints);
   p = strdup(o->endpoints);
   for (tok = p ? strtok_r(p, ",", &save) : NULL; tok;
        tok = strtok_r(NULL, ",", &save)) {
     if (c->n_members == MAX_MEMBERS) {
-      snprintf(err, errlen, "--rdzv_endpoint: at most %d etcd members",
-               MAX_MEMBERS);
+      say_fail(err, errlen, -EINVAL,
+               "--rdzv_endpoint: at most %d etcd members", MAX_MEMBERS);
       goto bad;
     }
     /* A URL is accepted too: its scheme picks the protocol. */
@@ -913,8 +900,8 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
     else if (strncmp(tok, "https://", 8) == 0)
       tok += 8;
     if (!tok[0] || strpbrk(tok, "/ \t")) {
-      snprintf(err, errlen, "--rdzv_endpoint: invalid etcd member '%s' "
-               "(expected host:port)", tok);
+      say_fail(err, errlen, -EINVAL, "--rdzv_endpoint: invalid etcd "
+               "member '%s' (expected host:port)", tok);
       goto bad;
     }
     c->members[c->n_members] = strdup(tok);
@@ -925,7 +912,8 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
   free(p);
   p = NULL;
   if (!c->n_members) {
-    snprintf(err, errlen, "--rdzv_endpoint: no etcd member given");
+    say_fail(err, errlen, -EINVAL,
+             "--rdzv_endpoint: no etcd member given");
     goto bad;
   }
   c->loop = loop;
@@ -936,14 +924,14 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
   c->user = dup_opt(o->user);
   c->password = o->password ? strdup(o->password) : NULL;
   c->timeout_ms = (long)((o->timeout > 0 ? o->timeout : 10) * 1000);
-  if (curl_dl_load(err, errlen))
+  if (libcurl_dl_load(err, errlen))
     goto bad;
   if (curl_users++ == 0 && curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
     curl_users--;
-    snprintf(err, errlen, "cannot initialise libcurl");
+    say_fail(err, errlen, -EINVAL, "cannot initialise libcurl");
     goto bad;
   }
-  rc = curl_uv_create(loop, &c->cu);
+  rc = http_uv_create(loop, &c->cu);
   if (rc) {
     if (--curl_users == 0)
       curl_global_cleanup();
@@ -952,7 +940,7 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
   *out = c;
   return 0;
 nomem:
-  snprintf(err, errlen, "out of memory");
+  say_fail(err, errlen, -ENOMEM, "out of memory");
 bad:
   free(p);
   while (c->n_members)
@@ -969,13 +957,15 @@ bad:
 void etcd_client_close(struct etcd_client *c)
 {
   c->closing = true;
-  while (c->calls) {
-    curl_uv_remove(c->cu, &c->calls->req);
-    call_free(c->calls);
+  while (!list_empty(&c->calls)) {
+    struct etcd_call *k = list_first(&c->calls, struct etcd_call, node);
+
+    http_uv_remove(c->cu, &k->req);
+    call_free(k);
   }
-  while (c->watches)
-    etcd_watch_stop(c->watches);
-  curl_uv_close(c->cu);
+  while (!list_empty(&c->watches))
+    etcd_watch_stop(list_first(&c->watches, struct etcd_watch, node));
+  http_uv_close(c->cu);
   c->cu = NULL;
   if (--curl_users == 0)
     curl_global_cleanup();
@@ -996,19 +986,9 @@ void etcd_client_close(struct etcd_client *c)
   }
 }
 
-const char *etcd_client_endpoint(const struct etcd_client *c)
-{
-  return c->members[c->cur];
-}
-
 const char *etcd_client_local_ip(const struct etcd_client *c)
 {
   return c->local_ip;
-}
-
-const char *etcd_client_members(const struct etcd_client *c)
-{
-  return c->members_text;
 }
 
 int etcd_client_n_members(const struct etcd_client *c)

@@ -1,5 +1,5 @@
 /* etcd_client.h -- a small etcd v3 client over its HTTP/JSON gateway
- * (/v3/...), on the caller's libuv loop through libcurl (curl_uv.h).
+ * (/v3/...), on the caller's libuv loop through libcurl (http_uv.h).
  *
  * Calls are POSTs of JSON bodies; replies come back parsed.  Keys and
  * values are base64 on the wire (etcd_b64_*); int64 fields come back as
@@ -71,12 +71,10 @@ void etcd_watch_stop(struct etcd_watch *w);
  * once its handles are closed. */
 void etcd_client_close(struct etcd_client *c);
 
-/* The member in use ("host:port") and this machine's address on the
- * connection to it ("" before the first answer). */
-const char *etcd_client_endpoint(const struct etcd_client *c);
+/* This machine's address on the connection to the member in use (""
+ * before the first answer). */
 const char *etcd_client_local_ip(const struct etcd_client *c);
-/* The members as given, for messages, and how many there are. */
-const char *etcd_client_members(const struct etcd_client *c);
+/* How many members were given. */
 int etcd_client_n_members(const struct etcd_client *c);
 
 /* ---- wire helpers ---- */

@@ -26,6 +26,7 @@
 #include "slurm_env.h"
 #include "say.h"
 #include "signames.h"
+#include "stdin_watchdog.h"
 
 #define EXIT_USAGE 2
 
@@ -647,7 +648,7 @@ int main(int argc, char **argv)
       free(penv);
     return 0;
   }
-  if (a.stdin_watchdog && multihost_watchdog_start() != 0)
+  if (a.stdin_watchdog && stdin_watchdog_start() != 0)
     return AGENT_EXIT_INTERNAL;
   resolve_workers(&a, &j, &backoff);
   if (reserve_master_port(&j) || setup_logs(&a, &j))

@@ -19,209 +19,32 @@
  * within it.  A lost host is cdrun's exit status 75, never ssh's 255. */
 #include "multihost.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include <uv.h>
+
+#include "hostfile.h"
 #include "num.h"
 #include "rdzv_proto.h"
 #include "say.h"
 #include "slurm_env.h"
+#include "stdin_watchdog.h"
 
-#define HOSTFILE_MAX (1 << 20)
 #define LINE_MAX_OUT 65536      /* longer lines are cut into pieces */
 #define SSH_FAILED 255          /* ssh's own failure, or a killed remote */
 #define EXIT_HOST_LOST 75       /* agent.h's AGENT_EXIT_NODE_LOST */
-#define BEAT_ENV "CDRUN_HEAD_BEAT"
 #define BEAT_MARGIN 2.0         /* seconds on top of the remote's window */
-
-/* A bad value: the message in err, -EINVAL. */
-#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
-
-/* ---- host lists ---------------------------------------------------------- */
-
-static bool valid_host(const char *s, size_t n)
-{
-  size_t i;
-
-  if (n == 0 || n >= sizeof ((struct mh_host *)0)->name || s[0] == '-')
-    return false;
-  for (i = 0; i < n; i++)
-    if (!isalnum((unsigned char)s[i]) && !strchr("._-@:[]%", s[i]))
-      return false;
-  return true;
-}
-
-static int add_host(struct mh_host **hosts, int *n, const char *name,
-                    size_t len, int slots)
-{
-  struct mh_host *h;
-
-  if (*n >= MULTIHOST_MAX_HOSTS)
-    return -E2BIG;
-  h = realloc(*hosts, (size_t)(*n + 1) * sizeof *h);
-  if (!h)
-    return -ENOMEM;
-  *hosts = h;
-  memcpy(h[*n].name, name, len);
-  h[*n].name[len] = '\0';
-  h[*n].slots = slots;
-  (*n)++;
-  return 0;
-}
-
-int multihost_parse_hosts(const char *text, int is_list, struct mh_host **out,
-                          char *err, size_t errlen)
-{
-  struct mh_host *hosts = NULL;
-  const char *p = text, *end, *tok, *tend;
-  int n = 0, line = 0, rc = 0;
-  char sep = is_list ? ',' : '\n';
-
-  *out = NULL;
-  while (*p) {
-    long slots = 0;
-
-    end = p + strcspn(p, is_list ? "," : "\n");
-    line++;
-    /* One line: "host [slots=N] [max_slots=M]  # comment". */
-    tend = memchr(p, '#', (size_t)(end - p));
-    if (!tend || is_list)
-      tend = end;
-    tok = p;
-    while (tok < tend && isspace((unsigned char)*tok))
-      tok++;
-    if (tok < tend) {
-      const char *hend = tok;
-
-      while (hend < tend && !isspace((unsigned char)*hend))
-        hend++;
-      if (!valid_host(tok, (size_t)(hend - tok))) {
-        rc = fail(err, errlen, "%s %d: invalid host name '%.*s'",
-                  is_list ? "--hosts: entry" : "--hostfile: line", line,
-                  (int)(hend - tok), tok);
-        goto out;
-      }
-      for (const char *q = hend; q < tend;) {
-        const char *w;
-        char *num_end;
-
-        while (q < tend && isspace((unsigned char)*q))
-          q++;
-        if (q >= tend)
-          break;
-        w = q;
-        while (q < tend && !isspace((unsigned char)*q))
-          q++;
-        if ((size_t)(q - w) > 6 && strncmp(w, "slots=", 6) == 0) {
-          errno = 0;
-          slots = strtol(w + 6, &num_end, 10);
-          if (errno || num_end != q || slots < 1 || slots > 65536) {
-            rc = fail(err, errlen, "--hostfile: line %d: invalid '%.*s' "
-                      "(expected slots=N, 1 <= N <= 65536)", line,
-                      (int)(q - w), w);
-            goto out;
-          }
-        } else if ((size_t)(q - w) > 10 &&
-                   strncmp(w, "max_slots=", 10) == 0) {
-          /* mpirun's: accepted, nothing to limit here. */
-        } else {
-          rc = fail(err, errlen, "--hostfile: line %d: unknown '%.*s' "
-                    "(expected host [slots=N])", line, (int)(q - w), w);
-          goto out;
-        }
-      }
-      rc = add_host(&hosts, &n, tok, (size_t)(hend - tok), (int)slots);
-      if (rc == -E2BIG)
-        rc = fail(err, errlen, "%s: more than %d hosts", is_list
-                  ? "--hosts" : "--hostfile", MULTIHOST_MAX_HOSTS);
-      else if (rc)
-        rc = fail(err, errlen, "out of memory");
-      if (rc)
-        goto out;
-    }
-    p = *end == sep ? end + 1 : end;
-  }
-  if (n == 0)
-    rc = fail(err, errlen, "%s: no host", is_list ? "--hosts"
-                                                  : "--hostfile");
-out:
-  if (rc) {
-    free(hosts);
-    return rc;
-  }
-  *out = hosts;
-  return n;
-}
-
-static char *read_hostfile(const char *path, char *err, size_t errlen)
-{
-  struct stat st;
-  char *buf;
-  size_t n = 0;
-  ssize_t r;
-  int fd;
-
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    fail(err, errlen, "--hostfile: cannot open '%s': %s", path,
-         strerror(errno));
-    return NULL;
-  }
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    close(fd);
-    fail(err, errlen, "--hostfile: '%s' is a directory", path);
-    return NULL;
-  }
-  buf = malloc(HOSTFILE_MAX + 1);
-  if (!buf) {
-    close(fd);
-    fail(err, errlen, "out of memory");
-    return NULL;
-  }
-  while (n < HOSTFILE_MAX &&
-         (r = read(fd, buf + n, HOSTFILE_MAX - n)) != 0) {
-    if (r < 0) {
-      if (errno == EINTR)
-        continue;
-      fail(err, errlen, "--hostfile: cannot read '%s': %s", path,
-           strerror(errno));
-      goto bad;
-    }
-    n += (size_t)r;
-  }
-  if (n == HOSTFILE_MAX) {
-    fail(err, errlen, "--hostfile: '%s' is larger than %d bytes", path,
-         HOSTFILE_MAX);
-    goto bad;
-  }
-  close(fd);
-  buf[n] = '\0';
-  if (strlen(buf) != n) {
-    fail(err, errlen, "--hostfile: '%s' holds a NUL byte", path);
-    free(buf);
-    return NULL;
-  }
-  return buf;
-bad:
-  close(fd);
-  free(buf);
-  return NULL;
-}
 
 /* ---- the remote command -------------------------------------------------- */
 
@@ -330,7 +153,7 @@ struct job_plan {
 
 static char *remote_command(const struct cdrun_args *a, int argc,
                             char **argv, const struct job_plan *p,
-                            const struct mh_host *h, int node_rank,
+                            const struct hostfile_host *h, int node_rank,
                             bool nproc_given)
 {
   struct strbuf b = { 0 };
@@ -346,8 +169,8 @@ static char *remote_command(const struct cdrun_args *a, int argc,
   /* Note [dead links]: how long the watchdog waits for the head's beat
    * (an older cdrun there ignores it). */
   sb_add(&b, " exec env", 9);
-  sb_argf(&b, BEAT_ENV "=%g", p->alive_interval * p->alive_count +
-                              BEAT_MARGIN);
+  sb_argf(&b, STDIN_WATCHDOG_BEAT_ENV "=%g",
+          p->alive_interval * p->alive_count + BEAT_MARGIN);
   sb_arg(&b, p->cdrun);
   for (i = 1; i < ti; i++) {
     if (strcmp(argv[i], "--") == 0)
@@ -381,196 +204,7 @@ static char *remote_command(const struct cdrun_args *a, int argc,
   return b.s;
 }
 
-/* ---- running the ssh clients --------------------------------------------- */
-
-struct stream {
-  int fd;
-  char buf[LINE_MAX_OUT];
-  size_t len;
-  FILE *to;
-};
-
-struct remote {
-  const struct mh_host *host;
-  char prefix[300];
-  pid_t pid;
-  int in_fd;                    /* the write end of ssh's stdin */
-  struct stream out, err;
-  char last_err[512];           /* ssh's last message, for the report */
-  bool exited;
-  int status;
-};
-
-static int sig_pipe[2] = { -1, -1 };
-
-static void on_signal(int sig)
-{
-  unsigned char c = (unsigned char)sig;
-  int saved = errno;
-
-  if (write(sig_pipe[1], &c, 1) < 0) {
-    /* full: a signal is already pending, enough to wake the loop */
-  }
-  errno = saved;
-}
-
-static void emit(struct remote *r, struct stream *s, const char *line,
-                 size_t n)
-{
-  char *buf = malloc(strlen(r->prefix) + n + 2);
-
-  if (s == &r->err && n) {
-    size_t k = n < sizeof r->last_err - 1 ? n : sizeof r->last_err - 1;
-
-    memcpy(r->last_err, line, k);
-    r->last_err[k] = '\0';
-  }
-  if (!buf)
-    return;
-  memcpy(buf, r->prefix, strlen(r->prefix));
-  memcpy(buf + strlen(r->prefix), line, n);
-  buf[strlen(r->prefix) + n] = '\n';
-  /* One write per line: lines of different hosts never interleave. */
-  if (write(fileno(s->to), buf, strlen(r->prefix) + n + 1) < 0) {
-    /* the console is gone; keep supervising */
-  }
-  free(buf);
-}
-
-/* Flushes a partial line and closes the stream. */
-static void finish(struct remote *r, struct stream *s)
-{
-  if (s->len)
-    emit(r, s, s->buf, s->len);
-  s->len = 0;
-  if (s->fd >= 0)
-    close(s->fd);
-  s->fd = -1;
-}
-
-/* Reads what is there: 1 read something, 0 EOF (closed), -1 nothing now. */
-static int pump(struct remote *r, struct stream *s)
-{
-  ssize_t n;
-  char *nl;
-
-  if (s->fd < 0)
-    return 0;
-  n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN))
-    return -1;
-  if (n <= 0) {
-    finish(r, s);
-    return 0;
-  }
-  s->len += (size_t)n;
-  while ((nl = memchr(s->buf, '\n', s->len))) {
-    size_t k = (size_t)(nl - s->buf);
-
-    emit(r, s, s->buf, k);
-    memmove(s->buf, nl + 1, s->len - k - 1);
-    s->len -= k + 1;
-  }
-  if (s->len == sizeof s->buf) {
-    emit(r, s, s->buf, s->len);
-    s->len = 0;
-  }
-  return 1;
-}
-
-/* Splits $CDRUN_SSH ("ssh -F cfg", default "ssh") into argv words. */
-static int ssh_words(char *spec, char **words, int max)
-{
-  int n = 0;
-  char *save = NULL, *w;
-
-  for (w = strtok_r(spec, " \t", &save); w && n < max;
-       w = strtok_r(NULL, " \t", &save))
-    words[n++] = w;
-  return n;
-}
-
-static int start_remote(struct remote *r, const char *cmd,
-                        char alive_opts[2][64])
-{
-  int in[2], out[2], err[2];
-  char spec[1024], *words[48];
-  const char *env = getenv("CDRUN_SSH");
-  int n, i;
-  pid_t pid;
-
-  snprintf(spec, sizeof spec, "%s", env && *env ? env : "ssh");
-  n = ssh_words(spec, words, 40);
-  if (n == 0)
-    return -EINVAL;
-  words[n++] = "-o";
-  words[n++] = "BatchMode=yes";
-  words[n++] = "-o";
-  words[n++] = alive_opts[0];
-  words[n++] = "-o";
-  words[n++] = alive_opts[1];
-  words[n++] = "-T";
-  words[n++] = (char *)r->host->name;
-  words[n++] = (char *)cmd;
-  words[n] = NULL;
-  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) ||
-      pipe2(err, O_CLOEXEC))
-    return -errno;
-  pid = fork();
-  if (pid < 0)
-    return -errno;
-  if (pid == 0) {
-    /* Its own process group: a Ctrl-C on the terminal reaches the head
-     * alone, which then stops every host the same way. */
-    setpgid(0, 0);
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    dup2(err[1], 2);
-    for (i = 1; i < NSIG; i++)
-      signal(i, SIG_DFL);
-    execvp(words[0], words);
-    fprintf(stderr, "cannot run %s: %s\n", words[0], strerror(errno));
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  close(err[1]);
-  r->pid = pid;
-  r->in_fd = in[1];
-  fcntl(in[1], F_SETFL, O_NONBLOCK);  /* a beat never blocks the head */
-  r->out.fd = out[0];
-  r->err.fd = err[0];
-  fcntl(out[0], F_SETFL, O_NONBLOCK);
-  fcntl(err[0], F_SETFL, O_NONBLOCK);
-  return 0;
-}
-
-static double now_s(void)
-{
-  struct timespec ts;
-
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Stops every remote agent: Note [remote lifetime]. */
-static void stop_all(struct remote *rs, int n)
-{
-  for (int i = 0; i < n; i++)
-    if (rs[i].in_fd >= 0) {
-      close(rs[i].in_fd);
-      rs[i].in_fd = -1;
-    }
-}
-
-static int exit_code(int status)
-{
-  if (WIFEXITED(status))
-    return WEXITSTATUS(status);
-  if (WIFSIGNALED(status))
-    return 128 + WTERMSIG(status);
-  return 1;
-}
+/* ---- the plan ------------------------------------------------------------ */
 
 /* Note [dead links]: the job's keepalive (--rdzv_conf keepalive_interval
  * and keepalive_misses, torch's names too; the remote agents check the
@@ -612,8 +246,9 @@ static void plan_keepalive(const struct cdrun_args *a, struct job_plan *p)
   p->beat = interval;
 }
 
-static void plan_job(const struct cdrun_args *a, const struct mh_host *hosts,
-                     int nhosts, const char *argv0, struct job_plan *p,
+static void plan_job(const struct cdrun_args *a,
+                     const struct hostfile_host *hosts, int nhosts,
+                     const char *argv0, struct job_plan *p,
                      bool nnodes_given, bool endpoint_given)
 {
   unsigned char b[8];
@@ -664,6 +299,246 @@ static bool given(const struct cdrun_args *a, const char *name)
   return args_origin_of(a, name) != ARGS_DEFAULT;
 }
 
+/* ---- the ssh clients ----------------------------------------------------- */
+
+/* One of ssh's output pipes.  Read with read(2) when its uv_poll_t says
+ * so, not with uv_read_start: an ssh that exited is drained at once, so
+ * its last lines come before the head's report on it. */
+struct stream {
+  int fd;
+  uv_poll_t poll;
+  bool polling;                 /* poll started and not yet closed */
+  char buf[LINE_MAX_OUT];
+  size_t len;
+  FILE *to;
+};
+
+struct remote {
+  struct head *head;
+  const struct hostfile_host *host;
+  char prefix[300];
+  pid_t pid;
+  int in_fd;                    /* the write end of ssh's stdin */
+  struct stream out, err;
+  char last_err[512];           /* ssh's last message, for the report */
+  bool exited;
+  int status;
+};
+
+/* The head's supervision, on its own libuv loop (the head runs no agent):
+ * the ssh clients' exits (SIGCHLD) and output, the user's signals, the
+ * beat to the remote watchdogs and the deadline after a stop. */
+struct head {
+  uv_loop_t loop;
+  const struct cdrun_args *a;
+  struct job_plan plan;
+  struct remote *rs;
+  int n;
+  int running;                  /* ssh clients not yet reaped */
+  int first_fail;               /* the job's status so far */
+  int sigs;                     /* the user's signals received */
+  bool any_ok, stopping, killed;
+  uv_signal_t sigchld;
+  uv_signal_t sig[3];           /* SIGINT, SIGTERM, SIGHUP */
+  uv_timer_t beat;              /* Note [dead links] */
+  uv_timer_t deadline;          /* stop_wait after a stop */
+};
+
+static const int head_signals[3] = { SIGINT, SIGTERM, SIGHUP };
+
+static void emit(struct remote *r, struct stream *s, const char *line,
+                 size_t n)
+{
+  char *buf = malloc(strlen(r->prefix) + n + 2);
+
+  if (s == &r->err && n) {
+    size_t k = n < sizeof r->last_err - 1 ? n : sizeof r->last_err - 1;
+
+    memcpy(r->last_err, line, k);
+    r->last_err[k] = '\0';
+  }
+  if (!buf)
+    return;
+  memcpy(buf, r->prefix, strlen(r->prefix));
+  memcpy(buf + strlen(r->prefix), line, n);
+  buf[strlen(r->prefix) + n] = '\n';
+  /* One write per line: lines of different hosts never interleave. */
+  if (write(fileno(s->to), buf, strlen(r->prefix) + n + 1) < 0) {
+    /* the console is gone; keep supervising */
+  }
+  free(buf);
+}
+
+/* Flushes a partial line and closes the stream (its poll first: libuv
+ * must let go of the fd before it is closed). */
+static void finish(struct remote *r, struct stream *s)
+{
+  if (s->len)
+    emit(r, s, s->buf, s->len);
+  s->len = 0;
+  if (s->polling)
+    uv_close((uv_handle_t *)&s->poll, NULL);
+  s->polling = false;
+  if (s->fd >= 0)
+    close(s->fd);
+  s->fd = -1;
+}
+
+/* Reads what is there: 1 read something, 0 EOF (closed), -1 nothing now. */
+static int pump(struct remote *r, struct stream *s)
+{
+  ssize_t n;
+  char *nl;
+
+  if (s->fd < 0)
+    return 0;
+  n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN))
+    return -1;
+  if (n <= 0) {
+    finish(r, s);
+    return 0;
+  }
+  s->len += (size_t)n;
+  while ((nl = memchr(s->buf, '\n', s->len))) {
+    size_t k = (size_t)(nl - s->buf);
+
+    emit(r, s, s->buf, k);
+    memmove(s->buf, nl + 1, s->len - k - 1);
+    s->len -= k + 1;
+  }
+  if (s->len == sizeof s->buf) {
+    emit(r, s, s->buf, s->len);
+    s->len = 0;
+  }
+  return 1;
+}
+
+/* Everything the stream holds now. */
+static void drain(struct remote *r, struct stream *s)
+{
+  while (pump(r, s) == 1)
+    ;
+}
+
+static void on_readable(uv_poll_t *p, int status, int events)
+{
+  struct remote *r = p->data;
+  struct stream *s = p == &r->out.poll ? &r->out : &r->err;
+
+  (void)status;
+  (void)events;
+  pump(r, s);
+}
+
+static int stream_open(struct remote *r, struct stream *s, int fd, FILE *to)
+{
+  int err;
+
+  s->fd = fd;
+  s->to = to;
+  fcntl(fd, F_SETFL, O_NONBLOCK);
+  err = uv_poll_init(&r->head->loop, &s->poll, fd);
+  if (err)
+    return err;
+  s->poll.data = r;
+  s->polling = true;
+  return uv_poll_start(&s->poll, UV_READABLE, on_readable);
+}
+
+/* Splits $CDRUN_SSH ("ssh -F cfg", default "ssh") into argv words. */
+static int ssh_words(char *spec, char **words, int max)
+{
+  int n = 0;
+  char *save = NULL, *w;
+
+  for (w = strtok_r(spec, " \t", &save); w && n < max;
+       w = strtok_r(NULL, " \t", &save))
+    words[n++] = w;
+  return n;
+}
+
+static int start_remote(struct remote *r, const char *cmd,
+                        char alive_opts[2][64])
+{
+  int in[2], out[2], err[2];
+  char spec[1024], *words[48];
+  const char *env = getenv("CDRUN_SSH");
+  int n, i, rc;
+  pid_t pid;
+
+  snprintf(spec, sizeof spec, "%s", env && *env ? env : "ssh");
+  n = ssh_words(spec, words, 40);
+  if (n == 0)
+    return -EINVAL;
+  words[n++] = "-o";
+  words[n++] = "BatchMode=yes";
+  words[n++] = "-o";
+  words[n++] = alive_opts[0];
+  words[n++] = "-o";
+  words[n++] = alive_opts[1];
+  words[n++] = "-T";
+  words[n++] = (char *)r->host->name;
+  words[n++] = (char *)cmd;
+  words[n] = NULL;
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) ||
+      pipe2(err, O_CLOEXEC))
+    return -errno;
+  pid = fork();
+  if (pid < 0)
+    return -errno;
+  if (pid == 0) {
+    /* Its own process group: a Ctrl-C on the terminal reaches the head
+     * alone, which then stops every host the same way. */
+    setpgid(0, 0);
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    for (i = 1; i < NSIG; i++)
+      signal(i, SIG_DFL);
+    execvp(words[0], words);
+    fprintf(stderr, "cannot run %s: %s\n", words[0], strerror(errno));
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  r->pid = pid;
+  r->in_fd = in[1];
+  fcntl(in[1], F_SETFL, O_NONBLOCK);  /* a beat never blocks the head */
+  rc = stream_open(r, &r->out, out[0], stdout);
+  if (rc == 0)
+    rc = stream_open(r, &r->err, err[0], stderr);
+  return rc;
+}
+
+/* Stops every remote agent: Note [remote lifetime]. */
+static void stop_all(struct remote *rs, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (rs[i].in_fd >= 0) {
+      close(rs[i].in_fd);
+      rs[i].in_fd = -1;
+    }
+}
+
+/* Sends sig to every ssh client still running. */
+static void kill_all(struct remote *rs, int n, int sig)
+{
+  for (int i = 0; i < n; i++)
+    if (!rs[i].exited && rs[i].pid > 0)
+      kill(rs[i].pid, sig);
+}
+
+static int exit_code(int status)
+{
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  return 1;
+}
+
 static void report_exit(struct remote *r, int code, bool elastic,
                         int alive_window, int alive_count)
 {
@@ -673,8 +548,9 @@ static void report_exit(struct remote *r, int code, bool elastic,
                              strstr(r->last_err, "Timeout")))
     say("host %s: lost: no answer over ssh within %d s (ServerAliveInterval "
         "%d x ServerAliveCountMax %d): its machine or its link is down%s",
-        r->host->name, alive_window, alive_window / (alive_count ? alive_count : 1),
-        alive_count, elastic ? "; the job goes on without it (elastic)" : "");
+        r->host->name, alive_window,
+        alive_window / (alive_count ? alive_count : 1), alive_count,
+        elastic ? "; the job goes on without it (elastic)" : "");
   else if (code == SSH_FAILED)
     say("host %s: ssh failed or the remote agent was killed (exit 255)%s%s"
         "%s", r->host->name, r->last_err[0] ? ": " : "", r->last_err,
@@ -723,317 +599,302 @@ static void say_waiting(const struct remote *rs, int n, const char *what,
   say("%s host%s %s", head, k == 1 ? "" : "s", list);
 }
 
-int multihost_run(const struct cdrun_args *a, int argc, char **argv)
-{
-  struct mh_host *hosts = NULL;
-  struct remote *rs = NULL;
-  struct job_plan plan;
-  struct sigaction sa, old_int, old_term, old_hup, old_chld;
-  char err[512], *text, alive_opts[2][64];
-  int n, i, running = 0, status = -1, first_fail = 0, sigs = 0;
-  bool any_ok = false, stopping = false, killed = false;
-  double stop_at = 0, next_beat = 0;
+/* ---- supervision --------------------------------------------------------- */
 
-  if (a->hostfile && a->hosts) {
-    say("error: --hostfile and --hosts are mutually exclusive");
-    return 2;
-  }
-  if (a->hostfile) {
-    text = read_hostfile(a->hostfile, err, sizeof err);
-    if (!text) {
-      say("error: %s", err);
-      return 2;
+static void on_deadline(uv_timer_t *t)
+{
+  struct head *h = t->data;
+
+  say_waiting(h->rs, h->n, "did not stop within %.0f s: ending the ssh "
+              "connection to", stop_wait(h->a));
+  h->killed = true;
+  kill_all(h->rs, h->n, SIGKILL);
+}
+
+/* Stops the agents on every host (Note [remote lifetime]); after their
+ * grace period (stop_wait) the ssh clients are ended. */
+static void begin_stop(struct head *h)
+{
+  stop_all(h->rs, h->n);
+  h->stopping = true;
+  uv_timer_stop(&h->beat);
+  uv_timer_start(&h->deadline, on_deadline,
+                 (uint64_t)(stop_wait(h->a) * 1000), 0);
+}
+
+/* Note [dead links]: a beat to every remote watchdog. */
+static void on_beat(uv_timer_t *t)
+{
+  struct head *h = t->data;
+
+  for (int i = 0; i < h->n; i++)
+    if (!h->rs[i].exited && h->rs[i].in_fd >= 0 &&
+        write(h->rs[i].in_fd, "\n", 1) < 0) {
+      /* full or gone: ssh's own keepalive decides */
     }
-    n = multihost_parse_hosts(text, 0, &hosts, err, sizeof err);
-    free(text);
+}
+
+static void on_signal(uv_signal_t *s, int sig)
+{
+  struct head *h = s->data;
+
+  h->sigs++;
+  if (h->sigs == 1) {
+    say("got %s: stopping the agents on every host", strsignal(sig));
+    begin_stop(h);
+    say_waiting(h->rs, h->n, "waiting up to %.0f s (the agents' grace "
+                "period and 15 s; %s again: at once) for", stop_wait(h->a),
+                strsignal(sig));
+    if (!h->first_fail)
+      h->first_fail = 128 + sig;
   } else {
-    n = multihost_parse_hosts(a->hosts, 1, &hosts, err, sizeof err);
+    say("got %s again: ending the ssh connections now", strsignal(sig));
+    kill_all(h->rs, h->n, SIGTERM);
   }
-  if (n < 0) {
-    say("error: %s", err);
-    return 2;
+}
+
+/* Closes the loop's handles: uv_run returns once they are closed. */
+static void head_close(struct head *h)
+{
+  uv_close((uv_handle_t *)&h->sigchld, NULL);
+  for (int i = 0; i < 3; i++)
+    uv_close((uv_handle_t *)&h->sig[i], NULL);
+  uv_close((uv_handle_t *)&h->beat, NULL);
+  uv_close((uv_handle_t *)&h->deadline, NULL);
+  for (int i = 0; i < h->n; i++) {
+    struct stream *ss[2] = { &h->rs[i].out, &h->rs[i].err };
+
+    for (int k = 0; k < 2; k++)
+      if (ss[k]->polling) {
+        uv_close((uv_handle_t *)&ss[k]->poll, NULL);
+        ss[k]->polling = false;
+      }
   }
-  if (a->standalone) {
-    say("error: --standalone runs one node; --hostfile/--hosts start one "
-        "agent per host");
-    free(hosts);
-    return 2;
+}
+
+/* r's ssh client exited with wait status st. */
+static void remote_exited(struct head *h, struct remote *r, int st)
+{
+  int code;
+
+  /* What is still in its pipes belongs before the report. */
+  drain(r, &r->out);
+  drain(r, &r->err);
+  r->exited = true;
+  r->status = code = exit_code(st);
+  h->running--;
+  if (code == 0) {
+    h->any_ok = true;
+    return;
   }
-  plan_job(a, hosts, n, argv[0], &plan, given(a, "nnodes"),
-           given(a, "rdzv_endpoint"));
-  rs = calloc((size_t)n, sizeof *rs);
-  if (!rs || pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
-    say("error: out of memory or file descriptors");
-    free(hosts);
-    free(rs);
-    return 1;
+  /* The ssh client itself killed: that host is cut off. */
+  if (WIFSIGNALED(st)) {
+    if (!h->stopping)
+      say("host %s: the ssh client was killed by signal %d%s",
+          r->host->name, WTERMSIG(st), h->plan.elastic
+          ? "; the job goes on without it (elastic)" : "");
+    code = SSH_FAILED;
+  } else if (!h->stopping) {
+    report_exit(r, code, h->plan.elastic,
+                h->plan.alive_interval * h->plan.alive_count,
+                h->plan.alive_count);
   }
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  sigaction(SIGHUP, &sa, &old_hup);
-  sigaction(SIGCHLD, &sa, &old_chld);
+  if (!h->first_fail)
+    h->first_fail = code;
+  /* A lost host in a fixed-size job: nobody else can go on.  (An agent
+   * that failed otherwise told the rendezvous; the others stop by
+   * themselves and report.) */
+  if (!h->plan.elastic && !h->stopping && code == SSH_FAILED) {
+    say("stopping the agents on every host");
+    begin_stop(h);
+  }
+}
+
+static void on_sigchld(uv_signal_t *s, int sig)
+{
+  struct head *h = s->data;
+  pid_t pid;
+  int st;
+
+  (void)sig;
+  while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+    for (int i = 0; i < h->n; i++)
+      if (h->rs[i].pid == pid)
+        remote_exited(h, &h->rs[i], st);
+  if (h->running == 0)
+    head_close(h);
+}
+
+/* Sets up the loop and its handles; the user's signals are the head's
+ * from here on.  Returns 0 or a negative libuv error (the handles are
+ * closed then, the loop too). */
+static int head_init(struct head *h)
+{
+  int err = uv_loop_init(&h->loop);
+
+  if (err)
+    return err;
+  uv_signal_init(&h->loop, &h->sigchld);
+  h->sigchld.data = h;
+  err = uv_signal_start(&h->sigchld, on_sigchld, SIGCHLD);
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(&h->loop, &h->sig[i]);
+    h->sig[i].data = h;
+    if (!err)
+      err = uv_signal_start(&h->sig[i], on_signal, head_signals[i]);
+  }
+  uv_timer_init(&h->loop, &h->beat);
+  uv_timer_init(&h->loop, &h->deadline);
+  h->beat.data = h->deadline.data = h;
+  if (err) {
+    head_close(h);
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&h->loop);
+    return err;
+  }
   signal(SIGPIPE, SIG_IGN);
+  return 0;
+}
+
+/* Starts one ssh per host, the first beat at once (Note [dead links]).
+ * A host whose ssh cannot start stops the others. */
+static void start_all(struct head *h, int argc, char **argv,
+                      struct hostfile_host *hosts)
+{
+  char alive_opts[2][64];
+  uint64_t beat_ms = (uint64_t)(h->plan.beat * 1000);
 
   snprintf(alive_opts[0], sizeof alive_opts[0], "ServerAliveInterval=%d",
-           plan.alive_interval);
+           h->plan.alive_interval);
   snprintf(alive_opts[1], sizeof alive_opts[1], "ServerAliveCountMax=%d",
-           plan.alive_count);
-  say("starting %d agent%s over ssh: rendezvous %s, id %s", n,
-      n == 1 ? "" : "s", plan.endpoint, plan.id);
-  for (i = 0; i < n; i++) {
-    char *cmd = remote_command(a, argc, argv, &plan, &hosts[i], i,
-                               given(a, "nproc_per_node"));
+           h->plan.alive_count);
+  say("starting %d agent%s over ssh: rendezvous %s, id %s", h->n,
+      h->n == 1 ? "" : "s", h->plan.endpoint, h->plan.id);
+  for (int i = 0; i < h->n; i++) {
+    struct remote *r = &h->rs[i];
+    char *cmd = remote_command(h->a, argc, argv, &h->plan, &hosts[i], i,
+                               given(h->a, "nproc_per_node"));
     int rc;
 
-    rs[i].host = &hosts[i];
-    snprintf(rs[i].prefix, sizeof rs[i].prefix, "[%s] ", hosts[i].name);
-    rs[i].in_fd = rs[i].out.fd = rs[i].err.fd = -1;
-    rs[i].out.to = stdout;
-    rs[i].err.to = stderr;
-    rc = cmd ? start_remote(&rs[i], cmd, alive_opts) : -ENOMEM;
+    r->head = h;
+    r->host = &hosts[i];
+    snprintf(r->prefix, sizeof r->prefix, "[%s] ", hosts[i].name);
+    r->in_fd = r->out.fd = r->err.fd = -1;
+    rc = cmd ? start_remote(r, cmd, alive_opts) : -ENOMEM;
     free(cmd);
+    if (r->pid > 0)
+      h->running++;
     if (rc) {
-      say("error: host %s: cannot start ssh: %s", hosts[i].name,
-          strerror(-rc));
-      rs[i].exited = true;
-      rs[i].status = 1;
-      stop_all(rs, n);
-      stopping = true;
-      stop_at = now_s();
-      first_fail = first_fail ? first_fail : 1;
-      break;
-    }
-    running++;
-  }
-
-  while (running > 0) {
-    struct pollfd pf[2 * MULTIHOST_MAX_HOSTS + 1];
-    int idx[2 * MULTIHOST_MAX_HOSTS + 1], np = 0, timeout = -1;
-    unsigned char c;
-    pid_t pid;
-    int st;
-
-    pf[np].fd = sig_pipe[0];
-    pf[np].events = POLLIN;
-    idx[np++] = -1;
-    for (i = 0; i < n; i++) {
-      if (rs[i].out.fd >= 0) {
-        pf[np].fd = rs[i].out.fd;
-        pf[np].events = POLLIN;
-        idx[np++] = 2 * i;
-      }
-      if (rs[i].err.fd >= 0) {
-        pf[np].fd = rs[i].err.fd;
-        pf[np].events = POLLIN;
-        idx[np++] = 2 * i + 1;
-      }
-    }
-    /* Note [dead links]: a beat to every remote watchdog. */
-    if (!stopping) {
-      double now = now_s();
-
-      if (now >= next_beat) {
-        for (i = 0; i < n; i++)
-          if (!rs[i].exited && rs[i].in_fd >= 0 &&
-              write(rs[i].in_fd, "\n", 1) < 0) {
-            /* full or gone: ssh's own keepalive decides */
-          }
-        next_beat = now + plan.beat;
-      }
-      timeout = (int)((next_beat - now) * 1000) + 1;
-    }
-    /* Stopping: the agents' own grace period, then ssh is ended. */
-    if (stopping) {
-      double left = stop_at + stop_wait(a) - now_s();
-
-      timeout = left > 0 ? (int)(left * 1000) + 1 : 0;
-      if (left <= 0) {
-        if (!killed)
-          say_waiting(rs, n, "did not stop within %.0f s: ending the ssh "
-                      "connection to", stop_wait(a));
-        killed = true;
-        for (i = 0; i < n; i++)
-          if (!rs[i].exited && rs[i].pid > 0)
-            kill(rs[i].pid, SIGKILL);
-      }
-    }
-    if (poll(pf, (nfds_t)np, timeout) < 0 && errno != EINTR)
-      break;
-    for (int k = 1; k < np; k++) {
-      struct remote *r = &rs[idx[k] / 2];
-
-      if (pf[k].revents)
-        pump(r, idx[k] % 2 ? &r->err : &r->out);
-    }
-    while (read(sig_pipe[0], &c, 1) == 1) {
-      if (c == SIGCHLD)
-        continue;
-      sigs++;
-      if (sigs == 1) {
-        say("got %s: stopping the agents on every host", strsignal(c));
-        stop_all(rs, n);
-        stopping = true;
-        stop_at = now_s();
-        say_waiting(rs, n, "waiting up to %.0f s (the agents' grace "
-                    "period and 15 s; %s again: at once) for", stop_wait(a),
-                    strsignal(c));
-        if (!first_fail)
-          first_fail = 128 + c;
-      } else {
-        say("got %s again: ending the ssh connections now", strsignal(c));
-        for (i = 0; i < n; i++)
-          if (!rs[i].exited && rs[i].pid > 0)
-            kill(rs[i].pid, SIGTERM);
-      }
-    }
-    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-      for (i = 0; i < n; i++) {
-        struct remote *r = &rs[i];
-        int code;
-
-        if (r->pid != pid)
-          continue;
-        /* What is still in its pipes belongs before the report. */
-        while (pump(r, &r->out) == 1)
-          ;
-        while (pump(r, &r->err) == 1)
-          ;
+      say_error("host %s: cannot start ssh: %s", hosts[i].name,
+                say_strerror(rc));
+      if (r->pid <= 0) {
         r->exited = true;
-        r->status = code = exit_code(st);
-        running--;
-        if (code == 0) {
-          any_ok = true;
-          continue;
-        }
-        /* The ssh client itself killed: that host is cut off. */
-        if (WIFSIGNALED(st)) {
-          if (!stopping)
-            say("host %s: the ssh client was killed by signal %d%s",
-                r->host->name, WTERMSIG(st), plan.elastic
-                ? "; the job goes on without it (elastic)" : "");
-          code = SSH_FAILED;
-        } else if (!stopping) {
-          report_exit(r, code, plan.elastic,
-                      plan.alive_interval * plan.alive_count,
-                      plan.alive_count);
-        }
-        if (!first_fail)
-          first_fail = code;
-        /* A lost host in a fixed-size job: nobody else can go on.  (An
-         * agent that failed otherwise told the rendezvous; the others
-         * stop by themselves and report.) */
-        if (!plan.elastic && !stopping && code == SSH_FAILED) {
-          say("stopping the agents on every host");
-          stop_all(rs, n);
-          stopping = true;
-          stop_at = now_s();
-        }
+        r->status = 1;
       }
+      h->first_fail = h->first_fail ? h->first_fail : 1;
+      begin_stop(h);
+      break;
     }
   }
-  /* Output left in the pipes after the last exit. */
-  for (i = 0; i < n; i++) {
-    while (pump(&rs[i], &rs[i].out) == 1)
-      ;
-    while (pump(&rs[i], &rs[i].err) == 1)
-      ;
-    finish(&rs[i], &rs[i].out);
-    finish(&rs[i], &rs[i].err);
-    if (rs[i].in_fd >= 0)
-      close(rs[i].in_fd);
+  if (!h->stopping)
+    uv_timer_start(&h->beat, on_beat, 0, beat_ms ? beat_ms : 1);
+}
+
+/* The head's status once every ssh client is reaped, and what they left
+ * in their pipes on the console. */
+static int head_finish(struct head *h)
+{
+  int status;
+
+  for (int i = 0; i < h->n; i++) {
+    drain(&h->rs[i], &h->rs[i].out);
+    drain(&h->rs[i], &h->rs[i].err);
+    finish(&h->rs[i], &h->rs[i].out);
+    finish(&h->rs[i], &h->rs[i].err);
+    if (h->rs[i].in_fd >= 0)
+      close(h->rs[i].in_fd);
+    h->rs[i].in_fd = -1;
   }
-  if (sigs > 0)
-    status = first_fail;
-  else if (plan.elastic && any_ok)
+  if (h->sigs > 0)
+    status = h->first_fail;
+  else if (h->plan.elastic && h->any_ok)
     status = 0;
   else
-    status = first_fail;
+    status = h->first_fail;
   /* cdrun's own status for a lost host, not ssh's (cdrun(1)). */
-  if (status == SSH_FAILED)
-    status = EXIT_HOST_LOST;
+  return status == SSH_FAILED ? EXIT_HOST_LOST : status;
+}
 
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
-  sigaction(SIGHUP, &old_hup, NULL);
-  sigaction(SIGCHLD, &old_chld, NULL);
-  close(sig_pipe[0]);
-  close(sig_pipe[1]);
-  sig_pipe[0] = sig_pipe[1] = -1;
-  free(rs);
+/* The hosts of --hostfile or --hosts, or -1 when they cannot be had (the
+ * problem said). */
+static int load_hosts(const struct cdrun_args *a,
+                      struct hostfile_host **hosts)
+{
+  char err[512], *text;
+  int n;
+
+  if (a->hostfile && a->hosts) {
+    say_error("--hostfile and --hosts are mutually exclusive");
+    return -1;
+  }
+  if (a->hostfile) {
+    text = hostfile_read(a->hostfile, err, sizeof err);
+    if (!text) {
+      say_error("%s", err);
+      return -1;
+    }
+    n = hostfile_parse(text, 0, hosts, err, sizeof err);
+    free(text);
+  } else {
+    n = hostfile_parse(a->hosts, 1, hosts, err, sizeof err);
+  }
+  if (n < 0) {
+    say_error("%s", err);
+    return -1;
+  }
+  if (a->standalone) {
+    say_error("--standalone runs one node; --hostfile/--hosts start one "
+              "agent per host");
+    free(*hosts);
+    *hosts = NULL;
+    return -1;
+  }
+  return n;
+}
+
+int multihost_run(const struct cdrun_args *a, int argc, char **argv)
+{
+  struct hostfile_host *hosts = NULL;
+  struct head *h;
+  int n, status;
+
+  n = load_hosts(a, &hosts);
+  if (n < 0)
+    return 2;
+  h = calloc(1, sizeof *h);
+  if (h)
+    h->rs = calloc((size_t)n, sizeof *h->rs);
+  if (!h || !h->rs || head_init(h)) {
+    say_error("out of memory or file descriptors");
+    if (h)
+      free(h->rs);
+    free(h);
+    free(hosts);
+    return 1;
+  }
+  h->a = a;
+  h->n = n;
+  plan_job(a, hosts, n, argv[0], &h->plan, given(a, "nnodes"),
+           given(a, "rdzv_endpoint"));
+  start_all(h, argc, argv, hosts);
+  if (h->running == 0)
+    head_close(h);
+  uv_run(&h->loop, UV_RUN_DEFAULT);
+  status = head_finish(h);
+  if (uv_loop_close(&h->loop) != 0)
+    say("warning: the head's loop still had handles at exit");
+  free(h->rs);
+  free(h);
   free(hosts);
   return status;
-}
-
-/* ---- the remote side ------------------------------------------------------ */
-
-static int watchdog_fd = -1;
-static double watchdog_window;  /* CDRUN_HEAD_BEAT; 0: EOF only */
-
-static void *watchdog(void *arg)
-{
-  struct pollfd pf = { .fd = watchdog_fd, .events = POLLIN };
-  int ms = watchdog_window > 0 ? (int)(watchdog_window * 1000) : -1;
-  char buf[256];
-  ssize_t n;
-  int rc;
-
-  (void)arg;
-  for (;;) {
-    /* Note [dead links]: the head beats every keepalive interval. */
-    rc = poll(&pf, 1, ms);
-    if (rc < 0 && errno == EINTR)
-      continue;
-    if (rc == 0) {
-      say("no word from the head node for %g s (%s; its link or machine "
-          "is down?): stopping", watchdog_window, BEAT_ENV);
-      kill(getpid(), SIGTERM);
-      return NULL;
-    }
-    n = read(watchdog_fd, buf, sizeof buf);
-    if (n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN)))
-      continue;
-    break;
-  }
-  say("stdin closed (the head node or its connection is gone): stopping");
-  kill(getpid(), SIGTERM);
-  return NULL;
-}
-
-int multihost_watchdog_start(void)
-{
-  pthread_t t;
-  pthread_attr_t attr;
-  const char *beat;
-  int fd, null, rc;
-
-  fd = fcntl(0, F_DUPFD_CLOEXEC, 3);
-  if (fd < 0) {
-    say("error: --stdin_watchdog: no stdin: %s", strerror(errno));
-    return -errno;
-  }
-  /* The workers must not read (or hold) the head's pipe. */
-  null = open("/dev/null", O_RDONLY);
-  if (null >= 0) {
-    dup2(null, 0);
-    close(null);
-  }
-  watchdog_fd = fd;
-  /* Set by a head that beats (Note [dead links]); a bad value is none. */
-  beat = getenv(BEAT_ENV);
-  if (!beat || num_parse_double(beat, 0.5, NUM_SECONDS_MAX,
-                                &watchdog_window))
-    watchdog_window = 0;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  rc = pthread_create(&t, &attr, watchdog, NULL);
-  pthread_attr_destroy(&attr);
-  if (rc) {
-    say("error: --stdin_watchdog: cannot start a thread: %s", strerror(rc));
-    return -rc;
-  }
-  return 0;
 }

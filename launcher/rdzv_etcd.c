@@ -26,11 +26,11 @@
 
 #include "etcd_client.h"
 #include "etcd_rdzv_state.h"
+#include "etcd_session.h"
 #include "say.h"
 
 #define RETRY_MS 500
 #define LEAVE_GUARD_MS 5000
-#define MIN_TTL 2                 /* etcd's smallest lease TTL */
 #define PROGRESS_EVERY_S 10.0
 #define CATCHUP_MS 1000
 
@@ -48,7 +48,6 @@ struct rdzv_etcd {
   char prefix[RP_MAX_ID + 256];   /* <prefix><id>/ */
   char state_key[RP_MAX_ID + 300];
   char alive_prefix[RP_MAX_ID + 300];
-  char alive_key[RP_MAX_ID + 400];
 
   struct etcd_client *ec;
   struct etcd_watch *watch;
@@ -57,11 +56,9 @@ struct rdzv_etcd {
   struct es_state txn_state;      /* what the transaction in flight writes */
   bool txn_clear_failure;         /* ... and the intents it carries */
   bool txn_clear_barrier;
-  int ttl;
-  char lease[32];                 /* decimal, as etcd sends it */
+  struct etcd_session session;    /* lease, keepalives, alive key */
   char end_lease[32];             /* Note [the ended job's marker]; "0":
                                      none could be had */
-  char me_id[ES_ID_MAX + 1];      /* lease id in hex */
   char last_error[512];
 
   /* What this agent knows. */
@@ -101,7 +98,6 @@ struct rdzv_etcd {
 
   uv_timer_t kick;                /* step() outside any callback */
   uv_timer_t retry;
-  uv_timer_t keepalive;
   uv_timer_t last_call;
   uv_timer_t close_wait;          /* Note [root cause]: a closing round */
   uv_timer_t join_deadline;
@@ -112,9 +108,6 @@ struct rdzv_etcd {
   bool failed;
   bool destroyed;
   bool closing;
-  double keepalive_ok;            /* last successful keepalive */
-  bool keepalive_inflight;
-  bool keepalive_warned;
 };
 
 static double now_s(void)
@@ -145,6 +138,7 @@ static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
   if (e->failed || e->destroyed)
     return;
   e->failed = true;
+  etcd_session_stop(&e->session);
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
@@ -152,6 +146,16 @@ static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
   uv_timer_stop(&e->last_call);
   uv_timer_stop(&e->close_wait);
   e->base.cb.on_error(e->base.cb.ctx, err, msg);
+}
+
+/* This agent's lease is gone: the others count it as lost. */
+static void lease_lost(void *ctx)
+{
+  struct rdzv_etcd *e = ctx;
+
+  fail(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
+       "expired (no keepalive reached etcd for %d s): the other nodes "
+       "count it as lost", e->id, e->session.ttl);
 }
 
 /* ---- the alive set --------------------------------------------------- */
@@ -313,10 +317,8 @@ static void take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
 
     if (deleted) {
       alive_del(e, id);
-      if (strcmp(id, e->me_id) == 0 && !e->destroyed)
-        fail(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
-             "expired (no keepalive reached etcd for %d s): the other "
-             "nodes count it as lost", e->id, e->ttl);
+      if (strcmp(id, e->session.id) == 0 && !e->destroyed)
+        lease_lost(e);
     } else {
       val = etcd_get_b64(kv, "value", &vlen);
       alive_put(e, id, etcd_i64(kv, "create_revision"), val, vlen);
@@ -382,33 +384,22 @@ static void boot_failed(struct rdzv_etcd *e, int err, const char *msg)
 
 static void boot_next(struct rdzv_etcd *e);
 
-static void grant_done(void *ctx, int err, const cJSON *r, const char *msg)
+static void grant_done(void *ctx, int err, const char *msg)
 {
   struct rdzv_etcd *e = ctx;
-  const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "ID");
 
-  if (!err && !cJSON_IsString(id)) {
-    err = -EPROTO;
-    msg = "lease grant: no ID in the answer";
-  }
   if (err) {
     boot_failed(e, err, msg);
     return;
   }
   e->call_inflight = false;
-  snprintf(e->lease, sizeof e->lease, "%s", id->valuestring);
   if (e->destroyed) {
     leave_finish(e);
     return;
   }
-  snprintf(e->me_id, sizeof e->me_id, "%" PRIx64,
-           (uint64_t)strtoull(e->lease, NULL, 10));
-  snprintf(e->alive_key, sizeof e->alive_key, "%s%s", e->alive_prefix,
-           e->me_id);
   if (!e->local_addr[0])
     snprintf(e->local_addr, sizeof e->local_addr, "%s",
              etcd_client_local_ip(e->ec));
-  e->keepalive_ok = now_s();
   e->boot = B_ALIVE;
   boot_next(e);
 }
@@ -420,7 +411,7 @@ static void alive_done(void *ctx, int err, const cJSON *r, const char *msg)
   (void)r;
   if (err == -ENOENT) {     /* the lease expired meanwhile */
     e->boot = B_GRANT;
-    e->lease[0] = '\0';
+    etcd_session_forget(&e->session);
   }
   if (err) {
     boot_failed(e, err, msg);
@@ -539,10 +530,9 @@ static void publish_done(void *ctx, int err, const cJSON *r, const char *msg)
  * only an optimisation for the others, never needed for progress. */
 static void publish(struct rdzv_etcd *e)
 {
-  cJSON *b;
   char *val;
 
-  if (e->boot != B_READY || !e->lease[0] || e->closing) {
+  if (e->boot != B_READY || !e->session.lease[0] || e->closing) {
     e->publish_dirty = e->boot != B_READY;
     return;
   }
@@ -552,25 +542,16 @@ static void publish(struct rdzv_etcd *e)
   }
   e->publish_dirty = false;
   val = alive_value(e);
-  b = cJSON_CreateObject();
-  if (!val || !b) {
-    free(val);
-    cJSON_Delete(b);
+  if (!val)
     return;
-  }
-  etcd_add_b64(b, "key", e->alive_key, strlen(e->alive_key));
-  etcd_add_b64(b, "value", val, strlen(val));
-  cJSON_AddStringToObject(b, "lease", e->lease);
-  if (etcd_call(e->ec, "/v3/kv/put", b, publish_done, e) == 0)
+  if (etcd_session_put_alive(&e->session, val, publish_done, e) == 0)
     e->publish_inflight = true;
   free(val);
-  cJSON_Delete(b);
 }
 
 static void boot_next(struct rdzv_etcd *e)
 {
-  cJSON *b;
-  char ttl[16], *val;
+  char *val;
   int rc = 0;
 
   if (e->call_inflight || e->destroyed || e->failed)
@@ -580,11 +561,7 @@ static void boot_next(struct rdzv_etcd *e)
   case B_READY:
     return;
   case B_GRANT:
-    b = cJSON_CreateObject();
-    snprintf(ttl, sizeof ttl, "%d", e->ttl);
-    cJSON_AddStringToObject(b, "TTL", ttl);   /* exactly "TTL" */
-    rc = etcd_call(e->ec, "/v3/lease/grant", b, grant_done, e);
-    cJSON_Delete(b);
+    rc = etcd_session_grant(&e->session, grant_done, e);
     break;
   case B_ALIVE:
     val = alive_value(e);
@@ -592,13 +569,8 @@ static void boot_next(struct rdzv_etcd *e)
       rc = -ENOMEM;
       break;
     }
-    b = cJSON_CreateObject();
-    etcd_add_b64(b, "key", e->alive_key, strlen(e->alive_key));
-    etcd_add_b64(b, "value", val, strlen(val));
+    rc = etcd_session_put_alive(&e->session, val, alive_done, e);
     free(val);
-    cJSON_AddStringToObject(b, "lease", e->lease);
-    rc = etcd_call(e->ec, "/v3/kv/put", b, alive_done, e);
-    cJSON_Delete(b);
     break;
   case B_SYNC:
     start_sync(e);
@@ -608,97 +580,6 @@ static void boot_next(struct rdzv_etcd *e)
     boot_failed(e, rc, "cannot start a request");
   else
     e->call_inflight = true;
-}
-
-/* ---- keepalive ---------------------------------------------------------- */
-
-/* Note [etcd outage]: once no keepalive has reached etcd for half the
- * lease, say so (once), with how long the lease has left; a keepalive
- * that gets through later says that it did.  Checked at every tick, not
- * only on an error: a request into a stalled etcd fails only at its own
- * timeout. */
-static void keepalive_check(struct rdzv_etcd *e, const char *why)
-{
-  double silent = now_s() - e->keepalive_ok;
-
-  if (e->keepalive_warned || silent <= e->ttl / 2.0)
-    return;
-  e->keepalive_warned = true;
-  say("rendezvous '%s': no lease keepalive has reached etcd for %.1f s%s%s%s; "
-      "the lease expires in %.1f s unless one does, and the other nodes "
-      "then count this one as lost", e->id, silent, why ? " (" : "",
-      why ? why : "", why ? ")" : "", fmax(0, e->ttl - silent));
-}
-
-static void keepalive_done(void *ctx, int err, const cJSON *r,
-                           const char *msg)
-{
-  struct rdzv_etcd *e = ctx;
-  const cJSON *res = cJSON_GetObjectItemCaseSensitive(r, "result");
-
-  e->keepalive_inflight = false;
-  if (!err && !cJSON_IsObject(res)) {
-    err = -EPROTO;
-    msg = "lease keepalive: no result in the answer";
-  }
-  if (err) {
-    keepalive_check(e, msg);
-    return;
-  }
-  if (etcd_i64(res, "TTL") <= 0) {
-    fail(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
-         "expired (no keepalive reached etcd for %d s): the other nodes "
-         "count it as lost", e->id, e->ttl);
-    return;
-  }
-  /* Note [etcd outage]: the line that said it was in trouble gets its
-   * answer. */
-  if (e->keepalive_warned)
-    say("rendezvous '%s': etcd answers again: the lease was renewed after "
-        "%.1f s without a keepalive", e->id, now_s() - e->keepalive_ok);
-  e->keepalive_ok = now_s();
-  e->keepalive_warned = false;
-}
-
-/* Seconds between keepalives: the configured interval, but at least
- * three per TTL (keepalive_misses 1 would otherwise renew only as the
- * lease ends). */
-static double keepalive_period(const struct rdzv_etcd *e)
-{
-  return fmin(e->o.conf.keepalive_interval, e->ttl / 3.0);
-}
-
-/* How long one member may take to renew before the next is asked.  With
- * one member there is no other to ask: a slow answer still renews, so it
- * gets the whole TTL. */
-static double keepalive_timeout(const struct rdzv_etcd *e)
-{
-  if (etcd_client_n_members(e->ec) < 2)
-    return e->ttl;
-  return fmax(0.5, e->ttl / 3.0);
-}
-
-static void keepalive_tick(uv_timer_t *t)
-{
-  struct rdzv_etcd *e = t->data;
-  cJSON *b;
-
-  /* Note [keepalive across a member's loss]: one at a time, each member
-   * given a third of the TTL before the next one is asked, so a member
-   * that is gone or has no leader (a follower holds a renewal up to ~7 s
-   * waiting for one) never keeps the renewal from the members that can
-   * serve it within the TTL. */
-  if (!e->lease[0] || e->failed || e->destroyed)
-    return;
-  keepalive_check(e, NULL);
-  if (e->keepalive_inflight)
-    return;
-  b = cJSON_CreateObject();
-  cJSON_AddStringToObject(b, "ID", e->lease);
-  if (etcd_call_within(e->ec, "/v3/lease/keepalive", b, keepalive_timeout(e),
-                       keepalive_done, e) == 0)
-    e->keepalive_inflight = true;
-  cJSON_Delete(b);
 }
 
 /* ---- observe: the state to callbacks ---------------------------------- */
@@ -825,7 +706,7 @@ static void observe_closing(struct rdzv_etcd *e)
     if (e->cw_armed_round != s->round) {
       e->cw_armed_round = s->round;
       uv_timer_start(&e->close_wait, close_wait_fire,
-                     (uint64_t)e->ttl * 1000, 0);
+                     (uint64_t)e->session.ttl * 1000, 0);
     }
   } else if (e->cw_armed_round >= 0) {
     uv_timer_stop(&e->close_wait);
@@ -847,7 +728,7 @@ static void observe(struct rdzv_etcd *e)
     fail(e, UV_ECANCELED, "the job '%s' was closed: %s", e->id, s->why);
     return;
   }
-  me = s->exists ? es_find(s, e->me_id) : -1;
+  me = s->exists ? es_find(s, e->session.id) : -1;
   if (s->exists && s->phase == ES_FINISHED && e->was_member) {
     fail(e, 0, "the job '%s' finished: %s", e->id, s->why);
     return;
@@ -900,7 +781,7 @@ static int apply_requests(struct rdzv_etcd *e, struct es_state *s)
   for (i = 0; i < e->n_alive; i++) {
     const struct peer *p = &e->alive[i];
 
-    if (strcmp(p->id, e->me_id) == 0)
+    if (strcmp(p->id, e->session.id) == 0)
       continue;
     if (p->leave) {
       changed |= es_remove(s, p->id, "left");
@@ -931,7 +812,7 @@ static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
    * the state (a node's alive key is written before it joins). */
   if (s->exists && e->view_rev >= e->st_mod) {
     for (i = 0; i < s->n;) {
-      if (strcmp(s->nodes[i].id, e->me_id) != 0 &&
+      if (strcmp(s->nodes[i].id, e->session.id) != 0 &&
           alive_find(e, s->nodes[i].id) < 0 &&
           es_remove(s, s->nodes[i].id, "lost")) {
         changed = 1;
@@ -941,23 +822,23 @@ static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
     }
   }
   if (e->want_failure) {
-    rc = es_failure(s, e->me_id, e->failure_round, e->failure_final,
+    rc = es_failure(s, e->session.id, e->failure_round, e->failure_final,
                     e->failure_msg, &e->failure_cause);
     changed |= rc;
     *clear_failure = true;
   }
   if (e->barrier_round >= 0 && !e->barrier_written) {
-    changed |= es_barrier(s, e->me_id, e->barrier_round);
+    changed |= es_barrier(s, e->session.id, e->barrier_round);
     *clear_barrier = true;
   }
   if (e->want_leave) {
-    changed |= es_remove(s, e->me_id, "left");
+    changed |= es_remove(s, e->session.id, "left");
   } else if (e->want_join) {
     struct es_node me;
     struct es_conf conf;
 
     memset(&me, 0, sizeof me);
-    snprintf(me.id, sizeof me.id, "%s", e->me_id);
+    snprintf(me.id, sizeof me.id, "%s", e->session.id);
     snprintf(me.host, sizeof me.host, "%s", e->myhost);
     snprintf(me.addr, sizeof me.addr, "%s", e->local_addr);
     me.pid = getpid();
@@ -1032,7 +913,8 @@ static bool grant_end_lease(struct rdzv_etcd *e, const struct es_state *s)
     return false;
   b = cJSON_CreateObject();
   snprintf(ttl, sizeof ttl, "%.0f",
-           fmin(1e7, fmax(MIN_TTL, ceil(e->o.conf.close_timeout))));
+           fmin(1e7, fmax(ETCD_SESSION_MIN_TTL,
+                          ceil(e->o.conf.close_timeout))));
   cJSON_AddStringToObject(b, "TTL", ttl);
   rc = etcd_call(e->ec, "/v3/lease/grant", b, end_grant_done, e);
   cJSON_Delete(b);
@@ -1066,7 +948,8 @@ static int write_state(struct rdzv_etcd *e, const struct es_state *s)
     cJSON_AddStringToObject(c, "create_revision", "0");
   }
   c = cJSON_CreateObject();
-  etcd_add_b64(c, "key", e->alive_key, strlen(e->alive_key));
+  etcd_add_b64(c, "key", e->session.alive_key,
+               strlen(e->session.alive_key));
   cJSON_AddStringToObject(c, "target", "VERSION");
   cJSON_AddStringToObject(c, "result", "GREATER");
   cJSON_AddStringToObject(c, "version", "0");
@@ -1095,7 +978,7 @@ static int write_state(struct rdzv_etcd *e, const struct es_state *s)
   cJSON_AddItemToArray(ok, op);
   op = cJSON_AddArrayToObject(b, "failure");
   cJSON_AddItemToArray(op, range_op(e->state_key));
-  cJSON_AddItemToArray(op, range_op(e->alive_key));
+  cJSON_AddItemToArray(op, range_op(e->session.alive_key));
   rc = etcd_call(e->ec, "/v3/kv/txn", b, txn_done, e);
   cJSON_Delete(b);
   return rc;
@@ -1161,9 +1044,7 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
       leave_finish(e);
       return;
     }
-    fail(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
-         "expired (no keepalive reached etcd for %d s): the other nodes "
-         "count it as lost", e->id, e->ttl);
+    lease_lost(e);
     return;
   }
   kvs = cJSON_GetObjectItemCaseSensitive(rr0, "kvs");
@@ -1284,7 +1165,6 @@ static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
   struct rdzv_etcd *e = (struct rdzv_etcd *)r;
   struct etcd_client_opts co;
   char err[512];
-  uint64_t ms;
   int rc;
 
   if (e->failed)
@@ -1312,8 +1192,7 @@ static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
       return UV_EINVAL;
     }
     e->boot = B_GRANT;
-    ms = (uint64_t)(keepalive_period(e) * 1000);
-    uv_timer_start(&e->keepalive, keepalive_tick, ms ? ms : 1, ms ? ms : 1);
+    etcd_session_start(&e->session, e->ec);
   }
   kick(e);
   return 0;
@@ -1362,9 +1241,10 @@ static int etcd_exit_barrier(struct rdzv *r)
 
 /* ---- leaving ------------------------------------------------------------ */
 
-static void handle_closed(uv_handle_t *h)
+/* One of e's handles is closed; the last frees e. */
+static void one_closed(void *ctx)
 {
-  struct rdzv_etcd *e = h->data;
+  struct rdzv_etcd *e = ctx;
 
   if (--e->open_handles > 0)
     return;
@@ -1383,6 +1263,11 @@ static void handle_closed(uv_handle_t *h)
   free(e);
 }
 
+static void handle_closed(uv_handle_t *h)
+{
+  one_closed(h->data);
+}
+
 static void close_all(struct rdzv_etcd *e)
 {
   if (e->closing)
@@ -1394,7 +1279,7 @@ static void close_all(struct rdzv_etcd *e)
   e->watch = NULL;
   uv_close((uv_handle_t *)&e->kick, handle_closed);
   uv_close((uv_handle_t *)&e->retry, handle_closed);
-  uv_close((uv_handle_t *)&e->keepalive, handle_closed);
+  etcd_session_close(&e->session);
   uv_close((uv_handle_t *)&e->last_call, handle_closed);
   uv_close((uv_handle_t *)&e->close_wait, handle_closed);
   uv_close((uv_handle_t *)&e->join_deadline, handle_closed);
@@ -1414,18 +1299,9 @@ static void revoke_done(void *ctx, int err, const cJSON *r, const char *msg)
  * the alive key, then close. */
 static void leave_finish(struct rdzv_etcd *e)
 {
-  cJSON *b;
-
   e->want_leave = false;
-  if (!e->ec || !e->lease[0]) {
+  if (!e->ec || etcd_session_revoke(&e->session, revoke_done, e) != 0)
     close_all(e);
-    return;
-  }
-  b = cJSON_CreateObject();
-  cJSON_AddStringToObject(b, "ID", e->lease);
-  if (etcd_call(e->ec, "/v3/lease/revoke", b, revoke_done, e) != 0)
-    close_all(e);
-  cJSON_Delete(b);
 }
 
 static void leave_guard_fire(uv_timer_t *t)
@@ -1438,7 +1314,7 @@ static void etcd_destroy(struct rdzv *r)
   struct rdzv_etcd *e = (struct rdzv_etcd *)r;
 
   e->destroyed = true;
-  uv_timer_stop(&e->keepalive);
+  etcd_session_stop(&e->session);
   uv_timer_stop(&e->last_call);
   uv_timer_stop(&e->close_wait);
   uv_timer_stop(&e->join_deadline);
@@ -1449,7 +1325,7 @@ static void etcd_destroy(struct rdzv *r)
   }
   /* Bounded: etcd may be unreachable. */
   uv_timer_start(&e->leave_guard, leave_guard_fire, LEAVE_GUARD_MS, 0);
-  if (e->boot != B_READY || !e->lease[0]) {
+  if (e->boot != B_READY || !e->session.lease[0]) {
     if (!e->call_inflight)
       leave_finish(e);
     else
@@ -1479,7 +1355,6 @@ int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
                      const struct rdzv_callbacks *cb, struct rdzv **out)
 {
   struct rdzv_etcd *e = calloc(1, sizeof *e);
-  double ttl;
 
   if (!e)
     return UV_ENOMEM;
@@ -1505,8 +1380,9 @@ int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
            o->prefix && o->prefix[0] ? o->prefix : "/cdrun/rdzv/", o->id);
   snprintf(e->state_key, sizeof e->state_key, "%sstate", e->prefix);
   snprintf(e->alive_prefix, sizeof e->alive_prefix, "%salive/", e->prefix);
-  ttl = ceil(o->conf.keepalive_interval * o->conf.keepalive_misses);
-  e->ttl = ttl < MIN_TTL ? MIN_TTL : ttl > 1e6 ? 1000000 : (int)ttl;
+  etcd_session_init(&e->session, loop, e->id, e->alive_prefix,
+                    o->conf.keepalive_interval, o->conf.keepalive_misses,
+                    lease_lost, one_closed, e);
   e->delivered_round = -1;
   e->restart_told_round = -1;
   e->barrier_round = -1;
@@ -1519,18 +1395,17 @@ int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
   es_init(&e->txn_state);
   uv_timer_init(loop, &e->kick);
   uv_timer_init(loop, &e->retry);
-  uv_timer_init(loop, &e->keepalive);
   uv_timer_init(loop, &e->last_call);
   uv_timer_init(loop, &e->close_wait);
   uv_timer_init(loop, &e->join_deadline);
   uv_timer_init(loop, &e->leave_guard);
   uv_timer_init(loop, &e->catchup);
-  e->kick.data = e->retry.data = e->keepalive.data = e;
+  e->kick.data = e->retry.data = e;
   e->last_call.data = e->join_deadline.data = e->leave_guard.data = e;
   e->catchup.data = e->close_wait.data = e;
   e->open_handles = 8;
   /* Note [root cause]: a closing round waits one TTL, then the CAS. */
-  e->base.cause_wait = e->ttl + 10.0;
+  e->base.cause_wait = e->session.ttl + 10.0;
   *out = &e->base;
   return 0;
 }

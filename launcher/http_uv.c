@@ -1,11 +1,13 @@
-/* curl_uv.c -- libcurl multi on a libuv loop (curl's docs/examples/multi-uv.c
+/* http_uv.c -- libcurl multi on a libuv loop (curl's docs/examples/multi-uv.c
  * pattern): uv_poll_t per socket, one uv_timer_t, curl_multi_socket_action. */
-#include "curl_uv.h"
+#include "http_uv.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 
-struct curl_uv {
+#include "list.h"
+
+struct http_uv {
   uv_loop_t *loop;
   CURLM *multi;
   uv_timer_t timer;
@@ -13,38 +15,27 @@ struct curl_uv {
   int depth;                    /* inside socket_action/dispatch */
   bool closing;
   bool cleaned;                 /* curl_multi_cleanup done */
-  struct curl_uv_sock *socks;   /* polls not yet closing */
+  struct list_node socks;       /* struct http_uv_sock, not closing */
 };
 
 /* One socket curl asked us to watch. */
-struct curl_uv_sock {
+struct http_uv_sock {
   uv_poll_t poll;
   curl_socket_t fd;
-  struct curl_uv *cu;
-  struct curl_uv_sock *prev, *next;
+  struct http_uv *cu;
+  struct list_node node;        /* in cu->socks */
 };
-
-static void sock_unlink(struct curl_uv_sock *s)
-{
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    s->cu->socks = s->next;
-  if (s->next)
-    s->next->prev = s->prev;
-  s->prev = s->next = NULL;
-}
 
 static void handle_closed(uv_handle_t *h);
 
-static void sock_close(struct curl_uv_sock *s)
+static void sock_close(struct http_uv_sock *s)
 {
-  sock_unlink(s);
+  list_remove(&s->node);
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, handle_closed);
 }
 
-static void maybe_free(struct curl_uv *cu)
+static void maybe_free(struct http_uv *cu)
 {
   if (cu->closing && cu->cleaned && cu->open_handles == 0)
     free(cu);
@@ -52,10 +43,10 @@ static void maybe_free(struct curl_uv *cu)
 
 static void handle_closed(uv_handle_t *h)
 {
-  struct curl_uv *cu;
+  struct http_uv *cu;
 
   if (h->type == UV_POLL) {
-    struct curl_uv_sock *s = h->data;
+    struct http_uv_sock *s = h->data;
 
     cu = s->cu;
     free(s);
@@ -66,7 +57,7 @@ static void handle_closed(uv_handle_t *h)
   maybe_free(cu);
 }
 
-static void finish_close(struct curl_uv *cu)
+static void finish_close(struct http_uv *cu)
 {
   if (cu->cleaned || cu->depth > 0)
     return;
@@ -75,8 +66,8 @@ static void finish_close(struct curl_uv *cu)
   cu->depth--;
   cu->cleaned = true;
   /* Whatever curl did not say it removed: its sockets are closed now. */
-  while (cu->socks)
-    sock_close(cu->socks);
+  while (!list_empty(&cu->socks))
+    sock_close(list_first(&cu->socks, struct http_uv_sock, node));
   if (!uv_is_closing((uv_handle_t *)&cu->timer))
     uv_close((uv_handle_t *)&cu->timer, handle_closed);
   maybe_free(cu);
@@ -84,9 +75,9 @@ static void finish_close(struct curl_uv *cu)
 
 /* Completed transfers: removed from the multi handle before their done
  * callback runs, which may then start or remove others. */
-static void dispatch_done(struct curl_uv *cu)
+static void dispatch_done(struct http_uv *cu)
 {
-  struct curl_uv_req *r;
+  struct http_uv_req *r;
   CURLMsg *msg;
   int left;
 
@@ -104,7 +95,7 @@ static void dispatch_done(struct curl_uv *cu)
   }
 }
 
-static void socket_action(struct curl_uv *cu, curl_socket_t fd, int flags)
+static void socket_action(struct http_uv *cu, curl_socket_t fd, int flags)
 {
   int running;
 
@@ -118,7 +109,7 @@ static void socket_action(struct curl_uv *cu, curl_socket_t fd, int flags)
 
 static void poll_cb(uv_poll_t *p, int status, int events)
 {
-  struct curl_uv_sock *s = p->data;
+  struct http_uv_sock *s = p->data;
   int flags = 0;
 
   if (status < 0)
@@ -132,7 +123,7 @@ static void poll_cb(uv_poll_t *p, int status, int events)
 
 static void timer_cb(uv_timer_t *t)
 {
-  struct curl_uv *cu = t->data;
+  struct http_uv *cu = t->data;
 
   socket_action(cu, CURL_SOCKET_TIMEOUT, 0);
 }
@@ -140,8 +131,8 @@ static void timer_cb(uv_timer_t *t)
 static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
                      void *socketp)
 {
-  struct curl_uv *cu = userp;
-  struct curl_uv_sock *s = socketp;
+  struct http_uv *cu = userp;
+  struct http_uv_sock *s = socketp;
   int events = 0;
 
   (void)easy;
@@ -163,10 +154,7 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
       return -1;
     }
     s->poll.data = s;
-    s->next = cu->socks;
-    if (cu->socks)
-      cu->socks->prev = s;
-    cu->socks = s;
+    list_insert_head(&cu->socks, &s->node);
     cu->open_handles++;
     curl_multi_assign(cu->multi, fd, s);
   }
@@ -180,7 +168,7 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
 
 static int on_timer(CURLM *multi, long ms, void *userp)
 {
-  struct curl_uv *cu = userp;
+  struct http_uv *cu = userp;
 
   (void)multi;
   if (cu->closing)
@@ -192,13 +180,14 @@ static int on_timer(CURLM *multi, long ms, void *userp)
   return 0;
 }
 
-int curl_uv_create(uv_loop_t *loop, struct curl_uv **out)
+int http_uv_create(uv_loop_t *loop, struct http_uv **out)
 {
-  struct curl_uv *cu = calloc(1, sizeof *cu);
+  struct http_uv *cu = calloc(1, sizeof *cu);
 
   if (!cu)
     return UV_ENOMEM;
   cu->loop = loop;
+  list_init(&cu->socks);
   cu->multi = curl_multi_init();
   if (!cu->multi) {
     free(cu);
@@ -215,7 +204,7 @@ int curl_uv_create(uv_loop_t *loop, struct curl_uv **out)
   return 0;
 }
 
-int curl_uv_add(struct curl_uv *cu, struct curl_uv_req *r)
+int http_uv_add(struct http_uv *cu, struct http_uv_req *r)
 {
   if (cu->closing)
     return UV_ECANCELED;
@@ -225,12 +214,12 @@ int curl_uv_add(struct curl_uv *cu, struct curl_uv_req *r)
   return 0;
 }
 
-void curl_uv_remove(struct curl_uv *cu, struct curl_uv_req *r)
+void http_uv_remove(struct http_uv *cu, struct http_uv_req *r)
 {
   curl_multi_remove_handle(cu->multi, r->easy);
 }
 
-void curl_uv_close(struct curl_uv *cu)
+void http_uv_close(struct http_uv *cu)
 {
   cu->closing = true;
   uv_timer_stop(&cu->timer);

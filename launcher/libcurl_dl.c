@@ -1,5 +1,6 @@
-/* curl_dl.c -- libcurl's entry points, resolved at run time (curl_dl.h). */
-#include "curl_dl.h"
+/* libcurl_dl.c -- libcurl's entry points, resolved at run time
+ * (libcurl_dl.h). */
+#include "libcurl_dl.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -7,14 +8,16 @@
 #include <stdio.h>
 #include <string.h>
 
-struct curl_dl curl_dl;
+#include "say.h"
+
+struct libcurl_dl libcurl_dl;
 
 static void *lib;
 
-int curl_dl_load(char *err, size_t errlen)
+int libcurl_dl_load(char *err, size_t errlen)
 {
   static const struct { const char *name; size_t off; } fns[] = {
-#define FN(f, n) { "curl_" n, offsetof(struct curl_dl, f) }
+#define FN(f, n) { "curl_" n, offsetof(struct libcurl_dl, f) }
     FN(global_init, "global_init"), FN(global_cleanup, "global_cleanup"),
     FN(easy_init, "easy_init"), FN(easy_cleanup, "easy_cleanup"),
     FN(easy_setopt, "easy_setopt"), FN(easy_getinfo, "easy_getinfo"),
@@ -28,30 +31,28 @@ int curl_dl_load(char *err, size_t errlen)
     FN(multi_assign, "multi_assign"),
 #undef FN
   };
-  struct curl_dl t;
+  struct libcurl_dl t;
   size_t i;
   void *h, *sym;
 
   if (lib)
     return 0;
   h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    snprintf(err, errlen, "the etcd back end needs libcurl (libcurl4): %s",
-             dlerror());
-    return -ENOENT;
-  }
+  if (!h)
+    return say_fail(err, errlen, -ENOENT,
+                    "the etcd back end needs libcurl (libcurl4): %s",
+                    dlerror());
   memset(&t, 0, sizeof t);
   for (i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     sym = dlsym(h, fns[i].name);
     if (!sym) {
-      snprintf(err, errlen, "libcurl.so.4 has no %s (too old?)",
-               fns[i].name);
       dlclose(h);
-      return -ENOENT;
+      return say_fail(err, errlen, -ENOENT,
+                      "libcurl.so.4 has no %s (too old?)", fns[i].name);
     }
     memcpy((char *)&t + fns[i].off, &sym, sizeof sym);
   }
-  curl_dl = t;
+  libcurl_dl = t;
   lib = h;    /* kept for the life of the process */
   return 0;
 }

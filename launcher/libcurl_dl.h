@@ -1,20 +1,20 @@
-/* curl_dl.h -- libcurl, loaded with dlopen when the etcd back end starts.
+/* libcurl_dl.h -- libcurl, loaded with dlopen when the etcd back end starts.
  *
  * Linking libcurl into cdrun costs every launch its ~30 shared libraries
  * (TLS, HTTP/2, LDAP, SSH...): measured 3.1 -> 7.7 ms and 2.3 -> 8.7 MB
  * peak RSS for `cdrun --standalone ... /bin/true`.  So cdrun does not link
  * it: the few libcurl functions it calls go through a table filled by
- * curl_dl_load(), and the names below point into that table.  Include this
+ * libcurl_dl_load(), and the names below point into that table.  Include this
  * header instead of <curl/curl.h>. */
-#ifndef CDRUN_CURL_DL_H
-#define CDRUN_CURL_DL_H
+#ifndef CDRUN_LIBCURL_DL_H
+#define CDRUN_LIBCURL_DL_H
 
 #include <stddef.h>
 
 #define CURL_DISABLE_TYPECHECK 1
 #include <curl/curl.h>
 
-struct curl_dl {
+struct libcurl_dl {
   CURLcode (*global_init)(long flags);
   void (*global_cleanup)(void);
   CURL *(*easy_init)(void);
@@ -35,32 +35,32 @@ struct curl_dl {
   CURLMcode (*multi_assign)(CURLM *m, curl_socket_t s, void *p);
 };
 
-/* The table; valid after curl_dl_load() returned 0. */
-extern struct curl_dl curl_dl;
+/* The table; valid after libcurl_dl_load() returned 0. */
+extern struct libcurl_dl libcurl_dl;
 
 /* Loads libcurl.so.4 once.  Returns 0, or -ENOENT with the reason in err. */
-int curl_dl_load(char *err, size_t errlen);
+int libcurl_dl_load(char *err, size_t errlen);
 
 /* curl.h defines these three as checking macros. */
 #undef curl_easy_setopt
 #undef curl_easy_getinfo
 #undef curl_multi_setopt
-#define curl_global_init curl_dl.global_init
-#define curl_global_cleanup curl_dl.global_cleanup
-#define curl_easy_init curl_dl.easy_init
-#define curl_easy_cleanup curl_dl.easy_cleanup
-#define curl_easy_setopt curl_dl.easy_setopt
-#define curl_easy_getinfo curl_dl.easy_getinfo
-#define curl_easy_strerror curl_dl.easy_strerror
-#define curl_slist_append curl_dl.slist_append
-#define curl_slist_free_all curl_dl.slist_free_all
-#define curl_multi_init curl_dl.multi_init
-#define curl_multi_cleanup curl_dl.multi_cleanup
-#define curl_multi_setopt curl_dl.multi_setopt
-#define curl_multi_socket_action curl_dl.multi_socket_action
-#define curl_multi_info_read curl_dl.multi_info_read
-#define curl_multi_add_handle curl_dl.multi_add_handle
-#define curl_multi_remove_handle curl_dl.multi_remove_handle
-#define curl_multi_assign curl_dl.multi_assign
+#define curl_global_init libcurl_dl.global_init
+#define curl_global_cleanup libcurl_dl.global_cleanup
+#define curl_easy_init libcurl_dl.easy_init
+#define curl_easy_cleanup libcurl_dl.easy_cleanup
+#define curl_easy_setopt libcurl_dl.easy_setopt
+#define curl_easy_getinfo libcurl_dl.easy_getinfo
+#define curl_easy_strerror libcurl_dl.easy_strerror
+#define curl_slist_append libcurl_dl.slist_append
+#define curl_slist_free_all libcurl_dl.slist_free_all
+#define curl_multi_init libcurl_dl.multi_init
+#define curl_multi_cleanup libcurl_dl.multi_cleanup
+#define curl_multi_setopt libcurl_dl.multi_setopt
+#define curl_multi_socket_action libcurl_dl.multi_socket_action
+#define curl_multi_info_read libcurl_dl.multi_info_read
+#define curl_multi_add_handle libcurl_dl.multi_add_handle
+#define curl_multi_remove_handle libcurl_dl.multi_remove_handle
+#define curl_multi_assign libcurl_dl.multi_assign
 
 #endif

@@ -1,0 +1,234 @@
+/* etcd_session.c -- an agent's lease, keepalives and alive key in etcd
+ * (etcd_session.h). */
+#include "etcd_session.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "say.h"
+
+static double now_s(void)
+{
+  return (double)uv_hrtime() / 1e9;
+}
+
+int etcd_session_ttl(double interval, double misses)
+{
+  double ttl = ceil(interval * misses);
+
+  return ttl < ETCD_SESSION_MIN_TTL ? ETCD_SESSION_MIN_TTL
+         : ttl > 1e6 ? 1000000 : (int)ttl;
+}
+
+static void closed_cb(uv_handle_t *h)
+{
+  struct etcd_session *s = h->data;
+
+  s->closed(s->ctx);
+}
+
+void etcd_session_init(struct etcd_session *s, uv_loop_t *loop,
+                       const char *job, const char *alive_prefix,
+                       double interval, double misses,
+                       void (*lost)(void *ctx), void (*closed)(void *ctx),
+                       void *ctx)
+{
+  memset(s, 0, sizeof *s);
+  s->job = job;
+  snprintf(s->alive_prefix, sizeof s->alive_prefix, "%s", alive_prefix);
+  s->interval = interval;
+  s->ttl = etcd_session_ttl(interval, misses);
+  s->lost = lost;
+  s->closed = closed;
+  s->ctx = ctx;
+  uv_timer_init(loop, &s->keepalive);
+  s->keepalive.data = s;
+}
+
+/* ---- the lease ---------------------------------------------------------- */
+
+static void grant_done(void *ctx, int err, const cJSON *r, const char *msg)
+{
+  struct etcd_session *s = ctx;
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "ID");
+
+  if (!err && !cJSON_IsString(id)) {
+    err = -EPROTO;
+    msg = "lease grant: no ID in the answer";
+  }
+  if (!err) {
+    snprintf(s->lease, sizeof s->lease, "%s", id->valuestring);
+    snprintf(s->id, sizeof s->id, "%" PRIx64,
+             (uint64_t)strtoull(s->lease, NULL, 10));
+    snprintf(s->alive_key, sizeof s->alive_key, "%s%s", s->alive_prefix,
+             s->id);
+    s->keepalive_ok = now_s();
+  }
+  s->grant_cb(s->grant_ctx, err, msg);
+}
+
+int etcd_session_grant(struct etcd_session *s, etcd_session_cb cb,
+                       void *ctx)
+{
+  cJSON *b = cJSON_CreateObject();
+  char ttl[16];
+  int rc;
+
+  s->grant_cb = cb;
+  s->grant_ctx = ctx;
+  snprintf(ttl, sizeof ttl, "%d", s->ttl);
+  cJSON_AddStringToObject(b, "TTL", ttl);   /* exactly "TTL" */
+  rc = etcd_call(s->ec, "/v3/lease/grant", b, grant_done, s);
+  cJSON_Delete(b);
+  return rc;
+}
+
+void etcd_session_forget(struct etcd_session *s)
+{
+  s->lease[0] = '\0';
+}
+
+int etcd_session_put_alive(struct etcd_session *s, const char *value,
+                           etcd_reply_cb cb, void *ctx)
+{
+  cJSON *b = cJSON_CreateObject();
+  int rc;
+
+  if (!b)
+    return -ENOMEM;
+  etcd_add_b64(b, "key", s->alive_key, strlen(s->alive_key));
+  etcd_add_b64(b, "value", value, strlen(value));
+  cJSON_AddStringToObject(b, "lease", s->lease);
+  rc = etcd_call(s->ec, "/v3/kv/put", b, cb, ctx);
+  cJSON_Delete(b);
+  return rc;
+}
+
+int etcd_session_revoke(struct etcd_session *s, etcd_reply_cb cb,
+                        void *ctx)
+{
+  cJSON *b;
+  int rc;
+
+  if (!s->ec || !s->lease[0])
+    return -ENOENT;
+  b = cJSON_CreateObject();
+  cJSON_AddStringToObject(b, "ID", s->lease);
+  rc = etcd_call(s->ec, "/v3/lease/revoke", b, cb, ctx);
+  cJSON_Delete(b);
+  return rc;
+}
+
+/* ---- keepalive ---------------------------------------------------------- */
+
+/* Note [etcd outage]: once no keepalive has reached etcd for half the
+ * lease, say so (once), with how long the lease has left; a keepalive
+ * that gets through later says that it did.  Checked at every tick, not
+ * only on an error: a request into a stalled etcd fails only at its own
+ * timeout. */
+static void keepalive_check(struct etcd_session *s, const char *why)
+{
+  double silent = now_s() - s->keepalive_ok;
+
+  if (s->keepalive_warned || silent <= s->ttl / 2.0)
+    return;
+  s->keepalive_warned = true;
+  say("rendezvous '%s': no lease keepalive has reached etcd for %.1f s%s%s%s; "
+      "the lease expires in %.1f s unless one does, and the other nodes "
+      "then count this one as lost", s->job, silent, why ? " (" : "",
+      why ? why : "", why ? ")" : "", fmax(0, s->ttl - silent));
+}
+
+static void keepalive_done(void *ctx, int err, const cJSON *r,
+                           const char *msg)
+{
+  struct etcd_session *s = ctx;
+  const cJSON *res = cJSON_GetObjectItemCaseSensitive(r, "result");
+
+  s->keepalive_inflight = false;
+  if (!err && !cJSON_IsObject(res)) {
+    err = -EPROTO;
+    msg = "lease keepalive: no result in the answer";
+  }
+  if (err) {
+    keepalive_check(s, msg);
+    return;
+  }
+  if (etcd_i64(res, "TTL") <= 0) {
+    s->lost(s->ctx);
+    return;
+  }
+  /* Note [etcd outage]: the line that said it was in trouble gets its
+   * answer. */
+  if (s->keepalive_warned)
+    say("rendezvous '%s': etcd answers again: the lease was renewed after "
+        "%.1f s without a keepalive", s->job, now_s() - s->keepalive_ok);
+  s->keepalive_ok = now_s();
+  s->keepalive_warned = false;
+}
+
+/* Seconds between keepalives: the configured interval, but at least
+ * three per TTL (keepalive_misses 1 would otherwise renew only as the
+ * lease ends). */
+static double keepalive_period(const struct etcd_session *s)
+{
+  return fmin(s->interval, s->ttl / 3.0);
+}
+
+/* How long one member may take to renew before the next is asked.  With
+ * one member there is no other to ask: a slow answer still renews, so it
+ * gets the whole TTL. */
+static double keepalive_timeout(const struct etcd_session *s)
+{
+  if (etcd_client_n_members(s->ec) < 2)
+    return s->ttl;
+  return fmax(0.5, s->ttl / 3.0);
+}
+
+static void keepalive_tick(uv_timer_t *t)
+{
+  struct etcd_session *s = t->data;
+  cJSON *b;
+
+  /* Note [keepalive across a member's loss]: one at a time, each member
+   * given a third of the TTL before the next one is asked, so a member
+   * that is gone or has no leader (a follower holds a renewal up to ~7 s
+   * waiting for one) never keeps the renewal from the members that can
+   * serve it within the TTL. */
+  if (!s->lease[0] || s->stopped)
+    return;
+  keepalive_check(s, NULL);
+  if (s->keepalive_inflight)
+    return;
+  b = cJSON_CreateObject();
+  cJSON_AddStringToObject(b, "ID", s->lease);
+  if (etcd_call_within(s->ec, "/v3/lease/keepalive", b, keepalive_timeout(s),
+                       keepalive_done, s) == 0)
+    s->keepalive_inflight = true;
+  cJSON_Delete(b);
+}
+
+void etcd_session_start(struct etcd_session *s, struct etcd_client *ec)
+{
+  uint64_t ms = (uint64_t)(keepalive_period(s) * 1000);
+
+  s->ec = ec;
+  uv_timer_start(&s->keepalive, keepalive_tick, ms ? ms : 1, ms ? ms : 1);
+}
+
+void etcd_session_stop(struct etcd_session *s)
+{
+  s->stopped = true;
+  uv_timer_stop(&s->keepalive);
+}
+
+void etcd_session_close(struct etcd_session *s)
+{
+  etcd_session_stop(s);
+  s->ec = NULL;
+  uv_close((uv_handle_t *)&s->keepalive, closed_cb);
+}
