@@ -18,7 +18,7 @@
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "rdzv_token.h"
-#include "sd_notify.h"
+#include "notify.h"
 #include "server.h"
 #include "status_client.h"
 
@@ -177,7 +177,7 @@ static void on_signal(uv_signal_t *h, int signum)
 {
   struct daemon *d = h->data;
 
-  sd_notify_state("STOPPING=1");
+  notify_send("STOPPING=1");
   log_line(d, signum == SIGTERM ? "SIGTERM: shutting down"
                                 : "SIGINT: shutting down");
   if (signum == SIGTERM)
@@ -491,7 +491,7 @@ int main(int argc, char **argv)
 
     snprintf(state, sizeof state, "READY=1\nSTATUS=listening on port %d",
              rdzvd_server_port(d.server));
-    rc = sd_notify_state(state);
+    rc = notify_send(state);
     if (rc < 0)
       announce(&d, "rdzvd: warning: cannot notify systemd through "
                "NOTIFY_SOCKET=%s: %s\n", getenv("NOTIFY_SOCKET"),

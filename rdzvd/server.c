@@ -1100,11 +1100,6 @@ int rdzvd_server_nodes(const struct rdzvd_server *s)
   return rs_node_count(s->reg);
 }
 
-int rdzvd_server_jobs(const struct rdzvd_server *s)
-{
-  return rs_job_count(s->reg);
-}
-
 void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
                                 int counts[RS_PHASES],
                                 const char *names[RS_PHASES])

@@ -5,8 +5,8 @@
  * blanks, nothing trailing), an optional sign then decimal digits for
  * integers, a finite decimal (no inf, nan or hex) for reals; the value must
  * lie in [lo, hi], both ends included.  Each bound lives here once. */
-#ifndef CDRUN_NUM_H
-#define CDRUN_NUM_H
+#ifndef UTIL_NUM_H
+#define UTIL_NUM_H
 
 #include <stddef.h>
 
