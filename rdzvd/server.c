@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 
 #include "metrics.h"
+#include "monotime.h"
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "rp_frames.h"
@@ -104,12 +105,6 @@ struct rdzvd_server {
   struct ra_secret secret;      /* len 0: none */
   char rbuf[READ_CHUNK];        /* Note [read buffers] */
 };
-
-static double now_s(const struct rdzvd_server *s)
-{
-  (void)s;
-  return (double)uv_hrtime() / 1e9;
-}
 
 static void server_log(struct rdzvd_server *s, const char *fmt, ...)
   __attribute__((format(printf, 2, 3)));
@@ -355,9 +350,9 @@ static void conn_close_now(struct conn *c)
   if (!s->stopping && conn_known(c)) {
     machine_enter(s);
     if (c->reset)
-      rs_conn_reset(s->reg, c, now_s(s));
+      rs_conn_reset(s->reg, c, monotime_now());
     else
-      rs_conn_closed(s->reg, c, now_s(s));
+      rs_conn_closed(s->reg, c, monotime_now());
     machine_leave(s);
   }
   metrics_conn_closed(s->metrics);
@@ -525,7 +520,7 @@ static void timer_fired(uv_timer_t *t)
 /* Runs due deadlines and arms the timer for the next one. */
 static void schedule(struct rdzvd_server *s)
 {
-  double now = now_s(s), next;
+  double now = monotime_now(), next;
 
   if (s->stopping)
     return;
@@ -674,7 +669,7 @@ static void server_status(struct conn *c, const struct rp_status_req *q)
   char *text = NULL;
   int err;
 
-  st = rs_status_query(s->reg, q, now_s(s), &err);
+  st = rs_status_query(s->reg, q, monotime_now(), &err);
   if (st && (sv = cJSON_AddObjectToObject(st, "server")) &&
       cJSON_AddNumberToObject(sv, "connections", s->n_conns) &&
       cJSON_AddNumberToObject(sv, "max_conns", s->lim.max_conns) &&
@@ -719,7 +714,7 @@ static int on_frame(void *ctx, struct rp_msg *m)
   if (m->op == RP_JOIN)
     metrics_join(s->metrics);
   machine_enter(s);
-  rc = rs_handle(s->reg, c, m, now_s(s));
+  rc = rs_handle(s->reg, c, m, monotime_now());
   machine_leave(s);
   if ((m->op == RP_JOIN || m->op == RP_RESUME) && rc == 0 && !c->joined &&
       !c->closing &&
@@ -870,7 +865,7 @@ static void hello_arm(struct rdzvd_server *s)
     uv_timer_stop(&s->hello_timer);
     return;
   }
-  ms = (s->hello->accepted_at + s->lim.hello_timeout - now_s(s)) * 1000.0;
+  ms = (s->hello->accepted_at + s->lim.hello_timeout - monotime_now()) * 1000.0;
   uv_timer_start(&s->hello_timer, hello_fired, ms <= 0 ? 0
                  : (uint64_t)ms + 1, 0);
 }
@@ -880,7 +875,7 @@ static void hello_arm(struct rdzvd_server *s)
 static void hello_fired(uv_timer_t *t)
 {
   struct rdzvd_server *s = t->data;
-  double now = now_s(s);
+  double now = monotime_now();
 
   while (s->hello &&
          s->hello->accepted_at + s->lim.hello_timeout <= now) {
@@ -932,7 +927,7 @@ static void on_connection(uv_stream_t *listener, int status)
     conn_close(c);
     return;
   }
-  c->accepted_at = now_s(s);
+  c->accepted_at = monotime_now();
   c->hprev = s->hello_tail;
   if (s->hello_tail)
     s->hello_tail->hnext = c;
