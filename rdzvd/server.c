@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "err.h"
 #include "metrics.h"
 #include "monotime.h"
 #include "rdzv_auth.h"
@@ -865,7 +866,8 @@ static void hello_arm(struct rdzvd_server *s)
     uv_timer_stop(&s->hello_timer);
     return;
   }
-  ms = (s->hello->accepted_at + s->lim.hello_timeout - monotime_now()) * 1000.0;
+  ms = (s->hello->accepted_at + s->lim.hello_timeout - monotime_now()) *
+       1000.0;
   uv_timer_start(&s->hello_timer, hello_fired, ms <= 0 ? 0
                  : (uint64_t)ms + 1, 0);
 }
@@ -1003,9 +1005,8 @@ static int bind_listener(struct rdzvd_server *s, const char *host, int port,
   snprintf(portstr, sizeof portstr, "%d", port);
   rc = getaddrinfo(host, portstr, &hints, &res);
   if (rc != 0) {
-    snprintf(err, errlen, "cannot resolve '%s': %s", host,
-             gai_strerror(rc));
-    return UV_EINVAL;
+    return err_set(err, errlen, UV_EINVAL, "cannot resolve '%s': %s", host,
+                   gai_strerror(rc));
   }
   rc = uv_tcp_bind(&s->listener, res->ai_addr, 0);
   if (rc == 0)
@@ -1026,8 +1027,7 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   int namelen = sizeof ss, rc;
 
   if (!s) {
-    snprintf(err, errlen, "out of memory");
-    return UV_ENOMEM;
+    return err_set(err, errlen, UV_ENOMEM, "out of memory");
   }
   s->loop = loop;
   LIST_INIT(&s->conns);
@@ -1050,8 +1050,7 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   if (!s->reg) {
     ra_secret_clear(&s->secret);
     free(s);
-    snprintf(err, errlen, "out of memory");
-    return UV_ENOMEM;
+    return err_set(err, errlen, UV_ENOMEM, "out of memory");
   }
   s->metrics = o->metrics;
   rs_set_metrics(s->reg, o->metrics);
