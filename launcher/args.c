@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "err.h"
 #include "num.h"
-#include "say.h"
 
 /* How an option's value is checked and where it lands. */
 enum kind {
@@ -125,9 +125,8 @@ _Static_assert(NOPTS <= sizeof ((struct cdrun_args *)0)->origin,
 /* torchrun reads this for the SIGTERM->SIGKILL grace period. */
 #define SHUTDOWN_ENV "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
-/* say.h's one helper: a message in err, -EINVAL or -ENOMEM returned. */
-#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
-#define nomem(err, errlen) say_fail(err, errlen, -ENOMEM, "out of memory")
+/* err.h's helpers: a message in err, -EINVAL or -ENOMEM returned. */
+#define nomem(err, errlen) err_set(err, errlen, -ENOMEM, "out of memory")
 
 static void *field(struct cdrun_args *a, const struct opt *o)
 {
@@ -346,15 +345,15 @@ static int store_signals(char **dst, const char *v, const char *label,
       e--;
     if (s == e) {
       free(out);
-      return fail(err, errlen, "%.*s: invalid value '%s' (empty signal "
-                  "name; expected a comma list of: %s)", ll, label, v,
-                  names);
+      return err_invalid(err, errlen, "%.*s: invalid value '%s' (empty signal "
+                         "name; expected a comma list of: %s)", ll, label, v,
+                         names);
     }
     if (!in_list(known_signals, s, (size_t)(e - s))) {
       free(out);
-      return fail(err, errlen, "%.*s: invalid value '%s' (unknown signal "
-                  "'%.*s'; supported: %s)", ll, label, v, (int)(e - s), s,
-                  names);
+      return err_invalid(err, errlen, "%.*s: invalid value '%s' (unknown "
+                         "signal '%.*s'; supported: %s)", ll, label, v,
+                         (int)(e - s), s, names);
     }
     if (len)
       out[len++] = ',';
@@ -404,8 +403,8 @@ static int store(struct cdrun_args *a, const struct opt *o, const char *v,
   double d;
 
 #define INVALID(what) \
-  fail(err, errlen, "%.*s: invalid value '%s' (expected %s)", ll, label, \
-       v, what)
+  err_invalid(err, errlen, "%.*s: invalid value '%s' (expected %s)", ll, \
+              label, v, what)
 
   switch (o->kind) {
   case K_STR:
@@ -453,7 +452,7 @@ static int store(struct cdrun_args *a, const struct opt *o, const char *v,
   case K_SIGNALS:
     return store_signals(field(a, o), v, label, ll, err, errlen);
   case K_UNSUPPORTED:
-    return fail(err, errlen, "%.*s: %s", ll, label, o->note);
+    return err_invalid(err, errlen, "%.*s: %s", ll, label, o->note);
   case K_BOOL:
   case K_HELP:
   case K_VERSION:
@@ -511,8 +510,8 @@ static int resolve(struct cdrun_args *a, const struct given *g, char **env,
 
       /* torchrun's check_env: bool(int(value)). */
       if (v && !parse_long(v, &n))
-        return fail(err, errlen, "%s: invalid value '%s' (expected an "
-                    "integer, nonzero = on)", label, v);
+        return err_invalid(err, errlen, "%s: invalid value '%s' (expected an "
+                           "integer, nonzero = on)", label, v);
       *(bool *)field(a, o) = n != 0;
       continue;
     }
@@ -579,7 +578,7 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
           ? nearest_option(arg + 2, strcspn(arg + 2, "="), near, sizeof near)
           : NULL;
 
-      say_fail(err, errlen, -ENOENT, "unrecognized argument '%s'%s%s%s",
+      err_set(err, errlen, -ENOENT, "unrecognized argument '%s'%s%s%s",
                arg, guess ? " (did you mean " : "", guess ? guess : "",
                guess ? "?)" : "");
       return -ENOENT;
@@ -587,8 +586,8 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
 
     if (o->kind == K_BOOL || o->kind == K_HELP || o->kind == K_VERSION) {
       if (val)
-        return fail(err, errlen, "%.*s: does not take a value (got '%s')",
-                    ll, arg, val);
+        return err_invalid(err, errlen, "%.*s: does not take a value (got "
+                           "'%s')", ll, arg, val);
       if (o->kind == K_HELP || o->kind == K_VERSION) {
         /* Stop at once; the struct still gets its defaults so that the
          * caller can treat it like any parsed one. */
@@ -605,14 +604,14 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
       val = "";
     } else if (!val) {
       if (i + 1 >= argc || looks_like_flag(argv[i + 1]))
-        return fail(err, errlen, "%.*s: expected a value", ll, arg);
+        return err_invalid(err, errlen, "%.*s: expected a value", ll, arg);
       val = argv[++i];
     }
     if (o->kind == K_COMPLETION) {
       /* Like --help: the rest of the line does not matter. */
       if (!in_list(o->choices, val, strlen(val)))
-        return fail(err, errlen, "%.*s: invalid value '%s' (expected "
-                    "bash)", ll, arg, val);
+        return err_invalid(err, errlen, "%.*s: invalid value '%s' (expected "
+                           "bash)", ll, arg, val);
       memset(g, 0, sizeof g);
       rc = resolve(&a, g, NULL, err, errlen);
       if (!rc)
@@ -634,11 +633,11 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
 
   rc = resolve(&a, g, env, err, errlen);
   if (!rc && !a.target_argc && !a.print_config)
-    rc = fail(err, errlen, "missing the training script (the program to "
-              "run)");
+    rc = err_invalid(err, errlen, "missing the training script (the "
+                     "program to run)");
   if (!rc && a.module && a.no_python)
-    rc = fail(err, errlen, "--module and --no_python are mutually "
-              "exclusive");
+    rc = err_invalid(err, errlen, "--module and --no_python are mutually "
+                     "exclusive");
   if (rc) {
     args_free(&a);
     return rc;
