@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A bad value: the message in err, -EINVAL. */
-
 static const char *get(char *const *env, const char *name)
 {
   size_t n = strlen(name);
@@ -38,16 +36,12 @@ static const char *first_of(char *const *env, const char *const *names,
   return NULL;
 }
 
+/* num.h's rule: the whole string, an integer in [lo, hi]. */
 static bool parse_int(const char *s, long lo, long hi, int *out)
 {
-  char *end;
   long v;
 
-  if (!s || !*s)
-    return false;
-  errno = 0;
-  v = strtol(s, &end, 10);
-  if (errno || *end || v < lo || v > hi)
+  if (!s || num_parse_long(s, lo, hi, &v))
     return false;
   *out = (int)v;
   return true;
