@@ -50,6 +50,7 @@ struct conn {
   bool joined;                /* a JOIN was accepted: Note [budgets] */
   bool reset;                 /* read failed other than by EOF */
   bool reading;               /* uv_read_start is in effect */
+  bool in_hello;              /* not joined yet (s->hello) */
   bool in_paused;             /* waits for input budget (s->paused) */
   bool out_paused;            /* too many unwritten replies */
   struct conn *close_next;    /* s->close_list */
@@ -57,8 +58,8 @@ struct conn {
   struct ra_server auth;      /* the shared-secret handshake */
   double accepted_at;
   LIST_ENTRY(conn) in_server; /* s->conns: every open connection */
-  struct conn *hprev, *hnext; /* s->hello: not joined yet, accept order */
-  struct conn *pprev, *pnext; /* s->paused: waiting for input budget */
+  TAILQ_ENTRY(conn) hello;    /* s->hello: not joined yet, accept order */
+  TAILQ_ENTRY(conn) paused;   /* s->paused: waiting for input budget */
 };
 
 struct write_req {
@@ -91,8 +92,8 @@ struct rdzvd_server {
   size_t out_bytes;           /* write_cost of unwritten replies, all */
   int n_partial;              /* conns holding a partial frame */
   int n_paused;               /* of which waiting for input budget */
-  struct conn *hello, *hello_tail;
-  struct conn *paused, *paused_tail;
+  TAILQ_HEAD(, conn) hello;   /* oldest first */
+  TAILQ_HEAD(, conn) paused;  /* first come, first served */
   uv_timer_t hello_timer;
   int port;
   int open_handles;
@@ -180,17 +181,10 @@ static void hello_remove(struct conn *c)
 {
   struct rdzvd_server *s = c->s;
 
-  if (!c->hprev && s->hello != c)
+  if (!c->in_hello)
     return;
-  if (c->hprev)
-    c->hprev->hnext = c->hnext;
-  else
-    s->hello = c->hnext;
-  if (c->hnext)
-    c->hnext->hprev = c->hprev;
-  else
-    s->hello_tail = c->hprev;
-  c->hprev = c->hnext = NULL;
+  c->in_hello = false;
+  TAILQ_REMOVE(&s->hello, c, hello);
 }
 
 static void paused_remove(struct conn *c)
@@ -201,15 +195,7 @@ static void paused_remove(struct conn *c)
     return;
   c->in_paused = false;
   s->n_paused--;
-  if (c->pprev)
-    c->pprev->pnext = c->pnext;
-  else
-    s->paused = c->pnext;
-  if (c->pnext)
-    c->pnext->pprev = c->pprev;
-  else
-    s->paused_tail = c->pprev;
-  c->pprev = c->pnext = NULL;
+  TAILQ_REMOVE(&s->paused, c, paused);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf);
@@ -239,12 +225,7 @@ static void pause_input(struct conn *c)
     return;
   c->in_paused = true;
   s->n_paused++;
-  c->pprev = s->paused_tail;
-  if (s->paused_tail)
-    s->paused_tail->pnext = c;
-  else
-    s->paused = c;
-  s->paused_tail = c;
+  TAILQ_INSERT_TAIL(&s->paused, c, paused);
   update_reading(c);
 }
 
@@ -254,9 +235,9 @@ static void pause_input(struct conn *c)
  * buffers]). */
 static void resume_input(struct rdzvd_server *s)
 {
-  while (s->paused && (s->in_bytes < s->lim.input_budget ||
-                       s->n_partial == s->n_paused)) {
-    struct conn *c = s->paused;
+  while (!TAILQ_EMPTY(&s->paused) && (s->in_bytes < s->lim.input_budget ||
+                                     s->n_partial == s->n_paused)) {
+    struct conn *c = TAILQ_FIRST(&s->paused);
 
     paused_remove(c);
     update_reading(c);
@@ -860,13 +841,14 @@ static void addr_string(const struct sockaddr_storage *ss, char *out,
 /* Arms the hello timer for the oldest connection that has not joined. */
 static void hello_arm(struct rdzvd_server *s)
 {
+  struct conn *oldest = TAILQ_FIRST(&s->hello);
   double ms;
 
-  if (!s->hello) {
+  if (!oldest) {
     uv_timer_stop(&s->hello_timer);
     return;
   }
-  ms = (s->hello->accepted_at + s->lim.hello_timeout - monotime_now()) *
+  ms = (oldest->accepted_at + s->lim.hello_timeout - monotime_now()) *
        1000.0;
   uv_timer_start(&s->hello_timer, hello_fired, ms <= 0 ? 0
                  : (uint64_t)ms + 1, 0);
@@ -878,11 +860,10 @@ static void hello_fired(uv_timer_t *t)
 {
   struct rdzvd_server *s = t->data;
   double now = monotime_now();
+  struct conn *c;
 
-  while (s->hello &&
-         s->hello->accepted_at + s->lim.hello_timeout <= now) {
-    struct conn *c = s->hello;
-
+  while ((c = TAILQ_FIRST(&s->hello)) &&
+         c->accepted_at + s->lim.hello_timeout <= now) {
     server_log(s, "dropping %s: no join within %g s of connecting",
                c->peer, s->lim.hello_timeout);
     hello_remove(c);
@@ -930,12 +911,8 @@ static void on_connection(uv_stream_t *listener, int status)
     return;
   }
   c->accepted_at = monotime_now();
-  c->hprev = s->hello_tail;
-  if (s->hello_tail)
-    s->hello_tail->hnext = c;
-  else
-    s->hello = c;
-  s->hello_tail = c;
+  c->in_hello = true;
+  TAILQ_INSERT_TAIL(&s->hello, c, hello);
   if (!uv_is_active((uv_handle_t *)&s->hello_timer))
     hello_arm(s);
   if (conn_known(c)) {
@@ -1031,6 +1008,8 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   }
   s->loop = loop;
   LIST_INIT(&s->conns);
+  TAILQ_INIT(&s->hello);
+  TAILQ_INIT(&s->paused);
   if (o->secret)
     s->secret = *o->secret;
   s->lim = o->io;
