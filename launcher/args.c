@@ -526,6 +526,76 @@ static int resolve(struct cdrun_args *a, const struct given *g, char **env,
   return 0;
 }
 
+/* arg (a flag) as an option: which one (*o), the length of its name as
+ * typed (*ll, for messages) and its value when it comes in the same
+ * argument (*val: "--a=1", "-r3"; NULL otherwise).  Returns 0, or
+ * -EINVAL (an ambiguous prefix) or -ENOENT (no such option) with a
+ * message in err. */
+static int option_of(const char *arg, const struct opt **o, int *ll,
+                     const char **val, char *err, size_t errlen)
+{
+  *val = NULL;
+  if (arg[1] == '-') {
+    const char *eq = strchr(arg + 2, '=');
+    size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+
+    *o = find_long(arg + 2, len);
+    if (!*o) {
+      bool ambiguous;
+
+      *o = find_prefix(arg + 2, len, &ambiguous, err, errlen);
+      if (ambiguous)
+        return -EINVAL;
+    }
+    *ll = (int)len + 2;
+    if (eq)
+      *val = eq + 1;
+  } else {
+    /* argparse takes -r3, -r=3 and -r 3 alike. */
+    *o = find_short(arg[1]);
+    *ll = 2;
+    if (arg[2])
+      *val = arg + (arg[2] == '=' ? 3 : 2);
+  }
+  if (!*o) {
+    char near[80];
+    const char *guess = arg[1] == '-'
+        ? nearest_option(arg + 2, strcspn(arg + 2, "="), near, sizeof near)
+        : NULL;
+
+    return err_set(err, errlen, -ENOENT, "unrecognized argument '%s'%s%s%s",
+                   arg, guess ? " (did you mean " : "", guess ? guess : "",
+                   guess ? "?)" : "");
+  }
+  return 0;
+}
+
+/* --help, --version, --print-completion=SHELL (o, with val): the rest of
+ * the line does not matter.  *out gets the defaults and o, so that the
+ * caller can treat it like any parsed struct. */
+static int parse_stop(struct cdrun_args *a, const struct opt *o,
+                      const char *val, struct cdrun_args *out, char *err,
+                      size_t errlen)
+{
+  struct given none[NOPTS];
+  int rc;
+
+  memset(none, 0, sizeof none);
+  rc = resolve(a, none, NULL, err, errlen);
+  if (!rc) {
+    if (o->kind == K_COMPLETION)
+      rc = set_str(field(a, o), val, err, errlen);
+    else
+      *(bool *)field(a, o) = true;
+  }
+  if (rc) {
+    args_free(a);
+    return rc;
+  }
+  *out = *a;
+  return 0;
+}
+
 int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
                char *err, size_t errlen)
 {
@@ -540,7 +610,7 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
     err[0] = '\0';
 
   for (i = 1; i < argc; i++) {
-    const char *arg = argv[i], *val = NULL;
+    const char *arg = argv[i], *val;
     const struct opt *o;
     int ll;
 
@@ -550,57 +620,16 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
     }
     if (arg[0] != '-' || arg[1] == '\0')
       break;                            /* the target */
-    if (arg[1] == '-') {
-      const char *eq = strchr(arg + 2, '=');
-      size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-
-      o = find_long(arg + 2, len);
-      if (!o) {
-        bool ambiguous;
-
-        o = find_prefix(arg + 2, len, &ambiguous, err, errlen);
-        if (ambiguous)
-          return -EINVAL;
-      }
-      ll = (int)len + 2;
-      if (eq)
-        val = eq + 1;
-    } else {
-      /* argparse takes -r3, -r=3 and -r 3 alike. */
-      o = find_short(arg[1]);
-      ll = 2;
-      if (arg[2])
-        val = arg + (arg[2] == '=' ? 3 : 2);
-    }
-    if (!o) {
-      char near[80];
-      const char *guess = arg[1] == '-'
-          ? nearest_option(arg + 2, strcspn(arg + 2, "="), near, sizeof near)
-          : NULL;
-
-      err_set(err, errlen, -ENOENT, "unrecognized argument '%s'%s%s%s",
-               arg, guess ? " (did you mean " : "", guess ? guess : "",
-               guess ? "?)" : "");
-      return -ENOENT;
-    }
-
+    rc = option_of(arg, &o, &ll, &val, err, errlen);
+    if (rc)
+      return rc;
     if (o->kind == K_BOOL || o->kind == K_HELP || o->kind == K_VERSION) {
       if (val)
         return err_invalid(err, errlen, "%.*s: does not take a value (got "
                            "'%s')", ll, arg, val);
-      if (o->kind == K_HELP || o->kind == K_VERSION) {
-        /* Stop at once; the struct still gets its defaults so that the
-         * caller can treat it like any parsed one. */
-        memset(g, 0, sizeof g);
-        rc = resolve(&a, g, NULL, err, errlen);
-        if (rc) {
-          args_free(&a);
-          return rc;
-        }
-        *(bool *)field(&a, o) = true;
-        *out = a;
-        return 0;
-      }
+      /* Stop at once. */
+      if (o->kind == K_HELP || o->kind == K_VERSION)
+        return parse_stop(&a, o, NULL, out, err, errlen);
       val = "";
     } else if (!val) {
       if (i + 1 >= argc || looks_like_flag(argv[i + 1]))
@@ -612,16 +641,7 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
       if (!in_list(o->choices, val, strlen(val)))
         return err_invalid(err, errlen, "%.*s: invalid value '%s' (expected "
                            "bash)", ll, arg, val);
-      memset(g, 0, sizeof g);
-      rc = resolve(&a, g, NULL, err, errlen);
-      if (!rc)
-        rc = set_str(field(&a, o), val, err, errlen);
-      if (rc) {
-        args_free(&a);
-        return rc;
-      }
-      *out = a;
-      return 0;
+      return parse_stop(&a, o, val, out, err, errlen);
     }
     g[o - opts] = (struct given){ val, arg, ll };
   }
