@@ -10,6 +10,7 @@
 #define UTIL_ERR_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Formats a message into err (size errlen; nothing when err is NULL or
@@ -17,6 +18,10 @@
  * and fails at once. */
 int err_set(char *err, size_t errlen, int code, const char *fmt, ...)
   __attribute__((format(printf, 4, 5)));
+
+/* err_set with the arguments in ap (for wrappers such as say_fail). */
+int err_vset(char *err, size_t errlen, int code, const char *fmt,
+             va_list ap) __attribute__((format(printf, 4, 0)));
 
 /* The same for the commonest failure: input that is not valid. */
 #define err_invalid(err, errlen, ...) \
