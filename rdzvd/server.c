@@ -452,7 +452,7 @@ static void sink_send(void *ctx, void *connp, const struct rp_msg *m)
   err = rp_encode(m, &data, &len);
   if (err) {
     server_log(c->s, "internal: cannot encode %s for %s: %s",
-               rp_op_name(m->op), c->peer, strerror(-err));
+               rp_op_name(m->op), c->peer, err_str(err));
     return;
   }
   conn_write(c, data, len);
