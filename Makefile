@@ -6,6 +6,8 @@
 #                     of it: CK_RUN_CASE=<tcase> (CK_RUN_SUITE=<suite>)
 #   make integ T=signals  the integration scenarios whose name has "signals"
 #   make asan test    the same under AddressSanitizer + UBSan (build/asan/)
+#   make check-layers the layers hold: no "../" includes, no archive using
+#                     a higher layer's symbol, every header compiles alone
 #   make bench        scripts/bench/launch
 #   make install      PREFIX=/usr/local
 
@@ -19,7 +21,15 @@ ifneq ($(filter asan,$(MAKECMDGOALS)),)
 SAN := 1
 endif
 
-ifeq ($(SAN),1)
+# FUZZ=1: the layer archives built by clang with libFuzzer's coverage and
+# the sanitizers, in build/fuzz/, for `make fuzz` to link its targets with.
+ifeq ($(FUZZ),1)
+CC       := $(or $(FUZZ_CC),clang)
+OUT      := build/fuzz
+BINDIR   := build/fuzz/bin
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined
+OPT      := -O1 -Wno-unknown-warning-option
+else ifeq ($(SAN),1)
 OUT      := build/asan
 BINDIR   := build/asan/bin
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
@@ -37,8 +47,10 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
             -Wno-format-truncation
 CPPFLAGS += -D_GNU_SOURCE
 # Layering: each folder sees its own headers and those of the layers it is
-# built on (proto <- rdzvd <- launcher; libpg and examples: libpg only).
-INC_proto    := -Iproto
+# built on (util <- proto <- rdzvd <- launcher; libpg and examples: libpg
+# only).  `make check-layers` checks that the archives keep to it.
+INC_util     := -Iproto/util
+INC_proto    := -Iproto $(INC_util)
 INC_rdzvd    := -Irdzvd $(INC_proto)
 INC_launcher := -Ilauncher $(INC_rdzvd)
 INC_libpg    := -Ilibpg/include -Ilibpg
@@ -51,16 +63,23 @@ CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 VERSION  := $(shell cat VERSION)
 CPPFLAGS += -DCDRUN_VERSION='"$(VERSION)"'
 
-# Everything but the two mains goes into one archive that cdrun, rdzvd and
-# the unit suites link: the rendezvous state machine exists once.  The wire
-# protocol is an archive of its own, below it.
-CORE_SRC := $(filter-out launcher/main.c rdzvd/main.c, \
-              $(wildcard launcher/*.c rdzvd/*.c))
-CORE_OBJ := $(CORE_SRC:%.c=$(OUT)/%.o)
-CORE_LIB := $(OUT)/libcdrun_core.a
-PROTO_OBJ := $(patsubst %.c,$(OUT)/%.o,$(wildcard proto/*.c))
-PROTO_LIB := $(OUT)/libcdrun_proto.a
-$(OUT)/proto/%.o: CPPFLAGS += $(INC_proto)
+# One archive per layer, lowest first: util (proto/util: numbers, errors,
+# the clock, the timer heap, the hash table; lists are <sys/queue.h>'s),
+# proto (the wire protocol), rdzvd (the daemon; its state machine is
+# linked into cdrun for embedded mode: it exists once), launcher.  A layer uses only the layers below it;
+# every .c in a layer's folder is built into its archive (but the mains).
+LAYERS       := util proto rdzvd launcher
+util_SRC     := $(wildcard proto/util/*.c)
+proto_SRC    := $(wildcard proto/*.c)
+rdzvd_SRC    := $(filter-out rdzvd/main.c, $(wildcard rdzvd/*.c))
+launcher_SRC := $(filter-out launcher/main.c, $(wildcard launcher/*.c))
+$(foreach l,$(LAYERS),$(eval $(l)_OBJ := $$($(l)_SRC:%.c=$$(OUT)/%.o)))
+$(foreach l,$(LAYERS),$(eval $(l)_LIB := $$(OUT)/libcdrun_$(l).a))
+$(foreach l,$(LAYERS),$(eval $$($(l)_LIB): $$($(l)_OBJ)))
+# Highest first, as the linker wants them.
+LAYER_LIBS   := $(launcher_LIB) $(rdzvd_LIB) $(proto_LIB) $(util_LIB)
+$(util_OBJ): CPPFLAGS += $(INC_util)
+$(proto_OBJ): CPPFLAGS += $(INC_proto)
 $(OUT)/rdzvd/%.o: CPPFLAGS += $(INC_rdzvd)
 $(OUT)/launcher/%.o: CPPFLAGS += $(INC_launcher)
 $(OUT)/examples/%.o: CPPFLAGS += -Ilibpg/include
@@ -91,7 +110,7 @@ PG_NCCL_SRC := libpg/nccl/nccl_none.c
 PG_BACKENDS := cpu(shm,tcp,hier) [nccl not built: no CUDA/NCCL under $(CUDA_HOME)]
 endif
 
-LIBDIR   := $(if $(filter 1,$(SAN)),build/asan/lib,lib)
+LIBDIR   := $(if $(filter build/release,$(OUT)),lib,$(OUT)/lib)
 PG_SRC   := $(wildcard libpg/*.c libpg/cpu/*.c) $(PG_NCCL_SRC)
 PG_OBJ   := $(PG_SRC:%.c=$(OUT)/pic/%.o)
 PG_LIBS  := -lpthread -lrt -lm $(PG_NCCL_LIBS)
@@ -135,7 +154,8 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BINDIR)/%)
 CRYPTO_LIBS := $(shell pkg-config --libs libcrypto)
 $(BINDIR)/cdrun $(BINDIR)/rdzvd $(UNIT_BIN): LDLIBS += $(CRYPTO_LIBS)
 
-.PHONY: all asan test unit check integ bench install clean fuzz libpg
+.PHONY: all asan test unit check integ bench install clean fuzz libpg \
+        check-layers check-headers
 all: $(BINDIR)/cdrun $(BINDIR)/rdzvd libpg $(EXAMPLE_BIN)
 asan: all
 
@@ -143,19 +163,15 @@ $(OUT)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(CORE_LIB): $(CORE_OBJ)
+$(OUT)/libcdrun_%.a:
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(PROTO_LIB): $(PROTO_OBJ)
-	@rm -f $@
-	$(AR) rcs $@ $^
-
-$(BINDIR)/cdrun: $(OUT)/launcher/main.o $(CORE_LIB) $(PROTO_LIB)
+$(BINDIR)/cdrun: $(OUT)/launcher/main.o $(LAYER_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/rdzvd: $(OUT)/rdzvd/main.o $(CORE_LIB) $(PROTO_LIB)
+$(BINDIR)/rdzvd: $(OUT)/rdzvd/main.o $(rdzvd_LIB) $(proto_LIB) $(util_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -166,7 +182,7 @@ $(BINDIR)/%: $(OUT)/examples/%.o $(LIBDIR)/libpg.a
 # The NCCL suite must know whether libpg was built with NCCL.
 $(OUT)/tests/unit/check_pg_nccl.o: CPPFLAGS += $(PG_NCCL_CFLAGS)
 
-$(OUT)/tests/check_%: $(OUT)/tests/unit/check_%.o $(CORE_LIB) $(PROTO_LIB) \
+$(OUT)/tests/check_%: $(OUT)/tests/unit/check_%.o $(LAYER_LIBS) \
                       $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS) $(PG_LIBS)
@@ -198,7 +214,7 @@ $(FAKE_DIR)/libpg.a: $(PG_OBJ) $(FAKE_OBJ)
 	$(AR) rcs $@ $^
 
 $(FAKE_DIR)/tests/check_pg_nccl: $(OUT)/tests/unit/check_pg_nccl.o \
-    $(CORE_LIB) $(FAKE_DIR)/libpg.a
+    $(LAYER_LIBS) $(FAKE_DIR)/libpg.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS) -lpthread -lrt -lm
 
@@ -228,6 +244,29 @@ integ: all $(HELPER_BIN) $(FAKE_BINS)
 	  TESTWORKER=$(abspath $(OUT)/tests/testworker) bash tests/integ/run.sh $(T)
 	@if [ -n "$$(ls -A $(SAN_DIR))" ]; then \
 	  echo "sanitizer reports:"; cat $(SAN_DIR)/*; exit 1; fi
+
+# ---- layers: scripts/check-layers.sh, and every header compiles alone ----
+# A header is compiled as its own translation unit with its layer's -I
+# (libpg's with libpg's); a stamp per header keeps the check incremental.
+HDR_util     := $(wildcard proto/util/*.h)
+HDR_proto    := $(wildcard proto/*.h)
+HDR_rdzvd    := $(wildcard rdzvd/*.h)
+HDR_launcher := $(wildcard launcher/*.h)
+HDR_libpg    := $(wildcard libpg/include/*.h libpg/*.h libpg/cpu/*.h)
+HDR_OK := $(foreach l,$(LAYERS) libpg,$(HDR_$(l):%=$(OUT)/hdr/%.ok))
+$(foreach l,$(LAYERS) libpg,$(eval \
+  $$(HDR_$(l):%=$$(OUT)/hdr/%.ok): HDR_INC := $$(INC_$(l))))
+$(OUT)/hdr/%.ok: %
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(HDR_INC) $(CFLAGS) -fsyntax-only -MMD -MP \
+	  -MT $@ -MF $@.d -x c $<
+	@touch $@
+
+check-headers: $(HDR_OK)
+	@echo "check-headers: $(words $(HDR_OK)) headers compile alone"
+
+check-layers: check-headers $(LAYER_LIBS) $(LIBDIR)/libpg.a
+	scripts/check-layers.sh $(OUT) $(LIBDIR)/libpg.a
 
 bench: all
 	scripts/bench/launch
@@ -261,21 +300,31 @@ install: all
 
 # Coverage-guided fuzzing of everything that parses network input (clang's
 # libFuzzer).  `make fuzz FUZZ_SECS=60`; the corpus grows in build/fuzz/.
+# Each target links the archives of the layers that face the network
+# (rdzvd and below) and libpg's, built by clang with the fuzzer's coverage
+# in build/fuzz/ (FUZZ=1 above): the linker takes what the target uses, so
+# no target keeps a list of sources.
 FUZZ_SECS ?= 20
-FUZZ_CC   ?= clang
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_TARGETS:%=$(OUT)/fuzz_%)
+.PHONY: fuzz-build
+fuzz-build: $(FUZZ_BIN)
+
+$(OUT)/fuzz_%: $(OUT)/tests/fuzz/fuzz_%.o $(rdzvd_LIB) $(proto_LIB) \
+               $(util_LIB) $(LIBDIR)/libpg.a
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS) $(CRYPTO_LIBS) \
+	  -lpthread -lrt
+
+ifneq ($(FUZZ),1)
 fuzz:
+	$(MAKE) FUZZ=1 fuzz-build
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build/fuzz/corpus_$$t; \
-	  $(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined \
-	    -D_GNU_SOURCE -DCDRUN_VERSION='"fuzz"' -Iproto -Irdzvd $(INC_libpg) \
-	    $$(pkg-config --cflags libcjson) -pthread \
-	    tests/fuzz/fuzz_$$t.c $$(cat tests/fuzz/fuzz_$$t.srcs) \
-	    $$(pkg-config --libs $(PKGS) libcrypto) -lm -o build/fuzz/fuzz_$$t; \
 	  echo "== fuzz $$t for $(FUZZ_SECS)s"; \
 	  build/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECS) \
 	    build/fuzz/corpus_$$t tests/fuzz/seeds_$$t; \
 	done
+endif
 
 clean:
 	rm -rf build bin lib

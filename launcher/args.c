@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "err.h"
 #include "num.h"
-#include "say.h"
 
 /* How an option's value is checked and where it lands. */
 enum kind {
@@ -125,9 +125,8 @@ _Static_assert(NOPTS <= sizeof ((struct cdrun_args *)0)->origin,
 /* torchrun reads this for the SIGTERM->SIGKILL grace period. */
 #define SHUTDOWN_ENV "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
-/* say.h's one helper: a message in err, -EINVAL or -ENOMEM returned. */
-#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
-#define nomem(err, errlen) say_fail(err, errlen, -ENOMEM, "out of memory")
+/* err.h's helpers: a message in err, -EINVAL or -ENOMEM returned. */
+#define nomem(err, errlen) err_set(err, errlen, -ENOMEM, "out of memory")
 
 static void *field(struct cdrun_args *a, const struct opt *o)
 {
@@ -346,15 +345,15 @@ static int store_signals(char **dst, const char *v, const char *label,
       e--;
     if (s == e) {
       free(out);
-      return fail(err, errlen, "%.*s: invalid value '%s' (empty signal "
-                  "name; expected a comma list of: %s)", ll, label, v,
-                  names);
+      return err_invalid(err, errlen, "%.*s: invalid value '%s' (empty signal "
+                         "name; expected a comma list of: %s)", ll, label, v,
+                         names);
     }
     if (!in_list(known_signals, s, (size_t)(e - s))) {
       free(out);
-      return fail(err, errlen, "%.*s: invalid value '%s' (unknown signal "
-                  "'%.*s'; supported: %s)", ll, label, v, (int)(e - s), s,
-                  names);
+      return err_invalid(err, errlen, "%.*s: invalid value '%s' (unknown "
+                         "signal '%.*s'; supported: %s)", ll, label, v,
+                         (int)(e - s), s, names);
     }
     if (len)
       out[len++] = ',';
@@ -404,8 +403,8 @@ static int store(struct cdrun_args *a, const struct opt *o, const char *v,
   double d;
 
 #define INVALID(what) \
-  fail(err, errlen, "%.*s: invalid value '%s' (expected %s)", ll, label, \
-       v, what)
+  err_invalid(err, errlen, "%.*s: invalid value '%s' (expected %s)", ll, \
+              label, v, what)
 
   switch (o->kind) {
   case K_STR:
@@ -453,7 +452,7 @@ static int store(struct cdrun_args *a, const struct opt *o, const char *v,
   case K_SIGNALS:
     return store_signals(field(a, o), v, label, ll, err, errlen);
   case K_UNSUPPORTED:
-    return fail(err, errlen, "%.*s: %s", ll, label, o->note);
+    return err_invalid(err, errlen, "%.*s: %s", ll, label, o->note);
   case K_BOOL:
   case K_HELP:
   case K_VERSION:
@@ -511,8 +510,8 @@ static int resolve(struct cdrun_args *a, const struct given *g, char **env,
 
       /* torchrun's check_env: bool(int(value)). */
       if (v && !parse_long(v, &n))
-        return fail(err, errlen, "%s: invalid value '%s' (expected an "
-                    "integer, nonzero = on)", label, v);
+        return err_invalid(err, errlen, "%s: invalid value '%s' (expected an "
+                           "integer, nonzero = on)", label, v);
       *(bool *)field(a, o) = n != 0;
       continue;
     }
@@ -524,6 +523,76 @@ static int resolve(struct cdrun_args *a, const struct given *g, char **env,
     if (rc)
       return rc;
   }
+  return 0;
+}
+
+/* arg (a flag) as an option: which one (*o), the length of its name as
+ * typed (*ll, for messages) and its value when it comes in the same
+ * argument (*val: "--a=1", "-r3"; NULL otherwise).  Returns 0, or
+ * -EINVAL (an ambiguous prefix) or -ENOENT (no such option) with a
+ * message in err. */
+static int option_of(const char *arg, const struct opt **o, int *ll,
+                     const char **val, char *err, size_t errlen)
+{
+  *val = NULL;
+  if (arg[1] == '-') {
+    const char *eq = strchr(arg + 2, '=');
+    size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+
+    *o = find_long(arg + 2, len);
+    if (!*o) {
+      bool ambiguous;
+
+      *o = find_prefix(arg + 2, len, &ambiguous, err, errlen);
+      if (ambiguous)
+        return -EINVAL;
+    }
+    *ll = (int)len + 2;
+    if (eq)
+      *val = eq + 1;
+  } else {
+    /* argparse takes -r3, -r=3 and -r 3 alike. */
+    *o = find_short(arg[1]);
+    *ll = 2;
+    if (arg[2])
+      *val = arg + (arg[2] == '=' ? 3 : 2);
+  }
+  if (!*o) {
+    char near[80];
+    const char *guess = arg[1] == '-'
+        ? nearest_option(arg + 2, strcspn(arg + 2, "="), near, sizeof near)
+        : NULL;
+
+    return err_set(err, errlen, -ENOENT, "unrecognized argument '%s'%s%s%s",
+                   arg, guess ? " (did you mean " : "", guess ? guess : "",
+                   guess ? "?)" : "");
+  }
+  return 0;
+}
+
+/* --help, --version, --print-completion=SHELL (o, with val): the rest of
+ * the line does not matter.  *out gets the defaults and o, so that the
+ * caller can treat it like any parsed struct. */
+static int parse_stop(struct cdrun_args *a, const struct opt *o,
+                      const char *val, struct cdrun_args *out, char *err,
+                      size_t errlen)
+{
+  struct given none[NOPTS];
+  int rc;
+
+  memset(none, 0, sizeof none);
+  rc = resolve(a, none, NULL, err, errlen);
+  if (!rc) {
+    if (o->kind == K_COMPLETION)
+      rc = set_str(field(a, o), val, err, errlen);
+    else
+      *(bool *)field(a, o) = true;
+  }
+  if (rc) {
+    args_free(a);
+    return rc;
+  }
+  *out = *a;
   return 0;
 }
 
@@ -541,7 +610,7 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
     err[0] = '\0';
 
   for (i = 1; i < argc; i++) {
-    const char *arg = argv[i], *val = NULL;
+    const char *arg = argv[i], *val;
     const struct opt *o;
     int ll;
 
@@ -551,78 +620,28 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
     }
     if (arg[0] != '-' || arg[1] == '\0')
       break;                            /* the target */
-    if (arg[1] == '-') {
-      const char *eq = strchr(arg + 2, '=');
-      size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-
-      o = find_long(arg + 2, len);
-      if (!o) {
-        bool ambiguous;
-
-        o = find_prefix(arg + 2, len, &ambiguous, err, errlen);
-        if (ambiguous)
-          return -EINVAL;
-      }
-      ll = (int)len + 2;
-      if (eq)
-        val = eq + 1;
-    } else {
-      /* argparse takes -r3, -r=3 and -r 3 alike. */
-      o = find_short(arg[1]);
-      ll = 2;
-      if (arg[2])
-        val = arg + (arg[2] == '=' ? 3 : 2);
-    }
-    if (!o) {
-      char near[80];
-      const char *guess = arg[1] == '-'
-          ? nearest_option(arg + 2, strcspn(arg + 2, "="), near, sizeof near)
-          : NULL;
-
-      say_fail(err, errlen, -ENOENT, "unrecognized argument '%s'%s%s%s",
-               arg, guess ? " (did you mean " : "", guess ? guess : "",
-               guess ? "?)" : "");
-      return -ENOENT;
-    }
-
+    rc = option_of(arg, &o, &ll, &val, err, errlen);
+    if (rc)
+      return rc;
     if (o->kind == K_BOOL || o->kind == K_HELP || o->kind == K_VERSION) {
       if (val)
-        return fail(err, errlen, "%.*s: does not take a value (got '%s')",
-                    ll, arg, val);
-      if (o->kind == K_HELP || o->kind == K_VERSION) {
-        /* Stop at once; the struct still gets its defaults so that the
-         * caller can treat it like any parsed one. */
-        memset(g, 0, sizeof g);
-        rc = resolve(&a, g, NULL, err, errlen);
-        if (rc) {
-          args_free(&a);
-          return rc;
-        }
-        *(bool *)field(&a, o) = true;
-        *out = a;
-        return 0;
-      }
+        return err_invalid(err, errlen, "%.*s: does not take a value (got "
+                           "'%s')", ll, arg, val);
+      /* Stop at once. */
+      if (o->kind == K_HELP || o->kind == K_VERSION)
+        return parse_stop(&a, o, NULL, out, err, errlen);
       val = "";
     } else if (!val) {
       if (i + 1 >= argc || looks_like_flag(argv[i + 1]))
-        return fail(err, errlen, "%.*s: expected a value", ll, arg);
+        return err_invalid(err, errlen, "%.*s: expected a value", ll, arg);
       val = argv[++i];
     }
     if (o->kind == K_COMPLETION) {
       /* Like --help: the rest of the line does not matter. */
       if (!in_list(o->choices, val, strlen(val)))
-        return fail(err, errlen, "%.*s: invalid value '%s' (expected "
-                    "bash)", ll, arg, val);
-      memset(g, 0, sizeof g);
-      rc = resolve(&a, g, NULL, err, errlen);
-      if (!rc)
-        rc = set_str(field(&a, o), val, err, errlen);
-      if (rc) {
-        args_free(&a);
-        return rc;
-      }
-      *out = a;
-      return 0;
+        return err_invalid(err, errlen, "%.*s: invalid value '%s' (expected "
+                           "bash)", ll, arg, val);
+      return parse_stop(&a, o, val, out, err, errlen);
     }
     g[o - opts] = (struct given){ val, arg, ll };
   }
@@ -634,11 +653,11 @@ int args_parse(struct cdrun_args *out, int argc, char **argv, char **env,
 
   rc = resolve(&a, g, env, err, errlen);
   if (!rc && !a.target_argc && !a.print_config)
-    rc = fail(err, errlen, "missing the training script (the program to "
-              "run)");
+    rc = err_invalid(err, errlen, "missing the training script (the "
+                     "program to run)");
   if (!rc && a.module && a.no_python)
-    rc = fail(err, errlen, "--module and --no_python are mutually "
-              "exclusive");
+    rc = err_invalid(err, errlen, "--module and --no_python are mutually "
+                     "exclusive");
   if (rc) {
     args_free(&a);
     return rc;

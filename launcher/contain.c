@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "num.h"
 
 /* Rounds of contain_kill_all: each kills the children of the last. */
 #define KILL_ROUNDS 1000
@@ -205,17 +208,19 @@ int contain_cgroup_kill(const char *cgroup)
     if (fd < 0)
       return -errno;
     while ((n = read(fd, buf, sizeof buf - 1)) > 0) {
-      char *p = buf, *end;
+      const char *p = buf;
 
       buf[n] = '\0';
       while (*p) {
-        long pid = strtol(p, &end, 10);
+        size_t digits = strspn(p, "0123456789");
+        long pid;
 
-        if (end == p)
+        if (num_parse_long_n(p, digits, 0, INT_MAX, &pid))
           break;
         if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0)
           killed++;
-        p = end + (*end == '\n');
+        p += digits;
+        p += *p == '\n';
       }
     }
     close(fd);
@@ -268,9 +273,10 @@ int contain_kill_token(const char *token)
       return total;
     killed = 0;
     while ((d = readdir(dir))) {
-      long pid = strtol(d->d_name, NULL, 10);
+      long pid;
 
-      if (pid <= 0 || pid == self || !environ_has(d->d_name, want, wlen))
+      if (num_parse_long(d->d_name, 1, INT_MAX, &pid) || pid == self ||
+          !environ_has(d->d_name, want, wlen))
         continue;
       if (kill((pid_t)pid, SIGKILL) == 0)
         killed++;
@@ -309,12 +315,14 @@ static size_t list_children(pid_t *pids, size_t max)
     if (r <= 0)
       continue;
     buf[r] = '\0';
-    for (char *p = buf, *end; *p && n < max; p = end) {
-      long pid = strtol(p, &end, 10);
+    for (const char *p = buf; *p && n < max; p += *p == '\n') {
+      size_t digits = strspn(p, "0123456789");
+      long pid;
 
-      if (end == p)
+      if (num_parse_long_n(p, digits, 0, INT_MAX, &pid))
         break;
       pids[n++] = (pid_t)pid;
+      p += digits;
     }
   }
   closedir(dir);

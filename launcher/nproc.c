@@ -1,5 +1,6 @@
 /* nproc.c -- counting CPUs and CUDA devices for --nproc_per_node. */
 #include "nproc.h"
+#include "err.h"
 #include "num.h"
 
 #include <dlfcn.h>
@@ -24,8 +25,8 @@ int nproc_cuda_devices(char *err, size_t errlen)
 
   lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    snprintf(err, errlen, "no CUDA driver (libcuda.so.1 not found)");
-    return -ENODEV;
+    return err_set(err, errlen, -ENODEV,
+                   "no CUDA driver (libcuda.so.1 not found)");
   }
   cu_init = (cu_init_fn)dlsym(lib, "cuInit");
   cu_count = (cu_device_get_count_fn)dlsym(lib, "cuDeviceGetCount");
@@ -42,8 +43,8 @@ int nproc_cuda_devices(char *err, size_t errlen)
   if (rc == 100)
     return 0;
   if (rc != 0) {
-    snprintf(err, errlen, "CUDA driver error %d while counting devices", rc);
-    return -ENODEV;
+    return err_set(err, errlen, -ENODEV,
+                   "CUDA driver error %d while counting devices", rc);
   }
   return count;
 }

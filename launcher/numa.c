@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "num.h"
+
 int numa_mode_parse(const char *s)
 {
   if (!s)
@@ -57,14 +59,11 @@ static int read_text(char *buf, size_t len, const char *root,
 /* An integer file (root + rel), or def when it is missing or malformed. */
 static int read_int(int def, const char *root, const char *rel)
 {
-  char buf[64], *end;
+  char buf[64];
   long v;
 
-  if (read_text(buf, sizeof buf, root, "%s", rel) < 0)
-    return def;
-  errno = 0;
-  v = strtol(buf, &end, 0);
-  if (errno || end == buf || *end || v < INT_MIN || v > INT_MAX)
+  if (read_text(buf, sizeof buf, root, "%s", rel) < 0 ||
+      num_parse_long(buf, INT_MIN, INT_MAX, &v))
     return def;
   return (int)v;
 }
@@ -77,21 +76,20 @@ int numa_parse_list(const char *s, cpu_set_t *set)
   if (!s)
     return -EINVAL;
   while (*p) {
-    char *end;
+    size_t n = strspn(p, "0123456789");
     long lo, hi;
 
-    if (!isdigit((unsigned char)*p))
+    if (n == 0 || num_parse_long_n(p, n, 0, CPU_SETSIZE - 1, &lo))
       return -EINVAL;
-    lo = strtol(p, &end, 10);
     hi = lo;
-    p = end;
+    p += n;
     if (*p == '-') {
-      if (!isdigit((unsigned char)p[1]))
+      n = strspn(p + 1, "0123456789");
+      if (n == 0 || num_parse_long_n(p + 1, n, 0, CPU_SETSIZE - 1, &hi))
         return -EINVAL;
-      hi = strtol(p + 1, &end, 10);
-      p = end;
+      p += 1 + n;
     }
-    if (lo > hi || hi >= CPU_SETSIZE)
+    if (lo > hi)
       return -EINVAL;
     for (long c = lo; c <= hi; c++)
       CPU_SET((int)c, set);

@@ -8,9 +8,10 @@
 #include <string.h>
 
 #include "endpoint.h"
+#include "err.h"
 #include "etcd_rdzv_state.h"
-#include "rdzv_etcd.h"
 #include "num.h"
+#include "rdzv_etcd.h"
 
 #define C10D_DEFAULT_PORT 29400
 #define STATIC_DEFAULT_PORT 29500
@@ -29,8 +30,7 @@ static int load_secret(struct rdzv_config *c, const char *path, char *err,
 
   if (ra_secret_load(path, &c->secret, why, sizeof why) == 0)
     return 0;
-  snprintf(err, errlen, "--rdzv_conf: %s", why);
-  return -EINVAL;
+  return err_invalid(err, errlen, "--rdzv_conf: %s", why);
 }
 
 /* The password file's first line (the file stays the only place the
@@ -42,9 +42,9 @@ static int read_password(const char *path, char *out, size_t size,
   size_t n;
 
   if (!f) {
-    snprintf(err, errlen, "--rdzv_conf password_file=%s: cannot read it: "
-             "%s", path, strerror(errno));
-    return -EINVAL;
+    return err_invalid(err, errlen,
+                       "--rdzv_conf password_file=%s: cannot read it: "
+                       "%s", path, strerror(errno));
   }
   if (!fgets(out, (int)size, f))
     out[0] = '\0';
@@ -52,8 +52,8 @@ static int read_password(const char *path, char *out, size_t size,
   n = strcspn(out, "\r\n");
   out[n] = '\0';
   if (!out[0]) {
-    snprintf(err, errlen, "--rdzv_conf password_file=%s: empty", path);
-    return -EINVAL;
+    return err_invalid(err, errlen,
+                       "--rdzv_conf password_file=%s: empty", path);
   }
   return 0;
 }
@@ -74,17 +74,16 @@ static int etcd_conf_entry(struct rdzv_config *c, const char *key,
     else if (strcmp(val, "http") == 0)
       e->https = false;
     else {
-      snprintf(err, errlen, "--rdzv_conf: invalid value '%s' for protocol "
-               "(expected http or https)", val);
-      return -EINVAL;
+      return err_invalid(err, errlen,
+                         "--rdzv_conf: invalid value '%s' for protocol "
+                         "(expected http or https)", val);
     }
     return 0;
   }
   if (strcmp(key, "password") == 0) {
-    snprintf(err, errlen, "--rdzv_conf: password=... is refused: a "
-             "password on the command line is visible to every user of "
-             "the machine; use password_file=PATH");
-    return -EINVAL;
+    return err_invalid(err, errlen, "--rdzv_conf: password=... is refused: "
+                       "a password on the command line is visible to every "
+                       "user of the machine; use password_file=PATH");
   }
   if (strcmp(key, "password_file") == 0)
     return read_password(val, e->password, sizeof e->password, err,
@@ -103,8 +102,8 @@ static int etcd_conf_entry(struct rdzv_config *c, const char *key,
     size = sizeof e->user;
   } else if (strcmp(key, "etcd_prefix") == 0) {
     if (val[0] != '/') {
-      snprintf(err, errlen, "--rdzv_conf: etcd_prefix must start with '/'");
-      return -EINVAL;
+      return err_invalid(err, errlen,
+                         "--rdzv_conf: etcd_prefix must start with '/'");
     }
     dst = e->prefix;
     size = sizeof e->prefix;
@@ -126,9 +125,9 @@ static int etcd_endpoints(struct rdzv_config *c, const char *list,
   int port;
 
   if (!list[0]) {
-    snprintf(err, errlen, "--rdzv_backend=etcd needs --rdzv_endpoint="
-             "HOST[:PORT][,HOST[:PORT]...] (the etcd members)");
-    return -EINVAL;
+    return err_invalid(err, errlen,
+                       "--rdzv_backend=etcd needs --rdzv_endpoint="
+                       "HOST[:PORT][,HOST[:PORT]...] (the etcd members)");
   }
   while (*p) {
     len = strcspn(p, ",");
@@ -153,9 +152,9 @@ static int etcd_endpoints(struct rdzv_config *c, const char *list,
   }
   return 0;
 bad:
-  snprintf(err, errlen, "--rdzv_endpoint: invalid etcd member list '%s' "
-           "(expected host[:port][,host[:port]...])", list);
-  return -EINVAL;
+  return err_invalid(err, errlen,
+                     "--rdzv_endpoint: invalid etcd member list '%s' "
+                     "(expected host[:port][,host[:port]...])", list);
 }
 
 /* One --rdzv_conf entry. */
@@ -220,8 +219,8 @@ static int conf_entry(struct rdzv_config *c, const char *key,
   }
   return 0;
 bad:
-  snprintf(err, errlen, "--rdzv_conf: invalid value '%s' for %s", val, key);
-  return -EINVAL;
+  return err_invalid(err, errlen,
+                     "--rdzv_conf: invalid value '%s' for %s", val, key);
 }
 
 static int parse_conf(struct rdzv_config *c, const char *conf, char *err,
@@ -236,9 +235,9 @@ static int parse_conf(struct rdzv_config *c, const char *conf, char *err,
     eq = memchr(p, '=', len);
     if (!eq || eq == p || (size_t)(eq - p) >= sizeof key ||
         len - (size_t)(eq - p) - 1 >= sizeof val) {
-      snprintf(err, errlen, "--rdzv_conf: invalid entry '%.*s' (expected "
-               "key=value)", (int)len, p);
-      return -EINVAL;
+      return err_invalid(err, errlen,
+                         "--rdzv_conf: invalid entry '%.*s' (expected "
+                         "key=value)", (int)len, p);
     }
     snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
     snprintf(val, sizeof val, "%.*s", (int)(len - (size_t)(eq - p) - 1),
@@ -251,11 +250,107 @@ static int parse_conf(struct rdzv_config *c, const char *conf, char *err,
   }
   if (c->conf.keepalive_interval * c->conf.keepalive_misses <
       RP_MIN_KEEPALIVE_WINDOW) {
-    snprintf(err, errlen, "--rdzv_conf: keepalive_interval x "
-             "keepalive_misses is %g s; it must be at least %g s",
-             c->conf.keepalive_interval * c->conf.keepalive_misses,
-             RP_MIN_KEEPALIVE_WINDOW);
+    return err_invalid(err, errlen, "--rdzv_conf: keepalive_interval x "
+                       "keepalive_misses is %g s; it must be at least %g s",
+                       c->conf.keepalive_interval * c->conf.keepalive_misses,
+                       RP_MIN_KEEPALIVE_WINDOW);
+  }
+  return 0;
+}
+
+/* --rdzv_backend=etcd (etcd-v3): the members, the job id as a key, TLS
+ * and login options that go together. */
+static int resolve_etcd(const struct cdrun_args *a, const char *run_id,
+                        struct rdzv_config *c, char *err, size_t errlen)
+{
+  c->backend = BACKEND_ETCD;
+  if (a->nnodes_max > ES_MAX_NODES)
+    return err_invalid(err, errlen, "--nnodes=%d:%d: at most %d nodes per "
+                       "job with the etcd back end", a->nnodes_min,
+                       a->nnodes_max, ES_MAX_NODES);
+  if (etcd_endpoints(c, a->rdzv_endpoint, err, errlen))
     return -EINVAL;
+  if (strlen(run_id) > RP_MAX_ID || !run_id[0] || strchr(run_id, '/'))
+    return err_invalid(err, errlen, "--rdzv_id: must be 1..%d characters, "
+                       "no '/'", RP_MAX_ID);
+  if (!c->etcd.https && (c->etcd.cacert[0] || c->etcd.cert[0] ||
+                         c->etcd.key[0]))
+    return err_invalid(err, errlen, "--rdzv_conf: cacert, cert and key need "
+                       "protocol=https");
+  if (!c->etcd.cert[0] != !c->etcd.key[0])
+    return err_invalid(err, errlen, "--rdzv_conf: cert and key go together "
+                       "(the client certificate and its private key)");
+  if (!c->etcd.user[0] != !c->etcd.password[0])
+    return err_invalid(err, errlen, "--rdzv_conf: user=NAME and "
+                       "password_file=PATH go together");
+  return 0;
+}
+
+/* --rdzv_backend=c10d (rdzvd): where the rendezvous server is. */
+static int resolve_rdzvd(const struct cdrun_args *a, const char *be,
+                         const char *run_id, struct rdzv_config *c,
+                         char *err, size_t errlen)
+{
+  c->backend = BACKEND_RDZVD;
+  if (a->nnodes_max > RP_MAX_NODES)
+    return err_invalid(err, errlen, "--nnodes=%d:%d: at most %d nodes per "
+                       "job", a->nnodes_min, a->nnodes_max, RP_MAX_NODES);
+  if (!a->rdzv_endpoint[0])
+    return err_invalid(err, errlen, "--rdzv_backend=%s needs "
+                       "--rdzv_endpoint=HOST[:PORT] (where rdzvd runs, or "
+                       "the host that serves the rendezvous)", be);
+  if (endpoint_parse(a->rdzv_endpoint, C10D_DEFAULT_PORT, c->host,
+                     sizeof c->host, &c->port))
+    return err_invalid(err, errlen, "--rdzv_endpoint: invalid value '%s' "
+                       "(expected host[:port] or [ipv6]:port)",
+                       a->rdzv_endpoint);
+  if (strlen(run_id) > RP_MAX_ID || !run_id[0])
+    return err_invalid(err, errlen, "--rdzv_id: must be 1..%d characters",
+                       RP_MAX_ID);
+  return 0;
+}
+
+/* --rdzv_backend=static (and --standalone): a fixed number of nodes that
+ * meet at MASTER_ADDR:MASTER_PORT without a rendezvous. */
+static int resolve_static(const struct cdrun_args *a, struct rdzv_config *c,
+                          char *err, size_t errlen)
+{
+  c->backend = BACKEND_STATIC;
+  if (a->standalone) {
+    c->node_rank = 0;
+    c->nnodes = 1;
+  } else {
+    if (a->nnodes_min != a->nnodes_max)
+      return err_invalid(err, errlen, "--nnodes=%d:%d: the static back end "
+                         "needs a fixed number of nodes (elastic jobs need "
+                         "--rdzv_backend=c10d)", a->nnodes_min,
+                         a->nnodes_max);
+    c->nnodes = a->nnodes_max;
+    c->node_rank = a->node_rank;
+    if (c->node_rank >= c->nnodes)
+      return err_invalid(err, errlen, "--node_rank=%d is out of range for "
+                         "--nnodes=%d (node ranks are 0..nnodes-1)",
+                         c->node_rank, c->nnodes);
+  }
+  snprintf(c->master_addr, sizeof c->master_addr, "%s",
+           a->master_addr ? a->master_addr
+                          : a->local_addr ? a->local_addr : "127.0.0.1");
+  c->master_port = a->master_port;
+  /* Several static nodes must agree on a port without talking: torchrun's
+   * default.  One node picks a free one. */
+  if (c->master_port == 0 && c->nnodes > 1)
+    c->master_port = STATIC_DEFAULT_PORT;
+  /* torchrun's static back end takes MASTER_ADDR:PORT from an endpoint. */
+  if (!a->standalone && a->rdzv_endpoint[0]) {
+    int port;
+
+    if (endpoint_parse(a->rdzv_endpoint, 0, c->master_addr,
+                       sizeof c->master_addr, &port))
+      return err_invalid(err, errlen, "--rdzv_endpoint: invalid value '%s' "
+                         "(expected host[:port] or [ipv6]:port)",
+                         a->rdzv_endpoint);
+    if (port)
+      c->master_port = port;
   }
   return 0;
 }
@@ -289,127 +384,27 @@ int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
 
   if (a->standalone) {
     /* torchrun: c10d on localhost with a random id; one node. */
-    if (a->nnodes_max > 1) {
-      snprintf(err, errlen, "--standalone runs one node; --nnodes=%d:%d "
-               "needs --rdzv_backend=c10d --rdzv_endpoint=HOST:PORT",
-               a->nnodes_min, a->nnodes_max);
-      return -EINVAL;
-    }
+    if (a->nnodes_max > 1)
+      return err_invalid(err, errlen, "--standalone runs one node; "
+                         "--nnodes=%d:%d needs --rdzv_backend=c10d "
+                         "--rdzv_endpoint=HOST:PORT", a->nnodes_min,
+                         a->nnodes_max);
     be = "static";
   }
-  if (strcmp(be, "etcd-v2") == 0) {
-    snprintf(err, errlen, "--rdzv_backend=etcd-v2: not supported: it "
-             "speaks etcd's v2 API, which etcd 3.4 serves only with "
-             "--enable-v2 and 3.6 removed; use --rdzv_backend=etcd (the "
-             "v3 API, any etcd >= 3.4) or c10d");
-    return -EINVAL;
-  }
-  if (strcmp(be, "etcd") == 0 || strcmp(be, "etcd-v3") == 0) {
-    c->backend = BACKEND_ETCD;
-    if (a->nnodes_max > ES_MAX_NODES) {
-      snprintf(err, errlen, "--nnodes=%d:%d: at most %d nodes per job with "
-               "the etcd back end", a->nnodes_min, a->nnodes_max,
-               ES_MAX_NODES);
-      return -EINVAL;
-    }
-    if (etcd_endpoints(c, a->rdzv_endpoint, err, errlen))
-      return -EINVAL;
-    if (strlen(run_id) > RP_MAX_ID || !run_id[0] || strchr(run_id, '/')) {
-      snprintf(err, errlen, "--rdzv_id: must be 1..%d characters, no '/'",
-               RP_MAX_ID);
-      return -EINVAL;
-    }
-    if (!c->etcd.https && (c->etcd.cacert[0] || c->etcd.cert[0] ||
-                           c->etcd.key[0])) {
-      snprintf(err, errlen, "--rdzv_conf: cacert, cert and key need "
-               "protocol=https");
-      return -EINVAL;
-    }
-    if (!c->etcd.cert[0] != !c->etcd.key[0]) {
-      snprintf(err, errlen, "--rdzv_conf: cert and key go together (the "
-               "client certificate and its private key)");
-      return -EINVAL;
-    }
-    if (!c->etcd.user[0] != !c->etcd.password[0]) {
-      snprintf(err, errlen, "--rdzv_conf: user=NAME and "
-               "password_file=PATH go together");
-      return -EINVAL;
-    }
-    return 0;
-  }
-  if (strcmp(be, "c10d") == 0 || strcmp(be, "rdzvd") == 0) {
-    c->backend = BACKEND_RDZVD;
-    if (a->nnodes_max > RP_MAX_NODES) {
-      snprintf(err, errlen, "--nnodes=%d:%d: at most %d nodes per job",
-               a->nnodes_min, a->nnodes_max, RP_MAX_NODES);
-      return -EINVAL;
-    }
-    if (!a->rdzv_endpoint[0]) {
-      snprintf(err, errlen, "--rdzv_backend=%s needs --rdzv_endpoint="
-               "HOST[:PORT] (where rdzvd runs, or the host that serves "
-               "the rendezvous)", be);
-      return -EINVAL;
-    }
-    if (endpoint_parse(a->rdzv_endpoint, C10D_DEFAULT_PORT, c->host,
-                       sizeof c->host, &c->port)) {
-      snprintf(err, errlen, "--rdzv_endpoint: invalid value '%s' (expected"
-               " host[:port] or [ipv6]:port)", a->rdzv_endpoint);
-      return -EINVAL;
-    }
-    if (strlen(run_id) > RP_MAX_ID || !run_id[0]) {
-      snprintf(err, errlen, "--rdzv_id: must be 1..%d characters",
-               RP_MAX_ID);
-      return -EINVAL;
-    }
-    return 0;
-  }
-  if (strcmp(be, "static") != 0) {
-    snprintf(err, errlen, "--rdzv_backend: unknown back end '%s' (expected"
-             " static, c10d, rdzvd, etcd or etcd-v3)", be);
-    return -EINVAL;
-  }
-
-  c->backend = BACKEND_STATIC;
-  if (a->standalone) {
-    c->node_rank = 0;
-    c->nnodes = 1;
-  } else {
-    if (a->nnodes_min != a->nnodes_max) {
-      snprintf(err, errlen, "--nnodes=%d:%d: the static back end needs a "
-               "fixed number of nodes (elastic jobs need "
-               "--rdzv_backend=c10d)", a->nnodes_min, a->nnodes_max);
-      return -EINVAL;
-    }
-    c->nnodes = a->nnodes_max;
-    c->node_rank = a->node_rank;
-    if (c->node_rank >= c->nnodes) {
-      snprintf(err, errlen, "--node_rank=%d is out of range for --nnodes="
-               "%d (node ranks are 0..nnodes-1)", c->node_rank, c->nnodes);
-      return -EINVAL;
-    }
-  }
-  snprintf(c->master_addr, sizeof c->master_addr, "%s",
-           a->master_addr ? a->master_addr
-                          : a->local_addr ? a->local_addr : "127.0.0.1");
-  c->master_port = a->master_port;
-  /* Several static nodes must agree on a port without talking: torchrun's
-   * default.  One node picks a free one. */
-  if (c->master_port == 0 && c->nnodes > 1)
-    c->master_port = STATIC_DEFAULT_PORT;
-  /* torchrun's static back end takes MASTER_ADDR:PORT from an endpoint. */
-  if (!a->standalone && a->rdzv_endpoint[0]) {
-    int port;
-
-    if (endpoint_parse(a->rdzv_endpoint, 0, c->master_addr,
-                       sizeof c->master_addr, &port)) {
-      snprintf(err, errlen, "--rdzv_endpoint: invalid value '%s' (expected"
-               " host[:port] or [ipv6]:port)", a->rdzv_endpoint);
-      return -EINVAL;
-    }
-    if (port)
-      c->master_port = port;
-  }
-  return 0;
+  if (strcmp(be, "etcd-v2") == 0)
+    return err_invalid(err, errlen, "--rdzv_backend=etcd-v2: not supported: "
+                       "it speaks etcd's v2 API, which etcd 3.4 serves only "
+                       "with --enable-v2 and 3.6 removed; use "
+                       "--rdzv_backend=etcd (the v3 API, any etcd >= 3.4) or "
+                       "c10d");
+  if (strcmp(be, "etcd") == 0 || strcmp(be, "etcd-v3") == 0)
+    return resolve_etcd(a, run_id, c, err, errlen);
+  if (strcmp(be, "c10d") == 0 || strcmp(be, "rdzvd") == 0)
+    return resolve_rdzvd(a, be, run_id, c, err, errlen);
+  if (strcmp(be, "static") != 0)
+    return err_invalid(err, errlen, "--rdzv_backend: unknown back end '%s' "
+                       "(expected static, c10d, rdzvd, etcd or etcd-v3)", be);
+  return resolve_static(a, c, err, errlen);
 }
 
 int rdzv_config_create(const struct rdzv_config *c, int nproc,

@@ -5,12 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-#include <uv.h>
 
+#include "err.h"
 #include "peer_text.h"
-
-/* libuv's codes that are not errno values: UV_EAI_* from here down. */
-#define UV_OWN_CODES (-3000)
 
 /* The message is escaped (peer_text.h): it may quote what the rendezvous
  * server or a peer sent (a restart reason, an error), and that must not
@@ -52,17 +49,13 @@ int say_fail(char *err, size_t errlen, int code, const char *fmt, ...)
 {
   va_list ap;
 
-  if (err && errlen) {
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
+  va_start(ap, fmt);
+  code = err_vset(err, errlen, code, fmt, ap);
+  va_end(ap);
   return code;
 }
 
 const char *say_strerror(int err)
 {
-  if (err <= UV_OWN_CODES)
-    return uv_strerror(err);
-  return strerror(err < 0 ? -err : err);
+  return err_str(err);
 }

@@ -1,16 +1,14 @@
 /* slurm_env.c -- deriving cdrun's rendezvous settings from srun's
  * environment (see slurm_env.h). */
 #include "slurm_env.h"
-#include "say.h"
+#include "err.h"
+#include "num.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A bad value: the message in err, -EINVAL. */
-#define fail(err, errlen, ...) say_fail(err, errlen, -EINVAL, __VA_ARGS__)
 
 static const char *get(char *const *env, const char *name)
 {
@@ -38,16 +36,12 @@ static const char *first_of(char *const *env, const char *const *names,
   return NULL;
 }
 
+/* num.h's rule: the whole string, an integer in [lo, hi]. */
 static bool parse_int(const char *s, long lo, long hi, int *out)
 {
-  char *end;
   long v;
 
-  if (!s || !*s)
-    return false;
-  errno = 0;
-  v = strtol(s, &end, 10);
-  if (errno || *end || v < lo || v > hi)
+  if (!s || num_parse_long(s, lo, hi, &v))
     return false;
   *out = (int)v;
   return true;
@@ -112,38 +106,40 @@ int slurm_env_derive(char *const *env, struct slurm_env *s, char *err,
     return 0;
 
   if (!parse_int(nn, 1, 1 << 20, &s->nnodes))
-    return fail(err, errlen, "Slurm: %s: invalid value '%s' (expected a "
-                "node count)", s->nnodes_var, nn);
+    return err_invalid(err, errlen, "Slurm: %s: invalid value '%s' "
+                       "(expected a node count)", s->nnodes_var, nn);
   if (!parse_int(nodeid, 0, s->nnodes - 1, &s->node_rank))
-    return fail(err, errlen, "Slurm: SLURM_NODEID: invalid value '%s' "
-                "(expected 0..%d for %d nodes)", nodeid, s->nnodes - 1,
-                s->nnodes);
+    return err_invalid(err, errlen, "Slurm: SLURM_NODEID: invalid value '%s' "
+                       "(expected 0..%d for %d nodes)", nodeid, s->nnodes - 1,
+                       s->nnodes);
   v = first_of(env, ntasks_vars, &which);
   if (v && parse_int(v, 1, 1 << 30, &ntasks) && ntasks > s->nnodes)
-    return fail(err, errlen, "Slurm: %s=%d tasks on %d nodes: cdrun starts"
-                " the workers of a node itself and runs once per node "
-                "(srun --ntasks-per-node=1); CDRUN_SLURM=0 ignores Slurm's "
-                "environment", which, ntasks, s->nnodes);
+    return err_invalid(err, errlen, "Slurm: %s=%d tasks on %d nodes: "
+                       "cdrun starts the workers of a node itself and runs "
+                       "once per node (srun --ntasks-per-node=1); "
+                       "CDRUN_SLURM=0 ignores Slurm's environment", which,
+                       ntasks, s->nnodes);
   if (hostlist_first(list, s->first_host, sizeof s->first_host, herr,
                      sizeof herr))
-    return fail(err, errlen, "Slurm: %s: %s", s->nodelist_var, herr);
+    return err_invalid(err, errlen, "Slurm: %s: %s", s->nodelist_var, herr);
   if (snprintf(s->rdzv_id, sizeof s->rdzv_id, "%s.%s", job, step) >=
       (int)sizeof s->rdzv_id)
-    return fail(err, errlen, "Slurm: SLURM_JOB_ID '%s' is too long", job);
+    return err_invalid(err, errlen, "Slurm: SLURM_JOB_ID '%s' is too long",
+                       job);
 
   v = get(env, "CDRUN_SLURM_PORT");
   if (v && *v) {
     if (!parse_int(v, 1, 65535, &s->port))
-      return fail(err, errlen, "CDRUN_SLURM_PORT: invalid value '%s' "
-                  "(expected a port number 1..65535)", v);
+      return err_invalid(err, errlen, "CDRUN_SLURM_PORT: invalid value '%s' "
+                         "(expected a port number 1..65535)", v);
     s->port_from_env = true;
   } else {
     s->port = slurm_env_port(job, step);
   }
   v = get(env, "SLURM_GPUS_ON_NODE");
   if (v && *v && !parse_int(v, 0, 1 << 16, &s->gpus_on_node))
-    return fail(err, errlen, "Slurm: SLURM_GPUS_ON_NODE: invalid value "
-                "'%s'", v);
+    return err_invalid(err, errlen, "Slurm: SLURM_GPUS_ON_NODE: invalid value "
+                       "'%s'", v);
 
   snprintf(buf, sizeof buf, "%d", s->nnodes);
   add_pet(s, "PET_NNODES", buf, s->nnodes_var);

@@ -6,11 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "num.h"
+
 int endpoint_parse(const char *ep, int default_port, char *host,
                    size_t hostlen, int *port)
 {
   const char *colon, *end;
-  char *stop;
   size_t n;
   long p;
 
@@ -33,9 +34,7 @@ int endpoint_parse(const char *ep, int default_port, char *host,
   memcpy(host, ep, n);
   host[n] = '\0';
   if (colon) {
-    errno = 0;
-    p = strtol(colon + 1, &stop, 10);
-    if (errno || stop == colon + 1 || *stop || p < 0 || p > 65535)
+    if (num_parse_long(colon + 1, 0, 65535, &p))
       return -EINVAL;
     *port = (int)p;
   }

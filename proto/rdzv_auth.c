@@ -16,6 +16,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "err.h"
+
 /* Same length, so that label | nc | ns has one parse. */
 static const char label_client[] = "cdrun-rdzv-2 client";
 static const char label_server[] = "cdrun-rdzv-2 server";
@@ -33,8 +35,8 @@ int ra_secret_load(const char *path, struct ra_secret *out, char *err,
   memset(out, 0, sizeof *out);
   fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
-    snprintf(err, errlen, "secret file %s: %s", path, strerror(errno));
-    return -errno;
+    return err_set(err, errlen, -errno,
+                   "secret file %s: %s", path, strerror(errno));
   }
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     snprintf(err, errlen, "secret file %s: not a regular file", path);
@@ -262,32 +264,32 @@ int ra_client_step(struct ra_client *st, const struct ra_secret *k,
   if (st->state == RA_C_CHALLENGE && m->op == RP_CHALLENGE) {
     /* Our own nonce coming back is a reflection attempt. */
     if (CRYPTO_memcmp(m->u.auth.nonce, st->nc, RP_AUTH_BYTES) == 0) {
-      snprintf(err, errlen, RA_REFUSED ": the server reflected our nonce");
-      return -EACCES;
+      return err_set(err, errlen, -EACCES,
+                     RA_REFUSED ": the server reflected our nonce");
     }
     memcpy(st->ns, m->u.auth.nonce, RP_AUTH_BYTES);
     memset(reply, 0, sizeof *reply);
     reply->op = RP_AUTH;
     if (ra_mac(k, RA_CLIENT, st->nc, st->ns, reply->u.auth.mac) != 0) {
-      snprintf(err, errlen, RA_REFUSED ": HMAC failed");
-      return -EACCES;
+      return err_set(err, errlen, -EACCES, RA_REFUSED ": HMAC failed");
     }
     st->state = RA_C_OK;
     return 1;
   }
   if (st->state == RA_C_OK && m->op == RP_AUTH_OK) {
     if (!ra_verify(k, RA_SERVER, st->nc, st->ns, m->u.auth.mac)) {
-      snprintf(err, errlen, RA_REFUSED ": the server did not prove that "
-               "it knows the shared secret");
-      return -EACCES;
+      return err_set(err, errlen, -EACCES,
+                     RA_REFUSED ": the server did not prove that "
+                     "it knows the shared secret");
     }
     st->state = RA_C_DONE;
     return 0;
   }
-  snprintf(err, errlen, RA_REFUSED ": unexpected '%s' from the server "
-           "during the handshake (it may be an older version without "
-           "shared secrets)", rp_op_name(m->op) ? rp_op_name(m->op) : "?");
-  return -EACCES;
+  return err_set(err, errlen, -EACCES,
+                 RA_REFUSED ": unexpected '%s' from the server "
+                 "during the handshake (it may be an older version without "
+                 "shared secrets)",
+                 rp_op_name(m->op) ? rp_op_name(m->op) : "?");
 }
 
 /* ---- blocking helper ---- */
@@ -335,17 +337,17 @@ static int read_full(int fd, char *buf, size_t n, int timeout_ms, char *err,
     if (rc < 0 && errno == EINTR)
       continue;
     if (rc <= 0) {
-      snprintf(err, errlen, "no answer to the handshake within %d ms",
-               timeout_ms);
-      return -ETIMEDOUT;
+      return err_set(err, errlen, -ETIMEDOUT,
+                     "no answer to the handshake within %d ms",
+                     timeout_ms);
     }
     r = read(fd, buf + len, n - len);
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0) {
-      snprintf(err, errlen, "the server closed the connection during the "
-               "handshake");
-      return -EIO;
+      return err_set(err, errlen, -EIO,
+                     "the server closed the connection during the "
+                     "handshake");
     }
     len += (size_t)r;
   }
@@ -367,9 +369,9 @@ static int read_msg_fd(int fd, int timeout_ms, struct rp_msg *m, char *err,
     return rc;
   n = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
   if (n == 0 || n > sizeof buf - RP_FRAME_HEADER) {
-    snprintf(err, errlen, "bad frame of %zu bytes from the server during "
-             "the handshake", n);
-    return -EIO;
+    return err_set(err, errlen, -EIO,
+                   "bad frame of %zu bytes from the server during "
+                   "the handshake", n);
   }
   rc = read_full(fd, buf + RP_FRAME_HEADER, n, timeout_ms, err, errlen);
   if (rc)
@@ -385,12 +387,10 @@ int ra_handshake_fd(int fd, const struct ra_secret *k, int timeout_ms,
   int rc;
 
   if (ra_client_hello(&st, &m) != 0) {
-    snprintf(err, errlen, "no random bytes for a nonce");
-    return -EIO;
+    return err_set(err, errlen, -EIO, "no random bytes for a nonce");
   }
   if (send_msg_fd(fd, &m) != 0) {
-    snprintf(err, errlen, "cannot send the hello");
-    return -EIO;
+    return err_set(err, errlen, -EIO, "cannot send the hello");
   }
   for (;;) {
     rc = read_msg_fd(fd, timeout_ms, &m, err, errlen);
@@ -401,8 +401,7 @@ int ra_handshake_fd(int fd, const struct ra_secret *k, int timeout_ms,
     if (rc <= 0)
       return rc;
     if (send_msg_fd(fd, &reply) != 0) {
-      snprintf(err, errlen, "cannot send the proof");
-      return -EIO;
+      return err_set(err, errlen, -EIO, "cannot send the proof");
     }
   }
 }

@@ -12,6 +12,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "err.h"
+
 #define SHA256_BLOCK 64
 #define KEY_LABEL "cdrun-rdzv-token-key-1"
 #define TOKEN_LABEL_GATHERING "cdrun-rdzv-token-1 gathering"
@@ -134,9 +136,9 @@ int rdzv_token_key_file(const char *path, struct ra_secret *out, char *err,
     OPENSSL_cleanse(text, sizeof text);
     OPENSSL_cleanse(raw, sizeof raw);
   } else if (errno != EEXIST) {
-    snprintf(err, errlen, "token key file %s: cannot create it: %s", path,
-             strerror(errno));
-    return -errno;
+    return err_set(err, errlen, -errno,
+                   "token key file %s: cannot create it: %s", path,
+                   strerror(errno));
   }
   return ra_secret_load(path, out, err, errlen);
 }

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "err.h"
+
 /* The body length a frame's header announces; the header must be in. */
 static size_t announced(const char *p)
 {
@@ -26,17 +28,16 @@ ssize_t rp_frames_read(const char *data, size_t len, size_t max_body,
   for (;;) {
     if (len - off >= RP_FRAME_HEADER &&
         announced(data + off) > max_body) {
-      snprintf(err, errlen, "frame too large (%zu bytes; the limit is %zu)",
-               announced(data + off), max_body);
-      return -EMSGSIZE;
+      return err_set(err, errlen, -EMSGSIZE,
+                     "frame too large (%zu bytes; the limit is %zu)",
+                     announced(data + off), max_body);
     }
     rc = rp_frame_peek(data + off, len - off, &flen);
     if (rc == 0)
       return (ssize_t)off;
     if (rc < 0) {
-      snprintf(err, errlen, "%s", rc == -EMSGSIZE ? "frame too large"
-                                                  : "empty frame");
-      return rc;
+      return err_set(err, errlen, rc, "%s",
+                     rc == -EMSGSIZE ? "frame too large" : "empty frame");
     }
     rc = rp_decode(data + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER,
                    &m, err, errlen);

@@ -33,12 +33,12 @@ void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
 
   LIST_REMOVE(w, by_key);
   if (LIST_EMPTY(&wk->waiters)) {
-    ht_remove(&job->waits, wk->h, wk);
+    hashtab_remove(&job->waits, wk->h, wk);
     free(wk);
   }
   LIST_REMOVE(w, by_node);
-  th_clear(&r->heap, &w->t);
-  th_unreserve(&r->heap, 1);
+  timer_heap_clear(&r->heap, &w->t);
+  timer_heap_unreserve(&r->heap, 1);
   job->n_waiters--;
   free(w);
 }
@@ -72,8 +72,8 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
                          int *err)
 {
   struct job *job = n->job;
-  uint64_t h = ht_hash_str(r->seed, key);
-  struct kv *e = ht_find(&job->kv, h, key, kv_eq);
+  uint64_t h = hashtab_hash_str(r->seed, key);
+  struct kv *e = hashtab_find(&job->kv, h, key, kv_eq);
   size_t klen = strlen(key), old = e ? klen + e->len : 0;
   bool fresh = !e;
   struct waiter *w, *next;
@@ -106,7 +106,7 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
   if (fresh) {
     memcpy(e->key, key, klen + 1);
     e->h = h;
-    if (ht_insert(&job->kv, h, e)) {
+    if (hashtab_insert(&job->kv, h, e)) {
       free(v);
       free(e);
       *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
@@ -121,7 +121,7 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
   e->len = len;
   job->kv_bytes = job->kv_bytes - old + klen + len;
   r->kv_total = r->kv_total - old + klen + len;
-  wk = ht_find(&job->waits, h, key, wkey_eq);
+  wk = hashtab_find(&job->waits, h, key, wkey_eq);
   for (w = wk ? LIST_FIRST(&wk->waiters) : NULL; w; w = next) {
     next = LIST_NEXT(w, by_key); /* rs__kv_waiter_free frees wk after the last */
     send_value(r, w->node->c->conn, key, e);
@@ -135,8 +135,8 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
                    double wait, double now)
 {
   struct job *job = n->job;
-  uint64_t h = ht_hash_str(r->seed, key);
-  struct wkey *wk = ht_find(&job->waits, h, key, wkey_eq);
+  uint64_t h = hashtab_hash_str(r->seed, key);
+  struct wkey *wk = hashtab_find(&job->waits, h, key, wkey_eq);
   struct waiter *w;
   size_t klen = strlen(key);
 
@@ -144,16 +144,16 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
     return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "too many waiting gets (%d)", job->n_waiters);
   w = calloc(1, sizeof(*w));
-  if (!w || th_reserve(&r->heap, 1)) {
+  if (!w || timer_heap_reserve(&r->heap, 1)) {
     free(w);
     return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
   }
   if (!wk) {
     wk = calloc(1, sizeof(*wk) + klen + 1);
-    if (!wk || ht_insert(&job->waits, h, wk)) {
+    if (!wk || hashtab_insert(&job->waits, h, wk)) {
       free(wk);
       free(w);
-      th_unreserve(&r->heap, 1);
+      timer_heap_unreserve(&r->heap, 1);
       return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
     }
     wk->h = h;
@@ -166,8 +166,8 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
   LIST_INSERT_HEAD(&wk->waiters, w, by_key);
   LIST_INSERT_HEAD(&n->waiters, w, by_node);
   job->n_waiters++;
-  th_init(&w->t, T_KV_WAIT);
-  th_set(&r->heap, &w->t, now + wait);
+  timer_heap_node_init(&w->t, T_KV_WAIT);
+  timer_heap_set(&r->heap, &w->t, now + wait);
   return 0;
 }
 
@@ -200,7 +200,8 @@ int rs__kv_handle(struct rs_registry *r, struct node *n,
 
   if (!key_ok(kv->key))
     return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
-  e = ht_find(&job->kv, ht_hash_str(r->seed, kv->key), kv->key, kv_eq);
+  e = hashtab_find(&job->kv, hashtab_hash_str(r->seed, kv->key), kv->key,
+                   kv_eq);
   switch (m->op) {
   case RP_KV_SET:
     if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))

@@ -12,13 +12,16 @@
 #include <uv.h>
 
 #include "endpoint.h"
+#include "err.h"
 #include "log_file.h"
 #include "metrics.h"
 #include "metrics_http.h"
+#include "notify.h"
+#include "num.h"
+#include "options.h"
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "rdzv_token.h"
-#include "sd_notify.h"
 #include "server.h"
 #include "status_client.h"
 
@@ -158,7 +161,7 @@ static void on_sighup(uv_signal_t *h, int signum)
   if (err) {
     snprintf(line, sizeof line, "SIGHUP: cannot reopen %s: %s; still "
              "writing to the file opened before", d->log.path,
-             strerror(-err));
+             err_str(err));
     log_line(d, line);
     return;
   }
@@ -177,7 +180,7 @@ static void on_signal(uv_signal_t *h, int signum)
 {
   struct daemon *d = h->data;
 
-  sd_notify_state("STOPPING=1");
+  notify_send("STOPPING=1");
   log_line(d, signum == SIGTERM ? "SIGTERM: shutting down"
                                 : "SIGINT: shutting down");
   if (signum == SIGTERM)
@@ -189,92 +192,6 @@ static void on_signal(uv_signal_t *h, int signum)
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
   uv_close((uv_handle_t *)&d->sighup, NULL);
-}
-
-static int parse_int(const char *flag, const char *v, long lo, long hi)
-{
-  char *end;
-  long n;
-
-  errno = 0;
-  n = strtol(v, &end, 10);
-  if (errno || end == v || *end || n < lo || n > hi) {
-    fprintf(stderr, "rdzvd: error: %s: invalid value '%s' (expected an "
-            "integer %ld..%ld)\n", flag, v, lo, hi);
-    exit(EXIT_USAGE);
-  }
-  return (int)n;
-}
-
-/* A byte count: digits and an optional K, M or G (powers of 1024). */
-static size_t parse_size(const char *flag, const char *v)
-{
-  unsigned long long n, mul = 1;
-  char *end;
-
-  errno = 0;
-  n = strtoull(v, &end, 10);
-  if (*end == 'K' || *end == 'k')
-    mul = 1ull << 10;
-  else if (*end == 'M' || *end == 'm')
-    mul = 1ull << 20;
-  else if (*end == 'G' || *end == 'g')
-    mul = 1ull << 30;
-  if (mul > 1)
-    end++;
-  if (errno || end == v || *end || v[0] == '-' || n == 0 ||
-      n > (1ull << 50) / mul) {
-    fprintf(stderr, "rdzvd: error: %s: invalid size '%s' (expected a "
-            "positive byte count, optionally with K, M or G)\n", flag, v);
-    exit(EXIT_USAGE);
-  }
-  return (size_t)(n * mul);
-}
-
-/* Seconds: a positive finite number. */
-static double parse_secs(const char *flag, const char *v)
-{
-  char *end;
-  double d;
-
-  errno = 0;
-  d = strtod(v, &end);
-  if (errno || end == v || *end || !(d > 0) || d > 1e7) {
-    fprintf(stderr, "rdzvd: error: %s: invalid duration '%s' (expected "
-            "seconds, > 0 and <= 1e7)\n", flag, v);
-    exit(EXIT_USAGE);
-  }
-  return d;
-}
-
-/* Accepts --flag=value and --flag value, with - or _ spellings. */
-static const char *flag_value(int argc, char **argv, int *i,
-                              const char *name)
-{
-  const char *a = argv[*i];
-  size_t n = strlen(name);
-  size_t k;
-
-  if (strncmp(a, "--", 2) != 0)
-    return NULL;
-  a += 2;
-  for (k = 0; k < n; k++) {
-    char c = a[k], want = name[k];
-
-    if (c == '-')
-      c = '_';
-    if (c != want)
-      return NULL;
-  }
-  if (a[n] == '=')
-    return a + n + 1;
-  if (a[n] != '\0')
-    return NULL;
-  if (*i + 1 >= argc) {
-    fprintf(stderr, "rdzvd: error: --%s: expected a value\n", name);
-    exit(EXIT_USAGE);
-  }
-  return argv[++*i];
 }
 
 /* GET /metrics: the counters, and the gauges read from the registry. */
@@ -298,20 +215,18 @@ static int start_metrics(struct daemon *d, char *err, size_t errlen)
   int port = -1;
 
   if (d->metrics_ep[0] == ':') {
-    char *end;
-    long p = strtol(d->metrics_ep + 1, &end, 10);
+    long p;
 
-    if (end != d->metrics_ep + 1 && !*end && p >= 0 && p <= 65535)
+    if (num_parse_long(d->metrics_ep + 1, 0, 65535, &p) == 0)
       port = (int)p;
   } else if (endpoint_parse(d->metrics_ep, -1, host, sizeof host,
                             &port) != 0) {
     port = -1;
   }
-  if (port < 0) {
-    snprintf(err, errlen, "--metrics: invalid value '%s' (expected "
-             "HOST:PORT, [IPV6]:PORT or :PORT)", d->metrics_ep);
-    return UV_EINVAL;
-  }
+  if (port < 0)
+    return err_set(err, errlen, UV_EINVAL, "--metrics: invalid value '%s' "
+                   "(expected HOST:PORT, [IPV6]:PORT or :PORT)",
+                   d->metrics_ep);
   snprintf(d->metrics_host, sizeof d->metrics_host, "%s", host);
   o.host = host;
   o.port = port;
@@ -321,200 +236,172 @@ static int start_metrics(struct daemon *d, char *err, size_t errlen)
   return metrics_http_start(d->loop, &o, &d->http, err, errlen);
 }
 
-int main(int argc, char **argv)
+/* The daemon's first steps, up to serving: its token key, its log, the
+ * server and the metrics endpoint.  Returns 0, or non-zero with a message
+ * in err (and nothing left open). */
+static int daemon_start(struct daemon *d, const struct options *opt,
+                        const struct ra_secret *secret, char *err,
+                        size_t errlen)
 {
-  struct rdzvd_server_opts o;
-  struct daemon d;
-  struct ra_secret secret, token_key;
-  const char *status = NULL, *status_job = NULL, *v;
-  const char *secret_file = getenv("RDZVD_SECRET_FILE");
-  const char *token_key_file = getenv("RDZVD_TOKEN_KEY_FILE");
-  int status_limit = 0;
-  bool json = false;
-  char err[256];
-  int i, rc;
+  struct rdzvd_server_opts o = opt->server;
+  struct ra_secret token_key;
+  char why[200];
+  int rc;
 
-  memset(&o, 0, sizeof o);
-  memset(&d, 0, sizeof d);
-  o.port = 29400;
-  for (i = 1; i < argc; i++) {
-    if ((v = flag_value(argc, argv, &i, "host"))) {
-      o.host = v;
-    } else if ((v = flag_value(argc, argv, &i, "port"))) {
-      o.port = parse_int("--port", v, 0, 65535);
-    } else if ((v = flag_value(argc, argv, &i, "max_jobs"))) {
-      o.limits.max_jobs = parse_int("--max_jobs", v, 1, 10000000);
-    } else if ((v = flag_value(argc, argv, &i, "metrics"))) {
-      d.metrics_ep = v;
-    } else if ((v = flag_value(argc, argv, &i, "log_file"))) {
-      d.log_path = v;
-    } else if ((v = flag_value(argc, argv, &i, "secret_file"))) {
-      secret_file = v;
-    } else if ((v = flag_value(argc, argv, &i, "token_key_file"))) {
-      token_key_file = v;
-    } else if ((v = flag_value(argc, argv, &i, "max_conns"))) {
-      o.io.max_conns = parse_int("--max_conns", v, 1, 10000000);
-    } else if ((v = flag_value(argc, argv, &i, "hello_timeout"))) {
-      o.io.hello_timeout = parse_secs("--hello_timeout", v);
-    } else if ((v = flag_value(argc, argv, &i, "metrics_header_timeout"))) {
-      d.metrics_header_timeout = parse_secs("--metrics_header_timeout", v);
-    } else if ((v = flag_value(argc, argv, &i, "prejoin_frame_max"))) {
-      o.io.prejoin_frame = parse_size("--prejoin_frame_max", v);
-    } else if ((v = flag_value(argc, argv, &i, "input_budget"))) {
-      o.io.input_budget = parse_size("--input_budget", v);
-    } else if ((v = flag_value(argc, argv, &i, "output_budget"))) {
-      o.io.output_budget = parse_size("--output_budget", v);
-    } else if ((v = flag_value(argc, argv, &i, "conn_output_max"))) {
-      o.io.conn_output = parse_size("--conn_output_max", v);
-    } else if ((v = flag_value(argc, argv, &i, "kv_budget"))) {
-      o.limits.max_kv_total = parse_size("--kv_budget", v);
-    } else if ((v = flag_value(argc, argv, &i, "max_join_timeout"))) {
-      o.limits.max_join_timeout = parse_secs("--max_join_timeout", v);
-    } else if ((v = flag_value(argc, argv, &i, "max_last_call"))) {
-      o.limits.max_last_call = parse_secs("--max_last_call", v);
-    } else if ((v = flag_value(argc, argv, &i, "max_close_timeout"))) {
-      o.limits.max_close_timeout = parse_secs("--max_close_timeout", v);
-    } else if ((v = flag_value(argc, argv, &i, "max_keepalive"))) {
-      o.limits.max_keepalive = parse_secs("--max_keepalive", v);
-    } else if ((v = flag_value(argc, argv, &i, "resume_grace"))) {
-      o.limits.resume_grace = parse_secs("--resume-grace", v);
-    } else if ((v = flag_value(argc, argv, &i, "job"))) {
-      if (!*v || strlen(v) > RP_MAX_ID) {
-        fprintf(stderr, "rdzvd: error: --job: expected a job id of 1 to "
-                "%d bytes\n", RP_MAX_ID);
-        return EXIT_USAGE;
-      }
-      status_job = v;
-    } else if ((v = flag_value(argc, argv, &i, "limit"))) {
-      status_limit = parse_int("--limit", v, 1, RP_MAX_STATUS_JOBS);
-    } else if ((v = flag_value(argc, argv, &i, "status"))) {
-      status = v;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (strcmp(argv[i], "--quiet") == 0) {
-      d.quiet = true;
-    } else if (strcmp(argv[i], "--version") == 0) {
-      printf("rdzvd %s\n", CDRUN_VERSION);
-      return 0;
-    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      fputs(usage, stdout);
-      return 0;
-    } else {
-      fprintf(stderr, "rdzvd: error: unrecognized argument '%s'\n",
-              argv[i]);
-      return EXIT_USAGE;
-    }
-  }
-  memset(&secret, 0, sizeof secret);
-  if (secret_file && *secret_file &&
-      ra_secret_load(secret_file, &secret, err, sizeof err) != 0) {
-    fprintf(stderr, "rdzvd: error: %s\n", err);
-    return 1;
-  }
-  if (status) {
-    rc = status_query(status, json, status_job, status_limit,
-                      &secret);
-    ra_secret_clear(&secret);
-    return rc;
-  }
-  o.secret = &secret;
+  d->quiet = opt->quiet;
+  d->log_path = opt->log_path;
+  d->metrics_ep = opt->metrics_ep;
+  d->metrics_header_timeout = opt->metrics_header_timeout;
+  o.secret = secret;
   memset(&token_key, 0, sizeof token_key);
-  if (token_key_file && *token_key_file &&
-      rdzv_token_key_file(token_key_file, &token_key, err, sizeof err)) {
-    fprintf(stderr, "rdzvd: error: --token-key-file: %s\n", err);
-    ra_secret_clear(&secret);
-    return 1;
-  }
+  if (opt->token_key_file && *opt->token_key_file &&
+      rdzv_token_key_file(opt->token_key_file, &token_key, why, sizeof why))
+    return err_invalid(err, errlen, "--token-key-file: %s", why);
   o.token_key = &token_key;
 
   signal(SIGPIPE, SIG_IGN);
   /* A daemon outlives the terminal that started it. */
   signal(SIGHUP, SIG_IGN);
-  d.loop = uv_default_loop();
-  if (d.log_path) {
-    rc = log_file_open(&d.log, d.log_path);
+  d->loop = uv_default_loop();
+  if (d->log_path) {
+    rc = log_file_open(&d->log, d->log_path);
     if (rc) {
-      fprintf(stderr, "rdzvd: error: --log-file: cannot open %s: %s\n",
-              d.log_path, strerror(-rc));
-      return 1;
+      ra_secret_clear(&token_key);
+      return err_set(err, errlen, rc, "--log-file: cannot open %s: %s",
+                     d->log_path, err_str(rc));
     }
   }
   /* --quiet: no logger at all, so no line is even formatted. */
-  o.log = d.quiet ? NULL : log_line;
-  o.log_ctx = &d;
-  metrics_init(&d.metrics);
-  o.metrics = &d.metrics;
-  rc = rdzvd_server_start(d.loop, &o, &d.server, err, sizeof err);
-  ra_secret_clear(&secret);   /* the server keeps its own copy */
-  ra_secret_clear(&token_key);
+  o.log = d->quiet ? NULL : log_line;
+  o.log_ctx = d;
+  metrics_init(&d->metrics);
+  o.metrics = &d->metrics;
+  rc = rdzvd_server_start(d->loop, &o, &d->server, err, errlen);
+  ra_secret_clear(&token_key);   /* the server keeps its own copy */
   if (rc) {
-    fprintf(stderr, "rdzvd: error: %s\n", err);
-    log_file_close(&d.log);
-    return 1;
+    log_file_close(&d->log);
+    return rc;
   }
-  if (d.metrics_ep && start_metrics(&d, err, sizeof err)) {
-    fprintf(stderr, "rdzvd: error: %s\n", err);
-    rdzvd_server_stop(d.server);
-    uv_run(d.loop, UV_RUN_DEFAULT);
-    log_file_close(&d.log);
-    return 1;
+  if (d->metrics_ep) {
+    rc = start_metrics(d, err, errlen);
+    if (rc) {
+      rdzvd_server_stop(d->server);
+      uv_run(d->loop, UV_RUN_DEFAULT);
+      log_file_close(&d->log);
+      return rc;
+    }
   }
+  return 0;
+}
+
+/* "[v6]" or "v4" for the announcements; "::" when host is every address. */
+static void announce_endpoint(struct daemon *d, const char *what,
+                              const char *host, int port, const char *path)
+{
+  const char *h = host && *host ? host : "::";
+  bool v6 = strchr(h, ':') != NULL;
+
+  announce(d, "rdzvd: %s%s%s%s:%d%s", what, v6 ? "[" : "", h,
+           v6 ? "]" : "", port, path);
+}
+
+/* Serving: signals handled, then the first lines (machine-readable:
+ * tests and scripts that asked for port 0 read the port from them), then
+ * systemd told, then what the operator should know about the secret. */
+static void daemon_announce(struct daemon *d, const struct options *opt)
+{
+  char line[512];
+  int rc;
+
   /* Handled before anyone learns the port: a SIGTERM right after the
    * first line is a clean stop. */
-  uv_signal_init(d.loop, &d.sigterm);
-  uv_signal_init(d.loop, &d.sigint);
-  uv_signal_init(d.loop, &d.sighup);
-  d.sigterm.data = d.sigint.data = d.sighup.data = &d;
-  uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-  uv_signal_start(&d.sigint, on_signal, SIGINT);
-  uv_signal_start(&d.sighup, on_sighup, SIGHUP);
-  /* The first line is machine-readable: tests and scripts that asked for
-   * port 0 read the port from it. */
-  {
-    const char *h = o.host && *o.host ? o.host : "::";
-    bool v6 = strchr(h, ':') != NULL;
-
-    announce(&d, "rdzvd: listening on %s%s%s:%d (pid %d)\n",
-             v6 ? "[" : "", h, v6 ? "]" : "", rdzvd_server_port(d.server),
-             (int)getpid());
-  }
-  if (d.http) {
-    const char *h = d.metrics_host[0] ? d.metrics_host : "::";
-    bool v6 = strchr(h, ':') != NULL;
-
-    announce(&d, "rdzvd: metrics on http://%s%s%s:%d/metrics\n",
-             v6 ? "[" : "", h, v6 ? "]" : "", metrics_http_port(d.http));
-  }
+  uv_signal_init(d->loop, &d->sigterm);
+  uv_signal_init(d->loop, &d->sigint);
+  uv_signal_init(d->loop, &d->sighup);
+  d->sigterm.data = d->sigint.data = d->sighup.data = d;
+  uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&d->sigint, on_signal, SIGINT);
+  uv_signal_start(&d->sighup, on_sighup, SIGHUP);
+  snprintf(line, sizeof line, " (pid %d)\n", (int)getpid());
+  announce_endpoint(d, "listening on ", opt->server.host,
+                    rdzvd_server_port(d->server), line);
+  if (d->http)
+    announce_endpoint(d, "metrics on http://", d->metrics_host,
+                      metrics_http_port(d->http), "/metrics\n");
   /* systemd (Type=notify): ready once every port listens. */
-  {
-    char state[64];
-
-    snprintf(state, sizeof state, "READY=1\nSTATUS=listening on port %d",
-             rdzvd_server_port(d.server));
-    rc = sd_notify_state(state);
-    if (rc < 0)
-      announce(&d, "rdzvd: warning: cannot notify systemd through "
-               "NOTIFY_SOCKET=%s: %s\n", getenv("NOTIFY_SOCKET"),
-               strerror(-rc));
-  }
-  if (secret_file && *secret_file) {
-    snprintf(err, sizeof err, "clients must prove they know the shared "
-             "secret in %s", secret_file);
-    log_line(&d, err);
-    if (!(token_key_file && *token_key_file))
-      log_line(&d, "warning: no --token-key-file: after a restart this "
+  snprintf(line, sizeof line, "READY=1\nSTATUS=listening on port %d",
+           rdzvd_server_port(d->server));
+  rc = notify_send(line);
+  if (rc < 0)
+    announce(d, "rdzvd: warning: cannot notify systemd through "
+             "NOTIFY_SOCKET=%s: %s\n", getenv("NOTIFY_SOCKET"),
+             err_str(rc));
+  if (opt->secret_file && *opt->secret_file) {
+    snprintf(line, sizeof line, "clients must prove they know the shared "
+             "secret in %s", opt->secret_file);
+    log_line(d, line);
+    if (!(opt->token_key_file && *opt->token_key_file))
+      log_line(d, "warning: no --token-key-file: after a restart this "
                "daemon cannot check a re-asserted rank, and any client "
                "with the secret could claim one before its node returns "
                "(rdzvd(8), Node tokens)");
   }
-  uv_timer_init(d.loop, &d.trim);
-  uv_timer_start(&d.trim, trim_fire, TRIM_PERIOD_MS, TRIM_PERIOD_MS);
-  uv_unref((uv_handle_t *)&d.trim);
+}
+
+/* Serves until a signal stops the server, then closes what is left. */
+static void daemon_run(struct daemon *d)
+{
+  uv_timer_init(d->loop, &d->trim);
+  uv_timer_start(&d->trim, trim_fire, TRIM_PERIOD_MS, TRIM_PERIOD_MS);
+  uv_unref((uv_handle_t *)&d->trim);
   fflush(stderr);
-  uv_run(d.loop, UV_RUN_DEFAULT);
-  uv_walk(d.loop, close_walk, NULL);
-  uv_run(d.loop, UV_RUN_DEFAULT);
-  uv_loop_close(d.loop);
-  log_file_close(&d.log);
+  uv_run(d->loop, UV_RUN_DEFAULT);
+  uv_walk(d->loop, close_walk, NULL);
+  uv_run(d->loop, UV_RUN_DEFAULT);
+  uv_loop_close(d->loop);
+  log_file_close(&d->log);
+}
+
+int main(int argc, char **argv)
+{
+  struct options opt;
+  struct daemon d;
+  struct ra_secret secret;
+  char err[256];
+  int rc;
+
+  if (options_parse(argc, argv, &opt, err, sizeof err)) {
+    fprintf(stderr, "rdzvd: error: %s\n", err);
+    return EXIT_USAGE;
+  }
+  if (opt.action == OPTIONS_HELP) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  if (opt.action == OPTIONS_VERSION) {
+    printf("rdzvd %s\n", CDRUN_VERSION);
+    return 0;
+  }
+  memset(&secret, 0, sizeof secret);
+  if (opt.secret_file && *opt.secret_file &&
+      ra_secret_load(opt.secret_file, &secret, err, sizeof err) != 0) {
+    fprintf(stderr, "rdzvd: error: %s\n", err);
+    return 1;
+  }
+  if (opt.action == OPTIONS_STATUS) {
+    rc = status_query(opt.status, opt.json, opt.status_job,
+                      opt.status_limit, &secret);
+    ra_secret_clear(&secret);
+    return rc;
+  }
+  memset(&d, 0, sizeof d);
+  rc = daemon_start(&d, &opt, &secret, err, sizeof err);
+  ra_secret_clear(&secret);     /* the server keeps its own copy */
+  if (rc) {
+    fprintf(stderr, "rdzvd: error: %s\n", err);
+    return 1;
+  }
+  daemon_announce(&d, &opt);
+  daemon_run(&d);
   return 0;
 }

@@ -23,6 +23,8 @@
 #include <string.h>
 #include <sys/queue.h>
 
+#include "err.h"
+
 #define MS_PER_S 1000.0
 
 struct scrape {
@@ -319,9 +321,9 @@ static int bind_listen(struct metrics_http *h, const char *host, int port,
   } else {
     rc = getaddrinfo(host, portstr, &hints, &res);
     if (rc != 0) {
-      snprintf(err, errlen, "--metrics: cannot resolve '%s': %s", host,
-               gai_strerror(rc));
-      return UV_EINVAL;
+      return err_set(err, errlen, UV_EINVAL,
+                     "--metrics: cannot resolve '%s': %s", host,
+                     gai_strerror(rc));
     }
     rc = uv_tcp_bind(&h->listener, res->ai_addr, 0);
     freeaddrinfo(res);
@@ -342,8 +344,7 @@ int metrics_http_start(uv_loop_t *loop, const struct metrics_http_opts *o,
   int namelen = sizeof ss, rc;
 
   if (!h) {
-    snprintf(err, errlen, "out of memory");
-    return UV_ENOMEM;
+    return err_set(err, errlen, UV_ENOMEM, "out of memory");
   }
   h->loop = loop;
   TAILQ_INIT(&h->scrapes);

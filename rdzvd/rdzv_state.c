@@ -108,7 +108,7 @@ static bool gathering(const struct job *job)
 
 static uint64_t rank_hash(const struct rs_registry *r, int rank)
 {
-  return ht_mix64(r->seed ^ (uint64_t)(unsigned)rank);
+  return hashtab_mix64(r->seed ^ (uint64_t)(unsigned)rank);
 }
 
 static bool rank_eq(const void *item, const void *key)
@@ -119,7 +119,7 @@ static bool rank_eq(const void *item, const void *key)
 static struct node *rank_holder(const struct rs_registry *r,
                                 const struct job *job, int rank)
 {
-  return ht_find(&job->ranks, rank_hash(r, rank), &rank, rank_eq);
+  return hashtab_find(&job->ranks, rank_hash(r, rank), &rank, rank_eq);
 }
 
 /* The job is no longer rebuilding: the table goes. */
@@ -202,8 +202,8 @@ int rs__refuse(const struct rs_registry *r, void *conn,
 
 static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
 {
-  uint64_t h = ht_hash_ptr(r->seed, conn);
-  struct conn *c = ht_find(&r->conns, h, conn, conn_eq);
+  uint64_t h = hashtab_hash_ptr(r->seed, conn);
+  struct conn *c = hashtab_find(&r->conns, h, conn, conn_eq);
 
   if (c || !create)
     return c;
@@ -212,7 +212,7 @@ static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
     return NULL;
   c->conn = conn;
   c->h = h;
-  if (ht_insert(&r->conns, h, c)) {
+  if (hashtab_insert(&r->conns, h, c)) {
     free(c);
     return NULL;
   }
@@ -365,15 +365,15 @@ static void node_free(struct rs_registry *r, struct node *n)
   struct job *job = n->job;
 
   if (job->rebuilding && n->rank >= 0)
-    ht_remove(&job->ranks, rank_hash(r, n->rank), n);
+    hashtab_remove(&job->ranks, rank_hash(r, n->rank), n);
   node_set_state(job, n, NS_IDLE, false);
   if (n->barrier)
     n->barrier->count--;
   while (!LIST_EMPTY(&n->waiters))
     rs__kv_waiter_free(r, job, LIST_FIRST(&n->waiters));
-  th_clear(&r->heap, &n->t_join);
-  th_clear(&r->heap, &n->t_alive);
-  th_unreserve(&r->heap, 2);
+  timer_heap_clear(&r->heap, &n->t_join);
+  timer_heap_clear(&r->heap, &n->t_alive);
+  timer_heap_unreserve(&r->heap, 2);
   TAILQ_REMOVE(&job->nodes, n, in_job);
   job->n_nodes--;
   job->sum_nproc -= n->nproc;
@@ -424,7 +424,7 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   n = calloc(1, sizeof(*n));
   if (!n)
     return NULL;
-  if (th_reserve(&r->heap, 2)) {
+  if (timer_heap_reserve(&r->heap, 2)) {
     free(n);
     return NULL;
   }
@@ -437,15 +437,15 @@ static struct node *node_create(struct rs_registry *r, struct job *job,
   n->rank = n->prev_rank = -1;
   n->incarnation = rdzv_token_incarnation(r->tokens);
   n->last_seen = now;
-  th_init(&n->t_join, T_JOIN);
-  th_init(&n->t_alive, T_ALIVE);
-  th_set(&r->heap, &n->t_alive, now + n->alive_window);
+  timer_heap_node_init(&n->t_join, T_JOIN);
+  timer_heap_node_init(&n->t_alive, T_ALIVE);
+  timer_heap_set(&r->heap, &n->t_alive, now + n->alive_window);
   TAILQ_INSERT_TAIL(&job->nodes, n, in_job);
   job->n_nodes++;
   job->sum_nproc += n->nproc;
   r->n_nodes++;
   empty_remove(r, job);
-  th_clear(&r->heap, &job->t_forget);
+  timer_heap_clear(&r->heap, &job->t_forget);
   return n;
 }
 
@@ -472,11 +472,11 @@ static void job_free(struct rs_registry *r, struct job *job)
   free(job->order);
   free(job->ranks.s);
   free(job->cause);
-  th_clear(&r->heap, &job->t_last_call);
-  th_clear(&r->heap, &job->t_progress);
-  th_clear(&r->heap, &job->t_forget);
-  th_unreserve(&r->heap, 3);
-  ht_remove(&r->jobs, job->h, job);
+  timer_heap_clear(&r->heap, &job->t_last_call);
+  timer_heap_clear(&r->heap, &job->t_progress);
+  timer_heap_clear(&r->heap, &job->t_forget);
+  timer_heap_unreserve(&r->heap, 3);
+  hashtab_remove(&r->jobs, job->h, job);
   TAILQ_REMOVE(&r->jobs_in_order, job, in_registry);
   r->n_jobs--;
   free(job);
@@ -484,7 +484,7 @@ static void job_free(struct rs_registry *r, struct job *job)
 
 static struct job *job_find(const struct rs_registry *r, const char *id)
 {
-  return ht_find(&r->jobs, ht_hash_str(r->seed, id), id, rs__job_eq);
+  return hashtab_find(&r->jobs, hashtab_hash_str(r->seed, id), id, rs__job_eq);
 }
 
 static void lower(const struct rs_registry *r, const struct job *job,
@@ -529,15 +529,15 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   if (!job)
     return NULL;
   copy_str(job->id, sizeof job->id, j->id);
-  job->h = ht_hash_str(r->seed, job->id);
+  job->h = hashtab_hash_str(r->seed, job->id);
   TAILQ_INIT(&job->nodes);
   TAILQ_INIT(&job->spares);
-  if (th_reserve(&r->heap, 3)) {
+  if (timer_heap_reserve(&r->heap, 3)) {
     free(job);
     return NULL;
   }
-  if (ht_insert(&r->jobs, job->h, job)) {
-    th_unreserve(&r->heap, 3);
+  if (hashtab_insert(&r->jobs, job->h, job)) {
+    timer_heap_unreserve(&r->heap, 3);
     free(job);
     return NULL;
   }
@@ -549,16 +549,16 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   }
   job->progress_last = now;
   job->round_started = now;
-  th_init(&job->t_last_call, T_LAST_CALL);
-  th_init(&job->t_progress, T_PROGRESS);
-  th_init(&job->t_forget, T_FORGET);
+  timer_heap_node_init(&job->t_last_call, T_LAST_CALL);
+  timer_heap_node_init(&job->t_progress, T_PROGRESS);
+  timer_heap_node_init(&job->t_forget, T_FORGET);
   TAILQ_INSERT_TAIL(&r->jobs_in_order, job, in_registry);
   r->n_jobs++;
   empty_add(r, job);
   ceilings(r, job);
   /* Forgotten unless a node arrives (node_create cancels this). */
   cf = &job->conf;
-  th_set(&r->heap, &job->t_forget, now + cf->close_timeout);
+  timer_heap_set(&r->heap, &job->t_forget, now + cf->close_timeout);
   say(r, "job %s: created (nodes %d..%d, max_restarts %d, join_timeout "
       "%g s, last_call %g s, close_timeout %g s, keepalive %g s x %d)",
       job->id, cf->min_nodes, cf->max_nodes, cf->max_restarts,
@@ -573,8 +573,8 @@ static void progress_changed(struct rs_registry *r, struct job *job,
                              double now)
 {
   job->progress_dirty = true;
-  if (!th_armed(&job->t_progress))
-    th_set(&r->heap, &job->t_progress,
+  if (!timer_heap_armed(&job->t_progress))
+    timer_heap_set(&r->heap, &job->t_progress,
               fmax(now, job->progress_last + PROGRESS_PERIOD));
 }
 
@@ -643,7 +643,7 @@ static void complete_round(struct rs_registry *r, struct job *job,
   for (i = 0; i < k; i++) {
     n = job->order[i];
     n->rank = (int)i;
-    th_clear(&r->heap, &n->t_join);
+    timer_heap_clear(&r->heap, &n->t_join);
     rd->group_rank = (int)i;
     rd->rank_offset = offset;
     offset += n->nproc;
@@ -660,8 +660,8 @@ static void complete_round(struct rs_registry *r, struct job *job,
   job->progress_dirty = false;
   if (job->cause)
     job->cause->held = false;
-  th_clear(&r->heap, &job->t_last_call);
-  th_clear(&r->heap, &job->t_progress);
+  timer_heap_clear(&r->heap, &job->t_last_call);
+  timer_heap_clear(&r->heap, &job->t_progress);
   metrics_round_completed(r->metrics, now - job->round_started);
   say(r, "job %s: round %d complete: %zu node%s, world size %d, master "
       "%s:%d", job->id, job->round, k, k == 1 ? "" : "s", job->world_size,
@@ -698,10 +698,10 @@ static void decide(struct rs_registry *r, struct job *job, double now)
     }
     job->phase = PH_LAST_CALL;
     job->deadline = now + last_call;
-    th_set(&r->heap, &job->t_last_call, job->deadline);
+    timer_heap_set(&r->heap, &job->t_last_call, job->deadline);
   } else if (job->phase == PH_LAST_CALL) {
     job->phase = PH_GATHERING;
-    th_clear(&r->heap, &job->t_last_call);
+    timer_heap_clear(&r->heap, &job->t_last_call);
   }
 }
 
@@ -741,7 +741,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   /* A closing job starts no round: what changed may end its wait for
    * reports (rs_tick, outside the caller's walk). */
   if (job->closing) {
-    th_set(&r->heap, &job->t_last_call, now);
+    timer_heap_set(&r->heap, &job->t_last_call, now);
     return;
   }
   for (b = job->barriers; b; b = b->next)
@@ -766,8 +766,8 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   job->progress_dirty = false;
   job->progress_last = now;
   job->round_started = now;
-  th_clear(&r->heap, &job->t_last_call);
-  th_clear(&r->heap, &job->t_progress);
+  timer_heap_clear(&r->heap, &job->t_last_call);
+  timer_heap_clear(&r->heap, &job->t_progress);
   TAILQ_FOREACH(n, &job->nodes, in_job) {
     n->barrier = NULL;
     if (n->state != NS_PART)
@@ -786,7 +786,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
       text);
   recheck(r, job, now);
   if (job->rounds_spent)
-    th_set(&r->heap, &job->t_last_call, now);
+    timer_heap_set(&r->heap, &job->t_last_call, now);
 }
 
 /* Sends CLOSED to every node of the job and drops them; the job stays
@@ -796,8 +796,8 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
 {
   job->phase = success ? PH_FINISHED : PH_CLOSED;
   job->closing = false;
-  th_clear(&r->heap, &job->t_last_call);
-  th_clear(&r->heap, &job->t_progress);
+  timer_heap_clear(&r->heap, &job->t_last_call);
+  timer_heap_clear(&r->heap, &job->t_progress);
   say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
   while (!TAILQ_EMPTY(&job->nodes)) {
     struct node *n = TAILQ_FIRST(&job->nodes);
@@ -809,7 +809,7 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
     conn_drop(r, conn);
   }
   barriers_free(job);
-  th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
+  timer_heap_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
 static void barrier_check(struct rs_registry *r, struct job *job,
@@ -860,8 +860,8 @@ static void job_settle(struct rs_registry *r, struct job *job, double now,
     for (b = job->barriers; b; b = b->next)
       barrier_check(r, job, b);
   }
-  if (!job->n_nodes && !th_armed(&job->t_forget))
-    th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
+  if (!job->n_nodes && !timer_heap_armed(&job->t_forget))
+    timer_heap_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
 /* Removes n (the caller logged why).  A participant of a running round
@@ -893,7 +893,7 @@ static void node_remove(struct rs_registry *r, struct node *n, double now,
     start_round(r, job, now, text, NULL);
     job->lost_host = job->lost_why = NULL;
     if (!job->n_nodes)
-      th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
+      timer_heap_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
     return;
   }
   node_free(r, n);
@@ -938,7 +938,7 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
 
   n->seq = ++job->seq;
   n->join_at = now;
-  th_set(&r->heap, &n->t_join, now + n->join_timeout);
+  timer_heap_set(&r->heap, &n->t_join, now + n->join_timeout);
   describe(n, d, sizeof d);
   if (gathering(job)) {
     if (n->expected ||
@@ -1110,7 +1110,7 @@ static void rebuild_done(struct rs_registry *r, struct job *job)
   struct barrier *b;
 
   ranks_clear(job);
-  th_clear(&r->heap, &job->t_last_call);
+  timer_heap_clear(&r->heap, &job->t_last_call);
   say(r, "job %s: round %d rebuilt: all %d nodes re-asserted it", job->id,
       job->round, job->rebuild_size);
   for (b = job->barriers; b; b = b->next)
@@ -1285,8 +1285,8 @@ static void rebuild_start(struct rs_registry *r, struct job *job,
   job->resumed = true;
   job->rebuild_size = as->group_world_size;
   job->deadline = now + grace;
-  th_clear(&r->heap, &job->t_progress);
-  th_set(&r->heap, &job->t_last_call, job->deadline);
+  timer_heap_clear(&r->heap, &job->t_progress);
+  timer_heap_set(&r->heap, &job->t_last_call, job->deadline);
   say(r, "job %s: rebuilding running round %d (restart_count %d) from "
       "re-assertions: %d nodes, world size %d, master %s:%d; %g s for "
       "them to come back", job->id, job->round, job->restart_count,
@@ -1301,7 +1301,7 @@ static int rebuild_take(struct rs_registry *r, struct job *job,
 {
   const struct rp_round *as = &a->round;
 
-  if (ht_insert(&job->ranks, rank_hash(r, as->group_rank), n)) {
+  if (hashtab_insert(&job->ranks, rank_hash(r, as->group_rank), n)) {
     void *conn = n->c->conn;
 
     node_free(r, n);
@@ -1497,7 +1497,7 @@ static void closing_start(struct rs_registry *r, struct job *job,
   say(r, "job %s: closing: waiting up to %g s for %d more failure "
       "report%s", job->id, job->closing_deadline - now,
       closing_pending(job), closing_pending(job) == 1 ? "" : "s");
-  th_set(&r->heap, &job->t_last_call, job->closing_deadline);
+  timer_heap_set(&r->heap, &job->t_last_call, job->closing_deadline);
 }
 
 /* FAILURE: a restart, counted once per round, or the end of the job. */
@@ -1674,7 +1674,7 @@ struct rs_registry *rs_create(const struct rs_sink *sink,
   if (limits)
     r->lim = *limits;
   rs_limits_default(&r->lim);
-  r->seed = ht_mix64((uint64_t)(uintptr_t)r);
+  r->seed = hashtab_mix64((uint64_t)(uintptr_t)r);
   r->tokens = rdzv_token_key_new(NULL);
   if (!r->tokens) {
     free(r);
@@ -1698,7 +1698,7 @@ void rs_destroy(struct rs_registry *r)
     free(r->conns.s[i].item);
   free(r->conns.s);
   free(r->jobs.s);
-  th_free(&r->heap);
+  timer_heap_free(&r->heap);
   rdzv_token_key_free(r->tokens);
   free(r);
 }
@@ -1800,7 +1800,7 @@ void rs_conn_closed(struct rs_registry *r, void *conn, double now)
   if (c) {
     if (c->node)
       node_lost(r, c->node, now, "lost: connection closed");
-    ht_remove(&r->conns, c->h, c);
+    hashtab_remove(&r->conns, c->h, c);
     free(c);
   }
   leave(r);
@@ -1833,7 +1833,7 @@ void rs_conn_reset(struct rs_registry *r, void *conn, double now)
   if (c) {
     if (c->node)
       node_lost(r, c->node, now, "lost: connection reset");
-    ht_remove(&r->conns, c->h, c);
+    hashtab_remove(&r->conns, c->h, c);
     free(c);
   }
   leave(r);
@@ -1847,7 +1847,7 @@ static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
   char why[64];
 
   if (now < n->last_seen + period) {
-    th_set(&r->heap, &n->t_alive, n->last_seen + period);
+    timer_heap_set(&r->heap, &n->t_alive, n->last_seen + period);
     return;
   }
   void *conn = n->c->conn;
@@ -1900,10 +1900,10 @@ static double tick(struct rs_registry *r, double now)
 {
   struct job *job;
 
-  struct th_timer *t;
+  struct timer_heap_node *t;
 
-  while ((t = th_top(&r->heap)) && t->at <= now) {
-    th_clear(&r->heap, t);
+  while ((t = timer_heap_top(&r->heap)) && t->at <= now) {
+    timer_heap_clear(&r->heap, t);
     switch (t->kind) {
     case T_LAST_CALL:
       job = container_of(t, struct job, t_last_call);
@@ -1911,7 +1911,7 @@ static double tick(struct rs_registry *r, double now)
                            !closing_pending(job)))
         closing_end(r, job, now);
       else if (job->closing)
-        th_set(&r->heap, &job->t_last_call, job->closing_deadline);
+        timer_heap_set(&r->heap, &job->t_last_call, job->closing_deadline);
       else if (job->rounds_spent && job->phase != PH_CLOSED &&
           job->phase != PH_FINISHED)
         end_job(r, job, now, false, "the job's round numbers are spent "
@@ -1942,7 +1942,7 @@ static double tick(struct rs_registry *r, double now)
       break;
     }
   }
-  t = th_top(&r->heap);
+  t = timer_heap_top(&r->heap);
   return t ? t->at : -1;
 }
 

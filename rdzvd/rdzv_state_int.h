@@ -19,9 +19,9 @@
 
 /* Note [timers]
  *
- * Every deadline is a struct th_timer embedded in its owner (a job's last
- * call, progress and forget timers; a node's join and keepalive timers; a
- * KV wait) and kept in the registry's one timer heap (timer_heap.h); its
+ * Every deadline is a struct timer_heap_node embedded in its owner (a
+ * job's last call, progress and forget timers; a node's join and keepalive
+ * timers; a KV wait) and kept in the registry's one timer heap (timer_heap.h); its
  * kind says which owner and which timer it is.
  *
  * Keepalive is lazy: a message only stores last_seen (O(1)); the node's
@@ -94,7 +94,7 @@ struct waiter {
   LIST_ENTRY(waiter) by_key;    /* wk->waiters */
   LIST_ENTRY(waiter) by_node;   /* node->waiters */
   double wait;
-  struct th_timer t;
+  struct timer_heap_node t;
 };
 
 struct node {
@@ -110,7 +110,7 @@ struct node {
   int prev_rank;                /* in the previous round, else -1 */
   uint64_t seq;                 /* join order */
   double join_at, last_seen;
-  struct th_timer t_join, t_alive;
+  struct timer_heap_node t_join, t_alive;
   int64_t pid;
   int nproc, master_port;
   /* Its own JOIN's durations within the server's ceilings: a node is
@@ -171,18 +171,18 @@ struct job {
   double round_started;         /* metrics: creation, or the RESTART */
   double progress_last;
   uint64_t seq;
-  struct th_timer t_last_call, t_progress, t_forget;
+  struct timer_heap_node t_last_call, t_progress, t_forget;
   TAILQ_HEAD(, node) nodes;
   TAILQ_HEAD(, node) spares;
   struct node **order;          /* scratch for ranking, >= n_nodes */
   size_t order_cap;
-  struct htab ranks;            /* rebuilding: rank -> the node that
+  struct hashtab ranks;         /* rebuilding: rank -> the node that
                                    re-asserted it; sized by arrivals */
   struct barrier *barriers;
   int n_barriers;
-  struct htab kv;
+  struct hashtab kv;
   size_t kv_bytes;
-  struct htab waits;            /* key -> struct wkey */
+  struct hashtab waits;         /* key -> struct wkey */
   int n_waiters;
   char id[RP_MAX_ID + 1];
 };
@@ -191,8 +191,8 @@ struct rs_registry {
   struct rs_sink sink;
   struct rs_limits lim;
   uint64_t seed;
-  struct htab jobs;             /* id -> struct job */
-  struct htab conns;            /* conn pointer -> struct conn */
+  struct hashtab jobs;          /* id -> struct job */
+  struct hashtab conns;         /* conn pointer -> struct conn */
   TAILQ_HEAD(, job) jobs_in_order;  /* the same, creation order */
   TAILQ_HEAD(, job) empty;      /* jobs with no node, oldest first */
   int n_jobs, n_nodes;

@@ -15,7 +15,9 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "err.h"
 #include "metrics.h"
+#include "monotime.h"
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "rp_frames.h"
@@ -48,6 +50,7 @@ struct conn {
   bool joined;                /* a JOIN was accepted: Note [budgets] */
   bool reset;                 /* read failed other than by EOF */
   bool reading;               /* uv_read_start is in effect */
+  bool in_hello;              /* not joined yet (s->hello) */
   bool in_paused;             /* waits for input budget (s->paused) */
   bool out_paused;            /* too many unwritten replies */
   struct conn *close_next;    /* s->close_list */
@@ -55,8 +58,8 @@ struct conn {
   struct ra_server auth;      /* the shared-secret handshake */
   double accepted_at;
   LIST_ENTRY(conn) in_server; /* s->conns: every open connection */
-  struct conn *hprev, *hnext; /* s->hello: not joined yet, accept order */
-  struct conn *pprev, *pnext; /* s->paused: waiting for input budget */
+  TAILQ_ENTRY(conn) hello;    /* s->hello: not joined yet, accept order */
+  TAILQ_ENTRY(conn) paused;   /* s->paused: waiting for input budget */
 };
 
 struct write_req {
@@ -89,8 +92,8 @@ struct rdzvd_server {
   size_t out_bytes;           /* write_cost of unwritten replies, all */
   int n_partial;              /* conns holding a partial frame */
   int n_paused;               /* of which waiting for input budget */
-  struct conn *hello, *hello_tail;
-  struct conn *paused, *paused_tail;
+  TAILQ_HEAD(, conn) hello;   /* oldest first */
+  TAILQ_HEAD(, conn) paused;  /* first come, first served */
   uv_timer_t hello_timer;
   int port;
   int open_handles;
@@ -104,12 +107,6 @@ struct rdzvd_server {
   struct ra_secret secret;      /* len 0: none */
   char rbuf[READ_CHUNK];        /* Note [read buffers] */
 };
-
-static double now_s(const struct rdzvd_server *s)
-{
-  (void)s;
-  return (double)uv_hrtime() / 1e9;
-}
 
 static void server_log(struct rdzvd_server *s, const char *fmt, ...)
   __attribute__((format(printf, 2, 3)));
@@ -184,17 +181,10 @@ static void hello_remove(struct conn *c)
 {
   struct rdzvd_server *s = c->s;
 
-  if (!c->hprev && s->hello != c)
+  if (!c->in_hello)
     return;
-  if (c->hprev)
-    c->hprev->hnext = c->hnext;
-  else
-    s->hello = c->hnext;
-  if (c->hnext)
-    c->hnext->hprev = c->hprev;
-  else
-    s->hello_tail = c->hprev;
-  c->hprev = c->hnext = NULL;
+  c->in_hello = false;
+  TAILQ_REMOVE(&s->hello, c, hello);
 }
 
 static void paused_remove(struct conn *c)
@@ -205,15 +195,7 @@ static void paused_remove(struct conn *c)
     return;
   c->in_paused = false;
   s->n_paused--;
-  if (c->pprev)
-    c->pprev->pnext = c->pnext;
-  else
-    s->paused = c->pnext;
-  if (c->pnext)
-    c->pnext->pprev = c->pprev;
-  else
-    s->paused_tail = c->pprev;
-  c->pprev = c->pnext = NULL;
+  TAILQ_REMOVE(&s->paused, c, paused);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf);
@@ -243,12 +225,7 @@ static void pause_input(struct conn *c)
     return;
   c->in_paused = true;
   s->n_paused++;
-  c->pprev = s->paused_tail;
-  if (s->paused_tail)
-    s->paused_tail->pnext = c;
-  else
-    s->paused = c;
-  s->paused_tail = c;
+  TAILQ_INSERT_TAIL(&s->paused, c, paused);
   update_reading(c);
 }
 
@@ -258,9 +235,9 @@ static void pause_input(struct conn *c)
  * buffers]). */
 static void resume_input(struct rdzvd_server *s)
 {
-  while (s->paused && (s->in_bytes < s->lim.input_budget ||
-                       s->n_partial == s->n_paused)) {
-    struct conn *c = s->paused;
+  while (!TAILQ_EMPTY(&s->paused) && (s->in_bytes < s->lim.input_budget ||
+                                     s->n_partial == s->n_paused)) {
+    struct conn *c = TAILQ_FIRST(&s->paused);
 
     paused_remove(c);
     update_reading(c);
@@ -355,9 +332,9 @@ static void conn_close_now(struct conn *c)
   if (!s->stopping && conn_known(c)) {
     machine_enter(s);
     if (c->reset)
-      rs_conn_reset(s->reg, c, now_s(s));
+      rs_conn_reset(s->reg, c, monotime_now());
     else
-      rs_conn_closed(s->reg, c, now_s(s));
+      rs_conn_closed(s->reg, c, monotime_now());
     machine_leave(s);
   }
   metrics_conn_closed(s->metrics);
@@ -475,7 +452,7 @@ static void sink_send(void *ctx, void *connp, const struct rp_msg *m)
   err = rp_encode(m, &data, &len);
   if (err) {
     server_log(c->s, "internal: cannot encode %s for %s: %s",
-               rp_op_name(m->op), c->peer, strerror(-err));
+               rp_op_name(m->op), c->peer, err_str(err));
     return;
   }
   conn_write(c, data, len);
@@ -525,7 +502,7 @@ static void timer_fired(uv_timer_t *t)
 /* Runs due deadlines and arms the timer for the next one. */
 static void schedule(struct rdzvd_server *s)
 {
-  double now = now_s(s), next;
+  double now = monotime_now(), next;
 
   if (s->stopping)
     return;
@@ -674,7 +651,7 @@ static void server_status(struct conn *c, const struct rp_status_req *q)
   char *text = NULL;
   int err;
 
-  st = rs_status_query(s->reg, q, now_s(s), &err);
+  st = rs_status_query(s->reg, q, monotime_now(), &err);
   if (st && (sv = cJSON_AddObjectToObject(st, "server")) &&
       cJSON_AddNumberToObject(sv, "connections", s->n_conns) &&
       cJSON_AddNumberToObject(sv, "max_conns", s->lim.max_conns) &&
@@ -719,7 +696,7 @@ static int on_frame(void *ctx, struct rp_msg *m)
   if (m->op == RP_JOIN)
     metrics_join(s->metrics);
   machine_enter(s);
-  rc = rs_handle(s->reg, c, m, now_s(s));
+  rc = rs_handle(s->reg, c, m, monotime_now());
   machine_leave(s);
   if ((m->op == RP_JOIN || m->op == RP_RESUME) && rc == 0 && !c->joined &&
       !c->closing &&
@@ -864,13 +841,15 @@ static void addr_string(const struct sockaddr_storage *ss, char *out,
 /* Arms the hello timer for the oldest connection that has not joined. */
 static void hello_arm(struct rdzvd_server *s)
 {
+  struct conn *oldest = TAILQ_FIRST(&s->hello);
   double ms;
 
-  if (!s->hello) {
+  if (!oldest) {
     uv_timer_stop(&s->hello_timer);
     return;
   }
-  ms = (s->hello->accepted_at + s->lim.hello_timeout - now_s(s)) * 1000.0;
+  ms = (oldest->accepted_at + s->lim.hello_timeout - monotime_now()) *
+       1000.0;
   uv_timer_start(&s->hello_timer, hello_fired, ms <= 0 ? 0
                  : (uint64_t)ms + 1, 0);
 }
@@ -880,12 +859,11 @@ static void hello_arm(struct rdzvd_server *s)
 static void hello_fired(uv_timer_t *t)
 {
   struct rdzvd_server *s = t->data;
-  double now = now_s(s);
+  double now = monotime_now();
+  struct conn *c;
 
-  while (s->hello &&
-         s->hello->accepted_at + s->lim.hello_timeout <= now) {
-    struct conn *c = s->hello;
-
+  while ((c = TAILQ_FIRST(&s->hello)) &&
+         c->accepted_at + s->lim.hello_timeout <= now) {
     server_log(s, "dropping %s: no join within %g s of connecting",
                c->peer, s->lim.hello_timeout);
     hello_remove(c);
@@ -932,13 +910,9 @@ static void on_connection(uv_stream_t *listener, int status)
     conn_close(c);
     return;
   }
-  c->accepted_at = now_s(s);
-  c->hprev = s->hello_tail;
-  if (s->hello_tail)
-    s->hello_tail->hnext = c;
-  else
-    s->hello = c;
-  s->hello_tail = c;
+  c->accepted_at = monotime_now();
+  c->in_hello = true;
+  TAILQ_INSERT_TAIL(&s->hello, c, hello);
   if (!uv_is_active((uv_handle_t *)&s->hello_timer))
     hello_arm(s);
   if (conn_known(c)) {
@@ -1008,9 +982,8 @@ static int bind_listener(struct rdzvd_server *s, const char *host, int port,
   snprintf(portstr, sizeof portstr, "%d", port);
   rc = getaddrinfo(host, portstr, &hints, &res);
   if (rc != 0) {
-    snprintf(err, errlen, "cannot resolve '%s': %s", host,
-             gai_strerror(rc));
-    return UV_EINVAL;
+    return err_set(err, errlen, UV_EINVAL, "cannot resolve '%s': %s", host,
+                   gai_strerror(rc));
   }
   rc = uv_tcp_bind(&s->listener, res->ai_addr, 0);
   if (rc == 0)
@@ -1031,11 +1004,12 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   int namelen = sizeof ss, rc;
 
   if (!s) {
-    snprintf(err, errlen, "out of memory");
-    return UV_ENOMEM;
+    return err_set(err, errlen, UV_ENOMEM, "out of memory");
   }
   s->loop = loop;
   LIST_INIT(&s->conns);
+  TAILQ_INIT(&s->hello);
+  TAILQ_INIT(&s->paused);
   if (o->secret)
     s->secret = *o->secret;
   s->lim = o->io;
@@ -1055,8 +1029,7 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   if (!s->reg) {
     ra_secret_clear(&s->secret);
     free(s);
-    snprintf(err, errlen, "out of memory");
-    return UV_ENOMEM;
+    return err_set(err, errlen, UV_ENOMEM, "out of memory");
   }
   s->metrics = o->metrics;
   rs_set_metrics(s->reg, o->metrics);
@@ -1098,11 +1071,6 @@ int rdzvd_server_port(const struct rdzvd_server *s)
 int rdzvd_server_nodes(const struct rdzvd_server *s)
 {
   return rs_node_count(s->reg);
-}
-
-int rdzvd_server_jobs(const struct rdzvd_server *s)
-{
-  return rs_job_count(s->reg);
 }
 
 void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,

@@ -62,9 +62,8 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
 /* The port actually bound. */
 int rdzvd_server_port(const struct rdzvd_server *s);
 
-/* Nodes currently members of some job, and jobs known. */
+/* Nodes currently members of some job. */
 int rdzvd_server_nodes(const struct rdzvd_server *s);
-int rdzvd_server_jobs(const struct rdzvd_server *s);
 
 /* Jobs per phase (rs_jobs_by_phase), for metrics. */
 void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "endpoint.h"
+#include "err.h"
 #include "peer_text.h"
 #include "rdzv_proto.h"
 
@@ -30,8 +31,8 @@ static int connect_to(const char *host, int port, char *err, size_t errlen)
   snprintf(portstr, sizeof portstr, "%d", port);
   rc = getaddrinfo(host, portstr, &hints, &res);
   if (rc) {
-    snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(rc));
-    return -1;
+    return err_set(err, errlen, -1,
+                   "cannot resolve '%s': %s", host, gai_strerror(rc));
   }
   for (ai = res; ai; ai = ai->ai_next) {
     fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);

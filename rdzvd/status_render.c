@@ -149,7 +149,8 @@ cJSON *rs_status_query(const struct rs_registry *r,
        jnum(root, "nodes", r->n_nodes) &&
        jnum(root, "jobs_total", r->n_jobs);
   if (ok && id) {
-    job = ht_find(&r->jobs, ht_hash_str(r->seed, id), id, rs__job_eq);
+    job = hashtab_find(&r->jobs, hashtab_hash_str(r->seed, id), id,
+                       rs__job_eq);
     if (!job) {
       cJSON_Delete(root);
       *err = -ENOENT;

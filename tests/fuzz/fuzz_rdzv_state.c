@@ -145,8 +145,8 @@ static void refresh(void)
 
   for (i = 0; i < NCONN; i++) {
     void *p = conn_ptr(i);
-    const struct conn *c = ht_find(&F.r->conns,
-                                   ht_hash_ptr(F.r->seed, p), p, conn_eq);
+    const struct conn *c = hashtab_find(&F.r->conns,
+                                   hashtab_hash_ptr(F.r->seed, p), p, conn_eq);
 
     if (c && c->node) {
       snprintf(F.c[i].id, sizeof F.c[i].id, "%s", c->node->job->id);
@@ -564,7 +564,7 @@ static const struct conn *conn_of(int i)
 {
   void *p = conn_ptr(i);
 
-  return ht_find(&F.r->conns, ht_hash_ptr(F.r->seed, p), p, conn_eq);
+  return hashtab_find(&F.r->conns, hashtab_hash_ptr(F.r->seed, p), p, conn_eq);
 }
 
 static bool may_end(const struct node *n)

@@ -1,8 +1,9 @@
-/* check_num.c -- unit tests for launcher/num.c: the launcher's one rule
- * for numbers a user types. */
+/* check_num.c -- unit tests for proto/util/num.c: the one rule for
+ * numbers a user types. */
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "num.h"
@@ -93,6 +94,44 @@ START_TEST(test_double)
 }
 END_TEST
 
+static const struct {
+  const char *s;
+  size_t lo, hi;
+  int rc;
+  size_t want;
+} sizes[] = {
+  { "1", 1, (size_t)1 << 50, 0, 1 },
+  { "16K", 1, (size_t)1 << 50, 0, 16 << 10 },
+  { "16k", 1, (size_t)1 << 50, 0, 16 << 10 },
+  { "8M", 1, (size_t)1 << 50, 0, 8 << 20 },
+  { "2G", 1, (size_t)1 << 50, 0, (size_t)2 << 30 },
+  { "1048576G", 1, (size_t)1 << 50, 0, (size_t)1 << 50 },
+  { "1048577G", 1, (size_t)1 << 50, -ERANGE, 0 },
+  { "99999999999999999999G", 1, SIZE_MAX, -ERANGE, 0 },
+  { "17179869184G", 1, SIZE_MAX, -ERANGE, 0 },
+  { "0", 1, 10, -ERANGE, 0 },
+  { "0K", 1, 10, -ERANGE, 0 },
+  { "", 1, 10, -EINVAL, 0 },
+  { "K", 1, 10, -EINVAL, 0 },
+  { "-1", 1, 10, -EINVAL, 0 },
+  { "+1", 1, 10, -EINVAL, 0 },
+  { " 1", 1, 10, -EINVAL, 0 },
+  { "1KB", 1, 1 << 20, -EINVAL, 0 },
+  { "1T", 1, 10, -EINVAL, 0 },
+  { "1.5M", 1, 1 << 30, -EINVAL, 0 },
+};
+
+START_TEST(test_size)
+{
+  size_t v = 777;
+  int rc = num_parse_size(sizes[_i].s, sizes[_i].lo, sizes[_i].hi, &v);
+
+  ck_assert_msg(rc == sizes[_i].rc, "'%s': rc %d, want %d", sizes[_i].s, rc,
+                sizes[_i].rc);
+  ck_assert_uint_eq(v, rc == 0 ? sizes[_i].want : 777);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("num");
@@ -104,6 +143,7 @@ int main(void)
   tcase_add_test(tc, test_long_n);
   tcase_add_loop_test(tc, test_double, 0,
                       sizeof doubles / sizeof doubles[0]);
+  tcase_add_loop_test(tc, test_size, 0, sizeof sizes / sizeof sizes[0]);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-void *ht_find(const struct htab *t, uint64_t h, const void *key,
+void *hashtab_find(const struct hashtab *t, uint64_t h, const void *key,
                      bool (*eq)(const void *item, const void *key))
 {
   size_t mask, i;
@@ -18,7 +18,8 @@ void *ht_find(const struct htab *t, uint64_t h, const void *key,
   return NULL;
 }
 
-static void ht_place(struct hslot *s, size_t cap, uint64_t h, void *item)
+static void hashtab_place(struct hashtab_slot *s, size_t cap, uint64_t h,
+                          void *item)
 {
   size_t mask = cap - 1, i = h & mask;
 
@@ -28,29 +29,29 @@ static void ht_place(struct hslot *s, size_t cap, uint64_t h, void *item)
   s[i].item = item;
 }
 
-int ht_insert(struct htab *t, uint64_t h, void *item)
+int hashtab_insert(struct hashtab *t, uint64_t h, void *item)
 {
   if ((t->n + 1) * 4 > t->cap * 3) {
     size_t cap = t->cap ? t->cap * 2 : 16, i;
-    struct hslot *s = calloc(cap, sizeof(*s));
+    struct hashtab_slot *s = calloc(cap, sizeof(*s));
 
     if (!s)
       return -ENOMEM;
     for (i = 0; i < t->cap; i++)
       if (t->s[i].item)
-        ht_place(s, cap, t->s[i].h, t->s[i].item);
+        hashtab_place(s, cap, t->s[i].h, t->s[i].item);
     free(t->s);
     t->s = s;
     t->cap = cap;
   }
-  ht_place(t->s, t->cap, h, item);
+  hashtab_place(t->s, t->cap, h, item);
   t->n++;
   return 0;
 }
 
 /* Removes the item (by identity), shifting later members of its probe run
  * back so that lookups never need tombstones. */
-void ht_remove(struct htab *t, uint64_t h, const void *item)
+void hashtab_remove(struct hashtab *t, uint64_t h, const void *item)
 {
   size_t mask, i, j, k;
 
@@ -75,7 +76,7 @@ void ht_remove(struct htab *t, uint64_t h, const void *item)
   t->n--;
 }
 
-uint64_t ht_mix64(uint64_t x)
+uint64_t hashtab_mix64(uint64_t x)
 {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ULL;
@@ -86,16 +87,16 @@ uint64_t ht_mix64(uint64_t x)
 
 /* FNV-1a, seeded per registry so that ids chosen by strangers cannot be
  * lined up on one probe run ahead of time. */
-uint64_t ht_hash_str(uint64_t seed, const char *s)
+uint64_t hashtab_hash_str(uint64_t seed, const char *s)
 {
   uint64_t h = 0xcbf29ce484222325ULL ^ seed;
 
   for (; *s; s++)
     h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-  return ht_mix64(h);
+  return hashtab_mix64(h);
 }
 
-uint64_t ht_hash_ptr(uint64_t seed, const void *p)
+uint64_t hashtab_hash_ptr(uint64_t seed, const void *p)
 {
-  return ht_mix64((uint64_t)(uintptr_t)p ^ seed);
+  return hashtab_mix64((uint64_t)(uintptr_t)p ^ seed);
 }

@@ -1,8 +1,8 @@
-/* sd_notify.c -- see sd_notify.h.  The protocol is sd_notify(3)'s: the
+/* notify.c -- see notify.h.  The protocol is sd_notify(3)'s: the
  * service manager reads whole datagrams, so one sendto() is one message;
  * a leading '@' names a socket in the abstract namespace, whose address
  * length then counts no trailing NUL. */
-#include "sd_notify.h"
+#include "notify.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -12,7 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-int sd_notify_state(const char *state)
+int notify_send(const char *state)
 {
   const char *name = getenv("NOTIFY_SOCKET");
   struct sockaddr_un sa;

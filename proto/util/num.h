@@ -1,12 +1,12 @@
-/* num.h -- the launcher's one number parser and its bounds.
+/* num.h -- the one number parser and its bounds, for cdrun and rdzvd.
  *
  * One rule for every number a user types (flags, PET_* variables,
- * --rdzv_conf values, rank specs): the whole string is the number (no
+ * --rdzv_conf values, rank specs, rdzvd's limits): the whole string is the number (no
  * blanks, nothing trailing), an optional sign then decimal digits for
  * integers, a finite decimal (no inf, nan or hex) for reals; the value must
  * lie in [lo, hi], both ends included.  Each bound lives here once. */
-#ifndef CDRUN_NUM_H
-#define CDRUN_NUM_H
+#ifndef UTIL_NUM_H
+#define UTIL_NUM_H
 
 #include <stddef.h>
 
@@ -24,5 +24,9 @@ int num_parse_long_n(const char *s, size_t n, long lo, long hi, long *out);
 
 /* s as a finite decimal in [lo, hi]; same returns. */
 int num_parse_double(const char *s, double lo, double hi, double *out);
+
+/* s as a byte count in [lo, hi]: decimal digits, then optionally K, M or
+ * G (either case: powers of 1024).  Same returns. */
+int num_parse_size(const char *s, size_t lo, size_t hi, size_t *out);
 
 #endif

@@ -2,7 +2,9 @@
 #include "num.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +36,43 @@ int num_parse_long_n(const char *s, size_t n, long lo, long hi, long *out)
 int num_parse_long(const char *s, long lo, long hi, long *out)
 {
   return num_parse_long_n(s, strlen(s), lo, hi, out);
+}
+
+int num_parse_size(const char *s, size_t lo, size_t hi, size_t *out)
+{
+  size_t n = strspn(s, "0123456789");
+  unsigned shift = 0;
+  long v;
+  int rc;
+
+  if (n == 0)
+    return -EINVAL;
+  switch (s[n]) {
+  case '\0':
+    break;
+  case 'K': case 'k':
+    shift = 10;
+    break;
+  case 'M': case 'm':
+    shift = 20;
+    break;
+  case 'G': case 'g':
+    shift = 30;
+    break;
+  default:
+    return -EINVAL;
+  }
+  if (shift && s[n + 1])
+    return -EINVAL;
+  rc = num_parse_long_n(s, n, 0, LONG_MAX, &v);
+  if (rc)
+    return rc;
+  if ((unsigned long)v > (SIZE_MAX >> shift))
+    return -ERANGE;
+  if (((size_t)v << shift) < lo || ((size_t)v << shift) > hi)
+    return -ERANGE;
+  *out = (size_t)v << shift;
+  return 0;
 }
 
 int num_parse_double(const char *s, double lo, double hi, double *out)

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-static void heap_put(struct timer_heap *h, size_t i, struct th_timer *t)
+static void heap_put(struct timer_heap *h, size_t i, struct timer_heap_node *t)
 {
   h->a[i] = t;
   t->idx = i;
@@ -12,7 +12,7 @@ static void heap_put(struct timer_heap *h, size_t i, struct th_timer *t)
 
 static void heap_up(struct timer_heap *h, size_t i)
 {
-  struct th_timer *t = h->a[i];
+  struct timer_heap_node *t = h->a[i];
 
   while (i) {
     size_t p = (i - 1) / 2;
@@ -27,7 +27,7 @@ static void heap_up(struct timer_heap *h, size_t i)
 
 static void heap_down(struct timer_heap *h, size_t i)
 {
-  struct th_timer *t = h->a[i];
+  struct timer_heap_node *t = h->a[i];
 
   for (;;) {
     size_t c = 2 * i + 1;
@@ -44,24 +44,24 @@ static void heap_down(struct timer_heap *h, size_t i)
   heap_put(h, i, t);
 }
 
-void th_init(struct th_timer *t, int kind)
+void timer_heap_node_init(struct timer_heap_node *t, int kind)
 {
   t->at = 0;
-  t->idx = TH_IDLE;
+  t->idx = TIMER_HEAP_IDLE;
   t->kind = kind;
 }
 
-bool th_armed(const struct th_timer *t)
+bool timer_heap_armed(const struct timer_heap_node *t)
 {
-  return t->idx != TH_IDLE;
+  return t->idx != TIMER_HEAP_IDLE;
 }
 
-void th_set(struct timer_heap *h, struct th_timer *t, double at)
+void timer_heap_set(struct timer_heap *h, struct timer_heap_node *t, double at)
 {
   double old = t->at;
 
   t->at = at;
-  if (!th_armed(t)) {
+  if (!timer_heap_armed(t)) {
     heap_put(h, h->n++, t);
     heap_up(h, t->idx);
   } else if (at < old) {
@@ -71,14 +71,14 @@ void th_set(struct timer_heap *h, struct th_timer *t, double at)
   }
 }
 
-void th_clear(struct timer_heap *h, struct th_timer *t)
+void timer_heap_clear(struct timer_heap *h, struct timer_heap_node *t)
 {
   size_t i = t->idx;
-  struct th_timer *last;
+  struct timer_heap_node *last;
 
-  if (i == TH_IDLE)
+  if (i == TIMER_HEAP_IDLE)
     return;
-  t->idx = TH_IDLE;
+  t->idx = TIMER_HEAP_IDLE;
   last = h->a[--h->n];
   if (i < h->n) {
     heap_put(h, i, last);
@@ -87,16 +87,16 @@ void th_clear(struct timer_heap *h, struct th_timer *t)
   }
 }
 
-struct th_timer *th_top(const struct timer_heap *h)
+struct timer_heap_node *timer_heap_top(const struct timer_heap *h)
 {
   return h->n ? h->a[0] : NULL;
 }
 
-int th_reserve(struct timer_heap *h, size_t k)
+int timer_heap_reserve(struct timer_heap *h, size_t k)
 {
   if (h->reserved + k > h->cap) {
     size_t cap = h->cap ? h->cap : 64;
-    struct th_timer **a;
+    struct timer_heap_node **a;
 
     while (cap < h->reserved + k)
       cap *= 2;
@@ -110,12 +110,12 @@ int th_reserve(struct timer_heap *h, size_t k)
   return 0;
 }
 
-void th_unreserve(struct timer_heap *h, size_t k)
+void timer_heap_unreserve(struct timer_heap *h, size_t k)
 {
   h->reserved -= k;
 }
 
-void th_free(struct timer_heap *h)
+void timer_heap_free(struct timer_heap *h)
 {
   free(h->a);
   h->a = NULL;
