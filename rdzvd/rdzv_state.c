@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "rdzv_rules.h"
 
 #define container_of(p, type, member) \
   ((type *)(void *)((char *)(p) - offsetof(type, member)))
@@ -101,6 +102,42 @@ static void describe(const struct node *n, char *buf, size_t size)
 static bool gathering(const struct job *job)
 {
   return job->phase == PH_GATHERING || job->phase == PH_LAST_CALL;
+}
+
+/* The job as the rules (rdzv_rules.h) see it. */
+static struct rdzv_rules_job rules_view(const struct job *job)
+{
+  struct rdzv_rules_job v = {
+    .min_nodes = job->conf.min_nodes,
+    .max_nodes = job->conf.max_nodes,
+    .last_call_timeout = job->conf.last_call_timeout,
+    .gathering = gathering(job),
+    .in_last_call = job->phase == PH_LAST_CALL,
+    .closing = job->closing,
+    .exit_passed = job->exit_passed,
+    .restarting = job->restarting,
+    .n_part = job->n_part,
+    .n_outstanding = job->n_outstanding,
+  };
+
+  return v;
+}
+
+/* May the first spare take a place in the round: now (gathering), or as
+ * it completes? */
+static bool spare_fits(const struct job *job, bool completing)
+{
+  struct rdzv_rules_job v = rules_view(job);
+
+  return completing ? rdzv_rules_spare_fits_at_completion(&v)
+                    : rdzv_rules_spare_fits(&v);
+}
+
+/* How long a node of the job may stay silent: the window in which nodes
+ * told to restart may still come back. */
+static double keepalive_window(const struct job *job)
+{
+  return job->conf.keepalive_interval * job->conf.keepalive_misses;
 }
 
 /* ---- a rebuilding job's ranks: a table sized by the nodes that came
@@ -578,18 +615,14 @@ static void progress_changed(struct rs_registry *r, struct job *job,
               fmax(now, job->progress_last + PROGRESS_PERIOD));
 }
 
-/* Ranks (Note [round semantics]): previous participants keep their order,
+/* Ranks (rdzv_rules_rank_cmp): previous participants keep their order,
  * newcomers follow in join order. */
 static int rank_cmp(const void *a, const void *b)
 {
   const struct node *x = *(struct node *const *)a;
   const struct node *y = *(struct node *const *)b;
 
-  if ((x->prev_rank < 0) != (y->prev_rank < 0))
-    return x->prev_rank < 0 ? 1 : -1;
-  if (x->prev_rank != y->prev_rank)
-    return x->prev_rank < y->prev_rank ? -1 : 1;
-  return x->seq < y->seq ? -1 : x->seq > y->seq;
+  return rdzv_rules_rank_cmp(x->prev_rank, x->seq, y->prev_rank, y->seq);
 }
 
 /* Ranks the participants and sends each its ROUND: O(N log N), the only
@@ -604,7 +637,8 @@ static void complete_round(struct rs_registry *r, struct job *job,
   int offset = 0;
 
   /* Places that nobody came back for go to the waiting list. */
-  while (!TAILQ_EMPTY(&job->spares) && job->n_part < job->conf.max_nodes)
+  while (!TAILQ_EMPTY(&job->spares) &&
+         spare_fits(job, true))
     node_set_state(job, TAILQ_FIRST(&job->spares), NS_PART, false);
   TAILQ_FOREACH(n, &job->nodes, in_job) {
     if (n->state == NS_PART) {
@@ -671,37 +705,28 @@ static void complete_round(struct rs_registry *r, struct job *job,
 /* Completes the gathering round, or starts or cancels its last call. */
 static void decide(struct rs_registry *r, struct job *job, double now)
 {
-  const struct rp_conf *cf = &job->conf;
+  struct rdzv_rules_job v = rules_view(job);
 
   if (job->rounds_spent)        /* closing: see start_round */
     return;
-  if (job->n_part >= cf->max_nodes ||
-      (job->restarting && !job->n_outstanding &&
-       job->n_part >= cf->min_nodes)) {
+  switch (rdzv_rules_gather(&v, keepalive_window(job))) {
+  case RDZV_GATHER_COMPLETE:
     complete_round(r, job, now);
-  } else if (job->n_part >= cf->min_nodes) {
-    /* Nodes told to restart are still on their way back: a round without
-     * them would only send them in as newcomers, restarting the others
-     * again (with last_call_timeout 0, forever).  They get at least the
-     * job's keepalive window to come back. */
-    double last_call = job->restarting && job->n_outstanding
-                         ? fmax(cf->last_call_timeout,
-                                cf->keepalive_interval *
-                                cf->keepalive_misses)
-                         : cf->last_call_timeout;
-
+    return;
+  case RDZV_GATHER_LAST_CALL:
     if (job->phase == PH_LAST_CALL)
       return;
-    if (last_call <= 0) {
-      complete_round(r, job, now);
-      return;
-    }
     job->phase = PH_LAST_CALL;
-    job->deadline = now + last_call;
+    job->deadline = now + rdzv_rules_last_call_wait(&v,
+                                                    keepalive_window(job));
     th_set(&r->heap, &job->t_last_call, job->deadline);
-  } else if (job->phase == PH_LAST_CALL) {
-    job->phase = PH_GATHERING;
-    th_clear(&r->heap, &job->t_last_call);
+    return;
+  case RDZV_GATHER_WAIT:
+    if (job->phase == PH_LAST_CALL) {
+      job->phase = PH_GATHERING;
+      th_clear(&r->heap, &job->t_last_call);
+    }
+    return;
   }
 }
 
@@ -710,14 +735,13 @@ static void decide(struct rs_registry *r, struct job *job, double now)
  * WAITING, or ROUND if the round completes. */
 static void recheck(struct rs_registry *r, struct job *job, double now)
 {
-  const struct rp_conf *cf = &job->conf;
   size_t k = 0, i;
   struct node *n;
 
   if (!gathering(job))
     return;
   while (!TAILQ_EMPTY(&job->spares) &&
-         job->n_part + job->n_outstanding < cf->max_nodes) {
+         spare_fits(job, false)) {
     job->order[k++] = n = TAILQ_FIRST(&job->spares);
     node_set_state(job, n, NS_PART, false);
   }
@@ -912,17 +936,32 @@ static void node_lost(struct rs_registry *r, struct node *n, double now,
 
 /* ---- JOIN ---- */
 
-static const char *conf_problem(const struct rp_conf *cf)
+static struct rdzv_rules_conf rules_conf(const struct rp_conf *cf)
 {
-  if (cf->min_nodes < 1 || cf->min_nodes > cf->max_nodes ||
-      cf->max_nodes > RP_MAX_NODES)
-    return "min_nodes..max_nodes out of range";
-  if (cf->max_restarts < 0)
-    return "max_restarts < 0";
+  struct rdzv_rules_conf rc = {
+    .min_nodes = cf->min_nodes,
+    .max_nodes = cf->max_nodes,
+    .max_restarts = cf->max_restarts,
+    .last_call_timeout = cf->last_call_timeout,
+  };
+
+  return rc;
+}
+
+/* The JOIN's configuration checked: the rules' part (rdzv_rules_conf_check),
+ * then the durations only a server keeps (join, close, keepalive).
+ * NULL: none; else the problem, in buf or a constant. */
+static const char *conf_problem(const struct rp_conf *cf, char *buf,
+                                size_t size)
+{
+  struct rdzv_rules_conf rc = rules_conf(cf);
+
+  if (rdzv_rules_conf_check(&rc, NULL, RP_MAX_NODES, NULL, buf, size) !=
+      RDZV_CONF_OK)
+    return buf;
   if (!(cf->join_timeout > 0) || !(cf->keepalive_interval > 0) ||
-      !(cf->last_call_timeout >= 0) || !(cf->close_timeout >= 0) ||
-      !isfinite(cf->join_timeout) || !isfinite(cf->keepalive_interval) ||
-      !isfinite(cf->last_call_timeout) || !isfinite(cf->close_timeout))
+      !(cf->close_timeout >= 0) || !isfinite(cf->join_timeout) ||
+      !isfinite(cf->keepalive_interval) || !isfinite(cf->close_timeout))
     return "bad timeout";
   if (cf->keepalive_misses < 1)
     return "keepalive_misses < 1";
@@ -934,26 +973,25 @@ static const char *conf_problem(const struct rp_conf *cf)
 static void admit(struct rs_registry *r, struct job *job, struct node *n,
                   double now)
 {
+  struct rdzv_rules_job v = rules_view(job);
   char d[DESC_MAX], why[RP_MAX_TEXT + 1];
 
   n->seq = ++job->seq;
   n->join_at = now;
   th_set(&r->heap, &n->t_join, now + n->join_timeout);
   describe(n, d, sizeof d);
-  if (gathering(job)) {
-    if (n->expected ||
-        job->n_part + job->n_outstanding < job->conf.max_nodes) {
-      node_set_state(job, n, NS_PART, false);
-      say(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
-          job->id, d, job->round, job->n_part, job->conf.min_nodes,
-          job->conf.max_nodes);
-      progress_changed(r, job, now);
-      recheck(r, job, now);
-      if (gathering(job))       /* else it got ROUND already */
-        send_waiting(r, job, n, now);
-      return;
-    }
-  } else if (!job->exit_passed && job->n_part < job->conf.max_nodes) {
+  switch (rdzv_rules_admit(&v, n->expected)) {
+  case RDZV_ADMIT_ROUND:
+    node_set_state(job, n, NS_PART, false);
+    say(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
+        job->id, d, job->round, job->n_part, job->conf.min_nodes,
+        job->conf.max_nodes);
+    progress_changed(r, job, now);
+    recheck(r, job, now);
+    if (gathering(job))         /* else it got ROUND already */
+      send_waiting(r, job, n, now);
+    return;
+  case RDZV_ADMIT_NEW_ROUND:
     node_set_state(job, n, NS_SPARE, false);
     say(r, "job %s: %s joined running round %d", job->id, d, job->round);
     fmt(why, sizeof why, "%s joined", d);
@@ -961,10 +999,12 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
     if (n->state == NS_SPARE)   /* not promoted: still gets its answer */
       send_waiting(r, job, n, now);
     return;
+  case RDZV_ADMIT_WAIT:
+    break;
   }
   node_set_state(job, n, NS_SPARE, false);
   say(r, "job %s: %s waiting: round %d is %s", job->id, d, job->round,
-      job->exit_passed ? "finishing" : "full");
+      job->closing ? "closing" : job->exit_passed ? "finishing" : "full");
   send_waiting(r, job, n, now);
 }
 
@@ -1018,6 +1058,8 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
                      struct node **created)
 {
   struct node *n = c ? c->node : NULL;
+  char text[RP_MAX_TEXT + 1], job_name[RP_MAX_ID + 8];
+  struct rdzv_rules_conf joiner, held;
   const char *problem;
   struct job *job;
 
@@ -1027,7 +1069,7 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
   problem = !j->id[0] || strnlen(j->id, sizeof j->id) == sizeof j->id
             ? "bad id" : j->nproc < 1 ? "nproc < 1"
             : j->master_port < 1 || j->master_port > 65535 ? "bad port"
-            : conf_problem(&j->conf);
+            : conf_problem(&j->conf, text, sizeof text);
   if (!problem && j->conf.keepalive_interval > r->lim.max_keepalive)
     problem = "keepalive_interval above the server's ceiling";
   if (problem && n)             /* a node stays; only this JOIN is bad */
@@ -1041,30 +1083,28 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_CLOSED, -ESHUTDOWN,
                        "job %s %s", job->id, job->phase == PH_CLOSED
                        ? "is closed" : "has finished");
-  if (job && (j->conf.min_nodes != job->conf.min_nodes ||
-              j->conf.max_nodes != job->conf.max_nodes)) {
+  joiner = rules_conf(&j->conf);
+  held = job ? rules_conf(&job->conf) : joiner;
+  fmt(job_name, sizeof job_name, "job %s", job ? job->id : "");
+  switch (rdzv_rules_conf_check(&joiner, &held, RP_MAX_NODES, job_name,
+                                text, sizeof text)) {
+  case RDZV_CONF_NODES_DIFFER:
     say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
         "mismatch: nodes %d..%d, the job has %d..%d", job->id, RP_MAX_ADDR,
         j->host, j->pid,
         j->conf.min_nodes, j->conf.max_nodes, job->conf.min_nodes,
         job->conf.max_nodes);
     return refuse_join(r, conn, n, now, "lost: config mismatch",
-                       RP_ERR_CONFIG_MISMATCH, -EINVAL,
-                       "min_nodes..max_nodes %d..%d differs from job %s's "
-                       "%d..%d", j->conf.min_nodes, j->conf.max_nodes,
-                       job->id, job->conf.min_nodes, job->conf.max_nodes);
-  }
-  /* Restarts are counted per job, so every node must agree on how many
-   * there may be (each decides alone whether its failure is final). */
-  if (job && j->conf.max_restarts != job->conf.max_restarts) {
+                       RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s", text);
+  case RDZV_CONF_RESTARTS_DIFFER:
     say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
         "mismatch: max_restarts %d, the job has %d", job->id, RP_MAX_ADDR,
         j->host, j->pid, j->conf.max_restarts, job->conf.max_restarts);
     return refuse_join(r, conn, n, now, "lost: config mismatch",
-                       RP_ERR_CONFIG_MISMATCH, -EINVAL,
-                       "max_restarts %d differs from job %s's %d",
-                       j->conf.max_restarts, job->id,
-                       job->conf.max_restarts);
+                       RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s", text);
+  case RDZV_CONF_OK:
+  case RDZV_CONF_BAD:           /* refused above */
+    break;
   }
   if (n)
     return rejoin(r, n, j, now);
@@ -1479,12 +1519,12 @@ static void closing_end(struct rs_registry *r, struct job *job, double now)
  * otherwise hold its nodes for minutes), whichever comes first.
  * Participants that are healthy hear CLOSED when the wait ends. */
 static void closing_start(struct rs_registry *r, struct job *job,
-                          struct node *reporter, bool final, double now)
+                          struct node *reporter, bool exhausted, double now)
 {
   struct node *n;
 
   job->closing = true;
-  job->closing_exhausted = !final;
+  job->closing_exhausted = exhausted;
   TAILQ_FOREACH(n, &job->nodes, in_job)
     n->reported = n == reporter;
   job->closing_deadline = now + fmin(CLOSE_WAIT_MAX,
@@ -1504,6 +1544,7 @@ static void closing_start(struct rs_registry *r, struct job *job,
 static int on_failure(struct rs_registry *r, struct node *n,
                       const struct rp_failure *f, double now)
 {
+  enum rdzv_rules_failure verdict;
   struct job *job = n->job;
   char d[DESC_MAX];
 
@@ -1529,11 +1570,13 @@ static int on_failure(struct rs_registry *r, struct node *n,
       closing_end(r, job, now);
     return 0;
   }
+  verdict = rdzv_rules_failure(f->final, job->restart_count,
+                               job->conf.max_restarts);
   if (job->phase == PH_RUNNING && n->state == NS_PART &&
-      (f->final || job->restart_count >= job->conf.max_restarts)) {
+      verdict != RDZV_FAILURE_RESTART) {
     say(r, "job %s: %s workers failed%s: %.*s", job->id, d,
         f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
-    closing_start(r, job, n, f->final, now);
+    closing_start(r, job, n, verdict == RDZV_FAILURE_CLOSE_EXHAUSTED, now);
   } else if (f->final) {
     end_job(r, job, now, false, cause_text(job));
   } else if (job->phase != PH_RUNNING || n->state != NS_PART) {
