@@ -726,7 +726,7 @@ static void group_finished(struct agent *a)
     }
     return;
   case STOP_FAILURE:
-    if (a->assign.restart_count < a->o->max_restarts) {
+    if (!a->assign.failure_final) {
       restart_after_failure(a);
       return;
     }
@@ -798,7 +798,7 @@ static void report_failure(struct agent *a, struct worker *w, int code)
 {
   const struct worker_failure *f =
       a->nfailures ? &a->failures[a->nfailures - 1] : NULL;
-  bool final = a->assign.restart_count >= a->o->max_restarts;
+  bool final = a->assign.failure_final;
   struct rdzv_cause *lc = &a->rdzv->local_cause;
   char msg[512];
 

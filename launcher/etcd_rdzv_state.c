@@ -628,6 +628,11 @@ int es_failure(struct es_state *s, const char *id, int round, bool final,
   return 1;
 }
 
+bool es_failure_final(const struct es_state *s)
+{
+  return rdzv_rules_failure_final(s->restart_count, s->conf.max_restarts);
+}
+
 int es_close_wait_over(struct es_state *s, int round)
 {
   if (!s->exists || !s->closing || s->round != round)

@@ -94,6 +94,10 @@ int es_join(struct es_state *s, const struct es_node *me,
  * then closed naming the earliest-exited failure. */
 int es_failure(struct es_state *s, const char *id, int round, bool final,
                const char *message, const struct rp_cause *cause);
+/* A failure of the current round's workers ends the job: no restart is
+ * left (rdzv_rules_failure_final).  What the agent is told with its
+ * assignment. */
+bool es_failure_final(const struct es_state *s);
 /* The wait of a closing round ran out: close it. */
 int es_close_wait_over(struct es_state *s, int round);
 /* id enters the exit barrier of round. */
