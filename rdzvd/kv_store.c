@@ -9,6 +9,8 @@
  * registry's heap and die with their node. */
 #include "rdzv_state_int.h"
 
+#include "rdzv_reply.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -55,7 +57,7 @@ static void send_value(const struct rs_registry *r, void *conn,
   m.u.kv.found = e != NULL;
   m.u.kv.value = e ? e->value : empty;
   m.u.kv.value_len = e ? e->len : 0;
-  rs__send_msg(r, conn, &m);
+  rdzv_reply_send(&r->sink, conn, &m);
 }
 
 static bool key_ok(const char *key)
@@ -81,18 +83,18 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
   char *v;
 
   if (!e && job->kv.n >= (size_t)r->lim.max_keys_per_job) {
-    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "too many keys (%d)", r->lim.max_keys_per_job);
     return NULL;
   }
   if (r->kv_total - old + klen + len > r->lim.max_kv_total) {
-    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "the server's store would exceed %zu bytes",
                   r->lim.max_kv_total);
     return NULL;
   }
   if (job->kv_bytes - old + klen + len > r->lim.max_kv_bytes) {
-    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "the job's store would exceed %zu bytes",
                   r->lim.max_kv_bytes);
     return NULL;
@@ -100,7 +102,7 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
   v = malloc(len + 1);
   if (!v || (!e && !(e = calloc(1, sizeof(*e) + klen + 1)))) {
     free(v);
-    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
     return NULL;
   }
   if (fresh) {
@@ -109,7 +111,7 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
     if (ht_insert(&job->kv, h, e)) {
       free(v);
       free(e);
-      *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
       return NULL;
     }
   }
@@ -141,12 +143,12 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
   size_t klen = strlen(key);
 
   if (job->n_waiters >= r->lim.max_keys_per_job)
-    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "too many waiting gets (%d)", job->n_waiters);
   w = calloc(1, sizeof(*w));
   if (!w || th_reserve(&r->heap, 1)) {
     free(w);
-    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
   }
   if (!wk) {
     wk = calloc(1, sizeof(*wk) + klen + 1);
@@ -154,7 +156,7 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
       free(wk);
       free(w);
       th_unreserve(&r->heap, 1);
-      return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
     }
     wk->h = h;
     LIST_INIT(&wk->waiters);
@@ -199,12 +201,12 @@ int rs__kv_handle(struct rs_registry *r, struct node *n,
   int err;
 
   if (!key_ok(kv->key))
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
   e = ht_find(&job->kv, ht_hash_str(r->seed, kv->key), kv->key, kv_eq);
   switch (m->op) {
   case RP_KV_SET:
     if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))
-      return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad value");
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad value");
     kv_put(r, n, kv->key, kv->value, kv->value_len, &err);
     return err;
   case RP_KV_GET:
@@ -216,10 +218,10 @@ int rs__kv_handle(struct rs_registry *r, struct node *n,
                    now);
   default:                      /* RP_KV_ADD */
     if (e && !parse_i64(e->value, e->len, &v))
-      return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                     "key %s does not hold an integer", kv->key);
     if (__builtin_add_overflow(v, kv->delta, &v))
-      return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -ERANGE,
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -ERANGE,
                     "key %s would overflow", kv->key);
     snprintf(num, sizeof num, "%" PRId64, v);
     e = kv_put(r, n, kv->key, num, strlen(num), &err);
@@ -233,7 +235,7 @@ void rs__kv_timeout(struct rs_registry *r, struct waiter *w)
 {
   struct node *n = w->node;
 
-  rs__refuse(r, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT,
+  rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT,
          "key %s not set within %g s", w->wk->key, w->wait);
   rs__kv_waiter_free(r, n->job, w);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "rdzv_reply.h"
 #include "rdzv_rules.h"
 
 #define container_of(p, type, member) \
@@ -167,14 +168,7 @@ static void ranks_clear(struct job *job)
   memset(&job->ranks, 0, sizeof job->ranks);
 }
 
-/* ---- sending ---- */
-
-void rs__send_msg(const struct rs_registry *r, void *conn,
-                     const struct rp_msg *m)
-{
-  if (conn)                     /* NULL: a detached node (rs_conn_reset) */
-    r->sink.send(r->sink.ctx, conn, m);
-}
+/* ---- sending (rdzv_reply.h) ---- */
 
 /* cause: the job's root cause (RESTART, CLOSED), or NULL; job: a
  * RESTART's job, for the participant it lost (or NULL). */
@@ -184,20 +178,10 @@ static void send_text_cause(const struct rs_registry *r, void *conn,
                             const struct rp_cause *cause,
                             const struct job *job)
 {
-  struct rp_msg m;
+  bool lost = job && job->lost_host;
 
-  memset(&m, 0, sizeof m);
-  m.op = op;
-  m.u.text.code = code;
-  m.u.text.success = success;
-  copy_str(m.u.text.message, sizeof m.u.text.message, text);
-  if (cause)
-    m.u.text.cause = *cause;
-  if (job && job->lost_host) {
-    copy_str(m.u.text.lost_host, sizeof m.u.text.lost_host, job->lost_host);
-    copy_str(m.u.text.lost_why, sizeof m.u.text.lost_why, job->lost_why);
-  }
-  rs__send_msg(r, conn, &m);
+  rdzv_reply_text(&r->sink, conn, op, code, success, text, cause,
+                  lost ? job->lost_host : NULL, lost ? job->lost_why : NULL);
 }
 
 static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
@@ -222,20 +206,6 @@ static const char *cause_text(const struct job *job)
                                          : "workers failed";
 }
 
-/* Sends ERROR and returns err (a negative errno) for rs_handle. */
-__attribute__((format(printf, 5, 6)))
-int rs__refuse(const struct rs_registry *r, void *conn,
-                  enum rp_error_code code, int err, const char *f, ...)
-{
-  char text[RP_MAX_TEXT + 1];
-  va_list ap;
-
-  va_start(ap, f);
-  vsnprintf(text, sizeof text, f, ap);
-  va_end(ap);
-  send_text(r, conn, RP_ERROR, code, false, text);
-  return err;
-}
 
 static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
 {
@@ -349,7 +319,7 @@ static void send_waiting(const struct rs_registry *r, const struct job *job,
   w->restart_count = job->restart_count;
   memcpy(w->token, token_gathering(r, n, w->round, w->restart_count),
          RP_TOKEN_BYTES);
-  rs__send_msg(r, n->c->conn, &m);
+  rdzv_reply_send(&r->sink, n->c->conn, &m);
 }
 
 /* ---- nodes ---- */
@@ -686,7 +656,7 @@ static void complete_round(struct rs_registry *r, struct job *job,
       memset(rd->token, 0, sizeof rd->token);
     token_store(n, rd->token);
     n->token_gathering = false;
-    rs__send_msg(r, n->c->conn, &m);
+    rdzv_reply_send(&r->sink, n->c->conn, &m);
   }
   job->phase = PH_RUNNING;
   job->restarting = false;
@@ -852,7 +822,7 @@ static void barrier_check(struct rs_registry *r, struct job *job,
   TAILQ_FOREACH(n, &job->nodes, in_job) {
     if (n->barrier == b) {
       n->barrier = NULL;
-      rs__send_msg(r, n->c->conn, &m);
+      rdzv_reply_send(&r->sink, n->c->conn, &m);
     }
   }
   if (strcmp(b->name, "exit") == 0)
@@ -1018,10 +988,10 @@ static int rejoin(struct rs_registry *r, struct node *n,
     return 0;
   }
   if (n->state == NS_PART)
-    return rs__refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "already a participant of running round %d", job->round);
   if (job->sum_nproc - n->nproc + j->nproc > INT_MAX)
-    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
                   "the job's world size would exceed %d", INT_MAX);
   job->sum_nproc += j->nproc - n->nproc;
   node_fill(r, n, j);
@@ -1043,7 +1013,8 @@ static int refuse_join(struct rs_registry *r, void *conn, struct node *n,
   va_start(ap, f);
   vsnprintf(text, sizeof text, f, ap);
   va_end(ap);
-  send_text(r, conn, RP_ERROR, code, false, text);
+  rdzv_reply_text(&r->sink, conn, RP_ERROR, code, false, text, NULL, NULL,
+                  NULL);
   if (n)
     node_remove(r, n, now, why);
   conn_drop(r, conn);
@@ -1064,7 +1035,7 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
   struct job *job;
 
   if (n && strcmp(n->job->id, j->id) != 0)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "already a node of job %s", n->job->id);
   problem = !j->id[0] || strnlen(j->id, sizeof j->id) == sizeof j->id
             ? "bad id" : j->nproc < 1 ? "nproc < 1"
@@ -1073,7 +1044,7 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
   if (!problem && j->conf.keepalive_interval > r->lim.max_keepalive)
     problem = "keepalive_interval above the server's ceiling";
   if (problem && n)             /* a node stays; only this JOIN is bad */
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
                   problem);
   if (problem)
     return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
@@ -1377,7 +1348,7 @@ static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
   int rc;
 
   if (c && c->node)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                       "resume: already a node of job %s", c->node->job->id);
   if (a->phase == RP_PHASE_GATHERING)
     return resume_gathering(r, c, conn, a, now);
@@ -1557,7 +1528,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
   if (n->state != NS_PART && !(n->state == NS_IDLE && n->expected)) {
     say(r, "job %s: refused a failure report from %s: not a participant "
         "of round %d", job->id, d, job->round);
-    return rs__refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
                   "failure report refused: not a participant of round %d "
                   "of job %s", job->round, job->id);
   }
@@ -1603,7 +1574,7 @@ static int on_barrier(struct rs_registry *r, struct node *n,
 
   if (job->phase != PH_RUNNING || n->state != NS_PART ||
       m->round != job->round)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "barrier %.*s for round %d: not a participant of a "
                   "running round %d", RP_MAX_ID, m->name, m->round,
                   job->round);
@@ -1612,11 +1583,11 @@ static int on_barrier(struct rs_registry *r, struct node *n,
       break;
   if (!b) {
     if (job->n_barriers >= MAX_BARRIERS)
-      return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOSPC,
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOSPC,
                     "too many barriers in round %d", job->round);
     b = calloc(1, sizeof(*b));
     if (!b)
-      return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
     copy_str(b->name, sizeof b->name, m->name);
     b->next = job->barriers;
     job->barriers = b;
@@ -1626,13 +1597,13 @@ static int on_barrier(struct rs_registry *r, struct node *n,
     memset(&done, 0, sizeof done);
     done.op = RP_BARRIER_DONE;
     done.u.barrier = *m;
-    rs__send_msg(r, conn, &done);
+    rdzv_reply_send(&r->sink, conn, &done);
     return 0;
   }
   if (n->barrier == b)
     return 0;
   if (n->barrier)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "already waiting in barrier %s", n->barrier->name);
   n->barrier = b;
   b->count++;
@@ -1668,16 +1639,16 @@ static int on_status(struct rs_registry *r, void *conn,
 
   st = rs_status_query(r, q, now, &err);
   if (!st && err == -ENOENT)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, err, "no job %.*s",
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, err, "no job %.*s",
                   RP_MAX_ID, q->job);
   s = st ? cJSON_PrintUnformatted(st) : NULL;
   cJSON_Delete(st);
   if (!s)
-    return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
   memset(&m, 0, sizeof m);
   m.op = RP_STATUS_REPLY;
   m.u.status_json = s;
-  rs__send_msg(r, conn, &m);
+  rdzv_reply_send(&r->sink, conn, &m);
   cJSON_free(s);
   return 0;
 }
@@ -1785,11 +1756,11 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_KV_ADD:
     break;
   default:
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
                   "unexpected message (op %d)", (int)m->op);
   }
   if (!n)
-    return rs__refuse(r, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
                   "not joined: send JOIN first");
   switch (m->op) {
   case RP_KEEPALIVE:
@@ -1798,7 +1769,7 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
 
       memset(&pong, 0, sizeof pong);
       pong.op = RP_PONG;
-      rs__send_msg(r, conn, &pong);
+      rdzv_reply_send(&r->sink, conn, &pong);
       return 0;
     }
   case RP_FAILURE:

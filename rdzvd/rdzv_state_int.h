@@ -210,14 +210,6 @@ struct rs_registry {
 /* status_render.c's: a phase's name, as status and metrics show it. */
 const char *rs__phase_name(enum phase p);
 
-/* rdzv_state.c's, for its other files: a message to conn; an ERROR to
- * conn, returning err. */
-void rs__send_msg(const struct rs_registry *r, void *conn,
-                  const struct rp_msg *m);
-__attribute__((format(printf, 5, 6)))
-int rs__refuse(const struct rs_registry *r, void *conn,
-               enum rp_error_code code, int err, const char *f, ...);
-
 /* kv_store.c: KV_SET, KV_GET, KV_ADD from node n; a waiting GET freed
  * (its node goes); one timed out (ERROR timeout); a job's store freed. */
 int rs__kv_handle(struct rs_registry *r, struct node *n,
