@@ -84,25 +84,26 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
 
   if (!e && job->kv.n >= (size_t)r->lim.max_keys_per_job) {
     *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "too many keys (%d)", r->lim.max_keys_per_job);
+                             "too many keys (%d)", r->lim.max_keys_per_job);
     return NULL;
   }
   if (r->kv_total - old + klen + len > r->lim.max_kv_total) {
     *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "the server's store would exceed %zu bytes",
-                  r->lim.max_kv_total);
+                             "the server's store would exceed %zu bytes",
+                             r->lim.max_kv_total);
     return NULL;
   }
   if (job->kv_bytes - old + klen + len > r->lim.max_kv_bytes) {
     *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "the job's store would exceed %zu bytes",
-                  r->lim.max_kv_bytes);
+                             "the job's store would exceed %zu bytes",
+                             r->lim.max_kv_bytes);
     return NULL;
   }
   v = malloc(len + 1);
   if (!v || (!e && !(e = calloc(1, sizeof(*e) + klen + 1)))) {
     free(v);
-    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
+                             "out of memory");
     return NULL;
   }
   if (fresh) {
@@ -111,7 +112,8 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
     if (ht_insert(&job->kv, h, e)) {
       free(v);
       free(e);
-      *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
+                               "out of memory");
       return NULL;
     }
   }
@@ -144,11 +146,12 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
 
   if (job->n_waiters >= r->lim.max_keys_per_job)
     return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "too many waiting gets (%d)", job->n_waiters);
+                             "too many waiting gets (%d)", job->n_waiters);
   w = calloc(1, sizeof(*w));
   if (!w || th_reserve(&r->heap, 1)) {
     free(w);
-    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
+                             "out of memory");
   }
   if (!wk) {
     wk = calloc(1, sizeof(*wk) + klen + 1);
@@ -156,7 +159,8 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
       free(wk);
       free(w);
       th_unreserve(&r->heap, 1);
-      return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
+                               "out of memory");
     }
     wk->h = h;
     LIST_INIT(&wk->waiters);
@@ -201,12 +205,14 @@ int rs__kv_handle(struct rs_registry *r, struct node *n,
   int err;
 
   if (!key_ok(kv->key))
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                             "bad key");
   e = ht_find(&job->kv, ht_hash_str(r->seed, kv->key), kv->key, kv_eq);
   switch (m->op) {
   case RP_KV_SET:
     if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))
-      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad value");
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                               "bad value");
     kv_put(r, n, kv->key, kv->value, kv->value_len, &err);
     return err;
   case RP_KV_GET:
@@ -219,10 +225,10 @@ int rs__kv_handle(struct rs_registry *r, struct node *n,
   default:                      /* RP_KV_ADD */
     if (e && !parse_i64(e->value, e->len, &v))
       return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                    "key %s does not hold an integer", kv->key);
+                               "key %s does not hold an integer", kv->key);
     if (__builtin_add_overflow(v, kv->delta, &v))
       return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -ERANGE,
-                    "key %s would overflow", kv->key);
+                               "key %s would overflow", kv->key);
     snprintf(num, sizeof num, "%" PRId64, v);
     e = kv_put(r, n, kv->key, num, strlen(num), &err);
     if (e)
@@ -235,8 +241,8 @@ void rs__kv_timeout(struct rs_registry *r, struct waiter *w)
 {
   struct node *n = w->node;
 
-  rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT,
-         "key %s not set within %g s", w->wk->key, w->wait);
+  rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT, "key %s "
+                    "not set within %g s", w->wk->key, w->wait);
   rs__kv_waiter_free(r, n->job, w);
 }
 

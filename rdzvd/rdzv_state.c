@@ -31,7 +31,6 @@
 #define MAX_BARRIERS 64             /* distinct barrier names per round */
 #define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
 #define CLOSE_WAIT_MAX 5.0          /* closing_start: at most, seconds */
-#define DESC_MAX (2 * RP_MAX_ADDR + 64)
 #define ROUND_LIMIT_TEXT "1073741824"   /* RP_MAX_ROUND */
 _Static_assert(RP_MAX_ROUND == 1073741824, "ROUND_LIMIT_TEXT");
 
@@ -74,18 +73,24 @@ static void fmt(char *buf, size_t size, const char *f, ...)
   va_end(ap);
 }
 
-__attribute__((format(printf, 2, 3)))
-static void say(const struct rs_registry *r, const char *f, ...)
+void rdzv_state__vsay(const struct rs_registry *r, const char *f, va_list ap)
 {
   char line[2 * RP_MAX_TEXT + DESC_MAX];
-  va_list ap;
 
   if (!r->sink.log)
     return;
-  va_start(ap, f);
   vsnprintf(line, sizeof line, f, ap);
-  va_end(ap);
   r->sink.log(r->sink.ctx, line);
+}
+
+__attribute__((format(printf, 2, 3)))
+static void say(const struct rs_registry *r, const char *f, ...)
+{
+  va_list ap;
+
+  va_start(ap, f);
+  rdzv_state__vsay(r, f, ap);
+  va_end(ap);
 }
 
 
@@ -94,13 +99,13 @@ static bool conn_eq(const void *item, const void *key)
   return ((const struct conn *)item)->conn == key;
 }
 
-static void describe(const struct node *n, char *buf, size_t size)
+void rdzv_state__describe(const struct node *n, char *buf, size_t size)
 {
   fmt(buf, size, "node %s (%s, pid %" PRId64 ")", n->host[0] ? n->host : "?",
       rs__node_addr(n), n->pid);
 }
 
-static bool gathering(const struct job *job)
+bool rdzv_state__gathering(const struct job *job)
 {
   return job->phase == PH_GATHERING || job->phase == PH_LAST_CALL;
 }
@@ -112,7 +117,7 @@ static struct rdzv_rules_job rules_view(const struct job *job)
     .min_nodes = job->conf.min_nodes,
     .max_nodes = job->conf.max_nodes,
     .last_call_timeout = job->conf.last_call_timeout,
-    .gathering = gathering(job),
+    .gathering = rdzv_state__gathering(job),
     .in_last_call = job->phase == PH_LAST_CALL,
     .closing = job->closing,
     .exit_passed = job->exit_passed,
@@ -144,24 +149,13 @@ static double keepalive_window(const struct job *job)
 /* ---- a rebuilding job's ranks: a table sized by the nodes that came
  * back, never by the group size a RESUME claims ---- */
 
-static uint64_t rank_hash(const struct rs_registry *r, int rank)
+uint64_t rdzv_state__rank_hash(const struct rs_registry *r, int rank)
 {
   return ht_mix64(r->seed ^ (uint64_t)(unsigned)rank);
 }
 
-static bool rank_eq(const void *item, const void *key)
-{
-  return ((const struct node *)item)->rank == *(const int *)key;
-}
-
-static struct node *rank_holder(const struct rs_registry *r,
-                                const struct job *job, int rank)
-{
-  return ht_find(&job->ranks, rank_hash(r, rank), &rank, rank_eq);
-}
-
 /* The job is no longer rebuilding: the table goes. */
-static void ranks_clear(struct job *job)
+void rdzv_state__ranks_clear(struct job *job)
 {
   job->rebuilding = false;
   free(job->ranks.s);
@@ -184,8 +178,9 @@ static void send_text_cause(const struct rs_registry *r, void *conn,
                   lost ? job->lost_host : NULL, lost ? job->lost_why : NULL);
 }
 
-static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
-                      enum rp_error_code code, bool success, const char *text)
+void rdzv_state__send_text(const struct rs_registry *r, void *conn,
+                           enum rp_op op, enum rp_error_code code,
+                           bool success, const char *text)
 {
   send_text_cause(r, conn, op, code, success, text, NULL, NULL);
 }
@@ -207,7 +202,8 @@ static const char *cause_text(const struct job *job)
 }
 
 
-static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
+struct conn *rdzv_state__conn_get(struct rs_registry *r, void *conn,
+                                  bool create)
 {
   uint64_t h = ht_hash_ptr(r->seed, conn);
   struct conn *c = ht_find(&r->conns, h, conn, conn_eq);
@@ -228,13 +224,13 @@ static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
 
 /* Closes conn after what was sent; later messages from it are ignored
  * until rs_conn_closed. */
-static void conn_drop(struct rs_registry *r, void *conn)
+void rdzv_state__conn_drop(struct rs_registry *r, void *conn)
 {
   struct conn *c;
 
   if (!conn)                    /* a detached node has none to drop */
     return;
-  c = conn_get(r, conn, true);
+  c = rdzv_state__conn_get(r, conn, true);
 
   if (c)
     c->dropped = true;
@@ -272,32 +268,6 @@ static const unsigned char *token_gathering(const struct rs_registry *r,
   return n->token;
 }
 
-/* True when t is a credential the server gave n (its latest or the one
- * before: the latest may still have been on its way). */
-static bool token_held(const struct node *n, const unsigned char *t)
-{
-  return rdzv_token_equal(t, n->token) || rdzv_token_equal(t, n->prev_token);
-}
-
-/* True when the RESUME's token proves what it claims without the server
- * remembering anything: only a lasting key (a key file) can; a random key
- * died with the server life that issued the token. */
-static bool token_proves(const struct rs_registry *r,
-                         const struct rp_resume *a)
-{
-  unsigned char t[RP_TOKEN_BYTES];
-
-  if (!rdzv_token_key_lasting(r->tokens))
-    return false;
-  if (a->phase == RP_PHASE_GATHERING)
-    return rdzv_token_gathering_ok(r->tokens, a->join.id, a->join.host,
-                                   a->join.pid, a->round.round,
-                                   a->round.restart_count, a->round.token);
-  return rdzv_token_running(r->tokens, a->join.id, a->join.host,
-                            a->join.pid, &a->round, t) == 0 &&
-         rdzv_token_equal(a->round.token, t);
-}
-
 static void send_waiting(const struct rs_registry *r, const struct job *job,
                          struct node *n, double now)
 {
@@ -325,8 +295,8 @@ static void send_waiting(const struct rs_registry *r, const struct job *job,
 /* ---- nodes ---- */
 
 /* Moves n to another state, keeping the job's counts and spare list. */
-static void node_set_state(struct job *job, struct node *n, enum nstate st,
-                           bool expected)
+void rdzv_state__node_set_state(struct job *job, struct node *n,
+                                enum nstate st, bool expected)
 {
   if (n->state == NS_PART) {
     job->n_part--;
@@ -367,13 +337,13 @@ static void empty_remove(struct rs_registry *r, struct job *job)
 }
 
 /* Forgets n: counts, lists, timers, waits.  Sends nothing. */
-static void node_free(struct rs_registry *r, struct node *n)
+void rdzv_state__node_free(struct rs_registry *r, struct node *n)
 {
   struct job *job = n->job;
 
   if (job->rebuilding && n->rank >= 0)
-    ht_remove(&job->ranks, rank_hash(r, n->rank), n);
-  node_set_state(job, n, NS_IDLE, false);
+    ht_remove(&job->ranks, rdzv_state__rank_hash(r, n->rank), n);
+  rdzv_state__node_set_state(job, n, NS_IDLE, false);
   if (n->barrier)
     n->barrier->count--;
   while (!LIST_EMPTY(&n->waiters))
@@ -472,7 +442,7 @@ static void barriers_free(struct job *job)
 static void job_free(struct rs_registry *r, struct job *job)
 {
   while (!TAILQ_EMPTY(&job->nodes))
-    node_free(r, TAILQ_FIRST(&job->nodes));
+    rdzv_state__node_free(r, TAILQ_FIRST(&job->nodes));
   barriers_free(job);
   rs__kv_job_free(r, job);
   empty_remove(r, job);
@@ -489,7 +459,7 @@ static void job_free(struct rs_registry *r, struct job *job)
   free(job);
 }
 
-static struct job *job_find(const struct rs_registry *r, const char *id)
+struct job *rdzv_state__job_find(const struct rs_registry *r, const char *id)
 {
   return ht_find(&r->jobs, ht_hash_str(r->seed, id), id, rs__job_eq);
 }
@@ -609,12 +579,12 @@ static void complete_round(struct rs_registry *r, struct job *job,
   /* Places that nobody came back for go to the waiting list. */
   while (!TAILQ_EMPTY(&job->spares) &&
          spare_fits(job, true))
-    node_set_state(job, TAILQ_FIRST(&job->spares), NS_PART, false);
+    rdzv_state__node_set_state(job, TAILQ_FIRST(&job->spares), NS_PART, false);
   TAILQ_FOREACH(n, &job->nodes, in_job) {
     if (n->state == NS_PART) {
       job->order[k++] = n;
     } else if (n->state == NS_IDLE) {
-      node_set_state(job, n, NS_IDLE, false);
+      rdzv_state__node_set_state(job, n, NS_IDLE, false);
       n->prev_rank = -1;
     }
   }
@@ -708,24 +678,25 @@ static void recheck(struct rs_registry *r, struct job *job, double now)
   size_t k = 0, i;
   struct node *n;
 
-  if (!gathering(job))
+  if (!rdzv_state__gathering(job))
     return;
   while (!TAILQ_EMPTY(&job->spares) &&
          spare_fits(job, false)) {
     job->order[k++] = n = TAILQ_FIRST(&job->spares);
-    node_set_state(job, n, NS_PART, false);
+    rdzv_state__node_set_state(job, n, NS_PART, false);
   }
   if (k)
     progress_changed(r, job, now);
   decide(r, job, now);
-  for (i = 0; i < k && gathering(job); i++)
+  for (i = 0; i < k && rdzv_state__gathering(job); i++)
     send_waiting(r, job, job->order[i], now);
 }
 
 /* A new round: every participant of the ending one but `except` (who
  * knows already) gets RESTART with why; all of them are expected back. */
-static void start_round(struct rs_registry *r, struct job *job, double now,
-                        const char *why, const struct node *except)
+void rdzv_state__start_round(struct rs_registry *r, struct job *job,
+                             double now, const char *why,
+                             const struct node *except)
 {
   char text[RP_MAX_TEXT + 1], cancelled[RP_MAX_TEXT + 1] = "";
   size_t len = 0;
@@ -755,7 +726,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   else
     job->rounds_spent = true;
   job->phase = PH_GATHERING;
-  ranks_clear(job);
+  rdzv_state__ranks_clear(job);
   job->exit_passed = false;
   job->progress_dirty = false;
   job->progress_last = now;
@@ -768,7 +739,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
       continue;
     n->prev_rank = n->rank;
     n->rank = -1;
-    node_set_state(job, n, NS_IDLE, true);
+    rdzv_state__node_set_state(job, n, NS_IDLE, true);
     if (n != except)
       send_text_cause(r, n->c->conn, RP_RESTART, 0, false, text,
                       job_cause(job), job);
@@ -799,15 +770,15 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
 
     send_text_cause(r, conn, RP_CLOSED, 0, success, text,
                     success ? NULL : job_cause(job), NULL);
-    node_free(r, n);
-    conn_drop(r, conn);
+    rdzv_state__node_free(r, n);
+    rdzv_state__conn_drop(r, conn);
   }
   barriers_free(job);
   th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
-static void barrier_check(struct rs_registry *r, struct job *job,
-                          struct barrier *b)
+void rdzv_state__barrier_check(struct rs_registry *r, struct job *job,
+                               struct barrier *b)
 {
   struct rp_msg m;
   struct node *n;
@@ -837,7 +808,7 @@ static void job_settle(struct rs_registry *r, struct job *job, double now,
 {
   struct barrier *b;
 
-  if (gathering(job)) {
+  if (rdzv_state__gathering(job)) {
     if (was_part)
       progress_changed(r, job, now);
     /* Nobody of the previous round is left to wait for: a fresh round
@@ -852,7 +823,7 @@ static void job_settle(struct rs_registry *r, struct job *job, double now,
       return;
     }
     for (b = job->barriers; b; b = b->next)
-      barrier_check(r, job, b);
+      rdzv_state__barrier_check(r, job, b);
   }
   if (!job->n_nodes && !th_armed(&job->t_forget))
     th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
@@ -861,8 +832,8 @@ static void job_settle(struct rs_registry *r, struct job *job, double now,
 /* Removes n (the caller logged why).  A participant of a running round
  * before its exit barrier is a lost node: the survivors start a new round
  * ("<node> <why>"); otherwise the job just settles. */
-static void node_remove(struct rs_registry *r, struct node *n, double now,
-                        const char *why)
+void rdzv_state__node_remove(struct rs_registry *r, struct node *n, double now,
+                             const char *why)
 {
   struct job *job = n->job;
   bool was_part = n->state == NS_PART;
@@ -871,7 +842,7 @@ static void node_remove(struct rs_registry *r, struct node *n, double now,
   if (job->phase == PH_RUNNING && was_part && !job->exit_passed) {
     char host[RP_MAX_ADDR + 1], how[RP_MAX_ID + 1];
 
-    describe(n, d, sizeof d);
+    rdzv_state__describe(n, d, sizeof d);
     fmt(text, sizeof text, "%s %s", d, why);
     /* What the RESTART tells of the loss (a launcher that cannot bring
      * the node back ends the job on it: cdrun(1)). */
@@ -881,16 +852,16 @@ static void node_remove(struct rs_registry *r, struct node *n, double now,
     else
       copy_str(how, sizeof how,
                strncmp(why, "lost: ", 6) == 0 ? why + 6 : why);
-    node_free(r, n);
+    rdzv_state__node_free(r, n);
     job->lost_host = host;
     job->lost_why = how;
-    start_round(r, job, now, text, NULL);
+    rdzv_state__start_round(r, job, now, text, NULL);
     job->lost_host = job->lost_why = NULL;
     if (!job->n_nodes)
       th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
     return;
   }
-  node_free(r, n);
+  rdzv_state__node_free(r, n);
   job_settle(r, job, now, was_part);
 }
 
@@ -899,9 +870,9 @@ static void node_lost(struct rs_registry *r, struct node *n, double now,
 {
   char d[DESC_MAX];
 
-  describe(n, d, sizeof d);
+  rdzv_state__describe(n, d, sizeof d);
   say(r, "job %s: %s %s", n->job->id, d, why);
-  node_remove(r, n, now, why);
+  rdzv_state__node_remove(r, n, now, why);
 }
 
 /* ---- JOIN ---- */
@@ -949,30 +920,30 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
   n->seq = ++job->seq;
   n->join_at = now;
   th_set(&r->heap, &n->t_join, now + n->join_timeout);
-  describe(n, d, sizeof d);
+  rdzv_state__describe(n, d, sizeof d);
   switch (rdzv_rules_admit(&v, n->expected)) {
   case RDZV_ADMIT_ROUND:
-    node_set_state(job, n, NS_PART, false);
+    rdzv_state__node_set_state(job, n, NS_PART, false);
     say(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
         job->id, d, job->round, job->n_part, job->conf.min_nodes,
         job->conf.max_nodes);
     progress_changed(r, job, now);
     recheck(r, job, now);
-    if (gathering(job))         /* else it got ROUND already */
+    if (rdzv_state__gathering(job))         /* else it got ROUND already */
       send_waiting(r, job, n, now);
     return;
   case RDZV_ADMIT_NEW_ROUND:
-    node_set_state(job, n, NS_SPARE, false);
+    rdzv_state__node_set_state(job, n, NS_SPARE, false);
     say(r, "job %s: %s joined running round %d", job->id, d, job->round);
     fmt(why, sizeof why, "%s joined", d);
-    start_round(r, job, now, why, NULL);
+    rdzv_state__start_round(r, job, now, why, NULL);
     if (n->state == NS_SPARE)   /* not promoted: still gets its answer */
       send_waiting(r, job, n, now);
     return;
   case RDZV_ADMIT_WAIT:
     break;
   }
-  node_set_state(job, n, NS_SPARE, false);
+  rdzv_state__node_set_state(job, n, NS_SPARE, false);
   say(r, "job %s: %s waiting: round %d is %s", job->id, d, job->round,
       job->closing ? "closing" : job->exit_passed ? "finishing" : "full");
   send_waiting(r, job, n, now);
@@ -983,16 +954,18 @@ static int rejoin(struct rs_registry *r, struct node *n,
 {
   struct job *job = n->job;
 
-  if (n->state == NS_SPARE || (n->state == NS_PART && gathering(job))) {
+  if (n->state == NS_SPARE ||
+      (n->state == NS_PART && rdzv_state__gathering(job))) {
     send_waiting(r, job, n, now);
     return 0;
   }
   if (n->state == NS_PART)
     return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "already a participant of running round %d", job->round);
+                             "already a participant of running round %d",
+                             job->round);
   if (job->sum_nproc - n->nproc + j->nproc > INT_MAX)
     return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "the job's world size would exceed %d", INT_MAX);
+                             "the job's world size would exceed %d", INT_MAX);
   job->sum_nproc += j->nproc - n->nproc;
   node_fill(r, n, j);
   admit(r, job, n, now);
@@ -1003,9 +976,10 @@ static int rejoin(struct rs_registry *r, struct node *n,
  * that sent it is removed first (why says how, for the others).  Returns
  * err for rs_handle. */
 __attribute__((format(printf, 8, 9)))
-static int refuse_join(struct rs_registry *r, void *conn, struct node *n,
-                       double now, const char *why, enum rp_error_code code,
-                       int err, const char *f, ...)
+int rdzv_state__refuse_join(struct rs_registry *r, void *conn, struct node *n,
+                            double now, const char *why,
+                            enum rp_error_code code, int err, const char *f,
+                            ...)
 {
   char text[RP_MAX_TEXT + 1];
   va_list ap;
@@ -1016,17 +990,17 @@ static int refuse_join(struct rs_registry *r, void *conn, struct node *n,
   rdzv_reply_text(&r->sink, conn, RP_ERROR, code, false, text, NULL, NULL,
                   NULL);
   if (n)
-    node_remove(r, n, now, why);
-  conn_drop(r, conn);
+    rdzv_state__node_remove(r, n, now, why);
+  rdzv_state__conn_drop(r, conn);
   return err;
 }
 
 /* JOIN: refusals first (they drop the connection unless it already is
  * a node), then a re-join, or a new node (and maybe a new job).  O(1)
  * amortized unless it completes or restarts a round. */
-static int join_node(struct rs_registry *r, struct conn *c, void *conn,
-                     const struct rp_join *j, double now,
-                     struct node **created)
+int rdzv_state__join_node(struct rs_registry *r, struct conn *c, void *conn,
+                          const struct rp_join *j, double now,
+                          struct node **created)
 {
   struct node *n = c ? c->node : NULL;
   char text[RP_MAX_TEXT + 1], job_name[RP_MAX_ID + 8];
@@ -1036,7 +1010,7 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
 
   if (n && strcmp(n->job->id, j->id) != 0)
     return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "already a node of job %s", n->job->id);
+                             "already a node of job %s", n->job->id);
   problem = !j->id[0] || strnlen(j->id, sizeof j->id) == sizeof j->id
             ? "bad id" : j->nproc < 1 ? "nproc < 1"
             : j->master_port < 1 || j->master_port > 65535 ? "bad port"
@@ -1044,16 +1018,18 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
   if (!problem && j->conf.keepalive_interval > r->lim.max_keepalive)
     problem = "keepalive_interval above the server's ceiling";
   if (problem && n)             /* a node stays; only this JOIN is bad */
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
-                  problem);
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                             "bad join: %s", problem);
   if (problem)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
-                       -EINVAL, "bad join: %s", problem);
-  job = n ? n->job : job_find(r, j->id);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                   RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
+                                   problem);
+  job = n ? n->job : rdzv_state__job_find(r, j->id);
   if (job && (job->phase == PH_CLOSED || job->phase == PH_FINISHED))
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_CLOSED, -ESHUTDOWN,
-                       "job %s %s", job->id, job->phase == PH_CLOSED
-                       ? "is closed" : "has finished");
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_CLOSED,
+                                   -ESHUTDOWN, "job %s %s", job->id,
+                                   job->phase == PH_CLOSED
+                                     ? "is closed" : "has finished");
   joiner = rules_conf(&j->conf);
   held = job ? rules_conf(&job->conf) : joiner;
   fmt(job_name, sizeof job_name, "job %s", job ? job->id : "");
@@ -1065,14 +1041,16 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
         j->host, j->pid,
         j->conf.min_nodes, j->conf.max_nodes, job->conf.min_nodes,
         job->conf.max_nodes);
-    return refuse_join(r, conn, n, now, "lost: config mismatch",
-                       RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s", text);
+    return rdzv_state__refuse_join(r, conn, n, now, "lost: config mismatch",
+                                   RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s",
+                                   text);
   case RDZV_CONF_RESTARTS_DIFFER:
     say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
         "mismatch: max_restarts %d, the job has %d", job->id, RP_MAX_ADDR,
         j->host, j->pid, j->conf.max_restarts, job->conf.max_restarts);
-    return refuse_join(r, conn, n, now, "lost: config mismatch",
-                       RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s", text);
+    return rdzv_state__refuse_join(r, conn, n, now, "lost: config mismatch",
+                                   RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s",
+                                   text);
   case RDZV_CONF_OK:
   case RDZV_CONF_BAD:           /* refused above */
     break;
@@ -1086,19 +1064,20 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
     job_free(r, TAILQ_FIRST(&r->empty));
   }
   if (!job && r->n_jobs >= r->lim.max_jobs)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOSPC,
-                       "too many jobs (%d)", r->lim.max_jobs);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
+                                   -ENOSPC, "too many jobs (%d)",
+                                   r->lim.max_jobs);
   if (job && (job->n_nodes >= RP_MAX_NODES ||
               job->sum_nproc + j->nproc > INT_MAX))
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOSPC,
-                       "job %s is too large", job->id);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
+                                   -ENOSPC, "job %s is too large", job->id);
   if (!job)
     job = job_create(r, j, now);
-  c = c ? c : conn_get(r, conn, true);
+  c = c ? c : rdzv_state__conn_get(r, conn, true);
   n = job && c ? node_create(r, job, c, j, now) : NULL;
   if (!n)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
-                       "out of memory");
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
+                                   -ENOMEM, "out of memory");
   if (created) {                /* RESUME: the caller places it */
     *created = n;
     return 0;
@@ -1110,321 +1089,7 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
 static int on_join(struct rs_registry *r, struct conn *c, void *conn,
                    const struct rp_join *j, double now)
 {
-  return join_node(r, c, conn, j, now, NULL);
-}
-
-/* ---- RESUME (Note [soft state]) ---- */
-
-/* The rebuilt round is whole again: barriers may pass. */
-static void rebuild_done(struct rs_registry *r, struct job *job)
-{
-  struct barrier *b;
-
-  ranks_clear(job);
-  th_clear(&r->heap, &job->t_last_call);
-  say(r, "job %s: round %d rebuilt: all %d nodes re-asserted it", job->id,
-      job->round, job->rebuild_size);
-  for (b = job->barriers; b; b = b->next)
-    barrier_check(r, job, b);
-}
-
-/* The grace period ended with ranks missing: they are lost. */
-static void rebuild_expired(struct rs_registry *r, struct job *job,
-                            double now)
-{
-  char text[RP_MAX_TEXT + 1];
-
-  fmt(text, sizeof text, "%d of %d nodes did not come back within %g s "
-      "after the rendezvous restarted", job->rebuild_size - job->n_part,
-      job->rebuild_size, fmax(r->lim.resume_grace,
-                              job->conf.keepalive_interval *
-                              job->conf.keepalive_misses));
-  say(r, "job %s: round %d: %s", job->id, job->round, text);
-  start_round(r, job, now, text, NULL);
-}
-
-/* The node of job that a's agent is, or NULL: same host and pid, and it
- * holds a token the server gave that node (Note [node tokens]).  The node
- * may be detached (its connection was reset, rs_conn_reset) or still on a
- * connection the server has not seen die (a cut the agent noticed first).
- * A RESUME that names a node's host and pid without its token is not that
- * node: *impostor says so, and the node is left alone.  O(nodes of the
- * job): only a RESUME to a live job pays it. */
-static struct node *claimed_node(const struct job *job,
-                                 const struct rp_resume *a, bool *impostor)
-{
-  struct node *n;
-
-  *impostor = false;
-  if (!job)
-    return NULL;
-  TAILQ_FOREACH(n, &job->nodes, in_job) {
-    if (n->pid != a->join.pid ||
-        strncmp(n->host, a->join.host, sizeof n->host) != 0)
-      continue;
-    if (token_held(n, a->round.token))
-      return n;
-    *impostor = true;
-  }
-  return NULL;
-}
-
-static void log_impostor(const struct rs_registry *r, const struct job *job,
-                         const struct rp_resume *a)
-{
-  say(r, "job %s: a resume names node %.*s (pid %" PRId64 ") but does not "
-      "hold its token: the node is left alone", job->id, RP_MAX_ADDR,
-      a->join.host, a->join.pid);
-}
-
-/* A gathering node re-asserts: a JOIN, keeping round numbers and the
- * restart count from going back when the claim is vouched for (a token
- * of the node's, or one the lasting key proves; without a lasting key,
- * any claim on a job this server life rebuilt from claims). */
-static int resume_gathering(struct rs_registry *r, struct conn *c,
-                            void *conn, const struct rp_resume *a,
-                            double now)
-{
-  struct job *job = job_find(r, a->join.id);
-  char text[RP_MAX_TEXT + 1], d[DESC_MAX];
-  struct node *prev;
-  bool impostor, vouched;
-  int rc;
-
-  prev = claimed_node(job, a, &impostor);
-  if (impostor)
-    log_impostor(r, job, a);
-  vouched = prev || token_proves(r, a) ||
-            (!rdzv_token_key_lasting(r->tokens) && (!job || job->resumed));
-  if (job && vouched &&
-      !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
-    if (a->round.restart_count > job->restart_count) {
-      say(r, "job %s: adopts restart count %d re-asserted by %.*s (pid %"
-          PRId64 ") (it had %d)", job->id, a->round.restart_count,
-          RP_MAX_ADDR, a->join.host, a->join.pid, job->restart_count);
-      job->restart_count = a->round.restart_count;
-    }
-    if (gathering(job) && a->round.round > job->round) {
-      say(r, "job %s: gathering round %d becomes round %d, re-asserted by "
-          "%.*s (pid %" PRId64 ")", job->id, job->round, a->round.round,
-          RP_MAX_ADDR, a->join.host, a->join.pid);
-      job->round = a->round.round;
-    } else if (job->phase == PH_RUNNING && a->round.round > job->round) {
-      fmt(text, sizeof text, "conflicting re-assertions: %.*s (pid %"
-          PRId64 ") waits for round %d, the job runs round %d", RP_MAX_ADDR,
-          a->join.host, a->join.pid, a->round.round, job->round);
-      say(r, "job %s: %s: highest round wins", job->id, text);
-      job->round = a->round.round - 1;
-      start_round(r, job, now, text, NULL);
-    }
-  }
-  if (prev) {
-    void *old = prev->c->conn;
-
-    /* Its old self (detached, or on a connection not known dead yet)
-     * makes way: the same agent cannot be two nodes. */
-    describe(prev, d, sizeof d);
-    say(r, "job %s: %s reconnected while gathering: its old connection "
-        "is superseded", job->id, d);
-    node_remove(r, prev, now, "superseded by its reconnection");
-    conn_drop(r, old);
-  }
-  r->resume_hint = vouched ? a : NULL;
-  rc = join_node(r, c, conn, &a->join, now, NULL);
-  r->resume_hint = NULL;
-  if (rc == 0)
-    metrics_reconnect(r->metrics);
-  return rc;
-}
-
-/* A node of the job is back on a new connection within its keepalive
- * window, holding its token: it takes the connection, and an old one is
- * closed.  If it still runs the job's round at its rank, nothing happens;
- * else the job went on without it (it hears RESTART and is expected back
- * if the job is gathering). */
-static int reattach(struct rs_registry *r, struct conn *c, void *conn,
-                    struct node *n, const struct rp_resume *a, double now)
-{
-  struct job *job = n->job;
-  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
-
-  c = c ? c : conn_get(r, conn, true);
-  if (!c)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
-                       "out of memory");
-  if (n->c->conn) {             /* superseded: closed, node kept */
-    struct conn *old = n->c;
-
-    old->node = NULL;
-    conn_drop(r, old->conn);
-  } else {
-    free(n->c);
-  }
-  n->c = c;
-  c->node = n;
-  n->last_seen = now;
-  metrics_reconnect(r->metrics);
-  describe(n, d, sizeof d);
-  if (job->phase == PH_RUNNING && n->state == NS_PART &&
-      a->round.round == job->round && a->round.group_rank == n->rank) {
-    say(r, "job %s: %s reconnected and re-asserted rank %d of round %d: "
-        "the job goes on", job->id, d, n->rank, job->round);
-    return 0;
-  }
-  fmt(text, sizeof text, "the job went on without this node: it "
-      "re-asserted round %d, the job is %s round %d", a->round.round,
-      gathering(job) ? "gathering" : "at", job->round);
-  say(r, "job %s: %s reconnected: %s", job->id, d, text);
-  send_text(r, conn, RP_RESTART, 0, false, text);
-  return 0;
-}
-
-/* A job this server does not know is rebuilt from a running claim: the
- * table of ranks starts empty and grows with the nodes that come back. */
-static void rebuild_start(struct rs_registry *r, struct job *job,
-                          const struct rp_round *as, double now)
-{
-  double grace = fmax(r->lim.resume_grace, job->conf.keepalive_interval *
-                                           job->conf.keepalive_misses);
-
-  job->round = as->round;
-  job->restart_count = as->restart_count;
-  job->world_size = as->world_size;
-  job->phase = PH_RUNNING;
-  job->exit_passed = false;
-  job->rebuilding = true;
-  job->resumed = true;
-  job->rebuild_size = as->group_world_size;
-  job->deadline = now + grace;
-  th_clear(&r->heap, &job->t_progress);
-  th_set(&r->heap, &job->t_last_call, job->deadline);
-  say(r, "job %s: rebuilding running round %d (restart_count %d) from "
-      "re-assertions: %d nodes, world size %d, master %s:%d; %g s for "
-      "them to come back", job->id, job->round, job->restart_count,
-      as->group_world_size, as->world_size, as->master_addr,
-      as->master_port, grace);
-}
-
-/* n re-asserted a rank of the round being rebuilt, which nobody holds. */
-static int rebuild_take(struct rs_registry *r, struct job *job,
-                        struct node *n, const struct rp_resume *a,
-                        const char *d, double now)
-{
-  const struct rp_round *as = &a->round;
-
-  if (ht_insert(&job->ranks, rank_hash(r, as->group_rank), n)) {
-    void *conn = n->c->conn;
-
-    node_free(r, n);
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
-                       "out of memory");
-  }
-  if (as->restart_count > job->restart_count) {
-    say(r, "job %s: adopts restart count %d re-asserted by %s (it had "
-        "%d)", job->id, as->restart_count, d, job->restart_count);
-    job->restart_count = as->restart_count;
-  }
-  node_set_state(job, n, NS_PART, false);
-  n->rank = as->group_rank;
-  memcpy(n->token, as->token, RP_TOKEN_BYTES);
-  n->token_gathering = false;
-  say(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of %d "
-      "back)", job->id, d, n->rank, job->round,
-      a->phase == RP_PHASE_EXIT ? "at the exit barrier" : "running",
-      job->n_part, job->rebuild_size);
-  if (job->n_part == job->rebuild_size)
-    rebuild_done(r, job);
-  return 0;
-}
-
-static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
-                     const struct rp_resume *a, double now)
-{
-  const struct rp_round *as = &a->round;
-  struct job *job;
-  struct node *n;
-  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
-  bool fresh, impostor;
-  int rc;
-
-  if (c && c->node)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                      "resume: already a node of job %s", c->node->job->id);
-  if (a->phase == RP_PHASE_GATHERING)
-    return resume_gathering(r, c, conn, a, now);
-  /* A round no JOIN of this configuration could have made: rebuilt, it
-   * would hold more participants than max_nodes. */
-  if (as->group_world_size > a->join.conf.max_nodes)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
-                       -EINVAL, "bad resume: a round of %d nodes, but "
-                       "max_nodes is %d", as->group_world_size,
-                       a->join.conf.max_nodes);
-  job = job_find(r, a->join.id);
-  n = claimed_node(job, a, &impostor);
-  if (n)
-    return reattach(r, c, conn, n, a, now);
-  if (impostor)
-    log_impostor(r, job, a);
-  /* With a lasting token key a running claim must be proved: the rank of
-   * a round is claimed only by the node it was given to. */
-  if (rdzv_token_key_lasting(r->tokens) && !token_proves(r, a)) {
-    say(r, "job %s: refused a resume from %.*s (pid %" PRId64 "): its "
-        "token does not prove rank %d of round %d", a->join.id, RP_MAX_ADDR,
-        a->join.host, a->join.pid, as->group_rank, as->round);
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_AUTH, -EACCES,
-                       "resume refused: the token does not prove rank %d "
-                       "of round %d of job %s", as->group_rank, as->round,
-                       a->join.id);
-  }
-  fresh = !job;
-  n = NULL;
-  rc = join_node(r, c, conn, &a->join, now, &n);
-  if (rc || !n)
-    return rc;
-  job = n->job;
-  metrics_reconnect(r->metrics);
-  describe(n, d, sizeof d);
-  n->seq = ++job->seq;
-  if (fresh)
-    rebuild_start(r, job, as, now);
-  if (job->rebuilding && as->round == job->round &&
-      as->group_world_size == job->rebuild_size &&
-      as->world_size == job->world_size &&
-      !rank_holder(r, job, as->group_rank))
-    return rebuild_take(r, job, n, a, d, now);
-  if (job->rebuilding && as->round >= job->round) {
-    const struct node *holder = as->round == job->round &&
-                                as->group_world_size == job->rebuild_size
-                                ? rank_holder(r, job, as->group_rank)
-                                : NULL;
-    char hd[DESC_MAX] = "";
-
-    if (holder)
-      describe(holder, hd, sizeof hd);
-    fmt(text, sizeof text, "conflicting re-assertions: %s claims rank %d "
-        "of %d in round %d (world size %d); the job has round %d of %d "
-        "nodes (world size %d)%s%s", d, as->group_rank,
-        as->group_world_size, as->round, as->world_size, job->round,
-        job->rebuild_size, job->world_size, holder ? ", rank held by " : "",
-        hd);
-    say(r, "job %s: %s: a new round for every node", job->id, text);
-    if (as->restart_count > job->restart_count)
-      job->restart_count = as->restart_count;
-    if (as->round > job->round)
-      job->round = as->round;
-    node_set_state(job, n, NS_PART, false);
-    start_round(r, job, now, text, NULL);
-    return 0;
-  }
-  /* The job went on without this node: its workers stop, and it joins
-   * again as a newcomer. */
-  fmt(text, sizeof text, "the job went on without this node: it "
-      "re-asserted round %d, the job is %s round %d", as->round,
-      gathering(job) ? "gathering" : "at", job->round);
-  say(r, "job %s: %s: %s", job->id, d, text);
-  node_set_state(job, n, NS_IDLE, gathering(job));
-  send_text(r, conn, RP_RESTART, 0, false, text);
-  return 0;
+  return rdzv_state__join_node(r, c, conn, j, now, NULL);
 }
 
 /* ---- FAILURE, BARRIER, LEAVE ---- */
@@ -1445,7 +1110,7 @@ static void cause_offer(struct job *job, const struct node *n,
                    f->cause.exited_at <= 0 ||
                    f->cause.exited_at >= jc->cause.exited_at))
     return;
-  describe(n, d, sizeof d);
+  rdzv_state__describe(n, d, sizeof d);
   jc->held = true;
   jc->cause = f->cause;
   if (f->cause.exited_at > 0 && !jc->cause.host[0])
@@ -1519,7 +1184,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
   struct job *job = n->job;
   char d[DESC_MAX];
 
-  describe(n, d, sizeof d);
+  rdzv_state__describe(n, d, sizeof d);
   /* Only a node with workers in this job may end or restart it: a
    * participant of the current round, or one of the round that just
    * ended whose report crossed our RESTART (expected back).  A node on
@@ -1529,8 +1194,8 @@ static int on_failure(struct rs_registry *r, struct node *n,
     say(r, "job %s: refused a failure report from %s: not a participant "
         "of round %d", job->id, d, job->round);
     return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
-                  "failure report refused: not a participant of round %d "
-                  "of job %s", job->round, job->id);
+                             "failure report refused: not a participant of "
+                             "round %d of job %s", job->round, job->id);
   }
   cause_offer(job, n, f);
   if (job->closing) {
@@ -1557,7 +1222,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
   } else {
     job->restart_count++;
     metrics_restart(r->metrics);
-    start_round(r, job, now, cause_text(job), n);
+    rdzv_state__start_round(r, job, now, cause_text(job), n);
   }
   return 0;
 }
@@ -1575,19 +1240,20 @@ static int on_barrier(struct rs_registry *r, struct node *n,
   if (job->phase != PH_RUNNING || n->state != NS_PART ||
       m->round != job->round)
     return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "barrier %.*s for round %d: not a participant of a "
-                  "running round %d", RP_MAX_ID, m->name, m->round,
-                  job->round);
+                             "barrier %.*s for round %d: not a participant of "
+                             "a running round %d", RP_MAX_ID, m->name,
+                             m->round, job->round);
   for (b = job->barriers; b; b = b->next)
     if (strncmp(b->name, m->name, sizeof b->name) == 0)
       break;
   if (!b) {
     if (job->n_barriers >= MAX_BARRIERS)
-      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOSPC,
-                    "too many barriers in round %d", job->round);
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOSPC, "too "
+                               "many barriers in round %d", job->round);
     b = calloc(1, sizeof(*b));
     if (!b)
-      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of "
+                               "memory");
     copy_str(b->name, sizeof b->name, m->name);
     b->next = job->barriers;
     job->barriers = b;
@@ -1604,10 +1270,11 @@ static int on_barrier(struct rs_registry *r, struct node *n,
     return 0;
   if (n->barrier)
     return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "already waiting in barrier %s", n->barrier->name);
+                             "already waiting in barrier %s",
+                             n->barrier->name);
   n->barrier = b;
   b->count++;
-  barrier_check(r, job, b);
+  rdzv_state__barrier_check(r, job, b);
   return 0;
 }
 
@@ -1621,9 +1288,9 @@ static int on_leave(struct rs_registry *r, struct node *n, double now)
     node_lost(r, n, now, "lost: left before the exit barrier");
     return 0;
   }
-  describe(n, d, sizeof d);
+  rdzv_state__describe(n, d, sizeof d);
   say(r, "job %s: %s left", job->id, d);
-  node_remove(r, n, now, "left");
+  rdzv_state__node_remove(r, n, now, "left");
   return 0;
 }
 
@@ -1639,12 +1306,13 @@ static int on_status(struct rs_registry *r, void *conn,
 
   st = rs_status_query(r, q, now, &err);
   if (!st && err == -ENOENT)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, err, "no job %.*s",
-                  RP_MAX_ID, q->job);
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, err, "no job "
+                             "%.*s", RP_MAX_ID, q->job);
   s = st ? cJSON_PrintUnformatted(st) : NULL;
   cJSON_Delete(st);
   if (!s)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of "
+                             "memory");
   memset(&m, 0, sizeof m);
   m.op = RP_STATUS_REPLY;
   m.u.status_json = s;
@@ -1731,7 +1399,7 @@ int rs_set_token_key(struct rs_registry *r, const struct ra_secret *file)
 static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
                   double now)
 {
-  struct conn *c = conn_get(r, conn, false);
+  struct conn *c = rdzv_state__conn_get(r, conn, false);
   struct node *n = c ? c->node : NULL;
 
   if (!isfinite(now))
@@ -1744,7 +1412,7 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_JOIN:
     return on_join(r, c, conn, &m->u.join, now);
   case RP_RESUME:
-    return on_resume(r, c, conn, &m->u.resume, now);
+    return rdzv_resume_handle(r, c, conn, &m->u.resume, now);
   case RP_STATUS:
     return on_status(r, conn, &m->u.status, now);
   case RP_KEEPALIVE:
@@ -1757,11 +1425,11 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
     break;
   default:
     return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "unexpected message (op %d)", (int)m->op);
+                             "unexpected message (op %d)", (int)m->op);
   }
   if (!n)
     return rdzv_reply_refuse(&r->sink, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
-                  "not joined: send JOIN first");
+                             "not joined: send JOIN first");
   switch (m->op) {
   case RP_KEEPALIVE:
     {
@@ -1799,7 +1467,7 @@ void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr)
   struct conn *c;
 
   enter(r, "rs_set_peer_addr");
-  c = conn_get(r, conn, true);
+  c = rdzv_state__conn_get(r, conn, true);
   if (c && addr)
     copy_str(c->peer, sizeof c->peer, addr);
   leave(r);
@@ -1810,7 +1478,7 @@ void rs_conn_closed(struct rs_registry *r, void *conn, double now)
   struct conn *c;
 
   enter(r, "rs_conn_closed");
-  c = conn_get(r, conn, false);
+  c = rdzv_state__conn_get(r, conn, false);
   if (c) {
     if (c->node)
       node_lost(r, c->node, now, "lost: connection closed");
@@ -1831,7 +1499,7 @@ void rs_conn_reset(struct rs_registry *r, void *conn, double now)
   char d[DESC_MAX];
 
   enter(r, "rs_conn_reset");
-  c = conn_get(r, conn, false);
+  c = rdzv_state__conn_get(r, conn, false);
   n = c ? c->node : NULL;
   if (n && !c->dropped && n->job->phase == PH_RUNNING &&
       n->state == NS_PART && (ph = calloc(1, sizeof(*ph)))) {
@@ -1839,7 +1507,7 @@ void rs_conn_reset(struct rs_registry *r, void *conn, double now)
     ph->node = n;
     n->c = ph;
     c->node = NULL;
-    describe(n, d, sizeof d);
+    rdzv_state__describe(n, d, sizeof d);
     say(r, "job %s: %s connection reset: still a member until its "
         "keepalive window ends (%g s after it was last heard)", n->job->id,
         d, n->alive_window);
@@ -1870,9 +1538,9 @@ static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
   node_lost(r, n, now, why);
   /* The node is out of the job: say so and close, so that an agent that
    * was only suspended learns it at once instead of hanging on. */
-  send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false,
-            "expelled: no keepalive within the keepalive window");
-  conn_drop(r, conn);
+  rdzv_state__send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false,
+                        "expelled: no keepalive within the keepalive window");
+  rdzv_state__conn_drop(r, conn);
 }
 
 static void on_join_timer(struct rs_registry *r, struct node *n, double now)
@@ -1881,18 +1549,18 @@ static void on_join_timer(struct rs_registry *r, struct node *n, double now)
   void *conn = n->c->conn;
   char d[DESC_MAX], text[RP_MAX_TEXT + 1];
 
-  if (n->state == NS_SPARE && !gathering(job))
+  if (n->state == NS_SPARE && !rdzv_state__gathering(job))
     fmt(text, sizeof text, "waited %g s: round %d is full (%d of at most "
         "%d nodes)", n->join_timeout, job->round, job->n_part,
         job->conf.max_nodes);
   else
     fmt(text, sizeof text, "waited %g s: %d of at least %d nodes present",
         n->join_timeout, job->n_part, job->conf.min_nodes);
-  describe(n, d, sizeof d);
+  rdzv_state__describe(n, d, sizeof d);
   say(r, "job %s: %s: join timeout: %s", job->id, d, text);
-  send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
-  node_remove(r, n, now, "join timeout");
-  conn_drop(r, conn);
+  rdzv_state__send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
+  rdzv_state__node_remove(r, n, now, "join timeout");
+  rdzv_state__conn_drop(r, conn);
 }
 
 /* One WAITING per participant, at most once per PROGRESS_PERIOD. */
@@ -1901,7 +1569,7 @@ static void on_progress_timer(struct rs_registry *r, struct job *job,
 {
   struct node *n;
 
-  if (!gathering(job) || !job->progress_dirty)
+  if (!rdzv_state__gathering(job) || !job->progress_dirty)
     return;
   TAILQ_FOREACH(n, &job->nodes, in_job)
     if (n->state == NS_PART)
@@ -1933,7 +1601,7 @@ static double tick(struct rs_registry *r, double now)
       else if (job->phase == PH_LAST_CALL)
         complete_round(r, job, now);
       else if (job->phase == PH_RUNNING && job->rebuilding)
-        rebuild_expired(r, job, now);
+        rdzv_resume_expired(r, job, now);
       break;
     case T_PROGRESS:
       on_progress_timer(r, container_of(t, struct job, t_progress), now);

@@ -11,8 +11,10 @@
  * one job.
  *
  * Files: rdzv_state.c (the machine: jobs, rounds, nodes, barriers),
- * kv_store.c (each job's key-value store), status_render.c (the status
- * report), on hashtab.c and timer_heap.c; their shared types are in
+ * rdzv_resume.c (soft state: RESUME and rebuilt jobs), kv_store.c (each
+ * job's key-value store), status_render.c (the status report),
+ * rdzv_reply.c (the answers they send), on rdzv_rules.c (the rules both
+ * back ends share), hashtab.c and timer_heap.c; their shared types are in
  * rdzv_state_int.h. */
 #ifndef RDZV_STATE_H
 #define RDZV_STATE_H

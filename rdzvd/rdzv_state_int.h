@@ -1,9 +1,11 @@
 /* rdzv_state_int.h -- the rendezvous state machine's own types, shared by
- * its files (rdzv_state.c, the machine; status_render.c, its status
- * report) and by nothing else. */
+ * its files (rdzv_state.c, the machine; rdzv_resume.c, its soft state;
+ * kv_store.c, the jobs' stores; status_render.c, its status report) and
+ * by nothing else. */
 #ifndef RDZV_STATE_INT_H
 #define RDZV_STATE_INT_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -209,6 +211,49 @@ struct rs_registry {
 
 /* status_render.c's: a phase's name, as status and metrics show it. */
 const char *rs__phase_name(enum phase p);
+
+/* rdzv_state.c's, for rdzv_resume.c: the machine's own steps (their
+ * comments are at their definitions). */
+#define DESC_MAX (2 * RP_MAX_ADDR + 64)   /* rdzv_state__describe's text */
+void rdzv_state__vsay(const struct rs_registry *r, const char *f,
+                      va_list ap);
+void rdzv_state__describe(const struct node *n, char *buf, size_t size);
+bool rdzv_state__gathering(const struct job *job);
+uint64_t rdzv_state__rank_hash(const struct rs_registry *r, int rank);
+void rdzv_state__ranks_clear(struct job *job);
+void rdzv_state__send_text(const struct rs_registry *r, void *conn,
+                           enum rp_op op, enum rp_error_code code,
+                           bool success, const char *text);
+struct conn *rdzv_state__conn_get(struct rs_registry *r, void *conn,
+                                  bool create);
+void rdzv_state__conn_drop(struct rs_registry *r, void *conn);
+void rdzv_state__node_set_state(struct job *job, struct node *n,
+                                enum nstate st, bool expected);
+void rdzv_state__node_free(struct rs_registry *r, struct node *n);
+void rdzv_state__node_remove(struct rs_registry *r, struct node *n,
+                             double now, const char *why);
+struct job *rdzv_state__job_find(const struct rs_registry *r,
+                                 const char *id);
+void rdzv_state__start_round(struct rs_registry *r, struct job *job,
+                             double now, const char *why,
+                             const struct node *except);
+void rdzv_state__barrier_check(struct rs_registry *r, struct job *job,
+                               struct barrier *b);
+__attribute__((format(printf, 8, 9)))
+int rdzv_state__refuse_join(struct rs_registry *r, void *conn,
+                            struct node *n, double now, const char *why,
+                            enum rp_error_code code, int err,
+                            const char *f, ...);
+int rdzv_state__join_node(struct rs_registry *r, struct conn *c, void *conn,
+                          const struct rp_join *j, double now,
+                          struct node **created);
+
+/* rdzv_resume.c: RESUME from conn (c: its entry, or NULL); the grace
+ * period of a job being rebuilt ran out. */
+int rdzv_resume_handle(struct rs_registry *r, struct conn *c, void *conn,
+                       const struct rp_resume *a, double now);
+void rdzv_resume_expired(struct rs_registry *r, struct job *job,
+                         double now);
 
 /* kv_store.c: KV_SET, KV_GET, KV_ADD from node n; a waiting GET freed
  * (its node goes); one timed out (ERROR timeout); a job's store freed. */
