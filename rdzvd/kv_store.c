@@ -1,5 +1,6 @@
 /* kv_store.c -- each job's key-value store: SET, GET (optionally waiting
- * for the key), ADD, bounded per job and for the whole daemon (rs_limits).
+ * for the key), ADD, bounded per job and for the whole daemon
+ * (rdzv_state_limits).
  *
  * Who uses it: nothing in cdrun (its workers' store is libpg's, hosted by
  * rank 0).  It is part of protocol 1 for other clients of the rendezvous
@@ -28,8 +29,8 @@ static bool wkey_eq(const void *item, const void *key)
   return strcmp(((const struct wkey *)item)->key, key) == 0;
 }
 
-void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
-                        struct waiter *w)
+void kv_store_waiter_free(struct rdzv_state *r, struct job *job,
+                          struct waiter *w)
 {
   struct wkey *wk = w->wk;
 
@@ -45,7 +46,7 @@ void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
   free(w);
 }
 
-static void send_value(const struct rs_registry *r, void *conn,
+static void send_value(const struct rdzv_state *r, void *conn,
                        const char *key, const struct kv *e)
 {
   struct rp_msg m;
@@ -69,7 +70,7 @@ static bool key_ok(const char *key)
 
 /* Stores key = value (len bytes) and answers the GETs waiting for it.
  * Returns the entry, or NULL with *err set after sending ERROR. */
-static struct kv *kv_put(struct rs_registry *r, struct node *n,
+static struct kv *kv_put(struct rdzv_state *r, struct node *n,
                          const char *key, const char *value, size_t len,
                          int *err)
 {
@@ -127,15 +128,16 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
   r->kv_total = r->kv_total - old + klen + len;
   wk = ht_find(&job->waits, h, key, wkey_eq);
   for (w = wk ? LIST_FIRST(&wk->waiters) : NULL; w; w = next) {
-    next = LIST_NEXT(w, by_key); /* rs__kv_waiter_free frees wk after the last */
+    /* kv_store_waiter_free frees wk after the last */
+    next = LIST_NEXT(w, by_key);
     send_value(r, w->node->c->conn, key, e);
-    rs__kv_waiter_free(r, job, w);
+    kv_store_waiter_free(r, job, w);
   }
   *err = 0;
   return e;
 }
 
-static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
+static int kv_wait(struct rdzv_state *r, struct node *n, const char *key,
                    double wait, double now)
 {
   struct job *job = n->job;
@@ -193,8 +195,8 @@ static bool parse_i64(const char *s, size_t len, int64_t *out)
   return true;
 }
 
-int rs__kv_handle(struct rs_registry *r, struct node *n,
-                 const struct rp_msg *m, double now)
+int kv_store_handle(struct rdzv_state *r, struct node *n,
+                    const struct rp_msg *m, double now)
 {
   const struct rp_kv *kv = &m->u.kv;
   struct job *job = n->job;
@@ -237,16 +239,16 @@ int rs__kv_handle(struct rs_registry *r, struct node *n,
   }
 }
 
-void rs__kv_timeout(struct rs_registry *r, struct waiter *w)
+void kv_store_timeout(struct rdzv_state *r, struct waiter *w)
 {
   struct node *n = w->node;
 
   rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT, "key %s "
                     "not set within %g s", w->wk->key, w->wait);
-  rs__kv_waiter_free(r, n->job, w);
+  kv_store_waiter_free(r, n->job, w);
 }
 
-void rs__kv_job_free(struct rs_registry *r, struct job *job)
+void kv_store_job_free(struct rdzv_state *r, struct job *job)
 {
   size_t i;
 

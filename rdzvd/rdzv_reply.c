@@ -14,17 +14,18 @@ static void copy_str(char *dst, size_t size, const char *src)
   dst[n] = '\0';
 }
 
-void rdzv_reply_send(const struct rs_sink *sink, void *conn,
+void rdzv_reply_send(const struct rdzv_state_sink *sink, void *conn,
                      const struct rp_msg *m)
 {
-  if (conn)                     /* NULL: a detached node (rs_conn_reset) */
+  /* NULL: a detached node (rdzv_state_conn_reset) */
+  if (conn)
     sink->send(sink->ctx, conn, m);
 }
 
-void rdzv_reply_text(const struct rs_sink *sink, void *conn, enum rp_op op,
-                     enum rp_error_code code, bool success, const char *text,
-                     const struct rp_cause *cause, const char *lost_host,
-                     const char *lost_why)
+void rdzv_reply_text(const struct rdzv_state_sink *sink, void *conn,
+                     enum rp_op op, enum rp_error_code code, bool success,
+                     const char *text, const struct rp_cause *cause,
+                     const char *lost_host, const char *lost_why)
 {
   struct rp_msg m;
 
@@ -42,7 +43,7 @@ void rdzv_reply_text(const struct rs_sink *sink, void *conn, enum rp_op op,
   rdzv_reply_send(sink, conn, &m);
 }
 
-int rdzv_reply_refuse(const struct rs_sink *sink, void *conn,
+int rdzv_reply_refuse(const struct rdzv_state_sink *sink, void *conn,
                       enum rp_error_code code, int err, const char *f, ...)
 {
   char text[RP_MAX_TEXT + 1];

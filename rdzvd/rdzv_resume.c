@@ -17,7 +17,7 @@
 #include "rdzv_reply.h"
 
 __attribute__((format(printf, 2, 3)))
-static void say(const struct rs_registry *r, const char *f, ...)
+static void say(const struct rdzv_state *r, const char *f, ...)
 {
   va_list ap;
 
@@ -33,7 +33,7 @@ static bool rank_eq(const void *item, const void *key)
   return ((const struct node *)item)->rank == *(const int *)key;
 }
 
-static struct node *rank_holder(const struct rs_registry *r,
+static struct node *rank_holder(const struct rdzv_state *r,
                                 const struct job *job, int rank)
 {
   return ht_find(&job->ranks, rdzv_state__rank_hash(r, rank), &rank, rank_eq);
@@ -50,7 +50,7 @@ static bool token_held(const struct node *n, const unsigned char *t)
 /* True when the RESUME's token proves what it claims without the server
  * remembering anything: only a lasting key (a key file) can; a random key
  * died with the server life that issued the token. */
-static bool token_proves(const struct rs_registry *r,
+static bool token_proves(const struct rdzv_state *r,
                          const struct rp_resume *a)
 {
   unsigned char t[RP_TOKEN_BYTES];
@@ -70,7 +70,7 @@ static bool token_proves(const struct rs_registry *r,
 /* ---- RESUME ---- */
 
 /* The rebuilt round is whole again: barriers may pass. */
-static void rebuild_done(struct rs_registry *r, struct job *job)
+static void rebuild_done(struct rdzv_state *r, struct job *job)
 {
   struct barrier *b;
 
@@ -83,7 +83,7 @@ static void rebuild_done(struct rs_registry *r, struct job *job)
 }
 
 /* The grace period ended with ranks missing: they are lost. */
-void rdzv_resume_expired(struct rs_registry *r, struct job *job, double now)
+void rdzv_resume_expired(struct rdzv_state *r, struct job *job, double now)
 {
   char text[RP_MAX_TEXT + 1];
 
@@ -98,8 +98,9 @@ void rdzv_resume_expired(struct rs_registry *r, struct job *job, double now)
 
 /* The node of job that a's agent is, or NULL: same host and pid, and it
  * holds a token the server gave that node (Note [node tokens]).  The node
- * may be detached (its connection was reset, rs_conn_reset) or still on a
- * connection the server has not seen die (a cut the agent noticed first).
+ * may be detached (its connection was reset, rdzv_state_conn_reset) or
+ * still on a connection the server has not seen die (a cut the agent
+ * noticed first).
  * A RESUME that names a node's host and pid without its token is not that
  * node: *impostor says so, and the node is left alone.  O(nodes of the
  * job): only a RESUME to a live job pays it. */
@@ -122,7 +123,7 @@ static struct node *claimed_node(const struct job *job,
   return NULL;
 }
 
-static void log_impostor(const struct rs_registry *r, const struct job *job,
+static void log_impostor(const struct rdzv_state *r, const struct job *job,
                          const struct rp_resume *a)
 {
   say(r, "job %s: a resume names node %.*s (pid %" PRId64 ") but does not "
@@ -134,7 +135,7 @@ static void log_impostor(const struct rs_registry *r, const struct job *job,
  * restart count from going back when the claim is vouched for (a token
  * of the node's, or one the lasting key proves; without a lasting key,
  * any claim on a job this server life rebuilt from claims). */
-static int resume_gathering(struct rs_registry *r, struct conn *c,
+static int resume_gathering(struct rdzv_state *r, struct conn *c,
                             void *conn, const struct rp_resume *a,
                             double now)
 {
@@ -196,7 +197,7 @@ static int resume_gathering(struct rs_registry *r, struct conn *c,
  * closed.  If it still runs the job's round at its rank, nothing happens;
  * else the job went on without it (it hears RESTART and is expected back
  * if the job is gathering). */
-static int reattach(struct rs_registry *r, struct conn *c, void *conn,
+static int reattach(struct rdzv_state *r, struct conn *c, void *conn,
                     struct node *n, const struct rp_resume *a, double now)
 {
   struct job *job = n->job;
@@ -235,7 +236,7 @@ static int reattach(struct rs_registry *r, struct conn *c, void *conn,
 
 /* A job this server does not know is rebuilt from a running claim: the
  * table of ranks starts empty and grows with the nodes that come back. */
-static void rebuild_start(struct rs_registry *r, struct job *job,
+static void rebuild_start(struct rdzv_state *r, struct job *job,
                           const struct rp_round *as, double now)
 {
   double grace = fmax(r->lim.resume_grace, job->conf.keepalive_interval *
@@ -260,7 +261,7 @@ static void rebuild_start(struct rs_registry *r, struct job *job,
 }
 
 /* n re-asserted a rank of the round being rebuilt, which nobody holds. */
-static int rebuild_take(struct rs_registry *r, struct job *job,
+static int rebuild_take(struct rdzv_state *r, struct job *job,
                         struct node *n, const struct rp_resume *a,
                         const char *d, double now)
 {
@@ -291,7 +292,7 @@ static int rebuild_take(struct rs_registry *r, struct job *job,
   return 0;
 }
 
-int rdzv_resume_handle(struct rs_registry *r, struct conn *c, void *conn,
+int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
                        const struct rp_resume *a, double now)
 {
   const struct rp_round *as = &a->round;

@@ -40,7 +40,7 @@ _Static_assert(RP_MAX_ROUND == 1073741824, "ROUND_LIMIT_TEXT");
  * from inside send() would free the list being walked.  Breaking that is
  * a bug in the caller, caught here at once rather than as a corrupted
  * heap later. */
-static void enter(struct rs_registry *r, const char *what)
+static void enter(struct rdzv_state *r, const char *what)
 {
   if (r->busy) {
     fprintf(stderr, "rdzv_state: %s called from inside the state machine "
@@ -50,7 +50,7 @@ static void enter(struct rs_registry *r, const char *what)
   r->busy = true;
 }
 
-static void leave(struct rs_registry *r)
+static void leave(struct rdzv_state *r)
 {
   r->busy = false;
 }
@@ -73,7 +73,7 @@ static void fmt(char *buf, size_t size, const char *f, ...)
   va_end(ap);
 }
 
-void rdzv_state__vsay(const struct rs_registry *r, const char *f, va_list ap)
+void rdzv_state__vsay(const struct rdzv_state *r, const char *f, va_list ap)
 {
   char line[2 * RP_MAX_TEXT + DESC_MAX];
 
@@ -84,7 +84,7 @@ void rdzv_state__vsay(const struct rs_registry *r, const char *f, va_list ap)
 }
 
 __attribute__((format(printf, 2, 3)))
-static void say(const struct rs_registry *r, const char *f, ...)
+static void say(const struct rdzv_state *r, const char *f, ...)
 {
   va_list ap;
 
@@ -102,7 +102,7 @@ static bool conn_eq(const void *item, const void *key)
 void rdzv_state__describe(const struct node *n, char *buf, size_t size)
 {
   fmt(buf, size, "node %s (%s, pid %" PRId64 ")", n->host[0] ? n->host : "?",
-      rs__node_addr(n), n->pid);
+      rdzv_state__node_addr(n), n->pid);
 }
 
 bool rdzv_state__gathering(const struct job *job)
@@ -149,7 +149,7 @@ static double keepalive_window(const struct job *job)
 /* ---- a rebuilding job's ranks: a table sized by the nodes that came
  * back, never by the group size a RESUME claims ---- */
 
-uint64_t rdzv_state__rank_hash(const struct rs_registry *r, int rank)
+uint64_t rdzv_state__rank_hash(const struct rdzv_state *r, int rank)
 {
   return ht_mix64(r->seed ^ (uint64_t)(unsigned)rank);
 }
@@ -166,7 +166,7 @@ void rdzv_state__ranks_clear(struct job *job)
 
 /* cause: the job's root cause (RESTART, CLOSED), or NULL; job: a
  * RESTART's job, for the participant it lost (or NULL). */
-static void send_text_cause(const struct rs_registry *r, void *conn,
+static void send_text_cause(const struct rdzv_state *r, void *conn,
                             enum rp_op op, enum rp_error_code code,
                             bool success, const char *text,
                             const struct rp_cause *cause,
@@ -178,7 +178,7 @@ static void send_text_cause(const struct rs_registry *r, void *conn,
                   lost ? job->lost_host : NULL, lost ? job->lost_why : NULL);
 }
 
-void rdzv_state__send_text(const struct rs_registry *r, void *conn,
+void rdzv_state__send_text(const struct rdzv_state *r, void *conn,
                            enum rp_op op, enum rp_error_code code,
                            bool success, const char *text)
 {
@@ -202,7 +202,7 @@ static const char *cause_text(const struct job *job)
 }
 
 
-struct conn *rdzv_state__conn_get(struct rs_registry *r, void *conn,
+struct conn *rdzv_state__conn_get(struct rdzv_state *r, void *conn,
                                   bool create)
 {
   uint64_t h = ht_hash_ptr(r->seed, conn);
@@ -223,8 +223,8 @@ struct conn *rdzv_state__conn_get(struct rs_registry *r, void *conn,
 }
 
 /* Closes conn after what was sent; later messages from it are ignored
- * until rs_conn_closed. */
-void rdzv_state__conn_drop(struct rs_registry *r, void *conn)
+ * until rdzv_state_conn_closed. */
+void rdzv_state__conn_drop(struct rdzv_state *r, void *conn)
 {
   struct conn *c;
 
@@ -249,7 +249,7 @@ static void token_store(struct node *n, const unsigned char t[RP_TOKEN_BYTES])
  * it vouches for changed (a WAITING costs no MAC).  A MAC that fails
  * (libcrypto out of memory) leaves the node without one: it can still
  * run, it just cannot prove itself after a reconnect. */
-static const unsigned char *token_gathering(const struct rs_registry *r,
+static const unsigned char *token_gathering(const struct rdzv_state *r,
                                             struct node *n, int round,
                                             int restarts)
 {
@@ -268,7 +268,7 @@ static const unsigned char *token_gathering(const struct rs_registry *r,
   return n->token;
 }
 
-static void send_waiting(const struct rs_registry *r, const struct job *job,
+static void send_waiting(const struct rdzv_state *r, const struct job *job,
                          struct node *n, double now)
 {
   struct rp_msg m;
@@ -283,9 +283,9 @@ static void send_waiting(const struct rs_registry *r, const struct job *job,
   w->present = job->n_part;
   w->min_nodes = job->conf.min_nodes;
   w->max_nodes = job->conf.max_nodes;
-  w->deadline = rs__clamp_secs(n->join_at + n->join_timeout - now);
+  w->deadline = rdzv_state__clamp_secs(n->join_at + n->join_timeout - now);
   w->last_call = job->phase == PH_LAST_CALL
-                   ? rs__clamp_secs(job->deadline - now) : -1;
+                   ? rdzv_state__clamp_secs(job->deadline - now) : -1;
   w->restart_count = job->restart_count;
   memcpy(w->token, token_gathering(r, n, w->round, w->restart_count),
          RP_TOKEN_BYTES);
@@ -319,8 +319,8 @@ void rdzv_state__node_set_state(struct job *job, struct node *n,
 }
 
 /* The empty list: jobs without a node, in the order they emptied, so
- * that a full job table forgets the longest-empty one (rs_limits). */
-static void empty_add(struct rs_registry *r, struct job *job)
+ * that a full job table forgets the longest-empty one (rdzv_state_limits). */
+static void empty_add(struct rdzv_state *r, struct job *job)
 {
   if (job->empty_listed)
     return;
@@ -328,7 +328,7 @@ static void empty_add(struct rs_registry *r, struct job *job)
   TAILQ_INSERT_TAIL(&r->empty, job, in_empty);
 }
 
-static void empty_remove(struct rs_registry *r, struct job *job)
+static void empty_remove(struct rdzv_state *r, struct job *job)
 {
   if (!job->empty_listed)
     return;
@@ -337,7 +337,7 @@ static void empty_remove(struct rs_registry *r, struct job *job)
 }
 
 /* Forgets n: counts, lists, timers, waits.  Sends nothing. */
-void rdzv_state__node_free(struct rs_registry *r, struct node *n)
+void rdzv_state__node_free(struct rdzv_state *r, struct node *n)
 {
   struct job *job = n->job;
 
@@ -347,7 +347,7 @@ void rdzv_state__node_free(struct rs_registry *r, struct node *n)
   if (n->barrier)
     n->barrier->count--;
   while (!LIST_EMPTY(&n->waiters))
-    rs__kv_waiter_free(r, job, LIST_FIRST(&n->waiters));
+    kv_store_waiter_free(r, job, LIST_FIRST(&n->waiters));
   th_clear(&r->heap, &n->t_join);
   th_clear(&r->heap, &n->t_alive);
   th_unreserve(&r->heap, 2);
@@ -366,7 +366,7 @@ void rdzv_state__node_free(struct rs_registry *r, struct node *n)
 
 /* A node's own durations: its JOIN's, within the server's ceilings (as
  * ceilings() applies them to the job's configuration). */
-static void node_fill(const struct rs_registry *r, struct node *n,
+static void node_fill(const struct rdzv_state *r, struct node *n,
                       const struct rp_join *j)
 {
   const struct rp_conf *cf = &j->conf;
@@ -383,7 +383,7 @@ static void node_fill(const struct rs_registry *r, struct node *n,
                     fmin(cf->keepalive_misses, misses);
 }
 
-static struct node *node_create(struct rs_registry *r, struct job *job,
+static struct node *node_create(struct rdzv_state *r, struct job *job,
                                 struct conn *c, const struct rp_join *j,
                                 double now)
 {
@@ -439,12 +439,12 @@ static void barriers_free(struct job *job)
   job->n_barriers = 0;
 }
 
-static void job_free(struct rs_registry *r, struct job *job)
+static void job_free(struct rdzv_state *r, struct job *job)
 {
   while (!TAILQ_EMPTY(&job->nodes))
     rdzv_state__node_free(r, TAILQ_FIRST(&job->nodes));
   barriers_free(job);
-  rs__kv_job_free(r, job);
+  kv_store_job_free(r, job);
   empty_remove(r, job);
   free(job->order);
   free(job->ranks.s);
@@ -459,12 +459,12 @@ static void job_free(struct rs_registry *r, struct job *job)
   free(job);
 }
 
-struct job *rdzv_state__job_find(const struct rs_registry *r, const char *id)
+struct job *rdzv_state__job_find(const struct rdzv_state *r, const char *id)
 {
-  return ht_find(&r->jobs, ht_hash_str(r->seed, id), id, rs__job_eq);
+  return ht_find(&r->jobs, ht_hash_str(r->seed, id), id, rdzv_state__job_eq);
 }
 
-static void lower(const struct rs_registry *r, const struct job *job,
+static void lower(const struct rdzv_state *r, const struct job *job,
                   const char *what, double *v, double ceiling)
 {
   if (*v <= ceiling)
@@ -475,8 +475,8 @@ static void lower(const struct rs_registry *r, const struct job *job,
 }
 
 /* The durations a client chose, within the server's ceilings
- * (rs_limits); keepalive_interval itself was checked at the JOIN. */
-static void ceilings(const struct rs_registry *r, struct job *job)
+ * (rdzv_state_limits); keepalive_interval itself was checked at the JOIN. */
+static void ceilings(const struct rdzv_state *r, struct job *job)
 {
   struct rp_conf *cf = &job->conf;
   double max_misses;
@@ -497,7 +497,7 @@ static void ceilings(const struct rs_registry *r, struct job *job)
   }
 }
 
-static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
+static struct job *job_create(struct rdzv_state *r, const struct rp_join *j,
                               double now)
 {
   const struct rp_conf *cf = &j->conf;
@@ -545,8 +545,8 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
 }
 
 /* A participant count change while gathering: everyone hears of it at
- * most once per PROGRESS_PERIOD, from rs_tick. */
-static void progress_changed(struct rs_registry *r, struct job *job,
+ * most once per PROGRESS_PERIOD, from rdzv_state_tick. */
+static void progress_changed(struct rdzv_state *r, struct job *job,
                              double now)
 {
   job->progress_dirty = true;
@@ -567,7 +567,7 @@ static int rank_cmp(const void *a, const void *b)
 
 /* Ranks the participants and sends each its ROUND: O(N log N), the only
  * place that sorts.  The round then runs. */
-static void complete_round(struct rs_registry *r, struct job *job,
+static void complete_round(struct rdzv_state *r, struct job *job,
                            double now)
 {
   struct rp_msg m;
@@ -601,7 +601,8 @@ static void complete_round(struct rs_registry *r, struct job *job,
   rd->restart_count = job->restart_count;
   rd->group_world_size = (int)k;
   rd->world_size = job->world_size;
-  copy_str(rd->master_addr, sizeof rd->master_addr, rs__node_addr(master));
+  copy_str(rd->master_addr, sizeof rd->master_addr,
+           rdzv_state__node_addr(master));
   rd->master_port = master->master_port;
   if (rdzv_token_job(r->tokens, job->id, job->round, job->restart_count,
                      rd->job_token))
@@ -643,7 +644,7 @@ static void complete_round(struct rs_registry *r, struct job *job,
 }
 
 /* Completes the gathering round, or starts or cancels its last call. */
-static void decide(struct rs_registry *r, struct job *job, double now)
+static void decide(struct rdzv_state *r, struct job *job, double now)
 {
   struct rdzv_rules_job v = rules_view(job);
 
@@ -673,7 +674,7 @@ static void decide(struct rs_registry *r, struct job *job, double now)
 /* After any change to a gathering round: promote spares into free places,
  * then complete, start or cancel the last call.  Promoted nodes hear
  * WAITING, or ROUND if the round completes. */
-static void recheck(struct rs_registry *r, struct job *job, double now)
+static void recheck(struct rdzv_state *r, struct job *job, double now)
 {
   size_t k = 0, i;
   struct node *n;
@@ -694,9 +695,8 @@ static void recheck(struct rs_registry *r, struct job *job, double now)
 
 /* A new round: every participant of the ending one but `except` (who
  * knows already) gets RESTART with why; all of them are expected back. */
-void rdzv_state__start_round(struct rs_registry *r, struct job *job,
-                             double now, const char *why,
-                             const struct node *except)
+void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
+                             const char *why, const struct node *except)
 {
   char text[RP_MAX_TEXT + 1], cancelled[RP_MAX_TEXT + 1] = "";
   size_t len = 0;
@@ -704,7 +704,7 @@ void rdzv_state__start_round(struct rs_registry *r, struct job *job,
   struct node *n;
 
   /* A closing job starts no round: what changed may end its wait for
-   * reports (rs_tick, outside the caller's walk). */
+   * reports (rdzv_state_tick, outside the caller's walk). */
   if (job->closing) {
     th_set(&r->heap, &job->t_last_call, now);
     return;
@@ -719,8 +719,8 @@ void rdzv_state__start_round(struct rs_registry *r, struct job *job,
     copy_str(text, sizeof text, why);
   /* Round numbers are spent (a job driven through 2^30 rounds, or
    * resumed near that): the restart goes on as any other, no round
-   * completes (decide), and rs_tick closes the job, outside the caller's
-   * walk, rather than send a round no peer may accept. */
+   * completes (decide), and rdzv_state_tick closes the job, outside the
+   * caller's walk, rather than send a round no peer may accept. */
   if (job->round < RP_MAX_ROUND)
     job->round++;
   else
@@ -756,7 +756,7 @@ void rdzv_state__start_round(struct rs_registry *r, struct job *job,
 
 /* Sends CLOSED to every node of the job and drops them; the job stays
  * close_timeout seconds so that late joiners learn it ended. */
-static void end_job(struct rs_registry *r, struct job *job, double now,
+static void end_job(struct rdzv_state *r, struct job *job, double now,
                     bool success, const char *text)
 {
   job->phase = success ? PH_FINISHED : PH_CLOSED;
@@ -777,7 +777,7 @@ static void end_job(struct rs_registry *r, struct job *job, double now,
   th_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
-void rdzv_state__barrier_check(struct rs_registry *r, struct job *job,
+void rdzv_state__barrier_check(struct rdzv_state *r, struct job *job,
                                struct barrier *b)
 {
   struct rp_msg m;
@@ -803,7 +803,7 @@ void rdzv_state__barrier_check(struct rs_registry *r, struct job *job,
 }
 
 /* Repairs the job after a node that needs no new round went away. */
-static void job_settle(struct rs_registry *r, struct job *job, double now,
+static void job_settle(struct rdzv_state *r, struct job *job, double now,
                        bool was_part)
 {
   struct barrier *b;
@@ -832,7 +832,7 @@ static void job_settle(struct rs_registry *r, struct job *job, double now,
 /* Removes n (the caller logged why).  A participant of a running round
  * before its exit barrier is a lost node: the survivors start a new round
  * ("<node> <why>"); otherwise the job just settles. */
-void rdzv_state__node_remove(struct rs_registry *r, struct node *n, double now,
+void rdzv_state__node_remove(struct rdzv_state *r, struct node *n, double now,
                              const char *why)
 {
   struct job *job = n->job;
@@ -846,7 +846,8 @@ void rdzv_state__node_remove(struct rs_registry *r, struct node *n, double now,
     fmt(text, sizeof text, "%s %s", d, why);
     /* What the RESTART tells of the loss (a launcher that cannot bring
      * the node back ends the job on it: cdrun(1)). */
-    copy_str(host, sizeof host, n->host[0] ? n->host : rs__node_addr(n));
+    copy_str(host, sizeof host,
+             n->host[0] ? n->host : rdzv_state__node_addr(n));
     if (strcmp(why, "lost: connection closed") == 0)
       copy_str(how, sizeof how, "its agent exited");
     else
@@ -865,7 +866,7 @@ void rdzv_state__node_remove(struct rs_registry *r, struct node *n, double now,
   job_settle(r, job, now, was_part);
 }
 
-static void node_lost(struct rs_registry *r, struct node *n, double now,
+static void node_lost(struct rdzv_state *r, struct node *n, double now,
                       const char *why)
 {
   char d[DESC_MAX];
@@ -911,7 +912,7 @@ static const char *conf_problem(const struct rp_conf *cf, char *buf,
 
 /* A node that sent JOIN and is in no round yet (new, or back after a
  * restart) enters the gathering round or the waiting list. */
-static void admit(struct rs_registry *r, struct job *job, struct node *n,
+static void admit(struct rdzv_state *r, struct job *job, struct node *n,
                   double now)
 {
   struct rdzv_rules_job v = rules_view(job);
@@ -949,7 +950,7 @@ static void admit(struct rs_registry *r, struct job *job, struct node *n,
   send_waiting(r, job, n, now);
 }
 
-static int rejoin(struct rs_registry *r, struct node *n,
+static int rejoin(struct rdzv_state *r, struct node *n,
                   const struct rp_join *j, double now)
 {
   struct job *job = n->job;
@@ -974,9 +975,9 @@ static int rejoin(struct rs_registry *r, struct node *n,
 
 /* A refused JOIN: ERROR, then the connection closes; a node of the job
  * that sent it is removed first (why says how, for the others).  Returns
- * err for rs_handle. */
+ * err for rdzv_state_handle. */
 __attribute__((format(printf, 8, 9)))
-int rdzv_state__refuse_join(struct rs_registry *r, void *conn, struct node *n,
+int rdzv_state__refuse_join(struct rdzv_state *r, void *conn, struct node *n,
                             double now, const char *why,
                             enum rp_error_code code, int err, const char *f,
                             ...)
@@ -998,7 +999,7 @@ int rdzv_state__refuse_join(struct rs_registry *r, void *conn, struct node *n,
 /* JOIN: refusals first (they drop the connection unless it already is
  * a node), then a re-join, or a new node (and maybe a new job).  O(1)
  * amortized unless it completes or restarts a round. */
-int rdzv_state__join_node(struct rs_registry *r, struct conn *c, void *conn,
+int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
                           const struct rp_join *j, double now,
                           struct node **created)
 {
@@ -1086,7 +1087,7 @@ int rdzv_state__join_node(struct rs_registry *r, struct conn *c, void *conn,
   return 0;
 }
 
-static int on_join(struct rs_registry *r, struct conn *c, void *conn,
+static int on_join(struct rdzv_state *r, struct conn *c, void *conn,
                    const struct rp_join *j, double now)
 {
   return rdzv_state__join_node(r, c, conn, j, now, NULL);
@@ -1125,13 +1126,14 @@ static int closing_pending(const struct job *job)
   const struct node *n;
   int pending = 0;
 
-  /* A detached node (rs_conn_reset) cannot report now: not waited for. */
+  /* A detached node (rdzv_state_conn_reset) cannot report now: not
+   * waited for. */
   TAILQ_FOREACH(n, &job->nodes, in_job)
     pending += n->state == NS_PART && !n->reported && n->c->conn;
   return pending;
 }
 
-static void closing_end(struct rs_registry *r, struct job *job, double now)
+static void closing_end(struct rdzv_state *r, struct job *job, double now)
 {
   char text[RP_MAX_TEXT + 1];
   int pending = closing_pending(job);
@@ -1154,7 +1156,7 @@ static void closing_end(struct rs_registry *r, struct job *job, double now)
  * never more than CLOSE_WAIT_MAX (a job with a long keepalive window would
  * otherwise hold its nodes for minutes), whichever comes first.
  * Participants that are healthy hear CLOSED when the wait ends. */
-static void closing_start(struct rs_registry *r, struct job *job,
+static void closing_start(struct rdzv_state *r, struct job *job,
                           struct node *reporter, bool exhausted, double now)
 {
   struct node *n;
@@ -1177,7 +1179,7 @@ static void closing_start(struct rs_registry *r, struct job *job,
 }
 
 /* FAILURE: a restart, counted once per round, or the end of the job. */
-static int on_failure(struct rs_registry *r, struct node *n,
+static int on_failure(struct rdzv_state *r, struct node *n,
                       const struct rp_failure *f, double now)
 {
   enum rdzv_rules_failure verdict;
@@ -1229,7 +1231,7 @@ static int on_failure(struct rs_registry *r, struct node *n,
 
 /* BARRIER: a node waits in at most one barrier; a repeat is harmless, and
  * one for a barrier that already completed is answered at once. */
-static int on_barrier(struct rs_registry *r, struct node *n,
+static int on_barrier(struct rdzv_state *r, struct node *n,
                       const struct rp_barrier *m)
 {
   struct job *job = n->job;
@@ -1279,7 +1281,7 @@ static int on_barrier(struct rs_registry *r, struct node *n,
 }
 
 /* LEAVE: quiet after the exit barrier, a lost node before it. */
-static int on_leave(struct rs_registry *r, struct node *n, double now)
+static int on_leave(struct rdzv_state *r, struct node *n, double now)
 {
   struct job *job = n->job;
   char d[DESC_MAX];
@@ -1296,7 +1298,7 @@ static int on_leave(struct rs_registry *r, struct node *n, double now)
 
 /* ---- STATUS (the report itself: status_render.c) ---- */
 
-static int on_status(struct rs_registry *r, void *conn,
+static int on_status(struct rdzv_state *r, void *conn,
                      const struct rp_status_req *q, double now)
 {
   struct rp_msg m;
@@ -1304,7 +1306,7 @@ static int on_status(struct rs_registry *r, void *conn,
   char *s;
   int err;
 
-  st = rs_status_query(r, q, now, &err);
+  st = rdzv_state_status_query(r, q, now, &err);
   if (!st && err == -ENOENT)
     return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, err, "no job "
                              "%.*s", RP_MAX_ID, q->job);
@@ -1323,7 +1325,7 @@ static int on_status(struct rs_registry *r, void *conn,
 
 /* ---- entry points ---- */
 
-void rs_limits_default(struct rs_limits *l)
+void rdzv_state_limits_default(struct rdzv_state_limits *l)
 {
   if (l->max_jobs <= 0)
     l->max_jobs = DEF_MAX_JOBS;
@@ -1345,17 +1347,17 @@ void rs_limits_default(struct rs_limits *l)
     l->resume_grace = DEF_RESUME_GRACE;
 }
 
-struct rs_registry *rs_create(const struct rs_sink *sink,
-                              const struct rs_limits *limits)
+struct rdzv_state *rdzv_state_create(const struct rdzv_state_sink *sink,
+                                     const struct rdzv_state_limits *limits)
 {
-  struct rs_registry *r = calloc(1, sizeof(*r));
+  struct rdzv_state *r = calloc(1, sizeof(*r));
 
   if (!r)
     return NULL;
   r->sink = *sink;
   if (limits)
     r->lim = *limits;
-  rs_limits_default(&r->lim);
+  rdzv_state_limits_default(&r->lim);
   r->seed = ht_mix64((uint64_t)(uintptr_t)r);
   r->tokens = rdzv_token_key_new(NULL);
   if (!r->tokens) {
@@ -1367,13 +1369,13 @@ struct rs_registry *rs_create(const struct rs_sink *sink,
   return r;
 }
 
-void rs_destroy(struct rs_registry *r)
+void rdzv_state_destroy(struct rdzv_state *r)
 {
   size_t i;
 
   if (!r)
     return;
-  enter(r, "rs_destroy");
+  enter(r, "rdzv_state_destroy");
   while (!TAILQ_EMPTY(&r->jobs_in_order))
     job_free(r, TAILQ_FIRST(&r->jobs_in_order));
   for (i = 0; i < r->conns.cap; i++)
@@ -1385,7 +1387,8 @@ void rs_destroy(struct rs_registry *r)
   free(r);
 }
 
-int rs_set_token_key(struct rs_registry *r, const struct ra_secret *file)
+int rdzv_state_set_token_key(struct rdzv_state *r,
+                             const struct ra_secret *file)
 {
   struct rdzv_token_key *k = rdzv_token_key_new(file);
 
@@ -1396,7 +1399,7 @@ int rs_set_token_key(struct rs_registry *r, const struct ra_secret *file)
   return 0;
 }
 
-static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
+static int handle(struct rdzv_state *r, void *conn, const struct rp_msg *m,
                   double now)
 {
   struct conn *c = rdzv_state__conn_get(r, conn, false);
@@ -1447,37 +1450,38 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_LEAVE:
     return on_leave(r, n, now);
   default:
-    return rs__kv_handle(r, n, m, now);
+    return kv_store_handle(r, n, m, now);
   }
 }
 
-int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
-              double now)
+int rdzv_state_handle(struct rdzv_state *r, void *conn, const struct rp_msg *m,
+                      double now)
 {
   int rc;
 
-  enter(r, "rs_handle");
+  enter(r, "rdzv_state_handle");
   rc = handle(r, conn, m, now);
   leave(r);
   return rc;
 }
 
-void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr)
+void rdzv_state_set_peer_addr(struct rdzv_state *r, void *conn,
+                              const char *addr)
 {
   struct conn *c;
 
-  enter(r, "rs_set_peer_addr");
+  enter(r, "rdzv_state_set_peer_addr");
   c = rdzv_state__conn_get(r, conn, true);
   if (c && addr)
     copy_str(c->peer, sizeof c->peer, addr);
   leave(r);
 }
 
-void rs_conn_closed(struct rs_registry *r, void *conn, double now)
+void rdzv_state_conn_closed(struct rdzv_state *r, void *conn, double now)
 {
   struct conn *c;
 
-  enter(r, "rs_conn_closed");
+  enter(r, "rdzv_state_conn_closed");
   c = rdzv_state__conn_get(r, conn, false);
   if (c) {
     if (c->node)
@@ -1492,13 +1496,13 @@ void rs_conn_closed(struct rs_registry *r, void *conn, double now)
  * stays a member, detached (a placeholder connection with conn NULL: it
  * is sent nothing), until its keepalive window ends; a RESUME from the
  * same agent within it takes it back (reattach). */
-void rs_conn_reset(struct rs_registry *r, void *conn, double now)
+void rdzv_state_conn_reset(struct rdzv_state *r, void *conn, double now)
 {
   struct conn *c, *ph;
   struct node *n;
   char d[DESC_MAX];
 
-  enter(r, "rs_conn_reset");
+  enter(r, "rdzv_state_conn_reset");
   c = rdzv_state__conn_get(r, conn, false);
   n = c ? c->node : NULL;
   if (n && !c->dropped && n->job->phase == PH_RUNNING &&
@@ -1523,7 +1527,7 @@ void rs_conn_reset(struct rs_registry *r, void *conn, double now)
 
 /* Note [timers]: dead only if silent for the whole period; else the
  * timer moves to the end of the node's current period. */
-static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
+static void on_alive_timer(struct rdzv_state *r, struct node *n, double now)
 {
   double period = n->alive_window;
   char why[64];
@@ -1543,7 +1547,7 @@ static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
   rdzv_state__conn_drop(r, conn);
 }
 
-static void on_join_timer(struct rs_registry *r, struct node *n, double now)
+static void on_join_timer(struct rdzv_state *r, struct node *n, double now)
 {
   struct job *job = n->job;
   void *conn = n->c->conn;
@@ -1564,7 +1568,7 @@ static void on_join_timer(struct rs_registry *r, struct node *n, double now)
 }
 
 /* One WAITING per participant, at most once per PROGRESS_PERIOD. */
-static void on_progress_timer(struct rs_registry *r, struct job *job,
+static void on_progress_timer(struct rdzv_state *r, struct job *job,
                               double now)
 {
   struct node *n;
@@ -1578,7 +1582,7 @@ static void on_progress_timer(struct rs_registry *r, struct job *job,
   job->progress_dirty = false;
 }
 
-static double tick(struct rs_registry *r, double now)
+static double tick(struct rdzv_state *r, double now)
 {
   struct job *job;
 
@@ -1620,7 +1624,7 @@ static double tick(struct rs_registry *r, double now)
       on_alive_timer(r, container_of(t, struct node, t_alive), now);
       break;
     case T_KV_WAIT:
-      rs__kv_timeout(r, container_of(t, struct waiter, t));
+      kv_store_timeout(r, container_of(t, struct waiter, t));
       break;
     }
   }
@@ -1628,49 +1632,52 @@ static double tick(struct rs_registry *r, double now)
   return t ? t->at : -1;
 }
 
-double rs_tick(struct rs_registry *r, double now)
+double rdzv_state_tick(struct rdzv_state *r, double now)
 {
   double next;
 
   if (!isfinite(now))
     return -1;
-  enter(r, "rs_tick");
+  enter(r, "rdzv_state_tick");
   next = tick(r, now);
   leave(r);
   return next;
 }
 
-int rs_job_count(const struct rs_registry *r)
+int rdzv_state_job_count(const struct rdzv_state *r)
 {
   return r->n_jobs;
 }
 
-int rs_node_count(const struct rs_registry *r)
+int rdzv_state_node_count(const struct rdzv_state *r)
 {
   return r->n_nodes;
 }
 
-void rs_set_embedded(struct rs_registry *r, int64_t pid, const char *host)
+void rdzv_state_set_embedded(struct rdzv_state *r, int64_t pid,
+                             const char *host)
 {
   r->embedded_pid = pid;
   copy_str(r->embedded_host, sizeof r->embedded_host, host ? host : "");
 }
 
-void rs_set_metrics(struct rs_registry *r, struct rdzvd_metrics *m)
+void rdzv_state_set_metrics(struct rdzv_state *r, struct rdzvd_metrics *m)
 {
   r->metrics = m;
 }
 
-void rs_jobs_by_phase(const struct rs_registry *r, int counts[RS_PHASES],
-                      const char *names[RS_PHASES])
+void rdzv_state_jobs_by_phase(const struct rdzv_state *r,
+                              int counts[RDZV_STATE_PHASES],
+                              const char *names[RDZV_STATE_PHASES])
 {
   const struct job *job;
   int i;
 
-  _Static_assert(PH_FINISHED + 1 == RS_PHASES, "RS_PHASES: every phase");
-  for (i = 0; i < RS_PHASES; i++) {
+  _Static_assert(PH_FINISHED + 1 == RDZV_STATE_PHASES,
+                 "RDZV_STATE_PHASES: every phase");
+  for (i = 0; i < RDZV_STATE_PHASES; i++) {
     counts[i] = 0;
-    names[i] = rs__phase_name((enum phase)i);
+    names[i] = status_render_phase_name((enum phase)i);
   }
   TAILQ_FOREACH(job, &r->jobs_in_order, in_registry)
     counts[job->phase]++;

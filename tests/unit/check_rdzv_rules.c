@@ -243,7 +243,7 @@ struct backend {
 
 static char conns[NODES];
 static struct {
-  struct rs_registry *r;
+  struct rdzv_state *r;
   double now;
   int rank[NODES];
   int restart_count;            /* the last ROUND's */
@@ -275,20 +275,20 @@ static void rd_drop(void *ctx, void *conn)
   (void)conn;
 }
 
-static const struct rs_sink RD_SINK = { NULL, rd_send, rd_drop, NULL };
+static const struct rdzv_state_sink RD_SINK = { NULL, rd_send, rd_drop, NULL };
 
 static void rd_start(void)
 {
   memset(&rd, 0, sizeof rd);
   memset(rd.rank, -1, sizeof rd.rank);
   rd.now = 100;
-  rd.r = rs_create(&RD_SINK, NULL);
+  rd.r = rdzv_state_create(&RD_SINK, NULL);
   ck_assert_ptr_nonnull(rd.r);
 }
 
 static void rd_stop(void)
 {
-  rs_destroy(rd.r);
+  rdzv_state_destroy(rd.r);
 }
 
 static int rd_join(int i, const struct rdzv_rules_conf *c)
@@ -312,7 +312,7 @@ static int rd_join(int i, const struct rdzv_rules_conf *c)
    * silence. */
   m.u.join.conf.keepalive_interval = 100;
   m.u.join.conf.keepalive_misses = 10;
-  return rs_handle(rd.r, &conns[i], &m, rd.now);
+  return rdzv_state_handle(rd.r, &conns[i], &m, rd.now);
 }
 
 static void rd_failure(int i, bool final)
@@ -323,12 +323,12 @@ static void rd_failure(int i, bool final)
   m.op = RP_FAILURE;
   m.u.failure.final = final;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "rank %d", i);
-  ck_assert_int_eq(rs_handle(rd.r, &conns[i], &m, rd.now), 0);
+  ck_assert_int_eq(rdzv_state_handle(rd.r, &conns[i], &m, rd.now), 0);
 }
 
 static void rd_lost(int i)
 {
-  rs_conn_closed(rd.r, &conns[i], rd.now);
+  rdzv_state_conn_closed(rd.r, &conns[i], rd.now);
   rd.rank[i] = -1;              /* its connection is gone */
 }
 
@@ -337,7 +337,7 @@ static void rd_lost(int i)
 static void rd_time_passes(void)
 {
   rd.now += 11;
-  rs_tick(rd.r, rd.now);
+  rdzv_state_tick(rd.r, rd.now);
 }
 
 static const cJSON *rd_job(cJSON *st)
@@ -349,7 +349,7 @@ static const cJSON *rd_job(cJSON *st)
 
 static char rd_phase(void)
 {
-  cJSON *st = rs_status(rd.r, rd.now);
+  cJSON *st = rdzv_state_status(rd.r, rd.now);
   const cJSON *p = cJSON_GetObjectItemCaseSensitive(rd_job(st), "phase");
   char c;
 
@@ -362,7 +362,7 @@ static char rd_phase(void)
 
 static int rd_restart_count(void)
 {
-  cJSON *st = rs_status(rd.r, rd.now);
+  cJSON *st = rdzv_state_status(rd.r, rd.now);
   const cJSON *n = cJSON_GetObjectItemCaseSensitive(rd_job(st),
                                                     "restart_count");
   int v = (int)n->valuedouble;
