@@ -16,16 +16,6 @@
 #include "metrics.h"
 #include "rdzv_reply.h"
 
-__attribute__((format(printf, 2, 3)))
-static void say(const struct rdzv_state *r, const char *f, ...)
-{
-  va_list ap;
-
-  va_start(ap, f);
-  rdzv_state__vsay(r, f, ap);
-  va_end(ap);
-}
-
 /* ---- a rebuilding job's ranks (rdzv_state__rank_hash) ---- */
 
 static bool rank_eq(const void *item, const void *key)
@@ -76,8 +66,8 @@ static void rebuild_done(struct rdzv_state *r, struct job *job)
 
   rdzv_state__ranks_clear(job);
   th_clear(&r->heap, &job->t_last_call);
-  say(r, "job %s: round %d rebuilt: all %d nodes re-asserted it", job->id,
-      job->round, job->rebuild_size);
+  rdzv_state__log(r, "job %s: round %d rebuilt: all %d nodes re-asserted it",
+                  job->id, job->round, job->rebuild_size);
   for (b = job->barriers; b; b = b->next)
     rdzv_state__barrier_check(r, job, b);
 }
@@ -92,7 +82,7 @@ void rdzv_resume_expired(struct rdzv_state *r, struct job *job, double now)
            job->rebuild_size,
            fmax(r->lim.resume_grace,
                 job->conf.keepalive_interval * job->conf.keepalive_misses));
-  say(r, "job %s: round %d: %s", job->id, job->round, text);
+  rdzv_state__log(r, "job %s: round %d: %s", job->id, job->round, text);
   rdzv_state__start_round(r, job, now, text, NULL);
 }
 
@@ -126,9 +116,9 @@ static struct node *claimed_node(const struct job *job,
 static void log_impostor(const struct rdzv_state *r, const struct job *job,
                          const struct rp_resume *a)
 {
-  say(r, "job %s: a resume names node %.*s (pid %" PRId64 ") but does not "
-      "hold its token: the node is left alone", job->id, RP_MAX_ADDR,
-      a->join.host, a->join.pid);
+  rdzv_state__log(r, "job %s: a resume names node %.*s (pid %" PRId64 ") but "
+                  "does not hold its token: the node is left alone", job->id,
+                  RP_MAX_ADDR, a->join.host, a->join.pid);
 }
 
 /* A gathering node re-asserts: a JOIN, keeping round numbers and the
@@ -153,22 +143,24 @@ static int resume_gathering(struct rdzv_state *r, struct conn *c,
   if (job && vouched &&
       !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
     if (a->round.restart_count > job->restart_count) {
-      say(r, "job %s: adopts restart count %d re-asserted by %.*s (pid %"
-          PRId64 ") (it had %d)", job->id, a->round.restart_count,
-          RP_MAX_ADDR, a->join.host, a->join.pid, job->restart_count);
+      rdzv_state__log(r, "job %s: adopts restart count %d re-asserted by %.*s "
+                      "(pid %" PRId64 ") (it had %d)", job->id,
+                      a->round.restart_count, RP_MAX_ADDR, a->join.host,
+                      a->join.pid, job->restart_count);
       job->restart_count = a->round.restart_count;
     }
     if (rdzv_state__gathering(job) && a->round.round > job->round) {
-      say(r, "job %s: gathering round %d becomes round %d, re-asserted by "
-          "%.*s (pid %" PRId64 ")", job->id, job->round, a->round.round,
-          RP_MAX_ADDR, a->join.host, a->join.pid);
+      rdzv_state__log(r, "job %s: gathering round %d becomes round %d, "
+                      "re-asserted by %.*s (pid %" PRId64 ")", job->id,
+                      job->round, a->round.round, RP_MAX_ADDR, a->join.host,
+                      a->join.pid);
       job->round = a->round.round;
     } else if (job->phase == PH_RUNNING && a->round.round > job->round) {
       snprintf(text, sizeof text, "conflicting re-assertions: %.*s (pid %"
                PRId64 ") waits for round %d, the job runs round %d",
                RP_MAX_ADDR, a->join.host, a->join.pid, a->round.round,
                job->round);
-      say(r, "job %s: %s: highest round wins", job->id, text);
+      rdzv_state__log(r, "job %s: %s: highest round wins", job->id, text);
       job->round = a->round.round - 1;
       rdzv_state__start_round(r, job, now, text, NULL);
     }
@@ -179,8 +171,8 @@ static int resume_gathering(struct rdzv_state *r, struct conn *c,
     /* Its old self (detached, or on a connection not known dead yet)
      * makes way: the same agent cannot be two nodes. */
     rdzv_state__describe(prev, d, sizeof d);
-    say(r, "job %s: %s reconnected while gathering: its old connection "
-        "is superseded", job->id, d);
+    rdzv_state__log(r, "job %s: %s reconnected while gathering: its old "
+                    "connection is superseded", job->id, d);
     rdzv_state__node_remove(r, prev, now, "superseded by its reconnection");
     rdzv_state__conn_drop(r, old);
   }
@@ -222,14 +214,15 @@ static int reattach(struct rdzv_state *r, struct conn *c, void *conn,
   rdzv_state__describe(n, d, sizeof d);
   if (job->phase == PH_RUNNING && n->state == NS_PART &&
       a->round.round == job->round && a->round.group_rank == n->rank) {
-    say(r, "job %s: %s reconnected and re-asserted rank %d of round %d: "
-        "the job goes on", job->id, d, n->rank, job->round);
+    rdzv_state__log(r, "job %s: %s reconnected and re-asserted rank %d of "
+                    "round %d: the job goes on", job->id, d, n->rank,
+                    job->round);
     return 0;
   }
   snprintf(text, sizeof text, "the job went on without this node: it "
            "re-asserted round %d, the job is %s round %d", a->round.round,
            rdzv_state__gathering(job) ? "gathering" : "at", job->round);
-  say(r, "job %s: %s reconnected: %s", job->id, d, text);
+  rdzv_state__log(r, "job %s: %s reconnected: %s", job->id, d, text);
   rdzv_state__send_text(r, conn, RP_RESTART, 0, false, text);
   return 0;
 }
@@ -253,11 +246,11 @@ static void rebuild_start(struct rdzv_state *r, struct job *job,
   job->deadline = now + grace;
   th_clear(&r->heap, &job->t_progress);
   th_set(&r->heap, &job->t_last_call, job->deadline);
-  say(r, "job %s: rebuilding running round %d (restart_count %d) from "
-      "re-assertions: %d nodes, world size %d, master %s:%d; %g s for "
-      "them to come back", job->id, job->round, job->restart_count,
-      as->group_world_size, as->world_size, as->master_addr,
-      as->master_port, grace);
+  rdzv_state__log(r, "job %s: rebuilding running round %d (restart_count %d) "
+                  "from re-assertions: %d nodes, world size %d, master %s:%d; "
+                  "%g s for them to come back", job->id, job->round,
+                  job->restart_count, as->group_world_size, as->world_size,
+                  as->master_addr, as->master_port, grace);
 }
 
 /* n re-asserted a rank of the round being rebuilt, which nobody holds. */
@@ -275,18 +268,20 @@ static int rebuild_take(struct rdzv_state *r, struct job *job,
                                    -ENOMEM, "out of memory");
   }
   if (as->restart_count > job->restart_count) {
-    say(r, "job %s: adopts restart count %d re-asserted by %s (it had "
-        "%d)", job->id, as->restart_count, d, job->restart_count);
+    rdzv_state__log(r, "job %s: adopts restart count %d re-asserted by %s (it "
+                    "had %d)", job->id, as->restart_count, d,
+                    job->restart_count);
     job->restart_count = as->restart_count;
   }
   rdzv_state__node_set_state(job, n, NS_PART, false);
   n->rank = as->group_rank;
   memcpy(n->token, as->token, RP_TOKEN_BYTES);
   n->token_gathering = false;
-  say(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of %d "
-      "back)", job->id, d, n->rank, job->round,
-      a->phase == RP_PHASE_EXIT ? "at the exit barrier" : "running",
-      job->n_part, job->rebuild_size);
+  rdzv_state__log(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of "
+                  "%d back)", job->id, d, n->rank, job->round,
+                  a->phase == RP_PHASE_EXIT ? "at the exit barrier"
+                                            : "running",
+                  job->n_part, job->rebuild_size);
   if (job->n_part == job->rebuild_size)
     rebuild_done(r, job);
   return 0;
@@ -325,9 +320,10 @@ int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
   /* With a lasting token key a running claim must be proved: the rank of
    * a round is claimed only by the node it was given to. */
   if (rdzv_token_key_lasting(r->tokens) && !token_proves(r, a)) {
-    say(r, "job %s: refused a resume from %.*s (pid %" PRId64 "): its "
-        "token does not prove rank %d of round %d", a->join.id, RP_MAX_ADDR,
-        a->join.host, a->join.pid, as->group_rank, as->round);
+    rdzv_state__log(r, "job %s: refused a resume from %.*s (pid %" PRId64 "): "
+                    "its token does not prove rank %d of round %d", a->join.id,
+                    RP_MAX_ADDR, a->join.host, a->join.pid, as->group_rank,
+                    as->round);
     return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_AUTH,
                                    -EACCES, "resume refused: the token does "
                                    "not prove rank %d of round %d of job %s",
@@ -364,7 +360,8 @@ int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
              as->group_world_size, as->round, as->world_size, job->round,
              job->rebuild_size, job->world_size,
              holder ? ", rank held by " : "", hd);
-    say(r, "job %s: %s: a new round for every node", job->id, text);
+    rdzv_state__log(r, "job %s: %s: a new round for every node", job->id,
+                    text);
     if (as->restart_count > job->restart_count)
       job->restart_count = as->restart_count;
     if (as->round > job->round)
@@ -378,7 +375,7 @@ int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
   snprintf(text, sizeof text, "the job went on without this node: it "
            "re-asserted round %d, the job is %s round %d", as->round,
            rdzv_state__gathering(job) ? "gathering" : "at", job->round);
-  say(r, "job %s: %s: %s", job->id, d, text);
+  rdzv_state__log(r, "job %s: %s: %s", job->id, d, text);
   rdzv_state__node_set_state(job, n, NS_IDLE, rdzv_state__gathering(job));
   rdzv_state__send_text(r, conn, RP_RESTART, 0, false, text);
   return 0;

@@ -73,24 +73,17 @@ static void fmt(char *buf, size_t size, const char *f, ...)
   va_end(ap);
 }
 
-void rdzv_state__vsay(const struct rdzv_state *r, const char *f, va_list ap)
+void rdzv_state__log(const struct rdzv_state *r, const char *f, ...)
 {
   char line[2 * RP_MAX_TEXT + DESC_MAX];
+  va_list ap;
 
   if (!r->sink.log)
     return;
-  vsnprintf(line, sizeof line, f, ap);
-  r->sink.log(r->sink.ctx, line);
-}
-
-__attribute__((format(printf, 2, 3)))
-static void say(const struct rdzv_state *r, const char *f, ...)
-{
-  va_list ap;
-
   va_start(ap, f);
-  rdzv_state__vsay(r, f, ap);
+  vsnprintf(line, sizeof line, f, ap);
   va_end(ap);
+  r->sink.log(r->sink.ctx, line);
 }
 
 
@@ -469,8 +462,8 @@ static void lower(const struct rdzv_state *r, const struct job *job,
 {
   if (*v <= ceiling)
     return;
-  say(r, "job %s: %s %g s lowered to the server's ceiling %g s", job->id,
-      what, *v, ceiling);
+  rdzv_state__log(r, "job %s: %s %g s lowered to the server's ceiling %g s",
+                  job->id, what, *v, ceiling);
   *v = ceiling;
 }
 
@@ -490,9 +483,10 @@ static void ceilings(const struct rdzv_state *r, struct job *job)
   if (max_misses < 1)
     max_misses = 1;
   if (cf->keepalive_misses > max_misses) {
-    say(r, "job %s: keepalive_misses %d lowered to %d (the server's "
-        "keepalive window is at most %g s)", job->id, cf->keepalive_misses,
-        (int)max_misses, r->lim.max_keepalive);
+    rdzv_state__log(r, "job %s: keepalive_misses %d lowered to %d (the "
+                    "server's keepalive window is at most %g s)", job->id,
+                    cf->keepalive_misses, (int)max_misses,
+                    r->lim.max_keepalive);
     cf->keepalive_misses = (int)max_misses;
   }
 }
@@ -536,11 +530,12 @@ static struct job *job_create(struct rdzv_state *r, const struct rp_join *j,
   /* Forgotten unless a node arrives (node_create cancels this). */
   cf = &job->conf;
   th_set(&r->heap, &job->t_forget, now + cf->close_timeout);
-  say(r, "job %s: created (nodes %d..%d, max_restarts %d, join_timeout "
-      "%g s, last_call %g s, close_timeout %g s, keepalive %g s x %d)",
-      job->id, cf->min_nodes, cf->max_nodes, cf->max_restarts,
-      cf->join_timeout, cf->last_call_timeout, cf->close_timeout,
-      cf->keepalive_interval, cf->keepalive_misses);
+  rdzv_state__log(r, "job %s: created (nodes %d..%d, max_restarts %d, "
+                  "join_timeout %g s, last_call %g s, close_timeout %g s, "
+                  "keepalive %g s x %d)", job->id, cf->min_nodes,
+                  cf->max_nodes, cf->max_restarts, cf->join_timeout,
+                  cf->last_call_timeout, cf->close_timeout,
+                  cf->keepalive_interval, cf->keepalive_misses);
   return job;
 }
 
@@ -638,9 +633,9 @@ static void complete_round(struct rdzv_state *r, struct job *job,
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
   metrics_round_completed(r->metrics, now - job->round_started);
-  say(r, "job %s: round %d complete: %zu node%s, world size %d, master "
-      "%s:%d", job->id, job->round, k, k == 1 ? "" : "s", job->world_size,
-      rd->master_addr, rd->master_port);
+  rdzv_state__log(r, "job %s: round %d complete: %zu node%s, world size %d, "
+                  "master %s:%d", job->id, job->round, k, k == 1 ? "" : "s",
+                  job->world_size, rd->master_addr, rd->master_port);
 }
 
 /* Completes the gathering round, or starts or cancels its last call. */
@@ -746,9 +741,9 @@ void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
   }
   barriers_free(job);
   job->restarting = job->n_outstanding + job->n_spares > 0;
-  say(r, "job %s: restart, new round %d (restart_count %d of %d): %s",
-      job->id, job->round, job->restart_count, job->conf.max_restarts,
-      text);
+  rdzv_state__log(r, "job %s: restart, new round %d (restart_count %d of %d): "
+                  "%s", job->id, job->round, job->restart_count,
+                  job->conf.max_restarts, text);
   recheck(r, job, now);
   if (job->rounds_spent)
     th_set(&r->heap, &job->t_last_call, now);
@@ -763,7 +758,8 @@ static void end_job(struct rdzv_state *r, struct job *job, double now,
   job->closing = false;
   th_clear(&r->heap, &job->t_last_call);
   th_clear(&r->heap, &job->t_progress);
-  say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
+  rdzv_state__log(r, "job %s: %s: %s", job->id,
+                  success ? "finished" : "closed", text);
   while (!TAILQ_EMPTY(&job->nodes)) {
     struct node *n = TAILQ_FIRST(&job->nodes);
     void *conn = n->c->conn;
@@ -798,8 +794,8 @@ void rdzv_state__barrier_check(struct rdzv_state *r, struct job *job,
   }
   if (strcmp(b->name, "exit") == 0)
     job->exit_passed = true;
-  say(r, "job %s: round %d: barrier %s passed by %d nodes", job->id,
-      job->round, b->name, b->count);
+  rdzv_state__log(r, "job %s: round %d: barrier %s passed by %d nodes",
+                  job->id, job->round, b->name, b->count);
 }
 
 /* Repairs the job after a node that needs no new round went away. */
@@ -872,7 +868,7 @@ static void node_lost(struct rdzv_state *r, struct node *n, double now,
   char d[DESC_MAX];
 
   rdzv_state__describe(n, d, sizeof d);
-  say(r, "job %s: %s %s", n->job->id, d, why);
+  rdzv_state__log(r, "job %s: %s %s", n->job->id, d, why);
   rdzv_state__node_remove(r, n, now, why);
 }
 
@@ -925,9 +921,9 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
   switch (rdzv_rules_admit(&v, n->expected)) {
   case RDZV_ADMIT_ROUND:
     rdzv_state__node_set_state(job, n, NS_PART, false);
-    say(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
-        job->id, d, job->round, job->n_part, job->conf.min_nodes,
-        job->conf.max_nodes);
+    rdzv_state__log(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
+                    job->id, d, job->round, job->n_part, job->conf.min_nodes,
+                    job->conf.max_nodes);
     progress_changed(r, job, now);
     recheck(r, job, now);
     if (rdzv_state__gathering(job))         /* else it got ROUND already */
@@ -935,7 +931,8 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
     return;
   case RDZV_ADMIT_NEW_ROUND:
     rdzv_state__node_set_state(job, n, NS_SPARE, false);
-    say(r, "job %s: %s joined running round %d", job->id, d, job->round);
+    rdzv_state__log(r, "job %s: %s joined running round %d", job->id, d,
+                    job->round);
     fmt(why, sizeof why, "%s joined", d);
     rdzv_state__start_round(r, job, now, why, NULL);
     if (n->state == NS_SPARE)   /* not promoted: still gets its answer */
@@ -945,8 +942,10 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
     break;
   }
   rdzv_state__node_set_state(job, n, NS_SPARE, false);
-  say(r, "job %s: %s waiting: round %d is %s", job->id, d, job->round,
-      job->closing ? "closing" : job->exit_passed ? "finishing" : "full");
+  rdzv_state__log(r, "job %s: %s waiting: round %d is %s", job->id, d,
+                  job->round, job->closing       ? "closing"
+                              : job->exit_passed ? "finishing"
+                                                 : "full");
   send_waiting(r, job, n, now);
 }
 
@@ -1037,18 +1036,19 @@ int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
   switch (rdzv_rules_conf_check(&joiner, &held, RP_MAX_NODES, job_name,
                                 text, sizeof text)) {
   case RDZV_CONF_NODES_DIFFER:
-    say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
-        "mismatch: nodes %d..%d, the job has %d..%d", job->id, RP_MAX_ADDR,
-        j->host, j->pid,
-        j->conf.min_nodes, j->conf.max_nodes, job->conf.min_nodes,
-        job->conf.max_nodes);
+    rdzv_state__log(r, "job %s: refused a join (%.*s, pid %" PRId64 "): "
+                    "config mismatch: nodes %d..%d, the job has %d..%d",
+                    job->id, RP_MAX_ADDR, j->host, j->pid, j->conf.min_nodes,
+                    j->conf.max_nodes, job->conf.min_nodes,
+                    job->conf.max_nodes);
     return rdzv_state__refuse_join(r, conn, n, now, "lost: config mismatch",
                                    RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s",
                                    text);
   case RDZV_CONF_RESTARTS_DIFFER:
-    say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
-        "mismatch: max_restarts %d, the job has %d", job->id, RP_MAX_ADDR,
-        j->host, j->pid, j->conf.max_restarts, job->conf.max_restarts);
+    rdzv_state__log(r, "job %s: refused a join (%.*s, pid %" PRId64 "): "
+                    "config mismatch: max_restarts %d, the job has %d",
+                    job->id, RP_MAX_ADDR, j->host, j->pid,
+                    j->conf.max_restarts, job->conf.max_restarts);
     return rdzv_state__refuse_join(r, conn, n, now, "lost: config mismatch",
                                    RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s",
                                    text);
@@ -1059,9 +1059,9 @@ int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
   if (n)
     return rejoin(r, n, j, now);
   if (!job && r->n_jobs >= r->lim.max_jobs && !TAILQ_EMPTY(&r->empty)) {
-    say(r, "job %s: forgotten early: the job table is full (%d jobs) and "
-        "it has had no node for longest", TAILQ_FIRST(&r->empty)->id,
-        r->lim.max_jobs);
+    rdzv_state__log(r, "job %s: forgotten early: the job table is full (%d "
+                    "jobs) and it has had no node for longest",
+                    TAILQ_FIRST(&r->empty)->id, r->lim.max_jobs);
     job_free(r, TAILQ_FIRST(&r->empty));
   }
   if (!job && r->n_jobs >= r->lim.max_jobs)
@@ -1145,8 +1145,8 @@ static void closing_end(struct rdzv_state *r, struct job *job, double now)
   else
     copy_str(text, sizeof text, cause_text(job));
   if (pending)
-    say(r, "job %s: %d node%s did not report within the wait; closing",
-        job->id, pending, pending == 1 ? "" : "s");
+    rdzv_state__log(r, "job %s: %d node%s did not report within the wait; "
+                    "closing", job->id, pending, pending == 1 ? "" : "s");
   end_job(r, job, now, false, text);
 }
 
@@ -1172,9 +1172,9 @@ static void closing_start(struct rdzv_state *r, struct job *job,
     closing_end(r, job, now);
     return;
   }
-  say(r, "job %s: closing: waiting up to %g s for %d more failure "
-      "report%s", job->id, job->closing_deadline - now,
-      closing_pending(job), closing_pending(job) == 1 ? "" : "s");
+  rdzv_state__log(r, "job %s: closing: waiting up to %g s for %d more failure "
+                  "report%s", job->id, job->closing_deadline - now,
+                  closing_pending(job), closing_pending(job) == 1 ? "" : "s");
   th_set(&r->heap, &job->t_last_call, job->closing_deadline);
 }
 
@@ -1193,8 +1193,8 @@ static int on_failure(struct rdzv_state *r, struct node *n,
    * the waiting list, or one the last round went on without, has no
    * workers to report on. */
   if (n->state != NS_PART && !(n->state == NS_IDLE && n->expected)) {
-    say(r, "job %s: refused a failure report from %s: not a participant "
-        "of round %d", job->id, d, job->round);
+    rdzv_state__log(r, "job %s: refused a failure report from %s: not a "
+                    "participant of round %d", job->id, d, job->round);
     return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
                              "failure report refused: not a participant of "
                              "round %d of job %s", job->round, job->id);
@@ -1202,8 +1202,8 @@ static int on_failure(struct rdzv_state *r, struct node *n,
   cause_offer(job, n, f);
   if (job->closing) {
     n->reported = true;
-    say(r, "job %s: %s workers failed too%s: %.*s", job->id, d,
-        f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
+    rdzv_state__log(r, "job %s: %s workers failed too%s: %.*s", job->id, d,
+                    f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
     if (!closing_pending(job))
       closing_end(r, job, now);
     return 0;
@@ -1212,15 +1212,16 @@ static int on_failure(struct rdzv_state *r, struct node *n,
                                job->conf.max_restarts);
   if (job->phase == PH_RUNNING && n->state == NS_PART &&
       verdict != RDZV_FAILURE_RESTART) {
-    say(r, "job %s: %s workers failed%s: %.*s", job->id, d,
-        f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
+    rdzv_state__log(r, "job %s: %s workers failed%s: %.*s", job->id, d,
+                    f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
     closing_start(r, job, n, verdict == RDZV_FAILURE_CLOSE_EXHAUSTED, now);
   } else if (f->final) {
     end_job(r, job, now, false, cause_text(job));
   } else if (job->phase != PH_RUNNING || n->state != NS_PART) {
     /* The round already ended: this failure is part of that restart. */
-    say(r, "job %s: %s workers failed in round %d (already restarting): "
-        "%.*s", job->id, d, job->round, RP_MAX_TEXT, f->message);
+    rdzv_state__log(r, "job %s: %s workers failed in round %d (already "
+                    "restarting): %.*s", job->id, d, job->round, RP_MAX_TEXT,
+                    f->message);
   } else {
     job->restart_count++;
     metrics_restart(r->metrics);
@@ -1291,7 +1292,7 @@ static int on_leave(struct rdzv_state *r, struct node *n, double now)
     return 0;
   }
   rdzv_state__describe(n, d, sizeof d);
-  say(r, "job %s: %s left", job->id, d);
+  rdzv_state__log(r, "job %s: %s left", job->id, d);
   rdzv_state__node_remove(r, n, now, "left");
   return 0;
 }
@@ -1512,9 +1513,9 @@ void rdzv_state_conn_reset(struct rdzv_state *r, void *conn, double now)
     n->c = ph;
     c->node = NULL;
     rdzv_state__describe(n, d, sizeof d);
-    say(r, "job %s: %s connection reset: still a member until its "
-        "keepalive window ends (%g s after it was last heard)", n->job->id,
-        d, n->alive_window);
+    rdzv_state__log(r, "job %s: %s connection reset: still a member until its "
+                    "keepalive window ends (%g s after it was last heard)",
+                    n->job->id, d, n->alive_window);
   }
   if (c) {
     if (c->node)
@@ -1561,7 +1562,7 @@ static void on_join_timer(struct rdzv_state *r, struct node *n, double now)
     fmt(text, sizeof text, "waited %g s: %d of at least %d nodes present",
         n->join_timeout, job->n_part, job->conf.min_nodes);
   rdzv_state__describe(n, d, sizeof d);
-  say(r, "job %s: %s: join timeout: %s", job->id, d, text);
+  rdzv_state__log(r, "job %s: %s: join timeout: %s", job->id, d, text);
   rdzv_state__send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
   rdzv_state__node_remove(r, n, now, "join timeout");
   rdzv_state__conn_drop(r, conn);
@@ -1613,7 +1614,7 @@ static double tick(struct rdzv_state *r, double now)
     case T_FORGET:
       job = container_of(t, struct job, t_forget);
       if (!job->n_nodes) {
-        say(r, "job %s: forgotten", job->id);
+        rdzv_state__log(r, "job %s: forgotten", job->id);
         job_free(r, job);
       }
       break;

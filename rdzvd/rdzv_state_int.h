@@ -5,7 +5,6 @@
 #ifndef RDZV_STATE_INT_H
 #define RDZV_STATE_INT_H
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -215,7 +214,9 @@ const char *status_render_phase_name(enum phase p);
 /* rdzv_state.c's, for rdzv_resume.c: the machine's own steps (their
  * comments are at their definitions). */
 #define DESC_MAX (2 * RP_MAX_ADDR + 64)   /* rdzv_state__describe's text */
-void rdzv_state__vsay(const struct rdzv_state *r, const char *f, va_list ap);
+/* One line of what happened to a job, to the sink's log (if any). */
+__attribute__((format(printf, 2, 3)))
+void rdzv_state__log(const struct rdzv_state *r, const char *f, ...);
 void rdzv_state__describe(const struct node *n, char *buf, size_t size);
 bool rdzv_state__gathering(const struct job *job);
 uint64_t rdzv_state__rank_hash(const struct rdzv_state *r, int rank);
