@@ -1,5 +1,5 @@
 /* etcd_rdzv_state.c -- the etcd back end's job document and transitions
- * (see etcd_rdzv_state.h; the rules are rdzvd's Note [round semantics]). */
+ * (see etcd_rdzv_state.h; the rules are rdzvd/rdzv_rules.h's). */
 #include "etcd_rdzv_state.h"
 
 #include <errno.h>
