@@ -208,6 +208,8 @@ static const struct rules_case CASES[] = {
     "01---", true, 2 },
   { "a bad configuration: refused", { 2, 2, 0, 10 }, "j0 z1", 'G', 0,
     "-----", true, 1 },
+  { "a bad first configuration: refused", { 2, 2, 0, 10 }, "z0 j1", 'G',
+    0, "-----", true, 0 },
   { "a failure restarts once per round", { 2, 2, 2, 10 },
     "j0 j1 f0 f1 j0 j1", 'R', 1, "01---", false, -1 },
   { "the budget runs out", { 2, 2, 1, 10 },
@@ -406,8 +408,10 @@ static int es_join_node(int i, const struct rdzv_rules_conf *c)
 {
   struct es_conf conf = { c->min_nodes, c->max_nodes, c->max_restarts,
                           c->last_call_timeout };
+  struct es_state next;
   struct es_node me;
   char err[256];
+  int rc;
 
   memset(&me, 0, sizeof me);
   es_id(i, me.id, sizeof me.id);
@@ -417,7 +421,18 @@ static int es_join_node(int i, const struct rdzv_rules_conf *c)
   me.nproc = 1;
   me.port = 29500 + i;
   me.rank = me.prev_rank = -1;
-  return es_join(&es, &me, &conf, err, sizeof err) < 0 ? -EINVAL : 0;
+  /* As the back end does: the transition runs on a copy, stored only
+   * when it succeeds (the compare-and-swap). */
+  es_init(&next);
+  ck_assert_int_eq(es_copy(&next, &es), 0);
+  rc = es_join(&next, &me, &conf, err, sizeof err);
+  if (rc < 0) {
+    es_free(&next);
+    return -EINVAL;
+  }
+  es_free(&es);
+  es = next;
+  return 0;
 }
 
 static void es_failure_node(int i, bool final)
