@@ -365,7 +365,7 @@ static void group_finished(struct agent *a)
     }
     return;
   case STOP_FAILURE:
-    if (a->assign.restart_count < a->o->max_restarts) {
+    if (!a->assign.failure_final) {
       restart_after_failure(a);
       return;
     }
@@ -435,7 +435,7 @@ static void check_stopped(struct agent *a)
  * while this one stops its own. */
 static void report_failure(struct agent *a, struct worker *w, int code)
 {
-  bool final = a->assign.restart_count >= a->o->max_restarts;
+  bool final = a->assign.failure_final;
   char msg[512];
 
   /* Note [root cause]: this node's earliest failure, with its time (the

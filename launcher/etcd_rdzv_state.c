@@ -1,5 +1,5 @@
 /* etcd_rdzv_state.c -- the etcd back end's job document and transitions
- * (see etcd_rdzv_state.h; the rules are rdzvd's Note [round semantics]). */
+ * (see etcd_rdzv_state.h; the rules are rdzvd/rdzv_rules.h's). */
 #include "etcd_rdzv_state.h"
 
 #include <errno.h>
@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+
+#include "rdzv_rules.h"
 
 static const char *const phase_names[] = {
   "gathering", "running", "closed", "finished",
@@ -303,28 +305,56 @@ static int first_spare(const struct es_state *s)
   return best;
 }
 
+/* The job as the rules (rdzvd/rdzv_rules.h) see it. */
+static struct rdzv_rules_job rules_view(const struct es_state *s)
+{
+  struct rdzv_rules_job v = {
+    .min_nodes = s->conf.min_nodes,
+    .max_nodes = s->conf.max_nodes,
+    .last_call_timeout = s->conf.last_call_timeout,
+    .gathering = s->phase == ES_GATHERING,
+    .closing = s->closing,
+    .exit_passed = s->exit_passed,
+    .restarting = s->restarting,
+  };
+
+  es_counts(s, &v.n_part, &v.n_outstanding, NULL);
+  return v;
+}
+
+static struct rdzv_rules_conf rules_conf(const struct es_conf *c)
+{
+  struct rdzv_rules_conf rc = {
+    .min_nodes = c->min_nodes,
+    .max_nodes = c->max_nodes,
+    .max_restarts = c->max_restarts,
+    .last_call_timeout = c->last_call_timeout,
+  };
+
+  return rc;
+}
+
 static int rank_cmp(const void *a, const void *b)
 {
   const struct es_node *x = *(struct es_node *const *)a;
   const struct es_node *y = *(struct es_node *const *)b;
 
-  if ((x->prev_rank < 0) != (y->prev_rank < 0))
-    return x->prev_rank < 0 ? 1 : -1;
-  if (x->prev_rank != y->prev_rank)
-    return x->prev_rank < y->prev_rank ? -1 : 1;
-  return x->seq < y->seq ? -1 : x->seq > y->seq;
+  /* seq counts up from 1 (admit): it fits the rules' unsigned order. */
+  return rdzv_rules_rank_cmp(x->prev_rank, (uint64_t)x->seq, y->prev_rank,
+                             (uint64_t)y->seq);
 }
 
 /* Ranks the participants: previous ranks first, newcomers in join order. */
 static void complete_round(struct es_state *s)
 {
   struct es_node *order[ES_MAX_NODES];
-  int i, k = 0, part, sp;
+  struct rdzv_rules_job v = rules_view(s);
+  int i, k = 0, sp;
 
-  es_counts(s, &part, NULL, NULL);
-  while (part < s->conf.max_nodes && (sp = first_spare(s)) >= 0) {
+  while (rdzv_rules_spare_fits_at_completion(&v) &&
+         (sp = first_spare(s)) >= 0) {
     s->nodes[sp].st = ES_PART;
-    part++;
+    v.n_part++;
   }
   for (i = 0; i < s->n; i++) {
     struct es_node *n = &s->nodes[i];
@@ -352,42 +382,29 @@ static void complete_round(struct es_state *s)
 
 double es_last_call_wait(const struct es_state *s, double rejoin_window)
 {
-  int outstanding;
+  struct rdzv_rules_job v = rules_view(s);
 
-  es_counts(s, NULL, &outstanding, NULL);
-  if (s->restarting && outstanding)
-    return fmax(s->conf.last_call_timeout, rejoin_window);
-  return s->conf.last_call_timeout;
+  return rdzv_rules_last_call_wait(&v, rejoin_window);
 }
 
-/* Completes the round when it can without a last call: not while nodes
- * told to restart are on their way back (es_last_call_wait). */
-static void decide(struct es_state *s)
-{
-  int part, outstanding;
-
-  es_counts(s, &part, &outstanding, NULL);
-  if (part >= s->conf.max_nodes ||
-      (s->restarting && !outstanding && part >= s->conf.min_nodes) ||
-      (part >= s->conf.min_nodes && s->conf.last_call_timeout <= 0 &&
-       !(s->restarting && outstanding)))
-    complete_round(s);
-}
-
-/* Promotes spares into free places, then decides. */
+/* Promotes spares into free places, then completes the round when it can
+ * without a last call (the agents' timers run the last call:
+ * es_last_call).  Whether one is due only depends on the rejoin window
+ * being positive, as every agent's keepalive window is. */
 static void recheck(struct es_state *s)
 {
-  int part, outstanding, sp;
+  struct rdzv_rules_job v;
+  int sp;
 
   if (s->phase != ES_GATHERING)
     return;
-  es_counts(s, &part, &outstanding, NULL);
-  while (part + outstanding < s->conf.max_nodes &&
-         (sp = first_spare(s)) >= 0) {
+  v = rules_view(s);
+  while (rdzv_rules_spare_fits(&v) && (sp = first_spare(s)) >= 0) {
     s->nodes[sp].st = ES_PART;
-    part++;
+    v.n_part++;
   }
-  decide(s);
+  if (rdzv_rules_gather(&v, INFINITY) == RDZV_GATHER_COMPLETE)
+    complete_round(s);
 }
 
 /* A new round: every participant is expected back. */
@@ -417,25 +434,25 @@ static void start_round(struct es_state *s)
 static void admit(struct es_state *s, int i)
 {
   struct es_node *n = &s->nodes[i];
+  struct rdzv_rules_job v = rules_view(s);
   char d[2 * RP_MAX_ADDR + 64];
-  int part, outstanding;
 
   n->seq = ++s->seq;
-  es_counts(s, &part, &outstanding, NULL);
-  if (s->phase == ES_GATHERING) {
-    if (n->expected || part + outstanding < s->conf.max_nodes) {
-      n->st = ES_PART;
-      n->expected = false;
-      recheck(s);
-      return;
-    }
-  } else if (!s->exit_passed && !s->closing && part < s->conf.max_nodes) {
+  switch (rdzv_rules_admit(&v, n->expected)) {
+  case RDZV_ADMIT_ROUND:
+    n->st = ES_PART;
+    n->expected = false;
+    recheck(s);
+    return;
+  case RDZV_ADMIT_NEW_ROUND:
     n->st = ES_SPARE;
     n->expected = false;
     es_describe(n, d, sizeof d);
     set_why(s, "%s joined", d);
     start_round(s);
     return;
+  case RDZV_ADMIT_WAIT:
+    break;
   }
   n->st = ES_SPARE;
   n->expected = false;
@@ -446,6 +463,7 @@ static void admit(struct es_state *s, int i)
 int es_join(struct es_state *s, const struct es_node *me,
             const struct es_conf *conf, char *err, size_t errlen)
 {
+  struct rdzv_rules_conf joiner = rules_conf(conf), held;
   int i;
 
   if (s->exists && (s->phase == ES_CLOSED || s->phase == ES_FINISHED)) {
@@ -460,16 +478,18 @@ int es_join(struct es_state *s, const struct es_node *me,
     s->conf = *conf;
     s->phase = ES_GATHERING;
   }
-  if (conf->min_nodes != s->conf.min_nodes ||
-      conf->max_nodes != s->conf.max_nodes) {
-    snprintf(err, errlen, "min_nodes..max_nodes %d..%d differs from the "
-             "job's %d..%d (config_mismatch)", conf->min_nodes,
-             conf->max_nodes, s->conf.min_nodes, s->conf.max_nodes);
+  held = rules_conf(&s->conf);
+  switch (rdzv_rules_conf_check(&joiner, &held, RP_MAX_NODES, "the job",
+                                err, errlen)) {
+  case RDZV_CONF_OK:
+    break;
+  case RDZV_CONF_BAD:
     return -EINVAL;
-  }
-  if (conf->max_restarts != s->conf.max_restarts) {
-    snprintf(err, errlen, "max_restarts %d differs from the job's %d "
-             "(config_mismatch)", conf->max_restarts, s->conf.max_restarts);
+  case RDZV_CONF_NODES_DIFFER:
+  case RDZV_CONF_RESTARTS_DIFFER:
+    if (errlen > strlen(err) + 1)
+      snprintf(err + strlen(err), errlen - strlen(err),
+               " (config_mismatch)");
     return -EINVAL;
   }
   i = es_find(s, me->id);
@@ -550,6 +570,7 @@ static void close_job(struct es_state *s)
 int es_failure(struct es_state *s, const char *id, int round, bool final,
                const char *message, const struct rp_cause *cause)
 {
+  enum rdzv_rules_failure verdict;
   int i = es_find(s, id), k;
   struct es_node *n;
 
@@ -566,11 +587,13 @@ int es_failure(struct es_state *s, const char *id, int round, bool final,
       close_job(s);
     return 1;
   }
+  verdict = rdzv_rules_failure(final, s->restart_count,
+                               s->conf.max_restarts);
   if (s->phase == ES_RUNNING && s->round == round && n->st == ES_PART &&
-      (final || s->restart_count >= s->conf.max_restarts)) {
+      verdict != RDZV_FAILURE_RESTART) {
     cause_offer(s, n, message, cause);
     s->closing = true;
-    s->closing_exhausted = !final;
+    s->closing_exhausted = verdict == RDZV_FAILURE_CLOSE_EXHAUSTED;
     for (k = 0; k < s->n; k++)
       s->nodes[k].reported = k == i;
     if (!closing_pending(s))
@@ -603,6 +626,11 @@ int es_failure(struct es_state *s, const char *id, int round, bool final,
   set_why(s, "%s", s->cause_why);
   start_round(s);
   return 1;
+}
+
+bool es_failure_final(const struct es_state *s)
+{
+  return rdzv_rules_failure_final(s->restart_count, s->conf.max_restarts);
 }
 
 int es_close_wait_over(struct es_state *s, int round)

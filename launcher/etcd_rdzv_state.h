@@ -3,8 +3,10 @@
  * transitions every agent applies to it before a compare-and-swap.
  *
  * The transitions are rdzvd's (rdzvd/rdzv_state.h, Note [round
- * semantics]) restated over a value instead of a server's memory: the
- * same phases, ranks, spares, expected nodes and restart counting.  Two
+ * semantics]) over a value instead of a server's memory: the same phases,
+ * spares and expected nodes, and the same rules (rdzvd/rdzv_rules.h: rank
+ * order, admission, the config check, the restart budget and the final
+ * failure), asked of the one module both back ends share.  Two
  * things the server does with clocks are left to the agents: the last
  * call (each agent arms its own timer when it sees a round reach
  * min_nodes; the first to fire completes the round with es_last_call)
@@ -85,7 +87,8 @@ void es_counts(const struct es_state *s, int *part, int *outstanding,
  * message in err (join only). */
 
 /* me joins (or rejoins) the job; a fresh job takes conf.  Refused with
- * -ESHUTDOWN (job closed or finished) or -EINVAL (config mismatch). */
+ * -ESHUTDOWN (job closed or finished) or -EINVAL (conf out of range, or
+ * it differs from the job's: rdzv_rules_conf_check). */
 int es_join(struct es_state *s, const struct es_node *me,
             const struct es_conf *conf, char *err, size_t errlen);
 /* id's workers failed in round (cause: its earliest failed worker, or
@@ -94,6 +97,10 @@ int es_join(struct es_state *s, const struct es_node *me,
  * then closed naming the earliest-exited failure. */
 int es_failure(struct es_state *s, const char *id, int round, bool final,
                const char *message, const struct rp_cause *cause);
+/* A failure of the current round's workers ends the job: no restart is
+ * left (rdzv_rules_failure_final).  What the agent is told with its
+ * assignment. */
+bool es_failure_final(const struct es_state *s);
 /* The wait of a closing round ran out: close it. */
 int es_close_wait_over(struct es_state *s, int round);
 /* id enters the exit barrier of round. */

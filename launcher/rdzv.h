@@ -18,6 +18,12 @@
 struct rdzv_assignment {
   int round;              /* rendezvous round, increases by one per round */
   int restart_count;      /* restarts so far, counted per job */
+  /* A failure of this round's workers ends the job: no restart is left
+   * (rdzvd/rdzv_rules.h, rdzv_rules_failure_final).  The back end is the
+   * one authority on the restart budget: the agent reports its failure
+   * with this (report_failure's final) and re-joins only when it is
+   * false; it never counts restarts itself. */
+  bool failure_final;
   int group_rank;         /* this node's rank */
   int group_world_size;   /* nodes in the round */
   int rank_offset;        /* global rank of this node's local rank 0 */
@@ -56,8 +62,9 @@ struct rdzv_ops {
   const char *name;
   int (*join)(struct rdzv *r, enum rdzv_join_reason why);
   /* Local workers failed: tell the job at once, before the local group is
-   * torn down, so other nodes start stopping theirs.  final: no restart
-   * is left, the job ends.  Then join(RDZV_JOIN_FAILURE) unless final. */
+   * torn down, so other nodes start stopping theirs.  final: the round's
+   * assignment said failure_final (no restart is left): the job ends.
+   * Then join(RDZV_JOIN_FAILURE) unless final. */
   int (*report_failure)(struct rdzv *r, bool final, const char *message);
   int (*exit_barrier)(struct rdzv *r);
   /* Leaves the job and frees r; no callback runs afterwards. */
@@ -96,13 +103,13 @@ struct rdzv {
 
 /* The static back end (also --standalone with one node): node node_rank
  * of nnodes, each with nproc workers; no elasticity.  Restarts are counted
- * locally.  With several nodes and meet_timeout > 0, the first round
+ * locally, max_restarts of them.  With several nodes and meet_timeout > 0, the first round
  * comes once every node has met at master_addr:master_port (Note [static
  * barrier], static_barrier.h), or an error after meet_timeout seconds. */
 int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
-                      const char *master_addr, int master_port,
-                      double meet_timeout, const struct rdzv_callbacks *cb,
-                      struct rdzv **out);
+                      int max_restarts, const char *master_addr,
+                      int master_port, double meet_timeout,
+                      const struct rdzv_callbacks *cb, struct rdzv **out);
 
 /* The rdzvd client (--rdzv_backend=c10d|rdzvd); see rdzv_client.h. */
 

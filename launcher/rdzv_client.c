@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "rdzv_rules.h"
 #include "rp_frames.h"
 #include "say.h"
 #include "server.h"
@@ -257,6 +258,10 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
     memset(&a, 0, sizeof a);
     a.round = m->u.round.round;
     a.restart_count = m->u.round.restart_count;
+    /* rdzvd applies the same rule to our report (rdzv_rules.h): the job
+     * agreed on max_restarts at our JOIN. */
+    a.failure_final = rdzv_rules_failure_final(a.restart_count,
+                                               c->o.conf.max_restarts);
     a.group_rank = m->u.round.group_rank;
     a.group_world_size = m->u.round.group_world_size;
     a.rank_offset = m->u.round.rank_offset;

@@ -433,7 +433,7 @@ int rdzv_config_create(const struct rdzv_config *c, int nproc,
   }
   if (c->backend == BACKEND_STATIC)
     return rdzv_local_create(loop, c->node_rank, c->nnodes, nproc,
-                             c->master_addr,
+                             c->conf.max_restarts, c->master_addr,
                              c->master_port ? c->master_port : offered_port,
                              c->conf.join_timeout, cb, out);
   memset(&o, 0, sizeof o);

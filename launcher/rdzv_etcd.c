@@ -605,6 +605,7 @@ static void deliver_round(struct rdzv_etcd *e, int me)
   }
   a.round = e->st.round;
   a.restart_count = e->st.restart_count;
+  a.failure_final = es_failure_final(&e->st);
   a.group_rank = e->st.nodes[me].rank;
   a.group_world_size = k;
   a.rank_offset = offset;

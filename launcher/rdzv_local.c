@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rdzv_rules.h"
 #include "static_barrier.h"
 
 struct rdzv_local {
@@ -14,12 +15,21 @@ struct rdzv_local {
   uv_timer_t defer;            /* delivers results on the next loop turn */
   enum { PENDING_NONE, PENDING_ROUND, PENDING_BARRIER } pending;
   bool failure_counted;        /* report_failure counted this round's */
+  int max_restarts;
   /* Note [static barrier]: several nodes meet once before the first
    * round; meet.timeout_s 0: they do not. */
   struct static_barrier_opts meet;
   char master_addr[256];
   struct static_barrier *barrier;
 };
+
+/* The next round's assignment, handed to the agent. */
+static void round_done(struct rdzv_local *l)
+{
+  l->next.failure_final = rdzv_rules_failure_final(l->next.restart_count,
+                                                   l->max_restarts);
+  l->base.cb.on_round(l->base.cb.ctx, &l->next);
+}
 
 static void deliver(uv_timer_t *t)
 {
@@ -28,7 +38,7 @@ static void deliver(uv_timer_t *t)
 
   l->pending = PENDING_NONE;
   if (what == PENDING_ROUND)
-    l->base.cb.on_round(l->base.cb.ctx, &l->next);
+    round_done(l);
   else if (what == PENDING_BARRIER)
     l->base.cb.on_barrier(l->base.cb.ctx, 0);
 }
@@ -44,7 +54,7 @@ static void met(void *ctx, int err, const char *message)
     return;
   }
   l->pending = PENDING_NONE;
-  l->base.cb.on_round(l->base.cb.ctx, &l->next);
+  round_done(l);
 }
 
 static int local_join(struct rdzv *r, enum rdzv_join_reason why)
@@ -115,9 +125,9 @@ static const struct rdzv_ops local_ops = {
 };
 
 int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
-                      const char *master_addr, int master_port,
-                      double meet_timeout, const struct rdzv_callbacks *cb,
-                      struct rdzv **out)
+                      int max_restarts, const char *master_addr,
+                      int master_port, double meet_timeout,
+                      const struct rdzv_callbacks *cb, struct rdzv **out)
 {
   struct rdzv_local *l = calloc(1, sizeof *l);
   int err;
@@ -127,6 +137,7 @@ int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
   l->base.ops = &local_ops;
   l->base.cb = *cb;
   l->base.loop = loop;
+  l->max_restarts = max_restarts;
   /* Static jobs assume every node runs nproc workers, as torchrun's
    * static back end does when ranks are derived from node_rank. */
   l->next.group_rank = node_rank;

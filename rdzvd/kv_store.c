@@ -1,5 +1,6 @@
 /* kv_store.c -- each job's key-value store: SET, GET (optionally waiting
- * for the key), ADD, bounded per job and for the whole daemon (rs_limits).
+ * for the key), ADD, bounded per job and for the whole daemon
+ * (rdzv_state_limits).
  *
  * Who uses it: nothing in cdrun (its workers' store is libpg's, hosted by
  * rank 0).  It is part of protocol 1 for other clients of the rendezvous
@@ -8,6 +9,8 @@
  * proto/PROTOCOL.md and rdzvd(8).  Waiting GETs are timers of the
  * registry's heap and die with their node. */
 #include "rdzv_state_int.h"
+
+#include "rdzv_reply.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -26,8 +29,8 @@ static bool wkey_eq(const void *item, const void *key)
   return strcmp(((const struct wkey *)item)->key, key) == 0;
 }
 
-void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
-                        struct waiter *w)
+void kv_store_waiter_free(struct rdzv_state *r, struct job *job,
+                          struct waiter *w)
 {
   struct wkey *wk = w->wk;
 
@@ -43,7 +46,7 @@ void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
   free(w);
 }
 
-static void send_value(const struct rs_registry *r, void *conn,
+static void send_value(const struct rdzv_state *r, void *conn,
                        const char *key, const struct kv *e)
 {
   struct rp_msg m;
@@ -55,7 +58,7 @@ static void send_value(const struct rs_registry *r, void *conn,
   m.u.kv.found = e != NULL;
   m.u.kv.value = e ? e->value : empty;
   m.u.kv.value_len = e ? e->len : 0;
-  rs__send_msg(r, conn, &m);
+  rdzv_reply_send(&r->sink, conn, &m);
 }
 
 static bool key_ok(const char *key)
@@ -67,7 +70,7 @@ static bool key_ok(const char *key)
 
 /* Stores key = value (len bytes) and answers the GETs waiting for it.
  * Returns the entry, or NULL with *err set after sending ERROR. */
-static struct kv *kv_put(struct rs_registry *r, struct node *n,
+static struct kv *kv_put(struct rdzv_state *r, struct node *n,
                          const char *key, const char *value, size_t len,
                          int *err)
 {
@@ -81,26 +84,27 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
   char *v;
 
   if (!e && job->kv.n >= (size_t)r->lim.max_keys_per_job) {
-    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "too many keys (%d)", r->lim.max_keys_per_job);
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                             "too many keys (%d)", r->lim.max_keys_per_job);
     return NULL;
   }
   if (r->kv_total - old + klen + len > r->lim.max_kv_total) {
-    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "the server's store would exceed %zu bytes",
-                  r->lim.max_kv_total);
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                             "the server's store would exceed %zu bytes",
+                             r->lim.max_kv_total);
     return NULL;
   }
   if (job->kv_bytes - old + klen + len > r->lim.max_kv_bytes) {
-    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "the job's store would exceed %zu bytes",
-                  r->lim.max_kv_bytes);
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                             "the job's store would exceed %zu bytes",
+                             r->lim.max_kv_bytes);
     return NULL;
   }
   v = malloc(len + 1);
   if (!v || (!e && !(e = calloc(1, sizeof(*e) + klen + 1)))) {
     free(v);
-    *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
+                             "out of memory");
     return NULL;
   }
   if (fresh) {
@@ -109,7 +113,8 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
     if (hashtab_insert(&job->kv, h, e)) {
       free(v);
       free(e);
-      *err = rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
+                               "out of memory");
       return NULL;
     }
   }
@@ -123,15 +128,16 @@ static struct kv *kv_put(struct rs_registry *r, struct node *n,
   r->kv_total = r->kv_total - old + klen + len;
   wk = hashtab_find(&job->waits, h, key, wkey_eq);
   for (w = wk ? LIST_FIRST(&wk->waiters) : NULL; w; w = next) {
-    next = LIST_NEXT(w, by_key); /* rs__kv_waiter_free frees wk after the last */
+    /* kv_store_waiter_free frees wk after the last */
+    next = LIST_NEXT(w, by_key);
     send_value(r, w->node->c->conn, key, e);
-    rs__kv_waiter_free(r, job, w);
+    kv_store_waiter_free(r, job, w);
   }
   *err = 0;
   return e;
 }
 
-static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
+static int kv_wait(struct rdzv_state *r, struct node *n, const char *key,
                    double wait, double now)
 {
   struct job *job = n->job;
@@ -141,12 +147,13 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
   size_t klen = strlen(key);
 
   if (job->n_waiters >= r->lim.max_keys_per_job)
-    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "too many waiting gets (%d)", job->n_waiters);
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                             "too many waiting gets (%d)", job->n_waiters);
   w = calloc(1, sizeof(*w));
   if (!w || timer_heap_reserve(&r->heap, 1)) {
     free(w);
-    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
+                             "out of memory");
   }
   if (!wk) {
     wk = calloc(1, sizeof(*wk) + klen + 1);
@@ -154,7 +161,8 @@ static int kv_wait(struct rs_registry *r, struct node *n, const char *key,
       free(wk);
       free(w);
       timer_heap_unreserve(&r->heap, 1);
-      return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
+                               "out of memory");
     }
     wk->h = h;
     LIST_INIT(&wk->waiters);
@@ -187,8 +195,8 @@ static bool parse_i64(const char *s, size_t len, int64_t *out)
   return true;
 }
 
-int rs__kv_handle(struct rs_registry *r, struct node *n,
-                 const struct rp_msg *m, double now)
+int kv_store_handle(struct rdzv_state *r, struct node *n,
+                    const struct rp_msg *m, double now)
 {
   const struct rp_kv *kv = &m->u.kv;
   struct job *job = n->job;
@@ -199,13 +207,14 @@ int rs__kv_handle(struct rs_registry *r, struct node *n,
   int err;
 
   if (!key_ok(kv->key))
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad key");
-  e = hashtab_find(&job->kv, hashtab_hash_str(r->seed, kv->key), kv->key,
-                   kv_eq);
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                             "bad key");
+  e = hashtab_find(&job->kv, hashtab_hash_str(r->seed, kv->key), kv->key, kv_eq);
   switch (m->op) {
   case RP_KV_SET:
     if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))
-      return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad value");
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                               "bad value");
     kv_put(r, n, kv->key, kv->value, kv->value_len, &err);
     return err;
   case RP_KV_GET:
@@ -217,11 +226,11 @@ int rs__kv_handle(struct rs_registry *r, struct node *n,
                    now);
   default:                      /* RP_KV_ADD */
     if (e && !parse_i64(e->value, e->len, &v))
-      return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                    "key %s does not hold an integer", kv->key);
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                               "key %s does not hold an integer", kv->key);
     if (__builtin_add_overflow(v, kv->delta, &v))
-      return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -ERANGE,
-                    "key %s would overflow", kv->key);
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -ERANGE,
+                               "key %s would overflow", kv->key);
     snprintf(num, sizeof num, "%" PRId64, v);
     e = kv_put(r, n, kv->key, num, strlen(num), &err);
     if (e)
@@ -230,16 +239,16 @@ int rs__kv_handle(struct rs_registry *r, struct node *n,
   }
 }
 
-void rs__kv_timeout(struct rs_registry *r, struct waiter *w)
+void kv_store_timeout(struct rdzv_state *r, struct waiter *w)
 {
   struct node *n = w->node;
 
-  rs__refuse(r, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT,
-         "key %s not set within %g s", w->wk->key, w->wait);
-  rs__kv_waiter_free(r, n->job, w);
+  rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT, "key %s "
+                    "not set within %g s", w->wk->key, w->wait);
+  kv_store_waiter_free(r, n->job, w);
 }
 
-void rs__kv_job_free(struct rs_registry *r, struct job *job)
+void kv_store_job_free(struct rdzv_state *r, struct job *job)
 {
   size_t i;
 

@@ -200,7 +200,7 @@ static int render_metrics(void *ctx, char **body, size_t *len)
   struct daemon *d = ctx;
   struct metrics_gauges g;
 
-  _Static_assert(RS_PHASES == METRICS_PHASES, "one phase list");
+  _Static_assert(RDZV_STATE_PHASES == METRICS_PHASES, "one phase list");
   memset(&g, 0, sizeof g);
   rdzvd_server_jobs_by_phase(d->server, g.jobs_by_phase, g.phase_names);
   g.nodes = rdzvd_server_nodes(d->server);

@@ -20,7 +20,7 @@
 /* Refusal reasons are RP_ERROR codes; index 0 counts codes not known. */
 #define METRICS_REFUSAL_CODES 16
 
-/* Phases of a job, as rs_jobs_by_phase counts them. */
+/* Phases of a job, as rdzv_state_jobs_by_phase counts them. */
 #define METRICS_PHASES 5
 
 struct rdzvd_metrics {

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "rdzv_reply.h"
+#include "rdzv_rules.h"
 
 #define container_of(p, type, member) \
   ((type *)(void *)((char *)(p) - offsetof(type, member)))
@@ -29,7 +31,6 @@
 #define MAX_BARRIERS 64             /* distinct barrier names per round */
 #define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
 #define CLOSE_WAIT_MAX 5.0          /* closing_start: at most, seconds */
-#define DESC_MAX (2 * RP_MAX_ADDR + 64)
 #define ROUND_LIMIT_TEXT "1073741824"   /* RP_MAX_ROUND */
 _Static_assert(RP_MAX_ROUND == 1073741824, "ROUND_LIMIT_TEXT");
 
@@ -39,7 +40,7 @@ _Static_assert(RP_MAX_ROUND == 1073741824, "ROUND_LIMIT_TEXT");
  * from inside send() would free the list being walked.  Breaking that is
  * a bug in the caller, caught here at once rather than as a corrupted
  * heap later. */
-static void enter(struct rs_registry *r, const char *what)
+static void enter(struct rdzv_state *r, const char *what)
 {
   if (r->busy) {
     fprintf(stderr, "rdzv_state: %s called from inside the state machine "
@@ -49,7 +50,7 @@ static void enter(struct rs_registry *r, const char *what)
   r->busy = true;
 }
 
-static void leave(struct rs_registry *r)
+static void leave(struct rdzv_state *r)
 {
   r->busy = false;
 }
@@ -72,8 +73,7 @@ static void fmt(char *buf, size_t size, const char *f, ...)
   va_end(ap);
 }
 
-__attribute__((format(printf, 2, 3)))
-static void say(const struct rs_registry *r, const char *f, ...)
+void rdzv_state__log(const struct rdzv_state *r, const char *f, ...)
 {
   char line[2 * RP_MAX_TEXT + DESC_MAX];
   va_list ap;
@@ -92,79 +92,88 @@ static bool conn_eq(const void *item, const void *key)
   return ((const struct conn *)item)->conn == key;
 }
 
-static void describe(const struct node *n, char *buf, size_t size)
+void rdzv_state__describe(const struct node *n, char *buf, size_t size)
 {
   fmt(buf, size, "node %s (%s, pid %" PRId64 ")", n->host[0] ? n->host : "?",
-      rs__node_addr(n), n->pid);
+      rdzv_state__node_addr(n), n->pid);
 }
 
-static bool gathering(const struct job *job)
+bool rdzv_state__gathering(const struct job *job)
 {
   return job->phase == PH_GATHERING || job->phase == PH_LAST_CALL;
+}
+
+/* The job as the rules (rdzv_rules.h) see it. */
+static struct rdzv_rules_job rules_view(const struct job *job)
+{
+  struct rdzv_rules_job v = {
+    .min_nodes = job->conf.min_nodes,
+    .max_nodes = job->conf.max_nodes,
+    .last_call_timeout = job->conf.last_call_timeout,
+    .gathering = rdzv_state__gathering(job),
+    .in_last_call = job->phase == PH_LAST_CALL,
+    .closing = job->closing,
+    .exit_passed = job->exit_passed,
+    .restarting = job->restarting,
+    .n_part = job->n_part,
+    .n_outstanding = job->n_outstanding,
+  };
+
+  return v;
+}
+
+/* May the first spare take a place in the round: now (gathering), or as
+ * it completes? */
+static bool spare_fits(const struct job *job, bool completing)
+{
+  struct rdzv_rules_job v = rules_view(job);
+
+  return completing ? rdzv_rules_spare_fits_at_completion(&v)
+                    : rdzv_rules_spare_fits(&v);
+}
+
+/* How long a node of the job may stay silent: the window in which nodes
+ * told to restart may still come back. */
+static double keepalive_window(const struct job *job)
+{
+  return job->conf.keepalive_interval * job->conf.keepalive_misses;
 }
 
 /* ---- a rebuilding job's ranks: a table sized by the nodes that came
  * back, never by the group size a RESUME claims ---- */
 
-static uint64_t rank_hash(const struct rs_registry *r, int rank)
+uint64_t rdzv_state__rank_hash(const struct rdzv_state *r, int rank)
 {
   return hashtab_mix64(r->seed ^ (uint64_t)(unsigned)rank);
 }
 
-static bool rank_eq(const void *item, const void *key)
-{
-  return ((const struct node *)item)->rank == *(const int *)key;
-}
-
-static struct node *rank_holder(const struct rs_registry *r,
-                                const struct job *job, int rank)
-{
-  return hashtab_find(&job->ranks, rank_hash(r, rank), &rank, rank_eq);
-}
-
 /* The job is no longer rebuilding: the table goes. */
-static void ranks_clear(struct job *job)
+void rdzv_state__ranks_clear(struct job *job)
 {
   job->rebuilding = false;
   free(job->ranks.s);
   memset(&job->ranks, 0, sizeof job->ranks);
 }
 
-/* ---- sending ---- */
-
-void rs__send_msg(const struct rs_registry *r, void *conn,
-                     const struct rp_msg *m)
-{
-  if (conn)                     /* NULL: a detached node (rs_conn_reset) */
-    r->sink.send(r->sink.ctx, conn, m);
-}
+/* ---- sending (rdzv_reply.h) ---- */
 
 /* cause: the job's root cause (RESTART, CLOSED), or NULL; job: a
  * RESTART's job, for the participant it lost (or NULL). */
-static void send_text_cause(const struct rs_registry *r, void *conn,
+static void send_text_cause(const struct rdzv_state *r, void *conn,
                             enum rp_op op, enum rp_error_code code,
                             bool success, const char *text,
                             const struct rp_cause *cause,
                             const struct job *job)
 {
-  struct rp_msg m;
+  bool lost = job && job->lost_host;
 
-  memset(&m, 0, sizeof m);
-  m.op = op;
-  m.u.text.code = code;
-  m.u.text.success = success;
-  copy_str(m.u.text.message, sizeof m.u.text.message, text);
-  if (cause)
-    m.u.text.cause = *cause;
-  if (job && job->lost_host) {
-    copy_str(m.u.text.lost_host, sizeof m.u.text.lost_host, job->lost_host);
-    copy_str(m.u.text.lost_why, sizeof m.u.text.lost_why, job->lost_why);
-  }
-  rs__send_msg(r, conn, &m);
+  rdzv_reply_text(&r->sink, conn, op, code, success, text, cause,
+                  lost ? job->lost_host : NULL, lost ? job->lost_why : NULL);
 }
 
-static void send_text(const struct rs_registry *r, void *conn, enum rp_op op,
-                      enum rp_error_code code, bool success, const char *text)
+void rdzv_state__send_text(const struct rdzv_state *r, void *conn,
+                           enum rp_op op, enum rp_error_code code,
+                           bool success, const char *text)
 {
   send_text_cause(r, conn, op, code, success, text, NULL, NULL);
 }
@@ -185,22 +194,9 @@ static const char *cause_text(const struct job *job)
                                          : "workers failed";
 }
 
-/* Sends ERROR and returns err (a negative errno) for rs_handle. */
-__attribute__((format(printf, 5, 6)))
-int rs__refuse(const struct rs_registry *r, void *conn,
-                  enum rp_error_code code, int err, const char *f, ...)
-{
-  char text[RP_MAX_TEXT + 1];
-  va_list ap;
 
-  va_start(ap, f);
-  vsnprintf(text, sizeof text, f, ap);
-  va_end(ap);
-  send_text(r, conn, RP_ERROR, code, false, text);
-  return err;
-}
-
-static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
+struct conn *rdzv_state__conn_get(struct rdzv_state *r, void *conn,
+                                  bool create)
 {
   uint64_t h = hashtab_hash_ptr(r->seed, conn);
   struct conn *c = hashtab_find(&r->conns, h, conn, conn_eq);
@@ -220,14 +216,14 @@ static struct conn *conn_get(struct rs_registry *r, void *conn, bool create)
 }
 
 /* Closes conn after what was sent; later messages from it are ignored
- * until rs_conn_closed. */
-static void conn_drop(struct rs_registry *r, void *conn)
+ * until rdzv_state_conn_closed. */
+void rdzv_state__conn_drop(struct rdzv_state *r, void *conn)
 {
   struct conn *c;
 
   if (!conn)                    /* a detached node has none to drop */
     return;
-  c = conn_get(r, conn, true);
+  c = rdzv_state__conn_get(r, conn, true);
 
   if (c)
     c->dropped = true;
@@ -246,7 +242,7 @@ static void token_store(struct node *n, const unsigned char t[RP_TOKEN_BYTES])
  * it vouches for changed (a WAITING costs no MAC).  A MAC that fails
  * (libcrypto out of memory) leaves the node without one: it can still
  * run, it just cannot prove itself after a reconnect. */
-static const unsigned char *token_gathering(const struct rs_registry *r,
+static const unsigned char *token_gathering(const struct rdzv_state *r,
                                             struct node *n, int round,
                                             int restarts)
 {
@@ -265,33 +261,7 @@ static const unsigned char *token_gathering(const struct rs_registry *r,
   return n->token;
 }
 
-/* True when t is a credential the server gave n (its latest or the one
- * before: the latest may still have been on its way). */
-static bool token_held(const struct node *n, const unsigned char *t)
-{
-  return rdzv_token_equal(t, n->token) || rdzv_token_equal(t, n->prev_token);
-}
-
-/* True when the RESUME's token proves what it claims without the server
- * remembering anything: only a lasting key (a key file) can; a random key
- * died with the server life that issued the token. */
-static bool token_proves(const struct rs_registry *r,
-                         const struct rp_resume *a)
-{
-  unsigned char t[RP_TOKEN_BYTES];
-
-  if (!rdzv_token_key_lasting(r->tokens))
-    return false;
-  if (a->phase == RP_PHASE_GATHERING)
-    return rdzv_token_gathering_ok(r->tokens, a->join.id, a->join.host,
-                                   a->join.pid, a->round.round,
-                                   a->round.restart_count, a->round.token);
-  return rdzv_token_running(r->tokens, a->join.id, a->join.host,
-                            a->join.pid, &a->round, t) == 0 &&
-         rdzv_token_equal(a->round.token, t);
-}
-
-static void send_waiting(const struct rs_registry *r, const struct job *job,
+static void send_waiting(const struct rdzv_state *r, const struct job *job,
                          struct node *n, double now)
 {
   struct rp_msg m;
@@ -306,20 +276,20 @@ static void send_waiting(const struct rs_registry *r, const struct job *job,
   w->present = job->n_part;
   w->min_nodes = job->conf.min_nodes;
   w->max_nodes = job->conf.max_nodes;
-  w->deadline = rs__clamp_secs(n->join_at + n->join_timeout - now);
+  w->deadline = rdzv_state__clamp_secs(n->join_at + n->join_timeout - now);
   w->last_call = job->phase == PH_LAST_CALL
-                   ? rs__clamp_secs(job->deadline - now) : -1;
+                   ? rdzv_state__clamp_secs(job->deadline - now) : -1;
   w->restart_count = job->restart_count;
   memcpy(w->token, token_gathering(r, n, w->round, w->restart_count),
          RP_TOKEN_BYTES);
-  rs__send_msg(r, n->c->conn, &m);
+  rdzv_reply_send(&r->sink, n->c->conn, &m);
 }
 
 /* ---- nodes ---- */
 
 /* Moves n to another state, keeping the job's counts and spare list. */
-static void node_set_state(struct job *job, struct node *n, enum nstate st,
-                           bool expected)
+void rdzv_state__node_set_state(struct job *job, struct node *n,
+                                enum nstate st, bool expected)
 {
   if (n->state == NS_PART) {
     job->n_part--;
@@ -342,8 +312,8 @@ static void node_set_state(struct job *job, struct node *n, enum nstate st,
 }
 
 /* The empty list: jobs without a node, in the order they emptied, so
- * that a full job table forgets the longest-empty one (rs_limits). */
-static void empty_add(struct rs_registry *r, struct job *job)
+ * that a full job table forgets the longest-empty one (rdzv_state_limits). */
+static void empty_add(struct rdzv_state *r, struct job *job)
 {
   if (job->empty_listed)
     return;
@@ -351,7 +321,7 @@ static void empty_add(struct rs_registry *r, struct job *job)
   TAILQ_INSERT_TAIL(&r->empty, job, in_empty);
 }
 
-static void empty_remove(struct rs_registry *r, struct job *job)
+static void empty_remove(struct rdzv_state *r, struct job *job)
 {
   if (!job->empty_listed)
     return;
@@ -360,17 +330,17 @@ static void empty_remove(struct rs_registry *r, struct job *job)
 }
 
 /* Forgets n: counts, lists, timers, waits.  Sends nothing. */
-static void node_free(struct rs_registry *r, struct node *n)
+void rdzv_state__node_free(struct rdzv_state *r, struct node *n)
 {
   struct job *job = n->job;
 
   if (job->rebuilding && n->rank >= 0)
-    hashtab_remove(&job->ranks, rank_hash(r, n->rank), n);
-  node_set_state(job, n, NS_IDLE, false);
+    hashtab_remove(&job->ranks, rdzv_state__rank_hash(r, n->rank), n);
+  rdzv_state__node_set_state(job, n, NS_IDLE, false);
   if (n->barrier)
     n->barrier->count--;
   while (!LIST_EMPTY(&n->waiters))
-    rs__kv_waiter_free(r, job, LIST_FIRST(&n->waiters));
+    kv_store_waiter_free(r, job, LIST_FIRST(&n->waiters));
   timer_heap_clear(&r->heap, &n->t_join);
   timer_heap_clear(&r->heap, &n->t_alive);
   timer_heap_unreserve(&r->heap, 2);
@@ -389,7 +359,7 @@ static void node_free(struct rs_registry *r, struct node *n)
 
 /* A node's own durations: its JOIN's, within the server's ceilings (as
  * ceilings() applies them to the job's configuration). */
-static void node_fill(const struct rs_registry *r, struct node *n,
+static void node_fill(const struct rdzv_state *r, struct node *n,
                       const struct rp_join *j)
 {
   const struct rp_conf *cf = &j->conf;
@@ -406,7 +376,7 @@ static void node_fill(const struct rs_registry *r, struct node *n,
                     fmin(cf->keepalive_misses, misses);
 }
 
-static struct node *node_create(struct rs_registry *r, struct job *job,
+static struct node *node_create(struct rdzv_state *r, struct job *job,
                                 struct conn *c, const struct rp_join *j,
                                 double now)
 {
@@ -462,12 +432,12 @@ static void barriers_free(struct job *job)
   job->n_barriers = 0;
 }
 
-static void job_free(struct rs_registry *r, struct job *job)
+static void job_free(struct rdzv_state *r, struct job *job)
 {
   while (!TAILQ_EMPTY(&job->nodes))
-    node_free(r, TAILQ_FIRST(&job->nodes));
+    rdzv_state__node_free(r, TAILQ_FIRST(&job->nodes));
   barriers_free(job);
-  rs__kv_job_free(r, job);
+  kv_store_job_free(r, job);
   empty_remove(r, job);
   free(job->order);
   free(job->ranks.s);
@@ -482,24 +452,24 @@ static void job_free(struct rs_registry *r, struct job *job)
   free(job);
 }
 
-static struct job *job_find(const struct rs_registry *r, const char *id)
+struct job *rdzv_state__job_find(const struct rdzv_state *r, const char *id)
 {
-  return hashtab_find(&r->jobs, hashtab_hash_str(r->seed, id), id, rs__job_eq);
+  return hashtab_find(&r->jobs, hashtab_hash_str(r->seed, id), id, rdzv_state__job_eq);
 }
 
-static void lower(const struct rs_registry *r, const struct job *job,
+static void lower(const struct rdzv_state *r, const struct job *job,
                   const char *what, double *v, double ceiling)
 {
   if (*v <= ceiling)
     return;
-  say(r, "job %s: %s %g s lowered to the server's ceiling %g s", job->id,
-      what, *v, ceiling);
+  rdzv_state__log(r, "job %s: %s %g s lowered to the server's ceiling %g s",
+                  job->id, what, *v, ceiling);
   *v = ceiling;
 }
 
 /* The durations a client chose, within the server's ceilings
- * (rs_limits); keepalive_interval itself was checked at the JOIN. */
-static void ceilings(const struct rs_registry *r, struct job *job)
+ * (rdzv_state_limits); keepalive_interval itself was checked at the JOIN. */
+static void ceilings(const struct rdzv_state *r, struct job *job)
 {
   struct rp_conf *cf = &job->conf;
   double max_misses;
@@ -513,14 +483,15 @@ static void ceilings(const struct rs_registry *r, struct job *job)
   if (max_misses < 1)
     max_misses = 1;
   if (cf->keepalive_misses > max_misses) {
-    say(r, "job %s: keepalive_misses %d lowered to %d (the server's "
-        "keepalive window is at most %g s)", job->id, cf->keepalive_misses,
-        (int)max_misses, r->lim.max_keepalive);
+    rdzv_state__log(r, "job %s: keepalive_misses %d lowered to %d (the "
+                    "server's keepalive window is at most %g s)", job->id,
+                    cf->keepalive_misses, (int)max_misses,
+                    r->lim.max_keepalive);
     cf->keepalive_misses = (int)max_misses;
   }
 }
 
-static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
+static struct job *job_create(struct rdzv_state *r, const struct rp_join *j,
                               double now)
 {
   const struct rp_conf *cf = &j->conf;
@@ -559,17 +530,18 @@ static struct job *job_create(struct rs_registry *r, const struct rp_join *j,
   /* Forgotten unless a node arrives (node_create cancels this). */
   cf = &job->conf;
   timer_heap_set(&r->heap, &job->t_forget, now + cf->close_timeout);
-  say(r, "job %s: created (nodes %d..%d, max_restarts %d, join_timeout "
-      "%g s, last_call %g s, close_timeout %g s, keepalive %g s x %d)",
-      job->id, cf->min_nodes, cf->max_nodes, cf->max_restarts,
-      cf->join_timeout, cf->last_call_timeout, cf->close_timeout,
-      cf->keepalive_interval, cf->keepalive_misses);
+  rdzv_state__log(r, "job %s: created (nodes %d..%d, max_restarts %d, "
+                  "join_timeout %g s, last_call %g s, close_timeout %g s, "
+                  "keepalive %g s x %d)", job->id, cf->min_nodes,
+                  cf->max_nodes, cf->max_restarts, cf->join_timeout,
+                  cf->last_call_timeout, cf->close_timeout,
+                  cf->keepalive_interval, cf->keepalive_misses);
   return job;
 }
 
 /* A participant count change while gathering: everyone hears of it at
- * most once per PROGRESS_PERIOD, from rs_tick. */
-static void progress_changed(struct rs_registry *r, struct job *job,
+ * most once per PROGRESS_PERIOD, from rdzv_state_tick. */
+static void progress_changed(struct rdzv_state *r, struct job *job,
                              double now)
 {
   job->progress_dirty = true;
@@ -578,23 +550,19 @@ static void progress_changed(struct rs_registry *r, struct job *job,
               fmax(now, job->progress_last + PROGRESS_PERIOD));
 }
 
-/* Ranks (Note [round semantics]): previous participants keep their order,
+/* Ranks (rdzv_rules_rank_cmp): previous participants keep their order,
  * newcomers follow in join order. */
 static int rank_cmp(const void *a, const void *b)
 {
   const struct node *x = *(struct node *const *)a;
   const struct node *y = *(struct node *const *)b;
 
-  if ((x->prev_rank < 0) != (y->prev_rank < 0))
-    return x->prev_rank < 0 ? 1 : -1;
-  if (x->prev_rank != y->prev_rank)
-    return x->prev_rank < y->prev_rank ? -1 : 1;
-  return x->seq < y->seq ? -1 : x->seq > y->seq;
+  return rdzv_rules_rank_cmp(x->prev_rank, x->seq, y->prev_rank, y->seq);
 }
 
 /* Ranks the participants and sends each its ROUND: O(N log N), the only
  * place that sorts.  The round then runs. */
-static void complete_round(struct rs_registry *r, struct job *job,
+static void complete_round(struct rdzv_state *r, struct job *job,
                            double now)
 {
   struct rp_msg m;
@@ -604,13 +572,14 @@ static void complete_round(struct rs_registry *r, struct job *job,
   int offset = 0;
 
   /* Places that nobody came back for go to the waiting list. */
-  while (!TAILQ_EMPTY(&job->spares) && job->n_part < job->conf.max_nodes)
-    node_set_state(job, TAILQ_FIRST(&job->spares), NS_PART, false);
+  while (!TAILQ_EMPTY(&job->spares) &&
+         spare_fits(job, true))
+    rdzv_state__node_set_state(job, TAILQ_FIRST(&job->spares), NS_PART, false);
   TAILQ_FOREACH(n, &job->nodes, in_job) {
     if (n->state == NS_PART) {
       job->order[k++] = n;
     } else if (n->state == NS_IDLE) {
-      node_set_state(job, n, NS_IDLE, false);
+      rdzv_state__node_set_state(job, n, NS_IDLE, false);
       n->prev_rank = -1;
     }
   }
@@ -627,7 +596,8 @@ static void complete_round(struct rs_registry *r, struct job *job,
   rd->restart_count = job->restart_count;
   rd->group_world_size = (int)k;
   rd->world_size = job->world_size;
-  copy_str(rd->master_addr, sizeof rd->master_addr, rs__node_addr(master));
+  copy_str(rd->master_addr, sizeof rd->master_addr,
+           rdzv_state__node_addr(master));
   rd->master_port = master->master_port;
   if (rdzv_token_job(r->tokens, job->id, job->round, job->restart_count,
                      rd->job_token))
@@ -652,7 +622,7 @@ static void complete_round(struct rs_registry *r, struct job *job,
       memset(rd->token, 0, sizeof rd->token);
     token_store(n, rd->token);
     n->token_gathering = false;
-    rs__send_msg(r, n->c->conn, &m);
+    rdzv_reply_send(&r->sink, n->c->conn, &m);
   }
   job->phase = PH_RUNNING;
   job->restarting = false;
@@ -663,75 +633,65 @@ static void complete_round(struct rs_registry *r, struct job *job,
   timer_heap_clear(&r->heap, &job->t_last_call);
   timer_heap_clear(&r->heap, &job->t_progress);
   metrics_round_completed(r->metrics, now - job->round_started);
-  say(r, "job %s: round %d complete: %zu node%s, world size %d, master "
-      "%s:%d", job->id, job->round, k, k == 1 ? "" : "s", job->world_size,
-      rd->master_addr, rd->master_port);
+  rdzv_state__log(r, "job %s: round %d complete: %zu node%s, world size %d, "
+                  "master %s:%d", job->id, job->round, k, k == 1 ? "" : "s",
+                  job->world_size, rd->master_addr, rd->master_port);
 }
 
 /* Completes the gathering round, or starts or cancels its last call. */
-static void decide(struct rs_registry *r, struct job *job, double now)
+static void decide(struct rdzv_state *r, struct job *job, double now)
 {
-  const struct rp_conf *cf = &job->conf;
+  struct rdzv_rules_job v = rules_view(job);
 
   if (job->rounds_spent)        /* closing: see start_round */
     return;
-  if (job->n_part >= cf->max_nodes ||
-      (job->restarting && !job->n_outstanding &&
-       job->n_part >= cf->min_nodes)) {
+  switch (rdzv_rules_gather(&v, keepalive_window(job))) {
+  case RDZV_GATHER_COMPLETE:
     complete_round(r, job, now);
-  } else if (job->n_part >= cf->min_nodes) {
-    /* Nodes told to restart are still on their way back: a round without
-     * them would only send them in as newcomers, restarting the others
-     * again (with last_call_timeout 0, forever).  They get at least the
-     * job's keepalive window to come back. */
-    double last_call = job->restarting && job->n_outstanding
-                         ? fmax(cf->last_call_timeout,
-                                cf->keepalive_interval *
-                                cf->keepalive_misses)
-                         : cf->last_call_timeout;
-
+    return;
+  case RDZV_GATHER_LAST_CALL:
     if (job->phase == PH_LAST_CALL)
       return;
-    if (last_call <= 0) {
-      complete_round(r, job, now);
-      return;
-    }
     job->phase = PH_LAST_CALL;
-    job->deadline = now + last_call;
+    job->deadline = now + rdzv_rules_last_call_wait(&v,
+                                                    keepalive_window(job));
     timer_heap_set(&r->heap, &job->t_last_call, job->deadline);
-  } else if (job->phase == PH_LAST_CALL) {
-    job->phase = PH_GATHERING;
-    timer_heap_clear(&r->heap, &job->t_last_call);
+    return;
+  case RDZV_GATHER_WAIT:
+    if (job->phase == PH_LAST_CALL) {
+      job->phase = PH_GATHERING;
+      timer_heap_clear(&r->heap, &job->t_last_call);
+    }
+    return;
   }
 }
 
 /* After any change to a gathering round: promote spares into free places,
  * then complete, start or cancel the last call.  Promoted nodes hear
  * WAITING, or ROUND if the round completes. */
-static void recheck(struct rs_registry *r, struct job *job, double now)
+static void recheck(struct rdzv_state *r, struct job *job, double now)
 {
-  const struct rp_conf *cf = &job->conf;
   size_t k = 0, i;
   struct node *n;
 
-  if (!gathering(job))
+  if (!rdzv_state__gathering(job))
     return;
   while (!TAILQ_EMPTY(&job->spares) &&
-         job->n_part + job->n_outstanding < cf->max_nodes) {
+         spare_fits(job, false)) {
     job->order[k++] = n = TAILQ_FIRST(&job->spares);
-    node_set_state(job, n, NS_PART, false);
+    rdzv_state__node_set_state(job, n, NS_PART, false);
   }
   if (k)
     progress_changed(r, job, now);
   decide(r, job, now);
-  for (i = 0; i < k && gathering(job); i++)
+  for (i = 0; i < k && rdzv_state__gathering(job); i++)
     send_waiting(r, job, job->order[i], now);
 }
 
 /* A new round: every participant of the ending one but `except` (who
  * knows already) gets RESTART with why; all of them are expected back. */
-static void start_round(struct rs_registry *r, struct job *job, double now,
-                        const char *why, const struct node *except)
+void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
+                             const char *why, const struct node *except)
 {
   char text[RP_MAX_TEXT + 1], cancelled[RP_MAX_TEXT + 1] = "";
   size_t len = 0;
@@ -739,7 +699,7 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
   struct node *n;
 
   /* A closing job starts no round: what changed may end its wait for
-   * reports (rs_tick, outside the caller's walk). */
+   * reports (rdzv_state_tick, outside the caller's walk). */
   if (job->closing) {
     timer_heap_set(&r->heap, &job->t_last_call, now);
     return;
@@ -754,14 +714,14 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
     copy_str(text, sizeof text, why);
   /* Round numbers are spent (a job driven through 2^30 rounds, or
    * resumed near that): the restart goes on as any other, no round
-   * completes (decide), and rs_tick closes the job, outside the caller's
-   * walk, rather than send a round no peer may accept. */
+   * completes (decide), and rdzv_state_tick closes the job, outside the
+   * caller's walk, rather than send a round no peer may accept. */
   if (job->round < RP_MAX_ROUND)
     job->round++;
   else
     job->rounds_spent = true;
   job->phase = PH_GATHERING;
-  ranks_clear(job);
+  rdzv_state__ranks_clear(job);
   job->exit_passed = false;
   job->progress_dirty = false;
   job->progress_last = now;
@@ -774,16 +734,16 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
       continue;
     n->prev_rank = n->rank;
     n->rank = -1;
-    node_set_state(job, n, NS_IDLE, true);
+    rdzv_state__node_set_state(job, n, NS_IDLE, true);
     if (n != except)
       send_text_cause(r, n->c->conn, RP_RESTART, 0, false, text,
                       job_cause(job), job);
   }
   barriers_free(job);
   job->restarting = job->n_outstanding + job->n_spares > 0;
-  say(r, "job %s: restart, new round %d (restart_count %d of %d): %s",
-      job->id, job->round, job->restart_count, job->conf.max_restarts,
-      text);
+  rdzv_state__log(r, "job %s: restart, new round %d (restart_count %d of %d): "
+                  "%s", job->id, job->round, job->restart_count,
+                  job->conf.max_restarts, text);
   recheck(r, job, now);
   if (job->rounds_spent)
     timer_heap_set(&r->heap, &job->t_last_call, now);
@@ -791,29 +751,30 @@ static void start_round(struct rs_registry *r, struct job *job, double now,
 
 /* Sends CLOSED to every node of the job and drops them; the job stays
  * close_timeout seconds so that late joiners learn it ended. */
-static void end_job(struct rs_registry *r, struct job *job, double now,
+static void end_job(struct rdzv_state *r, struct job *job, double now,
                     bool success, const char *text)
 {
   job->phase = success ? PH_FINISHED : PH_CLOSED;
   job->closing = false;
   timer_heap_clear(&r->heap, &job->t_last_call);
   timer_heap_clear(&r->heap, &job->t_progress);
-  say(r, "job %s: %s: %s", job->id, success ? "finished" : "closed", text);
+  rdzv_state__log(r, "job %s: %s: %s", job->id,
+                  success ? "finished" : "closed", text);
   while (!TAILQ_EMPTY(&job->nodes)) {
     struct node *n = TAILQ_FIRST(&job->nodes);
     void *conn = n->c->conn;
 
     send_text_cause(r, conn, RP_CLOSED, 0, success, text,
                     success ? NULL : job_cause(job), NULL);
-    node_free(r, n);
-    conn_drop(r, conn);
+    rdzv_state__node_free(r, n);
+    rdzv_state__conn_drop(r, conn);
   }
   barriers_free(job);
   timer_heap_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
-static void barrier_check(struct rs_registry *r, struct job *job,
-                          struct barrier *b)
+void rdzv_state__barrier_check(struct rdzv_state *r, struct job *job,
+                               struct barrier *b)
 {
   struct rp_msg m;
   struct node *n;
@@ -828,22 +789,22 @@ static void barrier_check(struct rs_registry *r, struct job *job,
   TAILQ_FOREACH(n, &job->nodes, in_job) {
     if (n->barrier == b) {
       n->barrier = NULL;
-      rs__send_msg(r, n->c->conn, &m);
+      rdzv_reply_send(&r->sink, n->c->conn, &m);
     }
   }
   if (strcmp(b->name, "exit") == 0)
     job->exit_passed = true;
-  say(r, "job %s: round %d: barrier %s passed by %d nodes", job->id,
-      job->round, b->name, b->count);
+  rdzv_state__log(r, "job %s: round %d: barrier %s passed by %d nodes",
+                  job->id, job->round, b->name, b->count);
 }
 
 /* Repairs the job after a node that needs no new round went away. */
-static void job_settle(struct rs_registry *r, struct job *job, double now,
+static void job_settle(struct rdzv_state *r, struct job *job, double now,
                        bool was_part)
 {
   struct barrier *b;
 
-  if (gathering(job)) {
+  if (rdzv_state__gathering(job)) {
     if (was_part)
       progress_changed(r, job, now);
     /* Nobody of the previous round is left to wait for: a fresh round
@@ -858,7 +819,7 @@ static void job_settle(struct rs_registry *r, struct job *job, double now,
       return;
     }
     for (b = job->barriers; b; b = b->next)
-      barrier_check(r, job, b);
+      rdzv_state__barrier_check(r, job, b);
   }
   if (!job->n_nodes && !timer_heap_armed(&job->t_forget))
     timer_heap_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
@@ -867,8 +828,8 @@ static void job_settle(struct rs_registry *r, struct job *job, double now,
 /* Removes n (the caller logged why).  A participant of a running round
  * before its exit barrier is a lost node: the survivors start a new round
  * ("<node> <why>"); otherwise the job just settles. */
-static void node_remove(struct rs_registry *r, struct node *n, double now,
-                        const char *why)
+void rdzv_state__node_remove(struct rdzv_state *r, struct node *n, double now,
+                             const char *why)
 {
   struct job *job = n->job;
   bool was_part = n->state == NS_PART;
@@ -877,52 +838,68 @@ static void node_remove(struct rs_registry *r, struct node *n, double now,
   if (job->phase == PH_RUNNING && was_part && !job->exit_passed) {
     char host[RP_MAX_ADDR + 1], how[RP_MAX_ID + 1];
 
-    describe(n, d, sizeof d);
+    rdzv_state__describe(n, d, sizeof d);
     fmt(text, sizeof text, "%s %s", d, why);
     /* What the RESTART tells of the loss (a launcher that cannot bring
      * the node back ends the job on it: cdrun(1)). */
-    copy_str(host, sizeof host, n->host[0] ? n->host : rs__node_addr(n));
+    copy_str(host, sizeof host,
+             n->host[0] ? n->host : rdzv_state__node_addr(n));
     if (strcmp(why, "lost: connection closed") == 0)
       copy_str(how, sizeof how, "its agent exited");
     else
       copy_str(how, sizeof how,
                strncmp(why, "lost: ", 6) == 0 ? why + 6 : why);
-    node_free(r, n);
+    rdzv_state__node_free(r, n);
     job->lost_host = host;
     job->lost_why = how;
-    start_round(r, job, now, text, NULL);
+    rdzv_state__start_round(r, job, now, text, NULL);
     job->lost_host = job->lost_why = NULL;
     if (!job->n_nodes)
       timer_heap_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
     return;
   }
-  node_free(r, n);
+  rdzv_state__node_free(r, n);
   job_settle(r, job, now, was_part);
 }
 
-static void node_lost(struct rs_registry *r, struct node *n, double now,
+static void node_lost(struct rdzv_state *r, struct node *n, double now,
                       const char *why)
 {
   char d[DESC_MAX];
 
-  describe(n, d, sizeof d);
-  say(r, "job %s: %s %s", n->job->id, d, why);
-  node_remove(r, n, now, why);
+  rdzv_state__describe(n, d, sizeof d);
+  rdzv_state__log(r, "job %s: %s %s", n->job->id, d, why);
+  rdzv_state__node_remove(r, n, now, why);
 }
 
 /* ---- JOIN ---- */
 
-static const char *conf_problem(const struct rp_conf *cf)
+static struct rdzv_rules_conf rules_conf(const struct rp_conf *cf)
 {
-  if (cf->min_nodes < 1 || cf->min_nodes > cf->max_nodes ||
-      cf->max_nodes > RP_MAX_NODES)
-    return "min_nodes..max_nodes out of range";
-  if (cf->max_restarts < 0)
-    return "max_restarts < 0";
+  struct rdzv_rules_conf rc = {
+    .min_nodes = cf->min_nodes,
+    .max_nodes = cf->max_nodes,
+    .max_restarts = cf->max_restarts,
+    .last_call_timeout = cf->last_call_timeout,
+  };
+
+  return rc;
+}
+
+/* The JOIN's configuration checked: the rules' part (rdzv_rules_conf_check),
+ * then the durations only a server keeps (join, close, keepalive).
+ * NULL: none; else the problem, in buf or a constant. */
+static const char *conf_problem(const struct rp_conf *cf, char *buf,
+                                size_t size)
+{
+  struct rdzv_rules_conf rc = rules_conf(cf);
+
+  if (rdzv_rules_conf_check(&rc, NULL, RP_MAX_NODES, NULL, buf, size) !=
+      RDZV_CONF_OK)
+    return buf;
   if (!(cf->join_timeout > 0) || !(cf->keepalive_interval > 0) ||
-      !(cf->last_call_timeout >= 0) || !(cf->close_timeout >= 0) ||
-      !isfinite(cf->join_timeout) || !isfinite(cf->keepalive_interval) ||
-      !isfinite(cf->last_call_timeout) || !isfinite(cf->close_timeout))
+      !(cf->close_timeout >= 0) || !isfinite(cf->join_timeout) ||
+      !isfinite(cf->keepalive_interval) || !isfinite(cf->close_timeout))
     return "bad timeout";
   if (cf->keepalive_misses < 1)
     return "keepalive_misses < 1";
@@ -931,58 +908,64 @@ static const char *conf_problem(const struct rp_conf *cf)
 
 /* A node that sent JOIN and is in no round yet (new, or back after a
  * restart) enters the gathering round or the waiting list. */
-static void admit(struct rs_registry *r, struct job *job, struct node *n,
+static void admit(struct rdzv_state *r, struct job *job, struct node *n,
                   double now)
 {
+  struct rdzv_rules_job v = rules_view(job);
   char d[DESC_MAX], why[RP_MAX_TEXT + 1];
 
   n->seq = ++job->seq;
   n->join_at = now;
   timer_heap_set(&r->heap, &n->t_join, now + n->join_timeout);
-  describe(n, d, sizeof d);
-  if (gathering(job)) {
-    if (n->expected ||
-        job->n_part + job->n_outstanding < job->conf.max_nodes) {
-      node_set_state(job, n, NS_PART, false);
-      say(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
-          job->id, d, job->round, job->n_part, job->conf.min_nodes,
-          job->conf.max_nodes);
-      progress_changed(r, job, now);
-      recheck(r, job, now);
-      if (gathering(job))       /* else it got ROUND already */
-        send_waiting(r, job, n, now);
-      return;
-    }
-  } else if (!job->exit_passed && job->n_part < job->conf.max_nodes) {
-    node_set_state(job, n, NS_SPARE, false);
-    say(r, "job %s: %s joined running round %d", job->id, d, job->round);
+  rdzv_state__describe(n, d, sizeof d);
+  switch (rdzv_rules_admit(&v, n->expected)) {
+  case RDZV_ADMIT_ROUND:
+    rdzv_state__node_set_state(job, n, NS_PART, false);
+    rdzv_state__log(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
+                    job->id, d, job->round, job->n_part, job->conf.min_nodes,
+                    job->conf.max_nodes);
+    progress_changed(r, job, now);
+    recheck(r, job, now);
+    if (rdzv_state__gathering(job))         /* else it got ROUND already */
+      send_waiting(r, job, n, now);
+    return;
+  case RDZV_ADMIT_NEW_ROUND:
+    rdzv_state__node_set_state(job, n, NS_SPARE, false);
+    rdzv_state__log(r, "job %s: %s joined running round %d", job->id, d,
+                    job->round);
     fmt(why, sizeof why, "%s joined", d);
-    start_round(r, job, now, why, NULL);
+    rdzv_state__start_round(r, job, now, why, NULL);
     if (n->state == NS_SPARE)   /* not promoted: still gets its answer */
       send_waiting(r, job, n, now);
     return;
+  case RDZV_ADMIT_WAIT:
+    break;
   }
-  node_set_state(job, n, NS_SPARE, false);
-  say(r, "job %s: %s waiting: round %d is %s", job->id, d, job->round,
-      job->exit_passed ? "finishing" : "full");
+  rdzv_state__node_set_state(job, n, NS_SPARE, false);
+  rdzv_state__log(r, "job %s: %s waiting: round %d is %s", job->id, d,
+                  job->round, job->closing       ? "closing"
+                              : job->exit_passed ? "finishing"
+                                                 : "full");
   send_waiting(r, job, n, now);
 }
 
-static int rejoin(struct rs_registry *r, struct node *n,
+static int rejoin(struct rdzv_state *r, struct node *n,
                   const struct rp_join *j, double now)
 {
   struct job *job = n->job;
 
-  if (n->state == NS_SPARE || (n->state == NS_PART && gathering(job))) {
+  if (n->state == NS_SPARE ||
+      (n->state == NS_PART && rdzv_state__gathering(job))) {
     send_waiting(r, job, n, now);
     return 0;
   }
   if (n->state == NS_PART)
-    return rs__refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "already a participant of running round %d", job->round);
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                             "already a participant of running round %d",
+                             job->round);
   if (job->sum_nproc - n->nproc + j->nproc > INT_MAX)
-    return rs__refuse(r, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                  "the job's world size would exceed %d", INT_MAX);
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
+                             "the job's world size would exceed %d", INT_MAX);
   job->sum_nproc += j->nproc - n->nproc;
   node_fill(r, n, j);
   admit(r, job, n, now);
@@ -991,11 +974,12 @@ static int rejoin(struct rs_registry *r, struct node *n,
 
 /* A refused JOIN: ERROR, then the connection closes; a node of the job
  * that sent it is removed first (why says how, for the others).  Returns
- * err for rs_handle. */
+ * err for rdzv_state_handle. */
 __attribute__((format(printf, 8, 9)))
-static int refuse_join(struct rs_registry *r, void *conn, struct node *n,
-                       double now, const char *why, enum rp_error_code code,
-                       int err, const char *f, ...)
+int rdzv_state__refuse_join(struct rdzv_state *r, void *conn, struct node *n,
+                            double now, const char *why,
+                            enum rp_error_code code, int err, const char *f,
+                            ...)
 {
   char text[RP_MAX_TEXT + 1];
   va_list ap;
@@ -1003,91 +987,98 @@ static int refuse_join(struct rs_registry *r, void *conn, struct node *n,
   va_start(ap, f);
   vsnprintf(text, sizeof text, f, ap);
   va_end(ap);
-  send_text(r, conn, RP_ERROR, code, false, text);
+  rdzv_reply_text(&r->sink, conn, RP_ERROR, code, false, text, NULL, NULL,
+                  NULL);
   if (n)
-    node_remove(r, n, now, why);
-  conn_drop(r, conn);
+    rdzv_state__node_remove(r, n, now, why);
+  rdzv_state__conn_drop(r, conn);
   return err;
 }
 
 /* JOIN: refusals first (they drop the connection unless it already is
  * a node), then a re-join, or a new node (and maybe a new job).  O(1)
  * amortized unless it completes or restarts a round. */
-static int join_node(struct rs_registry *r, struct conn *c, void *conn,
-                     const struct rp_join *j, double now,
-                     struct node **created)
+int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
+                          const struct rp_join *j, double now,
+                          struct node **created)
 {
   struct node *n = c ? c->node : NULL;
+  char text[RP_MAX_TEXT + 1], job_name[RP_MAX_ID + 8];
+  struct rdzv_rules_conf joiner, held;
   const char *problem;
   struct job *job;
 
   if (n && strcmp(n->job->id, j->id) != 0)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "already a node of job %s", n->job->id);
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                             "already a node of job %s", n->job->id);
   problem = !j->id[0] || strnlen(j->id, sizeof j->id) == sizeof j->id
             ? "bad id" : j->nproc < 1 ? "nproc < 1"
             : j->master_port < 1 || j->master_port > 65535 ? "bad port"
-            : conf_problem(&j->conf);
+            : conf_problem(&j->conf, text, sizeof text);
   if (!problem && j->conf.keepalive_interval > r->lim.max_keepalive)
     problem = "keepalive_interval above the server's ceiling";
   if (problem && n)             /* a node stays; only this JOIN is bad */
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
-                  problem);
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                             "bad join: %s", problem);
   if (problem)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
-                       -EINVAL, "bad join: %s", problem);
-  job = n ? n->job : job_find(r, j->id);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                   RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
+                                   problem);
+  job = n ? n->job : rdzv_state__job_find(r, j->id);
   if (job && (job->phase == PH_CLOSED || job->phase == PH_FINISHED))
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_CLOSED, -ESHUTDOWN,
-                       "job %s %s", job->id, job->phase == PH_CLOSED
-                       ? "is closed" : "has finished");
-  if (job && (j->conf.min_nodes != job->conf.min_nodes ||
-              j->conf.max_nodes != job->conf.max_nodes)) {
-    say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
-        "mismatch: nodes %d..%d, the job has %d..%d", job->id, RP_MAX_ADDR,
-        j->host, j->pid,
-        j->conf.min_nodes, j->conf.max_nodes, job->conf.min_nodes,
-        job->conf.max_nodes);
-    return refuse_join(r, conn, n, now, "lost: config mismatch",
-                       RP_ERR_CONFIG_MISMATCH, -EINVAL,
-                       "min_nodes..max_nodes %d..%d differs from job %s's "
-                       "%d..%d", j->conf.min_nodes, j->conf.max_nodes,
-                       job->id, job->conf.min_nodes, job->conf.max_nodes);
-  }
-  /* Restarts are counted per job, so every node must agree on how many
-   * there may be (each decides alone whether its failure is final). */
-  if (job && j->conf.max_restarts != job->conf.max_restarts) {
-    say(r, "job %s: refused a join (%.*s, pid %" PRId64 "): config "
-        "mismatch: max_restarts %d, the job has %d", job->id, RP_MAX_ADDR,
-        j->host, j->pid, j->conf.max_restarts, job->conf.max_restarts);
-    return refuse_join(r, conn, n, now, "lost: config mismatch",
-                       RP_ERR_CONFIG_MISMATCH, -EINVAL,
-                       "max_restarts %d differs from job %s's %d",
-                       j->conf.max_restarts, job->id,
-                       job->conf.max_restarts);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_CLOSED,
+                                   -ESHUTDOWN, "job %s %s", job->id,
+                                   job->phase == PH_CLOSED
+                                     ? "is closed" : "has finished");
+  joiner = rules_conf(&j->conf);
+  held = job ? rules_conf(&job->conf) : joiner;
+  fmt(job_name, sizeof job_name, "job %s", job ? job->id : "");
+  switch (rdzv_rules_conf_check(&joiner, &held, RP_MAX_NODES, job_name,
+                                text, sizeof text)) {
+  case RDZV_CONF_NODES_DIFFER:
+    rdzv_state__log(r, "job %s: refused a join (%.*s, pid %" PRId64 "): "
+                    "config mismatch: nodes %d..%d, the job has %d..%d",
+                    job->id, RP_MAX_ADDR, j->host, j->pid, j->conf.min_nodes,
+                    j->conf.max_nodes, job->conf.min_nodes,
+                    job->conf.max_nodes);
+    return rdzv_state__refuse_join(r, conn, n, now, "lost: config mismatch",
+                                   RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s",
+                                   text);
+  case RDZV_CONF_RESTARTS_DIFFER:
+    rdzv_state__log(r, "job %s: refused a join (%.*s, pid %" PRId64 "): "
+                    "config mismatch: max_restarts %d, the job has %d",
+                    job->id, RP_MAX_ADDR, j->host, j->pid,
+                    j->conf.max_restarts, job->conf.max_restarts);
+    return rdzv_state__refuse_join(r, conn, n, now, "lost: config mismatch",
+                                   RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s",
+                                   text);
+  case RDZV_CONF_OK:
+  case RDZV_CONF_BAD:           /* refused above */
+    break;
   }
   if (n)
     return rejoin(r, n, j, now);
   if (!job && r->n_jobs >= r->lim.max_jobs && !TAILQ_EMPTY(&r->empty)) {
-    say(r, "job %s: forgotten early: the job table is full (%d jobs) and "
-        "it has had no node for longest", TAILQ_FIRST(&r->empty)->id,
-        r->lim.max_jobs);
+    rdzv_state__log(r, "job %s: forgotten early: the job table is full (%d "
+                    "jobs) and it has had no node for longest",
+                    TAILQ_FIRST(&r->empty)->id, r->lim.max_jobs);
     job_free(r, TAILQ_FIRST(&r->empty));
   }
   if (!job && r->n_jobs >= r->lim.max_jobs)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOSPC,
-                       "too many jobs (%d)", r->lim.max_jobs);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
+                                   -ENOSPC, "too many jobs (%d)",
+                                   r->lim.max_jobs);
   if (job && (job->n_nodes >= RP_MAX_NODES ||
               job->sum_nproc + j->nproc > INT_MAX))
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOSPC,
-                       "job %s is too large", job->id);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
+                                   -ENOSPC, "job %s is too large", job->id);
   if (!job)
     job = job_create(r, j, now);
-  c = c ? c : conn_get(r, conn, true);
+  c = c ? c : rdzv_state__conn_get(r, conn, true);
   n = job && c ? node_create(r, job, c, j, now) : NULL;
   if (!n)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
-                       "out of memory");
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
+                                   -ENOMEM, "out of memory");
   if (created) {                /* RESUME: the caller places it */
     *created = n;
     return 0;
@@ -1096,324 +1087,10 @@ static int join_node(struct rs_registry *r, struct conn *c, void *conn,
   return 0;
 }
 
-static int on_join(struct rs_registry *r, struct conn *c, void *conn,
+static int on_join(struct rdzv_state *r, struct conn *c, void *conn,
                    const struct rp_join *j, double now)
 {
-  return join_node(r, c, conn, j, now, NULL);
-}
-
-/* ---- RESUME (Note [soft state]) ---- */
-
-/* The rebuilt round is whole again: barriers may pass. */
-static void rebuild_done(struct rs_registry *r, struct job *job)
-{
-  struct barrier *b;
-
-  ranks_clear(job);
-  timer_heap_clear(&r->heap, &job->t_last_call);
-  say(r, "job %s: round %d rebuilt: all %d nodes re-asserted it", job->id,
-      job->round, job->rebuild_size);
-  for (b = job->barriers; b; b = b->next)
-    barrier_check(r, job, b);
-}
-
-/* The grace period ended with ranks missing: they are lost. */
-static void rebuild_expired(struct rs_registry *r, struct job *job,
-                            double now)
-{
-  char text[RP_MAX_TEXT + 1];
-
-  fmt(text, sizeof text, "%d of %d nodes did not come back within %g s "
-      "after the rendezvous restarted", job->rebuild_size - job->n_part,
-      job->rebuild_size, fmax(r->lim.resume_grace,
-                              job->conf.keepalive_interval *
-                              job->conf.keepalive_misses));
-  say(r, "job %s: round %d: %s", job->id, job->round, text);
-  start_round(r, job, now, text, NULL);
-}
-
-/* The node of job that a's agent is, or NULL: same host and pid, and it
- * holds a token the server gave that node (Note [node tokens]).  The node
- * may be detached (its connection was reset, rs_conn_reset) or still on a
- * connection the server has not seen die (a cut the agent noticed first).
- * A RESUME that names a node's host and pid without its token is not that
- * node: *impostor says so, and the node is left alone.  O(nodes of the
- * job): only a RESUME to a live job pays it. */
-static struct node *claimed_node(const struct job *job,
-                                 const struct rp_resume *a, bool *impostor)
-{
-  struct node *n;
-
-  *impostor = false;
-  if (!job)
-    return NULL;
-  TAILQ_FOREACH(n, &job->nodes, in_job) {
-    if (n->pid != a->join.pid ||
-        strncmp(n->host, a->join.host, sizeof n->host) != 0)
-      continue;
-    if (token_held(n, a->round.token))
-      return n;
-    *impostor = true;
-  }
-  return NULL;
-}
-
-static void log_impostor(const struct rs_registry *r, const struct job *job,
-                         const struct rp_resume *a)
-{
-  say(r, "job %s: a resume names node %.*s (pid %" PRId64 ") but does not "
-      "hold its token: the node is left alone", job->id, RP_MAX_ADDR,
-      a->join.host, a->join.pid);
-}
-
-/* A gathering node re-asserts: a JOIN, keeping round numbers and the
- * restart count from going back when the claim is vouched for (a token
- * of the node's, or one the lasting key proves; without a lasting key,
- * any claim on a job this server life rebuilt from claims). */
-static int resume_gathering(struct rs_registry *r, struct conn *c,
-                            void *conn, const struct rp_resume *a,
-                            double now)
-{
-  struct job *job = job_find(r, a->join.id);
-  char text[RP_MAX_TEXT + 1], d[DESC_MAX];
-  struct node *prev;
-  bool impostor, vouched;
-  int rc;
-
-  prev = claimed_node(job, a, &impostor);
-  if (impostor)
-    log_impostor(r, job, a);
-  vouched = prev || token_proves(r, a) ||
-            (!rdzv_token_key_lasting(r->tokens) && (!job || job->resumed));
-  if (job && vouched &&
-      !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
-    if (a->round.restart_count > job->restart_count) {
-      say(r, "job %s: adopts restart count %d re-asserted by %.*s (pid %"
-          PRId64 ") (it had %d)", job->id, a->round.restart_count,
-          RP_MAX_ADDR, a->join.host, a->join.pid, job->restart_count);
-      job->restart_count = a->round.restart_count;
-    }
-    if (gathering(job) && a->round.round > job->round) {
-      say(r, "job %s: gathering round %d becomes round %d, re-asserted by "
-          "%.*s (pid %" PRId64 ")", job->id, job->round, a->round.round,
-          RP_MAX_ADDR, a->join.host, a->join.pid);
-      job->round = a->round.round;
-    } else if (job->phase == PH_RUNNING && a->round.round > job->round) {
-      fmt(text, sizeof text, "conflicting re-assertions: %.*s (pid %"
-          PRId64 ") waits for round %d, the job runs round %d", RP_MAX_ADDR,
-          a->join.host, a->join.pid, a->round.round, job->round);
-      say(r, "job %s: %s: highest round wins", job->id, text);
-      job->round = a->round.round - 1;
-      start_round(r, job, now, text, NULL);
-    }
-  }
-  if (prev) {
-    void *old = prev->c->conn;
-
-    /* Its old self (detached, or on a connection not known dead yet)
-     * makes way: the same agent cannot be two nodes. */
-    describe(prev, d, sizeof d);
-    say(r, "job %s: %s reconnected while gathering: its old connection "
-        "is superseded", job->id, d);
-    node_remove(r, prev, now, "superseded by its reconnection");
-    conn_drop(r, old);
-  }
-  r->resume_hint = vouched ? a : NULL;
-  rc = join_node(r, c, conn, &a->join, now, NULL);
-  r->resume_hint = NULL;
-  if (rc == 0)
-    metrics_reconnect(r->metrics);
-  return rc;
-}
-
-/* A node of the job is back on a new connection within its keepalive
- * window, holding its token: it takes the connection, and an old one is
- * closed.  If it still runs the job's round at its rank, nothing happens;
- * else the job went on without it (it hears RESTART and is expected back
- * if the job is gathering). */
-static int reattach(struct rs_registry *r, struct conn *c, void *conn,
-                    struct node *n, const struct rp_resume *a, double now)
-{
-  struct job *job = n->job;
-  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
-
-  c = c ? c : conn_get(r, conn, true);
-  if (!c)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
-                       "out of memory");
-  if (n->c->conn) {             /* superseded: closed, node kept */
-    struct conn *old = n->c;
-
-    old->node = NULL;
-    conn_drop(r, old->conn);
-  } else {
-    free(n->c);
-  }
-  n->c = c;
-  c->node = n;
-  n->last_seen = now;
-  metrics_reconnect(r->metrics);
-  describe(n, d, sizeof d);
-  if (job->phase == PH_RUNNING && n->state == NS_PART &&
-      a->round.round == job->round && a->round.group_rank == n->rank) {
-    say(r, "job %s: %s reconnected and re-asserted rank %d of round %d: "
-        "the job goes on", job->id, d, n->rank, job->round);
-    return 0;
-  }
-  fmt(text, sizeof text, "the job went on without this node: it "
-      "re-asserted round %d, the job is %s round %d", a->round.round,
-      gathering(job) ? "gathering" : "at", job->round);
-  say(r, "job %s: %s reconnected: %s", job->id, d, text);
-  send_text(r, conn, RP_RESTART, 0, false, text);
-  return 0;
-}
-
-/* A job this server does not know is rebuilt from a running claim: the
- * table of ranks starts empty and grows with the nodes that come back. */
-static void rebuild_start(struct rs_registry *r, struct job *job,
-                          const struct rp_round *as, double now)
-{
-  double grace = fmax(r->lim.resume_grace, job->conf.keepalive_interval *
-                                           job->conf.keepalive_misses);
-
-  job->round = as->round;
-  job->restart_count = as->restart_count;
-  job->world_size = as->world_size;
-  job->phase = PH_RUNNING;
-  job->exit_passed = false;
-  job->rebuilding = true;
-  job->resumed = true;
-  job->rebuild_size = as->group_world_size;
-  job->deadline = now + grace;
-  timer_heap_clear(&r->heap, &job->t_progress);
-  timer_heap_set(&r->heap, &job->t_last_call, job->deadline);
-  say(r, "job %s: rebuilding running round %d (restart_count %d) from "
-      "re-assertions: %d nodes, world size %d, master %s:%d; %g s for "
-      "them to come back", job->id, job->round, job->restart_count,
-      as->group_world_size, as->world_size, as->master_addr,
-      as->master_port, grace);
-}
-
-/* n re-asserted a rank of the round being rebuilt, which nobody holds. */
-static int rebuild_take(struct rs_registry *r, struct job *job,
-                        struct node *n, const struct rp_resume *a,
-                        const char *d, double now)
-{
-  const struct rp_round *as = &a->round;
-
-  if (hashtab_insert(&job->ranks, rank_hash(r, as->group_rank), n)) {
-    void *conn = n->c->conn;
-
-    node_free(r, n);
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT, -ENOMEM,
-                       "out of memory");
-  }
-  if (as->restart_count > job->restart_count) {
-    say(r, "job %s: adopts restart count %d re-asserted by %s (it had "
-        "%d)", job->id, as->restart_count, d, job->restart_count);
-    job->restart_count = as->restart_count;
-  }
-  node_set_state(job, n, NS_PART, false);
-  n->rank = as->group_rank;
-  memcpy(n->token, as->token, RP_TOKEN_BYTES);
-  n->token_gathering = false;
-  say(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of %d "
-      "back)", job->id, d, n->rank, job->round,
-      a->phase == RP_PHASE_EXIT ? "at the exit barrier" : "running",
-      job->n_part, job->rebuild_size);
-  if (job->n_part == job->rebuild_size)
-    rebuild_done(r, job);
-  return 0;
-}
-
-static int on_resume(struct rs_registry *r, struct conn *c, void *conn,
-                     const struct rp_resume *a, double now)
-{
-  const struct rp_round *as = &a->round;
-  struct job *job;
-  struct node *n;
-  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
-  bool fresh, impostor;
-  int rc;
-
-  if (c && c->node)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                      "resume: already a node of job %s", c->node->job->id);
-  if (a->phase == RP_PHASE_GATHERING)
-    return resume_gathering(r, c, conn, a, now);
-  /* A round no JOIN of this configuration could have made: rebuilt, it
-   * would hold more participants than max_nodes. */
-  if (as->group_world_size > a->join.conf.max_nodes)
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_BAD_REQUEST,
-                       -EINVAL, "bad resume: a round of %d nodes, but "
-                       "max_nodes is %d", as->group_world_size,
-                       a->join.conf.max_nodes);
-  job = job_find(r, a->join.id);
-  n = claimed_node(job, a, &impostor);
-  if (n)
-    return reattach(r, c, conn, n, a, now);
-  if (impostor)
-    log_impostor(r, job, a);
-  /* With a lasting token key a running claim must be proved: the rank of
-   * a round is claimed only by the node it was given to. */
-  if (rdzv_token_key_lasting(r->tokens) && !token_proves(r, a)) {
-    say(r, "job %s: refused a resume from %.*s (pid %" PRId64 "): its "
-        "token does not prove rank %d of round %d", a->join.id, RP_MAX_ADDR,
-        a->join.host, a->join.pid, as->group_rank, as->round);
-    return refuse_join(r, conn, NULL, now, NULL, RP_ERR_AUTH, -EACCES,
-                       "resume refused: the token does not prove rank %d "
-                       "of round %d of job %s", as->group_rank, as->round,
-                       a->join.id);
-  }
-  fresh = !job;
-  n = NULL;
-  rc = join_node(r, c, conn, &a->join, now, &n);
-  if (rc || !n)
-    return rc;
-  job = n->job;
-  metrics_reconnect(r->metrics);
-  describe(n, d, sizeof d);
-  n->seq = ++job->seq;
-  if (fresh)
-    rebuild_start(r, job, as, now);
-  if (job->rebuilding && as->round == job->round &&
-      as->group_world_size == job->rebuild_size &&
-      as->world_size == job->world_size &&
-      !rank_holder(r, job, as->group_rank))
-    return rebuild_take(r, job, n, a, d, now);
-  if (job->rebuilding && as->round >= job->round) {
-    const struct node *holder = as->round == job->round &&
-                                as->group_world_size == job->rebuild_size
-                                ? rank_holder(r, job, as->group_rank)
-                                : NULL;
-    char hd[DESC_MAX] = "";
-
-    if (holder)
-      describe(holder, hd, sizeof hd);
-    fmt(text, sizeof text, "conflicting re-assertions: %s claims rank %d "
-        "of %d in round %d (world size %d); the job has round %d of %d "
-        "nodes (world size %d)%s%s", d, as->group_rank,
-        as->group_world_size, as->round, as->world_size, job->round,
-        job->rebuild_size, job->world_size, holder ? ", rank held by " : "",
-        hd);
-    say(r, "job %s: %s: a new round for every node", job->id, text);
-    if (as->restart_count > job->restart_count)
-      job->restart_count = as->restart_count;
-    if (as->round > job->round)
-      job->round = as->round;
-    node_set_state(job, n, NS_PART, false);
-    start_round(r, job, now, text, NULL);
-    return 0;
-  }
-  /* The job went on without this node: its workers stop, and it joins
-   * again as a newcomer. */
-  fmt(text, sizeof text, "the job went on without this node: it "
-      "re-asserted round %d, the job is %s round %d", as->round,
-      gathering(job) ? "gathering" : "at", job->round);
-  say(r, "job %s: %s: %s", job->id, d, text);
-  node_set_state(job, n, NS_IDLE, gathering(job));
-  send_text(r, conn, RP_RESTART, 0, false, text);
-  return 0;
+  return rdzv_state__join_node(r, c, conn, j, now, NULL);
 }
 
 /* ---- FAILURE, BARRIER, LEAVE ---- */
@@ -1434,7 +1111,7 @@ static void cause_offer(struct job *job, const struct node *n,
                    f->cause.exited_at <= 0 ||
                    f->cause.exited_at >= jc->cause.exited_at))
     return;
-  describe(n, d, sizeof d);
+  rdzv_state__describe(n, d, sizeof d);
   jc->held = true;
   jc->cause = f->cause;
   if (f->cause.exited_at > 0 && !jc->cause.host[0])
@@ -1449,13 +1126,14 @@ static int closing_pending(const struct job *job)
   const struct node *n;
   int pending = 0;
 
-  /* A detached node (rs_conn_reset) cannot report now: not waited for. */
+  /* A detached node (rdzv_state_conn_reset) cannot report now: not
+   * waited for. */
   TAILQ_FOREACH(n, &job->nodes, in_job)
     pending += n->state == NS_PART && !n->reported && n->c->conn;
   return pending;
 }
 
-static void closing_end(struct rs_registry *r, struct job *job, double now)
+static void closing_end(struct rdzv_state *r, struct job *job, double now)
 {
   char text[RP_MAX_TEXT + 1];
   int pending = closing_pending(job);
@@ -1467,8 +1145,8 @@ static void closing_end(struct rs_registry *r, struct job *job, double now)
   else
     copy_str(text, sizeof text, cause_text(job));
   if (pending)
-    say(r, "job %s: %d node%s did not report within the wait; closing",
-        job->id, pending, pending == 1 ? "" : "s");
+    rdzv_state__log(r, "job %s: %d node%s did not report within the wait; "
+                    "closing", job->id, pending, pending == 1 ? "" : "s");
   end_job(r, job, now, false, text);
 }
 
@@ -1478,13 +1156,13 @@ static void closing_end(struct rs_registry *r, struct job *job, double now)
  * never more than CLOSE_WAIT_MAX (a job with a long keepalive window would
  * otherwise hold its nodes for minutes), whichever comes first.
  * Participants that are healthy hear CLOSED when the wait ends. */
-static void closing_start(struct rs_registry *r, struct job *job,
-                          struct node *reporter, bool final, double now)
+static void closing_start(struct rdzv_state *r, struct job *job,
+                          struct node *reporter, bool exhausted, double now)
 {
   struct node *n;
 
   job->closing = true;
-  job->closing_exhausted = !final;
+  job->closing_exhausted = exhausted;
   TAILQ_FOREACH(n, &job->nodes, in_job)
     n->reported = n == reporter;
   job->closing_deadline = now + fmin(CLOSE_WAIT_MAX,
@@ -1494,63 +1172,67 @@ static void closing_start(struct rs_registry *r, struct job *job,
     closing_end(r, job, now);
     return;
   }
-  say(r, "job %s: closing: waiting up to %g s for %d more failure "
-      "report%s", job->id, job->closing_deadline - now,
-      closing_pending(job), closing_pending(job) == 1 ? "" : "s");
+  rdzv_state__log(r, "job %s: closing: waiting up to %g s for %d more failure "
+                  "report%s", job->id, job->closing_deadline - now,
+                  closing_pending(job), closing_pending(job) == 1 ? "" : "s");
   timer_heap_set(&r->heap, &job->t_last_call, job->closing_deadline);
 }
 
 /* FAILURE: a restart, counted once per round, or the end of the job. */
-static int on_failure(struct rs_registry *r, struct node *n,
+static int on_failure(struct rdzv_state *r, struct node *n,
                       const struct rp_failure *f, double now)
 {
+  enum rdzv_rules_failure verdict;
   struct job *job = n->job;
   char d[DESC_MAX];
 
-  describe(n, d, sizeof d);
+  rdzv_state__describe(n, d, sizeof d);
   /* Only a node with workers in this job may end or restart it: a
    * participant of the current round, or one of the round that just
    * ended whose report crossed our RESTART (expected back).  A node on
    * the waiting list, or one the last round went on without, has no
    * workers to report on. */
   if (n->state != NS_PART && !(n->state == NS_IDLE && n->expected)) {
-    say(r, "job %s: refused a failure report from %s: not a participant "
-        "of round %d", job->id, d, job->round);
-    return rs__refuse(r, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
-                  "failure report refused: not a participant of round %d "
-                  "of job %s", job->round, job->id);
+    rdzv_state__log(r, "job %s: refused a failure report from %s: not a "
+                    "participant of round %d", job->id, d, job->round);
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
+                             "failure report refused: not a participant of "
+                             "round %d of job %s", job->round, job->id);
   }
   cause_offer(job, n, f);
   if (job->closing) {
     n->reported = true;
-    say(r, "job %s: %s workers failed too%s: %.*s", job->id, d,
-        f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
+    rdzv_state__log(r, "job %s: %s workers failed too%s: %.*s", job->id, d,
+                    f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
     if (!closing_pending(job))
       closing_end(r, job, now);
     return 0;
   }
+  verdict = rdzv_rules_failure(f->final, job->restart_count,
+                               job->conf.max_restarts);
   if (job->phase == PH_RUNNING && n->state == NS_PART &&
-      (f->final || job->restart_count >= job->conf.max_restarts)) {
-    say(r, "job %s: %s workers failed%s: %.*s", job->id, d,
-        f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
-    closing_start(r, job, n, f->final, now);
+      verdict != RDZV_FAILURE_RESTART) {
+    rdzv_state__log(r, "job %s: %s workers failed%s: %.*s", job->id, d,
+                    f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
+    closing_start(r, job, n, verdict == RDZV_FAILURE_CLOSE_EXHAUSTED, now);
   } else if (f->final) {
     end_job(r, job, now, false, cause_text(job));
   } else if (job->phase != PH_RUNNING || n->state != NS_PART) {
     /* The round already ended: this failure is part of that restart. */
-    say(r, "job %s: %s workers failed in round %d (already restarting): "
-        "%.*s", job->id, d, job->round, RP_MAX_TEXT, f->message);
+    rdzv_state__log(r, "job %s: %s workers failed in round %d (already "
+                    "restarting): %.*s", job->id, d, job->round, RP_MAX_TEXT,
+                    f->message);
   } else {
     job->restart_count++;
     metrics_restart(r->metrics);
-    start_round(r, job, now, cause_text(job), n);
+    rdzv_state__start_round(r, job, now, cause_text(job), n);
   }
   return 0;
 }
 
 /* BARRIER: a node waits in at most one barrier; a repeat is harmless, and
  * one for a barrier that already completed is answered at once. */
-static int on_barrier(struct rs_registry *r, struct node *n,
+static int on_barrier(struct rdzv_state *r, struct node *n,
                       const struct rp_barrier *m)
 {
   struct job *job = n->job;
@@ -1560,20 +1242,21 @@ static int on_barrier(struct rs_registry *r, struct node *n,
 
   if (job->phase != PH_RUNNING || n->state != NS_PART ||
       m->round != job->round)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "barrier %.*s for round %d: not a participant of a "
-                  "running round %d", RP_MAX_ID, m->name, m->round,
-                  job->round);
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                             "barrier %.*s for round %d: not a participant of "
+                             "a running round %d", RP_MAX_ID, m->name,
+                             m->round, job->round);
   for (b = job->barriers; b; b = b->next)
     if (strncmp(b->name, m->name, sizeof b->name) == 0)
       break;
   if (!b) {
     if (job->n_barriers >= MAX_BARRIERS)
-      return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOSPC,
-                    "too many barriers in round %d", job->round);
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOSPC, "too "
+                               "many barriers in round %d", job->round);
     b = calloc(1, sizeof(*b));
     if (!b)
-      return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of "
+                               "memory");
     copy_str(b->name, sizeof b->name, m->name);
     b->next = job->barriers;
     job->barriers = b;
@@ -1583,22 +1266,23 @@ static int on_barrier(struct rs_registry *r, struct node *n,
     memset(&done, 0, sizeof done);
     done.op = RP_BARRIER_DONE;
     done.u.barrier = *m;
-    rs__send_msg(r, conn, &done);
+    rdzv_reply_send(&r->sink, conn, &done);
     return 0;
   }
   if (n->barrier == b)
     return 0;
   if (n->barrier)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "already waiting in barrier %s", n->barrier->name);
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                             "already waiting in barrier %s",
+                             n->barrier->name);
   n->barrier = b;
   b->count++;
-  barrier_check(r, job, b);
+  rdzv_state__barrier_check(r, job, b);
   return 0;
 }
 
 /* LEAVE: quiet after the exit barrier, a lost node before it. */
-static int on_leave(struct rs_registry *r, struct node *n, double now)
+static int on_leave(struct rdzv_state *r, struct node *n, double now)
 {
   struct job *job = n->job;
   char d[DESC_MAX];
@@ -1607,15 +1291,15 @@ static int on_leave(struct rs_registry *r, struct node *n, double now)
     node_lost(r, n, now, "lost: left before the exit barrier");
     return 0;
   }
-  describe(n, d, sizeof d);
-  say(r, "job %s: %s left", job->id, d);
-  node_remove(r, n, now, "left");
+  rdzv_state__describe(n, d, sizeof d);
+  rdzv_state__log(r, "job %s: %s left", job->id, d);
+  rdzv_state__node_remove(r, n, now, "left");
   return 0;
 }
 
 /* ---- STATUS (the report itself: status_render.c) ---- */
 
-static int on_status(struct rs_registry *r, void *conn,
+static int on_status(struct rdzv_state *r, void *conn,
                      const struct rp_status_req *q, double now)
 {
   struct rp_msg m;
@@ -1623,25 +1307,26 @@ static int on_status(struct rs_registry *r, void *conn,
   char *s;
   int err;
 
-  st = rs_status_query(r, q, now, &err);
+  st = rdzv_state_status_query(r, q, now, &err);
   if (!st && err == -ENOENT)
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, err, "no job %.*s",
-                  RP_MAX_ID, q->job);
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, err, "no job "
+                             "%.*s", RP_MAX_ID, q->job);
   s = st ? cJSON_PrintUnformatted(st) : NULL;
   cJSON_Delete(st);
   if (!s)
-    return rs__refuse(r, conn, RP_ERR_LIMIT, -ENOMEM, "out of memory");
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of "
+                             "memory");
   memset(&m, 0, sizeof m);
   m.op = RP_STATUS_REPLY;
   m.u.status_json = s;
-  rs__send_msg(r, conn, &m);
+  rdzv_reply_send(&r->sink, conn, &m);
   cJSON_free(s);
   return 0;
 }
 
 /* ---- entry points ---- */
 
-void rs_limits_default(struct rs_limits *l)
+void rdzv_state_limits_default(struct rdzv_state_limits *l)
 {
   if (l->max_jobs <= 0)
     l->max_jobs = DEF_MAX_JOBS;
@@ -1663,17 +1348,17 @@ void rs_limits_default(struct rs_limits *l)
     l->resume_grace = DEF_RESUME_GRACE;
 }
 
-struct rs_registry *rs_create(const struct rs_sink *sink,
-                              const struct rs_limits *limits)
+struct rdzv_state *rdzv_state_create(const struct rdzv_state_sink *sink,
+                                     const struct rdzv_state_limits *limits)
 {
-  struct rs_registry *r = calloc(1, sizeof(*r));
+  struct rdzv_state *r = calloc(1, sizeof(*r));
 
   if (!r)
     return NULL;
   r->sink = *sink;
   if (limits)
     r->lim = *limits;
-  rs_limits_default(&r->lim);
+  rdzv_state_limits_default(&r->lim);
   r->seed = hashtab_mix64((uint64_t)(uintptr_t)r);
   r->tokens = rdzv_token_key_new(NULL);
   if (!r->tokens) {
@@ -1685,13 +1370,13 @@ struct rs_registry *rs_create(const struct rs_sink *sink,
   return r;
 }
 
-void rs_destroy(struct rs_registry *r)
+void rdzv_state_destroy(struct rdzv_state *r)
 {
   size_t i;
 
   if (!r)
     return;
-  enter(r, "rs_destroy");
+  enter(r, "rdzv_state_destroy");
   while (!TAILQ_EMPTY(&r->jobs_in_order))
     job_free(r, TAILQ_FIRST(&r->jobs_in_order));
   for (i = 0; i < r->conns.cap; i++)
@@ -1703,7 +1388,8 @@ void rs_destroy(struct rs_registry *r)
   free(r);
 }
 
-int rs_set_token_key(struct rs_registry *r, const struct ra_secret *file)
+int rdzv_state_set_token_key(struct rdzv_state *r,
+                             const struct ra_secret *file)
 {
   struct rdzv_token_key *k = rdzv_token_key_new(file);
 
@@ -1714,10 +1400,10 @@ int rs_set_token_key(struct rs_registry *r, const struct ra_secret *file)
   return 0;
 }
 
-static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
+static int handle(struct rdzv_state *r, void *conn, const struct rp_msg *m,
                   double now)
 {
-  struct conn *c = conn_get(r, conn, false);
+  struct conn *c = rdzv_state__conn_get(r, conn, false);
   struct node *n = c ? c->node : NULL;
 
   if (!isfinite(now))
@@ -1730,7 +1416,7 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_JOIN:
     return on_join(r, c, conn, &m->u.join, now);
   case RP_RESUME:
-    return on_resume(r, c, conn, &m->u.resume, now);
+    return rdzv_resume_handle(r, c, conn, &m->u.resume, now);
   case RP_STATUS:
     return on_status(r, conn, &m->u.status, now);
   case RP_KEEPALIVE:
@@ -1742,12 +1428,12 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_KV_ADD:
     break;
   default:
-    return rs__refuse(r, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                  "unexpected message (op %d)", (int)m->op);
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+                             "unexpected message (op %d)", (int)m->op);
   }
   if (!n)
-    return rs__refuse(r, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
-                  "not joined: send JOIN first");
+    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
+                             "not joined: send JOIN first");
   switch (m->op) {
   case RP_KEEPALIVE:
     {
@@ -1755,7 +1441,7 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
 
       memset(&pong, 0, sizeof pong);
       pong.op = RP_PONG;
-      rs__send_msg(r, conn, &pong);
+      rdzv_reply_send(&r->sink, conn, &pong);
       return 0;
     }
   case RP_FAILURE:
@@ -1765,38 +1451,39 @@ static int handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
   case RP_LEAVE:
     return on_leave(r, n, now);
   default:
-    return rs__kv_handle(r, n, m, now);
+    return kv_store_handle(r, n, m, now);
   }
 }
 
-int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
-              double now)
+int rdzv_state_handle(struct rdzv_state *r, void *conn, const struct rp_msg *m,
+                      double now)
 {
   int rc;
 
-  enter(r, "rs_handle");
+  enter(r, "rdzv_state_handle");
   rc = handle(r, conn, m, now);
   leave(r);
   return rc;
 }
 
-void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr)
+void rdzv_state_set_peer_addr(struct rdzv_state *r, void *conn,
+                              const char *addr)
 {
   struct conn *c;
 
-  enter(r, "rs_set_peer_addr");
-  c = conn_get(r, conn, true);
+  enter(r, "rdzv_state_set_peer_addr");
+  c = rdzv_state__conn_get(r, conn, true);
   if (c && addr)
     copy_str(c->peer, sizeof c->peer, addr);
   leave(r);
 }
 
-void rs_conn_closed(struct rs_registry *r, void *conn, double now)
+void rdzv_state_conn_closed(struct rdzv_state *r, void *conn, double now)
 {
   struct conn *c;
 
-  enter(r, "rs_conn_closed");
-  c = conn_get(r, conn, false);
+  enter(r, "rdzv_state_conn_closed");
+  c = rdzv_state__conn_get(r, conn, false);
   if (c) {
     if (c->node)
       node_lost(r, c->node, now, "lost: connection closed");
@@ -1810,14 +1497,14 @@ void rs_conn_closed(struct rs_registry *r, void *conn, double now)
  * stays a member, detached (a placeholder connection with conn NULL: it
  * is sent nothing), until its keepalive window ends; a RESUME from the
  * same agent within it takes it back (reattach). */
-void rs_conn_reset(struct rs_registry *r, void *conn, double now)
+void rdzv_state_conn_reset(struct rdzv_state *r, void *conn, double now)
 {
   struct conn *c, *ph;
   struct node *n;
   char d[DESC_MAX];
 
-  enter(r, "rs_conn_reset");
-  c = conn_get(r, conn, false);
+  enter(r, "rdzv_state_conn_reset");
+  c = rdzv_state__conn_get(r, conn, false);
   n = c ? c->node : NULL;
   if (n && !c->dropped && n->job->phase == PH_RUNNING &&
       n->state == NS_PART && (ph = calloc(1, sizeof(*ph)))) {
@@ -1825,10 +1512,10 @@ void rs_conn_reset(struct rs_registry *r, void *conn, double now)
     ph->node = n;
     n->c = ph;
     c->node = NULL;
-    describe(n, d, sizeof d);
-    say(r, "job %s: %s connection reset: still a member until its "
-        "keepalive window ends (%g s after it was last heard)", n->job->id,
-        d, n->alive_window);
+    rdzv_state__describe(n, d, sizeof d);
+    rdzv_state__log(r, "job %s: %s connection reset: still a member until its "
+                    "keepalive window ends (%g s after it was last heard)",
+                    n->job->id, d, n->alive_window);
   }
   if (c) {
     if (c->node)
@@ -1841,7 +1528,7 @@ void rs_conn_reset(struct rs_registry *r, void *conn, double now)
 
 /* Note [timers]: dead only if silent for the whole period; else the
  * timer moves to the end of the node's current period. */
-static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
+static void on_alive_timer(struct rdzv_state *r, struct node *n, double now)
 {
   double period = n->alive_window;
   char why[64];
@@ -1856,38 +1543,38 @@ static void on_alive_timer(struct rs_registry *r, struct node *n, double now)
   node_lost(r, n, now, why);
   /* The node is out of the job: say so and close, so that an agent that
    * was only suspended learns it at once instead of hanging on. */
-  send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false,
-            "expelled: no keepalive within the keepalive window");
-  conn_drop(r, conn);
+  rdzv_state__send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false,
+                        "expelled: no keepalive within the keepalive window");
+  rdzv_state__conn_drop(r, conn);
 }
 
-static void on_join_timer(struct rs_registry *r, struct node *n, double now)
+static void on_join_timer(struct rdzv_state *r, struct node *n, double now)
 {
   struct job *job = n->job;
   void *conn = n->c->conn;
   char d[DESC_MAX], text[RP_MAX_TEXT + 1];
 
-  if (n->state == NS_SPARE && !gathering(job))
+  if (n->state == NS_SPARE && !rdzv_state__gathering(job))
     fmt(text, sizeof text, "waited %g s: round %d is full (%d of at most "
         "%d nodes)", n->join_timeout, job->round, job->n_part,
         job->conf.max_nodes);
   else
     fmt(text, sizeof text, "waited %g s: %d of at least %d nodes present",
         n->join_timeout, job->n_part, job->conf.min_nodes);
-  describe(n, d, sizeof d);
-  say(r, "job %s: %s: join timeout: %s", job->id, d, text);
-  send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
-  node_remove(r, n, now, "join timeout");
-  conn_drop(r, conn);
+  rdzv_state__describe(n, d, sizeof d);
+  rdzv_state__log(r, "job %s: %s: join timeout: %s", job->id, d, text);
+  rdzv_state__send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
+  rdzv_state__node_remove(r, n, now, "join timeout");
+  rdzv_state__conn_drop(r, conn);
 }
 
 /* One WAITING per participant, at most once per PROGRESS_PERIOD. */
-static void on_progress_timer(struct rs_registry *r, struct job *job,
+static void on_progress_timer(struct rdzv_state *r, struct job *job,
                               double now)
 {
   struct node *n;
 
-  if (!gathering(job) || !job->progress_dirty)
+  if (!rdzv_state__gathering(job) || !job->progress_dirty)
     return;
   TAILQ_FOREACH(n, &job->nodes, in_job)
     if (n->state == NS_PART)
@@ -1896,7 +1583,7 @@ static void on_progress_timer(struct rs_registry *r, struct job *job,
   job->progress_dirty = false;
 }
 
-static double tick(struct rs_registry *r, double now)
+static double tick(struct rdzv_state *r, double now)
 {
   struct job *job;
 
@@ -1919,7 +1606,7 @@ static double tick(struct rs_registry *r, double now)
       else if (job->phase == PH_LAST_CALL)
         complete_round(r, job, now);
       else if (job->phase == PH_RUNNING && job->rebuilding)
-        rebuild_expired(r, job, now);
+        rdzv_resume_expired(r, job, now);
       break;
     case T_PROGRESS:
       on_progress_timer(r, container_of(t, struct job, t_progress), now);
@@ -1927,7 +1614,7 @@ static double tick(struct rs_registry *r, double now)
     case T_FORGET:
       job = container_of(t, struct job, t_forget);
       if (!job->n_nodes) {
-        say(r, "job %s: forgotten", job->id);
+        rdzv_state__log(r, "job %s: forgotten", job->id);
         job_free(r, job);
       }
       break;
@@ -1938,7 +1625,7 @@ static double tick(struct rs_registry *r, double now)
       on_alive_timer(r, container_of(t, struct node, t_alive), now);
       break;
     case T_KV_WAIT:
-      rs__kv_timeout(r, container_of(t, struct waiter, t));
+      kv_store_timeout(r, container_of(t, struct waiter, t));
       break;
     }
   }
@@ -1946,49 +1633,52 @@ static double tick(struct rs_registry *r, double now)
   return t ? t->at : -1;
 }
 
-double rs_tick(struct rs_registry *r, double now)
+double rdzv_state_tick(struct rdzv_state *r, double now)
 {
   double next;
 
   if (!isfinite(now))
     return -1;
-  enter(r, "rs_tick");
+  enter(r, "rdzv_state_tick");
   next = tick(r, now);
   leave(r);
   return next;
 }
 
-int rs_job_count(const struct rs_registry *r)
+int rdzv_state_job_count(const struct rdzv_state *r)
 {
   return r->n_jobs;
 }
 
-int rs_node_count(const struct rs_registry *r)
+int rdzv_state_node_count(const struct rdzv_state *r)
 {
   return r->n_nodes;
 }
 
-void rs_set_embedded(struct rs_registry *r, int64_t pid, const char *host)
+void rdzv_state_set_embedded(struct rdzv_state *r, int64_t pid,
+                             const char *host)
 {
   r->embedded_pid = pid;
   copy_str(r->embedded_host, sizeof r->embedded_host, host ? host : "");
 }
 
-void rs_set_metrics(struct rs_registry *r, struct rdzvd_metrics *m)
+void rdzv_state_set_metrics(struct rdzv_state *r, struct rdzvd_metrics *m)
 {
   r->metrics = m;
 }
 
-void rs_jobs_by_phase(const struct rs_registry *r, int counts[RS_PHASES],
-                      const char *names[RS_PHASES])
+void rdzv_state_jobs_by_phase(const struct rdzv_state *r,
+                              int counts[RDZV_STATE_PHASES],
+                              const char *names[RDZV_STATE_PHASES])
 {
   const struct job *job;
   int i;
 
-  _Static_assert(PH_FINISHED + 1 == RS_PHASES, "RS_PHASES: every phase");
-  for (i = 0; i < RS_PHASES; i++) {
+  _Static_assert(PH_FINISHED + 1 == RDZV_STATE_PHASES,
+                 "RDZV_STATE_PHASES: every phase");
+  for (i = 0; i < RDZV_STATE_PHASES; i++) {
     counts[i] = 0;
-    names[i] = rs__phase_name((enum phase)i);
+    names[i] = status_render_phase_name((enum phase)i);
   }
   TAILQ_FOREACH(job, &r->jobs_in_order, in_registry)
     counts[job->phase]++;

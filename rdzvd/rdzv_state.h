@@ -11,8 +11,10 @@
  * one job.
  *
  * Files: rdzv_state.c (the machine: jobs, rounds, nodes, barriers),
- * kv_store.c (each job's key-value store), status_render.c (the status
- * report), on hashtab.c and timer_heap.c; their shared types are in
+ * rdzv_resume.c (soft state: RESUME and rebuilt jobs), kv_store.c (each
+ * job's key-value store), status_render.c (the status report),
+ * rdzv_reply.c (the answers they send), on rdzv_rules.c (the rules both
+ * back ends share), hashtab.c and timer_heap.c; their shared types are in
  * rdzv_state_int.h. */
 #ifndef RDZV_STATE_H
 #define RDZV_STATE_H
@@ -25,10 +27,11 @@
 struct cJSON;
 
 /* How the machine talks back.  No callback may call back into the state
- * machine (rs_*), not even to report that a connection died while being
- * written to: such closes are deferred until the entry point returns
- * (server.c, Note [deferred close]).  A re-entry aborts the process. */
-struct rs_sink {
+ * machine (rdzv_state_*), not even to report that a connection died while
+ * being written to: such closes are deferred until the entry point
+ * returns (server.c, Note [deferred close]).  A re-entry aborts the
+ * process. */
+struct rdzv_state_sink {
   void *ctx;
   /* A message for one node's connection. */
   void (*send)(void *ctx, void *conn, const struct rp_msg *m);
@@ -43,7 +46,7 @@ struct rs_sink {
 
 /* Limits, to bound memory under untrusted input.  A zero field takes
  * the default. */
-struct rs_limits {
+struct rdzv_state_limits {
   int max_jobs;             /* default 10000; when full, the job that has
                                had no node for longest is forgotten to make
                                room, so empty jobs never lock others out */
@@ -66,15 +69,15 @@ struct rs_limits {
 };
 
 /* Fills the zero fields of l with the defaults. */
-void rs_limits_default(struct rs_limits *l);
+void rdzv_state_limits_default(struct rdzv_state_limits *l);
 
-struct rs_registry;
+struct rdzv_state;
 
 /* Creates an empty registry.  limits may be NULL for defaults.  Returns
  * NULL when out of memory. */
-struct rs_registry *rs_create(const struct rs_sink *sink,
-                              const struct rs_limits *limits);
-void rs_destroy(struct rs_registry *r);
+struct rdzv_state *rdzv_state_create(const struct rdzv_state_sink *sink,
+                                     const struct rdzv_state_limits *limits);
+void rdzv_state_destroy(struct rdzv_state *r);
 
 /* Note [round semantics]
  *
@@ -93,7 +96,7 @@ void rs_destroy(struct rs_registry *r);
  *   (sum of nproc of lower ranks), world_size (sum of all nproc), round,
  *   restart_count, and the master address and port: the rank-0 node's addr
  *   (its JOIN's addr, or the connection's peer address set with
- *   rs_set_peer_addr when addr is "") and the master_port it offered.
+ *   rdzv_state_set_peer_addr when addr is "") and the master_port it offered.
  * - RUNNING: a JOIN from a new node: if participants < max_nodes, it goes
  *   to the waiting list and a new round starts (RESTART "node <host>
  *   joined" to every participant; no restart counted); if the round is
@@ -134,12 +137,13 @@ void rs_destroy(struct rs_registry *r);
  * round and admits no one to it.  Times come from the nodes' clocks: a
  * skew larger than the gap between two failures can swap them. 
  *
- * Dead nodes: rs_conn_closed (connection lost) or silence longer than
- * keepalive_interval * keepalive_misses (checked by rs_tick; any message
- * from the node counts as a sign of life).  A dead participant of a
- * RUNNING round starts a new round for the survivors (RESTART "<host>
- * lost"; no restart counted).  A dead node in GATHERING is just removed
- * (the last-call deadline is cancelled if the count drops below min).
+ * Dead nodes: rdzv_state_conn_closed (connection lost) or silence longer
+ * than keepalive_interval * keepalive_misses (checked by rdzv_state_tick;
+ * any message from the node counts as a sign of life).  A dead
+ * participant of a RUNNING round starts a new round for the survivors
+ * (RESTART "<host> lost"; no restart counted).  A dead node in GATHERING
+ * is just removed (the last-call deadline is cancelled if the count drops
+ * below min).
  *
  * Join timeout: a node that has been gathering (since its JOIN; on the
  * waiting list too) for join_timeout without its round completing gets
@@ -148,7 +152,8 @@ void rs_destroy(struct rs_registry *r);
  *
  * Progress: while GATHERING, every node of the round gets WAITING after
  * its JOIN and then at most once per second when the count changes
- * (emitted from rs_tick), so progress costs O(N) per second, not O(N^2).
+ * (emitted from rdzv_state_tick), so progress costs O(N) per second, not
+ * O(N^2).
  *
  * Barriers: BARRIER(name, round) from a participant of the RUNNING round;
  * when every participant of the round has entered the barrier, each gets
@@ -163,10 +168,10 @@ void rs_destroy(struct rs_registry *r);
  * barrier counts as a lost node.
  *
  * KV: per job, keys <= RP_MAX_KEY, values <= RP_MAX_VALUE, bounded by
- * rs_limits; SET replaces; GET answers KV_VALUE (found = false when
+ * rdzv_state_limits; SET replaces; GET answers KV_VALUE (found = false when
  * absent and wait == 0, or waits up to wait seconds for the key: answered
- * when it is set, or ERROR timeout from rs_tick); ADD treats the value as
- * a decimal integer (absent = 0) and answers the new value. */
+ * when it is set, or ERROR timeout from rdzv_state_tick); ADD treats the
+ * value as a decimal integer (absent = 0) and answers the new value. */
 
 /* Note [soft state]
  *
@@ -184,9 +189,9 @@ void rs_destroy(struct rs_registry *r);
  *   asserted rank; its workers go on (nothing is sent).  Until every rank
  *   of the round is back (group_world_size), the job is "rebuilding":
  *   barriers wait.  If ranks are still missing after the grace period
- *   (rs_limits.resume_grace, at least the keepalive window), the missing
- *   nodes are lost: a new round for the survivors (RESTART), as if they
- *   had died; no restart is counted.
+ *   (rdzv_state_limits.resume_grace, at least the keepalive window), the
+ *   missing nodes are lost: a new round for the survivors (RESTART), as
+ *   if they had died; no restart is counted.
  * - Conflicts are resolved in arrival order, deterministically, and
  *   logged: a rank already re-asserted by another node, a different
  *   group or world size, or a higher round than the rebuilt one start a
@@ -197,7 +202,7 @@ void rs_destroy(struct rs_registry *r);
  *   already declared it lost), gets RESTART: its workers stop and it
  *   joins again like a newcomer.
  * - The daemon stayed up: a connection closed cleanly (EOF: the agent
- *   died, or left) is a lost node at once; a reset one (rs_conn_reset)
+ *   died, or left) is a lost node at once; a reset one (rdzv_state_conn_reset)
  *   leaves a running participant detached until its keepalive window
  *   (keepalive_interval x keepalive_misses after it was last heard)
  *   ends.  A RESUME from the same agent (host, pid) before then takes it
@@ -213,44 +218,47 @@ void rs_destroy(struct rs_registry *r);
 /* A message from conn, decoded.  now in seconds.  Returns 0, or a negative
  * errno when the message was refused (an ERROR has been sent then; the
  * caller need not do anything else). */
-int rs_handle(struct rs_registry *r, void *conn, const struct rp_msg *m,
-              double now);
+int rdzv_state_handle(struct rdzv_state *r, void *conn, const struct rp_msg *m,
+                      double now);
 
 /* The connection's peer address as the server saw it ("10.0.0.5"), used
  * as the node's address when its JOIN gave none. */
-void rs_set_peer_addr(struct rs_registry *r, void *conn, const char *addr);
+void rdzv_state_set_peer_addr(struct rdzv_state *r, void *conn,
+                              const char *addr);
 
 /* The connection is gone (closed, reset).  Safe for unknown conns.  Call
  * it for dropped connections too: until then their messages are
  * ignored. */
-void rs_conn_closed(struct rs_registry *r, void *conn, double now);
+void rdzv_state_conn_closed(struct rdzv_state *r, void *conn, double now);
 
 /* The connection was reset (or failed) rather than closed: a running
  * participant stays a member, detached, until its keepalive window ends,
  * so that its agent can reconnect and RESUME with nothing lost (Note
- * [soft state]); anyone else is gone as with rs_conn_closed. */
-void rs_conn_reset(struct rs_registry *r, void *conn, double now);
+ * [soft state]); anyone else is gone as with rdzv_state_conn_closed. */
+void rdzv_state_conn_reset(struct rdzv_state *r, void *conn, double now);
 
 /* Runs every deadline due at now (last call, join timeouts, keepalive
  * deaths, KV wait timeouts, progress messages, forgetting finished jobs).
  * Returns the absolute time of the next deadline, or a negative value if
  * none is pending. */
-double rs_tick(struct rs_registry *r, double now);
+double rdzv_state_tick(struct rdzv_state *r, double now);
 
 /* This registry runs inside the agent with pid on host (cdrun's
  * embedded rendezvous): ROUND messages then say which rank hosts it. */
-void rs_set_embedded(struct rs_registry *r, int64_t pid, const char *host);
+void rdzv_state_set_embedded(struct rdzv_state *r, int64_t pid,
+                             const char *host);
 
 /* Node tokens (Note [node tokens], proto/rdzv_token.h) come from the
  * token key file's bytes (rdzv_token_key_file) instead of a random key,
  * so that a restarted server with the same file verifies the tokens an
  * earlier one issued.  Call before any node joins.  0 or -ENOMEM. */
 struct ra_secret;
-int rs_set_token_key(struct rs_registry *r, const struct ra_secret *file);
+int rdzv_state_set_token_key(struct rdzv_state *r,
+                             const struct ra_secret *file);
 
 /* The number of jobs known, and of nodes connected to any job. */
-int rs_job_count(const struct rs_registry *r);
-int rs_node_count(const struct rs_registry *r);
+int rdzv_state_job_count(const struct rdzv_state *r);
+int rdzv_state_node_count(const struct rdzv_state *r);
 
 /* The status report (status_render.c): a JSON object with "nodes" (the
  * count), "jobs_total", "jobs_shown", "truncated" and "jobs", each job
@@ -267,12 +275,12 @@ int rs_node_count(const struct rs_registry *r);
  * ("nodes_truncated" otherwise).  Either always fits one frame.  Returns
  * NULL with *err -ENOENT for an unknown job, -ENOMEM.  Caller frees with
  * cJSON_Delete. */
-struct cJSON *rs_status_query(const struct rs_registry *r,
-                              const struct rp_status_req *q, double now,
-                              int *err);
+struct cJSON *rdzv_state_status_query(const struct rdzv_state *r,
+                                      const struct rp_status_req *q,
+                                      double now, int *err);
 
-/* rs_status_query(r, NULL, now, &ignored). */
-struct cJSON *rs_status(const struct rs_registry *r, double now);
+/* rdzv_state_status_query(r, NULL, now, &ignored). */
+struct cJSON *rdzv_state_status(const struct rdzv_state *r, double now);
 
 /* ---- metrics (rdzvd --metrics) ---- */
 
@@ -280,12 +288,13 @@ struct rdzvd_metrics;
 
 /* Counters the machine bumps as rounds complete and restarts are
  * counted (metrics.h); NULL, the default, keeps none. */
-void rs_set_metrics(struct rs_registry *r, struct rdzvd_metrics *m);
+void rdzv_state_set_metrics(struct rdzv_state *r, struct rdzvd_metrics *m);
 
 /* Jobs per phase: counts[i] jobs are in the phase named names[i]
  * ("gathering", "last_call", "running", "closed", "finished").  O(jobs). */
-#define RS_PHASES 5
-void rs_jobs_by_phase(const struct rs_registry *r, int counts[RS_PHASES],
-                      const char *names[RS_PHASES]);
+#define RDZV_STATE_PHASES 5
+void rdzv_state_jobs_by_phase(const struct rdzv_state *r,
+                              int counts[RDZV_STATE_PHASES],
+                              const char *names[RDZV_STATE_PHASES]);
 
 #endif

@@ -1,6 +1,7 @@
 /* rdzv_state_int.h -- the rendezvous state machine's own types, shared by
- * its files (rdzv_state.c, the machine; status_render.c, its status
- * report) and by nothing else. */
+ * its files (rdzv_state.c, the machine; rdzv_resume.c, its soft state;
+ * kv_store.c, the jobs' stores; status_render.c, its status report) and
+ * by nothing else. */
 #ifndef RDZV_STATE_INT_H
 #define RDZV_STATE_INT_H
 
@@ -27,7 +28,7 @@
  * Keepalive is lazy: a message only stores last_seen (O(1)); the node's
  * keepalive timer stays where it was armed, and when it fires it either
  * finds the node silent for the whole period (dead) or moves itself to
- * last_seen + period.  So rs_tick touches a live node about once per
+ * last_seen + period.  So rdzv_state_tick touches a live node about once per
  * period, never on every message, and never scans the nodes. */
 enum tkind {
   T_LAST_CALL,    /* struct job, t_last_call; also the end of the grace
@@ -62,7 +63,7 @@ struct conn {
   uint64_t h;
   struct node *node;            /* NULL when not (or no longer) joined */
   bool dropped;                 /* drop was called: ignore what follows */
-  char peer[RP_MAX_ADDR + 1];   /* rs_set_peer_addr, or "" */
+  char peer[RP_MAX_ADDR + 1];   /* rdzv_state_set_peer_addr, or "" */
 };
 
 struct barrier {
@@ -187,9 +188,9 @@ struct job {
   char id[RP_MAX_ID + 1];
 };
 
-struct rs_registry {
-  struct rs_sink sink;
-  struct rs_limits lim;
+struct rdzv_state {
+  struct rdzv_state_sink sink;
+  struct rdzv_state_limits lim;
   uint64_t seed;
   struct hashtab jobs;          /* id -> struct job */
   struct hashtab conns;         /* conn pointer -> struct conn */
@@ -198,48 +199,82 @@ struct rs_registry {
   int n_jobs, n_nodes;
   size_t kv_total;              /* every job's kv_bytes */
   struct timer_heap heap;
-  struct rdzvd_metrics *metrics;  /* rs_set_metrics; NULL: none */
+  struct rdzvd_metrics *metrics;  /* rdzv_state_set_metrics; NULL: none */
   bool busy;                    /* an entry point is running */
   const struct rp_resume *resume_hint;  /* a gathering RESUME's round and
                                            count for the job it creates */
   struct rdzv_token_key *tokens; /* Note [node tokens] */
-  int64_t embedded_pid;         /* rs_set_embedded; 0: a daemon */
+  int64_t embedded_pid;         /* rdzv_state_set_embedded; 0: a daemon */
   char embedded_host[RP_MAX_ADDR + 1];
 };
 
 /* status_render.c's: a phase's name, as status and metrics show it. */
-const char *rs__phase_name(enum phase p);
+const char *status_render_phase_name(enum phase p);
 
-/* rdzv_state.c's, for its other files: a message to conn; an ERROR to
- * conn, returning err. */
-void rs__send_msg(const struct rs_registry *r, void *conn,
-                  const struct rp_msg *m);
-__attribute__((format(printf, 5, 6)))
-int rs__refuse(const struct rs_registry *r, void *conn,
-               enum rp_error_code code, int err, const char *f, ...);
+/* rdzv_state.c's, for rdzv_resume.c: the machine's own steps (their
+ * comments are at their definitions). */
+#define DESC_MAX (2 * RP_MAX_ADDR + 64)   /* rdzv_state__describe's text */
+/* One line of what happened to a job, to the sink's log (if any). */
+__attribute__((format(printf, 2, 3)))
+void rdzv_state__log(const struct rdzv_state *r, const char *f, ...);
+void rdzv_state__describe(const struct node *n, char *buf, size_t size);
+bool rdzv_state__gathering(const struct job *job);
+uint64_t rdzv_state__rank_hash(const struct rdzv_state *r, int rank);
+void rdzv_state__ranks_clear(struct job *job);
+void rdzv_state__send_text(const struct rdzv_state *r, void *conn,
+                           enum rp_op op, enum rp_error_code code,
+                           bool success, const char *text);
+struct conn *rdzv_state__conn_get(struct rdzv_state *r, void *conn,
+                                  bool create);
+void rdzv_state__conn_drop(struct rdzv_state *r, void *conn);
+void rdzv_state__node_set_state(struct job *job, struct node *n,
+                                enum nstate st, bool expected);
+void rdzv_state__node_free(struct rdzv_state *r, struct node *n);
+void rdzv_state__node_remove(struct rdzv_state *r, struct node *n, double now,
+                             const char *why);
+struct job *rdzv_state__job_find(const struct rdzv_state *r, const char *id);
+void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
+                             const char *why, const struct node *except);
+void rdzv_state__barrier_check(struct rdzv_state *r, struct job *job,
+                               struct barrier *b);
+__attribute__((format(printf, 8, 9)))
+int rdzv_state__refuse_join(struct rdzv_state *r, void *conn, struct node *n,
+                            double now, const char *why,
+                            enum rp_error_code code, int err, const char *f,
+                            ...);
+int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
+                          const struct rp_join *j, double now,
+                          struct node **created);
+
+/* rdzv_resume.c: RESUME from conn (c: its entry, or NULL); the grace
+ * period of a job being rebuilt ran out. */
+int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
+                       const struct rp_resume *a, double now);
+void rdzv_resume_expired(struct rdzv_state *r, struct job *job,
+                         double now);
 
 /* kv_store.c: KV_SET, KV_GET, KV_ADD from node n; a waiting GET freed
  * (its node goes); one timed out (ERROR timeout); a job's store freed. */
-int rs__kv_handle(struct rs_registry *r, struct node *n,
-                  const struct rp_msg *m, double now);
-void rs__kv_waiter_free(struct rs_registry *r, struct job *job,
-                        struct waiter *w);
-void rs__kv_timeout(struct rs_registry *r, struct waiter *w);
-void rs__kv_job_free(struct rs_registry *r, struct job *job);
+int kv_store_handle(struct rdzv_state *r, struct node *n,
+                    const struct rp_msg *m, double now);
+void kv_store_waiter_free(struct rdzv_state *r, struct job *job,
+                          struct waiter *w);
+void kv_store_timeout(struct rdzv_state *r, struct waiter *w);
+void kv_store_job_free(struct rdzv_state *r, struct job *job);
 
-static inline const char *rs__node_addr(const struct node *n)
+static inline const char *rdzv_state__node_addr(const struct node *n)
 {
   if (n->addr[0])
     return n->addr;
   return n->c->peer[0] ? n->c->peer : "127.0.0.1";
 }
 
-static inline bool rs__job_eq(const void *item, const void *key)
+static inline bool rdzv_state__job_eq(const void *item, const void *key)
 {
   return strcmp(((const struct job *)item)->id, key) == 0;
 }
 
-static inline double rs__clamp_secs(double s)
+static inline double rdzv_state__clamp_secs(double s)
 {
   return s < 0 ? 0 : s > WIRE_MAX_SECONDS ? WIRE_MAX_SECONDS : s;
 }

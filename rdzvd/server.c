@@ -82,10 +82,10 @@ struct rdzvd_server {
   uv_loop_t *loop;
   uv_tcp_t listener;
   uv_timer_t timer;
-  struct rs_registry *reg;
+  struct rdzv_state *reg;
   LIST_HEAD(, conn) conns;
   struct conn *close_list;    /* closes requested while in the machine */
-  int in_machine;             /* depth of rs_* calls running */
+  int in_machine;             /* depth of rdzv_state_* calls running */
   struct rdzvd_server_limits lim;
   int n_conns;
   size_t in_bytes;            /* partial-frame buffers, every conn */
@@ -128,7 +128,7 @@ static void server_log(struct rdzvd_server *s, const char *fmt, ...)
 static void handle_released(struct rdzvd_server *s)
 {
   if (--s->open_handles == 0 && s->stopping) {
-    rs_destroy(s->reg);
+    rdzv_state_destroy(s->reg);
     ra_secret_clear(&s->secret);
     free(s);
   }
@@ -175,7 +175,8 @@ static void conn_freed(uv_handle_t *h)
  *   not read from (it makes no new work) until they drain; one over
  *   conn_output, or one with unwritten replies when every connection's
  *   together exceed output_budget, is dropped;
- * - jobs, keys, values and durations: the state machine's rs_limits. */
+ * - jobs, keys, values and durations: the state machine's
+ *   rdzv_state_limits. */
 
 static void hello_remove(struct conn *c)
 {
@@ -277,10 +278,10 @@ static bool conn_known(const struct conn *c)
  * call into the machine goes through machine_enter/machine_leave, and a
  * close requested meanwhile only marks the connection (close_pending:
  * nothing more is written to it) and queues it; machine_leave, once the
- * outermost call has returned, closes what was queued.  rs_conn_closed is
- * called from one place, conn_close_now, and never inside the machine;
- * the machine itself aborts on re-entry (rdzv_state.c), so the contract
- * is enforced, not only written down. */
+ * outermost call has returned, closes what was queued.
+ * rdzv_state_conn_closed is called from one place, conn_close_now, and
+ * never inside the machine; the machine itself aborts on re-entry
+ * (rdzv_state.c), so the contract is enforced, not only written down. */
 static void conn_close_now(struct conn *c);
 
 static void machine_enter(struct rdzvd_server *s)
@@ -332,9 +333,9 @@ static void conn_close_now(struct conn *c)
   if (!s->stopping && conn_known(c)) {
     machine_enter(s);
     if (c->reset)
-      rs_conn_reset(s->reg, c, monotime_now());
+      rdzv_state_conn_reset(s->reg, c, monotime_now());
     else
-      rs_conn_closed(s->reg, c, monotime_now());
+      rdzv_state_conn_closed(s->reg, c, monotime_now());
     machine_leave(s);
   }
   metrics_conn_closed(s->metrics);
@@ -507,7 +508,7 @@ static void schedule(struct rdzvd_server *s)
   if (s->stopping)
     return;
   machine_enter(s);
-  next = rs_tick(s->reg, now);
+  next = rdzv_state_tick(s->reg, now);
   machine_leave(s);
   if (s->stopping)
     return;
@@ -604,7 +605,7 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
  * the handshake (proto/rdzv_auth.c) until it has succeeded; nothing
  * reaches the state machine before (not even the connection's address),
  * and a pre-auth frame may not exceed RA_PREAUTH_MAX_FRAME.  Returns true
- * when m may go on to rs_handle. */
+ * when m may go on to rdzv_state_handle. */
 static bool auth_gate(struct conn *c, const struct rp_msg *m)
 {
   struct rp_msg reply;
@@ -619,7 +620,7 @@ static bool auth_gate(struct conn *c, const struct rp_msg *m)
     /* Only now does the state machine learn of the connection. */
     if (c->auth.state == RA_S_DONE) {
       machine_enter(c->s);
-      rs_set_peer_addr(c->s->reg, c, c->peer);
+      rdzv_state_set_peer_addr(c->s->reg, c, c->peer);
       machine_leave(c->s);
     }
     return false;
@@ -651,7 +652,7 @@ static void server_status(struct conn *c, const struct rp_status_req *q)
   char *text = NULL;
   int err;
 
-  st = rs_status_query(s->reg, q, monotime_now(), &err);
+  st = rdzv_state_status_query(s->reg, q, monotime_now(), &err);
   if (st && (sv = cJSON_AddObjectToObject(st, "server")) &&
       cJSON_AddNumberToObject(sv, "connections", s->n_conns) &&
       cJSON_AddNumberToObject(sv, "max_conns", s->lim.max_conns) &&
@@ -696,7 +697,7 @@ static int on_frame(void *ctx, struct rp_msg *m)
   if (m->op == RP_JOIN)
     metrics_join(s->metrics);
   machine_enter(s);
-  rc = rs_handle(s->reg, c, m, monotime_now());
+  rc = rdzv_state_handle(s->reg, c, m, monotime_now());
   machine_leave(s);
   if ((m->op == RP_JOIN || m->op == RP_RESUME) && rc == 0 && !c->joined &&
       !c->closing &&
@@ -917,7 +918,7 @@ static void on_connection(uv_stream_t *listener, int status)
     hello_arm(s);
   if (conn_known(c)) {
     machine_enter(s);
-    rs_set_peer_addr(s->reg, c, c->peer);
+    rdzv_state_set_peer_addr(s->reg, c, c->peer);
     machine_leave(s);
   }
   update_reading(c);
@@ -929,7 +930,7 @@ static void idle_fire(uv_idle_t *h)
   void (*cb)(void *) = s->idle_cb;
 
   uv_idle_stop(h);
-  if (!cb || s->stopping || rs_node_count(s->reg) > 0)
+  if (!cb || s->stopping || rdzv_state_node_count(s->reg) > 0)
     return;
   s->idle_cb = NULL;
   cb(s->idle_ctx);
@@ -937,7 +938,7 @@ static void idle_fire(uv_idle_t *h)
 
 static void check_idle(struct rdzvd_server *s)
 {
-  if (s->idle_cb && rs_node_count(s->reg) == 0)
+  if (s->idle_cb && rdzv_state_node_count(s->reg) == 0)
     uv_idle_start(&s->idle_check, idle_fire);
 }
 
@@ -999,7 +1000,7 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
                        struct rdzvd_server **out, char *err, size_t errlen)
 {
   struct rdzvd_server *s = calloc(1, sizeof *s);
-  struct rs_sink sink;
+  struct rdzv_state_sink sink;
   struct sockaddr_storage ss;
   int namelen = sizeof ss, rc;
 
@@ -1020,10 +1021,10 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   sink.send = sink_send;
   sink.drop = sink_drop;
   sink.log = sink_log;
-  s->reg = rs_create(&sink, &o->limits);
+  s->reg = rdzv_state_create(&sink, &o->limits);
   if (s->reg && o->token_key && o->token_key->len &&
-      rs_set_token_key(s->reg, o->token_key)) {
-    rs_destroy(s->reg);
+      rdzv_state_set_token_key(s->reg, o->token_key)) {
+    rdzv_state_destroy(s->reg);
     s->reg = NULL;
   }
   if (!s->reg) {
@@ -1032,13 +1033,13 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
     return err_set(err, errlen, UV_ENOMEM, "out of memory");
   }
   s->metrics = o->metrics;
-  rs_set_metrics(s->reg, o->metrics);
+  rdzv_state_set_metrics(s->reg, o->metrics);
   if (o->embedded) {
     char me[RP_MAX_ADDR + 1] = "";
 
     if (gethostname(me, sizeof me - 1) < 0)
       me[0] = '\0';
-    rs_set_embedded(s->reg, (int64_t)getpid(), me);
+    rdzv_state_set_embedded(s->reg, (int64_t)getpid(), me);
   }
   uv_tcp_init(loop, &s->listener);
   uv_timer_init(loop, &s->timer);
@@ -1070,14 +1071,14 @@ int rdzvd_server_port(const struct rdzvd_server *s)
 
 int rdzvd_server_nodes(const struct rdzvd_server *s)
 {
-  return rs_node_count(s->reg);
+  return rdzv_state_node_count(s->reg);
 }
 
 void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
-                                int counts[RS_PHASES],
-                                const char *names[RS_PHASES])
+                                int counts[RDZV_STATE_PHASES],
+                                const char *names[RDZV_STATE_PHASES])
 {
-  rs_jobs_by_phase(s->reg, counts, names);
+  rdzv_state_jobs_by_phase(s->reg, counts, names);
 }
 
 void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)

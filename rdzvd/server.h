@@ -34,7 +34,8 @@ void rdzvd_server_limits_default(struct rdzvd_server_limits *l);
 struct rdzvd_server_opts {
   const char *host;           /* NULL or "": every address, IPv6 + IPv4 */
   int port;                   /* 0: any free port (see rdzvd_server_port) */
-  struct rs_limits limits;    /* the state machine's; zeros: defaults */
+  /* the state machine's; zeros: defaults */
+  struct rdzv_state_limits limits;
   struct rdzvd_server_limits io;  /* connections; zeros: defaults */
   /* NULL or empty: no shared secret.  Otherwise every connection must
    * pass the handshake of proto/rdzv_auth.h first (copied). */
@@ -65,10 +66,10 @@ int rdzvd_server_port(const struct rdzvd_server *s);
 /* Nodes currently members of some job. */
 int rdzvd_server_nodes(const struct rdzvd_server *s);
 
-/* Jobs per phase (rs_jobs_by_phase), for metrics. */
+/* Jobs per phase (rdzv_state_jobs_by_phase), for metrics. */
 void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
-                                int counts[RS_PHASES],
-                                const char *names[RS_PHASES]);
+                                int counts[RDZV_STATE_PHASES],
+                                const char *names[RDZV_STATE_PHASES]);
 
 /* Calls cb(ctx) once, the first time the server has no node left in any
  * job (immediately on the next loop turn if it has none now). */

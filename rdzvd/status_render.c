@@ -1,5 +1,5 @@
 /* status_render.c -- the status report of the rendezvous state machine
- * (rs_status_query in rdzv_state.h): what `rdzvd --status` prints.
+ * (rdzv_state_status_query in rdzv_state.h): what `rdzvd --status` prints.
  *
  * Note [status size]: the daemon may hold 10,000 jobs of 100,000 nodes;
  * the report holds what one frame can carry, and costs only what it
@@ -28,7 +28,7 @@ static bool jstr(cJSON *o, const char *k, const char *v)
   return cJSON_AddStringToObject(o, k, v) != NULL;
 }
 
-const char *rs__phase_name(enum phase p)
+const char *status_render_phase_name(enum phase p)
 {
   static const char *const names[] = {
     [PH_GATHERING] = "gathering", [PH_LAST_CALL] = "last_call",
@@ -51,7 +51,7 @@ static size_t job_cost(const struct job *job)
 
 static size_t node_cost(const struct node *n)
 {
-  return NODE_COST + 6 * (strlen(n->host) + strlen(rs__node_addr(n)));
+  return NODE_COST + 6 * (strlen(n->host) + strlen(rdzv_state__node_addr(n)));
 }
 
 static bool add_node(cJSON *nodes, const struct job *job,
@@ -66,7 +66,8 @@ static bool add_node(cJSON *nodes, const struct job *job,
     cJSON_Delete(no);
     return false;
   }
-  return jstr(no, "host", n->host) && jstr(no, "addr", rs__node_addr(n)) &&
+  return jstr(no, "host", n->host) &&
+         jstr(no, "addr", rdzv_state__node_addr(n)) &&
          jnum(no, "pid", (double)n->pid) && jnum(no, "nproc", n->nproc) &&
          jnum(no, "rank", job->phase == PH_RUNNING && n->state == NS_PART
                             ? n->rank : -1) &&
@@ -88,7 +89,8 @@ static bool add_job(const struct job *job, double now, bool summary,
   bool ok;
 
   *budget -= job_cost(job);
-  ok = jstr(o, "id", job->id) && jstr(o, "phase", rs__phase_name(job->phase)) &&
+  ok = jstr(o, "id", job->id) &&
+       jstr(o, "phase", status_render_phase_name(job->phase)) &&
        jnum(o, "round", job->round) &&
        jnum(o, "restart_count", job->restart_count) &&
        (conf = cJSON_AddObjectToObject(o, "conf")) &&
@@ -105,7 +107,7 @@ static bool add_job(const struct job *job, double now, bool summary,
        jnum(o, "waiting", job->n_spares) &&
        jnum(o, "node_count", job->n_nodes) &&
        (job->phase != PH_LAST_CALL ||
-        jnum(o, "last_call", rs__clamp_secs(job->deadline - now))) &&
+        jnum(o, "last_call", rdzv_state__clamp_secs(job->deadline - now))) &&
        (bars = cJSON_AddObjectToObject(o, "barriers")) &&
        jnum(o, "kv_keys", (double)job->kv.n);
   for (b = job->barriers; ok && b; b = b->next)
@@ -133,8 +135,9 @@ static bool add_job(const struct job *job, double now, bool summary,
   return true;
 }
 
-cJSON *rs_status_query(const struct rs_registry *r,
-                       const struct rp_status_req *q, double now, int *err)
+cJSON *rdzv_state_status_query(const struct rdzv_state *r,
+                               const struct rp_status_req *q, double now,
+                               int *err)
 {
   const char *id = q && q->job[0] ? q->job : NULL;
   int limit = q && q->limit > 0 ? q->limit : STATUS_DEF_JOBS;
@@ -149,8 +152,7 @@ cJSON *rs_status_query(const struct rs_registry *r,
        jnum(root, "nodes", r->n_nodes) &&
        jnum(root, "jobs_total", r->n_jobs);
   if (ok && id) {
-    job = hashtab_find(&r->jobs, hashtab_hash_str(r->seed, id), id,
-                       rs__job_eq);
+    job = hashtab_find(&r->jobs, hashtab_hash_str(r->seed, id), id, rdzv_state__job_eq);
     if (!job) {
       cJSON_Delete(root);
       *err = -ENOENT;
@@ -186,9 +188,9 @@ cJSON *rs_status_query(const struct rs_registry *r,
   return root;
 }
 
-cJSON *rs_status(const struct rs_registry *r, double now)
+cJSON *rdzv_state_status(const struct rdzv_state *r, double now)
 {
   int err;
 
-  return rs_status_query(r, NULL, now, &err);
+  return rdzv_state_status_query(r, NULL, now, &err);
 }

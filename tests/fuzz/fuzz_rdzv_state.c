@@ -26,7 +26,7 @@
  * without a lasting token key (the input's first byte).  After every step:
  * - no live node is displaced: a step drops another live connection's
  *   node only if its sender was a participant of that node's job;
- * - only a participant of a job ends it (outside rs_tick);
+ * - only a participant of a job ends it (outside rdzv_state_tick);
  * - round and restart numbers never go back, never below 0 or above the
  *   wire's bounds;
  * - memory stays within the budgets: a job's tables are sized by the
@@ -66,8 +66,8 @@ struct fconn {
 static struct {
   char mem[NCONN][4];       /* distinct addresses per generation */
   struct fconn c[NCONN];
-  struct rs_registry *r;
-  struct rs_limits lim;
+  struct rdzv_state *r;
+  struct rdzv_state_limits lim;
   bool secret;              /* tokens from a lasting key (a key file) */
   /* ROUND messages of the current step */
   struct { int conn; struct rp_round rd; } rounds[NCONN];
@@ -128,7 +128,7 @@ static void f_drop(void *ctx, void *conn)
   F.c[conn_index(conn)].drop = true;
 }
 
-static const struct rs_sink SINK = { NULL, f_send, f_drop, NULL };
+static const struct rdzv_state_sink SINK = { NULL, f_send, f_drop, NULL };
 
 /* ---- invariants ---- */
 
@@ -212,7 +212,7 @@ static void check_rounds(void)
   F.n_rounds = 0;
 }
 
-static void check_registry(const struct rs_registry *r)
+static void check_registry(const struct rdzv_state *r)
 {
   const struct job *job;
   const struct node *n;
@@ -321,7 +321,7 @@ static void do_join(int i, struct in *in, double now)
   j->conf.close_timeout = take(in) % 8;
   j->conf.keepalive_interval = 1 + take(in) % 4;
   j->conf.keepalive_misses = 1 + take(in) % 3;
-  rs_handle(F.r, conn_ptr(i), &m, now);
+  rdzv_state_handle(F.r, conn_ptr(i), &m, now);
 }
 
 /* RESUME: a running, exiting or gathering node re-asserting a fuzzed
@@ -361,7 +361,7 @@ static void do_resume(int i, struct in *in, double now)
     a->join.nproc = 1;
     a->join.conf.max_nodes = 1 + 2 + 2;
     a->join.conf.min_nodes = 1;
-    rs_handle(F.r, conn_ptr(i), &m, now);
+    rdzv_state_handle(F.r, conn_ptr(i), &m, now);
     return;
   }
   if (a->phase != RP_PHASE_GATHERING) {
@@ -372,7 +372,7 @@ static void do_resume(int i, struct in *in, double now)
     snprintf(a->round.master_addr, sizeof a->round.master_addr, "10.0.0.1");
     a->round.master_port = 29500;
   }
-  rs_handle(F.r, conn_ptr(i), &m, now);
+  rdzv_state_handle(F.r, conn_ptr(i), &m, now);
 }
 
 static void do_op(int i, unsigned op, struct in *in, double now)
@@ -430,7 +430,7 @@ static void do_op(int i, unsigned op, struct in *in, double now)
     m.u.status.limit = (int)(b >> 3) % 4;
     break;
   }
-  rs_handle(F.r, conn_ptr(i), &m, now);
+  rdzv_state_handle(F.r, conn_ptr(i), &m, now);
 }
 
 /* ---- the adversary ---- */
@@ -447,7 +447,7 @@ static void send_wire(int i, struct rp_msg *m, double now)
     return;
   if (rp_decode(frame + RP_FRAME_HEADER, len - RP_FRAME_HEADER, &d, err,
                 sizeof err) == 0) {
-    rs_handle(F.r, conn_ptr(i), &d, now);
+    rdzv_state_handle(F.r, conn_ptr(i), &d, now);
     rp_msg_free(&d);
   }
   free(frame);
@@ -545,10 +545,10 @@ static void restart_daemon(void)
   struct ra_secret k = { .len = 32 };
   int i;
 
-  rs_destroy(F.r);
+  rdzv_state_destroy(F.r);
   memset(k.key, 0x5a, k.len);
-  F.r = rs_create(&SINK, &F.lim);
-  if (!F.r || (F.secret && rs_set_token_key(F.r, &k)))
+  F.r = rdzv_state_create(&SINK, &F.lim);
+  if (!F.r || (F.secret && rdzv_state_set_token_key(F.r, &k)))
     abort();
   for (i = 0; i < NCONN; i++) {
     F.c[i].id[0] = '\0';
@@ -663,7 +663,7 @@ static void honour_drops(double now)
   for (i = 0; i < NCONN; i++) {
     if (!F.c[i].drop)
       continue;
-    rs_conn_closed(F.r, conn_ptr(i), now);
+    rdzv_state_conn_closed(F.r, conn_ptr(i), now);
     F.c[i].drop = false;
     F.c[i].id[0] = '\0';
     F.c[i].gen++;
@@ -703,23 +703,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       break;
     case 9:
       if ((op / 15) & 1)          /* a reset: a running node detaches */
-        rs_conn_reset(F.r, conn_ptr((int)who), now);
+        rdzv_state_conn_reset(F.r, conn_ptr((int)who), now);
       else
-        rs_conn_closed(F.r, conn_ptr((int)who), now);
+        rdzv_state_conn_closed(F.r, conn_ptr((int)who), now);
       F.c[who].id[0] = '\0';
       F.c[who].drop = false;
       F.c[who].gen++;
       break;
     case 10:
       now += take(&in) / 4.0;
-      rs_tick(F.r, now);
+      rdzv_state_tick(F.r, now);
       by = -1;
       break;
     case 12:
       do_resume((int)who, &in, now);
       break;
     case 11:
-      rs_set_peer_addr(F.r, conn_ptr((int)who), who & 1 ? "10.9.9.9" : "");
+      rdzv_state_set_peer_addr(F.r, conn_ptr((int)who),
+                               who & 1 ? "10.9.9.9" : "");
       break;
     default:
       do_op((int)who, op % 15, &in, now);
@@ -737,14 +738,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   }
   /* Let every deadline run out: whatever is left must be sound. */
   now += 1e4;
-  rs_tick(F.r, now);
+  rdzv_state_tick(F.r, now);
   refresh();
   check_rounds();
   honour_drops(now);
   check_registry(F.r);
   for (i = 0; i < NCONN; i++)
-    rs_conn_closed(F.r, conn_ptr(i), now);
+    rdzv_state_conn_closed(F.r, conn_ptr(i), now);
   check_registry(F.r);
-  rs_destroy(F.r);
+  rdzv_state_destroy(F.r);
   return 0;
 }

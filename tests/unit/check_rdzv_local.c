@@ -58,6 +58,9 @@ static void on_barrier(void *ctx, int err)
 static uv_loop_t loop;
 static struct seen seen;
 
+/* The budget every node here is created with. */
+#define MAX_RESTARTS 3
+
 static struct rdzv *make_node(int node_rank, int nnodes, int nproc,
                               const char *addr, int port)
 {
@@ -65,8 +68,9 @@ static struct rdzv *make_node(int node_rank, int nnodes, int nproc,
                                on_barrier };
   struct rdzv *r = NULL;
 
-  ck_assert_int_eq(rdzv_local_create(&loop, node_rank, nnodes, nproc, addr,
-                                     port, 0, &cb, &r), 0);
+  ck_assert_int_eq(rdzv_local_create(&loop, node_rank, nnodes, nproc,
+                                     MAX_RESTARTS, addr, port, 0, &cb, &r),
+                   0);
   ck_assert_ptr_nonnull(r);
   ck_assert_ptr_nonnull(r->ops);
   ck_assert_str_eq(r->ops->name, "static");
@@ -326,6 +330,33 @@ START_TEST(test_report_failure)
 }
 END_TEST
 
+/* The back end decides whether a round's failure is final (the restart
+ * budget, rdzv_rules.h); the agent takes it from the assignment. */
+START_TEST(test_failure_final)
+{
+  struct rdzv *r = make(2, "127.0.0.1", 9);
+  int i;
+
+  ck_assert_int_eq(r->ops->join(r, RDZV_JOIN_FIRST), 0);
+  run_loop();
+  for (i = 0; i < MAX_RESTARTS; i++) {
+    ck_assert_int_eq(seen.last.restart_count, i);
+    ck_assert_msg(!seen.last.failure_final, "round %d: a restart is left",
+                  i);
+    ck_assert_int_eq(r->ops->report_failure(r, false, "x"), 0);
+    ck_assert_int_eq(r->ops->join(r, RDZV_JOIN_FAILURE), 0);
+    run_loop();
+  }
+  ck_assert_int_eq(seen.last.restart_count, MAX_RESTARTS);
+  ck_assert(seen.last.failure_final);
+  /* A membership round spends nothing: still final. */
+  ck_assert_int_eq(r->ops->join(r, RDZV_JOIN_MEMBERSHIP), 0);
+  run_loop();
+  ck_assert(seen.last.failure_final);
+  finish(r);
+}
+END_TEST
+
 START_TEST(test_long_addr)
 {
   char addr[400];
@@ -360,6 +391,7 @@ static Suite *rdzv_local_suite(void)
   tcase_add_test(tc, test_destroy_fresh);
   tcase_add_test(tc, test_static_multi_node);
   tcase_add_test(tc, test_report_failure);
+  tcase_add_test(tc, test_failure_final);
   tcase_add_test(tc, test_long_addr);
   suite_add_tcase(s, tc);
   return s;

@@ -37,7 +37,7 @@ static struct {
   unsigned char tok[NCONN][RP_TOKEN_BYTES];
 } rec;
 
-static struct rs_registry *R;
+static struct rdzv_state *R;
 static struct rp_conf CF;   /* the configuration join() offers */
 
 static void *grow(void *p, size_t *cap, size_t n, size_t size)
@@ -104,7 +104,8 @@ static void rec_log(void *ctx, const char *line)
   rec.nl++;
 }
 
-static const struct rs_sink SINK = { NULL, rec_send, rec_drop, rec_log };
+static const struct rdzv_state_sink SINK = { NULL, rec_send, rec_drop,
+                                             rec_log };
 
 /* Forgets what was recorded so far (messages and drops; logs stay). */
 static void clear(void)
@@ -140,7 +141,8 @@ static void setup(void)
   rec.encode = true;
   CF = conf_of(1, 1);
   /* conf_of's keepalive window (1000 s) is above the default ceiling. */
-  R = rs_create(&SINK, &(struct rs_limits){ .max_keepalive = 1e6 });
+  R = rdzv_state_create(&SINK,
+                        &(struct rdzv_state_limits){ .max_keepalive = 1e6 });
   ck_assert_ptr_nonnull(R);
 }
 
@@ -148,7 +150,7 @@ static void teardown(void)
 {
   size_t i;
 
-  rs_destroy(R);
+  rdzv_state_destroy(R);
   clear();
   free(rec.msgs);
   free(rec.drops);
@@ -177,7 +179,7 @@ static int join_job(int i, const char *id, const char *addr, int nproc,
   m.u.join.master_port = 29500 + i;
   m.u.join.reason = RP_REASON_FIRST;
   m.u.join.conf = CF;
-  return rs_handle(R, CONN(i), &m, now);
+  return rdzv_state_handle(R, CONN(i), &m, now);
 }
 
 static int join(int i, int nproc, double now)
@@ -191,7 +193,7 @@ static int op(int i, enum rp_op o, double now)
 
   memset(&m, 0, sizeof m);
   m.op = o;
-  return rs_handle(R, CONN(i), &m, now);
+  return rdzv_state_handle(R, CONN(i), &m, now);
 }
 
 static int failure(int i, bool final, const char *msg, double now)
@@ -202,7 +204,7 @@ static int failure(int i, bool final, const char *msg, double now)
   m.op = RP_FAILURE;
   m.u.failure.final = final;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s", msg);
-  return rs_handle(R, CONN(i), &m, now);
+  return rdzv_state_handle(R, CONN(i), &m, now);
 }
 
 /* A failure report naming its worker (Note [root cause]). */
@@ -219,7 +221,7 @@ static int failure_at(int i, bool final, const char *msg, double now,
   m.u.failure.cause.rank = rank;
   m.u.failure.cause.exitcode = exitcode;
   m.u.failure.cause.pid = 4000 + rank;
-  return rs_handle(R, CONN(i), &m, now);
+  return rdzv_state_handle(R, CONN(i), &m, now);
 }
 
 static int barrier(int i, const char *name, int round, double now)
@@ -230,7 +232,7 @@ static int barrier(int i, const char *name, int round, double now)
   m.op = RP_BARRIER;
   snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "%s", name);
   m.u.barrier.round = round;
-  return rs_handle(R, CONN(i), &m, now);
+  return rdzv_state_handle(R, CONN(i), &m, now);
 }
 
 static int kv(int i, enum rp_op o, const char *key, const char *value,
@@ -245,7 +247,7 @@ static int kv(int i, enum rp_op o, const char *key, const char *value,
   m.u.kv.value_len = value ? strlen(value) : 0;
   m.u.kv.delta = delta;
   m.u.kv.wait = wait;
-  return rs_handle(R, CONN(i), &m, now);
+  return rdzv_state_handle(R, CONN(i), &m, now);
 }
 
 /* ---- looking at what was recorded ---- */
@@ -380,8 +382,8 @@ START_TEST(single_node_round)
   ck_assert_int_eq(count(A, RP_ROUND), 1);
   assert_round(A, 0, 0, 1, 0, 4, A);
   ck_assert_int_eq(last(A, RP_ROUND)->u.round.restart_count, 0);
-  ck_assert_int_eq(rs_job_count(R), 1);
-  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(rdzv_state_job_count(R), 1);
+  ck_assert_int_eq(rdzv_state_node_count(R), 1);
   ck_assert(logged("job job1: created"));
   ck_assert(logged("job job1: round 0 complete: 1 node, world size 4, "
                    "master 10.0.0.1:29500"));
@@ -407,9 +409,9 @@ START_TEST(last_call_completes_at_deadline)
   ck_assert_int_eq(w->present, 2);
   ck_assert_double_eq(w->last_call, 5);
   ck_assert_int_eq(total(RP_ROUND), 0);
-  ck_assert_double_le(rs_tick(R, 5.9), 6);
+  ck_assert_double_le(rdzv_state_tick(R, 5.9), 6);
   ck_assert_int_eq(total(RP_ROUND), 0);
-  rs_tick(R, 6);
+  rdzv_state_tick(R, 6);
   ck_assert_int_eq(count(A, RP_ROUND), 1);
   ck_assert_int_eq(count(B, RP_ROUND), 1);
   assert_round(A, 0, 0, 2, 0, 8, A);
@@ -439,7 +441,7 @@ START_TEST(config_mismatch_refused)
                                "1..4 differs from job job1's 2..4"));
   ck_assert(dropped(X));
   ck_assert(logged("config mismatch"));
-  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(rdzv_state_node_count(R), 1);
   ck_assert_int_eq(count(A, RP_RESTART) + count(A, RP_ERROR), 0);
   /* The job goes on with the right configuration. */
   CF = conf_of(2, 4);
@@ -459,7 +461,7 @@ START_TEST(max_restarts_mismatch_refused)
   ck_assert_ptr_nonnull(strstr(last(X, RP_ERROR)->u.text.message,
                                "max_restarts 1 differs from job job1's 3"));
   ck_assert(dropped(X));
-  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(rdzv_state_node_count(R), 1);
 }
 END_TEST
 
@@ -470,22 +472,22 @@ START_TEST(join_sends_progress_once_per_second)
   ck_assert_int_eq(join(B, 1, 0.2), 0);
   ck_assert_int_eq(count(A, RP_WAITING), 1);
   ck_assert_int_eq(count(B, RP_WAITING), 1);
-  ck_assert_double_eq(rs_tick(R, 0.5), 1.0);
+  ck_assert_double_eq(rdzv_state_tick(R, 0.5), 1.0);
   ck_assert_int_eq(count(A, RP_WAITING), 1);
-  rs_tick(R, 1.0);
+  rdzv_state_tick(R, 1.0);
   ck_assert_int_eq(count(A, RP_WAITING), 2);
   ck_assert_int_eq(count(B, RP_WAITING), 2);
   ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 2);
   ck_assert_double_eq(last(A, RP_WAITING)->u.waiting.deadline, 599);
   ck_assert_int_eq(join(C, 1, 1.5), 0);
-  rs_tick(R, 1.9);
+  rdzv_state_tick(R, 1.9);
   ck_assert_int_eq(count(A, RP_WAITING), 2);
-  rs_tick(R, 2.0);
+  rdzv_state_tick(R, 2.0);
   ck_assert_int_eq(count(A, RP_WAITING), 3);
   ck_assert_int_eq(count(C, RP_WAITING), 2);
   ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 3);
   /* No change, no message. */
-  rs_tick(R, 10);
+  rdzv_state_tick(R, 10);
   ck_assert_int_eq(count(A, RP_WAITING), 3);
 }
 END_TEST
@@ -498,17 +500,17 @@ START_TEST(death_while_gathering_cancels_last_call)
   CF.last_call_timeout = 5;
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
-  rs_conn_closed(R, CONN(B), 1);
+  rdzv_state_conn_closed(R, CONN(B), 1);
   ck_assert(logged("node h1 (10.0.0.2, pid 1001) lost: connection closed"));
   st = status_of(X, 1);
   ck_assert_str_eq(str(job0(st), "phase"), "gathering");
   cJSON_Delete(st);
-  rs_tick(R, 6);
+  rdzv_state_tick(R, 6);
   ck_assert_int_eq(total(RP_ROUND), 0);
   ck_assert_int_eq(join(C, 1, 7), 0);
-  rs_tick(R, 11.9);
+  rdzv_state_tick(R, 11.9);
   ck_assert_int_eq(total(RP_ROUND), 0);
-  rs_tick(R, 12);
+  rdzv_state_tick(R, 12);
   assert_round(A, 0, 0, 2, 0, 2, A);
   assert_round(C, 0, 1, 2, 1, 2, A);
 }
@@ -522,7 +524,7 @@ START_TEST(scale_up_from_waiting_list)
   CF.last_call_timeout = 5;
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 1), 0);
-  rs_tick(R, 6);
+  rdzv_state_tick(R, 6);
   ck_assert_int_eq(total(RP_ROUND), 2);
   clear();
   ck_assert_int_eq(join(C, 1, 10), 0);
@@ -556,7 +558,7 @@ START_TEST(full_round_keeps_spare)
   ck_assert_int_eq(count(C, RP_WAITING), 1);
   ck_assert_int_eq(total(RP_RESTART), 0);
   ck_assert(logged("round 0 is full"));
-  rs_conn_closed(R, CONN(B), 3);
+  rdzv_state_conn_closed(R, CONN(B), 3);
   ck_assert_int_eq(count(A, RP_RESTART), 1);
   ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
                    "node h1 (10.0.0.2, pid 1001) lost: connection closed");
@@ -607,9 +609,9 @@ START_TEST(restarts_exhausted_close)
    * most 5 s. */
   ck_assert_int_eq(total(RP_CLOSED), 0);
   ck_assert(logged("closing: waiting up to 5 s for 1 more failure"));
-  rs_tick(R, 9.9);
+  rdzv_state_tick(R, 9.9);
   ck_assert_int_eq(total(RP_CLOSED), 0);
-  rs_tick(R, 10);
+  rdzv_state_tick(R, 10);
   ck_assert(logged("1 node did not report within the wait"));
   ck_assert_int_eq(count(A, RP_CLOSED), 1);
   ck_assert_int_eq(count(B, RP_CLOSED), 1);
@@ -619,7 +621,7 @@ START_TEST(restarts_exhausted_close)
   ck_assert(dropped(A));
   ck_assert(dropped(B));
   ck_assert_int_eq(total(RP_RESTART), 0);
-  ck_assert_int_eq(rs_node_count(R), 0);
+  ck_assert_int_eq(rdzv_state_node_count(R), 0);
   st = status_of(X, 5);
   ck_assert_str_eq(str(job0(st), "phase"), "closed");
   cJSON_Delete(st);
@@ -702,7 +704,7 @@ START_TEST(root_cause_restart_and_late_reports)
   ck_assert_int_eq(join(A, 1, 8), 0);
   ck_assert_int_eq(join(B, 1, 8), 0);
   clear();
-  rs_conn_closed(R, CONN(B), 9);
+  rdzv_state_conn_closed(R, CONN(B), 9);
   ck_assert_int_eq(count(A, RP_RESTART), 1);
   ck_assert_double_eq(last(A, RP_RESTART)->u.text.cause.exited_at, 0);
 }
@@ -715,16 +717,16 @@ START_TEST(root_cause_closing_survives_loss)
   CF = conf_of(2, 3);
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
-  rs_tick(R, CF.last_call_timeout + 1);
+  rdzv_state_tick(R, CF.last_call_timeout + 1);
   ck_assert_int_eq(count(A, RP_ROUND), 1);
   clear();
   ck_assert_int_eq(failure_at(A, true, "rank 0: boom", 40, 100.0, 0, 3), 0);
   ck_assert_int_eq(join(C, 1, 41), 0);
   ck_assert_int_eq(total(RP_RESTART), 0);
   ck_assert_int_eq(total(RP_CLOSED), 0);
-  rs_conn_closed(R, CONN(B), 42);
+  rdzv_state_conn_closed(R, CONN(B), 42);
   ck_assert_int_eq(total(RP_RESTART), 0);
-  rs_tick(R, 42);
+  rdzv_state_tick(R, 42);
   ck_assert_int_eq(count(A, RP_CLOSED), 1);
   ck_assert_int_eq(count(C, RP_CLOSED), 1);
   ck_assert_int_eq(last(C, RP_CLOSED)->u.text.cause.exitcode, 3);
@@ -738,12 +740,12 @@ START_TEST(lost_connection_restarts_survivors)
   ck_assert_int_eq(join(B, 1, 0), 0);
   ck_assert_int_eq(join(C, 1, 0), 0);
   clear();
-  rs_conn_closed(R, CONN(B), 5);
-  rs_conn_closed(R, CONN(B), 5);    /* twice, or unknown: harmless */
+  rdzv_state_conn_closed(R, CONN(B), 5);
+  rdzv_state_conn_closed(R, CONN(B), 5);    /* twice, or unknown: harmless */
   ck_assert_int_eq(count(A, RP_RESTART), 1);
   ck_assert_int_eq(count(C, RP_RESTART), 1);
   ck_assert_int_eq(count(B, RP_RESTART), 0);
-  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert_int_eq(rdzv_state_node_count(R), 2);
   ck_assert(logged("lost: connection closed"));
   ck_assert_int_eq(join(C, 1, 6), 0);
   ck_assert_int_eq(join(A, 1, 6), 0);
@@ -759,23 +761,23 @@ START_TEST(keepalive_silence_kills)
   CF.keepalive_misses = 3;
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
-  ck_assert_double_eq(rs_tick(R, 0), 3);
+  ck_assert_double_eq(rdzv_state_tick(R, 0), 3);
   clear();
   ck_assert_int_eq(op(B, RP_KEEPALIVE, 2.5), 0);
   ck_assert_int_eq(count(B, RP_PONG), 1);
-  rs_tick(R, 2.9);
-  ck_assert_int_eq(rs_node_count(R), 2);
-  rs_tick(R, 3.1);
-  ck_assert_int_eq(rs_node_count(R), 1);
+  rdzv_state_tick(R, 2.9);
+  ck_assert_int_eq(rdzv_state_node_count(R), 2);
+  rdzv_state_tick(R, 3.1);
+  ck_assert_int_eq(rdzv_state_node_count(R), 1);
   ck_assert_int_eq(count(B, RP_RESTART), 1);
   ck_assert_ptr_nonnull(strstr(last(B, RP_RESTART)->u.text.message,
                                "node h0 (10.0.0.1, pid 1000) lost: no "
                                "keepalive for 3.1 s"));
-  rs_tick(R, 4);
-  ck_assert_int_eq(rs_node_count(R), 1);
-  ck_assert_double_eq(rs_tick(R, 5.4), 5.5);
-  rs_tick(R, 5.6);
-  ck_assert_int_eq(rs_node_count(R), 0);
+  rdzv_state_tick(R, 4);
+  ck_assert_int_eq(rdzv_state_node_count(R), 1);
+  ck_assert_double_eq(rdzv_state_tick(R, 5.4), 5.5);
+  rdzv_state_tick(R, 5.6);
+  ck_assert_int_eq(rdzv_state_node_count(R), 0);
   ck_assert(logged("node h1 (10.0.0.2, pid 1001) lost: no keepalive"));
 }
 END_TEST
@@ -786,23 +788,23 @@ START_TEST(join_timeout_below_min)
   CF.join_timeout = 10;
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
-  rs_conn_closed(R, CONN(B), 1);
+  rdzv_state_conn_closed(R, CONN(B), 1);
   ck_assert_int_eq(count(A, RP_RESTART), 1);
   ck_assert_int_eq(join(A, 1, 2), 0);
   ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 1);
   ck_assert_double_eq(last(A, RP_WAITING)->u.waiting.deadline, 10);
-  rs_tick(R, 11.9);
+  rdzv_state_tick(R, 11.9);
   ck_assert(!dropped(A));
-  rs_tick(R, 12);
+  rdzv_state_tick(R, 12);
   assert_error(A, RP_ERR_JOIN_TIMEOUT);
   ck_assert_str_eq(last(A, RP_ERROR)->u.text.message,
                    "waited 10 s: 1 of at least 2 nodes present");
   ck_assert(dropped(A));
-  ck_assert_int_eq(rs_node_count(R), 0);
+  ck_assert_int_eq(rdzv_state_node_count(R), 0);
   ck_assert(logged("join timeout"));
   /* The empty job is forgotten after close_timeout. */
-  rs_tick(R, 12 + 30);
-  ck_assert_int_eq(rs_job_count(R), 0);
+  rdzv_state_tick(R, 12 + 30);
+  ck_assert_int_eq(rdzv_state_job_count(R), 0);
 }
 END_TEST
 
@@ -811,15 +813,15 @@ START_TEST(expected_nodes_all_gone)
   CF = conf_of(1, 2);
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
-  rs_conn_closed(R, CONN(A), 1);
-  rs_conn_closed(R, CONN(B), 1);
-  ck_assert_int_eq(rs_node_count(R), 0);
+  rdzv_state_conn_closed(R, CONN(A), 1);
+  rdzv_state_conn_closed(R, CONN(B), 1);
+  ck_assert_int_eq(rdzv_state_node_count(R), 0);
   clear();
   /* A newcomer is not a restarting node: it waits for the last call. */
   ck_assert_int_eq(join(C, 1, 2), 0);
   ck_assert_int_eq(total(RP_ROUND), 0);
   ck_assert_double_eq(last(C, RP_WAITING)->u.waiting.last_call, 30);
-  rs_tick(R, 32);
+  rdzv_state_tick(R, 32);
   assert_round(C, 1, 0, 1, 0, 1, C);
 }
 END_TEST
@@ -830,15 +832,15 @@ START_TEST(spare_times_out)
   ck_assert_int_eq(join(B, 1, 1), 0);
   ck_assert_double_eq(last(B, RP_WAITING)->u.waiting.deadline, 600);
   ck_assert_double_eq(last(B, RP_WAITING)->u.waiting.last_call, -1);
-  rs_tick(R, 600.9);
+  rdzv_state_tick(R, 600.9);
   ck_assert(!dropped(B));
-  rs_tick(R, 601);
+  rdzv_state_tick(R, 601);
   assert_error(B, RP_ERR_JOIN_TIMEOUT);
   ck_assert_str_eq(last(B, RP_ERROR)->u.text.message,
                    "waited 600 s: round 0 is full (1 of at most 1 nodes)");
   ck_assert(dropped(B));
   ck_assert_int_eq(total(RP_RESTART), 0);
-  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(rdzv_state_node_count(R), 1);
 }
 END_TEST
 
@@ -859,7 +861,7 @@ START_TEST(ranks_stable_across_rounds)
   assert_round(B, 1, 1, 3, 1, 3, A);
   assert_round(C, 1, 2, 3, 2, 3, A);
   /* Rank 0 dies: the next in order takes it, whatever the join order. */
-  rs_conn_closed(R, CONN(A), 5);
+  rdzv_state_conn_closed(R, CONN(A), 5);
   ck_assert_int_eq(join(C, 1, 6), 0);
   ck_assert_int_eq(join(B, 1, 7), 0);
   assert_round(B, 2, 0, 2, 0, 2, B);
@@ -879,7 +881,7 @@ START_TEST(rejoin_rules)
   ck_assert_int_lt(join_job(A, "job2", NULL, 1, 1), 0);
   assert_error(A, RP_ERR_BAD_REQUEST);
   ck_assert(!dropped(A));
-  ck_assert_int_eq(rs_job_count(R), 1);
+  ck_assert_int_eq(rdzv_state_job_count(R), 1);
   ck_assert_int_eq(join(B, 1, 2), 0);
   ck_assert_int_eq(join(C, 1, 3), 0);
   ck_assert_int_eq(total(RP_ROUND), 3);
@@ -893,7 +895,7 @@ END_TEST
 START_TEST(peer_address_fallback)
 {
   /* Peer address known before the JOIN. */
-  rs_set_peer_addr(R, CONN(A), "192.168.1.7");
+  rdzv_state_set_peer_addr(R, CONN(A), "192.168.1.7");
   ck_assert_int_eq(join_job(A, "pa", "", 1, 0), 0);
   ck_assert_str_eq(last(A, RP_ROUND)->u.round.master_addr, "192.168.1.7");
   /* No peer address at all. */
@@ -902,10 +904,10 @@ START_TEST(peer_address_fallback)
   /* Peer address learned after the JOIN. */
   CF = conf_of(2, 2);
   ck_assert_int_eq(join_job(C, "pc", "", 1, 0), 0);
-  rs_set_peer_addr(R, CONN(C), "10.9.9.9");
+  rdzv_state_set_peer_addr(R, CONN(C), "10.9.9.9");
   ck_assert_int_eq(join_job(D, "pc", NULL, 1, 0), 0);
   ck_assert_str_eq(last(D, RP_ROUND)->u.round.master_addr, "10.9.9.9");
-  ck_assert_int_eq(rs_job_count(R), 3);
+  ck_assert_int_eq(rdzv_state_job_count(R), 3);
 }
 END_TEST
 
@@ -917,14 +919,14 @@ START_TEST(two_jobs_independent)
   ck_assert_int_eq(join_job(C, "j2", NULL, 7, 0), 0);
   assert_round(C, 0, 0, 1, 0, 7, C);
   ck_assert_int_eq(total(RP_ROUND), 1);
-  rs_conn_closed(R, CONN(C), 1);
+  rdzv_state_conn_closed(R, CONN(C), 1);
   ck_assert_int_eq(count(A, RP_RESTART), 0);
   CF = conf_of(2, 2);
   ck_assert_int_eq(join_job(B, "j1", NULL, 1, 2), 0);
   assert_round(A, 0, 0, 2, 0, 2, A);
   assert_round(B, 0, 1, 2, 1, 2, A);
-  ck_assert_int_eq(rs_job_count(R), 2);
-  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert_int_eq(rdzv_state_job_count(R), 2);
+  ck_assert_int_eq(rdzv_state_node_count(R), 2);
 }
 END_TEST
 
@@ -955,7 +957,7 @@ START_TEST(restart_cancels_barrier)
   CF.last_call_timeout = 5;
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
-  rs_tick(R, 5);
+  rdzv_state_tick(R, 5);
   ck_assert_int_eq(barrier(A, "exit", 0, 6), 0);
   ck_assert_int_eq(join(C, 1, 7), 0);
   ck_assert_int_eq(count(A, RP_RESTART), 1);
@@ -983,9 +985,9 @@ START_TEST(leave_after_exit_finishes)
   ck_assert_int_eq(barrier(B, "exit", 0, 1), 0);
   ck_assert_int_eq(op(A, RP_LEAVE, 2), 0);
   ck_assert_int_eq(total(RP_RESTART), 0);
-  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(rdzv_state_node_count(R), 1);
   ck_assert_int_eq(op(B, RP_LEAVE, 3), 0);
-  ck_assert_int_eq(rs_node_count(R), 0);
+  ck_assert_int_eq(rdzv_state_node_count(R), 0);
   ck_assert(logged("job job1: finished"));
   st = status_of(X, 3);
   ck_assert_str_eq(str(job0(st), "phase"), "finished");
@@ -993,10 +995,10 @@ START_TEST(leave_after_exit_finishes)
   ck_assert_int_lt(join(C, 1, 10), 0);
   assert_error(C, RP_ERR_CLOSED);
   ck_assert(dropped(C));
-  rs_tick(R, 32.9);
-  ck_assert_int_eq(rs_job_count(R), 1);
-  rs_tick(R, 33);
-  ck_assert_int_eq(rs_job_count(R), 0);
+  rdzv_state_tick(R, 32.9);
+  ck_assert_int_eq(rdzv_state_job_count(R), 1);
+  rdzv_state_tick(R, 33);
+  ck_assert_int_eq(rdzv_state_job_count(R), 0);
   ck_assert(logged("job job1: forgotten"));
   /* The id is free again. */
   CF = conf_of(1, 1);
@@ -1064,29 +1066,29 @@ START_TEST(kv_wait_answered_or_times_out)
   ck_assert_int_eq(count(B, RP_KV_VALUE), 0);
   ck_assert_int_eq(kv(A, RP_KV_GET, "y", NULL, 0, 5, 3), 0);
   ck_assert_int_eq(kv(B, RP_KV_GET, "y", NULL, 0, 5, 3), 0);
-  ck_assert_double_eq(rs_tick(R, 7.9), 8);
+  ck_assert_double_eq(rdzv_state_tick(R, 7.9), 8);
   ck_assert_int_eq(total(RP_ERROR), 0);
-  rs_tick(R, 8);
+  rdzv_state_tick(R, 8);
   assert_error(A, RP_ERR_TIMEOUT);
   assert_error(B, RP_ERR_TIMEOUT);
   ck_assert_str_eq(last(A, RP_ERROR)->u.text.message,
                    "key y not set within 5 s");
   /* A pending wait dies with its node. */
   ck_assert_int_eq(kv(A, RP_KV_GET, "z", NULL, 0, 5, 9), 0);
-  rs_conn_closed(R, CONN(A), 9);
+  rdzv_state_conn_closed(R, CONN(A), 9);
   clear();
-  rs_tick(R, 20);
+  rdzv_state_tick(R, 20);
   ck_assert_int_eq(total(RP_ERROR), 0);
 }
 END_TEST
 
 START_TEST(kv_limits)
 {
-  struct rs_limits lim = { .max_jobs = 1, .max_keys_per_job = 2,
+  struct rdzv_state_limits lim = { .max_jobs = 1, .max_keys_per_job = 2,
                            .max_kv_bytes = 100 };
 
-  rs_destroy(R);
-  R = rs_create(&SINK, &lim);
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
   ck_assert_ptr_nonnull(R);
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(kv(A, RP_KV_SET, "k1", "v", 0, 0, 1), 0);
@@ -1109,7 +1111,7 @@ START_TEST(kv_limits)
   ck_assert_int_lt(join_job(B, "other", NULL, 1, 2), 0);
   assert_error(B, RP_ERR_LIMIT);
   ck_assert(dropped(B));
-  ck_assert_int_eq(rs_job_count(R), 1);
+  ck_assert_int_eq(rdzv_state_job_count(R), 1);
 }
 END_TEST
 
@@ -1117,22 +1119,22 @@ END_TEST
  * refuses only when every job has nodes. */
 START_TEST(empty_job_evicted_when_full)
 {
-  struct rs_limits lim = { .max_jobs = 2 };
+  struct rdzv_state_limits lim = { .max_jobs = 2 };
 
-  rs_destroy(R);
-  R = rs_create(&SINK, &lim);
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
   ck_assert_ptr_nonnull(R);
   CF.close_timeout = 1e7;               /* asks to be kept for months */
   ck_assert_int_eq(join_job(A, "j1", NULL, 1, 0), 0);
   ck_assert_int_eq(join_job(B, "j2", NULL, 1, 0), 0);
-  rs_conn_closed(R, CONN(A), 1);        /* j1 empty first */
-  rs_conn_closed(R, CONN(B), 2);        /* then j2 */
-  ck_assert_int_eq(rs_job_count(R), 2);
+  rdzv_state_conn_closed(R, CONN(A), 1);        /* j1 empty first */
+  rdzv_state_conn_closed(R, CONN(B), 2);        /* then j2 */
+  ck_assert_int_eq(rdzv_state_job_count(R), 2);
   ck_assert_int_eq(join_job(C, "j3", NULL, 1, 3), 0);
   ck_assert(logged("job j1: forgotten early"));
   ck_assert_int_eq(join_job(D, "j4", NULL, 1, 4), 0);
   ck_assert(logged("job j2: forgotten early"));
-  ck_assert_int_eq(rs_job_count(R), 2);
+  ck_assert_int_eq(rdzv_state_job_count(R), 2);
   /* j3 and j4 have nodes: now a new job is refused. */
   clear();
   ck_assert_int_eq(join_job(E, "j5", NULL, 1, 5), -ENOSPC);
@@ -1144,12 +1146,14 @@ END_TEST
  * keepalive interval above the ceiling is refused. */
 START_TEST(durations_capped)
 {
-  struct rs_limits lim = { .max_join_timeout = 100, .max_last_call = 10,
-                           .max_close_timeout = 20, .max_keepalive = 30 };
+  struct rdzv_state_limits lim = { .max_join_timeout = 100,
+                                   .max_last_call = 10,
+                                   .max_close_timeout = 20,
+                                   .max_keepalive = 30 };
   cJSON *st, *conf;
 
-  rs_destroy(R);
-  R = rs_create(&SINK, &lim);
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
   ck_assert_ptr_nonnull(R);
   CF = conf_of(2, 2);
   CF.join_timeout = 1e7;
@@ -1159,7 +1163,7 @@ START_TEST(durations_capped)
   CF.keepalive_misses = 1000;
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert(logged("close_timeout 1e+07 s lowered"));
-  st = rs_status(R, 0);
+  st = rdzv_state_status(R, 0);
   conf = cJSON_GetObjectItem(cJSON_GetArrayItem(
       cJSON_GetObjectItem(st, "jobs"), 0), "conf");
   ck_assert_double_eq(cJSON_GetObjectItem(conf, "join_timeout")->valuedouble,
@@ -1173,7 +1177,7 @@ START_TEST(durations_capped)
   cJSON_Delete(st);
   /* The join timeout that runs is the lowered one. */
   clear();
-  rs_tick(R, 101);
+  rdzv_state_tick(R, 101);
   assert_error(A, RP_ERR_JOIN_TIMEOUT);
   CF.keepalive_interval = 31;
   clear();
@@ -1185,11 +1189,11 @@ END_TEST
 /* Every job's store together is bounded too. */
 START_TEST(kv_total_budget)
 {
-  struct rs_limits lim = { .max_kv_total = 100 };
+  struct rdzv_state_limits lim = { .max_kv_total = 100 };
   char v[61];
 
-  rs_destroy(R);
-  R = rs_create(&SINK, &lim);
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
   ck_assert_ptr_nonnull(R);
   memset(v, 'x', 60);
   v[60] = '\0';
@@ -1200,9 +1204,9 @@ START_TEST(kv_total_budget)
   ck_assert_int_eq(kv(B, RP_KV_SET, "k", v, 0, 0, 1), -ENOSPC);
   assert_error(B, RP_ERR_LIMIT);
   /* A job that goes gives its bytes back. */
-  rs_conn_closed(R, CONN(A), 2);
-  rs_tick(R, 40);                       /* j1 forgotten (close 30 s) */
-  ck_assert_int_eq(rs_job_count(R), 1);
+  rdzv_state_conn_closed(R, CONN(A), 2);
+  rdzv_state_tick(R, 40);                       /* j1 forgotten (close 30 s) */
+  ck_assert_int_eq(rdzv_state_job_count(R), 1);
   ck_assert_int_eq(kv(B, RP_KV_SET, "k", v, 0, 0, 40), 0);
 }
 END_TEST
@@ -1217,7 +1221,7 @@ START_TEST(not_joined_errors)
   };
   size_t i;
 
-  ck_assert_double_lt(rs_tick(R, 0), 0);     /* nothing pending */
+  ck_assert_double_lt(rdzv_state_tick(R, 0), 0);     /* nothing pending */
   for (i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     clear();
     if (ops[i] == RP_KV_SET || ops[i] == RP_KV_GET || ops[i] == RP_KV_ADD)
@@ -1230,7 +1234,7 @@ START_TEST(not_joined_errors)
   }
   ck_assert_int_lt(op(X, RP_ROUND, 0), 0);
   assert_error(X, RP_ERR_BAD_REQUEST);
-  ck_assert_int_eq(rs_job_count(R), 0);
+  ck_assert_int_eq(rdzv_state_job_count(R), 0);
 }
 END_TEST
 
@@ -1268,7 +1272,7 @@ START_TEST(status_reply_content)
   st = status_of(X, 2);
   ck_assert_str_eq(str(job0(st), "phase"), "last_call");
   cJSON_Delete(st);
-  rs_tick(R, 31);
+  rdzv_state_tick(R, 31);
   st = status_of(A, 31);
   job = job0(st);
   ck_assert_str_eq(str(job, "phase"), "running");
@@ -1307,13 +1311,13 @@ START_TEST(status_bounded)
   for (i = 0; i < JOBS; i++) {
     snprintf(m.u.join.id, sizeof m.u.join.id, "job%05d", i);
     snprintf(m.u.join.host, sizeof m.u.join.host, "h%d", i);
-    ck_assert_int_eq(rs_handle(R, base + i, &m, 0), 0);
+    ck_assert_int_eq(rdzv_state_handle(R, base + i, &m, 0), 0);
   }
   /* One job of many nodes with long host names. */
   snprintf(m.u.join.id, sizeof m.u.join.id, "job00007");
   memset(m.u.join.host, 'x', RP_MAX_ADDR);
   for (i = 0; i < NODES; i++)
-    ck_assert_int_eq(rs_handle(R, base + JOBS + i, &m, 0), 0);
+    ck_assert_int_eq(rdzv_state_handle(R, base + JOBS + i, &m, 0), 0);
   clear();
   st = status_of(X, 1);
   ck_assert_int_eq((int)num(st, "jobs_total"), JOBS);
@@ -1329,7 +1333,7 @@ START_TEST(status_bounded)
   /* More jobs on request, within the frame whatever the request. */
   memset(&q, 0, sizeof q);
   q.limit = RP_MAX_STATUS_JOBS;
-  st = rs_status_query(R, &q, 1, &err);
+  st = rdzv_state_status_query(R, &q, 1, &err);
   ck_assert_ptr_nonnull(st);
   ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(st, "truncated")));
   text = cJSON_PrintUnformatted(st);
@@ -1338,7 +1342,7 @@ START_TEST(status_bounded)
   cJSON_Delete(st);
   /* One job: as many nodes as fit, and a notice. */
   snprintf(q.job, sizeof q.job, "job00007");
-  st = rs_status_query(R, &q, 1, &err);
+  st = rdzv_state_status_query(R, &q, 1, &err);
   ck_assert_ptr_nonnull(st);
   jobs = cJSON_GetObjectItem(st, "jobs");
   ck_assert_int_eq(cJSON_GetArraySize(jobs), 1);
@@ -1352,10 +1356,10 @@ START_TEST(status_bounded)
   cJSON_Delete(st);
   /* An unknown job is an error, not an empty report. */
   snprintf(q.job, sizeof q.job, "nosuch");
-  ck_assert_ptr_null(rs_status_query(R, &q, 1, &err));
+  ck_assert_ptr_null(rdzv_state_status_query(R, &q, 1, &err));
   ck_assert_int_eq(err, -ENOENT);
   for (i = 0; i < JOBS + NODES; i++)
-    rs_conn_closed(R, base + i, 2);
+    rdzv_state_conn_closed(R, base + i, 2);
   free(base);
 }
 END_TEST
@@ -1386,7 +1390,7 @@ START_TEST(ten_thousand_nodes)
     world += m.u.join.nproc;
     if (i == N - 1)
       ck_assert_int_eq(total(RP_ROUND), 0);
-    ck_assert_int_eq(rs_handle(R, base + i, &m, i * 1e-4), 0);
+    ck_assert_int_eq(rdzv_state_handle(R, base + i, &m, i * 1e-4), 0);
   }
   ck_assert_int_eq(total(RP_ROUND), N);
   for (k = 0; k < rec.n; k++) {
@@ -1409,7 +1413,7 @@ START_TEST(ten_thousand_nodes)
     ck_assert_int_eq(offset_of[i], sum);
     sum += 1 + i % 3;
   }
-  ck_assert_int_eq(rs_node_count(R), N);
+  ck_assert_int_eq(rdzv_state_node_count(R), N);
   free(base);
 }
 END_TEST
@@ -1449,7 +1453,8 @@ START_TEST(failure_from_left_node_refused)
   ck_assert_int_eq(join(B, 1, 1), 0);     /* restart; A is waited for */
   ck_assert_int_eq(op(A, RP_KEEPALIVE, 90), 0);
   ck_assert_int_eq(op(B, RP_KEEPALIVE, 90), 0);
-  rs_tick(R, 1 + 100);                    /* then round 1 is B's alone */
+  rdzv_state_tick(R,
+                  1 + 100);                    /* then round 1 is B's alone */
   ck_assert_int_eq(last(B, RP_ROUND)->u.round.round, 1);
   clear();
   ck_assert_int_eq(failure(A, true, "stale", 102), -EPERM);
@@ -1502,7 +1507,7 @@ static int resume_from(int from, int i, enum rp_resume_phase phase,
              forged_master ? forged_master : "10.0.0.1");
     a->master_port = 29500;
   }
-  return rs_handle(R, CONN(from), &m, now);
+  return rdzv_state_handle(R, CONN(from), &m, now);
 }
 
 static int resume(int i, enum rp_resume_phase phase, int round, int rc,
@@ -1516,7 +1521,7 @@ START_TEST(resume_rebuilds_running_job)
   struct rdzvd_metrics met;
 
   metrics_init(&met);
-  rs_set_metrics(R, &met);
+  rdzv_state_set_metrics(R, &met);
   CF = conf_of(3, 3);
   CF.max_restarts = 5;
   ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 2, 1, 0, 3, 0), 0);
@@ -1560,10 +1565,10 @@ START_TEST(resume_grace_expires)
   ck_assert_int_eq(resume(B, RP_PHASE_RUNNING, 2, 1, 1, 3, 101), 0);
   ck_assert_int_eq(op(A, RP_KEEPALIVE, 108), 0);
   ck_assert_int_eq(op(B, RP_KEEPALIVE, 108), 0);
-  next = rs_tick(R, 109.9);
+  next = rdzv_state_tick(R, 109.9);
   ck_assert_int_eq(total(RP_RESTART), 0);
   ck_assert(next > 109.9 && next <= 110);
-  rs_tick(R, 110);
+  rdzv_state_tick(R, 110);
   ck_assert_int_eq(count(A, RP_RESTART), 1);
   ck_assert_int_eq(count(B, RP_RESTART), 1);
   ck_assert(strstr(last(A, RP_RESTART)->u.text.message,
@@ -1636,7 +1641,7 @@ END_TEST
 START_TEST(resume_after_reset_on_live_server)
 {
   running_pair();
-  rs_conn_closed(R, CONN(B), 1);
+  rdzv_state_conn_closed(R, CONN(B), 1);
   ck_assert_int_eq(count(A, RP_RESTART), 1);
   clear();
   /* B reconnects (a new connection) and re-asserts round 0: too late. */
@@ -1653,10 +1658,10 @@ END_TEST
 START_TEST(reset_then_resume_within_window)
 {
   running_pair();
-  rs_conn_reset(R, CONN(B), 1);
+  rdzv_state_conn_reset(R, CONN(B), 1);
   ck_assert(logged("connection reset: still a member"));
   ck_assert_int_eq(total(RP_RESTART), 0);
-  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert_int_eq(rdzv_state_node_count(R), 2);
   {
     cJSON *st = status_of(A, 1.5);
     const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(job0(st), "nodes");
@@ -1673,27 +1678,27 @@ START_TEST(reset_then_resume_within_window)
   ck_assert_int_eq(count(A, RP_BARRIER_DONE), 1);
   ck_assert_int_eq(count(X, RP_BARRIER_DONE), 1);
   /* A detached node goes with its job. */
-  rs_conn_reset(R, CONN(A), 4);
+  rdzv_state_conn_reset(R, CONN(A), 4);
   ck_assert_int_eq(failure(X, true, "boom", 5), 0);
-  ck_assert_int_eq(rs_node_count(R), 0);
+  ck_assert_int_eq(rdzv_state_node_count(R), 0);
 }
 END_TEST
 
 START_TEST(reset_then_window_ends)
 {
   running_pair();
-  rs_conn_reset(R, CONN(B), 1);
+  rdzv_state_conn_reset(R, CONN(B), 1);
   ck_assert_int_eq(op(A, RP_KEEPALIVE, 999), 0);
-  rs_tick(R, 1001);             /* B's window: 100 s x 10, from 0 */
+  rdzv_state_tick(R, 1001);             /* B's window: 100 s x 10, from 0 */
   ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(rdzv_state_node_count(R), 1);
   /* Too late: it restarts and joins again. */
   ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 1002), 0);
   ck_assert_int_eq(count(X, RP_RESTART), 1);
   /* A reset node of a job that ends is freed with it. */
-  rs_conn_reset(R, CONN(X), 1003);
+  rdzv_state_conn_reset(R, CONN(X), 1003);
   ck_assert_int_eq(failure(A, true, "boom", 1004), 0);
-  ck_assert_int_eq(rs_node_count(R), 0);
+  ck_assert_int_eq(rdzv_state_node_count(R), 0);
 }
 END_TEST
 
@@ -1704,16 +1709,16 @@ START_TEST(resume_supersedes_old_connection)
   ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
   ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
   ck_assert(dropped(B));
-  rs_conn_closed(R, CONN(B), 3);
+  rdzv_state_conn_closed(R, CONN(B), 3);
   ck_assert_int_eq(total(RP_RESTART), 0);
-  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert_int_eq(rdzv_state_node_count(R), 2);
   /* While gathering, the old self makes way for the new one. */
   ck_assert_int_eq(failure(A, false, "exitcode 1", 4), 0);
   ck_assert_int_eq(count(X, RP_RESTART), 1);
   ck_assert_int_eq(resume_from(E, B, RP_PHASE_GATHERING, 1, 1, 0, 0, 5), 0);
   ck_assert(logged("its old connection is superseded"));
   ck_assert(dropped(X));
-  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert_int_eq(rdzv_state_node_count(R), 2);
   ck_assert_int_eq(join(A, 1, 6), 0);
   ck_assert_int_eq(last(E, RP_ROUND)->u.round.round, 1);
   ck_assert_int_eq(last(E, RP_ROUND)->u.round.group_world_size, 2);
@@ -1746,9 +1751,9 @@ START_TEST(zero_last_call_waits_for_restarting_nodes)
   ck_assert_int_eq(join(B, 1, 2), 0);
   ck_assert_int_eq(count(B, RP_ROUND), 0);
   ck_assert_int_eq(op(A, RP_KEEPALIVE, 90), 0);
-  rs_tick(R, 2 + 100 - 0.01);
+  rdzv_state_tick(R, 2 + 100 - 0.01);
   ck_assert_int_eq(count(B, RP_ROUND), 0);
-  rs_tick(R, 2 + 100);
+  rdzv_state_tick(R, 2 + 100);
   ck_assert_int_eq(count(B, RP_ROUND), 1);
 }
 END_TEST
@@ -1807,7 +1812,7 @@ START_TEST(impostor_cannot_displace)
   ck_assert_int_eq(count(A, RP_BARRIER_DONE), 1);
   ck_assert_int_eq(count(B, RP_BARRIER_DONE), 1);
   /* The true holder still takes its node back after a reset. */
-  rs_conn_reset(R, CONN(B), 5);
+  rdzv_state_conn_reset(R, CONN(B), 5);
   ck_assert_int_eq(resume_from(X, B, RP_PHASE_EXIT, 0, 0, 1, 2, 6), 0);
   ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
 }
@@ -1829,16 +1834,16 @@ START_TEST(name_twin_cannot_displace)
   m.u.join.nproc = 1;
   m.u.join.master_port = 1;
   m.u.join.conf = CF;
-  ck_assert_int_eq(rs_handle(R, CONN(E), &m, 1), 0);
+  ck_assert_int_eq(rdzv_state_handle(R, CONN(E), &m, 1), 0);
   ck_assert(!rp_token_none(rec.tok[E]));
   ck_assert(memcmp(rec.tok[E], rec.tok[A], RP_TOKEN_BYTES) != 0);
-  rs_conn_closed(R, CONN(E), 2);
+  rdzv_state_conn_closed(R, CONN(E), 2);
   /* E's agent comes back presenting the token it was given, in A's name. */
   forged_token = rec.tok[E];
   ck_assert_int_eq(resume_from(X, A, RP_PHASE_GATHERING, 0, 0, 0, 0, 3), 0);
   forged_token = NULL;
   ck_assert(!dropped(A));
-  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert_int_eq(rdzv_state_node_count(R), 2);
 }
 END_TEST
 
@@ -1848,10 +1853,11 @@ static void with_token_key(void)
   struct ra_secret k = { .len = 32 };
 
   memset(k.key, 7, k.len);
-  rs_destroy(R);
-  R = rs_create(&SINK, &(struct rs_limits){ .max_keepalive = 1e6 });
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK,
+                        &(struct rdzv_state_limits){ .max_keepalive = 1e6 });
   ck_assert_ptr_nonnull(R);
-  ck_assert_int_eq(rs_set_token_key(R, &k), 0);
+  ck_assert_int_eq(rdzv_state_set_token_key(R, &k), 0);
 }
 
 /* Item 2: after a restart, the first to re-assert a rank kept it, so a
@@ -1879,7 +1885,7 @@ START_TEST(restarted_server_checks_claims)
   ck_assert_int_lt(resume_from(D, A, RP_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
   forged_token = NULL;
   assert_error(D, RP_ERR_AUTH);
-  ck_assert_int_eq(rs_job_count(R), 0);
+  ck_assert_int_eq(rdzv_state_job_count(R), 0);
   /* The real nodes come back: rebuilt, nothing restarts. */
   ck_assert_int_eq(resume(B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
   ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 0, 0, 0, 2, 2), 0);
@@ -1913,7 +1919,7 @@ START_TEST(round_numbers_bounded)
                    0);
   ck_assert_int_eq(failure(A, false, "exitcode 1", 1), 0);
   ck_assert_int_eq(count(A, RP_CLOSED), 0);
-  rs_tick(R, 1);
+  rdzv_state_tick(R, 1);
   ck_assert_int_eq(count(A, RP_CLOSED), 1);
   ck_assert(strstr(last(A, RP_CLOSED)->u.text.message,
                    "round numbers are spent"));
@@ -1951,15 +1957,16 @@ START_TEST(huge_claims_cost_what_arrived)
     snprintf(m.u.resume.round.master_addr,
              sizeof m.u.resume.round.master_addr, "m");
     m.u.resume.round.master_port = 1;
-    ck_assert_int_eq(rs_handle(R, &conn_mem[0] + 0x1000 + i, &m, 0), 0);
+    ck_assert_int_eq(rdzv_state_handle(R, &conn_mem[0] + 0x1000 + i, &m, 0),
+                     0);
   }
   after = mallinfo2();
   grew = (after.uordblks + after.hblkhd) - (before.uordblks + before.hblkhd);
   /* 200 x 800 KB before; a few KB per job now. */
   ck_assert_msg(grew < 200 * 16384, "200 claims took %zu bytes", grew);
-  ck_assert_int_eq(rs_job_count(R), 200);
+  ck_assert_int_eq(rdzv_state_job_count(R), 200);
   for (i = 0; i < 200; i++)
-    rs_conn_closed(R, &conn_mem[0] + 0x1000 + i, 1);
+    rdzv_state_conn_closed(R, &conn_mem[0] + 0x1000 + i, 1);
 }
 END_TEST
 
@@ -1979,14 +1986,14 @@ START_TEST(own_windows_not_the_squatters)
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
   /* E goes silent and is expelled; A and B, silent as long, stay. */
-  rs_tick(R, 1.5);
+  rdzv_state_tick(R, 1.5);
   ck_assert(dropped(E));
   ck_assert(!dropped(A) && !dropped(B));
   ck_assert_int_eq(op(A, RP_KEEPALIVE, 4), 0);
   ck_assert_int_eq(op(B, RP_KEEPALIVE, 4), 0);
-  rs_tick(R, 4.5);
+  rdzv_state_tick(R, 4.5);
   ck_assert(!dropped(A) && !dropped(B));
-  ck_assert_int_eq(rs_node_count(R), 2);
+  ck_assert_int_eq(rdzv_state_node_count(R), 2);
 }
 END_TEST
 
@@ -2010,7 +2017,7 @@ START_TEST(resume_refusals)
   assert_error(C, RP_ERR_BAD_REQUEST);
   ck_assert(strstr(last(C, RP_ERROR)->u.text.message,
                    "bad resume: a round of 3 nodes, but max_nodes is 1"));
-  ck_assert_int_eq(rs_node_count(R), 1);
+  ck_assert_int_eq(rdzv_state_node_count(R), 1);
 }
 END_TEST
 

@@ -1,0 +1,152 @@
+/* rdzv_rules.h -- the rendezvous rules, once: what both back ends (rdzvd's
+ * state machine, rdzv_state.h, and the etcd back end's transitions,
+ * launcher/etcd_rdzv_state.h) decide the same way.
+ *
+ * Pure: no I/O, no clock, no allocation, no state of its own.  Each
+ * back end keeps its own representation of a job and asks these
+ * functions, through a small view of it, what to do:
+ * - rank order: who gets which rank when a round completes;
+ * - admission: where a joining node goes (this round, a new round, the
+ *   waiting list), when a spare is promoted, when a gathering round
+ *   completes or starts its last call;
+ * - the config check: is a JOIN's configuration sane, and does it agree
+ *   with the job's;
+ * - the restart budget and the final-failure decision: whether a failure
+ *   restarts the job or ends it, and whether a round's failure will be
+ *   final (what the agent is told with its assignment: launcher/rdzv.h).
+ *
+ * The rules themselves are Note [round semantics] (rdzv_state.h). */
+#ifndef RDZV_RULES_H
+#define RDZV_RULES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- rank order ---- */
+
+/* Note [round semantics]: participants of the previous round keep their
+ * relative order (so the rank-0 node keeps rank 0 while it lives), then
+ * the others in join order.  prev_rank < 0: none; seq: join order.  A
+ * qsort-style result: < 0 when a ranks before b. */
+int rdzv_rules_rank_cmp(int prev_rank_a, uint64_t seq_a, int prev_rank_b,
+                        uint64_t seq_b);
+
+/* ---- admission ---- */
+
+/* What the rules need to know of a job's current round. */
+struct rdzv_rules_job {
+  int min_nodes, max_nodes;
+  double last_call_timeout;
+  bool gathering;               /* the round gathers (or is in last call);
+                                   false: it runs */
+  bool in_last_call;            /* gathering, its last call running */
+  bool closing;                 /* a failure ends the job: Note [root
+                                   cause] */
+  bool exit_passed;             /* the running round passed "exit" */
+  bool restarting;              /* the round started with nodes expected */
+  int n_part;                   /* participants of the round */
+  int n_outstanding;            /* expected back, not yet re-joined */
+};
+
+enum rdzv_rules_admission {
+  RDZV_ADMIT_ROUND,             /* a participant of the gathering round */
+  RDZV_ADMIT_NEW_ROUND,         /* a spare whose arrival starts a new
+                                   round (the running one has room) */
+  RDZV_ADMIT_WAIT,              /* a spare: the round is full, finishing
+                                   or closing */
+};
+
+/* Where a node that joins (new, or back after a restart) goes.
+ * expected: it was a participant of the previous round, told to
+ * restart, so its place is reserved. */
+enum rdzv_rules_admission rdzv_rules_admit(const struct rdzv_rules_job *j,
+                                           bool expected);
+
+/* True when a spare may take a place in the gathering round now: the
+ * places of nodes expected back stay theirs. */
+bool rdzv_rules_spare_fits(const struct rdzv_rules_job *j);
+
+/* True when a spare may take a place as the round completes: nobody
+ * else is coming, every free place counts. */
+bool rdzv_rules_spare_fits_at_completion(const struct rdzv_rules_job *j);
+
+enum rdzv_rules_gather {
+  RDZV_GATHER_WAIT,             /* below min_nodes: no last call */
+  RDZV_GATHER_LAST_CALL,        /* min_nodes present: the last call runs */
+  RDZV_GATHER_COMPLETE,         /* the round completes now */
+};
+
+/* How long the gathering round's last call lasts (seconds): the job's
+ * last_call_timeout, but at least rejoin_window (the keepalive window)
+ * while nodes told to restart are still on their way back: a round
+ * without them would only send them in as newcomers, restarting the
+ * others again (with last_call_timeout 0, forever). */
+double rdzv_rules_last_call_wait(const struct rdzv_rules_job *j,
+                                 double rejoin_window);
+
+/* What a gathering round does now: complete at max_nodes, or when every
+ * node expected back has re-joined and min_nodes are there; complete
+ * also when min_nodes are there and a last call that has not started
+ * would be 0 s long; else start (or keep) its last call at min_nodes;
+ * else wait (a running last call is cancelled). */
+enum rdzv_rules_gather rdzv_rules_gather(const struct rdzv_rules_job *j,
+                                         double rejoin_window);
+
+/* ---- the config check ---- */
+
+/* The part of a job's configuration every node must agree on, and the
+ * rules check. */
+struct rdzv_rules_conf {
+  int min_nodes, max_nodes;     /* 1 <= min <= max <= max_nodes_limit */
+  int max_restarts;             /* >= 0 */
+  double last_call_timeout;     /* seconds, >= 0, finite */
+};
+
+enum rdzv_rules_conf_verdict {
+  RDZV_CONF_OK,
+  RDZV_CONF_BAD,                /* out of range: problem says which */
+  RDZV_CONF_NODES_DIFFER,       /* min..max differs from the job's */
+  RDZV_CONF_RESTARTS_DIFFER,    /* max_restarts differs (restarts are
+                                   counted per job: every node must agree
+                                   on how many there may be) */
+};
+
+/* Checks a joiner's configuration c (max_nodes at most max_nodes_limit),
+ * then, when job is not NULL, that it agrees with the job's.  Writes the
+ * problem to problem (problem_len bytes, may be 0), naming the job as
+ * job_name ("job x", "the job"): "min_nodes..max_nodes 1..3 differs from
+ * the job's 2..2". */
+enum rdzv_rules_conf_verdict
+rdzv_rules_conf_check(const struct rdzv_rules_conf *c,
+                      const struct rdzv_rules_conf *job, int max_nodes_limit,
+                      const char *job_name, char *problem,
+                      size_t problem_len);
+
+/* ---- the restart budget and the final failure ---- */
+
+/* True while the job may restart once more: restart_count restarts of
+ * max_restarts used. */
+bool rdzv_rules_restart_left(int restart_count, int max_restarts);
+
+/* A failure of a round that ran with restart_count restarts used is
+ * final (ends the job): what the back end tells the agent with its
+ * assignment, and what the agent then reports. */
+bool rdzv_rules_failure_final(int restart_count, int max_restarts);
+
+enum rdzv_rules_failure {
+  RDZV_FAILURE_RESTART,         /* a new round, one restart counted */
+  RDZV_FAILURE_CLOSE,           /* the node said final: the job ends */
+  RDZV_FAILURE_CLOSE_EXHAUSTED, /* no restart left: the job ends, and its
+                                   end says so */
+};
+
+/* What the first failure of a running round does (later ones of the
+ * same round are part of it).  reported_final: the report's own "final"
+ * flag (an agent that read it from its assignment, or an older one that
+ * decided alone). */
+enum rdzv_rules_failure rdzv_rules_failure(bool reported_final,
+                                           int restart_count,
+                                           int max_restarts);
+
+#endif
