@@ -20,20 +20,20 @@ static const char *const phase_names[] = {
 };
 static const char *const nstate_names[] = { "idle", "part", "spare" };
 
-void es_init(struct es_state *s)
+void etcd_rdzv_state_init(struct etcd_rdzv_state *s)
 {
   memset(s, 0, sizeof *s);
 }
 
-void es_free(struct es_state *s)
+void etcd_rdzv_state_free(struct etcd_rdzv_state *s)
 {
   free(s->nodes);
-  es_init(s);
+  etcd_rdzv_state_init(s);
 }
 
-static int reserve(struct es_state *s, int n)
+static int reserve(struct etcd_rdzv_state *s, int n)
 {
-  struct es_node *g;
+  struct etcd_rdzv_node *g;
   int cap;
 
   if (n <= s->cap)
@@ -49,9 +49,9 @@ static int reserve(struct es_state *s, int n)
   return 0;
 }
 
-int es_copy(struct es_state *dst, const struct es_state *src)
+int etcd_rdzv_state_copy(struct etcd_rdzv_state *dst, const struct etcd_rdzv_state *src)
 {
-  struct es_node *keep = dst->nodes;
+  struct etcd_rdzv_node *keep = dst->nodes;
   int cap = dst->cap;
 
   *dst = *src;
@@ -97,13 +97,13 @@ static int name_index(const char *const *names, int n, const cJSON *f)
   return -1;
 }
 
-int es_parse(const char *json, size_t len, struct es_state *s)
+int etcd_rdzv_state_parse(const char *json, size_t len, struct etcd_rdzv_state *s)
 {
   cJSON *j = cJSON_ParseWithLength(json, len);
   const cJSON *nodes, *e;
   int ph, k;
 
-  es_free(s);
+  etcd_rdzv_state_free(s);
   if (!cJSON_IsObject(j))
     goto bad;
   s->exists = true;
@@ -115,7 +115,7 @@ int es_parse(const char *json, size_t len, struct es_state *s)
                                                                    "phase"));
   if (ph < 0)
     goto bad;
-  s->phase = (enum es_phase)ph;
+  s->phase = (enum etcd_rdzv_phase)ph;
   s->round = (int)jnum(j, "round", 0);
   s->restart_count = (int)jnum(j, "restart_count", 0);
   s->restarting = jbool(j, "restarting");
@@ -143,11 +143,11 @@ int es_parse(const char *json, size_t len, struct es_state *s)
     }
   }
   nodes = cJSON_GetObjectItemCaseSensitive(j, "nodes");
-  if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) > ES_MAX_NODES ||
+  if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) > ETCD_RDZV_MAX_NODES ||
       reserve(s, cJSON_GetArraySize(nodes)))
     goto bad;
   cJSON_ArrayForEach(e, nodes) {
-    struct es_node *n = &s->nodes[s->n];
+    struct etcd_rdzv_node *n = &s->nodes[s->n];
 
     memset(n, 0, sizeof *n);
     jstr(e, "id", n->id, sizeof n->id);
@@ -161,7 +161,7 @@ int es_parse(const char *json, size_t len, struct es_state *s)
                                                                     "st"));
     if (k < 0 || !n->id[0] || n->nproc < 1)
       goto bad;
-    n->st = (enum es_nstate)k;
+    n->st = (enum etcd_rdzv_node_state)k;
     n->expected = jbool(e, "expected");
     n->rank = (int)jnum(e, "rank", -1);
     n->prev_rank = (int)jnum(e, "prev_rank", -1);
@@ -173,11 +173,11 @@ int es_parse(const char *json, size_t len, struct es_state *s)
   return 0;
 bad:
   cJSON_Delete(j);
-  es_free(s);
+  etcd_rdzv_state_free(s);
   return -EINVAL;
 }
 
-char *es_serialize(const struct es_state *s)
+char *etcd_rdzv_state_serialize(const struct etcd_rdzv_state *s)
 {
   cJSON *j = cJSON_CreateObject(), *nodes, *e;
   char *out = NULL;
@@ -218,7 +218,7 @@ char *es_serialize(const struct es_state *s)
   }
   nodes = cJSON_AddArrayToObject(j, "nodes");
   for (i = 0; nodes && i < s->n; i++) {
-    const struct es_node *n = &s->nodes[i];
+    const struct etcd_rdzv_node *n = &s->nodes[i];
 
     e = cJSON_CreateObject();
     if (!e || !cJSON_AddItemToArray(nodes, e))
@@ -247,7 +247,7 @@ out:
 
 /* ---- helpers ---- */
 
-int es_find(const struct es_state *s, const char *id)
+int etcd_rdzv_state_find(const struct etcd_rdzv_state *s, const char *id)
 {
   int i;
 
@@ -257,15 +257,15 @@ int es_find(const struct es_state *s, const char *id)
   return -1;
 }
 
-void es_counts(const struct es_state *s, int *part, int *outstanding,
+void etcd_rdzv_state_counts(const struct etcd_rdzv_state *s, int *part, int *outstanding,
                int *spares)
 {
   int i, p = 0, o = 0, sp = 0;
 
   for (i = 0; i < s->n; i++) {
-    p += s->nodes[i].st == ES_PART;
-    o += s->nodes[i].st == ES_IDLE && s->nodes[i].expected;
-    sp += s->nodes[i].st == ES_SPARE;
+    p += s->nodes[i].st == ETCD_RDZV_PART;
+    o += s->nodes[i].st == ETCD_RDZV_IDLE && s->nodes[i].expected;
+    sp += s->nodes[i].st == ETCD_RDZV_SPARE;
   }
   if (part)
     *part = p;
@@ -275,16 +275,16 @@ void es_counts(const struct es_state *s, int *part, int *outstanding,
     *spares = sp;
 }
 
-void es_describe(const struct es_node *n, char *buf, size_t size)
+void etcd_rdzv_state_describe(const struct etcd_rdzv_node *n, char *buf, size_t size)
 {
   snprintf(buf, size, "node %s (%s, pid %" PRId64 ")",
            n->host[0] ? n->host : "?", n->addr[0] ? n->addr : "?", n->pid);
 }
 
-static void set_why(struct es_state *s, const char *f, ...)
+static void set_why(struct etcd_rdzv_state *s, const char *f, ...)
   __attribute__((format(printf, 2, 3)));
 
-static void set_why(struct es_state *s, const char *f, ...)
+static void set_why(struct etcd_rdzv_state *s, const char *f, ...)
 {
   va_list ap;
 
@@ -294,35 +294,35 @@ static void set_why(struct es_state *s, const char *f, ...)
 }
 
 /* The oldest spare (lowest seq), or -1. */
-static int first_spare(const struct es_state *s)
+static int first_spare(const struct etcd_rdzv_state *s)
 {
   int i, best = -1;
 
   for (i = 0; i < s->n; i++)
-    if (s->nodes[i].st == ES_SPARE &&
+    if (s->nodes[i].st == ETCD_RDZV_SPARE &&
         (best < 0 || s->nodes[i].seq < s->nodes[best].seq))
       best = i;
   return best;
 }
 
 /* The job as the rules (rdzvd/rdzv_rules.h) see it. */
-static struct rdzv_rules_job rules_view(const struct es_state *s)
+static struct rdzv_rules_job rules_view(const struct etcd_rdzv_state *s)
 {
   struct rdzv_rules_job v = {
     .min_nodes = s->conf.min_nodes,
     .max_nodes = s->conf.max_nodes,
     .last_call_timeout = s->conf.last_call_timeout,
-    .gathering = s->phase == ES_GATHERING,
+    .gathering = s->phase == ETCD_RDZV_GATHERING,
     .closing = s->closing,
     .exit_passed = s->exit_passed,
     .restarting = s->restarting,
   };
 
-  es_counts(s, &v.n_part, &v.n_outstanding, NULL);
+  etcd_rdzv_state_counts(s, &v.n_part, &v.n_outstanding, NULL);
   return v;
 }
 
-static struct rdzv_rules_conf rules_conf(const struct es_conf *c)
+static struct rdzv_rules_conf rules_conf(const struct etcd_rdzv_conf *c)
 {
   struct rdzv_rules_conf rc = {
     .min_nodes = c->min_nodes,
@@ -336,8 +336,8 @@ static struct rdzv_rules_conf rules_conf(const struct es_conf *c)
 
 static int rank_cmp(const void *a, const void *b)
 {
-  const struct es_node *x = *(struct es_node *const *)a;
-  const struct es_node *y = *(struct es_node *const *)b;
+  const struct etcd_rdzv_node *x = *(struct etcd_rdzv_node *const *)a;
+  const struct etcd_rdzv_node *y = *(struct etcd_rdzv_node *const *)b;
 
   /* seq counts up from 1 (admit): it fits the rules' unsigned order. */
   return rdzv_rules_rank_cmp(x->prev_rank, (uint64_t)x->seq, y->prev_rank,
@@ -345,24 +345,24 @@ static int rank_cmp(const void *a, const void *b)
 }
 
 /* Ranks the participants: previous ranks first, newcomers in join order. */
-static void complete_round(struct es_state *s)
+static void complete_round(struct etcd_rdzv_state *s)
 {
-  struct es_node *order[ES_MAX_NODES];
+  struct etcd_rdzv_node *order[ETCD_RDZV_MAX_NODES];
   struct rdzv_rules_job v = rules_view(s);
   int i, k = 0, sp;
 
   while (rdzv_rules_spare_fits_at_completion(&v) &&
          (sp = first_spare(s)) >= 0) {
-    s->nodes[sp].st = ES_PART;
+    s->nodes[sp].st = ETCD_RDZV_PART;
     v.n_part++;
   }
   for (i = 0; i < s->n; i++) {
-    struct es_node *n = &s->nodes[i];
+    struct etcd_rdzv_node *n = &s->nodes[i];
 
     n->in_exit = false;
-    if (n->st == ES_PART) {
+    if (n->st == ETCD_RDZV_PART) {
       order[k++] = n;
-    } else if (n->st == ES_IDLE) {
+    } else if (n->st == ETCD_RDZV_IDLE) {
       n->expected = false;
       n->prev_rank = -1;
     }
@@ -372,7 +372,7 @@ static void complete_round(struct es_state *s)
   qsort(order, (size_t)k, sizeof *order, rank_cmp);
   for (i = 0; i < k; i++)
     order[i]->rank = i;
-  s->phase = ES_RUNNING;
+  s->phase = ETCD_RDZV_RUNNING;
   s->restarting = false;
   s->exit_passed = false;
   s->cause_held = false;
@@ -380,7 +380,7 @@ static void complete_round(struct es_state *s)
   s->cause_why[0] = '\0';
 }
 
-double es_last_call_wait(const struct es_state *s, double rejoin_window)
+double etcd_rdzv_state_last_call_wait(const struct etcd_rdzv_state *s, double rejoin_window)
 {
   struct rdzv_rules_job v = rules_view(s);
 
@@ -389,18 +389,18 @@ double es_last_call_wait(const struct es_state *s, double rejoin_window)
 
 /* Promotes spares into free places, then completes the round when it can
  * without a last call (the agents' timers run the last call:
- * es_last_call).  Whether one is due only depends on the rejoin window
+ * etcd_rdzv_state_last_call).  Whether one is due only depends on the rejoin window
  * being positive, as every agent's keepalive window is. */
-static void recheck(struct es_state *s)
+static void recheck(struct etcd_rdzv_state *s)
 {
   struct rdzv_rules_job v;
   int sp;
 
-  if (s->phase != ES_GATHERING)
+  if (s->phase != ETCD_RDZV_GATHERING)
     return;
   v = rules_view(s);
   while (rdzv_rules_spare_fits(&v) && (sp = first_spare(s)) >= 0) {
-    s->nodes[sp].st = ES_PART;
+    s->nodes[sp].st = ETCD_RDZV_PART;
     v.n_part++;
   }
   if (rdzv_rules_gather(&v, INFINITY) == RDZV_GATHER_COMPLETE)
@@ -408,75 +408,75 @@ static void recheck(struct es_state *s)
 }
 
 /* A new round: every participant is expected back. */
-static void start_round(struct es_state *s)
+static void start_round(struct etcd_rdzv_state *s)
 {
   int i, outstanding, spares;
 
   s->round++;
-  s->phase = ES_GATHERING;
+  s->phase = ETCD_RDZV_GATHERING;
   s->exit_passed = false;
   for (i = 0; i < s->n; i++) {
-    struct es_node *n = &s->nodes[i];
+    struct etcd_rdzv_node *n = &s->nodes[i];
 
     n->in_exit = false;
-    if (n->st != ES_PART)
+    if (n->st != ETCD_RDZV_PART)
       continue;
     n->prev_rank = n->rank;
     n->rank = -1;
-    n->st = ES_IDLE;
+    n->st = ETCD_RDZV_IDLE;
     n->expected = true;
   }
-  es_counts(s, NULL, &outstanding, &spares);
+  etcd_rdzv_state_counts(s, NULL, &outstanding, &spares);
   s->restarting = outstanding + spares > 0;
   recheck(s);
 }
 
-static void admit(struct es_state *s, int i)
+static void admit(struct etcd_rdzv_state *s, int i)
 {
-  struct es_node *n = &s->nodes[i];
+  struct etcd_rdzv_node *n = &s->nodes[i];
   struct rdzv_rules_job v = rules_view(s);
   char d[2 * RP_MAX_ADDR + 64];
 
   n->seq = ++s->seq;
   switch (rdzv_rules_admit(&v, n->expected)) {
   case RDZV_ADMIT_ROUND:
-    n->st = ES_PART;
+    n->st = ETCD_RDZV_PART;
     n->expected = false;
     recheck(s);
     return;
   case RDZV_ADMIT_NEW_ROUND:
-    n->st = ES_SPARE;
+    n->st = ETCD_RDZV_SPARE;
     n->expected = false;
-    es_describe(n, d, sizeof d);
+    etcd_rdzv_state_describe(n, d, sizeof d);
     set_why(s, "%s joined", d);
     start_round(s);
     return;
   case RDZV_ADMIT_WAIT:
     break;
   }
-  n->st = ES_SPARE;
+  n->st = ETCD_RDZV_SPARE;
   n->expected = false;
 }
 
 /* ---- transitions ---- */
 
-int es_join(struct es_state *s, const struct es_node *me,
-            const struct es_conf *conf, char *err, size_t errlen)
+int etcd_rdzv_state_join(struct etcd_rdzv_state *s, const struct etcd_rdzv_node *me,
+            const struct etcd_rdzv_conf *conf, char *err, size_t errlen)
 {
   struct rdzv_rules_conf joiner = rules_conf(conf), held;
   int i;
 
-  if (s->exists && (s->phase == ES_CLOSED || s->phase == ES_FINISHED)) {
-    snprintf(err, errlen, "the job %s: %s", s->phase == ES_CLOSED
+  if (s->exists && (s->phase == ETCD_RDZV_CLOSED || s->phase == ETCD_RDZV_FINISHED)) {
+    snprintf(err, errlen, "the job %s: %s", s->phase == ETCD_RDZV_CLOSED
              ? "is closed" : "has finished", s->why);
     return -ESHUTDOWN;
   }
   if (!s->exists || s->n == 0) {
     /* A new job (or one every node has left): this join configures it. */
-    es_free(s);
+    etcd_rdzv_state_free(s);
     s->exists = true;
     s->conf = *conf;
-    s->phase = ES_GATHERING;
+    s->phase = ETCD_RDZV_GATHERING;
   }
   held = rules_conf(&s->conf);
   switch (rdzv_rules_conf_check(&joiner, &held, RP_MAX_NODES, "the job",
@@ -492,11 +492,11 @@ int es_join(struct es_state *s, const struct es_node *me,
                " (config_mismatch)");
     return -EINVAL;
   }
-  i = es_find(s, me->id);
+  i = etcd_rdzv_state_find(s, me->id);
   if (i >= 0) {
-    struct es_node *n = &s->nodes[i];
+    struct etcd_rdzv_node *n = &s->nodes[i];
 
-    if (n->st == ES_SPARE || n->st == ES_PART)
+    if (n->st == ETCD_RDZV_SPARE || n->st == ETCD_RDZV_PART)
       return 0;     /* waiting already, or in the round */
     snprintf(n->host, sizeof n->host, "%s", me->host);
     snprintf(n->addr, sizeof n->addr, "%s", me->addr);
@@ -504,7 +504,7 @@ int es_join(struct es_state *s, const struct es_node *me,
     n->nproc = me->nproc;
     n->port = me->port;
   } else {
-    if (s->n >= ES_MAX_NODES) {
+    if (s->n >= ETCD_RDZV_MAX_NODES) {
       snprintf(err, errlen, "the job has %d nodes already (the most the "
                "etcd back end holds)", s->n);
       return -ENOSPC;
@@ -515,7 +515,7 @@ int es_join(struct es_state *s, const struct es_node *me,
     }
     i = s->n++;
     s->nodes[i] = *me;
-    s->nodes[i].st = ES_IDLE;
+    s->nodes[i].st = ETCD_RDZV_IDLE;
     s->nodes[i].expected = false;
     s->nodes[i].rank = s->nodes[i].prev_rank = -1;
     s->nodes[i].in_exit = false;
@@ -526,7 +526,7 @@ int es_join(struct es_state *s, const struct es_node *me,
 
 /* Note [root cause]: n's report is the round's root cause when it is the
  * first, or exited before the timed one held; an untimed one holds. */
-static void cause_offer(struct es_state *s, const struct es_node *n,
+static void cause_offer(struct etcd_rdzv_state *s, const struct etcd_rdzv_node *n,
                         const char *message, const struct rp_cause *cause)
 {
   char d[2 * RP_MAX_ADDR + 64];
@@ -535,7 +535,7 @@ static void cause_offer(struct es_state *s, const struct es_node *n,
   if (s->cause_held && (s->cause.exited_at <= 0 || t <= 0 ||
                         t >= s->cause.exited_at))
     return;
-  es_describe(n, d, sizeof d);
+  etcd_rdzv_state_describe(n, d, sizeof d);
   s->cause_held = true;
   memset(&s->cause, 0, sizeof s->cause);
   if (t > 0) {
@@ -547,35 +547,35 @@ static void cause_offer(struct es_state *s, const struct es_node *n,
            message);
 }
 
-static int closing_pending(const struct es_state *s)
+static int closing_pending(const struct etcd_rdzv_state *s)
 {
   int i, pending = 0;
 
   for (i = 0; i < s->n; i++)
-    pending += s->nodes[i].st == ES_PART && !s->nodes[i].reported;
+    pending += s->nodes[i].st == ETCD_RDZV_PART && !s->nodes[i].reported;
   return pending;
 }
 
-static void close_job(struct es_state *s)
+static void close_job(struct etcd_rdzv_state *s)
 {
   if (s->closing_exhausted)
     set_why(s, "%s; no restarts left (%d of %d used)", s->cause_why,
             s->restart_count, s->conf.max_restarts);
   else
     set_why(s, "%s", s->cause_why);
-  s->phase = ES_CLOSED;
+  s->phase = ETCD_RDZV_CLOSED;
   s->closing = false;
 }
 
-int es_failure(struct es_state *s, const char *id, int round, bool final,
+int etcd_rdzv_state_failure(struct etcd_rdzv_state *s, const char *id, int round, bool final,
                const char *message, const struct rp_cause *cause)
 {
   enum rdzv_rules_failure verdict;
-  int i = es_find(s, id), k;
-  struct es_node *n;
+  int i = etcd_rdzv_state_find(s, id), k;
+  struct etcd_rdzv_node *n;
 
-  if (!s->exists || i < 0 || s->phase == ES_CLOSED ||
-      s->phase == ES_FINISHED)
+  if (!s->exists || i < 0 || s->phase == ETCD_RDZV_CLOSED ||
+      s->phase == ETCD_RDZV_FINISHED)
     return 0;
   n = &s->nodes[i];
   if (s->closing) {
@@ -589,7 +589,7 @@ int es_failure(struct es_state *s, const char *id, int round, bool final,
   }
   verdict = rdzv_rules_failure(final, s->restart_count,
                                s->conf.max_restarts);
-  if (s->phase == ES_RUNNING && s->round == round && n->st == ES_PART &&
+  if (s->phase == ETCD_RDZV_RUNNING && s->round == round && n->st == ETCD_RDZV_PART &&
       verdict != RDZV_FAILURE_RESTART) {
     cause_offer(s, n, message, cause);
     s->closing = true;
@@ -601,7 +601,7 @@ int es_failure(struct es_state *s, const char *id, int round, bool final,
     return 1;
   }
   /* A report that crossed the restart of its round: part of it. */
-  if (s->phase == ES_GATHERING && s->round == round + 1) {
+  if (s->phase == ETCD_RDZV_GATHERING && s->round == round + 1) {
     struct rp_cause held = s->cause;
     bool was_held = s->cause_held;
 
@@ -619,7 +619,7 @@ int es_failure(struct es_state *s, const char *id, int round, bool final,
     return 1;
   }
   /* Once per round: a later report is part of the same restart. */
-  if (s->phase != ES_RUNNING || s->round != round || n->st != ES_PART)
+  if (s->phase != ETCD_RDZV_RUNNING || s->round != round || n->st != ETCD_RDZV_PART)
     return 0;
   cause_offer(s, n, message, cause);
   s->restart_count++;
@@ -628,12 +628,12 @@ int es_failure(struct es_state *s, const char *id, int round, bool final,
   return 1;
 }
 
-bool es_failure_final(const struct es_state *s)
+bool etcd_rdzv_state_failure_final(const struct etcd_rdzv_state *s)
 {
   return rdzv_rules_failure_final(s->restart_count, s->conf.max_restarts);
 }
 
-int es_close_wait_over(struct es_state *s, int round)
+int etcd_rdzv_state_close_wait_over(struct etcd_rdzv_state *s, int round)
 {
   if (!s->exists || !s->closing || s->round != round)
     return 0;
@@ -641,66 +641,66 @@ int es_close_wait_over(struct es_state *s, int round)
   return 1;
 }
 
-int es_barrier(struct es_state *s, const char *id, int round)
+int etcd_rdzv_state_barrier(struct etcd_rdzv_state *s, const char *id, int round)
 {
-  int i = es_find(s, id), k;
+  int i = etcd_rdzv_state_find(s, id), k;
 
-  if (i < 0 || s->phase != ES_RUNNING || s->round != round ||
-      s->nodes[i].st != ES_PART || s->nodes[i].in_exit)
+  if (i < 0 || s->phase != ETCD_RDZV_RUNNING || s->round != round ||
+      s->nodes[i].st != ETCD_RDZV_PART || s->nodes[i].in_exit)
     return 0;
   s->nodes[i].in_exit = true;
   for (k = 0; k < s->n; k++)
-    if (s->nodes[k].st == ES_PART && !s->nodes[k].in_exit)
+    if (s->nodes[k].st == ETCD_RDZV_PART && !s->nodes[k].in_exit)
       return 1;
   s->exit_passed = true;
   return 1;
 }
 
-int es_remove(struct es_state *s, const char *id, const char *why)
+int etcd_rdzv_state_remove(struct etcd_rdzv_state *s, const char *id, const char *why)
 {
-  int i = es_find(s, id), part, outstanding;
+  int i = etcd_rdzv_state_find(s, id), part, outstanding;
   bool was_part;
   char d[2 * RP_MAX_ADDR + 64];
 
   if (i < 0)
     return 0;
-  was_part = s->nodes[i].st == ES_PART;
-  es_describe(&s->nodes[i], d, sizeof d);
+  was_part = s->nodes[i].st == ETCD_RDZV_PART;
+  etcd_rdzv_state_describe(&s->nodes[i], d, sizeof d);
   s->nodes[i] = s->nodes[--s->n];
-  if (s->phase == ES_CLOSED || s->phase == ES_FINISHED)
+  if (s->phase == ETCD_RDZV_CLOSED || s->phase == ETCD_RDZV_FINISHED)
     return 1;
   if (s->closing) {             /* no round: one report fewer to wait for */
     if (!closing_pending(s))
       close_job(s);
     return 1;
   }
-  if (s->phase == ES_RUNNING && was_part && !s->exit_passed) {
+  if (s->phase == ETCD_RDZV_RUNNING && was_part && !s->exit_passed) {
     set_why(s, "%s %s", d, why);
     start_round(s);
     return 1;
   }
-  if (s->phase == ES_GATHERING) {
-    es_counts(s, &part, &outstanding, NULL);
+  if (s->phase == ETCD_RDZV_GATHERING) {
+    etcd_rdzv_state_counts(s, &part, &outstanding, NULL);
     if (!part && !outstanding)
       s->restarting = false;
     recheck(s);
-  } else if (s->phase == ES_RUNNING && s->exit_passed) {
-    es_counts(s, &part, NULL, NULL);
+  } else if (s->phase == ETCD_RDZV_RUNNING && s->exit_passed) {
+    etcd_rdzv_state_counts(s, &part, NULL, NULL);
     if (!part) {
-      s->phase = ES_FINISHED;
+      s->phase = ETCD_RDZV_FINISHED;
       set_why(s, "every node left after the exit barrier");
     }
   }
   return 1;
 }
 
-int es_last_call(struct es_state *s, int round)
+int etcd_rdzv_state_last_call(struct etcd_rdzv_state *s, int round)
 {
   int part;
 
-  if (!s->exists || s->phase != ES_GATHERING || s->round != round)
+  if (!s->exists || s->phase != ETCD_RDZV_GATHERING || s->round != round)
     return 0;
-  es_counts(s, &part, NULL, NULL);
+  etcd_rdzv_state_counts(s, &part, NULL, NULL);
   if (part < s->conf.min_nodes)
     return 0;
   complete_round(s);

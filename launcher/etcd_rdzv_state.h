@@ -9,7 +9,7 @@
  * failure), asked of the one module both back ends share.  Two
  * things the server does with clocks are left to the agents: the last
  * call (each agent arms its own timer when it sees a round reach
- * min_nodes; the first to fire completes the round with es_last_call)
+ * min_nodes; the first to fire completes the round with etcd_rdzv_state_last_call)
  * and the join timeout (local).  Each transition is idempotent: applied
  * twice, or to a state where it already happened, it changes nothing,
  * which is what makes retrying a compare-and-swap safe (proto/ETCD.md). */
@@ -22,36 +22,36 @@
 
 #include "rdzv_proto.h"
 
-#define ES_MAX_NODES 4096       /* one etcd value must hold the job */
-#define ES_ID_MAX 32
+#define ETCD_RDZV_MAX_NODES 4096       /* one etcd value must hold the job */
+#define ETCD_RDZV_ID_MAX 32
 
-enum es_phase { ES_GATHERING, ES_RUNNING, ES_CLOSED, ES_FINISHED };
-enum es_nstate { ES_IDLE, ES_PART, ES_SPARE };
+enum etcd_rdzv_phase { ETCD_RDZV_GATHERING, ETCD_RDZV_RUNNING, ETCD_RDZV_CLOSED, ETCD_RDZV_FINISHED };
+enum etcd_rdzv_node_state { ETCD_RDZV_IDLE, ETCD_RDZV_PART, ETCD_RDZV_SPARE };
 
-struct es_node {
-  char id[ES_ID_MAX + 1];       /* the agent's lease id, hex */
+struct etcd_rdzv_node {
+  char id[ETCD_RDZV_ID_MAX + 1];       /* the agent's lease id, hex */
   char host[RP_MAX_ADDR + 1];
   char addr[RP_MAX_ADDR + 1];
   int64_t pid;
   int nproc;
   int port;                     /* offered MASTER_PORT */
   int64_t seq;                  /* join order */
-  enum es_nstate st;
+  enum etcd_rdzv_node_state st;
   bool expected;                /* idle, with a place in the new round */
   int rank, prev_rank;          /* -1: none */
   bool in_exit;                 /* entered the exit barrier */
   bool reported;                /* closing: its failure report is in */
 };
 
-struct es_conf {
+struct etcd_rdzv_conf {
   int min_nodes, max_nodes, max_restarts;
   double last_call_timeout;
 };
 
-struct es_state {
+struct etcd_rdzv_state {
   bool exists;
-  struct es_conf conf;
-  enum es_phase phase;
+  struct etcd_rdzv_conf conf;
+  enum etcd_rdzv_phase phase;
   int round, restart_count;
   bool restarting;              /* the round started with nodes expected */
   bool exit_passed;
@@ -61,26 +61,26 @@ struct es_state {
   /* Note [root cause] (rdzvd/rdzv_state.h), as rdzvd keeps it: the
    * round's earliest-exited failure, and the close that waits for the
    * other participants' reports (each agent's timer ends the wait:
-   * es_close_wait_over). */
+   * etcd_rdzv_state_close_wait_over). */
   bool cause_held;
   struct rp_cause cause;        /* exited_at 0: untimed */
   char cause_why[RP_MAX_TEXT + 1];
   bool closing, closing_exhausted;
-  struct es_node *nodes;
+  struct etcd_rdzv_node *nodes;
   int n, cap;
 };
 
-void es_init(struct es_state *s);
-void es_free(struct es_state *s);
-int es_copy(struct es_state *dst, const struct es_state *src);
+void etcd_rdzv_state_init(struct etcd_rdzv_state *s);
+void etcd_rdzv_state_free(struct etcd_rdzv_state *s);
+int etcd_rdzv_state_copy(struct etcd_rdzv_state *dst, const struct etcd_rdzv_state *src);
 
 /* Parses a stored value.  Returns 0 or -EINVAL. */
-int es_parse(const char *json, size_t len, struct es_state *out);
+int etcd_rdzv_state_parse(const char *json, size_t len, struct etcd_rdzv_state *out);
 /* The value to store (malloc'd), or NULL when out of memory. */
-char *es_serialize(const struct es_state *s);
+char *etcd_rdzv_state_serialize(const struct etcd_rdzv_state *s);
 
-int es_find(const struct es_state *s, const char *id);
-void es_counts(const struct es_state *s, int *part, int *outstanding,
+int etcd_rdzv_state_find(const struct etcd_rdzv_state *s, const char *id);
+void etcd_rdzv_state_counts(const struct etcd_rdzv_state *s, int *part, int *outstanding,
                int *spares);
 
 /* Each returns 1 when s changed, 0 when not, or a negative errno with a
@@ -89,36 +89,36 @@ void es_counts(const struct es_state *s, int *part, int *outstanding,
 /* me joins (or rejoins) the job; a fresh job takes conf.  Refused with
  * -ESHUTDOWN (job closed or finished) or -EINVAL (conf out of range, or
  * it differs from the job's: rdzv_rules_conf_check). */
-int es_join(struct es_state *s, const struct es_node *me,
-            const struct es_conf *conf, char *err, size_t errlen);
+int etcd_rdzv_state_join(struct etcd_rdzv_state *s, const struct etcd_rdzv_node *me,
+            const struct etcd_rdzv_conf *conf, char *err, size_t errlen);
 /* id's workers failed in round (cause: its earliest failed worker, or
  * NULL): a restart (once per round), or the end of the job when final or
  * none is left: closing until every participant reported (or is gone),
  * then closed naming the earliest-exited failure. */
-int es_failure(struct es_state *s, const char *id, int round, bool final,
+int etcd_rdzv_state_failure(struct etcd_rdzv_state *s, const char *id, int round, bool final,
                const char *message, const struct rp_cause *cause);
 /* A failure of the current round's workers ends the job: no restart is
  * left (rdzv_rules_failure_final).  What the agent is told with its
  * assignment. */
-bool es_failure_final(const struct es_state *s);
+bool etcd_rdzv_state_failure_final(const struct etcd_rdzv_state *s);
 /* The wait of a closing round ran out: close it. */
-int es_close_wait_over(struct es_state *s, int round);
+int etcd_rdzv_state_close_wait_over(struct etcd_rdzv_state *s, int round);
 /* id enters the exit barrier of round. */
-int es_barrier(struct es_state *s, const char *id, int round);
+int etcd_rdzv_state_barrier(struct etcd_rdzv_state *s, const char *id, int round);
 /* id is gone: why is "lost" (its lease expired) or "left". */
-int es_remove(struct es_state *s, const char *id, const char *why);
+int etcd_rdzv_state_remove(struct etcd_rdzv_state *s, const char *id, const char *why);
 /* The last call of round ran out: complete it if it still gathers with
  * at least min_nodes. */
-int es_last_call(struct es_state *s, int round);
+int etcd_rdzv_state_last_call(struct etcd_rdzv_state *s, int round);
 
 /* How long the gathering round's last call lasts (seconds): the job's
  * last_call_timeout, but at least rejoin_window (the agent's keepalive
  * window) while nodes told to restart are still on their way back
  * (rdzvd's rule: a round without them sends them in as newcomers,
  * restarting the others again). */
-double es_last_call_wait(const struct es_state *s, double rejoin_window);
+double etcd_rdzv_state_last_call_wait(const struct etcd_rdzv_state *s, double rejoin_window);
 
 /* "node HOST (ADDR, pid PID)" */
-void es_describe(const struct es_node *n, char *buf, size_t size);
+void etcd_rdzv_state_describe(const struct etcd_rdzv_node *n, char *buf, size_t size);
 
 #endif

@@ -30,7 +30,7 @@ struct etcd_session {
   /* Read-only for the caller. */
   int ttl;                        /* seconds */
   char lease[32];                 /* decimal, as etcd sends it; "": none */
-  char id[ES_ID_MAX + 1];         /* the lease id in hex: the alive key's
+  char id[ETCD_RDZV_ID_MAX + 1];         /* the lease id in hex: the alive key's
                                      name and the node's id in the state */
   char alive_key[RP_MAX_ID + 400]; /* alive_prefix + id, once granted */
 

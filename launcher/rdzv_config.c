@@ -264,10 +264,10 @@ static int resolve_etcd(const struct cdrun_args *a, const char *run_id,
                         struct rdzv_config *c, char *err, size_t errlen)
 {
   c->backend = BACKEND_ETCD;
-  if (a->nnodes_max > ES_MAX_NODES)
+  if (a->nnodes_max > ETCD_RDZV_MAX_NODES)
     return err_invalid(err, errlen, "--nnodes=%d:%d: at most %d nodes per "
                        "job with the etcd back end", a->nnodes_min,
-                       a->nnodes_max, ES_MAX_NODES);
+                       a->nnodes_max, ETCD_RDZV_MAX_NODES);
   if (etcd_endpoints(c, a->rdzv_endpoint, err, errlen))
     return -EINVAL;
   if (strlen(run_id) > RP_MAX_ID || !run_id[0] || strchr(run_id, '/'))

@@ -53,7 +53,7 @@ struct rdzv_etcd {
   struct etcd_watch *watch;
   enum boot boot;
   bool call_inflight;             /* one boot call or transaction */
-  struct es_state txn_state;      /* what the transaction in flight writes */
+  struct etcd_rdzv_state txn_state;      /* what the transaction in flight writes */
   bool txn_clear_failure;         /* ... and the intents it carries */
   bool txn_clear_barrier;
   struct etcd_session session;    /* lease, keepalives, alive key */
@@ -62,7 +62,7 @@ struct rdzv_etcd {
   char last_error[512];
 
   /* What this agent knows. */
-  struct es_state st;
+  struct etcd_rdzv_state st;
   int64_t st_mod;                 /* mod_revision of st; 0: absent */
   int64_t view_rev;               /* the watch delivered up to here */
   struct peer *alive;             /* agents with an alive key, in creation
@@ -169,10 +169,10 @@ static void lease_lost(void *ctx)
  * the same idempotent transitions as the agent's own, so applying one
  * twice, or late, is harmless; the agent still applies its own. */
 struct peer {
-  char id[ES_ID_MAX + 1];
+  char id[ETCD_RDZV_ID_MAX + 1];
   int64_t create_rev;
-  struct es_node node;
-  struct es_conf conf;
+  struct etcd_rdzv_node node;
+  struct etcd_rdzv_conf conf;
   int join;                       /* -1: not joining */
   int exit;                       /* -1: not in the exit barrier */
   bool leave;
@@ -275,18 +275,18 @@ static void alive_clear(struct rdzv_etcd *e)
 static void take_state(struct rdzv_etcd *e, const char *value, size_t len,
                        int64_t mod)
 {
-  struct es_state s;
+  struct etcd_rdzv_state s;
 
   if (mod && mod <= e->st_mod)
     return;
-  es_init(&s);
-  if (value && es_parse(value, len, &s) != 0) {
+  etcd_rdzv_state_init(&s);
+  if (value && etcd_rdzv_state_parse(value, len, &s) != 0) {
     say("rendezvous '%s': ignoring a malformed state in etcd at %s", e->id,
         e->state_key);
-    es_free(&s);
+    etcd_rdzv_state_free(&s);
     return;
   }
-  es_free(&e->st);
+  etcd_rdzv_state_free(&e->st);
   e->st = s;
   e->st_mod = mod;
 }
@@ -303,7 +303,7 @@ static void take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
   if (strcmp(key, e->state_key) == 0) {
     if (deleted) {
       if (mod > e->st_mod) {
-        es_free(&e->st);
+        etcd_rdzv_state_free(&e->st);
         e->st_mod = mod;
       }
     } else {
@@ -441,7 +441,7 @@ static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
     leave_finish(e);
     return;
   }
-  es_free(&e->st);
+  etcd_rdzv_state_free(&e->st);
   e->st_mod = 0;
   alive_clear(e);
   cJSON_ArrayForEach(kv, kvs)
@@ -587,14 +587,14 @@ static void boot_next(struct rdzv_etcd *e)
 static void deliver_round(struct rdzv_etcd *e, int me)
 {
   struct rdzv_assignment a;
-  const struct es_node *master = NULL;
+  const struct etcd_rdzv_node *master = NULL;
   int i, offset = 0, world = 0, k = 0;
 
   memset(&a, 0, sizeof a);
   for (i = 0; i < e->st.n; i++) {
-    const struct es_node *n = &e->st.nodes[i];
+    const struct etcd_rdzv_node *n = &e->st.nodes[i];
 
-    if (n->st != ES_PART)
+    if (n->st != ETCD_RDZV_PART)
       continue;
     k++;
     world += n->nproc;
@@ -605,7 +605,7 @@ static void deliver_round(struct rdzv_etcd *e, int me)
   }
   a.round = e->st.round;
   a.restart_count = e->st.restart_count;
-  a.failure_final = es_failure_final(&e->st);
+  a.failure_final = etcd_rdzv_state_failure_final(&e->st);
   a.group_rank = e->st.nodes[me].rank;
   a.group_world_size = k;
   a.rank_offset = offset;
@@ -634,17 +634,17 @@ static void last_call_fire(uv_timer_t *t)
 /* While this node waits: progress lines, and the local last-call timer. */
 static void observe_gathering(struct rdzv_etcd *e)
 {
-  const struct es_state *s = &e->st;
+  const struct etcd_rdzv_state *s = &e->st;
   double now = now_s();
   double window = e->o.conf.keepalive_interval * e->o.conf.keepalive_misses;
   int part;
 
-  es_counts(s, &part, NULL, NULL);
-  if (s->phase == ES_GATHERING && part >= s->conf.min_nodes) {
+  etcd_rdzv_state_counts(s, &part, NULL, NULL);
+  if (s->phase == ETCD_RDZV_GATHERING && part >= s->conf.min_nodes) {
     if (e->lc_armed_round != s->round) {
       e->lc_armed_round = s->round;
       uv_timer_start(&e->last_call, last_call_fire,
-                     (uint64_t)(es_last_call_wait(s, window) * 1000), 0);
+                     (uint64_t)(etcd_rdzv_state_last_call_wait(s, window) * 1000), 0);
     }
   } else if (e->lc_armed_round >= 0) {
     uv_timer_stop(&e->last_call);
@@ -654,7 +654,7 @@ static void observe_gathering(struct rdzv_etcd *e)
     return;
   e->last_present = part;
   e->last_progress = now;
-  if (s->phase == ES_RUNNING)
+  if (s->phase == ETCD_RDZV_RUNNING)
     say("rendezvous '%s': round %d is full (%d of at most %d nodes): "
         "waiting for a place; join timeout in %.0f s", e->id, s->round,
         part, s->conf.max_nodes,
@@ -663,7 +663,7 @@ static void observe_gathering(struct rdzv_etcd *e)
     say("rendezvous '%s' round %d: %d node%s present (min %d, max %d); "
         "starting in %.1f s unless more join", e->id, s->round, part,
         part == 1 ? "" : "s", s->conf.min_nodes, s->conf.max_nodes,
-        es_last_call_wait(s, window));
+        etcd_rdzv_state_last_call_wait(s, window));
   else
     say("rendezvous '%s' round %d: waiting for nodes: %d present, at "
         "least %d needed (max %d); join timeout in %.0f s", e->id,
@@ -701,9 +701,9 @@ static void close_wait_fire(uv_timer_t *t)
  * agent whose wait ends closes it. */
 static void observe_closing(struct rdzv_etcd *e)
 {
-  const struct es_state *s = &e->st;
+  const struct etcd_rdzv_state *s = &e->st;
 
-  if (s->exists && s->closing && s->phase == ES_RUNNING) {
+  if (s->exists && s->closing && s->phase == ETCD_RDZV_RUNNING) {
     if (e->cw_armed_round != s->round) {
       e->cw_armed_round = s->round;
       uv_timer_start(&e->close_wait, close_wait_fire,
@@ -718,19 +718,19 @@ static void observe_closing(struct rdzv_etcd *e)
 
 static void observe(struct rdzv_etcd *e)
 {
-  const struct es_state *s = &e->st;
+  const struct etcd_rdzv_state *s = &e->st;
   int me;
 
   if (e->boot != B_READY || e->failed || e->destroyed)
     return;
   observe_closing(e);
-  if (s->exists && s->phase == ES_CLOSED && e->was_member) {
+  if (s->exists && s->phase == ETCD_RDZV_CLOSED && e->was_member) {
     take_cause(e);
     fail(e, UV_ECANCELED, "the job '%s' was closed: %s", e->id, s->why);
     return;
   }
-  me = s->exists ? es_find(s, e->session.id) : -1;
-  if (s->exists && s->phase == ES_FINISHED && e->was_member) {
+  me = s->exists ? etcd_rdzv_state_find(s, e->session.id) : -1;
+  if (s->exists && s->phase == ETCD_RDZV_FINISHED && e->was_member) {
     fail(e, 0, "the job '%s' finished: %s", e->id, s->why);
     return;
   }
@@ -741,7 +741,7 @@ static void observe(struct rdzv_etcd *e)
     return;
   }
   e->was_member = true;
-  if (s->phase == ES_RUNNING && s->nodes[me].st == ES_PART &&
+  if (s->phase == ETCD_RDZV_RUNNING && s->nodes[me].st == ETCD_RDZV_PART &&
       e->want_join && s->round != e->delivered_round) {
     deliver_round(e, me);
     return;
@@ -755,7 +755,7 @@ static void observe(struct rdzv_etcd *e)
     return;
   }
   if (e->barrier_round >= 0 && e->barrier_written &&
-      s->round == e->barrier_round && s->phase == ES_RUNNING &&
+      s->round == e->barrier_round && s->phase == ETCD_RDZV_RUNNING &&
       s->exit_passed) {
     e->barrier_round = -1;
     e->base.cb.on_barrier(e->base.cb.ctx, 0);
@@ -772,7 +772,7 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg);
 /* The other agents' requests (Note [requests in alive keys]), in the
  * order their alive keys were created.  A request the state cannot take
  * (a config mismatch, a closed job) is left for its agent to find. */
-static int apply_requests(struct rdzv_etcd *e, struct es_state *s)
+static int apply_requests(struct rdzv_etcd *e, struct etcd_rdzv_state *s)
 {
   char err[RP_MAX_TEXT + 1];
   int changed = 0, i, k;
@@ -785,15 +785,15 @@ static int apply_requests(struct rdzv_etcd *e, struct es_state *s)
     if (strcmp(p->id, e->session.id) == 0)
       continue;
     if (p->leave) {
-      changed |= es_remove(s, p->id, "left");
+      changed |= etcd_rdzv_state_remove(s, p->id, "left");
       continue;
     }
     if (p->exit >= 0)
-      changed |= es_barrier(s, p->id, p->exit);
+      changed |= etcd_rdzv_state_barrier(s, p->id, p->exit);
     if (p->join >= 0 && p->join >= (s->exists ? s->round : 0)) {
-      k = es_find(s, p->id);
-      if (k < 0 || s->nodes[k].st == ES_IDLE)
-        changed |= es_join(s, &p->node, &p->conf, err, sizeof err) > 0;
+      k = etcd_rdzv_state_find(s, p->id);
+      if (k < 0 || s->nodes[k].st == ETCD_RDZV_IDLE)
+        changed |= etcd_rdzv_state_join(s, &p->node, &p->conf, err, sizeof err) > 0;
     }
   }
   return changed;
@@ -801,13 +801,13 @@ static int apply_requests(struct rdzv_etcd *e, struct es_state *s)
 
 /* Applies every intent to a copy of the state.  Returns 1 to write it, 0
  * when nothing changes, < 0 when a join was refused (err says why). */
-static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
+static int transform(struct rdzv_etcd *e, struct etcd_rdzv_state *s, char *err,
                      size_t errlen, bool *clear_failure, bool *clear_barrier)
 {
   int changed = 0, rc, i;
 
   *clear_failure = *clear_barrier = false;
-  if (es_copy(s, &e->st))
+  if (etcd_rdzv_state_copy(s, &e->st))
     return -ENOMEM;
   /* Dead nodes: their alive key is gone in a view at least as new as
    * the state (a node's alive key is written before it joins). */
@@ -815,7 +815,7 @@ static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
     for (i = 0; i < s->n;) {
       if (strcmp(s->nodes[i].id, e->session.id) != 0 &&
           alive_find(e, s->nodes[i].id) < 0 &&
-          es_remove(s, s->nodes[i].id, "lost")) {
+          etcd_rdzv_state_remove(s, s->nodes[i].id, "lost")) {
         changed = 1;
         continue;
       }
@@ -823,20 +823,20 @@ static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
     }
   }
   if (e->want_failure) {
-    rc = es_failure(s, e->session.id, e->failure_round, e->failure_final,
+    rc = etcd_rdzv_state_failure(s, e->session.id, e->failure_round, e->failure_final,
                     e->failure_msg, &e->failure_cause);
     changed |= rc;
     *clear_failure = true;
   }
   if (e->barrier_round >= 0 && !e->barrier_written) {
-    changed |= es_barrier(s, e->session.id, e->barrier_round);
+    changed |= etcd_rdzv_state_barrier(s, e->session.id, e->barrier_round);
     *clear_barrier = true;
   }
   if (e->want_leave) {
-    changed |= es_remove(s, e->session.id, "left");
+    changed |= etcd_rdzv_state_remove(s, e->session.id, "left");
   } else if (e->want_join) {
-    struct es_node me;
-    struct es_conf conf;
+    struct etcd_rdzv_node me;
+    struct etcd_rdzv_conf conf;
 
     memset(&me, 0, sizeof me);
     snprintf(me.id, sizeof me.id, "%s", e->session.id);
@@ -849,17 +849,17 @@ static int transform(struct rdzv_etcd *e, struct es_state *s, char *err,
     conf.max_nodes = e->o.conf.max_nodes;
     conf.max_restarts = e->o.conf.max_restarts;
     conf.last_call_timeout = e->o.conf.last_call_timeout;
-    rc = es_join(s, &me, &conf, err, errlen);
+    rc = etcd_rdzv_state_join(s, &me, &conf, err, errlen);
     if (rc < 0)
       return rc;
     changed |= rc;
   }
   if (e->last_call_round >= 0) {
-    changed |= es_last_call(s, e->last_call_round);
+    changed |= etcd_rdzv_state_last_call(s, e->last_call_round);
     e->last_call_round = -1;
   }
   if (e->close_wait_round >= 0)     /* kept until the round is closed */
-    changed |= es_close_wait_over(s, e->close_wait_round);
+    changed |= etcd_rdzv_state_close_wait_over(s, e->close_wait_round);
   changed |= apply_requests(e, s);
   return changed;
 }
@@ -879,10 +879,10 @@ static cJSON *range_op(const char *key)
  * finished job leaves its state, without nodes, on a lease of its own
  * whose TTL is close_timeout: etcd deletes it then.  The lease is granted
  * just before that write; if it cannot be had, the state is deleted. */
-static bool keeps_marker(const struct rdzv_etcd *e, const struct es_state *s)
+static bool keeps_marker(const struct rdzv_etcd *e, const struct etcd_rdzv_state *s)
 {
   return s->exists && s->n == 0 && e->o.conf.close_timeout > 0 &&
-         (s->phase == ES_CLOSED || s->phase == ES_FINISHED) &&
+         (s->phase == ETCD_RDZV_CLOSED || s->phase == ETCD_RDZV_FINISHED) &&
          e->end_lease[0] && strcmp(e->end_lease, "0") != 0;
 }
 
@@ -902,7 +902,7 @@ static void end_grant_done(void *ctx, int err, const cJSON *r,
 /* Asks for the marker's lease when s is an ended job nobody is in.
  * Returns true when the request went out (step() runs again on its
  * answer). */
-static bool grant_end_lease(struct rdzv_etcd *e, const struct es_state *s)
+static bool grant_end_lease(struct rdzv_etcd *e, const struct etcd_rdzv_state *s)
 {
   cJSON *b;
   char ttl[32];
@@ -910,7 +910,7 @@ static bool grant_end_lease(struct rdzv_etcd *e, const struct es_state *s)
 
   if (e->end_lease[0] || !s->exists || s->n != 0 ||
       !(e->o.conf.close_timeout > 0) ||
-      (s->phase != ES_CLOSED && s->phase != ES_FINISHED))
+      (s->phase != ETCD_RDZV_CLOSED && s->phase != ETCD_RDZV_FINISHED))
     return false;
   b = cJSON_CreateObject();
   snprintf(ttl, sizeof ttl, "%.0f",
@@ -928,7 +928,7 @@ static bool grant_end_lease(struct rdzv_etcd *e, const struct es_state *s)
 }
 
 /* Writes s if the state is still at st_mod and this agent is alive. */
-static int write_state(struct rdzv_etcd *e, const struct es_state *s)
+static int write_state(struct rdzv_etcd *e, const struct etcd_rdzv_state *s)
 {
   cJSON *b = cJSON_CreateObject(), *cmp, *c, *ok, *op, *in;
   char rev[32], *val = NULL;
@@ -963,7 +963,7 @@ static int write_state(struct rdzv_etcd *e, const struct es_state *s)
     in = cJSON_AddObjectToObject(op, "request_delete_range");
     etcd_add_b64(in, "key", e->state_key, strlen(e->state_key));
   } else {
-    val = es_serialize(s);
+    val = etcd_rdzv_state_serialize(s);
     if (!val) {
       cJSON_Delete(op);
       cJSON_Delete(b);
@@ -1019,13 +1019,13 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
   }
   rev = etcd_i64(cJSON_GetObjectItemCaseSensitive(r, "header"), "revision");
   if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "succeeded"))) {
-    struct es_state tmp = e->st;
+    struct etcd_rdzv_state tmp = e->st;
 
     e->st = e->txn_state;
     e->txn_state = tmp;
     e->st_mod = rev;
     if (!e->st.n)
-      es_free(&e->st);
+      etcd_rdzv_state_free(&e->st);
     if (e->txn_clear_failure) {
       e->want_failure = false;
       e->publish_dirty |= e->want_leave;    /* now the leave */
@@ -1053,7 +1053,7 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
   if (kv) {
     take_kv(e, kv, false);
   } else if (e->st_mod < rev) {
-    es_free(&e->st);    /* deleted meanwhile */
+    etcd_rdzv_state_free(&e->st);    /* deleted meanwhile */
     e->st_mod = rev;
   }
   kick(e);
@@ -1155,7 +1155,7 @@ static void join_timeout_fire(uv_timer_t *t)
                                                   : "no answer");
     return;
   }
-  es_counts(&e->st, &part, NULL, NULL);
+  etcd_rdzv_state_counts(&e->st, &part, NULL, NULL);
   fail(e, UV_ETIMEDOUT, "rendezvous '%s' refused: waited %.0f s: %d of at "
        "least %d nodes present (join_timeout)", e->id,
        e->o.conf.join_timeout, part, e->o.conf.min_nodes);
@@ -1249,8 +1249,8 @@ static void one_closed(void *ctx)
 
   if (--e->open_handles > 0)
     return;
-  es_free(&e->st);
-  es_free(&e->txn_state);
+  etcd_rdzv_state_free(&e->st);
+  etcd_rdzv_state_free(&e->txn_state);
   alive_clear(e);
   free(e->alive);
   free(e->user);
@@ -1392,8 +1392,8 @@ int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
   e->close_wait_round = -1;
   e->cw_armed_round = -1;
   e->last_present = -1;
-  es_init(&e->st);
-  es_init(&e->txn_state);
+  etcd_rdzv_state_init(&e->st);
+  etcd_rdzv_state_init(&e->txn_state);
   uv_timer_init(loop, &e->kick);
   uv_timer_init(loop, &e->retry);
   uv_timer_init(loop, &e->last_call);

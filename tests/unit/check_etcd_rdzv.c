@@ -80,16 +80,16 @@ END_TEST
 
 /* ---- state transitions ---- */
 
-static struct es_conf conf(int min, int max, int restarts, double last_call)
+static struct etcd_rdzv_conf conf(int min, int max, int restarts, double last_call)
 {
-  struct es_conf c = { min, max, restarts, last_call };
+  struct etcd_rdzv_conf c = { min, max, restarts, last_call };
 
   return c;
 }
 
-static struct es_node node(const char *id, int nproc)
+static struct etcd_rdzv_node node(const char *id, int nproc)
 {
-  struct es_node n;
+  struct etcd_rdzv_node n;
 
   memset(&n, 0, sizeof n);
   snprintf(n.id, sizeof n.id, "%s", id);
@@ -100,18 +100,18 @@ static struct es_node node(const char *id, int nproc)
   return n;
 }
 
-static int join(struct es_state *s, const char *id, int nproc,
-                struct es_conf c)
+static int join(struct etcd_rdzv_state *s, const char *id, int nproc,
+                struct etcd_rdzv_conf c)
 {
-  struct es_node n = node(id, nproc);
+  struct etcd_rdzv_node n = node(id, nproc);
   char err[256];
 
-  return es_join(s, &n, &c, err, sizeof err);
+  return etcd_rdzv_state_join(s, &n, &c, err, sizeof err);
 }
 
-static const struct es_node *get(const struct es_state *s, const char *id)
+static const struct etcd_rdzv_node *get(const struct etcd_rdzv_state *s, const char *id)
 {
-  int i = es_find(s, id);
+  int i = etcd_rdzv_state_find(s, id);
 
   ck_assert_int_ge(i, 0);
   return &s->nodes[i];
@@ -119,84 +119,84 @@ static const struct es_node *get(const struct es_state *s, const char *id)
 
 START_TEST(test_complete_at_max)
 {
-  struct es_state s;
-  struct es_conf c = conf(2, 2, 0, 30);
+  struct etcd_rdzv_state s;
+  struct etcd_rdzv_conf c = conf(2, 2, 0, 30);
 
-  es_init(&s);
+  etcd_rdzv_state_init(&s);
   ck_assert_int_eq(join(&s, "a", 2, c), 1);
-  ck_assert_int_eq(s.phase, ES_GATHERING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_GATHERING);
   ck_assert_int_eq(join(&s, "a", 2, c), 0);       /* idempotent */
   ck_assert_int_eq(join(&s, "b", 1, c), 1);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert_int_eq(get(&s, "a")->rank, 0);
   ck_assert_int_eq(get(&s, "b")->rank, 1);
   ck_assert_int_eq(s.round, 0);
-  es_free(&s);
+  etcd_rdzv_state_free(&s);
 }
 END_TEST
 
 START_TEST(test_last_call)
 {
-  struct es_state s;
-  struct es_conf c = conf(1, 3, 0, 30);
+  struct etcd_rdzv_state s;
+  struct etcd_rdzv_conf c = conf(1, 3, 0, 30);
 
-  es_init(&s);
+  etcd_rdzv_state_init(&s);
   join(&s, "a", 1, c);
-  ck_assert_int_eq(s.phase, ES_GATHERING);        /* waits for more */
-  ck_assert_int_eq(es_last_call(&s, 5), 0);       /* another round's */
-  ck_assert_int_eq(es_last_call(&s, 0), 1);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
-  ck_assert_int_eq(es_last_call(&s, 0), 0);       /* twice: nothing */
-  es_free(&s);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_GATHERING);        /* waits for more */
+  ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 5), 0);       /* another round's */
+  ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 1);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
+  ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 0);       /* twice: nothing */
+  etcd_rdzv_state_free(&s);
   /* last_call_timeout 0: complete at min_nodes. */
-  es_init(&s);
+  etcd_rdzv_state_init(&s);
   c = conf(1, 3, 0, 0);
   join(&s, "a", 1, c);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
-  es_free(&s);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
+  etcd_rdzv_state_free(&s);
 }
 END_TEST
 
 START_TEST(test_failure_once_per_round)
 {
-  struct es_state s;
-  struct es_conf c = conf(2, 2, 1, 30);
+  struct etcd_rdzv_state s;
+  struct etcd_rdzv_conf c = conf(2, 2, 1, 30);
 
-  es_init(&s);
+  etcd_rdzv_state_init(&s);
   join(&s, "a", 1, c);
   join(&s, "b", 1, c);
-  ck_assert_int_eq(es_failure(&s, "b", 0, false, "boom", NULL), 1);
+  ck_assert_int_eq(etcd_rdzv_state_failure(&s, "b", 0, false, "boom", NULL), 1);
   ck_assert_int_eq(s.restart_count, 1);
   ck_assert_int_eq(s.round, 1);
-  ck_assert_int_eq(s.phase, ES_GATHERING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_GATHERING);
   ck_assert_ptr_nonnull(strstr(s.why, "workers failed: boom"));
   /* a's report of the same round: part of the same restart. */
-  ck_assert_int_eq(es_failure(&s, "a", 0, false, "boom too", NULL), 0);
+  ck_assert_int_eq(etcd_rdzv_state_failure(&s, "a", 0, false, "boom too", NULL), 0);
   ck_assert_int_eq(s.restart_count, 1);
   /* Both come back: the round completes as soon as none is outstanding,
    * with the old ranks. */
   join(&s, "b", 1, c);
-  ck_assert_int_eq(s.phase, ES_GATHERING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_GATHERING);
   join(&s, "a", 1, c);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert_int_eq(get(&s, "a")->rank, 0);
   ck_assert_int_eq(get(&s, "b")->rank, 1);
   /* a's report of round 0 arriving only now (after a retried
    * transaction, say) must not restart round 1. */
-  ck_assert_int_eq(es_failure(&s, "a", 0, false, "late", NULL), 0);
+  ck_assert_int_eq(etcd_rdzv_state_failure(&s, "a", 0, false, "late", NULL), 0);
   ck_assert_int_eq(s.restart_count, 1);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   /* No restart left: the job closes. */
-  ck_assert_int_eq(es_failure(&s, "a", 1, false, "again", NULL), 1);
+  ck_assert_int_eq(etcd_rdzv_state_failure(&s, "a", 1, false, "again", NULL), 1);
   /* Note [root cause]: closing until b reports or the wait runs out. */
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert(s.closing);
-  ck_assert_int_eq(es_close_wait_over(&s, 0), 0);
-  ck_assert_int_eq(es_close_wait_over(&s, 1), 1);
-  ck_assert_int_eq(s.phase, ES_CLOSED);
+  ck_assert_int_eq(etcd_rdzv_state_close_wait_over(&s, 0), 0);
+  ck_assert_int_eq(etcd_rdzv_state_close_wait_over(&s, 1), 1);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_CLOSED);
   ck_assert_ptr_nonnull(strstr(s.why, "no restarts left (1 of 1 used)"));
   ck_assert_int_eq(join(&s, "c", 1, c), -ESHUTDOWN);
-  es_free(&s);
+  etcd_rdzv_state_free(&s);
 }
 END_TEST
 
@@ -205,35 +205,35 @@ END_TEST
  * report that exited later is secondary, and a lost node ends the wait. */
 START_TEST(test_root_cause_earliest)
 {
-  struct es_state s, t;
-  struct es_conf c = conf(3, 3, 0, 30);
+  struct etcd_rdzv_state s, t;
+  struct etcd_rdzv_conf c = conf(3, 3, 0, 30);
   struct rp_cause ca = { .exited_at = 200.5, .rank = 0, .exitcode = 104,
                          .pid = 10 };
   struct rp_cause cb = { .exited_at = 199.25, .rank = 2, .exitcode = 28,
                          .pid = 20 };
   char *json;
 
-  es_init(&s);
-  es_init(&t);
+  etcd_rdzv_state_init(&s);
+  etcd_rdzv_state_init(&t);
   join(&s, "a", 2, c);
   join(&s, "b", 2, c);
   join(&s, "x", 2, c);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
-  ck_assert_int_eq(es_failure(&s, "a", 0, true, "rank 0: reset", &ca), 1);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
+  ck_assert_int_eq(etcd_rdzv_state_failure(&s, "a", 0, true, "rank 0: reset", &ca), 1);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert(s.closing);
   /* The same report again (a retried transaction): no change. */
-  ck_assert_int_eq(es_failure(&s, "a", 0, true, "rank 0: reset", &ca), 0);
-  json = es_serialize(&s);
-  ck_assert_int_eq(es_parse(json, strlen(json), &t), 0);
+  ck_assert_int_eq(etcd_rdzv_state_failure(&s, "a", 0, true, "rank 0: reset", &ca), 0);
+  json = etcd_rdzv_state_serialize(&s);
+  ck_assert_int_eq(etcd_rdzv_state_parse(json, strlen(json), &t), 0);
   free(json);
-  ck_assert_int_eq(es_failure(&t, "b", 0, true, "rank 2: disk full", &cb),
+  ck_assert_int_eq(etcd_rdzv_state_failure(&t, "b", 0, true, "rank 2: disk full", &cb),
                    1);
-  ck_assert_int_eq(t.phase, ES_RUNNING);    /* x has not reported */
-  ck_assert_int_eq(es_remove(&t, "x", "lost"), 1);
-  ck_assert_int_eq(t.phase, ES_CLOSED);
-  json = es_serialize(&t);
-  ck_assert_int_eq(es_parse(json, strlen(json), &s), 0);
+  ck_assert_int_eq(t.phase, ETCD_RDZV_RUNNING);    /* x has not reported */
+  ck_assert_int_eq(etcd_rdzv_state_remove(&t, "x", "lost"), 1);
+  ck_assert_int_eq(t.phase, ETCD_RDZV_CLOSED);
+  json = etcd_rdzv_state_serialize(&t);
+  ck_assert_int_eq(etcd_rdzv_state_parse(json, strlen(json), &s), 0);
   free(json);
   ck_assert(s.cause_held);
   ck_assert_double_eq(s.cause.exited_at, 199.25);
@@ -242,8 +242,8 @@ START_TEST(test_root_cause_earliest)
   ck_assert_int_eq(s.cause.pid, 20);
   ck_assert_str_eq(s.cause.host, "host-b");
   ck_assert_ptr_nonnull(strstr(s.why, "rank 2: disk full"));
-  es_free(&s);
-  es_free(&t);
+  etcd_rdzv_state_free(&s);
+  etcd_rdzv_state_free(&t);
 }
 END_TEST
 
@@ -252,133 +252,133 @@ END_TEST
  * most a keepalive window, instead of completing without them. */
 START_TEST(test_zero_last_call_waits_for_restarting)
 {
-  struct es_state s;
-  struct es_conf c = conf(1, 2, 3, 0);
+  struct etcd_rdzv_state s;
+  struct etcd_rdzv_conf c = conf(1, 2, 3, 0);
 
-  es_init(&s);
+  etcd_rdzv_state_init(&s);
   join(&s, "a", 1, c);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert_int_eq(join(&s, "b", 1, c), 1);       /* a new round */
-  ck_assert_int_eq(s.phase, ES_GATHERING);        /* waits for a */
-  ck_assert(es_last_call_wait(&s, 5) == 5);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_GATHERING);        /* waits for a */
+  ck_assert(etcd_rdzv_state_last_call_wait(&s, 5) == 5);
   join(&s, "a", 1, c);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert_int_eq(get(&s, "a")->rank, 0);
   ck_assert_int_eq(get(&s, "b")->rank, 1);
-  ck_assert(es_last_call_wait(&s, 5) == 0);
-  es_free(&s);
+  ck_assert(etcd_rdzv_state_last_call_wait(&s, 5) == 0);
+  etcd_rdzv_state_free(&s);
 }
 END_TEST
 
 START_TEST(test_scale_up_and_lost)
 {
-  struct es_state s;
-  struct es_conf c = conf(1, 3, 0, 30);
+  struct etcd_rdzv_state s;
+  struct etcd_rdzv_conf c = conf(1, 3, 0, 30);
 
-  es_init(&s);
+  etcd_rdzv_state_init(&s);
   join(&s, "a", 2, c);
-  es_last_call(&s, 0);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  etcd_rdzv_state_last_call(&s, 0);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   /* A newcomer while running: a new round, no restart counted. */
   ck_assert_int_eq(join(&s, "b", 1, c), 1);
   ck_assert_int_eq(s.round, 1);
   ck_assert_int_eq(s.restart_count, 0);
   ck_assert_ptr_nonnull(strstr(s.why, "joined"));
   join(&s, "a", 2, c);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert_int_eq(get(&s, "a")->rank, 0);        /* keeps rank 0 */
   ck_assert_int_eq(get(&s, "b")->rank, 1);
   /* b's lease expired: a new round for a. */
-  ck_assert_int_eq(es_remove(&s, "b", "lost"), 1);
+  ck_assert_int_eq(etcd_rdzv_state_remove(&s, "b", "lost"), 1);
   ck_assert_int_eq(s.round, 2);
   ck_assert_ptr_nonnull(strstr(s.why, "lost"));
-  ck_assert_int_eq(es_remove(&s, "b", "lost"), 0);
+  ck_assert_int_eq(etcd_rdzv_state_remove(&s, "b", "lost"), 0);
   join(&s, "a", 2, c);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
-  es_free(&s);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
+  etcd_rdzv_state_free(&s);
 }
 END_TEST
 
 START_TEST(test_full_round_waits)
 {
-  struct es_state s;
-  struct es_conf c = conf(2, 2, 0, 30);
+  struct etcd_rdzv_state s;
+  struct etcd_rdzv_conf c = conf(2, 2, 0, 30);
 
-  es_init(&s);
+  etcd_rdzv_state_init(&s);
   join(&s, "a", 1, c);
   join(&s, "b", 1, c);
   ck_assert_int_eq(join(&s, "c", 1, c), 1);
-  ck_assert_int_eq(get(&s, "c")->st, ES_SPARE);
+  ck_assert_int_eq(get(&s, "c")->st, ETCD_RDZV_SPARE);
   ck_assert_int_eq(s.round, 0);                   /* no new round */
   /* b dies: c takes its place in the new round. */
-  es_remove(&s, "b", "lost");
+  etcd_rdzv_state_remove(&s, "b", "lost");
   join(&s, "a", 1, c);
-  ck_assert_int_eq(s.phase, ES_RUNNING);
-  ck_assert_int_eq(get(&s, "c")->st, ES_PART);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
+  ck_assert_int_eq(get(&s, "c")->st, ETCD_RDZV_PART);
   ck_assert_int_eq(get(&s, "c")->rank, 1);
-  es_free(&s);
+  etcd_rdzv_state_free(&s);
 }
 END_TEST
 
 START_TEST(test_barrier_and_leave)
 {
-  struct es_state s;
-  struct es_conf c = conf(2, 2, 0, 30);
+  struct etcd_rdzv_state s;
+  struct etcd_rdzv_conf c = conf(2, 2, 0, 30);
 
-  es_init(&s);
+  etcd_rdzv_state_init(&s);
   join(&s, "a", 1, c);
   join(&s, "b", 1, c);
-  ck_assert_int_eq(es_barrier(&s, "a", 3), 0);     /* stale round */
-  ck_assert_int_eq(es_barrier(&s, "a", 0), 1);
+  ck_assert_int_eq(etcd_rdzv_state_barrier(&s, "a", 3), 0);     /* stale round */
+  ck_assert_int_eq(etcd_rdzv_state_barrier(&s, "a", 0), 1);
   ck_assert(!s.exit_passed);
-  ck_assert_int_eq(es_barrier(&s, "a", 0), 0);
-  ck_assert_int_eq(es_barrier(&s, "b", 0), 1);
+  ck_assert_int_eq(etcd_rdzv_state_barrier(&s, "a", 0), 0);
+  ck_assert_int_eq(etcd_rdzv_state_barrier(&s, "b", 0), 1);
   ck_assert(s.exit_passed);
   /* Leaving after the barrier starts no round; the last one finishes. */
-  es_remove(&s, "a", "left");
-  ck_assert_int_eq(s.phase, ES_RUNNING);
+  etcd_rdzv_state_remove(&s, "a", "left");
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert_int_eq(s.round, 0);
-  es_remove(&s, "b", "left");
+  etcd_rdzv_state_remove(&s, "b", "left");
   ck_assert_int_eq(s.n, 0);
-  es_free(&s);
+  etcd_rdzv_state_free(&s);
 }
 END_TEST
 
 START_TEST(test_config_mismatch)
 {
-  struct es_state s;
-  struct es_node n = node("b", 1);
-  struct es_conf c = conf(2, 2, 3, 30), other = conf(1, 3, 3, 30);
+  struct etcd_rdzv_state s;
+  struct etcd_rdzv_node n = node("b", 1);
+  struct etcd_rdzv_conf c = conf(2, 2, 3, 30), other = conf(1, 3, 3, 30);
   char err[256];
 
-  es_init(&s);
+  etcd_rdzv_state_init(&s);
   join(&s, "a", 1, c);
-  ck_assert_int_eq(es_join(&s, &n, &other, err, sizeof err), -EINVAL);
+  ck_assert_int_eq(etcd_rdzv_state_join(&s, &n, &other, err, sizeof err), -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "1..3 differs from the job's 2..2"));
   other = conf(2, 2, 1, 30);
-  ck_assert_int_eq(es_join(&s, &n, &other, err, sizeof err), -EINVAL);
+  ck_assert_int_eq(etcd_rdzv_state_join(&s, &n, &other, err, sizeof err), -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "max_restarts 1 differs"));
   ck_assert_int_eq(s.n, 1);
-  es_free(&s);
+  etcd_rdzv_state_free(&s);
 }
 END_TEST
 
 START_TEST(test_serialize_round_trip)
 {
-  struct es_state s, t;
-  struct es_conf c = conf(1, 4, 2, 1.5);
+  struct etcd_rdzv_state s, t;
+  struct etcd_rdzv_conf c = conf(1, 4, 2, 1.5);
   char *text, *again;
 
-  es_init(&s);
-  es_init(&t);
+  etcd_rdzv_state_init(&s);
+  etcd_rdzv_state_init(&t);
   join(&s, "a", 3, c);
   join(&s, "b", 1, c);
-  es_last_call(&s, 0);
-  es_barrier(&s, "b", 0);
-  text = es_serialize(&s);
+  etcd_rdzv_state_last_call(&s, 0);
+  etcd_rdzv_state_barrier(&s, "b", 0);
+  text = etcd_rdzv_state_serialize(&s);
   ck_assert_ptr_nonnull(text);
-  ck_assert_int_eq(es_parse(text, strlen(text), &t), 0);
-  again = es_serialize(&t);
+  ck_assert_int_eq(etcd_rdzv_state_parse(text, strlen(text), &t), 0);
+  again = etcd_rdzv_state_serialize(&t);
   ck_assert_str_eq(text, again);
   ck_assert_int_eq(t.n, 2);
   ck_assert_int_eq(get(&t, "a")->nproc, 3);
@@ -386,11 +386,11 @@ START_TEST(test_serialize_round_trip)
   ck_assert(t.conf.last_call_timeout == 1.5);
   free(text);
   free(again);
-  ck_assert_int_eq(es_parse("{\"phase\":\"nope\",\"nodes\":[]}", 26, &t),
+  ck_assert_int_eq(etcd_rdzv_state_parse("{\"phase\":\"nope\",\"nodes\":[]}", 26, &t),
                    -EINVAL);
-  ck_assert_int_eq(es_parse("[1]", 3, &t), -EINVAL);
-  es_free(&s);
-  es_free(&t);
+  ck_assert_int_eq(etcd_rdzv_state_parse("[1]", 3, &t), -EINVAL);
+  etcd_rdzv_state_free(&s);
+  etcd_rdzv_state_free(&t);
 }
 END_TEST
 

@@ -387,16 +387,16 @@ static bool rd_failure_final(void)
 
 /* -- the etcd back end's transitions, on one job document -- */
 
-static struct es_state es;
+static struct etcd_rdzv_state es;
 
 static void es_start(void)
 {
-  es_init(&es);
+  etcd_rdzv_state_init(&es);
 }
 
 static void es_stop(void)
 {
-  es_free(&es);
+  etcd_rdzv_state_free(&es);
 }
 
 static void es_id(int i, char *id, size_t size)
@@ -406,10 +406,10 @@ static void es_id(int i, char *id, size_t size)
 
 static int es_join_node(int i, const struct rdzv_rules_conf *c)
 {
-  struct es_conf conf = { c->min_nodes, c->max_nodes, c->max_restarts,
+  struct etcd_rdzv_conf conf = { c->min_nodes, c->max_nodes, c->max_restarts,
                           c->last_call_timeout };
-  struct es_state next;
-  struct es_node me;
+  struct etcd_rdzv_state next;
+  struct etcd_rdzv_node me;
   char err[256];
   int rc;
 
@@ -423,49 +423,49 @@ static int es_join_node(int i, const struct rdzv_rules_conf *c)
   me.rank = me.prev_rank = -1;
   /* As the back end does: the transition runs on a copy, stored only
    * when it succeeds (the compare-and-swap). */
-  es_init(&next);
-  ck_assert_int_eq(es_copy(&next, &es), 0);
-  rc = es_join(&next, &me, &conf, err, sizeof err);
+  etcd_rdzv_state_init(&next);
+  ck_assert_int_eq(etcd_rdzv_state_copy(&next, &es), 0);
+  rc = etcd_rdzv_state_join(&next, &me, &conf, err, sizeof err);
   if (rc < 0) {
-    es_free(&next);
+    etcd_rdzv_state_free(&next);
     return -EINVAL;
   }
-  es_free(&es);
+  etcd_rdzv_state_free(&es);
   es = next;
   return 0;
 }
 
 static void es_failure_node(int i, bool final)
 {
-  char id[ES_ID_MAX + 1], msg[32];
+  char id[ETCD_RDZV_ID_MAX + 1], msg[32];
   int k;
 
   es_id(i, id, sizeof id);
   snprintf(msg, sizeof msg, "rank %d", i);
   /* The round its workers ran in: the current one, or the one before
    * when its report crossed the restart. */
-  k = es_find(&es, id);
+  k = etcd_rdzv_state_find(&es, id);
   ck_assert_int_ge(k, 0);
-  es_failure(&es, id, es.nodes[k].st == ES_IDLE ? es.round - 1 : es.round,
+  etcd_rdzv_state_failure(&es, id, es.nodes[k].st == ETCD_RDZV_IDLE ? es.round - 1 : es.round,
              final, msg, NULL);
 }
 
 static void es_lost(int i)
 {
-  char id[ES_ID_MAX + 1];
+  char id[ETCD_RDZV_ID_MAX + 1];
 
   es_id(i, id, sizeof id);
-  es_remove(&es, id, "lost");
+  etcd_rdzv_state_remove(&es, id, "lost");
 }
 
 static void es_last_call_over(void)
 {
-  es_last_call(&es, es.round);
+  etcd_rdzv_state_last_call(&es, es.round);
 }
 
 static void es_close_wait(void)
 {
-  es_close_wait_over(&es, es.round);
+  etcd_rdzv_state_close_wait_over(&es, es.round);
 }
 
 static char es_phase(void)
@@ -482,19 +482,19 @@ static int es_restarts(void)
 
 static int es_rank(int i)
 {
-  char id[ES_ID_MAX + 1];
+  char id[ETCD_RDZV_ID_MAX + 1];
   int k;
 
   es_id(i, id, sizeof id);
-  k = es_find(&es, id);
-  if (k < 0 || es.phase != ES_RUNNING || es.nodes[k].st != ES_PART)
+  k = etcd_rdzv_state_find(&es, id);
+  if (k < 0 || es.phase != ETCD_RDZV_RUNNING || es.nodes[k].st != ETCD_RDZV_PART)
     return -1;
   return es.nodes[k].rank;
 }
 
 static bool es_final(void)
 {
-  return es_failure_final(&es);
+  return etcd_rdzv_state_failure_final(&es);
 }
 
 static const struct backend BACKENDS[] = {
