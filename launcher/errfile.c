@@ -13,13 +13,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "err.h"
 #include "say.h"
 
 #define ERRFILE_MAX (4u << 20)
 
 /* say.h's one helper, its return value unused here. */
 #define set_err(err, errlen, ...) \
-  ((void)say_fail(err, errlen, 0, __VA_ARGS__))
+  ((void)err_set(err, errlen, 0, __VA_ARGS__))
 
 /* Reads the whole file into a NUL-terminated heap buffer.  Reads up to one
  * byte past the limit instead of trusting st_size, so files that grow or
