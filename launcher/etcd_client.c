@@ -201,6 +201,9 @@ int64_t etcd_i64(const cJSON *obj, const char *name)
 {
   const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, name);
 
+  /* Not num.h: this is etcd's own output, not user input, and int64 is
+   * wider than num.h's long on some targets; etcd's gateway writes these
+   * as decimal strings (protobuf's JSON mapping of int64). */
   if (cJSON_IsString(f))
     return strtoll(f->valuestring, NULL, 10);
   if (cJSON_IsNumber(f))

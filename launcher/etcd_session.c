@@ -58,6 +58,9 @@ static void grant_done(void *ctx, int err, const cJSON *r, const char *msg)
   }
   if (!err) {
     snprintf(s->lease, sizeof s->lease, "%s", id->valuestring);
+    /* The lease ID is etcd's int64 as a decimal string (as etcd_i64);
+     * not num.h: it is etcd's output, no user input.  The alive key
+     * names it in hex. */
     snprintf(s->id, sizeof s->id, "%" PRIx64,
              (uint64_t)strtoull(s->lease, NULL, 10));
     snprintf(s->alive_key, sizeof s->alive_key, "%s%s", s->alive_prefix,
