@@ -64,7 +64,7 @@ VERSION  := $(shell cat VERSION)
 CPPFLAGS += -DCDRUN_VERSION='"$(VERSION)"'
 
 # One archive per layer, lowest first: util (proto/util: numbers, errors,
-# the clock, the timer heap, the hash table; lists are <sys/queue.h>'s),
+# the clock, the timer heap, the hash table, the intrusive list),
 # proto (the wire protocol), rdzvd (the daemon; its state machine is
 # linked into cdrun for embedded mode: it exists once), launcher.  A layer uses only the layers below it;
 # every .c in a layer's folder is built into its archive (but the mains).

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "err.h"
 #include "num.h"
-#include "say.h"
 
 double backoff_next(struct backoff *b, const struct backoff_conf *c,
                     double ran_s, const char *cause)
@@ -62,14 +62,14 @@ int backoff_conf_parse(const char *s, struct backoff_conf *c, char *err,
   if (*p || !*s)
     goto bad;
   if (v[0] > 0 && v[1] < v[0])
-    return say_fail(err, errlen, -EINVAL, "%s=%s: the cap (%g s) is below "
-                    "the first delay (%g s)", BACKOFF_ENV, s, v[1], v[0]);
+    return err_set(err, errlen, -EINVAL, "%s=%s: the cap (%g s) is below "
+                   "the first delay (%g s)", BACKOFF_ENV, s, v[1], v[0]);
   c->initial = v[0];
   c->max = v[1];
   c->healthy = v[2];
   return 0;
 bad:
-  return say_fail(err, errlen, -EINVAL, "%s: invalid value '%s' (expected "
-                  "INITIAL[:MAX[:HEALTHY]] in seconds, 0 to turn it off)",
-                  BACKOFF_ENV, s);
+  return err_set(err, errlen, -EINVAL, "%s: invalid value '%s' (expected "
+                 "INITIAL[:MAX[:HEALTHY]] in seconds, 0 to turn it off)",
+                 BACKOFF_ENV, s);
 }

@@ -4,22 +4,26 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "err.h"
+#include "num.h"
 #include "say.h"
 
 #define ERRFILE_MAX (4u << 20)
 
 /* say.h's one helper, its return value unused here. */
 #define set_err(err, errlen, ...) \
-  ((void)say_fail(err, errlen, 0, __VA_ARGS__))
+  ((void)err_set(err, errlen, 0, __VA_ARGS__))
 
 /* Reads the whole file into a NUL-terminated heap buffer.  Reads up to one
  * byte past the limit instead of trusting st_size, so files that grow or
@@ -106,8 +110,26 @@ static int slurp(const char *path, char **buf, size_t *len,
   return 0;
 }
 
-/* A timestamp is epoch seconds, as a JSON number or a numeric string.
- * Anything else (or a negative / non-finite value) counts as absent. */
+/* s without the blanks around it (a string written by a script may end
+ * in a newline) into buf; false when that does not fit. */
+static bool trim_blanks(const char *s, char *buf, size_t size)
+{
+  size_t n;
+
+  s += strspn(s, " \t\n");
+  n = strlen(s);
+  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n'))
+    n--;
+  if (n >= size)
+    return false;
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  return true;
+}
+
+/* A timestamp is epoch seconds, as a JSON number or a numeric string (a
+ * decimal, num.h's rule, blanks around it allowed).  Anything else (or a
+ * negative / non-finite value) counts as absent. */
 static double parse_ts(const cJSON *j)
 {
   double v = 0;
@@ -115,14 +137,10 @@ static double parse_ts(const cJSON *j)
   if (cJSON_IsNumber(j)) {
     v = j->valuedouble;
   } else if (cJSON_IsString(j) && j->valuestring) {
-    const char *s = j->valuestring;
-    char *end;
+    char buf[64];
 
-    errno = 0;
-    v = strtod(s, &end);
-    while (*end == ' ' || *end == '\t' || *end == '\n')
-      end++;
-    if (end == s || *end != '\0' || errno != 0)
+    if (!trim_blanks(j->valuestring, buf, sizeof buf) ||
+        num_parse_double(buf, 0, DBL_MAX, &v) != 0)
       return 0;
   }
   if (!isfinite(v) || v < 0)
@@ -130,7 +148,7 @@ static double parse_ts(const cJSON *j)
   return v;
 }
 
-/* errorCode as an int; a numeric string is accepted too. */
+/* errorCode as an int; a numeric string (num.h's rule) is accepted too. */
 static int parse_code(const cJSON *j)
 {
   double v;
@@ -138,12 +156,9 @@ static int parse_code(const cJSON *j)
   if (cJSON_IsNumber(j)) {
     v = j->valuedouble;
   } else if (cJSON_IsString(j) && j->valuestring) {
-    char *end;
     long l;
 
-    errno = 0;
-    l = strtol(j->valuestring, &end, 10);
-    if (end == j->valuestring || *end != '\0' || errno != 0)
+    if (num_parse_long(j->valuestring, LONG_MIN, LONG_MAX, &l) != 0)
       return 0;
     v = (double)l;
   } else {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "err.h"
 #include "libcurl_dl.h"
 
 #include "http_uv.h"
@@ -200,6 +201,9 @@ int64_t etcd_i64(const cJSON *obj, const char *name)
 {
   const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, name);
 
+  /* Not num.h: this is etcd's own output, not user input, and int64 is
+   * wider than num.h's long on some targets; etcd's gateway writes these
+   * as decimal strings (protobuf's JSON mapping of int64). */
   if (cJSON_IsString(f))
     return strtoll(f->valuestring, NULL, 10);
   if (cJSON_IsNumber(f))
@@ -881,7 +885,7 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
   int rc;
 
   if (!c) {
-    return say_fail(err, errlen, -ENOMEM, "out of memory");
+    return err_set(err, errlen, -ENOMEM, "out of memory");
   }
   list_init(&c->calls);
   list_init(&c->watches);
@@ -890,8 +894,8 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
   for (tok = p ? strtok_r(p, ",", &save) : NULL; tok;
        tok = strtok_r(NULL, ",", &save)) {
     if (c->n_members == MAX_MEMBERS) {
-      say_fail(err, errlen, -EINVAL,
-               "--rdzv_endpoint: at most %d etcd members", MAX_MEMBERS);
+      err_set(err, errlen, -EINVAL,
+              "--rdzv_endpoint: at most %d etcd members", MAX_MEMBERS);
       goto bad;
     }
     /* A URL is accepted too: its scheme picks the protocol. */
@@ -900,8 +904,8 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
     else if (strncmp(tok, "https://", 8) == 0)
       tok += 8;
     if (!tok[0] || strpbrk(tok, "/ \t")) {
-      say_fail(err, errlen, -EINVAL, "--rdzv_endpoint: invalid etcd "
-               "member '%s' (expected host:port)", tok);
+      err_set(err, errlen, -EINVAL, "--rdzv_endpoint: invalid etcd "
+              "member '%s' (expected host:port)", tok);
       goto bad;
     }
     c->members[c->n_members] = strdup(tok);
@@ -912,8 +916,8 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
   free(p);
   p = NULL;
   if (!c->n_members) {
-    say_fail(err, errlen, -EINVAL,
-             "--rdzv_endpoint: no etcd member given");
+    err_set(err, errlen, -EINVAL,
+            "--rdzv_endpoint: no etcd member given");
     goto bad;
   }
   c->loop = loop;
@@ -928,7 +932,7 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
     goto bad;
   if (curl_users++ == 0 && curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
     curl_users--;
-    say_fail(err, errlen, -EINVAL, "cannot initialise libcurl");
+    err_set(err, errlen, -EINVAL, "cannot initialise libcurl");
     goto bad;
   }
   rc = http_uv_create(loop, &c->cu);
@@ -940,7 +944,7 @@ int etcd_client_create(uv_loop_t *loop, const struct etcd_client_opts *o,
   *out = c;
   return 0;
 nomem:
-  say_fail(err, errlen, -ENOMEM, "out of memory");
+  err_set(err, errlen, -ENOMEM, "out of memory");
 bad:
   free(p);
   while (c->n_members)

@@ -9,12 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "monotime.h"
 #include "say.h"
-
-static double now_s(void)
-{
-  return (double)uv_hrtime() / 1e9;
-}
 
 int etcd_session_ttl(double interval, double misses)
 {
@@ -62,11 +58,14 @@ static void grant_done(void *ctx, int err, const cJSON *r, const char *msg)
   }
   if (!err) {
     snprintf(s->lease, sizeof s->lease, "%s", id->valuestring);
+    /* The lease ID is etcd's int64 as a decimal string (as etcd_i64);
+     * not num.h: it is etcd's output, no user input.  The alive key
+     * names it in hex. */
     snprintf(s->id, sizeof s->id, "%" PRIx64,
              (uint64_t)strtoull(s->lease, NULL, 10));
     snprintf(s->alive_key, sizeof s->alive_key, "%s%s", s->alive_prefix,
              s->id);
-    s->keepalive_ok = now_s();
+    s->keepalive_ok = monotime_now();
   }
   s->grant_cb(s->grant_ctx, err, msg);
 }
@@ -132,7 +131,7 @@ int etcd_session_revoke(struct etcd_session *s, etcd_reply_cb cb,
  * timeout. */
 static void keepalive_check(struct etcd_session *s, const char *why)
 {
-  double silent = now_s() - s->keepalive_ok;
+  double silent = monotime_now() - s->keepalive_ok;
 
   if (s->keepalive_warned || silent <= s->ttl / 2.0)
     return;
@@ -166,8 +165,8 @@ static void keepalive_done(void *ctx, int err, const cJSON *r,
    * answer. */
   if (s->keepalive_warned)
     say("rendezvous '%s': etcd answers again: the lease was renewed after "
-        "%.1f s without a keepalive", s->job, now_s() - s->keepalive_ok);
-  s->keepalive_ok = now_s();
+        "%.1f s without a keepalive", s->job, monotime_now() - s->keepalive_ok);
+  s->keepalive_ok = monotime_now();
   s->keepalive_warned = false;
 }
 

@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "err.h"
 #include "num.h"
-#include "say.h"
 
 #define HOSTFILE_MAX_BYTES (1 << 20)
 
@@ -74,10 +74,10 @@ int hostfile_parse(const char *text, int is_list, struct hostfile_host **out,
       while (hend < tend && !isspace((unsigned char)*hend))
         hend++;
       if (!valid_host(tok, (size_t)(hend - tok))) {
-        rc = say_fail(err, errlen, -EINVAL,
-                      "%s %d: invalid host name '%.*s'",
-                      is_list ? "--hosts: entry" : "--hostfile: line", line,
-                      (int)(hend - tok), tok);
+        rc = err_set(err, errlen, -EINVAL,
+                     "%s %d: invalid host name '%.*s'",
+                     is_list ? "--hosts: entry" : "--hostfile: line", line,
+                     (int)(hend - tok), tok);
         goto out;
       }
       for (const char *q = hend; q < tend;) {
@@ -93,36 +93,36 @@ int hostfile_parse(const char *text, int is_list, struct hostfile_host **out,
         if ((size_t)(q - w) > 6 && strncmp(w, "slots=", 6) == 0) {
           if (num_parse_long_n(w + 6, (size_t)(q - w) - 6, 1,
                                NUM_NPROC_MAX, &slots)) {
-            rc = say_fail(err, errlen, -EINVAL, "--hostfile: line %d: "
-                          "invalid '%.*s' (expected slots=N, 1 <= N <= %d)",
-                          line, (int)(q - w), w, NUM_NPROC_MAX);
+            rc = err_set(err, errlen, -EINVAL, "--hostfile: line %d: "
+                         "invalid '%.*s' (expected slots=N, 1 <= N <= %d)",
+                         line, (int)(q - w), w, NUM_NPROC_MAX);
             goto out;
           }
         } else if ((size_t)(q - w) > 10 &&
                    strncmp(w, "max_slots=", 10) == 0) {
           /* mpirun's: accepted, nothing to limit here. */
         } else {
-          rc = say_fail(err, errlen, -EINVAL, "--hostfile: line %d: "
-                        "unknown '%.*s' (expected host [slots=N])", line,
-                        (int)(q - w), w);
+          rc = err_set(err, errlen, -EINVAL, "--hostfile: line %d: "
+                       "unknown '%.*s' (expected host [slots=N])", line,
+                       (int)(q - w), w);
           goto out;
         }
       }
       rc = add_host(&hosts, &n, tok, (size_t)(hend - tok), (int)slots);
       if (rc == -E2BIG)
-        rc = say_fail(err, errlen, -EINVAL, "%s: more than %d hosts",
-                      is_list ? "--hosts" : "--hostfile",
-                      HOSTFILE_MAX_HOSTS);
+        rc = err_set(err, errlen, -EINVAL, "%s: more than %d hosts",
+                     is_list ? "--hosts" : "--hostfile",
+                     HOSTFILE_MAX_HOSTS);
       else if (rc)
-        rc = say_fail(err, errlen, -EINVAL, "out of memory");
+        rc = err_set(err, errlen, -EINVAL, "out of memory");
       if (rc)
         goto out;
     }
     p = *end == sep ? end + 1 : end;
   }
   if (n == 0)
-    rc = say_fail(err, errlen, -EINVAL, "%s: no host",
-                  is_list ? "--hosts" : "--hostfile");
+    rc = err_set(err, errlen, -EINVAL, "%s: no host",
+                 is_list ? "--hosts" : "--hostfile");
 out:
   if (rc) {
     free(hosts);
@@ -142,19 +142,19 @@ char *hostfile_read(const char *path, char *err, size_t errlen)
 
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    say_fail(err, errlen, -EINVAL, "--hostfile: cannot open '%s': %s",
-             path, strerror(errno));
+    err_set(err, errlen, -EINVAL, "--hostfile: cannot open '%s': %s",
+            path, strerror(errno));
     return NULL;
   }
   if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     close(fd);
-    say_fail(err, errlen, -EINVAL, "--hostfile: '%s' is a directory", path);
+    err_set(err, errlen, -EINVAL, "--hostfile: '%s' is a directory", path);
     return NULL;
   }
   buf = malloc(HOSTFILE_MAX_BYTES + 1);
   if (!buf) {
     close(fd);
-    say_fail(err, errlen, -EINVAL, "out of memory");
+    err_set(err, errlen, -EINVAL, "out of memory");
     return NULL;
   }
   while (n < HOSTFILE_MAX_BYTES &&
@@ -162,22 +162,22 @@ char *hostfile_read(const char *path, char *err, size_t errlen)
     if (r < 0) {
       if (errno == EINTR)
         continue;
-      say_fail(err, errlen, -EINVAL, "--hostfile: cannot read '%s': %s",
-               path, strerror(errno));
+      err_set(err, errlen, -EINVAL, "--hostfile: cannot read '%s': %s",
+              path, strerror(errno));
       goto bad;
     }
     n += (size_t)r;
   }
   if (n == HOSTFILE_MAX_BYTES) {
-    say_fail(err, errlen, -EINVAL,
-             "--hostfile: '%s' is larger than %d bytes", path,
-             HOSTFILE_MAX_BYTES);
+    err_set(err, errlen, -EINVAL,
+            "--hostfile: '%s' is larger than %d bytes", path,
+            HOSTFILE_MAX_BYTES);
     goto bad;
   }
   close(fd);
   buf[n] = '\0';
   if (strlen(buf) != n) {
-    say_fail(err, errlen, -EINVAL, "--hostfile: '%s' holds a NUL byte", path);
+    err_set(err, errlen, -EINVAL, "--hostfile: '%s' holds a NUL byte", path);
     free(buf);
     return NULL;
   }

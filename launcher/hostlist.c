@@ -1,6 +1,6 @@
 /* hostlist.c -- Slurm hostlist expansion (see hostlist.h). */
 #include "hostlist.h"
-#include "say.h"
+#include "err.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -75,17 +75,17 @@ static int check_bracket(const char *s, size_t len, unsigned long long *count,
   int width;
 
   if (len == 0)
-    return say_fail(err, errlen, -EINVAL,
-                    "hostlist '%.*s': empty brackets", ilen, item);
+    return err_set(err, errlen, -EINVAL,
+                   "hostlist '%.*s': empty brackets", ilen, item);
   while (i <= len) {
     e = i;
     while (e < len && s[e] != ',')
       e++;
     if (!parse_range(s + i, e - i, &lo, &hi, &width))
-      return say_fail(err, errlen, -EINVAL,
-                      "hostlist '%.*s': invalid range '%.*s' (expected N "
-                      "or LO-HI with LO <= HI, at most %d digits)",
-                      ilen, item, (int)(e - i), s + i, MAX_DIGITS);
+      return err_set(err, errlen, -EINVAL,
+                     "hostlist '%.*s': invalid range '%.*s' (expected N "
+                     "or LO-HI with LO <= HI, at most %d digits)",
+                     ilen, item, (int)(e - i), s + i, MAX_DIGITS);
     c = hi - lo + 1;
     n = n + c < n ? ~0ULL : n + c;
     i = e + 1;
@@ -125,23 +125,23 @@ static int parse_item(const char *s, size_t len, struct item *it, char *err,
   memset(it, 0, sizeof *it);
   while (i < len) {
     if (s[i] == ']')
-      return say_fail(err, errlen, -EINVAL,
-                      "hostlist '%.*s': ']' without '['", ilen, s);
+      return err_set(err, errlen, -EINVAL,
+                     "hostlist '%.*s': ']' without '['", ilen, s);
     if (s[i] != '[') {
       i++;
       continue;
     }
     if (it->nbr == MAX_BRACKETS)
-      return say_fail(err, errlen, -EINVAL,
-                      "hostlist '%.*s': more than %d brackets in "
-                      "one name", ilen, s, MAX_BRACKETS);
+      return err_set(err, errlen, -EINVAL,
+                     "hostlist '%.*s': more than %d brackets in "
+                     "one name", ilen, s, MAX_BRACKETS);
     for (close = i + 1; close < len && s[close] != ']'; close++)
       if (s[close] == '[')
-        return say_fail(err, errlen, -EINVAL,
-                        "hostlist '%.*s': nested '['", ilen, s);
+        return err_set(err, errlen, -EINVAL,
+                       "hostlist '%.*s': nested '['", ilen, s);
     if (close == len)
-      return say_fail(err, errlen, -EINVAL,
-                      "hostlist '%.*s': '[' without ']'", ilen, s);
+      return err_set(err, errlen, -EINVAL,
+                     "hostlist '%.*s': '[' without ']'", ilen, s);
     it->lit[it->nbr] = s + start;
     it->lit_len[it->nbr] = i - start;
     it->br[it->nbr] = s + i + 1;
@@ -153,10 +153,10 @@ static int parse_item(const char *s, size_t len, struct item *it, char *err,
     i = start = close + 1;
   }
   if (it->nbr > 0 && start < len)
-    return say_fail(err, errlen, -EINVAL,
-                    "hostlist '%.*s': text '%.*s' after the last "
-                    "']' (Slurm does not allow a suffix there)", ilen, s,
-                    (int)(len - start), s + start);
+    return err_set(err, errlen, -EINVAL,
+                   "hostlist '%.*s': text '%.*s' after the last "
+                   "']' (Slurm does not allow a suffix there)", ilen, s,
+                   (int)(len - start), s + start);
   it->lit[it->nbr] = s + start;
   it->lit_len[it->nbr] = len - start;
   return 0;
@@ -187,9 +187,9 @@ static int format_name(const struct item *it, const unsigned long long *idx,
   }
   return 0;
 long_name:
-  return say_fail(err, errlen, -EINVAL,
-                  "hostlist '%.*s': a host name longer than %d "
-                  "characters", ilen, s, (int)outlen - 1);
+  return err_set(err, errlen, -EINVAL,
+                 "hostlist '%.*s': a host name longer than %d "
+                 "characters", ilen, s, (int)outlen - 1);
 }
 
 /* Calls fn for each item of list (outside brackets, split at separators);
@@ -214,8 +214,8 @@ static int each_item(const char *list, int (*fn)(const char *, size_t,
       else if (*p == ']')
         depth = 0;
       else if (depth && (*p == ' ' || *p == '\t' || *p == '\n'))
-        return say_fail(err, errlen, -EINVAL,
-                        "hostlist '%s': blank inside brackets", list);
+        return err_set(err, errlen, -EINVAL,
+                       "hostlist '%s': blank inside brackets", list);
       p++;
     }
     rc = fn(start, (size_t)(p - start), arg);
@@ -303,7 +303,7 @@ int hostlist_expand(const char *list, size_t max_hosts, char ***hosts,
     err[0] = '\0';
   rc = each_item(list, expand_item, &st, err, errlen);
   if (rc == -ENOMEM)
-    say_fail(err, errlen, rc, "hostlist: out of memory");
+    err_set(err, errlen, rc, "hostlist: out of memory");
   if (rc) {
     hostlist_free(st.hosts, st.n);
     return rc;
@@ -337,8 +337,8 @@ static int first_item(const char *s, size_t len, void *arg)
   if (rc || st->found)
     return rc;
   if (strlen(name) >= st->outlen)
-    return say_fail(st->err, st->errlen, -EINVAL,
-                    "hostlist: host name '%s' too long", name);
+    return err_set(st->err, st->errlen, -EINVAL,
+                   "hostlist: host name '%s' too long", name);
   memcpy(st->out, name, strlen(name) + 1);
   st->found = true;
   return 0;
@@ -356,8 +356,8 @@ int hostlist_first(const char *list, char *out, size_t outlen, char *err,
   if (rc)
     return rc;
   if (!st.found)
-    return say_fail(err, errlen, -EINVAL,
-                    "hostlist '%s': no host", list);
+    return err_set(err, errlen, -EINVAL,
+                   "hostlist '%s': no host", list);
   return 0;
 }
 

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "say.h"
+#include "err.h"
 
 struct libcurl_dl libcurl_dl;
 
@@ -39,16 +39,16 @@ int libcurl_dl_load(char *err, size_t errlen)
     return 0;
   h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
   if (!h)
-    return say_fail(err, errlen, -ENOENT,
-                    "the etcd back end needs libcurl (libcurl4): %s",
-                    dlerror());
+    return err_set(err, errlen, -ENOENT,
+                   "the etcd back end needs libcurl (libcurl4): %s",
+                   dlerror());
   memset(&t, 0, sizeof t);
   for (i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     sym = dlsym(h, fns[i].name);
     if (!sym) {
       dlclose(h);
-      return say_fail(err, errlen, -ENOENT,
-                      "libcurl.so.4 has no %s (too old?)", fns[i].name);
+      return err_set(err, errlen, -ENOENT,
+                     "libcurl.so.4 has no %s (too old?)", fns[i].name);
     }
     memcpy((char *)&t + fns[i].off, &sym, sizeof sym);
   }

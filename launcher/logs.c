@@ -11,8 +11,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "err.h"
 #include "num.h"
-#include "say.h"
 
 #define SPEC_HINT "expected 0..3 or local_rank:mask pairs like 0:3,1:1"
 #define FILTER_HINT "expected comma-separated local ranks like 0,2,3"
@@ -21,7 +21,7 @@
 
 /* say.h's one helper, its return value unused here. */
 #define set_err(err, errlen, ...) \
-  ((void)say_fail(err, errlen, 0, __VA_ARGS__))
+  ((void)err_set(err, errlen, 0, __VA_ARGS__))
 
 /* Width for "%.*s" of an input piece, clamped so messages stay one line. */
 static int echo_len(size_t n)

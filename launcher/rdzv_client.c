@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 
 #include "rdzv_rules.h"
+#include "monotime.h"
 #include "rp_frames.h"
 #include "say.h"
 #include "server.h"
@@ -89,11 +90,6 @@ struct rdzv_client {
   uint64_t rng;                   /* the backoff's jitter, per agent */
   bool connect_timed_out;         /* connect_watchdog cancelled it */
 };
-
-static double now_s(void)
-{
-  return (double)uv_hrtime() / 1e9;
-}
 
 static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
@@ -203,7 +199,7 @@ static int send_msg(struct rdzv_client *c, const struct rp_msg *m)
 
 static void on_waiting(struct rdzv_client *c, const struct rp_waiting *w)
 {
-  double now = now_s();
+  double now = monotime_now();
 
   if (w->present == c->last_present &&
       now - c->last_progress < PROGRESS_EVERY_S)
@@ -434,7 +430,7 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
          false);
     return;
   }
-  c->last_rx = now_s();
+  c->last_rx = monotime_now();
   c->len += (size_t)nread;
   c->rx_bytes += (size_t)nread;
   used = rp_frames_read(c->buf, c->len, 0, on_frame, c, err, sizeof err);
@@ -503,7 +499,7 @@ static void reconnect_failed(struct rdzv_client *c)
 {
   char what[RP_MAX_ADDR + 96];
 
-  if (now_s() >= c->lost_at + c->o.reconnect_timeout) {
+  if (monotime_now() >= c->lost_at + c->o.reconnect_timeout) {
     fail(c, UV_ETIMEDOUT, "%s did not come back within %g s "
          "(reconnect_timeout): %s", server_name(c, what, sizeof what),
          c->o.reconnect_timeout, c->last_connect_error);
@@ -519,7 +515,7 @@ static void reconnect_failed(struct rdzv_client *c)
  * address and the last reason. */
 static void first_connect_failed(struct rdzv_client *c, int err)
 {
-  double t = now_s();
+  double t = monotime_now();
 
   if (t >= c->connect_deadline) {
     fail(c, err, "cannot reach the rendezvous at %s:%d within the join "
@@ -589,7 +585,7 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
   }
   if (!c->reconnecting) {
     c->reconnecting = true;
-    c->lost_at = now_s();
+    c->lost_at = monotime_now();
     say("%s%s%s: %s; %s, reconnecting for up to %g s (reconnect_timeout)",
         going_away ? "going away: " : embedded ? "" : "lost ", what,
         embedded && !going_away ? " is gone" : "", why,
@@ -660,7 +656,7 @@ static void flush_pending(struct rdzv_client *c)
   bool running = c->resumed_running;
 
   say("reconnected to the rendezvous server %s:%d after %.1f s; "
-      "re-asserting %s", c->host, c->o.port, now_s() - c->lost_at,
+      "re-asserting %s", c->host, c->o.port, monotime_now() - c->lost_at,
       c->resumed_what);
   if (c->failure_pending) {
     memset(&m, 0, sizeof m);
@@ -690,7 +686,7 @@ static void keepalive_tick(uv_timer_t *t)
 
   if (!c->connected)
     return;
-  if (now_s() - c->last_rx > window) {
+  if (monotime_now() - c->last_rx > window) {
     char why[64];
 
     snprintf(why, sizeof why, "no answer for %.1f s", window);
@@ -736,7 +732,7 @@ static void connected_cb(uv_connect_t *req, int status)
   c->len = 0;
   if (c->reconnecting)
     uv_timer_stop(&c->retry);   /* the connect watchdog */
-  c->last_rx = now_s();
+  c->last_rx = monotime_now();
   c->spoke = false;
   c->rx_bytes = 0;
   uv_tcp_nodelay(&c->tcp, 1);
@@ -792,7 +788,7 @@ static void start_connect(struct rdzv_client *c)
   if (!err && c->reconnecting) {
     /* A connect into a network cut hangs for the kernel's SYN retries
      * (minutes): bound each attempt, and all of them by the deadline. */
-    double left = c->lost_at + c->o.reconnect_timeout - now_s();
+    double left = c->lost_at + c->o.reconnect_timeout - monotime_now();
 
     if (left > RDZV_RECONNECT_BACKOFF_CAP)
       left = RDZV_RECONNECT_BACKOFF_CAP;
@@ -951,7 +947,7 @@ static int client_join(struct rdzv *r, enum rdzv_join_reason why)
     if (resolve(c))
       return 0;   /* fail() reported it */
     maybe_host(c);
-    c->first_try_at = now_s();
+    c->first_try_at = monotime_now();
     c->connect_deadline = c->first_try_at + c->o.conf.join_timeout;
     start_connect(c);
   }

@@ -27,6 +27,7 @@
 #include "etcd_client.h"
 #include "etcd_rdzv_state.h"
 #include "etcd_session.h"
+#include "monotime.h"
 #include "say.h"
 
 #define RETRY_MS 500
@@ -109,11 +110,6 @@ struct rdzv_etcd {
   bool destroyed;
   bool closing;
 };
-
-static double now_s(void)
-{
-  return (double)uv_hrtime() / 1e9;
-}
 
 static void kick_cb(uv_timer_t *t);
 static void retry_cb(uv_timer_t *t);
@@ -369,7 +365,7 @@ static void boot_failed(struct rdzv_etcd *e, int err, const char *msg)
     leave_finish(e);
     return;
   }
-  if (now_s() - e->join_started > e->o.conf.join_timeout) {
+  if (monotime_now() - e->join_started > e->o.conf.join_timeout) {
     fail(e, err == -EACCES || err == -EPERM ? UV_EACCES : UV_ECONNREFUSED,
          "rendezvous '%s': cannot use etcd within the join timeout (%.0f "
          "s): %s", e->id, e->o.conf.join_timeout, msg);
@@ -635,7 +631,7 @@ static void last_call_fire(uv_timer_t *t)
 static void observe_gathering(struct rdzv_etcd *e)
 {
   const struct etcd_rdzv_state *s = &e->st;
-  double now = now_s();
+  double now = monotime_now();
   double window = e->o.conf.keepalive_interval * e->o.conf.keepalive_misses;
   int part;
 
@@ -1173,7 +1169,7 @@ static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
   e->want_join = true;
   e->join_round = e->st.exists ? e->st.round : 0;
   e->last_present = -1;
-  e->join_started = now_s();
+  e->join_started = monotime_now();
   publish(e);
   uv_timer_start(&e->join_deadline, join_timeout_fire,
                  (uint64_t)(e->o.conf.join_timeout * 1000), 0);

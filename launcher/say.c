@@ -45,16 +45,6 @@ void say_error(const char *fmt, ...)
   va_end(ap);
 }
 
-int say_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-  va_list ap;
-
-  va_start(ap, fmt);
-  code = err_vset(err, errlen, code, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 const char *say_strerror(int err)
 {
   return err_str(err);

@@ -1,10 +1,9 @@
-/* say.h -- the launcher's messages to the user, and its one convention
- * for error text.
+/* say.h -- the launcher's messages to the user.
  *
- * Errors are negative errno values (libuv's codes are the same on Linux).
- * A function that can fail with a message takes (char *err, size_t errlen)
- * and fills it with say_fail; the caller that talks to the user prints it
- * once, with say or say_error. */
+ * Errors follow proto/util/err.h: a function that can fail with a message
+ * fills (char *err, size_t errlen) with err_set and returns the negative
+ * errno; the caller that talks to the user prints it once, with say or
+ * say_error. */
 #ifndef CDRUN_SAY_H
 #define CDRUN_SAY_H
 
@@ -18,12 +17,6 @@ void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The same as "cdrun: error: <message>": a user error. */
 void say_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Formats a message into err (size errlen; nothing when err is NULL or
- * errlen 0) and returns code, so that `return say_fail(...)` reports and
- * fails at once. */
-int say_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-  __attribute__((format(printf, 4, 5)));
 
 /* The text for a negative errno (libc's wording, "No such file or
  * directory"), or libuv's for its own codes (UV_EOF, UV_EAI_*). */

@@ -9,6 +9,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "list.h"
+
 #define LINE_MAX_LEN 200        /* a hello, newline included */
 #define ANSWER_MAX_LEN 1024     /* node 0's answer, newline included */
 #define RETRY_MS 100            /* between attempts to reach node 0 */
@@ -18,7 +20,7 @@
 /* One node's connection to node 0's listener (server side). */
 struct conn {
   struct static_barrier *b;
-  struct conn *next;
+  struct list_node in_barrier;  /* b->conns */
   uv_tcp_t h;
   uv_write_t wr;
   char buf[LINE_MAX_LEN];
@@ -56,7 +58,7 @@ struct static_barrier {
   /* the server: node 0 when it could bind */
   uv_tcp_t listener;
   bool listening;
-  struct conn *conns;
+  struct list_node conns;       /* newest first */
   int nconns;
   int met;                      /* distinct ranks that said hello */
 };
@@ -95,24 +97,22 @@ static void conn_closed(uv_handle_t *h)
 static void close_conn(struct conn *c)
 {
   struct static_barrier *b = c->b;
-  struct conn **p;
 
   if (c->closing)
     return;
   c->closing = true;
-  for (p = &b->conns; *p; p = &(*p)->next)
-    if (*p == c) {
-      *p = c->next;
-      break;
-    }
+  list_remove(&c->in_barrier);
   b->nconns--;
   if (c->hello) {
-    struct conn *o;
+    struct list_node *pos, *next;
     bool other = false;
 
     /* The rank stays met while another connection holds it. */
-    for (o = b->conns; o; o = o->next)
+    list_for_each_safe(pos, next, &b->conns) {
+      struct conn *o = list_entry(pos, struct conn, in_barrier);
+
       other |= o->hello && o->rank == c->rank;
+    }
     if (!other)
       b->met--;
   }
@@ -160,12 +160,13 @@ static void conn_written(uv_write_t *w, int status)
 /* Answers every connection with line and closes it. */
 static void answer_all(struct static_barrier *b, const char *line)
 {
-  struct conn *c, *next;
+  struct list_node *pos, *next;
   uv_buf_t buf;
 
   stop_listening(b);
-  for (c = b->conns; c; c = next) {
-    next = c->next;
+  list_for_each_safe(pos, next, &b->conns) {
+    struct conn *c = list_entry(pos, struct conn, in_barrier);
+
     buf = uv_buf_init((char *)line, (unsigned)strlen(line));
     c->wr.data = c;
     uv_read_stop((uv_stream_t *)&c->h);
@@ -189,7 +190,8 @@ static void on_hello(struct conn *c, const char *line)
   struct static_barrier *b = c->b;
   char why[ANSWER_MAX_LEN - 16], token[96];
   int version, rank, nnodes, nproc, end = 0;
-  struct conn *o;
+  struct list_node *pos, *next;
+  bool held = false;
 
   if (sscanf(line, "cdrun-static %d %d %d %d %95s%n", &version, &rank,
              &nnodes, &nproc, token, &end) != 5 || line[end] != '\0' ||
@@ -215,7 +217,9 @@ static void on_hello(struct conn *c, const char *line)
     close_conn(c);
     return;
   }
-  for (o = b->conns; o; o = o->next)
+  list_for_each_safe(pos, next, &b->conns) {
+    struct conn *o = list_entry(pos, struct conn, in_barrier);
+
     if (o != c && o->hello && o->rank == rank && strcmp(o->token, token)) {
       snprintf(why, sizeof why, "static rendezvous: node rank %d was "
                "claimed by two nodes (%s and %s): give each node its own "
@@ -225,13 +229,16 @@ static void on_hello(struct conn *c, const char *line)
       fail_all(b, why);
       return;
     }
+  }
   c->hello = true;
   c->rank = rank;
   snprintf(c->token, sizeof c->token, "%s", token);
-  for (o = b->conns; o; o = o->next)
-    if (o != c && o->hello && o->rank == rank)
-      break;
-  if (!o && ++b->met == b->o.nnodes)
+  list_for_each_safe(pos, next, &b->conns) {
+    struct conn *o = list_entry(pos, struct conn, in_barrier);
+
+    held |= o != c && o->hello && o->rank == rank;
+  }
+  if (!held && ++b->met == b->o.nnodes)
     answer_all(b, "ok\n");
 }
 
@@ -286,14 +293,14 @@ static void on_connection(uv_stream_t *server, int status)
   if (!c)
     return;
   c->b = b;
+  list_init(&c->in_barrier);
   c->h.data = c;
   if (uv_tcp_init(b->loop, &c->h) != 0) {
     free(c);
     return;
   }
   b->open_handles++;
-  c->next = b->conns;
-  b->conns = c;
+  list_insert_head(&b->conns, &c->in_barrier);
   b->nconns++;
   if (uv_accept(server, (uv_stream_t *)&c->h) != 0 || b->nconns > limit ||
       uv_read_start((uv_stream_t *)&c->h, conn_alloc, conn_read) != 0)
@@ -478,8 +485,8 @@ static void timed_out(uv_timer_t *t)
              "on MASTER_PORT, until every node has arrived)",
              b->o.timeout_s, b->addr, b->o.port);
   stop_listening(b);
-  while (b->conns)
-    close_conn(b->conns);
+  while (!list_empty(&b->conns))
+    close_conn(list_first(&b->conns, struct conn, in_barrier));
   finish(b, -ETIMEDOUT, why);
 }
 
@@ -495,6 +502,7 @@ int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
   if (!b)
     return -ENOMEM;
   b->loop = loop;
+  list_init(&b->conns);
   b->o = *o;
   snprintf(b->addr, sizeof b->addr, "%s", o->master_addr);
   b->o.master_addr = b->addr;
@@ -538,8 +546,8 @@ void static_barrier_close(struct static_barrier *b)
   b->finished = true;
   b->freeing = true;
   stop_listening(b);
-  while (b->conns)
-    close_conn(b->conns);
+  while (!list_empty(&b->conns))
+    close_conn(list_first(&b->conns, struct conn, in_barrier));
   close_client(b);
   if (b->gai_active)
     uv_cancel((uv_req_t *)&b->gai);

@@ -21,9 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/queue.h>
 
 #include "err.h"
+#include "list.h"
 
 #define MS_PER_S 1000.0
 
@@ -33,7 +33,7 @@ struct scrape {
   uv_write_t write;
   uv_shutdown_t shutdown;
   struct metrics_http *h;
-  TAILQ_ENTRY(scrape) in_server; /* h->scrapes, oldest first */
+  struct list_node in_server;   /* h->scrapes, oldest first */
   char *response;               /* while being written */
   int open_handles;             /* tcp and timer: freed at 0 */
   bool closing, answered;       /* answered: the request head is in */
@@ -46,7 +46,7 @@ struct metrics_http {
   uv_tcp_t listener;
   metrics_http_render_cb render;
   void *ctx;
-  TAILQ_HEAD(, scrape) scrapes;
+  struct list_node scrapes;
   int n_scrapes;
   uint64_t header_ms;           /* the header timeout */
   int port;
@@ -84,7 +84,7 @@ static void scrape_close(struct scrape *sc)
   if (sc->closing)
     return;
   sc->closing = true;
-  TAILQ_REMOVE(&h->scrapes, sc, in_server);
+  list_remove(&sc->in_server);
   h->n_scrapes--;
   uv_close((uv_handle_t *)&sc->tcp, scrape_handle_closed);
   uv_close((uv_handle_t *)&sc->timer, scrape_handle_closed);
@@ -252,9 +252,11 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
  * taken.  Returns false when no scrape is idle (the newcomer goes). */
 static bool evict_idle(struct metrics_http *h)
 {
-  struct scrape *sc;
+  struct list_node *pos, *next;
 
-  TAILQ_FOREACH(sc, &h->scrapes, in_server) {
+  list_for_each_safe(pos, next, &h->scrapes) {
+    struct scrape *sc = list_entry(pos, struct scrape, in_server);
+
     if (!sc->answered) {
       scrape_close(sc);
       return true;
@@ -275,6 +277,7 @@ static void on_connection(uv_stream_t *listener, int status)
   if (!sc)
     return;
   sc->h = h;
+  list_init(&sc->in_server);
   uv_tcp_init(h->loop, &sc->tcp);
   uv_timer_init(h->loop, &sc->timer);
   sc->tcp.data = sc->timer.data = sc;
@@ -283,7 +286,7 @@ static void on_connection(uv_stream_t *listener, int status)
   /* Over the limit with nobody idle: accepted only to be closed, so that
    * the backlog does not fill with scrapes nobody will answer. */
   room = h->n_scrapes < METRICS_HTTP_MAX_CONNS || evict_idle(h);
-  TAILQ_INSERT_TAIL(&h->scrapes, sc, in_server);
+  list_insert_tail(&h->scrapes, &sc->in_server);
   h->n_scrapes++;
   if (uv_accept(listener, (uv_stream_t *)&sc->tcp) != 0 || !room) {
     scrape_close(sc);
@@ -347,7 +350,7 @@ int metrics_http_start(uv_loop_t *loop, const struct metrics_http_opts *o,
     return err_set(err, errlen, UV_ENOMEM, "out of memory");
   }
   h->loop = loop;
-  TAILQ_INIT(&h->scrapes);
+  list_init(&h->scrapes);
   h->render = o->render;
   h->ctx = o->ctx;
   h->header_ms = (uint64_t)((o->header_timeout > 0
@@ -380,7 +383,7 @@ void metrics_http_stop(struct metrics_http *h)
   if (h->stopping)
     return;
   h->stopping = true;
-  while (!TAILQ_EMPTY(&h->scrapes))
-    scrape_close(TAILQ_FIRST(&h->scrapes));
+  while (!list_empty(&h->scrapes))
+    scrape_close(list_first(&h->scrapes, struct scrape, in_server));
   uv_close((uv_handle_t *)&h->listener, listener_closed);
 }

@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/queue.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
 #include "err.h"
+#include "list.h"
 #include "metrics.h"
 #include "monotime.h"
 #include "rdzv_auth.h"
@@ -53,13 +53,13 @@ struct conn {
   bool in_hello;              /* not joined yet (s->hello) */
   bool in_paused;             /* waits for input budget (s->paused) */
   bool out_paused;            /* too many unwritten replies */
-  struct conn *close_next;    /* s->close_list */
+  struct list_node in_close;  /* s->close_list, when close_pending */
   size_t pending;             /* write_cost of the queued replies */
   struct ra_server auth;      /* the shared-secret handshake */
   double accepted_at;
-  LIST_ENTRY(conn) in_server; /* s->conns: every open connection */
-  TAILQ_ENTRY(conn) hello;    /* s->hello: not joined yet, accept order */
-  TAILQ_ENTRY(conn) paused;   /* s->paused: waiting for input budget */
+  struct list_node in_server; /* s->conns: every open connection */
+  struct list_node hello;     /* s->hello: not joined yet, accept order */
+  struct list_node paused;    /* s->paused: waiting for input budget */
 };
 
 struct write_req {
@@ -83,8 +83,9 @@ struct rdzvd_server {
   uv_tcp_t listener;
   uv_timer_t timer;
   struct rdzv_state *reg;
-  LIST_HEAD(, conn) conns;
-  struct conn *close_list;    /* closes requested while in the machine */
+  struct list_node conns;     /* newest first */
+  struct list_node close_list; /* closes requested while in the machine,
+                                * latest first */
   int in_machine;             /* depth of rdzv_state_* calls running */
   struct rdzvd_server_limits lim;
   int n_conns;
@@ -92,8 +93,8 @@ struct rdzvd_server {
   size_t out_bytes;           /* write_cost of unwritten replies, all */
   int n_partial;              /* conns holding a partial frame */
   int n_paused;               /* of which waiting for input budget */
-  TAILQ_HEAD(, conn) hello;   /* oldest first */
-  TAILQ_HEAD(, conn) paused;  /* first come, first served */
+  struct list_node hello;     /* oldest first */
+  struct list_node paused;    /* first come, first served */
   uv_timer_t hello_timer;
   int port;
   int open_handles;
@@ -180,12 +181,10 @@ static void conn_freed(uv_handle_t *h)
 
 static void hello_remove(struct conn *c)
 {
-  struct rdzvd_server *s = c->s;
-
   if (!c->in_hello)
     return;
   c->in_hello = false;
-  TAILQ_REMOVE(&s->hello, c, hello);
+  list_remove(&c->hello);
 }
 
 static void paused_remove(struct conn *c)
@@ -196,7 +195,7 @@ static void paused_remove(struct conn *c)
     return;
   c->in_paused = false;
   s->n_paused--;
-  TAILQ_REMOVE(&s->paused, c, paused);
+  list_remove(&c->paused);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf);
@@ -226,7 +225,7 @@ static void pause_input(struct conn *c)
     return;
   c->in_paused = true;
   s->n_paused++;
-  TAILQ_INSERT_TAIL(&s->paused, c, paused);
+  list_insert_tail(&s->paused, &c->paused);
   update_reading(c);
 }
 
@@ -236,9 +235,9 @@ static void pause_input(struct conn *c)
  * buffers]). */
 static void resume_input(struct rdzvd_server *s)
 {
-  while (!TAILQ_EMPTY(&s->paused) && (s->in_bytes < s->lim.input_budget ||
+  while (!list_empty(&s->paused) && (s->in_bytes < s->lim.input_budget ||
                                      s->n_partial == s->n_paused)) {
-    struct conn *c = TAILQ_FIRST(&s->paused);
+    struct conn *c = list_first(&s->paused, struct conn, paused);
 
     paused_remove(c);
     update_reading(c);
@@ -295,9 +294,9 @@ static void machine_leave(struct rdzvd_server *s)
 
   if (--s->in_machine > 0)
     return;
-  while ((c = s->close_list)) {
-    s->close_list = c->close_next;
-    c->close_next = NULL;
+  while (!list_empty(&s->close_list)) {
+    c = list_first(&s->close_list, struct conn, in_close);
+    list_remove(&c->in_close);
     conn_close_now(c);
   }
 }
@@ -311,8 +310,7 @@ static void conn_close(struct conn *c)
     return;
   if (s->in_machine) {
     c->close_pending = true;
-    c->close_next = s->close_list;
-    s->close_list = c;
+    list_insert_head(&s->close_list, &c->in_close);
     return;
   }
   conn_close_now(c);
@@ -326,7 +324,7 @@ static void conn_close_now(struct conn *c)
   if (c->closing)
     return;
   c->closing = true;
-  LIST_REMOVE(c, in_server);
+  list_remove(&c->in_server);
   s->n_conns--;
   hello_remove(c);
   paused_remove(c);
@@ -842,13 +840,14 @@ static void addr_string(const struct sockaddr_storage *ss, char *out,
 /* Arms the hello timer for the oldest connection that has not joined. */
 static void hello_arm(struct rdzvd_server *s)
 {
-  struct conn *oldest = TAILQ_FIRST(&s->hello);
+  struct conn *oldest;
   double ms;
 
-  if (!oldest) {
+  if (list_empty(&s->hello)) {
     uv_timer_stop(&s->hello_timer);
     return;
   }
+  oldest = list_first(&s->hello, struct conn, hello);
   ms = (oldest->accepted_at + s->lim.hello_timeout - monotime_now()) *
        1000.0;
   uv_timer_start(&s->hello_timer, hello_fired, ms <= 0 ? 0
@@ -863,8 +862,9 @@ static void hello_fired(uv_timer_t *t)
   double now = monotime_now();
   struct conn *c;
 
-  while ((c = TAILQ_FIRST(&s->hello)) &&
-         c->accepted_at + s->lim.hello_timeout <= now) {
+  while (!list_empty(&s->hello) &&
+         (c = list_first(&s->hello, struct conn, hello))->accepted_at +
+         s->lim.hello_timeout <= now) {
     server_log(s, "dropping %s: no join within %g s of connecting",
                c->peer, s->lim.hello_timeout);
     hello_remove(c);
@@ -888,6 +888,10 @@ static void on_connection(uv_stream_t *listener, int status)
   if (!c)
     return;
   c->s = s;
+  list_init(&c->in_server);
+  list_init(&c->hello);
+  list_init(&c->paused);
+  list_init(&c->in_close);
   uv_tcp_init(s->loop, &c->tcp);
   s->open_handles++;
   if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
@@ -898,7 +902,7 @@ static void on_connection(uv_stream_t *listener, int status)
   uv_tcp_nodelay(&c->tcp, 1);
   metrics_conn_opened(s->metrics);
   s->n_conns++;
-  LIST_INSERT_HEAD(&s->conns, c, in_server);
+  list_insert_head(&s->conns, &c->in_server);
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &namelen) == 0)
     addr_string(&ss, c->peer, sizeof c->peer);
   namelen = sizeof ss;
@@ -913,7 +917,7 @@ static void on_connection(uv_stream_t *listener, int status)
   }
   c->accepted_at = monotime_now();
   c->in_hello = true;
-  TAILQ_INSERT_TAIL(&s->hello, c, hello);
+  list_insert_tail(&s->hello, &c->hello);
   if (!uv_is_active((uv_handle_t *)&s->hello_timer))
     hello_arm(s);
   if (conn_known(c)) {
@@ -1008,9 +1012,10 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
     return err_set(err, errlen, UV_ENOMEM, "out of memory");
   }
   s->loop = loop;
-  LIST_INIT(&s->conns);
-  TAILQ_INIT(&s->hello);
-  TAILQ_INIT(&s->paused);
+  list_init(&s->conns);
+  list_init(&s->close_list);
+  list_init(&s->hello);
+  list_init(&s->paused);
   if (o->secret)
     s->secret = *o->secret;
   s->lim = o->io;
@@ -1084,7 +1089,7 @@ void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
 void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)
 {
   struct rp_msg m;
-  struct conn *c, *next;
+  struct list_node todo;
 
   if (s->stopping)
     return;
@@ -1097,8 +1102,21 @@ void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)
   /* uv_write writes at once into an empty socket buffer, so the frame
    * is out before the close below; a connection with replies still
    * queued may lose it and finds out from the close instead. */
-  for (c = LIST_FIRST(&s->conns); c; c = next) {
-    next = LIST_NEXT(c, in_server);
+  /* A send that fails closes its connection, and the state machine may
+   * close others then: the connections still to visit wait on todo, from
+   * which a close takes them out, and go back to s->conns in order. */
+  list_init(&todo);
+  while (!list_empty(&s->conns)) {
+    struct list_node *n = s->conns.next;
+
+    list_remove(n);
+    list_insert_tail(&todo, n);
+  }
+  while (!list_empty(&todo)) {
+    struct conn *c = list_first(&todo, struct conn, in_server);
+
+    list_remove(&c->in_server);
+    list_insert_tail(&s->conns, &c->in_server);
     if (conn_known(c) && !c->closing && !c->close_pending)
       sink_send(s, c, &m);
   }
@@ -1107,17 +1125,18 @@ void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)
 
 void rdzvd_server_stop(struct rdzvd_server *s)
 {
-  struct conn *c, *next;
+  struct list_node *pos, *next;
 
   if (s->stopping)
     return;
   s->stopping = true;
-  for (c = LIST_FIRST(&s->conns); c; c = next) {
-    next = LIST_NEXT(c, in_server);
+  list_for_each_safe(pos, next, &s->conns) {
+    struct conn *c = list_entry(pos, struct conn, in_server);
+
     c->closing = true;
     uv_close((uv_handle_t *)&c->tcp, conn_freed);
   }
-  LIST_INIT(&s->conns);       /* closing: none is unlinked from now on */
+  list_init(&s->conns);       /* closing: none is unlinked from now on */
   if (!uv_is_closing((uv_handle_t *)&s->listener))
     uv_close((uv_handle_t *)&s->listener, handle_closed);
   uv_close((uv_handle_t *)&s->timer, handle_closed);

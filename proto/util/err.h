@@ -19,7 +19,7 @@
 int err_set(char *err, size_t errlen, int code, const char *fmt, ...)
   __attribute__((format(printf, 4, 5)));
 
-/* err_set with the arguments in ap (for wrappers such as say_fail). */
+/* err_set with the arguments in ap (for wrappers of err_set). */
 int err_vset(char *err, size_t errlen, int code, const char *fmt,
              va_list ap) __attribute__((format(printf, 4, 0)));
 

@@ -4,6 +4,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,10 @@ START_TEST(bad_timestamps_are_absent)
     "{\"message\": \"m\", \"timestamp\": \"nan\"}",
     "{\"message\": \"m\", \"timestamp\": null}",
     "{\"message\": \"m\", \"timestamp\": [1]}",
+    "{\"message\": \"m\", \"timestamp\": \"0x10\"}",
+    "{\"message\": \"m\", \"timestamp\": \"infinity\"}",
+    "{\"message\": \"m\", \"timestamp\": \"1e999\"}",
+    "{\"message\": \"m\", \"timestamp\": \"\\n\"}",
   };
 
   for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
@@ -227,6 +232,46 @@ START_TEST(bad_timestamps_are_absent)
     ck_assert_int_eq(read_it(&e, err, sizeof(err)), 0);
     ck_assert_str_eq(e.message, "m");
     ck_assert_msg(e.timestamp == 0, "doc %zu: ts %f", i, e.timestamp);
+    errfile_free(&e);
+  }
+}
+END_TEST
+
+/* A numeric string may have blanks around it (a script's "12\n"). */
+START_TEST(string_timestamp_with_blanks)
+{
+  struct errfile_info e;
+  char err[128];
+
+  write_str("{\"message\": \"m\", \"timestamp\": \" 12.5\\n\"}");
+  ck_assert_int_eq(read_it(&e, err, sizeof(err)), 0);
+  ck_assert_double_eq(e.timestamp, 12.5);
+  errfile_free(&e);
+}
+END_TEST
+
+/* errorCode as a string: the whole string is the number, else 0. */
+START_TEST(string_error_codes)
+{
+  static const struct {
+    const char *code;
+    int want;
+  } cases[] = {
+    { "7", 7 }, { "-3", -3 }, { "+4", 4 }, { "99999999999", INT_MAX },
+    { "-99999999999", INT_MIN }, { "7x", 0 }, { "", 0 }, { "0x10", 0 },
+    { "99999999999999999999999", 0 },
+  };
+
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct errfile_info e;
+    char doc[128], err[128];
+
+    snprintf(doc, sizeof doc, "{\"message\": \"m\", \"errorCode\": \"%s\"}",
+             cases[i].code);
+    write_str(doc);
+    ck_assert_int_eq(read_it(&e, err, sizeof(err)), 0);
+    ck_assert_msg(e.error_code == cases[i].want, "'%s': %d", cases[i].code,
+                  e.error_code);
     errfile_free(&e);
   }
 }
@@ -421,6 +466,8 @@ static Suite *errfile_suite(void)
   tcase_add_test(tc, flat_format_string_ts);
   tcase_add_test(tc, flat_format_no_ts);
   tcase_add_test(tc, bad_timestamps_are_absent);
+  tcase_add_test(tc, string_timestamp_with_blanks);
+  tcase_add_test(tc, string_error_codes);
   tcase_add_test(tc, missing_file);
   tcase_add_test(tc, directory_is_error);
   tcase_add_test(tc, fifo_is_refused);

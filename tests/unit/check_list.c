@@ -1,4 +1,4 @@
-/* check_list.c -- unit tests for launcher/list.h, the intrusive list. */
+/* check_list.c -- unit tests for proto/util/list.h, the intrusive list. */
 #include <check.h>
 #include <stdlib.h>
 

@@ -1,5 +1,6 @@
-/* check_util.c -- unit tests for proto/util/ (but num.c: check_num.c):
- * the error convention, the clock, the timer heap and the hash table. */
+/* check_util.c -- unit tests for proto/util/ (but num.c: check_num.c, list.h:
+ * check_list.c): the error convention, the clock, the timer heap and the
+ * hash table. */
 #include <check.h>
 #include <errno.h>
 #include <stdbool.h>
