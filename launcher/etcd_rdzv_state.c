@@ -435,7 +435,7 @@ static void admit(struct etcd_rdzv_state *s, int i)
 {
   struct etcd_rdzv_node *n = &s->nodes[i];
   struct rdzv_rules_job v = rules_view(s);
-  char d[2 * RP_MAX_ADDR + 64];
+  char d[2 * RDZV_PROTO_MAX_ADDR + 64];
 
   n->seq = ++s->seq;
   switch (rdzv_rules_admit(&v, n->expected)) {
@@ -479,7 +479,7 @@ int etcd_rdzv_state_join(struct etcd_rdzv_state *s, const struct etcd_rdzv_node 
     s->phase = ETCD_RDZV_GATHERING;
   }
   held = rules_conf(&s->conf);
-  switch (rdzv_rules_conf_check(&joiner, &held, RP_MAX_NODES, "the job",
+  switch (rdzv_rules_conf_check(&joiner, &held, RDZV_PROTO_MAX_NODES, "the job",
                                 err, errlen)) {
   case RDZV_CONF_OK:
     break;
@@ -526,10 +526,11 @@ int etcd_rdzv_state_join(struct etcd_rdzv_state *s, const struct etcd_rdzv_node 
 
 /* Note [root cause]: n's report is the round's root cause when it is the
  * first, or exited before the timed one held; an untimed one holds. */
-static void cause_offer(struct etcd_rdzv_state *s, const struct etcd_rdzv_node *n,
-                        const char *message, const struct rp_cause *cause)
+static void cause_offer(struct etcd_rdzv_state *s,
+                        const struct etcd_rdzv_node *n, const char *message,
+                        const struct rdzv_proto_cause *cause)
 {
-  char d[2 * RP_MAX_ADDR + 64];
+  char d[2 * RDZV_PROTO_MAX_ADDR + 64];
   double t = cause ? cause->exited_at : 0;
 
   if (s->cause_held && (s->cause.exited_at <= 0 || t <= 0 ||
@@ -568,7 +569,7 @@ static void close_job(struct etcd_rdzv_state *s)
 }
 
 int etcd_rdzv_state_failure(struct etcd_rdzv_state *s, const char *id, int round, bool final,
-               const char *message, const struct rp_cause *cause)
+               const char *message, const struct rdzv_proto_cause *cause)
 {
   enum rdzv_rules_failure verdict;
   int i = etcd_rdzv_state_find(s, id), k;
@@ -602,7 +603,7 @@ int etcd_rdzv_state_failure(struct etcd_rdzv_state *s, const char *id, int round
   }
   /* A report that crossed the restart of its round: part of it. */
   if (s->phase == ETCD_RDZV_GATHERING && s->round == round + 1) {
-    struct rp_cause held = s->cause;
+    struct rdzv_proto_cause held = s->cause;
     bool was_held = s->cause_held;
 
     cause_offer(s, n, message, cause);
@@ -660,7 +661,7 @@ int etcd_rdzv_state_remove(struct etcd_rdzv_state *s, const char *id, const char
 {
   int i = etcd_rdzv_state_find(s, id), part, outstanding;
   bool was_part;
-  char d[2 * RP_MAX_ADDR + 64];
+  char d[2 * RDZV_PROTO_MAX_ADDR + 64];
 
   if (i < 0)
     return 0;

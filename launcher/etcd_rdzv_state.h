@@ -30,8 +30,8 @@ enum etcd_rdzv_node_state { ETCD_RDZV_IDLE, ETCD_RDZV_PART, ETCD_RDZV_SPARE };
 
 struct etcd_rdzv_node {
   char id[ETCD_RDZV_ID_MAX + 1];       /* the agent's lease id, hex */
-  char host[RP_MAX_ADDR + 1];
-  char addr[RP_MAX_ADDR + 1];
+  char host[RDZV_PROTO_MAX_ADDR + 1];
+  char addr[RDZV_PROTO_MAX_ADDR + 1];
   int64_t pid;
   int nproc;
   int port;                     /* offered MASTER_PORT */
@@ -56,15 +56,15 @@ struct etcd_rdzv_state {
   bool restarting;              /* the round started with nodes expected */
   bool exit_passed;
   int64_t seq;
-  char why[RP_MAX_TEXT + 1];    /* why the current round started, or why
+  char why[RDZV_PROTO_MAX_TEXT + 1];    /* why the current round started, or why
                                    the job ended */
   /* Note [root cause] (rdzvd/rdzv_state.h), as rdzvd keeps it: the
    * round's earliest-exited failure, and the close that waits for the
    * other participants' reports (each agent's timer ends the wait:
    * etcd_rdzv_state_close_wait_over). */
   bool cause_held;
-  struct rp_cause cause;        /* exited_at 0: untimed */
-  char cause_why[RP_MAX_TEXT + 1];
+  struct rdzv_proto_cause cause;        /* exited_at 0: untimed */
+  char cause_why[RDZV_PROTO_MAX_TEXT + 1];
   bool closing, closing_exhausted;
   struct etcd_rdzv_node *nodes;
   int n, cap;
@@ -96,7 +96,7 @@ int etcd_rdzv_state_join(struct etcd_rdzv_state *s, const struct etcd_rdzv_node 
  * none is left: closing until every participant reported (or is gone),
  * then closed naming the earliest-exited failure. */
 int etcd_rdzv_state_failure(struct etcd_rdzv_state *s, const char *id, int round, bool final,
-               const char *message, const struct rp_cause *cause);
+               const char *message, const struct rdzv_proto_cause *cause);
 /* A failure of the current round's workers ends the job: no restart is
  * left (rdzv_rules_failure_final).  What the agent is told with its
  * assignment. */

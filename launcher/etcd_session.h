@@ -32,12 +32,12 @@ struct etcd_session {
   char lease[32];                 /* decimal, as etcd sends it; "": none */
   char id[ETCD_RDZV_ID_MAX + 1];         /* the lease id in hex: the alive key's
                                      name and the node's id in the state */
-  char alive_key[RP_MAX_ID + 400]; /* alive_prefix + id, once granted */
+  char alive_key[RDZV_PROTO_MAX_ID + 400]; /* alive_prefix + id, once granted */
 
   /* Private. */
   struct etcd_client *ec;
   const char *job;                /* rdzv_id, for messages */
-  char alive_prefix[RP_MAX_ID + 300];
+  char alive_prefix[RDZV_PROTO_MAX_ID + 300];
   double interval;                /* the job's keepalive_interval */
   uv_timer_t keepalive;
   double keepalive_ok;            /* last successful keepalive */

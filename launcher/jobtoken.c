@@ -29,7 +29,7 @@ int jobtoken_make(const unsigned char *secret, size_t keylen,
                   char out[JOBTOKEN_HEX + 1], bool *guessable)
 {
   const char *own = getenv(JOBTOKEN_VAR);
-  unsigned char mac[RP_AUTH_BYTES];
+  unsigned char mac[RDZV_PROTO_AUTH_BYTES];
   char *msg;
   int n, err;
 
@@ -59,7 +59,7 @@ int jobtoken_make(const unsigned char *secret, size_t keylen,
                as->master_addr, 0, as->master_port);
   if (n < 0)
     return -ENOMEM;
-  err = ra_hmac(secret, keylen, msg, (size_t)n, mac);
+  err = rdzv_auth_hmac(secret, keylen, msg, (size_t)n, mac);
   free(msg);
   if (err)
     return -EIO;

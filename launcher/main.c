@@ -34,7 +34,7 @@
 struct job {
   int nproc;
   char **cmd;
-  char run_id[RP_MAX_ID + 1];
+  char run_id[RDZV_PROTO_MAX_ID + 1];
   struct rdzv_config rdzv;
   int port;                   /* reserved port, or 0 */
   int port_fd;                /* Note [port reservation], -1 if none */

@@ -211,13 +211,13 @@ static char *remote_command(const struct cdrun_args *a, int argc,
  * values) as ssh's whole-second ServerAlive options. */
 static void plan_keepalive(const struct cdrun_args *a, struct job_plan *p)
 {
-  struct rp_conf dflt;
+  struct rdzv_proto_conf dflt;
   double interval, misses;
   const char *e, *c = a->rdzv_conf ? a->rdzv_conf : "";
   char key[64], val[64];
   size_t kn, vn;
 
-  rp_conf_default(&dflt);
+  rdzv_proto_conf_default(&dflt);
   interval = dflt.keepalive_interval;
   misses = dflt.keepalive_misses;
   while (*c) {
@@ -232,7 +232,7 @@ static void plan_keepalive(const struct cdrun_args *a, struct job_plan *p)
       val[vn] = '\0';
       if (!strcmp(key, "keepalive_interval") ||
           !strcmp(key, "keep_alive_interval") || !strcmp(key, "heartbeat"))
-        num_parse_double(val, RP_MIN_KEEPALIVE, 3600, &interval);
+        num_parse_double(val, RDZV_PROTO_MIN_KEEPALIVE, 3600, &interval);
       else if (!strcmp(key, "keepalive_misses") ||
                !strcmp(key, "keep_alive_max_attempt"))
         num_parse_double(val, 1, 1000, &misses);

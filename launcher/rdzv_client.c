@@ -25,10 +25,10 @@
 struct rdzv_client {
   struct rdzv base;               /* first: a struct rdzv * is one */
   struct rdzv_client_opts o;
-  char host[RP_MAX_ADDR + 1];
-  char id[RP_MAX_ID + 1];
-  char local_addr[RP_MAX_ADDR + 1];
-  char myhost[RP_MAX_ADDR + 1];
+  char host[RDZV_PROTO_MAX_ADDR + 1];
+  char id[RDZV_PROTO_MAX_ID + 1];
+  char local_addr[RDZV_PROTO_MAX_ADDR + 1];
+  char myhost[RDZV_PROTO_MAX_ADDR + 1];
 
   uv_tcp_t tcp;
   uv_connect_t creq;
@@ -53,7 +53,7 @@ struct rdzv_client {
   bool ever_spoke;                /* ... or on an earlier one: an rdzvd */
   size_t rx_bytes;                /* bytes received on this connection */
   bool join_pending;
-  enum rp_join_reason pending_reason;
+  enum rdzv_proto_join_reason pending_reason;
   int round;                      /* of the last ROUND */
   bool destroyed;
   bool failed;                    /* on_error already reported */
@@ -64,19 +64,19 @@ struct rdzv_client {
 
   struct rdzvd_server *server;    /* when this node hosts */
 
-  struct ra_secret secret;        /* len 0: none */
-  struct ra_client auth;          /* the handshake on this connection */
+  struct rdzv_auth_secret secret; /* len 0: none */
+  struct rdzv_auth_client auth;   /* the handshake on this connection */
   bool authed;                    /* joins may go out */
 
   /* Note [reconnect]: what this node re-asserts, and the reconnection. */
   bool have_round;                /* last holds the ROUND it runs */
-  struct rp_round last;
-  enum rp_resume_phase phase;
+  struct rdzv_proto_round last;
+  enum rdzv_proto_resume_phase phase;
   int gather_restarts;            /* restart count to assert, gathering */
   int gather_round;               /* the round to assert, gathering */
   /* Note [node tokens] (proto/rdzv_token.h): the last credential the
    * server gave this node, presented again in RESUME. */
-  unsigned char token[RP_TOKEN_BYTES];
+  unsigned char token[RDZV_PROTO_TOKEN_BYTES];
   bool reconnecting;
   bool resumed_running;           /* the RESUME re-asserted a round */
   char resumed_what[64];          /* what it re-asserted, for the log */
@@ -85,7 +85,7 @@ struct rdzv_client {
   double lost_at;
   double backoff;                 /* seconds before the next attempt */
   bool failure_pending;           /* a FAILURE to send once back */
-  struct rp_failure pending_failure;
+  struct rdzv_proto_failure pending_failure;
   bool barrier_pending;           /* the exit BARRIER to send once back */
   uint64_t rng;                   /* the backoff's jitter, per agent */
   bool connect_timed_out;         /* connect_watchdog cancelled it */
@@ -97,7 +97,7 @@ static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
 /* Reports a fatal rendezvous problem once. */
 static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
 {
-  char msg[RP_MAX_TEXT + 64];
+  char msg[RDZV_PROTO_MAX_TEXT + 64];
   va_list ap;
 
   if (c->failed || c->destroyed)
@@ -117,7 +117,7 @@ static void client_release(struct rdzv_client *c)
 {
   if (--c->open_handles == 0 && c->destroyed) {
     free(c->buf);
-    ra_secret_clear(&c->secret);
+    rdzv_auth_secret_clear(&c->secret);
     free(c);
   }
 }
@@ -131,16 +131,16 @@ static void handle_closed(uv_handle_t *h)
   client_release(c);
 }
 
-static int send_msg(struct rdzv_client *c, const struct rp_msg *m);
+static int send_msg(struct rdzv_client *c, const struct rdzv_proto_msg *m);
 static void on_ready(struct rdzv_client *c);
 static void lost(struct rdzv_client *c, const char *why, bool going_away);
 
 static void send_join(struct rdzv_client *c)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   snprintf(m.u.join.id, sizeof m.u.join.id, "%s", c->id);
   snprintf(m.u.join.addr, sizeof m.u.join.addr, "%s", c->local_addr);
   snprintf(m.u.join.host, sizeof m.u.join.host, "%s", c->myhost);
@@ -169,7 +169,7 @@ static void write_done(uv_write_t *req, int status)
   free(w);
 }
 
-static int send_msg(struct rdzv_client *c, const struct rp_msg *m)
+static int send_msg(struct rdzv_client *c, const struct rdzv_proto_msg *m)
 {
   struct write_req *w;
   uv_buf_t b;
@@ -181,7 +181,7 @@ static int send_msg(struct rdzv_client *c, const struct rp_msg *m)
   w = malloc(sizeof *w);
   if (!w)
     return UV_ENOMEM;
-  err = rp_encode(m, &w->data, &len);
+  err = rdzv_proto_encode(m, &w->data, &len);
   if (err) {
     free(w);
     return err;
@@ -197,7 +197,8 @@ static int send_msg(struct rdzv_client *c, const struct rp_msg *m)
 
 /* ---- what the server says ---------------------------------------------- */
 
-static void on_waiting(struct rdzv_client *c, const struct rp_waiting *w)
+static void on_waiting(struct rdzv_client *c,
+                       const struct rdzv_proto_waiting *w)
 {
   double now = monotime_now();
 
@@ -220,7 +221,7 @@ static void on_waiting(struct rdzv_client *c, const struct rp_waiting *w)
 
 /* The job's root cause a RESTART or CLOSED names (Note [root cause]);
  * one without any leaves the last one known. */
-static void take_cause(struct rdzv_client *c, const struct rp_cause *in)
+static void take_cause(struct rdzv_client *c, const struct rdzv_proto_cause *in)
 {
   struct rdzv_cause *out = &c->base.job_cause;
 
@@ -234,23 +235,23 @@ static void take_cause(struct rdzv_client *c, const struct rp_cause *in)
   snprintf(out->host, sizeof out->host, "%s", in->host);
 }
 
-static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
+static void dispatch(struct rdzv_client *c, const struct rdzv_proto_msg *m)
 {
   struct rdzv_assignment a;
 
   switch (m->op) {
-  case RP_PONG:
+  case RDZV_PROTO_PONG:
     return;
-  case RP_WAITING:
+  case RDZV_PROTO_WAITING:
     /* What its token vouches for is what a gathering RESUME asserts. */
-    if (!rp_token_none(m->u.waiting.token)) {
+    if (!rdzv_proto_token_none(m->u.waiting.token)) {
       memcpy(c->token, m->u.waiting.token, sizeof c->token);
       c->gather_round = m->u.waiting.round;
       c->gather_restarts = m->u.waiting.restart_count;
     }
     on_waiting(c, &m->u.waiting);
     return;
-  case RP_ROUND:
+  case RDZV_PROTO_ROUND:
     memset(&a, 0, sizeof a);
     a.round = m->u.round.round;
     a.restart_count = m->u.round.restart_count;
@@ -265,21 +266,21 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
     snprintf(a.master_addr, sizeof a.master_addr, "%s",
              m->u.round.master_addr);
     a.master_port = m->u.round.master_port;
-    if (!rp_token_none(m->u.round.job_token))
-      for (size_t i = 0; i < RP_TOKEN_BYTES; i++)
+    if (!rdzv_proto_token_none(m->u.round.job_token))
+      for (size_t i = 0; i < RDZV_PROTO_TOKEN_BYTES; i++)
         snprintf(a.job_token + 2 * i, 3, "%02x", m->u.round.job_token[i]);
     c->round = a.round;
     c->last_present = -1;
     c->have_round = true;
     c->last = m->u.round;
-    c->phase = RP_PHASE_RUNNING;
+    c->phase = RDZV_PROTO_PHASE_RUNNING;
     c->gather_restarts = a.restart_count;
-    c->gather_round = a.round < RP_MAX_ROUND ? a.round + 1 : a.round;
+    c->gather_round = a.round < RDZV_PROTO_MAX_ROUND ? a.round + 1 : a.round;
     memcpy(c->token, m->u.round.token, sizeof c->token);
     c->base.cb.on_round(c->base.cb.ctx, &a);
     return;
-  case RP_RESTART:
-    c->phase = RP_PHASE_GATHERING;
+  case RDZV_PROTO_RESTART:
+    c->phase = RDZV_PROTO_PHASE_GATHERING;
     take_cause(c, &m->u.text.cause);
     snprintf(c->base.lost_host, sizeof c->base.lost_host, "%s",
              m->u.text.lost_host);
@@ -287,13 +288,13 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
              m->u.text.lost_why);
     c->base.cb.on_restart(c->base.cb.ctx, m->u.text.message);
     return;
-  case RP_GOING_AWAY:
+  case RDZV_PROTO_GOING_AWAY:
     lost(c, m->u.text.message, true);
     return;
-  case RP_BARRIER_DONE:
+  case RDZV_PROTO_BARRIER_DONE:
     c->base.cb.on_barrier(c->base.cb.ctx, 0);
     return;
-  case RP_CLOSED:
+  case RDZV_PROTO_CLOSED:
     take_cause(c, &m->u.text.cause);
     /* err 0: the job finished well without needing this node (a spare
      * that waited for a place). */
@@ -303,20 +304,21 @@ static void dispatch(struct rdzv_client *c, const struct rp_msg *m)
       fail(c, UV_ECANCELED, "the job '%s' was closed: %s", c->id,
            m->u.text.message);
     return;
-  case RP_ERROR:
-    if (m->u.text.code == RP_ERR_AUTH) {
-      fail(c, UV_EACCES, RA_REFUSED ": the rendezvous at %s:%d says: %s%s",
-           c->host, c->o.port, m->u.text.message,
+  case RDZV_PROTO_ERROR:
+    if (m->u.text.code == RDZV_PROTO_ERR_AUTH) {
+      fail(c, UV_EACCES,
+           RDZV_AUTH_REFUSED ": the rendezvous at %s:%d says: %s%s", c->host,
+           c->o.port, m->u.text.message,
            c->secret.len ? "" : " (give --rdzv-conf=secret_file=PATH)");
       return;
     }
     fail(c, UV_EPROTO, "rendezvous '%s' at %s:%d refused: %s (%s)", c->id,
          c->host, c->o.port, m->u.text.message,
-         rp_error_name(m->u.text.code));
+         rdzv_proto_error_name(m->u.text.code));
     return;
   default:
     fail(c, UV_EPROTO, "unexpected '%s' message from the rendezvous server",
-         rp_op_name(m->op));
+         rdzv_proto_op_name(m->op));
     return;
   }
 }
@@ -327,11 +329,13 @@ static void close_tcp(struct rdzv_client *c);
  * connection are the handshake (proto/rdzv_auth.h); the join goes out
  * once the server has proved that it knows the secret too.  A refusal is
  * final: retrying would get the same answer. */
-static void handshake_step(struct rdzv_client *c, const struct rp_msg *m)
+static void handshake_step(struct rdzv_client *c,
+                           const struct rdzv_proto_msg *m)
 {
-  struct rp_msg reply;
-  char err[RP_MAX_TEXT + 128];
-  int rc = ra_client_step(&c->auth, &c->secret, m, &reply, err, sizeof err);
+  struct rdzv_proto_msg reply;
+  char err[RDZV_PROTO_MAX_TEXT + 128];
+  int rc =
+      rdzv_auth_client_step(&c->auth, &c->secret, m, &reply, err, sizeof err);
 
   if (rc == 1) {
     send_msg(c, &reply);
@@ -376,7 +380,7 @@ static void close_tcp(struct rdzv_client *c)
  * done (destroyed, or failed). */
 static void flush_pending(struct rdzv_client *c);
 
-static int on_frame(void *ctx, struct rp_msg *m)
+static int on_frame(void *ctx, struct rdzv_proto_msg *m)
 {
   struct rdzv_client *c = ctx;
 
@@ -497,7 +501,7 @@ static void schedule_retry(struct rdzv_client *c)
 /* One more attempt failed: the next, or the end of reconnect_timeout. */
 static void reconnect_failed(struct rdzv_client *c)
 {
-  char what[RP_MAX_ADDR + 96];
+  char what[RDZV_PROTO_MAX_ADDR + 96];
 
   if (monotime_now() >= c->lost_at + c->o.reconnect_timeout) {
     fail(c, UV_ETIMEDOUT, "%s did not come back within %g s "
@@ -540,7 +544,7 @@ static void first_connect_failed(struct rdzv_client *c, int err)
 
 static void lost(struct rdzv_client *c, const char *why, bool going_away)
 {
-  char what[RP_MAX_ADDR + 96];
+  char what[RDZV_PROTO_MAX_ADDR + 96];
   bool embedded;
 
   /* A connection given up on to come back is closed with a reset, not a
@@ -589,7 +593,7 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
     say("%s%s%s: %s; %s, reconnecting for up to %g s (reconnect_timeout)",
         going_away ? "going away: " : embedded ? "" : "lost ", what,
         embedded && !going_away ? " is gone" : "", why,
-        c->phase == RP_PHASE_GATHERING ? "still waiting for a round"
+        c->phase == RDZV_PROTO_PHASE_GATHERING ? "still waiting for a round"
                                        : "workers keep running",
         c->o.reconnect_timeout);
   }
@@ -600,8 +604,8 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
 /* Connected and authenticated: the first JOIN, or the re-assertion. */
 static void on_ready(struct rdzv_client *c)
 {
-  struct rp_msg m;
-  struct rp_resume *r = &m.u.resume;
+  struct rdzv_proto_msg m;
+  struct rdzv_proto_resume *r = &m.u.resume;
   bool running;
 
   if (!c->reconnecting) {
@@ -611,9 +615,9 @@ static void on_ready(struct rdzv_client *c)
   }
   c->reconnecting = false;
   running = c->have_round &&
-            (c->phase != RP_PHASE_GATHERING || c->failure_pending);
+            (c->phase != RDZV_PROTO_PHASE_GATHERING || c->failure_pending);
   memset(&m, 0, sizeof m);
-  m.op = RP_RESUME;
+  m.op = RDZV_PROTO_RESUME;
   snprintf(r->join.id, sizeof r->join.id, "%s", c->id);
   snprintf(r->join.addr, sizeof r->join.addr, "%s", c->local_addr);
   snprintf(r->join.host, sizeof r->join.host, "%s", c->myhost);
@@ -623,18 +627,19 @@ static void on_ready(struct rdzv_client *c)
   r->join.reason = c->pending_reason;
   r->join.conf = c->o.conf;
   if (running) {
-    r->phase = c->phase == RP_PHASE_EXIT ? RP_PHASE_EXIT : RP_PHASE_RUNNING;
+    r->phase = c->phase == RDZV_PROTO_PHASE_EXIT ? RDZV_PROTO_PHASE_EXIT
+                                                 : RDZV_PROTO_PHASE_RUNNING;
     r->round = c->last;
     r->round.embedded = false;
     r->round.host_rank = 0;
   } else {
-    r->phase = RP_PHASE_GATHERING;
+    r->phase = RDZV_PROTO_PHASE_GATHERING;
     r->round.round = c->gather_round;
     r->round.restart_count = c->gather_restarts;
   }
   memcpy(r->round.token, c->token, sizeof c->token);
   snprintf(c->resumed_what, sizeof c->resumed_what, "%s round %d",
-           running ? (r->phase == RP_PHASE_EXIT ? "the exit barrier of"
+           running ? (r->phase == RDZV_PROTO_PHASE_EXIT ? "the exit barrier of"
                                                 : "running")
                    : "waiting for", r->round.round);
   send_msg(c, &m);
@@ -642,7 +647,7 @@ static void on_ready(struct rdzv_client *c)
    * rdzvd (a PONG to this at the latest): sent into something else, it
    * would be lost. */
   memset(&m, 0, sizeof m);
-  m.op = RP_KEEPALIVE;
+  m.op = RDZV_PROTO_KEEPALIVE;
   send_msg(c, &m);
   c->resumed_running = running;
   c->unproven = true;
@@ -652,7 +657,7 @@ static void on_ready(struct rdzv_client *c)
  * server was away. */
 static void flush_pending(struct rdzv_client *c)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   bool running = c->resumed_running;
 
   say("reconnected to the rendezvous server %s:%d after %.1f s; "
@@ -660,14 +665,14 @@ static void flush_pending(struct rdzv_client *c)
       c->resumed_what);
   if (c->failure_pending) {
     memset(&m, 0, sizeof m);
-    m.op = RP_FAILURE;
+    m.op = RDZV_PROTO_FAILURE;
     m.u.failure = c->pending_failure;
     c->failure_pending = false;
     send_msg(c, &m);
   }
-  if (running && c->phase == RP_PHASE_EXIT) {
+  if (running && c->phase == RDZV_PROTO_PHASE_EXIT) {
     memset(&m, 0, sizeof m);
-    m.op = RP_BARRIER;
+    m.op = RDZV_PROTO_BARRIER;
     snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
     m.u.barrier.round = c->round;
     send_msg(c, &m);
@@ -682,7 +687,7 @@ static void keepalive_tick(uv_timer_t *t)
 {
   struct rdzv_client *c = t->data;
   double window = c->o.conf.keepalive_interval * c->o.conf.keepalive_misses;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   if (!c->connected)
     return;
@@ -696,7 +701,7 @@ static void keepalive_tick(uv_timer_t *t)
   if (!c->authed)
     return;   /* only the handshake before it succeeds */
   memset(&m, 0, sizeof m);
-  m.op = RP_KEEPALIVE;
+  m.op = RDZV_PROTO_KEEPALIVE;
   send_msg(c, &m);
 }
 
@@ -741,9 +746,9 @@ static void connected_cb(uv_connect_t *req, int status)
   uv_timer_start(&c->keepalive, keepalive_tick, ms ? ms : 1, ms ? ms : 1);
   c->authed = c->secret.len == 0;
   if (!c->authed) {
-    struct rp_msg hello;
+    struct rdzv_proto_msg hello;
 
-    if (ra_client_hello(&c->auth, &hello) != 0) {
+    if (rdzv_auth_client_hello(&c->auth, &hello) != 0) {
       close_tcp(c);
       fail(c, UV_EIO, "cannot start the handshake: no random bytes");
       return;
@@ -929,15 +934,15 @@ static int client_join(struct rdzv *r, enum rdzv_join_reason why)
 
   if (c->failed)
     return UV_ECANCELED;
-  c->pending_reason = why == RDZV_JOIN_FIRST     ? RP_REASON_FIRST
-                      : why == RDZV_JOIN_FAILURE ? RP_REASON_FAILURE
-                                                 : RP_REASON_MEMBERSHIP;
+  c->pending_reason = why == RDZV_JOIN_FIRST     ? RDZV_PROTO_REASON_FIRST
+                      : why == RDZV_JOIN_FAILURE ? RDZV_PROTO_REASON_FAILURE
+                                                 : RDZV_PROTO_REASON_MEMBERSHIP;
   c->join_pending = true;
   c->last_present = -1;
-  if (why == RDZV_JOIN_FAILURE && c->phase == RP_PHASE_RUNNING &&
+  if (why == RDZV_JOIN_FAILURE && c->phase == RDZV_PROTO_PHASE_RUNNING &&
       c->have_round)
     c->gather_restarts = c->last.restart_count + 1;
-  c->phase = RP_PHASE_GATHERING;
+  c->phase = RDZV_PROTO_PHASE_GATHERING;
   if (c->connected) {
     if (c->authed)
       send_join(c);
@@ -958,16 +963,16 @@ static int client_report_failure(struct rdzv *r, bool final,
                                  const char *message)
 {
   struct rdzv_client *c = (struct rdzv_client *)r;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_FAILURE;
+  m.op = RDZV_PROTO_FAILURE;
   m.u.failure.final = final;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s",
            message ? message : "");
   if (r->local_cause.exited_at > 0) {
     const struct rdzv_cause *lc = &r->local_cause;
-    struct rp_cause *out = &m.u.failure.cause;
+    struct rdzv_proto_cause *out = &m.u.failure.cause;
 
     out->exited_at = lc->exited_at;
     out->rank = lc->rank;
@@ -989,13 +994,13 @@ static int client_report_failure(struct rdzv *r, bool final,
 static int client_exit_barrier(struct rdzv *r)
 {
   struct rdzv_client *c = (struct rdzv_client *)r;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_BARRIER;
+  m.op = RDZV_PROTO_BARRIER;
   snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
   m.u.barrier.round = c->round;
-  c->phase = RP_PHASE_EXIT;
+  c->phase = RDZV_PROTO_PHASE_EXIT;
   if (!c->connected || !c->authed) {
     if (!c->reconnecting && c->o.reconnect_timeout <= 0)
       return UV_ENOTCONN;
@@ -1027,7 +1032,7 @@ static void server_idle(void *ctx)
 static void client_destroy(struct rdzv *r)
 {
   struct rdzv_client *c = (struct rdzv_client *)r;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int others;
 
   c->destroyed = true;
@@ -1037,7 +1042,7 @@ static void client_destroy(struct rdzv *r)
   uv_close((uv_handle_t *)&c->keepalive, handle_closed);
   if (c->connected) {
     memset(&m, 0, sizeof m);
-    m.op = RP_LEAVE;
+    m.op = RDZV_PROTO_LEAVE;
     if (c->authed)    /* mid-handshake: nothing but the handshake */
       send_msg(c, &m);
     uv_read_stop((uv_stream_t *)&c->tcp);

@@ -23,7 +23,7 @@ struct rdzv_client_opts {
   const char *host;           /* endpoint host */
   int port;                   /* endpoint port */
   const char *id;             /* rdzv_id */
-  struct rp_conf conf;
+  struct rdzv_proto_conf conf;
   const char *local_addr;     /* "" or --local_addr */
   int nproc;
   int master_port;            /* this node's reserved port */
@@ -31,7 +31,7 @@ struct rdzv_client_opts {
   /* NULL or empty: no shared secret.  Otherwise the client proves it
    * knows it (and checks the server's proof) before its join, and an
    * embedded server demands it of every node (copied). */
-  const struct ra_secret *secret;
+  const struct rdzv_auth_secret *secret;
   /* Note [reconnect]: seconds to keep the workers running and reconnect
    * after losing the server; 0: fail at once, as before soft state. */
   double reconnect_timeout;

@@ -28,7 +28,7 @@ static int load_secret(struct rdzv_config *c, const char *path, char *err,
 {
   char why[512];
 
-  if (ra_secret_load(path, &c->secret, why, sizeof why) == 0)
+  if (rdzv_auth_secret_load(path, &c->secret, why, sizeof why) == 0)
     return 0;
   return err_invalid(err, errlen, "--rdzv_conf: %s", why);
 }
@@ -119,7 +119,7 @@ static int etcd_conf_entry(struct rdzv_config *c, const char *key,
 static int etcd_endpoints(struct rdzv_config *c, const char *list,
                           char *err, size_t errlen)
 {
-  char one[RP_MAX_ADDR + 16], host[RP_MAX_ADDR + 1];
+  char one[RDZV_PROTO_MAX_ADDR + 16], host[RDZV_PROTO_MAX_ADDR + 1];
   const char *p = list;
   size_t len, used = 0;
   int port;
@@ -166,7 +166,7 @@ static int conf_entry(struct rdzv_config *c, const char *key,
   int rc;
 
   if (strcmp(key, "join_timeout") == 0 || strcmp(key, "timeout") == 0) {
-    if (parse_double(val, RP_MIN_JOIN_TIMEOUT, NUM_SECONDS_MAX,
+    if (parse_double(val, RDZV_PROTO_MIN_JOIN_TIMEOUT, NUM_SECONDS_MAX,
                      &c->conf.join_timeout))
       goto bad;
   } else if (strcmp(key, "last_call_timeout") == 0) {
@@ -179,7 +179,7 @@ static int conf_entry(struct rdzv_config *c, const char *key,
              strcmp(key, "keep_alive_interval") == 0 ||
              strcmp(key, "heartbeat") == 0) {
     /* keep_alive_interval: torch's c10d name for the same thing. */
-    if (parse_double(val, RP_MIN_KEEPALIVE, 3600,
+    if (parse_double(val, RDZV_PROTO_MIN_KEEPALIVE, 3600,
                      &c->conf.keepalive_interval))
       goto bad;
   } else if (strcmp(key, "keepalive_misses") == 0 ||
@@ -249,11 +249,11 @@ static int parse_conf(struct rdzv_config *c, const char *conf, char *err,
       p++;
   }
   if (c->conf.keepalive_interval * c->conf.keepalive_misses <
-      RP_MIN_KEEPALIVE_WINDOW) {
+      RDZV_PROTO_MIN_KEEPALIVE_WINDOW) {
     return err_invalid(err, errlen, "--rdzv_conf: keepalive_interval x "
                        "keepalive_misses is %g s; it must be at least %g s",
                        c->conf.keepalive_interval * c->conf.keepalive_misses,
-                       RP_MIN_KEEPALIVE_WINDOW);
+                       RDZV_PROTO_MIN_KEEPALIVE_WINDOW);
   }
   return 0;
 }
@@ -270,9 +270,9 @@ static int resolve_etcd(const struct cdrun_args *a, const char *run_id,
                        a->nnodes_max, ETCD_RDZV_MAX_NODES);
   if (etcd_endpoints(c, a->rdzv_endpoint, err, errlen))
     return -EINVAL;
-  if (strlen(run_id) > RP_MAX_ID || !run_id[0] || strchr(run_id, '/'))
+  if (strlen(run_id) > RDZV_PROTO_MAX_ID || !run_id[0] || strchr(run_id, '/'))
     return err_invalid(err, errlen, "--rdzv_id: must be 1..%d characters, "
-                       "no '/'", RP_MAX_ID);
+                       "no '/'", RDZV_PROTO_MAX_ID);
   if (!c->etcd.https && (c->etcd.cacert[0] || c->etcd.cert[0] ||
                          c->etcd.key[0]))
     return err_invalid(err, errlen, "--rdzv_conf: cacert, cert and key need "
@@ -292,9 +292,11 @@ static int resolve_rdzvd(const struct cdrun_args *a, const char *be,
                          char *err, size_t errlen)
 {
   c->backend = BACKEND_RDZVD;
-  if (a->nnodes_max > RP_MAX_NODES)
-    return err_invalid(err, errlen, "--nnodes=%d:%d: at most %d nodes per "
-                       "job", a->nnodes_min, a->nnodes_max, RP_MAX_NODES);
+  if (a->nnodes_max > RDZV_PROTO_MAX_NODES)
+    return err_invalid(err, errlen,
+                       "--nnodes=%d:%d: at most %d nodes per "
+                       "job",
+                       a->nnodes_min, a->nnodes_max, RDZV_PROTO_MAX_NODES);
   if (!a->rdzv_endpoint[0])
     return err_invalid(err, errlen, "--rdzv_backend=%s needs "
                        "--rdzv_endpoint=HOST[:PORT] (where rdzvd runs, or "
@@ -304,9 +306,9 @@ static int resolve_rdzvd(const struct cdrun_args *a, const char *be,
     return err_invalid(err, errlen, "--rdzv_endpoint: invalid value '%s' "
                        "(expected host[:port] or [ipv6]:port)",
                        a->rdzv_endpoint);
-  if (strlen(run_id) > RP_MAX_ID || !run_id[0])
+  if (strlen(run_id) > RDZV_PROTO_MAX_ID || !run_id[0])
     return err_invalid(err, errlen, "--rdzv_id: must be 1..%d characters",
-                       RP_MAX_ID);
+                       RDZV_PROTO_MAX_ID);
   return 0;
 }
 
@@ -363,7 +365,7 @@ int rdzv_config_resolve(const struct cdrun_args *a, const char *run_id,
 
   memset(c, 0, sizeof *c);
   warn[0] = '\0';
-  rp_conf_default(&c->conf);
+  rdzv_proto_conf_default(&c->conf);
   c->conf.min_nodes = a->nnodes_min;
   c->conf.max_nodes = a->nnodes_max;
   c->conf.max_restarts = a->max_restarts;

@@ -36,18 +36,18 @@ struct rdzv_config {
   /* static */
   int node_rank;
   int nnodes;
-  char master_addr[RP_MAX_ADDR + 1];
+  char master_addr[RDZV_PROTO_MAX_ADDR + 1];
   int master_port;                    /* 0: reserve a free one */
   /* rdzvd */
-  char host[RP_MAX_ADDR + 1];         /* endpoint */
+  char host[RDZV_PROTO_MAX_ADDR + 1];         /* endpoint */
   int port;
-  char id[RP_MAX_ID + 1];
-  struct rp_conf conf;
+  char id[RDZV_PROTO_MAX_ID + 1];
+  struct rdzv_proto_conf conf;
   enum rdzv_host_mode host_mode;
-  char local_addr[RP_MAX_ADDR + 1];
+  char local_addr[RDZV_PROTO_MAX_ADDR + 1];
   /* --rdzv_conf=secret_file=PATH, else $CDRUN_RDZV_SECRET_FILE: loaded
    * and checked at resolve time; len 0: none. */
-  struct ra_secret secret;
+  struct rdzv_auth_secret secret;
   /* etcd (also uses id, conf, local_addr) */
   struct rdzv_etcd_config etcd;
   /* --rdzv_conf=reconnect_timeout=S (seconds; 0: fail at once when the

@@ -41,14 +41,14 @@ struct rdzv_etcd {
   struct rdzv base;               /* first: a struct rdzv * is one */
   struct rdzv_etcd_opts o;
   char endpoints[1024];
-  char id[RP_MAX_ID + 1];
-  char local_addr[RP_MAX_ADDR + 1];
-  char myhost[RP_MAX_ADDR + 1];
+  char id[RDZV_PROTO_MAX_ID + 1];
+  char local_addr[RDZV_PROTO_MAX_ADDR + 1];
+  char myhost[RDZV_PROTO_MAX_ADDR + 1];
   char *user, *password, *cacert, *cert, *key;
 
-  char prefix[RP_MAX_ID + 256];   /* <prefix><id>/ */
-  char state_key[RP_MAX_ID + 300];
-  char alive_prefix[RP_MAX_ID + 300];
+  char prefix[RDZV_PROTO_MAX_ID + 256];   /* <prefix><id>/ */
+  char state_key[RDZV_PROTO_MAX_ID + 300];
+  char alive_prefix[RDZV_PROTO_MAX_ID + 300];
 
   struct etcd_client *ec;
   struct etcd_watch *watch;
@@ -79,8 +79,9 @@ struct rdzv_etcd {
   bool want_failure;
   int failure_round;
   bool failure_final;
-  char failure_msg[RP_MAX_TEXT + 1];
-  struct rp_cause failure_cause;  /* Note [root cause]; exited_at 0: none */
+  char failure_msg[RDZV_PROTO_MAX_TEXT + 1];
+  struct rdzv_proto_cause
+      failure_cause;              /* Note [root cause]; exited_at 0: none */
   int close_wait_round;           /* the wait of this closing round ran
                                      out here; -1: none */
   int cw_armed_round;             /* local close-wait timer, -1: none */
@@ -128,7 +129,7 @@ static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
 /* Reports a fatal rendezvous problem once. */
 static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
 {
-  char msg[RP_MAX_TEXT + 256];
+  char msg[RDZV_PROTO_MAX_TEXT + 256];
   va_list ap;
 
   if (e->failed || e->destroyed)
@@ -671,7 +672,7 @@ static void observe_gathering(struct rdzv_etcd *e)
 /* Note [root cause]: the job's root cause, as the state names it. */
 static void take_cause(struct rdzv_etcd *e)
 {
-  const struct rp_cause *in = &e->st.cause;
+  const struct rdzv_proto_cause *in = &e->st.cause;
   struct rdzv_cause *out = &e->base.job_cause;
 
   if (!e->st.cause_held || in->exited_at <= 0)
@@ -770,7 +771,7 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg);
  * (a config mismatch, a closed job) is left for its agent to find. */
 static int apply_requests(struct rdzv_etcd *e, struct etcd_rdzv_state *s)
 {
-  char err[RP_MAX_TEXT + 1];
+  char err[RDZV_PROTO_MAX_TEXT + 1];
   int changed = 0, i, k;
 
   if (e->view_rev < e->st_mod)
@@ -1065,7 +1066,7 @@ static void catchup_fire(uv_timer_t *t)
 
 static void step(struct rdzv_etcd *e)
 {
-  char err[RP_MAX_TEXT + 1];
+  char err[RDZV_PROTO_MAX_TEXT + 1];
   bool cf, cb;
   int rc;
 

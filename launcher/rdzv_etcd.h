@@ -18,7 +18,7 @@ struct rdzv_etcd_opts {
   const char *password;
   const char *prefix;         /* key prefix, default "/cdrun/rdzv/" */
   const char *id;             /* rdzv_id */
-  struct rp_conf conf;
+  struct rdzv_proto_conf conf;
   const char *local_addr;     /* "" or --local_addr */
   int nproc;
   int master_port;            /* this node's reserved port */

@@ -23,10 +23,10 @@ static const char label_client[] = "cdrun-rdzv-2 client";
 static const char label_server[] = "cdrun-rdzv-2 server";
 #define LABEL_LEN (sizeof label_client - 1)     /* no NUL */
 
-int ra_secret_load(const char *path, struct ra_secret *out, char *err,
-                   size_t errlen)
+int rdzv_auth_secret_load(const char *path, struct rdzv_auth_secret *out,
+                          char *err, size_t errlen)
 {
-  unsigned char buf[RA_MAX_SECRET + 2];
+  unsigned char buf[RDZV_AUTH_MAX_SECRET + 2];
   struct stat st;
   size_t len = 0;
   ssize_t n;
@@ -74,18 +74,18 @@ int ra_secret_load(const char *path, struct ra_secret *out, char *err,
   }
   close(fd);
   /* One trailing newline is the editor's, not the secret's. */
-  if (len > 0 && len <= RA_MAX_SECRET + 1 && buf[len - 1] == '\n') {
+  if (len > 0 && len <= RDZV_AUTH_MAX_SECRET + 1 && buf[len - 1] == '\n') {
     len--;
     if (len > 0 && buf[len - 1] == '\r')
       len--;
   }
-  if (len > RA_MAX_SECRET || len < RA_MIN_SECRET) {
+  if (len > RDZV_AUTH_MAX_SECRET || len < RDZV_AUTH_MIN_SECRET) {
     snprintf(err, errlen, "secret file %s: %s (a secret has %d..%d bytes; "
              "for example: openssl rand -hex 32 > %s)", path,
-             len > RA_MAX_SECRET ? "too long"
+             len > RDZV_AUTH_MAX_SECRET ? "too long"
              : len == 0          ? "empty"
                                  : "too short",
-             RA_MIN_SECRET, RA_MAX_SECRET, path);
+             RDZV_AUTH_MIN_SECRET, RDZV_AUTH_MAX_SECRET, path);
     OPENSSL_cleanse(buf, sizeof buf);
     return -EINVAL;
   }
@@ -95,85 +95,89 @@ int ra_secret_load(const char *path, struct ra_secret *out, char *err,
   return 0;
 }
 
-void ra_secret_clear(struct ra_secret *s)
+void rdzv_auth_secret_clear(struct rdzv_auth_secret *s)
 {
   OPENSSL_cleanse(s, sizeof *s);
 }
 
-int ra_nonce(unsigned char out[RP_AUTH_BYTES])
+int rdzv_auth_nonce(unsigned char out[RDZV_PROTO_AUTH_BYTES])
 {
-  return RAND_bytes(out, RP_AUTH_BYTES) == 1 ? 0 : -EIO;
+  return RAND_bytes(out, RDZV_PROTO_AUTH_BYTES) == 1 ? 0 : -EIO;
 }
 
-int ra_hmac(const void *key, size_t keylen, const void *msg, size_t msglen,
-            unsigned char out[RP_AUTH_BYTES])
+int rdzv_auth_hmac(const void *key, size_t keylen, const void *msg,
+                   size_t msglen, unsigned char out[RDZV_PROTO_AUTH_BYTES])
 {
   unsigned int outlen = 0;
 
   if (keylen > INT_MAX ||
       !HMAC(EVP_sha256(), key, (int)keylen, msg, msglen, out, &outlen) ||
-      outlen != RP_AUTH_BYTES)
+      outlen != RDZV_PROTO_AUTH_BYTES)
     return -EIO;
   return 0;
 }
 
-int ra_mac(const struct ra_secret *k, enum ra_side side,
-           const unsigned char nc[RP_AUTH_BYTES],
-           const unsigned char ns[RP_AUTH_BYTES],
-           unsigned char out[RP_AUTH_BYTES])
+int rdzv_auth_mac(const struct rdzv_auth_secret *k, enum rdzv_auth_side side,
+           const unsigned char nc[RDZV_PROTO_AUTH_BYTES],
+           const unsigned char ns[RDZV_PROTO_AUTH_BYTES],
+           unsigned char out[RDZV_PROTO_AUTH_BYTES])
 {
-  unsigned char msg[LABEL_LEN + 2 * RP_AUTH_BYTES];
+  unsigned char msg[LABEL_LEN + 2 * RDZV_PROTO_AUTH_BYTES];
 
-  memcpy(msg, side == RA_CLIENT ? label_client : label_server, LABEL_LEN);
-  memcpy(msg + LABEL_LEN, nc, RP_AUTH_BYTES);
-  memcpy(msg + LABEL_LEN + RP_AUTH_BYTES, ns, RP_AUTH_BYTES);
-  return ra_hmac(k->key, k->len, msg, sizeof msg, out);
+  memcpy(msg, side == RDZV_AUTH_CLIENT ? label_client : label_server,
+         LABEL_LEN);
+  memcpy(msg + LABEL_LEN, nc, RDZV_PROTO_AUTH_BYTES);
+  memcpy(msg + LABEL_LEN + RDZV_PROTO_AUTH_BYTES, ns, RDZV_PROTO_AUTH_BYTES);
+  return rdzv_auth_hmac(k->key, k->len, msg, sizeof msg, out);
 }
 
-bool ra_verify(const struct ra_secret *k, enum ra_side side,
-               const unsigned char nc[RP_AUTH_BYTES],
-               const unsigned char ns[RP_AUTH_BYTES],
-               const unsigned char mac[RP_AUTH_BYTES])
+bool rdzv_auth_verify(const struct rdzv_auth_secret *k,
+                      enum rdzv_auth_side side,
+                      const unsigned char nc[RDZV_PROTO_AUTH_BYTES],
+                      const unsigned char ns[RDZV_PROTO_AUTH_BYTES],
+                      const unsigned char mac[RDZV_PROTO_AUTH_BYTES])
 {
-  unsigned char want[RP_AUTH_BYTES];
+  unsigned char want[RDZV_PROTO_AUTH_BYTES];
   bool ok;
 
-  if (!k || k->len == 0 || ra_mac(k, side, nc, ns, want) != 0)
+  if (!k || k->len == 0 || rdzv_auth_mac(k, side, nc, ns, want) != 0)
     return false;
-  ok = CRYPTO_memcmp(want, mac, RP_AUTH_BYTES) == 0;
+  ok = CRYPTO_memcmp(want, mac, RDZV_PROTO_AUTH_BYTES) == 0;
   OPENSSL_cleanse(want, sizeof want);
   return ok;
 }
 
 /* ---- server ---- */
 
-static enum ra_verdict refuse(struct rp_msg *reply, const char *to_peer,
-                              char *why, size_t whylen, const char *log)
+static enum rdzv_auth_verdict refuse(struct rdzv_proto_msg *reply,
+                                     const char *to_peer, char *why,
+                                     size_t whylen, const char *log)
 {
   memset(reply, 0, sizeof *reply);
-  reply->op = RP_ERROR;
-  reply->u.text.code = RP_ERR_AUTH;
+  reply->op = RDZV_PROTO_ERROR;
+  reply->u.text.code = RDZV_PROTO_ERR_AUTH;
   snprintf(reply->u.text.message, sizeof reply->u.text.message, "%s",
            to_peer);
   snprintf(why, whylen, "%s", log);
-  return RA_REFUSE;
+  return RDZV_AUTH_REFUSE;
 }
 
-static bool is_handshake(enum rp_op op)
+static bool is_handshake(enum rdzv_proto_op op)
 {
-  return op == RP_HELLO || op == RP_CHALLENGE || op == RP_AUTH ||
-         op == RP_AUTH_OK;
+  return op == RDZV_PROTO_HELLO || op == RDZV_PROTO_CHALLENGE ||
+         op == RDZV_PROTO_AUTH || op == RDZV_PROTO_AUTH_OK;
 }
 
-enum ra_verdict ra_server_step(struct ra_server *st,
-                               const struct ra_secret *k,
-                               const struct rp_msg *m, struct rp_msg *reply,
-                               char *why, size_t whylen)
+enum rdzv_auth_verdict rdzv_auth_server_step(struct rdzv_auth_server *st,
+                                             const struct rdzv_auth_secret *k,
+                                             const struct rdzv_proto_msg *m,
+                                             struct rdzv_proto_msg *reply,
+                                             char *why, size_t whylen)
 {
   bool secret = k && k->len > 0;
 
   if (!secret) {
-    if (m->op == RP_HELLO)
+    if (m->op == RDZV_PROTO_HELLO)
       return refuse(reply, "this server has no shared secret configured, "
                     "but the client has one", why, whylen,
                     "it offers a shared secret, but this server has none "
@@ -181,115 +185,120 @@ enum ra_verdict ra_server_step(struct ra_server *st,
     if (is_handshake(m->op))
       return refuse(reply, "unexpected handshake message", why, whylen,
                     "unexpected handshake message");
-    return RA_PASS;
+    return RDZV_AUTH_PASS;
   }
   switch (st->state) {
-  case RA_S_HELLO:
-    if (m->op != RP_HELLO)
+  case RDZV_AUTH_S_HELLO:
+    if (m->op != RDZV_PROTO_HELLO)
       return refuse(reply, "this server requires a shared secret", why,
                     whylen, "no shared secret: it did not authenticate "
                     "(its first message was not a hello)");
-    memcpy(st->nc, m->u.auth.nonce, RP_AUTH_BYTES);
-    if (ra_nonce(st->ns) != 0)
+    memcpy(st->nc, m->u.auth.nonce, RDZV_PROTO_AUTH_BYTES);
+    if (rdzv_auth_nonce(st->ns) != 0)
       return refuse(reply, "internal error", why, whylen,
                     "internal: no random bytes for a nonce");
     memset(reply, 0, sizeof *reply);
-    reply->op = RP_CHALLENGE;
-    memcpy(reply->u.auth.nonce, st->ns, RP_AUTH_BYTES);
-    st->state = RA_S_PROOF;
-    return RA_REPLY;
-  case RA_S_PROOF:
-    if (m->op != RP_AUTH)
+    reply->op = RDZV_PROTO_CHALLENGE;
+    memcpy(reply->u.auth.nonce, st->ns, RDZV_PROTO_AUTH_BYTES);
+    st->state = RDZV_AUTH_S_PROOF;
+    return RDZV_AUTH_REPLY;
+  case RDZV_AUTH_S_PROOF:
+    if (m->op != RDZV_PROTO_AUTH)
       return refuse(reply, "handshake out of order", why, whylen,
                     "handshake out of order (expected auth)");
     if (st->read_with_hello)
       return refuse(reply, "auth sent before the challenge", why, whylen,
                     "auth sent before the challenge (pipelined behind "
                     "hello): it cannot hold the proof");
-    if (!ra_verify(k, RA_CLIENT, st->nc, st->ns, m->u.auth.mac))
+    if (!rdzv_auth_verify(k, RDZV_AUTH_CLIENT, st->nc, st->ns, m->u.auth.mac))
       return refuse(reply, "wrong shared secret", why, whylen,
                     "wrong shared secret");
     memset(reply, 0, sizeof *reply);
-    reply->op = RP_AUTH_OK;
-    if (ra_mac(k, RA_SERVER, st->nc, st->ns, reply->u.auth.mac) != 0)
+    reply->op = RDZV_PROTO_AUTH_OK;
+    if (rdzv_auth_mac(k, RDZV_AUTH_SERVER, st->nc, st->ns, reply->u.auth.mac) !=
+        0)
       return refuse(reply, "internal error", why, whylen,
                     "internal: HMAC failed");
-    st->state = RA_S_DONE;
-    return RA_REPLY;
-  case RA_S_DONE:
+    st->state = RDZV_AUTH_S_DONE;
+    return RDZV_AUTH_REPLY;
+  case RDZV_AUTH_S_DONE:
     break;
   }
   if (is_handshake(m->op))
     return refuse(reply, "handshake out of order", why, whylen,
                   "handshake message after authentication");
-  return RA_PASS;
+  return RDZV_AUTH_PASS;
 }
 
-bool ra_server_frame_too_big(const struct ra_server *st,
-                             const struct ra_secret *k, size_t n)
+bool rdzv_auth_server_frame_too_big(const struct rdzv_auth_server *st,
+                             const struct rdzv_auth_secret *k, size_t n)
 {
-  return k && k->len > 0 && st->state != RA_S_DONE &&
-         n > RA_PREAUTH_MAX_FRAME;
+  return k && k->len > 0 && st->state != RDZV_AUTH_S_DONE &&
+         n > RDZV_AUTH_PREAUTH_MAX_FRAME;
 }
 
 /* ---- client ---- */
 
-int ra_client_hello(struct ra_client *st, struct rp_msg *hello)
+int rdzv_auth_client_hello(struct rdzv_auth_client *st,
+                           struct rdzv_proto_msg *hello)
 {
   memset(st, 0, sizeof *st);
-  if (ra_nonce(st->nc) != 0)
+  if (rdzv_auth_nonce(st->nc) != 0)
     return -EIO;
   memset(hello, 0, sizeof *hello);
-  hello->op = RP_HELLO;
-  memcpy(hello->u.auth.nonce, st->nc, RP_AUTH_BYTES);
-  st->state = RA_C_CHALLENGE;
+  hello->op = RDZV_PROTO_HELLO;
+  memcpy(hello->u.auth.nonce, st->nc, RDZV_PROTO_AUTH_BYTES);
+  st->state = RDZV_AUTH_C_CHALLENGE;
   return 0;
 }
 
-int ra_client_step(struct ra_client *st, const struct ra_secret *k,
-                   const struct rp_msg *m, struct rp_msg *reply, char *err,
-                   size_t errlen)
+int rdzv_auth_client_step(struct rdzv_auth_client *st,
+                          const struct rdzv_auth_secret *k,
+                          const struct rdzv_proto_msg *m,
+                          struct rdzv_proto_msg *reply, char *err,
+                          size_t errlen)
 {
-  if (m->op == RP_ERROR) {
-    snprintf(err, errlen, RA_REFUSED ": the server says: %s%s%s",
+  if (m->op == RDZV_PROTO_ERROR) {
+    snprintf(err, errlen, RDZV_AUTH_REFUSED ": the server says: %s%s%s",
              m->u.text.message[0] ? m->u.text.message : "(no reason)",
-             m->u.text.code == RP_ERR_AUTH ? "" : " (",
-             m->u.text.code == RP_ERR_AUTH
+             m->u.text.code == RDZV_PROTO_ERR_AUTH ? "" : " (",
+             m->u.text.code == RDZV_PROTO_ERR_AUTH
                  ? ""
-                 : rp_error_name(m->u.text.code));
-    if (m->u.text.code != RP_ERR_AUTH)
+                 : rdzv_proto_error_name(m->u.text.code));
+    if (m->u.text.code != RDZV_PROTO_ERR_AUTH)
       snprintf(err + strlen(err), errlen - strlen(err), ")");
     return -EACCES;
   }
-  if (st->state == RA_C_CHALLENGE && m->op == RP_CHALLENGE) {
+  if (st->state == RDZV_AUTH_C_CHALLENGE && m->op == RDZV_PROTO_CHALLENGE) {
     /* Our own nonce coming back is a reflection attempt. */
-    if (CRYPTO_memcmp(m->u.auth.nonce, st->nc, RP_AUTH_BYTES) == 0) {
+    if (CRYPTO_memcmp(m->u.auth.nonce, st->nc, RDZV_PROTO_AUTH_BYTES) == 0) {
       return err_set(err, errlen, -EACCES,
-                     RA_REFUSED ": the server reflected our nonce");
+                     RDZV_AUTH_REFUSED ": the server reflected our nonce");
     }
-    memcpy(st->ns, m->u.auth.nonce, RP_AUTH_BYTES);
+    memcpy(st->ns, m->u.auth.nonce, RDZV_PROTO_AUTH_BYTES);
     memset(reply, 0, sizeof *reply);
-    reply->op = RP_AUTH;
-    if (ra_mac(k, RA_CLIENT, st->nc, st->ns, reply->u.auth.mac) != 0) {
-      return err_set(err, errlen, -EACCES, RA_REFUSED ": HMAC failed");
+    reply->op = RDZV_PROTO_AUTH;
+    if (rdzv_auth_mac(k, RDZV_AUTH_CLIENT, st->nc, st->ns, reply->u.auth.mac) !=
+        0) {
+      return err_set(err, errlen, -EACCES, RDZV_AUTH_REFUSED ": HMAC failed");
     }
-    st->state = RA_C_OK;
+    st->state = RDZV_AUTH_C_OK;
     return 1;
   }
-  if (st->state == RA_C_OK && m->op == RP_AUTH_OK) {
-    if (!ra_verify(k, RA_SERVER, st->nc, st->ns, m->u.auth.mac)) {
+  if (st->state == RDZV_AUTH_C_OK && m->op == RDZV_PROTO_AUTH_OK) {
+    if (!rdzv_auth_verify(k, RDZV_AUTH_SERVER, st->nc, st->ns, m->u.auth.mac)) {
       return err_set(err, errlen, -EACCES,
-                     RA_REFUSED ": the server did not prove that "
+                     RDZV_AUTH_REFUSED ": the server did not prove that "
                      "it knows the shared secret");
     }
-    st->state = RA_C_DONE;
+    st->state = RDZV_AUTH_C_DONE;
     return 0;
   }
   return err_set(err, errlen, -EACCES,
-                 RA_REFUSED ": unexpected '%s' from the server "
+                 RDZV_AUTH_REFUSED ": unexpected '%s' from the server "
                  "during the handshake (it may be an older version without "
                  "shared secrets)",
-                 rp_op_name(m->op) ? rp_op_name(m->op) : "?");
+                 rdzv_proto_op_name(m->op) ? rdzv_proto_op_name(m->op) : "?");
 }
 
 /* ---- blocking helper ---- */
@@ -310,11 +319,11 @@ static int write_all(int fd, const char *p, size_t n)
   return 0;
 }
 
-static int send_msg_fd(int fd, const struct rp_msg *m)
+static int send_msg_fd(int fd, const struct rdzv_proto_msg *m)
 {
   char *frame;
   size_t len;
-  int rc = rp_encode(m, &frame, &len);
+  int rc = rdzv_proto_encode(m, &frame, &len);
 
   if (rc)
     return rc;
@@ -356,37 +365,39 @@ static int read_full(int fd, char *buf, size_t n, int timeout_ms, char *err,
 
 /* Reads exactly one frame (handshake answers are small, and nothing
  * follows them before we send again) and decodes it into m. */
-static int read_msg_fd(int fd, int timeout_ms, struct rp_msg *m, char *err,
-                       size_t errlen)
+static int read_msg_fd(int fd, int timeout_ms, struct rdzv_proto_msg *m,
+                       char *err, size_t errlen)
 {
-  char buf[RP_FRAME_HEADER + 4 * RP_MAX_TEXT];
+  char buf[RDZV_PROTO_FRAME_HEADER + 4 * RDZV_PROTO_MAX_TEXT];
   const unsigned char *h = (const unsigned char *)buf;
   size_t n;
   int rc;
 
-  rc = read_full(fd, buf, RP_FRAME_HEADER, timeout_ms, err, errlen);
+  rc = read_full(fd, buf, RDZV_PROTO_FRAME_HEADER, timeout_ms, err, errlen);
   if (rc)
     return rc;
   n = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
-  if (n == 0 || n > sizeof buf - RP_FRAME_HEADER) {
+  if (n == 0 || n > sizeof buf - RDZV_PROTO_FRAME_HEADER) {
     return err_set(err, errlen, -EIO,
                    "bad frame of %zu bytes from the server during "
                    "the handshake", n);
   }
-  rc = read_full(fd, buf + RP_FRAME_HEADER, n, timeout_ms, err, errlen);
+  rc = read_full(fd, buf + RDZV_PROTO_FRAME_HEADER, n, timeout_ms, err, errlen);
   if (rc)
     return rc;
-  return rp_decode(buf + RP_FRAME_HEADER, n, m, err, errlen) ? -EIO : 0;
+  return rdzv_proto_decode(buf + RDZV_PROTO_FRAME_HEADER, n, m, err, errlen)
+             ? -EIO
+             : 0;
 }
 
-int ra_handshake_fd(int fd, const struct ra_secret *k, int timeout_ms,
-                    char *err, size_t errlen)
+int rdzv_auth_handshake_fd(int fd, const struct rdzv_auth_secret *k,
+                           int timeout_ms, char *err, size_t errlen)
 {
-  struct ra_client st;
-  struct rp_msg m, reply;
+  struct rdzv_auth_client st;
+  struct rdzv_proto_msg m, reply;
   int rc;
 
-  if (ra_client_hello(&st, &m) != 0) {
+  if (rdzv_auth_client_hello(&st, &m) != 0) {
     return err_set(err, errlen, -EIO, "no random bytes for a nonce");
   }
   if (send_msg_fd(fd, &m) != 0) {
@@ -396,8 +407,8 @@ int ra_handshake_fd(int fd, const struct ra_secret *k, int timeout_ms,
     rc = read_msg_fd(fd, timeout_ms, &m, err, errlen);
     if (rc)
       return rc;
-    rc = ra_client_step(&st, k, &m, &reply, err, errlen);
-    rp_msg_free(&m);
+    rc = rdzv_auth_client_step(&st, k, &m, &reply, err, errlen);
+    rdzv_proto_msg_free(&m);
     if (rc <= 0)
       return rc;
     if (send_msg_fd(fd, &reply) != 0) {

@@ -17,32 +17,32 @@
 
 /* The kinds of field a message carries; each knows its C type. */
 enum kind {
-  K_INT,        /* int */
-  K_I64,        /* int64_t, |x| <= 2^53 - 1 */
-  K_DBL,        /* double, finite */
-  K_BOOL,       /* bool */
-  K_STR,        /* char[size] */
-  K_OSTR,       /* char[size], optional: absent on the wire when "" */
-  K_VALUE,      /* struct rp_kv's heap value + value_len */
-  K_REASON,     /* enum rp_join_reason */
-  K_PHASE,      /* enum rp_resume_phase */
-  K_CODE,       /* enum rp_error_code */
-  K_CONF,       /* struct rp_conf, a nested object */
-  K_CAUSE,      /* struct rp_cause, a nested object; absent on the wire
+  K_INT,    /* int */
+  K_I64,    /* int64_t, |x| <= 2^53 - 1 */
+  K_DBL,    /* double, finite */
+  K_BOOL,   /* bool */
+  K_STR,    /* char[size] */
+  K_OSTR,   /* char[size], optional: absent on the wire when "" */
+  K_VALUE,  /* struct rdzv_proto_kv's heap value + value_len */
+  K_REASON, /* enum rdzv_proto_join_reason */
+  K_PHASE,  /* enum rdzv_proto_resume_phase */
+  K_CODE,   /* enum rdzv_proto_error_code */
+  K_CONF,   /* struct rdzv_proto_conf, a nested object */
+  K_CAUSE,      /* struct rdzv_proto_cause, a nested object; absent on the wire
                    when its exited_at is 0 (none) */
   K_STATUS,     /* char *status_json, an object on the wire */
   K_HEX,        /* unsigned char[size], lowercase hex on the wire */
-  K_TOKEN,      /* unsigned char[RP_TOKEN_BYTES], optional hex: absent
+  K_TOKEN,      /* unsigned char[RDZV_PROTO_TOKEN_BYTES], optional hex: absent
                    on the wire when all zero (none) */
 };
 
 struct field {
   const char *name;
   enum kind kind;
-  size_t off;           /* from the start of struct rp_msg (or rp_conf) */
-  size_t size;          /* K_STR: sizeof the array */
-  double lo, hi;        /* numbers: range; strings: byte length range */
-  bool lo_open;         /* lo itself is excluded (timeouts > 0) */
+  size_t off; /* from the start of struct rdzv_proto_msg (or rdzv_proto_conf) */
+  size_t size;   /* K_STR: sizeof the array */
+  double lo, hi; /* numbers: range; strings: byte length range */
+  bool lo_open;  /* lo itself is excluded (timeouts > 0) */
   bool required;
 };
 
@@ -50,28 +50,29 @@ struct field {
  * a field added later, so that bodies without it stay as they were. */
 #define OMIT_ZERO 1
 
-#define MSG(member) offsetof(struct rp_msg, u.member)
-#define ARR(member) MSG(member), sizeof(((struct rp_msg *)0)->u.member)
-#define CONF(member) offsetof(struct rp_conf, member)
-#define CAUSE(member) offsetof(struct rp_cause, member)
+#define MSG(member) offsetof(struct rdzv_proto_msg, u.member)
+#define ARR(member) MSG(member), sizeof(((struct rdzv_proto_msg *)0)->u.member)
+#define CONF(member) offsetof(struct rdzv_proto_conf, member)
+#define CAUSE(member) offsetof(struct rdzv_proto_cause, member)
 
 static const struct field conf_fields[] = {
-  { "min_nodes", K_INT, CONF(min_nodes), 0, 1, RP_MAX_NODES, false, false },
-  { "max_nodes", K_INT, CONF(max_nodes), 0, 1, RP_MAX_NODES, false, false },
-  { "max_restarts", K_INT, CONF(max_restarts), 0, 0, RP_MAX_RESTARTS, false,
-    false },
-  { "join_timeout", K_DBL, CONF(join_timeout), 0, RP_MIN_JOIN_TIMEOUT,
-    MAX_SECONDS, false, false },
-  { "last_call_timeout", K_DBL, CONF(last_call_timeout), 0, 0, MAX_SECONDS,
-    false, false },
-  { "close_timeout", K_DBL, CONF(close_timeout), 0, 0, MAX_SECONDS, false,
-    false },
-  { "keepalive_interval", K_DBL, CONF(keepalive_interval), 0,
-    RP_MIN_KEEPALIVE, 3600, false, false },
-  { "keepalive_misses", K_INT, CONF(keepalive_misses), 0, 1, 1000, false,
-    false },
-  { NULL, 0, 0, 0, 0, 0, false, false }
-};
+    {"min_nodes", K_INT, CONF(min_nodes), 0, 1, RDZV_PROTO_MAX_NODES, false,
+     false},
+    {"max_nodes", K_INT, CONF(max_nodes), 0, 1, RDZV_PROTO_MAX_NODES, false,
+     false},
+    {"max_restarts", K_INT, CONF(max_restarts), 0, 0, RDZV_PROTO_MAX_RESTARTS,
+     false, false},
+    {"join_timeout", K_DBL, CONF(join_timeout), 0, RDZV_PROTO_MIN_JOIN_TIMEOUT,
+     MAX_SECONDS, false, false},
+    {"last_call_timeout", K_DBL, CONF(last_call_timeout), 0, 0, MAX_SECONDS,
+     false, false},
+    {"close_timeout", K_DBL, CONF(close_timeout), 0, 0, MAX_SECONDS, false,
+     false},
+    {"keepalive_interval", K_DBL, CONF(keepalive_interval), 0,
+     RDZV_PROTO_MIN_KEEPALIVE, 3600, false, false},
+    {"keepalive_misses", K_INT, CONF(keepalive_misses), 0, 1, 1000, false,
+     false},
+    {NULL, 0, 0, 0, 0, 0, false, false}};
 
 /* Wall-clock seconds: after 0 and before the year 5138. */
 #define MAX_EPOCH 1e11
@@ -82,8 +83,8 @@ static const struct field cause_fields[] = {
   { "local_rank", K_INT, CAUSE(local_rank), 0, 0, 65535, false, false },
   { "exitcode", K_INT, CAUSE(exitcode), 0, -255, 255, false, false },
   { "pid", K_I64, CAUSE(pid), 0, 0, MAX_SAFE_INT, false, false },
-  { "host", K_STR, CAUSE(host), sizeof(((struct rp_cause *)0)->host), 0,
-    RP_MAX_ADDR, false, false },
+  { "host", K_STR, CAUSE(host), sizeof(((struct rdzv_proto_cause *)0)->host), 0,
+    RDZV_PROTO_MAX_ADDR, false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
@@ -94,9 +95,9 @@ static const struct field *sub_fields(enum kind k)
 }
 
 static const struct field join_fields[] = {
-  { "id", K_STR, ARR(join.id), 1, RP_MAX_ID, false, true },
-  { "addr", K_STR, ARR(join.addr), 0, RP_MAX_ADDR, false, false },
-  { "host", K_STR, ARR(join.host), 0, RP_MAX_ADDR, false, false },
+  { "id", K_STR, ARR(join.id), 1, RDZV_PROTO_MAX_ID, false, true },
+  { "addr", K_STR, ARR(join.addr), 0, RDZV_PROTO_MAX_ADDR, false, false },
+  { "host", K_STR, ARR(join.host), 0, RDZV_PROTO_MAX_ADDR, false, false },
   { "pid", K_I64, MSG(join.pid), 0, 0, MAX_SAFE_INT, false, false },
   { "nproc", K_INT, MSG(join.nproc), 0, 1, 65536, false, true },
   { "master_port", K_INT, MSG(join.master_port), 0, 1, 65535, false, true },
@@ -106,24 +107,24 @@ static const struct field join_fields[] = {
 };
 
 static const struct field failure_fields[] = {
-  { "final", K_BOOL, MSG(failure.final), 0, 0, 0, false, false },
-  { "message", K_STR, ARR(failure.message), 0, RP_MAX_TEXT, false, false },
-  { "cause", K_CAUSE, MSG(failure.cause), 0, 0, 0, false, false },
-  { NULL, 0, 0, 0, 0, 0, false, false }
-};
+    {"final", K_BOOL, MSG(failure.final), 0, 0, 0, false, false},
+    {"message", K_STR, ARR(failure.message), 0, RDZV_PROTO_MAX_TEXT, false,
+     false},
+    {"cause", K_CAUSE, MSG(failure.cause), 0, 0, 0, false, false},
+    {NULL, 0, 0, 0, 0, 0, false, false}};
 
 static const struct field barrier_fields[] = {
-  { "name", K_STR, ARR(barrier.name), 1, RP_MAX_ID, false, true },
-  { "round", K_INT, MSG(barrier.round), 0, 0, RP_MAX_ROUND, false, true },
-  { NULL, 0, 0, 0, 0, 0, false, false }
-};
+    {"name", K_STR, ARR(barrier.name), 1, RDZV_PROTO_MAX_ID, false, true},
+    {"round", K_INT, MSG(barrier.round), 0, 0, RDZV_PROTO_MAX_ROUND, false,
+     true},
+    {NULL, 0, 0, 0, 0, 0, false, false}};
 
 #define KEY_FIELD \
-  { "key", K_STR, ARR(kv.key), 1, RP_MAX_KEY, false, true }
+  { "key", K_STR, ARR(kv.key), 1, RDZV_PROTO_MAX_KEY, false, true }
 
 static const struct field kv_set_fields[] = {
   KEY_FIELD,
-  { "value", K_VALUE, MSG(kv), 0, 0, RP_MAX_VALUE, false, true },
+  { "value", K_VALUE, MSG(kv), 0, 0, RDZV_PROTO_MAX_VALUE, false, true },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
@@ -143,94 +144,92 @@ static const struct field kv_add_fields[] = {
 static const struct field kv_value_fields[] = {
   KEY_FIELD,
   { "found", K_BOOL, MSG(kv.found), 0, 0, 0, false, true },
-  { "value", K_VALUE, MSG(kv), 0, 0, RP_MAX_VALUE, false, false },
+  { "value", K_VALUE, MSG(kv), 0, 0, RDZV_PROTO_MAX_VALUE, false, false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 
 static const struct field waiting_fields[] = {
-  { "round", K_INT, MSG(waiting.round), 0, 0, RP_MAX_ROUND, false, true },
-  { "present", K_INT, MSG(waiting.present), 0, 0, INT_MAX, false, true },
-  { "min_nodes", K_INT, MSG(waiting.min_nodes), 0, 1, RP_MAX_NODES, false,
-    true },
-  { "max_nodes", K_INT, MSG(waiting.max_nodes), 0, 1, RP_MAX_NODES, false,
-    true },
-  { "deadline", K_DBL, MSG(waiting.deadline), 0, 0, MAX_SECONDS, false,
-    true },
-  { "last_call", K_DBL, MSG(waiting.last_call), 0, -1, MAX_SECONDS, false,
-    true },
-  { "restart_count", K_INT, MSG(waiting.restart_count), OMIT_ZERO, 0,
-    RP_MAX_RESTARTS, false, false },
-  { "token", K_TOKEN, ARR(waiting.token), 0, 0, false, false },
-  { NULL, 0, 0, 0, 0, 0, false, false }
-};
+    {"round", K_INT, MSG(waiting.round), 0, 0, RDZV_PROTO_MAX_ROUND, false,
+     true},
+    {"present", K_INT, MSG(waiting.present), 0, 0, INT_MAX, false, true},
+    {"min_nodes", K_INT, MSG(waiting.min_nodes), 0, 1, RDZV_PROTO_MAX_NODES,
+     false, true},
+    {"max_nodes", K_INT, MSG(waiting.max_nodes), 0, 1, RDZV_PROTO_MAX_NODES,
+     false, true},
+    {"deadline", K_DBL, MSG(waiting.deadline), 0, 0, MAX_SECONDS, false, true},
+    {"last_call", K_DBL, MSG(waiting.last_call), 0, -1, MAX_SECONDS, false,
+     true},
+    {"restart_count", K_INT, MSG(waiting.restart_count), OMIT_ZERO, 0,
+     RDZV_PROTO_MAX_RESTARTS, false, false},
+    {"token", K_TOKEN, ARR(waiting.token), 0, 0, false, false},
+    {NULL, 0, 0, 0, 0, 0, false, false}};
 
 static const struct field round_fields[] = {
-  { "round", K_INT, MSG(round.round), 0, 0, RP_MAX_ROUND, false, true },
-  { "restart_count", K_INT, MSG(round.restart_count), 0, 0, RP_MAX_RESTARTS,
-    false, true },
-  { "group_rank", K_INT, MSG(round.group_rank), 0, 0, RP_MAX_NODES - 1,
-    false, true },
-  { "group_world_size", K_INT, MSG(round.group_world_size), 0, 1,
-    RP_MAX_NODES, false, true },
-  { "rank_offset", K_INT, MSG(round.rank_offset), 0, 0, INT_MAX, false,
-    true },
-  { "world_size", K_INT, MSG(round.world_size), 0, 1, INT_MAX, false, true },
-  { "master_addr", K_STR, ARR(round.master_addr), 1, RP_MAX_ADDR, false,
-    true },
-  { "master_port", K_INT, MSG(round.master_port), 0, 1, 65535, false, true },
-  { "embedded", K_BOOL, MSG(round.embedded), OMIT_ZERO, 0, 0, false,
-    false },
-  { "host_rank", K_INT, MSG(round.host_rank), OMIT_ZERO, 0, RP_MAX_NODES - 1,
-    false, false },
-  { "token", K_TOKEN, ARR(round.token), 0, 0, false, false },
-  { "job_token", K_TOKEN, ARR(round.job_token), 0, 0, false, false },
-  { NULL, 0, 0, 0, 0, 0, false, false }
-};
+    {"round", K_INT, MSG(round.round), 0, 0, RDZV_PROTO_MAX_ROUND, false, true},
+    {"restart_count", K_INT, MSG(round.restart_count), 0, 0,
+     RDZV_PROTO_MAX_RESTARTS, false, true},
+    {"group_rank", K_INT, MSG(round.group_rank), 0, 0, RDZV_PROTO_MAX_NODES - 1,
+     false, true},
+    {"group_world_size", K_INT, MSG(round.group_world_size), 0, 1,
+     RDZV_PROTO_MAX_NODES, false, true},
+    {"rank_offset", K_INT, MSG(round.rank_offset), 0, 0, INT_MAX, false, true},
+    {"world_size", K_INT, MSG(round.world_size), 0, 1, INT_MAX, false, true},
+    {"master_addr", K_STR, ARR(round.master_addr), 1, RDZV_PROTO_MAX_ADDR,
+     false, true},
+    {"master_port", K_INT, MSG(round.master_port), 0, 1, 65535, false, true},
+    {"embedded", K_BOOL, MSG(round.embedded), OMIT_ZERO, 0, 0, false, false},
+    {"host_rank", K_INT, MSG(round.host_rank), OMIT_ZERO, 0,
+     RDZV_PROTO_MAX_NODES - 1, false, false},
+    {"token", K_TOKEN, ARR(round.token), 0, 0, false, false},
+    {"job_token", K_TOKEN, ARR(round.job_token), 0, 0, false, false},
+    {NULL, 0, 0, 0, 0, 0, false, false}};
 
 static const struct field resume_fields[] = {
-  { "id", K_STR, ARR(resume.join.id), 1, RP_MAX_ID, false, true },
-  { "addr", K_STR, ARR(resume.join.addr), 0, RP_MAX_ADDR, false, false },
-  { "host", K_STR, ARR(resume.join.host), 0, RP_MAX_ADDR, false, false },
-  { "pid", K_I64, MSG(resume.join.pid), 0, 0, MAX_SAFE_INT, false, false },
-  { "nproc", K_INT, MSG(resume.join.nproc), 0, 1, 65536, false, true },
-  { "master_port", K_INT, MSG(resume.join.master_port), 0, 1, 65535, false,
-    true },
-  { "reason", K_REASON, MSG(resume.join.reason), 0, 0, 0, false, false },
-  { "conf", K_CONF, MSG(resume.join.conf), 0, 0, 0, false, false },
-  { "phase", K_PHASE, MSG(resume.phase), 0, 0, 0, false, true },
-  { "round", K_INT, MSG(resume.round.round), 0, 0, RP_MAX_ROUND, false,
-    true },
-  { "restart_count", K_INT, MSG(resume.round.restart_count), 0, 0,
-    RP_MAX_RESTARTS, false, true },
-  { "group_rank", K_INT, MSG(resume.round.group_rank), 0, 0,
-    RP_MAX_NODES - 1, false, false },
-  { "group_world_size", K_INT, MSG(resume.round.group_world_size), 0, 0,
-    RP_MAX_NODES, false, false },
-  { "rank_offset", K_INT, MSG(resume.round.rank_offset), 0, 0, INT_MAX,
-    false, false },
-  { "world_size", K_INT, MSG(resume.round.world_size), 0, 0, INT_MAX, false,
-    false },
-  { "master_addr", K_STR, ARR(resume.round.master_addr), 0, RP_MAX_ADDR,
-    false, false },
-  { "job_master_port", K_INT, MSG(resume.round.master_port), 0, 0, 65535,
-    false, false },
-  { "token", K_TOKEN, ARR(resume.round.token), 0, 0, false, false },
-  { NULL, 0, 0, 0, 0, 0, false, false }
-};
+    {"id", K_STR, ARR(resume.join.id), 1, RDZV_PROTO_MAX_ID, false, true},
+    {"addr", K_STR, ARR(resume.join.addr), 0, RDZV_PROTO_MAX_ADDR, false,
+     false},
+    {"host", K_STR, ARR(resume.join.host), 0, RDZV_PROTO_MAX_ADDR, false,
+     false},
+    {"pid", K_I64, MSG(resume.join.pid), 0, 0, MAX_SAFE_INT, false, false},
+    {"nproc", K_INT, MSG(resume.join.nproc), 0, 1, 65536, false, true},
+    {"master_port", K_INT, MSG(resume.join.master_port), 0, 1, 65535, false,
+     true},
+    {"reason", K_REASON, MSG(resume.join.reason), 0, 0, 0, false, false},
+    {"conf", K_CONF, MSG(resume.join.conf), 0, 0, 0, false, false},
+    {"phase", K_PHASE, MSG(resume.phase), 0, 0, 0, false, true},
+    {"round", K_INT, MSG(resume.round.round), 0, 0, RDZV_PROTO_MAX_ROUND, false,
+     true},
+    {"restart_count", K_INT, MSG(resume.round.restart_count), 0, 0,
+     RDZV_PROTO_MAX_RESTARTS, false, true},
+    {"group_rank", K_INT, MSG(resume.round.group_rank), 0, 0,
+     RDZV_PROTO_MAX_NODES - 1, false, false},
+    {"group_world_size", K_INT, MSG(resume.round.group_world_size), 0, 0,
+     RDZV_PROTO_MAX_NODES, false, false},
+    {"rank_offset", K_INT, MSG(resume.round.rank_offset), 0, 0, INT_MAX, false,
+     false},
+    {"world_size", K_INT, MSG(resume.round.world_size), 0, 0, INT_MAX, false,
+     false},
+    {"master_addr", K_STR, ARR(resume.round.master_addr), 0,
+     RDZV_PROTO_MAX_ADDR, false, false},
+    {"job_master_port", K_INT, MSG(resume.round.master_port), 0, 0, 65535,
+     false, false},
+    {"token", K_TOKEN, ARR(resume.round.token), 0, 0, false, false},
+    {NULL, 0, 0, 0, 0, 0, false, false}};
 
 #define MESSAGE_FIELD \
-  { "message", K_STR, ARR(text.message), 0, RP_MAX_TEXT, false, false }
+  { "message", K_STR, ARR(text.message), 0, RDZV_PROTO_MAX_TEXT, false, false }
 
 #define CAUSE_FIELD \
   { "cause", K_CAUSE, MSG(text.cause), 0, 0, 0, false, false }
 
 static const struct field restart_fields[] = {
-  MESSAGE_FIELD,
-  CAUSE_FIELD,
-  { "lost_host", K_OSTR, ARR(text.lost_host), 0, RP_MAX_ADDR, false, false },
-  { "lost_why", K_OSTR, ARR(text.lost_why), 0, RP_MAX_ID, false, false },
-  { NULL, 0, 0, 0, 0, 0, false, false }
-};
+    MESSAGE_FIELD,
+    CAUSE_FIELD,
+    {"lost_host", K_OSTR, ARR(text.lost_host), 0, RDZV_PROTO_MAX_ADDR, false,
+     false},
+    {"lost_why", K_OSTR, ARR(text.lost_why), 0, RDZV_PROTO_MAX_ID, false,
+     false},
+    {NULL, 0, 0, 0, 0, 0, false, false}};
 
 static const struct field closed_fields[] = {
   { "success", K_BOOL, MSG(text.success), 0, 0, 0, false, false },
@@ -261,8 +260,8 @@ static const struct field mac_fields[] = {
 };
 
 static const struct field status_fields[] = {
-  { "job", K_STR, ARR(status.job), 0, RP_MAX_ID, false, false },
-  { "limit", K_INT, MSG(status.limit), 0, 0, RP_MAX_STATUS_JOBS, false,
+  { "job", K_STR, ARR(status.job), 0, RDZV_PROTO_MAX_ID, false, false },
+  { "limit", K_INT, MSG(status.limit), 0, 0, RDZV_PROTO_MAX_STATUS_JOBS, false,
     false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
@@ -274,88 +273,88 @@ static const struct field no_fields[] = {
 static const struct {
   const char *name;
   const struct field *fields;
-} ops[RP_OP_COUNT] = {
-  [RP_JOIN] = { "join", join_fields },
-  [RP_KEEPALIVE] = { "keepalive", no_fields },
-  [RP_FAILURE] = { "failure", failure_fields },
-  [RP_BARRIER] = { "barrier", barrier_fields },
-  [RP_LEAVE] = { "leave", no_fields },
-  [RP_KV_SET] = { "kv_set", kv_set_fields },
-  [RP_KV_GET] = { "kv_get", kv_get_fields },
-  [RP_KV_ADD] = { "kv_add", kv_add_fields },
-  [RP_STATUS] = { "status", status_fields },
-  [RP_WAITING] = { "waiting", waiting_fields },
-  [RP_ROUND] = { "round", round_fields },
-  [RP_RESTART] = { "restart", restart_fields },
-  [RP_BARRIER_DONE] = { "barrier_done", barrier_fields },
-  [RP_CLOSED] = { "closed", closed_fields },
-  [RP_KV_VALUE] = { "kv_value", kv_value_fields },
-  [RP_STATUS_REPLY] = { "status_reply", status_reply_fields },
-  [RP_PONG] = { "pong", no_fields },
-  [RP_ERROR] = { "error", error_fields },
-  [RP_HELLO] = { "hello", nonce_fields },
-  [RP_CHALLENGE] = { "challenge", nonce_fields },
-  [RP_AUTH] = { "auth", mac_fields },
-  [RP_AUTH_OK] = { "auth_ok", mac_fields },
-  [RP_RESUME] = { "resume", resume_fields },
-  [RP_GOING_AWAY] = { "going_away", restart_fields },
+} ops[RDZV_PROTO_OP_COUNT] = {
+  [RDZV_PROTO_JOIN] = { "join", join_fields },
+  [RDZV_PROTO_KEEPALIVE] = { "keepalive", no_fields },
+  [RDZV_PROTO_FAILURE] = { "failure", failure_fields },
+  [RDZV_PROTO_BARRIER] = { "barrier", barrier_fields },
+  [RDZV_PROTO_LEAVE] = { "leave", no_fields },
+  [RDZV_PROTO_KV_SET] = { "kv_set", kv_set_fields },
+  [RDZV_PROTO_KV_GET] = { "kv_get", kv_get_fields },
+  [RDZV_PROTO_KV_ADD] = { "kv_add", kv_add_fields },
+  [RDZV_PROTO_STATUS] = { "status", status_fields },
+  [RDZV_PROTO_WAITING] = { "waiting", waiting_fields },
+  [RDZV_PROTO_ROUND] = { "round", round_fields },
+  [RDZV_PROTO_RESTART] = { "restart", restart_fields },
+  [RDZV_PROTO_BARRIER_DONE] = { "barrier_done", barrier_fields },
+  [RDZV_PROTO_CLOSED] = { "closed", closed_fields },
+  [RDZV_PROTO_KV_VALUE] = { "kv_value", kv_value_fields },
+  [RDZV_PROTO_STATUS_REPLY] = { "status_reply", status_reply_fields },
+  [RDZV_PROTO_PONG] = { "pong", no_fields },
+  [RDZV_PROTO_ERROR] = { "error", error_fields },
+  [RDZV_PROTO_HELLO] = { "hello", nonce_fields },
+  [RDZV_PROTO_CHALLENGE] = { "challenge", nonce_fields },
+  [RDZV_PROTO_AUTH] = { "auth", mac_fields },
+  [RDZV_PROTO_AUTH_OK] = { "auth_ok", mac_fields },
+  [RDZV_PROTO_RESUME] = { "resume", resume_fields },
+  [RDZV_PROTO_GOING_AWAY] = { "going_away", restart_fields },
 };
 
 static const char *const reasons[] = {
-  [RP_REASON_FIRST] = "first",
-  [RP_REASON_FAILURE] = "failure",
-  [RP_REASON_MEMBERSHIP] = "membership",
+  [RDZV_PROTO_REASON_FIRST] = "first",
+  [RDZV_PROTO_REASON_FAILURE] = "failure",
+  [RDZV_PROTO_REASON_MEMBERSHIP] = "membership",
 };
 #define NREASONS (sizeof reasons / sizeof reasons[0])
 
 static const char *const phases[] = {
-  [RP_PHASE_GATHERING] = "gathering",
-  [RP_PHASE_RUNNING] = "running",
-  [RP_PHASE_EXIT] = "exit",
+  [RDZV_PROTO_PHASE_GATHERING] = "gathering",
+  [RDZV_PROTO_PHASE_RUNNING] = "running",
+  [RDZV_PROTO_PHASE_EXIT] = "exit",
 };
 #define NPHASES (sizeof phases / sizeof phases[0])
 
 static const char *const codes[] = {
-  [RP_ERR_BAD_REQUEST] = "bad_request",
-  [RP_ERR_CONFIG_MISMATCH] = "config_mismatch",
-  [RP_ERR_JOIN_TIMEOUT] = "join_timeout",
-  [RP_ERR_CLOSED] = "closed",
-  [RP_ERR_NOT_JOINED] = "not_joined",
-  [RP_ERR_LIMIT] = "limit",
-  [RP_ERR_TIMEOUT] = "timeout",
-  [RP_ERR_AUTH] = "auth",
+  [RDZV_PROTO_ERR_BAD_REQUEST] = "bad_request",
+  [RDZV_PROTO_ERR_CONFIG_MISMATCH] = "config_mismatch",
+  [RDZV_PROTO_ERR_JOIN_TIMEOUT] = "join_timeout",
+  [RDZV_PROTO_ERR_CLOSED] = "closed",
+  [RDZV_PROTO_ERR_NOT_JOINED] = "not_joined",
+  [RDZV_PROTO_ERR_LIMIT] = "limit",
+  [RDZV_PROTO_ERR_TIMEOUT] = "timeout",
+  [RDZV_PROTO_ERR_AUTH] = "auth",
 };
 #define NCODES (sizeof codes / sizeof codes[0])
 
-const char *rp_op_name(enum rp_op op)
+const char *rdzv_proto_op_name(enum rdzv_proto_op op)
 {
-  if ((int)op <= RP_OP_INVALID || op >= RP_OP_COUNT)
+  if ((int)op <= RDZV_PROTO_OP_INVALID || op >= RDZV_PROTO_OP_COUNT)
     return NULL;
   return ops[op].name;
 }
 
-const char *rp_error_name(enum rp_error_code code)
+const char *rdzv_proto_error_name(enum rdzv_proto_error_code code)
 {
-  if ((int)code < RP_ERR_BAD_REQUEST || (size_t)code >= NCODES)
+  if ((int)code < RDZV_PROTO_ERR_BAD_REQUEST || (size_t)code >= NCODES)
     return NULL;
   return codes[code];
 }
 
-static const char *reason_name(enum rp_join_reason r)
+static const char *reason_name(enum rdzv_proto_join_reason r)
 {
   if ((int)r < 0 || (size_t)r >= NREASONS)
     return NULL;
   return reasons[r];
 }
 
-static const char *phase_name(enum rp_resume_phase p)
+static const char *phase_name(enum rdzv_proto_resume_phase p)
 {
   if ((int)p < 0 || (size_t)p >= NPHASES)
     return NULL;
   return phases[p];
 }
 
-void rp_conf_default(struct rp_conf *c)
+void rdzv_proto_conf_default(struct rdzv_proto_conf *c)
 {
   c->min_nodes = 1;
   c->max_nodes = 1;
@@ -367,20 +366,20 @@ void rp_conf_default(struct rp_conf *c)
   c->keepalive_misses = 5;
 }
 
-void rp_msg_free(struct rp_msg *m)
+void rdzv_proto_msg_free(struct rdzv_proto_msg *m)
 {
   if (!m)
     return;
   switch (m->op) {
-  case RP_KV_SET:
-  case RP_KV_GET:
-  case RP_KV_ADD:
-  case RP_KV_VALUE:
+  case RDZV_PROTO_KV_SET:
+  case RDZV_PROTO_KV_GET:
+  case RDZV_PROTO_KV_ADD:
+  case RDZV_PROTO_KV_VALUE:
     free(m->u.kv.value);
     m->u.kv.value = NULL;
     m->u.kv.value_len = 0;
     break;
-  case RP_STATUS_REPLY:
+  case RDZV_PROTO_STATUS_REPLY:
     free(m->u.status_json);
     m->u.status_json = NULL;
     break;
@@ -389,23 +388,23 @@ void rp_msg_free(struct rp_msg *m)
   }
 }
 
-int rp_frame_peek(const void *buf, size_t avail, size_t *frame_len)
+int rdzv_proto_frame_peek(const void *buf, size_t avail, size_t *frame_len)
 {
   const unsigned char *p = buf;
   uint32_t n;
 
-  if (avail < RP_FRAME_HEADER)
+  if (avail < RDZV_PROTO_FRAME_HEADER)
     return 0;
   /* Byte by byte: buf may be unaligned. */
   n = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
       (uint32_t)p[3];
   if (n == 0)
     return -EBADMSG;
-  if (n > RP_MAX_FRAME)
+  if (n > RDZV_PROTO_MAX_FRAME)
     return -EMSGSIZE;
-  if (avail - RP_FRAME_HEADER < n)
+  if (avail - RDZV_PROTO_FRAME_HEADER < n)
     return 0;
-  *frame_len = RP_FRAME_HEADER + (size_t)n;
+  *frame_len = RDZV_PROTO_FRAME_HEADER + (size_t)n;
   return 1;
 }
 
@@ -539,32 +538,32 @@ static int check_length(struct ctx *c, const struct field *f, size_t n)
 /* The keepalive window (interval x misses) has a floor: below it a job's
  * first joiner could have every member declared dead before it spoke. */
 static int check_keepalive_window(struct ctx *c, const char *op,
-                                  const struct rp_conf *cf)
+                                  const struct rdzv_proto_conf *cf)
 {
   double window = cf->keepalive_interval * cf->keepalive_misses;
 
-  if (window < RP_MIN_KEEPALIVE_WINDOW)
+  if (window < RDZV_PROTO_MIN_KEEPALIVE_WINDOW)
     return fail(c, -EINVAL, "%s.conf.keepalive_interval x "
                 "keepalive_misses: %g s, expected at least %g s", op,
-                window, RP_MIN_KEEPALIVE_WINDOW);
+                window, RDZV_PROTO_MIN_KEEPALIVE_WINDOW);
   return 0;
 }
 
 /* Relations between fields, after each field is known to be valid. */
-static int check_relations(struct ctx *c, const struct rp_msg *m)
+static int check_relations(struct ctx *c, const struct rdzv_proto_msg *m)
 {
-  const struct rp_conf *cf = &m->u.join.conf;
-  const struct rp_waiting *w = &m->u.waiting;
-  const struct rp_round *r = &m->u.round;
-  const struct rp_resume *rs = &m->u.resume;
+  const struct rdzv_proto_conf *cf = &m->u.join.conf;
+  const struct rdzv_proto_waiting *w = &m->u.waiting;
+  const struct rdzv_proto_round *r = &m->u.round;
+  const struct rdzv_proto_resume *rs = &m->u.resume;
 
   switch (m->op) {
-  case RP_JOIN:
+  case RDZV_PROTO_JOIN:
     if (cf->min_nodes > cf->max_nodes)
       return fail(c, -EINVAL, "join.conf.min_nodes: %d > max_nodes %d",
                   cf->min_nodes, cf->max_nodes);
     return check_keepalive_window(c, "join", cf);
-  case RP_WAITING:
+  case RDZV_PROTO_WAITING:
     if (w->min_nodes > w->max_nodes)
       return fail(c, -EINVAL, "waiting.min_nodes: %d > max_nodes %d",
                   w->min_nodes, w->max_nodes);
@@ -573,7 +572,7 @@ static int check_relations(struct ctx *c, const struct rp_msg *m)
                   "waiting.last_call: expected -1 or a number >= 0, "
                   "got %g", w->last_call);
     break;
-  case RP_ROUND:
+  case RDZV_PROTO_ROUND:
     if (r->group_rank >= r->group_world_size)
       return fail(c, -EINVAL, "round.group_rank: %d >= group_world_size %d",
                   r->group_rank, r->group_world_size);
@@ -584,13 +583,13 @@ static int check_relations(struct ctx *c, const struct rp_msg *m)
       return fail(c, -EINVAL, "round.rank_offset: %d >= world_size %d",
                   r->rank_offset, r->world_size);
     break;
-  case RP_RESUME:
+  case RDZV_PROTO_RESUME:
     if (rs->join.conf.min_nodes > rs->join.conf.max_nodes)
       return fail(c, -EINVAL, "resume.conf.min_nodes: %d > max_nodes %d",
                   rs->join.conf.min_nodes, rs->join.conf.max_nodes);
     if (check_keepalive_window(c, "resume", &rs->join.conf))
       return -EINVAL;
-    if (rs->phase == RP_PHASE_GATHERING)
+    if (rs->phase == RDZV_PROTO_PHASE_GATHERING)
       break;
     /* A running node re-asserts its whole assignment. */
     if (rs->round.group_world_size < 1 ||
@@ -763,7 +762,7 @@ static int decode_hex(struct ctx *c, const struct field *f, const char *s,
 static int decode_field(struct ctx *c, const struct field *f,
                         const cJSON *it, char *base)
 {
-  struct rp_kv *kv;
+  struct rdzv_proto_kv *kv;
   size_t n;
   char *s;
   int rc, e;
@@ -807,7 +806,7 @@ static int decode_field(struct ctx *c, const struct field *f,
     rc = check_length(c, f, n);
     if (rc)
       return rc;
-    kv = (struct rp_kv *)(base + f->off);
+    kv = (struct rdzv_proto_kv *)(base + f->off);
     s = malloc(n + 1);
     if (!s)
       return fail(c, -ENOMEM, "out of memory");
@@ -819,17 +818,20 @@ static int decode_field(struct ctx *c, const struct field *f,
   case K_REASON:
     rc = decode_enum(c, f, it, reasons, NREASONS, 0, &e);
     if (!rc)
-      *(enum rp_join_reason *)(base + f->off) = (enum rp_join_reason)e;
+      *(enum rdzv_proto_join_reason *)(base + f->off) =
+          (enum rdzv_proto_join_reason)e;
     return rc;
   case K_PHASE:
     rc = decode_enum(c, f, it, phases, NPHASES, 0, &e);
     if (!rc)
-      *(enum rp_resume_phase *)(base + f->off) = (enum rp_resume_phase)e;
+      *(enum rdzv_proto_resume_phase *)(base + f->off) =
+          (enum rdzv_proto_resume_phase)e;
     return rc;
   case K_CODE:
-    rc = decode_enum(c, f, it, codes, NCODES, RP_ERR_BAD_REQUEST, &e);
+    rc = decode_enum(c, f, it, codes, NCODES, RDZV_PROTO_ERR_BAD_REQUEST, &e);
     if (!rc)
-      *(enum rp_error_code *)(base + f->off) = (enum rp_error_code)e;
+      *(enum rdzv_proto_error_code *)(base + f->off) =
+          (enum rdzv_proto_error_code)e;
     return rc;
   case K_CONF:
   case K_CAUSE: {
@@ -862,7 +864,7 @@ static int decode_fields(struct ctx *c, const cJSON *obj,
                          const struct field *fields, char *base)
 {
   const struct field *f;
-  struct rp_kv *kv;
+  struct rdzv_proto_kv *kv;
   cJSON *it;
   char p[80];
   int rc;
@@ -877,7 +879,7 @@ static int decode_fields(struct ctx *c, const cJSON *obj,
                     path(c, f->name, p, sizeof p));
       if (f->kind == K_VALUE) {
         /* A value is never NULL after decode: absent is "". */
-        kv = (struct rp_kv *)(base + f->off);
+        kv = (struct rdzv_proto_kv *)(base + f->off);
         kv->value = calloc(1, 1);
         if (!kv->value)
           return fail(c, -ENOMEM, "out of memory");
@@ -891,17 +893,17 @@ static int decode_fields(struct ctx *c, const cJSON *obj,
   return 0;
 }
 
-static enum rp_op op_by_name(const char *s)
+static enum rdzv_proto_op op_by_name(const char *s)
 {
   int i;
 
-  for (i = RP_OP_INVALID + 1; i < RP_OP_COUNT; i++)
+  for (i = RDZV_PROTO_OP_INVALID + 1; i < RDZV_PROTO_OP_COUNT; i++)
     if (strcmp(ops[i].name, s) == 0)
-      return (enum rp_op)i;
-  return RP_OP_INVALID;
+      return (enum rdzv_proto_op)i;
+  return RDZV_PROTO_OP_INVALID;
 }
 
-static int decode_head(struct ctx *c, const cJSON *j, enum rp_op *op)
+static int decode_head(struct ctx *c, const cJSON *j, enum rdzv_proto_op *op)
 {
   cJSON *v, *o;
   char s[48], n[32];
@@ -913,12 +915,12 @@ static int decode_head(struct ctx *c, const cJSON *j, enum rp_op *op)
   if (!v)
     return fail(c, -EPROTO, "missing v");
   if (!cJSON_IsNumber(v))
-    return fail(c, -EPROTO, "v: expected the integer %d, got %s", RP_VERSION,
-                type_name(v));
-  if (v->valuedouble != RP_VERSION)
+    return fail(c, -EPROTO, "v: expected the integer %d, got %s",
+                RDZV_PROTO_VERSION, type_name(v));
+  if (v->valuedouble != RDZV_PROTO_VERSION)
     return fail(c, -EPROTO, "v: unsupported protocol version %s (this side "
                 "speaks version %d)", num_text(v->valuedouble, n, sizeof n),
-                RP_VERSION);
+                RDZV_PROTO_VERSION);
   rc = member(c, j, "op", &o, -EBADMSG);
   if (rc)
     return rc;
@@ -927,17 +929,17 @@ static int decode_head(struct ctx *c, const cJSON *j, enum rp_op *op)
   if (!cJSON_IsString(o))
     return fail(c, -EBADMSG, "op: expected a string, got %s", type_name(o));
   *op = op_by_name(o->valuestring);
-  if (*op == RP_OP_INVALID)
+  if (*op == RDZV_PROTO_OP_INVALID)
     return fail(c, -ENOTSUP, "unknown op \"%s\"",
                 sanitize(o->valuestring, s, sizeof s));
   return 0;
 }
 
-int rp_decode(const void *body, size_t len, struct rp_msg *m, char *err,
-              size_t errlen)
+int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
+                      char *err, size_t errlen)
 {
   struct ctx c = { err, errlen, NULL, NULL };
-  enum rp_op op = RP_OP_INVALID;
+  enum rdzv_proto_op op = RDZV_PROTO_OP_INVALID;
   cJSON *j = NULL;
   int rc;
 
@@ -946,9 +948,9 @@ int rp_decode(const void *body, size_t len, struct rp_msg *m, char *err,
   memset(m, 0, sizeof *m);
   if (len == 0)
     return fail(&c, -EBADMSG, "empty body");
-  if (len > RP_MAX_FRAME)
+  if (len > RDZV_PROTO_MAX_FRAME)
     return fail(&c, -EMSGSIZE, "body of %zu bytes exceeds %u", len,
-                RP_MAX_FRAME);
+                RDZV_PROTO_MAX_FRAME);
   rc = parse_object(&c, body, len, &j);
   if (rc)
     return rc;
@@ -956,17 +958,17 @@ int rp_decode(const void *body, size_t len, struct rp_msg *m, char *err,
   if (!rc) {
     c.op = ops[op].name;
     m->op = op;
-    if (op == RP_JOIN)
-      rp_conf_default(&m->u.join.conf);
-    if (op == RP_RESUME)
-      rp_conf_default(&m->u.resume.join.conf);
+    if (op == RDZV_PROTO_JOIN)
+      rdzv_proto_conf_default(&m->u.join.conf);
+    if (op == RDZV_PROTO_RESUME)
+      rdzv_proto_conf_default(&m->u.resume.join.conf);
     rc = decode_fields(&c, j, ops[op].fields, (char *)m);
   }
   if (!rc)
     rc = check_relations(&c, m);
   cJSON_Delete(j);
   if (rc) {
-    rp_msg_free(m);
+    rdzv_proto_msg_free(m);
     memset(m, 0, sizeof *m);
   }
   return rc;
@@ -1022,7 +1024,7 @@ static int add_string(cJSON *obj, const char *name, const char *s)
 }
 
 static int encode_value(struct ctx *c, cJSON *obj, const struct field *f,
-                        const struct rp_kv *kv)
+                        const struct rdzv_proto_kv *kv)
 {
   char p[80], *s;
   int rc;
@@ -1109,10 +1111,10 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
   case K_PHASE:
   case K_CODE:
     name = f->kind == K_REASON
-             ? reason_name(*(const enum rp_join_reason *)at)
+             ? reason_name(*(const enum rdzv_proto_join_reason *)at)
            : f->kind == K_PHASE
-             ? phase_name(*(const enum rp_resume_phase *)at)
-             : rp_error_name(*(const enum rp_error_code *)at);
+             ? phase_name(*(const enum rdzv_proto_resume_phase *)at)
+             : rdzv_proto_error_name(*(const enum rdzv_proto_error_code *)at);
     if (!name)
       return fail(c, -EINVAL, "%s: invalid value %d",
                   path(c, f->name, p, sizeof p), *(const int *)at);
@@ -1133,9 +1135,9 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
   case K_TOKEN: {
     static const char digits[] = "0123456789abcdef";
     const unsigned char *b = at;
-    char hex[2 * RP_AUTH_BYTES + 1];
+    char hex[2 * RDZV_PROTO_AUTH_BYTES + 1];
 
-    if (f->size > RP_AUTH_BYTES)
+    if (f->size > RDZV_PROTO_AUTH_BYTES)
       return -EINVAL;
     for (n = 0; n < f->size; n++) {
       hex[2 * n] = digits[b[n] >> 4];
@@ -1156,9 +1158,9 @@ static bool all_zero(const char *p, size_t n)
   return true;
 }
 
-bool rp_token_none(const unsigned char t[RP_TOKEN_BYTES])
+bool rdzv_proto_token_none(const unsigned char t[RDZV_PROTO_TOKEN_BYTES])
 {
-  return all_zero((const char *)t, RP_TOKEN_BYTES);
+  return all_zero((const char *)t, RDZV_PROTO_TOKEN_BYTES);
 }
 
 static int encode_fields(struct ctx *c, cJSON *obj,
@@ -1177,7 +1179,7 @@ static int encode_fields(struct ctx *c, cJSON *obj,
     if (f->kind == K_OSTR && !*(base + f->off))
       continue;
     if (f->kind == K_CAUSE &&
-        ((const struct rp_cause *)(base + f->off))->exited_at == 0)
+        ((const struct rdzv_proto_cause *)(base + f->off))->exited_at == 0)
       continue;
     rc = encode_field(c, obj, f, base);
     if (rc)
@@ -1186,7 +1188,7 @@ static int encode_fields(struct ctx *c, cJSON *obj,
   return 0;
 }
 
-int rp_encode(const struct rp_msg *m, char **out, size_t *len)
+int rdzv_proto_encode(const struct rdzv_proto_msg *m, char **out, size_t *len)
 {
   char why[256];
   struct ctx c = { why, sizeof why, NULL, NULL };
@@ -1197,13 +1199,13 @@ int rp_encode(const struct rp_msg *m, char **out, size_t *len)
 
   *out = NULL;
   *len = 0;
-  c.op = rp_op_name(m->op);
+  c.op = rdzv_proto_op_name(m->op);
   if (!c.op)
     return -EINVAL;
   j = cJSON_CreateObject();
   if (!j)
     return -ENOMEM;
-  rc = add_number(j, "v", RP_VERSION, true);
+  rc = add_number(j, "v", RDZV_PROTO_VERSION, true);
   if (!rc)
     rc = add_string(j, "op", c.op);
   if (!rc)
@@ -1219,11 +1221,11 @@ int rp_encode(const struct rp_msg *m, char **out, size_t *len)
   if (rc)
     return rc;
   n = strlen(body);
-  if (n > RP_MAX_FRAME) {
+  if (n > RDZV_PROTO_MAX_FRAME) {
     cJSON_free(body);
     return -EMSGSIZE;
   }
-  frame = malloc(RP_FRAME_HEADER + n);
+  frame = malloc(RDZV_PROTO_FRAME_HEADER + n);
   if (!frame) {
     cJSON_free(body);
     return -ENOMEM;
@@ -1232,9 +1234,9 @@ int rp_encode(const struct rp_msg *m, char **out, size_t *len)
   frame[1] = (char)(n >> 16 & 0xff);
   frame[2] = (char)(n >> 8 & 0xff);
   frame[3] = (char)(n & 0xff);
-  memcpy(frame + RP_FRAME_HEADER, body, n);
+  memcpy(frame + RDZV_PROTO_FRAME_HEADER, body, n);
   cJSON_free(body);
   *out = frame;
-  *len = RP_FRAME_HEADER + n;
+  *len = RDZV_PROTO_FRAME_HEADER + n;
   return 0;
 }

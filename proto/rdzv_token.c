@@ -51,20 +51,20 @@ static int absorb_pad(EVP_MD_CTX *ctx, const unsigned char key[32],
   return ok ? 0 : -EIO;
 }
 
-struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *file)
+struct rdzv_token_key *rdzv_token_key_new(const struct rdzv_auth_secret *file)
 {
   struct rdzv_token_key *k = calloc(1, sizeof(*k));
-  unsigned char key[RP_AUTH_BYTES];
+  unsigned char key[RDZV_PROTO_AUTH_BYTES];
   int rc;
 
   if (!k)
     return NULL;
   k->lasting = file && file->len;
-  rc = k->lasting ? ra_hmac(file->key, file->len, KEY_LABEL,
+  rc = k->lasting ? rdzv_auth_hmac(file->key, file->len, KEY_LABEL,
                             strlen(KEY_LABEL), key)
                   : kernel_random(key, sizeof key);
   if (!rc) {
-    unsigned char start[RP_AUTH_BYTES];
+    unsigned char start[RDZV_PROTO_AUTH_BYTES];
 
     rc = kernel_random(start, sizeof start);
     for (size_t i = 0; !rc && i < 8; i++)
@@ -106,17 +106,17 @@ bool rdzv_token_key_lasting(const struct rdzv_token_key *k)
   return k->lasting;
 }
 
-int rdzv_token_key_file(const char *path, struct ra_secret *out, char *err,
-                        size_t errlen)
+int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
+                        char *err, size_t errlen)
 {
   static const char digits[] = "0123456789abcdef";
-  unsigned char raw[RP_AUTH_BYTES];
-  char text[2 * RP_AUTH_BYTES + 1];
+  unsigned char raw[RDZV_PROTO_AUTH_BYTES];
+  char text[2 * RDZV_PROTO_AUTH_BYTES + 1];
   int fd, rc;
 
   fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0600);
   if (fd >= 0) {                /* a first start: make the key */
-    rc = ra_nonce(raw);
+    rc = rdzv_auth_nonce(raw);
     for (size_t i = 0; !rc && i < sizeof raw; i++) {
       text[2 * i] = digits[raw[i] >> 4];
       text[2 * i + 1] = digits[raw[i] & 15];
@@ -140,7 +140,7 @@ int rdzv_token_key_file(const char *path, struct ra_secret *out, char *err,
                    "token key file %s: cannot create it: %s", path,
                    strerror(errno));
   }
-  return ra_secret_load(path, out, err, errlen);
+  return rdzv_auth_secret_load(path, out, err, errlen);
 }
 
 uint64_t rdzv_token_incarnation(struct rdzv_token_key *k)
@@ -151,7 +151,7 @@ uint64_t rdzv_token_incarnation(struct rdzv_token_key *k)
 /* The MAC's input: a label, then each field length-prefixed (strings) or
  * as 8 big-endian bytes (numbers), so no two claims encode alike. */
 struct claim {
-  unsigned char buf[64 + 3 * (4 + RP_MAX_ADDR + 1) + 16 * 8];
+  unsigned char buf[64 + 3 * (4 + RDZV_PROTO_MAX_ADDR + 1) + 16 * 8];
   size_t len;
 };
 
@@ -175,15 +175,15 @@ static void claim_start(struct claim *c, const char *label, const char *job,
 {
   c->len = 0;
   put_str(c, label, 48);
-  put_str(c, job, RP_MAX_ID);
-  put_str(c, host, RP_MAX_ADDR);
+  put_str(c, job, RDZV_PROTO_MAX_ID);
+  put_str(c, host, RDZV_PROTO_MAX_ADDR);
   put_u64(c, (uint64_t)pid);
 }
 
 static int mac(const struct rdzv_token_key *k, const struct claim *c,
-               unsigned char out[RP_TOKEN_BYTES])
+               unsigned char out[RDZV_PROTO_TOKEN_BYTES])
 {
-  unsigned char ih[RP_TOKEN_BYTES];
+  unsigned char ih[RDZV_PROTO_TOKEN_BYTES];
   unsigned int n = 0;
   int ok;
 
@@ -192,16 +192,16 @@ static int mac(const struct rdzv_token_key *k, const struct claim *c,
        EVP_DigestFinal_ex(k->work, ih, &n) && n == sizeof ih &&
        EVP_MD_CTX_copy_ex(k->work, k->outer) &&
        EVP_DigestUpdate(k->work, ih, sizeof ih) &&
-       EVP_DigestFinal_ex(k->work, out, &n) && n == RP_TOKEN_BYTES;
+       EVP_DigestFinal_ex(k->work, out, &n) && n == RDZV_PROTO_TOKEN_BYTES;
   return ok ? 0 : -EIO;
 }
 
 int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
                          const char *host, int64_t pid, uint64_t incarnation,
                          int round, int restart_count,
-                         unsigned char out[RP_TOKEN_BYTES])
+                         unsigned char out[RDZV_PROTO_TOKEN_BYTES])
 {
-  unsigned char tag[RP_TOKEN_BYTES];
+  unsigned char tag[RDZV_PROTO_TOKEN_BYTES];
   struct claim c;
   int rc;
 
@@ -214,16 +214,16 @@ int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
     return rc;
   for (int i = 0; i < 8; i++)
     out[i] = (unsigned char)(incarnation >> (56 - 8 * i));
-  memcpy(out + 8, tag, RP_TOKEN_BYTES - 8);
+  memcpy(out + 8, tag, RDZV_PROTO_TOKEN_BYTES - 8);
   return 0;
 }
 
 bool rdzv_token_gathering_ok(const struct rdzv_token_key *k, const char *job,
                              const char *host, int64_t pid, int round,
                              int restart_count,
-                             const unsigned char token[RP_TOKEN_BYTES])
+                             const unsigned char token[RDZV_PROTO_TOKEN_BYTES])
 {
-  unsigned char want[RP_TOKEN_BYTES];
+  unsigned char want[RDZV_PROTO_TOKEN_BYTES];
   uint64_t incarnation = 0;
 
   for (int i = 0; i < 8; i++)
@@ -235,8 +235,8 @@ bool rdzv_token_gathering_ok(const struct rdzv_token_key *k, const char *job,
 
 int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
                        const char *host, int64_t pid,
-                       const struct rp_round *rd,
-                       unsigned char out[RP_TOKEN_BYTES])
+                       const struct rdzv_proto_round *rd,
+                       unsigned char out[RDZV_PROTO_TOKEN_BYTES])
 {
   struct claim c;
 
@@ -247,14 +247,14 @@ int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
   put_u64(&c, (uint64_t)rd->group_world_size);
   put_u64(&c, (uint64_t)rd->rank_offset);
   put_u64(&c, (uint64_t)rd->world_size);
-  put_str(&c, rd->master_addr, RP_MAX_ADDR);
+  put_str(&c, rd->master_addr, RDZV_PROTO_MAX_ADDR);
   put_u64(&c, (uint64_t)rd->master_port);
   return mac(k, &c, out);
 }
 
 int rdzv_token_job(const struct rdzv_token_key *k, const char *job,
                    int round, int restart_count,
-                   unsigned char out[RP_TOKEN_BYTES])
+                   unsigned char out[RDZV_PROTO_TOKEN_BYTES])
 {
   struct claim c;
 
@@ -264,12 +264,12 @@ int rdzv_token_job(const struct rdzv_token_key *k, const char *job,
   return mac(k, &c, out);
 }
 
-bool rdzv_token_equal(const unsigned char a[RP_TOKEN_BYTES],
-                      const unsigned char b[RP_TOKEN_BYTES])
+bool rdzv_token_equal(const unsigned char a[RDZV_PROTO_TOKEN_BYTES],
+                      const unsigned char b[RDZV_PROTO_TOKEN_BYTES])
 {
   unsigned char any = 0;
 
-  for (size_t i = 0; i < RP_TOKEN_BYTES; i++)
+  for (size_t i = 0; i < RDZV_PROTO_TOKEN_BYTES; i++)
     any |= a[i];
-  return any && CRYPTO_memcmp(a, b, RP_TOKEN_BYTES) == 0;
+  return any && CRYPTO_memcmp(a, b, RDZV_PROTO_TOKEN_BYTES) == 0;
 }

@@ -41,7 +41,7 @@ struct rdzv_token_key;
 
 /* A key from file (rdzv_token_key_file's bytes), or a random one when
  * file is NULL.  NULL when out of memory or the CSPRNG failed. */
-struct rdzv_token_key *rdzv_token_key_new(const struct ra_secret *file);
+struct rdzv_token_key *rdzv_token_key_new(const struct rdzv_auth_secret *file);
 void rdzv_token_key_free(struct rdzv_token_key *k);
 
 /* True when the key outlives this server (it came from a key file): a
@@ -50,11 +50,11 @@ bool rdzv_token_key_lasting(const struct rdzv_token_key *k);
 
 /* Reads the token key file at path into out, creating it first (32
  * random bytes as 64 hex digits, mode 600, O_EXCL) when it does not
- * exist.  The file is checked as a secret file (ra_secret_load: regular,
+ * exist.  The file is checked as a secret file (rdzv_auth_secret_load: regular,
  * not accessible by group or others, owned by this user or root).
  * Returns 0, or a negative errno with a sentence naming path in err. */
-int rdzv_token_key_file(const char *path, struct ra_secret *out, char *err,
-                        size_t errlen);
+int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
+                        char *err, size_t errlen);
 
 /* A new node's incarnation: unique within this key's life, and drawn
  * from a random start so that lives do not repeat each other's. */
@@ -66,18 +66,18 @@ uint64_t rdzv_token_incarnation(struct rdzv_token_key *k);
 int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
                          const char *host, int64_t pid, uint64_t incarnation,
                          int round, int restart_count,
-                         unsigned char out[RP_TOKEN_BYTES]);
+                         unsigned char out[RDZV_PROTO_TOKEN_BYTES]);
 
 /* True when token is the gathering token of (job, host, pid) for round
  * and restart_count under k, for the incarnation it names. */
 bool rdzv_token_gathering_ok(const struct rdzv_token_key *k, const char *job,
                              const char *host, int64_t pid, int round,
                              int restart_count,
-                             const unsigned char token[RP_TOKEN_BYTES]);
+                             const unsigned char token[RDZV_PROTO_TOKEN_BYTES]);
 int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
                        const char *host, int64_t pid,
-                       const struct rp_round *rd,
-                       unsigned char out[RP_TOKEN_BYTES]);
+                       const struct rdzv_proto_round *rd,
+                       unsigned char out[RDZV_PROTO_TOKEN_BYTES]);
 
 /* The job token of round (with restart_count) of job: what the round's
  * participants give their workers as CDRUN_JOB_TOKEN (launcher/jobtoken.h).
@@ -86,11 +86,11 @@ int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
  * -EIO. */
 int rdzv_token_job(const struct rdzv_token_key *k, const char *job,
                    int round, int restart_count,
-                   unsigned char out[RP_TOKEN_BYTES]);
+                   unsigned char out[RDZV_PROTO_TOKEN_BYTES]);
 
 /* Constant-time equality of two tokens; an all-zero token (none) equals
  * nothing. */
-bool rdzv_token_equal(const unsigned char a[RP_TOKEN_BYTES],
-                      const unsigned char b[RP_TOKEN_BYTES]);
+bool rdzv_token_equal(const unsigned char a[RDZV_PROTO_TOKEN_BYTES],
+                      const unsigned char b[RDZV_PROTO_TOKEN_BYTES]);
 
 #endif

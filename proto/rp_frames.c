@@ -20,32 +20,32 @@ ssize_t rp_frames_read(const char *data, size_t len, size_t max_body,
                        rp_frames_cb cb, void *ctx, char *err, size_t errlen)
 {
   size_t off = 0, flen;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int rc, stop;
 
-  if (!max_body || max_body > RP_MAX_FRAME)
-    max_body = RP_MAX_FRAME;
+  if (!max_body || max_body > RDZV_PROTO_MAX_FRAME)
+    max_body = RDZV_PROTO_MAX_FRAME;
   for (;;) {
-    if (len - off >= RP_FRAME_HEADER &&
+    if (len - off >= RDZV_PROTO_FRAME_HEADER &&
         announced(data + off) > max_body) {
       return err_set(err, errlen, -EMSGSIZE,
                      "frame too large (%zu bytes; the limit is %zu)",
                      announced(data + off), max_body);
     }
-    rc = rp_frame_peek(data + off, len - off, &flen);
+    rc = rdzv_proto_frame_peek(data + off, len - off, &flen);
     if (rc == 0)
       return (ssize_t)off;
     if (rc < 0) {
       return err_set(err, errlen, rc, "%s",
                      rc == -EMSGSIZE ? "frame too large" : "empty frame");
     }
-    rc = rp_decode(data + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER,
-                   &m, err, errlen);
+    rc = rdzv_proto_decode(data + off + RDZV_PROTO_FRAME_HEADER,
+                           flen - RDZV_PROTO_FRAME_HEADER, &m, err, errlen);
     if (rc)
       return rc;
     off += flen;
     stop = cb(ctx, &m);
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
     if (stop)
       return (ssize_t)off;
   }

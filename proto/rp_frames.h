@@ -14,14 +14,14 @@
 /* Called for each decoded message, which is freed when it returns.
  * Returns 0 to go on, non-zero to stop reading (the stream is going
  * away, or must not be read further now). */
-typedef int (*rp_frames_cb)(void *ctx, struct rp_msg *m);
+typedef int (*rp_frames_cb)(void *ctx, struct rdzv_proto_msg *m);
 
-/* Reads the whole frames at the start of data[0..len) and hands each to
- * cb.  max_body bounds a frame's body (0: RP_MAX_FRAME); it is checked as
+/* Reads the whole frames at the start of data[0..len) and hands each to cb.
+ * max_body bounds a frame's body (0: RDZV_PROTO_MAX_FRAME); it is checked as
  * soon as a frame's header is in, before its body arrives.  Returns the
- * bytes used (the rest is a partial frame, or follows a stop), or a
- * negative errno for a bad frame (-EMSGSIZE, -EBADMSG, or the decoder's
- * error) with a one-line reason in err. */
+ * bytes used (the rest is a partial frame, or follows a stop), or a negative
+ * errno for a bad frame (-EMSGSIZE, -EBADMSG, or the decoder's error) with a
+ * one-line reason in err. */
 ssize_t rp_frames_read(const char *data, size_t len, size_t max_body,
                        rp_frames_cb cb, void *ctx, char *err, size_t errlen);
 

@@ -49,11 +49,11 @@ void kv_store_waiter_free(struct rdzv_state *r, struct job *job,
 static void send_value(const struct rdzv_state *r, void *conn,
                        const char *key, const struct kv *e)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char empty[1] = "";
 
   memset(&m, 0, sizeof m);
-  m.op = RP_KV_VALUE;
+  m.op = RDZV_PROTO_KV_VALUE;
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "%s", key);
   m.u.kv.found = e != NULL;
   m.u.kv.value = e ? e->value : empty;
@@ -63,9 +63,9 @@ static void send_value(const struct rdzv_state *r, void *conn,
 
 static bool key_ok(const char *key)
 {
-  size_t n = strnlen(key, RP_MAX_KEY + 1);
+  size_t n = strnlen(key, RDZV_PROTO_MAX_KEY + 1);
 
-  return n > 0 && n <= RP_MAX_KEY;
+  return n > 0 && n <= RDZV_PROTO_MAX_KEY;
 }
 
 /* Stores key = value (len bytes) and answers the GETs waiting for it.
@@ -84,27 +84,28 @@ static struct kv *kv_put(struct rdzv_state *r, struct node *n,
   char *v;
 
   if (!e && job->kv.n >= (size_t)r->lim.max_keys_per_job) {
-    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                             "too many keys (%d)", r->lim.max_keys_per_job);
+    *err =
+        rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_LIMIT, -ENOSPC,
+                          "too many keys (%d)", r->lim.max_keys_per_job);
     return NULL;
   }
   if (r->kv_total - old + klen + len > r->lim.max_kv_total) {
-    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                             "the server's store would exceed %zu bytes",
-                             r->lim.max_kv_total);
+    *err = rdzv_reply_refuse(
+        &r->sink, n->c->conn, RDZV_PROTO_ERR_LIMIT, -ENOSPC,
+        "the server's store would exceed %zu bytes", r->lim.max_kv_total);
     return NULL;
   }
   if (job->kv_bytes - old + klen + len > r->lim.max_kv_bytes) {
-    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                             "the job's store would exceed %zu bytes",
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_LIMIT,
+                             -ENOSPC, "the job's store would exceed %zu bytes",
                              r->lim.max_kv_bytes);
     return NULL;
   }
   v = malloc(len + 1);
   if (!v || (!e && !(e = calloc(1, sizeof(*e) + klen + 1)))) {
     free(v);
-    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
-                             "out of memory");
+    *err = rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_LIMIT,
+                             -ENOMEM, "out of memory");
     return NULL;
   }
   if (fresh) {
@@ -113,8 +114,8 @@ static struct kv *kv_put(struct rdzv_state *r, struct node *n,
     if (hashtab_insert(&job->kv, h, e)) {
       free(v);
       free(e);
-      *err = rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
-                               "out of memory");
+      *err = rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_LIMIT,
+                               -ENOMEM, "out of memory");
       return NULL;
     }
   }
@@ -147,13 +148,14 @@ static int kv_wait(struct rdzv_state *r, struct node *n, const char *key,
   size_t klen = strlen(key);
 
   if (job->n_waiters >= r->lim.max_keys_per_job)
-    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                             "too many waiting gets (%d)", job->n_waiters);
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_LIMIT,
+                             -ENOSPC, "too many waiting gets (%d)",
+                             job->n_waiters);
   w = calloc(1, sizeof(*w));
   if (!w || timer_heap_reserve(&r->heap, 1)) {
     free(w);
-    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
-                             "out of memory");
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_LIMIT,
+                             -ENOMEM, "out of memory");
   }
   if (!wk) {
     wk = calloc(1, sizeof(*wk) + klen + 1);
@@ -161,8 +163,8 @@ static int kv_wait(struct rdzv_state *r, struct node *n, const char *key,
       free(wk);
       free(w);
       timer_heap_unreserve(&r->heap, 1);
-      return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOMEM,
-                               "out of memory");
+      return rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_LIMIT,
+                               -ENOMEM, "out of memory");
     }
     wk->h = h;
     LIST_INIT(&wk->waiters);
@@ -196,9 +198,9 @@ static bool parse_i64(const char *s, size_t len, int64_t *out)
 }
 
 int kv_store_handle(struct rdzv_state *r, struct node *n,
-                    const struct rp_msg *m, double now)
+                    const struct rdzv_proto_msg *m, double now)
 {
-  const struct rp_kv *kv = &m->u.kv;
+  const struct rdzv_proto_kv *kv = &m->u.kv;
   struct job *job = n->job;
   void *conn = n->c->conn;
   char num[32];
@@ -207,30 +209,31 @@ int kv_store_handle(struct rdzv_state *r, struct node *n,
   int err;
 
   if (!key_ok(kv->key))
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                             "bad key");
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                             -EINVAL, "bad key");
   e = hashtab_find(&job->kv, hashtab_hash_str(r->seed, kv->key), kv->key, kv_eq);
   switch (m->op) {
-  case RP_KV_SET:
-    if (kv->value_len > RP_MAX_VALUE || (!kv->value && kv->value_len))
-      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                               "bad value");
+  case RDZV_PROTO_KV_SET:
+    if (kv->value_len > RDZV_PROTO_MAX_VALUE || (!kv->value && kv->value_len))
+      return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                               -EINVAL, "bad value");
     kv_put(r, n, kv->key, kv->value, kv->value_len, &err);
     return err;
-  case RP_KV_GET:
+  case RDZV_PROTO_KV_GET:
     if (e || !(kv->wait > 0)) {
       send_value(r, conn, kv->key, e);
       return 0;
     }
     return kv_wait(r, n, kv->key, fmin(kv->wait, r->lim.max_join_timeout),
                    now);
-  default:                      /* RP_KV_ADD */
+  default:                      /* RDZV_PROTO_KV_ADD */
     if (e && !parse_i64(e->value, e->len, &v))
-      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                               "key %s does not hold an integer", kv->key);
+      return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                               -EINVAL, "key %s does not hold an integer",
+                               kv->key);
     if (__builtin_add_overflow(v, kv->delta, &v))
-      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -ERANGE,
-                               "key %s would overflow", kv->key);
+      return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                               -ERANGE, "key %s would overflow", kv->key);
     snprintf(num, sizeof num, "%" PRId64, v);
     e = kv_put(r, n, kv->key, num, strlen(num), &err);
     if (e)
@@ -243,8 +246,10 @@ void kv_store_timeout(struct rdzv_state *r, struct waiter *w)
 {
   struct node *n = w->node;
 
-  rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_TIMEOUT, -ETIMEDOUT, "key %s "
-                    "not set within %g s", w->wk->key, w->wait);
+  rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_TIMEOUT, -ETIMEDOUT,
+                    "key %s "
+                    "not set within %g s",
+                    w->wk->key, w->wait);
   kv_store_waiter_free(r, n->job, w);
 }
 

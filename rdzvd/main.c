@@ -240,11 +240,11 @@ static int start_metrics(struct daemon *d, char *err, size_t errlen)
  * server and the metrics endpoint.  Returns 0, or non-zero with a message
  * in err (and nothing left open). */
 static int daemon_start(struct daemon *d, const struct options *opt,
-                        const struct ra_secret *secret, char *err,
+                        const struct rdzv_auth_secret *secret, char *err,
                         size_t errlen)
 {
   struct rdzvd_server_opts o = opt->server;
-  struct ra_secret token_key;
+  struct rdzv_auth_secret token_key;
   char why[200];
   int rc;
 
@@ -266,7 +266,7 @@ static int daemon_start(struct daemon *d, const struct options *opt,
   if (d->log_path) {
     rc = log_file_open(&d->log, d->log_path);
     if (rc) {
-      ra_secret_clear(&token_key);
+      rdzv_auth_secret_clear(&token_key);
       return err_set(err, errlen, rc, "--log-file: cannot open %s: %s",
                      d->log_path, err_str(rc));
     }
@@ -277,7 +277,7 @@ static int daemon_start(struct daemon *d, const struct options *opt,
   metrics_init(&d->metrics);
   o.metrics = &d->metrics;
   rc = rdzvd_server_start(d->loop, &o, &d->server, err, errlen);
-  ra_secret_clear(&token_key);   /* the server keeps its own copy */
+  rdzv_auth_secret_clear(&token_key);   /* the server keeps its own copy */
   if (rc) {
     log_file_close(&d->log);
     return rc;
@@ -366,7 +366,7 @@ int main(int argc, char **argv)
 {
   struct options opt;
   struct daemon d;
-  struct ra_secret secret;
+  struct rdzv_auth_secret secret;
   char err[256];
   int rc;
 
@@ -384,19 +384,19 @@ int main(int argc, char **argv)
   }
   memset(&secret, 0, sizeof secret);
   if (opt.secret_file && *opt.secret_file &&
-      ra_secret_load(opt.secret_file, &secret, err, sizeof err) != 0) {
+      rdzv_auth_secret_load(opt.secret_file, &secret, err, sizeof err) != 0) {
     fprintf(stderr, "rdzvd: error: %s\n", err);
     return 1;
   }
   if (opt.action == OPTIONS_STATUS) {
     rc = status_query(opt.status, opt.json, opt.status_job,
                       opt.status_limit, &secret);
-    ra_secret_clear(&secret);
+    rdzv_auth_secret_clear(&secret);
     return rc;
   }
   memset(&d, 0, sizeof d);
   rc = daemon_start(&d, &opt, &secret, err, sizeof err);
-  ra_secret_clear(&secret);     /* the server keeps its own copy */
+  rdzv_auth_secret_clear(&secret);     /* the server keeps its own copy */
   if (rc) {
     fprintf(stderr, "rdzvd: error: %s\n", err);
     return 1;

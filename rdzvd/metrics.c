@@ -50,12 +50,12 @@ void metrics_join(struct rdzvd_metrics *m)
     m->joins++;
 }
 
-void metrics_refusal(struct rdzvd_metrics *m, enum rp_error_code code)
+void metrics_refusal(struct rdzvd_metrics *m, enum rdzv_proto_error_code code)
 {
   if (!m)
     return;
   if ((int)code <= 0 || code >= METRICS_REFUSAL_CODES ||
-      !rp_error_name(code))
+      !rdzv_proto_error_name(code))
     code = 0;
   m->refusals[code]++;
 }
@@ -208,7 +208,7 @@ int metrics_render(const struct rdzvd_metrics *m,
   family(&t, "rdzvd_refusals_total", "counter",
          "ERROR replies sent, by reason (the protocol's error code).");
   for (i = 1; i < METRICS_REFUSAL_CODES; i++) {
-    const char *name = rp_error_name((enum rp_error_code)i);
+    const char *name = rdzv_proto_error_name((enum rdzv_proto_error_code)i);
 
     if (name)
       put(&t, "rdzvd_refusals_total{reason=\"%s\"} %llu\n", name,

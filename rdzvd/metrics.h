@@ -17,7 +17,8 @@
  * +Inf bucket is implied. */
 #define METRICS_ROUND_BUCKETS 14
 
-/* Refusal reasons are RP_ERROR codes; index 0 counts codes not known. */
+/* Refusal reasons are RDZV_PROTO_ERROR codes; index 0 counts codes not
+ * known. */
 #define METRICS_REFUSAL_CODES 16
 
 /* Phases of a job, as rdzv_state_jobs_by_phase counts them. */
@@ -54,7 +55,7 @@ void metrics_init(struct rdzvd_metrics *m);
 void metrics_round_completed(struct rdzvd_metrics *m, double seconds);
 void metrics_restart(struct rdzvd_metrics *m);
 void metrics_join(struct rdzvd_metrics *m);
-void metrics_refusal(struct rdzvd_metrics *m, enum rp_error_code code);
+void metrics_refusal(struct rdzvd_metrics *m, enum rdzv_proto_error_code code);
 void metrics_auth_failure(struct rdzvd_metrics *m);
 void metrics_reconnect(struct rdzvd_metrics *m);
 void metrics_conn_opened(struct rdzvd_metrics *m);

@@ -141,7 +141,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err,
     { "resume_grace", "--resume-grace", F_SECS, &s->limits.resume_grace,
       0, 0 },
     { "job", NULL, F_STR, &o->status_job, 0, 0 },
-    { "limit", NULL, F_INT, &o->status_limit, 1, RP_MAX_STATUS_JOBS },
+    { "limit", NULL, F_INT, &o->status_limit, 1, RDZV_PROTO_MAX_STATUS_JOBS },
     { "status", NULL, F_STR, &o->status, 0, 0 },
   };
   size_t k, nflags = sizeof flags / sizeof flags[0];
@@ -165,9 +165,9 @@ int options_parse(int argc, char **argv, struct options *o, char *err,
       if (rc)
         return rc;
       if (flags[k].dst == &o->status_job &&
-          (!*v || strlen(v) > RP_MAX_ID))
+          (!*v || strlen(v) > RDZV_PROTO_MAX_ID))
         return err_invalid(err, errlen, "--job: expected a job id of 1 to "
-                           "%d bytes", RP_MAX_ID);
+                           "%d bytes", RDZV_PROTO_MAX_ID);
       continue;
     }
     if (!switch_set(argv[i], o))

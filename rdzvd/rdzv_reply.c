@@ -15,7 +15,7 @@ static void copy_str(char *dst, size_t size, const char *src)
 }
 
 void rdzv_reply_send(const struct rdzv_state_sink *sink, void *conn,
-                     const struct rp_msg *m)
+                     const struct rdzv_proto_msg *m)
 {
   /* NULL: a detached node (rdzv_state_conn_reset) */
   if (conn)
@@ -23,11 +23,12 @@ void rdzv_reply_send(const struct rdzv_state_sink *sink, void *conn,
 }
 
 void rdzv_reply_text(const struct rdzv_state_sink *sink, void *conn,
-                     enum rp_op op, enum rp_error_code code, bool success,
-                     const char *text, const struct rp_cause *cause,
+                     enum rdzv_proto_op op, enum rdzv_proto_error_code code,
+                     bool success, const char *text,
+                     const struct rdzv_proto_cause *cause,
                      const char *lost_host, const char *lost_why)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
   m.op = op;
@@ -44,14 +45,16 @@ void rdzv_reply_text(const struct rdzv_state_sink *sink, void *conn,
 }
 
 int rdzv_reply_refuse(const struct rdzv_state_sink *sink, void *conn,
-                      enum rp_error_code code, int err, const char *f, ...)
+                      enum rdzv_proto_error_code code, int err, const char *f,
+                      ...)
 {
-  char text[RP_MAX_TEXT + 1];
+  char text[RDZV_PROTO_MAX_TEXT + 1];
   va_list ap;
 
   va_start(ap, f);
   vsnprintf(text, sizeof text, f, ap);
   va_end(ap);
-  rdzv_reply_text(sink, conn, RP_ERROR, code, false, text, NULL, NULL, NULL);
+  rdzv_reply_text(sink, conn, RDZV_PROTO_ERROR, code, false, text, NULL, NULL,
+                  NULL);
   return err;
 }

@@ -17,22 +17,23 @@
 
 /* m to conn. */
 void rdzv_reply_send(const struct rdzv_state_sink *sink, void *conn,
-                     const struct rp_msg *m);
+                     const struct rdzv_proto_msg *m);
 
-/* A text message (op RP_RESTART, RP_CLOSED or RP_ERROR) to conn.  cause:
- * the job's root cause (Note [root cause]), or NULL; lost_host and
- * lost_why: the participant whose loss starts the round (a RESTART's),
- * or NULL. */
+/* A text message (op RDZV_PROTO_RESTART, RDZV_PROTO_CLOSED or
+ * RDZV_PROTO_ERROR) to conn.  cause: the job's root cause (Note [root
+ * cause]), or NULL; lost_host and lost_why: the participant whose loss
+ * starts the round (a RESTART's), or NULL. */
 void rdzv_reply_text(const struct rdzv_state_sink *sink, void *conn,
-                     enum rp_op op, enum rp_error_code code, bool success,
-                     const char *text, const struct rp_cause *cause,
+                     enum rdzv_proto_op op, enum rdzv_proto_error_code code,
+                     bool success, const char *text,
+                     const struct rdzv_proto_cause *cause,
                      const char *lost_host, const char *lost_why);
 
 /* Sends ERROR code with the formatted text to conn and returns err (a
  * negative errno), so that `return rdzv_reply_refuse(...)` refuses a
  * request in one line. */
-__attribute__((format(printf, 5, 6)))
-int rdzv_reply_refuse(const struct rdzv_state_sink *sink, void *conn,
-                      enum rp_error_code code, int err, const char *f, ...);
+__attribute__((format(printf, 5, 6))) int rdzv_reply_refuse(
+    const struct rdzv_state_sink *sink, void *conn,
+    enum rdzv_proto_error_code code, int err, const char *f, ...);
 
 #endif

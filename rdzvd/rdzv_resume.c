@@ -41,13 +41,13 @@ static bool token_held(const struct node *n, const unsigned char *t)
  * remembering anything: only a lasting key (a key file) can; a random key
  * died with the server life that issued the token. */
 static bool token_proves(const struct rdzv_state *r,
-                         const struct rp_resume *a)
+                         const struct rdzv_proto_resume *a)
 {
-  unsigned char t[RP_TOKEN_BYTES];
+  unsigned char t[RDZV_PROTO_TOKEN_BYTES];
 
   if (!rdzv_token_key_lasting(r->tokens))
     return false;
-  if (a->phase == RP_PHASE_GATHERING)
+  if (a->phase == RDZV_PROTO_PHASE_GATHERING)
     return rdzv_token_gathering_ok(r->tokens, a->join.id, a->join.host,
                                    a->join.pid, a->round.round,
                                    a->round.restart_count, a->round.token);
@@ -75,7 +75,7 @@ static void rebuild_done(struct rdzv_state *r, struct job *job)
 /* The grace period ended with ranks missing: they are lost. */
 void rdzv_resume_expired(struct rdzv_state *r, struct job *job, double now)
 {
-  char text[RP_MAX_TEXT + 1];
+  char text[RDZV_PROTO_MAX_TEXT + 1];
 
   snprintf(text, sizeof text, "%d of %d nodes did not come back within %g s "
            "after the rendezvous restarted", job->rebuild_size - job->n_part,
@@ -95,7 +95,8 @@ void rdzv_resume_expired(struct rdzv_state *r, struct job *job, double now)
  * node: *impostor says so, and the node is left alone.  O(nodes of the
  * job): only a RESUME to a live job pays it. */
 static struct node *claimed_node(const struct job *job,
-                                 const struct rp_resume *a, bool *impostor)
+                                 const struct rdzv_proto_resume *a,
+                                 bool *impostor)
 {
   struct node *n;
 
@@ -114,11 +115,11 @@ static struct node *claimed_node(const struct job *job,
 }
 
 static void log_impostor(const struct rdzv_state *r, const struct job *job,
-                         const struct rp_resume *a)
+                         const struct rdzv_proto_resume *a)
 {
   rdzv_state__log(r, "job %s: a resume names node %.*s (pid %" PRId64 ") but "
                   "does not hold its token: the node is left alone", job->id,
-                  RP_MAX_ADDR, a->join.host, a->join.pid);
+                  RDZV_PROTO_MAX_ADDR, a->join.host, a->join.pid);
 }
 
 /* A gathering node re-asserts: a JOIN, keeping round numbers and the
@@ -126,11 +127,11 @@ static void log_impostor(const struct rdzv_state *r, const struct job *job,
  * of the node's, or one the lasting key proves; without a lasting key,
  * any claim on a job this server life rebuilt from claims). */
 static int resume_gathering(struct rdzv_state *r, struct conn *c,
-                            void *conn, const struct rp_resume *a,
+                            void *conn, const struct rdzv_proto_resume *a,
                             double now)
 {
   struct job *job = rdzv_state__job_find(r, a->join.id);
-  char text[RP_MAX_TEXT + 1], d[DESC_MAX];
+  char text[RDZV_PROTO_MAX_TEXT + 1], d[DESC_MAX];
   struct node *prev;
   bool impostor, vouched;
   int rc;
@@ -145,20 +146,21 @@ static int resume_gathering(struct rdzv_state *r, struct conn *c,
     if (a->round.restart_count > job->restart_count) {
       rdzv_state__log(r, "job %s: adopts restart count %d re-asserted by %.*s "
                       "(pid %" PRId64 ") (it had %d)", job->id,
-                      a->round.restart_count, RP_MAX_ADDR, a->join.host,
+                      a->round.restart_count, RDZV_PROTO_MAX_ADDR, a->join.host,
                       a->join.pid, job->restart_count);
       job->restart_count = a->round.restart_count;
     }
     if (rdzv_state__gathering(job) && a->round.round > job->round) {
-      rdzv_state__log(r, "job %s: gathering round %d becomes round %d, "
-                      "re-asserted by %.*s (pid %" PRId64 ")", job->id,
-                      job->round, a->round.round, RP_MAX_ADDR, a->join.host,
-                      a->join.pid);
+      rdzv_state__log(r,
+                      "job %s: gathering round %d becomes round %d, "
+                      "re-asserted by %.*s (pid %" PRId64 ")",
+                      job->id, job->round, a->round.round, RDZV_PROTO_MAX_ADDR,
+                      a->join.host, a->join.pid);
       job->round = a->round.round;
     } else if (job->phase == PH_RUNNING && a->round.round > job->round) {
       snprintf(text, sizeof text, "conflicting re-assertions: %.*s (pid %"
                PRId64 ") waits for round %d, the job runs round %d",
-               RP_MAX_ADDR, a->join.host, a->join.pid, a->round.round,
+               RDZV_PROTO_MAX_ADDR, a->join.host, a->join.pid, a->round.round,
                job->round);
       rdzv_state__log(r, "job %s: %s: highest round wins", job->id, text);
       job->round = a->round.round - 1;
@@ -190,15 +192,17 @@ static int resume_gathering(struct rdzv_state *r, struct conn *c,
  * else the job went on without it (it hears RESTART and is expected back
  * if the job is gathering). */
 static int reattach(struct rdzv_state *r, struct conn *c, void *conn,
-                    struct node *n, const struct rp_resume *a, double now)
+                    struct node *n, const struct rdzv_proto_resume *a,
+                    double now)
 {
   struct job *job = n->job;
-  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+  char d[DESC_MAX], text[RDZV_PROTO_MAX_TEXT + 1];
 
   c = c ? c : rdzv_state__conn_get(r, conn, true);
   if (!c)
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
-                                   -ENOMEM, "out of memory");
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                   RDZV_PROTO_ERR_LIMIT, -ENOMEM,
+                                   "out of memory");
   if (n->c->conn) {             /* superseded: closed, node kept */
     struct conn *old = n->c;
 
@@ -223,14 +227,14 @@ static int reattach(struct rdzv_state *r, struct conn *c, void *conn,
            "re-asserted round %d, the job is %s round %d", a->round.round,
            rdzv_state__gathering(job) ? "gathering" : "at", job->round);
   rdzv_state__log(r, "job %s: %s reconnected: %s", job->id, d, text);
-  rdzv_state__send_text(r, conn, RP_RESTART, 0, false, text);
+  rdzv_state__send_text(r, conn, RDZV_PROTO_RESTART, 0, false, text);
   return 0;
 }
 
 /* A job this server does not know is rebuilt from a running claim: the
  * table of ranks starts empty and grows with the nodes that come back. */
 static void rebuild_start(struct rdzv_state *r, struct job *job,
-                          const struct rp_round *as, double now)
+                          const struct rdzv_proto_round *as, double now)
 {
   double grace = fmax(r->lim.resume_grace, job->conf.keepalive_interval *
                                            job->conf.keepalive_misses);
@@ -255,17 +259,18 @@ static void rebuild_start(struct rdzv_state *r, struct job *job,
 
 /* n re-asserted a rank of the round being rebuilt, which nobody holds. */
 static int rebuild_take(struct rdzv_state *r, struct job *job,
-                        struct node *n, const struct rp_resume *a,
+                        struct node *n, const struct rdzv_proto_resume *a,
                         const char *d, double now)
 {
-  const struct rp_round *as = &a->round;
+  const struct rdzv_proto_round *as = &a->round;
 
   if (hashtab_insert(&job->ranks, rdzv_state__rank_hash(r, as->group_rank), n)) {
     void *conn = n->c->conn;
 
     rdzv_state__node_free(r, n);
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
-                                   -ENOMEM, "out of memory");
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                   RDZV_PROTO_ERR_LIMIT, -ENOMEM,
+                                   "out of memory");
   }
   if (as->restart_count > job->restart_count) {
     rdzv_state__log(r, "job %s: adopts restart count %d re-asserted by %s (it "
@@ -275,11 +280,11 @@ static int rebuild_take(struct rdzv_state *r, struct job *job,
   }
   rdzv_state__node_set_state(job, n, NS_PART, false);
   n->rank = as->group_rank;
-  memcpy(n->token, as->token, RP_TOKEN_BYTES);
+  memcpy(n->token, as->token, RDZV_PROTO_TOKEN_BYTES);
   n->token_gathering = false;
   rdzv_state__log(r, "job %s: %s re-asserted rank %d of round %d (%s; %d of "
                   "%d back)", job->id, d, n->rank, job->round,
-                  a->phase == RP_PHASE_EXIT ? "at the exit barrier"
+                  a->phase == RDZV_PROTO_PHASE_EXIT ? "at the exit barrier"
                                             : "running",
                   job->n_part, job->rebuild_size);
   if (job->n_part == job->rebuild_size)
@@ -288,29 +293,29 @@ static int rebuild_take(struct rdzv_state *r, struct job *job,
 }
 
 int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
-                       const struct rp_resume *a, double now)
+                       const struct rdzv_proto_resume *a, double now)
 {
-  const struct rp_round *as = &a->round;
+  const struct rdzv_proto_round *as = &a->round;
   struct job *job;
   struct node *n;
-  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+  char d[DESC_MAX], text[RDZV_PROTO_MAX_TEXT + 1];
   bool fresh, impostor;
   int rc;
 
   if (c && c->node)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                             "resume: already a node of job %s",
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                             -EINVAL, "resume: already a node of job %s",
                              c->node->job->id);
-  if (a->phase == RP_PHASE_GATHERING)
+  if (a->phase == RDZV_PROTO_PHASE_GATHERING)
     return resume_gathering(r, c, conn, a, now);
   /* A round no JOIN of this configuration could have made: rebuilt, it
    * would hold more participants than max_nodes. */
   if (as->group_world_size > a->join.conf.max_nodes)
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
-                                   RP_ERR_BAD_REQUEST, -EINVAL, "bad resume: "
-                                   "a round of %d nodes, but max_nodes is %d",
-                                   as->group_world_size,
-                                   a->join.conf.max_nodes);
+    return rdzv_state__refuse_join(
+        r, conn, NULL, now, NULL, RDZV_PROTO_ERR_BAD_REQUEST, -EINVAL,
+        "bad resume: "
+        "a round of %d nodes, but max_nodes is %d",
+        as->group_world_size, a->join.conf.max_nodes);
   job = rdzv_state__job_find(r, a->join.id);
   n = claimed_node(job, a, &impostor);
   if (n)
@@ -320,12 +325,14 @@ int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
   /* With a lasting token key a running claim must be proved: the rank of
    * a round is claimed only by the node it was given to. */
   if (rdzv_token_key_lasting(r->tokens) && !token_proves(r, a)) {
-    rdzv_state__log(r, "job %s: refused a resume from %.*s (pid %" PRId64 "): "
-                    "its token does not prove rank %d of round %d", a->join.id,
-                    RP_MAX_ADDR, a->join.host, a->join.pid, as->group_rank,
-                    as->round);
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_AUTH,
-                                   -EACCES, "resume refused: the token does "
+    rdzv_state__log(r,
+                    "job %s: refused a resume from %.*s (pid %" PRId64 "): "
+                    "its token does not prove rank %d of round %d",
+                    a->join.id, RDZV_PROTO_MAX_ADDR, a->join.host, a->join.pid,
+                    as->group_rank, as->round);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                   RDZV_PROTO_ERR_AUTH, -EACCES,
+                                   "resume refused: the token does "
                                    "not prove rank %d of round %d of job %s",
                                    as->group_rank, as->round, a->join.id);
   }
@@ -377,6 +384,6 @@ int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
            rdzv_state__gathering(job) ? "gathering" : "at", job->round);
   rdzv_state__log(r, "job %s: %s: %s", job->id, d, text);
   rdzv_state__node_set_state(job, n, NS_IDLE, rdzv_state__gathering(job));
-  rdzv_state__send_text(r, conn, RP_RESTART, 0, false, text);
+  rdzv_state__send_text(r, conn, RDZV_PROTO_RESTART, 0, false, text);
   return 0;
 }

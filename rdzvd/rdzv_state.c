@@ -28,11 +28,11 @@
 #define DEF_MAX_CLOSE_TIMEOUT 3600.0
 #define DEF_MAX_KEEPALIVE 300.0
 #define DEF_RESUME_GRACE 10.0
-#define MAX_BARRIERS 64             /* distinct barrier names per round */
-#define PROGRESS_PERIOD 1.0         /* seconds between WAITING updates */
-#define CLOSE_WAIT_MAX 5.0          /* closing_start: at most, seconds */
-#define ROUND_LIMIT_TEXT "1073741824"   /* RP_MAX_ROUND */
-_Static_assert(RP_MAX_ROUND == 1073741824, "ROUND_LIMIT_TEXT");
+#define MAX_BARRIERS 64               /* distinct barrier names per round */
+#define PROGRESS_PERIOD 1.0           /* seconds between WAITING updates */
+#define CLOSE_WAIT_MAX 5.0            /* closing_start: at most, seconds */
+#define ROUND_LIMIT_TEXT "1073741824" /* RDZV_PROTO_MAX_ROUND */
+_Static_assert(RDZV_PROTO_MAX_ROUND == 1073741824, "ROUND_LIMIT_TEXT");
 
 /* ---- small helpers ---- */
 
@@ -75,7 +75,7 @@ static void fmt(char *buf, size_t size, const char *f, ...)
 
 void rdzv_state__log(const struct rdzv_state *r, const char *f, ...)
 {
-  char line[2 * RP_MAX_TEXT + DESC_MAX];
+  char line[2 * RDZV_PROTO_MAX_TEXT + DESC_MAX];
   va_list ap;
 
   if (!r->sink.log)
@@ -160,9 +160,10 @@ void rdzv_state__ranks_clear(struct job *job)
 /* cause: the job's root cause (RESTART, CLOSED), or NULL; job: a
  * RESTART's job, for the participant it lost (or NULL). */
 static void send_text_cause(const struct rdzv_state *r, void *conn,
-                            enum rp_op op, enum rp_error_code code,
-                            bool success, const char *text,
-                            const struct rp_cause *cause,
+                            enum rdzv_proto_op op,
+                            enum rdzv_proto_error_code code, bool success,
+                            const char *text,
+                            const struct rdzv_proto_cause *cause,
                             const struct job *job)
 {
   bool lost = job && job->lost_host;
@@ -172,15 +173,16 @@ static void send_text_cause(const struct rdzv_state *r, void *conn,
 }
 
 void rdzv_state__send_text(const struct rdzv_state *r, void *conn,
-                           enum rp_op op, enum rp_error_code code,
-                           bool success, const char *text)
+                           enum rdzv_proto_op op,
+                           enum rdzv_proto_error_code code, bool success,
+                           const char *text)
 {
   send_text_cause(r, conn, op, code, success, text, NULL, NULL);
 }
 
 /* The job's root cause for a RESTART or CLOSED: NULL when no failure of
  * the round was reported, or only untimed ones (an older agent's). */
-static const struct rp_cause *job_cause(const struct job *job)
+static const struct rdzv_proto_cause *job_cause(const struct job *job)
 {
   const struct job_cause *jc = job->cause;
 
@@ -232,10 +234,11 @@ void rdzv_state__conn_drop(struct rdzv_state *r, void *conn)
 
 /* ---- node tokens (Note [node tokens], proto/rdzv_token.h) ---- */
 
-static void token_store(struct node *n, const unsigned char t[RP_TOKEN_BYTES])
+static void token_store(struct node *n,
+                        const unsigned char t[RDZV_PROTO_TOKEN_BYTES])
 {
-  memcpy(n->prev_token, n->token, RP_TOKEN_BYTES);
-  memcpy(n->token, t, RP_TOKEN_BYTES);
+  memcpy(n->prev_token, n->token, RDZV_PROTO_TOKEN_BYTES);
+  memcpy(n->token, t, RDZV_PROTO_TOKEN_BYTES);
 }
 
 /* n's credential for the round it gathers for, made anew only when what
@@ -246,7 +249,7 @@ static const unsigned char *token_gathering(const struct rdzv_state *r,
                                             struct node *n, int round,
                                             int restarts)
 {
-  unsigned char t[RP_TOKEN_BYTES];
+  unsigned char t[RDZV_PROTO_TOKEN_BYTES];
 
   if (!n->token_gathering || n->token_round != round ||
       n->token_restarts != restarts) {
@@ -264,15 +267,15 @@ static const unsigned char *token_gathering(const struct rdzv_state *r,
 static void send_waiting(const struct rdzv_state *r, const struct job *job,
                          struct node *n, double now)
 {
-  struct rp_msg m;
-  struct rp_waiting *w = &m.u.waiting;
+  struct rdzv_proto_msg m;
+  struct rdzv_proto_waiting *w = &m.u.waiting;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_WAITING;
+  m.op = RDZV_PROTO_WAITING;
   /* The round it waits for: the next one when the job runs (none after
-   * RP_MAX_ROUND: the job closes when it would start). */
+   * RDZV_PROTO_MAX_ROUND: the job closes when it would start). */
   w->round = job->round + (job->phase == PH_RUNNING &&
-                           job->round < RP_MAX_ROUND);
+                           job->round < RDZV_PROTO_MAX_ROUND);
   w->present = job->n_part;
   w->min_nodes = job->conf.min_nodes;
   w->max_nodes = job->conf.max_nodes;
@@ -281,7 +284,7 @@ static void send_waiting(const struct rdzv_state *r, const struct job *job,
                    ? rdzv_state__clamp_secs(job->deadline - now) : -1;
   w->restart_count = job->restart_count;
   memcpy(w->token, token_gathering(r, n, w->round, w->restart_count),
-         RP_TOKEN_BYTES);
+         RDZV_PROTO_TOKEN_BYTES);
   rdzv_reply_send(&r->sink, n->c->conn, &m);
 }
 
@@ -360,9 +363,9 @@ void rdzv_state__node_free(struct rdzv_state *r, struct node *n)
 /* A node's own durations: its JOIN's, within the server's ceilings (as
  * ceilings() applies them to the job's configuration). */
 static void node_fill(const struct rdzv_state *r, struct node *n,
-                      const struct rp_join *j)
+                      const struct rdzv_proto_join *j)
 {
-  const struct rp_conf *cf = &j->conf;
+  const struct rdzv_proto_conf *cf = &j->conf;
   double misses = fmax(1, floor(r->lim.max_keepalive /
                                 cf->keepalive_interval));
 
@@ -377,7 +380,7 @@ static void node_fill(const struct rdzv_state *r, struct node *n,
 }
 
 static struct node *node_create(struct rdzv_state *r, struct job *job,
-                                struct conn *c, const struct rp_join *j,
+                                struct conn *c, const struct rdzv_proto_join *j,
                                 double now)
 {
   struct node *n;
@@ -471,7 +474,7 @@ static void lower(const struct rdzv_state *r, const struct job *job,
  * (rdzv_state_limits); keepalive_interval itself was checked at the JOIN. */
 static void ceilings(const struct rdzv_state *r, struct job *job)
 {
-  struct rp_conf *cf = &job->conf;
+  struct rdzv_proto_conf *cf = &job->conf;
   double max_misses;
 
   lower(r, job, "join_timeout", &cf->join_timeout, r->lim.max_join_timeout);
@@ -491,10 +494,10 @@ static void ceilings(const struct rdzv_state *r, struct job *job)
   }
 }
 
-static struct job *job_create(struct rdzv_state *r, const struct rp_join *j,
-                              double now)
+static struct job *job_create(struct rdzv_state *r,
+                              const struct rdzv_proto_join *j, double now)
 {
-  const struct rp_conf *cf = &j->conf;
+  const struct rdzv_proto_conf *cf = &j->conf;
   struct job *job = calloc(1, sizeof(*job));
 
   if (!job)
@@ -565,8 +568,8 @@ static int rank_cmp(const void *a, const void *b)
 static void complete_round(struct rdzv_state *r, struct job *job,
                            double now)
 {
-  struct rp_msg m;
-  struct rp_round *rd = &m.u.round;
+  struct rdzv_proto_msg m;
+  struct rdzv_proto_round *rd = &m.u.round;
   struct node *n, *master;
   size_t k = 0, i;
   int offset = 0;
@@ -591,7 +594,7 @@ static void complete_round(struct rdzv_state *r, struct job *job,
     job->world_size += job->order[i]->nproc;  /* <= sum_nproc <= INT_MAX */
   master = job->order[0];
   memset(&m, 0, sizeof m);
-  m.op = RP_ROUND;
+  m.op = RDZV_PROTO_ROUND;
   rd->round = job->round;
   rd->restart_count = job->restart_count;
   rd->group_world_size = (int)k;
@@ -693,7 +696,7 @@ static void recheck(struct rdzv_state *r, struct job *job, double now)
 void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
                              const char *why, const struct node *except)
 {
-  char text[RP_MAX_TEXT + 1], cancelled[RP_MAX_TEXT + 1] = "";
+  char text[RDZV_PROTO_MAX_TEXT + 1], cancelled[RDZV_PROTO_MAX_TEXT + 1] = "";
   size_t len = 0;
   struct barrier *b;
   struct node *n;
@@ -716,7 +719,7 @@ void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
    * resumed near that): the restart goes on as any other, no round
    * completes (decide), and rdzv_state_tick closes the job, outside the
    * caller's walk, rather than send a round no peer may accept. */
-  if (job->round < RP_MAX_ROUND)
+  if (job->round < RDZV_PROTO_MAX_ROUND)
     job->round++;
   else
     job->rounds_spent = true;
@@ -736,7 +739,7 @@ void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
     n->rank = -1;
     rdzv_state__node_set_state(job, n, NS_IDLE, true);
     if (n != except)
-      send_text_cause(r, n->c->conn, RP_RESTART, 0, false, text,
+      send_text_cause(r, n->c->conn, RDZV_PROTO_RESTART, 0, false, text,
                       job_cause(job), job);
   }
   barriers_free(job);
@@ -764,7 +767,7 @@ static void end_job(struct rdzv_state *r, struct job *job, double now,
     struct node *n = TAILQ_FIRST(&job->nodes);
     void *conn = n->c->conn;
 
-    send_text_cause(r, conn, RP_CLOSED, 0, success, text,
+    send_text_cause(r, conn, RDZV_PROTO_CLOSED, 0, success, text,
                     success ? NULL : job_cause(job), NULL);
     rdzv_state__node_free(r, n);
     rdzv_state__conn_drop(r, conn);
@@ -776,14 +779,14 @@ static void end_job(struct rdzv_state *r, struct job *job, double now,
 void rdzv_state__barrier_check(struct rdzv_state *r, struct job *job,
                                struct barrier *b)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   struct node *n;
 
   if (b->done || b->count < job->n_part || job->rebuilding)
     return;
   b->done = true;
   memset(&m, 0, sizeof m);
-  m.op = RP_BARRIER_DONE;
+  m.op = RDZV_PROTO_BARRIER_DONE;
   copy_str(m.u.barrier.name, sizeof m.u.barrier.name, b->name);
   m.u.barrier.round = job->round;
   TAILQ_FOREACH(n, &job->nodes, in_job) {
@@ -833,10 +836,10 @@ void rdzv_state__node_remove(struct rdzv_state *r, struct node *n, double now,
 {
   struct job *job = n->job;
   bool was_part = n->state == NS_PART;
-  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+  char d[DESC_MAX], text[RDZV_PROTO_MAX_TEXT + 1];
 
   if (job->phase == PH_RUNNING && was_part && !job->exit_passed) {
-    char host[RP_MAX_ADDR + 1], how[RP_MAX_ID + 1];
+    char host[RDZV_PROTO_MAX_ADDR + 1], how[RDZV_PROTO_MAX_ID + 1];
 
     rdzv_state__describe(n, d, sizeof d);
     fmt(text, sizeof text, "%s %s", d, why);
@@ -874,7 +877,7 @@ static void node_lost(struct rdzv_state *r, struct node *n, double now,
 
 /* ---- JOIN ---- */
 
-static struct rdzv_rules_conf rules_conf(const struct rp_conf *cf)
+static struct rdzv_rules_conf rules_conf(const struct rdzv_proto_conf *cf)
 {
   struct rdzv_rules_conf rc = {
     .min_nodes = cf->min_nodes,
@@ -889,12 +892,12 @@ static struct rdzv_rules_conf rules_conf(const struct rp_conf *cf)
 /* The JOIN's configuration checked: the rules' part (rdzv_rules_conf_check),
  * then the durations only a server keeps (join, close, keepalive).
  * NULL: none; else the problem, in buf or a constant. */
-static const char *conf_problem(const struct rp_conf *cf, char *buf,
+static const char *conf_problem(const struct rdzv_proto_conf *cf, char *buf,
                                 size_t size)
 {
   struct rdzv_rules_conf rc = rules_conf(cf);
 
-  if (rdzv_rules_conf_check(&rc, NULL, RP_MAX_NODES, NULL, buf, size) !=
+  if (rdzv_rules_conf_check(&rc, NULL, RDZV_PROTO_MAX_NODES, NULL, buf, size) !=
       RDZV_CONF_OK)
     return buf;
   if (!(cf->join_timeout > 0) || !(cf->keepalive_interval > 0) ||
@@ -912,7 +915,7 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
                   double now)
 {
   struct rdzv_rules_job v = rules_view(job);
-  char d[DESC_MAX], why[RP_MAX_TEXT + 1];
+  char d[DESC_MAX], why[RDZV_PROTO_MAX_TEXT + 1];
 
   n->seq = ++job->seq;
   n->join_at = now;
@@ -950,7 +953,7 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
 }
 
 static int rejoin(struct rdzv_state *r, struct node *n,
-                  const struct rp_join *j, double now)
+                  const struct rdzv_proto_join *j, double now)
 {
   struct job *job = n->job;
 
@@ -960,12 +963,13 @@ static int rejoin(struct rdzv_state *r, struct node *n,
     return 0;
   }
   if (n->state == NS_PART)
-    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                             "already a participant of running round %d",
-                             job->round);
+    return rdzv_reply_refuse(
+        &r->sink, n->c->conn, RDZV_PROTO_ERR_BAD_REQUEST, -EINVAL,
+        "already a participant of running round %d", job->round);
   if (job->sum_nproc - n->nproc + j->nproc > INT_MAX)
-    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_LIMIT, -ENOSPC,
-                             "the job's world size would exceed %d", INT_MAX);
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_LIMIT,
+                             -ENOSPC, "the job's world size would exceed %d",
+                             INT_MAX);
   job->sum_nproc += j->nproc - n->nproc;
   node_fill(r, n, j);
   admit(r, job, n, now);
@@ -975,20 +979,19 @@ static int rejoin(struct rdzv_state *r, struct node *n,
 /* A refused JOIN: ERROR, then the connection closes; a node of the job
  * that sent it is removed first (why says how, for the others).  Returns
  * err for rdzv_state_handle. */
-__attribute__((format(printf, 8, 9)))
-int rdzv_state__refuse_join(struct rdzv_state *r, void *conn, struct node *n,
-                            double now, const char *why,
-                            enum rp_error_code code, int err, const char *f,
-                            ...)
+__attribute__((format(printf, 8, 9))) int rdzv_state__refuse_join(
+    struct rdzv_state *r, void *conn, struct node *n, double now,
+    const char *why, enum rdzv_proto_error_code code, int err, const char *f,
+    ...)
 {
-  char text[RP_MAX_TEXT + 1];
+  char text[RDZV_PROTO_MAX_TEXT + 1];
   va_list ap;
 
   va_start(ap, f);
   vsnprintf(text, sizeof text, f, ap);
   va_end(ap);
-  rdzv_reply_text(&r->sink, conn, RP_ERROR, code, false, text, NULL, NULL,
-                  NULL);
+  rdzv_reply_text(&r->sink, conn, RDZV_PROTO_ERROR, code, false, text, NULL,
+                  NULL, NULL);
   if (n)
     rdzv_state__node_remove(r, n, now, why);
   rdzv_state__conn_drop(r, conn);
@@ -999,18 +1002,18 @@ int rdzv_state__refuse_join(struct rdzv_state *r, void *conn, struct node *n,
  * a node), then a re-join, or a new node (and maybe a new job).  O(1)
  * amortized unless it completes or restarts a round. */
 int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
-                          const struct rp_join *j, double now,
+                          const struct rdzv_proto_join *j, double now,
                           struct node **created)
 {
   struct node *n = c ? c->node : NULL;
-  char text[RP_MAX_TEXT + 1], job_name[RP_MAX_ID + 8];
+  char text[RDZV_PROTO_MAX_TEXT + 1], job_name[RDZV_PROTO_MAX_ID + 8];
   struct rdzv_rules_conf joiner, held;
   const char *problem;
   struct job *job;
 
   if (n && strcmp(n->job->id, j->id) != 0)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                             "already a node of job %s", n->job->id);
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                             -EINVAL, "already a node of job %s", n->job->id);
   problem = !j->id[0] || strnlen(j->id, sizeof j->id) == sizeof j->id
             ? "bad id" : j->nproc < 1 ? "nproc < 1"
             : j->master_port < 1 || j->master_port > 65535 ? "bad port"
@@ -1018,40 +1021,41 @@ int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
   if (!problem && j->conf.keepalive_interval > r->lim.max_keepalive)
     problem = "keepalive_interval above the server's ceiling";
   if (problem && n)             /* a node stays; only this JOIN is bad */
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                             "bad join: %s", problem);
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                             -EINVAL, "bad join: %s", problem);
   if (problem)
     return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
-                                   RP_ERR_BAD_REQUEST, -EINVAL, "bad join: %s",
-                                   problem);
+                                   RDZV_PROTO_ERR_BAD_REQUEST, -EINVAL,
+                                   "bad join: %s", problem);
   job = n ? n->job : rdzv_state__job_find(r, j->id);
   if (job && (job->phase == PH_CLOSED || job->phase == PH_FINISHED))
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_CLOSED,
-                                   -ESHUTDOWN, "job %s %s", job->id,
-                                   job->phase == PH_CLOSED
-                                     ? "is closed" : "has finished");
+    return rdzv_state__refuse_join(
+        r, conn, NULL, now, NULL, RDZV_PROTO_ERR_CLOSED, -ESHUTDOWN,
+        "job %s %s", job->id,
+        job->phase == PH_CLOSED ? "is closed" : "has finished");
   joiner = rules_conf(&j->conf);
   held = job ? rules_conf(&job->conf) : joiner;
   fmt(job_name, sizeof job_name, "job %s", job ? job->id : "");
-  switch (rdzv_rules_conf_check(&joiner, &held, RP_MAX_NODES, job_name,
+  switch (rdzv_rules_conf_check(&joiner, &held, RDZV_PROTO_MAX_NODES, job_name,
                                 text, sizeof text)) {
   case RDZV_CONF_NODES_DIFFER:
-    rdzv_state__log(r, "job %s: refused a join (%.*s, pid %" PRId64 "): "
+    rdzv_state__log(r,
+                    "job %s: refused a join (%.*s, pid %" PRId64 "): "
                     "config mismatch: nodes %d..%d, the job has %d..%d",
-                    job->id, RP_MAX_ADDR, j->host, j->pid, j->conf.min_nodes,
-                    j->conf.max_nodes, job->conf.min_nodes,
+                    job->id, RDZV_PROTO_MAX_ADDR, j->host, j->pid,
+                    j->conf.min_nodes, j->conf.max_nodes, job->conf.min_nodes,
                     job->conf.max_nodes);
     return rdzv_state__refuse_join(r, conn, n, now, "lost: config mismatch",
-                                   RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s",
-                                   text);
+                                   RDZV_PROTO_ERR_CONFIG_MISMATCH, -EINVAL,
+                                   "%s", text);
   case RDZV_CONF_RESTARTS_DIFFER:
     rdzv_state__log(r, "job %s: refused a join (%.*s, pid %" PRId64 "): "
                     "config mismatch: max_restarts %d, the job has %d",
-                    job->id, RP_MAX_ADDR, j->host, j->pid,
+                    job->id, RDZV_PROTO_MAX_ADDR, j->host, j->pid,
                     j->conf.max_restarts, job->conf.max_restarts);
     return rdzv_state__refuse_join(r, conn, n, now, "lost: config mismatch",
-                                   RP_ERR_CONFIG_MISMATCH, -EINVAL, "%s",
-                                   text);
+                                   RDZV_PROTO_ERR_CONFIG_MISMATCH, -EINVAL,
+                                   "%s", text);
   case RDZV_CONF_OK:
   case RDZV_CONF_BAD:           /* refused above */
     break;
@@ -1065,20 +1069,22 @@ int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
     job_free(r, TAILQ_FIRST(&r->empty));
   }
   if (!job && r->n_jobs >= r->lim.max_jobs)
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
-                                   -ENOSPC, "too many jobs (%d)",
-                                   r->lim.max_jobs);
-  if (job && (job->n_nodes >= RP_MAX_NODES ||
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                   RDZV_PROTO_ERR_LIMIT, -ENOSPC,
+                                   "too many jobs (%d)", r->lim.max_jobs);
+  if (job && (job->n_nodes >= RDZV_PROTO_MAX_NODES ||
               job->sum_nproc + j->nproc > INT_MAX))
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
-                                   -ENOSPC, "job %s is too large", job->id);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                   RDZV_PROTO_ERR_LIMIT, -ENOSPC,
+                                   "job %s is too large", job->id);
   if (!job)
     job = job_create(r, j, now);
   c = c ? c : rdzv_state__conn_get(r, conn, true);
   n = job && c ? node_create(r, job, c, j, now) : NULL;
   if (!n)
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL, RP_ERR_LIMIT,
-                                   -ENOMEM, "out of memory");
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                   RDZV_PROTO_ERR_LIMIT, -ENOMEM,
+                                   "out of memory");
   if (created) {                /* RESUME: the caller places it */
     *created = n;
     return 0;
@@ -1088,7 +1094,7 @@ int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
 }
 
 static int on_join(struct rdzv_state *r, struct conn *c, void *conn,
-                   const struct rp_join *j, double now)
+                   const struct rdzv_proto_join *j, double now)
 {
   return rdzv_state__join_node(r, c, conn, j, now, NULL);
 }
@@ -1100,7 +1106,7 @@ static int on_join(struct rdzv_state *r, struct conn *c, void *conn,
  * timed one held.  An untimed report (an older agent's) holds its place
  * against later ones, as every report did before the times came. */
 static void cause_offer(struct job *job, const struct node *n,
-                        const struct rp_failure *f)
+                        const struct rdzv_proto_failure *f)
 {
   struct job_cause *jc = job->cause;
   char d[DESC_MAX];
@@ -1116,8 +1122,8 @@ static void cause_offer(struct job *job, const struct node *n,
   jc->cause = f->cause;
   if (f->cause.exited_at > 0 && !jc->cause.host[0])
     copy_str(jc->cause.host, sizeof jc->cause.host, n->host);
-  fmt(jc->text, sizeof jc->text, "%s workers failed: %.*s", d, RP_MAX_TEXT,
-      f->message);
+  fmt(jc->text, sizeof jc->text, "%s workers failed: %.*s", d,
+      RDZV_PROTO_MAX_TEXT, f->message);
 }
 
 /* The participants of a closing job whose report has not come. */
@@ -1135,12 +1141,12 @@ static int closing_pending(const struct job *job)
 
 static void closing_end(struct rdzv_state *r, struct job *job, double now)
 {
-  char text[RP_MAX_TEXT + 1];
+  char text[RDZV_PROTO_MAX_TEXT + 1];
   int pending = closing_pending(job);
 
   if (job->closing_exhausted)
     fmt(text, sizeof text, "%.*s; no restarts left (%d of %d used)",
-        RP_MAX_TEXT, cause_text(job), job->restart_count,
+        RDZV_PROTO_MAX_TEXT, cause_text(job), job->restart_count,
         job->conf.max_restarts);
   else
     copy_str(text, sizeof text, cause_text(job));
@@ -1180,7 +1186,7 @@ static void closing_start(struct rdzv_state *r, struct job *job,
 
 /* FAILURE: a restart, counted once per round, or the end of the job. */
 static int on_failure(struct rdzv_state *r, struct node *n,
-                      const struct rp_failure *f, double now)
+                      const struct rdzv_proto_failure *f, double now)
 {
   enum rdzv_rules_failure verdict;
   struct job *job = n->job;
@@ -1195,15 +1201,18 @@ static int on_failure(struct rdzv_state *r, struct node *n,
   if (n->state != NS_PART && !(n->state == NS_IDLE && n->expected)) {
     rdzv_state__log(r, "job %s: refused a failure report from %s: not a "
                     "participant of round %d", job->id, d, job->round);
-    return rdzv_reply_refuse(&r->sink, n->c->conn, RP_ERR_BAD_REQUEST, -EPERM,
+    return rdzv_reply_refuse(&r->sink, n->c->conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                             -EPERM,
                              "failure report refused: not a participant of "
-                             "round %d of job %s", job->round, job->id);
+                             "round %d of job %s",
+                             job->round, job->id);
   }
   cause_offer(job, n, f);
   if (job->closing) {
     n->reported = true;
     rdzv_state__log(r, "job %s: %s workers failed too%s: %.*s", job->id, d,
-                    f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
+                    f->final ? " (final)" : "", RDZV_PROTO_MAX_TEXT,
+                    f->message);
     if (!closing_pending(job))
       closing_end(r, job, now);
     return 0;
@@ -1213,15 +1222,17 @@ static int on_failure(struct rdzv_state *r, struct node *n,
   if (job->phase == PH_RUNNING && n->state == NS_PART &&
       verdict != RDZV_FAILURE_RESTART) {
     rdzv_state__log(r, "job %s: %s workers failed%s: %.*s", job->id, d,
-                    f->final ? " (final)" : "", RP_MAX_TEXT, f->message);
+                    f->final ? " (final)" : "", RDZV_PROTO_MAX_TEXT,
+                    f->message);
     closing_start(r, job, n, verdict == RDZV_FAILURE_CLOSE_EXHAUSTED, now);
   } else if (f->final) {
     end_job(r, job, now, false, cause_text(job));
   } else if (job->phase != PH_RUNNING || n->state != NS_PART) {
     /* The round already ended: this failure is part of that restart. */
-    rdzv_state__log(r, "job %s: %s workers failed in round %d (already "
-                    "restarting): %.*s", job->id, d, job->round, RP_MAX_TEXT,
-                    f->message);
+    rdzv_state__log(r,
+                    "job %s: %s workers failed in round %d (already "
+                    "restarting): %.*s",
+                    job->id, d, job->round, RDZV_PROTO_MAX_TEXT, f->message);
   } else {
     job->restart_count++;
     metrics_restart(r->metrics);
@@ -1233,29 +1244,33 @@ static int on_failure(struct rdzv_state *r, struct node *n,
 /* BARRIER: a node waits in at most one barrier; a repeat is harmless, and
  * one for a barrier that already completed is answered at once. */
 static int on_barrier(struct rdzv_state *r, struct node *n,
-                      const struct rp_barrier *m)
+                      const struct rdzv_proto_barrier *m)
 {
   struct job *job = n->job;
   void *conn = n->c->conn;
   struct barrier *b;
-  struct rp_msg done;
+  struct rdzv_proto_msg done;
 
   if (job->phase != PH_RUNNING || n->state != NS_PART ||
       m->round != job->round)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                             -EINVAL,
                              "barrier %.*s for round %d: not a participant of "
-                             "a running round %d", RP_MAX_ID, m->name,
-                             m->round, job->round);
+                             "a running round %d",
+                             RDZV_PROTO_MAX_ID, m->name, m->round, job->round);
   for (b = job->barriers; b; b = b->next)
     if (strncmp(b->name, m->name, sizeof b->name) == 0)
       break;
   if (!b) {
     if (job->n_barriers >= MAX_BARRIERS)
-      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOSPC, "too "
-                               "many barriers in round %d", job->round);
+      return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_LIMIT, -ENOSPC,
+                               "too "
+                               "many barriers in round %d",
+                               job->round);
     b = calloc(1, sizeof(*b));
     if (!b)
-      return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of "
+      return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_LIMIT, -ENOMEM,
+                               "out of "
                                "memory");
     copy_str(b->name, sizeof b->name, m->name);
     b->next = job->barriers;
@@ -1264,7 +1279,7 @@ static int on_barrier(struct rdzv_state *r, struct node *n,
   }
   if (b->done) {                /* a repeat after it completed */
     memset(&done, 0, sizeof done);
-    done.op = RP_BARRIER_DONE;
+    done.op = RDZV_PROTO_BARRIER_DONE;
     done.u.barrier = *m;
     rdzv_reply_send(&r->sink, conn, &done);
     return 0;
@@ -1272,8 +1287,8 @@ static int on_barrier(struct rdzv_state *r, struct node *n,
   if (n->barrier == b)
     return 0;
   if (n->barrier)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                             "already waiting in barrier %s",
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                             -EINVAL, "already waiting in barrier %s",
                              n->barrier->name);
   n->barrier = b;
   b->count++;
@@ -1300,24 +1315,27 @@ static int on_leave(struct rdzv_state *r, struct node *n, double now)
 /* ---- STATUS (the report itself: status_render.c) ---- */
 
 static int on_status(struct rdzv_state *r, void *conn,
-                     const struct rp_status_req *q, double now)
+                     const struct rdzv_proto_status_req *q, double now)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   cJSON *st;
   char *s;
   int err;
 
   st = rdzv_state_status_query(r, q, now, &err);
   if (!st && err == -ENOENT)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, err, "no job "
-                             "%.*s", RP_MAX_ID, q->job);
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST, err,
+                             "no job "
+                             "%.*s",
+                             RDZV_PROTO_MAX_ID, q->job);
   s = st ? cJSON_PrintUnformatted(st) : NULL;
   cJSON_Delete(st);
   if (!s)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_LIMIT, -ENOMEM, "out of "
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_LIMIT, -ENOMEM,
+                             "out of "
                              "memory");
   memset(&m, 0, sizeof m);
-  m.op = RP_STATUS_REPLY;
+  m.op = RDZV_PROTO_STATUS_REPLY;
   m.u.status_json = s;
   rdzv_reply_send(&r->sink, conn, &m);
   cJSON_free(s);
@@ -1389,7 +1407,7 @@ void rdzv_state_destroy(struct rdzv_state *r)
 }
 
 int rdzv_state_set_token_key(struct rdzv_state *r,
-                             const struct ra_secret *file)
+                             const struct rdzv_auth_secret *file)
 {
   struct rdzv_token_key *k = rdzv_token_key_new(file);
 
@@ -1400,8 +1418,8 @@ int rdzv_state_set_token_key(struct rdzv_state *r,
   return 0;
 }
 
-static int handle(struct rdzv_state *r, void *conn, const struct rp_msg *m,
-                  double now)
+static int handle(struct rdzv_state *r, void *conn,
+                  const struct rdzv_proto_msg *m, double now)
 {
   struct conn *c = rdzv_state__conn_get(r, conn, false);
   struct node *n = c ? c->node : NULL;
@@ -1413,50 +1431,50 @@ static int handle(struct rdzv_state *r, void *conn, const struct rp_msg *m,
   if (n)
     n->last_seen = now;         /* any message is a sign of life */
   switch (m->op) {
-  case RP_JOIN:
+  case RDZV_PROTO_JOIN:
     return on_join(r, c, conn, &m->u.join, now);
-  case RP_RESUME:
+  case RDZV_PROTO_RESUME:
     return rdzv_resume_handle(r, c, conn, &m->u.resume, now);
-  case RP_STATUS:
+  case RDZV_PROTO_STATUS:
     return on_status(r, conn, &m->u.status, now);
-  case RP_KEEPALIVE:
-  case RP_FAILURE:
-  case RP_BARRIER:
-  case RP_LEAVE:
-  case RP_KV_SET:
-  case RP_KV_GET:
-  case RP_KV_ADD:
+  case RDZV_PROTO_KEEPALIVE:
+  case RDZV_PROTO_FAILURE:
+  case RDZV_PROTO_BARRIER:
+  case RDZV_PROTO_LEAVE:
+  case RDZV_PROTO_KV_SET:
+  case RDZV_PROTO_KV_GET:
+  case RDZV_PROTO_KV_ADD:
     break;
   default:
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_BAD_REQUEST, -EINVAL,
-                             "unexpected message (op %d)", (int)m->op);
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
+                             -EINVAL, "unexpected message (op %d)", (int)m->op);
   }
   if (!n)
-    return rdzv_reply_refuse(&r->sink, conn, RP_ERR_NOT_JOINED, -ENOTCONN,
-                             "not joined: send JOIN first");
+    return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_NOT_JOINED,
+                             -ENOTCONN, "not joined: send JOIN first");
   switch (m->op) {
-  case RP_KEEPALIVE:
+  case RDZV_PROTO_KEEPALIVE:
     {
-      struct rp_msg pong;
+      struct rdzv_proto_msg pong;
 
       memset(&pong, 0, sizeof pong);
-      pong.op = RP_PONG;
+      pong.op = RDZV_PROTO_PONG;
       rdzv_reply_send(&r->sink, conn, &pong);
       return 0;
     }
-  case RP_FAILURE:
+  case RDZV_PROTO_FAILURE:
     return on_failure(r, n, &m->u.failure, now);
-  case RP_BARRIER:
+  case RDZV_PROTO_BARRIER:
     return on_barrier(r, n, &m->u.barrier);
-  case RP_LEAVE:
+  case RDZV_PROTO_LEAVE:
     return on_leave(r, n, now);
   default:
     return kv_store_handle(r, n, m, now);
   }
 }
 
-int rdzv_state_handle(struct rdzv_state *r, void *conn, const struct rp_msg *m,
-                      double now)
+int rdzv_state_handle(struct rdzv_state *r, void *conn,
+                      const struct rdzv_proto_msg *m, double now)
 {
   int rc;
 
@@ -1543,7 +1561,8 @@ static void on_alive_timer(struct rdzv_state *r, struct node *n, double now)
   node_lost(r, n, now, why);
   /* The node is out of the job: say so and close, so that an agent that
    * was only suspended learns it at once instead of hanging on. */
-  rdzv_state__send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false,
+  rdzv_state__send_text(r, conn, RDZV_PROTO_ERROR, RDZV_PROTO_ERR_JOIN_TIMEOUT,
+                        false,
                         "expelled: no keepalive within the keepalive window");
   rdzv_state__conn_drop(r, conn);
 }
@@ -1552,7 +1571,7 @@ static void on_join_timer(struct rdzv_state *r, struct node *n, double now)
 {
   struct job *job = n->job;
   void *conn = n->c->conn;
-  char d[DESC_MAX], text[RP_MAX_TEXT + 1];
+  char d[DESC_MAX], text[RDZV_PROTO_MAX_TEXT + 1];
 
   if (n->state == NS_SPARE && !rdzv_state__gathering(job))
     fmt(text, sizeof text, "waited %g s: round %d is full (%d of at most "
@@ -1563,7 +1582,8 @@ static void on_join_timer(struct rdzv_state *r, struct node *n, double now)
         n->join_timeout, job->n_part, job->conf.min_nodes);
   rdzv_state__describe(n, d, sizeof d);
   rdzv_state__log(r, "job %s: %s: join timeout: %s", job->id, d, text);
-  rdzv_state__send_text(r, conn, RP_ERROR, RP_ERR_JOIN_TIMEOUT, false, text);
+  rdzv_state__send_text(r, conn, RDZV_PROTO_ERROR, RDZV_PROTO_ERR_JOIN_TIMEOUT,
+                        false, text);
   rdzv_state__node_remove(r, n, now, "join timeout");
   rdzv_state__conn_drop(r, conn);
 }

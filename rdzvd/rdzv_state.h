@@ -34,7 +34,7 @@ struct cJSON;
 struct rdzv_state_sink {
   void *ctx;
   /* A message for one node's connection. */
-  void (*send)(void *ctx, void *conn, const struct rp_msg *m);
+  void (*send)(void *ctx, void *conn, const struct rdzv_proto_msg *m);
   /* Close this connection after the messages already sent to it: used
    * after an ERROR that ends the node's membership.  The machine has
    * already forgotten the node when drop is called. */
@@ -167,11 +167,12 @@ void rdzv_state_destroy(struct rdzv_state *r);
  * then forgotten.  A LEAVE from a RUNNING participant before the exit
  * barrier counts as a lost node.
  *
- * KV: per job, keys <= RP_MAX_KEY, values <= RP_MAX_VALUE, bounded by
- * rdzv_state_limits; SET replaces; GET answers KV_VALUE (found = false when
- * absent and wait == 0, or waits up to wait seconds for the key: answered
- * when it is set, or ERROR timeout from rdzv_state_tick); ADD treats the
- * value as a decimal integer (absent = 0) and answers the new value. */
+  * KV: per job, keys <= RDZV_PROTO_MAX_KEY, values <= RDZV_PROTO_MAX_VALUE,
+  * bounded by rdzv_state_limits; SET replaces; GET answers KV_VALUE (found =
+  * false when absent and wait == 0, or waits up to wait seconds for the key:
+  * answered when it is set, or ERROR timeout from rdzv_state_tick); ADD
+  * treats the value as a decimal integer (absent = 0) and answers the new
+  * value. */
 
 /* Note [soft state]
  *
@@ -218,8 +219,8 @@ void rdzv_state_destroy(struct rdzv_state *r);
 /* A message from conn, decoded.  now in seconds.  Returns 0, or a negative
  * errno when the message was refused (an ERROR has been sent then; the
  * caller need not do anything else). */
-int rdzv_state_handle(struct rdzv_state *r, void *conn, const struct rp_msg *m,
-                      double now);
+int rdzv_state_handle(struct rdzv_state *r, void *conn,
+                      const struct rdzv_proto_msg *m, double now);
 
 /* The connection's peer address as the server saw it ("10.0.0.5"), used
  * as the node's address when its JOIN gave none. */
@@ -252,9 +253,9 @@ void rdzv_state_set_embedded(struct rdzv_state *r, int64_t pid,
  * token key file's bytes (rdzv_token_key_file) instead of a random key,
  * so that a restarted server with the same file verifies the tokens an
  * earlier one issued.  Call before any node joins.  0 or -ENOMEM. */
-struct ra_secret;
+struct rdzv_auth_secret;
 int rdzv_state_set_token_key(struct rdzv_state *r,
-                             const struct ra_secret *file);
+                             const struct rdzv_auth_secret *file);
 
 /* The number of jobs known, and of nodes connected to any job. */
 int rdzv_state_job_count(const struct rdzv_state *r);
@@ -276,7 +277,7 @@ int rdzv_state_node_count(const struct rdzv_state *r);
  * NULL with *err -ENOENT for an unknown job, -ENOMEM.  Caller frees with
  * cJSON_Delete. */
 struct cJSON *rdzv_state_status_query(const struct rdzv_state *r,
-                                      const struct rp_status_req *q,
+                                      const struct rdzv_proto_status_req *q,
                                       double now, int *err);
 
 /* rdzv_state_status_query(r, NULL, now, &ignored). */

@@ -61,16 +61,16 @@ enum nstate { NS_IDLE, NS_PART, NS_SPARE };
 struct conn {
   void *conn;
   uint64_t h;
-  struct node *node;            /* NULL when not (or no longer) joined */
-  bool dropped;                 /* drop was called: ignore what follows */
-  char peer[RP_MAX_ADDR + 1];   /* rdzv_state_set_peer_addr, or "" */
+  struct node *node;                  /* NULL when not (or no longer) joined */
+  bool dropped;                       /* drop was called: ignore what follows */
+  char peer[RDZV_PROTO_MAX_ADDR + 1]; /* rdzv_state_set_peer_addr, or "" */
 };
 
 struct barrier {
   struct barrier *next;
   int count;                    /* participants that entered */
   bool done;
-  char name[RP_MAX_ID + 1];
+  char name[RDZV_PROTO_MAX_ID + 1];
 };
 
 struct kv {
@@ -121,21 +121,22 @@ struct node {
   /* Note [node tokens] (proto/rdzv_token.h): the last two credentials
    * issued to it (a RESUME may present either: the newer one may still
    * be in flight), and what the gathering one vouches for. */
-  unsigned char token[RP_TOKEN_BYTES], prev_token[RP_TOKEN_BYTES];
+  unsigned char token[RDZV_PROTO_TOKEN_BYTES],
+      prev_token[RDZV_PROTO_TOKEN_BYTES];
   uint64_t incarnation;         /* drawn at creation: its tokens' own */
   int token_round, token_restarts;
   bool token_gathering;
   bool reported;                /* closing: its failure report came */
-  char host[RP_MAX_ADDR + 1];
-  char addr[RP_MAX_ADDR + 1];   /* as joined; "" = the peer address */
+  char host[RDZV_PROTO_MAX_ADDR + 1];
+  char addr[RDZV_PROTO_MAX_ADDR + 1];   /* as joined; "" = the peer address */
 };
 
 /* A job's root cause (Note [root cause]), allocated at its first failure
  * and kept for its later rounds. */
 struct job_cause {
-  bool held;                    /* a failure of this round was reported */
-  struct rp_cause cause;        /* its worker; exited_at 0: untimed */
-  char text[RP_MAX_TEXT + 1];   /* "<node> workers failed: <msg>" */
+  bool held;                          /* a failure of this round was reported */
+  struct rdzv_proto_cause cause;      /* its worker; exited_at 0: untimed */
+  char text[RDZV_PROTO_MAX_TEXT + 1]; /* "<node> workers failed: <msg>" */
 };
 
 struct job {
@@ -143,7 +144,7 @@ struct job {
   TAILQ_ENTRY(job) in_empty;    /* r->empty (no node), when empty_listed */
   bool empty_listed;
   uint64_t h;
-  struct rp_conf conf;
+  struct rdzv_proto_conf conf;
   enum phase phase;
   int round, restart_count, world_size;
   int n_nodes, n_part, n_outstanding, n_spares;
@@ -154,8 +155,8 @@ struct job {
   int rebuild_size;             /* the round's group_world_size then */
   bool resumed;                 /* created from a RESUME in this server
                                    life: its history is the agents' word */
-  bool rounds_spent;            /* round RP_MAX_ROUND reached: closing */
-  bool exit_passed;             /* the running round passed "exit" */
+  bool rounds_spent; /* round RDZV_PROTO_MAX_ROUND reached: closing */
+  bool exit_passed;  /* the running round passed "exit" */
   /* Note [root cause] (rdzv_state.h): the round's root cause so far,
    * and the close that waits for the other participants' reports. */
   struct job_cause *cause;      /* NULL until a first failure: 1.3 KB
@@ -185,7 +186,7 @@ struct job {
   size_t kv_bytes;
   struct hashtab waits;         /* key -> struct wkey */
   int n_waiters;
-  char id[RP_MAX_ID + 1];
+  char id[RDZV_PROTO_MAX_ID + 1];
 };
 
 struct rdzv_state {
@@ -201,11 +202,11 @@ struct rdzv_state {
   struct timer_heap heap;
   struct rdzvd_metrics *metrics;  /* rdzv_state_set_metrics; NULL: none */
   bool busy;                    /* an entry point is running */
-  const struct rp_resume *resume_hint;  /* a gathering RESUME's round and
+  const struct rdzv_proto_resume *resume_hint; /* a gathering RESUME's round and
                                            count for the job it creates */
   struct rdzv_token_key *tokens; /* Note [node tokens] */
   int64_t embedded_pid;         /* rdzv_state_set_embedded; 0: a daemon */
-  char embedded_host[RP_MAX_ADDR + 1];
+  char embedded_host[RDZV_PROTO_MAX_ADDR + 1];
 };
 
 /* status_render.c's: a phase's name, as status and metrics show it. */
@@ -213,7 +214,8 @@ const char *status_render_phase_name(enum phase p);
 
 /* rdzv_state.c's, for rdzv_resume.c: the machine's own steps (their
  * comments are at their definitions). */
-#define DESC_MAX (2 * RP_MAX_ADDR + 64)   /* rdzv_state__describe's text */
+#define DESC_MAX                                                               \
+  (2 * RDZV_PROTO_MAX_ADDR + 64) /* rdzv_state__describe's text */
 /* One line of what happened to a job, to the sink's log (if any). */
 __attribute__((format(printf, 2, 3)))
 void rdzv_state__log(const struct rdzv_state *r, const char *f, ...);
@@ -222,8 +224,9 @@ bool rdzv_state__gathering(const struct job *job);
 uint64_t rdzv_state__rank_hash(const struct rdzv_state *r, int rank);
 void rdzv_state__ranks_clear(struct job *job);
 void rdzv_state__send_text(const struct rdzv_state *r, void *conn,
-                           enum rp_op op, enum rp_error_code code,
-                           bool success, const char *text);
+                           enum rdzv_proto_op op,
+                           enum rdzv_proto_error_code code, bool success,
+                           const char *text);
 struct conn *rdzv_state__conn_get(struct rdzv_state *r, void *conn,
                                   bool create);
 void rdzv_state__conn_drop(struct rdzv_state *r, void *conn);
@@ -237,26 +240,25 @@ void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
                              const char *why, const struct node *except);
 void rdzv_state__barrier_check(struct rdzv_state *r, struct job *job,
                                struct barrier *b);
-__attribute__((format(printf, 8, 9)))
-int rdzv_state__refuse_join(struct rdzv_state *r, void *conn, struct node *n,
-                            double now, const char *why,
-                            enum rp_error_code code, int err, const char *f,
-                            ...);
+__attribute__((format(printf, 8, 9))) int rdzv_state__refuse_join(
+    struct rdzv_state *r, void *conn, struct node *n, double now,
+    const char *why, enum rdzv_proto_error_code code, int err, const char *f,
+    ...);
 int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
-                          const struct rp_join *j, double now,
+                          const struct rdzv_proto_join *j, double now,
                           struct node **created);
 
 /* rdzv_resume.c: RESUME from conn (c: its entry, or NULL); the grace
  * period of a job being rebuilt ran out. */
 int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
-                       const struct rp_resume *a, double now);
+                       const struct rdzv_proto_resume *a, double now);
 void rdzv_resume_expired(struct rdzv_state *r, struct job *job,
                          double now);
 
 /* kv_store.c: KV_SET, KV_GET, KV_ADD from node n; a waiting GET freed
  * (its node goes); one timed out (ERROR timeout); a job's store freed. */
 int kv_store_handle(struct rdzv_state *r, struct node *n,
-                    const struct rp_msg *m, double now);
+                    const struct rdzv_proto_msg *m, double now);
 void kv_store_waiter_free(struct rdzv_state *r, struct job *job,
                           struct waiter *w);
 void kv_store_timeout(struct rdzv_state *r, struct waiter *w);

@@ -45,17 +45,17 @@ struct conn {
   char local[INET6_ADDRSTRLEN];
   bool peer_loopback;
   bool closing;
-  bool close_pending;         /* Note [deferred close] */
-  bool drop_after_write;      /* close once the write queue drains */
-  bool joined;                /* a JOIN was accepted: Note [budgets] */
-  bool reset;                 /* read failed other than by EOF */
-  bool reading;               /* uv_read_start is in effect */
-  bool in_hello;              /* not joined yet (s->hello) */
-  bool in_paused;             /* waits for input budget (s->paused) */
-  bool out_paused;            /* too many unwritten replies */
-  struct list_node in_close;  /* s->close_list, when close_pending */
-  size_t pending;             /* write_cost of the queued replies */
-  struct ra_server auth;      /* the shared-secret handshake */
+  bool close_pending;           /* Note [deferred close] */
+  bool drop_after_write;        /* close once the write queue drains */
+  bool joined;                  /* a JOIN was accepted: Note [budgets] */
+  bool reset;                   /* read failed other than by EOF */
+  bool reading;                 /* uv_read_start is in effect */
+  bool in_hello;                /* not joined yet (s->hello) */
+  bool in_paused;               /* waits for input budget (s->paused) */
+  bool out_paused;              /* too many unwritten replies */
+  struct list_node in_close;    /* s->close_list, when close_pending */
+  size_t pending;               /* write_cost of the queued replies */
+  struct rdzv_auth_server auth; /* the shared-secret handshake */
   double accepted_at;
   struct list_node in_server; /* s->conns: every open connection */
   struct list_node hello;     /* s->hello: not joined yet, accept order */
@@ -105,8 +105,8 @@ struct rdzvd_server {
   void *idle_ctx;
   uv_idle_t idle_check;
   struct rdzvd_metrics *metrics;  /* NULL: none kept */
-  struct ra_secret secret;      /* len 0: none */
-  char rbuf[READ_CHUNK];        /* Note [read buffers] */
+  struct rdzv_auth_secret secret; /* len 0: none */
+  char rbuf[READ_CHUNK];          /* Note [read buffers] */
 };
 
 static void server_log(struct rdzvd_server *s, const char *fmt, ...)
@@ -130,7 +130,7 @@ static void handle_released(struct rdzvd_server *s)
 {
   if (--s->open_handles == 0 && s->stopping) {
     rdzv_state_destroy(s->reg);
-    ra_secret_clear(&s->secret);
+    rdzv_auth_secret_clear(&s->secret);
     free(s);
   }
 }
@@ -265,7 +265,7 @@ static void schedule(struct rdzvd_server *s);
  * handshake has succeeded (Note [authentication gate]). */
 static bool conn_known(const struct conn *c)
 {
-  return c->s->secret.len == 0 || c->auth.state == RA_S_DONE;
+  return c->s->secret.len == 0 || c->auth.state == RDZV_AUTH_S_DONE;
 }
 
 /* Note [deferred close]
@@ -428,10 +428,10 @@ static bool is_loopback(const char *addr)
  * for its neighbours on that host, useless for a remote node.  A remote
  * node learns instead the address at which it reached this host, which is
  * the rank-0 node's host too. */
-static void sink_send(void *ctx, void *connp, const struct rp_msg *m)
+static void sink_send(void *ctx, void *connp, const struct rdzv_proto_msg *m)
 {
   struct conn *c = connp;
-  struct rp_msg copy;
+  struct rdzv_proto_msg copy;
   char *data;
   size_t len;
   int err;
@@ -439,19 +439,19 @@ static void sink_send(void *ctx, void *connp, const struct rp_msg *m)
   (void)ctx;
   if (c->closing || c->close_pending)
     return;
-  if (m->op == RP_ERROR)
+  if (m->op == RDZV_PROTO_ERROR)
     metrics_refusal(c->s->metrics, m->u.text.code);
-  if (m->op == RP_ROUND && is_loopback(m->u.round.master_addr) &&
+  if (m->op == RDZV_PROTO_ROUND && is_loopback(m->u.round.master_addr) &&
       !c->peer_loopback && c->local[0]) {
     copy = *m;
     snprintf(copy.u.round.master_addr, sizeof copy.u.round.master_addr,
              "%s", c->local);
     m = &copy;
   }
-  err = rp_encode(m, &data, &len);
+  err = rdzv_proto_encode(m, &data, &len);
   if (err) {
     server_log(c->s, "internal: cannot encode %s for %s: %s",
-               rp_op_name(m->op), c->peer, err_str(err));
+               rdzv_proto_op_name(m->op), c->peer, err_str(err));
     return;
   }
   conn_write(c, data, len);
@@ -479,11 +479,11 @@ static void sink_log(void *ctx, const char *line)
 /* A frame the codec refused: answer with an ERROR and close. */
 static void reject(struct conn *c, const char *why)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_ERROR;
-  m.u.text.code = RP_ERR_BAD_REQUEST;
+  m.op = RDZV_PROTO_ERROR;
+  m.u.text.code = RDZV_PROTO_ERR_BAD_REQUEST;
   snprintf(m.u.text.message, sizeof m.u.text.message, "%s", why);
   server_log(c->s, "bad request from %s: %s", c->peer, why);
   metrics_frame_error(c->s->metrics);
@@ -545,9 +545,9 @@ static size_t frame_need(const struct conn *c)
 {
   const unsigned char *u = (const unsigned char *)c->buf;
 
-  if (c->len < RP_FRAME_HEADER)
-    return RP_FRAME_HEADER;
-  return RP_FRAME_HEADER + ((size_t)u[0] << 24 | (size_t)u[1] << 16 |
+  if (c->len < RDZV_PROTO_FRAME_HEADER)
+    return RDZV_PROTO_FRAME_HEADER;
+  return RDZV_PROTO_FRAME_HEADER + ((size_t)u[0] << 24 | (size_t)u[1] << 16 |
                             (size_t)u[2] << 8 | (size_t)u[3]);
 }
 
@@ -575,8 +575,8 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
   if (c->len == 0) {
     /* What is left over after the whole frames must fit the budget. */
     left = budget_left(s, 0);
-    *buf = uv_buf_init(s->rbuf, (unsigned int)(left < RP_FRAME_HEADER
-                                  ? RP_FRAME_HEADER
+    *buf = uv_buf_init(s->rbuf, (unsigned int)(left < RDZV_PROTO_FRAME_HEADER
+                                  ? RDZV_PROTO_FRAME_HEADER
                                   : left < sizeof s->rbuf ? left
                                   : sizeof s->rbuf));
     return;
@@ -599,30 +599,30 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
   *buf = uv_buf_init(c->buf + c->len, (unsigned int)(c->cap - c->len));
 }
 
-/* Note [authentication gate]: with a secret, a connection's frames go to
- * the handshake (proto/rdzv_auth.c) until it has succeeded; nothing
- * reaches the state machine before (not even the connection's address),
- * and a pre-auth frame may not exceed RA_PREAUTH_MAX_FRAME.  Returns true
- * when m may go on to rdzv_state_handle. */
-static bool auth_gate(struct conn *c, const struct rp_msg *m)
+/* Note [authentication gate]: with a secret, a connection's frames go to the
+ * handshake (proto/rdzv_auth.c) until it has succeeded; nothing reaches the
+ * state machine before (not even the connection's address), and a pre-auth
+ * frame may not exceed RDZV_AUTH_PREAUTH_MAX_FRAME.  Returns true when m may
+ * go on to rdzv_state_handle. */
+static bool auth_gate(struct conn *c, const struct rdzv_proto_msg *m)
 {
-  struct rp_msg reply;
+  struct rdzv_proto_msg reply;
   char why[256];
 
-  switch (ra_server_step(&c->auth, &c->s->secret, m, &reply, why,
+  switch (rdzv_auth_server_step(&c->auth, &c->s->secret, m, &reply, why,
                          sizeof why)) {
-  case RA_PASS:
+  case RDZV_AUTH_PASS:
     return true;
-  case RA_REPLY:
+  case RDZV_AUTH_REPLY:
     sink_send(c->s, c, &reply);
     /* Only now does the state machine learn of the connection. */
-    if (c->auth.state == RA_S_DONE) {
+    if (c->auth.state == RDZV_AUTH_S_DONE) {
       machine_enter(c->s);
       rdzv_state_set_peer_addr(c->s->reg, c, c->peer);
       machine_leave(c->s);
     }
     return false;
-  case RA_REFUSE:
+  case RDZV_AUTH_REFUSE:
     server_log(c->s, "authentication failed from %s: %s", c->peer, why);
     metrics_auth_failure(c->s->metrics);
     sink_send(c->s, c, &reply);
@@ -642,10 +642,10 @@ static size_t frame_body_len(const char *data)
 
 /* STATUS, answered here: the machine's report (its size bounded by what
  * it shows, Note [status size]) and the server's own figures. */
-static void server_status(struct conn *c, const struct rp_status_req *q)
+static void server_status(struct conn *c, const struct rdzv_proto_status_req *q)
 {
   struct rdzvd_server *s = c->s;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   cJSON *st, *sv = NULL;
   char *text = NULL;
   int err;
@@ -665,14 +665,15 @@ static void server_status(struct conn *c, const struct rp_status_req *q)
   cJSON_Delete(st);
   memset(&m, 0, sizeof m);
   if (text) {
-    m.op = RP_STATUS_REPLY;
+    m.op = RDZV_PROTO_STATUS_REPLY;
     m.u.status_json = text;
   } else {
-    m.op = RP_ERROR;
-    m.u.text.code = err == -ENOENT ? RP_ERR_BAD_REQUEST : RP_ERR_LIMIT;
+    m.op = RDZV_PROTO_ERROR;
+    m.u.text.code =
+        err == -ENOENT ? RDZV_PROTO_ERR_BAD_REQUEST : RDZV_PROTO_ERR_LIMIT;
     snprintf(m.u.text.message, sizeof m.u.text.message, "%s%.*s",
              err == -ENOENT ? "no job " : "out of memory",
-             err == -ENOENT ? RP_MAX_ID : 0, q->job);
+             err == -ENOENT ? RDZV_PROTO_MAX_ID : 0, q->job);
   }
   sink_send(s, c, &m);
   cJSON_free(text);
@@ -680,7 +681,7 @@ static void server_status(struct conn *c, const struct rp_status_req *q)
 
 /* One decoded message from c, for the machine.  Stops the frame loop
  * once c is going away. */
-static int on_frame(void *ctx, struct rp_msg *m)
+static int on_frame(void *ctx, struct rdzv_proto_msg *m)
 {
   struct conn *c = ctx;
   struct rdzvd_server *s = c->s;
@@ -688,18 +689,17 @@ static int on_frame(void *ctx, struct rp_msg *m)
 
   if (!auth_gate(c, m))         /* a handshake step, or refused */
     return 1;                   /* the frame limit may change: re-read */
-  if (m->op == RP_STATUS) {
+  if (m->op == RDZV_PROTO_STATUS) {
     server_status(c, &m->u.status);
     return c->closing || c->close_pending || c->drop_after_write;
   }
-  if (m->op == RP_JOIN)
+  if (m->op == RDZV_PROTO_JOIN)
     metrics_join(s->metrics);
   machine_enter(s);
   rc = rdzv_state_handle(s->reg, c, m, monotime_now());
   machine_leave(s);
-  if ((m->op == RP_JOIN || m->op == RP_RESUME) && rc == 0 && !c->joined &&
-      !c->closing &&
-      !c->close_pending && !c->drop_after_write) {
+  if ((m->op == RDZV_PROTO_JOIN || m->op == RDZV_PROTO_RESUME) && rc == 0 &&
+      !c->joined && !c->closing && !c->close_pending && !c->drop_after_write) {
     c->joined = true;
     hello_remove(c);
     return 1;                   /* read on with the joined frame limit */
@@ -712,11 +712,11 @@ static int on_frame(void *ctx, struct rp_msg *m)
 static ssize_t consume(struct conn *c, const char *data, size_t len)
 {
   struct rdzvd_server *s = c->s;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char err[256];
   size_t off = 0, max_body;
   ssize_t used;
-  enum ra_server_state auth;
+  enum rdzv_auth_server_state auth;
   bool joined, authed;
 
   /* Note [pipelined handshake]: a handshake step stops the frame loop
@@ -729,12 +729,12 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
    * (error auth, close).  Frames behind a valid auth are the session's
    * first. */
   do {
-    if (len - off >= RP_FRAME_HEADER &&
-        ra_server_frame_too_big(&c->auth, &s->secret,
+    if (len - off >= RDZV_PROTO_FRAME_HEADER &&
+        rdzv_auth_server_frame_too_big(&c->auth, &s->secret,
                                 frame_body_len(data + off))) {
       memset(&m, 0, sizeof m);
-      m.op = RP_ERROR;
-      m.u.text.code = RP_ERR_AUTH;
+      m.op = RDZV_PROTO_ERROR;
+      m.u.text.code = RDZV_PROTO_ERR_AUTH;
       snprintf(m.u.text.message, sizeof m.u.text.message,
                "this server requires a shared secret");
       server_log(s, "authentication failed from %s: no shared secret: a "
@@ -750,9 +750,9 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
     joined = c->joined;
     auth = c->auth.state;
     authed = conn_known(c);
-    max_body = joined ? RP_MAX_FRAME : s->lim.prejoin_frame;
-    if (!authed && max_body > RA_PREAUTH_MAX_FRAME)
-      max_body = RA_PREAUTH_MAX_FRAME;
+    max_body = joined ? RDZV_PROTO_MAX_FRAME : s->lim.prejoin_frame;
+    if (!authed && max_body > RDZV_AUTH_PREAUTH_MAX_FRAME)
+      max_body = RDZV_AUTH_PREAUTH_MAX_FRAME;
     used = rp_frames_read(data + off, len - off, max_body, on_frame, c,
                           err, sizeof err);
     if (used < 0) {
@@ -763,8 +763,8 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
     if (c->closing || c->close_pending || c->drop_after_write)
       return -1;
     /* The frames still here were read with the hello. */
-    c->auth.read_with_hello = auth == RA_S_HELLO &&
-                              c->auth.state == RA_S_PROOF;
+    c->auth.read_with_hello = auth == RDZV_AUTH_S_HELLO &&
+                              c->auth.state == RDZV_AUTH_S_PROOF;
   } while (used > 0 && (joined != c->joined || auth != c->auth.state));
   c->auth.read_with_hello = false;
   return (ssize_t)off;
@@ -1033,14 +1033,14 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
     s->reg = NULL;
   }
   if (!s->reg) {
-    ra_secret_clear(&s->secret);
+    rdzv_auth_secret_clear(&s->secret);
     free(s);
     return err_set(err, errlen, UV_ENOMEM, "out of memory");
   }
   s->metrics = o->metrics;
   rdzv_state_set_metrics(s->reg, o->metrics);
   if (o->embedded) {
-    char me[RP_MAX_ADDR + 1] = "";
+    char me[RDZV_PROTO_MAX_ADDR + 1] = "";
 
     if (gethostname(me, sizeof me - 1) < 0)
       me[0] = '\0';
@@ -1088,7 +1088,7 @@ void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,
 
 void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   struct list_node todo;
 
   if (s->stopping)
@@ -1097,7 +1097,7 @@ void rdzvd_server_going_away(struct rdzvd_server *s, const char *why)
    * reach this daemon's backlog, only its successor. */
   uv_close((uv_handle_t *)&s->listener, handle_closed);
   memset(&m, 0, sizeof m);
-  m.op = RP_GOING_AWAY;
+  m.op = RDZV_PROTO_GOING_AWAY;
   snprintf(m.u.text.message, sizeof m.u.text.message, "%s", why);
   /* uv_write writes at once into an empty socket buffer, so the frame
    * is out before the close below; a connection with replies still

@@ -39,11 +39,11 @@ struct rdzvd_server_opts {
   struct rdzvd_server_limits io;  /* connections; zeros: defaults */
   /* NULL or empty: no shared secret.  Otherwise every connection must
    * pass the handshake of proto/rdzv_auth.h first (copied). */
-  const struct ra_secret *secret;
+  const struct rdzv_auth_secret *secret;
   /* NULL or empty: node tokens under a random key per server life.
    * Otherwise the token key file's bytes (rdzv_token_key_file): a
    * restarted server checks the tokens of claims (copied). */
-  const struct ra_secret *token_key;
+  const struct rdzv_auth_secret *token_key;
   /* Where job log lines go (prefixed with a timestamp); NULL: nowhere. */
   void (*log)(void *ctx, const char *line);
   void *log_ctx;

@@ -59,7 +59,7 @@ static ssize_t read_frame(int fd, char **out, char *err, size_t errlen)
   int rc;
 
   while (buf) {
-    rc = rp_frame_peek(buf, len, &flen);
+    rc = rdzv_proto_frame_peek(buf, len, &flen);
     if (rc == 1) {
       *out = buf;
       return (ssize_t)flen;
@@ -170,12 +170,12 @@ static void print_table(const cJSON *st)
 }
 
 int status_query(const char *endpoint, bool json, const char *job,
-                 int limit, const struct ra_secret *secret)
+                 int limit, const struct rdzv_auth_secret *secret)
 {
-  struct rp_msg m;
-  char host[RP_MAX_ADDR + 1], err[256] = "";
+  struct rdzv_proto_msg m;
+  char host[RDZV_PROTO_MAX_ADDR + 1], err[256] = "";
   char *frame = NULL, *req = NULL, *text;
-  char esc[4 * RP_MAX_TEXT + 1];    /* a peer's text, escaped */
+  char esc[4 * RDZV_PROTO_MAX_TEXT + 1];    /* a peer's text, escaped */
   size_t reqlen;
   ssize_t flen;
   cJSON *st;
@@ -192,15 +192,16 @@ int status_query(const char *endpoint, bool json, const char *job,
     return 1;
   }
   if (secret && secret->len &&
-      ra_handshake_fd(fd, secret, STATUS_TIMEOUT_MS, err, sizeof err) != 0) {
+      rdzv_auth_handshake_fd(fd, secret, STATUS_TIMEOUT_MS, err, sizeof err) !=
+          0) {
     fprintf(stderr, "rdzvd: %s:%d: %s\n", host, port, err);
     goto out;
   }
   memset(&m, 0, sizeof m);
-  m.op = RP_STATUS;
+  m.op = RDZV_PROTO_STATUS;
   snprintf(m.u.status.job, sizeof m.u.status.job, "%s", job ? job : "");
   m.u.status.limit = limit;
-  if (rp_encode(&m, &req, &reqlen) != 0 ||
+  if (rdzv_proto_encode(&m, &req, &reqlen) != 0 ||
       write(fd, req, reqlen) != (ssize_t)reqlen) {
     fprintf(stderr, "rdzvd: cannot send the status request\n");
     goto out;
@@ -210,25 +211,27 @@ int status_query(const char *endpoint, bool json, const char *job,
     fprintf(stderr, "rdzvd: %s:%d: %s\n", host, port, err);
     goto out;
   }
-  if (rp_decode(frame + RP_FRAME_HEADER, (size_t)flen - RP_FRAME_HEADER, &m,
-                err, sizeof err) == 0 && m.op == RP_ERROR) {
+  if (rdzv_proto_decode(frame + RDZV_PROTO_FRAME_HEADER,
+                        (size_t)flen - RDZV_PROTO_FRAME_HEADER, &m, err,
+                        sizeof err) == 0 &&
+      m.op == RDZV_PROTO_ERROR) {
     peer_text_escape(esc, sizeof esc, m.u.text.message,
                      strlen(m.u.text.message), 0);
-    if (m.u.text.code == RP_ERR_AUTH)
-      fprintf(stderr, "rdzvd: %s:%d: " RA_REFUSED ": the server says: %s"
+    if (m.u.text.code == RDZV_PROTO_ERR_AUTH)
+      fprintf(stderr, "rdzvd: %s:%d: " RDZV_AUTH_REFUSED ": the server says: %s"
               "%s\n", host, port, esc,
               secret && secret->len ? "" : " (give --secret-file)");
     else
       fprintf(stderr, "rdzvd: %s:%d refused: %s (%s)\n", host, port,
-              esc, rp_error_name(m.u.text.code));
-    rp_msg_free(&m);
+              esc, rdzv_proto_error_name(m.u.text.code));
+    rdzv_proto_msg_free(&m);
     goto out;
   }
-  if (err[0] || m.op != RP_STATUS_REPLY) {
+  if (err[0] || m.op != RDZV_PROTO_STATUS_REPLY) {
     fprintf(stderr, "rdzvd: unexpected answer from %s:%d: %s\n", host,
-            port, err[0] ? err : rp_op_name(m.op));
+            port, err[0] ? err : rdzv_proto_op_name(m.op));
     if (err[0] == '\0')
-      rp_msg_free(&m);
+      rdzv_proto_msg_free(&m);
     goto out;
   }
   /* Note [status text]. */
@@ -244,7 +247,7 @@ int status_query(const char *endpoint, bool json, const char *job,
     putchar('\n');
   }
   cJSON_Delete(st);
-  rp_msg_free(&m);
+  rdzv_proto_msg_free(&m);
   rc = 0;
 out:
   free(req);

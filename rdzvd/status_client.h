@@ -15,6 +15,6 @@
 /* job: NULL or "" for a summary of the first limit jobs (0: the
  * daemon's default), else that job with its nodes. */
 int status_query(const char *endpoint, bool json, const char *job,
-                 int limit, const struct ra_secret *secret);
+                 int limit, const struct rdzv_auth_secret *secret);
 
 #endif

@@ -12,7 +12,7 @@
 #include <errno.h>
 #include <string.h>
 
-#define STATUS_BUDGET (RP_MAX_FRAME / 2)
+#define STATUS_BUDGET (RDZV_PROTO_MAX_FRAME / 2)
 #define STATUS_DEF_JOBS 100
 #define STATUS_SUMMARY_NODES 64     /* node lists in a summary, at most */
 #define JOB_COST 768                /* a job's fixed fields, printed */
@@ -81,7 +81,7 @@ static bool add_node(cJSON *nodes, const struct job *job,
 static bool add_job(const struct job *job, double now, bool summary,
                     size_t *budget, cJSON *o)
 {
-  const struct rp_conf *cf = &job->conf;
+  const struct rdzv_proto_conf *cf = &job->conf;
   const struct barrier *b;
   const struct node *n;
   cJSON *conf, *nodes, *bars = NULL;
@@ -136,8 +136,8 @@ static bool add_job(const struct job *job, double now, bool summary,
 }
 
 cJSON *rdzv_state_status_query(const struct rdzv_state *r,
-                               const struct rp_status_req *q, double now,
-                               int *err)
+                               const struct rdzv_proto_status_req *q,
+                               double now, int *err)
 {
   const char *id = q && q->job[0] ? q->job : NULL;
   int limit = q && q->limit > 0 ? q->limit : STATUS_DEF_JOBS;

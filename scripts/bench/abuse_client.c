@@ -45,7 +45,7 @@ static const char usage[] =
 static struct {
   const char *host;
   int port;
-  struct ra_secret secret;
+  struct rdzv_auth_secret secret;
   int rdzvd_pid;
   long count;
   double wait;
@@ -147,7 +147,7 @@ static int dial(int rcvbuf)
   if (fd < 0)
     return -1;
   if (A.secret.len &&
-      ra_handshake_fd(fd, &A.secret, 5000, err, sizeof err) != 0) {
+      rdzv_auth_handshake_fd(fd, &A.secret, 5000, err, sizeof err) != 0) {
     close(fd);
     note("handshake: %s; ", err);
     return -1;
@@ -172,14 +172,14 @@ static int write_all(int fd, const void *p, size_t n)
   return 0;
 }
 
-static int send_msg(int fd, const struct rp_msg *m)
+static int send_msg(int fd, const struct rdzv_proto_msg *m)
 {
   char *frame;
   size_t len;
-  int rc = rp_encode(m, &frame, &len);
+  int rc = rdzv_proto_encode(m, &frame, &len);
 
   if (rc)
-    die("encode %s: %s", rp_op_name(m->op), strerror(-rc));
+    die("encode %s: %s", rdzv_proto_op_name(m->op), strerror(-rc));
   rc = write_all(fd, frame, len);
   free(frame);
   return rc;
@@ -207,10 +207,10 @@ static int read_full(int fd, char *buf, size_t n, double deadline)
 }
 
 /* One message within secs: 0, -ETIMEDOUT, -EIO (closed or garbage). */
-static int recv_msg(int fd, struct rp_msg *m, double secs)
+static int recv_msg(int fd, struct rdzv_proto_msg *m, double secs)
 {
   double deadline = now_s() + secs;
-  unsigned char h[RP_FRAME_HEADER];
+  unsigned char h[RDZV_PROTO_FRAME_HEADER];
   char err[256], *body;
   size_t n;
   int rc;
@@ -219,13 +219,13 @@ static int recv_msg(int fd, struct rp_msg *m, double secs)
   if (rc)
     return rc;
   n = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
-  if (n == 0 || n > RP_MAX_FRAME)
+  if (n == 0 || n > RDZV_PROTO_MAX_FRAME)
     return -EIO;
   body = malloc(n);
   if (!body)
     die("out of memory");
   rc = read_full(fd, body, n, deadline);
-  if (!rc && rp_decode(body, n, m, err, sizeof err) != 0)
+  if (!rc && rdzv_proto_decode(body, n, m, err, sizeof err) != 0)
     rc = -EIO;
   free(body);
   return rc;
@@ -233,7 +233,8 @@ static int recv_msg(int fd, struct rp_msg *m, double secs)
 
 /* Reads until a message of op (returned in *m) or another that ends the
  * wait: ERROR or CLOSED (also returned).  WAITING, PONG are skipped. */
-static int wait_op(int fd, enum rp_op op, struct rp_msg *m, double secs)
+static int wait_op(int fd, enum rdzv_proto_op op, struct rdzv_proto_msg *m,
+                   double secs)
 {
   double deadline = now_s() + secs;
   int rc;
@@ -242,23 +243,23 @@ static int wait_op(int fd, enum rp_op op, struct rp_msg *m, double secs)
     rc = recv_msg(fd, m, deadline - now_s());
     if (rc)
       return rc;
-    if (m->op == op || m->op == RP_ERROR || m->op == RP_CLOSED)
+    if (m->op == op || m->op == RDZV_PROTO_ERROR || m->op == RDZV_PROTO_CLOSED)
       return 0;
-    rp_msg_free(m);
+    rdzv_proto_msg_free(m);
   }
 }
 
-static void join_msg(struct rp_msg *m, const char *id, int min, int max,
+static void join_msg(struct rdzv_proto_msg *m, const char *id, int min, int max,
                      double close_timeout)
 {
   memset(m, 0, sizeof *m);
-  m->op = RP_JOIN;
+  m->op = RDZV_PROTO_JOIN;
   snprintf(m->u.join.id, sizeof m->u.join.id, "%s", id);
   snprintf(m->u.join.host, sizeof m->u.join.host, "abuse");
   m->u.join.pid = getpid();
   m->u.join.nproc = 1;
   m->u.join.master_port = 29500;
-  rp_conf_default(&m->u.join.conf);
+  rdzv_proto_conf_default(&m->u.join.conf);
   m->u.join.conf.min_nodes = min;
   m->u.join.conf.max_nodes = max;
   m->u.join.conf.last_call_timeout = 0;
@@ -273,16 +274,16 @@ static void join_msg(struct rp_msg *m, const char *id, int min, int max,
 static int join(int fd, const char *id, int min, int max,
                 double close_timeout)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   join_msg(&m, id, min, max, close_timeout);
   return send_msg(fd, &m);
 }
 
-static void kv(int fd, enum rp_op op, const char *key, const char *value,
-               size_t value_len, double wait)
+static void kv(int fd, enum rdzv_proto_op op, const char *key,
+               const char *value, size_t value_len, double wait)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
   m.op = op;
@@ -298,16 +299,16 @@ static void kv(int fd, enum rp_op op, const char *key, const char *value,
  * not_joined) within 5 s. */
 static bool daemon_answers(void)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int fd = dial(0), rc;
 
   if (fd < 0)
     return false;
   memset(&m, 0, sizeof m);
-  m.op = RP_KEEPALIVE;
+  m.op = RDZV_PROTO_KEEPALIVE;
   rc = send_msg(fd, &m) == 0 ? recv_msg(fd, &m, 5) : -EIO;
   if (rc == 0)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   close(fd);
   return rc == 0;
 }
@@ -316,29 +317,29 @@ static bool daemon_answers(void)
 static bool real_job_works(const char *tag)
 {
   char id[64];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int fd = dial(0), rc;
   bool ok;
 
   if (fd < 0)
     return false;
   snprintf(id, sizeof id, "real-%s-%d", tag, (int)getpid());
-  /* A real job: cdrun's defaults (rp_conf_default), one node. */
+  /* A real job: cdrun's defaults (rdzv_proto_conf_default), one node. */
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   snprintf(m.u.join.id, sizeof m.u.join.id, "%s", id);
   snprintf(m.u.join.host, sizeof m.u.join.host, "real");
   m.u.join.pid = getpid();
   m.u.join.nproc = 1;
   m.u.join.master_port = 29500;
-  rp_conf_default(&m.u.join.conf);
+  rdzv_proto_conf_default(&m.u.join.conf);
   m.u.join.conf.min_nodes = m.u.join.conf.max_nodes = 1;
-  rc = send_msg(fd, &m) == 0 ? wait_op(fd, RP_ROUND, &m, 10) : -EIO;
-  ok = rc == 0 && m.op == RP_ROUND;
+  rc = send_msg(fd, &m) == 0 ? wait_op(fd, RDZV_PROTO_ROUND, &m, 10) : -EIO;
+  ok = rc == 0 && m.op == RDZV_PROTO_ROUND;
   if (rc == 0 && !ok)
-    note("a real job got %s %s; ", rp_op_name(m.op), m.u.text.message);
+    note("a real job got %s %s; ", rdzv_proto_op_name(m.op), m.u.text.message);
   if (rc == 0)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   close(fd);
   return ok;
 }
@@ -362,7 +363,7 @@ static bool attack_kv_waiters(void)
 {
   long n = A.count ? A.count : 400, i;
   char id[64], *value;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int a, b;
   bool ok;
 
@@ -373,25 +374,25 @@ static bool attack_kv_waiters(void)
     die("cannot connect");
   join(a, id, 2, 2, 30);
   join(b, id, 2, 2, 30);
-  if (wait_op(b, RP_ROUND, &m, 10) != 0 || m.op != RP_ROUND)
+  if (wait_op(b, RDZV_PROTO_ROUND, &m, 10) != 0 || m.op != RDZV_PROTO_ROUND)
     die("kv_waiters: no round for the second member");
   for (i = 0; i < n; i++)
-    kv(a, RP_KV_GET, "k", NULL, 0, 600);
+    kv(a, RDZV_PROTO_KV_GET, "k", NULL, 0, 600);
   /* Frames of one connection are handled in order: once b sees a's
    * marker, every waiter is registered. */
-  kv(a, RP_KV_SET, "a_done", "1", 1, 0);
-  kv(b, RP_KV_GET, "a_done", NULL, 0, 30);
-  if (wait_op(b, RP_KV_VALUE, &m, 30) != 0)
+  kv(a, RDZV_PROTO_KV_SET, "a_done", "1", 1, 0);
+  kv(b, RDZV_PROTO_KV_GET, "a_done", NULL, 0, 30);
+  if (wait_op(b, RDZV_PROTO_KV_VALUE, &m, 30) != 0)
     die("kv_waiters: the marker never came");
-  rp_msg_free(&m);
-  value = malloc(RP_MAX_VALUE);
-  memset(value, 'v', RP_MAX_VALUE);
-  kv(b, RP_KV_SET, "k", value, RP_MAX_VALUE, 0);
+  rdzv_proto_msg_free(&m);
+  value = malloc(RDZV_PROTO_MAX_VALUE);
+  memset(value, 'v', RDZV_PROTO_MAX_VALUE);
+  kv(b, RDZV_PROTO_KV_SET, "k", value, RDZV_PROTO_MAX_VALUE, 0);
   free(value);
-  kv(b, RP_KV_GET, "after", NULL, 0, 0);
-  ok = wait_op(b, RP_KV_VALUE, &m, 10) == 0;
+  kv(b, RDZV_PROTO_KV_GET, "after", NULL, 0, 0);
+  ok = wait_op(b, RDZV_PROTO_KV_VALUE, &m, 10) == 0;
   if (ok)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   rss_kb();
   note("%ld waiters answered with 64 KiB each; ", n);
   close(a);
@@ -403,8 +404,8 @@ static bool attack_kv_waiters(void)
 static bool attack_partial_frames(void)
 {
   long n = A.count ? A.count : 200, i, held = 0;
-  size_t body = RP_MAX_FRAME;
-  unsigned char *frame = malloc(RP_FRAME_HEADER + body);
+  size_t body = RDZV_PROTO_MAX_FRAME;
+  unsigned char *frame = malloc(RDZV_PROTO_FRAME_HEADER + body);
   int *fds = calloc((size_t)n, sizeof *fds);
   struct timeval tv = { 2, 0 };
   long before = rss_kb(), peak;
@@ -416,14 +417,14 @@ static bool attack_partial_frames(void)
   frame[1] = (unsigned char)(body >> 16);
   frame[2] = (unsigned char)(body >> 8);
   frame[3] = (unsigned char)body;
-  memset(frame + RP_FRAME_HEADER, ' ', body);
+  memset(frame + RDZV_PROTO_FRAME_HEADER, ' ', body);
   for (i = 0; i < n; i++) {
     fds[i] = dial_raw(0);
     if (fds[i] < 0)
       continue;
     held++;                     /* open until seen closed, below */
     setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    write_all(fds[i], frame, RP_FRAME_HEADER + body - 1);
+    write_all(fds[i], frame, RDZV_PROTO_FRAME_HEADER + body - 1);
   }
   usleep(500000);   /* let the daemon read what it accepts */
   peak = rss_kb();
@@ -454,13 +455,13 @@ static bool attack_partial_frames(void)
 static bool attack_member_partial_frames(void)
 {
   long n = A.count ? A.count : 200, i, joined = 0;
-  size_t body = RP_MAX_FRAME;
-  unsigned char *frame = malloc(RP_FRAME_HEADER + body);
+  size_t body = RDZV_PROTO_MAX_FRAME;
+  unsigned char *frame = malloc(RDZV_PROTO_FRAME_HEADER + body);
   int *fds = calloc((size_t)n, sizeof *fds);
   struct timeval tv = { 0, 100000 };
   long before = rss_kb(), peak;
   char id[64];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   bool alive;
 
   if (!frame || !fds)
@@ -469,21 +470,21 @@ static bool attack_member_partial_frames(void)
   frame[1] = (unsigned char)(body >> 16);
   frame[2] = (unsigned char)(body >> 8);
   frame[3] = (unsigned char)body;
-  memset(frame + RP_FRAME_HEADER, ' ', body);
+  memset(frame + RDZV_PROTO_FRAME_HEADER, ' ', body);
   for (i = 0; i < n; i++) {
     fds[i] = dial(0);
     if (fds[i] < 0)
       continue;
     snprintf(id, sizeof id, "mpf-%d-%ld", (int)getpid(), i);
     join(fds[i], id, 1, 1, 30);
-    if (wait_op(fds[i], RP_ROUND, &m, 10) != 0)
+    if (wait_op(fds[i], RDZV_PROTO_ROUND, &m, 10) != 0)
       continue;
-    if (m.op == RP_ROUND)
+    if (m.op == RDZV_PROTO_ROUND)
       joined++;
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
     /* A paused member's write stalls: 100 ms, then the next one. */
     setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    write_all(fds[i], frame, RP_FRAME_HEADER + body - 1);
+    write_all(fds[i], frame, RDZV_PROTO_FRAME_HEADER + body - 1);
   }
   if (joined < n)
     die("member_partial_frames: only %ld of %ld members joined", joined, n);
@@ -509,16 +510,16 @@ static bool attack_waiting_list(void)
   int *fds = calloc((size_t)n, sizeof *fds), a = dial(0);
   long before = rss_kb(), peak;
   char id[64];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   bool ok;
 
   if (!fds || a < 0)
     die("cannot connect");
   snprintf(id, sizeof id, "wl-%d", (int)getpid());
   join(a, id, 1, 1, 30);
-  if (wait_op(a, RP_ROUND, &m, 10) != 0 || m.op != RP_ROUND)
+  if (wait_op(a, RDZV_PROTO_ROUND, &m, 10) != 0 || m.op != RDZV_PROTO_ROUND)
     die("waiting_list: no round");
-  rp_msg_free(&m);
+  rdzv_proto_msg_free(&m);
   for (i = 0; i < n; i++) {
     fds[i] = dial(0);
     if (fds[i] < 0)
@@ -528,16 +529,17 @@ static bool attack_waiting_list(void)
   for (i = 0; i < n; i++) {
     if (fds[i] < 0)
       continue;
-    if (wait_op(fds[i], RP_WAITING, &m, 10) == 0) {
-      waiting += m.op == RP_WAITING;
-      rp_msg_free(&m);
+    if (wait_op(fds[i], RDZV_PROTO_WAITING, &m, 10) == 0) {
+      waiting += m.op == RDZV_PROTO_WAITING;
+      rdzv_proto_msg_free(&m);
     }
   }
   peak = rss_kb();
-  kv(a, RP_KV_GET, "anything", NULL, 0, 0);
-  ok = wait_op(a, RP_KV_VALUE, &m, 10) == 0 && m.op == RP_KV_VALUE;
+  kv(a, RDZV_PROTO_KV_GET, "anything", NULL, 0, 0);
+  ok = wait_op(a, RDZV_PROTO_KV_VALUE, &m, 10) == 0 &&
+       m.op == RDZV_PROTO_KV_VALUE;
   if (ok)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   ok = ok && real_job_works("waiting_list");
   for (i = 0; i < n; i++)
     if (fds[i] >= 0)
@@ -555,7 +557,7 @@ static bool attack_lockout(void)
 {
   long n = A.count ? A.count : 10000, i, made = 0, refused = 0;
   char id[64];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   bool ok;
   int fd;
 
@@ -566,12 +568,13 @@ static bool attack_lockout(void)
       continue;
     }
     snprintf(id, sizeof id, "lock-%d-%ld", (int)getpid(), i);
-    if (join(fd, id, 1, 1, 1e7) == 0 && wait_op(fd, RP_ROUND, &m, 10) == 0) {
-      if (m.op == RP_ROUND)
+    if (join(fd, id, 1, 1, 1e7) == 0 &&
+        wait_op(fd, RDZV_PROTO_ROUND, &m, 10) == 0) {
+      if (m.op == RDZV_PROTO_ROUND)
         made++;
       else
         refused++;
-      rp_msg_free(&m);
+      rdzv_proto_msg_free(&m);
     }
     close(fd);
   }
@@ -585,7 +588,7 @@ static bool attack_lockout(void)
 /* The status query answers, whatever the number of jobs. */
 static bool attack_status_many(void)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   double t0 = now_s();
   int fd = dial(0), rc;
   bool ok;
@@ -593,9 +596,10 @@ static bool attack_status_many(void)
   if (fd < 0)
     return false;
   memset(&m, 0, sizeof m);
-  m.op = RP_STATUS;
-  rc = send_msg(fd, &m) == 0 ? wait_op(fd, RP_STATUS_REPLY, &m, 5) : -EIO;
-  ok = rc == 0 && m.op == RP_STATUS_REPLY;
+  m.op = RDZV_PROTO_STATUS;
+  rc = send_msg(fd, &m) == 0 ? wait_op(fd, RDZV_PROTO_STATUS_REPLY, &m, 5)
+                             : -EIO;
+  ok = rc == 0 && m.op == RDZV_PROTO_STATUS_REPLY;
   note("status %s after %.0f ms", ok ? "answered" : "NOT answered",
        (now_s() - t0) * 1000);
   if (ok)
@@ -603,7 +607,7 @@ static bool attack_status_many(void)
   else
     note("; ");
   if (rc == 0)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   close(fd);
   rss_kb();
   return ok;
@@ -613,7 +617,7 @@ static bool attack_status_many(void)
 static bool attack_waiting_final(void)
 {
   char id[64];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int a = dial(0), b = dial(0), rc;
   bool ok;
 
@@ -621,25 +625,25 @@ static bool attack_waiting_final(void)
     die("cannot connect");
   snprintf(id, sizeof id, "wf-%d", (int)getpid());
   join(a, id, 1, 1, 30);
-  if (wait_op(a, RP_ROUND, &m, 10) != 0 || m.op != RP_ROUND)
+  if (wait_op(a, RDZV_PROTO_ROUND, &m, 10) != 0 || m.op != RDZV_PROTO_ROUND)
     die("waiting_final: no round");
   join(b, id, 1, 1, 30);
-  if (wait_op(b, RP_WAITING, &m, 10) != 0 || m.op != RP_WAITING)
+  if (wait_op(b, RDZV_PROTO_WAITING, &m, 10) != 0 || m.op != RDZV_PROTO_WAITING)
     die("waiting_final: the spare is not waiting");
   memset(&m, 0, sizeof m);
-  m.op = RP_FAILURE;
+  m.op = RDZV_PROTO_FAILURE;
   m.u.failure.final = true;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "sabotage");
   send_msg(b, &m);
-  kv(a, RP_KV_GET, "anything", NULL, 0, 0);
-  rc = wait_op(a, RP_KV_VALUE, &m, 10);
-  ok = rc == 0 && m.op == RP_KV_VALUE;
+  kv(a, RDZV_PROTO_KV_GET, "anything", NULL, 0, 0);
+  rc = wait_op(a, RDZV_PROTO_KV_VALUE, &m, 10);
+  ok = rc == 0 && m.op == RDZV_PROTO_KV_VALUE;
   note("the participant %s; ", ok ? "runs on"
-                               : rc == 0 && m.op == RP_CLOSED
+                               : rc == 0 && m.op == RDZV_PROTO_CLOSED
                                    ? "was CLOSED by the spare's failure"
                                    : "got no answer");
   if (rc == 0)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   rss_kb();
   close(a);
   close(b);
@@ -699,7 +703,7 @@ static bool attack_junk(void)
   };
   long n = A.count ? A.count : 500, i, closed = 0;
   unsigned char buf[8192];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   size_t len;
   int fd, k;
 
@@ -734,7 +738,7 @@ static bool attack_junk(void)
     write_all(fd, buf, len);
     /* Refused: an error frame, then the close; or the close at once. */
     while (recv_msg(fd, &m, 5) == 0)
-      rp_msg_free(&m);
+      rdzv_proto_msg_free(&m);
     closed++;
     close(fd);
   }
@@ -749,35 +753,35 @@ static bool attack_junk(void)
 static bool attack_kv_fill(void)
 {
   long jobs = A.count ? A.count : 16, j, k, refused = 0;
-  char id[64], key[32], *value = malloc(RP_MAX_VALUE);
-  struct rp_msg m;
+  char id[64], key[32], *value = malloc(RDZV_PROTO_MAX_VALUE);
+  struct rdzv_proto_msg m;
   int *fds = calloc((size_t)jobs, sizeof *fds);
   long before = rss_kb(), peak;
   bool alive;
 
   if (!value || !fds)
     die("out of memory");
-  memset(value, 'x', RP_MAX_VALUE);
+  memset(value, 'x', RDZV_PROTO_MAX_VALUE);
   for (j = 0; j < jobs; j++) {
     fds[j] = dial(0);
     if (fds[j] < 0)
       continue;
     snprintf(id, sizeof id, "kvfill-%d-%ld", (int)getpid(), j);
     join(fds[j], id, 1, 1, 30);
-    if (wait_op(fds[j], RP_ROUND, &m, 10) != 0)
+    if (wait_op(fds[j], RDZV_PROTO_ROUND, &m, 10) != 0)
       continue;
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
     for (k = 0; k < 255; k++) {
       snprintf(key, sizeof key, "k%ld", k);
-      kv(fds[j], RP_KV_SET, key, value, RP_MAX_VALUE, 0);
+      kv(fds[j], RDZV_PROTO_KV_SET, key, value, RDZV_PROTO_MAX_VALUE, 0);
     }
     /* A limit answers with an error: count the refusals. */
-    kv(fds[j], RP_KV_GET, "k0", NULL, 0, 0);
-    while (wait_op(fds[j], RP_KV_VALUE, &m, 10) == 0) {
-      bool done = m.op != RP_ERROR;
+    kv(fds[j], RDZV_PROTO_KV_GET, "k0", NULL, 0, 0);
+    while (wait_op(fds[j], RDZV_PROTO_KV_VALUE, &m, 10) == 0) {
+      bool done = m.op != RDZV_PROTO_ERROR;
 
-      refused += m.op == RP_ERROR;
-      rp_msg_free(&m);
+      refused += m.op == RDZV_PROTO_ERROR;
+      rdzv_proto_msg_free(&m);
       if (done)
         break;
     }
@@ -801,7 +805,7 @@ static bool attack_pong_flood(void)
   long conns = A.count ? A.count : 32, i, per = 300000, k;
   char id[64], *frame, *batch;
   size_t flen;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int *fds = calloc((size_t)conns, sizeof *fds);
   /* A member the daemon stopped reading is given up after 200 ms. */
   struct timeval tv = { 0, 200000 };
@@ -809,8 +813,8 @@ static bool attack_pong_flood(void)
   bool alive;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_KEEPALIVE;
-  if (!fds || rp_encode(&m, &frame, &flen) != 0)
+  m.op = RDZV_PROTO_KEEPALIVE;
+  if (!fds || rdzv_proto_encode(&m, &frame, &flen) != 0)
     die("setup");
   batch = malloc(flen * 4096);
   if (!batch)
@@ -859,31 +863,31 @@ static bool attack_pipelined_hello(void)
   static const char join_body[] = "{\"v\":2,\"op\":\"join\",\"id\":"
     "\"pipelined\",\"nproc\":1,\"master_port\":29500}";
   long n = A.count ? A.count : 100, i, answered = 0;
-  struct rp_msg hello, second, m;
+  struct rdzv_proto_msg hello, second, m;
   char *f1, *f2, *both;
   size_t l1, l2;
   int fd, rc;
 
   for (i = 0; i < n; i++) {
     memset(&hello, 0, sizeof hello);
-    hello.op = RP_HELLO;
-    memset(hello.u.auth.nonce, (int)(i & 0xff), RP_AUTH_BYTES);
-    if (rp_encode(&hello, &f1, &l1))
+    hello.op = RDZV_PROTO_HELLO;
+    memset(hello.u.auth.nonce, (int)(i & 0xff), RDZV_PROTO_AUTH_BYTES);
+    if (rdzv_proto_encode(&hello, &f1, &l1))
       die("encode");
     if (i % 2 == 0) {
-      l2 = RP_FRAME_HEADER + sizeof join_body - 1;
+      l2 = RDZV_PROTO_FRAME_HEADER + sizeof join_body - 1;
       f2 = malloc(l2);
       if (!f2)
         die("out of memory");
       f2[0] = f2[1] = 0;
-      f2[2] = (char)((l2 - RP_FRAME_HEADER) >> 8);
-      f2[3] = (char)((l2 - RP_FRAME_HEADER) & 0xff);
-      memcpy(f2 + RP_FRAME_HEADER, join_body, sizeof join_body - 1);
+      f2[2] = (char)((l2 - RDZV_PROTO_FRAME_HEADER) >> 8);
+      f2[3] = (char)((l2 - RDZV_PROTO_FRAME_HEADER) & 0xff);
+      memcpy(f2 + RDZV_PROTO_FRAME_HEADER, join_body, sizeof join_body - 1);
     } else {
       memset(&second, 0, sizeof second);
-      second.op = RP_AUTH;
-      memset(second.u.auth.mac, 0xab, RP_AUTH_BYTES);
-      if (rp_encode(&second, &f2, &l2))
+      second.op = RDZV_PROTO_AUTH;
+      memset(second.u.auth.mac, 0xab, RDZV_PROTO_AUTH_BYTES);
+      if (rdzv_proto_encode(&second, &f2, &l2))
         die("encode");
     }
     both = malloc(l1 + l2);
@@ -895,11 +899,12 @@ static bool attack_pipelined_hello(void)
     if (fd >= 0 && write_all(fd, both, l1 + l2) == 0) {
       /* The challenge (with a secret) is skipped; the refusal counts,
        * then the close. */
-      rc = wait_op(fd, RP_ERROR, &m, 5);
+      rc = wait_op(fd, RDZV_PROTO_ERROR, &m, 5);
       if (rc == 0) {
-        bool refused = m.op == RP_ERROR && m.u.text.code == RP_ERR_AUTH;
+        bool refused =
+            m.op == RDZV_PROTO_ERROR && m.u.text.code == RDZV_PROTO_ERR_AUTH;
 
-        rp_msg_free(&m);
+        rdzv_proto_msg_free(&m);
         if (refused && recv_msg(fd, &m, 5) == -EIO)
           answered++;
       }
@@ -1061,7 +1066,7 @@ static bool attack_control_bytes(void)
   static char out[1 << 20];
   char ep[300], *argv[8], what[64] = "", *line = NULL;
   const char *bad = NULL;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int fd = dial(0), k, ok_runs = 0;
   bool seen = false;
   size_t cap = 0;
@@ -1073,11 +1078,11 @@ static bool attack_control_bytes(void)
     die("cannot connect");
   join_msg(&m, id, 2, 2, 30);
   snprintf(m.u.join.host, sizeof m.u.join.host, "h\x1b]0;title\x07\r\n");
-  if (send_msg(fd, &m) != 0 || wait_op(fd, RP_WAITING, &m, 10) != 0)
+  if (send_msg(fd, &m) != 0 || wait_op(fd, RDZV_PROTO_WAITING, &m, 10) != 0)
     die("control_bytes: no answer to the join");
-  if (m.op != RP_WAITING)
-    note("the join got %s %s; ", rp_op_name(m.op), m.u.text.message);
-  rp_msg_free(&m);
+  if (m.op != RDZV_PROTO_WAITING)
+    note("the join got %s %s; ", rdzv_proto_op_name(m.op), m.u.text.message);
+  rdzv_proto_msg_free(&m);
   snprintf(ep, sizeof ep, "%s:%d", A.host, A.port);
   for (k = 0; k < 2 && !bad; k++) {
     int i = 0;
@@ -1131,33 +1136,34 @@ static bool attack_control_bytes(void)
  * its KV_VALUE.  Notes what happened to "the WHO". */
 static bool still_member(int fd, const char *who)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int rc;
   bool ok;
 
-  kv(fd, RP_KV_GET, "anything", NULL, 0, 0);
-  rc = wait_op(fd, RP_KV_VALUE, &m, 10);
-  ok = rc == 0 && m.op == RP_KV_VALUE;
+  kv(fd, RDZV_PROTO_KV_GET, "anything", NULL, 0, 0);
+  rc = wait_op(fd, RDZV_PROTO_KV_VALUE, &m, 10);
+  ok = rc == 0 && m.op == RDZV_PROTO_KV_VALUE;
   note("the %s %s; ", who, ok ? "is still a member"
                        : rc != 0 ? "got no answer"
-                       : m.op == RP_CLOSED ? "saw its job closed"
+                       : m.op == RDZV_PROTO_CLOSED ? "saw its job closed"
                                            : "was expelled");
   if (rc == 0)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   return ok;
 }
 
 /* A RESUME for a running round of job id, naming host/pid, with no
  * token (what anyone reading --status can write). */
-static void resume_msg(struct rp_msg *m, const char *id, const char *host,
-                       int64_t pid, int round, int gws, int max_nodes)
+static void resume_msg(struct rdzv_proto_msg *m, const char *id,
+                       const char *host, int64_t pid, int round, int gws,
+                       int max_nodes)
 {
   join_msg(m, id, 1, max_nodes, 30);
-  m->op = RP_RESUME;
+  m->op = RDZV_PROTO_RESUME;
   m->u.resume.join.conf.max_restarts = 5;
   snprintf(m->u.resume.join.host, sizeof m->u.resume.join.host, "%s", host);
   m->u.resume.join.pid = pid;
-  m->u.resume.phase = RP_PHASE_RUNNING;
+  m->u.resume.phase = RDZV_PROTO_PHASE_RUNNING;
   m->u.resume.round.round = round;
   m->u.resume.round.group_rank = gws - 1;
   m->u.resume.round.group_world_size = gws;
@@ -1174,7 +1180,7 @@ static void resume_msg(struct rp_msg *m, const char *id, const char *host,
 static bool attack_displace(void)
 {
   char id[64];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int a = dial(0), b = dial(0);
   bool ok;
 
@@ -1185,20 +1191,20 @@ static bool attack_displace(void)
   snprintf(m.u.join.host, sizeof m.u.join.host, "victim");
   m.u.join.pid = 4242;
   send_msg(a, &m);
-  if (wait_op(a, RP_ROUND, &m, 10) != 0 || m.op != RP_ROUND)
+  if (wait_op(a, RDZV_PROTO_ROUND, &m, 10) != 0 || m.op != RDZV_PROTO_ROUND)
     die("displace: no round");
   resume_msg(&m, id, "victim", 4242, m.u.round.round, 1, 1);
   m.u.resume.round.group_rank = 0;
   m.u.resume.round.rank_offset = 0;
   send_msg(b, &m);
   memset(&m, 0, sizeof m);
-  m.op = RP_FAILURE;
+  m.op = RDZV_PROTO_FAILURE;
   m.u.failure.final = true;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "forged");
   send_msg(b, &m);
   /* b's answers, if any, come before the participant's own. */
   if (recv_msg(b, &m, 2) == 0)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   ok = still_member(a, "named node");
   rss_kb();
   close(a);
@@ -1213,27 +1219,27 @@ static bool attack_displace(void)
 static bool attack_round_overflow(void)
 {
   char id[64];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int a = dial(0), rc;
   bool ok;
 
   if (a < 0)
     die("cannot connect");
   snprintf(id, sizeof id, "ro-%d", (int)getpid());
-  resume_msg(&m, id, "abuse", getpid(), RP_MAX_ROUND, 1, 1);
+  resume_msg(&m, id, "abuse", getpid(), RDZV_PROTO_MAX_ROUND, 1, 1);
   send_msg(a, &m);
   memset(&m, 0, sizeof m);
-  m.op = RP_FAILURE;
+  m.op = RDZV_PROTO_FAILURE;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "overflow");
   send_msg(a, &m);
-  rc = wait_op(a, RP_CLOSED, &m, 10);
-  ok = rc == 0 && (m.op == RP_CLOSED || (m.op == RP_ERROR &&
-                                         m.u.text.code == RP_ERR_AUTH));
+  rc = wait_op(a, RDZV_PROTO_CLOSED, &m, 10);
+  ok = rc == 0 && (m.op == RDZV_PROTO_CLOSED || (m.op == RDZV_PROTO_ERROR &&
+                                         m.u.text.code == RDZV_PROTO_ERR_AUTH));
   note("%s; ", rc ? "no answer"
-               : m.op == RP_CLOSED ? m.u.text.message
+               : m.op == RDZV_PROTO_CLOSED ? m.u.text.message
                                    : "the claim was refused (no token)");
   if (rc == 0)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   rss_kb();
   close(a);
   return ok && daemon_answers() && real_job_works("ro");
@@ -1248,7 +1254,7 @@ static bool attack_huge_resume(void)
   long before = rss_kb(), peak;
   int *fds = calloc((size_t)n, sizeof *fds);
   char id[64];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   if (!fds)
     die("out of memory");
@@ -1257,7 +1263,8 @@ static bool attack_huge_resume(void)
     if (fds[i] < 0)
       break;
     snprintf(id, sizeof id, "hr-%d-%ld", (int)getpid(), i);
-    resume_msg(&m, id, "abuse", getpid(), 0, RP_MAX_NODES, RP_MAX_NODES);
+    resume_msg(&m, id, "abuse", getpid(), 0, RDZV_PROTO_MAX_NODES,
+               RDZV_PROTO_MAX_NODES);
     if (send_msg(fds[i], &m) == 0)
       held++;
   }
@@ -1280,7 +1287,7 @@ static bool attack_huge_resume(void)
 static bool attack_squatter_keepalive(void)
 {
   char id[64];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int a = dial(0), b = dial(0);
   bool ok;
 
@@ -1288,18 +1295,18 @@ static bool attack_squatter_keepalive(void)
     die("cannot connect");
   snprintf(id, sizeof id, "sq-%d", (int)getpid());
   join_msg(&m, id, 3, 3, 30);
-  m.u.join.conf.keepalive_interval = RP_MIN_KEEPALIVE;
+  m.u.join.conf.keepalive_interval = RDZV_PROTO_MIN_KEEPALIVE;
   m.u.join.conf.keepalive_misses = 10;
-  m.u.join.conf.join_timeout = RP_MIN_JOIN_TIMEOUT;
+  m.u.join.conf.join_timeout = RDZV_PROTO_MIN_JOIN_TIMEOUT;
   send_msg(a, &m);
   join_msg(&m, id, 3, 3, 30);
   m.u.join.conf.keepalive_interval = 1;
   m.u.join.conf.keepalive_misses = 5;
   m.u.join.conf.join_timeout = 600;
   send_msg(b, &m);
-  if (wait_op(b, RP_WAITING, &m, 10) != 0 || m.op != RP_WAITING)
+  if (wait_op(b, RDZV_PROTO_WAITING, &m, 10) != 0 || m.op != RDZV_PROTO_WAITING)
     die("squatter_keepalive: the honest node is not waiting");
-  rp_msg_free(&m);
+  rdzv_proto_msg_free(&m);
   usleep(2000000);
   ok = still_member(b, "honest node");
   rss_kb();
@@ -1373,7 +1380,7 @@ int main(int argc, char **argv)
     die("--host and --port are required\n%s", usage);
   if (!(A.keepalive > 0))
     A.keepalive = 300;          /* rdzvd's default --max_keepalive */
-  if (secret && ra_secret_load(secret, &A.secret, err, sizeof err) != 0)
+  if (secret && rdzv_auth_secret_load(secret, &A.secret, err, sizeof err) != 0)
     die("%s", err);
   A.secret_file = secret;
   memset(&hints, 0, sizeof hints);

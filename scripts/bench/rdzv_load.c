@@ -93,14 +93,14 @@ struct conn {
   bool got_restart;
   bool broken;                /* --restart: a write failed (reset) */
   int waitings;
-  struct rp_round round;      /* with its token: what RESUME re-asserts */
+  struct rdzv_proto_round round; /* with its token: what RESUME re-asserts */
   /* --restart */
   enum rstate rs;
   double due;                 /* RS_WAIT: next attempt; RS_CONNECTING: its
                                  deadline; else 0 */
   double backoff;
   uint64_t rng;               /* the backoff's jitter, per agent */
-  struct ra_client auth;
+  struct rdzv_auth_client auth;
 };
 
 struct timer_ev {             /* --restart: a min-heap entry */
@@ -118,7 +118,7 @@ struct load {
   double minutes;
   int rdzvd_pid;
   const char *secret_file;
-  struct ra_secret secret;
+  struct rdzv_auth_secret secret;
   const char *cycle_id;       /* the job of this cycle (soak) */
   int restarts;
   int ep;
@@ -144,7 +144,7 @@ struct load {
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2),
                                                      noreturn));
 static void on_resume_msg(struct load *L, struct conn *c,
-                          const struct rp_msg *m);
+                          const struct rdzv_proto_msg *m);
 
 static void die(const char *fmt, ...)
 {
@@ -216,7 +216,7 @@ static void parse_args(struct load *L, int argc, char **argv)
     else if (strcmp(a, "--port") == 0)
       L->port = (int)parse_long(a, argv[++i], 1, 65535);
     else if (strcmp(a, "--nodes") == 0)
-      L->nodes = (int)parse_long(a, argv[++i], 1, RP_MAX_NODES);
+      L->nodes = (int)parse_long(a, argv[++i], 1, RDZV_PROTO_MAX_NODES);
     else if (strcmp(a, "--id") == 0)
       L->id = argv[++i];
     else if (strcmp(a, "--secret-file") == 0)
@@ -237,12 +237,12 @@ static void parse_args(struct load *L, int argc, char **argv)
   }
   if (!L->host || !L->port || !L->nodes || !L->id)
     die("--host, --port, --nodes and --id are required\n%s", usage);
-  if (strlen(L->id) == 0 || strlen(L->id) > RP_MAX_ID - 16)
-    die("--id: 1..%d bytes", RP_MAX_ID - 16);
+  if (strlen(L->id) == 0 || strlen(L->id) > RDZV_PROTO_MAX_ID - 16)
+    die("--id: 1..%d bytes", RDZV_PROTO_MAX_ID - 16);
   if (L->secret_file) {
     char err[512];
 
-    if (ra_secret_load(L->secret_file, &L->secret, err, sizeof err) != 0)
+    if (rdzv_auth_secret_load(L->secret_file, &L->secret, err, sizeof err) != 0)
       die("%s", err);
   }
   if (L->minutes == 0)
@@ -410,28 +410,28 @@ static void connect_all(struct load *L)
     fprintf(stderr, "rdzv_load: %d connect retries\n", retries);
 }
 
-static void encode_or_die(const struct rp_msg *m, struct conn *c)
+static void encode_or_die(const struct rdzv_proto_msg *m, struct conn *c)
 {
-  int rc = rp_encode(m, &c->out, &c->out_len);
+  int rc = rdzv_proto_encode(m, &c->out, &c->out_len);
 
   if (rc)
-    die("cannot encode %s: %s", rp_op_name(m->op), strerror(-rc));
+    die("cannot encode %s: %s", rdzv_proto_op_name(m->op), strerror(-rc));
   c->out_off = 0;
 }
 
 /* Agent c's JOIN (a RESUME carries the same fields). */
 static void fill_join(const struct load *L, const struct conn *c,
-                      struct rp_join *j)
+                      struct rdzv_proto_join *j)
 {
   snprintf(j->id, sizeof j->id, "%s", L->cycle_id ? L->cycle_id : L->id);
   snprintf(j->host, sizeof j->host, "load%d", c->idx);
   j->pid = c->idx;
   j->nproc = NPROC;
   j->master_port = 29500 + c->idx % 1000;
-  j->reason = !L->soak || L->restarts == 0 ? RP_REASON_FIRST
-              : c->idx == 0               ? RP_REASON_FAILURE
-                                          : RP_REASON_MEMBERSHIP;
-  rp_conf_default(&j->conf);
+  j->reason = !L->soak || L->restarts == 0 ? RDZV_PROTO_REASON_FIRST
+              : c->idx == 0               ? RDZV_PROTO_REASON_FAILURE
+                                          : RDZV_PROTO_REASON_MEMBERSHIP;
+  rdzv_proto_conf_default(&j->conf);
   j->conf.min_nodes = L->nodes;
   j->conf.max_nodes = L->nodes;
   j->conf.join_timeout = 600;
@@ -448,23 +448,23 @@ static void fill_join(const struct load *L, const struct conn *c,
 
 static void encode_join(const struct load *L, struct conn *c)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   fill_join(L, c, &m.u.join);
   encode_or_die(&m, c);
 }
 
 /* Appends m's frame to what c has still to write. */
-static void append_msg(struct conn *c, const struct rp_msg *m)
+static void append_msg(struct conn *c, const struct rdzv_proto_msg *m)
 {
   char *buf, *grown;
   size_t len;
-  int rc = rp_encode(m, &buf, &len);
+  int rc = rdzv_proto_encode(m, &buf, &len);
 
   if (rc)
-    die("cannot encode %s: %s", rp_op_name(m->op), strerror(-rc));
+    die("cannot encode %s: %s", rdzv_proto_op_name(m->op), strerror(-rc));
   if (!c->out) {
     c->out = buf;
     c->out_len = len;
@@ -524,7 +524,7 @@ static int send_all(struct load *L)
 
 static void check_round(struct load *L, struct conn *c)
 {
-  const struct rp_round *r = &c->round;
+  const struct rdzv_proto_round *r = &c->round;
 
   if (c->got_round)
     die("connection %d: a second ROUND", c->idx);
@@ -544,19 +544,19 @@ static void check_round(struct load *L, struct conn *c)
 }
 
 /* Handles one decoded message for c in the given phase. */
-static void on_msg(struct load *L, struct conn *c, const struct rp_msg *m,
-                   enum phase ph)
+static void on_msg(struct load *L, struct conn *c,
+                   const struct rdzv_proto_msg *m, enum phase ph)
 {
   if (ph == PH_UP || ph == PH_RESUME) {
     on_resume_msg(L, c, m);
     return;
   }
   switch (m->op) {
-  case RP_WAITING:
+  case RDZV_PROTO_WAITING:
     c->waitings++;
     L->waitings++;
     return;
-  case RP_ROUND:
+  case RDZV_PROTO_ROUND:
     if (ph != PH_ROUND)
       die("connection %d: unexpected ROUND (round %d) after the round",
           c->idx, m->u.round.round);
@@ -567,29 +567,29 @@ static void on_msg(struct load *L, struct conn *c, const struct rp_msg *m,
     if (L->rounds++ == 0)
       L->t_first_round = L->t_last_round;
     return;
-  case RP_BARRIER_DONE:
+  case RDZV_PROTO_BARRIER_DONE:
     if (ph != PH_BARRIER || c->got_barrier)
       die("connection %d: unexpected BARRIER_DONE", c->idx);
     c->got_barrier = true;
     L->barriers++;
     L->t_barrier_done = now_s();
     return;
-  case RP_ERROR:
+  case RDZV_PROTO_ERROR:
     die("connection %d: ERROR %s: %s", c->idx,
-        rp_error_name(m->u.text.code), m->u.text.message);
-  case RP_RESTART:
+        rdzv_proto_error_name(m->u.text.code), m->u.text.message);
+  case RDZV_PROTO_RESTART:
     if (ph == PH_RESTART && !c->got_restart) {
       c->got_restart = true;
       L->restarts++;
       return;
     }
-    die("connection %d: unexpected %s: %s", c->idx, rp_op_name(m->op),
+    die("connection %d: unexpected %s: %s", c->idx, rdzv_proto_op_name(m->op),
         m->u.text.message);
-  case RP_CLOSED:
-    die("connection %d: unexpected %s: %s", c->idx, rp_op_name(m->op),
+  case RDZV_PROTO_CLOSED:
+    die("connection %d: unexpected %s: %s", c->idx, rdzv_proto_op_name(m->op),
         m->u.text.message);
   default:
-    die("connection %d: unexpected %s", c->idx, rp_op_name(m->op));
+    die("connection %d: unexpected %s", c->idx, rdzv_proto_op_name(m->op));
   }
 }
 
@@ -598,23 +598,23 @@ static size_t parse_frames(struct load *L, struct conn *c, const char *buf,
                            size_t len, enum phase ph)
 {
   size_t off = 0, flen;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char err[256];
   int rc;
 
   for (;;) {
-    rc = rp_frame_peek(buf + off, len - off, &flen);
+    rc = rdzv_proto_frame_peek(buf + off, len - off, &flen);
     if (rc == 0)
       return off;
     if (rc < 0)
       die("connection %d: bad frame from rdzvd: %s", c->idx,
           strerror(-rc));
-    rc = rp_decode(buf + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER, &m,
-                   err, sizeof err);
+    rc = rdzv_proto_decode(buf + off + RDZV_PROTO_FRAME_HEADER,
+                           flen - RDZV_PROTO_FRAME_HEADER, &m, err, sizeof err);
     if (rc)
       die("connection %d: undecodable frame from rdzvd: %s", c->idx, err);
     on_msg(L, c, &m, ph);
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
     off += flen;
   }
 }
@@ -745,7 +745,7 @@ static void check_assignment(const struct load *L)
   if (!seen)
     die("out of memory");
   for (i = 0; i < L->nodes; i++) {
-    const struct rp_round *r = &L->c[i].round;
+    const struct rdzv_proto_round *r = &L->c[i].round;
 
     if (seen[r->group_rank]++)
       die("group_rank %d assigned twice (connection %d)", r->group_rank,
@@ -755,7 +755,7 @@ static void check_assignment(const struct load *L)
   }
   free(seen);
   for (i = 0; i < L->nodes; i++) {
-    const struct rp_round *r = &L->c[i].round;
+    const struct rdzv_proto_round *r = &L->c[i].round;
 
     if (r->round != c0->round.round ||
         r->restart_count != c0->round.restart_count)
@@ -775,13 +775,13 @@ static void check_assignment(const struct load *L)
 
 static void barrier_all(struct load *L)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   double t0;
   int i;
 
   for (i = 0; i < L->nodes; i++) {
     memset(&m, 0, sizeof m);
-    m.op = RP_BARRIER;
+    m.op = RDZV_PROTO_BARRIER;
     snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
     m.u.barrier.round = L->c[i].round.round;
     encode_or_die(&m, &L->c[i]);
@@ -795,11 +795,11 @@ static void barrier_all(struct load *L)
 /* LEAVE everywhere, then close: a blocking write is fine here. */
 static void leave_all(struct load *L)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int i;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_LEAVE;
+  m.op = RDZV_PROTO_LEAVE;
   for (i = 0; i < L->nodes; i++) {
     struct conn *c = &L->c[i];
 
@@ -831,8 +831,8 @@ static double authenticate_all(struct load *L)
 
     fl = fcntl(c->fd, F_GETFL);
     fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
-    if (ra_handshake_fd(c->fd, &L->secret, (int)(PHASE_TIMEOUT * 1000), err,
-                        sizeof err) != 0)
+    if (rdzv_auth_handshake_fd(c->fd, &L->secret, (int)(PHASE_TIMEOUT * 1000),
+                               err, sizeof err) != 0)
       die("connection %d: %s", c->idx, err);
     fcntl(c->fd, F_SETFL, fl);
   }
@@ -993,19 +993,19 @@ static void send_out(struct load *L, struct conn *c)
 /* Connected (and authenticated): RESUME, then KEEPALIVE for the PONG. */
 static void send_resume(struct load *L, struct conn *c)
 {
-  struct rp_msg m;
-  struct rp_resume *r = &m.u.resume;
+  struct rdzv_proto_msg m;
+  struct rdzv_proto_resume *r = &m.u.resume;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_RESUME;
+  m.op = RDZV_PROTO_RESUME;
   fill_join(L, c, &r->join);
-  r->phase = RP_PHASE_RUNNING;
+  r->phase = RDZV_PROTO_PHASE_RUNNING;
   r->round = c->round;          /* the assignment and its token */
   r->round.embedded = false;
   r->round.host_rank = 0;
   append_msg(c, &m);
   memset(&m, 0, sizeof m);
-  m.op = RP_KEEPALIVE;
+  m.op = RDZV_PROTO_KEEPALIVE;
   append_msg(c, &m);
   c->rs = RS_RESUMED;
   c->due = 0;
@@ -1014,14 +1014,14 @@ static void send_resume(struct load *L, struct conn *c)
 
 static void on_connected(struct load *L, struct conn *c)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   if (L->secret.len == 0) {
     send_resume(L, c);
     return;
   }
   memset(&m, 0, sizeof m);
-  if (ra_client_hello(&c->auth, &m) != 0)
+  if (rdzv_auth_client_hello(&c->auth, &m) != 0)
     die("connection %d: cannot make a hello nonce", c->idx);
   append_msg(c, &m);
   c->rs = RS_AUTH;
@@ -1055,15 +1055,16 @@ static void start_attempt(struct load *L, struct conn *c)
 
 /* The daemon's answers on a reconnected connection. */
 static void on_resume_msg(struct load *L, struct conn *c,
-                          const struct rp_msg *m)
+                          const struct rdzv_proto_msg *m)
 {
-  struct rp_msg reply;
-  char err[RP_MAX_TEXT + 128];
+  struct rdzv_proto_msg reply;
+  char err[RDZV_PROTO_MAX_TEXT + 128];
   int rc;
 
   if (c->rs == RS_AUTH) {
     memset(&reply, 0, sizeof reply);
-    rc = ra_client_step(&c->auth, &L->secret, m, &reply, err, sizeof err);
+    rc =
+        rdzv_auth_client_step(&c->auth, &L->secret, m, &reply, err, sizeof err);
     if (rc < 0)
       die("connection %d: %s", c->idx, err);
     if (rc == 1) {
@@ -1074,19 +1075,19 @@ static void on_resume_msg(struct load *L, struct conn *c,
     }
     return;
   }
-  if (c->rs == RS_RESUMED && m->op == RP_PONG) {
+  if (c->rs == RS_RESUMED && m->op == RDZV_PROTO_PONG) {
     c->rs = RS_BACK;
     L->back++;
     L->t_last_pong = now_s();
     return;
   }
-  if (m->op == RP_ERROR)
+  if (m->op == RDZV_PROTO_ERROR)
     die("connection %d: the daemon refused its RESUME: ERROR %s: %s",
-        c->idx, rp_error_name(m->u.text.code), m->u.text.message);
-  if (m->op == RP_RESTART || m->op == RP_CLOSED)
+        c->idx, rdzv_proto_error_name(m->u.text.code), m->u.text.message);
+  if (m->op == RDZV_PROTO_RESTART || m->op == RDZV_PROTO_CLOSED)
     die("connection %d: the round was not rebuilt: %s: %s", c->idx,
-        rp_op_name(m->op), m->u.text.message);
-  die("connection %d: unexpected %s %s", c->idx, rp_op_name(m->op),
+        rdzv_proto_op_name(m->op), m->u.text.message);
+  die("connection %d: unexpected %s %s", c->idx, rdzv_proto_op_name(m->op),
       c->rs == RS_UP ? "while the round ran" : "after its RESUME");
 }
 
@@ -1313,8 +1314,8 @@ static long rss_kb(int pid)
  * barrier, leave. */
 static void soak_cycle(struct load *L, int cycle)
 {
-  char id[RP_MAX_ID + 1];
-  struct rp_msg m;
+  char id[RDZV_PROTO_MAX_ID + 1];
+  struct rdzv_proto_msg m;
   int i;
 
   snprintf(id, sizeof id, "%s-%d", L->id, cycle);
@@ -1325,7 +1326,7 @@ static void soak_cycle(struct load *L, int cycle)
   join_all(L);
   /* Node 0's workers fail: every other participant gets RESTART. */
   memset(&m, 0, sizeof m);
-  m.op = RP_FAILURE;
+  m.op = RDZV_PROTO_FAILURE;
   snprintf(m.u.failure.message, sizeof m.u.failure.message,
            "soak cycle %d", cycle);
   encode_or_die(&m, &L->c[0]);

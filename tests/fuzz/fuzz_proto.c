@@ -15,7 +15,8 @@ static bool same_double(double a, double b)
   return a == b || (isnan(a) && isnan(b));
 }
 
-static bool same_conf(const struct rp_conf *a, const struct rp_conf *b)
+static bool same_conf(const struct rdzv_proto_conf *a,
+                      const struct rdzv_proto_conf *b)
 {
   return a->min_nodes == b->min_nodes && a->max_nodes == b->max_nodes &&
          a->max_restarts == b->max_restarts &&
@@ -26,7 +27,8 @@ static bool same_conf(const struct rp_conf *a, const struct rp_conf *b)
          a->keepalive_misses == b->keepalive_misses;
 }
 
-static bool same_kv(const struct rp_kv *a, const struct rp_kv *b)
+static bool same_kv(const struct rdzv_proto_kv *a,
+                    const struct rdzv_proto_kv *b)
 {
   return strcmp(a->key, b->key) == 0 && a->value_len == b->value_len &&
          (a->value_len == 0 ||
@@ -35,7 +37,8 @@ static bool same_kv(const struct rp_kv *a, const struct rp_kv *b)
          a->found == b->found;
 }
 
-static bool same_msg_join(const struct rp_join *ja, const struct rp_join *jb)
+static bool same_msg_join(const struct rdzv_proto_join *ja,
+                          const struct rdzv_proto_join *jb)
 {
   return strcmp(ja->id, jb->id) == 0 && strcmp(ja->addr, jb->addr) == 0 &&
          strcmp(ja->host, jb->host) == 0 && ja->pid == jb->pid &&
@@ -43,37 +46,38 @@ static bool same_msg_join(const struct rp_join *ja, const struct rp_join *jb)
          ja->reason == jb->reason && same_conf(&ja->conf, &jb->conf);
 }
 
-static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
+static bool same_msg(const struct rdzv_proto_msg *a,
+                     const struct rdzv_proto_msg *b)
 {
-  const struct rp_join *ja = &a->u.join, *jb = &b->u.join;
-  const struct rp_waiting *wa = &a->u.waiting, *wb = &b->u.waiting;
-  const struct rp_round *ra = &a->u.round, *rb = &b->u.round;
+  const struct rdzv_proto_join *ja = &a->u.join, *jb = &b->u.join;
+  const struct rdzv_proto_waiting *wa = &a->u.waiting, *wb = &b->u.waiting;
+  const struct rdzv_proto_round *ra = &a->u.round, *rb = &b->u.round;
 
   if (a->op != b->op)
     return false;
   switch (a->op) {
-  case RP_JOIN:
+  case RDZV_PROTO_JOIN:
     return same_msg_join(ja, jb);
-  case RP_FAILURE:
+  case RDZV_PROTO_FAILURE:
     return a->u.failure.final == b->u.failure.final &&
            strcmp(a->u.failure.message, b->u.failure.message) == 0;
-  case RP_BARRIER:
-  case RP_BARRIER_DONE:
+  case RDZV_PROTO_BARRIER:
+  case RDZV_PROTO_BARRIER_DONE:
     return strcmp(a->u.barrier.name, b->u.barrier.name) == 0 &&
            a->u.barrier.round == b->u.barrier.round;
-  case RP_KV_SET:
-  case RP_KV_GET:
-  case RP_KV_ADD:
-  case RP_KV_VALUE:
+  case RDZV_PROTO_KV_SET:
+  case RDZV_PROTO_KV_GET:
+  case RDZV_PROTO_KV_ADD:
+  case RDZV_PROTO_KV_VALUE:
     return same_kv(&a->u.kv, &b->u.kv);
-  case RP_WAITING:
+  case RDZV_PROTO_WAITING:
     return wa->round == wb->round && wa->present == wb->present &&
            wa->min_nodes == wb->min_nodes && wa->max_nodes == wb->max_nodes &&
            same_double(wa->deadline, wb->deadline) &&
            same_double(wa->last_call, wb->last_call) &&
            wa->restart_count == wb->restart_count &&
-           memcmp(wa->token, wb->token, RP_TOKEN_BYTES) == 0;
-  case RP_ROUND:
+           memcmp(wa->token, wb->token, RDZV_PROTO_TOKEN_BYTES) == 0;
+  case RDZV_PROTO_ROUND:
     return ra->round == rb->round && ra->restart_count == rb->restart_count &&
            ra->group_rank == rb->group_rank &&
            ra->group_world_size == rb->group_world_size &&
@@ -82,9 +86,9 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
            strcmp(ra->master_addr, rb->master_addr) == 0 &&
            ra->master_port == rb->master_port &&
            ra->embedded == rb->embedded && ra->host_rank == rb->host_rank &&
-           memcmp(ra->token, rb->token, RP_TOKEN_BYTES) == 0 &&
-           memcmp(ra->job_token, rb->job_token, RP_TOKEN_BYTES) == 0;
-  case RP_RESUME:
+           memcmp(ra->token, rb->token, RDZV_PROTO_TOKEN_BYTES) == 0 &&
+           memcmp(ra->job_token, rb->job_token, RDZV_PROTO_TOKEN_BYTES) == 0;
+  case RDZV_PROTO_RESUME:
     return same_msg_join(&a->u.resume.join, &b->u.resume.join) &&
            a->u.resume.phase == b->u.resume.phase &&
            a->u.resume.round.round == b->u.resume.round.round &&
@@ -99,56 +103,59 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
                   b->u.resume.round.master_addr) == 0 &&
            a->u.resume.round.master_port == b->u.resume.round.master_port &&
            memcmp(a->u.resume.round.token, b->u.resume.round.token,
-                  RP_TOKEN_BYTES) == 0;
-  case RP_RESTART:
-  case RP_CLOSED:
-  case RP_ERROR:
+                  RDZV_PROTO_TOKEN_BYTES) == 0;
+  case RDZV_PROTO_RESTART:
+  case RDZV_PROTO_CLOSED:
+  case RDZV_PROTO_ERROR:
     return a->u.text.code == b->u.text.code &&
            a->u.text.success == b->u.text.success &&
            strcmp(a->u.text.message, b->u.text.message) == 0;
-  case RP_STATUS_REPLY:
+  case RDZV_PROTO_STATUS_REPLY:
     return strcmp(a->u.status_json, b->u.status_json) == 0;
-  case RP_HELLO:
-  case RP_CHALLENGE:
-    return memcmp(a->u.auth.nonce, b->u.auth.nonce, RP_AUTH_BYTES) == 0;
-  case RP_AUTH:
-  case RP_AUTH_OK:
-    return memcmp(a->u.auth.mac, b->u.auth.mac, RP_AUTH_BYTES) == 0;
+  case RDZV_PROTO_HELLO:
+  case RDZV_PROTO_CHALLENGE:
+    return memcmp(a->u.auth.nonce, b->u.auth.nonce, RDZV_PROTO_AUTH_BYTES) == 0;
+  case RDZV_PROTO_AUTH:
+  case RDZV_PROTO_AUTH_OK:
+    return memcmp(a->u.auth.mac, b->u.auth.mac, RDZV_PROTO_AUTH_BYTES) == 0;
   default:
     return true;
   }
 }
 
 /* Decoded once, it must encode, and that must decode to the same. */
-static void round_trip(const struct rp_msg *m)
+static void round_trip(const struct rdzv_proto_msg *m)
 {
-  struct rp_msg m2;
+  struct rdzv_proto_msg m2;
   char err[256], *frame;
   size_t len, flen;
   int rc;
 
-  rc = rp_encode(m, &frame, &len);
+  rc = rdzv_proto_encode(m, &frame, &len);
   if (rc) {
-    fprintf(stderr, "re-encode of %s failed: %d\n", rp_op_name(m->op), rc);
+    fprintf(stderr, "re-encode of %s failed: %d\n", rdzv_proto_op_name(m->op),
+            rc);
     abort();
   }
-  if (rp_frame_peek(frame, len, &flen) != 1 || flen != len) {
+  if (rdzv_proto_frame_peek(frame, len, &flen) != 1 || flen != len) {
     fprintf(stderr, "re-encoded frame does not peek whole\n");
     abort();
   }
-  rc = rp_decode(frame + RP_FRAME_HEADER, len - RP_FRAME_HEADER, &m2, err,
-                 sizeof err);
+  rc = rdzv_proto_decode(frame + RDZV_PROTO_FRAME_HEADER,
+                         len - RDZV_PROTO_FRAME_HEADER, &m2, err, sizeof err);
   if (rc) {
     fprintf(stderr, "re-decode failed: %s: %.*s\n", err,
-            (int)(len - RP_FRAME_HEADER), frame + RP_FRAME_HEADER);
+            (int)(len - RDZV_PROTO_FRAME_HEADER),
+            frame + RDZV_PROTO_FRAME_HEADER);
     abort();
   }
   if (!same_msg(m, &m2)) {
     fprintf(stderr, "round trip changed the message: %.*s\n",
-            (int)(len - RP_FRAME_HEADER), frame + RP_FRAME_HEADER);
+            (int)(len - RDZV_PROTO_FRAME_HEADER),
+            frame + RDZV_PROTO_FRAME_HEADER);
     abort();
   }
-  rp_msg_free(&m2);
+  rdzv_proto_msg_free(&m2);
   free(frame);
 }
 
@@ -156,7 +163,7 @@ static void round_trip(const struct rp_msg *m)
  * be one line and encodable. */
 static void check_error_text(int rc, const char *err)
 {
-  struct rp_msg e;
+  struct rdzv_proto_msg e;
   char *frame;
   size_t len;
 
@@ -165,10 +172,10 @@ static void check_error_text(int rc, const char *err)
     abort();
   }
   memset(&e, 0, sizeof e);
-  e.op = RP_ERROR;
-  e.u.text.code = RP_ERR_BAD_REQUEST;
+  e.op = RDZV_PROTO_ERROR;
+  e.u.text.code = RDZV_PROTO_ERR_BAD_REQUEST;
   snprintf(e.u.text.message, sizeof e.u.text.message, "%s", err);
-  if (rp_encode(&e, &frame, &len) != 0) {
+  if (rdzv_proto_encode(&e, &frame, &len) != 0) {
     fprintf(stderr, "cannot encode the reason '%s'\n", err);
     abort();
   }
@@ -177,31 +184,31 @@ static void check_error_text(int rc, const char *err)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char err[256];
   size_t off = 0, flen;
   int rc;
 
   /* A stream of frames, as a connection would see it. */
   while (off < size) {
-    rc = rp_frame_peek(data + off, size - off, &flen);
+    rc = rdzv_proto_frame_peek(data + off, size - off, &flen);
     if (rc <= 0)
       break;
-    rc = rp_decode(data + off + RP_FRAME_HEADER, flen - RP_FRAME_HEADER, &m,
-                   err, sizeof err);
+    rc = rdzv_proto_decode(data + off + RDZV_PROTO_FRAME_HEADER,
+                           flen - RDZV_PROTO_FRAME_HEADER, &m, err, sizeof err);
     if (rc == 0) {
       round_trip(&m);
-      rp_msg_free(&m);
+      rdzv_proto_msg_free(&m);
     } else {
       check_error_text(rc, err);
     }
     off += flen;
   }
   /* The whole input as one body too: no framing needed to reach decode. */
-  if (size > 0 && size <= RP_MAX_FRAME &&
-      rp_decode(data, size, &m, err, sizeof err) == 0) {
+  if (size > 0 && size <= RDZV_PROTO_MAX_FRAME &&
+      rdzv_proto_decode(data, size, &m, err, sizeof err) == 0) {
     round_trip(&m);
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   }
   return 0;
 }

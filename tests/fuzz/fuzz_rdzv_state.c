@@ -18,8 +18,8 @@
  *
  * The adversary (proto/SECURITY.md): one step in the program is a
  * stranger's message, any op with any field values the codec lets
- * through (extremes included: rounds at RP_MAX_ROUND, worlds of
- * RP_MAX_NODES, another node's host and pid, no token or a wrong one),
+ * through (extremes included: rounds at RDZV_PROTO_MAX_ROUND, worlds of
+ * RDZV_PROTO_MAX_NODES, another node's host and pid, no token or a wrong one),
  * sent from any connection, a node of another job or none.  The agents
  * keep the tokens they were given across reconnections, and the daemon
  * itself may restart (a new registry, every connection gone), with or
@@ -55,9 +55,9 @@ struct fconn {
   int gen;                  /* a closed conn comes back as a new one */
   /* What its agent keeps across reconnections: the last token it was
    * given, and the last ROUND (its assignment) with its job. */
-  unsigned char token[RP_TOKEN_BYTES];
+  unsigned char token[RDZV_PROTO_TOKEN_BYTES];
   bool have_round;
-  struct rp_round last;
+  struct rdzv_proto_round last;
   char last_id[8];
 };
 
@@ -70,7 +70,7 @@ static struct {
   struct rdzv_state_limits lim;
   bool secret;              /* tokens from a lasting key (a key file) */
   /* ROUND messages of the current step */
-  struct { int conn; struct rp_round rd; } rounds[NCONN];
+  struct { int conn; struct rdzv_proto_round rd; } rounds[NCONN];
   int n_rounds;
   /* Every (job, round, rank) a ROUND gave, and to which connection
    * index, across daemon lives. */
@@ -98,27 +98,28 @@ static void *conn_ptr(int i)
   return &F.mem[i][F.c[i].gen & 3];
 }
 
-static void f_send(void *ctx, void *conn, const struct rp_msg *m)
+static void f_send(void *ctx, void *conn, const struct rdzv_proto_msg *m)
 {
   char *out;
   size_t len;
   int i = conn_index(conn);
 
   (void)ctx;
-  if (rp_encode(m, &out, &len) != 0)
+  if (rdzv_proto_encode(m, &out, &len) != 0)
     abort();                /* the machine sent something invalid */
   free(out);
-  if (m->op == RP_ROUND) {
+  if (m->op == RDZV_PROTO_ROUND) {
     if (F.n_rounds >= NCONN)
       abort();              /* more ROUNDs in a step than nodes */
     F.rounds[F.n_rounds].conn = i;
     F.rounds[F.n_rounds].rd = m->u.round;
     F.n_rounds++;
-    memcpy(F.c[i].token, m->u.round.token, RP_TOKEN_BYTES);
+    memcpy(F.c[i].token, m->u.round.token, RDZV_PROTO_TOKEN_BYTES);
     F.c[i].have_round = true;
     F.c[i].last = m->u.round;
-  } else if (m->op == RP_WAITING && !rp_token_none(m->u.waiting.token)) {
-    memcpy(F.c[i].token, m->u.waiting.token, RP_TOKEN_BYTES);
+  } else if (m->op == RDZV_PROTO_WAITING &&
+             !rdzv_proto_token_none(m->u.waiting.token)) {
+    memcpy(F.c[i].token, m->u.waiting.token, RDZV_PROTO_TOKEN_BYTES);
   }
 }
 
@@ -156,7 +157,7 @@ static void refresh(void)
 }
 
 /* Remembers who was given which rank (check_ranks_owned). */
-static void note_issued(int conn, const struct rp_round *rd)
+static void note_issued(int conn, const struct rdzv_proto_round *rd)
 {
   int k = F.n_issued < MAX_ISSUED ? F.n_issued++ : MAX_ISSUED - 1;
 
@@ -176,13 +177,13 @@ static void check_rounds(void)
     note_issued(F.rounds[a].conn, &F.rounds[a].rd);
 
   for (a = 0; a < F.n_rounds; a++) {
-    const struct rp_round *x = &F.rounds[a].rd;
+    const struct rdzv_proto_round *x = &F.rounds[a].rd;
     const char *job = F.c[F.rounds[a].conn].id;
     bool seen[NCONN] = { false };
     int k = 0, world = 0, offs[NCONN], nproc[NCONN];
 
     for (b = 0; b < F.n_rounds; b++) {
-      const struct rp_round *y = &F.rounds[b].rd;
+      const struct rdzv_proto_round *y = &F.rounds[b].rd;
 
       if (strcmp(F.c[F.rounds[b].conn].id, job) != 0 || y->round != x->round)
         continue;
@@ -241,7 +242,7 @@ static void check_registry(const struct rdzv_state *r)
 
         /* Ranks unique within the running round (a rebuilt one may hold
          * any rank below its claimed size). */
-        if (n->rank < 0 || n->rank >= RP_MAX_NODES || n_ranks >= NCONN)
+        if (n->rank < 0 || n->rank >= RDZV_PROTO_MAX_NODES || n_ranks >= NCONN)
           abort();
         for (q = 0; q < n_ranks; q++)
           if (ranks[q] == n->rank)
@@ -263,8 +264,8 @@ static void check_registry(const struct rdzv_state *r)
     /* Tables sized by arrivals (at most NCONN nodes), never by a claim. */
     if (job->order_cap > 4 * NCONN || job->ranks.cap > 8 * NCONN)
       abort();
-    if (job->round < 0 || job->round > RP_MAX_ROUND ||
-        job->restart_count < 0 || job->restart_count > RP_MAX_RESTARTS)
+    if (job->round < 0 || job->round > RDZV_PROTO_MAX_ROUND ||
+        job->restart_count < 0 || job->restart_count > RDZV_PROTO_MAX_RESTARTS)
       abort();
     empty += job->empty_listed;
     nodes += cnt;
@@ -298,12 +299,12 @@ static unsigned take(struct in *in)
 static void do_join(int i, struct in *in, double now)
 {
   static const char *const ids[] = { "a", "b", "c" };
-  struct rp_msg m;
-  struct rp_join *j = &m.u.join;
+  struct rdzv_proto_msg m;
+  struct rdzv_proto_join *j = &m.u.join;
   unsigned b = take(in), t = take(in);
 
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   snprintf(j->id, sizeof j->id, "%s", ids[b % 3]);
   snprintf(j->host, sizeof j->host, "h%d", i);
   if (b & 0x80)
@@ -311,8 +312,8 @@ static void do_join(int i, struct in *in, double now)
   j->pid = 100 + i;
   j->nproc = 1 + (b >> 2) % 4;
   j->master_port = 29500 + i;
-  j->reason = (enum rp_join_reason)(t % 3);
-  rp_conf_default(&j->conf);
+  j->reason = (enum rdzv_proto_join_reason)(t % 3);
+  rdzv_proto_conf_default(&j->conf);
   j->conf.min_nodes = 1 + (t >> 2) % 3;
   j->conf.max_nodes = j->conf.min_nodes + (t >> 4) % 3;
   j->conf.max_restarts = (b >> 4) % 3;
@@ -329,31 +330,31 @@ static void do_join(int i, struct in *in, double now)
 static void do_resume(int i, struct in *in, double now)
 {
   static const char *const ids[] = { "a", "b", "c" };
-  struct rp_msg m;
-  struct rp_resume *a = &m.u.resume;
+  struct rdzv_proto_msg m;
+  struct rdzv_proto_resume *a = &m.u.resume;
   unsigned b = take(in), t = take(in), k = take(in);
 
   memset(&m, 0, sizeof m);
-  m.op = RP_RESUME;
+  m.op = RDZV_PROTO_RESUME;
   snprintf(a->join.id, sizeof a->join.id, "%s", ids[b % 3]);
   snprintf(a->join.host, sizeof a->join.host, "h%d", i);
   a->join.pid = 100 + i;
   a->join.nproc = 1 + (b >> 2) % 4;
   a->join.master_port = 29500 + i;
-  rp_conf_default(&a->join.conf);
+  rdzv_proto_conf_default(&a->join.conf);
   a->join.conf.min_nodes = 1 + (t >> 2) % 3;
   a->join.conf.max_nodes = a->join.conf.min_nodes + (t >> 4) % 3;
   a->join.conf.max_restarts = (b >> 4) % 3;
   a->join.conf.join_timeout = 1 + k % 60;
   a->join.conf.last_call_timeout = (k >> 6) % 4;
   a->join.conf.keepalive_interval = 1 + (t >> 6) % 4;
-  a->phase = (enum rp_resume_phase)(t % 3);
+  a->phase = (enum rdzv_proto_resume_phase)(t % 3);
   a->round.round = (int)(k % 5);
   a->round.restart_count = (int)((k >> 3) % 3);
   /* The agent presents the token it kept, and half the time re-asserts
    * exactly the assignment it was given. */
-  memcpy(a->round.token, F.c[i].token, RP_TOKEN_BYTES);
-  if ((k & 1) && F.c[i].have_round && a->phase != RP_PHASE_GATHERING) {
+  memcpy(a->round.token, F.c[i].token, RDZV_PROTO_TOKEN_BYTES);
+  if ((k & 1) && F.c[i].have_round && a->phase != RDZV_PROTO_PHASE_GATHERING) {
     snprintf(a->join.id, sizeof a->join.id, "%s", F.c[i].last_id);
     a->round = F.c[i].last;
     a->round.embedded = false;
@@ -364,7 +365,7 @@ static void do_resume(int i, struct in *in, double now)
     rdzv_state_handle(F.r, conn_ptr(i), &m, now);
     return;
   }
-  if (a->phase != RP_PHASE_GATHERING) {
+  if (a->phase != RDZV_PROTO_PHASE_GATHERING) {
     a->round.group_world_size = 1 + (int)((b >> 6) % 3);
     a->round.group_rank = (int)((k >> 5) % (unsigned)a->round.group_world_size);
     a->round.world_size = 4 * a->round.group_world_size;
@@ -379,30 +380,30 @@ static void do_op(int i, unsigned op, struct in *in, double now)
 {
   static const char *const keys[] = { "k0", "k1", "k2" };
   static char value[300];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   unsigned b = take(in);
 
   memset(&m, 0, sizeof m);
   switch (op) {
   case 1:
-    m.op = RP_KEEPALIVE;
+    m.op = RDZV_PROTO_KEEPALIVE;
     break;
   case 2:
-    m.op = RP_FAILURE;
+    m.op = RDZV_PROTO_FAILURE;
     m.u.failure.final = b & 1;
     snprintf(m.u.failure.message, sizeof m.u.failure.message, "f%u", b);
     break;
   case 3:
-    m.op = RP_BARRIER;
+    m.op = RDZV_PROTO_BARRIER;
     snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "%s",
              b & 1 ? "exit" : "b");
     m.u.barrier.round = (int)(b >> 1) % 4;
     break;
   case 4:
-    m.op = RP_LEAVE;
+    m.op = RDZV_PROTO_LEAVE;
     break;
   case 5:
-    m.op = RP_KV_SET;
+    m.op = RDZV_PROTO_KV_SET;
     snprintf(m.u.kv.key, sizeof m.u.kv.key, "%s", keys[b % 3]);
     memset(value, 'v', sizeof value);
     m.u.kv.value = value;
@@ -413,17 +414,17 @@ static void do_op(int i, unsigned op, struct in *in, double now)
     }
     break;
   case 6:
-    m.op = RP_KV_GET;
+    m.op = RDZV_PROTO_KV_GET;
     snprintf(m.u.kv.key, sizeof m.u.kv.key, "%s", keys[b % 3]);
     m.u.kv.wait = (b >> 2) % 8;
     break;
   case 7:
-    m.op = RP_KV_ADD;
+    m.op = RDZV_PROTO_KV_ADD;
     snprintf(m.u.kv.key, sizeof m.u.kv.key, "%s", keys[b % 3]);
     m.u.kv.delta = (int64_t)(b >> 2) - 30;
     break;
   default:
-    m.op = RP_STATUS;
+    m.op = RDZV_PROTO_STATUS;
     if (b & 1)
       snprintf(m.u.status.job, sizeof m.u.status.job, "%c",
                "abcx"[(b >> 1) % 4]);
@@ -437,18 +438,19 @@ static void do_op(int i, unsigned op, struct in *in, double now)
 
 /* Encodes and decodes m as rdzvd's reader would, and hands the decoded
  * message to the machine: what the codec refuses never reaches it. */
-static void send_wire(int i, struct rp_msg *m, double now)
+static void send_wire(int i, struct rdzv_proto_msg *m, double now)
 {
-  struct rp_msg d;
+  struct rdzv_proto_msg d;
   char *frame, err[256];
   size_t len;
 
-  if (rp_encode(m, &frame, &len) != 0)
+  if (rdzv_proto_encode(m, &frame, &len) != 0)
     return;
-  if (rp_decode(frame + RP_FRAME_HEADER, len - RP_FRAME_HEADER, &d, err,
-                sizeof err) == 0) {
+  if (rdzv_proto_decode(frame + RDZV_PROTO_FRAME_HEADER,
+                        len - RDZV_PROTO_FRAME_HEADER, &d, err,
+                        sizeof err) == 0) {
     rdzv_state_handle(F.r, conn_ptr(i), &d, now);
-    rp_msg_free(&d);
+    rdzv_proto_msg_free(&d);
   }
   free(frame);
 }
@@ -469,8 +471,8 @@ static int pick_int(unsigned b, int hi)
 static void do_adversary(int i, struct in *in, double now)
 {
   static const char *const ids[] = { "a", "b", "c" };
-  struct rp_msg m;
-  struct rp_resume *a = &m.u.resume;
+  struct rdzv_proto_msg m;
+  struct rdzv_proto_resume *a = &m.u.resume;
   unsigned kind = take(in), b = take(in), t = take(in), k = take(in);
   int victim = (int)(t % NCONN), j;
 
@@ -478,19 +480,19 @@ static void do_adversary(int i, struct in *in, double now)
   switch (kind % 5) {
   case 0:
   case 1:                           /* RESUME (and JOIN: its join part) */
-    m.op = kind % 5 ? RP_RESUME : RP_JOIN;
+    m.op = kind % 5 ? RDZV_PROTO_RESUME : RDZV_PROTO_JOIN;
     snprintf(a->join.id, sizeof a->join.id, "%s", ids[b % 3]);
     /* Another node's host and pid, as --status shows them. */
     snprintf(a->join.host, sizeof a->join.host, "h%d", victim);
     a->join.pid = 100 + victim;
     a->join.nproc = 1 + pick_int(k, 65535);
     a->join.master_port = 1 + (int)(b % 65535);
-    rp_conf_default(&a->join.conf);
-    a->join.conf.max_nodes = 1 + pick_int(t >> 3, RP_MAX_NODES - 1);
+    rdzv_proto_conf_default(&a->join.conf);
+    a->join.conf.max_nodes = 1 + pick_int(t >> 3, RDZV_PROTO_MAX_NODES - 1);
     a->join.conf.min_nodes = 1 + pick_int(b >> 2, a->join.conf.max_nodes - 1);
-    a->join.conf.max_restarts = pick_int(k >> 2, RP_MAX_RESTARTS);
-    a->join.conf.join_timeout = k & 1 ? RP_MIN_JOIN_TIMEOUT : 1e7;
-    a->join.conf.keepalive_interval = k & 2 ? RP_MIN_KEEPALIVE : 3600;
+    a->join.conf.max_restarts = pick_int(k >> 2, RDZV_PROTO_MAX_RESTARTS);
+    a->join.conf.join_timeout = k & 1 ? RDZV_PROTO_MIN_JOIN_TIMEOUT : 1e7;
+    a->join.conf.keepalive_interval = k & 2 ? RDZV_PROTO_MIN_KEEPALIVE : 3600;
     a->join.conf.keepalive_misses = k & 2 ? 10 : 1000;
     if (kind & 0x80) {              /* a configuration the honest use */
       a->join.conf.min_nodes = 1 + (t >> 2) % 3;
@@ -498,10 +500,11 @@ static void do_adversary(int i, struct in *in, double now)
       a->join.conf.max_restarts = (b >> 4) % 3;
       a->join.nproc = 1 + (k >> 2) % 4;
     }
-    a->phase = (enum rp_resume_phase)(kind / 5 % 3);
-    a->round.round = pick_int(take(in), RP_MAX_ROUND);
-    a->round.restart_count = pick_int(take(in), RP_MAX_RESTARTS);
-    a->round.group_world_size = 1 + pick_int(take(in), RP_MAX_NODES - 1);
+    a->phase = (enum rdzv_proto_resume_phase)(kind / 5 % 3);
+    a->round.round = pick_int(take(in), RDZV_PROTO_MAX_ROUND);
+    a->round.restart_count = pick_int(take(in), RDZV_PROTO_MAX_RESTARTS);
+    a->round.group_world_size =
+        1 + pick_int(take(in), RDZV_PROTO_MAX_NODES - 1);
     a->round.group_rank = pick_int(take(in), a->round.group_world_size - 1);
     a->round.world_size = a->round.group_world_size +
                           pick_int(take(in), INT_MAX / 2);
@@ -510,27 +513,27 @@ static void do_adversary(int i, struct in *in, double now)
     a->round.master_port = 6666;
     /* No token, a made-up one, or its own (from an earlier life). */
     if (b & 0x80)
-      memcpy(a->round.token, F.c[i].token, RP_TOKEN_BYTES);
+      memcpy(a->round.token, F.c[i].token, RDZV_PROTO_TOKEN_BYTES);
     else if (b & 0x40) {
       /* Made up; never the same as another connection's (a token two
        * senders share makes them one party: a stolen token is the
        * node). */
-      for (j = 0; j < RP_TOKEN_BYTES; j++)
+      for (j = 0; j < RDZV_PROTO_TOKEN_BYTES; j++)
         a->round.token[j] = (unsigned char)(k + j);
       a->round.token[0] = (unsigned char)(0xa0 + i);
     }
     break;
   case 2:
-    m.op = RP_FAILURE;
+    m.op = RDZV_PROTO_FAILURE;
     m.u.failure.final = true;
     break;
   case 3:
-    m.op = RP_BARRIER;
+    m.op = RDZV_PROTO_BARRIER;
     snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
-    m.u.barrier.round = pick_int(b, RP_MAX_ROUND);
+    m.u.barrier.round = pick_int(b, RDZV_PROTO_MAX_ROUND);
     break;
   default:
-    m.op = RP_KV_ADD;
+    m.op = RDZV_PROTO_KV_ADD;
     snprintf(m.u.kv.key, sizeof m.u.kv.key, "k0");
     m.u.kv.delta = b & 1 ? 9007199254740991LL : -9007199254740991LL;
     break;
@@ -542,7 +545,7 @@ static void do_adversary(int i, struct in *in, double now)
  * they knew. */
 static void restart_daemon(void)
 {
-  struct ra_secret k = { .len = 32 };
+  struct rdzv_auth_secret k = { .len = 32 };
   int i;
 
   rdzv_state_destroy(F.r);

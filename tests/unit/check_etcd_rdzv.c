@@ -207,9 +207,9 @@ START_TEST(test_root_cause_earliest)
 {
   struct etcd_rdzv_state s, t;
   struct etcd_rdzv_conf c = conf(3, 3, 0, 30);
-  struct rp_cause ca = { .exited_at = 200.5, .rank = 0, .exitcode = 104,
+  struct rdzv_proto_cause ca = { .exited_at = 200.5, .rank = 0, .exitcode = 104,
                          .pid = 10 };
-  struct rp_cause cb = { .exited_at = 199.25, .rank = 2, .exitcode = 28,
+  struct rdzv_proto_cause cb = { .exited_at = 199.25, .rank = 2, .exitcode = 28,
                          .pid = 20 };
   char *json;
 

@@ -48,7 +48,7 @@ START_TEST(test_null_is_a_no_op)
   metrics_round_completed(NULL, 1);
   metrics_restart(NULL);
   metrics_join(NULL);
-  metrics_refusal(NULL, RP_ERR_LIMIT);
+  metrics_refusal(NULL, RDZV_PROTO_ERR_LIMIT);
   metrics_auth_failure(NULL);
   metrics_reconnect(NULL);
   metrics_conn_opened(NULL);
@@ -90,9 +90,9 @@ START_TEST(test_counters_and_labels)
   char *text;
 
   metrics_init(&m);
-  metrics_refusal(&m, RP_ERR_CONFIG_MISMATCH);
-  metrics_refusal(&m, RP_ERR_CONFIG_MISMATCH);
-  metrics_refusal(&m, (enum rp_error_code)99);
+  metrics_refusal(&m, RDZV_PROTO_ERR_CONFIG_MISMATCH);
+  metrics_refusal(&m, RDZV_PROTO_ERR_CONFIG_MISMATCH);
+  metrics_refusal(&m, (enum rdzv_proto_error_code)99);
   metrics_conn_opened(&m);
   metrics_conn_opened(&m);
   metrics_conn_closed(&m);

@@ -13,7 +13,7 @@
 
 #define MAX_SAFE 9007199254740991LL     /* 2^53 - 1 */
 
-static struct rp_msg M;
+static struct rdzv_proto_msg M;
 static char err[256];
 
 /* ---- helpers ---- */
@@ -21,8 +21,8 @@ static char err[256];
 /* M holds the last decode; each decode frees the one before. */
 static int decode_n(const char *body, size_t len)
 {
-  rp_msg_free(&M);
-  return rp_decode(body, len, &M, err, sizeof err);
+  rdzv_proto_msg_free(&M);
+  return rdzv_proto_decode(body, len, &M, err, sizeof err);
 }
 
 static int decode(const char *body)
@@ -81,17 +81,19 @@ static char *quoted(size_t n)
     ck_assert_msg(strstr(err, (needle)) != NULL, "err '%s' lacks '%s'", \
                   err, (needle)); \
     ck_assert_ptr_null(strchr(err, '\n')); \
-    ck_assert_int_eq(M.op, RP_OP_INVALID); \
+    ck_assert_int_eq(M.op, RDZV_PROTO_OP_INVALID); \
   } while (0)
 
-static bool same_cause(const struct rp_cause *a, const struct rp_cause *b)
+static bool same_cause(const struct rdzv_proto_cause *a,
+                       const struct rdzv_proto_cause *b)
 {
   return a->exited_at == b->exited_at && a->rank == b->rank &&
          a->local_rank == b->local_rank && a->exitcode == b->exitcode &&
          a->pid == b->pid && !strcmp(a->host, b->host);
 }
 
-static bool same_conf(const struct rp_conf *a, const struct rp_conf *b)
+static bool same_conf(const struct rdzv_proto_conf *a,
+                      const struct rdzv_proto_conf *b)
 {
   return a->min_nodes == b->min_nodes && a->max_nodes == b->max_nodes &&
          a->max_restarts == b->max_restarts &&
@@ -103,45 +105,46 @@ static bool same_conf(const struct rp_conf *a, const struct rp_conf *b)
 }
 
 /* Field by field, for the fields the op carries. */
-static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
+static bool same_msg(const struct rdzv_proto_msg *a,
+                     const struct rdzv_proto_msg *b)
 {
-  const struct rp_join *ja = &a->u.join, *jb = &b->u.join;
-  const struct rp_kv *ka = &a->u.kv, *kb = &b->u.kv;
-  const struct rp_waiting *wa = &a->u.waiting, *wb = &b->u.waiting;
-  const struct rp_round *ra = &a->u.round, *rb = &b->u.round;
-  const struct rp_text *ta = &a->u.text, *tb = &b->u.text;
+  const struct rdzv_proto_join *ja = &a->u.join, *jb = &b->u.join;
+  const struct rdzv_proto_kv *ka = &a->u.kv, *kb = &b->u.kv;
+  const struct rdzv_proto_waiting *wa = &a->u.waiting, *wb = &b->u.waiting;
+  const struct rdzv_proto_round *ra = &a->u.round, *rb = &b->u.round;
+  const struct rdzv_proto_text *ta = &a->u.text, *tb = &b->u.text;
 
   if (a->op != b->op)
     return false;
   switch (a->op) {
-  case RP_JOIN:
+  case RDZV_PROTO_JOIN:
     return !strcmp(ja->id, jb->id) && !strcmp(ja->addr, jb->addr) &&
            !strcmp(ja->host, jb->host) && ja->pid == jb->pid &&
            ja->nproc == jb->nproc && ja->master_port == jb->master_port &&
            ja->reason == jb->reason && same_conf(&ja->conf, &jb->conf);
-  case RP_FAILURE:
+  case RDZV_PROTO_FAILURE:
     return a->u.failure.final == b->u.failure.final &&
            !strcmp(a->u.failure.message, b->u.failure.message) &&
            same_cause(&a->u.failure.cause, &b->u.failure.cause);
-  case RP_BARRIER:
-  case RP_BARRIER_DONE:
+  case RDZV_PROTO_BARRIER:
+  case RDZV_PROTO_BARRIER_DONE:
     return !strcmp(a->u.barrier.name, b->u.barrier.name) &&
            a->u.barrier.round == b->u.barrier.round;
-  case RP_KV_SET:
-  case RP_KV_VALUE:
+  case RDZV_PROTO_KV_SET:
+  case RDZV_PROTO_KV_VALUE:
     if (ka->value_len != kb->value_len || (ka->value_len &&
         memcmp(ka->value, kb->value, ka->value_len) != 0))
       return false;
     /* fall through */
-  case RP_KV_GET:
-  case RP_KV_ADD:
+  case RDZV_PROTO_KV_GET:
+  case RDZV_PROTO_KV_ADD:
     return !strcmp(ka->key, kb->key) && ka->delta == kb->delta &&
            ka->wait == kb->wait && ka->found == kb->found;
-  case RP_WAITING:
+  case RDZV_PROTO_WAITING:
     return wa->round == wb->round && wa->present == wb->present &&
            wa->min_nodes == wb->min_nodes && wa->max_nodes == wb->max_nodes &&
            wa->deadline == wb->deadline && wa->last_call == wb->last_call;
-  case RP_ROUND:
+  case RDZV_PROTO_ROUND:
     return ra->round == rb->round && ra->restart_count == rb->restart_count &&
            ra->group_rank == rb->group_rank &&
            ra->group_world_size == rb->group_world_size &&
@@ -149,22 +152,22 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
            ra->world_size == rb->world_size &&
            !strcmp(ra->master_addr, rb->master_addr) &&
            ra->master_port == rb->master_port;
-  case RP_RESTART:
-  case RP_CLOSED:
-  case RP_ERROR:
+  case RDZV_PROTO_RESTART:
+  case RDZV_PROTO_CLOSED:
+  case RDZV_PROTO_ERROR:
     return ta->code == tb->code && ta->success == tb->success &&
            !strcmp(ta->message, tb->message) &&
            same_cause(&ta->cause, &tb->cause) &&
            !strcmp(ta->lost_host, tb->lost_host) &&
            !strcmp(ta->lost_why, tb->lost_why);
-  case RP_STATUS_REPLY:
+  case RDZV_PROTO_STATUS_REPLY:
     return !strcmp(a->u.status_json, b->u.status_json);
-  case RP_HELLO:
-  case RP_CHALLENGE:
-    return !memcmp(a->u.auth.nonce, b->u.auth.nonce, RP_AUTH_BYTES);
-  case RP_AUTH:
-  case RP_AUTH_OK:
-    return !memcmp(a->u.auth.mac, b->u.auth.mac, RP_AUTH_BYTES);
+  case RDZV_PROTO_HELLO:
+  case RDZV_PROTO_CHALLENGE:
+    return !memcmp(a->u.auth.nonce, b->u.auth.nonce, RDZV_PROTO_AUTH_BYTES);
+  case RDZV_PROTO_AUTH:
+  case RDZV_PROTO_AUTH_OK:
+    return !memcmp(a->u.auth.mac, b->u.auth.mac, RDZV_PROTO_AUTH_BYTES);
   default:
     return true;
   }
@@ -172,58 +175,58 @@ static bool same_msg(const struct rp_msg *a, const struct rp_msg *b)
 
 /* Encodes, frames, decodes into M and compares; returns the body (a
  * NUL-terminated copy) for tests that look at the wire form. */
-static char *round_trip(const struct rp_msg *m)
+static char *round_trip(const struct rdzv_proto_msg *m)
 {
   char *frame, *body;
   size_t len, flen, blen;
   int rc;
 
-  rc = rp_encode(m, &frame, &len);
+  rc = rdzv_proto_encode(m, &frame, &len);
   ck_assert_int_eq(rc, 0);
-  ck_assert_uint_gt(len, RP_FRAME_HEADER);
-  ck_assert_int_eq(rp_frame_peek(frame, len, &flen), 1);
+  ck_assert_uint_gt(len, RDZV_PROTO_FRAME_HEADER);
+  ck_assert_int_eq(rdzv_proto_frame_peek(frame, len, &flen), 1);
   ck_assert_uint_eq(flen, len);
-  blen = len - RP_FRAME_HEADER;
+  blen = len - RDZV_PROTO_FRAME_HEADER;
   ck_assert_uint_eq((size_t)(unsigned char)frame[0] << 24 |
                     (size_t)(unsigned char)frame[1] << 16 |
                     (size_t)(unsigned char)frame[2] << 8 |
                     (size_t)(unsigned char)frame[3], blen);
-  rc = decode_n(frame + RP_FRAME_HEADER, blen);
+  rc = decode_n(frame + RDZV_PROTO_FRAME_HEADER, blen);
   ck_assert_ok(rc);
   ck_assert_msg(same_msg(m, &M), "round trip changed: %.*s", (int)blen,
-                frame + RP_FRAME_HEADER);
-  body = strndup(frame + RP_FRAME_HEADER, blen);
+                frame + RDZV_PROTO_FRAME_HEADER);
+  body = strndup(frame + RDZV_PROTO_FRAME_HEADER, blen);
   ck_assert_ptr_nonnull(body);
   free(frame);
   return body;
 }
 
-static void round_trip_body(const struct rp_msg *m, const char *want)
+static void round_trip_body(const struct rdzv_proto_msg *m, const char *want)
 {
   char *body = round_trip(m);
 
   ck_assert_str_eq(body, want);
   free(body);
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
 }
 
-static void round_trip_free(const struct rp_msg *m)
+static void round_trip_free(const struct rdzv_proto_msg *m)
 {
   free(round_trip(m));
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
 }
 
-static void msg_init(struct rp_msg *m, enum rp_op op)
+static void msg_init(struct rdzv_proto_msg *m, enum rdzv_proto_op op)
 {
   memset(m, 0, sizeof *m);
   m->op = op;
 }
 
-static int encode_rc(const struct rp_msg *m)
+static int encode_rc(const struct rdzv_proto_msg *m)
 {
   char *frame = (char *)1;
   size_t len = 1;
-  int rc = rp_encode(m, &frame, &len);
+  int rc = rdzv_proto_encode(m, &frame, &len);
 
   if (rc) {
     ck_assert_ptr_null(frame);
@@ -237,7 +240,7 @@ static int encode_rc(const struct rp_msg *m)
 
 START_TEST(names)
 {
-  static const char *const want[RP_OP_COUNT] = {
+  static const char *const want[RDZV_PROTO_OP_COUNT] = {
     NULL, "join", "keepalive", "failure", "barrier", "leave", "kv_set",
     "kv_get", "kv_add", "status", "waiting", "round", "restart",
     "barrier_done", "closed", "kv_value", "status_reply", "pong", "error",
@@ -245,30 +248,35 @@ START_TEST(names)
   };
   int i;
 
-  ck_assert_ptr_null(rp_op_name(RP_OP_INVALID));
-  ck_assert_ptr_null(rp_op_name(RP_OP_COUNT));
-  ck_assert_ptr_null(rp_op_name((enum rp_op)-1));
-  for (i = 1; i < RP_OP_COUNT; i++)
-    ck_assert_str_eq(rp_op_name((enum rp_op)i), want[i]);
-  ck_assert_str_eq(rp_error_name(RP_ERR_BAD_REQUEST), "bad_request");
-  ck_assert_str_eq(rp_error_name(RP_ERR_CONFIG_MISMATCH), "config_mismatch");
-  ck_assert_str_eq(rp_error_name(RP_ERR_JOIN_TIMEOUT), "join_timeout");
-  ck_assert_str_eq(rp_error_name(RP_ERR_CLOSED), "closed");
-  ck_assert_str_eq(rp_error_name(RP_ERR_NOT_JOINED), "not_joined");
-  ck_assert_str_eq(rp_error_name(RP_ERR_LIMIT), "limit");
-  ck_assert_str_eq(rp_error_name(RP_ERR_TIMEOUT), "timeout");
-  ck_assert_str_eq(rp_error_name(RP_ERR_AUTH), "auth");
-  ck_assert_ptr_null(rp_error_name((enum rp_error_code)0));
-  ck_assert_ptr_null(rp_error_name((enum rp_error_code)(RP_ERR_AUTH + 1)));
+  ck_assert_ptr_null(rdzv_proto_op_name(RDZV_PROTO_OP_INVALID));
+  ck_assert_ptr_null(rdzv_proto_op_name(RDZV_PROTO_OP_COUNT));
+  ck_assert_ptr_null(rdzv_proto_op_name((enum rdzv_proto_op)-1));
+  for (i = 1; i < RDZV_PROTO_OP_COUNT; i++)
+    ck_assert_str_eq(rdzv_proto_op_name((enum rdzv_proto_op)i), want[i]);
+  ck_assert_str_eq(rdzv_proto_error_name(RDZV_PROTO_ERR_BAD_REQUEST),
+                   "bad_request");
+  ck_assert_str_eq(rdzv_proto_error_name(RDZV_PROTO_ERR_CONFIG_MISMATCH),
+                   "config_mismatch");
+  ck_assert_str_eq(rdzv_proto_error_name(RDZV_PROTO_ERR_JOIN_TIMEOUT),
+                   "join_timeout");
+  ck_assert_str_eq(rdzv_proto_error_name(RDZV_PROTO_ERR_CLOSED), "closed");
+  ck_assert_str_eq(rdzv_proto_error_name(RDZV_PROTO_ERR_NOT_JOINED),
+                   "not_joined");
+  ck_assert_str_eq(rdzv_proto_error_name(RDZV_PROTO_ERR_LIMIT), "limit");
+  ck_assert_str_eq(rdzv_proto_error_name(RDZV_PROTO_ERR_TIMEOUT), "timeout");
+  ck_assert_str_eq(rdzv_proto_error_name(RDZV_PROTO_ERR_AUTH), "auth");
+  ck_assert_ptr_null(rdzv_proto_error_name((enum rdzv_proto_error_code)0));
+  ck_assert_ptr_null(rdzv_proto_error_name(
+      (enum rdzv_proto_error_code)(RDZV_PROTO_ERR_AUTH + 1)));
 }
 END_TEST
 
 START_TEST(conf_defaults)
 {
-  struct rp_conf c;
+  struct rdzv_proto_conf c;
 
   memset(&c, 0xff, sizeof c);
-  rp_conf_default(&c);
+  rdzv_proto_conf_default(&c);
   ck_assert_int_eq(c.min_nodes, 1);
   ck_assert_int_eq(c.max_nodes, 1);
   ck_assert_int_eq(c.max_restarts, 0);
@@ -288,13 +296,13 @@ START_TEST(peek_every_prefix_is_incomplete)
   ck_assert_uint_eq(len, 28);
   for (i = 0; i < len; i++) {
     flen = 12345;
-    ck_assert_int_eq(rp_frame_peek(frame, i, &flen), 0);
+    ck_assert_int_eq(rdzv_proto_frame_peek(frame, i, &flen), 0);
     ck_assert_uint_eq(flen, 12345);
   }
-  ck_assert_int_eq(rp_frame_peek(frame, len, &flen), 1);
+  ck_assert_int_eq(rdzv_proto_frame_peek(frame, len, &flen), 1);
   ck_assert_uint_eq(flen, len);
   ck_assert_ok(decode_n(frame + 4, flen - 4));
-  ck_assert_int_eq(M.op, RP_KEEPALIVE);
+  ck_assert_int_eq(M.op, RDZV_PROTO_KEEPALIVE);
 }
 END_TEST
 
@@ -309,9 +317,9 @@ START_TEST(peek_big_endian_unaligned)
   buf[2] = 0;
   buf[3] = 1;
   buf[4] = 2;
-  ck_assert_int_eq(rp_frame_peek(buf + 1, sizeof buf - 1, &flen), 1);
+  ck_assert_int_eq(rdzv_proto_frame_peek(buf + 1, sizeof buf - 1, &flen), 1);
   ck_assert_uint_eq(flen, 4 + 258);
-  ck_assert_int_eq(rp_frame_peek(buf + 1, 4 + 257, &flen), 0);
+  ck_assert_int_eq(rdzv_proto_frame_peek(buf + 1, 4 + 257, &flen), 0);
 }
 END_TEST
 
@@ -324,38 +332,38 @@ START_TEST(peek_zero_and_oversized)
   size_t flen = 7;
 
   /* Errors show as soon as the header is in: no waiting for a body. */
-  ck_assert_int_eq(rp_frame_peek(zero, 4, &flen), -EBADMSG);
-  ck_assert_int_eq(rp_frame_peek(over, 4, &flen), -EMSGSIZE);
-  ck_assert_int_eq(rp_frame_peek(huge, 4, &flen), -EMSGSIZE);
-  ck_assert_int_eq(rp_frame_peek(zero, 3, &flen), 0);
-  /* Exactly RP_MAX_FRAME is allowed: it needs its body. */
-  ck_assert_int_eq(rp_frame_peek(max, 4, &flen), 0);
+  ck_assert_int_eq(rdzv_proto_frame_peek(zero, 4, &flen), -EBADMSG);
+  ck_assert_int_eq(rdzv_proto_frame_peek(over, 4, &flen), -EMSGSIZE);
+  ck_assert_int_eq(rdzv_proto_frame_peek(huge, 4, &flen), -EMSGSIZE);
+  ck_assert_int_eq(rdzv_proto_frame_peek(zero, 3, &flen), 0);
+  /* Exactly RDZV_PROTO_MAX_FRAME is allowed: it needs its body. */
+  ck_assert_int_eq(rdzv_proto_frame_peek(max, 4, &flen), 0);
   ck_assert_uint_eq(flen, 7);
 }
 END_TEST
 
 START_TEST(peek_stream_of_frames)
 {
-  struct rp_msg a, b;
+  struct rdzv_proto_msg a, b;
   char *fa, *fb, *buf;
   size_t la, lb, flen;
 
-  msg_init(&a, RP_KEEPALIVE);
-  msg_init(&b, RP_BARRIER);
+  msg_init(&a, RDZV_PROTO_KEEPALIVE);
+  msg_init(&b, RDZV_PROTO_BARRIER);
   snprintf(b.u.barrier.name, sizeof b.u.barrier.name, "exit");
   b.u.barrier.round = 3;
-  ck_assert_int_eq(rp_encode(&a, &fa, &la), 0);
-  ck_assert_int_eq(rp_encode(&b, &fb, &lb), 0);
+  ck_assert_int_eq(rdzv_proto_encode(&a, &fa, &la), 0);
+  ck_assert_int_eq(rdzv_proto_encode(&b, &fb, &lb), 0);
   buf = malloc(la + lb);
   ck_assert_ptr_nonnull(buf);
   memcpy(buf, fa, la);
   memcpy(buf + la, fb, lb);
-  ck_assert_int_eq(rp_frame_peek(buf, la + lb, &flen), 1);
+  ck_assert_int_eq(rdzv_proto_frame_peek(buf, la + lb, &flen), 1);
   ck_assert_uint_eq(flen, la);
-  ck_assert_int_eq(rp_frame_peek(buf + la, lb, &flen), 1);
+  ck_assert_int_eq(rdzv_proto_frame_peek(buf + la, lb, &flen), 1);
   ck_assert_uint_eq(flen, lb);
   ck_assert_ok(decode_n(buf + la + 4, lb - 4));
-  ck_assert_int_eq(M.op, RP_BARRIER);
+  ck_assert_int_eq(M.op, RDZV_PROTO_BARRIER);
   ck_assert_str_eq(M.u.barrier.name, "exit");
   ck_assert_int_eq(M.u.barrier.round, 3);
   free(buf);
@@ -368,17 +376,17 @@ END_TEST
 
 START_TEST(rt_join)
 {
-  struct rp_msg m;
-  struct rp_conf *c = &m.u.join.conf;
+  struct rdzv_proto_msg m;
+  struct rdzv_proto_conf *c = &m.u.join.conf;
 
-  msg_init(&m, RP_JOIN);
+  msg_init(&m, RDZV_PROTO_JOIN);
   snprintf(m.u.join.id, sizeof m.u.join.id, "job-42");
   snprintf(m.u.join.addr, sizeof m.u.join.addr, "10.0.0.7");
   snprintf(m.u.join.host, sizeof m.u.join.host, "node7.example");
   m.u.join.pid = 123456;
   m.u.join.nproc = 8;
   m.u.join.master_port = 29500;
-  m.u.join.reason = RP_REASON_MEMBERSHIP;
+  m.u.join.reason = RDZV_PROTO_REASON_MEMBERSHIP;
   c->min_nodes = 2;
   c->max_nodes = 16;
   c->max_restarts = 3;
@@ -395,20 +403,22 @@ START_TEST(rt_join)
     "\"join_timeout\":900.5,\"last_call_timeout\":0.25,"
     "\"close_timeout\":0,\"keepalive_interval\":0.1,"
     "\"keepalive_misses\":7}}");
-  m.u.join.reason = RP_REASON_FAILURE;
+  m.u.join.reason = RDZV_PROTO_REASON_FAILURE;
   round_trip_free(&m);
 }
 END_TEST
 
 START_TEST(rt_no_fields)
 {
-  static const struct { enum rp_op op; const char *body; } t[] = {
-    { RP_KEEPALIVE, "{\"v\":2,\"op\":\"keepalive\"}" },
-    { RP_LEAVE, "{\"v\":2,\"op\":\"leave\"}" },
-    { RP_STATUS, "{\"v\":2,\"op\":\"status\",\"job\":\"\",\"limit\":0}" },
-    { RP_PONG, "{\"v\":2,\"op\":\"pong\"}" },
+  static const struct { enum rdzv_proto_op op; const char *body;
+  } t[] = {
+      {RDZV_PROTO_KEEPALIVE, "{\"v\":2,\"op\":\"keepalive\"}"},
+      {RDZV_PROTO_LEAVE, "{\"v\":2,\"op\":\"leave\"}"},
+      {RDZV_PROTO_STATUS,
+       "{\"v\":2,\"op\":\"status\",\"job\":\"\",\"limit\":0}"},
+      {RDZV_PROTO_PONG, "{\"v\":2,\"op\":\"pong\"}"},
   };
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   size_t i;
 
   for (i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -422,10 +432,10 @@ END_TEST
  * request without either still decodes (both optional). */
 START_TEST(rt_status_request)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char *body;
 
-  msg_init(&m, RP_STATUS);
+  msg_init(&m, RDZV_PROTO_STATUS);
   snprintf(m.u.status.job, sizeof m.u.status.job, "train7");
   m.u.status.limit = 25;
   round_trip_body(&m, "{\"v\":2,\"op\":\"status\",\"job\":\"train7\","
@@ -440,9 +450,9 @@ END_TEST
 
 START_TEST(rt_failure)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
-  msg_init(&m, RP_FAILURE);
+  msg_init(&m, RDZV_PROTO_FAILURE);
   m.u.failure.final = true;
   snprintf(m.u.failure.message, sizeof m.u.failure.message,
            "rank 3 \"exited\"\twith \\ code 1\n\x01 caf\xc3\xa9");
@@ -458,15 +468,15 @@ END_TEST
 
 START_TEST(rt_barrier)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
-  msg_init(&m, RP_BARRIER);
+  msg_init(&m, RDZV_PROTO_BARRIER);
   snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "exit");
-  m.u.barrier.round = RP_MAX_ROUND;
+  m.u.barrier.round = RDZV_PROTO_MAX_ROUND;
   round_trip_body(&m, "{\"v\":2,\"op\":\"barrier\",\"name\":\"exit\","
                   "\"round\":1073741824}");
   /* BARRIER_DONE says which barrier of which round passed. */
-  m.op = RP_BARRIER_DONE;
+  m.op = RDZV_PROTO_BARRIER_DONE;
   m.u.barrier.round = 0;
   round_trip_body(&m, "{\"v\":2,\"op\":\"barrier_done\",\"name\":"
                   "\"exit\",\"round\":0}");
@@ -477,10 +487,10 @@ END_TEST
 
 START_TEST(rt_kv)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char value[] = "hello\x80world";
 
-  msg_init(&m, RP_KV_SET);
+  msg_init(&m, RDZV_PROTO_KV_SET);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "nccl/uid");
   m.u.kv.value = value;
   m.u.kv.value_len = strlen(value);
@@ -492,13 +502,13 @@ START_TEST(rt_kv)
   round_trip_body(&m, "{\"v\":2,\"op\":\"kv_set\",\"key\":\"nccl/uid\","
                   "\"value\":\"hello\"}");
 
-  msg_init(&m, RP_KV_GET);
+  msg_init(&m, RDZV_PROTO_KV_GET);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "k");
   m.u.kv.wait = 2.5;
   round_trip_body(&m, "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\","
                   "\"wait\":2.5}");
 
-  msg_init(&m, RP_KV_ADD);
+  msg_init(&m, RDZV_PROTO_KV_ADD);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "counter");
   m.u.kv.delta = -MAX_SAFE;
   round_trip_body(&m, "{\"v\":2,\"op\":\"kv_add\",\"key\":\"counter\","
@@ -506,7 +516,7 @@ START_TEST(rt_kv)
   m.u.kv.delta = MAX_SAFE;
   round_trip_free(&m);
 
-  msg_init(&m, RP_KV_VALUE);
+  msg_init(&m, RDZV_PROTO_KV_VALUE);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "counter");
   m.u.kv.found = true;
   m.u.kv.value = value;
@@ -523,16 +533,16 @@ START_TEST(rt_kv)
   ck_assert_str_eq(M.u.kv.value, "");
   ck_assert_uint_eq(M.u.kv.value_len, 0);
   ck_assert(!M.u.kv.found);
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
   ck_assert_ptr_null(M.u.kv.value);
 }
 END_TEST
 
 START_TEST(rt_waiting)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
-  msg_init(&m, RP_WAITING);
+  msg_init(&m, RDZV_PROTO_WAITING);
   m.u.waiting.round = 4;
   m.u.waiting.present = 3;
   m.u.waiting.min_nodes = 2;
@@ -549,9 +559,9 @@ END_TEST
 
 START_TEST(rt_round)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
-  msg_init(&m, RP_ROUND);
+  msg_init(&m, RDZV_PROTO_ROUND);
   m.u.round.round = 2;
   m.u.round.restart_count = 1;
   m.u.round.group_rank = 1;
@@ -574,11 +584,11 @@ END_TEST
  * absent, so bodies are what they were before tokens. */
 START_TEST(rt_tokens)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char *body;
   size_t i;
 
-  msg_init(&m, RP_WAITING);
+  msg_init(&m, RDZV_PROTO_WAITING);
   m.u.waiting.round = 2;
   m.u.waiting.min_nodes = 1;
   m.u.waiting.max_nodes = 1;
@@ -587,15 +597,16 @@ START_TEST(rt_tokens)
                   "\"present\":0,\"min_nodes\":1,\"max_nodes\":1,"
                   "\"deadline\":0,\"last_call\":-1}");
   m.u.waiting.restart_count = 3;
-  for (i = 0; i < RP_TOKEN_BYTES; i++)
+  for (i = 0; i < RDZV_PROTO_TOKEN_BYTES; i++)
     m.u.waiting.token[i] = (unsigned char)(i * 7 + 1);
   body = round_trip(&m);
   ck_assert(strstr(body, "\"restart_count\":3,\"token\":\"01080f"));
   free(body);
-  ck_assert(!memcmp(M.u.waiting.token, m.u.waiting.token, RP_TOKEN_BYTES));
+  ck_assert(
+      !memcmp(M.u.waiting.token, m.u.waiting.token, RDZV_PROTO_TOKEN_BYTES));
   ck_assert_int_eq(M.u.waiting.restart_count, 3);
-  ck_assert(!rp_token_none(M.u.waiting.token));
-  rp_msg_free(&M);
+  ck_assert(!rdzv_proto_token_none(M.u.waiting.token));
+  rdzv_proto_msg_free(&M);
   ck_assert_refused(decode("{\"v\":2,\"op\":\"waiting\",\"round\":2,"
                            "\"present\":0,\"min_nodes\":1,\"max_nodes\":1,"
                            "\"deadline\":0,\"last_call\":-1,\"token\":"
@@ -605,14 +616,14 @@ END_TEST
 
 START_TEST(rt_resume)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
-  msg_init(&m, RP_RESUME);
+  msg_init(&m, RDZV_PROTO_RESUME);
   snprintf(m.u.resume.join.id, sizeof m.u.resume.join.id, "j");
   m.u.resume.join.nproc = 2;
   m.u.resume.join.master_port = 29500;
-  rp_conf_default(&m.u.resume.join.conf);
-  m.u.resume.phase = RP_PHASE_EXIT;
+  rdzv_proto_conf_default(&m.u.resume.join.conf);
+  m.u.resume.phase = RDZV_PROTO_PHASE_EXIT;
   m.u.resume.round.round = 3;
   m.u.resume.round.restart_count = 1;
   m.u.resume.round.group_rank = 1;
@@ -623,48 +634,48 @@ START_TEST(rt_resume)
            sizeof m.u.resume.round.master_addr, "10.0.0.1");
   m.u.resume.round.master_port = 29501;
   free(round_trip(&m));
-  ck_assert_int_eq(M.u.resume.phase, RP_PHASE_EXIT);
+  ck_assert_int_eq(M.u.resume.phase, RDZV_PROTO_PHASE_EXIT);
   ck_assert_int_eq(M.u.resume.round.round, 3);
   ck_assert_int_eq(M.u.resume.round.rank_offset, 2);
   ck_assert_int_eq(M.u.resume.round.master_port, 29501);
   ck_assert_int_eq(M.u.resume.join.master_port, 29500);
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
   /* Its ranks must lie in the world (int64: both near INT_MAX). */
   m.u.resume.round.rank_offset = 3;
-  ck_assert_int_eq(rp_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
+  ck_assert_int_eq(rdzv_proto_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
                    -EINVAL);
   m.u.resume.round.world_size = INT_MAX;
   m.u.resume.round.rank_offset = INT_MAX - 1;
-  ck_assert_int_eq(rp_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
+  ck_assert_int_eq(rdzv_proto_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
                    -EINVAL);
   m.u.resume.round.rank_offset = INT_MAX - 2;
   free(round_trip(&m));
-  rp_msg_free(&M);
-  /* A round beyond RP_MAX_ROUND: no room to go on from it. */
-  m.u.resume.round.round = RP_MAX_ROUND + 1;
-  ck_assert_int_eq(rp_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
+  rdzv_proto_msg_free(&M);
+  /* A round beyond RDZV_PROTO_MAX_ROUND: no room to go on from it. */
+  m.u.resume.round.round = RDZV_PROTO_MAX_ROUND + 1;
+  ck_assert_int_eq(rdzv_proto_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
                    -EINVAL);
   m.u.resume.round.round = 3;
   /* Running without a whole assignment: refused. */
   m.u.resume.round.group_rank = 2;
-  ck_assert_int_eq(rp_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
+  ck_assert_int_eq(rdzv_proto_encode(&m, &(char *){ NULL }, &(size_t){ 0 }),
                    -EINVAL);
   /* Gathering: only round and restart_count. */
   memset(&m.u.resume.round, 0, sizeof m.u.resume.round);
-  m.u.resume.phase = RP_PHASE_GATHERING;
+  m.u.resume.phase = RDZV_PROTO_PHASE_GATHERING;
   m.u.resume.round.round = 4;
   free(round_trip(&m));
-  ck_assert_int_eq(M.u.resume.phase, RP_PHASE_GATHERING);
+  ck_assert_int_eq(M.u.resume.phase, RDZV_PROTO_PHASE_GATHERING);
   ck_assert_int_eq(M.u.resume.round.round, 4);
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
 
-  msg_init(&m, RP_GOING_AWAY);
+  msg_init(&m, RDZV_PROTO_GOING_AWAY);
   snprintf(m.u.text.message, sizeof m.u.text.message, "bye");
   round_trip_body(&m, "{\"v\":2,\"op\":\"going_away\","
                   "\"message\":\"bye\"}");
 
   /* ROUND's embedded host: only when set. */
-  msg_init(&m, RP_ROUND);
+  msg_init(&m, RDZV_PROTO_ROUND);
   m.u.round.group_world_size = 2;
   m.u.round.world_size = 2;
   snprintf(m.u.round.master_addr, sizeof m.u.round.master_addr, "a");
@@ -674,7 +685,7 @@ START_TEST(rt_resume)
   free(round_trip(&m));
   ck_assert(M.u.round.embedded);
   ck_assert_int_eq(M.u.round.host_rank, 1);
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
 }
 END_TEST
 
@@ -682,9 +693,9 @@ END_TEST
  * failure, restart and closed; checked like any field. */
 START_TEST(rt_cause)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
-  msg_init(&m, RP_FAILURE);
+  msg_init(&m, RDZV_PROTO_FAILURE);
   m.u.failure.final = true;
   m.u.failure.cause.exited_at = 1764150000.125;
   m.u.failure.cause.rank = 7;
@@ -696,25 +707,25 @@ START_TEST(rt_cause)
     "{\"v\":2,\"op\":\"failure\",\"final\":true,\"message\":\"\","
     "\"cause\":{\"exited_at\":1764150000.125,\"rank\":7,\"local_rank\":3,"
     "\"exitcode\":-9,\"pid\":4242,\"host\":\"n2\"}}");
-  msg_init(&m, RP_CLOSED);
+  msg_init(&m, RDZV_PROTO_CLOSED);
   m.u.text.cause.exited_at = 12.5;
   m.u.text.cause.exitcode = 28;
   round_trip_body(&m,
     "{\"v\":2,\"op\":\"closed\",\"success\":false,\"message\":\"\","
     "\"cause\":{\"exited_at\":12.5,\"rank\":0,\"local_rank\":0,"
     "\"exitcode\":28,\"pid\":0,\"host\":\"\"}}");
-  msg_init(&m, RP_RESTART);
+  msg_init(&m, RDZV_PROTO_RESTART);
   m.u.text.cause.exited_at = 1;
   free(round_trip(&m));
   ck_assert_double_eq(M.u.text.cause.exited_at, 1);
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
   /* A loss: its host and how, absent when "". */
-  msg_init(&m, RP_RESTART);
+  msg_init(&m, RDZV_PROTO_RESTART);
   snprintf(m.u.text.lost_host, sizeof m.u.text.lost_host, "n2");
   snprintf(m.u.text.lost_why, sizeof m.u.text.lost_why, "its agent exited");
   round_trip_body(&m, "{\"v\":2,\"op\":\"restart\",\"message\":\"\","
                   "\"lost_host\":\"n2\",\"lost_why\":\"its agent exited\"}");
-  msg_init(&m, RP_RESTART);
+  msg_init(&m, RDZV_PROTO_RESTART);
   /* Only the time is required; a bad field is named. */
   ck_assert_ok(decode("{\"v\":2,\"op\":\"restart\",\"cause\":"
                       "{\"exited_at\":5}}"));
@@ -735,53 +746,53 @@ START_TEST(rt_cause)
     char *out;
     size_t len;
 
-    ck_assert_int_eq(rp_encode(&m, &out, &len), -EINVAL);
+    ck_assert_int_eq(rdzv_proto_encode(&m, &out, &len), -EINVAL);
   }
 }
 END_TEST
 
 START_TEST(rt_text)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int code;
 
-  msg_init(&m, RP_RESTART);
+  msg_init(&m, RDZV_PROTO_RESTART);
   snprintf(m.u.text.message, sizeof m.u.text.message, "node n3 joined");
   round_trip_body(&m, "{\"v\":2,\"op\":\"restart\","
                   "\"message\":\"node n3 joined\"}");
 
-  msg_init(&m, RP_CLOSED);
+  msg_init(&m, RDZV_PROTO_CLOSED);
   m.u.text.success = true;
   snprintf(m.u.text.message, sizeof m.u.text.message, "finished");
   round_trip_body(&m, "{\"v\":2,\"op\":\"closed\",\"success\":true,"
                   "\"message\":\"finished\"}");
 
-  msg_init(&m, RP_ERROR);
-  m.u.text.code = RP_ERR_CONFIG_MISMATCH;
+  msg_init(&m, RDZV_PROTO_ERROR);
+  m.u.text.code = RDZV_PROTO_ERR_CONFIG_MISMATCH;
   snprintf(m.u.text.message, sizeof m.u.text.message, "min 2 != 3");
   round_trip_body(&m, "{\"v\":2,\"op\":\"error\","
                   "\"code\":\"config_mismatch\",\"message\":\"min 2 != 3\"}");
-  for (code = RP_ERR_BAD_REQUEST; code <= RP_ERR_AUTH; code++) {
-    m.u.text.code = (enum rp_error_code)code;
+  for (code = RDZV_PROTO_ERR_BAD_REQUEST; code <= RDZV_PROTO_ERR_AUTH; code++) {
+    m.u.text.code = (enum rdzv_proto_error_code)code;
     free(round_trip(&m));
     ck_assert_int_eq(M.u.text.code, code);
-    rp_msg_free(&M);
+    rdzv_proto_msg_free(&M);
   }
 }
 END_TEST
 
 START_TEST(rt_status_reply)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char js[] = " { \"jobs\" : [ {\"id\":\"j\", \"nodes\": [1, 2.5, null,"
               " true, {\"x\": {}}]} ], \"n\": 3 } \n";
   char *frame;
   size_t len;
 
   /* Any object text goes out embedded, compact. */
-  msg_init(&m, RP_STATUS_REPLY);
+  msg_init(&m, RDZV_PROTO_STATUS_REPLY);
   m.u.status_json = js;
-  ck_assert_int_eq(rp_encode(&m, &frame, &len), 0);
+  ck_assert_int_eq(rdzv_proto_encode(&m, &frame, &len), 0);
   ck_assert_ok(decode_n(frame + 4, len - 4));
   free(frame);
   ck_assert_str_eq(M.u.status_json, "{\"jobs\":[{\"id\":\"j\",\"nodes\":"
@@ -789,11 +800,11 @@ START_TEST(rt_status_reply)
   /* The compact form survives a second trip unchanged. */
   m.u.status_json = strdup(M.u.status_json);
   ck_assert_ptr_nonnull(m.u.status_json);
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
   round_trip_body(&m, "{\"v\":2,\"op\":\"status_reply\",\"status\":"
                   "{\"jobs\":[{\"id\":\"j\",\"nodes\":[1,2.5,null,true,"
                   "{\"x\":{}}]}],\"n\":3}}");
-  rp_msg_free(&m);
+  rdzv_proto_msg_free(&m);
   ck_assert_ptr_null(m.u.status_json);
 }
 END_TEST
@@ -804,47 +815,47 @@ START_TEST(rt_doubles_exact)
     0.1 + 0.2, 1.0 / 3.0, 1e7, 9999999.999999998, 5e-324,
     2.2250738585072014e-308, 123456.78901234567, 0.5, 0,
   };
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   size_t i;
 
-  msg_init(&m, RP_KV_GET);
+  msg_init(&m, RDZV_PROTO_KV_GET);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "k");
   for (i = 0; i < sizeof v / sizeof v[0]; i++) {
     m.u.kv.wait = v[i];
     free(round_trip(&m));
     ck_assert_msg(M.u.kv.wait == v[i], "%.17g came back as %.17g", v[i],
                   M.u.kv.wait);
-    rp_msg_free(&M);
+    rdzv_proto_msg_free(&M);
   }
   /* The floors themselves are accepted, exactly. */
-  msg_init(&m, RP_JOIN);
+  msg_init(&m, RDZV_PROTO_JOIN);
   snprintf(m.u.join.id, sizeof m.u.join.id, "j");
   m.u.join.nproc = 1;
   m.u.join.master_port = 1;
-  rp_conf_default(&m.u.join.conf);
-  m.u.join.conf.keepalive_interval = RP_MIN_KEEPALIVE;
+  rdzv_proto_conf_default(&m.u.join.conf);
+  m.u.join.conf.keepalive_interval = RDZV_PROTO_MIN_KEEPALIVE;
   m.u.join.conf.keepalive_misses = 10;
-  m.u.join.conf.join_timeout = RP_MIN_JOIN_TIMEOUT;
+  m.u.join.conf.join_timeout = RDZV_PROTO_MIN_JOIN_TIMEOUT;
   free(round_trip(&m));
-  ck_assert(M.u.join.conf.keepalive_interval == RP_MIN_KEEPALIVE);
-  ck_assert(M.u.join.conf.join_timeout == RP_MIN_JOIN_TIMEOUT);
-  rp_msg_free(&M);
+  ck_assert(M.u.join.conf.keepalive_interval == RDZV_PROTO_MIN_KEEPALIVE);
+  ck_assert(M.u.join.conf.join_timeout == RDZV_PROTO_MIN_JOIN_TIMEOUT);
+  rdzv_proto_msg_free(&M);
 }
 END_TEST
 
 START_TEST(rt_limits)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
-  msg_init(&m, RP_JOIN);
-  memset(m.u.join.id, 'i', RP_MAX_ID);
-  memset(m.u.join.addr, 'a', RP_MAX_ADDR);
-  memset(m.u.join.host, 'h', RP_MAX_ADDR);
+  msg_init(&m, RDZV_PROTO_JOIN);
+  memset(m.u.join.id, 'i', RDZV_PROTO_MAX_ID);
+  memset(m.u.join.addr, 'a', RDZV_PROTO_MAX_ADDR);
+  memset(m.u.join.host, 'h', RDZV_PROTO_MAX_ADDR);
   m.u.join.pid = MAX_SAFE;
   m.u.join.nproc = 65536;
   m.u.join.master_port = 65535;
-  m.u.join.conf.min_nodes = RP_MAX_NODES;
-  m.u.join.conf.max_nodes = RP_MAX_NODES;
+  m.u.join.conf.min_nodes = RDZV_PROTO_MAX_NODES;
+  m.u.join.conf.max_nodes = RDZV_PROTO_MAX_NODES;
   m.u.join.conf.max_restarts = 1000000;
   m.u.join.conf.join_timeout = 1e7;
   m.u.join.conf.last_call_timeout = 1e7;
@@ -852,10 +863,10 @@ START_TEST(rt_limits)
   m.u.join.conf.keepalive_interval = 3600;
   m.u.join.conf.keepalive_misses = 1000;
   free(round_trip(&m));
-  ck_assert_uint_eq(strlen(M.u.join.id), RP_MAX_ID);
-  ck_assert_uint_eq(strlen(M.u.join.host), RP_MAX_ADDR);
+  ck_assert_uint_eq(strlen(M.u.join.id), RDZV_PROTO_MAX_ID);
+  ck_assert_uint_eq(strlen(M.u.join.host), RDZV_PROTO_MAX_ADDR);
   ck_assert_int_eq(M.u.join.pid, MAX_SAFE);
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
 }
 END_TEST
 
@@ -869,14 +880,14 @@ START_TEST(decode_hand_written_join)
     " \"max_nodes\": 4, \"future\": \"x\"},\n"
     "  \"nproc\": 4.0, \"master_port\": 2.95e4, \"v\": 2,\n"
     "  \"id\": \"j\\u00e9\", \"reason\": \"failure\", \"pid\": 77\n}\t\n"));
-  ck_assert_int_eq(M.op, RP_JOIN);
+  ck_assert_int_eq(M.op, RDZV_PROTO_JOIN);
   ck_assert_str_eq(M.u.join.id, "j\xc3\xa9");
   ck_assert_str_eq(M.u.join.addr, "");
   ck_assert_str_eq(M.u.join.host, "");
   ck_assert_int_eq(M.u.join.pid, 77);
   ck_assert_int_eq(M.u.join.nproc, 4);
   ck_assert_int_eq(M.u.join.master_port, 29500);
-  ck_assert_int_eq(M.u.join.reason, RP_REASON_FAILURE);
+  ck_assert_int_eq(M.u.join.reason, RDZV_PROTO_REASON_FAILURE);
   ck_assert_int_eq(M.u.join.conf.min_nodes, 2);
   ck_assert_int_eq(M.u.join.conf.max_nodes, 4);
   ck_assert_int_eq(M.u.join.conf.keepalive_misses, 3);
@@ -888,14 +899,14 @@ END_TEST
 
 START_TEST(decode_partial_conf_defaults)
 {
-  struct rp_conf d;
+  struct rdzv_proto_conf d;
 
-  rp_conf_default(&d);
+  rdzv_proto_conf_default(&d);
   /* No conf at all, no reason: every default. */
   ck_assert_ok(decode("{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":2,"
                       "\"master_port\":9}"));
   ck_assert(same_conf(&M.u.join.conf, &d));
-  ck_assert_int_eq(M.u.join.reason, RP_REASON_FIRST);
+  ck_assert_int_eq(M.u.join.reason, RDZV_PROTO_REASON_FIRST);
   ck_assert_int_eq(M.u.join.pid, 0);
   /* Only max_nodes and one timeout. */
   ck_assert_ok(decode("{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":2,"
@@ -939,9 +950,9 @@ START_TEST(decode_optional_defaults)
   ck_assert_ok(decode("{\"v\":2,\"op\":\"kv_value\",\"key\":\"k\","
                       "\"found\":false}"));
   ck_assert_str_eq(M.u.kv.value, "");
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
   ck_assert_ok(decode("{\"v\":2,\"op\":\"error\",\"code\":\"auth\"}"));
-  ck_assert_int_eq(M.u.text.code, RP_ERR_AUTH);
+  ck_assert_int_eq(M.u.text.code, RDZV_PROTO_ERR_AUTH);
   ck_assert_str_eq(M.u.text.message, "");
 }
 END_TEST
@@ -1040,14 +1051,15 @@ START_TEST(malformed_nul_and_sizes)
                     "NUL byte at offset 29");
   ck_assert_refused(decode_n(tail, sizeof tail - 1), -EBADMSG, "NUL byte");
   ck_assert_refused(decode_n("{}", 0), -EBADMSG, "empty body");
-  big = malloc(RP_MAX_FRAME + 1);
+  big = malloc(RDZV_PROTO_MAX_FRAME + 1);
   ck_assert_ptr_nonnull(big);
-  memset(big, ' ', RP_MAX_FRAME + 1);
-  ck_assert_refused(decode_n(big, RP_MAX_FRAME + 1), -EMSGSIZE, "exceeds");
+  memset(big, ' ', RDZV_PROTO_MAX_FRAME + 1);
+  ck_assert_refused(decode_n(big, RDZV_PROTO_MAX_FRAME + 1), -EMSGSIZE,
+                    "exceeds");
   /* Exactly the maximum, padded with whitespace, is fine. */
   memcpy(big, "{\"v\":2,\"op\":\"pong\"}", 19);
-  ck_assert_ok(decode_n(big, RP_MAX_FRAME));
-  ck_assert_int_eq(M.op, RP_PONG);
+  ck_assert_ok(decode_n(big, RDZV_PROTO_MAX_FRAME));
+  ck_assert_int_eq(M.op, RDZV_PROTO_PONG);
   free(big);
   /* An escaped backslash then "u0000" is text, not a NUL. */
   ck_assert_ok(decode("{\"v\":2,\"op\":\"kv_get\",\"key\":\"a\\\\u0000\"}"));
@@ -1069,12 +1081,12 @@ START_TEST(error_text_is_safe)
                            "aaaaaaaaaaaaaaaaaaaa\"}"), -ENOTSUP,
                     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\"");
   /* A short buffer truncates; no buffer at all is allowed. */
-  rc = rp_decode("[]", 2, &M, small, sizeof small);
+  rc = rdzv_proto_decode("[]", 2, &M, small, sizeof small);
   ck_assert_int_eq(rc, -EBADMSG);
   ck_assert_uint_eq(strlen(small), sizeof small - 1);
-  ck_assert_int_eq(rp_decode("[]", 2, &M, NULL, 0), -EBADMSG);
-  ck_assert_int_eq(rp_decode("{\"v\":2,\"op\":\"pong\"}", 19, &M, NULL, 0),
-                   0);
+  ck_assert_int_eq(rdzv_proto_decode("[]", 2, &M, NULL, 0), -EBADMSG);
+  ck_assert_int_eq(
+      rdzv_proto_decode("{\"v\":2,\"op\":\"pong\"}", 19, &M, NULL, 0), 0);
 }
 END_TEST
 
@@ -1101,94 +1113,94 @@ struct num_case {
 #define R_G "\"group_rank\":0,\"group_world_size\":1,\"rank_offset\":0," \
             "\"world_size\":1,"
 #define R_M "\"master_addr\":\"m\",\"master_port\":1,"
-#define OFF(m) offsetof(struct rp_msg, u.m)
+#define OFF(m) offsetof(struct rdzv_proto_msg, u.m)
 #define IMAX "2147483647"
 #define RMAX "1073741824"
 
 static const struct num_case num_cases[] = {
-  { "{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"master_port\":1,\"nproc\":@}",
-    "join.nproc", "1", "65536", "0", "65537", 1, 65536, true,
-    OFF(join.nproc), 'i' },
-  { "{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":1,\"master_port\":@}",
-    "join.master_port", "1", "65535", "0", "65536", 1, 65535, true,
-    OFF(join.master_port), 'i' },
-  { JOIN_T "\"pid\":@}", "join.pid", "0", "9007199254740991", "-1",
-    "9007199254740992", 0, 9007199254740991.0, true, OFF(join.pid), 'l' },
-  { JOIN_T "\"conf\":{\"max_nodes\":100000,\"min_nodes\":@}}",
-    "join.conf.min_nodes", "1", "100000", "0", "100001", 1, 100000, true,
-    OFF(join.conf.min_nodes), 'i' },
-  { JOIN_T "\"conf\":{\"max_nodes\":@}}", "join.conf.max_nodes", "1",
-    "100000", "0", "100001", 1, 100000, true, OFF(join.conf.max_nodes), 'i' },
-  { JOIN_T "\"conf\":{\"max_restarts\":@}}", "join.conf.max_restarts", "0",
-    "1000000", "-1", "1000001", 0, 1e6, true, OFF(join.conf.max_restarts),
-    'i' },
-  { JOIN_T "\"conf\":{\"join_timeout\":@}}", "join.conf.join_timeout",
-    "1", "1e7", "0.999", "10000000.000001", 1, 1e7, false,
-    OFF(join.conf.join_timeout), 'd' },
-  { JOIN_T "\"conf\":{\"last_call_timeout\":@}}",
-    "join.conf.last_call_timeout", "0", "1e7", "-1e-9", "1.0000001e7", 0,
-    1e7, false, OFF(join.conf.last_call_timeout), 'd' },
-  { JOIN_T "\"conf\":{\"close_timeout\":@}}", "join.conf.close_timeout",
-    "0", "1e7", "-0.5", "2e7", 0, 1e7, false, OFF(join.conf.close_timeout),
-    'd' },
-  { JOIN_T "\"conf\":{\"keepalive_misses\":10,\"keepalive_interval\":@}}",
-    "join.conf.keepalive_interval", "0.05", "3600", "0.0499", "3600.5",
-    0.05, 3600, false, OFF(join.conf.keepalive_interval), 'd' },
-  { JOIN_T "\"conf\":{\"keepalive_misses\":@}}",
-    "join.conf.keepalive_misses", "1", "1000", "0", "1001", 1, 1000, true,
-    OFF(join.conf.keepalive_misses), 'i' },
-  { "{\"v\":2,\"op\":\"barrier\",\"name\":\"b\",\"round\":@}",
-    "barrier.round", "0", RMAX, "-1", "1073741825", 0, RP_MAX_ROUND, true,
-    OFF(barrier.round), 'i' },
-  { "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\",\"wait\":@}", "kv_get.wait",
-    "0", "1e7", "-1", "1e8", 0, 1e7, false, OFF(kv.wait), 'd' },
-  { "{\"v\":2,\"op\":\"kv_add\",\"key\":\"k\",\"delta\":@}", "kv_add.delta",
-    "-9007199254740991", "9007199254740991", "-9007199254740992",
-    "9007199254740992", -9007199254740991.0, 9007199254740991.0, true,
-    OFF(kv.delta), 'l' },
-  { WAIT_T "\"present\":1," W_MM W_DL "\"round\":@}", "waiting.round",
-    "0", RMAX, "-1", "1073741825", 0, RP_MAX_ROUND, true,
-    OFF(waiting.round), 'i' },
-  { WAIT_T "\"round\":1," W_MM W_DL "\"present\":@}", "waiting.present",
-    "0", IMAX, "-1", "2147483648", 0, INT_MAX, true, OFF(waiting.present),
-    'i' },
-  { WAIT_T W_RP W_DL "\"max_nodes\":100000,\"min_nodes\":@}",
-    "waiting.min_nodes", "1", "100000", "0", "100001", 1, 100000, true,
-    OFF(waiting.min_nodes), 'i' },
-  { WAIT_T W_RP W_DL "\"min_nodes\":1,\"max_nodes\":@}",
-    "waiting.max_nodes", "1", "100000", "0", "100001", 1, 100000, true,
-    OFF(waiting.max_nodes), 'i' },
-  { WAIT_T W_RP W_MM "\"last_call\":1,\"deadline\":@}", "waiting.deadline",
-    "0", "1e7", "-0.001", "10000001", 0, 1e7, false, OFF(waiting.deadline),
-    'd' },
-  { WAIT_T W_RP W_MM "\"deadline\":1,\"last_call\":@}",
-    "waiting.last_call", "-1", "1e7", "-1.5", "10000001", -1, 1e7, false,
-    OFF(waiting.last_call), 'd' },
-  { ROUND_T "\"restart_count\":0," R_G R_M "\"round\":@}", "round.round",
-    "0", RMAX, "-1", "1073741825", 0, RP_MAX_ROUND, true, OFF(round.round),
-    'i' },
-  { ROUND_T "\"round\":0," R_G R_M "\"restart_count\":@}",
-    "round.restart_count", "0", "1000000", "-1", "1000001", 0, 1e6, true,
-    OFF(round.restart_count), 'i' },
-  { ROUND_T R_RC R_M "\"group_world_size\":100000,\"rank_offset\":0,"
-    "\"world_size\":100000,\"group_rank\":@}", "round.group_rank", "0",
-    "99999", "-1", "100000", 0, 99999, true, OFF(round.group_rank), 'i' },
-  { ROUND_T R_RC R_M "\"group_rank\":0,\"rank_offset\":0,"
-    "\"world_size\":" IMAX ",\"group_world_size\":@}",
-    "round.group_world_size", "1", "100000", "0", "100001", 1, 100000, true,
-    OFF(round.group_world_size), 'i' },
-  { ROUND_T R_RC R_M "\"group_rank\":0,\"group_world_size\":1,"
-    "\"world_size\":" IMAX ",\"rank_offset\":@}", "round.rank_offset", "0",
-    "2147483646", "-1", IMAX, 0, INT_MAX - 1, true, OFF(round.rank_offset),
-    'i' },
-  { ROUND_T R_RC R_M "\"group_rank\":0,\"group_world_size\":1,"
-    "\"rank_offset\":0,\"world_size\":@}", "round.world_size", "1", IMAX,
-    "0", "2147483648", 1, INT_MAX, true, OFF(round.world_size), 'i' },
-  { "{\"v\":2,\"op\":\"round\",\"round\":0,\"restart_count\":0,"
-    "\"group_rank\":0,\"group_world_size\":1,\"rank_offset\":0,"
-    "\"world_size\":1,\"master_addr\":\"m\",\"master_port\":@}",
-    "round.master_port", "1", "65535", "0", "65536", 1, 65535, true,
-    OFF(round.master_port), 'i' },
+    {"{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"master_port\":1,\"nproc\":@}",
+     "join.nproc", "1", "65536", "0", "65537", 1, 65536, true, OFF(join.nproc),
+     'i'},
+    {"{\"v\":2,\"op\":\"join\",\"id\":\"j\",\"nproc\":1,\"master_port\":@}",
+     "join.master_port", "1", "65535", "0", "65536", 1, 65535, true,
+     OFF(join.master_port), 'i'},
+    {JOIN_T "\"pid\":@}", "join.pid", "0", "9007199254740991", "-1",
+     "9007199254740992", 0, 9007199254740991.0, true, OFF(join.pid), 'l'},
+    {JOIN_T "\"conf\":{\"max_nodes\":100000,\"min_nodes\":@}}",
+     "join.conf.min_nodes", "1", "100000", "0", "100001", 1, 100000, true,
+     OFF(join.conf.min_nodes), 'i'},
+    {JOIN_T "\"conf\":{\"max_nodes\":@}}", "join.conf.max_nodes", "1", "100000",
+     "0", "100001", 1, 100000, true, OFF(join.conf.max_nodes), 'i'},
+    {JOIN_T "\"conf\":{\"max_restarts\":@}}", "join.conf.max_restarts", "0",
+     "1000000", "-1", "1000001", 0, 1e6, true, OFF(join.conf.max_restarts),
+     'i'},
+    {JOIN_T "\"conf\":{\"join_timeout\":@}}", "join.conf.join_timeout", "1",
+     "1e7", "0.999", "10000000.000001", 1, 1e7, false,
+     OFF(join.conf.join_timeout), 'd'},
+    {JOIN_T "\"conf\":{\"last_call_timeout\":@}}",
+     "join.conf.last_call_timeout", "0", "1e7", "-1e-9", "1.0000001e7", 0, 1e7,
+     false, OFF(join.conf.last_call_timeout), 'd'},
+    {JOIN_T "\"conf\":{\"close_timeout\":@}}", "join.conf.close_timeout", "0",
+     "1e7", "-0.5", "2e7", 0, 1e7, false, OFF(join.conf.close_timeout), 'd'},
+    {JOIN_T "\"conf\":{\"keepalive_misses\":10,\"keepalive_interval\":@}}",
+     "join.conf.keepalive_interval", "0.05", "3600", "0.0499", "3600.5", 0.05,
+     3600, false, OFF(join.conf.keepalive_interval), 'd'},
+    {JOIN_T "\"conf\":{\"keepalive_misses\":@}}", "join.conf.keepalive_misses",
+     "1", "1000", "0", "1001", 1, 1000, true, OFF(join.conf.keepalive_misses),
+     'i'},
+    {"{\"v\":2,\"op\":\"barrier\",\"name\":\"b\",\"round\":@}", "barrier.round",
+     "0", RMAX, "-1", "1073741825", 0, RDZV_PROTO_MAX_ROUND, true,
+     OFF(barrier.round), 'i'},
+    {"{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\",\"wait\":@}", "kv_get.wait", "0",
+     "1e7", "-1", "1e8", 0, 1e7, false, OFF(kv.wait), 'd'},
+    {"{\"v\":2,\"op\":\"kv_add\",\"key\":\"k\",\"delta\":@}", "kv_add.delta",
+     "-9007199254740991", "9007199254740991", "-9007199254740992",
+     "9007199254740992", -9007199254740991.0, 9007199254740991.0, true,
+     OFF(kv.delta), 'l'},
+    {WAIT_T "\"present\":1," W_MM W_DL "\"round\":@}", "waiting.round", "0",
+     RMAX, "-1", "1073741825", 0, RDZV_PROTO_MAX_ROUND, true,
+     OFF(waiting.round), 'i'},
+    {WAIT_T "\"round\":1," W_MM W_DL "\"present\":@}", "waiting.present", "0",
+     IMAX, "-1", "2147483648", 0, INT_MAX, true, OFF(waiting.present), 'i'},
+    {WAIT_T W_RP W_DL "\"max_nodes\":100000,\"min_nodes\":@}",
+     "waiting.min_nodes", "1", "100000", "0", "100001", 1, 100000, true,
+     OFF(waiting.min_nodes), 'i'},
+    {WAIT_T W_RP W_DL "\"min_nodes\":1,\"max_nodes\":@}", "waiting.max_nodes",
+     "1", "100000", "0", "100001", 1, 100000, true, OFF(waiting.max_nodes),
+     'i'},
+    {WAIT_T W_RP W_MM "\"last_call\":1,\"deadline\":@}", "waiting.deadline",
+     "0", "1e7", "-0.001", "10000001", 0, 1e7, false, OFF(waiting.deadline),
+     'd'},
+    {WAIT_T W_RP W_MM "\"deadline\":1,\"last_call\":@}", "waiting.last_call",
+     "-1", "1e7", "-1.5", "10000001", -1, 1e7, false, OFF(waiting.last_call),
+     'd'},
+    {ROUND_T "\"restart_count\":0," R_G R_M "\"round\":@}", "round.round", "0",
+     RMAX, "-1", "1073741825", 0, RDZV_PROTO_MAX_ROUND, true, OFF(round.round),
+     'i'},
+    {ROUND_T "\"round\":0," R_G R_M "\"restart_count\":@}",
+     "round.restart_count", "0", "1000000", "-1", "1000001", 0, 1e6, true,
+     OFF(round.restart_count), 'i'},
+    {ROUND_T R_RC R_M "\"group_world_size\":100000,\"rank_offset\":0,"
+                      "\"world_size\":100000,\"group_rank\":@}",
+     "round.group_rank", "0", "99999", "-1", "100000", 0, 99999, true,
+     OFF(round.group_rank), 'i'},
+    {ROUND_T R_RC R_M "\"group_rank\":0,\"rank_offset\":0,"
+                      "\"world_size\":" IMAX ",\"group_world_size\":@}",
+     "round.group_world_size", "1", "100000", "0", "100001", 1, 100000, true,
+     OFF(round.group_world_size), 'i'},
+    {ROUND_T R_RC R_M "\"group_rank\":0,\"group_world_size\":1,"
+                      "\"world_size\":" IMAX ",\"rank_offset\":@}",
+     "round.rank_offset", "0", "2147483646", "-1", IMAX, 0, INT_MAX - 1, true,
+     OFF(round.rank_offset), 'i'},
+    {ROUND_T R_RC R_M "\"group_rank\":0,\"group_world_size\":1,"
+                      "\"rank_offset\":0,\"world_size\":@}",
+     "round.world_size", "1", IMAX, "0", "2147483648", 1, INT_MAX, true,
+     OFF(round.world_size), 'i'},
+    {"{\"v\":2,\"op\":\"round\",\"round\":0,\"restart_count\":0,"
+     "\"group_rank\":0,\"group_world_size\":1,\"rank_offset\":0,"
+     "\"world_size\":1,\"master_addr\":\"m\",\"master_port\":@}",
+     "round.master_port", "1", "65535", "0", "65536", 1, 65535, true,
+     OFF(round.master_port), 'i'},
 };
 
 static double field_value(const struct num_case *c)
@@ -1296,31 +1308,30 @@ struct str_case {
 };
 
 static const struct str_case str_cases[] = {
-  { "{\"v\":2,\"op\":\"join\",\"nproc\":1,\"master_port\":1,\"id\":@}",
-    "join.id", 1, RP_MAX_ID, OFF(join.id) },
-  { JOIN_T "\"addr\":@}", "join.addr", 0, RP_MAX_ADDR, OFF(join.addr) },
-  { JOIN_T "\"host\":@}", "join.host", 0, RP_MAX_ADDR, OFF(join.host) },
-  { "{\"v\":2,\"op\":\"failure\",\"message\":@}", "failure.message", 0,
-    RP_MAX_TEXT, OFF(failure.message) },
-  { "{\"v\":2,\"op\":\"barrier\",\"round\":1,\"name\":@}", "barrier.name", 1,
-    RP_MAX_ID, OFF(barrier.name) },
-  { "{\"v\":2,\"op\":\"kv_get\",\"key\":@}", "kv_get.key", 1, RP_MAX_KEY,
-    OFF(kv.key) },
-  { "{\"v\":2,\"op\":\"kv_set\",\"value\":\"\",\"key\":@}", "kv_set.key", 1,
-    RP_MAX_KEY, OFF(kv.key) },
-  { "{\"v\":2,\"op\":\"kv_add\",\"delta\":1,\"key\":@}", "kv_add.key", 1,
-    RP_MAX_KEY, OFF(kv.key) },
-  { "{\"v\":2,\"op\":\"kv_value\",\"found\":false,\"key\":@}",
-    "kv_value.key", 1, RP_MAX_KEY, OFF(kv.key) },
-  { ROUND_T R_RC R_G "\"master_port\":1,\"master_addr\":@}",
-    "round.master_addr", 1,
-    RP_MAX_ADDR, OFF(round.master_addr) },
-  { "{\"v\":2,\"op\":\"restart\",\"message\":@}", "restart.message", 0,
-    RP_MAX_TEXT, OFF(text.message) },
-  { "{\"v\":2,\"op\":\"closed\",\"message\":@}", "closed.message", 0,
-    RP_MAX_TEXT, OFF(text.message) },
-  { "{\"v\":2,\"op\":\"error\",\"code\":\"limit\",\"message\":@}",
-    "error.message", 0, RP_MAX_TEXT, OFF(text.message) },
+    {"{\"v\":2,\"op\":\"join\",\"nproc\":1,\"master_port\":1,\"id\":@}",
+     "join.id", 1, RDZV_PROTO_MAX_ID, OFF(join.id)},
+    {JOIN_T "\"addr\":@}", "join.addr", 0, RDZV_PROTO_MAX_ADDR, OFF(join.addr)},
+    {JOIN_T "\"host\":@}", "join.host", 0, RDZV_PROTO_MAX_ADDR, OFF(join.host)},
+    {"{\"v\":2,\"op\":\"failure\",\"message\":@}", "failure.message", 0,
+     RDZV_PROTO_MAX_TEXT, OFF(failure.message)},
+    {"{\"v\":2,\"op\":\"barrier\",\"round\":1,\"name\":@}", "barrier.name", 1,
+     RDZV_PROTO_MAX_ID, OFF(barrier.name)},
+    {"{\"v\":2,\"op\":\"kv_get\",\"key\":@}", "kv_get.key", 1,
+     RDZV_PROTO_MAX_KEY, OFF(kv.key)},
+    {"{\"v\":2,\"op\":\"kv_set\",\"value\":\"\",\"key\":@}", "kv_set.key", 1,
+     RDZV_PROTO_MAX_KEY, OFF(kv.key)},
+    {"{\"v\":2,\"op\":\"kv_add\",\"delta\":1,\"key\":@}", "kv_add.key", 1,
+     RDZV_PROTO_MAX_KEY, OFF(kv.key)},
+    {"{\"v\":2,\"op\":\"kv_value\",\"found\":false,\"key\":@}", "kv_value.key",
+     1, RDZV_PROTO_MAX_KEY, OFF(kv.key)},
+    {ROUND_T R_RC R_G "\"master_port\":1,\"master_addr\":@}",
+     "round.master_addr", 1, RDZV_PROTO_MAX_ADDR, OFF(round.master_addr)},
+    {"{\"v\":2,\"op\":\"restart\",\"message\":@}", "restart.message", 0,
+     RDZV_PROTO_MAX_TEXT, OFF(text.message)},
+    {"{\"v\":2,\"op\":\"closed\",\"message\":@}", "closed.message", 0,
+     RDZV_PROTO_MAX_TEXT, OFF(text.message)},
+    {"{\"v\":2,\"op\":\"error\",\"code\":\"limit\",\"message\":@}",
+     "error.message", 0, RDZV_PROTO_MAX_TEXT, OFF(text.message)},
 };
 
 START_TEST(string_fields)
@@ -1362,18 +1373,18 @@ START_TEST(kv_value_limits)
     "{\"v\":2,\"op\":\"kv_value\",\"key\":\"k\",\"found\":true,\"value\":@}",
   };
   static const char *const path[] = { "kv_set.value", "kv_value.value" };
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char *q;
   size_t i;
 
   for (i = 0; i < 2; i++) {
-    q = quoted(RP_MAX_VALUE);
+    q = quoted(RDZV_PROTO_MAX_VALUE);
     ck_assert_ok(decode_fill(tpl[i], q));
     free(q);
-    ck_assert_uint_eq(M.u.kv.value_len, RP_MAX_VALUE);
-    ck_assert_uint_eq(strlen(M.u.kv.value), RP_MAX_VALUE);
-    rp_msg_free(&M);
-    q = quoted(RP_MAX_VALUE + 1);
+    ck_assert_uint_eq(M.u.kv.value_len, RDZV_PROTO_MAX_VALUE);
+    ck_assert_uint_eq(strlen(M.u.kv.value), RDZV_PROTO_MAX_VALUE);
+    rdzv_proto_msg_free(&M);
+    q = quoted(RDZV_PROTO_MAX_VALUE + 1);
     ck_assert_refused(decode_fill(tpl[i], q), -EINVAL, path[i]);
     ck_assert_str_eq(err, i ? "kv_value.value: expected a string of "
                      "0..65536 bytes, got 65537" : "kv_set.value: expected "
@@ -1382,19 +1393,19 @@ START_TEST(kv_value_limits)
     ck_assert_refused(decode_fill(tpl[i], "12"), -EINVAL, "got a number");
   }
   /* Encode has the same bound. */
-  msg_init(&m, RP_KV_SET);
+  msg_init(&m, RDZV_PROTO_KV_SET);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "k");
-  m.u.kv.value = malloc(RP_MAX_VALUE + 2);
+  m.u.kv.value = malloc(RDZV_PROTO_MAX_VALUE + 2);
   ck_assert_ptr_nonnull(m.u.kv.value);
-  memset(m.u.kv.value, 'z', RP_MAX_VALUE + 1);
-  m.u.kv.value[RP_MAX_VALUE + 1] = '\0';
-  m.u.kv.value_len = RP_MAX_VALUE;
+  memset(m.u.kv.value, 'z', RDZV_PROTO_MAX_VALUE + 1);
+  m.u.kv.value[RDZV_PROTO_MAX_VALUE + 1] = '\0';
+  m.u.kv.value_len = RDZV_PROTO_MAX_VALUE;
   free(round_trip(&m));
-  ck_assert_uint_eq(M.u.kv.value_len, RP_MAX_VALUE);
-  rp_msg_free(&M);
-  m.u.kv.value_len = RP_MAX_VALUE + 1;
+  ck_assert_uint_eq(M.u.kv.value_len, RDZV_PROTO_MAX_VALUE);
+  rdzv_proto_msg_free(&M);
+  m.u.kv.value_len = RDZV_PROTO_MAX_VALUE + 1;
   ck_assert_int_eq(encode_rc(&m), -EINVAL);
-  rp_msg_free(&m);
+  rdzv_proto_msg_free(&m);
 }
 END_TEST
 
@@ -1420,9 +1431,9 @@ START_TEST(bools_and_enums)
                     "join.reason: unknown value \"boredom\"");
   ck_assert_refused(decode(JOIN_T "\"reason\":0}"), -EINVAL,
                     "join.reason: expected a string, got a number");
-  for (i = RP_ERR_BAD_REQUEST; i <= RP_ERR_AUTH; i++) {
+  for (i = RDZV_PROTO_ERR_BAD_REQUEST; i <= RDZV_PROTO_ERR_AUTH; i++) {
     snprintf(body, sizeof body, "{\"v\":2,\"op\":\"error\",\"code\":\"%s\"}",
-             rp_error_name((enum rp_error_code)i));
+             rdzv_proto_error_name((enum rdzv_proto_error_code)i));
     ck_assert_ok(decode(body));
     ck_assert_int_eq(M.u.text.code, i);
   }
@@ -1440,10 +1451,10 @@ START_TEST(status_reply_decode)
                       "\"x\":[]}}"));
   ck_assert_str_eq(M.u.status_json, "{\"jobs\":{\"a\":{\"round\":1,"
                    "\"s\":\"\xc3\xa9\\n\"}},\"x\":[]}");
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
   ck_assert_ok(decode("{\"v\":2,\"op\":\"status_reply\",\"status\":{}}"));
   ck_assert_str_eq(M.u.status_json, "{}");
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
   ck_assert_refused(decode("{\"v\":2,\"op\":\"status_reply\","
                            "\"status\":\"{}\"}"), -EINVAL,
                     "status_reply.status: expected an object, got a string");
@@ -1456,19 +1467,19 @@ END_TEST
 
 START_TEST(encode_refuses_invalid)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char js[64];
 
-  msg_init(&m, RP_OP_INVALID);
+  msg_init(&m, RDZV_PROTO_OP_INVALID);
   ck_assert_int_eq(encode_rc(&m), -EINVAL);
-  msg_init(&m, RP_OP_COUNT);
+  msg_init(&m, RDZV_PROTO_OP_COUNT);
   ck_assert_int_eq(encode_rc(&m), -EINVAL);
 
-  msg_init(&m, RP_JOIN);
+  msg_init(&m, RDZV_PROTO_JOIN);
   snprintf(m.u.join.id, sizeof m.u.join.id, "j");
   m.u.join.nproc = 1;
   m.u.join.master_port = 1;
-  rp_conf_default(&m.u.join.conf);
+  rdzv_proto_conf_default(&m.u.join.conf);
   ck_assert_int_eq(encode_rc(&m), 0);
   m.u.join.id[0] = '\0';
   ck_assert_int_eq(encode_rc(&m), -EINVAL);             /* empty id */
@@ -1483,9 +1494,9 @@ START_TEST(encode_refuses_invalid)
   m.u.join.pid = -1;
   ck_assert_int_eq(encode_rc(&m), -EINVAL);
   m.u.join.pid = 0;
-  m.u.join.reason = (enum rp_join_reason)3;
+  m.u.join.reason = (enum rdzv_proto_join_reason)3;
   ck_assert_int_eq(encode_rc(&m), -EINVAL);
-  m.u.join.reason = RP_REASON_FIRST;
+  m.u.join.reason = RDZV_PROTO_REASON_FIRST;
   m.u.join.conf.join_timeout = NAN;
   ck_assert_int_eq(encode_rc(&m), -EINVAL);
   m.u.join.conf.join_timeout = INFINITY;
@@ -1498,10 +1509,10 @@ START_TEST(encode_refuses_invalid)
   m.u.join.conf.max_nodes = 2;
   ck_assert_int_eq(encode_rc(&m), 0);
 
-  msg_init(&m, RP_ERROR);
+  msg_init(&m, RDZV_PROTO_ERROR);
   ck_assert_int_eq(encode_rc(&m), -EINVAL);             /* code 0 */
 
-  msg_init(&m, RP_KV_SET);
+  msg_init(&m, RDZV_PROTO_KV_SET);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "k");
   m.u.kv.value = (char *)"a\0b";
   m.u.kv.value_len = 3;
@@ -1511,12 +1522,12 @@ START_TEST(encode_refuses_invalid)
   m.u.kv.value_len = 0;
   ck_assert_int_eq(encode_rc(&m), 0);
 
-  msg_init(&m, RP_KV_GET);
+  msg_init(&m, RDZV_PROTO_KV_GET);
   snprintf(m.u.kv.key, sizeof m.u.kv.key, "k");
   m.u.kv.wait = -1;
   ck_assert_int_eq(encode_rc(&m), -EINVAL);
 
-  msg_init(&m, RP_ROUND);
+  msg_init(&m, RDZV_PROTO_ROUND);
   snprintf(m.u.round.master_addr, sizeof m.u.round.master_addr, "h");
   m.u.round.group_world_size = 2;
   m.u.round.world_size = 2;
@@ -1526,7 +1537,7 @@ START_TEST(encode_refuses_invalid)
   m.u.round.group_rank = 1;
   ck_assert_int_eq(encode_rc(&m), 0);
 
-  msg_init(&m, RP_STATUS_REPLY);
+  msg_init(&m, RDZV_PROTO_STATUS_REPLY);
   ck_assert_int_eq(encode_rc(&m), -EINVAL);             /* NULL */
   m.u.status_json = js;
   snprintf(js, sizeof js, "[1]");
@@ -1544,20 +1555,20 @@ END_TEST
 
 START_TEST(encode_too_large)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   size_t over, n;
   char *frame, *js;
 
   /* The body around the status object: {"a":""} is 8 bytes of it. */
-  msg_init(&m, RP_STATUS_REPLY);
+  msg_init(&m, RDZV_PROTO_STATUS_REPLY);
   m.u.status_json = (char *)"{\"a\":\"\"}";
-  ck_assert_int_eq(rp_encode(&m, &frame, &over), 0);
+  ck_assert_int_eq(rdzv_proto_encode(&m, &frame, &over), 0);
   free(frame);
-  over -= RP_FRAME_HEADER;
+  over -= RDZV_PROTO_FRAME_HEADER;
   ck_assert_uint_eq(over, strlen("{\"v\":2,\"op\":\"status_reply\","
                                  "\"status\":{\"a\":\"\"}}"));
   /* A string filling the body exactly fits; one byte more does not. */
-  n = RP_MAX_FRAME - over;
+  n = RDZV_PROTO_MAX_FRAME - over;
   js = malloc(n + 16);
   ck_assert_ptr_nonnull(js);
   memcpy(js, "{\"a\":\"", 6);
@@ -1566,11 +1577,11 @@ START_TEST(encode_too_large)
   m.u.status_json = js;
   ck_assert_int_eq(encode_rc(&m), -EMSGSIZE);
   memcpy(js + 6 + n, "\"}", 3);
-  ck_assert_int_eq(rp_encode(&m, &frame, &over), 0);
-  ck_assert_uint_eq(over, RP_FRAME_HEADER + RP_MAX_FRAME);
-  ck_assert_ok(decode_n(frame + RP_FRAME_HEADER, RP_MAX_FRAME));
+  ck_assert_int_eq(rdzv_proto_encode(&m, &frame, &over), 0);
+  ck_assert_uint_eq(over, RDZV_PROTO_FRAME_HEADER + RDZV_PROTO_MAX_FRAME);
+  ck_assert_ok(decode_n(frame + RDZV_PROTO_FRAME_HEADER, RDZV_PROTO_MAX_FRAME));
   ck_assert_uint_eq(strlen(M.u.status_json), n + 8);
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
   free(frame);
   free(js);
 }
@@ -1578,32 +1589,32 @@ END_TEST
 
 static void teardown(void)
 {
-  rp_msg_free(&M);
+  rdzv_proto_msg_free(&M);
 }
 
 /* ---- the frame loop (rp_frames.c) ---- */
 
 static int frames_seen;
 
-static int count_frame(void *ctx, struct rp_msg *m)
+static int count_frame(void *ctx, struct rdzv_proto_msg *m)
 {
   int stop_after = *(int *)ctx;
 
-  ck_assert_int_eq(m->op, RP_KEEPALIVE);
+  ck_assert_int_eq(m->op, RDZV_PROTO_KEEPALIVE);
   return ++frames_seen == stop_after;
 }
 
 START_TEST(frames_read_loop)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char *f, buf[256], why[128];
   size_t len, used;
   int never = -1, one = 1;
   ssize_t rc;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_KEEPALIVE;
-  ck_assert_int_eq(rp_encode(&m, &f, &len), 0);
+  m.op = RDZV_PROTO_KEEPALIVE;
+  ck_assert_int_eq(rdzv_proto_encode(&m, &f, &len), 0);
   ck_assert_uint_lt(3 * len, sizeof buf);
   memcpy(buf, f, len);
   memcpy(buf + len, f, len);

@@ -31,10 +31,10 @@ static void unhex(const char *hex, unsigned char *out, size_t n)
 static void kat(const void *key, size_t keylen, const void *data,
                 size_t datalen, const char *want_hex)
 {
-  unsigned char want[RP_AUTH_BYTES], got[RP_AUTH_BYTES];
+  unsigned char want[RDZV_PROTO_AUTH_BYTES], got[RDZV_PROTO_AUTH_BYTES];
 
   unhex(want_hex, want, sizeof want);
-  ck_assert_int_eq(ra_hmac(key, keylen, data, datalen, got), 0);
+  ck_assert_int_eq(rdzv_auth_hmac(key, keylen, data, datalen, got), 0);
   ck_assert_mem_eq(got, want, sizeof want);
 }
 
@@ -64,9 +64,10 @@ END_TEST
 /* The proofs are HMAC(K, label | Nc | Ns), with a label per direction. */
 START_TEST(mac_layout)
 {
-  struct ra_secret k;
-  unsigned char nc[RP_AUTH_BYTES], ns[RP_AUTH_BYTES], msg[19 + 64];
-  unsigned char a[RP_AUTH_BYTES], b[RP_AUTH_BYTES];
+  struct rdzv_auth_secret k;
+  unsigned char nc[RDZV_PROTO_AUTH_BYTES], ns[RDZV_PROTO_AUTH_BYTES],
+      msg[19 + 64];
+  unsigned char a[RDZV_PROTO_AUTH_BYTES], b[RDZV_PROTO_AUTH_BYTES];
 
   memset(&k, 0, sizeof k);
   memcpy(k.key, "0123456789abcdef0123", 20);
@@ -76,20 +77,20 @@ START_TEST(mac_layout)
   memcpy(msg, "cdrun-rdzv-2 client", 19);
   memcpy(msg + 19, nc, 32);
   memcpy(msg + 51, ns, 32);
-  ck_assert_int_eq(ra_mac(&k, RA_CLIENT, nc, ns, a), 0);
-  ck_assert_int_eq(ra_hmac(k.key, k.len, msg, sizeof msg, b), 0);
+  ck_assert_int_eq(rdzv_auth_mac(&k, RDZV_AUTH_CLIENT, nc, ns, a), 0);
+  ck_assert_int_eq(rdzv_auth_hmac(k.key, k.len, msg, sizeof msg, b), 0);
   ck_assert_mem_eq(a, b, sizeof a);
   memcpy(msg, "cdrun-rdzv-2 server", 19);
-  ck_assert_int_eq(ra_mac(&k, RA_SERVER, nc, ns, a), 0);
-  ck_assert_int_eq(ra_hmac(k.key, k.len, msg, sizeof msg, b), 0);
+  ck_assert_int_eq(rdzv_auth_mac(&k, RDZV_AUTH_SERVER, nc, ns, a), 0);
+  ck_assert_int_eq(rdzv_auth_hmac(k.key, k.len, msg, sizeof msg, b), 0);
   ck_assert_mem_eq(a, b, sizeof a);
   /* Directions and nonce order are bound. */
-  ck_assert(ra_verify(&k, RA_SERVER, nc, ns, a));
-  ck_assert(!ra_verify(&k, RA_CLIENT, nc, ns, a));
-  ck_assert(!ra_verify(&k, RA_SERVER, ns, nc, a));
+  ck_assert(rdzv_auth_verify(&k, RDZV_AUTH_SERVER, nc, ns, a));
+  ck_assert(!rdzv_auth_verify(&k, RDZV_AUTH_CLIENT, nc, ns, a));
+  ck_assert(!rdzv_auth_verify(&k, RDZV_AUTH_SERVER, ns, nc, a));
   /* Fresh nonces differ. */
-  ck_assert_int_eq(ra_nonce(nc), 0);
-  ck_assert_int_eq(ra_nonce(ns), 0);
+  ck_assert_int_eq(rdzv_auth_nonce(nc), 0);
+  ck_assert_int_eq(rdzv_auth_nonce(ns), 0);
   ck_assert_mem_ne(nc, ns, sizeof nc);
 }
 END_TEST
@@ -129,9 +130,9 @@ static const char *write_file(const char *name, const void *data,
 
 static void refused(const char *path, int want_rc, const char *needle)
 {
-  struct ra_secret k;
+  struct rdzv_auth_secret k;
   char err[512];
-  int rc = ra_secret_load(path, &k, err, sizeof err);
+  int rc = rdzv_auth_secret_load(path, &k, err, sizeof err);
 
   ck_assert_msg(rc == want_rc, "%s: rc %d, want %d (%s)", path, rc, want_rc,
                 err);
@@ -144,7 +145,7 @@ static void refused(const char *path, int want_rc, const char *needle)
 START_TEST(token_key_file_made_once)
 {
   char kdir[] = "/tmp/tkXXXXXX", path[64], err[256];
-  struct ra_secret a, b;
+  struct rdzv_auth_secret a, b;
   struct stat st;
 
   ck_assert_ptr_nonnull(mkdtemp(kdir));
@@ -168,25 +169,25 @@ END_TEST
 
 START_TEST(secret_file_good)
 {
-  struct ra_secret k;
+  struct rdzv_auth_secret k;
   char err[512];
   const char *p;
 
   p = write_file("s", "0123456789abcdef\n", 17, 0600);
-  ck_assert_int_eq(ra_secret_load(p, &k, err, sizeof err), 0);
+  ck_assert_int_eq(rdzv_auth_secret_load(p, &k, err, sizeof err), 0);
   ck_assert_uint_eq(k.len, 16);   /* the newline is not part of it */
   ck_assert_mem_eq(k.key, "0123456789abcdef", 16);
   p = write_file("crlf", "0123456789abcdefXY\r\n", 20, 0400);
-  ck_assert_int_eq(ra_secret_load(p, &k, err, sizeof err), 0);
+  ck_assert_int_eq(rdzv_auth_secret_load(p, &k, err, sizeof err), 0);
   ck_assert_uint_eq(k.len, 18);
-  ra_secret_clear(&k);
+  rdzv_auth_secret_clear(&k);
   ck_assert_uint_eq(k.len, 0);
 }
 END_TEST
 
 START_TEST(secret_file_refused)
 {
-  char big[RA_MAX_SECRET + 8];
+  char big[RDZV_AUTH_MAX_SECRET + 8];
 
   refused(write_file("g", "0123456789abcdef", 16, 0640), -EPERM,
           "permissions 0640 are too open");
@@ -207,7 +208,7 @@ END_TEST
 
 /* ---- the handshake, both sides, no sockets ---- */
 
-static struct ra_secret K1, K2;
+static struct rdzv_auth_secret K1, K2;
 
 static void keys(void)
 {
@@ -221,55 +222,56 @@ static void keys(void)
 
 /* Runs a handshake of a client knowing kc against a server knowing ks;
  * returns the client's last rc (0: both sides done). */
-static int handshake(const struct ra_secret *kc, const struct ra_secret *ks,
-                     enum ra_verdict *last, char *why)
+static int handshake(const struct rdzv_auth_secret *kc,
+                     const struct rdzv_auth_secret *ks,
+                     enum rdzv_auth_verdict *last, char *why)
 {
-  struct ra_client c;
-  struct ra_server s;
-  struct rp_msg m, reply, back;
+  struct rdzv_auth_client c;
+  struct rdzv_auth_server s;
+  struct rdzv_proto_msg m, reply, back;
   char err[512];
   int rc;
 
   memset(&s, 0, sizeof s);
-  ck_assert_int_eq(ra_client_hello(&c, &m), 0);
-  ck_assert_int_eq(m.op, RP_HELLO);
-  *last = ra_server_step(&s, ks, &m, &reply, why, 256);
-  if (*last != RA_REPLY)
-    return ra_client_step(&c, kc, &reply, &back, err, sizeof err);
-  ck_assert_int_eq(reply.op, RP_CHALLENGE);
-  rc = ra_client_step(&c, kc, &reply, &back, err, sizeof err);
+  ck_assert_int_eq(rdzv_auth_client_hello(&c, &m), 0);
+  ck_assert_int_eq(m.op, RDZV_PROTO_HELLO);
+  *last = rdzv_auth_server_step(&s, ks, &m, &reply, why, 256);
+  if (*last != RDZV_AUTH_REPLY)
+    return rdzv_auth_client_step(&c, kc, &reply, &back, err, sizeof err);
+  ck_assert_int_eq(reply.op, RDZV_PROTO_CHALLENGE);
+  rc = rdzv_auth_client_step(&c, kc, &reply, &back, err, sizeof err);
   ck_assert_int_eq(rc, 1);
-  ck_assert_int_eq(back.op, RP_AUTH);
-  *last = ra_server_step(&s, ks, &back, &reply, why, 256);
-  rc = ra_client_step(&c, kc, &reply, &m, err, sizeof err);
+  ck_assert_int_eq(back.op, RDZV_PROTO_AUTH);
+  *last = rdzv_auth_server_step(&s, ks, &back, &reply, why, 256);
+  rc = rdzv_auth_client_step(&c, kc, &reply, &m, err, sizeof err);
   if (rc == 0) {
-    ck_assert_int_eq(s.state, RA_S_DONE);
-    ck_assert_int_eq(c.state, RA_C_DONE);
+    ck_assert_int_eq(s.state, RDZV_AUTH_S_DONE);
+    ck_assert_int_eq(c.state, RDZV_AUTH_C_DONE);
   } else {
-    ck_assert_msg(strstr(err, RA_REFUSED), "%s", err);
+    ck_assert_msg(strstr(err, RDZV_AUTH_REFUSED), "%s", err);
   }
   return rc;
 }
 
 START_TEST(handshake_ok)
 {
-  enum ra_verdict v;
+  enum rdzv_auth_verdict v;
   char why[256];
 
   keys();
   ck_assert_int_eq(handshake(&K1, &K1, &v, why), 0);
-  ck_assert_int_eq(v, RA_REPLY);
+  ck_assert_int_eq(v, RDZV_AUTH_REPLY);
 }
 END_TEST
 
 START_TEST(handshake_wrong_secret)
 {
-  enum ra_verdict v;
+  enum rdzv_auth_verdict v;
   char why[256];
 
   keys();
   ck_assert_int_eq(handshake(&K2, &K1, &v, why), -EACCES);
-  ck_assert_int_eq(v, RA_REFUSE);
+  ck_assert_int_eq(v, RDZV_AUTH_REFUSE);
   ck_assert_str_eq(why, "wrong shared secret");
 }
 END_TEST
@@ -277,44 +279,44 @@ END_TEST
 /* Without a secret on one side: a clear refusal either way. */
 START_TEST(handshake_secret_on_one_side)
 {
-  struct ra_server s;
-  struct rp_msg m, reply;
-  enum ra_verdict v;
+  struct rdzv_auth_server s;
+  struct rdzv_proto_msg m, reply;
+  enum rdzv_auth_verdict v;
   char why[256];
 
   keys();
   /* The client has one, the server has none. */
   ck_assert_int_eq(handshake(&K1, NULL, &v, why), -EACCES);
-  ck_assert_int_eq(v, RA_REFUSE);
+  ck_assert_int_eq(v, RDZV_AUTH_REFUSE);
   ck_assert_ptr_nonnull(strstr(why, "this server has none"));
   /* The server has one; the client sends a join at once. */
   memset(&s, 0, sizeof s);
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
-  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
-                   RA_REFUSE);
-  ck_assert_int_eq(reply.op, RP_ERROR);
-  ck_assert_int_eq(reply.u.text.code, RP_ERR_AUTH);
+  m.op = RDZV_PROTO_JOIN;
+  ck_assert_int_eq(rdzv_auth_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RDZV_AUTH_REFUSE);
+  ck_assert_int_eq(reply.op, RDZV_PROTO_ERROR);
+  ck_assert_int_eq(reply.u.text.code, RDZV_PROTO_ERR_AUTH);
   ck_assert_str_eq(reply.u.text.message,
                    "this server requires a shared secret");
   /* A status query is no exception. */
   memset(&s, 0, sizeof s);
-  m.op = RP_STATUS;
-  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
-                   RA_REFUSE);
+  m.op = RDZV_PROTO_STATUS;
+  ck_assert_int_eq(rdzv_auth_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RDZV_AUTH_REFUSE);
   /* Neither side has one: everything passes. */
   memset(&s, 0, sizeof s);
-  ck_assert_int_eq(ra_server_step(&s, NULL, &m, &reply, why, sizeof why),
-                   RA_PASS);
+  ck_assert_int_eq(rdzv_auth_server_step(&s, NULL, &m, &reply, why, sizeof why),
+                   RDZV_AUTH_PASS);
 }
 END_TEST
 
 /* One bit flipped in either proof is refused. */
 START_TEST(handshake_tampered)
 {
-  struct ra_client c;
-  struct ra_server s;
-  struct rp_msg m, reply, back;
+  struct rdzv_auth_client c;
+  struct rdzv_auth_server s;
+  struct rdzv_proto_msg m, reply, back;
   char why[256], err[512];
   int bit;
 
@@ -322,26 +324,28 @@ START_TEST(handshake_tampered)
   for (bit = 0; bit < 256; bit += 37) {
     /* The client's proof. */
     memset(&s, 0, sizeof s);
-    ck_assert_int_eq(ra_client_hello(&c, &m), 0);
-    ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
-                     RA_REPLY);
-    ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err,
+    ck_assert_int_eq(rdzv_auth_client_hello(&c, &m), 0);
+    ck_assert_int_eq(
+        rdzv_auth_server_step(&s, &K1, &m, &reply, why, sizeof why),
+        RDZV_AUTH_REPLY);
+    ck_assert_int_eq(rdzv_auth_client_step(&c, &K1, &reply, &back, err,
                                     sizeof err), 1);
     back.u.auth.mac[bit / 8] ^= (unsigned char)(1u << (bit % 8));
-    ck_assert_int_eq(ra_server_step(&s, &K1, &back, &reply, why,
-                                    sizeof why), RA_REFUSE);
+    ck_assert_int_eq(rdzv_auth_server_step(&s, &K1, &back, &reply, why,
+                                    sizeof why), RDZV_AUTH_REFUSE);
     /* The server's proof. */
     memset(&s, 0, sizeof s);
-    ck_assert_int_eq(ra_client_hello(&c, &m), 0);
-    ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
-                     RA_REPLY);
-    ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err,
+    ck_assert_int_eq(rdzv_auth_client_hello(&c, &m), 0);
+    ck_assert_int_eq(
+        rdzv_auth_server_step(&s, &K1, &m, &reply, why, sizeof why),
+        RDZV_AUTH_REPLY);
+    ck_assert_int_eq(rdzv_auth_client_step(&c, &K1, &reply, &back, err,
                                     sizeof err), 1);
-    ck_assert_int_eq(ra_server_step(&s, &K1, &back, &reply, why,
-                                    sizeof why), RA_REPLY);
-    ck_assert_int_eq(reply.op, RP_AUTH_OK);
+    ck_assert_int_eq(rdzv_auth_server_step(&s, &K1, &back, &reply, why,
+                                    sizeof why), RDZV_AUTH_REPLY);
+    ck_assert_int_eq(reply.op, RDZV_PROTO_AUTH_OK);
     reply.u.auth.mac[bit / 8] ^= (unsigned char)(1u << (bit % 8));
-    ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err,
+    ck_assert_int_eq(rdzv_auth_client_step(&c, &K1, &reply, &back, err,
                                     sizeof err), -EACCES);
     ck_assert_ptr_nonnull(strstr(err, "did not prove"));
   }
@@ -352,49 +356,53 @@ END_TEST
  * and a server that reflects the client's nonce is caught. */
 START_TEST(handshake_replay_and_reflection)
 {
-  struct ra_client c;
-  struct ra_server s;
-  struct rp_msg m, reply, proof, back;
+  struct rdzv_auth_client c;
+  struct rdzv_auth_server s;
+  struct rdzv_proto_msg m, reply, proof, back;
   char why[256], err[512];
 
   keys();
   memset(&s, 0, sizeof s);
-  ck_assert_int_eq(ra_client_hello(&c, &m), 0);
-  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
-                   RA_REPLY);
-  ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &proof, err, sizeof err),
-                   1);
+  ck_assert_int_eq(rdzv_auth_client_hello(&c, &m), 0);
+  ck_assert_int_eq(rdzv_auth_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RDZV_AUTH_REPLY);
+  ck_assert_int_eq(
+      rdzv_auth_client_step(&c, &K1, &reply, &proof, err, sizeof err), 1);
   /* Replay the same hello and proof to a new connection. */
   memset(&s, 0, sizeof s);
-  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
-                   RA_REPLY);
-  ck_assert_int_eq(ra_server_step(&s, &K1, &proof, &reply, why, sizeof why),
-                   RA_REFUSE);
+  ck_assert_int_eq(rdzv_auth_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RDZV_AUTH_REPLY);
+  ck_assert_int_eq(
+      rdzv_auth_server_step(&s, &K1, &proof, &reply, why, sizeof why),
+      RDZV_AUTH_REFUSE);
   /* Reflection: the challenge carries the client's own nonce. */
-  ck_assert_int_eq(ra_client_hello(&c, &m), 0);
+  ck_assert_int_eq(rdzv_auth_client_hello(&c, &m), 0);
   reply = m;
-  reply.op = RP_CHALLENGE;
-  ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err, sizeof err),
-                   -EACCES);
+  reply.op = RDZV_PROTO_CHALLENGE;
+  ck_assert_int_eq(
+      rdzv_auth_client_step(&c, &K1, &reply, &back, err, sizeof err), -EACCES);
   ck_assert_ptr_nonnull(strstr(err, "reflected"));
   /* Out of order: auth before hello; hello after success. */
   memset(&s, 0, sizeof s);
-  ck_assert_int_eq(ra_server_step(&s, &K1, &proof, &reply, why, sizeof why),
-                   RA_REFUSE);
+  ck_assert_int_eq(
+      rdzv_auth_server_step(&s, &K1, &proof, &reply, why, sizeof why),
+      RDZV_AUTH_REFUSE);
 }
 END_TEST
 
 START_TEST(preauth_frame_limit)
 {
-  struct ra_server s;
+  struct rdzv_auth_server s;
 
   keys();
   memset(&s, 0, sizeof s);
-  ck_assert(!ra_server_frame_too_big(&s, &K1, RA_PREAUTH_MAX_FRAME));
-  ck_assert(ra_server_frame_too_big(&s, &K1, RA_PREAUTH_MAX_FRAME + 1));
-  ck_assert(!ra_server_frame_too_big(&s, NULL, RP_MAX_FRAME));
-  s.state = RA_S_DONE;
-  ck_assert(!ra_server_frame_too_big(&s, &K1, RP_MAX_FRAME));
+  ck_assert(
+      !rdzv_auth_server_frame_too_big(&s, &K1, RDZV_AUTH_PREAUTH_MAX_FRAME));
+  ck_assert(
+      rdzv_auth_server_frame_too_big(&s, &K1, RDZV_AUTH_PREAUTH_MAX_FRAME + 1));
+  ck_assert(!rdzv_auth_server_frame_too_big(&s, NULL, RDZV_PROTO_MAX_FRAME));
+  s.state = RDZV_AUTH_S_DONE;
+  ck_assert(!rdzv_auth_server_frame_too_big(&s, &K1, RDZV_PROTO_MAX_FRAME));
 }
 END_TEST
 
@@ -402,38 +410,42 @@ END_TEST
 
 START_TEST(codec_hex_fields)
 {
-  struct rp_msg m, d;
+  struct rdzv_proto_msg m, d;
   char *frame, err[256];
   size_t len;
   int i;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_HELLO;
-  for (i = 0; i < RP_AUTH_BYTES; i++)
+  m.op = RDZV_PROTO_HELLO;
+  for (i = 0; i < RDZV_PROTO_AUTH_BYTES; i++)
     m.u.auth.nonce[i] = (unsigned char)(i * 9);
-  ck_assert_int_eq(rp_encode(&m, &frame, &len), 0);
-  ck_assert_uint_le(len - RP_FRAME_HEADER, RA_PREAUTH_MAX_FRAME);
-  ck_assert_int_eq(rp_decode(frame + RP_FRAME_HEADER, len - RP_FRAME_HEADER,
-                             &d, err, sizeof err), 0);
-  ck_assert_int_eq(d.op, RP_HELLO);
-  ck_assert_mem_eq(d.u.auth.nonce, m.u.auth.nonce, RP_AUTH_BYTES);
+  ck_assert_int_eq(rdzv_proto_encode(&m, &frame, &len), 0);
+  ck_assert_uint_le(len - RDZV_PROTO_FRAME_HEADER, RDZV_AUTH_PREAUTH_MAX_FRAME);
+  ck_assert_int_eq(rdzv_proto_decode(frame + RDZV_PROTO_FRAME_HEADER,
+                                     len - RDZV_PROTO_FRAME_HEADER, &d, err,
+                                     sizeof err),
+                   0);
+  ck_assert_int_eq(d.op, RDZV_PROTO_HELLO);
+  ck_assert_mem_eq(d.u.auth.nonce, m.u.auth.nonce, RDZV_PROTO_AUTH_BYTES);
   ck_assert_ptr_nonnull(memmem(frame, len, "\"nonce\":\"0009121b", 17));
   free(frame);
-  ck_assert_int_eq(rp_decode("{\"v\":2,\"op\":\"auth\",\"mac\":\"00\"}", 30,
-                             &d, err, sizeof err), -EINVAL);
+  ck_assert_int_eq(rdzv_proto_decode("{\"v\":2,\"op\":\"auth\",\"mac\":\"00\"}",
+                                     30, &d, err, sizeof err),
+                   -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "auth.mac: expected 64 hex digits"));
   {
     char body[160];
 
     snprintf(body, sizeof body, "{\"v\":2,\"op\":\"challenge\",\"nonce\":"
              "\"%064d\"}", 0);
-    ck_assert_int_eq(rp_decode(body, strlen(body), &d, err, sizeof err), 0);
+    ck_assert_int_eq(rdzv_proto_decode(body, strlen(body), &d, err, sizeof err),
+                     0);
     body[40] = 'A';
-    ck_assert_int_eq(rp_decode(body, strlen(body), &d, err, sizeof err),
+    ck_assert_int_eq(rdzv_proto_decode(body, strlen(body), &d, err, sizeof err),
                      -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "not lowercase hex"));
   }
-  ck_assert_int_eq(rp_decode("{\"v\":2,\"op\":\"hello\"}", 20, &d, err,
+  ck_assert_int_eq(rdzv_proto_decode("{\"v\":2,\"op\":\"hello\"}", 20, &d, err,
                              sizeof err), -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "hello.nonce: missing"));
 }
@@ -444,26 +456,27 @@ END_TEST
  * holds, and not as a wrong secret. */
 START_TEST(auth_read_with_hello)
 {
-  struct ra_client c;
-  struct ra_server s;
-  struct rp_msg m, reply, back;
+  struct rdzv_auth_client c;
+  struct rdzv_auth_server s;
+  struct rdzv_proto_msg m, reply, back;
   char err[512], why[256];
 
   keys();
   memset(&s, 0, sizeof s);
-  ck_assert_int_eq(ra_client_hello(&c, &m), 0);
-  ck_assert_int_eq(ra_server_step(&s, &K1, &m, &reply, why, sizeof why),
-                   RA_REPLY);
-  ck_assert_int_eq(ra_client_step(&c, &K1, &reply, &back, err, sizeof err),
-                   1);
+  ck_assert_int_eq(rdzv_auth_client_hello(&c, &m), 0);
+  ck_assert_int_eq(rdzv_auth_server_step(&s, &K1, &m, &reply, why, sizeof why),
+                   RDZV_AUTH_REPLY);
+  ck_assert_int_eq(
+      rdzv_auth_client_step(&c, &K1, &reply, &back, err, sizeof err), 1);
   s.read_with_hello = true;
-  ck_assert_int_eq(ra_server_step(&s, &K1, &back, &reply, why, sizeof why),
-                   RA_REFUSE);
-  ck_assert_int_eq(reply.op, RP_ERROR);
-  ck_assert_int_eq(reply.u.text.code, RP_ERR_AUTH);
+  ck_assert_int_eq(
+      rdzv_auth_server_step(&s, &K1, &back, &reply, why, sizeof why),
+      RDZV_AUTH_REFUSE);
+  ck_assert_int_eq(reply.op, RDZV_PROTO_ERROR);
+  ck_assert_int_eq(reply.u.text.code, RDZV_PROTO_ERR_AUTH);
   ck_assert_str_eq(reply.u.text.message, "auth sent before the challenge");
   ck_assert_msg(strstr(why, "pipelined behind hello"), "%s", why);
-  ck_assert_int_ne(s.state, RA_S_DONE);
+  ck_assert_int_ne(s.state, RDZV_AUTH_S_DONE);
 }
 END_TEST
 

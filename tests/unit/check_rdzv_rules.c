@@ -257,16 +257,16 @@ static int node_of(void *conn)
   return (int)((char *)conn - conns);
 }
 
-static void rd_send(void *ctx, void *conn, const struct rp_msg *m)
+static void rd_send(void *ctx, void *conn, const struct rdzv_proto_msg *m)
 {
   int i = node_of(conn);
 
   (void)ctx;
-  if (m->op == RP_ROUND) {
+  if (m->op == RDZV_PROTO_ROUND) {
     rd.rank[i] = m->u.round.group_rank;
     rd.restart_count = m->u.round.restart_count;
-  } else if (m->op == RP_RESTART || m->op == RP_CLOSED ||
-             m->op == RP_ERROR) {
+  } else if (m->op == RDZV_PROTO_RESTART || m->op == RDZV_PROTO_CLOSED ||
+             m->op == RDZV_PROTO_ERROR) {
     rd.rank[i] = -1;
   }
 }
@@ -295,17 +295,17 @@ static void rd_stop(void)
 
 static int rd_join(int i, const struct rdzv_rules_conf *c)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   snprintf(m.u.join.id, sizeof m.u.join.id, "job");
   snprintf(m.u.join.host, sizeof m.u.join.host, "h%d", i);
   snprintf(m.u.join.addr, sizeof m.u.join.addr, "10.0.0.%d", i + 1);
   m.u.join.pid = 1000 + i;
   m.u.join.nproc = 1;
   m.u.join.master_port = 29500 + i;
-  rp_conf_default(&m.u.join.conf);
+  rdzv_proto_conf_default(&m.u.join.conf);
   m.u.join.conf.min_nodes = c->min_nodes;
   m.u.join.conf.max_nodes = c->max_nodes;
   m.u.join.conf.max_restarts = c->max_restarts;
@@ -319,10 +319,10 @@ static int rd_join(int i, const struct rdzv_rules_conf *c)
 
 static void rd_failure(int i, bool final)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_FAILURE;
+  m.op = RDZV_PROTO_FAILURE;
   m.u.failure.final = final;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "rank %d", i);
   ck_assert_int_eq(rdzv_state_handle(rd.r, &conns[i], &m, rd.now), 0);

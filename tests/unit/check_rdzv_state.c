@@ -21,7 +21,7 @@ static char conn_mem[NCONN];
 /* What the machine sent, dropped and logged (the recording sink). */
 struct sent {
   void *conn;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 };
 
 static struct {
@@ -34,11 +34,11 @@ static struct {
   bool encode;          /* check every message with the wire encoder */
   /* The last token each connection was given (ROUND or WAITING): what
    * its agent would present in a RESUME.  clear() keeps them. */
-  unsigned char tok[NCONN][RP_TOKEN_BYTES];
+  unsigned char tok[NCONN][RDZV_PROTO_TOKEN_BYTES];
 } rec;
 
 static struct rdzv_state *R;
-static struct rp_conf CF;   /* the configuration join() offers */
+static struct rdzv_proto_conf CF;   /* the configuration join() offers */
 
 static void *grow(void *p, size_t *cap, size_t n, size_t size)
 {
@@ -50,7 +50,7 @@ static void *grow(void *p, size_t *cap, size_t n, size_t size)
   return p;
 }
 
-static void rec_send(void *ctx, void *conn, const struct rp_msg *m)
+static void rec_send(void *ctx, void *conn, const struct rdzv_proto_msg *m)
 {
   struct sent *s;
   char *out;
@@ -59,30 +59,30 @@ static void rec_send(void *ctx, void *conn, const struct rp_msg *m)
 
   (void)ctx;
   if (rec.encode) {
-    rc = rp_encode(m, &out, &len);
+    rc = rdzv_proto_encode(m, &out, &len);
     ck_assert_msg(rc == 0, "op %d does not encode: %d", (int)m->op, rc);
     free(out);
   }
   for (size_t i = 0; i < NCONN; i++) {
-    const unsigned char *t = m->op == RP_ROUND ? m->u.round.token
-                             : m->op == RP_WAITING ? m->u.waiting.token
+    const unsigned char *t = m->op == RDZV_PROTO_ROUND ? m->u.round.token
+                             : m->op == RDZV_PROTO_WAITING ? m->u.waiting.token
                              : NULL;
 
-    if (conn == CONN(i) && t && !rp_token_none(t))
-      memcpy(rec.tok[i], t, RP_TOKEN_BYTES);
+    if (conn == CONN(i) && t && !rdzv_proto_token_none(t))
+      memcpy(rec.tok[i], t, RDZV_PROTO_TOKEN_BYTES);
   }
   rec.msgs = grow(rec.msgs, &rec.cap, rec.n, sizeof(*rec.msgs));
   s = &rec.msgs[rec.n++];
   s->conn = conn;
   s->m = *m;
   /* The sink must copy heap parts during the call. */
-  if (m->op == RP_KV_VALUE) {
+  if (m->op == RDZV_PROTO_KV_VALUE) {
     s->m.u.kv.value = malloc(m->u.kv.value_len + 1);
     ck_assert_ptr_nonnull(s->m.u.kv.value);
     if (m->u.kv.value_len)
       memcpy(s->m.u.kv.value, m->u.kv.value, m->u.kv.value_len);
     s->m.u.kv.value[m->u.kv.value_len] = '\0';
-  } else if (m->op == RP_STATUS_REPLY) {
+  } else if (m->op == RDZV_PROTO_STATUS_REPLY) {
     s->m.u.status_json = strdup(m->u.status_json);
     ck_assert_ptr_nonnull(s->m.u.status_json);
   }
@@ -113,20 +113,20 @@ static void clear(void)
   size_t i;
 
   for (i = 0; i < rec.n; i++) {
-    if (rec.msgs[i].m.op == RP_KV_VALUE)
+    if (rec.msgs[i].m.op == RDZV_PROTO_KV_VALUE)
       free(rec.msgs[i].m.u.kv.value);
-    else if (rec.msgs[i].m.op == RP_STATUS_REPLY)
+    else if (rec.msgs[i].m.op == RDZV_PROTO_STATUS_REPLY)
       free(rec.msgs[i].m.u.status_json);
   }
   rec.n = 0;
   rec.nd = 0;
 }
 
-static struct rp_conf conf_of(int min, int max)
+static struct rdzv_proto_conf conf_of(int min, int max)
 {
-  struct rp_conf cf;
+  struct rdzv_proto_conf cf;
 
-  rp_conf_default(&cf);
+  rdzv_proto_conf_default(&cf);
   cf.min_nodes = min;
   cf.max_nodes = max;
   /* Long enough that only the keepalive tests ever see a death. */
@@ -164,10 +164,10 @@ static void teardown(void)
 static int join_job(int i, const char *id, const char *addr, int nproc,
                     double now)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   snprintf(m.u.join.id, sizeof m.u.join.id, "%s", id);
   if (addr)
     snprintf(m.u.join.addr, sizeof m.u.join.addr, "%s", addr);
@@ -177,7 +177,7 @@ static int join_job(int i, const char *id, const char *addr, int nproc,
   m.u.join.pid = 1000 + i;
   m.u.join.nproc = nproc;
   m.u.join.master_port = 29500 + i;
-  m.u.join.reason = RP_REASON_FIRST;
+  m.u.join.reason = RDZV_PROTO_REASON_FIRST;
   m.u.join.conf = CF;
   return rdzv_state_handle(R, CONN(i), &m, now);
 }
@@ -187,9 +187,9 @@ static int join(int i, int nproc, double now)
   return join_job(i, "job1", NULL, nproc, now);
 }
 
-static int op(int i, enum rp_op o, double now)
+static int op(int i, enum rdzv_proto_op o, double now)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
   m.op = o;
@@ -198,10 +198,10 @@ static int op(int i, enum rp_op o, double now)
 
 static int failure(int i, bool final, const char *msg, double now)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_FAILURE;
+  m.op = RDZV_PROTO_FAILURE;
   m.u.failure.final = final;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s", msg);
   return rdzv_state_handle(R, CONN(i), &m, now);
@@ -211,10 +211,10 @@ static int failure(int i, bool final, const char *msg, double now)
 static int failure_at(int i, bool final, const char *msg, double now,
                       double exited_at, int rank, int exitcode)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_FAILURE;
+  m.op = RDZV_PROTO_FAILURE;
   m.u.failure.final = final;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "%s", msg);
   m.u.failure.cause.exited_at = exited_at;
@@ -226,19 +226,19 @@ static int failure_at(int i, bool final, const char *msg, double now,
 
 static int barrier(int i, const char *name, int round, double now)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_BARRIER;
+  m.op = RDZV_PROTO_BARRIER;
   snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "%s", name);
   m.u.barrier.round = round;
   return rdzv_state_handle(R, CONN(i), &m, now);
 }
 
-static int kv(int i, enum rp_op o, const char *key, const char *value,
+static int kv(int i, enum rdzv_proto_op o, const char *key, const char *value,
               int64_t delta, double wait, double now)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
   m.op = o;
@@ -252,7 +252,7 @@ static int kv(int i, enum rp_op o, const char *key, const char *value,
 
 /* ---- looking at what was recorded ---- */
 
-static int count(int i, enum rp_op o)
+static int count(int i, enum rdzv_proto_op o)
 {
   size_t k;
   int n = 0;
@@ -262,7 +262,7 @@ static int count(int i, enum rp_op o)
   return n;
 }
 
-static int total(enum rp_op o)
+static int total(enum rdzv_proto_op o)
 {
   size_t k;
   int n = 0;
@@ -273,7 +273,7 @@ static int total(enum rp_op o)
 }
 
 /* The last message of op o to node i; fails the test if there is none. */
-static const struct rp_msg *last(int i, enum rp_op o)
+static const struct rdzv_proto_msg *last(int i, enum rdzv_proto_op o)
 {
   size_t k;
 
@@ -307,7 +307,7 @@ static bool logged(const char *s)
 static void assert_round(int i, int round, int rank, int gws, int offset,
                          int world, int master)
 {
-  const struct rp_msg *m = last(i, RP_ROUND);
+  const struct rdzv_proto_msg *m = last(i, RDZV_PROTO_ROUND);
   char addr[32];
 
   snprintf(addr, sizeof addr, "10.0.0.%d", master + 1);
@@ -320,9 +320,9 @@ static void assert_round(int i, int round, int rank, int gws, int offset,
   ck_assert_int_eq(m->u.round.master_port, 29500 + master);
 }
 
-static void assert_error(int i, enum rp_error_code code)
+static void assert_error(int i, enum rdzv_proto_error_code code)
 {
-  ck_assert_int_eq(last(i, RP_ERROR)->u.text.code, code);
+  ck_assert_int_eq(last(i, RDZV_PROTO_ERROR)->u.text.code, code);
 }
 
 /* STATUS from node i, parsed.  Caller frees with cJSON_Delete. */
@@ -330,8 +330,8 @@ static cJSON *status_of(int i, double now)
 {
   cJSON *j;
 
-  ck_assert_int_eq(op(i, RP_STATUS, now), 0);
-  j = cJSON_Parse(last(i, RP_STATUS_REPLY)->u.status_json);
+  ck_assert_int_eq(op(i, RDZV_PROTO_STATUS, now), 0);
+  j = cJSON_Parse(last(i, RDZV_PROTO_STATUS_REPLY)->u.status_json);
   ck_assert_ptr_nonnull(j);
   return j;
 }
@@ -368,8 +368,8 @@ static void running_pair(void)
   CF.max_restarts = 3;
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
-  ck_assert_int_eq(count(A, RP_ROUND), 1);
-  ck_assert_int_eq(count(B, RP_ROUND), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 1);
   clear();
 }
 
@@ -378,10 +378,10 @@ static void running_pair(void)
 START_TEST(single_node_round)
 {
   ck_assert_int_eq(join(A, 4, 0), 0);
-  ck_assert_int_eq(count(A, RP_WAITING), 0);
-  ck_assert_int_eq(count(A, RP_ROUND), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
   assert_round(A, 0, 0, 1, 0, 4, A);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.restart_count, 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 0);
   ck_assert_int_eq(rdzv_state_job_count(R), 1);
   ck_assert_int_eq(rdzv_state_node_count(R), 1);
   ck_assert(logged("job job1: created"));
@@ -392,12 +392,12 @@ END_TEST
 
 START_TEST(last_call_completes_at_deadline)
 {
-  const struct rp_waiting *w;
+  const struct rdzv_proto_waiting *w;
 
   CF = conf_of(2, 4);
   CF.last_call_timeout = 5;
   ck_assert_int_eq(join(A, 3, 0), 0);
-  w = &last(A, RP_WAITING)->u.waiting;
+  w = &last(A, RDZV_PROTO_WAITING)->u.waiting;
   ck_assert_int_eq(w->round, 0);
   ck_assert_int_eq(w->present, 1);
   ck_assert_int_eq(w->min_nodes, 2);
@@ -405,15 +405,15 @@ START_TEST(last_call_completes_at_deadline)
   ck_assert_double_eq(w->deadline, 600);
   ck_assert_double_eq(w->last_call, -1);
   ck_assert_int_eq(join(B, 5, 1), 0);
-  w = &last(B, RP_WAITING)->u.waiting;
+  w = &last(B, RDZV_PROTO_WAITING)->u.waiting;
   ck_assert_int_eq(w->present, 2);
   ck_assert_double_eq(w->last_call, 5);
-  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
   ck_assert_double_le(rdzv_state_tick(R, 5.9), 6);
-  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
   rdzv_state_tick(R, 6);
-  ck_assert_int_eq(count(A, RP_ROUND), 1);
-  ck_assert_int_eq(count(B, RP_ROUND), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 1);
   assert_round(A, 0, 0, 2, 0, 8, A);
   assert_round(B, 0, 1, 2, 3, 8, A);
 }
@@ -423,7 +423,7 @@ START_TEST(max_completes_at_once)
 {
   CF = conf_of(1, 2);
   ck_assert_int_eq(join(A, 1, 0), 0);
-  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
   ck_assert_int_eq(join(B, 2, 1), 0);
   assert_round(A, 0, 0, 2, 0, 3, A);
   assert_round(B, 0, 1, 2, 1, 3, A);
@@ -436,17 +436,18 @@ START_TEST(config_mismatch_refused)
   ck_assert_int_eq(join(A, 1, 0), 0);
   CF = conf_of(1, 4);
   ck_assert_int_lt(join(X, 1, 1), 0);
-  assert_error(X, RP_ERR_CONFIG_MISMATCH);
-  ck_assert_ptr_nonnull(strstr(last(X, RP_ERROR)->u.text.message,
+  assert_error(X, RDZV_PROTO_ERR_CONFIG_MISMATCH);
+  ck_assert_ptr_nonnull(strstr(last(X, RDZV_PROTO_ERROR)->u.text.message,
                                "1..4 differs from job job1's 2..4"));
   ck_assert(dropped(X));
   ck_assert(logged("config mismatch"));
   ck_assert_int_eq(rdzv_state_node_count(R), 1);
-  ck_assert_int_eq(count(A, RP_RESTART) + count(A, RP_ERROR), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART) + count(A, RDZV_PROTO_ERROR),
+                   0);
   /* The job goes on with the right configuration. */
   CF = conf_of(2, 4);
   ck_assert_int_eq(join(B, 1, 2), 0);
-  ck_assert_int_eq(last(B, RP_WAITING)->u.waiting.present, 2);
+  ck_assert_int_eq(last(B, RDZV_PROTO_WAITING)->u.waiting.present, 2);
 }
 END_TEST
 
@@ -457,8 +458,8 @@ START_TEST(max_restarts_mismatch_refused)
   ck_assert_int_eq(join(A, 1, 0), 0);
   CF.max_restarts = 1;
   ck_assert_int_lt(join(X, 1, 1), 0);
-  assert_error(X, RP_ERR_CONFIG_MISMATCH);
-  ck_assert_ptr_nonnull(strstr(last(X, RP_ERROR)->u.text.message,
+  assert_error(X, RDZV_PROTO_ERR_CONFIG_MISMATCH);
+  ck_assert_ptr_nonnull(strstr(last(X, RDZV_PROTO_ERROR)->u.text.message,
                                "max_restarts 1 differs from job job1's 3"));
   ck_assert(dropped(X));
   ck_assert_int_eq(rdzv_state_node_count(R), 1);
@@ -470,25 +471,25 @@ START_TEST(join_sends_progress_once_per_second)
   CF = conf_of(4, 4);
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0.2), 0);
-  ck_assert_int_eq(count(A, RP_WAITING), 1);
-  ck_assert_int_eq(count(B, RP_WAITING), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_WAITING), 1);
   ck_assert_double_eq(rdzv_state_tick(R, 0.5), 1.0);
-  ck_assert_int_eq(count(A, RP_WAITING), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 1);
   rdzv_state_tick(R, 1.0);
-  ck_assert_int_eq(count(A, RP_WAITING), 2);
-  ck_assert_int_eq(count(B, RP_WAITING), 2);
-  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 2);
-  ck_assert_double_eq(last(A, RP_WAITING)->u.waiting.deadline, 599);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 2);
+  ck_assert_int_eq(count(B, RDZV_PROTO_WAITING), 2);
+  ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.present, 2);
+  ck_assert_double_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.deadline, 599);
   ck_assert_int_eq(join(C, 1, 1.5), 0);
   rdzv_state_tick(R, 1.9);
-  ck_assert_int_eq(count(A, RP_WAITING), 2);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 2);
   rdzv_state_tick(R, 2.0);
-  ck_assert_int_eq(count(A, RP_WAITING), 3);
-  ck_assert_int_eq(count(C, RP_WAITING), 2);
-  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 3);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 3);
+  ck_assert_int_eq(count(C, RDZV_PROTO_WAITING), 2);
+  ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.present, 3);
   /* No change, no message. */
   rdzv_state_tick(R, 10);
-  ck_assert_int_eq(count(A, RP_WAITING), 3);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 3);
 }
 END_TEST
 
@@ -506,10 +507,10 @@ START_TEST(death_while_gathering_cancels_last_call)
   ck_assert_str_eq(str(job0(st), "phase"), "gathering");
   cJSON_Delete(st);
   rdzv_state_tick(R, 6);
-  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
   ck_assert_int_eq(join(C, 1, 7), 0);
   rdzv_state_tick(R, 11.9);
-  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
   rdzv_state_tick(R, 12);
   assert_round(A, 0, 0, 2, 0, 2, A);
   assert_round(C, 0, 1, 2, 1, 2, A);
@@ -525,26 +526,26 @@ START_TEST(scale_up_from_waiting_list)
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 1), 0);
   rdzv_state_tick(R, 6);
-  ck_assert_int_eq(total(RP_ROUND), 2);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 2);
   clear();
   ck_assert_int_eq(join(C, 1, 10), 0);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_int_eq(count(B, RP_RESTART), 1);
-  ck_assert_int_eq(count(C, RP_RESTART), 0);
-  ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(C, RDZV_PROTO_RESTART), 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_RESTART)->u.text.message,
                    "node h2 (10.0.0.3, pid 1002) joined");
-  ck_assert_int_eq(count(C, RP_WAITING), 1);
-  ck_assert_int_eq(last(C, RP_WAITING)->u.waiting.round, 1);
+  ck_assert_int_eq(count(C, RDZV_PROTO_WAITING), 1);
+  ck_assert_int_eq(last(C, RDZV_PROTO_WAITING)->u.waiting.round, 1);
   ck_assert(logged("joined running round 0"));
   ck_assert_int_eq(join(A, 1, 11), 0);
-  ck_assert_int_eq(total(RP_ROUND), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
   /* Every expected node back: no last-call wait. */
   ck_assert_int_eq(join(B, 1, 12), 0);
-  ck_assert_int_eq(total(RP_ROUND), 3);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 3);
   assert_round(A, 1, 0, 3, 0, 3, A);
   assert_round(B, 1, 1, 3, 1, 3, A);
   assert_round(C, 1, 2, 3, 2, 3, A);
-  ck_assert_int_eq(last(C, RP_ROUND)->u.round.restart_count, 0);
+  ck_assert_int_eq(last(C, RDZV_PROTO_ROUND)->u.round.restart_count, 0);
 }
 END_TEST
 
@@ -555,18 +556,19 @@ START_TEST(full_round_keeps_spare)
   ck_assert_int_eq(join(B, 1, 1), 0);
   clear();
   ck_assert_int_eq(join(C, 1, 2), 0);
-  ck_assert_int_eq(count(C, RP_WAITING), 1);
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(count(C, RDZV_PROTO_WAITING), 1);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   ck_assert(logged("round 0 is full"));
   rdzv_state_conn_closed(R, CONN(B), 3);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_str_eq(last(A, RDZV_PROTO_RESTART)->u.text.message,
                    "node h1 (10.0.0.2, pid 1001) lost: connection closed");
   /* Which node was lost, and how: a fixed-size job ends on it. */
-  ck_assert_str_eq(last(A, RP_RESTART)->u.text.lost_host, "h1");
-  ck_assert_str_eq(last(A, RP_RESTART)->u.text.lost_why, "its agent exited");
-  ck_assert_int_eq(count(C, RP_RESTART), 0);
-  ck_assert_int_eq(count(C, RP_WAITING), 2);   /* now in the round */
+  ck_assert_str_eq(last(A, RDZV_PROTO_RESTART)->u.text.lost_host, "h1");
+  ck_assert_str_eq(last(A, RDZV_PROTO_RESTART)->u.text.lost_why,
+                   "its agent exited");
+  ck_assert_int_eq(count(C, RDZV_PROTO_RESTART), 0);
+  ck_assert_int_eq(count(C, RDZV_PROTO_WAITING), 2);   /* now in the round */
   ck_assert_int_eq(join(A, 1, 4), 0);
   assert_round(A, 1, 0, 2, 0, 2, A);
   assert_round(C, 1, 1, 2, 1, 2, A);
@@ -577,22 +579,22 @@ START_TEST(worker_failure_restarts)
 {
   running_pair();
   ck_assert_int_eq(failure(B, false, "exitcode 1", 5), 0);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_int_eq(count(B, RP_RESTART), 0);
-  ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_RESTART)->u.text.message,
                    "node h1 (10.0.0.2, pid 1001) workers failed: "
                    "exitcode 1");
-  ck_assert_str_eq(last(A, RP_RESTART)->u.text.lost_host, "");
+  ck_assert_str_eq(last(A, RDZV_PROTO_RESTART)->u.text.lost_host, "");
   ck_assert(logged("restart_count 1 of 3"));
   /* A's workers fail too before it hears: the same restart. */
   ck_assert_int_eq(failure(A, false, "exitcode 2", 5.1), 0);
-  ck_assert_int_eq(total(RP_RESTART), 1);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 1);
   ck_assert_int_eq(join(B, 1, 6), 0);
   ck_assert_int_eq(join(A, 1, 7), 0);
   assert_round(A, 1, 0, 2, 0, 2, A);
   assert_round(B, 1, 1, 2, 1, 2, A);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.restart_count, 1);
-  ck_assert_int_eq(last(B, RP_ROUND)->u.round.restart_count, 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
+  ck_assert_int_eq(last(B, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
 }
 END_TEST
 
@@ -607,26 +609,26 @@ START_TEST(restarts_exhausted_close)
   ck_assert_int_eq(failure(B, false, "exitcode 1", 5), 0);
   /* Note [root cause]: A may report its own; its keepalive window, at
    * most 5 s. */
-  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_CLOSED), 0);
   ck_assert(logged("closing: waiting up to 5 s for 1 more failure"));
   rdzv_state_tick(R, 9.9);
-  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_CLOSED), 0);
   rdzv_state_tick(R, 10);
   ck_assert(logged("1 node did not report within the wait"));
-  ck_assert_int_eq(count(A, RP_CLOSED), 1);
-  ck_assert_int_eq(count(B, RP_CLOSED), 1);
-  ck_assert(!last(A, RP_CLOSED)->u.text.success);
-  ck_assert_ptr_nonnull(strstr(last(A, RP_CLOSED)->u.text.message,
+  ck_assert_int_eq(count(A, RDZV_PROTO_CLOSED), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_CLOSED), 1);
+  ck_assert(!last(A, RDZV_PROTO_CLOSED)->u.text.success);
+  ck_assert_ptr_nonnull(strstr(last(A, RDZV_PROTO_CLOSED)->u.text.message,
                                "no restarts left"));
   ck_assert(dropped(A));
   ck_assert(dropped(B));
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   ck_assert_int_eq(rdzv_state_node_count(R), 0);
   st = status_of(X, 5);
   ck_assert_str_eq(str(job0(st), "phase"), "closed");
   cJSON_Delete(st);
   ck_assert_int_lt(join(C, 1, 6), 0);
-  assert_error(C, RP_ERR_CLOSED);
+  assert_error(C, RDZV_PROTO_ERR_CLOSED);
   ck_assert(dropped(C));
 }
 END_TEST
@@ -635,17 +637,17 @@ START_TEST(final_failure_closes)
 {
   running_pair();
   ck_assert_int_eq(failure(A, true, "exitcode 3", 5), 0);
-  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_CLOSED), 0);
   /* B's report ends the wait. */
   ck_assert_int_eq(failure(B, true, "exitcode 4", 5.5), 0);
-  ck_assert_int_eq(count(A, RP_CLOSED), 1);
-  ck_assert_int_eq(count(B, RP_CLOSED), 1);
-  ck_assert(!last(B, RP_CLOSED)->u.text.success);
+  ck_assert_int_eq(count(A, RDZV_PROTO_CLOSED), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_CLOSED), 1);
+  ck_assert(!last(B, RDZV_PROTO_CLOSED)->u.text.success);
   ck_assert(dropped(A) && dropped(B));
   ck_assert(logged("closed"));
   /* Messages from a dropped conn are ignored, silently. */
   clear();
-  ck_assert_int_eq(op(A, RP_KEEPALIVE, 6), -ENOTCONN);
+  ck_assert_int_eq(op(A, RDZV_PROTO_KEEPALIVE, 6), -ENOTCONN);
   ck_assert_int_eq((int)rec.n, 0);
 }
 END_TEST
@@ -654,26 +656,26 @@ END_TEST
  * earlier: the CLOSED each node gets names B's, with its host. */
 START_TEST(root_cause_earliest_exit_wins)
 {
-  const struct rp_cause *c;
+  const struct rdzv_proto_cause *c;
 
   running_pair();
   ck_assert_int_eq(failure_at(A, true, "rank 0: connection reset", 5,
                               1700000002.5, 0, 1), 0);
-  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_CLOSED), 0);
   ck_assert_int_eq(failure_at(B, true, "rank 1: disk full", 5.2,
                               1700000001.25, 1, 28), 0);
-  ck_assert_int_eq(count(A, RP_CLOSED), 1);
-  ck_assert_int_eq(count(B, RP_CLOSED), 1);
-  c = &last(A, RP_CLOSED)->u.text.cause;
+  ck_assert_int_eq(count(A, RDZV_PROTO_CLOSED), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_CLOSED), 1);
+  c = &last(A, RDZV_PROTO_CLOSED)->u.text.cause;
   ck_assert_double_eq(c->exited_at, 1700000001.25);
   ck_assert_int_eq(c->rank, 1);
   ck_assert_int_eq(c->exitcode, 28);
   ck_assert_int_eq(c->pid, 4001);
   ck_assert_str_eq(c->host, "h1");
-  ck_assert_str_eq(last(A, RP_CLOSED)->u.text.message,
+  ck_assert_str_eq(last(A, RDZV_PROTO_CLOSED)->u.text.message,
                    "node h1 (10.0.0.2, pid 1001) workers failed: "
                    "rank 1: disk full");
-  ck_assert_int_eq(last(B, RP_CLOSED)->u.text.cause.rank, 1);
+  ck_assert_int_eq(last(B, RDZV_PROTO_CLOSED)->u.text.cause.rank, 1);
 }
 END_TEST
 
@@ -685,28 +687,29 @@ START_TEST(root_cause_restart_and_late_reports)
   running_pair();
   ck_assert_int_eq(failure_at(A, false, "rank 0: boom", 5, 100.0, 0, 3),
                    0);
-  ck_assert_int_eq(count(B, RP_RESTART), 1);
-  ck_assert_int_eq(last(B, RP_RESTART)->u.text.cause.rank, 0);
-  ck_assert_double_eq(last(B, RP_RESTART)->u.text.cause.exited_at, 100.0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(last(B, RDZV_PROTO_RESTART)->u.text.cause.rank, 0);
+  ck_assert_double_eq(last(B, RDZV_PROTO_RESTART)->u.text.cause.exited_at,
+                      100.0);
   /* B's crossed the RESTART and exited later: secondary. */
   ck_assert_int_eq(failure_at(B, false, "rank 1: reset", 5.1, 101.0, 1, 1),
                    0);
-  ck_assert_int_eq(total(RP_RESTART), 1);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 1);
   /* A report without a time (an older agent) never displaces a timed
    * one, and a restart with no failure carries no cause. */
   ck_assert_int_eq(join(A, 1, 6), 0);
   ck_assert_int_eq(join(B, 1, 6), 0);
   clear();
   ck_assert_int_eq(failure(A, false, "old agent", 7), 0);
-  ck_assert_double_eq(last(B, RP_RESTART)->u.text.cause.exited_at, 0);
+  ck_assert_double_eq(last(B, RDZV_PROTO_RESTART)->u.text.cause.exited_at, 0);
   ck_assert_int_eq(failure_at(B, false, "rank 1: earlier?", 7.1, 50.0, 1,
                               9), 0);
   ck_assert_int_eq(join(A, 1, 8), 0);
   ck_assert_int_eq(join(B, 1, 8), 0);
   clear();
   rdzv_state_conn_closed(R, CONN(B), 9);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_double_eq(last(A, RP_RESTART)->u.text.cause.exited_at, 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_double_eq(last(A, RDZV_PROTO_RESTART)->u.text.cause.exited_at, 0);
 }
 END_TEST
 
@@ -718,18 +721,18 @@ START_TEST(root_cause_closing_survives_loss)
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
   rdzv_state_tick(R, CF.last_call_timeout + 1);
-  ck_assert_int_eq(count(A, RP_ROUND), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
   clear();
   ck_assert_int_eq(failure_at(A, true, "rank 0: boom", 40, 100.0, 0, 3), 0);
   ck_assert_int_eq(join(C, 1, 41), 0);
-  ck_assert_int_eq(total(RP_RESTART), 0);
-  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_CLOSED), 0);
   rdzv_state_conn_closed(R, CONN(B), 42);
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   rdzv_state_tick(R, 42);
-  ck_assert_int_eq(count(A, RP_CLOSED), 1);
-  ck_assert_int_eq(count(C, RP_CLOSED), 1);
-  ck_assert_int_eq(last(C, RP_CLOSED)->u.text.cause.exitcode, 3);
+  ck_assert_int_eq(count(A, RDZV_PROTO_CLOSED), 1);
+  ck_assert_int_eq(count(C, RDZV_PROTO_CLOSED), 1);
+  ck_assert_int_eq(last(C, RDZV_PROTO_CLOSED)->u.text.cause.exitcode, 3);
 }
 END_TEST
 
@@ -742,9 +745,9 @@ START_TEST(lost_connection_restarts_survivors)
   clear();
   rdzv_state_conn_closed(R, CONN(B), 5);
   rdzv_state_conn_closed(R, CONN(B), 5);    /* twice, or unknown: harmless */
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_int_eq(count(C, RP_RESTART), 1);
-  ck_assert_int_eq(count(B, RP_RESTART), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(C, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 0);
   ck_assert_int_eq(rdzv_state_node_count(R), 2);
   ck_assert(logged("lost: connection closed"));
   ck_assert_int_eq(join(C, 1, 6), 0);
@@ -763,14 +766,14 @@ START_TEST(keepalive_silence_kills)
   ck_assert_int_eq(join(B, 1, 0), 0);
   ck_assert_double_eq(rdzv_state_tick(R, 0), 3);
   clear();
-  ck_assert_int_eq(op(B, RP_KEEPALIVE, 2.5), 0);
-  ck_assert_int_eq(count(B, RP_PONG), 1);
+  ck_assert_int_eq(op(B, RDZV_PROTO_KEEPALIVE, 2.5), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_PONG), 1);
   rdzv_state_tick(R, 2.9);
   ck_assert_int_eq(rdzv_state_node_count(R), 2);
   rdzv_state_tick(R, 3.1);
   ck_assert_int_eq(rdzv_state_node_count(R), 1);
-  ck_assert_int_eq(count(B, RP_RESTART), 1);
-  ck_assert_ptr_nonnull(strstr(last(B, RP_RESTART)->u.text.message,
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 1);
+  ck_assert_ptr_nonnull(strstr(last(B, RDZV_PROTO_RESTART)->u.text.message,
                                "node h0 (10.0.0.1, pid 1000) lost: no "
                                "keepalive for 3.1 s"));
   rdzv_state_tick(R, 4);
@@ -789,15 +792,15 @@ START_TEST(join_timeout_below_min)
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 0), 0);
   rdzv_state_conn_closed(R, CONN(B), 1);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
   ck_assert_int_eq(join(A, 1, 2), 0);
-  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 1);
-  ck_assert_double_eq(last(A, RP_WAITING)->u.waiting.deadline, 10);
+  ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.present, 1);
+  ck_assert_double_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.deadline, 10);
   rdzv_state_tick(R, 11.9);
   ck_assert(!dropped(A));
   rdzv_state_tick(R, 12);
-  assert_error(A, RP_ERR_JOIN_TIMEOUT);
-  ck_assert_str_eq(last(A, RP_ERROR)->u.text.message,
+  assert_error(A, RDZV_PROTO_ERR_JOIN_TIMEOUT);
+  ck_assert_str_eq(last(A, RDZV_PROTO_ERROR)->u.text.message,
                    "waited 10 s: 1 of at least 2 nodes present");
   ck_assert(dropped(A));
   ck_assert_int_eq(rdzv_state_node_count(R), 0);
@@ -819,8 +822,8 @@ START_TEST(expected_nodes_all_gone)
   clear();
   /* A newcomer is not a restarting node: it waits for the last call. */
   ck_assert_int_eq(join(C, 1, 2), 0);
-  ck_assert_int_eq(total(RP_ROUND), 0);
-  ck_assert_double_eq(last(C, RP_WAITING)->u.waiting.last_call, 30);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
+  ck_assert_double_eq(last(C, RDZV_PROTO_WAITING)->u.waiting.last_call, 30);
   rdzv_state_tick(R, 32);
   assert_round(C, 1, 0, 1, 0, 1, C);
 }
@@ -830,16 +833,16 @@ START_TEST(spare_times_out)
 {
   ck_assert_int_eq(join(A, 1, 0), 0);
   ck_assert_int_eq(join(B, 1, 1), 0);
-  ck_assert_double_eq(last(B, RP_WAITING)->u.waiting.deadline, 600);
-  ck_assert_double_eq(last(B, RP_WAITING)->u.waiting.last_call, -1);
+  ck_assert_double_eq(last(B, RDZV_PROTO_WAITING)->u.waiting.deadline, 600);
+  ck_assert_double_eq(last(B, RDZV_PROTO_WAITING)->u.waiting.last_call, -1);
   rdzv_state_tick(R, 600.9);
   ck_assert(!dropped(B));
   rdzv_state_tick(R, 601);
-  assert_error(B, RP_ERR_JOIN_TIMEOUT);
-  ck_assert_str_eq(last(B, RP_ERROR)->u.text.message,
+  assert_error(B, RDZV_PROTO_ERR_JOIN_TIMEOUT);
+  ck_assert_str_eq(last(B, RDZV_PROTO_ERROR)->u.text.message,
                    "waited 600 s: round 0 is full (1 of at most 1 nodes)");
   ck_assert(dropped(B));
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   ck_assert_int_eq(rdzv_state_node_count(R), 1);
 }
 END_TEST
@@ -875,20 +878,20 @@ START_TEST(rejoin_rules)
   ck_assert_int_eq(join(A, 1, 0), 0);
   /* Already gathering: a no-op that answers WAITING again. */
   ck_assert_int_eq(join(A, 1, 1), 0);
-  ck_assert_int_eq(count(A, RP_WAITING), 2);
-  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.present, 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 2);
+  ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.present, 1);
   /* A conn in job1 may not join another job. */
   ck_assert_int_lt(join_job(A, "job2", NULL, 1, 1), 0);
-  assert_error(A, RP_ERR_BAD_REQUEST);
+  assert_error(A, RDZV_PROTO_ERR_BAD_REQUEST);
   ck_assert(!dropped(A));
   ck_assert_int_eq(rdzv_state_job_count(R), 1);
   ck_assert_int_eq(join(B, 1, 2), 0);
   ck_assert_int_eq(join(C, 1, 3), 0);
-  ck_assert_int_eq(total(RP_ROUND), 3);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 3);
   /* A participant of the running round cannot join it again. */
   ck_assert_int_lt(join(A, 1, 4), 0);
-  assert_error(A, RP_ERR_BAD_REQUEST);
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  assert_error(A, RDZV_PROTO_ERR_BAD_REQUEST);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
 }
 END_TEST
 
@@ -897,16 +900,17 @@ START_TEST(peer_address_fallback)
   /* Peer address known before the JOIN. */
   rdzv_state_set_peer_addr(R, CONN(A), "192.168.1.7");
   ck_assert_int_eq(join_job(A, "pa", "", 1, 0), 0);
-  ck_assert_str_eq(last(A, RP_ROUND)->u.round.master_addr, "192.168.1.7");
+  ck_assert_str_eq(last(A, RDZV_PROTO_ROUND)->u.round.master_addr,
+                   "192.168.1.7");
   /* No peer address at all. */
   ck_assert_int_eq(join_job(B, "pb", "", 1, 0), 0);
-  ck_assert_str_eq(last(B, RP_ROUND)->u.round.master_addr, "127.0.0.1");
+  ck_assert_str_eq(last(B, RDZV_PROTO_ROUND)->u.round.master_addr, "127.0.0.1");
   /* Peer address learned after the JOIN. */
   CF = conf_of(2, 2);
   ck_assert_int_eq(join_job(C, "pc", "", 1, 0), 0);
   rdzv_state_set_peer_addr(R, CONN(C), "10.9.9.9");
   ck_assert_int_eq(join_job(D, "pc", NULL, 1, 0), 0);
-  ck_assert_str_eq(last(D, RP_ROUND)->u.round.master_addr, "10.9.9.9");
+  ck_assert_str_eq(last(D, RDZV_PROTO_ROUND)->u.round.master_addr, "10.9.9.9");
   ck_assert_int_eq(rdzv_state_job_count(R), 3);
 }
 END_TEST
@@ -918,9 +922,9 @@ START_TEST(two_jobs_independent)
   CF = conf_of(1, 1);
   ck_assert_int_eq(join_job(C, "j2", NULL, 7, 0), 0);
   assert_round(C, 0, 0, 1, 0, 7, C);
-  ck_assert_int_eq(total(RP_ROUND), 1);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), 1);
   rdzv_state_conn_closed(R, CONN(C), 1);
-  ck_assert_int_eq(count(A, RP_RESTART), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 0);
   CF = conf_of(2, 2);
   ck_assert_int_eq(join_job(B, "j1", NULL, 1, 2), 0);
   assert_round(A, 0, 0, 2, 0, 2, A);
@@ -939,14 +943,14 @@ START_TEST(barrier_completes_with_last)
   running_pair();
   ck_assert_int_eq(barrier(A, "exit", 0, 1), 0);
   ck_assert_int_eq(barrier(A, "exit", 0, 1), 0);     /* a repeat */
-  ck_assert_int_eq(total(RP_BARRIER_DONE), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_BARRIER_DONE), 0);
   st = status_of(X, 1);
   ck_assert_int_eq((int)num(cJSON_GetObjectItem(job0(st), "barriers"),
                             "exit"), 1);
   cJSON_Delete(st);
   ck_assert_int_eq(barrier(B, "exit", 0, 2), 0);
-  ck_assert_int_eq(count(A, RP_BARRIER_DONE), 1);
-  ck_assert_int_eq(count(B, RP_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_BARRIER_DONE), 1);
   ck_assert(logged("barrier exit passed by 2 nodes"));
 }
 END_TEST
@@ -960,19 +964,19 @@ START_TEST(restart_cancels_barrier)
   rdzv_state_tick(R, 5);
   ck_assert_int_eq(barrier(A, "exit", 0, 6), 0);
   ck_assert_int_eq(join(C, 1, 7), 0);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_str_eq(last(A, RP_RESTART)->u.text.message,
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_str_eq(last(A, RDZV_PROTO_RESTART)->u.text.message,
                    "node h2 (10.0.0.3, pid 1002) joined "
                    "(cancels barrier exit)");
-  ck_assert_int_eq(total(RP_BARRIER_DONE), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_BARRIER_DONE), 0);
   ck_assert_int_eq(join(A, 1, 8), 0);
   ck_assert_int_eq(join(B, 1, 8), 0);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 1);
   /* The barrier of round 0 is stale now. */
   ck_assert_int_lt(barrier(B, "exit", 0, 9), 0);
-  assert_error(B, RP_ERR_BAD_REQUEST);
+  assert_error(B, RDZV_PROTO_ERR_BAD_REQUEST);
   ck_assert_int_eq(barrier(B, "exit", 1, 9), 0);
-  ck_assert_int_eq(total(RP_BARRIER_DONE), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_BARRIER_DONE), 0);
 }
 END_TEST
 
@@ -983,17 +987,17 @@ START_TEST(leave_after_exit_finishes)
   running_pair();
   ck_assert_int_eq(barrier(A, "exit", 0, 1), 0);
   ck_assert_int_eq(barrier(B, "exit", 0, 1), 0);
-  ck_assert_int_eq(op(A, RP_LEAVE, 2), 0);
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(op(A, RDZV_PROTO_LEAVE, 2), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   ck_assert_int_eq(rdzv_state_node_count(R), 1);
-  ck_assert_int_eq(op(B, RP_LEAVE, 3), 0);
+  ck_assert_int_eq(op(B, RDZV_PROTO_LEAVE, 3), 0);
   ck_assert_int_eq(rdzv_state_node_count(R), 0);
   ck_assert(logged("job job1: finished"));
   st = status_of(X, 3);
   ck_assert_str_eq(str(job0(st), "phase"), "finished");
   cJSON_Delete(st);
   ck_assert_int_lt(join(C, 1, 10), 0);
-  assert_error(C, RP_ERR_CLOSED);
+  assert_error(C, RDZV_PROTO_ERR_CLOSED);
   ck_assert(dropped(C));
   rdzv_state_tick(R, 32.9);
   ck_assert_int_eq(rdzv_state_job_count(R), 1);
@@ -1010,15 +1014,15 @@ END_TEST
 START_TEST(leave_before_exit_is_lost)
 {
   running_pair();
-  ck_assert_int_eq(op(A, RP_LEAVE, 2), 0);
-  ck_assert_int_eq(count(B, RP_RESTART), 1);
-  ck_assert_str_eq(last(B, RP_RESTART)->u.text.message,
+  ck_assert_int_eq(op(A, RDZV_PROTO_LEAVE, 2), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 1);
+  ck_assert_str_eq(last(B, RDZV_PROTO_RESTART)->u.text.message,
                    "node h0 (10.0.0.1, pid 1000) lost: left before the "
                    "exit barrier");
   ck_assert(logged("lost: left before the exit barrier"));
   /* Gone: A's next message needs a JOIN. */
-  ck_assert_int_eq(op(A, RP_KEEPALIVE, 3), -ENOTCONN);
-  assert_error(A, RP_ERR_NOT_JOINED);
+  ck_assert_int_eq(op(A, RDZV_PROTO_KEEPALIVE, 3), -ENOTCONN);
+  assert_error(A, RDZV_PROTO_ERR_NOT_JOINED);
 }
 END_TEST
 
@@ -1026,29 +1030,29 @@ END_TEST
 
 START_TEST(kv_set_get_add)
 {
-  const struct rp_kv *v;
+  const struct rdzv_proto_kv *v;
   cJSON *st;
 
   ck_assert_int_eq(join(A, 1, 0), 0);
   clear();
-  ck_assert_int_eq(kv(A, RP_KV_SET, "k", "hello", 0, 0, 1), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_SET, "k", "hello", 0, 0, 1), 0);
   ck_assert_int_eq((int)rec.n, 0);     /* SET is not answered */
-  ck_assert_int_eq(kv(A, RP_KV_GET, "k", NULL, 0, 0, 1), 0);
-  v = &last(A, RP_KV_VALUE)->u.kv;
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "k", NULL, 0, 0, 1), 0);
+  v = &last(A, RDZV_PROTO_KV_VALUE)->u.kv;
   ck_assert(v->found);
   ck_assert_str_eq(v->key, "k");
   ck_assert_str_eq(v->value, "hello");
-  ck_assert_int_eq(kv(A, RP_KV_SET, "k", "bye", 0, 0, 1), 0);
-  ck_assert_int_eq(kv(A, RP_KV_GET, "k", NULL, 0, 0, 1), 0);
-  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "bye");
-  ck_assert_int_eq(kv(A, RP_KV_GET, "nope", NULL, 0, 0, 1), 0);
-  ck_assert(!last(A, RP_KV_VALUE)->u.kv.found);
-  ck_assert_int_eq(kv(A, RP_KV_ADD, "n", NULL, 5, 0, 1), 0);
-  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "5");
-  ck_assert_int_eq(kv(A, RP_KV_ADD, "n", NULL, -7, 0, 1), 0);
-  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "-2");
-  ck_assert_int_lt(kv(A, RP_KV_ADD, "k", NULL, 1, 0, 1), 0);
-  assert_error(A, RP_ERR_BAD_REQUEST);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_SET, "k", "bye", 0, 0, 1), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "k", NULL, 0, 0, 1), 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "bye");
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "nope", NULL, 0, 0, 1), 0);
+  ck_assert(!last(A, RDZV_PROTO_KV_VALUE)->u.kv.found);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_ADD, "n", NULL, 5, 0, 1), 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "5");
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_ADD, "n", NULL, -7, 0, 1), 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "-2");
+  ck_assert_int_lt(kv(A, RDZV_PROTO_KV_ADD, "k", NULL, 1, 0, 1), 0);
+  assert_error(A, RDZV_PROTO_ERR_BAD_REQUEST);
   st = status_of(A, 1);
   ck_assert_int_eq((int)num(job0(st), "kv_keys"), 2);
   cJSON_Delete(st);
@@ -1058,27 +1062,27 @@ END_TEST
 START_TEST(kv_wait_answered_or_times_out)
 {
   running_pair();
-  ck_assert_int_eq(kv(A, RP_KV_GET, "x", NULL, 0, 10, 1), 0);
-  ck_assert_int_eq(total(RP_KV_VALUE), 0);
-  ck_assert_int_eq(kv(B, RP_KV_SET, "x", "42", 0, 0, 2), 0);
-  ck_assert_int_eq(count(A, RP_KV_VALUE), 1);
-  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "42");
-  ck_assert_int_eq(count(B, RP_KV_VALUE), 0);
-  ck_assert_int_eq(kv(A, RP_KV_GET, "y", NULL, 0, 5, 3), 0);
-  ck_assert_int_eq(kv(B, RP_KV_GET, "y", NULL, 0, 5, 3), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "x", NULL, 0, 10, 1), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_KV_VALUE), 0);
+  ck_assert_int_eq(kv(B, RDZV_PROTO_KV_SET, "x", "42", 0, 0, 2), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_KV_VALUE), 1);
+  ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "42");
+  ck_assert_int_eq(count(B, RDZV_PROTO_KV_VALUE), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "y", NULL, 0, 5, 3), 0);
+  ck_assert_int_eq(kv(B, RDZV_PROTO_KV_GET, "y", NULL, 0, 5, 3), 0);
   ck_assert_double_eq(rdzv_state_tick(R, 7.9), 8);
-  ck_assert_int_eq(total(RP_ERROR), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_ERROR), 0);
   rdzv_state_tick(R, 8);
-  assert_error(A, RP_ERR_TIMEOUT);
-  assert_error(B, RP_ERR_TIMEOUT);
-  ck_assert_str_eq(last(A, RP_ERROR)->u.text.message,
+  assert_error(A, RDZV_PROTO_ERR_TIMEOUT);
+  assert_error(B, RDZV_PROTO_ERR_TIMEOUT);
+  ck_assert_str_eq(last(A, RDZV_PROTO_ERROR)->u.text.message,
                    "key y not set within 5 s");
   /* A pending wait dies with its node. */
-  ck_assert_int_eq(kv(A, RP_KV_GET, "z", NULL, 0, 5, 9), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "z", NULL, 0, 5, 9), 0);
   rdzv_state_conn_closed(R, CONN(A), 9);
   clear();
   rdzv_state_tick(R, 20);
-  ck_assert_int_eq(total(RP_ERROR), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_ERROR), 0);
 }
 END_TEST
 
@@ -1091,25 +1095,28 @@ START_TEST(kv_limits)
   R = rdzv_state_create(&SINK, &lim);
   ck_assert_ptr_nonnull(R);
   ck_assert_int_eq(join(A, 1, 0), 0);
-  ck_assert_int_eq(kv(A, RP_KV_SET, "k1", "v", 0, 0, 1), 0);
-  ck_assert_int_eq(kv(A, RP_KV_SET, "k2", "v", 0, 0, 1), 0);
-  ck_assert_int_lt(kv(A, RP_KV_SET, "k3", "v", 0, 0, 1), 0);
-  assert_error(A, RP_ERR_LIMIT);
-  ck_assert_int_eq(kv(A, RP_KV_SET, "k1", "replaced", 0, 0, 1), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_SET, "k1", "v", 0, 0, 1), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_SET, "k2", "v", 0, 0, 1), 0);
+  ck_assert_int_lt(kv(A, RDZV_PROTO_KV_SET, "k3", "v", 0, 0, 1), 0);
+  assert_error(A, RDZV_PROTO_ERR_LIMIT);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_SET, "k1", "replaced", 0, 0, 1), 0);
   clear();
-  ck_assert_int_lt(kv(A, RP_KV_SET, "k2", "0123456789012345678901234567890"
+  ck_assert_int_lt(kv(A, RDZV_PROTO_KV_SET, "k2",
+                      "0123456789012345678901234567890"
                       "1234567890123456789012345678901234567890123456789"
-                      "0123456789", 0, 0, 1), 0);
-  assert_error(A, RP_ERR_LIMIT);
-  ck_assert_int_eq(kv(A, RP_KV_GET, "k2", NULL, 0, 0, 1), 0);
-  ck_assert_str_eq(last(A, RP_KV_VALUE)->u.kv.value, "v");
-  ck_assert_int_eq(kv(A, RP_KV_GET, "k4", NULL, 0, 5, 1), 0);
-  ck_assert_int_eq(kv(A, RP_KV_GET, "k4", NULL, 0, 5, 1), 0);
-  ck_assert_int_lt(kv(A, RP_KV_GET, "k4", NULL, 0, 5, 1), 0);
-  assert_error(A, RP_ERR_LIMIT);
+                      "0123456789",
+                      0, 0, 1),
+                   0);
+  assert_error(A, RDZV_PROTO_ERR_LIMIT);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "k2", NULL, 0, 0, 1), 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "v");
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "k4", NULL, 0, 5, 1), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "k4", NULL, 0, 5, 1), 0);
+  ck_assert_int_lt(kv(A, RDZV_PROTO_KV_GET, "k4", NULL, 0, 5, 1), 0);
+  assert_error(A, RDZV_PROTO_ERR_LIMIT);
   /* One job at most. */
   ck_assert_int_lt(join_job(B, "other", NULL, 1, 2), 0);
-  assert_error(B, RP_ERR_LIMIT);
+  assert_error(B, RDZV_PROTO_ERR_LIMIT);
   ck_assert(dropped(B));
   ck_assert_int_eq(rdzv_state_job_count(R), 1);
 }
@@ -1138,7 +1145,7 @@ START_TEST(empty_job_evicted_when_full)
   /* j3 and j4 have nodes: now a new job is refused. */
   clear();
   ck_assert_int_eq(join_job(E, "j5", NULL, 1, 5), -ENOSPC);
-  assert_error(E, RP_ERR_LIMIT);
+  assert_error(E, RDZV_PROTO_ERR_LIMIT);
 }
 END_TEST
 
@@ -1178,11 +1185,11 @@ START_TEST(durations_capped)
   /* The join timeout that runs is the lowered one. */
   clear();
   rdzv_state_tick(R, 101);
-  assert_error(A, RP_ERR_JOIN_TIMEOUT);
+  assert_error(A, RDZV_PROTO_ERR_JOIN_TIMEOUT);
   CF.keepalive_interval = 31;
   clear();
   ck_assert_int_eq(join(B, 1, 102), -EINVAL);
-  assert_error(B, RP_ERR_BAD_REQUEST);
+  assert_error(B, RDZV_PROTO_ERR_BAD_REQUEST);
 }
 END_TEST
 
@@ -1199,15 +1206,15 @@ START_TEST(kv_total_budget)
   v[60] = '\0';
   ck_assert_int_eq(join_job(A, "j1", NULL, 1, 0), 0);
   ck_assert_int_eq(join_job(B, "j2", NULL, 1, 0), 0);
-  ck_assert_int_eq(kv(A, RP_KV_SET, "k", v, 0, 0, 1), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_SET, "k", v, 0, 0, 1), 0);
   clear();
-  ck_assert_int_eq(kv(B, RP_KV_SET, "k", v, 0, 0, 1), -ENOSPC);
-  assert_error(B, RP_ERR_LIMIT);
+  ck_assert_int_eq(kv(B, RDZV_PROTO_KV_SET, "k", v, 0, 0, 1), -ENOSPC);
+  assert_error(B, RDZV_PROTO_ERR_LIMIT);
   /* A job that goes gives its bytes back. */
   rdzv_state_conn_closed(R, CONN(A), 2);
   rdzv_state_tick(R, 40);                       /* j1 forgotten (close 30 s) */
   ck_assert_int_eq(rdzv_state_job_count(R), 1);
-  ck_assert_int_eq(kv(B, RP_KV_SET, "k", v, 0, 0, 40), 0);
+  ck_assert_int_eq(kv(B, RDZV_PROTO_KV_SET, "k", v, 0, 0, 40), 0);
 }
 END_TEST
 
@@ -1215,25 +1222,27 @@ END_TEST
 
 START_TEST(not_joined_errors)
 {
-  static const enum rp_op ops[] = {
-    RP_KEEPALIVE, RP_FAILURE, RP_BARRIER, RP_LEAVE, RP_KV_SET, RP_KV_GET,
-    RP_KV_ADD,
+  static const enum rdzv_proto_op ops[] = {
+      RDZV_PROTO_KEEPALIVE, RDZV_PROTO_FAILURE, RDZV_PROTO_BARRIER,
+      RDZV_PROTO_LEAVE,     RDZV_PROTO_KV_SET,  RDZV_PROTO_KV_GET,
+      RDZV_PROTO_KV_ADD,
   };
   size_t i;
 
   ck_assert_double_lt(rdzv_state_tick(R, 0), 0);     /* nothing pending */
   for (i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     clear();
-    if (ops[i] == RP_KV_SET || ops[i] == RP_KV_GET || ops[i] == RP_KV_ADD)
+    if (ops[i] == RDZV_PROTO_KV_SET || ops[i] == RDZV_PROTO_KV_GET ||
+        ops[i] == RDZV_PROTO_KV_ADD)
       ck_assert_int_eq(kv(X, ops[i], "k", "v", 1, 0, 0), -ENOTCONN);
     else
       ck_assert_int_eq(op(X, ops[i], 0), -ENOTCONN);
-    ck_assert_int_eq(count(X, RP_ERROR), 1);
-    assert_error(X, RP_ERR_NOT_JOINED);
+    ck_assert_int_eq(count(X, RDZV_PROTO_ERROR), 1);
+    assert_error(X, RDZV_PROTO_ERR_NOT_JOINED);
     ck_assert(!dropped(X));
   }
-  ck_assert_int_lt(op(X, RP_ROUND, 0), 0);
-  assert_error(X, RP_ERR_BAD_REQUEST);
+  ck_assert_int_lt(op(X, RDZV_PROTO_ROUND, 0), 0);
+  assert_error(X, RDZV_PROTO_ERR_BAD_REQUEST);
   ck_assert_int_eq(rdzv_state_job_count(R), 0);
 }
 END_TEST
@@ -1292,19 +1301,19 @@ END_TEST
 START_TEST(status_bounded)
 {
   enum { JOBS = 10000, NODES = 12000 };
-  struct rp_status_req q;
+  struct rdzv_proto_status_req q;
   char *base = malloc(JOBS + NODES), *text;
   const cJSON *jobs;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   cJSON *st;
   int i, err;
 
   ck_assert_ptr_nonnull(base);
   rec.encode = false;
-  CF = conf_of(1, RP_MAX_NODES);
+  CF = conf_of(1, RDZV_PROTO_MAX_NODES);
   CF.last_call_timeout = 1e6;
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   m.u.join.conf = CF;
   m.u.join.master_port = 29400;
   m.u.join.nproc = 1;
@@ -1315,7 +1324,7 @@ START_TEST(status_bounded)
   }
   /* One job of many nodes with long host names. */
   snprintf(m.u.join.id, sizeof m.u.join.id, "job00007");
-  memset(m.u.join.host, 'x', RP_MAX_ADDR);
+  memset(m.u.join.host, 'x', RDZV_PROTO_MAX_ADDR);
   for (i = 0; i < NODES; i++)
     ck_assert_int_eq(rdzv_state_handle(R, base + JOBS + i, &m, 0), 0);
   clear();
@@ -1332,12 +1341,12 @@ START_TEST(status_bounded)
   cJSON_Delete(st);
   /* More jobs on request, within the frame whatever the request. */
   memset(&q, 0, sizeof q);
-  q.limit = RP_MAX_STATUS_JOBS;
+  q.limit = RDZV_PROTO_MAX_STATUS_JOBS;
   st = rdzv_state_status_query(R, &q, 1, &err);
   ck_assert_ptr_nonnull(st);
   ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(st, "truncated")));
   text = cJSON_PrintUnformatted(st);
-  ck_assert_uint_lt(strlen(text), RP_MAX_FRAME - 4096);
+  ck_assert_uint_lt(strlen(text), RDZV_PROTO_MAX_FRAME - 4096);
   cJSON_free(text);
   cJSON_Delete(st);
   /* One job: as many nodes as fit, and a notice. */
@@ -1351,7 +1360,7 @@ START_TEST(status_bounded)
   ck_assert_int_eq((int)num(cJSON_GetArrayItem(jobs, 0), "node_count"),
                    NODES + 1);
   text = cJSON_PrintUnformatted(st);
-  ck_assert_uint_lt(strlen(text), RP_MAX_FRAME - 4096);
+  ck_assert_uint_lt(strlen(text), RDZV_PROTO_MAX_FRAME - 4096);
   cJSON_free(text);
   cJSON_Delete(st);
   /* An unknown job is an error, not an empty report. */
@@ -1369,7 +1378,7 @@ START_TEST(ten_thousand_nodes)
   enum { N = 10000 };
   static int rank_of[N], offset_of[N], seen[N];
   char *base = malloc(N);
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   size_t k;
   int i, world = 0, sum = 0;
 
@@ -1377,7 +1386,7 @@ START_TEST(ten_thousand_nodes)
   rec.encode = false;
   CF = conf_of(N, N);
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   snprintf(m.u.join.id, sizeof m.u.join.id, "big");
   m.u.join.conf = CF;
   m.u.join.master_port = 29400;
@@ -1389,14 +1398,14 @@ START_TEST(ten_thousand_nodes)
     m.u.join.nproc = 1 + i % 3;
     world += m.u.join.nproc;
     if (i == N - 1)
-      ck_assert_int_eq(total(RP_ROUND), 0);
+      ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
     ck_assert_int_eq(rdzv_state_handle(R, base + i, &m, i * 1e-4), 0);
   }
-  ck_assert_int_eq(total(RP_ROUND), N);
+  ck_assert_int_eq(total(RDZV_PROTO_ROUND), N);
   for (k = 0; k < rec.n; k++) {
-    const struct rp_round *rd = &rec.msgs[k].m.u.round;
+    const struct rdzv_proto_round *rd = &rec.msgs[k].m.u.round;
 
-    if (rec.msgs[k].m.op != RP_ROUND)
+    if (rec.msgs[k].m.op != RDZV_PROTO_ROUND)
       continue;
     i = (int)((char *)rec.msgs[k].conn - base);
     ck_assert(i >= 0 && i < N);
@@ -1428,16 +1437,17 @@ START_TEST(failure_from_spare_refused)
   ck_assert_int_eq(join(C, 1, 2), 0);     /* the round is full: a spare */
   clear();
   ck_assert_int_eq(failure(C, true, "hostile", 3), -EPERM);
-  ck_assert_int_eq(last(C, RP_ERROR)->u.text.code, RP_ERR_BAD_REQUEST);
+  ck_assert_int_eq(last(C, RDZV_PROTO_ERROR)->u.text.code,
+                   RDZV_PROTO_ERR_BAD_REQUEST);
   ck_assert_int_eq(failure(C, false, "hostile", 3), -EPERM);
-  ck_assert_int_eq(total(RP_CLOSED), 0);
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_CLOSED), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   ck_assert(!dropped(C));
   ck_assert(logged("refused a failure report"));
   /* A participant still can. */
   ck_assert_int_eq(failure(A, true, "real", 4), 0);
   ck_assert_int_eq(failure(B, true, "real too", 4), 0);
-  ck_assert_int_eq(count(B, RP_CLOSED), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_CLOSED), 1);
 }
 END_TEST
 
@@ -1451,18 +1461,18 @@ START_TEST(failure_from_left_node_refused)
   CF.keepalive_interval = 10;             /* a window of 100 s */
   ck_assert_int_eq(join(A, 1, 0), 0);     /* round 0: A alone */
   ck_assert_int_eq(join(B, 1, 1), 0);     /* restart; A is waited for */
-  ck_assert_int_eq(op(A, RP_KEEPALIVE, 90), 0);
-  ck_assert_int_eq(op(B, RP_KEEPALIVE, 90), 0);
+  ck_assert_int_eq(op(A, RDZV_PROTO_KEEPALIVE, 90), 0);
+  ck_assert_int_eq(op(B, RDZV_PROTO_KEEPALIVE, 90), 0);
   rdzv_state_tick(R,
                   1 + 100);                    /* then round 1 is B's alone */
-  ck_assert_int_eq(last(B, RP_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(B, RDZV_PROTO_ROUND)->u.round.round, 1);
   clear();
   ck_assert_int_eq(failure(A, true, "stale", 102), -EPERM);
-  ck_assert_int_eq(total(RP_CLOSED), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_CLOSED), 0);
   /* A participant's report that crossed its RESTART still counts. */
   ck_assert_int_eq(failure(B, false, "x", 103), 0);     /* round 2 */
   ck_assert_int_eq(failure(B, false, "again", 103), 0);
-  ck_assert_int_eq(count(B, RP_ERROR), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ERROR), 0);
 }
 END_TEST
 
@@ -1475,30 +1485,31 @@ END_TEST
 static const unsigned char *forged_token;
 static const char *forged_master;
 
-static int resume_from(int from, int i, enum rp_resume_phase phase,
+static int resume_from(int from, int i, enum rdzv_proto_resume_phase phase,
                        int round, int rc, int rank, int gws, double now)
 {
-  struct rp_msg m;
-  struct rp_join *j = &m.u.resume.join;
-  struct rp_round *a = &m.u.resume.round;
+  struct rdzv_proto_msg m;
+  struct rdzv_proto_join *j = &m.u.resume.join;
+  struct rdzv_proto_round *a = &m.u.resume.round;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_RESUME;
+  m.op = RDZV_PROTO_RESUME;
   snprintf(j->id, sizeof j->id, "job1");
   snprintf(j->addr, sizeof j->addr, "10.0.0.%d", i + 1);
   snprintf(j->host, sizeof j->host, "h%d", i);
   j->pid = 1000 + i;
   j->nproc = 2;
   j->master_port = 29500 + i;
-  j->reason = RP_REASON_FIRST;
+  j->reason = RDZV_PROTO_REASON_FIRST;
   j->conf = CF;
   m.u.resume.phase = phase;
   a->round = round;
   a->restart_count = rc;
   /* It presents the last token node i's connection was given, or the
    * one a test forges. */
-  memcpy(a->token, forged_token ? forged_token : rec.tok[i], RP_TOKEN_BYTES);
-  if (phase != RP_PHASE_GATHERING) {
+  memcpy(a->token, forged_token ? forged_token : rec.tok[i],
+         RDZV_PROTO_TOKEN_BYTES);
+  if (phase != RDZV_PROTO_PHASE_GATHERING) {
     a->group_rank = rank;
     a->group_world_size = gws;
     a->rank_offset = 2 * rank;
@@ -1510,7 +1521,7 @@ static int resume_from(int from, int i, enum rp_resume_phase phase,
   return rdzv_state_handle(R, CONN(from), &m, now);
 }
 
-static int resume(int i, enum rp_resume_phase phase, int round, int rc,
+static int resume(int i, enum rdzv_proto_resume_phase phase, int round, int rc,
                   int rank, int gws, double now)
 {
   return resume_from(i, i, phase, round, rc, rank, gws, now);
@@ -1524,33 +1535,33 @@ START_TEST(resume_rebuilds_running_job)
   rdzv_state_set_metrics(R, &met);
   CF = conf_of(3, 3);
   CF.max_restarts = 5;
-  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 2, 1, 0, 3, 0), 0);
-  ck_assert_int_eq(resume(B, RP_PHASE_EXIT, 2, 1, 1, 3, 0.5), 0);
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 2, 1, 0, 3, 0), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_EXIT, 2, 1, 1, 3, 0.5), 0);
   ck_assert_int_eq(barrier(B, "exit", 2, 0.6), 0);
   ck_assert_int_eq(barrier(A, "exit", 2, 0.7), 0);
   /* Nothing reaches the running workers; the barrier waits for C. */
   ck_assert_int_eq((int)rec.n, 0);
   ck_assert(logged("rebuilding running round 2"));
-  ck_assert_int_eq(resume(C, RP_PHASE_RUNNING, 2, 1, 2, 3, 1), 0);
+  ck_assert_int_eq(resume(C, RDZV_PROTO_PHASE_RUNNING, 2, 1, 2, 3, 1), 0);
   ck_assert(logged("round 2 rebuilt: all 3 nodes"));
   ck_assert_int_eq((int)rec.n, 0);
   ck_assert_int_eq(barrier(C, "exit", 2, 1.1), 0);
-  ck_assert_int_eq(total(RP_BARRIER_DONE), 3);
+  ck_assert_int_eq(total(RDZV_PROTO_BARRIER_DONE), 3);
   ck_assert_int_eq((int)met.reconnects, 3);
   /* The rebuilt round fails like any other: restart 2, ranks kept. */
   clear();
   ck_assert_int_eq(failure(B, false, "exitcode 1", 2), 0);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_int_eq(count(C, RP_RESTART), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(C, RDZV_PROTO_RESTART), 1);
   ck_assert(logged("restart_count 2 of 5"));
   ck_assert_int_eq(join(C, 2, 3), 0);
   ck_assert_int_eq(join(B, 2, 3), 0);
   ck_assert_int_eq(join(A, 2, 3), 0);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 3);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.restart_count, 2);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.group_rank, 0);
-  ck_assert_int_eq(last(B, RP_ROUND)->u.round.group_rank, 1);
-  ck_assert_int_eq(last(C, RP_ROUND)->u.round.group_rank, 2);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 3);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 2);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.group_rank, 0);
+  ck_assert_int_eq(last(B, RDZV_PROTO_ROUND)->u.round.group_rank, 1);
+  ck_assert_int_eq(last(C, RDZV_PROTO_ROUND)->u.round.group_rank, 2);
 }
 END_TEST
 
@@ -1561,80 +1572,80 @@ START_TEST(resume_grace_expires)
   CF = conf_of(1, 3);
   CF.keepalive_interval = 1;
   CF.keepalive_misses = 5;
-  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 2, 1, 0, 3, 100), 0);
-  ck_assert_int_eq(resume(B, RP_PHASE_RUNNING, 2, 1, 1, 3, 101), 0);
-  ck_assert_int_eq(op(A, RP_KEEPALIVE, 108), 0);
-  ck_assert_int_eq(op(B, RP_KEEPALIVE, 108), 0);
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 2, 1, 0, 3, 100), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 2, 1, 1, 3, 101), 0);
+  ck_assert_int_eq(op(A, RDZV_PROTO_KEEPALIVE, 108), 0);
+  ck_assert_int_eq(op(B, RDZV_PROTO_KEEPALIVE, 108), 0);
   next = rdzv_state_tick(R, 109.9);
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   ck_assert(next > 109.9 && next <= 110);
   rdzv_state_tick(R, 110);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_int_eq(count(B, RP_RESTART), 1);
-  ck_assert(strstr(last(A, RP_RESTART)->u.text.message,
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 1);
+  ck_assert(strstr(last(A, RDZV_PROTO_RESTART)->u.text.message,
                    "1 of 3 nodes did not come back within 10 s"));
   ck_assert_int_eq(join(A, 2, 111), 0);
   ck_assert_int_eq(join(B, 2, 111), 0);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 3);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.restart_count, 1);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.group_world_size, 2);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 3);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.group_world_size, 2);
   /* C comes back late: the job went on without it. */
   clear();
-  ck_assert_int_eq(resume(C, RP_PHASE_RUNNING, 2, 1, 2, 3, 112), 0);
-  ck_assert_int_eq(count(C, RP_RESTART), 1);
-  ck_assert_int_eq(count(A, RP_RESTART), 0);
-  ck_assert(strstr(last(C, RP_RESTART)->u.text.message,
+  ck_assert_int_eq(resume(C, RDZV_PROTO_PHASE_RUNNING, 2, 1, 2, 3, 112), 0);
+  ck_assert_int_eq(count(C, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 0);
+  ck_assert(strstr(last(C, RDZV_PROTO_RESTART)->u.text.message,
                    "went on without this node"));
   /* It joins like a newcomer: a new round for everyone. */
   ck_assert_int_eq(join(C, 2, 113), 0);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
 }
 END_TEST
 
 START_TEST(resume_rank_conflict)
 {
   CF = conf_of(1, 3);
-  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 4, 2, 0, 2, 0), 0);
-  ck_assert_int_eq(resume(X, RP_PHASE_RUNNING, 4, 2, 0, 2, 1), 0);
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 4, 2, 0, 2, 0), 0);
+  ck_assert_int_eq(resume(X, RDZV_PROTO_PHASE_RUNNING, 4, 2, 0, 2, 1), 0);
   ck_assert(logged("conflicting re-assertions: node h5"));
   ck_assert(logged("rank held by node h0"));
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_int_eq(count(X, RP_RESTART), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(X, RDZV_PROTO_RESTART), 1);
   ck_assert_int_eq(join(X, 2, 2), 0);
   ck_assert_int_eq(join(A, 2, 2), 0);
   /* The earlier one keeps rank 0; the round moved on; no restart. */
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 5);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.group_rank, 0);
-  ck_assert_int_eq(last(X, RP_ROUND)->u.round.group_rank, 1);
-  ck_assert_int_eq(last(X, RP_ROUND)->u.round.restart_count, 2);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 5);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.group_rank, 0);
+  ck_assert_int_eq(last(X, RDZV_PROTO_ROUND)->u.round.group_rank, 1);
+  ck_assert_int_eq(last(X, RDZV_PROTO_ROUND)->u.round.restart_count, 2);
 }
 END_TEST
 
 START_TEST(resume_highest_round_wins)
 {
   CF = conf_of(1, 3);
-  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 4, 2, 0, 2, 0), 0);
-  ck_assert_int_eq(resume(B, RP_PHASE_RUNNING, 6, 3, 1, 2, 1), 0);
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 4, 2, 0, 2, 0), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 6, 3, 1, 2, 1), 0);
   ck_assert(logged("conflicting re-assertions"));
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_int_eq(count(B, RP_RESTART), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 1);
   ck_assert_int_eq(join(A, 2, 2), 0);
   ck_assert_int_eq(join(B, 2, 2), 0);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 7);
-  ck_assert_int_eq(last(B, RP_ROUND)->u.round.restart_count, 3);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 7);
+  ck_assert_int_eq(last(B, RDZV_PROTO_ROUND)->u.round.restart_count, 3);
 }
 END_TEST
 
 START_TEST(resume_gathering_keeps_counts)
 {
   CF = conf_of(2, 2);
-  ck_assert_int_eq(resume(A, RP_PHASE_GATHERING, 5, 2, 0, 0, 0), 0);
-  ck_assert_int_eq(count(A, RP_WAITING), 1);
-  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.round, 5);
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_GATHERING, 5, 2, 0, 0, 0), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.round, 5);
   /* A node that knows less just joins the same round. */
-  ck_assert_int_eq(resume(B, RP_PHASE_GATHERING, 4, 1, 0, 0, 1), 0);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 5);
-  ck_assert_int_eq(last(B, RP_ROUND)->u.round.restart_count, 2);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_GATHERING, 4, 1, 0, 0, 1), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 5);
+  ck_assert_int_eq(last(B, RDZV_PROTO_ROUND)->u.round.restart_count, 2);
 }
 END_TEST
 
@@ -1642,16 +1653,16 @@ START_TEST(resume_after_reset_on_live_server)
 {
   running_pair();
   rdzv_state_conn_closed(R, CONN(B), 1);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
   clear();
   /* B reconnects (a new connection) and re-asserts round 0: too late. */
-  ck_assert_int_eq(resume(X, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
-  ck_assert_int_eq(count(X, RP_RESTART), 1);
+  ck_assert_int_eq(resume(X, RDZV_PROTO_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert_int_eq(count(X, RDZV_PROTO_RESTART), 1);
   ck_assert_int_eq(join(A, 1, 3), 0);
-  ck_assert_int_eq(count(A, RP_ROUND), 0);   /* waits for X, expected */
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 0);   /* waits for X, expected */
   ck_assert_int_eq(join(X, 1, 3), 0);
-  ck_assert_int_eq(last(A, RP_ROUND)->u.round.round, 1);
-  ck_assert_int_eq(last(X, RP_ROUND)->u.round.group_world_size, 2);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(X, RDZV_PROTO_ROUND)->u.round.group_world_size, 2);
 }
 END_TEST
 
@@ -1660,7 +1671,7 @@ START_TEST(reset_then_resume_within_window)
   running_pair();
   rdzv_state_conn_reset(R, CONN(B), 1);
   ck_assert(logged("connection reset: still a member"));
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   ck_assert_int_eq(rdzv_state_node_count(R), 2);
   {
     cJSON *st = status_of(A, 1.5);
@@ -1670,13 +1681,14 @@ START_TEST(reset_then_resume_within_window)
     cJSON_Delete(st);
   }
   /* B's agent is back on a new connection: the job goes on. */
-  ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert_int_eq(resume_from(X, B, RDZV_PROTO_PHASE_RUNNING, 0, 0, 1, 2, 2),
+                   0);
   ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   ck_assert_int_eq(barrier(A, "exit", 0, 3), 0);
   ck_assert_int_eq(barrier(X, "exit", 0, 3), 0);
-  ck_assert_int_eq(count(A, RP_BARRIER_DONE), 1);
-  ck_assert_int_eq(count(X, RP_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(X, RDZV_PROTO_BARRIER_DONE), 1);
   /* A detached node goes with its job. */
   rdzv_state_conn_reset(R, CONN(A), 4);
   ck_assert_int_eq(failure(X, true, "boom", 5), 0);
@@ -1688,13 +1700,14 @@ START_TEST(reset_then_window_ends)
 {
   running_pair();
   rdzv_state_conn_reset(R, CONN(B), 1);
-  ck_assert_int_eq(op(A, RP_KEEPALIVE, 999), 0);
+  ck_assert_int_eq(op(A, RDZV_PROTO_KEEPALIVE, 999), 0);
   rdzv_state_tick(R, 1001);             /* B's window: 100 s x 10, from 0 */
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
   ck_assert_int_eq(rdzv_state_node_count(R), 1);
   /* Too late: it restarts and joins again. */
-  ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 1002), 0);
-  ck_assert_int_eq(count(X, RP_RESTART), 1);
+  ck_assert_int_eq(
+      resume_from(X, B, RDZV_PROTO_PHASE_RUNNING, 0, 0, 1, 2, 1002), 0);
+  ck_assert_int_eq(count(X, RDZV_PROTO_RESTART), 1);
   /* A reset node of a job that ends is freed with it. */
   rdzv_state_conn_reset(R, CONN(X), 1003);
   ck_assert_int_eq(failure(A, true, "boom", 1004), 0);
@@ -1706,22 +1719,24 @@ START_TEST(resume_supersedes_old_connection)
 {
   running_pair();
   /* B's agent gave up on a connection the server still thinks alive. */
-  ck_assert_int_eq(resume_from(X, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert_int_eq(resume_from(X, B, RDZV_PROTO_PHASE_RUNNING, 0, 0, 1, 2, 2),
+                   0);
   ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
   ck_assert(dropped(B));
   rdzv_state_conn_closed(R, CONN(B), 3);
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   ck_assert_int_eq(rdzv_state_node_count(R), 2);
   /* While gathering, the old self makes way for the new one. */
   ck_assert_int_eq(failure(A, false, "exitcode 1", 4), 0);
-  ck_assert_int_eq(count(X, RP_RESTART), 1);
-  ck_assert_int_eq(resume_from(E, B, RP_PHASE_GATHERING, 1, 1, 0, 0, 5), 0);
+  ck_assert_int_eq(count(X, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(resume_from(E, B, RDZV_PROTO_PHASE_GATHERING, 1, 1, 0, 0, 5),
+                   0);
   ck_assert(logged("its old connection is superseded"));
   ck_assert(dropped(X));
   ck_assert_int_eq(rdzv_state_node_count(R), 2);
   ck_assert_int_eq(join(A, 1, 6), 0);
-  ck_assert_int_eq(last(E, RP_ROUND)->u.round.round, 1);
-  ck_assert_int_eq(last(E, RP_ROUND)->u.round.group_world_size, 2);
+  ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.group_world_size, 2);
 }
 END_TEST
 
@@ -1737,24 +1752,24 @@ START_TEST(zero_last_call_waits_for_restarting_nodes)
   CF.max_restarts = 3;
   CF.keepalive_interval = 10;             /* a window of 100 s */
   ck_assert_int_eq(join(A, 1, 0), 0);
-  ck_assert_int_eq(count(A, RP_ROUND), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
   ck_assert_int_eq(join(B, 1, 1), 0);
-  ck_assert_int_eq(count(A, RP_RESTART), 1);
-  ck_assert_int_eq(count(B, RP_ROUND), 0);      /* waits for A */
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 0);      /* waits for A */
   ck_assert_int_eq(join(A, 1, 1.1), 0);
-  ck_assert_int_eq(count(A, RP_ROUND), 2);
-  ck_assert_int_eq(last(B, RP_ROUND)->u.round.group_world_size, 2);
-  ck_assert_int_eq(total(RP_RESTART), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 2);
+  ck_assert_int_eq(last(B, RDZV_PROTO_ROUND)->u.round.group_world_size, 2);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 1);
   /* A node that does not come back is waited for one keepalive window. */
   clear();
   ck_assert_int_eq(failure(B, false, "exitcode 1", 2), 0);
   ck_assert_int_eq(join(B, 1, 2), 0);
-  ck_assert_int_eq(count(B, RP_ROUND), 0);
-  ck_assert_int_eq(op(A, RP_KEEPALIVE, 90), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 0);
+  ck_assert_int_eq(op(A, RDZV_PROTO_KEEPALIVE, 90), 0);
   rdzv_state_tick(R, 2 + 100 - 0.01);
-  ck_assert_int_eq(count(B, RP_ROUND), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 0);
   rdzv_state_tick(R, 2 + 100);
-  ck_assert_int_eq(count(B, RP_ROUND), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 1);
 }
 END_TEST
 
@@ -1762,21 +1777,24 @@ END_TEST
  * a round, another for the next round, none all zero. */
 START_TEST(job_token_per_round)
 {
-  unsigned char t0[RP_TOKEN_BYTES];
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES];
 
   running_pair();
   ck_assert_int_eq(failure(A, false, "exitcode 1", 1), 0);
   ck_assert_int_eq(join(A, 1, 1), 0);
   ck_assert_int_eq(join(B, 1, 1), 0);
-  ck_assert(!rp_token_none(last(A, RP_ROUND)->u.round.job_token));
-  ck_assert(!memcmp(last(A, RP_ROUND)->u.round.job_token,
-                    last(B, RP_ROUND)->u.round.job_token, RP_TOKEN_BYTES));
-  memcpy(t0, last(A, RP_ROUND)->u.round.job_token, RP_TOKEN_BYTES);
+  ck_assert(
+      !rdzv_proto_token_none(last(A, RDZV_PROTO_ROUND)->u.round.job_token));
+  ck_assert(!memcmp(last(A, RDZV_PROTO_ROUND)->u.round.job_token,
+                    last(B, RDZV_PROTO_ROUND)->u.round.job_token,
+                    RDZV_PROTO_TOKEN_BYTES));
+  memcpy(t0, last(A, RDZV_PROTO_ROUND)->u.round.job_token,
+         RDZV_PROTO_TOKEN_BYTES);
   ck_assert_int_eq(failure(B, false, "exitcode 1", 2), 0);
   ck_assert_int_eq(join(A, 1, 2), 0);
   ck_assert_int_eq(join(B, 1, 2), 0);
-  ck_assert(memcmp(last(A, RP_ROUND)->u.round.job_token, t0,
-                   RP_TOKEN_BYTES) != 0);
+  ck_assert(memcmp(last(A, RDZV_PROTO_ROUND)->u.round.job_token, t0,
+                   RDZV_PROTO_TOKEN_BYTES) != 0);
 }
 END_TEST
 
@@ -1787,33 +1805,35 @@ END_TEST
  * the impostor's final failure then closed the job. */
 START_TEST(impostor_cannot_displace)
 {
-  static const unsigned char garbage[RP_TOKEN_BYTES] = { 1, 2, 3 };
+  static const unsigned char garbage[RDZV_PROTO_TOKEN_BYTES] = { 1, 2, 3 };
 
   running_pair();
-  ck_assert(!rp_token_none(rec.tok[B]));
+  ck_assert(!rdzv_proto_token_none(rec.tok[B]));
   forged_token = garbage;
-  ck_assert_int_eq(resume_from(E, B, RP_PHASE_RUNNING, 0, 0, 1, 2, 1), 0);
+  ck_assert_int_eq(resume_from(E, B, RDZV_PROTO_PHASE_RUNNING, 0, 0, 1, 2, 1),
+                   0);
   forged_token = NULL;
   ck_assert(logged("does not hold its token: the node is left alone"));
   ck_assert(!dropped(B));
-  ck_assert_int_eq(count(A, RP_RESTART), 0);
-  ck_assert_int_eq(count(B, RP_RESTART), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 0);
   /* It is a stranger the job went on without; its report is refused. */
-  ck_assert_int_eq(count(E, RP_RESTART), 1);
+  ck_assert_int_eq(count(E, RDZV_PROTO_RESTART), 1);
   ck_assert_int_lt(failure(E, true, "forged", 2), 0);
-  assert_error(E, RP_ERR_BAD_REQUEST);
+  assert_error(E, RDZV_PROTO_ERR_BAD_REQUEST);
   /* Without any token at all, the same. */
-  forged_token = (const unsigned char[RP_TOKEN_BYTES]){ 0 };
-  ck_assert_int_eq(resume_from(D, A, RP_PHASE_GATHERING, 1, 0, 0, 0, 3), 0);
+  forged_token = (const unsigned char[RDZV_PROTO_TOKEN_BYTES]){ 0 };
+  ck_assert_int_eq(resume_from(D, A, RDZV_PROTO_PHASE_GATHERING, 1, 0, 0, 0, 3),
+                   0);
   forged_token = NULL;
   ck_assert(!dropped(A));
   ck_assert_int_eq(barrier(A, "exit", 0, 4), 0);
   ck_assert_int_eq(barrier(B, "exit", 0, 4), 0);
-  ck_assert_int_eq(count(A, RP_BARRIER_DONE), 1);
-  ck_assert_int_eq(count(B, RP_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(A, RDZV_PROTO_BARRIER_DONE), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_BARRIER_DONE), 1);
   /* The true holder still takes its node back after a reset. */
   rdzv_state_conn_reset(R, CONN(B), 5);
-  ck_assert_int_eq(resume_from(X, B, RP_PHASE_EXIT, 0, 0, 1, 2, 6), 0);
+  ck_assert_int_eq(resume_from(X, B, RDZV_PROTO_PHASE_EXIT, 0, 0, 1, 2, 6), 0);
   ck_assert(logged("reconnected and re-asserted rank 1 of round 0"));
 }
 END_TEST
@@ -1822,12 +1842,12 @@ END_TEST
  * given a token of its own, which does not take the node over. */
 START_TEST(name_twin_cannot_displace)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   CF = conf_of(3, 3);
   ck_assert_int_eq(join(A, 1, 0), 0);
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   snprintf(m.u.join.id, sizeof m.u.join.id, "job1");
   snprintf(m.u.join.host, sizeof m.u.join.host, "h0");      /* A's */
   m.u.join.pid = 1000;                                      /* A's */
@@ -1835,12 +1855,13 @@ START_TEST(name_twin_cannot_displace)
   m.u.join.master_port = 1;
   m.u.join.conf = CF;
   ck_assert_int_eq(rdzv_state_handle(R, CONN(E), &m, 1), 0);
-  ck_assert(!rp_token_none(rec.tok[E]));
-  ck_assert(memcmp(rec.tok[E], rec.tok[A], RP_TOKEN_BYTES) != 0);
+  ck_assert(!rdzv_proto_token_none(rec.tok[E]));
+  ck_assert(memcmp(rec.tok[E], rec.tok[A], RDZV_PROTO_TOKEN_BYTES) != 0);
   rdzv_state_conn_closed(R, CONN(E), 2);
   /* E's agent comes back presenting the token it was given, in A's name. */
   forged_token = rec.tok[E];
-  ck_assert_int_eq(resume_from(X, A, RP_PHASE_GATHERING, 0, 0, 0, 0, 3), 0);
+  ck_assert_int_eq(resume_from(X, A, RDZV_PROTO_PHASE_GATHERING, 0, 0, 0, 0, 3),
+                   0);
   forged_token = NULL;
   ck_assert(!dropped(A));
   ck_assert_int_eq(rdzv_state_node_count(R), 2);
@@ -1850,7 +1871,7 @@ END_TEST
 /* A daemon (re)started with a token key file (rdzvd --token-key-file). */
 static void with_token_key(void)
 {
-  struct ra_secret k = { .len = 32 };
+  struct rdzv_auth_secret k = { .len = 32 };
 
   memset(k.key, 7, k.len);
   rdzv_state_destroy(R);
@@ -1871,57 +1892,59 @@ START_TEST(restarted_server_checks_claims)
   CF.max_restarts = 3;
   ck_assert_int_eq(join(A, 2, 0), 0);
   ck_assert_int_eq(join(B, 2, 0), 0);
-  ck_assert_str_eq(last(A, RP_ROUND)->u.round.master_addr, "10.0.0.1");
+  ck_assert_str_eq(last(A, RDZV_PROTO_ROUND)->u.round.master_addr, "10.0.0.1");
   with_token_key();             /* rdzvd restarts with the same key file */
   clear();
   /* A stranger claims rank 0 with its own MASTER_ADDR: refused. */
   forged_master = "6.6.6.6";
-  ck_assert_int_lt(resume_from(E, A, RP_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
+  ck_assert_int_lt(resume_from(E, A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 1),
+                   0);
   forged_master = NULL;
-  assert_error(E, RP_ERR_AUTH);
+  assert_error(E, RDZV_PROTO_ERR_AUTH);
   ck_assert(dropped(E));
   /* B's own token does not prove rank 0 either. */
   forged_token = rec.tok[B];
-  ck_assert_int_lt(resume_from(D, A, RP_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
+  ck_assert_int_lt(resume_from(D, A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 1),
+                   0);
   forged_token = NULL;
-  assert_error(D, RP_ERR_AUTH);
+  assert_error(D, RDZV_PROTO_ERR_AUTH);
   ck_assert_int_eq(rdzv_state_job_count(R), 0);
   /* The real nodes come back: rebuilt, nothing restarts. */
-  ck_assert_int_eq(resume(B, RP_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
-  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, 0, 0, 0, 2, 2), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 0, 0, 1, 2, 2), 0);
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 2), 0);
   ck_assert(logged("round 0 rebuilt: all 2 nodes"));
-  ck_assert_int_eq(total(RP_RESTART), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
   /* A gathering claim proved by its WAITING token keeps its counts. */
   ck_assert_int_eq(failure(A, false, "exitcode 1", 3), 0);
   ck_assert_int_eq(join(A, 2, 3), 0);
-  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.round, 1);
-  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.restart_count, 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.round, 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.restart_count, 1);
   with_token_key();
-  ck_assert_int_eq(resume(A, RP_PHASE_GATHERING, 1, 1, 0, 0, 4), 0);
-  ck_assert_int_eq(last(A, RP_WAITING)->u.waiting.round, 1);
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_GATHERING, 1, 1, 0, 0, 4), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.round, 1);
   /* One that is not proved joins, but changes no count. */
   forged_token = rec.tok[B];
-  ck_assert_int_eq(resume_from(E, E, RP_PHASE_GATHERING, 900, 7, 0, 0, 5),
-                   0);
+  ck_assert_int_eq(
+      resume_from(E, E, RDZV_PROTO_PHASE_GATHERING, 900, 7, 0, 0, 5), 0);
   forged_token = NULL;
-  ck_assert_int_eq(last(E, RP_ROUND)->u.round.round, 1);
-  ck_assert_int_eq(last(E, RP_ROUND)->u.round.restart_count, 1);
+  ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
 }
 END_TEST
 
 /* Item 3: a resumed round near 2^31 overflowed at the next round.  Round
- * numbers now stop at RP_MAX_ROUND, where the job is closed cleanly. */
+ * numbers now stop at RDZV_PROTO_MAX_ROUND, where the job is closed cleanly. */
 START_TEST(round_numbers_bounded)
 {
   CF = conf_of(1, 1);
   CF.max_restarts = 5;
-  ck_assert_int_eq(resume(A, RP_PHASE_RUNNING, RP_MAX_ROUND, 0, 0, 1, 0),
-                   0);
+  ck_assert_int_eq(
+      resume(A, RDZV_PROTO_PHASE_RUNNING, RDZV_PROTO_MAX_ROUND, 0, 0, 1, 0), 0);
   ck_assert_int_eq(failure(A, false, "exitcode 1", 1), 0);
-  ck_assert_int_eq(count(A, RP_CLOSED), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_CLOSED), 0);
   rdzv_state_tick(R, 1);
-  ck_assert_int_eq(count(A, RP_CLOSED), 1);
-  ck_assert(strstr(last(A, RP_CLOSED)->u.text.message,
+  ck_assert_int_eq(count(A, RDZV_PROTO_CLOSED), 1);
+  ck_assert(strstr(last(A, RDZV_PROTO_CLOSED)->u.text.message,
                    "round numbers are spent"));
   ck_assert(dropped(A));
 }
@@ -1937,23 +1960,23 @@ START_TEST(huge_claims_cost_what_arrived)
   size_t grew;
   int i;
 
-  CF = conf_of(1, RP_MAX_NODES);
+  CF = conf_of(1, RDZV_PROTO_MAX_NODES);
   before = mallinfo2();
   for (i = 0; i < 200; i++) {
-    struct rp_msg m;
+    struct rdzv_proto_msg m;
 
     memset(&m, 0, sizeof m);
-    m.op = RP_RESUME;
+    m.op = RDZV_PROTO_RESUME;
     snprintf(id, sizeof id, "job%d", i);
     snprintf(m.u.resume.join.id, sizeof m.u.resume.join.id, "%s", id);
     m.u.resume.join.nproc = 1;
     m.u.resume.join.master_port = 1;
     m.u.resume.join.conf = CF;
-    m.u.resume.phase = RP_PHASE_RUNNING;
-    m.u.resume.round.group_rank = RP_MAX_NODES - 1;
-    m.u.resume.round.group_world_size = RP_MAX_NODES;
-    m.u.resume.round.rank_offset = RP_MAX_NODES - 1;
-    m.u.resume.round.world_size = RP_MAX_NODES;
+    m.u.resume.phase = RDZV_PROTO_PHASE_RUNNING;
+    m.u.resume.round.group_rank = RDZV_PROTO_MAX_NODES - 1;
+    m.u.resume.round.group_world_size = RDZV_PROTO_MAX_NODES;
+    m.u.resume.round.rank_offset = RDZV_PROTO_MAX_NODES - 1;
+    m.u.resume.round.world_size = RDZV_PROTO_MAX_NODES;
     snprintf(m.u.resume.round.master_addr,
              sizeof m.u.resume.round.master_addr, "m");
     m.u.resume.round.master_port = 1;
@@ -1975,9 +1998,9 @@ END_TEST
 START_TEST(own_windows_not_the_squatters)
 {
   CF = conf_of(2, 3);
-  CF.keepalive_interval = RP_MIN_KEEPALIVE;
+  CF.keepalive_interval = RDZV_PROTO_MIN_KEEPALIVE;
   CF.keepalive_misses = 10;
-  CF.join_timeout = RP_MIN_JOIN_TIMEOUT;
+  CF.join_timeout = RDZV_PROTO_MIN_JOIN_TIMEOUT;
   ck_assert_int_eq(join(E, 1, 0), 0);       /* the squatter creates it */
   CF = conf_of(2, 3);
   CF.keepalive_interval = 1;
@@ -1989,8 +2012,8 @@ START_TEST(own_windows_not_the_squatters)
   rdzv_state_tick(R, 1.5);
   ck_assert(dropped(E));
   ck_assert(!dropped(A) && !dropped(B));
-  ck_assert_int_eq(op(A, RP_KEEPALIVE, 4), 0);
-  ck_assert_int_eq(op(B, RP_KEEPALIVE, 4), 0);
+  ck_assert_int_eq(op(A, RDZV_PROTO_KEEPALIVE, 4), 0);
+  ck_assert_int_eq(op(B, RDZV_PROTO_KEEPALIVE, 4), 0);
   rdzv_state_tick(R, 4.5);
   ck_assert(!dropped(A) && !dropped(B));
   ck_assert_int_eq(rdzv_state_node_count(R), 2);
@@ -2003,19 +2026,20 @@ START_TEST(resume_refusals)
   ck_assert_int_eq(join(A, 1, 0), 0);
   /* A config that differs from the job's. */
   CF = conf_of(1, 3);
-  ck_assert_int_lt(resume(B, RP_PHASE_RUNNING, 0, 0, 1, 2, 1), 0);
-  assert_error(B, RP_ERR_CONFIG_MISMATCH);
+  ck_assert_int_lt(resume(B, RDZV_PROTO_PHASE_RUNNING, 0, 0, 1, 2, 1), 0);
+  assert_error(B, RDZV_PROTO_ERR_CONFIG_MISMATCH);
   ck_assert(dropped(B));
   /* Already a node. */
   CF = conf_of(2, 2);
-  ck_assert_int_lt(resume(A, RP_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
-  assert_error(A, RP_ERR_BAD_REQUEST);
+  ck_assert_int_lt(resume(A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
+  assert_error(A, RDZV_PROTO_ERR_BAD_REQUEST);
   /* A round larger than its own max_nodes (found by fuzz_rdzv_state: the
    * rebuilt job held 2 participants with max_nodes 1): refused, no job. */
   CF = conf_of(1, 1);
-  ck_assert_int_lt(resume_from(C, C, RP_PHASE_RUNNING, 3, 0, 1, 3, 2), 0);
-  assert_error(C, RP_ERR_BAD_REQUEST);
-  ck_assert(strstr(last(C, RP_ERROR)->u.text.message,
+  ck_assert_int_lt(resume_from(C, C, RDZV_PROTO_PHASE_RUNNING, 3, 0, 1, 3, 2),
+                   0);
+  assert_error(C, RDZV_PROTO_ERR_BAD_REQUEST);
+  ck_assert(strstr(last(C, RDZV_PROTO_ERROR)->u.text.message,
                    "bad resume: a round of 3 nodes, but max_nodes is 1"));
   ck_assert_int_eq(rdzv_state_node_count(R), 1);
 }

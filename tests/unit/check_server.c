@@ -152,19 +152,19 @@ static int cl_write(struct client *c, const void *p, size_t n)
   return 0;
 }
 
-static void cl_send(struct client *c, const struct rp_msg *m)
+static void cl_send(struct client *c, const struct rdzv_proto_msg *m)
 {
   char *data;
   size_t len;
 
-  ck_assert_int_eq(rp_encode(m, &data, &len), 0);
+  ck_assert_int_eq(rdzv_proto_encode(m, &data, &len), 0);
   ck_assert_int_eq(cl_write(c, data, len), 0);
   free(data);
 }
 
-/* The next frame: 0 and *m (free with rp_msg_free), or -EPIPE at end of
+/* The next frame: 0 and *m (free with rdzv_proto_msg_free), or -EPIPE at end of
  * file, -ETIMEDOUT after WAIT_MS. */
-static int cl_recv(struct client *c, struct rp_msg *m)
+static int cl_recv(struct client *c, struct rdzv_proto_msg *m)
 {
   char err[256];
   size_t flen;
@@ -174,11 +174,12 @@ static int cl_recv(struct client *c, struct rp_msg *m)
     struct pollfd p = { c->fd, POLLIN, 0 };
     ssize_t k;
 
-    rc = rp_frame_peek(c->buf, c->len, &flen);
+    rc = rdzv_proto_frame_peek(c->buf, c->len, &flen);
     ck_assert_int_ge(rc, 0);
     if (rc == 1) {
-      rc = rp_decode(c->buf + RP_FRAME_HEADER, flen - RP_FRAME_HEADER, m,
-                     err, sizeof err);
+      rc =
+          rdzv_proto_decode(c->buf + RDZV_PROTO_FRAME_HEADER,
+                            flen - RDZV_PROTO_FRAME_HEADER, m, err, sizeof err);
       ck_assert_msg(rc == 0, "bad frame from the server: %s", err);
       memmove(c->buf, c->buf + flen, c->len - flen);
       c->len -= flen;
@@ -200,52 +201,53 @@ static int cl_recv(struct client *c, struct rp_msg *m)
 
 /* Reads until a message of op arrives (others are skipped); fails the
  * test at end of file or after WAIT_MS. */
-static void cl_expect(struct client *c, enum rp_op op, struct rp_msg *out)
+static void cl_expect(struct client *c, enum rdzv_proto_op op,
+                      struct rdzv_proto_msg *out)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int rc;
 
   for (;;) {
     rc = cl_recv(c, &m);
-    ck_assert_msg(rc == 0, "waiting for %s: %s", rp_op_name(op),
+    ck_assert_msg(rc == 0, "waiting for %s: %s", rdzv_proto_op_name(op),
                   rc == -EPIPE ? "connection closed" : "timed out");
     if (m.op == op)
       break;
-    ck_assert_msg(m.op != RP_ERROR, "waiting for %s: error %s",
-                  rp_op_name(op), m.u.text.message);
-    rp_msg_free(&m);
+    ck_assert_msg(m.op != RDZV_PROTO_ERROR, "waiting for %s: error %s",
+                  rdzv_proto_op_name(op), m.u.text.message);
+    rdzv_proto_msg_free(&m);
   }
   if (out)
     *out = m;
   else
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
 }
 
 /* True once the server has closed c (whatever it sent before). */
 static bool cl_closed_by_server(struct client *c)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int rc;
 
   while ((rc = cl_recv(c, &m)) == 0)
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   return rc == -EPIPE;
 }
 
 static void cl_join(struct client *c, const char *id, int i, int min,
                     int max)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_JOIN;
+  m.op = RDZV_PROTO_JOIN;
   snprintf(m.u.join.id, sizeof m.u.join.id, "%s", id);
   snprintf(m.u.join.addr, sizeof m.u.join.addr, "127.0.0.1");
   snprintf(m.u.join.host, sizeof m.u.join.host, "h%d", i);
   m.u.join.pid = 1000 + i;
   m.u.join.nproc = 1;
   m.u.join.master_port = 29500 + i;
-  rp_conf_default(&m.u.join.conf);
+  rdzv_proto_conf_default(&m.u.join.conf);
   m.u.join.conf.min_nodes = min;
   m.u.join.conf.max_nodes = max;
   m.u.join.conf.last_call_timeout = 0;
@@ -254,9 +256,9 @@ static void cl_join(struct client *c, const char *id, int i, int min,
   cl_send(c, &m);
 }
 
-static void cl_simple(struct client *c, enum rp_op op)
+static void cl_simple(struct client *c, enum rdzv_proto_op op)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
   m.op = op;
@@ -267,14 +269,14 @@ static void cl_simple(struct client *c, enum rp_op op)
  * in order. */
 static void cl_sync(struct client *c)
 {
-  cl_simple(c, RP_KEEPALIVE);
-  cl_expect(c, RP_PONG, NULL);
+  cl_simple(c, RDZV_PROTO_KEEPALIVE);
+  cl_expect(c, RDZV_PROTO_PONG, NULL);
 }
 
-static void cl_kv(struct client *c, enum rp_op op, const char *key,
+static void cl_kv(struct client *c, enum rdzv_proto_op op, const char *key,
                   const char *value, size_t len, double wait)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
   m.op = op;
@@ -287,10 +289,10 @@ static void cl_kv(struct client *c, enum rp_op op, const char *key,
 
 static void cl_barrier(struct client *c, const char *name, int round)
 {
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_BARRIER;
+  m.op = RDZV_PROTO_BARRIER;
   snprintf(m.u.barrier.name, sizeof m.u.barrier.name, "%s", name);
   m.u.barrier.round = round;
   cl_send(c, &m);
@@ -301,14 +303,14 @@ static void cl_barrier(struct client *c, const char *name, int round)
 static cJSON *status_now(void)
 {
   struct client *c = cl_open(0);
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   cJSON *st;
 
-  cl_simple(c, RP_STATUS);
-  cl_expect(c, RP_STATUS_REPLY, &m);
+  cl_simple(c, RDZV_PROTO_STATUS);
+  cl_expect(c, RDZV_PROTO_STATUS_REPLY, &m);
   st = cJSON_Parse(m.u.status_json);
   ck_assert_ptr_nonnull(st);
-  rp_msg_free(&m);
+  rdzv_proto_msg_free(&m);
   cl_close(c);
   return st;
 }
@@ -338,26 +340,26 @@ static void server_alive(void)
 
 /* The same for a server with the shared secret k: a full handshake, then
  * a status query answered. */
-static void server_alive_secret(const struct ra_secret *k)
+static void server_alive_secret(const struct rdzv_auth_secret *k)
 {
   struct client *c = cl_open(0);
-  struct ra_client cs;
-  struct rp_msg m, reply;
+  struct rdzv_auth_client cs;
+  struct rdzv_proto_msg m, reply;
   char err[256];
   int rc;
 
-  ck_assert_int_eq(ra_client_hello(&cs, &m), 0);
+  ck_assert_int_eq(rdzv_auth_client_hello(&cs, &m), 0);
   cl_send(c, &m);
   do {
     ck_assert_int_eq(cl_recv(c, &m), 0);
-    rc = ra_client_step(&cs, k, &m, &reply, err, sizeof err);
-    rp_msg_free(&m);
+    rc = rdzv_auth_client_step(&cs, k, &m, &reply, err, sizeof err);
+    rdzv_proto_msg_free(&m);
     ck_assert_msg(rc >= 0, "%s", err);
     if (rc == 1)
       cl_send(c, &reply);
   } while (rc == 1);
-  cl_simple(c, RP_STATUS);
-  cl_expect(c, RP_STATUS_REPLY, NULL);
+  cl_simple(c, RDZV_PROTO_STATUS);
+  cl_expect(c, RDZV_PROTO_STATUS_REPLY, NULL);
   cl_close(c);
 }
 
@@ -367,10 +369,10 @@ static void pair(const char *id, struct client **a, struct client **b)
   *a = cl_open(0);
   *b = cl_open(0);
   cl_join(*a, id, 0, 2, 2);
-  cl_expect(*a, RP_WAITING, NULL);
+  cl_expect(*a, RDZV_PROTO_WAITING, NULL);
   cl_join(*b, id, 1, 2, 2);
-  cl_expect(*a, RP_ROUND, NULL);
-  cl_expect(*b, RP_ROUND, NULL);
+  cl_expect(*a, RDZV_PROTO_ROUND, NULL);
+  cl_expect(*b, RDZV_PROTO_ROUND, NULL);
 }
 
 /* ---- tests ---- */
@@ -381,24 +383,24 @@ static void pair(const char *id, struct client **a, struct client **b)
 START_TEST(slow_reader_with_many_waiters)
 {
   struct client *a, *b;
-  char *value = malloc(RP_MAX_VALUE);
+  char *value = malloc(RDZV_PROTO_MAX_VALUE);
   int i;
 
   ck_assert_ptr_nonnull(value);
-  memset(value, 'v', RP_MAX_VALUE);
+  memset(value, 'v', RDZV_PROTO_MAX_VALUE);
   a = cl_open(4096);
   b = cl_open(0);
   cl_join(a, "uaf", 0, 2, 2);
-  cl_expect(a, RP_WAITING, NULL);
+  cl_expect(a, RDZV_PROTO_WAITING, NULL);
   cl_join(b, "uaf", 1, 2, 2);
-  cl_expect(a, RP_ROUND, NULL);
-  cl_expect(b, RP_ROUND, NULL);
+  cl_expect(a, RDZV_PROTO_ROUND, NULL);
+  cl_expect(b, RDZV_PROTO_ROUND, NULL);
   for (i = 0; i < 400; i++)
-    cl_kv(a, RP_KV_GET, "k", NULL, 0, 1000);
+    cl_kv(a, RDZV_PROTO_KV_GET, "k", NULL, 0, 1000);
   cl_sync(a);
   /* From here on a never reads: 400 x 64 KiB exceed the output limit. */
-  cl_kv(b, RP_KV_SET, "k", value, RP_MAX_VALUE, 0);
-  cl_expect(b, RP_RESTART, NULL);       /* a is gone: a lost node */
+  cl_kv(b, RDZV_PROTO_KV_SET, "k", value, RDZV_PROTO_MAX_VALUE, 0);
+  cl_expect(b, RDZV_PROTO_RESTART, NULL);       /* a is gone: a lost node */
   server_alive();
   cl_close(a);
   cl_close(b);
@@ -411,22 +413,22 @@ START_TEST(many_waiters_answered)
 {
   enum { N = 50 };
   struct client *c[N];
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int i;
 
   for (i = 0; i < N; i++) {
     c[i] = cl_open(0);
     cl_join(c[i], "many", i, N + 1, N + 1);
-    cl_expect(c[i], RP_WAITING, NULL);
-    cl_kv(c[i], RP_KV_GET, "go", NULL, 0, 1000);
+    cl_expect(c[i], RDZV_PROTO_WAITING, NULL);
+    cl_kv(c[i], RDZV_PROTO_KV_GET, "go", NULL, 0, 1000);
     cl_sync(c[i]);
   }
-  cl_kv(c[0], RP_KV_SET, "go", "yes", 3, 0);
+  cl_kv(c[0], RDZV_PROTO_KV_SET, "go", "yes", 3, 0);
   for (i = 0; i < N; i++) {
-    cl_expect(c[i], RP_KV_VALUE, &m);
+    cl_expect(c[i], RDZV_PROTO_KV_VALUE, &m);
     ck_assert(m.u.kv.found);
     ck_assert_str_eq(m.u.kv.value, "yes");
-    rp_msg_free(&m);
+    rdzv_proto_msg_free(&m);
   }
   for (i = 0; i < N; i++)
     cl_close(c[i]);
@@ -441,11 +443,11 @@ START_TEST(close_mid_round)
   struct client *a, *b;
 
   pair("mid", &a, &b);
-  cl_kv(a, RP_KV_GET, "k", NULL, 0, 1000);
+  cl_kv(a, RDZV_PROTO_KV_GET, "k", NULL, 0, 1000);
   cl_sync(a);
   cl_close(a);
-  cl_expect(b, RP_RESTART, NULL);
-  cl_kv(b, RP_KV_SET, "k", "1", 1, 0);
+  cl_expect(b, RDZV_PROTO_RESTART, NULL);
+  cl_kv(b, RDZV_PROTO_KV_SET, "k", "1", 1, 0);
   cl_sync(b);
   server_alive();
   cl_close(b);
@@ -462,7 +464,7 @@ START_TEST(close_during_exit_barrier)
   cl_barrier(a, "exit", 0);
   cl_sync(a);
   cl_close(b);
-  cl_expect(a, RP_RESTART, NULL);
+  cl_expect(a, RDZV_PROTO_RESTART, NULL);
   server_alive();
   cl_close(a);
 }
@@ -478,8 +480,8 @@ START_TEST(close_after_exit_barrier)
   pair("exit2", &a, &b);
   cl_barrier(a, "exit", 0);
   cl_barrier(b, "exit", 0);
-  cl_expect(a, RP_BARRIER_DONE, NULL);
-  cl_expect(b, RP_BARRIER_DONE, NULL);
+  cl_expect(a, RDZV_PROTO_BARRIER_DONE, NULL);
+  cl_expect(b, RDZV_PROTO_BARRIER_DONE, NULL);
   cl_close(a);
   cl_close(b);
   /* The nodes are gone once the daemon has seen both closes. */
@@ -499,28 +501,28 @@ END_TEST
 START_TEST(final_failure_with_slow_reader)
 {
   struct client *a, *b;
-  struct rp_msg m;
-  char *value = malloc(RP_MAX_VALUE);
+  struct rdzv_proto_msg m;
+  char *value = malloc(RDZV_PROTO_MAX_VALUE);
   int i;
 
   ck_assert_ptr_nonnull(value);
-  memset(value, 'w', RP_MAX_VALUE);
+  memset(value, 'w', RDZV_PROTO_MAX_VALUE);
   a = cl_open(4096);
   b = cl_open(0);
   cl_join(a, "fin", 0, 2, 2);
-  cl_expect(a, RP_WAITING, NULL);
+  cl_expect(a, RDZV_PROTO_WAITING, NULL);
   cl_join(b, "fin", 1, 2, 2);
-  cl_expect(a, RP_ROUND, NULL);
-  cl_expect(b, RP_ROUND, NULL);
-  cl_kv(b, RP_KV_SET, "big", value, RP_MAX_VALUE, 0);
+  cl_expect(a, RDZV_PROTO_ROUND, NULL);
+  cl_expect(b, RDZV_PROTO_ROUND, NULL);
+  cl_kv(b, RDZV_PROTO_KV_SET, "big", value, RDZV_PROTO_MAX_VALUE, 0);
   for (i = 0; i < 200; i++)
-    cl_kv(a, RP_KV_GET, "big", NULL, 0, 0);
+    cl_kv(a, RDZV_PROTO_KV_GET, "big", NULL, 0, 0);
   memset(&m, 0, sizeof m);
-  m.op = RP_FAILURE;
+  m.op = RDZV_PROTO_FAILURE;
   m.u.failure.final = true;
   snprintf(m.u.failure.message, sizeof m.u.failure.message, "boom");
   cl_send(b, &m);
-  cl_expect(b, RP_CLOSED, NULL);
+  cl_expect(b, RDZV_PROTO_CLOSED, NULL);
   ck_assert(cl_closed_by_server(b));
   server_alive();
   cl_close(a);
@@ -533,21 +535,21 @@ END_TEST
 START_TEST(partial_frames_reassembled)
 {
   struct client *c = cl_open(0);
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char *data;
   size_t len, i;
 
   memset(&m, 0, sizeof m);
-  m.op = RP_STATUS;
-  ck_assert_int_eq(rp_encode(&m, &data, &len), 0);
+  m.op = RDZV_PROTO_STATUS;
+  ck_assert_int_eq(rdzv_proto_encode(&m, &data, &len), 0);
   for (i = 0; i < len; i++) {
     ck_assert_int_eq(cl_write(c, data + i, 1), 0);
     if (i % 3 == 0)
       usleep(1000);               /* separate reads, most of the time */
   }
   free(data);
-  cl_expect(c, RP_STATUS_REPLY, &m);
-  rp_msg_free(&m);
+  cl_expect(c, RDZV_PROTO_STATUS_REPLY, &m);
+  rdzv_proto_msg_free(&m);
   cl_close(c);
 }
 END_TEST
@@ -557,11 +559,11 @@ START_TEST(oversized_frame_refused)
 {
   struct client *c = cl_open(0);
   unsigned char hdr[4] = { 0x7f, 0xff, 0xff, 0xff };
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
 
   ck_assert_int_eq(cl_write(c, hdr, sizeof hdr), 0);
-  cl_expect(c, RP_ERROR, &m);
-  ck_assert_int_eq(m.u.text.code, RP_ERR_BAD_REQUEST);
+  cl_expect(c, RDZV_PROTO_ERROR, &m);
+  ck_assert_int_eq(m.u.text.code, RDZV_PROTO_ERR_BAD_REQUEST);
   ck_assert(cl_closed_by_server(c));
   cl_close(c);
   server_alive();
@@ -592,7 +594,7 @@ static char *padded_keepalive(size_t body, size_t *len)
 {
   const char *head = "{\"v\":2,\"op\":\"keepalive\",\"pad\":\"";
   size_t hl = strlen(head), pad = body - hl - 2;
-  char *f = malloc(RP_FRAME_HEADER + body);
+  char *f = malloc(RDZV_PROTO_FRAME_HEADER + body);
 
   ck_assert_ptr_nonnull(f);
   f[0] = (char)(body >> 24);
@@ -602,7 +604,7 @@ static char *padded_keepalive(size_t body, size_t *len)
   memcpy(f + 4, head, hl);
   memset(f + 4 + hl, 'p', pad);
   memcpy(f + 4 + hl + pad, "\"}", 2);
-  *len = RP_FRAME_HEADER + body;
+  *len = RDZV_PROTO_FRAME_HEADER + body;
   return f;
 }
 
@@ -610,7 +612,7 @@ START_TEST(too_many_connections)
 {
   struct rdzvd_server_opts o = opts();
   struct client *a, *b, *c;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   int tries;
 
   o.io.max_conns = 2;
@@ -618,10 +620,10 @@ START_TEST(too_many_connections)
   restart_with(&o);
   a = cl_open(0);
   b = cl_open(0);
-  cl_simple(a, RP_STATUS);
-  cl_expect(a, RP_STATUS_REPLY, NULL);
-  cl_simple(b, RP_STATUS);
-  cl_expect(b, RP_STATUS_REPLY, NULL);
+  cl_simple(a, RDZV_PROTO_STATUS);
+  cl_expect(a, RDZV_PROTO_STATUS_REPLY, NULL);
+  cl_simple(b, RDZV_PROTO_STATUS);
+  cl_expect(b, RDZV_PROTO_STATUS_REPLY, NULL);
   c = cl_open(0);                       /* the third: closed at once */
   ck_assert(cl_closed_by_server(c));
   cl_close(c);
@@ -630,10 +632,10 @@ START_TEST(too_many_connections)
   for (tries = 0;; tries++) {
     ck_assert_int_lt(tries, 1000);
     c = cl_open(0);
-    cl_simple(c, RP_STATUS);
+    cl_simple(c, RDZV_PROTO_STATUS);
     if (cl_recv(c, &m) == 0) {
-      ck_assert_int_eq(m.op, RP_STATUS_REPLY);
-      rp_msg_free(&m);
+      ck_assert_int_eq(m.op, RDZV_PROTO_STATUS_REPLY);
+      rdzv_proto_msg_free(&m);
       cl_close(c);
       break;
     }
@@ -656,7 +658,7 @@ START_TEST(hello_timeout_drops_silent)
   joined = cl_open(0);
   silent = cl_open(0);
   cl_join(joined, "hello", 0, 2, 2);
-  cl_expect(joined, RP_WAITING, NULL);
+  cl_expect(joined, RDZV_PROTO_WAITING, NULL);
   ck_assert(cl_closed_by_server(silent));
   cl_sync(joined);
   cl_close(silent);
@@ -670,7 +672,7 @@ START_TEST(prejoin_frame_limit)
 {
   struct rdzvd_server_opts o = opts();
   struct client *c;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char *f;
   size_t len;
 
@@ -678,17 +680,18 @@ START_TEST(prejoin_frame_limit)
   restart_with(&o);
   c = cl_open(0);
   f = padded_keepalive(2000, &len);
-  ck_assert_int_eq(cl_write(c, f, RP_FRAME_HEADER), 0);  /* header only */
-  cl_expect(c, RP_ERROR, &m);
+  ck_assert_int_eq(cl_write(c, f, RDZV_PROTO_FRAME_HEADER),
+                   0); /* header only */
+  cl_expect(c, RDZV_PROTO_ERROR, &m);
   ck_assert_msg(strstr(m.u.text.message, "frame too large") != NULL, "%s",
                 m.u.text.message);
   ck_assert(cl_closed_by_server(c));
   cl_close(c);
   c = cl_open(0);
   cl_join(c, "big", 0, 2, 2);
-  cl_expect(c, RP_WAITING, NULL);
+  cl_expect(c, RDZV_PROTO_WAITING, NULL);
   ck_assert_int_eq(cl_write(c, f, len), 0);
-  cl_expect(c, RP_PONG, NULL);
+  cl_expect(c, RDZV_PROTO_PONG, NULL);
   free(f);
   cl_close(c);
 }
@@ -714,8 +717,8 @@ START_TEST(input_budget_pauses)
   server_alive();
   ck_assert_int_eq(cl_write(a, f + half, len - half), 0);
   ck_assert_int_eq(cl_write(b, f + half, len - half), 0);
-  cl_expect(a, RP_PONG, NULL);
-  cl_expect(b, RP_PONG, NULL);
+  cl_expect(a, RDZV_PROTO_PONG, NULL);
+  cl_expect(b, RDZV_PROTO_PONG, NULL);
   free(f);
   cl_close(a);
   cl_close(b);
@@ -728,25 +731,25 @@ START_TEST(output_budget_drops_slow_reader)
 {
   struct rdzvd_server_opts o = opts();
   struct client *a, *b;
-  char *value = malloc(RP_MAX_VALUE);
+  char *value = malloc(RDZV_PROTO_MAX_VALUE);
   int i;
 
   ck_assert_ptr_nonnull(value);
-  memset(value, 'v', RP_MAX_VALUE);
+  memset(value, 'v', RDZV_PROTO_MAX_VALUE);
   o.io.output_budget = 1 << 20;
   restart_with(&o);
   a = cl_open(4096);
   b = cl_open(0);
   cl_join(a, "out", 0, 2, 2);
-  cl_expect(a, RP_WAITING, NULL);
+  cl_expect(a, RDZV_PROTO_WAITING, NULL);
   cl_join(b, "out", 1, 2, 2);
-  cl_expect(a, RP_ROUND, NULL);
-  cl_expect(b, RP_ROUND, NULL);
+  cl_expect(a, RDZV_PROTO_ROUND, NULL);
+  cl_expect(b, RDZV_PROTO_ROUND, NULL);
   for (i = 0; i < 60; i++)              /* 60 x 64 KiB < 8 MiB */
-    cl_kv(a, RP_KV_GET, "k", NULL, 0, 1000);
+    cl_kv(a, RDZV_PROTO_KV_GET, "k", NULL, 0, 1000);
   cl_sync(a);
-  cl_kv(b, RP_KV_SET, "k", value, RP_MAX_VALUE, 0);
-  cl_expect(b, RP_RESTART, NULL);
+  cl_kv(b, RDZV_PROTO_KV_SET, "k", value, RDZV_PROTO_MAX_VALUE, 0);
+  cl_expect(b, RDZV_PROTO_RESTART, NULL);
   server_alive();
   cl_close(a);
   cl_close(b);
@@ -762,7 +765,7 @@ START_TEST(tiny_replies_count_their_cost)
 {
   struct rdzvd_server_opts o = opts();
   struct client *a;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char *frame, *batch;
   size_t flen;
   int i;
@@ -771,10 +774,10 @@ START_TEST(tiny_replies_count_their_cost)
   restart_with(&o);
   a = cl_open(4096);
   cl_join(a, "tiny", 0, 1, 1);
-  cl_expect(a, RP_ROUND, NULL);
+  cl_expect(a, RDZV_PROTO_ROUND, NULL);
   memset(&m, 0, sizeof m);
-  m.op = RP_KEEPALIVE;
-  ck_assert_int_eq(rp_encode(&m, &frame, &flen), 0);
+  m.op = RDZV_PROTO_KEEPALIVE;
+  ck_assert_int_eq(rdzv_proto_encode(&m, &frame, &flen), 0);
   ck_assert_uint_lt(1500 * flen, 64 << 10);
   batch = malloc(1500 * flen);
   ck_assert_ptr_nonnull(batch);
@@ -804,11 +807,11 @@ START_TEST(stalled_large_frames_leave_room_for_joins)
 
   o.io.input_budget = BUDGET;
   restart_with(&o);
-  f = padded_keepalive(BUDGET / 2 - RP_FRAME_HEADER, &len);
+  f = padded_keepalive(BUDGET / 2 - RDZV_PROTO_FRAME_HEADER, &len);
   for (i = 0; i < HOGS; i++) {
     hog[i] = cl_open(0);
     cl_join(hog[i], "hogs", i, HOGS + 2, HOGS + 2);
-    cl_expect(hog[i], RP_WAITING, NULL);
+    cl_expect(hog[i], RDZV_PROTO_WAITING, NULL);
     ck_assert_int_eq(cl_write(hog[i], f, 14), 0);
     while (server_figure("input_bytes") < i * (BUDGET / 2) + 14)
       usleep(10000);
@@ -821,7 +824,7 @@ START_TEST(stalled_large_frames_leave_room_for_joins)
   }
   c = cl_open(0);
   cl_join(c, "hogs", HOGS, HOGS + 2, HOGS + 2);
-  cl_expect(c, RP_WAITING, NULL);
+  cl_expect(c, RDZV_PROTO_WAITING, NULL);
   cl_close(c);
   for (i = 0; i < HOGS; i++)
     cl_close(hog[i]);
@@ -832,9 +835,9 @@ END_TEST
 
 /* ---- pipelined frames and the shared-secret handshake (§4.3) ---- */
 
-static struct ra_secret test_secret(void)
+static struct rdzv_auth_secret test_secret(void)
 {
-  struct ra_secret k;
+  struct rdzv_auth_secret k;
 
   memset(&k, 0, sizeof k);
   memset(k.key, 's', 32);
@@ -843,7 +846,7 @@ static struct ra_secret test_secret(void)
 }
 
 /* A server with a shared secret (the fixture started one without). */
-static void restart_with_secret(struct ra_secret *k)
+static void restart_with_secret(struct rdzv_auth_secret *k)
 {
   struct rdzvd_server_opts o = opts();
 
@@ -853,12 +856,13 @@ static void restart_with_secret(struct ra_secret *k)
 }
 
 /* Appends m's frame to *buf (*len bytes so far). */
-static void frame_append(char **buf, size_t *len, const struct rp_msg *m)
+static void frame_append(char **buf, size_t *len,
+                         const struct rdzv_proto_msg *m)
 {
   char *f;
   size_t flen;
 
-  ck_assert_int_eq(rp_encode(m, &f, &flen), 0);
+  ck_assert_int_eq(rdzv_proto_encode(m, &f, &flen), 0);
   *buf = realloc(*buf, *len + flen);
   ck_assert_ptr_nonnull(*buf);
   memcpy(*buf + *len, f, flen);
@@ -866,17 +870,17 @@ static void frame_append(char **buf, size_t *len, const struct rp_msg *m)
   free(f);
 }
 
-static void join_msg(struct rp_msg *m, const char *id)
+static void join_msg(struct rdzv_proto_msg *m, const char *id)
 {
   memset(m, 0, sizeof *m);
-  m->op = RP_JOIN;
+  m->op = RDZV_PROTO_JOIN;
   snprintf(m->u.join.id, sizeof m->u.join.id, "%s", id);
   snprintf(m->u.join.addr, sizeof m->u.join.addr, "127.0.0.1");
   snprintf(m->u.join.host, sizeof m->u.join.host, "h0");
   m->u.join.pid = 1000;
   m->u.join.nproc = 1;
   m->u.join.master_port = 29500;
-  rp_conf_default(&m->u.join.conf);
+  rdzv_proto_conf_default(&m->u.join.conf);
   m->u.join.conf.min_nodes = 2;
   m->u.join.conf.max_nodes = 2;
 }
@@ -886,13 +890,13 @@ static void raw_append(char **buf, size_t *len, const char *json)
 {
   size_t n = strlen(json);
 
-  *buf = realloc(*buf, *len + RP_FRAME_HEADER + n);
+  *buf = realloc(*buf, *len + RDZV_PROTO_FRAME_HEADER + n);
   ck_assert_ptr_nonnull(*buf);
   (*buf)[*len] = (*buf)[*len + 1] = 0;
   (*buf)[*len + 2] = (char)(n >> 8);
   (*buf)[*len + 3] = (char)(n & 0xff);
-  memcpy(*buf + *len + RP_FRAME_HEADER, json, n);
-  *len += RP_FRAME_HEADER + n;
+  memcpy(*buf + *len + RDZV_PROTO_FRAME_HEADER, json, n);
+  *len += RDZV_PROTO_FRAME_HEADER + n;
 }
 
 /* hello and then the frame second (its JSON body), in one write: the
@@ -901,29 +905,29 @@ static void raw_append(char **buf, size_t *len, const char *json)
  * wait for more bytes). */
 static void pipelined_behind_hello(const char *second, const char *why)
 {
-  struct ra_secret k = test_secret();
-  struct ra_client cs;
+  struct rdzv_auth_secret k = test_secret();
+  struct rdzv_auth_client cs;
   struct client *c;
-  struct rp_msg m;
+  struct rdzv_proto_msg m;
   char *buf = NULL;
   size_t len = 0;
 
   restart_with_secret(&k);
   c = cl_open(0);
-  ck_assert_int_eq(ra_client_hello(&cs, &m), 0);
+  ck_assert_int_eq(rdzv_auth_client_hello(&cs, &m), 0);
   frame_append(&buf, &len, &m);
   raw_append(&buf, &len, second);
   ck_assert_int_eq(cl_write(c, buf, len), 0);
   free(buf);
   ck_assert_int_eq(cl_recv(c, &m), 0);
-  ck_assert_int_eq(m.op, RP_CHALLENGE);
-  rp_msg_free(&m);
+  ck_assert_int_eq(m.op, RDZV_PROTO_CHALLENGE);
+  rdzv_proto_msg_free(&m);
   ck_assert_msg(cl_recv(c, &m) == 0, "no answer to the frame behind hello");
-  ck_assert_int_eq(m.op, RP_ERROR);
-  ck_assert_int_eq(m.u.text.code, RP_ERR_AUTH);
+  ck_assert_int_eq(m.op, RDZV_PROTO_ERROR);
+  ck_assert_int_eq(m.u.text.code, RDZV_PROTO_ERR_AUTH);
   ck_assert_msg(strstr(m.u.text.message, why), "refused with '%s'",
                 m.u.text.message);
-  rp_msg_free(&m);
+  rdzv_proto_msg_free(&m);
   ck_assert(cl_closed_by_server(c));
   cl_close(c);
   server_alive_secret(&k);
@@ -953,33 +957,35 @@ END_TEST
  * session's first: handled as soon as the auth succeeds. */
 START_TEST(join_behind_auth_served)
 {
-  struct ra_secret k = test_secret();
-  struct ra_client cs;
+  struct rdzv_auth_secret k = test_secret();
+  struct rdzv_auth_client cs;
   struct client *c;
-  struct rp_msg m, reply;
+  struct rdzv_proto_msg m, reply;
   char *buf = NULL, err[256];
   size_t len = 0;
 
   restart_with_secret(&k);
   c = cl_open(0);
-  ck_assert_int_eq(ra_client_hello(&cs, &m), 0);
+  ck_assert_int_eq(rdzv_auth_client_hello(&cs, &m), 0);
   cl_send(c, &m);
   ck_assert_int_eq(cl_recv(c, &m), 0);
-  ck_assert_int_eq(ra_client_step(&cs, &k, &m, &reply, err, sizeof err), 1);
-  rp_msg_free(&m);
+  ck_assert_int_eq(rdzv_auth_client_step(&cs, &k, &m, &reply, err, sizeof err),
+                   1);
+  rdzv_proto_msg_free(&m);
   frame_append(&buf, &len, &reply);
   join_msg(&m, "behind-auth");
   frame_append(&buf, &len, &m);
   memset(&m, 0, sizeof m);
-  m.op = RP_KEEPALIVE;
+  m.op = RDZV_PROTO_KEEPALIVE;
   frame_append(&buf, &len, &m);
   ck_assert_int_eq(cl_write(c, buf, len), 0);
   free(buf);
   ck_assert_int_eq(cl_recv(c, &m), 0);
-  ck_assert_int_eq(ra_client_step(&cs, &k, &m, &reply, err, sizeof err), 0);
-  rp_msg_free(&m);
-  cl_expect(c, RP_WAITING, NULL);
-  cl_expect(c, RP_PONG, NULL);
+  ck_assert_int_eq(rdzv_auth_client_step(&cs, &k, &m, &reply, err, sizeof err),
+                   0);
+  rdzv_proto_msg_free(&m);
+  cl_expect(c, RDZV_PROTO_WAITING, NULL);
+  cl_expect(c, RDZV_PROTO_PONG, NULL);
   cl_close(c);
 }
 END_TEST
