@@ -1,9 +1,9 @@
 /* libcurl_dl.h -- libcurl, loaded with dlopen when the etcd back end starts.
  *
- * Linking libcurl into cdrun costs every launch its ~30 shared libraries
- * (TLS, HTTP/2, LDAP, SSH...): measured 3.1 -> 7.7 ms and 2.3 -> 8.7 MB
- * peak RSS for `cdrun --standalone ... /bin/true`.  So cdrun does not link
- * it: the few libcurl functions it calls go through a table filled by
+ * Linking libcurl into cdrun would make every launch load its ~30 shared
+ * libraries (TLS, HTTP/2, LDAP, SSH...), which more than doubles a
+ * launch's time and peak RSS (scripts/bench/launch shows it).  So cdrun
+ * does not link it: the few libcurl functions it calls go through a table filled by
  * libcurl_dl_load(), and the names below point into that table.  Include this
  * header instead of <curl/curl.h>. */
 #ifndef CDRUN_LIBCURL_DL_H

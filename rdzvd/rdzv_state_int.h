@@ -159,8 +159,8 @@ struct job {
   bool exit_passed;  /* the running round passed "exit" */
   /* Note [root cause] (rdzv_state.h): the round's root cause so far,
    * and the close that waits for the other participants' reports. */
-  struct job_cause *cause;      /* NULL until a first failure: 1.3 KB
-                                   that 10,000 quiet jobs need not hold */
+  struct job_cause *cause;      /* NULL until a first failure: a
+                                   quiet job need not hold it */
   bool closing;                 /* a failure ends the job: waiting for
                                    the other participants' reports */
   bool closing_exhausted;       /* ... because no restart is left */
