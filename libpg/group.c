@@ -15,6 +15,7 @@
 #include "group.h"
 #include "knobs.h"
 #include "launch_env.h"
+#include "number.h"
 
 #define DEFAULT_TIMEOUT_S 300.0
 #define EXIT_WAIT_MAX_S 30.0
@@ -27,7 +28,6 @@ static int env_int(const char *name, long lo, long hi, int fallback,
   char buf[64];
   /* Set by cdrun/torchrun, else derived from srun's or mpirun's. */
   const char *v = pg__launch_env(name, buf, sizeof buf);
-  char *end;
   long n;
 
   if (!v || !*v) {
@@ -38,9 +38,7 @@ static int env_int(const char *name, long lo, long hi, int fallback,
     *out = fallback;
     return 0;
   }
-  errno = 0;
-  n = strtol(v, &end, 10);
-  if (errno || end == v || *end || n < lo || n > hi)
+  if (pg__number_long(v, lo, hi, &n))
     return pg__fail(-EINVAL, "%s is '%s', expected an integer %ld..%ld",
                     name, v, lo, hi);
   *out = (int)n;
@@ -51,16 +49,13 @@ static int env_double(enum pg__knob k, double fallback, double *out)
 {
   const char *name = pg__knob_name(k);
   const char *v = pg__knob(k);
-  char *end;
   double d;
 
   if (!v || !*v) {
     *out = fallback;
     return 0;
   }
-  errno = 0;
-  d = strtod(v, &end);
-  if (errno || end == v || *end || !(d > 0) || d > 1e9)
+  if (pg__number_double(v, 0, 1e9, &d) || !(d > 0))
     return pg__fail(-EINVAL, "%s is '%s', expected seconds > 0", name, v);
   *out = d;
   return 0;

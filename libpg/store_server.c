@@ -39,6 +39,7 @@
 
 #include "auth.h"
 #include "knobs.h"
+#include "number.h"
 #include "pg_internal.h"
 #include "store_table.h"
 #include "store_wire.h"
@@ -1197,18 +1198,13 @@ static int knob_size(enum pg__knob k, size_t dflt, size_t lo, size_t hi,
                      size_t *out)
 {
   const char *v = pg__knob(k);
-  unsigned long long n;
-  char *end;
 
   *out = dflt;
   if (!v)
     return 0;
-  errno = 0;
-  n = strtoull(v, &end, 10);
-  if (errno || end == v || *end || v[0] == '-' || n < lo || n > hi)
+  if (pg__number_size(v, lo, hi, out))
     return pg__fail(-EINVAL, "%s is '%s', expected bytes %zu..%zu",
                     pg__knob_name(k), v, lo, hi);
-  *out = (size_t)n;
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "number.h"
 #include "tcp_internal.h"
 #include "tcp_setup.h"
 
@@ -90,8 +91,10 @@ static long sysctl_long(const char *path)
   FILE *f = fopen(path, "re");
 
   if (f) {
-    if (fgets(buf, sizeof buf, f))
-      v = strtol(buf, NULL, 10);
+    if (!fgets(buf, sizeof buf, f) ||
+        pg__number_long_n(buf, strcspn(buf, "\n"), LONG_MIN, LONG_MAX,
+                          &v))
+      v = 0;
     fclose(f);
   }
   return v;
@@ -200,16 +203,13 @@ static int ep_addr(const char *ep, struct sockaddr_storage *sa,
   char host[256];
   const char *sp = strrchr(ep, ' ');
   struct addrinfo hints, *ai;
-  char *end;
   long port;
 
   if (!sp || (size_t)(sp - ep) >= sizeof host)
     return -EPROTO;
   memcpy(host, ep, (size_t)(sp - ep));
   host[sp - ep] = '\0';
-  errno = 0;
-  port = strtol(sp + 1, &end, 10);
-  if (errno || *end || port < 1 || port > 65535)
+  if (pg__number_long(sp + 1, 1, 65535, &port))
     return -EPROTO;
   memset(&hints, 0, sizeof hints);
   hints.ai_socktype = SOCK_STREAM;
