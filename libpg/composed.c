@@ -307,9 +307,9 @@ int pg__composed_run(pg_group *g, struct pg_work *w)
     return run_composed(g, w, deadline);
   if (!c)
     return run_self(w);
-  if (strcmp(g->backend, "nccl") != 0 && widens(w))
+  if (!c->ops->half_reductions && widens(w))
     return run_widened(g, w, deadline);
-  if (strcmp(g->backend, "nccl") != 0 &&
+  if (!c->ops->in_place_gathers &&
       ((w->kind == W_ALL_GATHER &&
         pg__group_overlap(w->send, bytes, w->recv, all)) ||
        (w->kind == W_REDUCE_SCATTER &&
