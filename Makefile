@@ -113,7 +113,8 @@ $(LIBDIR)/libpg.a: $(PG_OBJ)
 
 $(LIBDIR)/libpg.so: $(PG_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libpg.so.0 -o $@.0 $^ $(PG_LIBS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libpg.so.0 -Wl,--no-undefined \
+	    -o $@.0 $^ $(PG_LIBS)
 	ln -sf libpg.so.0 $@
 
 $(LIBDIR)/libpg.pc: libpg/libpg.pc.in
