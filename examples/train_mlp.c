@@ -601,7 +601,7 @@ static void layer_dgrad(size_t rows, size_t ni, size_t no, const float *d,
 
 /* at = a transposed; a is [rows][cols].  In 16 x 16 tiles: a naive loop
  * writes with a stride of a whole row and misses the cache on every
- * store (milliseconds for a 1024 x 1024 layer). */
+ * store. */
 static void transpose(size_t rows, size_t cols, const float *a, float *at)
 {
   size_t r0, c0, r, c, rn, cn;

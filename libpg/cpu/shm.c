@@ -90,10 +90,10 @@
 #define RING_MAX (256u << 10)
 #define RING_MIN (4u << 10)
 /* all_reduce/reduce in one phase up to this many bytes (Note
- * [algorithms]).  Measured on 2 cores: with a CPU per rank the two-phase
- * path is as fast from 2 KiB on (it reads less of the peers' data); when
- * ranks outnumber CPUs every phase costs a context switch, and one phase
- * wins up to about 8 KiB. */
+ * [algorithms]).  With a CPU per rank the two-phase path catches up early
+ * (it reads less of the peers' data): SMALL_SPIN; when ranks outnumber
+ * CPUs every phase costs a context switch, so one phase wins further:
+ * SMALL_SLEEP. */
 #define SMALL_SPIN 2048u
 #define SMALL_SLEEP 8192u
 
@@ -1085,8 +1085,8 @@ static size_t pow2_floor(size_t x)
 }
 
 /* Buffer bytes: want ($PG_SHM_BUF, a tuning knob, see shm_buf_knob; 0:
- * unset), else BUF_DEFAULT (chunks that stay in L2/L3: measured
- * best between 256 KiB and 1 MiB); capped so the buffers of all ranks
+ * unset), else BUF_DEFAULT (chunks that stay in L2/L3 while they are
+ * reduced); capped so the buffers of all ranks
  * stay within SEG_CAP, at least 16 elements of 8 bytes per rank.  Local
  * rank 0 sizes the segment: its value counts. */
 static size_t default_buf(int n, size_t want)
