@@ -303,15 +303,50 @@ void pg_destroy(pg_group *g)
   free(g);
 }
 
+/* The world's store: rank 0 serves it on port, every rank connects.
+ * Note [job token]: the store and the TCP mesh serve only those who
+ * prove the token; a loopback group's store listens on loopback only,
+ * token or not. */
+static int store_open(pg_group *g, const struct pg_options *o,
+                      const char *addr, int port)
+{
+  const char *tok;
+  bool loopback;
+  int err;
+
+  tok = o->job_token ? o->job_token : pg__knob(PG_KNOB_JOB_TOKEN);
+  if ((err = pg__token_from(tok ? tok : "", &g->token)))
+    return err;
+  loopback = is_loopback(addr);
+  if (!g->token.len)
+    pg__token_warn_missing(loopback);
+  if (g->rank == 0) {
+    int p = port;
+
+    err = pg_store_server_start_auth(loopback ? addr : NULL, &p,
+                                     tok ? tok : "", &g->server);
+    if (err)
+      return pg__fail(err, "rank 0 cannot serve the store on port %d: %s",
+                      port, pg_strerror(err));
+  }
+  err = pg_store_connect_auth(g->rank == 0 && !loopback ? "127.0.0.1"
+                              : addr, port, g->timeout, tok ? tok : "",
+                              &g->store);
+  if (err)
+    return pg__fail(err, "cannot reach the store at %s:%d: %s", addr, port,
+                    pg_last_error()[0] ? pg_last_error()
+                                       : pg_strerror(err));
+  return 0;
+}
+
 int pg_init(const struct pg_options *o, pg_group **out)
 {
   struct pg_options defaults = PG_OPTIONS_INIT;
   char host_id[512], boot[64];
-  const char *addr = NULL, *hid, *tok;
+  const char *addr = NULL, *hid;
   pg_backend be = PG_BACKEND_AUTO;
   pg_group *g;
   int port = 0, local_rank = 0, err;
-  bool loopback;
 
   if (!o)
     o = &defaults;
@@ -357,34 +392,9 @@ int pg_init(const struct pg_options *o, pg_group **out)
     return 0;
   }
 
-  /* Note [job token]: the store and the TCP mesh serve only those who
-   * prove the token; a loopback group's store listens on loopback only,
-   * token or not. */
-  tok = o->job_token ? o->job_token : pg__knob(PG_KNOB_JOB_TOKEN);
-  if ((err = pg__token_from(tok ? tok : "", &g->token)))
+  err = store_open(g, o, addr, port);
+  if (err)
     goto fail;
-  loopback = is_loopback(addr);
-  if (!g->token.len)
-    pg__token_warn_missing(loopback);
-  if (g->rank == 0) {
-    int p = port;
-
-    err = pg_store_server_start_auth(loopback ? addr : NULL, &p,
-                                     tok ? tok : "", &g->server);
-    if (err) {
-      err = pg__fail(err, "rank 0 cannot serve the store on port %d: %s",
-                     port, pg_strerror(err));
-      goto fail;
-    }
-  }
-  err = pg_store_connect_auth(g->rank == 0 && !loopback ? "127.0.0.1"
-                              : addr, port, g->timeout, tok ? tok : "",
-                              &g->store);
-  if (err) {
-    err = pg__fail(err, "cannot reach the store at %s:%d: %s", addr, port,
-                   pg_last_error()[0] ? pg_last_error() : pg_strerror(err));
-    goto fail;
-  }
   pg__topo_boot_id(boot, sizeof boot);
   hid = o->host_id ? o->host_id : pg__knob(PG_KNOB_HOST_ID);
   if (!hid || !*hid) {

@@ -609,6 +609,39 @@ static bool regular(const struct hier_comm *h)
   return ok;
 }
 
+/* Hosts among the members only, numbered by their lowest member: each
+ * member's host and local index, the largest host, and this rank's place;
+ * hid[k] gets host k's topology host, lead[k] its leader's rank. */
+static void hier_number_hosts(struct hier_comm *h, const struct pg__setup *s,
+                              int *hid, int *lead)
+{
+  int i, j;
+
+  for (i = 0; i < s->n; i++) {
+    int th = s->topo->host_of[s->ranks[i]];
+
+    for (j = 0; j < h->nhosts && hid[j] != th; j++)
+      ;
+    if (j == h->nhosts) {
+      hid[h->nhosts++] = th;
+      lead[j] = s->ranks[i];
+      h->root_local[i] = 0;
+    } else {
+      int k, c = 0;
+
+      for (k = 0; k < i; k++)
+        c += h->host[k] == j;
+      h->root_local[i] = c;
+    }
+    h->host[i] = j;
+  }
+  for (i = 0; i < s->n; i++)
+    if (h->root_local[i] + 1 > h->lmax)
+      h->lmax = h->root_local[i] + 1;
+  h->my_host = h->host[s->me];
+  h->leader = h->root_local[s->me] == 0;
+}
+
 /* Creation order is the same on every member (this host's shm, then the
  * leaders' TCP), and each waits only for comms created before it: no rank
  * waits on one that waits on it.  The point-to-point listener waits for
@@ -635,30 +668,7 @@ int pg__hier_create(const struct pg__setup *s, struct pg__comm **out)
     err = pg__fail(-ENOMEM, "hier setup: out of memory");
     goto fail;
   }
-  /* Hosts among the members only, numbered by their lowest member. */
-  for (i = 0; i < s->n; i++) {
-    int th = s->topo->host_of[s->ranks[i]];
-
-    for (j = 0; j < h->nhosts && hid[j] != th; j++)
-      ;
-    if (j == h->nhosts) {
-      hid[h->nhosts++] = th;
-      lead[j] = s->ranks[i];
-      h->root_local[i] = 0;
-    } else {
-      int k, c = 0;
-
-      for (k = 0; k < i; k++)
-        c += h->host[k] == j;
-      h->root_local[i] = c;
-    }
-    h->host[i] = j;
-  }
-  for (i = 0; i < s->n; i++)
-    if (h->root_local[i] + 1 > h->lmax)
-      h->lmax = h->root_local[i] + 1;
-  h->my_host = h->host[s->me];
-  h->leader = h->root_local[s->me] == 0;
+  hier_number_hosts(h, s, hid, lead);
   for (i = 0; i < s->n; i++)
     if (h->host[i] == h->my_host) {
       if (i == s->me)
