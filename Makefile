@@ -162,7 +162,10 @@ $(BINDIR)/rdzvd: $(OUT)/rdzvd/main.o $(CORE_LIB) $(PROTO_LIB)
 
 $(BINDIR)/%: $(OUT)/examples/%.o $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(PG_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS) \
+	    $(PG_LIBS)
+# An example's own modules (examples/<name>/*.c) link into it.
+$(BINDIR)/train_mlp: $(patsubst %.c,$(OUT)/%.o,$(wildcard examples/train_mlp/*.c))
 
 # The NCCL suite must know whether libpg was built with NCCL.
 $(OUT)/tests/unit/check_pg_nccl.o: CPPFLAGS += $(PG_NCCL_CFLAGS)
