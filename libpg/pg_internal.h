@@ -144,7 +144,7 @@ struct pg__comm_ops {
                const struct pg__setup *s, struct pg__comm **out);
 };
 
-/* The group's memory functions (group.c), following the comm's mem_* or
+/* The group's memory functions (mem.c), following the comm's mem_* or
  * host memory (64-byte aligned). */
 PG__HIDDEN void *pg__mem_alloc(pg_group *g, size_t bytes);
 PG__HIDDEN void pg__mem_free(pg_group *g, void *p);

@@ -1,7 +1,8 @@
 /* mlp.h -- what train_mlp's files share: the model's limits, the flags
  * (struct opts), the network's state (struct net), and how the program
- * reports errors (mlp.c).  train_mlp.c is the program (data, model,
- * training, main); flags.c its flags; ckpt.c its checkpoints. */
+ * reports errors (mlp.c).  train_mlp.c is the program (the group,
+ * training loop, main); flags.c its flags, data.c its data, model.c the
+ * network, ckpt.c its checkpoints. */
 #ifndef MLP_H
 #define MLP_H
 
@@ -47,7 +48,7 @@ struct terms {
 };
 
 /* The network: parameters, optimizer state, gradients' places and the
- * activations of one step (train_mlp.c's net_init). */
+ * activations of one step (model.c's model_init). */
 struct net {
   size_t hid;
   int nw;                /* weight layers: hidden layers + 1 */
