@@ -61,6 +61,8 @@ static int env_double(enum pg__knob k, double fallback, double *out)
   return 0;
 }
 
+/* ---- creating and destroying ---------------------------------------------- */
+
 /* A group whose setup failed with err after its thread started: torn
  * down, and its sentence kept (pg_destroy's teardown may overwrite it),
  * after "what: " when what is not NULL. */
@@ -84,8 +86,6 @@ void pg__group_free_early(pg_group *g)
   pthread_cond_destroy(&g->finished);
   free(g);
 }
-
-/* ---- creating and destroying ---------------------------------------------- */
 
 static int resolve_options(const struct pg_options *o, pg_group *g,
                            const char **addr, int *port, pg_backend *be,
