@@ -132,7 +132,8 @@ $(LIBDIR)/libpg.a: $(PG_OBJ)
 
 $(LIBDIR)/libpg.so: $(PG_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libpg.so.0 -o $@.0 $^ $(PG_LIBS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libpg.so.0 -Wl,--no-undefined \
+	    -o $@.0 $^ $(PG_LIBS)
 	ln -sf libpg.so.0 $@
 
 $(LIBDIR)/libpg.pc: libpg/libpg.pc.in
@@ -177,7 +178,10 @@ $(BINDIR)/rdzvd: $(OUT)/rdzvd/main.o $(rdzvd_LIB) $(proto_LIB) $(util_LIB)
 
 $(BINDIR)/%: $(OUT)/examples/%.o $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(PG_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS) \
+	    $(PG_LIBS)
+# An example's own modules (examples/<name>/*.c) link into it.
+$(BINDIR)/train_mlp: $(patsubst %.c,$(OUT)/%.o,$(wildcard examples/train_mlp/*.c))
 
 # The NCCL suite must know whether libpg was built with NCCL.
 $(OUT)/tests/unit/check_pg_nccl.o: CPPFLAGS += $(PG_NCCL_CFLAGS)

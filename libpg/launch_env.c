@@ -1,8 +1,10 @@
 /* launch_env.c -- RANK, WORLD_SIZE, ... from srun's or mpirun's
  * environment (see launch_env.h). */
 #include "launch_env.h"
+#include "number.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,20 +69,21 @@ int pg__agreed_port(const char *id)
 static int tasks_on_node(const char *spec, int node)
 {
   const char *p = spec;
-  char *end;
+  size_t digits;
   long count, reps;
 
   while (*p) {
-    count = strtol(p, &end, 10);
-    if (end == p || count < 0)
+    digits = strspn(p, "0123456789");
+    if (pg__number_long_n(p, digits, 0, INT_MAX, &count))
       return -1;
-    p = end;
+    p += digits;
     reps = 1;
     if (strncmp(p, "(x", 2) == 0) {
-      reps = strtol(p + 2, &end, 10);
-      if (end == p + 2 || *end != ')' || reps < 1)
+      digits = strspn(p + 2, "0123456789");
+      if (pg__number_long_n(p + 2, digits, 1, INT_MAX, &reps) ||
+          p[2 + digits] != ')')
         return -1;
-      p = end + 1;
+      p += 2 + digits + 1;
     }
     if (node < reps)
       return (int)count;
@@ -98,6 +101,7 @@ static const char *from_slurm(const char *name, char *buf, size_t len)
   const char *job = env("SLURM_JOB_ID"), *step = env("SLURM_STEP_ID");
   const char *v, *list;
   char id[128];
+  long node;
   int n;
 
   if (!env("SLURM_PROCID") || !job || !step)
@@ -112,9 +116,10 @@ static const char *from_slurm(const char *name, char *buf, size_t len)
     v = env("SLURM_STEP_TASKS_PER_NODE");
     if (!v)
       v = env("SLURM_TASKS_PER_NODE");
-    if (!v || !env("SLURM_NODEID"))
+    if (!v || !env("SLURM_NODEID") ||
+        pg__number_long(env("SLURM_NODEID"), 0, INT_MAX, &node))
       return NULL;
-    n = tasks_on_node(v, atoi(env("SLURM_NODEID")));
+    n = tasks_on_node(v, (int)node);
     if (n < 1)
       return NULL;
     snprintf(buf, len, "%d", n);

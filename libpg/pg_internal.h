@@ -82,6 +82,15 @@ struct pg__comm;
  * nothing and return 0 at once (every rank calls it). */
 struct pg__comm_ops {
   const char *name;
+  /* Capabilities: what the backend takes as it is, where the group
+   * otherwise composes the operation (composed.c).  false on the CPU
+   * backends (a zeroed field is the composed path).
+   * in_place_gathers: all_gather with send == recv + rank * count and
+   * reduce_scatter with recv == send + rank * count (Note [in-place
+   * gathers]).  half_reductions: f16/bf16 reductions with its own
+   * accumulation (Note [half precision]). */
+  bool in_place_gathers;
+  bool half_reductions;
   int (*all_reduce)(struct pg__comm *c, const void *send, void *recv,
                     size_t count, pg_dtype t, pg_op op, double deadline);
   int (*broadcast)(struct pg__comm *c, void *buf, size_t count, pg_dtype t,
@@ -135,7 +144,7 @@ struct pg__comm_ops {
                const struct pg__setup *s, struct pg__comm **out);
 };
 
-/* The group's memory functions (group.c), following the comm's mem_* or
+/* The group's memory functions (mem.c), following the comm's mem_* or
  * host memory (64-byte aligned). */
 PG__HIDDEN void *pg__mem_alloc(pg_group *g, size_t bytes);
 PG__HIDDEN void pg__mem_free(pg_group *g, void *p);

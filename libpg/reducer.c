@@ -1,6 +1,5 @@
 /* reducer.c -- DDP-style gradient reducer: bucket memory and overlap. */
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +7,7 @@
 #include <string.h>
 
 #include "knobs.h"
+#include "number.h"
 #include "pg_internal.h"
 
 #define DEFAULT_CAP ((size_t)25 << 20)
@@ -229,16 +229,12 @@ static int resolve_cap(size_t opt, enum pg__knob k, size_t fallback,
                        size_t *out)
 {
   const char *env = pg__knob_name(k), *v = pg__knob(k);
-  char *end;
   double mb;
 
   *out = opt ? opt : fallback;
   if (opt || !v || !*v)
     return 0;
-  errno = 0;
-  mb = strtod(v, &end);
-  if (errno || *end || end == v || !isfinite(mb) || mb <= 0 ||
-      mb > MAX_CAP_MB)
+  if (pg__number_double(v, 0, MAX_CAP_MB, &mb) || mb <= 0)
     return pg__fail(-EINVAL, "%s is '%s', expected a positive number of "
                     "MiB", env, v);
   *out = (size_t)(mb * 1024.0 * 1024.0);

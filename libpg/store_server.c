@@ -39,6 +39,7 @@
 
 #include "auth.h"
 #include "knobs.h"
+#include "number.h"
 #include "pg_internal.h"
 #include "store_table.h"
 #include "store_wire.h"
@@ -57,29 +58,29 @@
 #define ST_HANDSHAKE_S 10.0
 #define ST_MAX_PREAUTH 256
 /* What a key costs beyond its bytes: its entry and hash chain. */
-#define ST_ENTRY_COST (sizeof(struct st_entry) + 16)
+#define ST_ENTRY_COST (sizeof(struct store_entry) + 16)
 
-struct st_conn;
+struct store_conn;
 
 /* One key a waiting connection still misses, linked on that key. */
-struct st_reg {
-  LIST_ENTRY(st_reg) on_key;   /* e->waiters */
-  struct st_entry *e;       /* NULL once unlinked */
-  struct st_conn *c;
+struct store_reg {
+  LIST_ENTRY(store_reg) on_key;  /* e->waiters */
+  struct store_entry *e;         /* NULL once unlinked */
+  struct store_conn *c;
 };
 
 /* Where a connection's handshake stands (store_wire.h). */
-enum st_auth { CA_HELLO, CA_PROOF, CA_READY };
+enum store_auth { CA_HELLO, CA_PROOF, CA_READY };
 
-struct st_conn {
-  LIST_ENTRY(st_conn) in_server;    /* srv->conns: every open one */
-  TAILQ_ENTRY(st_conn) in_preauth;  /* srv->preauth, oldest first */
-  struct st_conn *resume_next;      /* needs progress after a wakeup */
-  struct st_conn *dead_next;        /* closed, freed after the batch */
+struct store_conn {
+  LIST_ENTRY(store_conn) in_server;    /* srv->conns: every open one */
+  TAILQ_ENTRY(store_conn) in_preauth;  /* srv->preauth, oldest first */
+  struct store_conn *resume_next;   /* needs progress after a wakeup */
+  struct store_conn *dead_next;     /* closed, freed after the batch */
   int fd;
   uint32_t events;                  /* what epoll watches */
   bool closing, shut, eof, dead, in_resume, in_preauth_list, admitted;
-  enum st_auth auth;
+  enum store_auth auth;
   uint8_t nc[PG_NONCE_BYTES], ns[PG_NONCE_BYTES];
   struct buf in, out;
   size_t charge;                    /* in.cap + out.cap, in srv->buffered */
@@ -88,7 +89,7 @@ struct st_conn {
   bool waiting;
   uint8_t wait_op;
   uint32_t wait_id;
-  struct st_reg *regs;
+  struct store_reg *regs;
   size_t nregs, missing;
   double deadline;                  /* wait end, or linger end */
   size_t heap_idx;
@@ -98,7 +99,7 @@ struct pg_store_server {
   pthread_t thread;
   int epfd, lfd, wakefd;
   double accept_resume;             /* > 0: accepting paused until then */
-  struct st_table keys;
+  struct store_table keys;
   int64_t nkeys;                    /* present ones (NUM_KEYS) */
   struct pg__token token;           /* len 0: open to every client */
   /* Note [store budget] */
@@ -106,18 +107,23 @@ struct pg_store_server {
   size_t stored;                    /* keys (ST_ENTRY_COST each), values */
   size_t buffered;                  /* every connection's charge */
   int npreauth;
-  TAILQ_HEAD(, st_conn) preauth;
-  LIST_HEAD(, st_conn) conns;
-  struct st_conn *resume, *dead;
-  struct st_conn **heap;            /* min-heap on deadline */
+  TAILQ_HEAD(, store_conn) preauth;
+  LIST_HEAD(, store_conn) conns;
+  struct store_conn *resume, *dead;
+  struct store_conn **heap;         /* min-heap on deadline */
   size_t heap_len, heap_cap;
 };
 
-/* ---- timers: a binary heap of connections by deadline ---- */
+/* ---- timers: a binary heap of connections by deadline ----
+ * Note [libpg's own copies] (number.h): rdzvd has a heap of its own
+ * (rdzvd/timer_heap.c); libpg is installed alone and links nothing of
+ * rdzvd's, so its store keeps this one, indexed in place (heap_idx) on
+ * the connections it orders. */
 
-static void heap_swap(struct pg_store_server *srv, size_t i, size_t j)
+static void store_server_heap_swap(struct pg_store_server *srv, size_t i,
+                                   size_t j)
 {
-  struct st_conn *t = srv->heap[i];
+  struct store_conn *t = srv->heap[i];
 
   srv->heap[i] = srv->heap[j];
   srv->heap[j] = t;
@@ -125,16 +131,16 @@ static void heap_swap(struct pg_store_server *srv, size_t i, size_t j)
   srv->heap[j]->heap_idx = j;
 }
 
-static void heap_up(struct pg_store_server *srv, size_t i)
+static void store_server_heap_up(struct pg_store_server *srv, size_t i)
 {
   while (i > 0 && srv->heap[i]->deadline <
                   srv->heap[(i - 1) / 2]->deadline) {
-    heap_swap(srv, i, (i - 1) / 2);
+    store_server_heap_swap(srv, i, (i - 1) / 2);
     i = (i - 1) / 2;
   }
 }
 
-static void heap_down(struct pg_store_server *srv, size_t i)
+static void store_server_heap_down(struct pg_store_server *srv, size_t i)
 {
   for (;;) {
     size_t l = 2 * i + 1, m = i;
@@ -147,16 +153,17 @@ static void heap_down(struct pg_store_server *srv, size_t i)
       m = l + 1;
     if (m == i)
       return;
-    heap_swap(srv, i, m);
+    store_server_heap_swap(srv, i, m);
     i = m;
   }
 }
 
-static bool heap_push(struct pg_store_server *srv, struct st_conn *c)
+static bool store_server_heap_push(struct pg_store_server *srv,
+                                   struct store_conn *c)
 {
   if (srv->heap_len == srv->heap_cap) {
     size_t cap = srv->heap_cap ? 2 * srv->heap_cap : 64;
-    struct st_conn **h = realloc(srv->heap, cap * sizeof *h);
+    struct store_conn **h = realloc(srv->heap, cap * sizeof *h);
 
     if (!h)
       return false;
@@ -165,11 +172,12 @@ static bool heap_push(struct pg_store_server *srv, struct st_conn *c)
   }
   c->heap_idx = srv->heap_len;
   srv->heap[srv->heap_len++] = c;
-  heap_up(srv, c->heap_idx);
+  store_server_heap_up(srv, c->heap_idx);
   return true;
 }
 
-static void heap_remove(struct pg_store_server *srv, struct st_conn *c)
+static void store_server_heap_remove(struct pg_store_server *srv,
+                                     struct store_conn *c)
 {
   size_t i = c->heap_idx;
 
@@ -181,13 +189,13 @@ static void heap_remove(struct pg_store_server *srv, struct st_conn *c)
     return;
   srv->heap[i] = srv->heap[srv->heap_len];
   srv->heap[i]->heap_idx = i;
-  heap_down(srv, i);
-  heap_up(srv, srv->heap[i]->heap_idx);
+  store_server_heap_down(srv, i);
+  store_server_heap_up(srv, srv->heap[i]->heap_idx);
 }
 
 /* ---- connections ---- */
 
-static void resume_push(struct pg_store_server *srv, struct st_conn *c)
+static void resume_push(struct pg_store_server *srv, struct store_conn *c)
 {
   if (c->in_resume)
     return;
@@ -212,7 +220,7 @@ static bool room_for(const struct pg_store_server *srv, size_t extra)
 }
 
 /* Keeps srv->buffered equal to the sum of the connections' buffers. */
-static void conn_charge(struct pg_store_server *srv, struct st_conn *c)
+static void conn_charge(struct pg_store_server *srv, struct store_conn *c)
 {
   size_t now = c->dead ? 0 : c->in.cap + c->out.cap;
 
@@ -221,7 +229,7 @@ static void conn_charge(struct pg_store_server *srv, struct st_conn *c)
 }
 
 /* Queues a reply: status plus up to two pieces of fields. */
-static void reply(struct pg_store_server *srv, struct st_conn *c,
+static void reply(struct pg_store_server *srv, struct store_conn *c,
                   uint32_t id, uint8_t status, const void *a, size_t alen,
                   const void *b, size_t blen)
 {
@@ -234,7 +242,7 @@ static void reply(struct pg_store_server *srv, struct st_conn *c,
   resume_push(srv, c);
 }
 
-static void reply_status(struct pg_store_server *srv, struct st_conn *c,
+static void reply_status(struct pg_store_server *srv, struct store_conn *c,
                          uint32_t id, uint8_t status)
 {
   reply(srv, c, id, status, NULL, 0, NULL, 0);
@@ -242,11 +250,11 @@ static void reply_status(struct pg_store_server *srv, struct st_conn *c,
 
 /* A refusal with a sentence for the client to show: status, then the
  * sentence as bytes. */
-static void reply_refusal(struct pg_store_server *srv, struct st_conn *c,
+static void reply_refusal(struct pg_store_server *srv, struct store_conn *c,
                           uint32_t id, uint8_t status, const char *fmt, ...)
   __attribute__((format(printf, 5, 6)));
 
-static void reply_refusal(struct pg_store_server *srv, struct st_conn *c,
+static void reply_refusal(struct pg_store_server *srv, struct store_conn *c,
                           uint32_t id, uint8_t status, const char *fmt, ...)
 {
   char msg[300];
@@ -267,7 +275,7 @@ static void reply_refusal(struct pg_store_server *srv, struct st_conn *c,
 
 /* A reply of n bytes would take c or the store past its budget: says so
  * to the client instead. */
-static bool reply_over(struct pg_store_server *srv, struct st_conn *c,
+static bool reply_over(struct pg_store_server *srv, struct store_conn *c,
                        uint32_t id, size_t n)
 {
   if (stw_buf_used(&c->out) + n > srv->max_conn) {
@@ -288,10 +296,10 @@ static bool reply_over(struct pg_store_server *srv, struct st_conn *c,
 
 /* Storing vn bytes under k would take the store past its budget: says
  * so to the client. */
-static bool store_over(struct pg_store_server *srv, struct st_conn *c,
+static bool store_over(struct pg_store_server *srv, struct store_conn *c,
                        uint32_t id, const uint8_t *k, size_t kn, size_t vn)
 {
-  const struct st_entry *e = stt_find(&srv->keys, k, kn);
+  const struct store_entry *e = store_table_find(&srv->keys, k, kn);
   size_t old = e && e->present ? e->vlen : 0;
   size_t add = vn + (e ? 0 : kn + ST_ENTRY_COST);
 
@@ -304,8 +312,8 @@ static bool store_over(struct pg_store_server *srv, struct st_conn *c,
   return true;
 }
 
-static void reply_value(struct pg_store_server *srv, struct st_conn *c,
-                        uint32_t id, const struct st_entry *e)
+static void reply_value(struct pg_store_server *srv, struct store_conn *c,
+                        uint32_t id, const struct store_entry *e)
 {
   uint8_t n[4];
 
@@ -315,7 +323,7 @@ static void reply_value(struct pg_store_server *srv, struct st_conn *c,
   reply(srv, c, id, ST_OK, n, 4, e->val, e->vlen);
 }
 
-static void reply_i64(struct pg_store_server *srv, struct st_conn *c,
+static void reply_i64(struct pg_store_server *srv, struct store_conn *c,
                       uint32_t id, int64_t v)
 {
   uint8_t t[8];
@@ -325,30 +333,30 @@ static void reply_i64(struct pg_store_server *srv, struct st_conn *c,
 }
 
 /* Unlinks c's remaining waits, freeing keys nobody needs any more. */
-static void wait_clear(struct pg_store_server *srv, struct st_conn *c)
+static void wait_clear(struct pg_store_server *srv, struct store_conn *c)
 {
   size_t i;
 
   for (i = 0; i < c->nregs; i++) {
-    struct st_reg *r = &c->regs[i];
-    struct st_entry *e = r->e;
+    struct store_reg *r = &c->regs[i];
+    struct store_entry *e = r->e;
 
     if (!e)
       continue;
     LIST_REMOVE(r, on_key);
     r->e = NULL;
-    stt_release(&srv->keys, e);
+    store_table_release(&srv->keys, e);
   }
   free(c->regs);
   c->regs = NULL;
   c->nregs = c->missing = 0;
   c->waiting = false;
-  heap_remove(srv, c);
+  store_server_heap_remove(srv, c);
 }
 
 /* Answers c's wait: OK (e is the key that completed it) or TIMEOUT. */
-static void wait_done(struct pg_store_server *srv, struct st_conn *c,
-                      uint8_t status, const struct st_entry *e)
+static void wait_done(struct pg_store_server *srv, struct store_conn *c,
+                      uint8_t status, const struct store_entry *e)
 {
   if (status == ST_OK && c->wait_op == ST_GET)
     reply_value(srv, c, c->wait_id, e);
@@ -358,9 +366,9 @@ static void wait_done(struct pg_store_server *srv, struct st_conn *c,
 }
 
 /* e just got a value: answer the waits it completes. */
-static void entry_wake(struct pg_store_server *srv, struct st_entry *e)
+static void entry_wake(struct pg_store_server *srv, struct store_entry *e)
 {
-  struct st_reg *r;
+  struct store_reg *r;
 
   while ((r = LIST_FIRST(&e->waiters))) {
     LIST_REMOVE(r, on_key);
@@ -371,7 +379,7 @@ static void entry_wake(struct pg_store_server *srv, struct st_entry *e)
 }
 
 /* Gives e the value p[0, n); false when out of memory. */
-static bool entry_set(struct pg_store_server *srv, struct st_entry *e,
+static bool entry_set(struct pg_store_server *srv, struct store_entry *e,
                       const void *p, size_t n)
 {
   uint8_t *v = malloc(n ? n : 1);
@@ -393,22 +401,22 @@ static bool entry_set(struct pg_store_server *srv, struct st_entry *e,
 
 /* c has proved the token, or failed to, or closes: it no longer counts
  * among the connections proving it. */
-static void preauth_end(struct pg_store_server *srv, struct st_conn *c)
+static void preauth_end(struct pg_store_server *srv, struct store_conn *c)
 {
   if (!c->in_preauth_list)
     return;
   TAILQ_REMOVE(&srv->preauth, c, in_preauth);
   c->in_preauth_list = false;
   srv->npreauth--;
-  heap_remove(srv, c);      /* its handshake deadline */
+  store_server_heap_remove(srv, c);      /* its handshake deadline */
 }
 
-static void conn_close(struct pg_store_server *srv, struct st_conn *c)
+static void conn_close(struct pg_store_server *srv, struct store_conn *c)
 {
   if (c->dead)
     return;
   wait_clear(srv, c);
-  heap_remove(srv, c);
+  store_server_heap_remove(srv, c);
   preauth_end(srv, c);
   epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
@@ -426,7 +434,7 @@ static void conn_close(struct pg_store_server *srv, struct st_conn *c)
 /* A frame we cannot parse: say so, then close once the reply is out (or
  * after ST_LINGER), reading and dropping what still comes so the close
  * does not reset the connection before the peer reads the reply. */
-static void conn_reject(struct pg_store_server *srv, struct st_conn *c,
+static void conn_reject(struct pg_store_server *srv, struct store_conn *c,
                         uint32_t id)
 {
   if (id || c->auth == CA_READY)
@@ -435,16 +443,16 @@ static void conn_reject(struct pg_store_server *srv, struct st_conn *c,
   c->closing = true;
   c->in.off = c->in.len = 0;
   c->skip = 0;
-  heap_remove(srv, c);
+  store_server_heap_remove(srv, c);
   c->deadline = pg__now() + ST_LINGER;
-  if (!heap_push(srv, c))
+  if (!store_server_heap_push(srv, c))
     c->out.oom = true;      /* closes it at once */
   resume_push(srv, c);
 }
 
 /* Registers c as waiting for the keys keys[0..n) (lens in klen) that are
  * absent; the caller checked at least one is. */
-static void wait_start(struct pg_store_server *srv, struct st_conn *c,
+static void wait_start(struct pg_store_server *srv, struct store_conn *c,
                        uint8_t op, uint32_t id, const uint8_t *const *keys,
                        const size_t *klen, size_t n, uint32_t ms)
 {
@@ -468,8 +476,8 @@ static void wait_start(struct pg_store_server *srv, struct st_conn *c,
   c->wait_op = op;
   c->wait_id = id;
   for (i = 0; i < n; i++) {
-    struct st_entry *e = stt_get(&srv->keys, keys[i], klen[i]);
-    struct st_reg *r = &c->regs[i];
+    struct store_entry *e = store_table_get(&srv->keys, keys[i], klen[i]);
+    struct store_reg *r = &c->regs[i];
 
     if (!e)
       goto oom;
@@ -482,7 +490,7 @@ static void wait_start(struct pg_store_server *srv, struct st_conn *c,
   }
   if (ms != ST_NO_LIMIT) {
     c->deadline = pg__now() + ms / 1000.0;
-    if (!heap_push(srv, c))
+    if (!store_server_heap_push(srv, c))
       goto oom;
   }
   return;
@@ -497,7 +505,7 @@ static bool key_ok(const struct pg_store_server *srv, size_t n)
 }
 
 /* TOO_LARGE with the limit that refused it. */
-static void reply_too_large(struct pg_store_server *srv, struct st_conn *c,
+static void reply_too_large(struct pg_store_server *srv, struct store_conn *c,
                             uint32_t id, size_t kn, size_t vn)
 {
   if (kn > srv->max_key)
@@ -510,12 +518,12 @@ static void reply_too_large(struct pg_store_server *srv, struct st_conn *c,
                   srv->max_value);
 }
 
-static void op_set(struct pg_store_server *srv, struct st_conn *c,
+static void op_set(struct pg_store_server *srv, struct store_conn *c,
                    uint32_t id, struct rd *r)
 {
   size_t kn, vn;
   const uint8_t *k = stw_rd_bytes(r, &kn), *v = stw_rd_bytes(r, &vn);
-  struct st_entry *e;
+  struct store_entry *e;
 
   if (!stw_rd_done(r))
     return conn_reject(srv, c, id);
@@ -523,29 +531,29 @@ static void op_set(struct pg_store_server *srv, struct st_conn *c,
     return reply_too_large(srv, c, id, kn, vn);
   if (store_over(srv, c, id, k, kn, vn))
     return;
-  e = stt_get(&srv->keys, k, kn);
+  e = store_table_get(&srv->keys, k, kn);
   if (!e || !entry_set(srv, e, v, vn)) {
     if (e)
-      stt_release(&srv->keys, e);
+      store_table_release(&srv->keys, e);
     return reply_status(srv, c, id, ST_NO_MEMORY);
   }
   reply_status(srv, c, id, ST_OK);
   entry_wake(srv, e);
 }
 
-static void op_get(struct pg_store_server *srv, struct st_conn *c,
+static void op_get(struct pg_store_server *srv, struct store_conn *c,
                    uint32_t id, struct rd *r)
 {
   size_t kn;
   const uint8_t *k = stw_rd_bytes(r, &kn);
   uint32_t ms = stw_rd_u32(r);
-  struct st_entry *e;
+  struct store_entry *e;
 
   if (!stw_rd_done(r))
     return conn_reject(srv, c, id);
   if (!key_ok(srv, kn))
     return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = stt_find(&srv->keys, k, kn);
+  e = store_table_find(&srv->keys, k, kn);
   if (e && e->present)
     return reply_value(srv, c, id, e);
   if (ms == 0)
@@ -553,13 +561,13 @@ static void op_get(struct pg_store_server *srv, struct st_conn *c,
   wait_start(srv, c, ST_GET, id, &k, &kn, 1, ms);
 }
 
-static void op_add(struct pg_store_server *srv, struct st_conn *c,
+static void op_add(struct pg_store_server *srv, struct store_conn *c,
                    uint32_t id, struct rd *r)
 {
   size_t kn;
   const uint8_t *k = stw_rd_bytes(r, &kn);
   int64_t delta = (int64_t)stw_rd_u64(r), cur = 0;
-  struct st_entry *e;
+  struct store_entry *e;
   char text[24];
   int n;
 
@@ -567,7 +575,7 @@ static void op_add(struct pg_store_server *srv, struct st_conn *c,
     return conn_reject(srv, c, id);
   if (!key_ok(srv, kn))
     return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = stt_find(&srv->keys, k, kn);
+  e = store_table_find(&srv->keys, k, kn);
   if (e && e->present && !stw_parse_i64(e->val, e->vlen, &cur))
     return reply_status(srv, c, id, ST_NOT_NUMBER);
   if (__builtin_add_overflow(cur, delta, &cur))
@@ -575,23 +583,23 @@ static void op_add(struct pg_store_server *srv, struct st_conn *c,
   n = snprintf(text, sizeof text, "%" PRId64, cur);
   if (store_over(srv, c, id, k, kn, (size_t)n))
     return;
-  e = stt_get(&srv->keys, k, kn);
+  e = store_table_get(&srv->keys, k, kn);
   if (!e || !entry_set(srv, e, text, (size_t)n)) {
     if (e)
-      stt_release(&srv->keys, e);
+      store_table_release(&srv->keys, e);
     return reply_status(srv, c, id, ST_NO_MEMORY);
   }
   reply_i64(srv, c, id, cur);
   entry_wake(srv, e);
 }
 
-static void op_cas(struct pg_store_server *srv, struct st_conn *c,
+static void op_cas(struct pg_store_server *srv, struct store_conn *c,
                    uint32_t id, struct rd *r)
 {
   size_t kn, xn, dn;
   const uint8_t *k = stw_rd_bytes(r, &kn), *x = stw_rd_bytes(r, &xn),
                 *d = stw_rd_bytes(r, &dn);
-  struct st_entry *e;
+  struct store_entry *e;
   uint8_t head[6];
   bool swap;
 
@@ -599,7 +607,7 @@ static void op_cas(struct pg_store_server *srv, struct st_conn *c,
     return conn_reject(srv, c, id);
   if (!key_ok(srv, kn) || xn > srv->max_value || dn > srv->max_value)
     return reply_too_large(srv, c, id, kn, xn > dn ? xn : dn);
-  e = stt_find(&srv->keys, k, kn);
+  e = store_table_find(&srv->keys, k, kn);
   if (!e || !e->present)
     swap = xn == 0;
   else
@@ -610,10 +618,10 @@ static void op_cas(struct pg_store_server *srv, struct st_conn *c,
   if (swap && store_over(srv, c, id, k, kn, dn))
     return;
   if (swap) {
-    e = stt_get(&srv->keys, k, kn);
+    e = store_table_get(&srv->keys, k, kn);
     if (!e || !entry_set(srv, e, d, dn)) {
       if (e)
-        stt_release(&srv->keys, e);
+        store_table_release(&srv->keys, e);
       return reply_status(srv, c, id, ST_NO_MEMORY);
     }
   }
@@ -626,7 +634,7 @@ static void op_cas(struct pg_store_server *srv, struct st_conn *c,
     entry_wake(srv, e);
 }
 
-static void op_wait(struct pg_store_server *srv, struct st_conn *c,
+static void op_wait(struct pg_store_server *srv, struct store_conn *c,
                     uint32_t id, struct rd *r)
 {
   uint32_t ms = stw_rd_u32(r), n = stw_rd_u32(r), i, missing = 0;
@@ -646,13 +654,13 @@ static void op_wait(struct pg_store_server *srv, struct st_conn *c,
     goto out;
   }
   for (i = 0; i < n; i++) {
-    struct st_entry *e;
+    struct store_entry *e;
 
     keys[i] = stw_rd_bytes(r, &klen[i]);
     if (r->bad)
       break;
     big |= !key_ok(srv, klen[i]);
-    e = big ? NULL : stt_find(&srv->keys, keys[i], klen[i]);
+    e = big ? NULL : store_table_find(&srv->keys, keys[i], klen[i]);
     missing += !e || !e->present;
   }
   if (!stw_rd_done(r))
@@ -671,19 +679,19 @@ out:
   free(klen);
 }
 
-static void op_delete(struct pg_store_server *srv, struct st_conn *c,
+static void op_delete(struct pg_store_server *srv, struct store_conn *c,
                       uint32_t id, struct rd *r)
 {
   size_t kn;
   const uint8_t *k = stw_rd_bytes(r, &kn);
-  struct st_entry *e;
+  struct store_entry *e;
   uint8_t existed = 0;
 
   if (!stw_rd_done(r))
     return conn_reject(srv, c, id);
   if (!key_ok(srv, kn))
     return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = stt_find(&srv->keys, k, kn);
+  e = store_table_find(&srv->keys, k, kn);
   if (e && e->present) {
     existed = 1;
     srv->stored -= e->vlen;
@@ -692,12 +700,12 @@ static void op_delete(struct pg_store_server *srv, struct st_conn *c,
     e->vlen = 0;
     e->present = false;
     srv->nkeys--;
-    stt_release(&srv->keys, e);
+    store_table_release(&srv->keys, e);
   }
   reply(srv, c, id, ST_OK, &existed, 1, NULL, 0);
 }
 
-static void serve_frame(struct pg_store_server *srv, struct st_conn *c,
+static void serve_frame(struct pg_store_server *srv, struct store_conn *c,
                         const uint8_t *p, size_t n)
 {
   struct rd r = { p, n, false };
@@ -723,7 +731,7 @@ static void serve_frame(struct pg_store_server *srv, struct st_conn *c,
 }
 
 /* The handshake bytes c still owes us in its present step. */
-static size_t handshake_left(const struct st_conn *c)
+static size_t handshake_left(const struct store_conn *c)
 {
   size_t want = c->auth == CA_HELLO ? ST_HELLO_BYTES : PG_MAC_BYTES;
   size_t have = stw_buf_used(&c->in);
@@ -733,7 +741,7 @@ static size_t handshake_left(const struct st_conn *c)
 
 /* One step of c's handshake (store_wire.h) on what it sent: false when
  * it must wait for more, or was refused. */
-static bool conn_handshake(struct pg_store_server *srv, struct st_conn *c)
+static bool conn_handshake(struct pg_store_server *srv, struct store_conn *c)
 {
   const uint8_t *p = c->in.p + c->in.off;
   size_t avail = stw_buf_used(&c->in);
@@ -783,7 +791,7 @@ static bool conn_handshake(struct pg_store_server *srv, struct st_conn *c)
 /* The head frame of c (len bytes after its length; avail buffered) fits
  * the budgets; otherwise it is refused, its bytes dropped as they come
  * (Note [store budget]). */
-static bool frame_admit(struct pg_store_server *srv, struct st_conn *c,
+static bool frame_admit(struct pg_store_server *srv, struct store_conn *c,
                         const uint8_t *p, size_t avail, uint32_t len)
 {
   size_t need = 4 + (size_t)len, used = srv_used(srv) - c->charge, take;
@@ -808,7 +816,7 @@ static bool frame_admit(struct pg_store_server *srv, struct st_conn *c,
 
 /* Serves the complete requests buffered on c, in order, until one waits
  * or the output backs up. */
-static void conn_serve(struct pg_store_server *srv, struct st_conn *c)
+static void conn_serve(struct pg_store_server *srv, struct store_conn *c)
 {
   while (!c->waiting && !c->closing && !c->out.oom &&
          stw_buf_used(&c->out) < ST_OUT_HIGH) {
@@ -849,7 +857,7 @@ static void conn_serve(struct pg_store_server *srv, struct st_conn *c)
 }
 
 /* Reads what c has for us.  Returns -1 when c must close. */
-static int conn_read(struct st_conn *c)
+static int conn_read(struct store_conn *c)
 {
   size_t total = 0;
 
@@ -897,7 +905,7 @@ static int conn_read(struct st_conn *c)
   return 0;
 }
 
-static int conn_flush(struct st_conn *c)
+static int conn_flush(struct store_conn *c)
 {
   while (stw_buf_used(&c->out) > 0) {
     ssize_t n = send(c->fd, c->out.p + c->out.off, stw_buf_used(&c->out),
@@ -917,7 +925,7 @@ static int conn_flush(struct st_conn *c)
 }
 
 /* After anything happened to c: serve, write, close or re-arm epoll. */
-static void conn_progress(struct pg_store_server *srv, struct st_conn *c)
+static void conn_progress(struct pg_store_server *srv, struct store_conn *c)
 {
   uint32_t want;
 
@@ -958,7 +966,7 @@ static void conn_progress(struct pg_store_server *srv, struct st_conn *c)
   }
 }
 
-static void conn_event(struct pg_store_server *srv, struct st_conn *c,
+static void conn_event(struct pg_store_server *srv, struct store_conn *c,
                        uint32_t ev)
 {
   if (c->dead)
@@ -975,7 +983,7 @@ static void srv_accept(struct pg_store_server *srv)
   for (;;) {
     int fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     int one = 1;
-    struct st_conn *c;
+    struct store_conn *c;
     struct epoll_event ev;
 
     if (fd < 0) {
@@ -1003,13 +1011,13 @@ static void srv_accept(struct pg_store_server *srv)
     c->deadline = pg__now() + ST_HANDSHAKE_S;
     ev.events = c->events;
     ev.data.ptr = c;
-    if (!heap_push(srv, c)) {
+    if (!store_server_heap_push(srv, c)) {
       close(fd);
       free(c);
       continue;
     }
     if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-      heap_remove(srv, c);
+      store_server_heap_remove(srv, c);
       close(fd);
       free(c);
       continue;
@@ -1029,9 +1037,9 @@ static void srv_expire(struct pg_store_server *srv)
   double now = pg__now();
 
   while (srv->heap_len > 0 && srv->heap[0]->deadline <= now) {
-    struct st_conn *c = srv->heap[0];
+    struct store_conn *c = srv->heap[0];
 
-    heap_remove(srv, c);
+    store_server_heap_remove(srv, c);
     if (c->waiting)
       wait_done(srv, c, ST_TIMEOUT, NULL);
     else
@@ -1065,7 +1073,7 @@ static void *srv_main(void *arg)
 
   while (!stop) {
     int n = epoll_wait(srv->epfd, evs, 64, srv_timeout_ms(srv)), i;
-    struct st_conn *c;
+    struct store_conn *c;
 
     if (n < 0 && errno != EINTR)
       break;
@@ -1100,7 +1108,7 @@ static void *srv_main(void *arg)
   while (!LIST_EMPTY(&srv->conns))
     conn_close(srv, LIST_FIRST(&srv->conns));
   while (srv->dead) {
-    struct st_conn *c = srv->dead;
+    struct store_conn *c = srv->dead;
 
     srv->dead = c->dead_next;
     free(c);
@@ -1187,7 +1195,7 @@ static void srv_free(struct pg_store_server *srv)
     close(srv->epfd);
   if (srv->wakefd >= 0)
     close(srv->wakefd);
-  stt_free(&srv->keys);
+  store_table_free(&srv->keys);
   free(srv->heap);
   free(srv);
 }
@@ -1197,18 +1205,13 @@ static int knob_size(enum pg__knob k, size_t dflt, size_t lo, size_t hi,
                      size_t *out)
 {
   const char *v = pg__knob(k);
-  unsigned long long n;
-  char *end;
 
   *out = dflt;
   if (!v)
     return 0;
-  errno = 0;
-  n = strtoull(v, &end, 10);
-  if (errno || end == v || *end || v[0] == '-' || n < lo || n > hi)
+  if (pg__number_size(v, lo, hi, out))
     return pg__fail(-EINVAL, "%s is '%s', expected bytes %zu..%zu",
                     pg__knob_name(k), v, lo, hi);
-  *out = (size_t)n;
   return 0;
 }
 
@@ -1267,7 +1270,7 @@ int pg_store_server_start_auth(const char *addr, int *port,
   if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
     seed = (uint64_t)(uintptr_t)srv ^ (uint64_t)getpid() << 32 ^
            (uint64_t)(pg__now() * 1e9);
-  if (stt_init(&srv->keys, seed) != 0) {
+  if (store_table_init(&srv->keys, seed) != 0) {
     srv_free(srv);
     return pg__fail(-ENOMEM, "store: out of memory");
   }

@@ -5,12 +5,12 @@
 
 #include "store_table.h"
 
-#define STT_FIRST_BUCKETS 1024
+#define STORE_TABLE_FIRST_BUCKETS 1024
 
 /* FNV-1a from a random basis, then mixed (splitmix64's finalizer), as
  * rdzvd's registry hashes. */
-static uint64_t stt_hash(const struct st_table *t, const uint8_t *k,
-                         size_t n)
+static uint64_t store_table_hash(const struct store_table *t,
+                                 const uint8_t *k, size_t n)
 {
   uint64_t h = 1469598103934665603ull ^ t->seed;
   size_t i;
@@ -24,20 +24,20 @@ static uint64_t stt_hash(const struct st_table *t, const uint8_t *k,
   return h ^ (h >> 31);
 }
 
-int stt_init(struct st_table *t, uint64_t seed)
+int store_table_init(struct store_table *t, uint64_t seed)
 {
   memset(t, 0, sizeof *t);
   t->seed = seed;
-  t->nbuckets = STT_FIRST_BUCKETS;
+  t->nbuckets = STORE_TABLE_FIRST_BUCKETS;
   t->buckets = calloc(t->nbuckets, sizeof *t->buckets);
   return t->buckets ? 0 : -ENOMEM;
 }
 
-struct st_entry *stt_find(const struct st_table *t, const uint8_t *k,
-                          size_t n)
+struct store_entry *store_table_find(const struct store_table *t,
+                                     const uint8_t *k, size_t n)
 {
-  uint64_t h = stt_hash(t, k, n);
-  struct st_entry *e = t->buckets[h & (t->nbuckets - 1)];
+  uint64_t h = store_table_hash(t, k, n);
+  struct store_entry *e = t->buckets[h & (t->nbuckets - 1)];
 
   for (; e; e = e->next)
     if (e->hash == h && e->klen == n && (n == 0 || !memcmp(e->key, k, n)))
@@ -45,10 +45,10 @@ struct st_entry *stt_find(const struct st_table *t, const uint8_t *k,
   return NULL;
 }
 
-static void grow(struct st_table *t)
+static void grow(struct store_table *t)
 {
   size_t n = t->nbuckets * 2, i;
-  struct st_entry **b = calloc(n, sizeof *b), *e, *next;
+  struct store_entry **b = calloc(n, sizeof *b), *e, *next;
 
   if (!b)
     return;             /* longer chains, still correct */
@@ -63,16 +63,17 @@ static void grow(struct st_table *t)
   t->nbuckets = n;
 }
 
-struct st_entry *stt_get(struct st_table *t, const uint8_t *k, size_t n)
+struct store_entry *store_table_get(struct store_table *t, const uint8_t *k,
+                                    size_t n)
 {
-  struct st_entry *e = stt_find(t, k, n), **slot;
+  struct store_entry *e = store_table_find(t, k, n), **slot;
 
   if (e)
     return e;
   e = calloc(1, sizeof *e + n);
   if (!e)
     return NULL;
-  e->hash = stt_hash(t, k, n);
+  e->hash = store_table_hash(t, k, n);
   e->klen = n;
   LIST_INIT(&e->waiters);
   if (n)
@@ -87,9 +88,9 @@ struct st_entry *stt_get(struct st_table *t, const uint8_t *k, size_t n)
   return e;
 }
 
-void stt_release(struct st_table *t, struct st_entry *e)
+void store_table_release(struct store_table *t, struct store_entry *e)
 {
-  struct st_entry **pp;
+  struct store_entry **pp;
 
   if (e->present || !LIST_EMPTY(&e->waiters))
     return;
@@ -103,9 +104,9 @@ void stt_release(struct st_table *t, struct st_entry *e)
   free(e);
 }
 
-void stt_free(struct st_table *t)
+void store_table_free(struct store_table *t)
 {
-  struct st_entry *e, *next;
+  struct store_entry *e, *next;
   size_t i;
 
   for (i = 0; t->buckets && i < t->nbuckets; i++)

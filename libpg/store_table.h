@@ -1,7 +1,13 @@
 /* store_table.h -- the store server's keys: a chained hash table of
  * entries, hashed with a random seed (keys are chosen by whoever connects
  * to the port, and must not be lined up on one chain ahead of time).  The
- * server (store_server.c) hangs its waiting requests on the entries. */
+ * server (store_server.c) hangs its waiting requests on the entries.
+ *
+ * Note [libpg's own copies] (number.h): rdzvd has a hash table of its own
+ * (rdzvd/hashtab.c); libpg is installed alone and links nothing of
+ * rdzvd's, so its store keeps this one, shaped for the store: entries
+ * that outlive their value while requests wait on them, and a count of
+ * key bytes for the budgets. */
 #ifndef PG_STORE_TABLE_H
 #define PG_STORE_TABLE_H
 
@@ -12,39 +18,40 @@
 
 #include "pg_internal.h"
 
-struct st_reg;               /* a waiting request's hold on a key */
+struct store_reg;               /* a waiting request's hold on a key */
 
 /* A key.  Entries stay while absent keys have waiters, so a waiter
  * always has something to hang on. */
-struct st_entry {
-  struct st_entry *next;     /* hash chain */
+struct store_entry {
+  struct store_entry *next;     /* hash chain */
   uint64_t hash;
   bool present;
   uint8_t *val;
   size_t vlen;
-  LIST_HEAD(, st_reg) waiters;
+  LIST_HEAD(, store_reg) waiters;
   size_t klen;
   uint8_t key[];
 };
 
-struct st_table {
-  struct st_entry **buckets;
+struct store_table {
+  struct store_entry **buckets;
   size_t nbuckets, nentries;
   size_t key_bytes;          /* the keys of every entry, for budgets */
   uint64_t seed;
 };
 
 /* An empty table: 0 or -ENOMEM. */
-PG__HIDDEN int stt_init(struct st_table *t, uint64_t seed);
+PG__HIDDEN int store_table_init(struct store_table *t, uint64_t seed);
 /* The entry for k (present or not), or NULL. */
-PG__HIDDEN struct st_entry *stt_find(const struct st_table *t,
-                                     const uint8_t *k, size_t n);
+PG__HIDDEN struct store_entry *store_table_find(const struct store_table *t,
+                                                const uint8_t *k, size_t n);
 /* The entry for k, created absent if needed; NULL when out of memory. */
-PG__HIDDEN struct st_entry *stt_get(struct st_table *t, const uint8_t *k,
-                                    size_t n);
+PG__HIDDEN struct store_entry *store_table_get(struct store_table *t,
+                                               const uint8_t *k, size_t n);
 /* Frees e when nothing needs it: absent and nobody waiting. */
-PG__HIDDEN void stt_release(struct st_table *t, struct st_entry *e);
+PG__HIDDEN void store_table_release(struct store_table *t,
+                                    struct store_entry *e);
 /* Every entry and the buckets. */
-PG__HIDDEN void stt_free(struct st_table *t);
+PG__HIDDEN void store_table_free(struct store_table *t);
 
 #endif

@@ -211,23 +211,20 @@ out:
  * element is reduced in one place, so the bits agree.  The leaders'
  * pipeline (Note [hier pipeline]) serves uneven hosts. */
 #define RAIL_MAX ((size_t)8 << 10)
-/* Measured side by side, 2 "hosts" x 2 ranks on loopback (PG_HOST_ID),
- * under load: the host's step over TCP rather than shared memory: 4 B
- * 29-45 us against 56-64, 64 KiB 93-128 against 246-541; rails for large
- * ones against the leaders' pipeline: 1 MiB 1.6-2.2 ms against 3.3-4.7,
- * 16 MiB 37-51 ms against 87-128.  On a quiet machine, 2 netbed hosts x 2
- * ranks at 10 Gbit/s, the slices through the rails beat the whole buffer
- * through near + rail from 16 KiB (134-145 us against 161-163; 64 KiB
- * 201-209 against 263-299); 8 KiB is even (70 against 74). */
+/* Why these defaults (scripts/bench has the measurements): the host's
+ * step over loopback TCP waits in poll() rather than on a futex, which
+ * wins on a busy host; rails for large messages beat the leaders'
+ * pipeline because every rank drives its share of the inter-host
+ * traffic; and the slices through the rails beat the whole buffer
+ * through near + rail once messages are a few KiB (RAIL_MAX), where
+ * below that the two are even. */
 #ifndef HIER_NEAR_TCP
 #define HIER_NEAR_TCP 1
 #endif
 /* Up to this many bytes the host step stays in shared memory even with
  * the near comm: shm's one-phase path for small messages (SMALL_SPIN in
- * shm.c) beats loopback TCP there.  Measured on a quiet machine, 2 netbed
- * hosts x 2 ranks at 10 Gbit/s, the whole all-reduce: 64 B-1 KiB 24-27
- * us in shared memory against 49-54 over TCP, 2 KiB 38-40 against 59-61;
- * from 4 KiB (shm's two-phase path) TCP wins, 59-62 us against 123-131. */
+ * shm.c) beats loopback TCP there; from shm's two-phase path on, TCP
+ * wins. */
 #define NEAR_SHM_MAX 2048u
 #ifndef RAILS_LARGE
 #define RAILS_LARGE 1
@@ -612,6 +609,39 @@ static bool regular(const struct hier_comm *h)
   return ok;
 }
 
+/* Hosts among the members only, numbered by their lowest member: each
+ * member's host and local index, the largest host, and this rank's place;
+ * hid[k] gets host k's topology host, lead[k] its leader's rank. */
+static void hier_number_hosts(struct hier_comm *h, const struct pg__setup *s,
+                              int *hid, int *lead)
+{
+  int i, j;
+
+  for (i = 0; i < s->n; i++) {
+    int th = s->topo->host_of[s->ranks[i]];
+
+    for (j = 0; j < h->nhosts && hid[j] != th; j++)
+      ;
+    if (j == h->nhosts) {
+      hid[h->nhosts++] = th;
+      lead[j] = s->ranks[i];
+      h->root_local[i] = 0;
+    } else {
+      int k, c = 0;
+
+      for (k = 0; k < i; k++)
+        c += h->host[k] == j;
+      h->root_local[i] = c;
+    }
+    h->host[i] = j;
+  }
+  for (i = 0; i < s->n; i++)
+    if (h->root_local[i] + 1 > h->lmax)
+      h->lmax = h->root_local[i] + 1;
+  h->my_host = h->host[s->me];
+  h->leader = h->root_local[s->me] == 0;
+}
+
 /* Creation order is the same on every member (this host's shm, then the
  * leaders' TCP), and each waits only for comms created before it: no rank
  * waits on one that waits on it.  The point-to-point listener waits for
@@ -638,30 +668,7 @@ int pg__hier_create(const struct pg__setup *s, struct pg__comm **out)
     err = pg__fail(-ENOMEM, "hier setup: out of memory");
     goto fail;
   }
-  /* Hosts among the members only, numbered by their lowest member. */
-  for (i = 0; i < s->n; i++) {
-    int th = s->topo->host_of[s->ranks[i]];
-
-    for (j = 0; j < h->nhosts && hid[j] != th; j++)
-      ;
-    if (j == h->nhosts) {
-      hid[h->nhosts++] = th;
-      lead[j] = s->ranks[i];
-      h->root_local[i] = 0;
-    } else {
-      int k, c = 0;
-
-      for (k = 0; k < i; k++)
-        c += h->host[k] == j;
-      h->root_local[i] = c;
-    }
-    h->host[i] = j;
-  }
-  for (i = 0; i < s->n; i++)
-    if (h->root_local[i] + 1 > h->lmax)
-      h->lmax = h->root_local[i] + 1;
-  h->my_host = h->host[s->me];
-  h->leader = h->root_local[s->me] == 0;
+  hier_number_hosts(h, s, hid, lead);
   for (i = 0; i < s->n; i++)
     if (h->host[i] == h->my_host) {
       if (i == s->me)

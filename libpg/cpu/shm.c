@@ -74,6 +74,7 @@
 #include <unistd.h>
 
 #include "knobs.h"
+#include "number.h"
 #include "pg_internal.h"
 
 #define LINE 128                  /* two cache lines: adjacent-line prefetch */
@@ -89,10 +90,10 @@
 #define RING_MAX (256u << 10)
 #define RING_MIN (4u << 10)
 /* all_reduce/reduce in one phase up to this many bytes (Note
- * [algorithms]).  Measured on 2 cores: with a CPU per rank the two-phase
- * path is as fast from 2 KiB on (it reads less of the peers' data); when
- * ranks outnumber CPUs every phase costs a context switch, and one phase
- * wins up to about 8 KiB. */
+ * [algorithms]).  With a CPU per rank the two-phase path catches up early
+ * (it reads less of the peers' data): SMALL_SPIN; when ranks outnumber
+ * CPUs every phase costs a context switch, so one phase wins further:
+ * SMALL_SLEEP. */
 #define SMALL_SPIN 2048u
 #define SMALL_SLEEP 8192u
 
@@ -155,6 +156,7 @@ struct shm_comm {
   struct shm_ring *rc;
   char *bufs, *rings;
   size_t buf, ring, small_max;
+  size_t buf_knob;                 /* $PG_SHM_BUF, 0: unset */
   uint32_t seq;
   uint64_t chunk;
   uint32_t free_at[NBUF];
@@ -1082,24 +1084,15 @@ static size_t pow2_floor(size_t x)
   return p;
 }
 
-/* Buffer bytes: $PG_SHM_BUF (a tuning knob: at least BUF_MIN, other
- * values ignored), else BUF_DEFAULT (chunks that stay in L2/L3: measured
- * best between 256 KiB and 1 MiB); capped so the buffers of all ranks
+/* Buffer bytes: want ($PG_SHM_BUF, a tuning knob, see shm_buf_knob; 0:
+ * unset), else BUF_DEFAULT (chunks that stay in L2/L3 while they are
+ * reduced); capped so the buffers of all ranks
  * stay within SEG_CAP, at least 16 elements of 8 bytes per rank.  Local
  * rank 0 sizes the segment: its value counts. */
-static size_t default_buf(int n)
+static size_t default_buf(int n, size_t want)
 {
-  size_t buf = BUF_DEFAULT, cap = SEG_CAP / ((size_t)n * NBUF);
-  const char *v = pg__knob(PG_KNOB_SHM_BUF);
-  char *end;
-  unsigned long long want;
-
-  if (v) {
-    errno = 0;
-    want = strtoull(v, &end, 10);
-    if (!errno && end != v && !*end && want >= BUF_MIN && want <= SEG_CAP)
-      buf = (size_t)want;
-  }
+  size_t buf = want ? want : BUF_DEFAULT,
+         cap = SEG_CAP / ((size_t)n * NBUF);
 
   if (buf > cap)
     buf = cap;
@@ -1111,7 +1104,7 @@ static size_t default_buf(int n)
 /* Rank 0: creates, sizes and maps the segment; *name gets its name. */
 static int create_segment(struct shm_comm *c, char *name, size_t name_len)
 {
-  size_t buf = default_buf(c->n), ring;
+  size_t buf = default_buf(c->n, c->buf_knob), ring;
   struct layout l;
   uint64_t rnd;
   int fd = -1, tries, err;
@@ -1359,20 +1352,38 @@ static void comm_attach(struct shm_comm *c)
 
 /* Rank 0 makes the segment, everyone maps it and learns the others'
  * pids; the segment is unlinked as soon as all have it. */
+/* $PG_SHM_BUF in [BUF_MIN, SEG_CAP] (0: unset), read by every rank at
+ * once, so a bad value fails every rank alike instead of the one that
+ * sizes the segment while the others wait for it. */
+static int shm_buf_knob(size_t *out)
+{
+  const char *v = pg__knob(PG_KNOB_SHM_BUF);
+
+  *out = 0;
+  if (v && pg__number_size(v, BUF_MIN, SEG_CAP, out))
+    return pg__fail(-EINVAL, "PG_SHM_BUF is '%s', expected bytes %u..%zu",
+                    v, BUF_MIN, SEG_CAP);
+  return 0;
+}
+
 int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
 {
   struct shm_comm *c;
   char name[64] = "";
   double timeout = s->timeout > 0 ? s->timeout : 300;
+  size_t buf_knob;
   int err;
 
   *out = NULL;
   if (s->n < 1 || s->me < 0 || s->me >= s->n)
     return pg__fail(-EINVAL, "shm: bad communicator (%d of %d)", s->me,
                     s->n);
+  if ((err = shm_buf_knob(&buf_knob)))
+    return err;
   c = comm_alloc(s->n, s->me);
   if (!c)
     return pg__fail(-ENOMEM, "shm: out of memory");
+  c->buf_knob = buf_knob;
   err = share_segment(c, s, timeout, name, sizeof name);
   err = share_pids(c, s, timeout, err);
   if (name[0])

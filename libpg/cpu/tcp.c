@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "knobs.h"
+#include "number.h"
 #include "tcp_internal.h"
 
 /* ---- the operations --------------------------------------------------- */
@@ -548,7 +549,6 @@ static int spin_setting(const struct pg__setup *s, double *spin_s,
   const struct pg__topo *t = s->topo;
   int i, here = 0;
   long us;
-  char *end;
 
   /* Every rank under this kernel competes for its CPUs, whatever host
    * it poses as (netbed's namespaces) and whichever comm it uses. */
@@ -560,9 +560,7 @@ static int spin_setting(const struct pg__setup *s, double *spin_s,
   *yield = here > pg__usable_cpus();
   *spin_s = *yield ? 200e-6 : 50e-6;
   if (v) {
-    errno = 0;
-    us = strtol(v, &end, 10);
-    if (errno || end == v || *end || us < 0 || us > 10000)
+    if (pg__number_long(v, 0, 10000, &us))
       return pg__fail(-EINVAL, "PG_TCP_SPIN_US is '%s', expected an "
                       "integer 0..10000 (microseconds)", v);
     *spin_s = (double)us * 1e-6;

@@ -18,10 +18,9 @@
  * ring's two steps (halves: reduce-scatter, then all-gather) move the same
  * bytes as doubling's one exchange of the whole buffer but reduce half as
  * much and copy nothing; its messages are half as long, so the second
- * starts while the link is still busy.  Measured across two emulated hosts
- * at 10 Gbit/s (scripts/bench/net): the ring from 16 KiB is as fast, at
- * 64 KiB 1.6-2.3x faster.  So all-reduces of two ranks take the ring
- * above this size. */
+ * starts while the link is still busy.  Across hosts (scripts/bench/net)
+ * the ring catches up with doubling at a few KiB and pulls ahead above.
+ * So all-reduces of two ranks take the ring above this size. */
 #define PAIR_SMALL_BYTES (8 * 1024)
 /* Rings and chains move segments of about this size, so a rank reduces or
  * forwards segment k while segment k+1 is still on the wire (Gloo: 1 MiB;

@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "number.h"
 #include "tcp_internal.h"
 #include "tcp_setup.h"
 
@@ -90,8 +91,10 @@ static long sysctl_long(const char *path)
   FILE *f = fopen(path, "re");
 
   if (f) {
-    if (fgets(buf, sizeof buf, f))
-      v = strtol(buf, NULL, 10);
+    if (!fgets(buf, sizeof buf, f) ||
+        pg__number_long_n(buf, strcspn(buf, "\n"), LONG_MIN, LONG_MAX,
+                          &v))
+      v = 0;
     fclose(f);
   }
   return v;
@@ -200,16 +203,13 @@ static int ep_addr(const char *ep, struct sockaddr_storage *sa,
   char host[256];
   const char *sp = strrchr(ep, ' ');
   struct addrinfo hints, *ai;
-  char *end;
   long port;
 
   if (!sp || (size_t)(sp - ep) >= sizeof host)
     return -EPROTO;
   memcpy(host, ep, (size_t)(sp - ep));
   host[sp - ep] = '\0';
-  errno = 0;
-  port = strtol(sp + 1, &end, 10);
-  if (errno || *end || port < 1 || port > 65535)
+  if (pg__number_long(sp + 1, 1, 65535, &port))
     return -EPROTO;
   memset(&hints, 0, sizeof hints);
   hints.ai_socktype = SOCK_STREAM;
@@ -571,156 +571,232 @@ static int out_fail(struct tcp_comm *c, int j, const char *ep, int err)
                   c->peers[j].rank, ep, pg_strerror(err));
 }
 
+/* One mesh setup (mesh): the connections out to the lower positions
+ * (out[j] to position j), those accepted from the higher ones, and the
+ * poll set over both. */
+struct mesh {
+  struct tcp_comm *c;
+  const struct pg__token *t;
+  int lfd, bufsz;
+  char **eps;
+  uint64_t hash;
+  double deadline;
+  int nout, nin, nacc, cap;
+  struct conn *out, *acc;
+  struct sockaddr_storage *sa;
+  socklen_t *sl;
+  struct pollfd *pfd;
+  int *who;               /* pfd[i]'s: -1 the listener, < nout out[],
+                             else acc[who - nout] */
+  int got, done_out;
+};
+
+/* Every out[] slot closed (fd -1) before any endpoint is parsed, so a
+ * bad one leaves nothing for mesh_free to close that it did not open. */
+static int mesh_init(struct mesh *m)
+{
+  int nout = m->nout, cap = m->cap, j, err;
+
+  m->out = calloc((size_t)nout + 1, sizeof *m->out);
+  m->acc = calloc((size_t)cap, sizeof *m->acc);
+  m->sa = calloc((size_t)nout + 1, sizeof *m->sa);
+  m->sl = calloc((size_t)nout + 1, sizeof *m->sl);
+  m->pfd = calloc((size_t)(nout + cap) + 1, sizeof *m->pfd);
+  m->who = calloc((size_t)(nout + cap) + 1, sizeof *m->who);
+  if (!m->out || !m->acc || !m->sa || !m->sl || !m->pfd || !m->who)
+    return pg__fail(-ENOMEM, "tcp setup: out of memory");
+  for (j = 0; j < nout; j++) {
+    m->out[j].fd = -1;
+    m->out[j].peer = j;
+    m->out[j].state = CS_WAIT;
+  }
+  for (j = 0; j < nout; j++) {
+    err = ep_addr(m->eps[j], &m->sa[j], &m->sl[j]);
+    if (err)
+      return pg__fail(err, "tcp setup: rank %d published a bad endpoint "
+                      "'%s'", m->c->peers[j].rank, m->eps[j]);
+  }
+  return 0;
+}
+
+static void mesh_free(struct mesh *m)
+{
+  int j;
+
+  for (j = 0; m->out && j < m->nout; j++)
+    conn_close(&m->out[j]);
+  for (j = 0; m->acc && j < m->nacc; j++)
+    conn_close(&m->acc[j]);
+  free(m->out);
+  free(m->acc);
+  free(m->sa);
+  free(m->sl);
+  free(m->pfd);
+  free(m->who);
+}
+
+/* Connects due, and every step a socket allows without waiting, out and
+ * in; an accepted connection done or dropped frees its slot. */
+static int mesh_step(struct mesh *m)
+{
+  int j, i, err = 0;
+
+  for (j = 0; j < m->nout; j++) {
+    int was = m->out[j].state;
+
+    if (was == CS_DONE)
+      continue;
+    err = out_step(m->c, m->t, &m->out[j], &m->sa[j], m->sl[j], m->bufsz,
+                   m->hash, was == CS_CONNECT ? 0 : POLLOUT);
+    if (err)
+      return out_fail(m->c, j, m->eps[j], err);
+    if (m->out[j].state == CS_DONE)
+      m->done_out++;
+  }
+  for (i = 0; i < m->nacc; i++) {
+    if (!in_step(m->c, m->t, &m->acc[i], m->hash))
+      conn_close(&m->acc[i]);
+    else if (m->acc[i].state != CS_DONE)
+      continue;
+    else
+      m->got++;
+    m->acc[i--] = m->acc[--m->nacc];
+  }
+  return 0;
+}
+
+/* Fills the poll set with what waits on a socket and returns its size;
+ * *ms comes down to the nearest connect retry or stray's deadline. */
+static int mesh_poll_set(struct mesh *m, double now, int *ms)
+{
+  int np = 0, j, i;
+
+  if (m->got < m->nin && m->nacc < m->cap) {
+    m->pfd[np].fd = m->lfd;
+    m->pfd[np].events = POLLIN;
+    m->who[np++] = -1;
+  }
+  for (j = 0; j < m->nout; j++) {
+    struct conn *k = &m->out[j];
+
+    if (k->state == CS_WAIT) {
+      int w = (int)((k->at - now) * 1000) + 1;
+
+      if (w < *ms)
+        *ms = w > 0 ? w : 0;
+      continue;
+    }
+    if (k->state == CS_DONE)
+      continue;
+    m->pfd[np].fd = k->fd;
+    m->pfd[np].events = k->state == CS_RX ? POLLIN : POLLOUT;
+    m->who[np++] = j;
+  }
+  for (i = 0; i < m->nacc; i++) {
+    struct conn *k = &m->acc[i];
+    int w = (int)((k->at - now) * 1000) + 1;
+
+    if (w < *ms)
+      *ms = w > 0 ? w : 0;
+    m->pfd[np].fd = k->fd;
+    m->pfd[np].events = k->state == CS_RX || k->state == CS_RX_PROOF
+                        ? POLLIN : POLLOUT;
+    m->who[np++] = m->nout + i;
+  }
+  return np;
+}
+
+/* Takes every connection waiting on the listener, while slots last. */
+static void mesh_accept(struct mesh *m)
+{
+  int fd;
+
+  while (m->nacc < m->cap &&
+         (fd = accept4(m->lfd, NULL, NULL,
+                       SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+    struct conn *k = &m->acc[m->nacc++];
+
+    memset(k, 0, sizeof *k);
+    k->fd = fd;
+    k->peer = -1;
+    k->state = CS_RX;
+    /* a silent stray must not hold its slot for long */
+    k->at = pg__now() + STRAY_S;
+    if (k->at > m->deadline)
+      k->at = m->deadline;
+  }
+}
+
+/* What poll reported on pfd[0..np): connects that completed, and the
+ * listener (accepted sockets move on in the next mesh_step). */
+static int mesh_events(struct mesh *m, int np)
+{
+  int i, j, err;
+
+  for (i = 0; i < np; i++) {
+    if (!m->pfd[i].revents)
+      continue;
+    j = m->who[i];
+    if (j >= 0 && j < m->nout && m->out[j].state == CS_CONNECT) {
+      err = out_step(m->c, m->t, &m->out[j], &m->sa[j], m->sl[j],
+                     m->bufsz, m->hash, m->pfd[i].revents);
+      if (err)
+        return out_fail(m->c, j, m->eps[j], err);
+      if (m->out[j].state == CS_DONE)
+        m->done_out++;
+    }
+    if (j == -1)
+      mesh_accept(m);
+  }
+  return 0;
+}
+
+/* The sentence for a mesh the deadline cut short. */
+static int mesh_timed_out(const struct mesh *m)
+{
+  int j;
+
+  for (j = 0; j < m->nout && m->out[j].state == CS_DONE; j++)
+    ;
+  if (j < m->nout)
+    return pg__fail(-ETIMEDOUT, "tcp setup: cannot connect to rank %d "
+                    "at %s: %s", m->c->peers[j].rank, m->eps[j],
+                    pg_strerror(-ETIMEDOUT));
+  return pg__fail(-ETIMEDOUT, "tcp setup: %d of %d higher ranks "
+                  "connected before the timeout", m->got, m->nin);
+}
+
+/* Connects this rank to every other of c: out to each lower position (at
+ * eps[j]), and accepts the higher ones on lfd, all at once on one poll
+ * loop, until every connection has passed its hello or the deadline. */
 static int mesh(struct tcp_comm *c, const struct pg__token *t, int lfd,
                 char **eps, uint64_t hash, int bufsz, double deadline)
 {
-  int nout = c->me, nin = c->n - 1 - c->me, nacc = 0, cap = ACCEPT_MAX;
-  struct conn *out = calloc((size_t)nout + 1, sizeof *out);
-  struct conn *acc = calloc((size_t)cap, sizeof *acc);
-  struct sockaddr_storage *sa = calloc((size_t)nout + 1, sizeof *sa);
-  socklen_t *sl = calloc((size_t)nout + 1, sizeof *sl);
-  struct pollfd *pfd = calloc((size_t)(nout + cap) + 1, sizeof *pfd);
-  int *who = calloc((size_t)(nout + cap) + 1, sizeof *who);
-  int j, got = 0, done_out = 0, err = 0;
+  struct mesh m = {
+    .c = c, .t = t, .lfd = lfd, .bufsz = bufsz, .eps = eps, .hash = hash,
+    .deadline = deadline, .nout = c->me, .nin = c->n - 1 - c->me,
+    .cap = ACCEPT_MAX,
+  };
+  int err = mesh_init(&m);
 
-  if (!out || !acc || !sa || !sl || !pfd || !who) {
-    err = pg__fail(-ENOMEM, "tcp setup: out of memory");
-    goto out;
-  }
-  for (j = 0; j < nout; j++) {
-    out[j].fd = -1;
-    out[j].peer = j;
-    out[j].state = CS_WAIT;
-    err = ep_addr(eps[j], &sa[j], &sl[j]);
-    if (err) {
-      err = pg__fail(err, "tcp setup: rank %d published a bad endpoint "
-                     "'%s'", c->peers[j].rank, eps[j]);
-      goto out;
-    }
-  }
-  while (done_out < nout || got < nin) {
-    int np = 0, ms = tcp_ms_until(deadline), i, k;
+  while (!err && (m.done_out < m.nout || m.got < m.nin)) {
+    int ms = tcp_ms_until(deadline), np, k;
     double now = pg__now();
 
-    /* Connects due, and every step a socket allows without waiting. */
-    for (j = 0; j < nout; j++) {
-      int was = out[j].state;
-
-      if (was == CS_DONE)
-        continue;
-      err = out_step(c, t, &out[j], &sa[j], sl[j], bufsz, hash,
-                     was == CS_CONNECT ? 0 : POLLOUT);
-      if (err)
-        break;
-      if (out[j].state == CS_DONE)
-        done_out++;
-    }
-    if (err) {
-      err = out_fail(c, j, eps[j], err);
-      goto out;
-    }
-    for (i = 0; i < nacc; i++) {
-      if (!in_step(c, t, &acc[i], hash))
-        conn_close(&acc[i]);
-      else if (acc[i].state != CS_DONE)
-        continue;
-      else
-        got++;
-      acc[i--] = acc[--nacc];     /* done or dropped: free its slot */
-    }
-    if (done_out == nout && got == nin)
+    if ((err = mesh_step(&m)))
       break;
-    if (ms <= 0)
+    if ((m.done_out == m.nout && m.got == m.nin) || ms <= 0)
       break;
-    if (got < nin && nacc < cap) {
-      pfd[np].fd = lfd;
-      pfd[np].events = POLLIN;
-      who[np++] = -1;
-    }
-    for (j = 0; j < nout; j++) {
-      if (out[j].state == CS_WAIT) {
-        int w = (int)((out[j].at - now) * 1000) + 1;
-
-        if (w < ms)
-          ms = w > 0 ? w : 0;
-        continue;
-      }
-      if (out[j].state == CS_DONE)
-        continue;
-      pfd[np].fd = out[j].fd;
-      pfd[np].events = out[j].state == CS_RX ? POLLIN : POLLOUT;
-      who[np++] = j;
-    }
-    for (i = 0; i < nacc; i++) {
-      int w = (int)((acc[i].at - now) * 1000) + 1;
-
-      if (w < ms)
-        ms = w > 0 ? w : 0;
-      pfd[np].fd = acc[i].fd;
-      pfd[np].events = acc[i].state == CS_RX ||
-                       acc[i].state == CS_RX_PROOF ? POLLIN : POLLOUT;
-      who[np++] = nout + i;
-    }
-    k = poll(pfd, (nfds_t)np, ms);
-    if (k < 0 && errno != EINTR) {
+    np = mesh_poll_set(&m, now, &ms);
+    k = poll(m.pfd, (nfds_t)np, ms);
+    if (k < 0 && errno != EINTR)
       err = pg__fail(-errno, "tcp setup: poll: %s", strerror(errno));
-      goto out;
-    }
-    for (i = 0; k > 0 && i < np; i++) {
-      if (!pfd[i].revents)
-        continue;
-      if (who[i] >= 0 && who[i] < nout &&
-          out[who[i]].state == CS_CONNECT) {
-        err = out_step(c, t, &out[who[i]], &sa[who[i]], sl[who[i]],
-                       bufsz, hash, pfd[i].revents);
-        if (err) {
-          err = out_fail(c, who[i], eps[who[i]], err);
-          goto out;
-        }
-        if (out[who[i]].state == CS_DONE)
-          done_out++;
-      }
-      if (who[i] == -1) {
-        int fd;
-
-        while (nacc < cap &&
-               (fd = accept4(lfd, NULL, NULL,
-                             SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
-          memset(&acc[nacc], 0, sizeof acc[nacc]);
-          acc[nacc].fd = fd;
-          acc[nacc].peer = -1;
-          acc[nacc].state = CS_RX;
-          /* a silent stray must not hold its slot for long */
-          acc[nacc].at = pg__now() + STRAY_S;
-          if (acc[nacc].at > deadline)
-            acc[nacc].at = deadline;
-          nacc++;
-        }
-      }
-    }
+    else if (k > 0)
+      err = mesh_events(&m, np);
   }
-  if (done_out < nout || got < nin) {
-    for (j = 0; j < nout && out[j].state == CS_DONE; j++)
-      ;
-    if (j < nout)
-      err = pg__fail(-ETIMEDOUT, "tcp setup: cannot connect to rank %d "
-                     "at %s: %s", c->peers[j].rank, eps[j],
-                     pg_strerror(-ETIMEDOUT));
-    else
-      err = pg__fail(-ETIMEDOUT, "tcp setup: %d of %d higher ranks "
-                     "connected before the timeout", got, nin);
-  }
-out:
-  for (j = 0; out && j < nout; j++)
-    conn_close(&out[j]);
-  for (j = 0; acc && j < nacc; j++)
-    conn_close(&acc[j]);
-  free(out);
-  free(acc);
-  free(sa);
-  free(sl);
-  free(pfd);
-  free(who);
+  if (!err && (m.done_out < m.nout || m.got < m.nin))
+    err = mesh_timed_out(&m);
+  mesh_free(&m);
   return err;
 }
 

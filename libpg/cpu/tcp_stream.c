@@ -418,9 +418,9 @@ static int timed_out(struct tcp_comm *c, const struct stream *ss, int ns)
  * outnumber the CPUs, the peer a rank waits for may be waiting for this
  * very CPU, so the spin is a yielding one (sched_yield between retries,
  * as Open MPI's mpi_yield_when_idle and shm's waits, Note [waiting] in
- * shm.c) of 200 us: 2 netbed hosts x 2 ranks, each host on a CPU of its
- * own, 4 B in 13 us against 39-41 sleeping in poll at once, 4 KiB 30-31
- * against 53 at 10 Gbit/s, and from 64 KiB no difference. */
+ * shm.c) of 200 us.  The spin pays for small messages, where the wake-up
+ * is most of the round trip, and makes no difference for large ones,
+ * where the wire is. */
 #define SPIN_PROBE 64
 
 static void spin_result(struct tcp_comm *c, bool got_data)

@@ -132,8 +132,18 @@ struct pg_options {
   const char *job_token;
 };
 
+/* Every field "from the environment".  Designated initializers (C99,
+ * C++20); older C++ gets the same values by position. */
+#if !defined(__cplusplus) || __cplusplus >= 202002L
+#define PG_OPTIONS_INIT                                                     \
+  { .rank = -1, .world_size = -1, .local_rank = -1,                         \
+    .local_world_size = -1, .master_addr = NULL, .master_port = 0,          \
+    .backend = PG_BACKEND_AUTO, .timeout = 0, .host_id = NULL,              \
+    .device = -1, .job_token = NULL }
+#else
 #define PG_OPTIONS_INIT { -1, -1, -1, -1, NULL, 0, PG_BACKEND_AUTO, 0, NULL, \
                           -1, NULL }
+#endif
 
 /* Creates the group: connects to (rank 0: serves) the store, exchanges
  * endpoints, sets up the backend.  Collective: every rank must call it.

@@ -1071,6 +1071,7 @@ static int nccl_split(struct pg__comm *base, int color, int key,
 
 static const struct pg__comm_ops nccl_ops = {
   .name = "nccl",
+  .in_place_gathers = true, .half_reductions = true,
   .mem_alloc = nccl_mem_alloc,
   .mem_free = nccl_mem_free,
   .mem_zero = nccl_mem_zero,

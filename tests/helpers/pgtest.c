@@ -743,7 +743,9 @@ static void *ar_loop_main(void *arg)
 /* A rows x cols grid (3 columns when 3 divides the world, else 2): rows
  * by pg_split, columns by pg_new_group; all-reduces in a row and a column
  * at once from two threads, then interleaved async; a gather in a
- * column; per-group store keys; the non-member marker; bad input. */
+ * column; per-group store keys; the non-member marker; bad input.  One
+ * piece on purpose: a script of collective calls every rank must make in
+ * the same order, read top to bottom. */
 static int mode_groups(pg_group *g)
 {
   int cols = world % 3 == 0 ? 3 : 2, rows = world / cols;

@@ -295,6 +295,9 @@ static int mode_hang(const char *dir, int steps)
   return 0;
 }
 
+/* One piece on purpose: a flat table of the worker's modes, each a few
+ * lines that a scenario names by its first argument; split, a reader
+ * would hunt for a mode across functions. */
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "";

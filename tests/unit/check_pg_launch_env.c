@@ -61,6 +61,16 @@ START_TEST(test_slurm)
   ck_assert_str_eq(get("LOCAL_WORLD_SIZE"), "2");
   setenv("SLURM_NODEID", "3", 1);
   ck_assert_ptr_null(get("LOCAL_WORLD_SIZE"));
+  /* A node id or task list that is not numbers derives nothing (atoi
+   * took "x" for node 0). */
+  setenv("SLURM_NODEID", "x", 1);
+  ck_assert_ptr_null(get("LOCAL_WORLD_SIZE"));
+  setenv("SLURM_NODEID", "1", 1);
+  setenv("SLURM_TASKS_PER_NODE", "3(x)", 1);
+  ck_assert_ptr_null(get("LOCAL_WORLD_SIZE"));
+  setenv("SLURM_TASKS_PER_NODE", "+3(x2)", 1);
+  ck_assert_ptr_null(get("LOCAL_WORLD_SIZE"));
+  setenv("SLURM_TASKS_PER_NODE", "3(x2),2", 1);
   /* Explicit values win, one by one. */
   setenv("MASTER_ADDR", "10.0.0.1", 1);
   setenv("MASTER_PORT", "29999", 1);

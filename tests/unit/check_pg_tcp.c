@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1243,6 +1244,50 @@ START_TEST(test_token_impostor)
 }
 END_TEST
 
+/* A rank that reads a bad endpoint for one lower rank fails with a
+ * sentence naming it, and closes only what it opened: the slots of the
+ * ranks after it held fd 0 (calloc) and mesh's cleanup closed stdin. */
+START_TEST(test_bad_endpoint_keeps_stdin)
+{
+  pid_t store;
+  struct pg__topo tp;
+  struct pg__setup s;
+  struct pg__comm *c = NULL;
+  pg_store *st;
+  int port = 0, ctl, ranks[3] = { 0, 1, 2 }, nul;
+
+  nul = open("/dev/null", O_RDONLY);
+  ck_assert_int_ge(nul, 0);
+  ck_assert_int_eq(dup2(nul, 0), 0);
+  close(nul);
+  store = store_proc(&port, &ctl);
+  ck_assert_int_eq(pg_store_connect("127.0.0.1", port, 10, &st), 0);
+  ck_assert_int_eq(pg_store_set(st, "t/comm/ep/0", "nonsense", 8), 0);
+  ck_assert_int_eq(pg_store_set(st, "t/comm/ep/1", "127.0.0.1 1", 11), 0);
+  make_topo(&tp, 2, 3, NULL);
+  memset(&s, 0, sizeof s);
+  s.store = st;
+  s.ns = "t/comm/";
+  s.topo = &tp;
+  s.ranks = ranks;
+  s.n = 3;
+  s.me = 2;
+  s.timeout = 10;
+  s.device = -1;
+  ck_assert_int_eq(pg__tcp_create(&s, &c), -EPROTO);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(pg_last_error(), "rank 0 published a bad endpoint "
+                       "'nonsense'"), "%s", pg_last_error());
+  ck_assert_msg(fcntl(0, F_GETFD) >= 0, "stdin was closed");
+  free(tp.host_of);
+  free(tp.local);
+  free(tp.leader_of);
+  pg_store_close(st);
+  close(ctl);
+  waitpid(store, NULL, 0);
+}
+END_TEST
+
 /* Many ranks connecting at once (the parallel mesh). */
 START_TEST(test_setup_many)
 {
@@ -1308,6 +1353,7 @@ static Suite *pg_tcp_suite(void)
   tcase_add_test(tf, test_mismatch_is_eproto);
   tcase_add_test(tf, test_setup_strays);
   tcase_add_test(tf, test_setup_many);
+  tcase_add_test(tf, test_bad_endpoint_keeps_stdin);
   tcase_add_test(tf, test_token_mesh);
   tcase_add_test(tf, test_token_wrong);
   tcase_add_test(tf, test_token_impostor);
