@@ -10,6 +10,7 @@
  * registry's heap and die with their node. */
 #include "rdzv_state_int.h"
 
+#include "num.h"
 #include "rdzv_reply.h"
 
 #include <errno.h>
@@ -183,22 +184,6 @@ static int kv_wait(struct rdzv_state *r, struct node *n, const char *key,
   return 0;
 }
 
-/* Parses a whole decimal int64 ("-12"); false for anything else. */
-static bool parse_i64(const char *s, size_t len, int64_t *out)
-{
-  long long v;
-  char *end;
-
-  if (!len || (s[0] != '-' && s[0] != '+' && (s[0] < '0' || s[0] > '9')))
-    return false;
-  errno = 0;
-  v = strtoll(s, &end, 10);
-  if (errno || end != s + len)
-    return false;
-  *out = v;
-  return true;
-}
-
 int kv_store_handle(struct rdzv_state *r, struct node *n,
                     const struct rdzv_proto_msg *m, double now)
 {
@@ -229,7 +214,7 @@ int kv_store_handle(struct rdzv_state *r, struct node *n,
     return kv_wait(r, n, kv->key, fmin(kv->wait, r->lim.max_join_timeout),
                    now);
   default:                      /* RDZV_PROTO_KV_ADD */
-    if (e && !parse_i64(e->value, e->len, &v))
+    if (e && num_parse_i64_n(e->value, e->len, INT64_MIN, INT64_MAX, &v))
       return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
                                -EINVAL, "key %s does not hold an integer",
                                kv->key);

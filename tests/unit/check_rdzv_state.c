@@ -1051,6 +1051,12 @@ START_TEST(kv_set_get_add)
   ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "5");
   ck_assert_int_eq(kv(A, RDZV_PROTO_KV_ADD, "n", NULL, -7, 0, 1), 0);
   ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "-2");
+  /* A counter is any decimal int64 as text, leading zeros included. */
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_SET, "n",
+                      "-0000000000000000000000000000000000000041", 0, 0, 1),
+                   0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_ADD, "n", NULL, 1, 0, 1), 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "-40");
   ck_assert_int_lt(kv(A, RDZV_PROTO_KV_ADD, "k", NULL, 1, 0, 1), 0);
   assert_error(A, RDZV_PROTO_ERR_BAD_REQUEST);
   st = status_of(A, 1);
