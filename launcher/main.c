@@ -18,6 +18,7 @@
 #include "logs.h"
 #include "multihost.h"
 #include "nproc.h"
+#include "num.h"
 #include "numa.h"
 #include "port.h"
 #include "print_config.h"
@@ -215,12 +216,14 @@ static void resolve_streams(const struct cdrun_args *a, struct job *j)
 static int gpu_index(int lr)
 {
   const char *p = getenv("CUDA_VISIBLE_DEVICES");
+  long index;
 
   for (int i = 0; p && *p; i++) {
     size_t len = strcspn(p, ",");
 
     if (i == lr)
-      return strspn(p, "0123456789") >= len && len ? atoi(p) : lr;
+      return strspn(p, "0123456789") >= len &&
+             !num_parse_long_n(p, len, 0, INT_MAX, &index) ? (int)index : lr;
     p += len;
     if (*p == ',')
       p++;

@@ -266,11 +266,8 @@ int numa_gpu_nodes(const char *root, int *nodes, int max)
   qsort(names, (size_t)n, sizeof names[0], cmp_str);
   for (int i = 0; i < n; i++) {
     if (i < max) {
-      if (read_text(buf, sizeof buf, root, "bus/pci/devices/%s/numa_node",
-                    names[i]) < 0)
-        nodes[i] = -1;
-      else
-        nodes[i] = atoi(buf);
+      snprintf(path, sizeof path, "bus/pci/devices/%s/numa_node", names[i]);
+      nodes[i] = read_int(-1, root, path);
     }
     free(names[i]);
   }

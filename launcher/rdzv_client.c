@@ -91,11 +91,13 @@ struct rdzv_client {
   bool connect_timed_out;         /* connect_watchdog cancelled it */
 };
 
-static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
+static void give_up(struct rdzv_client *c, int err, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 
-/* Reports a fatal rendezvous problem once. */
-static void fail(struct rdzv_client *c, int err, const char *fmt, ...)
+/* The rendezvous cannot go on: this back end gives up for good (its
+ * timers stop) and reports why, once (on_error; err 0: the job finished
+ * without this node), as rdzv_etcd.c's give_up does. */
+static void give_up(struct rdzv_client *c, int err, const char *fmt, ...)
 {
   char msg[RDZV_PROTO_MAX_TEXT + 64];
   va_list ap;
@@ -299,26 +301,26 @@ static void dispatch(struct rdzv_client *c, const struct rdzv_proto_msg *m)
     /* err 0: the job finished well without needing this node (a spare
      * that waited for a place). */
     if (m->u.text.success)
-      fail(c, 0, "the job '%s' finished: %s", c->id, m->u.text.message);
+      give_up(c, 0, "the job '%s' finished: %s", c->id, m->u.text.message);
     else
-      fail(c, UV_ECANCELED, "the job '%s' was closed: %s", c->id,
-           m->u.text.message);
+      give_up(c, UV_ECANCELED, "the job '%s' was closed: %s", c->id,
+              m->u.text.message);
     return;
   case RDZV_PROTO_ERROR:
     if (m->u.text.code == RDZV_PROTO_ERR_AUTH) {
-      fail(c, UV_EACCES,
-           RDZV_AUTH_REFUSED ": the rendezvous at %s:%d says: %s%s", c->host,
-           c->o.port, m->u.text.message,
-           c->secret.len ? "" : " (give --rdzv-conf=secret_file=PATH)");
+      give_up(c, UV_EACCES,
+              RDZV_AUTH_REFUSED ": the rendezvous at %s:%d says: %s%s", c->host,
+              c->o.port, m->u.text.message,
+              c->secret.len ? "" : " (give --rdzv-conf=secret_file=PATH)");
       return;
     }
-    fail(c, UV_EPROTO, "rendezvous '%s' at %s:%d refused: %s (%s)", c->id,
-         c->host, c->o.port, m->u.text.message,
-         rdzv_proto_error_name(m->u.text.code));
+    give_up(c, UV_EPROTO, "rendezvous '%s' at %s:%d refused: %s (%s)", c->id,
+            c->host, c->o.port, m->u.text.message,
+            rdzv_proto_error_name(m->u.text.code));
     return;
   default:
-    fail(c, UV_EPROTO, "unexpected '%s' message from the rendezvous server",
-         rdzv_proto_op_name(m->op));
+    give_up(c, UV_EPROTO, "unexpected '%s' message from the rendezvous server",
+            rdzv_proto_op_name(m->op));
     return;
   }
 }
@@ -343,7 +345,7 @@ static void handshake_step(struct rdzv_client *c,
   }
   if (rc < 0) {
     close_tcp(c);
-    fail(c, UV_EACCES, "%s (rendezvous at %s:%d)", err, c->host, c->o.port);
+    give_up(c, UV_EACCES, "%s (rendezvous at %s:%d)", err, c->host, c->o.port);
     return;
   }
   c->authed = true;
@@ -410,9 +412,9 @@ static void foreign_protocol(struct rdzv_client *c, int err)
   else
     snprintf(what, sizeof what, "%s the connection after our hello",
              err == UV_ECONNRESET ? "reset" : "closed");
-  fail(c, UV_EPROTO, "the endpoint %s:%d does not speak the rdzvd protocol "
-       "(it %s; is it a torch TCPStore, or another service?)", c->host,
-       c->o.port, what);
+  give_up(c, UV_EPROTO, "the endpoint %s:%d does not speak the rdzvd protocol "
+          "(it %s; is it a torch TCPStore, or another service?)", c->host,
+          c->o.port, what);
 }
 
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -444,8 +446,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
       foreign_protocol(c, UV_EPROTO);
       return;
     }
-    fail(c, UV_EPROTO, "bad message from the rendezvous server %s:%d: %s",
-         c->host, c->o.port, err);
+    give_up(c, UV_EPROTO, "bad message from the rendezvous server %s:%d: %s",
+            c->host, c->o.port, err);
     return;
   }
   if (c->destroyed || c->failed || !c->connected)
@@ -504,9 +506,9 @@ static void reconnect_failed(struct rdzv_client *c)
   char what[RDZV_PROTO_MAX_ADDR + 96];
 
   if (monotime_now() >= c->lost_at + c->o.reconnect_timeout) {
-    fail(c, UV_ETIMEDOUT, "%s did not come back within %g s "
-         "(reconnect_timeout): %s", server_name(c, what, sizeof what),
-         c->o.reconnect_timeout, c->last_connect_error);
+    give_up(c, UV_ETIMEDOUT, "%s did not come back within %g s "
+            "(reconnect_timeout): %s", server_name(c, what, sizeof what),
+            c->o.reconnect_timeout, c->last_connect_error);
     return;
   }
   schedule_retry(c);
@@ -522,9 +524,9 @@ static void first_connect_failed(struct rdzv_client *c, int err)
   double t = monotime_now();
 
   if (t >= c->connect_deadline) {
-    fail(c, err, "cannot reach the rendezvous at %s:%d within the join "
-         "timeout (%.0f s): %s", c->host, c->o.port, c->o.conf.join_timeout,
-         c->last_connect_error);
+    give_up(c, err, "cannot reach the rendezvous at %s:%d within the join "
+            "timeout (%.0f s): %s", c->host, c->o.port, c->o.conf.join_timeout,
+            c->last_connect_error);
     return;
   }
   if (t >= c->next_report) {
@@ -583,8 +585,8 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
   server_name(c, what, sizeof what);
   embedded = c->have_round && c->last.embedded;
   if (c->o.reconnect_timeout <= 0) {
-    fail(c, going_away ? UV_ECONNRESET : UV_ECONNABORTED, "%s%s%s: %s",
-         embedded ? "" : "lost ", what, embedded ? " is gone" : "", why);
+    give_up(c, going_away ? UV_ECONNRESET : UV_ECONNABORTED, "%s%s%s: %s",
+            embedded ? "" : "lost ", what, embedded ? " is gone" : "", why);
     return;
   }
   if (!c->reconnecting) {
@@ -750,7 +752,7 @@ static void connected_cb(uv_connect_t *req, int status)
 
     if (rdzv_auth_client_hello(&c->auth, &hello) != 0) {
       close_tcp(c);
-      fail(c, UV_EIO, "cannot start the handshake: no random bytes");
+      give_up(c, UV_EIO, "cannot start the handshake: no random bytes");
       return;
     }
     send_msg(c, &hello);
@@ -809,8 +811,8 @@ static void start_connect(struct rdzv_client *c)
       reconnect_failed(c);
       return;
     }
-    fail(c, err, "cannot connect to the rendezvous at %s:%d: %s", c->host,
-         c->o.port, uv_strerror(err));
+    give_up(c, err, "cannot connect to the rendezvous at %s:%d: %s", c->host,
+            c->o.port, uv_strerror(err));
   }
 }
 
@@ -917,8 +919,8 @@ static int resolve(struct rdzv_client *c)
   snprintf(port, sizeof port, "%d", c->o.port);
   rc = getaddrinfo(c->host, port, &hints, &res);
   if (rc) {
-    fail(c, UV_EAI_NONAME, "cannot resolve the rendezvous endpoint '%s': %s",
-         c->host, gai_strerror(rc));
+    give_up(c, UV_EAI_NONAME, "cannot resolve the rendezvous endpoint '%s': %s",
+            c->host, gai_strerror(rc));
     return -1;
   }
   memcpy(&c->addr, res->ai_addr, res->ai_addrlen);
@@ -950,7 +952,7 @@ static int client_join(struct rdzv *r, enum rdzv_join_reason why)
   }
   if (why == RDZV_JOIN_FIRST) {
     if (resolve(c))
-      return 0;   /* fail() reported it */
+      return 0;   /* give_up() reported it */
     maybe_host(c);
     c->first_try_at = monotime_now();
     c->connect_deadline = c->first_try_at + c->o.conf.join_timeout;

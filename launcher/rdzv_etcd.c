@@ -123,11 +123,13 @@ static void kick(struct rdzv_etcd *e)
     uv_timer_start(&e->kick, kick_cb, 0, 0);
 }
 
-static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
+static void give_up(struct rdzv_etcd *e, int err, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 
-/* Reports a fatal rendezvous problem once. */
-static void fail(struct rdzv_etcd *e, int err, const char *fmt, ...)
+/* The rendezvous cannot go on: this back end gives up for good (its
+ * timers stop) and reports why, once (on_error; err 0: the job finished
+ * without this node), as rdzv_client.c's give_up does. */
+static void give_up(struct rdzv_etcd *e, int err, const char *fmt, ...)
 {
   char msg[RDZV_PROTO_MAX_TEXT + 256];
   va_list ap;
@@ -150,9 +152,9 @@ static void lease_lost(void *ctx)
 {
   struct rdzv_etcd *e = ctx;
 
-  fail(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
-       "expired (no keepalive reached etcd for %d s): the other nodes "
-       "count it as lost", e->id, e->session.ttl);
+  give_up(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
+          "expired (no keepalive reached etcd for %d s): the other nodes "
+          "count it as lost", e->id, e->session.ttl);
 }
 
 /* ---- the alive set --------------------------------------------------- */
@@ -367,13 +369,13 @@ static void boot_failed(struct rdzv_etcd *e, int err, const char *msg)
     return;
   }
   if (monotime_now() - e->join_started > e->o.conf.join_timeout) {
-    fail(e, err == -EACCES || err == -EPERM ? UV_EACCES : UV_ECONNREFUSED,
-         "rendezvous '%s': cannot use etcd within the join timeout (%.0f "
-         "s): %s", e->id, e->o.conf.join_timeout, msg);
+    give_up(e, err == -EACCES || err == -EPERM ? UV_EACCES : UV_ECONNREFUSED,
+            "rendezvous '%s': cannot use etcd within the join timeout (%.0f "
+            "s): %s", e->id, e->o.conf.join_timeout, msg);
     return;
   }
   if (err == -EACCES || err == -EPERM || err == -EINVAL) {
-    fail(e, UV_EACCES, "rendezvous '%s': etcd refused: %s", e->id, msg);
+    give_up(e, UV_EACCES, "rendezvous '%s': etcd refused: %s", e->id, msg);
     return;
   }
   uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
@@ -449,7 +451,7 @@ static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
   e->watch = etcd_watch_start(e->ec, e->prefix, end, e->view_rev + 1,
                               on_watch, on_watch_error, e);
   if (!e->watch) {
-    fail(e, UV_ENOMEM, "rendezvous '%s': out of memory", e->id);
+    give_up(e, UV_ENOMEM, "rendezvous '%s': out of memory", e->id);
     return;
   }
   e->boot = B_READY;
@@ -723,18 +725,18 @@ static void observe(struct rdzv_etcd *e)
   observe_closing(e);
   if (s->exists && s->phase == ETCD_RDZV_CLOSED && e->was_member) {
     take_cause(e);
-    fail(e, UV_ECANCELED, "the job '%s' was closed: %s", e->id, s->why);
+    give_up(e, UV_ECANCELED, "the job '%s' was closed: %s", e->id, s->why);
     return;
   }
   me = s->exists ? etcd_rdzv_state_find(s, e->session.id) : -1;
   if (s->exists && s->phase == ETCD_RDZV_FINISHED && e->was_member) {
-    fail(e, 0, "the job '%s' finished: %s", e->id, s->why);
+    give_up(e, 0, "the job '%s' finished: %s", e->id, s->why);
     return;
   }
   if (me < 0) {
     if (e->was_member && e->view_rev >= e->st_mod)
-      fail(e, UV_ECONNRESET, "rendezvous '%s': the other nodes removed "
-           "this one from the job (its etcd lease expired?)", e->id);
+      give_up(e, UV_ECONNRESET, "rendezvous '%s': the other nodes removed "
+              "this one from the job (its etcd lease expired?)", e->id);
     return;
   }
   e->was_member = true;
@@ -1100,8 +1102,8 @@ static void step(struct rdzv_etcd *e)
       leave_finish(e);
       return;
     }
-    fail(e, rc == -ESHUTDOWN ? UV_ECANCELED : UV_EINVAL,
-         "rendezvous '%s' in etcd refused the join: %s", e->id, err);
+    give_up(e, rc == -ESHUTDOWN ? UV_ECANCELED : UV_EINVAL,
+            "rendezvous '%s' in etcd refused the join: %s", e->id, err);
     return;
   }
   if (cf && !rc) {
@@ -1146,16 +1148,16 @@ static void join_timeout_fire(uv_timer_t *t)
   if (!e->want_join)
     return;
   if (e->boot != B_READY) {
-    fail(e, UV_ETIMEDOUT, "rendezvous '%s': cannot use etcd at %s within "
-         "the join timeout (%.0f s): %s", e->id, e->endpoints,
-         e->o.conf.join_timeout, e->last_error[0] ? e->last_error
-                                                  : "no answer");
+    give_up(e, UV_ETIMEDOUT, "rendezvous '%s': cannot use etcd at %s within "
+            "the join timeout (%.0f s): %s", e->id, e->endpoints,
+            e->o.conf.join_timeout, e->last_error[0] ? e->last_error
+                                                     : "no answer");
     return;
   }
   etcd_rdzv_state_counts(&e->st, &part, NULL, NULL);
-  fail(e, UV_ETIMEDOUT, "rendezvous '%s' refused: waited %.0f s: %d of at "
-       "least %d nodes present (join_timeout)", e->id,
-       e->o.conf.join_timeout, part, e->o.conf.min_nodes);
+  give_up(e, UV_ETIMEDOUT, "rendezvous '%s' refused: waited %.0f s: %d of at "
+          "least %d nodes present (join_timeout)", e->id,
+          e->o.conf.join_timeout, part, e->o.conf.min_nodes);
 }
 
 static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)

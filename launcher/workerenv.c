@@ -109,7 +109,7 @@ char **workerenv_build(char *const *base, const struct worker_env *w)
       continue;
     env[n] = strdup(base[i]);
     if (!env[n])
-      goto fail;
+      goto fail_free_env;
     n++;
   }
   bad |= add_int(env, &n, "LOCAL_RANK",
@@ -155,11 +155,11 @@ char **workerenv_build(char *const *base, const struct worker_env *w)
   if (w->job_token)
     bad |= add(env, &n, "CDRUN_JOB_TOKEN", w->job_token);
   if (bad)
-    goto fail;
+    goto fail_free_env;
   env[n] = NULL;
   return env;
 
-fail:
+fail_free_env:
   workerenv_free(env);
   return NULL;
 }

@@ -10,6 +10,7 @@
  * registry's heap and die with their node. */
 #include "rdzv_state_int.h"
 
+#include "num.h"
 #include "rdzv_reply.h"
 
 #include <errno.h>
@@ -34,12 +35,12 @@ void kv_store_waiter_free(struct rdzv_state *r, struct job *job,
 {
   struct wkey *wk = w->wk;
 
-  LIST_REMOVE(w, by_key);
-  if (LIST_EMPTY(&wk->waiters)) {
+  list_remove(&w->by_key);
+  if (list_empty(&wk->waiters)) {
     hashtab_remove(&job->waits, wk->h, wk);
     free(wk);
   }
-  LIST_REMOVE(w, by_node);
+  list_remove(&w->by_node);
   timer_heap_clear(&r->heap, &w->t);
   timer_heap_unreserve(&r->heap, 1);
   job->n_waiters--;
@@ -79,7 +80,8 @@ static struct kv *kv_put(struct rdzv_state *r, struct node *n,
   struct kv *e = hashtab_find(&job->kv, h, key, kv_eq);
   size_t klen = strlen(key), old = e ? klen + e->len : 0;
   bool fresh = !e;
-  struct waiter *w, *next;
+  struct waiter *w;
+  bool more;
   struct wkey *wk;
   char *v;
 
@@ -128,9 +130,10 @@ static struct kv *kv_put(struct rdzv_state *r, struct node *n,
   job->kv_bytes = job->kv_bytes - old + klen + len;
   r->kv_total = r->kv_total - old + klen + len;
   wk = hashtab_find(&job->waits, h, key, wkey_eq);
-  for (w = wk ? LIST_FIRST(&wk->waiters) : NULL; w; w = next) {
+  for (more = wk != NULL; more;) {
+    w = list_first(&wk->waiters, struct waiter, by_key);
     /* kv_store_waiter_free frees wk after the last */
-    next = LIST_NEXT(w, by_key);
+    more = w->by_key.next != &wk->waiters;
     send_value(r, w->node->c->conn, key, e);
     kv_store_waiter_free(r, job, w);
   }
@@ -167,34 +170,18 @@ static int kv_wait(struct rdzv_state *r, struct node *n, const char *key,
                                -ENOMEM, "out of memory");
     }
     wk->h = h;
-    LIST_INIT(&wk->waiters);
+    list_init(&wk->waiters);
     memcpy(wk->key, key, klen + 1);
   }
   w->node = n;
   w->wk = wk;
   w->wait = wait;
-  LIST_INSERT_HEAD(&wk->waiters, w, by_key);
-  LIST_INSERT_HEAD(&n->waiters, w, by_node);
+  list_insert_head(&wk->waiters, &w->by_key);
+  list_insert_head(&n->waiters, &w->by_node);
   job->n_waiters++;
   timer_heap_node_init(&w->t, T_KV_WAIT);
   timer_heap_set(&r->heap, &w->t, now + wait);
   return 0;
-}
-
-/* Parses a whole decimal int64 ("-12"); false for anything else. */
-static bool parse_i64(const char *s, size_t len, int64_t *out)
-{
-  long long v;
-  char *end;
-
-  if (!len || (s[0] != '-' && s[0] != '+' && (s[0] < '0' || s[0] > '9')))
-    return false;
-  errno = 0;
-  v = strtoll(s, &end, 10);
-  if (errno || end != s + len)
-    return false;
-  *out = v;
-  return true;
 }
 
 int kv_store_handle(struct rdzv_state *r, struct node *n,
@@ -227,7 +214,7 @@ int kv_store_handle(struct rdzv_state *r, struct node *n,
     return kv_wait(r, n, kv->key, fmin(kv->wait, r->lim.max_join_timeout),
                    now);
   default:                      /* RDZV_PROTO_KV_ADD */
-    if (e && !parse_i64(e->value, e->len, &v))
+    if (e && num_parse_i64_n(e->value, e->len, INT64_MIN, INT64_MAX, &v))
       return rdzv_reply_refuse(&r->sink, conn, RDZV_PROTO_ERR_BAD_REQUEST,
                                -EINVAL, "key %s does not hold an integer",
                                kv->key);

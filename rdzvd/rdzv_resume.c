@@ -98,12 +98,14 @@ static struct node *claimed_node(const struct job *job,
                                  const struct rdzv_proto_resume *a,
                                  bool *impostor)
 {
+  struct list_node *pos, *next;
   struct node *n;
 
   *impostor = false;
   if (!job)
     return NULL;
-  TAILQ_FOREACH(n, &job->nodes, in_job) {
+  list_for_each_safe(pos, next, &job->nodes) {
+    n = list_entry(pos, struct node, in_job);
     if (n->pid != a->join.pid ||
         strncmp(n->host, a->join.host, sizeof n->host) != 0)
       continue;

@@ -297,7 +297,7 @@ void rdzv_state__node_set_state(struct job *job, struct node *n,
   if (n->state == NS_PART) {
     job->n_part--;
   } else if (n->state == NS_SPARE) {
-    TAILQ_REMOVE(&job->spares, n, in_spares);
+    list_remove(&n->in_spares);
     job->n_spares--;
   } else if (n->expected) {
     job->n_outstanding--;
@@ -307,7 +307,7 @@ void rdzv_state__node_set_state(struct job *job, struct node *n,
   if (st == NS_PART) {
     job->n_part++;
   } else if (st == NS_SPARE) {
-    TAILQ_INSERT_TAIL(&job->spares, n, in_spares);
+    list_insert_tail(&job->spares, &n->in_spares);
     job->n_spares++;
   } else if (n->expected) {
     job->n_outstanding++;
@@ -321,7 +321,7 @@ static void empty_add(struct rdzv_state *r, struct job *job)
   if (job->empty_listed)
     return;
   job->empty_listed = true;
-  TAILQ_INSERT_TAIL(&r->empty, job, in_empty);
+  list_insert_tail(&r->empty, &job->in_empty);
 }
 
 static void empty_remove(struct rdzv_state *r, struct job *job)
@@ -329,7 +329,7 @@ static void empty_remove(struct rdzv_state *r, struct job *job)
   if (!job->empty_listed)
     return;
   job->empty_listed = false;
-  TAILQ_REMOVE(&r->empty, job, in_empty);
+  list_remove(&job->in_empty);
 }
 
 /* Forgets n: counts, lists, timers, waits.  Sends nothing. */
@@ -342,12 +342,13 @@ void rdzv_state__node_free(struct rdzv_state *r, struct node *n)
   rdzv_state__node_set_state(job, n, NS_IDLE, false);
   if (n->barrier)
     n->barrier->count--;
-  while (!LIST_EMPTY(&n->waiters))
-    kv_store_waiter_free(r, job, LIST_FIRST(&n->waiters));
+  while (!list_empty(&n->waiters))
+    kv_store_waiter_free(r, job,
+                         list_first(&n->waiters, struct waiter, by_node));
   timer_heap_clear(&r->heap, &n->t_join);
   timer_heap_clear(&r->heap, &n->t_alive);
   timer_heap_unreserve(&r->heap, 2);
-  TAILQ_REMOVE(&job->nodes, n, in_job);
+  list_remove(&n->in_job);
   job->n_nodes--;
   job->sum_nproc -= n->nproc;
   r->n_nodes--;
@@ -403,7 +404,8 @@ static struct node *node_create(struct rdzv_state *r, struct job *job,
   }
   n->job = job;
   n->c = c;
-  LIST_INIT(&n->waiters);
+  list_init(&n->waiters);
+  list_init(&n->in_spares);
   c->node = n;
   node_fill(r, n, j);
   n->state = NS_IDLE;
@@ -413,7 +415,7 @@ static struct node *node_create(struct rdzv_state *r, struct job *job,
   timer_heap_node_init(&n->t_join, T_JOIN);
   timer_heap_node_init(&n->t_alive, T_ALIVE);
   timer_heap_set(&r->heap, &n->t_alive, now + n->alive_window);
-  TAILQ_INSERT_TAIL(&job->nodes, n, in_job);
+  list_insert_tail(&job->nodes, &n->in_job);
   job->n_nodes++;
   job->sum_nproc += n->nproc;
   r->n_nodes++;
@@ -437,8 +439,8 @@ static void barriers_free(struct job *job)
 
 static void job_free(struct rdzv_state *r, struct job *job)
 {
-  while (!TAILQ_EMPTY(&job->nodes))
-    rdzv_state__node_free(r, TAILQ_FIRST(&job->nodes));
+  while (!list_empty(&job->nodes))
+    rdzv_state__node_free(r, list_first(&job->nodes, struct node, in_job));
   barriers_free(job);
   kv_store_job_free(r, job);
   empty_remove(r, job);
@@ -450,7 +452,7 @@ static void job_free(struct rdzv_state *r, struct job *job)
   timer_heap_clear(&r->heap, &job->t_forget);
   timer_heap_unreserve(&r->heap, 3);
   hashtab_remove(&r->jobs, job->h, job);
-  TAILQ_REMOVE(&r->jobs_in_order, job, in_registry);
+  list_remove(&job->in_registry);
   r->n_jobs--;
   free(job);
 }
@@ -504,8 +506,9 @@ static struct job *job_create(struct rdzv_state *r,
     return NULL;
   copy_str(job->id, sizeof job->id, j->id);
   job->h = hashtab_hash_str(r->seed, job->id);
-  TAILQ_INIT(&job->nodes);
-  TAILQ_INIT(&job->spares);
+  list_init(&job->nodes);
+  list_init(&job->spares);
+  list_init(&job->in_empty);
   if (timer_heap_reserve(&r->heap, 3)) {
     free(job);
     return NULL;
@@ -526,7 +529,7 @@ static struct job *job_create(struct rdzv_state *r,
   timer_heap_node_init(&job->t_last_call, T_LAST_CALL);
   timer_heap_node_init(&job->t_progress, T_PROGRESS);
   timer_heap_node_init(&job->t_forget, T_FORGET);
-  TAILQ_INSERT_TAIL(&r->jobs_in_order, job, in_registry);
+  list_insert_tail(&r->jobs_in_order, &job->in_registry);
   r->n_jobs++;
   empty_add(r, job);
   ceilings(r, job);
@@ -568,6 +571,7 @@ static int rank_cmp(const void *a, const void *b)
 static void complete_round(struct rdzv_state *r, struct job *job,
                            double now)
 {
+  struct list_node *pos, *next;
   struct rdzv_proto_msg m;
   struct rdzv_proto_round *rd = &m.u.round;
   struct node *n, *master;
@@ -575,10 +579,13 @@ static void complete_round(struct rdzv_state *r, struct job *job,
   int offset = 0;
 
   /* Places that nobody came back for go to the waiting list. */
-  while (!TAILQ_EMPTY(&job->spares) &&
+  while (!list_empty(&job->spares) &&
          spare_fits(job, true))
-    rdzv_state__node_set_state(job, TAILQ_FIRST(&job->spares), NS_PART, false);
-  TAILQ_FOREACH(n, &job->nodes, in_job) {
+    rdzv_state__node_set_state(job,
+                               list_first(&job->spares, struct node, in_spares),
+                               NS_PART, false);
+  list_for_each_safe(pos, next, &job->nodes) {
+    n = list_entry(pos, struct node, in_job);
     if (n->state == NS_PART) {
       job->order[k++] = n;
     } else if (n->state == NS_IDLE) {
@@ -679,9 +686,9 @@ static void recheck(struct rdzv_state *r, struct job *job, double now)
 
   if (!rdzv_state__gathering(job))
     return;
-  while (!TAILQ_EMPTY(&job->spares) &&
+  while (!list_empty(&job->spares) &&
          spare_fits(job, false)) {
-    job->order[k++] = n = TAILQ_FIRST(&job->spares);
+    job->order[k++] = n = list_first(&job->spares, struct node, in_spares);
     rdzv_state__node_set_state(job, n, NS_PART, false);
   }
   if (k)
@@ -696,6 +703,7 @@ static void recheck(struct rdzv_state *r, struct job *job, double now)
 void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
                              const char *why, const struct node *except)
 {
+  struct list_node *pos, *next;
   char text[RDZV_PROTO_MAX_TEXT + 1], cancelled[RDZV_PROTO_MAX_TEXT + 1] = "";
   size_t len = 0;
   struct barrier *b;
@@ -731,7 +739,8 @@ void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
   job->round_started = now;
   timer_heap_clear(&r->heap, &job->t_last_call);
   timer_heap_clear(&r->heap, &job->t_progress);
-  TAILQ_FOREACH(n, &job->nodes, in_job) {
+  list_for_each_safe(pos, next, &job->nodes) {
+    n = list_entry(pos, struct node, in_job);
     n->barrier = NULL;
     if (n->state != NS_PART)
       continue;
@@ -763,8 +772,8 @@ static void end_job(struct rdzv_state *r, struct job *job, double now,
   timer_heap_clear(&r->heap, &job->t_progress);
   rdzv_state__log(r, "job %s: %s: %s", job->id,
                   success ? "finished" : "closed", text);
-  while (!TAILQ_EMPTY(&job->nodes)) {
-    struct node *n = TAILQ_FIRST(&job->nodes);
+  while (!list_empty(&job->nodes)) {
+    struct node *n = list_first(&job->nodes, struct node, in_job);
     void *conn = n->c->conn;
 
     send_text_cause(r, conn, RDZV_PROTO_CLOSED, 0, success, text,
@@ -779,6 +788,7 @@ static void end_job(struct rdzv_state *r, struct job *job, double now,
 void rdzv_state__barrier_check(struct rdzv_state *r, struct job *job,
                                struct barrier *b)
 {
+  struct list_node *pos, *next;
   struct rdzv_proto_msg m;
   struct node *n;
 
@@ -789,7 +799,8 @@ void rdzv_state__barrier_check(struct rdzv_state *r, struct job *job,
   m.op = RDZV_PROTO_BARRIER_DONE;
   copy_str(m.u.barrier.name, sizeof m.u.barrier.name, b->name);
   m.u.barrier.round = job->round;
-  TAILQ_FOREACH(n, &job->nodes, in_job) {
+  list_for_each_safe(pos, next, &job->nodes) {
+    n = list_entry(pos, struct node, in_job);
     if (n->barrier == b) {
       n->barrier = NULL;
       rdzv_reply_send(&r->sink, n->c->conn, &m);
@@ -1062,11 +1073,13 @@ int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
   }
   if (n)
     return rejoin(r, n, j, now);
-  if (!job && r->n_jobs >= r->lim.max_jobs && !TAILQ_EMPTY(&r->empty)) {
+  if (!job && r->n_jobs >= r->lim.max_jobs && !list_empty(&r->empty)) {
+    struct job *oldest = list_first(&r->empty, struct job, in_empty);
+
     rdzv_state__log(r, "job %s: forgotten early: the job table is full (%d "
                     "jobs) and it has had no node for longest",
-                    TAILQ_FIRST(&r->empty)->id, r->lim.max_jobs);
-    job_free(r, TAILQ_FIRST(&r->empty));
+                    oldest->id, r->lim.max_jobs);
+    job_free(r, oldest);
   }
   if (!job && r->n_jobs >= r->lim.max_jobs)
     return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
@@ -1129,13 +1142,16 @@ static void cause_offer(struct job *job, const struct node *n,
 /* The participants of a closing job whose report has not come. */
 static int closing_pending(const struct job *job)
 {
+  struct list_node *pos, *next;
   const struct node *n;
   int pending = 0;
 
   /* A detached node (rdzv_state_conn_reset) cannot report now: not
    * waited for. */
-  TAILQ_FOREACH(n, &job->nodes, in_job)
+  list_for_each_safe(pos, next, &job->nodes) {
+    n = list_entry(pos, struct node, in_job);
     pending += n->state == NS_PART && !n->reported && n->c->conn;
+  }
   return pending;
 }
 
@@ -1165,12 +1181,15 @@ static void closing_end(struct rdzv_state *r, struct job *job, double now)
 static void closing_start(struct rdzv_state *r, struct job *job,
                           struct node *reporter, bool exhausted, double now)
 {
+  struct list_node *pos, *next;
   struct node *n;
 
   job->closing = true;
   job->closing_exhausted = exhausted;
-  TAILQ_FOREACH(n, &job->nodes, in_job)
+  list_for_each_safe(pos, next, &job->nodes) {
+    n = list_entry(pos, struct node, in_job);
     n->reported = n == reporter;
+  }
   job->closing_deadline = now + fmin(CLOSE_WAIT_MAX,
                                      job->conf.keepalive_interval *
                                      job->conf.keepalive_misses);
@@ -1383,8 +1402,8 @@ struct rdzv_state *rdzv_state_create(const struct rdzv_state_sink *sink,
     free(r);
     return NULL;
   }
-  TAILQ_INIT(&r->jobs_in_order);
-  TAILQ_INIT(&r->empty);
+  list_init(&r->jobs_in_order);
+  list_init(&r->empty);
   return r;
 }
 
@@ -1395,8 +1414,8 @@ void rdzv_state_destroy(struct rdzv_state *r)
   if (!r)
     return;
   enter(r, "rdzv_state_destroy");
-  while (!TAILQ_EMPTY(&r->jobs_in_order))
-    job_free(r, TAILQ_FIRST(&r->jobs_in_order));
+  while (!list_empty(&r->jobs_in_order))
+    job_free(r, list_first(&r->jobs_in_order, struct job, in_registry));
   for (i = 0; i < r->conns.cap; i++)
     free(r->conns.s[i].item);
   free(r->conns.s);
@@ -1592,13 +1611,16 @@ static void on_join_timer(struct rdzv_state *r, struct node *n, double now)
 static void on_progress_timer(struct rdzv_state *r, struct job *job,
                               double now)
 {
+  struct list_node *pos, *next;
   struct node *n;
 
   if (!rdzv_state__gathering(job) || !job->progress_dirty)
     return;
-  TAILQ_FOREACH(n, &job->nodes, in_job)
+  list_for_each_safe(pos, next, &job->nodes) {
+    n = list_entry(pos, struct node, in_job);
     if (n->state == NS_PART)
       send_waiting(r, job, n, now);
+  }
   job->progress_last = now;
   job->progress_dirty = false;
 }
@@ -1691,6 +1713,7 @@ void rdzv_state_jobs_by_phase(const struct rdzv_state *r,
                               int counts[RDZV_STATE_PHASES],
                               const char *names[RDZV_STATE_PHASES])
 {
+  struct list_node *pos, *next;
   const struct job *job;
   int i;
 
@@ -1700,6 +1723,8 @@ void rdzv_state_jobs_by_phase(const struct rdzv_state *r,
     counts[i] = 0;
     names[i] = status_render_phase_name((enum phase)i);
   }
-  TAILQ_FOREACH(job, &r->jobs_in_order, in_registry)
+  list_for_each_safe(pos, next, &r->jobs_in_order) {
+    job = list_entry(pos, struct job, in_registry);
     counts[job->phase]++;
+  }
 }

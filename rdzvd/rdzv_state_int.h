@@ -9,9 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/queue.h>
 
 #include "hashtab.h"
+#include "list.h"
 #include "rdzv_state.h"
 #include "rdzv_token.h"
 #include "timer_heap.h"
@@ -80,20 +80,20 @@ struct kv {
   char key[];
 };
 
-/* The registry's lists are <sys/queue.h>'s: TAILQ where the order is
- * kept (creation, join order, oldest empty job first), LIST where it
- * does not matter. */
+/* The registry's lists are list.h's.  Where the order matters
+ * (creation, join order, oldest empty job first) elements go in at the
+ * tail; a KV key's and a node's waiters go in at the head. */
 struct wkey {                   /* the GETs waiting for one key */
   uint64_t h;
-  LIST_HEAD(, waiter) waiters;
+  struct list_node waiters;     /* struct waiter, by_key */
   char key[];
 };
 
 struct waiter {
   struct node *node;
   struct wkey *wk;
-  LIST_ENTRY(waiter) by_key;    /* wk->waiters */
-  LIST_ENTRY(waiter) by_node;   /* node->waiters */
+  struct list_node by_key;      /* wk->waiters */
+  struct list_node by_node;     /* node->waiters */
   double wait;
   struct timer_heap_node t;
 };
@@ -101,9 +101,9 @@ struct waiter {
 struct node {
   struct job *job;
   struct conn *c;
-  TAILQ_ENTRY(node) in_job;     /* job->nodes, creation order */
-  TAILQ_ENTRY(node) in_spares;  /* job->spares, join order */
-  LIST_HEAD(, waiter) waiters;
+  struct list_node in_job;      /* job->nodes, creation order */
+  struct list_node in_spares;   /* job->spares, join order */
+  struct list_node waiters;     /* struct waiter, by_node */
   struct barrier *barrier;      /* the pending barrier it entered */
   enum nstate state;
   bool expected;
@@ -140,8 +140,8 @@ struct job_cause {
 };
 
 struct job {
-  TAILQ_ENTRY(job) in_registry; /* r->jobs, creation order */
-  TAILQ_ENTRY(job) in_empty;    /* r->empty (no node), when empty_listed */
+  struct list_node in_registry; /* r->jobs_in_order, creation order */
+  struct list_node in_empty;    /* r->empty (no node), when empty_listed */
   bool empty_listed;
   uint64_t h;
   struct rdzv_proto_conf conf;
@@ -174,8 +174,8 @@ struct job {
   double progress_last;
   uint64_t seq;
   struct timer_heap_node t_last_call, t_progress, t_forget;
-  TAILQ_HEAD(, node) nodes;
-  TAILQ_HEAD(, node) spares;
+  struct list_node nodes;       /* struct node, in_job */
+  struct list_node spares;      /* struct node, in_spares */
   struct node **order;          /* scratch for ranking, >= n_nodes */
   size_t order_cap;
   struct hashtab ranks;         /* rebuilding: rank -> the node that
@@ -195,8 +195,8 @@ struct rdzv_state {
   uint64_t seed;
   struct hashtab jobs;          /* id -> struct job */
   struct hashtab conns;         /* conn pointer -> struct conn */
-  TAILQ_HEAD(, job) jobs_in_order;  /* the same, creation order */
-  TAILQ_HEAD(, job) empty;      /* jobs with no node, oldest first */
+  struct list_node jobs_in_order; /* the same, creation order (in_registry) */
+  struct list_node empty;       /* jobs with no node, oldest first */
   int n_jobs, n_nodes;
   size_t kv_total;              /* every job's kv_bytes */
   struct timer_heap heap;

@@ -83,6 +83,7 @@ static bool add_job(const struct job *job, double now, bool summary,
 {
   const struct rdzv_proto_conf *cf = &job->conf;
   const struct barrier *b;
+  struct list_node *pos, *next;
   const struct node *n;
   cJSON *conf, *nodes, *bars = NULL;
   size_t cost = 0;
@@ -117,14 +118,15 @@ static bool add_job(const struct job *job, double now, bool summary,
   if (summary) {
     if (job->n_nodes > STATUS_SUMMARY_NODES)
       return cJSON_AddTrueToObject(o, "nodes_omitted") != NULL;
-    TAILQ_FOREACH(n, &job->nodes, in_job)
-      cost += node_cost(n);
+    list_for_each_safe(pos, next, &job->nodes)
+      cost += node_cost(list_entry(pos, struct node, in_job));
     if (cost > *budget)
       return cJSON_AddTrueToObject(o, "nodes_omitted") != NULL;
   }
   if (!(nodes = cJSON_AddArrayToObject(o, "nodes")))
     return false;
-  TAILQ_FOREACH(n, &job->nodes, in_job) {
+  list_for_each_safe(pos, next, &job->nodes) {
+    n = list_entry(pos, struct node, in_job);
     cost = node_cost(n);
     if (cost > *budget)
       return cJSON_AddTrueToObject(o, "nodes_truncated") != NULL;
@@ -143,6 +145,7 @@ cJSON *rdzv_state_status_query(const struct rdzv_state *r,
   int limit = q && q->limit > 0 ? q->limit : STATUS_DEF_JOBS;
   size_t budget = STATUS_BUDGET;
   cJSON *root = cJSON_CreateObject(), *jobs = NULL, *o;
+  const struct list_node *pos;
   const struct job *job;
   int shown = 0;
   bool ok, truncated = false;
@@ -165,8 +168,10 @@ cJSON *rdzv_state_status_query(const struct rdzv_state *r,
       ok = add_job(job, now, false, &budget, o);
     shown = 1;
   }
-  for (job = id ? NULL : TAILQ_FIRST(&r->jobs_in_order); ok && job;
-       job = TAILQ_NEXT(job, in_registry)) {
+  /* Every job in creation order, unless one was asked for. */
+  for (pos = id ? &r->jobs_in_order : r->jobs_in_order.next;
+       ok && pos != &r->jobs_in_order; pos = pos->next) {
+    job = list_entry(pos, const struct job, in_registry);
     if (shown >= limit || job_cost(job) > budget) {
       truncated = true;
       break;

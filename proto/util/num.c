@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,36 @@ int num_parse_long_n(const char *s, size_t n, long lo, long hi, long *out)
   errno = 0;
   v = strtol(buf, &end, 10);
   if (errno || v < lo || v > hi)
+    return -ERANGE;
+  *out = v;
+  return 0;
+}
+
+int num_parse_i64_n(const char *s, size_t n, int64_t lo, int64_t hi,
+                    int64_t *out)
+{
+  bool negative = n > 0 && s[0] == '-';
+  size_t i = n > 0 && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  uint64_t magnitude = 0;
+  /* INT64_MIN's magnitude is one more than INT64_MAX's. */
+  uint64_t most = (uint64_t)INT64_MAX + negative;
+  int64_t v;
+
+  if (i == n)
+    return -EINVAL;
+  for (size_t k = i; k < n; k++)
+    if (s[k] < '0' || s[k] > '9')
+      return -EINVAL;
+  for (; i < n; i++) {
+    unsigned digit = (unsigned)(s[i] - '0');
+
+    if (magnitude > (most - digit) / 10)
+      return -ERANGE;
+    magnitude = magnitude * 10 + digit;
+  }
+  v = negative && magnitude ? -(int64_t)(magnitude - 1) - 1
+                            : (int64_t)magnitude;
+  if (v < lo || v > hi)
     return -ERANGE;
   *out = v;
   return 0;

@@ -9,6 +9,7 @@
 #define UTIL_NUM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* --nproc_per_node: the most workers one agent supervises. */
 #define NUM_NPROC_MAX 65536
@@ -21,6 +22,12 @@
  * *out is written only on success. */
 int num_parse_long(const char *s, long lo, long hi, long *out);
 int num_parse_long_n(const char *s, size_t n, long lo, long hi, long *out);
+
+/* s[0..n) as an int64 in [lo, hi], with any number of digits (leading
+ * zeros included); same returns.  For numbers stored as text (rdzvd's
+ * KV ADD counters). */
+int num_parse_i64_n(const char *s, size_t n, int64_t lo, int64_t hi,
+                    int64_t *out);
 
 /* s as a finite decimal in [lo, hi]; same returns. */
 int num_parse_double(const char *s, double lo, double hi, double *out);

@@ -215,21 +215,22 @@ static void check_rounds(void)
 
 static void check_registry(const struct rdzv_state *r)
 {
+  struct list_node *jpos, *jnext, *pos, *next;
   const struct job *job;
   const struct node *n;
   int jobs = 0, nodes = 0, empty = 0;
 
-  TAILQ_FOREACH(job, &r->jobs_in_order, in_registry) {
+  list_for_each_safe(jpos, jnext, &r->jobs_in_order) {
     int cnt = 0, part = 0, spares = 0, listed = 0, outstanding = 0;
     int ranks[NCONN], n_ranks = 0;
     int64_t sum = 0;
 
+    job = list_entry(jpos, struct job, in_registry);
     jobs++;
-    if (TAILQ_NEXT(job, in_registry) &&
-        TAILQ_NEXT(job, in_registry)->in_registry.tqe_prev !=
-        &job->in_registry.tqe_next)
+    if (jpos->next->prev != jpos)
       abort();
-    TAILQ_FOREACH(n, &job->nodes, in_job) {
+    list_for_each_safe(pos, next, &job->nodes) {
+      n = list_entry(pos, struct node, in_job);
       cnt++;
       sum += n->nproc;
       if (n->job != job || n->c->node != n)
@@ -250,9 +251,11 @@ static void check_registry(const struct rdzv_state *r)
         ranks[n_ranks++] = n->rank;
       }
     }
-    TAILQ_FOREACH(n, &job->spares, in_spares)
+    list_for_each_safe(pos, next, &job->spares) {
+      n = list_entry(pos, struct node, in_spares);
       if (n->state != NS_SPARE || n->job != job || ++listed > cnt)
         abort();
+    }
     if (listed != spares)
       abort();
     if (cnt != job->n_nodes || part != job->n_part ||
@@ -271,9 +274,11 @@ static void check_registry(const struct rdzv_state *r)
     nodes += cnt;
   }
   /* The empty list holds exactly the jobs marked empty_listed. */
-  TAILQ_FOREACH(job, &r->empty, in_empty)
+  list_for_each_safe(pos, next, &r->empty) {
+    job = list_entry(pos, struct job, in_empty);
     if (!job->empty_listed || --empty < 0)
       abort();
+  }
   if (empty != 0)
     abort();
   if (jobs != r->n_jobs || nodes != r->n_nodes ||
@@ -577,6 +582,7 @@ static bool may_end(const struct node *n)
 
 static void note_before(void)
 {
+  struct list_node *pos, *next;
   const struct job *job;
   int i;
 
@@ -588,7 +594,8 @@ static void note_before(void)
     F.before[i].part = F.before[i].node && may_end(c->node);
   }
   F.n_jobs = 0;
-  TAILQ_FOREACH(job, &F.r->jobs_in_order, in_registry) {
+  list_for_each_safe(pos, next, &F.r->jobs_in_order) {
+    job = list_entry(pos, struct job, in_registry);
     if (F.n_jobs == 8)
       break;
     F.jobs[F.n_jobs].job = job;
@@ -604,6 +611,7 @@ static void note_before(void)
  * nobody but a participant ended a job, numbers never went back. */
 static void check_step(int by)
 {
+  struct list_node *pos, *next;
   const struct job *job;
   int i, k;
 
@@ -614,7 +622,8 @@ static void check_step(int by)
     if (!(F.before[by].part && F.before[by].job == F.before[i].job))
       abort();              /* a live node displaced by a stranger */
   }
-  TAILQ_FOREACH(job, &F.r->jobs_in_order, in_registry) {
+  list_for_each_safe(pos, next, &F.r->jobs_in_order) {
+    job = list_entry(pos, struct job, in_registry);
     for (k = 0; k < F.n_jobs; k++) {
       if (F.jobs[k].job != job || job->seq < F.jobs[k].seq)
         continue;           /* another job at the same address */
@@ -633,17 +642,21 @@ static void check_step(int by)
  * ROUND gave them to. */
 static void check_ranks_owned(void)
 {
+  struct list_node *jpos, *jnext, *pos, *next;
   const struct job *job;
   const struct node *n;
   int k;
 
   if (!F.secret)
     return;
-  TAILQ_FOREACH(job, &F.r->jobs_in_order, in_registry) {
+  list_for_each_safe(jpos, jnext, &F.r->jobs_in_order) {
+    job = list_entry(jpos, struct job, in_registry);
     if (job->phase != PH_RUNNING || !job->resumed)
       continue;
-    TAILQ_FOREACH(n, &job->nodes, in_job) {
+    list_for_each_safe(pos, next, &job->nodes) {
       bool owned = false;
+
+      n = list_entry(pos, struct node, in_job);
 
       if (n->state != NS_PART || n->rank < 0 || !n->c->conn)
         continue;

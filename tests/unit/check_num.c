@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "num.h"
 
@@ -52,6 +53,59 @@ START_TEST(test_long_n)
   ck_assert_int_eq(v, 12);
   ck_assert_int_eq(num_parse_long_n("12,3", 3, 0, 100, &v), -EINVAL);
   ck_assert_int_eq(num_parse_long_n("12", 0, 0, 100, &v), -EINVAL);
+}
+END_TEST
+
+static const struct {
+  const char *s;
+  int64_t lo, hi;
+  int rc;
+  int64_t want;
+} i64s[] = {
+  { "0", INT64_MIN, INT64_MAX, 0, 0 },
+  { "-0", INT64_MIN, INT64_MAX, 0, 0 },
+  { "+17", INT64_MIN, INT64_MAX, 0, 17 },
+  { "-12", INT64_MIN, INT64_MAX, 0, -12 },
+  { "9223372036854775807", INT64_MIN, INT64_MAX, 0, INT64_MAX },
+  { "-9223372036854775808", INT64_MIN, INT64_MAX, 0, INT64_MIN },
+  { "9223372036854775808", INT64_MIN, INT64_MAX, -ERANGE, 0 },
+  { "-9223372036854775809", INT64_MIN, INT64_MAX, -ERANGE, 0 },
+  { "99999999999999999999", INT64_MIN, INT64_MAX, -ERANGE, 0 },
+  /* Any number of digits: leading zeros do not overflow. */
+  { "000000000000000000000000000000000000000042", 0, 100, 0, 42 },
+  { "-000000000000000000000000000000000000000001", -1, 0, 0, -1 },
+  { "101", 0, 100, -ERANGE, 0 },
+  { "-1", 0, 100, -ERANGE, 0 },
+  { "", INT64_MIN, INT64_MAX, -EINVAL, 0 },
+  { "+", INT64_MIN, INT64_MAX, -EINVAL, 0 },
+  { "--1", INT64_MIN, INT64_MAX, -EINVAL, 0 },
+  { " 1", INT64_MIN, INT64_MAX, -EINVAL, 0 },
+  { "1 ", INT64_MIN, INT64_MAX, -EINVAL, 0 },
+  { "0x10", INT64_MIN, INT64_MAX, -EINVAL, 0 },
+  { "1.5", INT64_MIN, INT64_MAX, -EINVAL, 0 },
+};
+
+START_TEST(test_i64)
+{
+  int64_t v = -777;
+  int rc = num_parse_i64_n(i64s[_i].s, strlen(i64s[_i].s), i64s[_i].lo,
+                           i64s[_i].hi, &v);
+
+  ck_assert_msg(rc == i64s[_i].rc, "'%s': rc %d, want %d", i64s[_i].s, rc,
+                i64s[_i].rc);
+  ck_assert_int_eq(v, rc == 0 ? i64s[_i].want : -777);
+}
+END_TEST
+
+START_TEST(test_i64_n)
+{
+  int64_t v = 0;
+
+  /* Only the first n bytes count; a NUL among them is not a digit. */
+  ck_assert_int_eq(num_parse_i64_n("-12,3", 3, -100, 100, &v), 0);
+  ck_assert_int_eq(v, -12);
+  ck_assert_int_eq(num_parse_i64_n("12\0003", 4, -100, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_i64_n("12", 0, -100, 100, &v), -EINVAL);
 }
 END_TEST
 
@@ -141,6 +195,8 @@ int main(void)
 
   tcase_add_loop_test(tc, test_long, 0, sizeof longs / sizeof longs[0]);
   tcase_add_test(tc, test_long_n);
+  tcase_add_loop_test(tc, test_i64, 0, sizeof i64s / sizeof i64s[0]);
+  tcase_add_test(tc, test_i64_n);
   tcase_add_loop_test(tc, test_double, 0,
                       sizeof doubles / sizeof doubles[0]);
   tcase_add_loop_test(tc, test_size, 0, sizeof sizes / sizeof sizes[0]);

@@ -146,6 +146,24 @@ START_TEST(test_topology)
 }
 END_TEST
 
+/* A GPU whose numa_node is not a number is on no known node (-1), as one
+ * without the file is; "-1" (no NUMA) is read as it is. */
+START_TEST(test_gpu_node_unreadable)
+{
+  int gpus[4];
+
+  make_tree(true);
+  put("bus/pci/devices/0000:81:00.0/numa_node", "1x");
+  put("bus/pci/devices/0000:c1:00.0/vendor", "0x10de");
+  put("bus/pci/devices/0000:c1:00.0/class", "0x030200");
+  put("bus/pci/devices/0000:c1:00.0/numa_node", "-1");
+  ck_assert_int_eq(numa_gpu_nodes(root, gpus, 4), 3);
+  ck_assert_int_eq(gpus[0], 0);       /* 0000:01:00.0 */
+  ck_assert_int_eq(gpus[1], -1);      /* 0000:81:00.0: "1x" */
+  ck_assert_int_eq(gpus[2], -1);      /* 0000:c1:00.0: "-1" */
+}
+END_TEST
+
 START_TEST(test_topology_allowed_and_flat)
 {
   struct numa_topo t;
@@ -254,6 +272,7 @@ int main(void)
   tcase_add_checked_fixture(tc, NULL, teardown);
   tcase_add_test(tc, test_lists);
   tcase_add_test(tc, test_topology);
+  tcase_add_test(tc, test_gpu_node_unreadable);
   tcase_add_test(tc, test_topology_allowed_and_flat);
   tcase_add_test(tc, test_plan_cpu);
   tcase_add_test(tc, test_plan_gpu);

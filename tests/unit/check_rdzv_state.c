@@ -1051,6 +1051,12 @@ START_TEST(kv_set_get_add)
   ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "5");
   ck_assert_int_eq(kv(A, RDZV_PROTO_KV_ADD, "n", NULL, -7, 0, 1), 0);
   ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "-2");
+  /* A counter is any decimal int64 as text, leading zeros included. */
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_SET, "n",
+                      "-0000000000000000000000000000000000000041", 0, 0, 1),
+                   0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_ADD, "n", NULL, 1, 0, 1), 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_KV_VALUE)->u.kv.value, "-40");
   ck_assert_int_lt(kv(A, RDZV_PROTO_KV_ADD, "k", NULL, 1, 0, 1), 0);
   assert_error(A, RDZV_PROTO_ERR_BAD_REQUEST);
   st = status_of(A, 1);
@@ -1080,6 +1086,24 @@ START_TEST(kv_wait_answered_or_times_out)
   /* A pending wait dies with its node. */
   ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "z", NULL, 0, 5, 9), 0);
   rdzv_state_conn_closed(R, CONN(A), 9);
+  clear();
+  rdzv_state_tick(R, 20);
+  ck_assert_int_eq(total(RDZV_PROTO_ERROR), 0);
+}
+END_TEST
+
+/* A SET answers every GET waiting for its key (three here, two from one
+ * node), each once, and forgets their waits. */
+START_TEST(kv_set_answers_every_waiter)
+{
+  running_pair();
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "w", NULL, 0, 5, 1), 0);
+  ck_assert_int_eq(kv(B, RDZV_PROTO_KV_GET, "w", NULL, 0, 5, 1), 0);
+  ck_assert_int_eq(kv(A, RDZV_PROTO_KV_GET, "w", NULL, 0, 5, 1), 0);
+  ck_assert_int_eq(kv(B, RDZV_PROTO_KV_SET, "w", "7", 0, 0, 2), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_KV_VALUE), 2);
+  ck_assert_int_eq(count(B, RDZV_PROTO_KV_VALUE), 1);
+  ck_assert_str_eq(last(B, RDZV_PROTO_KV_VALUE)->u.kv.value, "7");
   clear();
   rdzv_state_tick(R, 20);
   ck_assert_int_eq(total(RDZV_PROTO_ERROR), 0);
@@ -2084,6 +2108,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, leave_before_exit_is_lost);
   tcase_add_test(tc, kv_set_get_add);
   tcase_add_test(tc, kv_wait_answered_or_times_out);
+  tcase_add_test(tc, kv_set_answers_every_waiter);
   tcase_add_test(tc, kv_limits);
   tcase_add_test(tc, empty_job_evicted_when_full);
   tcase_add_test(tc, durations_capped);
