@@ -77,11 +77,22 @@ struct etcd_client {
   struct list_node calls;       /* struct etcd_call */
   struct list_node watches;     /* struct etcd_watch, not stopped */
   int watches_alive;            /* not yet freed */
+  int walking;                  /* token_ready walks calls: no free */
   bool closing;
   char local_ip[64];
 };
 
 static int curl_users;          /* clients alive: global init/cleanup */
+
+/* A closed client is freed when nothing of it is still in use: its
+ * watches' handles are closed and no walk of its calls is running. */
+static void client_free_if_done(struct etcd_client *c)
+{
+  if (!c->closing || c->walking || c->watches_alive || !list_empty(&c->calls))
+    return;
+  free(c->token);
+  free(c);
+}
 
 /* LOGLEVEL=DEBUG: every request and its outcome on stderr. */
 static bool debug_on(void)
@@ -494,11 +505,14 @@ static int call_start(struct etcd_client *c, const char *path,
   return 0;
 }
 
-/* The token came (or could not be had): release the queued calls. */
+/* The token came (or could not be had): release the queued calls.  A
+ * failed call's callback may close the client (the agent gives up): the
+ * walk stops there, and the client is freed once it has returned. */
 static void token_ready(struct etcd_client *c, int err, const char *msg)
 {
   struct list_node *pos, *next;
 
+  c->walking++;
   list_for_each_safe(pos, next, &c->calls) {
     struct etcd_call *k = list_entry(pos, struct etcd_call, node);
 
@@ -509,7 +523,11 @@ static void token_ready(struct etcd_client *c, int err, const char *msg)
       call_fail(k, err, msg);
     else if (call_send(k))
       call_fail(k, -ENOMEM, "etcd: cannot start a request");
+    if (c->closing)
+      break;            /* close freed every call, next included */
   }
+  c->walking--;
+  client_free_if_done(c);
 }
 
 static void auth_reply(void *ctx, int err, const cJSON *reply,
@@ -597,10 +615,7 @@ static void watch_closed(uv_handle_t *h)
   free(w->buf);
   free(w);
   c->watches_alive--;
-  if (c->closing && c->watches_alive == 0 && list_empty(&c->calls)) {
-    free(c->token);
-    free(c);
-  }
+  client_free_if_done(c);
 }
 
 static void deliver_cb(uv_timer_t *t);
@@ -984,10 +999,7 @@ void etcd_client_close(struct etcd_client *c)
     free(c->password);
   }
   c->cacert = c->cert = c->key = c->user = c->password = NULL;
-  if (c->watches_alive == 0) {
-    free(c->token);
-    free(c);
-  }
+  client_free_if_done(c);
 }
 
 const char *etcd_client_local_ip(const struct etcd_client *c)
