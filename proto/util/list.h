@@ -64,9 +64,13 @@ static inline void list_remove(struct list_node *n)
 #define list_first(head, type, member) list_entry((head)->next, type, member)
 
 /* Walks head's list from first to last; the current node may be removed
- * (next is read before the body runs), no other one. */
-#define list_for_each_safe(pos, next_node, head)                      \
+ * (next is read before the body runs), no other one.  Nothing is read
+ * after the last body: it may free the list's owner, head included (as
+ * a NULL-terminated list's walk allows).  A body that frees the owner
+ * earlier must break out. */
+#define list_for_each_safe(pos, next_node, head)                        \
   for ((pos) = (head)->next, (next_node) = (pos)->next; (pos) != (head); \
-       (pos) = (next_node), (next_node) = (pos)->next)
+       (pos) = (next_node),                                             \
+       (next_node) = (pos) != (head) ? (pos)->next : (pos))
 
 #endif

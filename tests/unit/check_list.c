@@ -1,6 +1,8 @@
 /* check_list.c -- unit tests for proto/util/list.h, the intrusive list. */
 #include <check.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "list.h"
 
@@ -71,6 +73,33 @@ START_TEST(test_remove)
 }
 END_TEST
 
+/* The last body may free the list's owner, head included: nothing is
+ * read after it (etcd_client's walk of its calls, when a call's callback
+ * closes the client).  The owner sits on a page of its own that the last
+ * body makes unreadable: a read of the head after it faults. */
+START_TEST(test_last_body_frees_owner)
+{
+  long page = sysconf(_SC_PAGESIZE);
+  struct list_node *head = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  struct item items[2] = { { .value = 1 }, { .value = 2 } };
+  struct list_node *pos, *next;
+  int seen = 0;
+
+  ck_assert_ptr_ne(head, MAP_FAILED);
+  list_init(head);
+  list_insert_tail(head, &items[0].node);
+  list_insert_tail(head, &items[1].node);
+  list_for_each_safe(pos, next, head) {
+    seen += list_entry(pos, struct item, node)->value;
+    if (pos == &items[1].node)
+      ck_assert_int_eq(mprotect(head, (size_t)page, PROT_NONE), 0);
+  }
+  ck_assert_int_eq(seen, 3);
+  munmap(head, (size_t)page);
+}
+END_TEST
+
 static Suite *list_suite(void)
 {
   Suite *s = suite_create("list");
@@ -78,6 +107,7 @@ static Suite *list_suite(void)
 
   tcase_add_test(tc, test_order);
   tcase_add_test(tc, test_remove);
+  tcase_add_test(tc, test_last_body_frees_owner);
   suite_add_tcase(s, tc);
   return s;
 }
