@@ -209,10 +209,15 @@ endif
 
 test: unit integ
 
-UNIT_RUN := $(if $(T),$(T:%=$(OUT)/tests/check_%),$(UNIT_BIN) $(FAKE_UNIT))
+# T=pg_nccl runs the NCCL suite on the fake as well; the fake's suite
+# runs twice: with several fake devices and with one (a 1-GPU machine).
+UNIT_RUN := $(if $(T),$(T:%=$(OUT)/tests/check_%) \
+              $(if $(filter pg_nccl,$(T)),$(FAKE_UNIT)),$(UNIT_BIN) $(FAKE_UNIT))
 unit check: $(UNIT_RUN)
 	@set -e; for t in $(UNIT_RUN); do echo "== $$t"; \
-	  CK_DEFAULT_TIMEOUT=60 $$t; done
+	  CK_DEFAULT_TIMEOUT=60 $$t; \
+	  if [ "$$t" = "$(FAKE_UNIT)" ]; then echo "== $$t (1 fake device)"; \
+	    FAKECUDA_DEVICES=1 CK_DEFAULT_TIMEOUT=60 $$t; fi; done
 
 # Under the sanitizers every report of every cdrun process lands in
 # $(OUT)/san/; any file there fails the run.
