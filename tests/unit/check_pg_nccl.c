@@ -805,6 +805,491 @@ static int rank_failure_spreads(const struct pg__setup *s)
   return 1;
 }
 
+/* ---- issue 23: the five bugs and the surviving mutations ------------- */
+
+/* Takes the comm's last fence and waits for it on the host. */
+static int wait_last(struct pg__comm *c, double timeout)
+{
+  struct pg__fence *f = c->ops->take_fence(c);
+  int err;
+
+  if (!f)
+    return 0;
+  err = c->ops->fence_wait(f, true, timeout);
+  c->ops->fence_free(f);
+  return err;
+}
+
+/* A second communicator over the same ranks (its own namespace). */
+static int create_ns(const struct pg__setup *s, const char *ns,
+                     struct pg__comm **out)
+{
+  struct pg__setup s2 = *s;
+
+  s2.ns = ns;
+  if (pg__nccl_create(&s2, out)) {
+    fprintf(stderr, "rank %d: create %s: %s\n", s->me, ns, pg_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+static float *dev_floats(const struct pg__setup *s, size_t n)
+{
+  float *d;
+
+  if (cudaSetDevice(s->device) || cudaMalloc((void **)&d, n * sizeof *d))
+    abort();
+  return d;
+}
+
+/* Bug 1: reduce_scatter with send == recv inside a group: the copy of
+ * the own block to block 0 must run after the grouped operation (at
+ * ncclGroupEnd), not before it. */
+static int rank_group_inplace_rs(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  size_t cnt = 3000, i;
+  float *d, *h;
+  int r, err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, (size_t)s->n * cnt);
+  h = malloc((size_t)s->n * cnt * sizeof *h);
+  for (i = 0; i < (size_t)s->n * cnt; i++)
+    h[i] = (float)(s->me * 1000 + (int)(i % 997));
+  h2d(d, h, (size_t)s->n * cnt * sizeof *h);
+  err = c->ops->group_start(c);
+  if (!err)
+    err = c->ops->reduce_scatter(c, d, d, cnt, PG_F32, PG_SUM,
+                                 pg__now() + 60);
+  if (!err)
+    err = c->ops->group_end(c);
+  if (!err)
+    err = wait_last(c, 60);
+  if (err) {
+    fprintf(stderr, "rank %d: grouped reduce_scatter: %s\n", s->me,
+            pg_last_error());
+    fails++;
+  }
+  d2h(h, d, cnt * sizeof *h);
+  for (i = 0; i < cnt && !fails; i++) {
+    float want = 0;
+
+    for (r = 0; r < s->n; r++)
+      want += (float)(r * 1000 + (int)(((size_t)s->me * cnt + i) % 997));
+    if (h[i] != want) {
+      fprintf(stderr, "rank %d: in-place grouped reduce_scatter [%zu] = "
+              "%g, want %g\n", s->me, i, h[i], want);
+      fails++;
+    }
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  free(h);
+  return fails ? 1 : 0;
+}
+
+/* Bug 2: NCCL's group is the thread's.  An op on B issued inside A's
+ * group runs at A's group end; its fence must not complete before. */
+static int rank_group_other_comm(const struct pg__setup *s)
+{
+  struct pg__comm *a = NULL, *b = NULL;
+  struct pg__fence *f;
+  size_t n = 50000, i;
+  float *d, *h;
+  int err, st = 0, fails = 0;
+
+  if (create_ns(s, "t/a/", &a) || create_ns(s, "t/b/", &b))
+    return 1;
+  d = dev_floats(s, n);
+  h = malloc(n * sizeof *h);
+  for (i = 0; i < n; i++)
+    h[i] = (float)(s->me + 1);
+  h2d(d, h, n * sizeof *h);
+  err = a->ops->group_start(a);
+  if (!err)
+    err = b->ops->all_reduce(b, d, d, n, PG_F32, PG_SUM, pg__now() + 60);
+  f = err ? NULL : b->ops->take_fence(b);
+  if (f && (st = b->ops->fence_query(f)) != 0) {
+    fprintf(stderr, "rank %d: B's op is done (%d) before A's group end "
+            "launched it\n", s->me, st);
+    fails++;
+  }
+  if (!err)
+    err = a->ops->group_end(a);
+  if (!err)
+    err = wait_last(a, 60);
+  if (!err && f)
+    err = b->ops->fence_wait(f, true, 60);
+  b->ops->fence_free(f);
+  if (err) {
+    fprintf(stderr, "rank %d: %s\n", s->me, pg_last_error());
+    fails++;
+  }
+  d2h(h, d, n * sizeof *h);
+  for (i = 0; i < n && !fails; i++)
+    if (h[i] != (float)(s->n * (s->n + 1) / 2)) {
+      fprintf(stderr, "rank %d: [%zu] = %g: B's wait returned before its "
+              "op ran\n", s->me, i, h[i]);
+      fails++;
+    }
+  a->ops->destroy(a);
+  b->ops->destroy(b);
+  cudaFree(d);
+  free(h);
+  return fails ? 1 : 0;
+}
+
+/* Bug 3: rank 1's failure in communicator A must bring down rank 0's
+ * wait in communicator B (as ProcessGroupNCCL's async error handling),
+ * not leave it to B's 20 s deadline. */
+static int rank_failure_other_comm(const struct pg__setup *s)
+{
+  struct pg__comm *a = NULL, *b = NULL;
+  float *d;
+  int err;
+
+  setenv("FAKENCCL_FAIL_RANK", "1", 1);
+  setenv("FAKENCCL_FAIL_OP", "1", 1);
+  if (create_ns(s, "t/a/", &a) || create_ns(s, "t/b/", &b))
+    return 1;
+  d = dev_floats(s, 1024);
+  if (s->me == 1)
+    err = a->ops->all_reduce(a, d, d, 1024, PG_F32, PG_SUM, pg__now() + 20);
+  else
+    err = b->ops->all_reduce(b, d, d, 1024, PG_F32, PG_SUM, pg__now() + 20);
+  if (!err)
+    err = wait_last(s->me == 1 ? a : b, -1);
+  a->ops->destroy(a);
+  b->ops->destroy(b);
+  cudaFree(d);
+  if (s->me == 1 ? err == PG_ENCCL(ncclSystemError) : err == PG_EPEERFAIL)
+    return 0;
+  fprintf(stderr, "rank %d: got %d (%s)\n", s->me, err, pg_last_error());
+  return 1;
+}
+
+/* Bug 4: rank 0 destroys its comm with an op in flight that rank 1's
+ * failure will never let finish: destroy must see the failure rank 1
+ * publishes and abort, not drain for the comm's 120 s (the alarm). */
+static int rank_destroy_sees_peer(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  float *d;
+  int err;
+
+  setenv("FAKENCCL_FAIL_RANK", "1", 1);
+  setenv("FAKENCCL_FAIL_OP", "1", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 120);
+  if (s->me == 1 && !err)
+    err = wait_last(c, -1);
+  alarm(30);
+  c->ops->destroy(c);
+  alarm(0);
+  cudaFree(d);
+  if (s->me == 1 && err != PG_ENCCL(ncclSystemError)) {
+    fprintf(stderr, "rank 1: got %d (%s)\n", err, pg_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+/* Bug 5: CUDA graphs.  (a) An op captured on the caller's stream is not
+ * watched (its events cannot be queried), and the comm stays healthy.
+ * (b) With no stream set, an op during someone else's capture must not
+ * use the legacy stream, and the watchdog's queries must not invalidate
+ * the capture (a thread-local relaxed capture mode). */
+static int rank_graph_capture(const struct pg__setup *s)
+{
+  enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+  struct pg__comm *c = NULL;
+  struct pg__fence *f;
+  cudaStream_t st;
+  cudaGraph_t g = NULL;
+  cudaError_t e;
+  float *d;
+  int err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking))
+    abort();
+  c->ops->set_stream(c, st);
+  if (cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal))
+    abort();
+  err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 60);
+  f = err ? NULL : c->ops->take_fence(c);
+  if (!err && f)
+    err = c->ops->fence_wait(f, false, -1);
+  e = cudaStreamEndCapture(st, &g);
+  if (err || e != cudaSuccess) {
+    fprintf(stderr, "captured all_reduce: %d (%s), capture: %s\n", err,
+            pg_last_error(), cudaGetErrorString(e));
+    fails++;
+  }
+  if (f && (err = c->ops->fence_wait(f, true, 30)) != 0) {
+    fprintf(stderr, "a captured op was watched: %s\n", pg_last_error());
+    fails++;
+  }
+  c->ops->fence_free(f);
+  /* (b) */
+  c->ops->set_stream(c, NULL);
+  if (cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal))
+    abort();
+  err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 60);
+  /* Our own host wait, relaxed as the watchdog must be; it gives the
+   * watchdog time to poll during the capture. */
+  cudaThreadExchangeStreamCaptureMode(&relaxed);
+  if (!err)
+    err = wait_last(c, 30);
+  usleep(200000);
+  cudaThreadExchangeStreamCaptureMode(&relaxed);
+  e = cudaStreamEndCapture(st, &g);
+  if (err || e != cudaSuccess) {
+    fprintf(stderr, "all_reduce during a capture: %d (%s), capture: %s\n",
+            err, pg_last_error(), cudaGetErrorString(e));
+    fails++;
+  }
+  err = c->ops->barrier(c, pg__now() + 30);
+  if (!err)
+    err = wait_last(c, 30);
+  if (err) {
+    fprintf(stderr, "barrier after the captures: %s\n", pg_last_error());
+    fails++;
+  }
+  c->ops->destroy(c);
+  cudaStreamDestroy(st);
+  cudaFree(d);
+  return fails ? 1 : 0;
+}
+
+/* Mutation: a barrier that does not synchronize.  Rank 1 sets its key
+ * late; after the barrier every rank must see every key. */
+static int rank_barrier_syncs(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  char key[32];
+  void *v = NULL;
+  size_t len;
+  int r, err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (s->me == 1)
+    usleep(300000);
+  snprintf(key, sizeof key, "t/bar/%d", s->me);
+  pg_store_set(s->store, key, "1", 1);
+  err = c->ops->barrier(c, pg__now() + 60);
+  if (!err)
+    err = wait_last(c, 60);
+  for (r = 0; r < s->n && !err; r++) {
+    snprintf(key, sizeof key, "t/bar/%d", r);
+    if (pg_store_get(s->store, key, 0, &v, &len) != 0) {
+      fprintf(stderr, "rank %d left the barrier before rank %d reached "
+              "it\n", s->me, r);
+      fails++;
+    }
+    free(v);
+    v = NULL;
+  }
+  if (err) {
+    fprintf(stderr, "rank %d: barrier: %s\n", s->me, pg_last_error());
+    fails++;
+  }
+  c->ops->destroy(c);
+  return fails ? 1 : 0;
+}
+
+/* Mutation: the comm's timeout (group end's deadline) ignoring the
+ * group's (3 s here, from run_ranks).  Rank 1 never joins the grouped
+ * op; rank 0's watchdog must fail it at 3 s, well before its 15 s host
+ * wait gives up. */
+static int rank_group_timeout(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  void *v = NULL;
+  size_t len;
+  float *d;
+  int err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  if (s->me == 1) {
+    pg_store_get(s->store, "t/gto/done", 60, &v, &len);
+    free(v);
+  } else {
+    err = c->ops->group_start(c);
+    if (!err)
+      err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM,
+                               pg__now() + 60);
+    if (!err)
+      err = c->ops->group_end(c);
+    if (!err)
+      err = wait_last(c, 15);
+    if (err != -ETIMEDOUT || !strstr(pg_last_error(), "within 3 s")) {
+      fprintf(stderr, "grouped op: %d (%s)\n", err, pg_last_error());
+      fails++;
+    }
+    pg_store_set(s->store, "t/gto/done", "1", 1);
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  return fails ? 1 : 0;
+}
+
+/* Mutation: a failure at submission not published.  Rank 1's second
+ * call fails before reaching its stream; rank 0, stuck in its second
+ * op, must learn it from the store (PG_EPEERFAIL naming rank 1) before
+ * its own 10 s deadline. */
+static int rank_submit_failure_spreads(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  float *d;
+  int i, err = 0;
+
+  setenv("FAKENCCL_FAIL_RANK", "1", 1);
+  setenv("FAKENCCL_SUBMIT_FAIL_OP", "2", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  for (i = 1; i <= 3 && !err; i++) {
+    err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 10);
+    if (!err)
+      err = wait_last(c, -1);
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  if (i == 3 && (s->me == 1 ? err == PG_ENCCL(ncclUnhandledCudaError)
+                            : err == PG_EPEERFAIL &&
+                              strstr(pg_last_error(), "because rank 1")))
+    return 0;
+  fprintf(stderr, "rank %d: op %d: %d (%s)\n", s->me, i - 1, err,
+          pg_last_error());
+  return 1;
+}
+
+/* Collectives and ncclGroupEnd answering ncclInProgress. */
+static int rank_in_progress(const struct pg__setup *s)
+{
+  setenv("FAKENCCL_INPROGRESS", "1", 1);
+  return rank_stream_order(s) | (s->n == 2 ? rank_group_p2p(s) : 0);
+}
+
+/* A host pointer is refused with a clear error, and the comm lives on. */
+static int rank_host_pointer(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  float host[16] = { 0 };
+  int err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  err = c->ops->all_reduce(c, host, host, 16, PG_F32, PG_SUM,
+                           pg__now() + 30);
+  if (err != -EINVAL || !strstr(pg_last_error(), "not memory of device")) {
+    fprintf(stderr, "host pointer: %d (%s)\n", err, pg_last_error());
+    fails++;
+  }
+  err = c->ops->barrier(c, pg__now() + 30);
+  if (!err)
+    err = wait_last(c, 30);
+  if (err) {
+    fprintf(stderr, "barrier after: %s\n", pg_last_error());
+    fails++;
+  }
+  c->ops->destroy(c);
+  return fails ? 1 : 0;
+}
+
+/* TORCH_NCCL_BLOCKING_WAIT=1 (cdrun exports it): a device wait is a host
+ * wait, so the op is done when the wait returns. */
+static int rank_torch_blocking_wait(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  struct pg__fence *f;
+  float *d;
+  int err, st = -1, fails = 0;
+
+  setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 65536);
+  err = c->ops->all_reduce(c, d, d, 65536, PG_F32, PG_SUM, pg__now() + 30);
+  f = err ? NULL : c->ops->take_fence(c);
+  if (f && !(err = c->ops->fence_wait(f, false, -1)))
+    st = c->ops->fence_query(f);
+  c->ops->fence_free(f);
+  if (err || st != 1) {
+    fprintf(stderr, "blocking wait: %d, state %d (%s)\n", err, st,
+            pg_last_error());
+    fails++;
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  return fails ? 1 : 0;
+}
+
+/* A host wait that times out aborts the comm: later ops fail at once. */
+static int rank_wait_timeout_aborts(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  void *v = NULL;
+  size_t len;
+  float *d;
+  int err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  if (s->me == 1) {
+    pg_store_get(s->store, "t/wto/done", 60, &v, &len);
+    free(v);
+  } else {
+    err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 60);
+    if (!err)
+      err = wait_last(c, 0.5);
+    if (err != -ETIMEDOUT) {
+      fprintf(stderr, "host wait: %d (%s)\n", err, pg_last_error());
+      fails++;
+    }
+    err = c->ops->barrier(c, pg__now() + 60);
+    if (err != PG_EPEERFAIL) {
+      fprintf(stderr, "after a timed-out wait: %d (%s)\n", err,
+              pg_last_error());
+      fails++;
+    }
+    pg_store_set(s->store, "t/wto/done", "1", 1);
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  return fails ? 1 : 0;
+}
+
 /* ---- ranks as processes ---------------------------------------------- */
 
 typedef int (*rank_fn)(const struct pg__setup *s);
@@ -928,6 +1413,78 @@ START_TEST(test_failure_spreads)
 }
 END_TEST
 
+START_TEST(test_group_inplace_rs)
+{
+  run_ranks(rank_group_inplace_rs, 2, 60);
+}
+END_TEST
+
+START_TEST(test_group_other_comm)
+{
+  run_ranks(rank_group_other_comm, 2, 60);
+}
+END_TEST
+
+START_TEST(test_failure_other_comm)
+{
+  run_ranks(rank_failure_other_comm, 2, 60);
+}
+END_TEST
+
+START_TEST(test_destroy_sees_peer)
+{
+  run_ranks(rank_destroy_sees_peer, 2, 120);
+}
+END_TEST
+
+START_TEST(test_graph_capture)
+{
+  run_ranks(rank_graph_capture, 1, 60);
+}
+END_TEST
+
+START_TEST(test_barrier_syncs)
+{
+  run_ranks(rank_barrier_syncs, _i, 60);
+}
+END_TEST
+
+START_TEST(test_group_timeout)
+{
+  run_ranks(rank_group_timeout, 2, 3);
+}
+END_TEST
+
+START_TEST(test_submit_failure_spreads)
+{
+  run_ranks(rank_submit_failure_spreads, 2, 60);
+}
+END_TEST
+
+START_TEST(test_in_progress)
+{
+  run_ranks(rank_in_progress, _i, 60);
+}
+END_TEST
+
+START_TEST(test_host_pointer)
+{
+  run_ranks(rank_host_pointer, 1, 60);
+}
+END_TEST
+
+START_TEST(test_torch_blocking_wait)
+{
+  run_ranks(rank_torch_blocking_wait, 2, 60);
+}
+END_TEST
+
+START_TEST(test_wait_timeout_aborts)
+{
+  run_ranks(rank_wait_timeout_aborts, 2, 60);
+}
+END_TEST
+
 /* Note [device rule]: a worker at local rank 3 that sees one device
  * (CUDA_VISIBLE_DEVICES) uses device 0. */
 START_TEST(test_one_visible_device)
@@ -1013,6 +1570,22 @@ static Suite *pg_nccl_suite(int ndev)
       tcase_add_test(tc, test_group_p2p);
       if (nrank >= 3 && fakecuda_is_fake)
         tcase_add_test(tc, test_failure_spreads);
+      tcase_add_loop_test(tc, test_barrier_syncs, 2, 4);
+      tcase_add_test(tc, test_group_inplace_rs);
+      tcase_add_test(tc, test_group_other_comm);
+      tcase_add_test(tc, test_group_timeout);
+      tcase_add_test(tc, test_wait_timeout_aborts);
+      tcase_add_test(tc, test_torch_blocking_wait);
+      if (fakecuda_is_fake) {
+        tcase_add_test(tc, test_failure_other_comm);
+        tcase_add_test(tc, test_destroy_sees_peer);
+        tcase_add_test(tc, test_submit_failure_spreads);
+        tcase_add_loop_test(tc, test_in_progress, 1, 3);
+      }
+    }
+    if (fakecuda_is_fake) {
+      tcase_add_test(tc, test_graph_capture);
+      tcase_add_test(tc, test_host_pointer);
     }
     suite_add_tcase(s, tc);
   }
