@@ -1190,8 +1190,11 @@ static int rank_submit_failure_spreads(const struct pg__setup *s)
 /* Collectives and ncclGroupEnd answering ncclInProgress. */
 static int rank_in_progress(const struct pg__setup *s)
 {
+  struct pg__setup s2 = *s;
+
   setenv("FAKENCCL_INPROGRESS", "1", 1);
-  return rank_stream_order(s) | (s->n == 2 ? rank_group_p2p(s) : 0);
+  s2.ns = "t/p2p/";
+  return rank_stream_order(s) | (s->n == 2 ? rank_group_p2p(&s2) : 0);
 }
 
 /* A host pointer is refused with a clear error, and the comm lives on. */
