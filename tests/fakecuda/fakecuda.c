@@ -514,7 +514,29 @@ int fake_ptr_device(const void *p)
       break;
     }
   pthread_mutex_unlock(&mem_mu);
+  if (dev < 0 && p) {
+    /* $FAKECUDA_HOST_IS_DEVICE=1: host memory passes for the current
+     * device's (tests/helpers/pgtest's buffers are malloc'd). */
+    const char *v = getenv("FAKECUDA_HOST_IS_DEVICE");
+
+    if (v && strcmp(v, "1") == 0)
+      dev = current_device;
+  }
   return dev;
+}
+
+/* p lies in a cudaMalloc'd block. */
+static bool known(const void *p)
+{
+  const char *q = p;
+  struct alloc *a;
+
+  pthread_mutex_lock(&mem_mu);
+  for (a = allocs; a && !(q >= a->base && q < a->base + a->bytes);
+       a = a->next)
+    ;
+  pthread_mutex_unlock(&mem_mu);
+  return a != NULL;
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
@@ -579,10 +601,13 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
                                      const void *p)
 {
+  const char *v = getenv("FAKECUDA_HOST_IS_DEVICE");
   int dev = fake_ptr_device(p);
 
   memset(a, 0, sizeof *a);
   a->type = dev >= 0 ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  if (dev >= 0 && v && strcmp(v, "1") == 0 && !known(p))
+    a->type = cudaMemoryTypeManaged;  /* any device's, as the knob says */
   a->device = dev >= 0 ? dev : -2;
   a->devicePointer = dev >= 0 ? (void *)p : NULL;
   a->hostPointer = dev >= 0 ? NULL : (void *)p;
