@@ -7,16 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include <cuda_runtime.h>
-/* nccl.h declares `ncclGroupStart()` without void; CUDA_HOME is not a
- * system include directory, so -Wstrict-prototypes would reject it. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <nccl.h>
-#pragma GCC diagnostic pop
-
 #include "knobs.h"
-#include "pg_internal.h"
+#include "nccl_comm.h"
 
 /* Note [stream model] (as torch's ProcessGroupNCCL)
  *
@@ -39,31 +31,8 @@
  * nothing in this file blocks the host on the GPU except those host waits
  * and destroy.
  *
- * Note [watchdog]: every fence is also on the comm's in-flight list.  A
- * watchdog thread polls the list's events, ncclCommGetAsyncError and,
- * every STORE_POLL_S, the store key <ns>abort.  A fence past its deadline
- * (the group's timeout from submit) fails with -ETIMEDOUT naming the op and
- * its sequence number; an async NCCL error fails with it.  The first
- * failure of a rank, whatever found it, is published under <ns>abort
- * ("rank R: what happened"), and every rank's watchdog that sees the key
- * aborts its own communicator, so a failure reaches every rank within
- * about STORE_POLL_S plus the abort, instead of the peers hanging in
- * NCCL kernels until their own timeouts.  ncclCommAbort is what takes a
- * stuck NCCL kernel off the GPU; after it every fence and every later op
- * fails (PG_EPEERFAIL, or the error itself).
- *
- * A failure of one communicator fails every other communicator of the
- * process too (each publishes it under its own key), as
- * ProcessGroupNCCL's async error handling brings the process down: the
- * peers blocked in another group's collective would otherwise wait out
- * its timeout.  $TORCH_NCCL_ASYNC_ERROR_HANDLING=0 keeps failures inside
- * their communicator.  The watchdog reads the store every STORE_POLL_S
- * while work is in flight, every STORE_IDLE_S otherwise.
- *
- * CUDA graphs: the watchdog queries events in the relaxed capture mode
- * (a global-mode query during someone's capture would invalidate it), and
- * an op captured into a graph gets no fence: it runs when the graph is
- * launched, which the watchdog cannot see.
+ * Note [watchdog] (nccl_watchdog.c): failures, timeouts, and a peer's
+ * failure through the store.
  *
  * Locking: mu guards the NCCL handle (enqueues, abort); wmu the in-flight
  * list and the failure sentence.  The watchdog takes mu only to abort.
@@ -93,41 +62,6 @@
  * all_gather's input is recv's first block, reduce_scatter's output lands
  * in send's first block. */
 
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21400
-#define PG_NCCL_NONBLOCKING 1  /* ncclConfig_t, ncclCommFinalize */
-#endif
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21000
-#define PG_NCCL_BF16_AVG 1     /* ncclBfloat16, ncclAvg */
-#endif
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21300
-#define PG_NCCL_LAST_ERROR 1   /* ncclGetLastError */
-#endif
-
-#define WATCH_TICK_S 0.05      /* the watchdog's event polling period */
-#define STORE_POLL_S 1.0       /* how often it reads <ns>abort, busy */
-#define STORE_IDLE_S 5.0       /* and with nothing in flight */
-#define EVENT_POOL 64          /* completion events kept for reuse */
-
-struct nccl_comm;
-
-/* One enqueued operation's completion (a pg__fence). */
-struct pg__fence {
-  struct nccl_comm *c;
-  cudaEvent_t done;
-  unsigned long long seq;
-  const char *what;
-  double deadline;
-  double limit;          /* seconds from submit to deadline */
-  int refs;              /* the in-flight list's, the holder's (wmu) */
-  int result;            /* the failure, once known (wmu) */
-  bool finished;         /* the event was reached (wmu) */
-  bool listed;
-  bool pending;          /* Note [group per thread]: not yet recorded */
-  bool user_wait;        /* a device wait queued for the group end */
-  struct pg__fence *next;
-  struct pg__fence *group_next;  /* the thread's pending fences */
-};
-
 /* A device copy deferred to the group end (Note [group per thread]). */
 struct group_copy {
   struct nccl_comm *c;
@@ -140,37 +74,6 @@ struct group_copy {
 static __thread int thread_group_depth;
 static __thread struct pg__fence *thread_pending;
 static __thread struct group_copy *thread_copies;
-
-struct nccl_comm {
-  struct pg__comm base;
-  pthread_mutex_t mu;    /* the NCCL handle */
-  ncclComm_t comm;       /* NULL once aborted */
-  cudaStream_t stream;
-  cudaEvent_t ready;     /* recorded on the caller's stream at submit */
-  int *scratch;          /* one device int for barrier */
-  int device, n, me;
-  double timeout;
-  bool blocking_wait;    /* $PG_NCCL_BLOCKING_WAIT=1 (or torch's) */
-  bool spread;           /* $TORCH_NCCL_ASYNC_ERROR_HANDLING != 0 */
-  cudaStream_t user;     /* the caller's stream; NULL: legacy */
-  unsigned long long seq;
-  int group_depth;
-  struct pg__fence *last;  /* the last op's fence, not yet taken */
-
-  pthread_mutex_t wmu;
-  pthread_cond_t wcv;
-  struct pg__fence *inflight;
-  int failed;            /* first error (atomic) */
-  char why[512];         /* its sentence (wmu) */
-  bool stop;
-  bool watching;
-  pthread_t watchdog;
-  pg_store *store;       /* NULL: a single member */
-  char abort_key[512];
-  cudaEvent_t pool[EVENT_POOL];  /* free completion events (wmu) */
-  int npool;
-  struct nccl_comm *next_comm;   /* the process's comms (comms_mu) */
-};
 
 /* Every communicator of the process, for spreading a failure. */
 static pthread_mutex_t comms_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -201,7 +104,7 @@ static void comms_del(struct nccl_comm *c)
 
 /* Records the sentence for an NCCL failure (with NCCL's own detail, read
  * before an abort frees it). */
-static int nccl_fail(struct nccl_comm *c, ncclResult_t r, const char *what)
+int nccl_fail(struct nccl_comm *c, ncclResult_t r, const char *what)
 {
   const char *detail = "";
 
@@ -223,7 +126,7 @@ static int cuda_fail(struct nccl_comm *c, cudaError_t e, const char *what)
                   cudaGetErrorString(e));
 }
 
-static int failed(struct nccl_comm *c)
+int nccl_failed(struct nccl_comm *c)
 {
   return __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE);
 }
@@ -242,7 +145,7 @@ static void spread_failure(struct nccl_comm *c, const char *why)
            "process failed: %s", why);
   pthread_mutex_lock(&comms_mu);
   for (o = comms; o; o = o->next_comm)
-    if (o != c && o->spread && !failed(o)) {
+    if (o != c && o->spread && !nccl_failed(o)) {
       mark_failed_as(o, PG_EPEERFAIL, msg, true, false);
       pthread_cond_broadcast(&o->wcv);
     }
@@ -278,7 +181,7 @@ static void mark_failed_as(struct nccl_comm *c, int err, const char *why,
     spread_failure(c, why);
 }
 
-static void mark_failed(struct nccl_comm *c, int err, const char *why,
+void nccl_mark_failed(struct nccl_comm *c, int err, const char *why,
                         bool publish)
 {
   mark_failed_as(c, err, why, publish, true);
@@ -286,7 +189,7 @@ static void mark_failed(struct nccl_comm *c, int err, const char *why,
 
 /* After a failure the comm's state is unknown: NCCL kernels may still be
  * waiting on peers.  Aborting is the only safe way out.  mu held. */
-static void abort_locked(struct nccl_comm *c)
+void nccl_abort_locked(struct nccl_comm *c)
 {
   if (c->comm)
     ncclCommAbort(c->comm);
@@ -296,18 +199,18 @@ static void abort_locked(struct nccl_comm *c)
 /* The submitting thread's failure (mu held; err's sentence recorded). */
 static int fail_locked(struct nccl_comm *c, int err)
 {
-  mark_failed(c, err, pg_last_error(), true);
-  abort_locked(c);
+  nccl_mark_failed(c, err, pg_last_error(), true);
+  nccl_abort_locked(c);
   return err;
 }
 
 /* Fails the comm from the watchdog or a host wait (mu not held): publish, then abort. */
-static void watchdog_fail(struct nccl_comm *c, int err, const char *why,
+void nccl_fail_abort(struct nccl_comm *c, int err, const char *why,
                           bool publish)
 {
-  mark_failed(c, err, why, publish);
+  nccl_mark_failed(c, err, why, publish);
   pthread_mutex_lock(&c->mu);
-  abort_locked(c);
+  nccl_abort_locked(c);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -357,7 +260,7 @@ static ncclResult_t poll_async(struct nccl_comm *c, double deadline)
       return r;
     if (ar != ncclInProgress)
       return ar;
-    if (failed(c))
+    if (nccl_failed(c))
       return ncclRemoteError;
     now = pg__now();
     if (now >= deadline)
@@ -390,7 +293,7 @@ static int settle(struct nccl_comm *c, ncclResult_t r, const char *what,
 
 /* Drops a reference; wmu held.  Returns the fence if it must be freed
  * (outside wmu: destroying an event may wait for its stream). */
-static struct pg__fence *fence_unref_locked(struct pg__fence *f)
+struct pg__fence *nccl_fence_unref_locked(struct pg__fence *f)
 {
   return --f->refs == 0 ? f : NULL;
 }
@@ -408,7 +311,7 @@ static cudaError_t event_get(struct nccl_comm *c, cudaEvent_t *e)
 /* Back to the pool (re-recording a reached event is fine), else gone.
  * A fence never outlives its comm: work handles are freed before
  * pg_destroy, and free_comm drains the pool. */
-static void fence_destroy(struct pg__fence *f)
+void nccl_fence_destroy(struct pg__fence *f)
 {
   struct nccl_comm *c = f->c;
 
@@ -464,7 +367,7 @@ static int fence_state(struct pg__fence *f)
 static struct pg__fence *set_last_locked(struct nccl_comm *c,
                                          struct pg__fence *f)
 {
-  struct pg__fence *old = c->last ? fence_unref_locked(c->last) : NULL;
+  struct pg__fence *old = c->last ? nccl_fence_unref_locked(c->last) : NULL;
 
   c->last = f;
   return old;
@@ -507,7 +410,7 @@ static int track_pending(struct nccl_comm *c, const char *what,
   old = set_last_locked(c, f);
   pthread_mutex_unlock(&c->wmu);
   if (old)
-    fence_destroy(old);
+    nccl_fence_destroy(old);
   f->group_next = thread_pending;
   thread_pending = f;
   return 0;
@@ -526,7 +429,7 @@ static int track(struct nccl_comm *c, const char *what, double deadline)
     old = set_last_locked(c, NULL);
     pthread_mutex_unlock(&c->wmu);
     if (old)
-      fence_destroy(old);
+      nccl_fence_destroy(old);
     return 0;
   }
   f = calloc(1, sizeof *f);
@@ -556,7 +459,7 @@ static int track(struct nccl_comm *c, const char *what, double deadline)
   old = set_last_locked(c, f);
   pthread_mutex_unlock(&c->wmu);
   if (old)
-    fence_destroy(old);
+    nccl_fence_destroy(old);
   return 0;
 }
 
@@ -584,10 +487,10 @@ static void nccl_fence_free(struct pg__fence *f)
   if (!f)
     return;
   pthread_mutex_lock(&f->c->wmu);
-  dead = fence_unref_locked(f);
+  dead = nccl_fence_unref_locked(f);
   pthread_mutex_unlock(&f->c->wmu);
   if (dead)
-    fence_destroy(dead);
+    nccl_fence_destroy(dead);
 }
 
 static cudaStream_t user_stream(struct nccl_comm *c)
@@ -665,7 +568,7 @@ static int nccl_fence_wait(struct pg__fence *f, bool host, double timeout)
                      "communicator) still running after %.3g s of "
                      "waiting; the communicator was aborted", f->what,
                      f->seq, timeout);
-      watchdog_fail(c, err, pg_last_error(), true);
+      nccl_fail_abort(c, err, pg_last_error(), true);
       return err;
     }
     backoff_wait(&b, now);
@@ -680,135 +583,6 @@ static int nccl_set_stream(struct pg__comm *base, void *stream)
   c->user = stream;
   pthread_mutex_unlock(&c->mu);
   return 0;
-}
-
-/* ---- the watchdog (Note [watchdog]) --------------------------------- */
-
-/* Checks the fences in flight; returns an error and its sentence for the
- * first that failed or ran past its deadline.  wmu held. */
-static int scan_fences(struct nccl_comm *c, struct pg__fence **dead,
-                       char *why, size_t len)
-{
-  struct pg__fence **pp = &c->inflight, *f, *d;
-  double now = pg__now();
-  cudaError_t e;
-  int err = 0;
-
-  while ((f = *pp) != NULL) {
-    if (!f->finished && !f->result) {
-      e = cudaEventQuery(f->done);
-      if (e == cudaSuccess) {
-        f->finished = true;
-      } else if (e != cudaErrorNotReady && !err) {
-        err = PG_ECUDA(e);
-        snprintf(why, len, "NCCL backend: %s (#%llu of this communicator; "
-                 "rank %d of %d, device %d): %s", f->what, f->seq, c->me,
-                 c->n, c->device, cudaGetErrorString(e));
-      } else if (now > f->deadline && !err) {
-        err = -ETIMEDOUT;
-        snprintf(why, len, "NCCL backend: %s (#%llu of this communicator; "
-                 "rank %d of %d, device %d) did not complete within %.3g "
-                 "s: a peer is stuck, dead or not running it; the "
-                 "communicator was aborted", f->what, f->seq, c->me, c->n,
-                 c->device, f->limit);
-      }
-    }
-    if (f->finished || f->result) {
-      *pp = f->next;
-      f->listed = false;
-      if ((d = fence_unref_locked(f)) != NULL) {
-        d->next = *dead;
-        *dead = d;
-      }
-    } else {
-      pp = &f->next;
-    }
-  }
-  return err;
-}
-
-static void *watchdog_main(void *arg)
-{
-  struct nccl_comm *c = arg;
-  struct pg__fence *dead, *f;
-  double last_store = pg__now();
-  char why[640], *peer;
-  ncclResult_t ar;
-  struct timespec ts;
-  size_t len;
-  int err;
-
-  enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
-  bool busy;
-
-  cudaSetDevice(c->device);
-  /* Note [watchdog], CUDA graphs: this thread's queries must not
-   * invalidate a capture running on another thread. */
-  cudaThreadExchangeStreamCaptureMode(&relaxed);
-  pthread_mutex_lock(&c->wmu);
-  while (!c->stop) {
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)(WATCH_TICK_S * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&c->wcv, &c->wmu, &ts);
-    if (c->stop)
-      break;
-    dead = NULL;
-    err = scan_fences(c, &dead, why, sizeof why);
-    busy = c->inflight != NULL;
-    pthread_mutex_unlock(&c->wmu);
-    while ((f = dead) != NULL) {
-      dead = f->next;
-      fence_destroy(f);
-    }
-    if (err && !failed(c))
-      watchdog_fail(c, err, why, true);
-    /* Failed from elsewhere (another comm of this process): abort. */
-    if (failed(c)) {
-      pthread_mutex_lock(&c->mu);
-      abort_locked(c);
-      pthread_mutex_unlock(&c->mu);
-    }
-    /* An async error of NCCL's (a dead peer shows up there). */
-    if (!failed(c) && pthread_mutex_trylock(&c->mu) == 0) {
-      ar = ncclSuccess;
-      if (c->comm && ncclCommGetAsyncError(c->comm, &ar) != ncclSuccess)
-        ar = ncclInternalError;
-      if (ar != ncclSuccess && ar != ncclInProgress) {
-        pg__fail(0, "%s", "");
-        nccl_fail(c, ar, "asynchronous error");
-        snprintf(why, sizeof why, "%s", pg_last_error());
-        mark_failed(c, PG_ENCCL(ar), why, true);
-        abort_locked(c);
-      }
-      pthread_mutex_unlock(&c->mu);
-    }
-    /* Another rank's failure. */
-    if (!failed(c) && c->store &&
-        pg__now() - last_store >= (busy ? STORE_POLL_S : STORE_IDLE_S)) {
-      last_store = pg__now();
-      peer = NULL;
-      err = pg_store_get(c->store, c->abort_key, 0, (void **)&peer, &len);
-      if (err == 0) {
-        snprintf(why, sizeof why, "NCCL backend: aborted because %.*s",
-                 (int)len, peer);
-        watchdog_fail(c, PG_EPEERFAIL, why, false);
-      } else if (err == -ECONNRESET || err == -EPIPE ||
-                 err == -ECONNREFUSED) {
-        /* Rank 0 (the store) is gone: so is the group. */
-        snprintf(why, sizeof why, "NCCL backend: aborted because the "
-                 "store (rank 0) went away: %s", pg_strerror(err));
-        watchdog_fail(c, PG_EPEERFAIL, why, false);
-      }
-      free(peer);
-    }
-    pthread_mutex_lock(&c->wmu);
-  }
-  pthread_mutex_unlock(&c->wmu);
-  return NULL;
 }
 
 /* ---- ops ------------------------------------------------------------ */
@@ -905,7 +679,7 @@ static int begin(struct nccl_comm *c, const char *what, int *prev)
   if ((err = enter(c, prev)) != 0)
     return err;
   pthread_mutex_lock(&c->mu);
-  if (failed(c) || !c->comm) {
+  if (nccl_failed(c) || !c->comm) {
     pthread_mutex_lock(&c->wmu);
     err = pg__fail(PG_EPEERFAIL, "NCCL backend: %s: the communicator was "
                    "aborted by an earlier failure: %s", what,
@@ -1182,10 +956,10 @@ static int group_flush(struct nccl_comm *c, bool launched)
     f->listed = true;
     f->next = o->inflight;
     o->inflight = f;
-    dead = fence_unref_locked(f);  /* the thread's list's */
+    dead = nccl_fence_unref_locked(f);  /* the thread's list's */
     pthread_mutex_unlock(&o->wmu);
     if (dead)
-      fence_destroy(dead);
+      nccl_fence_destroy(dead);
   }
   return err;
 }
@@ -1224,7 +998,7 @@ static int nccl_group_end(struct pg__comm *base)
   }
   c->group_depth--;
   thread_group_depth--;
-  if (failed(c) || !c->comm) {
+  if (nccl_failed(c) || !c->comm) {
     /* NCCL's group state is per thread: close it even so. */
     ncclGroupEnd();
     if (thread_group_depth == 0)
@@ -1252,12 +1026,12 @@ static void free_comm(struct nccl_comm *c)
   while ((f = c->inflight) != NULL) {
     c->inflight = f->next;
     if (--f->refs == 0)
-      fence_destroy(f);
+      nccl_fence_destroy(f);
     else
       f->listed = false;  /* a work handle still holds it */
   }
   if (c->last && --c->last->refs == 0)
-    fence_destroy(c->last);
+    nccl_fence_destroy(c->last);
   while (c->npool > 0)
     cudaEventDestroy(c->pool[--c->npool]);
   if (c->scratch)
@@ -1272,18 +1046,6 @@ static void free_comm(struct nccl_comm *c)
   free(c);
 }
 
-static void stop_watchdog(struct nccl_comm *c)
-{
-  if (!c->watching)
-    return;
-  pthread_mutex_lock(&c->wmu);
-  c->stop = true;
-  pthread_cond_broadcast(&c->wcv);
-  pthread_mutex_unlock(&c->wmu);
-  pthread_join(c->watchdog, NULL);
-  c->watching = false;
-}
-
 /* Waits (bounded) for the stream to run dry: returns false if it did not
  * by the deadline or the comm failed meanwhile (the watchdog still runs:
  * a peer's published failure ends the wait). */
@@ -1295,7 +1057,7 @@ static bool drain(struct nccl_comm *c, double deadline)
 
   backoff_init(&b);
   for (;;) {
-    if (failed(c))
+    if (nccl_failed(c))
       return false;
     e = cudaStreamQuery(c->stream);
     if (e == cudaSuccess)
@@ -1326,9 +1088,9 @@ static void nccl_destroy(struct pg__comm *base)
   cudaSetDevice(c->device);
   /* Drained with the watchdog running, outside mu (its abort takes it):
    * a peer's failure published meanwhile ends the wait. */
-  if (c->comm && (failed(c) || !drain(c, pg__now() + c->timeout)))
+  if (c->comm && (nccl_failed(c) || !drain(c, pg__now() + c->timeout)))
     r = ncclInternalError;
-  stop_watchdog(c);
+  nccl_watchdog_stop(c);
   pthread_mutex_lock(&c->mu);
 #ifdef PG_NCCL_NONBLOCKING
   /* Finalize may wait on peers: bound it, then abort instead. */
@@ -1599,17 +1361,13 @@ static int comm_start(struct nccl_comm *c, int err, int prev,
                       struct pg__comm **out)
 {
   if (!err) {
-    if (pthread_create(&c->watchdog, NULL, watchdog_main, c) == 0) {
-      c->watching = true;
+    err = nccl_watchdog_start(c);
+    if (!err)
       comms_add(c);
-    }
-    else
-      err = pg__fail(-EAGAIN, "NCCL backend: cannot start the watchdog "
-                     "thread");
   }
   if (err) {
     pthread_mutex_lock(&c->mu);
-    abort_locked(c);
+    nccl_abort_locked(c);
     pthread_mutex_unlock(&c->mu);
     free_comm(c);
     return leave(prev, err);
@@ -1680,7 +1438,7 @@ static int nccl_split(struct pg__comm *base, int color, int key,
   if (!err)
     err = joined;
   else if (c->comm)
-    mark_failed(c, err, pg_last_error(), true);
+    nccl_mark_failed(c, err, pg_last_error(), true);
   return comm_start(c, err, prev, out);
 }
 #endif
