@@ -1,6 +1,7 @@
 #!/bin/bash
 # mutate.sh -- applies each mutation of tests/fakecuda/mutations.tsv to a
-# copy of the tree, builds the NCCL unit suite on the fake there, runs it
+# copy of the tree (libpg/ mutated: nccl.c or nccl_watchdog.c), builds the
+# NCCL unit suite on the fake there, runs it
 # with several fake devices and with one, and reports which mutations
 # survived (no test failed).  Run it after changing libpg/nccl/.
 #   tests/fakecuda/mutate.sh [NAME...]   (default: every mutation)
@@ -19,6 +20,7 @@ make -j2 build/release/fake-nccl/tests/check_pg_nccl >/dev/null ||
   { echo "mutate.sh: the unmutated tree does not build" >&2; exit 2; }
 # The tree and its release build, so that only the mutated file rebuilds.
 tar --exclude=.git -cf - . | (cd "$WORK" && tar -xf -) || exit 2
+mkdir -p "$WORK/.orig/libpg" && cp -a "$WORK/libpg/nccl" "$WORK/.orig/libpg/" || exit 2
 
 # Runs the suite ($1: fake devices); prints "killed SECONDS TEST" at the
 # first failed test, or "survived".
@@ -56,7 +58,9 @@ while IFS=$'\t' read -r name file old new; do
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then
     continue
   fi
-  cp -p "$ROOT/$file" "$WORK/$file"
+  # The backend's files back as they were (new mtimes: rebuilt, so no
+  # object keeps the previous mutation), then this mutation.
+  cp "$WORK/.orig/libpg/nccl/"* "$WORK/libpg/nccl/"
   if ! python3 - "$WORK/$file" "$old" "$new" <<'PY'
 import sys
 path, old, new = sys.argv[1], sys.argv[2].replace('\\n', '\n'), sys.argv[3].replace('\\n', '\n')
@@ -72,7 +76,8 @@ PY
   fi
   if ! (cd "$WORK" && make -j2 build/release/fake-nccl/tests/check_pg_nccl \
         >"$WORK/build.log" 2>&1); then
-    echo "$name: does not build (a useless mutation)"
+    echo "$name: DOES NOT BUILD (fix its line in $LIST)"
+    survivors=$((survivors + 1))
     continue
   fi
   r4=$(run_suite 4)
@@ -83,5 +88,5 @@ PY
     *) echo "$name: killed (4 devices: $r4; 1 device: $r1)" ;;
   esac
 done <"$LIST"
-echo "mutate.sh: $survivors survived or stale"
+echo "mutate.sh: $survivors survived, stale or broken"
 [ "$survivors" -eq 0 ]
