@@ -1012,6 +1012,8 @@ static int nccl_group_end(struct pg__comm *base)
     err = group_flush(c, !err) ?: err;
   if (!err && thread_group_depth == 0)
     err = track(c, "ncclGroupEnd", deadline);
+  else if (!err && c->group_depth == 0)
+    err = track_pending(c, "ncclGroupEnd", deadline);  /* nested */
   pthread_mutex_unlock(&c->mu);
   return leave(prev, err);
 }
@@ -1034,7 +1036,10 @@ static void free_comm(struct nccl_comm *c)
     nccl_fence_destroy(c->last);
   while (c->npool > 0)
     cudaEventDestroy(c->pool[--c->npool]);
-  if (c->scratch)
+  /* Stream-ordered: cudaFree would wait for the whole device, where
+   * another communicator's kernel may be stuck. */
+  if (c->scratch && (!c->stream ||
+                     cudaFreeAsync(c->scratch, c->stream) != cudaSuccess))
     cudaFree(c->scratch);
   if (c->ready)
     cudaEventDestroy(c->ready);
