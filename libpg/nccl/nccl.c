@@ -383,6 +383,17 @@ static bool capturing(struct nccl_comm *c)
          st != cudaStreamCaptureStatusNone;
 }
 
+/* The fence of c's next op (mu held). */
+static void fence_init(struct nccl_comm *c, struct pg__fence *f,
+                       const char *what, double deadline)
+{
+  f->c = c;
+  f->seq = ++c->seq;
+  f->what = what;
+  f->deadline = deadline;
+  f->limit = deadline - pg__now();
+}
+
 /* Note [group per thread]: an op on c inside another comm's group (this
  * thread's): its fence, recorded at the thread's group end.  mu held. */
 static int track_pending(struct nccl_comm *c, const char *what,
@@ -399,11 +410,7 @@ static int track_pending(struct nccl_comm *c, const char *what,
     free(f);
     return fail_locked(c, cuda_fail(c, e, what));
   }
-  f->c = c;
-  f->seq = ++c->seq;
-  f->what = what;
-  f->deadline = deadline;
-  f->limit = deadline - pg__now();
+  fence_init(c, f, what, deadline);
   f->refs = 3;           /* the list, the holder, the thread's list */
   f->pending = true;
   pthread_mutex_lock(&c->wmu);
@@ -446,11 +453,7 @@ static int track(struct nccl_comm *c, const char *what, double deadline)
     /* Whether the NCCL call completed is now unknown. */
     return fail_locked(c, cuda_fail(c, e, what));
   }
-  f->c = c;
-  f->seq = ++c->seq;
-  f->what = what;
-  f->deadline = deadline;
-  f->limit = deadline - pg__now();
+  fence_init(c, f, what, deadline);
   f->refs = 2;
   f->listed = true;
   pthread_mutex_lock(&c->wmu);
