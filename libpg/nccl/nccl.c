@@ -1340,6 +1340,7 @@ static struct nccl_comm *comm_alloc(const struct pg__setup *s, int dev)
   const char *tbw = getenv("TORCH_NCCL_BLOCKING_WAIT");
   const char *nbw = getenv("NCCL_BLOCKING_WAIT");
   const char *aeh = getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  const char *naeh = getenv("NCCL_ASYNC_ERROR_HANDLING");
   struct nccl_comm *c = calloc(1, sizeof *c);
 
   if (!c)
@@ -1353,6 +1354,9 @@ static struct nccl_comm *comm_alloc(const struct pg__setup *s, int dev)
   c->blocking_wait = (bw && strcmp(bw, "1") == 0) ||
                      (tbw && strcmp(tbw, "1") == 0) ||
                      (nbw && strcmp(nbw, "1") == 0);
+  /* torch's precedence: the TORCH_ name, then the old one. */
+  if (!aeh || !*aeh)
+    aeh = naeh;
   c->spread = !(aeh && strcmp(aeh, "0") == 0);
   c->store = s->n > 1 ? s->store : NULL;
   snprintf(c->abort_key, sizeof c->abort_key, "%sabort", s->ns ? s->ns
