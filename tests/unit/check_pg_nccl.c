@@ -946,28 +946,38 @@ static int rank_group_other_comm(const struct pg__setup *s)
 
 /* Bug 3: rank 1's failure in communicator A must bring down rank 0's
  * wait in communicator B (as ProcessGroupNCCL's async error handling),
- * not leave it to B's 20 s deadline. */
+ * not leave it to B's 20 s deadline.  With async_errors_off
+ * (TORCH_NCCL_ASYNC_ERROR_HANDLING=0) it stays in A: rank 0's B times
+ * out at its deadline (3 s then). */
+static bool async_errors_off;
+
 static int rank_failure_other_comm(const struct pg__setup *s)
 {
   struct pg__comm *a = NULL, *b = NULL;
+  double limit = async_errors_off ? 3 : 20;
   float *d;
   int err;
 
+  if (async_errors_off)
+    setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0", 1);
   setenv("FAKENCCL_FAIL_RANK", "1", 1);
   setenv("FAKENCCL_FAIL_OP", "1", 1);
   if (create_ns(s, "t/a/", &a) || create_ns(s, "t/b/", &b))
     return 1;
   d = dev_floats(s, 1024);
   if (s->me == 1)
-    err = a->ops->all_reduce(a, d, d, 1024, PG_F32, PG_SUM, pg__now() + 20);
+    err = a->ops->all_reduce(a, d, d, 1024, PG_F32, PG_SUM,
+                             pg__now() + limit);
   else
-    err = b->ops->all_reduce(b, d, d, 1024, PG_F32, PG_SUM, pg__now() + 20);
+    err = b->ops->all_reduce(b, d, d, 1024, PG_F32, PG_SUM,
+                             pg__now() + limit);
   if (!err)
     err = wait_last(s->me == 1 ? a : b, -1);
   a->ops->destroy(a);
   b->ops->destroy(b);
   cudaFree(d);
-  if (s->me == 1 ? err == PG_ENCCL(ncclSystemError) : err == PG_EPEERFAIL)
+  if (s->me == 1 ? err == PG_ENCCL(ncclSystemError)
+                 : err == (async_errors_off ? -ETIMEDOUT : PG_EPEERFAIL))
     return 0;
   fprintf(stderr, "rank %d: got %d (%s)\n", s->me, err, pg_last_error());
   return 1;
@@ -1428,8 +1438,10 @@ START_TEST(test_group_other_comm)
 }
 END_TEST
 
+/* _i: 1 with TORCH_NCCL_ASYNC_ERROR_HANDLING=0. */
 START_TEST(test_failure_other_comm)
 {
+  async_errors_off = _i;
   run_ranks(rank_failure_other_comm, 2, 60);
 }
 END_TEST
@@ -1580,7 +1592,7 @@ static Suite *pg_nccl_suite(int ndev)
       tcase_add_test(tc, test_wait_timeout_aborts);
       tcase_add_test(tc, test_torch_blocking_wait);
       if (fakecuda_is_fake) {
-        tcase_add_test(tc, test_failure_other_comm);
+        tcase_add_loop_test(tc, test_failure_other_comm, 0, 2);
         tcase_add_test(tc, test_destroy_sees_peer);
         tcase_add_test(tc, test_submit_failure_spreads);
         tcase_add_loop_test(tc, test_in_progress, 1, 3);
