@@ -1041,7 +1041,7 @@ static void free_comm(struct nccl_comm *c)
     cudaEventDestroy(c->pool[--c->npool]);
   /* Stream-ordered: cudaFree would wait for the whole device, where
    * another communicator's kernel may be stuck. */
-  if (c->scratch && (!c->stream ||
+  if (c->scratch && (c->sync_free || !c->stream ||
                      cudaFreeAsync(c->scratch, c->stream) != cudaSuccess))
     cudaFree(c->scratch);
   if (c->ready)
@@ -1120,6 +1120,22 @@ static void nccl_destroy(struct pg__comm *base)
   leave(prev, 0);
 }
 
+/* Device memory that cudaFreeAsync may free: from the stream-ordered
+ * allocator, usable on any stream once the NCCL stream has run the
+ * allocation (waited for here: allocations are setup, not the hot path);
+ * cudaMalloc where the device has no memory pools (then freed with
+ * cudaFree). */
+static cudaError_t dev_alloc(struct nccl_comm *c, void **p, size_t bytes)
+{
+  cudaError_t e = cudaMallocAsync(p, bytes, c->stream);
+
+  if (e == cudaSuccess)
+    return cudaStreamSynchronize(c->stream);
+  (void)cudaGetLastError();
+  c->sync_free = true;
+  return cudaMalloc(p, bytes);
+}
+
 /* Device memory for the reducer's buckets, on the comm's device. */
 static void *nccl_mem_alloc(struct pg__comm *base, size_t bytes)
 {
@@ -1127,10 +1143,13 @@ static void *nccl_mem_alloc(struct pg__comm *base, size_t bytes)
   void *p = NULL;
   int prev = -1;
 
+  cudaError_t e;
+
   if (enter(c, &prev) != 0)
     return NULL;
-  if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
-    cuda_fail(c, cudaGetLastError(), "cudaMalloc");
+  e = dev_alloc(c, &p, bytes ? bytes : 64);
+  if (e != cudaSuccess) {
+    cuda_fail(c, e, "cudaMallocAsync");
     p = NULL;
   }
   leave(prev, 0);
@@ -1154,7 +1173,7 @@ static void nccl_mem_free(struct pg__comm *base, void *p)
   if (e == cudaSuccess)
     e = cudaStreamWaitEvent(c->stream, c->ready, 0);
   if (e == cudaSuccess)
-    e = cudaFreeAsync(p, c->stream);
+    e = c->sync_free ? cudaErrorNotSupported : cudaFreeAsync(p, c->stream);
   pthread_mutex_unlock(&c->mu);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -1325,11 +1344,11 @@ static int init_cuda(struct nccl_comm *c)
   e = cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming);
   if (e != cudaSuccess)
     return cuda_fail(c, e, "cudaEventCreateWithFlags");
-  e = cudaMalloc((void **)&c->scratch, sizeof *c->scratch);
+  e = dev_alloc(c, (void **)&c->scratch, sizeof *c->scratch);
   if (e == cudaSuccess)
     e = cudaMemset(c->scratch, 0, sizeof *c->scratch);
   if (e != cudaSuccess)
-    return cuda_fail(c, e, "cudaMalloc (barrier buffer)");
+    return cuda_fail(c, e, "cudaMallocAsync (barrier buffer)");
   return 0;
 }
 

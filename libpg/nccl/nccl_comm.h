@@ -68,6 +68,7 @@ struct nccl_comm {
   double timeout;
   bool blocking_wait;    /* $PG_NCCL_BLOCKING_WAIT=1 (or torch's) */
   bool spread;           /* $TORCH_NCCL_ASYNC_ERROR_HANDLING != 0 */
+  bool sync_free;        /* no memory pools: cudaMalloc/cudaFree */
   cudaStream_t user;     /* the caller's stream; NULL: legacy */
   unsigned long long seq;
   int group_depth;

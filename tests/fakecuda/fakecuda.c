@@ -588,7 +588,13 @@ cudaError_t cudaFree(void *p)
 }
 
 /* Stream-ordered, so no device-wide wait. */
-cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+/* At once (the fake's memory is ready when allocated). */
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
+{
+  (void)s;
+  return cudaMalloc(p, bytes);
+}
+
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
 {
   if (!p)
