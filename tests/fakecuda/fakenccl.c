@@ -33,7 +33,8 @@
  *   or another device's is ncclInvalidArgument, as the crash it is);
  * - inputs are read as a kernel reads them: all-gather writes the blocks
  *   in rank order and reads its own input as it gets to it, so an input
- *   aliasing an earlier block is overwritten first;
+ *   aliasing an earlier block is overwritten first; reduce-scatter
+ *   writes its output before it reads block 0;
  * - floating-point sums and products round to the element type after
  *   every step (f16 sums lose precision as on a GPU);
  * - a handle used after ncclCommDestroy or ncclCommAbort is an error
@@ -495,9 +496,11 @@ static ncclResult_t run_collective(struct ncclComm *c, struct op *o)
     return res;
   for (r = 0; r < c->n; r++)
     srcs[r] = slot(c, r);
-  /* reduce_scatter: one pass per block; the others: one pass. */
+  /* reduce_scatter: one pass per block, the last block first, so an
+   * output that aliases an earlier block's input (block 0's) overwrites
+   * it before it is read, as on a GPU; the others: one pass. */
   nb = o->kind == K_REDSCAT ? c->n : 1;
-  for (b = 0; b < (size_t)nb; b++) {
+  for (b = (size_t)nb; b-- > 0;) {
     for (off = 0; off < o->count; off += m) {
       const char *in = (const char *)o->send + (b * o->count + off) * es;
 

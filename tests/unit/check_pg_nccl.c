@@ -1020,7 +1020,6 @@ static int rank_destroy_sees_peer(const struct pg__setup *s)
  * the capture (a thread-local relaxed capture mode). */
 static int rank_graph_capture(const struct pg__setup *s)
 {
-  enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
   struct pg__comm *c = NULL;
   struct pg__fence *f;
   cudaStream_t st;
@@ -1059,14 +1058,11 @@ static int rank_graph_capture(const struct pg__setup *s)
   if (cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal))
     abort();
   err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 60);
-  /* Our own host wait, relaxed as the watchdog must be; it gives the
-   * watchdog time to poll during the capture. */
-  cudaThreadExchangeStreamCaptureMode(&relaxed);
+  /* The watchdog polls the op's event meanwhile (every 50 ms). */
+  usleep(300000);
+  e = cudaStreamEndCapture(st, &g);
   if (!err)
     err = wait_last(c, 30);
-  usleep(200000);
-  cudaThreadExchangeStreamCaptureMode(&relaxed);
-  e = cudaStreamEndCapture(st, &g);
   if (err || e != cudaSuccess) {
     fprintf(stderr, "all_reduce during a capture: %d (%s), capture: %s\n",
             err, pg_last_error(), cudaGetErrorString(e));
