@@ -20,6 +20,7 @@ make -j2 build/release/fake-nccl/tests/check_pg_nccl >/dev/null ||
   { echo "mutate.sh: the unmutated tree does not build" >&2; exit 2; }
 # The tree and its release build, so that only the mutated file rebuilds.
 tar --exclude=.git -cf - . | (cd "$WORK" && tar -xf -) || exit 2
+cp "$LIST" "$WORK/mutations.tsv" && LIST=$WORK/mutations.tsv || exit 2
 mkdir -p "$WORK/.orig/libpg" && cp -a "$WORK/libpg/nccl" "$WORK/.orig/libpg/" || exit 2
 
 # Runs the suite ($1: fake devices); prints "killed SECONDS TEST" at the
@@ -76,7 +77,7 @@ PY
   fi
   if ! (cd "$WORK" && make -j2 build/release/fake-nccl/tests/check_pg_nccl \
         >"$WORK/build.log" 2>&1); then
-    echo "$name: DOES NOT BUILD (fix its line in $LIST)"
+    echo "$name: DOES NOT BUILD (fix its line in tests/fakecuda/mutations.tsv)"
     survivors=$((survivors + 1))
     continue
   fi
