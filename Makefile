@@ -100,7 +100,7 @@ NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard \
                  /usr/lib/x86_64-linux-gnu/libnccl.so /usr/local/lib/libnccl.so))))
 ifneq ($(and $(NCCL_H),$(CUDART_H),$(CUDA_LIBDIR),$(NCCL_LIBDIR)),)
 WITH_NCCL   := 1
-PG_NCCL_SRC := libpg/nccl/nccl.c
+PG_NCCL_SRC := libpg/nccl/nccl.c libpg/nccl/nccl_watchdog.c
 PG_NCCL_CFLAGS := -DPG_WITH_NCCL -I$(CUDA_HOME)/include -I$(dir $(NCCL_H))
 PG_NCCL_LIBS := -L$(NCCL_LIBDIR) -L$(CUDA_LIBDIR) -lnccl -lcudart \
                 -Wl,-rpath,$(NCCL_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR)
@@ -229,10 +229,15 @@ endif
 
 test: unit integ
 
-UNIT_RUN := $(if $(T),$(T:%=$(OUT)/tests/check_%),$(UNIT_BIN) $(FAKE_UNIT))
+# T=pg_nccl runs the NCCL suite on the fake as well; the fake's suite
+# runs twice: with several fake devices and with one (a 1-GPU machine).
+UNIT_RUN := $(if $(T),$(T:%=$(OUT)/tests/check_%) \
+              $(if $(filter pg_nccl,$(T)),$(FAKE_UNIT)),$(UNIT_BIN) $(FAKE_UNIT))
 unit check: $(UNIT_RUN)
 	@set -e; for t in $(UNIT_RUN); do echo "== $$t"; \
-	  CK_DEFAULT_TIMEOUT=60 $$t; done
+	  CK_DEFAULT_TIMEOUT=60 $$t; \
+	  if [ "$$t" = "$(FAKE_UNIT)" ]; then echo "== $$t (1 fake device)"; \
+	    FAKECUDA_DEVICES=1 CK_DEFAULT_TIMEOUT=60 $$t; fi; done
 
 # Under the sanitizers every report of every cdrun process lands in
 # $(OUT)/san/; any file there fails the run.

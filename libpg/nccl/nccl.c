@@ -7,46 +7,32 @@
 #include <string.h>
 #include <time.h>
 
-#include <cuda_runtime.h>
-/* nccl.h declares `ncclGroupStart()` without void; CUDA_HOME is not a
- * system include directory, so -Wstrict-prototypes would reject it. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <nccl.h>
-#pragma GCC diagnostic pop
-
 #include "knobs.h"
-#include "pg_internal.h"
+#include "nccl_comm.h"
 
 /* Note [stream model] (as torch's ProcessGroupNCCL)
  *
  * Buffers are device memory of this comm's device.  The comm has its own
  * non-blocking stream.  At submit time (on the caller's thread) an op
- * records an event on the caller's stream (pg_set_stream; the legacy
- * default stream unless set) and makes the NCCL stream wait for it, so
+ * records an event on the caller's stream (pg_set_stream; the thread's
+ * per-thread default stream unless set: unlike the legacy stream it can
+ * be captured into a CUDA graph, and it is ordered with the legacy
+ * stream's work all the same) and makes the NCCL stream wait for it, so
  * the op runs after the kernels that produced its input and never waits
  * for later, unrelated work; then it enqueues the NCCL call, records a
  * completion event after it, and returns.  The host never waits for the
  * GPU here.  Completion (a fence) is that event: a synchronous pg_ call
  * makes the caller's stream wait for it on the device and returns; an
  * async one hands it to the work handle, whose pg_work_wait does the same
- * (pg_work_synchronize, a barrier, or $PG_NCCL_BLOCKING_WAIT=1 wait on
- * the host instead).  So consecutive buckets pipeline on the device and
+ * (pg_work_synchronize, a barrier, or $PG_NCCL_BLOCKING_WAIT=1,
+ * $TORCH_NCCL_BLOCKING_WAIT=1 or $NCCL_BLOCKING_WAIT=1 wait on the host
+ * instead; a host wait that times out aborts the communicator, as
+ * torch's blocking wait does).  So consecutive buckets pipeline on the device and
  * nothing in this file blocks the host on the GPU except those host waits
  * and destroy.
  *
- * Note [watchdog]: every fence is also on the comm's in-flight list.  A
- * watchdog thread polls the list's events, ncclCommGetAsyncError and,
- * every STORE_POLL_S, the store key <ns>abort.  A fence past its deadline
- * (the group's timeout from submit) fails with -ETIMEDOUT naming the op and
- * its sequence number; an async NCCL error fails with it.  The first
- * failure of a rank, whatever found it, is published under <ns>abort
- * ("rank R: what happened"), and every rank's watchdog that sees the key
- * aborts its own communicator, so a failure reaches every rank within
- * about STORE_POLL_S plus the abort, instead of the peers hanging in
- * NCCL kernels until their own timeouts.  ncclCommAbort is what takes a
- * stuck NCCL kernel off the GPU; after it every fence and every later op
- * fails (PG_EPEERFAIL, or the error itself).
+ * Note [watchdog] (nccl_watchdog.c): failures, timeouts, and a peer's
+ * failure through the store.
  *
  * Locking: mu guards the NCCL handle (enqueues, abort); wmu the in-flight
  * list and the failure sentence.  The watchdog takes mu only to abort.
@@ -54,6 +40,15 @@
  * Timeouts of calls: the communicator is non-blocking (NCCL >= 2.14), so
  * neither init nor the first collective (where NCCL connects peers
  * lazily) can block the thread past the deadline.
+ *
+ * Note [group per thread]: NCCL's group (ncclGroupStart/End) is the
+ * thread's, over every communicator: between pg_group_start(A) and
+ * pg_group_end(A) an op on B is deferred too.  Such an op's fence is
+ * made at once but recorded on B's stream only at the thread's outermost
+ * group end (a "pending" fence: not done; a device wait on it is queued
+ * for then, a host wait from the same thread is refused), and A's group
+ * fence waits for it.  Device copies that must follow a grouped NCCL
+ * call (in-place reduce_scatter) are deferred to the group end as well.
  *
  * Point to point: NCCL has no tags.  A send matches the peer's recv by
  * order alone (per pair of peers); the tag is ignored.  A send and a recv
@@ -67,68 +62,49 @@
  * all_gather's input is recv's first block, reduce_scatter's output lands
  * in send's first block. */
 
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21400
-#define PG_NCCL_NONBLOCKING 1  /* ncclConfig_t, ncclCommFinalize */
-#endif
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21000
-#define PG_NCCL_BF16_AVG 1     /* ncclBfloat16, ncclAvg */
-#endif
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21300
-#define PG_NCCL_LAST_ERROR 1   /* ncclGetLastError */
-#endif
-
-#define WATCH_TICK_S 0.05      /* the watchdog's event polling period */
-#define STORE_POLL_S 0.25      /* how often it reads <ns>abort */
-
-struct nccl_comm;
-
-/* One enqueued operation's completion (a pg__fence). */
-struct pg__fence {
+/* A device copy deferred to the group end (Note [group per thread]). */
+struct group_copy {
   struct nccl_comm *c;
-  cudaEvent_t done;
-  unsigned long long seq;
-  const char *what;
-  double deadline;
-  double limit;          /* seconds from submit to deadline */
-  int refs;              /* the in-flight list's, the holder's (wmu) */
-  int result;            /* the failure, once known (wmu) */
-  bool finished;         /* the event was reached (wmu) */
-  bool listed;
-  struct pg__fence *next;
+  void *dst;
+  const void *src;
+  size_t len;
+  struct group_copy *next;
 };
 
-struct nccl_comm {
-  struct pg__comm base;
-  pthread_mutex_t mu;    /* the NCCL handle */
-  ncclComm_t comm;       /* NULL once aborted */
-  cudaStream_t stream;
-  cudaEvent_t ready;     /* recorded on the caller's stream at submit */
-  int *scratch;          /* one device int for barrier */
-  int device, n, me;
-  double timeout;
-  bool blocking_wait;    /* $PG_NCCL_BLOCKING_WAIT=1 */
-  cudaStream_t user;     /* the caller's stream; NULL: legacy */
-  unsigned long long seq;
-  int group_depth;
-  struct pg__fence *last;  /* the last op's fence, not yet taken */
+static __thread int thread_group_depth;
+static __thread struct pg__fence *thread_pending;
+static __thread struct group_copy *thread_copies;
 
-  pthread_mutex_t wmu;
-  pthread_cond_t wcv;
-  struct pg__fence *inflight;
-  int failed;            /* first error (atomic) */
-  char why[512];         /* its sentence (wmu) */
-  bool stop;
-  bool watching;
-  pthread_t watchdog;
-  pg_store *store;       /* NULL: a single member */
-  char abort_key[512];
-};
+/* Every communicator of the process, for spreading a failure. */
+static pthread_mutex_t comms_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct nccl_comm *comms;
+
+static void comms_add(struct nccl_comm *c)
+{
+  pthread_mutex_lock(&comms_mu);
+  c->next_comm = comms;
+  comms = c;
+  pthread_mutex_unlock(&comms_mu);
+}
+
+static void comms_del(struct nccl_comm *c)
+{
+  struct nccl_comm **pp;
+
+  pthread_mutex_lock(&comms_mu);
+  for (pp = &comms; *pp; pp = &(*pp)->next_comm)
+    if (*pp == c) {
+      *pp = c->next_comm;
+      break;
+    }
+  pthread_mutex_unlock(&comms_mu);
+}
 
 /* ---- errors --------------------------------------------------------- */
 
 /* Records the sentence for an NCCL failure (with NCCL's own detail, read
  * before an abort frees it). */
-static int nccl_fail(struct nccl_comm *c, ncclResult_t r, const char *what)
+int nccl_fail(struct nccl_comm *c, ncclResult_t r, const char *what)
 {
   const char *detail = "";
 
@@ -150,16 +126,38 @@ static int cuda_fail(struct nccl_comm *c, cudaError_t e, const char *what)
                   cudaGetErrorString(e));
 }
 
-static int failed(struct nccl_comm *c)
+int nccl_failed(struct nccl_comm *c)
 {
   return __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE);
 }
 
+static void mark_failed_as(struct nccl_comm *c, int err, const char *why,
+                           bool publish, bool spread);
+
+/* Fails the process's other comms with c's failure (Note [watchdog]):
+ * each publishes it to its own peers; its watchdog aborts it. */
+static void spread_failure(struct nccl_comm *c, const char *why)
+{
+  struct nccl_comm *o;
+  char msg[600];
+
+  snprintf(msg, sizeof msg, "NCCL backend: another communicator of this "
+           "process failed: %s", why);
+  pthread_mutex_lock(&comms_mu);
+  for (o = comms; o; o = o->next_comm)
+    if (o != c && o->spread && !nccl_failed(o)) {
+      mark_failed_as(o, PG_EPEERFAIL, msg, true, false);
+      pthread_cond_broadcast(&o->wcv);
+    }
+  pthread_mutex_unlock(&comms_mu);
+}
+
 /* Records the comm's first failure (later ones are its consequences),
  * fails every fence in flight with it, and publishes it through the
- * store when it is this rank's own (Note [watchdog]). */
-static void mark_failed(struct nccl_comm *c, int err, const char *why,
-                        bool publish)
+ * store when it is this rank's own (Note [watchdog]).  The first failure
+ * of a comm fails the process's others (spread_failure). */
+static void mark_failed_as(struct nccl_comm *c, int err, const char *why,
+                           bool publish, bool spread)
 {
   struct pg__fence *f;
   char msg[640];
@@ -179,11 +177,19 @@ static void mark_failed(struct nccl_comm *c, int err, const char *why,
     pg_store_set(c->store, c->abort_key, msg,
                  len < (int)sizeof msg ? (size_t)len : sizeof msg - 1);
   }
+  if (spread && c->spread)
+    spread_failure(c, why);
+}
+
+void nccl_mark_failed(struct nccl_comm *c, int err, const char *why,
+                        bool publish)
+{
+  mark_failed_as(c, err, why, publish, true);
 }
 
 /* After a failure the comm's state is unknown: NCCL kernels may still be
  * waiting on peers.  Aborting is the only safe way out.  mu held. */
-static void abort_locked(struct nccl_comm *c)
+void nccl_abort_locked(struct nccl_comm *c)
 {
   if (c->comm)
     ncclCommAbort(c->comm);
@@ -193,9 +199,19 @@ static void abort_locked(struct nccl_comm *c)
 /* The submitting thread's failure (mu held; err's sentence recorded). */
 static int fail_locked(struct nccl_comm *c, int err)
 {
-  mark_failed(c, err, pg_last_error(), true);
-  abort_locked(c);
+  nccl_mark_failed(c, err, pg_last_error(), true);
+  nccl_abort_locked(c);
   return err;
+}
+
+/* Fails the comm from the watchdog or a host wait (mu not held): publish, then abort. */
+void nccl_fail_abort(struct nccl_comm *c, int err, const char *why,
+                          bool publish)
+{
+  nccl_mark_failed(c, err, why, publish);
+  pthread_mutex_lock(&c->mu);
+  nccl_abort_locked(c);
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- polling -------------------------------------------------------- */
@@ -244,7 +260,7 @@ static ncclResult_t poll_async(struct nccl_comm *c, double deadline)
       return r;
     if (ar != ncclInProgress)
       return ar;
-    if (failed(c))
+    if (nccl_failed(c))
       return ncclRemoteError;
     now = pg__now();
     if (now >= deadline)
@@ -277,13 +293,36 @@ static int settle(struct nccl_comm *c, ncclResult_t r, const char *what,
 
 /* Drops a reference; wmu held.  Returns the fence if it must be freed
  * (outside wmu: destroying an event may wait for its stream). */
-static struct pg__fence *fence_unref_locked(struct pg__fence *f)
+struct pg__fence *nccl_fence_unref_locked(struct pg__fence *f)
 {
   return --f->refs == 0 ? f : NULL;
 }
 
-static void fence_destroy(struct pg__fence *f)
+/* An event for a fence: from the comm's pool, else a new one. */
+static cudaError_t event_get(struct nccl_comm *c, cudaEvent_t *e)
 {
+  pthread_mutex_lock(&c->wmu);
+  *e = c->npool ? c->pool[--c->npool] : NULL;
+  pthread_mutex_unlock(&c->wmu);
+  return *e ? cudaSuccess
+            : cudaEventCreateWithFlags(e, cudaEventDisableTiming);
+}
+
+/* Back to the pool (re-recording a reached event is fine), else gone.
+ * A fence never outlives its comm: work handles are freed before
+ * pg_destroy, and free_comm drains the pool. */
+void nccl_fence_destroy(struct pg__fence *f)
+{
+  struct nccl_comm *c = f->c;
+
+  if (f->done && c && !f->pending) {
+    pthread_mutex_lock(&c->wmu);
+    if (c->npool < EVENT_POOL) {
+      c->pool[c->npool++] = f->done;
+      f->done = NULL;
+    }
+    pthread_mutex_unlock(&c->wmu);
+  }
   if (f->done)
     cudaEventDestroy(f->done);
   free(f);
@@ -307,6 +346,10 @@ static int fence_state(struct pg__fence *f)
     pthread_mutex_unlock(&c->wmu);
     return 1;
   }
+  if (f->pending) {
+    pthread_mutex_unlock(&c->wmu);
+    return 0;  /* Note [group per thread]: not launched yet */
+  }
   pthread_mutex_unlock(&c->wmu);
   e = cudaEventQuery(f->done);
   if (e == cudaErrorNotReady)
@@ -319,17 +362,88 @@ static int fence_state(struct pg__fence *f)
   return 1;
 }
 
-/* Records the fence of the op just enqueued on the NCCL stream.  mu
- * held. */
-static int track(struct nccl_comm *c, const char *what, double deadline)
+/* Replaces the fence take_fence hands out; wmu held.  Returns the old
+ * one if it must be freed. */
+static struct pg__fence *set_last_locked(struct nccl_comm *c,
+                                         struct pg__fence *f)
 {
-  struct pg__fence *f = calloc(1, sizeof *f), *old = NULL;
+  struct pg__fence *old = c->last ? nccl_fence_unref_locked(c->last) : NULL;
+
+  c->last = f;
+  return old;
+}
+
+/* True while the NCCL stream is being captured into a CUDA graph (it
+ * joined the caller's capture through the ready event). */
+static bool capturing(struct nccl_comm *c)
+{
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+
+  return cudaStreamIsCapturing(c->stream, &st) == cudaSuccess &&
+         st != cudaStreamCaptureStatusNone;
+}
+
+/* The fence of c's next op (mu held). */
+static void fence_init(struct nccl_comm *c, struct pg__fence *f,
+                       const char *what, double deadline)
+{
+  f->c = c;
+  f->seq = ++c->seq;
+  f->what = what;
+  f->deadline = deadline;
+  f->limit = deadline - pg__now();
+}
+
+/* Note [group per thread]: an op on c inside another comm's group (this
+ * thread's): its fence, recorded at the thread's group end.  mu held. */
+static int track_pending(struct nccl_comm *c, const char *what,
+                         double deadline)
+{
+  struct pg__fence *f = calloc(1, sizeof *f), *old;
   cudaError_t e;
 
   if (!f)
     return fail_locked(c, pg__fail(-ENOMEM, "NCCL backend: out of "
                                    "memory tracking %s", what));
-  e = cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming);
+  e = event_get(c, &f->done);
+  if (e != cudaSuccess) {
+    free(f);
+    return fail_locked(c, cuda_fail(c, e, what));
+  }
+  fence_init(c, f, what, deadline);
+  f->refs = 3;           /* the list, the holder, the thread's list */
+  f->pending = true;
+  pthread_mutex_lock(&c->wmu);
+  old = set_last_locked(c, f);
+  pthread_mutex_unlock(&c->wmu);
+  if (old)
+    nccl_fence_destroy(old);
+  f->group_next = thread_pending;
+  thread_pending = f;
+  return 0;
+}
+
+/* Records the fence of the op just enqueued on the NCCL stream.  mu
+ * held. */
+static int track(struct nccl_comm *c, const char *what, double deadline)
+{
+  struct pg__fence *f, *old = NULL;
+  cudaError_t e;
+
+  if (capturing(c)) {
+    /* Runs at the graph's launch: nothing to watch or wait for now. */
+    pthread_mutex_lock(&c->wmu);
+    old = set_last_locked(c, NULL);
+    pthread_mutex_unlock(&c->wmu);
+    if (old)
+      nccl_fence_destroy(old);
+    return 0;
+  }
+  f = calloc(1, sizeof *f);
+  if (!f)
+    return fail_locked(c, pg__fail(-ENOMEM, "NCCL backend: out of "
+                                   "memory tracking %s", what));
+  e = event_get(c, &f->done);
   if (e == cudaSuccess)
     e = cudaEventRecord(f->done, c->stream);
   if (e != cudaSuccess) {
@@ -339,22 +453,16 @@ static int track(struct nccl_comm *c, const char *what, double deadline)
     /* Whether the NCCL call completed is now unknown. */
     return fail_locked(c, cuda_fail(c, e, what));
   }
-  f->c = c;
-  f->seq = ++c->seq;
-  f->what = what;
-  f->deadline = deadline;
-  f->limit = deadline - pg__now();
+  fence_init(c, f, what, deadline);
   f->refs = 2;
   f->listed = true;
   pthread_mutex_lock(&c->wmu);
   f->next = c->inflight;
   c->inflight = f;
-  if (c->last)
-    old = fence_unref_locked(c->last);
-  c->last = f;
+  old = set_last_locked(c, f);
   pthread_mutex_unlock(&c->wmu);
   if (old)
-    fence_destroy(old);
+    nccl_fence_destroy(old);
   return 0;
 }
 
@@ -382,15 +490,15 @@ static void nccl_fence_free(struct pg__fence *f)
   if (!f)
     return;
   pthread_mutex_lock(&f->c->wmu);
-  dead = fence_unref_locked(f);
+  dead = nccl_fence_unref_locked(f);
   pthread_mutex_unlock(&f->c->wmu);
   if (dead)
-    fence_destroy(dead);
+    nccl_fence_destroy(dead);
 }
 
 static cudaStream_t user_stream(struct nccl_comm *c)
 {
-  return c->user ? c->user : cudaStreamLegacy;
+  return c->user ? c->user : cudaStreamPerThread;
 }
 
 /* Gives the thread back the device it had (prev < 0: unchanged). */
@@ -426,6 +534,18 @@ static int nccl_fence_wait(struct pg__fence *f, bool host, double timeout)
   cudaError_t e;
   int st, prev, err;
 
+  pthread_mutex_lock(&c->wmu);
+  if (f->pending && (!host && !c->blocking_wait)) {
+    f->user_wait = true;  /* queued at the group end */
+    pthread_mutex_unlock(&c->wmu);
+    return 0;
+  }
+  pthread_mutex_unlock(&c->wmu);
+  if (f->pending && thread_group_depth > 0)
+    return pg__fail(-EDEADLK, "NCCL backend: %s (#%llu of this "
+                    "communicator) runs at this thread's pg_group_end "
+                    "(NCCL groups are per thread): wait for it after "
+                    "that", f->what, f->seq);
   if (!host && !c->blocking_wait) {
     st = fence_state(f);
     if (st != 0)
@@ -445,10 +565,15 @@ static int nccl_fence_wait(struct pg__fence *f, bool host, double timeout)
     if (st != 0)
       return st < 0 ? st : 0;
     now = pg__now();
-    if (timeout >= 0 && now >= until)
-      return pg__fail(-ETIMEDOUT, "NCCL backend: %s (#%llu of this "
-                      "communicator) still running after %.3g s of "
-                      "waiting", f->what, f->seq, timeout);
+    if (timeout >= 0 && now >= until) {
+      /* As torch's blocking wait: the comm's state is unknown now. */
+      err = pg__fail(-ETIMEDOUT, "NCCL backend: %s (#%llu of this "
+                     "communicator) still running after %.3g s of "
+                     "waiting; the communicator was aborted", f->what,
+                     f->seq, timeout);
+      nccl_fail_abort(c, err, pg_last_error(), true);
+      return err;
+    }
     backoff_wait(&b, now);
   }
 }
@@ -461,131 +586,6 @@ static int nccl_set_stream(struct pg__comm *base, void *stream)
   c->user = stream;
   pthread_mutex_unlock(&c->mu);
   return 0;
-}
-
-/* ---- the watchdog (Note [watchdog]) --------------------------------- */
-
-/* Fails the comm from the watchdog: publish, then abort. */
-static void watchdog_fail(struct nccl_comm *c, int err, const char *why,
-                          bool publish)
-{
-  mark_failed(c, err, why, publish);
-  pthread_mutex_lock(&c->mu);
-  abort_locked(c);
-  pthread_mutex_unlock(&c->mu);
-}
-
-/* Checks the fences in flight; returns an error and its sentence for the
- * first that failed or ran past its deadline.  wmu held. */
-static int scan_fences(struct nccl_comm *c, struct pg__fence **dead,
-                       char *why, size_t len)
-{
-  struct pg__fence **pp = &c->inflight, *f, *d;
-  double now = pg__now();
-  cudaError_t e;
-  int err = 0;
-
-  while ((f = *pp) != NULL) {
-    if (!f->finished && !f->result) {
-      e = cudaEventQuery(f->done);
-      if (e == cudaSuccess) {
-        f->finished = true;
-      } else if (e != cudaErrorNotReady && !err) {
-        err = PG_ECUDA(e);
-        snprintf(why, len, "NCCL backend: %s (#%llu of this communicator; "
-                 "rank %d of %d, device %d): %s", f->what, f->seq, c->me,
-                 c->n, c->device, cudaGetErrorString(e));
-      } else if (now > f->deadline && !err) {
-        err = -ETIMEDOUT;
-        snprintf(why, len, "NCCL backend: %s (#%llu of this communicator; "
-                 "rank %d of %d, device %d) did not complete within %.3g "
-                 "s: a peer is stuck, dead or not running it; the "
-                 "communicator was aborted", f->what, f->seq, c->me, c->n,
-                 c->device, f->limit);
-      }
-    }
-    if (f->finished || f->result) {
-      *pp = f->next;
-      f->listed = false;
-      if ((d = fence_unref_locked(f)) != NULL) {
-        d->next = *dead;
-        *dead = d;
-      }
-    } else {
-      pp = &f->next;
-    }
-  }
-  return err;
-}
-
-static void *watchdog_main(void *arg)
-{
-  struct nccl_comm *c = arg;
-  struct pg__fence *dead, *f;
-  double next_store = pg__now() + STORE_POLL_S;
-  char why[640], *peer;
-  ncclResult_t ar;
-  struct timespec ts;
-  size_t len;
-  int err;
-
-  cudaSetDevice(c->device);
-  pthread_mutex_lock(&c->wmu);
-  while (!c->stop) {
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)(WATCH_TICK_S * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&c->wcv, &c->wmu, &ts);
-    if (c->stop)
-      break;
-    dead = NULL;
-    err = scan_fences(c, &dead, why, sizeof why);
-    pthread_mutex_unlock(&c->wmu);
-    while ((f = dead) != NULL) {
-      dead = f->next;
-      fence_destroy(f);
-    }
-    if (err && !failed(c))
-      watchdog_fail(c, err, why, true);
-    /* An async error of NCCL's (a dead peer shows up there). */
-    if (!failed(c) && pthread_mutex_trylock(&c->mu) == 0) {
-      ar = ncclSuccess;
-      if (c->comm && ncclCommGetAsyncError(c->comm, &ar) != ncclSuccess)
-        ar = ncclInternalError;
-      if (ar != ncclSuccess && ar != ncclInProgress) {
-        pg__fail(0, "%s", "");
-        nccl_fail(c, ar, "asynchronous error");
-        snprintf(why, sizeof why, "%s", pg_last_error());
-        mark_failed(c, PG_ENCCL(ar), why, true);
-        abort_locked(c);
-      }
-      pthread_mutex_unlock(&c->mu);
-    }
-    /* Another rank's failure. */
-    if (!failed(c) && c->store && pg__now() >= next_store) {
-      next_store = pg__now() + STORE_POLL_S;
-      peer = NULL;
-      err = pg_store_get(c->store, c->abort_key, 0, (void **)&peer, &len);
-      if (err == 0) {
-        snprintf(why, sizeof why, "NCCL backend: aborted because %.*s",
-                 (int)len, peer);
-        watchdog_fail(c, PG_EPEERFAIL, why, false);
-      } else if (err == -ECONNRESET || err == -EPIPE ||
-                 err == -ECONNREFUSED) {
-        /* Rank 0 (the store) is gone: so is the group. */
-        snprintf(why, sizeof why, "NCCL backend: aborted because the "
-                 "store (rank 0) went away: %s", pg_strerror(err));
-        watchdog_fail(c, PG_EPEERFAIL, why, false);
-      }
-      free(peer);
-    }
-    pthread_mutex_lock(&c->wmu);
-  }
-  pthread_mutex_unlock(&c->wmu);
-  return NULL;
 }
 
 /* ---- ops ------------------------------------------------------------ */
@@ -637,6 +637,40 @@ static int check_rank(struct nccl_comm *c, int r, const char *what)
   return 0;
 }
 
+/* A buffer must be device memory of the comm's device (or managed
+ * memory): anything else would kill the CUDA context in the kernel
+ * instead of returning an error. */
+static int check_buf(struct nccl_comm *c, const void *p, const char *what,
+                     const char *which)
+{
+  struct cudaPointerAttributes a;
+  cudaError_t e;
+
+  e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    a.type = cudaMemoryTypeUnregistered;
+  }
+  if (a.type == cudaMemoryTypeManaged ||
+      (a.type == cudaMemoryTypeDevice && a.device == c->device))
+    return 0;
+  return pg__fail(-EINVAL, "NCCL backend: %s: the %s buffer %p is not "
+                  "memory of device %d (%s)", what, which, p, c->device,
+                  a.type == cudaMemoryTypeDevice ? "another device's"
+                  : "host memory: use pg_mem_alloc or cudaMalloc");
+}
+
+/* Both buffers of an op (recv may be NULL where the op allows it). */
+static int check_bufs(struct nccl_comm *c, const void *send,
+                      const void *recv, const char *what)
+{
+  int err = send ? check_buf(c, send, what, "send") : 0;
+
+  if (!err && recv && recv != send)
+    err = check_buf(c, recv, what, "receive");
+  return err;
+}
+
 /* Locks the handle and orders the NCCL stream after the caller's stream
  * as it is now (Note [stream model]).  On success mu is held and *prev
  * is for leave(); on failure neither. */
@@ -648,7 +682,7 @@ static int begin(struct nccl_comm *c, const char *what, int *prev)
   if ((err = enter(c, prev)) != 0)
     return err;
   pthread_mutex_lock(&c->mu);
-  if (failed(c) || !c->comm) {
+  if (nccl_failed(c) || !c->comm) {
     pthread_mutex_lock(&c->wmu);
     err = pg__fail(PG_EPEERFAIL, "NCCL backend: %s: the communicator was "
                    "aborted by an earlier failure: %s", what,
@@ -678,13 +712,26 @@ static int finish(struct nccl_comm *c, ncclResult_t r, const char *what,
   int err;
 
   err = settle(c, r, what, deadline);
-  if (!err && len) {
+  if (!err && len && thread_group_depth > 0) {
+    /* Note [group per thread]: the NCCL call runs at the group end. */
+    struct group_copy *gc = calloc(1, sizeof *gc);
+
+    if (!gc) {
+      err = fail_locked(c, pg__fail(-ENOMEM, "NCCL backend: out of "
+                                    "memory deferring a copy"));
+    } else {
+      *gc = (struct group_copy){ c, dst, src, len, thread_copies };
+      thread_copies = gc;
+    }
+  } else if (!err && len) {
     e = cudaMemcpyAsync(dst, src, len, cudaMemcpyDeviceToDevice, c->stream);
     if (e != cudaSuccess)
       err = fail_locked(c, cuda_fail(c, e, what));
   }
-  if (!err && c->group_depth == 0)
+  if (!err && thread_group_depth == 0)
     err = track(c, what, deadline);
+  else if (!err && c->group_depth == 0)
+    err = track_pending(c, what, deadline);
   pthread_mutex_unlock(&c->mu);
   return leave(prev, err);
 }
@@ -701,6 +748,7 @@ static int nccl_all_reduce(struct pg__comm *base, const void *send,
   if (count == 0)
     return 0;
   if ((err = map_dtype(t, &dt)) || (err = map_op(op, &rop)) ||
+      (err = check_bufs(c, send, recv, "ncclAllReduce")) ||
       (err = begin(c, "ncclAllReduce", &prev)))
     return err;
   return finish(c, ncclAllReduce(send, recv, count, dt, rop, c->comm,
@@ -719,6 +767,7 @@ static int nccl_broadcast(struct pg__comm *base, void *buf, size_t count,
     return 0;
   if ((err = map_dtype(t, &dt)) ||
       (err = check_rank(c, root, "ncclBroadcast")) ||
+      (err = check_bufs(c, buf, NULL, "ncclBroadcast")) ||
       (err = begin(c, "ncclBroadcast", &prev)))
     return err;
   return finish(c, ncclBroadcast(buf, buf, count, dt, root, c->comm,
@@ -739,6 +788,8 @@ static int nccl_reduce(struct pg__comm *base, const void *send, void *recv,
     return 0;
   if ((err = map_dtype(t, &dt)) || (err = map_op(op, &rop)) ||
       (err = check_rank(c, root, "ncclReduce")) ||
+      (err = check_bufs(c, send, c->me == root ? recv : NULL,
+                        "ncclReduce")) ||
       (err = begin(c, "ncclReduce", &prev)))
     return err;
   /* recv may be NULL off the root: NCCL uses recvbuff on the root only. */
@@ -761,6 +812,7 @@ static int nccl_all_gather(struct pg__comm *base, const void *send,
   if (count == 0)
     return 0;
   if ((err = map_dtype(t, &dt)) ||
+      (err = check_bufs(c, send, recv, "ncclAllGather")) ||
       (err = begin(c, "ncclAllGather", &prev)))
     return err;
   if (send == recv && c->me != 0) {
@@ -793,6 +845,7 @@ static int nccl_reduce_scatter(struct pg__comm *base, const void *send,
   if (count == 0)
     return 0;
   if ((err = map_dtype(t, &dt)) || (err = map_op(op, &rop)) ||
+      (err = check_bufs(c, send, recv, "ncclReduceScatter")) ||
       (err = begin(c, "ncclReduceScatter", &prev)))
     return err;
   /* Note [stream model], in place: send == recv reduces into NCCL's
@@ -824,7 +877,7 @@ static int check_peer(struct nccl_comm *c, int peer, const char *what)
 {
   int err = check_rank(c, peer, what);
 
-  if (!err && peer == c->me && c->group_depth == 0)
+  if (!err && peer == c->me && thread_group_depth == 0)
     err = pg__fail(-EINVAL, "NCCL backend: %s: peer %d is this rank",
                    what, peer);
   return err;
@@ -841,6 +894,7 @@ static int nccl_send(struct pg__comm *base, const void *buf, size_t bytes,
   if (bytes == 0)
     return 0;
   if ((err = check_peer(c, peer, "ncclSend")) ||
+      (err = check_bufs(c, buf, NULL, "ncclSend")) ||
       (err = begin(c, "ncclSend", &prev)))
     return err;
   return finish(c, ncclSend(buf, bytes, ncclUint8, peer, c->comm,
@@ -858,11 +912,59 @@ static int nccl_recv(struct pg__comm *base, void *buf, size_t bytes,
   if (bytes == 0)
     return 0;
   if ((err = check_peer(c, peer, "ncclRecv")) ||
+      (err = check_bufs(c, NULL, buf, "ncclRecv")) ||
       (err = begin(c, "ncclRecv", &prev)))
     return err;
   return finish(c, ncclRecv(buf, bytes, ncclUint8, peer, c->comm,
                             c->stream),
                 "ncclRecv", deadline, NULL, NULL, 0, prev);
+}
+
+/* Note [group per thread]: at the thread's outermost group end, queues
+ * the deferred copies, then records the pending fences on their comms'
+ * streams (and queues their device waits), and makes c's stream (whose
+ * fence the group end hands out) wait for them.  launched false: the
+ * group failed; the pending fences fail with c.  c's mu held; the
+ * other comms' NCCL streams are only enqueued on. */
+static int group_flush(struct nccl_comm *c, bool launched)
+{
+  struct group_copy *gc;
+  struct pg__fence *f, *dead;
+  cudaError_t e = cudaSuccess;
+  int err = 0;
+
+  while ((gc = thread_copies) != NULL) {
+    thread_copies = gc->next;
+    if (launched && e == cudaSuccess)
+      e = cudaMemcpyAsync(gc->dst, gc->src, gc->len,
+                          cudaMemcpyDeviceToDevice, gc->c->stream);
+    free(gc);
+  }
+  if (e != cudaSuccess)
+    err = fail_locked(c, cuda_fail(c, e, "a copy after ncclGroupEnd"));
+  while ((f = thread_pending) != NULL) {
+    struct nccl_comm *o = f->c;
+
+    thread_pending = f->group_next;
+    e = launched && !err ? cudaEventRecord(f->done, o->stream)
+                         : cudaErrorNotReady;
+    if (e == cudaSuccess && f->user_wait)
+      e = cudaStreamWaitEvent(user_stream(o), f->done, 0);
+    if (e == cudaSuccess && o != c)
+      e = cudaStreamWaitEvent(c->stream, f->done, 0);
+    pthread_mutex_lock(&o->wmu);
+    f->pending = false;
+    if (e != cudaSuccess)
+      f->result = err ? err : PG_EPEERFAIL;
+    f->listed = true;
+    f->next = o->inflight;
+    o->inflight = f;
+    dead = nccl_fence_unref_locked(f);  /* the thread's list's */
+    pthread_mutex_unlock(&o->wmu);
+    if (dead)
+      nccl_fence_destroy(dead);
+  }
+  return err;
 }
 
 /* Point to point inside a group may not deadlock: NCCL launches the
@@ -875,8 +977,10 @@ static int nccl_group_start(struct pg__comm *base)
   if ((err = begin(c, "ncclGroupStart", &prev)))
     return err;
   err = settle(c, ncclGroupStart(), "ncclGroupStart", pg__now() + 1e9);
-  if (!err)
+  if (!err) {
     c->group_depth++;
+    thread_group_depth++;
+  }
   pthread_mutex_unlock(&c->mu);
   return leave(prev, err);
 }
@@ -896,15 +1000,25 @@ static int nccl_group_end(struct pg__comm *base)
                                 "a group start"));
   }
   c->group_depth--;
-  if (failed(c) || !c->comm) {
+  thread_group_depth--;
+  if (nccl_failed(c) || !c->comm) {
     /* NCCL's group state is per thread: close it even so. */
     ncclGroupEnd();
+    if (thread_group_depth == 0)
+      group_flush(c, false);
     pthread_mutex_unlock(&c->mu);
     return leave(prev, pg__fail(PG_EPEERFAIL, "NCCL backend: group end: "
                                 "the communicator was aborted"));
   }
-  return finish(c, ncclGroupEnd(), "ncclGroupEnd", deadline, NULL, NULL, 0,
-                prev);
+  err = settle(c, ncclGroupEnd(), "ncclGroupEnd", deadline);
+  if (thread_group_depth == 0)
+    err = group_flush(c, !err) ?: err;
+  if (!err && thread_group_depth == 0)
+    err = track(c, "ncclGroupEnd", deadline);
+  else if (!err && c->group_depth == 0)
+    err = track_pending(c, "ncclGroupEnd", deadline);  /* nested */
+  pthread_mutex_unlock(&c->mu);
+  return leave(prev, err);
 }
 
 /* ---- setup and teardown --------------------------------------------- */
@@ -917,13 +1031,18 @@ static void free_comm(struct nccl_comm *c)
   while ((f = c->inflight) != NULL) {
     c->inflight = f->next;
     if (--f->refs == 0)
-      fence_destroy(f);
+      nccl_fence_destroy(f);
     else
       f->listed = false;  /* a work handle still holds it */
   }
   if (c->last && --c->last->refs == 0)
-    fence_destroy(c->last);
-  if (c->scratch)
+    nccl_fence_destroy(c->last);
+  while (c->npool > 0)
+    cudaEventDestroy(c->pool[--c->npool]);
+  /* Stream-ordered: cudaFree would wait for the whole device, where
+   * another communicator's kernel may be stuck. */
+  if (c->scratch && (c->sync_free || !c->stream ||
+                     cudaFreeAsync(c->scratch, c->stream) != cudaSuccess))
     cudaFree(c->scratch);
   if (c->ready)
     cudaEventDestroy(c->ready);
@@ -935,20 +1054,9 @@ static void free_comm(struct nccl_comm *c)
   free(c);
 }
 
-static void stop_watchdog(struct nccl_comm *c)
-{
-  if (!c->watching)
-    return;
-  pthread_mutex_lock(&c->wmu);
-  c->stop = true;
-  pthread_cond_broadcast(&c->wcv);
-  pthread_mutex_unlock(&c->wmu);
-  pthread_join(c->watchdog, NULL);
-  c->watching = false;
-}
-
 /* Waits (bounded) for the stream to run dry: returns false if it did not
- * by the deadline. */
+ * by the deadline or the comm failed meanwhile (the watchdog still runs:
+ * a peer's published failure ends the wait). */
 static bool drain(struct nccl_comm *c, double deadline)
 {
   struct backoff b;
@@ -957,6 +1065,8 @@ static bool drain(struct nccl_comm *c, double deadline)
 
   backoff_init(&b);
   for (;;) {
+    if (nccl_failed(c))
+      return false;
     e = cudaStreamQuery(c->stream);
     if (e == cudaSuccess)
       return true;
@@ -980,13 +1090,16 @@ static void nccl_destroy(struct pg__comm *base)
 
   if (!c)
     return;
-  stop_watchdog(c);
+  comms_del(c);
   if (cudaGetDevice(&prev) == cudaSuccess && prev == c->device)
     prev = -1;
   cudaSetDevice(c->device);
-  pthread_mutex_lock(&c->mu);
-  if (c->comm && (failed(c) || !drain(c, pg__now() + c->timeout)))
+  /* Drained with the watchdog running, outside mu (its abort takes it):
+   * a peer's failure published meanwhile ends the wait. */
+  if (c->comm && (nccl_failed(c) || !drain(c, pg__now() + c->timeout)))
     r = ncclInternalError;
+  nccl_watchdog_stop(c);
+  pthread_mutex_lock(&c->mu);
 #ifdef PG_NCCL_NONBLOCKING
   /* Finalize may wait on peers: bound it, then abort instead. */
   if (c->comm && r == ncclSuccess) {
@@ -1007,6 +1120,22 @@ static void nccl_destroy(struct pg__comm *base)
   leave(prev, 0);
 }
 
+/* Device memory that cudaFreeAsync may free: from the stream-ordered
+ * allocator, usable on any stream once the NCCL stream has run the
+ * allocation (waited for here: allocations are setup, not the hot path);
+ * cudaMalloc where the device has no memory pools (then freed with
+ * cudaFree). */
+static cudaError_t dev_alloc(struct nccl_comm *c, void **p, size_t bytes)
+{
+  cudaError_t e = cudaMallocAsync(p, bytes, c->stream);
+
+  if (e == cudaSuccess)
+    return cudaStreamSynchronize(c->stream);
+  (void)cudaGetLastError();
+  c->sync_free = true;
+  return cudaMalloc(p, bytes);
+}
+
 /* Device memory for the reducer's buckets, on the comm's device. */
 static void *nccl_mem_alloc(struct pg__comm *base, size_t bytes)
 {
@@ -1014,21 +1143,43 @@ static void *nccl_mem_alloc(struct pg__comm *base, size_t bytes)
   void *p = NULL;
   int prev = -1;
 
+  cudaError_t e;
+
   if (enter(c, &prev) != 0)
     return NULL;
-  if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
-    cuda_fail(c, cudaGetLastError(), "cudaMalloc");
+  e = dev_alloc(c, &p, bytes ? bytes : 64);
+  if (e != cudaSuccess) {
+    cuda_fail(c, e, "cudaMallocAsync");
     p = NULL;
   }
   leave(prev, 0);
   return p;
 }
 
+/* Stream-ordered (cudaFreeAsync on the NCCL stream, after the caller's
+ * stream as it is now): cudaFree would wait for the whole device. */
 static void nccl_mem_free(struct pg__comm *base, void *p)
 {
-  (void)base;
-  if (p)
+  struct nccl_comm *c = (struct nccl_comm *)base;
+  cudaError_t e;
+  int prev = -1;
+
+  if (!p)
+    return;
+  if (enter(c, &prev) != 0)
+    return;
+  pthread_mutex_lock(&c->mu);
+  e = cudaEventRecord(c->ready, user_stream(c));
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(c->stream, c->ready, 0);
+  if (e == cudaSuccess)
+    e = c->sync_free ? cudaErrorNotSupported : cudaFreeAsync(p, c->stream);
+  pthread_mutex_unlock(&c->mu);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
     cudaFree(p);
+  }
+  leave(prev, 0);
 }
 
 /* Stream-ordered on the caller's stream, as a kernel writing the memory
@@ -1194,11 +1345,11 @@ static int init_cuda(struct nccl_comm *c)
   e = cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming);
   if (e != cudaSuccess)
     return cuda_fail(c, e, "cudaEventCreateWithFlags");
-  e = cudaMalloc((void **)&c->scratch, sizeof *c->scratch);
+  e = dev_alloc(c, (void **)&c->scratch, sizeof *c->scratch);
   if (e == cudaSuccess)
     e = cudaMemset(c->scratch, 0, sizeof *c->scratch);
   if (e != cudaSuccess)
-    return cuda_fail(c, e, "cudaMalloc (barrier buffer)");
+    return cuda_fail(c, e, "cudaMallocAsync (barrier buffer)");
   return 0;
 }
 
@@ -1206,6 +1357,10 @@ static int init_cuda(struct nccl_comm *c)
 static struct nccl_comm *comm_alloc(const struct pg__setup *s, int dev)
 {
   const char *bw = pg__knob(PG_KNOB_NCCL_BLOCKING_WAIT);
+  const char *tbw = getenv("TORCH_NCCL_BLOCKING_WAIT");
+  const char *nbw = getenv("NCCL_BLOCKING_WAIT");
+  const char *aeh = getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  const char *naeh = getenv("NCCL_ASYNC_ERROR_HANDLING");
   struct nccl_comm *c = calloc(1, sizeof *c);
 
   if (!c)
@@ -1215,7 +1370,14 @@ static struct nccl_comm *comm_alloc(const struct pg__setup *s, int dev)
   c->n = s->n;
   c->me = s->me;
   c->timeout = s->timeout > 0 ? s->timeout : 300;
-  c->blocking_wait = bw && strcmp(bw, "1") == 0;
+  /* torch's names too: cdrun exports them (Note [stream model]). */
+  c->blocking_wait = (bw && strcmp(bw, "1") == 0) ||
+                     (tbw && strcmp(tbw, "1") == 0) ||
+                     (nbw && strcmp(nbw, "1") == 0);
+  /* torch's precedence: the TORCH_ name, then the old one. */
+  if (!aeh || !*aeh)
+    aeh = naeh;
+  c->spread = !(aeh && strcmp(aeh, "0") == 0);
   c->store = s->n > 1 ? s->store : NULL;
   snprintf(c->abort_key, sizeof c->abort_key, "%sabort", s->ns ? s->ns
            : "");
@@ -1231,15 +1393,13 @@ static int comm_start(struct nccl_comm *c, int err, int prev,
                       struct pg__comm **out)
 {
   if (!err) {
-    if (pthread_create(&c->watchdog, NULL, watchdog_main, c) == 0)
-      c->watching = true;
-    else
-      err = pg__fail(-EAGAIN, "NCCL backend: cannot start the watchdog "
-                     "thread");
+    err = nccl_watchdog_start(c);
+    if (!err)
+      comms_add(c);
   }
   if (err) {
     pthread_mutex_lock(&c->mu);
-    abort_locked(c);
+    nccl_abort_locked(c);
     pthread_mutex_unlock(&c->mu);
     free_comm(c);
     return leave(prev, err);
@@ -1310,7 +1470,7 @@ static int nccl_split(struct pg__comm *base, int color, int key,
   if (!err)
     err = joined;
   else if (c->comm)
-    mark_failed(c, err, pg_last_error(), true);
+    nccl_mark_failed(c, err, pg_last_error(), true);
   return comm_start(c, err, prev, out);
 }
 #endif

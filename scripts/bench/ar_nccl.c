@@ -147,10 +147,12 @@ int main(int argc, char **argv)
   h = malloc(maxb);
   if (!h)
     die("malloc", "out of memory");
-  /* A raw communicator over the same ranks and GPUs. */
+  /* A raw communicator over the same ranks and GPUs (a group of one has
+   * no store, and needs none). */
   if (rank == 0) {
     NCCL(ncclGetUniqueId(&id));
-    PG(pg_store_set(pg_group_store(g), "bench/nccl_id", &id, sizeof id));
+    if (ws > 1)
+      PG(pg_store_set(pg_group_store(g), "bench/nccl_id", &id, sizeof id));
   } else {
     PG(pg_store_get(pg_group_store(g), "bench/nccl_id", 120, &val, &len));
     if (len != sizeof id)

@@ -20,4 +20,14 @@ void fake_backoff(unsigned *spins);
  * operation first sleeps $FAKECUDA_DELAY_US (default 300) microseconds. */
 void fake_work_delay(void);
 
+/* The fake device that owns p (from cudaMalloc), or -1: host memory. */
+int fake_ptr_device(const void *p);
+
+/* Communicators made and not yet destroyed or aborted (fakenccl.c). */
+int fake_live_comms(void);
+
+/* Communicators, streams and events not destroyed; > 0: why says which.
+ * The NCCL suite checks it at the end of every rank. */
+int fake_leaks(char *why, size_t len);
+
 #endif

@@ -13,7 +13,21 @@
  *
  * Devices: $FAKECUDA_DEVICES (default 4; 0: cudaErrorNoDevice).
  * Work on streams is slowed down (fake_work_delay) so that ordering bugs
- * do not pass by luck. */
+ * do not pass by luck.
+ *
+ * Stricter than a GPU where libpg could go wrong unseen:
+ * - streams, events and memory belong to the device current when they
+ *   were made; recording an event on another device's stream, or
+ *   enqueueing on a stream of a device that is not current, fails
+ *   (cudaErrorInvalidResourceHandle), and fake_check_ptr tells the NCCL
+ *   fake whose memory a buffer is (cudaPointerGetAttributes as well);
+ * - cudaFree and cudaDeviceSynchronize wait for every stream;
+ * - stream capture: an event recorded on a capturing stream (or one that
+ *   joined the capture through cudaStreamWaitEvent) cannot be queried;
+ *   while a global-mode capture runs, a query from a thread whose capture
+ *   mode is global, or work on the legacy stream, invalidates it
+ *   (cudaStreamEndCapture: cudaErrorStreamCaptureInvalidated);
+ * - streams and events are counted: fake_leaks() says what is left. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -34,6 +48,9 @@ struct task {
 };
 
 struct CUstream_st {
+  int dev;
+  bool capturing;           /* in a capture (began it or joined it) */
+  struct CUstream_st *all_next;  /* the list of live streams (all_mu) */
   pthread_mutex_t mu;
   pthread_cond_t cv;        /* work queued, or work finished */
   struct task *head, *tail;
@@ -43,6 +60,8 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+  int dev;
+  bool captured;            /* its last record was inside a capture */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   uint64_t recorded;        /* recordings asked for */
@@ -59,6 +78,15 @@ static __thread cudaError_t last_error;
 static __thread int current_device;
 static pthread_once_t legacy_once = PTHREAD_ONCE_INIT;
 static struct CUstream_st *legacy;
+static __thread enum cudaStreamCaptureMode capture_mode =
+  cudaStreamCaptureModeGlobal;
+
+/* Every stream made by cudaStreamCreate*, for cudaFree and capture. */
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct CUstream_st *all_streams;
+static int live_streams, live_events;   /* all_mu */
+static int captures;                    /* global-mode captures running */
+static bool capture_invalid;            /* all_mu */
 
 static cudaError_t fail(cudaError_t e)
 {
@@ -133,6 +161,7 @@ static struct CUstream_st *stream_new(void)
 
   if (!s)
     return NULL;
+  s->dev = -1;  /* the legacy stream: any device's */
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   if (pthread_create(&s->th, NULL, stream_main, s) != 0) {
@@ -149,6 +178,32 @@ static void legacy_init(void)
     abort();
 }
 
+/* The legacy stream's implicit synchronization with a capturing stream
+ * invalidates the capture, as on a GPU. */
+static void legacy_use(cudaStream_t s)
+{
+  if (s != 0 && s != cudaStreamLegacy)
+    return;
+  pthread_mutex_lock(&all_mu);
+  if (captures > 0)
+    capture_invalid = true;
+  pthread_mutex_unlock(&all_mu);
+}
+
+/* A thread in global capture mode may not query while a global capture
+ * runs: the query fails and the capture is invalidated. */
+static bool unsafe_during_capture(void)
+{
+  bool bad;
+
+  pthread_mutex_lock(&all_mu);
+  bad = captures > 0 && capture_mode == cudaStreamCaptureModeGlobal;
+  if (bad)
+    capture_invalid = true;
+  pthread_mutex_unlock(&all_mu);
+  return bad;
+}
+
 static struct CUstream_st *resolve(cudaStream_t s)
 {
   if (s == 0 || s == cudaStreamLegacy || s == cudaStreamPerThread) {
@@ -162,8 +217,15 @@ cudaError_t fake_stream_enqueue(cudaStream_t hs, void (*fn)(void *),
                                 void *arg)
 {
   struct CUstream_st *s = resolve(hs);
-  struct task *t = malloc(sizeof *t);
+  struct task *t;
 
+  if (s->dev >= 0 && s->dev != current_device) {
+    fprintf(stderr, "fakecuda: work for device %d's stream issued with "
+            "device %d current\n", s->dev, current_device);
+    return fail(cudaErrorInvalidResourceHandle);
+  }
+  legacy_use(hs);
+  t = malloc(sizeof *t);
   if (!t)
     return fail(cudaErrorMemoryAllocation);
   t->fn = fn;
@@ -183,9 +245,19 @@ cudaError_t fake_stream_enqueue(cudaStream_t hs, void (*fn)(void *),
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags)
 {
+  struct CUstream_st *s = stream_new();
+
   (void)flags;
-  *out = stream_new();
-  return *out ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+  *out = s;
+  if (!s)
+    return fail(cudaErrorMemoryAllocation);
+  s->dev = current_device;
+  pthread_mutex_lock(&all_mu);
+  s->all_next = all_streams;
+  all_streams = s;
+  live_streams++;
+  pthread_mutex_unlock(&all_mu);
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *out)
@@ -211,6 +283,8 @@ cudaError_t cudaStreamQuery(cudaStream_t hs)
   struct CUstream_st *s = resolve(hs);
   bool idle;
 
+  if (unsafe_during_capture())
+    return fail(cudaErrorStreamCaptureUnsupported);
   pthread_mutex_lock(&s->mu);
   idle = s->finished == s->queued;
   pthread_mutex_unlock(&s->mu);
@@ -220,9 +294,21 @@ cudaError_t cudaStreamQuery(cudaStream_t hs)
 /* Waits for the queue to drain, then ends the thread. */
 cudaError_t cudaStreamDestroy(cudaStream_t hs)
 {
-  struct CUstream_st *s = hs;
+  struct CUstream_st *s = hs, **pp;
+  bool found = false;
 
   if (!s || s == resolve(0))
+    return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&all_mu);
+  for (pp = &all_streams; *pp && *pp != s; pp = &(*pp)->all_next)
+    ;
+  if (*pp) {
+    *pp = s->all_next;
+    live_streams--;
+    found = true;
+  }
+  pthread_mutex_unlock(&all_mu);
+  if (!found)
     return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&s->mu);
   s->stop = true;
@@ -254,6 +340,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags)
   if (!e)
     return fail(cudaErrorMemoryAllocation);
   e->refs = 1;
+  e->dev = current_device;
+  pthread_mutex_lock(&all_mu);
+  live_events++;
+  pthread_mutex_unlock(&all_mu);
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
   *out = e;
@@ -269,6 +359,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
   if (!e)
     return fail(cudaErrorInvalidResourceHandle);
+  pthread_mutex_lock(&all_mu);
+  live_events--;
+  pthread_mutex_unlock(&all_mu);
   ev_unref(e);
   return cudaSuccess;
 }
@@ -305,17 +398,24 @@ static void ev_wait(void *p)
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
-  struct ev_arg *a = malloc(sizeof *a);
+  struct CUstream_st *rs = resolve(s);
+  struct ev_arg *a;
   cudaError_t r;
 
-  if (!e || !a) {
-    free(a);
-    return fail(e ? cudaErrorMemoryAllocation
-                  : cudaErrorInvalidResourceHandle);
+  if (!e)
+    return fail(cudaErrorInvalidResourceHandle);
+  if (rs->dev >= 0 && rs->dev != e->dev) {
+    fprintf(stderr, "fakecuda: event of device %d recorded on a stream of "
+            "device %d\n", e->dev, rs->dev);
+    return fail(cudaErrorInvalidResourceHandle);
   }
+  a = malloc(sizeof *a);
+  if (!a)
+    return fail(cudaErrorMemoryAllocation);
   pthread_mutex_lock(&e->mu);
   a->e = e;
   a->gen = ++e->recorded;
+  e->captured = rs->capturing;
   pthread_mutex_unlock(&e->mu);
   __atomic_add_fetch(&e->refs, 1, __ATOMIC_ACQ_REL);
   r = fake_stream_enqueue(s, ev_reach, a);
@@ -333,7 +433,13 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 
   if (!e)
     return fail(cudaErrorInvalidResourceHandle);
+  if (unsafe_during_capture())
+    return fail(cudaErrorStreamCaptureUnsupported);
   pthread_mutex_lock(&e->mu);
+  if (e->captured) {
+    pthread_mutex_unlock(&e->mu);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   done = e->reached >= e->recorded;
   pthread_mutex_unlock(&e->mu);
   return done ? cudaSuccess : cudaErrorNotReady;
@@ -361,6 +467,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e,
     return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&e->mu);
   gen = e->recorded;
+  if (e->captured && s != 0 && s != cudaStreamLegacy &&
+      s != cudaStreamPerThread)
+    ((struct CUstream_st *)s)->capturing = true;  /* joins the capture */
   pthread_mutex_unlock(&e->mu);
   if (gen == 0)
     return cudaSuccess;  /* never recorded: nothing to wait for */
@@ -380,18 +489,134 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e,
 
 /* ---- memory ----------------------------------------------------------- */
 
+/* "Device" memory: every allocation is listed with its device, so a
+ * pointer anywhere inside one is known for the device's. */
+struct alloc {
+  char *base;
+  size_t bytes;
+  int dev;
+  struct alloc *next;
+};
+
+static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct alloc *allocs;
+
+int fake_ptr_device(const void *p)
+{
+  const char *q = p;
+  struct alloc *a;
+  int dev = -1;
+
+  pthread_mutex_lock(&mem_mu);
+  for (a = allocs; a; a = a->next)
+    if (q >= a->base && q < a->base + a->bytes) {
+      dev = a->dev;
+      break;
+    }
+  pthread_mutex_unlock(&mem_mu);
+  if (dev < 0 && p) {
+    /* $FAKECUDA_HOST_IS_DEVICE=1: host memory passes for the current
+     * device's (tests/helpers/pgtest's buffers are malloc'd). */
+    const char *v = getenv("FAKECUDA_HOST_IS_DEVICE");
+
+    if (v && strcmp(v, "1") == 0)
+      dev = current_device;
+  }
+  return dev;
+}
+
+/* p lies in a cudaMalloc'd block. */
+static bool known(const void *p)
+{
+  const char *q = p;
+  struct alloc *a;
+
+  pthread_mutex_lock(&mem_mu);
+  for (a = allocs; a && !(q >= a->base && q < a->base + a->bytes);
+       a = a->next)
+    ;
+  pthread_mutex_unlock(&mem_mu);
+  return a != NULL;
+}
+
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
-  if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) {
+  struct alloc *a = malloc(sizeof *a);
+
+  if (!a || posix_memalign(p, 256, bytes ? bytes : 1) != 0) {
+    free(a);
     *p = NULL;
     return fail(cudaErrorMemoryAllocation);
   }
+  a->base = *p;
+  a->bytes = bytes ? bytes : 1;
+  a->dev = current_device;
+  pthread_mutex_lock(&mem_mu);
+  a->next = allocs;
+  allocs = a;
+  pthread_mutex_unlock(&mem_mu);
   return cudaSuccess;
 }
 
+/* Unlists p's allocation; false if p is not the start of one. */
+static bool alloc_del(void *p)
+{
+  struct alloc **pp, *a = NULL;
+
+  pthread_mutex_lock(&mem_mu);
+  for (pp = &allocs; *pp; pp = &(*pp)->next)
+    if ((*pp)->base == p) {
+      a = *pp;
+      *pp = a->next;
+      break;
+    }
+  pthread_mutex_unlock(&mem_mu);
+  free(a);
+  return a != NULL;
+}
+
+/* Waits for every stream first, as CUDA's cudaFree does. */
 cudaError_t cudaFree(void *p)
 {
+  if (!p)
+    return cudaSuccess;
+  cudaDeviceSynchronize();
+  if (!alloc_del(p))
+    return fail(cudaErrorInvalidValue);
   free(p);
+  return cudaSuccess;
+}
+
+/* Stream-ordered, so no device-wide wait. */
+/* At once (the fake's memory is ready when allocated). */
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
+{
+  (void)s;
+  return cudaMalloc(p, bytes);
+}
+
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
+{
+  if (!p)
+    return cudaSuccess;
+  if (!alloc_del(p))
+    return fail(cudaErrorInvalidValue);
+  return fake_stream_enqueue(s, free, p);
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
+                                     const void *p)
+{
+  const char *v = getenv("FAKECUDA_HOST_IS_DEVICE");
+  int dev = fake_ptr_device(p);
+
+  memset(a, 0, sizeof *a);
+  a->type = dev >= 0 ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  if (dev >= 0 && v && strcmp(v, "1") == 0 && !known(p))
+    a->type = cudaMemoryTypeManaged;  /* any device's, as the knob says */
+  a->device = dev >= 0 ? dev : -2;
+  a->devicePointer = dev >= 0 ? (void *)p : NULL;
+  a->hostPointer = dev >= 0 ? NULL : (void *)p;
   return cudaSuccess;
 }
 
@@ -488,9 +713,102 @@ cudaError_t cudaGetDevice(int *dev)
   return cudaSuccess;
 }
 
+/* Every stream (the fake does not tell devices apart here). */
 cudaError_t cudaDeviceSynchronize(void)
 {
-  return cudaStreamSynchronize(0);
+  struct CUstream_st *s;
+  int i, n;
+
+  cudaStreamSynchronize(0);
+  for (i = 0;; i++) {
+    pthread_mutex_lock(&all_mu);
+    for (s = all_streams, n = 0; s && n < i; s = s->all_next)
+      n++;
+    pthread_mutex_unlock(&all_mu);
+    if (!s)
+      break;
+    /* Streams are destroyed by their owners only after their last use. */
+    cudaStreamSynchronize(s);
+  }
+  return cudaSuccess;
+}
+
+/* ---- stream capture ------------------------------------------------------ */
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(
+    enum cudaStreamCaptureMode *mode)
+{
+  enum cudaStreamCaptureMode old = capture_mode;
+
+  capture_mode = *mode;
+  *mode = old;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t hs,
+                                   enum cudaStreamCaptureMode mode)
+{
+  struct CUstream_st *s = hs;
+
+  if (hs == 0 || hs == cudaStreamLegacy)
+    return fail(cudaErrorStreamCaptureUnsupported);
+  s = resolve(hs);
+  if (s->capturing)
+    return fail(cudaErrorIllegalState);
+  s->capturing = true;
+  pthread_mutex_lock(&all_mu);
+  if (mode == cudaStreamCaptureModeGlobal)
+    captures++;
+  capture_invalid = false;
+  pthread_mutex_unlock(&all_mu);
+  return cudaSuccess;
+}
+
+/* The fake runs captured work as it is enqueued; the graph is a token. */
+cudaError_t cudaStreamEndCapture(cudaStream_t hs, cudaGraph_t *graph)
+{
+  static int token;
+  struct CUstream_st *s = resolve(hs), *o;
+  bool invalid;
+
+  if (!s->capturing)
+    return fail(cudaErrorIllegalState);
+  pthread_mutex_lock(&all_mu);
+  for (o = all_streams; o; o = o->all_next)
+    o->capturing = false;
+  s->capturing = false;
+  if (captures > 0)
+    captures--;
+  invalid = capture_invalid;
+  capture_invalid = false;
+  pthread_mutex_unlock(&all_mu);
+  *graph = invalid ? NULL : (cudaGraph_t)&token;
+  return invalid ? fail(cudaErrorStreamCaptureInvalidated) : cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t hs,
+                                  enum cudaStreamCaptureStatus *st)
+{
+  struct CUstream_st *s = resolve(hs);
+
+  *st = s->capturing ? cudaStreamCaptureStatusActive
+                     : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+/* ---- accounting ---------------------------------------------------------- */
+
+int fake_leaks(char *why, size_t len)
+{
+  int comms = fake_live_comms(), n;
+
+  pthread_mutex_lock(&all_mu);
+  n = comms + live_streams + live_events;
+  if (n)
+    snprintf(why, len, "%d communicators, %d streams, %d events not "
+             "destroyed", comms, live_streams, live_events);
+  pthread_mutex_unlock(&all_mu);
+  return n;
 }
 
 cudaError_t cudaGetLastError(void)
@@ -516,6 +834,12 @@ const char *cudaGetErrorString(cudaError_t e)
   case cudaErrorNotReady: return "device not ready (fake)";
   case cudaErrorInvalidResourceHandle:
     return "invalid resource handle (fake)";
+  case cudaErrorInvalidValue: return "invalid argument (fake)";
+  case cudaErrorStreamCaptureUnsupported:
+    return "operation not permitted when stream is capturing (fake)";
+  case cudaErrorStreamCaptureInvalidated:
+    return "operation failed due to a previous error during capture "
+           "(fake)";
   default: return "unknown error (fake)";
   }
 }

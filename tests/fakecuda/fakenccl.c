@@ -20,7 +20,28 @@
  * Test hooks: $FAKENCCL_FAIL_RANK and $FAKENCCL_FAIL_OP=k: on that rank
  * the k-th operation (from 1) never completes and the communicator
  * reports ncclSystemError from ncclCommGetAsyncError, as a crashed kernel
- * would. */
+ * would.  $FAKENCCL_SUBMIT_FAIL_OP=k: on $FAKENCCL_FAIL_RANK the k-th
+ * call fails at once (ncclUnhandledCudaError), never reaching the stream.
+ * $FAKENCCL_INPROGRESS=1: on a non-blocking communicator every collective
+ * and ncclGroupEnd answers ncclInProgress, and ncclCommGetAsyncError says
+ * so twice more, as NCCL may.
+ *
+ * Stricter than NCCL where libpg could go wrong unseen (issue 23):
+ * - every rank's operation must agree with rank 0's on kind, count,
+ *   dtype, op and root, or the process aborts with a message;
+ * - buffers must be the communicator's device's memory (a host pointer
+ *   or another device's is ncclInvalidArgument, as the crash it is);
+ * - inputs are read as a kernel reads them: all-gather writes the blocks
+ *   in rank order and reads its own input as it gets to it, so an input
+ *   aliasing an earlier block is overwritten first; reduce-scatter
+ *   writes its output before it reads block 0;
+ * - floating-point sums and products round to the element type after
+ *   every step (f16 sums lose precision as on a GPU);
+ * - a handle used after ncclCommDestroy or ncclCommAbort is an error
+ *   with a message, not a use after free; fake_live_comms counts the
+ *   communicators not destroyed;
+ * - one thread's group may hold several communicators (NCCL's group
+ *   state is per thread). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -45,9 +66,13 @@
 #define BOX ((size_t)256 << 10)    /* per ordered pair, point to point */
 #define LINE 64
 
+/* phase, then what the rank's current collective is (the agreement
+ * check). */
 struct rank_line {
   uint64_t phase;
-  char pad[LINE - 8];
+  int32_t kind, dt, rop, root;
+  uint64_t count;
+  char pad[LINE - 32];
 };
 
 /* ncclCommSplit's all-gather of (color, key), double-buffered by the
@@ -89,10 +114,76 @@ struct ncclComm {
   int refs;                 /* atomic: the user's, each queued op's */
   int fail_op;              /* FAKENCCL_FAIL_OP on this rank, else 0 */
   unsigned long ops;        /* operations issued */
+  int submit_fail_op;       /* FAKENCCL_SUBMIT_FAIL_OP on this rank */
+  unsigned long submits;    /* calls that reached submit's check */
+  int inprogress;           /* atomic: ncclInProgress answers left */
+  bool nonblocking;
   pthread_t init_th;
   bool init_thread;
   char last[256];
+  struct ncclComm *live_next;  /* the live handles (live_mu) */
 };
+
+/* Handles not yet destroyed or aborted. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclComm *live;
+static int nlive;
+
+static void live_add(struct ncclComm *c)
+{
+  pthread_mutex_lock(&live_mu);
+  c->live_next = live;
+  live = c;
+  nlive++;
+  pthread_mutex_unlock(&live_mu);
+}
+
+/* Takes c off the live list; false if it was not on it. */
+static bool live_del(struct ncclComm *c)
+{
+  struct ncclComm **pp;
+  bool found = false;
+
+  pthread_mutex_lock(&live_mu);
+  for (pp = &live; *pp; pp = &(*pp)->live_next)
+    if (*pp == c) {
+      *pp = c->live_next;
+      nlive--;
+      found = true;
+      break;
+    }
+  pthread_mutex_unlock(&live_mu);
+  return found;
+}
+
+static bool is_live(const struct ncclComm *c)
+{
+  struct ncclComm *x;
+
+  pthread_mutex_lock(&live_mu);
+  for (x = live; x && x != c; x = x->live_next)
+    ;
+  pthread_mutex_unlock(&live_mu);
+  return x != NULL;
+}
+
+int fake_live_comms(void)
+{
+  int n;
+
+  pthread_mutex_lock(&live_mu);
+  n = nlive;
+  pthread_mutex_unlock(&live_mu);
+  return n;
+}
+
+/* A destroyed or aborted handle: the clean error NCCL does not give. */
+static ncclResult_t dead_handle(const char *fn)
+{
+  fprintf(stderr, "fakenccl: %s on a communicator already destroyed or "
+          "aborted\n", fn);
+  return ncclInvalidUsage;
+}
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -262,6 +353,8 @@ static void reduce(ncclDataType_t t, ncclRedOp_t op, void *dst,
     if (is_float(t)) {
       double acc = getf(t, srcs[0], i), v;
 
+      unsigned char tmp[8];
+
       for (r = 1; r < n; r++) {
         v = getf(t, srcs[r], i);
         switch (op) {
@@ -270,6 +363,9 @@ static void reduce(ncclDataType_t t, ncclRedOp_t op, void *dst,
         case ncclMin: acc = v < acc || isnan(v) ? v : acc; break;
         default: acc = v > acc || isnan(v) ? v : acc; break;
         }
+        /* Each step in the element type, as a kernel adds. */
+        putf(t, tmp, 0, acc);
+        acc = getf(t, tmp, 0);
       }
       if (op == ncclAvg)
         acc /= n;
@@ -350,6 +446,43 @@ struct batch {
   bool fail;                /* the injected failure: never finishes */
 };
 
+static const char *const kind_names[] = {
+  "ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather",
+  "ncclReduceScatter", "ncclSend", "ncclRecv"
+};
+
+/* Every rank must call the same collective with the same arguments; a
+ * GPU would compute garbage or hang, the fake stops the process. */
+static ncclResult_t agree(struct ncclComm *c, const struct op *o)
+{
+  struct rank_line *me = &c->rl[c->me], *r0 = &c->rl[0];
+  ncclResult_t res;
+  int r;
+
+  me->kind = (int32_t)o->kind;
+  me->dt = (int32_t)o->dt;
+  me->rop = o->kind == K_ALLREDUCE || o->kind == K_REDUCE ||
+            o->kind == K_REDSCAT ? (int32_t)o->rop : -1;
+  me->root = o->kind == K_BCAST || o->kind == K_REDUCE ? o->root : -1;
+  me->count = o->count;
+  if ((res = meet(c)) != ncclSuccess)
+    return res;
+  for (r = 0; r < c->n; r++)
+    if (c->rl[r].kind != r0->kind || c->rl[r].dt != r0->dt ||
+        c->rl[r].rop != r0->rop || c->rl[r].root != r0->root ||
+        c->rl[r].count != r0->count) {
+      fprintf(stderr, "fakenccl: ranks disagree: rank %d called %s count "
+              "%llu dtype %d op %d root %d, rank 0 %s count %llu dtype %d "
+              "op %d root %d\n", r, kind_names[c->rl[r].kind],
+              (unsigned long long)c->rl[r].count, c->rl[r].dt,
+              c->rl[r].rop, c->rl[r].root, kind_names[r0->kind],
+              (unsigned long long)r0->count, r0->dt, r0->rop, r0->root);
+      abort();
+    }
+  /* Nobody overwrites its line before everyone compared. */
+  return meet(c);
+}
+
 /* Collectives in chunks that fit a slot; rank r's contribution to a
  * chunk lies in slot r. */
 static ncclResult_t run_collective(struct ncclComm *c, struct op *o)
@@ -359,11 +492,15 @@ static ncclResult_t run_collective(struct ncclComm *c, struct op *o)
   ncclResult_t res;
   int r, nb;
 
+  if ((res = agree(c, o)) != ncclSuccess)
+    return res;
   for (r = 0; r < c->n; r++)
     srcs[r] = slot(c, r);
-  /* reduce_scatter: one pass per block; the others: one pass. */
+  /* reduce_scatter: one pass per block, the last block first, so an
+   * output that aliases an earlier block's input (block 0's) overwrites
+   * it before it is read, as on a GPU; the others: one pass. */
   nb = o->kind == K_REDSCAT ? c->n : 1;
-  for (b = 0; b < (size_t)nb; b++) {
+  for (b = (size_t)nb; b-- > 0;) {
     for (off = 0; off < o->count; off += m) {
       const char *in = (const char *)o->send + (b * o->count + off) * es;
 
@@ -395,9 +532,11 @@ static ncclResult_t run_collective(struct ncclComm *c, struct op *o)
         memcpy((char *)o->recv + off * es, slot(c, o->root), m * es);
         break;
       case K_ALLGATHER:
+        /* In rank order, the own block read from the input now: an
+         * input inside an earlier block is overwritten, as on a GPU. */
         for (r = 0; r < c->n; r++)
-          memcpy((char *)o->recv + ((size_t)r * o->count + off) * es,
-                 slot(c, r), m * es);
+          memmove((char *)o->recv + ((size_t)r * o->count + off) * es,
+                  r == c->me ? in : slot(c, r), m * es);
         break;
       default:
         break;
@@ -492,14 +631,16 @@ out:
 
 /* ---- groups ---------------------------------------------------------- */
 
+/* One communicator's and stream's part of the thread's open group. */
 struct pending {
   struct ncclComm *c;
   cudaStream_t stream;
   struct op *head, *tail;
+  struct pending *next;
 };
 
 static __thread int group_depth;
-static __thread struct pending group_ops;
+static __thread struct pending *group_ops;
 
 static ncclResult_t launch(struct ncclComm *c, cudaStream_t s, struct op *ops)
 {
@@ -527,11 +668,44 @@ static ncclResult_t launch(struct ncclComm *c, cudaStream_t s, struct op *ops)
   return ncclSuccess;
 }
 
+/* $FAKENCCL_INPROGRESS: the call went to the background. */
+static ncclResult_t maybe_in_progress(struct ncclComm *c)
+{
+  const char *v = getenv("FAKENCCL_INPROGRESS");
+
+  if (!c->nonblocking || !v || strcmp(v, "1") != 0)
+    return ncclSuccess;
+  __atomic_store_n(&c->inprogress, 2, __ATOMIC_RELEASE);
+  return ncclInProgress;
+}
+
+/* A buffer NCCL would read or write must be the comm's device's. */
+static bool bad_buffer(const struct ncclComm *c, const void *p,
+                       const char *what)
+{
+  int dev = fake_ptr_device(p);
+
+  if (dev == c->dev)
+    return false;
+  fprintf(stderr, "fakenccl: %s buffer %p is %s (communicator of rank %d "
+          "on device %d)\n", what, p, dev < 0 ? "not device memory"
+          : "another device's memory", c->me, c->dev);
+  snprintf(((struct ncclComm *)c)->last, sizeof c->last, "fake: %s buffer "
+           "%p is not device %d's memory", what, p, c->dev);
+  return true;
+}
+
 static ncclResult_t submit(struct ncclComm *c, cudaStream_t s, struct op *proto)
 {
+  struct pending *p;
   struct op *o;
+  const char *fr = getenv("FAKENCCL_FAIL_RANK");
 
-  if (!c || aborted(c))
+  if (!c)
+    return ncclInvalidArgument;
+  if (!is_live(c))
+    return dead_handle(kind_names[proto->kind]);
+  if (aborted(c))
     return ncclInvalidArgument;
   if (!__atomic_load_n(&c->init_done, __ATOMIC_ACQUIRE))
     return ncclInvalidUsage;
@@ -543,25 +717,47 @@ static ncclResult_t submit(struct ncclComm *c, cudaStream_t s, struct op *proto)
     return ncclInvalidArgument;
   if ((unsigned)proto->rop > (unsigned)ncclAvg)
     return ncclInvalidArgument;
+  if (proto->count &&
+      ((proto->kind != K_RECV && bad_buffer(c, proto->send, "send")) ||
+       (proto->kind != K_SEND &&
+        (proto->kind != K_REDUCE || c->me == proto->root) &&
+        bad_buffer(c, proto->recv, "receive"))))
+    return ncclInvalidArgument;
+  if (c->submit_fail_op && fr && atoi(fr) == c->me &&
+      ++c->submits == (unsigned long)c->submit_fail_op) {
+    snprintf(c->last, sizeof c->last, "fake: injected submission failure "
+             "of call %lu on rank %d", c->submits, c->me);
+    return ncclUnhandledCudaError;
+  }
   o = malloc(sizeof *o);
   if (!o)
     return ncclSystemError;
   *o = *proto;
   o->done = 0;
   o->next = NULL;
-  if (group_depth == 0)
-    return launch(c, s, o);
-  if (group_ops.head && (group_ops.c != c || group_ops.stream != s)) {
-    free(o);
-    return ncclInvalidUsage;  /* the fake groups one comm and stream */
+  if (group_depth == 0) {
+    ncclResult_t r = launch(c, s, o);
+
+    return r == ncclSuccess ? maybe_in_progress(c) : r;
   }
-  group_ops.c = c;
-  group_ops.stream = s;
-  if (group_ops.tail)
-    group_ops.tail->next = o;
+  for (p = group_ops; p && (p->c != c || p->stream != s); p = p->next)
+    ;
+  if (!p) {
+    p = calloc(1, sizeof *p);
+    if (!p) {
+      free(o);
+      return ncclSystemError;
+    }
+    p->c = c;
+    p->stream = s;
+    p->next = group_ops;
+    group_ops = p;
+  }
+  if (p->tail)
+    p->tail->next = o;
   else
-    group_ops.head = o;
-  group_ops.tail = o;
+    p->head = o;
+  p->tail = o;
   return ncclSuccess;
 }
 
@@ -575,16 +771,25 @@ ncclResult_t ncclGroupStart()
   return ncclSuccess;
 }
 
+/* Launches every communicator's part of the thread's group. */
 ncclResult_t ncclGroupEnd()
 {
-  ncclResult_t r = ncclSuccess;
+  ncclResult_t r = ncclSuccess, e;
+  struct pending *p;
 
   if (group_depth == 0)
     return ncclInvalidUsage;
-  if (--group_depth > 0 || !group_ops.head)
+  if (--group_depth > 0)
     return ncclSuccess;
-  r = launch(group_ops.c, group_ops.stream, group_ops.head);
-  memset(&group_ops, 0, sizeof group_ops);
+  while ((p = group_ops) != NULL) {
+    group_ops = p->next;
+    e = launch(p->c, p->stream, p->head);
+    if (e == ncclSuccess)
+      e = maybe_in_progress(p->c);
+    if (r == ncclSuccess)
+      r = e;
+    free(p);
+  }
   return r;
 }
 #pragma GCC diagnostic pop
@@ -738,6 +943,9 @@ static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
   cudaGetDevice(&c->dev);
   c->refs = 1;
   c->fail_op = fo && *fo ? atoi(fo) : 0;
+  fo = getenv("FAKENCCL_SUBMIT_FAIL_OP");
+  c->submit_fail_op = fo && *fo ? atoi(fo) : 0;
+  c->nonblocking = cfg && cfg->blocking == 0;
   snprintf(c->name, sizeof c->name, "%s", name);
   c->size = sizeof(struct seg) + (size_t)n * sizeof(struct rank_line) +
             (size_t)n * sizeof(struct split_line) +
@@ -752,10 +960,13 @@ static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
       return ncclSystemError;
     }
     c->init_thread = true;
+    live_add(c);
     return ncclInProgress;
   }
+  live_add(c);
   r = join(c);
   if (r != ncclSuccess) {
+    live_del(c);
     comm_unref(c);
     *out = NULL;
     return r;
@@ -799,6 +1010,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
   int b, r, n = 0, me = 0;
 
   *newcomm = NULL;
+  if (comm && !is_live(comm))
+    return dead_handle("ncclCommSplit");
   if (!comm || !__atomic_load_n(&comm->init_done, __ATOMIC_ACQUIRE))
     return ncclInvalidArgument;
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
@@ -839,9 +1052,18 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id,
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
 {
+  int left;
+
   if (!c)
     return ncclInvalidArgument;
+  if (!is_live(c))
+    return dead_handle("ncclCommGetAsyncError");
   *err = (ncclResult_t)__atomic_load_n(&c->async_err, __ATOMIC_ACQUIRE);
+  left = __atomic_load_n(&c->inprogress, __ATOMIC_ACQUIRE);
+  if (*err == ncclSuccess && left > 0) {
+    __atomic_store_n(&c->inprogress, left - 1, __ATOMIC_RELEASE);
+    *err = ncclInProgress;
+  }
   return ncclSuccess;
 }
 
@@ -850,6 +1072,8 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
 {
   if (!c)
     return ncclSuccess;
+  if (!live_del(c))
+    return dead_handle("ncclCommAbort");
   __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
   if (c->me == 0)
     shm_unlink(c->name);
@@ -859,6 +1083,8 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
 
 ncclResult_t ncclCommFinalize(ncclComm_t c)
 {
+  if (c && !is_live(c))
+    return dead_handle("ncclCommFinalize");
   return c ? ncclSuccess : ncclInvalidArgument;
 }
 
@@ -866,6 +1092,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t c)
 {
   if (!c)
     return ncclInvalidArgument;
+  if (!live_del(c))
+    return dead_handle("ncclCommDestroy");
   if (c->me == 0 && !__atomic_load_n(&c->init_done, __ATOMIC_ACQUIRE))
     shm_unlink(c->name);
   __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);

@@ -11,6 +11,9 @@
 FAKE=$(dirname "$(dirname "$TW")")/fake-nccl/tests
 [ -x "$FAKE/pgtest" ] || skip "no $FAKE/pgtest (libpg built without NCCL headers)"
 export PG_BACKEND=nccl PG_NCCL_BLOCKING_WAIT=1 FAKECUDA_DEVICES=4 PG_TIMEOUT=120
+# pgtest's buffers are malloc'd: the fake takes them for device memory
+# (on a GPU they would have to be cudaMalloc'd).
+export FAKECUDA_HOST_IS_DEVICE=1
 
 run() {   # run N PROGRAM MODE...
   local n=$1 prog=$2 r

@@ -29,6 +29,10 @@
 extern int fakecuda_is_fake __attribute__((weak));
 #define fakecuda_is_fake (&fakecuda_is_fake != NULL)
 
+/* The fake's accounting (tests/fakecuda/fake.h): communicators, streams
+ * and events left; every rank checks it after its last destroy. */
+extern int fake_leaks(char *why, size_t len) __attribute__((weak));
+
 /* Devices visible to CUDA, counted in a child: a process that has
  * initialized CUDA cannot use it in children it forks, and the rank
  * tests fork one child per GPU.  0 when libpg has no NCCL. */
@@ -247,6 +251,9 @@ static double gen(pg_dtype t, pg_op op, int r, size_t idx, int salt)
 
   if (op == PG_PROD)
     return t == PG_U8 ? 1 + h % 3 : (h % 3 == 2 ? -1.0 : 1.0 + h % 3);
+  /* u8 minimum and maximum straddle 127/128: a signed mapping shows. */
+  if (t == PG_U8 && (op == PG_MIN || op == PG_MAX))
+    return 120 + h % 16;
   return t == PG_U8 ? h % 5 : (double)(int)(h % 9) - 4;
 }
 
@@ -798,17 +805,516 @@ static int rank_failure_spreads(const struct pg__setup *s)
   return 1;
 }
 
+/* ---- issue 23: the five bugs and the surviving mutations ------------- */
+
+/* Takes the comm's last fence and waits for it on the host. */
+static int wait_last(struct pg__comm *c, double timeout)
+{
+  struct pg__fence *f = c->ops->take_fence(c);
+  int err;
+
+  if (!f)
+    return 0;
+  err = c->ops->fence_wait(f, true, timeout);
+  c->ops->fence_free(f);
+  return err;
+}
+
+/* A second communicator over the same ranks (its own namespace). */
+static int create_ns(const struct pg__setup *s, const char *ns,
+                     struct pg__comm **out)
+{
+  struct pg__setup s2 = *s;
+
+  s2.ns = ns;
+  if (pg__nccl_create(&s2, out)) {
+    fprintf(stderr, "rank %d: create %s: %s\n", s->me, ns, pg_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+static float *dev_floats(const struct pg__setup *s, size_t n)
+{
+  float *d;
+
+  if (cudaSetDevice(s->device) || cudaMalloc((void **)&d, n * sizeof *d))
+    abort();
+  return d;
+}
+
+/* Bug 1: reduce_scatter with send == recv inside a group: the copy of
+ * the own block to block 0 must run after the grouped operation (at
+ * ncclGroupEnd), not before it. */
+static int rank_group_inplace_rs(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  size_t cnt = 3000, i;
+  float *d, *h;
+  int r, err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, (size_t)s->n * cnt);
+  h = malloc((size_t)s->n * cnt * sizeof *h);
+  for (i = 0; i < (size_t)s->n * cnt; i++)
+    h[i] = (float)(s->me * 1000 + (int)(i % 997));
+  h2d(d, h, (size_t)s->n * cnt * sizeof *h);
+  err = c->ops->group_start(c);
+  if (!err)
+    err = c->ops->reduce_scatter(c, d, d, cnt, PG_F32, PG_SUM,
+                                 pg__now() + 60);
+  if (!err)
+    err = c->ops->group_end(c);
+  if (!err)
+    err = wait_last(c, 60);
+  if (err) {
+    fprintf(stderr, "rank %d: grouped reduce_scatter: %s\n", s->me,
+            pg_last_error());
+    fails++;
+  }
+  d2h(h, d, cnt * sizeof *h);
+  for (i = 0; i < cnt && !fails; i++) {
+    float want = 0;
+
+    for (r = 0; r < s->n; r++)
+      want += (float)(r * 1000 + (int)(((size_t)s->me * cnt + i) % 997));
+    if (h[i] != want) {
+      fprintf(stderr, "rank %d: in-place grouped reduce_scatter [%zu] = "
+              "%g, want %g\n", s->me, i, h[i], want);
+      fails++;
+    }
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  free(h);
+  return fails ? 1 : 0;
+}
+
+/* Bug 2: NCCL's group is the thread's.  An op on B issued inside A's
+ * group runs at A's group end; its fence must not complete before. */
+static int rank_group_other_comm(const struct pg__setup *s)
+{
+  struct pg__comm *a = NULL, *b = NULL;
+  struct pg__fence *f;
+  size_t n = 50000, i;
+  float *d, *h;
+  int err, st = 0, fails = 0;
+
+  if (create_ns(s, "t/a/", &a) || create_ns(s, "t/b/", &b))
+    return 1;
+  d = dev_floats(s, n);
+  h = malloc(n * sizeof *h);
+  for (i = 0; i < n; i++)
+    h[i] = (float)(s->me + 1);
+  h2d(d, h, n * sizeof *h);
+  err = a->ops->group_start(a);
+  if (!err)
+    err = b->ops->all_reduce(b, d, d, n, PG_F32, PG_SUM, pg__now() + 60);
+  f = err ? NULL : b->ops->take_fence(b);
+  if (f && (st = b->ops->fence_query(f)) != 0) {
+    fprintf(stderr, "rank %d: B's op is done (%d) before A's group end "
+            "launched it\n", s->me, st);
+    fails++;
+  }
+  if (!err)
+    err = a->ops->group_end(a);
+  if (!err)
+    err = wait_last(a, 60);
+  if (!err && f)
+    err = b->ops->fence_wait(f, true, 60);
+  b->ops->fence_free(f);
+  if (err) {
+    fprintf(stderr, "rank %d: %s\n", s->me, pg_last_error());
+    fails++;
+  }
+  d2h(h, d, n * sizeof *h);
+  for (i = 0; i < n && !fails; i++)
+    if (h[i] != (float)(s->n * (s->n + 1) / 2)) {
+      fprintf(stderr, "rank %d: [%zu] = %g: B's wait returned before its "
+              "op ran\n", s->me, i, h[i]);
+      fails++;
+    }
+  a->ops->destroy(a);
+  b->ops->destroy(b);
+  cudaFree(d);
+  free(h);
+  return fails ? 1 : 0;
+}
+
+/* Bug 3: rank 1's failure in communicator A must bring down rank 0's
+ * wait in communicator B (as ProcessGroupNCCL's async error handling),
+ * not leave it to B's 20 s deadline.  With async_errors_off
+ * (TORCH_NCCL_ASYNC_ERROR_HANDLING=0) it stays in A: rank 0's B times
+ * out at its deadline (3 s then). */
+static bool async_errors_off;
+
+static int rank_failure_other_comm(const struct pg__setup *s)
+{
+  struct pg__comm *a = NULL, *b = NULL;
+  double limit = async_errors_off ? 3 : 20;
+  float *d;
+  int err;
+
+  if (async_errors_off)
+    setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0", 1);
+  setenv("FAKENCCL_FAIL_RANK", "1", 1);
+  setenv("FAKENCCL_FAIL_OP", "1", 1);
+  if (create_ns(s, "t/a/", &a) || create_ns(s, "t/b/", &b))
+    return 1;
+  d = dev_floats(s, 1024);
+  if (s->me == 1)
+    err = a->ops->all_reduce(a, d, d, 1024, PG_F32, PG_SUM,
+                             pg__now() + limit);
+  else
+    err = b->ops->all_reduce(b, d, d, 1024, PG_F32, PG_SUM,
+                             pg__now() + limit);
+  if (!err)
+    err = wait_last(s->me == 1 ? a : b, -1);
+  a->ops->destroy(a);
+  b->ops->destroy(b);
+  cudaFree(d);
+  if (s->me == 1 ? err == PG_ENCCL(ncclSystemError)
+                 : err == (async_errors_off ? -ETIMEDOUT : PG_EPEERFAIL))
+    return 0;
+  fprintf(stderr, "rank %d: got %d (%s)\n", s->me, err, pg_last_error());
+  return 1;
+}
+
+/* Bug 4: rank 0 destroys its comm with an op in flight that rank 1's
+ * failure will never let finish: destroy must see the failure rank 1
+ * publishes and abort, not drain for the comm's 120 s (the 10 s alarm). */
+static int rank_destroy_sees_peer(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  float *d;
+  int err;
+
+  setenv("FAKENCCL_FAIL_RANK", "1", 1);
+  setenv("FAKENCCL_FAIL_OP", "1", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 120);
+  if (s->me == 1 && !err)
+    err = wait_last(c, -1);
+  alarm(10);
+  c->ops->destroy(c);
+  alarm(0);
+  cudaFree(d);
+  if (s->me == 1 && err != PG_ENCCL(ncclSystemError)) {
+    fprintf(stderr, "rank 1: got %d (%s)\n", err, pg_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+/* Bug 5: CUDA graphs.  (a) An op captured on the caller's stream is not
+ * watched (its events cannot be queried), and the comm stays healthy.
+ * (b) With no stream set, an op during someone else's capture must not
+ * use the legacy stream, and the watchdog's queries must not invalidate
+ * the capture (a thread-local relaxed capture mode). */
+static int rank_graph_capture(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  struct pg__fence *f;
+  cudaStream_t st;
+  cudaGraph_t g = NULL;
+  cudaError_t e;
+  float *d;
+  int err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking))
+    abort();
+  c->ops->set_stream(c, st);
+  if (cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal))
+    abort();
+  err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 60);
+  f = err ? NULL : c->ops->take_fence(c);
+  if (!err && f)
+    err = c->ops->fence_wait(f, false, -1);
+  e = cudaStreamEndCapture(st, &g);
+  if (err || e != cudaSuccess) {
+    fprintf(stderr, "captured all_reduce: %d (%s), capture: %s\n", err,
+            pg_last_error(), cudaGetErrorString(e));
+    fails++;
+  }
+  if (f && (err = c->ops->fence_wait(f, true, 30)) != 0) {
+    fprintf(stderr, "a captured op was watched: %s\n", pg_last_error());
+    fails++;
+  }
+  c->ops->fence_free(f);
+  /* (b) */
+  c->ops->set_stream(c, NULL);
+  if (cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal))
+    abort();
+  err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 60);
+  /* The watchdog polls the op's event meanwhile (every 50 ms). */
+  usleep(300000);
+  e = cudaStreamEndCapture(st, &g);
+  if (!err)
+    err = wait_last(c, 30);
+  if (err || e != cudaSuccess) {
+    fprintf(stderr, "all_reduce during a capture: %d (%s), capture: %s\n",
+            err, pg_last_error(), cudaGetErrorString(e));
+    fails++;
+  }
+  err = c->ops->barrier(c, pg__now() + 30);
+  if (!err)
+    err = wait_last(c, 30);
+  if (err) {
+    fprintf(stderr, "barrier after the captures: %s\n", pg_last_error());
+    fails++;
+  }
+  c->ops->destroy(c);
+  cudaStreamDestroy(st);
+  cudaFree(d);
+  return fails ? 1 : 0;
+}
+
+/* Mutation: a barrier that does not synchronize.  Rank 1 sets its key
+ * late; after the barrier every rank must see every key. */
+static int rank_barrier_syncs(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  char key[32];
+  void *v = NULL;
+  size_t len;
+  int r, err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (s->me == 1)
+    usleep(300000);
+  snprintf(key, sizeof key, "t/bar/%d", s->me);
+  pg_store_set(s->store, key, "1", 1);
+  err = c->ops->barrier(c, pg__now() + 60);
+  if (!err)
+    err = wait_last(c, 60);
+  for (r = 0; r < s->n && !err; r++) {
+    snprintf(key, sizeof key, "t/bar/%d", r);
+    if (pg_store_get(s->store, key, 0, &v, &len) != 0) {
+      fprintf(stderr, "rank %d left the barrier before rank %d reached "
+              "it\n", s->me, r);
+      fails++;
+    }
+    free(v);
+    v = NULL;
+  }
+  if (err) {
+    fprintf(stderr, "rank %d: barrier: %s\n", s->me, pg_last_error());
+    fails++;
+  }
+  c->ops->destroy(c);
+  return fails ? 1 : 0;
+}
+
+/* Mutation: the comm's timeout (group end's deadline) ignoring the
+ * group's (3 s here, from run_ranks).  Rank 1 never joins the grouped
+ * op; rank 0's watchdog must fail it at 3 s, well before its 15 s host
+ * wait gives up. */
+static int rank_group_timeout(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  void *v = NULL;
+  size_t len;
+  float *d;
+  int err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  if (s->me == 1) {
+    pg_store_get(s->store, "t/gto/done", 60, &v, &len);
+    free(v);
+  } else {
+    err = c->ops->group_start(c);
+    if (!err)
+      err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM,
+                               pg__now() + 60);
+    if (!err)
+      err = c->ops->group_end(c);
+    if (!err)
+      err = wait_last(c, 15);
+    if (err != -ETIMEDOUT || !strstr(pg_last_error(), "within 3 s")) {
+      fprintf(stderr, "grouped op: %d (%s)\n", err, pg_last_error());
+      fails++;
+    }
+    pg_store_set(s->store, "t/gto/done", "1", 1);
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  return fails ? 1 : 0;
+}
+
+/* Mutation: a failure at submission not published.  Rank 1's second
+ * call fails before reaching its stream; rank 0, stuck in its second
+ * op, must learn it from the store (PG_EPEERFAIL naming rank 1) before
+ * its own 10 s deadline. */
+static int rank_submit_failure_spreads(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  float *d;
+  int i, err = 0;
+
+  setenv("FAKENCCL_FAIL_RANK", "1", 1);
+  setenv("FAKENCCL_SUBMIT_FAIL_OP", "2", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  for (i = 1; i <= 3 && !err; i++) {
+    err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 10);
+    if (!err)
+      err = wait_last(c, -1);
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  if (i == 3 && (s->me == 1 ? err == PG_ENCCL(ncclUnhandledCudaError)
+                            : err == PG_EPEERFAIL &&
+                              strstr(pg_last_error(), "because rank 1")))
+    return 0;
+  fprintf(stderr, "rank %d: op %d: %d (%s)\n", s->me, i - 1, err,
+          pg_last_error());
+  return 1;
+}
+
+/* Collectives and ncclGroupEnd answering ncclInProgress. */
+static int rank_in_progress(const struct pg__setup *s)
+{
+  struct pg__setup s2 = *s;
+
+  setenv("FAKENCCL_INPROGRESS", "1", 1);
+  s2.ns = "t/p2p/";
+  return rank_stream_order(s) | (s->n == 2 ? rank_group_p2p(&s2) : 0);
+}
+
+/* A host pointer is refused with a clear error, and the comm lives on. */
+static int rank_host_pointer(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  float host[16] = { 0 };
+  int err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  err = c->ops->all_reduce(c, host, host, 16, PG_F32, PG_SUM,
+                           pg__now() + 30);
+  if (err != -EINVAL || !strstr(pg_last_error(), "not memory of device")) {
+    fprintf(stderr, "host pointer: %d (%s)\n", err, pg_last_error());
+    fails++;
+  }
+  err = c->ops->barrier(c, pg__now() + 30);
+  if (!err)
+    err = wait_last(c, 30);
+  if (err) {
+    fprintf(stderr, "barrier after: %s\n", pg_last_error());
+    fails++;
+  }
+  c->ops->destroy(c);
+  return fails ? 1 : 0;
+}
+
+/* TORCH_NCCL_BLOCKING_WAIT=1 (cdrun exports it): a device wait is a host
+ * wait, so the op is done when the wait returns. */
+static int rank_torch_blocking_wait(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  struct pg__fence *f;
+  float *d;
+  int err, st = -1, fails = 0;
+
+  setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 65536);
+  err = c->ops->all_reduce(c, d, d, 65536, PG_F32, PG_SUM, pg__now() + 30);
+  f = err ? NULL : c->ops->take_fence(c);
+  if (f && !(err = c->ops->fence_wait(f, false, -1)))
+    st = c->ops->fence_query(f);
+  c->ops->fence_free(f);
+  if (err || st != 1) {
+    fprintf(stderr, "blocking wait: %d, state %d (%s)\n", err, st,
+            pg_last_error());
+    fails++;
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  return fails ? 1 : 0;
+}
+
+/* A host wait that times out aborts the comm: later ops fail at once. */
+static int rank_wait_timeout_aborts(const struct pg__setup *s)
+{
+  struct pg__comm *c = NULL;
+  void *v = NULL;
+  size_t len;
+  float *d;
+  int err, fails = 0;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  d = dev_floats(s, 1024);
+  if (s->me == 1) {
+    pg_store_get(s->store, "t/wto/done", 60, &v, &len);
+    free(v);
+  } else {
+    err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 60);
+    if (!err)
+      err = wait_last(c, 0.5);
+    if (err != -ETIMEDOUT) {
+      fprintf(stderr, "host wait: %d (%s)\n", err, pg_last_error());
+      fails++;
+    }
+    err = c->ops->barrier(c, pg__now() + 60);
+    if (err != PG_EPEERFAIL) {
+      fprintf(stderr, "after a timed-out wait: %d (%s)\n", err,
+              pg_last_error());
+      fails++;
+    }
+    pg_store_set(s->store, "t/wto/done", "1", 1);
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  return fails ? 1 : 0;
+}
+
 /* ---- ranks as processes ---------------------------------------------- */
 
 typedef int (*rank_fn)(const struct pg__setup *s);
 
+/* Devices the ranks share (the fake lets ranks share one device, so the
+ * multi-rank tests run with one fake device too). */
+static int ndevices;
+
 /* Rank 0 serves the store and hands its port to the others through
- * pipes; each rank gets device `me`. */
+ * pipes; each rank gets device `me` (mod the devices, on the fake). */
 static int rank_main(rank_fn fn, int n, int me, int (*fds)[2],
                      double timeout)
 {
   static const int ranks[MAXRANKS] = { 0, 1, 2, 3 };
-  struct pg__setup s = setup1(ranks, n, me, me, timeout);
+  struct pg__setup s = setup1(ranks, n, me, fakecuda_is_fake && ndevices > 0
+                              ? me % ndevices : me, timeout);
   pg_store_server *srv = NULL;
   pg_store *st = NULL;
   int port = 0, r, rc;
@@ -829,6 +1335,14 @@ static int rank_main(rank_fn fn, int n, int me, int (*fds)[2],
   }
   s.store = st;
   rc = fn(&s);
+  if (fake_leaks) {
+    char why[160];
+
+    if (fake_leaks(why, sizeof why) > 0) {
+      fprintf(stderr, "rank %d: fake CUDA/NCCL leak: %s\n", me, why);
+      rc = 1;
+    }
+  }
   /* Rank 0's store outlives every rank's use of it (as pg_destroy's exit
    * barrier makes sure): the watchdogs read it until the end. */
   {
@@ -908,6 +1422,80 @@ START_TEST(test_failure_spreads)
 }
 END_TEST
 
+START_TEST(test_group_inplace_rs)
+{
+  run_ranks(rank_group_inplace_rs, 2, 60);
+}
+END_TEST
+
+START_TEST(test_group_other_comm)
+{
+  run_ranks(rank_group_other_comm, 2, 60);
+}
+END_TEST
+
+/* _i: 1 with TORCH_NCCL_ASYNC_ERROR_HANDLING=0. */
+START_TEST(test_failure_other_comm)
+{
+  async_errors_off = _i;
+  run_ranks(rank_failure_other_comm, 2, 60);
+}
+END_TEST
+
+START_TEST(test_destroy_sees_peer)
+{
+  run_ranks(rank_destroy_sees_peer, 2, 120);
+}
+END_TEST
+
+START_TEST(test_graph_capture)
+{
+  run_ranks(rank_graph_capture, 1, 60);
+}
+END_TEST
+
+START_TEST(test_barrier_syncs)
+{
+  run_ranks(rank_barrier_syncs, _i, 60);
+}
+END_TEST
+
+START_TEST(test_group_timeout)
+{
+  run_ranks(rank_group_timeout, 2, 3);
+}
+END_TEST
+
+START_TEST(test_submit_failure_spreads)
+{
+  run_ranks(rank_submit_failure_spreads, 2, 60);
+}
+END_TEST
+
+START_TEST(test_in_progress)
+{
+  run_ranks(rank_in_progress, _i, 60);
+}
+END_TEST
+
+START_TEST(test_host_pointer)
+{
+  run_ranks(rank_host_pointer, 1, 60);
+}
+END_TEST
+
+START_TEST(test_torch_blocking_wait)
+{
+  run_ranks(rank_torch_blocking_wait, 2, 60);
+}
+END_TEST
+
+START_TEST(test_wait_timeout_aborts)
+{
+  run_ranks(rank_wait_timeout_aborts, 2, 60);
+}
+END_TEST
+
 /* Note [device rule]: a worker at local rank 3 that sees one device
  * (CUDA_VISIBLE_DEVICES) uses device 0. */
 START_TEST(test_one_visible_device)
@@ -961,6 +1549,13 @@ END_TEST
 
 static Suite *pg_nccl_suite(int ndev)
 {
+#ifdef PG_WITH_NCCL
+  int nrank = ndev;
+
+  ndevices = ndev;
+  if (fakecuda_is_fake && ndev >= 1)
+    nrank = MAXRANKS;  /* ranks share the fake devices */
+#endif
   Suite *s = suite_create("pg_nccl");
   TCase *tc = tcase_create("build");
 
@@ -977,15 +1572,31 @@ static Suite *pg_nccl_suite(int ndev)
     tcase_add_test(tc, test_init_timeout);
     tcase_add_loop_test(tc, test_stream_order, 1, 2);
     tcase_add_test(tc, test_one_visible_device);
-    if (ndev >= 2) {
+    if (nrank >= 2) {
       tcase_add_loop_test(tc, test_collectives,
-                          ndev < MAXRANKS ? ndev : MAXRANKS,
-                          (ndev < MAXRANKS ? ndev : MAXRANKS) + 1);
+                          nrank < MAXRANKS ? nrank : MAXRANKS,
+                          (nrank < MAXRANKS ? nrank : MAXRANKS) + 1);
       tcase_add_test(tc, test_op_timeout);
       tcase_add_loop_test(tc, test_stream_order, 2, 3);
       tcase_add_test(tc, test_group_p2p);
-      if (ndev >= 3 && fakecuda_is_fake)
+      if (nrank >= 3 && fakecuda_is_fake)
         tcase_add_test(tc, test_failure_spreads);
+      tcase_add_loop_test(tc, test_barrier_syncs, 2, 4);
+      tcase_add_test(tc, test_group_inplace_rs);
+      tcase_add_test(tc, test_group_other_comm);
+      tcase_add_test(tc, test_group_timeout);
+      tcase_add_test(tc, test_wait_timeout_aborts);
+      tcase_add_test(tc, test_torch_blocking_wait);
+      if (fakecuda_is_fake) {
+        tcase_add_loop_test(tc, test_failure_other_comm, 0, 2);
+        tcase_add_test(tc, test_destroy_sees_peer);
+        tcase_add_test(tc, test_submit_failure_spreads);
+        tcase_add_loop_test(tc, test_in_progress, 1, 3);
+      }
+    }
+    if (fakecuda_is_fake) {
+      tcase_add_test(tc, test_graph_capture);
+      tcase_add_test(tc, test_host_pointer);
     }
     suite_add_tcase(s, tc);
   }

@@ -1,0 +1,119 @@
+/* nccl_comm.h -- what the NCCL backend's files share (libpg/nccl/): a
+ * communicator, an operation's completion (fence), and the failure path.
+ * Internal to libpg; nothing here is part of pg.h.
+ *
+ * Contract: nccl.c owns a comm's life (create, ops, destroy);
+ * nccl_watchdog.c runs its watchdog thread (Note [watchdog]) between
+ * nccl_watchdog_start and nccl_watchdog_stop.  Errors are negative errno
+ * (or PG_E* codes) with their sentence set through pg__fail. */
+#ifndef NCCL_COMM_H
+#define NCCL_COMM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include <cuda_runtime.h>
+/* nccl.h declares `ncclGroupStart()` without void; CUDA_HOME is not a
+ * system include directory, so -Wstrict-prototypes would reject it. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "pg_internal.h"
+
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21400
+#define PG_NCCL_NONBLOCKING 1  /* ncclConfig_t, ncclCommFinalize */
+#endif
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21000
+#define PG_NCCL_BF16_AVG 1     /* ncclBfloat16, ncclAvg */
+#endif
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21300
+#define PG_NCCL_LAST_ERROR 1   /* ncclGetLastError */
+#endif
+
+#define WATCH_TICK_S 0.05      /* the watchdog's event polling period */
+#define STORE_POLL_S 1.0       /* how often it reads <ns>abort, busy */
+#define STORE_IDLE_S 5.0       /* and with nothing in flight */
+#define EVENT_POOL 64          /* completion events kept for reuse */
+
+struct nccl_comm;
+
+/* One enqueued operation's completion (a pg__fence). */
+struct pg__fence {
+  struct nccl_comm *c;
+  cudaEvent_t done;
+  unsigned long long seq;
+  const char *what;
+  double deadline;
+  double limit;          /* seconds from submit to deadline */
+  int refs;              /* the in-flight list's, the holder's (wmu) */
+  int result;            /* the failure, once known (wmu) */
+  bool finished;         /* the event was reached (wmu) */
+  bool listed;
+  bool pending;          /* Note [group per thread]: not yet recorded */
+  bool user_wait;        /* a device wait queued for the group end */
+  struct pg__fence *next;
+  struct pg__fence *group_next;  /* the thread's pending fences */
+};
+
+struct nccl_comm {
+  struct pg__comm base;
+  pthread_mutex_t mu;    /* the NCCL handle */
+  ncclComm_t comm;       /* NULL once aborted */
+  cudaStream_t stream;
+  cudaEvent_t ready;     /* recorded on the caller's stream at submit */
+  int *scratch;          /* one device int for barrier */
+  int device, n, me;
+  double timeout;
+  bool blocking_wait;    /* $PG_NCCL_BLOCKING_WAIT=1 (or torch's) */
+  bool spread;           /* $TORCH_NCCL_ASYNC_ERROR_HANDLING != 0 */
+  bool sync_free;        /* no memory pools: cudaMalloc/cudaFree */
+  cudaStream_t user;     /* the caller's stream; NULL: legacy */
+  unsigned long long seq;
+  int group_depth;
+  struct pg__fence *last;  /* the last op's fence, not yet taken */
+
+  pthread_mutex_t wmu;
+  pthread_cond_t wcv;
+  struct pg__fence *inflight;
+  int failed;            /* first error (atomic) */
+  char why[512];         /* its sentence (wmu) */
+  bool stop;
+  bool watching;
+  pthread_t watchdog;
+  pg_store *store;       /* NULL: a single member */
+  char abort_key[512];
+  cudaEvent_t pool[EVENT_POOL];  /* free completion events (wmu) */
+  int npool;
+  struct nccl_comm *next_comm;   /* the process's comms (comms_mu) */
+};
+
+/* ---- nccl.c: the failure path ----------------------------------------- */
+
+/* The comm's first failure (0: none). */
+int nccl_failed(struct nccl_comm *c);
+/* Records an NCCL failure's sentence; returns its error. */
+int nccl_fail(struct nccl_comm *c, ncclResult_t r, const char *what);
+/* Records the comm's first failure, fails its fences, publishes it
+ * (publish: under <ns>abort) and fails the process's other comms. */
+void nccl_mark_failed(struct nccl_comm *c, int err, const char *why,
+                      bool publish);
+/* Aborts the NCCL communicator (mu held). */
+void nccl_abort_locked(struct nccl_comm *c);
+/* nccl_mark_failed, then the abort (mu not held). */
+void nccl_fail_abort(struct nccl_comm *c, int err, const char *why,
+                     bool publish);
+/* Drops a fence reference (wmu held): the fence, if it must be freed by
+ * nccl_fence_destroy (outside wmu). */
+struct pg__fence *nccl_fence_unref_locked(struct pg__fence *f);
+void nccl_fence_destroy(struct pg__fence *f);
+
+/* ---- nccl_watchdog.c ------------------------------------------------------ */
+
+/* Starts c's watchdog thread: 0, or -EAGAIN with its sentence. */
+int nccl_watchdog_start(struct nccl_comm *c);
+/* Stops and joins it (nothing if it never started). */
+void nccl_watchdog_stop(struct nccl_comm *c);
+
+#endif

@@ -1,0 +1,271 @@
+/* nccl_check.c -- correctness of every libpg collective on the NCCL
+ * backend, out of place (so data moves even with one rank), for
+ * scripts/gpu-check; a cdrun worker (one per GPU, or 1 rank).
+ *
+ * Every dtype and reduction for all_reduce, reduce and reduce_scatter;
+ * broadcast, all_gather, all_to_all, send/recv (2+ ranks), barrier, a
+ * grouped exchange, and the async form (pg_work_wait) of all_reduce.
+ * Rank r's element i is a small integer ((7 i + 3 r) mod 5 + 1), so every
+ * result is exact in every dtype.  Rank 0 prints one line,
+ *
+ *   nccl_check ranks=N checks=K failures=F
+ *
+ * and the first failures on stderr; exit status 1 on any failure. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "pg.h"
+
+#define COUNT 4099           /* odd: no block is aligned by luck */
+
+static pg_group *g;
+static int rank, ws, checks, fails;
+
+static void die(const char *what, const char *why)
+{
+  fprintf(stderr, "nccl_check: rank %d: %s: %s\n", rank, what, why);
+  exit(1);
+}
+
+#define CUDA(call) do { cudaError_t e_ = (call); \
+  if (e_ != cudaSuccess) die(#call, cudaGetErrorString(e_)); } while (0)
+
+static uint16_t to_half(float f, int bf)
+{
+  uint32_t x;
+  int e;
+
+  memcpy(&x, &f, sizeof x);
+  if (bf)
+    return (uint16_t)(x >> 16);  /* small integers: exact */
+  if (f == 0)
+    return 0;
+  e = (int)((x >> 23) & 0xff) - 127 + 15;
+  return (uint16_t)(((x >> 16) & 0x8000) | ((uint32_t)e << 10) |
+                    ((x >> 13) & 0x3ff));
+}
+
+static float from_half(uint16_t h, int bf)
+{
+  uint32_t x;
+  float f;
+
+  if (bf) {
+    x = (uint32_t)h << 16;
+  } else if ((h & 0x7fff) == 0) {
+    x = (uint32_t)(h & 0x8000) << 16;
+  } else {
+    x = ((uint32_t)(h & 0x8000) << 16) |
+        ((uint32_t)(((h >> 10) & 0x1f) - 15 + 127) << 23) |
+        ((uint32_t)(h & 0x3ff) << 13);
+  }
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+static void put(pg_dtype t, void *b, size_t i, double v)
+{
+  switch (t) {
+  case PG_F32: ((float *)b)[i] = (float)v; break;
+  case PG_F64: ((double *)b)[i] = v; break;
+  case PG_F16: ((uint16_t *)b)[i] = to_half((float)v, 0); break;
+  case PG_BF16: ((uint16_t *)b)[i] = to_half((float)v, 1); break;
+  case PG_I32: ((int32_t *)b)[i] = (int32_t)v; break;
+  case PG_I64: ((int64_t *)b)[i] = (int64_t)v; break;
+  default: ((uint8_t *)b)[i] = (uint8_t)v; break;
+  }
+}
+
+static double get(pg_dtype t, const void *b, size_t i)
+{
+  switch (t) {
+  case PG_F32: return ((const float *)b)[i];
+  case PG_F64: return ((const double *)b)[i];
+  case PG_F16: return from_half(((const uint16_t *)b)[i], 0);
+  case PG_BF16: return from_half(((const uint16_t *)b)[i], 1);
+  case PG_I32: return ((const int32_t *)b)[i];
+  case PG_I64: return (double)((const int64_t *)b)[i];
+  default: return ((const uint8_t *)b)[i];
+  }
+}
+
+static double val(size_t i, int r)
+{
+  return (double)((7 * i + 3 * (size_t)r) % 5 + 1);
+}
+
+/* The reduction of element i over every rank. */
+static double reduced(pg_dtype t, pg_op op, size_t i)
+{
+  double acc = val(i, 0);
+  int r;
+
+  for (r = 1; r < ws; r++) {
+    double v = val(i, r);
+
+    acc = op == PG_MIN ? fmin(acc, v) : op == PG_MAX ? fmax(acc, v)
+        : op == PG_PROD ? acc * v : acc + v;
+  }
+  if (op == PG_AVG)
+    acc = t == PG_I32 || t == PG_I64 || t == PG_U8
+          ? (double)((int64_t)acc / ws) : acc / ws;
+  return acc;
+}
+
+static void *dsend, *drecv, *hbuf;
+
+static void fill(pg_dtype t, size_t n, size_t first, int r)
+{
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    put(t, hbuf, i, val(first + i, r));
+  CUDA(cudaMemcpy(dsend, hbuf, n * pg_dtype_size(t),
+                  cudaMemcpyHostToDevice));
+  CUDA(cudaMemset(drecv, 0xab, (size_t)ws * COUNT * 8));
+}
+
+static void fetch(pg_dtype t, void *d, size_t n)
+{
+  CUDA(cudaMemcpy(hbuf, d, n * pg_dtype_size(t), cudaMemcpyDeviceToHost));
+}
+
+static void expect(const char *what, pg_dtype t, pg_op op, size_t i,
+                   double want)
+{
+  double got = get(t, hbuf, i), tol;
+
+  /* ncclAvg scales before summing: the last bit may differ. */
+  tol = op == PG_AVG && (t == PG_F16 || t == PG_BF16) ? 0.02 * fabs(want)
+      : op == PG_AVG ? 1e-6 * fabs(want) : 0;
+  if (fabs(got - want) <= tol)
+    return;
+  if (++fails <= 10)
+    fprintf(stderr, "nccl_check: rank %d: %s dtype %d op %d [%zu]: got "
+            "%g, want %g\n", rank, what, (int)t, (int)op, i, got, want);
+}
+
+static void rc(const char *what, int err)
+{
+  checks++;
+  if (err)
+    die(what, pg_last_error());
+}
+
+static void check_reductions(pg_dtype t, pg_op op)
+{
+  size_t i;
+  int root = ws - 1;
+  pg_work *w = NULL;
+
+  fill(t, COUNT, 0, rank);
+  rc("pg_all_reduce", pg_all_reduce(g, dsend, drecv, COUNT, t, op));
+  fetch(t, drecv, COUNT);
+  for (i = 0; i < COUNT; i++)
+    expect("all_reduce", t, op, i, reduced(t, op, i));
+  fill(t, COUNT, 0, rank);
+  rc("pg_all_reduce_async", pg_all_reduce_async(g, dsend, drecv, COUNT, t,
+                                                op, &w));
+  rc("pg_work_wait", pg_work_wait(w, -1));
+  pg_work_free(w);
+  fetch(t, drecv, COUNT);
+  for (i = 0; i < COUNT; i++)
+    expect("all_reduce async", t, op, i, reduced(t, op, i));
+  fill(t, COUNT, 0, rank);
+  rc("pg_reduce", pg_reduce(g, dsend, rank == root ? drecv : NULL, COUNT,
+                            t, op, root));
+  if (rank == root) {
+    fetch(t, drecv, COUNT);
+    for (i = 0; i < COUNT; i++)
+      expect("reduce", t, op, i, reduced(t, op, i));
+  }
+  fill(t, (size_t)ws * COUNT, 0, rank);
+  rc("pg_reduce_scatter", pg_reduce_scatter(g, dsend, drecv, COUNT, t, op));
+  fetch(t, drecv, COUNT);
+  for (i = 0; i < COUNT; i++)
+    expect("reduce_scatter", t, op, i,
+           reduced(t, op, (size_t)rank * COUNT + i));
+}
+
+static void check_moves(pg_dtype t)
+{
+  size_t i;
+  int r, next = (rank + 1) % ws, prev = (rank + ws - 1) % ws;
+
+  fill(t, COUNT, 0, rank);
+  CUDA(cudaMemcpy(drecv, dsend, COUNT * pg_dtype_size(t),
+                  cudaMemcpyDeviceToDevice));
+  rc("pg_broadcast", pg_broadcast(g, drecv, COUNT, t, ws - 1));
+  fetch(t, drecv, COUNT);
+  for (i = 0; i < COUNT; i++)
+    expect("broadcast", t, PG_SUM, i, val(i, ws - 1));
+  fill(t, COUNT, 0, rank);
+  rc("pg_all_gather", pg_all_gather(g, dsend, drecv, COUNT, t));
+  fetch(t, drecv, (size_t)ws * COUNT);
+  for (r = 0; r < ws; r++)
+    for (i = 0; i < COUNT; i++)
+      expect("all_gather", t, PG_SUM, (size_t)r * COUNT + i, val(i, r));
+  fill(t, (size_t)ws * COUNT, 0, rank);
+  rc("pg_all_to_all", pg_all_to_all(g, dsend, drecv, COUNT, t));
+  fetch(t, drecv, (size_t)ws * COUNT);
+  for (r = 0; r < ws; r++)
+    for (i = 0; i < COUNT; i++)
+      expect("all_to_all", t, PG_SUM, (size_t)r * COUNT + i,
+             val((size_t)rank * COUNT + i, r));
+  if (ws < 2)
+    return;
+  fill(t, COUNT, 0, rank);
+  rc("pg_group_start", pg_group_start(g));
+  rc("pg_send", pg_send(g, dsend, COUNT, t, next, 1));
+  rc("pg_recv", pg_recv(g, drecv, COUNT, t, prev, 1));
+  rc("pg_group_end", pg_group_end(g));
+  fetch(t, drecv, COUNT);
+  for (i = 0; i < COUNT; i++)
+    expect("send/recv", t, PG_SUM, i, val(i, prev));
+}
+
+int main(void)
+{
+  struct pg_options o = PG_OPTIONS_INIT;
+  int t, op, ndev = 0;
+
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    fprintf(stderr, "nccl_check: no GPU here\n");
+    return 3;
+  }
+  o.backend = PG_BACKEND_NCCL;
+  if (pg_init(&o, &g) != 0)
+    die("pg_init", pg_last_error());
+  rank = pg_rank(g);
+  ws = pg_size(g);
+  {
+    /* The device libpg picked (Note [device rule]). */
+    const char *lr = getenv("LOCAL_RANK");
+
+    CUDA(cudaSetDevice(ndev == 1 ? 0 : (lr ? atoi(lr) : 0) % ndev));
+  }
+  CUDA(cudaMalloc(&dsend, (size_t)ws * COUNT * 8));
+  CUDA(cudaMalloc(&drecv, (size_t)ws * COUNT * 8));
+  hbuf = malloc((size_t)ws * COUNT * 8);
+  if (!hbuf)
+    die("malloc", "out of memory");
+  for (t = 0; t < PG_DTYPE_COUNT; t++) {
+    for (op = 0; op < PG_OP_COUNT; op++)
+      check_reductions((pg_dtype)t, (pg_op)op);
+    check_moves((pg_dtype)t);
+  }
+  rc("pg_barrier", pg_barrier(g));
+  if (rank == 0)
+    printf("nccl_check ranks=%d checks=%d failures=%d\n", ws, checks, fails);
+  fflush(stdout);
+  cudaFree(dsend);
+  cudaFree(drecv);
+  free(hbuf);
+  pg_destroy(g);
+  return fails ? 1 : 0;
+}
