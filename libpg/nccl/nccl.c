@@ -872,7 +872,7 @@ static int nccl_barrier(struct pg__comm *base, double deadline)
 
 /* Checks a point-to-point peer.  A send to oneself would wait forever
  * outside an NCCL group, so it is refused there; inside one NCCL pairs it
- * with the receive (all_to_all's own block, group.c). */
+ * with the receive (all_to_all's own block, composed.c). */
 static int check_peer(struct nccl_comm *c, int peer, const char *what)
 {
   int err = check_rank(c, peer, what);
@@ -1413,7 +1413,7 @@ static int comm_start(struct nccl_comm *c, int err, int prev,
  * (as torch's new_group does when the parent is NCCL): members pass
  * their color and key, the others (s == NULL) NCCL_SPLIT_NOCOLOR.  NCCL
  * orders the members by key, then by parent rank, as pg_split says and
- * as group.c numbers them (s->me).  The child shares the parent's device
+ * as subgroup.c numbers them (s->me).  The child shares the parent's device
  * and has its own stream, watchdog and abort key (s->ns).  A member whose
  * CUDA setup failed still takes part with its color, so the others'
  * membership stays what they computed, then aborts (its failure reaches
