@@ -11,10 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <sys/random.h>
+
+#include "sha256.h"
 
 #include "err.h"
 
@@ -64,7 +63,7 @@ int rdzv_auth_secret_load(const char *path, struct rdzv_auth_secret *out,
       continue;
     if (n < 0) {
       snprintf(err, errlen, "secret file %s: %s", path, strerror(errno));
-      OPENSSL_cleanse(buf, sizeof buf);
+      explicit_bzero(buf, sizeof buf);
       close(fd);
       return -EIO;
     }
@@ -86,34 +85,31 @@ int rdzv_auth_secret_load(const char *path, struct rdzv_auth_secret *out,
              : len == 0          ? "empty"
                                  : "too short",
              RDZV_AUTH_MIN_SECRET, RDZV_AUTH_MAX_SECRET, path);
-    OPENSSL_cleanse(buf, sizeof buf);
+    explicit_bzero(buf, sizeof buf);
     return -EINVAL;
   }
   memcpy(out->key, buf, len);
   out->len = len;
-  OPENSSL_cleanse(buf, sizeof buf);
+  explicit_bzero(buf, sizeof buf);
   return 0;
 }
 
 void rdzv_auth_secret_clear(struct rdzv_auth_secret *s)
 {
-  OPENSSL_cleanse(s, sizeof *s);
+  explicit_bzero(s, sizeof *s);
 }
 
 int rdzv_auth_nonce(unsigned char out[RDZV_PROTO_AUTH_BYTES])
 {
-  return RAND_bytes(out, RDZV_PROTO_AUTH_BYTES) == 1 ? 0 : -EIO;
+  return getrandom(out, RDZV_PROTO_AUTH_BYTES, 0) == RDZV_PROTO_AUTH_BYTES
+             ? 0 : -EIO;
 }
 
 int rdzv_auth_hmac(const void *key, size_t keylen, const void *msg,
                    size_t msglen, unsigned char out[RDZV_PROTO_AUTH_BYTES])
 {
-  unsigned int outlen = 0;
-
-  if (keylen > INT_MAX ||
-      !HMAC(EVP_sha256(), key, (int)keylen, msg, msglen, out, &outlen) ||
-      outlen != RDZV_PROTO_AUTH_BYTES)
-    return -EIO;
+  _Static_assert(RDZV_PROTO_AUTH_BYTES == SHA256_BYTES, "HMAC-SHA256 tags");
+  sha256_hmac(key, keylen, msg, msglen, out);
   return 0;
 }
 
@@ -142,8 +138,8 @@ bool rdzv_auth_verify(const struct rdzv_auth_secret *k,
 
   if (!k || k->len == 0 || rdzv_auth_mac(k, side, nc, ns, want) != 0)
     return false;
-  ok = CRYPTO_memcmp(want, mac, RDZV_PROTO_AUTH_BYTES) == 0;
-  OPENSSL_cleanse(want, sizeof want);
+  ok = sha256_equal_ct(want, mac, RDZV_PROTO_AUTH_BYTES);
+  explicit_bzero(want, sizeof want);
   return ok;
 }
 
@@ -271,7 +267,7 @@ int rdzv_auth_client_step(struct rdzv_auth_client *st,
   }
   if (st->state == RDZV_AUTH_C_CHALLENGE && m->op == RDZV_PROTO_CHALLENGE) {
     /* Our own nonce coming back is a reflection attempt. */
-    if (CRYPTO_memcmp(m->u.auth.nonce, st->nc, RDZV_PROTO_AUTH_BYTES) == 0) {
+    if (sha256_equal_ct(m->u.auth.nonce, st->nc, RDZV_PROTO_AUTH_BYTES)) {
       return err_set(err, errlen, -EACCES,
                      RDZV_AUTH_REFUSED ": the server reflected our nonce");
     }

@@ -9,46 +9,40 @@
 #include <unistd.h>
 #include <sys/random.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-
 #include "err.h"
+#include "sha256.h"
 
-#define SHA256_BLOCK 64
 #define KEY_LABEL "cdrun-rdzv-token-key-1"
 #define TOKEN_LABEL_GATHERING "cdrun-rdzv-token-1 gathering"
 #define TOKEN_LABEL_RUNNING "cdrun-rdzv-token-1 running"
 #define TOKEN_LABEL_JOB "cdrun-rdzv-token-1 job"
 
-/* HMAC-SHA256 with the key's blocks absorbed once: inner = SHA256 state
- * after (key ^ ipad), outer = after (key ^ opad).  work is the scratch
- * state each token copies them into. */
+/* HMAC-SHA256 with the key's blocks absorbed once: inner = SHA-256 state
+ * after (key ^ ipad), outer = after (key ^ opad); each token starts from
+ * copies of them. */
 struct rdzv_token_key {
-  EVP_MD_CTX *inner, *outer, *work;
+  struct sha256 inner, outer;
   bool lasting;
   uint64_t next_incarnation;
 };
 
-/* The kernel's CSPRNG: OpenSSL's (RAND_bytes) would set up its DRBG and
- * providers in every cdrun that hosts a rendezvous, secret or not. */
+/* The kernel's CSPRNG. */
 static int kernel_random(unsigned char *out, size_t n)
 {
   return getrandom(out, n, 0) == (ssize_t)n ? 0 : -EIO;
 }
 
-static int absorb_pad(EVP_MD_CTX *ctx, const unsigned char key[32],
-                      unsigned char pad)
+static void absorb_pad(struct sha256 *s, const unsigned char key[32],
+                       unsigned char pad)
 {
-  unsigned char block[SHA256_BLOCK];
-  int ok;
+  unsigned char block[SHA256_BLOCK_BYTES];
 
   memset(block, pad, sizeof block);
   for (size_t i = 0; i < 32; i++)
     block[i] ^= key[i];
-  ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
-       EVP_DigestUpdate(ctx, block, sizeof block);
-  OPENSSL_cleanse(block, sizeof block);
-  return ok ? 0 : -EIO;
+  sha256_init(s);
+  sha256_update(s, block, sizeof block);
+  explicit_bzero(block, sizeof block);
 }
 
 struct rdzv_token_key *rdzv_token_key_new(const struct rdzv_auth_secret *file)
@@ -70,20 +64,11 @@ struct rdzv_token_key *rdzv_token_key_new(const struct rdzv_auth_secret *file)
     for (size_t i = 0; !rc && i < 8; i++)
       k->next_incarnation = k->next_incarnation << 8 | start[i];
   }
-  k->inner = EVP_MD_CTX_new();
-  k->outer = EVP_MD_CTX_new();
-  k->work = EVP_MD_CTX_new();
-  if (!rc && k->inner && k->outer && k->work) {
-    rc = absorb_pad(k->inner, key, 0x36);
-    if (!rc)
-      rc = absorb_pad(k->outer, key, 0x5c);
-    /* Gives work its digest state once, so copies need no allocation. */
-    if (!rc && !EVP_MD_CTX_copy_ex(k->work, k->inner))
-      rc = -EIO;
-  } else if (!rc) {
-    rc = -ENOMEM;
+  if (!rc) {
+    absorb_pad(&k->inner, key, 0x36);
+    absorb_pad(&k->outer, key, 0x5c);
   }
-  OPENSSL_cleanse(key, sizeof key);
+  explicit_bzero(key, sizeof key);
   if (rc) {
     rdzv_token_key_free(k);
     return NULL;
@@ -95,9 +80,7 @@ void rdzv_token_key_free(struct rdzv_token_key *k)
 {
   if (!k)
     return;
-  EVP_MD_CTX_free(k->inner);
-  EVP_MD_CTX_free(k->outer);
-  EVP_MD_CTX_free(k->work);
+  explicit_bzero(k, sizeof *k);
   free(k);
 }
 
@@ -128,13 +111,13 @@ int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
                rc ? "no random bytes" : strerror(errno));
       close(fd);
       unlink(path);
-      OPENSSL_cleanse(text, sizeof text);
-      OPENSSL_cleanse(raw, sizeof raw);
+      explicit_bzero(text, sizeof text);
+      explicit_bzero(raw, sizeof raw);
       return -EIO;
     }
     close(fd);
-    OPENSSL_cleanse(text, sizeof text);
-    OPENSSL_cleanse(raw, sizeof raw);
+    explicit_bzero(text, sizeof text);
+    explicit_bzero(raw, sizeof raw);
   } else if (errno != EEXIST) {
     return err_set(err, errlen, -errno,
                    "token key file %s: cannot create it: %s", path,
@@ -183,17 +166,17 @@ static void claim_start(struct claim *c, const char *label, const char *job,
 static int mac(const struct rdzv_token_key *k, const struct claim *c,
                unsigned char out[RDZV_PROTO_TOKEN_BYTES])
 {
-  unsigned char ih[RDZV_PROTO_TOKEN_BYTES];
-  unsigned int n = 0;
-  int ok;
+  unsigned char ih[SHA256_BYTES];
+  struct sha256 work = k->inner;
 
-  ok = EVP_MD_CTX_copy_ex(k->work, k->inner) &&
-       EVP_DigestUpdate(k->work, c->buf, c->len) &&
-       EVP_DigestFinal_ex(k->work, ih, &n) && n == sizeof ih &&
-       EVP_MD_CTX_copy_ex(k->work, k->outer) &&
-       EVP_DigestUpdate(k->work, ih, sizeof ih) &&
-       EVP_DigestFinal_ex(k->work, out, &n) && n == RDZV_PROTO_TOKEN_BYTES;
-  return ok ? 0 : -EIO;
+  _Static_assert(RDZV_PROTO_TOKEN_BYTES == SHA256_BYTES, "HMAC-SHA256");
+  sha256_update(&work, c->buf, c->len);
+  sha256_final(&work, ih);
+  work = k->outer;
+  sha256_update(&work, ih, sizeof ih);
+  sha256_final(&work, out);
+  explicit_bzero(ih, sizeof ih);
+  return 0;
 }
 
 int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
@@ -271,5 +254,5 @@ bool rdzv_token_equal(const unsigned char a[RDZV_PROTO_TOKEN_BYTES],
 
   for (size_t i = 0; i < RDZV_PROTO_TOKEN_BYTES; i++)
     any |= a[i];
-  return any && CRYPTO_memcmp(a, b, RDZV_PROTO_TOKEN_BYTES) == 0;
+  return any && sha256_equal_ct(a, b, RDZV_PROTO_TOKEN_BYTES);
 }

@@ -11,7 +11,8 @@ pkgs=(build-essential pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev
       check python3 procps)
 # rdzvd's metrics test parses /metrics with the real Prometheus parser.
 pkgs+=(python3-prometheus-client)
-# rdzvd's shared-secret handshake: HMAC-SHA256 from libcrypto.
+# The unit suites check proto/util/sha256.c against OpenSSL's libcrypto
+# (cdrun and rdzvd link no crypto library).
 pkgs+=(libssl-dev)
 # The cluster tests (t_slurm, t_hosts_ssh, t_launch_mpirun) run the real
 # Slurm, munge, OpenSSH and Open MPI; they skip when these are absent.
