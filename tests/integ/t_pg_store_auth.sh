@@ -5,6 +5,7 @@
 # does not make rank 0 grow; the job completes.  Then two agents (two
 # "nodes" of an embedded rendezvous without a secret) give their workers
 # the same token, the one the rendezvous issued with the round.
+# integ-retry: seen once (CI under ASan, 2026-11-26): the two-agent part's workers wrote no token in 60 s; not reproduced in 65 runs (50 under load); the scenario now prints both agents' logs when it happens
 . "$(dirname "$0")/lib.sh"
 
 PGTEST=$(dirname "$TW")/pgtest
@@ -116,7 +117,8 @@ for n in a b; do
     --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=auth \
     --no_python "$PGTEST" hold "$d"
 done
-wait_files "$d/token.*" 2 60
+(wait_files "$d/token.*" 2 60) ||
+  { cat "$T/a.err" "$T/b.err"; fail "the workers wrote no token"; }
 touch "$d/release"
 for n in a b; do
   v=AGENT_$n
