@@ -142,6 +142,20 @@ struct pg__comm_ops {
    * the child's setup s; the others pass s == NULL and get nothing. */
   int (*split)(struct pg__comm *c, int color, int key,
                const struct pg__setup *s, struct pg__comm **out);
+
+  /* Live recovery (pg_recover).  shrink: the next generation's
+   * communicator made from this one when members only left:
+   * excluded[0..nexcluded-1] are c's positions that are gone, s
+   * describes the new communicator (the survivors, renumbered in their
+   * order).  Collective over the survivors.  NULL: the group makes a new
+   * communicator through the store instead.  NCCL: ncclCommShrink
+   * (NCCL_SHRINK_ABORT after a failure).  revoke: a peer died; make
+   * in-flight and later ops return at once so that the comm can be
+   * shrunk or destroyed without waiting (NCCL: ncclCommRevoke, else
+   * abort); NULL: nothing to do. */
+  int (*shrink)(struct pg__comm *c, const int *excluded, int nexcluded,
+                const struct pg__setup *s, struct pg__comm **out);
+  void (*revoke)(struct pg__comm *c);
 };
 
 /* The group's memory functions (mem.c), following the comm's mem_* or

@@ -102,6 +102,13 @@ typedef enum {
 #define PG_ECUDA(r)       (PG_EBACKEND_BASE - 1000 - (int)(r))
 #define PG_EPEERFAIL      (-19999)  /* an earlier collective failed: the
                                        group is unusable, destroy it */
+#define PG_ERR_PEER_LOST  (-19998)  /* live recovery: a member of the group
+                                       died; every pending and later
+                                       operation fails with this until
+                                       pg_recover (see "live recovery") */
+#define PG_ESTALE_GROUP   (-19997)  /* live recovery: a sub-group of an
+                                       earlier generation; destroy it and
+                                       make it again */
 
 /* How to create a group.  Zero / -1 / NULL fields take the value from the
  * environment cdrun sets (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -502,6 +509,101 @@ PG_EXTERN int pg_bucket_assign(const struct pg_param_spec *p, size_t n,
                                const size_t *order, size_t first_cap,
                                size_t cap, size_t *bucket_of,
                                size_t *nbuckets);
+
+/* ---- live recovery (cdrun --recovery=live) ------------------------------
+ *
+ * In live mode a failed worker is replaced alone and a lost node's ranks
+ * leave the group; the survivors keep running.  A program takes part in
+ * four calls:
+ *
+ *   pg_init(&o, &g);                      // opts in (CDRUN_LIVE_OPT_IN)
+ *   make the model, pg_reducer_create(g, ...)
+ *   pg_state_register(g, bufs, n);        // a newcomer receives them here
+ *   for (;;) {
+ *     err = one_step(step);               // collectives, reducer
+ *     if (err == PG_ERR_PEER_LOST) {      // a peer died mid-step
+ *       pg_recover(g, &info);             // new generation, state healed
+ *       rank, world = info.rank, info.world; continue;  // redo the step
+ *     }
+ *     pg_membership_poll(g, &pending);    // a node joins: recover too
+ *     if (pending) pg_recover(g, &info);
+ *   }
+ *
+ * A generation is one membership of the group, numbered from 0.  When a
+ * member dies, every survivor's pending and later operations fail with
+ * PG_ERR_PEER_LOST within the failure detector's time (a dead process
+ * on this host: at once; a closed connection: at once; otherwise the
+ * operation's timeout), never a hang.  pg_recover waits for the next
+ * generation (the replacement of a dead worker, or the survivors of a
+ * lost node, or them and a joining node's workers), rebuilds the
+ * communicator for it, and heals: every registered buffer is sent from
+ * one surviving rank to every rank (a broadcast, chunked and pipelined
+ * as the all-reduce is), so that survivors that did and did not finish
+ * the interrupted step agree again, and newcomers get the live state.
+ * Sub-groups of an older generation fail every operation with
+ * PG_ESTALE_GROUP.  A reducer abandons the interrupted iteration (its
+ * next pg_reducer_prepare starts afresh) and averages over the new
+ * world.
+ *
+ * The handshake with cdrun (man cdrun, "LIVE RECOVERY"; a program that
+ * does not use libpg can implement it): cdrun sets CDRUN_RECOVERY=live
+ * and CDRUN_LIVE_OPT_IN=<path>; a worker opts in by creating that file
+ * before its first collective.  pg_init does it.  A job with a worker
+ * that has not opted in is recovered by restarting every worker. */
+
+/* Whether the group runs in live mode ($CDRUN_RECOVERY=live at pg_init),
+ * and whether this process joined a job already running (a replacement
+ * or a joining node's worker: its state comes from pg_state_register). */
+PG_EXTERN bool pg_live(const pg_group *g);
+PG_EXTERN bool pg_joined_running(const pg_group *g);
+
+/* One buffer of the program's state: parameters, optimizer state, the
+ * step counter, RNG state.  Host memory on the CPU backends, device
+ * memory on NCCL; the same sizes on every rank. */
+struct pg_state_buf {
+  void *ptr;
+  size_t bytes;
+};
+
+/* Registers the buffers that make up this rank's state (once per group;
+ * the array is copied, the buffers are not).  In live mode on a process
+ * that joined a running job, collective with the survivors' pg_recover:
+ * the buffers receive a survivor's state before it returns.  Call it
+ * after creating the group's reducers.  Not live: records them, nothing
+ * more.  -EINVAL on a bad argument or a second call; -EPROTO when sizes
+ * differ from the survivors'. */
+PG_EXTERN int pg_state_register(pg_group *g, const struct pg_state_buf *b,
+                                size_t n);
+
+/* What pg_recover did. */
+struct pg_recover_info {
+  uint64_t generation;    /* the new generation */
+  int rank, world;        /* this process's rank and the world now */
+  int old_rank, old_world;
+  int joined;             /* ranks new to the group (replacements and
+                             joiners) */
+  int left;               /* ranks that left for good (a lost node) */
+  int heal_source;        /* the rank whose state every rank now holds;
+                             -1 when nothing is registered */
+  double rebuild_s;       /* seconds waiting for the generation and
+                             rebuilding the communicator */
+  double heal_s;          /* seconds sending the state */
+};
+
+/* After PG_ERR_PEER_LOST, or when pg_membership_poll says a generation
+ * is pending: joins the next generation, rebuilds the communicator and
+ * heals the registered state (above).  Collective over the new
+ * generation.  A failure during it (another death, even of the healing
+ * rank) returns PG_ERR_PEER_LOST again: call it again.  -ETIMEDOUT when
+ * no generation formed within the group's timeout; -ENOTSUP outside live
+ * mode.  info may be NULL. */
+PG_EXTERN int pg_recover(pg_group *g, struct pg_recover_info *info);
+
+/* At a step boundary: whether a new generation waits (a node joined the
+ * job, or one left without this rank noticing yet).  Collective (one
+ * small all-reduce), so every rank gets the same answer and all call
+ * pg_recover together.  Not live: *pending = false at no cost. */
+PG_EXTERN int pg_membership_poll(pg_group *g, bool *pending);
 
 /* Progress heartbeat for cdrun --worker-heartbeat-timeout: touches the
  * file named by CDRUN_HEARTBEAT_FILE (a no-op returning 0 when unset).
