@@ -67,6 +67,10 @@ const char *pg_err_name(int err)
     return "OK";
   if (err == PG_EPEERFAIL)
     return "EPEERFAIL";
+  if (err == PG_ERR_PEER_LOST)
+    return "ERR_PEER_LOST";
+  if (err == PG_ESTALE_GROUP)
+    return "ESTALE_GROUP";
   if (err <= PG_EBACKEND_BASE - 1000)
     return "ECUDA";
   if (err <= PG_EBACKEND_BASE)
@@ -85,6 +89,10 @@ const char *pg_strerror(int err)
     return "success";
   if (err == PG_EPEERFAIL)
     return "an earlier collective failed; the group is unusable";
+  if (err == PG_ERR_PEER_LOST)
+    return "a member of the group died (live recovery: call pg_recover)";
+  if (err == PG_ESTALE_GROUP)
+    return "a sub-group of an earlier live generation (make it again)";
   if (err <= PG_EBACKEND_BASE - 1000)
     return "CUDA error (pg_last_error() has the details)";
   if (err <= PG_EBACKEND_BASE)

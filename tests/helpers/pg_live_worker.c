@@ -17,8 +17,12 @@
  *                          first gradient is marked ready (a bucket in
  *                          flight), unless CDRUN_WORKER_RESTARTS > 0 (a
  *                          replacement does not die again)
- *   LIVE_HOLD=S:W          at the start of step S, poll the membership
- *                          until the world is W (a grow: new workers)
+ *   LIVE_HOLD=S:W          at the start of step S, print "holding at
+ *                          step S" and poll the membership until the
+ *                          world is W (a grow: new workers)
+ *   LIVE_SUBGROUP=1        an original worker makes a sub-group of the
+ *                          whole world first; after a recovery, its
+ *                          barrier must fail with PG_ESTALE_GROUP
  *
  * Prints "joined_running=0|1" first, a "recovered ..." line per recovery
  * on stderr, and at the end on stdout:
@@ -35,7 +39,7 @@
 #define NPARAMS 3
 #define MAX_RECOVER_TRIES 20
 
-static pg_group *g;
+static pg_group *g, *sub;
 static pg_reducer *red;
 static double *x;
 static int64_t step_no;
@@ -116,6 +120,15 @@ static void recover(void)
   }
   if (tries == MAX_RECOVER_TRIES)
     die("pg_recover (too many tries)", err);
+  if (sub) {
+    err = pg_barrier(sub);
+    if (err != PG_ESTALE_GROUP)
+      die("a stale sub-group's barrier did not fail with ESTALE_GROUP",
+          err);
+    fprintf(stderr, "stale sub-group: %s\n", pg_err_name(err));
+    pg_destroy(sub);
+    sub = NULL;
+  }
   fprintf(stderr, "recovered generation=%" PRIu64 " rank=%d world=%d "
           "old_rank=%d old_world=%d joined=%d left=%d heal_source=%d "
           "step=%" PRId64 " rebuild_ms=%.1f heal_ms=%.1f\n", info.generation,
@@ -133,6 +146,7 @@ static void hold(int64_t steps_total)
 
   if (!v || sscanf(v, "%ld:%ld", &hs, &hw) != 2 || step_no != hs)
     return;
+  fprintf(stderr, "holding at step %ld\n", hs);
   while (pg_size(g) < hw) {
     err = pg_membership_poll(g, &pending);
     if (err == PG_ERR_PEER_LOST || (!err && pending))
@@ -164,6 +178,9 @@ int main(int argc, char **argv)
     die("pg_init", err);
   printf("joined_running=%d live=%d\n", pg_joined_running(g), pg_live(g));
   fflush(stdout);
+  if (getenv("LIVE_SUBGROUP") && !pg_joined_running(g) &&
+      (err = pg_split(g, 0, pg_rank(g), &sub)))
+    die("pg_split", err);
   specs[0].numel = elems / 2;
   specs[1].numel = elems / 4;
   specs[2].numel = elems - elems / 2 - elems / 4;
