@@ -20,13 +20,18 @@ double pg__now(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Formatted apart first: an argument may be pg_last_error() itself (a
+ * sentence prefixed with context), and vsnprintf may not read the buffer
+ * it writes. */
 int pg__fail(int err, const char *fmt, ...)
 {
+  char line[sizeof last_error];
   va_list ap;
 
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  memcpy(last_error, line, sizeof line);
   return err;
 }
 
