@@ -24,6 +24,9 @@ struct pg__live {
   uint64_t gen;                 /* the generation of g->comm */
   int64_t round;                /* the round it formed for */
   int env_rank, env_world;
+  bool fresh;                   /* a new process that has not yet taken
+                                   part in a heal (pg_state_register or
+                                   pg_recover): a newcomer to the job */
   bool valid;                   /* this rank's state is the job's */
   bool joined_running;
   bool heal_pending;            /* pg_state_register heals from source */
@@ -272,6 +275,7 @@ static int live_setup(pg_group *g, const struct pg_options *o)
     pg__topo_default_host_id(l->boot, l->host_id, sizeof l->host_id);
   if ((err = connect_store(g, o)))
     return err;
+  l->fresh = true;
   fill_join(g, &j, true);
   if ((err = pg__live_form(&j, 0, &f)))
     return err;
@@ -385,6 +389,7 @@ int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
     memcpy(l->bufs, b, n * sizeof *b);
   l->nbufs = n;
   l->registered = true;
+  l->fresh = false;
   if (!l->heal_pending)
     return 0;
   l->heal_pending = false;
@@ -477,7 +482,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
     pg__reducer_abandon(l->reducers[i]);
   queue_hold(g);
   if (g->comm && g->comm->ops->shrink && g->be == PG_BACKEND_NCCL) {
-    if (g->comm->ops->revoke)
+    if (g->comm->ops->revoke && g->failed)
       g->comm->ops->revoke(g->comm);
   } else if (g->comm) {
     g->comm->ops->destroy(g->comm);
@@ -486,7 +491,10 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   old_gen = l->gen;
   old_rank = g->rank;
   old_world = g->size;
-  fill_join(g, &j, !l->registered);
+  /* Taking part in a heal from now on, whether or not registered. */
+  l->fresh = false;
+  l->heal_pending = false;
+  fill_join(g, &j, false);
   err = pg__live_form(&j, l->gen + 1, &f);
   if (err) {
     queue_release(g, PG_ERR_PEER_LOST);
@@ -506,11 +514,6 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
                    "the communicator failed: %s", l->gen, pg_last_error());
     queue_release(g, err);
     return err;
-  }
-  if (!l->registered) {
-    /* A fresh process: its pg_state_register heals. */
-    l->heal_pending = l->heal_source >= 0;
-    return 0;
   }
   valid = l->valid;
   err = l->heal_source >= 0 ? pg__live_heal(g, l->heal_source, &valid) : 0;
@@ -585,8 +588,7 @@ uint64_t pg__live_generation(const pg_group *g)
 
 bool pg__live_create_alone(const pg_group *g)
 {
-  return !g->is_sub && g->live && g->live->joined_running &&
-         !g->live->registered;
+  return !g->is_sub && g->live && g->live->joined_running && g->live->fresh;
 }
 
 bool pg_live(const pg_group *g)
