@@ -208,19 +208,8 @@ static int rebuild(pg_group *g, const struct pg__live_formed *f,
       if (last == f->world || f->m[last].old_rank != i)
         excluded[nex++] = i;
     }
-    memset(&s, 0, sizeof s);
     snprintf(ns, sizeof ns, "%snccl/", g->ns);
-    s.store = g->store;
-    s.ns = ns;
-    s.topo = g->wtopo;
-    s.ranks = g->all_ranks;
-    s.n = g->size;
-    s.me = g->rank;
-    s.timeout = g->timeout;
-    s.device = g->device;
-    s.local_rank = g->local_rank;
-    s.master_addr = g->master_addr[0] ? g->master_addr : NULL;
-    s.token = &g->token;
+    pg__group_fill_setup(g, ns, &s);
     err = old->ops->shrink(old, excluded, nex, &s, &shrunk);
     free(excluded);
     old->ops->destroy(old);
