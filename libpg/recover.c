@@ -55,18 +55,25 @@ bool pg__live_stale(const pg_group *g)
          g->world->live->gen != g->gen;
 }
 
-int pg__live_peer_err(const pg_group *g, int err)
+/* Whether err says a peer is gone (or could not keep up). */
+static bool peer_caused(int err)
 {
-  if (!err || !pg__live_of(g))
-    return err;
   switch (err) {
   case -ECONNRESET: case -EPIPE: case -ETIMEDOUT: case -ECONNABORTED:
   case -ECONNREFUSED: case -ENOTCONN: case -EHOSTUNREACH: case -ENETRESET:
-  case PG_EPEERFAIL:
-    return pg__fail(PG_ERR_PEER_LOST, "%s", pg_last_error());
+  case PG_EPEERFAIL: case PG_ERR_PEER_LOST:
+    return true;
   default:
-    return err;
+    return false;
   }
+}
+
+int pg__live_peer_err(const pg_group *g, int err)
+{
+  if (!err || err == PG_ERR_PEER_LOST || !pg__live_of(g) ||
+      !peer_caused(err))
+    return err;
+  return pg__fail(PG_ERR_PEER_LOST, "%s", pg_last_error());
 }
 
 /* ---- live mode at pg_init -------------------------------------------------- */
@@ -247,6 +254,8 @@ static int live_setup(pg_group *g, const struct pg_options *o)
   struct pg__live_formed f;
   struct pg__live_join j;
   const char *v, *hid;
+  double deadline = pg__now() + g->timeout;
+  uint64_t gen = 0;
   int err, i;
 
   if ((v = pg__knob(PG_KNOB_LIVE_OPT_IN)) && (err = opt_in(v)))
@@ -265,19 +274,33 @@ static int live_setup(pg_group *g, const struct pg_options *o)
   if ((err = connect_store(g, o)))
     return err;
   l->fresh = true;
-  fill_join(g, &j, true);
-  if ((err = pg__live_form(&j, 0, &f)))
-    return err;
-  for (i = 0; i < f.world; i++)
-    l->joined_running |= !f.m[i].fresh;
-  l->heal_source = pg__live_heal_source(f.m, f.world);
-  l->heal_pending = l->heal_source >= 0;
-  /* Nothing to heal from: this rank starts the job's state itself. */
-  l->valid = !l->heal_pending && !l->joined_running;
-  l->round_seen = f.round;
-  err = rebuild(g, &f, 0);
-  free(f.m);
-  return err;
+  /* A generation that fails while it is set up (another member died)
+   * is followed by the next one, within the timeout, as in pg_recover. */
+  for (;;) {
+    fill_join(g, &j, true);
+    j.timeout = deadline - pg__now();
+    if (j.timeout <= 0)
+      return pg__fail(-ETIMEDOUT, "no generation could be set up within "
+                      "%g s", g->timeout);
+    if ((err = pg__live_form(&j, gen, &f)))
+      return err;
+    l->joined_running = false;
+    for (i = 0; i < f.world; i++)
+      l->joined_running |= !f.m[i].fresh;
+    l->heal_source = pg__live_heal_source(f.m, f.world);
+    l->heal_pending = l->heal_source >= 0;
+    /* Nothing to heal from: this rank starts the job's state itself. */
+    l->valid = !l->heal_pending && !l->joined_running;
+    l->round_seen = f.round;
+    err = rebuild(g, &f, 0);
+    gen = f.gen + 1;
+    free(f.m);
+    if (!err || !peer_caused(err))
+      return err;
+    if (g->comm)
+      g->comm->ops->destroy(g->comm);
+    g->comm = NULL;
+  }
 }
 
 int pg__live_init(pg_group *g, const struct pg_options *o, bool *handled)
