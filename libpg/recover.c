@@ -219,8 +219,12 @@ static int rebuild(pg_group *g, const struct pg__live_formed *f,
     pg__group_fill_setup(g, ns, &s);
     err = old->ops->shrink(old, excluded, nex, &s, &shrunk);
     free(excluded);
+    /* The parent goes either way: after a failed shrink the next
+     * recovery makes a new communicator. */
     old->ops->destroy(old);
-    g->comm = shrunk;
+    if (err && shrunk)
+      shrunk->ops->destroy(shrunk);
+    g->comm = err ? NULL : shrunk;
     return err;
   }
   if (old)
@@ -509,8 +513,9 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   fill_join(g, &j, false);
   err = pg__live_form(&j, l->gen + 1, &f);
   if (err) {
+    /* No generation (a timeout, the store gone): said as it is. */
     queue_release(g, PG_ERR_PEER_LOST);
-    return err == -ETIMEDOUT ? err : pg__live_peer_err(g, err);
+    return err;
   }
   l->round_seen = f.round > l->round_seen ? f.round : l->round_seen;
   err = rebuild(g, &f, old_gen);
@@ -520,13 +525,14 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   free(f.m);
   t1 = pg__now();
   info->rebuild_s = t1 - t0;
-  queue_release(g, 0);
   if (err) {
-    err = pg__fail(PG_ERR_PEER_LOST, "generation %" PRIu64 ": rebuilding "
-                   "the communicator failed: %s", l->gen, pg_last_error());
+    err = pg__fail(peer_caused(err) ? PG_ERR_PEER_LOST : err,
+                   "generation %" PRIu64 ": rebuilding the communicator "
+                   "failed: %s", l->gen, pg_last_error());
     queue_release(g, err);
     return err;
   }
+  queue_release(g, 0);
   valid = l->valid;
   err = l->heal_source >= 0 ? pg__live_heal(g, l->heal_source, &valid) : 0;
   l->valid = valid;

@@ -601,7 +601,8 @@ struct pg_recover_info {
  * heals the registered state (above).  Collective over the new
  * generation.  A failure during it (another death, even of the healing
  * rank) returns PG_ERR_PEER_LOST again: call it again.  -ETIMEDOUT when
- * no generation formed within the group's timeout; -ENOTSUP outside live
+ * no generation formed within the group's timeout (a store error as it
+ * is: the live store is gone); -ENOTSUP outside live
  * mode or on a sub-group (recover the world group; sub-groups made
  * before fail with PG_ESTALE_GROUP: make them again).  The group's
  * in-flight work fails first (waited for here).  info may be NULL. */
