@@ -76,7 +76,7 @@ int pg__live_peer_err(const pg_group *g, int err)
   return pg__fail(PG_ERR_PEER_LOST, "%s", pg_last_error());
 }
 
-/* ---- live mode at pg_init -------------------------------------------------- */
+/* ---- live mode at pg_init ----------------------------------------------- */
 
 /* Note [opt in]: cdrun replaces a failed worker alone only when every
  * worker of the node created its CDRUN_LIVE_OPT_IN file; the pid lets the
@@ -333,7 +333,7 @@ void pg__live_free(struct pg__live *l)
   free(l);
 }
 
-/* ---- reducers and state ---------------------------------------------------- */
+/* ---- reducers and state ------------------------------------------------- */
 
 int pg__live_add_reducer(pg_group *g, struct pg_reducer *r)
 {
@@ -422,7 +422,7 @@ int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
   return err;
 }
 
-/* ---- pg_recover ------------------------------------------------------------ */
+/* ---- pg_recover --------------------------------------------------------- */
 
 /* Waits for queued work (which fails fast once the group failed) and
  * holds the queue for the caller. */
@@ -545,7 +545,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   return err;
 }
 
-/* ---- pg_membership_poll ------------------------------------------------------ */
+/* ---- pg_membership_poll ------------------------------------------------- */
 
 /* The newest round this process's round file shows (stat first: a file
  * not replaced since the last read is not read again). */

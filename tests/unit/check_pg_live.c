@@ -88,7 +88,7 @@ START_TEST(test_round_read)
 }
 END_TEST
 
-/* ---- entries and decisions ------------------------------------------------ */
+/* ---- entries and decisions ---------------------------------------------- */
 
 static struct pg__live_member member(int slot, int world, int64_t round,
                                      uint64_t inc)
