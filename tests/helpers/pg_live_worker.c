@@ -132,6 +132,14 @@ static void recover(void)
       die("a stale sub-group's barrier did not fail with ESTALE_GROUP",
           err);
     fprintf(stderr, "stale sub-group: %s\n", pg_err_name(err));
+    {
+      pg_group *child = NULL;
+
+      err = pg_split(sub, 0, 0, &child);
+      if (err != PG_ESTALE_GROUP || child)
+        die("splitting a stale sub-group did not fail with ESTALE_GROUP",
+            err);
+    }
     pg_destroy(sub);
     sub = NULL;
   }
