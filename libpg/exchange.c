@@ -1,10 +1,46 @@
 /* exchange.c -- an all-gather over the store, for setting backends up. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pg_internal.h"
+
+#define WATCH_SLICE 0.05
+
+static __thread pg__setup_watch_fn watch_fn;
+static __thread void *watch_arg;
+static __thread bool watch_err;
+
+void pg__setup_watch(pg__setup_watch_fn fn, void *arg)
+{
+  watch_fn = fn;
+  watch_arg = arg;
+}
+
+/* pg_store_get, in slices when a watch is set (watch_err: it said no). */
+static int watched_get(pg_store *st, const char *key, double timeout,
+                       void **val, size_t *len)
+{
+  double deadline = pg__now() + timeout, left;
+  int err;
+
+  watch_err = false;
+  if (!watch_fn)
+    return pg_store_get(st, key, timeout, val, len);
+  for (;;) {
+    left = deadline - pg__now();
+    err = pg_store_get(st, key, left < WATCH_SLICE ? (left > 0 ? left : 0)
+                                                   : WATCH_SLICE, val, len);
+    if (err != -ETIMEDOUT || left <= WATCH_SLICE)
+      return err;
+    if ((err = watch_fn(watch_arg)) != 0) {
+      watch_err = true;
+      return err;
+    }
+  }
+}
 
 int pg__store_allgather(pg_store *st, const char *ns, const char *prefix,
                         int me, int n, const void *value, size_t len,
@@ -22,7 +58,11 @@ int pg__store_allgather(pg_store *st, const char *ns, const char *prefix,
                     pg_strerror(err));
   for (i = 0; i < n; i++) {
     snprintf(full, sizeof full, "%s%s%d", ns, prefix, i);
-    err = pg_store_get(st, full, timeout, &vals[i], &lens[i]);
+    err = watched_get(st, full, timeout, &vals[i], &lens[i]);
+    if (err && watch_err) {
+      pg__free_vals(vals, i);
+      return err;
+    }
     if (err) {
       pg__free_vals(vals, i);
       return pg__fail(err, "store: waiting for '%s': %s", full,

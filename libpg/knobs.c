@@ -57,9 +57,10 @@ const struct pg__knob_def pg__knobs[PG_KNOB_COUNT] = {
   [PG_KNOB_LIVE_ROUND_FILE] = { "CDRUN_LIVE_ROUND_FILE", "",
     "live mode: the node's round file (round= world= rank_offset= "
     "local_world=); unset: round 0 of RANK and WORLD_SIZE" },
-  [PG_KNOB_TEST_LIVE_HEAL_KILL] = { "PG_TEST_LIVE_HEAL_KILL", "",
-    "tests only: <generation>:<rank> kills that rank (SIGKILL) after its "
-    "first chunk of that generation's heal" },
+  [PG_KNOB_TEST_LIVE_KILL] = { "PG_TEST_LIVE_KILL", "",
+    "tests only: heal:<generation>:<rank> kills that rank (SIGKILL) after "
+    "its first chunk of that generation's heal, setup:<generation>:<rank> "
+    "before it sets that generation's communicator up" },
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

@@ -122,6 +122,14 @@ struct pg__live_formed {
 PG__HIDDEN int pg__live_form(const struct pg__live_join *j, uint64_t gen,
                              struct pg__live_formed *out);
 
+/* While f is set up: PG_ERR_PEER_LOST (with a sentence) when a member
+ * other than this one is verifiably gone from this machine, or when a
+ * later generation started (a replacement went ahead); else 0.  One
+ * store read. */
+PG__HIDDEN int pg__live_formed_check(pg_store *st,
+                                     const struct pg__live_formed *f,
+                                     const char *boot);
+
 /* ---- recover.c ---------------------------------------------------------- */
 struct pg__live;
 
@@ -140,6 +148,12 @@ PG__HIDDEN struct pg__live *pg__live_of(const pg_group *g);
 PG__HIDDEN int pg__live_init(pg_group *g, const struct pg_options *o,
                              bool *handled);
 PG__HIDDEN void pg__live_free(struct pg__live *l);
+/* The test hook PG_TEST_LIVE_KILL="<where>:<generation>:<rank>": that
+ * rank of that generation dies (SIGKILL) at that point ("heal": after
+ * its first chunk of the heal; "setup": before it sets the communicator
+ * up), so that tests kill a process there without a timing window. */
+PG__HIDDEN void pg__live_test_kill(const char *where, uint64_t gen,
+                                   int rank);
 /* A reducer made on a live world: recorded so that heals re-sync its
  * buckets; forgotten at its destroy. */
 PG__HIDDEN int pg__live_add_reducer(pg_group *g, struct pg_reducer *r);

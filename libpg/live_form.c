@@ -351,3 +351,23 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
                   "members present)", j->timeout, gen, r.round, have,
                   r.world);
 }
+
+int pg__live_formed_check(pg_store *st, const struct pg__live_formed *f,
+                          const char *boot)
+{
+  char key[64];
+  int i, e;
+
+  for (i = 0; i < f->world; i++)
+    if (i != f->slot && gone_here(&f->m[i], boot))
+      return pg__fail(PG_ERR_PEER_LOST, "generation %" PRIu64 ": rank %d "
+                      "(pid %d) died while the group was set up", f->gen,
+                      i, f->m[i].pid);
+  gkey(key, sizeof key, f->gen + 1, "started");
+  e = exists(st, key);
+  if (e > 0)
+    return pg__fail(PG_ERR_PEER_LOST, "generation %" PRIu64 ": the next "
+                    "generation started while this one was set up (a member "
+                    "was replaced)", f->gen);
+  return 0;
+}

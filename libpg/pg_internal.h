@@ -212,6 +212,12 @@ PG__HIDDEN int pg__store_allgather(pg_store *st, const char *ns,
                                    const void *value, size_t len,
                                    double timeout, void **vals,
                                    size_t *lens);
+/* A setup watch (live recovery, Note [setup watch] in recover.c): while
+ * one is set on this thread, pg__store_allgather waits in slices and
+ * asks it between them; a nonzero return (an error code with its
+ * sentence) ends the wait with that error.  fn NULL: none. */
+typedef int (*pg__setup_watch_fn)(void *arg);
+PG__HIDDEN void pg__setup_watch(pg__setup_watch_fn fn, void *arg);
 /* Frees vals[0..n-1] (and NULLs them); vals may be NULL. */
 PG__HIDDEN void pg__free_vals(void **vals, int n);
 

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,11 +159,61 @@ static int connect_store(pg_group *g, const struct pg_options *o)
   return 0;
 }
 
+/* Note [setup watch]: a member may die after it checked in (Note [check
+ * in]) and before the communicator is set up; the others would wait for
+ * its keys until the timeout.  So while the group is set up, the store
+ * exchanges wait in slices and ask, between them, whether a member is
+ * gone from this machine or the next generation started (its
+ * replacement went ahead): either ends the setup with PG_ERR_PEER_LOST,
+ * and the next generation follows. */
+struct watch {
+  pg_store *store;
+  const struct pg__live_formed *f;
+  const char *boot;
+};
+
+void pg__live_test_kill(const char *where, uint64_t gen, int rank)
+{
+  const char *v = pg__knob(PG_KNOB_TEST_LIVE_KILL);
+  unsigned long long kg;
+  char w[16];
+  int kr, used = 0;
+
+  if (v && sscanf(v, "%15[a-z]:%llu:%d%n", w, &kg, &kr, &used) == 3 &&
+      v[used] == '\0' && strcmp(w, where) == 0 && kg == gen && kr == rank)
+    raise(SIGKILL);
+}
+
+static int watch_setup(void *arg)
+{
+  struct watch *w = arg;
+
+  return pg__live_formed_check(w->store, w->f, w->boot);
+}
+
+static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
+                        uint64_t old_gen);
+
+/* Makes g the member it is of f (rebuild_comm), watched (Note [setup
+ * watch]). */
+static int rebuild(pg_group *g, const struct pg__live_formed *f,
+                   uint64_t old_gen)
+{
+  struct watch w = { g->store, f, g->live->boot };
+  int err;
+
+  pg__live_test_kill("setup", f->gen, f->slot);
+  pg__setup_watch(watch_setup, &w);
+  err = rebuild_comm(g, f, old_gen);
+  pg__setup_watch(NULL, NULL);
+  return err;
+}
+
 /* Makes g the member it is of f: rank, world, namespace, topology and a
  * communicator (the backend's shrink when members only left, else a new
  * one through the store).  Collective over f. */
-static int rebuild(pg_group *g, const struct pg__live_formed *f,
-                   uint64_t old_gen)
+static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
+                        uint64_t old_gen)
 {
   struct pg__live *l = g->live;
   struct pg__comm *old = g->comm, *shrunk = NULL;

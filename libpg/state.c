@@ -15,7 +15,6 @@
  * agree again afterwards, on the source's state. */
 #include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,19 +67,6 @@ static int state_hash(pg_group *g, const struct pg_state_buf *b, size_t n,
   return err;
 }
 
-/* The test hook PG_TEST_LIVE_HEAL_KILL="<generation>:<rank>": that rank
- * of that generation dies (SIGKILL) after its first chunk of the heal, so
- * that tests can kill a process during a heal without a timing window. */
-static void test_kill(pg_group *g, uint64_t gen)
-{
-  const char *v = pg__knob(PG_KNOB_TEST_LIVE_HEAL_KILL);
-  unsigned long long kg;
-  int kr, used = 0;
-
-  if (v && sscanf(v, "%llu:%d%n", &kg, &kr, &used) == 2 &&
-      v[used] == '\0' && kg == gen && kr == g->rank)
-    raise(SIGKILL);
-}
 
 /* The header: counts, then each buffer's size and reducer's parameters;
  * every rank checks the source's against its own. */
@@ -178,7 +164,7 @@ int pg__live_heal(pg_group *g, int source, bool *valid)
       len = b[i].bytes - off < HEAL_CHUNK ? b[i].bytes - off : HEAL_CHUNK;
       err = pg_broadcast(g, (char *)b[i].ptr + off, len, PG_U8, source);
       if (!err && chunks++ == 0)
-        test_kill(g, pg__live_generation(g));
+        pg__live_test_kill("heal", pg__live_generation(g), g->rank);
     }
   *valid = err ? still_valid : true;
   return err;
