@@ -252,6 +252,27 @@ static void joiner_init(struct joiner *x, int rank, int world, bool fresh,
   x->j.timeout = 20;
 }
 
+/* Waits (an observable event, bounded) until key exists in st. */
+static void wait_key(pg_store *st, const char *key)
+{
+  void *v = NULL;
+  size_t len;
+
+  ck_assert_msg(pg_store_get(st, key, 20, &v, &len) == 0, "no %s", key);
+  free(v);
+}
+
+/* Frees what two joiners, the scenario's store and server hold. */
+static void end_pair(struct joiner *a, struct joiner *b, pg_store *st)
+{
+  free(a->f.m);
+  free(b->f.m);
+  pg_store_close(a->j.store);
+  pg_store_close(b->j.store);
+  pg_store_close(st);
+  pg_store_server_stop(server);
+}
+
 static void joiner_start(struct joiner *x, uint64_t gen)
 {
   x->gen = gen;
@@ -315,22 +336,13 @@ START_TEST(test_form_moves_to_later)
   pg_store *st;
   void *v;
   size_t len;
-  int i;
 
   serve();
   joiner_init(&a, 0, 2, false, 1);
   joiner_init(&b, 1, 2, false, 2);
   joiner_start(&a, 1);
   st = connect_store();
-  /* Wait for a's entry in generation 1. */
-  for (i = 0; i < 2000; i++) {
-    if (pg_store_get(st, "live/g1/m0", 0, &v, &len) == 0) {
-      free(v);
-      break;
-    }
-    usleep(5000);
-  }
-  ck_assert_int_lt(i, 2000);
+  wait_key(st, "live/g1/m0");     /* a is in generation 1 */
   joiner_start(&b, 2);
   pthread_join(a.t, NULL);
   pthread_join(b.t, NULL);
@@ -341,12 +353,7 @@ START_TEST(test_form_moves_to_later)
   ck_assert_int_eq(len, strlen(PG__LIVE_ABANDONED));
   ck_assert(memcmp(v, PG__LIVE_ABANDONED, len) == 0);
   free(v);
-  free(a.f.m);
-  free(b.f.m);
-  pg_store_close(a.j.store);
-  pg_store_close(b.j.store);
-  pg_store_close(st);
-  pg_store_server_stop(server);
+  end_pair(&a, &b, st);
 }
 END_TEST
 
@@ -362,7 +369,6 @@ START_TEST(test_form_check_in_abort)
   pg_store *st;
   void *v;
   size_t len;
-  int i;
 
   serve();
   st = connect_store();
@@ -372,14 +378,7 @@ START_TEST(test_form_check_in_abort)
   ck_assert_int_eq(pg_store_set(st, "live/g0/m1", entry, strlen(entry)), 0);
   joiner_init(&a, 0, 2, true, 1);
   joiner_start(&a, 0);
-  for (i = 0; i < 2000; i++) {
-    if (pg_store_get(st, "live/g0/in0", 0, &v, &len) == 0) {
-      free(v);
-      break;
-    }
-    usleep(5000);
-  }
-  ck_assert_int_lt(i, 2000);
+  wait_key(st, "live/g0/in0");    /* a checked in to generation 0 */
   joiner_init(&b, 1, 2, true, 2);
   joiner_start(&b, 0);
   pthread_join(a.t, NULL);
@@ -391,12 +390,7 @@ START_TEST(test_form_check_in_abort)
   ck_assert_int_eq(pg_store_get(st, "live/g0/verdict", 0, &v, &len), 0);
   ck_assert(len == 5 && memcmp(v, "abort", 5) == 0);
   free(v);
-  free(a.f.m);
-  free(b.f.m);
-  pg_store_close(a.j.store);
-  pg_store_close(b.j.store);
-  pg_store_close(st);
-  pg_store_server_stop(server);
+  end_pair(&a, &b, st);
 }
 END_TEST
 
