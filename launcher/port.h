@@ -13,4 +13,11 @@
  * port in *port, or a negative errno. */
 int port_reserve(int *port);
 
+/* The same for a given port (1..65535) that a listener can take now:
+ * live recovery's store port, MASTER_PORT + 1, held so that no other
+ * bind(0) and no outgoing connection's ephemeral port takes it.  Returns
+ * the fd, or a negative errno (-EADDRINUSE: taken, or not free for a
+ * listener). */
+int port_reserve_at(int port);
+
 #endif
