@@ -41,23 +41,9 @@ int port_reserve(int *port)
 
 int port_reserve_at(int port)
 {
-  int fd, probe, got, err = 0;
+  int got;
 
   if (port < 1 || port > 65535)
     return -EINVAL;
-  fd = bind_reserved(port, &got);
-  if (fd < 0)
-    return fd;
-  /* bind() succeeds next to an outgoing connection's TIME_WAIT on the
-   * port, and listen() then fails: the port must take a listener now. */
-  probe = bind_reserved(port, &got);
-  if (probe < 0 || listen(probe, 1) < 0)
-    err = probe < 0 ? probe : -errno;
-  if (probe >= 0)
-    close(probe);
-  if (err) {
-    close(fd);
-    return err;
-  }
-  return fd;
+  return bind_reserved(port, &got);
 }
