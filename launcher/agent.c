@@ -1004,8 +1004,9 @@ static bool live_round(struct agent *a, const struct rdzv_assignment *as)
       as->restart_count != old.restart_count ||
       (as->group_world_size > 1 && strcmp(token, a->job_token) != 0)) {
     say("round %d moves the master endpoint or restarts the job (master "
-        "%s:%d, was %s:%d; restart %d, was %d): live recovery cannot keep "
-        "the workers; restarting them", as->round, as->master_addr,
+        "%s:%d, was %s:%d; restart %d, was %d; or another job token): "
+        "live recovery cannot keep the workers; restarting them",
+        as->round, as->master_addr,
         as->master_port, old.master_addr, old.master_port,
         as->restart_count, old.restart_count);
     a->pending_round = *as;

@@ -17,6 +17,7 @@ bg_cdrun --standalone --nproc_per_node=3 --recovery=live --max_restarts=1 \
 wait_files "$T/r/env.*" 3 30
 p0=$(pid_of "$T/r" 0); p1=$(pid_of "$T/r" 1); p2=$(pid_of "$T/r" 2)
 e0=$(compgen -G "$T/r/env.0.*")
+grep -q "live store" "$T/err" && fail "no live store: $(cat "$T/err")"
 expect_eq CDRUN_RECOVERY "$(envval "$e0" CDRUN_RECOVERY)" live
 expect_eq CDRUN_WORKER_RESTARTS "$(envval "$e0" CDRUN_WORKER_RESTARTS)" 0
 mp=$(envval "$e0" MASTER_PORT)
