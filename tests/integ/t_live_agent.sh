@@ -13,7 +13,7 @@
 # ---- a worker replaced alone, then the rank's budget spent ----
 mkdir "$T/r"
 bg_cdrun --standalone --nproc_per_node=3 --recovery=live --max_restarts=1 \
-  --log_dir "$T/logs" --no_python "$LW" "$T/r"
+  --log_dir "$T/logs" --event_log_handler=console --no_python "$LW" "$T/r"
 wait_files "$T/r/env.*" 3 30
 p0=$(pid_of "$T/r" 0); p1=$(pid_of "$T/r" 1); p2=$(pid_of "$T/r" 2)
 e0=$(compgen -G "$T/r/env.0.*")
@@ -51,6 +51,8 @@ expect_eq "peer 2 untouched" "$(pid_of "$T/r" 2)" "$p2"
 alive "$p0" && alive "$p2" || fail "a peer of the replaced worker died"
 expect_grep "replacing worker 1 alone \(live recovery" "$T/err"
 grep -q "restarting the worker group" "$T/err" && fail "the group restarted"
+expect_grep "event WORKER_REPLACED .*rank=1 local_rank=1 pid=$p1 exitcode=-9 worker_restarts=1" "$T/err"
+grep -q "event RESTART" "$T/err" && fail "a replacement logged as a restart"
 
 # The replacement is killed too: rank 1's budget (1) is spent.
 kill -KILL "$(cat "$e1" | sed -n 's/^CDRUN_LIVE_OPT_IN=//p' | xargs cat)"

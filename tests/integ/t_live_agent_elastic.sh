@@ -4,7 +4,9 @@
 # and their round file says the larger world; a node lost (its agent
 # SIGKILLed) leaves the survivor's workers running with a round file that
 # says the smaller world; the master's node lost moves the master
-# endpoint, and the survivor restarts its workers, saying why.
+# endpoint, and the survivor restarts its workers, saying why; below
+# min_nodes the survivor waits with its workers running, and a newcomer
+# completes the round around them.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/live_agent_lib.sh"
 
@@ -75,4 +77,32 @@ alive "$c0" && fail "c's old worker survived the master's move"
 touch "$T/c/stop"
 wait_exit "$AGENT_c" 30
 expect_eq "c's exit" "$RC" 0
+
+# ---- below min_nodes: the survivor waits with its workers running ----
+mkdir "$T/d" "$T/e" "$T/g"
+min=(--nnodes=2:3 --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=min
+     --rdzv_conf="$conf" --recovery=live --max_restarts=0 --no_python
+     --nproc_per_node=1)
+agent d "${min[@]}" "$LW" "$T/d"
+wait_grep "job min: .* joined round 0" "$T/rdzvd.log" 30   # d ranks first
+agent e "${min[@]}" "$LW" "$T/e"
+wait_files "$T/d/round.*" 1 30
+wait_files "$T/e/round.*" 1 30
+d0=$(pid_of "$T/d" 0)
+round_of "$T/d" "$d0" "round=0 world=2 rank_offset=0 local_world=1" 30
+kill -KILL "$AGENT_e"
+wait_exit "$AGENT_e" 20
+wait_grep "re-joining with the workers running" "$T/d.err" 30
+alive "$d0" || fail "the survivor's worker died below min_nodes"
+expect_eq "d's round below min" "$(cat "$T/d/round.$d0")" \
+  "round=0 world=2 rank_offset=0 local_world=1"
+agent g "${min[@]}" "$LW" "$T/g"
+round_of "$T/d" "$d0" "round=1 world=2 rank_offset=0 local_world=1" 30
+expect_eq "d's worker untouched" "$(pid_of "$T/d" 0)" "$d0"
+wait_files "$T/g/round.*" 1 30
+touch "$T/d/stop" "$T/g/stop"
+wait_exit "$AGENT_d" 30
+expect_eq "d's exit" "$RC" 0
+wait_exit "$AGENT_g" 30
+expect_eq "g's exit" "$RC" 0
 exit 0
