@@ -115,9 +115,10 @@ struct agent {
   struct filetimer *ftimer;     /* torch's file timer, or NULL */
   /* Live recovery (man/cdrun.1, LIVE RECOVERY). */
   bool live_env;                /* the workers get the live handshake */
-  bool live_replace;            /* failures and membership changes keep
-                                   the workers: o->live until a worker
-                                   did not opt in */
+  bool live_replace;            /* failures and membership changes may
+                                   keep the workers: o->live unless the
+                                   live store could not be served */
+  bool optin_said;              /* said that a worker did not opt in */
   bool live_rejoining;          /* a membership join is in flight while
                                    the workers run */
   bool pending_round_set;       /* a round to start once the group has
@@ -807,7 +808,11 @@ static void round_token(struct agent *a)
 
 /* ---- live recovery (man/cdrun.1, LIVE RECOVERY) ------------------------ */
 
-/* The first local worker that has not opted in, or NULL. */
+/* The first local worker that has not opted in, or NULL.  A
+ * replacement counts as opted in: its predecessor was, and the same
+ * program in the same environment opts in again (libpg's pg_init), so a
+ * membership change or its own failure before it has is no reason to
+ * restart everyone. */
 static struct worker *live_not_opted_in(struct agent *a)
 {
   char path[PATH_MAX];
@@ -815,6 +820,9 @@ static struct worker *live_not_opted_in(struct agent *a)
 
   for (i = 0; i < a->o->nproc; i++) {
     struct worker *w = &a->workers[i];
+
+    if (w->replaced > 0)
+      continue;
 
     snprintf(path, sizeof path, "%s/%s", w->dir ? w->dir : "",
              LIVE_HANDSHAKE_OPT_IN);
@@ -825,8 +833,10 @@ static struct worker *live_not_opted_in(struct agent *a)
 }
 
 /* Whether live recovery may keep the workers now: every local worker has
- * opted in.  The first time one has not, restart mode for the rest of
- * the job, said once. */
+ * opted in.  Otherwise restart mode for this event, said once for the
+ * job: a program that never opts in (a PyTorch script) is restarted at
+ * every failure, and one that had not yet opted in (a membership change
+ * just after a start) is live again once it has. */
 static bool live_keeps_workers(struct agent *a)
 {
   struct worker *w;
@@ -836,9 +846,10 @@ static bool live_keeps_workers(struct agent *a)
   w = live_not_opted_in(a);
   if (!w)
     return true;
-  say("worker %d (pid %d) did not opt in to live recovery: restarting the "
-      "worker group instead", w->rank, (int)w->pid);
-  a->live_replace = false;
+  if (!a->optin_said)
+    say("worker %d (pid %d) did not opt in to live recovery: restarting "
+        "the worker group instead", w->rank, (int)w->pid);
+  a->optin_said = true;
   return false;
 }
 
@@ -936,7 +947,7 @@ static void live_write_round(struct agent *a)
 static void live_setup_round(struct agent *a)
 {
   char msg[512];
-  int err, port = a->assign.master_port + 1;
+  int err, port = a->assign.master_port + LIVE_STORE_PORT_OFFSET;
 
   if (!a->live_env)
     return;
