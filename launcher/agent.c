@@ -1029,9 +1029,10 @@ static bool live_round(struct agent *a, const struct rdzv_assignment *as)
   for (i = 0; i < a->o->nproc; i++)
     a->workers[i].rank = as->rank_offset + i;
   live_write_round(a);
-  say("round %d: world %d on %d nodes, this node's ranks from %d; the "
+  say("round %d: world %d on %d node%s, this node's ranks from %d; the "
       "workers go on (live recovery)", as->round, as->world_size,
-      as->group_world_size, as->rank_offset);
+      as->group_world_size, as->group_world_size == 1 ? "" : "s",
+      as->rank_offset);
   agent_event(a, "LIVE_ROUND", "world_size=%d group_rank=%d "
               "rank_offset=%d", as->world_size, as->group_rank,
               as->rank_offset);
