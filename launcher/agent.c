@@ -866,8 +866,9 @@ static bool live_worker_failed(struct agent *a, struct worker *w, int code)
   if (!live_keeps_workers(a))
     return false;
   if (w->replaced >= a->o->max_restarts) {
-    say("worker %d was replaced %d times, its budget (--max_restarts, per "
-        "rank in live mode): the job fails", w->rank, w->replaced);
+    say("worker %d has no replacement left (%d of --max_restarts %d used; "
+        "live mode counts them per rank): the job fails", w->rank,
+        w->replaced, a->o->max_restarts);
     a->assign.failure_final = true;
     return false;
   }

@@ -59,7 +59,7 @@ grep -q "event RESTART" "$T/err" && fail "a replacement logged as a restart"
 kill -KILL "$(cat "$e1" | sed -n 's/^CDRUN_LIVE_OPT_IN=//p' | xargs cat)"
 wait_exit "$BG" 30
 expect_eq "exit status (SIGKILL)" "$RC" 137
-expect_grep "worker 1 was replaced 1 times, its budget" "$T/err"
+expect_grep "worker 1 has no replacement left \(1 of --max_restarts 1 used" "$T/err"
 expect_grep "Root Cause" "$T/err"
 expect_grep "rank +: 1" "$T/err"
 expect_eq "replacements" "$(grep -c 'replacing worker' "$T/err")" 1

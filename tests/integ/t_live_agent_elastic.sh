@@ -6,7 +6,7 @@
 # says the smaller world; the master's node lost moves the master
 # endpoint, and the survivor restarts its workers, saying why; below
 # min_nodes the survivor waits with its workers running, and a newcomer
-# completes the round around them.
+# completes the round around them, or a final failure ends it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/live_agent_lib.sh"
 
@@ -105,4 +105,23 @@ wait_exit "$AGENT_d" 30
 expect_eq "d's exit" "$RC" 0
 wait_exit "$AGENT_g" 30
 expect_eq "g's exit" "$RC" 0
+
+# ---- a final failure while the survivor waits below min_nodes ----
+mkdir "$T/h" "$T/i"
+fin=(--nnodes=2:3 --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=fin
+     --rdzv_conf="$conf" --recovery=live --max_restarts=0 --no_python
+     --nproc_per_node=1)
+agent h "${fin[@]}" "$LW" "$T/h"
+wait_grep "job fin: .* joined round 0" "$T/rdzvd.log" 30
+agent i "${fin[@]}" "$LW" "$T/i"
+wait_files "$T/h/round.*" 1 30
+wait_files "$T/i/round.*" 1 30
+kill -KILL "$AGENT_i"
+wait_exit "$AGENT_i" 20
+wait_grep "re-joining with the workers running" "$T/h.err" 30
+kill -KILL "$(pid_of "$T/h" 0)"
+wait_exit "$AGENT_h" 30
+expect_eq "h's exit (SIGKILL)" "$RC" 137
+expect_grep "worker 0 has no replacement left" "$T/h.err"
+expect_grep "Root Cause" "$T/h.err"
 exit 0
