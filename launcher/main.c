@@ -15,6 +15,7 @@
 
 #include "agent.h"
 #include "args.h"
+#include "live_store.h"
 #include "logs.h"
 #include "multihost.h"
 #include "nproc.h"
@@ -39,6 +40,7 @@ struct job {
   struct rdzv_config rdzv;
   int port;                   /* reserved port, or 0 */
   int port_fd;                /* Note [port reservation], -1 if none */
+  int store_port_fd;          /* live recovery's store port, or -1 */
   char log_base[PATH_MAX];    /* --log_dir or a temporary one */
   bool log_base_is_temp;
   char run_log_dir[PATH_MAX + 160];
@@ -468,9 +470,22 @@ static void resolve_workers(const struct cdrun_args *a, struct job *j,
 /* A free port for MASTER_PORT, unless the static back end was given
  * one: the rdzvd back end offers it in case this node gets rank 0.
  * Returns 0 or a negative errno (said). */
-static int reserve_master_port(struct job *j)
+static int reserve_master_port(struct job *j, bool live)
 {
+  int tries;
+
   if (j->rdzv.backend != BACKEND_STATIC || j->rdzv.master_port == 0) {
+    /* Live recovery's store port is held too (Note [live store
+     * port]). */
+    for (tries = 0; live && tries < 64; tries++) {
+      j->port_fd = port_reserve(&j->port);
+      if (j->port_fd < 0)
+        break;
+      j->store_port_fd = port_reserve_at(j->port + LIVE_STORE_PORT_OFFSET);
+      if (j->store_port_fd >= 0)
+        return 0;
+      close(j->port_fd);
+    }
     j->port_fd = port_reserve(&j->port);
     if (j->port_fd < 0) {
       say_error("cannot find a free port for MASTER_PORT: %s",
@@ -582,6 +597,7 @@ static void fill_agent_opts(const struct cdrun_args *a,
       a->nnodes_max > 1 && (se->active || a->stdin_watchdog))
     o->fixed_source = se->active ? "Slurm's step" : "the hostfile";
   o->lost_grace_s = j->rdzv.lost_node_grace;
+  o->live = strcmp(a->recovery, "live") == 0;
 }
 
 /* A temporary log dir goes away unless it holds what the user needs:
@@ -604,6 +620,8 @@ static void job_free(struct job *j)
 {
   if (j->port_fd >= 0)
     close(j->port_fd);
+  if (j->store_port_fd >= 0)
+    close(j->store_port_fd);
   free(j->cmd);
   free(j->redirects);
   free(j->tee);
@@ -640,7 +658,7 @@ int main(int argc, char **argv)
   }
 
   memset(&j, 0, sizeof j);
-  j.port_fd = -1;
+  j.port_fd = j.store_port_fd = -1;
   make_run_id(&a, j.run_id, sizeof j.run_id);
   resolve_rdzv(&a, &se, &j);
   nproc_from = resolve_nproc(&a, &se, &j);
@@ -654,7 +672,8 @@ int main(int argc, char **argv)
   if (a.stdin_watchdog && stdin_watchdog_start() != 0)
     return AGENT_EXIT_INTERNAL;
   resolve_workers(&a, &j, &backoff);
-  if (reserve_master_port(&j) || setup_logs(&a, &j))
+  if (reserve_master_port(&j, strcmp(a.recovery, "live") == 0) ||
+      setup_logs(&a, &j))
     return AGENT_EXIT_INTERNAL;
   prepare_agent_process(&a, &j, &se);
   fill_agent_opts(&a, &se, &j, &backoff, &error_files_read, &o);
