@@ -24,6 +24,8 @@
 #include "guardian.h"
 #include "hang.h"
 #include "jobtoken.h"
+#include "live_handshake.h"
+#include "live_store.h"
 #include "logs.h"
 #include "output.h"
 #include "say.h"
@@ -46,6 +48,8 @@ struct worker {
   char *error_file;
   struct output_stream out, err;   /* output.h */
   struct hang_watch hang;       /* hang.h */
+  int replaced;                 /* live replacements of this local rank */
+  bool replace_pending;         /* Note [live replacement] */
 };
 
 enum agent_state {
@@ -109,11 +113,29 @@ struct agent {
   int exit_status;
   char host[256];
   struct filetimer *ftimer;     /* torch's file timer, or NULL */
+  /* Live recovery (man/cdrun.1, LIVE RECOVERY). */
+  bool live_env;                /* the workers get the live handshake */
+  bool live_replace;            /* failures and membership changes keep
+                                   the workers: o->live until a worker
+                                   did not opt in */
+  bool live_rejoining;          /* a membership join is in flight while
+                                   the workers run */
+  bool pending_round_set;       /* a round to start once the group has
+                                   stopped */
+  struct rdzv_assignment pending_round;
+  int replace_pending;          /* workers whose replacement waits */
+  struct live_store *store;     /* node rank 0: the live store */
+  char store_token[JOBTOKEN_HEX + 1];  /* the token it serves with */
+  char live_store_addr[300];    /* CDRUN_LIVE_STORE */
+  char round_file[PATH_MAX];    /* CDRUN_LIVE_ROUND_FILE */
 };
 
 static void check_stopped(struct agent *a);
 static void heartbeat_check(uv_timer_t *t);
 static void join_round(struct agent *a, enum rdzv_join_reason why);
+static void start_round(struct agent *a, const struct rdzv_assignment *as);
+static bool live_worker_failed(struct agent *a, struct worker *w, int code);
+static void live_start_replacements(struct agent *a);
 
 static void agent_event(struct agent *a, const char *name, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
@@ -365,6 +387,15 @@ static void group_finished(struct agent *a)
     }
     return;
   case STOP_FAILURE:
+    if (!a->assign.failure_final &&
+        (a->live_rejoining || a->pending_round_set)) {
+      /* A failure live recovery could not take, while a round was
+       * forming: the group starts again in that round. */
+      say("worker group stopped during a membership change; it starts "
+          "again in the new round");
+      failures_clear(&a->failures);
+      goto next_round;
+    }
     if (!a->assign.failure_final) {
       restart_after_failure(a);
       return;
@@ -389,8 +420,21 @@ static void group_finished(struct agent *a)
     finish(a, 128 + a->stop_signal);
     return;
   case STOP_MEMBERSHIP:
+    if (a->live_rejoining || a->pending_round_set)
+      goto next_round;
     join_round(a, RDZV_JOIN_MEMBERSHIP);
     return;
+  }
+  return;
+next_round:
+  /* The round was asked for while the workers ran (live recovery): start
+   * in it now, or when it comes. */
+  a->state = ST_RENDEZVOUS;
+  if (a->pending_round_set) {
+    struct rdzv_assignment as = a->pending_round;
+
+    a->pending_round_set = false;
+    start_round(a, &as);
   }
 }
 
@@ -438,6 +482,11 @@ static void report_failure(struct agent *a, struct worker *w, int code)
   bool final = a->assign.failure_final;
   char msg[512];
 
+  /* A round is forming (live recovery): this node starts its workers in
+   * it; a report now would name a round that is over. */
+  if (a->live_rejoining && !final)
+    return;
+
   /* Note [root cause]: this node's earliest failure, with its time (the
    * error file's, else when it was reaped), for the job's root cause. */
   failures_local_cause(&a->failures, a->host, now_epoch(),
@@ -483,13 +532,15 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     else
       say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
+    if (live_worker_failed(a, w, code))
+      return;
     record_failure(a, w, w->pid, code,
                    w->hang.killed_why[0] ? w->hang.killed_why : NULL);
     report_failure(a, w, code);
     begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
   }
-  if (a->nrunning == 0)
+  if (a->nrunning == 0 && !a->replace_pending)
     begin_stop(a, STOP_SUCCESS, 0);
 }
 
@@ -567,6 +618,7 @@ static void stream_closed(void *ctx)
   struct agent *a = ctx;
 
   a->nstreams--;
+  live_start_replacements(a);
   check_stopped(a);
 }
 
@@ -616,6 +668,10 @@ static void worker_env(const struct agent *a, const struct worker *w,
   we->heartbeat_file = w->hang.heartbeat_file[0] ? w->hang.heartbeat_file
                                                  : NULL;
   we->job_token = a->job_token[0] ? a->job_token : NULL;
+  we->live = a->live_env;
+  we->live_store = a->live_store_addr;
+  we->live_round_file = a->round_file;
+  we->worker_restarts = w->replaced;
 }
 
 /* Prepares attempt_<k>/<local_rank>/ and slot k of p for one worker; on
@@ -626,14 +682,21 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
   const struct agent_opts *o = a->o;
   struct spawn_opts so = SPAWN_OPTS_INIT;
   struct worker_env we;
-  char **env;
-  int out_fd, err_fd, close_out, close_err, err;
+  char **env, opt_in[PATH_MAX];
+  int out_fd, err_fd, close_out, close_err, err, n;
 
   free(w->dir);
   free(w->error_file);
   w->error_file = NULL;
-  if (asprintf(&w->dir, "%s/attempt_%d/%d", o->run_log_dir, attempt,
-               w->local_rank) < 0) {
+  /* Note [live replacement]: a replacement's folder is inside the
+   * original's, so attempt_<k>/ keeps torchrun's layout. */
+  if (w->replaced > 0)
+    n = asprintf(&w->dir, "%s/attempt_%d/%d/live_%d", o->run_log_dir,
+                 attempt, w->local_rank, w->replaced);
+  else
+    n = asprintf(&w->dir, "%s/attempt_%d/%d", o->run_log_dir, attempt,
+                 w->local_rank);
+  if (n < 0) {
     w->dir = NULL;
     return -ENOMEM;
   }
@@ -654,6 +717,11 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
     return err;
 
   worker_env(a, w, &we);
+  if (we.live) {
+    snprintf(opt_in, sizeof opt_in, "%s/%s", w->dir, LIVE_HANDSHAKE_OPT_IN);
+    unlink(opt_in);
+    we.live_opt_in = opt_in;
+  }
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;
@@ -737,17 +805,257 @@ static void round_token(struct agent *a)
   }
 }
 
+/* ---- live recovery (man/cdrun.1, LIVE RECOVERY) ------------------------ */
+
+/* The first local worker that has not opted in, or NULL. */
+static struct worker *live_not_opted_in(struct agent *a)
+{
+  char path[PATH_MAX];
+  int i;
+
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
+
+    snprintf(path, sizeof path, "%s/%s", w->dir ? w->dir : "",
+             LIVE_HANDSHAKE_OPT_IN);
+    if (!w->dir || !live_handshake_opted_in(path))
+      return w;
+  }
+  return NULL;
+}
+
+/* Whether live recovery may keep the workers now: every local worker has
+ * opted in.  The first time one has not, restart mode for the rest of
+ * the job, said once. */
+static bool live_keeps_workers(struct agent *a)
+{
+  struct worker *w;
+
+  if (!a->live_replace)
+    return false;
+  w = live_not_opted_in(a);
+  if (!w)
+    return true;
+  say("worker %d (pid %d) did not opt in to live recovery: restarting the "
+      "worker group instead", w->rank, (int)w->pid);
+  a->live_replace = false;
+  return false;
+}
+
+/* Note [live replacement]: in live mode a worker that fails while it and
+ * every local worker opted in is replaced alone, with the same rank and
+ * environment and its own count (CDRUN_WORKER_RESTARTS), at most
+ * max_restarts times per local rank; the rendezvous hears nothing.  The
+ * replacement starts once the dead worker's output streams are closed
+ * (they are the same structs), in attempt_<k>/<local_rank>/live_<n>/.
+ * Returns true when the failure was taken; false: restart mode's path,
+ * final when the rank's budget is spent. */
+static bool live_worker_failed(struct agent *a, struct worker *w, int code)
+{
+  if (!live_keeps_workers(a))
+    return false;
+  if (w->replaced >= a->o->max_restarts) {
+    say("worker %d was replaced %d times, its budget (--max_restarts, per "
+        "rank in live mode): the job fails", w->rank, w->replaced);
+    a->assign.failure_final = true;
+    return false;
+  }
+  w->replaced++;
+  say("replacing worker %d alone (live recovery; replacement %d of %d of "
+      "this rank)", w->rank, w->replaced, a->o->max_restarts);
+  agent_event(a, "WORKER_REPLACED", "rank=%d local_rank=%d pid=%d "
+              "exitcode=%d worker_restarts=%d", w->rank, w->local_rank,
+              (int)w->pid, code, w->replaced);
+  /* What is left of its process group goes with it. */
+  kill(-w->pid, SIGKILL);
+  guardian_forget(&a->guardian, w->pid);
+  w->pid = 0;
+  output_stream_drain_close(&w->out);
+  output_stream_drain_close(&w->err);
+  w->replace_pending = true;
+  a->replace_pending++;
+  live_start_replacements(a);
+  return true;
+}
+
+/* Starts the replacement of w (Note [live replacement]). */
+static void live_spawn(struct agent *a, struct worker *w)
+{
+  struct spawn_prep prep;
+  int err = prepare_worker(a, w, a->assign.restart_count, &prep, 0);
+
+  if (err) {
+    start_failed(a, w, err, 0);
+    return;
+  }
+  spawn_many(a->spawner, prep.so, 1, prep.pid, prep.err);
+  spawn_prep_release(&prep, 0);
+  if (prep.err[0]) {
+    start_failed(a, w, prep.err[0], prep.pid[0]);
+    return;
+  }
+  w->pid = prep.pid[0];
+  w->running = true;
+  a->nrunning++;
+  pid_insert(a, w);
+}
+
+/* The replacements whose worker's streams are closed now start. */
+static void live_start_replacements(struct agent *a)
+{
+  int i;
+
+  for (i = 0; a->replace_pending && i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
+
+    if (!w->replace_pending || w->out.state != OUTPUT_NONE ||
+        w->err.state != OUTPUT_NONE)
+      continue;
+    w->replace_pending = false;
+    a->replace_pending--;
+    if (a->state == ST_RUNNING)
+      live_spawn(a, w);
+  }
+}
+
+/* Rewrites the node's round file for the current round. */
+static void live_write_round(struct agent *a)
+{
+  struct live_round r = { a->assign.round, a->assign.world_size,
+                          a->assign.rank_offset, a->o->nproc };
+  int err = live_handshake_write_round(a->round_file, &r);
+
+  if (err)
+    say("cannot write the live round file %s: %s", a->round_file,
+        say_strerror(err));
+}
+
+/* A round's live set-up before its workers start: node rank 0 serves the
+ * live store (with this round's token: a new one after a restart), and
+ * the round file says the round. */
+static void live_setup_round(struct agent *a)
+{
+  char msg[512];
+  int err, port = a->assign.master_port + 1;
+
+  if (!a->live_env)
+    return;
+  if (a->assign.group_rank == 0 &&
+      (!a->store || strcmp(a->store_token, a->job_token) != 0)) {
+    live_store_stop(a->store);
+    a->store = NULL;
+    err = live_store_start(port, a->job_token, &a->store, msg, sizeof msg);
+    if (err) {
+      say("cannot serve the live store (%s): live recovery is off, this "
+          "node's workers run in restart mode", msg);
+      a->live_env = false;
+      a->live_replace = false;
+      return;
+    }
+    snprintf(a->store_token, sizeof a->store_token, "%s", a->job_token);
+  }
+  snprintf(a->live_store_addr, sizeof a->live_store_addr, "%s:%d",
+           a->assign.master_addr, port);
+  live_write_round(a);
+}
+
+/* The job needs a new round and live recovery keeps the workers: join
+ * with them running.  False: restart mode. */
+static bool live_rejoin(struct agent *a, const char *reason)
+{
+  int err;
+
+  if (a->live_rejoining)
+    return true;        /* the join in flight serves this change too */
+  if (!live_keeps_workers(a))
+    return false;
+  say("the job needs a new round (%s): re-joining with the workers "
+      "running (live recovery)", reason);
+  a->live_rejoining = true;
+  err = a->rdzv->ops->join(a->rdzv, RDZV_JOIN_MEMBERSHIP);
+  if (err) {
+    say("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
+        say_strerror(err));
+    begin_stop(a, STOP_FATAL, SIGTERM);
+    a->exit_status = AGENT_EXIT_INTERNAL;
+  }
+  return true;
+}
+
+/* The round a live re-join asked for: the workers go on in it, and learn
+ * it from the round file, unless what they hold changed (the master
+ * endpoint: node 0 was lost; the restart count or the job token: the job
+ * restarted); then they restart in it.  Returns false when the agent is
+ * not running them any more. */
+static bool live_round(struct agent *a, const struct rdzv_assignment *as)
+{
+  char token[JOBTOKEN_HEX + 1];
+  struct rdzv_assignment old = a->assign;
+  bool guessable;
+  int i;
+
+  if (a->state != ST_RUNNING)
+    return false;
+  if (jobtoken_make(a->o->token_secret, a->o->token_secret_len,
+                    a->o->run_id, as, token, &guessable))
+    token[0] = '\0';
+  if (strcmp(as->master_addr, old.master_addr) != 0 ||
+      as->master_port != old.master_port ||
+      as->restart_count != old.restart_count ||
+      (as->group_world_size > 1 && strcmp(token, a->job_token) != 0)) {
+    say("round %d moves the master endpoint or restarts the job (master "
+        "%s:%d, was %s:%d; restart %d, was %d): live recovery cannot keep "
+        "the workers; restarting them", as->round, as->master_addr,
+        as->master_port, old.master_addr, old.master_port,
+        as->restart_count, old.restart_count);
+    a->pending_round = *as;
+    a->pending_round_set = true;
+    begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
+    return true;
+  }
+  a->assign = *as;
+  for (i = 0; i < a->o->nproc; i++)
+    a->workers[i].rank = as->rank_offset + i;
+  live_write_round(a);
+  say("round %d: world %d on %d nodes, this node's ranks from %d; the "
+      "workers go on (live recovery)", as->round, as->world_size,
+      as->group_world_size, as->rank_offset);
+  agent_event(a, "LIVE_ROUND", "world_size=%d group_rank=%d "
+              "rank_offset=%d", as->world_size, as->group_rank,
+              as->rank_offset);
+  return true;
+}
+
 static void on_round(void *ctx, const struct rdzv_assignment *as)
 {
   struct agent *a = ctx;
+
+  if (a->live_rejoining) {
+    a->live_rejoining = false;
+    if (live_round(a, as))
+      return;
+    if (a->state == ST_STOPPING) {
+      /* The group stops (a failure live recovery did not take): it
+       * starts in this round once stopped. */
+      a->pending_round = *as;
+      a->pending_round_set = true;
+      return;
+    }
+  }
+  if (a->state != ST_RENDEZVOUS)
+    return;
+  start_round(a, as);
+}
+
+/* A round completed with no workers running: start them all. */
+static void start_round(struct agent *a, const struct rdzv_assignment *as)
+{
   char path[PATH_MAX + 32];
   struct spawn_prep prep;
   struct worker *bad = NULL;
   pid_t bad_pid = 0;            /* the child whose exec failed */
   int i, k, err, first_err = 0, batch, end;
 
-  if (a->state != ST_RENDEZVOUS)
-    return;
   if (a->lost_pending) {
     uv_timer_stop(&a->lost_timer);
     a->lost_pending = false;
@@ -767,6 +1075,10 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
            as->restart_count);
   logs_rmtree(path);    /* torchrun wipes a reused attempt folder */
   round_token(a);
+  for (i = 0; i < a->o->nproc; i++)
+    a->workers[i].replace_pending = false;
+  a->replace_pending = 0;
+  live_setup_round(a);
   agent_event(a, "START", "restart_count=%d world_size=%d master=%s:%d",
               as->restart_count, as->world_size, as->master_addr,
               as->master_port);
@@ -879,6 +1191,8 @@ static void on_restart(void *ctx, const char *reason)
     return;
   }
   if (a->state != ST_RUNNING)
+    return;
+  if (live_rejoin(a, reason))
     return;
   say("restarting the worker group: %s", reason);
   begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
@@ -1191,6 +1505,10 @@ int agent_run(const struct agent_opts *o)
   if (gethostname(a.host, sizeof a.host) < 0)
     snprintf(a.host, sizeof a.host, "localhost");
   a.host[sizeof a.host - 1] = '\0';
+  a.live_env = a.live_replace = o->live;
+  if (o->live)
+    snprintf(a.round_file, sizeof a.round_file, "%s/%s", o->run_log_dir,
+             LIVE_HANDSHAKE_ROUND);
   a.workers = calloc((size_t)o->nproc, sizeof *a.workers);
   a.sigs = calloc((size_t)(o->nsignals ? o->nsignals : 1), sizeof *a.sigs);
   /* At most half full, so probes stay short and always end. */
@@ -1238,6 +1556,8 @@ int agent_run(const struct agent_opts *o)
   uv_run(&a.loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&a.loop) != 0)
     say("internal: event loop closed with handles left open");
+
+  live_store_stop(a.store);   /* after the workers: it outlives them */
 
 out_guardian:
   /* Its threads' workers are gone (Note [spawning threads], spawn.c). */

@@ -56,6 +56,10 @@ struct agent_opts {
    * lost_grace_s unless the round completes meanwhile. */
   const char *fixed_source;
   double lost_grace_s;
+  /* --recovery=live (man/cdrun.1, LIVE RECOVERY): a failed worker is
+   * replaced alone and membership changes keep the workers running,
+   * while every local worker has opted in; false: restart mode. */
+  bool live;
 };
 
 /* Exit status of a cdrun run (documented in man/cdrun.1). */

@@ -61,6 +61,7 @@ static const char *const numa_modes[] = {
   "node", "socket", "exclusive", "core-complex", NULL,
 };
 static const char *const completion_shells[] = { "bash", NULL };
+static const char *const recovery_modes[] = { "restart", "live", NULL };
 
 #define F(field) offsetof(struct cdrun_args, field)
 
@@ -75,6 +76,8 @@ static const struct opt opts[] = {
   { "max_restarts", 0, K_UINT, F(max_restarts), "0", NULL, NULL },
   { "monitor_interval", 0, K_POSSEC, F(monitor_interval), "0.1",
     NULL, NULL },
+  { "recovery", 0, K_CHOICE, F(recovery), "restart", recovery_modes,
+    NULL },
   { "start_method", 0, K_CHOICE, F(start_method), "spawn",
     start_methods, NULL },
   { "role", 0, K_STR, F(role), "default", NULL, NULL },
@@ -678,7 +681,7 @@ void args_free(struct cdrun_args *a)
     &a->local_addr, &a->signals_to_handle, &a->event_log_handler,
     &a->log_line_prefix_template, &a->duplicate_stdout_filters,
     &a->duplicate_stderr_filters, &a->numa_binding, &a->print_completion,
-    &a->hostfile, &a->hosts,
+    &a->hostfile, &a->hosts, &a->recovery,
   };
 
   /* NULL each pointer so that a second call is harmless. */
@@ -763,6 +766,11 @@ static const char usage[] =
   "                        counted per job across nodes (default: 0); a\n"
   "                        crash loop backs off, 1 s doubling to 60 s (env\n"
   "                        CDRUN_RESTART_BACKOFF=INITIAL:MAX:HEALTHY, 0 off)\n"
+  "  --recovery MODE       restart (default): a failure restarts every\n"
+  "                        worker; live: a failed worker is replaced alone\n"
+  "                        and nodes leave or join without stopping the\n"
+  "                        others, for workers that opt in (see LIVE\n"
+  "                        RECOVERY in cdrun(1))\n"
   "  --role NAME           role name of the workers (default: default)\n"
   "  -m, --module          run the target as a Python module (python -m)\n"
   "  --no_python           exec the target itself, without python\n"

@@ -22,6 +22,7 @@ struct cdrun_args {
   bool standalone;
   int max_restarts;             /* default 0 */
   double monitor_interval;      /* accepted, unused: we supervise by events */
+  char *recovery;               /* "restart" (default) or "live" */
   char *start_method;           /* spawn|fork|forkserver; validated, unused */
   char *role;                   /* default "default" */
   bool module;                  /* -m: python -u -m target */

@@ -8,8 +8,11 @@
  *      secret on every node, keys an HMAC over the run id, MASTER_ADDR
  *      and MASTER_PORT (below);
  *   2. the rendezvous issued one with the round (rdzvd and a hosting
- *      cdrun do: an HMAC under the server's own key, a new one every
- *      round, given to the round's participants only): taken as is;
+ *      cdrun do: an HMAC under the server's own key over the job, the
+ *      master endpoint and the restart count, given to the round's
+ *      participants only): taken as is.  It stays through membership
+ *      rounds (a node lost or joining) while the master endpoint does:
+ *      live recovery's workers go on with it, and a newcomer's get it;
  *   3. otherwise the same HMAC as 1 under the rendezvous shared secret
  *      (--rdzv_conf secret_file=...: the etcd and static back ends);
  *   4. none, on a one-node round: 32 fresh random bytes, known to this

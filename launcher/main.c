@@ -582,6 +582,7 @@ static void fill_agent_opts(const struct cdrun_args *a,
       a->nnodes_max > 1 && (se->active || a->stdin_watchdog))
     o->fixed_source = se->active ? "Slurm's step" : "the hostfile";
   o->lost_grace_s = j->rdzv.lost_node_grace;
+  o->live = strcmp(a->recovery, "live") == 0;
 }
 
 /* A temporary log dir goes away unless it holds what the user needs:

@@ -13,6 +13,8 @@ static const char *const owned[] = {
   "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
   "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
   "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "NODE_RANK",
+  "CDRUN_RECOVERY", "CDRUN_LIVE_OPT_IN", "CDRUN_LIVE_STORE",
+  "CDRUN_LIVE_ROUND_FILE", "CDRUN_WORKER_RESTARTS",
   NULL,
 };
 
@@ -101,7 +103,7 @@ char **workerenv_build(char *const *base, const struct worker_env *w)
 
   while (base && base[nbase])
     nbase++;
-  env = calloc(nbase + 32, sizeof *env);
+  env = calloc(nbase + 40, sizeof *env);
   if (!env)
     return NULL;
   for (i = 0; i < nbase; i++) {
@@ -154,6 +156,13 @@ char **workerenv_build(char *const *base, const struct worker_env *w)
   /* The job's secret for libpg's store and mesh (jobtoken.h). */
   if (w->job_token)
     bad |= add(env, &n, "CDRUN_JOB_TOKEN", w->job_token);
+  if (w->live) {
+    bad |= add(env, &n, "CDRUN_RECOVERY", "live");
+    bad |= add(env, &n, "CDRUN_LIVE_OPT_IN", w->live_opt_in);
+    bad |= add(env, &n, "CDRUN_LIVE_STORE", w->live_store);
+    bad |= add(env, &n, "CDRUN_LIVE_ROUND_FILE", w->live_round_file);
+    bad |= add_int(env, &n, "CDRUN_WORKER_RESTARTS", w->worker_restarts);
+  }
   if (bad)
     goto fail_free_env;
   env[n] = NULL;

@@ -31,6 +31,16 @@ struct worker_env {
   const char *timer_file;     /* TORCHELASTIC_TIMER_FILE, or NULL */
   const char *heartbeat_file; /* CDRUN_HEARTBEAT_FILE, or NULL */
   const char *job_token;      /* CDRUN_JOB_TOKEN (jobtoken.h), or NULL */
+  /* Live recovery (man/cdrun.1, LIVE RECOVERY): CDRUN_RECOVERY=live and
+   * the handshake's variables when live is set.  The CDRUN_RECOVERY and
+   * CDRUN_LIVE_* names are the agent's in either mode: an inherited value
+   * (an outer live job's) never reaches a worker of a restart-mode one. */
+  bool live;
+  const char *live_opt_in;     /* CDRUN_LIVE_OPT_IN: the worker's file */
+  const char *live_store;      /* CDRUN_LIVE_STORE: "host:port" */
+  const char *live_round_file; /* CDRUN_LIVE_ROUND_FILE: the node's */
+  int worker_restarts;         /* CDRUN_WORKER_RESTARTS: this rank's
+                                  replacements so far */
 };
 
 /* Returns a NULL-terminated heap array of "NAME=value" strings: every entry

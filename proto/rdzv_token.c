@@ -236,13 +236,15 @@ int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
 }
 
 int rdzv_token_job(const struct rdzv_token_key *k, const char *job,
-                   int round, int restart_count,
+                   const char *master_addr, int master_port,
+                   int restart_count,
                    unsigned char out[RDZV_PROTO_TOKEN_BYTES])
 {
   struct claim c;
 
   claim_start(&c, TOKEN_LABEL_JOB, job, "", 0);
-  put_u64(&c, (uint64_t)round);
+  put_str(&c, master_addr, RDZV_PROTO_MAX_ADDR);
+  put_u64(&c, (uint64_t)master_port);
   put_u64(&c, (uint64_t)restart_count);
   return mac(k, &c, out);
 }

@@ -79,13 +79,18 @@ int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
                        const struct rdzv_proto_round *rd,
                        unsigned char out[RDZV_PROTO_TOKEN_BYTES]);
 
-/* The job token of round (with restart_count) of job: what the round's
- * participants give their workers as CDRUN_JOB_TOKEN (launcher/jobtoken.h).
- * Under the server's own key, so only a participant learns it; the same
- * for every participant of the round, another for every round.  0 or
- * -EIO. */
+/* The job token of job's rounds with master endpoint master_addr:
+ * master_port and restart_count restarts: what a round's participants
+ * give their workers as CDRUN_JOB_TOKEN (launcher/jobtoken.h, Note [job
+ * token]).  Under the server's own key, so only a participant learns it;
+ * the same for every participant of the round, and for the rounds that
+ * follow while the master endpoint and the restart count stay (a node
+ * lost or joining: live recovery's workers go on with it, and a
+ * newcomer's join them); another after a restart or a move of the
+ * master.  0 or -EIO. */
 int rdzv_token_job(const struct rdzv_token_key *k, const char *job,
-                   int round, int restart_count,
+                   const char *master_addr, int master_port,
+                   int restart_count,
                    unsigned char out[RDZV_PROTO_TOKEN_BYTES]);
 
 /* Constant-time equality of two tokens; an all-zero token (none) equals

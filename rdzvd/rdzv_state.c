@@ -609,8 +609,8 @@ static void complete_round(struct rdzv_state *r, struct job *job,
   copy_str(rd->master_addr, sizeof rd->master_addr,
            rdzv_state__node_addr(master));
   rd->master_port = master->master_port;
-  if (rdzv_token_job(r->tokens, job->id, job->round, job->restart_count,
-                     rd->job_token))
+  if (rdzv_token_job(r->tokens, job->id, rd->master_addr, rd->master_port,
+                     job->restart_count, rd->job_token))
     memset(rd->job_token, 0, sizeof rd->job_token);
   for (i = 0; r->embedded_pid && i < k; i++) {
     if (job->order[i]->pid == r->embedded_pid &&

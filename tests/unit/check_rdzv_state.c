@@ -1822,6 +1822,59 @@ START_TEST(job_token_per_round)
 }
 END_TEST
 
+/* Note [job token] (launcher/jobtoken.h): live recovery's workers go on
+ * through membership rounds, and a newcomer's workers join them: the job
+ * token stays while the master endpoint and the restart count do (a node
+ * joins, a node other than the master's is lost), and changes when the
+ * master's node is lost.  A round started by a loss completes as soon as
+ * every survivor is back, without waiting for its last call. */
+START_TEST(job_token_kept_across_membership)
+{
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES];
+  const struct rdzv_proto_round *rd;
+
+  CF = conf_of(1, 3);
+  CF.last_call_timeout = 30;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  rdzv_state_tick(R, 30);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  memcpy(t0, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t0);
+  ck_assert(!rdzv_proto_token_none(t0));
+  /* B and C join: A re-joins, every round has A's token. */
+  ck_assert_int_eq(join(B, 1, 31), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(join(A, 1, 31), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 1);
+  ck_assert_int_eq(join(C, 1, 32), 0);
+  ck_assert_int_eq(join(A, 1, 32), 0);
+  ck_assert_int_eq(join(B, 1, 32), 0);
+  rd = &last(C, RDZV_PROTO_ROUND)->u.round;
+  ck_assert_int_eq(rd->group_world_size, 3);
+  ck_assert(!memcmp(rd->job_token, t0, sizeof t0));
+  ck_assert(!memcmp(last(B, RDZV_PROTO_ROUND)->u.round.job_token, t0,
+                    sizeof t0));
+  /* C lost: A and B are back, the round completes at once, same token. */
+  clear();
+  rdzv_state_conn_closed(R, CONN(C), 33);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(join(A, 1, 33), 0);
+  ck_assert_int_eq(join(B, 1, 33), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  rd = &last(A, RDZV_PROTO_ROUND)->u.round;
+  ck_assert_int_eq(rd->group_world_size, 2);
+  ck_assert(!memcmp(rd->job_token, t0, sizeof t0));
+  /* A, the master, lost: B's round has another master, another token. */
+  clear();
+  rdzv_state_conn_closed(R, CONN(A), 34);
+  ck_assert_int_eq(join(B, 1, 34), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 1);
+  rd = &last(B, RDZV_PROTO_ROUND)->u.round;
+  ck_assert_int_eq(rd->master_port, 29500 + B);
+  ck_assert(!rdzv_proto_token_none(rd->job_token));
+  ck_assert(memcmp(rd->job_token, t0, sizeof t0) != 0);
+}
+END_TEST
+
 /* ---- who may speak for a node (Note [node tokens]) ---- */
 
 /* Item 1 of "identities a stranger cannot forge": a RESUME naming a live
@@ -2129,6 +2182,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, resume_supersedes_old_connection);
   tcase_add_test(tc, zero_last_call_waits_for_restarting_nodes);
   tcase_add_test(tc, job_token_per_round);
+  tcase_add_test(tc, job_token_kept_across_membership);
   tcase_add_test(tc, impostor_cannot_displace);
   tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);

@@ -1,0 +1,28 @@
+/* live_store.h -- the job's live store in live recovery (man/cdrun.1,
+ * LIVE RECOVERY): a libpg store served by the agent of node rank 0 on
+ * MASTER_PORT + 1 with the job token, for the job's life, so that it
+ * outlives every worker; workers find it in CDRUN_LIVE_STORE.
+ *
+ * cdrun does not link libpg: restart mode never pays for it (launch time,
+ * RSS).  live_store_start loads libpg.so with dlopen the first time, from
+ * <the directory of cdrun>/../lib/libpg.so (an installed or built tree),
+ * else wherever the dynamic loader finds libpg.so.0.  The server runs on
+ * libpg's own thread. */
+#ifndef CDRUN_LIVE_STORE_H
+#define CDRUN_LIVE_STORE_H
+
+#include <stddef.h>
+
+struct live_store;
+
+/* Serves the store on every address at port with token (the workers'
+ * CDRUN_JOB_TOKEN; "" for none).  Returns 0 and *out, or a negative errno
+ * with the reason in err: -ENOENT when libpg cannot be loaded, libpg's
+ * error when it cannot serve (-EADDRINUSE...). */
+int live_store_start(int port, const char *token, struct live_store **out,
+                     char *err, size_t errlen);
+
+/* Stops serving and frees s; NULL is a no-op. */
+void live_store_stop(struct live_store *s);
+
+#endif
