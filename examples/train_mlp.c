@@ -19,7 +19,12 @@
  *  - checkpoints: rank 0 writes ckpt/latest.ckpt every --ckpt-every steps
  *    (temporary file, fsync, rename); at start rank 0 reads it and
  *    broadcasts it, and everyone resumes at its step, whatever the world
- *    size now is.
+ *    size now is;
+ *  - live recovery (--recovery live, under cdrun --recovery=live): the
+ *    state is registered with libpg; a step that fails because a peer
+ *    died is recovered (pg_recover) and run again, re-sharded for the new
+ *    world; a node that joins is taken in at a step boundary
+ *    (train_mlp/live.h).
  *
  * Rank 0 prints one line per epoch; "step_ms=" (the mean step time after
  * warm-up, the slowest rank's) and "wait_ms=" (the mean time spent after
@@ -32,8 +37,8 @@
  * This file is the job: the group, the training loop and main.  Beside
  * it, train_mlp/: flags.c (the command line), data.c (random numbers and
  * the data set), model.c (the network's kernels, passes and optimizers),
- * ckpt.c (checkpoints), mlp.c (error messages); mlp.h is what they
- * share. */
+ * ckpt.c (checkpoints), live.c (live recovery), mlp.c (error messages);
+ * mlp.h is what they share. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
