@@ -39,6 +39,7 @@ struct job {
   struct rdzv_config rdzv;
   int port;                   /* reserved port, or 0 */
   int port_fd;                /* Note [port reservation], -1 if none */
+  int store_port_fd;          /* live recovery: MASTER_PORT + 1, or -1 */
   char log_base[PATH_MAX];    /* --log_dir or a temporary one */
   bool log_base_is_temp;
   char run_log_dir[PATH_MAX + 160];
@@ -468,9 +469,21 @@ static void resolve_workers(const struct cdrun_args *a, struct job *j,
 /* A free port for MASTER_PORT, unless the static back end was given
  * one: the rdzvd back end offers it in case this node gets rank 0.
  * Returns 0 or a negative errno (said). */
-static int reserve_master_port(struct job *j)
+static int reserve_master_port(struct job *j, bool live)
 {
+  int tries;
+
   if (j->rdzv.backend != BACKEND_STATIC || j->rdzv.master_port == 0) {
+    /* Live recovery's store takes MASTER_PORT + 1: both are held. */
+    for (tries = 0; live && tries < 64; tries++) {
+      j->port_fd = port_reserve(&j->port);
+      if (j->port_fd < 0)
+        break;
+      j->store_port_fd = port_reserve_at(j->port + 1);
+      if (j->store_port_fd >= 0)
+        return 0;
+      close(j->port_fd);
+    }
     j->port_fd = port_reserve(&j->port);
     if (j->port_fd < 0) {
       say_error("cannot find a free port for MASTER_PORT: %s",
@@ -605,6 +618,8 @@ static void job_free(struct job *j)
 {
   if (j->port_fd >= 0)
     close(j->port_fd);
+  if (j->store_port_fd >= 0)
+    close(j->store_port_fd);
   free(j->cmd);
   free(j->redirects);
   free(j->tee);
@@ -641,7 +656,7 @@ int main(int argc, char **argv)
   }
 
   memset(&j, 0, sizeof j);
-  j.port_fd = -1;
+  j.port_fd = j.store_port_fd = -1;
   make_run_id(&a, j.run_id, sizeof j.run_id);
   resolve_rdzv(&a, &se, &j);
   nproc_from = resolve_nproc(&a, &se, &j);
@@ -655,7 +670,8 @@ int main(int argc, char **argv)
   if (a.stdin_watchdog && stdin_watchdog_start() != 0)
     return AGENT_EXIT_INTERNAL;
   resolve_workers(&a, &j, &backoff);
-  if (reserve_master_port(&j) || setup_logs(&a, &j))
+  if (reserve_master_port(&j, strcmp(a.recovery, "live") == 0) ||
+      setup_logs(&a, &j))
     return AGENT_EXIT_INTERNAL;
   prepare_agent_process(&a, &j, &se);
   fill_agent_opts(&a, &se, &j, &backoff, &error_files_read, &o);

@@ -3,11 +3,14 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-int port_reserve(int *port)
+/* A socket bound to INADDR_ANY:port (0: any), SO_REUSEADDR; its port in
+ * *out.  The fd or a negative errno. */
+static int bind_reserved(int port, int *out)
 {
   struct sockaddr_in sa;
   socklen_t len = sizeof sa;
@@ -19,6 +22,7 @@ int port_reserve(int *port)
   memset(&sa, 0, sizeof sa);
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  sa.sin_port = htons((uint16_t)port);
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
       bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
       getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
@@ -26,6 +30,20 @@ int port_reserve(int *port)
     close(fd);
     return err;
   }
-  *port = ntohs(sa.sin_port);
+  *out = ntohs(sa.sin_port);
   return fd;
+}
+
+int port_reserve(int *port)
+{
+  return bind_reserved(0, port);
+}
+
+int port_reserve_at(int port)
+{
+  int got;
+
+  if (port < 1 || port > 65535)
+    return -EINVAL;
+  return bind_reserved(port, &got);
 }

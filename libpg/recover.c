@@ -429,7 +429,7 @@ static void fill_info(const struct pg__live_formed *f, uint64_t old_gen,
                       int old_rank, int old_world,
                       struct pg_recover_info *info)
 {
-  int i, kept = 0;
+  int i;
 
   memset(info, 0, sizeof *info);
   info->generation = f->gen;
@@ -440,10 +440,9 @@ static void fill_info(const struct pg__live_formed *f, uint64_t old_gen,
   for (i = 0; i < f->world; i++) {
     bool stayed = !f->m[i].fresh && f->m[i].from == (int64_t)old_gen;
 
-    kept += stayed;
     info->joined += !stayed;
   }
-  info->left = old_world > kept ? old_world - kept : 0;
+  info->left = old_world > f->world ? old_world - f->world : 0;
 }
 
 /* Note [recover]: the old communicator goes first (a TCP peer blocked on

@@ -67,6 +67,7 @@ static void assert_defaults(void)
   ck_assert_str_eq(A.rdzv_conf, "");
   ck_assert(!A.standalone);
   ck_assert_int_eq(A.max_restarts, 0);
+  ck_assert_str_eq(A.recovery, "restart");
   ck_assert_double_eq_tol(A.monitor_interval, 0.1, 1e-12);
   ck_assert_str_eq(A.start_method, "spawn");
   ck_assert_str_eq(A.role, "default");
@@ -361,6 +362,8 @@ static const struct bad_case bad_values[] = {
   { "--start_method", "thread", "spawn, fork or forkserver" },
   { "--start_method", "", "spawn, fork or forkserver" },
   { "--event_log_handler", "file", "null or console" },
+  { "--recovery", "fast", "restart or live" },
+  { "--recovery", "", "restart or live" },
   { "--signals_to_handle", "SIGTERM,SIGFOO", "unknown signal 'SIGFOO'" },
   { "--signals_to_handle", "TERM", "unknown signal 'TERM'" },
   { "--signals_to_handle", "SIGKILL", "SIGXCPU" },
@@ -368,6 +371,30 @@ static const struct bad_case bad_values[] = {
   { "--signals_to_handle", "", "empty signal name" },
   { "--signals-to-handle", "sigterm", "unknown signal" },
 };
+
+/* --recovery=restart|live, both spellings (one word), PET_RECOVERY. */
+START_TEST(test_recovery)
+{
+  ck_assert_ok(PARSE("--recovery=live", "t"));
+  ck_assert_str_eq(A.recovery, "live");
+  ck_assert_int_eq(args_origin_of(&A, "recovery"), ARGS_FLAG);
+  args_free(&A);
+  ck_assert_ok(PARSE("--recovery", "restart", "t"));
+  ck_assert_str_eq(A.recovery, "restart");
+  args_free(&A);
+  ck_assert_ok(PARSE_ENV(ENV("PET_RECOVERY=live"), "t"));
+  ck_assert_str_eq(A.recovery, "live");
+  ck_assert_int_eq(args_origin_of(&A, "recovery"), ARGS_ENV);
+  args_free(&A);
+  /* The flag wins over the environment. */
+  ck_assert_ok(PARSE_ENV(ENV("PET_RECOVERY=live"), "--recovery=restart",
+                         "t"));
+  ck_assert_str_eq(A.recovery, "restart");
+  args_free(&A);
+  ck_assert_einval(PARSE_ENV(ENV("PET_RECOVERY=later"), "t"),
+                   "PET_RECOVERY");
+}
+END_TEST
 
 START_TEST(test_invalid_values)
 {
@@ -913,6 +940,7 @@ static Suite *args_suite(void)
                       sizeof bad_values / sizeof bad_values[0]);
   tcase_add_test(tc, test_signals_normalized);
   tcase_add_test(tc, test_env_fallbacks);
+  tcase_add_test(tc, test_recovery);
   tcase_add_test(tc, test_cmdline_beats_env);
   tcase_add_test(tc, test_env_lookup_exact);
   tcase_add_test(tc, test_env_invalid);

@@ -186,6 +186,58 @@ START_TEST(test_bind0_avoids_reserved)
 }
 END_TEST
 
+/* port_reserve_at: a given port, held as port_reserve holds one, that a
+ * SO_REUSEADDR listener (libpg's live store) can take. */
+START_TEST(test_reserve_at)
+{
+  int port, fd = reserve(&port), at, l;
+
+  close(fd);    /* a port that was free a moment ago */
+  at = port_reserve_at(port);
+  ck_assert_msg(at >= 0, "reserve port %d: %s", port, strerror(-at));
+  ck_assert_int_ne(fcntl(at, F_GETFD) & FD_CLOEXEC, 0);
+  l = reuse_listener(INADDR_ANY, port);
+  ck_assert_msg(l >= 0, "listen on 0.0.0.0:%d: %s", port, strerror(-l));
+  expect_connect(l, port);
+  close(l);
+  close(at);
+  ck_assert_int_eq(port_reserve_at(0), -EINVAL);
+  ck_assert_int_eq(port_reserve_at(65536), -EINVAL);
+}
+END_TEST
+
+/* A port an outgoing connection left in TIME_WAIT keeps a listener off:
+ * refused (the live store failed on MASTER_PORT + 1 so, before it was
+ * reserved). */
+START_TEST(test_reserve_at_refuses_time_wait)
+{
+  struct sockaddr_in sa = addr4(INADDR_LOOPBACK, 0);
+  socklen_t len = sizeof sa;
+  int lport, lfd = reserve(&lport), l, c, s, cport, at;
+
+  l = reuse_listener(INADDR_LOOPBACK, lport);
+  ck_assert_int_ge(l, 0);
+  c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(c, 0);
+  ck_assert_int_eq(bind(c, (struct sockaddr *)&sa, sizeof sa), 0);
+  ck_assert_int_eq(getsockname(c, (struct sockaddr *)&sa, &len), 0);
+  cport = ntohs(sa.sin_port);
+  expect_connect(l, lport);             /* a first, unrelated client */
+  sa = addr4(INADDR_LOOPBACK, lport);
+  ck_assert_int_eq(connect(c, (struct sockaddr *)&sa, sizeof sa), 0);
+  s = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+  ck_assert_int_ge(s, 0);
+  close(c);     /* the client closes first: its port goes TIME_WAIT */
+  close(s);
+  at = port_reserve_at(cport);
+  if (at >= 0)
+    close(at);
+  ck_assert_int_eq(at, -EADDRINUSE);
+  close(l);
+  close(lfd);
+}
+END_TEST
+
 static Suite *port_suite(void)
 {
   Suite *s = suite_create("port");
@@ -197,6 +249,8 @@ static Suite *port_suite(void)
   tcase_add_test(tc, test_reuse_loopback);
   tcase_add_test(tc, test_plain_bind_conflicts);
   tcase_add_test(tc, test_bind0_avoids_reserved);
+  tcase_add_test(tc, test_reserve_at);
+  tcase_add_test(tc, test_reserve_at_refuses_time_wait);
   suite_add_tcase(s, tc);
   return s;
 }

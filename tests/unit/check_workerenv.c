@@ -379,6 +379,52 @@ START_TEST(test_job_token)
 }
 END_TEST
 
+/* Live mode: CDRUN_RECOVERY=live and the handshake's variables. */
+START_TEST(test_live)
+{
+  struct worker_env w = sample();
+  char *base[] = { "CDRUN_LIVE_STORE=outer:1", "X=1", NULL };
+  char **env;
+
+  w.live = true;
+  w.live_opt_in = "/logs/attempt_0/3/live_opt_in";
+  w.live_store = "node-0.example:29512";
+  w.live_round_file = "/logs/live_round";
+  w.worker_restarts = 2;
+  env = workerenv_build(base, &w);
+  ck_assert_str_eq(workerenv_get(env, "CDRUN_RECOVERY"), "live");
+  ck_assert_str_eq(workerenv_get(env, "CDRUN_LIVE_OPT_IN"),
+                   "/logs/attempt_0/3/live_opt_in");
+  ck_assert_str_eq(workerenv_get(env, "CDRUN_LIVE_STORE"),
+                   "node-0.example:29512");
+  ck_assert_int_eq(count_name(env, "CDRUN_LIVE_STORE"), 1);
+  ck_assert_str_eq(workerenv_get(env, "CDRUN_LIVE_ROUND_FILE"),
+                   "/logs/live_round");
+  ck_assert_str_eq(workerenv_get(env, "CDRUN_WORKER_RESTARTS"), "2");
+  workerenv_free(env);
+}
+END_TEST
+
+/* Restart mode: none of them, not even inherited (an outer live job's
+ * would make a libpg worker look for a store nobody serves). */
+START_TEST(test_restart_mode_no_live)
+{
+  struct worker_env w = sample();
+  char *base[] = { "CDRUN_RECOVERY=live", "CDRUN_LIVE_OPT_IN=/x",
+                   "CDRUN_LIVE_STORE=h:1", "CDRUN_LIVE_ROUND_FILE=/r",
+                   "CDRUN_WORKER_RESTARTS=1", "CDRUN_LIVE=kept", NULL };
+  char **env = workerenv_build(base, &w);
+
+  ck_assert_ptr_null(workerenv_get(env, "CDRUN_RECOVERY"));
+  ck_assert_ptr_null(workerenv_get(env, "CDRUN_LIVE_OPT_IN"));
+  ck_assert_ptr_null(workerenv_get(env, "CDRUN_LIVE_STORE"));
+  ck_assert_ptr_null(workerenv_get(env, "CDRUN_LIVE_ROUND_FILE"));
+  ck_assert_ptr_null(workerenv_get(env, "CDRUN_WORKER_RESTARTS"));
+  ck_assert_str_eq(workerenv_get(env, "CDRUN_LIVE"), "kept");
+  workerenv_free(env);
+}
+END_TEST
+
 static Suite *workerenv_suite(void)
 {
   Suite *s = suite_create("workerenv");
@@ -395,6 +441,8 @@ static Suite *workerenv_suite(void)
   tcase_add_test(tc, test_virtual_local_rank);
   tcase_add_test(tc, test_timer_and_heartbeat_files);
   tcase_add_test(tc, test_job_token);
+  tcase_add_test(tc, test_live);
+  tcase_add_test(tc, test_restart_mode_no_live);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("get");

@@ -1,0 +1,78 @@
+#!/bin/bash
+# cdrun --recovery=live in an elastic job on rdzvd (workers of
+# live_agent_lib.sh): a node joining leaves the running workers untouched
+# and their round file says the larger world; a node lost (its agent
+# SIGKILLed) leaves the survivor's workers running with a round file that
+# says the smaller world; the master's node lost moves the master
+# endpoint, and the survivor restarts its workers, saying why.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/live_agent_lib.sh"
+
+start_rdzvd
+ep=127.0.0.1:$RDZVD_PORT
+conf=last_call_timeout=0.5,join_timeout=30,keepalive_interval=0.2,keepalive_misses=5
+common=(--nnodes=1:3 --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=live
+        --rdzv_conf="$conf" --recovery=live --max_restarts=0 --no_python)
+
+# round_of DIR PID LINE SECS: waits until worker PID's copy of its round
+# file (written when the file changes) says LINE.
+round_of() {
+  local i
+  for ((i = 0; i < $4 * 20; i++)); do
+    [ "$(cat "$1/round.$2" 2>/dev/null)" = "$3" ] && return 0
+    sleep 0.05
+  done
+  fail "worker $2's round is '$(cat "$1/round.$2" 2>/dev/null)', want '$3'"
+}
+
+mkdir "$T/a" "$T/b" "$T/c"
+agent a "${common[@]}" --nproc_per_node=2 "$LW" "$T/a"
+wait_files "$T/a/round.*" 2 30
+a0=$(pid_of "$T/a" 0); a1=$(pid_of "$T/a" 1)
+round_of "$T/a" "$a0" "round=0 world=2 rank_offset=0 local_world=2" 10
+
+# ---- b joins: a's workers go on, in a world of 3 ----
+agent b "${common[@]}" --nproc_per_node=1 "$LW" "$T/b"
+wait_files "$T/b/round.*" 1 30
+b0=$(pid_of "$T/b" 2)
+round_of "$T/a" "$a0" "round=1 world=3 rank_offset=0 local_world=2" 30
+round_of "$T/a" "$a1" "round=1 world=3 rank_offset=0 local_world=2" 30
+round_of "$T/b" "$b0" "round=1 world=3 rank_offset=2 local_world=1" 30
+eb=$(compgen -G "$T/b/env.2.*")
+ea=$(compgen -G "$T/a/env.0.*")
+expect_eq "newcomer's job token" "$(envval "$eb" CDRUN_JOB_TOKEN)" \
+  "$(envval "$ea" CDRUN_JOB_TOKEN)"
+expect_eq "newcomer's live store" "$(envval "$eb" CDRUN_LIVE_STORE)" \
+  "$(envval "$ea" CDRUN_LIVE_STORE)"
+expect_eq "a's rank 0 untouched" "$(pid_of "$T/a" 0)" "$a0"
+expect_eq "a's rank 1 untouched" "$(pid_of "$T/a" 1)" "$a1"
+expect_grep "re-joining with the workers running \(live recovery\)" "$T/a.err"
+expect_grep "round 1: world 3 on 2 nodes" "$T/a.err"
+
+# ---- b lost: a's workers go on, in a world of 2 ----
+kill -KILL "$AGENT_b"
+wait_exit "$AGENT_b" 20
+round_of "$T/a" "$a0" "round=2 world=2 rank_offset=0 local_world=2" 30
+round_of "$T/a" "$a1" "round=2 world=2 rank_offset=0 local_world=2" 30
+alive "$a0" && alive "$a1" || fail "a survivor's worker died"
+expect_eq "a's rank 0 untouched" "$(pid_of "$T/a" 0)" "$a0"
+expect_eq "a's rank 1 untouched" "$(pid_of "$T/a" 1)" "$a1"
+grep -q "restarting the worker group" "$T/a.err" && fail "a restarted its workers"
+
+# ---- c joins, then a (the master's node) is lost: c restarts ----
+agent c "${common[@]}" --nproc_per_node=1 "$LW" "$T/c"
+wait_files "$T/c/round.*" 1 30
+c0=$(pid_of "$T/c" 2)
+round_of "$T/c" "$c0" "round=3 world=3 rank_offset=2 local_world=1" 30
+round_of "$T/a" "$a0" "round=3 world=3 rank_offset=0 local_world=2" 30
+kill -KILL "$AGENT_a"
+wait_exit "$AGENT_a" 20
+wait_files "$T/c/env.0.*" 1 30
+c1=$(pid_of "$T/c" 0)
+round_of "$T/c" "$c1" "round=4 world=1 rank_offset=0 local_world=1" 30
+expect_grep "moves the master endpoint or restarts the job .*restarting them" "$T/c.err"
+alive "$c0" && fail "c's old worker survived the master's move"
+touch "$T/c/stop"
+wait_exit "$AGENT_c" 30
+expect_eq "c's exit" "$RC" 0
+exit 0
