@@ -816,6 +816,10 @@ static struct worker *live_not_opted_in(struct agent *a)
   for (i = 0; i < a->o->nproc; i++) {
     struct worker *w = &a->workers[i];
 
+    /* A replacement runs what its predecessor, opted in, ran: it may not
+     * have opted in yet when a second worker fails in the same step. */
+    if (w->replaced > 0)
+      continue;
     snprintf(path, sizeof path, "%s/%s", w->dir ? w->dir : "",
              LIVE_HANDSHAKE_OPT_IN);
     if (!w->dir || !live_handshake_opted_in(path))
