@@ -48,28 +48,32 @@ near() {
   awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && d <= 0.3 && d >= -0.3) }'
 }
 
-# rank0 A B: the name of the agent whose workers include rank 0 (the
-# node that keeps the live store).
-rank0() {
+# lose A B WORLDS GO: the agent of A and B that is not node 0 (node 0
+# has rank 0's banner and keeps the live store) is SIGKILLed; once the
+# survivor's agent says the new round's world (WORLDS, a regex), GO is
+# made (the workers hold until it exists) and the survivor's exit status
+# awaited: $keep names it, $RC is its status.
+lose() {
+  local lose kpid lpid
   if grep -Eq '^train_mlp: [0-9]+ workers ' "$T/$1.out"; then
-    echo "$1"
+    keep=$1 lose=$2
   else
-    echo "$2"
+    keep=$2 lose=$1
   fi
+  kpid=AGENT_$keep lpid=AGENT_$lose
+  kill -KILL "${!lpid}"
+  wait_exit "${!lpid}" 30
+  wait_grep "round [0-9]+: world $3 .*the workers go on \(live recovery\)" \
+    "$T/$keep.err" 60
+  touch "$4"
+  wait_exit "${!kpid}" 120
 }
 
 # ---- node lost: 2 x 2 workers, one agent SIGKILLed at step 30 ----------
 node la loss "$conf" 2 --recovery live --hold-at-step 30 --hold-file "$T/go.loss"
 node lb loss "$conf" 2 --recovery live --hold-at-step 30 --hold-file "$T/go.loss"
 holding 4 "$T/la.err" "$T/lb.err"
-keep=$(rank0 la lb)
-[ "$keep" = la ] && lose=lb || lose=la
-kpid=AGENT_$keep lpid=AGENT_$lose
-kill -KILL "${!lpid}"
-wait_exit "${!lpid}" 30
-wait_grep 'round [0-9]+: world 2 .*the workers go on \(live recovery\)' "$T/$keep.err" 60
-touch "$T/go.loss"
-wait_exit "${!kpid}" 120
+lose la lb 2 "$T/go.loss"
 [ "$RC" -eq 0 ] || { cat "$T/$keep.out" "$T/$keep.err" >&2; fail "loss: the survivor exited $RC"; }
 expect_grep '^live_recovery generation=[0-9]+ world=2 old_world=4 joined=0 left=2 step=30 cause=peer_lost ' \
   "$T/$keep.out"
@@ -106,14 +110,7 @@ SMALL=(--samples 4096 --global-batch 35 --hidden 64 --epochs 1 --ckpt-every 0)
 node da odd "$conf" 2 --recovery live --hold-at-step 10 --hold-file "$T/go.odd"
 node db odd "$conf" 3 --recovery live --hold-at-step 10 --hold-file "$T/go.odd"
 holding 5 "$T/da.err" "$T/db.err"
-keep=$(rank0 da db)
-[ "$keep" = da ] && lose=db || lose=da
-kpid=AGENT_$keep lpid=AGENT_$lose
-kill -KILL "${!lpid}"
-wait_exit "${!lpid}" 30
-wait_grep 'round [0-9]+: world [23] ' "$T/$keep.err" 60
-touch "$T/go.odd"
-wait_exit "${!kpid}" 120
+lose da db '[23]' "$T/go.odd"
 [ "$RC" -ne 0 ] || fail "odd: the job exited 0"
 expect_grep '^train_mlp: rank [0-2]: --global-batch: 35 is not divisible by the new world size [23]$' \
   "$T/$keep.err"
