@@ -39,7 +39,7 @@ static void usage(FILE *f)
 "  --die-at-step S    SIGKILL one worker at step S, first attempt only\n"
 "  --die-rank R[,R..] the workers that die (0)\n"
 "  --die-in-heal      tests, live: the first replacement of the first\n"
-"                     --die-rank dies (SIGSEGV) while it receives the\n"
+"                     --die-rank dies (SIGKILL) while it receives the\n"
 "                     state, in the heal\n"
 "  --recovery MODE    restart: a failure ends the worker (cdrun restarts\n"
 "                     the group, which resumes from the checkpoint); live:\n"

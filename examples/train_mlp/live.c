@@ -1,9 +1,11 @@
 /* live.c -- train_mlp's live recovery (live.h). */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "live.h"
 
@@ -16,10 +18,19 @@ long live_restarts(void)
   return v && *v ? strtol(v, NULL, 10) : 0;
 }
 
+/* --die-in-heal: a SIGSEGV (the heal touching the trap) becomes a
+ * SIGKILL, as a crash is, and no sanitizer report: the fault is meant. */
+static void trap_fault(int sig)
+{
+  (void)sig;
+  kill(getpid(), SIGKILL);
+}
+
 /* --die-in-heal: a page of the state that every rank registers; the
- * first replacement of the first --die-rank cannot write it, so it dies
- * (SIGSEGV, or an error from a receive into it) in the middle of the
- * heal: after the parameters, before the optimizer's state. */
+ * first replacement of the first --die-rank cannot touch it, so it dies
+ * (SIGKILL from a SIGSEGV, or an error from a receive into it) in the
+ * middle of the heal: after the parameters, before the optimizer's
+ * state. */
 static int trap_make(struct live *L, pg_group *g, const struct opts *o)
 {
   bool armed = pg_joined_running(g) && live_restarts() == 1 &&
@@ -34,6 +45,11 @@ static int trap_make(struct live *L, pg_group *g, const struct opts *o)
     return -1;
   }
   if (armed) {
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = trap_fault;
+    sigaction(SIGSEGV, &sa, NULL);
     fprintf(stderr, "train_mlp: rank %d: --die-in-heal: this replacement "
             "dies while it receives the state\n", pg_rank(g));
     mprotect(L->trap, L->trap_bytes, PROT_NONE);
