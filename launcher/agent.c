@@ -115,9 +115,10 @@ struct agent {
   struct filetimer *ftimer;     /* torch's file timer, or NULL */
   /* Live recovery (man/cdrun.1, LIVE RECOVERY). */
   bool live_env;                /* the workers get the live handshake */
-  bool live_replace;            /* failures and membership changes keep
-                                   the workers: o->live until a worker
-                                   did not opt in */
+  bool live_replace;            /* failures and membership changes may
+                                   keep the workers: o->live unless the
+                                   live store could not be served */
+  bool optin_said;              /* said that a worker did not opt in */
   bool live_rejoining;          /* a membership join is in flight while
                                    the workers run */
   bool pending_round_set;       /* a round to start once the group has
@@ -807,7 +808,11 @@ static void round_token(struct agent *a)
 
 /* ---- live recovery (man/cdrun.1, LIVE RECOVERY) ------------------------ */
 
-/* The first local worker that has not opted in, or NULL. */
+/* The first local worker that has not opted in, or NULL.  A
+ * replacement counts as opted in: its predecessor was, and the same
+ * program in the same environment opts in again (libpg's pg_init), so a
+ * membership change or its own failure before it has is no reason to
+ * restart everyone. */
 static struct worker *live_not_opted_in(struct agent *a)
 {
   char path[PATH_MAX];
@@ -816,10 +821,9 @@ static struct worker *live_not_opted_in(struct agent *a)
   for (i = 0; i < a->o->nproc; i++) {
     struct worker *w = &a->workers[i];
 
-    /* A replacement runs what its predecessor, opted in, ran: it may not
-     * have opted in yet when a second worker fails in the same step. */
     if (w->replaced > 0)
       continue;
+
     snprintf(path, sizeof path, "%s/%s", w->dir ? w->dir : "",
              LIVE_HANDSHAKE_OPT_IN);
     if (!w->dir || !live_handshake_opted_in(path))
@@ -829,8 +833,10 @@ static struct worker *live_not_opted_in(struct agent *a)
 }
 
 /* Whether live recovery may keep the workers now: every local worker has
- * opted in.  The first time one has not, restart mode for the rest of
- * the job, said once. */
+ * opted in.  Otherwise restart mode for this event, said once for the
+ * job: a program that never opts in (a PyTorch script) is restarted at
+ * every failure, and one that had not yet opted in (a membership change
+ * just after a start) is live again once it has. */
 static bool live_keeps_workers(struct agent *a)
 {
   struct worker *w;
@@ -840,9 +846,10 @@ static bool live_keeps_workers(struct agent *a)
   w = live_not_opted_in(a);
   if (!w)
     return true;
-  say("worker %d (pid %d) did not opt in to live recovery: restarting the "
-      "worker group instead", w->rank, (int)w->pid);
-  a->live_replace = false;
+  if (!a->optin_said)
+    say("worker %d (pid %d) did not opt in to live recovery: restarting "
+        "the worker group instead", w->rank, (int)w->pid);
+  a->optin_said = true;
   return false;
 }
 
@@ -859,8 +866,9 @@ static bool live_worker_failed(struct agent *a, struct worker *w, int code)
   if (!live_keeps_workers(a))
     return false;
   if (w->replaced >= a->o->max_restarts) {
-    say("worker %d was replaced %d times, its budget (--max_restarts, per "
-        "rank in live mode): the job fails", w->rank, w->replaced);
+    say("worker %d has no replacement left (%d of --max_restarts %d used; "
+        "live mode counts them per rank): the job fails", w->rank,
+        w->replaced, a->o->max_restarts);
     a->assign.failure_final = true;
     return false;
   }
@@ -940,7 +948,7 @@ static void live_write_round(struct agent *a)
 static void live_setup_round(struct agent *a)
 {
   char msg[512];
-  int err, port = a->assign.master_port + 1;
+  int err, port = a->assign.master_port + LIVE_STORE_PORT_OFFSET;
 
   if (!a->live_env)
     return;
@@ -1008,8 +1016,9 @@ static bool live_round(struct agent *a, const struct rdzv_assignment *as)
       as->restart_count != old.restart_count ||
       (as->group_world_size > 1 && strcmp(token, a->job_token) != 0)) {
     say("round %d moves the master endpoint or restarts the job (master "
-        "%s:%d, was %s:%d; restart %d, was %d): live recovery cannot keep "
-        "the workers; restarting them", as->round, as->master_addr,
+        "%s:%d, was %s:%d; restart %d, was %d; or another job token): "
+        "live recovery cannot keep the workers; restarting them",
+        as->round, as->master_addr,
         as->master_port, old.master_addr, old.master_port,
         as->restart_count, old.restart_count);
     a->pending_round = *as;
@@ -1021,9 +1030,10 @@ static bool live_round(struct agent *a, const struct rdzv_assignment *as)
   for (i = 0; i < a->o->nproc; i++)
     a->workers[i].rank = as->rank_offset + i;
   live_write_round(a);
-  say("round %d: world %d on %d nodes, this node's ranks from %d; the "
+  say("round %d: world %d on %d node%s, this node's ranks from %d; the "
       "workers go on (live recovery)", as->round, as->world_size,
-      as->group_world_size, as->rank_offset);
+      as->group_world_size, as->group_world_size == 1 ? "" : "s",
+      as->rank_offset);
   agent_event(a, "LIVE_ROUND", "world_size=%d group_rank=%d "
               "rank_offset=%d", as->world_size, as->group_rank,
               as->rank_offset);

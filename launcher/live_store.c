@@ -86,7 +86,8 @@ int live_store_start(int port, const char *token, struct live_store **out,
 
   if (port < 1 || port > 65535)
     return err_set(err, errlen, -EINVAL,
-                   "port %d is not a TCP port (MASTER_PORT + 1)", port);
+                   "port %d is not a TCP port (MASTER_PORT + %d)", port,
+                   LIVE_STORE_PORT_OFFSET);
   r = load(err, errlen);
   if (r)
     return r;

@@ -1,7 +1,8 @@
 /* live_store.h -- the job's live store in live recovery (man/cdrun.1,
  * LIVE RECOVERY): a libpg store served by the agent of node rank 0 on
- * MASTER_PORT + 1 with the job token, for the job's life, so that it
- * outlives every worker; workers find it in CDRUN_LIVE_STORE.
+ * MASTER_PORT + LIVE_STORE_PORT_OFFSET with the job token, for the job's
+ * life, so that it outlives every worker; workers find it in
+ * CDRUN_LIVE_STORE.
  *
  * cdrun does not link libpg: restart mode never pays for it (launch time,
  * RSS).  live_store_start loads libpg.so with dlopen the first time, from
@@ -12,6 +13,15 @@
 #define CDRUN_LIVE_STORE_H
 
 #include <stddef.h>
+
+/* Note [live store port]: the store's port is MASTER_PORT + 2, not + 1.
+ * Linux gives bind(0) odd ports and connect() even ones, so the MASTER_PORT
+ * cdrun reserves is odd and the port after it is in every outgoing
+ * connection's pool: on a busy host each even port holds some
+ * connection's TIME_WAIT, which keeps a listener off it for a minute
+ * (a loaded test machine had none of 200 free).  + 2 is odd like
+ * MASTER_PORT; cdrun reserves both from the start (launcher/main.c). */
+#define LIVE_STORE_PORT_OFFSET 2
 
 struct live_store;
 

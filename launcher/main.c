@@ -15,6 +15,7 @@
 
 #include "agent.h"
 #include "args.h"
+#include "live_store.h"
 #include "logs.h"
 #include "multihost.h"
 #include "nproc.h"
@@ -39,7 +40,7 @@ struct job {
   struct rdzv_config rdzv;
   int port;                   /* reserved port, or 0 */
   int port_fd;                /* Note [port reservation], -1 if none */
-  int store_port_fd;          /* live recovery: MASTER_PORT + 1, or -1 */
+  int store_port_fd;          /* live recovery's store port, or -1 */
   char log_base[PATH_MAX];    /* --log_dir or a temporary one */
   bool log_base_is_temp;
   char run_log_dir[PATH_MAX + 160];
@@ -474,12 +475,13 @@ static int reserve_master_port(struct job *j, bool live)
   int tries;
 
   if (j->rdzv.backend != BACKEND_STATIC || j->rdzv.master_port == 0) {
-    /* Live recovery's store takes MASTER_PORT + 1: both are held. */
+    /* Live recovery's store port is held too (Note [live store
+     * port]). */
     for (tries = 0; live && tries < 64; tries++) {
       j->port_fd = port_reserve(&j->port);
       if (j->port_fd < 0)
         break;
-      j->store_port_fd = port_reserve_at(j->port + 1);
+      j->store_port_fd = port_reserve_at(j->port + LIVE_STORE_PORT_OFFSET);
       if (j->store_port_fd >= 0)
         return 0;
       close(j->port_fd);

@@ -13,8 +13,8 @@
  * port in *port, or a negative errno. */
 int port_reserve(int *port);
 
-/* The same for a given port (1..65535): live recovery's store port,
- * MASTER_PORT + 1, held so that no other bind(0) and no outgoing
+/* The same for a given port (1..65535): live recovery's store port
+ * (launcher/live_store.h), held so that no other bind(0) and no outgoing
  * connection's ephemeral port takes it.  Returns the fd, or a negative
  * errno: -EADDRINUSE when the port is taken, by a listener or by an
  * outgoing connection (TIME_WAIT included) that would keep a listener

@@ -159,6 +159,22 @@ static int member_hosts(const pg_group *g)
   return k;
 }
 
+void pg__group_fill_setup(pg_group *g, const char *ns, struct pg__setup *s)
+{
+  memset(s, 0, sizeof *s);
+  s->store = g->store;
+  s->topo = g->wtopo;
+  s->ranks = g->all_ranks;
+  s->n = g->size;
+  s->me = g->rank;
+  s->timeout = g->timeout;
+  s->device = g->device;
+  s->local_rank = g->local_rank;
+  s->ns = ns;
+  s->master_addr = g->master_addr[0] ? g->master_addr : NULL;
+  s->token = &g->token;
+}
+
 int pg__group_create_comm(pg_group *g, pg_backend be, int device,
                           int local_rank)
 {
@@ -179,18 +195,7 @@ int pg__group_create_comm(pg_group *g, pg_backend be, int device,
   g->device = device;
   g->local_rank = local_rank;
   nhosts = g->wtopo->host_of ? member_hosts(g) : 1;
-  memset(&s, 0, sizeof s);
-  s.store = g->store;
-  s.topo = g->wtopo;
-  s.ranks = g->all_ranks;
-  s.n = g->size;
-  s.me = g->rank;
-  s.timeout = g->timeout;
-  s.device = device;
-  s.local_rank = local_rank;
-  s.ns = ns;
-  s.master_addr = g->master_addr[0] ? g->master_addr : NULL;
-  s.token = &g->token;
+  pg__group_fill_setup(g, ns, &s);
   if (be == PG_BACKEND_NCCL) {
     snprintf(ns, sizeof ns, "%snccl/", g->ns);
     snprintf(g->backend, sizeof g->backend, "nccl");

@@ -132,6 +132,10 @@ static inline bool pg__group_overlap(const void *a, size_t alen,
  * members.  0 or an error with pg__fail's sentence. */
 PG__HIDDEN int pg__group_create_comm(pg_group *g, pg_backend be, int device,
                                      int local_rank);
+/* The setup of a communicator for g's members (g->all_ranks, g->wtopo,
+ * g->device, ...) with store key namespace ns. */
+PG__HIDDEN void pg__group_fill_setup(pg_group *g, const char *ns,
+                                     struct pg__setup *s);
 /* A group whose setup failed with err after its progress thread started:
  * torn down (pg_destroy), its sentence kept and prefixed by "what: " when
  * what is not NULL.  Returns err. */

@@ -122,7 +122,7 @@ struct pg__live_formed {
 PG__HIDDEN int pg__live_form(const struct pg__live_join *j, uint64_t gen,
                              struct pg__live_formed *out);
 
-/* ---- recover.c ------------------------------------------------------------- */
+/* ---- recover.c ---------------------------------------------------------- */
 struct pg__live;
 
 /* err, or PG_ERR_PEER_LOST when g runs in live mode and err says a peer

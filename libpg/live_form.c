@@ -19,7 +19,17 @@
  * (same boot id, no such pid) do not count, so a generation does not
  * form with a member that died before it finished forming.  Every wait
  * is bounded by the group's timeout; polling is cheap (one get per slot)
- * and backs off to POLL_MAX. */
+ * and backs off to POLL_MAX.
+ *
+ * Note [check in]: a decision may include a member that died since it
+ * wrote its entry, on another machine (where its pid cannot be checked);
+ * the others would wait for it in the communicator's setup until the
+ * timeout.  So after the decision every member checks in
+ * (live/g<G>/in<slot>) and waits for all the others, and one verdict
+ * (live/g<G>/verdict, compare-and-set again) says "go" (all checked in)
+ * or "abort" (a later generation started first: the dead member's
+ * replacement found G decided and went on).  Abort moves everyone to
+ * G+1. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -197,6 +207,61 @@ out:
   return err;
 }
 
+/* Note [check in].  0 to go on with f, 1 when G is aborted, or an
+ * error. */
+static int check_in(const struct pg__live_join *j,
+                    const struct pg__live_formed *f, double deadline)
+{
+  char key[64];
+  void *v;
+  size_t len;
+  double poll = POLL_MIN;
+  int i, e, err;
+  bool swapped;
+
+  snprintf(key, sizeof key, "live/g%" PRIu64 "/in%d", f->gen, f->slot);
+  if ((err = pg_store_set(j->store, key, "1", 1)))
+    return err;
+  while (pg__now() < deadline) {
+    v = NULL;
+    gkey(key, sizeof key, f->gen, "verdict");
+    err = pg_store_get(j->store, key, 0, &v, &len);
+    if (err == 0) {
+      e = len == 2 && memcmp(v, "go", 2) == 0 ? 0 : 1;
+      free(v);
+      return e;
+    }
+    if (err != -ENOENT)
+      return err;
+    for (i = 0; i < f->world; i++) {
+      snprintf(key, sizeof key, "live/g%" PRIu64 "/in%d", f->gen, i);
+      if ((e = exists(j->store, key)) < 0)
+        return e;
+      if (!e)
+        break;
+    }
+    if (i == f->world) {
+      e = 0;
+    } else {
+      gkey(key, sizeof key, f->gen + 1, "started");
+      if ((e = exists(j->store, key)) < 0)
+        return e;
+      e = e || gone_here(&f->m[i], j->boot) ? 1 : -1;
+    }
+    gkey(key, sizeof key, f->gen, "verdict");
+    if (e >= 0 && (err = pg_store_compare_set(j->store, key, "", 0,
+                                              e ? "abort" : "go", e ? 5 : 2,
+                                              NULL, NULL, &swapped)))
+      return err;
+    if (e < 0) {
+      nap(poll);
+      poll = poll * 2 < POLL_MAX ? poll * 2 : POLL_MAX;
+    }
+  }
+  return pg__fail(-ETIMEDOUT, "generation %" PRIu64 ": not every member "
+                  "checked in within the timeout", f->gen);
+}
+
 /* A later generation started: G is abandoned unless already decided. */
 static int abandon_if_later(const struct pg__live_join *j, uint64_t gen)
 {
@@ -242,8 +307,21 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
     d = read_decision(j, gen, out);
     if (d < 0)
       return d;
-    if (d == 1)
+    if (d == 1 && (d = check_in(j, out, deadline)) <= 0) {
+      if (d < 0) {
+        free(out->m);
+        out->m = NULL;
+        return pg__fail(d, "live store: checking in to generation %"
+                        PRIu64 ": %s", gen, d == -ETIMEDOUT
+                        ? pg_last_error() : pg_strerror(d));
+      }
       return 0;
+    }
+    if (d == 1) {
+      free(out->m);
+      memset(out, 0, sizeof *out);
+      d = 2;
+    }
     if (d == 2) {
       gen++;
       if ((err = write_entry(j, gen, &r, slot)))

@@ -24,6 +24,9 @@ struct pg__live {
   uint64_t gen;                 /* the generation of g->comm */
   int64_t round;                /* the round it formed for */
   int env_rank, env_world;
+  bool fresh;                   /* a new process that has not yet taken
+                                   part in a heal (pg_state_register or
+                                   pg_recover): a newcomer to the job */
   bool valid;                   /* this rank's state is the job's */
   bool joined_running;
   bool heal_pending;            /* pg_state_register heals from source */
@@ -52,21 +55,28 @@ bool pg__live_stale(const pg_group *g)
          g->world->live->gen != g->gen;
 }
 
-int pg__live_peer_err(const pg_group *g, int err)
+/* Whether err says a peer is gone (or could not keep up). */
+static bool peer_caused(int err)
 {
-  if (!err || !pg__live_of(g))
-    return err;
   switch (err) {
   case -ECONNRESET: case -EPIPE: case -ETIMEDOUT: case -ECONNABORTED:
   case -ECONNREFUSED: case -ENOTCONN: case -EHOSTUNREACH: case -ENETRESET:
-  case PG_EPEERFAIL:
-    return pg__fail(PG_ERR_PEER_LOST, "%s", pg_last_error());
+  case PG_EPEERFAIL: case PG_ERR_PEER_LOST:
+    return true;
   default:
-    return err;
+    return false;
   }
 }
 
-/* ---- live mode at pg_init -------------------------------------------------- */
+int pg__live_peer_err(const pg_group *g, int err)
+{
+  if (!err || err == PG_ERR_PEER_LOST || !pg__live_of(g) ||
+      !peer_caused(err))
+    return err;
+  return pg__fail(PG_ERR_PEER_LOST, "%s", pg_last_error());
+}
+
+/* ---- live mode at pg_init ----------------------------------------------- */
 
 /* Note [opt in]: cdrun replaces a failed worker alone only when every
  * worker of the node created its CDRUN_LIVE_OPT_IN file; the pid lets the
@@ -205,23 +215,16 @@ static int rebuild(pg_group *g, const struct pg__live_formed *f,
       if (last == f->world || f->m[last].old_rank != i)
         excluded[nex++] = i;
     }
-    memset(&s, 0, sizeof s);
     snprintf(ns, sizeof ns, "%snccl/", g->ns);
-    s.store = g->store;
-    s.ns = ns;
-    s.topo = g->wtopo;
-    s.ranks = g->all_ranks;
-    s.n = g->size;
-    s.me = g->rank;
-    s.timeout = g->timeout;
-    s.device = g->device;
-    s.local_rank = g->local_rank;
-    s.master_addr = g->master_addr[0] ? g->master_addr : NULL;
-    s.token = &g->token;
+    pg__group_fill_setup(g, ns, &s);
     err = old->ops->shrink(old, excluded, nex, &s, &shrunk);
     free(excluded);
+    /* The parent goes either way: after a failed shrink the next
+     * recovery makes a new communicator. */
     old->ops->destroy(old);
-    g->comm = shrunk;
+    if (err && shrunk)
+      shrunk->ops->destroy(shrunk);
+    g->comm = err ? NULL : shrunk;
     return err;
   }
   if (old)
@@ -255,6 +258,8 @@ static int live_setup(pg_group *g, const struct pg_options *o)
   struct pg__live_formed f;
   struct pg__live_join j;
   const char *v, *hid;
+  double deadline = pg__now() + g->timeout;
+  uint64_t gen = 0;
   int err, i;
 
   if ((v = pg__knob(PG_KNOB_LIVE_OPT_IN)) && (err = opt_in(v)))
@@ -272,19 +277,34 @@ static int live_setup(pg_group *g, const struct pg_options *o)
     pg__topo_default_host_id(l->boot, l->host_id, sizeof l->host_id);
   if ((err = connect_store(g, o)))
     return err;
-  fill_join(g, &j, true);
-  if ((err = pg__live_form(&j, 0, &f)))
-    return err;
-  for (i = 0; i < f.world; i++)
-    l->joined_running |= !f.m[i].fresh;
-  l->heal_source = pg__live_heal_source(f.m, f.world);
-  l->heal_pending = l->heal_source >= 0;
-  /* Nothing to heal from: this rank starts the job's state itself. */
-  l->valid = !l->heal_pending && !l->joined_running;
-  l->round_seen = f.round;
-  err = rebuild(g, &f, 0);
-  free(f.m);
-  return err;
+  l->fresh = true;
+  /* A generation that fails while it is set up (another member died)
+   * is followed by the next one, within the timeout, as in pg_recover. */
+  for (;;) {
+    fill_join(g, &j, true);
+    j.timeout = deadline - pg__now();
+    if (j.timeout <= 0)
+      return pg__fail(-ETIMEDOUT, "no generation could be set up within "
+                      "%g s", g->timeout);
+    if ((err = pg__live_form(&j, gen, &f)))
+      return err;
+    l->joined_running = false;
+    for (i = 0; i < f.world; i++)
+      l->joined_running |= !f.m[i].fresh;
+    l->heal_source = pg__live_heal_source(f.m, f.world);
+    l->heal_pending = l->heal_source >= 0;
+    /* Nothing to heal from: this rank starts the job's state itself. */
+    l->valid = !l->heal_pending && !l->joined_running;
+    l->round_seen = f.round;
+    err = rebuild(g, &f, 0);
+    gen = f.gen + 1;
+    free(f.m);
+    if (!err || !peer_caused(err))
+      return err;
+    if (g->comm)
+      g->comm->ops->destroy(g->comm);
+    g->comm = NULL;
+  }
 }
 
 int pg__live_init(pg_group *g, const struct pg_options *o, bool *handled)
@@ -313,7 +333,7 @@ void pg__live_free(struct pg__live *l)
   free(l);
 }
 
-/* ---- reducers and state ---------------------------------------------------- */
+/* ---- reducers and state ------------------------------------------------- */
 
 int pg__live_add_reducer(pg_group *g, struct pg_reducer *r)
 {
@@ -385,6 +405,7 @@ int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
     memcpy(l->bufs, b, n * sizeof *b);
   l->nbufs = n;
   l->registered = true;
+  l->fresh = false;
   if (!l->heal_pending)
     return 0;
   l->heal_pending = false;
@@ -401,7 +422,7 @@ int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
   return err;
 }
 
-/* ---- pg_recover ------------------------------------------------------------ */
+/* ---- pg_recover --------------------------------------------------------- */
 
 /* Waits for queued work (which fails fast once the group failed) and
  * holds the queue for the caller. */
@@ -477,7 +498,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
     pg__reducer_abandon(l->reducers[i]);
   queue_hold(g);
   if (g->comm && g->comm->ops->shrink && g->be == PG_BACKEND_NCCL) {
-    if (g->comm->ops->revoke)
+    if (g->comm->ops->revoke && g->failed)
       g->comm->ops->revoke(g->comm);
   } else if (g->comm) {
     g->comm->ops->destroy(g->comm);
@@ -486,11 +507,15 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   old_gen = l->gen;
   old_rank = g->rank;
   old_world = g->size;
-  fill_join(g, &j, !l->registered);
+  /* Taking part in a heal from now on, whether or not registered. */
+  l->fresh = false;
+  l->heal_pending = false;
+  fill_join(g, &j, false);
   err = pg__live_form(&j, l->gen + 1, &f);
   if (err) {
+    /* No generation (a timeout, the store gone): said as it is. */
     queue_release(g, PG_ERR_PEER_LOST);
-    return err == -ETIMEDOUT ? err : pg__live_peer_err(g, err);
+    return err;
   }
   l->round_seen = f.round > l->round_seen ? f.round : l->round_seen;
   err = rebuild(g, &f, old_gen);
@@ -500,18 +525,14 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   free(f.m);
   t1 = pg__now();
   info->rebuild_s = t1 - t0;
-  queue_release(g, 0);
   if (err) {
-    err = pg__fail(PG_ERR_PEER_LOST, "generation %" PRIu64 ": rebuilding "
-                   "the communicator failed: %s", l->gen, pg_last_error());
+    err = pg__fail(peer_caused(err) ? PG_ERR_PEER_LOST : err,
+                   "generation %" PRIu64 ": rebuilding the communicator "
+                   "failed: %s", l->gen, pg_last_error());
     queue_release(g, err);
     return err;
   }
-  if (!l->registered) {
-    /* A fresh process: its pg_state_register heals. */
-    l->heal_pending = l->heal_source >= 0;
-    return 0;
-  }
+  queue_release(g, 0);
   valid = l->valid;
   err = l->heal_source >= 0 ? pg__live_heal(g, l->heal_source, &valid) : 0;
   l->valid = valid;
@@ -524,7 +545,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   return err;
 }
 
-/* ---- pg_membership_poll ------------------------------------------------------ */
+/* ---- pg_membership_poll ------------------------------------------------- */
 
 /* The newest round this process's round file shows (stat first: a file
  * not replaced since the last read is not read again). */
@@ -585,8 +606,7 @@ uint64_t pg__live_generation(const pg_group *g)
 
 bool pg__live_create_alone(const pg_group *g)
 {
-  return !g->is_sub && g->live && g->live->joined_running &&
-         !g->live->registered;
+  return !g->is_sub && g->live && g->live->joined_running && g->live->fresh;
 }
 
 bool pg_live(const pg_group *g)

@@ -127,6 +127,9 @@ int pg_new_group(pg_group *parent, const int *ranks, int n, pg_group **out)
   if (!parent || !ranks || n < 1 || n > parent->size)
     return pg__fail(-EINVAL, "pg_new_group: %d ranks of a group of %d",
                     n, parent ? parent->size : 0);
+  if (pg__live_stale(parent))
+    return pg__fail(PG_ESTALE_GROUP, "pg_new_group: the parent is a "
+                    "sub-group of an earlier live generation");
   m = malloc((size_t)n * sizeof *m);
   if (!m)
     return pg__fail(-ENOMEM, "pg_new_group: out of memory");
@@ -208,6 +211,9 @@ int pg_split(pg_group *parent, int color, int key, pg_group **out)
   *out = NULL;
   if (!parent)
     return pg__fail(-EINVAL, "pg_split: NULL parent");
+  if (pg__live_stale(parent))
+    return pg__fail(PG_ESTALE_GROUP, "pg_split: the parent is a sub-group "
+                    "of an earlier live generation");
   child_ns(parent, ns, sizeof ns);
   e = calloc((size_t)parent->size, sizeof *e);
   m = calloc((size_t)parent->size, sizeof *m);

@@ -567,11 +567,15 @@ struct pg_state_buf {
 
 /* Registers the buffers that make up this rank's state (once per group;
  * the array is copied, the buffers are not).  In live mode on a process
- * that joined a running job, collective with the survivors' pg_recover:
- * the buffers receive a survivor's state before it returns.  Call it
- * after creating the group's reducers.  Not live: records them, nothing
- * more.  -EINVAL on a bad argument or a second call; -EPROTO when sizes
- * differ from the survivors'. */
+ * that joined a running job (pg_joined_running), collective with the
+ * survivors' pg_recover: the reducers' bucket layouts and then the
+ * buffers receive a survivor's state before it returns; such a process
+ * must call it (n may be 0) after creating the same reducers as the
+ * survivors, in the same order (its pg_reducer_create does not
+ * communicate), and before any other collective.  PG_ERR_PEER_LOST when
+ * a member died during it: call pg_recover.  Not live: records them,
+ * nothing more.  -EINVAL on a bad argument or a second call; -EPROTO
+ * when sizes or reducers differ from the survivors'. */
 PG_EXTERN int pg_state_register(pg_group *g, const struct pg_state_buf *b,
                                 size_t n);
 
@@ -597,8 +601,11 @@ struct pg_recover_info {
  * heals the registered state (above).  Collective over the new
  * generation.  A failure during it (another death, even of the healing
  * rank) returns PG_ERR_PEER_LOST again: call it again.  -ETIMEDOUT when
- * no generation formed within the group's timeout; -ENOTSUP outside live
- * mode.  info may be NULL. */
+ * no generation formed within the group's timeout (a store error as it
+ * is: the live store is gone); -ENOTSUP outside live
+ * mode or on a sub-group (recover the world group; sub-groups made
+ * before fail with PG_ESTALE_GROUP: make them again).  The group's
+ * in-flight work fails first (waited for here).  info may be NULL. */
 PG_EXTERN int pg_recover(pg_group *g, struct pg_recover_info *info);
 
 /* At a step boundary: whether a new generation waits (a node joined the

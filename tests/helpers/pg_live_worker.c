@@ -6,8 +6,10 @@
  *   pg_live_worker STEPS ELEMS
  *
  * A step: a reducer iteration over ELEMS f64 "gradients" (three
- * parameters, several buckets; each rank's gradient depends on the
- * step, the element and its rank), then x = x / 2 + averaged gradient,
+ * parameters, several buckets, marked ready in an order that makes the
+ * reducer rebuild its buckets after the first step; each rank's gradient
+ * depends on the step, the element and its rank), then x = x / 2 +
+ * averaged gradient,
  * then step++.  State: x and the step counter, registered with
  * pg_state_register, so a replacement continues where the group is and a
  * fault-free run of the same world gives the same bits.
@@ -75,13 +77,17 @@ static bool dies_now(int64_t s)
 /* One step; 0 or the error of its first failing call. */
 static int one_step(void)
 {
-  size_t p, i, off = 0;
+  /* Not the reverse registration order: the reducer rebuilds its
+   * buckets after the first step, and a newcomer must get that layout. */
+  static const size_t mark_order[NPARAMS] = { 0, 2, 1 };
+  size_t p, i, k, off = 0;
   double *grad[NPARAMS];
   int err, rank = pg_rank(g);
 
   if ((err = pg_reducer_prepare(red, true)))
     return err;
-  for (p = NPARAMS; p-- > 0;) {
+  for (k = 0; k < NPARAMS; k++) {
+    p = mark_order[k];
     grad[p] = pg_reducer_grad(red, p);
     for (off = 0, i = 0; i < p; i++)
       off += specs[i].numel;
@@ -90,7 +96,7 @@ static int one_step(void)
                              (uint64_t)rank * 13) % 1009);
     if ((err = pg_reducer_mark_ready(red, p)))
       return err;
-    if (p == NPARAMS - 1 && dies_now(step_no))
+    if (k == 0 && dies_now(step_no))
       raise(SIGKILL);
   }
   if ((err = pg_reducer_finish(red)))
@@ -126,6 +132,14 @@ static void recover(void)
       die("a stale sub-group's barrier did not fail with ESTALE_GROUP",
           err);
     fprintf(stderr, "stale sub-group: %s\n", pg_err_name(err));
+    {
+      pg_group *child = NULL;
+
+      err = pg_split(sub, 0, 0, &child);
+      if (err != PG_ESTALE_GROUP || child)
+        die("splitting a stale sub-group did not fail with ESTALE_GROUP",
+            err);
+    }
     pg_destroy(sub);
     sub = NULL;
   }

@@ -2,7 +2,8 @@
 # live_agent_lib.sh -- the live-recovery scenarios' worker (sourced after
 # lib.sh): a shell script that implements cdrun's side of the handshake
 # without libpg (man/cdrun.1, LIVE RECOVERY).  Each incarnation opts in
-# (unless its RANK is $NO_OPTIN_RANK, or NO_OPTIN_RANK=all), writes its
+# (unless its RANK is $NO_OPTIN_RANK, or NO_OPTIN_RANK=all, or it is a
+# replacement and NO_OPTIN_REPLACED is set), writes its
 # environment to DIR/env.<RANK>.<pid> and its pid to DIR/pid.<RANK>.<pid>,
 # copies the round file to DIR/round.<pid> whenever it changes, and runs
 # until DIR/stop exists.
@@ -11,7 +12,8 @@ cat >"$LW" <<'SH'
 #!/bin/bash
 d=$1
 if [ -n "${CDRUN_LIVE_OPT_IN:-}" ] && [ "${NO_OPTIN_RANK:-x}" != "$RANK" ] &&
-   [ "${NO_OPTIN_RANK:-x}" != all ]; then
+   [ "${NO_OPTIN_RANK:-x}" != all ] &&
+   { [ -z "${NO_OPTIN_REPLACED:-}" ] || [ "$CDRUN_WORKER_RESTARTS" = 0 ]; }; then
   echo $$ >"$CDRUN_LIVE_OPT_IN"
 fi
 echo $$ >"$d/pid.$RANK.$$"

@@ -4,7 +4,9 @@
 # and their round file says the larger world; a node lost (its agent
 # SIGKILLed) leaves the survivor's workers running with a round file that
 # says the smaller world; the master's node lost moves the master
-# endpoint, and the survivor restarts its workers, saying why.
+# endpoint, and the survivor restarts its workers, saying why; below
+# min_nodes the survivor waits with its workers running, and a newcomer
+# completes the round around them, or a final failure ends it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/live_agent_lib.sh"
 
@@ -75,4 +77,51 @@ alive "$c0" && fail "c's old worker survived the master's move"
 touch "$T/c/stop"
 wait_exit "$AGENT_c" 30
 expect_eq "c's exit" "$RC" 0
+
+# ---- below min_nodes: the survivor waits with its workers running ----
+mkdir "$T/d" "$T/e" "$T/g"
+min=(--nnodes=2:3 --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=min
+     --rdzv_conf="$conf" --recovery=live --max_restarts=0 --no_python
+     --nproc_per_node=1)
+agent d "${min[@]}" "$LW" "$T/d"
+wait_grep "job min: .* joined round 0" "$T/rdzvd.log" 30   # d ranks first
+agent e "${min[@]}" "$LW" "$T/e"
+wait_files "$T/d/round.*" 1 30
+wait_files "$T/e/round.*" 1 30
+d0=$(pid_of "$T/d" 0)
+round_of "$T/d" "$d0" "round=0 world=2 rank_offset=0 local_world=1" 30
+kill -KILL "$AGENT_e"
+wait_exit "$AGENT_e" 20
+wait_grep "re-joining with the workers running" "$T/d.err" 30
+alive "$d0" || fail "the survivor's worker died below min_nodes"
+expect_eq "d's round below min" "$(cat "$T/d/round.$d0")" \
+  "round=0 world=2 rank_offset=0 local_world=1"
+agent g "${min[@]}" "$LW" "$T/g"
+round_of "$T/d" "$d0" "round=1 world=2 rank_offset=0 local_world=1" 30
+expect_eq "d's worker untouched" "$(pid_of "$T/d" 0)" "$d0"
+wait_files "$T/g/round.*" 1 30
+touch "$T/d/stop" "$T/g/stop"
+wait_exit "$AGENT_d" 30
+expect_eq "d's exit" "$RC" 0
+wait_exit "$AGENT_g" 30
+expect_eq "g's exit" "$RC" 0
+
+# ---- a final failure while the survivor waits below min_nodes ----
+mkdir "$T/h" "$T/i"
+fin=(--nnodes=2:3 --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=fin
+     --rdzv_conf="$conf" --recovery=live --max_restarts=0 --no_python
+     --nproc_per_node=1)
+agent h "${fin[@]}" "$LW" "$T/h"
+wait_grep "job fin: .* joined round 0" "$T/rdzvd.log" 30
+agent i "${fin[@]}" "$LW" "$T/i"
+wait_files "$T/h/round.*" 1 30
+wait_files "$T/i/round.*" 1 30
+kill -KILL "$AGENT_i"
+wait_exit "$AGENT_i" 20
+wait_grep "re-joining with the workers running" "$T/h.err" 30
+kill -KILL "$(pid_of "$T/h" 0)"
+wait_exit "$AGENT_h" 30
+expect_eq "h's exit (SIGKILL)" "$RC" 137
+expect_grep "worker 0 has no replacement left" "$T/h.err"
+expect_grep "Root Cause" "$T/h.err"
 exit 0

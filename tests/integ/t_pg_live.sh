@@ -6,7 +6,8 @@
 # equal to a fault-free run.  Shared memory (one host id), TCP (a host id
 # per rank) and hierarchical (two hosts of two); two deaths within one
 # step; a replacement killed during formation; the healing rank killed
-# during the heal itself (PG_TEST_LIVE_HEAL_KILL).  Started by hand:
+# during the heal itself (PG_TEST_LIVE_HEAL_KILL); three deaths one
+# after another.  Started by hand:
 # cdrun's side is t_live_agent*.sh's.
 # integ-timeout: 400
 . "$(dirname "$0")/lib.sh"
@@ -65,5 +66,21 @@ live_wait "$d" r0 137
 live_worker "$d" r0b 0 4 A 1
 live_expect "$d" "$REF" r1 r2 r3b r0b
 expect_grep 'heal_source=1' "$d/r2.err"
+kill "$STORE_PID"
+
+# One after another: ranks 1, 2 and 3 die in steps 4, 8 and 12 (three
+# generations, each healed from rank 0), over TCP.
+d=$T/serial
+mkdir "$d"
+live_store "$d"
+for r in 0 1 2 3; do
+  live_worker "$d" "r$r" "$r" 4 "h$r" 0 LIVE_DIE=4:1,8:2,12:3
+done
+for r in 1 2 3; do
+  live_wait "$d" "r$r" 137
+  live_worker "$d" "r${r}b" "$r" 4 "h$r" 1
+done
+live_expect "$d" "$REF" r0 r1b r2b r3b
+expect_grep '^recovered generation=3 rank=0 ' "$d/r0.err"
 kill "$STORE_PID"
 exit 0

@@ -88,7 +88,7 @@ START_TEST(test_round_read)
 }
 END_TEST
 
-/* ---- entries and decisions ------------------------------------------------ */
+/* ---- entries and decisions ---------------------------------------------- */
 
 static struct pg__live_member member(int slot, int world, int64_t round,
                                      uint64_t inc)
@@ -350,6 +350,56 @@ START_TEST(test_form_moves_to_later)
 }
 END_TEST
 
+/* Note [check in]: generation 0 is decided with a member that died on
+ * another machine (its entry is all that is left of it); its replacement
+ * finds 0 decided and starts 1, so the verdict on 0 is "abort" and the
+ * survivor meets the replacement in 1 instead of waiting for the dead. */
+START_TEST(test_form_check_in_abort)
+{
+  struct pg__live_member dead = member(1, 2, 0, 777);
+  char entry[PG__LIVE_MEMBER_MAX];
+  struct joiner a, b;
+  pg_store *st;
+  void *v;
+  size_t len;
+  int i;
+
+  serve();
+  st = connect_store();
+  snprintf(dead.boot, sizeof dead.boot, "another-machine");
+  dead.fresh = true;
+  pg__live_member_format(&dead, entry, sizeof entry);
+  ck_assert_int_eq(pg_store_set(st, "live/g0/m1", entry, strlen(entry)), 0);
+  joiner_init(&a, 0, 2, true, 1);
+  joiner_start(&a, 0);
+  for (i = 0; i < 2000; i++) {
+    if (pg_store_get(st, "live/g0/in0", 0, &v, &len) == 0) {
+      free(v);
+      break;
+    }
+    usleep(5000);
+  }
+  ck_assert_int_lt(i, 2000);
+  joiner_init(&b, 1, 2, true, 2);
+  joiner_start(&b, 0);
+  pthread_join(a.t, NULL);
+  pthread_join(b.t, NULL);
+  ck_assert_msg(a.err == 0 && b.err == 0, "%s / %s", a.why, b.why);
+  ck_assert_int_eq(a.f.gen, 1);
+  ck_assert_int_eq(b.f.gen, 1);
+  ck_assert(a.f.m[1].inc == 2);
+  ck_assert_int_eq(pg_store_get(st, "live/g0/verdict", 0, &v, &len), 0);
+  ck_assert(len == 5 && memcmp(v, "abort", 5) == 0);
+  free(v);
+  free(a.f.m);
+  free(b.f.m);
+  pg_store_close(a.j.store);
+  pg_store_close(b.j.store);
+  pg_store_close(st);
+  pg_store_server_stop(server);
+}
+END_TEST
+
 /* A generation whose member never comes: -ETIMEDOUT, with a sentence. */
 START_TEST(test_form_timeout)
 {
@@ -480,6 +530,7 @@ static Suite *live_suite(void)
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_form_first_and_replacement);
   tcase_add_test(tc, test_form_moves_to_later);
+  tcase_add_test(tc, test_form_check_in_abort);
   tcase_add_test(tc, test_form_timeout);
   suite_add_tcase(s, tc);
   /* Knobs are read once per process: each runs in its own (Check forks

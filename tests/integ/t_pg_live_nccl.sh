@@ -1,0 +1,35 @@
+#!/bin/bash
+# libpg live recovery on the NCCL backend, on the fake GPU of
+# tests/fakecuda/ (host memory as device memory): a worker replaced alone
+# gets a new communicator for the new generation and the state healed
+# through NCCL broadcasts, and every worker ends bitwise equal to a
+# fault-free run on the same backend.  The survivors' operation timeout
+# is short: that is how a death is found where the backend has no faster
+# detector.  (The shrink of a lost node is check_pg_nccl's.)
+# integ-timeout: 300
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/pg_live_lib.sh"
+
+FAKE=$(dirname "$(dirname "$TW")")/fake-nccl/tests
+[ -x "$FAKE/pg_live_worker" ] || skip "no $FAKE/pg_live_worker (libpg built without NCCL headers)"
+LIVE_WORKER=$FAKE/pg_live_worker
+export PG_BACKEND=nccl PG_NCCL_BLOCKING_WAIT=1 FAKECUDA_DEVICES=4
+export FAKECUDA_HOST_IS_DEVICE=1
+STEPS=12
+ELEMS=20000
+
+PG_TIMEOUT=60 live_reference "$T/ref" 3 h h h
+echo "fault-free: $REF" >&2
+
+d=$T/kill
+mkdir "$d"
+live_store "$d"
+for r in 0 1 2; do
+  PG_TIMEOUT=3 live_worker "$d" "r$r" "$r" 3 h 0 LIVE_DIE=5:1
+done
+live_wait "$d" r1 137
+PG_TIMEOUT=60 live_worker "$d" r1b 1 3 h 1
+live_expect "$d" "$REF" r0 r2 r1b
+expect_grep '^joined_running=1' "$d/r1b.out"
+kill "$STORE_PID"
+exit 0
