@@ -19,7 +19,12 @@
  *  - checkpoints: rank 0 writes ckpt/latest.ckpt every --ckpt-every steps
  *    (temporary file, fsync, rename); at start rank 0 reads it and
  *    broadcasts it, and everyone resumes at its step, whatever the world
- *    size now is.
+ *    size now is;
+ *  - live recovery (--recovery live, under cdrun --recovery=live): the
+ *    state is registered with libpg; a step that fails because a peer
+ *    died is recovered (pg_recover) and run again, re-sharded for the new
+ *    world; a node that joins is taken in at a step boundary
+ *    (train_mlp/live.h).
  *
  * Rank 0 prints one line per epoch; "step_ms=" (the mean step time after
  * warm-up, the slowest rank's) and "wait_ms=" (the mean time spent after
@@ -32,8 +37,8 @@
  * This file is the job: the group, the training loop and main.  Beside
  * it, train_mlp/: flags.c (the command line), data.c (random numbers and
  * the data set), model.c (the network's kernels, passes and optimizers),
- * ckpt.c (checkpoints), mlp.c (error messages); mlp.h is what they
- * share. */
+ * ckpt.c (checkpoints), live.c (live recovery), mlp.c (error messages);
+ * mlp.h is what they share. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -57,6 +62,7 @@
 #include "train_mlp/ckpt.h"
 #include "train_mlp/data.h"
 #include "train_mlp/flags.h"
+#include "train_mlp/live.h"
 #include "train_mlp/mlp.h"
 #include "train_mlp/model.h"
 
@@ -137,7 +143,35 @@ struct run {
   uint32_t *perm;
   long perm_epoch;
   long stats_from;       /* the step the epoch's statistics start at */
+  struct live L;         /* --recovery live; L.st: the step counters */
+  double op_t0;          /* when the last collective started */
 };
+
+/* The collective what failed with err: PG_ERR_PEER_LOST in live mode
+ * (quietly: the caller recovers), or -1 after a message. */
+static int failed(struct run *R, const char *what, int err)
+{
+  if (R->o.live && err == PG_ERR_PEER_LOST)
+    return err;
+  mlp_pg_fail(what, err);
+  return -1;
+}
+
+/* The global batch must split evenly over the world (first start, or a
+ * live recovery's new world: why says which).  0, or -1 after a message
+ * from every rank: the first to exit makes cdrun stop the others, maybe
+ * before rank 0 got here. */
+static int check_batch(struct run *R, const char *why)
+{
+  char buf[160];
+
+  if (R->o.global_batch % R->world == 0)
+    return 0;
+  snprintf(buf, sizeof buf, "%ld is not divisible by %s %d",
+           R->o.global_batch, why, R->world);
+  mlp_err_msg("--global-batch", buf);
+  return -1;
+}
 
 /* Point n->g at this step's gradient memory. */
 static int grads_for_step(struct run *R)
@@ -153,8 +187,13 @@ static int grads_for_step(struct run *R)
     }
     return 0;
   }
+  /* Zeroed here, not after the optimizer's step: a step interrupted in
+   * live mode leaves partial gradients behind. */
+  R->op_t0 = mlp_now_s();
+  if ((err = pg_reducer_zero_grad(R->red)) != 0)
+    return failed(R, "pg_reducer_zero_grad", err);
   if ((err = pg_reducer_prepare(R->red, true)) != 0)
-    return err;
+    return failed(R, "pg_reducer_prepare", err);
   /* After prepare: a bucket rebuild may have moved them. */
   for (i = 0; i < R->n.np; i++)
     R->n.g[i] = pg_reducer_grad(R->red, i);
@@ -163,7 +202,9 @@ static int grads_for_step(struct run *R)
 
 /* One step on this rank's share of global batch (step % spe); *wait
  * gets the seconds spent waiting for the gradients' all-reduce after the
- * backward pass (the communication not hidden behind it). */
+ * backward pass (the communication not hidden behind it).  0, or
+ * failed()'s PG_ERR_PEER_LOST or -1 (R->op_t0: when the failed collective
+ * started). */
 static int train_step(struct run *R, long step, struct stats *st,
                       double *wait)
 {
@@ -184,10 +225,8 @@ static int train_step(struct run *R, long step, struct stats *st,
     memcpy(n->x + j * NIN, R->train.x + (size_t)n->idx[j] * NIN,
            NIN * sizeof *n->x);
   }
-  if ((err = grads_for_step(R)) != 0) {
-    mlp_pg_fail("pg_reducer_prepare", err);
-    return -1;
-  }
+  if ((err = grads_for_step(R)) != 0)
+    return err;
   model_forward(n, R->local);
   for (j = 0; j < R->local; j++) {
     unsigned label = R->train.y[n->idx[j]];
@@ -199,36 +238,31 @@ static int train_step(struct run *R, long step, struct stats *st,
   st->rows += (double)R->local;
   *wait = mlp_now_s();
   if ((err = model_backward(n, R->local, R->red, R->o.no_overlap)) != 0) {
-    mlp_pg_fail("pg_reducer_mark_ready", err);
-    return -1;
+    R->op_t0 = n->op_t0;
+    return failed(R, "pg_reducer_mark_ready", err);
   }
   n->bw_s += mlp_now_s() - *wait;
   n->bw_steps++;
   *wait = mlp_now_s();
+  R->op_t0 = *wait;
   if (R->red) {
-    if ((err = pg_reducer_finish(R->red)) != 0) {
-      mlp_pg_fail("pg_reducer_finish", err);
-      return -1;
-    }
+    if ((err = pg_reducer_finish(R->red)) != 0)
+      return failed(R, "pg_reducer_finish", err);
   } else if (R->o.no_reducer) {
-    for (j = 0; j < n->np; j++)
+    for (j = 0; j < n->np; j++) {
+      R->op_t0 = mlp_now_s();
       if ((err = pg_all_reduce(R->g, n->g[j], n->g[j], n->numel[j], PG_F32,
-                               PG_AVG)) != 0) {
-        mlp_pg_fail("pg_all_reduce", err);
-        return -1;
-      }
+                               PG_AVG)) != 0)
+        return failed(R, "pg_all_reduce", err);
+    }
   }
   *wait = mlp_now_s() - *wait;
   model_optimize(n, &R->o, step + 1);
-  if (R->red && (err = pg_reducer_zero_grad(R->red)) != 0) {
-    mlp_pg_fail("pg_reducer_zero_grad", err);
-    return -1;
-  }
   return 0;
 }
 
 /* End of an epoch (or of the run, mid-epoch): global loss and accuracy,
- * test accuracy, one line from rank 0. */
+ * test accuracy, one line from rank 0.  0, or failed()'s error. */
 static int report(struct run *R, long step, struct stats *st, double t0,
                   double *test_acc)
 {
@@ -240,12 +274,11 @@ static int report(struct run *R, long step, struct stats *st, double t0,
   v[0] = st->loss;
   v[1] = st->correct;
   v[2] = st->rows;
+  R->op_t0 = mlp_now_s();
   /* --no-comm: rank 0's own numbers. */
   if (!R->o.no_comm &&
-      (err = pg_all_reduce(R->g, v, v, 5, PG_F64, PG_SUM)) != 0) {
-    mlp_pg_fail("pg_all_reduce of the epoch's statistics", err);
-    return -1;
-  }
+      (err = pg_all_reduce(R->g, v, v, 5, PG_F64, PG_SUM)) != 0)
+    return failed(R, "pg_all_reduce of the epoch's statistics", err);
   *test_acc = 100.0 * v[3] / v[4];
   if (R->rank == 0) {
     char part[64] = "";
@@ -266,7 +299,7 @@ static int report(struct run *R, long step, struct stats *st, double t0,
 }
 
 /* Checksum of the parameters, and (unless --no-comm) a check that every
- * replica holds the same bits. */
+ * replica holds the same bits.  0, or failed()'s error. */
 static int final_report(struct run *R, long step, double test_acc,
                         double step_ms, double wait_ms, long timed)
 {
@@ -287,10 +320,9 @@ static int final_report(struct run *R, long step, double test_acc,
   v[3] = -l2;
   v[4] = step_ms;
   v[5] = -wait_ms;
-  if ((err = pg_all_reduce(R->g, v, v, 6, PG_F64, PG_MAX)) != 0) {
-    mlp_pg_fail("pg_all_reduce of the checksums", err);
-    return -1;
-  }
+  R->op_t0 = mlp_now_s();
+  if ((err = pg_all_reduce(R->g, v, v, 6, PG_F64, PG_MAX)) != 0)
+    return failed(R, "pg_all_reduce of the checksums", err);
   if (!R->o.no_comm && (v[0] != -v[2] || v[1] != -v[3])) {
     if (R->rank == 0)
       mlp_err_msg("replicas differ", "the ranks' parameters are not equal");
@@ -316,81 +348,257 @@ static int final_report(struct run *R, long step, double test_acc,
   return R->o.params_out ? ckpt_write_params(R->o.params_out, &R->n) : 0;
 }
 
-static int run_training(struct run *R, long start, long total)
+/* Rank 0 writes the checkpoint of step (done) steps.  0, or -1 after a
+ * message. */
+static int save_ckpt(struct run *R, long step)
 {
-  const char *rc_env = getenv("TORCHELASTIC_RESTART_COUNT");
-  bool first_attempt = !rc_env || !strcmp(rc_env, "0");
-  struct stats st = { 0, 0, 0 };
-  double t0 = mlp_now_s(), t, w, busy = 0, waited = 0, test_acc = NAN;
-  long step, timed = 0, saved = start;
   unsigned char *b;
   size_t len;
+  int rc;
 
-  R->stats_from = start;
-  for (step = start; step < total; step++) {
-    if (step == R->o.die_at_step && R->rank == R->o.die_rank &&
-        first_attempt) {
+  if (R->rank != 0)
+    return 0;
+  b = ckpt_encode(&R->n, &R->o, R->world, step, &len);
+  rc = ckpt_save(R->o.ckpt_dir, b, len);
+  free(b);
+  return rc;
+}
+
+/* Where a run is, besides the registered counters (R->L.st). */
+struct progress {
+  long start, total, saved;
+  bool first_attempt;
+  struct stats st;
+  double t0, test_acc;
+  double busy, waited;   /* over the timed steps (after the warm-up) */
+  long timed;
+  bool held;             /* --hold-at-step: done (or a joiner's) */
+};
+
+#define DONE 1            /* advance(): the run is over */
+#define MEMBERSHIP 2      /* advance(): a generation waits (live) */
+
+/* Live mode, at a step boundary: whether a node joined (MEMBERSHIP). */
+static int poll_membership(struct run *R)
+{
+  bool pending = false;
+  int err;
+
+  if (!R->o.live)
+    return 0;
+  R->op_t0 = mlp_now_s();
+  if ((err = pg_membership_poll(R->g, &pending)) != 0)
+    return failed(R, "pg_membership_poll", err);
+  return pending ? MEMBERSHIP : 0;
+}
+
+/* --hold-at-step (tests): waits for --hold-file, then with --hold-join
+ * polls the membership until a node joins: MEMBERSHIP, or failed()'s
+ * error (every rank polls as often: the poll is collective). */
+static int hold(struct run *R, struct progress *P, long step)
+{
+  struct timespec ts = { 0, 10 * 1000 * 1000 };
+  int rc, k;
+
+  P->held = true;
+  fprintf(stderr, "train_mlp: rank %d: holding at step %ld until %s "
+          "exists\n", R->rank, step, R->o.hold_file);
+  while (access(R->o.hold_file, F_OK) != 0)
+    nanosleep(&ts, NULL);
+  for (k = 0; R->o.hold_join && k < 6000; k++) {
+    if ((rc = poll_membership(R)) != 0)
+      return rc;
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
+/* The end: the last checkpoint (a later run with more --epochs or --steps
+ * continues from it, at any world size), the test accuracy when no step
+ * ran (live mode: always, so that every rank does the same whoever
+ * joined when), the final lines.  0, or failed()'s error. */
+static int finish_run(struct run *R, struct progress *P)
+{
+  long start = P->start, total = P->total;
+  int err;
+
+  if (R->o.ckpt_every && P->saved != total && save_ckpt(R, total) != 0)
+    return -1;
+  if (start >= total || R->o.live) {
+    double v[2];
+
+    evaluate(&R->n, &R->test, R->rank, R->world, &v[0], &v[1]);
+    R->op_t0 = mlp_now_s();
+    if ((err = pg_all_reduce(R->g, v, v, 2, PG_F64, PG_SUM)) != 0)
+      return failed(R, "pg_all_reduce of the test accuracy", err);
+    P->test_acc = 100.0 * v[0] / v[1];
+    if (R->rank == 0 && start >= total)
+      printf("nothing to do: the checkpoint is at step %ld of %ld\n",
+             start, total);
+  }
+  return final_report(R, total > start ? total : start, P->test_acc,
+                      P->timed ? 1e3 * P->busy / (double)P->timed : 0,
+                      P->timed ? 1e3 * P->waited / (double)P->timed : 0,
+                      P->timed);
+}
+
+/* The next thing to do from the registered counters R->L.st, so that in
+ * live mode every rank does the same after a heal: an epoch's report
+ * when one is due, the end, or the next step (after the membership poll,
+ * live), then its checkpoint and lines.  0, DONE, MEMBERSHIP, or
+ * failed()'s error; *redo: the error interrupted a step. */
+static int advance(struct run *R, struct progress *P, bool *redo)
+{
+  struct live_state *ls = &R->L.st;
+  long step = (long)ls->step;
+  struct stats before;
+  double t, w;
+  int rc;
+
+  if (ls->reported < step && (step % R->spe == 0 || step == P->total)) {
+    if ((rc = report(R, step, &P->st, P->t0, &P->test_acc)) != 0)
+      return rc;
+    ls->reported = step;
+    P->t0 = mlp_now_s();
+  }
+  if (step >= P->total)
+    return (rc = finish_run(R, P)) != 0 ? rc : DONE;
+  if (step == R->o.hold_at_step && !P->held &&
+      (rc = hold(R, P, step)) != 0)
+    return rc;
+  if ((rc = poll_membership(R)) != 0)
+    return rc;
+  for (int k = 0; k < R->o.ndie_rank; k++)
+    if (step == R->o.die_at_step && R->rank == R->o.die_rank[k] &&
+        P->first_attempt) {
       fprintf(stderr, "train_mlp: rank %d: --die-at-step %ld: SIGKILL\n",
               R->rank, step);
       raise(SIGKILL);
     }
-    t = mlp_now_s();
-    if (train_step(R, step, &st, &w) != 0)
-      return 1;
-    /* Progress, for cdrun --worker-heartbeat-timeout. */
-    pg_heartbeat();
-    if (step - start >= WARMUP) {
-      busy += mlp_now_s() - t;
-      waited += w;
-      timed++;
-    }
-    if (R->o.log_steps && (step + 1) % R->o.log_steps == 0 && R->rank == 0)
-      printf("step %ld\n", step + 1);
-    if (R->o.ckpt_every && (step + 1) % R->o.ckpt_every == 0) {
-      saved = step + 1;
-      if (R->rank == 0) {
-        b = ckpt_encode(&R->n, &R->o, R->world, step + 1, &len);
-        if (ckpt_save(R->o.ckpt_dir, b, len) != 0) {
-          free(b);
-          return 1;
-        }
-        free(b);
-      }
-    }
-    if ((step + 1) % R->spe == 0 || step + 1 == total) {
-      if (report(R, step + 1, &st, t0, &test_acc) != 0)
-        return 1;
-      t0 = mlp_now_s();
-    }
+  t = mlp_now_s();
+  before = P->st;
+  if ((rc = train_step(R, step, &P->st, &w)) != 0) {
+    P->st = before;
+    *redo = true;
+    return rc;
   }
-  /* The end is a checkpoint too: a later run with more --epochs or
-   * --steps (any world size) continues from here. */
-  if (R->o.ckpt_every && saved != total && R->rank == 0) {
-    b = ckpt_encode(&R->n, &R->o, R->world, total, &len);
-    if (ckpt_save(R->o.ckpt_dir, b, len) != 0) {
-      free(b);
-      return 1;
-    }
-    free(b);
+  ls->step = step + 1;
+  live_step_done(&R->L);
+  /* Progress, for cdrun --worker-heartbeat-timeout. */
+  pg_heartbeat();
+  if (step - P->start >= WARMUP) {
+    P->busy += mlp_now_s() - t;
+    P->waited += w;
+    P->timed++;
   }
-  if (start >= total) {
-    double v[2];
-    int err;
+  if (R->o.log_steps && (step + 1) % R->o.log_steps == 0 && R->rank == 0)
+    printf("step %ld\n", step + 1);
+  if (R->o.ckpt_every && (step + 1) % R->o.ckpt_every == 0) {
+    P->saved = step + 1;
+    if (save_ckpt(R, step + 1) != 0)
+      return -1;
+  }
+  return 0;
+}
 
-    evaluate(&R->n, &R->test, R->rank, R->world, &v[0], &v[1]);
-    if ((err = pg_all_reduce(R->g, v, v, 2, PG_F64, PG_SUM)) != 0) {
-      mlp_pg_fail("pg_all_reduce of the test accuracy", err);
-      return 1;
-    }
-    test_acc = 100.0 * v[0] / v[1];
-    if (R->rank == 0)
-      printf("nothing to do: the checkpoint is at step %ld of %ld\n",
-             start, total);
-  }
-  if (final_report(R, total > start ? total : start, test_acc,
-                   timed ? 1e3 * busy / (double)timed : 0,
-                   timed ? 1e3 * waited / (double)timed : 0, timed) != 0)
+/* Live mode: recovers the group after cause (live_recover), then takes
+ * the new rank and world: each rank's share of the global batch changes
+ * with them (DistributedSampler's rows r, r + W, ... of the same batch).
+ * 0, 1 on a runtime error, 2 when the new world does not divide the
+ * batch. */
+static int recover(struct run *R, const char *cause, bool redo)
+{
+  if (live_recover(&R->L, R->g, cause, mlp_now_s() - R->op_t0, redo) != 0)
     return 1;
+  R->rank = R->L.info.rank;
+  R->world = R->L.info.world;
+  if (check_batch(R, "the new world size") != 0)
+    return 2;
+  R->local = (size_t)(R->o.global_batch / R->world);
+  model_reserve(&R->n, R->local);
+  return 0;
+}
+
+/* Steps start..total-1 (R->L.st says where the run is); in live mode a
+ * collective that fails because a peer died, or a node that joins, is
+ * recovered from, and the interrupted step run again.  The exit status. */
+static int run_training(struct run *R, long start, long total)
+{
+  const char *rc_env = getenv("TORCHELASTIC_RESTART_COUNT");
+  struct progress P;
+  bool redo;
+  int rc;
+
+  memset(&P, 0, sizeof P);
+  P.start = P.saved = start;
+  P.total = total;
+  P.first_attempt = (!rc_env || !strcmp(rc_env, "0")) &&
+                    live_restarts() == 0;
+  P.t0 = mlp_now_s();
+  P.test_acc = NAN;
+  P.held = !P.first_attempt || (R->o.live && pg_joined_running(R->g));
+  R->stats_from = start;
+  for (;;) {
+    redo = false;
+    rc = advance(R, &P, &redo);
+    if (rc == DONE)
+      break;
+    if (rc == 0)
+      continue;
+    if (rc != PG_ERR_PEER_LOST && rc != MEMBERSHIP)
+      return 1;
+    if ((rc = recover(R, rc == MEMBERSHIP ? "membership" : "peer_lost",
+                      redo)) != 0)
+      return rc;
+  }
+  live_flush(&R->L);
+  return 0;
+}
+
+/* Live mode: the state registered (live.h); a process that joins a
+ * running job receives it there, and starts at its step. */
+static int start_live(struct run *R, long *start)
+{
+  bool joined = pg_joined_running(R->g);
+
+  if (live_register(&R->L, R->g, &R->n, &R->o) != 0)
+    return 1;
+  if (joined) {
+    R->rank = mlp_rank = pg_rank(R->g);
+    R->world = pg_size(R->g);
+    if (check_batch(R, "the world size") != 0)
+      return 2;
+    R->local = (size_t)(R->o.global_batch / R->world);
+    model_reserve(&R->n, R->local);
+    *start = (long)R->L.st.step;
+  }
+  return 0;
+}
+
+static void print_banner(const struct run *R);
+
+/* Where the run starts: the live state of a job this process joined, or
+ * the checkpoint (none: step 0), with the banner.  The exit status. */
+static int start_state(struct run *R, long *start)
+{
+  bool joined = R->o.live && pg_joined_running(R->g);
+  int rc;
+
+  *start = 0;
+  if (R->o.live && (rc = start_live(R, start)) != 0)
+    return rc;
+  if (!joined) {
+    if (R->rank == 0)
+      print_banner(R);
+    *start = ckpt_load(R->g, &R->o, &R->n);
+    if (*start < 0)
+      return *start == -2 ? 2 : 1;
+    R->L.st.step = R->L.st.reported = *start;
+  }
+  if (R->o.live)
+    printf("live: rank %d pid %ld started at step %ld (world %d, restart "
+           "%ld)\n", R->rank, (long)getpid(), *start, R->world,
+           live_restarts());
   return 0;
 }
 
@@ -434,18 +642,23 @@ int main(int argc, char **argv)
   rc = flags_parse(argc, argv, &R.o);
   if (rc)
     return rc > 0 ? 0 : 2;
+  /* Not opting in (pg_init would): cdrun restarts the group instead. */
+  if (getenv("CDRUN_RECOVERY") && !strcmp(getenv("CDRUN_RECOVERY"), "live")
+      && (!R.o.live || R.o.no_live_opt_in))
+    unsetenv("CDRUN_LIVE_OPT_IN");
   if (init_group(&R.g) != 0)
     return 1;
   R.rank = mlp_rank = pg_rank(R.g);
   R.world = pg_size(R.g);
-  if (R.o.global_batch % R.world != 0) {
-    char buf[128];
-
-    snprintf(buf, sizeof buf, "%ld is not divisible by WORLD_SIZE %d",
-             R.o.global_batch, R.world);
-    /* Every rank says it: the first to exit makes cdrun stop the others,
-     * maybe before rank 0 got here. */
-    mlp_err_msg("--global-batch", buf);
+  /* cdrun says when it cannot serve live recovery (and runs its workers
+   * in restart mode): the job goes on as they do. */
+  if (R.o.live && !pg_live(R.g)) {
+    if (R.rank == 0)
+      mlp_err_msg("--recovery live", "libpg is not in live mode (run it "
+                  "under cdrun --recovery=live): restart mode");
+    R.o.live = false;
+  }
+  if (check_batch(&R, "WORLD_SIZE") != 0) {
     pg_destroy(R.g);
     return 2;
   }
@@ -473,13 +686,8 @@ int main(int argc, char **argv)
       goto out;
     }
   }
-  if (R.rank == 0)
-    print_banner(&R);
-  start = ckpt_load(R.g, &R.o, &R.n);
-  if (start < 0) {
-    rc = start == -2 ? 2 : 1;
+  if ((rc = start_state(&R, &start)) != 0)
     goto out;
-  }
   total = R.o.epochs * R.spe;
   if (R.o.steps && R.o.steps < total)
     total = R.o.steps;

@@ -36,8 +36,23 @@ static void usage(FILE *f)
 "  --backward-ms A,B,..  with --device-compute: the backward stages'\n"
 "                     times (ms; one per layer, last layer first) from\n"
 "                     the first step on, not measured\n"
-"  --die-at-step S    SIGKILL one worker at step S, first attempt only\n"
-"  --die-rank R       the worker that dies (0)\n"
+"  --die-at-step S    the --die-rank workers SIGKILL themselves at step\n"
+"                     S, first attempt only (not a replacement)\n"
+"  --die-rank R[,R..] the workers that die (0)\n"
+"  --die-in-heal      tests, live: the first replacement of the first\n"
+"                     --die-rank dies (SIGKILL) while it receives the\n"
+"                     state, in the heal\n"
+"  --recovery MODE    restart: a failure ends the worker (cdrun restarts\n"
+"                     the group, which resumes from the checkpoint); live:\n"
+"                     the survivors recover the group and redo the step\n"
+"                     (needs cdrun --recovery=live) (cdrun's mode:\n"
+"                     live under cdrun --recovery=live, else restart)\n"
+"  --no-live-opt-in   under cdrun --recovery=live, do not opt in: cdrun\n"
+"                     then recovers the job by restarting it\n"
+"  --hold-at-step S   tests: at step S every rank of the first start\n"
+"                     waits until --hold-file F exists (it says so on\n"
+"                     stderr); with --hold-join, then until a node joins\n"
+"                     (live; at most 60 s)\n"
 "  --log-steps K      rank 0 prints \"step N\" every K steps done (0: no)\n"
 "  --params-out FILE  rank 0 writes the final parameters there (raw\n"
 "                     little-endian f32, forward order), for bitwise checks\n",
@@ -132,6 +147,25 @@ static int parse_backward_ms(const char *v, struct opts *o)
   return rc;
 }
 
+/* --die-rank R[,R...]: up to MAX_DIE ranks. */
+static int parse_die_rank(const char *v, struct opts *o)
+{
+  const char *q = v;
+  char *end;
+  long x;
+
+  for (o->ndie_rank = 0;; q = end + 1) {
+    errno = 0;
+    x = strtol(q, &end, 10);
+    if (errno || end == q || x < 0 || x > 1 << 20 ||
+        (*end != ',' && *end != '\0') || o->ndie_rank == MAX_DIE)
+      return bad_value("--die-rank", v, "up to 8 ranks R,R,...");
+    o->die_rank[o->ndie_rank++] = x;
+    if (*end == '\0')
+      return 0;
+  }
+}
+
 /* The flags together, once each is read; the default learning rate
  * follows the optimizer. */
 static int flags_check(struct opts *o)
@@ -147,6 +181,17 @@ static int flags_check(struct opts *o)
                        o->layers + 1);
   if (o->no_reducer + o->no_comm + o->no_overlap > 1)
     return usage_error("--no-reducer, --no-overlap and --no-comm: pick one");
+  if (o->die_in_heal && (!o->live || o->die_at_step < 0))
+    return usage_error("--die-in-heal needs --recovery live and "
+                       "--die-at-step");
+  if ((o->hold_at_step >= 0) != (o->hold_file != NULL) ||
+      (o->hold_join && o->hold_at_step < 0))
+    return usage_error("--hold-at-step and --hold-file go together; "
+                       "--hold-join needs them");
+  if (o->hold_join && !o->live)
+    return usage_error("--hold-join needs --recovery live");
+  if (o->no_live_opt_in && !o->live)
+    return usage_error("--no-live-opt-in needs --recovery live");
   if (o->lr == 0)
     o->lr = o->optimizer == OPT_ADAM ? 0.001 : 0.05;
   return 0;
@@ -163,6 +208,11 @@ static void flags_defaults(struct opts *o)
   o->layers = 2;
   o->samples = 60000;
   o->die_at_step = -1;
+  o->ndie_rank = 1;
+  o->hold_at_step = -1;
+  /* --recovery: cdrun's, unless said. */
+  o->live = getenv("CDRUN_RECOVERY") &&
+            !strcmp(getenv("CDRUN_RECOVERY"), "live");
   o->momentum = 0.9;
 }
 
@@ -171,7 +221,8 @@ int flags_parse(int argc, char **argv, struct opts *o)
   static const char *const takes_value[] = {
     "epochs", "global-batch", "lr", "optimizer", "ckpt-every", "ckpt-dir",
     "seed", "hidden", "samples", "steps", "die-at-step", "die-rank",
-    "backward-ms", "layers", "log-steps", "params-out",
+    "backward-ms", "layers", "log-steps", "params-out", "recovery",
+    "hold-at-step", "hold-file",
   };
   int i;
   size_t k;
@@ -250,7 +301,24 @@ int flags_parse(int argc, char **argv, struct opts *o)
     } else if (!strcmp(name, "die-at-step")) {
       rc = parse_long("--die-at-step", v, 0, LONG_MAX, &o->die_at_step);
     } else if (!strcmp(name, "die-rank")) {
-      rc = parse_long("--die-rank", v, 0, 1 << 20, &o->die_rank);
+      rc = parse_die_rank(v, o);
+    } else if (!strcmp(name, "hold-at-step")) {
+      rc = parse_long("--hold-at-step", v, 0, LONG_MAX, &o->hold_at_step);
+    } else if (!strcmp(name, "hold-file")) {
+      o->hold_file = v;
+      if (!*v)
+        rc = bad_value("--hold-file", v, "a file name");
+    } else if (!strcmp(name, "hold-join")) {
+      o->hold_join = true;
+    } else if (!strcmp(name, "die-in-heal")) {
+      o->die_in_heal = true;
+    } else if (!strcmp(name, "no-live-opt-in")) {
+      o->no_live_opt_in = true;
+    } else if (!strcmp(name, "recovery")) {
+      if (!strcmp(v, "live") || !strcmp(v, "restart"))
+        o->live = !strcmp(v, "live");
+      else
+        rc = bad_value("--recovery", v, "restart or live");
     } else if (!strcmp(name, "log-steps")) {
       rc = parse_long("--log-steps", v, 0, LONG_MAX, &o->log_steps);
     } else if (!strcmp(name, "params-out")) {

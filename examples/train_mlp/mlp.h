@@ -23,12 +23,21 @@
 #define MAX_P (2 * MAX_W)        /* parameters: W1 b1 W2 b2 ... */
 #define WARMUP 5         /* steps left out of step_ms */
 #define BLOCK 16         /* see Note [vectorizing] */
+#define MAX_DIE 8        /* --die-rank: ranks */
 
 enum { OPT_SGD, OPT_ADAM };
 
 struct opts {
   long epochs, global_batch, hidden, layers, samples, ckpt_every, steps;
-  long die_at_step, die_rank;
+  long die_at_step;
+  long die_rank[MAX_DIE];  /* --die-rank R[,R...] */
+  int ndie_rank;
+  bool die_in_heal;        /* --die-in-heal */
+  bool live;               /* --recovery live */
+  bool no_live_opt_in;     /* --no-live-opt-in */
+  long hold_at_step;       /* --hold-at-step (-1: none) */
+  const char *hold_file;   /* --hold-file */
+  bool hold_join;          /* --hold-join */
   long log_steps;          /* --log-steps: rank 0 prints "step N" */
   const char *params_out;  /* --params-out: the final parameters' bytes */
   double lr, momentum;
@@ -77,6 +86,7 @@ struct net {
   double stage_s[MAX_W], given_s[MAX_W], bw_s;
   double due_s;          /* device mode: the current stage's end */
   long bw_steps;
+  double op_t0;          /* when the last reducer call started (live.h) */
 };
 
 /* ---- mlp.c ----------------------------------------------------------------

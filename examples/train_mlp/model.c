@@ -173,6 +173,25 @@ static void transpose(size_t rows, size_t cols, const float *a, float *at)
 
 /* ---- the model ----------------------------------------------------------- */
 
+/* The activations (and gathered terms) of up to cap rows, zeroed. */
+static void rows_alloc(struct net *n, size_t cap)
+{
+  size_t i = n->hid > cap ? n->hid : cap;
+
+  n->cap = cap;
+  n->idx = mlp_xcalloc(cap, sizeof *n->idx);
+  n->x = mlp_xcalloc(cap * NIN, sizeof *n->x);
+  n->act[0] = n->x;
+  for (int l = 1; l < n->nw; l++) {
+    n->act[l] = mlp_xcalloc(cap * n->hid, sizeof *n->act[l]);
+    n->del[l] = mlp_xcalloc(cap * n->hid, sizeof *n->del[l]);
+  }
+  n->z = mlp_xcalloc(cap * NCLS, sizeof *n->z);
+  n->dz = mlp_xcalloc(cap * NCLS, sizeof *n->dz);
+  n->t.a = mlp_xcalloc(i, sizeof *n->t.a);
+  n->t.x = mlp_xcalloc(i, sizeof *n->t.x);
+}
+
 /* layers hidden layers of hid units: layer l maps dim[l] to dim[l + 1]. */
 void model_init(struct net *n, size_t hid, int layers, size_t cap,
                      uint64_t seed)
@@ -205,30 +224,15 @@ void model_init(struct net *n, size_t hid, int layers, size_t cap,
       data_fill_normal(&s, n->p[i], n->numel[i],
                   sqrt(2.0 / (double)n->dim[i / 2]));
   }
-  n->cap = cap;
-  n->idx = mlp_xcalloc(cap, sizeof *n->idx);
-  n->x = mlp_xcalloc(cap * NIN, sizeof *n->x);
-  n->act[0] = n->x;
-  for (l = 1; l < n->nw; l++) {
+  for (l = 1; l < n->nw; l++)
     n->wt[l] = mlp_xcalloc(n->dim[l] * n->dim[l + 1], sizeof *n->wt[l]);
-    n->act[l] = mlp_xcalloc(cap * hid, sizeof *n->act[l]);
-    n->del[l] = mlp_xcalloc(cap * hid, sizeof *n->del[l]);
-  }
-  n->z = mlp_xcalloc(cap * NCLS, sizeof *n->z);
-  n->dz = mlp_xcalloc(cap * NCLS, sizeof *n->dz);
-  i = hid > cap ? hid : cap;
-  n->t.a = mlp_xcalloc(i, sizeof *n->t.a);
-  n->t.x = mlp_xcalloc(i, sizeof *n->t.x);
+  rows_alloc(n, cap);
 }
 
-void model_free(struct net *n)
+/* Frees the activations of n->cap rows. */
+static void rows_free(struct net *n)
 {
-  free(n->w);
-  free(n->opt1);
-  free(n->opt2);
-  free(n->own_grad);
   for (int l = 1; l < n->nw; l++) {
-    free(n->wt[l]);
     free(n->act[l]);
     free(n->del[l]);
   }
@@ -238,6 +242,25 @@ void model_free(struct net *n)
   free(n->dz);
   free(n->t.a);
   free(n->t.x);
+}
+
+void model_reserve(struct net *n, size_t rows)
+{
+  if (rows <= n->cap)
+    return;
+  rows_free(n);
+  rows_alloc(n, rows);
+}
+
+void model_free(struct net *n)
+{
+  free(n->w);
+  free(n->opt1);
+  free(n->opt2);
+  free(n->own_grad);
+  for (int l = 1; l < n->nw; l++)
+    free(n->wt[l]);
+  rows_free(n);
 }
 
 /* Forward pass of the first rows rows of n->x: logits in n->z. */
@@ -360,9 +383,11 @@ int model_backward(struct net *n, size_t rows, pg_reducer *red, bool late)
     stage_done(n, k, t0, slept);
     if (k == n->nw - 1 && !slept)
       n->real_steps++;
+    n->op_t0 = mlp_now_s();
     if (red && !late && (err = mark_layer(red, l)) != 0)
       return err;
   }
+  n->op_t0 = mlp_now_s();
   for (k = 0; red && late && k < n->nw; k++)
     if ((err = mark_layer(red, n->nw - 1 - k)) != 0)
       return err;

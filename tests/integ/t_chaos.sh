@@ -8,6 +8,7 @@
 # behind (processes, shm, temporary directories, sockets, namespaces,
 # cgroups, the tmpfs).  Without namespaces it runs on loopback, without the
 # link cut; without root, without the full disk (chaos says so).
+# (t_live_train_chaos.sh: CHAOS_RECOVERY=live.)
 . "$(dirname "$0")/lib.sh"
 
 : "${RDZVD:?RDZVD must point to bin/rdzvd}"
@@ -77,6 +78,7 @@ for k in worker_kill agent_kill; do
 done
 # rdzvd's restart restarts nothing (soft state).
 expect_grep '^chaos_cost kind=rdzvd_kill n=[0-9]+ lost_ms=[0-9]+ detect_ms=[0-9]+ restart_ms=- reload_ms=- ' "$T/out"
+
 # Nothing of the run is left in our TMPDIR but its (kept on failure) dir.
 left=$(ls -A "$T" | grep -v -E '^(out|err)$')
 expect_eq "left in TMPDIR" "$left" ""
