@@ -976,33 +976,151 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
 
 /* ---- encoding ---- */
 
-/* Numbers go out as raw text: cJSON's own printer rounds to 15 digits when
- * that is "close enough", which would not survive a round trip. */
-static int add_number(cJSON *obj, const char *name, double d, bool integral)
+/* Note [direct encoder]: a body is written straight into the caller's
+ * buffer (rdzvd: one on its stack per reply), byte for byte what
+ * cJSON_PrintUnformatted printed of the tree the encoder used to build
+ * (the same key order, escapes and number texts; check_proto compares
+ * them), without the tree's allocations: a round's replies are O(N) and
+ * this is their per-node cost. */
+struct out {
+  char *buf;
+  size_t len, cap;
+  bool heap;              /* buf is malloc'd here (grown past the caller's) */
+  int err;                /* the first failure: -ENOMEM, -EMSGSIZE */
+};
+
+static bool out_room(struct out *o, size_t n)
+{
+  size_t cap;
+  char *b;
+
+  if (o->err)
+    return false;
+  if (n <= o->cap - o->len)
+    return true;
+  if (o->len + n > RDZV_PROTO_FRAME_HEADER + RDZV_PROTO_MAX_FRAME) {
+    o->err = -EMSGSIZE;
+    return false;
+  }
+  cap = o->cap < 512 ? 512 : o->cap;
+  while (cap - o->len < n)
+    cap *= 2;
+  b = o->heap ? realloc(o->buf, cap) : malloc(cap);
+  if (!b) {
+    o->err = -ENOMEM;
+    return false;
+  }
+  if (!o->heap && o->len)
+    memcpy(b, o->buf, o->len);
+  o->buf = b;
+  o->cap = cap;
+  o->heap = true;
+  return true;
+}
+
+static void out_put(struct out *o, const char *s, size_t n)
+{
+  if (out_room(o, n)) {
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+  }
+}
+
+static void out_char(struct out *o, char ch)
+{
+  if (out_room(o, 1))
+    o->buf[o->len++] = ch;
+}
+
+/* A JSON string as cJSON prints one: '"' '\\' and \b \f \n \r \t escaped,
+ * other control bytes as \u00xx, every other byte as it is. */
+static void out_string(struct out *o, const char *s)
+{
+  static const char digits[] = "0123456789abcdef";
+  const unsigned char *u = (const unsigned char *)s;
+
+  out_char(o, '"');
+  for (; *u; u++) {
+    size_t run = 0;
+
+    while (u[run] >= 0x20 && u[run] != '"' && u[run] != '\\')
+      run++;
+    if (run) {
+      out_put(o, (const char *)u, run);
+      u += run;
+      if (!*u)
+        break;
+    }
+    switch (*u) {
+    case '"': out_put(o, "\\\"", 2); break;
+    case '\\': out_put(o, "\\\\", 2); break;
+    case '\b': out_put(o, "\\b", 2); break;
+    case '\f': out_put(o, "\\f", 2); break;
+    case '\n': out_put(o, "\\n", 2); break;
+    case '\r': out_put(o, "\\r", 2); break;
+    case '\t': out_put(o, "\\t", 2); break;
+    default: {
+      char esc[6] = { '\\', 'u', '0', '0', digits[*u >> 4], digits[*u & 15] };
+
+      out_put(o, esc, sizeof esc);
+    }
+    }
+  }
+  out_char(o, '"');
+}
+
+/* ,"name": (the comma unless it is the object's first member) */
+static void out_key(struct out *o, const char *name, bool *first)
+{
+  if (!*first)
+    out_char(o, ',');
+  *first = false;
+  out_string(o, name);
+  out_char(o, ':');
+}
+
+static void out_i64(struct out *o, int64_t v)
+{
+  char buf[24], *p = buf + sizeof buf;
+  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+  do {
+    *--p = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0)
+    *--p = '-';
+  out_put(o, p, (size_t)(buf + sizeof buf - p));
+}
+
+/* Numbers go out as text of their own: cJSON's printer rounds to 15
+ * digits when that is "close enough", which would not survive a round
+ * trip.  A whole double below 1e15 prints as %.15g would print it. */
+static void out_number(struct out *o, double d, bool integral)
 {
   char buf[40];
-  const char *dp = localeconv()->decimal_point;
+  const char *dp;
   char *p;
   int prec;
 
-  if (integral) {
-    snprintf(buf, sizeof buf, "%" PRId64, (int64_t)d);
-  } else {
-    /* The shortest of 15..17 digits that reads back exactly. */
-    for (prec = 15; prec <= 17; prec++) {
-      snprintf(buf, sizeof buf, "%.*g", prec, d);
-      if (strtod(buf, NULL) == d)
-        break;
-    }
-    /* JSON wants '.', whatever LC_NUMERIC says. */
-    if (dp && dp[0] && dp[0] != '.' && (p = strchr(buf, dp[0])))
-      *p = '.';
+  if (integral || (d == floor(d) && fabs(d) < 1e15 && !(d == 0 && signbit(d)))) {
+    out_i64(o, (int64_t)d);
+    return;
   }
-  return cJSON_AddItemToObject(obj, name, cJSON_CreateRaw(buf)) ? 0
-                                                                : -ENOMEM;
+  /* The shortest of 15..17 digits that reads back exactly. */
+  for (prec = 15; prec <= 17; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, d);
+    if (strtod(buf, NULL) == d)
+      break;
+  }
+  /* JSON wants '.', whatever LC_NUMERIC says. */
+  dp = localeconv()->decimal_point;
+  if (dp && dp[0] && dp[0] != '.' && (p = strchr(buf, dp[0])))
+    *p = '.';
+  out_put(o, buf, strlen(buf));
 }
 
-static int encode_fields(struct ctx *c, cJSON *obj,
+static int encode_fields(struct ctx *c, struct out *o,
                          const struct field *fields, const char *base);
 
 /* A C string in a fixed array: terminated within it. */
@@ -1018,12 +1136,7 @@ static int array_len(struct ctx *c, const struct field *f, const char *s,
   return check_length(c, f, *n);
 }
 
-static int add_string(cJSON *obj, const char *name, const char *s)
-{
-  return cJSON_AddStringToObject(obj, name, s) ? 0 : -ENOMEM;
-}
-
-static int encode_value(struct ctx *c, cJSON *obj, const struct field *f,
+static int encode_value(struct ctx *c, struct out *o, const struct field *f,
                         const struct rdzv_proto_kv *kv)
 {
   char p[80], *s;
@@ -1034,7 +1147,8 @@ static int encode_value(struct ctx *c, cJSON *obj, const struct field *f,
     if (kv->value_len)
       return fail(c, -EINVAL, "%s: NULL with length %zu",
                   path(c, f->name, p, sizeof p), kv->value_len);
-    return add_string(obj, f->name, "");
+    out_string(o, "");
+    return 0;
   }
   rc = check_length(c, f, kv->value_len);
   if (rc)
@@ -1048,15 +1162,17 @@ static int encode_value(struct ctx *c, cJSON *obj, const struct field *f,
     return -ENOMEM;
   memcpy(s, kv->value, kv->value_len);
   s[kv->value_len] = '\0';
-  rc = add_string(obj, f->name, s);
+  out_string(o, s);
   free(s);
-  return rc;
+  return 0;
 }
 
-static int encode_status(struct ctx *c, cJSON *obj, const struct field *f,
+/* The status report: checked to be one JSON object, printed as cJSON
+ * prints it. */
+static int encode_status(struct ctx *c, struct out *o, const struct field *f,
                          const char *json)
 {
-  char p[80], why[160];
+  char p[80], why[160], *text;
   struct ctx sub = { why, sizeof why, NULL, NULL };
   cJSON *st;
   int rc;
@@ -1066,14 +1182,17 @@ static int encode_status(struct ctx *c, cJSON *obj, const struct field *f,
   rc = parse_object(&sub, json, strlen(json), &st);
   if (rc)
     return fail(c, -EINVAL, "%s: %s", path(c, f->name, p, sizeof p), why);
-  if (!cJSON_AddItemToObject(obj, f->name, st)) {
-    cJSON_Delete(st);
+  text = cJSON_PrintUnformatted(st);
+  cJSON_Delete(st);
+  if (!text)
     return -ENOMEM;
-  }
+  out_put(o, text, strlen(text));
+  cJSON_free(text);
   return 0;
 }
 
-static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
+/* Writes f's value (its key is written already). */
+static int encode_field(struct ctx *c, struct out *o, const struct field *f,
                         const char *base)
 {
   const void *at = base + f->off;
@@ -1097,16 +1216,23 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
                   PRId64, path(c, f->name, p, sizeof p), f->lo, f->hi,
                   *(const int64_t *)at);
     rc = check_number(c, f, d);
-    return rc ? rc : add_number(obj, f->name, d, f->kind != K_DBL);
+    if (!rc)
+      out_number(o, d, f->kind != K_DBL);
+    return rc;
   case K_BOOL:
-    return cJSON_AddBoolToObject(obj, f->name, *(const bool *)at) ? 0
-                                                                  : -ENOMEM;
+    if (*(const bool *)at)
+      out_put(o, "true", 4);
+    else
+      out_put(o, "false", 5);
+    return 0;
   case K_STR:
   case K_OSTR:
     rc = array_len(c, f, at, &n);
-    return rc ? rc : add_string(obj, f->name, at);
+    if (!rc)
+      out_string(o, at);
+    return rc;
   case K_VALUE:
-    return encode_value(c, obj, f, at);
+    return encode_value(c, o, f, at);
   case K_REASON:
   case K_PHASE:
   case K_CODE:
@@ -1118,33 +1244,33 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
     if (!name)
       return fail(c, -EINVAL, "%s: invalid value %d",
                   path(c, f->name, p, sizeof p), *(const int *)at);
-    return add_string(obj, f->name, name);
+    out_string(o, name);
+    return 0;
   case K_CONF:
   case K_CAUSE: {
     struct ctx sub = *c;
-    cJSON *o = cJSON_AddObjectToObject(obj, f->name);
 
-    if (!o)
-      return -ENOMEM;
     sub.sub = f->name;
     return encode_fields(&sub, o, sub_fields(f->kind), at);
   }
   case K_STATUS:
-    return encode_status(c, obj, f, *(char *const *)at);
+    return encode_status(c, o, f, *(char *const *)at);
   case K_HEX:
   case K_TOKEN: {
     static const char digits[] = "0123456789abcdef";
     const unsigned char *b = at;
-    char hex[2 * RDZV_PROTO_AUTH_BYTES + 1];
+    char hex[2 * RDZV_PROTO_AUTH_BYTES + 2];
 
     if (f->size > RDZV_PROTO_AUTH_BYTES)
       return -EINVAL;
+    hex[0] = '"';
     for (n = 0; n < f->size; n++) {
-      hex[2 * n] = digits[b[n] >> 4];
-      hex[2 * n + 1] = digits[b[n] & 15];
+      hex[1 + 2 * n] = digits[b[n] >> 4];
+      hex[2 + 2 * n] = digits[b[n] & 15];
     }
-    hex[2 * n] = '\0';
-    return add_string(obj, f->name, hex);
+    hex[1 + 2 * n] = '"';
+    out_put(o, hex, 2 * n + 2);
+    return 0;
   }
   }
   return -EINVAL;
@@ -1163,8 +1289,10 @@ bool rdzv_proto_token_none(const unsigned char t[RDZV_PROTO_TOKEN_BYTES])
   return all_zero((const char *)t, RDZV_PROTO_TOKEN_BYTES);
 }
 
-static int encode_fields(struct ctx *c, cJSON *obj,
-                         const struct field *fields, const char *base)
+/* The members of fields at base, each after a comma unless *first. */
+static int encode_members(struct ctx *c, struct out *o,
+                          const struct field *fields, const char *base,
+                          bool *first)
 {
   const struct field *f;
   int rc;
@@ -1181,19 +1309,34 @@ static int encode_fields(struct ctx *c, cJSON *obj,
     if (f->kind == K_CAUSE &&
         ((const struct rdzv_proto_cause *)(base + f->off))->exited_at == 0)
       continue;
-    rc = encode_field(c, obj, f, base);
+    out_key(o, f->name, first);
+    rc = encode_field(c, o, f, base);
     if (rc)
       return rc;
   }
   return 0;
 }
 
-int rdzv_proto_encode(const struct rdzv_proto_msg *m, char **out, size_t *len)
+/* The object of fields at base (a nested one: conf, cause). */
+static int encode_fields(struct ctx *c, struct out *o,
+                         const struct field *fields, const char *base)
+{
+  bool first = true;
+  int rc;
+
+  out_char(o, '{');
+  rc = encode_members(c, o, fields, base, &first);
+  out_char(o, '}');
+  return rc;
+}
+
+int rdzv_proto_encode_into(const struct rdzv_proto_msg *m, char *buf,
+                           size_t cap, char **out, size_t *len)
 {
   char why[256];
   struct ctx c = { why, sizeof why, NULL, NULL };
-  cJSON *j;
-  char *body = NULL, *frame;
+  struct out o = { buf, RDZV_PROTO_FRAME_HEADER, cap, false, 0 };
+  bool first = false;           /* "op" is */
   size_t n;
   int rc;
 
@@ -1202,41 +1345,42 @@ int rdzv_proto_encode(const struct rdzv_proto_msg *m, char **out, size_t *len)
   c.op = rdzv_proto_op_name(m->op);
   if (!c.op)
     return -EINVAL;
-  j = cJSON_CreateObject();
-  if (!j)
-    return -ENOMEM;
-  rc = add_number(j, "v", RDZV_PROTO_VERSION, true);
-  if (!rc)
-    rc = add_string(j, "op", c.op);
-  if (!rc)
-    rc = encode_fields(&c, j, ops[m->op].fields, (const char *)m);
+  if (!buf || cap < RDZV_PROTO_FRAME_HEADER) {
+    o.cap = 0;
+    o.len = 0;
+    out_put(&o, "\0\0\0\0", RDZV_PROTO_FRAME_HEADER);
+  }
+  out_put(&o, "{\"v\":", 5);
+  out_i64(&o, RDZV_PROTO_VERSION);
+  out_put(&o, ",\"op\":", 6);
+  out_string(&o, c.op);
+  rc = encode_members(&c, &o, ops[m->op].fields, (const char *)m, &first);
   if (!rc)
     rc = check_relations(&c, m);
-  if (!rc) {
-    body = cJSON_PrintUnformatted(j);
-    if (!body)
-      rc = -ENOMEM;
-  }
-  cJSON_Delete(j);
-  if (rc)
+  out_char(&o, '}');
+  if (!rc)
+    rc = o.err;
+  if (rc) {
+    if (o.heap)
+      free(o.buf);
     return rc;
-  n = strlen(body);
+  }
+  n = o.len - RDZV_PROTO_FRAME_HEADER;
   if (n > RDZV_PROTO_MAX_FRAME) {
-    cJSON_free(body);
+    if (o.heap)
+      free(o.buf);
     return -EMSGSIZE;
   }
-  frame = malloc(RDZV_PROTO_FRAME_HEADER + n);
-  if (!frame) {
-    cJSON_free(body);
-    return -ENOMEM;
-  }
-  frame[0] = (char)(n >> 24 & 0xff);
-  frame[1] = (char)(n >> 16 & 0xff);
-  frame[2] = (char)(n >> 8 & 0xff);
-  frame[3] = (char)(n & 0xff);
-  memcpy(frame + RDZV_PROTO_FRAME_HEADER, body, n);
-  cJSON_free(body);
-  *out = frame;
-  *len = RDZV_PROTO_FRAME_HEADER + n;
+  o.buf[0] = (char)(n >> 24 & 0xff);
+  o.buf[1] = (char)(n >> 16 & 0xff);
+  o.buf[2] = (char)(n >> 8 & 0xff);
+  o.buf[3] = (char)(n & 0xff);
+  *out = o.buf;
+  *len = o.len;
   return 0;
+}
+
+int rdzv_proto_encode(const struct rdzv_proto_msg *m, char **out, size_t *len)
+{
+  return rdzv_proto_encode_into(m, NULL, 0, out, len);
 }
