@@ -860,20 +860,47 @@ static int decode_field(struct ctx *c, const struct field *f,
   return fail(c, -EINVAL, "internal: bad field kind");
 }
 
+/* The most fields an object of the protocol has (resume's). */
+#define FIELDS_MAX 32
+
+/* One walk over obj's members finds each field's (a member whose name is
+ * no field's is ignored); the fields are then checked in their table's
+ * order, a duplicate first, so the first problem named is the same as
+ * when each field was looked up by a walk of its own. */
 static int decode_fields(struct ctx *c, const cJSON *obj,
                          const struct field *fields, char *base)
 {
+  const cJSON *found[FIELDS_MAX] = { NULL };
+  bool dup[FIELDS_MAX] = { false };
   const struct field *f;
   struct rdzv_proto_kv *kv;
   cJSON *it;
+  size_t nf = 0, i;
   char p[80];
   int rc;
 
-  for (f = fields; f->name; f++) {
-    rc = member(c, obj, f->name, &it, -EINVAL);
-    if (rc)
-      return rc;
-    if (!it) {
+  for (f = fields; f->name; f++)
+    if (++nf > FIELDS_MAX)
+      return fail(c, -EINVAL, "internal: more than %d fields", FIELDS_MAX);
+  cJSON_ArrayForEach(it, obj) {
+    if (!it->string)
+      continue;
+    for (i = 0; i < nf; i++) {
+      if (strcmp(it->string, fields[i].name) == 0) {
+        if (found[i])
+          dup[i] = true;
+        else
+          found[i] = it;
+        break;
+      }
+    }
+  }
+  for (i = 0; i < nf; i++) {
+    f = &fields[i];
+    if (dup[i])
+      return fail(c, -EINVAL, "%s: duplicate field",
+                  path(c, f->name, p, sizeof p));
+    if (!found[i]) {
       if (f->required)
         return fail(c, -EINVAL, "%s: missing",
                     path(c, f->name, p, sizeof p));
@@ -886,7 +913,7 @@ static int decode_fields(struct ctx *c, const cJSON *obj,
       }
       continue;
     }
-    rc = decode_field(c, f, it, base);
+    rc = decode_field(c, f, found[i], base);
     if (rc)
       return rc;
   }

@@ -1114,7 +1114,8 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   sink.ctx = s;
   sink.send = sink_send;
   sink.drop = sink_drop;
-  sink.log = sink_log;
+  /* No log (--quiet): the machine formats no line to throw away. */
+  sink.log = o->log ? sink_log : NULL;
   s->reg = rdzv_state_create(&sink, &o->limits);
   if (s->reg && o->token_key && o->token_key->len &&
       rdzv_state_set_token_key(s->reg, o->token_key)) {
