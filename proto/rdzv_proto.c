@@ -962,12 +962,186 @@ static int decode_head(struct ctx *c, const cJSON *j, enum rdzv_proto_op *op)
   return 0;
 }
 
+/* Note [flat parse]: every frame an agent sends is one small object in
+ * the form the encoder prints: no whitespace, strings of printable ASCII
+ * without escapes, whole numbers of at most 15 digits, one nested
+ * object.  Such a body is parsed here into cJSON items on the stack,
+ * the same tree cJSON would build (so everything after the parse is
+ * shared), without cJSON's allocation per item and strtod per number: a
+ * round's N JOINs are the daemon's other O(N) cost.  Anything else
+ * (whitespace, an escape, a fraction, a leading zero, more items or text
+ * than fit) is left to cJSON, which also names every syntax error. */
+#define FLAT_ITEMS 48
+#define FLAT_TEXT 1536
+#define FLAT_DEPTH 2            /* a message and its conf or cause */
+
+struct flat {
+  cJSON items[FLAT_ITEMS];
+  size_t n_items;
+  char text[FLAT_TEXT];         /* keys and strings, each NUL-terminated */
+  size_t n_text;
+  const char *p, *end;
+};
+
+static cJSON *flat_item(struct flat *fl)
+{
+  cJSON *it;
+
+  if (fl->n_items == FLAT_ITEMS)
+    return NULL;
+  it = &fl->items[fl->n_items++];
+  memset(it, 0, sizeof *it);
+  return it;
+}
+
+/* At '"': the string's copy, or NULL outside the flat form. */
+static char *flat_string(struct flat *fl)
+{
+  const char *s = fl->p + 1, *q = s;
+  size_t n;
+  char *copy;
+
+  while (q < fl->end && *q != '"') {
+    if (*q < 0x20 || *q > 0x7e || *q == '\\')
+      return NULL;
+    q++;
+  }
+  n = (size_t)(q - s);
+  if (q == fl->end || n + 1 > FLAT_TEXT - fl->n_text)
+    return NULL;
+  copy = fl->text + fl->n_text;
+  memcpy(copy, s, n);
+  copy[n] = '\0';
+  fl->n_text += n + 1;
+  fl->p = q + 1;
+  return copy;
+}
+
+/* A whole number of 1..15 digits, no leading zero, not -0: exact in a
+ * double, so it is what strtod would read. */
+static bool flat_number(struct flat *fl, double *d)
+{
+  const char *q = fl->p;
+  bool neg = q < fl->end && *q == '-';
+  uint64_t v = 0;
+  int digits = 0;
+
+  q += neg;
+  if (q == fl->end || *q < '0' || *q > '9' ||
+      (*q == '0' && (neg || (q + 1 < fl->end && q[1] >= '0' && q[1] <= '9'))))
+    return false;
+  while (q < fl->end && *q >= '0' && *q <= '9') {
+    if (++digits > 15)
+      return false;
+    v = v * 10 + (uint64_t)(*q++ - '0');
+  }
+  if (q < fl->end && (*q == '.' || *q == 'e' || *q == 'E'))
+    return false;
+  *d = neg ? -(double)v : (double)v;
+  fl->p = q;
+  return true;
+}
+
+static bool flat_object(struct flat *fl, cJSON *obj, int depth);
+
+static cJSON *flat_value(struct flat *fl, int depth)
+{
+  cJSON *it = flat_item(fl);
+  size_t left = (size_t)(fl->end - fl->p);
+
+  if (!it || !left)
+    return NULL;
+  if (*fl->p == '"') {
+    it->type = cJSON_String;
+    it->valuestring = flat_string(fl);
+    return it->valuestring ? it : NULL;
+  }
+  if (*fl->p == '{')
+    return depth < FLAT_DEPTH && flat_object(fl, it, depth + 1) ? it : NULL;
+  if (left >= 4 && memcmp(fl->p, "true", 4) == 0) {
+    it->type = cJSON_True;
+    fl->p += 4;
+    return it;
+  }
+  if (left >= 5 && memcmp(fl->p, "false", 5) == 0) {
+    it->type = cJSON_False;
+    fl->p += 5;
+    return it;
+  }
+  if (left >= 4 && memcmp(fl->p, "null", 4) == 0) {
+    it->type = cJSON_NULL;
+    fl->p += 4;
+    return it;
+  }
+  if (!flat_number(fl, &it->valuedouble))
+    return NULL;
+  it->type = cJSON_Number;
+  /* cJSON's valueint: the number, saturated */
+  it->valueint = it->valuedouble >= INT_MAX   ? INT_MAX
+                 : it->valuedouble <= INT_MIN ? INT_MIN
+                                              : (int)it->valuedouble;
+  return it;
+}
+
+/* At '{': its members, linked as cJSON links them. */
+static bool flat_object(struct flat *fl, cJSON *obj, int depth)
+{
+  cJSON *it, *last = NULL;
+  char *key;
+
+  obj->type = cJSON_Object;
+  fl->p++;
+  if (fl->p < fl->end && *fl->p == '}') {
+    fl->p++;
+    return true;
+  }
+  for (;;) {
+    if (fl->p == fl->end || *fl->p != '"' || !(key = flat_string(fl)) ||
+        fl->p == fl->end || *fl->p++ != ':' || !(it = flat_value(fl, depth)))
+      return false;
+    it->string = key;
+    if (last) {
+      last->next = it;
+      it->prev = last;
+    } else {
+      obj->child = it;
+    }
+    last = it;
+    if (fl->p == fl->end)
+      return false;
+    if (*fl->p == '}')
+      break;
+    if (*fl->p++ != ',')
+      return false;
+  }
+  fl->p++;
+  obj->child->prev = last;      /* as cJSON: the head's prev is the tail */
+  return true;
+}
+
+/* The whole body as one flat object, or NULL: cJSON's to parse. */
+static cJSON *flat_parse(struct flat *fl, const char *s, size_t len)
+{
+  cJSON *root;
+
+  if (len >= FLAT_TEXT || len == 0 || s[0] != '{')
+    return NULL;
+  fl->n_items = fl->n_text = 0;
+  fl->p = s;
+  fl->end = s + len;
+  root = flat_item(fl);
+  if (!flat_object(fl, root, 1) || fl->p != fl->end)
+    return NULL;
+  return root;
+}
+
 int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
                       char *err, size_t errlen)
 {
   struct ctx c = { err, errlen, NULL, NULL };
   enum rdzv_proto_op op = RDZV_PROTO_OP_INVALID;
-  cJSON *j = NULL;
+  cJSON *j = NULL, *heap = NULL;  /* heap: cJSON's tree, not the stack's */
+  struct flat fl;
   int rc;
 
   if (err && errlen)
@@ -978,9 +1152,16 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
   if (len > RDZV_PROTO_MAX_FRAME)
     return fail(&c, -EMSGSIZE, "body of %zu bytes exceeds %u", len,
                 RDZV_PROTO_MAX_FRAME);
-  rc = parse_object(&c, body, len, &j);
+  rc = check_nul(&c, body, len);
   if (rc)
     return rc;
+  j = flat_parse(&fl, body, len);
+  if (!j) {
+    rc = parse_object(&c, body, len, &j);
+    if (rc)
+      return rc;
+    heap = j;
+  }
   rc = decode_head(&c, j, &op);
   if (!rc) {
     c.op = ops[op].name;
@@ -993,7 +1174,7 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
   }
   if (!rc)
     rc = check_relations(&c, m);
-  cJSON_Delete(j);
+  cJSON_Delete(heap);
   if (rc) {
     rdzv_proto_msg_free(m);
     memset(m, 0, sizeof *m);

@@ -1841,6 +1841,102 @@ START_TEST(encode_into_refused)
 }
 END_TEST
 
+/* ---- Note [flat parse]: the same message, or the same refusal ---- */
+
+#define FLAT_JOIN_HEAD "{\"v\":2,\"op\":\"join\",\"id\":\"j\","
+#define FLAT_CONF "\"conf\":{\"min_nodes\":2,\"max_nodes\":4}"
+
+static const char *const flat_bodies[] = {
+  FLAT_JOIN_HEAD "\"host\":\"h-1.x\",\"pid\":123456789012345,\"nproc\":8,"
+  "\"master_port\":29500,\"reason\":\"failure\"," FLAT_CONF "}",
+  FLAT_JOIN_HEAD "\"nproc\":08," FLAT_CONF "}",              /* leading 0 */
+  FLAT_JOIN_HEAD "\"pid\":-0,\"nproc\":1," FLAT_CONF "}",     /* -0 */
+  FLAT_JOIN_HEAD "\"pid\":1234567890123456,\"nproc\":1}",     /* 16 digits */
+  FLAT_JOIN_HEAD "\"pid\":-42,\"nproc\":1}",
+  FLAT_JOIN_HEAD "\"nproc\":8.0}",
+  FLAT_JOIN_HEAD "\"nproc\":8e0}",
+  FLAT_JOIN_HEAD "\"nproc\":1.5}",
+  FLAT_JOIN_HEAD "\"nproc\":-1}",
+  FLAT_JOIN_HEAD "\"nproc\":true}",
+  FLAT_JOIN_HEAD "\"nproc\":null}",
+  FLAT_JOIN_HEAD "\"nproc\":\"8\"}",
+  FLAT_JOIN_HEAD "\"nproc\":2,\"nproc\":2}",                  /* duplicate */
+  FLAT_JOIN_HEAD "\"conf\":{}}",
+  FLAT_JOIN_HEAD "\"conf\":{\"min_nodes\":5,\"max_nodes\":4}}",
+  FLAT_JOIN_HEAD "\"conf\":{\"min_nodes\":{\"deep\":1}}}",   /* depth 3 */
+  FLAT_JOIN_HEAD "\"conf\":{\"min_nodes\":1,}}",
+  FLAT_JOIN_HEAD "\"host\":\"tab\\there\"}",                  /* escape */
+  FLAT_JOIN_HEAD "\"host\":\"del\177\"}",
+  FLAT_JOIN_HEAD "\"host\":\"caf\303\251\"}",
+  FLAT_JOIN_HEAD "\"unknown\":[1,2],\"x\":{}}",
+  FLAT_JOIN_HEAD "\"nproc\" :1}",
+  FLAT_JOIN_HEAD "\"nproc\":1,}",
+  FLAT_JOIN_HEAD "\"nproc\":1",
+  FLAT_JOIN_HEAD "\"nproc\":1}}",
+  FLAT_JOIN_HEAD "\"nproc\":1}x",
+  FLAT_JOIN_HEAD "\"nproc\":tru}",
+  FLAT_JOIN_HEAD "\"nproc\"}",
+  "{\"v\":2,\"op\":\"keepalive\"}",
+  "{\"v\":2,\"op\":\"leave\",\"extra\":false}",
+  "{\"v\":3,\"op\":\"leave\"}",
+  "{\"v\":2.0,\"op\":\"leave\"}",
+  "{\"op\":\"leave\"}",
+  "{\"v\":2,\"op\":7}",
+  "{\"v\":2,\"op\":\"nope\"}",
+  "{\"v\":2,\"op\":\"barrier\",\"name\":\"exit\",\"round\":3}",
+  "{\"v\":2,\"op\":\"kv_add\",\"key\":\"k\",\"delta\":-999999999999999}",
+  "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\",\"wait\":0}",
+  "{}",
+  "{\"\":1}",
+};
+
+/* Each body decodes as it does with a space after its first '{', which
+ * only cJSON parses: the same message, or the same error (a syntax
+ * error's text names a byte offset, which the space moves). */
+START_TEST(flat_parse_as_cjson)
+{
+  const char *body = flat_bodies[_i];
+  size_t n = strlen(body);
+  struct rdzv_proto_msg flat;
+  char *spaced = malloc(n + 2), flat_err[256];
+  int rc_flat, rc;
+
+  ck_assert_ptr_nonnull(spaced);
+  spaced[0] = '{';
+  spaced[1] = ' ';
+  memcpy(spaced + 2, body + 1, n);
+  rc_flat = decode(body);
+  flat = M;
+  memset(&M, 0, sizeof M);
+  snprintf(flat_err, sizeof flat_err, "%s", err);
+  rc = decode(spaced);
+  ck_assert_msg(rc == rc_flat, "%s: %d (%s), spaced %d (%s)", body, rc_flat,
+                flat_err, rc, err);
+  if (rc == 0)
+    ck_assert_msg(same_msg(&flat, &M), "%s: decoded differently", body);
+  else if (rc != -EBADMSG)
+    ck_assert_str_eq(flat_err, err);
+  rdzv_proto_msg_free(&flat);
+  free(spaced);
+}
+END_TEST
+
+/* An object past the stack's items (Note [flat parse]) is cJSON's. */
+START_TEST(flat_parse_many_members)
+{
+  char body[4096];
+  size_t n;
+  int i;
+
+  n = (size_t)snprintf(body, sizeof body, "{\"v\":2,\"op\":\"leave\"");
+  for (i = 0; i < 100; i++)
+    n += (size_t)snprintf(body + n, sizeof body - n, ",\"k%d\":%d", i, i);
+  snprintf(body + n, sizeof body - n, "}");
+  ck_assert_ok(decode(body));
+  ck_assert_int_eq(M.op, RDZV_PROTO_LEAVE);
+}
+END_TEST
+
 static void teardown(void)
 {
   rdzv_proto_msg_free(&M);
@@ -1944,6 +2040,9 @@ static Suite *proto_suite(void)
   tcase_add_loop_test(tc, encode_bytes_unchanged, 0,
                       sizeof golden_bodies / sizeof golden_bodies[0]);
   tcase_add_test(tc, encode_into_refused);
+  tcase_add_loop_test(tc, flat_parse_as_cjson, 0,
+                      sizeof flat_bodies / sizeof flat_bodies[0]);
+  tcase_add_test(tc, flat_parse_many_members);
   tcase_add_test(tc, frames_read_loop);
   tcase_add_test(tc, rt_status_request);
   suite_add_tcase(s, tc);
