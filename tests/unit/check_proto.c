@@ -1808,6 +1808,7 @@ START_TEST(encode_bytes_unchanged)
   ck_assert_msg(memcmp(frame + RDZV_PROTO_FRAME_HEADER, want, n) == 0,
                 "message %d: %.*s", _i, (int)n,
                 frame + RDZV_PROTO_FRAME_HEADER);
+  free(frame);
   for (cap = len; cap >= len - 1; cap--) {
     buf = malloc(cap);
     ck_assert_ptr_nonnull(buf);
