@@ -630,6 +630,10 @@ static int check_nul(struct ctx *c, const char *s, size_t len)
   bool in_str = false;
   size_t i;
 
+  /* The common body has neither a NUL nor a backslash (so no \u0000):
+   * two vector scans say so; otherwise the walk finds where. */
+  if (!memchr(s, '\0', len) && !memchr(s, '\\', len))
+    return 0;
   for (i = 0; i < len; i++) {
     if (s[i] == '\0')
       return fail(c, -EBADMSG, "NUL byte at offset %zu", i);
@@ -886,7 +890,8 @@ static int decode_fields(struct ctx *c, const cJSON *obj,
     if (!it->string)
       continue;
     for (i = 0; i < nf; i++) {
-      if (strcmp(it->string, fields[i].name) == 0) {
+      if (it->string[0] == fields[i].name[0] &&
+          strcmp(it->string, fields[i].name) == 0) {
         if (found[i])
           dup[i] = true;
         else
@@ -1197,15 +1202,20 @@ struct out {
   int err;                /* the first failure: -ENOMEM, -EMSGSIZE */
 };
 
-static bool out_room(struct out *o, size_t n)
+static bool out_grow(struct out *o, size_t n);
+
+static inline bool out_room(struct out *o, size_t n)
+{
+  return (!o->err && n <= o->cap - o->len) || out_grow(o, n);
+}
+
+static bool out_grow(struct out *o, size_t n)
 {
   size_t cap;
   char *b;
 
   if (o->err)
     return false;
-  if (n <= o->cap - o->len)
-    return true;
   if (o->len + n > RDZV_PROTO_FRAME_HEADER + RDZV_PROTO_MAX_FRAME) {
     o->err = -EMSGSIZE;
     return false;
