@@ -185,7 +185,8 @@ static void conn_freed(uv_handle_t *h)
  * - output: a connection with more than OUTPUT_PAUSE unwritten replies is
  *   not read from (it makes no new work) until they drain; one over
  *   conn_output, or one with unwritten replies when every connection's
- *   together exceed output_budget, is dropped;
+ *   together exceed output_budget, is dropped (a reply the socket took at
+ *   once counts until the loop turns: Note [replies written at once]);
  * - jobs, keys, values and durations: the state machine's
  *   rdzv_state_limits. */
 
