@@ -630,6 +630,10 @@ static int check_nul(struct ctx *c, const char *s, size_t len)
   bool in_str = false;
   size_t i;
 
+  /* The common body has neither a NUL nor a backslash (so no \u0000):
+   * two vector scans say so; otherwise the walk finds where. */
+  if (!memchr(s, '\0', len) && !memchr(s, '\\', len))
+    return 0;
   for (i = 0; i < len; i++) {
     if (s[i] == '\0')
       return fail(c, -EBADMSG, "NUL byte at offset %zu", i);
@@ -860,20 +864,48 @@ static int decode_field(struct ctx *c, const struct field *f,
   return fail(c, -EINVAL, "internal: bad field kind");
 }
 
+/* The most fields an object of the protocol has (resume's). */
+#define FIELDS_MAX 32
+
+/* One walk over obj's members finds each field's (a member whose name is
+ * no field's is ignored); the fields are then checked in their table's
+ * order, a duplicate first, so the first problem named is the same as
+ * when each field was looked up by a walk of its own. */
 static int decode_fields(struct ctx *c, const cJSON *obj,
                          const struct field *fields, char *base)
 {
+  const cJSON *found[FIELDS_MAX] = { NULL };
+  bool dup[FIELDS_MAX] = { false };
   const struct field *f;
   struct rdzv_proto_kv *kv;
   cJSON *it;
+  size_t nf = 0, i;
   char p[80];
   int rc;
 
-  for (f = fields; f->name; f++) {
-    rc = member(c, obj, f->name, &it, -EINVAL);
-    if (rc)
-      return rc;
-    if (!it) {
+  for (f = fields; f->name; f++)
+    if (++nf > FIELDS_MAX)
+      return fail(c, -EINVAL, "internal: more than %d fields", FIELDS_MAX);
+  cJSON_ArrayForEach(it, obj) {
+    if (!it->string)
+      continue;
+    for (i = 0; i < nf; i++) {
+      if (it->string[0] == fields[i].name[0] &&
+          strcmp(it->string, fields[i].name) == 0) {
+        if (found[i])
+          dup[i] = true;
+        else
+          found[i] = it;
+        break;
+      }
+    }
+  }
+  for (i = 0; i < nf; i++) {
+    f = &fields[i];
+    if (dup[i])
+      return fail(c, -EINVAL, "%s: duplicate field",
+                  path(c, f->name, p, sizeof p));
+    if (!found[i]) {
       if (f->required)
         return fail(c, -EINVAL, "%s: missing",
                     path(c, f->name, p, sizeof p));
@@ -886,7 +918,7 @@ static int decode_fields(struct ctx *c, const cJSON *obj,
       }
       continue;
     }
-    rc = decode_field(c, f, it, base);
+    rc = decode_field(c, f, found[i], base);
     if (rc)
       return rc;
   }
@@ -935,12 +967,186 @@ static int decode_head(struct ctx *c, const cJSON *j, enum rdzv_proto_op *op)
   return 0;
 }
 
+/* Note [flat parse]: every frame an agent sends is one small object in
+ * the form the encoder prints: no whitespace, strings of printable ASCII
+ * without escapes, whole numbers of at most 15 digits, one nested
+ * object.  Such a body is parsed here into cJSON items on the stack,
+ * the same tree cJSON would build (so everything after the parse is
+ * shared), without cJSON's allocation per item and strtod per number: a
+ * round's N JOINs are the daemon's other O(N) cost.  Anything else
+ * (whitespace, an escape, a fraction, a leading zero, more items or text
+ * than fit) is left to cJSON, which also names every syntax error. */
+#define FLAT_ITEMS 48
+#define FLAT_TEXT 1536
+#define FLAT_DEPTH 2            /* a message and its conf or cause */
+
+struct flat {
+  cJSON items[FLAT_ITEMS];
+  size_t n_items;
+  char text[FLAT_TEXT];         /* keys and strings, each NUL-terminated */
+  size_t n_text;
+  const char *p, *end;
+};
+
+static cJSON *flat_item(struct flat *fl)
+{
+  cJSON *it;
+
+  if (fl->n_items == FLAT_ITEMS)
+    return NULL;
+  it = &fl->items[fl->n_items++];
+  memset(it, 0, sizeof *it);
+  return it;
+}
+
+/* At '"': the string's copy, or NULL outside the flat form. */
+static char *flat_string(struct flat *fl)
+{
+  const char *s = fl->p + 1, *q = s;
+  size_t n;
+  char *copy;
+
+  while (q < fl->end && *q != '"') {
+    if (*q < 0x20 || *q > 0x7e || *q == '\\')
+      return NULL;
+    q++;
+  }
+  n = (size_t)(q - s);
+  if (q == fl->end || n + 1 > FLAT_TEXT - fl->n_text)
+    return NULL;
+  copy = fl->text + fl->n_text;
+  memcpy(copy, s, n);
+  copy[n] = '\0';
+  fl->n_text += n + 1;
+  fl->p = q + 1;
+  return copy;
+}
+
+/* A whole number of 1..15 digits, no leading zero, not -0: exact in a
+ * double, so it is what strtod would read. */
+static bool flat_number(struct flat *fl, double *d)
+{
+  const char *q = fl->p;
+  bool neg = q < fl->end && *q == '-';
+  uint64_t v = 0;
+  int digits = 0;
+
+  q += neg;
+  if (q == fl->end || *q < '0' || *q > '9' ||
+      (*q == '0' && (neg || (q + 1 < fl->end && q[1] >= '0' && q[1] <= '9'))))
+    return false;
+  while (q < fl->end && *q >= '0' && *q <= '9') {
+    if (++digits > 15)
+      return false;
+    v = v * 10 + (uint64_t)(*q++ - '0');
+  }
+  if (q < fl->end && (*q == '.' || *q == 'e' || *q == 'E'))
+    return false;
+  *d = neg ? -(double)v : (double)v;
+  fl->p = q;
+  return true;
+}
+
+static bool flat_object(struct flat *fl, cJSON *obj, int depth);
+
+static cJSON *flat_value(struct flat *fl, int depth)
+{
+  cJSON *it = flat_item(fl);
+  size_t left = (size_t)(fl->end - fl->p);
+
+  if (!it || !left)
+    return NULL;
+  if (*fl->p == '"') {
+    it->type = cJSON_String;
+    it->valuestring = flat_string(fl);
+    return it->valuestring ? it : NULL;
+  }
+  if (*fl->p == '{')
+    return depth < FLAT_DEPTH && flat_object(fl, it, depth + 1) ? it : NULL;
+  if (left >= 4 && memcmp(fl->p, "true", 4) == 0) {
+    it->type = cJSON_True;
+    fl->p += 4;
+    return it;
+  }
+  if (left >= 5 && memcmp(fl->p, "false", 5) == 0) {
+    it->type = cJSON_False;
+    fl->p += 5;
+    return it;
+  }
+  if (left >= 4 && memcmp(fl->p, "null", 4) == 0) {
+    it->type = cJSON_NULL;
+    fl->p += 4;
+    return it;
+  }
+  if (!flat_number(fl, &it->valuedouble))
+    return NULL;
+  it->type = cJSON_Number;
+  /* cJSON's valueint: the number, saturated */
+  it->valueint = it->valuedouble >= INT_MAX   ? INT_MAX
+                 : it->valuedouble <= INT_MIN ? INT_MIN
+                                              : (int)it->valuedouble;
+  return it;
+}
+
+/* At '{': its members, linked as cJSON links them. */
+static bool flat_object(struct flat *fl, cJSON *obj, int depth)
+{
+  cJSON *it, *last = NULL;
+  char *key;
+
+  obj->type = cJSON_Object;
+  fl->p++;
+  if (fl->p < fl->end && *fl->p == '}') {
+    fl->p++;
+    return true;
+  }
+  for (;;) {
+    if (fl->p == fl->end || *fl->p != '"' || !(key = flat_string(fl)) ||
+        fl->p == fl->end || *fl->p++ != ':' || !(it = flat_value(fl, depth)))
+      return false;
+    it->string = key;
+    if (last) {
+      last->next = it;
+      it->prev = last;
+    } else {
+      obj->child = it;
+    }
+    last = it;
+    if (fl->p == fl->end)
+      return false;
+    if (*fl->p == '}')
+      break;
+    if (*fl->p++ != ',')
+      return false;
+  }
+  fl->p++;
+  obj->child->prev = last;      /* as cJSON: the head's prev is the tail */
+  return true;
+}
+
+/* The whole body as one flat object, or NULL: cJSON's to parse. */
+static cJSON *flat_parse(struct flat *fl, const char *s, size_t len)
+{
+  cJSON *root;
+
+  if (len >= FLAT_TEXT || len == 0 || s[0] != '{')
+    return NULL;
+  fl->n_items = fl->n_text = 0;
+  fl->p = s;
+  fl->end = s + len;
+  root = flat_item(fl);
+  if (!flat_object(fl, root, 1) || fl->p != fl->end)
+    return NULL;
+  return root;
+}
+
 int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
                       char *err, size_t errlen)
 {
   struct ctx c = { err, errlen, NULL, NULL };
   enum rdzv_proto_op op = RDZV_PROTO_OP_INVALID;
-  cJSON *j = NULL;
+  cJSON *j = NULL, *heap = NULL;  /* heap: cJSON's tree, not the stack's */
+  struct flat fl;
   int rc;
 
   if (err && errlen)
@@ -951,9 +1157,16 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
   if (len > RDZV_PROTO_MAX_FRAME)
     return fail(&c, -EMSGSIZE, "body of %zu bytes exceeds %u", len,
                 RDZV_PROTO_MAX_FRAME);
-  rc = parse_object(&c, body, len, &j);
+  rc = check_nul(&c, body, len);
   if (rc)
     return rc;
+  j = flat_parse(&fl, body, len);
+  if (!j) {
+    rc = parse_object(&c, body, len, &j);
+    if (rc)
+      return rc;
+    heap = j;
+  }
   rc = decode_head(&c, j, &op);
   if (!rc) {
     c.op = ops[op].name;
@@ -966,7 +1179,7 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
   }
   if (!rc)
     rc = check_relations(&c, m);
-  cJSON_Delete(j);
+  cJSON_Delete(heap);
   if (rc) {
     rdzv_proto_msg_free(m);
     memset(m, 0, sizeof *m);
@@ -976,33 +1189,156 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
 
 /* ---- encoding ---- */
 
-/* Numbers go out as raw text: cJSON's own printer rounds to 15 digits when
- * that is "close enough", which would not survive a round trip. */
-static int add_number(cJSON *obj, const char *name, double d, bool integral)
+/* Note [direct encoder]: a body is written straight into the caller's
+ * buffer (rdzvd: one on its stack per reply), byte for byte what
+ * cJSON_PrintUnformatted printed of the tree the encoder used to build
+ * (the same key order, escapes and number texts; check_proto compares
+ * them), without the tree's allocations: a round's replies are O(N) and
+ * this is their per-node cost. */
+struct out {
+  char *buf;
+  size_t len, cap;
+  bool heap;              /* buf is malloc'd here (grown past the caller's) */
+  int err;                /* the first failure: -ENOMEM, -EMSGSIZE */
+};
+
+static bool out_grow(struct out *o, size_t n);
+
+static inline bool out_room(struct out *o, size_t n)
+{
+  return (!o->err && n <= o->cap - o->len) || out_grow(o, n);
+}
+
+static bool out_grow(struct out *o, size_t n)
+{
+  size_t cap;
+  char *b;
+
+  if (o->err)
+    return false;
+  if (o->len + n > RDZV_PROTO_FRAME_HEADER + RDZV_PROTO_MAX_FRAME) {
+    o->err = -EMSGSIZE;
+    return false;
+  }
+  cap = o->cap < 512 ? 512 : o->cap;
+  while (cap - o->len < n)
+    cap *= 2;
+  b = o->heap ? realloc(o->buf, cap) : malloc(cap);
+  if (!b) {
+    o->err = -ENOMEM;
+    return false;
+  }
+  if (!o->heap && o->len)
+    memcpy(b, o->buf, o->len);
+  o->buf = b;
+  o->cap = cap;
+  o->heap = true;
+  return true;
+}
+
+static void out_put(struct out *o, const char *s, size_t n)
+{
+  if (out_room(o, n)) {
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+  }
+}
+
+static void out_char(struct out *o, char ch)
+{
+  if (out_room(o, 1))
+    o->buf[o->len++] = ch;
+}
+
+/* A JSON string as cJSON prints one: '"' '\\' and \b \f \n \r \t escaped,
+ * other control bytes as \u00xx, every other byte as it is. */
+static void out_string(struct out *o, const char *s)
+{
+  static const char digits[] = "0123456789abcdef";
+  const unsigned char *u = (const unsigned char *)s;
+
+  out_char(o, '"');
+  for (; *u; u++) {
+    size_t run = 0;
+
+    while (u[run] >= 0x20 && u[run] != '"' && u[run] != '\\')
+      run++;
+    if (run) {
+      out_put(o, (const char *)u, run);
+      u += run;
+      if (!*u)
+        break;
+    }
+    switch (*u) {
+    case '"': out_put(o, "\\\"", 2); break;
+    case '\\': out_put(o, "\\\\", 2); break;
+    case '\b': out_put(o, "\\b", 2); break;
+    case '\f': out_put(o, "\\f", 2); break;
+    case '\n': out_put(o, "\\n", 2); break;
+    case '\r': out_put(o, "\\r", 2); break;
+    case '\t': out_put(o, "\\t", 2); break;
+    default: {
+      char esc[6] = { '\\', 'u', '0', '0', digits[*u >> 4], digits[*u & 15] };
+
+      out_put(o, esc, sizeof esc);
+    }
+    }
+  }
+  out_char(o, '"');
+}
+
+/* ,"name": (the comma unless it is the object's first member) */
+static void out_key(struct out *o, const char *name, bool *first)
+{
+  if (!*first)
+    out_char(o, ',');
+  *first = false;
+  out_string(o, name);
+  out_char(o, ':');
+}
+
+static void out_i64(struct out *o, int64_t v)
+{
+  char buf[24], *p = buf + sizeof buf;
+  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+  do {
+    *--p = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0)
+    *--p = '-';
+  out_put(o, p, (size_t)(buf + sizeof buf - p));
+}
+
+/* Numbers go out as text of their own: cJSON's printer rounds to 15
+ * digits when that is "close enough", which would not survive a round
+ * trip.  A whole double below 1e15 prints as %.15g would print it. */
+static void out_number(struct out *o, double d, bool integral)
 {
   char buf[40];
-  const char *dp = localeconv()->decimal_point;
+  const char *dp;
   char *p;
   int prec;
 
-  if (integral) {
-    snprintf(buf, sizeof buf, "%" PRId64, (int64_t)d);
-  } else {
-    /* The shortest of 15..17 digits that reads back exactly. */
-    for (prec = 15; prec <= 17; prec++) {
-      snprintf(buf, sizeof buf, "%.*g", prec, d);
-      if (strtod(buf, NULL) == d)
-        break;
-    }
-    /* JSON wants '.', whatever LC_NUMERIC says. */
-    if (dp && dp[0] && dp[0] != '.' && (p = strchr(buf, dp[0])))
-      *p = '.';
+  if (integral || (d == floor(d) && fabs(d) < 1e15 && !(d == 0 && signbit(d)))) {
+    out_i64(o, (int64_t)d);
+    return;
   }
-  return cJSON_AddItemToObject(obj, name, cJSON_CreateRaw(buf)) ? 0
-                                                                : -ENOMEM;
+  /* The shortest of 15..17 digits that reads back exactly. */
+  for (prec = 15; prec <= 17; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, d);
+    if (strtod(buf, NULL) == d)
+      break;
+  }
+  /* JSON wants '.', whatever LC_NUMERIC says. */
+  dp = localeconv()->decimal_point;
+  if (dp && dp[0] && dp[0] != '.' && (p = strchr(buf, dp[0])))
+    *p = '.';
+  out_put(o, buf, strlen(buf));
 }
 
-static int encode_fields(struct ctx *c, cJSON *obj,
+static int encode_fields(struct ctx *c, struct out *o,
                          const struct field *fields, const char *base);
 
 /* A C string in a fixed array: terminated within it. */
@@ -1018,12 +1354,7 @@ static int array_len(struct ctx *c, const struct field *f, const char *s,
   return check_length(c, f, *n);
 }
 
-static int add_string(cJSON *obj, const char *name, const char *s)
-{
-  return cJSON_AddStringToObject(obj, name, s) ? 0 : -ENOMEM;
-}
-
-static int encode_value(struct ctx *c, cJSON *obj, const struct field *f,
+static int encode_value(struct ctx *c, struct out *o, const struct field *f,
                         const struct rdzv_proto_kv *kv)
 {
   char p[80], *s;
@@ -1034,7 +1365,8 @@ static int encode_value(struct ctx *c, cJSON *obj, const struct field *f,
     if (kv->value_len)
       return fail(c, -EINVAL, "%s: NULL with length %zu",
                   path(c, f->name, p, sizeof p), kv->value_len);
-    return add_string(obj, f->name, "");
+    out_string(o, "");
+    return 0;
   }
   rc = check_length(c, f, kv->value_len);
   if (rc)
@@ -1048,15 +1380,17 @@ static int encode_value(struct ctx *c, cJSON *obj, const struct field *f,
     return -ENOMEM;
   memcpy(s, kv->value, kv->value_len);
   s[kv->value_len] = '\0';
-  rc = add_string(obj, f->name, s);
+  out_string(o, s);
   free(s);
-  return rc;
+  return 0;
 }
 
-static int encode_status(struct ctx *c, cJSON *obj, const struct field *f,
+/* The status report: checked to be one JSON object, printed as cJSON
+ * prints it. */
+static int encode_status(struct ctx *c, struct out *o, const struct field *f,
                          const char *json)
 {
-  char p[80], why[160];
+  char p[80], why[160], *text;
   struct ctx sub = { why, sizeof why, NULL, NULL };
   cJSON *st;
   int rc;
@@ -1066,14 +1400,17 @@ static int encode_status(struct ctx *c, cJSON *obj, const struct field *f,
   rc = parse_object(&sub, json, strlen(json), &st);
   if (rc)
     return fail(c, -EINVAL, "%s: %s", path(c, f->name, p, sizeof p), why);
-  if (!cJSON_AddItemToObject(obj, f->name, st)) {
-    cJSON_Delete(st);
+  text = cJSON_PrintUnformatted(st);
+  cJSON_Delete(st);
+  if (!text)
     return -ENOMEM;
-  }
+  out_put(o, text, strlen(text));
+  cJSON_free(text);
   return 0;
 }
 
-static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
+/* Writes f's value (its key is written already). */
+static int encode_field(struct ctx *c, struct out *o, const struct field *f,
                         const char *base)
 {
   const void *at = base + f->off;
@@ -1097,16 +1434,23 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
                   PRId64, path(c, f->name, p, sizeof p), f->lo, f->hi,
                   *(const int64_t *)at);
     rc = check_number(c, f, d);
-    return rc ? rc : add_number(obj, f->name, d, f->kind != K_DBL);
+    if (!rc)
+      out_number(o, d, f->kind != K_DBL);
+    return rc;
   case K_BOOL:
-    return cJSON_AddBoolToObject(obj, f->name, *(const bool *)at) ? 0
-                                                                  : -ENOMEM;
+    if (*(const bool *)at)
+      out_put(o, "true", 4);
+    else
+      out_put(o, "false", 5);
+    return 0;
   case K_STR:
   case K_OSTR:
     rc = array_len(c, f, at, &n);
-    return rc ? rc : add_string(obj, f->name, at);
+    if (!rc)
+      out_string(o, at);
+    return rc;
   case K_VALUE:
-    return encode_value(c, obj, f, at);
+    return encode_value(c, o, f, at);
   case K_REASON:
   case K_PHASE:
   case K_CODE:
@@ -1118,33 +1462,33 @@ static int encode_field(struct ctx *c, cJSON *obj, const struct field *f,
     if (!name)
       return fail(c, -EINVAL, "%s: invalid value %d",
                   path(c, f->name, p, sizeof p), *(const int *)at);
-    return add_string(obj, f->name, name);
+    out_string(o, name);
+    return 0;
   case K_CONF:
   case K_CAUSE: {
     struct ctx sub = *c;
-    cJSON *o = cJSON_AddObjectToObject(obj, f->name);
 
-    if (!o)
-      return -ENOMEM;
     sub.sub = f->name;
     return encode_fields(&sub, o, sub_fields(f->kind), at);
   }
   case K_STATUS:
-    return encode_status(c, obj, f, *(char *const *)at);
+    return encode_status(c, o, f, *(char *const *)at);
   case K_HEX:
   case K_TOKEN: {
     static const char digits[] = "0123456789abcdef";
     const unsigned char *b = at;
-    char hex[2 * RDZV_PROTO_AUTH_BYTES + 1];
+    char hex[2 * RDZV_PROTO_AUTH_BYTES + 2];
 
     if (f->size > RDZV_PROTO_AUTH_BYTES)
       return -EINVAL;
+    hex[0] = '"';
     for (n = 0; n < f->size; n++) {
-      hex[2 * n] = digits[b[n] >> 4];
-      hex[2 * n + 1] = digits[b[n] & 15];
+      hex[1 + 2 * n] = digits[b[n] >> 4];
+      hex[2 + 2 * n] = digits[b[n] & 15];
     }
-    hex[2 * n] = '\0';
-    return add_string(obj, f->name, hex);
+    hex[1 + 2 * n] = '"';
+    out_put(o, hex, 2 * n + 2);
+    return 0;
   }
   }
   return -EINVAL;
@@ -1163,8 +1507,10 @@ bool rdzv_proto_token_none(const unsigned char t[RDZV_PROTO_TOKEN_BYTES])
   return all_zero((const char *)t, RDZV_PROTO_TOKEN_BYTES);
 }
 
-static int encode_fields(struct ctx *c, cJSON *obj,
-                         const struct field *fields, const char *base)
+/* The members of fields at base, each after a comma unless *first. */
+static int encode_members(struct ctx *c, struct out *o,
+                          const struct field *fields, const char *base,
+                          bool *first)
 {
   const struct field *f;
   int rc;
@@ -1181,19 +1527,34 @@ static int encode_fields(struct ctx *c, cJSON *obj,
     if (f->kind == K_CAUSE &&
         ((const struct rdzv_proto_cause *)(base + f->off))->exited_at == 0)
       continue;
-    rc = encode_field(c, obj, f, base);
+    out_key(o, f->name, first);
+    rc = encode_field(c, o, f, base);
     if (rc)
       return rc;
   }
   return 0;
 }
 
-int rdzv_proto_encode(const struct rdzv_proto_msg *m, char **out, size_t *len)
+/* The object of fields at base (a nested one: conf, cause). */
+static int encode_fields(struct ctx *c, struct out *o,
+                         const struct field *fields, const char *base)
+{
+  bool first = true;
+  int rc;
+
+  out_char(o, '{');
+  rc = encode_members(c, o, fields, base, &first);
+  out_char(o, '}');
+  return rc;
+}
+
+int rdzv_proto_encode_into(const struct rdzv_proto_msg *m, char *buf,
+                           size_t cap, char **out, size_t *len)
 {
   char why[256];
   struct ctx c = { why, sizeof why, NULL, NULL };
-  cJSON *j;
-  char *body = NULL, *frame;
+  struct out o = { buf, RDZV_PROTO_FRAME_HEADER, cap, false, 0 };
+  bool first = false;           /* "op" is */
   size_t n;
   int rc;
 
@@ -1202,41 +1563,42 @@ int rdzv_proto_encode(const struct rdzv_proto_msg *m, char **out, size_t *len)
   c.op = rdzv_proto_op_name(m->op);
   if (!c.op)
     return -EINVAL;
-  j = cJSON_CreateObject();
-  if (!j)
-    return -ENOMEM;
-  rc = add_number(j, "v", RDZV_PROTO_VERSION, true);
-  if (!rc)
-    rc = add_string(j, "op", c.op);
-  if (!rc)
-    rc = encode_fields(&c, j, ops[m->op].fields, (const char *)m);
+  if (!buf || cap < RDZV_PROTO_FRAME_HEADER) {
+    o.cap = 0;
+    o.len = 0;
+    out_put(&o, "\0\0\0\0", RDZV_PROTO_FRAME_HEADER);
+  }
+  out_put(&o, "{\"v\":", 5);
+  out_i64(&o, RDZV_PROTO_VERSION);
+  out_put(&o, ",\"op\":", 6);
+  out_string(&o, c.op);
+  rc = encode_members(&c, &o, ops[m->op].fields, (const char *)m, &first);
   if (!rc)
     rc = check_relations(&c, m);
-  if (!rc) {
-    body = cJSON_PrintUnformatted(j);
-    if (!body)
-      rc = -ENOMEM;
-  }
-  cJSON_Delete(j);
-  if (rc)
+  out_char(&o, '}');
+  if (!rc)
+    rc = o.err;
+  if (rc) {
+    if (o.heap)
+      free(o.buf);
     return rc;
-  n = strlen(body);
+  }
+  n = o.len - RDZV_PROTO_FRAME_HEADER;
   if (n > RDZV_PROTO_MAX_FRAME) {
-    cJSON_free(body);
+    if (o.heap)
+      free(o.buf);
     return -EMSGSIZE;
   }
-  frame = malloc(RDZV_PROTO_FRAME_HEADER + n);
-  if (!frame) {
-    cJSON_free(body);
-    return -ENOMEM;
-  }
-  frame[0] = (char)(n >> 24 & 0xff);
-  frame[1] = (char)(n >> 16 & 0xff);
-  frame[2] = (char)(n >> 8 & 0xff);
-  frame[3] = (char)(n & 0xff);
-  memcpy(frame + RDZV_PROTO_FRAME_HEADER, body, n);
-  cJSON_free(body);
-  *out = frame;
-  *len = RDZV_PROTO_FRAME_HEADER + n;
+  o.buf[0] = (char)(n >> 24 & 0xff);
+  o.buf[1] = (char)(n >> 16 & 0xff);
+  o.buf[2] = (char)(n >> 8 & 0xff);
+  o.buf[3] = (char)(n & 0xff);
+  *out = o.buf;
+  *len = o.len;
   return 0;
+}
+
+int rdzv_proto_encode(const struct rdzv_proto_msg *m, char **out, size_t *len)
+{
+  return rdzv_proto_encode_into(m, NULL, 0, out, len);
 }

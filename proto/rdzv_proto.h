@@ -262,6 +262,12 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
  * (the same checks as decode), -EMSGSIZE, or -ENOMEM. */
 int rdzv_proto_encode(const struct rdzv_proto_msg *m, char **out, size_t *len);
 
+/* The same, into buf[0..cap) when the frame fits there: *out is then buf;
+ * otherwise into a heap buffer as above (*out != buf: the caller frees
+ * it).  For replies sent at once from the stack: no allocation. */
+int rdzv_proto_encode_into(const struct rdzv_proto_msg *m, char *buf,
+                           size_t cap, char **out, size_t *len);
+
 /* Frees the heap parts of m (kv value, status json); m itself is the
  * caller's. */
 void rdzv_proto_msg_free(struct rdzv_proto_msg *m);

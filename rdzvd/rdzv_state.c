@@ -926,13 +926,19 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
                   double now)
 {
   struct rdzv_rules_job v = rules_view(job);
+  enum rdzv_rules_admission admission;
   char d[DESC_MAX], why[RDZV_PROTO_MAX_TEXT + 1];
 
   n->seq = ++job->seq;
   n->join_at = now;
   timer_heap_set(&r->heap, &n->t_join, now + n->join_timeout);
-  rdzv_state__describe(n, d, sizeof d);
-  switch (rdzv_rules_admit(&v, n->expected)) {
+  /* For the log, and a new round's reason: not formatted per JOIN for
+   * nothing (a round's N joins). */
+  admission = rdzv_rules_admit(&v, n->expected);
+  d[0] = '\0';
+  if (r->sink.log || admission == RDZV_ADMIT_NEW_ROUND)
+    rdzv_state__describe(n, d, sizeof d);
+  switch (admission) {
   case RDZV_ADMIT_ROUND:
     rdzv_state__node_set_state(job, n, NS_PART, false);
     rdzv_state__log(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",

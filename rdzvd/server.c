@@ -35,6 +35,9 @@
 /* Frames up to this size have a share of the input budget of their own
  * (budget_left). */
 #define SMALL_FRAME ((size_t)4 << 10)
+/* Replies up to this size are encoded on the stack (Note [replies
+ * written at once]); every reply of a round is far smaller. */
+#define SEND_FRAME 1024
 
 struct conn {
   uv_tcp_t tcp;               /* first: the handle's data is the conn */
@@ -55,6 +58,10 @@ struct conn {
   bool out_paused;              /* too many unwritten replies */
   struct list_node in_close;    /* s->close_list, when close_pending */
   size_t pending;               /* write_cost of the queued replies */
+  size_t burst;                 /* ... and of those written at once in
+                                   loop turn burst_turn (Note [replies
+                                   written at once]) */
+  uint64_t burst_turn;
   struct rdzv_auth_server auth; /* the shared-secret handshake */
   double accepted_at;
   struct list_node in_server; /* s->conns: every open connection */
@@ -91,6 +98,9 @@ struct rdzvd_server {
   int n_conns;
   size_t in_bytes;            /* partial-frame buffers, every conn */
   size_t out_bytes;           /* write_cost of unwritten replies, all */
+  size_t burst_bytes;         /* write_cost of this turn's written at once */
+  uint64_t turn;              /* loop turns (turn_check) */
+  uv_prepare_t turn_check;
   int n_partial;              /* conns holding a partial frame */
   int n_paused;               /* of which waiting for input budget */
   struct list_node hello;     /* oldest first */
@@ -175,7 +185,8 @@ static void conn_freed(uv_handle_t *h)
  * - output: a connection with more than OUTPUT_PAUSE unwritten replies is
  *   not read from (it makes no new work) until they drain; one over
  *   conn_output, or one with unwritten replies when every connection's
- *   together exceed output_budget, is dropped;
+ *   together exceed output_budget, is dropped (a reply the socket took at
+ *   once counts until the loop turns: Note [replies written at once]);
  * - jobs, keys, values and durations: the state machine's
  *   rdzv_state_limits. */
 
@@ -363,30 +374,45 @@ static void write_done(uv_write_t *req, int status)
     conn_close(c);
 }
 
-/* Queues one encoded frame (ownership of data passes here). */
+/* What c's replies cost the daemon now: those queued, and those written
+ * at once in this loop turn (Note [replies written at once]). */
+static size_t conn_unwritten(const struct conn *c)
+{
+  return c->pending + (c->burst_turn == c->s->turn ? c->burst : 0);
+}
+
+/* The output limits, for one more reply costing cost: false when c is
+ * dropped for it. */
+static bool conn_output_ok(struct conn *c, size_t cost)
+{
+  struct rdzvd_server *s = c->s;
+  size_t held = conn_unwritten(c);
+
+  if (held + cost > s->lim.conn_output) {
+    server_log(s, "dropping %s: it does not read its replies (%zu "
+               "bytes unwritten)", c->peer, held);
+    conn_close(c);
+    return false;
+  }
+  if (held && s->out_bytes + s->burst_bytes + cost > s->lim.output_budget) {
+    server_log(s, "dropping %s: the output budget (%zu bytes) is spent "
+               "and it has %zu bytes of unread replies", c->peer,
+               s->lim.output_budget, held);
+    conn_close(c);
+    return false;
+  }
+  return true;
+}
+
+/* Queues data[0..len) (ownership passes here), within the limits. */
 static void conn_write(struct conn *c, char *data, size_t len)
 {
   size_t cost = write_cost(len);
   struct write_req *w;
   uv_buf_t b;
 
-  if (c->closing || c->close_pending) {
+  if (c->closing || c->close_pending || !conn_output_ok(c, cost)) {
     free(data);
-    return;
-  }
-  if (c->pending + cost > c->s->lim.conn_output) {
-    server_log(c->s, "dropping %s: it does not read its replies (%zu "
-               "bytes unwritten)", c->peer, c->pending);
-    free(data);
-    conn_close(c);
-    return;
-  }
-  if (c->pending && c->s->out_bytes + cost > c->s->lim.output_budget) {
-    server_log(c->s, "dropping %s: the output budget (%zu bytes) is spent "
-               "and it has %zu bytes of unread replies", c->peer,
-               c->s->lim.output_budget, c->pending);
-    free(data);
-    conn_close(c);
     return;
   }
   w = malloc(sizeof *w);
@@ -414,6 +440,68 @@ static void conn_write(struct conn *c, char *data, size_t len)
   metrics_bytes_out(c->s->metrics, len);
 }
 
+/* Note [replies written at once]: a reply to a connection with nothing
+ * queued goes to the socket straight from the caller's buffer
+ * (uv_try_write, which refuses while anything is queued, so the order
+ * holds); only what the socket does not take is copied and queued
+ * through conn_write.  A round's N replies then cost N writes and no
+ * allocation.  For the output limits (Note [budgets]) a reply written at
+ * once still counts until the loop turns, as a write request that
+ * completed at once did until its callback ran: a member flooding
+ * requests in one read is dropped as before, whether the kernel took
+ * its replies or not. */
+static void conn_queue_copy(struct conn *c, const char *data, size_t len)
+{
+  char *copy = malloc(len);
+
+  if (!copy) {
+    conn_close(c);
+    return;
+  }
+  memcpy(copy, data, len);
+  conn_write(c, copy, len);
+}
+
+static void conn_send(struct conn *c, const char *frame, size_t len)
+{
+  struct rdzvd_server *s = c->s;
+  uv_buf_t b = uv_buf_init((char *)frame, (unsigned int)len);
+  int n;
+
+  if (c->closing || c->close_pending)
+    return;
+  if (c->pending) {             /* behind queued replies: queued too */
+    conn_queue_copy(c, frame, len);
+    return;
+  }
+  if (!conn_output_ok(c, write_cost(len)))
+    return;
+  n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+  if (n < 0)
+    n = 0;      /* EAGAIN, or an error uv_write meets and reports again */
+  if (n > 0) {
+    if (c->burst_turn != s->turn) {
+      c->burst_turn = s->turn;
+      c->burst = 0;
+    }
+    c->burst += write_cost((size_t)n);
+    s->burst_bytes += write_cost((size_t)n);
+    metrics_bytes_out(s->metrics, (size_t)n);
+  }
+  if ((size_t)n < len)
+    conn_queue_copy(c, frame + n, len - (size_t)n);
+}
+
+/* A new loop turn: the replies written at once in the last one are gone
+ * (Note [replies written at once]). */
+static void turn_begin(uv_prepare_t *h)
+{
+  struct rdzvd_server *s = h->data;
+
+  s->turn++;
+  s->burst_bytes = 0;
+}
+
 static bool is_loopback(const char *addr)
 {
   return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0 ||
@@ -432,7 +520,7 @@ static void sink_send(void *ctx, void *connp, const struct rdzv_proto_msg *m)
 {
   struct conn *c = connp;
   struct rdzv_proto_msg copy;
-  char *data;
+  char frame[SEND_FRAME], *data;
   size_t len;
   int err;
 
@@ -448,13 +536,15 @@ static void sink_send(void *ctx, void *connp, const struct rdzv_proto_msg *m)
              "%s", c->local);
     m = &copy;
   }
-  err = rdzv_proto_encode(m, &data, &len);
+  err = rdzv_proto_encode_into(m, frame, sizeof frame, &data, &len);
   if (err) {
     server_log(c->s, "internal: cannot encode %s for %s: %s",
                rdzv_proto_op_name(m->op), c->peer, err_str(err));
     return;
   }
-  conn_write(c, data, len);
+  conn_send(c, data, len);
+  if (data != frame)
+    free(data);
 }
 
 static void sink_drop(void *ctx, void *connp)
@@ -1025,7 +1115,8 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   sink.ctx = s;
   sink.send = sink_send;
   sink.drop = sink_drop;
-  sink.log = sink_log;
+  /* No log (--quiet): the machine formats no line to throw away. */
+  sink.log = o->log ? sink_log : NULL;
   s->reg = rdzv_state_create(&sink, &o->limits);
   if (s->reg && o->token_key && o->token_key->len &&
       rdzv_state_set_token_key(s->reg, o->token_key)) {
@@ -1050,11 +1141,14 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   uv_timer_init(loop, &s->timer);
   uv_idle_init(loop, &s->idle_check);
   uv_timer_init(loop, &s->hello_timer);
+  uv_prepare_init(loop, &s->turn_check);
   s->listener.data = s;
   s->timer.data = s;
   s->idle_check.data = s;
   s->hello_timer.data = s;
-  s->open_handles = 4;
+  s->turn_check.data = s;
+  s->open_handles = 5;
+  uv_prepare_start(&s->turn_check, turn_begin);
   rc = bind_listener(s, o->host, o->port, err, errlen);
   if (rc) {
     rdzvd_server_stop(s);
@@ -1142,6 +1236,7 @@ void rdzvd_server_stop(struct rdzvd_server *s)
   uv_close((uv_handle_t *)&s->timer, handle_closed);
   uv_close((uv_handle_t *)&s->idle_check, handle_closed);
   uv_close((uv_handle_t *)&s->hello_timer, handle_closed);
+  uv_close((uv_handle_t *)&s->turn_check, handle_closed);
 }
 
 void rdzvd_server_limits_default(struct rdzvd_server_limits *l)

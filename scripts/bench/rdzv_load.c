@@ -34,7 +34,7 @@
 
 static const char usage[] =
   "usage: rdzv_load --host H --port P --nodes N --id ID [--leave-only]\n"
-  "                 [--secret-file PATH]\n"
+  "                 [--secret-file PATH] [--perf-ctl FIFO]\n"
   "       rdzv_load --soak [--minutes M] [--rdzvd-pid PID] --host H\n"
   "                 --port P --nodes N --id ID [--secret-file PATH]\n"
   "       rdzv_load --restart --rdzvd-pid PID [--rdzvd-log PATH] --host H\n"
@@ -46,6 +46,9 @@ static const char usage[] =
   "checks the assignment.  Prints complete_ms = last ROUND received - last\n"
   "JOIN written.  Then every agent enters the exit barrier and LEAVEs\n"
   "(with --leave-only: LEAVE at once, as a node lost mid-round would).\n"
+  "--perf-ctl: writes 'enable' to FIFO (perf record --control=fifo:FIFO)\n"
+  "before the first JOIN and 'disable' after the last ROUND: a profile of\n"
+  "the timed window only.\n"
   "\n"
   "--soak: for M minutes (default 10), over and over: N agents connect,\n"
   "join a fresh job, get their ROUND; one reports a failure, the others\n"
@@ -118,6 +121,7 @@ struct load {
   double minutes;
   int rdzvd_pid;
   const char *secret_file;
+  const char *perf_ctl;       /* perf record's control FIFO, or NULL */
   struct rdzv_auth_secret secret;
   const char *cycle_id;       /* the job of this cycle (soak) */
   int restarts;
@@ -221,6 +225,8 @@ static void parse_args(struct load *L, int argc, char **argv)
       L->id = argv[++i];
     else if (strcmp(a, "--secret-file") == 0)
       L->secret_file = argv[++i];
+    else if (strcmp(a, "--perf-ctl") == 0)
+      L->perf_ctl = argv[++i];
     else if (strcmp(a, "--rdzvd-log") == 0)
       L->rdzvd_log = argv[++i];
     else if (strcmp(a, "--rdzvd-pid") == 0)
@@ -253,6 +259,20 @@ static void parse_args(struct load *L, int argc, char **argv)
     die("--rdzvd-log goes with --restart");
   if (L->restart && !L->rdzvd_pid)
     die("--restart needs --rdzvd-pid: the daemon that will be killed");
+}
+
+/* Tells perf record (--control=fifo:FIFO) to start or stop sampling; a
+ * blocking open: perf holds the FIFO open for reading. */
+static void perf_ctl(const struct load *L, const char *cmd)
+{
+  int fd;
+
+  if (!L->perf_ctl)
+    return;
+  fd = open(L->perf_ctl, O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, cmd, strlen(cmd)) != (ssize_t)strlen(cmd))
+    die("--perf-ctl %s: %s", L->perf_ctl, strerror(errno));
+  close(fd);
 }
 
 /* N sockets plus a few: the soft limit goes up to the hard one. */
@@ -1399,10 +1419,12 @@ int main(int argc, char **argv)
   for (i = 0; i < L.nodes; i++)
     encode_join(&L, &L.c[i]);
 
+  perf_ctl(&L, "enable\n");
   t_first_join = now_s();
   pending = send_all(&L);
   t_last_join = now_s();
   wait_for(&L, &L.rounds, pending, PH_ROUND, t_last_join);
+  perf_ctl(&L, "disable\n");
   if (pending > 0) {  /* a JOIN finished late: the clock starts there */
     fprintf(stderr, "rdzv_load: %d JOINs waited for socket space\n",
             pending);

@@ -1,6 +1,7 @@
 /* fuzz_proto.c -- libFuzzer target: framing, decode, re-encode round trip. */
 #include "rdzv_proto.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,6 +183,38 @@ static void check_error_text(int rc, const char *err)
   free(frame);
 }
 
+/* Note [flat parse] (rdzv_proto.c): a body decodes as it does with a
+ * space after its '{', which only cJSON parses: the same message, or the
+ * same refusal (a syntax error's text names an offset the space moves). */
+static void flat_vs_cjson(const uint8_t *body, size_t len)
+{
+  struct rdzv_proto_msg a, b;
+  char ea[256], eb[256], *spaced;
+  int ra, rb;
+
+  if (len == 0 || len >= RDZV_PROTO_MAX_FRAME || body[0] != '{')
+    return;
+  spaced = malloc(len + 1);
+  if (!spaced)
+    abort();
+  spaced[0] = '{';
+  spaced[1] = ' ';
+  memcpy(spaced + 2, body + 1, len - 1);
+  ra = rdzv_proto_decode(body, len, &a, ea, sizeof ea);
+  rb = rdzv_proto_decode(spaced, len + 1, &b, eb, sizeof eb);
+  if (ra != rb || (ra == 0 && !same_msg(&a, &b)) ||
+      (ra != 0 && ra != -EBADMSG && strcmp(ea, eb) != 0)) {
+    fprintf(stderr, "flat parse differs from cJSON's: %d (%s) / %d (%s): "
+            "%.*s\n", ra, ea, rb, eb, (int)len, (const char *)body);
+    abort();
+  }
+  if (ra == 0) {
+    rdzv_proto_msg_free(&a);
+    rdzv_proto_msg_free(&b);
+  }
+  free(spaced);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
   struct rdzv_proto_msg m;
@@ -204,6 +237,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     off += flen;
   }
+  flat_vs_cjson(data, size);
   /* The whole input as one body too: no framing needed to reach decode. */
   if (size > 0 && size <= RDZV_PROTO_MAX_FRAME &&
       rdzv_proto_decode(data, size, &m, err, sizeof err) == 0) {

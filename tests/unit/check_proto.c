@@ -1587,6 +1587,357 @@ START_TEST(encode_too_large)
 }
 END_TEST
 
+/* ---- the wire bytes (Note [direct encoder]) ---- */
+
+/* Messages whose bodies were printed by the encoder that built a cJSON
+ * tree and printed it (cJSON_PrintUnformatted), before the direct one:
+ * escapes of every control byte, '"' and '\\', raw UTF-8 and DEL, nested
+ * objects, omitted fields, the number texts (whole doubles, 15..17 digits,
+ * exponents, -0), a status object re-printed. */
+static const char *const golden_bodies[] = {
+    /* 0 */
+    "{\"v\":2,\"op\":\"join\",\"id\":\"job \\\"q\\\" \\\\ back\",\"addr"
+    "\":\"\",\"host\":\"h\\u0001\\t\\n\\r\\b\\f\\u001f \303\251\177/\","
+    "\"pid\":123456789012,\"nproc\":8,\"master_port\":29500,\"reason\":"
+    "\"failure\",\"conf\":{\"min_nodes\":2,\"max_nodes\":100000,\"max_r"
+    "estarts\":3,\"join_timeout\":10000000,\"last_call_timeout\":0.5,\""
+    "close_timeout\":30,\"keepalive_interval\":0.1,\"keepalive_misses\""
+    ":5}}",
+    /* 1 */
+    "{\"v\":2,\"op\":\"waiting\",\"round\":7,\"present\":3,\"min_nodes"
+    "\":2,\"max_nodes\":4,\"deadline\":599.123456789,\"last_call\":-1,"
+    "\"restart_count\":2,\"token\":\"01264b7095badf04294e7398bde2072c51"
+    "769bc0e50a2f54799ec3e80d32577c\"}",
+    /* 2 */
+    "{\"v\":2,\"op\":\"waiting\",\"round\":7,\"present\":3,\"min_nodes"
+    "\":2,\"max_nodes\":4,\"deadline\":0.1,\"last_call\":3.000000000000"
+    "0004,\"token\":\"01264b7095badf04294e7398bde2072c51769bc0e50a2f547"
+    "99ec3e80d32577c\"}",
+    /* 3 */
+    "{\"v\":2,\"op\":\"waiting\",\"round\":7,\"present\":3,\"min_nodes"
+    "\":2,\"max_nodes\":4,\"deadline\":1e-07,\"last_call\":1234567.125,"
+    "\"token\":\"01264b7095badf04294e7398bde2072c51769bc0e50a2f54799ec3"
+    "e80d32577c\"}",
+    /* 4 */
+    "{\"v\":2,\"op\":\"waiting\",\"round\":7,\"present\":3,\"min_nodes"
+    "\":2,\"max_nodes\":4,\"deadline\":-0,\"last_call\":9999999.9999999"
+    "98,\"token\":\"01264b7095badf04294e7398bde2072c51769bc0e50a2f54799"
+    "ec3e80d32577c\"}",
+    /* 5 */
+    "{\"v\":2,\"op\":\"round\",\"round\":1073741824,\"restart_count\":1"
+    "000000,\"group_rank\":99999,\"group_world_size\":100000,\"rank_off"
+    "set\":2147483000,\"world_size\":2147483647,\"master_addr\":\"::fff"
+    "f:10.0.0.1\",\"master_port\":65535,\"embedded\":true,\"host_rank\""
+    ":5,\"token\":\"fffefdfcfbfaf9f8f7f6f5f4f3f2f1f0efeeedecebeae9e8e7e"
+    "6e5e4e3e2e1e0\",\"job_token\":\"000102030405060708090a0b0c0d0e0f10"
+    "1112131415161718191a1b1c1d1e1f\"}",
+    /* 6 */
+    "{\"v\":2,\"op\":\"error\",\"code\":\"config_mismatch\",\"message\""
+    ":\"\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007\\b\\t\\n\\u00"
+    "0b\\f\\r\\u000e\\u000f\\u0010\\u0011\\u0012\\u0013\\u0014\\u0015\\"
+    "u0016\\u0017\\u0018\\u0019\\u001a\\u001b\\u001c\\u001d\\u001e\\u00"
+    "1f\\\"\\\\\177\377 end\"}",
+    /* 7 */
+    "{\"v\":2,\"op\":\"kv_value\",\"key\":\"pg/g1/addr\",\"found\":true"
+    ",\"value\":\"10.1.2.3:4567\\n\\\"x\\\"\"}",
+    /* 8 */
+    "{\"v\":2,\"op\":\"pong\"}",
+    /* 9 */
+    "{\"v\":2,\"op\":\"restart\",\"message\":\"node a workers failed\","
+    "\"cause\":{\"exited_at\":1764160000.123456,\"rank\":3,\"local_rank"
+    "\":1,\"exitcode\":-9,\"pid\":4242,\"host\":\"nodeA\"},\"lost_host"
+    "\":\"nodeB\",\"lost_why\":\"no keepalive for 5.2 s\"}",
+    /* 10 */
+    "{\"v\":2,\"op\":\"status_reply\",\"status\":{\"jobs\":[{\"id\":\"a"
+    "\\u0001\",\"n\":2.5,\"ok\":true,\"x\":null}],\"big\":1234567890123"
+    "4568}}",
+    /* 11 */
+    "{\"v\":2,\"op\":\"resume\",\"id\":\"j\",\"addr\":\"10.0.0.2\",\"ho"
+    "st\":\"\",\"pid\":0,\"nproc\":1,\"master_port\":1,\"reason\":\"fir"
+    "st\",\"conf\":{\"min_nodes\":1,\"max_nodes\":1,\"max_restarts\":0,"
+    "\"join_timeout\":600,\"last_call_timeout\":30,\"close_timeout\":30"
+    ",\"keepalive_interval\":1,\"keepalive_misses\":5},\"phase\":\"runn"
+    "ing\",\"round\":0,\"restart_count\":0,\"group_rank\":0,\"group_wor"
+    "ld_size\":1,\"rank_offset\":0,\"world_size\":1,\"master_addr\":\"1"
+    "0.0.0.2\",\"job_master_port\":1,\"token\":\"0100000000000000000000"
+    "000000000000000000000000000000000000000000\"}",
+    /* 12 */
+    "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\",\"wait\":2.75}",
+    /* 13 */
+    "{\"v\":2,\"op\":\"kv_add\",\"key\":\"k\",\"delta\":-90071992547409"
+    "91}",
+};
+
+static void golden_msg(int i, struct rdzv_proto_msg *m)
+{
+  int k;
+
+  memset(m, 0, sizeof *m);
+  switch (i) {
+  case 0:
+    m->op = RDZV_PROTO_JOIN;
+    snprintf(m->u.join.id, sizeof m->u.join.id, "job \"q\" \\ back");
+    snprintf(m->u.join.host, sizeof m->u.join.host,
+             "h\x01\t\n\r\b\f\x1f \xc3\xa9\x7f/");
+    m->u.join.pid = 123456789012;
+    m->u.join.nproc = 8;
+    m->u.join.master_port = 29500;
+    m->u.join.reason = RDZV_PROTO_REASON_FAILURE;
+    rdzv_proto_conf_default(&m->u.join.conf);
+    m->u.join.conf.min_nodes = 2;
+    m->u.join.conf.max_nodes = 100000;
+    m->u.join.conf.last_call_timeout = 0.5;
+    m->u.join.conf.keepalive_interval = 0.1;
+    m->u.join.conf.join_timeout = 1e7;
+    m->u.join.conf.max_restarts = 3;
+    return;
+  case 1:
+  case 2:
+  case 3:
+  case 4:
+    m->op = RDZV_PROTO_WAITING;
+    m->u.waiting.round = 7;
+    m->u.waiting.present = 3;
+    m->u.waiting.min_nodes = 2;
+    m->u.waiting.max_nodes = 4;
+    m->u.waiting.deadline = i == 1 ? 599.123456789 : i == 2 ? 0.1
+                            : i == 3 ? 1e-7 : -0.0;
+    m->u.waiting.last_call = i == 1 ? -1 : i == 2 ? 3.0000000000000004
+                             : i == 3 ? 1234567.125 : 9999999.999999998;
+    m->u.waiting.restart_count = i == 1 ? 2 : 0;
+    for (k = 0; k < RDZV_PROTO_TOKEN_BYTES; k++)
+      m->u.waiting.token[k] = (unsigned char)(k * 37 + 1);
+    return;
+  case 5:
+    m->op = RDZV_PROTO_ROUND;
+    m->u.round.round = 1073741824;
+    m->u.round.restart_count = 1000000;
+    m->u.round.group_rank = 99999;
+    m->u.round.group_world_size = 100000;
+    m->u.round.rank_offset = 2147483000;
+    m->u.round.world_size = 2147483647;
+    snprintf(m->u.round.master_addr, sizeof m->u.round.master_addr,
+             "::ffff:10.0.0.1");
+    m->u.round.master_port = 65535;
+    m->u.round.embedded = true;
+    m->u.round.host_rank = 5;
+    for (k = 0; k < RDZV_PROTO_TOKEN_BYTES; k++) {
+      m->u.round.token[k] = (unsigned char)(255 - k);
+      m->u.round.job_token[k] = (unsigned char)k;
+    }
+    return;
+  case 6:
+    m->op = RDZV_PROTO_ERROR;
+    m->u.text.code = RDZV_PROTO_ERR_CONFIG_MISMATCH;
+    for (k = 1; k < 32; k++)
+      m->u.text.message[k - 1] = (char)k;
+    strcat(m->u.text.message, "\"\\\x7f\xff end");
+    return;
+  case 7:
+    m->op = RDZV_PROTO_KV_VALUE;
+    snprintf(m->u.kv.key, sizeof m->u.kv.key, "pg/g1/addr");
+    m->u.kv.value = (char *)"10.1.2.3:4567\n\"x\"";
+    m->u.kv.value_len = strlen(m->u.kv.value);
+    m->u.kv.found = true;
+    return;
+  case 8:
+    m->op = RDZV_PROTO_PONG;
+    return;
+  case 9:
+    m->op = RDZV_PROTO_RESTART;
+    snprintf(m->u.text.message, sizeof m->u.text.message,
+             "node a workers failed");
+    m->u.text.cause.exited_at = 1764160000.123456;
+    m->u.text.cause.rank = 3;
+    m->u.text.cause.local_rank = 1;
+    m->u.text.cause.exitcode = -9;
+    m->u.text.cause.pid = 4242;
+    snprintf(m->u.text.cause.host, sizeof m->u.text.cause.host, "nodeA");
+    snprintf(m->u.text.lost_host, sizeof m->u.text.lost_host, "nodeB");
+    snprintf(m->u.text.lost_why, sizeof m->u.text.lost_why,
+             "no keepalive for 5.2 s");
+    return;
+  case 10:
+    m->op = RDZV_PROTO_STATUS_REPLY;
+    m->u.status_json = (char *)"{ \"jobs\": [ {\"id\": \"a\\u0001\", \"n\": "
+                       "2.5, \"ok\": true, \"x\": null} ], \"big\": "
+                       "12345678901234567 }";
+    return;
+  case 11:
+    m->op = RDZV_PROTO_RESUME;
+    snprintf(m->u.resume.join.id, sizeof m->u.resume.join.id, "j");
+    snprintf(m->u.resume.join.addr, sizeof m->u.resume.join.addr,
+             "10.0.0.2");
+    m->u.resume.join.nproc = 1;
+    m->u.resume.join.master_port = 1;
+    rdzv_proto_conf_default(&m->u.resume.join.conf);
+    m->u.resume.phase = RDZV_PROTO_PHASE_RUNNING;
+    m->u.resume.round.group_world_size = 1;
+    m->u.resume.round.world_size = 1;
+    snprintf(m->u.resume.round.master_addr,
+             sizeof m->u.resume.round.master_addr, "10.0.0.2");
+    m->u.resume.round.master_port = 1;
+    m->u.resume.round.token[0] = 1;
+    return;
+  case 12:
+    m->op = RDZV_PROTO_KV_GET;
+    snprintf(m->u.kv.key, sizeof m->u.kv.key, "k");
+    m->u.kv.wait = 2.75;
+    return;
+  case 13:
+    m->op = RDZV_PROTO_KV_ADD;
+    snprintf(m->u.kv.key, sizeof m->u.kv.key, "k");
+    m->u.kv.delta = -9007199254740991;
+    return;
+  }
+}
+
+/* Each message encodes to the same bytes as before, through the heap
+ * (rdzv_proto_encode), a buffer that holds it (rdzv_proto_encode_into:
+ * *out is the buffer) and one too small by a byte (*out is the heap's). */
+START_TEST(encode_bytes_unchanged)
+{
+  const char *want = golden_bodies[_i];
+  size_t n = strlen(want), len, cap;
+  struct rdzv_proto_msg m;
+  char *frame, *buf;
+
+  golden_msg(_i, &m);
+  ck_assert_int_eq(rdzv_proto_encode(&m, &frame, &len), 0);
+  ck_assert_uint_eq(len, RDZV_PROTO_FRAME_HEADER + n);
+  ck_assert_msg(memcmp(frame + RDZV_PROTO_FRAME_HEADER, want, n) == 0,
+                "message %d: %.*s", _i, (int)n,
+                frame + RDZV_PROTO_FRAME_HEADER);
+  free(frame);
+  for (cap = len; cap >= len - 1; cap--) {
+    buf = malloc(cap);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(rdzv_proto_encode_into(&m, buf, cap, &frame, &len), 0);
+    ck_assert(cap == RDZV_PROTO_FRAME_HEADER + n ? frame == buf
+                                                 : frame != buf);
+    ck_assert_uint_eq(len, RDZV_PROTO_FRAME_HEADER + n);
+    ck_assert_int_eq((unsigned char)frame[2] << 8 | (unsigned char)frame[3],
+                     (int)n);
+    ck_assert(memcmp(frame + RDZV_PROTO_FRAME_HEADER, want, n) == 0);
+    if (frame != buf)
+      free(frame);
+    free(buf);
+  }
+}
+END_TEST
+
+/* A refused message leaves no buffer behind, into a caller's or not. */
+START_TEST(encode_into_refused)
+{
+  struct rdzv_proto_msg m;
+  char buf[8], *frame = buf;
+  size_t len = 1;
+
+  golden_msg(5, &m);
+  m.u.round.group_rank = 100000;        /* >= group_world_size */
+  ck_assert_int_eq(rdzv_proto_encode_into(&m, buf, sizeof buf, &frame, &len),
+                   -EINVAL);
+  ck_assert_ptr_null(frame);
+  ck_assert_uint_eq(len, 0);
+}
+END_TEST
+
+/* ---- Note [flat parse]: the same message, or the same refusal ---- */
+
+#define FLAT_JOIN_HEAD "{\"v\":2,\"op\":\"join\",\"id\":\"j\","
+#define FLAT_CONF "\"conf\":{\"min_nodes\":2,\"max_nodes\":4}"
+
+static const char *const flat_bodies[] = {
+  FLAT_JOIN_HEAD "\"host\":\"h-1.x\",\"pid\":123456789012345,\"nproc\":8,"
+  "\"master_port\":29500,\"reason\":\"failure\"," FLAT_CONF "}",
+  FLAT_JOIN_HEAD "\"nproc\":08," FLAT_CONF "}",              /* leading 0 */
+  FLAT_JOIN_HEAD "\"pid\":-0,\"nproc\":1," FLAT_CONF "}",     /* -0 */
+  FLAT_JOIN_HEAD "\"pid\":1234567890123456,\"nproc\":1}",     /* 16 digits */
+  FLAT_JOIN_HEAD "\"pid\":-42,\"nproc\":1}",
+  FLAT_JOIN_HEAD "\"nproc\":8.0}",
+  FLAT_JOIN_HEAD "\"nproc\":8e0}",
+  FLAT_JOIN_HEAD "\"nproc\":1.5}",
+  FLAT_JOIN_HEAD "\"nproc\":-1}",
+  FLAT_JOIN_HEAD "\"nproc\":true}",
+  FLAT_JOIN_HEAD "\"nproc\":null}",
+  FLAT_JOIN_HEAD "\"nproc\":\"8\"}",
+  FLAT_JOIN_HEAD "\"nproc\":2,\"nproc\":2}",                  /* duplicate */
+  FLAT_JOIN_HEAD "\"conf\":{}}",
+  FLAT_JOIN_HEAD "\"conf\":{\"min_nodes\":5,\"max_nodes\":4}}",
+  FLAT_JOIN_HEAD "\"conf\":{\"min_nodes\":{\"deep\":1}}}",   /* depth 3 */
+  FLAT_JOIN_HEAD "\"conf\":{\"min_nodes\":1,}}",
+  FLAT_JOIN_HEAD "\"host\":\"tab\\there\"}",                  /* escape */
+  FLAT_JOIN_HEAD "\"host\":\"del\177\"}",
+  FLAT_JOIN_HEAD "\"host\":\"caf\303\251\"}",
+  FLAT_JOIN_HEAD "\"unknown\":[1,2],\"x\":{}}",
+  FLAT_JOIN_HEAD "\"nproc\" :1}",
+  FLAT_JOIN_HEAD "\"nproc\":1,}",
+  FLAT_JOIN_HEAD "\"nproc\":1",
+  FLAT_JOIN_HEAD "\"nproc\":1}}",
+  FLAT_JOIN_HEAD "\"nproc\":1}x",
+  FLAT_JOIN_HEAD "\"nproc\":tru}",
+  FLAT_JOIN_HEAD "\"nproc\"}",
+  "{\"v\":2,\"op\":\"keepalive\"}",
+  "{\"v\":2,\"op\":\"leave\",\"extra\":false}",
+  "{\"v\":3,\"op\":\"leave\"}",
+  "{\"v\":2.0,\"op\":\"leave\"}",
+  "{\"op\":\"leave\"}",
+  "{\"v\":2,\"op\":7}",
+  "{\"v\":2,\"op\":\"nope\"}",
+  "{\"v\":2,\"op\":\"barrier\",\"name\":\"exit\",\"round\":3}",
+  "{\"v\":2,\"op\":\"kv_add\",\"key\":\"k\",\"delta\":-999999999999999}",
+  "{\"v\":2,\"op\":\"kv_get\",\"key\":\"k\",\"wait\":0}",
+  "{}",
+  "{\"\":1}",
+};
+
+/* Each body decodes as it does with a space after its first '{', which
+ * only cJSON parses: the same message, or the same error (a syntax
+ * error's text names a byte offset, which the space moves). */
+START_TEST(flat_parse_as_cjson)
+{
+  const char *body = flat_bodies[_i];
+  size_t n = strlen(body);
+  struct rdzv_proto_msg flat;
+  char *spaced = malloc(n + 2), flat_err[256];
+  int rc_flat, rc;
+
+  ck_assert_ptr_nonnull(spaced);
+  spaced[0] = '{';
+  spaced[1] = ' ';
+  memcpy(spaced + 2, body + 1, n);
+  rc_flat = decode(body);
+  flat = M;
+  memset(&M, 0, sizeof M);
+  snprintf(flat_err, sizeof flat_err, "%s", err);
+  rc = decode(spaced);
+  ck_assert_msg(rc == rc_flat, "%s: %d (%s), spaced %d (%s)", body, rc_flat,
+                flat_err, rc, err);
+  if (rc == 0)
+    ck_assert_msg(same_msg(&flat, &M), "%s: decoded differently", body);
+  else if (rc != -EBADMSG)
+    ck_assert_str_eq(flat_err, err);
+  rdzv_proto_msg_free(&flat);
+  free(spaced);
+}
+END_TEST
+
+/* An object past the stack's items (Note [flat parse]) is cJSON's. */
+START_TEST(flat_parse_many_members)
+{
+  char body[4096];
+  size_t n;
+  int i;
+
+  n = (size_t)snprintf(body, sizeof body, "{\"v\":2,\"op\":\"leave\"");
+  for (i = 0; i < 100; i++)
+    n += (size_t)snprintf(body + n, sizeof body - n, ",\"k%d\":%d", i, i);
+  snprintf(body + n, sizeof body - n, "}");
+  ck_assert_ok(decode(body));
+  ck_assert_int_eq(M.op, RDZV_PROTO_LEAVE);
+}
+END_TEST
+
 static void teardown(void)
 {
   rdzv_proto_msg_free(&M);
@@ -1687,6 +2038,12 @@ static Suite *proto_suite(void)
   tcase_add_test(tc, status_reply_decode);
   tcase_add_test(tc, encode_refuses_invalid);
   tcase_add_test(tc, encode_too_large);
+  tcase_add_loop_test(tc, encode_bytes_unchanged, 0,
+                      sizeof golden_bodies / sizeof golden_bodies[0]);
+  tcase_add_test(tc, encode_into_refused);
+  tcase_add_loop_test(tc, flat_parse_as_cjson, 0,
+                      sizeof flat_bodies / sizeof flat_bodies[0]);
+  tcase_add_test(tc, flat_parse_many_members);
   tcase_add_test(tc, frames_read_loop);
   tcase_add_test(tc, rt_status_request);
   suite_add_tcase(s, tc);
