@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,11 @@
 /* Rounds of contain_kill_all: each kills the children of the last. */
 #define KILL_ROUNDS 1000
 #define STRAYS_MAX 4096
+/* contain_cgroup_remove: how long it waits for the cgroup to empty, and
+ * how often it kills again meanwhile. */
+#define REMOVE_WAIT_MS 30000
+#define REMOVE_REKILL_MS 100
+#define REMOVE_DEPTH_MAX 32
 
 static int write_str(const char *path, const char *s)
 {
@@ -147,7 +154,7 @@ static void drop_cgroup(struct contain *c)
 {
   close_procs(c);
   if (c->cgroup[0])
-    rmdir(c->cgroup);
+    contain_cgroup_remove(c->cgroup);
   c->cgroup[0] = '\0';
 }
 
@@ -228,6 +235,114 @@ int contain_cgroup_kill(const char *cgroup)
       return 0;
   }
   return -EAGAIN;
+}
+
+/* Whether <cgroup>/cgroup.events (open as fd) says "populated 0". */
+static bool cgroup_empty(int fd)
+{
+  char buf[256];
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+
+  if (n <= 0)
+    return false;
+  buf[n] = '\0';
+  return strstr(buf, "populated 0") != NULL;
+}
+
+/* Note [cgroup removal]: rmdir fails with EBUSY while a process is left
+ * in the cgroup or in a cgroup below it, and both happen after a kill:
+ *  - a SIGKILLed process leaves only once it has exited, which on a loaded
+ *    machine takes as long as the scheduler wants;
+ *  - a worker may make cgroups of its own below ours (ours is delegated):
+ *    a cdrun run by a worker makes cdrun-<pid> inside it, and its guardian
+ *    dies in our cgroup.kill before it can remove it.
+ * A fixed number of rmdir attempts at fixed intervals (what this was) lost
+ * the first race now and then and always the second, and left the cgroup
+ * behind.  So: kill, wait for the event itself (cgroup.events' "populated
+ * 0", which the kernel notifies as POLLPRI), kill again now and then in
+ * case something was still being born into it, remove the empty cgroups
+ * below, then rmdir; bounded (REMOVE_WAIT_MS) only so that a process stuck
+ * in the kernel cannot hold the caller forever. */
+static int cgroup_remove_tree(const char *cgroup, int depth,
+                              const struct timespec *t0);
+
+/* rmdir of every cgroup below cgroup (its subdirectories). */
+static void remove_children(const char *cgroup, int depth,
+                            const struct timespec *t0)
+{
+  char sub[PATH_MAX];
+  struct dirent *d;
+  DIR *dir;
+
+  if (depth >= REMOVE_DEPTH_MAX || !(dir = opendir(cgroup)))
+    return;
+  while ((d = readdir(dir))) {
+    if (d->d_type != DT_DIR || d->d_name[0] == '.')
+      continue;
+    if ((size_t)snprintf(sub, sizeof sub, "%s/%s", cgroup, d->d_name) <
+        sizeof sub)
+      cgroup_remove_tree(sub, depth + 1, t0);
+  }
+  closedir(dir);
+}
+
+static long ms_since(const struct timespec *t0)
+{
+  struct timespec now;
+
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (now.tv_sec - t0->tv_sec) * 1000 +
+         (now.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static int cgroup_remove_tree(const char *cgroup, int depth,
+                              const struct timespec *t0)
+{
+  char path[PATH_MAX + 16];
+  int fd, err = 0;
+
+  if (rmdir(cgroup) == 0 || errno == ENOENT)
+    return 0;
+  if (errno != EBUSY)
+    return -errno;
+  snprintf(path, sizeof path, "%s/cgroup.events", cgroup);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  for (;;) {
+    contain_cgroup_kill(cgroup);    /* the cgroups below it too */
+    if (fd >= 0 && !cgroup_empty(fd)) {
+      struct pollfd p = { fd, POLLPRI, 0 };
+
+      /* Woken by any change of cgroup.events; checked again after the
+       * next kill. */
+      if (poll(&p, 1, REMOVE_REKILL_MS) < 0 && errno != EINTR)
+        nap_ms(REMOVE_REKILL_MS);
+    } else {
+      remove_children(cgroup, depth, t0);
+    }
+    if (rmdir(cgroup) == 0 || errno == ENOENT)
+      break;
+    if (errno != EBUSY) {
+      err = -errno;
+      break;
+    }
+    if (ms_since(t0) >= REMOVE_WAIT_MS) {
+      err = -EBUSY;
+      break;
+    }
+    if (fd < 0 || cgroup_empty(fd))
+      nap_ms(10);       /* empty, yet busy a moment longer */
+  }
+  if (fd >= 0)
+    close(fd);
+  return err;
+}
+
+int contain_cgroup_remove(const char *cgroup)
+{
+  struct timespec t0;
+
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  return cgroup_remove_tree(cgroup, 0, &t0);
 }
 
 /* Whether /proc/<pid>/environ holds the NUL-terminated entry want. */
@@ -359,14 +474,10 @@ void contain_kill_all(struct contain *c, pid_t spare)
 
 void contain_destroy(struct contain *c)
 {
-  int i;
-
   contain_kill_all(c, -1);
   close_procs(c);
   if (!c->cgroup[0])
     return;
-  /* The killed may take a moment to leave the cgroup. */
-  for (i = 0; i < 200 && rmdir(c->cgroup) < 0 && errno == EBUSY; i++)
-    nap_ms(10);
+  contain_cgroup_remove(c->cgroup);
   c->cgroup[0] = '\0';
 }

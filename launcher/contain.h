@@ -75,4 +75,11 @@ void contain_destroy(struct contain *c);
  * guardian (no malloc).  Returns 0 or -errno. */
 int contain_cgroup_kill(const char *cgroup);
 
+/* Kills what is in the cgroup and below it, and removes it (and the
+ * cgroups a worker made below it) once empty (Note [cgroup removal] in
+ * contain.c): waits for cgroup.events' "populated 0", killing again
+ * meanwhile, at most 30 s in all.  Returns 0 (removed, or already gone)
+ * or -errno (-EBUSY: still not empty after the wait). */
+int contain_cgroup_remove(const char *cgroup);
+
 #endif

@@ -82,13 +82,8 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
   /* What left the groups (setsid, daemons) is still in the cgroup, and
    * carries the token in its environment. */
   contain_kill_token(token);
-  if (cgroup[0]) {
-    struct timespec ts = { 0, 10000000L };
-
-    contain_cgroup_kill(cgroup);
-    for (i = 0; i < 200 && rmdir(cgroup) < 0 && errno == EBUSY; i++)
-      nanosleep(&ts, NULL);
-  }
+  if (cgroup[0])
+    contain_cgroup_remove(cgroup);
   /* The agent died without a word (SIGKILL, a crash): nobody else will
    * remove its temporary log directory, and nobody was told where it is. */
   if (!clean && temp_dir[0])
