@@ -143,16 +143,16 @@ static void make_token(struct contain *c)
            (long)ts.tv_nsec);
 }
 
-static void close_procs(struct contain *c)
+static void close_dir(struct contain *c)
 {
-  if (c->procs_fd >= 0)
-    close(c->procs_fd);
-  c->procs_fd = -1;
+  if (c->dir_fd >= 0)
+    close(c->dir_fd);
+  c->dir_fd = -1;
 }
 
 static void drop_cgroup(struct contain *c)
 {
-  close_procs(c);
+  close_dir(c);
   if (c->cgroup[0])
     contain_cgroup_remove(c->cgroup);
   c->cgroup[0] = '\0';
@@ -160,28 +160,19 @@ static void drop_cgroup(struct contain *c)
 
 int contain_init(struct contain *c)
 {
-  char procs[sizeof c->cgroup + 16];
-
   memset(c, 0, sizeof *c);
-  c->procs_fd = -1;
+  c->dir_fd = -1;
   make_token(c);
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
     c->subreaper = true;
   make_cgroup(c);
   if (c->cgroup[0]) {
-    snprintf(procs, sizeof procs, "%s/cgroup.procs", c->cgroup);
-    c->procs_fd = open(procs, O_WRONLY | O_CLOEXEC);
-    if (c->procs_fd < 0)
+    c->dir_fd = open(c->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (c->dir_fd < 0 ||
+        faccessat(c->dir_fd, "cgroup.procs", W_OK, AT_EACCESS) < 0)
       drop_cgroup(c);
   }
   return c->subreaper || c->cgroup[0] ? 0 : -errno;
-}
-
-void contain_enter(struct contain *c)
-{
-  /* Children of several spawning threads may fail at once. */
-  if (c->procs_fd >= 0 && write(c->procs_fd, "0", 1) < 0)
-    __atomic_store_n(&c->enter_err, -errno, __ATOMIC_RELAXED);
 }
 
 int contain_check(struct contain *c)
@@ -475,7 +466,7 @@ void contain_kill_all(struct contain *c, pid_t spare)
 void contain_destroy(struct contain *c)
 {
   contain_kill_all(c, -1);
-  close_procs(c);
+  close_dir(c);
   if (!c->cgroup[0])
     return;
   contain_cgroup_remove(c->cgroup);
