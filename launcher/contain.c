@@ -187,17 +187,16 @@ int contain_check(struct contain *c)
   return err;
 }
 
-int contain_cgroup_kill(const char *cgroup)
+/* Kills the members of cgroup, and of the cgroups below it, one by one:
+ * round after round until a round finds none to kill. */
+static int kill_members(const char *cgroup, int depth)
 {
   char path[PATH_MAX + 16], buf[4096];
-  int fd, err, rounds;
+  struct dirent *d;
+  int fd, rounds, err = -EAGAIN;
   ssize_t n;
+  DIR *dir;
 
-  snprintf(path, sizeof path, "%s/cgroup.kill", cgroup);
-  err = write_str(path, "1");
-  if (err != -ENOENT)
-    return err;
-  /* Kernels before 5.14: kill the members until none is left. */
   snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
   for (rounds = 0; rounds < KILL_ROUNDS; rounds++) {
     int killed = 0;
@@ -222,10 +221,34 @@ int contain_cgroup_kill(const char *cgroup)
       }
     }
     close(fd);
-    if (!killed)
-      return 0;
+    if (!killed) {
+      err = 0;
+      break;
+    }
   }
-  return -EAGAIN;
+  if (depth >= REMOVE_DEPTH_MAX || !(dir = opendir(cgroup)))
+    return err;
+  while ((d = readdir(dir))) {
+    if (d->d_type != DT_DIR || d->d_name[0] == '.')
+      continue;
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", cgroup, d->d_name) <
+        sizeof path)
+      kill_members(path, depth + 1);
+  }
+  closedir(dir);
+  return err;
+}
+
+int contain_cgroup_kill(const char *cgroup)
+{
+  char path[PATH_MAX + 16];
+  int err;
+
+  snprintf(path, sizeof path, "%s/cgroup.kill", cgroup);
+  err = write_str(path, "1");
+  if (err != -ENOENT)
+    return err;
+  return kill_members(cgroup, 0);     /* kernels before 5.14 */
 }
 
 /* Whether <cgroup>/cgroup.events (open as fd) says "populated 0". */
@@ -441,8 +464,14 @@ void contain_kill_all(struct contain *c, pid_t spare)
   size_t n, i, strays;
   int round;
 
+  /* Note [no cgroup.kill while spawning]: not cgroup.kill, which the
+   * workers of the next round would die of: a cgroup that was killed so
+   * kills every child later born in it (CLONE_INTO_CGROUP) on kernels
+   * that compare the child's cgroup's kill count with its parent's (6.x,
+   * up to 6.18 at least).  The guardian and contain_destroy, at the end,
+   * use it. */
   if (c->cgroup[0])
-    contain_cgroup_kill(c->cgroup);
+    kill_members(c->cgroup, 0);
   if (!c->subreaper)
     return;
   /* Orphans of the workers are our children now (subreaper); killing

@@ -29,6 +29,7 @@ struct child_args {
   int err;
   int in_child_done;    /* in_child returned 0: exec_failed undoes it */
   int enter_cgroup;     /* not born in o->cgroup_fd: move there */
+  int ran;              /* the child ran at all */
 };
 
 /* Note [child side of spawn]: the child runs in the agent's memory while
@@ -81,6 +82,7 @@ CHILD_CODE static int child_main(void *arg)
   sigset_t none;
   int sig, err, fd;
 
+  args->ran = 1;
   if (args->enter_cgroup)
     enter_cgroup(o);
   if (setsid() < 0)
@@ -204,6 +206,14 @@ static pid_t clone_child(struct child_args *args, char *stack,
     ca.stack_size = stack_size;
     ca.cgroup = (uint64_t)o->cgroup_fd;
     pid = (pid_t)spawn_clone3(&ca, sizeof ca, child_main, args);
+    if (pid > 0 && !args->ran) {
+      /* Killed before its first instruction: a kernel that takes a
+       * cgroup.kill of an ancestor's for one of this cgroup (Note [no
+       * cgroup.kill while spawning] in contain.c).  Moving works. */
+      while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+      pid = -EINVAL;
+    }
     if (pid >= 0 || pid == -EAGAIN || pid == -ENOMEM || pid == -ENOSPC)
       return pid;
     if (pid == -ENOSYS || pid == -EINVAL || pid == -E2BIG) {
@@ -225,7 +235,7 @@ static pid_t clone_child(struct child_args *args, char *stack,
 
 int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
 {
-  struct child_args args = { o, getpid(), 0, 0, 0 };
+  struct child_args args = { o, getpid(), 0, 0, 0, 0 };
   size_t stack_size = child_stack_size(o->argv);
   sigset_t all, old;
   char *stack;

@@ -461,6 +461,52 @@ START_TEST(test_cgroup_born_in)
 }
 END_TEST
 
+/* A cgroup that was killed (cgroup.kill) before: some kernels kill every
+ * child born in it afterwards (Note [no cgroup.kill while spawning] in
+ * contain.c); the worker must run all the same, in the cgroup. */
+START_TEST(test_cgroup_killed_before)
+{
+  char *argv[] = { "/bin/true", NULL };
+  struct spawn_opts o = SPAWN_OPTS_INIT;
+  struct cg_probe probe;
+  char cg[PATH_MAX], kill_path[PATH_MAX + 16], want[64];
+  int err = 0, fd;
+  pid_t pid;
+
+  make_test_cgroup(cg, sizeof cg);
+  if (!cg[0]) {
+    fprintf(stderr, "note: no delegated cgroup v2 here; not tested\n");
+    return;
+  }
+  snprintf(kill_path, sizeof kill_path, "%s/cgroup.kill", cg);
+  fd = open(kill_path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    rmdir(cg);
+    fprintf(stderr, "note: no cgroup.kill here; not tested\n");
+    return;
+  }
+  ck_assert_int_eq(write(fd, "1", 1), 1);
+  close(fd);
+  memset(&probe, 0, sizeof probe);
+  o.argv = argv;
+  o.envp = empty_env;
+  o.cgroup_fd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  o.cgroup_err = &err;
+  o.in_child = read_own_cgroup;
+  o.ctx = &probe;
+  ck_assert_int_ge(o.cgroup_fd, 0);
+  ck_assert_int_eq(spawn_worker(&o, &pid), 0);
+  track(pid);
+  expect_exit(pid, 0);
+  close(o.cgroup_fd);
+  rmdir(cg);
+  ck_assert_int_eq(err, 0);
+  snprintf(want, sizeof want, "/check_spawn-%d\n", (int)getpid());
+  ck_assert_msg(strstr(probe.seen, want), "the child ran in '%s', not in %s",
+                probe.seen, cg);
+}
+END_TEST
+
 /* A cgroup the kernel will not have (here: not a cgroup at all): the
  * worker starts anyway, and the caller learns why. */
 START_TEST(test_cgroup_refused)
@@ -671,6 +717,7 @@ static Suite *spawn_suite(void)
   tc = tcase_create("cgroup");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_cgroup_born_in);
+  tcase_add_test(tc, test_cgroup_killed_before);
   tcase_add_test(tc, test_cgroup_refused);
   suite_add_tcase(s, tc);
 
