@@ -150,11 +150,14 @@ static void close_dir(struct contain *c)
   c->dir_fd = -1;
 }
 
+/* Gives the cgroup up, leaving alone the workers that are in it: empty,
+ * it goes now; else the guardian, which knows it from its start, removes
+ * it at the end. */
 static void drop_cgroup(struct contain *c)
 {
   close_dir(c);
   if (c->cgroup[0])
-    contain_cgroup_remove(c->cgroup);
+    rmdir(c->cgroup);
   c->cgroup[0] = '\0';
 }
 
