@@ -207,9 +207,10 @@ static pid_t clone_child(struct child_args *args, char *stack,
     ca.cgroup = (uint64_t)o->cgroup_fd;
     pid = (pid_t)spawn_clone3(&ca, sizeof ca, child_main, args);
     if (pid > 0 && !args->ran) {
-      /* Killed before its first instruction: a kernel that takes a
-       * cgroup.kill of an ancestor's for one of this cgroup (Note [no
-       * cgroup.kill while spawning] in contain.c).  Moving works. */
+      /* Killed before its first instruction: the cgroup was killed
+       * (cgroup.kill) before, and the kernel kills what is born in it
+       * since (Note [no cgroup.kill while spawning] in contain.c).
+       * Moving there still works. */
       while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;
       pid = -EINVAL;
