@@ -51,24 +51,23 @@ static void nap_ms(long ms)
     ;
 }
 
-/* The cgroup2 mount point and its root, from /proc/self/mountinfo. */
-static int cgroup2_mount(char *mnt, size_t mlen, char *root, size_t rlen)
+/* The cgroup2 mount point and its root, from /proc/self/mountinfo (mnt
+ * and root: PATH_MAX bytes each).  Note [small frames]: each buffer on
+ * the stack that is written to is a page of cdrun's peak RSS. */
+static int cgroup2_mount(char mnt[PATH_MAX], char root[PATH_MAX])
 {
-  char line[4096], r[PATH_MAX], m[PATH_MAX];
+  char line[4096];
   FILE *f = fopen("/proc/self/mountinfo", "re");
   int found = -ENOENT;
 
   if (!f)
     return -errno;
   while (fgets(line, sizeof line, f)) {
-    const char *sep = strstr(line, " - cgroup2 ");
-
-    if (!sep || sscanf(line, "%*s %*s %*s %4095s %4095s", r, m) != 2)
-      continue;
-    snprintf(mnt, mlen, "%s", m);
-    snprintf(root, rlen, "%s", r);
-    found = 0;
-    break;
+    if (strstr(line, " - cgroup2 ") &&
+        sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) == 2) {
+      found = 0;
+      break;
+    }
   }
   fclose(f);
   return found;
@@ -97,14 +96,15 @@ static int own_cgroup(char *out, size_t len)
 
 static void make_cgroup(struct contain *c)
 {
-  char mnt[PATH_MAX], root[PATH_MAX], own[PATH_MAX], path[PATH_MAX * 3];
+  char mnt[PATH_MAX], root[PATH_MAX], own[PATH_MAX];
+  char *path = c->cgroup;       /* Note [small frames] */
   const char *rel, *env = getenv("CDRUN_CGROUP");
   size_t rl;
+  int n;
 
   if (env && strcmp(env, "0") == 0)
     return;
-  if (cgroup2_mount(mnt, sizeof mnt, root, sizeof root) ||
-      own_cgroup(own, sizeof own))
+  if (cgroup2_mount(mnt, root) || own_cgroup(own, sizeof own))
     return;
   /* The mount may show only a subtree (a container's): drop its root. */
   rel = own;
@@ -114,16 +114,15 @@ static void make_cgroup(struct contain *c)
       return;
     rel = own + rl;
   }
-  snprintf(path, sizeof path, "%s%s%scdrun-%d", mnt, rel,
-           rel[0] && rel[strlen(rel) - 1] == '/' ? "" : "/", (int)getpid());
-  if (strlen(path) >= sizeof c->cgroup)
-    return;
+  n = snprintf(path, sizeof c->cgroup, "%s%s%scdrun-%d", mnt, rel,
+               rel[0] && rel[strlen(rel) - 1] == '/' ? "" : "/",
+               (int)getpid());
   /* One left by an earlier cdrun of the same pid (SIGKILLed with its
    * descendants stuck) goes if it is empty; else there is no cgroup. */
-  if (mkdir(path, 0755) < 0 &&
-      (errno != EEXIST || rmdir(path) < 0 || mkdir(path, 0755) < 0))
-    return;
-  snprintf(c->cgroup, sizeof c->cgroup, "%s", path);
+  if (n < 0 || (size_t)n >= sizeof c->cgroup ||
+      (mkdir(path, 0755) < 0 &&
+       (errno != EEXIST || rmdir(path) < 0 || mkdir(path, 0755) < 0)))
+    path[0] = '\0';
 }
 
 static void make_token(struct contain *c)
