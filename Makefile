@@ -72,7 +72,8 @@ LAYERS       := util proto rdzvd launcher
 util_SRC     := $(wildcard proto/util/*.c)
 proto_SRC    := $(wildcard proto/*.c)
 rdzvd_SRC    := $(filter-out rdzvd/main.c, $(wildcard rdzvd/*.c))
-launcher_SRC := $(filter-out launcher/main.c, $(wildcard launcher/*.c))
+launcher_SRC := $(filter-out launcher/main.c launcher/cjson_dl.c, \
+                $(wildcard launcher/*.c))
 $(foreach l,$(LAYERS),$(eval $(l)_OBJ := $$($(l)_SRC:%.c=$$(OUT)/%.o)))
 $(foreach l,$(LAYERS),$(eval $(l)_LIB := $$(OUT)/libcdrun_$(l).a))
 $(foreach l,$(LAYERS),$(eval $$($(l)_LIB): $$($(l)_OBJ)))
@@ -168,9 +169,19 @@ $(OUT)/libcdrun_%.a:
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BINDIR)/cdrun: $(OUT)/launcher/main.o $(LAYER_LIBS)
+# cdrun loads libcjson only when it needs it (Note [cJSON on demand] in
+# launcher/cjson_dl.c), takes its few libm functions from libm.a, and
+# links libuv's archive where there is one (Debian's libuv1-dev): a
+# launch then maps and relocates libc alone, and touches only the part of
+# libuv it uses.
+LIBUV_A    := $(shell $(CC) -print-file-name=libuv_a.a)
+CDRUN_UV   := $(if $(filter /%,$(LIBUV_A)),$(LIBUV_A) -lpthread -ldl -lrt,-luv)
+CDRUN_LIBS := $(CDRUN_UV) $(filter-out -luv -lcjson -lm,$(LDLIBS)) \
+              -Wl,--push-state,-Bstatic -lm -Wl,--pop-state
+$(BINDIR)/cdrun: $(OUT)/launcher/main.o $(OUT)/launcher/cjson_dl.o \
+                 $(LAYER_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CDRUN_LIBS)
 
 $(BINDIR)/rdzvd: $(OUT)/rdzvd/main.o $(rdzvd_LIB) $(proto_LIB) $(util_LIB)
 	@mkdir -p $(dir $@)

@@ -567,13 +567,12 @@ static void on_sigchld(uv_signal_t *h, int signum)
 }
 
 /* In the worker between clone and exec (spawn.h's in_child: system calls
- * only): into the cgroup, and onto the guardian's list, before it can
- * start anything. */
+ * only): onto the guardian's list, before it can start anything (it was
+ * born in the cgroup: spawn_opts' cgroup_fd). */
 static int register_group(void *ctx)
 {
   struct agent *a = ctx;
 
-  contain_enter(&a->contain);
   return guardian_watch(&a->guardian, getpid());
 }
 
@@ -743,6 +742,8 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
   so.in_child = register_group;
   so.exec_failed = forget_group;
   so.ctx = a;
+  so.cgroup_fd = a->contain.dir_fd;
+  so.cgroup_err = &a->contain.enter_err;
   if (o->numa) {
     const struct numa_binding *b = &o->numa[w->local_rank];
 

@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,11 @@
 /* Rounds of contain_kill_all: each kills the children of the last. */
 #define KILL_ROUNDS 1000
 #define STRAYS_MAX 4096
+/* contain_cgroup_remove: how long it waits for the cgroup to empty, and
+ * how often it kills again meanwhile. */
+#define REMOVE_WAIT_MS 30000
+#define REMOVE_REKILL_MS 100
+#define REMOVE_DEPTH_MAX 32
 
 static int write_str(const char *path, const char *s)
 {
@@ -44,24 +51,23 @@ static void nap_ms(long ms)
     ;
 }
 
-/* The cgroup2 mount point and its root, from /proc/self/mountinfo. */
-static int cgroup2_mount(char *mnt, size_t mlen, char *root, size_t rlen)
+/* The cgroup2 mount point and its root, from /proc/self/mountinfo (mnt
+ * and root: PATH_MAX bytes each).  Note [small frames]: each buffer on
+ * the stack that is written to is a page of cdrun's peak RSS. */
+static int cgroup2_mount(char mnt[PATH_MAX], char root[PATH_MAX])
 {
-  char line[4096], r[PATH_MAX], m[PATH_MAX];
+  char line[4096];
   FILE *f = fopen("/proc/self/mountinfo", "re");
   int found = -ENOENT;
 
   if (!f)
     return -errno;
   while (fgets(line, sizeof line, f)) {
-    const char *sep = strstr(line, " - cgroup2 ");
-
-    if (!sep || sscanf(line, "%*s %*s %*s %4095s %4095s", r, m) != 2)
-      continue;
-    snprintf(mnt, mlen, "%s", m);
-    snprintf(root, rlen, "%s", r);
-    found = 0;
-    break;
+    if (strstr(line, " - cgroup2 ") &&
+        sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) == 2) {
+      found = 0;
+      break;
+    }
   }
   fclose(f);
   return found;
@@ -90,14 +96,15 @@ static int own_cgroup(char *out, size_t len)
 
 static void make_cgroup(struct contain *c)
 {
-  char mnt[PATH_MAX], root[PATH_MAX], own[PATH_MAX], path[PATH_MAX * 3];
+  char mnt[PATH_MAX], root[PATH_MAX], own[PATH_MAX];
+  char *path = c->cgroup;       /* Note [small frames] */
   const char *rel, *env = getenv("CDRUN_CGROUP");
   size_t rl;
+  int n;
 
   if (env && strcmp(env, "0") == 0)
     return;
-  if (cgroup2_mount(mnt, sizeof mnt, root, sizeof root) ||
-      own_cgroup(own, sizeof own))
+  if (cgroup2_mount(mnt, root) || own_cgroup(own, sizeof own))
     return;
   /* The mount may show only a subtree (a container's): drop its root. */
   rel = own;
@@ -107,16 +114,15 @@ static void make_cgroup(struct contain *c)
       return;
     rel = own + rl;
   }
-  snprintf(path, sizeof path, "%s%s%scdrun-%d", mnt, rel,
-           rel[0] && rel[strlen(rel) - 1] == '/' ? "" : "/", (int)getpid());
-  if (strlen(path) >= sizeof c->cgroup)
-    return;
+  n = snprintf(path, sizeof c->cgroup, "%s%s%scdrun-%d", mnt, rel,
+               rel[0] && rel[strlen(rel) - 1] == '/' ? "" : "/",
+               (int)getpid());
   /* One left by an earlier cdrun of the same pid (SIGKILLed with its
    * descendants stuck) goes if it is empty; else there is no cgroup. */
-  if (mkdir(path, 0755) < 0 &&
-      (errno != EEXIST || rmdir(path) < 0 || mkdir(path, 0755) < 0))
-    return;
-  snprintf(c->cgroup, sizeof c->cgroup, "%s", path);
+  if (n < 0 || (size_t)n >= sizeof c->cgroup ||
+      (mkdir(path, 0755) < 0 &&
+       (errno != EEXIST || rmdir(path) < 0 || mkdir(path, 0755) < 0)))
+    path[0] = '\0';
 }
 
 static void make_token(struct contain *c)
@@ -136,16 +142,19 @@ static void make_token(struct contain *c)
            (long)ts.tv_nsec);
 }
 
-static void close_procs(struct contain *c)
+static void close_dir(struct contain *c)
 {
-  if (c->procs_fd >= 0)
-    close(c->procs_fd);
-  c->procs_fd = -1;
+  if (c->dir_fd >= 0)
+    close(c->dir_fd);
+  c->dir_fd = -1;
 }
 
+/* Gives the cgroup up, leaving alone the workers that are in it: empty,
+ * it goes now; else the guardian, which knows it from its start, removes
+ * it at the end. */
 static void drop_cgroup(struct contain *c)
 {
-  close_procs(c);
+  close_dir(c);
   if (c->cgroup[0])
     rmdir(c->cgroup);
   c->cgroup[0] = '\0';
@@ -153,28 +162,19 @@ static void drop_cgroup(struct contain *c)
 
 int contain_init(struct contain *c)
 {
-  char procs[sizeof c->cgroup + 16];
-
   memset(c, 0, sizeof *c);
-  c->procs_fd = -1;
+  c->dir_fd = -1;
   make_token(c);
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
     c->subreaper = true;
   make_cgroup(c);
   if (c->cgroup[0]) {
-    snprintf(procs, sizeof procs, "%s/cgroup.procs", c->cgroup);
-    c->procs_fd = open(procs, O_WRONLY | O_CLOEXEC);
-    if (c->procs_fd < 0)
+    c->dir_fd = open(c->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (c->dir_fd < 0 ||
+        faccessat(c->dir_fd, "cgroup.procs", W_OK, AT_EACCESS) < 0)
       drop_cgroup(c);
   }
   return c->subreaper || c->cgroup[0] ? 0 : -errno;
-}
-
-void contain_enter(struct contain *c)
-{
-  /* Children of several spawning threads may fail at once. */
-  if (c->procs_fd >= 0 && write(c->procs_fd, "0", 1) < 0)
-    __atomic_store_n(&c->enter_err, -errno, __ATOMIC_RELAXED);
 }
 
 int contain_check(struct contain *c)
@@ -189,17 +189,16 @@ int contain_check(struct contain *c)
   return err;
 }
 
-int contain_cgroup_kill(const char *cgroup)
+/* Kills the members of cgroup, and of the cgroups below it, one by one:
+ * round after round until a round finds none to kill. */
+static int kill_members(const char *cgroup, int depth)
 {
   char path[PATH_MAX + 16], buf[4096];
-  int fd, err, rounds;
+  struct dirent *d;
+  int fd, rounds, err = -EAGAIN;
   ssize_t n;
+  DIR *dir;
 
-  snprintf(path, sizeof path, "%s/cgroup.kill", cgroup);
-  err = write_str(path, "1");
-  if (err != -ENOENT)
-    return err;
-  /* Kernels before 5.14: kill the members until none is left. */
   snprintf(path, sizeof path, "%s/cgroup.procs", cgroup);
   for (rounds = 0; rounds < KILL_ROUNDS; rounds++) {
     int killed = 0;
@@ -224,10 +223,142 @@ int contain_cgroup_kill(const char *cgroup)
       }
     }
     close(fd);
-    if (!killed)
-      return 0;
+    if (!killed) {
+      err = 0;
+      break;
+    }
   }
-  return -EAGAIN;
+  if (depth >= REMOVE_DEPTH_MAX || !(dir = opendir(cgroup)))
+    return err;
+  while ((d = readdir(dir))) {
+    if (d->d_type != DT_DIR || d->d_name[0] == '.')
+      continue;
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", cgroup, d->d_name) <
+        sizeof path)
+      kill_members(path, depth + 1);
+  }
+  closedir(dir);
+  return err;
+}
+
+int contain_cgroup_kill(const char *cgroup)
+{
+  char path[PATH_MAX + 16];
+  int err;
+
+  snprintf(path, sizeof path, "%s/cgroup.kill", cgroup);
+  err = write_str(path, "1");
+  if (err != -ENOENT)
+    return err;
+  return kill_members(cgroup, 0);     /* kernels before 5.14 */
+}
+
+/* Whether <cgroup>/cgroup.events (open as fd) says "populated 0". */
+static bool cgroup_empty(int fd)
+{
+  char buf[256];
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+
+  if (n <= 0)
+    return false;
+  buf[n] = '\0';
+  return strstr(buf, "populated 0") != NULL;
+}
+
+/* Note [cgroup removal]: rmdir fails with EBUSY while a process is left
+ * in the cgroup or in a cgroup below it, and both happen after a kill:
+ *  - a SIGKILLed process leaves only once it has exited, which on a loaded
+ *    machine takes as long as the scheduler wants;
+ *  - a worker may make cgroups of its own below ours (ours is delegated):
+ *    a cdrun run by a worker makes cdrun-<pid> inside it, and its guardian
+ *    dies in our cgroup.kill before it can remove it.
+ * A fixed number of rmdir attempts at fixed intervals (what this was) lost
+ * the first race now and then and always the second, and left the cgroup
+ * behind.  So: kill, wait for the event itself (cgroup.events' "populated
+ * 0", which the kernel notifies as POLLPRI), kill again now and then in
+ * case something was still being born into it, remove the empty cgroups
+ * below, then rmdir; bounded (REMOVE_WAIT_MS) only so that a process stuck
+ * in the kernel cannot hold the caller forever. */
+static int cgroup_remove_tree(const char *cgroup, int depth,
+                              const struct timespec *t0);
+
+/* rmdir of every cgroup below cgroup (its subdirectories). */
+static void remove_children(const char *cgroup, int depth,
+                            const struct timespec *t0)
+{
+  char sub[PATH_MAX];
+  struct dirent *d;
+  DIR *dir;
+
+  if (depth >= REMOVE_DEPTH_MAX || !(dir = opendir(cgroup)))
+    return;
+  while ((d = readdir(dir))) {
+    if (d->d_type != DT_DIR || d->d_name[0] == '.')
+      continue;
+    if ((size_t)snprintf(sub, sizeof sub, "%s/%s", cgroup, d->d_name) <
+        sizeof sub)
+      cgroup_remove_tree(sub, depth + 1, t0);
+  }
+  closedir(dir);
+}
+
+static long ms_since(const struct timespec *t0)
+{
+  struct timespec now;
+
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (now.tv_sec - t0->tv_sec) * 1000 +
+         (now.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static int cgroup_remove_tree(const char *cgroup, int depth,
+                              const struct timespec *t0)
+{
+  char path[PATH_MAX + 16];
+  int fd, err = 0;
+
+  if (rmdir(cgroup) == 0 || errno == ENOENT)
+    return 0;
+  if (errno != EBUSY)
+    return -errno;
+  snprintf(path, sizeof path, "%s/cgroup.events", cgroup);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  for (;;) {
+    contain_cgroup_kill(cgroup);    /* the cgroups below it too */
+    if (fd >= 0 && !cgroup_empty(fd)) {
+      struct pollfd p = { fd, POLLPRI, 0 };
+
+      /* Woken by any change of cgroup.events; checked again after the
+       * next kill. */
+      if (poll(&p, 1, REMOVE_REKILL_MS) < 0 && errno != EINTR)
+        nap_ms(REMOVE_REKILL_MS);
+    } else {
+      remove_children(cgroup, depth, t0);
+    }
+    if (rmdir(cgroup) == 0 || errno == ENOENT)
+      break;
+    if (errno != EBUSY) {
+      err = -errno;
+      break;
+    }
+    if (ms_since(t0) >= REMOVE_WAIT_MS) {
+      err = -EBUSY;
+      break;
+    }
+    if (fd < 0 || cgroup_empty(fd))
+      nap_ms(10);       /* empty, yet busy a moment longer */
+  }
+  if (fd >= 0)
+    close(fd);
+  return err;
+}
+
+int contain_cgroup_remove(const char *cgroup)
+{
+  struct timespec t0;
+
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  return cgroup_remove_tree(cgroup, 0, &t0);
 }
 
 /* Whether /proc/<pid>/environ holds the NUL-terminated entry want. */
@@ -335,8 +466,14 @@ void contain_kill_all(struct contain *c, pid_t spare)
   size_t n, i, strays;
   int round;
 
+  /* Note [no cgroup.kill while spawning]: not cgroup.kill, which the
+   * workers of the next round would die of: a cgroup that was killed so
+   * kills every child later born in it (CLONE_INTO_CGROUP) on kernels
+   * that compare the child's cgroup's kill count with its parent's (6.x,
+   * up to 6.18 at least).  The guardian and contain_destroy, at the end,
+   * use it. */
   if (c->cgroup[0])
-    contain_cgroup_kill(c->cgroup);
+    kill_members(c->cgroup, 0);
   if (!c->subreaper)
     return;
   /* Orphans of the workers are our children now (subreaper); killing
@@ -359,14 +496,10 @@ void contain_kill_all(struct contain *c, pid_t spare)
 
 void contain_destroy(struct contain *c)
 {
-  int i;
-
   contain_kill_all(c, -1);
-  close_procs(c);
+  close_dir(c);
   if (!c->cgroup[0])
     return;
-  /* The killed may take a moment to leave the cgroup. */
-  for (i = 0; i < 200 && rmdir(c->cgroup) < 0 && errno == EBUSY; i++)
-    nap_ms(10);
+  contain_cgroup_remove(c->cgroup);
   c->cgroup[0] = '\0';
 }

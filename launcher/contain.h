@@ -10,8 +10,9 @@
  *    contain_kill_all kills them (and, as they die, their own children,
  *    which are re-parented to cdrun in turn).
  *  - where the system delegates a cgroup v2 (a writable cgroup of ours),
- *    the workers are moved at start into a cgroup of their own,
- *    cdrun-<pid>, created next to cdrun's, which descendants cannot leave;
+ *    the workers start in a cgroup of their own (spawn.h's Note [born in
+ *    the cgroup]), cdrun-<pid>, created next to cdrun's, which
+ *    descendants cannot leave;
  *    cgroup.kill stops all of it at once.  The guardian (guardian.h)
  *    knows the cgroup, so this holds even when cdrun itself is SIGKILLed.
  *  - without a cgroup, a SIGKILL of cdrun re-parents what is left to init,
@@ -34,8 +35,9 @@
 struct contain {
   char cgroup[PATH_MAX];        /* our cgroup's directory, "" if none */
   char token[48];               /* CONTAIN_ENV's value for our workers */
-  int procs_fd;                 /* <cgroup>/cgroup.procs, -1 if none */
-  int enter_err;                /* set by a child's contain_enter */
+  int dir_fd;                   /* the cgroup's directory, -1 if none:
+                                 * spawn_opts' cgroup_fd */
+  int enter_err;                /* spawn_opts' *cgroup_err */
   bool subreaper;
 };
 
@@ -44,16 +46,11 @@ struct contain {
  * Returns 0, or -errno when not even the subreaper could be set. */
 int contain_init(struct contain *c);
 
-/* Moves the calling process (a worker between clone and exec; see
- * spawn.h's in_child) into the cgroup; nothing when there is none.  Only
- * a write(2) on the descriptor opened by contain_init, so async-signal-
- * safe.  A failure is left in c->enter_err for contain_check, and is not
- * fatal: the subreaper remains. */
-void contain_enter(struct contain *c);
-
-/* In the agent after a spawn: if a child could not enter the cgroup (not
- * delegated after all, or not to us), gives the cgroup up and returns
- * the error (to be reported once); 0 otherwise. */
+/* The workers enter the cgroup through their spawn_opts: cgroup_fd =
+ * c->dir_fd, cgroup_err = &c->enter_err (a failure is not fatal: the
+ * subreaper remains).  In the agent after a spawn: if a child could not
+ * enter the cgroup (not delegated after all, or not to us), gives the
+ * cgroup up and returns the error (to be reported once); 0 otherwise. */
 int contain_check(struct contain *c);
 
 /* Kills everything of the worker group that is left: the cgroup's
@@ -74,5 +71,12 @@ void contain_destroy(struct contain *c);
  * on kernels without cgroup.kill.  Async-signal-safe enough for the
  * guardian (no malloc).  Returns 0 or -errno. */
 int contain_cgroup_kill(const char *cgroup);
+
+/* Kills what is in the cgroup and below it, and removes it (and the
+ * cgroups a worker made below it) once empty (Note [cgroup removal] in
+ * contain.c): waits for cgroup.events' "populated 0", killing again
+ * meanwhile, at most 30 s in all.  Returns 0 (removed, or already gone)
+ * or -errno (-EBUSY: still not empty after the wait). */
+int contain_cgroup_remove(const char *cgroup);
 
 #endif

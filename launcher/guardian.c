@@ -30,7 +30,8 @@ struct guardian_msg {
 };
 
 static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
-                          const char *token, const char *temp_dir)
+                          const char *token, bool subreaper,
+                          const char *temp_dir)
 {
   static pid_t groups[GUARDIAN_MAX_GROUPS];
   struct guardian_msg m;
@@ -80,15 +81,13 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
   for (i = 0; i < ngroups; i++)
     kill(-groups[i], SIGKILL);
   /* What left the groups (setsid, daemons) is still in the cgroup, and
-   * carries the token in its environment. */
-  contain_kill_token(token);
-  if (cgroup[0]) {
-    struct timespec ts = { 0, 10000000L };
-
-    contain_cgroup_kill(cgroup);
-    for (i = 0; i < 200 && rmdir(cgroup) < 0 && errno == EBUSY; i++)
-      nanosleep(&ts, NULL);
-  }
+   * carries the token in its environment.  An agent that quits in order
+   * and is a subreaper has killed all of it already (contain_kill_all):
+   * the scan of every process's environment is for its sudden death. */
+  if (!clean || !subreaper)
+    contain_kill_token(token);
+  if (cgroup[0])
+    contain_cgroup_remove(cgroup);
   /* The agent died without a word (SIGKILL, a crash): nobody else will
    * remove its temporary log directory, and nobody was told where it is. */
   if (!clean && temp_dir[0])
@@ -126,7 +125,7 @@ int guardian_start(struct guardian *g, const struct contain *c,
   }
   if (pid == 0) {
     close(p[1]);
-    guardian_main(p[0], &old, cg, token, tmp);
+    guardian_main(p[0], &old, cg, token, c && c->subreaper, tmp);
   }
   sigprocmask(SIG_SETMASK, &old, NULL);
   close(p[0]);

@@ -35,8 +35,10 @@ int guardian_watch(struct guardian *g, pid_t pgid);
 int guardian_forget(struct guardian *g, pid_t pgid);
 
 /* Tells the guardian that the agent quits in order (temp_dir stays) and
- * closes the pipe: the guardian SIGKILLs what is left on its list and
- * exits; then waits for it.  Idempotent. */
+ * closes the pipe: the guardian SIGKILLs what is left on its list and in
+ * the cgroup, and exits; then waits for it.  It skips the scan for the
+ * token when the agent is a subreaper: such an agent has killed what left
+ * the groups itself (contain_kill_all).  Idempotent. */
 void guardian_stop(struct guardian *g);
 
 #endif

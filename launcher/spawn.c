@@ -2,6 +2,7 @@
 #include "spawn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,6 +28,8 @@ struct child_args {
   pid_t agent;
   int err;
   int in_child_done;    /* in_child returned 0: exec_failed undoes it */
+  int enter_cgroup;     /* not born in o->cgroup_fd: move there */
+  int ran;              /* the child ran at all */
 };
 
 /* Note [child side of spawn]: the child runs in the agent's memory while
@@ -52,6 +55,25 @@ CHILD_CODE static int move_fd(int from, int to)
   return dup2(from, to) < 0 ? -1 : 0;
 }
 
+/* Stores the first of several children's failures (Note [born in the
+ * cgroup]'s *cgroup_err). */
+CHILD_CODE static void cgroup_failed(const struct spawn_opts *o, int err)
+{
+  if (o->cgroup_err)
+    __atomic_store_n(o->cgroup_err, err, __ATOMIC_RELAXED);
+}
+
+/* The fallback of Note [born in the cgroup]: the child moves itself. */
+CHILD_CODE static void enter_cgroup(const struct spawn_opts *o)
+{
+  int fd = openat(o->cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+
+  if (fd < 0 || write(fd, "0", 1) < 0)
+    cgroup_failed(o, -errno);
+  if (fd >= 0)
+    close(fd);
+}
+
 CHILD_CODE static int child_main(void *arg)
 {
   struct child_args *args = arg;
@@ -60,6 +82,9 @@ CHILD_CODE static int child_main(void *arg)
   sigset_t none;
   int sig, err, fd;
 
+  args->ran = 1;
+  if (args->enter_cgroup)
+    enter_cgroup(o);
   if (setsid() < 0)
     child_fail(args, errno);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
@@ -113,9 +138,105 @@ static size_t child_stack_size(char *const *argv)
   return (size + page - 1) / page * page;
 }
 
+/* clone3(2)'s arguments (linux/sched.h's struct clone_args, whose header
+ * clashes with glibc's <sched.h>); CLONE_ARGS_SIZE_VER2. */
+struct spawn_clone_args {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack,
+      stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+#if defined(__x86_64__)
+/* clone3 with a function to run on the new stack, as glibc's clone does
+ * for clone(2) (glibc 2.36 exports no clone3): the child cannot return
+ * from the system call into C, its stack holds no frame.  fn and arg ride
+ * in r8 and r9, which the system call leaves alone in both processes.
+ * Returns the child's pid or -errno. */
+long spawn_clone3(struct spawn_clone_args *ca, size_t size,
+                  int (*fn)(void *), void *arg)
+    __attribute__((visibility("hidden")));
+__asm__(".text\n"
+        ".globl spawn_clone3\n"
+        ".hidden spawn_clone3\n"
+        ".type spawn_clone3, @function\n"
+        "spawn_clone3:\n"
+        "  movq %rdx, %r8\n"
+        "  movq %rcx, %r9\n"
+        "  movl $435, %eax\n"          /* SYS_clone3 */
+        "  syscall\n"
+        "  testq %rax, %rax\n"
+        "  jz 1f\n"
+        "  ret\n"                      /* the caller: pid or -errno */
+        "1:\n"
+        "  xorl %ebp, %ebp\n"          /* the child: the outermost frame */
+        "  movq %r9, %rdi\n"
+        "  callq *%r8\n"
+        "  movl %eax, %edi\n"
+        "  movl $60, %eax\n"           /* SYS_exit */
+        "  syscall\n"
+        "  hlt\n"
+        ".size spawn_clone3, .-spawn_clone3\n");
+#define HAVE_SPAWN_CLONE3 1
+#endif
+
+/* Set once clone3 turned out to lack CLONE_INTO_CGROUP (Linux < 5.7):
+ * children move themselves from then on. */
+static int clone3_cgroup_missing;
+
+/* The child, born in o->cgroup_fd where the kernel allows it (Note [born
+ * in the cgroup]).  Returns its pid or -errno; on -errno nothing was
+ * started. */
+static pid_t clone_child(struct child_args *args, char *stack,
+                         size_t stack_size)
+{
+  const struct spawn_opts *o = args->o;
+  pid_t pid;
+
+#ifdef HAVE_SPAWN_CLONE3
+  if (o->cgroup_fd >= 0 &&
+      !__atomic_load_n(&clone3_cgroup_missing, __ATOMIC_RELAXED)) {
+    struct spawn_clone_args ca;
+
+    memset(&ca, 0, sizeof ca);
+    ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+    ca.exit_signal = SIGCHLD;
+    ca.stack = (uintptr_t)stack;
+    ca.stack_size = stack_size;
+    ca.cgroup = (uint64_t)o->cgroup_fd;
+    pid = (pid_t)spawn_clone3(&ca, sizeof ca, child_main, args);
+    if (pid > 0 && !args->ran) {
+      /* Killed before its first instruction: the cgroup was killed
+       * (cgroup.kill) before, and the kernel kills what is born in it
+       * since (Note [no cgroup.kill while spawning] in contain.c).
+       * Moving there still works. */
+      while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+      pid = -EINVAL;
+    }
+    if (pid >= 0 || pid == -EAGAIN || pid == -ENOMEM || pid == -ENOSPC)
+      return pid;
+    if (pid == -ENOSYS || pid == -EINVAL || pid == -E2BIG) {
+      __atomic_store_n(&clone3_cgroup_missing, 1, __ATOMIC_RELAXED);
+      args->enter_cgroup = 1;
+    } else {
+      cgroup_failed(o, pid);    /* the cgroup is not ours to use */
+    }
+  } else {
+    args->enter_cgroup = o->cgroup_fd >= 0;
+  }
+#else
+  args->enter_cgroup = o->cgroup_fd >= 0;
+#endif
+  pid = clone(child_main, stack + stack_size,
+              CLONE_VM | CLONE_VFORK | SIGCHLD, args);
+  return pid < 0 ? -errno : pid;
+}
+
 int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
 {
-  struct child_args args = { o, getpid(), 0, 0 };
+  struct child_args args = { o, getpid(), 0, 0, 0, 0 };
   size_t stack_size = child_stack_size(o->argv);
   sigset_t all, old;
   char *stack;
@@ -130,10 +251,9 @@ int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
   pthread_sigmask(SIG_SETMASK, &all, &old);
   /* Returns once the child has exec'd or exited (CLONE_VFORK); the stack
    * grows down from its end. */
-  pid = clone(child_main, stack + stack_size,
-              CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  pid = clone_child(&args, stack, stack_size);
   if (pid < 0)
-    err = -errno;
+    err = pid;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   munmap(stack, stack_size);
   if (err)

@@ -37,10 +37,17 @@ struct spawn_opts {
    * with the child's pid (reaped by then): undoes what in_child
    * recorded.  May be NULL. */
   void (*exec_failed)(void *ctx, pid_t pid);
+  /* A cgroup v2 directory (an open fd; -1: none) the child belongs to
+   * before it runs anything of its own, in_child included: see Note
+   * [born in the cgroup].  When it cannot be had, the worker still
+   * starts, outside it, and *cgroup_err (when not NULL) gets the -errno
+   * (stored atomically: several spawns may fail at once). */
+  int cgroup_fd;
+  int *cgroup_err;
 };
 
 #define SPAWN_OPTS_INIT \
-  { NULL, NULL, -1, -1, -1, NULL, NULL, NULL, 0, NULL, 0, NULL }
+  { NULL, NULL, -1, -1, -1, NULL, NULL, NULL, 0, NULL, 0, NULL, -1, NULL }
 
 /* Starts the worker and returns once it has exec'd.  The child calls
  * setsid() (so the worker leads a new process group, as torchrun's
@@ -54,6 +61,14 @@ struct spawn_opts {
  * grows with the agent's memory, which grows with the number of workers
  * (5,000 forks spent most of their time there).  The exec's outcome comes
  * back through the shared memory; no pipe is needed.
+ *
+ * Note [born in the cgroup]: with cgroup_fd the child is made by clone3
+ * with CLONE_INTO_CGROUP: it is born in the cgroup.  Moving it there
+ * after the clone (a write of its pid to cgroup.procs, what older kernels
+ * leave as the only way, and the fallback here) takes the cgroup
+ * threadgroup lock for writing, which waits for an RCU grace period and
+ * stalls every fork and exit on the machine meanwhile: a few milliseconds
+ * at random, per worker, on a small VM.
  *
  * Returns 0 with *pid set once the exec succeeded; -errno of the failed
  * execvp (for example -ENOENT, -EACCES) or of in_child after reaping the

@@ -55,7 +55,9 @@ static void print_time(FILE *out, double t)
     fputs("<N/A>", out);
     return;
   }
-  secs = (time_t)floor(t);
+  secs = (time_t)t;     /* floor(t), without libm (Note [cJSON on demand]) */
+  if ((double)secs > t)
+    secs--;
   if (!localtime_r(&secs, &tm) ||
       strftime(buf, sizeof(buf), "%Y-%m-%d_%H:%M:%S", &tm) == 0) {
     fputs("<N/A>", out);

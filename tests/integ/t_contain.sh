@@ -62,4 +62,43 @@ for cg in 1 0; do
   done
   [ -z "$left" ] || fail "left behind after SIGKILL of cdrun (cgroup=$cg):$left"
 done
+
+# Note [cgroup removal]: a worker may make a cgroup of its own below
+# cdrun's (a cdrun run by a worker does): after a SIGKILL of cdrun the
+# guardian kills what is in both and removes both.  It used to try rmdir
+# for 2 s and give up: the cgroup below kept it busy, and cdrun-<pid>
+# stayed behind, empty.  Needs a delegated cgroup v2 (skipped otherwise).
+d=$T/nested
+mkdir "$d"
+bg_cdrun --standalone --nproc_per_node=1 "$TW" sleep "$d" 60
+wait_files "$d/pid.*" 1 30
+w=$(cat "$d/pid.0")
+rel=$(sed -n 's/^0:://p' "/proc/$w/cgroup")
+# The cgroup2 mount (fields after " - ": type, source), when it shows the
+# whole hierarchy (root "/").
+mnt=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") {
+               if ($(i + 1) == "cgroup2" && $4 == "/") print $5; break } }' \
+      /proc/self/mountinfo | head -n 1)
+cgdir=$mnt$rel
+if [[ $rel == */cdrun-"$BG" && -n $mnt && -d $cgdir ]] &&
+    mkdir "$cgdir/sub" 2>/dev/null; then
+  sleep 600 &
+  s=$!
+  STARTED+=("$s")
+  echo "$s" >"$cgdir/sub/cgroup.procs" ||
+    fail "cannot move a process into $cgdir/sub"
+  kill -KILL "$BG"
+  wait "$BG" 2>/dev/null
+  for ((i = 0; i < 600; i++)); do
+    [ -d "$cgdir" ] || alive "$s" || break
+    sleep 0.05
+  done
+  alive "$s" && fail "a process in a cgroup below cdrun's survived its SIGKILL"
+  [ -d "$cgdir" ] && fail "SIGKILL of cdrun left its cgroup $cgdir behind" \
+    "(below it: $(ls -d "$cgdir"/*/ 2>/dev/null | tr '\n' ' '))"
+else
+  echo "note: no delegated cgroup v2 here; nested cgroups not tested" >&2
+  kill -KILL "$BG"
+  wait "$BG" 2>/dev/null
+fi
 exit 0

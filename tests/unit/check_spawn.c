@@ -370,6 +370,169 @@ START_TEST(test_in_child_error)
 }
 END_TEST
 
+/* ---- the cgroup (Note [born in the cgroup]) -------------------------- */
+
+/* A cgroup of our own below ours, as contain.c makes one; "" where the
+ * system delegates none (the test then only says so). */
+static void make_test_cgroup(char *out, size_t len)
+{
+  char line[4096], mnt[PATH_MAX] = "", own[PATH_MAX] = "";
+  FILE *f = fopen("/proc/self/mountinfo", "r");
+
+  out[0] = '\0';
+  if (f) {
+    while (fgets(line, sizeof line, f)) {
+      char root[PATH_MAX], m[PATH_MAX];
+
+      if (strstr(line, " - cgroup2 ") &&
+          sscanf(line, "%*s %*s %*s %4095s %4095s", root, m) == 2 &&
+          strcmp(root, "/") == 0) {
+        snprintf(mnt, sizeof mnt, "%s", m);
+        break;
+      }
+    }
+    fclose(f);
+  }
+  f = fopen("/proc/self/cgroup", "r");
+  if (f) {
+    while (fgets(line, sizeof line, f))
+      if (strncmp(line, "0::", 3) == 0) {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(own, sizeof own, "%s", strcmp(line + 3, "/") ? line + 3
+                                                               : "");
+      }
+    fclose(f);
+  }
+  if (!mnt[0])
+    return;
+  snprintf(out, len, "%s%s/check_spawn-%d", mnt, own, (int)getpid());
+  if (mkdir(out, 0755) < 0)
+    out[0] = '\0';
+}
+
+struct cg_probe {
+  char seen[256];       /* the child's /proc/self/cgroup, in in_child */
+};
+
+/* in_child: what cgroup the child is in before it runs anything. */
+static int read_own_cgroup(void *ctx)
+{
+  struct cg_probe *p = ctx;
+  int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, p->seen, sizeof p->seen - 1) : -1;
+
+  if (fd >= 0)
+    close(fd);
+  p->seen[n > 0 ? n : 0] = '\0';
+  return 0;
+}
+
+/* Spawns /bin/true with cgroup_fd = cg: it must be in cg before it runs
+ * anything (in_child), and cg be no error; then removes cg. */
+static void expect_born_in(const char *cg)
+{
+  char *argv[] = { "/bin/true", NULL };
+  struct spawn_opts o = SPAWN_OPTS_INIT;
+  struct cg_probe probe;
+  char want[64];
+  int err = 0, rc, st = 0;
+  bool reaped = false;
+  pid_t pid = -1;
+
+  memset(&probe, 0, sizeof probe);
+  o.argv = argv;
+  o.envp = empty_env;
+  o.cgroup_fd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  o.cgroup_err = &err;
+  o.in_child = read_own_cgroup;
+  o.ctx = &probe;
+  ck_assert_int_ge(o.cgroup_fd, 0);
+  rc = spawn_worker(&o, &pid);
+  /* The cgroup goes first, whatever the outcome (it would outlive a
+   * failed test): the worker has left it once reaped. */
+  if (rc == 0) {
+    track(pid);
+    reaped = reap_within(pid, &st, LIMIT_MS);
+  }
+  close(o.cgroup_fd);
+  rmdir(cg);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_msg(reaped && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                "pid %d: status 0x%x, want exit 0", (int)pid, st);
+  ck_assert_int_eq(err, 0);
+  snprintf(want, sizeof want, "/check_spawn-%d\n", (int)getpid());
+  ck_assert_msg(strstr(probe.seen, want), "the child was in '%s' before "
+                "it ran anything, not in %s", probe.seen, cg);
+}
+
+START_TEST(test_cgroup_born_in)
+{
+  char cg[PATH_MAX];
+
+  make_test_cgroup(cg, sizeof cg);
+  if (!cg[0]) {
+    fprintf(stderr, "note: no delegated cgroup v2 here; not tested\n");
+    return;
+  }
+  expect_born_in(cg);
+}
+END_TEST
+
+/* A cgroup that was killed (cgroup.kill) before: some kernels kill every
+ * child born in it afterwards (Note [no cgroup.kill while spawning] in
+ * contain.c); the worker must run all the same, in the cgroup. */
+START_TEST(test_cgroup_killed_before)
+{
+  char cg[PATH_MAX], kill_path[PATH_MAX + 16];
+  int fd;
+
+  make_test_cgroup(cg, sizeof cg);
+  if (!cg[0]) {
+    fprintf(stderr, "note: no delegated cgroup v2 here; not tested\n");
+    return;
+  }
+  snprintf(kill_path, sizeof kill_path, "%s/cgroup.kill", cg);
+  fd = open(kill_path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    rmdir(cg);
+    fprintf(stderr, "note: no cgroup.kill here; not tested\n");
+    return;
+  }
+  ck_assert_int_eq(write(fd, "1", 1), 1);
+  close(fd);
+  expect_born_in(cg);
+}
+END_TEST
+
+/* A cgroup the kernel will not have (here: not a cgroup at all): the
+ * worker starts anyway, and the caller learns why. */
+START_TEST(test_cgroup_refused)
+{
+  char *argv[] = { "echo", "hello", NULL };
+  struct spawn_opts o = SPAWN_OPTS_INIT;
+  char buf[64];
+  int p[2], err = 0;
+  pid_t pid;
+
+  ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+  o.argv = argv;
+  o.envp = empty_env;
+  o.stdout_fd = p[1];
+  o.cgroup_fd = open(tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  o.cgroup_err = &err;
+  ck_assert_int_ge(o.cgroup_fd, 0);
+  ck_assert_int_eq(spawn_worker(&o, &pid), 0);
+  track(pid);
+  close(p[1]);
+  close(o.cgroup_fd);
+  read_all(p[0], buf, sizeof buf);
+  close(p[0]);
+  ck_assert_str_eq(buf, "hello\n");
+  expect_exit(pid, 0);
+  ck_assert_int_lt(err, 0);
+}
+END_TEST
+
 /* ---- signals --------------------------------------------------------- */
 
 START_TEST(test_signals_reset)
@@ -546,6 +709,13 @@ static Suite *spawn_suite(void)
   tc = tcase_create("many");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_spawn_many);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("cgroup");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_cgroup_born_in);
+  tcase_add_test(tc, test_cgroup_killed_before);
+  tcase_add_test(tc, test_cgroup_refused);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("signals");
