@@ -20,13 +20,18 @@ double pg__now(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Formatted apart first: an argument may be pg_last_error() itself (a
+ * sentence prefixed with context), and vsnprintf may not read the buffer
+ * it writes. */
 int pg__fail(int err, const char *fmt, ...)
 {
+  char line[sizeof last_error];
   va_list ap;
 
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  memcpy(last_error, line, sizeof line);
   return err;
 }
 
@@ -67,6 +72,10 @@ const char *pg_err_name(int err)
     return "OK";
   if (err == PG_EPEERFAIL)
     return "EPEERFAIL";
+  if (err == PG_ERR_PEER_LOST)
+    return "ERR_PEER_LOST";
+  if (err == PG_ESTALE_GROUP)
+    return "ESTALE_GROUP";
   if (err <= PG_EBACKEND_BASE - 1000)
     return "ECUDA";
   if (err <= PG_EBACKEND_BASE)
@@ -85,6 +94,10 @@ const char *pg_strerror(int err)
     return "success";
   if (err == PG_EPEERFAIL)
     return "an earlier collective failed; the group is unusable";
+  if (err == PG_ERR_PEER_LOST)
+    return "a member of the group died (live recovery: call pg_recover)";
+  if (err == PG_ESTALE_GROUP)
+    return "a sub-group of an earlier live generation (make it again)";
   if (err <= PG_EBACKEND_BASE - 1000)
     return "CUDA error (pg_last_error() has the details)";
   if (err <= PG_EBACKEND_BASE)

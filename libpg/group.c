@@ -15,6 +15,7 @@
 #include "group.h"
 #include "knobs.h"
 #include "launch_env.h"
+#include "live.h"
 #include "number.h"
 
 #define DEFAULT_TIMEOUT_S 300.0
@@ -258,7 +259,8 @@ static void exit_barrier(pg_group *g)
   char **keys;
   int i;
 
-  if (!g->store || g->size == 1 || g->is_sub)
+  /* Live mode: the store is cdrun's and outlives every worker. */
+  if (!g->store || g->size == 1 || g->is_sub || g->live)
     return;
   snprintf(key, sizeof key, "pg/exit/%d", g->rank);
   pg_store_set(g->store, key, "1", 1);
@@ -296,6 +298,7 @@ void pg_destroy(pg_group *g)
   if (g->server)
     pg_store_server_stop(g->server);
   pg__topo_free(&g->topo);
+  pg__live_free(g->live);
   free(g->all_ranks);
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->queued);
@@ -347,6 +350,7 @@ int pg_init(const struct pg_options *o, pg_group **out)
   pg_backend be = PG_BACKEND_AUTO;
   pg_group *g;
   int port = 0, local_rank = 0, err;
+  bool live;
 
   if (!o)
     o = &defaults;
@@ -374,6 +378,13 @@ int pg_init(const struct pg_options *o, pg_group **out)
   g->be = be;
   g->device = o->device;
   g->local_rank = local_rank;
+  err = pg__live_init(g, o, &live);
+  if (err)
+    goto fail;
+  if (live) {
+    *out = g;
+    return 0;
+  }
   if (g->size == 1 && be != PG_BACKEND_NCCL) {
     snprintf(g->backend, sizeof g->backend, "self");
     *out = g;

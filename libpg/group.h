@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "auth.h"
 #include "pg_internal.h"
@@ -85,6 +86,12 @@ struct pg_group {
   char launch_addr[256];        /* MASTER_ADDR derived from srun's env */
   char master_addr[256];        /* rank 0's address, as resolved */
   struct pg__token token;       /* the job token (auth.h); len 0: none */
+  /* Live recovery (live.h): the world group's state in live mode (NULL
+   * otherwise); a sub-group's world and the world's generation when it
+   * was made (older: every op fails with PG_ESTALE_GROUP). */
+  struct pg__live *live;
+  struct pg_group *world;
+  uint64_t gen;
 
   pthread_mutex_t mu;
   pthread_cond_t queued;        /* work was queued, or stop */

@@ -46,6 +46,20 @@ const struct pg__knob_def pg__knobs[PG_KNOB_COUNT] = {
     "the largest value the store accepts (0 .. 64 MiB)" },
   [PG_KNOB_STORE_MAX_KEY] = { "PG_STORE_MAX_KEY", "4096",
     "the longest key the store accepts (1 .. 4096 bytes)" },
+  [PG_KNOB_RECOVERY] = { "CDRUN_RECOVERY", "restart",
+    "live: live recovery (set by cdrun --recovery=live; man libpg, LIVE "
+    "RECOVERY)" },
+  [PG_KNOB_LIVE_OPT_IN] = { "CDRUN_LIVE_OPT_IN", "",
+    "live mode: the file pg_init creates (with its pid) to opt in" },
+  [PG_KNOB_LIVE_STORE] = { "CDRUN_LIVE_STORE", "",
+    "live mode: host:port of the job's live store, used as the group's "
+    "store (no rank serves MASTER_PORT)" },
+  [PG_KNOB_LIVE_ROUND_FILE] = { "CDRUN_LIVE_ROUND_FILE", "",
+    "live mode: the node's round file (round= world= rank_offset= "
+    "local_world=); unset: round 0 of RANK and WORLD_SIZE" },
+  [PG_KNOB_TEST_LIVE_HEAL_KILL] = { "PG_TEST_LIVE_HEAL_KILL", "",
+    "tests only: <generation>:<rank> kills that rank (SIGKILL) after its "
+    "first chunk of that generation's heal" },
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "knobs.h"
+#include "live.h"
 #include "number.h"
 #include "pg_internal.h"
 
@@ -387,7 +388,10 @@ int pg_reducer_create(pg_group *g, const struct pg_param_spec *p, size_t n,
   local_err = check_local(p, n, o, &cap, &first_cap);
   if (local_err)
     snprintf(why, sizeof why, "%s", pg_last_error());
-  err = verify_params(g, p, n, local_err, cap, first_cap, o->no_rebuild);
+  /* A fresh process in a running live job makes its reducer alone: the
+   * heal checks it against the survivors' and sends their layout. */
+  err = pg__live_create_alone(g) ? 0
+        : verify_params(g, p, n, local_err, cap, first_cap, o->no_rebuild);
   if (local_err)
     return pg__fail(local_err, "%s", why);
   if (err)
@@ -414,6 +418,10 @@ int pg_reducer_create(pg_group *g, const struct pg_param_spec *p, size_t n,
   err = layout_build(r, NULL, &r->L);
   if (err)
     goto fail;
+  if ((err = pg__live_add_reducer(g, r))) {
+    layout_free(g, &r->L);
+    goto fail;
+  }
   pthread_mutex_init(&r->mu, NULL);
   *out = r;
   return 0;
@@ -456,6 +464,7 @@ void pg_reducer_destroy(pg_reducer *r)
   pthread_mutex_lock(&r->mu);
   wait_all(r);
   pthread_mutex_unlock(&r->mu);
+  pg__live_remove_reducer(r->g, r);
   layout_free(r->g, &r->L);
   free(r->p);
   free(r->ready);
@@ -701,6 +710,84 @@ int pg_reducer_finish(pg_reducer *r)
     r->recording = false;
     r->have_order = err == 0 && r->norder == r->n;
   }
+out:
+  pthread_mutex_unlock(&r->mu);
+  return err;
+}
+
+/* ---- live recovery (live.h) ---------------------------------------------- */
+
+size_t pg__reducer_params(const struct pg_reducer *r)
+{
+  return r->n;
+}
+
+void pg__reducer_abandon(struct pg_reducer *r)
+{
+  pthread_mutex_lock(&r->mu);
+  wait_all(r);
+  r->active = false;
+  r->recording = false;
+  r->norder = 0;
+  r->err = 0;
+  pthread_mutex_unlock(&r->mu);
+}
+
+enum { S_N, S_HASH, S_REBUILT, S_HAVE_ORDER };
+
+void pg__reducer_sync_get(struct pg_reducer *r, int64_t *wire)
+{
+  size_t i;
+
+  pthread_mutex_lock(&r->mu);
+  wire[S_N] = (int64_t)r->n;
+  wire[S_HASH] = (int64_t)spec_hash(r->p, r->n);
+  wire[S_REBUILT] = r->rebuilt;
+  wire[S_HAVE_ORDER] = r->have_order;
+  for (i = 0; i < r->n; i++)
+    wire[PG__REDUCER_SYNC_HDR + i] = (int64_t)r->order[i];
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Note [reducer heal]: the interrupted iteration is abandoned, the
+ * buckets become the source's (its recorded order, rebuilt or not yet)
+ * and the gradients zero, so that every rank issues the same all-reduces
+ * from the next prepare on. */
+int pg__reducer_sync_set(struct pg_reducer *r, const int64_t *wire)
+{
+  const int64_t *order = wire + PG__REDUCER_SYNC_HDR;
+  struct layout nl;
+  size_t i;
+  int err = 0;
+
+  pthread_mutex_lock(&r->mu);
+  if (wire[S_N] != (int64_t)r->n ||
+      wire[S_HASH] != (int64_t)spec_hash(r->p, r->n)) {
+    err = pg__fail(-EPROTO, "the heal: the healing rank's reducer has "
+                   "other parameters (%lld) than this rank's (%zu)",
+                   (long long)wire[S_N], r->n);
+    goto out;
+  }
+  for (i = 0; i < r->n && (wire[S_REBUILT] || wire[S_HAVE_ORDER]); i++) {
+    if (order[i] < 0 || (uint64_t)order[i] >= r->n) {
+      err = pg__fail(-EPROTO, "the heal: the reducer order names "
+                     "parameter %lld of %zu", (long long)order[i], r->n);
+      goto out;
+    }
+    r->order[i] = (size_t)order[i];
+  }
+  err = layout_build(r, wire[S_REBUILT] ? r->order : NULL, &nl);
+  if (err)
+    goto out;
+  layout_free(r->g, &r->L);
+  r->L = nl;
+  r->rebuilt = wire[S_REBUILT] != 0;
+  r->have_order = wire[S_HAVE_ORDER] != 0;
+  r->broken = 0;
+  r->active = false;
+  r->recording = false;
+  r->norder = 0;
+  memset(r->accumulated, 0, r->n ? r->n : 1);
 out:
   pthread_mutex_unlock(&r->mu);
   return err;

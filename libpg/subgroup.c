@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "group.h"
+#include "live.h"
 
 /* Note [sub-groups]: pg_new_group and pg_split are called by every rank
  * of the parent in the same order, so each rank's count of the parent's
@@ -59,6 +60,8 @@ static int child_create(pg_group *parent, const int *members, int n, int me,
   g->timeout = parent->timeout;
   g->store = parent->store;
   g->wtopo = parent->wtopo;
+  g->world = parent->is_sub ? parent->world : parent;
+  g->gen = pg__live_generation(parent);
   memcpy(g->master_addr, parent->master_addr, sizeof g->master_addr);
   g->token = parent->token;
   snprintf(g->ns, sizeof g->ns, "%s", ns);

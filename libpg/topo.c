@@ -69,7 +69,7 @@ int pg__topo_build(pg_group *g, const char *host_id, const char *boot)
   if (!t->host_of || !t->leader_of || !t->local || !vals || !lens)
     goto out;
   snprintf(mine, sizeof mine, "%s\n%s", host_id, boot);
-  err = pg__store_allgather(g->store, "pg/", "host/", g->rank, g->size,
+  err = pg__store_allgather(g->store, g->ns, "host/", g->rank, g->size,
                             mine, strlen(mine), g->timeout, vals, lens);
   if (err)
     goto out;

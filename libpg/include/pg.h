@@ -582,7 +582,9 @@ struct pg_recover_info {
   int old_rank, old_world;
   int joined;             /* ranks new to the group (replacements and
                              joiners) */
-  int left;               /* ranks that left for good (a lost node) */
+  int left;               /* ranks that left for good, not replaced (a
+                             lost node): old_world - world when
+                             positive */
   int heal_source;        /* the rank whose state every rank now holds;
                              -1 when nothing is registered */
   double rebuild_s;       /* seconds waiting for the generation and

@@ -1,0 +1,178 @@
+/* live.h -- live recovery's parts (pg.h, "live recovery"; nothing here is
+ * installed):
+ *
+ *   live_round.c   the round file cdrun rewrites at every round of a node
+ *                  (CDRUN_LIVE_ROUND_FILE): parsing and reading
+ *   live_member.c  a member's entry and a generation's decision as text in
+ *                  the store, and when a generation is complete (pure)
+ *   live_form.c    forming a generation over the live store (Note
+ *                  [generations])
+ *   recover.c      live mode at pg_init, pg_recover, pg_membership_poll,
+ *                  pg_state_register, the error a peer's loss turns into
+ *   state.c        the heal (Note [heal])
+ *
+ * A live group's members are its slots 0..world-1 in the round it formed
+ * for; a process is told apart from the one it replaced by a random
+ * incarnation id. */
+#ifndef PG_LIVE_H
+#define PG_LIVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pg_internal.h"
+
+struct pg_reducer;
+
+/* ---- live_round.c ---------------------------------------------------------
+ * One line "round=<R> world=<W> rank_offset=<O> local_world=<L>\n"; a
+ * process's slot in round R is O + its LOCAL_RANK. */
+struct pg__live_round {
+  int64_t round;
+  int world, rank_offset, local_world;
+};
+
+/* Parses text[0..len) (one line, fields in any order, each once, the
+ * newline optional).  0, or -EINVAL with a sentence naming the problem
+ * (what names the file). */
+PG__HIDDEN int pg__live_round_parse(const char *text, size_t len,
+                                    const char *what,
+                                    struct pg__live_round *out);
+/* Reads and parses the file.  0, or an error with a sentence. */
+PG__HIDDEN int pg__live_round_read(const char *path,
+                                   struct pg__live_round *out);
+/* This process's slot in r: rank_offset + local_rank, checked against
+ * the world.  0, or -EINVAL with a sentence. */
+PG__HIDDEN int pg__live_round_slot(const struct pg__live_round *r,
+                                   int local_rank, int *slot);
+
+/* ---- live_member.c --------------------------------------------------------
+ * A member's entry in generation G (live/g<G>/m<slot>). */
+#define PG__LIVE_BOOT_MAX 64
+struct pg__live_member {
+  uint64_t inc;        /* incarnation id: random per process */
+  int64_t round;       /* the round it read */
+  int world, slot;
+  int old_rank;        /* its rank in generation from, -1 when fresh */
+  int64_t from;        /* its previous generation, -1 when fresh */
+  int pid;
+  bool fresh;          /* a new process: reducers and state not yet
+                          registered (its pg_state_register heals) */
+  bool valid;          /* its state may be the heal's source */
+  char boot[PG__LIVE_BOOT_MAX];  /* its kernel's boot id ("" unknown) */
+};
+
+/* Text forms: one line, no newline; buf of PG__LIVE_MEMBER_MAX bytes. */
+#define PG__LIVE_MEMBER_MAX 256
+PG__HIDDEN void pg__live_member_format(const struct pg__live_member *m,
+                                       char *buf, size_t len);
+/* 0, or -EPROTO with a sentence. */
+PG__HIDDEN int pg__live_member_parse(const char *text, size_t len,
+                                     struct pg__live_member *m);
+
+/* Whether slots 0..world-1 form round's generation: every present[i],
+ * with m[i] of that round and world, at slot i, and no incarnation twice. */
+PG__HIDDEN bool pg__live_complete(const struct pg__live_member *m,
+                                  const bool *present, int world,
+                                  int64_t round);
+
+/* A generation's decision (live/g<G>/done): "abandoned", or the round,
+ * world and every member's entry, one per line.  format returns a
+ * malloc'd string (NULL: out of memory); parse gives *world == 0 for
+ * "abandoned" and a malloc'd *m otherwise.  0, or -EPROTO/-ENOMEM. */
+#define PG__LIVE_ABANDONED "abandoned"
+PG__HIDDEN char *pg__live_decision_format(const struct pg__live_member *m,
+                                          int world, int64_t round);
+PG__HIDDEN int pg__live_decision_parse(const char *text, size_t len,
+                                       struct pg__live_member **m,
+                                       int *world, int64_t *round);
+/* The heal's source: the lowest slot whose state is valid, or -1. */
+PG__HIDDEN int pg__live_heal_source(const struct pg__live_member *m,
+                                    int world);
+
+/* ---- live_form.c ------------------------------------------------------------
+ * Note [generations] there.  What one process brings to a formation, and
+ * what it learns. */
+struct pg__live_join {
+  pg_store *store;
+  const char *round_file;  /* NULL: round 0 of world/rank below */
+  int local_rank;
+  int env_world, env_rank; /* RANK/WORLD_SIZE, used without a round file */
+  uint64_t inc;
+  const char *boot;
+  bool fresh, valid;
+  int old_rank;
+  int64_t from;            /* -1: fresh */
+  double timeout;
+};
+
+struct pg__live_formed {
+  uint64_t gen;
+  int64_t round;
+  int world, slot;
+  struct pg__live_member *m;   /* [world], malloc'd */
+};
+
+/* Joins generation gen or a later one (a fresh process: the lowest that
+ * is not decided from gen on) and waits until one is decided with this
+ * process in it.  0 and *out, -ETIMEDOUT after j->timeout, or a store
+ * error; each with a sentence. */
+PG__HIDDEN int pg__live_form(const struct pg__live_join *j, uint64_t gen,
+                             struct pg__live_formed *out);
+
+/* ---- recover.c ------------------------------------------------------------- */
+struct pg__live;
+
+/* err, or PG_ERR_PEER_LOST when g runs in live mode and err says a peer
+ * is gone (ECONNRESET, EPIPE, ETIMEDOUT, PG_EPEERFAIL, ...); the sentence
+ * is kept. */
+PG__HIDDEN int pg__live_peer_err(const pg_group *g, int err);
+/* A sub-group made in an older generation of its live world: true. */
+PG__HIDDEN bool pg__live_stale(const pg_group *g);
+/* The world group of a live g, or NULL. */
+PG__HIDDEN struct pg__live *pg__live_of(const pg_group *g);
+/* Live mode at pg_init (CDRUN_RECOVERY=live): opts in, connects to the
+ * live store, forms the first generation this process belongs to and
+ * sets up its communicator.  *handled = false when not live (nothing
+ * done).  0 or an error with a sentence. */
+PG__HIDDEN int pg__live_init(pg_group *g, const struct pg_options *o,
+                             bool *handled);
+PG__HIDDEN void pg__live_free(struct pg__live *l);
+/* A reducer made on a live world: recorded so that heals re-sync its
+ * buckets; forgotten at its destroy. */
+PG__HIDDEN int pg__live_add_reducer(pg_group *g, struct pg_reducer *r);
+PG__HIDDEN void pg__live_remove_reducer(pg_group *g, struct pg_reducer *r);
+/* A reducer made by a fresh process that joined a running job: made
+ * alone (the survivors made theirs long ago); its layout comes with the
+ * heal. */
+PG__HIDDEN bool pg__live_create_alone(const pg_group *g);
+/* What the heal sends: the registered buffers and the reducers. */
+PG__HIDDEN void pg__live_registered(pg_group *g,
+                                    const struct pg_state_buf **bufs,
+                                    size_t *nbufs,
+                                    struct pg_reducer *const **reducers,
+                                    size_t *nreducers);
+/* The current generation of g's world. */
+PG__HIDDEN uint64_t pg__live_generation(const pg_group *g);
+
+/* ---- state.c --------------------------------------------------------------
+ * The heal (Note [heal]): collective over the generation, from source.
+ * *valid (in: this rank's state was valid; out: it still is, even when
+ * the heal failed half-way).  0 or an error (PG_ERR_PEER_LOST). */
+PG__HIDDEN int pg__live_heal(pg_group *g, int source, bool *valid);
+
+/* ---- reducer.c: live recovery's view of a reducer --------------------------
+ * The layout a heal sends (spec hash, whether rebuilt, the order) and
+ * adopting one: a reducer abandons its iteration and takes the source's
+ * buckets.  wire holds PG__REDUCER_SYNC_HDR + n int64s. */
+#define PG__REDUCER_SYNC_HDR 4
+PG__HIDDEN size_t pg__reducer_params(const struct pg_reducer *r);
+PG__HIDDEN void pg__reducer_sync_get(struct pg_reducer *r, int64_t *wire);
+PG__HIDDEN int pg__reducer_sync_set(struct pg_reducer *r,
+                                    const int64_t *wire);
+/* Waits for (and drops) in-flight buckets and ends the iteration. */
+PG__HIDDEN void pg__reducer_abandon(struct pg_reducer *r);
+
+#endif

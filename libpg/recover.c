@@ -1,0 +1,602 @@
+/* recover.c -- live recovery (pg.h, "live recovery"): live mode at
+ * pg_init, pg_recover, pg_membership_poll, and the error that a peer's
+ * loss turns into.  The generation protocol is live_form.c's, the heal
+ * state.c's. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "group.h"
+#include "knobs.h"
+#include "live.h"
+#include "number.h"
+
+struct pg__live {
+  char round_file[PATH_MAX];    /* "" : none (round 0 of RANK/WORLD_SIZE) */
+  char host_id[512], boot[PG__LIVE_BOOT_MAX];
+  uint64_t inc;                 /* this process's incarnation */
+  uint64_t gen;                 /* the generation of g->comm */
+  int64_t round;                /* the round it formed for */
+  int env_rank, env_world;
+  bool valid;                   /* this rank's state is the job's */
+  bool joined_running;
+  bool heal_pending;            /* pg_state_register heals from source */
+  int heal_source;
+  struct stat round_st;         /* the round file when last read */
+  int64_t round_seen;
+  struct pg_state_buf *bufs;    /* pg_state_register's */
+  size_t nbufs;
+  bool registered;
+  struct pg_reducer **reducers; /* in creation order */
+  size_t nreducers;
+};
+
+/* ---- the error of a lost peer ------------------------------------------- */
+
+struct pg__live *pg__live_of(const pg_group *g)
+{
+  if (!g)
+    return NULL;
+  return g->is_sub ? (g->world ? g->world->live : NULL) : g->live;
+}
+
+bool pg__live_stale(const pg_group *g)
+{
+  return g && g->is_sub && g->world && g->world->live &&
+         g->world->live->gen != g->gen;
+}
+
+int pg__live_peer_err(const pg_group *g, int err)
+{
+  if (!err || !pg__live_of(g))
+    return err;
+  switch (err) {
+  case -ECONNRESET: case -EPIPE: case -ETIMEDOUT: case -ECONNABORTED:
+  case -ECONNREFUSED: case -ENOTCONN: case -EHOSTUNREACH: case -ENETRESET:
+  case PG_EPEERFAIL:
+    return pg__fail(PG_ERR_PEER_LOST, "%s", pg_last_error());
+  default:
+    return err;
+  }
+}
+
+/* ---- live mode at pg_init -------------------------------------------------- */
+
+/* Note [opt in]: cdrun replaces a failed worker alone only when every
+ * worker of the node created its CDRUN_LIVE_OPT_IN file; the pid lets the
+ * agent tell a stale file from this process's.  Written to a temporary
+ * name and renamed, so the agent never reads half a file. */
+static int opt_in(const char *path)
+{
+  char tmp[PATH_MAX + 32], line[32];
+  int fd, n, err;
+
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+  n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || write(fd, line, (size_t)n) != n || close(fd) != 0 ||
+      rename(tmp, path) != 0) {
+    err = -errno;
+    if (fd >= 0)
+      unlink(tmp);
+    return pg__fail(err, "cannot opt in to live recovery: writing %s "
+                    "(CDRUN_LIVE_OPT_IN): %s", path, strerror(-err));
+  }
+  return 0;
+}
+
+/* "host:port" or "[v6]:port". */
+static int parse_endpoint(const char *v, char *host, size_t hlen, int *port)
+{
+  const char *colon = strrchr(v, ':');
+  const char *h = v;
+  size_t n;
+  long p;
+
+  if (!colon || pg__number_long(colon + 1, 1, 65535, &p))
+    return pg__fail(-EINVAL, "CDRUN_LIVE_STORE is '%s', expected "
+                    "host:port", v);
+  n = (size_t)(colon - v);
+  if (n >= 2 && v[0] == '[' && v[n - 1] == ']') {
+    h = v + 1;
+    n -= 2;
+  }
+  if (n == 0 || n >= hlen)
+    return pg__fail(-EINVAL, "CDRUN_LIVE_STORE is '%s', expected "
+                    "host:port", v);
+  memcpy(host, h, n);
+  host[n] = '\0';
+  *port = (int)p;
+  return 0;
+}
+
+static bool local_host(const char *h)
+{
+  return strcmp(h, "localhost") == 0 || strncmp(h, "127.", 4) == 0 ||
+         strcmp(h, "::1") == 0;
+}
+
+static int connect_store(pg_group *g, const struct pg_options *o)
+{
+  const char *ep = pg__knob(PG_KNOB_LIVE_STORE);
+  const char *tok = o->job_token ? o->job_token
+                                 : pg__knob(PG_KNOB_JOB_TOKEN);
+  char host[256];
+  int port = 0, err;
+
+  if (!ep)
+    return pg__fail(-EINVAL, "CDRUN_RECOVERY=live but CDRUN_LIVE_STORE is "
+                    "not set (cdrun --recovery=live sets both)");
+  if ((err = parse_endpoint(ep, host, sizeof host, &port)))
+    return err;
+  if ((err = pg__token_from(tok ? tok : "", &g->token)))
+    return err;
+  if (!g->token.len)
+    pg__token_warn_missing(local_host(host));
+  err = pg_store_connect_auth(host, port, g->timeout, tok ? tok : "",
+                              &g->store);
+  if (err)
+    return pg__fail(err, "cannot reach the live store at %s: %s", ep,
+                    pg_last_error()[0] ? pg_last_error()
+                                       : pg_strerror(err));
+  return 0;
+}
+
+/* Makes g the member it is of f: rank, world, namespace, topology and a
+ * communicator (the backend's shrink when members only left, else a new
+ * one through the store).  Collective over f. */
+static int rebuild(pg_group *g, const struct pg__live_formed *f,
+                   uint64_t old_gen)
+{
+  struct pg__live *l = g->live;
+  struct pg__comm *old = g->comm, *shrunk = NULL;
+  struct pg__setup s;
+  int *excluded = NULL, nex = 0, i, err, last = -1, old_size = g->size;
+  bool shrink = old && old->ops->shrink && g->be == PG_BACKEND_NCCL;
+  char ns[300];
+
+  for (i = 0; i < f->world && shrink; i++) {
+    shrink = !f->m[i].fresh && f->m[i].from == (int64_t)old_gen &&
+             f->m[i].old_rank > last;
+    last = f->m[i].old_rank;
+  }
+  g->rank = f->slot;
+  g->size = f->world;
+  l->gen = f->gen;
+  l->round = f->round;
+  snprintf(g->ns, sizeof g->ns, "pg/gen%" PRIu64 "/", f->gen);
+  g->children = 0;
+  free(g->all_ranks);
+  g->all_ranks = NULL;
+  pg__topo_free(&g->topo);
+  g->wtopo = &g->topo;
+  if (g->size == 1 && g->be != PG_BACKEND_NCCL) {
+    if (old)
+      old->ops->destroy(old);
+    g->comm = NULL;
+    snprintf(g->backend, sizeof g->backend, "self");
+    g->topo.rank = 0;
+    g->topo.size = 1;
+    g->topo.nhosts = 1;
+    return 0;
+  }
+  if ((err = pg__topo_build(g, l->host_id, l->boot)))
+    return err;
+  if (shrink) {
+    /* Note [shrink]: the survivors, in their old order, are the new
+     * communicator; the backend drops the others' positions. */
+    excluded = calloc((size_t)old_size, sizeof *excluded);
+    g->all_ranks = calloc((size_t)g->size, sizeof *g->all_ranks);
+    if (!excluded || !g->all_ranks) {
+      free(excluded);
+      return pg__fail(-ENOMEM, "out of memory shrinking the group");
+    }
+    for (i = 0; i < g->size; i++)
+      g->all_ranks[i] = i;
+    for (i = 0, last = 0; i < old_size; i++) {
+      while (last < f->world && f->m[last].old_rank < i)
+        last++;
+      if (last == f->world || f->m[last].old_rank != i)
+        excluded[nex++] = i;
+    }
+    memset(&s, 0, sizeof s);
+    snprintf(ns, sizeof ns, "%snccl/", g->ns);
+    s.store = g->store;
+    s.ns = ns;
+    s.topo = g->wtopo;
+    s.ranks = g->all_ranks;
+    s.n = g->size;
+    s.me = g->rank;
+    s.timeout = g->timeout;
+    s.device = g->device;
+    s.local_rank = g->local_rank;
+    s.master_addr = g->master_addr[0] ? g->master_addr : NULL;
+    s.token = &g->token;
+    err = old->ops->shrink(old, excluded, nex, &s, &shrunk);
+    free(excluded);
+    old->ops->destroy(old);
+    g->comm = shrunk;
+    return err;
+  }
+  if (old)
+    old->ops->destroy(old);
+  g->comm = NULL;
+  return pg__group_create_comm(g, g->be, g->device, g->local_rank);
+}
+
+static void fill_join(pg_group *g, struct pg__live_join *j, bool fresh)
+{
+  struct pg__live *l = g->live;
+
+  memset(j, 0, sizeof *j);
+  j->store = g->store;
+  j->round_file = l->round_file[0] ? l->round_file : NULL;
+  j->local_rank = g->local_rank;
+  j->env_world = l->env_world;
+  j->env_rank = l->env_rank;
+  j->inc = l->inc;
+  j->boot = l->boot;
+  j->fresh = fresh;
+  j->valid = l->valid && !fresh;
+  j->old_rank = fresh ? -1 : g->rank;
+  j->from = fresh ? -1 : (int64_t)l->gen;
+  j->timeout = g->timeout;
+}
+
+static int live_setup(pg_group *g, const struct pg_options *o)
+{
+  struct pg__live *l = g->live;
+  struct pg__live_formed f;
+  struct pg__live_join j;
+  const char *v, *hid;
+  int err, i;
+
+  if ((v = pg__knob(PG_KNOB_LIVE_OPT_IN)) && (err = opt_in(v)))
+    return err;
+  if ((v = pg__knob(PG_KNOB_LIVE_ROUND_FILE)))
+    snprintf(l->round_file, sizeof l->round_file, "%s", v);
+  l->env_rank = g->rank;
+  l->env_world = g->size;
+  pg__nonce((uint8_t *)&l->inc, sizeof l->inc);
+  pg__topo_boot_id(l->boot, sizeof l->boot);
+  hid = o->host_id ? o->host_id : pg__knob(PG_KNOB_HOST_ID);
+  if (hid && *hid)
+    snprintf(l->host_id, sizeof l->host_id, "%s", hid);
+  else
+    pg__topo_default_host_id(l->boot, l->host_id, sizeof l->host_id);
+  if ((err = connect_store(g, o)))
+    return err;
+  fill_join(g, &j, true);
+  if ((err = pg__live_form(&j, 0, &f)))
+    return err;
+  for (i = 0; i < f.world; i++)
+    l->joined_running |= !f.m[i].fresh;
+  l->heal_source = pg__live_heal_source(f.m, f.world);
+  l->heal_pending = l->heal_source >= 0;
+  /* Nothing to heal from: this rank starts the job's state itself. */
+  l->valid = !l->heal_pending && !l->joined_running;
+  l->round_seen = f.round;
+  err = rebuild(g, &f, 0);
+  free(f.m);
+  return err;
+}
+
+int pg__live_init(pg_group *g, const struct pg_options *o, bool *handled)
+{
+  const char *mode = pg__knob(PG_KNOB_RECOVERY);
+
+  *handled = false;
+  if (!mode || strcmp(mode, "restart") == 0)
+    return 0;
+  if (strcmp(mode, "live") != 0)
+    return pg__fail(-EINVAL, "CDRUN_RECOVERY is '%s', expected restart or "
+                    "live", mode);
+  *handled = true;
+  g->live = calloc(1, sizeof *g->live);
+  if (!g->live)
+    return pg__fail(-ENOMEM, "out of memory for live recovery");
+  return live_setup(g, o);
+}
+
+void pg__live_free(struct pg__live *l)
+{
+  if (!l)
+    return;
+  free(l->bufs);
+  free(l->reducers);
+  free(l);
+}
+
+/* ---- reducers and state ---------------------------------------------------- */
+
+int pg__live_add_reducer(pg_group *g, struct pg_reducer *r)
+{
+  struct pg__live *l = g->live;
+  struct pg_reducer **nr;
+
+  if (!l || g->is_sub)
+    return 0;
+  nr = realloc(l->reducers, (l->nreducers + 1) * sizeof *nr);
+  if (!nr)
+    return pg__fail(-ENOMEM, "out of memory recording a reducer");
+  l->reducers = nr;
+  l->reducers[l->nreducers++] = r;
+  return 0;
+}
+
+void pg__live_remove_reducer(pg_group *g, struct pg_reducer *r)
+{
+  struct pg__live *l = g ? g->live : NULL;
+  size_t i;
+
+  for (i = 0; l && i < l->nreducers; i++)
+    if (l->reducers[i] == r) {
+      memmove(l->reducers + i, l->reducers + i + 1,
+              (l->nreducers - i - 1) * sizeof *l->reducers);
+      l->nreducers--;
+      return;
+    }
+}
+
+/* The registered state and reducers, for state.c. */
+void pg__live_registered(pg_group *g, const struct pg_state_buf **bufs,
+                         size_t *nbufs, struct pg_reducer *const **reducers,
+                         size_t *nreducers)
+{
+  struct pg__live *l = g->live;
+
+  *bufs = l->bufs;
+  *nbufs = l->nbufs;
+  *reducers = l->reducers;
+  *nreducers = l->nreducers;
+}
+
+int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
+{
+  struct pg__live *l;
+  size_t i;
+  bool valid;
+  int err;
+
+  if (!g || (n && !b))
+    return pg__fail(-EINVAL, "pg_state_register: NULL group or buffers");
+  if (g->is_sub)
+    return pg__fail(-EINVAL, "pg_state_register: a sub-group (register "
+                    "the state with the world group)");
+  for (i = 0; i < n; i++)
+    if (b[i].bytes && !b[i].ptr)
+      return pg__fail(-EINVAL, "pg_state_register: buffer %zu is NULL "
+                      "with %zu bytes", i, b[i].bytes);
+  l = g->live;
+  if (!l)
+    return 0;
+  if (l->registered)
+    return pg__fail(-EINVAL, "pg_state_register: called twice");
+  l->bufs = malloc((n ? n : 1) * sizeof *l->bufs);
+  if (!l->bufs)
+    return pg__fail(-ENOMEM, "out of memory registering the state");
+  if (n)
+    memcpy(l->bufs, b, n * sizeof *b);
+  l->nbufs = n;
+  l->registered = true;
+  if (!l->heal_pending)
+    return 0;
+  l->heal_pending = false;
+  valid = false;
+  err = pg__live_heal(g, l->heal_source, &valid);
+  l->valid = valid;
+  if (err) {
+    err = pg__live_peer_err(g, err);
+    pthread_mutex_lock(&g->mu);
+    if (!g->failed)
+      g->failed = err;
+    pthread_mutex_unlock(&g->mu);
+  }
+  return err;
+}
+
+/* ---- pg_recover ------------------------------------------------------------ */
+
+/* Waits for queued work (which fails fast once the group failed) and
+ * holds the queue for the caller. */
+static void queue_hold(pg_group *g)
+{
+  pthread_mutex_lock(&g->mu);
+  while (g->head || g->busy)
+    pthread_cond_wait(&g->finished, &g->mu);
+  g->busy = true;
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void queue_release(pg_group *g, int failed)
+{
+  pthread_mutex_lock(&g->mu);
+  g->failed = failed;
+  g->busy = false;
+  pthread_cond_broadcast(&g->finished);
+  if (g->head)
+    pthread_cond_signal(&g->queued);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void fill_info(const struct pg__live_formed *f, uint64_t old_gen,
+                      int old_rank, int old_world,
+                      struct pg_recover_info *info)
+{
+  int i;
+
+  memset(info, 0, sizeof *info);
+  info->generation = f->gen;
+  info->rank = f->slot;
+  info->world = f->world;
+  info->old_rank = old_rank;
+  info->old_world = old_world;
+  for (i = 0; i < f->world; i++) {
+    bool stayed = !f->m[i].fresh && f->m[i].from == (int64_t)old_gen;
+
+    info->joined += !stayed;
+  }
+  info->left = old_world > f->world ? old_world - f->world : 0;
+}
+
+/* Note [recover]: the old communicator goes first (a TCP peer blocked on
+ * this rank learns of the failure from the closed connection, a shm peer
+ * from the abort word), unless the backend shrinks it (NCCL: revoked, so
+ * nothing waits on it).  The reducers abandon their iteration.  Then the
+ * next generation forms (live_form.c), the communicator is rebuilt and
+ * the state healed.  A failure after the generation formed leaves the
+ * group failed with PG_ERR_PEER_LOST, so the caller recovers again into
+ * the generation after. */
+int pg_recover(pg_group *g, struct pg_recover_info *info)
+{
+  struct pg_recover_info local;
+  struct pg__live_formed f;
+  struct pg__live_join j;
+  struct pg__live *l = g ? g->live : NULL;
+  double t0 = pg__now(), t1;
+  uint64_t old_gen;
+  int old_rank, old_world, err, i;
+  bool valid;
+
+  if (!info)
+    info = &local;
+  memset(info, 0, sizeof *info);
+  info->heal_source = -1;
+  if (!g || g->is_sub || !l)
+    return pg__fail(-ENOTSUP, "pg_recover: %s", !g ? "NULL group"
+                    : g->is_sub ? "a sub-group (recover the world group, "
+                    "then make the sub-group again)"
+                    : "the group is not in live mode (CDRUN_RECOVERY=live)");
+  for (i = 0; i < (int)l->nreducers; i++)
+    pg__reducer_abandon(l->reducers[i]);
+  queue_hold(g);
+  if (g->comm && g->comm->ops->shrink && g->be == PG_BACKEND_NCCL) {
+    if (g->comm->ops->revoke)
+      g->comm->ops->revoke(g->comm);
+  } else if (g->comm) {
+    g->comm->ops->destroy(g->comm);
+    g->comm = NULL;
+  }
+  old_gen = l->gen;
+  old_rank = g->rank;
+  old_world = g->size;
+  fill_join(g, &j, !l->registered);
+  err = pg__live_form(&j, l->gen + 1, &f);
+  if (err) {
+    queue_release(g, PG_ERR_PEER_LOST);
+    return err == -ETIMEDOUT ? err : pg__live_peer_err(g, err);
+  }
+  l->round_seen = f.round > l->round_seen ? f.round : l->round_seen;
+  err = rebuild(g, &f, old_gen);
+  fill_info(&f, old_gen, old_rank, old_world, info);
+  l->heal_source = pg__live_heal_source(f.m, f.world);
+  info->heal_source = l->heal_source;
+  free(f.m);
+  t1 = pg__now();
+  info->rebuild_s = t1 - t0;
+  queue_release(g, 0);
+  if (err) {
+    err = pg__fail(PG_ERR_PEER_LOST, "generation %" PRIu64 ": rebuilding "
+                   "the communicator failed: %s", l->gen, pg_last_error());
+    queue_release(g, err);
+    return err;
+  }
+  if (!l->registered) {
+    /* A fresh process: its pg_state_register heals. */
+    l->heal_pending = l->heal_source >= 0;
+    return 0;
+  }
+  valid = l->valid;
+  err = l->heal_source >= 0 ? pg__live_heal(g, l->heal_source, &valid) : 0;
+  l->valid = valid;
+  info->heal_s = pg__now() - t1;
+  if (err) {
+    err = pg__live_peer_err(g, err);
+    queue_hold(g);
+    queue_release(g, err);
+  }
+  return err;
+}
+
+/* ---- pg_membership_poll ------------------------------------------------------ */
+
+/* The newest round this process's round file shows (stat first: a file
+ * not replaced since the last read is not read again). */
+static int64_t round_now(struct pg__live *l)
+{
+  struct pg__live_round r;
+  struct stat st;
+
+  if (!l->round_file[0] || stat(l->round_file, &st) != 0)
+    return l->round_seen;
+  if (st.st_ino == l->round_st.st_ino &&
+      st.st_mtim.tv_sec == l->round_st.st_mtim.tv_sec &&
+      st.st_mtim.tv_nsec == l->round_st.st_mtim.tv_nsec &&
+      st.st_size == l->round_st.st_size)
+    return l->round_seen;
+  if (pg__live_round_read(l->round_file, &r) == 0) {
+    l->round_st = st;
+    if (r.round > l->round_seen)
+      l->round_seen = r.round;
+  }
+  return l->round_seen;
+}
+
+int pg_membership_poll(pg_group *g, bool *pending)
+{
+  struct pg__live *l;
+  int64_t newest;
+  void *m;
+  int err;
+
+  if (!g || !pending)
+    return pg__fail(-EINVAL, "pg_membership_poll: NULL argument");
+  *pending = false;
+  l = g->is_sub ? NULL : g->live;
+  if (!l)
+    return 0;
+  newest = round_now(l);
+  m = pg__mem_alloc(g, sizeof newest);
+  if (!m)
+    return pg__fail(-ENOMEM, "out of memory polling the membership");
+  err = pg__mem_copy(g, m, &newest, sizeof newest);
+  if (!err)
+    err = pg_all_reduce(g, m, m, 1, PG_I64, PG_MAX);
+  if (!err)
+    err = pg__mem_copy(g, &newest, m, sizeof newest);
+  pg__mem_free(g, m);
+  if (!err)
+    *pending = newest > l->round;
+  return err;
+}
+
+uint64_t pg__live_generation(const pg_group *g)
+{
+  struct pg__live *l = pg__live_of(g);
+
+  return l ? l->gen : 0;
+}
+
+bool pg__live_create_alone(const pg_group *g)
+{
+  return !g->is_sub && g->live && g->live->joined_running &&
+         !g->live->registered;
+}
+
+bool pg_live(const pg_group *g)
+{
+  return pg__live_of(g) != NULL;
+}
+
+bool pg_joined_running(const pg_group *g)
+{
+  struct pg__live *l = pg__live_of(g);
+
+  return l && l->joined_running;
+}

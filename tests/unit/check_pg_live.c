@@ -1,0 +1,506 @@
+/* check_pg_live.c -- unit tests for live recovery's pure parts and its
+ * generation bookkeeping: the round file (live_round.c), entries and
+ * decisions (live_member.c), forming generations over a real store in
+ * this process (live_form.c), and pg_init's checks of the live
+ * environment.  The scenarios with processes are t_pg_live*.sh. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "live.h"
+#include "pg.h"
+
+/* ---- round file ------------------------------------------------------- */
+
+static int parse(const char *s, struct pg__live_round *r)
+{
+  return pg__live_round_parse(s, strlen(s), "the round file", r);
+}
+
+START_TEST(test_round_parse)
+{
+  struct pg__live_round r;
+  int slot;
+
+  ck_assert_int_eq(parse("round=3 world=8 rank_offset=4 local_world=4\n",
+                         &r), 0);
+  ck_assert_int_eq(r.round, 3);
+  ck_assert_int_eq(r.world, 8);
+  ck_assert_int_eq(r.rank_offset, 4);
+  ck_assert_int_eq(r.local_world, 4);
+  ck_assert_int_eq(pg__live_round_slot(&r, 2, &slot), 0);
+  ck_assert_int_eq(slot, 6);
+  ck_assert_int_eq(pg__live_round_slot(&r, 4, &slot), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(pg_last_error(), "LOCAL_RANK 4"));
+  /* Any order, no newline. */
+  ck_assert_int_eq(parse("local_world=1 rank_offset=0 world=1 round=0", &r),
+                   0);
+  ck_assert_int_eq(r.world, 1);
+}
+END_TEST
+
+START_TEST(test_round_parse_errors)
+{
+  static const struct { const char *text, *names; } bad[] = {
+    { "round=1 world=2 rank_offset=0", "local_world= is missing" },
+    { "round=1 round=1 world=2 rank_offset=0 local_world=1", "twice" },
+    { "round=x world=2 rank_offset=0 local_world=1", "round is 'x'" },
+    { "round=1 world=0 rank_offset=0 local_world=1", "world is '0'" },
+    { "round=-1 world=2 rank_offset=0 local_world=1", "round is '-1'" },
+    { "round=1 world=2 rank_offset=0 local_world=1 x=1", "'x=1'" },
+    { "round=1 world=2 rank_offset=0 local_world", "'local_world'" },
+    { "round=1 world=2 rank_offset=2 local_world=1", "more than" },
+    { "round=1 world=2\nrank_offset=0 local_world=1\n", "one line" },
+    { "", "round= is missing" },
+  };
+  struct pg__live_round r;
+  size_t i;
+
+  for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_msg(parse(bad[i].text, &r) == -EINVAL, "'%s' accepted",
+                  bad[i].text);
+    ck_assert_msg(strstr(pg_last_error(), bad[i].names) != NULL,
+                  "'%s': sentence '%s' lacks '%s'", bad[i].text,
+                  pg_last_error(), bad[i].names);
+  }
+}
+END_TEST
+
+START_TEST(test_round_read)
+{
+  char path[] = "/tmp/check_pg_live.XXXXXX";
+  struct pg__live_round r;
+  int fd = mkstemp(path);
+  const char *line = "round=2 world=3 rank_offset=2 local_world=1\n";
+
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, line, strlen(line)), (int)strlen(line));
+  close(fd);
+  ck_assert_int_eq(pg__live_round_read(path, &r), 0);
+  ck_assert_int_eq(r.round, 2);
+  unlink(path);
+  ck_assert_int_eq(pg__live_round_read(path, &r), -ENOENT);
+  ck_assert_ptr_nonnull(strstr(pg_last_error(), path));
+}
+END_TEST
+
+/* ---- entries and decisions ------------------------------------------------ */
+
+static struct pg__live_member member(int slot, int world, int64_t round,
+                                     uint64_t inc)
+{
+  struct pg__live_member m;
+
+  memset(&m, 0, sizeof m);
+  m.inc = inc;
+  m.round = round;
+  m.world = world;
+  m.slot = slot;
+  m.old_rank = slot;
+  m.from = 4;
+  m.pid = 1234 + slot;
+  m.valid = true;
+  snprintf(m.boot, sizeof m.boot, "boot-%d", slot);
+  return m;
+}
+
+START_TEST(test_member_roundtrip)
+{
+  struct pg__live_member m = member(2, 3, 7, 0xfeedfacecafebeefull), back;
+  char buf[PG__LIVE_MEMBER_MAX];
+
+  m.fresh = true;
+  m.old_rank = -1;
+  m.from = -1;
+  pg__live_member_format(&m, buf, sizeof buf);
+  ck_assert_int_eq(pg__live_member_parse(buf, strlen(buf), &back), 0);
+  ck_assert(back.inc == m.inc);
+  ck_assert_int_eq(back.round, 7);
+  ck_assert_int_eq(back.slot, 2);
+  ck_assert_int_eq(back.old_rank, -1);
+  ck_assert_int_eq(back.from, -1);
+  ck_assert(back.fresh && back.valid);
+  ck_assert_str_eq(back.boot, "boot-2");
+  m.boot[0] = '\0';
+  pg__live_member_format(&m, buf, sizeof buf);
+  ck_assert_int_eq(pg__live_member_parse(buf, strlen(buf), &back), 0);
+  ck_assert_str_eq(back.boot, "");
+  /* Malformed: truncated, trailing bytes, a slot outside the world. */
+  ck_assert_int_eq(pg__live_member_parse(buf, 10, &back), -EPROTO);
+  ck_assert_int_eq(pg__live_member_parse("inc=1 round=0 world=2 slot=2 "
+                   "old=0 from=0 pid=1 fresh=0 valid=1 boot=-", 63, &back),
+                   -EPROTO);
+  strcat(buf, " x");
+  ck_assert_int_eq(pg__live_member_parse(buf, strlen(buf), &back), -EPROTO);
+}
+END_TEST
+
+START_TEST(test_complete)
+{
+  struct pg__live_member m[3];
+  bool present[3] = { true, true, true };
+  int i;
+
+  for (i = 0; i < 3; i++)
+    m[i] = member(i, 3, 5, 100 + (uint64_t)i);
+  ck_assert(pg__live_complete(m, present, 3, 5));
+  ck_assert(!pg__live_complete(m, present, 3, 6));   /* older round */
+  present[1] = false;
+  ck_assert(!pg__live_complete(m, present, 3, 5));   /* a slot missing */
+  present[1] = true;
+  m[2].inc = m[0].inc;                               /* one process twice */
+  ck_assert(!pg__live_complete(m, present, 3, 5));
+  m[2].inc = 102;
+  m[2].world = 4;                                    /* another world */
+  ck_assert(!pg__live_complete(m, present, 3, 5));
+}
+END_TEST
+
+START_TEST(test_decision)
+{
+  struct pg__live_member m[3], *back;
+  int64_t round;
+  int world, i;
+  char *d;
+
+  for (i = 0; i < 3; i++)
+    m[i] = member(i, 3, 9, 500 + (uint64_t)i);
+  m[0].valid = false;                    /* not a heal source */
+  m[1].fresh = true;                     /* a newcomer: not one either */
+  d = pg__live_decision_format(m, 3, 9);
+  ck_assert_ptr_nonnull(d);
+  ck_assert_int_eq(pg__live_decision_parse(d, strlen(d), &back, &world,
+                                           &round), 0);
+  ck_assert_int_eq(world, 3);
+  ck_assert_int_eq(round, 9);
+  for (i = 0; i < 3; i++)
+    ck_assert(back[i].inc == m[i].inc);
+  ck_assert_int_eq(pg__live_heal_source(back, world), 2);
+  back[2].valid = false;
+  ck_assert_int_eq(pg__live_heal_source(back, world), -1);
+  free(back);
+  /* Truncated: a member short. */
+  ck_assert_int_eq(pg__live_decision_parse(d, strlen(d) - 5, &back, &world,
+                                           &round), -EPROTO);
+  ck_assert_ptr_null(back);
+  free(d);
+  ck_assert_int_eq(pg__live_decision_parse(PG__LIVE_ABANDONED,
+                                           strlen(PG__LIVE_ABANDONED),
+                                           &back, &world, &round), 0);
+  ck_assert_int_eq(world, 0);
+  ck_assert_int_eq(pg__live_decision_parse("round=1 world=0\n", 16, &back,
+                                           &world, &round), -EPROTO);
+}
+END_TEST
+
+/* ---- forming generations over a store ---------------------------------- */
+
+static pg_store_server *server;
+static int port;
+
+static pg_store *connect_store(void)
+{
+  pg_store *st;
+
+  ck_assert_int_eq(pg_store_connect_auth("127.0.0.1", port, 10, "", &st),
+                   0);
+  return st;
+}
+
+static void serve(void)
+{
+  port = 0;
+  ck_assert_int_eq(pg_store_server_start_auth("127.0.0.1", &port, "",
+                                              &server), 0);
+}
+
+struct joiner {
+  struct pg__live_join j;
+  uint64_t gen;
+  struct pg__live_formed f;
+  int err;
+  char why[512];        /* its pg_last_error (thread-local) */
+  pthread_t t;
+};
+
+static void *join_main(void *arg)
+{
+  struct joiner *x = arg;
+
+  x->err = pg__live_form(&x->j, x->gen, &x->f);
+  snprintf(x->why, sizeof x->why, "%s", pg_last_error());
+  return NULL;
+}
+
+static void joiner_init(struct joiner *x, int rank, int world, bool fresh,
+                        uint64_t inc)
+{
+  memset(x, 0, sizeof *x);
+  x->j.store = connect_store();
+  x->j.env_rank = rank;
+  x->j.env_world = world;
+  x->j.inc = inc;
+  x->j.boot = "";
+  x->j.fresh = fresh;
+  x->j.valid = !fresh;
+  x->j.old_rank = fresh ? -1 : rank;
+  x->j.from = fresh ? -1 : 0;
+  x->j.timeout = 20;
+}
+
+static void joiner_start(struct joiner *x, uint64_t gen)
+{
+  x->gen = gen;
+  ck_assert_int_eq(pthread_create(&x->t, NULL, join_main, x), 0);
+}
+
+/* Three fresh processes form generation 0 together; a replacement
+ * formed later skips it and meets the survivors in generation 1, where
+ * the survivors are valid and it is fresh. */
+START_TEST(test_form_first_and_replacement)
+{
+  struct joiner x[3];
+  int i;
+
+  serve();
+  for (i = 0; i < 3; i++) {
+    joiner_init(&x[i], i, 3, true, 10 + (uint64_t)i);
+    joiner_start(&x[i], 0);
+  }
+  for (i = 0; i < 3; i++) {
+    pthread_join(x[i].t, NULL);
+    ck_assert_msg(x[i].err == 0, "%s", x[i].why);
+    ck_assert_int_eq(x[i].f.gen, 0);
+    ck_assert_int_eq(x[i].f.slot, i);
+    ck_assert_int_eq(x[i].f.world, 3);
+    ck_assert_int_eq(pg__live_heal_source(x[i].f.m, 3), -1);
+    free(x[i].f.m);
+    x[i].f.m = NULL;
+  }
+  /* Rank 1 is replaced: a fresh process asked for generation 0. */
+  x[1].j.inc = 99;
+  joiner_start(&x[1], 0);
+  for (i = 0; i < 3; i += 2) {
+    x[i].j.fresh = false;
+    x[i].j.valid = true;
+    x[i].j.old_rank = i;
+    x[i].j.from = 0;
+    joiner_start(&x[i], 1);
+  }
+  for (i = 0; i < 3; i++) {
+    pthread_join(x[i].t, NULL);
+    ck_assert_msg(x[i].err == 0, "%s", x[i].why);
+    ck_assert_int_eq(x[i].f.gen, 1);
+    ck_assert_int_eq(x[i].f.slot, i);
+    ck_assert(x[i].f.m[1].fresh && x[i].f.m[1].inc == 99);
+    ck_assert_int_eq(pg__live_heal_source(x[i].f.m, 3), 0);
+    free(x[i].f.m);
+    x[i].f.m = NULL;
+    pg_store_close(x[i].j.store);
+  }
+  pg_store_server_stop(server);
+}
+END_TEST
+
+/* A member waiting in generation 1 (whose other member never comes)
+ * moves to generation 2 once it starts, abandoning 1; nobody can decide
+ * generation 1 afterwards. */
+START_TEST(test_form_moves_to_later)
+{
+  struct joiner a, b;
+  pg_store *st;
+  void *v;
+  size_t len;
+  int i;
+
+  serve();
+  joiner_init(&a, 0, 2, false, 1);
+  joiner_init(&b, 1, 2, false, 2);
+  joiner_start(&a, 1);
+  st = connect_store();
+  /* Wait for a's entry in generation 1. */
+  for (i = 0; i < 2000; i++) {
+    if (pg_store_get(st, "live/g1/m0", 0, &v, &len) == 0) {
+      free(v);
+      break;
+    }
+    usleep(5000);
+  }
+  ck_assert_int_lt(i, 2000);
+  joiner_start(&b, 2);
+  pthread_join(a.t, NULL);
+  pthread_join(b.t, NULL);
+  ck_assert_msg(a.err == 0 && b.err == 0, "%s / %s", a.why, b.why);
+  ck_assert_int_eq(a.f.gen, 2);
+  ck_assert_int_eq(b.f.gen, 2);
+  ck_assert_int_eq(pg_store_get(st, "live/g1/done", 0, &v, &len), 0);
+  ck_assert_int_eq(len, strlen(PG__LIVE_ABANDONED));
+  ck_assert(memcmp(v, PG__LIVE_ABANDONED, len) == 0);
+  free(v);
+  free(a.f.m);
+  free(b.f.m);
+  pg_store_close(a.j.store);
+  pg_store_close(b.j.store);
+  pg_store_close(st);
+  pg_store_server_stop(server);
+}
+END_TEST
+
+/* A generation whose member never comes: -ETIMEDOUT, with a sentence. */
+START_TEST(test_form_timeout)
+{
+  struct joiner a;
+
+  serve();
+  joiner_init(&a, 0, 2, true, 1);
+  a.j.timeout = 0.3;
+  ck_assert_int_eq(pg__live_form(&a.j, 0, &a.f), -ETIMEDOUT);
+  ck_assert_ptr_nonnull(strstr(pg_last_error(), "1 of 2 members"));
+  pg_store_close(a.j.store);
+  pg_store_server_stop(server);
+}
+END_TEST
+
+/* ---- pg_init's checks ------------------------------------------------- */
+
+static void env_group(void)
+{
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "1", 1);
+  setenv("PG_TIMEOUT", "2", 1);
+}
+
+START_TEST(test_init_bad_mode)
+{
+  pg_group *g = NULL;
+
+  env_group();
+  setenv("CDRUN_RECOVERY", "sometimes", 1);
+  ck_assert_int_eq(pg_init(NULL, &g), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(pg_last_error(), "CDRUN_RECOVERY is "
+                               "'sometimes'"));
+}
+END_TEST
+
+START_TEST(test_init_live_needs_store)
+{
+  pg_group *g = NULL;
+
+  env_group();
+  setenv("CDRUN_RECOVERY", "live", 1);
+  ck_assert_int_eq(pg_init(NULL, &g), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(pg_last_error(), "CDRUN_LIVE_STORE"));
+}
+END_TEST
+
+/* Opting in: the file holds the pid; a world of one forms alone. */
+static char ep_env[64] = "CDRUN_LIVE_STORE=127.0.0.1:65535";
+
+START_TEST(test_init_opt_in)
+{
+  char dir[] = "/tmp/check_pg_live.XXXXXX", path[256], buf[64];
+  struct pg_recover_info info;
+  pg_group *g = NULL;
+  FILE *f;
+  bool pending = true;
+
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/optin", dir);
+  /* The server reads the knobs (once) before its port is known: the
+   * variable is this buffer (putenv), its port written in afterwards. */
+  env_group();
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("CDRUN_RECOVERY", "live", 1);
+  putenv(ep_env);
+  setenv("CDRUN_LIVE_OPT_IN", path, 1);
+  setenv("CDRUN_JOB_TOKEN", "", 1);
+  serve();
+  snprintf(ep_env, sizeof ep_env, "CDRUN_LIVE_STORE=127.0.0.1:%d", port);
+  ck_assert_msg(pg_init(NULL, &g) == 0, "%s", pg_last_error());
+  ck_assert(pg_live(g));
+  ck_assert(!pg_joined_running(g));
+  f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+  fclose(f);
+  ck_assert_int_eq(atoi(buf), (int)getpid());
+  ck_assert_int_eq(pg_membership_poll(g, &pending), 0);
+  ck_assert(!pending);
+  /* Recovering alone: generation 1, the same world of one. */
+  ck_assert_msg(pg_recover(g, &info) == 0, "%s", pg_last_error());
+  ck_assert_int_eq(info.generation, 1);
+  ck_assert_int_eq(info.world, 1);
+  pg_destroy(g);
+  pg_store_server_stop(server);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+/* Restart mode: live calls cost nothing and pg_recover says so. */
+START_TEST(test_restart_mode)
+{
+  pg_group *g = NULL;
+  bool pending = true;
+  struct pg_state_buf b = { &pending, sizeof pending };
+
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  ck_assert_int_eq(pg_init(NULL, &g), 0);
+  ck_assert(!pg_live(g));
+  ck_assert_int_eq(pg_membership_poll(g, &pending), 0);
+  ck_assert(!pending);
+  ck_assert_int_eq(pg_state_register(g, &b, 1), 0);
+  ck_assert_int_eq(pg_recover(g, NULL), -ENOTSUP);
+  ck_assert_str_eq(pg_err_name(PG_ERR_PEER_LOST), "ERR_PEER_LOST");
+  ck_assert_str_eq(pg_err_name(PG_ESTALE_GROUP), "ESTALE_GROUP");
+  pg_destroy(g);
+}
+END_TEST
+
+static Suite *live_suite(void)
+{
+  Suite *s = suite_create("pg_live");
+  TCase *tc = tcase_create("pure");
+
+  tcase_add_test(tc, test_round_parse);
+  tcase_add_test(tc, test_round_parse_errors);
+  tcase_add_test(tc, test_round_read);
+  tcase_add_test(tc, test_member_roundtrip);
+  tcase_add_test(tc, test_complete);
+  tcase_add_test(tc, test_decision);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("form");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_form_first_and_replacement);
+  tcase_add_test(tc, test_form_moves_to_later);
+  tcase_add_test(tc, test_form_timeout);
+  suite_add_tcase(s, tc);
+  /* Knobs are read once per process: each runs in its own (Check forks
+   * each test). */
+  tc = tcase_create("init");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_init_bad_mode);
+  tcase_add_test(tc, test_init_live_needs_store);
+  tcase_add_test(tc, test_init_opt_in);
+  tcase_add_test(tc, test_restart_mode);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr = srunner_create(live_suite());
+  int failed;
+
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
