@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "group.h"
 #include "nccl_comm.h"
 
 /* Note [peer liveness]: NCCL reports a dead peer late or never (a kernel
@@ -42,17 +43,11 @@ static int open_pidfd(pid_t pid)
 /* "pid pidns boot": what makes a pid meaningful to another process. */
 static void identity(char *out, size_t len)
 {
-  char boot[64] = "";
+  char boot[64];
   struct stat st;
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
   unsigned long long ns = 0;
 
-  if (f) {
-    if (!fgets(boot, sizeof boot, f))
-      boot[0] = '\0';
-    fclose(f);
-    boot[strcspn(boot, "\n")] = '\0';
-  }
+  pg__topo_boot_id(boot, sizeof boot);
   if (stat("/proc/self/ns/pid", &st) == 0)
     ns = (unsigned long long)st.st_ino;
   snprintf(out, len, "%d %llu %s", (int)getpid(), ns, boot);
