@@ -1591,10 +1591,12 @@ static int shrink_list(const struct nccl_comm *c, const int *excluded,
   for (i = 0; i < nexcluded; i++) {
     if (l[i] < 0 || l[i] >= c->n || (i > 0 && l[i] == l[i - 1]) ||
         l[i] == c->me) {
+      int bad = l[i];
+
       free(l);
       return pg__fail(-EINVAL, "NCCL backend: shrink: member %d cannot "
                       "leave a communicator of %d (member %d calls it)",
-                      l[i], c->n, c->me);
+                      bad, c->n, c->me);
     }
     below += l[i] < c->me;
   }
