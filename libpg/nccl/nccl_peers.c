@@ -22,9 +22,12 @@
  * at create; the members of the same machine and namespace (only those
  * on this rank's host are read, O(local ranks)) get a pidfd, and the
  * watchdog polls them every tick: a member killed on this host fails the
- * comm with PG_ERR_PEER_LOST within a tick, and its failure is published
- * under <ns>abort for the ranks of the other hosts (Note [watchdog]).  A
- * shrunk comm inherits its parent's survivors. */
+ * comm with PG_ERR_PEER_LOST within two ticks, and its failure is
+ * published under <ns>abort for the ranks of the other hosts (Note
+ * [watchdog]).  Only while this rank has work unfinished for two ticks:
+ * a member that exits once its part is done (the job's end) is no
+ * failure, and the op it finished completes here too.  A shrunk comm
+ * inherits its parent's survivors. */
 
 static int open_pidfd(pid_t pid)
 {

@@ -95,7 +95,7 @@ static void *watchdog_main(void *arg)
   ncclResult_t ar;
   struct timespec ts;
   size_t len;
-  int err, dead_peer;
+  int err, dead_peer, dead_ticks = 0;
 
   enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
   bool busy;
@@ -125,17 +125,22 @@ static void *watchdog_main(void *arg)
     }
     if (err && !nccl_failed(c))
       nccl_fail_abort(c, err, why, true);
-    /* Failed from elsewhere (another comm of this process): abort. */
+    /* Failed from elsewhere (another comm of this process): stop. */
     if (nccl_failed(c)) {
       pthread_mutex_lock(&c->mu);
       nccl_stop_locked(c);
       pthread_mutex_unlock(&c->mu);
     }
-    /* Live mode: a member on this machine died (Note [peer liveness]). */
-    if (!nccl_failed(c) && (dead_peer = nccl_peers_dead(c)) >= 0) {
-      snprintf(why, sizeof why, "NCCL backend: member %d of %d (pid %d) "
-               "died", dead_peer, c->n, (int)c->peer_pid[dead_peer]);
-      nccl_fail_abort(c, PG_ERR_PEER_LOST, why, true);
+    /* Live mode: a member on this machine died (Note [peer liveness])
+     * and work is still unfinished a tick later. */
+    if (!nccl_failed(c) && busy && (dead_peer = nccl_peers_dead(c)) >= 0) {
+      if (++dead_ticks >= 2) {
+        snprintf(why, sizeof why, "NCCL backend: member %d of %d (pid %d) "
+                 "died", dead_peer, c->n, (int)c->peer_pid[dead_peer]);
+        nccl_fail_abort(c, PG_ERR_PEER_LOST, why, true);
+      }
+    } else {
+      dead_ticks = 0;
     }
     /* An async error of NCCL's (a dead peer shows up there). */
     if (!nccl_failed(c) && pthread_mutex_trylock(&c->mu) == 0) {
