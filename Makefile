@@ -101,7 +101,8 @@ NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard \
                  /usr/lib/x86_64-linux-gnu/libnccl.so /usr/local/lib/libnccl.so))))
 ifneq ($(and $(NCCL_H),$(CUDART_H),$(CUDA_LIBDIR),$(NCCL_LIBDIR)),)
 WITH_NCCL   := 1
-PG_NCCL_SRC := libpg/nccl/nccl.c libpg/nccl/nccl_watchdog.c
+PG_NCCL_SRC := libpg/nccl/nccl.c libpg/nccl/nccl_watchdog.c \
+               libpg/nccl/nccl_peers.c
 PG_NCCL_CFLAGS := -DPG_WITH_NCCL -I$(CUDA_HOME)/include -I$(dir $(NCCL_H))
 PG_NCCL_LIBS := -L$(NCCL_LIBDIR) -L$(CUDA_LIBDIR) -lnccl -lcudart \
                 -Wl,-rpath,$(NCCL_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR)

@@ -2,15 +2,18 @@
  * communicator, an operation's completion (fence), and the failure path.
  * Internal to libpg; nothing here is part of pg.h.
  *
- * Contract: nccl.c owns a comm's life (create, ops, destroy);
- * nccl_watchdog.c runs its watchdog thread (Note [watchdog]) between
- * nccl_watchdog_start and nccl_watchdog_stop.  Errors are negative errno
+ * Contract: nccl.c owns a comm's life (create, ops, destroy; shrink and
+ * revoke for live recovery, Note [live recovery]); nccl_watchdog.c runs
+ * its watchdog thread (Note [watchdog]) between nccl_watchdog_start and
+ * nccl_watchdog_stop; nccl_peers.c knows which members share this
+ * machine and whether one died (live mode).  Errors are negative errno
  * (or PG_E* codes) with their sentence set through pg__fail. */
 #ifndef NCCL_COMM_H
 #define NCCL_COMM_H
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include <cuda_runtime.h>
 /* nccl.h declares `ncclGroupStart()` without void; CUDA_HOME is not a
@@ -31,10 +34,20 @@
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21300
 #define PG_NCCL_LAST_ERROR 1   /* ncclGetLastError */
 #endif
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22703 && \
+    defined(NCCL_SHRINK_ABORT)
+#define PG_NCCL_SHRINK 1       /* ncclCommShrink */
+#endif
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22807 && \
+    defined(NCCL_REVOKE_DEFAULT)
+#define PG_NCCL_REVOKE 1       /* ncclCommRevoke */
+#endif
 
 #define WATCH_TICK_S 0.05      /* the watchdog's event polling period */
 #define STORE_POLL_S 1.0       /* how often it reads <ns>abort, busy */
 #define STORE_IDLE_S 5.0       /* and with nothing in flight */
+#define STORE_POLL_LIVE_S 0.2  /* both, in live mode: a peer's death is
+                                  news the survivors wait for */
 #define EVENT_POOL 64          /* completion events kept for reuse */
 
 struct nccl_comm;
@@ -84,6 +97,11 @@ struct nccl_comm {
   pthread_t watchdog;
   pg_store *store;       /* NULL: a single member */
   char abort_key[512];
+  bool live;             /* $CDRUN_RECOVERY=live (Note [live recovery]) */
+  bool revoked;          /* stopped, handle kept for a shrink (mu) */
+  pid_t *peer_pid;       /* [n]: members under this kernel and pid
+                            namespace (nccl_peers.c), else 0 */
+  int *peer_fd;          /* [n]: their pidfds, or -1 */
   cudaEvent_t pool[EVENT_POOL];  /* free completion events (wmu) */
   int npool;
   struct nccl_comm *next_comm;   /* the process's comms (comms_mu) */
@@ -101,13 +119,35 @@ void nccl_mark_failed(struct nccl_comm *c, int err, const char *why,
                       bool publish);
 /* Aborts the NCCL communicator (mu held). */
 void nccl_abort_locked(struct nccl_comm *c);
-/* nccl_mark_failed, then the abort (mu not held). */
+/* Stops a failed comm's NCCL work (mu held): in live mode revokes it
+ * (the handle stays, to be shrunk), else aborts it. */
+void nccl_stop_locked(struct nccl_comm *c);
+/* nccl_mark_failed, then the stop (mu not held). */
 void nccl_fail_abort(struct nccl_comm *c, int err, const char *why,
                      bool publish);
+/* err as c reports it: in live mode an error caused by a peer (a
+ * timeout, a peer's published failure, ncclRemoteError, a reset) is
+ * PG_ERR_PEER_LOST; otherwise err. */
+int nccl_live_error(const struct nccl_comm *c, int err);
 /* Drops a fence reference (wmu held): the fence, if it must be freed by
  * nccl_fence_destroy (outside wmu). */
 struct pg__fence *nccl_fence_unref_locked(struct pg__fence *f);
 void nccl_fence_destroy(struct pg__fence *f);
+
+/* ---- nccl_peers.c (live mode; nothing elsewhere) ----------------------- */
+
+/* Collective over s's members: learns which of them run under this
+ * kernel and pid namespace, and opens a pidfd for each (through the
+ * store, under <ns>peer/).  0, or an error with its sentence. */
+int nccl_peers_share(struct nccl_comm *c, const struct pg__setup *s,
+                     double deadline);
+/* c's members from its shrunk parent p (excluded: sorted positions of
+ * p that left).  0 or -ENOMEM. */
+int nccl_peers_inherit(struct nccl_comm *c, const struct nccl_comm *p,
+                       const int *excluded, int nexcluded);
+/* The first member whose process is gone (exited or killed), or -1. */
+int nccl_peers_dead(const struct nccl_comm *c);
+void nccl_peers_free(struct nccl_comm *c);
 
 /* ---- nccl_watchdog.c ------------------------------------------------------ */
 

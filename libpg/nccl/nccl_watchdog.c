@@ -30,6 +30,14 @@
  * their communicator.  The watchdog reads the store every STORE_POLL_S
  * while work is in flight, every STORE_IDLE_S otherwise.
  *
+ * Live mode (Note [live recovery] in nccl.c): the failure detector of
+ * pg_recover.  Every tick it also polls the pidfds of the members on this
+ * machine (Note [peer liveness], nccl_peers.c): a dead one fails the comm
+ * with PG_ERR_PEER_LOST and is published like any failure; it reads the
+ * store every STORE_POLL_LIVE_S; a failure caused by a peer is
+ * PG_ERR_PEER_LOST; and a failed comm is revoked, not aborted, so that
+ * the survivors can shrink it.
+ *
  * CUDA graphs: the watchdog queries events in the relaxed capture mode
  * (a global-mode query during someone's capture would invalidate it), and
  * an op captured into a graph gets no fence: it runs when the graph is
@@ -87,7 +95,7 @@ static void *watchdog_main(void *arg)
   ncclResult_t ar;
   struct timespec ts;
   size_t len;
-  int err;
+  int err, dead_peer, dead_ticks = 0;
 
   enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
   bool busy;
@@ -117,11 +125,22 @@ static void *watchdog_main(void *arg)
     }
     if (err && !nccl_failed(c))
       nccl_fail_abort(c, err, why, true);
-    /* Failed from elsewhere (another comm of this process): abort. */
+    /* Failed from elsewhere (another comm of this process): stop. */
     if (nccl_failed(c)) {
       pthread_mutex_lock(&c->mu);
-      nccl_abort_locked(c);
+      nccl_stop_locked(c);
       pthread_mutex_unlock(&c->mu);
+    }
+    /* Live mode: a member on this machine died (Note [peer liveness])
+     * and work is still unfinished a tick later. */
+    if (!nccl_failed(c) && busy && (dead_peer = nccl_peers_dead(c)) >= 0) {
+      if (++dead_ticks >= 2) {
+        snprintf(why, sizeof why, "NCCL backend: member %d of %d (pid %d) "
+                 "died", dead_peer, c->n, (int)c->peer_pid[dead_peer]);
+        nccl_fail_abort(c, PG_ERR_PEER_LOST, why, true);
+      }
+    } else {
+      dead_ticks = 0;
     }
     /* An async error of NCCL's (a dead peer shows up there). */
     if (!nccl_failed(c) && pthread_mutex_trylock(&c->mu) == 0) {
@@ -133,13 +152,14 @@ static void *watchdog_main(void *arg)
         nccl_fail(c, ar, "asynchronous error");
         snprintf(why, sizeof why, "%s", pg_last_error());
         nccl_mark_failed(c, PG_ENCCL(ar), why, true);
-        nccl_abort_locked(c);
+        nccl_stop_locked(c);
       }
       pthread_mutex_unlock(&c->mu);
     }
     /* Another rank's failure. */
     if (!nccl_failed(c) && c->store &&
-        pg__now() - last_store >= (busy ? STORE_POLL_S : STORE_IDLE_S)) {
+        pg__now() - last_store >= (c->live ? STORE_POLL_LIVE_S
+                                   : busy ? STORE_POLL_S : STORE_IDLE_S)) {
       last_store = pg__now();
       peer = NULL;
       err = pg_store_get(c->store, c->abort_key, 0, (void **)&peer, &len);

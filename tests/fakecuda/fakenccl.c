@@ -17,6 +17,14 @@
  *
  * ncclCommSplit: collective over the parent, through its segment.
  *
+ * ncclCommRevoke and ncclCommShrink (NCCL 2.28's contract, Note [revoke
+ * and shrink] below): revoke stops the communicator's in-flight work
+ * locally and refuses new operations (ncclInvalidUsage); a non-blocking
+ * communicator reports ncclInProgress until its streams hold none of its
+ * work.  Shrink is collective over the survivors, through the parent's
+ * segment: every survivor must pass the same exclude list, and the new
+ * communicator numbers them in their order.
+ *
  * Test hooks: $FAKENCCL_FAIL_RANK and $FAKENCCL_FAIL_OP=k: on that rank
  * the k-th operation (from 1) never completes and the communicator
  * reports ncclSystemError from ncclCommGetAsyncError, as a crashed kernel
@@ -75,6 +83,15 @@ struct rank_line {
   char pad[LINE - 32];
 };
 
+/* ncclCommShrink's meeting of the survivors (Note [revoke and shrink]):
+ * each posts its exclude list as a bit mask (n <= 64), double-buffered by
+ * the shrink's parity as split_line is. */
+struct shrink_line {
+  uint64_t seq;             /* the last shrink this rank posted */
+  uint64_t mask[2];
+  char pad[LINE - 24];
+};
+
 /* ncclCommSplit's all-gather of (color, key), double-buffered by the
  * split's parity: a rank posts split k + 1 only after every rank posted
  * k, so nobody still reads the slot it writes. */
@@ -93,8 +110,8 @@ struct seg {
   uint32_t n;
   uint32_t joined;
   char pad[LINE - 8];
-  /* then: rank_line[n], split_line[n], box[n * n], slots[n][SLOT],
-   * boxdata[n*n][BOX] */
+  /* then: rank_line[n], split_line[n], shrink_line[n], box[n * n],
+   * slots[n][SLOT], boxdata[n*n][BOX] */
 };
 
 struct ncclComm {
@@ -105,6 +122,15 @@ struct ncclComm {
   struct rank_line *rl;
   struct split_line *sl;
   uint64_t splits;          /* ncclCommSplit calls on this comm */
+  struct shrink_line *shl;
+  uint64_t shrinks;         /* ncclCommShrink calls on this comm */
+  int revoked;              /* atomic: ncclCommRevoke (or a shrink's
+                               NCCL_SHRINK_ABORT) stopped its work */
+  int revoking;             /* atomic: a non-blocking revoke not yet
+                               seen complete by ncclCommGetAsyncError */
+  int inflight;             /* atomic: batches launched, not finished */
+  struct ncclComm *parent;  /* a shrink's, until the survivors met */
+  uint64_t shrink_seq, shrink_mask;
   struct box *boxes;
   char *slots, *boxdata;
   uint64_t phase;           /* this rank's, touched by its stream only */
@@ -202,12 +228,25 @@ static bool aborted(struct ncclComm *c)
   return __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE) != 0;
 }
 
+static bool revoked(struct ncclComm *c)
+{
+  return __atomic_load_n(&c->revoked, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Whether the comm's kernels must quit: aborted, destroyed or revoked. */
+static bool halted(struct ncclComm *c)
+{
+  return aborted(c) || revoked(c);
+}
+
 static void comm_unref(struct ncclComm *c)
 {
   if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
     return;
   if (c->init_thread)
     pthread_join(c->init_th, NULL);
+  if (c->parent)
+    comm_unref(c->parent);
   if (c->seg)
     munmap(c->seg, c->size);
   free(c);
@@ -416,7 +455,7 @@ static ncclResult_t meet(struct ncclComm *c)
   st(&c->rl[c->me].phase, c->phase);
   for (r = 0; r < c->n; r++)
     while (ld(&c->rl[r].phase) < c->phase) {
-      if (aborted(c))
+      if (halted(c))
         return ncclInvalidUsage;
       fake_backoff(&spins);
     }
@@ -603,11 +642,11 @@ static void run_batch(void *arg)
 
   fake_work_delay();
   if (bt->fail) {
-    while (!aborted(c))
+    while (!halted(c))
       fake_backoff(&spins);
     goto out;
   }
-  for (o = bt->ops; o && !aborted(c); o = o->next)
+  for (o = bt->ops; o && !halted(c); o = o->next)
     if (o->kind != K_SEND && o->kind != K_RECV && o->count)
       run_collective(c, o);
   for (;;) {
@@ -616,7 +655,7 @@ static void run_batch(void *arg)
       if ((o->kind == K_SEND || o->kind == K_RECV) && o->count &&
           !p2p_step(c, o))
         all = false;
-    if (all || aborted(c))
+    if (all || halted(c))
       break;
     fake_backoff(&spins);
   }
@@ -625,6 +664,7 @@ out:
     next = o->next;
     free(o);
   }
+  __atomic_sub_fetch(&c->inflight, 1, __ATOMIC_ACQ_REL);
   comm_unref(c);
   free(bt);
 }
@@ -642,11 +682,30 @@ struct pending {
 static __thread int group_depth;
 static __thread struct pending *group_ops;
 
+/* Frees a batch's operations that will never run. */
+static void free_ops(struct op *o)
+{
+  struct op *next;
+
+  for (; o; o = next) {
+    next = o->next;
+    free(o);
+  }
+}
+
 static ncclResult_t launch(struct ncclComm *c, cudaStream_t s, struct op *ops)
 {
-  struct batch *bt = calloc(1, sizeof *bt);
+  struct batch *bt;
   const char *fr = getenv("FAKENCCL_FAIL_RANK");
 
+  if (revoked(c)) {
+    /* Revoked between the group's calls and its end. */
+    free_ops(ops);
+    snprintf(c->last, sizeof c->last, "fake: ncclGroupEnd on a revoked "
+             "communicator");
+    return ncclInvalidUsage;
+  }
+  bt = calloc(1, sizeof *bt);
   if (!bt)
     return ncclSystemError;
   bt->c = c;
@@ -660,7 +719,9 @@ static ncclResult_t launch(struct ncclComm *c, cudaStream_t s, struct op *ops)
              "operation %lu on rank %d", c->ops, c->me);
   }
   __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+  __atomic_add_fetch(&c->inflight, 1, __ATOMIC_ACQ_REL);
   if (fake_stream_enqueue(s, run_batch, bt) != cudaSuccess) {
+    __atomic_sub_fetch(&c->inflight, 1, __ATOMIC_ACQ_REL);
     comm_unref(c);
     free(bt);
     return ncclUnhandledCudaError;
@@ -709,6 +770,11 @@ static ncclResult_t submit(struct ncclComm *c, cudaStream_t s, struct op *proto)
     return ncclInvalidArgument;
   if (!__atomic_load_n(&c->init_done, __ATOMIC_ACQUIRE))
     return ncclInvalidUsage;
+  if (revoked(c)) {
+    snprintf(c->last, sizeof c->last, "fake: %s on a revoked communicator",
+             kind_names[proto->kind]);
+    return ncclInvalidUsage;
+  }
   if (!type_size(proto->dt))
     return ncclInvalidArgument;
   if ((proto->kind == K_BCAST || proto->kind == K_REDUCE ||
@@ -899,7 +965,8 @@ static ncclResult_t join(struct ncclComm *c)
   }
   c->rl = (struct rank_line *)((char *)c->seg + sizeof *c->seg);
   c->sl = (struct split_line *)(c->rl + c->n);
-  c->boxes = (struct box *)(c->sl + c->n);
+  c->shl = (struct shrink_line *)(c->sl + c->n);
+  c->boxes = (struct box *)(c->shl + c->n);
   c->slots = (char *)(c->boxes + c->n * c->n);
   c->boxdata = c->slots + (size_t)c->n * SLOT;
   __atomic_add_fetch(&c->seg->joined, 1, __ATOMIC_ACQ_REL);
@@ -914,19 +981,61 @@ static ncclResult_t join(struct ncclComm *c)
   return ncclSuccess;
 }
 
+/* Note [revoke and shrink]: a shrink's new communicator first waits for
+ * every survivor of the parent to post the same exclude list. */
+static ncclResult_t shrink_meet(struct ncclComm *c)
+{
+  struct ncclComm *p = c->parent;
+  uint64_t k = c->shrink_seq, seq, theirs;
+  unsigned spins = 0;
+  int r, b = (int)(k & 1);
+
+  if (!p)
+    return ncclSuccess;
+  for (r = 0; r < p->n; r++) {
+    if (r == p->me || (c->shrink_mask >> r & 1))
+      continue;
+    while ((seq = ld(&p->shl[r].seq)) < k) {
+      if (aborted(c) || aborted(p))
+        return ncclInvalidUsage;
+      fake_backoff(&spins);
+    }
+    theirs = ld(&p->shl[r].mask[b]);
+    if (seq != k || theirs != c->shrink_mask) {
+      fprintf(stderr, "fakenccl: ncclCommShrink: survivors disagree: rank "
+              "%d (its shrink #%llu) excludes %#llx, rank %d (#%llu) "
+              "%#llx: every survivor must pass the same list\n", p->me,
+              (unsigned long long)k, (unsigned long long)c->shrink_mask, r,
+              (unsigned long long)seq, (unsigned long long)theirs);
+      snprintf(c->last, sizeof c->last, "fake: ncclCommShrink: rank %d's "
+               "exclude list differs from rank %d's", p->me, r);
+      return ncclInvalidUsage;
+    }
+  }
+  c->parent = NULL;
+  comm_unref(p);
+  return ncclSuccess;
+}
+
 static void *init_main(void *arg)
 {
   struct ncclComm *c = arg;
-  ncclResult_t r = join(c);
+  ncclResult_t r = shrink_meet(c);
+
+  if (r == ncclSuccess)
+    r = join(c);
 
   __atomic_store_n(&c->async_err, r, __ATOMIC_RELEASE);
   __atomic_store_n(&c->init_done, r == ncclSuccess, __ATOMIC_RELEASE);
   return NULL;
 }
 
-/* A communicator of n ranks over the segment called name. */
+/* A communicator of n ranks over the segment called name; shrunk from
+ * parent (its reference taken) when not NULL. */
 static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
-                              const char *name, ncclConfig_t *cfg)
+                              const char *name, ncclConfig_t *cfg,
+                              struct ncclComm *parent, uint64_t shrink_seq,
+                              uint64_t shrink_mask)
 {
   struct ncclComm *c;
   const char *fo = getenv("FAKENCCL_FAIL_OP");
@@ -947,15 +1056,22 @@ static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
   c->submit_fail_op = fo && *fo ? atoi(fo) : 0;
   c->nonblocking = cfg && cfg->blocking == 0;
   snprintf(c->name, sizeof c->name, "%s", name);
+  if (parent) {
+    __atomic_add_fetch(&parent->refs, 1, __ATOMIC_ACQ_REL);
+    c->parent = parent;
+    c->shrink_seq = shrink_seq;
+    c->shrink_mask = shrink_mask;
+  }
   c->size = sizeof(struct seg) + (size_t)n * sizeof(struct rank_line) +
             (size_t)n * sizeof(struct split_line) +
+            (size_t)n * sizeof(struct shrink_line) +
             (size_t)n * n * sizeof(struct box) + (size_t)n * SLOT +
             (size_t)n * n * BOX;
   *out = c;
   if (cfg && cfg->blocking == 0) {
     __atomic_store_n(&c->async_err, ncclInProgress, __ATOMIC_RELEASE);
     if (pthread_create(&c->init_th, NULL, init_main, c) != 0) {
-      free(c);
+      comm_unref(c);
       *out = NULL;
       return ncclSystemError;
     }
@@ -964,7 +1080,9 @@ static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
     return ncclInProgress;
   }
   live_add(c);
-  r = join(c);
+  r = shrink_meet(c);
+  if (r == ncclSuccess)
+    r = join(c);
   if (r != ncclSuccess) {
     live_del(c);
     comm_unref(c);
@@ -981,7 +1099,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
   char name[64];
 
   name_of(&id, name, sizeof name);
-  return comm_make(out, n, rank, name, cfg);
+  return comm_make(out, n, rank, name, cfg, NULL, 0, 0);
 }
 
 /* $FAKENCCL_TRACE: a file that gets a line per ncclCommSplit call, so a
@@ -1041,7 +1159,162 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
   }
   snprintf(name, sizeof name, "%s-s%llu-c%d", comm->name,
            (unsigned long long)k, color);
-  return comm_make(newcomm, n, me, name, cfg);
+  return comm_make(newcomm, n, me, name, cfg, NULL, 0, 0);
+}
+
+/* Note [revoke and shrink] (NCCL 2.28's documented contract)
+ *
+ * ncclCommRevoke(comm, 0) is local: it sets the flag the comm's kernels
+ * poll (halted), so in-flight work returns (its output undefined), and
+ * every later operation is ncclInvalidUsage.  A blocking comm returns once
+ * none of its batches runs; a non-blocking one returns ncclInProgress and
+ * ncclCommGetAsyncError says ncclInProgress until then, ncclSuccess after
+ * (whatever error it held before).  Then destroy, abort, split and shrink
+ * may proceed; ncclCommFinalize is ncclInvalidUsage.  Misuse: flags other
+ * than NCCL_REVOKE_DEFAULT, a second revoke, a comm still initializing:
+ * ncclInvalidArgument; a NULL comm: nothing, ncclSuccess.
+ *
+ * ncclCommShrink(comm, list, n, &new, config, flags) is collective over
+ * the ranks not in list: each posts its list (sorted in place, as NCCL
+ * does) in the parent's segment and the new comm's init waits for every
+ * other survivor's (in the background on a non-blocking comm: the new
+ * comm says ncclInProgress until then, and aborting it ends the wait).
+ * The survivors keep their order, renumbered from 0.  config NULL
+ * inherits the parent's blocking mode.  NCCL_SHRINK_ABORT first stops the
+ * parent's in-flight work and waits for it to return.  Errors: a NULL or
+ * empty list, a rank out of range or twice, the caller in its own list,
+ * unknown flags: ncclInvalidArgument; a non-blocking revoke not yet seen
+ * complete: ncclInvalidUsage.
+ *
+ * Stricter than NCCL where libpg could go wrong unseen: survivors whose
+ * lists (or numbers of shrinks of this parent) differ fail the new comm
+ * with ncclInvalidUsage and a message, instead of hanging or mixing ranks;
+ * after NCCL_SHRINK_ABORT the parent stays revoked (its ranks stopped at
+ * different points: any later operation on it is ncclInvalidUsage). */
+
+/* Waits until none of c's batches runs (they quit once halted). */
+static void quiesce(struct ncclComm *c)
+{
+  unsigned spins = 0;
+
+  while (__atomic_load_n(&c->inflight, __ATOMIC_ACQUIRE) > 0)
+    fake_backoff(&spins);
+}
+
+ncclResult_t ncclCommRevoke(ncclComm_t c, int flags)
+{
+  if (!c)
+    return ncclSuccess;
+  if (!is_live(c)) {
+    dead_handle("ncclCommRevoke");
+    return ncclInvalidArgument;
+  }
+  if (flags != NCCL_REVOKE_DEFAULT || revoked(c) ||
+      !__atomic_load_n(&c->init_done, __ATOMIC_ACQUIRE)) {
+    snprintf(c->last, sizeof c->last, "fake: ncclCommRevoke: %s",
+             flags != NCCL_REVOKE_DEFAULT ? "flags must be 0"
+             : revoked(c) ? "already revoked" : "still initializing");
+    return ncclInvalidArgument;
+  }
+  __atomic_store_n(&c->revoked, 1, __ATOMIC_RELEASE);
+  if (!c->nonblocking) {
+    quiesce(c);
+    return ncclSuccess;
+  }
+  __atomic_store_n(&c->async_err, ncclInProgress, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->revoking, 1, __ATOMIC_RELEASE);
+  return ncclInProgress;
+}
+
+static int compare_ints(const void *a, const void *b)
+{
+  int x = *(const int *)a, y = *(const int *)b;
+
+  return (x > y) - (x < y);
+}
+
+/* The exclude list as a mask, or a reason it is invalid (c->last). */
+static bool exclude_mask(struct ncclComm *c, int *list, int n,
+                         uint64_t *mask)
+{
+  int i;
+
+  *mask = 0;
+  if (!list || n <= 0 || n >= c->n) {
+    snprintf(c->last, sizeof c->last, "fake: ncclCommShrink: %d ranks "
+             "excluded of %d", list ? n : 0, c->n);
+    return false;
+  }
+  qsort(list, (size_t)n, sizeof *list, compare_ints);
+  for (i = 0; i < n; i++) {
+    if (list[i] < 0 || list[i] >= c->n || (*mask >> list[i] & 1)) {
+      snprintf(c->last, sizeof c->last, "fake: ncclCommShrink: rank %d "
+               "excluded is out of range or twice", list[i]);
+      return false;
+    }
+    *mask |= (uint64_t)1 << list[i];
+  }
+  if (*mask >> c->me & 1) {
+    snprintf(c->last, sizeof c->last, "fake: ncclCommShrink: rank %d is "
+             "in its own exclude list", c->me);
+    return false;
+  }
+  return true;
+}
+
+/* $FAKENCCL_TRACE: a line per ncclCommShrink call too. */
+static void trace_shrink(const struct ncclComm *c, uint64_t mask, int flags)
+{
+  const char *path = getenv("FAKENCCL_TRACE");
+  FILE *f = path && *path ? fopen(path, "ae") : NULL;
+
+  if (!f)
+    return;
+  fprintf(f, "ncclCommShrink rank=%d n=%d excluded=%#llx flags=%d\n", c->me,
+          c->n, (unsigned long long)mask, flags);
+  fclose(f);
+}
+
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *list, int nlist,
+                            ncclComm_t *newcomm, ncclConfig_t *cfg,
+                            int flags)
+{
+  ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
+  char name[sizeof comm->name + 48];
+  uint64_t k, mask;
+  int r, me = 0;
+
+  if (!newcomm)
+    return ncclInvalidArgument;
+  *newcomm = NULL;
+  if (comm && !is_live(comm))
+    return dead_handle("ncclCommShrink");
+  if (!comm || !__atomic_load_n(&comm->init_done, __ATOMIC_ACQUIRE) ||
+      (flags & ~NCCL_SHRINK_ABORT) != 0 ||
+      !exclude_mask(comm, list, nlist, &mask))
+    return ncclInvalidArgument;
+  if (__atomic_load_n(&comm->revoking, __ATOMIC_ACQUIRE)) {
+    snprintf(comm->last, sizeof comm->last, "fake: ncclCommShrink: the "
+             "revoke is not complete (poll ncclCommGetAsyncError first)");
+    return ncclInvalidUsage;
+  }
+  if (flags & NCCL_SHRINK_ABORT) {
+    __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
+    quiesce(comm);
+  }
+  trace_shrink(comm, mask, flags);
+  k = ++comm->shrinks;
+  st(&comm->shl[comm->me].mask[k & 1], mask);
+  st(&comm->shl[comm->me].seq, k);
+  for (r = 0; r < comm->me; r++)
+    me += !(mask >> r & 1);
+  if (!cfg) {
+    inherit.blocking = comm->nonblocking ? 0 : 1;
+    cfg = &inherit;
+  }
+  snprintf(name, sizeof name, "%s-x%llu", comm->name,
+           (unsigned long long)k);
+  return comm_make(newcomm, comm->n - nlist, me, name, cfg, comm, k, mask);
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id,
@@ -1058,6 +1331,12 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
     return ncclInvalidArgument;
   if (!is_live(c))
     return dead_handle("ncclCommGetAsyncError");
+  /* Note [revoke and shrink]: quiescent once no batch of its runs. */
+  if (__atomic_load_n(&c->revoking, __ATOMIC_ACQUIRE) &&
+      __atomic_load_n(&c->inflight, __ATOMIC_ACQUIRE) == 0) {
+    __atomic_store_n(&c->async_err, ncclSuccess, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->revoking, 0, __ATOMIC_RELEASE);
+  }
   *err = (ncclResult_t)__atomic_load_n(&c->async_err, __ATOMIC_ACQUIRE);
   left = __atomic_load_n(&c->inprogress, __ATOMIC_ACQUIRE);
   if (*err == ncclSuccess && left > 0) {
@@ -1085,6 +1364,11 @@ ncclResult_t ncclCommFinalize(ncclComm_t c)
 {
   if (c && !is_live(c))
     return dead_handle("ncclCommFinalize");
+  if (c && revoked(c)) {
+    snprintf(c->last, sizeof c->last, "fake: ncclCommFinalize on a "
+             "revoked communicator (destroy or abort it)");
+    return ncclInvalidUsage;
+  }
   return c ? ncclSuccess : ncclInvalidArgument;
 }
 

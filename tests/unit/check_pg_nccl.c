@@ -1299,6 +1299,479 @@ static int rank_wait_timeout_aborts(const struct pg__setup *s)
   return fails ? 1 : 0;
 }
 
+/* ---- issue 24: live recovery (Note [live recovery] in nccl.c) ---------- */
+
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22807 && \
+    defined(NCCL_REVOKE_DEFAULT)
+#define HAVE_REVOKE 1
+#endif
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22703 && \
+    defined(NCCL_SHRINK_ABORT)
+#define HAVE_SHRINK 1
+#endif
+
+/* Waits until a non-blocking comm's state is not ncclInProgress. */
+static ncclResult_t settled(ncclComm_t c)
+{
+  ncclResult_t r = ncclSuccess, st = ncclInProgress;
+  double until = pg__now() + 60;
+
+  while (pg__now() < until) {
+    r = ncclCommGetAsyncError(c, &st);
+    if (r != ncclSuccess)
+      return r;
+    if (st != ncclInProgress)
+      return st;
+    usleep(1000);
+  }
+  return ncclInProgress;
+}
+
+/* A raw non-blocking NCCL communicator over s's members: the contract
+ * tests below call NCCL itself (the fake, or the real one on a GPU). */
+static int raw_comm(const struct pg__setup *s, const char *key,
+                    ncclComm_t *out)
+{
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  ncclUniqueId id;
+  void *v = NULL;
+  size_t len = 0;
+  ncclResult_t r;
+
+  if (cudaSetDevice(s->device))
+    abort();
+  if (s->me == 0) {
+    if (ncclGetUniqueId(&id) ||
+        pg_store_set(s->store, key, &id, sizeof id))
+      return 1;
+  } else {
+    if (pg_store_get(s->store, key, 60, &v, &len) || len != sizeof id)
+      return 1;
+    memcpy(&id, v, sizeof id);
+    free(v);
+  }
+  cfg.blocking = 0;
+  r = ncclCommInitRankConfig(out, s->n, id, s->me, &cfg);
+  if (r == ncclInProgress)
+    r = settled(*out);
+  if (r != ncclSuccess) {
+    fprintf(stderr, "rank %d: init: %s\n", s->me, ncclGetErrorString(r));
+    return 1;
+  }
+  return 0;
+}
+
+/* Counts a broken promise of the contract. */
+#define EXPECT(k, cond, ...)                                              \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      fprintf(stderr, "rank %d: ", (k)->me);                              \
+      fprintf(stderr, __VA_ARGS__);                                       \
+      fputc('\n', stderr);                                                \
+      (k)->fails++;                                                       \
+    }                                                                     \
+  } while (0)
+
+/* Waits for a store key (a rank's signal to the others). */
+static void wait_key(const struct pg__setup *s, const char *key)
+{
+  void *v = NULL;
+  size_t len;
+
+  pg_store_get(s->store, key, 60, &v, &len);
+  free(v);
+}
+
+#ifdef HAVE_REVOKE
+/* ncclCommRevoke's contract: rank 0's all-reduce waits for rank 1, who
+ * never calls it; the revoke makes it return (the stream drains), the
+ * comm says ncclInProgress until then and ncclSuccess after, later
+ * collectives, a second revoke, bad flags and finalize are refused, and
+ * destroy still works. */
+static int rank_revoke_contract(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  ncclComm_t c = NULL;
+  cudaStream_t st;
+  ncclResult_t r;
+  float *d = dev_floats(s, 1024);
+
+  if (raw_comm(s, "t/rv/id", &c) ||
+      cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking))
+    return 1;
+  EXPECT(&k, ncclCommRevoke(NULL, 0) == ncclSuccess, "revoke(NULL)");
+  if (s->me == 0) {
+    r = ncclAllReduce(d, d, 1024, ncclFloat32, ncclSum, c, st);
+    if (r == ncclInProgress)
+      r = settled(c);
+    EXPECT(&k, r == ncclSuccess, "all-reduce: %d", (int)r);
+    EXPECT(&k, cudaStreamQuery(st) == cudaErrorNotReady,
+           "the all-reduce finished without rank 1");
+    EXPECT(&k, ncclCommRevoke(c, 1) == ncclInvalidArgument,
+           "revoke with flags 1");
+    r = ncclCommRevoke(c, NCCL_REVOKE_DEFAULT);
+    EXPECT(&k, r == ncclSuccess || r == ncclInProgress, "revoke: %d",
+           (int)r);
+    EXPECT(&k, settled(c) == ncclSuccess, "revoke never settled");
+    EXPECT(&k, cudaStreamSynchronize(st) == cudaSuccess,
+           "the stream after the revoke");
+    r = ncclAllReduce(d, d, 1024, ncclFloat32, ncclSum, c, st);
+    EXPECT(&k, r == ncclInvalidUsage, "all-reduce after revoke: %d",
+           (int)r);
+    EXPECT(&k, ncclCommRevoke(c, 0) == ncclInvalidArgument,
+           "a second revoke");
+    EXPECT(&k, ncclCommFinalize(c) == ncclInvalidUsage,
+           "finalize after revoke");
+    pg_store_set(s->store, "t/rv/done", "1", 1);
+  } else {
+    wait_key(s, "t/rv/done");
+    r = ncclCommRevoke(c, 0);
+    EXPECT(&k, (r == ncclSuccess || r == ncclInProgress) &&
+           settled(c) == ncclSuccess, "rank 1's revoke: %d", (int)r);
+  }
+  EXPECT(&k, ncclCommDestroy(c) == ncclSuccess, "destroy after revoke");
+  cudaStreamDestroy(st);
+  cudaFree(d);
+  return k.fails ? 1 : 0;
+}
+#endif
+
+#ifdef HAVE_SHRINK
+/* How the contract tests check a communicator's membership: an all-gather
+ * of each member's old rank, and an all-reduce of old rank + 1. */
+static void check_members(struct rank *k, const struct pg__setup *s,
+                          ncclComm_t c, const int *want, int n)
+{
+  cudaStream_t st;
+  int32_t *d, h[MAXRANKS], sum = 0, mine = s->me, i;
+  ncclResult_t r;
+
+  if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) ||
+      cudaMalloc((void **)&d, (MAXRANKS + 1) * sizeof *d))
+    abort();
+  h2d(d, &mine, sizeof mine);
+  r = ncclAllGather(d, d + 1, 1, ncclInt32, c, st);
+  if (r == ncclInProgress)
+    r = settled(c);
+  if (cudaStreamSynchronize(st))
+    abort();
+  mine = s->me + 1;
+  h2d(d, &mine, sizeof mine);
+  if (r == ncclSuccess)
+    r = ncclAllReduce(d, d, 1, ncclInt32, ncclSum, c, st);
+  if (r == ncclInProgress)
+    r = settled(c);
+  if (r != ncclSuccess || cudaStreamSynchronize(st)) {
+    EXPECT(k, 0, "collectives on the shrunk comm: %s",
+           ncclGetErrorString(r));
+  } else {
+    d2h(h, d + 1, (size_t)n * sizeof *h);
+    for (i = 0; i < n; i++) {
+      EXPECT(k, h[i] == want[i], "new rank %d is old rank %d, want %d",
+             i, h[i], want[i]);
+      sum += want[i] + 1;
+    }
+    d2h(h, d, sizeof *h);
+    EXPECT(k, h[0] == sum, "all-reduce %d, want %d", h[0], sum);
+  }
+  cudaFree(d);
+  cudaStreamDestroy(st);
+}
+
+/* ncclCommShrink's contract: rank 1 of 4 dies; the survivors' misuse is
+ * refused at once, then each passes {1} and gets a comm of 3 where old
+ * ranks 0, 2, 3 are 0, 1, 2. */
+static int rank_shrink_contract(const struct pg__setup *s)
+{
+  static const int want[] = { 0, 2, 3 };
+  struct rank k = { .me = s->me };
+  ncclComm_t c = NULL, nc = NULL;
+  int bad[2], one[1] = { 1 };
+  ncclResult_t r;
+
+  if (raw_comm(s, "t/sh/id", &c))
+    return 1;
+  if (s->me == 1) {
+    ncclCommAbort(c);
+    return 0;
+  }
+  EXPECT(&k, ncclCommShrink(c, NULL, 1, &nc, NULL, 0) ==
+         ncclInvalidArgument && !nc, "a NULL list");
+  bad[0] = s->me;
+  EXPECT(&k, ncclCommShrink(c, bad, 1, &nc, NULL, 0) ==
+         ncclInvalidArgument && !nc, "excluding itself");
+  bad[0] = 1;
+  bad[1] = s->n;
+  EXPECT(&k, ncclCommShrink(c, bad, 2, &nc, NULL, 0) ==
+         ncclInvalidArgument && !nc, "a rank out of range");
+  EXPECT(&k, ncclCommShrink(c, one, 1, &nc, NULL, 8) ==
+         ncclInvalidArgument && !nc, "unknown flags");
+  r = ncclCommShrink(c, one, 1, &nc, NULL,
+                     s->me == 0 ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
+  if (r == ncclInProgress && nc)
+    r = settled(nc);
+  if (r != ncclSuccess || !nc) {
+    EXPECT(&k, 0, "shrink: %s", ncclGetErrorString(r));
+  } else {
+    check_members(&k, s, nc, want, 3);
+    ncclCommDestroy(nc);
+  }
+  ncclCommAbort(c);
+  return k.fails ? 1 : 0;
+}
+
+/* Survivors that disagree on the list: rank 3 dies, rank 1 says ranks 2
+ * and 3 left, ranks 0 and 2 say 3 did.  The fake fails every survivor's
+ * new comm (ncclInvalidUsage) instead of hanging or mixing them. */
+static int rank_shrink_mismatch(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  ncclComm_t c = NULL, nc = NULL;
+  int l1[] = { 3, 2 }, l0[] = { 3 };
+  ncclResult_t r;
+
+  if (raw_comm(s, "t/shm/id", &c))
+    return 1;
+  if (s->me == 3) {
+    ncclCommAbort(c);
+    return 0;
+  }
+  r = s->me == 1 ? ncclCommShrink(c, l1, 2, &nc, NULL, NCCL_SHRINK_ABORT)
+                 : ncclCommShrink(c, l0, 1, &nc, NULL, NCCL_SHRINK_ABORT);
+  if (r == ncclInProgress && nc)
+    r = settled(nc);
+  EXPECT(&k, r == ncclInvalidUsage, "mismatched lists: %s",
+         ncclGetErrorString(r));
+  EXPECT(&k, s->me != 1 || (l1[0] == 2 && l1[1] == 3),
+         "the list was not sorted in place, as NCCL does");
+  if (nc)
+    ncclCommAbort(nc);
+  ncclCommAbort(c);
+  return k.fails ? 1 : 0;
+}
+
+/* Whether the file has the line (the fake's $FAKENCCL_TRACE). */
+static bool traced(const char *path, const char *line)
+{
+  char buf[256];
+  FILE *f = fopen(path, "re");
+  bool found = false;
+
+  while (f && !found && fgets(buf, sizeof buf, f))
+    found = strncmp(buf, line, strlen(line)) == 0;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+/* The backend in live mode: four ranks all-reduce, rank 1 dies (its exit
+ * key first, for rank_main's barrier), the survivors' in-flight
+ * all-reduce fails with PG_ERR_PEER_LOST from the watchdog's pidfd (no
+ * deadline is near), then the shrink hook makes their comm of 3 (old
+ * ranks 0, 2, 3), which all-reduces and all-gathers right. */
+static int rank_live_shrink(const struct pg__setup *s)
+{
+  static const int want[] = { 0, 2, 3 };
+  struct rank k = { .me = s->me };
+  struct pg__setup s2 = *s;
+  struct pg__comm *c = NULL, *c2 = NULL;
+  int one[] = { 1 }, i, err;
+  float *d = dev_floats(s, 4096), h[4096];
+  char trace[64];
+
+  setenv("CDRUN_RECOVERY", "live", 1);
+  snprintf(trace, sizeof trace, "/tmp/check_pg_nccl.%d.trace",
+           (int)getppid());
+  setenv("FAKENCCL_TRACE", trace, 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  err = c->ops->all_reduce(c, d, d, 4096, PG_F32, PG_SUM, pg__now() + 60);
+  if (!err)
+    err = wait_last(c, 60);
+  EXPECT(&k, err == 0, "first all-reduce: %s", pg_last_error());
+  if (s->me == 1) {
+    pg_store_set(s->store, "t/exit/1", "1", 1);
+    _exit(0);
+  }
+  err = c->ops->all_reduce(c, d, d, 4096, PG_F32, PG_SUM, pg__now() + 600);
+  if (!err)
+    err = wait_last(c, 120);
+  EXPECT(&k, err == PG_ERR_PEER_LOST && strstr(pg_last_error(), "died"),
+         "with rank 1 dead: %d (%s)", err, pg_last_error());
+  err = c->ops->barrier(c, pg__now() + 60);
+  EXPECT(&k, err == PG_ERR_PEER_LOST, "an op after: %d (%s)", err,
+         pg_last_error());
+  c->ops->revoke(c);
+  s2.n = 3;
+  s2.me = s->me == 0 ? 0 : s->me - 1;
+  s2.ns = "t/g1/nccl/";
+  err = c->ops->shrink ? c->ops->shrink(c, one, 1, &s2, &c2) : -ENOTSUP;
+  c->ops->destroy(c);
+  if (err) {
+    fprintf(stderr, "rank %d: shrink: %d %s\n", s->me, err, pg_last_error());
+    return 1;
+  }
+  if (fakecuda_is_fake && s->me == 0)
+    EXPECT(&k, traced(trace, "ncclCommShrink rank=0 n=4 excluded=0x2 "
+                      "flags=1"), "no ncclCommShrink with "
+           "NCCL_SHRINK_ABORT in %s", trace);
+  for (i = 0; i < 4096; i++)
+    h[i] = (float)(s->me + 1) * (float)(i % 7);
+  h2d(d, h, sizeof h);
+  err = c2->ops->all_reduce(c2, d, d, 4096, PG_F32, PG_SUM, pg__now() + 60);
+  if (!err)
+    err = wait_last(c2, 60);
+  EXPECT(&k, err == 0, "all-reduce on the shrunk comm: %s",
+         pg_last_error());
+  d2h(h, d, sizeof h);
+  for (i = 0; i < 4096 && !k.fails; i++)
+    EXPECT(&k, h[i] == (float)(1 + 3 + 4) * (float)(i % 7),
+           "[%d] = %g after the shrink", i, h[i]);
+  {
+    int32_t *g = NULL, mine = s->me, got[3];
+
+    if (cudaMalloc((void **)&g, 4 * sizeof *g))
+      abort();
+    h2d(g, &mine, sizeof mine);
+    err = c2->ops->all_gather(c2, g, g + 1, 1, PG_I32, pg__now() + 60);
+    if (!err)
+      err = wait_last(c2, 60);
+    d2h(got, g + 1, sizeof got);
+    for (i = 0; i < 3 && !err; i++)
+      EXPECT(&k, got[i] == want[i], "new rank %d is old rank %d", i,
+             got[i]);
+    cudaFree(g);
+  }
+  c2->ops->destroy(c2);
+  cudaFree(d);
+  if (s->me == 0)
+    unlink(trace);
+  return k.fails ? 1 : 0;
+}
+#endif
+
+/* A grow: ranks 0-2 work in a comm of 3 that rank 3 is not in; then (as
+ * after a death and a replacement) they revoke it, and all four make the
+ * next generation's comm with pg__nccl_create: a second NCCL communicator
+ * in the same process, its id under a new namespace. */
+static int rank_live_grow(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  struct pg__setup s3 = *s, s4 = *s;
+  struct pg__comm *c = NULL, *c4 = NULL;
+  float *d = dev_floats(s, 1000), h[1000];
+  int i, err;
+
+  setenv("CDRUN_RECOVERY", "live", 1);
+  s3.n = 3;
+  s3.ns = "t/g0/nccl/";
+  s4.ns = "t/g1/nccl/";
+  if (s->me < 3) {
+    if (pg__nccl_create(&s3, &c)) {
+      fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+      return 1;
+    }
+    err = c->ops->all_reduce(c, d, d, 1000, PG_F32, PG_SUM, pg__now() + 60);
+    if (!err)
+      err = wait_last(c, 60);
+    EXPECT(&k, err == 0, "generation 0: %s", pg_last_error());
+    c->ops->revoke(c);
+    err = c->ops->barrier(c, pg__now() + 60);
+    EXPECT(&k, err == PG_ERR_PEER_LOST, "after revoke: %d", err);
+  }
+  if (pg__nccl_create(&s4, &c4)) {
+    fprintf(stderr, "rank %d: create again: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (c)
+    c->ops->destroy(c);
+  for (i = 0; i < 1000; i++)
+    h[i] = (float)(s->me + 1);
+  h2d(d, h, sizeof h);
+  err = c4->ops->all_reduce(c4, d, d, 1000, PG_F32, PG_SUM, pg__now() + 60);
+  if (!err)
+    err = wait_last(c4, 60);
+  EXPECT(&k, err == 0, "generation 1: %s", pg_last_error());
+  d2h(h, d, sizeof h);
+  for (i = 0; i < 1000 && !k.fails; i++)
+    EXPECT(&k, h[i] == 10, "[%d] = %g with the newcomer", i, h[i]);
+  c4->ops->destroy(c4);
+  cudaFree(d);
+  return k.fails ? 1 : 0;
+}
+
+/* The revoke hook while an op is in flight (restart mode, so that a
+ * timeout would say -ETIMEDOUT): rank 0's all-reduce waits for rank 1,
+ * who never calls it; the revoke fails it at once with PG_ERR_PEER_LOST,
+ * later ops too, and destroy does not wait for the deadline (the alarm). */
+static int rank_revoke_inflight(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  struct pg__comm *c = NULL;
+  struct pg__fence *f;
+  float *d = dev_floats(s, 1024);
+  int err;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (s->me == 1) {
+    wait_key(s, "t/ri/done");
+  } else {
+    err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM,
+                             pg__now() + 600);
+    f = err ? NULL : c->ops->take_fence(c);
+    EXPECT(&k, f && c->ops->fence_query(f) == 0, "the op is not in flight");
+    c->ops->revoke(c);
+    err = f ? c->ops->fence_wait(f, true, 300) : -EINVAL;
+    c->ops->fence_free(f);
+    EXPECT(&k, err == PG_ERR_PEER_LOST && strstr(pg_last_error(),
+                                                 "revoked"),
+           "the in-flight op: %d (%s)", err, pg_last_error());
+    err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 60);
+    EXPECT(&k, err == PG_ERR_PEER_LOST, "an op after: %d", err);
+    pg_store_set(s->store, "t/ri/done", "1", 1);
+  }
+  alarm(60);
+  c->ops->destroy(c);
+  alarm(0);
+  cudaFree(d);
+  return k.fails ? 1 : 0;
+}
+
+/* Live mode maps a timeout (a peer stuck or dead) to PG_ERR_PEER_LOST;
+ * restart mode keeps -ETIMEDOUT (rank_op_timeout). */
+static int rank_live_timeout(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  struct pg__comm *c = NULL;
+  float *d = dev_floats(s, 1024);
+  int err;
+
+  setenv("CDRUN_RECOVERY", "live", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (s->me == 1) {
+    wait_key(s, "t/lt/done");
+  } else {
+    err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 1);
+    if (!err)
+      err = wait_last(c, 60);
+    EXPECT(&k, err == PG_ERR_PEER_LOST &&
+           strstr(pg_last_error(), "did not complete within"),
+           "a timeout in live mode: %d (%s)", err, pg_last_error());
+    pg_store_set(s->store, "t/lt/done", "1", 1);
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  return k.fails ? 1 : 0;
+}
+
 /* ---- ranks as processes ---------------------------------------------- */
 
 typedef int (*rank_fn)(const struct pg__setup *s);
@@ -1496,6 +1969,52 @@ START_TEST(test_wait_timeout_aborts)
 }
 END_TEST
 
+#ifdef HAVE_REVOKE
+START_TEST(test_revoke_contract)
+{
+  run_ranks(rank_revoke_contract, 2, 60);
+}
+END_TEST
+#endif
+
+#ifdef HAVE_SHRINK
+START_TEST(test_shrink_contract)
+{
+  run_ranks(rank_shrink_contract, 4, 60);
+}
+END_TEST
+
+START_TEST(test_shrink_mismatch)
+{
+  run_ranks(rank_shrink_mismatch, 4, 60);
+}
+END_TEST
+
+START_TEST(test_live_shrink)
+{
+  run_ranks(rank_live_shrink, 4, 600);
+}
+END_TEST
+#endif
+
+START_TEST(test_live_grow)
+{
+  run_ranks(rank_live_grow, 4, 60);
+}
+END_TEST
+
+START_TEST(test_revoke_inflight)
+{
+  run_ranks(rank_revoke_inflight, 2, 600);
+}
+END_TEST
+
+START_TEST(test_live_timeout)
+{
+  run_ranks(rank_live_timeout, 2, 60);
+}
+END_TEST
+
 /* Note [device rule]: a worker at local rank 3 that sees one device
  * (CUDA_VISIBLE_DEVICES) uses device 0. */
 START_TEST(test_one_visible_device)
@@ -1597,6 +2116,26 @@ static Suite *pg_nccl_suite(int ndev)
     if (fakecuda_is_fake) {
       tcase_add_test(tc, test_graph_capture);
       tcase_add_test(tc, test_host_pointer);
+    }
+    suite_add_tcase(s, tc);
+    /* Issue 24: live recovery (the contract tests run on a GPU too). */
+    tc = tcase_create("live");
+    tcase_set_timeout(tc, 600);
+    if (nrank >= 2) {
+#ifdef HAVE_REVOKE
+      tcase_add_test(tc, test_revoke_contract);
+#endif
+      tcase_add_test(tc, test_revoke_inflight);
+      tcase_add_test(tc, test_live_timeout);
+    }
+    if (nrank >= 4) {
+#ifdef HAVE_SHRINK
+      tcase_add_test(tc, test_shrink_contract);
+      if (fakecuda_is_fake)
+        tcase_add_test(tc, test_shrink_mismatch);
+      tcase_add_test(tc, test_live_shrink);
+#endif
+      tcase_add_test(tc, test_live_grow);
     }
     suite_add_tcase(s, tc);
   }
