@@ -72,8 +72,12 @@ done
 [ -n "$RDZVD_PORT" ] || { cat "$T/rdzvd.log" >&2; fail "rdzvd did not start"; }
 EP=${ADDR[h1]}:$RDZVD_PORT
 # reconnect_timeout=5: the cut-off agent keeps trying to come back (soft
-# state) for 5 s, not the default 60, then gives up.
-CONF=last_call_timeout=0.5,keepalive_interval=0.2,keepalive_misses=5,join_timeout=30,reconnect_timeout=5
+# state) for 5 s, not the default 60, then gives up.  A keepalive window of
+# 3 s (0.2 s x 15): each host runs on one CPU, and on a loaded machine a
+# window of 1 s expelled h1's live agent, whose CPU it shares with rdzvd
+# and a spinning worker (seen at a load average of 12, before and after
+# the changes of 2026-11-26).
+CONF=last_call_timeout=0.5,keepalive_interval=0.2,keepalive_misses=15,join_timeout=30,reconnect_timeout=5
 
 SMALL=(--samples 4096 --global-batch 128 --hidden 64 --epochs 3
        --ckpt-every 10)
