@@ -6,7 +6,8 @@
 # replacement and NO_OPTIN_REPLACED is set), writes its
 # environment to DIR/env.<RANK>.<pid> and its pid to DIR/pid.<RANK>.<pid>,
 # copies the round file to DIR/round.<pid> whenever it changes, and runs
-# until DIR/stop exists.
+# until DIR/stop exists; when DIR/withdraw.<pid> appears, it removes its
+# opt-in file and exits 3 (a failure live recovery does not take).
 LW=$T/liveworker.sh
 cat >"$LW" <<'SH'
 #!/bin/bash
@@ -20,6 +21,10 @@ echo $$ >"$d/pid.$RANK.$$"
 env >"$d/.env.$RANK.$$" && mv "$d/.env.$RANK.$$" "$d/env.$RANK.$$"
 seen=
 while [ ! -e "$d/stop" ]; do
+  if [ -e "$d/withdraw.$$" ]; then
+    rm -f "$CDRUN_LIVE_OPT_IN"
+    exit 3
+  fi
   if [ -n "${CDRUN_LIVE_ROUND_FILE:-}" ]; then
     line=$(cat "$CDRUN_LIVE_ROUND_FILE" 2>/dev/null)
     if [ -n "$line" ] && [ "$line" != "$seen" ]; then
