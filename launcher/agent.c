@@ -775,7 +775,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
 /* A round completed with no workers running: start them all. */
 static void start_round(struct agent *a, const struct rdzv_assignment *as)
 {
-  char path[PATH_MAX + 32];
+  char path[PATH_MAX + 32], why[640];
   struct spawn_prep prep;
   struct worker *bad = NULL;
   pid_t bad_pid = 0;            /* the child whose exec failed */
@@ -801,7 +801,16 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
            as->restart_count);
   logs_rmtree(path);    /* torchrun wipes a reused attempt folder */
   round_token(a);
-  live_agent_start_round(a);
+  err = live_agent_start_round(a, why, sizeof why);
+  if (err) {
+    /* Note [no live store] (live_agent.c): a final failure, so that
+     * every node ends the job with this reason. */
+    say("%s", why);
+    a->rdzv->ops->report_failure(a->rdzv, true, why);
+    a->exit_status = AGENT_EXIT_INTERNAL;
+    agent_begin_stop(a, STOP_FATAL, 0);
+    return;
+  }
   agent_event(a, "START", "restart_count=%d world_size=%d master=%s:%d",
               as->restart_count, as->world_size, as->master_addr,
               as->master_port);

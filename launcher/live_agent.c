@@ -181,7 +181,15 @@ static void write_round(struct agent *a)
 /* A round's live set-up before its workers start: node rank 0 serves the
  * live store (with this round's token: a new one after a restart), and
  * the round file says the round. */
-void live_agent_start_round(struct agent *a)
+/* Note [no live store]: every node's workers get CDRUN_LIVE_STORE, node
+ * rank 0's, when their round starts, and no message of the rendezvous
+ * tells the other nodes whether node 0 serves it.  When it cannot (no
+ * libpg.so, the port taken), their live workers could not form a group,
+ * and node 0's workers in restart mode would serve a store that the
+ * others do not look at.  So in a round of several nodes node 0 ends the
+ * job with a final failure naming the reason, which every node ends
+ * with; a job of one node falls back to restart mode, consistent there. */
+int live_agent_start_round(struct agent *a, char *why, size_t len)
 {
   char msg[512];
   int i, err, port = a->assign.master_port + LIVE_STORE_PORT_OFFSET;
@@ -190,24 +198,34 @@ void live_agent_start_round(struct agent *a)
     a->workers[i].live.replace_pending = false;
   a->live.replace_pending = 0;
   if (!a->live.env)
-    return;
+    return 0;
   if (a->assign.group_rank == 0 &&
       (!a->live.store || strcmp(a->live.store_token, a->job_token) != 0)) {
     live_store_stop(a->live.store);
     a->live.store = NULL;
-    err = live_store_start(port, a->job_token, &a->live.store, msg, sizeof msg);
+    err = live_store_start(port, a->job_token, &a->live.store, msg,
+                           sizeof msg);
+    if (err && a->assign.group_world_size > 1) {
+      /* Note [no live store]: the other nodes' workers have the live
+       * variables already, and cannot run without the store. */
+      snprintf(why, len, "node rank 0 cannot serve the live store (%s): "
+               "the job cannot run with --recovery=live", msg);
+      return err;
+    }
     if (err) {
       say("cannot serve the live store (%s): live recovery is off, this "
           "node's workers run in restart mode", msg);
       a->live.env = false;
       a->live.replace = false;
-      return;
+      return 0;
     }
-    snprintf(a->live.store_token, sizeof a->live.store_token, "%s", a->job_token);
+    snprintf(a->live.store_token, sizeof a->live.store_token, "%s",
+             a->job_token);
   }
   snprintf(a->live.store_addr, sizeof a->live.store_addr, "%s:%d",
            a->assign.master_addr, port);
   write_round(a);
+  return 0;
 }
 
 /* The job needs a new round and live recovery keeps the workers: join

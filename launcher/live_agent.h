@@ -58,9 +58,12 @@ void live_agent_close(struct live_agent *l);
 
 /* A round's workers are about to start (the agent's assignment and job
  * token are the round's): no replacement waits any more; node rank 0
- * serves the live store (restart mode for the job, said once, when it
- * cannot), and the round file says the round. */
-void live_agent_start_round(struct agent *a);
+ * serves the live store, and the round file says the round.  Returns 0,
+ * or a negative errno with the reason in why (len bytes) when node rank 0
+ * cannot serve the store and the round has other nodes: the job cannot
+ * run (Note [no live store]).  A job of one node runs in restart mode
+ * instead, said once. */
+int live_agent_start_round(struct agent *a, char *why, size_t len);
 
 /* Worker w's live variables into we (worker_env's), its opt-in file's
  * path in opt_in (len bytes), removed so that only the new process can

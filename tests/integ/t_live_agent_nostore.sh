@@ -1,0 +1,32 @@
+#!/bin/bash
+# cdrun --recovery=live on rdzvd when node rank 0 cannot serve the live
+# store (no libpg.so beside its cdrun): the other nodes' workers could not
+# reach it, so node 0 ends the job with a final failure that names the
+# reason, and every node ends with it, its workers stopped (Note [no live
+# store]).  (One node falls back to restart mode: t_live_agent.sh.)
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/live_agent_lib.sh"
+
+start_rdzvd
+ep=127.0.0.1:$RDZVD_PORT
+conf=last_call_timeout=0.5,join_timeout=30,keepalive_interval=0.2,keepalive_misses=5
+args=(--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=nostore
+      --rdzv_conf="$conf" --recovery=live --max_restarts=1 --no_python
+      --nproc_per_node=1)
+mkdir -p "$T/nolib/bin" "$T/a" "$T/b"
+cp "$CDRUN" "$T/nolib/bin/cdrun"
+CDRUN=$T/nolib/bin/cdrun agent a "${args[@]}" "$LW" "$T/a"
+wait_grep "job nostore: .* joined round 0" "$T/rdzvd.log" 30   # a ranks first
+agent b "${args[@]}" "$LW" "$T/b"
+wait_exit "$AGENT_a" 60
+[ "$RC" -ne 0 ] || fail "node 0 exited 0 without its live store"
+wait_exit "$AGENT_b" 60
+[ "$RC" -ne 0 ] || fail "node 1 exited 0 without the live store"
+expect_grep "node rank 0 cannot serve the live store \(live recovery needs libpg.so .*\): the job cannot run with --recovery=live" "$T/a.err"
+expect_grep "node rank 0 cannot serve the live store" "$T/b.err"
+compgen -G "$T/a/env.*" >/dev/null && fail "node 0 started workers"
+for f in "$T"/b/pid.*; do
+  [ -e "$f" ] || continue
+  alive "$(cat "$f")" && fail "node 1's worker $(cat "$f") outlived cdrun"
+done
+exit 0
