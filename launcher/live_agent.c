@@ -1,6 +1,7 @@
 /* live_agent.c -- live recovery's part of the agent (live_agent.h). */
 #include "live_agent.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -197,6 +198,12 @@ int live_agent_start_round(struct agent *a, char *why, size_t len)
   for (i = 0; i < a->o->nproc; i++)
     a->workers[i].live.replace_pending = false;
   a->live.replace_pending = 0;
+  if (a->live.no_store[0] && a->assign.group_world_size > 1) {
+    /* Alone at first, in restart mode; now others came. */
+    snprintf(why, len, "node rank 0 cannot serve the live store (%s): "
+             "the job cannot run with --recovery=live", a->live.no_store);
+    return -ENOENT;
+  }
   if (!a->live.env)
     return 0;
   if (a->assign.group_rank == 0 &&
@@ -215,6 +222,7 @@ int live_agent_start_round(struct agent *a, char *why, size_t len)
     if (err) {
       say("cannot serve the live store (%s): live recovery is off, this "
           "node's workers run in restart mode", msg);
+      snprintf(a->live.no_store, sizeof a->live.no_store, "%s", msg);
       a->live.env = false;
       a->live.replace = false;
       return 0;

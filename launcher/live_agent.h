@@ -46,6 +46,9 @@ struct live_agent {
   char store_token[JOBTOKEN_HEX + 1];  /* the token it serves with */
   char store_addr[300];         /* CDRUN_LIVE_STORE */
   char round_file[PATH_MAX];    /* CDRUN_LIVE_ROUND_FILE */
+  char no_store[512];           /* why this node, alone, could not serve
+                                   the live store (Note [no live
+                                   store]); "" when it could */
 };
 
 /* Sets l up for the job: live when live is set, the round file in

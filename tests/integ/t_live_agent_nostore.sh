@@ -3,7 +3,9 @@
 # store (no libpg.so beside its cdrun): the other nodes' workers could not
 # reach it, so node 0 ends the job with a final failure that names the
 # reason, and every node ends with it, its workers stopped (Note [no live
-# store]).  (One node falls back to restart mode: t_live_agent.sh.)
+# store]); so does an elastic job's node 0 that ran alone in restart mode
+# for it when a node joins.  (A job of one node falls back to restart
+# mode: t_live_agent.sh.)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/live_agent_lib.sh"
 
@@ -28,5 +30,23 @@ compgen -G "$T/a/env.*" >/dev/null && fail "node 0 started workers"
 for f in "$T"/b/pid.*; do
   [ -e "$f" ] || continue
   alive "$(cat "$f")" && fail "node 1's worker $(cat "$f") outlived cdrun"
+done
+# ---- elastic: node 0 alone in restart mode, then a node joins ----
+mkdir "$T/c" "$T/e"
+el=(--nnodes=1:2 --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=alone
+    --rdzv_conf="$conf" --recovery=live --max_restarts=1 --no_python
+    --nproc_per_node=1)
+CDRUN=$T/nolib/bin/cdrun agent c "${el[@]}" "$LW" "$T/c"
+wait_files "$T/c/env.*" 1 30
+expect_grep "cannot serve the live store \(.*\): live recovery is off" "$T/c.err"
+agent e "${el[@]}" "$LW" "$T/e"
+wait_exit "$AGENT_c" 60
+[ "$RC" -ne 0 ] || fail "node 0 went on without its live store"
+wait_exit "$AGENT_e" 60
+[ "$RC" -ne 0 ] || fail "the newcomer went on without the live store"
+expect_grep "node rank 0 cannot serve the live store" "$T/e.err"
+for f in "$T"/c/pid.* "$T"/e/pid.*; do
+  [ -e "$f" ] || continue
+  alive "$(cat "$f")" && fail "worker $(cat "$f") outlived cdrun"
 done
 exit 0
