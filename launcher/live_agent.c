@@ -43,6 +43,26 @@ void live_agent_worker_env(const struct agent *a, const struct worker *w,
   we->live_opt_in = opt_in;
 }
 
+/* Note [live token on one node]: without a secret, a round of one node
+ * gets a token of fresh random bytes (Note [job token], case 4), which
+ * no other node can know.  In live mode a node joining an elastic job
+ * must get the running workers' token, so a one-node round is keyed as
+ * a round of several nodes is (case 5: derived from the run id and the
+ * master endpoint, said to be guessable), unless its back end can never
+ * add a node (the static one: --standalone, fixed nodes). */
+const struct rdzv_assignment *
+live_agent_token_round(const struct agent *a,
+                       const struct rdzv_assignment *as,
+                       struct rdzv_assignment *keyed)
+{
+  if (!a->live.env || as->group_world_size != 1 ||
+      strcmp(a->rdzv->ops->name, "static") == 0)
+    return as;
+  *keyed = *as;
+  keyed->group_world_size = 2;
+  return keyed;
+}
+
 bool live_agent_replacing(const struct agent *a)
 {
   return a->live.replace_pending > 0;
@@ -267,14 +287,15 @@ bool live_agent_rejoin(struct agent *a, const char *reason)
 static bool go_on_in_round(struct agent *a, const struct rdzv_assignment *as)
 {
   char token[JOBTOKEN_HEX + 1];
-  struct rdzv_assignment old = a->assign;
+  struct rdzv_assignment old = a->assign, keyed;
   bool guessable;
   int i;
 
   if (a->state != ST_RUNNING)
     return false;
   if (jobtoken_make(a->o->token_secret, a->o->token_secret_len,
-                    a->o->run_id, as, token, &guessable))
+                    a->o->run_id, live_agent_token_round(a, as, &keyed),
+                    token, &guessable))
     token[0] = '\0';
   if (strcmp(as->master_addr, old.master_addr) != 0 ||
       as->master_port != old.master_port ||
