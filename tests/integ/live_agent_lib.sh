@@ -45,3 +45,35 @@ pid_of() {
   f=$(compgen -G "$1/pid.$2.*")
   cat "$f"
 }
+
+# round_of DIR PID LINE SECS: waits until worker PID's copy of its round
+# file (written when the file changes) says LINE.
+round_of() {
+  local i
+  for ((i = 0; i < $4 * 20; i++)); do
+    [ "$(cat "$1/round.$2" 2>/dev/null)" = "$3" ] && return 0
+    sleep 0.05
+  done
+  fail "worker $2's round is '$(cat "$1/round.$2" 2>/dev/null)', want '$3'"
+}
+
+# joined_live A B: node B (one worker, rank 2) joined node A's running
+# workers (ranks 0 and 1, pids $a0 and $a1) live: round 1 in a world of
+# 3 on both, B's worker with A's job token and live store, A's workers
+# untouched; sets b0, B's worker's pid.
+joined_live() {
+  wait_files "$T/$2/round.*" 1 30
+  b0=$(pid_of "$T/$2" 2)
+  round_of "$T/$1" "$a0" "round=1 world=3 rank_offset=0 local_world=2" 30
+  round_of "$T/$1" "$a1" "round=1 world=3 rank_offset=0 local_world=2" 30
+  round_of "$T/$2" "$b0" "round=1 world=3 rank_offset=2 local_world=1" 30
+  local ea eb
+  eb=$(compgen -G "$T/$2/env.2.*")
+  ea=$(compgen -G "$T/$1/env.0.*")
+  expect_eq "newcomer's job token" "$(envval "$eb" CDRUN_JOB_TOKEN)" \
+    "$(envval "$ea" CDRUN_JOB_TOKEN)"
+  expect_eq "newcomer's live store" "$(envval "$eb" CDRUN_LIVE_STORE)" \
+    "$(envval "$ea" CDRUN_LIVE_STORE)"
+  expect_eq "$1's rank 0 untouched" "$(pid_of "$T/$1" 0)" "$a0"
+  alive "$a0" && alive "$a1" || fail "$1's workers died when $2 joined"
+}

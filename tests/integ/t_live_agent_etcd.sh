@@ -18,16 +18,6 @@ common=(--nnodes=1:3 --rdzv_backend=etcd --rdzv_endpoint="$ETCD_EP"
         --rdzv_id=live --rdzv_conf="$conf" --recovery=live --max_restarts=1
         --no_python)
 
-# round_of DIR PID LINE SECS: waits until worker PID's copy of its round
-# file says LINE.
-round_of() {
-  local i
-  for ((i = 0; i < $4 * 20; i++)); do
-    [ "$(cat "$1/round.$2" 2>/dev/null)" = "$3" ] && return 0
-    sleep 0.05
-  done
-  cat "$T/a.err" "$T/b.err" >&2; fail "worker $2's round is '$(cat "$1/round.$2" 2>/dev/null)', want '$3'"
-}
 
 mkdir "$T/a" "$T/b"
 agent a "${common[@]}" --nproc_per_node=2 "$LW" "$T/a"
@@ -49,19 +39,7 @@ done
 
 # ---- b joins: a's workers go on, in a world of 3 ----
 agent b "${common[@]}" --nproc_per_node=1 "$LW" "$T/b"
-wait_files "$T/b/round.*" 1 30
-b0=$(pid_of "$T/b" 2)
-round_of "$T/a" "$a0" "round=1 world=3 rank_offset=0 local_world=2" 30
-round_of "$T/a" "$a1" "round=1 world=3 rank_offset=0 local_world=2" 30
-round_of "$T/b" "$b0" "round=1 world=3 rank_offset=2 local_world=1" 30
-eb=$(compgen -G "$T/b/env.2.*")
-ea=$(compgen -G "$T/a/env.0.*")
-expect_eq "newcomer's job token" "$(envval "$eb" CDRUN_JOB_TOKEN)" \
-  "$(envval "$ea" CDRUN_JOB_TOKEN)"
-expect_eq "newcomer's live store" "$(envval "$eb" CDRUN_LIVE_STORE)" \
-  "$(envval "$ea" CDRUN_LIVE_STORE)"
-expect_eq "a's rank 0 untouched" "$(pid_of "$T/a" 0)" "$a0"
-alive "$a0" && alive "$a1" || fail "a's workers died when b joined"
+joined_live a b
 expect_grep "re-joining with the workers running \(live recovery\)" "$T/a.err"
 
 # ---- b lost: a's workers go on, in a world of 2 ----

@@ -9,6 +9,22 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/live_agent_lib.sh"
 
+# all_end DIR...: every agent started so far ended with a nonzero status,
+# and no worker of theirs (pids in DIR/pid.*) outlived them.
+all_end() {
+  local d f
+  for d in "$@"; do
+    wait_exit "$(eval echo "\$AGENT_$d")" 60
+    [ "$RC" -ne 0 ] || fail "node $d exited 0 without the live store"
+  done
+  for d in "$@"; do
+    for f in "$T/$d"/pid.*; do
+      [ -e "$f" ] || continue
+      alive "$(cat "$f")" && fail "$d's worker $(cat "$f") outlived cdrun"
+    done
+  done
+}
+
 start_rdzvd
 ep=127.0.0.1:$RDZVD_PORT
 conf=last_call_timeout=0.5,join_timeout=30,keepalive_interval=0.2,keepalive_misses=5
@@ -20,17 +36,11 @@ cp "$CDRUN" "$T/nolib/bin/cdrun"
 CDRUN=$T/nolib/bin/cdrun agent a "${args[@]}" "$LW" "$T/a"
 wait_grep "job nostore: .* joined round 0" "$T/rdzvd.log" 30   # a ranks first
 agent b "${args[@]}" "$LW" "$T/b"
-wait_exit "$AGENT_a" 60
-[ "$RC" -ne 0 ] || fail "node 0 exited 0 without its live store"
-wait_exit "$AGENT_b" 60
-[ "$RC" -ne 0 ] || fail "node 1 exited 0 without the live store"
+all_end a b
 expect_grep "node rank 0 cannot serve the live store \(live recovery needs libpg.so .*\): the job cannot run with --recovery=live" "$T/a.err"
 expect_grep "node rank 0 cannot serve the live store" "$T/b.err"
 compgen -G "$T/a/env.*" >/dev/null && fail "node 0 started workers"
-for f in "$T"/b/pid.*; do
-  [ -e "$f" ] || continue
-  alive "$(cat "$f")" && fail "node 1's worker $(cat "$f") outlived cdrun"
-done
+
 # ---- elastic: node 0 alone in restart mode, then a node joins ----
 mkdir "$T/c" "$T/e"
 el=(--nnodes=1:2 --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=alone
@@ -40,13 +50,6 @@ CDRUN=$T/nolib/bin/cdrun agent c "${el[@]}" "$LW" "$T/c"
 wait_files "$T/c/env.*" 1 30
 expect_grep "cannot serve the live store \(.*\): live recovery is off" "$T/c.err"
 agent e "${el[@]}" "$LW" "$T/e"
-wait_exit "$AGENT_c" 60
-[ "$RC" -ne 0 ] || fail "node 0 went on without its live store"
-wait_exit "$AGENT_e" 60
-[ "$RC" -ne 0 ] || fail "the newcomer went on without the live store"
+all_end c e
 expect_grep "node rank 0 cannot serve the live store" "$T/e.err"
-for f in "$T"/c/pid.* "$T"/e/pid.*; do
-  [ -e "$f" ] || continue
-  alive "$(cat "$f")" && fail "worker $(cat "$f") outlived cdrun"
-done
 exit 0
