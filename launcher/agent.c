@@ -4,6 +4,7 @@
  * failure was and what cdrun says and returns about it is failures.c's;
  * the watchdogs that kill a hung worker are hang.c's. */
 #include "agent.h"
+#include "agent_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -24,8 +25,7 @@
 #include "guardian.h"
 #include "hang.h"
 #include "jobtoken.h"
-#include "live_handshake.h"
-#include "live_store.h"
+#include "live_agent.h"
 #include "logs.h"
 #include "output.h"
 #include "say.h"
@@ -37,113 +37,12 @@
  * buffered in tee pipes (held open by a straggler outside the group). */
 #define DRAIN_MS 1000
 
-struct worker {
-  struct agent *agent;
-  int local_rank;
-  int rank;
-  pid_t pid;                    /* also its process group; 0 before start */
-  bool running;
-  /* Heap strings, not arrays: the agent's memory grows with N. */
-  char *dir;                    /* attempt_<k>/<local_rank> */
-  char *error_file;
-  struct output_stream out, err;   /* output.h */
-  struct hang_watch hang;       /* hang.h */
-  int replaced;                 /* live replacements of this local rank */
-  bool replace_pending;         /* Note [live replacement] */
-};
-
-enum agent_state {
-  ST_RENDEZVOUS,                /* waiting for a round */
-  ST_RUNNING,                   /* workers started, none failed yet */
-  ST_STOPPING,                  /* tearing the group down */
-  ST_BARRIER,                   /* succeeded, waiting for the exit barrier */
-  ST_CLOSING,                   /* failed for good, waiting for the job's
-                                   end to name its root cause */
-  ST_DONE,
-};
-
-enum stop_reason {
-  STOP_SUCCESS,                 /* every worker exited 0 */
-  STOP_FAILURE,                 /* a worker failed: restart if allowed */
-  STOP_FATAL,                   /* a worker could not start: no restart */
-  STOP_SIGNAL,                  /* cdrun got a signal */
-  STOP_MEMBERSHIP,              /* the rendezvous asked for a new round */
-};
-
-struct agent {
-  const struct agent_opts *o;
-  uv_loop_t loop;
-  uv_signal_t sigchld;
-  uv_signal_t *sigs;
-  uv_timer_t grace;
-  uv_timer_t drain;
-  uv_timer_t heartbeat;         /* --worker_heartbeat_timeout checks */
-  uv_timer_t backoff_timer;     /* the wait before a restart; in
-                                   ST_CLOSING, the wait for the job's end */
-  bool job_ended;               /* the rendezvous said the job ended */
-  uv_timer_t lost_timer;        /* Note [fixed membership] */
-  bool lost_pending;
-  char lost_host[256];
-  struct backoff backoff;       /* Note [restart backoff] */
-  double attempt_started;       /* when this attempt's workers started
-                                   (epoch seconds) */
-  struct guardian guardian;
-  struct contain contain;
-  struct spawner *spawner;      /* made at the first start of workers */
-  struct rdzv *rdzv;
-  struct rdzv_assignment assign;
-  char job_token[JOBTOKEN_HEX + 1];   /* this round's (jobtoken.h) */
-  bool token_noted;                   /* said it is guessable */
-  enum agent_state state;
-  enum stop_reason reason;
-  int stop_signal;              /* signal that stops the group */
-  bool sigkill_sent;            /* this stop escalated to SIGKILL */
-  unsigned forwarded;           /* signals this stop sent, by bit:
-                                   Note [signal escalation] */
-  bool drain_expired;
-  struct worker *workers;
-  /* Note [linear supervision]: every exit is handled in O(1) -- workers
-   * found by pid in an open-addressing table, counts kept, not scanned. */
-  struct worker **by_pid;       /* by_pid_mask + 1 slots */
-  size_t by_pid_mask;
-  int nrunning;                 /* workers started and not yet reaped */
-  int nstreams;                 /* tee streams not yet closed */
-  bool group_cleared;           /* check_stopped killed what was left */
-  struct failures failures;     /* this attempt's (failures.h) */
-  int exit_status;
-  char host[256];
-  struct filetimer *ftimer;     /* torch's file timer, or NULL */
-  /* Live recovery (man/cdrun.1, LIVE RECOVERY). */
-  bool live_env;                /* the workers get the live handshake */
-  bool live_replace;            /* failures and membership changes may
-                                   keep the workers: o->live unless the
-                                   live store could not be served */
-  bool optin_said;              /* said that a worker did not opt in */
-  bool live_rejoining;          /* a membership join is in flight while
-                                   the workers run */
-  bool pending_round_set;       /* a round to start once the group has
-                                   stopped */
-  struct rdzv_assignment pending_round;
-  int replace_pending;          /* workers whose replacement waits */
-  struct live_store *store;     /* node rank 0: the live store */
-  char store_token[JOBTOKEN_HEX + 1];  /* the token it serves with */
-  char live_store_addr[300];    /* CDRUN_LIVE_STORE */
-  char round_file[PATH_MAX];    /* CDRUN_LIVE_ROUND_FILE */
-};
-
 static void check_stopped(struct agent *a);
 static void heartbeat_check(uv_timer_t *t);
 static void join_round(struct agent *a, enum rdzv_join_reason why);
 static void start_round(struct agent *a, const struct rdzv_assignment *as);
-static bool live_worker_failed(struct agent *a, struct worker *w, int code);
-static void live_start_replacements(struct agent *a);
 
-static void agent_event(struct agent *a, const char *name, const char *fmt,
-                        ...) __attribute__((format(printf, 3, 4)));
-
-/* --event_log_handler=console: one line per agent event, torchrun's
- * event names. */
-static void agent_event(struct agent *a, const char *name, const char *fmt,
+void agent_event(struct agent *a, const char *name, const char *fmt,
                         ...)
 {
   char detail[512];
@@ -289,10 +188,7 @@ static void grace_expired(uv_timer_t *t)
 static unsigned signal_bit(int sig);
 static void start_grace(struct agent *a);
 
-/* Starts tearing the group down: sig to every running worker's process
- * group, SIGKILL after the grace period.  sig 0 sends nothing (every
- * worker already exited). */
-static void begin_stop(struct agent *a, enum stop_reason why, int sig)
+void agent_begin_stop(struct agent *a, enum stop_reason why, int sig)
 {
   a->state = ST_STOPPING;
   a->reason = why;
@@ -372,9 +268,58 @@ static void restart_after_failure(struct agent *a)
   join_round(a, RDZV_JOIN_FAILURE);
 }
 
+/* The group failed (stopped, its failure reported): again while
+ * restarts are left, else the job's end. */
+static void group_failed(struct agent *a)
+{
+  if (!a->assign.failure_final) {
+    restart_after_failure(a);
+    return;
+  }
+  agent_event(a, "FAILED", "restart_count=%d", a->assign.restart_count);
+  /* Note [root cause]: the job's end names its root cause, which may
+   * be another node's earlier failure. */
+  if (a->rdzv->cause_wait > 0 && !a->job_ended) {
+    a->state = ST_CLOSING;
+    uv_timer_start(&a->backoff_timer, close_wait_expired,
+                   (uint64_t)(a->rdzv->cause_wait * 1000.0), 0);
+    return;
+  }
+  finish_failed(a);
+}
+
+static void report_failure(struct agent *a, int rank, int code);
+
+/* Note [failure in a live round]: a failure that live recovery does not
+ * take (a worker of the node had not opted in, or no longer has) while a
+ * live re-join is in flight stops the group, but cannot be reported then:
+ * the round it would name is over.  It is reported in the round that
+ * comes, and counted as restart mode counts it: the group restarts in a
+ * round with one more restart, or the job fails when none is left.
+ * Starting the workers in the new round instead would restart them
+ * uncounted, as often as they fail.  A round that counted a restart
+ * already (another node failed meanwhile) is that restart. */
+static void failed_in_round(struct agent *a, const struct rdzv_assignment *as)
+{
+  bool owed = a->owed_set;
+
+  a->owed_set = false;
+  if (!owed || as->restart_count > a->assign.restart_count) {
+    failures_clear(&a->failures);
+    start_round(a, as);
+    return;
+  }
+  say("worker group failed during a membership change: round %d counts "
+      "it", as->round);
+  a->assign = *as;
+  report_failure(a, a->owed_rank, a->owed_code);
+  group_failed(a);
+}
+
 /* Everything of the group is gone: decide what comes next. */
 static void group_finished(struct agent *a)
 {
+  struct rdzv_assignment as;
   int err;
 
   switch (a->reason) {
@@ -388,29 +333,18 @@ static void group_finished(struct agent *a)
     }
     return;
   case STOP_FAILURE:
-    if (!a->assign.failure_final &&
-        (a->live_rejoining || a->pending_round_set)) {
-      /* A failure live recovery could not take, while a round was
-       * forming: the group starts again in that round. */
-      say("worker group stopped during a membership change; it starts "
-          "again in the new round");
-      failures_clear(&a->failures);
-      goto next_round;
-    }
-    if (!a->assign.failure_final) {
-      restart_after_failure(a);
+    if (!a->assign.failure_final && live_agent_changing(a)) {
+      /* Note [failure in a live round] */
+      a->state = ST_RENDEZVOUS;
+      if (live_agent_take_round(a, &as)) {
+        failed_in_round(a, &as);
+        return;
+      }
+      say("worker group failed during a membership change; it restarts "
+          "once the new round completes");
       return;
     }
-    agent_event(a, "FAILED", "restart_count=%d", a->assign.restart_count);
-    /* Note [root cause]: the job's end names its root cause, which may
-     * be another node's earlier failure. */
-    if (a->rdzv->cause_wait > 0 && !a->job_ended) {
-      a->state = ST_CLOSING;
-      uv_timer_start(&a->backoff_timer, close_wait_expired,
-                     (uint64_t)(a->rdzv->cause_wait * 1000.0), 0);
-      return;
-    }
-    finish_failed(a);
+    group_failed(a);
     return;
   case STOP_FATAL:
     agent_event(a, "FAILED", "could not start the workers");
@@ -421,21 +355,16 @@ static void group_finished(struct agent *a)
     finish(a, 128 + a->stop_signal);
     return;
   case STOP_MEMBERSHIP:
-    if (a->live_rejoining || a->pending_round_set)
-      goto next_round;
-    join_round(a, RDZV_JOIN_MEMBERSHIP);
+    if (!live_agent_changing(a)) {
+      join_round(a, RDZV_JOIN_MEMBERSHIP);
+      return;
+    }
+    /* The round was asked for while the workers ran (live recovery):
+     * start in it now, or when it comes. */
+    a->state = ST_RENDEZVOUS;
+    if (live_agent_take_round(a, &as))
+      start_round(a, &as);
     return;
-  }
-  return;
-next_round:
-  /* The round was asked for while the workers ran (live recovery): start
-   * in it now, or when it comes. */
-  a->state = ST_RENDEZVOUS;
-  if (a->pending_round_set) {
-    struct rdzv_assignment as = a->pending_round;
-
-    a->pending_round_set = false;
-    start_round(a, &as);
   }
 }
 
@@ -478,21 +407,28 @@ static void check_stopped(struct agent *a)
 
 /* Tells the rendezvous at once, so the other nodes stop their workers
  * while this one stops its own. */
-static void report_failure(struct agent *a, struct worker *w, int code)
+static void report_failure(struct agent *a, int rank, int code)
 {
   bool final = a->assign.failure_final;
   char msg[512];
 
-  /* A round is forming (live recovery): this node starts its workers in
-   * it; a report now would name a round that is over. */
-  if (a->live_rejoining && !final)
+  /* A round is forming (live recovery): a report now would name a round
+   * that is over; it is made in the new round (Note [failure in a live
+   * round]). */
+  if (live_agent_rejoining(a) && !final) {
+    if (!a->owed_set) {
+      a->owed_set = true;
+      a->owed_rank = rank;
+      a->owed_code = code;
+    }
     return;
+  }
 
   /* Note [root cause]: this node's earliest failure, with its time (the
    * error file's, else when it was reaped), for the job's root cause. */
   failures_local_cause(&a->failures, a->host, now_epoch(),
                        &a->rdzv->local_cause);
-  failures_report_text(&a->failures, w->rank, code, msg, sizeof msg);
+  failures_report_text(&a->failures, rank, code, msg, sizeof msg);
   a->rdzv->ops->report_failure(a->rdzv, final, msg);
 }
 
@@ -533,16 +469,16 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     else
       say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
-    if (live_worker_failed(a, w, code))
+    if (live_agent_worker_failed(a, w, code))
       return;
     record_failure(a, w, w->pid, code,
                    w->hang.killed_why[0] ? w->hang.killed_why : NULL);
-    report_failure(a, w, code);
-    begin_stop(a, STOP_FAILURE, SIGTERM);
+    report_failure(a, w->rank, code);
+    agent_begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
   }
-  if (a->nrunning == 0 && !a->replace_pending)
-    begin_stop(a, STOP_SUCCESS, 0);
+  if (a->nrunning == 0 && !live_agent_replacing(a))
+    agent_begin_stop(a, STOP_SUCCESS, 0);
 }
 
 static void on_sigchld(uv_signal_t *h, int signum)
@@ -618,7 +554,7 @@ static void stream_closed(void *ctx)
   struct agent *a = ctx;
 
   a->nstreams--;
-  live_start_replacements(a);
+  live_agent_start_replacements(a);
   check_stopped(a);
 }
 
@@ -668,10 +604,6 @@ static void worker_env(const struct agent *a, const struct worker *w,
   we->heartbeat_file = w->hang.heartbeat_file[0] ? w->hang.heartbeat_file
                                                  : NULL;
   we->job_token = a->job_token[0] ? a->job_token : NULL;
-  we->live = a->live_env;
-  we->live_store = a->live_store_addr;
-  we->live_round_file = a->round_file;
-  we->worker_restarts = w->replaced;
 }
 
 /* Prepares attempt_<k>/<local_rank>/ and slot k of p for one worker; on
@@ -690,9 +622,9 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
   w->error_file = NULL;
   /* Note [live replacement]: a replacement's folder is inside the
    * original's, so attempt_<k>/ keeps torchrun's layout. */
-  if (w->replaced > 0)
+  if (w->live.replaced > 0)
     n = asprintf(&w->dir, "%s/attempt_%d/%d/live_%d", o->run_log_dir,
-                 attempt, w->local_rank, w->replaced);
+                 attempt, w->local_rank, w->live.replaced);
   else
     n = asprintf(&w->dir, "%s/attempt_%d/%d", o->run_log_dir, attempt,
                  w->local_rank);
@@ -717,11 +649,7 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
     return err;
 
   worker_env(a, w, &we);
-  if (we.live) {
-    snprintf(opt_in, sizeof opt_in, "%s/%s", w->dir, LIVE_HANDSHAKE_OPT_IN);
-    unlink(opt_in);
-    we.live_opt_in = opt_in;
-  }
+  live_agent_worker_env(a, w, &we, opt_in, sizeof opt_in);
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;
@@ -783,116 +711,10 @@ static void start_failed(struct agent *a, struct worker *w, int err,
     say("cannot start worker %d: %s", w->rank, say_strerror(err));
     a->exit_status = AGENT_EXIT_INTERNAL;
   }
-  begin_stop(a, STOP_FATAL, SIGTERM);
+  agent_begin_stop(a, STOP_FATAL, SIGTERM);
 }
 
-/* The workers' CDRUN_JOB_TOKEN for this round (Note [job token]). */
-static void round_token(struct agent *a)
-{
-  bool guessable;
-  int err = jobtoken_make(a->o->token_secret, a->o->token_secret_len,
-                          a->o->run_id, &a->assign, a->job_token,
-                          &guessable);
-
-  if (err) {
-    a->job_token[0] = '\0';
-    say("warning: no job token for the workers (%s): their store is open "
-        "to anyone who reaches MASTER_PORT", say_strerror(err));
-  } else if (guessable && !a->token_noted) {
-    a->token_noted = true;
-    say("warning: no rendezvous secret: the workers' %s is derived from "
-        "the run id and MASTER_ADDR:MASTER_PORT, which anyone who knows "
-        "them can compute (set --rdzv_conf secret_file=PATH, or %s on "
-        "every node)", JOBTOKEN_VAR, JOBTOKEN_VAR);
-  }
-}
-
-/* ---- live recovery (man/cdrun.1, LIVE RECOVERY) ------------------------ */
-
-/* The first local worker that has not opted in, or NULL.  A
- * replacement counts as opted in: its predecessor was, and the same
- * program in the same environment opts in again (libpg's pg_init), so a
- * membership change or its own failure before it has is no reason to
- * restart everyone. */
-static struct worker *live_not_opted_in(struct agent *a)
-{
-  char path[PATH_MAX];
-  int i;
-
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
-
-    if (w->replaced > 0)
-      continue;
-
-    snprintf(path, sizeof path, "%s/%s", w->dir ? w->dir : "",
-             LIVE_HANDSHAKE_OPT_IN);
-    if (!w->dir || !live_handshake_opted_in(path))
-      return w;
-  }
-  return NULL;
-}
-
-/* Whether live recovery may keep the workers now: every local worker has
- * opted in.  Otherwise restart mode for this event, said once for the
- * job: a program that never opts in (a PyTorch script) is restarted at
- * every failure, and one that had not yet opted in (a membership change
- * just after a start) is live again once it has. */
-static bool live_keeps_workers(struct agent *a)
-{
-  struct worker *w;
-
-  if (!a->live_replace)
-    return false;
-  w = live_not_opted_in(a);
-  if (!w)
-    return true;
-  if (!a->optin_said)
-    say("worker %d (pid %d) did not opt in to live recovery: restarting "
-        "the worker group instead", w->rank, (int)w->pid);
-  a->optin_said = true;
-  return false;
-}
-
-/* Note [live replacement]: in live mode a worker that fails while it and
- * every local worker opted in is replaced alone, with the same rank and
- * environment and its own count (CDRUN_WORKER_RESTARTS), at most
- * max_restarts times per local rank; the rendezvous hears nothing.  The
- * replacement starts once the dead worker's output streams are closed
- * (they are the same structs), in attempt_<k>/<local_rank>/live_<n>/.
- * Returns true when the failure was taken; false: restart mode's path,
- * final when the rank's budget is spent. */
-static bool live_worker_failed(struct agent *a, struct worker *w, int code)
-{
-  if (!live_keeps_workers(a))
-    return false;
-  if (w->replaced >= a->o->max_restarts) {
-    say("worker %d has no replacement left (%d of --max_restarts %d used; "
-        "live mode counts them per rank): the job fails", w->rank,
-        w->replaced, a->o->max_restarts);
-    a->assign.failure_final = true;
-    return false;
-  }
-  w->replaced++;
-  say("replacing worker %d alone (live recovery; replacement %d of %d of "
-      "this rank)", w->rank, w->replaced, a->o->max_restarts);
-  agent_event(a, "WORKER_REPLACED", "rank=%d local_rank=%d pid=%d "
-              "exitcode=%d worker_restarts=%d", w->rank, w->local_rank,
-              (int)w->pid, code, w->replaced);
-  /* What is left of its process group goes with it. */
-  kill(-w->pid, SIGKILL);
-  guardian_forget(&a->guardian, w->pid);
-  w->pid = 0;
-  output_stream_drain_close(&w->out);
-  output_stream_drain_close(&w->err);
-  w->replace_pending = true;
-  a->replace_pending++;
-  live_start_replacements(a);
-  return true;
-}
-
-/* Starts the replacement of w (Note [live replacement]). */
-static void live_spawn(struct agent *a, struct worker *w)
+void agent_spawn_worker(struct agent *a, struct worker *w)
 {
   struct spawn_prep prep;
   int err = prepare_worker(a, w, a->assign.restart_count, &prep, 0);
@@ -913,159 +735,49 @@ static void live_spawn(struct agent *a, struct worker *w)
   pid_insert(a, w);
 }
 
-/* The replacements whose worker's streams are closed now start. */
-static void live_start_replacements(struct agent *a)
+
+/* The workers' CDRUN_JOB_TOKEN for this round (Note [job token]). */
+static void round_token(struct agent *a)
 {
-  int i;
-
-  for (i = 0; a->replace_pending && i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
-
-    if (!w->replace_pending || w->out.state != OUTPUT_NONE ||
-        w->err.state != OUTPUT_NONE)
-      continue;
-    w->replace_pending = false;
-    a->replace_pending--;
-    if (a->state == ST_RUNNING)
-      live_spawn(a, w);
-  }
-}
-
-/* Rewrites the node's round file for the current round. */
-static void live_write_round(struct agent *a)
-{
-  struct live_round r = { a->assign.round, a->assign.world_size,
-                          a->assign.rank_offset, a->o->nproc };
-  int err = live_handshake_write_round(a->round_file, &r);
-
-  if (err)
-    say("cannot write the live round file %s: %s", a->round_file,
-        say_strerror(err));
-}
-
-/* A round's live set-up before its workers start: node rank 0 serves the
- * live store (with this round's token: a new one after a restart), and
- * the round file says the round. */
-static void live_setup_round(struct agent *a)
-{
-  char msg[512];
-  int err, port = a->assign.master_port + LIVE_STORE_PORT_OFFSET;
-
-  if (!a->live_env)
-    return;
-  if (a->assign.group_rank == 0 &&
-      (!a->store || strcmp(a->store_token, a->job_token) != 0)) {
-    live_store_stop(a->store);
-    a->store = NULL;
-    err = live_store_start(port, a->job_token, &a->store, msg, sizeof msg);
-    if (err) {
-      say("cannot serve the live store (%s): live recovery is off, this "
-          "node's workers run in restart mode", msg);
-      a->live_env = false;
-      a->live_replace = false;
-      return;
-    }
-    snprintf(a->store_token, sizeof a->store_token, "%s", a->job_token);
-  }
-  snprintf(a->live_store_addr, sizeof a->live_store_addr, "%s:%d",
-           a->assign.master_addr, port);
-  live_write_round(a);
-}
-
-/* The job needs a new round and live recovery keeps the workers: join
- * with them running.  False: restart mode. */
-static bool live_rejoin(struct agent *a, const char *reason)
-{
-  int err;
-
-  if (a->live_rejoining)
-    return true;        /* the join in flight serves this change too */
-  if (!live_keeps_workers(a))
-    return false;
-  say("the job needs a new round (%s): re-joining with the workers "
-      "running (live recovery)", reason);
-  a->live_rejoining = true;
-  err = a->rdzv->ops->join(a->rdzv, RDZV_JOIN_MEMBERSHIP);
-  if (err) {
-    say("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
-        say_strerror(err));
-    begin_stop(a, STOP_FATAL, SIGTERM);
-    a->exit_status = AGENT_EXIT_INTERNAL;
-  }
-  return true;
-}
-
-/* The round a live re-join asked for: the workers go on in it, and learn
- * it from the round file, unless what they hold changed (the master
- * endpoint: node 0 was lost; the restart count or the job token: the job
- * restarted); then they restart in it.  Returns false when the agent is
- * not running them any more. */
-static bool live_round(struct agent *a, const struct rdzv_assignment *as)
-{
-  char token[JOBTOKEN_HEX + 1];
-  struct rdzv_assignment old = a->assign;
+  struct rdzv_assignment keyed;
   bool guessable;
-  int i;
+  int err = jobtoken_make(a->o->token_secret, a->o->token_secret_len,
+                          a->o->run_id,
+                          live_agent_token_round(a, &a->assign, &keyed),
+                          a->job_token, &guessable);
 
-  if (a->state != ST_RUNNING)
-    return false;
-  if (jobtoken_make(a->o->token_secret, a->o->token_secret_len,
-                    a->o->run_id, as, token, &guessable))
-    token[0] = '\0';
-  if (strcmp(as->master_addr, old.master_addr) != 0 ||
-      as->master_port != old.master_port ||
-      as->restart_count != old.restart_count ||
-      (as->group_world_size > 1 && strcmp(token, a->job_token) != 0)) {
-    say("round %d moves the master endpoint or restarts the job (master "
-        "%s:%d, was %s:%d; restart %d, was %d; or another job token): "
-        "live recovery cannot keep the workers; restarting them",
-        as->round, as->master_addr,
-        as->master_port, old.master_addr, old.master_port,
-        as->restart_count, old.restart_count);
-    a->pending_round = *as;
-    a->pending_round_set = true;
-    begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
-    return true;
+  if (err) {
+    a->job_token[0] = '\0';
+    say("warning: no job token for the workers (%s): their store is open "
+        "to anyone who reaches MASTER_PORT", say_strerror(err));
+  } else if (guessable && !a->token_noted) {
+    a->token_noted = true;
+    say("warning: no rendezvous secret: the workers' %s is derived from "
+        "the run id and MASTER_ADDR:MASTER_PORT, which anyone who knows "
+        "them can compute (set --rdzv_conf secret_file=PATH, or %s on "
+        "every node)", JOBTOKEN_VAR, JOBTOKEN_VAR);
   }
-  a->assign = *as;
-  for (i = 0; i < a->o->nproc; i++)
-    a->workers[i].rank = as->rank_offset + i;
-  live_write_round(a);
-  say("round %d: world %d on %d node%s, this node's ranks from %d; the "
-      "workers go on (live recovery)", as->round, as->world_size,
-      as->group_world_size, as->group_world_size == 1 ? "" : "s",
-      as->rank_offset);
-  agent_event(a, "LIVE_ROUND", "world_size=%d group_rank=%d "
-              "rank_offset=%d", as->world_size, as->group_rank,
-              as->rank_offset);
-  return true;
 }
 
 static void on_round(void *ctx, const struct rdzv_assignment *as)
 {
   struct agent *a = ctx;
 
-  if (a->live_rejoining) {
-    a->live_rejoining = false;
-    if (live_round(a, as))
-      return;
-    if (a->state == ST_STOPPING) {
-      /* The group stops (a failure live recovery did not take): it
-       * starts in this round once stopped. */
-      a->pending_round = *as;
-      a->pending_round_set = true;
-      return;
-    }
-  }
+  if (live_agent_round(a, as))
+    return;
   if (a->state != ST_RENDEZVOUS)
     return;
+  if (a->owed_set) {
+    failed_in_round(a, as);
+    return;
+  }
   start_round(a, as);
 }
 
 /* A round completed with no workers running: start them all. */
 static void start_round(struct agent *a, const struct rdzv_assignment *as)
 {
-  char path[PATH_MAX + 32];
+  char path[PATH_MAX + 32], why[640];
   struct spawn_prep prep;
   struct worker *bad = NULL;
   pid_t bad_pid = 0;            /* the child whose exec failed */
@@ -1080,6 +792,7 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
   /* A root cause named by an earlier round's restart is not this
    * round's (Note [root cause]). */
   memset(&a->rdzv->job_cause, 0, sizeof a->rdzv->job_cause);
+  a->owed_set = false;
   a->assign = *as;
   a->state = ST_RUNNING;
   a->attempt_started = now_epoch();
@@ -1090,10 +803,16 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
            as->restart_count);
   logs_rmtree(path);    /* torchrun wipes a reused attempt folder */
   round_token(a);
-  for (i = 0; i < a->o->nproc; i++)
-    a->workers[i].replace_pending = false;
-  a->replace_pending = 0;
-  live_setup_round(a);
+  err = live_agent_start_round(a, why, sizeof why);
+  if (err) {
+    /* Note [no live store] (live_agent.c): a final failure, so that
+     * every node ends the job with this reason. */
+    say("%s", why);
+    a->rdzv->ops->report_failure(a->rdzv, true, why);
+    a->exit_status = AGENT_EXIT_INTERNAL;
+    agent_begin_stop(a, STOP_FATAL, 0);
+    return;
+  }
   agent_event(a, "START", "restart_count=%d world_size=%d master=%s:%d",
               as->restart_count, as->world_size, as->master_addr,
               as->master_port);
@@ -1167,7 +886,7 @@ static void lost_grace_expired(uv_timer_t *t)
     return;
   }
   if (a->state == ST_RUNNING) {
-    begin_stop(a, STOP_FATAL, SIGTERM);
+    agent_begin_stop(a, STOP_FATAL, SIGTERM);
     return;
   }
   finish(a, AGENT_EXIT_NODE_LOST);
@@ -1207,10 +926,10 @@ static void on_restart(void *ctx, const char *reason)
   }
   if (a->state != ST_RUNNING)
     return;
-  if (live_rejoin(a, reason))
+  if (live_agent_rejoin(a, reason))
     return;
   say("restarting the worker group: %s", reason);
-  begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
+  agent_begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
 }
 
 static void on_rdzv_error(void *ctx, int err, const char *message)
@@ -1237,7 +956,7 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
   else
     say("rendezvous failed: %s", message);
   if (a->state == ST_RUNNING) {
-    begin_stop(a, STOP_FATAL, SIGTERM);
+    agent_begin_stop(a, STOP_FATAL, SIGTERM);
     a->exit_status = AGENT_EXIT_INTERNAL;
   } else if (a->state != ST_STOPPING) {
     print_summary(a);   /* the job's root cause, when it names one */
@@ -1296,7 +1015,7 @@ static void on_signal(uv_signal_t *h, int signum)
     say("received %s; forwarding it to the workers (SIGKILL in %.0f s%s)",
         signame(signum), a->o->grace_s,
         signum == SIGINT ? ", or at once on a second SIGINT" : "");
-    begin_stop(a, STOP_SIGNAL, signum);
+    agent_begin_stop(a, STOP_SIGNAL, signum);
     return;
   case ST_STOPPING:
     was_signal = a->reason == STOP_SIGNAL;
@@ -1520,10 +1239,7 @@ int agent_run(const struct agent_opts *o)
   if (gethostname(a.host, sizeof a.host) < 0)
     snprintf(a.host, sizeof a.host, "localhost");
   a.host[sizeof a.host - 1] = '\0';
-  a.live_env = a.live_replace = o->live;
-  if (o->live)
-    snprintf(a.round_file, sizeof a.round_file, "%s/%s", o->run_log_dir,
-             LIVE_HANDSHAKE_ROUND);
+  live_agent_init(&a.live, o->live, o->run_log_dir);
   a.workers = calloc((size_t)o->nproc, sizeof *a.workers);
   a.sigs = calloc((size_t)(o->nsignals ? o->nsignals : 1), sizeof *a.sigs);
   /* At most half full, so probes stay short and always end. */
@@ -1572,7 +1288,7 @@ int agent_run(const struct agent_opts *o)
   if (uv_loop_close(&a.loop) != 0)
     say("internal: event loop closed with handles left open");
 
-  live_store_stop(a.store);   /* after the workers: it outlives them */
+  live_agent_close(&a.live);   /* after the workers: it outlives them */
 
 out_guardian:
   /* Its threads' workers are gone (Note [spawning threads], spawn.c). */

@@ -16,7 +16,8 @@
  *   3. otherwise the same HMAC as 1 under the rendezvous shared secret
  *      (--rdzv_conf secret_file=...: the etcd and static back ends);
  *   4. none, on a one-node round: 32 fresh random bytes, known to this
- *      agent's workers only;
+ *      agent's workers only (not in live mode on a back end that can
+ *      add nodes: Note [live token on one node], live_agent.c);
  *   5. none, on a multi-node round: a fixed public key.  That token keeps
  *      out scanners and processes of other jobs or rendezvous, but anyone
  *      who knows the run id and the master endpoint can compute it; the

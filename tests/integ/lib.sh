@@ -123,6 +123,27 @@ start_rdzvd() {
   fail "rdzvd did not start"
 }
 
+# use_train_mlp: TRAIN, examples/train_mlp beside cdrun (fails when it is
+# not built), PG_TIMEOUT, and SMALL, its small job's flags: 32 steps per
+# epoch, 96 in all, a checkpoint every 10 (about 0.1 s each).
+use_train_mlp() {
+  TRAIN=$(dirname "$CDRUN")/train_mlp
+  [ -x "$TRAIN" ] || fail "$TRAIN not built"
+  export PG_TIMEOUT=60
+  SMALL=(--samples 4096 --global-batch 128 --hidden 64 --epochs 3
+         --ckpt-every 10)
+}
+
+# use_chaos: CHAOS (scripts/bench/chaos) and TRAIN, for the chaos
+# scenarios; needs RDZVD and python3 (skips without it).
+use_chaos() {
+  : "${RDZVD:?RDZVD must point to bin/rdzvd}"
+  CHAOS=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/scripts/bench/chaos
+  TRAIN=$(dirname "$CDRUN")/train_mlp
+  [ -x "$TRAIN" ] || fail "$TRAIN not built"
+  command -v python3 >/dev/null || skip "no python3"
+}
+
 # free_port: a port nobody listens on right now (for embedded hosting).
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

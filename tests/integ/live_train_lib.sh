@@ -1,12 +1,7 @@
 # live_train_lib.sh -- what the t_live_train*.sh scenarios share
 # (sourced after lib.sh): train_mlp's small job, a runner, and the checks
 # of a run against the fault-free one.
-TRAIN=$(dirname "$CDRUN")/train_mlp
-[ -x "$TRAIN" ] || fail "$TRAIN not built"
-export PG_TIMEOUT=60
-# 32 steps per epoch, 96 in all, a checkpoint every 10.
-SMALL=(--samples 4096 --global-batch 128 --hidden 64 --epochs 3
-       --ckpt-every 10)
+use_train_mlp
 
 # train NAME CDRUN-ARGS... -- TRAIN-ARGS...: 4 workers, checkpoints in
 # $T/NAME.ckpt, parameters in $T/NAME.params, output in $T/NAME.log;

@@ -11,11 +11,7 @@
 # (t_live_train_chaos.sh: CHAOS_RECOVERY=live.)
 . "$(dirname "$0")/lib.sh"
 
-: "${RDZVD:?RDZVD must point to bin/rdzvd}"
-CHAOS=$(cd "$(dirname "$0")/../.." && pwd)/scripts/bench/chaos
-TRAIN=$(dirname "$CDRUN")/train_mlp
-[ -x "$TRAIN" ] || fail "$TRAIN not built"
-command -v python3 >/dev/null || skip "no python3"
+use_chaos
 
 # The flags chaos relies on.  --log-steps: a line per K steps;
 # --params-out: the parameters' f32 bytes, whose sum (in double, in order)

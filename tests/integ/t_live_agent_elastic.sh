@@ -16,16 +16,6 @@ conf=last_call_timeout=0.5,join_timeout=30,keepalive_interval=0.2,keepalive_miss
 common=(--nnodes=1:3 --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id=live
         --rdzv_conf="$conf" --recovery=live --max_restarts=0 --no_python)
 
-# round_of DIR PID LINE SECS: waits until worker PID's copy of its round
-# file (written when the file changes) says LINE.
-round_of() {
-  local i
-  for ((i = 0; i < $4 * 20; i++)); do
-    [ "$(cat "$1/round.$2" 2>/dev/null)" = "$3" ] && return 0
-    sleep 0.05
-  done
-  fail "worker $2's round is '$(cat "$1/round.$2" 2>/dev/null)', want '$3'"
-}
 
 mkdir "$T/a" "$T/b" "$T/c"
 agent a "${common[@]}" --nproc_per_node=2 "$LW" "$T/a"
@@ -35,18 +25,7 @@ round_of "$T/a" "$a0" "round=0 world=2 rank_offset=0 local_world=2" 10
 
 # ---- b joins: a's workers go on, in a world of 3 ----
 agent b "${common[@]}" --nproc_per_node=1 "$LW" "$T/b"
-wait_files "$T/b/round.*" 1 30
-b0=$(pid_of "$T/b" 2)
-round_of "$T/a" "$a0" "round=1 world=3 rank_offset=0 local_world=2" 30
-round_of "$T/a" "$a1" "round=1 world=3 rank_offset=0 local_world=2" 30
-round_of "$T/b" "$b0" "round=1 world=3 rank_offset=2 local_world=1" 30
-eb=$(compgen -G "$T/b/env.2.*")
-ea=$(compgen -G "$T/a/env.0.*")
-expect_eq "newcomer's job token" "$(envval "$eb" CDRUN_JOB_TOKEN)" \
-  "$(envval "$ea" CDRUN_JOB_TOKEN)"
-expect_eq "newcomer's live store" "$(envval "$eb" CDRUN_LIVE_STORE)" \
-  "$(envval "$ea" CDRUN_LIVE_STORE)"
-expect_eq "a's rank 0 untouched" "$(pid_of "$T/a" 0)" "$a0"
+joined_live a b
 expect_eq "a's rank 1 untouched" "$(pid_of "$T/a" 1)" "$a1"
 expect_grep "re-joining with the workers running \(live recovery\)" "$T/a.err"
 expect_grep "round 1: world 3 on 2 nodes" "$T/a.err"

@@ -8,11 +8,7 @@
 # accuracy within 0.3 points; nothing left behind either time.
 . "$(dirname "$0")/lib.sh"
 
-: "${RDZVD:?RDZVD must point to bin/rdzvd}"
-CHAOS=$(cd "$(dirname "$0")/../.." && pwd)/scripts/bench/chaos
-TRAIN=$(dirname "$CDRUN")/train_mlp
-[ -x "$TRAIN" ] || fail "$TRAIN not built"
-command -v python3 >/dev/null || skip "no python3"
+use_chaos
 
 # live_chaos NAME KINDS FAULTS STEPS: runs it, output in $T/NAME.out and
 # .err.

@@ -8,12 +8,7 @@
 # exit 2.
 . "$(dirname "$0")/lib.sh"
 
-TRAIN=$(dirname "$CDRUN")/train_mlp
-[ -x "$TRAIN" ] || fail "$TRAIN not built"
-export PG_TIMEOUT=60
-# 32 steps per epoch, 96 in all, a checkpoint every 10: about 0.1 s each.
-SMALL=(--samples 4096 --global-batch 128 --hidden 64 --epochs 3
-       --ckpt-every 10)
+use_train_mlp
 
 # train NAME NPROC ARGS...: cdrun with NPROC workers, checkpoints in
 # $T/NAME.ckpt, output in $T/NAME.log; fails unless cdrun exits 0.

@@ -1,0 +1,123 @@
+/* agent_internal.h -- the agent's own structs, shared by agent.c (the
+ * worker group's life in restart mode) and live_agent.c (live recovery),
+ * and the few calls of agent.c that live_agent.c makes.  Nothing else
+ * includes it: agent.h is the agent's interface. */
+#ifndef CDRUN_AGENT_INTERNAL_H
+#define CDRUN_AGENT_INTERNAL_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "agent.h"
+#include "backoff.h"
+#include "contain.h"
+#include "failures.h"
+#include "guardian.h"
+#include "hang.h"
+#include "jobtoken.h"
+#include "live_agent.h"
+#include "output.h"
+#include "rdzv.h"
+
+struct filetimer;
+struct spawner;
+
+struct worker {
+  struct agent *agent;
+  int local_rank;
+  int rank;
+  pid_t pid;                    /* also its process group; 0 before start */
+  bool running;
+  /* Heap strings, not arrays: the agent's memory grows with N. */
+  char *dir;                    /* attempt_<k>/<local_rank> */
+  char *error_file;
+  struct output_stream out, err;   /* output.h */
+  struct hang_watch hang;       /* hang.h */
+  struct live_worker live;      /* live_agent.h */
+};
+
+enum agent_state {
+  ST_RENDEZVOUS,                /* waiting for a round */
+  ST_RUNNING,                   /* workers started, none failed yet */
+  ST_STOPPING,                  /* tearing the group down */
+  ST_BARRIER,                   /* succeeded, waiting for the exit barrier */
+  ST_CLOSING,                   /* failed for good, waiting for the job's
+                                   end to name its root cause */
+  ST_DONE,
+};
+
+enum stop_reason {
+  STOP_SUCCESS,                 /* every worker exited 0 */
+  STOP_FAILURE,                 /* a worker failed: restart if allowed */
+  STOP_FATAL,                   /* a worker could not start: no restart */
+  STOP_SIGNAL,                  /* cdrun got a signal */
+  STOP_MEMBERSHIP,              /* the rendezvous asked for a new round */
+};
+
+struct agent {
+  const struct agent_opts *o;
+  uv_loop_t loop;
+  uv_signal_t sigchld;
+  uv_signal_t *sigs;
+  uv_timer_t grace;
+  uv_timer_t drain;
+  uv_timer_t heartbeat;         /* --worker_heartbeat_timeout checks */
+  uv_timer_t backoff_timer;     /* the wait before a restart; in
+                                   ST_CLOSING, the wait for the job's end */
+  bool job_ended;               /* the rendezvous said the job ended */
+  uv_timer_t lost_timer;        /* Note [fixed membership] */
+  bool lost_pending;
+  char lost_host[256];
+  struct backoff backoff;       /* Note [restart backoff] */
+  double attempt_started;       /* when this attempt's workers started
+                                   (epoch seconds) */
+  struct guardian guardian;
+  struct contain contain;
+  struct spawner *spawner;      /* made at the first start of workers */
+  struct rdzv *rdzv;
+  struct rdzv_assignment assign;
+  char job_token[JOBTOKEN_HEX + 1];   /* this round's (jobtoken.h) */
+  bool token_noted;                   /* said it is guessable */
+  enum agent_state state;
+  enum stop_reason reason;
+  int stop_signal;              /* signal that stops the group */
+  bool sigkill_sent;            /* this stop escalated to SIGKILL */
+  unsigned forwarded;           /* signals this stop sent, by bit:
+                                   Note [signal escalation] */
+  bool drain_expired;
+  struct worker *workers;
+  /* Note [linear supervision]: every exit is handled in O(1) -- workers
+   * found by pid in an open-addressing table, counts kept, not scanned. */
+  struct worker **by_pid;       /* by_pid_mask + 1 slots */
+  size_t by_pid_mask;
+  int nrunning;                 /* workers started and not yet reaped */
+  int nstreams;                 /* tee streams not yet closed */
+  bool group_cleared;           /* check_stopped killed what was left */
+  struct failures failures;     /* this attempt's (failures.h) */
+  int exit_status;
+  char host[256];
+  struct filetimer *ftimer;     /* torch's file timer, or NULL */
+  struct live_agent live;       /* live recovery (live_agent.h) */
+  /* Note [failure in a live round]: a failure report that waits for the
+   * round a live re-join asked for. */
+  bool owed_set;
+  int owed_rank, owed_code;
+};
+
+/* Starts tearing the group down: sig to every running worker's process
+ * group, SIGKILL after the grace period.  sig 0 sends nothing (every
+ * worker already exited). */
+void agent_begin_stop(struct agent *a, enum stop_reason why, int sig);
+
+/* --event_log_handler=console: one line per agent event, torchrun's
+ * event names. */
+void agent_event(struct agent *a, const char *name, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+/* Starts worker w alone in the current round (a live replacement): its
+ * folder, environment and streams, then the process; a failure to start
+ * stops the group as at a round's start. */
+void agent_spawn_worker(struct agent *a, struct worker *w);
+
+#endif
