@@ -739,12 +739,11 @@ void agent_spawn_worker(struct agent *a, struct worker *w)
 /* The workers' CDRUN_JOB_TOKEN for this round (Note [job token]). */
 static void round_token(struct agent *a)
 {
-  struct rdzv_assignment keyed;
   bool guessable;
   int err = jobtoken_make(a->o->token_secret, a->o->token_secret_len,
-                          a->o->run_id,
-                          live_agent_token_round(a, &a->assign, &keyed),
-                          a->job_token, &guessable);
+                          a->o->run_id, &a->assign,
+                          live_agent_token_private_ok(a), a->job_token,
+                          &guessable);
 
   if (err) {
     a->job_token[0] = '\0';

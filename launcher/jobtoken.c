@@ -26,7 +26,8 @@ static void hex(const unsigned char *b, size_t n, char *out)
 
 int jobtoken_make(const unsigned char *secret, size_t keylen,
                   const char *run_id, const struct rdzv_assignment *as,
-                  char out[JOBTOKEN_HEX + 1], bool *guessable)
+                  bool private_ok, char out[JOBTOKEN_HEX + 1],
+                  bool *guessable)
 {
   const char *own = getenv(JOBTOKEN_VAR);
   unsigned char mac[RDZV_PROTO_AUTH_BYTES];
@@ -41,7 +42,7 @@ int jobtoken_make(const unsigned char *secret, size_t keylen,
     snprintf(out, JOBTOKEN_HEX + 1, "%s", as->job_token);
     return 0;
   }
-  if (keylen == 0 && as->group_world_size <= 1) {
+  if (keylen == 0 && as->group_world_size <= 1 && private_ok) {
     /* The kernel's CSPRNG, not OpenSSL's: no libcrypto set-up in an
      * agent that has no secret. */
     if (getrandom(mac, sizeof mac, 0) != (ssize_t)sizeof mac)

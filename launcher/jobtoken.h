@@ -36,10 +36,13 @@
 #define JOBTOKEN_HEX 64
 
 /* The token for round as (key: secret, keylen 0 for none; run_id the
- * job's id) into out.  *guessable: it came from case 4 above.  0 or
- * -EIO. */
+ * job's id) into out.  private_ok: a one-node round may have a token of
+ * its own (case 4); false when a node joining later must get the same
+ * (Note [live token on one node]).  *guessable: it came from case 5.  0
+ * or -EIO. */
 int jobtoken_make(const unsigned char *secret, size_t keylen,
                   const char *run_id, const struct rdzv_assignment *as,
-                  char out[JOBTOKEN_HEX + 1], bool *guessable);
+                  bool private_ok, char out[JOBTOKEN_HEX + 1],
+                  bool *guessable);
 
 #endif

@@ -50,17 +50,9 @@ void live_agent_worker_env(const struct agent *a, const struct worker *w,
  * a round of several nodes is (case 5: derived from the run id and the
  * master endpoint, said to be guessable), unless its back end can never
  * add a node (the static one: --standalone, fixed nodes). */
-const struct rdzv_assignment *
-live_agent_token_round(const struct agent *a,
-                       const struct rdzv_assignment *as,
-                       struct rdzv_assignment *keyed)
+bool live_agent_token_private_ok(const struct agent *a)
 {
-  if (!a->live.env || as->group_world_size != 1 ||
-      strcmp(a->rdzv->ops->name, "static") == 0)
-    return as;
-  *keyed = *as;
-  keyed->group_world_size = 2;
-  return keyed;
+  return !a->live.env || a->rdzv->ops->fixed_nodes;
 }
 
 bool live_agent_replacing(const struct agent *a)
@@ -287,14 +279,14 @@ bool live_agent_rejoin(struct agent *a, const char *reason)
 static bool go_on_in_round(struct agent *a, const struct rdzv_assignment *as)
 {
   char token[JOBTOKEN_HEX + 1];
-  struct rdzv_assignment old = a->assign, keyed;
+  struct rdzv_assignment old = a->assign;
   bool guessable;
   int i;
 
   if (a->state != ST_RUNNING)
     return false;
   if (jobtoken_make(a->o->token_secret, a->o->token_secret_len,
-                    a->o->run_id, live_agent_token_round(a, as, &keyed),
+                    a->o->run_id, as, live_agent_token_private_ok(a),
                     token, &guessable))
     token[0] = '\0';
   if (strcmp(as->master_addr, old.master_addr) != 0 ||

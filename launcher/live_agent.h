@@ -84,13 +84,9 @@ bool live_agent_worker_failed(struct agent *a, struct worker *w, int code);
  * (called when a stream closes). */
 void live_agent_start_replacements(struct agent *a);
 
-/* The assignment to key round as's job token with (jobtoken_make): as,
- * or in live mode a copy in keyed that a newcomer keys alike (Note [live
- * token on one node]). */
-const struct rdzv_assignment *
-live_agent_token_round(const struct agent *a,
-                       const struct rdzv_assignment *as,
-                       struct rdzv_assignment *keyed);
+/* jobtoken_make's private_ok: false in live mode on a back end that can
+ * add nodes (Note [live token on one node]). */
+bool live_agent_token_private_ok(const struct agent *a);
 
 /* Whether a replacement waits to start: the group is not done yet. */
 bool live_agent_replacing(const struct agent *a);

@@ -69,6 +69,8 @@ struct rdzv_ops {
   int (*exit_barrier)(struct rdzv *r);
   /* Leaves the job and frees r; no callback runs afterwards. */
   void (*destroy)(struct rdzv *r);
+  /* No node can join the job later (the static back end). */
+  bool fixed_nodes;
 };
 
 /* Note [root cause] (rdzvd/rdzv_state.h): one failed worker of the job.

@@ -1066,7 +1066,7 @@ static void client_destroy(struct rdzv *r)
 
 static const struct rdzv_ops client_ops = {
   "rdzvd", client_join, client_report_failure, client_exit_barrier,
-  client_destroy,
+  client_destroy, false,
 };
 
 int rdzv_client_create(uv_loop_t *loop, const struct rdzv_client_opts *o,

@@ -1344,6 +1344,7 @@ static void etcd_destroy(struct rdzv *r)
 
 static const struct rdzv_ops etcd_ops = {
   "etcd", etcd_join, etcd_report_failure, etcd_exit_barrier, etcd_destroy,
+  false,
 };
 
 static char *dup_opt(const char *s)

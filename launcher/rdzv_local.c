@@ -121,7 +121,7 @@ static void local_destroy(struct rdzv *r)
 
 static const struct rdzv_ops local_ops = {
   "static", local_join, local_report_failure, local_exit_barrier,
-  local_destroy,
+  local_destroy, true,
 };
 
 int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,

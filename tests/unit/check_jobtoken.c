@@ -28,7 +28,7 @@ static void make(const char *secret, const struct rdzv_assignment *as,
 {
   ck_assert_int_eq(jobtoken_make((const unsigned char *)secret,
                                  secret ? strlen(secret) : 0, "job-7", as,
-                                 out, guessable), 0);
+                                 true, out, guessable), 0);
   ck_assert_uint_eq(strlen(out), JOBTOKEN_HEX);
   ck_assert_uint_eq(strspn(out, "0123456789abcdef"), JOBTOKEN_HEX);
 }
@@ -83,6 +83,23 @@ START_TEST(test_one_node_random)
 }
 END_TEST
 
+/* Note [live token on one node]: a one-node round whose token a node
+ * joining later must know gets the derived one, the same as that
+ * newcomer's two-node round computes. */
+START_TEST(test_one_node_shared)
+{
+  struct rdzv_assignment n0 = round_of(0, 1), grown = round_of(1, 2);
+  char a[JOBTOKEN_HEX + 1], b[JOBTOKEN_HEX + 1];
+  bool g = false;
+
+  unsetenv(JOBTOKEN_VAR);
+  ck_assert_int_eq(jobtoken_make(NULL, 0, "job-7", &n0, false, a, &g), 0);
+  ck_assert(g);
+  make(NULL, &grown, b, &g);
+  ck_assert_str_eq(a, b);
+}
+END_TEST
+
 START_TEST(test_no_secret_guessable)
 {
   struct rdzv_assignment n0 = round_of(0, 3), n2 = round_of(2, 3);
@@ -128,6 +145,7 @@ static Suite *jobtoken_suite(void)
   tcase_add_test(tc, test_secret_shared);
   tcase_add_test(tc, test_operator_token);
   tcase_add_test(tc, test_one_node_random);
+  tcase_add_test(tc, test_one_node_shared);
   tcase_add_test(tc, test_no_secret_guessable);
   tcase_add_test(tc, test_rendezvous_issued);
   suite_add_tcase(s, tc);
