@@ -29,7 +29,21 @@
  * (live/g<G>/verdict, compare-and-set again) says "go" (all checked in)
  * or "abort" (a later generation started first: the dead member's
  * replacement found G decided and went on).  Abort moves everyone to
- * G+1. */
+ * G+1.
+ *
+ * Note [bounded store]: a long job fails many times, so the keys of
+ * generations nobody reads any more go.  Once G's verdict is "go" every
+ * member of G has left the generations before it (they checked in to G)
+ * and keeps at most G-1's communicator (NCCL's shrink parent), so G-2
+ * and older are dead: the member that wrote the "go" raises live/next to
+ * G+1, then deletes live/g<K>/ and pg/gen<K>/ for every K from
+ * live/kept up to G-2, and raises live/kept to G-1 (a cleaner that dies
+ * half-way leaves the rest to the next one).  A fresh process starts at
+ * live/next, not at 0, and a process still waiting in a generation below
+ * live/next (a straggler, or a fresh one that read an older live/next)
+ * moves up to it before it writes there again, so nothing waits on keys
+ * that are gone; what a straggler writes in the instant between is a few
+ * keys once, not a growth. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -43,6 +57,8 @@
 
 #define POLL_MIN 0.001
 #define POLL_MAX 0.020
+#define NEXT_KEY "live/next"
+#define KEPT_KEY "live/kept"
 
 static void gkey(char *buf, size_t len, uint64_t gen, const char *what)
 {
@@ -113,6 +129,86 @@ static int exists(pg_store *st, const char *key)
 
   free(v);
   return err == 0 ? 1 : err == -ENOENT ? 0 : err;
+}
+
+/* The decimal number in key (absent: 0), or an error. */
+static int read_number(pg_store *st, const char *key, int64_t *out)
+{
+  void *v = NULL;
+  size_t len;
+  char buf[32];
+  int err = pg_store_get(st, key, 0, &v, &len);
+
+  *out = 0;
+  if (err == -ENOENT)
+    return 0;
+  if (err)
+    return err;
+  if (len >= sizeof buf) {
+    free(v);
+    return -EPROTO;
+  }
+  memcpy(buf, v, len);
+  buf[len] = '\0';
+  free(v);
+  *out = strtoll(buf, NULL, 10);
+  return 0;
+}
+
+/* Raises the number in key to at least v (compare-and-set: it never
+ * goes back, whoever races). */
+static int raise_to(pg_store *st, const char *key, int64_t v)
+{
+  char cur[32], want[32];
+  int64_t now;
+  bool swapped = false;
+  int err;
+
+  while (!swapped) {
+    if ((err = read_number(st, key, &now)))
+      return err;
+    if (now >= v)
+      return 0;
+    snprintf(cur, sizeof cur, "%" PRId64, now);
+    snprintf(want, sizeof want, "%" PRId64, v);
+    err = pg_store_compare_set(st, key, cur, now ? strlen(cur) : 0, want,
+                               strlen(want), NULL, NULL, &swapped);
+    if (err)
+      return err;
+  }
+  return 0;
+}
+
+/* Note [bounded store]: G went ahead, so G-2 and older go.  Best
+ * effort: a failure leaves the keys to the next cleaner. */
+static void drop_old(pg_store *st, uint64_t gen)
+{
+  char prefix[64];
+  int64_t kept, k;
+
+  if (raise_to(st, NEXT_KEY, (int64_t)gen + 1) || gen < 2 ||
+      read_number(st, KEPT_KEY, &kept))
+    return;
+  for (k = kept; k <= (int64_t)gen - 2; k++) {
+    snprintf(prefix, sizeof prefix, "live/g%" PRId64 "/", k);
+    if (pg__store_delete_prefix(st, prefix, NULL))
+      return;
+    snprintf(prefix, sizeof prefix, "pg/gen%" PRId64 "/", k);
+    if (pg__store_delete_prefix(st, prefix, NULL))
+      return;
+  }
+  raise_to(st, KEPT_KEY, (int64_t)gen - 1);
+}
+
+/* The lowest generation that may be joined (live/next), or an error. */
+static int next_gen(pg_store *st, uint64_t *out)
+{
+  int64_t v;
+  int err = read_number(st, NEXT_KEY, &v);
+
+  *out = v > 0 ? (uint64_t)v : 0;
+  return err ? pg__fail(err, "live store: cannot read %s: %s", NEXT_KEY,
+                        pg_strerror(err)) : 0;
 }
 
 /* G's decision, if any: 1 with *out filled (this process is in it), 2
@@ -216,8 +312,9 @@ static int check_in(const struct pg__live_join *j,
   void *v;
   size_t len;
   double poll = POLL_MIN;
+  uint64_t next;
   int i, e, err;
-  bool swapped;
+  bool swapped = false;
 
   snprintf(key, sizeof key, "live/g%" PRIu64 "/in%d", f->gen, f->slot);
   if ((err = pg_store_set(j->store, key, "1", 1)))
@@ -233,6 +330,20 @@ static int check_in(const struct pg__live_join *j,
     }
     if (err != -ENOENT)
       return err;
+    /* Note [bounded store]: a straggler whose keys are gone moves up.
+     * live/next passes G only after G's verdict is written, so the
+     * verdict is read again first. */
+    if ((err = next_gen(j->store, &next)))
+      return err;
+    if (f->gen < next) {
+      err = pg_store_get(j->store, key, 0, &v, &len);
+      if (err == 0) {
+        e = len == 2 && memcmp(v, "go", 2) == 0 ? 0 : 1;
+        free(v);
+        return e;
+      }
+      return err == -ENOENT ? 1 : err;
+    }
     for (i = 0; i < f->world; i++) {
       snprintf(key, sizeof key, "live/g%" PRIu64 "/in%d", f->gen, i);
       if ((e = exists(j->store, key)) < 0)
@@ -253,6 +364,8 @@ static int check_in(const struct pg__live_join *j,
                                               e ? "abort" : "go", e ? 5 : 2,
                                               NULL, NULL, &swapped)))
       return err;
+    if (e == 0 && swapped)
+      drop_old(j->store, f->gen);
     if (e < 0) {
       nap(poll);
       poll = poll * 2 < POLL_MAX ? poll * 2 : POLL_MAX;
@@ -285,11 +398,17 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
   struct pg__live_round r, now_r;
   double deadline = pg__now() + j->timeout, poll = POLL_MIN;
   char key[64];
+  uint64_t next;
   int slot, now_slot, have = 0, err, d;
+  bool written = false;
 
   memset(out, 0, sizeof *out);
   if ((err = read_view(j, &r, &slot)))
     return err;
+  if ((err = next_gen(j->store, &next)))
+    return err;
+  if (gen < next)
+    gen = next;
   /* A fresh process: the lowest generation from gen on not decided. */
   for (;;) {
     gkey(key, sizeof key, gen, "done");
@@ -301,9 +420,17 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
       break;
     gen++;
   }
-  if ((err = write_entry(j, gen, &r, slot)))
-    return err;
   while (pg__now() < deadline) {
+    /* Note [bounded store]: below live/next, gen's keys may be gone. */
+    if ((err = next_gen(j->store, &next)))
+      return err;
+    if (gen < next) {
+      gen = next;
+      written = false;
+    }
+    if (!written && (err = write_entry(j, gen, &r, slot)))
+      return err;
+    written = true;
     d = read_decision(j, gen, out);
     if (d < 0)
       return d;
@@ -324,8 +451,7 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
     }
     if (d == 2) {
       gen++;
-      if ((err = write_entry(j, gen, &r, slot)))
-        return err;
+      written = false;
       continue;
     }
     if ((err = abandon_if_later(j, gen)) < 0)

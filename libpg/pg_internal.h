@@ -218,6 +218,11 @@ PG__HIDDEN int pg__store_allgather(pg_store *st, const char *ns,
  * sentence) ends the wait with that error.  fn NULL: none. */
 typedef int (*pg__setup_watch_fn)(void *arg);
 PG__HIDDEN void pg__setup_watch(pg__setup_watch_fn fn, void *arg);
+/* Deletes every key of st that starts with prefix (a view's prefix
+ * first); *n (may be NULL) gets how many.  -ENOTSUP (said) from a server
+ * without the request. */
+PG__HIDDEN int pg__store_delete_prefix(pg_store *st, const char *prefix,
+                                       int64_t *n);
 /* Frees vals[0..n-1] (and NULLs them); vals may be NULL. */
 PG__HIDDEN void pg__free_vals(void **vals, int n);
 

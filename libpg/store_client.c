@@ -850,6 +850,35 @@ int pg_store_delete(pg_store *s, const char *key, bool *deleted)
   return st_leave(s, &rep, 0);
 }
 
+int pg__store_delete_prefix(pg_store *s, const char *prefix, int64_t *n)
+{
+  struct st_reply rep = { 0 };
+  char what[128];
+  int64_t v;
+  int err;
+
+  if (n)
+    *n = 0;
+  VIEW_FORWARD(s, prefix, pg__store_delete_prefix(s->base, k, n));
+  if ((err = st_enter(s)))
+    return err;
+  if ((err = check_key(s, prefix)))
+    return st_leave(s, &rep, err);
+  snprintf(what, sizeof what, "delete the keys '%.80s*'", prefix);
+  req_begin(s, ST_DEL_PREFIX);
+  stw_buf_bytes(&s->req, prefix, strlen(prefix));
+  if ((err = st_call(s, what, s->op_timeout, &rep)))
+    return st_leave(s, &rep, err);
+  if (rep.status != ST_OK)
+    return st_leave(s, &rep, st_status(s, what, rep.status, 0, &rep.r));
+  v = (int64_t)stw_rd_u64(&rep.r);
+  if (!stw_rd_done(&rep.r))
+    return st_leave(s, &rep, st_break(s, -EPROTO, what, 0));
+  if (n)
+    *n = v;
+  return st_leave(s, &rep, 0);
+}
+
 int pg_store_num_keys(pg_store *s, int64_t *n)
 {
   struct st_reply rep = { 0 };

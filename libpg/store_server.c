@@ -679,6 +679,18 @@ out:
   free(klen);
 }
 
+/* Makes present e absent (its waiters, if any, keep it). */
+static void entry_delete(struct pg_store_server *srv, struct store_entry *e)
+{
+  srv->stored -= e->vlen;
+  free(e->val);
+  e->val = NULL;
+  e->vlen = 0;
+  e->present = false;
+  srv->nkeys--;
+  store_table_release(&srv->keys, e);
+}
+
 static void op_delete(struct pg_store_server *srv, struct store_conn *c,
                       uint32_t id, struct rd *r)
 {
@@ -694,15 +706,35 @@ static void op_delete(struct pg_store_server *srv, struct store_conn *c,
   e = store_table_find(&srv->keys, k, kn);
   if (e && e->present) {
     existed = 1;
-    srv->stored -= e->vlen;
-    free(e->val);
-    e->val = NULL;
-    e->vlen = 0;
-    e->present = false;
-    srv->nkeys--;
-    store_table_release(&srv->keys, e);
+    entry_delete(srv, e);
   }
   reply(srv, c, id, ST_OK, &existed, 1, NULL, 0);
+}
+
+/* Every key that starts with the prefix: one walk of the table (its
+ * size is the store's budget's, so the walk is bounded too). */
+static void op_del_prefix(struct pg_store_server *srv,
+                          struct store_conn *c, uint32_t id, struct rd *r)
+{
+  size_t kn, i;
+  const uint8_t *k = stw_rd_bytes(r, &kn);
+  struct store_entry *e, *next;
+  int64_t n = 0;
+
+  if (!stw_rd_done(r))
+    return conn_reject(srv, c, id);
+  if (!key_ok(srv, kn))
+    return reply_status(srv, c, id, ST_TOO_LARGE);
+  for (i = 0; i < srv->keys.nbuckets; i++)
+    for (e = srv->keys.buckets[i]; e; e = next) {
+      next = e->next;
+      if (e->present && e->klen >= kn && (kn == 0 ||
+                                          !memcmp(e->key, k, kn))) {
+        entry_delete(srv, e);
+        n++;
+      }
+    }
+  reply_i64(srv, c, id, n);
 }
 
 static void serve_frame(struct pg_store_server *srv, struct store_conn *c,
@@ -719,6 +751,7 @@ static void serve_frame(struct pg_store_server *srv, struct store_conn *c,
   case ST_CAS: op_cas(srv, c, id, &r); break;
   case ST_WAIT: op_wait(srv, c, id, &r); break;
   case ST_DELETE: op_delete(srv, c, id, &r); break;
+  case ST_DEL_PREFIX: op_del_prefix(srv, c, id, &r); break;
   case ST_NUM_KEYS:
     if (!stw_rd_done(&r))
       conn_reject(srv, c, id);

@@ -394,6 +394,59 @@ START_TEST(test_form_check_in_abort)
 }
 END_TEST
 
+/* Note [bounded store]: 30 successive generations of two survivors,
+ * each with keys of its own under pg/gen<G>/ (a communicator's), leave
+ * the store's key count bounded; a fresh process that comes afterwards
+ * starts at live/next, not in a generation whose keys are gone. */
+START_TEST(test_form_bounded_store)
+{
+  struct joiner a, b, c;
+  pg_store *st;
+  char key[64];
+  int64_t n, most = 0;
+  int gen;
+
+  serve();
+  st = connect_store();
+  joiner_init(&a, 0, 2, false, 1);
+  joiner_init(&b, 1, 2, false, 2);
+  for (gen = 1; gen <= 30; gen++) {
+    joiner_start(&a, (uint64_t)gen);
+    joiner_start(&b, (uint64_t)gen);
+    pthread_join(a.t, NULL);
+    pthread_join(b.t, NULL);
+    ck_assert_msg(a.err == 0 && b.err == 0, "%s / %s", a.why, b.why);
+    ck_assert_int_eq(a.f.gen, gen);
+    ck_assert_int_eq(b.f.gen, gen);
+    free(a.f.m);
+    free(b.f.m);
+    a.f.m = b.f.m = NULL;
+    snprintf(key, sizeof key, "pg/gen%d/tcp/addr0", gen);
+    ck_assert_int_eq(pg_store_set(st, key, "x", 1), 0);
+    snprintf(key, sizeof key, "pg/gen%d/tcp/addr1", gen);
+    ck_assert_int_eq(pg_store_set(st, key, "x", 1), 0);
+    ck_assert_int_eq(pg_store_num_keys(st, &n), 0);
+    most = n > most ? n : most;
+  }
+  /* Three generations' keys at most (9 each) and live/next, live/kept. */
+  ck_assert_msg(most <= 3 * 9 + 2, "%lld keys after 30 generations",
+                (long long)most);
+  /* Rank 1 replaced: its fresh process, asked for generation 0, meets
+   * the survivor in 31. */
+  joiner_init(&c, 1, 2, true, 3);
+  joiner_start(&c, 0);
+  joiner_start(&a, 31);
+  pthread_join(a.t, NULL);
+  pthread_join(c.t, NULL);
+  ck_assert_msg(a.err == 0 && c.err == 0, "%s / %s", a.why, c.why);
+  ck_assert_int_eq(c.f.gen, 31);
+  ck_assert(c.f.m[1].fresh);
+  free(c.f.m);
+  pg_store_close(c.j.store);
+  end_pair(&a, &b, st);
+}
+END_TEST
+
 /* A generation whose member never comes: -ETIMEDOUT, with a sentence. */
 START_TEST(test_form_timeout)
 {
@@ -525,6 +578,7 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_form_first_and_replacement);
   tcase_add_test(tc, test_form_moves_to_later);
   tcase_add_test(tc, test_form_check_in_abort);
+  tcase_add_test(tc, test_form_bounded_store);
   tcase_add_test(tc, test_form_timeout);
   suite_add_tcase(s, tc);
   /* Knobs are read once per process: each runs in its own (Check forks
