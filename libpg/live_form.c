@@ -108,6 +108,7 @@ static int write_entry(const struct pg__live_join *j, uint64_t gen,
   m.pid = (int)getpid();
   m.fresh = j->fresh;
   m.valid = j->valid;
+  m.comm = j->comm;
   snprintf(m.boot, sizeof m.boot, "%s", j->boot ? j->boot : "");
   pg__live_member_format(&m, val, sizeof val);
   snprintf(key, sizeof key, "live/g%" PRIu64 "/m%d", gen, slot);

@@ -8,7 +8,10 @@
 #    worker ends bitwise equal to a fault-free run;
 #  - a node's two workers die and the round file says a world of 2: the
 #    survivors shrink their communicator (ncclCommShrink with
-#    NCCL_SHRINK_ABORT, seen in the fake's trace) and finish alone.
+#    NCCL_SHRINK_ABORT, seen in the fake's trace) and finish alone;
+#  - a shrink that fails on one survivor only (FAKENCCL_SHRINK_FAIL_RANK)
+#    is followed by a new communicator on every member, not a second
+#    shrink beside a create (Note [shrink] in libpg/recover.c).
 # Workers are started by hand as cdrun --recovery=live would start them
 # (pg_live_lib.sh).
 # integ-timeout: 300
@@ -78,5 +81,41 @@ esac
 expect_grep '^recovered generation=1 rank=0 world=2 old_rank=0 old_world=4 joined=0 left=2' "$d/r0.err"
 expect_eq "ncclCommShrink calls" \
   "$(grep -c '^ncclCommShrink rank=[01] n=4 excluded=0xc flags=1$' "$d/trace")" 2
+kill "$STORE_PID"
+
+# A failed shrink: node A (ranks 0 1 2), node B (3); B's worker dies in
+# step 6 and A's round file says a world of 3.  Rank 1's shrink fails
+# after the others' succeeded: its next generation, and theirs, make a
+# new communicator, and the three finish together.
+d=$T/shrinkfail
+mkdir "$d"
+live_store "$d"
+round_file "$d/round.A" 0 4 0 3
+round_file "$d/round.B" 0 4 3 1
+for r in 0 1 2 3; do
+  node=A local=$r
+  [ "$r" -ge 3 ] && node=B local=0
+  LOCAL_RANK_OF=$local live_worker "$d" "r$r" "$r" 4 h 0 \
+    CDRUN_LIVE_ROUND_FILE="$d/round.$node" LIVE_DIE=6:3 \
+    FAKENCCL_TRACE="$d/trace" FAKENCCL_SHRINK_FAIL_RANK=1
+done
+live_wait "$d" r3 137
+round_file "$d/round.A" 1 3 0 3
+for r in 0 1 2; do
+  live_wait "$d" "r$r" 0
+done
+final0=$(live_final "$d" r0 | sed 's/^rank=[0-9]* //')
+for r in 1 2; do
+  expect_eq "shrinkfail: rank $r's end" \
+    "$(live_final "$d" "r$r" | sed 's/^rank=[0-9]* //')" "$final0"
+done
+case $final0 in
+  "world=3 step=$STEPS "*) ;;
+  *) fail "shrinkfail: ended '$final0', want world=3 step=$STEPS" ;;
+esac
+expect_grep 'the shrink failed' "$d/r1.err"
+expect_grep '^recovered generation=[2-9] rank=1 world=3 ' "$d/r1.err"
+expect_eq "ncclCommShrink calls" \
+  "$(grep -c '^ncclCommShrink ' "$d/trace")" 3
 kill "$STORE_PID"
 exit 0

@@ -123,7 +123,11 @@ START_TEST(test_member_roundtrip)
   ck_assert_int_eq(back.slot, 2);
   ck_assert_int_eq(back.old_rank, -1);
   ck_assert_int_eq(back.from, -1);
-  ck_assert(back.fresh && back.valid);
+  ck_assert(back.fresh && back.valid && !back.comm);
+  m.comm = true;
+  pg__live_member_format(&m, buf, sizeof buf);
+  ck_assert_int_eq(pg__live_member_parse(buf, strlen(buf), &back), 0);
+  ck_assert(back.comm);
   ck_assert_str_eq(back.boot, "boot-2");
   m.boot[0] = '\0';
   pg__live_member_format(&m, buf, sizeof buf);
@@ -194,6 +198,34 @@ START_TEST(test_decision)
   ck_assert_int_eq(world, 0);
   ck_assert_int_eq(pg__live_decision_parse("round=1 world=0\n", 16, &back,
                                            &world, &round), -EPROTO);
+}
+END_TEST
+
+/* Note [shrink]: members only left, in order, every one holding the old
+ * communicator: a shrink.  One without it (its shrink failed), a
+ * newcomer, the same world or a reordering: a new communicator, decided
+ * alike by every member from the decision. */
+START_TEST(test_shrinks)
+{
+  struct pg__live_member m[3];
+  int i;
+
+  for (i = 0; i < 3; i++) {
+    m[i] = member(i, 3, 2, 10 + (uint64_t)i);
+    m[i].old_rank = i == 2 ? 3 : i;        /* old rank 2 left */
+    m[i].comm = true;
+  }
+  ck_assert(pg__live_shrinks(m, 3, 4, 4));
+  ck_assert(!pg__live_shrinks(m, 3, 4, 3));  /* nobody left */
+  ck_assert(!pg__live_shrinks(m, 3, 5, 4));  /* from another generation */
+  m[1].comm = false;                         /* its shrink failed */
+  ck_assert(!pg__live_shrinks(m, 3, 4, 4));
+  m[1].comm = true;
+  m[1].fresh = true;                         /* a newcomer */
+  ck_assert(!pg__live_shrinks(m, 3, 4, 4));
+  m[1].fresh = false;
+  m[1].old_rank = 5;                         /* order changed */
+  ck_assert(!pg__live_shrinks(m, 3, 4, 4));
 }
 END_TEST
 
@@ -572,6 +604,7 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_member_roundtrip);
   tcase_add_test(tc, test_complete);
   tcase_add_test(tc, test_decision);
+  tcase_add_test(tc, test_shrinks);
   suite_add_tcase(s, tc);
   tc = tcase_create("form");
   tcase_set_timeout(tc, 60);
