@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "pg.h"
 
@@ -198,6 +199,10 @@ PG__HIDDEN float pg__f16_to_f32(uint16_t h);
 PG__HIDDEN uint16_t pg__f32_to_f16(float f);
 PG__HIDDEN float pg__bf16_to_f32(uint16_t h);
 PG__HIDDEN uint16_t pg__f32_to_bf16(float f);
+
+/* pidfd.c: a close-on-exec pidfd for pid (readable once it exits), or
+ * -1 (errno set) where the kernel has none. */
+PG__HIDDEN int pg__pidfd_open(pid_t pid);
 
 /* The CPUs this process may run on (its affinity mask). */
 PG__HIDDEN int pg__usable_cpus(void);
