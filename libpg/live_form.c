@@ -18,8 +18,22 @@
  * moves on too.  Entries of processes that are gone from this machine
  * (same boot id, no such pid) do not count, so a generation does not
  * form with a member that died before it finished forming.  Every wait
- * is bounded by the group's timeout; polling is cheap (one get per slot)
- * and backs off to POLL_MAX.
+ * is bounded by the group's timeout.
+ *
+ * O(N) store requests per generation, not O(N^2): each member counts its
+ * entry in (live/g<G>/r<R>, an add), and only an entry that brings the
+ * count to W(R) reads the W slots and tries to decide; every entry is
+ * written before it is counted, so the one that completes a round is
+ * always read by a scan.  A dead member's replacement, or a member that
+ * rewrites its entry for a newer round, counts again, so an entry that a
+ * scan refused (a dead process, an older round) is followed by another
+ * scan once its slot is filled anew.  An entry written by a process that
+ * died before it counted itself is found by the member of slot 0, which
+ * scans after 1, 2, 4... slices without a decision (SCAN_EVERY_MAX at
+ * most): one member, so still O(N).  The others wait for live/g<G>/done
+ * with a blocking get, in slices of WAIT_SLICE, and between slices look
+ * at live/next, G+1 and their round file: a constant number of requests
+ * per member and slice (scripts/bench/live_form measures it).
  *
  * Note [check in]: a decision may include a member that died since it
  * wrote its entry, on another machine (where its pid cannot be checked);
@@ -50,26 +64,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "live.h"
 
-#define POLL_MIN 0.001
-#define POLL_MAX 0.020
+/* How long a wait for a decision or a verdict lasts before this process
+ * looks for a reason to move (a later generation, a new round). */
+#define WAIT_SLICE 0.05
+/* Slot 0's scans for uncounted entries: after 1, 2, 4... slices, then
+ * every SCAN_EVERY_MAX. */
+#define SCAN_EVERY_MAX 16
 #define NEXT_KEY "live/next"
 #define KEPT_KEY "live/kept"
 
 static void gkey(char *buf, size_t len, uint64_t gen, const char *what)
 {
   snprintf(buf, len, "live/g%" PRIu64 "/%s", gen, what);
-}
-
-static void nap(double s)
-{
-  struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-
-  nanosleep(&ts, NULL);
 }
 
 /* This process's round and slot: the round file, else round 0 of
@@ -91,8 +101,11 @@ static int read_view(const struct pg__live_join *j,
   return err ? err : pg__live_round_slot(r, j->local_rank, slot);
 }
 
+/* Writes this process's entry in gen and counts it in for its round
+ * (live/g<G>/r<R>): *count, the entries of that round so far. */
 static int write_entry(const struct pg__live_join *j, uint64_t gen,
-                       const struct pg__live_round *r, int slot)
+                       const struct pg__live_round *r, int slot,
+                       int64_t *count)
 {
   struct pg__live_member m;
   char key[64], val[PG__LIVE_MEMBER_MAX];
@@ -116,6 +129,10 @@ static int write_entry(const struct pg__live_join *j, uint64_t gen,
   if (!err) {
     gkey(key, sizeof key, gen, "started");
     err = pg_store_set(j->store, key, "1", 1);
+  }
+  if (!err) {
+    snprintf(key, sizeof key, "live/g%" PRIu64 "/r%" PRId64, gen, r->round);
+    err = pg_store_add(j->store, key, 1, count);
   }
   return err ? pg__fail(err, "live store: cannot write %s: %s", key,
                         pg_strerror(err)) : 0;
@@ -212,10 +229,11 @@ static int next_gen(pg_store *st, uint64_t *out)
                         pg_strerror(err)) : 0;
 }
 
-/* G's decision, if any: 1 with *out filled (this process is in it), 2
- * when G is abandoned or decided without this process, 0 undecided. */
+/* G's decision, waiting up to wait seconds for it: 1 with *out filled
+ * (this process is in it), 2 when G is abandoned or decided without this
+ * process, 0 undecided. */
 static int read_decision(const struct pg__live_join *j, uint64_t gen,
-                         struct pg__live_formed *out)
+                         double wait, struct pg__live_formed *out)
 {
   struct pg__live_member *m;
   char key[64];
@@ -225,8 +243,8 @@ static int read_decision(const struct pg__live_join *j, uint64_t gen,
   int world, i, err;
 
   gkey(key, sizeof key, gen, "done");
-  err = pg_store_get(j->store, key, 0, &v, &len);
-  if (err == -ENOENT)
+  err = pg_store_get(j->store, key, wait, &v, &len);
+  if (err == -ENOENT || err == -ETIMEDOUT)
     return 0;
   if (err)
     return pg__fail(err, "live store: cannot read %s: %s", key,
@@ -304,73 +322,77 @@ out:
   return err;
 }
 
+/* The verdict on G, waiting up to wait seconds: 0 "go", 1 "abort", 2
+ * none yet, or an error. */
+static int read_verdict(const struct pg__live_join *j, uint64_t gen,
+                        double wait)
+{
+  char key[64];
+  void *v = NULL;
+  size_t len;
+  int err, e;
+
+  gkey(key, sizeof key, gen, "verdict");
+  err = pg_store_get(j->store, key, wait, &v, &len);
+  if (err == -ENOENT || err == -ETIMEDOUT)
+    return 2;
+  if (err)
+    return err;
+  e = len == 2 && memcmp(v, "go", 2) == 0 ? 0 : 1;
+  free(v);
+  return e;
+}
+
 /* Note [check in].  0 to go on with f, 1 when G is aborted, or an
- * error. */
+ * error.  Each member counts itself in (live/g<G>/nin); the one that
+ * brings the count to the world writes "go".  The others wait for the
+ * verdict in slices, and between them look for a reason to abort: the
+ * next generation started, or a member gone from this machine. */
 static int check_in(const struct pg__live_join *j,
                     const struct pg__live_formed *f, double deadline)
 {
   char key[64];
-  void *v;
-  size_t len;
-  double poll = POLL_MIN;
   uint64_t next;
+  int64_t in;
   int i, e, err;
   bool swapped = false;
 
   snprintf(key, sizeof key, "live/g%" PRIu64 "/in%d", f->gen, f->slot);
   if ((err = pg_store_set(j->store, key, "1", 1)))
     return err;
-  while (pg__now() < deadline) {
-    v = NULL;
-    gkey(key, sizeof key, f->gen, "verdict");
-    err = pg_store_get(j->store, key, 0, &v, &len);
-    if (err == 0) {
-      e = len == 2 && memcmp(v, "go", 2) == 0 ? 0 : 1;
-      free(v);
-      return e;
-    }
-    if (err != -ENOENT)
+  gkey(key, sizeof key, f->gen, "nin");
+  if ((err = pg_store_add(j->store, key, 1, &in)))
+    return err;
+  gkey(key, sizeof key, f->gen, "verdict");
+  if (in >= f->world) {
+    if ((err = pg_store_compare_set(j->store, key, "", 0, "go", 2, NULL,
+                                    NULL, &swapped)))
       return err;
+    if (swapped)
+      drop_old(j->store, f->gen);
+  }
+  while (pg__now() < deadline) {
+    e = read_verdict(j, f->gen, WAIT_SLICE);
+    if (e != 2)
+      return e;
     /* Note [bounded store]: a straggler whose keys are gone moves up.
      * live/next passes G only after G's verdict is written, so the
      * verdict is read again first. */
     if ((err = next_gen(j->store, &next)))
       return err;
     if (f->gen < next) {
-      err = pg_store_get(j->store, key, 0, &v, &len);
-      if (err == 0) {
-        e = len == 2 && memcmp(v, "go", 2) == 0 ? 0 : 1;
-        free(v);
-        return e;
-      }
-      return err == -ENOENT ? 1 : err;
+      e = read_verdict(j, f->gen, 0);
+      return e == 2 ? 1 : e;
     }
-    for (i = 0; i < f->world; i++) {
-      snprintf(key, sizeof key, "live/g%" PRIu64 "/in%d", f->gen, i);
-      if ((e = exists(j->store, key)) < 0)
-        return e;
-      if (!e)
-        break;
-    }
-    if (i == f->world) {
-      e = 0;
-    } else {
-      gkey(key, sizeof key, f->gen + 1, "started");
-      if ((e = exists(j->store, key)) < 0)
-        return e;
-      e = e || gone_here(&f->m[i], j->boot) ? 1 : -1;
-    }
+    gkey(key, sizeof key, f->gen + 1, "started");
+    if ((e = exists(j->store, key)) < 0)
+      return e;
+    for (i = 0; i < f->world && !e; i++)
+      e = i != f->slot && gone_here(&f->m[i], j->boot);
     gkey(key, sizeof key, f->gen, "verdict");
-    if (e >= 0 && (err = pg_store_compare_set(j->store, key, "", 0,
-                                              e ? "abort" : "go", e ? 5 : 2,
-                                              NULL, NULL, &swapped)))
+    if (e && (err = pg_store_compare_set(j->store, key, "", 0, "abort", 5,
+                                         NULL, NULL, &swapped)))
       return err;
-    if (e == 0 && swapped)
-      drop_old(j->store, f->gen);
-    if (e < 0) {
-      nap(poll);
-      poll = poll * 2 < POLL_MAX ? poll * 2 : POLL_MAX;
-    }
   }
   return pg__fail(-ETIMEDOUT, "generation %" PRIu64 ": not every member "
                   "checked in within the timeout", f->gen);
@@ -393,14 +415,18 @@ static int abandon_if_later(const struct pg__live_join *j, uint64_t gen)
                               &swapped);
 }
 
+/* Note [generations]: one piece, the formation's loop, because each
+ * step decides where the next goes (a later generation, a new round, a
+ * decision). */
 int pg__live_form(const struct pg__live_join *j, uint64_t gen,
                   struct pg__live_formed *out)
 {
   struct pg__live_round r, now_r;
-  double deadline = pg__now() + j->timeout, poll = POLL_MIN;
+  double deadline = pg__now() + j->timeout, left;
   char key[64];
   uint64_t next;
-  int slot, now_slot, have = 0, err, d;
+  int64_t count;
+  int slot, now_slot, have = 0, err, d, idle = 0, scan_every = 1;
   bool written = false;
 
   memset(out, 0, sizeof *out);
@@ -421,7 +447,7 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
       break;
     gen++;
   }
-  while (pg__now() < deadline) {
+  while ((left = deadline - pg__now()) > 0) {
     /* Note [bounded store]: below live/next, gen's keys may be gone. */
     if ((err = next_gen(j->store, &next)))
       return err;
@@ -429,10 +455,17 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
       gen = next;
       written = false;
     }
-    if (!written && (err = write_entry(j, gen, &r, slot)))
-      return err;
-    written = true;
-    d = read_decision(j, gen, out);
+    if (!written) {
+      if ((err = write_entry(j, gen, &r, slot, &count)))
+        return err;
+      written = true;
+      /* The entry that completes the round decides (Note
+       * [generations]). */
+      if (count >= r.world && (err = try_decide(j, gen, &r, &have)))
+        return pg__fail(err, "live store: deciding generation %" PRIu64
+                        ": %s", gen, pg_strerror(err));
+    }
+    d = read_decision(j, gen, left < WAIT_SLICE ? left : WAIT_SLICE, out);
     if (d < 0)
       return d;
     if (d == 1 && (d = check_in(j, out, deadline)) <= 0) {
@@ -463,16 +496,24 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
       if (now_r.round != r.round || now_slot != slot) {
         r = now_r;
         slot = now_slot;
-        if ((err = write_entry(j, gen, &r, slot)))
-          return err;
+        written = false;
+        continue;
       }
     }
-    if ((err = try_decide(j, gen, &r, &have)))
-      return pg__fail(err, "live store: deciding generation %" PRIu64
-                      ": %s", gen, pg_strerror(err));
-    nap(poll);
-    poll = poll * 2 < POLL_MAX ? poll * 2 : POLL_MAX;
+    /* An entry written but never counted (its process died between):
+     * slot 0 scans now and then, backing off. */
+    if (slot == 0 && ++idle >= scan_every) {
+      idle = 0;
+      scan_every = scan_every * 2 < SCAN_EVERY_MAX ? scan_every * 2
+                                                   : SCAN_EVERY_MAX;
+      if ((err = try_decide(j, gen, &r, &have)))
+        return pg__fail(err, "live store: deciding generation %" PRIu64
+                        ": %s", gen, pg_strerror(err));
+    }
   }
+  /* Who is there, for the sentence. */
+  if (written)
+    try_decide(j, gen, &r, &have);
   return pg__fail(-ETIMEDOUT, "no generation formed within %g s "
                   "(generation %" PRIu64 " of round %" PRId64 ": %d of %d "
                   "members present)", j->timeout, gen, r.round, have,

@@ -228,6 +228,8 @@ PG__HIDDEN void pg__setup_watch(pg__setup_watch_fn fn, void *arg);
  * without the request. */
 PG__HIDDEN int pg__store_delete_prefix(pg_store *st, const char *prefix,
                                        int64_t *n);
+/* How many requests srv has served (a benchmark's count). */
+PG__HIDDEN uint64_t pg__store_server_requests(const pg_store_server *srv);
 /* Frees vals[0..n-1] (and NULLs them); vals may be NULL. */
 PG__HIDDEN void pg__free_vals(void **vals, int n);
 

@@ -101,6 +101,7 @@ struct pg_store_server {
   double accept_resume;             /* > 0: accepting paused until then */
   struct store_table keys;
   int64_t nkeys;                    /* present ones (NUM_KEYS) */
+  uint64_t requests;                /* served, for benchmarks (atomic) */
   struct pg__token token;           /* len 0: open to every client */
   /* Note [store budget] */
   size_t max_bytes, max_conn, max_value, max_key;
@@ -744,6 +745,7 @@ static void serve_frame(struct pg_store_server *srv, struct store_conn *c,
   uint8_t op = stw_rd_u8(&r);
   uint32_t id = stw_rd_u32(&r);
 
+  __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
   switch (op) {
   case ST_SET: op_set(srv, c, id, &r); break;
   case ST_GET: op_get(srv, c, id, &r); break;
@@ -1354,3 +1356,7 @@ void pg_store_server_stop(pg_store_server *srv)
   srv_free(srv);
 }
 
+uint64_t pg__store_server_requests(const pg_store_server *srv)
+{
+  return __atomic_load_n(&srv->requests, __ATOMIC_RELAXED);
+}
