@@ -481,6 +481,50 @@ START_TEST(test_form_bounded_store)
 }
 END_TEST
 
+/* Note [generations]: forming a generation of N members costs O(N) store
+ * requests (about 11 each), not a read of every slot per member and poll
+ * (over 100 each at 64 members).  The bound leaves each member 20
+ * requests of slack: 7 waits of WAIT_SLICE beyond a quick formation. */
+static void *form_main(void *arg)
+{
+  struct joiner *x = arg;
+
+  x->err = pg__live_form(&x->j, 0, &x->f);
+  return NULL;
+}
+
+START_TEST(test_form_linear_requests)
+{
+  enum { N = 64 };
+  struct joiner *x = calloc(N, sizeof *x);
+  uint64_t r0, used;
+  int i;
+
+  ck_assert_ptr_nonnull(x);
+  serve();
+  for (i = 0; i < N; i++) {
+    joiner_init(&x[i], i, N, true, 1000 + (uint64_t)i);
+    x[i].j.timeout = 50;
+  }
+  r0 = pg__store_server_requests(server);
+  for (i = 0; i < N; i++)
+    ck_assert_int_eq(pthread_create(&x[i].t, NULL, form_main, &x[i]), 0);
+  for (i = 0; i < N; i++)
+    pthread_join(x[i].t, NULL);
+  used = pg__store_server_requests(server) - r0;
+  for (i = 0; i < N; i++) {
+    ck_assert_int_eq(x[i].err, 0);
+    ck_assert_int_eq(x[i].f.slot, i);
+    free(x[i].f.m);
+    pg_store_close(x[i].j.store);
+  }
+  ck_assert_msg(used <= 31 * N, "%llu store requests for %d members",
+                (unsigned long long)used, N);
+  pg_store_server_stop(server);
+  free(x);
+}
+END_TEST
+
 /* A generation whose member never comes: -ETIMEDOUT, with a sentence. */
 START_TEST(test_form_timeout)
 {
@@ -614,6 +658,7 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_form_moves_to_later);
   tcase_add_test(tc, test_form_check_in_abort);
   tcase_add_test(tc, test_form_bounded_store);
+  tcase_add_test(tc, test_form_linear_requests);
   tcase_add_test(tc, test_form_timeout);
   suite_add_tcase(s, tc);
   /* Knobs are read once per process: each runs in its own (Check forks
