@@ -300,20 +300,14 @@ static void fill_join(pg_group *g, struct pg__live_join *j, bool fresh)
 {
   struct pg__live *l = g->live;
 
-  memset(j, 0, sizeof *j);
-  j->store = g->store;
-  j->round_file = l->round_file[0] ? l->round_file : NULL;
-  j->local_rank = g->local_rank;
-  j->env_world = l->env_world;
-  j->env_rank = l->env_rank;
-  j->inc = l->inc;
-  j->boot = l->boot;
-  j->fresh = fresh;
-  j->valid = l->valid && !fresh;
-  j->comm = can_shrink(g);
-  j->old_rank = fresh ? -1 : g->rank;
-  j->from = fresh ? -1 : (int64_t)l->gen;
-  j->timeout = g->timeout;
+  *j = (struct pg__live_join){
+    .store = g->store, .local_rank = g->local_rank,
+    .round_file = l->round_file[0] ? l->round_file : NULL,
+    .env_world = l->env_world, .env_rank = l->env_rank, .inc = l->inc,
+    .boot = l->boot, .fresh = fresh, .valid = l->valid && !fresh,
+    .comm = can_shrink(g), .old_rank = fresh ? -1 : g->rank,
+    .from = fresh ? -1 : (int64_t)l->gen, .timeout = g->timeout,
+  };
 }
 
 static int live_setup(pg_group *g, const struct pg_options *o)
