@@ -105,23 +105,35 @@ live_fake_nccl() {
   export FAKECUDA_HOST_IS_DEVICE=1
 }
 
+# live_two_nodes DIR WORLD NA HOST_A HOST_B [VAR=VALUE...]: serves a store
+# and starts WORLD workers on two nodes with round files DIR/round.A
+# (ranks 0..NA-1, host id HOST_A) and DIR/round.B (the rest, HOST_B).
+live_two_nodes() {
+  local d=$1 w=$2 na=$3 ha=$4 hb=$5 r
+  shift 5
+  live_store "$d"
+  round_file "$d/round.A" 0 "$w" 0 "$na"
+  round_file "$d/round.B" 0 "$w" "$na" $((w - na))
+  for ((r = 0; r < w; r++)); do
+    if [ "$r" -lt "$na" ]; then
+      LOCAL_RANK_OF=$r live_worker "$d" "r$r" "$r" "$w" "$ha" 0 \
+        CDRUN_LIVE_ROUND_FILE="$d/round.A" "$@"
+    else
+      LOCAL_RANK_OF=$((r - na)) live_worker "$d" "r$r" "$r" "$w" "$hb" 0 \
+        CDRUN_LIVE_ROUND_FILE="$d/round.B" "$@"
+    fi
+  done
+}
+
 # live_shrink DIR HOST_A HOST_B [VAR=VALUE...]: node A (ranks 0 1, host
 # id HOST_A), node B (2 3, HOST_B); B's workers die in step 6, then A's
 # round file says a world of 2, and A's two finish alone, equal, at
 # world 2.  The store is stopped afterwards; DIR keeps the outputs.
 live_shrink() {
-  local d=$1 ha=$2 hb=$3 r node host final0 final1
+  local d=$1 ha=$2 hb=$3 final0 final1
   shift 3
   mkdir "$d"
-  live_store "$d"
-  round_file "$d/round.A" 0 4 0 2
-  round_file "$d/round.B" 0 4 2 2
-  for r in 0 1 2 3; do
-    node=A host=$ha
-    [ "$r" -ge 2 ] && node=B host=$hb
-    LOCAL_RANK_OF=$((r % 2)) live_worker "$d" "r$r" "$r" 4 "$host" 0 \
-      CDRUN_LIVE_ROUND_FILE="$d/round.$node" LIVE_DIE=6:2,6:3 "$@"
-  done
+  live_two_nodes "$d" 4 2 "$ha" "$hb" LIVE_DIE=6:2,6:3 "$@"
   live_wait "$d" r2 137
   live_wait "$d" r3 137
   round_file "$d/round.A" 1 2 0 2

@@ -54,16 +54,8 @@ expect_eq "ncclCommShrink calls" \
 # new communicator, and the three finish together.
 d=$T/shrinkfail
 mkdir "$d"
-live_store "$d"
-round_file "$d/round.A" 0 4 0 3
-round_file "$d/round.B" 0 4 3 1
-for r in 0 1 2 3; do
-  node=A local=$r
-  [ "$r" -ge 3 ] && node=B local=0
-  LOCAL_RANK_OF=$local live_worker "$d" "r$r" "$r" 4 h 0 \
-    CDRUN_LIVE_ROUND_FILE="$d/round.$node" LIVE_DIE=6:3 \
-    FAKENCCL_TRACE="$d/trace" FAKENCCL_SHRINK_FAIL_RANK=1
-done
+live_two_nodes "$d" 4 3 h h LIVE_DIE=6:3 FAKENCCL_TRACE="$d/trace" \
+  FAKENCCL_SHRINK_FAIL_RANK=1
 live_wait "$d" r3 137
 round_file "$d/round.A" 1 3 0 3
 for r in 0 1 2; do
