@@ -61,6 +61,8 @@ struct pg__live_member {
   bool fresh;          /* a new process: reducers and state not yet
                           registered (its pg_state_register heals) */
   bool valid;          /* its state may be the heal's source */
+  bool comm;           /* it holds generation from's communicator, one
+                          the backend can shrink (Note [shrink]) */
   char boot[PG__LIVE_BOOT_MAX];  /* its kernel's boot id ("" unknown) */
 };
 
@@ -88,6 +90,13 @@ PG__HIDDEN char *pg__live_decision_format(const struct pg__live_member *m,
 PG__HIDDEN int pg__live_decision_parse(const char *text, size_t len,
                                        struct pg__live_member **m,
                                        int *world, int64_t *round);
+/* Note [shrink] (recover.c): whether m[0..world) can shrink generation
+ * old_gen's communicator of old_world members: some left, none joined,
+ * the survivors keep their order, and every one holds that communicator
+ * (a member whose shrink failed holds none: then all make a new one,
+ * rather than some shrinking while others create). */
+PG__HIDDEN bool pg__live_shrinks(const struct pg__live_member *m, int world,
+                                 int64_t old_gen, int old_world);
 /* The heal's source: the lowest slot whose state is valid, or -1. */
 PG__HIDDEN int pg__live_heal_source(const struct pg__live_member *m,
                                     int world);
@@ -102,7 +111,7 @@ struct pg__live_join {
   int env_world, env_rank; /* RANK/WORLD_SIZE, used without a round file */
   uint64_t inc;
   const char *boot;
-  bool fresh, valid;
+  bool fresh, valid, comm;
   int old_rank;
   int64_t from;            /* -1: fresh */
   double timeout;

@@ -18,8 +18,22 @@
  * moves on too.  Entries of processes that are gone from this machine
  * (same boot id, no such pid) do not count, so a generation does not
  * form with a member that died before it finished forming.  Every wait
- * is bounded by the group's timeout; polling is cheap (one get per slot)
- * and backs off to POLL_MAX.
+ * is bounded by the group's timeout.
+ *
+ * O(N) store requests per generation, not O(N^2): each member counts its
+ * entry in (live/g<G>/r<R>, an add), and only an entry that brings the
+ * count to W(R) reads the W slots and tries to decide; every entry is
+ * written before it is counted, so the one that completes a round is
+ * always read by a scan.  A dead member's replacement, or a member that
+ * rewrites its entry for a newer round, counts again, so an entry that a
+ * scan refused (a dead process, an older round) is followed by another
+ * scan once its slot is filled anew.  An entry written by a process that
+ * died before it counted itself is found by the member of slot 0, which
+ * scans after 1, 2, 4... slices without a decision (SCAN_EVERY_MAX at
+ * most): one member, so still O(N).  The others wait for live/g<G>/done
+ * with a blocking get, in slices of WAIT_SLICE, and between slices look
+ * at live/next, G+1 and their round file: a constant number of requests
+ * per member and slice (scripts/bench/live_form measures it).
  *
  * Note [check in]: a decision may include a member that died since it
  * wrote its entry, on another machine (where its pid cannot be checked);
@@ -29,31 +43,43 @@
  * (live/g<G>/verdict, compare-and-set again) says "go" (all checked in)
  * or "abort" (a later generation started first: the dead member's
  * replacement found G decided and went on).  Abort moves everyone to
- * G+1. */
+ * G+1.
+ *
+ * Note [bounded store]: a long job fails many times, so the keys of
+ * generations nobody reads any more go.  Once G's verdict is "go" every
+ * member of G has left the generations before it (they checked in to G)
+ * and keeps at most G-1's communicator (NCCL's shrink parent), so G-2
+ * and older are dead: the member that wrote the "go" raises live/next to
+ * G+1, then deletes live/g<K>/ and pg/gen<K>/ for every K from
+ * live/kept up to G-2, and raises live/kept to G-1 (a cleaner that dies
+ * half-way leaves the rest to the next one).  A fresh process starts at
+ * live/next, not at 0, and a process still waiting in a generation below
+ * live/next (a straggler, or a fresh one that read an older live/next)
+ * moves up to it before it writes there again, so nothing waits on keys
+ * that are gone; what a straggler writes in the instant between is a few
+ * keys once, not a growth. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "live.h"
 
-#define POLL_MIN 0.001
-#define POLL_MAX 0.020
+/* How long a wait for a decision or a verdict lasts before this process
+ * looks for a reason to move (a later generation, a new round). */
+#define WAIT_SLICE 0.05
+/* Slot 0's scans for uncounted entries: after 1, 2, 4... slices, then
+ * every SCAN_EVERY_MAX. */
+#define SCAN_EVERY_MAX 16
+#define NEXT_KEY "live/next"
+#define KEPT_KEY "live/kept"
 
 static void gkey(char *buf, size_t len, uint64_t gen, const char *what)
 {
   snprintf(buf, len, "live/g%" PRIu64 "/%s", gen, what);
-}
-
-static void nap(double s)
-{
-  struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-
-  nanosleep(&ts, NULL);
 }
 
 /* This process's round and slot: the round file, else round 0 of
@@ -75,8 +101,11 @@ static int read_view(const struct pg__live_join *j,
   return err ? err : pg__live_round_slot(r, j->local_rank, slot);
 }
 
+/* Writes this process's entry in gen and counts it in for its round
+ * (live/g<G>/r<R>): *count, the entries of that round so far. */
 static int write_entry(const struct pg__live_join *j, uint64_t gen,
-                       const struct pg__live_round *r, int slot)
+                       const struct pg__live_round *r, int slot,
+                       int64_t *count)
 {
   struct pg__live_member m;
   char key[64], val[PG__LIVE_MEMBER_MAX];
@@ -92,6 +121,7 @@ static int write_entry(const struct pg__live_join *j, uint64_t gen,
   m.pid = (int)getpid();
   m.fresh = j->fresh;
   m.valid = j->valid;
+  m.comm = j->comm;
   snprintf(m.boot, sizeof m.boot, "%s", j->boot ? j->boot : "");
   pg__live_member_format(&m, val, sizeof val);
   snprintf(key, sizeof key, "live/g%" PRIu64 "/m%d", gen, slot);
@@ -99,6 +129,10 @@ static int write_entry(const struct pg__live_join *j, uint64_t gen,
   if (!err) {
     gkey(key, sizeof key, gen, "started");
     err = pg_store_set(j->store, key, "1", 1);
+  }
+  if (!err) {
+    snprintf(key, sizeof key, "live/g%" PRIu64 "/r%" PRId64, gen, r->round);
+    err = pg_store_add(j->store, key, 1, count);
   }
   return err ? pg__fail(err, "live store: cannot write %s: %s", key,
                         pg_strerror(err)) : 0;
@@ -115,10 +149,91 @@ static int exists(pg_store *st, const char *key)
   return err == 0 ? 1 : err == -ENOENT ? 0 : err;
 }
 
-/* G's decision, if any: 1 with *out filled (this process is in it), 2
- * when G is abandoned or decided without this process, 0 undecided. */
+/* The decimal number in key (absent: 0), or an error. */
+static int read_number(pg_store *st, const char *key, int64_t *out)
+{
+  void *v = NULL;
+  size_t len;
+  char buf[32];
+  int err = pg_store_get(st, key, 0, &v, &len);
+
+  *out = 0;
+  if (err == -ENOENT)
+    return 0;
+  if (err)
+    return err;
+  if (len >= sizeof buf) {
+    free(v);
+    return -EPROTO;
+  }
+  memcpy(buf, v, len);
+  buf[len] = '\0';
+  free(v);
+  *out = strtoll(buf, NULL, 10);
+  return 0;
+}
+
+/* Raises the number in key to at least v (compare-and-set: it never
+ * goes back, whoever races). */
+static int raise_to(pg_store *st, const char *key, int64_t v)
+{
+  char cur[32], want[32];
+  int64_t now;
+  bool swapped = false;
+  int err;
+
+  while (!swapped) {
+    if ((err = read_number(st, key, &now)))
+      return err;
+    if (now >= v)
+      return 0;
+    snprintf(cur, sizeof cur, "%" PRId64, now);
+    snprintf(want, sizeof want, "%" PRId64, v);
+    err = pg_store_compare_set(st, key, cur, now ? strlen(cur) : 0, want,
+                               strlen(want), NULL, NULL, &swapped);
+    if (err)
+      return err;
+  }
+  return 0;
+}
+
+/* Note [bounded store]: G went ahead, so G-2 and older go.  Best
+ * effort: a failure leaves the keys to the next cleaner. */
+static void drop_old(pg_store *st, uint64_t gen)
+{
+  char prefix[64];
+  int64_t kept, k;
+
+  if (raise_to(st, NEXT_KEY, (int64_t)gen + 1) || gen < 2 ||
+      read_number(st, KEPT_KEY, &kept))
+    return;
+  for (k = kept; k <= (int64_t)gen - 2; k++) {
+    snprintf(prefix, sizeof prefix, "live/g%" PRId64 "/", k);
+    if (pg__store_delete_prefix(st, prefix, NULL))
+      return;
+    snprintf(prefix, sizeof prefix, "pg/gen%" PRId64 "/", k);
+    if (pg__store_delete_prefix(st, prefix, NULL))
+      return;
+  }
+  raise_to(st, KEPT_KEY, (int64_t)gen - 1);
+}
+
+/* The lowest generation that may be joined (live/next), or an error. */
+static int next_gen(pg_store *st, uint64_t *out)
+{
+  int64_t v;
+  int err = read_number(st, NEXT_KEY, &v);
+
+  *out = v > 0 ? (uint64_t)v : 0;
+  return err ? pg__fail(err, "live store: cannot read %s: %s", NEXT_KEY,
+                        pg_strerror(err)) : 0;
+}
+
+/* G's decision, waiting up to wait seconds for it: 1 with *out filled
+ * (this process is in it), 2 when G is abandoned or decided without this
+ * process, 0 undecided. */
 static int read_decision(const struct pg__live_join *j, uint64_t gen,
-                         struct pg__live_formed *out)
+                         double wait, struct pg__live_formed *out)
 {
   struct pg__live_member *m;
   char key[64];
@@ -128,8 +243,8 @@ static int read_decision(const struct pg__live_join *j, uint64_t gen,
   int world, i, err;
 
   gkey(key, sizeof key, gen, "done");
-  err = pg_store_get(j->store, key, 0, &v, &len);
-  if (err == -ENOENT)
+  err = pg_store_get(j->store, key, wait, &v, &len);
+  if (err == -ENOENT || err == -ETIMEDOUT)
     return 0;
   if (err)
     return pg__fail(err, "live store: cannot read %s: %s", key,
@@ -207,56 +322,77 @@ out:
   return err;
 }
 
+/* The verdict on G, waiting up to wait seconds: 0 "go", 1 "abort", 2
+ * none yet, or an error. */
+static int read_verdict(const struct pg__live_join *j, uint64_t gen,
+                        double wait)
+{
+  char key[64];
+  void *v = NULL;
+  size_t len;
+  int err, e;
+
+  gkey(key, sizeof key, gen, "verdict");
+  err = pg_store_get(j->store, key, wait, &v, &len);
+  if (err == -ENOENT || err == -ETIMEDOUT)
+    return 2;
+  if (err)
+    return err;
+  e = len == 2 && memcmp(v, "go", 2) == 0 ? 0 : 1;
+  free(v);
+  return e;
+}
+
 /* Note [check in].  0 to go on with f, 1 when G is aborted, or an
- * error. */
+ * error.  Each member counts itself in (live/g<G>/nin); the one that
+ * brings the count to the world writes "go".  The others wait for the
+ * verdict in slices, and between them look for a reason to abort: the
+ * next generation started, or a member gone from this machine. */
 static int check_in(const struct pg__live_join *j,
                     const struct pg__live_formed *f, double deadline)
 {
   char key[64];
-  void *v;
-  size_t len;
-  double poll = POLL_MIN;
+  uint64_t next;
+  int64_t in;
   int i, e, err;
-  bool swapped;
+  bool swapped = false;
 
   snprintf(key, sizeof key, "live/g%" PRIu64 "/in%d", f->gen, f->slot);
   if ((err = pg_store_set(j->store, key, "1", 1)))
     return err;
+  gkey(key, sizeof key, f->gen, "nin");
+  if ((err = pg_store_add(j->store, key, 1, &in)))
+    return err;
+  gkey(key, sizeof key, f->gen, "verdict");
+  if (in >= f->world) {
+    if ((err = pg_store_compare_set(j->store, key, "", 0, "go", 2, NULL,
+                                    NULL, &swapped)))
+      return err;
+    if (swapped)
+      drop_old(j->store, f->gen);
+  }
   while (pg__now() < deadline) {
-    v = NULL;
-    gkey(key, sizeof key, f->gen, "verdict");
-    err = pg_store_get(j->store, key, 0, &v, &len);
-    if (err == 0) {
-      e = len == 2 && memcmp(v, "go", 2) == 0 ? 0 : 1;
-      free(v);
+    e = read_verdict(j, f->gen, WAIT_SLICE);
+    if (e != 2)
       return e;
-    }
-    if (err != -ENOENT)
+    /* Note [bounded store]: a straggler whose keys are gone moves up.
+     * live/next passes G only after G's verdict is written, so the
+     * verdict is read again first. */
+    if ((err = next_gen(j->store, &next)))
       return err;
-    for (i = 0; i < f->world; i++) {
-      snprintf(key, sizeof key, "live/g%" PRIu64 "/in%d", f->gen, i);
-      if ((e = exists(j->store, key)) < 0)
-        return e;
-      if (!e)
-        break;
+    if (f->gen < next) {
+      e = read_verdict(j, f->gen, 0);
+      return e == 2 ? 1 : e;
     }
-    if (i == f->world) {
-      e = 0;
-    } else {
-      gkey(key, sizeof key, f->gen + 1, "started");
-      if ((e = exists(j->store, key)) < 0)
-        return e;
-      e = e || gone_here(&f->m[i], j->boot) ? 1 : -1;
-    }
+    gkey(key, sizeof key, f->gen + 1, "started");
+    if ((e = exists(j->store, key)) < 0)
+      return e;
+    for (i = 0; i < f->world && !e; i++)
+      e = i != f->slot && gone_here(&f->m[i], j->boot);
     gkey(key, sizeof key, f->gen, "verdict");
-    if (e >= 0 && (err = pg_store_compare_set(j->store, key, "", 0,
-                                              e ? "abort" : "go", e ? 5 : 2,
-                                              NULL, NULL, &swapped)))
+    if (e && (err = pg_store_compare_set(j->store, key, "", 0, "abort", 5,
+                                         NULL, NULL, &swapped)))
       return err;
-    if (e < 0) {
-      nap(poll);
-      poll = poll * 2 < POLL_MAX ? poll * 2 : POLL_MAX;
-    }
   }
   return pg__fail(-ETIMEDOUT, "generation %" PRIu64 ": not every member "
                   "checked in within the timeout", f->gen);
@@ -279,17 +415,27 @@ static int abandon_if_later(const struct pg__live_join *j, uint64_t gen)
                               &swapped);
 }
 
+/* Note [generations]: one piece, the formation's loop, because each
+ * step decides where the next goes (a later generation, a new round, a
+ * decision). */
 int pg__live_form(const struct pg__live_join *j, uint64_t gen,
                   struct pg__live_formed *out)
 {
   struct pg__live_round r, now_r;
-  double deadline = pg__now() + j->timeout, poll = POLL_MIN;
+  double deadline = pg__now() + j->timeout, left;
   char key[64];
-  int slot, now_slot, have = 0, err, d;
+  uint64_t next;
+  int64_t count;
+  int slot, now_slot, have = 0, err, d, idle = 0, scan_every = 1;
+  bool written = false;
 
   memset(out, 0, sizeof *out);
   if ((err = read_view(j, &r, &slot)))
     return err;
+  if ((err = next_gen(j->store, &next)))
+    return err;
+  if (gen < next)
+    gen = next;
   /* A fresh process: the lowest generation from gen on not decided. */
   for (;;) {
     gkey(key, sizeof key, gen, "done");
@@ -301,10 +447,25 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
       break;
     gen++;
   }
-  if ((err = write_entry(j, gen, &r, slot)))
-    return err;
-  while (pg__now() < deadline) {
-    d = read_decision(j, gen, out);
+  while ((left = deadline - pg__now()) > 0) {
+    /* Note [bounded store]: below live/next, gen's keys may be gone. */
+    if ((err = next_gen(j->store, &next)))
+      return err;
+    if (gen < next) {
+      gen = next;
+      written = false;
+    }
+    if (!written) {
+      if ((err = write_entry(j, gen, &r, slot, &count)))
+        return err;
+      written = true;
+      /* The entry that completes the round decides (Note
+       * [generations]). */
+      if (count >= r.world && (err = try_decide(j, gen, &r, &have)))
+        return pg__fail(err, "live store: deciding generation %" PRIu64
+                        ": %s", gen, pg_strerror(err));
+    }
+    d = read_decision(j, gen, left < WAIT_SLICE ? left : WAIT_SLICE, out);
     if (d < 0)
       return d;
     if (d == 1 && (d = check_in(j, out, deadline)) <= 0) {
@@ -324,8 +485,7 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
     }
     if (d == 2) {
       gen++;
-      if ((err = write_entry(j, gen, &r, slot)))
-        return err;
+      written = false;
       continue;
     }
     if ((err = abandon_if_later(j, gen)) < 0)
@@ -336,16 +496,24 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
       if (now_r.round != r.round || now_slot != slot) {
         r = now_r;
         slot = now_slot;
-        if ((err = write_entry(j, gen, &r, slot)))
-          return err;
+        written = false;
+        continue;
       }
     }
-    if ((err = try_decide(j, gen, &r, &have)))
-      return pg__fail(err, "live store: deciding generation %" PRIu64
-                      ": %s", gen, pg_strerror(err));
-    nap(poll);
-    poll = poll * 2 < POLL_MAX ? poll * 2 : POLL_MAX;
+    /* An entry written but never counted (its process died between):
+     * slot 0 scans now and then, backing off. */
+    if (slot == 0 && ++idle >= scan_every) {
+      idle = 0;
+      scan_every = scan_every * 2 < SCAN_EVERY_MAX ? scan_every * 2
+                                                   : SCAN_EVERY_MAX;
+      if ((err = try_decide(j, gen, &r, &have)))
+        return pg__fail(err, "live store: deciding generation %" PRIu64
+                        ": %s", gen, pg_strerror(err));
+    }
   }
+  /* Who is there, for the sentence. */
+  if (written)
+    try_decide(j, gen, &r, &have);
   return pg__fail(-ETIMEDOUT, "no generation formed within %g s "
                   "(generation %" PRIu64 " of round %" PRId64 ": %d of %d "
                   "members present)", j->timeout, gen, r.round, have,

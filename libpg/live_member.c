@@ -16,15 +16,16 @@ void pg__live_member_format(const struct pg__live_member *m, char *buf,
 {
   snprintf(buf, len, "inc=%016" PRIx64 " round=%" PRId64 " world=%d "
            "slot=%d old=%d from=%" PRId64 " pid=%d fresh=%d valid=%d "
-           "boot=%s", m->inc, m->round, m->world, m->slot, m->old_rank,
-           m->from, m->pid, m->fresh, m->valid, m->boot[0] ? m->boot : "-");
+           "comm=%d boot=%s", m->inc, m->round, m->world, m->slot,
+           m->old_rank, m->from, m->pid, m->fresh, m->valid, m->comm,
+           m->boot[0] ? m->boot : "-");
 }
 
 int pg__live_member_parse(const char *text, size_t len,
                           struct pg__live_member *m)
 {
   char line[PG__LIVE_MEMBER_MAX + 1], boot[PG__LIVE_BOOT_MAX];
-  int fresh, valid, used = 0;
+  int fresh, valid, comm, used = 0;
 
   if (len >= sizeof line)
     return pg__fail(-EPROTO, "a generation entry of %zu bytes", len);
@@ -32,14 +33,16 @@ int pg__live_member_parse(const char *text, size_t len,
   line[len] = '\0';
   memset(m, 0, sizeof *m);
   if (sscanf(line, "inc=%" SCNx64 " round=%" SCNd64 " world=%d slot=%d "
-             "old=%d from=%" SCNd64 " pid=%d fresh=%d valid=%d boot=%63s%n",
-             &m->inc, &m->round, &m->world, &m->slot, &m->old_rank,
-             &m->from, &m->pid, &fresh, &valid, boot, &used) != 10 ||
+             "old=%d from=%" SCNd64 " pid=%d fresh=%d valid=%d comm=%d "
+             "boot=%63s%n", &m->inc, &m->round, &m->world, &m->slot,
+             &m->old_rank, &m->from, &m->pid, &fresh, &valid, &comm, boot,
+             &used) != 11 ||
       (size_t)used != len || m->world < 1 || m->slot < 0 ||
       m->slot >= m->world || m->round < 0)
     return pg__fail(-EPROTO, "a malformed generation entry '%.80s'", line);
   m->fresh = fresh != 0;
   m->valid = valid != 0;
+  m->comm = comm != 0;
   snprintf(m->boot, sizeof m->boot, "%s", strcmp(boot, "-") ? boot : "");
   return 0;
 }
@@ -119,6 +122,22 @@ int pg__live_decision_parse(const char *text, size_t len,
     p = nl + 1;
   }
   return 0;
+}
+
+bool pg__live_shrinks(const struct pg__live_member *m, int world,
+                      int64_t old_gen, int old_world)
+{
+  int i, last = -1;
+
+  if (world >= old_world)
+    return false;
+  for (i = 0; i < world; i++) {
+    if (m[i].fresh || !m[i].comm || m[i].from != old_gen ||
+        m[i].old_rank <= last)
+      return false;
+    last = m[i].old_rank;
+  }
+  return true;
 }
 
 int pg__live_heal_source(const struct pg__live_member *m, int world)

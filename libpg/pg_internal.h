@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "pg.h"
 
@@ -199,6 +200,10 @@ PG__HIDDEN uint16_t pg__f32_to_f16(float f);
 PG__HIDDEN float pg__bf16_to_f32(uint16_t h);
 PG__HIDDEN uint16_t pg__f32_to_bf16(float f);
 
+/* pidfd.c: a close-on-exec pidfd for pid (readable once it exits), or
+ * -1 (errno set) where the kernel has none. */
+PG__HIDDEN int pg__pidfd_open(pid_t pid);
+
 /* The CPUs this process may run on (its affinity mask). */
 PG__HIDDEN int pg__usable_cpus(void);
 
@@ -218,6 +223,13 @@ PG__HIDDEN int pg__store_allgather(pg_store *st, const char *ns,
  * sentence) ends the wait with that error.  fn NULL: none. */
 typedef int (*pg__setup_watch_fn)(void *arg);
 PG__HIDDEN void pg__setup_watch(pg__setup_watch_fn fn, void *arg);
+/* Deletes every key of st that starts with prefix (a view's prefix
+ * first); *n (may be NULL) gets how many.  -ENOTSUP (said) from a server
+ * without the request. */
+PG__HIDDEN int pg__store_delete_prefix(pg_store *st, const char *prefix,
+                                       int64_t *n);
+/* How many requests srv has served (a benchmark's count). */
+PG__HIDDEN uint64_t pg__store_server_requests(const pg_store_server *srv);
 /* Frees vals[0..n-1] (and NULLs them); vals may be NULL. */
 PG__HIDDEN void pg__free_vals(void **vals, int n);
 

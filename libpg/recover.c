@@ -218,15 +218,11 @@ static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
   struct pg__live *l = g->live;
   struct pg__comm *old = g->comm, *shrunk = NULL;
   struct pg__setup s;
-  int *excluded = NULL, nex = 0, i, err, last = -1, old_size = g->size;
-  bool shrink = old && old->ops->shrink && g->be == PG_BACKEND_NCCL;
+  int *excluded = NULL, nex = 0, i, err, last, old_size = g->size;
+  bool shrink = pg__live_shrinks(f->m, f->world, (int64_t)old_gen,
+                                 old_size);
   char ns[300];
 
-  for (i = 0; i < f->world && shrink; i++) {
-    shrink = !f->m[i].fresh && f->m[i].from == (int64_t)old_gen &&
-             f->m[i].old_rank > last;
-    last = f->m[i].old_rank;
-  }
   g->rank = f->slot;
   g->size = f->world;
   l->gen = f->gen;
@@ -251,7 +247,12 @@ static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
     return err;
   if (shrink) {
     /* Note [shrink]: the survivors, in their old order, are the new
-     * communicator; the backend drops the others' positions. */
+     * communicator; the backend drops the others' positions.  Every
+     * member decides alike from f (pg__live_shrinks): each says in its
+     * entry whether it holds the old communicator (can_shrink), so after
+     * a shrink that failed on some member (which then holds none) all
+     * make a new one, never a second shrink of the same parent beside a
+     * create (nccl.c, nccl_shrink). */
     excluded = calloc((size_t)old_size, sizeof *excluded);
     g->all_ranks = calloc((size_t)g->size, sizeof *g->all_ranks);
     if (!excluded || !g->all_ranks) {
@@ -271,12 +272,16 @@ static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
     err = old->ops->shrink(old, excluded, nex, &s, &shrunk);
     free(excluded);
     /* The parent goes either way: after a failed shrink the next
-     * recovery makes a new communicator. */
+     * recovery makes a new communicator (PG_ERR_PEER_LOST: the caller
+     * recovers again). */
     old->ops->destroy(old);
     if (err && shrunk)
       shrunk->ops->destroy(shrunk);
     g->comm = err ? NULL : shrunk;
-    return err;
+    return err ? pg__fail(PG_ERR_PEER_LOST, "generation %" PRIu64 ": the "
+                          "shrink failed (%s): the next generation makes a "
+                          "new communicator", f->gen, pg_last_error())
+               : 0;
   }
   if (old)
     old->ops->destroy(old);
@@ -284,23 +289,25 @@ static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
   return pg__group_create_comm(g, g->be, g->device, g->local_rank);
 }
 
+/* Whether g holds a communicator its backend can shrink (Note
+ * [shrink]). */
+static bool can_shrink(const pg_group *g)
+{
+  return g->comm && g->comm->ops->shrink && g->be == PG_BACKEND_NCCL;
+}
+
 static void fill_join(pg_group *g, struct pg__live_join *j, bool fresh)
 {
   struct pg__live *l = g->live;
 
-  memset(j, 0, sizeof *j);
-  j->store = g->store;
-  j->round_file = l->round_file[0] ? l->round_file : NULL;
-  j->local_rank = g->local_rank;
-  j->env_world = l->env_world;
-  j->env_rank = l->env_rank;
-  j->inc = l->inc;
-  j->boot = l->boot;
-  j->fresh = fresh;
-  j->valid = l->valid && !fresh;
-  j->old_rank = fresh ? -1 : g->rank;
-  j->from = fresh ? -1 : (int64_t)l->gen;
-  j->timeout = g->timeout;
+  *j = (struct pg__live_join){
+    .store = g->store, .local_rank = g->local_rank,
+    .round_file = l->round_file[0] ? l->round_file : NULL,
+    .env_world = l->env_world, .env_rank = l->env_rank, .inc = l->inc,
+    .boot = l->boot, .fresh = fresh, .valid = l->valid && !fresh,
+    .comm = can_shrink(g), .old_rank = fresh ? -1 : g->rank,
+    .from = fresh ? -1 : (int64_t)l->gen, .timeout = g->timeout,
+  };
 }
 
 static int live_setup(pg_group *g, const struct pg_options *o)
@@ -548,7 +555,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   for (i = 0; i < (int)l->nreducers; i++)
     pg__reducer_abandon(l->reducers[i]);
   queue_hold(g);
-  if (g->comm && g->comm->ops->shrink && g->be == PG_BACKEND_NCCL) {
+  if (can_shrink(g)) {
     if (g->comm->ops->revoke && g->failed)
       g->comm->ops->revoke(g->comm);
   } else if (g->comm) {

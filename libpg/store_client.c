@@ -821,6 +821,27 @@ int pg_store_compare_set(pg_store *s, const char *key, const void *expected,
   return st_leave(s, &rep, 0);
 }
 
+/* A request of one key (DELETE, DEL_PREFIX): 0 with the OK reply in
+ * *rep, the connection held (the caller reads rep and leaves), or an
+ * error, left. */
+static int one_key_call(pg_store *s, uint8_t op, const char *key,
+                        const char *what, struct st_reply *rep)
+{
+  int err;
+
+  if ((err = st_enter(s)))
+    return err;
+  if ((err = check_key(s, key)))
+    return st_leave(s, rep, err);
+  req_begin(s, op);
+  stw_buf_bytes(&s->req, key, strlen(key));
+  if ((err = st_call(s, what, s->op_timeout, rep)))
+    return st_leave(s, rep, err);
+  if (rep->status != ST_OK)
+    return st_leave(s, rep, st_status(s, what, rep->status, 0, &rep->r));
+  return 0;
+}
+
 int pg_store_delete(pg_store *s, const char *key, bool *deleted)
 {
   struct st_reply rep = { 0 };
@@ -831,22 +852,35 @@ int pg_store_delete(pg_store *s, const char *key, bool *deleted)
   if (deleted)
     *deleted = false;
   VIEW_FORWARD(s, key, pg_store_delete(s->base, k, deleted));
-  if ((err = st_enter(s)))
-    return err;
-  if ((err = check_key(s, key)))
-    return st_leave(s, &rep, err);
   snprintf(what, sizeof what, "delete '%.80s'", key);
-  req_begin(s, ST_DELETE);
-  stw_buf_bytes(&s->req, key, strlen(key));
-  if ((err = st_call(s, what, s->op_timeout, &rep)))
-    return st_leave(s, &rep, err);
-  if (rep.status != ST_OK)
-    return st_leave(s, &rep, st_status(s, what, rep.status, 0, &rep.r));
+  if ((err = one_key_call(s, ST_DELETE, key, what, &rep)))
+    return err;
   d = stw_rd_u8(&rep.r);
   if (!stw_rd_done(&rep.r) || d > 1)
     return st_leave(s, &rep, st_break(s, -EPROTO, what, 0));
   if (deleted)
     *deleted = d;
+  return st_leave(s, &rep, 0);
+}
+
+int pg__store_delete_prefix(pg_store *s, const char *prefix, int64_t *n)
+{
+  struct st_reply rep = { 0 };
+  char what[128];
+  int64_t v;
+  int err;
+
+  if (n)
+    *n = 0;
+  VIEW_FORWARD(s, prefix, pg__store_delete_prefix(s->base, k, n));
+  snprintf(what, sizeof what, "delete the keys '%.80s*'", prefix);
+  if ((err = one_key_call(s, ST_DEL_PREFIX, prefix, what, &rep)))
+    return err;
+  v = (int64_t)stw_rd_u64(&rep.r);
+  if (!stw_rd_done(&rep.r))
+    return st_leave(s, &rep, st_break(s, -EPROTO, what, 0));
+  if (n)
+    *n = v;
   return st_leave(s, &rep, 0);
 }
 

@@ -101,6 +101,7 @@ struct pg_store_server {
   double accept_resume;             /* > 0: accepting paused until then */
   struct store_table keys;
   int64_t nkeys;                    /* present ones (NUM_KEYS) */
+  uint64_t requests;                /* served, for benchmarks (atomic) */
   struct pg__token token;           /* len 0: open to every client */
   /* Note [store budget] */
   size_t max_bytes, max_conn, max_value, max_key;
@@ -679,6 +680,18 @@ out:
   free(klen);
 }
 
+/* Makes present e absent (its waiters, if any, keep it). */
+static void entry_delete(struct pg_store_server *srv, struct store_entry *e)
+{
+  srv->stored -= e->vlen;
+  free(e->val);
+  e->val = NULL;
+  e->vlen = 0;
+  e->present = false;
+  srv->nkeys--;
+  store_table_release(&srv->keys, e);
+}
+
 static void op_delete(struct pg_store_server *srv, struct store_conn *c,
                       uint32_t id, struct rd *r)
 {
@@ -694,15 +707,35 @@ static void op_delete(struct pg_store_server *srv, struct store_conn *c,
   e = store_table_find(&srv->keys, k, kn);
   if (e && e->present) {
     existed = 1;
-    srv->stored -= e->vlen;
-    free(e->val);
-    e->val = NULL;
-    e->vlen = 0;
-    e->present = false;
-    srv->nkeys--;
-    store_table_release(&srv->keys, e);
+    entry_delete(srv, e);
   }
   reply(srv, c, id, ST_OK, &existed, 1, NULL, 0);
+}
+
+/* Every key that starts with the prefix: one walk of the table (its
+ * size is the store's budget's, so the walk is bounded too). */
+static void op_del_prefix(struct pg_store_server *srv,
+                          struct store_conn *c, uint32_t id, struct rd *r)
+{
+  size_t kn, i;
+  const uint8_t *k = stw_rd_bytes(r, &kn);
+  struct store_entry *e, *next;
+  int64_t n = 0;
+
+  if (!stw_rd_done(r))
+    return conn_reject(srv, c, id);
+  if (!key_ok(srv, kn))
+    return reply_status(srv, c, id, ST_TOO_LARGE);
+  for (i = 0; i < srv->keys.nbuckets; i++)
+    for (e = srv->keys.buckets[i]; e; e = next) {
+      next = e->next;
+      if (e->present && e->klen >= kn && (kn == 0 ||
+                                          !memcmp(e->key, k, kn))) {
+        entry_delete(srv, e);
+        n++;
+      }
+    }
+  reply_i64(srv, c, id, n);
 }
 
 static void serve_frame(struct pg_store_server *srv, struct store_conn *c,
@@ -712,6 +745,7 @@ static void serve_frame(struct pg_store_server *srv, struct store_conn *c,
   uint8_t op = stw_rd_u8(&r);
   uint32_t id = stw_rd_u32(&r);
 
+  __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
   switch (op) {
   case ST_SET: op_set(srv, c, id, &r); break;
   case ST_GET: op_get(srv, c, id, &r); break;
@@ -719,6 +753,7 @@ static void serve_frame(struct pg_store_server *srv, struct store_conn *c,
   case ST_CAS: op_cas(srv, c, id, &r); break;
   case ST_WAIT: op_wait(srv, c, id, &r); break;
   case ST_DELETE: op_delete(srv, c, id, &r); break;
+  case ST_DEL_PREFIX: op_del_prefix(srv, c, id, &r); break;
   case ST_NUM_KEYS:
     if (!stw_rd_done(&r))
       conn_reject(srv, c, id);
@@ -1321,3 +1356,7 @@ void pg_store_server_stop(pg_store_server *srv)
   srv_free(srv);
 }
 
+uint64_t pg__store_server_requests(const pg_store_server *srv)
+{
+  return __atomic_load_n(&srv->requests, __ATOMIC_RELAXED);
+}

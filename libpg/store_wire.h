@@ -31,6 +31,7 @@
  *    5  WAIT       u32 timeout_ms, u32 n, n keys   -
  *    6  DELETE     key: bytes                      u8 existed
  *    7  NUM_KEYS   -                               i64 count
+ *    8  DEL_PREFIX prefix: bytes                   i64 keys deleted
  *
  * timeout_ms: 0 = answer at once (GET: NOT_FOUND, WAIT: TIMEOUT when a
  * key is missing), 0xffffffff = no limit.  Waits are answered by the
@@ -38,7 +39,9 @@
  * cancel message.  ADD keeps the value as decimal ASCII (absent = 0).
  * CAS: an empty expected value matches an absent key (and an empty one);
  * "present" says whether the key exists after the operation.  WAIT takes
- * at most 65536 keys.
+ * at most 65536 keys.  DEL_PREFIX deletes every present key that starts
+ * with prefix (live recovery drops the keys of generations nobody reads
+ * any more, Note [bounded store] in live_form.c).
  *
  * Status: 0 OK, 1 NOT_FOUND, 2 TIMEOUT, 3 NOT_NUMBER, 4 TOO_LARGE,
  * 5 MALFORMED, 6 NO_MEMORY, 7 UNKNOWN_OP, 8 OVERFLOW, 9 OVER_BUDGET (the
@@ -82,7 +85,8 @@
 #define ST_NO_LIMIT 0xffffffffu
 
 enum {
-  ST_SET = 1, ST_GET, ST_ADD, ST_CAS, ST_WAIT, ST_DELETE, ST_NUM_KEYS
+  ST_SET = 1, ST_GET, ST_ADD, ST_CAS, ST_WAIT, ST_DELETE, ST_NUM_KEYS,
+  ST_DEL_PREFIX
 };
 enum {
   ST_OK = 0, ST_NOT_FOUND, ST_TIMEOUT, ST_NOT_NUMBER, ST_TOO_LARGE,

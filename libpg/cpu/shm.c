@@ -1204,20 +1204,6 @@ static int open_segment(struct shm_comm *c, const char *name, size_t size)
   return 0;
 }
 
-static int open_pidfd(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-  int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-
-  if (fd >= 0)
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-  return fd;
-#else
-  (void)pid;
-  return -1;
-#endif
-}
-
 static struct shm_comm *comm_alloc(int n, int me)
 {
   struct shm_comm *c = calloc(1, sizeof *c);
@@ -1347,7 +1333,7 @@ static void comm_attach(struct shm_comm *c)
   __atomic_store_n(&c->rk[c->me].pid, (int32_t)getpid(), __ATOMIC_RELAXED);
   for (i = 0; i < c->n; i++)
     if (i != c->me && c->pid[i] > 0)
-      c->pidfd[i] = open_pidfd(c->pid[i]);
+      c->pidfd[i] = pg__pidfd_open(c->pid[i]);
 }
 
 /* Rank 0 makes the segment, everyone maps it and learns the others'

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "group.h"
@@ -28,20 +27,6 @@
  * a member that exits once its part is done (the job's end) is no
  * failure, and the op it finished completes here too.  A shrunk comm
  * inherits its parent's survivors. */
-
-static int open_pidfd(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-  int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-
-  if (fd >= 0)
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-  return fd;
-#else
-  (void)pid;
-  return -1;
-#endif
-}
 
 /* "pid pidns boot": what makes a pid meaningful to another process. */
 static void identity(char *out, size_t len)
@@ -119,7 +104,7 @@ int nccl_peers_share(struct nccl_comm *c, const struct pg__setup *s,
                strchr(mine, ' ')) != 0)
       continue;  /* another machine or pid namespace */
     c->peer_pid[j] = (pid_t)atoi(other);
-    c->peer_fd[j] = open_pidfd(c->peer_pid[j]);
+    c->peer_fd[j] = pg__pidfd_open(c->peer_pid[j]);
   }
   return 0;
 }

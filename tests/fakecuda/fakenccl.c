@@ -30,6 +30,10 @@
  * reports ncclSystemError from ncclCommGetAsyncError, as a crashed kernel
  * would.  $FAKENCCL_SUBMIT_FAIL_OP=k: on $FAKENCCL_FAIL_RANK the k-th
  * call fails at once (ncclUnhandledCudaError), never reaching the stream.
+ * $FAKENCCL_SHRINK_FAIL_RANK=r: ncclCommShrink on the parent's rank r
+ * meets the other survivors and joins the new communicator (so theirs
+ * succeed), then fails it (ncclSystemError), as a shrink that fails on
+ * one rank only.
  * $FAKENCCL_INPROGRESS=1: on a non-blocking communicator every collective
  * and ncclGroupEnd answers ncclInProgress, and ncclCommGetAsyncError says
  * so twice more, as NCCL may.
@@ -131,6 +135,7 @@ struct ncclComm {
   int inflight;             /* atomic: batches launched, not finished */
   struct ncclComm *parent;  /* a shrink's, until the survivors met */
   uint64_t shrink_seq, shrink_mask;
+  bool shrink_fail;         /* $FAKENCCL_SHRINK_FAIL_RANK is its parent's */
   struct box *boxes;
   char *slots, *boxdata;
   uint64_t phase;           /* this rank's, touched by its stream only */
@@ -1017,13 +1022,23 @@ static ncclResult_t shrink_meet(struct ncclComm *c)
   return ncclSuccess;
 }
 
+/* $FAKENCCL_SHRINK_FAIL_RANK: the shrink fails here, after the join. */
+static ncclResult_t shrink_failed(struct ncclComm *c, ncclResult_t r)
+{
+  if (r != ncclSuccess || !c->shrink_fail)
+    return r;
+  snprintf(c->last, sizeof c->last, "fake: injected failure of "
+           "ncclCommShrink (FAKENCCL_SHRINK_FAIL_RANK)");
+  return ncclSystemError;
+}
+
 static void *init_main(void *arg)
 {
   struct ncclComm *c = arg;
   ncclResult_t r = shrink_meet(c);
 
   if (r == ncclSuccess)
-    r = join(c);
+    r = shrink_failed(c, join(c));
 
   __atomic_store_n(&c->async_err, r, __ATOMIC_RELEASE);
   __atomic_store_n(&c->init_done, r == ncclSuccess, __ATOMIC_RELEASE);
@@ -1061,6 +1076,8 @@ static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
     c->parent = parent;
     c->shrink_seq = shrink_seq;
     c->shrink_mask = shrink_mask;
+    fo = getenv("FAKENCCL_SHRINK_FAIL_RANK");
+    c->shrink_fail = fo && *fo && atoi(fo) == parent->me;
   }
   c->size = sizeof(struct seg) + (size_t)n * sizeof(struct rank_line) +
             (size_t)n * sizeof(struct split_line) +
@@ -1082,7 +1099,7 @@ static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
   live_add(c);
   r = shrink_meet(c);
   if (r == ncclSuccess)
-    r = join(c);
+    r = shrink_failed(c, join(c));
   if (r != ncclSuccess) {
     live_del(c);
     comm_unref(c);

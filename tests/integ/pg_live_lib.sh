@@ -85,3 +85,66 @@ live_expect() {
     }
   done
 }
+
+# round_file PATH ROUND WORLD OFFSET LOCAL: rewritten atomically, as
+# cdrun's agent writes CDRUN_LIVE_ROUND_FILE.
+round_file() {
+  echo "round=$2 world=$3 rank_offset=$4 local_world=$5" >"$1.tmp"
+  mv "$1.tmp" "$1"
+}
+
+# live_fake_nccl: the workers run libpg's NCCL backend on the fake GPU of
+# tests/fakecuda/ (skips where libpg was built without NCCL headers).
+live_fake_nccl() {
+  FAKE=$(dirname "$(dirname "$TW")")/fake-nccl/tests
+  [ -x "$FAKE/pg_live_worker" ] ||
+    skip "no $FAKE/pg_live_worker (libpg built without NCCL headers)"
+  LIVE_WORKER=$FAKE/pg_live_worker
+  export PG_BACKEND=nccl PG_NCCL_BLOCKING_WAIT=1 FAKECUDA_DEVICES=4
+  # The worker's state is malloc'd: the fake takes it for device memory.
+  export FAKECUDA_HOST_IS_DEVICE=1
+}
+
+# live_two_nodes DIR WORLD NA HOST_A HOST_B [VAR=VALUE...]: serves a store
+# and starts WORLD workers on two nodes with round files DIR/round.A
+# (ranks 0..NA-1, host id HOST_A) and DIR/round.B (the rest, HOST_B).
+live_two_nodes() {
+  local d=$1 w=$2 na=$3 ha=$4 hb=$5 r
+  shift 5
+  live_store "$d"
+  round_file "$d/round.A" 0 "$w" 0 "$na"
+  round_file "$d/round.B" 0 "$w" "$na" $((w - na))
+  for ((r = 0; r < w; r++)); do
+    if [ "$r" -lt "$na" ]; then
+      LOCAL_RANK_OF=$r live_worker "$d" "r$r" "$r" "$w" "$ha" 0 \
+        CDRUN_LIVE_ROUND_FILE="$d/round.A" "$@"
+    else
+      LOCAL_RANK_OF=$((r - na)) live_worker "$d" "r$r" "$r" "$w" "$hb" 0 \
+        CDRUN_LIVE_ROUND_FILE="$d/round.B" "$@"
+    fi
+  done
+}
+
+# live_shrink DIR HOST_A HOST_B [VAR=VALUE...]: node A (ranks 0 1, host
+# id HOST_A), node B (2 3, HOST_B); B's workers die in step 6, then A's
+# round file says a world of 2, and A's two finish alone, equal, at
+# world 2.  The store is stopped afterwards; DIR keeps the outputs.
+live_shrink() {
+  local d=$1 ha=$2 hb=$3 final0 final1
+  shift 3
+  mkdir "$d"
+  live_two_nodes "$d" 4 2 "$ha" "$hb" LIVE_DIE=6:2,6:3 "$@"
+  live_wait "$d" r2 137
+  live_wait "$d" r3 137
+  round_file "$d/round.A" 1 2 0 2
+  live_wait "$d" r0 0
+  live_wait "$d" r1 0
+  final0=$(live_final "$d" r0 | sed 's/^rank=[0-9]* //')
+  final1=$(live_final "$d" r1 | sed 's/^rank=[0-9]* //')
+  expect_eq "shrink: rank 1's end" "$final1" "$final0"
+  case $final0 in
+    "world=2 step=$STEPS "*) ;;
+    *) fail "shrink: ended '$final0', want world=2 step=$STEPS" ;;
+  esac
+  kill "$STORE_PID"
+}

@@ -10,11 +10,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/pg_live_lib.sh"
 
-FAKE=$(dirname "$(dirname "$TW")")/fake-nccl/tests
-[ -x "$FAKE/pg_live_worker" ] || skip "no $FAKE/pg_live_worker (libpg built without NCCL headers)"
-LIVE_WORKER=$FAKE/pg_live_worker
-export PG_BACKEND=nccl PG_NCCL_BLOCKING_WAIT=1 FAKECUDA_DEVICES=4
-export FAKECUDA_HOST_IS_DEVICE=1
+live_fake_nccl
 STEPS=12
 ELEMS=20000
 

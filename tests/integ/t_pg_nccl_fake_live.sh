@@ -8,19 +8,17 @@
 #    worker ends bitwise equal to a fault-free run;
 #  - a node's two workers die and the round file says a world of 2: the
 #    survivors shrink their communicator (ncclCommShrink with
-#    NCCL_SHRINK_ABORT, seen in the fake's trace) and finish alone.
+#    NCCL_SHRINK_ABORT, seen in the fake's trace) and finish alone;
+#  - a shrink that fails on one survivor only (FAKENCCL_SHRINK_FAIL_RANK)
+#    is followed by a new communicator on every member, not a second
+#    shrink beside a create (Note [shrink] in libpg/recover.c).
 # Workers are started by hand as cdrun --recovery=live would start them
 # (pg_live_lib.sh).
 # integ-timeout: 300
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/pg_live_lib.sh"
 
-FAKE=$(dirname "$(dirname "$TW")")/fake-nccl/tests
-[ -x "$FAKE/pg_live_worker" ] || skip "no $FAKE/pg_live_worker (libpg built without NCCL headers)"
-LIVE_WORKER=$FAKE/pg_live_worker
-export PG_BACKEND=nccl PG_NCCL_BLOCKING_WAIT=1 FAKECUDA_DEVICES=4
-# The worker's state is malloc'd: the fake takes it for device memory.
-export FAKECUDA_HOST_IS_DEVICE=1
+live_fake_nccl
 STEPS=16
 ELEMS=20000
 
@@ -43,40 +41,38 @@ expect_grep '^recovered generation=[0-9]+ rank=0 world=4 .*joined=1 left=0' "$d/
   fail "a replacement must get a new communicator, not a shrink"
 kill "$STORE_PID"
 
-# round_file PATH ROUND WORLD OFFSET LOCAL: rewritten atomically.
-round_file() {
-  echo "round=$2 world=$3 rank_offset=$4 local_world=$5" >"$1.tmp"
-  mv "$1.tmp" "$1"
-}
-
-# A shrink: node A (ranks 0 1), node B (2 3) on one machine; B's workers
-# die in step 6, then A's round file says a world of 2.
+# A shrink: node A (ranks 0 1), node B (2 3) on one machine.
 d=$T/shrink
-mkdir "$d"
-live_store "$d"
-round_file "$d/round.A" 0 4 0 2
-round_file "$d/round.B" 0 4 2 2
-for r in 0 1 2 3; do
-  node=A
-  [ "$r" -ge 2 ] && node=B
-  LOCAL_RANK_OF=$((r % 2)) live_worker "$d" "r$r" "$r" 4 h 0 \
-    CDRUN_LIVE_ROUND_FILE="$d/round.$node" LIVE_DIE=6:2,6:3 \
-    FAKENCCL_TRACE="$d/trace"
-done
-live_wait "$d" r2 137
-live_wait "$d" r3 137
-round_file "$d/round.A" 1 2 0 2
-live_wait "$d" r0 0
-live_wait "$d" r1 0
-final0=$(live_final "$d" r0 | sed 's/^rank=[0-9]* //')
-final1=$(live_final "$d" r1 | sed 's/^rank=[0-9]* //')
-expect_eq "shrink: rank 1's end" "$final1" "$final0"
-case $final0 in
-  "world=2 step=$STEPS "*) ;;
-  *) fail "shrink: ended '$final0', want world=2 step=$STEPS" ;;
-esac
+live_shrink "$d" h h FAKENCCL_TRACE="$d/trace"
 expect_grep '^recovered generation=1 rank=0 world=2 old_rank=0 old_world=4 joined=0 left=2' "$d/r0.err"
 expect_eq "ncclCommShrink calls" \
   "$(grep -c '^ncclCommShrink rank=[01] n=4 excluded=0xc flags=1$' "$d/trace")" 2
+
+# A failed shrink: node A (ranks 0 1 2), node B (3); B's worker dies in
+# step 6 and A's round file says a world of 3.  Rank 1's shrink fails
+# after the others' succeeded: its next generation, and theirs, make a
+# new communicator, and the three finish together.
+d=$T/shrinkfail
+mkdir "$d"
+live_two_nodes "$d" 4 3 h h LIVE_DIE=6:3 FAKENCCL_TRACE="$d/trace" \
+  FAKENCCL_SHRINK_FAIL_RANK=1
+live_wait "$d" r3 137
+round_file "$d/round.A" 1 3 0 3
+for r in 0 1 2; do
+  live_wait "$d" "r$r" 0
+done
+final0=$(live_final "$d" r0 | sed 's/^rank=[0-9]* //')
+for r in 1 2; do
+  expect_eq "shrinkfail: rank $r's end" \
+    "$(live_final "$d" "r$r" | sed 's/^rank=[0-9]* //')" "$final0"
+done
+case $final0 in
+  "world=3 step=$STEPS "*) ;;
+  *) fail "shrinkfail: ended '$final0', want world=3 step=$STEPS" ;;
+esac
+expect_grep 'the shrink failed' "$d/r1.err"
+expect_grep '^recovered generation=[2-9] rank=1 world=3 ' "$d/r1.err"
+expect_eq "ncclCommShrink calls" \
+  "$(grep -c '^ncclCommShrink ' "$d/trace")" 3
 kill "$STORE_PID"
 exit 0

@@ -123,7 +123,11 @@ START_TEST(test_member_roundtrip)
   ck_assert_int_eq(back.slot, 2);
   ck_assert_int_eq(back.old_rank, -1);
   ck_assert_int_eq(back.from, -1);
-  ck_assert(back.fresh && back.valid);
+  ck_assert(back.fresh && back.valid && !back.comm);
+  m.comm = true;
+  pg__live_member_format(&m, buf, sizeof buf);
+  ck_assert_int_eq(pg__live_member_parse(buf, strlen(buf), &back), 0);
+  ck_assert(back.comm);
   ck_assert_str_eq(back.boot, "boot-2");
   m.boot[0] = '\0';
   pg__live_member_format(&m, buf, sizeof buf);
@@ -194,6 +198,34 @@ START_TEST(test_decision)
   ck_assert_int_eq(world, 0);
   ck_assert_int_eq(pg__live_decision_parse("round=1 world=0\n", 16, &back,
                                            &world, &round), -EPROTO);
+}
+END_TEST
+
+/* Note [shrink]: members only left, in order, every one holding the old
+ * communicator: a shrink.  One without it (its shrink failed), a
+ * newcomer, the same world or a reordering: a new communicator, decided
+ * alike by every member from the decision. */
+START_TEST(test_shrinks)
+{
+  struct pg__live_member m[3];
+  int i;
+
+  for (i = 0; i < 3; i++) {
+    m[i] = member(i, 3, 2, 10 + (uint64_t)i);
+    m[i].old_rank = i == 2 ? 3 : i;        /* old rank 2 left */
+    m[i].comm = true;
+  }
+  ck_assert(pg__live_shrinks(m, 3, 4, 4));
+  ck_assert(!pg__live_shrinks(m, 3, 4, 3));  /* nobody left */
+  ck_assert(!pg__live_shrinks(m, 3, 5, 4));  /* from another generation */
+  m[1].comm = false;                         /* its shrink failed */
+  ck_assert(!pg__live_shrinks(m, 3, 4, 4));
+  m[1].comm = true;
+  m[1].fresh = true;                         /* a newcomer */
+  ck_assert(!pg__live_shrinks(m, 3, 4, 4));
+  m[1].fresh = false;
+  m[1].old_rank = 5;                         /* order changed */
+  ck_assert(!pg__live_shrinks(m, 3, 4, 4));
 }
 END_TEST
 
@@ -394,6 +426,105 @@ START_TEST(test_form_check_in_abort)
 }
 END_TEST
 
+/* Note [bounded store]: 30 successive generations of two survivors,
+ * each with keys of its own under pg/gen<G>/ (a communicator's), leave
+ * the store's key count bounded; a fresh process that comes afterwards
+ * starts at live/next, not in a generation whose keys are gone. */
+START_TEST(test_form_bounded_store)
+{
+  struct joiner a, b, c;
+  pg_store *st;
+  char key[64];
+  int64_t n, most = 0;
+  int gen;
+
+  serve();
+  st = connect_store();
+  joiner_init(&a, 0, 2, false, 1);
+  joiner_init(&b, 1, 2, false, 2);
+  for (gen = 1; gen <= 30; gen++) {
+    joiner_start(&a, (uint64_t)gen);
+    joiner_start(&b, (uint64_t)gen);
+    pthread_join(a.t, NULL);
+    pthread_join(b.t, NULL);
+    ck_assert_msg(a.err == 0 && b.err == 0, "%s / %s", a.why, b.why);
+    ck_assert_int_eq(a.f.gen, gen);
+    ck_assert_int_eq(b.f.gen, gen);
+    free(a.f.m);
+    free(b.f.m);
+    a.f.m = b.f.m = NULL;
+    snprintf(key, sizeof key, "pg/gen%d/tcp/addr0", gen);
+    ck_assert_int_eq(pg_store_set(st, key, "x", 1), 0);
+    snprintf(key, sizeof key, "pg/gen%d/tcp/addr1", gen);
+    ck_assert_int_eq(pg_store_set(st, key, "x", 1), 0);
+    ck_assert_int_eq(pg_store_num_keys(st, &n), 0);
+    most = n > most ? n : most;
+  }
+  /* Three generations' keys at most (11 each: two entries, started,
+   * the round's count, done, two check-ins, their count, the verdict,
+   * two of pg/) and live/next, live/kept. */
+  ck_assert_msg(most <= 3 * 11 + 2, "%lld keys after 30 generations",
+                (long long)most);
+  /* Rank 1 replaced: its fresh process, asked for generation 0, meets
+   * the survivor in 31. */
+  joiner_init(&c, 1, 2, true, 3);
+  joiner_start(&c, 0);
+  joiner_start(&a, 31);
+  pthread_join(a.t, NULL);
+  pthread_join(c.t, NULL);
+  ck_assert_msg(a.err == 0 && c.err == 0, "%s / %s", a.why, c.why);
+  ck_assert_int_eq(c.f.gen, 31);
+  ck_assert(c.f.m[1].fresh);
+  free(c.f.m);
+  pg_store_close(c.j.store);
+  end_pair(&a, &b, st);
+}
+END_TEST
+
+/* Note [generations]: forming a generation of N members costs O(N) store
+ * requests (about 11 each), not a read of every slot per member and poll
+ * (over 100 each at 64 members).  The bound leaves each member 20
+ * requests of slack: 7 waits of WAIT_SLICE beyond a quick formation. */
+static void *form_main(void *arg)
+{
+  struct joiner *x = arg;
+
+  x->err = pg__live_form(&x->j, 0, &x->f);
+  return NULL;
+}
+
+START_TEST(test_form_linear_requests)
+{
+  enum { N = 64 };
+  struct joiner *x = calloc(N, sizeof *x);
+  uint64_t r0, used;
+  int i;
+
+  ck_assert_ptr_nonnull(x);
+  serve();
+  for (i = 0; i < N; i++) {
+    joiner_init(&x[i], i, N, true, 1000 + (uint64_t)i);
+    x[i].j.timeout = 50;
+  }
+  r0 = pg__store_server_requests(server);
+  for (i = 0; i < N; i++)
+    ck_assert_int_eq(pthread_create(&x[i].t, NULL, form_main, &x[i]), 0);
+  for (i = 0; i < N; i++)
+    pthread_join(x[i].t, NULL);
+  used = pg__store_server_requests(server) - r0;
+  for (i = 0; i < N; i++) {
+    ck_assert_int_eq(x[i].err, 0);
+    ck_assert_int_eq(x[i].f.slot, i);
+    free(x[i].f.m);
+    pg_store_close(x[i].j.store);
+  }
+  ck_assert_msg(used <= 31 * N, "%llu store requests for %d members",
+                (unsigned long long)used, N);
+  pg_store_server_stop(server);
+  free(x);
+}
+END_TEST
+
 /* A generation whose member never comes: -ETIMEDOUT, with a sentence. */
 START_TEST(test_form_timeout)
 {
@@ -519,12 +650,15 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_member_roundtrip);
   tcase_add_test(tc, test_complete);
   tcase_add_test(tc, test_decision);
+  tcase_add_test(tc, test_shrinks);
   suite_add_tcase(s, tc);
   tc = tcase_create("form");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_form_first_and_replacement);
   tcase_add_test(tc, test_form_moves_to_later);
   tcase_add_test(tc, test_form_check_in_abort);
+  tcase_add_test(tc, test_form_bounded_store);
+  tcase_add_test(tc, test_form_linear_requests);
   tcase_add_test(tc, test_form_timeout);
   suite_add_tcase(s, tc);
   /* Knobs are read once per process: each runs in its own (Check forks

@@ -19,6 +19,7 @@
 
 #include "pg.h"
 #include "hmac.h"
+#include "pg_internal.h"
 
 #define MAX_VALUE (64u << 20)
 
@@ -583,6 +584,42 @@ START_TEST(test_prefix_view)
   pg_store_close(ab);
   pg_store_close(a);
   set_str(s, "after", "1");
+  pg_store_close(s);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
+/* DEL_PREFIX (live recovery's bounded store): every key that starts
+ * with the prefix, and nothing else ("g1/" is not "g10/"); through a
+ * view, the view's prefix first.  A key waited for stays waitable. */
+START_TEST(test_delete_prefix)
+{
+  int port;
+  pg_store_server *srv = start(&port);
+  pg_store *s = connect_to(port), *view = NULL;
+  int64_t n = -1;
+  void *v;
+  size_t len;
+
+  set_str(s, "live/g1/m0", "a");
+  set_str(s, "live/g1/done", "b");
+  set_str(s, "live/g10/m0", "c");
+  set_str(s, "live/g2", "d");
+  ck_assert_int_eq(pg__store_delete_prefix(s, "live/g1/", &n), 0);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(pg_store_get(s, "live/g1/m0", 0, &v, &len), -ENOENT);
+  expect_value(s, "live/g10/m0", "c", 1);
+  ck_assert_int_eq(pg_store_num_keys(s, &n), 0);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(pg_store_prefix(s, "live/", &view), 0);
+  ck_assert_int_eq(pg__store_delete_prefix(view, "g1", &n), 0);
+  ck_assert_int_eq(n, 1);
+  expect_value(s, "live/g2", "d", 1);
+  ck_assert_int_eq(pg__store_delete_prefix(view, "none/", &n), 0);
+  ck_assert_int_eq(n, 0);
+  set_str(s, "live/g1/m0", "again");
+  expect_value(s, "live/g1/m0", "again", 5);
+  pg_store_close(view);
   pg_store_close(s);
   pg_store_server_stop(srv);
 }
@@ -1552,6 +1589,7 @@ static Suite *store_suite(void)
   tcase_add_test(tc, test_add);
   tcase_add_test(tc, test_compare_set);
   tcase_add_test(tc, test_delete_num_keys);
+  tcase_add_test(tc, test_delete_prefix);
   tcase_add_test(tc, test_limits);
   tcase_add_test(tc, test_concurrent_add);
   tcase_add_test(tc, test_connect_refused);
