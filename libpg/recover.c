@@ -39,7 +39,41 @@ struct pg__live {
   bool registered;
   struct pg_reducer **reducers; /* in creation order */
   size_t nreducers;
+  /* [is_new_n]: whether each rank of generation gen was not a member of
+   * the one before (pg_rank_is_new); NULL: none is. */
+  unsigned char *is_new;
+  int is_new_n;
 };
+
+/* Which ranks of formed generation f are new to the group (a
+ * replacement or a joining node's worker): not members of old_gen, this
+ * rank's previous generation; old_gen < 0 (a process joining a running
+ * job, which knows no previous generation): the fresh processes, when
+ * the generation has members that are not (at the job's first
+ * generation nobody is new).  Counts them; 0 or -ENOMEM. */
+static int note_new(struct pg__live *l, const struct pg__live_formed *f,
+                    int64_t old_gen, int *joined)
+{
+  unsigned char *is_new = calloc((size_t)f->world, 1);
+  bool running = false;
+  int i;
+
+  if (!is_new)
+    return pg__fail(-ENOMEM, "out of memory for generation %" PRIu64,
+                    f->gen);
+  for (i = 0; i < f->world; i++)
+    running |= !f->m[i].fresh;
+  *joined = 0;
+  for (i = 0; i < f->world && running; i++) {
+    is_new[i] = f->m[i].fresh ||
+                (old_gen >= 0 && f->m[i].from != old_gen);
+    *joined += is_new[i];
+  }
+  free(l->is_new);
+  l->is_new = is_new;
+  l->is_new_n = f->world;
+  return 0;
+}
 
 /* ---- the error of a lost peer ------------------------------------------- */
 
@@ -355,6 +389,8 @@ static int live_setup(pg_group *g, const struct pg_options *o)
     l->valid = !l->heal_pending && !l->joined_running;
     l->round_seen = f.round;
     err = rebuild(g, &f, 0);
+    if (!err)
+      err = note_new(l, &f, -1, &i);
     gen = f.gen + 1;
     free(f.m);
     if (!err || !peer_caused(err))
@@ -388,6 +424,7 @@ void pg__live_free(struct pg__live *l)
     return;
   free(l->bufs);
   free(l->reducers);
+  free(l->is_new);
   free(l);
 }
 
@@ -504,24 +541,18 @@ static void queue_release(pg_group *g, int failed)
   pthread_mutex_unlock(&g->mu);
 }
 
-static void fill_info(const struct pg__live_formed *f, uint64_t old_gen,
-                      int old_rank, int old_world,
-                      struct pg_recover_info *info)
+static int fill_info(struct pg__live *l, const struct pg__live_formed *f,
+                     uint64_t old_gen, int old_rank, int old_world,
+                     struct pg_recover_info *info)
 {
-  int i;
-
   memset(info, 0, sizeof *info);
   info->generation = f->gen;
   info->rank = f->slot;
   info->world = f->world;
   info->old_rank = old_rank;
   info->old_world = old_world;
-  for (i = 0; i < f->world; i++) {
-    bool stayed = !f->m[i].fresh && f->m[i].from == (int64_t)old_gen;
-
-    info->joined += !stayed;
-  }
   info->left = old_world > f->world ? old_world - f->world : 0;
+  return note_new(l, f, (int64_t)old_gen, &info->joined);
 }
 
 /* Note [recover]: the old communicator goes first (a TCP peer blocked on
@@ -577,7 +608,9 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   }
   l->round_seen = f.round > l->round_seen ? f.round : l->round_seen;
   err = rebuild(g, &f, old_gen);
-  fill_info(&f, old_gen, old_rank, old_world, info);
+  i = fill_info(l, &f, old_gen, old_rank, old_world, info);
+  if (!err)
+    err = i;
   l->heal_source = pg__live_heal_source(f.m, f.world);
   info->heal_source = l->heal_source;
   free(f.m);
@@ -677,4 +710,12 @@ bool pg_joined_running(const pg_group *g)
   struct pg__live *l = pg__live_of(g);
 
   return l && l->joined_running;
+}
+
+bool pg_rank_is_new(const pg_group *g, int rank)
+{
+  const struct pg__live *l = g && !g->is_sub ? g->live : NULL;
+
+  return l && l->is_new && rank >= 0 && rank < l->is_new_n &&
+         l->is_new[rank];
 }

@@ -556,6 +556,12 @@ PG_EXTERN int pg_bucket_assign(const struct pg_param_spec *p, size_t n,
  * or a joining node's worker: its state comes from pg_state_register). */
 PG_EXTERN bool pg_live(const pg_group *g);
 PG_EXTERN bool pg_joined_running(const pg_group *g);
+/* Whether rank (of the group's current generation, the world group's)
+ * is new to the group: a replacement or a joining node's worker, not a
+ * member of the generation before; what pg_recover_info's joined
+ * counts.  At the job's first generation, on sub-groups and outside live
+ * mode: false. */
+PG_EXTERN bool pg_rank_is_new(const pg_group *g, int rank);
 
 /* One buffer of the program's state: parameters, optimizer state, the
  * step counter, RNG state.  Host memory on the CPU backends, device

@@ -110,6 +110,20 @@ static int one_step(void)
   return 0;
 }
 
+/* pg_rank_is_new's ranks, "r1,r2" ("-": none), and a newline. */
+static void print_new(FILE *f, const pg_group *grp, int world)
+{
+  bool any = false;
+  int r;
+
+  for (r = 0; r < world; r++)
+    if (pg_rank_is_new(grp, r)) {
+      fprintf(f, "%s%d", any ? "," : "", r);
+      any = true;
+    }
+  fprintf(f, "%s\n", any ? "" : "-");
+}
+
 static void recover(void)
 {
   struct pg_recover_info info;
@@ -145,10 +159,11 @@ static void recover(void)
   }
   fprintf(stderr, "recovered generation=%" PRIu64 " rank=%d world=%d "
           "old_rank=%d old_world=%d joined=%d left=%d heal_source=%d "
-          "step=%" PRId64 " rebuild_ms=%.1f heal_ms=%.1f\n", info.generation,
+          "step=%" PRId64 " rebuild_ms=%.1f heal_ms=%.1f new=", info.generation,
           info.rank, info.world, info.old_rank, info.old_world, info.joined,
           info.left, info.heal_source, step_no, info.rebuild_s * 1e3,
           info.heal_s * 1e3);
+  print_new(stderr, g, info.world);
 }
 
 static void hold(int64_t steps_total)
@@ -190,7 +205,8 @@ int main(int argc, char **argv)
   }
   if ((err = pg_init(NULL, &g)))
     die("pg_init", err);
-  printf("joined_running=%d live=%d\n", pg_joined_running(g), pg_live(g));
+  printf("joined_running=%d live=%d new=", pg_joined_running(g), pg_live(g));
+  print_new(stdout, g, pg_size(g));
   fflush(stdout);
   if (getenv("LIVE_SUBGROUP") && !pg_joined_running(g) &&
       (err = pg_split(g, 0, pg_rank(g), &sub)))

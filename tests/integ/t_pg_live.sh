@@ -32,8 +32,9 @@ kill -9 "$W_r1b"
 live_wait "$d" r1b 137
 live_worker "$d" r1c 1 4 h 2
 live_expect "$d" "$REF" r0 r2 r3 r1c
-expect_grep '^joined_running=1' "$d/r1c.out"
-expect_grep '^recovered generation=[0-9]+ rank=0 world=4 .*joined=1 left=0 heal_source=0' "$d/r0.err"
+expect_grep '^joined_running=1 live=1 new=1$' "$d/r1c.out"
+expect_grep '^joined_running=0 live=1 new=-$' "$d/r0.out"
+expect_grep '^recovered generation=[0-9]+ rank=0 world=4 .*joined=1 left=0 heal_source=0 .* new=1$' "$d/r0.err"
 kill "$STORE_PID"
 
 # TCP: ranks 1 and 2 die in the same step; two replacements.
