@@ -1,5 +1,7 @@
 /* rdzv_proto.c -- the rendezvous wire codec (spec: proto/PROTOCOL.md). */
 #include "rdzv_proto.h"
+#include "rp_flat.h"
+#include "rp_out.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -967,178 +969,6 @@ static int decode_head(struct ctx *c, const cJSON *j, enum rdzv_proto_op *op)
   return 0;
 }
 
-/* Note [flat parse]: every frame an agent sends is one small object in
- * the form the encoder prints: no whitespace, strings of printable ASCII
- * without escapes, whole numbers of at most 15 digits, one nested
- * object.  Such a body is parsed here into cJSON items on the stack,
- * the same tree cJSON would build (so everything after the parse is
- * shared), without cJSON's allocation per item and strtod per number: a
- * round's N JOINs are the daemon's other O(N) cost.  Anything else
- * (whitespace, an escape, a fraction, a leading zero, more items or text
- * than fit) is left to cJSON, which also names every syntax error. */
-#define FLAT_ITEMS 48
-#define FLAT_TEXT 1536
-#define FLAT_DEPTH 2            /* a message and its conf or cause */
-
-struct flat {
-  cJSON items[FLAT_ITEMS];
-  size_t n_items;
-  char text[FLAT_TEXT];         /* keys and strings, each NUL-terminated */
-  size_t n_text;
-  const char *p, *end;
-};
-
-static cJSON *flat_item(struct flat *fl)
-{
-  cJSON *it;
-
-  if (fl->n_items == FLAT_ITEMS)
-    return NULL;
-  it = &fl->items[fl->n_items++];
-  memset(it, 0, sizeof *it);
-  return it;
-}
-
-/* At '"': the string's copy, or NULL outside the flat form. */
-static char *flat_string(struct flat *fl)
-{
-  const char *s = fl->p + 1, *q = s;
-  size_t n;
-  char *copy;
-
-  while (q < fl->end && *q != '"') {
-    if (*q < 0x20 || *q > 0x7e || *q == '\\')
-      return NULL;
-    q++;
-  }
-  n = (size_t)(q - s);
-  if (q == fl->end || n + 1 > FLAT_TEXT - fl->n_text)
-    return NULL;
-  copy = fl->text + fl->n_text;
-  memcpy(copy, s, n);
-  copy[n] = '\0';
-  fl->n_text += n + 1;
-  fl->p = q + 1;
-  return copy;
-}
-
-/* A whole number of 1..15 digits, no leading zero, not -0: exact in a
- * double, so it is what strtod would read. */
-static bool flat_number(struct flat *fl, double *d)
-{
-  const char *q = fl->p;
-  bool neg = q < fl->end && *q == '-';
-  uint64_t v = 0;
-  int digits = 0;
-
-  q += neg;
-  if (q == fl->end || *q < '0' || *q > '9' ||
-      (*q == '0' && (neg || (q + 1 < fl->end && q[1] >= '0' && q[1] <= '9'))))
-    return false;
-  while (q < fl->end && *q >= '0' && *q <= '9') {
-    if (++digits > 15)
-      return false;
-    v = v * 10 + (uint64_t)(*q++ - '0');
-  }
-  if (q < fl->end && (*q == '.' || *q == 'e' || *q == 'E'))
-    return false;
-  *d = neg ? -(double)v : (double)v;
-  fl->p = q;
-  return true;
-}
-
-static bool flat_object(struct flat *fl, cJSON *obj, int depth);
-
-static cJSON *flat_value(struct flat *fl, int depth)
-{
-  cJSON *it = flat_item(fl);
-  size_t left = (size_t)(fl->end - fl->p);
-
-  if (!it || !left)
-    return NULL;
-  if (*fl->p == '"') {
-    it->type = cJSON_String;
-    it->valuestring = flat_string(fl);
-    return it->valuestring ? it : NULL;
-  }
-  if (*fl->p == '{')
-    return depth < FLAT_DEPTH && flat_object(fl, it, depth + 1) ? it : NULL;
-  if (left >= 4 && memcmp(fl->p, "true", 4) == 0) {
-    it->type = cJSON_True;
-    fl->p += 4;
-    return it;
-  }
-  if (left >= 5 && memcmp(fl->p, "false", 5) == 0) {
-    it->type = cJSON_False;
-    fl->p += 5;
-    return it;
-  }
-  if (left >= 4 && memcmp(fl->p, "null", 4) == 0) {
-    it->type = cJSON_NULL;
-    fl->p += 4;
-    return it;
-  }
-  if (!flat_number(fl, &it->valuedouble))
-    return NULL;
-  it->type = cJSON_Number;
-  /* cJSON's valueint: the number, saturated */
-  it->valueint = it->valuedouble >= INT_MAX   ? INT_MAX
-                 : it->valuedouble <= INT_MIN ? INT_MIN
-                                              : (int)it->valuedouble;
-  return it;
-}
-
-/* At '{': its members, linked as cJSON links them. */
-static bool flat_object(struct flat *fl, cJSON *obj, int depth)
-{
-  cJSON *it, *last = NULL;
-  char *key;
-
-  obj->type = cJSON_Object;
-  fl->p++;
-  if (fl->p < fl->end && *fl->p == '}') {
-    fl->p++;
-    return true;
-  }
-  for (;;) {
-    if (fl->p == fl->end || *fl->p != '"' || !(key = flat_string(fl)) ||
-        fl->p == fl->end || *fl->p++ != ':' || !(it = flat_value(fl, depth)))
-      return false;
-    it->string = key;
-    if (last) {
-      last->next = it;
-      it->prev = last;
-    } else {
-      obj->child = it;
-    }
-    last = it;
-    if (fl->p == fl->end)
-      return false;
-    if (*fl->p == '}')
-      break;
-    if (*fl->p++ != ',')
-      return false;
-  }
-  fl->p++;
-  obj->child->prev = last;      /* as cJSON: the head's prev is the tail */
-  return true;
-}
-
-/* The whole body as one flat object, or NULL: cJSON's to parse. */
-static cJSON *flat_parse(struct flat *fl, const char *s, size_t len)
-{
-  cJSON *root;
-
-  if (len >= FLAT_TEXT || len == 0 || s[0] != '{')
-    return NULL;
-  fl->n_items = fl->n_text = 0;
-  fl->p = s;
-  fl->end = s + len;
-  root = flat_item(fl);
-  if (!flat_object(fl, root, 1) || fl->p != fl->end)
-    return NULL;
-  return root;
-}
 
 int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
                       char *err, size_t errlen)
@@ -1146,7 +976,7 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
   struct ctx c = { err, errlen, NULL, NULL };
   enum rdzv_proto_op op = RDZV_PROTO_OP_INVALID;
   cJSON *j = NULL, *heap = NULL;  /* heap: cJSON's tree, not the stack's */
-  struct flat fl;
+  struct rp_flat fl;
   int rc;
 
   if (err && errlen)
@@ -1160,7 +990,7 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
   rc = check_nul(&c, body, len);
   if (rc)
     return rc;
-  j = flat_parse(&fl, body, len);
+  j = rp_flat_parse(&fl, body, len);
   if (!j) {
     rc = parse_object(&c, body, len, &j);
     if (rc)
@@ -1187,158 +1017,10 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
   return rc;
 }
 
-/* ---- encoding ---- */
+/* ---- encoding (into an rp_out: Note [direct encoder] in rp_out.c) ---- */
 
-/* Note [direct encoder]: a body is written straight into the caller's
- * buffer (rdzvd: one on its stack per reply), byte for byte what
- * cJSON_PrintUnformatted printed of the tree the encoder used to build
- * (the same key order, escapes and number texts; check_proto compares
- * them), without the tree's allocations: a round's replies are O(N) and
- * this is their per-node cost. */
-struct out {
-  char *buf;
-  size_t len, cap;
-  bool heap;              /* buf is malloc'd here (grown past the caller's) */
-  int err;                /* the first failure: -ENOMEM, -EMSGSIZE */
-};
 
-static bool out_grow(struct out *o, size_t n);
-
-static inline bool out_room(struct out *o, size_t n)
-{
-  return (!o->err && n <= o->cap - o->len) || out_grow(o, n);
-}
-
-static bool out_grow(struct out *o, size_t n)
-{
-  size_t cap;
-  char *b;
-
-  if (o->err)
-    return false;
-  if (o->len + n > RDZV_PROTO_FRAME_HEADER + RDZV_PROTO_MAX_FRAME) {
-    o->err = -EMSGSIZE;
-    return false;
-  }
-  cap = o->cap < 512 ? 512 : o->cap;
-  while (cap - o->len < n)
-    cap *= 2;
-  b = o->heap ? realloc(o->buf, cap) : malloc(cap);
-  if (!b) {
-    o->err = -ENOMEM;
-    return false;
-  }
-  if (!o->heap && o->len)
-    memcpy(b, o->buf, o->len);
-  o->buf = b;
-  o->cap = cap;
-  o->heap = true;
-  return true;
-}
-
-static void out_put(struct out *o, const char *s, size_t n)
-{
-  if (out_room(o, n)) {
-    memcpy(o->buf + o->len, s, n);
-    o->len += n;
-  }
-}
-
-static void out_char(struct out *o, char ch)
-{
-  if (out_room(o, 1))
-    o->buf[o->len++] = ch;
-}
-
-/* A JSON string as cJSON prints one: '"' '\\' and \b \f \n \r \t escaped,
- * other control bytes as \u00xx, every other byte as it is. */
-static void out_string(struct out *o, const char *s)
-{
-  static const char digits[] = "0123456789abcdef";
-  const unsigned char *u = (const unsigned char *)s;
-
-  out_char(o, '"');
-  for (; *u; u++) {
-    size_t run = 0;
-
-    while (u[run] >= 0x20 && u[run] != '"' && u[run] != '\\')
-      run++;
-    if (run) {
-      out_put(o, (const char *)u, run);
-      u += run;
-      if (!*u)
-        break;
-    }
-    switch (*u) {
-    case '"': out_put(o, "\\\"", 2); break;
-    case '\\': out_put(o, "\\\\", 2); break;
-    case '\b': out_put(o, "\\b", 2); break;
-    case '\f': out_put(o, "\\f", 2); break;
-    case '\n': out_put(o, "\\n", 2); break;
-    case '\r': out_put(o, "\\r", 2); break;
-    case '\t': out_put(o, "\\t", 2); break;
-    default: {
-      char esc[6] = { '\\', 'u', '0', '0', digits[*u >> 4], digits[*u & 15] };
-
-      out_put(o, esc, sizeof esc);
-    }
-    }
-  }
-  out_char(o, '"');
-}
-
-/* ,"name": (the comma unless it is the object's first member) */
-static void out_key(struct out *o, const char *name, bool *first)
-{
-  if (!*first)
-    out_char(o, ',');
-  *first = false;
-  out_string(o, name);
-  out_char(o, ':');
-}
-
-static void out_i64(struct out *o, int64_t v)
-{
-  char buf[24], *p = buf + sizeof buf;
-  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-
-  do {
-    *--p = (char)('0' + u % 10);
-    u /= 10;
-  } while (u);
-  if (v < 0)
-    *--p = '-';
-  out_put(o, p, (size_t)(buf + sizeof buf - p));
-}
-
-/* Numbers go out as text of their own: cJSON's printer rounds to 15
- * digits when that is "close enough", which would not survive a round
- * trip.  A whole double below 1e15 prints as %.15g would print it. */
-static void out_number(struct out *o, double d, bool integral)
-{
-  char buf[40];
-  const char *dp;
-  char *p;
-  int prec;
-
-  if (integral || (d == floor(d) && fabs(d) < 1e15 && !(d == 0 && signbit(d)))) {
-    out_i64(o, (int64_t)d);
-    return;
-  }
-  /* The shortest of 15..17 digits that reads back exactly. */
-  for (prec = 15; prec <= 17; prec++) {
-    snprintf(buf, sizeof buf, "%.*g", prec, d);
-    if (strtod(buf, NULL) == d)
-      break;
-  }
-  /* JSON wants '.', whatever LC_NUMERIC says. */
-  dp = localeconv()->decimal_point;
-  if (dp && dp[0] && dp[0] != '.' && (p = strchr(buf, dp[0])))
-    *p = '.';
-  out_put(o, buf, strlen(buf));
-}
-
-static int encode_fields(struct ctx *c, struct out *o,
+static int encode_fields(struct ctx *c, struct rp_out *o,
                          const struct field *fields, const char *base);
 
 /* A C string in a fixed array: terminated within it. */
@@ -1354,7 +1036,7 @@ static int array_len(struct ctx *c, const struct field *f, const char *s,
   return check_length(c, f, *n);
 }
 
-static int encode_value(struct ctx *c, struct out *o, const struct field *f,
+static int encode_value(struct ctx *c, struct rp_out *o, const struct field *f,
                         const struct rdzv_proto_kv *kv)
 {
   char p[80], *s;
@@ -1365,7 +1047,7 @@ static int encode_value(struct ctx *c, struct out *o, const struct field *f,
     if (kv->value_len)
       return fail(c, -EINVAL, "%s: NULL with length %zu",
                   path(c, f->name, p, sizeof p), kv->value_len);
-    out_string(o, "");
+    rp_out_string(o, "");
     return 0;
   }
   rc = check_length(c, f, kv->value_len);
@@ -1380,14 +1062,14 @@ static int encode_value(struct ctx *c, struct out *o, const struct field *f,
     return -ENOMEM;
   memcpy(s, kv->value, kv->value_len);
   s[kv->value_len] = '\0';
-  out_string(o, s);
+  rp_out_string(o, s);
   free(s);
   return 0;
 }
 
 /* The status report: checked to be one JSON object, printed as cJSON
  * prints it. */
-static int encode_status(struct ctx *c, struct out *o, const struct field *f,
+static int encode_status(struct ctx *c, struct rp_out *o, const struct field *f,
                          const char *json)
 {
   char p[80], why[160], *text;
@@ -1404,13 +1086,13 @@ static int encode_status(struct ctx *c, struct out *o, const struct field *f,
   cJSON_Delete(st);
   if (!text)
     return -ENOMEM;
-  out_put(o, text, strlen(text));
+  rp_out_put(o, text, strlen(text));
   cJSON_free(text);
   return 0;
 }
 
 /* Writes f's value (its key is written already). */
-static int encode_field(struct ctx *c, struct out *o, const struct field *f,
+static int encode_field(struct ctx *c, struct rp_out *o, const struct field *f,
                         const char *base)
 {
   const void *at = base + f->off;
@@ -1435,19 +1117,19 @@ static int encode_field(struct ctx *c, struct out *o, const struct field *f,
                   *(const int64_t *)at);
     rc = check_number(c, f, d);
     if (!rc)
-      out_number(o, d, f->kind != K_DBL);
+      rp_out_number(o, d, f->kind != K_DBL);
     return rc;
   case K_BOOL:
     if (*(const bool *)at)
-      out_put(o, "true", 4);
+      rp_out_put(o, "true", 4);
     else
-      out_put(o, "false", 5);
+      rp_out_put(o, "false", 5);
     return 0;
   case K_STR:
   case K_OSTR:
     rc = array_len(c, f, at, &n);
     if (!rc)
-      out_string(o, at);
+      rp_out_string(o, at);
     return rc;
   case K_VALUE:
     return encode_value(c, o, f, at);
@@ -1462,7 +1144,7 @@ static int encode_field(struct ctx *c, struct out *o, const struct field *f,
     if (!name)
       return fail(c, -EINVAL, "%s: invalid value %d",
                   path(c, f->name, p, sizeof p), *(const int *)at);
-    out_string(o, name);
+    rp_out_string(o, name);
     return 0;
   case K_CONF:
   case K_CAUSE: {
@@ -1487,7 +1169,7 @@ static int encode_field(struct ctx *c, struct out *o, const struct field *f,
       hex[2 + 2 * n] = digits[b[n] & 15];
     }
     hex[1 + 2 * n] = '"';
-    out_put(o, hex, 2 * n + 2);
+    rp_out_put(o, hex, 2 * n + 2);
     return 0;
   }
   }
@@ -1508,7 +1190,7 @@ bool rdzv_proto_token_none(const unsigned char t[RDZV_PROTO_TOKEN_BYTES])
 }
 
 /* The members of fields at base, each after a comma unless *first. */
-static int encode_members(struct ctx *c, struct out *o,
+static int encode_members(struct ctx *c, struct rp_out *o,
                           const struct field *fields, const char *base,
                           bool *first)
 {
@@ -1527,7 +1209,7 @@ static int encode_members(struct ctx *c, struct out *o,
     if (f->kind == K_CAUSE &&
         ((const struct rdzv_proto_cause *)(base + f->off))->exited_at == 0)
       continue;
-    out_key(o, f->name, first);
+    rp_out_key(o, f->name, first);
     rc = encode_field(c, o, f, base);
     if (rc)
       return rc;
@@ -1536,15 +1218,15 @@ static int encode_members(struct ctx *c, struct out *o,
 }
 
 /* The object of fields at base (a nested one: conf, cause). */
-static int encode_fields(struct ctx *c, struct out *o,
+static int encode_fields(struct ctx *c, struct rp_out *o,
                          const struct field *fields, const char *base)
 {
   bool first = true;
   int rc;
 
-  out_char(o, '{');
+  rp_out_char(o, '{');
   rc = encode_members(c, o, fields, base, &first);
-  out_char(o, '}');
+  rp_out_char(o, '}');
   return rc;
 }
 
@@ -1553,7 +1235,7 @@ int rdzv_proto_encode_into(const struct rdzv_proto_msg *m, char *buf,
 {
   char why[256];
   struct ctx c = { why, sizeof why, NULL, NULL };
-  struct out o = { buf, RDZV_PROTO_FRAME_HEADER, cap, false, 0 };
+  struct rp_out o = { buf, RDZV_PROTO_FRAME_HEADER, cap, false, 0 };
   bool first = false;           /* "op" is */
   size_t n;
   int rc;
@@ -1566,16 +1248,16 @@ int rdzv_proto_encode_into(const struct rdzv_proto_msg *m, char *buf,
   if (!buf || cap < RDZV_PROTO_FRAME_HEADER) {
     o.cap = 0;
     o.len = 0;
-    out_put(&o, "\0\0\0\0", RDZV_PROTO_FRAME_HEADER);
+    rp_out_put(&o, "\0\0\0\0", RDZV_PROTO_FRAME_HEADER);
   }
-  out_put(&o, "{\"v\":", 5);
-  out_i64(&o, RDZV_PROTO_VERSION);
-  out_put(&o, ",\"op\":", 6);
-  out_string(&o, c.op);
+  rp_out_put(&o, "{\"v\":", 5);
+  rp_out_i64(&o, RDZV_PROTO_VERSION);
+  rp_out_put(&o, ",\"op\":", 6);
+  rp_out_string(&o, c.op);
   rc = encode_members(&c, &o, ops[m->op].fields, (const char *)m, &first);
   if (!rc)
     rc = check_relations(&c, m);
-  out_char(&o, '}');
+  rp_out_char(&o, '}');
   if (!rc)
     rc = o.err;
   if (rc) {
