@@ -102,7 +102,7 @@ NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard \
 ifneq ($(and $(NCCL_H),$(CUDART_H),$(CUDA_LIBDIR),$(NCCL_LIBDIR)),)
 WITH_NCCL   := 1
 PG_NCCL_SRC := libpg/nccl/nccl.c libpg/nccl/nccl_watchdog.c \
-               libpg/nccl/nccl_peers.c
+               libpg/nccl/nccl_peers.c libpg/nccl/nccl_live.c
 PG_NCCL_CFLAGS := -DPG_WITH_NCCL -I$(CUDA_HOME)/include -I$(dir $(NCCL_H))
 PG_NCCL_LIBS := -L$(NCCL_LIBDIR) -L$(CUDA_LIBDIR) -lnccl -lcudart \
                 -Wl,-rpath,$(NCCL_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR)

@@ -197,52 +197,6 @@ void nccl_abort_locked(struct nccl_comm *c)
   c->comm = NULL;
 }
 
-/* Note [live recovery]: revoking stops the comm's kernels as an abort
- * does but keeps the handle, which ncclCommShrink needs.  NCCL without
- * ncclCommRevoke: with ncclCommShrink, the kernels stay until the
- * shrink's NCCL_SHRINK_ABORT (or destroy's abort) stops them; without
- * it, an abort.  mu held. */
-static void revoke_locked(struct nccl_comm *c)
-{
-  if (!c->comm || c->revoked)
-    return;
-#if defined(PG_NCCL_REVOKE)
-  {
-    ncclResult_t r = ncclCommRevoke(c->comm, NCCL_REVOKE_DEFAULT);
-
-    if (r == ncclSuccess || r == ncclInProgress) {
-      c->revoked = true;
-      return;
-    }
-  }
-#elif defined(PG_NCCL_SHRINK)
-  c->revoked = true;
-  return;
-#endif
-  nccl_abort_locked(c);
-}
-
-void nccl_stop_locked(struct nccl_comm *c)
-{
-  if (c->live)
-    revoke_locked(c);
-  else
-    nccl_abort_locked(c);
-}
-
-int nccl_live_error(const struct nccl_comm *c, int err)
-{
-  if (!c->live)
-    return err;
-  switch (err) {
-  case -ETIMEDOUT: case -ECONNRESET: case -EPIPE: case PG_EPEERFAIL:
-  case PG_ENCCL(ncclRemoteError):
-    return PG_ERR_PEER_LOST;
-  default:
-    return err;
-  }
-}
-
 /* The submitting thread's failure (mu held; err's sentence recorded). */
 static int fail_locked(struct nccl_comm *c, int err)
 {
@@ -264,21 +218,14 @@ void nccl_fail_abort(struct nccl_comm *c, int err, const char *why,
 
 /* ---- polling -------------------------------------------------------- */
 
-/* A small collective finishes in microseconds and a sleep costs tens of
- * microseconds of timer slack, so spin first; then sleep 20 us doubling
- * to 1 ms, so a long wait costs no CPU. */
-struct backoff {
-  double spin_until;
-  long ns;
-};
-
-static void backoff_init(struct backoff *b)
+/* Note [backoff] in nccl_comm.h. */
+void nccl_backoff_init(struct nccl_backoff *b)
 {
   b->spin_until = pg__now() + 20e-6;
   b->ns = 0;
 }
 
-static void backoff_wait(struct backoff *b, double now)
+void nccl_backoff_wait(struct nccl_backoff *b, double now)
 {
   struct timespec ts;
 
@@ -297,11 +244,11 @@ static void backoff_wait(struct backoff *b, double now)
  * the watchdog has failed the comm. */
 static ncclResult_t poll_async(struct nccl_comm *c, double deadline)
 {
-  struct backoff b;
+  struct nccl_backoff b;
   ncclResult_t r, ar;
   double now;
 
-  backoff_init(&b);
+  nccl_backoff_init(&b);
   for (;;) {
     r = ncclCommGetAsyncError(c->comm, &ar);
     if (r != ncclSuccess)
@@ -313,15 +260,15 @@ static ncclResult_t poll_async(struct nccl_comm *c, double deadline)
     now = pg__now();
     if (now >= deadline)
       return ncclInProgress;
-    backoff_wait(&b, now);
+    nccl_backoff_wait(&b, now);
   }
 }
 
 /* A non-blocking comm may answer ncclInProgress: the call goes on in the
  * background (and only then reaches the stream), and nothing else may be
  * issued until ncclCommGetAsyncError stops saying so.  mu held. */
-static int settle(struct nccl_comm *c, ncclResult_t r, const char *what,
-                  double deadline)
+int nccl_settle(struct nccl_comm *c, ncclResult_t r, const char *what,
+                double deadline)
 {
   if (r == ncclInProgress && c->comm)
     r = poll_async(c, deadline);
@@ -550,7 +497,7 @@ static cudaStream_t user_stream(struct nccl_comm *c)
 }
 
 /* Gives the thread back the device it had (prev < 0: unchanged). */
-static int leave(int prev, int err)
+int nccl_leave(int prev, int err)
 {
   if (prev >= 0)
     cudaSetDevice(prev);
@@ -559,7 +506,7 @@ static int leave(int prev, int err)
 
 /* Switches to the comm's device; *prev gets the caller's (-1: same), as
  * torch's device guard, so an op has no visible side effect. */
-static int enter(struct nccl_comm *c, int *prev)
+int nccl_enter(struct nccl_comm *c, int *prev)
 {
   cudaError_t e;
   int cur = -1;
@@ -578,7 +525,7 @@ static int nccl_fence_wait(struct pg__fence *f, bool host, double timeout)
 {
   struct nccl_comm *c = f->c;
   double until = timeout >= 0 ? pg__now() + timeout : 0, now;
-  struct backoff b;
+  struct nccl_backoff b;
   cudaError_t e;
   int st, prev, err;
 
@@ -598,16 +545,16 @@ static int nccl_fence_wait(struct pg__fence *f, bool host, double timeout)
     st = fence_state(f);
     if (st != 0)
       return st < 0 ? st : 0;
-    if ((err = enter(c, &prev)) != 0)
+    if ((err = nccl_enter(c, &prev)) != 0)
       return err;
     pthread_mutex_lock(&c->mu);
     e = cudaStreamWaitEvent(user_stream(c), f->done, 0);
     pthread_mutex_unlock(&c->mu);
-    return leave(prev, e == cudaSuccess ? 0 :
+    return nccl_leave(prev, e == cudaSuccess ? 0 :
                  cuda_fail(c, e, "cudaStreamWaitEvent (the caller's "
                            "stream on a collective)"));
   }
-  backoff_init(&b);
+  nccl_backoff_init(&b);
   for (;;) {
     st = fence_state(f);
     if (st != 0)
@@ -622,7 +569,7 @@ static int nccl_fence_wait(struct pg__fence *f, bool host, double timeout)
       nccl_fail_abort(c, err, pg_last_error(), true);
       return nccl_live_error(c, err);
     }
-    backoff_wait(&b, now);
+    nccl_backoff_wait(&b, now);
   }
 }
 
@@ -721,13 +668,13 @@ static int check_bufs(struct nccl_comm *c, const void *send,
 
 /* Locks the handle and orders the NCCL stream after the caller's stream
  * as it is now (Note [stream model]).  On success mu is held and *prev
- * is for leave(); on failure neither. */
+ * is for nccl_leave(); on failure neither. */
 static int begin(struct nccl_comm *c, const char *what, int *prev)
 {
   cudaError_t e;
   int err;
 
-  if ((err = enter(c, prev)) != 0)
+  if ((err = nccl_enter(c, prev)) != 0)
     return err;
   pthread_mutex_lock(&c->mu);
   if (nccl_failed(c) || !c->comm) {
@@ -739,7 +686,7 @@ static int begin(struct nccl_comm *c, const char *what, int *prev)
                    c->why[0] ? c->why : "(unknown)");
     pthread_mutex_unlock(&c->wmu);
     pthread_mutex_unlock(&c->mu);
-    return leave(*prev, err);
+    return nccl_leave(*prev, err);
   }
   e = cudaEventRecord(c->ready, user_stream(c));
   if (e == cudaSuccess)
@@ -747,7 +694,7 @@ static int begin(struct nccl_comm *c, const char *what, int *prev)
   if (e != cudaSuccess) {
     err = cuda_fail(c, e, "ordering after the caller's stream");
     pthread_mutex_unlock(&c->mu);
-    return leave(*prev, err);
+    return nccl_leave(*prev, err);
   }
   return 0;
 }
@@ -761,7 +708,7 @@ static int finish(struct nccl_comm *c, ncclResult_t r, const char *what,
   cudaError_t e = cudaSuccess;
   int err;
 
-  err = settle(c, r, what, deadline);
+  err = nccl_settle(c, r, what, deadline);
   if (!err && len && thread_group_depth > 0) {
     /* Note [group per thread]: the NCCL call runs at the group end. */
     struct group_copy *gc = calloc(1, sizeof *gc);
@@ -783,7 +730,7 @@ static int finish(struct nccl_comm *c, ncclResult_t r, const char *what,
   else if (!err && c->group_depth == 0)
     err = track_pending(c, what, deadline);
   pthread_mutex_unlock(&c->mu);
-  return leave(prev, err);
+  return nccl_leave(prev, err);
 }
 
 static int nccl_all_reduce(struct pg__comm *base, const void *send,
@@ -872,7 +819,7 @@ static int nccl_all_gather(struct pg__comm *base, const void *send,
     if (e != cudaSuccess) {
       err = cuda_fail(c, e, "ncclAllGather (in-place copy)");
       pthread_mutex_unlock(&c->mu);
-      return leave(prev, err);
+      return nccl_leave(prev, err);
     }
     send = mine;
   }
@@ -1026,13 +973,13 @@ static int nccl_group_start(struct pg__comm *base)
 
   if ((err = begin(c, "ncclGroupStart", &prev)))
     return err;
-  err = settle(c, ncclGroupStart(), "ncclGroupStart", pg__now() + 1e9);
+  err = nccl_settle(c, ncclGroupStart(), "ncclGroupStart", pg__now() + 1e9);
   if (!err) {
     c->group_depth++;
     thread_group_depth++;
   }
   pthread_mutex_unlock(&c->mu);
-  return leave(prev, err);
+  return nccl_leave(prev, err);
 }
 
 static int nccl_group_end(struct pg__comm *base)
@@ -1041,12 +988,12 @@ static int nccl_group_end(struct pg__comm *base)
   double deadline = pg__now() + c->timeout;
   int err = 0, prev;
 
-  if ((err = enter(c, &prev)) != 0)
+  if ((err = nccl_enter(c, &prev)) != 0)
     return err;
   pthread_mutex_lock(&c->mu);
   if (c->group_depth == 0) {
     pthread_mutex_unlock(&c->mu);
-    return leave(prev, pg__fail(-EINVAL, "NCCL backend: group end without "
+    return nccl_leave(prev, pg__fail(-EINVAL, "NCCL backend: group end without "
                                 "a group start"));
   }
   c->group_depth--;
@@ -1057,10 +1004,10 @@ static int nccl_group_end(struct pg__comm *base)
     if (thread_group_depth == 0)
       group_flush(c, false);
     pthread_mutex_unlock(&c->mu);
-    return leave(prev, pg__fail(PG_EPEERFAIL, "NCCL backend: group end: "
+    return nccl_leave(prev, pg__fail(PG_EPEERFAIL, "NCCL backend: group end: "
                                 "the communicator was aborted"));
   }
-  err = settle(c, ncclGroupEnd(), "ncclGroupEnd", deadline);
+  err = nccl_settle(c, ncclGroupEnd(), "ncclGroupEnd", deadline);
   if (thread_group_depth == 0)
     err = group_flush(c, !err) ?: err;
   if (!err && thread_group_depth == 0)
@@ -1068,7 +1015,7 @@ static int nccl_group_end(struct pg__comm *base)
   else if (!err && c->group_depth == 0)
     err = track_pending(c, "ncclGroupEnd", deadline);  /* nested */
   pthread_mutex_unlock(&c->mu);
-  return leave(prev, err);
+  return nccl_leave(prev, err);
 }
 
 /* ---- setup and teardown --------------------------------------------- */
@@ -1110,11 +1057,11 @@ static void free_comm(struct nccl_comm *c)
  * a peer's published failure ends the wait). */
 static bool drain(struct nccl_comm *c, double deadline)
 {
-  struct backoff b;
+  struct nccl_backoff b;
   cudaError_t e;
   double now;
 
-  backoff_init(&b);
+  nccl_backoff_init(&b);
   for (;;) {
     if (nccl_failed(c))
       return false;
@@ -1126,7 +1073,7 @@ static bool drain(struct nccl_comm *c, double deadline)
     now = pg__now();
     if (now >= deadline)
       return false;
-    backoff_wait(&b, now);
+    nccl_backoff_wait(&b, now);
   }
 }
 
@@ -1168,7 +1115,7 @@ static void nccl_destroy(struct pg__comm *base)
   }
   pthread_mutex_unlock(&c->mu);
   free_comm(c);
-  leave(prev, 0);
+  nccl_leave(prev, 0);
 }
 
 /* Device memory that cudaFreeAsync may free: from the stream-ordered
@@ -1196,14 +1143,14 @@ static void *nccl_mem_alloc(struct pg__comm *base, size_t bytes)
 
   cudaError_t e;
 
-  if (enter(c, &prev) != 0)
+  if (nccl_enter(c, &prev) != 0)
     return NULL;
   e = dev_alloc(c, &p, bytes ? bytes : 64);
   if (e != cudaSuccess) {
     cuda_fail(c, e, "cudaMallocAsync");
     p = NULL;
   }
-  leave(prev, 0);
+  nccl_leave(prev, 0);
   return p;
 }
 
@@ -1217,7 +1164,7 @@ static void nccl_mem_free(struct pg__comm *base, void *p)
 
   if (!p)
     return;
-  if (enter(c, &prev) != 0)
+  if (nccl_enter(c, &prev) != 0)
     return;
   pthread_mutex_lock(&c->mu);
   e = cudaEventRecord(c->ready, user_stream(c));
@@ -1230,7 +1177,7 @@ static void nccl_mem_free(struct pg__comm *base, void *p)
     (void)cudaGetLastError();
     cudaFree(p);
   }
-  leave(prev, 0);
+  nccl_leave(prev, 0);
 }
 
 /* Stream-ordered on the caller's stream, as a kernel writing the memory
@@ -1241,12 +1188,12 @@ static int nccl_mem_zero(struct pg__comm *base, void *p, size_t bytes)
   cudaError_t e;
   int prev, err;
 
-  if ((err = enter(c, &prev)) != 0)
+  if ((err = nccl_enter(c, &prev)) != 0)
     return err;
   e = cudaMemsetAsync(p, 0, bytes, user_stream(c));
   if (e == cudaSuccess && c->blocking_wait)
     e = cudaStreamSynchronize(user_stream(c));
-  return leave(prev, e == cudaSuccess ? 0 : cuda_fail(c, e, "cudaMemset"));
+  return nccl_leave(prev, e == cudaSuccess ? 0 : cuda_fail(c, e, "cudaMemset"));
 }
 
 /* Either side may be host memory: ordered on the caller's stream, then
@@ -1258,24 +1205,18 @@ static int nccl_mem_copy(struct pg__comm *base, void *dst, const void *src,
   cudaError_t e;
   int prev, err;
 
-  if ((err = enter(c, &prev)) != 0)
+  if ((err = nccl_enter(c, &prev)) != 0)
     return err;
   e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, user_stream(c));
   if (e == cudaSuccess)
     e = cudaStreamSynchronize(user_stream(c));
-  return leave(prev, e == cudaSuccess ? 0 : cuda_fail(c, e, "cudaMemcpy"));
+  return nccl_leave(prev, e == cudaSuccess ? 0 : cuda_fail(c, e, "cudaMemcpy"));
 }
 
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21800
 static int nccl_split(struct pg__comm *base, int color, int key,
                       const struct pg__setup *s, struct pg__comm **out);
 #endif
-#ifdef PG_NCCL_SHRINK
-static int nccl_shrink(struct pg__comm *base, const int *excluded,
-                       int nexcluded, const struct pg__setup *s,
-                       struct pg__comm **out);
-#endif
-static void nccl_revoke(struct pg__comm *base);
 
 static const struct pg__comm_ops nccl_ops = {
   .name = "nccl",
@@ -1387,13 +1328,13 @@ static int init_comm(struct nccl_comm *c, ncclUniqueId id, double deadline)
   r = ncclCommInitRank(&c->comm, c->n, id, c->me);
 #endif
   pthread_mutex_lock(&c->mu);
-  err = settle(c, r, "ncclCommInitRank", deadline);
+  err = nccl_settle(c, r, "ncclCommInitRank", deadline);
   pthread_mutex_unlock(&c->mu);
   return err;
 }
 
 /* Device resources first: failing there costs the peers nothing. */
-static int init_cuda(struct nccl_comm *c)
+int nccl_init_cuda(struct nccl_comm *c)
 {
   cudaError_t e;
 
@@ -1415,7 +1356,7 @@ static int init_cuda(struct nccl_comm *c)
 }
 
 /* A communicator's host side, before NCCL or CUDA know of it. */
-static struct nccl_comm *comm_alloc(const struct pg__setup *s, int dev)
+struct nccl_comm *nccl_comm_alloc(const struct pg__setup *s, int dev)
 {
   const char *bw = pg__knob(PG_KNOB_NCCL_BLOCKING_WAIT);
   const char *tbw = getenv("TORCH_NCCL_BLOCKING_WAIT");
@@ -1451,9 +1392,9 @@ static struct nccl_comm *comm_alloc(const struct pg__setup *s, int dev)
 }
 
 /* The last step of making c: its watchdog, or on any error its end.
- * Restores the caller's device (prev, from enter's convention). */
-static int comm_start(struct nccl_comm *c, int err, int prev,
-                      struct pg__comm **out)
+ * Restores the caller's device (prev, from nccl_enter's convention). */
+int nccl_comm_start(struct nccl_comm *c, int err, int prev,
+                    struct pg__comm **out)
 {
   if (!err) {
     err = nccl_watchdog_start(c);
@@ -1465,10 +1406,10 @@ static int comm_start(struct nccl_comm *c, int err, int prev,
     nccl_abort_locked(c);
     pthread_mutex_unlock(&c->mu);
     free_comm(c);
-    return leave(prev, err);
+    return nccl_leave(prev, err);
   }
   *out = &c->base;
-  return leave(prev, 0);
+  return nccl_leave(prev, 0);
 }
 
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21800
@@ -1495,21 +1436,21 @@ static int nccl_split(struct pg__comm *base, int color, int key,
 #endif
 
   *out = NULL;
-  err = enter(p, &prev);
+  err = nccl_enter(p, &prev);
   if (err)
     return err;
   if (s) {
-    c = comm_alloc(s, p->device);
+    c = nccl_comm_alloc(s, p->device);
     if (!c)
-      return leave(prev, pg__fail(-ENOMEM, "NCCL backend: out of memory"));
-    err = init_cuda(c);
+      return nccl_leave(prev, pg__fail(-ENOMEM, "NCCL backend: out of memory"));
+    err = nccl_init_cuda(c);
   }
   pthread_mutex_lock(&p->mu);
   if (!p->comm || p->revoked) {
     pthread_mutex_unlock(&p->mu);
     err = pg__fail(PG_EPEERFAIL, "NCCL backend: the parent communicator "
                    "was aborted; no sub-group can be split from it");
-    return c ? comm_start(c, err, prev, out) : leave(prev, err);
+    return c ? nccl_comm_start(c, err, prev, out) : nccl_leave(prev, err);
   }
 #ifdef PG_NCCL_NONBLOCKING
   r = ncclCommSplit(p->comm, s ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &cfg);
@@ -1520,7 +1461,7 @@ static int nccl_split(struct pg__comm *base, int color, int key,
     if (r == ncclInProgress)
       r = poll_async(p, pg__now() + p->timeout);
     pthread_mutex_unlock(&p->mu);
-    return leave(prev, r == ncclSuccess ? 0
+    return nccl_leave(prev, r == ncclSuccess ? 0
                        : nccl_fail(p, r, "ncclCommSplit"));
   }
   pthread_mutex_unlock(&p->mu);
@@ -1528,175 +1469,13 @@ static int nccl_split(struct pg__comm *base, int color, int key,
    * state says when it is done. */
   c->comm = nc;
   pthread_mutex_lock(&c->mu);
-  joined = settle(c, r, "ncclCommSplit", pg__now() + c->timeout);
+  joined = nccl_settle(c, r, "ncclCommSplit", pg__now() + c->timeout);
   pthread_mutex_unlock(&c->mu);
   if (!err)
     err = joined;
   else if (c->comm)
     nccl_mark_failed(c, err, pg_last_error(), true);
-  return comm_start(c, err, prev, out);
-}
-#endif
-
-/* Note [live recovery] (pg_recover, pg.h): a member's death fails the
- * comm on every survivor with PG_ERR_PEER_LOST (Note [watchdog]: its
- * host's survivors see it through a pidfd, the others through the store
- * key), and the comm is revoked rather than aborted.  pg_recover then
- * makes the next generation's communicator: nccl_shrink when members
- * only left (ncclCommShrink, NCCL >= 2.27: no new unique id, no full
- * init), or pg__nccl_create with a fresh unique id under the new
- * generation's namespace when a process joins (a replacement or a new
- * node; a process may hold any number of communicators one after the
- * other).  The old comm is destroyed after that (an abort, local).
- *
- * nccl_revoke: the group's own news of a death (pg_recover): fails the
- * comm with PG_ERR_PEER_LOST, publishes it, and stops its work at once
- * (ncclCommRevoke, NCCL >= 2.28; else as revoke_locked says), so that
- * in-flight ops return and neither shrink nor destroy waits. */
-static void nccl_revoke(struct pg__comm *base)
-{
-  struct nccl_comm *c = (struct nccl_comm *)base;
-
-  nccl_mark_failed(c, PG_ERR_PEER_LOST, "NCCL backend: revoked: a member "
-                   "of the group died (live recovery)", true);
-  pthread_mutex_lock(&c->mu);
-  revoke_locked(c);
-  pthread_mutex_unlock(&c->mu);
-  pthread_cond_broadcast(&c->wcv);
-}
-
-#ifdef PG_NCCL_SHRINK
-/* The exclude list, checked against c and the new comm's setup s, as a
- * sorted copy (ncclCommShrink sorts its list in place). */
-static int shrink_list(const struct nccl_comm *c, const int *excluded,
-                       int nexcluded, const struct pg__setup *s, int **out)
-{
-  int *l, i, j, below = 0;
-
-  *out = NULL;
-  if (!excluded || nexcluded < 1 || nexcluded >= c->n || !s ||
-      s->n != c->n - nexcluded)
-    return pg__fail(-EINVAL, "NCCL backend: shrink: %d of %d members "
-                    "leave, the new communicator has %d", nexcluded, c->n,
-                    s ? s->n : 0);
-  l = malloc((size_t)nexcluded * sizeof *l);
-  if (!l)
-    return pg__fail(-ENOMEM, "NCCL backend: out of memory");
-  for (i = 0; i < nexcluded; i++) {
-    /* Insertion sort: the list is short. */
-    for (j = i; j > 0 && l[j - 1] > excluded[i]; j--)
-      l[j] = l[j - 1];
-    l[j] = excluded[i];
-  }
-  for (i = 0; i < nexcluded; i++) {
-    if (l[i] < 0 || l[i] >= c->n || (i > 0 && l[i] == l[i - 1]) ||
-        l[i] == c->me) {
-      int bad = l[i];
-
-      free(l);
-      return pg__fail(-EINVAL, "NCCL backend: shrink: member %d cannot "
-                      "leave a communicator of %d (member %d calls it)",
-                      bad, c->n, c->me);
-    }
-    below += l[i] < c->me;
-  }
-  if (s->me != c->me - below) {
-    free(l);
-    return pg__fail(-EINVAL, "NCCL backend: shrink: member %d becomes %d, "
-                    "not %d", c->me, c->me - below, s->me);
-  }
-  *out = l;
-  return 0;
-}
-
-/* Waits (bounded; mu held) until a revoke has stopped c's kernels:
- * ncclCommGetAsyncError says ncclInProgress until then. */
-static int revoke_settled(struct nccl_comm *c, double deadline)
-{
-  struct backoff b;
-  ncclResult_t r, ar = ncclSuccess;
-  double now;
-
-  backoff_init(&b);
-  for (;;) {
-    r = ncclCommGetAsyncError(c->comm, &ar);
-    if (r != ncclSuccess || ar != ncclInProgress)
-      return 0;
-    now = pg__now();
-    if (now >= deadline)
-      return pg__fail(PG_ERR_PEER_LOST, "NCCL backend: shrink: the revoked "
-                      "communicator's work did not stop by the deadline");
-    backoff_wait(&b, now);
-  }
-}
-
-/* Note [live recovery]: ncclCommShrink, collective over the survivors,
- * each passing the same list.  NCCL_SHRINK_ABORT after a failure (the
- * parent's kernels may be stuck on the dead), NCCL_SHRINK_DEFAULT when
- * planned.  The new comm has its own stream, watchdog and abort key
- * (s->ns), as a split's.  A survivor whose CUDA setup failed still takes
- * part, so the others' membership stays what they computed, then fails
- * (as nccl_split does).  A failed shrink leaves c as it was: make a new
- * communicator rather than shrink c again (the survivors' shrinks of c
- * must match one for one). */
-static int nccl_shrink(struct pg__comm *base, const int *excluded,
-                       int nexcluded, const struct pg__setup *s,
-                       struct pg__comm **out)
-{
-  struct nccl_comm *p = (struct nccl_comm *)base, *c;
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  ncclComm_t nc = NULL;
-  ncclResult_t r = ncclSuccess;
-  double deadline = pg__now() + (s && s->timeout > 0 ? s->timeout
-                                 : p->timeout);
-  int *list, prev, err, joined;
-
-  *out = NULL;
-  if ((err = shrink_list(p, excluded, nexcluded, s, &list)) != 0)
-    return err;
-  if ((err = enter(p, &prev)) != 0) {
-    free(list);
-    return err;
-  }
-  c = comm_alloc(s, p->device);
-  if (!c) {
-    free(list);
-    return leave(prev, pg__fail(-ENOMEM, "NCCL backend: out of memory"));
-  }
-  err = init_cuda(c);
-  cfg.blocking = 0;
-  pthread_mutex_lock(&p->mu);
-  if (!p->comm) {
-    pthread_mutex_unlock(&p->mu);
-    free(list);
-    err = pg__fail(-ENOTSUP, "NCCL backend: shrink: the communicator was "
-                   "aborted (this NCCL has no ncclCommRevoke): make a new "
-                   "one");
-    return comm_start(c, err, prev, out);
-  }
-  joined = p->revoked ? revoke_settled(p, deadline) : 0;
-  if (!joined)
-    r = ncclCommShrink(p->comm, list, nexcluded, &nc, &cfg,
-                       nccl_failed(p) || p->revoked ? NCCL_SHRINK_ABORT
-                                                    : NCCL_SHRINK_DEFAULT);
-  pthread_mutex_unlock(&p->mu);
-  c->comm = nc;
-  if (!joined) {
-    pthread_mutex_lock(&c->mu);
-    joined = nc || r != ncclSuccess ? settle(c, r, "ncclCommShrink",
-                                             deadline)
-             : pg__fail(PG_EPEERFAIL, "NCCL backend: ncclCommShrink gave "
-                        "no communicator");
-    pthread_mutex_unlock(&c->mu);
-  }
-  if (!err)
-    err = joined;
-  else if (c->comm)
-    nccl_mark_failed(c, err, pg_last_error(), true);
-  if (!err)
-    err = nccl_peers_inherit(c, p, list, nexcluded);
-  free(list);
-  return comm_start(c, err, prev, out);
+  return nccl_comm_start(c, err, prev, out);
 }
 #endif
 
@@ -1738,7 +1517,7 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
                     "(pg_options.device) but this process sees only %d",
                     dev, ndev);
   }
-  c = comm_alloc(s, dev);
+  c = nccl_comm_alloc(s, dev);
   if (!c) {
     abandon_id(s);
     return pg__fail(-ENOMEM, "NCCL backend: out of memory");
@@ -1746,7 +1525,7 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
   /* Like the ops, leave the caller's current device as it was. */
   if (cudaGetDevice(&prev) != cudaSuccess || prev == dev)
     prev = -1;
-  err = init_cuda(c);
+  err = nccl_init_cuda(c);
   if (err)
     abandon_id(s);
   else
@@ -1755,5 +1534,5 @@ int pg__nccl_create(const struct pg__setup *s, struct pg__comm **out)
     err = init_comm(c, id, deadline);
   if (!err)
     err = nccl_peers_share(c, s, deadline);
-  return comm_start(c, err, prev, out);
+  return nccl_comm_start(c, err, prev, out);
 }

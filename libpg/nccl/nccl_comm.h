@@ -2,8 +2,9 @@
  * communicator, an operation's completion (fence), and the failure path.
  * Internal to libpg; nothing here is part of pg.h.
  *
- * Contract: nccl.c owns a comm's life (create, ops, destroy; shrink and
- * revoke for live recovery, Note [live recovery]); nccl_watchdog.c runs
+ * Contract: nccl.c owns a comm's life (create, ops, destroy);
+ * nccl_live.c revokes and shrinks it for live recovery (Note [live
+ * recovery]), and maps its errors then; nccl_watchdog.c runs
  * its watchdog thread (Note [watchdog]) between nccl_watchdog_start and
  * nccl_watchdog_stop; nccl_peers.c knows which members share this
  * machine and whether one died (live mode).  Errors are negative errno
@@ -119,20 +120,58 @@ void nccl_mark_failed(struct nccl_comm *c, int err, const char *why,
                       bool publish);
 /* Aborts the NCCL communicator (mu held). */
 void nccl_abort_locked(struct nccl_comm *c);
-/* Stops a failed comm's NCCL work (mu held): in live mode revokes it
- * (the handle stays, to be shrunk), else aborts it. */
-void nccl_stop_locked(struct nccl_comm *c);
 /* nccl_mark_failed, then the stop (mu not held). */
 void nccl_fail_abort(struct nccl_comm *c, int err, const char *why,
                      bool publish);
-/* err as c reports it: in live mode an error caused by a peer (a
- * timeout, a peer's published failure, ncclRemoteError, a reset) is
- * PG_ERR_PEER_LOST; otherwise err. */
-int nccl_live_error(const struct nccl_comm *c, int err);
 /* Drops a fence reference (wmu held): the fence, if it must be freed by
  * nccl_fence_destroy (outside wmu). */
 struct pg__fence *nccl_fence_unref_locked(struct pg__fence *f);
 void nccl_fence_destroy(struct pg__fence *f);
+
+/* ---- nccl.c: what nccl_live.c shares with setup ----------------------- */
+
+/* Note [backoff]: a small collective finishes in microseconds and a
+ * sleep costs tens of microseconds of timer slack, so spin first; then
+ * sleep 20 us doubling to 1 ms, so a long wait costs no CPU. */
+struct nccl_backoff {
+  double spin_until;
+  long ns;
+};
+void nccl_backoff_init(struct nccl_backoff *b);
+void nccl_backoff_wait(struct nccl_backoff *b, double now);
+/* Switches to c's device; *prev gets the caller's (-1: same).  0 or an
+ * error with its sentence. */
+int nccl_enter(struct nccl_comm *c, int *prev);
+/* Gives the thread back the device it had (prev < 0: unchanged); err. */
+int nccl_leave(int prev, int err);
+/* A communicator's host side, before NCCL or CUDA know of it (NULL:
+ * out of memory). */
+struct nccl_comm *nccl_comm_alloc(const struct pg__setup *s, int dev);
+/* c's stream, event and scratch buffer on its device. */
+int nccl_init_cuda(struct nccl_comm *c);
+/* Waits out an ncclInProgress answer r (mu held): 0, or the comm fails. */
+int nccl_settle(struct nccl_comm *c, ncclResult_t r, const char *what,
+                double deadline);
+/* The last step of making c: its watchdog, or on err its end; restores
+ * the device prev and sets *out on success. */
+int nccl_comm_start(struct nccl_comm *c, int err, int prev,
+                    struct pg__comm **out);
+
+/* ---- nccl_live.c (Note [live recovery]) -------------------------------- */
+
+/* Stops a failed comm's NCCL work (mu held): in live mode revokes it
+ * (the handle stays, to be shrunk), else aborts it. */
+void nccl_stop_locked(struct nccl_comm *c);
+/* err as c reports it: in live mode an error caused by a peer (a
+ * timeout, a peer's published failure, ncclRemoteError, a reset) is
+ * PG_ERR_PEER_LOST; otherwise err. */
+int nccl_live_error(const struct nccl_comm *c, int err);
+/* The pg__comm_ops revoke and shrink hooks (pg_recover). */
+void nccl_revoke(struct pg__comm *base);
+#ifdef PG_NCCL_SHRINK
+int nccl_shrink(struct pg__comm *base, const int *excluded, int nexcluded,
+                const struct pg__setup *s, struct pg__comm **out);
+#endif
 
 /* ---- nccl_peers.c (live mode; nothing elsewhere) ----------------------- */
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # mutate.sh -- applies each mutation of tests/fakecuda/mutations.tsv to a
-# copy of the tree (libpg/ mutated: nccl.c or nccl_watchdog.c), builds the
+# copy of the tree (libpg/ mutated: a file of libpg/nccl/), builds the
 # NCCL unit suite on the fake there, runs it
 # with several fake devices and with one, and reports which mutations
 # survived (no test failed).  Run it after changing libpg/nccl/.
