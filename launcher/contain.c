@@ -94,6 +94,40 @@ static int own_cgroup(char *out, size_t len)
   return found;
 }
 
+/* Note [stale cgroups]: a cdrun SIGKILLed together with its guardian (a
+ * batch system killing the whole job step at once, as Slurm does) leaves
+ * its empty cdrun-<pid> behind, with nobody left to remove it.  The next
+ * cdrun in the same cgroup removes the siblings whose pid is gone: rmdir
+ * takes only an empty cgroup without children, so one still in use
+ * stays, and a live cdrun's pid exists.  (cdruns of different pid
+ * namespaces sharing one cgroup would see each other's pids as gone; an
+ * empty cgroup of such a cdrun could go before its workers start, and
+ * that cdrun would then fall back to the subreaper.) */
+#define STALE_SWEEP_MAX 4096
+
+static void sweep_stale(const char *parent)
+{
+  DIR *d = opendir(parent);
+  struct dirent *e;
+  long pid;
+  int seen = 0;
+
+  if (!d)
+    return;
+  while ((e = readdir(d)) && seen < STALE_SWEEP_MAX) {
+    if (strncmp(e->d_name, "cdrun-", 6) != 0)
+      continue;
+    seen++;
+    if (num_parse_long(e->d_name + 6, 1, INT_MAX, &pid) != 0 ||
+        pid == (long)getpid())
+      continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+      continue;
+    unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+  }
+  closedir(d);
+}
+
 static void make_cgroup(struct contain *c)
 {
   char mnt[PATH_MAX], root[PATH_MAX], own[PATH_MAX];
@@ -117,6 +151,13 @@ static void make_cgroup(struct contain *c)
   n = snprintf(path, sizeof c->cgroup, "%s%s%scdrun-%d", mnt, rel,
                rel[0] && rel[strlen(rel) - 1] == '/' ? "" : "/",
                (int)getpid());
+  if (n > 0 && (size_t)n < sizeof c->cgroup) {
+    char *slash = strrchr(path, '/');
+
+    *slash = '\0';
+    sweep_stale(path);
+    *slash = '/';
+  }
   /* One left by an earlier cdrun of the same pid (SIGKILLed with its
    * descendants stuck) goes if it is empty; else there is no cgroup. */
   if (n < 0 || (size_t)n >= sizeof c->cgroup ||

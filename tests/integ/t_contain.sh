@@ -96,6 +96,15 @@ if [[ $rel == */cdrun-"$BG" && -n $mnt && -d $cgdir ]] &&
   alive "$s" && fail "a process in a cgroup below cdrun's survived its SIGKILL"
   [ -d "$cgdir" ] && fail "SIGKILL of cdrun left its cgroup $cgdir behind" \
     "(below it: $(ls -d "$cgdir"/*/ 2>/dev/null | tr '\n' ' '))"
+  # Note [stale cgroups]: a cdrun SIGKILLed with its guardian (a batch
+  # system's kill of the whole step) leaves an empty cdrun-<pid> that
+  # nobody removes; the next cdrun in the same cgroup does, when its pid
+  # is gone (above pid_max: never a process).
+  stale=${cgdir%/*}/cdrun-$(($(cat /proc/sys/kernel/pid_max) + 1))
+  mkdir "$stale" || fail "cannot make $stale"
+  "$CDRUN" --standalone --nproc_per_node=1 --no_python /bin/true ||
+    fail "cdrun /bin/true failed"
+  [ -d "$stale" ] && { rmdir "$stale"; fail "cdrun left the stale $stale"; }
 else
   echo "note: no delegated cgroup v2 here; nested cgroups not tested" >&2
   kill -KILL "$BG"
