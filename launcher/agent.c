@@ -26,6 +26,7 @@
 #include "hang.h"
 #include "jobtoken.h"
 #include "live_agent.h"
+#include "logdir.h"
 #include "logs.h"
 #include "output.h"
 #include "say.h"
@@ -636,13 +637,13 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
     w->error_file = NULL;
     return -ENOMEM;
   }
-  /* The parent exists after the first worker: one mkdir, not a walk. */
+  /* A new folder holds no error file; a reused one may hold an old one. */
   if (mkdir(w->dir, 0755) < 0) {
-    err = logs_mkdirs(w->dir);
+    err = logdir_mkdirs(w->dir);
     if (err)
       return err;
+    unlink(w->error_file);
   }
-  unlink(w->error_file);
   err = hang_watch_start(&w->hang, w->dir, o->heartbeat_timeout > 0,
                          now_epoch());
   if (err)
@@ -800,7 +801,9 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
   memset(a->by_pid, 0, (a->by_pid_mask + 1) * sizeof *a->by_pid);
   snprintf(path, sizeof path, "%s/attempt_%d", a->o->run_log_dir,
            as->restart_count);
-  logs_rmtree(path);    /* torchrun wipes a reused attempt folder */
+  logdir_rmtree(path);    /* torchrun wipes a reused attempt folder */
+  /* Each worker's folder is then one mkdir (prepare_worker). */
+  logdir_mkdirs(path);
   round_token(a);
   err = live_agent_start_round(a, why, sizeof why);
   if (err) {
@@ -817,8 +820,15 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
               as->master_port);
 
   for (batch = 0; batch < a->o->nproc; batch = end) {
+    struct spawn_batch stream;
+
     end = batch + SPAWN_BATCH < a->o->nproc ? batch + SPAWN_BATCH
                                              : a->o->nproc;
+    if (!a->spawner && a->o->nproc > 1)
+      spawner_start(SPAWN_THREADS - 1, &a->spawner);  /* NULL: one thread */
+    /* Each worker starts once prepared, while the next is prepared. */
+    spawn_stream_begin(a->spawner, &stream, prep.so, (size_t)(end - batch),
+                       prep.pid, prep.err);
     for (i = batch; i < end; i++) {
       struct worker *w = &a->workers[i];
 
@@ -833,11 +843,9 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
         first_err = err;
         break;
       }
+      spawn_stream_ready(&stream, (size_t)(i - batch + 1));
     }
-    if (!a->spawner && a->o->nproc > 1)
-      spawner_start(SPAWN_THREADS - 1, &a->spawner);  /* NULL: one thread */
-    spawn_many(a->spawner, prep.so, (size_t)(i - batch), prep.pid,
-               prep.err);
+    spawn_stream_end(&stream, (size_t)(i - batch));
     for (k = 0; k < i - batch; k++) {
       struct worker *w = &a->workers[batch + k];
 
@@ -1293,9 +1301,20 @@ out_guardian:
   /* Its threads' workers are gone (Note [spawning threads], spawn.c). */
   spawner_stop(a.spawner);
   /* Anything left in the workers' groups dies with the guardian's SIGKILL
-   * now; normally nothing is. */
-  guardian_stop(&a.guardian);
+   * now; normally nothing is.
+   *
+   * Note [overlapped exit]: the guardian's last work (the kills, removing
+   * the cgroup) and the log folder's removal are each a few hundred
+   * microseconds of file system calls, and nothing orders them: a /tmp on
+   * disk makes every rmdir cost.  So the guardian is released first, the
+   * folder goes meanwhile, and only then is the guardian waited for.  A
+   * job of /bin/true workers exits that much sooner (scripts/bench/all's
+   * launch row). */
+  guardian_release(&a.guardian);
 out_free:
+  if (o->at_exit)
+    o->at_exit(o->rdzv_arg, a.exit_status);
+  guardian_wait(&a.guardian);   /* a no-op when it never started */
   contain_destroy(&a.contain);
   status = a.exit_status;
   failures_clear(&a.failures);

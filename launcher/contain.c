@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -102,24 +103,34 @@ static int own_cgroup(char *out, size_t len)
  * stays, and a live cdrun's pid exists.  (cdruns of different pid
  * namespaces sharing one cgroup would see each other's pids as gone; an
  * empty cgroup of such a cdrun could go before its workers start, and
- * that cdrun would then fall back to the subreaper.) */
+ * that cdrun would then fall back to the subreaper.)  The guardian
+ * sweeps, at its start: the launch does not wait for it. */
 #define STALE_SWEEP_MAX 4096
 
-static void sweep_stale(const char *parent)
+void contain_sweep_stale(const char *cgroup)
 {
-  DIR *d = opendir(parent);
+  char parent[PATH_MAX];
+  const char *self;
   struct dirent *e;
   long pid;
   int seen = 0;
+  DIR *d;
 
+  self = strrchr(cgroup, '/');
+  if (!self || (size_t)(self - cgroup) >= sizeof parent)
+    return;
+  memcpy(parent, cgroup, (size_t)(self - cgroup));
+  parent[self - cgroup] = '\0';
+  self++;
+  d = opendir(parent);
   if (!d)
     return;
   while ((e = readdir(d)) && seen < STALE_SWEEP_MAX) {
     if (strncmp(e->d_name, "cdrun-", 6) != 0)
       continue;
     seen++;
-    if (num_parse_long(e->d_name + 6, 1, INT_MAX, &pid) != 0 ||
-        pid == (long)getpid())
+    if (strcmp(e->d_name, self) == 0 ||
+        num_parse_long(e->d_name + 6, 1, INT_MAX, &pid) != 0)
       continue;
     if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
       continue;
@@ -151,13 +162,6 @@ static void make_cgroup(struct contain *c)
   n = snprintf(path, sizeof c->cgroup, "%s%s%scdrun-%d", mnt, rel,
                rel[0] && rel[strlen(rel) - 1] == '/' ? "" : "/",
                (int)getpid());
-  if (n > 0 && (size_t)n < sizeof c->cgroup) {
-    char *slash = strrchr(path, '/');
-
-    *slash = '\0';
-    sweep_stale(path);
-    *slash = '/';
-  }
   /* One left by an earlier cdrun of the same pid (SIGKILLed with its
    * descendants stuck) goes if it is empty; else there is no cgroup. */
   if (n < 0 || (size_t)n >= sizeof c->cgroup ||
@@ -170,13 +174,9 @@ static void make_token(struct contain *c)
 {
   unsigned char b[8] = { 0 };
   struct timespec ts;
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
 
-  if (fd >= 0) {
-    if (read(fd, b, sizeof b) < 0)
-      memset(b, 0, sizeof b);
-    close(fd);
-  }
+  if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+    memset(b, 0, sizeof b);
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(c->token, sizeof c->token, "%d.%02x%02x%02x%02x%02x%02x%02x%02x.%ld",
            (int)getpid(), b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],

@@ -79,4 +79,8 @@ int contain_cgroup_kill(const char *cgroup);
  * or -errno (-EBUSY: still not empty after the wait). */
 int contain_cgroup_remove(const char *cgroup);
 
+/* Note [stale cgroups] (contain.c): removes the empty cdrun-<pid>
+ * siblings of cgroup whose pid is gone.  The guardian runs it. */
+void contain_sweep_stale(const char *cgroup);
+
 #endif

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "contain.h"
+#include "logdir.h"
 #include "logs.h"
 
 #define GUARDIAN_MAX_GROUPS 65536
@@ -60,6 +61,9 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
     for (i = 4; i < 1024; i++)
       close((int)i);
 
+  /* Off the launch's path: the agent spawns meanwhile. */
+  if (cgroup[0])
+    contain_sweep_stale(cgroup);
   for (;;) {
     n = read(3, &m, sizeof m);
     if (n < 0 && errno == EINTR)
@@ -91,7 +95,7 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
   /* The agent died without a word (SIGKILL, a crash): nobody else will
    * remove its temporary log directory, and nobody was told where it is. */
   if (!clean && temp_dir[0])
-    logs_rmtree(temp_dir);
+    logdir_rmtree(temp_dir);
   _exit(0);
 }
 
@@ -162,13 +166,23 @@ int guardian_forget(struct guardian *g, pid_t pgid)
   return guardian_send(g, 'f', pgid);
 }
 
-void guardian_stop(struct guardian *g)
+void guardian_release(struct guardian *g)
 {
   if (g->fd >= 0) {
     guardian_send(g, 'q', 0);
     close(g->fd);
     g->fd = -1;
   }
+}
+
+void guardian_stop(struct guardian *g)
+{
+  guardian_release(g);
+  guardian_wait(g);
+}
+
+void guardian_wait(struct guardian *g)
+{
   if (g->pid > 0) {
     while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
       ;

@@ -41,4 +41,10 @@ int guardian_forget(struct guardian *g, pid_t pgid);
  * the groups itself (contain_kill_all).  Idempotent. */
 void guardian_stop(struct guardian *g);
 
+/* guardian_stop in two halves, for a caller with other work meanwhile:
+ * the message and the close (the guardian starts its last work), then the
+ * wait for its exit.  Each is idempotent. */
+void guardian_release(struct guardian *g);
+void guardian_wait(struct guardian *g);
+
 #endif

@@ -1,14 +1,11 @@
-/* logs.c -- redirect/tee specs, rank filter, duplicate filters, log dirs. */
+/* logs.c -- redirect/tee specs, rank filter, duplicate filters. */
 #include "logs.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -271,76 +268,4 @@ bool logs_filter_match(char *const *filters, const char *line, size_t len)
     if (memmem(line, len, filters[i], strlen(filters[i])))
       return true;
   return false;
-}
-
-/* mkdir that accepts an existing directory (and only a directory). */
-static int mkdir_one(const char *path)
-{
-  struct stat st;
-
-  if (mkdir(path, 0755) == 0)
-    return 0;
-  if (errno != EEXIST)
-    return -errno;
-  if (stat(path, &st) < 0)
-    return -errno;
-  return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
-}
-
-int logs_mkdirs(const char *dir)
-{
-  char *path;
-  int rc = 0;
-
-  if (!dir || !*dir)
-    return -ENOENT;
-  path = strdup(dir);
-  if (!path)
-    return -ENOMEM;
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/' || p[-1] == '/')
-      continue;
-    *p = '\0';
-    rc = mkdir_one(path);
-    *p = '/';
-    if (rc < 0)
-      break;
-  }
-  if (rc == 0)
-    rc = mkdir_one(path);
-  free(path);
-  return rc;
-}
-
-/* nftw callback: children come before their directory (FTW_DEPTH).  A
- * positive errno return stops the walk and is what nftw returns. */
-static int rm_entry(const char *path, const struct stat *st, int type,
-                    struct FTW *ftw)
-{
-  int r;
-
-  (void)st;
-  (void)ftw;
-  r = (type == FTW_DP || type == FTW_DNR) ? rmdir(path) : unlink(path);
-  /* Something else removed it meanwhile: that is the goal anyway. */
-  if (r < 0 && errno != ENOENT)
-    return errno;
-  return 0;
-}
-
-int logs_rmtree(const char *dir)
-{
-  struct stat st;
-  int rc;
-
-  if (!dir || !*dir)
-    return -ENOENT;
-  if (lstat(dir, &st) < 0)
-    return -errno;
-  if (!S_ISDIR(st.st_mode))
-    return -ENOTDIR;
-  rc = nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  if (rc < 0)
-    return errno ? -errno : -EIO;
-  return rc > 0 ? -rc : 0;
 }

@@ -1,5 +1,6 @@
 /* logs.h -- torchrun's log options and layout: the redirect/tee specs,
- * the rank filter, the duplicate filters, the log folders.  Where a
+ * the rank filter, the duplicate filters (the log folders are
+ * logdir.h's).  Where a
  * worker's output goes at run time is output.h's. */
 #ifndef CDRUN_LOGS_H
 #define CDRUN_LOGS_H
@@ -37,13 +38,5 @@ void logs_filters_free(char **filters);
 
 /* True when line[0..len) contains any of the filters. */
 bool logs_filter_match(char *const *filters, const char *line, size_t len);
-
-/* Creates dir and its parents (mode 0755); existing directories are fine.
- * Returns 0 or a negative errno. */
-int logs_mkdirs(const char *dir);
-
-/* Removes a directory tree (used for a reused attempt_<k> folder and for
- * the temporary log dir).  Returns 0 or a negative errno. */
-int logs_rmtree(const char *dir);
 
 #endif

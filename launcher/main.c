@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "agent.h"
 #include "args.h"
 #include "live_store.h"
+#include "logdir.h"
 #include "logs.h"
 #include "multihost.h"
 #include "nproc.h"
@@ -43,6 +45,7 @@ struct job {
   int store_port_fd;          /* live recovery's store port, or -1 */
   char log_base[PATH_MAX];    /* --log_dir or a temporary one */
   bool log_base_is_temp;
+  bool error_files_read;         /* the agent's summary used them */
   char run_log_dir[PATH_MAX + 160];
   unsigned char *redirects;
   unsigned char *tee;
@@ -124,7 +127,7 @@ static char **build_command(const struct cdrun_args *a)
 static void make_run_id(const struct cdrun_args *a, char *out, size_t len)
 {
   unsigned char b[16];
-  int fd, i;
+  int i;
   size_t n = 0;
 
   if (!a->standalone) {
@@ -132,13 +135,10 @@ static void make_run_id(const struct cdrun_args *a, char *out, size_t len)
     return;
   }
   /* torchrun's standalone id: a random UUID (version 4). */
-  fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || read(fd, b, sizeof b) != (ssize_t)sizeof b) {
+  if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
     for (i = 0; i < 16; i++)
       b[i] = (unsigned char)(rand() ^ getpid() ^ i);
   }
-  if (fd >= 0)
-    close(fd);
   b[6] = (b[6] & 0x0f) | 0x40;
   b[8] = (b[8] & 0x3f) | 0x80;
   for (i = 0; i < 16 && n + 3 < len; i++) {
@@ -157,7 +157,7 @@ static int setup_logs(const struct cdrun_args *a, struct job *j)
 
   if (a->log_dir) {
     snprintf(j->log_base, sizeof j->log_base, "%s", a->log_dir);
-    err = logs_mkdirs(j->log_base);
+    err = logdir_mkdirs(j->log_base);
     if (err) {
       say_error("--log_dir: cannot create '%s': %s", a->log_dir,
                 say_strerror(err));
@@ -538,10 +538,27 @@ static void prepare_agent_process(const struct cdrun_args *a,
 
 /* The agent's options from the arguments and the resolved job (o borrows
  * from both, and from j->timer_file). */
+/* A temporary log dir goes away unless it holds what the user needs:
+ * worker logs, or the error files the failure summary points to (a run
+ * that failed, not one that recovered after a restart). */
+static void keep_or_remove_logs(void *arg, int status)
+{
+  const struct job *j = arg;
+
+  if (!j->log_base_is_temp)
+    return;
+  if (logs_written(j))
+    say("worker logs are in %s", j->run_log_dir);
+  else if (j->error_files_read && status != 0)
+    say("error files are in %s", j->run_log_dir);
+  else
+    logdir_rmtree(j->log_base);
+}
+
 static void fill_agent_opts(const struct cdrun_args *a,
                             const struct slurm_env *se, struct job *j,
                             const struct backoff_conf *backoff,
-                            bool *error_files_read, struct agent_opts *o)
+                            struct agent_opts *o)
 {
   const char *env;
 
@@ -589,7 +606,8 @@ static void fill_agent_opts(const struct cdrun_args *a,
   o->default_omp_threads = j->nproc > 1;
   o->log_events = strcmp(a->event_log_handler, "console") == 0;
   o->rdzv_create = create_rdzv;
-  o->error_files_read = error_files_read;
+  o->error_files_read = &j->error_files_read;
+  o->at_exit = keep_or_remove_logs;
   o->rdzv_arg = j;
   /* Note [fixed membership] (agent.h): srun or the head node started
    * every node, and neither can start a lost one again. */
@@ -598,22 +616,6 @@ static void fill_agent_opts(const struct cdrun_args *a,
     o->fixed_source = se->active ? "Slurm's step" : "the hostfile";
   o->lost_grace_s = j->rdzv.lost_node_grace;
   o->live = strcmp(a->recovery, "live") == 0;
-}
-
-/* A temporary log dir goes away unless it holds what the user needs:
- * worker logs, or the error files the failure summary points to (a run
- * that failed, not one that recovered after a restart). */
-static void keep_or_remove_logs(const struct job *j, int status,
-                                bool error_files_read)
-{
-  if (!j->log_base_is_temp)
-    return;
-  if (logs_written(j))
-    say("worker logs are in %s", j->run_log_dir);
-  else if (error_files_read && status != 0)
-    say("error files are in %s", j->run_log_dir);
-  else
-    logs_rmtree(j->log_base);
 }
 
 static void job_free(struct job *j)
@@ -639,7 +641,6 @@ int main(int argc, char **argv)
   struct job j;
   struct backoff_conf backoff = BACKOFF_CONF_DEFAULT;
   const char *nproc_from;
-  bool error_files_read = false;
   char **penv;
   int status;
 
@@ -676,10 +677,8 @@ int main(int argc, char **argv)
       setup_logs(&a, &j))
     return AGENT_EXIT_INTERNAL;
   prepare_agent_process(&a, &j, &se);
-  fill_agent_opts(&a, &se, &j, &backoff, &error_files_read, &o);
-  status = agent_run(&o);
-
-  keep_or_remove_logs(&j, status, error_files_read);
+  fill_agent_opts(&a, &se, &j, &backoff, &o);
+  status = agent_run(&o);   /* the log folder is settled meanwhile */
   job_free(&j);
   args_free(&a);
   if (se.active)

@@ -234,19 +234,53 @@ static pid_t clone_child(struct child_args *args, char *stack,
   return pid < 0 ? -errno : pid;
 }
 
-int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
+/* The child's stack: one mapping reused for the spawns of one thread
+ * (each child is done with it once clone returns: CLONE_VFORK), so that
+ * a launch does not map and unmap it per worker; an unmap in a process
+ * with several threads costs every CPU a TLB flush. */
+struct child_stack {
+  char *base;
+  size_t size;
+};
+
+static int child_stack_fit(struct child_stack *s, size_t size)
+{
+  if (s->base && s->size >= size)
+    return 0;
+  if (s->base)
+    munmap(s->base, s->size);
+  s->base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (s->base == MAP_FAILED) {
+    s->base = NULL;
+    return -errno;
+  }
+  s->size = size;
+  return 0;
+}
+
+static void child_stack_free(struct child_stack *s)
+{
+  if (s->base)
+    munmap(s->base, s->size);
+  s->base = NULL;
+}
+
+static int spawn_on(const struct spawn_opts *o, struct child_stack *cs,
+                    pid_t *pid_out)
 {
   struct child_args args = { o, getpid(), 0, 0, 0, 0 };
   size_t stack_size = child_stack_size(o->argv);
   sigset_t all, old;
   char *stack;
   pid_t pid;
-  int err = 0, status;
+  int err, status;
 
-  stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED)
-    return -errno;
+  err = child_stack_fit(cs, stack_size);
+  if (err)
+    return err;
+  stack = cs->base;
+  stack_size = cs->size;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   /* Returns once the child has exec'd or exited (CLONE_VFORK); the stack
@@ -255,7 +289,6 @@ int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
   if (pid < 0)
     err = pid;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  munmap(stack, stack_size);
   if (err)
     return err;
   if (args.err) {
@@ -270,14 +303,15 @@ int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
   return 0;
 }
 
-/* The work of one spawn_many call, shared by the threads. */
-struct spawn_batch {
-  const struct spawn_opts *opts;
-  size_t n;
-  size_t next;          /* the next index to take (atomic) */
-  pid_t *pids;
-  int *errs;
-};
+int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
+{
+  struct child_stack cs = { NULL, 0 };
+  int err = spawn_on(o, &cs, pid_out);
+
+  child_stack_free(&cs);
+  return err;
+}
+
 
 /* Note [spawning threads]: PR_SET_PDEATHSIG fires when the *thread* that
  * made the child ends, not the process, so the threads live as long as
@@ -286,6 +320,7 @@ struct spawner {
   pthread_mutex_t mu;
   pthread_cond_t work;          /* a batch was posted, or stop */
   pthread_cond_t idle;          /* a thread left the batch */
+  pthread_cond_t more;          /* the batch's ready count grew, or ended */
   struct spawn_batch *batch;    /* the current one, or NULL */
   unsigned long gen;            /* batches posted */
   int busy;                     /* threads inside the current batch */
@@ -294,14 +329,34 @@ struct spawner {
   pthread_t th[SPAWN_THREADS_MAX];
 };
 
+/* Waits until opts[i] is ready (true) or the stream ended short of it
+ * (false).  The caller's own share runs after the end: no wait. */
+static bool batch_wait_ready(struct spawn_batch *b, size_t i)
+{
+  struct spawner *sp = b->sp;
+  bool ok;
+
+  if (!sp)
+    return i < b->ready;        /* only the caller, after the end */
+  pthread_mutex_lock(&sp->mu);
+  while (i >= b->ready && !b->ended)
+    pthread_cond_wait(&sp->more, &sp->mu);
+  ok = i < b->ready;
+  pthread_mutex_unlock(&sp->mu);
+  return ok;
+}
+
 static void batch_run(struct spawn_batch *b)
 {
+  struct child_stack cs = { NULL, 0 };
   size_t i;
 
-  while ((i = __atomic_fetch_add(&b->next, 1, __ATOMIC_RELAXED)) < b->n) {
+  while ((i = __atomic_fetch_add(&b->next, 1, __ATOMIC_RELAXED)) < b->cap &&
+         batch_wait_ready(b, i)) {
     b->pids[i] = 0;
-    b->errs[i] = spawn_worker(&b->opts[i], &b->pids[i]);
+    b->errs[i] = spawn_on(&b->opts[i], &cs, &b->pids[i]);
   }
+  child_stack_free(&cs);
 }
 
 static void *spawner_main(void *arg)
@@ -341,6 +396,7 @@ int spawner_start(int nthreads, struct spawner **out)
   pthread_mutex_init(&sp->mu, NULL);
   pthread_cond_init(&sp->work, NULL);
   pthread_cond_init(&sp->idle, NULL);
+  pthread_cond_init(&sp->more, NULL);
   if (nthreads > SPAWN_THREADS_MAX)
     nthreads = SPAWN_THREADS_MAX;
   /* Signals stay with the caller's thread: the threads block them all. */
@@ -354,32 +410,75 @@ int spawner_start(int nthreads, struct spawner **out)
   return 0;
 }
 
-void spawn_many(struct spawner *sp, const struct spawn_opts *opts, size_t n,
-                pid_t *pids, int *errs)
+void spawn_stream_begin(struct spawner *sp, struct spawn_batch *b,
+                        const struct spawn_opts *opts, size_t n,
+                        pid_t *pids, int *errs)
 {
-  struct spawn_batch b = { opts, n, 0, pids, errs };
-  sigset_t all, old;
-
+  memset(b, 0, sizeof *b);
+  b->opts = opts;
+  b->cap = n;
+  b->pids = pids;
+  b->errs = errs;
   if (sp && sp->nthreads > 0 && n > 1) {
+    b->sp = sp;
     pthread_mutex_lock(&sp->mu);
-    sp->batch = &b;
+    sp->batch = b;
     sp->gen++;
     pthread_cond_broadcast(&sp->work);
     pthread_mutex_unlock(&sp->mu);
   }
+}
+
+void spawn_stream_ready(struct spawn_batch *b, size_t ready)
+{
+  struct spawner *sp = b->sp;
+
+  if (!sp)
+    return;
+  pthread_mutex_lock(&sp->mu);
+  b->ready = ready;
+  pthread_cond_broadcast(&sp->more);
+  pthread_mutex_unlock(&sp->mu);
+}
+
+void spawn_stream_end(struct spawn_batch *b, size_t n)
+{
+  struct spawner *sp = b->sp;
+  sigset_t all, old;
+
+  if (n > b->cap)
+    n = b->cap;
+  if (sp) {
+    pthread_mutex_lock(&sp->mu);
+    b->ready = n;       /* a thread waiting for an index beyond it leaves */
+    b->ended = true;
+    pthread_cond_broadcast(&sp->more);
+    pthread_mutex_unlock(&sp->mu);
+  } else {
+    b->ready = n;
+  }
   /* The caller's share, with signals blocked like the threads'. */
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  batch_run(&b);
+  batch_run(b);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (sp && sp->batch == &b) {
-    /* b lives on this stack: no thread may hold it once we return. */
+  if (sp) {
+    /* b belongs to the caller: no thread may hold it once we return. */
     pthread_mutex_lock(&sp->mu);
     while (sp->busy > 0)
       pthread_cond_wait(&sp->idle, &sp->mu);
     sp->batch = NULL;
     pthread_mutex_unlock(&sp->mu);
   }
+}
+
+void spawn_many(struct spawner *sp, const struct spawn_opts *opts, size_t n,
+                pid_t *pids, int *errs)
+{
+  struct spawn_batch b;
+
+  spawn_stream_begin(sp, &b, opts, n, pids, errs);
+  spawn_stream_end(&b, n);
 }
 
 void spawner_stop(struct spawner *sp)
@@ -397,5 +496,6 @@ void spawner_stop(struct spawner *sp)
   pthread_mutex_destroy(&sp->mu);
   pthread_cond_destroy(&sp->work);
   pthread_cond_destroy(&sp->idle);
+  pthread_cond_destroy(&sp->more);
   free(sp);
 }

@@ -3,6 +3,7 @@
 #ifndef CDRUN_SPAWN_H
 #define CDRUN_SPAWN_H
 
+#include <stdbool.h>
 #include <sched.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -97,6 +98,36 @@ int spawner_start(int nthreads, struct spawner **out);
  * blocks all signals, so handlers run on the caller's thread only. */
 void spawn_many(struct spawner *sp, const struct spawn_opts *opts, size_t n,
                 pid_t *pids, int *errs);
+
+/* A stream: spawn_many whose spawns start while the caller still
+ * prepares the later ones (the first worker need not wait for the last
+ * one's folders and environment).  The fields are spawn.c's. */
+struct spawn_batch {
+  const struct spawn_opts *opts;
+  size_t cap;           /* at most this many */
+  size_t ready;         /* opts[0..ready) may be spawned (under the lock) */
+  bool ended;           /* none more become ready (under the lock) */
+  size_t next;          /* the next index to take (atomic) */
+  pid_t *pids;
+  int *errs;
+  struct spawner *sp;   /* NULL: the caller spawns them all at the end */
+};
+
+/* Starts a stream of at most n spawns over opts, pids and errs, which
+ * the caller keeps until spawn_stream_end returns; nothing is spawned
+ * yet.  sp may be NULL (the caller's thread only, at the end). */
+void spawn_stream_begin(struct spawner *sp, struct spawn_batch *b,
+                        const struct spawn_opts *opts, size_t n,
+                        pid_t *pids, int *errs);
+
+/* opts[0..ready) are filled in: the spawner's threads may start them. */
+void spawn_stream_ready(struct spawn_batch *b, size_t ready);
+
+/* opts[0..n) are all there will be (n may be less than begin's, after a
+ * failed preparation): the caller spawns what no thread took, then waits
+ * for the threads.  pids and errs of [0..n) are then set as spawn_many
+ * sets them. */
+void spawn_stream_end(struct spawn_batch *b, size_t n);
 
 /* Ends the threads (see above: their workers get PR_SET_PDEATHSIG's
  * SIGKILL).  NULL is a no-op. */

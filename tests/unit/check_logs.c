@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "logdir.h"
 #include "logs.h"
 
 /* ---- std spec -------------------------------------------------------- */
@@ -271,7 +272,7 @@ static void dir_setup(void)
 static void dir_teardown(void)
 {
   /* Best effort; the rmtree test already removed its tree. */
-  logs_rmtree(tmpdir);
+  logdir_rmtree(tmpdir);
 }
 
 static bool is_dir(const char *path)
@@ -296,21 +297,21 @@ START_TEST(test_mkdirs)
   struct stat st;
 
   snprintf(p, sizeof(p), "%s/a/b/c", tmpdir);
-  ck_assert_int_eq(logs_mkdirs(p), 0);
+  ck_assert_int_eq(logdir_mkdirs(p), 0);
   ck_assert(is_dir(p));
   ck_assert_int_eq(stat(p, &st), 0);
   /* Existing is fine, at every level. */
-  ck_assert_int_eq(logs_mkdirs(p), 0);
+  ck_assert_int_eq(logdir_mkdirs(p), 0);
   snprintf(p, sizeof(p), "%s/a", tmpdir);
-  ck_assert_int_eq(logs_mkdirs(p), 0);
-  ck_assert_int_eq(logs_mkdirs(tmpdir), 0);
+  ck_assert_int_eq(logdir_mkdirs(p), 0);
+  ck_assert_int_eq(logdir_mkdirs(tmpdir), 0);
   /* Repeated and trailing slashes. */
   snprintf(p, sizeof(p), "%s//x///y/", tmpdir);
-  ck_assert_int_eq(logs_mkdirs(p), 0);
+  ck_assert_int_eq(logdir_mkdirs(p), 0);
   snprintf(p, sizeof(p), "%s/x/y", tmpdir);
   ck_assert(is_dir(p));
-  ck_assert_int_eq(logs_mkdirs(""), -ENOENT);
-  ck_assert_int_eq(logs_mkdirs(NULL), -ENOENT);
+  ck_assert_int_eq(logdir_mkdirs(""), -ENOENT);
+  ck_assert_int_eq(logdir_mkdirs(NULL), -ENOENT);
 }
 END_TEST
 
@@ -320,9 +321,9 @@ START_TEST(test_mkdirs_file_in_way)
 
   snprintf(p, sizeof(p), "%s/f", tmpdir);
   touch(p);
-  ck_assert_int_eq(logs_mkdirs(p), -ENOTDIR);
+  ck_assert_int_eq(logdir_mkdirs(p), -ENOTDIR);
   snprintf(p, sizeof(p), "%s/f/sub", tmpdir);
-  ck_assert_int_eq(logs_mkdirs(p), -ENOTDIR);
+  ck_assert_int_eq(logdir_mkdirs(p), -ENOTDIR);
 }
 END_TEST
 
@@ -332,9 +333,9 @@ START_TEST(test_rmtree)
 
   snprintf(root, sizeof(root), "%s/attempt_0", tmpdir);
   snprintf(p, sizeof(p), "%s/0/deep/er", root);
-  ck_assert_int_eq(logs_mkdirs(p), 0);
+  ck_assert_int_eq(logdir_mkdirs(p), 0);
   snprintf(p, sizeof(p), "%s/1", root);
-  ck_assert_int_eq(logs_mkdirs(p), 0);
+  ck_assert_int_eq(logdir_mkdirs(p), 0);
   snprintf(p, sizeof(p), "%s/0/stdout.log", root);
   touch(p);
   snprintf(p, sizeof(p), "%s/0/deep/er/x", root);
@@ -343,21 +344,32 @@ START_TEST(test_rmtree)
   touch(p);
   /* A symlink out of the tree is removed, not followed. */
   snprintf(keep, sizeof(keep), "%s/outside", tmpdir);
-  ck_assert_int_eq(logs_mkdirs(keep), 0);
+  ck_assert_int_eq(logdir_mkdirs(keep), 0);
   snprintf(p, sizeof(p), "%s/outside/precious", tmpdir);
   touch(p);
   snprintf(p, sizeof(p), "%s/1/link", root);
   ck_assert_int_eq(symlink(keep, p), 0);
 
-  ck_assert_int_eq(logs_rmtree(root), 0);
+  /* Deeper than the quick walk goes (Note [quick rmtree]): nftw ends it. */
+  snprintf(p, sizeof(p), "%s/1/a/b/c/d/e/f/g/h/i/j/k/l", root);
+  ck_assert_int_eq(logdir_mkdirs(p), 0);
+  snprintf(p, sizeof(p), "%s/1/a/b/c/d/e/f/g/h/i/j/k/l/bottom", root);
+  touch(p);
+  /* An empty folder goes with one call. */
+  snprintf(p, sizeof(p), "%s/2", root);
+  ck_assert_int_eq(logdir_mkdirs(p), 0);
+  ck_assert_int_eq(logdir_rmtree(p), 0);
+  ck_assert(!is_dir(p));
+
+  ck_assert_int_eq(logdir_rmtree(root), 0);
   ck_assert(access(root, F_OK) == -1 && errno == ENOENT);
   snprintf(p, sizeof(p), "%s/outside/precious", tmpdir);
   ck_assert_int_eq(access(p, F_OK), 0);
 
-  ck_assert_int_eq(logs_rmtree(root), -ENOENT);
-  ck_assert_int_eq(logs_rmtree(p), -ENOTDIR);
+  ck_assert_int_eq(logdir_rmtree(root), -ENOENT);
+  ck_assert_int_eq(logdir_rmtree(p), -ENOTDIR);
   ck_assert_int_eq(access(p, F_OK), 0);
-  ck_assert_int_eq(logs_rmtree(tmpdir), 0);
+  ck_assert_int_eq(logdir_rmtree(tmpdir), 0);
   ck_assert(!is_dir(tmpdir));
 }
 END_TEST

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "logdir.h"
 #include "logs.h"
 #include "numa.h"
 
@@ -20,7 +21,7 @@ static void put(const char *rel, const char *text)
   snprintf(path, sizeof path, "%s/%s", root, rel);
   snprintf(dir, sizeof dir, "%s", path);
   *strrchr(dir, '/') = '\0';
-  ck_assert_int_eq(logs_mkdirs(dir), 0);
+  ck_assert_int_eq(logdir_mkdirs(dir), 0);
   FILE *f = fopen(path, "w");
   ck_assert_ptr_nonnull(f);
   fprintf(f, "%s\n", text);
@@ -84,7 +85,7 @@ static void make_tree(bool numa)
 
 static void teardown(void)
 {
-  logs_rmtree(root);
+  logdir_rmtree(root);
 }
 
 static const char *cpus_of(const struct numa_binding *b)
