@@ -681,6 +681,61 @@ START_TEST(test_spawn_many)
 }
 END_TEST
 
+#define STREAM_CAP 6
+#define STREAM_END 4    /* the preparation "failed" at this one */
+
+/* A stream: the first worker runs before the second is marked ready, and
+ * an end short of the cap spawns only what was ready; the threads leave
+ * the slots beyond it untouched. */
+START_TEST(test_spawn_stream)
+{
+  char *sh[] = { "/bin/sh", "-c", ": > \"$0\"", NULL, NULL };
+  char files[STREAM_CAP][128], *argvs[STREAM_CAP][5];
+  struct spawn_opts o[STREAM_CAP];
+  struct spawn_batch b;
+  struct spawner *sp;
+  int errs[STREAM_CAP], i, j, tries;
+  pid_t pids[STREAM_CAP];
+
+  ck_assert_int_eq(spawner_start(3, &sp), 0);
+  for (i = 0; i < STREAM_CAP; i++) {
+    o[i] = (struct spawn_opts)SPAWN_OPTS_INIT;
+    snprintf(files[i], sizeof files[i], "%s/s%d", tmpdir, i);
+    for (j = 0; j < 5; j++)
+      argvs[i][j] = sh[j];
+    argvs[i][3] = files[i];
+    o[i].argv = argvs[i];
+    o[i].envp = empty_env;
+    errs[i] = 12345;
+    pids[i] = -7;
+  }
+  spawn_stream_begin(sp, &b, o, STREAM_CAP, pids, errs);
+  spawn_stream_ready(&b, 1);
+  /* Worker 0 runs while nothing else is ready: its file appears. */
+  for (tries = 0; tries < 2000 && access(files[0], F_OK) != 0; tries++)
+    usleep(5000);
+  ck_assert_msg(access(files[0], F_OK) == 0,
+                "the first worker did not start before the end");
+  for (i = 1; i < STREAM_END; i++)
+    spawn_stream_ready(&b, (size_t)i + 1);
+  spawn_stream_end(&b, STREAM_END);
+  for (i = 0; i < STREAM_END; i++) {
+    ck_assert_int_eq(errs[i], 0);
+    track(pids[i]);
+    expect_exit(pids[i], 0);
+    ck_assert_int_eq(access(files[i], F_OK), 0);
+    unlink(files[i]);
+  }
+  for (i = STREAM_END; i < STREAM_CAP; i++) {
+    ck_assert_int_eq(errs[i], 12345);
+    ck_assert_int_eq(pids[i], -7);
+    ck_assert_int_ne(access(files[i], F_OK), 0);
+  }
+  spawner_stop(sp);
+  expect_no_children();
+}
+END_TEST
+
 static Suite *spawn_suite(void)
 {
   Suite *s = suite_create("spawn");
@@ -709,6 +764,7 @@ static Suite *spawn_suite(void)
   tc = tcase_create("many");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_spawn_many);
+  tcase_add_test(tc, test_spawn_stream);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("cgroup");
