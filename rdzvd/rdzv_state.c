@@ -29,7 +29,6 @@
 #define DEF_MAX_KEEPALIVE 300.0
 #define DEF_RESUME_GRACE 10.0
 #define MAX_BARRIERS 64               /* distinct barrier names per round */
-#define PROGRESS_PERIOD 1.0           /* seconds between WAITING updates */
 #define CLOSE_WAIT_MAX 5.0            /* closing_start: at most, seconds */
 #define ROUND_LIMIT_TEXT "1073741824" /* RDZV_PROTO_MAX_ROUND */
 _Static_assert(RDZV_PROTO_MAX_ROUND == 1073741824, "ROUND_LIMIT_TEXT");
@@ -234,59 +233,6 @@ void rdzv_state__conn_drop(struct rdzv_state *r, void *conn)
 
 /* ---- node tokens (Note [node tokens], proto/rdzv_token.h) ---- */
 
-static void token_store(struct node *n,
-                        const unsigned char t[RDZV_PROTO_TOKEN_BYTES])
-{
-  memcpy(n->prev_token, n->token, RDZV_PROTO_TOKEN_BYTES);
-  memcpy(n->token, t, RDZV_PROTO_TOKEN_BYTES);
-}
-
-/* n's credential for the round it gathers for, made anew only when what
- * it vouches for changed (a WAITING costs no MAC).  A MAC that fails
- * (libcrypto out of memory) leaves the node without one: it can still
- * run, it just cannot prove itself after a reconnect. */
-static const unsigned char *token_gathering(const struct rdzv_state *r,
-                                            struct node *n, int round,
-                                            int restarts)
-{
-  unsigned char t[RDZV_PROTO_TOKEN_BYTES];
-
-  if (!n->token_gathering || n->token_round != round ||
-      n->token_restarts != restarts) {
-    if (rdzv_token_gathering(r->tokens, n->job->id, n->host, n->pid,
-                             n->incarnation, round, restarts, t))
-      memset(t, 0, sizeof t);
-    token_store(n, t);
-    n->token_gathering = true;
-    n->token_round = round;
-    n->token_restarts = restarts;
-  }
-  return n->token;
-}
-
-static void send_waiting(const struct rdzv_state *r, const struct job *job,
-                         struct node *n, double now)
-{
-  struct rdzv_proto_msg m;
-  struct rdzv_proto_waiting *w = &m.u.waiting;
-
-  memset(&m, 0, sizeof m);
-  m.op = RDZV_PROTO_WAITING;
-  /* The round it waits for: the next one when the job runs (none after
-   * RDZV_PROTO_MAX_ROUND: the job closes when it would start). */
-  w->round = job->round + (job->phase == PH_RUNNING &&
-                           job->round < RDZV_PROTO_MAX_ROUND);
-  w->present = job->n_part;
-  w->min_nodes = job->conf.min_nodes;
-  w->max_nodes = job->conf.max_nodes;
-  w->deadline = rdzv_state__clamp_secs(n->join_at + n->join_timeout - now);
-  w->last_call = job->phase == PH_LAST_CALL
-                   ? rdzv_state__clamp_secs(job->deadline - now) : -1;
-  w->restart_count = job->restart_count;
-  memcpy(w->token, token_gathering(r, n, w->round, w->restart_count),
-         RDZV_PROTO_TOKEN_BYTES);
-  rdzv_reply_send(&r->sink, n->c->conn, &m);
-}
 
 /* ---- nodes ---- */
 
@@ -348,6 +294,7 @@ void rdzv_state__node_free(struct rdzv_state *r, struct node *n)
   timer_heap_clear(&r->heap, &n->t_join);
   timer_heap_clear(&r->heap, &n->t_alive);
   timer_heap_unreserve(&r->heap, 2);
+  rdzv_waiting_forget(n);
   list_remove(&n->in_job);
   job->n_nodes--;
   job->sum_nproc -= n->nproc;
@@ -449,8 +396,9 @@ static void job_free(struct rdzv_state *r, struct job *job)
   free(job->cause);
   timer_heap_clear(&r->heap, &job->t_last_call);
   timer_heap_clear(&r->heap, &job->t_progress);
+  timer_heap_clear(&r->heap, &job->t_owed);
   timer_heap_clear(&r->heap, &job->t_forget);
-  timer_heap_unreserve(&r->heap, 3);
+  timer_heap_unreserve(&r->heap, JOB_TIMERS);
   hashtab_remove(&r->jobs, job->h, job);
   list_remove(&job->in_registry);
   r->n_jobs--;
@@ -508,13 +456,14 @@ static struct job *job_create(struct rdzv_state *r,
   job->h = hashtab_hash_str(r->seed, job->id);
   list_init(&job->nodes);
   list_init(&job->spares);
+  list_init(&job->owed);
   list_init(&job->in_empty);
-  if (timer_heap_reserve(&r->heap, 3)) {
+  if (timer_heap_reserve(&r->heap, JOB_TIMERS)) {
     free(job);
     return NULL;
   }
   if (hashtab_insert(&r->jobs, job->h, job)) {
-    timer_heap_unreserve(&r->heap, 3);
+    timer_heap_unreserve(&r->heap, JOB_TIMERS);
     free(job);
     return NULL;
   }
@@ -528,6 +477,7 @@ static struct job *job_create(struct rdzv_state *r,
   job->round_started = now;
   timer_heap_node_init(&job->t_last_call, T_LAST_CALL);
   timer_heap_node_init(&job->t_progress, T_PROGRESS);
+  timer_heap_node_init(&job->t_owed, T_OWED);
   timer_heap_node_init(&job->t_forget, T_FORGET);
   list_insert_tail(&r->jobs_in_order, &job->in_registry);
   r->n_jobs++;
@@ -545,16 +495,6 @@ static struct job *job_create(struct rdzv_state *r,
   return job;
 }
 
-/* A participant count change while gathering: everyone hears of it at
- * most once per PROGRESS_PERIOD, from rdzv_state_tick. */
-static void progress_changed(struct rdzv_state *r, struct job *job,
-                             double now)
-{
-  job->progress_dirty = true;
-  if (!timer_heap_armed(&job->t_progress))
-    timer_heap_set(&r->heap, &job->t_progress,
-              fmax(now, job->progress_last + PROGRESS_PERIOD));
-}
 
 /* Ranks (rdzv_rules_rank_cmp): previous participants keep their order,
  * newcomers follow in join order. */
@@ -630,7 +570,7 @@ static void complete_round(struct rdzv_state *r, struct job *job,
     if (rdzv_token_running(r->tokens, job->id, n->host, n->pid, rd,
                            rd->token))
       memset(rd->token, 0, sizeof rd->token);
-    token_store(n, rd->token);
+    rdzv_state__token_store(n, rd->token);
     n->token_gathering = false;
     rdzv_reply_send(&r->sink, n->c->conn, &m);
   }
@@ -638,6 +578,7 @@ static void complete_round(struct rdzv_state *r, struct job *job,
   job->restarting = false;
   job->exit_passed = false;
   job->progress_dirty = false;
+  rdzv_waiting_cancel(r, job, now);   /* ROUND answered their JOINs */
   if (job->cause)
     job->cause->held = false;
   timer_heap_clear(&r->heap, &job->t_last_call);
@@ -692,10 +633,10 @@ static void recheck(struct rdzv_state *r, struct job *job, double now)
     rdzv_state__node_set_state(job, n, NS_PART, false);
   }
   if (k)
-    progress_changed(r, job, now);
+    rdzv_waiting_progress(r, job, now);
   decide(r, job, now);
   for (i = 0; i < k && rdzv_state__gathering(job); i++)
-    send_waiting(r, job, job->order[i], now);
+    rdzv_waiting_send(r, job, job->order[i], now);
 }
 
 /* A new round: every participant of the ending one but `except` (who
@@ -770,6 +711,7 @@ static void end_job(struct rdzv_state *r, struct job *job, double now,
   job->closing = false;
   timer_heap_clear(&r->heap, &job->t_last_call);
   timer_heap_clear(&r->heap, &job->t_progress);
+  timer_heap_clear(&r->heap, &job->t_owed);   /* CLOSED answers them */
   rdzv_state__log(r, "job %s: %s: %s", job->id,
                   success ? "finished" : "closed", text);
   while (!list_empty(&job->nodes)) {
@@ -820,7 +762,7 @@ static void job_settle(struct rdzv_state *r, struct job *job, double now,
 
   if (rdzv_state__gathering(job)) {
     if (was_part)
-      progress_changed(r, job, now);
+      rdzv_waiting_progress(r, job, now);
     /* Nobody of the previous round is left to wait for: a fresh round
      * that waits for its last call again. */
     if (!job->n_part && !job->n_outstanding)
@@ -944,10 +886,11 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
     rdzv_state__log(r, "job %s: %s joined round %d (%d present, nodes %d..%d)",
                     job->id, d, job->round, job->n_part, job->conf.min_nodes,
                     job->conf.max_nodes);
-    progress_changed(r, job, now);
+    rdzv_waiting_progress(r, job, now);
     recheck(r, job, now);
-    if (rdzv_state__gathering(job))         /* else it got ROUND already */
-      send_waiting(r, job, n, now);
+    /* Else it got ROUND already.  Note [settled waiting] (rdzv_waiting.c). */
+    if (rdzv_state__gathering(job))
+      rdzv_waiting_owe(r, job, n, now);
     return;
   case RDZV_ADMIT_NEW_ROUND:
     rdzv_state__node_set_state(job, n, NS_SPARE, false);
@@ -956,7 +899,7 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
     fmt(why, sizeof why, "%s joined", d);
     rdzv_state__start_round(r, job, now, why, NULL);
     if (n->state == NS_SPARE)   /* not promoted: still gets its answer */
-      send_waiting(r, job, n, now);
+      rdzv_waiting_send(r, job, n, now);
     return;
   case RDZV_ADMIT_WAIT:
     break;
@@ -966,7 +909,7 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
                   job->round, job->closing       ? "closing"
                               : job->exit_passed ? "finishing"
                                                  : "full");
-  send_waiting(r, job, n, now);
+  rdzv_waiting_send(r, job, n, now);
 }
 
 static int rejoin(struct rdzv_state *r, struct node *n,
@@ -976,7 +919,7 @@ static int rejoin(struct rdzv_state *r, struct node *n,
 
   if (n->state == NS_SPARE ||
       (n->state == NS_PART && rdzv_state__gathering(job))) {
-    send_waiting(r, job, n, now);
+    rdzv_waiting_send(r, job, n, now);
     return 0;
   }
   if (n->state == NS_PART)
@@ -1613,23 +1556,6 @@ static void on_join_timer(struct rdzv_state *r, struct node *n, double now)
   rdzv_state__conn_drop(r, conn);
 }
 
-/* One WAITING per participant, at most once per PROGRESS_PERIOD. */
-static void on_progress_timer(struct rdzv_state *r, struct job *job,
-                              double now)
-{
-  struct list_node *pos, *next;
-  struct node *n;
-
-  if (!rdzv_state__gathering(job) || !job->progress_dirty)
-    return;
-  list_for_each_safe(pos, next, &job->nodes) {
-    n = list_entry(pos, struct node, in_job);
-    if (n->state == NS_PART)
-      send_waiting(r, job, n, now);
-  }
-  job->progress_last = now;
-  job->progress_dirty = false;
-}
 
 static double tick(struct rdzv_state *r, double now)
 {
@@ -1657,7 +1583,11 @@ static double tick(struct rdzv_state *r, double now)
         rdzv_resume_expired(r, job, now);
       break;
     case T_PROGRESS:
-      on_progress_timer(r, container_of(t, struct job, t_progress), now);
+      rdzv_waiting_progress_timer(r, container_of(t, struct job, t_progress),
+                                  now);
+      break;
+    case T_OWED:
+      rdzv_waiting_settled(r, container_of(t, struct job, t_owed), now);
       break;
     case T_FORGET:
       job = container_of(t, struct job, t_forget);

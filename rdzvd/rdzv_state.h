@@ -151,9 +151,10 @@ void rdzv_state_destroy(struct rdzv_state *r);
  * drop.
  *
  * Progress: while GATHERING, every node of the round gets WAITING after
- * its JOIN and then at most once per second when the count changes
- * (emitted from rdzv_state_tick), so progress costs O(N) per second, not
- * O(N^2).
+ * its JOIN (once the job's JOINs pause: Note [settled waiting],
+ * rdzv_waiting.c; none when the round completes first) and then at most
+ * once per second when the count changes (both emitted from
+ * rdzv_state_tick), so progress costs O(N) per second, not O(N^2).
  *
  * Barriers: BARRIER(name, round) from a participant of the RUNNING round;
  * when every participant of the round has entered the barrier, each gets

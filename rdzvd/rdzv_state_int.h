@@ -1,5 +1,6 @@
 /* rdzv_state_int.h -- the rendezvous state machine's own types, shared by
- * its files (rdzv_state.c, the machine; rdzv_resume.c, its soft state;
+ * its files (rdzv_state.c, the machine; rdzv_waiting.c, what gathering
+ * nodes hear; rdzv_resume.c, its soft state;
  * kv_store.c, the jobs' stores; status_render.c, its status report) and
  * by nothing else. */
 #ifndef RDZV_STATE_INT_H
@@ -17,11 +18,12 @@
 #include "timer_heap.h"
 
 #define WIRE_MAX_SECONDS 1e7        /* the codec's bound on durations */
+#define JOB_TIMERS 4                /* a job's timer_heap nodes */
 
 /* Note [timers]
  *
  * Every deadline is a struct timer_heap_node embedded in its owner (a
- * job's last call, progress and forget timers; a node's join and keepalive
+ * job's last call, progress, owed and forget timers; a node's join and keepalive
  * timers; a KV wait) and kept in the registry's one timer heap (timer_heap.h); its
  * kind says which owner and which timer it is.
  *
@@ -35,6 +37,7 @@ enum tkind {
                      period of a job being rebuilt (RUNNING), and of the
                      wait of a closing job (Note [root cause]) */
   T_PROGRESS,     /* struct job, t_progress */
+  T_OWED,         /* struct job, t_owed: Note [settled waiting] */
   T_FORGET,       /* struct job, t_forget */
   T_JOIN,         /* struct node, t_join */
   T_ALIVE,        /* struct node, t_alive */
@@ -104,6 +107,8 @@ struct node {
   struct list_node in_job;      /* job->nodes, creation order */
   struct list_node in_spares;   /* job->spares, join order */
   struct list_node waiters;     /* struct waiter, by_node */
+  struct list_node in_owed;     /* job->owed, while owed */
+  bool owed;                    /* owed the WAITING answering its JOIN */
   struct barrier *barrier;      /* the pending barrier it entered */
   enum nstate state;
   bool expected;
@@ -173,7 +178,11 @@ struct job {
   double round_started;         /* metrics: creation, or the RESTART */
   double progress_last;
   uint64_t seq;
-  struct timer_heap_node t_last_call, t_progress, t_forget;
+  struct timer_heap_node t_last_call, t_progress, t_owed, t_forget;
+  /* Note [settled waiting] (rdzv_waiting.c): the nodes owed the WAITING
+   * answering their JOIN, the first one's JOIN, the job's last JOIN. */
+  struct list_node owed;        /* struct node, in_owed */
+  double owed_since, last_join;
   struct list_node nodes;       /* struct node, in_job */
   struct list_node spares;      /* struct node, in_spares */
   struct node **order;          /* scratch for ranking, >= n_nodes */
@@ -247,6 +256,26 @@ __attribute__((format(printf, 8, 9))) int rdzv_state__refuse_join(
 int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
                           const struct rdzv_proto_join *j, double now,
                           struct node **created);
+
+/* rdzv_waiting.c: what a gathering node hears, and when (Note [settled
+ * waiting]).  send: a WAITING now; owe: the WAITING answering n's JOIN,
+ * once the job's JOINs settle; settled: the job's owed timer fired;
+ * cancel: the round completed (ROUND answers the owed participants; owed
+ * spares hear WAITING now); forget: n is freed; progress: the count
+ * changed (everyone hears within PROGRESS_PERIOD); progress_timer: the
+ * job's progress timer fired.  token_store: n's new credential. */
+void rdzv_waiting_send(const struct rdzv_state *r, const struct job *job,
+                       struct node *n, double now);
+void rdzv_waiting_owe(struct rdzv_state *r, struct job *job, struct node *n,
+                      double now);
+void rdzv_waiting_settled(struct rdzv_state *r, struct job *job, double now);
+void rdzv_waiting_cancel(struct rdzv_state *r, struct job *job, double now);
+void rdzv_waiting_forget(struct node *n);
+void rdzv_waiting_progress(struct rdzv_state *r, struct job *job, double now);
+void rdzv_waiting_progress_timer(struct rdzv_state *r, struct job *job,
+                                 double now);
+void rdzv_state__token_store(struct node *n,
+                             const unsigned char t[RDZV_PROTO_TOKEN_BYTES]);
 
 /* rdzv_resume.c: RESUME from conn (c: its entry, or NULL); the grace
  * period of a job being rebuilt ran out. */

@@ -14,7 +14,7 @@
 
 /* Fake connections: node i is &conn_mem[i], host "h<i>", address
  * 10.0.0.<i+1>, pid 1000 + i, master port 29500 + i. */
-enum { A, B, C, D, E, X, NCONN };
+enum { A, B, C, D, E, X, MANY0, NCONN = MANY0 + 64 };
 static char conn_mem[NCONN];
 #define CONN(i) ((void *)&conn_mem[i])
 
@@ -185,6 +185,17 @@ static int join_job(int i, const char *id, const char *addr, int nproc,
 static int join(int i, int nproc, double now)
 {
   return join_job(i, "job1", NULL, nproc, now);
+}
+
+/* Note [settled waiting] (rdzvd/rdzv_waiting.c): the WAITING answering a
+ * JOIN goes once the job's JOINs have paused for 10 ms; the server's
+ * loop ticks then.  Times in it are 0.01 s later than the JOIN's. */
+#define SETTLE 0.01
+#define SETTLE_TOL 0.0101
+
+static void settle(double now)
+{
+  rdzv_state_tick(R, now + SETTLE);
 }
 
 static int op(int i, enum rdzv_proto_op o, double now)
@@ -397,17 +408,20 @@ START_TEST(last_call_completes_at_deadline)
   CF = conf_of(2, 4);
   CF.last_call_timeout = 5;
   ck_assert_int_eq(join(A, 3, 0), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 0);
+  settle(0);
   w = &last(A, RDZV_PROTO_WAITING)->u.waiting;
   ck_assert_int_eq(w->round, 0);
   ck_assert_int_eq(w->present, 1);
   ck_assert_int_eq(w->min_nodes, 2);
   ck_assert_int_eq(w->max_nodes, 4);
-  ck_assert_double_eq(w->deadline, 600);
+  ck_assert_double_eq_tol(w->deadline, 600, SETTLE_TOL);
   ck_assert_double_eq(w->last_call, -1);
   ck_assert_int_eq(join(B, 5, 1), 0);
+  settle(1);
   w = &last(B, RDZV_PROTO_WAITING)->u.waiting;
   ck_assert_int_eq(w->present, 2);
-  ck_assert_double_eq(w->last_call, 5);
+  ck_assert_double_eq_tol(w->last_call, 5, SETTLE_TOL);
   ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
   ck_assert_double_le(rdzv_state_tick(R, 5.9), 6);
   ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
@@ -447,6 +461,7 @@ START_TEST(config_mismatch_refused)
   /* The job goes on with the right configuration. */
   CF = conf_of(2, 4);
   ck_assert_int_eq(join(B, 1, 2), 0);
+  settle(2);
   ck_assert_int_eq(last(B, RDZV_PROTO_WAITING)->u.waiting.present, 2);
 }
 END_TEST
@@ -470,7 +485,9 @@ START_TEST(join_sends_progress_once_per_second)
 {
   CF = conf_of(4, 4);
   ck_assert_int_eq(join(A, 1, 0), 0);
+  settle(0);
   ck_assert_int_eq(join(B, 1, 0.2), 0);
+  settle(0.2);
   ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 1);
   ck_assert_int_eq(count(B, RDZV_PROTO_WAITING), 1);
   ck_assert_double_eq(rdzv_state_tick(R, 0.5), 1.0);
@@ -794,8 +811,10 @@ START_TEST(join_timeout_below_min)
   rdzv_state_conn_closed(R, CONN(B), 1);
   ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
   ck_assert_int_eq(join(A, 1, 2), 0);
+  settle(2);
   ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.present, 1);
-  ck_assert_double_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.deadline, 10);
+  ck_assert_double_eq_tol(last(A, RDZV_PROTO_WAITING)->u.waiting.deadline, 10,
+                          SETTLE_TOL);
   rdzv_state_tick(R, 11.9);
   ck_assert(!dropped(A));
   rdzv_state_tick(R, 12);
@@ -822,8 +841,10 @@ START_TEST(expected_nodes_all_gone)
   clear();
   /* A newcomer is not a restarting node: it waits for the last call. */
   ck_assert_int_eq(join(C, 1, 2), 0);
+  settle(2);
   ck_assert_int_eq(total(RDZV_PROTO_ROUND), 0);
-  ck_assert_double_eq(last(C, RDZV_PROTO_WAITING)->u.waiting.last_call, 30);
+  ck_assert_double_eq_tol(last(C, RDZV_PROTO_WAITING)->u.waiting.last_call, 30,
+                          SETTLE_TOL);
   rdzv_state_tick(R, 32);
   assert_round(C, 1, 0, 1, 0, 1, C);
 }
@@ -876,6 +897,7 @@ START_TEST(rejoin_rules)
 {
   CF = conf_of(2, 3);
   ck_assert_int_eq(join(A, 1, 0), 0);
+  settle(0);
   /* Already gathering: a no-op that answers WAITING again. */
   ck_assert_int_eq(join(A, 1, 1), 0);
   ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 2);
@@ -1664,6 +1686,7 @@ START_TEST(resume_gathering_keeps_counts)
 {
   CF = conf_of(2, 2);
   ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_GATHERING, 5, 2, 0, 0, 0), 0);
+  settle(0);
   ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 1);
   ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.round, 5);
   /* A node that knows less just joins the same round. */
@@ -1932,6 +1955,7 @@ START_TEST(name_twin_cannot_displace)
   m.u.join.master_port = 1;
   m.u.join.conf = CF;
   ck_assert_int_eq(rdzv_state_handle(R, CONN(E), &m, 1), 0);
+  settle(1);
   ck_assert(!rdzv_proto_token_none(rec.tok[E]));
   ck_assert(memcmp(rec.tok[E], rec.tok[A], RDZV_PROTO_TOKEN_BYTES) != 0);
   rdzv_state_conn_closed(R, CONN(E), 2);
@@ -1994,10 +2018,12 @@ START_TEST(restarted_server_checks_claims)
   /* A gathering claim proved by its WAITING token keeps its counts. */
   ck_assert_int_eq(failure(A, false, "exitcode 1", 3), 0);
   ck_assert_int_eq(join(A, 2, 3), 0);
+  settle(3);
   ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.round, 1);
   ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.restart_count, 1);
   with_token_key();
   ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_GATHERING, 1, 1, 0, 0, 4), 0);
+  settle(4);
   ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.round, 1);
   /* One that is not proved joins, but changes no count. */
   forged_token = rec.tok[B];
@@ -2122,6 +2148,72 @@ START_TEST(resume_refusals)
 }
 END_TEST
 
+/* Note [settled waiting]: a burst of JOINs hears WAITING once the JOINs
+ * pause, each node once; a JOIN that completes the round hears only its
+ * ROUND, and the round's ROUND answers every JOIN still owed. */
+START_TEST(waiting_settles_after_a_burst)
+{
+  CF = conf_of(4, 4);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  rdzv_state_tick(R, 0.004);
+  ck_assert_int_eq(join(B, 1, 0.004), 0);
+  rdzv_state_tick(R, 0.008);
+  ck_assert_int_eq(join(C, 1, 0.008), 0);
+  rdzv_state_tick(R, 0.0179);
+  ck_assert_int_eq(total(RDZV_PROTO_WAITING), 0);
+  rdzv_state_tick(R, 0.0181);
+  ck_assert_int_eq(count(A, RDZV_PROTO_WAITING), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_WAITING), 1);
+  ck_assert_int_eq(count(C, RDZV_PROTO_WAITING), 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_WAITING)->u.waiting.present, 3);
+  ck_assert_int_eq(join(D, 1, 0.1), 0);
+  assert_round(D, 0, 3, 4, 3, 4, A);
+  rdzv_state_tick(R, 5);
+  ck_assert_int_eq(count(D, RDZV_PROTO_WAITING), 0);
+  ck_assert_int_eq(total(RDZV_PROTO_WAITING), 3);
+}
+END_TEST
+
+START_TEST(waiting_not_sent_when_round_comes_first)
+{
+  CF = conf_of(3, 3);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0.001), 0);
+  ck_assert_int_eq(join(C, 1, 0.002), 0);
+  assert_round(A, 0, 0, 3, 0, 3, A);
+  assert_round(C, 0, 2, 3, 2, 3, A);
+  rdzv_state_tick(R, 10);
+  ck_assert_int_eq(total(RDZV_PROTO_WAITING), 0);
+  /* An owed node that leaves is forgotten (ASan: nothing dangles). */
+  CF = conf_of(3, 3);
+  ck_assert_int_eq(join_job(D, "job2", NULL, 1, 11), 0);
+  rdzv_state_conn_closed(R, CONN(D), 11.001);
+  rdzv_state_tick(R, 12);
+  ck_assert_int_eq(count(D, RDZV_PROTO_WAITING), 0);
+}
+END_TEST
+
+/* JOINs that never pause: the first hears WAITING 0.25 s after its
+ * JOIN all the same. */
+START_TEST(waiting_deferred_at_most_a_quarter_second)
+{
+  int i;
+
+  CF = conf_of(NCONN, NCONN);
+  for (i = 0; i < 60; i++) {
+    double now = 0.005 * i;
+
+    rdzv_state_tick(R, now);
+    if (i == 49)        /* 0.245 s */
+      ck_assert_int_eq(count(MANY0, RDZV_PROTO_WAITING), 0);
+    ck_assert_int_eq(join(MANY0 + i, 1, now), 0);
+  }
+  ck_assert_int_eq(count(MANY0, RDZV_PROTO_WAITING), 1);
+  ck_assert_int_eq(count(MANY0 + 49, RDZV_PROTO_WAITING), 1);
+  ck_assert_int_eq(count(MANY0 + 50, RDZV_PROTO_WAITING), 0);
+}
+END_TEST
+
 static Suite *rdzv_state_suite(void)
 {
   Suite *s = suite_create("rdzv_state");
@@ -2135,6 +2227,9 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, config_mismatch_refused);
   tcase_add_test(tc, max_restarts_mismatch_refused);
   tcase_add_test(tc, join_sends_progress_once_per_second);
+  tcase_add_test(tc, waiting_settles_after_a_burst);
+  tcase_add_test(tc, waiting_not_sent_when_round_comes_first);
+  tcase_add_test(tc, waiting_deferred_at_most_a_quarter_second);
   tcase_add_test(tc, death_while_gathering_cancels_last_call);
   tcase_add_test(tc, scale_up_from_waiting_list);
   tcase_add_test(tc, full_round_keeps_spare);
