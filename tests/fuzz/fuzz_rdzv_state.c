@@ -12,7 +12,8 @@
  *   each, one group_world_size k, world_size the sum of the nodes' nproc,
  *   rank offsets the prefix sums, one master;
  * - the registry's own bookkeeping: counts of nodes, participants and
- *   spares, lists, ranks unique within a running round, timers;
+ *   spares, lists (the owed WAITINGs' too), ranks unique within a
+ *   running round, timers;
  * and ASan/LSan see every allocation freed when the registry is
  * destroyed.
  *
@@ -257,6 +258,22 @@ static void check_registry(const struct rdzv_state *r)
         abort();
     }
     if (listed != spares)
+      abort();
+    /* Note [settled waiting]: the owed are the job's own, each flagged,
+     * and their timer is armed while any is owed. */
+    listed = 0;
+    list_for_each_safe(pos, next, &job->owed) {
+      n = list_entry(pos, struct node, in_owed);
+      if (!n->owed || n->job != job || ++listed > cnt)
+        abort();
+    }
+    if (listed && !timer_heap_armed(&job->t_owed))
+      abort();
+    list_for_each_safe(pos, next, &job->nodes) {
+      n = list_entry(pos, struct node, in_job);
+      listed -= n->owed;
+    }
+    if (listed != 0)
       abort();
     if (cnt != job->n_nodes || part != job->n_part ||
         spares != job->n_spares || outstanding != job->n_outstanding ||
