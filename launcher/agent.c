@@ -1235,6 +1235,28 @@ undo_sigchld:
   return err;
 }
 
+/* Note [overlapped exit]: on a disk, removing a folder costs (on this
+ * project's test machines, /tmp's ext4 discards each freed block
+ * synchronously: about 80 us per folder, 11 of them for 8 workers), and
+ * the agent's own teardown (the loop's handles, the spawning threads, the
+ * guardian) is as long again.  Neither needs the other, so once the exit
+ * status is known the guardian, another process and idle by then,
+ * removes the temporary log folder while the agent tears down; the agent
+ * waits for the guardian anyway.  A job of /bin/true workers exits that
+ * much sooner (scripts/bench/all's launch row). */
+static void settle_logs(struct agent *a)
+{
+  const struct agent_opts *o = a->o;
+
+  if (a->logs_settled)
+    return;
+  a->logs_settled = true;
+  a->logs_remove = o->temp_log_base && o->logs_disposable &&
+                   o->logs_disposable(o->rdzv_arg, a->exit_status);
+  if (a->logs_remove && a->guardian.pid > 0)
+    guardian_remove_temp(&a->guardian);
+}
+
 int agent_run(const struct agent_opts *o)
 {
   struct agent a;
@@ -1259,6 +1281,10 @@ int agent_run(const struct agent_opts *o)
     free(a.workers);
     free(a.sigs);
     free(a.by_pid);
+    a.guardian.pid = 0;         /* none: settle_logs removes nothing */
+    settle_logs(&a);
+    if (a.logs_remove)
+      logdir_rmtree(o->temp_log_base);
     return AGENT_EXIT_INTERNAL;
   }
 
@@ -1290,6 +1316,7 @@ int agent_run(const struct agent_opts *o)
     join_round(&a, RDZV_JOIN_FIRST);
   }
   uv_run(&a.loop, UV_RUN_DEFAULT);
+  settle_logs(&a);
   /* finish() closed every handle; let the close callbacks run. */
   uv_run(&a.loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&a.loop) != 0)
@@ -1301,20 +1328,15 @@ out_guardian:
   /* Its threads' workers are gone (Note [spawning threads], spawn.c). */
   spawner_stop(a.spawner);
   /* Anything left in the workers' groups dies with the guardian's SIGKILL
-   * now; normally nothing is.
-   *
-   * Note [overlapped exit]: the guardian's last work (the kills, removing
-   * the cgroup) and the log folder's removal are each a few hundred
-   * microseconds of file system calls, and nothing orders them: a /tmp on
-   * disk makes every rmdir cost.  So the guardian is released first, the
-   * folder goes meanwhile, and only then is the guardian waited for.  A
-   * job of /bin/true workers exits that much sooner (scripts/bench/all's
-   * launch row). */
+   * now; normally nothing is. */
   guardian_release(&a.guardian);
 out_free:
-  if (o->at_exit)
-    o->at_exit(o->rdzv_arg, a.exit_status);
+  settle_logs(&a);              /* when the loop never ran */
   guardian_wait(&a.guardian);   /* a no-op when it never started */
+  /* What the guardian did not remove (it is gone, or never started):
+   * normally nothing, one rmdir that finds nothing. */
+  if (a.logs_remove)
+    logdir_rmtree(o->temp_log_base);
   contain_destroy(&a.contain);
   status = a.exit_status;
   failures_clear(&a.failures);

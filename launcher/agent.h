@@ -41,10 +41,11 @@ struct agent_opts {
   bool default_omp_threads;       /* OMP_NUM_THREADS=1 if unset */
   bool log_events;                /* --event_log_handler=console */
   bool *error_files_read;         /* out: the summary used error files */
-  /* Called once at the end, with the exit status, while the guardian
-   * removes the cgroup (Note [overlapped exit], agent.c): main.c keeps or
-   * removes the temporary log folder there.  NULL: nothing. */
-  void (*at_exit)(void *arg, int status);
+  /* Called once, when the job's exit status is known: true when the
+   * temporary log folder (temp_log_base) may go; false keeps it (the
+   * callback says where it is).  The agent then removes it (Note
+   * [overlapped exit], agent.c).  NULL: it is kept. */
+  bool (*logs_disposable)(void *arg, int status);
   /* Creates the rendezvous back end on the agent's loop. */
   int (*rdzv_create)(void *arg, uv_loop_t *loop,
                      const struct rdzv_callbacks *cb, struct rdzv **out);

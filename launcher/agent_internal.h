@@ -66,6 +66,9 @@ struct agent {
   uv_timer_t backoff_timer;     /* the wait before a restart; in
                                    ST_CLOSING, the wait for the job's end */
   bool job_ended;               /* the rendezvous said the job ended */
+  /* Note [overlapped exit] (agent.c): the temporary log folder's fate is
+   * decided (once), and whether it goes. */
+  bool logs_settled, logs_remove;
   uv_timer_t lost_timer;        /* Note [fixed membership] */
   bool lost_pending;
   char lost_host[256];

@@ -22,8 +22,9 @@
 #define GUARDIAN_MAX_GROUPS 65536
 
 /* One command on the pipe: 'w' (watch) or 'f' (forget) a process group,
- * or 'q' (the agent quits in order: its temporary directory is its own
- * business).  Commands are smaller than PIPE_BUF, so each write is
+ * 'r' (remove the temporary directory now: Note [overlapped exit],
+ * agent.c), or 'q' (the agent quits in order: its temporary directory is
+ * its own business).  Commands are smaller than PIPE_BUF, so each write is
  * atomic. */
 struct guardian_msg {
   char op;
@@ -37,7 +38,7 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
   static pid_t groups[GUARDIAN_MAX_GROUPS];
   struct guardian_msg m;
   size_t ngroups = 0, i;
-  bool clean = false;
+  bool clean = false, removed = false;
   ssize_t n;
   int sig;
 
@@ -72,6 +73,10 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
       break;              /* EOF (or garbage): the agent is gone */
     if (m.op == 'q') {
       clean = true;
+    } else if (m.op == 'r' && !removed) {
+      if (temp_dir[0])
+        logdir_rmtree(temp_dir);
+      removed = true;
     } else if (m.op == 'w' && ngroups < GUARDIAN_MAX_GROUPS) {
       groups[ngroups++] = m.pgid;
     } else if (m.op == 'f') {
@@ -94,7 +99,7 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
     contain_cgroup_remove(cgroup);
   /* The agent died without a word (SIGKILL, a crash): nobody else will
    * remove its temporary log directory, and nobody was told where it is. */
-  if (!clean && temp_dir[0])
+  if (!clean && !removed && temp_dir[0])
     logdir_rmtree(temp_dir);
   _exit(0);
 }
@@ -164,6 +169,11 @@ int guardian_watch(struct guardian *g, pid_t pgid)
 int guardian_forget(struct guardian *g, pid_t pgid)
 {
   return guardian_send(g, 'f', pgid);
+}
+
+int guardian_remove_temp(struct guardian *g)
+{
+  return guardian_send(g, 'r', 0);
 }
 
 void guardian_release(struct guardian *g)

@@ -34,6 +34,11 @@ int guardian_start(struct guardian *g, const struct contain *c,
 int guardian_watch(struct guardian *g, pid_t pgid);
 int guardian_forget(struct guardian *g, pid_t pgid);
 
+/* Asks the guardian to remove temp_dir now, while the agent does other
+ * work (Note [overlapped exit], agent.c); the agent removes what is left
+ * after guardian_wait.  Returns 0 or -errno. */
+int guardian_remove_temp(struct guardian *g);
+
 /* Tells the guardian that the agent quits in order (temp_dir stays) and
  * closes the pipe: the guardian SIGKILLs what is left on its list and in
  * the cgroup, and exits; then waits for it.  It skips the scan for the

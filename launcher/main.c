@@ -541,18 +541,21 @@ static void prepare_agent_process(const struct cdrun_args *a,
 /* A temporary log dir goes away unless it holds what the user needs:
  * worker logs, or the error files the failure summary points to (a run
  * that failed, not one that recovered after a restart). */
-static void keep_or_remove_logs(void *arg, int status)
+static bool logs_disposable(void *arg, int status)
 {
   const struct job *j = arg;
 
   if (!j->log_base_is_temp)
-    return;
-  if (logs_written(j))
+    return false;
+  if (logs_written(j)) {
     say("worker logs are in %s", j->run_log_dir);
-  else if (j->error_files_read && status != 0)
+    return false;
+  }
+  if (j->error_files_read && status != 0) {
     say("error files are in %s", j->run_log_dir);
-  else
-    logdir_rmtree(j->log_base);
+    return false;
+  }
+  return true;
 }
 
 static void fill_agent_opts(const struct cdrun_args *a,
@@ -607,7 +610,7 @@ static void fill_agent_opts(const struct cdrun_args *a,
   o->log_events = strcmp(a->event_log_handler, "console") == 0;
   o->rdzv_create = create_rdzv;
   o->error_files_read = &j->error_files_read;
-  o->at_exit = keep_or_remove_logs;
+  o->logs_disposable = logs_disposable;
   o->rdzv_arg = j;
   /* Note [fixed membership] (agent.h): srun or the head node started
    * every node, and neither can start a lost one again. */
