@@ -36,4 +36,13 @@ mkdir "$T/b"
 for p in $(cat "$T"/b/gpid.*); do
   alive "$p" && fail "grandchild $p outlived a finished job"
 done
+
+# A job that ends well leaves no temporary log directory once cdrun has
+# returned (Note [overlapped exit]: the guardian removes it, the agent
+# waits for the guardian).
+mkdir "$T/tmp2"
+TMPDIR=$T/tmp2 "$CDRUN" --standalone --nproc_per_node=4 --no_python /bin/true ||
+  fail "cdrun /bin/true failed"
+[ -z "$(ls -A "$T/tmp2")" ] ||
+  fail "a finished job left its temporary log directory: $(find "$T/tmp2" | head -5)"
 exit 0
