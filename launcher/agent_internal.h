@@ -118,9 +118,30 @@ void agent_begin_stop(struct agent *a, enum stop_reason why, int sig);
 void agent_event(struct agent *a, const char *name, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 
+/* agent_spawn.c: starts the round's workers (as: the assignment, in
+ * a->assign already); false when one could not start (the group is
+ * stopping then, agent_start_failed). */
+bool agent_start_workers(struct agent *a, const struct rdzv_assignment *as);
+
 /* Starts worker w alone in the current round (a live replacement): its
  * folder, environment and streams, then the process; a failure to start
  * stops the group as at a round's start. */
 void agent_spawn_worker(struct agent *a, struct worker *w);
+
+/* Worker w could not be started (err; pid: the child whose exec failed,
+ * or 0): fails without restarting (a target that cannot be executed will
+ * not be executable next time either). */
+void agent_start_failed(struct agent *a, struct worker *w, int err,
+                        pid_t pid);
+
+/* agent.c's, for agent_spawn.c: the wall clock (epoch seconds); worker
+ * w's failure (pid, code: > 0 status, -signum; message replaces its error
+ * file); w running, findable by pid; whether the group has stopped (what
+ * a closed tee stream may complete). */
+double agent_now_epoch(void);
+void agent_record_failure(struct agent *a, struct worker *w, pid_t pid,
+                          int code, const char *message);
+void agent_pid_insert(struct agent *a, struct worker *w);
+void agent_check_stopped(struct agent *a);
 
 #endif
