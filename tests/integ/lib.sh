@@ -9,6 +9,10 @@ set -u
 : "${TESTWORKER:?TESTWORKER must point to the test worker}"
 TW=$TESTWORKER
 T=$(mktemp -d "${TMPDIR:-/tmp}/cdrun-test.XXXXXX")
+# What cdrun keeps after a failure (its temporary log folder, for the
+# error files) goes with the scenario, not into the machine's /tmp.
+mkdir "$T/tmpdir"
+export TMPDIR=$T/tmpdir
 STARTED=()
 
 cleanup() {

@@ -76,6 +76,6 @@ done
 expect_grep '^chaos_cost kind=rdzvd_kill n=[0-9]+ lost_ms=[0-9]+ detect_ms=[0-9]+ restart_ms=- reload_ms=- ' "$T/out"
 
 # Nothing of the run is left in our TMPDIR but its (kept on failure) dir.
-left=$(ls -A "$T" | grep -v -E '^(out|err)$')
+left=$(ls -A "$T" | grep -v -E '^(out|err|tmpdir)$')
 expect_eq "left in TMPDIR" "$left" ""
 exit 0

@@ -41,6 +41,6 @@ expect_grep '^chaos_cost kind=worker_stop n=1 lost_ms=[0-9.]+ detect_ms=- rebuil
   "$T/lall.out"
 
 # Nothing of the runs is left in our TMPDIR but their outputs.
-left=$(ls -A "$T" | grep -v -E '^(lkill|lall)\.(out|err)$')
+left=$(ls -A "$T" | grep -v -E '^((lkill|lall)\.(out|err)|tmpdir)$')
 expect_eq "left in TMPDIR" "$left" ""
 exit 0
