@@ -312,7 +312,6 @@ int spawn_worker(const struct spawn_opts *o, pid_t *pid_out)
   return err;
 }
 
-
 /* Note [spawning threads]: PR_SET_PDEATHSIG fires when the *thread* that
  * made the child ends, not the process, so the threads live as long as
  * the workers they start: a pool, stopped only when the agent ends. */

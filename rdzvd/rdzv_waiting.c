@@ -121,12 +121,7 @@ void rdzv_waiting_settled(struct rdzv_state *r, struct job *job, double now)
   struct list_node *pos, *next;
   struct node *n;
 
-  if (list_empty(&job->owed))
-    return;
-  if (now < owed_due(job)) {
-    timer_heap_set(&r->heap, &job->t_owed, owed_due(job));
-    return;
-  }
+  /* Every owe re-arms the timer at owed_due: it fires only when due. */
   list_for_each_safe(pos, next, &job->owed) {
     n = list_entry(pos, struct node, in_owed);
     if (n->state == NS_SPARE ||
