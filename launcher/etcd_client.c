@@ -12,11 +12,23 @@
 
 #include "http_uv.h"
 #include "list.h"
+#include "monotime.h"
 #include "say.h"
 
 #define MAX_MEMBERS 16
 #define MAX_REPLY (8u << 20)      /* bounds a reply (etcd sends <= ~1.5 MiB) */
-#define CONNECT_TIMEOUT_MS 2000L
+/* Note [a hung member]: a member that accepts connections and never
+ * answers (SIGSTOPped, a long GC, a disk stall, a half-open network) must
+ * cost a request about a second, not the whole request timeout.  Each
+ * attempt on a member gets ATTEMPT_MS (more when that member's answers
+ * are slow) while another member is left to try; the last member of the
+ * round gets the whole timeout (a slow cluster still answers).  A member
+ * that timed out, refused or had no leader is avoided for BAD_MS (etcd's
+ * own client balancer does the same with its unhealthy endpoints), and
+ * the watches leave it with the calls. */
+#define ATTEMPT_MS 1000L
+#define CONNECT_TIMEOUT_MS 1000L
+#define BAD_MS 5000.0
 #define WATCH_RETRY_MIN_MS 100
 #define WATCH_RETRY_MAX_MS 2000
 
@@ -33,11 +45,14 @@ struct etcd_call {
   void *ctx;
   int member;                   /* tried now */
   int tries;                    /* members tried */
-  long timeout_ms;              /* per member */
+  unsigned tried;               /* bit per member tried */
+  long timeout_ms;              /* the last member's (the whole) */
+  double sent_at;               /* this attempt's start (monotime) */
   bool reauthed;                /* retried once with a fresh token */
   bool is_auth;                 /* the authenticate call itself */
   bool waiting_token;           /* queued until the token comes */
   char last_error[256];
+  char errors[600];             /* every member's, for the message */
 };
 
 struct etcd_watch {
@@ -56,6 +71,8 @@ struct etcd_watch {
   size_t len, cap;
   uv_timer_t retry;             /* reconnect later */
   uv_timer_t deliver;           /* lines out of curl's write callback */
+  uv_timer_t first_byte;        /* Note [a hung member]: no answer yet */
+  bool answered;                /* this connection sent something */
   int open_handles;
   etcd_watch_cb cb;
   etcd_watch_err_cb ecb;
@@ -69,6 +86,8 @@ struct etcd_client {
   char *members[MAX_MEMBERS];   /* "host:port" */
   int n_members;
   int cur;                      /* member in use */
+  double bad_until[MAX_MEMBERS];  /* Note [a hung member] (monotime) */
+  double latency[MAX_MEMBERS];  /* a member's answers, smoothed (s) */
   bool https;
   char *cacert, *cert, *key, *user, *password;
   long timeout_ms;
@@ -316,24 +335,98 @@ static void call_free(struct etcd_call *k)
 static void call_done(struct http_uv_req *r, CURLcode result);
 static void authenticate(struct etcd_client *c);
 
+/* ---- members: Note [a hung member] ---------------------------------------- */
+
+static bool member_bad(const struct etcd_client *c, int m, double now)
+{
+  return c->bad_until[m] > now;
+}
+
+/* The member to use: the one in use while it is not known bad, else the
+ * next one that is not (in the order given), else the one whose
+ * trouble is oldest.  Members in skip (a bit each) are not picked while
+ * another one is left. */
+static int member_pick(const struct etcd_client *c, unsigned skip)
+{
+  double now = monotime_now();
+  int i, m, best = -1;
+
+  for (i = 0; i < c->n_members; i++) {
+    m = (c->cur + i) % c->n_members;
+    if (!(skip & 1u << m) && !member_bad(c, m, now))
+      return m;
+  }
+  for (i = 0; i < c->n_members; i++) {
+    m = (c->cur + i) % c->n_members;
+    if (skip & 1u << m)
+      continue;
+    if (best < 0 || c->bad_until[m] < c->bad_until[best])
+      best = m;
+  }
+  return best >= 0 ? best : c->cur;
+}
+
+static void watches_follow(struct etcd_client *c);
+
+/* m answered in `took` seconds: it is good, and the one in use. */
+static void member_good(struct etcd_client *c, int m, double took)
+{
+  c->bad_until[m] = 0;
+  c->latency[m] = c->latency[m] > 0 ? 0.8 * c->latency[m] + 0.2 * took
+                                    : took;
+  if (c->cur != m) {
+    c->cur = m;
+    watches_follow(c);
+  }
+}
+
+/* m failed (timed out, refused, no leader): avoided for a while; when it
+ * was the one in use, the calls and watches move to another. */
+static void member_bad_now(struct etcd_client *c, int m)
+{
+  c->bad_until[m] = monotime_now() + BAD_MS / 1000;
+  if (c->cur == m) {
+    c->cur = member_pick(c, 1u << m);
+    watches_follow(c);
+  }
+}
+
+/* How long one attempt on m may take: a second (more when m's answers
+ * have been slow), the whole timeout for the last member of the round or
+ * when there is only one. */
+static long attempt_ms(const struct etcd_client *c, int m, long whole_ms,
+                       int tries)
+{
+  long ms = (long)(4000 * c->latency[m]);
+
+  if (tries + 1 >= c->n_members)
+    return whole_ms;
+  if (ms < ATTEMPT_MS)
+    ms = ATTEMPT_MS;
+  return ms < whole_ms ? ms : whole_ms;
+}
+
 /* Sends k to its current member. */
 static int call_send(struct etcd_call *k)
 {
   struct etcd_client *c = k->c;
+  long ms = attempt_ms(c, k->member, k->timeout_ms, k->tries);
 
   if (k->req.easy)
     curl_easy_cleanup(k->req.easy);
   curl_slist_free_all(k->hdrs);
   k->hdrs = NULL;
   k->len = 0;
+  k->tried |= 1u << k->member;
+  k->sent_at = monotime_now();
   k->req.easy = easy_for(c, k->member, k->path, k->body, &k->hdrs);
   if (!k->req.easy)
     return -ENOMEM;
   curl_easy_setopt(k->req.easy, CURLOPT_WRITEFUNCTION, call_write);
   curl_easy_setopt(k->req.easy, CURLOPT_WRITEDATA, k);
-  curl_easy_setopt(k->req.easy, CURLOPT_TIMEOUT_MS, k->timeout_ms);
-  if (k->timeout_ms < CONNECT_TIMEOUT_MS)
-    curl_easy_setopt(k->req.easy, CURLOPT_CONNECTTIMEOUT_MS, k->timeout_ms);
+  curl_easy_setopt(k->req.easy, CURLOPT_TIMEOUT_MS, ms);
+  if (ms < CONNECT_TIMEOUT_MS)
+    curl_easy_setopt(k->req.easy, CURLOPT_CONNECTTIMEOUT_MS, ms);
   k->req.done = call_done;
   k->req.data = k;
   return http_uv_add(c->cu, &k->req) ? -EIO : 0;
@@ -352,26 +445,32 @@ static void call_fail(struct etcd_call *k, int err, const char *msg)
     cb(ctx, err, NULL, text);
 }
 
-static void watches_follow(struct etcd_client *c);
+/* Notes what went wrong on k's member, for the message that names every
+ * member tried. */
+static void call_note_error(struct etcd_call *k)
+{
+  size_t n = strlen(k->errors);
+
+  snprintf(k->errors + n, sizeof k->errors - n, "%s%s", n ? "; " : "",
+           k->last_error);
+}
 
 /* The member failed k: the next one, or give up once all were tried. */
 static void call_next_member(struct etcd_call *k, int err)
 {
   struct etcd_client *c = k->c;
-  char msg[512];
+  char msg[800];
   int rc;
 
+  call_note_error(k);
+  member_bad_now(c, k->member);
   if (++k->tries >= c->n_members) {
     snprintf(msg, sizeof msg, "etcd at %s: %s", c->members_text,
-             k->last_error);
+             k->errors);
     call_fail(k, err, msg);
     return;
   }
-  k->member = (k->member + 1) % c->n_members;
-  if (c->cur != k->member) {
-    c->cur = k->member;
-    watches_follow(c);
-  }
+  k->member = member_pick(c, k->tried);
   rc = call_send(k);
   if (rc)
     call_fail(k, rc, "etcd: cannot start a request");
@@ -433,6 +532,7 @@ static void call_done(struct http_uv_req *r, CURLcode result)
       call_next_member(k, -EAGAIN);
       return;
     }
+    member_good(c, k->member, monotime_now() - k->sent_at);
     call_fail(k, grpc_errno(code), k->last_error);
     return;
   }
@@ -440,6 +540,7 @@ static void call_done(struct http_uv_req *r, CURLcode result)
     etcd_reply_cb cb = k->cb;
     void *ctx = k->ctx;
 
+    member_good(c, k->member, monotime_now() - k->sent_at);
     call_free(k);
     if (cb)
       cb(ctx, 0, j, NULL);
@@ -466,6 +567,7 @@ static void call_done(struct http_uv_req *r, CURLcode result)
     authenticate(c);
     return;
   }
+  member_good(c, k->member, monotime_now() - k->sent_at);
   call_fail(k, code >= 0 ? grpc_errno(code) : -EIO, k->last_error);
 }
 
@@ -485,7 +587,7 @@ static int call_start(struct etcd_client *c, const char *path,
   k->body = strdup(body);
   k->cb = cb;
   k->ctx = ctx;
-  k->member = c->cur;
+  k->member = member_pick(c, 0);
   k->timeout_ms = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
   k->is_auth = is_auth;
   list_insert_head(&c->calls, &k->node);
@@ -625,6 +727,10 @@ static size_t watch_write(char *data, size_t size, size_t nmemb, void *userp)
   struct etcd_watch *w = userp;
   size_t n = grow_append(&w->buf, &w->len, &w->cap, data, size * nmemb);
 
+  if (n && !w->answered) {
+    w->answered = true;
+    uv_timer_stop(&w->first_byte);
+  }
   if (n && memchr(data, '\n', size * nmemb))
     uv_timer_start(&w->deliver, deliver_cb, 0, 0);
   return n;
@@ -694,7 +800,10 @@ static void watch_deliver(struct etcd_watch *w)
         http_uv_remove(w->c->cu, &w->req);
         w->running = false;
       }
-      w->member = (w->member + 1) % w->c->n_members;
+      uv_timer_stop(&w->first_byte);
+      if (code != 16)
+        member_bad_now(w->c, w->member);
+      w->member = member_pick(w->c, 0);
       w->len = 0;
       watch_schedule(w);
       return;
@@ -720,15 +829,42 @@ static void watch_done(struct http_uv_req *r, CURLcode result)
   DEBUG("%s watch ended: %s", w->c->members[w->member],
         curl_easy_strerror(result));
   w->running = false;
+  uv_timer_stop(&w->first_byte);
   watch_deliver(w);
   if (w->stopped)
     return;
-  /* The stream ended (member gone, or closed by etcd): the next member
+  /* The stream ended (member gone, or closed by etcd): another member
    * when this one failed, from the next revision. */
   if (result != CURLE_OK)
-    w->member = (w->member + 1) % w->c->n_members;
+    member_bad_now(w->c, w->member);
+  w->member = member_pick(w->c, 0);
   w->len = 0;
   watch_schedule(w);
+}
+
+static void watch_connect(struct etcd_watch *w);
+
+/* Note [a hung member]: the watch's member has not said a word (not even
+ * "created") within an attempt's time: it is bad, and the watch moves
+ * (watches_follow, from member_bad_now). */
+static void first_byte_cb(uv_timer_t *t)
+{
+  struct etcd_watch *w = t->data;
+  struct etcd_client *c = w->c;
+  int m = w->member;
+
+  if (w->stopped || !w->running || w->answered)
+    return;
+  DEBUG("%s watch: no answer within %ld ms", c->members[m],
+        attempt_ms(c, m, c->timeout_ms, 0));
+  member_bad_now(c, m);
+  if (w->member == m && c->n_members > 1) {   /* it was not the one in use */
+    http_uv_remove(c->cu, &w->req);
+    w->running = false;
+    w->len = 0;
+    w->member = member_pick(c, 1u << m);
+    watch_connect(w);
+  }
 }
 
 static void watch_connect(struct etcd_watch *w)
@@ -769,10 +905,14 @@ static void watch_connect(struct etcd_watch *w)
   w->req.data = w;
   DEBUG("%s watch from revision %" PRId64, c->members[w->member],
         w->next_rev);
-  if (http_uv_add(c->cu, &w->req) == 0)
+  w->answered = false;
+  if (http_uv_add(c->cu, &w->req) == 0) {
     w->running = true;
-  else
+    uv_timer_start(&w->first_byte, first_byte_cb,
+                   (uint64_t)attempt_ms(c, w->member, c->timeout_ms, 0), 0);
+  } else {
     watch_schedule(w);
+  }
 }
 
 static void retry_cb(uv_timer_t *t)
@@ -784,6 +924,7 @@ static void retry_cb(uv_timer_t *t)
     watch_schedule(w);      /* once the token is there */
     return;
   }
+  w->member = member_pick(w->c, 0);
   watch_connect(w);
 }
 
@@ -810,6 +951,7 @@ static void watches_follow(struct etcd_client *c)
     if (w->running) {
       http_uv_remove(c->cu, &w->req);
       w->running = false;
+      uv_timer_stop(&w->first_byte);
       watch_deliver(w);
       w->len = 0;
       watch_connect(w);
@@ -846,16 +988,18 @@ struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
     return NULL;
   }
   w->next_rev = start_rev;
-  w->member = c->cur;
+  w->member = member_pick(c, 0);
   w->retry_ms = WATCH_RETRY_MIN_MS;
   w->cb = cb;
   w->ecb = ecb;
   w->ctx = ctx;
   uv_timer_init(c->loop, &w->retry);
   uv_timer_init(c->loop, &w->deliver);
+  uv_timer_init(c->loop, &w->first_byte);
   w->retry.data = w;
   w->deliver.data = w;
-  w->open_handles = 2;
+  w->first_byte.data = w;
+  w->open_handles = 3;
   list_insert_head(&c->watches, &w->node);
   c->watches_alive++;
   if (c->user && !c->token)
@@ -883,6 +1027,7 @@ void etcd_watch_stop(struct etcd_watch *w)
   list_remove(&w->node);
   uv_close((uv_handle_t *)&w->retry, watch_closed);
   uv_close((uv_handle_t *)&w->deliver, watch_closed);
+  uv_close((uv_handle_t *)&w->first_byte, watch_closed);
 }
 
 /* ---- the client ------------------------------------------------------ */

@@ -6,7 +6,8 @@
  * JSON strings (etcd_i64 reads either).  The client fails over between
  * the members it was given: a request that cannot connect, times out or
  * gets 503 (no leader) is retried on the next member, once around the
- * list.  With a user name it authenticates (/v3/auth/authenticate) and
+ * list, each member but the last given about a second, and a member that
+ * failed is avoided for a while (Note [a hung member], etcd_client.c).  With a user name it authenticates (/v3/auth/authenticate) and
  * sends the token with every request, renewing it when etcd says it is
  * invalid.  A watch is a long-lived streaming POST that resumes on the
  * next member from the last revision it delivered. */
@@ -26,7 +27,7 @@ struct etcd_client_opts {
   const char *cacert, *cert, *key;  /* PEM files, or NULL */
   const char *user;             /* NULL: no authentication */
   const char *password;
-  double timeout;               /* seconds per request (one member) */
+  double timeout;               /* seconds: the last member's attempt */
 };
 
 struct etcd_client;
