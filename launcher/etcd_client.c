@@ -682,6 +682,14 @@ static void authenticate(struct etcd_client *c)
   }
 }
 
+int etcd_call_text(struct etcd_client *c, const char *path,
+                   const char *body, double timeout, etcd_reply_cb cb,
+                   void *ctx)
+{
+  return call_start(c, path, body, timeout > 0 ? (long)(timeout * 1000) : 0,
+                    cb, ctx, false);
+}
+
 int etcd_call_within(struct etcd_client *c, const char *path,
                      const cJSON *body, double timeout, etcd_reply_cb cb,
                      void *ctx)

@@ -60,6 +60,13 @@ int etcd_call_within(struct etcd_client *c, const char *path,
                      const cJSON *body, double timeout, etcd_reply_cb cb,
                      void *ctx);
 
+/* etcd_call_within with a body already in text: a streaming call (lease
+ * keepalive) may carry several requests, one JSON object a line; the
+ * reply is then the first one's answer. */
+int etcd_call_text(struct etcd_client *c, const char *path,
+                   const char *body, double timeout, etcd_reply_cb cb,
+                   void *ctx);
+
 /* Watches [key, range_end) (range_end NULL: key alone) from start_rev.
  * Returns NULL when out of memory. */
 struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,

@@ -126,6 +126,10 @@ int etcd_rdzv_state_parse(const char *json, size_t len, struct etcd_rdzv_state *
   s->closing_exhausted = jbool(j, "closing_exhausted");
   s->cause_held = jbool(j, "cause_held");
   jstr(j, "cause_why", s->cause_why, sizeof s->cause_why);
+  jstr(j, "lease", s->lease, sizeof s->lease);
+  jstr(j, "token", s->token, sizeof s->token);
+  s->token_restart = (int)jnum(j, "token_restart", -1);
+  jstr(j, "token_master", s->token_master, sizeof s->token_master);
   {
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cause");
     double t = jnum(c, "exited_at", 0);
@@ -203,6 +207,13 @@ char *etcd_rdzv_state_serialize(const struct etcd_rdzv_state *s)
   if (s->cause_held) {
     cJSON_AddTrueToObject(j, "cause_held");
     cJSON_AddStringToObject(j, "cause_why", s->cause_why);
+  }
+  if (s->lease[0])
+    cJSON_AddStringToObject(j, "lease", s->lease);
+  if (s->token[0]) {
+    cJSON_AddStringToObject(j, "token", s->token);
+    cJSON_AddNumberToObject(j, "token_restart", s->token_restart);
+    cJSON_AddStringToObject(j, "token_master", s->token_master);
   }
   if (s->cause_held && s->cause.exited_at > 0) {
     cJSON *c = cJSON_AddObjectToObject(j, "cause");

@@ -66,6 +66,15 @@ struct etcd_rdzv_state {
   struct rdzv_proto_cause cause;        /* exited_at 0: untimed */
   char cause_why[RDZV_PROTO_MAX_TEXT + 1];
   bool closing, closing_exhausted;
+  /* Note [the job's lease] (rdzv_etcd.c): the lease the document is
+   * stored under, kept alive by every node listed; "": none yet. */
+  char lease[24];
+  /* Note [the job token on etcd] (rdzv_etcd.c): the workers' token, drawn
+   * at random by the agent that completes a round whose restart count or
+   * master differs from the ones it was drawn for; "": none. */
+  char token[65];
+  int token_restart;
+  char token_master[RDZV_PROTO_MAX_ADDR + 16];
   struct etcd_rdzv_node *nodes;
   int n, cap;
 };

@@ -44,6 +44,7 @@ struct etcd_session {
   bool keepalive_inflight;
   bool keepalive_warned;
   bool stopped;
+  char also[32];                  /* another lease renewed with ours */
   etcd_session_cb grant_cb;
   void *grant_ctx;
   void (*lost)(void *ctx);        /* etcd says the lease has expired */
@@ -89,6 +90,10 @@ int etcd_session_put_alive(struct etcd_session *s, const char *value,
  * not run). */
 int etcd_session_revoke(struct etcd_session *s, etcd_reply_cb cb,
                         void *ctx);
+
+/* Renews lease (decimal; "" or NULL: none) with every keepalive of
+ * s's own, in the same request: Note [the job's lease], rdzv_etcd.c. */
+void etcd_session_also(struct etcd_session *s, const char *lease);
 
 /* No more keepalives (a keepalive in flight still reports). */
 void etcd_session_stop(struct etcd_session *s);

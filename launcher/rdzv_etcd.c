@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "etcd_client.h"
@@ -60,6 +61,12 @@ struct rdzv_etcd {
   struct etcd_session session;    /* lease, keepalives, alive key */
   char end_lease[32];             /* Note [the ended job's marker]; "0":
                                      none could be had */
+  bool end_lease_used;            /* ... and the state is stored under it */
+  char job_lease[24];             /* Note [the job's lease]: granted here */
+  char dead_lease[24];            /* a job lease etcd no longer has */
+  bool emptied;                   /* our write removed the last node */
+  char emptied_lease[24];         /* ... from a state under this lease */
+  int revokes;                    /* revocations in flight at the end */
   char last_error[512];
 
   /* What this agent knows. */
@@ -586,6 +593,7 @@ static void boot_next(struct rdzv_etcd *e)
 static void deliver_round(struct rdzv_etcd *e, int me)
 {
   struct rdzv_assignment a;
+  char master_id[sizeof e->st.token_master];
   const struct etcd_rdzv_node *master = NULL;
   int i, offset = 0, world = 0, k = 0;
 
@@ -612,6 +620,14 @@ static void deliver_round(struct rdzv_etcd *e, int me)
   snprintf(a.master_addr, sizeof a.master_addr, "%s",
            master && master->addr[0] ? master->addr : "127.0.0.1");
   a.master_port = master ? master->port : 0;
+  /* Note [the job token on etcd]: as drawn for this round's master. */
+  snprintf(master_id, sizeof master_id, "%s:%d", a.master_addr,
+           a.master_port);
+  if (strlen(e->st.token) == 64 &&
+      strspn(e->st.token, "0123456789abcdef") == 64 &&
+      e->st.token_restart == e->st.restart_count &&
+      strcmp(e->st.token_master, master_id) == 0)
+    snprintf(a.job_token, sizeof a.job_token, "%s", e->st.token);
   e->delivered_round = e->st.round;
   e->restart_told_round = e->st.round;
   e->want_join = false;
@@ -729,6 +745,8 @@ static void observe(struct rdzv_etcd *e)
     return;
   }
   me = s->exists ? etcd_rdzv_state_find(s, e->session.id) : -1;
+  /* Note [the job's lease]: renewed by every node listed. */
+  etcd_session_also(&e->session, me >= 0 ? s->lease : NULL);
   if (s->exists && s->phase == ETCD_RDZV_FINISHED && e->was_member) {
     give_up(e, 0, "the job '%s' finished: %s", e->id, s->why);
     return;
@@ -926,6 +944,97 @@ static bool grant_end_lease(struct rdzv_etcd *e, const struct etcd_rdzv_state *s
   return true;
 }
 
+/* Note [the job's lease]: the job document is stored under a lease of
+ * its own, granted by the agent that first writes it (one round trip,
+ * once per job) and renewed by every agent listed in it, in the same
+ * request as its own lease (etcd_session_also).  So when every agent of
+ * the job is SIGKILLed, nobody renews it, and one TTL later etcd deletes
+ * the state: nothing of the job is left behind (the alive keys go with
+ * their agents' leases).  A job lease that etcd no longer has (the
+ * cluster lost it, or every agent was silent for a TTL) is replaced at
+ * the next write. */
+static void job_grant_done(void *ctx, int err, const cJSON *r,
+                           const char *msg)
+{
+  struct rdzv_etcd *e = ctx;
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "ID");
+
+  e->call_inflight = false;
+  if (err || !cJSON_IsString(id)) {
+    snprintf(e->last_error, sizeof e->last_error, "%s",
+             err ? msg : "lease grant: no ID in the answer");
+    uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
+    return;
+  }
+  snprintf(e->job_lease, sizeof e->job_lease, "%s", id->valuestring);
+  kick(e);
+}
+
+/* Puts the job's lease into s when it has none that etcd still has.
+ * Returns true when a grant went out first (step() runs again on its
+ * answer). */
+static bool need_job_lease(struct rdzv_etcd *e, struct etcd_rdzv_state *s)
+{
+  cJSON *b;
+  char ttl[16];
+
+  if (s->n == 0)
+    return false;
+  if (s->lease[0] && strcmp(s->lease, e->dead_lease) != 0)
+    return false;
+  if (e->job_lease[0] && strcmp(e->job_lease, e->dead_lease) != 0) {
+    snprintf(s->lease, sizeof s->lease, "%s", e->job_lease);
+    return false;
+  }
+  b = cJSON_CreateObject();
+  snprintf(ttl, sizeof ttl, "%d", e->session.ttl);
+  cJSON_AddStringToObject(b, "TTL", ttl);
+  if (etcd_call(e->ec, "/v3/lease/grant", b, job_grant_done, e) == 0)
+    e->call_inflight = true;
+  else
+    uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
+  cJSON_Delete(b);
+  return true;
+}
+
+/* Note [the job token on etcd]: the workers' CDRUN_JOB_TOKEN is 32 random
+ * bytes drawn by the agent whose write completes a round with a restart
+ * count or a master (rank 0's address and port) other than the ones the
+ * job's token was drawn for, and stored in the job document, which is
+ * under the job's lease and readable by the job's etcd role only (the
+ * per-job role recipe, proto/ETCD.md §6).  So, as with rdzvd's, it is the
+ * same on every node of a round, it survives a membership round (live
+ * recovery's workers keep theirs), a restart or a new master makes a new
+ * one, and it cannot be computed from what others know: only read by
+ * whoever may read the job's keys. */
+static void refresh_token(struct etcd_rdzv_state *s)
+{
+  char master[sizeof s->token_master];
+  unsigned char rnd[32];
+  int i;
+
+  if (s->phase != ETCD_RDZV_RUNNING)
+    return;
+  for (i = 0; i < s->n; i++)
+    if (s->nodes[i].st == ETCD_RDZV_PART && s->nodes[i].rank == 0)
+      break;
+  if (i == s->n)
+    return;
+  snprintf(master, sizeof master, "%s:%d", s->nodes[i].addr,
+           s->nodes[i].port);
+  if (strlen(s->token) == 64 && s->token_restart == s->restart_count &&
+      strcmp(s->token_master, master) == 0)
+    return;
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+    s->token[0] = '\0';      /* jobtoken.h falls back to its own */
+    return;
+  }
+  for (i = 0; i < 32; i++)
+    snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
+  s->token_restart = s->restart_count;
+  snprintf(s->token_master, sizeof s->token_master, "%s", master);
+}
+
 /* Writes s if the state is still at st_mod and this agent is alive. */
 static int write_state(struct rdzv_etcd *e, const struct etcd_rdzv_state *s)
 {
@@ -974,6 +1083,8 @@ static int write_state(struct rdzv_etcd *e, const struct etcd_rdzv_state *s)
     free(val);
     if (s->n == 0)
       cJSON_AddStringToObject(in, "lease", e->end_lease);
+    else if (s->lease[0])
+      cJSON_AddStringToObject(in, "lease", s->lease);
   }
   cJSON_AddItemToArray(ok, op);
   op = cJSON_AddArrayToObject(b, "failure");
@@ -1009,6 +1120,17 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
   int64_t rev;
 
   e->call_inflight = false;
+  if (err == -ENOENT) {
+    /* "requested lease not found": the lease we wrote under is gone
+     * (Note [the job's lease]; the marker's: no marker then). */
+    if (e->txn_state.n == 0)
+      snprintf(e->end_lease, sizeof e->end_lease, "0");
+    else
+      snprintf(e->dead_lease, sizeof e->dead_lease, "%s",
+               e->txn_state.lease);
+    kick(e);
+    return;
+  }
   if (err) {
     /* Outcome unknown (a timeout may commit later): the next attempt
      * compares again and re-applies the intents, which are idempotent. */
@@ -1023,8 +1145,12 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
     e->st = e->txn_state;
     e->txn_state = tmp;
     e->st_mod = rev;
-    if (!e->st.n)
+    if (!e->st.n) {
+      e->emptied = true;
+      snprintf(e->emptied_lease, sizeof e->emptied_lease, "%s", e->st.lease);
+      e->end_lease_used |= keeps_marker(e, &e->st);
       etcd_rdzv_state_free(&e->st);
+    }
     if (e->txn_clear_failure) {
       e->want_failure = false;
       e->publish_dirty |= e->want_leave;    /* now the leave */
@@ -1126,8 +1252,10 @@ static void step(struct rdzv_etcd *e)
       leave_finish(e);
     return;
   }
-  if (grant_end_lease(e, &e->txn_state))
+  if (grant_end_lease(e, &e->txn_state) ||
+      need_job_lease(e, &e->txn_state))
     return;
+  refresh_token(&e->txn_state);
   e->txn_clear_failure = cf;
   e->txn_clear_barrier = cb;
   rc = write_state(e, &e->txn_state);
@@ -1289,19 +1417,49 @@ static void close_all(struct rdzv_etcd *e)
 
 static void revoke_done(void *ctx, int err, const cJSON *r, const char *msg)
 {
+  struct rdzv_etcd *e = ctx;
+
   (void)err;
   (void)r;
   (void)msg;
-  close_all(ctx);
+  if (--e->revokes == 0)
+    close_all(e);
+}
+
+static void revoke_lease(struct rdzv_etcd *e, const char *lease)
+{
+  cJSON *b;
+
+  if (!lease[0] || strcmp(lease, "0") == 0)
+    return;
+  b = cJSON_CreateObject();
+  cJSON_AddStringToObject(b, "ID", lease);
+  if (etcd_call(e->ec, "/v3/lease/revoke", b, revoke_done, e) == 0)
+    e->revokes++;
+  cJSON_Delete(b);
 }
 
 /* Out of the state (or giving up on it): revoke the lease, which deletes
- * the alive key, then close. */
+ * the alive key, then close.  Nothing is left to expire later: the
+ * marker's lease when our marker was not the one written, the job's
+ * lease when our write emptied the job or when it was granted here and
+ * never used (Note [the job's lease]). */
 static void leave_finish(struct rdzv_etcd *e)
 {
   e->want_leave = false;
-  if (!e->ec || etcd_session_revoke(&e->session, revoke_done, e) != 0)
+  if (!e->ec) {
     close_all(e);
+    return;
+  }
+  e->revokes = 1;     /* ours, below: the others join it */
+  if (e->end_lease[0] && !e->end_lease_used)
+    revoke_lease(e, e->end_lease);
+  if (e->job_lease[0] && (e->emptied || strcmp(e->job_lease, e->st.lease)))
+    revoke_lease(e, e->job_lease);
+  if (e->emptied && strcmp(e->emptied_lease, e->job_lease) != 0)
+    revoke_lease(e, e->emptied_lease);
+  if (etcd_session_revoke(&e->session, revoke_done, e) != 0)
+    revoke_done(e, 0, NULL, NULL);
 }
 
 static void leave_guard_fire(uv_timer_t *t)
