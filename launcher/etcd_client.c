@@ -99,6 +99,8 @@ struct etcd_client {
   int walking;                  /* token_ready walks calls: no free */
   bool closing;
   char local_ip[64];
+  char peer_ip[64];             /* the member that answered last */
+  long peer_port;
 };
 
 static int curl_users;          /* clients alive: global init/cleanup */
@@ -517,6 +519,12 @@ static void call_done(struct http_uv_req *r, CURLcode result)
   if (curl_easy_getinfo(k->req.easy, CURLINFO_LOCAL_IP, &ip) == CURLE_OK &&
       ip)
     snprintf(c->local_ip, sizeof c->local_ip, "%s", ip);
+  ip = NULL;
+  if (curl_easy_getinfo(k->req.easy, CURLINFO_PRIMARY_IP, &ip) == CURLE_OK &&
+      ip) {
+    snprintf(c->peer_ip, sizeof c->peer_ip, "%s", ip);
+    curl_easy_getinfo(k->req.easy, CURLINFO_PRIMARY_PORT, &c->peer_port);
+  }
   j = cJSON_ParseWithLength(k->buf ? k->buf : "", k->len);
   /* A streaming call (lease keepalive) that failed answers 200 with
    * {"error":{"grpc_code":14,"message":...}}: an error like any other. */
@@ -1153,6 +1161,17 @@ void etcd_client_close(struct etcd_client *c)
   }
   c->cacert = c->cert = c->key = c->user = c->password = NULL;
   client_free_if_done(c);
+}
+
+bool etcd_client_plain_peer(const struct etcd_client *c, const char **ip,
+                            int *port, const char **token)
+{
+  if (c->https || !c->peer_ip[0] || c->peer_port <= 0 || c->peer_port > 65535)
+    return false;
+  *ip = c->peer_ip;
+  *port = (int)c->peer_port;
+  *token = c->token ? c->token : "";
+  return true;
 }
 
 const char *etcd_client_local_ip(const struct etcd_client *c)

@@ -82,6 +82,11 @@ void etcd_client_close(struct etcd_client *c);
 /* This machine's address on the connection to the member in use (""
  * before the first answer). */
 const char *etcd_client_local_ip(const struct etcd_client *c);
+/* The member that answered last, as an address and port, and the auth
+ * token ("" without authentication), for a request made without the
+ * client (etcd_last_word.h).  False over TLS or before any answer. */
+bool etcd_client_plain_peer(const struct etcd_client *c, const char **ip,
+                            int *port, const char **token);
 /* How many members were given. */
 int etcd_client_n_members(const struct etcd_client *c);
 

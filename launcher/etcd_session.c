@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "etcd_last_word.h"
 #include "monotime.h"
 #include "say.h"
 
@@ -18,6 +19,18 @@ int etcd_session_ttl(double interval, double misses)
 
   return ttl < ETCD_SESSION_MIN_TTL ? ETCD_SESSION_MIN_TTL
          : ttl > 1e6 ? 1000000 : (int)ttl;
+}
+
+/* Note [an agent's last word]: the revoke a dying agent sends, kept up
+ * to date with the member in use and the auth token. */
+static void last_word_arm(struct etcd_session *s)
+{
+  const char *ip, *token;
+  int port;
+
+  if (s->ec && s->lease[0] && !s->stopped &&
+      etcd_client_plain_peer(s->ec, &ip, &port, &token))
+    etcd_last_word_arm(ip, port, s->lease, token);
 }
 
 static void closed_cb(uv_handle_t *h)
@@ -66,6 +79,7 @@ static void grant_done(void *ctx, int err, const cJSON *r, const char *msg)
     snprintf(s->alive_key, sizeof s->alive_key, "%s%s", s->alive_prefix,
              s->id);
     s->keepalive_ok = monotime_now();
+    last_word_arm(s);
   }
   s->grant_cb(s->grant_ctx, err, msg);
 }
@@ -89,6 +103,7 @@ int etcd_session_grant(struct etcd_session *s, etcd_session_cb cb,
 void etcd_session_forget(struct etcd_session *s)
 {
   s->lease[0] = '\0';
+  etcd_last_word_disarm();
 }
 
 int etcd_session_put_alive(struct etcd_session *s, const char *value,
@@ -115,6 +130,7 @@ int etcd_session_revoke(struct etcd_session *s, etcd_reply_cb cb,
 
   if (!s->ec || !s->lease[0])
     return -ENOENT;
+  etcd_last_word_disarm();
   b = cJSON_CreateObject();
   cJSON_AddStringToObject(b, "ID", s->lease);
   rc = etcd_call(s->ec, "/v3/lease/revoke", b, cb, ctx);
@@ -168,6 +184,7 @@ static void keepalive_done(void *ctx, int err, const cJSON *r,
         "%.1f s without a keepalive", s->job, monotime_now() - s->keepalive_ok);
   s->keepalive_ok = monotime_now();
   s->keepalive_warned = false;
+  last_word_arm(s);
 }
 
 /* Seconds between keepalives: the configured interval, but at least
@@ -239,6 +256,7 @@ void etcd_session_stop(struct etcd_session *s)
 void etcd_session_close(struct etcd_session *s)
 {
   etcd_session_stop(s);
+  etcd_last_word_disarm();
   s->ec = NULL;
   uv_close((uv_handle_t *)&s->keepalive, closed_cb);
 }
