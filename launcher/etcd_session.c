@@ -152,10 +152,13 @@ static void keepalive_check(struct etcd_session *s, const char *why)
   if (s->keepalive_warned || silent <= s->ttl / 2.0)
     return;
   s->keepalive_warned = true;
+  /* While etcd has no leader no lease expires (a new leader restarts
+   * them): the TTL left is a bound only while it has one. */
   say("rendezvous '%s': no lease keepalive has reached etcd for %.1f s%s%s%s; "
-      "the lease expires in %.1f s unless one does, and the other nodes "
-      "then count this one as lost", s->job, silent, why ? " (" : "",
-      why ? why : "", why ? ")" : "", fmax(0, s->ttl - silent));
+      "if etcd has a leader the lease expires in %.1f s unless one does "
+      "(the other nodes then count this one as lost); while it has none, "
+      "no lease expires", s->job, silent, why ? " (" : "", why ? why : "",
+      why ? ")" : "", fmax(0, s->ttl - silent));
 }
 
 static void keepalive_done(void *ctx, int err, const cJSON *r,

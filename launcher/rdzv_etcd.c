@@ -652,7 +652,7 @@ static void observe_gathering(struct rdzv_etcd *e)
   const struct etcd_rdzv_state *s = &e->st;
   double now = monotime_now();
   double window = e->o.conf.keepalive_interval * e->o.conf.keepalive_misses;
-  int part;
+  int part, me = s->exists ? etcd_rdzv_state_find(s, e->session.id) : -1;
 
   etcd_rdzv_state_counts(s, &part, NULL, NULL);
   if (s->phase == ETCD_RDZV_GATHERING && part >= s->conf.min_nodes) {
@@ -665,6 +665,14 @@ static void observe_gathering(struct rdzv_etcd *e)
     uv_timer_stop(&e->last_call);
     e->lc_armed_round = -1;
   }
+  /* Words only about a state that has this node's join in it: before,
+   * a node that just restarted would read "0 present" in the round it is
+   * about to enter, or "round R is full" in the round its own workers
+   * just failed (its report is not in yet). */
+  if (me < 0 || (s->phase == ETCD_RDZV_GATHERING &&
+                 s->nodes[me].st != ETCD_RDZV_PART) ||
+      (s->phase == ETCD_RDZV_RUNNING && s->nodes[me].st != ETCD_RDZV_SPARE))
+    return;
   if (part == e->last_present && now - e->last_progress < PROGRESS_EVERY_S)
     return;
   e->last_present = part;

@@ -42,6 +42,9 @@ pair e
 alone_after SEGV AGENT_e
 [ "$(grep -c 'restarting the worker group: .*lost' "$T/a.err")" -eq 3 ] ||
   { cat "$T/a.err"; fail "not three nodes lost"; }
+# The survivor's words name what it sees with its own join in: never
+# "0 present" in the round it is about to enter.
+grep ' 0 present' "$T/a.err" && fail "the survivor says '0 present'"
 kill -TERM "$AGENT_a"
 wait_exit "$AGENT_a" 30
 exit 0

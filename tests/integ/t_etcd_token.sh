@@ -44,6 +44,8 @@ t1=$(cat "$T/w/tok.0.1")
 [[ "$t1" =~ ^[0-9a-f]{64}$ ]] || fail "round 1's token is '$t1'"
 expect_eq "rank 1's token after the restart" "$(cat "$T/w/tok.1.1")" "$t1"
 [ "$t1" != "$t0" ] || fail "the token did not change across a restart"
+# The node whose worker failed does not call the round it failed in full.
+grep 'is full' "$T/a.err" "$T/b.err" && fail "a node says its own round is full"
 touch "$T/w/go"
 for n in a b; do
   pid=AGENT_$n
