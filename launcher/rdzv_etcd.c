@@ -35,6 +35,7 @@
 #define LEAVE_GUARD_MS 5000
 #define PROGRESS_EVERY_S 10.0
 #define CATCHUP_MS 1000
+#define DEFER_MS 300
 
 enum boot { B_IDLE, B_GRANT, B_ALIVE, B_SYNC, B_READY };
 
@@ -78,6 +79,7 @@ struct rdzv_etcd {
   int n_alive, cap_alive;
   bool publish_inflight;          /* our alive key being rewritten */
   bool publish_dirty;             /* ... and it must be again */
+  char *published;                /* the value last put there (or NULL) */
   int join_round;                 /* the round our join asks for */
   bool was_member;
 
@@ -113,6 +115,9 @@ struct rdzv_etcd {
   uv_timer_t leave_guard;
   uv_timer_t catchup;             /* Note [writing from the watch's view] */
   bool catchup_expired;
+  uv_timer_t defer;               /* Note [one helper] */
+  double txn_sent, txn_rtt;       /* a transaction's round trip, smoothed */
+  bool defer_expired;
   int open_handles;
   bool failed;
   bool destroyed;
@@ -420,6 +425,8 @@ static void alive_done(void *ctx, int err, const cJSON *r, const char *msg)
     etcd_session_forget(&e->session);
   }
   if (err) {
+    free(e->published);
+    e->published = NULL;
     boot_failed(e, err, msg);
     return;
   }
@@ -526,8 +533,11 @@ static void publish_done(void *ctx, int err, const cJSON *r, const char *msg)
   (void)r;
   (void)msg;
   e->publish_inflight = false;
-  if (err)
+  if (err) {
     e->publish_dirty = true;    /* step() tries again */
+    free(e->published);
+    e->published = NULL;
+  }
   if (e->publish_dirty)
     kick(e);
 }
@@ -550,8 +560,17 @@ static void publish(struct rdzv_etcd *e)
   val = alive_value(e);
   if (!val)
     return;
-  if (etcd_session_put_alive(&e->session, val, publish_done, e) == 0)
+  /* Unchanged: no write (each is a raft entry etcd must commit). */
+  if (e->published && strcmp(val, e->published) == 0) {
+    free(val);
+    return;
+  }
+  if (etcd_session_put_alive(&e->session, val, publish_done, e) == 0) {
     e->publish_inflight = true;
+    free(e->published);
+    e->published = val;
+    return;
+  }
   free(val);
 }
 
@@ -576,7 +595,10 @@ static void boot_next(struct rdzv_etcd *e)
       break;
     }
     rc = etcd_session_put_alive(&e->session, val, alive_done, e);
-    free(val);
+    free(e->published);
+    e->published = rc ? NULL : val;
+    if (rc)
+      free(val);
     break;
   case B_SYNC:
     start_sync(e);
@@ -1125,9 +1147,11 @@ static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
   struct rdzv_etcd *e = ctx;
   const cJSON *resp, *kvs, *kv;
   const cJSON *rr0 = NULL, *rr1 = NULL;
+  double took = monotime_now() - e->txn_sent;
   int64_t rev;
 
   e->call_inflight = false;
+  e->txn_rtt = e->txn_rtt > 0 ? 0.8 * e->txn_rtt + 0.2 * took : took;
   if (err == -ENOENT) {
     /* "requested lease not found": the lease we wrote under is gone
      * (Note [the job's lease]; the marker's: no marker then). */
@@ -1200,10 +1224,84 @@ static void catchup_fire(uv_timer_t *t)
   kick(e);
 }
 
+static void defer_fire(uv_timer_t *t)
+{
+  struct rdzv_etcd *e = t->data;
+
+  e->defer_expired = true;
+  kick(e);
+}
+
+/* Note [one helper]: when every agent applies every request it sees
+ * (Note [requests in alive keys]), N agents that see the same new request
+ * all write, one wins and N-1 compare-and-swaps fail, each of them a
+ * raft entry etcd must commit: 32 agents made ~9 transactions each.  So
+ * one agent helps: the one whose alive key is the oldest (every agent
+ * knows the alive set from the watch, so they agree but for a moment).
+ * Another agent leaves what its alive key asks (join, exit barrier,
+ * leave) and the dead nodes' removal to it for DEFER_MS, then writes
+ * itself: a helper that is slow, leaving or dead costs that much, never
+ * progress.  What only this agent can write (a failure report, a last
+ * call, a close) goes at once. */
+static bool is_helper(const struct rdzv_etcd *e)
+{
+  return e->n_alive == 0 || strcmp(e->alive[0].id, e->session.id) == 0;
+}
+
+/* At least DEFER_MS, or four of this agent's transaction round trips
+ * when etcd is slower (the helper needs one, after its watch saw the
+ * request), spread over three times that: agents whose requests the
+ * helper did not apply in time must not all write at the same moment. */
+static uint64_t defer_ms(const struct rdzv_etcd *e)
+{
+  uint64_t base = (uint64_t)fmax(DEFER_MS, 4000 * e->txn_rtt);
+  unsigned short r = 0;
+
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+    r = (unsigned short)getpid();
+  return base + (uint64_t)r % (2 * base);
+}
+
+static bool urgent(const struct rdzv_etcd *e)
+{
+  return e->want_failure || e->last_call_round >= 0 ||
+         e->close_wait_round >= 0 || e->failed || !e->st.exists;
+}
+
+/* Note [leaving a finished job]: once the exit barrier has passed, a
+ * node that goes is no loss (no round starts for it), so an agent other
+ * than the helper just revokes its lease: one write instead of three
+ * (its alive key's "leave", a transaction, the revoke).  The helper
+ * waits until the others' alive keys are gone, then removes them and
+ * itself in one transaction, which leaves the ended job's marker; if it
+ * cannot (the leave guard ends its wait), the job's lease takes the
+ * state away one TTL later. */
+static bool leave_by_revoke(const struct rdzv_etcd *e)
+{
+  return e->st.exists && e->st.phase == ETCD_RDZV_RUNNING &&
+         e->st.exit_passed && e->view_rev >= e->st_mod && !e->want_failure &&
+         !is_helper(e) && etcd_rdzv_state_find(&e->st, e->session.id) >= 0;
+}
+
+/* The helper leaving a finished job: another node of it is still alive. */
+static bool others_still_alive(const struct rdzv_etcd *e)
+{
+  int i;
+
+  if (!e->want_leave || !is_helper(e) || !e->st.exists ||
+      e->st.phase != ETCD_RDZV_RUNNING || !e->st.exit_passed)
+    return false;
+  for (i = 0; i < e->st.n; i++)
+    if (strcmp(e->st.nodes[i].id, e->session.id) != 0 &&
+        alive_find(e, e->st.nodes[i].id) >= 0)
+      return true;
+  return false;
+}
+
 static void step(struct rdzv_etcd *e)
 {
   char err[RDZV_PROTO_MAX_TEXT + 1];
-  bool cf, cb;
+  bool cf, cb, defer;
   int rc;
 
   if (e->closing)
@@ -1230,6 +1328,9 @@ static void step(struct rdzv_etcd *e)
   }
   uv_timer_stop(&e->catchup);
   e->catchup_expired = false;
+  if (others_still_alive(e))
+    return;     /* their revokes come as watch events */
+  defer = !e->defer_expired && !urgent(e) && !is_helper(e);
   rc = transform(e, &e->txn_state, err, sizeof err, &cf, &cb);
   if (rc < 0) {
     if (e->destroyed) {
@@ -1256,8 +1357,15 @@ static void step(struct rdzv_etcd *e)
     kick(e);
   }
   if (rc == 0) {
+    uv_timer_stop(&e->defer);
+    e->defer_expired = false;
     if (e->want_leave)
       leave_finish(e);
+    return;
+  }
+  if (defer) {
+    if (!uv_is_active((uv_handle_t *)&e->defer))
+      uv_timer_start(&e->defer, defer_fire, defer_ms(e), 0);
     return;
   }
   if (grant_end_lease(e, &e->txn_state) ||
@@ -1266,6 +1374,7 @@ static void step(struct rdzv_etcd *e)
   refresh_token(&e->txn_state);
   e->txn_clear_failure = cf;
   e->txn_clear_barrier = cb;
+  e->txn_sent = monotime_now();
   rc = write_state(e, &e->txn_state);
   if (rc) {
     uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
@@ -1388,6 +1497,7 @@ static void one_closed(void *ctx)
   etcd_rdzv_state_free(&e->txn_state);
   alive_clear(e);
   free(e->alive);
+  free(e->published);
   free(e->user);
   if (e->password) {
     memset(e->password, 0, strlen(e->password));
@@ -1421,6 +1531,7 @@ static void close_all(struct rdzv_etcd *e)
   uv_close((uv_handle_t *)&e->join_deadline, handle_closed);
   uv_close((uv_handle_t *)&e->leave_guard, handle_closed);
   uv_close((uv_handle_t *)&e->catchup, handle_closed);
+  uv_close((uv_handle_t *)&e->defer, handle_closed);
 }
 
 static void revoke_done(void *ctx, int err, const cJSON *r, const char *msg)
@@ -1498,6 +1609,10 @@ static void etcd_destroy(struct rdzv *r)
       e->want_leave = true;   /* after the boot call, see boot_failed */
     return;
   }
+  if (leave_by_revoke(e)) {
+    leave_finish(e);
+    return;
+  }
   /* A failure report still pending goes with the leave (the transition
    * applies it first): dropped, the others would see only "left" and wait
    * for a node that will not come instead of restarting or closing. */
@@ -1570,7 +1685,9 @@ int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
   e->kick.data = e->retry.data = e;
   e->last_call.data = e->join_deadline.data = e->leave_guard.data = e;
   e->catchup.data = e->close_wait.data = e;
-  e->open_handles = 8;
+  uv_timer_init(loop, &e->defer);
+  e->defer.data = e;
+  e->open_handles = 9;
   /* Note [root cause]: a closing round waits one TTL, then the CAS. */
   e->base.cause_wait = e->session.ttl + 10.0;
   *out = &e->base;
