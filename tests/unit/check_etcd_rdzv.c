@@ -375,6 +375,12 @@ START_TEST(test_serialize_round_trip)
   join(&s, "b", 1, c);
   etcd_rdzv_state_last_call(&s, 0);
   etcd_rdzv_state_barrier(&s, "b", 0);
+  /* Note [the job's lease], Note [the job token on etcd]: kept. */
+  snprintf(s.lease, sizeof s.lease, "7587869512368412345");
+  memset(s.token, 'a', 64);
+  s.token[64] = '\0';
+  s.token_restart = 0;
+  snprintf(s.token_master, sizeof s.token_master, "10.0.0.97:29500");
   text = etcd_rdzv_state_serialize(&s);
   ck_assert_ptr_nonnull(text);
   ck_assert_int_eq(etcd_rdzv_state_parse(text, strlen(text), &t), 0);
@@ -384,6 +390,15 @@ START_TEST(test_serialize_round_trip)
   ck_assert_int_eq(get(&t, "a")->nproc, 3);
   ck_assert(get(&t, "b")->in_exit);
   ck_assert(t.conf.last_call_timeout == 1.5);
+  ck_assert_str_eq(t.lease, "7587869512368412345");
+  ck_assert_str_eq(t.token, s.token);
+  ck_assert_int_eq(t.token_restart, 0);
+  ck_assert_str_eq(t.token_master, "10.0.0.97:29500");
+  /* A transition keeps them: the agent, not the state, replaces them. */
+  ck_assert_int_eq(etcd_rdzv_state_failure(&t, "a", 0, false, "x", NULL), 1);
+  ck_assert_int_eq(t.restart_count, 1);
+  ck_assert_str_eq(t.lease, "7587869512368412345");
+  ck_assert_str_eq(t.token, s.token);
   free(text);
   free(again);
   ck_assert_int_eq(etcd_rdzv_state_parse("{\"phase\":\"nope\",\"nodes\":[]}", 26, &t),
