@@ -19,15 +19,15 @@
 #define MAX_REPLY (8u << 20)      /* bounds a reply (etcd sends <= ~1.5 MiB) */
 /* Note [a hung member]: a member that accepts connections and never
  * answers (SIGSTOPped, a long GC, a disk stall, a half-open network) must
- * cost a request about a second, not the whole request timeout.  Each
- * attempt on a member gets ATTEMPT_MS (more when that member's answers
- * are slow) while another member is left to try; the last member of the
+ * cost a request about half a second, not the whole request timeout.  Each
+ * attempt on a member gets ATTEMPT_MS (four times that member's recent
+ * answers when they are slower) while another member is left to try; the last member of the
  * round gets the whole timeout (a slow cluster still answers).  A member
  * that timed out, refused or had no leader is avoided for BAD_MS (etcd's
  * own client balancer does the same with its unhealthy endpoints), and
  * the watches leave it with the calls. */
-#define ATTEMPT_MS 1000L
-#define CONNECT_TIMEOUT_MS 1000L
+#define ATTEMPT_MS 500L
+#define CONNECT_TIMEOUT_MS 500L
 #define BAD_MS 5000.0
 #define WATCH_RETRY_MIN_MS 100
 #define WATCH_RETRY_MAX_MS 2000
@@ -73,6 +73,7 @@ struct etcd_watch {
   uv_timer_t deliver;           /* lines out of curl's write callback */
   uv_timer_t first_byte;        /* Note [a hung member]: no answer yet */
   bool answered;                /* this connection sent something */
+  int silent;                   /* connections in a row that did not */
   int open_handles;
   etcd_watch_cb cb;
   etcd_watch_err_cb ecb;
@@ -745,6 +746,7 @@ static size_t watch_write(char *data, size_t size, size_t nmemb, void *userp)
 
   if (n && !w->answered) {
     w->answered = true;
+    w->silent = 0;
     uv_timer_stop(&w->first_byte);
   }
   if (n && memchr(data, '\n', size * nmemb))
@@ -860,6 +862,19 @@ static void watch_done(struct http_uv_req *r, CURLcode result)
 
 static void watch_connect(struct etcd_watch *w);
 
+/* How long a new watch connection may stay silent: an attempt's time,
+ * doubled for each one in a row that was (a slow cluster still gets its
+ * watch), at most the whole timeout. */
+static long watch_wait_ms(const struct etcd_watch *w)
+{
+  long ms = attempt_ms(w->c, w->member, w->c->timeout_ms, 0);
+  int i;
+
+  for (i = 0; i < w->silent && ms < w->c->timeout_ms; i++)
+    ms *= 2;
+  return ms < w->c->timeout_ms ? ms : w->c->timeout_ms;
+}
+
 /* Note [a hung member]: the watch's member has not said a word (not even
  * "created") within an attempt's time: it is bad, and the watch moves
  * (watches_follow, from member_bad_now). */
@@ -872,7 +887,8 @@ static void first_byte_cb(uv_timer_t *t)
   if (w->stopped || !w->running || w->answered)
     return;
   DEBUG("%s watch: no answer within %ld ms", c->members[m],
-        attempt_ms(c, m, c->timeout_ms, 0));
+        watch_wait_ms(w));
+  w->silent++;
   member_bad_now(c, m);
   if (w->member == m && c->n_members > 1) {   /* it was not the one in use */
     http_uv_remove(c->cu, &w->req);
@@ -924,8 +940,8 @@ static void watch_connect(struct etcd_watch *w)
   w->answered = false;
   if (http_uv_add(c->cu, &w->req) == 0) {
     w->running = true;
-    uv_timer_start(&w->first_byte, first_byte_cb,
-                   (uint64_t)attempt_ms(c, w->member, c->timeout_ms, 0), 0);
+    uv_timer_start(&w->first_byte, first_byte_cb, (uint64_t)watch_wait_ms(w),
+                   0);
   } else {
     watch_schedule(w);
   }

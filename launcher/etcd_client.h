@@ -6,7 +6,7 @@
  * JSON strings (etcd_i64 reads either).  The client fails over between
  * the members it was given: a request that cannot connect, times out or
  * gets 503 (no leader) is retried on the next member, once around the
- * list, each member but the last given about a second, and a member that
+ * list, each member but the last given half a second, and a member that
  * failed is avoided for a while (Note [a hung member], etcd_client.c).  With a user name it authenticates (/v3/auth/authenticate) and
  * sends the token with every request, renewing it when etcd says it is
  * invalid.  A watch is a long-lived streaming POST that resumes on the

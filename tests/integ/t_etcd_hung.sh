@@ -1,7 +1,7 @@
 #!/bin/bash
 # A hung etcd member (SIGSTOP: it accepts connections and never answers,
 # as during a long GC, a disk stall or a half-open network), listed first
-# in --rdzv_endpoint, costs an agent about a second (Note [a hung member],
+# in --rdzv_endpoint, costs an agent half a second (Note [a hung member],
 # launcher/etcd_client.c), not the whole request timeout (10 s): a new
 # job starts, and a node joins a running job, each within a join timeout
 # of 8 s, which a request that waited out the hung member could not.
