@@ -28,12 +28,18 @@ static struct prepared slot[2];
 static volatile sig_atomic_t live = -1;   /* slot to send; -1: none */
 static pid_t owner;
 static bool installed;
+static struct sigaction prev[NSIG];     /* what each signal did before */
 
-/* Terminating by default, and not SIGKILL/SIGSTOP. */
+/* Terminating by default, and not SIGKILL/SIGSTOP: taken when nobody
+ * handles them. */
 static const int fatal[] = {
-  SIGHUP, SIGINT, SIGQUIT, SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE,
-  SIGUSR1, SIGSEGV, SIGUSR2, SIGALRM, SIGTERM, SIGSTKFLT, SIGXCPU,
-  SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSYS,
+  SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM, SIGSTKFLT,
+  SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
+};
+/* A fault: taken even when a handler is there (a sanitizer's), which
+ * then runs as before. */
+static const int faults[] = {
+  SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGSYS,
 };
 
 static bool wait_fd(int fd, short ev)
@@ -43,11 +49,13 @@ static bool wait_fd(int fd, short ev)
   return poll(&p, 1, WAIT_MS) == 1 && !(p.revents & (POLLERR | POLLNVAL));
 }
 
-static void on_fatal(int sig)
+static void on_fatal(int sig, siginfo_t *info, void *uc)
 {
   int save = errno, i = live, fd;
   char buf[256];
 
+  (void)uc;
+  live = -1;        /* once */
   if (i >= 0 && getpid() == owner) {
     const struct prepared *p = &slot[i];
 
@@ -63,7 +71,11 @@ static void on_fatal(int sig)
     }
   }
   errno = save;
-  /* SA_RESETHAND: the default action now. */
+  /* The signal does what it did before: a fault the kernel raised
+   * happens again on return, another signal is raised again. */
+  sigaction(sig, &prev[sig], NULL);
+  if (info && info->si_code > 0 && sig != SIGABRT && sig != SIGTRAP)
+    return;
   raise(sig);
 }
 
@@ -73,13 +85,21 @@ static void install(void)
   size_t i;
 
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_fatal;
-  sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+  sa.sa_sigaction = on_fatal;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
   for (i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
     if (sigaction(fatal[i], NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
-        old.sa_handler == SIG_DFL)
+        old.sa_handler == SIG_DFL) {
+      prev[fatal[i]] = old;
       sigaction(fatal[i], &sa, NULL);
+    }
+  for (i = 0; i < sizeof faults / sizeof faults[0]; i++)
+    if (sigaction(faults[i], NULL, &old) == 0 &&
+        ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_IGN)) {
+      prev[faults[i]] = old;
+      sigaction(faults[i], &sa, NULL);
+    }
   installed = true;
 }
 

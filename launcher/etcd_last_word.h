@@ -8,8 +8,10 @@
  * the handler only sends it: socket, connect, write, poll, read, close
  * are async-signal-safe.  Then the signal does what it would have done.
  * The handler is installed only for signals whose disposition is still
- * the default (the agent's own handlers come first), and does nothing in
- * a process other than the agent (a worker between fork and exec).
+ * the default (the agent's own handlers come first), and for the faults
+ * (SIGSEGV, SIGABRT, ...) whatever handles them (a sanitizer's handler
+ * runs next, as before); it does nothing in a process other than the
+ * agent (a worker between fork and exec).
  * Plain http only: over TLS a crashed agent costs one lease TTL, as a
  * SIGKILLed one always does.  One agent per process: the prepared
  * request is this file's, because a signal handler has no other way to

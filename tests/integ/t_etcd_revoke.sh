@@ -38,10 +38,16 @@ pair c
 alone_after USR1 AGENT_c
 pair d
 alone_after ABRT AGENT_d
-pair e
-alone_after SEGV AGENT_e
-[ "$(grep -c 'restarting the worker group: .*lost' "$T/a.err")" -eq 3 ] ||
-  { cat "$T/a.err"; fail "not three nodes lost"; }
+lost=2
+# Under AddressSanitizer a SIGSEGV is the sanitizer's report (a failure
+# of the run): the fault's case is left to the plain build.
+if [ -z "${ASAN_OPTIONS:-}" ]; then
+  pair e
+  alone_after SEGV AGENT_e
+  lost=3
+fi
+[ "$(grep -c 'restarting the worker group: .*lost' "$T/a.err")" -eq "$lost" ] ||
+  { cat "$T/a.err"; fail "not $lost nodes lost"; }
 # The survivor's words name what it sees with its own join in: never
 # "0 present" in the round it is about to enter.
 grep ' 0 present' "$T/a.err" && fail "the survivor says '0 present'"
