@@ -949,15 +949,20 @@ static void end_grant_done(void *ctx, int err, const cJSON *r,
 /* Asks for the marker's lease when s is an ended job nobody is in.
  * Returns true when the request went out (step() runs again on its
  * answer). */
-static bool grant_end_lease(struct rdzv_etcd *e, const struct etcd_rdzv_state *s)
+static bool grant_end_lease(struct rdzv_etcd *e, const struct etcd_rdzv_state *s,
+                            bool early)
 {
   cJSON *b;
   char ttl[32];
   int rc;
 
-  if (e->end_lease[0] || !s->exists || s->n != 0 ||
-      !(e->o.conf.close_timeout > 0) ||
-      (s->phase != ETCD_RDZV_CLOSED && s->phase != ETCD_RDZV_FINISHED))
+  if (e->end_lease[0] || !s->exists || !(e->o.conf.close_timeout > 0))
+    return false;
+  /* early: the helper of a finished job, while it waits for the others
+   * to go (Note [leaving a finished job]), so the marker's write does
+   * not wait for it. */
+  if (!early && (s->n != 0 || (s->phase != ETCD_RDZV_CLOSED &&
+                               s->phase != ETCD_RDZV_FINISHED)))
     return false;
   b = cJSON_CreateObject();
   snprintf(ttl, sizeof ttl, "%.0f",
@@ -1328,8 +1333,10 @@ static void step(struct rdzv_etcd *e)
   }
   uv_timer_stop(&e->catchup);
   e->catchup_expired = false;
-  if (others_still_alive(e))
+  if (others_still_alive(e)) {
+    grant_end_lease(e, &e->st, true);
     return;     /* their revokes come as watch events */
+  }
   defer = !e->defer_expired && !urgent(e) && !is_helper(e);
   rc = transform(e, &e->txn_state, err, sizeof err, &cf, &cb);
   if (rc < 0) {
@@ -1368,7 +1375,7 @@ static void step(struct rdzv_etcd *e)
       uv_timer_start(&e->defer, defer_fire, defer_ms(e), 0);
     return;
   }
-  if (grant_end_lease(e, &e->txn_state) ||
+  if (grant_end_lease(e, &e->txn_state, false) ||
       need_job_lease(e, &e->txn_state))
     return;
   refresh_token(&e->txn_state);
