@@ -1,7 +1,8 @@
 /* rdzv_etcd.c -- the agent's etcd back end (proto/ETCD.md).
  *
  * Keys, under <prefix><rdzv_id>/:
- *   state          the job document (etcd_rdzv_state.h), no lease
+ *   state          the job document (etcd_rdzv_state.h), under the job's
+ *                  lease (Note [the job's lease])
  *   alive/<lease>  one per agent, attached to the agent's lease
  *
  * The agent keeps what it wants (join, report a failure, enter the exit
