@@ -1056,7 +1056,9 @@ static void refresh_token(struct etcd_rdzv_state *s)
       break;
   if (i == s->n)
     return;
-  snprintf(master, sizeof master, "%s:%d", s->nodes[i].addr,
+  /* As deliver_round names it. */
+  snprintf(master, sizeof master, "%s:%d",
+           s->nodes[i].addr[0] ? s->nodes[i].addr : "127.0.0.1",
            s->nodes[i].port);
   if (strlen(s->token) == 64 && s->token_restart == s->restart_count &&
       strcmp(s->token_master, master) == 0)
