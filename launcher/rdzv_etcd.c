@@ -959,9 +959,8 @@ static bool grant_end_lease(struct rdzv_etcd *e, const struct etcd_rdzv_state *s
 
   if (e->end_lease[0] || !s->exists || !(e->o.conf.close_timeout > 0))
     return false;
-  /* early: the helper of a finished job, while it waits for the others
-   * to go (Note [leaving a finished job]), so the marker's write does
-   * not wait for it. */
+  /* early: the helper of a finished job (Note [leaving a finished
+   * job]), before the others have gone. */
   if (!early && (s->n != 0 || (s->phase != ETCD_RDZV_CLOSED &&
                                s->phase != ETCD_RDZV_FINISHED)))
     return false;
@@ -1336,10 +1335,14 @@ static void step(struct rdzv_etcd *e)
   }
   uv_timer_stop(&e->catchup);
   e->catchup_expired = false;
-  if (others_still_alive(e)) {
-    grant_end_lease(e, &e->st, true);
+  /* The helper of a finished job gets the marker's lease as the exit
+   * barrier passes, so the last write does not wait for it. */
+  if (e->st.exists && e->st.phase == ETCD_RDZV_RUNNING &&
+      e->st.exit_passed && is_helper(e) &&
+      grant_end_lease(e, &e->st, true))
+    return;
+  if (others_still_alive(e))
     return;     /* their revokes come as watch events */
-  }
   defer = !e->defer_expired && !urgent(e) && !is_helper(e);
   rc = transform(e, &e->txn_state, err, sizeof err, &cf, &cb);
   if (rc < 0) {
@@ -1629,7 +1632,10 @@ static void etcd_destroy(struct rdzv *r)
   e->want_leave = true;
   e->want_join = false;
   e->barrier_round = -1;
-  publish(e);
+  /* The helper of a finished job writes its own leave: asking for it
+   * would be one more write. */
+  if (!(e->st.exists && e->st.exit_passed && is_helper(e)))
+    publish(e);
   kick(e);
 }
 
