@@ -19,10 +19,11 @@
 #define MAX_REPLY (8u << 20)      /* bounds a reply (etcd sends <= ~1.5 MiB) */
 /* Note [a hung member]: a member that accepts connections and never
  * answers (SIGSTOPped, a long GC, a disk stall, a half-open network) must
- * cost a request about half a second, not the whole request timeout.  Each
- * attempt on a member gets ATTEMPT_MS (four times that member's recent
- * answers when they are slower) while another member is left to try; the last member of the
- * round gets the whole timeout (a slow cluster still answers).  A member
+ * cost a request about half a second, not the whole request timeout.
+ * Each attempt on a member gets ATTEMPT_MS (four times that member's
+ * recent answers when they are slower) while another member is left to
+ * try; the last member of the round gets the whole timeout (a slow
+ * cluster still answers).  A member
  * that timed out, refused or had no leader is avoided for BAD_MS (etcd's
  * own client balancer does the same with its unhealthy endpoints), and
  * the watches leave it with the calls. */
@@ -394,7 +395,7 @@ static void member_bad_now(struct etcd_client *c, int m)
   }
 }
 
-/* How long one attempt on m may take: a second (more when m's answers
+/* How long one attempt on m may take: ATTEMPT_MS (more when m's answers
  * have been slow), the whole timeout for the last member of the round or
  * when there is only one. */
 static long attempt_ms(const struct etcd_client *c, int m, long whole_ms,
