@@ -654,6 +654,10 @@ static void on_restart(void *ctx, const char *reason)
 static void on_rdzv_error(void *ctx, int err, const char *message)
 {
   struct agent *a = ctx;
+  /* Note [a lost node] (rdzvd/rdzv_rules.h): the job ended on a lost
+   * node, and no failure of ours is its root cause. */
+  bool lost = err && a->rdzv->ended_lost && !a->rdzv->job_cause.exited_at;
+  int status = lost ? AGENT_EXIT_NODE_LOST : AGENT_EXIT_INTERNAL;
 
   a->job_ended = true;
   if (a->state == ST_CLOSING) {
@@ -672,14 +676,19 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
   if (err == UV_EACCES ||
       (a->state == ST_STOPPING && a->reason == STOP_FAILURE))
     say("%s", message);
-  else
+  else if (!lost)
     say("rendezvous failed: %s", message);
+  else
+    say("%s: ending the job (exit status %d)", message, status);
   if (a->state == ST_RUNNING) {
     agent_begin_stop(a, STOP_FATAL, SIGTERM);
-    a->exit_status = AGENT_EXIT_INTERNAL;
+    a->exit_status = status;
   } else if (a->state != ST_STOPPING) {
     print_summary(a);   /* the job's root cause, when it names one */
-    finish(a, AGENT_EXIT_INTERNAL);
+    finish(a, status);
+  } else if (lost && a->reason == STOP_MEMBERSHIP) {
+    a->reason = STOP_FATAL;
+    a->exit_status = status;
   }
 }
 

@@ -298,6 +298,12 @@ static void dispatch(struct rdzv_client *c, const struct rdzv_proto_msg *m)
     return;
   case RDZV_PROTO_CLOSED:
     take_cause(c, &m->u.text.cause);
+    /* Note [a lost node] (rdzvd/rdzv_rules.h): the job ended on it. */
+    snprintf(c->base.lost_host, sizeof c->base.lost_host, "%s",
+             m->u.text.lost_host);
+    snprintf(c->base.lost_why, sizeof c->base.lost_why, "%s",
+             m->u.text.lost_why);
+    c->base.ended_lost = !m->u.text.success && m->u.text.lost_host[0];
     /* err 0: the job finished well without needing this node (a spare
      * that waited for a place). */
     if (m->u.text.success)
