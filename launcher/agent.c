@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "conqueue.h"
 #include "contain.h"
 #include "failures.h"
 #include "filetimer.h"
@@ -36,6 +37,7 @@
 /* How long the agent waits, once every worker is reaped, for output still
  * buffered in tee pipes (held open by a straggler outside the group). */
 #define DRAIN_MS 1000
+#define CONSOLE_STALL_S 0.5     /* Note [console queue]: at the end */
 
 static void heartbeat_check(uv_timer_t *t);
 static void join_round(struct agent *a, enum rdzv_join_reason why);
@@ -978,6 +980,42 @@ static void settle_logs(struct agent *a)
     guardian_remove_temp(&a->guardian);
 }
 
+/* Note [console queue] (conqueue.h): a queue for each of cdrun's stdout
+ * and stderr that some worker's tee'd stream reaches. */
+static void open_consoles(struct agent *a)
+{
+  const struct output_conf *c = &a->o->output;
+  int lr, k, err;
+
+  for (lr = 0; lr < a->o->nproc; lr++)
+    for (k = 0; k < 2; k++)
+      if (!a->console[k] && c->console[lr] &&
+          (c->tee[lr] & (k ? LOGS_STDERR : LOGS_STDOUT))) {
+        err = conqueue_create(k + 1, 0, &a->console[k]);
+        if (err)        /* written in place, as before */
+          say("cannot queue the console's lines: %s", say_strerror(err));
+      }
+}
+
+/* Lets the queues drain while their console reads (a console that stalls
+ * for CONSOLE_STALL_S is left behind), and says what was dropped; not on
+ * a stderr that is itself stalled. */
+static void close_consoles(struct agent *a)
+{
+  uint64_t dropped[2];
+  int k;
+
+  for (k = 1; k >= 0; k--)
+    dropped[k] = conqueue_close(a->console[k], CONSOLE_STALL_S);
+  for (k = 0; k < 2; k++)
+    if (dropped[k] && (!a->console[1] || !dropped[1] || k == 0))
+      say("%llu line%s of the workers' %s did not reach the console (it did "
+          "not keep up; the workers' log files have them all: %s)",
+          (unsigned long long)dropped[k], dropped[k] == 1 ? "" : "s",
+          k ? "stderr" : "stdout", a->o->run_log_dir);
+  a->console[0] = a->console[1] = NULL;
+}
+
 int agent_run(const struct agent_opts *o)
 {
   struct agent a;
@@ -1028,6 +1066,7 @@ int agent_run(const struct agent_opts *o)
     say("cannot create the event loop: %s", say_strerror(err));
     goto out_guardian;
   }
+  open_consoles(&a);
   err = agent_init_handles(&a);
   if (err) {
     say("cannot set up the agent: %s", say_strerror(err));
@@ -1044,6 +1083,7 @@ int agent_run(const struct agent_opts *o)
     say("internal: event loop closed with handles left open");
 
   live_agent_close(&a.live);   /* after the workers: it outlives them */
+  close_consoles(&a);
 
 out_guardian:
   /* Its threads' workers are gone (Note [spawning threads], spawn.c). */

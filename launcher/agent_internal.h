@@ -58,6 +58,9 @@ enum stop_reason {
 struct agent {
   const struct agent_opts *o;
   uv_loop_t loop;
+  /* Note [console queue] (conqueue.h): tee'd lines for cdrun's stdout
+   * and stderr; NULL where nothing is tee'd there. */
+  struct conqueue *console[2];
   uv_signal_t sigchld;
   uv_signal_t *sigs;
   uv_timer_t grace;
