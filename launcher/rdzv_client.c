@@ -573,8 +573,8 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
    * timeout, never a fresh start. */
   if (!c->ever_spoke) {
     snprintf(c->last_connect_error, sizeof c->last_connect_error,
-             "it accepted the connection but %s without answering as an "
-             "rdzvd", why);
+             "it accepted the connection but never spoke rdzvd's protocol "
+             "(%s)", why);
     c->join_pending = true;
     first_connect_failed(c, UV_EPROTO);
     return;
@@ -583,8 +583,8 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
     c->unproven = false;
     c->reconnecting = true;
     snprintf(c->last_connect_error, sizeof c->last_connect_error,
-             "the endpoint accepted the connection but %s without "
-             "answering as an rdzvd", why);
+             "the endpoint accepted the connection but never spoke "
+             "rdzvd's protocol (%s)", why);
     reconnect_failed(c);
     return;
   }
