@@ -2,7 +2,8 @@
 # Note [a lost node] (rdzvd/rdzv_rules.h): a fixed-size job (--nnodes=2,
 # no restart left, no Slurm, no hostfile) whose other node leaves ends on
 # the survivor at once, naming the node and how it left, with exit status
-# 75, on rdzvd and on the embedded back end.  Before, the survivor
+# 75, on rdzvd, on the embedded back end and on the static back end
+# (Note [static watch], launcher/static_barrier.h).  Before, the survivor
 # restarted its workers and waited for the node until join_timeout (600 s
 # here: the waits below would fail first).
 . "$(dirname "$0")/lib.sh"
@@ -66,6 +67,50 @@ agent eo --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
 wait_files "$T/e/pid.*" 2 60
 kill -9 "$AGENT_eo"
 survivor_ends eh "its agent died"
+
+# ---- static: nodes met once; node 1 stopped, then node 0 killed ----------
+# (--max_restarts=1: a static node gone for good ends the job anyway.)
+static_pair() {
+  local dir=$1 port
+  port=$(free_port)
+  mkdir "$T/$dir"
+  for k in 0 1; do
+    agent "$dir$k" --nnodes=2 --node_rank=$k --nproc_per_node=1 \
+      --max_restarts=1 --master_addr=127.0.0.1 --master_port="$port" \
+      "$TW" sleep "$T/$dir" 600
+  done
+  wait_files "$T/$dir/pid.*" 2 60
+}
+
+# static_ends NAME HOW: as survivor_ends, for the static back end.
+static_ends() {
+  local pid
+  pid=AGENT_$1
+  wait_exit "${!pid}" 60
+  [ "$RC" -eq 75 ] || { cat "$T/$1.err"; fail "$1 exited $RC, want 75"; }
+  expect_grep "static rendezvous: node rank [01] \([^)]*\) left \($2\): the job's nodes are fixed: none can take its place: ending the job \(exit status 75\)" "$T/$1.err"
+}
+
+static_pair t
+kill -TERM "$AGENT_t1"
+wait_exit "$AGENT_t1" 60
+static_ends t0 "it said goodbye"
+
+static_pair k
+kill -9 "$AGENT_k0"
+static_ends k1 "its agent died"
+
+# A node whose workers succeed leaves quietly: the other runs on.
+port=$(free_port)
+mkdir "$T/q"
+agent q0 --nnodes=2 --node_rank=0 --nproc_per_node=1 \
+  --master_addr=127.0.0.1 --master_port="$port" "$TW" elastic "$T/q" 3
+agent q1 --nnodes=2 --node_rank=1 --nproc_per_node=1 \
+  --master_addr=127.0.0.1 --master_port="$port" "$TW" env "$T/q"
+wait_exit "$AGENT_q1" 60
+expect_eq "q1 (succeeded first)" "$RC" 0
+wait_exit "$AGENT_q0" 60
+expect_eq "q0 (succeeded after q1 left)" "$RC" 0
 
 for f in "$T"/*/pid.*; do
   alive "$(cat "$f")" && fail "worker $(cat "$f") outlived the job"
