@@ -66,6 +66,8 @@ struct etcd_rdzv_state {
   struct rdzv_proto_cause cause;        /* exited_at 0: untimed */
   char cause_why[RDZV_PROTO_MAX_TEXT + 1];
   bool closing, closing_exhausted;
+  bool ended_lost;              /* closed on a lost node: Note [a lost
+                                   node] (rdzvd/rdzv_rules.h) */
   struct etcd_rdzv_node *nodes;
   int n, cap;
 };

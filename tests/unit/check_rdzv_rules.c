@@ -262,6 +262,13 @@ static const struct rules_case CASES[] = {
     "-----", true, -1 },
   { "closing admits no one", { 2, 3, 0, 10 }, "j0 j1 L f0 j2", 'R', 0,
     "01---", true, -1 },
+  /* Note [a lost node] */
+  { "a lost node, below min, no restart left: closed", { 2, 2, 0, 10 },
+    "j0 j1 l1", 'C', 0, "-----", true, -1 },
+  { "a lost node, a restart left: a new round", { 2, 2, 1, 10 },
+    "j0 j1 l1", 'G', 0, "-----", false, -1 },
+  { "a lost node, elastic above min: a new round", { 1, 2, 0, 10 },
+    "j0 j1 l1", 'G', 0, "-----", true, -1 },
 };
 
 /* One back end under test: the same events, the same observations. */
