@@ -3,7 +3,9 @@
 # reading never stops the agent.  Tee'd lines queue up to a bound, past it
 # they are dropped and counted; the log files keep them all; SIGTERM ends
 # the job as usual.  Before, the agent sat in write(2) to the stalled
-# console, and the SIGTERM waited for the reader (600 s here).
+# console, and the SIGTERM waited for the reader (600 s here).  The same
+# for the head of --hosts (a stand-in ssh runs the host's cdrun here),
+# whose lines now go through output.h's line assembler and the queue.
 . "$(dirname "$0")/lib.sh"
 
 # A worker that writes 8 MB of 100-byte lines (more than the queue holds),
@@ -58,4 +60,27 @@ wait_grep "cdrun: the console did not keep up: [0-9]+ lines dropped" \
 kill -TERM "$BG"
 wait_exit "$BG" 30
 expect_eq "exit status" "$RC" 143
+rm -f "$T/written"
+
+# ---- the head of --hosts, a reader that never reads -----------------------
+cat >"$T/fakessh" <<'SH'
+#!/bin/bash
+# A stand-in for ssh: the last argument is the host's command; run it here.
+for a; do cmd=$a; done
+exec /bin/sh -c "$cmd"
+SH
+chmod +x "$T/fakessh"
+mkfifo "$T/fifo3"
+sleep 600 <"$T/fifo3" &
+STARTED+=("$!")
+CDRUN_SSH=$T/fakessh CDRUN_SSH_CDRUN=$CDRUN "$CDRUN" --hosts=localhost \
+  --nproc_per_node=1 --no_python /bin/sh -c "$GEN" "$T" >"$T/fifo3" \
+  2>"$T/err3" &
+BG=$!
+STARTED+=("$BG")
+wait_files "$T/written" 1 60
+kill -TERM "$BG"
+wait_exit "$BG" 30
+expect_eq "head's exit status" "$RC" 143
+expect_grep "lines of the hosts' stdout did not reach the console \(it did not keep up\)" "$T/err3"
 exit 0
