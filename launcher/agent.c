@@ -87,7 +87,10 @@ void agent_record_failure(struct agent *a, struct worker *w, pid_t pid,
   seen.rank = w->rank;
   seen.pid = pid;
   seen.exitcode = code;
-  seen.time = agent_now_epoch();
+  /* Note [exit time] (guardian.h): when it exited, not when we saw it. */
+  seen.time = guardian_exit_time(&a->guardian, pid);
+  if (seen.time <= 0 || seen.time > agent_now_epoch())
+    seen.time = agent_now_epoch();
   seen.error_file = w->error_file;
   seen.message = message;
   failures_record(&a->failures, &seen, a->o->error_files_read);
