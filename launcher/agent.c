@@ -589,6 +589,7 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
 
   if (!agent_start_workers(a, as))
     return;
+  live_agent_workers_up(a);
   if (a->o->heartbeat_timeout > 0)
     uv_timer_start(&a->heartbeat, heartbeat_check,
                    (uint64_t)(a->o->heartbeat_timeout * 1000.0) + 1, 0);
@@ -862,6 +863,7 @@ static void finish(struct agent *a, int status)
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
   uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
   uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
+  uv_close((uv_handle_t *)&a->optin_timer, close_cb_noop);
   for (i = 0; i < a->o->nproc; i++) {
     output_stream_drain_close(&a->workers[i].out);
     output_stream_drain_close(&a->workers[i].err);
@@ -921,11 +923,15 @@ static int agent_init_handles(struct agent *a)
   if (err)
     goto undo_backoff;
   a->lost_timer.data = a;
+  err = uv_timer_init(&a->loop, &a->optin_timer);
+  if (err)
+    goto undo_lost;
+  a->optin_timer.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
     if (!a->ftimer) {
       err = UV_ENOMEM;
-      goto undo_lost;
+      goto undo_optin;
     }
     err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
     if (err) {
@@ -942,6 +948,8 @@ static int agent_init_handles(struct agent *a)
 undo_ftimer:
   filetimer_close(a->ftimer);
   a->ftimer = NULL;
+undo_optin:
+  uv_close((uv_handle_t *)&a->optin_timer, close_cb_noop);
 undo_lost:
   uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
 undo_backoff:

@@ -73,6 +73,7 @@ struct agent {
    * decided (once), and whether it goes. */
   bool logs_settled, logs_remove;
   uv_timer_t lost_timer;        /* Note [fixed membership] */
+  uv_timer_t optin_timer;       /* Note [opt-in window] (live_agent.c) */
   bool lost_pending;
   char lost_host[256];
   struct backoff backoff;       /* Note [restart backoff] */
