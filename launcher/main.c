@@ -706,8 +706,13 @@ int main(int argc, char **argv)
   resolve_workers(&a, &j, &backoff);
   if (check_master_port(&j) ||
       reserve_master_port(&j, strcmp(a.recovery, "live") == 0) ||
-      setup_logs(&a, &j))
+      setup_logs(&a, &j)) {
+    job_free(&j);
+    args_free(&a);
+    if (se.active)
+      free(penv);
     return AGENT_EXIT_INTERNAL;
+  }
   prepare_agent_process(&a, &j, &se);
   fill_agent_opts(&a, &se, &j, &backoff, &o);
   status = agent_run(&o);   /* the log folder is settled meanwhile */
