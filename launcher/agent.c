@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "conqueue.h"
 #include "contain.h"
 #include "failures.h"
 #include "filetimer.h"
@@ -36,6 +37,7 @@
 /* How long the agent waits, once every worker is reaped, for output still
  * buffered in tee pipes (held open by a straggler outside the group). */
 #define DRAIN_MS 1000
+#define CONSOLE_STALL_S 0.5     /* Note [console queue]: at the end */
 
 static void heartbeat_check(uv_timer_t *t);
 static void join_round(struct agent *a, enum rdzv_join_reason why);
@@ -85,7 +87,10 @@ void agent_record_failure(struct agent *a, struct worker *w, pid_t pid,
   seen.rank = w->rank;
   seen.pid = pid;
   seen.exitcode = code;
-  seen.time = agent_now_epoch();
+  /* Note [exit time] (guardian.h): when it exited, not when we saw it. */
+  seen.time = guardian_exit_time(&a->guardian, pid);
+  if (seen.time <= 0 || seen.time > agent_now_epoch())
+    seen.time = agent_now_epoch();
   seen.error_file = w->error_file;
   seen.message = message;
   failures_record(&a->failures, &seen, a->o->error_files_read);
@@ -584,6 +589,7 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
 
   if (!agent_start_workers(a, as))
     return;
+  live_agent_workers_up(a);
   if (a->o->heartbeat_timeout > 0)
     uv_timer_start(&a->heartbeat, heartbeat_check,
                    (uint64_t)(a->o->heartbeat_timeout * 1000.0) + 1, 0);
@@ -654,6 +660,10 @@ static void on_restart(void *ctx, const char *reason)
 static void on_rdzv_error(void *ctx, int err, const char *message)
 {
   struct agent *a = ctx;
+  /* Note [a lost node] (rdzvd/rdzv_rules.h): the job ended on a lost
+   * node, and no failure of ours is its root cause. */
+  bool lost = err && a->rdzv->ended_lost && !a->rdzv->job_cause.exited_at;
+  int status = lost ? AGENT_EXIT_NODE_LOST : AGENT_EXIT_INTERNAL;
 
   a->job_ended = true;
   if (a->state == ST_CLOSING) {
@@ -672,14 +682,19 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
   if (err == UV_EACCES ||
       (a->state == ST_STOPPING && a->reason == STOP_FAILURE))
     say("%s", message);
-  else
+  else if (!lost)
     say("rendezvous failed: %s", message);
+  else
+    say("%s: ending the job (exit status %d)", message, status);
   if (a->state == ST_RUNNING) {
     agent_begin_stop(a, STOP_FATAL, SIGTERM);
-    a->exit_status = AGENT_EXIT_INTERNAL;
+    a->exit_status = status;
   } else if (a->state != ST_STOPPING) {
     print_summary(a);   /* the job's root cause, when it names one */
-    finish(a, AGENT_EXIT_INTERNAL);
+    finish(a, status);
+  } else if (lost && a->reason == STOP_MEMBERSHIP) {
+    a->reason = STOP_FATAL;
+    a->exit_status = status;
   }
 }
 
@@ -848,6 +863,7 @@ static void finish(struct agent *a, int status)
   uv_close((uv_handle_t *)&a->heartbeat, close_cb_noop);
   uv_close((uv_handle_t *)&a->backoff_timer, close_cb_noop);
   uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
+  uv_close((uv_handle_t *)&a->optin_timer, close_cb_noop);
   for (i = 0; i < a->o->nproc; i++) {
     output_stream_drain_close(&a->workers[i].out);
     output_stream_drain_close(&a->workers[i].err);
@@ -907,11 +923,15 @@ static int agent_init_handles(struct agent *a)
   if (err)
     goto undo_backoff;
   a->lost_timer.data = a;
+  err = uv_timer_init(&a->loop, &a->optin_timer);
+  if (err)
+    goto undo_lost;
+  a->optin_timer.data = a;
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, on_timer_expired, a);
     if (!a->ftimer) {
       err = UV_ENOMEM;
-      goto undo_lost;
+      goto undo_optin;
     }
     err = filetimer_listen(a->ftimer, &a->loop, a->o->timer_file);
     if (err) {
@@ -928,6 +948,8 @@ static int agent_init_handles(struct agent *a)
 undo_ftimer:
   filetimer_close(a->ftimer);
   a->ftimer = NULL;
+undo_optin:
+  uv_close((uv_handle_t *)&a->optin_timer, close_cb_noop);
 undo_lost:
   uv_close((uv_handle_t *)&a->lost_timer, close_cb_noop);
 undo_backoff:
@@ -967,6 +989,42 @@ static void settle_logs(struct agent *a)
                    o->logs_disposable(o->rdzv_arg, a->exit_status);
   if (a->logs_remove && a->guardian.pid > 0)
     guardian_remove_temp(&a->guardian);
+}
+
+/* Note [console queue] (conqueue.h): a queue for each of cdrun's stdout
+ * and stderr that some worker's tee'd stream reaches. */
+static void open_consoles(struct agent *a)
+{
+  const struct output_conf *c = &a->o->output;
+  int lr, k, err;
+
+  for (lr = 0; lr < a->o->nproc; lr++)
+    for (k = 0; k < 2; k++)
+      if (!a->console[k] && c->console[lr] &&
+          (c->tee[lr] & (k ? LOGS_STDERR : LOGS_STDOUT))) {
+        err = conqueue_create(k + 1, 0, &a->console[k]);
+        if (err)        /* written in place, as before */
+          say("cannot queue the console's lines: %s", say_strerror(err));
+      }
+}
+
+/* Lets the queues drain while their console reads (a console that stalls
+ * for CONSOLE_STALL_S is left behind), and says what was dropped; not on
+ * a stderr that is itself stalled. */
+static void close_consoles(struct agent *a)
+{
+  uint64_t dropped[2];
+  int k;
+
+  for (k = 1; k >= 0; k--)
+    dropped[k] = conqueue_close(a->console[k], CONSOLE_STALL_S);
+  for (k = 0; k < 2; k++)
+    if (dropped[k] && (!a->console[1] || !dropped[1] || k == 0))
+      say("%llu line%s of the workers' %s did not reach the console (it did "
+          "not keep up; the workers' log files have them all: %s)",
+          (unsigned long long)dropped[k], dropped[k] == 1 ? "" : "s",
+          k ? "stderr" : "stdout", a->o->run_log_dir);
+  a->console[0] = a->console[1] = NULL;
 }
 
 int agent_run(const struct agent_opts *o)
@@ -1019,6 +1077,7 @@ int agent_run(const struct agent_opts *o)
     say("cannot create the event loop: %s", say_strerror(err));
     goto out_guardian;
   }
+  open_consoles(&a);
   err = agent_init_handles(&a);
   if (err) {
     say("cannot set up the agent: %s", say_strerror(err));
@@ -1035,6 +1094,7 @@ int agent_run(const struct agent_opts *o)
     say("internal: event loop closed with handles left open");
 
   live_agent_close(&a.live);   /* after the workers: it outlives them */
+  close_consoles(&a);
 
 out_guardian:
   /* Its threads' workers are gone (Note [spawning threads], spawn.c). */

@@ -58,6 +58,9 @@ enum stop_reason {
 struct agent {
   const struct agent_opts *o;
   uv_loop_t loop;
+  /* Note [console queue] (conqueue.h): tee'd lines for cdrun's stdout
+   * and stderr; NULL where nothing is tee'd there. */
+  struct conqueue *console[2];
   uv_signal_t sigchld;
   uv_signal_t *sigs;
   uv_timer_t grace;
@@ -70,6 +73,7 @@ struct agent {
    * decided (once), and whether it goes. */
   bool logs_settled, logs_remove;
   uv_timer_t lost_timer;        /* Note [fixed membership] */
+  uv_timer_t optin_timer;       /* Note [opt-in window] (live_agent.c) */
   bool lost_pending;
   char lost_host[256];
   struct backoff backoff;       /* Note [restart backoff] */

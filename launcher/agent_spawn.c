@@ -87,8 +87,9 @@ static int open_stream(struct agent *a, struct worker *w,
                        int *close_after)
 {
   int r = output_stream_open(s, &a->loop, &a->o->output, bit,
-                             w->local_rank, w->rank, w->dir, stream_closed,
-                             a, child_fd, close_after);
+                             w->local_rank, w->rank, w->dir,
+                             a->console[bit == LOGS_STDOUT ? 0 : 1],
+                             stream_closed, a, child_fd, close_after);
 
   if (r < 0)
     return r;

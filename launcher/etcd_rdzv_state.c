@@ -124,6 +124,7 @@ int etcd_rdzv_state_parse(const char *json, size_t len, struct etcd_rdzv_state *
   jstr(j, "why", s->why, sizeof s->why);
   s->closing = jbool(j, "closing");
   s->closing_exhausted = jbool(j, "closing_exhausted");
+  s->ended_lost = jbool(j, "ended_lost");
   s->cause_held = jbool(j, "cause_held");
   jstr(j, "cause_why", s->cause_why, sizeof s->cause_why);
   jstr(j, "lease", s->lease, sizeof s->lease);
@@ -200,6 +201,8 @@ char *etcd_rdzv_state_serialize(const struct etcd_rdzv_state *s)
   cJSON_AddBoolToObject(j, "exit_passed", s->exit_passed);
   cJSON_AddNumberToObject(j, "seq", (double)s->seq);
   cJSON_AddStringToObject(j, "why", s->why);
+  if (s->ended_lost)
+    cJSON_AddTrueToObject(j, "ended_lost");
   if (s->closing) {
     cJSON_AddTrueToObject(j, "closing");
     cJSON_AddBoolToObject(j, "closing_exhausted", s->closing_exhausted);
@@ -687,6 +690,23 @@ int etcd_rdzv_state_remove(struct etcd_rdzv_state *s, const char *id, const char
     return 1;
   }
   if (s->phase == ETCD_RDZV_RUNNING && was_part && !s->exit_passed) {
+    /* Note [a lost node] (rdzvd/rdzv_rules.h) */
+    struct rdzv_rules_loss l = {
+      .how = strcmp(why, "left") == 0 ? RDZV_LEFT_GOODBYE : RDZV_LEFT_SILENT,
+      .n_left = s->n, .min_nodes = s->conf.min_nodes,
+      .restart_count = s->restart_count, .max_restarts = s->conf.max_restarts,
+    };
+
+    if (rdzv_rules_lost_ends(&l)) {
+      char because[160];
+
+      rdzv_rules_lost_why(&l, because, sizeof because);
+      set_why(s, "%s %s (%s): %s", d, why, rdzv_rules_leave_name(l.how),
+              because);
+      s->phase = ETCD_RDZV_CLOSED;
+      s->ended_lost = true;
+      return 1;
+    }
     set_why(s, "%s %s", d, why);
     start_round(s);
     return 1;

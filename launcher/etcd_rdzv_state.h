@@ -75,6 +75,8 @@ struct etcd_rdzv_state {
   char token[65];
   int token_restart;
   char token_master[RDZV_PROTO_MAX_ADDR + 16];
+  bool ended_lost;              /* closed on a lost node: Note [a lost
+                                   node] (rdzvd/rdzv_rules.h) */
   struct etcd_rdzv_node *nodes;
   int n, cap;
 };

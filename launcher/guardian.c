@@ -10,7 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +23,55 @@
 #include "logs.h"
 
 #define GUARDIAN_MAX_GROUPS 65536
+#define EXIT_SLOTS 65536        /* Note [exit time]: direct-mapped by pid */
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* Note [exit time]: written by the guardian (at, then pid), read by the
+ * agent (pid, then at); a slot is pid % EXIT_SLOTS, the last writer's. */
+struct guardian_exits {
+  struct {
+    int32_t pid;
+    double at;
+  } slot[EXIT_SLOTS];
+};
+
+static void exit_stamp(struct guardian_exits *x, pid_t pid)
+{
+  struct timespec ts;
+  size_t k = (size_t)pid % EXIT_SLOTS;
+
+  if (!x)
+    return;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  __atomic_store_n(&x->slot[k].pid, 0, __ATOMIC_RELEASE);
+  x->slot[k].at = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  __atomic_store_n(&x->slot[k].pid, (int32_t)pid, __ATOMIC_RELEASE);
+}
+
+static void exit_clear(struct guardian_exits *x, pid_t pid)
+{
+  size_t k = (size_t)pid % EXIT_SLOTS;
+
+  if (x && __atomic_load_n(&x->slot[k].pid, __ATOMIC_ACQUIRE) == pid)
+    __atomic_store_n(&x->slot[k].pid, 0, __ATOMIC_RELEASE);
+}
+
+double guardian_exit_time(const struct guardian *g, pid_t pid)
+{
+  size_t k = (size_t)pid % EXIT_SLOTS;
+  double at;
+
+  if (!g->exits || pid <= 0 ||
+      __atomic_load_n(&g->exits->slot[k].pid, __ATOMIC_ACQUIRE) != pid)
+    return 0;
+  at = g->exits->slot[k].at;
+  /* The guardian may have rewritten the slot meanwhile (a new pid). */
+  return __atomic_load_n(&g->exits->slot[k].pid, __ATOMIC_ACQUIRE) == pid
+         ? at : 0;
+}
 
 /* One command on the pipe: 'w' (watch) or 'f' (forget) a process group,
  * 'r' (remove the temporary directory now: Note [overlapped exit],
@@ -33,11 +85,14 @@ struct guardian_msg {
 
 static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
                           const char *token, bool subreaper,
-                          const char *temp_dir)
+                          const char *temp_dir, struct guardian_exits *exits)
 {
   static pid_t groups[GUARDIAN_MAX_GROUPS];
+  static int pidfds[GUARDIAN_MAX_GROUPS];       /* -1: none */
+  static struct pollfd pfd[GUARDIAN_MAX_GROUPS + 1];
+  static size_t at[GUARDIAN_MAX_GROUPS + 1];    /* pfd[k]: groups[at[k]] */
   struct guardian_msg m;
-  size_t ngroups = 0, i;
+  size_t ngroups = 0, i, k, nfds;
   bool clean = false, removed = false;
   ssize_t n;
   int sig;
@@ -66,6 +121,29 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
   if (cgroup[0])
     contain_sweep_stale(cgroup);
   for (;;) {
+    /* Note [exit time]: the pipe, and every watched worker's pidfd. */
+    pfd[0].fd = 3;
+    pfd[0].events = POLLIN;
+    for (nfds = 1, i = 0; i < ngroups; i++)
+      if (pidfds[i] >= 0) {
+        pfd[nfds].fd = pidfds[i];
+        pfd[nfds].events = POLLIN;
+        at[nfds++] = i;
+      }
+    if (poll(pfd, (nfds_t)nfds, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    for (k = 1; k < nfds; k++)
+      if (pfd[k].revents) {
+        i = at[k];
+        exit_stamp(exits, groups[i]);
+        close(pidfds[i]);
+        pidfds[i] = -1;
+      }
+    if (!pfd[0].revents)
+      continue;
     n = read(3, &m, sizeof m);
     if (n < 0 && errno == EINTR)
       continue;
@@ -78,11 +156,18 @@ static void guardian_main(int rfd, const sigset_t *mask, const char *cgroup,
         logdir_rmtree(temp_dir);
       removed = true;
     } else if (m.op == 'w' && ngroups < GUARDIAN_MAX_GROUPS) {
+      /* A group's leader is its worker. */
+      pidfds[ngroups] = (int)syscall(SYS_pidfd_open, m.pgid, 0);
       groups[ngroups++] = m.pgid;
     } else if (m.op == 'f') {
+      exit_clear(exits, m.pgid);
       for (i = 0; i < ngroups; i++)
         if (groups[i] == m.pgid) {
-          groups[i] = groups[--ngroups];
+          if (pidfds[i] >= 0)
+            close(pidfds[i]);
+          --ngroups;
+          groups[i] = groups[ngroups];
+          pidfds[i] = pidfds[ngroups];
           break;
         }
     }
@@ -115,6 +200,11 @@ int guardian_start(struct guardian *g, const struct contain *c,
 
   g->pid = 0;
   g->fd = -1;
+  /* Note [exit time]: shared with the guardian; none: reap times. */
+  g->exits = mmap(NULL, sizeof *g->exits, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (g->exits == MAP_FAILED)
+    g->exits = NULL;
   snprintf(cg, sizeof cg, "%s", c ? c->cgroup : "");
   snprintf(token, sizeof token, "%s", c ? c->token : "");
   snprintf(tmp, sizeof tmp, "%s", temp_dir ? temp_dir : "");
@@ -134,7 +224,7 @@ int guardian_start(struct guardian *g, const struct contain *c,
   }
   if (pid == 0) {
     close(p[1]);
-    guardian_main(p[0], &old, cg, token, c && c->subreaper, tmp);
+    guardian_main(p[0], &old, cg, token, c && c->subreaper, tmp, g->exits);
   }
   sigprocmask(SIG_SETMASK, &old, NULL);
   close(p[0]);

@@ -4,20 +4,34 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "agent_internal.h"
 #include "live_handshake.h"
 #include "live_store.h"
+#include "num.h"
 #include "say.h"
 #include "workerenv.h"
+
+#define LIVE_OPT_IN_WINDOW_S 30.0  /* Note [opt-in window] */
+#define OPT_IN_WINDOW_ENV "CDRUN_LIVE_OPT_IN_WINDOW"
 
 void live_agent_init(struct live_agent *l, bool live,
                      const char *run_log_dir)
 {
+  const char *v = getenv(OPT_IN_WINDOW_ENV);
+
   memset(l, 0, sizeof *l);
   l->env = l->replace = live;
+  l->optin_window = LIVE_OPT_IN_WINDOW_S;
+  if (live && v && *v &&
+      num_parse_double(v, 0, 1e6, &l->optin_window) != 0) {
+    say("warning: %s=%s is not a number of seconds (0 to 1e6): using %g",
+        OPT_IN_WINDOW_ENV, v, LIVE_OPT_IN_WINDOW_S);
+    l->optin_window = LIVE_OPT_IN_WINDOW_S;
+  }
   if (live)
     snprintf(l->round_file, sizeof l->round_file, "%s/%s", run_log_dir,
              LIVE_HANDSHAKE_ROUND);
@@ -122,6 +136,47 @@ static bool keeps_workers(struct agent *a)
         "the worker group instead", w->rank, (int)w->pid);
   a->live.optin_said = true;
   return false;
+}
+
+/* Note [opt-in window]: a program that cannot opt in (a PyTorch script)
+ * runs in restart mode, and its user should hear so at the start, not at
+ * the first failure.  Once a round's workers are up, the agent waits
+ * CDRUN_LIVE_OPT_IN_WINDOW seconds (LIVE_OPT_IN_WINDOW_S by default: a
+ * libpg program opts in from pg_init, long before); if no worker has
+ * opted in by then it says that the job will be recovered by restart,
+ * once.  Nothing else changes: each failure or membership change is
+ * still decided by the workers' opt-in then (keeps_workers), so a late
+ * opt-in is live after all, and a failure costs what restart mode's
+ * does. */
+static void optin_window_over(uv_timer_t *t)
+{
+  struct agent *a = t->data;
+  char path[PATH_MAX];
+  int i;
+
+  if (a->state != ST_RUNNING || !a->live.replace || a->live.optin_said)
+    return;
+  for (i = 0; i < a->o->nproc; i++) {
+    const struct worker *w = &a->workers[i];
+
+    snprintf(path, sizeof path, "%s/%s", w->dir ? w->dir : "",
+             LIVE_HANDSHAKE_OPT_IN);
+    if (w->live.replaced > 0 || (w->dir && live_handshake_opted_in(path)))
+      return;           /* some did: decided at each event */
+  }
+  say("no worker opted in to live recovery within %g s of its start (a "
+      "program without the handshake, such as a PyTorch script): this job "
+      "is recovered by restarting the worker group, as with "
+      "--recovery=restart", a->live.optin_window);
+  a->live.optin_said = true;
+}
+
+void live_agent_workers_up(struct agent *a)
+{
+  if (!a->live.replace || a->live.optin_said)
+    return;
+  uv_timer_start(&a->optin_timer, optin_window_over,
+                 (uint64_t)(a->live.optin_window * 1000.0) + 1, 0);
 }
 
 /* Note [live replacement]: in live mode a worker that fails while it and

@@ -36,6 +36,7 @@ struct live_agent {
                                    unless the live store could not be
                                    served */
   bool optin_said;              /* said that a worker did not opt in */
+  double optin_window;          /* Note [opt-in window], seconds */
   bool rejoining;               /* a membership join is in flight while
                                    the workers run */
   bool pending_round_set;       /* a round to start once the group has
@@ -58,6 +59,10 @@ void live_agent_init(struct live_agent *l, bool live,
 
 /* Stops the live store, after the workers: it outlives them. */
 void live_agent_close(struct live_agent *l);
+
+/* Note [opt-in window] (live_agent.c): the workers of a round are up;
+ * starts the wait for their opt-in. */
+void live_agent_workers_up(struct agent *a);
 
 /* A round's workers are about to start (the agent's assignment and job
  * token are the round's): no replacement waits any more; node rank 0

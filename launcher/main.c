@@ -496,6 +496,34 @@ static int reserve_master_port(struct job *j, bool live)
   return 0;
 }
 
+/* Note [taken master port] (port.h): node 0 of a static job whose
+ * MASTER_PORT (--master_port, the endpoint's) another process listens on
+ * fails before any worker starts.  A cdrun holding it is another node 0
+ * of this job on this host, which the static barrier names. */
+static int check_master_port(const struct job *j)
+{
+  char comm[64];
+  long pid;
+  int r;
+
+  if (j->rdzv.backend != BACKEND_STATIC || j->rdzv.master_port == 0 ||
+      j->rdzv.node_rank != 0)
+    return 0;
+  r = port_listener(j->rdzv.master_port, &pid, comm, sizeof comm);
+  if (r <= 0 || strcmp(comm, "cdrun") == 0)
+    return 0;                   /* free, or /proc cannot say */
+  if (pid)
+    say_error("MASTER_PORT %d is already in use: process %ld (%s) listens "
+              "on it; rank 0's store could not bind it (choose another "
+              "--master_port)", j->rdzv.master_port, pid, comm);
+  else
+    say_error("MASTER_PORT %d is already in use: another process listens on "
+              "it (/proc does not say which: another user's); rank 0's store "
+              "could not bind it (choose another --master_port)",
+              j->rdzv.master_port);
+  return -EADDRINUSE;
+}
+
 /* The agent process itself: torchrun's OMP banner, its environment for
  * the workers, and the signals it must survive. */
 static void prepare_agent_process(const struct cdrun_args *a,
@@ -676,9 +704,15 @@ int main(int argc, char **argv)
   if (a.stdin_watchdog && stdin_watchdog_start() != 0)
     return AGENT_EXIT_INTERNAL;
   resolve_workers(&a, &j, &backoff);
-  if (reserve_master_port(&j, strcmp(a.recovery, "live") == 0) ||
-      setup_logs(&a, &j))
+  if (check_master_port(&j) ||
+      reserve_master_port(&j, strcmp(a.recovery, "live") == 0) ||
+      setup_logs(&a, &j)) {
+    job_free(&j);
+    args_free(&a);
+    if (se.active)
+      free(penv);
     return AGENT_EXIT_INTERNAL;
+  }
   prepare_agent_process(&a, &j, &se);
   fill_agent_opts(&a, &se, &j, &backoff, &o);
   status = agent_run(&o);   /* the log folder is settled meanwhile */

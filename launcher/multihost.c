@@ -34,14 +34,17 @@
 
 #include <uv.h>
 
+#include "conqueue.h"
 #include "hostfile.h"
 #include "num.h"
+#include "output.h"
 #include "rdzv_proto.h"
 #include "say.h"
 #include "slurm_env.h"
 #include "stdin_watchdog.h"
 
 #define LINE_MAX_OUT 65536      /* longer lines are cut into pieces */
+#define CONSOLE_STALL_S 0.5     /* Note [console queue]: at the end */
 #define SSH_FAILED 255          /* ssh's own failure, or a killed remote */
 #define EXIT_HOST_LOST 75       /* agent.h's AGENT_EXIT_NODE_LOST */
 #define BEAT_MARGIN 2.0         /* seconds on top of the remote's window */
@@ -304,13 +307,18 @@ static bool given(const struct cdrun_args *a, const char *name)
 /* One of ssh's output pipes.  Read with read(2) when its uv_poll_t says
  * so, not with uv_read_start: an ssh that exited is drained at once, so
  * its last lines come before the head's report on it. */
+/* One of an ssh client's output streams: read as it comes, cut into
+ * prefixed lines by output.h's line assembler, and queued for the console
+ * (Note [console queue], conqueue.h), so that a console that stops
+ * reading never stops the head. */
 struct stream {
+  struct remote *r;
   int fd;
   uv_poll_t poll;
   bool polling;                 /* poll started and not yet closed */
-  char buf[LINE_MAX_OUT];
-  size_t len;
-  FILE *to;
+  struct output_liner *liner;
+  struct conqueue *to;          /* NULL: written in place */
+  int to_fd;
 };
 
 struct remote {
@@ -342,40 +350,44 @@ struct head {
   uv_signal_t sig[3];           /* SIGINT, SIGTERM, SIGHUP */
   uv_timer_t beat;              /* Note [dead links] */
   uv_timer_t deadline;          /* stop_wait after a stop */
+  struct conqueue *console[2];  /* the head's stdout and stderr */
 };
 
 static const int head_signals[3] = { SIGINT, SIGTERM, SIGHUP };
 
-static void emit(struct remote *r, struct stream *s, const char *line,
-                 size_t n)
+/* The liner's sink: "<prefix><line>\n", one whole line. */
+static void emit(void *ctx, const char *line, size_t n)
 {
-  char *buf = malloc(strlen(r->prefix) + n + 2);
+  struct stream *s = ctx;
+  struct remote *r = s->r;
+  size_t plen = strlen(r->prefix);
 
-  if (s == &r->err && n) {
-    size_t k = n < sizeof r->last_err - 1 ? n : sizeof r->last_err - 1;
+  if (s == &r->err && n > plen + 1) {
+    size_t k = n - plen - 1;
 
-    memcpy(r->last_err, line, k);
+    if (k > sizeof r->last_err - 1)
+      k = sizeof r->last_err - 1;
+    memcpy(r->last_err, line + plen, k);
     r->last_err[k] = '\0';
   }
-  if (!buf)
-    return;
-  memcpy(buf, r->prefix, strlen(r->prefix));
-  memcpy(buf + strlen(r->prefix), line, n);
-  buf[strlen(r->prefix) + n] = '\n';
   /* One write per line: lines of different hosts never interleave. */
-  if (write(fileno(s->to), buf, strlen(r->prefix) + n + 1) < 0) {
+  if (s->to)
+    conqueue_put(s->to, line, n);
+  else if (write(s->to_fd, line, n) < 0) {
     /* the console is gone; keep supervising */
   }
-  free(buf);
 }
 
 /* Flushes a partial line and closes the stream (its poll first: libuv
  * must let go of the fd before it is closed). */
 static void finish(struct remote *r, struct stream *s)
 {
-  if (s->len)
-    emit(r, s, s->buf, s->len);
-  s->len = 0;
+  (void)r;
+  if (s->liner) {
+    output_liner_flush(s->liner);
+    output_liner_free(s->liner);
+    s->liner = NULL;
+  }
   if (s->polling)
     uv_close((uv_handle_t *)&s->poll, NULL);
   s->polling = false;
@@ -387,30 +399,20 @@ static void finish(struct remote *r, struct stream *s)
 /* Reads what is there: 1 read something, 0 EOF (closed), -1 nothing now. */
 static int pump(struct remote *r, struct stream *s)
 {
+  char buf[65536];
   ssize_t n;
-  char *nl;
 
   if (s->fd < 0)
     return 0;
-  n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+  n = read(s->fd, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN))
     return -1;
   if (n <= 0) {
     finish(r, s);
     return 0;
   }
-  s->len += (size_t)n;
-  while ((nl = memchr(s->buf, '\n', s->len))) {
-    size_t k = (size_t)(nl - s->buf);
-
-    emit(r, s, s->buf, k);
-    memmove(s->buf, nl + 1, s->len - k - 1);
-    s->len -= k + 1;
-  }
-  if (s->len == sizeof s->buf) {
-    emit(r, s, s->buf, s->len);
-    s->len = 0;
-  }
+  if (s->liner)
+    output_liner_feed(s->liner, buf, (size_t)n);
   return 1;
 }
 
@@ -431,12 +433,18 @@ static void on_readable(uv_poll_t *p, int status, int events)
   pump(r, s);
 }
 
-static int stream_open(struct remote *r, struct stream *s, int fd, FILE *to)
+static int stream_open(struct remote *r, struct stream *s, int fd, int to)
 {
   int err;
 
+  s->r = r;
   s->fd = fd;
-  s->to = to;
+  s->to_fd = to;
+  s->to = r->head->console[to == 1 ? 0 : 1];
+  /* A line too long is cut into LINE_MAX_OUT pieces. */
+  s->liner = output_liner_new(r->prefix, LINE_MAX_OUT, emit, s);
+  if (!s->liner)
+    return UV_ENOMEM;
   fcntl(fd, F_SETFL, O_NONBLOCK);
   err = uv_poll_init(&r->head->loop, &s->poll, fd);
   if (err)
@@ -506,9 +514,9 @@ static int start_remote(struct remote *r, const char *cmd,
   r->pid = pid;
   r->in_fd = in[1];
   fcntl(in[1], F_SETFL, O_NONBLOCK);  /* a beat never blocks the head */
-  rc = stream_open(r, &r->out, out[0], stdout);
+  rc = stream_open(r, &r->out, out[0], 1);
   if (rc == 0)
-    rc = stream_open(r, &r->err, err[0], stderr);
+    rc = stream_open(r, &r->err, err[0], 2);
   return rc;
 }
 
@@ -862,6 +870,24 @@ static int load_hosts(const struct cdrun_args *a,
   return n;
 }
 
+/* Lets the console queues drain while their console reads, and says
+ * what a console that stalled never got. */
+static void close_consoles(struct head *h)
+{
+  uint64_t dropped[2];
+  int k;
+
+  for (k = 1; k >= 0; k--) {
+    dropped[k] = conqueue_close(h->console[k], CONSOLE_STALL_S);
+    h->console[k] = NULL;
+  }
+  for (k = 0; k < 2; k++)
+    if (dropped[k] && (!dropped[1] || k == 0))
+      say("%llu line%s of the hosts' %s did not reach the console (it did "
+          "not keep up)", (unsigned long long)dropped[k],
+          dropped[k] == 1 ? "" : "s", k ? "stderr" : "stdout");
+}
+
 int multihost_run(const struct cdrun_args *a, int argc, char **argv)
 {
   struct hostfile_host *hosts = NULL;
@@ -886,10 +912,15 @@ int multihost_run(const struct cdrun_args *a, int argc, char **argv)
   h->n = n;
   plan_job(a, hosts, n, argv[0], &h->plan, given(a, "nnodes"),
            given(a, "rdzv_endpoint"));
+  /* Note [console queue]: without one, lines are written in place. */
+  if (conqueue_create(1, 0, &h->console[0]) ||
+      conqueue_create(2, 0, &h->console[1]))
+    say("cannot queue the console's lines: writing them in place");
   start_all(h, argc, argv, hosts);
   if (h->running == 0)
     head_close(h);
   uv_run(&h->loop, UV_RUN_DEFAULT);
+  close_consoles(h);
   status = head_finish(h);
   if (uv_loop_close(&h->loop) != 0)
     say("warning: the head's loop still had handles at exit");

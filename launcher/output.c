@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "conqueue.h"
 #include "logs.h"
 
 #define LINER_DEFAULT_CAP (64 * 1024)
@@ -257,7 +258,10 @@ static void console_sink(void *ctx, const char *buf, size_t len)
 {
   struct output_stream *s = ctx;
 
-  write_all(s->console_fd, buf, len);
+  if (s->console_q)
+    conqueue_put(s->console_q, buf, len);
+  else
+    write_all(s->console_fd, buf, len);
 }
 
 static void filter_sink(void *ctx, const char *buf, size_t len)
@@ -372,8 +376,9 @@ static int open_filtered(const char *dir, const char *name)
 
 int output_stream_open(struct output_stream *s, uv_loop_t *loop,
                        const struct output_conf *c, int bit, int lr,
-                       int rank, const char *dir, output_closed_fn closed,
-                       void *ctx, int *child_fd, int *close_after)
+                       int rank, const char *dir, struct conqueue *console,
+                       output_closed_fn closed, void *ctx, int *child_fd,
+                       int *close_after)
 {
   int console_fd = bit == LOGS_STDOUT ? 1 : 2;
   const char *name = bit == LOGS_STDOUT ? "stdout.log" : "stderr.log";
@@ -391,6 +396,7 @@ int output_stream_open(struct output_stream *s, uv_loop_t *loop,
   s->ctx = ctx;
   s->file_fd = -1;
   s->console_fd = -1;
+  s->console_q = console;
   s->liner = NULL;
   s->filters = filters;
   s->filter_liner = NULL;

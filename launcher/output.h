@@ -11,7 +11,8 @@
  * to the attempt's filtered_std{out,err}.log.
  *
  * Everything runs on the caller's libuv loop; nothing here blocks but the
- * final drain (output_stream_drain_close).  A stream tells its owner once,
+ * final drain (output_stream_drain_close) and a console written in place
+ * (without a conqueue.h queue).  A stream tells its owner once,
  * through a callback, that its pipe is closed: that and the line sink are
  * the only calls out of this file. */
 #ifndef CDRUN_OUTPUT_H
@@ -77,11 +78,14 @@ enum output_stream_state {
 };
 
 /* Embedded in its owner (the agent's worker); the fields are private. */
+struct conqueue;
+
 struct output_stream {
   uv_pipe_t pipe;
   enum output_stream_state state;
   int file_fd;                  /* -1: no file */
   int console_fd;               /* -1: not shown */
+  struct conqueue *console_q;   /* NULL: written in place */
   struct output_liner *liner;
   /* --duplicate_*_filters: matching lines, prefixed, to filtered_fd. */
   char *const *filters;
@@ -94,7 +98,9 @@ struct output_stream {
 
 /* Decides where the stream bit (LOGS_STDOUT or LOGS_STDERR) of worker
  * local_rank (global rank `rank`, log folder dir: attempt_<k>/<local_rank>,
- * which exists) goes, and prepares it.  *child_fd receives the fd to give
+ * which exists) goes, and prepares it.  console: the queue of the
+ * console's fd for that stream (Note [console queue], conqueue.h), or
+ * NULL to write tee'd lines to it in place (which may block the loop).  *child_fd receives the fd to give
  * the worker (-1: inherit cdrun's); *close_after an fd to close once the
  * worker has started (-1: none), so that EOF on a pipe comes from the
  * worker's side only.
@@ -104,8 +110,9 @@ struct output_stream {
  * open. */
 int output_stream_open(struct output_stream *s, uv_loop_t *loop,
                        const struct output_conf *c, int bit, int local_rank,
-                       int rank, const char *dir, output_closed_fn closed,
-                       void *ctx, int *child_fd, int *close_after);
+                       int rank, const char *dir, struct conqueue *console,
+                       output_closed_fn closed, void *ctx, int *child_fd,
+                       int *close_after);
 
 /* Reads what is left in an open stream's pipe without blocking, then
  * closes it (closed(ctx) follows from the loop): for a pipe that a

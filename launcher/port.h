@@ -2,6 +2,8 @@
 #ifndef CDRUN_PORT_H
 #define CDRUN_PORT_H
 
+#include <stddef.h>
+
 /* Note [port reservation]: binding port 0 and closing the socket hands out
  * a port that another cdrun job on this host may get too before our rank 0
  * binds it.  Instead the agent keeps a socket bound to the port (SO_REUSEADDR,
@@ -20,5 +22,16 @@ int port_reserve(int *port);
  * outgoing connection (TIME_WAIT included) that would keep a listener
  * off it. */
 int port_reserve_at(int port);
+
+/* Note [taken master port]: a --master_port that another process
+ * listens on would let our rank-0 worker's store fail to bind while the
+ * other ranks talk to the stranger until their timeout.  Linux's
+ * /proc/net/tcp and tcp6 say whether any socket listens on port (any
+ * address); /proc/<pid>/fd says whose it is where we may read it.
+ * Returns 1 when one listens, with the holder's pid in *pid and its
+ * command name in comm (pid 0 and "": /proc does not say, another user's
+ * process); 0 when none does; a negative errno when /proc cannot be
+ * read. */
+int port_listener(int port, long *pid, char *comm, size_t commlen);
 
 #endif

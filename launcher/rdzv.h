@@ -101,6 +101,9 @@ struct rdzv {
    * was lost (its host, and how: "its agent exited"); "" otherwise. */
   char lost_host[256];
   char lost_why[128];
+  /* Set before on_error when the job ended on that lost node (Note [a
+   * lost node], rdzvd/rdzv_rules.h): cdrun's exit status is 75. */
+  bool ended_lost;
 };
 
 /* The static back end (also --standalone with one node): node node_rank

@@ -298,6 +298,12 @@ static void dispatch(struct rdzv_client *c, const struct rdzv_proto_msg *m)
     return;
   case RDZV_PROTO_CLOSED:
     take_cause(c, &m->u.text.cause);
+    /* Note [a lost node] (rdzvd/rdzv_rules.h): the job ended on it. */
+    snprintf(c->base.lost_host, sizeof c->base.lost_host, "%s",
+             m->u.text.lost_host);
+    snprintf(c->base.lost_why, sizeof c->base.lost_why, "%s",
+             m->u.text.lost_why);
+    c->base.ended_lost = !m->u.text.success && m->u.text.lost_host[0];
     /* err 0: the job finished well without needing this node (a spare
      * that waited for a place). */
     if (m->u.text.success)
@@ -567,8 +573,8 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
    * timeout, never a fresh start. */
   if (!c->ever_spoke) {
     snprintf(c->last_connect_error, sizeof c->last_connect_error,
-             "it accepted the connection but %s without answering as an "
-             "rdzvd", why);
+             "it accepted the connection but never spoke rdzvd's protocol "
+             "(%s)", why);
     c->join_pending = true;
     first_connect_failed(c, UV_EPROTO);
     return;
@@ -577,8 +583,8 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
     c->unproven = false;
     c->reconnecting = true;
     snprintf(c->last_connect_error, sizeof c->last_connect_error,
-             "the endpoint accepted the connection but %s without "
-             "answering as an rdzvd", why);
+             "the endpoint accepted the connection but never spoke "
+             "rdzvd's protocol (%s)", why);
     reconnect_failed(c);
     return;
   }

@@ -772,6 +772,7 @@ static void observe(struct rdzv_etcd *e)
   observe_closing(e);
   if (s->exists && s->phase == ETCD_RDZV_CLOSED && e->was_member) {
     take_cause(e);
+    e->base.ended_lost = s->ended_lost;     /* Note [a lost node] */
     give_up(e, UV_ECANCELED, "the job '%s' was closed: %s", e->id, s->why);
     return;
   }

@@ -47,14 +47,47 @@ static void met(void *ctx, int err, const char *message)
 {
   struct rdzv_local *l = ctx;
 
-  static_barrier_close(l->barrier);
-  l->barrier = NULL;
   if (err) {
+    static_barrier_close(l->barrier);
+    l->barrier = NULL;
     l->base.cb.on_error(l->base.cb.ctx, err, message);
     return;
   }
   l->pending = PENDING_NONE;
   round_done(l);
+}
+
+/* Note [static watch] (static_barrier.h), Note [a lost node]
+ * (rdzvd/rdzv_rules.h): a node of the job left for good.  The static
+ * back end's nodes are fixed: nothing brings one back. */
+static void peer_lost(void *ctx, int rank, const char *who,
+                      enum rdzv_rules_leave how)
+{
+  struct rdzv_local *l = ctx;
+  struct rdzv_rules_loss loss = {
+    .how = how,
+    .n_left = l->meet.nnodes - 1,
+    .min_nodes = l->meet.nnodes,
+    .restart_count = l->next.restart_count,
+    .max_restarts = l->max_restarts,
+    .nodes_fixed = true,
+  };
+  char because[160], msg[512];
+
+  if (!rdzv_rules_lost_ends(&loss))
+    return;
+  rdzv_rules_lost_why(&loss, because, sizeof because);
+  /* A token is host:pid<N>:<random>; node 0 is named by its address. */
+  snprintf(l->base.lost_host, sizeof l->base.lost_host, "%.*s",
+           (int)strcspn(who, ":"), who);
+  snprintf(l->base.lost_why, sizeof l->base.lost_why, "%s",
+           how == RDZV_LEFT_GOODBYE ? "left before the exit barrier"
+           : how == RDZV_LEFT_DIED  ? "its agent exited"
+                                    : "its link went silent");
+  l->base.ended_lost = true;
+  snprintf(msg, sizeof msg, "static rendezvous: node rank %d (%s) left "
+           "(%s): %s", rank, who, rdzv_rules_leave_name(how), because);
+  l->base.cb.on_error(l->base.cb.ctx, UV_ECONNRESET, msg);
 }
 
 static int local_join(struct rdzv *r, enum rdzv_join_reason why)
@@ -65,7 +98,8 @@ static int local_join(struct rdzv *r, enum rdzv_join_reason why)
     return -EBUSY;
   if (why == RDZV_JOIN_FIRST && l->meet.timeout_s > 0 &&
       l->meet.nnodes > 1) {
-    int err = static_barrier_start(r->loop, &l->meet, met, l, &l->barrier);
+    int err = static_barrier_start(r->loop, &l->meet, met, peer_lost, l,
+                                   &l->barrier);
 
     if (err == 0)
       l->pending = PENDING_ROUND;
@@ -99,7 +133,9 @@ static int local_exit_barrier(struct rdzv *r)
 
   if (l->pending != PENDING_NONE)
     return -EBUSY;
-  /* One node: nobody else to wait for. */
+  /* No exit barrier across static nodes: this one leaves, and says its
+   * workers succeeded (Note [static watch]). */
+  static_barrier_leave(l->barrier, true);
   l->pending = PENDING_BARRIER;
   return uv_timer_start(&l->defer, deliver, 0, 0);
 }
@@ -113,6 +149,7 @@ static void local_destroy(struct rdzv *r)
 {
   struct rdzv_local *l = (struct rdzv_local *)r;
 
+  static_barrier_leave(l->barrier, false);    /* a no-op after "done" */
   static_barrier_close(l->barrier);
   l->barrier = NULL;
   uv_timer_stop(&l->defer);

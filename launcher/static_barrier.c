@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "list.h"
+#include "rdzv_rules.h"
 
 #define LINE_MAX_LEN 200        /* a hello, newline included */
 #define ANSWER_MAX_LEN 1024     /* node 0's answer, newline included */
@@ -27,6 +28,9 @@ struct conn {
   size_t len;
   bool hello;                   /* rank and token are valid */
   bool closing;
+  /* Note [static watch]: it said "watch" (it tells how it leaves), and
+   * then "done" (its workers succeeded) or "bye". */
+  bool watch, done, bye;
   int rank;
   char token[96];
 };
@@ -39,7 +43,15 @@ struct static_barrier {
   char token[96];
   char hello[LINE_MAX_LEN];
   static_barrier_done done;
+  static_barrier_lost lost;
   void *ctx;
+  /* Note [static watch] */
+  bool serving_watch;           /* node 0: "ok watch" went out */
+  bool watching;                /* the client: node 0 keeps the watch */
+  bool server_done;             /* node 0 said "done" */
+  bool left;                    /* static_barrier_leave ran, or a loss was
+                                   reported: no more losses */
+  bool said;                    /* "done" or "bye" went out */
   bool finished;                /* done was called, or close */
   int open_handles;             /* handles and requests not yet back */
   bool freeing;
@@ -143,17 +155,25 @@ static void finish(struct static_barrier *b, int err, const char *message)
   b->finished = true;
   uv_timer_stop(&b->retry);
   uv_timer_stop(&b->deadline);
-  close_client(b);
+  if (!b->watching)
+    close_client(b);
   b->done(b->ctx, err, message);
 }
 
 /* ---- the server (node 0) ------------------------------------------------ */
 
+static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+
 static void conn_written(uv_write_t *w, int status)
 {
   struct conn *c = w->data;
 
-  (void)status;
+  /* Note [static watch]: after "ok watch" a node's connection stays, to
+   * hear how it leaves. */
+  if (status == 0 && c->b->serving_watch && c->hello && !c->closing &&
+      uv_read_start((uv_stream_t *)&c->h, conn_alloc, conn_read) == 0)
+    return;
   close_conn(c);
 }
 
@@ -238,8 +258,76 @@ static void on_hello(struct conn *c, const char *line)
 
     held |= o != c && o->hello && o->rank == rank;
   }
-  if (!held && ++b->met == b->o.nnodes)
-    answer_all(b, "ok\n");
+  if (!held && ++b->met == b->o.nnodes) {
+    b->serving_watch = true;
+    answer_all(b, "ok watch\n");
+  }
+}
+
+/* ---- Note [static watch]: node 0's side ---- */
+
+static const char *how_word(enum rdzv_rules_leave how)
+{
+  return how == RDZV_LEFT_GOODBYE ? "bye" : how == RDZV_LEFT_DIED ? "died"
+                                                                  : "silent";
+}
+
+/* A node of the job left for good: every other watched node hears it,
+ * then this one. */
+static void watch_lost(struct static_barrier *b, int rank, const char *token,
+                       enum rdzv_rules_leave how)
+{
+  struct list_node *pos, *next;
+  char line[ANSWER_MAX_LEN];
+  uv_buf_t buf;
+
+  if (b->left)
+    return;
+  b->left = true;
+  snprintf(line, sizeof line, "lost %d %s %s\n", rank, how_word(how), token);
+  buf = uv_buf_init(line, (unsigned)strlen(line));
+  list_for_each_safe(pos, next, &b->conns) {
+    struct conn *o = list_entry(pos, struct conn, in_barrier);
+
+    /* One short line into an idle socket's buffer: it goes at once. */
+    if (o->watch && o->rank != rank && !o->closing)
+      (void)uv_try_write((uv_stream_t *)&o->h, &buf, 1);
+  }
+  if (b->lost)
+    b->lost(b->ctx, rank, token, how);
+}
+
+/* A watched node's connection ended: unless it said "done", it left. */
+static void watch_gone(struct conn *c)
+{
+  if (c->closing || !c->watch || c->done || c->rank == 0)
+    return;           /* rank 0: this node's own client */
+  watch_lost(c->b, c->rank, c->token,
+             c->bye ? RDZV_LEFT_GOODBYE : RDZV_LEFT_DIED);
+}
+
+/* What a watched node says: "watch", "done", "bye". */
+static void watch_lines(struct conn *c)
+{
+  char *nl;
+
+  while (!c->closing && (nl = memchr(c->buf, '\n', c->len))) {
+    size_t k = (size_t)(nl - c->buf) + 1;
+
+    *nl = '\0';
+    if (strcmp(c->buf, "watch") == 0) {
+      c->watch = true;
+    } else if (strcmp(c->buf, "done") == 0) {
+      c->done = true;
+    } else if (strcmp(c->buf, "bye") == 0) {
+      c->bye = true;
+      watch_gone(c);
+    }
+    memmove(c->buf, c->buf + k, c->len - k);
+    c->len -= k;
+  }
+  if (c->len == sizeof c->buf)
+    close_conn(c);      /* not one of ours */
 }
 
 static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -257,10 +345,16 @@ static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
   (void)buf;
   if (n < 0) {
+    if (c->b->serving_watch)
+      watch_gone(c);
     close_conn(c);      /* gone: its rank is no longer met */
     return;
   }
   c->len += (size_t)n;
+  if (c->b->serving_watch) {
+    watch_lines(c);
+    return;
+  }
   nl = memchr(c->buf, '\n', c->len);
   if (!nl) {
     if (c->len == sizeof c->buf)
@@ -355,12 +449,64 @@ static void client_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
                                                     - 1));
 }
 
+/* ---- Note [static watch]: every other node's side ---- */
+
+static void client_watch(struct static_barrier *b, ssize_t n)
+{
+  char *nl, host[96];
+  int rank, end = 0;
+  char how[16], token[96];
+
+  if (n < 0) {
+    b->watching = false;
+    close_client(b);
+    if (!b->server_done && !b->left) {
+      snprintf(host, sizeof host, "%s", b->addr);
+      b->left = true;
+      if (b->lost)
+        b->lost(b->ctx, 0, host, RDZV_LEFT_DIED);
+    }
+    return;
+  }
+  b->clen += (size_t)n;
+  b->cbuf[b->clen] = '\0';
+  while (b->watching && (nl = strchr(b->cbuf, '\n'))) {
+    size_t k = (size_t)(nl - b->cbuf) + 1;
+
+    *nl = '\0';
+    if (strcmp(b->cbuf, "done") == 0) {
+      b->server_done = true;
+    } else if (strcmp(b->cbuf, "bye") == 0 && !b->left) {
+      b->left = true;
+      if (b->lost)
+        b->lost(b->ctx, 0, b->addr, RDZV_LEFT_GOODBYE);
+    } else if (sscanf(b->cbuf, "lost %d %15s %95s%n", &rank, how, token,
+                      &end) == 3 && b->cbuf[end] == '\0' && !b->left &&
+               rank >= 0 && rank < b->o.nnodes) {
+      b->left = true;
+      if (b->lost)
+        b->lost(b->ctx, rank, token,
+                strcmp(how, "bye") == 0 ? RDZV_LEFT_GOODBYE
+                : strcmp(how, "silent") == 0 ? RDZV_LEFT_SILENT
+                                             : RDZV_LEFT_DIED);
+    }
+    memmove(b->cbuf, b->cbuf + k, b->clen - k + 1);
+    b->clen -= k;
+  }
+  if (b->clen >= sizeof b->cbuf - 1)
+    b->clen = 0;        /* not node 0's: forget it */
+}
+
 static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
   struct static_barrier *b = s->data;
   char *nl;
 
   (void)buf;
+  if (b->watching) {
+    client_watch(b, n);
+    return;
+  }
   if (b->finished)
     return;
   if (n < 0) {
@@ -376,7 +522,15 @@ static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     return;
   }
   *nl = '\0';
-  if (strcmp(b->cbuf, "ok") == 0)
+  if (strcmp(b->cbuf, "ok watch") == 0 && b->o.node_rank != 0) {
+    uv_buf_t w = uv_buf_init("watch\n", 6);
+
+    /* Note [static watch]: node 0 keeps the connection; say how this
+     * node leaves, when it does. */
+    b->watching = uv_try_write((uv_stream_t *)&b->client, &w, 1) == 6;
+    b->clen = 0;
+    finish(b, 0, NULL);
+  } else if (strcmp(b->cbuf, "ok") == 0 || strcmp(b->cbuf, "ok watch") == 0)
     finish(b, 0, NULL);
   else if (strncmp(b->cbuf, "error ", 6) == 0)
     finish(b, -EINVAL, b->cbuf + 6);
@@ -491,8 +645,8 @@ static void timed_out(uv_timer_t *t)
 }
 
 int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
-                         static_barrier_done done, void *ctx,
-                         struct static_barrier **out)
+                         static_barrier_done done, static_barrier_lost lost,
+                         void *ctx, struct static_barrier **out)
 {
   struct static_barrier *b = calloc(1, sizeof *b);
   char host[64];
@@ -508,6 +662,7 @@ int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
   b->o.master_addr = b->addr;
   snprintf(b->port_text, sizeof b->port_text, "%d", o->port);
   b->done = done;
+  b->lost = lost;
   b->ctx = ctx;
   if (gethostname(host, sizeof host) < 0)
     snprintf(host, sizeof host, "localhost");
@@ -537,6 +692,25 @@ int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
   uv_timer_start(&b->retry, retry_fired, 0, 0);
   *out = b;
   return 0;
+}
+
+void static_barrier_leave(struct static_barrier *b, bool done)
+{
+  struct list_node *pos, *next;
+  uv_buf_t buf = done ? uv_buf_init("done\n", 5) : uv_buf_init("bye\n", 4);
+
+  if (!b || b->said)
+    return;
+  b->left = b->said = true;
+  if (b->watching && b->client_open)
+    (void)uv_try_write((uv_stream_t *)&b->client, &buf, 1);
+  if (b->serving_watch)
+    list_for_each_safe(pos, next, &b->conns) {
+      struct conn *c = list_entry(pos, struct conn, in_barrier);
+
+      if (c->watch && !c->closing)
+        (void)uv_try_write((uv_stream_t *)&c->h, &buf, 1);
+    }
 }
 
 void static_barrier_close(struct static_barrier *b)

@@ -17,7 +17,10 @@
 #ifndef CDRUN_STATIC_BARRIER_H
 #define CDRUN_STATIC_BARRIER_H
 
+#include <stdbool.h>
 #include <uv.h>
+
+#include "rdzv_rules.h"
 
 struct static_barrier_opts {
   const char *master_addr;      /* node 0's host */
@@ -34,14 +37,34 @@ typedef void (*static_barrier_done)(void *ctx, int err, const char *message);
 
 struct static_barrier;
 
-/* Starts meeting.  Returns 0, or a negative errno (nothing started; done
- * is never called). */
-int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
-                         static_barrier_done done, void *ctx,
-                         struct static_barrier **out);
+/* Note [static watch]: once met, the nodes stay connected to node 0 for
+ * the job's life (node 0 answers "ok watch"; a node that understands
+ * says "watch"), so that a node that leaves is known at once.  A node
+ * leaving says "done" (its workers succeeded: no loss) or "bye" (it
+ * stops otherwise: it said goodbye); a connection that ends without
+ * either is a node whose agent died.  Node 0 tells every other node
+ * ("lost <rank> <bye|died> <token>"), and node 0's own leaving reaches
+ * every node directly.  A link that only goes silent (a machine cut off)
+ * is not detected here: the workers' own timeouts see it.  Older nodes
+ * ("ok", no "watch") are not watched, as before.
+ *
+ * lost: called once, from the loop, when a node of the job left for
+ * good: its node rank, its token (or node 0's address) and how. */
+typedef void (*static_barrier_lost)(void *ctx, int rank, const char *who,
+                                    enum rdzv_rules_leave how);
 
-/* Stops it: done is not called afterwards; the memory goes once the
- * handles are closed.  NULL is a no-op. */
+/* Starts meeting.  Returns 0, or a negative errno (nothing started; done
+ * is never called).  lost may be NULL. */
+int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
+                         static_barrier_done done, static_barrier_lost lost,
+                         void *ctx, struct static_barrier **out);
+
+/* This node leaves the job: done (its workers succeeded) or not; no loss
+ * is reported afterwards.  NULL is a no-op. */
+void static_barrier_leave(struct static_barrier *b, bool done);
+
+/* Stops it: done and lost are not called afterwards; the memory goes
+ * once the handles are closed.  NULL is a no-op. */
 void static_barrier_close(struct static_barrier *b);
 
 #endif

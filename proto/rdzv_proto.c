@@ -237,6 +237,11 @@ static const struct field closed_fields[] = {
   { "success", K_BOOL, MSG(text.success), 0, 0, 0, false, false },
   MESSAGE_FIELD,
   CAUSE_FIELD,
+  /* Note [a lost node] (rdzvd/rdzv_rules.h): the job ended on it. */
+  { "lost_host", K_OSTR, ARR(text.lost_host), 0, RDZV_PROTO_MAX_ADDR, false,
+    false },
+  { "lost_why", K_OSTR, ARR(text.lost_why), 0, RDZV_PROTO_MAX_ID, false,
+    false },
   { NULL, 0, 0, 0, 0, 0, false, false }
 };
 

@@ -131,3 +131,47 @@ enum rdzv_rules_failure rdzv_rules_failure(bool reported_final,
     return RDZV_FAILURE_CLOSE_EXHAUSTED;
   return RDZV_FAILURE_RESTART;
 }
+
+/* ---- a lost node ---- */
+
+static bool short_of_size(const struct rdzv_rules_loss *l)
+{
+  return l->n_left < l->min_nodes &&
+         !rdzv_rules_restart_left(l->restart_count, l->max_restarts);
+}
+
+static bool fixed_and_gone(const struct rdzv_rules_loss *l)
+{
+  return l->nodes_fixed && l->how != RDZV_LEFT_SILENT;
+}
+
+bool rdzv_rules_lost_ends(const struct rdzv_rules_loss *l)
+{
+  return short_of_size(l) || fixed_and_gone(l);
+}
+
+const char *rdzv_rules_leave_name(enum rdzv_rules_leave how)
+{
+  switch (how) {
+  case RDZV_LEFT_GOODBYE: return "it said goodbye";
+  case RDZV_LEFT_DIED: return "its agent died";
+  case RDZV_LEFT_SILENT: return "its link went silent";
+  }
+  return "it left";
+}
+
+void rdzv_rules_lost_why(const struct rdzv_rules_loss *l, char *buf,
+                         size_t len)
+{
+  if (!len)
+    return;
+  if (short_of_size(l))
+    snprintf(buf, len, "the job cannot reach its size (%d of %d node%s) "
+             "and no restart is left (%d of %d used)", l->n_left,
+             l->min_nodes, l->min_nodes == 1 ? "" : "s", l->restart_count,
+             l->max_restarts);
+  else if (fixed_and_gone(l))
+    snprintf(buf, len, "the job's nodes are fixed: none can take its place");
+  else
+    buf[0] = '\0';
+}

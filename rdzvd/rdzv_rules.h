@@ -13,7 +13,9 @@
  *   with the job's;
  * - the restart budget and the final-failure decision: whether a failure
  *   restarts the job or ends it, and whether a round's failure will be
- *   final (what the agent is told with its assignment: launcher/rdzv.h).
+ *   final (what the agent is told with its assignment: launcher/rdzv.h);
+ * - a lost node: whether the job goes on without it or ends (Note [a lost
+ *   node]).
  *
  * The rules themselves are Note [round semantics] (rdzv_state.h). */
 #ifndef RDZV_RULES_H
@@ -148,5 +150,45 @@ enum rdzv_rules_failure {
 enum rdzv_rules_failure rdzv_rules_failure(bool reported_final,
                                            int restart_count,
                                            int max_restarts);
+
+/* ---- a lost node ---- */
+
+/* How a participant left a running round before its exit barrier. */
+enum rdzv_rules_leave {
+  RDZV_LEFT_GOODBYE,            /* it said so (LEAVE) */
+  RDZV_LEFT_DIED,               /* its agent died: its connection closed */
+  RDZV_LEFT_SILENT,             /* its link went silent for the keepalive
+                                   window */
+};
+
+struct rdzv_rules_loss {
+  enum rdzv_rules_leave how;
+  int n_left;                   /* nodes of the job still there, spares
+                                   included */
+  int min_nodes;
+  int restart_count, max_restarts;
+  bool nodes_fixed;             /* nothing can bring a node back or put
+                                   another in its place (the static back
+                                   end: no rendezvous to join) */
+};
+
+/* Note [a lost node]: a lost participant starts a new round (elastic
+ * jobs above min_nodes go on at once; below it, they gather until
+ * join_timeout while a restart is left, for the node or another to
+ * come).  The job ends instead when it can no longer reach its size and
+ * no restart is left, or when its nodes are fixed and one has left for
+ * good (said goodbye or died: a silent link may be back).  Ending is
+ * exit status 75 on every node (launcher/agent.h, AGENT_EXIT_NODE_LOST),
+ * unless a worker failure came first and is the root cause. */
+bool rdzv_rules_lost_ends(const struct rdzv_rules_loss *l);
+
+/* "it said goodbye", "its agent died", "its link went silent". */
+const char *rdzv_rules_leave_name(enum rdzv_rules_leave how);
+
+/* Why the job ends on a loss, for its end's text: "the job cannot reach
+ * its size (1 of 2 nodes) and no restart is left (0 of 0 used)" or "the
+ * job's nodes are fixed"; "" when it goes on. */
+void rdzv_rules_lost_why(const struct rdzv_rules_loss *l, char *buf,
+                         size_t len);
 
 #endif

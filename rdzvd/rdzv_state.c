@@ -719,7 +719,7 @@ static void end_job(struct rdzv_state *r, struct job *job, double now,
     void *conn = n->c->conn;
 
     send_text_cause(r, conn, RDZV_PROTO_CLOSED, 0, success, text,
-                    success ? NULL : job_cause(job), NULL);
+                    success ? NULL : job_cause(job), job);
     rdzv_state__node_free(r, n);
     rdzv_state__conn_drop(r, conn);
   }
@@ -781,6 +781,39 @@ static void job_settle(struct rdzv_state *r, struct job *job, double now,
     timer_heap_set(&r->heap, &job->t_forget, now + job->conf.close_timeout);
 }
 
+/* Note [a lost node] (rdzv_rules.h): the job ends on its lost
+ * participant (text: "<node> <why>") when the rules say so: CLOSED, with
+ * the lost node's host and how it left, to every other node.  The caller
+ * set job->lost_host and lost_why; they are cleared when it ends. */
+static bool lost_ends(struct rdzv_state *r, struct job *job, const char *why,
+                      const char *text, double now)
+{
+  char because[160], end[RDZV_PROTO_MAX_TEXT + 1];
+  struct rdzv_rules_loss l = {
+    .n_left = job->n_nodes,
+    .min_nodes = job->conf.min_nodes,
+    .restart_count = job->restart_count,
+    .max_restarts = job->conf.max_restarts,
+  };
+
+  if (strcmp(why, "lost: connection closed") == 0)
+    l.how = RDZV_LEFT_DIED;
+  else if (strcmp(why, "lost: left before the exit barrier") == 0)
+    l.how = RDZV_LEFT_GOODBYE;
+  else if (strncmp(why, "lost: ", 6) == 0)
+    l.how = RDZV_LEFT_SILENT;
+  else
+    return false;               /* not lost: superseded, refused */
+  if (job->closing || !rdzv_rules_lost_ends(&l))
+    return false;
+  rdzv_rules_lost_why(&l, because, sizeof because);
+  fmt(end, sizeof end, "%s (%s): %s", text, rdzv_rules_leave_name(l.how),
+      because);
+  end_job(r, job, now, false, end);
+  job->lost_host = job->lost_why = NULL;
+  return true;
+}
+
 /* Removes n (the caller logged why).  A participant of a running round
  * before its exit barrier is a lost node: the survivors start a new round
  * ("<node> <why>"); otherwise the job just settles. */
@@ -808,6 +841,8 @@ void rdzv_state__node_remove(struct rdzv_state *r, struct node *n, double now,
     rdzv_state__node_free(r, n);
     job->lost_host = host;
     job->lost_why = how;
+    if (lost_ends(r, job, why, text, now))
+      return;
     rdzv_state__start_round(r, job, now, text, NULL);
     job->lost_host = job->lost_why = NULL;
     if (!job->n_nodes)

@@ -54,7 +54,13 @@ expect_grep "worker group failed; restarting it \(1 of 1 restarts used\)" "$T/d.
 wait_files "$T/d/round.*" 2 30
 
 # ---- again, with no restart left: the job ends ----
+# A third node first, so that losing g leaves the job at min_nodes: below
+# it, with no restart left, the loss itself would end the job (Note [a
+# lost node], rdzvd/rdzv_rules.h; t_lost_node).
 d1=$(cat "$(compgen -G "$T/d/pid.0.*" | grep -v "pid.0.$d0\$")")
+agent h "${args[@]}" "$LW" "$T/h"
+wait_files "$T/h/round.*" 1 30
+wait_grep "job owed: round [0-9]+ complete: 3 nodes" "$T/rdzvd.log" 30
 below_min g
 touch "$T/d/withdraw.$d1"
 wait_exit "$AGENT_d" 60

@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -394,6 +396,61 @@ static void agent_main(int wfd)
   idle_forever();
 }
 
+static double epoch_now(void)
+{
+  struct timeval tv;
+
+  gettimeofday(&tv, NULL);
+  return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+/* Note [exit time]: the guardian notes when a watched worker exited,
+ * however late the agent reaps it; forget clears the note. */
+START_TEST(test_exit_time)
+{
+  struct guardian g;
+  volatile double *child_at = mmap(NULL, sizeof(double),
+                                   PROT_READ | PROT_WRITE,
+                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  double at = 0, reaped;
+  int p[2], st, i;
+  char c = 'x';
+  pid_t pid;
+
+  ck_assert_ptr_ne((void *)child_at, MAP_FAILED);
+  ck_assert_int_eq(guardian_start(&g, NULL, NULL), 0);
+  ck_assert_int_eq(pipe(p), 0);
+  pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    guardian_watch(&g, getpid());
+    if (read(p[0], &c, 1) != 1)
+      _exit(1);
+    *child_at = epoch_now();
+    _exit(3);
+  }
+  ck_assert_int_eq(write(p[1], &c, 1), 1);
+  /* The agent is late: the worker is a zombie while the note comes. */
+  for (i = 0; i < 6000 && (at = guardian_exit_time(&g, pid)) <= 0; i++)
+    usleep(5000);
+  ck_assert(at > 0);
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  reaped = epoch_now();
+  ck_assert(at >= *child_at);
+  ck_assert(at <= reaped);
+  ck_assert(guardian_exit_time(&g, pid) == at);
+  ck_assert_int_eq(guardian_forget(&g, pid), 0);
+  for (i = 0; i < 6000 && guardian_exit_time(&g, pid) > 0; i++)
+    usleep(5000);
+  ck_assert(guardian_exit_time(&g, pid) == 0);
+  ck_assert(guardian_exit_time(&g, 12345678) == 0);
+  guardian_stop(&g);
+  close(p[0]);
+  close(p[1]);
+}
+END_TEST
+
 START_TEST(test_agent_sigkill)
 {
   pid_t agent, pids[3];
@@ -435,6 +492,7 @@ static Suite *guardian_suite(void)
 
   tcase_add_checked_fixture(tc, setup, NULL);
   tcase_add_test(tc, test_start_stop_empty);
+  tcase_add_test(tc, test_exit_time);
   tcase_add_test(tc, test_stop_kills_group);
   tcase_add_test(tc, test_forget);
   tcase_add_test(tc, test_forget_then_watch_again);

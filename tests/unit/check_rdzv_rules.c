@@ -161,6 +161,46 @@ START_TEST(restart_budget)
 }
 END_TEST
 
+/* Note [a lost node]. */
+START_TEST(lost_node)
+{
+  struct rdzv_rules_loss l = {
+    .how = RDZV_LEFT_GOODBYE, .n_left = 1, .min_nodes = 2,
+    .restart_count = 0, .max_restarts = 0,
+  };
+  char why[160];
+
+  /* Below its size with no restart left: it ends, however it left. */
+  ck_assert(rdzv_rules_lost_ends(&l));
+  rdzv_rules_lost_why(&l, why, sizeof why);
+  ck_assert_str_eq(why, "the job cannot reach its size (1 of 2 nodes) and "
+                   "no restart is left (0 of 0 used)");
+  l.how = RDZV_LEFT_SILENT;
+  ck_assert(rdzv_rules_lost_ends(&l));
+  /* A restart left: the node (or another) may come. */
+  l.max_restarts = 1;
+  ck_assert(!rdzv_rules_lost_ends(&l));
+  rdzv_rules_lost_why(&l, why, sizeof why);
+  ck_assert_str_eq(why, "");
+  /* Elastic above min_nodes: it goes on. */
+  l.max_restarts = 0;
+  l.min_nodes = 1;
+  ck_assert(!rdzv_rules_lost_ends(&l));
+  /* Fixed nodes: gone for good ends it, a silent link may be back. */
+  l.nodes_fixed = true;
+  l.max_restarts = 3;
+  l.min_nodes = 2;
+  ck_assert(!rdzv_rules_lost_ends(&l));
+  l.how = RDZV_LEFT_DIED;
+  ck_assert(rdzv_rules_lost_ends(&l));
+  ck_assert_str_eq(rdzv_rules_leave_name(RDZV_LEFT_DIED), "its agent died");
+  ck_assert_str_eq(rdzv_rules_leave_name(RDZV_LEFT_GOODBYE),
+                   "it said goodbye");
+  ck_assert_str_eq(rdzv_rules_leave_name(RDZV_LEFT_SILENT),
+                   "its link went silent");
+}
+END_TEST
+
 /* ---- both back ends, one table ----
  *
  * A case is a configuration, a script of events and what every node
@@ -222,6 +262,13 @@ static const struct rules_case CASES[] = {
     "-----", true, -1 },
   { "closing admits no one", { 2, 3, 0, 10 }, "j0 j1 L f0 j2", 'R', 0,
     "01---", true, -1 },
+  /* Note [a lost node] */
+  { "a lost node, below min, no restart left: closed", { 2, 2, 0, 10 },
+    "j0 j1 l1", 'C', 0, "-----", true, -1 },
+  { "a lost node, a restart left: a new round", { 2, 2, 1, 10 },
+    "j0 j1 l1", 'G', 0, "-----", false, -1 },
+  { "a lost node, elastic above min: a new round", { 1, 2, 0, 10 },
+    "j0 j1 l1", 'G', 0, "-----", true, -1 },
 };
 
 /* One back end under test: the same events, the same observations. */
@@ -591,6 +638,7 @@ static Suite *rdzv_rules_suite(void)
   tcase_add_test(tc, gathering);
   tcase_add_test(tc, config_check);
   tcase_add_test(tc, restart_budget);
+  tcase_add_test(tc, lost_node);
   tcase_add_loop_test(tc, both_back_ends, 0,
                       (int)(sizeof CASES / sizeof CASES[0] *
                             (sizeof BACKENDS / sizeof BACKENDS[0])));

@@ -253,6 +253,9 @@ static void cl_join(struct client *c, const char *id, int i, int min,
   m.u.join.conf.last_call_timeout = 0;
   m.u.join.conf.keepalive_interval = 100;
   m.u.join.conf.keepalive_misses = 10;
+  /* A restart left: a lost node starts a new round (with none, a 2:2 job
+   * would end on it: Note [a lost node], rdzv_rules.h). */
+  m.u.join.conf.max_restarts = 1;
   cl_send(c, &m);
 }
 

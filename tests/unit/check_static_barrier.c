@@ -59,7 +59,7 @@ static void start(int i, int port, int rank, int nnodes, int nproc,
   struct static_barrier_opts o = { "127.0.0.1", port, rank, nnodes, nproc,
                                    timeout };
 
-  ck_assert_int_eq(static_barrier_start(&loop, &o, done, &nodes[i],
+  ck_assert_int_eq(static_barrier_start(&loop, &o, done, NULL, &nodes[i],
                                         &nodes[i].b), 0);
   ck_assert_int_eq(nodes[i].calls, 0);  /* never from inside start */
 }

@@ -1,0 +1,118 @@
+#!/bin/bash
+# Note [a lost node] (rdzvd/rdzv_rules.h): a fixed-size job (--nnodes=2,
+# no restart left, no Slurm, no hostfile) whose other node leaves ends on
+# the survivor at once, naming the node and how it left, with exit status
+# 75, on rdzvd, on the embedded back end and on the static back end
+# (Note [static watch], launcher/static_barrier.h).  Before, the survivor
+# restarted its workers and waited for the node until join_timeout (600 s
+# here: the waits below would fail first).
+. "$(dirname "$0")/lib.sh"
+
+start_rdzvd
+EP=127.0.0.1:$RDZVD_PORT
+
+# pair DIR ID ARGS...: two agents a and b of job ID, 1 worker each,
+# sleeping; returns once both workers run.
+pair() {
+  local dir=$1 id=$2
+  shift 2
+  mkdir "$T/$dir"
+  for k in a b; do
+    agent "$dir$k" --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
+      --rdzv_backend=c10d --rdzv_id="$id" "$@" "$TW" sleep "$T/$dir" 600
+  done
+  wait_files "$T/$dir/pid.*" 2 60
+}
+
+# survivor_ends NAME HOW: NAME's cdrun exits 75 and says how its peer left.
+survivor_ends() {
+  local pid
+  pid=AGENT_$1
+  wait_exit "${!pid}" 60
+  [ "$RC" -eq 75 ] || { cat "$T/$1.err"; fail "$1 exited $RC, want 75"; }
+  expect_grep "node [^ ]+ .*\($2\): the job cannot reach its size \(1 of 2 nodes\) and no restart is left \(0 of 0 used\): ending the job \(exit status 75\)" "$T/$1.err"
+  grep -q "restarting the worker group" "$T/$1.err" &&
+    fail "$1 restarted its workers for a job that cannot go on"
+  return 0
+}
+
+# ---- rdzvd: b's cdrun stopped by SIGTERM says goodbye ----------------------
+pair g goodbye --rdzv_endpoint="$EP"
+kill -TERM "$AGENT_gb"
+wait_exit "$AGENT_gb" 60
+survivor_ends ga "it said goodbye"
+
+# ---- rdzvd: b's cdrun killed ------------------------------------------------
+pair d died --rdzv_endpoint="$EP"
+kill -9 "$AGENT_db"
+survivor_ends da "its agent died"
+
+# ---- rdzvd: b's cdrun stopped, its link silent for the keepalive window -----
+pair s silent --rdzv_endpoint="$EP" \
+  --rdzv_conf=keepalive_interval=0.2,keepalive_misses=3
+kill -STOP "$AGENT_sb"
+survivor_ends sa "its link went silent"
+kill -9 "$AGENT_sb"
+
+# ---- embedded: the hosting node survives the other -----------------------
+port=$(free_port)
+mkdir "$T/e"
+agent eh --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
+  --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=emb \
+  "$TW" sleep "$T/e" 600
+wait_grep 'hosting the rendezvous' "$T/eh.err" 30
+agent eo --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
+  --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=emb \
+  --rdzv_conf=is_host=0 "$TW" sleep "$T/e" 600
+wait_files "$T/e/pid.*" 2 60
+kill -9 "$AGENT_eo"
+survivor_ends eh "its agent died"
+
+# ---- static: nodes met once; node 1 stopped, then node 0 killed ----------
+# (--max_restarts=1: a static node gone for good ends the job anyway.)
+static_pair() {
+  local dir=$1 port
+  port=$(free_port)
+  mkdir "$T/$dir"
+  for k in 0 1; do
+    agent "$dir$k" --nnodes=2 --node_rank=$k --nproc_per_node=1 \
+      --max_restarts=1 --master_addr=127.0.0.1 --master_port="$port" \
+      "$TW" sleep "$T/$dir" 600
+  done
+  wait_files "$T/$dir/pid.*" 2 60
+}
+
+# static_ends NAME HOW: as survivor_ends, for the static back end.
+static_ends() {
+  local pid
+  pid=AGENT_$1
+  wait_exit "${!pid}" 60
+  [ "$RC" -eq 75 ] || { cat "$T/$1.err"; fail "$1 exited $RC, want 75"; }
+  expect_grep "static rendezvous: node rank [01] \([^)]*\) left \($2\): the job's nodes are fixed: none can take its place: ending the job \(exit status 75\)" "$T/$1.err"
+}
+
+static_pair t
+kill -TERM "$AGENT_t1"
+wait_exit "$AGENT_t1" 60
+static_ends t0 "it said goodbye"
+
+static_pair k
+kill -9 "$AGENT_k0"
+static_ends k1 "its agent died"
+
+# A node whose workers succeed leaves quietly: the other runs on.
+port=$(free_port)
+mkdir "$T/q"
+agent q0 --nnodes=2 --node_rank=0 --nproc_per_node=1 \
+  --master_addr=127.0.0.1 --master_port="$port" "$TW" elastic "$T/q" 3
+agent q1 --nnodes=2 --node_rank=1 --nproc_per_node=1 \
+  --master_addr=127.0.0.1 --master_port="$port" "$TW" env "$T/q"
+wait_exit "$AGENT_q1" 60
+expect_eq "q1 (succeeded first)" "$RC" 0
+wait_exit "$AGENT_q0" 60
+expect_eq "q0 (succeeded after q1 left)" "$RC" 0
+
+for f in "$T"/*/pid.*; do
+  alive "$(cat "$f")" && fail "worker $(cat "$f") outlived the job"
+done
+exit 0
