@@ -10,6 +10,8 @@
 #                     a higher layer's symbol, every header compiles alone
 #   make bench        scripts/bench/launch
 #   make install      PREFIX=/usr/local
+#   make wheel        build/pkg/dist/cdrun-*.whl (scripts/pkg/README.md)
+#   make deb          build/pkg/cdrun_*_amd64.deb, libpg-dev_*_amd64.deb
 
 .DEFAULT_GOAL := all
 
