@@ -624,6 +624,116 @@ START_TEST(test_init_opt_in)
 }
 END_TEST
 
+/* Note [reducer after recovery]: whatever phase pg_recover interrupts,
+ * every reducer's gradients are zero afterwards, on the heal's source
+ * too (here the only member, which heals from itself): gradients added
+ * with += and zeroed after the optimizer (libpg(3)'s EXAMPLE) and an
+ * averaged step not yet applied must not leak into the redone step. */
+static void grads_zero(pg_reducer *r, size_t n, const size_t *numel)
+{
+  size_t i, k;
+  double *d;
+
+  for (i = 0; i < n; i++) {
+    d = pg_reducer_grad(r, i);
+    ck_assert_ptr_nonnull(d);
+    for (k = 0; k < numel[i]; k++)
+      ck_assert_msg(d[k] == 0.0, "parameter %zu element %zu is %g", i, k,
+                    d[k]);
+  }
+}
+
+static void grads_add(pg_reducer *r, size_t i, size_t numel, double v)
+{
+  double *d = pg_reducer_grad(r, i);
+  size_t k;
+
+  for (k = 0; k < numel; k++)
+    d[k] += v;
+}
+
+START_TEST(test_recover_zeroes_reducer)
+{
+  char dir[] = "/tmp/check_pg_live.XXXXXX", path[256];
+  const size_t numel[3] = { 1000, 3000, 20 };
+  struct pg_reducer_options ro = PG_REDUCER_OPTIONS_INIT;
+  struct pg_param_spec p[3];
+  struct pg_recover_info info;
+  double x[8] = { 1, 2, 3 };
+  struct pg_state_buf b = { x, sizeof x };
+  pg_reducer *r = NULL;
+  pg_group *g = NULL;
+  size_t i;
+
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/optin", dir);
+  env_group();
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("CDRUN_RECOVERY", "live", 1);
+  putenv(ep_env);
+  setenv("CDRUN_LIVE_OPT_IN", path, 1);
+  setenv("CDRUN_JOB_TOKEN", "", 1);
+  serve();
+  snprintf(ep_env, sizeof ep_env, "CDRUN_LIVE_STORE=127.0.0.1:%d", port);
+  ck_assert_msg(pg_init(NULL, &g) == 0, "%s", pg_last_error());
+  for (i = 0; i < 3; i++) {
+    p[i].numel = numel[i];
+    p[i].dtype = PG_F64;
+  }
+  ro.first_bucket_cap = 4096;
+  ro.bucket_cap = 8192;
+  ck_assert_msg(pg_reducer_create(g, p, 3, &ro, &r) == 0, "%s",
+                pg_last_error());
+  ck_assert_int_eq(pg_state_register(g, &b, 1), 0);
+
+  /* A step interrupted in the backward pass: two of three marked. */
+  ck_assert_int_eq(pg_reducer_prepare(r, true), 0);
+  grads_add(r, 2, numel[2], 1.5);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 2), 0);
+  grads_add(r, 1, numel[1], 2.5);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 1), 0);
+  grads_add(r, 0, numel[0], 3.5);
+  ck_assert_msg(pg_recover(g, &info) == 0, "%s", pg_last_error());
+  ck_assert_int_eq(info.heal_source, 0);
+  grads_zero(r, 3, numel);
+
+  /* A step interrupted after its finish (a later collective failed):
+   * the averaged gradients, not yet applied, are not kept either.  The
+   * first finish recorded the order: this recovery also comes with a
+   * rebuild pending. */
+  ck_assert_int_eq(pg_reducer_prepare(r, true), 0);
+  for (i = 0; i < 3; i++) {
+    grads_add(r, i, numel[i], 4.0);
+    ck_assert_int_eq(pg_reducer_mark_ready(r, i), 0);
+  }
+  ck_assert_int_eq(pg_reducer_finish(r), 0);
+  ck_assert_msg(pg_recover(g, &info) == 0, "%s", pg_last_error());
+  grads_zero(r, 3, numel);
+
+  /* Accumulated under no_sync, then recovered. */
+  ck_assert_int_eq(pg_reducer_prepare(r, false), 0);
+  grads_add(r, 0, numel[0], 1.0);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 0), 0);
+  ck_assert_int_eq(pg_reducer_finish(r), 0);
+  ck_assert_msg(pg_recover(g, &info) == 0, "%s", pg_last_error());
+  grads_zero(r, 3, numel);
+  /* ... and the redone step sees only its own gradients. */
+  ck_assert_int_eq(pg_reducer_prepare(r, true), 0);
+  grads_add(r, 1, numel[1], 6.0);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 1), 0);
+  ck_assert_int_eq(pg_reducer_finish(r), 0);
+  ck_assert(((double *)pg_reducer_grad(r, 0))[0] == 0.0);
+  ck_assert(((double *)pg_reducer_grad(r, 1))[7] == 6.0);
+  ck_assert(x[2] == 3.0);
+
+  pg_reducer_destroy(r);
+  pg_destroy(g);
+  pg_store_server_stop(server);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 /* Restart mode: live calls cost nothing and pg_recover says so. */
 START_TEST(test_restart_mode)
 {
@@ -674,6 +784,7 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_init_bad_mode);
   tcase_add_test(tc, test_init_live_needs_store);
   tcase_add_test(tc, test_init_opt_in);
+  tcase_add_test(tc, test_recover_zeroes_reducer);
   tcase_add_test(tc, test_restart_mode);
   suite_add_tcase(s, tc);
   return s;
