@@ -546,6 +546,107 @@ START_TEST(test_form_timeout)
 }
 END_TEST
 
+/* Note [store values]: a value in the live store that libpg did not
+ * write is refused with -EPROTO naming the key, at once, never a wait. */
+static void hostile_next(const char *v, size_t len)
+{
+  struct joiner a;
+  pg_store *st;
+
+  serve();
+  st = connect_store();
+  ck_assert_int_eq(pg_store_set(st, "live/next", v, len), 0);
+  joiner_init(&a, 0, 2, true, 1);
+  a.j.timeout = 30;
+  ck_assert_int_eq(pg__live_form(&a.j, 0, &a.f), -EPROTO);
+  ck_assert_msg(strstr(pg_last_error(), "live/next holds '"), "%s",
+                pg_last_error());
+  pg_store_close(a.j.store);
+  pg_store_close(st);
+  pg_store_server_stop(server);
+}
+
+START_TEST(test_form_hostile_values)
+{
+  static const char junk[] = "12\0\x01\xff and then a long tail of text";
+  struct joiner a;
+  pg_store *st;
+
+  hostile_next("9223372036854775807", 19);
+  hostile_next("1099511627777", 13);   /* GEN_MAX + 1 */
+  hostile_next("-3", 2);
+  hostile_next("12abc", 5);
+  hostile_next(junk, sizeof junk - 1);
+  ck_assert_ptr_nonnull(strstr(pg_last_error(), "..."));
+  /* A decision that claims a million members in a few bytes. */
+  serve();
+  st = connect_store();
+  ck_assert_int_eq(pg_store_set(st, "live/g0/done",
+                                "round=0 world=1000000\n", 22), 0);
+  joiner_init(&a, 0, 2, false, 1);
+  ck_assert_int_eq(pg__live_form(&a.j, 0, &a.f), -EPROTO);
+  ck_assert_msg(strstr(pg_last_error(), "live/g0/done"), "%s",
+                pg_last_error());
+  pg_store_close(a.j.store);
+  pg_store_close(st);
+  pg_store_server_stop(server);
+}
+END_TEST
+
+/* A live/next far ahead (within bounds) is followed, and the cleaner of
+ * the generation formed there deletes DROP_MAX (16) generations, not a
+ * million: both members return. */
+START_TEST(test_form_far_next)
+{
+  struct joiner a, b;
+  pg_store *st;
+  void *v = NULL;
+  size_t len;
+
+  serve();
+  st = connect_store();
+  ck_assert_int_eq(pg_store_set(st, "live/next", "1000000", 7), 0);
+  joiner_init(&a, 0, 2, false, 1);
+  joiner_init(&b, 1, 2, false, 2);
+  joiner_start(&a, 5);
+  joiner_start(&b, 5);
+  pthread_join(a.t, NULL);
+  pthread_join(b.t, NULL);
+  ck_assert_msg(a.err == 0 && b.err == 0, "%s / %s", a.why, b.why);
+  ck_assert_int_eq(a.f.gen, 1000000);
+  ck_assert_int_eq(pg_store_get(st, "live/kept", 0, &v, &len), 0);
+  ck_assert_int_eq(len, 2);
+  ck_assert(memcmp(v, "16", 2) == 0);
+  free(v);
+  end_pair(&a, &b, st);
+}
+END_TEST
+
+/* Keys deleted from outside (a DEL_PREFIX "" of a process with the job
+ * token) while a member waits for the others: -EPROTO naming its entry,
+ * not a wait for the timeout. */
+START_TEST(test_form_entry_deleted)
+{
+  struct joiner a;
+  pg_store *st;
+
+  serve();
+  st = connect_store();
+  joiner_init(&a, 0, 2, true, 1);
+  a.j.timeout = 600;
+  joiner_start(&a, 0);
+  wait_key(st, "live/g0/m0");
+  ck_assert_int_eq(pg__store_delete_prefix(st, "", NULL), 0);
+  pthread_join(a.t, NULL);
+  ck_assert_int_eq(a.err, -EPROTO);
+  ck_assert_msg(strstr(a.why, "live/g0/m0 (this process's entry"), "%s",
+                a.why);
+  pg_store_close(a.j.store);
+  pg_store_close(st);
+  pg_store_server_stop(server);
+}
+END_TEST
+
 /* ---- pg_init's checks ------------------------------------------------- */
 
 static void env_group(void)
@@ -776,6 +877,9 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_form_bounded_store);
   tcase_add_test(tc, test_form_linear_requests);
   tcase_add_test(tc, test_form_timeout);
+  tcase_add_test(tc, test_form_hostile_values);
+  tcase_add_test(tc, test_form_far_next);
+  tcase_add_test(tc, test_form_entry_deleted);
   suite_add_tcase(s, tc);
   /* Knobs are read once per process: each runs in its own (Check forks
    * each test). */
