@@ -411,7 +411,9 @@ static int live_setup(pg_group *g, const struct pg_options *o)
     for (i = 0; i < f.world; i++)
       l->joined_running |= !f.m[i].fresh;
     l->heal_source = pg__live_heal_source(f.m, f.world);
-    l->heal_pending = l->heal_source >= 0;
+    /* Joining a running job: a heal even with no source (state.c says
+     * the state is lost). */
+    l->heal_pending = l->heal_source >= 0 || l->joined_running;
     /* Nothing to heal from: this rank starts the job's state itself. */
     l->valid = !l->heal_pending && !l->joined_running;
     l->round_seen = f.round;
@@ -798,7 +800,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   }
   queue_release(g, 0);
   valid = l->valid;
-  err = l->heal_source >= 0 ? pg__live_heal(g, l->heal_source, &valid) : 0;
+  err = pg__live_heal(g, l->heal_source, &valid);
   l->valid = valid;
   info->heal_s = pg__now() - t1;
   if (err) {

@@ -95,7 +95,8 @@ typedef enum {
  * large), -ERANGE (store counter overflow), -EALREADY (reducer: marked
  * twice), -EBUSY (reducer: operations in flight), -EACCES (the store or a
  * mesh peer refused the job token, or could not prove it), -ENOSPC (over
- * the store's memory budget).  pg_strerror and
+ * the store's memory budget), -ENODATA (live recovery: the state is
+ * lost).  pg_strerror and
  * pg_err_name know them all. */
 #define PG_EBACKEND_BASE  (-20000)  /* -20000 - ncclResult_t / cudaError */
 #define PG_ENCCL(r)       (PG_EBACKEND_BASE - (int)(r))
@@ -614,7 +615,8 @@ struct pg_state_buf {
  * communicate), and before any other collective.  PG_ERR_PEER_LOST when
  * a member died during it: call pg_recover.  Not live: records them,
  * nothing more.  -EINVAL on a bad argument or a second call; -EPROTO
- * when sizes or reducers differ from the survivors'. */
+ * when sizes or reducers differ from the survivors'; -ENODATA when the
+ * live state is lost (as pg_recover's). */
 PG_EXTERN int pg_state_register(pg_group *g, const struct pg_state_buf *b,
                                 size_t n);
 
@@ -629,7 +631,7 @@ struct pg_recover_info {
                              lost node): old_world - world when
                              positive */
   int heal_source;        /* the rank whose state every rank now holds;
-                             -1 when nothing is registered */
+                             -1 when none did (-ENODATA) */
   double rebuild_s;       /* seconds waiting for the generation and
                              rebuilding the communicator */
   double heal_s;          /* seconds sending the state */
@@ -642,8 +644,12 @@ struct pg_recover_info {
  * rank) returns PG_ERR_PEER_LOST again: call it again.  -ETIMEDOUT when
  * no generation formed within the group's timeout (a store error as it
  * is: the live store is gone); -EPROTO when the live store holds a value
- * libpg did not write (the sentence names the key); after those two, do
- * not retry: exit, and let cdrun decide; -ENOTSUP outside live
+ * libpg did not write (the sentence names the key); -ENODATA when the
+ * live state is lost: no member of the new generation holds a valid
+ * state (every one that did died, one during a heal), so every member
+ * fails alike, and once cdrun has replaced them all, a generation of
+ * fresh processes starts over as the job did (pg_joined_running false).
+ * After those, do not retry: exit non-zero; -ENOTSUP outside live
  * mode or on a sub-group (recover the world group; sub-groups made
  * before fail with PG_ESTALE_GROUP: make them again).  The group's
  * in-flight work fails first (waited for here).  info may be NULL. */

@@ -852,6 +852,7 @@ START_TEST(test_restart_mode)
   ck_assert_int_eq(pg_recover(g, NULL), -ENOTSUP);
   ck_assert_str_eq(pg_err_name(PG_ERR_PEER_LOST), "ERR_PEER_LOST");
   ck_assert_str_eq(pg_err_name(PG_ESTALE_GROUP), "ESTALE_GROUP");
+  ck_assert_str_eq(pg_err_name(-ENODATA), "ENODATA");
   pg_destroy(g);
 }
 END_TEST
