@@ -294,6 +294,8 @@ void pg_destroy(pg_group *g)
   pthread_cond_broadcast(&g->queued);
   pthread_mutex_unlock(&g->mu);
   pthread_join(g->thread, NULL);
+  if (g->is_sub)
+    pg__live_remove_sub(g);
   if (g->comm)
     g->comm->ops->destroy(g->comm);
   exit_barrier(g);
