@@ -601,7 +601,11 @@ static void queue_release(pg_group *g, int failed)
  *  - sub-groups are made under the setup watch (Note [setup watch]): a
  *    member of the world that dies during pg_new_group or pg_split, or a
  *    next generation that starts meanwhile, fails the creation with
- *    PG_ERR_PEER_LOST instead of the timeout.
+ *    PG_ERR_PEER_LOST instead of the timeout;
+ *  - a wait that no closed communicator can end (a hierarchical comm's
+ *    receive from a rank on another host that never connected: Note
+ *    [lazy p2p]) asks the op watch (struct pg__setup's) between slices:
+ *    the next generation started, PG_ERR_PEER_LOST.
  * The recovery does not rebuild sub-groups (their members may be gone
  * and the ranks renumbered): the program makes them again after
  * pg_recover, and a PG_ERR_PEER_LOST from that is one more loss: recover
@@ -680,6 +684,35 @@ void pg__live_watch(pg_group *g, bool on)
 
   if (l && l->formed.m)
     pg__setup_watch(on ? watch_setup : NULL, on ? &l->sub_watch : NULL);
+}
+
+/* An op's watch (pg__live_op_watch): only whether the next generation
+ * started (a member recovers, or a dead one's replacement came), not
+ * whether a member is gone, which one that finished and exited also is.
+ * l->formed changes only in pg_init and pg_recover, when no op runs. */
+static int op_watch(void *arg)
+{
+  pg_group *w = arg;
+  struct pg__live *l = w->live;
+  struct pg__live_formed next_only = { .gen = l->formed.gen };
+
+  if (!l->formed.m || !pg__live_formed_check(w->store, &next_only, l->boot))
+    return 0;
+  return pg__fail(PG_ERR_PEER_LOST, "generation %" PRIu64 ": the next "
+                  "generation started (a member recovers, or one was "
+                  "replaced) while this rank waited", l->formed.gen);
+}
+
+void pg__live_op_watch(pg_group *g, int (**fn)(void *), void **arg)
+{
+  pg_group *w = g->is_sub ? g->world : g;
+
+  *fn = NULL;
+  *arg = NULL;
+  if (w && w->live) {
+    *fn = op_watch;
+    *arg = w;
+  }
 }
 
 /* Note [live sub-groups]: every sub-group's communicator closed, each

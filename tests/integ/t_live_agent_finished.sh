@@ -53,7 +53,8 @@ if [ "$RC" != 0 ]; then
   fail "live mode exited $RC, restart mode 0"
 fi
 expect_grep 'rank 1 dies after its last step' "$T/live.err"
-expect_grep 'worker 1 failed after worker [02] finished \(exit 0\): a replacement could not rejoin its peers; recovering as restart mode does' "$T/live.err"
+expect_grep 'worker 1 failed after worker [02] finished \(exit 0\): a replacement could not rejoin its peers; recovering as restart mode does' \
+  "$T/live.err"
 grep -q 'replacing worker 1 alone' "$T/live.err" &&
   fail "a replacement was started for a finished job"
 # As restart mode: the group ran twice, the second time to the end.
