@@ -798,9 +798,10 @@ static int fill_info(struct pg__live *l, const struct pg__live_formed *f,
  * closed connection, a shm peer from the left word), unless the backend
  * shrinks the old one (NCCL: revoked, so nothing waits on it).  The
  * reducers abandon their iteration.  Then the next generation forms
- * (live_form.c), the communicator is rebuilt and the state healed.  A failure after the generation formed leaves the
- * group failed with PG_ERR_PEER_LOST, so the caller recovers again into
- * the generation after. */
+ * (live_form.c), the communicator is rebuilt and the state healed.  A
+ * failure after the generation formed leaves the group failed with
+ * PG_ERR_PEER_LOST, so the caller recovers again into the generation
+ * after. */
 int pg_recover(pg_group *g, struct pg_recover_info *info)
 {
   struct pg_recover_info local;
