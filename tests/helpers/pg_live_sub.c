@@ -181,11 +181,19 @@ static void recover(void)
   die("pg_recover (too many tries)", PG_ERR_PEER_LOST);
 }
 
+/* Send and receive as one group (NCCL needs it; the CPU backends run
+ * the send first). */
 static int exchange(pg_group *grp, int peer, const double *out, double *in)
 {
-  int err = pg_send(grp, out, elems, PG_F64, peer, 7);
+  int err = pg_group_start(grp), e;
 
-  return err ? err : pg_recv(grp, in, elems, PG_F64, peer, 7);
+  if (err)
+    return err;
+  err = pg_send(grp, out, elems, PG_F64, peer, 7);
+  if (!err)
+    err = pg_recv(grp, in, elems, PG_F64, peer, 7);
+  e = pg_group_end(grp);
+  return err ? err : e;
 }
 
 static int cross(void)
