@@ -26,6 +26,8 @@ struct live_store;
 struct live_worker {
   int replaced;                 /* replacements so far (its budget) */
   bool replace_pending;         /* Note [live replacement] */
+  bool stopped;                 /* killed: it could never join (Note
+                                   [finished job]) */
 };
 
 /* The agent's live state; all zero is restart mode. */
@@ -85,6 +87,11 @@ void live_agent_worker_env(const struct agent *a, const struct worker *w,
  * replacement left (the assignment's failure_final is then set), or when
  * another worker of the node already exited 0 (Note [finished job]). */
 bool live_agent_worker_failed(struct agent *a, struct worker *w, int code);
+
+/* Worker done exited 0 while the group runs: a replacement still joining
+ * the group (libpg says so in its opt-in file) never will and is killed;
+ * its exit is then restart mode's (Note [finished job]). */
+void live_agent_worker_finished(struct agent *a, struct worker *done);
 
 /* Starts the replacements whose predecessor's output streams are closed
  * (called when a stream closes). */

@@ -191,6 +191,11 @@ PG__HIDDEN void pg__live_lost(pg_group *g);
 /* Sets (on) or clears the setup watch over g's world's generation on this
  * thread while a sub-group is made (nothing when g is not live). */
 PG__HIDDEN void pg__live_watch(pg_group *g, bool on);
+/* The watch of g's communicators' ops (struct pg__setup's watch): in
+ * live mode, PG_ERR_PEER_LOST once the generation after the world's
+ * current one started; NULL and NULL otherwise. */
+PG__HIDDEN void pg__live_op_watch(pg_group *g, int (**fn)(void *),
+                                  void **arg);
 
 /* ---- state.c --------------------------------------------------------------
  * The heal (Note [heal]): collective over the generation, from source.

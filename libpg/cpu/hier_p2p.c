@@ -35,6 +35,10 @@
 #define STRAY_S 5.0
 #define SLICE_S 0.005
 #define PEND_MAX 64
+/* A receive waiting for a connection asks the setup's watch this often
+ * (live mode: the peer may be recovering, and will never connect). */
+#define WATCH_MS 50
+#define CONNECT_SLICE_S 1.0
 
 struct pending {
   int fd;
@@ -51,6 +55,8 @@ struct hier_p2p {
   const struct pg__token *token;
   pg_store *store;
   char *ns;
+  int (*watch)(void *arg);      /* struct pg__setup's */
+  void *watch_arg;
   struct pending pend[PEND_MAX];
   int npend;
 };
@@ -116,6 +122,8 @@ int pg__hier_p2p_create(const struct pg__setup *s, struct hier_p2p **out)
   p->me = s->me;
   p->lfd = -1;
   p->store = s->store;
+  p->watch = s->watch;
+  p->watch_arg = s->watch_arg;
   p->token = s->token ? s->token : &no_token;
   snprintf(key, sizeof key, "%sp2p/", s->ns);
   p->ns = strdup(key);
@@ -178,7 +186,20 @@ static int connect_peer(struct hier_p2p *p, int q, double deadline)
   memcpy(ep, v, len);
   ep[len] = '\0';
   free(v);
-  fd = tcp_connect_ep(ep, p->bufsz, deadline);
+  /* A refusal is retried until the deadline; with a watch, that is asked
+   * between slices of CONNECT_SLICE_S (the peer may be recovering: its
+   * listener is closed).  A slice is as long as the kernel's first SYN
+   * retry, so cutting a slow connect short and starting again costs it
+   * nothing. */
+  for (;;) {
+    double until = pg__now() + CONNECT_SLICE_S;
+    bool sliced = p->watch && until < deadline;
+
+    fd = tcp_connect_ep(ep, p->bufsz, sliced ? until : deadline);
+    if (fd >= 0 || !sliced || (fd != -ECONNREFUSED && fd != -ETIMEDOUT) ||
+        (fd = p->watch(p->watch_arg)) != 0)
+      break;
+  }
   err = fd < 0 ? fd : 0;
   if (!err) {
     tcp_hello_init(&h, p->hash, p->me, q, p->n);
@@ -189,7 +210,8 @@ static int connect_peer(struct hier_p2p *p, int q, double deadline)
   }
   if (err) {
     err = pg__fail(err, "send: cannot connect to rank %d at %s: %s",
-                   p->c.peers[q].rank, ep, pg_strerror(err));
+                   p->c.peers[q].rank, ep, err == PG_ERR_PEER_LOST
+                   ? pg_last_error() : pg_strerror(err));
     free(ep);
     return err;
   }
@@ -296,7 +318,14 @@ int pg__hier_p2p_recv(struct hier_p2p *p, void *buf, size_t bytes, int q,
     }
     if (p->npend && ms > (int)(STRAY_S * 1000))
       ms = (int)(STRAY_S * 1000);
-    poll(pf, (nfds_t)np, ms);
+    if (p->watch && ms > WATCH_MS)
+      ms = WATCH_MS;
+    if (poll(pf, (nfds_t)np, ms) == 0 && p->watch) {
+      int err = p->watch(p->watch_arg);
+
+      if (err)
+        return fail(p, err);
+    }
   }
   tcp_stream_buf(&p->c, &p->c.ss[0], p->n + q, false, &h, buf);
   p->c.ss[0].p2p = true;

@@ -16,6 +16,15 @@
  *   wp2p    the same over the world with rank ^ 2 (another host in the
  *           hierarchical scenario)
  *   world   all-reduce of a + 2b + 3c' + 5d' over the world
+ *   cross   instead of parity and wp2p, each rank in its own order:
+ *           rank 0 starts the parity all-reduce async, receives d' from
+ *           rank 3, sends d to rank 2, then waits for the parity; rank 2
+ *           receives d' from rank 0 before its parity all-reduce; rank 3
+ *           sends d to rank 0 before its; rank 1 runs it async.  So when
+ *           rank 3 dies, rank 0 recovers with its parity all-reduce in
+ *           flight (waited for and freed after pg_recover), waiting on
+ *           rank 2, which waits on rank 0 in the world (pg_recover must
+ *           close the world first)
  * and only then x = x / 2 + that sum and step++ (the state changes only
  * once every collective of the step succeeded), so every rank holds the
  * same x and a fault-free run of the same world gives the same bits.
@@ -48,6 +57,7 @@
 #define MAX_PHASES 16
 
 static pg_group *g, *half[2], *parity;
+static pg_work *in_flight;      /* cross's, when a loss cut it short */
 static double *x, *a, *b, *c, *cin, *d, *din, *y;
 static int64_t step_no;
 static uint64_t gen_no;
@@ -145,6 +155,16 @@ static void recover(void)
 
   for (tries = 0; tries < MAX_RECOVER_TRIES; tries++) {
     err = pg_recover(g, &info);
+    if (in_flight) {
+      /* Done: pg_recover closed its group first.  Freed before the
+       * group is destroyed. */
+      int e = pg_work_wait(in_flight, 0);
+
+      if (e != PG_ERR_PEER_LOST && e != PG_EPEERFAIL)
+        die("the parity all-reduce in flight", e);
+      pg_work_free(in_flight);
+      in_flight = NULL;
+    }
     if (err) {
       lost("recover", err);
       continue;
@@ -163,11 +183,42 @@ static void recover(void)
   die("pg_recover (too many tries)", PG_ERR_PEER_LOST);
 }
 
+/* Send and receive as one group (NCCL needs it; the CPU backends run
+ * the send first). */
 static int exchange(pg_group *grp, int peer, const double *out, double *in)
 {
-  int err = pg_send(grp, out, elems, PG_F64, peer, 7);
+  int err = pg_group_start(grp), e;
 
-  return err ? err : pg_recv(grp, in, elems, PG_F64, peer, 7);
+  if (err)
+    return err;
+  err = pg_send(grp, out, elems, PG_F64, peer, 7);
+  if (!err)
+    err = pg_recv(grp, in, elems, PG_F64, peer, 7);
+  e = pg_group_end(grp);
+  return err ? err : e;
+}
+
+static int cross(void)
+{
+  pg_work *w = NULL;
+  int r = pg_rank(g), err = 0, e;
+
+  if (r == 2 || r == 3) {
+    err = r == 2 ? pg_recv(g, din, elems, PG_F64, 0, 7)
+                 : pg_send(g, d, elems, PG_F64, 0, 7);
+    return err ? err : pg_all_reduce(parity, b, b, elems, PG_F64, PG_SUM);
+  }
+  if ((err = pg_all_reduce_async(parity, b, b, elems, PG_F64, PG_SUM, &w)))
+    return err;
+  if (r == 0 && !(err = pg_recv(g, din, elems, PG_F64, 3, 7)))
+    err = pg_send(g, d, elems, PG_F64, 2, 7);
+  if (err) {
+    in_flight = w;      /* recover() waits for it after pg_recover */
+    return err;
+  }
+  e = pg_work_wait(w, -1);
+  pg_work_free(w);
+  return e;
 }
 
 static int run_phase(const char *p)
@@ -184,6 +235,8 @@ static int run_phase(const char *p)
     return exchange(g, r ^ 2, d, din);
   if (strcmp(p, "world") == 0)
     return pg_all_reduce(g, y, y, elems, PG_F64, PG_SUM);
+  if (strcmp(p, "cross") == 0)
+    return cross();
   fprintf(stderr, "pg_live_sub: unknown phase '%s' in LIVE_ORDER\n", p);
   exit(2);
 }

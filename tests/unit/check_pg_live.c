@@ -681,7 +681,8 @@ START_TEST(test_init_live_needs_store)
 }
 END_TEST
 
-/* Opting in: the file holds the pid; a world of one forms alone. */
+/* Opting in: the file holds the pid, then "joined" once pg_init has set
+ * up its generation; a world of one forms alone. */
 static char ep_env[64] = "CDRUN_LIVE_STORE=127.0.0.1:65535";
 
 START_TEST(test_init_opt_in)
@@ -710,8 +711,11 @@ START_TEST(test_init_opt_in)
   f = fopen(path, "r");
   ck_assert_ptr_nonnull(f);
   ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
-  fclose(f);
   ck_assert_int_eq(atoi(buf), (int)getpid());
+  /* Note [opt in]: pg_init has set its generation up. */
+  ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+  ck_assert_str_eq(buf, "joined\n");
+  fclose(f);
   ck_assert_int_eq(pg_membership_poll(g, &pending), 0);
   ck_assert(!pending);
   /* Recovering alone: generation 1, the same world of one. */
