@@ -124,6 +124,29 @@ static bool keeps_workers(struct agent *a)
   return false;
 }
 
+/* Note [finished job]: a worker that exited 0 has left the group for
+ * good, so a replacement of a peer that fails after that would wait for
+ * a generation that cannot form (libpg: PG_TIMEOUT, then it fails and is
+ * replaced again until the rank's budget ends the job as FAILED).  So
+ * once a worker of the node finished, a failure is restart mode's: the
+ * group restarts (counted) or the job fails when no restart is left,
+ * exactly as without live recovery.  The agent knows only its own
+ * node's workers: a worker here that exited 0 is one that is not running
+ * and still has its pid (a failed one is replaced, pid 0, or stops the
+ * group). */
+static struct worker *finished_peer(struct agent *a, const struct worker *w)
+{
+  int i;
+
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *p = &a->workers[i];
+
+    if (p != w && !p->running && p->pid > 0 && !p->live.replace_pending)
+      return p;
+  }
+  return NULL;
+}
+
 /* Note [live replacement]: in live mode a worker that fails while it and
  * every local worker opted in is replaced alone, with the same rank and
  * environment and its own count (CDRUN_WORKER_RESTARTS), at most
@@ -134,8 +157,17 @@ static bool keeps_workers(struct agent *a)
  * final when the rank's budget is spent. */
 bool live_agent_worker_failed(struct agent *a, struct worker *w, int code)
 {
+  struct worker *done;
+
   if (!keeps_workers(a))
     return false;
+  if ((done = finished_peer(a, w))) {
+    /* Note [finished job] */
+    say("worker %d failed after worker %d finished (exit 0): a replacement "
+        "could not rejoin its peers; recovering as restart mode does",
+        w->rank, done->rank);
+    return false;
+  }
   if (w->live.replaced >= a->o->max_restarts) {
     say("worker %d has no replacement left (%d of --max_restarts %d used; "
         "live mode counts them per rank): the job fails", w->rank,

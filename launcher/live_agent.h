@@ -77,7 +77,8 @@ void live_agent_worker_env(const struct agent *a, const struct worker *w,
 /* Worker w failed with code (> 0 a status, -signum) while the group
  * runs.  Returns true when live recovery took it (w is replaced alone);
  * false: restart mode's path, a final failure when w's rank has no
- * replacement left (the assignment's failure_final is then set). */
+ * replacement left (the assignment's failure_final is then set), or when
+ * another worker of the node already exited 0 (Note [finished job]). */
 bool live_agent_worker_failed(struct agent *a, struct worker *w, int code);
 
 /* Starts the replacements whose predecessor's output streams are closed

@@ -173,13 +173,14 @@ void pg__group_fill_setup(pg_group *g, const char *ns, struct pg__setup *s)
   s->ns = ns;
   s->master_addr = g->master_addr[0] ? g->master_addr : NULL;
   s->token = &g->token;
+  pg__live_op_watch(g, &s->watch, &s->watch_arg);
 }
 
 int pg__group_create_comm(pg_group *g, pg_backend be, int device,
                           int local_rank)
 {
   struct pg__setup s;
-  char ns[300];
+  char ns[300] = "";
   int i, nhosts;
 
   if (!g->all_ranks) {
@@ -294,6 +295,8 @@ void pg_destroy(pg_group *g)
   pthread_cond_broadcast(&g->queued);
   pthread_mutex_unlock(&g->mu);
   pthread_join(g->thread, NULL);
+  if (g->is_sub)
+    pg__live_remove_sub(g);
   if (g->comm)
     g->comm->ops->destroy(g->comm);
   exit_barrier(g);

@@ -179,6 +179,23 @@ PG__HIDDEN void pg__live_registered(pg_group *g,
                                     size_t *nreducers);
 /* The current generation of g's world. */
 PG__HIDDEN uint64_t pg__live_generation(const pg_group *g);
+/* Note [live sub-groups]: a sub-group of a live world (sub->world set)
+ * is recorded at its creation (0 or -ENOMEM; nothing for other groups)
+ * and forgotten at its pg_destroy, so that pg_recover closes it first. */
+PG__HIDDEN int pg__live_add_sub(pg_group *sub);
+PG__HIDDEN void pg__live_remove_sub(pg_group *sub);
+/* An operation of g (a live world or its sub-group) failed with
+ * PG_ERR_PEER_LOST: the world and every sub-group are marked failed, so
+ * that their queued and later operations fail at once. */
+PG__HIDDEN void pg__live_lost(pg_group *g);
+/* Sets (on) or clears the setup watch over g's world's generation on this
+ * thread while a sub-group is made (nothing when g is not live). */
+PG__HIDDEN void pg__live_watch(pg_group *g, bool on);
+/* The watch of g's communicators' ops (struct pg__setup's watch): in
+ * live mode, PG_ERR_PEER_LOST once the generation after the world's
+ * current one started; NULL and NULL otherwise. */
+PG__HIDDEN void pg__live_op_watch(pg_group *g, int (**fn)(void *),
+                                  void **arg);
 
 /* ---- state.c --------------------------------------------------------------
  * The heal (Note [heal]): collective over the generation, from source.

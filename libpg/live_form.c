@@ -57,7 +57,23 @@
  * live/next (a straggler, or a fresh one that read an older live/next)
  * moves up to it before it writes there again, so nothing waits on keys
  * that are gone; what a straggler writes in the instant between is a few
- * keys once, not a growth. */
+ * keys once, not a growth.
+ *
+ * Note [store values]: anyone with the job token can write the live
+ * store, and a bug can too, so nothing read there is trusted beyond its
+ * syntax and bounds.  live/next and live/kept are whole decimals in
+ * [0, GEN_MAX] (far beyond any job's generations, and G+1 never
+ * overflows), else -EPROTO naming the key, at once, on every rank that
+ * reads it (every rank does, at every formation); a decision is checked
+ * line by line (live_member.c).  What a value can make a process do is
+ * bounded too: drop_old deletes DROP_MAX generations per call, whatever
+ * live/kept and live/next say, so a live/next of 2^40 costs no more than
+ * a few requests per generation.  And keys that vanish: a member that
+ * waits for a decision looks at its own entry now and then, and an entry
+ * gone while its generation is not below live/next (the only deletion a
+ * member makes, Note [bounded store], raises live/next first) was
+ * deleted from outside: -EPROTO naming the key, not a wait for
+ * PG_TIMEOUT after PG_TIMEOUT. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -67,6 +83,7 @@
 #include <unistd.h>
 
 #include "live.h"
+#include "number.h"
 
 /* How long a wait for a decision or a verdict lasts before this process
  * looks for a reason to move (a later generation, a new round). */
@@ -76,6 +93,11 @@
 #define SCAN_EVERY_MAX 16
 #define NEXT_KEY "live/next"
 #define KEPT_KEY "live/kept"
+/* Note [store values]. */
+#define GEN_MAX ((int64_t)1 << 40)
+#define DROP_MAX 16
+/* Idle slices between two looks at this process's own entry. */
+#define ENTRY_CHECK_EVERY 4
 
 static void gkey(char *buf, size_t len, uint64_t gen, const char *what)
 {
@@ -149,28 +171,35 @@ static int exists(pg_store *st, const char *key)
   return err == 0 ? 1 : err == -ENOENT ? 0 : err;
 }
 
-/* The decimal number in key (absent: 0), or an error. */
+/* The generation number in key (absent: 0), in [0, GEN_MAX] (Note
+ * [store values]); an error with a sentence naming the key. */
 static int read_number(pg_store *st, const char *key, int64_t *out)
 {
   void *v = NULL;
-  size_t len;
-  char buf[32];
+  size_t len, i;
+  char shown[24];
+  long n;
   int err = pg_store_get(st, key, 0, &v, &len);
 
   *out = 0;
   if (err == -ENOENT)
     return 0;
   if (err)
-    return err;
-  if (len >= sizeof buf) {
-    free(v);
-    return -EPROTO;
-  }
-  memcpy(buf, v, len);
-  buf[len] = '\0';
+    return pg__fail(err, "live store: cannot read %s: %s", key,
+                    pg_strerror(err));
+  err = pg__number_long_n(v, len, 0, (long)GEN_MAX, &n);
+  if (!err)
+    *out = n;
+  for (i = 0; err && i < len && i < sizeof shown - 4; i++)
+    shown[i] = ((char *)v)[i] >= ' ' && ((char *)v)[i] < 127
+               ? ((char *)v)[i] : '?';
+  if (err)
+    snprintf(shown + i, sizeof shown - i, "%s", i < len ? "..." : "");
   free(v);
-  *out = strtoll(buf, NULL, 10);
-  return 0;
+  return err ? pg__fail(-EPROTO, "live store: %s holds '%s' (%zu bytes), "
+                        "not a generation number from 0 to %" PRId64
+                        " (written by something other than libpg?)", key,
+                        shown, len, GEN_MAX) : 0;
 }
 
 /* Raises the number in key to at least v (compare-and-set: it never
@@ -180,9 +209,14 @@ static int raise_to(pg_store *st, const char *key, int64_t v)
   char cur[32], want[32];
   int64_t now;
   bool swapped = false;
-  int err;
+  int err, tries;
 
-  while (!swapped) {
+  /* Bounded: a key rewritten by someone else at every turn is given up
+   * (the callers' raises are best effort or retried). */
+  for (tries = 0; !swapped; tries++) {
+    if (tries == 64)
+      return pg__fail(-EAGAIN, "live store: %s changes under every "
+                      "compare-and-set", key);
     if ((err = read_number(st, key, &now)))
       return err;
     if (now >= v)
@@ -197,17 +231,22 @@ static int raise_to(pg_store *st, const char *key, int64_t v)
   return 0;
 }
 
-/* Note [bounded store]: G went ahead, so G-2 and older go.  Best
- * effort: a failure leaves the keys to the next cleaner. */
+/* Note [bounded store]: G went ahead, so G-2 and older go, DROP_MAX
+ * generations per call at most (Note [store values]); the next cleaner
+ * goes on from live/kept.  Best effort: a failure leaves the keys to the
+ * next cleaner. */
 static void drop_old(pg_store *st, uint64_t gen)
 {
   char prefix[64];
-  int64_t kept, k;
+  int64_t kept, k, last;
 
   if (raise_to(st, NEXT_KEY, (int64_t)gen + 1) || gen < 2 ||
       read_number(st, KEPT_KEY, &kept))
     return;
-  for (k = kept; k <= (int64_t)gen - 2; k++) {
+  last = (int64_t)gen - 2;
+  if (last - kept >= DROP_MAX)
+    last = kept + DROP_MAX - 1;
+  for (k = kept; k <= last; k++) {
     snprintf(prefix, sizeof prefix, "live/g%" PRId64 "/", k);
     if (pg__store_delete_prefix(st, prefix, NULL))
       return;
@@ -215,7 +254,7 @@ static void drop_old(pg_store *st, uint64_t gen)
     if (pg__store_delete_prefix(st, prefix, NULL))
       return;
   }
-  raise_to(st, KEPT_KEY, (int64_t)gen - 1);
+  raise_to(st, KEPT_KEY, last + 1);
 }
 
 /* The lowest generation that may be joined (live/next), or an error. */
@@ -224,9 +263,8 @@ static int next_gen(pg_store *st, uint64_t *out)
   int64_t v;
   int err = read_number(st, NEXT_KEY, &v);
 
-  *out = v > 0 ? (uint64_t)v : 0;
-  return err ? pg__fail(err, "live store: cannot read %s: %s", NEXT_KEY,
-                        pg_strerror(err)) : 0;
+  *out = (uint64_t)v;
+  return err;
 }
 
 /* G's decision, waiting up to wait seconds for it: 1 with *out filled
@@ -252,7 +290,7 @@ static int read_decision(const struct pg__live_join *j, uint64_t gen,
   err = pg__live_decision_parse(v, len, &m, &world, &round);
   free(v);
   if (err)
-    return err;
+    return pg__fail(err, "live store: %s: %s", key, pg_last_error());
   for (i = 0; i < world && m[i].inc != j->inc; i++)
     ;
   if (i == world) {
@@ -415,6 +453,31 @@ static int abandon_if_later(const struct pg__live_join *j, uint64_t gen)
                               &swapped);
 }
 
+/* Note [store values]: this process's entry in gen, written and not yet
+ * decided on, is still there: 0; 1 when live/next passed gen (a cleaner
+ * deleted it, legitimately: move up); -EPROTO with a sentence when it was
+ * deleted from outside. */
+static int entry_kept(const struct pg__live_join *j, uint64_t gen, int slot)
+{
+  char key[64];
+  uint64_t next;
+  int e;
+
+  snprintf(key, sizeof key, "live/g%" PRIu64 "/m%d", gen, slot);
+  if ((e = exists(j->store, key)) != 0)
+    return e < 0 ? pg__fail(e, "live store: cannot read %s: %s", key,
+                            pg_strerror(e)) : 0;
+  /* Read after the entry: a cleaner raises live/next before it deletes. */
+  if ((e = next_gen(j->store, &next)))
+    return e;
+  if (gen < next)
+    return 1;
+  return pg__fail(-EPROTO, "live store: %s (this process's entry in "
+                  "generation %" PRIu64 ") vanished while the generation "
+                  "formed: keys were deleted by something other than "
+                  "libpg (a process with the job token?)", key, gen);
+}
+
 /* Note [generations]: one piece, the formation's loop, because each
  * step decides where the next goes (a later generation, a new round, a
  * decision). */
@@ -427,6 +490,7 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
   uint64_t next;
   int64_t count;
   int slot, now_slot, have = 0, err, d, idle = 0, scan_every = 1;
+  int idle_entry = 0;
   bool written = false;
 
   memset(out, 0, sizeof *out);
@@ -473,7 +537,7 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
         free(out->m);
         out->m = NULL;
         return pg__fail(d, "live store: checking in to generation %"
-                        PRIu64 ": %s", gen, d == -ETIMEDOUT
+                        PRIu64 ": %s", gen, d == -ETIMEDOUT || d == -EPROTO
                         ? pg_last_error() : pg_strerror(d));
       }
       return 0;
@@ -490,6 +554,15 @@ int pg__live_form(const struct pg__live_join *j, uint64_t gen,
     }
     if ((err = abandon_if_later(j, gen)) < 0)
       return pg__fail(err, "live store: %s", pg_strerror(err));
+    if (++idle_entry >= ENTRY_CHECK_EVERY) {
+      idle_entry = 0;
+      if ((err = entry_kept(j, gen, slot)) == 1) {
+        written = false;        /* moved up: live/next passed gen */
+        continue;
+      }
+      if (err)
+        return err;
+    }
     if (j->round_file) {
       if ((err = read_view(j, &now_r, &now_slot)))
         return err;

@@ -101,8 +101,11 @@ int pg__live_decision_parse(const char *text, size_t len,
     return pg__fail(-EPROTO, "a malformed generation decision");
   memcpy(hdr, p, (size_t)(nl - p));
   hdr[nl - p] = '\0';
+  /* Every member takes a line of more than 32 bytes: a world the text
+   * cannot hold is refused before anything is allocated for it. */
   if (sscanf(hdr, "round=%" SCNd64 " world=%d%n", round, world, &used) != 2
-      || used != nl - p || *world < 1 || *world > (1 << 24))
+      || used != nl - p || *world < 1 || *world > (1 << 24) ||
+      (size_t)*world > len / 32 || *round < 0)
     return pg__fail(-EPROTO, "a malformed generation decision '%s'", hdr);
   *m = calloc((size_t)*world, sizeof **m);
   if (!*m)
@@ -113,6 +116,14 @@ int pg__live_decision_parse(const char *text, size_t len,
     err = nl ? pg__live_member_parse(p, (size_t)(nl - p), &(*m)[i])
              : pg__fail(-EPROTO, "a generation decision with %d of %d "
                         "members", i, *world);
+    /* Slot i holds member i of this very round and world: the members'
+     * ranks and the communicator's size come from here. */
+    if (!err && ((*m)[i].slot != i || (*m)[i].world != *world ||
+                 (*m)[i].round != *round))
+      err = pg__fail(-EPROTO, "a generation decision whose line %d is "
+                     "slot %d of round %" PRId64 " world %d, not slot %d "
+                     "of round %" PRId64 " world %d", i + 1, (*m)[i].slot,
+                     (*m)[i].round, (*m)[i].world, i, *round, *world);
     if (err) {
       free(*m);
       *m = NULL;

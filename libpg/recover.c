@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,13 @@
 #include "knobs.h"
 #include "live.h"
 #include "number.h"
+
+/* Note [setup watch] below: what a watch looks at. */
+struct watch {
+  pg_store *store;
+  const struct pg__live_formed *f;
+  const char *boot;
+};
 
 struct pg__live {
   char round_file[PATH_MAX];    /* "" : none (round 0 of RANK/WORLD_SIZE) */
@@ -43,6 +51,18 @@ struct pg__live {
    * the one before (pg_rank_is_new); NULL: none is. */
   unsigned char *is_new;
   int is_new_n;
+  /* The generation g->comm was made for, as it formed (f.m NULL before
+   * the first), and the watch over it that sub-group creation sets
+   * (Note [live sub-groups]). */
+  struct pg__live_formed formed;
+  struct watch sub_watch;
+  /* Note [live sub-groups]: every sub-group made from this world, at any
+   * depth, until its pg_destroy; snap has room for as many (pg_recover
+   * works on a copy, without the lock).  subs_mu is taken before any
+   * group's mu, never after. */
+  pthread_mutex_t subs_mu;
+  pg_group **subs, **snap;
+  size_t nsubs, cap;
 };
 
 /* Which ranks of formed generation f are new to the group (a
@@ -199,12 +219,8 @@ static int connect_store(pg_group *g, const struct pg_options *o)
  * exchanges wait in slices and ask, between them, whether a member is
  * gone from this machine or the next generation started (its
  * replacement went ahead): either ends the setup with PG_ERR_PEER_LOST,
- * and the next generation follows. */
-struct watch {
-  pg_store *store;
-  const struct pg__live_formed *f;
-  const char *boot;
-};
+ * and the next generation follows.  Sub-groups are made under the same
+ * watch (Note [live sub-groups]). */
 
 void pg__live_test_kill(const char *where, uint64_t gen, int rank)
 {
@@ -241,6 +257,17 @@ static int rebuild(pg_group *g, const struct pg__live_formed *f,
   err = rebuild_comm(g, f, old_gen);
   pg__setup_watch(NULL, NULL);
   return err;
+}
+
+/* f becomes the generation g is a member of (f->m is taken). */
+static void keep_formed(pg_group *g, struct pg__live_formed *f)
+{
+  struct pg__live *l = g->live;
+
+  free(l->formed.m);
+  l->formed = *f;
+  f->m = NULL;
+  l->sub_watch = (struct watch){ g->store, &l->formed, l->boot };
 }
 
 /* Makes g the member it is of f: rank, world, namespace, topology and a
@@ -392,7 +419,7 @@ static int live_setup(pg_group *g, const struct pg_options *o)
     if (!err)
       err = note_new(l, &f, -1, &i);
     gen = f.gen + 1;
-    free(f.m);
+    keep_formed(g, &f);
     if (!err || !peer_caused(err))
       return err;
     if (g->comm)
@@ -415,13 +442,26 @@ int pg__live_init(pg_group *g, const struct pg_options *o, bool *handled)
   g->live = calloc(1, sizeof *g->live);
   if (!g->live)
     return pg__fail(-ENOMEM, "out of memory for live recovery");
+  pthread_mutex_init(&g->live->subs_mu, NULL);
   return live_setup(g, o);
 }
 
 void pg__live_free(struct pg__live *l)
 {
+  size_t i;
+
   if (!l)
     return;
+  /* Sub-groups destroyed after their world (which pg.h forbids) at least
+   * find no world to leave. */
+  pthread_mutex_lock(&l->subs_mu);
+  for (i = 0; i < l->nsubs; i++)
+    l->subs[i]->world = NULL;
+  pthread_mutex_unlock(&l->subs_mu);
+  pthread_mutex_destroy(&l->subs_mu);
+  free(l->subs);
+  free(l->snap);
+  free(l->formed.m);
   free(l->bufs);
   free(l->reducers);
   free(l->is_new);
@@ -541,6 +581,170 @@ static void queue_release(pg_group *g, int failed)
   pthread_mutex_unlock(&g->mu);
 }
 
+/* ---- sub-groups ---------------------------------------------------------- */
+
+/* Note [live sub-groups]: a member's death must reach every survivor of
+ * every group it was in, as PG_ERR_PEER_LOST within the failure
+ * detector's time.  A survivor that waits in a sub-group on a peer that
+ * is alive (it saw the death elsewhere and entered pg_recover) learns of
+ * nothing from that peer's pid or sockets, so three things carry the
+ * death on:
+ *  - an operation of any group of a live world that fails with
+ *    PG_ERR_PEER_LOST marks the world and all its sub-groups failed
+ *    (pg__live_lost): their queued and later operations fail at once;
+ *  - pg_recover first closes every sub-group's communicator, after the
+ *    operation running on it (if any) ends: the peers waiting on this
+ *    rank learn of it at once (shared memory: the rank's left word; TCP:
+ *    the closed connection), fail, recover in turn and close theirs.  A
+ *    death so spreads one closed communicator at a time through every
+ *    group that its peers share with others;
+ *  - sub-groups are made under the setup watch (Note [setup watch]): a
+ *    member of the world that dies during pg_new_group or pg_split, or a
+ *    next generation that starts meanwhile, fails the creation with
+ *    PG_ERR_PEER_LOST instead of the timeout;
+ *  - a wait that no closed communicator can end (a hierarchical comm's
+ *    receive from a rank on another host that never connected: Note
+ *    [lazy p2p]) asks the op watch (struct pg__setup's) between slices:
+ *    the next generation started, PG_ERR_PEER_LOST.
+ * The recovery does not rebuild sub-groups (their members may be gone
+ * and the ranks renumbered): the program makes them again after
+ * pg_recover, and a PG_ERR_PEER_LOST from that is one more loss: recover
+ * again, then make them again (libpg(3), LIVE RECOVERY). */
+
+int pg__live_add_sub(pg_group *sub)
+{
+  struct pg__live *l = pg__live_of(sub);
+  pg_group **a, **b;
+  size_t cap;
+
+  if (!l)
+    return 0;
+  pthread_mutex_lock(&l->subs_mu);
+  if (l->nsubs == l->cap) {
+    cap = l->cap ? 2 * l->cap : 8;
+    a = realloc(l->subs, cap * sizeof *a);
+    if (a)
+      l->subs = a;
+    b = a ? realloc(l->snap, cap * sizeof *b) : NULL;
+    if (b)
+      l->snap = b;
+    if (!a || !b) {
+      pthread_mutex_unlock(&l->subs_mu);
+      return pg__fail(-ENOMEM, "out of memory recording a sub-group");
+    }
+    l->cap = cap;
+  }
+  l->subs[l->nsubs++] = sub;
+  pthread_mutex_unlock(&l->subs_mu);
+  return 0;
+}
+
+void pg__live_remove_sub(pg_group *sub)
+{
+  struct pg__live *l = pg__live_of(sub);
+  size_t i;
+
+  if (!l)
+    return;
+  pthread_mutex_lock(&l->subs_mu);
+  for (i = 0; i < l->nsubs; i++)
+    if (l->subs[i] == sub) {
+      l->subs[i] = l->subs[--l->nsubs];
+      break;
+    }
+  pthread_mutex_unlock(&l->subs_mu);
+}
+
+static void mark_lost(pg_group *g)
+{
+  pthread_mutex_lock(&g->mu);
+  if (!g->failed)
+    g->failed = PG_ERR_PEER_LOST;
+  pthread_mutex_unlock(&g->mu);
+}
+
+void pg__live_lost(pg_group *g)
+{
+  struct pg__live *l = pg__live_of(g);
+  pg_group *w = g->is_sub ? g->world : g;
+  size_t i;
+
+  if (!l || !w)
+    return;
+  pthread_mutex_lock(&l->subs_mu);
+  mark_lost(w);
+  for (i = 0; i < l->nsubs; i++)
+    mark_lost(l->subs[i]);
+  pthread_mutex_unlock(&l->subs_mu);
+}
+
+void pg__live_watch(pg_group *g, bool on)
+{
+  struct pg__live *l = pg__live_of(g);
+
+  if (l && l->formed.m)
+    pg__setup_watch(on ? watch_setup : NULL, on ? &l->sub_watch : NULL);
+}
+
+/* An op's watch (pg__live_op_watch): only whether the next generation
+ * started (a member recovers, or a dead one's replacement came), not
+ * whether a member is gone, which one that finished and exited also is.
+ * l->formed changes only in pg_init and pg_recover, when no op runs. */
+static int op_watch(void *arg)
+{
+  pg_group *w = arg;
+  struct pg__live *l = w->live;
+  struct pg__live_formed next_only = { .gen = l->formed.gen };
+
+  if (!l->formed.m || !pg__live_formed_check(w->store, &next_only, l->boot))
+    return 0;
+  return pg__fail(PG_ERR_PEER_LOST, "generation %" PRIu64 ": the next "
+                  "generation started (a member recovers, or one was "
+                  "replaced) while this rank waited", l->formed.gen);
+}
+
+void pg__live_op_watch(pg_group *g, int (**fn)(void *), void **arg)
+{
+  pg_group *w = g->is_sub ? g->world : g;
+
+  *fn = NULL;
+  *arg = NULL;
+  if (w && w->live) {
+    *fn = op_watch;
+    *arg = w;
+  }
+}
+
+/* Note [live sub-groups]: every sub-group's communicator closed, each
+ * once the operation running on it ends; the sub-groups stay failed
+ * (PG_ERR_PEER_LOST until the world's generation moves on, then
+ * PG_ESTALE_GROUP).  On a copy of the list: a sub-group's failing
+ * operation takes subs_mu (pg__live_lost). */
+static void close_subs(struct pg__live *l)
+{
+  pg_group *s;
+  size_t n, i;
+
+  pthread_mutex_lock(&l->subs_mu);
+  n = l->nsubs;
+  if (n)
+    memcpy(l->snap, l->subs, n * sizeof *l->snap);
+  pthread_mutex_unlock(&l->subs_mu);
+  for (i = 0; i < n; i++)
+    mark_lost(l->snap[i]);
+  for (i = 0; i < n; i++) {
+    s = l->snap[i];
+    queue_hold(s);
+    if (s->comm) {
+      if (s->comm->ops->revoke)
+        s->comm->ops->revoke(s->comm);
+      s->comm->ops->destroy(s->comm);
+      s->comm = NULL;
+    }
+    queue_release(s, PG_ERR_PEER_LOST);
+  }
+}
+
 static int fill_info(struct pg__live *l, const struct pg__live_formed *f,
                      uint64_t old_gen, int old_rank, int old_world,
                      struct pg_recover_info *info)
@@ -555,7 +759,8 @@ static int fill_info(struct pg__live *l, const struct pg__live_formed *f,
   return note_new(l, f, (int64_t)old_gen, &info->joined);
 }
 
-/* Note [recover]: the old communicator goes first (a TCP peer blocked on
+/* Note [recover]: the sub-groups' communicators go first (Note [live
+ * sub-groups]), then the old communicator (a TCP peer blocked on
  * this rank learns of the failure from the closed connection, a shm peer
  * from the abort word), unless the backend shrinks it (NCCL: revoked, so
  * nothing waits on it).  The reducers abandon their iteration.  Then the
@@ -583,6 +788,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
                     : g->is_sub ? "a sub-group (recover the world group, "
                     "then make the sub-group again)"
                     : "the group is not in live mode (CDRUN_RECOVERY=live)");
+  close_subs(l);
   for (i = 0; i < (int)l->nreducers; i++)
     pg__reducer_abandon(l->reducers[i]);
   queue_hold(g);
@@ -613,7 +819,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
     err = i;
   l->heal_source = pg__live_heal_source(f.m, f.world);
   info->heal_source = l->heal_source;
-  free(f.m);
+  keep_formed(g, &f);
   t1 = pg__now();
   info->rebuild_s = t1 - t0;
   if (err) {

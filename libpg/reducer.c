@@ -74,6 +74,9 @@ struct pg_reducer {
   bool recording, have_order, rebuilt;
   int broken;            /* a rebuild failed: layouts may differ between
                             ranks, so nothing may be communicated */
+  bool stale;            /* pg_recover interrupted the gradients: zeroed
+                            before any use (Note [reducer after
+                            recovery]) */
 };
 
 static const char *const dtype_names[] = {
@@ -474,6 +477,37 @@ void pg_reducer_destroy(pg_reducer *r)
   free(r);
 }
 
+/* Zeroes every bucket and forgets no_sync accumulations. */
+static int zero_locked(struct pg_reducer *r)
+{
+  size_t b;
+  int err = 0;
+
+  for (b = 0; b < r->L.nb && !err; b++)
+    err = pg__mem_zero(r->g, r->L.b[b].buf, r->L.b[b].bytes);
+  if (!err)
+    memset(r->accumulated, 0, r->n ? r->n : 1);
+  return err;
+}
+
+/* Note [reducer after recovery] below: the zeroing pg_recover owes,
+ * before the gradients are seen or used.  A failure breaks the reducer
+ * (its gradients are no longer the contract's). */
+static int settle_locked(struct pg_reducer *r)
+{
+  int err;
+
+  if (!r->stale)
+    return 0;
+  if ((err = zero_locked(r)) != 0) {
+    r->broken = err;
+    return pg__fail(err, "zeroing the gradients after a recovery failed: "
+                    "%s", pg_last_error());
+  }
+  r->stale = false;
+  return 0;
+}
+
 void *pg_reducer_grad(pg_reducer *r, size_t i)
 {
   void *g = NULL;
@@ -481,7 +515,7 @@ void *pg_reducer_grad(pg_reducer *r, size_t i)
   if (!r)
     return NULL;
   pthread_mutex_lock(&r->mu);
-  if (i < r->n)
+  if (i < r->n && settle_locked(r) == 0)
     g = slot(&r->L, i);
   pthread_mutex_unlock(&r->mu);
   return g;
@@ -499,7 +533,6 @@ static bool in_flight(const struct pg_reducer *r)
 
 int pg_reducer_zero_grad(pg_reducer *r)
 {
-  size_t b;
   int err = 0;
 
   if (!r)
@@ -508,10 +541,10 @@ int pg_reducer_zero_grad(pg_reducer *r)
   if (in_flight(r))
     err = pg__fail(-EBUSY, "pg_reducer_zero_grad: all-reduces in flight "
                    "(call pg_reducer_finish first)");
-  for (b = 0; b < r->L.nb && !err; b++)
-    err = pg__mem_zero(r->g, r->L.b[b].buf, r->L.b[b].bytes);
   if (!err)
-    memset(r->accumulated, 0, r->n ? r->n : 1);
+    err = zero_locked(r);
+  if (!err)
+    r->stale = false;
   pthread_mutex_unlock(&r->mu);
   return err;
 }
@@ -576,6 +609,8 @@ int pg_reducer_prepare(pg_reducer *r, bool sync)
                    "finished (call pg_reducer_finish)");
     goto out;
   }
+  if ((err = settle_locked(r)))
+    goto out;
   if (r->have_order && !r->rebuilt && !r->no_rebuild) {
     err = rebuild(r);
     if (err) {
@@ -722,6 +757,31 @@ size_t pg__reducer_params(const struct pg_reducer *r)
   return r->n;
 }
 
+/* Note [reducer after recovery]: the contract, in the words of pg.h and
+ * libpg(3):
+ *
+ *   After pg_recover returns, every reducer is between iterations and
+ *   every gradient is zero, on every rank (the heal's source included),
+ *   whatever phase the failure interrupted: gradients written, added up
+ *   under no_sync, being reduced, or averaged and not yet used.  The
+ *   interrupted step, with its no_sync iterations, is redone from the
+ *   healed state.
+ *
+ * So a program that adds its gradients (+=) and zeroes them after the
+ * optimizer (libpg(3)'s EXAMPLE) and one that zeroes or overwrites them
+ * at every step both redo the step exactly as the fault-free run did it:
+ * bitwise, in a world of the same size.  Keeping any rank's gradients
+ * would add them twice on that rank, and the heal would then spread that
+ * rank's parameters to all (issue 30: the source kept its partial
+ * gradients, every other rank got zeroed ones).
+ *
+ * Enforced in two places, neither of them a memory operation while the
+ * communicator may be broken (a device memset can queue behind a
+ * collective that never ends until the revoke): abandon, at the start of
+ * pg_recover on every survivor, marks the gradients stale; the heal's
+ * pg__reducer_sync_set, on every member, zeroes them; where no heal runs
+ * (nobody's state was valid, a failed pg_recover), the first use of the
+ * reducer does (settle_locked).  A fresh process's reducer starts zero. */
 void pg__reducer_abandon(struct pg_reducer *r)
 {
   pthread_mutex_lock(&r->mu);
@@ -730,6 +790,7 @@ void pg__reducer_abandon(struct pg_reducer *r)
   r->recording = false;
   r->norder = 0;
   r->err = 0;
+  r->stale = true;
   pthread_mutex_unlock(&r->mu);
 }
 
@@ -749,14 +810,31 @@ void pg__reducer_sync_get(struct pg_reducer *r, int64_t *wire)
   pthread_mutex_unlock(&r->mu);
 }
 
-/* Note [reducer heal]: the interrupted iteration is abandoned, the
- * buckets become the source's (its recorded order, rebuilt or not yet)
- * and the gradients zero, so that every rank issues the same all-reduces
- * from the next prepare on. */
+/* Whether the layout wire describes is r's own: same rebuilt state and,
+ * when rebuilt, the same order (the caps were agreed at create). */
+static bool same_layout(const struct pg_reducer *r, const int64_t *wire)
+{
+  size_t i;
+
+  if ((wire[S_REBUILT] != 0) != r->rebuilt)
+    return false;
+  for (i = 0; i < r->n && r->rebuilt; i++)
+    if (wire[PG__REDUCER_SYNC_HDR + i] != (int64_t)r->order[i])
+      return false;
+  return true;
+}
+
+/* Note [reducer heal]: on every member, the source included: the
+ * interrupted iteration is abandoned, the buckets become the source's
+ * (its recorded order, rebuilt or not yet; a member that has that layout
+ * already keeps its bucket memory, so addresses do not move) and the
+ * gradients zero (Note [reducer after recovery]), so that every rank
+ * issues the same all-reduces from the next prepare on. */
 int pg__reducer_sync_set(struct pg_reducer *r, const int64_t *wire)
 {
   const int64_t *order = wire + PG__REDUCER_SYNC_HDR;
   struct layout nl;
+  bool keep;
   size_t i;
   int err = 0;
 
@@ -768,19 +846,25 @@ int pg__reducer_sync_set(struct pg_reducer *r, const int64_t *wire)
                    (long long)wire[S_N], r->n);
     goto out;
   }
-  for (i = 0; i < r->n && (wire[S_REBUILT] || wire[S_HAVE_ORDER]); i++) {
+  for (i = 0; i < r->n && (wire[S_REBUILT] || wire[S_HAVE_ORDER]); i++)
     if (order[i] < 0 || (uint64_t)order[i] >= r->n) {
       err = pg__fail(-EPROTO, "the heal: the reducer order names "
                      "parameter %lld of %zu", (long long)order[i], r->n);
       goto out;
     }
+  keep = same_layout(r, wire);
+  for (i = 0; i < r->n && (wire[S_REBUILT] || wire[S_HAVE_ORDER]); i++)
     r->order[i] = (size_t)order[i];
+  if (keep) {
+    if ((err = zero_locked(r)))
+      goto out;
+  } else {
+    if ((err = layout_build(r, wire[S_REBUILT] ? r->order : NULL, &nl)))
+      goto out;
+    layout_free(r->g, &r->L);
+    r->L = nl;
   }
-  err = layout_build(r, wire[S_REBUILT] ? r->order : NULL, &nl);
-  if (err)
-    goto out;
-  layout_free(r->g, &r->L);
-  r->L = nl;
+  r->stale = false;
   r->rebuilt = wire[S_REBUILT] != 0;
   r->have_order = wire[S_HAVE_ORDER] != 0;
   r->broken = 0;

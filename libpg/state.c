@@ -12,7 +12,9 @@
  * (those whose state was the source's before the heal: they received
  * the bytes they had), and only valid ranks can be a later heal's
  * source.  Survivors that did and did not finish the interrupted step
- * agree again afterwards, on the source's state. */
+ * agree again afterwards, on the source's state, and every member's
+ * reducers (the source's too) take the source's layout with zeroed
+ * gradients (Note [reducer after recovery], reducer.c). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -118,7 +120,9 @@ static int heal_reducers(pg_group *g, int source,
       return pg__fail(-ENOMEM, "out of memory for the heal");
     pg__reducer_sync_get(r[i], wire);
     err = bcast_i64(g, wire, k, source);
-    if (!err && g->rank != source)
+    /* The source too: its gradients are zeroed like everyone's (Note
+     * [reducer after recovery], reducer.c). */
+    if (!err)
       err = pg__reducer_sync_set(r[i], wire);
     free(wire);
   }

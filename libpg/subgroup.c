@@ -17,7 +17,9 @@
  * hierarchical by where they live, or a new NCCL communicator -- its own
  * progress thread and queue), so two groups run collectives at once from
  * two threads.  It borrows the world's store connection and topology:
- * destroy children before the world group. */
+ * destroy children before the world group.  In live mode a child is
+ * made under the setup watch and recorded with its world, whose
+ * pg_recover closes it (Note [live sub-groups] in recover.c). */
 
 /* Whether the parent's children are split from its communicator (NCCL's
  * ncclCommSplit, which every parent rank must call, members or not). */
@@ -92,6 +94,8 @@ static int child_create(pg_group *parent, const int *members, int n, int me,
     snprintf(g->backend, sizeof g->backend, "self");
   else if ((err = pg__group_create_comm(g, g->be, g->device, g->local_rank)))
     goto fail;
+  if ((err = pg__live_add_sub(g)))
+    goto fail;
   *out = g;
   return 0;
 
@@ -148,10 +152,12 @@ int pg_new_group(pg_group *parent, const int *ranks, int n, pg_group **out)
   }
   child_ns(parent, ns, sizeof ns);
   /* Members by parent rank: NCCL orders a split by key, then rank. */
+  pg__live_watch(parent, true);
   err = me < 0 ? split_nonmember(parent)
                : child_create(parent, m, n, me, 0, parent->rank, ns, out);
+  pg__live_watch(parent, false);
   free(m);
-  return err;
+  return pg__live_peer_err(parent, err);
 }
 
 struct split_entry {
@@ -222,6 +228,7 @@ int pg_split(pg_group *parent, int color, int key, pg_group **out)
     free(m);
     return pg__fail(-ENOMEM, "pg_split: out of memory");
   }
+  pg__live_watch(parent, true);
   if (parent->size == 1) {
     e[0] = (struct split_entry){ color, key, 0 };
     err = 0;
@@ -242,7 +249,8 @@ int pg_split(pg_group *parent, int color, int key, pg_group **out)
   } else if (!err) {
     err = split_nonmember(parent);
   }
+  pg__live_watch(parent, false);
   free(e);
   free(m);
-  return err;
+  return pg__live_peer_err(parent, err);
 }

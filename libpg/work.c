@@ -24,6 +24,8 @@ static void execute(pg_group *g, struct pg_work *w)
                           pg_err_name(failed))
                : pg__composed_run(g, w);
   err = pg__live_peer_err(g, err);
+  if (err == PG_ERR_PEER_LOST)
+    pg__live_lost(g);
   pthread_mutex_lock(&g->mu);
   if (err && !w->why)
     w->why = strdup(pg_last_error());

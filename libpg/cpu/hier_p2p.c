@@ -35,6 +35,9 @@
 #define STRAY_S 5.0
 #define SLICE_S 0.005
 #define PEND_MAX 64
+/* A receive waiting for a connection asks the setup's watch this often
+ * (live mode: the peer may be recovering, and will never connect). */
+#define WATCH_MS 50
 
 struct pending {
   int fd;
@@ -51,6 +54,8 @@ struct hier_p2p {
   const struct pg__token *token;
   pg_store *store;
   char *ns;
+  int (*watch)(void *arg);      /* struct pg__setup's */
+  void *watch_arg;
   struct pending pend[PEND_MAX];
   int npend;
 };
@@ -116,6 +121,8 @@ int pg__hier_p2p_create(const struct pg__setup *s, struct hier_p2p **out)
   p->me = s->me;
   p->lfd = -1;
   p->store = s->store;
+  p->watch = s->watch;
+  p->watch_arg = s->watch_arg;
   p->token = s->token ? s->token : &no_token;
   snprintf(key, sizeof key, "%sp2p/", s->ns);
   p->ns = strdup(key);
@@ -178,7 +185,17 @@ static int connect_peer(struct hier_p2p *p, int q, double deadline)
   memcpy(ep, v, len);
   ep[len] = '\0';
   free(v);
-  fd = tcp_connect_ep(ep, p->bufsz, deadline);
+  /* A refusal is retried until the deadline; with a watch, asked between
+   * slices (the peer may be recovering: its listener is closed). */
+  for (;;) {
+    double until = pg__now() + WATCH_MS / 1000.0;
+
+    fd = tcp_connect_ep(ep, p->bufsz, p->watch && until < deadline
+                                      ? until : deadline);
+    if (fd != -ECONNREFUSED || !p->watch || pg__now() >= deadline ||
+        (fd = p->watch(p->watch_arg)) != 0)
+      break;
+  }
   err = fd < 0 ? fd : 0;
   if (!err) {
     tcp_hello_init(&h, p->hash, p->me, q, p->n);
@@ -189,7 +206,8 @@ static int connect_peer(struct hier_p2p *p, int q, double deadline)
   }
   if (err) {
     err = pg__fail(err, "send: cannot connect to rank %d at %s: %s",
-                   p->c.peers[q].rank, ep, pg_strerror(err));
+                   p->c.peers[q].rank, ep, err == PG_ERR_PEER_LOST
+                   ? pg_last_error() : pg_strerror(err));
     free(ep);
     return err;
   }
@@ -296,7 +314,14 @@ int pg__hier_p2p_recv(struct hier_p2p *p, void *buf, size_t bytes, int q,
     }
     if (p->npend && ms > (int)(STRAY_S * 1000))
       ms = (int)(STRAY_S * 1000);
-    poll(pf, (nfds_t)np, ms);
+    if (p->watch && ms > WATCH_MS)
+      ms = WATCH_MS;
+    if (poll(pf, (nfds_t)np, ms) == 0 && p->watch) {
+      int err = p->watch(p->watch_arg);
+
+      if (err)
+        return fail(p, err);
+    }
   }
   tcp_stream_buf(&p->c, &p->c.ss[0], p->n + q, false, &h, buf);
   p->c.ss[0].p2p = true;

@@ -7,7 +7,21 @@
  * publishes name and sizes through the store; the others open and map it;
  * after a second exchange (everyone mapped, or someone failed) rank 0
  * unlinks it.  From then on only the mappings hold it: nothing is left in
- * /dev/shm however the processes end.  Layout, each part aligned to LINE:
+ * /dev/shm however the processes end.
+ *
+ * Note [stale segments]: before that unlink the name is the only thing
+ * that holds the segment, and a rank 0 SIGKILLed in between (inside
+ * pg_init, during pg_recover's rebuild) would leave it in /dev/shm for
+ * good.  So whoever can unlinks it: a rank that mapped the segment and
+ * then sees the setup fail (rank 0 died) unlinks the name it mapped; and
+ * every rank 0, before it creates a segment, sweeps /dev/shm for this
+ * user's "pg-" segments whose creator's pid is gone, as Note [stale
+ * cgroups] does for cgroups.  A name's first 32 bits of "random" are the
+ * creator's pid namespace (the low bits of its inode), so that a sweep
+ * never judges a pid of another namespace, whose segment it would take
+ * from under a setup in progress; a live creator's pid exists, and one
+ * that died leaves mappings (if any) that need no name.  Layout, each
+ * part aligned to LINE:
  *
  *   header | abort line | rank[n] (seq line + waiters line) |
  *   ring control[n*n] (sender line + receiver line) |
@@ -55,6 +69,7 @@
  * fails sets the abort word and wakes every sleeper, so the others fail at
  * once instead of at their own deadlines; a failed comm fails every later
  * op. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -1101,11 +1116,68 @@ static size_t default_buf(int n, size_t want)
   return align_up(buf, 4096);
 }
 
+/* The low 32 bits of this process's pid namespace inode (0 unknown). */
+static uint32_t pidns32(void)
+{
+  struct stat st;
+
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
+/* A segment name of ours: "pg-<16 hex>-<pid>" (no leading slash), its
+ * namespace bits and creator; false for anything else. */
+static bool parse_name(const char *name, uint32_t *ns, pid_t *pid)
+{
+  uint64_t rnd;
+  long p;
+  int used = 0;
+
+  if (strlen(name) > 48 ||
+      sscanf(name, "pg-%16" SCNx64 "-%ld%n", &rnd, &p, &used) != 2 ||
+      used != (int)strlen(name) || strlen(name) < 20 || name[19] != '-' ||
+      p <= 0 || p > INT_MAX)
+    return false;
+  *ns = (uint32_t)(rnd >> 32);
+  *pid = (pid_t)p;
+  return true;
+}
+
+#define STALE_SWEEP_MAX 4096
+
+/* Note [stale segments]: unlinks this user's segments of this pid
+ * namespace whose creator is gone.  Best effort, a bounded look. */
+static void sweep_stale(uint32_t ns)
+{
+  char path[300];
+  struct dirent *e;
+  struct stat st;
+  uint32_t their_ns;
+  pid_t pid;
+  int seen = 0;
+  DIR *d;
+
+  if (ns == 0 || (d = opendir("/dev/shm")) == NULL)
+    return;
+  while (seen++ < STALE_SWEEP_MAX && (e = readdir(d)) != NULL) {
+    if (!parse_name(e->d_name, &their_ns, &pid) || their_ns != ns ||
+        pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+      continue;
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid())
+      continue;
+    snprintf(path, sizeof path, "/%s", e->d_name);
+    shm_unlink(path);
+  }
+  closedir(d);
+}
+
 /* Rank 0: creates, sizes and maps the segment; *name gets its name. */
 static int create_segment(struct shm_comm *c, char *name, size_t name_len)
 {
   size_t buf = default_buf(c->n, c->buf_knob), ring;
   struct layout l;
+  uint32_t ns = pidns32(), r32;
   uint64_t rnd;
   int fd = -1, tries, err;
 
@@ -1115,10 +1187,11 @@ static int create_segment(struct shm_comm *c, char *name, size_t name_len)
     ring = RING_MAX;
   if (ring < RING_MIN)
     ring = RING_MIN;
+  sweep_stale(ns);
   for (tries = 0; tries < 8 && fd < 0; tries++) {
-    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-      rnd = (uint64_t)(pg__now() * 1e9) ^ ((uint64_t)getpid() << 32) ^
-            (uint64_t)tries;
+    if (getrandom(&r32, sizeof r32, 0) != (ssize_t)sizeof r32)
+      r32 = (uint32_t)(pg__now() * 1e9) ^ (uint32_t)tries;
+    rnd = (uint64_t)ns << 32 | r32;
     snprintf(name, name_len, "/pg-%016" PRIx64 "-%d", rnd, (int)getpid());
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 && errno != EEXIST)
@@ -1234,7 +1307,8 @@ static struct shm_comm *comm_alloc(int n, int me)
 
 /* Setup exchange 1: rank 0 creates the segment and publishes its name
  * (or its failure); the others map it.  name gets the segment's name on
- * rank 0 (to unlink), "" elsewhere. */
+ * rank 0 and on the others that mapped it (to unlink: Note [stale
+ * segments]), "" elsewhere. */
 static int share_segment(struct shm_comm *c, const struct pg__setup *s,
                          double timeout, char *name, size_t namelen)
 {
@@ -1266,6 +1340,8 @@ static int share_segment(struct shm_comm *c, const struct pg__setup *s,
                      "shared memory segment");
     else
       err = open_segment(c, seg, size);
+    if (c->map)
+      snprintf(name, namelen, "%s", seg);
   }
   free(v0);
   return err;
@@ -1372,7 +1448,9 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
   c->buf_knob = buf_knob;
   err = share_segment(c, s, timeout, name, sizeof name);
   err = share_pids(c, s, timeout, err);
-  if (name[0])
+  /* Rank 0 unlinks once all have mapped; the others when the setup
+   * failed, rank 0 perhaps dead (Note [stale segments]). */
+  if (name[0] && (c->me == 0 || err))
     shm_unlink(name);
   if (err) {
     shm_destroy(&c->base);

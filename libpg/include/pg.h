@@ -181,6 +181,15 @@ PG_EXTERN void pg_destroy(pg_group *g);
  * store whose keys are the group's own (pg_store_prefix).  Destroy
  * sub-groups before their parent.
  *
+ * Live mode (libpg(3), LIVE RECOVERY, "Sub-groups in live mode"): a
+ * member's death fails the operations of every group it was in with
+ * PG_ERR_PEER_LOST, and pg_recover closes every sub-group first, so that
+ * peers waiting in one learn of it at once.  The recovery does not
+ * rebuild them: after pg_recover, destroy them and make them again;
+ * making them returns PG_ERR_PEER_LOST when a member dies meanwhile or
+ * has already moved on to the next generation: destroy what was made,
+ * pg_recover again, make them again.
+ *
  * pg_new_group: the parent's ranks[0..n-1] (distinct, any order); the
  * sub-group's rank i is the i-th smallest of them (as torch). */
 PG_EXTERN int pg_new_group(pg_group *parent, const int *ranks, int n,

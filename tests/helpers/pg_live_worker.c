@@ -25,6 +25,16 @@
  *   LIVE_SUBGROUP=1        an original worker makes a sub-group of the
  *                          whole world first; after a recovery, its
  *                          barrier must fail with PG_ESTALE_GROUP
+ *   LIVE_ACCUM=1           libpg(3)'s EXAMPLE pattern: gradients are
+ *                          added (+=) and zeroed after the update, and a
+ *                          "loss" all-reduce follows pg_reducer_finish
+ *                          (the same bits as the default pattern, which
+ *                          overwrites them, when nothing fails)
+ *   LIVE_DIE_AT=PHASE      where LIVE_DIE's rank dies: "mark" (the
+ *                          default, above), "marked" (every gradient
+ *                          marked, before pg_reducer_finish), "finished"
+ *                          (after pg_reducer_finish, before the loss
+ *                          all-reduce and the update)
  *
  * Prints "joined_running=0|1" first, a "recovered ..." line per recovery
  * on stderr, and at the end on stdout:
@@ -55,13 +65,14 @@ static void die(const char *what, int err)
   exit(1);
 }
 
-static bool dies_now(int64_t s)
+static bool dies_now(int64_t s, const char *phase)
 {
   const char *v = getenv("LIVE_DIE"), *r = getenv("CDRUN_WORKER_RESTARTS");
+  const char *at = getenv("LIVE_DIE_AT");
   long ds, dr;
   int used;
 
-  if (!v || (r && atoi(r) > 0))
+  if (!v || (r && atoi(r) > 0) || strcmp(at ? at : "mark", phase))
     return false;
   while (sscanf(v, "%ld:%ld%n", &ds, &dr, &used) == 2) {
     if (ds == s && dr == pg_rank(g))
@@ -81,7 +92,8 @@ static int one_step(void)
    * buckets after the first step, and a newcomer must get that layout. */
   static const size_t mark_order[NPARAMS] = { 0, 2, 1 };
   size_t p, i, k, off = 0;
-  double *grad[NPARAMS];
+  double *grad[NPARAMS], v, loss = 1;
+  bool accum = getenv("LIVE_ACCUM") != NULL;
   int err, rank = pg_rank(g);
 
   if ((err = pg_reducer_prepare(red, true)))
@@ -91,15 +103,23 @@ static int one_step(void)
     grad[p] = pg_reducer_grad(red, p);
     for (off = 0, i = 0; i < p; i++)
       off += specs[i].numel;
-    for (i = 0; i < specs[p].numel; i++)
-      grad[p][i] = (double)(((uint64_t)step_no * 131 + (off + i) * 7 +
-                             (uint64_t)rank * 13) % 1009);
+    for (i = 0; i < specs[p].numel; i++) {
+      v = (double)(((uint64_t)step_no * 131 + (off + i) * 7 +
+                    (uint64_t)rank * 13) % 1009);
+      grad[p][i] = accum ? grad[p][i] + v : v;
+    }
     if ((err = pg_reducer_mark_ready(red, p)))
       return err;
-    if (k == 0 && dies_now(step_no))
+    if (k == 0 && dies_now(step_no, "mark"))
       raise(SIGKILL);
   }
+  if (dies_now(step_no, "marked"))
+    raise(SIGKILL);
   if ((err = pg_reducer_finish(red)))
+    return err;
+  if (dies_now(step_no, "finished"))
+    raise(SIGKILL);
+  if (accum && (err = pg_all_reduce(g, &loss, &loss, 1, PG_F64, PG_SUM)))
     return err;
   for (p = 0, off = 0; p < NPARAMS; off += specs[p].numel, p++) {
     grad[p] = pg_reducer_grad(red, p);
@@ -107,6 +127,8 @@ static int one_step(void)
       x[off + i] = x[off + i] / 2 + grad[p][i];
   }
   step_no++;
+  if (accum && (err = pg_reducer_zero_grad(red)))
+    return err;
   return 0;
 }
 

@@ -546,6 +546,107 @@ START_TEST(test_form_timeout)
 }
 END_TEST
 
+/* Note [store values]: a value in the live store that libpg did not
+ * write is refused with -EPROTO naming the key, at once, never a wait. */
+static void hostile_next(const char *v, size_t len)
+{
+  struct joiner a;
+  pg_store *st;
+
+  serve();
+  st = connect_store();
+  ck_assert_int_eq(pg_store_set(st, "live/next", v, len), 0);
+  joiner_init(&a, 0, 2, true, 1);
+  a.j.timeout = 30;
+  ck_assert_int_eq(pg__live_form(&a.j, 0, &a.f), -EPROTO);
+  ck_assert_msg(strstr(pg_last_error(), "live/next holds '"), "%s",
+                pg_last_error());
+  pg_store_close(a.j.store);
+  pg_store_close(st);
+  pg_store_server_stop(server);
+}
+
+START_TEST(test_form_hostile_values)
+{
+  static const char junk[] = "12\0\x01\xff and then a long tail of text";
+  struct joiner a;
+  pg_store *st;
+
+  hostile_next("9223372036854775807", 19);
+  hostile_next("1099511627777", 13);   /* GEN_MAX + 1 */
+  hostile_next("-3", 2);
+  hostile_next("12abc", 5);
+  hostile_next(junk, sizeof junk - 1);
+  ck_assert_ptr_nonnull(strstr(pg_last_error(), "..."));
+  /* A decision that claims a million members in a few bytes. */
+  serve();
+  st = connect_store();
+  ck_assert_int_eq(pg_store_set(st, "live/g0/done",
+                                "round=0 world=1000000\n", 22), 0);
+  joiner_init(&a, 0, 2, false, 1);
+  ck_assert_int_eq(pg__live_form(&a.j, 0, &a.f), -EPROTO);
+  ck_assert_msg(strstr(pg_last_error(), "live/g0/done"), "%s",
+                pg_last_error());
+  pg_store_close(a.j.store);
+  pg_store_close(st);
+  pg_store_server_stop(server);
+}
+END_TEST
+
+/* A live/next far ahead (within bounds) is followed, and the cleaner of
+ * the generation formed there deletes DROP_MAX (16) generations, not a
+ * million: both members return. */
+START_TEST(test_form_far_next)
+{
+  struct joiner a, b;
+  pg_store *st;
+  void *v = NULL;
+  size_t len;
+
+  serve();
+  st = connect_store();
+  ck_assert_int_eq(pg_store_set(st, "live/next", "1000000", 7), 0);
+  joiner_init(&a, 0, 2, false, 1);
+  joiner_init(&b, 1, 2, false, 2);
+  joiner_start(&a, 5);
+  joiner_start(&b, 5);
+  pthread_join(a.t, NULL);
+  pthread_join(b.t, NULL);
+  ck_assert_msg(a.err == 0 && b.err == 0, "%s / %s", a.why, b.why);
+  ck_assert_int_eq(a.f.gen, 1000000);
+  ck_assert_int_eq(pg_store_get(st, "live/kept", 0, &v, &len), 0);
+  ck_assert_int_eq(len, 2);
+  ck_assert(memcmp(v, "16", 2) == 0);
+  free(v);
+  end_pair(&a, &b, st);
+}
+END_TEST
+
+/* Keys deleted from outside (a DEL_PREFIX "" of a process with the job
+ * token) while a member waits for the others: -EPROTO naming its entry,
+ * not a wait for the timeout. */
+START_TEST(test_form_entry_deleted)
+{
+  struct joiner a;
+  pg_store *st;
+
+  serve();
+  st = connect_store();
+  joiner_init(&a, 0, 2, true, 1);
+  a.j.timeout = 600;
+  joiner_start(&a, 0);
+  wait_key(st, "live/g0/m0");
+  ck_assert_int_eq(pg__store_delete_prefix(st, "", NULL), 0);
+  pthread_join(a.t, NULL);
+  ck_assert_int_eq(a.err, -EPROTO);
+  ck_assert_msg(strstr(a.why, "live/g0/m0 (this process's entry"), "%s",
+                a.why);
+  pg_store_close(a.j.store);
+  pg_store_close(st);
+  pg_store_server_stop(server);
+}
+END_TEST
+
 /* ---- pg_init's checks ------------------------------------------------- */
 
 static void env_group(void)
@@ -624,6 +725,116 @@ START_TEST(test_init_opt_in)
 }
 END_TEST
 
+/* Note [reducer after recovery]: whatever phase pg_recover interrupts,
+ * every reducer's gradients are zero afterwards, on the heal's source
+ * too (here the only member, which heals from itself): gradients added
+ * with += and zeroed after the optimizer (libpg(3)'s EXAMPLE) and an
+ * averaged step not yet applied must not leak into the redone step. */
+static void grads_zero(pg_reducer *r, size_t n, const size_t *numel)
+{
+  size_t i, k;
+  double *d;
+
+  for (i = 0; i < n; i++) {
+    d = pg_reducer_grad(r, i);
+    ck_assert_ptr_nonnull(d);
+    for (k = 0; k < numel[i]; k++)
+      ck_assert_msg(d[k] == 0.0, "parameter %zu element %zu is %g", i, k,
+                    d[k]);
+  }
+}
+
+static void grads_add(pg_reducer *r, size_t i, size_t numel, double v)
+{
+  double *d = pg_reducer_grad(r, i);
+  size_t k;
+
+  for (k = 0; k < numel; k++)
+    d[k] += v;
+}
+
+START_TEST(test_recover_zeroes_reducer)
+{
+  char dir[] = "/tmp/check_pg_live.XXXXXX", path[256];
+  const size_t numel[3] = { 1000, 3000, 20 };
+  struct pg_reducer_options ro = PG_REDUCER_OPTIONS_INIT;
+  struct pg_param_spec p[3];
+  struct pg_recover_info info;
+  double x[8] = { 1, 2, 3 };
+  struct pg_state_buf b = { x, sizeof x };
+  pg_reducer *r = NULL;
+  pg_group *g = NULL;
+  size_t i;
+
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/optin", dir);
+  env_group();
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("CDRUN_RECOVERY", "live", 1);
+  putenv(ep_env);
+  setenv("CDRUN_LIVE_OPT_IN", path, 1);
+  setenv("CDRUN_JOB_TOKEN", "", 1);
+  serve();
+  snprintf(ep_env, sizeof ep_env, "CDRUN_LIVE_STORE=127.0.0.1:%d", port);
+  ck_assert_msg(pg_init(NULL, &g) == 0, "%s", pg_last_error());
+  for (i = 0; i < 3; i++) {
+    p[i].numel = numel[i];
+    p[i].dtype = PG_F64;
+  }
+  ro.first_bucket_cap = 4096;
+  ro.bucket_cap = 8192;
+  ck_assert_msg(pg_reducer_create(g, p, 3, &ro, &r) == 0, "%s",
+                pg_last_error());
+  ck_assert_int_eq(pg_state_register(g, &b, 1), 0);
+
+  /* A step interrupted in the backward pass: two of three marked. */
+  ck_assert_int_eq(pg_reducer_prepare(r, true), 0);
+  grads_add(r, 2, numel[2], 1.5);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 2), 0);
+  grads_add(r, 1, numel[1], 2.5);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 1), 0);
+  grads_add(r, 0, numel[0], 3.5);
+  ck_assert_msg(pg_recover(g, &info) == 0, "%s", pg_last_error());
+  ck_assert_int_eq(info.heal_source, 0);
+  grads_zero(r, 3, numel);
+
+  /* A step interrupted after its finish (a later collective failed):
+   * the averaged gradients, not yet applied, are not kept either.  The
+   * first finish recorded the order: this recovery also comes with a
+   * rebuild pending. */
+  ck_assert_int_eq(pg_reducer_prepare(r, true), 0);
+  for (i = 0; i < 3; i++) {
+    grads_add(r, i, numel[i], 4.0);
+    ck_assert_int_eq(pg_reducer_mark_ready(r, i), 0);
+  }
+  ck_assert_int_eq(pg_reducer_finish(r), 0);
+  ck_assert_msg(pg_recover(g, &info) == 0, "%s", pg_last_error());
+  grads_zero(r, 3, numel);
+
+  /* Accumulated under no_sync, then recovered. */
+  ck_assert_int_eq(pg_reducer_prepare(r, false), 0);
+  grads_add(r, 0, numel[0], 1.0);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 0), 0);
+  ck_assert_int_eq(pg_reducer_finish(r), 0);
+  ck_assert_msg(pg_recover(g, &info) == 0, "%s", pg_last_error());
+  grads_zero(r, 3, numel);
+  /* ... and the redone step sees only its own gradients. */
+  ck_assert_int_eq(pg_reducer_prepare(r, true), 0);
+  grads_add(r, 1, numel[1], 6.0);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 1), 0);
+  ck_assert_int_eq(pg_reducer_finish(r), 0);
+  ck_assert(((double *)pg_reducer_grad(r, 0))[0] == 0.0);
+  ck_assert(((double *)pg_reducer_grad(r, 1))[7] == 6.0);
+  ck_assert(x[2] == 3.0);
+
+  pg_reducer_destroy(r);
+  pg_destroy(g);
+  pg_store_server_stop(server);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 /* Restart mode: live calls cost nothing and pg_recover says so. */
 START_TEST(test_restart_mode)
 {
@@ -666,6 +877,9 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_form_bounded_store);
   tcase_add_test(tc, test_form_linear_requests);
   tcase_add_test(tc, test_form_timeout);
+  tcase_add_test(tc, test_form_hostile_values);
+  tcase_add_test(tc, test_form_far_next);
+  tcase_add_test(tc, test_form_entry_deleted);
   suite_add_tcase(s, tc);
   /* Knobs are read once per process: each runs in its own (Check forks
    * each test). */
@@ -674,6 +888,7 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_init_bad_mode);
   tcase_add_test(tc, test_init_live_needs_store);
   tcase_add_test(tc, test_init_opt_in);
+  tcase_add_test(tc, test_recover_zeroes_reducer);
   tcase_add_test(tc, test_restart_mode);
   suite_add_tcase(s, tc);
   return s;

@@ -12,6 +12,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1071,6 +1073,149 @@ START_TEST(test_unlinked)
 }
 END_TEST
 
+/* Note [stale segments]: a segment of this user and pid namespace whose
+ * creator is gone is unlinked by the next rank 0 that creates one; one
+ * whose creator lives, or of another pid namespace, stays. */
+static uint32_t ns32(void)
+{
+  struct stat st;
+
+  ck_assert_int_eq(stat("/proc/self/ns/pid", &st), 0);
+  return (uint32_t)st.st_ino;
+}
+
+static bool shm_exists(const char *name)
+{
+  char path[128];
+
+  snprintf(path, sizeof path, "/dev/shm%s", name);
+  return access(path, F_OK) == 0;
+}
+
+static void make_segment(const char *name)
+{
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+
+  ck_assert_msg(fd >= 0, "shm_open %s: %s", name, strerror(errno));
+  close(fd);
+}
+
+static void solo_rank(struct rank *r, void *arg)
+{
+  (void)arg;
+  rank_setup(r, "sweep/", 10);
+  rank_teardown(r);
+}
+
+START_TEST(test_sweep_stale)
+{
+  char dead[64], alive[64], other[64];
+  uint32_t ns = ns32();
+  pid_t gone, pids[1];
+  int st[1];
+
+  gone = fork();
+  ck_assert_int_ge(gone, 0);
+  if (gone == 0)
+    _exit(0);
+  ck_assert_int_eq(waitpid(gone, &st[0], 0), gone);
+  snprintf(dead, sizeof dead, "/pg-%08x%08x-%d", ns, 0x1234u, (int)gone);
+  snprintf(alive, sizeof alive, "/pg-%08x%08x-%d", ns, 0x1235u,
+           (int)getpid());
+  snprintf(other, sizeof other, "/pg-%08x%08x-%d", ns ^ 1u, 0x1236u,
+           (int)gone);
+  make_segment(dead);
+  make_segment(alive);
+  make_segment(other);
+  run_ranks(1, solo_rank, NULL, pids, st, NULL);
+  expect_clean_exits(1, st);
+  ck_assert_msg(!shm_exists(dead), "%s (creator gone) is still there",
+                dead);
+  ck_assert_msg(shm_exists(alive), "%s (creator alive) was swept", alive);
+  ck_assert_msg(shm_exists(other), "%s (another pid namespace) was swept",
+                other);
+  shm_unlink(alive);
+  shm_unlink(other);
+}
+END_TEST
+
+/* Note [stale segments]: rank 0 SIGKILLed after it published its
+ * segment and before it unlinked it (it waits for rank 1): rank 1 maps
+ * it, sees the setup fail, and unlinks the name. */
+static void late_rank1(struct rank *r, void *arg)
+{
+  static int ranks[2] = { 0, 1 };
+  struct pg__setup s;
+  int err;
+
+  (void)arg;
+  r->me = 1;
+  r->n = 2;
+  err = pg_store_connect("127.0.0.1", store_port, 10, &r->store);
+  RCHECK(r, err == 0, "store connect: %s", pg_strerror(err));
+  memset(&s, 0, sizeof s);
+  s.store = r->store;
+  s.ns = "deadr0/";
+  s.ranks = ranks;
+  s.n = 2;
+  s.me = 1;
+  s.timeout = 1;
+  err = pg__shm_create(&s, &r->c);
+  RCHECK(r, err != 0, "the setup with a dead rank 0 succeeded");
+  pg_store_close(r->store);
+}
+
+static void early_rank0(struct rank *r, void *arg)
+{
+  (void)arg;
+  r->n = 2;
+  rank_setup(r, "deadr0/", 60);
+  _exit(5);      /* not reached: killed while rank 1 is not there */
+}
+
+START_TEST(test_dead_rank0_unlinked)
+{
+  char want[32];
+  pg_store *st0;
+  void *v = NULL;
+  size_t len;
+  pid_t p0[1], p1[1];
+  int st[1];
+  DIR *d;
+  struct dirent *e;
+
+  ck_assert_int_eq(pg_store_connect("127.0.0.1", store_port, 10, &st0), 0);
+  p0[0] = fork();
+  ck_assert_int_ge(p0[0], 0);
+  if (p0[0] == 0) {
+    struct rank r = { 0, 2, NULL, NULL, 0 };
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    early_rank0(&r, NULL);
+    _exit(0);
+  }
+  /* Rank 0 published its segment's name: it is created, not unlinked. */
+  ck_assert_int_eq(pg_store_get(st0, "deadr0/seg0", 30, &v, &len), 0);
+  free(v);
+  kill(p0[0], SIGKILL);
+  ck_assert_int_eq(waitpid(p0[0], &st[0], 0), p0[0]);
+  run_ranks(1, late_rank1, NULL, p1, st, NULL);
+  expect_clean_exits(1, st);
+  snprintf(want, sizeof want, "-%d", (int)p0[0]);
+  d = opendir("/dev/shm");
+  ck_assert_ptr_nonnull(d);
+  while ((e = readdir(d)) != NULL) {
+    size_t l = strlen(e->d_name), wl = strlen(want);
+
+    ck_assert_msg(!(strncmp(e->d_name, "pg-", 3) == 0 && l > wl &&
+                    strcmp(e->d_name + l - wl, want) == 0),
+                  "/dev/shm/%s is still there", e->d_name);
+  }
+  closedir(d);
+  pg_store_close(st0);
+}
+END_TEST
+
 /* A comm of one: everything is a local copy. */
 static void solo(struct rank *r, void *arg)
 {
@@ -1120,6 +1265,8 @@ static Suite *pg_shm_suite(void)
   tcase_add_test(tf, test_rank_left);
   tcase_add_test(tf, test_no_show);
   tcase_add_test(tf, test_unlinked);
+  tcase_add_test(tf, test_sweep_stale);
+  tcase_add_test(tf, test_dead_rank0_unlinked);
   tcase_add_test(tf, test_early_exit);
   suite_add_tcase(s, tf);
   return s;
