@@ -42,7 +42,9 @@
  *                       RANKS ('+'-separated; 'all'), in the process
  *                       whose CDRUN_WORKER_RESTARTS is RESTARTS (* : any),
  *                       HOW = kill (raise SIGKILL) or stop (write
- *                       D/held.R.K, raise SIGSTOP: the driver kills it).
+ *                       D/held.R.K, raise SIGSTOP: the driver kills it);
+ *                       only in the job's first attempt
+ *                       (TORCHELASTIC_RESTART_COUNT 0).
  *                       Phases: register (before pg_state_register),
  *                       pre (the pre all-reduce submitted, not waited),
  *                       reducer (half of a reducer's gradients marked
@@ -201,7 +203,7 @@ static int64_t step_no;              /* registered */
 static double *pre_buf;
 static float *ring_out, *ring_in;
 static double *post_buf, *post_out;
-static int rank, world, restarts, recoveries;
+static int rank, world, restarts, attempt, recoveries;
 static const char *mark_dir;
 
 static void die(const char *what, int err)
@@ -253,7 +255,9 @@ static void hook(const char *phase)
   const char *v = getenv("LIVE_PROG_FAULT");
   char spec[512], *tok, *save = NULL;
 
-  if (!v)
+  /* A schedule is for the job's first attempt: a group that cdrun
+   * restarted (restart mode's rules) runs without faults. */
+  if (!v || attempt > 0)
     return;
   snprintf(spec, sizeof spec, "%s", v);
   for (tok = strtok_r(spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -633,6 +637,7 @@ int main(int argc, char **argv)
   mark_dir = getenv("LIVE_PROG_DIR");
   rank = (v = getenv("RANK")) ? atoi(v) : 0;
   restarts = (v = getenv("CDRUN_WORKER_RESTARTS")) ? atoi(v) : 0;
+  attempt = (v = getenv("TORCHELASTIC_RESTART_COUNT")) ? atoi(v) : 0;
   marker("pid", true);
   /* The transport, by host id (libpg(3): a host id per rank forces TCP). */
   if (sh.transport == 1) {
