@@ -204,6 +204,8 @@ static double *pre_buf;
 static float *ring_out, *ring_in;
 static double *post_buf, *post_out;
 static int rank, world, restarts, attempt, recoveries;
+static struct pg_state_buf st[MAX_RED * MAX_PAR + 3];   /* registered */
+static size_t nst;
 static const char *mark_dir;
 
 static void die(const char *what, int err)
@@ -261,12 +263,12 @@ static void hook(const char *phase)
     return;
   snprintf(spec, sizeof spec, "%s", v);
   for (tok = strtok_r(spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    char ph[32], st[32], ranks[128], rs[16], how[16];
+    char ph[32], at[32], ranks[128], rs[16], how[16];
 
     if (sscanf(tok, "%31[a-z0-9]:%31[-0-9]:%127[a-z0-9+]:%15[*0-9]:%15[a-z]",
-               ph, st, ranks, rs, how) != 5)
+               ph, at, ranks, rs, how) != 5)
       continue;
-    if (strcmp(ph, phase) != 0 || (strcmp(st, "-") && atoll(st) != step_no) ||
+    if (strcmp(ph, phase) != 0 || (strcmp(at, "-") && atoll(at) != step_no) ||
         (strcmp(rs, "*") && atoi(rs) != restarts) || !rank_listed(ranks))
       continue;
     fprintf(stderr, "live_prog: rank %d pid %d: fault %s at %s, step %" PRId64
@@ -568,6 +570,55 @@ static double now(void)
 
 /* ---- recovery, as libpg(3) shows it -------------------------------------- */
 
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+  const unsigned char *b = p;
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static uint64_t digest(void)
+{
+  uint64_t h = 0xcbf29ce484222325ull;
+  size_t i;
+
+  for (i = 0; i < nst; i++)
+    h = fnv(h, st[i].ptr, st[i].bytes);
+  return h;
+}
+
+/* After every heal (a survivor's pg_recover, a fresh process's
+ * pg_state_register: both, so that the collective matches), the members
+ * hold the same state.  libpg(3): when every member with valid state
+ * died, the next generation heals from nobody (heal_source -1) "and the
+ * program should notice (its step counter)"; so it does, here, where
+ * every member can (a fresh process is not told heal_source).  0,
+ * PG_ERR_PEER_LOST, or exits. */
+static int check_healed(void)
+{
+  int64_t v[4];
+  uint64_t h = digest() >> 1;
+  int err;
+
+  v[0] = (int64_t)h;
+  v[1] = -(int64_t)h;
+  v[2] = step_no;
+  v[3] = -step_no;
+  if ((err = pg_all_reduce(g, v, v, 4, PG_I64, PG_MAX)))
+    return err;
+  if (v[0] != -v[1] || v[2] != -v[3]) {
+    fprintf(stderr, "live_prog: rank %d pid %d: after the heal the "
+            "members hold different states (steps %" PRId64 " to %" PRId64
+            "; this rank: step %" PRId64 ")\n", rank, (int)getpid(), -v[3],
+            v[2], step_no);
+    exit(1);
+  }
+  return 0;
+}
+
 static void recover(void)
 {
   struct pg_recover_info info;
@@ -591,7 +642,8 @@ static void recover(void)
             now() - t0);
     /* Sub-groups of the old generation are stale: make them again. */
     hook("resub");
-    err = make_subgroups();
+    if (!(err = check_healed()))
+      err = make_subgroups();
     if (err == PG_ERR_PEER_LOST)
       continue;
     if (err)
@@ -600,23 +652,11 @@ static void recover(void)
   }
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-  const unsigned char *b = p;
-  size_t i;
-
-  for (i = 0; i < n; i++)
-    h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
 int main(int argc, char **argv)
 {
   struct pg_options o = PG_OPTIONS_INIT;
-  struct pg_state_buf st[MAX_RED * MAX_PAR + 3];
-  size_t nst = 0, i, p;
+  size_t i, p;
   char host[64];
-  uint64_t h = 0xcbf29ce484222325ull;
   int64_t keys = -1;
   const char *v;
   bool pending;
@@ -703,10 +743,12 @@ int main(int argc, char **argv)
     recover();
   else if (err)
     die("pg_state_register", err);
-  else if ((err = make_subgroups()) == PG_ERR_PEER_LOST)
+  else if ((pg_joined_running(g) && (err = check_healed())) ||
+           (err = make_subgroups())) {
+    if (err != PG_ERR_PEER_LOST)
+      die("making the sub-groups", err);
     recover();
-  else if (err)
-    die("making the sub-groups", err);
+  }
 
   while (step_no < sh.steps) {
     double t0 = now();
@@ -728,14 +770,12 @@ int main(int argc, char **argv)
       die("pg_membership_poll", err);
   }
 
-  for (i = 0; i < nst; i++)
-    h = fnv(h, st[i].ptr, st[i].bytes);
   if (rank == 0 && pg_group_store(g) &&
       pg_store_num_keys(pg_group_store(g), &keys))
     keys = -1;
   printf("live_prog: digest rank=%d world=%d step=%" PRId64 " recoveries=%d "
          "keys=%" PRId64 " digest=%016" PRIx64 "\n", rank, world, step_no,
-         recoveries, keys, h);
+         recoveries, keys, digest());
   fflush(stdout);
   hook("last");
   drop_subgroups();
