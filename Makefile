@@ -138,9 +138,13 @@ $(LIBDIR)/libpg.so: $(PG_OBJ)
 	    -o $@.0 $^ $(PG_LIBS)
 	ln -sf libpg.so.0 $@
 
-$(LIBDIR)/libpg.pc: libpg/libpg.pc.in
+# The build tree's libpg.pc points at the build tree (PKG_CONFIG_PATH=lib
+# builds against it); the installed one, written by install, at PREFIX.
+$(LIBDIR)/libpg.pc: libpg/libpg.pc.in Makefile
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	sed -e 's|@PREFIX@|$(CURDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@LIBDIR@|$(abspath $(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(CURDIR)/libpg/include|' \
 	    -e 's|@LIBS_PRIVATE@|$(PG_LIBS)|' $< > $@
 
 libpg: $(LIBDIR)/libpg.a $(LIBDIR)/libpg.so $(LIBDIR)/libpg.pc
@@ -310,6 +314,8 @@ install: all
 	ln -sf libpg.so.0 $(DESTDIR)$(PREFIX)/lib/libpg.so
 	install -m 644 man/libpg.3 $(DESTDIR)$(PREFIX)/share/man/man3/libpg.3
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@LIBDIR@|$${prefix}/lib|' \
+	    -e 's|@INCLUDEDIR@|$${prefix}/include|' \
 	    -e 's|@LIBS_PRIVATE@|$(PG_LIBS)|' libpg/libpg.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libpg.pc
 	chmod 644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/libpg.pc

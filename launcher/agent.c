@@ -476,6 +476,7 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     agent_begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
   }
+  live_agent_worker_finished(a, w);
   if (a->nrunning == 0 && !live_agent_replacing(a))
     agent_begin_stop(a, STOP_SUCCESS, 0);
 }

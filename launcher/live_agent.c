@@ -130,9 +130,13 @@ static bool keeps_workers(struct agent *a)
  * replaced again until the rank's budget ends the job as FAILED).  So
  * once a worker of the node finished, a failure is restart mode's: the
  * group restarts (counted) or the job fails when no restart is left,
- * exactly as without live recovery.  The agent knows only its own
- * node's workers: a worker here that exited 0 is one that is not running
- * and still has its pid (a failed one is replaced, pid 0, or stops the
+ * exactly as without live recovery.  In the other order (the failure
+ * right after the last step, its peers exiting 0 a moment later) a
+ * replacement that has not joined the group when a peer finishes never
+ * will: it is killed, and its failure is then restart mode's
+ * (live_agent_worker_finished).  The agent knows only its own node's
+ * workers: a worker here that exited 0 is one that is not running and
+ * still has its pid (a failed one is replaced, pid 0, or stops the
  * group). */
 static struct worker *finished_peer(struct agent *a, const struct worker *w)
 {
@@ -145,6 +149,49 @@ static struct worker *finished_peer(struct agent *a, const struct worker *w)
       return p;
   }
   return NULL;
+}
+
+/* Whether w is a replacement that has not joined the group: it has not
+ * opted in yet, or libpg says it is still joining (its opt-in file's
+ * second line, Note [opt in] in libpg/recover.c).  A file without that
+ * line (a program that implements the handshake alone) never says so. */
+static bool still_joining(const struct worker *w)
+{
+  char path[PATH_MAX], buf[64];
+  FILE *f;
+  size_t n;
+
+  if (w->live.replaced == 0 || !w->running || !w->dir)
+    return false;
+  snprintf(path, sizeof path, "%s/%s", w->dir, LIVE_HANDSHAKE_OPT_IN);
+  f = fopen(path, "re");
+  if (!f)
+    return true;
+  n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strstr(buf, "\njoining\n") != NULL;
+}
+
+/* Note [finished job], the other order: a peer finishes while a
+ * replacement is still joining (the failure came right after the last
+ * step, before the peers exited), so it never will: it goes, and its
+ * exit takes restart mode's path (live_agent_worker_failed). */
+void live_agent_worker_finished(struct agent *a, struct worker *done)
+{
+  int i;
+
+  if (!a->live.replace)
+    return;
+  for (i = 0; i < a->o->nproc; i++) {
+    struct worker *w = &a->workers[i];
+
+    if (w == done || !still_joining(w))
+      continue;
+    say("worker %d finished (exit 0) while worker %d's replacement was "
+        "still joining: it never can; stopping it", done->rank, w->rank);
+    kill(-w->pid, SIGKILL);
+  }
 }
 
 /* Note [live replacement]: in live mode a worker that fails while it and
@@ -206,8 +253,15 @@ void live_agent_start_replacements(struct agent *a)
       continue;
     w->live.replace_pending = false;
     a->live.replace_pending--;
-    if (a->state == ST_RUNNING)
-      agent_spawn_worker(a, w);
+    if (a->state != ST_RUNNING)
+      continue;
+    agent_spawn_worker(a, w);
+    /* A peer finished while it waited to start (Note [finished job]). */
+    if (w->running && finished_peer(a, w)) {
+      say("a worker finished before worker %d's replacement started: it "
+          "could never join; stopping it", w->rank);
+      kill(-w->pid, SIGKILL);
+    }
   }
 }
 

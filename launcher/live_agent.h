@@ -81,6 +81,11 @@ void live_agent_worker_env(const struct agent *a, const struct worker *w,
  * another worker of the node already exited 0 (Note [finished job]). */
 bool live_agent_worker_failed(struct agent *a, struct worker *w, int code);
 
+/* Worker done exited 0 while the group runs: a replacement still joining
+ * the group (libpg says so in its opt-in file) never will and is killed;
+ * its exit is then restart mode's (Note [finished job]). */
+void live_agent_worker_finished(struct agent *a, struct worker *done);
+
 /* Starts the replacements whose predecessor's output streams are closed
  * (called when a stream closes). */
 void live_agent_start_replacements(struct agent *a);

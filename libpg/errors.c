@@ -59,7 +59,8 @@ const char *pg_last_error(void)
   XX(EALREADY, "already done (e.g. a gradient marked ready twice)")       \
   XX(ERANGE, "result out of range (store counter overflow)")            \
   XX(EACCES, "refused: the job token (CDRUN_JOB_TOKEN) does not match")   \
-  XX(ENOSPC, "over the store's memory budget")
+  XX(ENOSPC, "over the store's memory budget")                            \
+  XX(ENODATA, "live recovery: no member holds the state any more")
 
 const char *pg_err_name(int err)
 {

@@ -19,9 +19,28 @@ void pg__setup_watch(pg__setup_watch_fn fn, void *arg)
   watch_arg = arg;
 }
 
-/* pg_store_get, in slices when a watch is set (watch_err: it said no). */
-static int watched_get(pg_store *st, const char *key, double timeout,
-                       void **val, size_t *len)
+/* 0 while this rank's own key is still in the store, else -EPROTO with
+ * a sentence: something deleted it (a hostile or broken client of the
+ * live store), so the others' keys may never come either. */
+static int still_there(pg_store *st, const char *mine)
+{
+  void *v = NULL;
+  size_t len;
+  int err = pg_store_get(st, mine, 0, &v, &len);
+
+  free(v);
+  if (err == -ENOENT)
+    return pg__fail(-EPROTO, "store: this rank's key '%s' vanished while "
+                    "it waited for the others' (deleted from outside)",
+                    mine);
+  return err;
+}
+
+/* pg_store_get, in slices when a watch is set, asking between them the
+ * watch and whether this rank's own key (mine) is still there
+ * (watch_err: one of them said no). */
+static int watched_get(pg_store *st, const char *key, const char *mine,
+                       double timeout, void **val, size_t *len)
 {
   double deadline = pg__now() + timeout, left;
   int err;
@@ -35,7 +54,8 @@ static int watched_get(pg_store *st, const char *key, double timeout,
                                                    : WATCH_SLICE, val, len);
     if (err != -ETIMEDOUT || left <= WATCH_SLICE)
       return err;
-    if ((err = watch_fn(watch_arg)) != 0) {
+    if ((err = watch_fn(watch_arg)) != 0 ||
+        (err = still_there(st, mine)) != 0) {
       watch_err = true;
       return err;
     }
@@ -46,19 +66,19 @@ int pg__store_allgather(pg_store *st, const char *ns, const char *prefix,
                         int me, int n, const void *value, size_t len,
                         double timeout, void **vals, size_t *lens)
 {
-  char full[4096];
+  char full[4096], mine[4096];
   int i, err;
 
   for (i = 0; i < n; i++)
     vals[i] = NULL;
-  snprintf(full, sizeof full, "%s%s%d", ns, prefix, me);
-  err = pg_store_set(st, full, value, len);
+  snprintf(mine, sizeof mine, "%s%s%d", ns, prefix, me);
+  err = pg_store_set(st, mine, value, len);
   if (err)
-    return pg__fail(err, "store: cannot publish '%s': %s", full,
+    return pg__fail(err, "store: cannot publish '%s': %s", mine,
                     pg_strerror(err));
   for (i = 0; i < n; i++) {
     snprintf(full, sizeof full, "%s%s%d", ns, prefix, i);
-    err = watched_get(st, full, timeout, &vals[i], &lens[i]);
+    err = watched_get(st, full, mine, timeout, &vals[i], &lens[i]);
     if (err && watch_err) {
       pg__free_vals(vals, i);
       return err;

@@ -135,15 +135,18 @@ int pg__live_peer_err(const pg_group *g, int err)
 
 /* Note [opt in]: cdrun replaces a failed worker alone only when every
  * worker of the node created its CDRUN_LIVE_OPT_IN file; the pid lets the
- * agent tell a stale file from this process's.  Written to a temporary
- * name and renamed, so the agent never reads half a file. */
-static int opt_in(const char *path)
+ * agent tell a stale file from this process's.  A second line says where
+ * the process is: "joining" until pg_init has set up its first
+ * generation, then "joined": a replacement still joining when a peer of
+ * its node finished never can (cdrun, Note [finished job]).  Written to a
+ * temporary name and renamed, so the agent never reads half a file. */
+static int opt_in(const char *path, const char *state)
 {
-  char tmp[PATH_MAX + 32], line[32];
+  char tmp[PATH_MAX + 32], line[64];
   int fd, n, err;
 
   snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-  n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+  n = snprintf(line, sizeof line, "%d\n%s\n", (int)getpid(), state);
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0 || write(fd, line, (size_t)n) != n || close(fd) != 0 ||
       rename(tmp, path) != 0) {
@@ -381,7 +384,7 @@ static int live_setup(pg_group *g, const struct pg_options *o)
   uint64_t gen = 0;
   int err, i;
 
-  if ((v = pg__knob(PG_KNOB_LIVE_OPT_IN)) && (err = opt_in(v)))
+  if ((v = pg__knob(PG_KNOB_LIVE_OPT_IN)) && (err = opt_in(v, "joining")))
     return err;
   if ((v = pg__knob(PG_KNOB_LIVE_ROUND_FILE)))
     snprintf(l->round_file, sizeof l->round_file, "%s", v);
@@ -411,7 +414,9 @@ static int live_setup(pg_group *g, const struct pg_options *o)
     for (i = 0; i < f.world; i++)
       l->joined_running |= !f.m[i].fresh;
     l->heal_source = pg__live_heal_source(f.m, f.world);
-    l->heal_pending = l->heal_source >= 0;
+    /* Joining a running job: a heal even with no source (state.c says
+     * the state is lost). */
+    l->heal_pending = l->heal_source >= 0 || l->joined_running;
     /* Nothing to heal from: this rank starts the job's state itself. */
     l->valid = !l->heal_pending && !l->joined_running;
     l->round_seen = f.round;
@@ -420,6 +425,8 @@ static int live_setup(pg_group *g, const struct pg_options *o)
       err = note_new(l, &f, -1, &i);
     gen = f.gen + 1;
     keep_formed(g, &f);
+    if (!err && (v = pg__knob(PG_KNOB_LIVE_OPT_IN)))
+      err = opt_in(v, "joined");
     if (!err || !peer_caused(err))
       return err;
     if (g->comm)
@@ -831,7 +838,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   }
   queue_release(g, 0);
   valid = l->valid;
-  err = l->heal_source >= 0 ? pg__live_heal(g, l->heal_source, &valid) : 0;
+  err = pg__live_heal(g, l->heal_source, &valid);
   l->valid = valid;
   info->heal_s = pg__now() - t1;
   if (err) {

@@ -14,7 +14,18 @@
  * source.  Survivors that did and did not finish the interrupted step
  * agree again afterwards, on the source's state, and every member's
  * reducers (the source's too) take the source's layout with zeroed
- * gradients (Note [reducer after recovery], reducer.c). */
+ * gradients (Note [reducer after recovery], reducer.c).
+ *
+ * Note [state lost]: a generation none of whose members holds a valid
+ * state (the last valid ones died, one during a heal, the others before)
+ * has nothing to heal from.  Going on would be silently wrong: the
+ * survivors' half-received states differ, a newcomer made its reducers
+ * alone and their layouts were never agreed, so their all-reduces pair
+ * up wrongly.  So every member fails (-ENODATA, a sentence): pg_recover
+ * on the survivors, pg_state_register on the newcomers (a newcomer to a
+ * running job always takes part in the heal).  The program exits, cdrun
+ * replaces every member, and a generation of fresh processes only starts
+ * as the job did (pg_joined_running false), as restart mode would. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -137,6 +148,18 @@ int pg__live_heal(pg_group *g, int source, bool *valid)
   size_t nb, nr, i, off, len;
   bool still_valid;
   int err, chunks = 0;
+
+  /* Note [state lost]: every member read the same decision, so all fail
+   * here alike, without a word on the wire. */
+  if (source < 0) {
+    *valid = false;
+    return pg__fail(-ENODATA, "generation %" PRIu64 ": the live state is "
+                    "lost: no member holds a valid state (every one that "
+                    "did died, one of them during a heal); exit, and the "
+                    "job starts over as at its start (pg_joined_running "
+                    "false) or from its own checkpoint",
+                    pg__live_generation(g));
+  }
 
   pg__live_registered(g, &b, &nb, &r, &nr);
   if ((err = heal_header(g, source, b, nb, r, nr)) ||

@@ -95,7 +95,8 @@ typedef enum {
  * large), -ERANGE (store counter overflow), -EALREADY (reducer: marked
  * twice), -EBUSY (reducer: operations in flight), -EACCES (the store or a
  * mesh peer refused the job token, or could not prove it), -ENOSPC (over
- * the store's memory budget).  pg_strerror and
+ * the store's memory budget), -ENODATA (live recovery: the state is
+ * lost).  pg_strerror and
  * pg_err_name know them all. */
 #define PG_EBACKEND_BASE  (-20000)  /* -20000 - ncclResult_t / cudaError */
 #define PG_ENCCL(r)       (PG_EBACKEND_BASE - (int)(r))
@@ -460,6 +461,16 @@ PG_EXTERN int pg_group_end(pg_group *g);
  *     pg_reducer_finish(r);          // averaged gradients in place
  *     optimizer step reading pg_reducer_grad(r, i); pg_reducer_zero_grad(r)
  *
+ * Adding is safe in live mode too, where a step may be redone ("live
+ * recovery" below):
+ *
+ * After pg_recover returns, every reducer is between iterations and
+ * every gradient is zero, on every rank (the heal's source included),
+ * whatever phase the failure interrupted: gradients written, added up
+ * under no_sync, being reduced, or averaged and not yet used.  The
+ * interrupted step, with its no_sync iterations, is redone from the
+ * healed state.
+ *
  * A parameter not marked ready by finish got no gradient this iteration:
  * its slot contributes zeros (so it is averaged with the ranks that did
  * use it), never a deadlock -- unless it was marked ready in a no_sync
@@ -527,16 +538,23 @@ PG_EXTERN int pg_bucket_assign(const struct pg_param_spec *p, size_t n,
  *
  *   pg_init(&o, &g);                      // opts in (CDRUN_LIVE_OPT_IN)
  *   make the model, pg_reducer_create(g, ...)
- *   pg_state_register(g, bufs, n);        // a newcomer receives them here
- *   for (;;) {
- *     err = one_step(step);               // collectives, reducer
- *     if (err == PG_ERR_PEER_LOST) {      // a peer died mid-step
- *       pg_recover(g, &info);             // new generation, state healed
- *       rank, world = info.rank, info.world; continue;  // redo the step
- *     }
- *     pg_membership_poll(g, &pending);    // a node joins: recover too
- *     if (pending) pg_recover(g, &info);
- *   }
+ *   err = pg_state_register(g, bufs, n);  // a newcomer receives them here
+ *   if (err == PG_ERR_PEER_LOST) err = recover(g);
+ *   while (!err && step < steps) {        // step: in the registered state
+ *     err = one_step(step);               // collectives, reducer, update
+ *     if (!err) err = pg_membership_poll(g, &pending);  // a node joins
+ *     if (err == PG_ERR_PEER_LOST || (!err && pending))
+ *       err = recover(g);                 // healed: redo the step it says
+ *   }                                     // err: give up, exit non-zero
+ *
+ *   recover(g): while ((err = pg_recover(g, &info)) == PG_ERR_PEER_LOST);
+ *               then make the sub-groups again (pg_destroy above)
+ *
+ * A step leaves its registered state untouched until every collective
+ * of the step has succeeded (the update comes last), so that a step cut
+ * short is redone from the state the heal brings: the one before the
+ * step, or after it when the healing rank had finished it.
+ *
  *
  * A generation is one membership of the group, numbered from 0.  When a
  * member dies, every survivor's pending and later operations fail with
@@ -550,9 +568,16 @@ PG_EXTERN int pg_bucket_assign(const struct pg_param_spec *p, size_t n,
  * as the all-reduce is), so that survivors that did and did not finish
  * the interrupted step agree again, and newcomers get the live state.
  * Sub-groups of an older generation fail every operation with
- * PG_ESTALE_GROUP.  A reducer abandons the interrupted iteration (its
- * next pg_reducer_prepare starts afresh) and averages over the new
- * world.
+ * PG_ESTALE_GROUP.  Reducers (libpg(3), "Reducers after a recovery"):
+ *
+ * After pg_recover returns, every reducer is between iterations and
+ * every gradient is zero, on every rank (the heal's source included),
+ * whatever phase the failure interrupted: gradients written, added up
+ * under no_sync, being reduced, or averaged and not yet used.  The
+ * interrupted step, with its no_sync iterations, is redone from the
+ * healed state.
+ *
+ * A reducer then averages over the new world.
  *
  * The handshake with cdrun (man cdrun, "LIVE RECOVERY"; a program that
  * does not use libpg can implement it): cdrun sets CDRUN_RECOVERY=live
@@ -590,7 +615,8 @@ struct pg_state_buf {
  * communicate), and before any other collective.  PG_ERR_PEER_LOST when
  * a member died during it: call pg_recover.  Not live: records them,
  * nothing more.  -EINVAL on a bad argument or a second call; -EPROTO
- * when sizes or reducers differ from the survivors'. */
+ * when sizes or reducers differ from the survivors'; -ENODATA when the
+ * live state is lost (as pg_recover's). */
 PG_EXTERN int pg_state_register(pg_group *g, const struct pg_state_buf *b,
                                 size_t n);
 
@@ -605,7 +631,7 @@ struct pg_recover_info {
                              lost node): old_world - world when
                              positive */
   int heal_source;        /* the rank whose state every rank now holds;
-                             -1 when nothing is registered */
+                             -1 when none did (-ENODATA) */
   double rebuild_s;       /* seconds waiting for the generation and
                              rebuilding the communicator */
   double heal_s;          /* seconds sending the state */
@@ -617,7 +643,13 @@ struct pg_recover_info {
  * generation.  A failure during it (another death, even of the healing
  * rank) returns PG_ERR_PEER_LOST again: call it again.  -ETIMEDOUT when
  * no generation formed within the group's timeout (a store error as it
- * is: the live store is gone); -ENOTSUP outside live
+ * is: the live store is gone); -EPROTO when the live store holds a value
+ * libpg did not write (the sentence names the key); -ENODATA when the
+ * live state is lost: no member of the new generation holds a valid
+ * state (every one that did died, one during a heal), so every member
+ * fails alike, and once cdrun has replaced them all, a generation of
+ * fresh processes starts over as the job did (pg_joined_running false).
+ * After those, do not retry: exit non-zero; -ENOTSUP outside live
  * mode or on a sub-group (recover the world group; sub-groups made
  * before fail with PG_ESTALE_GROUP: make them again).  The group's
  * in-flight work fails first (waited for here).  info may be NULL. */

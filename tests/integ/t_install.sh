@@ -42,6 +42,11 @@ if command -v readelf >/dev/null; then
     fail "libpg.so.0 has no SONAME libpg.so.0"
 fi
 expect_grep '^prefix=/usr$' "$D/usr/lib/pkgconfig/libpg.pc"
+# The build tree's own libpg.pc points at the build tree, not at PREFIX.
+if [ ${#san[@]} -eq 0 ]; then
+  expect_grep "^libdir=$ROOT/lib\$" "$ROOT/lib/libpg.pc"
+  expect_grep "^includedir=$ROOT/libpg/include\$" "$ROOT/lib/libpg.pc"
+fi
 expect_grep '^ExecStart=/usr/bin/rdzvd ' "$D/usr/lib/systemd/system/rdzvd.service"
 "$D/usr/bin/rdzvd" --version | grep -q '^rdzvd ' || fail "installed rdzvd --version"
 # Nothing leaked outside DESTDIR/PREFIX.

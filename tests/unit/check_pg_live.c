@@ -681,7 +681,8 @@ START_TEST(test_init_live_needs_store)
 }
 END_TEST
 
-/* Opting in: the file holds the pid; a world of one forms alone. */
+/* Opting in: the file holds the pid, then "joined" once pg_init has set
+ * up its generation; a world of one forms alone. */
 static char ep_env[64] = "CDRUN_LIVE_STORE=127.0.0.1:65535";
 
 START_TEST(test_init_opt_in)
@@ -710,8 +711,11 @@ START_TEST(test_init_opt_in)
   f = fopen(path, "r");
   ck_assert_ptr_nonnull(f);
   ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
-  fclose(f);
   ck_assert_int_eq(atoi(buf), (int)getpid());
+  /* Note [opt in]: pg_init has set its generation up. */
+  ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+  ck_assert_str_eq(buf, "joined\n");
+  fclose(f);
   ck_assert_int_eq(pg_membership_poll(g, &pending), 0);
   ck_assert(!pending);
   /* Recovering alone: generation 1, the same world of one. */
@@ -852,7 +856,60 @@ START_TEST(test_restart_mode)
   ck_assert_int_eq(pg_recover(g, NULL), -ENOTSUP);
   ck_assert_str_eq(pg_err_name(PG_ERR_PEER_LOST), "ERR_PEER_LOST");
   ck_assert_str_eq(pg_err_name(PG_ESTALE_GROUP), "ESTALE_GROUP");
+  ck_assert_str_eq(pg_err_name(-ENODATA), "ENODATA");
   pg_destroy(g);
+}
+END_TEST
+
+/* ---- setup exchanges under a watch (exchange.c) ------------------------ */
+
+static int watch_never(void *arg)
+{
+  (void)arg;
+  return 0;
+}
+
+struct deleter {
+  pg_store *st;
+  volatile bool stop;
+};
+
+static void *delete_loop(void *arg)
+{
+  struct deleter *d = arg;
+
+  while (!d->stop) {
+    pg__store_delete_prefix(d->st, "x/", NULL);
+    usleep(10000);
+  }
+  return NULL;
+}
+
+/* A client that deletes the keys every 10 ms (defect 4 of issue 30): a
+ * watched exchange ends with -EPROTO naming this rank's vanished key,
+ * not after its timeout (-ETIMEDOUT). */
+START_TEST(test_exchange_key_vanished)
+{
+  struct deleter d = { NULL, false };
+  pg_store *st = NULL;
+  pthread_t t;
+  void *vals[2];
+  size_t lens[2];
+
+  serve();
+  ck_assert_int_eq(pg_store_connect("127.0.0.1", port, 5, &st), 0);
+  ck_assert_int_eq(pg_store_connect("127.0.0.1", port, 5, &d.st), 0);
+  ck_assert_int_eq(pthread_create(&t, NULL, delete_loop, &d), 0);
+  pg__setup_watch(watch_never, NULL);
+  ck_assert_int_eq(pg__store_allgather(st, "x/", "k/", 0, 2, "v", 1, 10,
+                                       vals, lens), -EPROTO);
+  ck_assert_ptr_nonnull(strstr(pg_last_error(), "'x/k/0' vanished"));
+  pg__setup_watch(NULL, NULL);
+  d.stop = true;
+  pthread_join(t, NULL);
+  pg_store_close(d.st);
+  pg_store_close(st);
+  pg_store_server_stop(server);
 }
 END_TEST
 
@@ -880,6 +937,7 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_form_hostile_values);
   tcase_add_test(tc, test_form_far_next);
   tcase_add_test(tc, test_form_entry_deleted);
+  tcase_add_test(tc, test_exchange_key_vanished);
   suite_add_tcase(s, tc);
   /* Knobs are read once per process: each runs in its own (Check forks
    * each test). */
