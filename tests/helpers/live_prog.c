@@ -641,9 +641,10 @@ static void recover(void)
             info.world, info.joined, info.left, info.heal_source, step_no,
             now() - t0);
     /* Sub-groups of the old generation are stale: make them again. */
-    hook("resub");
-    if (!(err = check_healed()))
+    if (!(err = check_healed())) {
+      hook("resub");
       err = make_subgroups();
+    }
     if (err == PG_ERR_PEER_LOST)
       continue;
     if (err)
