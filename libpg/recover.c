@@ -599,12 +599,15 @@ static void queue_release(pg_group *g, int failed)
  *  - an operation of any group of a live world that fails with
  *    PG_ERR_PEER_LOST marks the world and all its sub-groups failed
  *    (pg__live_lost): their queued and later operations fail at once;
- *  - pg_recover first closes every sub-group's communicator, after the
- *    operation running on it (if any) ends: the peers waiting on this
- *    rank learn of it at once (shared memory: the rank's left word; TCP:
- *    the closed connection), fail, recover in turn and close theirs.  A
- *    death so spreads one closed communicator at a time through every
- *    group that its peers share with others;
+ *  - pg_recover first closes every sub-group's communicator and the
+ *    world's: those that nothing uses at once, then the others once
+ *    their operation ends (so that an operation of this rank waiting on
+ *    a peer is not what keeps that peer waiting on this rank in another
+ *    group).  The peers waiting on this rank learn of it at once (shared
+ *    memory: the rank's left word; TCP: the closed connection), fail,
+ *    recover in turn and close theirs.  A death so spreads one closed
+ *    communicator at a time through every group that its peers share
+ *    with others;
  *  - sub-groups are made under the setup watch (Note [setup watch]): a
  *    member of the world that dies during pg_new_group or pg_split, or a
  *    next generation that starts meanwhile, fails the creation with
@@ -722,15 +725,41 @@ void pg__live_op_watch(pg_group *g, int (**fn)(void *), void **arg)
   }
 }
 
-/* Note [live sub-groups]: every sub-group's communicator closed, each
- * once the operation running on it ends; the sub-groups stay failed
- * (PG_ERR_PEER_LOST until the world's generation moves on, then
+/* Closes g's communicator (revoked first where the backend can), with
+ * its queue held: at once when nothing runs or waits on it (wait false,
+ * returns whether it did), else once that ends.  The queue is released
+ * with failed. */
+static bool close_comm(pg_group *g, bool wait, int failed)
+{
+  pthread_mutex_lock(&g->mu);
+  if (!wait && (g->head || g->busy)) {
+    pthread_mutex_unlock(&g->mu);
+    return false;
+  }
+  pthread_mutex_unlock(&g->mu);
+  queue_hold(g);
+  if (g->comm) {
+    if (g->comm->ops->revoke)
+      g->comm->ops->revoke(g->comm);
+    g->comm->ops->destroy(g->comm);
+    g->comm = NULL;
+  }
+  queue_release(g, failed);
+  return true;
+}
+
+/* Note [live sub-groups]: every sub-group's communicator closed, and
+ * the world's too when it is not shrunk (can_shrink): first those that
+ * nothing uses now, then the others once their operation ends, so that
+ * an operation of this rank that waits on a peer is not what keeps that
+ * peer waiting on this rank in another group.  The sub-groups stay
+ * failed (PG_ERR_PEER_LOST until the world's generation moves on, then
  * PG_ESTALE_GROUP).  On a copy of the list: a sub-group's failing
  * operation takes subs_mu (pg__live_lost). */
-static void close_subs(struct pg__live *l)
+static void close_family(pg_group *g, struct pg__live *l, bool world)
 {
-  pg_group *s;
   size_t n, i;
+  int failed;
 
   pthread_mutex_lock(&l->subs_mu);
   n = l->nsubs;
@@ -739,17 +768,16 @@ static void close_subs(struct pg__live *l)
   pthread_mutex_unlock(&l->subs_mu);
   for (i = 0; i < n; i++)
     mark_lost(l->snap[i]);
-  for (i = 0; i < n; i++) {
-    s = l->snap[i];
-    queue_hold(s);
-    if (s->comm) {
-      if (s->comm->ops->revoke)
-        s->comm->ops->revoke(s->comm);
-      s->comm->ops->destroy(s->comm);
-      s->comm = NULL;
-    }
-    queue_release(s, PG_ERR_PEER_LOST);
+  for (i = 0; i < n; i++)
+    close_comm(l->snap[i], false, PG_ERR_PEER_LOST);
+  if (world) {
+    pthread_mutex_lock(&g->mu);
+    failed = g->failed;
+    pthread_mutex_unlock(&g->mu);
+    close_comm(g, false, failed);
   }
+  for (i = 0; i < n; i++)
+    close_comm(l->snap[i], true, PG_ERR_PEER_LOST);
 }
 
 static int fill_info(struct pg__live *l, const struct pg__live_formed *f,
@@ -766,15 +794,16 @@ static int fill_info(struct pg__live *l, const struct pg__live_formed *f,
   return note_new(l, f, (int64_t)old_gen, &info->joined);
 }
 
-/* Note [recover]: the sub-groups' communicators go first (Note [live
- * sub-groups]), then the old communicator (a TCP peer blocked on
- * this rank learns of the failure from the closed connection, a shm peer
- * from the abort word), unless the backend shrinks it (NCCL: revoked, so
- * nothing waits on it).  The reducers abandon their iteration.  Then the
- * next generation forms (live_form.c), the communicator is rebuilt and
- * the state healed.  A failure after the generation formed leaves the
- * group failed with PG_ERR_PEER_LOST, so the caller recovers again into
- * the generation after. */
+/* Note [recover]: the communicators go first, the sub-groups' and the
+ * old one (Note [live sub-groups]: those nothing uses at once, then the
+ * others; a TCP peer blocked on this rank learns of the failure from the
+ * closed connection, a shm peer from the left word), unless the backend
+ * shrinks the old one (NCCL: revoked, so nothing waits on it).  The
+ * reducers abandon their iteration.  Then the next generation forms
+ * (live_form.c), the communicator is rebuilt and the state healed.  A
+ * failure after the generation formed leaves the group failed with
+ * PG_ERR_PEER_LOST, so the caller recovers again into the generation
+ * after. */
 int pg_recover(pg_group *g, struct pg_recover_info *info)
 {
   struct pg_recover_info local;
@@ -795,7 +824,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
                     : g->is_sub ? "a sub-group (recover the world group, "
                     "then make the sub-group again)"
                     : "the group is not in live mode (CDRUN_RECOVERY=live)");
-  close_subs(l);
+  close_family(g, l, !can_shrink(g));
   for (i = 0; i < (int)l->nreducers; i++)
     pg__reducer_abandon(l->reducers[i]);
   queue_hold(g);

@@ -16,6 +16,15 @@
  *   wp2p    the same over the world with rank ^ 2 (another host in the
  *           hierarchical scenario)
  *   world   all-reduce of a + 2b + 3c' + 5d' over the world
+ *   cross   instead of parity and wp2p, each rank in its own order:
+ *           rank 0 starts the parity all-reduce async, receives d' from
+ *           rank 3, sends d to rank 2, then waits for the parity; rank 2
+ *           receives d' from rank 0 before its parity all-reduce; rank 3
+ *           sends d to rank 0 before its; rank 1 runs it async.  So when
+ *           rank 3 dies, rank 0 recovers with its parity all-reduce in
+ *           flight (waited for and freed after pg_recover), waiting on
+ *           rank 2, which waits on rank 0 in the world (pg_recover must
+ *           close the world first)
  * and only then x = x / 2 + that sum and step++ (the state changes only
  * once every collective of the step succeeded), so every rank holds the
  * same x and a fault-free run of the same world gives the same bits.
@@ -48,6 +57,7 @@
 #define MAX_PHASES 16
 
 static pg_group *g, *half[2], *parity;
+static pg_work *in_flight;      /* cross's, when a loss cut it short */
 static double *x, *a, *b, *c, *cin, *d, *din, *y;
 static int64_t step_no;
 static uint64_t gen_no;
@@ -151,6 +161,14 @@ static void recover(void)
     }
     destroy_subs();
     gen_no = info.generation;
+    if (in_flight) {
+      /* Failed by pg_recover, which closed its group. */
+      err = pg_work_wait(in_flight, -1);
+      if (err != PG_ERR_PEER_LOST && err != PG_EPEERFAIL)
+        die("the parity all-reduce in flight", err);
+      pg_work_free(in_flight);
+      in_flight = NULL;
+    }
     fprintf(stderr, "recovered generation=%" PRIu64 " rank=%d world=%d "
             "step=%" PRId64 "\n", info.generation, info.rank, info.world,
             step_no);
@@ -170,6 +188,29 @@ static int exchange(pg_group *grp, int peer, const double *out, double *in)
   return err ? err : pg_recv(grp, in, elems, PG_F64, peer, 7);
 }
 
+static int cross(void)
+{
+  pg_work *w = NULL;
+  int r = pg_rank(g), err = 0, e;
+
+  if (r == 2 || r == 3) {
+    err = r == 2 ? pg_recv(g, din, elems, PG_F64, 0, 7)
+                 : pg_send(g, d, elems, PG_F64, 0, 7);
+    return err ? err : pg_all_reduce(parity, b, b, elems, PG_F64, PG_SUM);
+  }
+  if ((err = pg_all_reduce_async(parity, b, b, elems, PG_F64, PG_SUM, &w)))
+    return err;
+  if (r == 0 && !(err = pg_recv(g, din, elems, PG_F64, 3, 7)))
+    err = pg_send(g, d, elems, PG_F64, 2, 7);
+  if (err) {
+    in_flight = w;      /* recover() waits for it after pg_recover */
+    return err;
+  }
+  e = pg_work_wait(w, -1);
+  pg_work_free(w);
+  return e;
+}
+
 static int run_phase(const char *p)
 {
   int r = pg_rank(g);
@@ -184,6 +225,8 @@ static int run_phase(const char *p)
     return exchange(g, r ^ 2, d, din);
   if (strcmp(p, "world") == 0)
     return pg_all_reduce(g, y, y, elems, PG_F64, PG_SUM);
+  if (strcmp(p, "cross") == 0)
+    return cross();
   fprintf(stderr, "pg_live_sub: unknown phase '%s' in LIVE_ORDER\n", p);
   exit(2);
 }

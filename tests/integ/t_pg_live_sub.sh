@@ -100,6 +100,25 @@ for be in shm tcp hier; do
   expect_grep '^lost phase=wp2p step=0 err=ERR_PEER_LOST ' "$d/r1.err"
   kill "$STORE_PID"
 
+  # Rank 0 recovers with a parity all-reduce of its own in flight, on
+  # rank 2, which waits on rank 0 in the world (LIVE_ORDER's cross):
+  # pg_recover closes the world first, so rank 2 is told and closes the
+  # parity group in turn.
+  o=half,cross,pp2p,world
+  export LIVE_ORDER=$o
+  # shellcheck disable=SC2046
+  live_reference "$T/ref-$be-cross" 4 $(hosts_of "$be")
+  unset LIVE_ORDER
+  d=$T/$be-cross
+  start4 "$d" "$be" LIVE_DIE=3:3:cross LIVE_ORDER=$o
+  live_wait "$d" r3 137
+  live_worker "$d" r3b 3 4 "$(host_of "$be" 3)" 1 LIVE_ORDER=$o
+  live_expect "$d" "$REF" r0 r1 r2 r3b
+  no_timeout "$d" r0 r1 r2 r3b
+  expect_grep '^lost phase=cross step=3 err=ERR_PEER_LOST ' "$d/r0.err"
+  expect_grep '^lost phase=cross step=3 err=ERR_PEER_LOST ' "$d/r2.err"
+  kill "$STORE_PID"
+
   # A death while the sub-groups are made again: after rank 3's
   # replacement joins (generation 1), rank 1 dies before its first
   # pg_new_group; rank 0 waits for it there, ranks 2 and 3 in pg_split.

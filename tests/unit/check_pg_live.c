@@ -861,58 +861,6 @@ START_TEST(test_restart_mode)
 }
 END_TEST
 
-/* ---- setup exchanges under a watch (exchange.c) ------------------------ */
-
-static int watch_never(void *arg)
-{
-  (void)arg;
-  return 0;
-}
-
-struct deleter {
-  pg_store *st;
-  volatile bool stop;
-};
-
-static void *delete_loop(void *arg)
-{
-  struct deleter *d = arg;
-
-  while (!d->stop) {
-    pg__store_delete_prefix(d->st, "x/", NULL);
-    usleep(10000);
-  }
-  return NULL;
-}
-
-/* A client that deletes the keys every 10 ms (defect 4 of issue 30): a
- * watched exchange ends with -EPROTO naming this rank's vanished key,
- * not after its timeout (-ETIMEDOUT). */
-START_TEST(test_exchange_key_vanished)
-{
-  struct deleter d = { NULL, false };
-  pg_store *st = NULL;
-  pthread_t t;
-  void *vals[2];
-  size_t lens[2];
-
-  serve();
-  ck_assert_int_eq(pg_store_connect("127.0.0.1", port, 5, &st), 0);
-  ck_assert_int_eq(pg_store_connect("127.0.0.1", port, 5, &d.st), 0);
-  ck_assert_int_eq(pthread_create(&t, NULL, delete_loop, &d), 0);
-  pg__setup_watch(watch_never, NULL);
-  ck_assert_int_eq(pg__store_allgather(st, "x/", "k/", 0, 2, "v", 1, 10,
-                                       vals, lens), -EPROTO);
-  ck_assert_ptr_nonnull(strstr(pg_last_error(), "'x/k/0' vanished"));
-  pg__setup_watch(NULL, NULL);
-  d.stop = true;
-  pthread_join(t, NULL);
-  pg_store_close(d.st);
-  pg_store_close(st);
-  pg_store_server_stop(server);
-}
-END_TEST
-
 static Suite *live_suite(void)
 {
   Suite *s = suite_create("pg_live");
@@ -937,7 +885,6 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_form_hostile_values);
   tcase_add_test(tc, test_form_far_next);
   tcase_add_test(tc, test_form_entry_deleted);
-  tcase_add_test(tc, test_exchange_key_vanished);
   suite_add_tcase(s, tc);
   /* Knobs are read once per process: each runs in its own (Check forks
    * each test). */
