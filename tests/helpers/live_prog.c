@@ -45,7 +45,9 @@
  *                       D/held.R.K, raise SIGSTOP: the driver kills it);
  *                       only in the job's first attempt
  *                       (TORCHELASTIC_RESTART_COUNT 0).
- *                       Phases: register (before pg_state_register),
+ *                       Phases: create (after pg_init, before the
+ *                       reducers are made), register (before
+ *                       pg_state_register),
  *                       pre (the pre all-reduce submitted, not waited),
  *                       reducer (half of a reducer's gradients marked
  *                       ready), finish (after pg_reducer_finish), sub (a
@@ -696,6 +698,7 @@ int main(int argc, char **argv)
   if (rank == 0 && !pg_joined_running(g))
     print_shape(stderr, seed, &sh);
 
+  hook("create");
   for (r = 0; r < sh.nred; r++) {
     struct pg_reducer_options ro = PG_REDUCER_OPTIONS_INIT;
 

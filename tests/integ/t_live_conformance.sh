@@ -50,7 +50,16 @@ REGRESS=(
   226911993872256  # two ranks killed after pg_reducer_finish (TCP, two
                    # reducers, micro-batches): the redone step fails with
                    # EPROTO on a newcomer and the survivor (open on
-                   # wip-30a 6619fcc + wip-30b 63dc1f7)
+                   # wip-30a 6619fcc + wip-30b 55c2e2a)
+)
+
+# Schedules written by hand (PROG/WORLD/LIVE_PROG_FAULT), for a phase the
+# drawn kinds reach only by timing:
+SCHEDULES=(
+  # rank 0 dies after pg_init, before pg_reducer_create: the survivors'
+  # pg_reducer_create fails with PG_ERR_PEER_LOST, and the documented
+  # recipe has nothing for it before the first step (open)
+  3906313149/3/create:-:0:0:kill
 )
 
 conform() {
@@ -68,8 +77,10 @@ conform() {
 }
 
 list=$(IFS=,; echo "${REGRESS[*]}")
-conform regress --case "$list"
-expect_grep "^live_conformance cases=${#REGRESS[@]} equal=${#REGRESS[@]} leaks=0 mismatches=0$" \
+sched=$(IFS=';'; echo "${SCHEDULES[*]}")
+conform regress --case "$list" --schedule "$sched"
+n=$((${#REGRESS[@]} + ${#SCHEDULES[@]}))
+expect_grep "^live_conformance cases=$n equal=$n leaks=0 mismatches=0$" \
   "$T/regress.out"
 conform drawn --cases 24 --seed 30
 expect_grep '^live_conformance cases=24 equal=24 leaks=0 mismatches=0$' \
