@@ -223,7 +223,8 @@ FAKE_SRC := $(wildcard tests/fakecuda/*.c)
 FAKE_OBJ := $(FAKE_SRC:%.c=$(FAKE_DIR)/%.o)
 FAKE_UNIT := $(FAKE_DIR)/tests/check_pg_nccl
 FAKE_BINS := $(FAKE_UNIT) $(FAKE_DIR)/tests/pgtest \
-             $(FAKE_DIR)/tests/reducertest $(FAKE_DIR)/tests/pg_live_worker
+             $(FAKE_DIR)/tests/reducertest $(FAKE_DIR)/tests/pg_live_worker \
+             $(FAKE_DIR)/tests/pg_live_sub
 
 $(FAKE_DIR)/tests/fakecuda/%.o: tests/fakecuda/%.c tests/fakecuda/fake.h
 	@mkdir -p $(dir $@)

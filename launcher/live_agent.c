@@ -186,10 +186,11 @@ void live_agent_worker_finished(struct agent *a, struct worker *done)
   for (i = 0; i < a->o->nproc; i++) {
     struct worker *w = &a->workers[i];
 
-    if (w == done || !still_joining(w))
+    if (w == done || w->live.stopped || !still_joining(w))
       continue;
     say("worker %d finished (exit 0) while worker %d's replacement was "
         "still joining: it never can; stopping it", done->rank, w->rank);
+    w->live.stopped = true;
     kill(-w->pid, SIGKILL);
   }
 }
@@ -255,11 +256,13 @@ void live_agent_start_replacements(struct agent *a)
     a->live.replace_pending--;
     if (a->state != ST_RUNNING)
       continue;
+    w->live.stopped = false;
     agent_spawn_worker(a, w);
     /* A peer finished while it waited to start (Note [finished job]). */
     if (w->running && finished_peer(a, w)) {
       say("a worker finished before worker %d's replacement started: it "
           "could never join; stopping it", w->rank);
+      w->live.stopped = true;
       kill(-w->pid, SIGKILL);
     }
   }
@@ -293,8 +296,10 @@ int live_agent_start_round(struct agent *a, char *why, size_t len)
   char msg[512];
   int i, err, port = a->assign.master_port + LIVE_STORE_PORT_OFFSET;
 
-  for (i = 0; i < a->o->nproc; i++)
+  for (i = 0; i < a->o->nproc; i++) {
     a->workers[i].live.replace_pending = false;
+    a->workers[i].live.stopped = false;
+  }
   a->live.replace_pending = 0;
   if (a->live.no_store[0] && a->assign.group_world_size > 1) {
     /* Alone at first, in restart mode; now others came. */

@@ -26,6 +26,8 @@ struct live_store;
 struct live_worker {
   int replaced;                 /* replacements so far (its budget) */
   bool replace_pending;         /* Note [live replacement] */
+  bool stopped;                 /* killed: it could never join (Note
+                                   [finished job]) */
 };
 
 /* The agent's live state; all zero is restart mode. */

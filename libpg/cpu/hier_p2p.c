@@ -38,6 +38,7 @@
 /* A receive waiting for a connection asks the setup's watch this often
  * (live mode: the peer may be recovering, and will never connect). */
 #define WATCH_MS 50
+#define CONNECT_SLICE_S 1.0
 
 struct pending {
   int fd;
@@ -185,14 +186,17 @@ static int connect_peer(struct hier_p2p *p, int q, double deadline)
   memcpy(ep, v, len);
   ep[len] = '\0';
   free(v);
-  /* A refusal is retried until the deadline; with a watch, asked between
-   * slices (the peer may be recovering: its listener is closed). */
+  /* A refusal is retried until the deadline; with a watch, that is asked
+   * between slices of CONNECT_SLICE_S (the peer may be recovering: its
+   * listener is closed).  A slice is as long as the kernel's first SYN
+   * retry, so cutting a slow connect short and starting again costs it
+   * nothing. */
   for (;;) {
-    double until = pg__now() + WATCH_MS / 1000.0;
+    double until = pg__now() + CONNECT_SLICE_S;
+    bool sliced = p->watch && until < deadline;
 
-    fd = tcp_connect_ep(ep, p->bufsz, p->watch && until < deadline
-                                      ? until : deadline);
-    if (fd != -ECONNREFUSED || !p->watch || pg__now() >= deadline ||
+    fd = tcp_connect_ep(ep, p->bufsz, sliced ? until : deadline);
+    if (fd >= 0 || !sliced || (fd != -ECONNREFUSED && fd != -ETIMEDOUT) ||
         (fd = p->watch(p->watch_arg)) != 0)
       break;
   }

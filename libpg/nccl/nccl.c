@@ -1473,6 +1473,10 @@ static int nccl_split(struct pg__comm *base, int color, int key,
   pthread_mutex_unlock(&c->mu);
   if (!err)
     err = joined;
+  /* Live mode: the members' pids, as a created comm has (Note [peer
+   * liveness]): a sub-group learns of a death as the world does. */
+  if (!err)
+    err = nccl_peers_share(c, s, pg__now() + c->timeout);
   else if (c->comm)
     nccl_mark_failed(c, err, pg_last_error(), true);
   return nccl_comm_start(c, err, prev, out);

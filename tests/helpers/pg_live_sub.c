@@ -155,20 +155,22 @@ static void recover(void)
 
   for (tries = 0; tries < MAX_RECOVER_TRIES; tries++) {
     err = pg_recover(g, &info);
+    if (in_flight) {
+      /* Done: pg_recover closed its group first.  Freed before the
+       * group is destroyed. */
+      int e = pg_work_wait(in_flight, 0);
+
+      if (e != PG_ERR_PEER_LOST && e != PG_EPEERFAIL)
+        die("the parity all-reduce in flight", e);
+      pg_work_free(in_flight);
+      in_flight = NULL;
+    }
     if (err) {
       lost("recover", err);
       continue;
     }
     destroy_subs();
     gen_no = info.generation;
-    if (in_flight) {
-      /* Failed by pg_recover, which closed its group. */
-      err = pg_work_wait(in_flight, -1);
-      if (err != PG_ERR_PEER_LOST && err != PG_EPEERFAIL)
-        die("the parity all-reduce in flight", err);
-      pg_work_free(in_flight);
-      in_flight = NULL;
-    }
     fprintf(stderr, "recovered generation=%" PRIu64 " rank=%d world=%d "
             "step=%" PRId64 "\n", info.generation, info.rank, info.world,
             step_no);
@@ -181,11 +183,19 @@ static void recover(void)
   die("pg_recover (too many tries)", PG_ERR_PEER_LOST);
 }
 
+/* Send and receive as one group (NCCL needs it; the CPU backends run
+ * the send first). */
 static int exchange(pg_group *grp, int peer, const double *out, double *in)
 {
-  int err = pg_send(grp, out, elems, PG_F64, peer, 7);
+  int err = pg_group_start(grp), e;
 
-  return err ? err : pg_recv(grp, in, elems, PG_F64, peer, 7);
+  if (err)
+    return err;
+  err = pg_send(grp, out, elems, PG_F64, peer, 7);
+  if (!err)
+    err = pg_recv(grp, in, elems, PG_F64, peer, 7);
+  e = pg_group_end(grp);
+  return err ? err : e;
 }
 
 static int cross(void)

@@ -84,4 +84,5 @@ touch "$T/before/release"
 ended before
 expect_grep "worker [02] finished \(exit 0\) while worker 1's replacement "\
 "was still joining: it never can; stopping it" "$T/before.err"
+expect_eq "stopped once" "$(grep -c 'still joining' "$T/before.err")" 1
 exit 0
