@@ -594,7 +594,7 @@ static void queue_release(pg_group *g, int failed)
  * every group it was in, as PG_ERR_PEER_LOST within the failure
  * detector's time.  A survivor that waits in a sub-group on a peer that
  * is alive (it saw the death elsewhere and entered pg_recover) learns of
- * nothing from that peer's pid or sockets, so three things carry the
+ * nothing from that peer's pid or sockets, so four things carry the
  * death on:
  *  - an operation of any group of a live world that fails with
  *    PG_ERR_PEER_LOST marks the world and all its sub-groups failed

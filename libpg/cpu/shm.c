@@ -12,8 +12,11 @@
  * Note [stale segments]: before that unlink the name is the only thing
  * that holds the segment, and a rank 0 SIGKILLed in between (inside
  * pg_init, during pg_recover's rebuild) would leave it in /dev/shm for
- * good.  So whoever can unlinks it: a rank that mapped the segment and
- * then sees the setup fail (rank 0 died) unlinks the name it mapped; and
+ * good.  So whoever can unlinks it: every rank that mapped the segment
+ * unlinks the name once the second exchange is over, whether it
+ * succeeded (all have mapped it: rank 0 may have died since it said so)
+ * or failed (rank 0 may have died before; the first unlink wins, the
+ * others find nothing); and
  * every rank 0, before it creates a segment, sweeps /dev/shm for this
  * user's "pg-" segments whose creator's pid is gone, as Note [stale
  * cgroups] does for cgroups.  A name's first 32 bits of "random" are the
@@ -1448,9 +1451,9 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
   c->buf_knob = buf_knob;
   err = share_segment(c, s, timeout, name, sizeof name);
   err = share_pids(c, s, timeout, err);
-  /* Rank 0 unlinks once all have mapped; the others when the setup
-   * failed, rank 0 perhaps dead (Note [stale segments]). */
-  if (name[0] && (c->me == 0 || err))
+  /* Everyone that mapped it, rank 0 perhaps dead (Note [stale
+   * segments]). */
+  if (name[0])
     shm_unlink(name);
   if (err) {
     shm_destroy(&c->base);

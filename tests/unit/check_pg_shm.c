@@ -1141,39 +1141,40 @@ END_TEST
 
 /* Note [stale segments]: rank 0 SIGKILLed after it published its
  * segment and before it unlinked it (it waits for rank 1): rank 1 maps
- * it, sees the setup fail, and unlinks the name. */
+ * it and unlinks the name, whether its setup fails (rank 0 died before
+ * it said it mapped the segment) or succeeds (after). */
 static void late_rank1(struct rank *r, void *arg)
 {
   static int ranks[2] = { 0, 1 };
   struct pg__setup s;
   int err;
 
-  (void)arg;
   r->me = 1;
   r->n = 2;
   err = pg_store_connect("127.0.0.1", store_port, 10, &r->store);
   RCHECK(r, err == 0, "store connect: %s", pg_strerror(err));
   memset(&s, 0, sizeof s);
   s.store = r->store;
-  s.ns = "deadr0/";
+  s.ns = arg;
   s.ranks = ranks;
   s.n = 2;
   s.me = 1;
   s.timeout = 1;
   err = pg__shm_create(&s, &r->c);
-  RCHECK(r, err != 0, "the setup with a dead rank 0 succeeded");
+  if (err == 0)
+    r->c->ops->destroy(r->c);
   pg_store_close(r->store);
 }
 
 static void early_rank0(struct rank *r, void *arg)
 {
-  (void)arg;
   r->n = 2;
-  rank_setup(r, "deadr0/", 60);
+  rank_setup(r, arg, 60);
   _exit(5);      /* not reached: killed while rank 1 is not there */
 }
 
-START_TEST(test_dead_rank0_unlinked)
+/* ns: the comm's; key: rank 0's value to wait for before the kill. */
+static void dead_rank0(const char *ns, const char *key)
 {
   char want[32];
   pg_store *st0;
@@ -1191,15 +1192,16 @@ START_TEST(test_dead_rank0_unlinked)
     struct rank r = { 0, 2, NULL, NULL, 0 };
 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    early_rank0(&r, NULL);
+    early_rank0(&r, (void *)ns);
     _exit(0);
   }
-  /* Rank 0 published its segment's name: it is created, not unlinked. */
-  ck_assert_int_eq(pg_store_get(st0, "deadr0/seg0", 30, &v, &len), 0);
+  /* Rank 0 published its segment's name (or that it mapped it): the
+   * segment is created, not yet unlinked. */
+  ck_assert_int_eq(pg_store_get(st0, key, 30, &v, &len), 0);
   free(v);
   kill(p0[0], SIGKILL);
   ck_assert_int_eq(waitpid(p0[0], &st[0], 0), p0[0]);
-  run_ranks(1, late_rank1, NULL, p1, st, NULL);
+  run_ranks(1, late_rank1, (void *)ns, p1, st, NULL);
   expect_clean_exits(1, st);
   snprintf(want, sizeof want, "-%d", (int)p0[0]);
   d = opendir("/dev/shm");
@@ -1213,6 +1215,16 @@ START_TEST(test_dead_rank0_unlinked)
   }
   closedir(d);
   pg_store_close(st0);
+}
+
+START_TEST(test_dead_rank0_unlinked)
+{
+  /* Killed after the name, perhaps before its "mapped": rank 1's setup
+   * fails or succeeds. */
+  dead_rank0("deadr0/", "deadr0/seg0");
+  /* Killed once it said it mapped the segment: rank 1's setup
+   * succeeds, and rank 0 never unlinked. */
+  dead_rank0("deadr0b/", "deadr0b/att0");
 }
 END_TEST
 
