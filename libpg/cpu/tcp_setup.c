@@ -355,21 +355,22 @@ bool tcp_proof_ok(const struct pg__token *t, const struct hello *asked,
                         asked->nonce, answer->nonce, proof);
 }
 
-void tcp_hello_sign(const struct pg__token *t, struct hello *h)
+void tcp_hello_sign(const struct pg__token *t, struct hello *h,
+                    const uint8_t challenge[PG_NONCE_BYTES])
 {
-  static const uint8_t none[PG_NONCE_BYTES];
   struct proof_ctx x = ctx_of(h);
 
-  pg__auth_mac(t, "pg-p2p-2 sender", &x, sizeof x, h->nonce, none, h->mac);
+  pg__auth_mac(t, "pg-p2p-3 sender", &x, sizeof x, h->nonce, challenge,
+               h->mac);
 }
 
-bool tcp_hello_signed(const struct pg__token *t, const struct hello *h)
+bool tcp_hello_signed(const struct pg__token *t, const struct hello *h,
+                      const uint8_t challenge[PG_NONCE_BYTES])
 {
-  static const uint8_t none[PG_NONCE_BYTES];
   struct proof_ctx x = ctx_of(h);
 
-  return pg__auth_check(t, "pg-p2p-2 sender", &x, sizeof x, h->nonce, none,
-                        h->mac);
+  return pg__auth_check(t, "pg-p2p-3 sender", &x, sizeof x, h->nonce,
+                        challenge, h->mac);
 }
 
 bool tcp_hello_ok(const struct hello *h, uint64_t hash, int to, int n)
