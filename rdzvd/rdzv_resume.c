@@ -66,6 +66,9 @@ static void rebuild_done(struct rdzv_state *r, struct job *job)
 
   rdzv_state__ranks_clear(job);
   timer_heap_clear(&r->heap, &job->t_last_call);
+  /* Every real node vouched for itself: from now on an unproven claim is
+   * a plain join (it changes no round or restart count). */
+  job->resumed = false;
   rdzv_state__log(r, "job %s: round %d rebuilt: all %d nodes re-asserted it",
                   job->id, job->round, job->rebuild_size);
   for (b = job->barriers; b; b = b->next)
@@ -83,6 +86,7 @@ void rdzv_resume_expired(struct rdzv_state *r, struct job *job, double now)
            fmax(r->lim.resume_grace,
                 job->conf.keepalive_interval * job->conf.keepalive_misses));
   rdzv_state__log(r, "job %s: round %d: %s", job->id, job->round, text);
+  job->resumed = false;        /* a new round: its nodes get new tokens */
   rdzv_state__start_round(r, job, now, text, NULL);
 }
 

@@ -159,7 +159,8 @@ struct job {
                                    still missing: Note [soft state] */
   int rebuild_size;             /* the round's group_world_size then */
   bool resumed;                 /* created from a RESUME in this server
-                                   life: its history is the agents' word */
+                                   life and not whole again yet: its
+                                   history is the agents' word */
   bool rounds_spent; /* round RDZV_PROTO_MAX_ROUND reached: closing */
   bool exit_passed;  /* the running round passed "exit" */
   /* Note [root cause] (rdzv_state.h): the round's root cause so far,

@@ -2035,6 +2035,35 @@ START_TEST(restarted_server_checks_claims)
 }
 END_TEST
 
+/* Issue 32, item 3: without a token key file, a job rebuilt from claims
+ * took every later unproven gathering claim as vouched, even after all
+ * its real nodes had re-asserted: a stranger's resume of round 2^30 with
+ * restart count 10^6 gave the job those numbers (its next failure then
+ * closed it, "no restarts left").  Once the rebuilt round is whole, an
+ * unproven claim is a plain join. */
+START_TEST(rebuilt_whole_then_claim_is_join)
+{
+  CF = conf_of(2, 3);
+  CF.max_restarts = 3;
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 2, 1, 0, 2, 0), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 2, 1, 1, 2, 0.5), 0);
+  ck_assert(logged("round 2 rebuilt: all 2 nodes"));
+  clear();
+  ck_assert_int_eq(resume_from(E, E, RDZV_PROTO_PHASE_GATHERING,
+                               RDZV_PROTO_MAX_ROUND, RDZV_PROTO_MAX_RESTARTS,
+                               0, 0, 1), 0);
+  ck_assert(!logged("adopts restart count 1000000"));
+  ck_assert(!logged("highest round wins"));
+  /* A newcomer to an elastic job with room: a new round, counts kept. */
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(join(A, 2, 2), 0);
+  ck_assert_int_eq(join(B, 2, 2), 0);
+  settle(2);
+  ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.round, 3);
+  ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
+}
+END_TEST
+
 /* Item 3: a resumed round near 2^31 overflowed at the next round.  Round
  * numbers now stop at RDZV_PROTO_MAX_ROUND, where the job is closed cleanly. */
 START_TEST(round_numbers_bounded)
@@ -2281,6 +2310,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, impostor_cannot_displace);
   tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);
+  tcase_add_test(tc, rebuilt_whole_then_claim_is_join);
   tcase_add_test(tc, round_numbers_bounded);
   tcase_add_test(tc, huge_claims_cost_what_arrived);
   tcase_add_test(tc, own_windows_not_the_squatters);
