@@ -97,7 +97,8 @@ int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
   char text[2 * RDZV_PROTO_AUTH_BYTES + 1];
   int fd, rc;
 
-  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0600);
+  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY |
+            O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd >= 0) {                /* a first start: make the key */
     rc = rdzv_auth_nonce(raw);
     for (size_t i = 0; !rc && i < sizeof raw; i++) {
@@ -123,7 +124,7 @@ int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
                    "token key file %s: cannot create it: %s", path,
                    strerror(errno));
   }
-  return rdzv_auth_secret_load(path, out, err, errlen);
+  return rdzv_auth_secret_load_flags(path, O_NOFOLLOW, out, err, errlen);
 }
 
 uint64_t rdzv_token_incarnation(struct rdzv_token_key *k)

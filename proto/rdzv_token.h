@@ -51,6 +51,7 @@ bool rdzv_token_key_lasting(const struct rdzv_token_key *k);
 /* Reads the token key file at path into out, creating it first (32
  * random bytes as 64 hex digits, mode 600, O_EXCL) when it does not
  * exist.  The file is checked as a secret file (rdzv_auth_secret_load: regular,
+ * never a FIFO that would block or a symbolic link,
  * not accessible by group or others, owned by this user or root).
  * Returns 0, or a negative errno with a sentence naming path in err. */
 int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,

@@ -167,6 +167,32 @@ START_TEST(token_key_file_made_once)
 }
 END_TEST
 
+/* Issue 32, item 7: a token key file that is a FIFO hung rdzvd at start
+ * (open blocked for a writer) with no log line; a symbolic link put in
+ * its place was followed.  Both are refused with a sentence. */
+START_TEST(token_key_file_not_regular)
+{
+  char kdir[] = "/tmp/cdrun-tkey-XXXXXX", path[600], real[600], err[512];
+  struct rdzv_auth_secret a;
+
+  ck_assert_ptr_nonnull(mkdtemp(kdir));
+  snprintf(path, sizeof path, "%s/fifo.key", kdir);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  ck_assert_int_lt(rdzv_token_key_file(path, &a, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+  unlink(path);
+  snprintf(real, sizeof real, "%s/real.key", kdir);
+  ck_assert_int_eq(rdzv_token_key_file(real, &a, err, sizeof err), 0);
+  snprintf(path, sizeof path, "%s/link.key", kdir);
+  ck_assert_int_eq(symlink(real, path), 0);
+  ck_assert_int_lt(rdzv_token_key_file(path, &a, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "symbolic link"), "%s", err);
+  unlink(path);
+  unlink(real);
+  rmdir(kdir);
+}
+END_TEST
+
 START_TEST(secret_file_good)
 {
   struct rdzv_auth_secret k;
@@ -493,6 +519,7 @@ static Suite *auth_suite(void)
   tcase_add_checked_fixture(files, setup_dir, teardown_dir);
   tcase_add_test(files, secret_file_good);
   tcase_add_test(files, token_key_file_made_once);
+  tcase_add_test(files, token_key_file_not_regular);
   tcase_add_test(files, secret_file_refused);
   suite_add_tcase(s, files);
   tcase_add_test(hs, handshake_ok);
