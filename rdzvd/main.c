@@ -21,6 +21,7 @@
 #include "options.h"
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
+#include "job_ledger.h"
 #include "rdzv_token.h"
 #include "server.h"
 #include "status_client.h"
@@ -99,6 +100,9 @@ struct daemon {
   char metrics_host[256];
   double metrics_header_timeout;  /* 0: the default */
   uv_timer_t trim;
+  /* --token-key-file's job ledger (Note [job ledger]); NULL: none */
+  struct job_ledger *ledger;
+  struct rdzv_ledger ledger_calls;
 };
 
 /* Memory that peers made the daemon hold and then gave up (a job's key-
@@ -274,11 +278,23 @@ static int daemon_start(struct daemon *d, const struct options *opt,
   /* --quiet: no logger at all, so no line is even formatted. */
   o.log = d->quiet ? NULL : log_line;
   o.log_ctx = d;
+  if (opt->token_key_file && *opt->token_key_file) {
+    rc = job_ledger_open(opt->token_key_file, &d->ledger, why, sizeof why);
+    if (rc) {
+      rdzv_auth_secret_clear(&token_key);
+      log_file_close(&d->log);
+      return err_set(err, errlen, rc, "--token-key-file: %s", why);
+    }
+    /* A write error is logged (unless --quiet). */
+    d->ledger_calls = job_ledger_calls(d->ledger, log_line, d);
+    o.ledger = &d->ledger_calls;
+  }
   metrics_init(&d->metrics);
   o.metrics = &d->metrics;
   rc = rdzvd_server_start(d->loop, &o, &d->server, err, errlen);
   rdzv_auth_secret_clear(&token_key);   /* the server keeps its own copy */
   if (rc) {
+    job_ledger_close(d->ledger);
     log_file_close(&d->log);
     return rc;
   }
@@ -287,6 +303,7 @@ static int daemon_start(struct daemon *d, const struct options *opt,
     if (rc) {
       rdzvd_server_stop(d->server);
       uv_run(d->loop, UV_RUN_DEFAULT);
+      job_ledger_close(d->ledger);
       log_file_close(&d->log);
       return rc;
     }
@@ -359,6 +376,7 @@ static void daemon_run(struct daemon *d)
   uv_walk(d->loop, close_walk, NULL);
   uv_run(d->loop, UV_RUN_DEFAULT);
   uv_loop_close(d->loop);
+  job_ledger_close(d->ledger);
   log_file_close(&d->log);
 }
 

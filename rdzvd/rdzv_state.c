@@ -384,6 +384,15 @@ static void barriers_free(struct job *job)
   job->n_barriers = 0;
 }
 
+/* A job forgotten for good (not a server stopping): its ledger record
+ * goes too (Note [job ledger]), so a rerun of its id is a new
+ * incarnation. */
+static void job_forget(struct rdzv_state *r, struct job *job)
+{
+  if (r->ledger.drop)
+    r->ledger.drop(r->ledger.ctx, job->id);
+}
+
 static void job_free(struct rdzv_state *r, struct job *job)
 {
   while (!list_empty(&job->nodes))
@@ -444,6 +453,30 @@ static void ceilings(const struct rdzv_state *r, struct job *job)
   }
 }
 
+/* The job's incarnation: the ledger's, where an earlier server life
+ * recorded it (the same job, still running), else a new one, recorded
+ * (Note [job ledger]). */
+static void job_incarnate(struct rdzv_state *r, struct job *job)
+{
+  struct rdzv_ledger_rec rec;
+
+  if (r->ledger.get && r->ledger.get(r->ledger.ctx, job->id, &rec) == 0) {
+    job->incarnation = rec.incarnation;
+    job->issued_round = rec.round;
+    job->issued_restarts = rec.restart_count;
+    return;
+  }
+  job->incarnation = rdzv_token_incarnation(r->tokens);
+  job->issued_round = -1;
+  job->issued_restarts = 0;
+  if (r->ledger.put) {
+    rec.incarnation = job->incarnation;
+    rec.round = -1;
+    rec.restart_count = 0;
+    r->ledger.put(r->ledger.ctx, job->id, &rec);
+  }
+}
+
 static struct job *job_create(struct rdzv_state *r,
                               const struct rdzv_proto_join *j, double now)
 {
@@ -473,6 +506,7 @@ static struct job *job_create(struct rdzv_state *r,
     job->round = r->resume_hint->round.round;
     job->restart_count = r->resume_hint->round.restart_count;
   }
+  job_incarnate(r, job);
   job->progress_last = now;
   job->round_started = now;
   timer_heap_node_init(&job->t_last_call, T_LAST_CALL);
@@ -549,9 +583,19 @@ static void complete_round(struct rdzv_state *r, struct job *job,
   copy_str(rd->master_addr, sizeof rd->master_addr,
            rdzv_state__node_addr(master));
   rd->master_port = master->master_port;
-  if (rdzv_token_job(r->tokens, job->id, rd->master_addr, rd->master_port,
-                     job->restart_count, rd->job_token))
+  if (rdzv_token_job(r->tokens, job->id, job->incarnation, rd->master_addr,
+                     rd->master_port, job->restart_count, rd->job_token))
     memset(rd->job_token, 0, sizeof rd->job_token);
+  /* Recorded before any ROUND goes out: from now on only this round's
+   * tokens prove a running claim (Note [fresh tokens]). */
+  job->issued_round = job->round;
+  job->issued_restarts = job->restart_count;
+  if (r->ledger.put) {
+    struct rdzv_ledger_rec rec = { job->incarnation, job->round,
+                                   job->restart_count };
+
+    r->ledger.put(r->ledger.ctx, job->id, &rec);
+  }
   for (i = 0; r->embedded_pid && i < k; i++) {
     if (job->order[i]->pid == r->embedded_pid &&
         strcmp(job->order[i]->host, r->embedded_host) == 0) {
@@ -567,8 +611,8 @@ static void complete_round(struct rdzv_state *r, struct job *job,
     rd->group_rank = (int)i;
     rd->rank_offset = offset;
     offset += n->nproc;
-    if (rdzv_token_running(r->tokens, job->id, n->host, n->pid, rd,
-                           rd->token))
+    if (rdzv_token_running(r->tokens, job->id, job->incarnation, n->host,
+                           n->pid, rd, rd->token))
       memset(rd->token, 0, sizeof rd->token);
     rdzv_state__token_store(n, rd->token);
     n->token_gathering = false;
@@ -1028,6 +1072,7 @@ int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
     rdzv_state__log(r, "job %s: forgotten early: the job table is full (%d "
                     "jobs) and it has had no node for longest",
                     oldest->id, r->lim.max_jobs);
+    job_forget(r, oldest);
     job_free(r, oldest);
   }
   if (!job && r->n_jobs >= r->lim.max_jobs)
@@ -1374,6 +1419,14 @@ void rdzv_state_destroy(struct rdzv_state *r)
   free(r);
 }
 
+void rdzv_state_set_ledger(struct rdzv_state *r, const struct rdzv_ledger *l)
+{
+  if (l)
+    r->ledger = *l;
+  else
+    memset(&r->ledger, 0, sizeof r->ledger);
+}
+
 int rdzv_state_set_token_key(struct rdzv_state *r,
                              const struct rdzv_auth_secret *file)
 {
@@ -1593,6 +1646,7 @@ static double tick(struct rdzv_state *r, double now)
       job = container_of(t, struct job, t_forget);
       if (!job->n_nodes) {
         rdzv_state__log(r, "job %s: forgotten", job->id);
+        job_forget(r, job);
         job_free(r, job);
       }
       break;

@@ -258,6 +258,30 @@ struct rdzv_auth_secret;
 int rdzv_state_set_token_key(struct rdzv_state *r,
                              const struct rdzv_auth_secret *file);
 
+/* Note [job ledger]: what a server with a token key file keeps of each
+ * job across its lives, beside the file (rdzvd/job_ledger.h): the job's
+ * incarnation (bound into every token of the job, the job token
+ * included) and the last round and restart count it issued, so that a
+ * restarted server takes a running claim only from the latest assignment
+ * (Note [fresh tokens], rdzv_resume.c).  The state machine does no I/O:
+ * the daemon passes these calls.  get: 0, or -ENOENT (no record) or
+ * another negative errno; put and drop report their own failures. */
+struct rdzv_ledger_rec {
+  uint64_t incarnation;
+  int round;            /* the last round issued; -1: none yet */
+  int restart_count;
+};
+
+struct rdzv_ledger {
+  void *ctx;
+  int (*get)(void *ctx, const char *job, struct rdzv_ledger_rec *out);
+  void (*put)(void *ctx, const char *job, const struct rdzv_ledger_rec *rec);
+  void (*drop)(void *ctx, const char *job);
+};
+
+/* Uses l (copied; NULL: none) from now on.  Call before any node joins. */
+void rdzv_state_set_ledger(struct rdzv_state *r, const struct rdzv_ledger *l);
+
 /* The number of jobs known, and of nodes connected to any job. */
 int rdzv_state_job_count(const struct rdzv_state *r);
 int rdzv_state_node_count(const struct rdzv_state *r);

@@ -158,6 +158,9 @@ struct job {
   bool rebuilding;              /* RUNNING, rebuilt from RESUMEs, ranks
                                    still missing: Note [soft state] */
   int rebuild_size;             /* the round's group_world_size then */
+  uint64_t incarnation;         /* Note [job ledger]: bound into its tokens */
+  int issued_round;             /* the last round it issued (ROUND); -1 */
+  int issued_restarts;          /* that round's restart count */
   bool resumed;                 /* created from a RESUME in this server
                                    life and not whole again yet: its
                                    history is the agents' word */
@@ -215,6 +218,7 @@ struct rdzv_state {
   const struct rdzv_proto_resume *resume_hint; /* a gathering RESUME's round and
                                            count for the job it creates */
   struct rdzv_token_key *tokens; /* Note [node tokens] */
+  struct rdzv_ledger ledger;    /* Note [job ledger]; get NULL: none */
   int64_t embedded_pid;         /* rdzv_state_set_embedded; 0: a daemon */
   char embedded_host[RDZV_PROTO_MAX_ADDR + 1];
 };

@@ -44,6 +44,9 @@ struct rdzvd_server_opts {
    * Otherwise the token key file's bytes (rdzv_token_key_file): a
    * restarted server checks the tokens of claims (copied). */
   const struct rdzv_auth_secret *token_key;
+  /* With a token key file: the job ledger beside it (Note [job ledger],
+   * job_ledger.h); NULL: none. */
+  const struct rdzv_ledger *ledger;
   /* Where job log lines go (prefixed with a timestamp); NULL: nowhere. */
   void (*log)(void *ctx, const char *line);
   void *log_ctx;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "job_ledger.h"
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "rdzv_token.h"
@@ -189,6 +190,48 @@ START_TEST(token_key_file_not_regular)
   ck_assert_msg(strstr(err, "symbolic link"), "%s", err);
   unlink(path);
   unlink(real);
+  rmdir(kdir);
+}
+END_TEST
+
+/* Note [job ledger]: the records a restarted rdzvd reads beside its key
+ * file: written whole, read back by another opening, removed; the folder
+ * is made mode 700 and one open to others is refused. */
+START_TEST(job_ledger_files)
+{
+  char kdir[] = "/tmp/cdrun-ledger-XXXXXX", key[600], jobs[640], err[512];
+  struct rdzv_ledger_rec a = { 0x0123456789abcdefull, 7, 2 }, b;
+  struct job_ledger *l;
+  struct stat st;
+
+  ck_assert_ptr_nonnull(mkdtemp(kdir));
+  snprintf(key, sizeof key, "%s/token.key", kdir);
+  snprintf(jobs, sizeof jobs, "%s.jobs", key);
+  ck_assert_int_eq(job_ledger_open(key, &l, err, sizeof err), 0);
+  ck_assert_int_eq(stat(jobs, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0700);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), -ENOENT);
+  ck_assert_int_eq(job_ledger_put(l, "job1", &a), 0);
+  a.round = -1;
+  ck_assert_int_eq(job_ledger_put(l, "job2", &a), 0);
+  a.round = 1 << 30;
+  a.restart_count = 1000000;
+  ck_assert_int_eq(job_ledger_put(l, "job1", &a), 0);
+  job_ledger_close(l);
+  ck_assert_int_eq(job_ledger_open(key, &l, err, sizeof err), 0);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), 0);
+  ck_assert(b.incarnation == a.incarnation && b.round == 1 << 30 &&
+            b.restart_count == 1000000);
+  ck_assert_int_eq(job_ledger_get(l, "job2", &b), 0);
+  ck_assert_int_eq(b.round, -1);
+  ck_assert_int_eq(job_ledger_drop(l, "job1"), 0);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), -ENOENT);
+  ck_assert_int_eq(job_ledger_drop(l, "job2"), 0);
+  job_ledger_close(l);
+  ck_assert_int_eq(chmod(jobs, 0755), 0);
+  ck_assert_int_lt(job_ledger_open(key, &l, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "chmod 700"), "%s", err);
+  rmdir(jobs);
   rmdir(kdir);
 }
 END_TEST
@@ -520,6 +563,7 @@ static Suite *auth_suite(void)
   tcase_add_test(files, secret_file_good);
   tcase_add_test(files, token_key_file_made_once);
   tcase_add_test(files, token_key_file_not_regular);
+  tcase_add_test(files, job_ledger_files);
   tcase_add_test(files, secret_file_refused);
   suite_add_tcase(s, files);
   tcase_add_test(hs, handshake_ok);

@@ -1969,9 +1969,61 @@ START_TEST(name_twin_cannot_displace)
 }
 END_TEST
 
+/* The daemon's ledger beside its key file (Note [job ledger]), in memory:
+ * it outlives the state machine, as the files outlive a daemon. */
+static struct {
+  char id[RDZV_PROTO_MAX_ID + 1];
+  struct rdzv_ledger_rec rec;
+} ledger_tab[8];
+static int ledger_puts;
+
+static int ledger_find(const char *job)
+{
+  int i;
+
+  for (i = 0; i < 8; i++)
+    if (ledger_tab[i].id[0] && strcmp(ledger_tab[i].id, job) == 0)
+      return i;
+  return -1;
+}
+
+static int ledger_get(void *ctx, const char *job, struct rdzv_ledger_rec *out)
+{
+  int i = ledger_find(job);
+
+  if (i < 0)
+    return -ENOENT;
+  *out = ledger_tab[i].rec;
+  return 0;
+}
+
+static void ledger_put(void *ctx, const char *job,
+                       const struct rdzv_ledger_rec *r)
+{
+  int i = ledger_find(job);
+
+  for (int k = 0; i < 0 && k < 8; k++)
+    if (!ledger_tab[k].id[0])
+      i = k;
+  ck_assert_int_ge(i, 0);
+  snprintf(ledger_tab[i].id, sizeof ledger_tab[i].id, "%s", job);
+  ledger_tab[i].rec = *r;
+  ledger_puts++;
+}
+
+static void ledger_drop(void *ctx, const char *job)
+{
+  int i = ledger_find(job);
+
+  if (i >= 0)
+    ledger_tab[i].id[0] = '\0';
+}
+
 /* A daemon (re)started with a token key file (rdzvd --token-key-file). */
 static void with_token_key(void)
 {
+  static const struct rdzv_ledger l = { NULL, ledger_get, ledger_put,
+                                        ledger_drop };
   struct rdzv_auth_secret k = { .len = 32 };
 
   memset(k.key, 7, k.len);
@@ -1980,7 +2032,111 @@ static void with_token_key(void)
                         &(struct rdzv_state_limits){ .max_keepalive = 1e6 });
   ck_assert_ptr_nonnull(R);
   ck_assert_int_eq(rdzv_state_set_token_key(R, &k), 0);
+  rdzv_state_set_ledger(R, &l);
 }
+
+/* Issue 32, item 2: after a restart of a daemon with a token key file, a
+ * node's running token of an earlier round (round 0, the job at round 1)
+ * presented first was accepted: the replayer rebuilt the job as rank 0
+ * with its own master address, the real node was logged as the impostor,
+ * and a new round started.  Now the ledger names the latest round, and
+ * an older token gets `error auth` saying it is stale. */
+START_TEST(restart_refuses_stale_token)
+{
+  unsigned char old_a[RDZV_PROTO_TOKEN_BYTES];
+  const struct rdzv_proto_msg *e;
+
+  with_token_key();
+  CF = conf_of(2, 2);
+  CF.max_restarts = 3;
+  ck_assert_int_eq(join(A, 2, 0), 0);
+  ck_assert_int_eq(join(B, 2, 0), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 0);
+  memcpy(old_a, rec.tok[A], sizeof old_a);
+  ck_assert_int_eq(failure(B, false, "exitcode 1", 1), 0);
+  ck_assert_int_eq(join(A, 2, 1), 0);
+  ck_assert_int_eq(join(B, 2, 1), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
+  with_token_key();             /* rdzvd restarts with the same key file */
+  clear();
+  /* A's round-0 token, replayed first, with another master address. */
+  forged_token = old_a;
+  forged_master = "6.6.6.6";
+  ck_assert_int_lt(resume_from(E, A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 2),
+                   0);
+  /* The same round-0 token with the round it proves: stale too. */
+  forged_master = NULL;
+  ck_assert_int_lt(resume_from(D, A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 2),
+                   0);
+  forged_token = NULL;
+  assert_error(E, RDZV_PROTO_ERR_AUTH);
+  assert_error(D, RDZV_PROTO_ERR_AUTH);
+  e = last(D, RDZV_PROTO_ERROR);
+  ck_assert_msg(strstr(e->u.text.message, "stale token"), "%s",
+                e->u.text.message);
+  ck_assert_int_eq(rdzv_state_job_count(R), 0);
+  /* The real nodes come back: rebuilt, nothing restarts, A is rank 0. */
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 1, 1, 0, 2, 3), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 1, 1, 1, 2, 3), 0);
+  ck_assert(logged("round 1 rebuilt: all 2 nodes"));
+  ck_assert(!logged("impostor"));
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
+}
+END_TEST
+
+/* Issue 32, item 5: the job token repeated across runs (the same job id
+ * and master endpoint gave the same CDRUN_JOB_TOKEN, on a rerun and in
+ * the next daemon life with the same key file): anyone who saw the
+ * earlier run's environment could authenticate to the rerun's store.  A
+ * job's incarnation is in it now; a daemon restart keeps a running job's
+ * (its workers go on with their token). */
+START_TEST(job_token_new_per_run)
+{
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES], t1[RDZV_PROTO_TOKEN_BYTES];
+
+  with_token_key();
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(join(A, 2, 0), 0);
+  ck_assert_int_eq(join(B, 2, 0), 0);
+  memcpy(t0, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t0);
+  /* The daemon restarts; the running job is rebuilt; a node is lost (not
+   * the master's): the next round keeps the job token. */
+  with_token_key();
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 0, 0, 1, 2, 1), 0);
+  ck_assert(logged("round 0 rebuilt"));
+  rdzv_state_conn_closed(R, CONN(B), 2);
+  ck_assert_int_eq(join(A, 2, 2), 0);
+  ck_assert_int_eq(join(B, 2, 2), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 1);
+  ck_assert(!memcmp(last(A, RDZV_PROTO_ROUND)->u.round.job_token, t0,
+                    sizeof t0));
+  /* The run ends; the job is forgotten; a rerun of the same id, same
+   * master endpoint, in the next daemon life: another job token. */
+  rdzv_state_conn_closed(R, CONN(A), 3);
+  rdzv_state_conn_closed(R, CONN(B), 3);
+  rdzv_state_tick(R, 1e6);
+  ck_assert_int_eq(rdzv_state_job_count(R), 0);
+  with_token_key();
+  clear();
+  ck_assert_int_eq(join(A, 2, 1e6 + 1), 0);
+  ck_assert_int_eq(join(B, 2, 1e6 + 1), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_ROUND)->u.round.master_addr,
+                   "10.0.0.1");
+  memcpy(t1, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t1);
+  ck_assert(memcmp(t1, t0, sizeof t0) != 0);
+  /* A rerun in the same life too. */
+  rdzv_state_conn_closed(R, CONN(A), 1e6 + 2);
+  rdzv_state_conn_closed(R, CONN(B), 1e6 + 2);
+  rdzv_state_tick(R, 2e6);
+  ck_assert_int_eq(join(A, 2, 2e6 + 1), 0);
+  ck_assert_int_eq(join(B, 2, 2e6 + 1), 0);
+  ck_assert(memcmp(last(A, RDZV_PROTO_ROUND)->u.round.job_token, t1,
+                   sizeof t1) != 0);
+}
+END_TEST
 
 /* Item 2: after a restart, the first to re-assert a rank kept it, so a
  * client holding the secret could take rank 0 with its own address.  With
@@ -2311,6 +2467,8 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);
   tcase_add_test(tc, rebuilt_whole_then_claim_is_join);
+  tcase_add_test(tc, restart_refuses_stale_token);
+  tcase_add_test(tc, job_token_new_per_run);
   tcase_add_test(tc, round_numbers_bounded);
   tcase_add_test(tc, huge_claims_cost_what_arrived);
   tcase_add_test(tc, own_windows_not_the_squatters);
