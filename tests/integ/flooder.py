@@ -36,12 +36,12 @@ ready_lock = threading.Lock()
 ready = set()
 
 
-def flood(target):
+def flood(k, target):
     host, port = target.rsplit(":", 1)
     port = int(port)
     socks = []
     poller = select.poll()
-    st = stats[target] = {"opened": 0, "closed": 0}
+    st = stats[k] = {"target": target, "opened": 0, "closed": 0}
     while not stop.is_set():
         try:
             s = socket.create_connection((host, port), timeout=0.5)
@@ -50,9 +50,9 @@ def flood(target):
             st["opened"] += 1
         except OSError:
             pass
-        if st["opened"] >= args.min and target not in ready:
+        if st["opened"] >= args.min and k not in ready:
             with ready_lock:
-                ready.add(target)
+                ready.add(k)
                 if len(ready) == len(args.targets) and args.ready:
                     open(args.ready, "w").write("ready\n")
         # Drop what the server closed; at the hold, close the oldest.
@@ -79,15 +79,15 @@ def on_term(*_):
 
 
 signal.signal(signal.SIGTERM, on_term)
-threads = [threading.Thread(target=flood, args=(t,), daemon=True)
-           for t in args.targets]
+threads = [threading.Thread(target=flood, args=(k, t), daemon=True)
+           for k, t in enumerate(args.targets)]
 for t in threads:
     t.start()
 while not stop.is_set():
     stop.wait(0.2)
 for t in threads:
     t.join(2)
-for t, st in stats.items():
+for k, st in sorted(stats.items()):
     print("flooder: %s opened=%d closed_by_server=%d" %
-          (t, st["opened"], st["closed"]))
+          (st["target"], st["opened"], st["closed"]))
 sys.stdout.flush()
