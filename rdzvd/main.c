@@ -43,7 +43,12 @@ static const char usage[] =
   "  --port PORT      TCP port (default 29400; 0 picks a free one, printed\n"
   "                   on the first line as 'rdzvd: listening on ...')\n"
   "  --max_jobs N     at most N jobs (default 10000); when full, the job\n"
-  "                   longest without a node is forgotten, else refused\n"
+  "                   longest without a node is forgotten, else one that\n"
+  "                   never ran (of the peer holding most), else refused\n"
+  "  --max-jobs-per-peer N  jobs holding a node that one peer address may\n"
+  "                   create (default 1000)\n"
+  "  --max-waiting-per-peer N  nodes of one peer address on waiting lists\n"
+  "                   (default 1000)\n"
   "  --quiet          do not log what happens to each job\n"
   "  --metrics H:P    serve Prometheus metrics at http://H:P/metrics\n"
   "                   (':P' or '[::]:P': every address; port 0 picks one,\n"
@@ -208,6 +213,8 @@ static int render_metrics(void *ctx, char **body, size_t *len)
   memset(&g, 0, sizeof g);
   rdzvd_server_jobs_by_phase(d->server, g.jobs_by_phase, g.phase_names);
   g.nodes = rdzvd_server_nodes(d->server);
+  rdzvd_server_peer_counts(d->server, &g.peers, &g.peer_refused_jobs,
+                           &g.peer_refused_waiting);
   return metrics_render(&d->metrics, &g, body, len);
 }
 

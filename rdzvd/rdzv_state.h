@@ -50,6 +50,10 @@ struct rdzv_state_limits {
   int max_jobs;             /* default 10000; when full, the job that has
                                had no node for longest is forgotten to make
                                room, so empty jobs never lock others out */
+  /* Note [tenant share]: one peer address's share.  Jobs it created that
+   * hold a node, and its nodes on waiting lists; default 1000 each. */
+  int max_jobs_per_peer;
+  int max_waiting_per_peer;
   int max_keys_per_job;     /* default 4096 (and as many waiting GETs) */
   size_t max_kv_bytes;      /* per job, default 16 MiB */
   size_t max_kv_total;      /* every job together, default 256 MiB */
@@ -284,6 +288,11 @@ void rdzv_state_set_ledger(struct rdzv_state *r, const struct rdzv_ledger *l);
 
 /* The number of jobs known, and of nodes connected to any job. */
 int rdzv_state_job_count(const struct rdzv_state *r);
+
+/* Note [tenant share]: the peer addresses holding a job or a node, and
+ * the JOINs refused at a tenant's share (jobs, waiting nodes). */
+void rdzv_state_peer_counts(const struct rdzv_state *r, int *peers,
+                            uint64_t *refused_jobs, uint64_t *refused_waiting);
 int rdzv_state_node_count(const struct rdzv_state *r);
 
 /* The status report (status_render.c): a JSON object with "nodes" (the

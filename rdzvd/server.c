@@ -1169,6 +1169,13 @@ int rdzvd_server_port(const struct rdzvd_server *s)
   return s->port;
 }
 
+void rdzvd_server_peer_counts(const struct rdzvd_server *s, int *peers,
+                              uint64_t *refused_jobs,
+                              uint64_t *refused_waiting)
+{
+  rdzv_state_peer_counts(s->reg, peers, refused_jobs, refused_waiting);
+}
+
 int rdzvd_server_nodes(const struct rdzvd_server *s)
 {
   return rdzv_state_node_count(s->reg);

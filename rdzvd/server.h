@@ -68,6 +68,10 @@ int rdzvd_server_port(const struct rdzvd_server *s);
 
 /* Nodes currently members of some job. */
 int rdzvd_server_nodes(const struct rdzvd_server *s);
+/* rdzv_state_peer_counts of the server's registry. */
+void rdzvd_server_peer_counts(const struct rdzvd_server *s, int *peers,
+                              uint64_t *refused_jobs,
+                              uint64_t *refused_waiting);
 
 /* Jobs per phase (rdzv_state_jobs_by_phase), for metrics. */
 void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,

@@ -1132,6 +1132,121 @@ START_TEST(kv_set_answers_every_waiter)
 }
 END_TEST
 
+/* Issue 32, item 4 (Note [tenant share]): one client (10,050
+ * connections, each holding a waiting node of a job of its own) filled
+ * the job table and every other tenant's new job was refused.  Now one
+ * peer address holds at most max_jobs_per_peer jobs with nodes: the next
+ * gets `error limit` naming the limit, and another address is not
+ * affected. */
+START_TEST(tenant_jobs_share)
+{
+  struct rdzv_state_limits lim = { .max_jobs = 10, .max_jobs_per_peer = 3,
+                                   .max_keepalive = 1e6 };
+  char id[16];
+  int i;
+
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF = conf_of(2, 2);             /* one node each: they wait for ever */
+  for (i = 0; i < 4; i++) {
+    rdzv_state_set_peer_addr(R, CONN(MANY0 + i), "6.6.6.6");
+    snprintf(id, sizeof id, "squat%d", i);
+    if (i < 3) {
+      ck_assert_int_eq(join_job(MANY0 + i, id, NULL, 1, 0), 0);
+    } else {
+      ck_assert_int_lt(join_job(MANY0 + i, id, NULL, 1, 0), 0);
+      assert_error(MANY0 + i, RDZV_PROTO_ERR_LIMIT);
+      ck_assert_msg(strstr(last(MANY0 + i, RDZV_PROTO_ERROR)->u.text.message,
+                           "too many jobs from 6.6.6.6 (3: rdzvd "
+                           "--max-jobs-per-peer)"), "%s",
+                    last(MANY0 + i, RDZV_PROTO_ERROR)->u.text.message);
+    }
+  }
+  ck_assert_int_eq(rdzv_state_job_count(R), 3);
+  /* Another tenant's job is unaffected. */
+  rdzv_state_set_peer_addr(R, CONN(A), "10.0.0.1");
+  rdzv_state_set_peer_addr(R, CONN(B), "10.0.0.2");
+  ck_assert_int_eq(join(A, 1, 1), 0);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  /* A squatter's job that loses its node no longer counts. */
+  rdzv_state_conn_closed(R, CONN(MANY0), 2);
+  rdzv_state_set_peer_addr(R, CONN(MANY0 + 5), "6.6.6.6");
+  ck_assert_int_eq(join_job(MANY0 + 5, "squat5", NULL, 1, 2), 0);
+  ck_assert(!dropped(MANY0 + 5));
+}
+END_TEST
+
+/* Under pressure from many addresses (the table full, no empty job), a
+ * job that never ran and only holds waiting nodes is reclaimed, of the
+ * tenant holding the most; a running job never is. */
+START_TEST(tenant_reclaims_never_ran)
+{
+  struct rdzv_state_limits lim = { .max_jobs = 4, .max_jobs_per_peer = 3,
+                                   .max_keepalive = 1e6 };
+  char id[16];
+  int i;
+
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF = conf_of(1, 1);
+  rdzv_state_set_peer_addr(R, CONN(A), "10.0.0.1");
+  ck_assert_int_eq(join(A, 1, 0), 0);       /* runs */
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  CF = conf_of(2, 2);
+  for (i = 0; i < 3; i++) {
+    rdzv_state_set_peer_addr(R, CONN(MANY0 + i), i < 2 ? "6.6.6.6"
+                                                       : "7.7.7.7");
+    snprintf(id, sizeof id, "squat%d", i);
+    ck_assert_int_eq(join_job(MANY0 + i, id, NULL, 1, 1 + i), 0);
+  }
+  ck_assert_int_eq(rdzv_state_job_count(R), 4);
+  /* A new tenant's job: 6.6.6.6's oldest never-ran job goes. */
+  rdzv_state_set_peer_addr(R, CONN(B), "10.0.0.2");
+  ck_assert_int_eq(join_job(B, "real", NULL, 1, 5), 0);
+  ck_assert(!dropped(B));
+  ck_assert_int_eq(count(MANY0, RDZV_PROTO_CLOSED), 1);
+  ck_assert(dropped(MANY0));
+  ck_assert(strstr(last(MANY0, RDZV_PROTO_CLOSED)->u.text.message,
+                   "never ran"));
+  ck_assert(!dropped(MANY0 + 1) && !dropped(MANY0 + 2));
+  ck_assert(!dropped(A));
+  ck_assert(logged("job squat0: reclaimed"));
+}
+END_TEST
+
+/* A tenant's nodes on waiting lists: at its share, `error limit`. */
+START_TEST(tenant_waiting_share)
+{
+  struct rdzv_state_limits lim = { .max_waiting_per_peer = 2,
+                                   .max_keepalive = 1e6 };
+  int i;
+
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF = conf_of(1, 1);
+  rdzv_state_set_peer_addr(R, CONN(A), "10.0.0.1");
+  ck_assert_int_eq(join(A, 1, 0), 0);       /* runs, full */
+  for (i = 0; i < 3; i++) {
+    rdzv_state_set_peer_addr(R, CONN(MANY0 + i), "6.6.6.6");
+    if (i < 2) {
+      ck_assert_int_eq(join_job(MANY0 + i, "job1", NULL, 1, 1), 0);
+    } else {
+      ck_assert_int_lt(join_job(MANY0 + i, "job1", NULL, 1, 1), 0);
+      assert_error(MANY0 + i, RDZV_PROTO_ERR_LIMIT);
+      ck_assert(strstr(last(MANY0 + i, RDZV_PROTO_ERROR)->u.text.message,
+                       "--max-waiting-per-peer"));
+    }
+  }
+  rdzv_state_set_peer_addr(R, CONN(B), "10.0.0.2");
+  ck_assert_int_eq(join(B, 1, 2), 0);       /* another tenant's spare */
+  ck_assert(!dropped(B));
+}
+END_TEST
+
 START_TEST(kv_limits)
 {
   struct rdzv_state_limits lim = { .max_jobs = 1, .max_keys_per_job = 2,
@@ -2469,6 +2584,9 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, rebuilt_whole_then_claim_is_join);
   tcase_add_test(tc, restart_refuses_stale_token);
   tcase_add_test(tc, job_token_new_per_run);
+  tcase_add_test(tc, tenant_jobs_share);
+  tcase_add_test(tc, tenant_reclaims_never_ran);
+  tcase_add_test(tc, tenant_waiting_share);
   tcase_add_test(tc, round_numbers_bounded);
   tcase_add_test(tc, huge_claims_cost_what_arrived);
   tcase_add_test(tc, own_windows_not_the_squatters);
