@@ -32,7 +32,8 @@ static const char usage[] =
   "ATTACK: ping kv_waiters partial_frames lockout status_many\n"
   "        waiting_final silent junk kv_fill pong_flood\n"
   "        member_partial_frames waiting_list pipelined_hello\n"
-  "        metrics_lockout (needs --metrics-port)\n"
+  "        metrics_lockout metrics_flood (need --metrics-port)\n"
+  "        connect_flood job_squat\n"
   "        control_bytes (needs --rdzvd, the binary for --status, and\n"
   "        --log, the daemon's log)\n"
   "\n"
@@ -1005,6 +1006,139 @@ static bool attack_metrics_lockout(void)
   return good == scrapes && daemon_answers();
 }
 
+/* ---- floods (issue 32): a stranger opens idle connections as fast as
+ * it can while legitimate work goes on ---- */
+
+/* A child that keeps up to hold idle connections to port (the metrics
+ * port when metrics, else the rendezvous port) open, reopening each one
+ * the server closes, until killed.  Returns its pid. */
+static pid_t flood_start(bool metrics, long hold)
+{
+  pid_t pid = fork();
+
+  if (pid < 0)
+    die("fork: %s", strerror(errno));
+  if (pid == 0) {
+    int *fds = calloc((size_t)hold, sizeof *fds);
+    long i;
+
+    if (!fds)
+      _exit(2);
+    for (i = 0; i < hold; i++)
+      fds[i] = -1;
+    for (;;) {
+      for (i = 0; i < hold; i++) {
+        char c;
+
+        if (fds[i] >= 0 && recv(fds[i], &c, 1, MSG_DONTWAIT) != 0 &&
+            errno == EAGAIN)
+          continue;           /* still open, idle */
+        if (fds[i] >= 0)
+          close(fds[i]);
+        fds[i] = metrics ? dial_metrics() : dial_raw(0);
+      }
+    }
+  }
+  return pid;
+}
+
+static void flood_stop(pid_t pid)
+{
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+/* The rendezvous port flooded with idle strangers (held up to their
+ * hello timeout, then reopened): a real job still gets its rounds. */
+static bool attack_connect_flood(void)
+{
+  long hold = A.count ? A.count : 2000;
+  pid_t f = flood_start(false, hold);
+  int i, good = 0;
+
+  usleep(500000);
+  for (i = 0; i < 5; i++)
+    good += real_job_works("connect_flood");
+  rss_kb();
+  flood_stop(f);
+  note("%ld idle strangers held and reopened; %d of 5 real jobs got their "
+       "round; ", hold, good);
+  return good == 5 && daemon_answers();
+}
+
+/* The metrics port flooded the same way: every scrape is answered
+ * (Note [idle eviction]: a just-accepted scrape is not idle). */
+static bool attack_metrics_flood(void)
+{
+  long hold = A.count ? A.count : 200;
+  pid_t f;
+  int i, good = 0;
+
+  if (A.metrics_port <= 0)
+    die("metrics_flood: --metrics-port is required");
+  f = flood_start(true, hold);
+  usleep(500000);
+  for (i = 0; i < 100; i++)
+    good += scrape();
+  flood_stop(f);
+  note("%ld idle strangers on the metrics port; %d of 100 scrapes "
+       "answered; ", hold, good);
+  return good == 100 && daemon_answers();
+}
+
+/* One tenant (127.0.0.2) holds a waiting node in each of many jobs of
+ * its own (min_nodes 2: they never run): Note [tenant share] stops it at
+ * its share, and another address's job still runs. */
+static bool attack_job_squat(void)
+{
+  long n = A.count ? A.count : 1100, i, made = 0, refused = 0;
+  int *fds = calloc((size_t)n, sizeof *fds);
+  struct rdzv_proto_msg m;
+  char id[64];
+  bool ok;
+
+  if (!fds)
+    die("out of memory");
+  if (A.addr.ss_family != AF_INET)
+    die("job_squat: needs an IPv4 loopback --host (it squats from 127.0.0.2)");
+  for (i = 0; i < n; i++) {
+    struct sockaddr_in me = { .sin_family = AF_INET };
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char err[512];
+
+    fds[i] = -1;
+    me.sin_addr.s_addr = htonl(0x7f000002);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&me, sizeof me) != 0 ||
+        connect(fd, (struct sockaddr *)&A.addr, A.addrlen) != 0 ||
+        (A.secret.len && rdzv_auth_handshake_fd(fd, &A.secret, 5000, err,
+                                                sizeof err) != 0)) {
+      if (fd >= 0)
+        close(fd);
+      refused++;
+      continue;
+    }
+    snprintf(id, sizeof id, "squat-%d-%ld", (int)getpid(), i);
+    if (join(fd, id, 2, 2, 1e7) == 0 &&
+        wait_op(fd, RDZV_PROTO_WAITING, &m, 10) == 0) {
+      if (m.op == RDZV_PROTO_WAITING)
+        made++;
+      else
+        refused++;
+      rdzv_proto_msg_free(&m);
+    }
+    fds[i] = fd;
+  }
+  rss_kb();
+  ok = real_job_works("job_squat");
+  for (i = 0; i < n; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  free(fds);
+  note("%ld squatted jobs held from 127.0.0.2, %ld refused; a real job "
+       "%s; ", made, refused, ok ? "still works" : "is REFUSED");
+  return ok && refused > 0 && daemon_answers();
+}
+
 /* Runs argv (no shell: the job id holds a newline), its stdout into buf
  * (NUL-terminated).  Returns its exit status, or -1. */
 static int run_capture(char *const argv[], char *buf, size_t len)
@@ -1335,6 +1469,9 @@ int main(int argc, char **argv)
     { "waiting_list", attack_waiting_list },
     { "pipelined_hello", attack_pipelined_hello },
     { "metrics_lockout", attack_metrics_lockout },
+    { "connect_flood", attack_connect_flood },
+    { "metrics_flood", attack_metrics_flood },
+    { "job_squat", attack_job_squat },
     { "control_bytes", attack_control_bytes },
     { "displace", attack_displace },
     { "round_overflow", attack_round_overflow },
