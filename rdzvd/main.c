@@ -49,6 +49,8 @@ static const char usage[] =
   "                   create (default 1000)\n"
   "  --max-waiting-per-peer N  nodes of one peer address on waiting lists\n"
   "                   (default 1000)\n"
+  "  --max-conns-per-peer N  connections of one peer address (default a\n"
+  "                   quarter of --max_conns)\n"
   "  --quiet          do not log what happens to each job\n"
   "  --metrics H:P    serve Prometheus metrics at http://H:P/metrics\n"
   "                   (':P' or '[::]:P': every address; port 0 picks one,\n"
@@ -214,7 +216,7 @@ static int render_metrics(void *ctx, char **body, size_t *len)
   rdzvd_server_jobs_by_phase(d->server, g.jobs_by_phase, g.phase_names);
   g.nodes = rdzvd_server_nodes(d->server);
   rdzvd_server_peer_counts(d->server, &g.peers, &g.peer_refused_jobs,
-                           &g.peer_refused_waiting);
+                           &g.peer_refused_waiting, &g.peer_refused_conns);
   return metrics_render(&d->metrics, &g, body, len);
 }
 

@@ -204,6 +204,8 @@ int metrics_render(const struct rdzvd_metrics *m,
       (unsigned long long)g->peer_refused_jobs);
   put(&t, "rdzvd_peer_refusals_total{limit=\"waiting\"} %llu\n",
       (unsigned long long)g->peer_refused_waiting);
+  put(&t, "rdzvd_peer_refusals_total{limit=\"connections\"} %llu\n",
+      (unsigned long long)g->peer_refused_conns);
 
   counter(&t, "rdzvd_rounds_completed_total",
           "Rendezvous rounds completed (ranks assigned).",
