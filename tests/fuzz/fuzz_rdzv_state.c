@@ -608,6 +608,8 @@ static void do_adversary(int i, struct in *in, double now)
       a->round.host_rank = 0;
       a->phase = RDZV_PROTO_PHASE_RUNNING;
       a->join.nproc = 1;
+      rdzv_proto_conf_default(&a->join.conf);  /* within every ceiling */
+      a->join.conf.keepalive_interval = 1;
       a->join.conf.max_nodes = 1 + 2 + 2;
       a->join.conf.min_nodes = 1;
       break;
