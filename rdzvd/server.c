@@ -153,6 +153,9 @@ static void handle_released(struct rdzvd_server *s)
   if (--s->open_handles == 0 && s->stopping) {
     rdzv_state_destroy(s->reg);
     rdzv_auth_secret_clear(&s->secret);
+    /* Connections closed by the stop itself left their counts. */
+    for (size_t i = 0; i < s->peers.cap; i++)
+      free(s->peers.s[i].item);
     free(s->peers.s);
     free(s);
   }

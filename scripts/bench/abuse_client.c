@@ -968,7 +968,7 @@ static bool scrape(void)
       }
       len += (size_t)r;
       if (len == sizeof buf - 1)
-        len = 16;               /* keep the status line, drop the rest */
+        len = 17;               /* keep the status line, drop the rest */
     }
   }
   buf[len] = '\0';
@@ -976,11 +976,11 @@ static bool scrape(void)
   return ok && strncmp(buf, "HTTP/1.1 200 OK\r\n", 17) == 0;
 }
 
-/* Idle clients fill the metrics endpoint's slots (16) and more, and
+/* Idle clients fill the metrics endpoint's slots (64) and more, and
  * reconnect: survived when every scrape in between is answered. */
 static bool attack_metrics_lockout(void)
 {
-  long n = A.count ? A.count : 64, i, opened = 0;
+  long n = A.count ? A.count : 256, i, opened = 0;
   int *fds = calloc((size_t)n, sizeof *fds), round, scrapes = 0;
   int good = 0;
 
