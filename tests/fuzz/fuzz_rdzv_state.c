@@ -26,7 +26,8 @@
  * itself may restart (a new registry, every connection gone), with or
  * without a lasting token key (the input's first byte).  After every step:
  * - no live node is displaced: a step drops another live connection's
- *   node only if its sender was a participant of that node's job;
+ *   node only if its sender was a participant of that node's job, or if
+ *   the job table was full and the node's job never ran (reclaimed);
  * - only a participant of a job ends it (outside rdzv_state_tick);
  * - round and restart numbers never go back, never below 0 or above the
  *   wire's bounds;
@@ -88,7 +89,9 @@ static struct {
   struct { char id[8]; int round, rank, conn; } issued[MAX_ISSUED];
   int n_issued;
   /* Before the step: which connections were live nodes, and of what. */
-  struct { const void *node; const void *job; bool part; } before[NCONN];
+  struct { const void *node; const void *job; bool part, never_ran; }
+      before[NCONN];
+  bool table_full;          /* before the step: max_jobs jobs */
   struct { const void *job; int round, restart; enum phase phase;
            uint64_t seq; bool whole; } jobs[8];
   int n_jobs;
@@ -695,8 +698,12 @@ static void note_before(void)
     F.before[i].node = c && !c->dropped ? c->node : NULL;
     F.before[i].job = F.before[i].node ? c->node->job : NULL;
     F.before[i].part = F.before[i].node && may_end(c->node);
+    F.before[i].never_ran = F.before[i].node &&
+                            c->node->job->issued_round < 0 &&
+                            !c->node->job->rebuild_size;
   }
   F.n_jobs = 0;
+  F.table_full = F.r->n_jobs >= F.lim.max_jobs;
   list_for_each_safe(pos, next, &F.r->jobs_in_order) {
     job = list_entry(pos, struct job, in_registry);
     if (F.n_jobs == 8)
@@ -723,8 +730,11 @@ static void check_step(int by)
   for (i = 0; by >= 0 && i < NCONN; i++) {
     if (i == by || !F.before[i].node || !F.c[i].drop)
       continue;
-    /* i was a live node and was dropped by by's message. */
-    if (!(F.before[by].part && F.before[by].job == F.before[i].job))
+    /* i was a live node and was dropped by by's message: only a node of
+     * its job may, or a newcomer reclaiming a job that never ran from a
+     * full table (Note [tenant share]). */
+    if (!(F.before[by].part && F.before[by].job == F.before[i].job) &&
+        !(F.table_full && F.before[i].never_ran))
       abort();              /* a live node displaced by a stranger */
   }
   list_for_each_safe(pos, next, &F.r->jobs_in_order) {
