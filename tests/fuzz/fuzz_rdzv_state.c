@@ -602,9 +602,11 @@ static void do_adversary(int i, struct in *in, double now)
     snprintf(a->round.master_addr, sizeof a->round.master_addr, "6.6.6.6");
     a->round.master_port = 6666;
     /* Another node's stale token: the assignment of its ROUND before
-     * the last (a capture, replayed). */
+     * the last, of the same job (a capture, replayed; a node's latest
+     * assignment in a job, stolen, is the node: out of scope). */
     if ((b & 0x20) && m.op == RDZV_PROTO_RESUME && F.c[victim].have_old &&
-        victim != i) {
+        victim != i &&
+        strcmp(F.c[victim].old_id, F.c[victim].last_id) == 0) {
       snprintf(a->join.id, sizeof a->join.id, "%s", F.c[victim].old_id);
       a->round = F.c[victim].old;
       a->round.embedded = false;
