@@ -370,8 +370,24 @@ static int rebuild_take(struct rdzv_state *r, struct job *job,
   return 0;
 }
 
+static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
+                         const struct rdzv_proto_resume *a, double now);
+
+/* A job a RESUME creates is the same run going on: it takes the
+ * ledger's incarnation (job_incarnate). */
 int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
                        const struct rdzv_proto_resume *a, double now)
+{
+  int rc;
+
+  r->resuming = true;
+  rc = resume_handle(r, c, conn, a, now);
+  r->resuming = false;
+  return rc;
+}
+
+static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
+                         const struct rdzv_proto_resume *a, double now)
 {
   const struct rdzv_proto_round *as = &a->round;
   struct job *job;

@@ -474,13 +474,16 @@ static void ceilings(const struct rdzv_state *r, struct job *job)
 }
 
 /* The job's incarnation: the ledger's, where an earlier server life
- * recorded it (the same job, still running), else a new one, recorded
- * (Note [job ledger]). */
+ * recorded it and a RESUME rebuilds the job (the same run, going on),
+ * else a new one, recorded: a JOIN that creates the job starts a new run
+ * (a rerun after the daemon died before it forgot the last one), so the
+ * last run's tokens prove nothing in it (Note [job ledger]). */
 static void job_incarnate(struct rdzv_state *r, struct job *job)
 {
   struct rdzv_ledger_rec rec;
 
-  if (r->ledger.get && r->ledger.get(r->ledger.ctx, job->id, &rec) == 0) {
+  if (r->resuming && r->ledger.get &&
+      r->ledger.get(r->ledger.ctx, job->id, &rec) == 0) {
     job->incarnation = rec.incarnation;
     job->issued_round = rec.round;
     job->issued_restarts = rec.restart_count;

@@ -231,6 +231,7 @@ struct rdzv_state {
                                            count for the job it creates */
   struct rdzv_token_key *tokens; /* Note [node tokens] */
   struct rdzv_ledger ledger;    /* Note [job ledger]; get NULL: none */
+  bool resuming;                /* a RESUME is being handled */
   struct hashtab tenants;       /* addr -> struct tenant (rdzv_tenant.c) */
   int n_tenants;
   uint64_t peer_refusals[2];    /* by enum tenant_limit */

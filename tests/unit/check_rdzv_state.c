@@ -2200,6 +2200,37 @@ START_TEST(restart_refuses_stale_token)
 }
 END_TEST
 
+/* A rerun after a daemon restart that came before the last run was
+ * forgotten (the ledger still names it): a JOIN creates the job as a new
+ * run, with a new job token, and the last run's token proves nothing in
+ * it (found by fuzz_rdzv_state's stale replay). */
+START_TEST(rerun_after_restart_is_new)
+{
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES], old_a[RDZV_PROTO_TOKEN_BYTES];
+
+  with_token_key();
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(join(A, 2, 0), 0);
+  ck_assert_int_eq(join(B, 2, 0), 0);
+  memcpy(t0, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t0);
+  memcpy(old_a, rec.tok[A], sizeof old_a);
+  with_token_key();             /* restarts; nobody resumes: a rerun */
+  clear();
+  ck_assert_int_eq(join(A, 2, 1), 0);
+  ck_assert_int_eq(join(B, 2, 1), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 0);
+  ck_assert(memcmp(last(A, RDZV_PROTO_ROUND)->u.round.job_token, t0,
+                   sizeof t0) != 0);
+  /* The last run's rank-0 token, from another connection: refused. */
+  forged_token = old_a;
+  ck_assert_int_lt(resume_from(E, A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 2),
+                   0);
+  forged_token = NULL;
+  assert_error(E, RDZV_PROTO_ERR_AUTH);
+  ck_assert(!dropped(A));
+}
+END_TEST
+
 /* Issue 32, item 5: the job token repeated across runs (the same job id
  * and master endpoint gave the same CDRUN_JOB_TOKEN, on a rerun and in
  * the next daemon life with the same key file): anyone who saw the
@@ -2584,6 +2615,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, rebuilt_whole_then_claim_is_join);
   tcase_add_test(tc, restart_refuses_stale_token);
   tcase_add_test(tc, job_token_new_per_run);
+  tcase_add_test(tc, rerun_after_restart_is_new);
   tcase_add_test(tc, tenant_jobs_share);
   tcase_add_test(tc, tenant_reclaims_never_ran);
   tcase_add_test(tc, tenant_waiting_share);
