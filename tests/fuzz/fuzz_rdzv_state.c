@@ -67,8 +67,11 @@ struct fconn {
   bool have_round;
   struct rdzv_proto_round last;
   char last_id[8];
-  /* The ROUND before that: what a stale replay presents. */
-  bool have_old;
+  /* The ROUND before that: what a stale replay presents, once the daemon
+   * restarted since the last ROUND (within a life the server still takes
+   * a node's token before its latest: the latest may have been in
+   * flight; a captured one of those is the node, SECURITY.md). */
+  bool have_old, restarted;
   struct rdzv_proto_round old;
   char old_id[8];
 };
@@ -139,6 +142,7 @@ static void f_send(void *ctx, void *conn, const struct rdzv_proto_msg *m)
       memcpy(F.c[i].old_id, F.c[i].last_id, sizeof F.c[i].old_id);
     }
     memcpy(F.c[i].token, m->u.round.token, RDZV_PROTO_TOKEN_BYTES);
+    F.c[i].restarted = false;
     F.c[i].have_round = true;
     F.c[i].last = m->u.round;
   } else if (m->op == RDZV_PROTO_WAITING &&
@@ -605,7 +609,7 @@ static void do_adversary(int i, struct in *in, double now)
      * the last, of the same job (a capture, replayed; a node's latest
      * assignment in a job, stolen, is the node: out of scope). */
     if ((b & 0x20) && m.op == RDZV_PROTO_RESUME && F.c[victim].have_old &&
-        victim != i &&
+        victim != i && F.c[victim].restarted &&
         strcmp(F.c[victim].old_id, F.c[victim].last_id) == 0) {
       snprintf(a->join.id, sizeof a->join.id, "%s", F.c[victim].old_id);
       a->round = F.c[victim].old;
@@ -670,6 +674,7 @@ static void restart_daemon(void)
     F.c[i].id[0] = '\0';
     F.c[i].drop = false;
     F.c[i].gen++;
+    F.c[i].restarted = true;
   }
   F.n_jobs = 0;
 }
