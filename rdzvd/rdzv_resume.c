@@ -257,6 +257,7 @@ static int resume_gathering(struct rdzv_state *r, struct conn *c,
     rdzv_state__conn_drop(r, old);
   }
   r->resume_hint = vouched ? a : NULL;
+  r->resuming = vouched;        /* unproven: a plain join, a new run */
   rc = rdzv_state__join_node(r, c, conn, &a->join, now, NULL);
   r->resume_hint = NULL;
   if (rc == 0)
@@ -374,7 +375,8 @@ static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
                          const struct rdzv_proto_resume *a, double now);
 
 /* A job a RESUME creates is the same run going on: it takes the
- * ledger's incarnation (job_incarnate). */
+ * ledger's incarnation (job_incarnate); a gathering claim that is not
+ * vouched for is a plain join, and so a new run. */
 int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
                        const struct rdzv_proto_resume *a, double now)
 {

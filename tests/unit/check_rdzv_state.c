@@ -2231,6 +2231,31 @@ START_TEST(rerun_after_restart_is_new)
 }
 END_TEST
 
+/* A gathering claim the token does not prove is a plain join: the job it
+ * creates after a restart is a new run too, not the ledger's (found by
+ * fuzz_rdzv_state: the last run's tokens then proved the new run's). */
+START_TEST(unproven_claim_is_new_run)
+{
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES];
+
+  with_token_key();
+  CF = conf_of(1, 1);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  memcpy(t0, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t0);
+  with_token_key();
+  clear();
+  /* A's name, endpoint and its (running) token as a gathering claim. */
+  ck_assert_int_eq(resume_from(E, A, RDZV_PROTO_PHASE_GATHERING, 0, 0, 0, 0,
+                               1), 0);
+  settle(1);
+  ck_assert(logged("is a plain join"));
+  ck_assert_str_eq(last(E, RDZV_PROTO_ROUND)->u.round.master_addr,
+                   "10.0.0.1");
+  ck_assert(memcmp(last(E, RDZV_PROTO_ROUND)->u.round.job_token, t0,
+                   sizeof t0) != 0);
+}
+END_TEST
+
 /* Issue 32, item 5: the job token repeated across runs (the same job id
  * and master endpoint gave the same CDRUN_JOB_TOKEN, on a rerun and in
  * the next daemon life with the same key file): anyone who saw the
@@ -2616,6 +2641,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, restart_refuses_stale_token);
   tcase_add_test(tc, job_token_new_per_run);
   tcase_add_test(tc, rerun_after_restart_is_new);
+  tcase_add_test(tc, unproven_claim_is_new_run);
   tcase_add_test(tc, tenant_jobs_share);
   tcase_add_test(tc, tenant_reclaims_never_ran);
   tcase_add_test(tc, tenant_waiting_share);
