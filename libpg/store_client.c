@@ -186,6 +186,11 @@ static int st_prove(pg_store *s, int fd, uint8_t auth,
              "from rank 0's)", PG_TOKEN_VAR);
     return -EACCES;
   }
+  if (answer[0] == ST_OVER_BUDGET) {
+    snprintf(why, whylen, "rank 0's store has no room for another "
+             "connection (PG_STORE_MAX_BYTES)");
+    return -ENOSPC;
+  }
   if (answer[0] != ST_OK ||
       !pg__auth_check(&s->token, ST_LABEL_SERVER, NULL, 0, nc, ns,
                       answer + 1)) {

@@ -5,10 +5,12 @@
  * Note [store budget]: with a job token nothing but the handshake is read
  * from a connection until it has proved the token (auth.h), and a
  * stranger's connection holds a few hundred bytes for at most
- * ST_HANDSHAKE_S, ST_MAX_PREAUTH of them at once (the oldest goes first).
+ * ST_HANDSHAKE_S, ST_MAX_PREAUTH of them at once (past that, one that
+ * sent nothing makes room: Note [admission under a flood], admit.c).
  * Past it, every byte the server holds for a client is counted: the keys
- * and values of the table, and each connection's input and output
- * buffers.  A request whose frame would take its connection past
+ * and values of the table, each connection's input and output buffers,
+ * and ST_CONN_COST for each proven connection (a handshake the budget has
+ * no room for is answered OVER_BUDGET and closed).  A request whose frame would take its connection past
  * max_conn, or the whole past max_bytes, is answered OVER_BUDGET as soon
  * as its header is read, and its bytes are read and dropped as they come,
  * so the connection stays in step (a connection's input is at most its
@@ -37,6 +39,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "auth.h"
 #include "knobs.h"
 #include "number.h"
@@ -57,6 +60,10 @@
  * proving it at once (Note [store budget]). */
 #define ST_HANDSHAKE_S 10.0
 #define ST_MAX_PREAUTH 256
+/* What a proven connection costs while it is open, buffers aside: its
+ * state, its epoll entry and the kernel's socket, roughly (Note [store
+ * budget]: 3000 idle authenticated connections held 17 MB outside it). */
+#define ST_CONN_COST 8192
 /* What a key costs beyond its bytes: its entry and hash chain. */
 #define ST_ENTRY_COST (sizeof(struct store_entry) + 16)
 
@@ -93,6 +100,7 @@ struct store_conn {
   size_t nregs, missing;
   double deadline;                  /* wait end, or linger end */
   size_t heap_idx;
+  struct pg__unproven u;            /* while in preauth (admit.h) */
 };
 
 struct pg_store_server {
@@ -223,7 +231,8 @@ static bool room_for(const struct pg_store_server *srv, size_t extra)
 /* Keeps srv->buffered equal to the sum of the connections' buffers. */
 static void conn_charge(struct pg_store_server *srv, struct store_conn *c)
 {
-  size_t now = c->dead ? 0 : c->in.cap + c->out.cap;
+  size_t now = c->dead ? 0 : c->in.cap + c->out.cap +
+                             (c->auth == CA_READY ? ST_CONN_COST : 0);
 
   srv->buffered = srv->buffered - c->charge + now;
   c->charge = now;
@@ -815,11 +824,20 @@ static bool conn_handshake(struct pg_store_server *srv, struct store_conn *c)
     return false;
   }
   c->in.off += PG_MAC_BYTES;
+  if (!room_for(srv, ST_CONN_COST)) {
+    /* Proven, but the budget holds no more connections: told so. */
+    memset(mac, 0, sizeof mac);
+    stw_buf_u8(&c->out, ST_OVER_BUDGET);
+    stw_buf_put(&c->out, mac, sizeof mac);
+    conn_reject(srv, c, 0);
+    return false;
+  }
   pg__auth_mac(&srv->token, ST_LABEL_SERVER, NULL, 0, c->nc, c->ns, mac);
   stw_buf_u8(&c->out, ST_OK);
   stw_buf_put(&c->out, mac, sizeof mac);
   preauth_end(srv, c);
   c->auth = CA_READY;
+  conn_charge(srv, c);
   return true;
 }
 
@@ -1013,10 +1031,53 @@ static void conn_event(struct pg_store_server *srv, struct store_conn *c,
   conn_progress(srv, c);
 }
 
+/* True when c's peer sent bytes not read yet: a client in its
+ * handshake, not an idle stranger. */
+static bool has_input(const struct store_conn *c)
+{
+  char b;
+
+  return c->in.len > c->in.off ||
+         recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+}
+
+/* How many of the oldest unproven connections a full table weighs. */
+#define ST_EVICT_WINDOW 32
+
+/* Too many strangers proving nothing: one makes room (Note [admission
+ * under a flood], admit.c).  Of the ST_EVICT_WINDOW oldest, those that
+ * sent nothing (accepting the backlog comes before reading it, so a
+ * client's handshake may wait in the kernel): one past its deadline,
+ * else the oldest of the address that holds the most.  If every one of
+ * them is talking, the oldest. */
+static void preauth_evict(struct pg_store_server *srv)
+{
+  struct pg__unproven u[ST_EVICT_WINDOW];
+  struct store_conn *who[ST_EVICT_WINDOW], *c;
+  int n = 0, seen = 0;
+
+  TAILQ_FOREACH(c, &srv->preauth, in_preauth) {
+    if (seen++ == ST_EVICT_WINDOW)
+      break;
+    if (has_input(c))
+      continue;
+    u[n] = c->u;
+    who[n++] = c;
+  }
+  if (!n)
+    conn_close(srv, TAILQ_FIRST(&srv->preauth));
+  else
+    conn_close(srv, who[pg__admit_victim(u, sizeof u[0], 0, n,
+                                         pg__now())]);
+}
+
 static void srv_accept(struct pg_store_server *srv)
 {
   for (;;) {
-    int fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    int fd = accept4(srv->lfd, (struct sockaddr *)&sa, &sl,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
     int one = 1;
     struct store_conn *c;
     struct epoll_event ev;
@@ -1044,6 +1105,9 @@ static void srv_accept(struct pg_store_server *srv)
     c->heap_idx = ST_NOT_IN_HEAP;
     c->events = EPOLLIN | EPOLLRDHUP;
     c->deadline = pg__now() + ST_HANDSHAKE_S;
+    c->u.src = pg__admit_source((struct sockaddr *)&sa, sl);
+    c->u.since = pg__now();
+    c->u.until = c->deadline;
     ev.events = c->events;
     ev.data.ptr = c;
     if (!store_server_heap_push(srv, c)) {
@@ -1058,9 +1122,8 @@ static void srv_accept(struct pg_store_server *srv)
       continue;
     }
     LIST_INSERT_HEAD(&srv->conns, c, in_server);
-    /* Too many strangers proving nothing: the oldest makes room. */
     if (srv->npreauth == ST_MAX_PREAUTH)
-      conn_close(srv, TAILQ_FIRST(&srv->preauth));
+      preauth_evict(srv);
     TAILQ_INSERT_TAIL(&srv->preauth, c, in_preauth);
     c->in_preauth_list = true;
     srv->npreauth++;

@@ -46,7 +46,8 @@
  * Status: 0 OK, 1 NOT_FOUND, 2 TIMEOUT, 3 NOT_NUMBER, 4 TOO_LARGE,
  * 5 MALFORMED, 6 NO_MEMORY, 7 UNKNOWN_OP, 8 OVERFLOW, 9 OVER_BUDGET (the
  * server's memory budget: the request's bytes were read and dropped), 10
- * AUTH_FAILED (handshake only).  TOO_LARGE and OVER_BUDGET carry a
+ * AUTH_FAILED (handshake only; OVER_BUDGET too, answering a proof the
+ * budget has no room for: Note [store budget]).  TOO_LARGE and OVER_BUDGET carry a
  * sentence (bytes) naming the limit.  A frame that cannot
  * be parsed (length out of range, fields that do not add up to it) gets
  * MALFORMED (request id 0 if unknown) and the server closes the

@@ -25,6 +25,13 @@ static const char label_server[] = "cdrun-rdzv-2 server";
 int rdzv_auth_secret_load(const char *path, struct rdzv_auth_secret *out,
                           char *err, size_t errlen)
 {
+  return rdzv_auth_secret_load_flags(path, 0, out, err, errlen);
+}
+
+int rdzv_auth_secret_load_flags(const char *path, int flags,
+                                struct rdzv_auth_secret *out, char *err,
+                                size_t errlen)
+{
   unsigned char buf[RDZV_AUTH_MAX_SECRET + 2];
   struct stat st;
   size_t len = 0;
@@ -32,7 +39,12 @@ int rdzv_auth_secret_load(const char *path, struct rdzv_auth_secret *out,
   int fd;
 
   memset(out, 0, sizeof *out);
-  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  /* O_NONBLOCK: a FIFO in the file's place must not block the open
+   * (it is refused below, as anything but a regular file is). */
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | flags);
+  if (fd < 0 && errno == ELOOP && (flags & O_NOFOLLOW))
+    return err_set(err, errlen, -ELOOP, "secret file %s: a symbolic link "
+                   "(give the file itself)", path);
   if (fd < 0) {
     return err_set(err, errlen, -errno,
                    "secret file %s: %s", path, strerror(errno));

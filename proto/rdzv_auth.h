@@ -36,9 +36,16 @@ enum rdzv_auth_side { RDZV_AUTH_CLIENT, RDZV_AUTH_SERVER };
  * that is not a regular file, is accessible by group or others (as ssh does:
  * "chmod 600"), is owned by another user (root excepted), or holds fewer
  * than RDZV_AUTH_MIN_SECRET or more than RDZV_AUTH_MAX_SECRET bytes. Returns
- * 0 or a negative errno. */
+ * 0 or a negative errno.  Never blocks on what is not a regular file (a
+ * FIFO). */
 int rdzv_auth_secret_load(const char *path, struct rdzv_auth_secret *out,
                           char *err, size_t errlen);
+/* The same, with extra open(2) flags: O_NOFOLLOW refuses a symbolic link
+ * ("a symbolic link"), for a file the daemon made itself (its token key
+ * file); a secret file may be one (Kubernetes mounts them so). */
+int rdzv_auth_secret_load_flags(const char *path, int flags,
+                                struct rdzv_auth_secret *out, char *err,
+                                size_t errlen);
 
 /* Wipes the key (OPENSSL_cleanse). */
 void rdzv_auth_secret_clear(struct rdzv_auth_secret *s);

@@ -13,9 +13,9 @@
 #include "sha256.h"
 
 #define KEY_LABEL "cdrun-rdzv-token-key-1"
-#define TOKEN_LABEL_GATHERING "cdrun-rdzv-token-1 gathering"
-#define TOKEN_LABEL_RUNNING "cdrun-rdzv-token-1 running"
-#define TOKEN_LABEL_JOB "cdrun-rdzv-token-1 job"
+#define TOKEN_LABEL_GATHERING "cdrun-rdzv-token-2 gathering"
+#define TOKEN_LABEL_RUNNING "cdrun-rdzv-token-2 running"
+#define TOKEN_LABEL_JOB "cdrun-rdzv-token-2 job"
 
 /* HMAC-SHA256 with the key's blocks absorbed once: inner = SHA-256 state
  * after (key ^ ipad), outer = after (key ^ opad); each token starts from
@@ -97,7 +97,8 @@ int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
   char text[2 * RDZV_PROTO_AUTH_BYTES + 1];
   int fd, rc;
 
-  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0600);
+  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY |
+            O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd >= 0) {                /* a first start: make the key */
     rc = rdzv_auth_nonce(raw);
     for (size_t i = 0; !rc && i < sizeof raw; i++) {
@@ -123,7 +124,7 @@ int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
                    "token key file %s: cannot create it: %s", path,
                    strerror(errno));
   }
-  return rdzv_auth_secret_load(path, out, err, errlen);
+  return rdzv_auth_secret_load_flags(path, O_NOFOLLOW, out, err, errlen);
 }
 
 uint64_t rdzv_token_incarnation(struct rdzv_token_key *k)
@@ -154,11 +155,13 @@ static void put_str(struct claim *c, const char *s, size_t max)
 }
 
 static void claim_start(struct claim *c, const char *label, const char *job,
-                        const char *host, int64_t pid)
+                        uint64_t job_incarnation, const char *host,
+                        int64_t pid)
 {
   c->len = 0;
   put_str(c, label, 48);
   put_str(c, job, RDZV_PROTO_MAX_ID);
+  put_u64(c, job_incarnation);
   put_str(c, host, RDZV_PROTO_MAX_ADDR);
   put_u64(c, (uint64_t)pid);
 }
@@ -180,15 +183,16 @@ static int mac(const struct rdzv_token_key *k, const struct claim *c,
 }
 
 int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
-                         const char *host, int64_t pid, uint64_t incarnation,
-                         int round, int restart_count,
+                         uint64_t job_incarnation, const char *host,
+                         int64_t pid, uint64_t incarnation, int round,
+                         int restart_count,
                          unsigned char out[RDZV_PROTO_TOKEN_BYTES])
 {
   unsigned char tag[RDZV_PROTO_TOKEN_BYTES];
   struct claim c;
   int rc;
 
-  claim_start(&c, TOKEN_LABEL_GATHERING, job, host, pid);
+  claim_start(&c, TOKEN_LABEL_GATHERING, job, job_incarnation, host, pid);
   put_u64(&c, incarnation);
   put_u64(&c, (uint64_t)round);
   put_u64(&c, (uint64_t)restart_count);
@@ -202,8 +206,8 @@ int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
 }
 
 bool rdzv_token_gathering_ok(const struct rdzv_token_key *k, const char *job,
-                             const char *host, int64_t pid, int round,
-                             int restart_count,
+                             uint64_t job_incarnation, const char *host,
+                             int64_t pid, int round, int restart_count,
                              const unsigned char token[RDZV_PROTO_TOKEN_BYTES])
 {
   unsigned char want[RDZV_PROTO_TOKEN_BYTES];
@@ -211,19 +215,19 @@ bool rdzv_token_gathering_ok(const struct rdzv_token_key *k, const char *job,
 
   for (int i = 0; i < 8; i++)
     incarnation = incarnation << 8 | token[i];
-  return rdzv_token_gathering(k, job, host, pid, incarnation, round,
-                              restart_count, want) == 0 &&
+  return rdzv_token_gathering(k, job, job_incarnation, host, pid,
+                              incarnation, round, restart_count, want) == 0 &&
          rdzv_token_equal(token, want);
 }
 
 int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
-                       const char *host, int64_t pid,
-                       const struct rdzv_proto_round *rd,
+                       uint64_t job_incarnation, const char *host,
+                       int64_t pid, const struct rdzv_proto_round *rd,
                        unsigned char out[RDZV_PROTO_TOKEN_BYTES])
 {
   struct claim c;
 
-  claim_start(&c, TOKEN_LABEL_RUNNING, job, host, pid);
+  claim_start(&c, TOKEN_LABEL_RUNNING, job, job_incarnation, host, pid);
   put_u64(&c, (uint64_t)rd->round);
   put_u64(&c, (uint64_t)rd->restart_count);
   put_u64(&c, (uint64_t)rd->group_rank);
@@ -236,13 +240,13 @@ int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
 }
 
 int rdzv_token_job(const struct rdzv_token_key *k, const char *job,
-                   const char *master_addr, int master_port,
-                   int restart_count,
+                   uint64_t job_incarnation, const char *master_addr,
+                   int master_port, int restart_count,
                    unsigned char out[RDZV_PROTO_TOKEN_BYTES])
 {
   struct claim c;
 
-  claim_start(&c, TOKEN_LABEL_JOB, job, "", 0);
+  claim_start(&c, TOKEN_LABEL_JOB, job, job_incarnation, "", 0);
   put_str(&c, master_addr, RDZV_PROTO_MAX_ADDR);
   put_u64(&c, (uint64_t)master_port);
   put_u64(&c, (uint64_t)restart_count);

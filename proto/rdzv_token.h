@@ -7,6 +7,11 @@
  * A node is whoever holds the token the server gave it, never whoever
  * names its host and pid.  A token is HMAC-SHA256 under the server's token
  * key over what it vouches for:
+ * Every token also binds the job's incarnation: a number the server draws
+ * when it creates the job (a rerun of the same job id is another
+ * incarnation) and, with a token key file, keeps across its lives beside
+ * the file (rdzvd/job_ledger.h), so that a token of an earlier run proves
+ * nothing about this one.
  *   - gathering: job id, host, pid, the node's incarnation (a number the
  *     server draws for each node it creates, so that one who joins under
  *     another node's name gets a token of its own), the round gathered
@@ -20,7 +25,10 @@
  * recomputes it from the claim, which it can only do when its key lasts:
  * a token key file that only the server reads (rdzvd --token-key-file;
  * key = HMAC(file, "cdrun-rdzv-token-key-1")).  Then a rank of a round is
- * claimed only by the node that was given it.  The key is never derived
+ * claimed only by the node that was given it, and only with its latest
+ * assignment: the server keeps the job's incarnation and the last round
+ * (and restart count) it issued beside the key file, and a token of an
+ * older round is stale (Note [fresh tokens] in rdzvd/rdzv_resume.c).  The key is never derived
  * from the shared secret: every client holds that, so any of them could
  * compute every token.  Without a key file the key is random per server
  * life, and a restarted server cannot tell a true claim from a forged one
@@ -51,6 +59,7 @@ bool rdzv_token_key_lasting(const struct rdzv_token_key *k);
 /* Reads the token key file at path into out, creating it first (32
  * random bytes as 64 hex digits, mode 600, O_EXCL) when it does not
  * exist.  The file is checked as a secret file (rdzv_auth_secret_load: regular,
+ * never a FIFO that would block or a symbolic link,
  * not accessible by group or others, owned by this user or root).
  * Returns 0, or a negative errno with a sentence naming path in err. */
 int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
@@ -60,27 +69,32 @@ int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
  * from a random start so that lives do not repeat each other's. */
 uint64_t rdzv_token_incarnation(struct rdzv_token_key *k);
 
-/* The gathering token of (job, host, pid, incarnation) for round and
- * restart_count; the running token of (job, host, pid) for the assignment
- * rd (its own token field is ignored).  0 or -EIO. */
+/* The gathering token of (job of job_incarnation, host, pid, the node's
+ * incarnation) for round and restart_count; the running token of (job of
+ * job_incarnation, host, pid) for the assignment rd (its own token field
+ * is ignored).  0 or -EIO. */
 int rdzv_token_gathering(const struct rdzv_token_key *k, const char *job,
-                         const char *host, int64_t pid, uint64_t incarnation,
-                         int round, int restart_count,
+                         uint64_t job_incarnation, const char *host,
+                         int64_t pid, uint64_t incarnation, int round,
+                         int restart_count,
                          unsigned char out[RDZV_PROTO_TOKEN_BYTES]);
 
-/* True when token is the gathering token of (job, host, pid) for round
- * and restart_count under k, for the incarnation it names. */
+/* True when token is the gathering token of (job of job_incarnation,
+ * host, pid) for round and restart_count under k, for the node
+ * incarnation it names. */
 bool rdzv_token_gathering_ok(const struct rdzv_token_key *k, const char *job,
-                             const char *host, int64_t pid, int round,
-                             int restart_count,
+                             uint64_t job_incarnation, const char *host,
+                             int64_t pid, int round, int restart_count,
                              const unsigned char token[RDZV_PROTO_TOKEN_BYTES]);
 int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
-                       const char *host, int64_t pid,
-                       const struct rdzv_proto_round *rd,
+                       uint64_t job_incarnation, const char *host,
+                       int64_t pid, const struct rdzv_proto_round *rd,
                        unsigned char out[RDZV_PROTO_TOKEN_BYTES]);
 
-/* The job token of job's rounds with master endpoint master_addr:
- * master_port and restart_count restarts: what a round's participants
+/* The job token of job's rounds (its incarnation job_incarnation: a
+ * rerun, or a rerun in a later server life, gets another) with master
+ * endpoint master_addr:master_port and restart_count restarts: what a
+ * round's participants
  * give their workers as CDRUN_JOB_TOKEN (launcher/jobtoken.h, Note [job
  * token]).  Under the server's own key, so only a participant learns it;
  * the same for every participant of the round, and for the rounds that
@@ -89,8 +103,8 @@ int rdzv_token_running(const struct rdzv_token_key *k, const char *job,
  * newcomer's join them); another after a restart or a move of the
  * master.  0 or -EIO. */
 int rdzv_token_job(const struct rdzv_token_key *k, const char *job,
-                   const char *master_addr, int master_port,
-                   int restart_count,
+                   uint64_t job_incarnation, const char *master_addr,
+                   int master_port, int restart_count,
                    unsigned char out[RDZV_PROTO_TOKEN_BYTES]);
 
 /* Constant-time equality of two tokens; an all-zero token (none) equals

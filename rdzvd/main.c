@@ -21,6 +21,7 @@
 #include "options.h"
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
+#include "job_ledger.h"
 #include "rdzv_token.h"
 #include "server.h"
 #include "status_client.h"
@@ -42,7 +43,14 @@ static const char usage[] =
   "  --port PORT      TCP port (default 29400; 0 picks a free one, printed\n"
   "                   on the first line as 'rdzvd: listening on ...')\n"
   "  --max_jobs N     at most N jobs (default 10000); when full, the job\n"
-  "                   longest without a node is forgotten, else refused\n"
+  "                   longest without a node is forgotten, else one that\n"
+  "                   never ran (of the peer holding most), else refused\n"
+  "  --max-jobs-per-peer N  jobs holding a node that one peer address may\n"
+  "                   create (default 1000)\n"
+  "  --max-waiting-per-peer N  nodes of one peer address on waiting lists\n"
+  "                   (default 1000)\n"
+  "  --max-conns-per-peer N  connections of one peer address (default a\n"
+  "                   quarter of --max_conns)\n"
   "  --quiet          do not log what happens to each job\n"
   "  --metrics H:P    serve Prometheus metrics at http://H:P/metrics\n"
   "                   (':P' or '[::]:P': every address; port 0 picks one,\n"
@@ -99,6 +107,9 @@ struct daemon {
   char metrics_host[256];
   double metrics_header_timeout;  /* 0: the default */
   uv_timer_t trim;
+  /* --token-key-file's job ledger (Note [job ledger]); NULL: none */
+  struct job_ledger *ledger;
+  struct rdzv_ledger ledger_calls;
 };
 
 /* Memory that peers made the daemon hold and then gave up (a job's key-
@@ -204,6 +215,8 @@ static int render_metrics(void *ctx, char **body, size_t *len)
   memset(&g, 0, sizeof g);
   rdzvd_server_jobs_by_phase(d->server, g.jobs_by_phase, g.phase_names);
   g.nodes = rdzvd_server_nodes(d->server);
+  rdzvd_server_peer_counts(d->server, &g.peers, &g.peer_refused_jobs,
+                           &g.peer_refused_waiting, &g.peer_refused_conns);
   return metrics_render(&d->metrics, &g, body, len);
 }
 
@@ -274,11 +287,23 @@ static int daemon_start(struct daemon *d, const struct options *opt,
   /* --quiet: no logger at all, so no line is even formatted. */
   o.log = d->quiet ? NULL : log_line;
   o.log_ctx = d;
+  if (opt->token_key_file && *opt->token_key_file) {
+    rc = job_ledger_open(opt->token_key_file, &d->ledger, why, sizeof why);
+    if (rc) {
+      rdzv_auth_secret_clear(&token_key);
+      log_file_close(&d->log);
+      return err_set(err, errlen, rc, "--token-key-file: %s", why);
+    }
+    /* A write error is logged (unless --quiet). */
+    d->ledger_calls = job_ledger_calls(d->ledger, log_line, d);
+    o.ledger = &d->ledger_calls;
+  }
   metrics_init(&d->metrics);
   o.metrics = &d->metrics;
   rc = rdzvd_server_start(d->loop, &o, &d->server, err, errlen);
   rdzv_auth_secret_clear(&token_key);   /* the server keeps its own copy */
   if (rc) {
+    job_ledger_close(d->ledger);
     log_file_close(&d->log);
     return rc;
   }
@@ -287,6 +312,7 @@ static int daemon_start(struct daemon *d, const struct options *opt,
     if (rc) {
       rdzvd_server_stop(d->server);
       uv_run(d->loop, UV_RUN_DEFAULT);
+      job_ledger_close(d->ledger);
       log_file_close(&d->log);
       return rc;
     }
@@ -359,6 +385,7 @@ static void daemon_run(struct daemon *d)
   uv_walk(d->loop, close_walk, NULL);
   uv_run(d->loop, UV_RUN_DEFAULT);
   uv_loop_close(d->loop);
+  job_ledger_close(d->ledger);
   log_file_close(&d->log);
 }
 

@@ -196,6 +196,16 @@ int metrics_render(const struct rdzvd_metrics *m,
           g->jobs_by_phase[i]);
   gauge(&t, "rdzvd_nodes", "Nodes (agents) that are members of a job.",
         g->nodes);
+  gauge(&t, "rdzvd_peers",
+        "Peer addresses that hold a job or a node (tenants).", g->peers);
+  family(&t, "rdzvd_peer_refusals_total", "counter",
+         "JOINs refused at one peer address's share, by limit.");
+  put(&t, "rdzvd_peer_refusals_total{limit=\"jobs\"} %llu\n",
+      (unsigned long long)g->peer_refused_jobs);
+  put(&t, "rdzvd_peer_refusals_total{limit=\"waiting\"} %llu\n",
+      (unsigned long long)g->peer_refused_waiting);
+  put(&t, "rdzvd_peer_refusals_total{limit=\"connections\"} %llu\n",
+      (unsigned long long)g->peer_refused_conns);
 
   counter(&t, "rdzvd_rounds_completed_total",
           "Rendezvous rounds completed (ranks assigned).",

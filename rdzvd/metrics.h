@@ -46,6 +46,8 @@ struct metrics_gauges {
   int jobs_by_phase[METRICS_PHASES];
   const char *phase_names[METRICS_PHASES];
   int nodes;
+  int peers;                    /* Note [tenant share] */
+  uint64_t peer_refused_jobs, peer_refused_waiting, peer_refused_conns;
 };
 
 void metrics_init(struct rdzvd_metrics *m);

@@ -10,7 +10,10 @@
  * reopened one would hold its slot again.  A newcomer that finds every
  * slot taken therefore evicts the oldest scrape still waiting for its
  * request: an idle client keeps its slot only while nobody else needs
- * it, and a scraper, which sends its request at once, gets an answer. */
+ * it, and a scraper, which sends its request at once, gets an answer.
+ * A scrape whose request is in the kernel but not read yet (libuv accepts
+ * the whole backlog before it reads any socket, so a flood behind a
+ * scraper is accepted first) is not idle: it is never the one evicted. */
 #include "metrics_http.h"
 
 #include <errno.h>
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "err.h"
 #include "list.h"
@@ -248,6 +252,16 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
   }
 }
 
+/* True when sc's peer sent bytes that are not read yet. */
+static bool has_input(struct scrape *sc)
+{
+  uv_os_fd_t fd;
+  char c;
+
+  return uv_fileno((uv_handle_t *)&sc->tcp, &fd) == 0 &&
+         recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+}
+
 /* Note [idle eviction]: makes room for a newcomer when every slot is
  * taken.  Returns false when no scrape is idle (the newcomer goes). */
 static bool evict_idle(struct metrics_http *h)
@@ -257,7 +271,7 @@ static bool evict_idle(struct metrics_http *h)
   list_for_each_safe(pos, next, &h->scrapes) {
     struct scrape *sc = list_entry(pos, struct scrape, in_server);
 
-    if (!sc->answered) {
+    if (!sc->answered && !sc->closing && !has_input(sc)) {
       scrape_close(sc);
       return true;
     }

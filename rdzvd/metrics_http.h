@@ -20,7 +20,10 @@
 #define METRICS_HTTP_MAX_REQUEST 8192
 #define METRICS_HTTP_HEADER_TIMEOUT 2.0   /* seconds, the default */
 #define METRICS_HTTP_TIMEOUT_MS 10000
-#define METRICS_HTTP_MAX_CONNS 16
+/* 64 (was 16): a flood from the scraper's own host displaces an idle
+ * slot per accept, and a scraper's request must arrive before 64 more
+ * strangers are accepted (Note [idle eviction]); 64 x 8 KiB at most. */
+#define METRICS_HTTP_MAX_CONNS 64
 
 struct metrics_http;
 

@@ -37,23 +37,88 @@ static bool token_held(const struct node *n, const unsigned char *t)
   return rdzv_token_equal(t, n->token) || rdzv_token_equal(t, n->prev_token);
 }
 
-/* True when the RESUME's token proves what it claims without the server
- * remembering anything: only a lasting key (a key file) can; a random key
- * died with the server life that issued the token. */
-static bool token_proves(const struct rdzv_state *r,
-                         const struct rdzv_proto_resume *a)
-{
-  unsigned char t[RDZV_PROTO_TOKEN_BYTES];
+/* Note [fresh tokens]: a token proves an assignment, and a node keeps
+ * the last one it got; but an assignment of an earlier round proved
+ * itself forever, across server lives, so a stale token presented first
+ * after a restart rebuilt the job from the past: the replayer became rank
+ * 0 with its own master address, the real node was the "impostor", and a
+ * new round started.  So a server with a token key file keeps, per job,
+ * its incarnation and the last round and restart count it issued (Note
+ * [job ledger], rdzv_state.h), and a claim is proved only by:
+ *   - a running token of exactly that round and restart count, under that
+ *     incarnation; anything older is refused with `error auth` that says
+ *     why ("stale token"), and never starts or joins a round;
+ *   - a gathering token for a later round (and no lower restart count),
+ *     under that incarnation; an older one is not proof, so its claim is
+ *     a plain join (it changes no count), as any unproven claim.
+ * A job no record names (none kept: it was forgotten, or ran under no key
+ * file) proves nothing. */
+struct proof {
+  bool ok;
+  char why[160];
+};
 
-  if (!rdzv_token_key_lasting(r->tokens))
-    return false;
-  if (a->phase == RDZV_PROTO_PHASE_GATHERING)
-    return rdzv_token_gathering_ok(r->tokens, a->join.id, a->join.host,
-                                   a->join.pid, a->round.round,
-                                   a->round.restart_count, a->round.token);
-  return rdzv_token_running(r->tokens, a->join.id, a->join.host,
-                            a->join.pid, &a->round, t) == 0 &&
-         rdzv_token_equal(a->round.token, t);
+/* Whether a's token proves what it claims without the server having
+ * issued it in this life: only a lasting key (a key file) can; a random
+ * key died with the server life that issued the token.  job: a's job if
+ * this life knows it. */
+static struct proof token_proves(const struct rdzv_state *r,
+                                 const struct job *job,
+                                 const struct rdzv_proto_resume *a)
+{
+  const struct rdzv_proto_round *as = &a->round;
+  unsigned char t[RDZV_PROTO_TOKEN_BYTES];
+  struct rdzv_ledger_rec rec;
+  struct proof p = { false, "" };
+
+  if (!rdzv_token_key_lasting(r->tokens)) {
+    snprintf(p.why, sizeof p.why, "no token key file: a restarted "
+             "rendezvous cannot check a token");
+    return p;
+  }
+  if (job) {
+    rec.incarnation = job->incarnation;
+    rec.round = job->issued_round;
+    rec.restart_count = job->issued_restarts;
+  } else if (!r->ledger.get ||
+             r->ledger.get(r->ledger.ctx, a->join.id, &rec) != 0) {
+    snprintf(p.why, sizeof p.why, "the rendezvous keeps no record of the "
+             "job (it was forgotten)");
+    return p;
+  }
+  if (a->phase == RDZV_PROTO_PHASE_GATHERING) {
+    if (!rdzv_token_gathering_ok(r->tokens, a->join.id, rec.incarnation,
+                                 a->join.host, a->join.pid, as->round,
+                                 as->restart_count, as->token)) {
+      snprintf(p.why, sizeof p.why, "the token does not prove it");
+      return p;
+    }
+    if (as->round <= rec.round || as->restart_count < rec.restart_count) {
+      snprintf(p.why, sizeof p.why, "stale token: it gathered for round %d "
+               "(restart count %d), the job reached round %d (restart "
+               "count %d)", as->round, as->restart_count, rec.round,
+               rec.restart_count);
+      return p;
+    }
+    p.ok = true;
+    return p;
+  }
+  if (rdzv_token_running(r->tokens, a->join.id, rec.incarnation,
+                         a->join.host, a->join.pid, as, t) != 0 ||
+      !rdzv_token_equal(as->token, t)) {
+    snprintf(p.why, sizeof p.why, "its token does not prove rank %d of "
+             "round %d", as->group_rank, as->round);
+    return p;
+  }
+  if (as->round != rec.round || as->restart_count != rec.restart_count) {
+    snprintf(p.why, sizeof p.why, "stale token: it proves round %d "
+             "(restart count %d), the job's latest is round %d (restart "
+             "count %d)", as->round, as->restart_count, rec.round,
+             rec.restart_count);
+    return p;
+  }
+  p.ok = true;
+  return p;
 }
 
 
@@ -66,6 +131,9 @@ static void rebuild_done(struct rdzv_state *r, struct job *job)
 
   rdzv_state__ranks_clear(job);
   timer_heap_clear(&r->heap, &job->t_last_call);
+  /* Every real node vouched for itself: from now on an unproven claim is
+   * a plain join (it changes no round or restart count). */
+  job->resumed = false;
   rdzv_state__log(r, "job %s: round %d rebuilt: all %d nodes re-asserted it",
                   job->id, job->round, job->rebuild_size);
   for (b = job->barriers; b; b = b->next)
@@ -83,6 +151,7 @@ void rdzv_resume_expired(struct rdzv_state *r, struct job *job, double now)
            fmax(r->lim.resume_grace,
                 job->conf.keepalive_interval * job->conf.keepalive_misses));
   rdzv_state__log(r, "job %s: round %d: %s", job->id, job->round, text);
+  job->resumed = false;        /* a new round: its nodes get new tokens */
   rdzv_state__start_round(r, job, now, text, NULL);
 }
 
@@ -135,14 +204,21 @@ static int resume_gathering(struct rdzv_state *r, struct conn *c,
   struct job *job = rdzv_state__job_find(r, a->join.id);
   char text[RDZV_PROTO_MAX_TEXT + 1], d[DESC_MAX];
   struct node *prev;
+  struct proof proof = { false, "" };
   bool impostor, vouched;
   int rc;
 
   prev = claimed_node(job, a, &impostor);
   if (impostor)
     log_impostor(r, job, a);
-  vouched = prev || token_proves(r, a) ||
+  if (!prev)
+    proof = token_proves(r, job, a);
+  vouched = prev || proof.ok ||
             (!rdzv_token_key_lasting(r->tokens) && (!job || job->resumed));
+  if (!vouched && rdzv_token_key_lasting(r->tokens))
+    rdzv_state__log(r, "job %s: a gathering resume from %.*s (pid %" PRId64
+                    ") is a plain join: %s", a->join.id, RDZV_PROTO_MAX_ADDR,
+                    a->join.host, a->join.pid, proof.why);
   if (job && vouched &&
       !(job->phase == PH_CLOSED || job->phase == PH_FINISHED)) {
     if (a->round.restart_count > job->restart_count) {
@@ -181,6 +257,7 @@ static int resume_gathering(struct rdzv_state *r, struct conn *c,
     rdzv_state__conn_drop(r, old);
   }
   r->resume_hint = vouched ? a : NULL;
+  r->resuming = vouched;        /* unproven: a plain join, a new run */
   rc = rdzv_state__join_node(r, c, conn, &a->join, now, NULL);
   r->resume_hint = NULL;
   if (rc == 0)
@@ -294,8 +371,25 @@ static int rebuild_take(struct rdzv_state *r, struct job *job,
   return 0;
 }
 
+static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
+                         const struct rdzv_proto_resume *a, double now);
+
+/* A job a RESUME creates is the same run going on: it takes the
+ * ledger's incarnation (job_incarnate); a gathering claim that is not
+ * vouched for is a plain join, and so a new run. */
 int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
                        const struct rdzv_proto_resume *a, double now)
+{
+  int rc;
+
+  r->resuming = true;
+  rc = resume_handle(r, c, conn, a, now);
+  r->resuming = false;
+  return rc;
+}
+
+static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
+                         const struct rdzv_proto_resume *a, double now)
 {
   const struct rdzv_proto_round *as = &a->round;
   struct job *job;
@@ -325,18 +419,21 @@ int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
   if (impostor)
     log_impostor(r, job, a);
   /* With a lasting token key a running claim must be proved: the rank of
-   * a round is claimed only by the node it was given to. */
-  if (rdzv_token_key_lasting(r->tokens) && !token_proves(r, a)) {
-    rdzv_state__log(r,
-                    "job %s: refused a resume from %.*s (pid %" PRId64 "): "
-                    "its token does not prove rank %d of round %d",
-                    a->join.id, RDZV_PROTO_MAX_ADDR, a->join.host, a->join.pid,
-                    as->group_rank, as->round);
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
-                                   RDZV_PROTO_ERR_AUTH, -EACCES,
-                                   "resume refused: the token does "
-                                   "not prove rank %d of round %d of job %s",
-                                   as->group_rank, as->round, a->join.id);
+   * a round is claimed only by the node it was given to, with its latest
+   * assignment (Note [fresh tokens]). */
+  if (rdzv_token_key_lasting(r->tokens)) {
+    struct proof p = token_proves(r, job, a);
+
+    if (!p.ok) {
+      rdzv_state__log(r,
+                      "job %s: refused a resume from %.*s (pid %" PRId64 "): "
+                      "%s", a->join.id, RDZV_PROTO_MAX_ADDR, a->join.host,
+                      a->join.pid, p.why);
+      return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                     RDZV_PROTO_ERR_AUTH, -EACCES,
+                                     "resume refused: %s of job %s", p.why,
+                                     a->join.id);
+    }
   }
   fresh = !job;
   n = NULL;

@@ -28,6 +28,8 @@
 #define DEF_MAX_CLOSE_TIMEOUT 3600.0
 #define DEF_MAX_KEEPALIVE 300.0
 #define DEF_RESUME_GRACE 10.0
+#define DEF_MAX_JOBS_PER_PEER 1000
+#define DEF_MAX_WAITING_PER_PEER 1000
 #define MAX_BARRIERS 64               /* distinct barrier names per round */
 #define CLOSE_WAIT_MAX 5.0            /* closing_start: at most, seconds */
 #define ROUND_LIMIT_TEXT "1073741824" /* RDZV_PROTO_MAX_ROUND */
@@ -245,6 +247,7 @@ void rdzv_state__node_set_state(struct job *job, struct node *n,
   } else if (n->state == NS_SPARE) {
     list_remove(&n->in_spares);
     job->n_spares--;
+    rdzv_tenant_spare(n, false);
   } else if (n->expected) {
     job->n_outstanding--;
   }
@@ -255,6 +258,7 @@ void rdzv_state__node_set_state(struct job *job, struct node *n,
   } else if (st == NS_SPARE) {
     list_insert_tail(&job->spares, &n->in_spares);
     job->n_spares++;
+    rdzv_tenant_spare(n, true);
   } else if (n->expected) {
     job->n_outstanding++;
   }
@@ -264,14 +268,26 @@ void rdzv_state__node_set_state(struct job *job, struct node *n,
  * that a full job table forgets the longest-empty one (rdzv_state_limits). */
 static void empty_add(struct rdzv_state *r, struct job *job)
 {
+  rdzv_tenant_job_held(job, false);
   if (job->empty_listed)
     return;
   job->empty_listed = true;
   list_insert_tail(&r->empty, &job->in_empty);
 }
 
+static void empty_unlist(struct job *job)
+{
+  if (!job->empty_listed)
+    return;
+  job->empty_listed = false;
+  list_remove(&job->in_empty);
+}
+
+/* A node arrived: the job leaves the empty list and counts in its
+ * tenant's share (Note [tenant share]). */
 static void empty_remove(struct rdzv_state *r, struct job *job)
 {
+  rdzv_tenant_job_held(job, true);
   if (!job->empty_listed)
     return;
   job->empty_listed = false;
@@ -303,6 +319,7 @@ void rdzv_state__node_free(struct rdzv_state *r, struct node *n)
     free(n->c);                 /* a detached node's placeholder */
   else
     n->c->node = NULL;
+  rdzv_tenant_unref(r, n->tenant);
   free(n);
   if (!job->n_nodes)
     empty_add(r, job);
@@ -354,6 +371,7 @@ static struct node *node_create(struct rdzv_state *r, struct job *job,
   list_init(&n->waiters);
   list_init(&n->in_spares);
   c->node = n;
+  n->tenant = rdzv_tenant_ref(r, c->peer);
   node_fill(r, n, j);
   n->state = NS_IDLE;
   n->rank = n->prev_rank = -1;
@@ -384,13 +402,24 @@ static void barriers_free(struct job *job)
   job->n_barriers = 0;
 }
 
+/* A job forgotten for good (not a server stopping): its ledger record
+ * goes too (Note [job ledger]), so a rerun of its id is a new
+ * incarnation. */
+static void job_forget(struct rdzv_state *r, struct job *job)
+{
+  if (r->ledger.drop)
+    r->ledger.drop(r->ledger.ctx, job->id);
+}
+
 static void job_free(struct rdzv_state *r, struct job *job)
 {
   while (!list_empty(&job->nodes))
     rdzv_state__node_free(r, list_first(&job->nodes, struct node, in_job));
   barriers_free(job);
   kv_store_job_free(r, job);
-  empty_remove(r, job);
+  empty_unlist(job);
+  rdzv_tenant_job_held(job, false);
+  rdzv_tenant_unref(r, job->tenant);
   free(job->order);
   free(job->ranks.s);
   free(job->cause);
@@ -444,6 +473,33 @@ static void ceilings(const struct rdzv_state *r, struct job *job)
   }
 }
 
+/* The job's incarnation: the ledger's, where an earlier server life
+ * recorded it and a RESUME rebuilds the job (the same run, going on),
+ * else a new one, recorded: a JOIN that creates the job starts a new run
+ * (a rerun after the daemon died before it forgot the last one), so the
+ * last run's tokens prove nothing in it (Note [job ledger]). */
+static void job_incarnate(struct rdzv_state *r, struct job *job)
+{
+  struct rdzv_ledger_rec rec;
+
+  if (r->resuming && r->ledger.get &&
+      r->ledger.get(r->ledger.ctx, job->id, &rec) == 0) {
+    job->incarnation = rec.incarnation;
+    job->issued_round = rec.round;
+    job->issued_restarts = rec.restart_count;
+    return;
+  }
+  job->incarnation = rdzv_token_incarnation(r->tokens);
+  job->issued_round = -1;
+  job->issued_restarts = 0;
+  if (r->ledger.put) {
+    rec.incarnation = job->incarnation;
+    rec.round = -1;
+    rec.restart_count = 0;
+    r->ledger.put(r->ledger.ctx, job->id, &rec);
+  }
+}
+
 static struct job *job_create(struct rdzv_state *r,
                               const struct rdzv_proto_join *j, double now)
 {
@@ -473,6 +529,7 @@ static struct job *job_create(struct rdzv_state *r,
     job->round = r->resume_hint->round.round;
     job->restart_count = r->resume_hint->round.restart_count;
   }
+  job_incarnate(r, job);
   job->progress_last = now;
   job->round_started = now;
   timer_heap_node_init(&job->t_last_call, T_LAST_CALL);
@@ -549,9 +606,19 @@ static void complete_round(struct rdzv_state *r, struct job *job,
   copy_str(rd->master_addr, sizeof rd->master_addr,
            rdzv_state__node_addr(master));
   rd->master_port = master->master_port;
-  if (rdzv_token_job(r->tokens, job->id, rd->master_addr, rd->master_port,
-                     job->restart_count, rd->job_token))
+  if (rdzv_token_job(r->tokens, job->id, job->incarnation, rd->master_addr,
+                     rd->master_port, job->restart_count, rd->job_token))
     memset(rd->job_token, 0, sizeof rd->job_token);
+  /* Recorded before any ROUND goes out: from now on only this round's
+   * tokens prove a running claim (Note [fresh tokens]). */
+  job->issued_round = job->round;
+  job->issued_restarts = job->restart_count;
+  if (r->ledger.put) {
+    struct rdzv_ledger_rec rec = { job->incarnation, job->round,
+                                   job->restart_count };
+
+    r->ledger.put(r->ledger.ctx, job->id, &rec);
+  }
   for (i = 0; r->embedded_pid && i < k; i++) {
     if (job->order[i]->pid == r->embedded_pid &&
         strcmp(job->order[i]->host, r->embedded_host) == 0) {
@@ -567,8 +634,8 @@ static void complete_round(struct rdzv_state *r, struct job *job,
     rd->group_rank = (int)i;
     rd->rank_offset = offset;
     offset += n->nproc;
-    if (rdzv_token_running(r->tokens, job->id, n->host, n->pid, rd,
-                           rd->token))
+    if (rdzv_token_running(r->tokens, job->id, job->incarnation, n->host,
+                           n->pid, rd, rd->token))
       memset(rd->token, 0, sizeof rd->token);
     rdzv_state__token_store(n, rd->token);
     n->token_gathering = false;
@@ -947,6 +1014,14 @@ static void admit(struct rdzv_state *r, struct job *job, struct node *n,
   rdzv_waiting_send(r, job, n, now);
 }
 
+/* A newcomer's JOIN to job would put it on the waiting list. */
+static bool would_wait(const struct job *job)
+{
+  struct rdzv_rules_job v = rules_view(job);
+
+  return rdzv_rules_admit(&v, false) == RDZV_ADMIT_WAIT;
+}
+
 static int rejoin(struct rdzv_state *r, struct node *n,
                   const struct rdzv_proto_join *j, double now)
 {
@@ -1057,13 +1132,34 @@ int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
   }
   if (n)
     return rejoin(r, n, j, now);
+  if (rdzv_tenant_check(r, c ? c : rdzv_state__conn_get(r, conn, false),
+                        !job, job && would_wait(job), text, sizeof text)) {
+    rdzv_state__log(r, "job %s: refused a join (%.*s, pid %" PRId64 "): %s",
+                    j->id, RDZV_PROTO_MAX_ADDR, j->host, j->pid, text);
+    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
+                                   RDZV_PROTO_ERR_LIMIT, -ENOSPC, "%s",
+                                   text);
+  }
   if (!job && r->n_jobs >= r->lim.max_jobs && !list_empty(&r->empty)) {
     struct job *oldest = list_first(&r->empty, struct job, in_empty);
 
     rdzv_state__log(r, "job %s: forgotten early: the job table is full (%d "
                     "jobs) and it has had no node for longest",
                     oldest->id, r->lim.max_jobs);
+    job_forget(r, oldest);
     job_free(r, oldest);
+  }
+  if (!job && r->n_jobs >= r->lim.max_jobs) {
+    struct job *victim = rdzv_tenant_reclaimable(r);
+
+    if (victim) {
+      rdzv_state__log(r, "job %s: reclaimed: the job table is full (%d "
+                      "jobs) and it never ran", victim->id, r->lim.max_jobs);
+      end_job(r, victim, now, false, "reclaimed: the rendezvous's job "
+              "table is full and this job never ran");
+      job_forget(r, victim);
+      job_free(r, victim);
+    }
   }
   if (!job && r->n_jobs >= r->lim.max_jobs)
     return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
@@ -1074,9 +1170,12 @@ int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
     return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
                                    RDZV_PROTO_ERR_LIMIT, -ENOSPC,
                                    "job %s is too large", job->id);
-  if (!job)
-    job = job_create(r, j, now);
   c = c ? c : rdzv_state__conn_get(r, conn, true);
+  if (!job) {
+    job = job_create(r, j, now);
+    if (job && c)
+      job->tenant = rdzv_tenant_ref(r, c->peer);
+  }
   n = job && c ? node_create(r, job, c, j, now) : NULL;
   if (!n)
     return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
@@ -1351,6 +1450,10 @@ void rdzv_state_limits_default(struct rdzv_state_limits *l)
 {
   if (l->max_jobs <= 0)
     l->max_jobs = DEF_MAX_JOBS;
+  if (l->max_jobs_per_peer <= 0)
+    l->max_jobs_per_peer = DEF_MAX_JOBS_PER_PEER;
+  if (l->max_waiting_per_peer <= 0)
+    l->max_waiting_per_peer = DEF_MAX_WAITING_PER_PEER;
   if (l->max_keys_per_job <= 0)
     l->max_keys_per_job = DEF_MAX_KEYS;
   if (!l->max_kv_bytes)
@@ -1404,9 +1507,18 @@ void rdzv_state_destroy(struct rdzv_state *r)
     free(r->conns.s[i].item);
   free(r->conns.s);
   free(r->jobs.s);
+  free(r->tenants.s);
   timer_heap_free(&r->heap);
   rdzv_token_key_free(r->tokens);
   free(r);
+}
+
+void rdzv_state_set_ledger(struct rdzv_state *r, const struct rdzv_ledger *l)
+{
+  if (l)
+    r->ledger = *l;
+  else
+    memset(&r->ledger, 0, sizeof r->ledger);
 }
 
 int rdzv_state_set_token_key(struct rdzv_state *r,
@@ -1628,6 +1740,7 @@ static double tick(struct rdzv_state *r, double now)
       job = container_of(t, struct job, t_forget);
       if (!job->n_nodes) {
         rdzv_state__log(r, "job %s: forgotten", job->id);
+        job_forget(r, job);
         job_free(r, job);
       }
       break;
@@ -1656,6 +1769,14 @@ double rdzv_state_tick(struct rdzv_state *r, double now)
   next = tick(r, now);
   leave(r);
   return next;
+}
+
+void rdzv_state_peer_counts(const struct rdzv_state *r, int *peers,
+                            uint64_t *refused_jobs, uint64_t *refused_waiting)
+{
+  *peers = r->n_tenants;
+  *refused_jobs = r->peer_refusals[TENANT_JOBS];
+  *refused_waiting = r->peer_refusals[TENANT_WAITING];
 }
 
 int rdzv_state_job_count(const struct rdzv_state *r)

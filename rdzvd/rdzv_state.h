@@ -50,6 +50,10 @@ struct rdzv_state_limits {
   int max_jobs;             /* default 10000; when full, the job that has
                                had no node for longest is forgotten to make
                                room, so empty jobs never lock others out */
+  /* Note [tenant share]: one peer address's share.  Jobs it created that
+   * hold a node, and its nodes on waiting lists; default 1000 each. */
+  int max_jobs_per_peer;
+  int max_waiting_per_peer;
   int max_keys_per_job;     /* default 4096 (and as many waiting GETs) */
   size_t max_kv_bytes;      /* per job, default 16 MiB */
   size_t max_kv_total;      /* every job together, default 256 MiB */
@@ -258,8 +262,37 @@ struct rdzv_auth_secret;
 int rdzv_state_set_token_key(struct rdzv_state *r,
                              const struct rdzv_auth_secret *file);
 
+/* Note [job ledger]: what a server with a token key file keeps of each
+ * job across its lives, beside the file (rdzvd/job_ledger.h): the job's
+ * incarnation (bound into every token of the job, the job token
+ * included) and the last round and restart count it issued, so that a
+ * restarted server takes a running claim only from the latest assignment
+ * (Note [fresh tokens], rdzv_resume.c).  The state machine does no I/O:
+ * the daemon passes these calls.  get: 0, or -ENOENT (no record) or
+ * another negative errno; put and drop report their own failures. */
+struct rdzv_ledger_rec {
+  uint64_t incarnation;
+  int round;            /* the last round issued; -1: none yet */
+  int restart_count;
+};
+
+struct rdzv_ledger {
+  void *ctx;
+  int (*get)(void *ctx, const char *job, struct rdzv_ledger_rec *out);
+  void (*put)(void *ctx, const char *job, const struct rdzv_ledger_rec *rec);
+  void (*drop)(void *ctx, const char *job);
+};
+
+/* Uses l (copied; NULL: none) from now on.  Call before any node joins. */
+void rdzv_state_set_ledger(struct rdzv_state *r, const struct rdzv_ledger *l);
+
 /* The number of jobs known, and of nodes connected to any job. */
 int rdzv_state_job_count(const struct rdzv_state *r);
+
+/* Note [tenant share]: the peer addresses holding a job or a node, and
+ * the JOINs refused at a tenant's share (jobs, waiting nodes). */
+void rdzv_state_peer_counts(const struct rdzv_state *r, int *peers,
+                            uint64_t *refused_jobs, uint64_t *refused_waiting);
 int rdzv_state_node_count(const struct rdzv_state *r);
 
 /* The status report (status_render.c): a JSON object with "nodes" (the

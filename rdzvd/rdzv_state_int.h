@@ -69,6 +69,15 @@ struct conn {
   char peer[RDZV_PROTO_MAX_ADDR + 1]; /* rdzv_state_set_peer_addr, or "" */
 };
 
+/* Note [tenant share] (rdzv_tenant.c): what one peer address holds. */
+struct tenant {
+  uint64_t h;
+  int jobs;             /* jobs it created that hold a node */
+  int spares;           /* its nodes on a waiting list */
+  int refs;             /* jobs and nodes that name it: freed at 0 */
+  char addr[RDZV_PROTO_MAX_ADDR + 1];
+};
+
 struct barrier {
   struct barrier *next;
   int count;                    /* participants that entered */
@@ -104,6 +113,7 @@ struct waiter {
 struct node {
   struct job *job;
   struct conn *c;
+  struct tenant *tenant;        /* its connection's peer; NULL: unknown */
   struct list_node in_job;      /* job->nodes, creation order */
   struct list_node in_spares;   /* job->spares, join order */
   struct list_node waiters;     /* struct waiter, by_node */
@@ -148,6 +158,8 @@ struct job {
   struct list_node in_registry; /* r->jobs_in_order, creation order */
   struct list_node in_empty;    /* r->empty (no node), when empty_listed */
   bool empty_listed;
+  bool tenant_counted;          /* in tenant->jobs (it holds a node) */
+  struct tenant *tenant;        /* the peer that created it; NULL: unknown */
   uint64_t h;
   struct rdzv_proto_conf conf;
   enum phase phase;
@@ -158,8 +170,12 @@ struct job {
   bool rebuilding;              /* RUNNING, rebuilt from RESUMEs, ranks
                                    still missing: Note [soft state] */
   int rebuild_size;             /* the round's group_world_size then */
+  uint64_t incarnation;         /* Note [job ledger]: bound into its tokens */
+  int issued_round;             /* the last round it issued (ROUND); -1 */
+  int issued_restarts;          /* that round's restart count */
   bool resumed;                 /* created from a RESUME in this server
-                                   life: its history is the agents' word */
+                                   life and not whole again yet: its
+                                   history is the agents' word */
   bool rounds_spent; /* round RDZV_PROTO_MAX_ROUND reached: closing */
   bool exit_passed;  /* the running round passed "exit" */
   /* Note [root cause] (rdzv_state.h): the round's root cause so far,
@@ -214,6 +230,11 @@ struct rdzv_state {
   const struct rdzv_proto_resume *resume_hint; /* a gathering RESUME's round and
                                            count for the job it creates */
   struct rdzv_token_key *tokens; /* Note [node tokens] */
+  struct rdzv_ledger ledger;    /* Note [job ledger]; get NULL: none */
+  bool resuming;                /* a RESUME is being handled */
+  struct hashtab tenants;       /* addr -> struct tenant (rdzv_tenant.c) */
+  int n_tenants;
+  uint64_t peer_refusals[2];    /* by enum tenant_limit */
   int64_t embedded_pid;         /* rdzv_state_set_embedded; 0: a daemon */
   char embedded_host[RDZV_PROTO_MAX_ADDR + 1];
 };
@@ -309,5 +330,29 @@ static inline double rdzv_state__clamp_secs(double s)
 {
   return s < 0 ? 0 : s > WIRE_MAX_SECONDS ? WIRE_MAX_SECONDS : s;
 }
+
+/* ---- rdzv_tenant.c: one peer address's share (Note [tenant share]) ---- */
+
+enum tenant_limit { TENANT_JOBS, TENANT_WAITING };
+
+/* The tenant of addr, with a reference taken; NULL for "" (unknown) or
+ * out of memory (then nothing is counted). */
+struct tenant *rdzv_tenant_ref(struct rdzv_state *r, const char *addr);
+/* Drops a reference; the tenant goes when nothing names it. */
+void rdzv_tenant_unref(struct rdzv_state *r, struct tenant *t);
+/* A job starts or stops holding nodes; a node enters or leaves a waiting
+ * list: the counts of its tenant. */
+void rdzv_tenant_job_held(struct job *job, bool held);
+void rdzv_tenant_spare(struct node *n, bool spare);
+/* 0, or a refusal to send: the limit the tenant of conn's peer is at
+ * (creating: the JOIN creates a job; would_wait: it would go on a
+ * waiting list), with its sentence in text. */
+int rdzv_tenant_check(struct rdzv_state *r, const struct conn *c,
+                      bool creating, bool would_wait, char *text,
+                      size_t len);
+/* Under pressure (the job table full, no empty job to forget): a job
+ * that never ran and holds only gathering nodes, of the tenant with the
+ * most jobs, its oldest; NULL if none. */
+struct job *rdzv_tenant_reclaimable(struct rdzv_state *r);
 
 #endif

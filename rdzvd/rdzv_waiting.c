@@ -51,8 +51,9 @@ static const unsigned char *token_gathering(const struct rdzv_state *r,
 
   if (!n->token_gathering || n->token_round != round ||
       n->token_restarts != restarts) {
-    if (rdzv_token_gathering(r->tokens, n->job->id, n->host, n->pid,
-                             n->incarnation, round, restarts, t))
+    if (rdzv_token_gathering(r->tokens, n->job->id, n->job->incarnation,
+                             n->host, n->pid, n->incarnation, round,
+                             restarts, t))
       memset(t, 0, sizeof t);
     rdzv_state__token_store(n, t);
     n->token_gathering = true;

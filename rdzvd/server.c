@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 
 #include "err.h"
+#include "hashtab.h"
 #include "list.h"
 #include "metrics.h"
 #include "monotime.h"
@@ -39,9 +40,17 @@
  * written at once]); every reply of a round is far smaller. */
 #define SEND_FRAME 1024
 
+/* Note [tenant share]: the connections one peer address holds. */
+struct peer_conns {
+  uint64_t h;
+  int n;
+  char addr[INET6_ADDRSTRLEN];
+};
+
 struct conn {
   uv_tcp_t tcp;               /* first: the handle's data is the conn */
   struct rdzvd_server *s;
+  struct peer_conns *pc;      /* its address's count; NULL: none */
   char *buf;                  /* bytes read, not yet framed */
   size_t len, cap;
   char peer[INET6_ADDRSTRLEN];
@@ -96,6 +105,9 @@ struct rdzvd_server {
   int in_machine;             /* depth of rdzv_state_* calls running */
   struct rdzvd_server_limits lim;
   int n_conns;
+  struct hashtab peers;       /* addr -> struct peer_conns */
+  uint64_t peer_seed;
+  uint64_t peer_refused;      /* connections refused at a peer's share */
   size_t in_bytes;            /* partial-frame buffers, every conn */
   size_t out_bytes;           /* write_cost of unwritten replies, all */
   size_t burst_bytes;         /* write_cost of this turn's written at once */
@@ -141,6 +153,10 @@ static void handle_released(struct rdzvd_server *s)
   if (--s->open_handles == 0 && s->stopping) {
     rdzv_state_destroy(s->reg);
     rdzv_auth_secret_clear(&s->secret);
+    /* Connections closed by the stop itself left their counts. */
+    for (size_t i = 0; i < s->peers.cap; i++)
+      free(s->peers.s[i].item);
+    free(s->peers.s);
     free(s);
   }
 }
@@ -327,6 +343,40 @@ static void conn_close(struct conn *c)
   conn_close_now(c);
 }
 
+static bool peer_eq(const void *item, const void *key)
+{
+  return strcmp(((const struct peer_conns *)item)->addr, key) == 0;
+}
+
+/* Counts a connection from addr; NULL when it cannot be counted. */
+static struct peer_conns *peer_ref(struct rdzvd_server *s, const char *addr)
+{
+  uint64_t h = hashtab_hash_str(s->peer_seed, addr);
+  struct peer_conns *pc = hashtab_find(&s->peers, h, addr, peer_eq);
+
+  if (!pc) {
+    pc = calloc(1, sizeof *pc);
+    if (!pc)
+      return NULL;
+    pc->h = h;
+    snprintf(pc->addr, sizeof pc->addr, "%s", addr);
+    if (hashtab_insert(&s->peers, h, pc)) {
+      free(pc);
+      return NULL;
+    }
+  }
+  pc->n++;
+  return pc;
+}
+
+static void peer_unref(struct rdzvd_server *s, struct peer_conns *pc)
+{
+  if (!pc || --pc->n > 0)
+    return;
+  hashtab_remove(&s->peers, pc->h, pc);
+  free(pc);
+}
+
 /* The state machine learns the connection is gone; the handle closes. */
 static void conn_close_now(struct conn *c)
 {
@@ -337,6 +387,8 @@ static void conn_close_now(struct conn *c)
   c->closing = true;
   list_remove(&c->in_server);
   s->n_conns--;
+  peer_unref(s, c->pc);
+  c->pc = NULL;
   hello_remove(c);
   paused_remove(c);
   if (!s->stopping && conn_known(c)) {
@@ -744,6 +796,10 @@ static void server_status(struct conn *c, const struct rdzv_proto_status_req *q)
   if (st && (sv = cJSON_AddObjectToObject(st, "server")) &&
       cJSON_AddNumberToObject(sv, "connections", s->n_conns) &&
       cJSON_AddNumberToObject(sv, "max_conns", s->lim.max_conns) &&
+      cJSON_AddNumberToObject(sv, "max_conns_per_peer",
+                              s->lim.max_conns_per_peer) &&
+      cJSON_AddNumberToObject(sv, "peer_refusals_connections",
+                              (double)s->peer_refused) &&
       cJSON_AddNumberToObject(sv, "input_bytes", (double)s->in_bytes) &&
       cJSON_AddNumberToObject(sv, "input_budget",
                               (double)s->lim.input_budget) &&
@@ -1005,6 +1061,24 @@ static void on_connection(uv_stream_t *listener, int status)
     conn_close(c);
     return;
   }
+  c->pc = peer_ref(s, c->peer);
+  if (c->pc && c->pc->n > s->lim.max_conns_per_peer) {
+    struct rdzv_proto_msg m;
+
+    /* Note [tenant share]: told why, then closed; other addresses go on. */
+    s->peer_refused++;
+    memset(&m, 0, sizeof m);
+    m.op = RDZV_PROTO_ERROR;
+    m.u.text.code = RDZV_PROTO_ERR_LIMIT;
+    snprintf(m.u.text.message, sizeof m.u.text.message, "too many "
+             "connections from %s (%d: rdzvd --max-conns-per-peer)", c->peer,
+             s->lim.max_conns_per_peer);
+    server_log(s, "refused a connection from %s: %s", c->peer,
+               m.u.text.message);
+    sink_send(s, c, &m);
+    sink_drop(s, c);
+    return;
+  }
   c->accepted_at = monotime_now();
   c->in_hello = true;
   list_insert_tail(&s->hello, &c->hello);
@@ -1117,6 +1191,7 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   sink.drop = sink_drop;
   /* No log (--quiet): the machine formats no line to throw away. */
   sink.log = o->log ? sink_log : NULL;
+  s->peer_seed = hashtab_mix64((uint64_t)(uintptr_t)s ^ 0x7065657273ull);
   s->reg = rdzv_state_create(&sink, &o->limits);
   if (s->reg && o->token_key && o->token_key->len &&
       rdzv_state_set_token_key(s->reg, o->token_key)) {
@@ -1130,6 +1205,7 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   }
   s->metrics = o->metrics;
   rdzv_state_set_metrics(s->reg, o->metrics);
+  rdzv_state_set_ledger(s->reg, o->ledger);
   if (o->embedded) {
     char me[RDZV_PROTO_MAX_ADDR + 1] = "";
 
@@ -1166,6 +1242,15 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
 int rdzvd_server_port(const struct rdzvd_server *s)
 {
   return s->port;
+}
+
+void rdzvd_server_peer_counts(const struct rdzvd_server *s, int *peers,
+                              uint64_t *refused_jobs,
+                              uint64_t *refused_waiting,
+                              uint64_t *refused_conns)
+{
+  rdzv_state_peer_counts(s->reg, peers, refused_jobs, refused_waiting);
+  *refused_conns = s->peer_refused;
 }
 
 int rdzvd_server_nodes(const struct rdzvd_server *s)
@@ -1243,6 +1328,14 @@ void rdzvd_server_limits_default(struct rdzvd_server_limits *l)
 {
   if (l->max_conns <= 0)
     l->max_conns = DEF_MAX_CONNS;
+  /* A quarter of the whole, but never below what a small daemon (or
+   * one host's agents) needs: 1024, or every connection when fewer. */
+  if (l->max_conns_per_peer <= 0) {
+    int floor_n = l->max_conns < 1024 ? l->max_conns : 1024;
+
+    l->max_conns_per_peer = l->max_conns / 4 > floor_n ? l->max_conns / 4
+                                                       : floor_n;
+  }
   if (!(l->hello_timeout > 0))
     l->hello_timeout = DEF_HELLO_TIMEOUT;
   if (!l->prejoin_frame)

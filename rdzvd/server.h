@@ -17,6 +17,9 @@ struct rdzvd_server;
  * down (man/rdzvd.8, "LIMITS").  A zero field takes the default. */
 struct rdzvd_server_limits {
   int max_conns;              /* open connections; default 65536 */
+  int max_conns_per_peer;     /* of one peer address (Note [tenant
+                                 share]); default max_conns / 4, at
+                                 least min(max_conns, 1024) */
   double hello_timeout;       /* seconds a new connection has to join (or
                                  end its status query); default 10 */
   size_t prejoin_frame;       /* frame body limit until joined; 16 KiB */
@@ -44,6 +47,9 @@ struct rdzvd_server_opts {
    * Otherwise the token key file's bytes (rdzv_token_key_file): a
    * restarted server checks the tokens of claims (copied). */
   const struct rdzv_auth_secret *token_key;
+  /* With a token key file: the job ledger beside it (Note [job ledger],
+   * job_ledger.h); NULL: none. */
+  const struct rdzv_ledger *ledger;
   /* Where job log lines go (prefixed with a timestamp); NULL: nowhere. */
   void (*log)(void *ctx, const char *line);
   void *log_ctx;
@@ -65,6 +71,12 @@ int rdzvd_server_port(const struct rdzvd_server *s);
 
 /* Nodes currently members of some job. */
 int rdzvd_server_nodes(const struct rdzvd_server *s);
+/* rdzv_state_peer_counts of the server's registry, and the connections
+ * refused at a peer's share (--max-conns-per-peer). */
+void rdzvd_server_peer_counts(const struct rdzvd_server *s, int *peers,
+                              uint64_t *refused_jobs,
+                              uint64_t *refused_waiting,
+                              uint64_t *refused_conns);
 
 /* Jobs per phase (rdzv_state_jobs_by_phase), for metrics. */
 void rdzvd_server_jobs_by_phase(const struct rdzvd_server *s,

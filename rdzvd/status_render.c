@@ -153,7 +153,12 @@ cJSON *rdzv_state_status_query(const struct rdzv_state *r,
   *err = -ENOMEM;
   ok = root && (jobs = cJSON_AddArrayToObject(root, "jobs")) &&
        jnum(root, "nodes", r->n_nodes) &&
-       jnum(root, "jobs_total", r->n_jobs);
+       jnum(root, "jobs_total", r->n_jobs) &&
+       jnum(root, "peers", r->n_tenants) &&
+       jnum(root, "peer_refusals_jobs",
+            (double)r->peer_refusals[TENANT_JOBS]) &&
+       jnum(root, "peer_refusals_waiting",
+            (double)r->peer_refusals[TENANT_WAITING]);
   if (ok && id) {
     job = hashtab_find(&r->jobs, hashtab_hash_str(r->seed, id), id, rdzv_state__job_eq);
     if (!job) {

@@ -6,21 +6,31 @@
  * of ranks on different hosts gets a connection only when one sends to
  * the other, and each direction its own: the sender connects to the
  * receiver's listener (its endpoint read from the store once, published
- * at creation) and opens with a hello (magic, namespace hash, positions,
- * and a one-way proof of the job token over a fresh nonce: Note [mesh
- * hello] in tcp_internal.h);
- * the receiver accepts whenever it next does point-to-point (a recv, or a
- * send, which also drains what others send it) and drops what does not
- * prove itself within STRAY_S.  So nobody agrees on who connects (the
- * sender always does), nobody waits for the other side to be in an
- * operation (the kernel completes the connection into the backlog and
- * buffers the first bytes), and sends stay eager as on the flat TCP comm:
- * an exchange or a cycle of sends before receives does not deadlock.  The
- * messages are tcp_stream.c's p2p frames, moved by its poll loop: peers[q]
+ * at creation).  The receiver, when it accepts, sends a fresh 32-byte
+ * challenge; the sender answers with its hello (magic, namespace hash,
+ * positions, and a proof of the job token over its nonce and the
+ * challenge: Note [mesh hello] in tcp_internal.h), and the receiver
+ * answers one byte once it took the connection.  Only then does the
+ * sender send frames on it, so a connection that a flood displaced
+ * before its hello was answered (Note [admission under a flood] in
+ * admit.c) loses nothing: the sender connects again, within its
+ * operation's deadline.  A captured hello proves nothing on another
+ * connection (the challenge).
+ * The receiver accepts whenever it does point-to-point (a recv, or a
+ * send, which also drains what others send it; a sender waiting for its
+ * answer accepts too) and drops what does not prove itself within
+ * HELLO_S.  So nobody agrees on who connects (the sender always does),
+ * and an exchange or a cycle of sends before receives does not deadlock:
+ * every rank in point-to-point answers the others.  The first send to a
+ * rank on another host waits until that rank does point-to-point (later
+ * sends are eager, as on the flat TCP comm).  The messages are
+ * tcp_stream.c's p2p frames, moved by its poll loop: peers[q]
  * is the socket this rank sends q on, peers[n + q] the one q sends it on.
- * A blocked send wakes every SLICE_S to accept connections that arrived
+ * A blocked send or recv wakes every SLICE_S to accept connections that
+ * arrived
  * meanwhile (the poll loop knows no listener). */
 #include <errno.h>
+#include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,23 +38,28 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "hier_p2p.h"
 #include "tcp_internal.h"
 #include "tcp_setup.h"
 
-#define STRAY_S 5.0
+#define HELLO_S 2.0       /* an accepted connection proves itself */
 #define SLICE_S 0.005
 #define PEND_MAX 64
 /* A receive waiting for a connection asks the setup's watch this often
  * (live mode: the peer may be recovering, and will never connect). */
 #define WATCH_MS 50
 #define CONNECT_SLICE_S 1.0
+#define RETRY_MIN_S 0.005  /* a sender displaced connects again */
+#define RETRY_MAX_S 0.2
+#define P2P_TOOK 0x5a      /* the receiver's answer: connection taken */
 
 struct pending {
   int fd;
   size_t got;
   struct hello in;
-  double until;
+  uint8_t challenge[PG_NONCE_BYTES];
+  struct pg__unproven u;
 };
 
 struct hier_p2p {
@@ -67,44 +82,156 @@ static void drop_pending(struct hier_p2p *p, int i)
   p->pend[i] = p->pend[--p->npend];
 }
 
-/* Accepts what is waiting and reads the hellos that have arrived; never
- * blocks. */
+/* Reads what arrived of q's hello: 1 it is whole, 0 not yet, -1 drop it
+ * (closed, or past its deadline). */
+static int read_hello(struct pending *q, double now)
+{
+  ssize_t k = recv(q->fd, (char *)&q->in + q->got, sizeof q->in - q->got,
+                   MSG_DONTWAIT);
+
+  if (k > 0)
+    q->got += (size_t)k;
+  if (q->got == sizeof q->in)
+    return 1;
+  if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                 errno != EINTR) || now >= q->u.until)
+    return -1;
+  return 0;
+}
+
+/* q's whole hello: takes its connection as the one its sender sends
+ * this rank on, and answers; false: drop it. */
+static bool take_hello(struct hier_p2p *p, struct pending *q)
+{
+  static const uint8_t took = P2P_TOOK;
+  int from = q->in.from;
+
+  if (!tcp_hello_ok(&q->in, p->hash, p->me, p->n) || from == p->me ||
+      !tcp_hello_signed(p->token, &q->in, q->challenge) ||
+      p->c.peers[p->n + from].fd >= 0)
+    return false;
+  /* One byte on a fresh socket always fits its buffer. */
+  if (send(q->fd, &took, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+    return false;
+  p->c.peers[p->n + from].fd = q->fd;
+  return true;
+}
+
+/* Accepts one waiting connection into a slot (Note [admission under a
+ * flood]) and sends it its challenge; false: none waits. */
+static bool accept_one(struct hier_p2p *p, double now)
+{
+  struct sockaddr_storage sa;
+  socklen_t sl = sizeof sa;
+  struct pending *q;
+  int fd = accept4(p->lfd, (struct sockaddr *)&sa, &sl,
+                   SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+  if (fd < 0)
+    return false;
+  if (p->npend == PEND_MAX)
+    drop_pending(p, pg__admit_victim(p->pend, sizeof p->pend[0],
+                                     offsetof(struct pending, u), p->npend,
+                                     now));
+  q = &p->pend[p->npend];
+  memset(q, 0, sizeof *q);
+  q->fd = fd;
+  q->u.src = pg__admit_source((struct sockaddr *)&sa, sl);
+  q->u.since = now;
+  q->u.until = now + HELLO_S;
+  pg__nonce(q->challenge, sizeof q->challenge);
+  if (send(fd, q->challenge, sizeof q->challenge,
+           MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof q->challenge) {
+    close(fd);
+    return true;
+  }
+  p->npend++;
+  return true;
+}
+
+/* Reads the hellos that arrived, then accepts at most half the table of
+ * what waits, so that each new connection is read at least once before
+ * a newer one can displace it; never blocks. */
 static void accept_ready(struct hier_p2p *p)
 {
   double now = pg__now();
-  int fd, i;
+  int i;
 
-  while ((fd = accept4(p->lfd, NULL, NULL,
-                       SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
-    if (p->npend == PEND_MAX)
-      drop_pending(p, 0);
-    memset(&p->pend[p->npend], 0, sizeof p->pend[0]);
-    p->pend[p->npend].fd = fd;
-    p->pend[p->npend++].until = now + STRAY_S;
-  }
   for (i = 0; i < p->npend; i++) {
     struct pending *q = &p->pend[i];
-    ssize_t k = recv(q->fd, (char *)&q->in + q->got, sizeof q->in - q->got,
-                     MSG_DONTWAIT);
-    int from;
+    int r = read_hello(q, now);
 
-    if (k > 0)
-      q->got += (size_t)k;
-    if (q->got < sizeof q->in) {
-      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                     errno != EINTR) || now > q->until)
-        drop_pending(p, i--);
+    if (r == 0)
       continue;
-    }
-    from = q->in.from;
-    if (!tcp_hello_ok(&q->in, p->hash, p->me, p->n) || from == p->me ||
-        !tcp_hello_signed(p->token, &q->in) ||
-        p->c.peers[p->n + from].fd >= 0) {
+    if (r > 0 && take_hello(p, q))
+      p->pend[i--] = p->pend[--p->npend];
+    else
       drop_pending(p, i--);
+  }
+  for (i = 0; i < PEND_MAX / 2 && accept_one(p, now); i++)
+    ;
+}
+
+/* Waits until fd is readable (or deadline), accepting meanwhile; then
+ * reads len bytes that must be there: 0, -ECONNRESET (closed),
+ * -ETIMEDOUT, or the watch's verdict. */
+static int wait_read(struct hier_p2p *p, int fd, void *buf, size_t len,
+                     double deadline)
+{
+  size_t got = 0;
+
+  while (got < len) {
+    ssize_t k = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
+    struct pollfd pf[PEND_MAX + 2];
+    double until;
+    int np = 0, ms, i;
+
+    if (k > 0) {
+      got += (size_t)k;
       continue;
     }
-    p->c.peers[p->n + from].fd = q->fd;
-    p->pend[i--] = p->pend[--p->npend];
+    if (k == 0)
+      return -ECONNRESET;
+    if (errno == EINTR)
+      continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+      return -errno;
+    accept_ready(p);
+    until = pg__now() + SLICE_S * 20;
+    ms = tcp_ms_until(until < deadline ? until : deadline);
+    if (pg__now() >= deadline)
+      return -ETIMEDOUT;
+    pf[np].fd = fd;
+    pf[np++].events = POLLIN;
+    pf[np].fd = p->lfd;
+    pf[np++].events = POLLIN;
+    for (i = 0; i < p->npend; i++) {
+      pf[np].fd = p->pend[i].fd;
+      pf[np++].events = POLLIN;
+    }
+    /* The receiver answers only from its own send or receive: in live
+     * mode it may be recovering instead, and never will. */
+    if (poll(pf, (nfds_t)np, ms) == 0 && p->watch) {
+      int err = p->watch(p->watch_arg);
+
+      if (err)
+        return err;
+    }
+  }
+  return 0;
+}
+
+/* Sleeps s seconds (or to deadline), accepting meanwhile. */
+static void wait_accepting(struct hier_p2p *p, double s, double deadline)
+{
+  double until = pg__now() + s;
+
+  if (until > deadline)
+    until = deadline;
+  while (pg__now() < until) {
+    accept_ready(p);
+    poll(NULL, 0, tcp_ms_until(pg__now() + SLICE_S < until
+                               ? pg__now() + SLICE_S : until));
   }
 }
 
@@ -160,15 +287,69 @@ int pg__hier_p2p_create(const struct pg__setup *s, struct hier_p2p **out)
   return 0;
 }
 
-/* The socket to send q on, connected now if it is not yet. */
+/* A connection to ep by the deadline.  A refusal is retried until then;
+ * with a watch, that is asked between slices of CONNECT_SLICE_S (live
+ * mode: the peer may be recovering, its listener closed).  A slice is as
+ * long as the kernel's first SYN retry, so cutting a slow connect short
+ * and starting again costs it nothing. */
+static int connect_sliced(struct hier_p2p *p, const char *ep,
+                          double deadline)
+{
+  for (;;) {
+    double until = pg__now() + CONNECT_SLICE_S;
+    bool sliced = p->watch && until < deadline;
+    int fd = tcp_connect_ep(ep, p->bufsz, sliced ? until : deadline), err;
+
+    if (fd >= 0 || !sliced || (fd != -ECONNREFUSED && fd != -ETIMEDOUT))
+      return fd;
+    err = p->watch(p->watch_arg);
+    if (err)
+      return err;
+  }
+}
+
+/* One try at a connection to q at ep: the challenge, the hello, the
+ * answer.  0 (*fdp the socket), -EAGAIN (the receiver closed it before
+ * answering: a flood displaced it; try again), or an error. */
+static int try_connect(struct hier_p2p *p, int q, const char *ep,
+                       double deadline, int *fdp)
+{
+  uint8_t challenge[PG_NONCE_BYTES], took = 0;
+  struct hello h;
+  int fd = connect_sliced(p, ep, deadline), err;
+
+  if (fd < 0)
+    return fd;
+  err = wait_read(p, fd, challenge, sizeof challenge, deadline);
+  if (!err) {
+    tcp_hello_init(&h, p->hash, p->me, q, p->n);
+    tcp_hello_sign(p->token, &h, challenge);
+    err = tcp_io_full(fd, &h, sizeof h, true, deadline);
+  }
+  if (!err)
+    err = wait_read(p, fd, &took, 1, deadline);
+  if (!err && took != P2P_TOOK)
+    err = -EPROTO;
+  if (err == -ECONNRESET || err == -EPIPE)
+    err = -EAGAIN;
+  if (err) {
+    close(fd);
+    return err;
+  }
+  *fdp = fd;
+  return 0;
+}
+
+/* The socket to send q on, connected now if it is not yet: again and
+ * again while the receiver closes it unanswered (a flood displaced it,
+ * Note [admission under a flood]), until the deadline. */
 static int connect_peer(struct hier_p2p *p, int q, double deadline)
 {
   char key[4200], *ep;
   void *v = NULL;
   size_t len = 0;
-  struct hello h;
-  double left = deadline - pg__now();
-  int fd, err;
+  double left = deadline - pg__now(), wait_s = RETRY_MIN_S;
+  int fd = -1, err, tries = 0;
 
   if (p->c.peers[q].fd >= 0)
     return 0;
@@ -186,32 +367,22 @@ static int connect_peer(struct hier_p2p *p, int q, double deadline)
   memcpy(ep, v, len);
   ep[len] = '\0';
   free(v);
-  /* A refusal is retried until the deadline; with a watch, that is asked
-   * between slices of CONNECT_SLICE_S (the peer may be recovering: its
-   * listener is closed).  A slice is as long as the kernel's first SYN
-   * retry, so cutting a slow connect short and starting again costs it
-   * nothing. */
-  for (;;) {
-    double until = pg__now() + CONNECT_SLICE_S;
-    bool sliced = p->watch && until < deadline;
-
-    fd = tcp_connect_ep(ep, p->bufsz, sliced ? until : deadline);
-    if (fd >= 0 || !sliced || (fd != -ECONNREFUSED && fd != -ETIMEDOUT) ||
-        (fd = p->watch(p->watch_arg)) != 0)
+  while ((err = try_connect(p, q, ep, deadline, &fd)) == -EAGAIN) {
+    tries++;
+    if (pg__now() >= deadline) {
+      err = -ETIMEDOUT;
       break;
-  }
-  err = fd < 0 ? fd : 0;
-  if (!err) {
-    tcp_hello_init(&h, p->hash, p->me, q, p->n);
-    tcp_hello_sign(p->token, &h);
-    err = tcp_io_full(fd, &h, sizeof h, true, deadline);
-    if (err)
-      close(fd);
+    }
+    wait_accepting(p, wait_s, deadline);
+    wait_s = wait_s * 2 < RETRY_MAX_S ? wait_s * 2 : RETRY_MAX_S;
   }
   if (err) {
-    err = pg__fail(err, "send: cannot connect to rank %d at %s: %s",
+    err = pg__fail(err, "send: cannot connect to rank %d at %s: %s%s",
                    p->c.peers[q].rank, ep, err == PG_ERR_PEER_LOST
-                   ? pg_last_error() : pg_strerror(err));
+                   ? pg_last_error() : pg_strerror(err),
+                   tries && err != PG_ERR_PEER_LOST
+                   ? " (it closed every try unanswered: a flood of "
+                   "strangers, or a job token that differs)" : "");
     free(ep);
     return err;
   }
@@ -316,8 +487,8 @@ int pg__hier_p2p_recv(struct hier_p2p *p, void *buf, size_t bytes, int q,
       pf[np].fd = p->pend[i].fd;
       pf[np++].events = POLLIN;
     }
-    if (p->npend && ms > (int)(STRAY_S * 1000))
-      ms = (int)(STRAY_S * 1000);
+    if (p->npend && ms > (int)(HELLO_S * 1000))
+      ms = (int)(HELLO_S * 1000);
     if (p->watch && ms > WATCH_MS)
       ms = WATCH_MS;
     if (poll(pf, (nfds_t)np, ms) == 0 && p->watch) {
@@ -329,7 +500,16 @@ int pg__hier_p2p_recv(struct hier_p2p *p, void *buf, size_t bytes, int q,
   }
   tcp_stream_buf(&p->c, &p->c.ss[0], p->n + q, false, &h, buf);
   p->c.ss[0].p2p = true;
-  return fail(p, tcp_run(&p->c, p->c.ss, 1, deadline));
+  /* Answer the others' hellos meanwhile, as a send does. */
+  for (;;) {
+    double until = pg__now() + SLICE_S * 20;
+    int err = tcp_run(&p->c, p->c.ss, 1,
+                      until < deadline ? until : deadline);
+
+    if (err != -ETIMEDOUT || pg__now() >= deadline)
+      return fail(p, err);
+    accept_ready(p);
+  }
 }
 
 void pg__hier_p2p_destroy(struct hier_p2p *p)

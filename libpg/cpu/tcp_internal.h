@@ -64,8 +64,10 @@ _Static_assert(sizeof(struct frame) == 24, "frame header is 24 bytes");
  * proof of the job token over both (auth.h), then the connector sends
  * its proof (32 bytes): a challenge-response, so a peer without the
  * token gets no socket of the comm, and a redirected endpoint leads
- * nowhere.  Lazy p2p (hier_p2p.c) cannot wait for an answer: its sender
- * puts a one-way proof over its own nonce in mac. */
+ * nowhere.  Lazy p2p (hier_p2p.c) is the other way round: the receiver
+ * sends a 32-byte challenge first, the sender's hello carries its proof
+ * over its nonce and the challenge in mac, and the receiver answers one
+ * byte once it took the connection (Note [lazy p2p]). */
 struct hello {
   uint32_t magic, version;
   uint64_t ns_hash;

@@ -17,6 +17,7 @@
 #include "number.h"
 #include "tcp_internal.h"
 #include "tcp_setup.h"
+#include "admit.h"
 
 uint64_t tcp_fnv1a(const char *s)
 {
@@ -355,21 +356,22 @@ bool tcp_proof_ok(const struct pg__token *t, const struct hello *asked,
                         asked->nonce, answer->nonce, proof);
 }
 
-void tcp_hello_sign(const struct pg__token *t, struct hello *h)
+void tcp_hello_sign(const struct pg__token *t, struct hello *h,
+                    const uint8_t challenge[PG_NONCE_BYTES])
 {
-  static const uint8_t none[PG_NONCE_BYTES];
   struct proof_ctx x = ctx_of(h);
 
-  pg__auth_mac(t, "pg-p2p-2 sender", &x, sizeof x, h->nonce, none, h->mac);
+  pg__auth_mac(t, "pg-p2p-3 sender", &x, sizeof x, h->nonce, challenge,
+               h->mac);
 }
 
-bool tcp_hello_signed(const struct pg__token *t, const struct hello *h)
+bool tcp_hello_signed(const struct pg__token *t, const struct hello *h,
+                      const uint8_t challenge[PG_NONCE_BYTES])
 {
-  static const uint8_t none[PG_NONCE_BYTES];
   struct proof_ctx x = ctx_of(h);
 
-  return pg__auth_check(t, "pg-p2p-2 sender", &x, sizeof x, h->nonce, none,
-                        h->mac);
+  return pg__auth_check(t, "pg-p2p-3 sender", &x, sizeof x, h->nonce,
+                        challenge, h->mac);
 }
 
 bool tcp_hello_ok(const struct hello *h, uint64_t hash, int to, int n)
@@ -406,6 +408,8 @@ struct conn {
   struct hello out, in;
   uint8_t proof[32];
   double at;            /* CS_WAIT: connect then; accepted: drop then */
+  uint64_t src;         /* accepted: its source (pg__admit_source) */
+  double since;         /* accepted: then */
 };
 
 static void conn_close(struct conn *k)
@@ -447,6 +451,20 @@ static int hello_io(struct conn *k)
   }
 }
 
+/* The acceptor closed k before it answered: a flood of strangers
+ * displaced it there (Note [admission under a flood], admit.c), so k
+ * connects again RETRY_S later, within the setup's deadline.  Other
+ * errors, and 0 (wait), pass. */
+static int displaced(struct conn *k, int r)
+{
+  if (r != -ECONNRESET && r != -EPIPE)
+    return r;
+  conn_close(k);
+  k->state = CS_WAIT;
+  k->at = pg__now() + RETRY_S;
+  return 0;
+}
+
 /* One step of an outgoing connection; < 0: a failure to report
  * (-EACCES: the peer did not prove the job token). */
 static int out_step(struct tcp_comm *c, const struct pg__token *t,
@@ -484,14 +502,14 @@ static int out_step(struct tcp_comm *c, const struct pg__token *t,
   case CS_TX:
     r = hello_io(k);
     if (r <= 0)
-      return r;
+      return displaced(k, r);
     k->state = CS_RX;
     k->off = 0;
     /* fall through */
   case CS_RX:
     r = hello_io(k);
     if (r <= 0)
-      return r;
+      return displaced(k, r);
     if (!tcp_hello_ok(&k->in, hash, c->me, c->n) || k->in.from != k->peer)
       return -EPROTO;
     if (!tcp_answer_ok(t, &k->out, &k->in))
@@ -583,6 +601,7 @@ struct mesh {
   double deadline;
   int nout, nin, nacc, cap;
   struct conn *out, *acc;
+  struct pg__unproven *unproven;  /* mesh_accept's scratch, cap long */
   struct sockaddr_storage *sa;
   socklen_t *sl;
   struct pollfd *pfd;
@@ -599,11 +618,13 @@ static int mesh_init(struct mesh *m)
 
   m->out = calloc((size_t)nout + 1, sizeof *m->out);
   m->acc = calloc((size_t)cap, sizeof *m->acc);
+  m->unproven = calloc((size_t)cap, sizeof *m->unproven);
   m->sa = calloc((size_t)nout + 1, sizeof *m->sa);
   m->sl = calloc((size_t)nout + 1, sizeof *m->sl);
   m->pfd = calloc((size_t)(nout + cap) + 1, sizeof *m->pfd);
   m->who = calloc((size_t)(nout + cap) + 1, sizeof *m->who);
-  if (!m->out || !m->acc || !m->sa || !m->sl || !m->pfd || !m->who)
+  if (!m->out || !m->acc || !m->unproven || !m->sa || !m->sl || !m->pfd ||
+      !m->who)
     return pg__fail(-ENOMEM, "tcp setup: out of memory");
   for (j = 0; j < nout; j++) {
     m->out[j].fd = -1;
@@ -629,6 +650,7 @@ static void mesh_free(struct mesh *m)
     conn_close(&m->acc[j]);
   free(m->out);
   free(m->acc);
+  free(m->unproven);
   free(m->sa);
   free(m->sl);
   free(m->pfd);
@@ -665,13 +687,23 @@ static int mesh_step(struct mesh *m)
   return 0;
 }
 
+/* Some accepted connection has not sent a valid hello yet: a newcomer
+ * may displace it (mesh_accept). */
+static bool mesh_displaceable(const struct mesh *m)
+{
+  for (int i = 0; i < m->nacc; i++)
+    if (m->acc[i].state == CS_RX)
+      return true;
+  return false;
+}
+
 /* Fills the poll set with what waits on a socket and returns its size;
  * *ms comes down to the nearest connect retry or stray's deadline. */
 static int mesh_poll_set(struct mesh *m, double now, int *ms)
 {
   int np = 0, j, i;
 
-  if (m->got < m->nin && m->nacc < m->cap) {
+  if (m->got < m->nin && (m->nacc < m->cap || mesh_displaceable(m))) {
     m->pfd[np].fd = m->lfd;
     m->pfd[np].events = POLLIN;
     m->who[np++] = -1;
@@ -706,22 +738,51 @@ static int mesh_poll_set(struct mesh *m, double now, int *ms)
   return np;
 }
 
-/* Takes every connection waiting on the listener, while slots last. */
+/* Takes what waits on the listener, at most half the slots a pass (so
+ * each is read once before a newer one may displace it); a full table
+ * closes a connection that has not sent a valid hello yet (Note
+ * [admission under a flood], admit.c), never one past it. */
 static void mesh_accept(struct mesh *m)
 {
-  int fd;
+  int fd, i, n;
 
-  while (m->nacc < m->cap &&
-         (fd = accept4(m->lfd, NULL, NULL,
-                       SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
-    struct conn *k = &m->acc[m->nacc++];
+  for (n = 0; n < m->cap / 2; n++) {
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    double now = pg__now();
+    struct conn *k;
 
+    if (m->nacc == m->cap) {
+      int victim = -1, j = 0;
+
+      /* The candidates: those still reading the first hello. */
+      for (i = 0; i < m->nacc; i++)
+        if (m->acc[i].state == CS_RX)
+          m->unproven[j++] = (struct pg__unproven){
+            m->acc[i].src, m->acc[i].since, m->acc[i].at };
+      if (!j)
+        return;
+      victim = pg__admit_victim(m->unproven, sizeof *m->unproven, 0, j,
+                                now);
+      for (i = 0; i < m->nacc; i++)
+        if (m->acc[i].state == CS_RX && victim-- == 0)
+          break;
+      conn_close(&m->acc[i]);
+      m->acc[i] = m->acc[--m->nacc];
+    }
+    fd = accept4(m->lfd, (struct sockaddr *)&sa, &sl,
+                 SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+      return;
+    k = &m->acc[m->nacc++];
     memset(k, 0, sizeof *k);
     k->fd = fd;
     k->peer = -1;
     k->state = CS_RX;
+    k->src = pg__admit_source((struct sockaddr *)&sa, sl);
+    k->since = now;
     /* a silent stray must not hold its slot for long */
-    k->at = pg__now() + STRAY_S;
+    k->at = now + STRAY_S;
     if (k->at > m->deadline)
       k->at = m->deadline;
   }

@@ -40,8 +40,11 @@ void tcp_proof(const struct pg__token *t, const struct hello *sent,
                const struct hello *answer, uint8_t out[32]);
 bool tcp_proof_ok(const struct pg__token *t, const struct hello *asked,
                   const struct hello *answer, const uint8_t proof[32]);
-/* Lazy p2p's one-way hello: h's mac set, and checked. */
-void tcp_hello_sign(const struct pg__token *t, struct hello *h);
-bool tcp_hello_signed(const struct pg__token *t, const struct hello *h);
+/* Lazy p2p's hello: h's mac set over the receiver's challenge (a nonce
+ * it sent on this connection), and checked. */
+void tcp_hello_sign(const struct pg__token *t, struct hello *h,
+                    const uint8_t challenge[32]);
+bool tcp_hello_signed(const struct pg__token *t, const struct hello *h,
+                      const uint8_t challenge[32]);
 
 #endif

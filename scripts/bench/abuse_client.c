@@ -32,7 +32,8 @@ static const char usage[] =
   "ATTACK: ping kv_waiters partial_frames lockout status_many\n"
   "        waiting_final silent junk kv_fill pong_flood\n"
   "        member_partial_frames waiting_list pipelined_hello\n"
-  "        metrics_lockout (needs --metrics-port)\n"
+  "        metrics_lockout metrics_flood (need --metrics-port)\n"
+  "        connect_flood job_squat\n"
   "        control_bytes (needs --rdzvd, the binary for --status, and\n"
   "        --log, the daemon's log)\n"
   "\n"
@@ -967,7 +968,7 @@ static bool scrape(void)
       }
       len += (size_t)r;
       if (len == sizeof buf - 1)
-        len = 16;               /* keep the status line, drop the rest */
+        len = 17;               /* keep the status line, drop the rest */
     }
   }
   buf[len] = '\0';
@@ -975,11 +976,11 @@ static bool scrape(void)
   return ok && strncmp(buf, "HTTP/1.1 200 OK\r\n", 17) == 0;
 }
 
-/* Idle clients fill the metrics endpoint's slots (16) and more, and
+/* Idle clients fill the metrics endpoint's slots (64) and more, and
  * reconnect: survived when every scrape in between is answered. */
 static bool attack_metrics_lockout(void)
 {
-  long n = A.count ? A.count : 64, i, opened = 0;
+  long n = A.count ? A.count : 256, i, opened = 0;
   int *fds = calloc((size_t)n, sizeof *fds), round, scrapes = 0;
   int good = 0;
 
@@ -1003,6 +1004,155 @@ static bool attack_metrics_lockout(void)
   note("%ld idle connections in 5 rounds; %d of %d scrapes answered; ",
        opened, good, scrapes);
   return good == scrapes && daemon_answers();
+}
+
+/* ---- floods (issue 32): a stranger opens idle connections as fast as
+ * it can while legitimate work goes on ---- */
+
+/* A child that keeps up to hold idle connections to port (the metrics
+ * port when metrics, else the rendezvous port) open, reopening each one
+ * the server closes, until killed.  Returns its pid. */
+static pid_t flood_start(bool metrics, long hold)
+{
+  pid_t pid = fork();
+
+  if (pid < 0)
+    die("fork: %s", strerror(errno));
+  if (pid == 0) {
+    int *fds = calloc((size_t)hold, sizeof *fds);
+    long i;
+
+    if (!fds)
+      _exit(2);
+    for (i = 0; i < hold; i++)
+      fds[i] = -1;
+    for (;;) {
+      for (i = 0; i < hold; i++) {
+        char c;
+
+        if (fds[i] >= 0 && recv(fds[i], &c, 1, MSG_DONTWAIT) != 0 &&
+            errno == EAGAIN)
+          continue;           /* still open, idle */
+        if (fds[i] >= 0)
+          close(fds[i]);
+        fds[i] = metrics ? dial_metrics() : dial_raw(0);
+      }
+    }
+  }
+  return pid;
+}
+
+static void flood_stop(pid_t pid)
+{
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+/* The rendezvous port flooded with idle strangers (held up to their
+ * hello timeout, then reopened): a real job still gets its rounds. */
+static bool attack_connect_flood(void)
+{
+  long hold = A.count ? A.count : 2000;
+  pid_t f = flood_start(false, hold);
+  int i, good = 0;
+
+  usleep(500000);
+  for (i = 0; i < 5; i++)
+    good += real_job_works("connect_flood");
+  rss_kb();
+  flood_stop(f);
+  note("%ld idle strangers held and reopened; %d of 5 real jobs got their "
+       "round; ", hold, good);
+  return good == 5 && daemon_answers();
+}
+
+/* The metrics port flooded the same way: every scrape is answered
+ * (Note [idle eviction]: a just-accepted scrape is not idle). */
+static bool attack_metrics_flood(void)
+{
+  long hold = A.count ? A.count : 200;
+  pid_t f;
+  int i, good = 0;
+
+  if (A.metrics_port <= 0)
+    die("metrics_flood: --metrics-port is required");
+  f = flood_start(true, hold);
+  usleep(500000);
+  for (i = 0; i < 100; i++)
+    good += scrape();
+  flood_stop(f);
+  note("%ld idle strangers on the metrics port; %d of 100 scrapes "
+       "answered; ", hold, good);
+  return good == 100 && daemon_answers();
+}
+
+/* One tenant (127.0.0.2) holds a waiting node in each of more jobs than
+ * the table holds (min_nodes 2: they never run; the report's 10,050):
+ * survived when a real job from 127.0.0.1 still gets its round (Note
+ * [tenant share]: the squatter's share refuses it, and a full table
+ * reclaims jobs that never ran before it refuses anyone). */
+static bool attack_job_squat(void)
+{
+  long n = A.count ? A.count : 10050, i, sent = 0, refused = 0;
+  long reclaimed = 0;
+  int *fds = calloc((size_t)n, sizeof *fds);
+  struct rdzv_proto_msg m;
+  char id[64];
+  bool ok;
+
+  if (!fds)
+    die("out of memory");
+  if (A.addr.ss_family != AF_INET)
+    die("job_squat: needs an IPv4 loopback --host (it squats from 127.0.0.2)");
+  raise_nofile();
+  for (i = 0; i < n; i++) {
+    struct sockaddr_in me = { .sin_family = AF_INET };
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char err[512];
+
+    fds[i] = -1;
+    me.sin_addr.s_addr = htonl(0x7f000002);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&me, sizeof me) != 0 ||
+        connect(fd, (struct sockaddr *)&A.addr, A.addrlen) != 0 ||
+        (A.secret.len && rdzv_auth_handshake_fd(fd, &A.secret, 5000, err,
+                                                sizeof err) != 0)) {
+      if (fd >= 0)
+        close(fd);
+      refused++;
+      continue;
+    }
+    snprintf(id, sizeof id, "squat-%d-%ld", (int)getpid(), i);
+    if (join(fd, id, 2, 2, 1e7) == 0)
+      sent++;
+    fds[i] = fd;
+  }
+  rss_kb();
+  ok = real_job_works("job_squat");
+  /* What each squatter heard: WAITING, or refused, or reclaimed. */
+  for (i = 0; i < n; i++) {
+    if (fds[i] < 0)
+      continue;
+    for (;;) {
+      struct pollfd p = { fds[i], POLLIN, 0 };
+
+      /* What has arrived only: WAITING may not have, CLOSED may never. */
+      if (poll(&p, 1, 0) <= 0 || recv_msg(fds[i], &m, 1) != 0)
+        break;
+      bool done = m.op == RDZV_PROTO_ERROR || m.op == RDZV_PROTO_CLOSED;
+
+      refused += m.op == RDZV_PROTO_ERROR;
+      reclaimed += m.op == RDZV_PROTO_CLOSED;
+      rdzv_proto_msg_free(&m);
+      if (done)
+        break;
+    }
+    close(fds[i]);
+  }
+  free(fds);
+  note("%ld squatting joins from 127.0.0.2, %ld refused, %ld reclaimed; a "
+       "real job %s; ", sent, refused, reclaimed,
+       ok ? "still works" : "is REFUSED");
+  return ok && daemon_answers();
 }
 
 /* Runs argv (no shell: the job id holds a newline), its stdout into buf
@@ -1335,6 +1485,9 @@ int main(int argc, char **argv)
     { "waiting_list", attack_waiting_list },
     { "pipelined_hello", attack_pipelined_hello },
     { "metrics_lockout", attack_metrics_lockout },
+    { "connect_flood", attack_connect_flood },
+    { "metrics_flood", attack_metrics_flood },
+    { "job_squat", attack_job_squat },
     { "control_bytes", attack_control_bytes },
     { "displace", attack_displace },
     { "round_overflow", attack_round_overflow },

@@ -26,14 +26,21 @@
  * itself may restart (a new registry, every connection gone), with or
  * without a lasting token key (the input's first byte).  After every step:
  * - no live node is displaced: a step drops another live connection's
- *   node only if its sender was a participant of that node's job;
+ *   node only if its sender was a participant of that node's job, or if
+ *   the job table was full and the node's job never ran (reclaimed);
  * - only a participant of a job ends it (outside rdzv_state_tick);
  * - round and restart numbers never go back, never below 0 or above the
  *   wire's bounds;
  * - memory stays within the budgets: a job's tables are sized by the
  *   nodes that arrived, never by a claimed world;
  * - with a lasting key, a running participant holds the rank it was given in
- *   a ROUND of that round, in this daemon life or an earlier one. */
+ *   a ROUND of that round, in this daemon life or an earlier one; the
+ *   adversary also replays another node's stale token (the assignment of
+ *   its previous ROUND: Note [fresh tokens]), and the daemon keeps its job
+ *   ledger across restarts as rdzvd does beside its key file;
+ * - once a job rebuilt from claims is whole again, a stranger's gathering
+ *   claim changes no restart count and moves the round by one at most (a
+ *   newcomer's round), with or without a lasting key. */
 #include "rdzv_state_int.h"
 #include "rdzv_auth.h"
 
@@ -60,6 +67,13 @@ struct fconn {
   bool have_round;
   struct rdzv_proto_round last;
   char last_id[8];
+  /* The ROUND before that: what a stale replay presents, once the daemon
+   * restarted since the last ROUND (within a life the server still takes
+   * a node's token before its latest: the latest may have been in
+   * flight; a captured one of those is the node, SECURITY.md). */
+  bool have_old, restarted;
+  struct rdzv_proto_round old;
+  char old_id[8];
 };
 
 #define MAX_ISSUED 64
@@ -78,10 +92,17 @@ static struct {
   struct { char id[8]; int round, rank, conn; } issued[MAX_ISSUED];
   int n_issued;
   /* Before the step: which connections were live nodes, and of what. */
-  struct { const void *node; const void *job; bool part; } before[NCONN];
+  struct { const void *node; const void *job; bool part, never_ran; }
+      before[NCONN];
+  bool table_full;          /* before the step: max_jobs jobs */
   struct { const void *job; int round, restart; enum phase phase;
-           uint64_t seq; } jobs[8];
+           uint64_t seq; bool whole; } jobs[8];
   int n_jobs;
+  bool gathering_claim;     /* this step: a stranger's gathering RESUME */
+  /* The ledger beside the key file (Note [job ledger]): it outlives the
+   * daemon. */
+  struct { char id[RDZV_PROTO_MAX_ID + 1]; struct rdzv_ledger_rec rec; }
+      ledger[8];
 } F;
 
 static int conn_index(void *conn)
@@ -115,7 +136,13 @@ static void f_send(void *ctx, void *conn, const struct rdzv_proto_msg *m)
     F.rounds[F.n_rounds].conn = i;
     F.rounds[F.n_rounds].rd = m->u.round;
     F.n_rounds++;
+    if (F.c[i].have_round) {
+      F.c[i].have_old = true;
+      F.c[i].old = F.c[i].last;
+      memcpy(F.c[i].old_id, F.c[i].last_id, sizeof F.c[i].old_id);
+    }
     memcpy(F.c[i].token, m->u.round.token, RDZV_PROTO_TOKEN_BYTES);
+    F.c[i].restarted = false;
     F.c[i].have_round = true;
     F.c[i].last = m->u.round;
   } else if (m->op == RDZV_PROTO_WAITING &&
@@ -131,6 +158,51 @@ static void f_drop(void *ctx, void *conn)
 }
 
 static const struct rdzv_state_sink SINK = { NULL, f_send, f_drop, NULL };
+
+static int ledger_find(const char *job)
+{
+  for (int i = 0; i < 8; i++)
+    if (F.ledger[i].id[0] && strcmp(F.ledger[i].id, job) == 0)
+      return i;
+  return -1;
+}
+
+static int l_get(void *ctx, const char *job, struct rdzv_ledger_rec *out)
+{
+  int i = ledger_find(job);
+
+  (void)ctx;
+  if (i < 0)
+    return -2;              /* -ENOENT */
+  *out = F.ledger[i].rec;
+  return 0;
+}
+
+static void l_put(void *ctx, const char *job,
+                  const struct rdzv_ledger_rec *rec)
+{
+  int i = ledger_find(job);
+
+  (void)ctx;
+  for (int k = 0; i < 0 && k < 8; k++)
+    if (!F.ledger[k].id[0])
+      i = k;
+  if (i < 0)
+    return;                 /* full: as a failed write, the job unprovable */
+  snprintf(F.ledger[i].id, sizeof F.ledger[i].id, "%s", job);
+  F.ledger[i].rec = *rec;
+}
+
+static void l_drop(void *ctx, const char *job)
+{
+  int i = ledger_find(job);
+
+  (void)ctx;
+  if (i >= 0)
+    F.ledger[i].id[0] = '\0';
+}
+
+static const struct rdzv_ledger LEDGER = { NULL, l_get, l_put, l_drop };
 
 /* ---- invariants ---- */
 
@@ -533,6 +605,24 @@ static void do_adversary(int i, struct in *in, double now)
     a->round.rank_offset = pick_int(take(in), a->round.world_size - 1);
     snprintf(a->round.master_addr, sizeof a->round.master_addr, "6.6.6.6");
     a->round.master_port = 6666;
+    /* Another node's stale token: the assignment of its ROUND before
+     * the last, of the same job (a capture, replayed; a node's latest
+     * assignment in a job, stolen, is the node: out of scope). */
+    if ((b & 0x20) && m.op == RDZV_PROTO_RESUME && F.c[victim].have_old &&
+        victim != i && F.c[victim].restarted &&
+        strcmp(F.c[victim].old_id, F.c[victim].last_id) == 0) {
+      snprintf(a->join.id, sizeof a->join.id, "%s", F.c[victim].old_id);
+      a->round = F.c[victim].old;
+      a->round.embedded = false;
+      a->round.host_rank = 0;
+      a->phase = RDZV_PROTO_PHASE_RUNNING;
+      a->join.nproc = 1;
+      rdzv_proto_conf_default(&a->join.conf);  /* within every ceiling */
+      a->join.conf.keepalive_interval = 1;
+      a->join.conf.max_nodes = 1 + 2 + 2;
+      a->join.conf.min_nodes = 1;
+      break;
+    }
     /* No token, a made-up one, or its own (from an earlier life). */
     if (b & 0x80)
       memcpy(a->round.token, F.c[i].token, RDZV_PROTO_TOKEN_BYTES);
@@ -544,6 +634,9 @@ static void do_adversary(int i, struct in *in, double now)
         a->round.token[j] = (unsigned char)(k + j);
       a->round.token[0] = (unsigned char)(0xa0 + i);
     }
+    /* Unproven: no token, or a made-up one (its own may be the node's). */
+    F.gathering_claim = m.op == RDZV_PROTO_RESUME && !(b & 0x80) &&
+                        a->phase == RDZV_PROTO_PHASE_GATHERING;
     break;
   case 2:
     m.op = RDZV_PROTO_FAILURE;
@@ -575,10 +668,13 @@ static void restart_daemon(void)
   F.r = rdzv_state_create(&SINK, &F.lim);
   if (!F.r || (F.secret && rdzv_state_set_token_key(F.r, &k)))
     abort();
+  if (F.secret)
+    rdzv_state_set_ledger(F.r, &LEDGER);
   for (i = 0; i < NCONN; i++) {
     F.c[i].id[0] = '\0';
     F.c[i].drop = false;
     F.c[i].gen++;
+    F.c[i].restarted = true;
   }
   F.n_jobs = 0;
 }
@@ -609,8 +705,12 @@ static void note_before(void)
     F.before[i].node = c && !c->dropped ? c->node : NULL;
     F.before[i].job = F.before[i].node ? c->node->job : NULL;
     F.before[i].part = F.before[i].node && may_end(c->node);
+    F.before[i].never_ran = F.before[i].node &&
+                            c->node->job->issued_round < 0 &&
+                            !c->node->job->rebuild_size;
   }
   F.n_jobs = 0;
+  F.table_full = F.r->n_jobs >= F.lim.max_jobs;
   list_for_each_safe(pos, next, &F.r->jobs_in_order) {
     job = list_entry(pos, struct job, in_registry);
     if (F.n_jobs == 8)
@@ -620,6 +720,8 @@ static void note_before(void)
     F.jobs[F.n_jobs].restart = job->restart_count;
     F.jobs[F.n_jobs].phase = job->phase;
     F.jobs[F.n_jobs].seq = job->seq;
+    F.jobs[F.n_jobs].whole = job->rebuild_size > 0 && !job->rebuilding &&
+                             job->phase == PH_RUNNING;
     F.n_jobs++;
   }
 }
@@ -635,8 +737,11 @@ static void check_step(int by)
   for (i = 0; by >= 0 && i < NCONN; i++) {
     if (i == by || !F.before[i].node || !F.c[i].drop)
       continue;
-    /* i was a live node and was dropped by by's message. */
-    if (!(F.before[by].part && F.before[by].job == F.before[i].job))
+    /* i was a live node and was dropped by by's message: only a node of
+     * its job may, or a newcomer reclaiming a job that never ran from a
+     * full table (Note [tenant share]). */
+    if (!(F.before[by].part && F.before[by].job == F.before[i].job) &&
+        !(F.table_full && F.before[i].never_ran))
       abort();              /* a live node displaced by a stranger */
   }
   list_for_each_safe(pos, next, &F.r->jobs_in_order) {
@@ -651,6 +756,11 @@ static void check_step(int by)
           F.jobs[k].phase != PH_CLOSED &&
           !(F.before[by].part && F.before[by].job == job))
         abort();            /* ended by someone not in it */
+      if (by >= 0 && F.gathering_claim && F.jobs[k].whole &&
+          F.before[by].job != job &&
+          (job->restart_count != F.jobs[k].restart ||
+           job->round > F.jobs[k].round + 1))
+        abort();            /* a late claim moved a rebuilt job's counts */
     }
   }
 }
@@ -668,7 +778,7 @@ static void check_ranks_owned(void)
     return;
   list_for_each_safe(jpos, jnext, &F.r->jobs_in_order) {
     job = list_entry(jpos, struct job, in_registry);
-    if (job->phase != PH_RUNNING || !job->resumed)
+    if (job->phase != PH_RUNNING || !job->rebuild_size)
       continue;
     list_for_each_safe(pos, next, &job->nodes) {
       bool owned = false;
@@ -722,6 +832,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned op = take(&in), who = take(&in) % NCONN;
 
     note_before();
+    F.gathering_claim = false;
     by = (int)who;
     switch (op % 15) {
     case 0:

@@ -24,6 +24,10 @@
  *                           ("addr port"); then waits for DIR/release,
  *                           checks no stranger's pg/exit key is in the
  *                           store, and all-reduces (t_pg_store_auth.sh)
+ *   pgtest flooded DIR      DIR/ready.<rank> once the group is up, then
+ *                           waits for DIR/go (a flood of strangers'
+ *                           connections started meanwhile) and runs
+ *                           sendrecv (t_pg_p2p_flood.sh)
  *   pgtest victim R DIR     rank R SIGKILLs itself in the middle of a
  *                           stream of all-reduces; the others must get an
  *                           error (written to DIR/err.<rank>), not hang
@@ -904,6 +908,18 @@ static int mode_hold(pg_group *g, const char *dir)
   return 0;
 }
 
+static int mode_flooded(pg_group *g, const char *dir)
+{
+  char name[64], path[PATH_MAX];
+
+  snprintf(name, sizeof name, "ready.%d", rank);
+  write_file(dir, name, "1\n");
+  snprintf(path, sizeof path, "%s/go", dir);
+  while (access(path, F_OK) != 0)
+    usleep(20000);
+  return mode_sendrecv(g);
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "";
@@ -934,6 +950,8 @@ int main(int argc, char **argv)
     rc = mode_halfavg(g);
   else if (strcmp(mode, "hold") == 0 && argc == 3)
     rc = mode_hold(g, argv[2]);
+  else if (strcmp(mode, "flooded") == 0 && argc == 3)
+    rc = mode_flooded(g, argv[2]);
   else if (strcmp(mode, "victim") == 0 && argc == 4)
     rc = mode_victim(g, atoi(argv[2]), argv[3]);
   else

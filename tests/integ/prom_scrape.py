@@ -19,6 +19,8 @@ FAMILIES = {
     "rdzvd_start_time_seconds": "gauge",
     "rdzvd_jobs": "gauge",
     "rdzvd_nodes": "gauge",
+    "rdzvd_peers": "gauge",
+    "rdzvd_peer_refusals": "counter",
     "rdzvd_rounds_completed": "counter",
     "rdzvd_restarts": "counter",
     "rdzvd_joins": "counter",

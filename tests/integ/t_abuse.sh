@@ -18,7 +18,7 @@ budget=98304
 [ -z "${ASAN_OPTIONS:-}" ] || budget=4194304
 ABUSE_AUTH=1 ABUSE_SILENT_WAIT=30 ABUSE_RSS_BUDGET_KB=$budget \
 ABUSE_RDZVD_ARGS="--hello_timeout 2 --max_jobs 500 --input_budget 16M --output_budget 16M --kv_budget 16M" \
-ABUSE_COUNTS="huge_resume=200 junk=65 silent=100 partial_frames=30 pipelined_hello=20 metrics_lockout=32 member_partial_frames=32 waiting_list=500 kv_waiters=100 pong_flood=8 kv_fill=4 lockout=2000" \
+ABUSE_COUNTS="huge_resume=200 junk=65 silent=100 partial_frames=30 pipelined_hello=20 metrics_lockout=32 member_partial_frames=32 waiting_list=500 kv_waiters=100 pong_flood=8 kv_fill=4 lockout=2000 job_squat=2000" \
 CDRUN=$CDRUN RDZVD=$RDZVD TMPDIR=$T \
   "$bench" >"$T/abuse.out" 2>"$T/abuse.err"
 rc=$?

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "pg_internal.h"
+#include "admit.h"
 #include "auth.h"
 #include "cpu/tcp_setup.h"
 
@@ -1057,21 +1058,67 @@ START_TEST(test_token_wrong)
 }
 END_TEST
 
-/* Lazy p2p's one-way hello (hier_p2p.c) verifies under its own token
- * only, and for the positions it was signed for. */
+/* Note [admission under a flood]: a full table closes one past its
+ * deadline, else the oldest of the source holding the most slots; never
+ * a legitimate peer's slot for a flood from another address. */
+START_TEST(test_admit_victim)
+{
+  struct pg__unproven u[8];
+  struct sockaddr_in a, b;
+  uint64_t sa, sb;
+  int i;
+
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(0x0a000001);
+  a.sin_port = htons(1000);
+  b = a;
+  b.sin_port = htons(2000);                 /* the same host: one source */
+  sa = pg__admit_source((struct sockaddr *)&a, sizeof a);
+  ck_assert(sa == pg__admit_source((struct sockaddr *)&b, sizeof b));
+  b.sin_addr.s_addr = htonl(0x0a000002);
+  sb = pg__admit_source((struct sockaddr *)&b, sizeof b);
+  ck_assert(sa != sb);
+  /* Slot 0: the legitimate peer (b), the oldest; 1..7 a flood (a). */
+  for (i = 0; i < 8; i++) {
+    u[i].src = i == 0 ? sb : sa;
+    u[i].since = 10 + i;
+    u[i].until = 12 + i;
+  }
+  ck_assert_int_eq(pg__admit_victim(u, sizeof u[0], 0, 8, 11), 1);
+  u[1].since = 30;                          /* then the flood's oldest */
+  ck_assert_int_eq(pg__admit_victim(u, sizeof u[0], 0, 8, 11), 2);
+  /* One past its deadline goes first, whoever it is. */
+  ck_assert_int_eq(pg__admit_victim(u, sizeof u[0], 0, 8, 12.5), 0);
+  /* One source only: its oldest, never the newest. */
+  for (i = 0; i < 8; i++)
+    u[i].src = sa;
+  ck_assert_int_eq(pg__admit_victim(u, sizeof u[0], 0, 8, 11), 0);
+}
+END_TEST
+
+/* Lazy p2p's hello (hier_p2p.c) verifies under its own token only, for
+ * the positions it was signed for, and for the receiver's challenge on
+ * that connection only: a captured hello replayed on another connection
+ * (another challenge) proves nothing. */
 START_TEST(test_token_p2p_hello)
 {
   struct pg__token a, b;
   struct hello h;
+  uint8_t ch[32], other[32];
 
   ck_assert_int_eq(pg__token_from(TOKEN, &a), 0);
   ck_assert_int_eq(pg__token_from(TOKEN "-but-another", &b), 0);
+  pg__nonce(ch, sizeof ch);
+  memcpy(other, ch, sizeof other);
+  other[0] ^= 1;
   tcp_hello_init(&h, tcp_fnv1a("t/comm/p2p/"), 3, 0, 4);
-  tcp_hello_sign(&a, &h);
-  ck_assert(tcp_hello_signed(&a, &h));
-  ck_assert(!tcp_hello_signed(&b, &h));
+  tcp_hello_sign(&a, &h, ch);
+  ck_assert(tcp_hello_signed(&a, &h, ch));
+  ck_assert(!tcp_hello_signed(&a, &h, other));   /* a replay */
+  ck_assert(!tcp_hello_signed(&b, &h, ch));
   h.from = 2;                       /* claims another rank */
-  ck_assert(!tcp_hello_signed(&a, &h));
+  ck_assert(!tcp_hello_signed(&a, &h, ch));
 }
 END_TEST
 
@@ -1113,6 +1160,7 @@ static void p2p_impostor_main(void)
   struct addrinfo hints, *ai;
   struct pg__token other;
   struct hello h;
+  uint8_t ch[32];
   char *ep, *sp;
   pg_store *st;
   void *v;
@@ -1140,12 +1188,15 @@ static void p2p_impostor_main(void)
     _exit(5);
   if (pg__token_from(TOKEN "-not-the-job's", &other))
     _exit(6);
-  tcp_hello_init(&h, tcp_fnv1a("t/comm/p2p/"), 3, 0, 4);
-  tcp_hello_sign(&other, &h);
-  if (write(fd, &h, sizeof h) != sizeof h)
-    _exit(7);
   if (pg_store_set(st, "t/impostor", "1", 1))
     _exit(8);
+  /* Rank 0 sends its challenge once it accepts (in its recv). */
+  if (read(fd, ch, sizeof ch) != (ssize_t)sizeof ch)
+    _exit(9);
+  tcp_hello_init(&h, tcp_fnv1a("t/comm/p2p/"), 3, 0, 4);
+  tcp_hello_sign(&other, &h, ch);
+  if (write(fd, &h, sizeof h) != sizeof h)
+    _exit(7);
   for (;;)
     pause();
 }
@@ -1359,6 +1410,7 @@ static Suite *pg_tcp_suite(void)
   tcase_add_test(tf, test_token_impostor);
   tcase_add_test(tf, test_token_p2p_hello);
   tcase_add_test(tf, test_token_p2p_impostor);
+  tcase_add_test(tf, test_admit_victim);
   suite_add_tcase(s, tf);
   tcase_set_timeout(th, 300);
   tcase_add_test(th, test_hier_matrix);

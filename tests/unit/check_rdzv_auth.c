@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "job_ledger.h"
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "rdzv_token.h"
@@ -163,6 +164,74 @@ START_TEST(token_key_file_made_once)
   snprintf(path, sizeof path, "%s/no/such/dir/token.key", kdir);
   ck_assert_int_lt(rdzv_token_key_file(path, &b, err, sizeof err), 0);
   ck_assert_msg(strstr(err, "cannot create it"), "%s", err);
+  rmdir(kdir);
+}
+END_TEST
+
+/* Issue 32, item 7: a token key file that is a FIFO hung rdzvd at start
+ * (open blocked for a writer) with no log line; a symbolic link put in
+ * its place was followed.  Both are refused with a sentence. */
+START_TEST(token_key_file_not_regular)
+{
+  char kdir[] = "/tmp/cdrun-tkey-XXXXXX", path[600], real[600], err[512];
+  struct rdzv_auth_secret a;
+
+  ck_assert_ptr_nonnull(mkdtemp(kdir));
+  snprintf(path, sizeof path, "%s/fifo.key", kdir);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  ck_assert_int_lt(rdzv_token_key_file(path, &a, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+  unlink(path);
+  snprintf(real, sizeof real, "%s/real.key", kdir);
+  ck_assert_int_eq(rdzv_token_key_file(real, &a, err, sizeof err), 0);
+  snprintf(path, sizeof path, "%s/link.key", kdir);
+  ck_assert_int_eq(symlink(real, path), 0);
+  ck_assert_int_lt(rdzv_token_key_file(path, &a, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "symbolic link"), "%s", err);
+  unlink(path);
+  unlink(real);
+  rmdir(kdir);
+}
+END_TEST
+
+/* Note [job ledger]: the records a restarted rdzvd reads beside its key
+ * file: written whole, read back by another opening, removed; the folder
+ * is made mode 700 and one open to others is refused. */
+START_TEST(job_ledger_files)
+{
+  char kdir[] = "/tmp/cdrun-ledger-XXXXXX", key[600], jobs[640], err[512];
+  struct rdzv_ledger_rec a = { 0x0123456789abcdefull, 7, 2 }, b;
+  struct job_ledger *l;
+  struct stat st;
+
+  ck_assert_ptr_nonnull(mkdtemp(kdir));
+  snprintf(key, sizeof key, "%s/token.key", kdir);
+  snprintf(jobs, sizeof jobs, "%s.jobs", key);
+  ck_assert_int_eq(job_ledger_open(key, &l, err, sizeof err), 0);
+  ck_assert_int_eq(stat(jobs, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0700);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), -ENOENT);
+  ck_assert_int_eq(job_ledger_put(l, "job1", &a), 0);
+  a.round = -1;
+  ck_assert_int_eq(job_ledger_put(l, "job2", &a), 0);
+  a.round = 1 << 30;
+  a.restart_count = 1000000;
+  ck_assert_int_eq(job_ledger_put(l, "job1", &a), 0);
+  job_ledger_close(l);
+  ck_assert_int_eq(job_ledger_open(key, &l, err, sizeof err), 0);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), 0);
+  ck_assert(b.incarnation == a.incarnation && b.round == 1 << 30 &&
+            b.restart_count == 1000000);
+  ck_assert_int_eq(job_ledger_get(l, "job2", &b), 0);
+  ck_assert_int_eq(b.round, -1);
+  ck_assert_int_eq(job_ledger_drop(l, "job1"), 0);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), -ENOENT);
+  ck_assert_int_eq(job_ledger_drop(l, "job2"), 0);
+  job_ledger_close(l);
+  ck_assert_int_eq(chmod(jobs, 0755), 0);
+  ck_assert_int_lt(job_ledger_open(key, &l, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "chmod 700"), "%s", err);
+  rmdir(jobs);
   rmdir(kdir);
 }
 END_TEST
@@ -493,6 +562,8 @@ static Suite *auth_suite(void)
   tcase_add_checked_fixture(files, setup_dir, teardown_dir);
   tcase_add_test(files, secret_file_good);
   tcase_add_test(files, token_key_file_made_once);
+  tcase_add_test(files, token_key_file_not_regular);
+  tcase_add_test(files, job_ledger_files);
   tcase_add_test(files, secret_file_refused);
   suite_add_tcase(s, files);
   tcase_add_test(hs, handshake_ok);

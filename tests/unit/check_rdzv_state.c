@@ -1171,6 +1171,121 @@ START_TEST(kv_set_answers_every_waiter)
 }
 END_TEST
 
+/* Issue 32, item 4 (Note [tenant share]): one client (10,050
+ * connections, each holding a waiting node of a job of its own) filled
+ * the job table and every other tenant's new job was refused.  Now one
+ * peer address holds at most max_jobs_per_peer jobs with nodes: the next
+ * gets `error limit` naming the limit, and another address is not
+ * affected. */
+START_TEST(tenant_jobs_share)
+{
+  struct rdzv_state_limits lim = { .max_jobs = 10, .max_jobs_per_peer = 3,
+                                   .max_keepalive = 1e6 };
+  char id[16];
+  int i;
+
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF = conf_of(2, 2);             /* one node each: they wait for ever */
+  for (i = 0; i < 4; i++) {
+    rdzv_state_set_peer_addr(R, CONN(MANY0 + i), "6.6.6.6");
+    snprintf(id, sizeof id, "squat%d", i);
+    if (i < 3) {
+      ck_assert_int_eq(join_job(MANY0 + i, id, NULL, 1, 0), 0);
+    } else {
+      ck_assert_int_lt(join_job(MANY0 + i, id, NULL, 1, 0), 0);
+      assert_error(MANY0 + i, RDZV_PROTO_ERR_LIMIT);
+      ck_assert_msg(strstr(last(MANY0 + i, RDZV_PROTO_ERROR)->u.text.message,
+                           "too many jobs from 6.6.6.6 (3: rdzvd "
+                           "--max-jobs-per-peer)"), "%s",
+                    last(MANY0 + i, RDZV_PROTO_ERROR)->u.text.message);
+    }
+  }
+  ck_assert_int_eq(rdzv_state_job_count(R), 3);
+  /* Another tenant's job is unaffected. */
+  rdzv_state_set_peer_addr(R, CONN(A), "10.0.0.1");
+  rdzv_state_set_peer_addr(R, CONN(B), "10.0.0.2");
+  ck_assert_int_eq(join(A, 1, 1), 0);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  /* A squatter's job that loses its node no longer counts. */
+  rdzv_state_conn_closed(R, CONN(MANY0), 2);
+  rdzv_state_set_peer_addr(R, CONN(MANY0 + 5), "6.6.6.6");
+  ck_assert_int_eq(join_job(MANY0 + 5, "squat5", NULL, 1, 2), 0);
+  ck_assert(!dropped(MANY0 + 5));
+}
+END_TEST
+
+/* Under pressure from many addresses (the table full, no empty job), a
+ * job that never ran and only holds waiting nodes is reclaimed, of the
+ * tenant holding the most; a running job never is. */
+START_TEST(tenant_reclaims_never_ran)
+{
+  struct rdzv_state_limits lim = { .max_jobs = 4, .max_jobs_per_peer = 3,
+                                   .max_keepalive = 1e6 };
+  char id[16];
+  int i;
+
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF = conf_of(1, 1);
+  rdzv_state_set_peer_addr(R, CONN(A), "10.0.0.1");
+  ck_assert_int_eq(join(A, 1, 0), 0);       /* runs */
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  CF = conf_of(2, 2);
+  for (i = 0; i < 3; i++) {
+    rdzv_state_set_peer_addr(R, CONN(MANY0 + i), i < 2 ? "6.6.6.6"
+                                                       : "7.7.7.7");
+    snprintf(id, sizeof id, "squat%d", i);
+    ck_assert_int_eq(join_job(MANY0 + i, id, NULL, 1, 1 + i), 0);
+  }
+  ck_assert_int_eq(rdzv_state_job_count(R), 4);
+  /* A new tenant's job: 6.6.6.6's oldest never-ran job goes. */
+  rdzv_state_set_peer_addr(R, CONN(B), "10.0.0.2");
+  ck_assert_int_eq(join_job(B, "real", NULL, 1, 5), 0);
+  ck_assert(!dropped(B));
+  ck_assert_int_eq(count(MANY0, RDZV_PROTO_CLOSED), 1);
+  ck_assert(dropped(MANY0));
+  ck_assert(strstr(last(MANY0, RDZV_PROTO_CLOSED)->u.text.message,
+                   "never ran"));
+  ck_assert(!dropped(MANY0 + 1) && !dropped(MANY0 + 2));
+  ck_assert(!dropped(A));
+  ck_assert(logged("job squat0: reclaimed"));
+}
+END_TEST
+
+/* A tenant's nodes on waiting lists: at its share, `error limit`. */
+START_TEST(tenant_waiting_share)
+{
+  struct rdzv_state_limits lim = { .max_waiting_per_peer = 2,
+                                   .max_keepalive = 1e6 };
+  int i;
+
+  rdzv_state_destroy(R);
+  R = rdzv_state_create(&SINK, &lim);
+  ck_assert_ptr_nonnull(R);
+  CF = conf_of(1, 1);
+  rdzv_state_set_peer_addr(R, CONN(A), "10.0.0.1");
+  ck_assert_int_eq(join(A, 1, 0), 0);       /* runs, full */
+  for (i = 0; i < 3; i++) {
+    rdzv_state_set_peer_addr(R, CONN(MANY0 + i), "6.6.6.6");
+    if (i < 2) {
+      ck_assert_int_eq(join_job(MANY0 + i, "job1", NULL, 1, 1), 0);
+    } else {
+      ck_assert_int_lt(join_job(MANY0 + i, "job1", NULL, 1, 1), 0);
+      assert_error(MANY0 + i, RDZV_PROTO_ERR_LIMIT);
+      ck_assert(strstr(last(MANY0 + i, RDZV_PROTO_ERROR)->u.text.message,
+                       "--max-waiting-per-peer"));
+    }
+  }
+  rdzv_state_set_peer_addr(R, CONN(B), "10.0.0.2");
+  ck_assert_int_eq(join(B, 1, 2), 0);       /* another tenant's spare */
+  ck_assert(!dropped(B));
+}
+END_TEST
+
 START_TEST(kv_limits)
 {
   struct rdzv_state_limits lim = { .max_jobs = 1, .max_keys_per_job = 2,
@@ -2008,9 +2123,61 @@ START_TEST(name_twin_cannot_displace)
 }
 END_TEST
 
+/* The daemon's ledger beside its key file (Note [job ledger]), in memory:
+ * it outlives the state machine, as the files outlive a daemon. */
+static struct {
+  char id[RDZV_PROTO_MAX_ID + 1];
+  struct rdzv_ledger_rec rec;
+} ledger_tab[8];
+static int ledger_puts;
+
+static int ledger_find(const char *job)
+{
+  int i;
+
+  for (i = 0; i < 8; i++)
+    if (ledger_tab[i].id[0] && strcmp(ledger_tab[i].id, job) == 0)
+      return i;
+  return -1;
+}
+
+static int ledger_get(void *ctx, const char *job, struct rdzv_ledger_rec *out)
+{
+  int i = ledger_find(job);
+
+  if (i < 0)
+    return -ENOENT;
+  *out = ledger_tab[i].rec;
+  return 0;
+}
+
+static void ledger_put(void *ctx, const char *job,
+                       const struct rdzv_ledger_rec *r)
+{
+  int i = ledger_find(job);
+
+  for (int k = 0; i < 0 && k < 8; k++)
+    if (!ledger_tab[k].id[0])
+      i = k;
+  ck_assert_int_ge(i, 0);
+  snprintf(ledger_tab[i].id, sizeof ledger_tab[i].id, "%s", job);
+  ledger_tab[i].rec = *r;
+  ledger_puts++;
+}
+
+static void ledger_drop(void *ctx, const char *job)
+{
+  int i = ledger_find(job);
+
+  if (i >= 0)
+    ledger_tab[i].id[0] = '\0';
+}
+
 /* A daemon (re)started with a token key file (rdzvd --token-key-file). */
 static void with_token_key(void)
 {
+  static const struct rdzv_ledger l = { NULL, ledger_get, ledger_put,
+                                        ledger_drop };
   struct rdzv_auth_secret k = { .len = 32 };
 
   memset(k.key, 7, k.len);
@@ -2019,7 +2186,167 @@ static void with_token_key(void)
                         &(struct rdzv_state_limits){ .max_keepalive = 1e6 });
   ck_assert_ptr_nonnull(R);
   ck_assert_int_eq(rdzv_state_set_token_key(R, &k), 0);
+  rdzv_state_set_ledger(R, &l);
 }
+
+/* Issue 32, item 2: after a restart of a daemon with a token key file, a
+ * node's running token of an earlier round (round 0, the job at round 1)
+ * presented first was accepted: the replayer rebuilt the job as rank 0
+ * with its own master address, the real node was logged as the impostor,
+ * and a new round started.  Now the ledger names the latest round, and
+ * an older token gets `error auth` saying it is stale. */
+START_TEST(restart_refuses_stale_token)
+{
+  unsigned char old_a[RDZV_PROTO_TOKEN_BYTES];
+  const struct rdzv_proto_msg *e;
+
+  with_token_key();
+  CF = conf_of(2, 2);
+  CF.max_restarts = 3;
+  ck_assert_int_eq(join(A, 2, 0), 0);
+  ck_assert_int_eq(join(B, 2, 0), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 0);
+  memcpy(old_a, rec.tok[A], sizeof old_a);
+  ck_assert_int_eq(failure(B, false, "exitcode 1", 1), 0);
+  ck_assert_int_eq(join(A, 2, 1), 0);
+  ck_assert_int_eq(join(B, 2, 1), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
+  with_token_key();             /* rdzvd restarts with the same key file */
+  clear();
+  /* A's round-0 token, replayed first, with another master address. */
+  forged_token = old_a;
+  forged_master = "6.6.6.6";
+  ck_assert_int_lt(resume_from(E, A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 2),
+                   0);
+  /* The same round-0 token with the round it proves: stale too. */
+  forged_master = NULL;
+  ck_assert_int_lt(resume_from(D, A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 2),
+                   0);
+  forged_token = NULL;
+  assert_error(E, RDZV_PROTO_ERR_AUTH);
+  assert_error(D, RDZV_PROTO_ERR_AUTH);
+  e = last(D, RDZV_PROTO_ERROR);
+  ck_assert_msg(strstr(e->u.text.message, "stale token"), "%s",
+                e->u.text.message);
+  ck_assert_int_eq(rdzv_state_job_count(R), 0);
+  /* The real nodes come back: rebuilt, nothing restarts, A is rank 0. */
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 1, 1, 0, 2, 3), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 1, 1, 1, 2, 3), 0);
+  ck_assert(logged("round 1 rebuilt: all 2 nodes"));
+  ck_assert(!logged("impostor"));
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
+}
+END_TEST
+
+/* A rerun after a daemon restart that came before the last run was
+ * forgotten (the ledger still names it): a JOIN creates the job as a new
+ * run, with a new job token, and the last run's token proves nothing in
+ * it (found by fuzz_rdzv_state's stale replay). */
+START_TEST(rerun_after_restart_is_new)
+{
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES], old_a[RDZV_PROTO_TOKEN_BYTES];
+
+  with_token_key();
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(join(A, 2, 0), 0);
+  ck_assert_int_eq(join(B, 2, 0), 0);
+  memcpy(t0, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t0);
+  memcpy(old_a, rec.tok[A], sizeof old_a);
+  with_token_key();             /* restarts; nobody resumes: a rerun */
+  clear();
+  ck_assert_int_eq(join(A, 2, 1), 0);
+  ck_assert_int_eq(join(B, 2, 1), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 0);
+  ck_assert(memcmp(last(A, RDZV_PROTO_ROUND)->u.round.job_token, t0,
+                   sizeof t0) != 0);
+  /* The last run's rank-0 token, from another connection: refused. */
+  forged_token = old_a;
+  ck_assert_int_lt(resume_from(E, A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 2),
+                   0);
+  forged_token = NULL;
+  assert_error(E, RDZV_PROTO_ERR_AUTH);
+  ck_assert(!dropped(A));
+}
+END_TEST
+
+/* A gathering claim the token does not prove is a plain join: the job it
+ * creates after a restart is a new run too, not the ledger's (found by
+ * fuzz_rdzv_state: the last run's tokens then proved the new run's). */
+START_TEST(unproven_claim_is_new_run)
+{
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES];
+
+  with_token_key();
+  CF = conf_of(1, 1);
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  memcpy(t0, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t0);
+  with_token_key();
+  clear();
+  /* A's name, endpoint and its (running) token as a gathering claim. */
+  ck_assert_int_eq(resume_from(E, A, RDZV_PROTO_PHASE_GATHERING, 0, 0, 0, 0,
+                               1), 0);
+  settle(1);
+  ck_assert(logged("is a plain join"));
+  ck_assert_str_eq(last(E, RDZV_PROTO_ROUND)->u.round.master_addr,
+                   "10.0.0.1");
+  ck_assert(memcmp(last(E, RDZV_PROTO_ROUND)->u.round.job_token, t0,
+                   sizeof t0) != 0);
+}
+END_TEST
+
+/* Issue 32, item 5: the job token repeated across runs (the same job id
+ * and master endpoint gave the same CDRUN_JOB_TOKEN, on a rerun and in
+ * the next daemon life with the same key file): anyone who saw the
+ * earlier run's environment could authenticate to the rerun's store.  A
+ * job's incarnation is in it now; a daemon restart keeps a running job's
+ * (its workers go on with their token). */
+START_TEST(job_token_new_per_run)
+{
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES], t1[RDZV_PROTO_TOKEN_BYTES];
+
+  with_token_key();
+  CF = conf_of(2, 2);
+  ck_assert_int_eq(join(A, 2, 0), 0);
+  ck_assert_int_eq(join(B, 2, 0), 0);
+  memcpy(t0, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t0);
+  /* The daemon restarts; the running job is rebuilt; a node is lost (not
+   * the master's): the next round keeps the job token. */
+  with_token_key();
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 0, 0, 0, 2, 1), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 0, 0, 1, 2, 1), 0);
+  ck_assert(logged("round 0 rebuilt"));
+  rdzv_state_conn_closed(R, CONN(B), 2);
+  ck_assert_int_eq(join(A, 2, 2), 0);
+  ck_assert_int_eq(join(B, 2, 2), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 1);
+  ck_assert(!memcmp(last(A, RDZV_PROTO_ROUND)->u.round.job_token, t0,
+                    sizeof t0));
+  /* The run ends; the job is forgotten; a rerun of the same id, same
+   * master endpoint, in the next daemon life: another job token. */
+  rdzv_state_conn_closed(R, CONN(A), 3);
+  rdzv_state_conn_closed(R, CONN(B), 3);
+  rdzv_state_tick(R, 1e6);
+  ck_assert_int_eq(rdzv_state_job_count(R), 0);
+  with_token_key();
+  clear();
+  ck_assert_int_eq(join(A, 2, 1e6 + 1), 0);
+  ck_assert_int_eq(join(B, 2, 1e6 + 1), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 0);
+  ck_assert_str_eq(last(A, RDZV_PROTO_ROUND)->u.round.master_addr,
+                   "10.0.0.1");
+  memcpy(t1, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t1);
+  ck_assert(memcmp(t1, t0, sizeof t0) != 0);
+  /* A rerun in the same life too. */
+  rdzv_state_conn_closed(R, CONN(A), 1e6 + 2);
+  rdzv_state_conn_closed(R, CONN(B), 1e6 + 2);
+  rdzv_state_tick(R, 2e6);
+  ck_assert_int_eq(join(A, 2, 2e6 + 1), 0);
+  ck_assert_int_eq(join(B, 2, 2e6 + 1), 0);
+  ck_assert(memcmp(last(A, RDZV_PROTO_ROUND)->u.round.job_token, t1,
+                   sizeof t1) != 0);
+}
+END_TEST
 
 /* Item 2: after a restart, the first to re-assert a rank kept it, so a
  * client holding the secret could take rank 0 with its own address.  With
@@ -2070,6 +2397,35 @@ START_TEST(restarted_server_checks_claims)
       resume_from(E, E, RDZV_PROTO_PHASE_GATHERING, 900, 7, 0, 0, 5), 0);
   forged_token = NULL;
   ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.round, 1);
+  ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
+}
+END_TEST
+
+/* Issue 32, item 3: without a token key file, a job rebuilt from claims
+ * took every later unproven gathering claim as vouched, even after all
+ * its real nodes had re-asserted: a stranger's resume of round 2^30 with
+ * restart count 10^6 gave the job those numbers (its next failure then
+ * closed it, "no restarts left").  Once the rebuilt round is whole, an
+ * unproven claim is a plain join. */
+START_TEST(rebuilt_whole_then_claim_is_join)
+{
+  CF = conf_of(2, 3);
+  CF.max_restarts = 3;
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 2, 1, 0, 2, 0), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 2, 1, 1, 2, 0.5), 0);
+  ck_assert(logged("round 2 rebuilt: all 2 nodes"));
+  clear();
+  ck_assert_int_eq(resume_from(E, E, RDZV_PROTO_PHASE_GATHERING,
+                               RDZV_PROTO_MAX_ROUND, RDZV_PROTO_MAX_RESTARTS,
+                               0, 0, 1), 0);
+  ck_assert(!logged("adopts restart count 1000000"));
+  ck_assert(!logged("highest round wins"));
+  /* A newcomer to an elastic job with room: a new round, counts kept. */
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(join(A, 2, 2), 0);
+  ck_assert_int_eq(join(B, 2, 2), 0);
+  settle(2);
+  ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.round, 3);
   ck_assert_int_eq(last(E, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
 }
 END_TEST
@@ -2322,6 +2678,14 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, impostor_cannot_displace);
   tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);
+  tcase_add_test(tc, rebuilt_whole_then_claim_is_join);
+  tcase_add_test(tc, restart_refuses_stale_token);
+  tcase_add_test(tc, job_token_new_per_run);
+  tcase_add_test(tc, rerun_after_restart_is_new);
+  tcase_add_test(tc, unproven_claim_is_new_run);
+  tcase_add_test(tc, tenant_jobs_share);
+  tcase_add_test(tc, tenant_reclaims_never_ran);
+  tcase_add_test(tc, tenant_waiting_share);
   tcase_add_test(tc, round_numbers_bounded);
   tcase_add_test(tc, huge_claims_cost_what_arrived);
   tcase_add_test(tc, own_windows_not_the_squatters);

@@ -649,6 +649,56 @@ START_TEST(too_many_connections)
 }
 END_TEST
 
+/* Note [tenant share]: one peer address holds at most
+ * max_conns_per_peer connections; the next is told why ("error limit"
+ * naming the flag) and closed; another address is not affected. */
+START_TEST(too_many_connections_per_peer)
+{
+  struct rdzvd_server_opts o = opts();
+  struct client *a, *b, *c, *d;
+  struct sockaddr_in me, sa;
+  struct rdzv_proto_msg m;
+
+  o.io.max_conns_per_peer = 2;
+  o.io.hello_timeout = 1e6;
+  restart_with(&o);
+  a = cl_open(0);
+  b = cl_open(0);
+  cl_simple(a, RDZV_PROTO_STATUS);
+  cl_expect(a, RDZV_PROTO_STATUS_REPLY, NULL);
+  cl_simple(b, RDZV_PROTO_STATUS);
+  cl_expect(b, RDZV_PROTO_STATUS_REPLY, NULL);
+  c = cl_open(0);
+  ck_assert_int_eq(cl_recv(c, &m), 0);
+  ck_assert_int_eq(m.op, RDZV_PROTO_ERROR);
+  ck_assert_int_eq(m.u.text.code, RDZV_PROTO_ERR_LIMIT);
+  ck_assert_msg(strstr(m.u.text.message, "too many connections from "
+                       "127.0.0.1 (2: rdzvd --max-conns-per-peer)"), "%s",
+                m.u.text.message);
+  rdzv_proto_msg_free(&m);
+  ck_assert(cl_closed_by_server(c));
+  cl_close(c);
+  /* Another address (127.0.0.2) is served. */
+  d = calloc(1, sizeof *d);
+  ck_assert_ptr_nonnull(d);
+  d->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  memset(&me, 0, sizeof me);
+  me.sin_family = AF_INET;
+  me.sin_addr.s_addr = htonl(0x7f000002);
+  ck_assert_int_eq(bind(d->fd, (struct sockaddr *)&me, sizeof me), 0);
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)S.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ck_assert_int_eq(connect(d->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  cl_simple(d, RDZV_PROTO_STATUS);
+  cl_expect(d, RDZV_PROTO_STATUS_REPLY, NULL);
+  cl_close(d);
+  cl_close(b);
+  cl_close(a);
+}
+END_TEST
+
 /* A connection that does not join within hello_timeout is closed; one
  * that joined stays. */
 START_TEST(hello_timeout_drops_silent)
@@ -1012,6 +1062,7 @@ static Suite *server_suite(void)
   tcase_add_test(tc, oversized_frame_refused);
   tcase_add_test(tc, partial_frame_then_close);
   tcase_add_test(tc, too_many_connections);
+  tcase_add_test(tc, too_many_connections_per_peer);
   tcase_add_test(tc, hello_timeout_drops_silent);
   tcase_add_test(tc, prejoin_frame_limit);
   tcase_add_test(tc, input_budget_pauses);
