@@ -206,7 +206,8 @@ LIBUV_A    := $(shell $(CC) -print-file-name=libuv_a.a)
 CDRUN_UV   := $(if $(filter /%,$(LIBUV_A)),$(LIBUV_A) -lpthread -ldl -lrt,-luv)
 CDRUN_LIBS := $(CDRUN_UV) $(filter-out -luv -lcjson -lm,$(LDLIBS)) \
               -Wl,--push-state,-Bstatic -lm -Wl,--pop-state
-# PKG=wheel: cJSON linked from scripts/pkg/cjson/ (Debian has no libcjson.a)
+# PKG=wheel: cJSON linked from Debian's source package (Debian has no
+# libcjson.a; scripts/pkg/cjson-src.sh)
 # in both binaries, and rdzvd links libuv's and libm's archives too: the
 # wheel's binaries need nothing but glibc (the packaging block below).
 ifeq ($(PKG),wheel)
@@ -394,19 +395,22 @@ endif
 # (PKG=..., without NCCL: a package's libpg needs no CUDA; the stub
 # returns -ENOTSUP), then scripts/pkg/wheel.sh and scripts/pkg/deb.sh
 # assemble and check the package in build/pkg/.  The wheel's cdrun and
-# rdzvd link cJSON (scripts/pkg/cjson, MIT, 1.7.18), libuv and libm
+# rdzvd link cJSON (Debian's source package, unpacked in $(CJSON_SRC) by
+# scripts/pkg/cjson-src.sh), libuv and libm
 # statically, so that they need only glibc; the .deb's use Debian's libs.
+CJSON_SRC := build/pkg/cjson-src
 PKG_BINS := $(BINDIR)/cdrun $(BINDIR)/rdzvd $(LIBDIR)/libpg.so \
             $(LIBDIR)/libpg.a $(LIBDIR)/libpg.pc
 .PHONY: wheel deb pkg-bins
 pkg-bins: $(PKG_BINS)
 ifeq ($(PKG),wheel)
-CPPFLAGS := -Iscripts/pkg/cjson $(CPPFLAGS)
-$(OUT)/cjson/cJSON.o: scripts/pkg/cjson/cJSON.c scripts/pkg/cjson/cJSON.h
+CPPFLAGS := -I$(CJSON_SRC) $(CPPFLAGS)
+$(OUT)/cjson/cJSON.o: $(CJSON_SRC)/cJSON.c $(CJSON_SRC)/cJSON.h
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 -g -O2 -Iscripts/pkg/cjson -c $< -o $@
+	$(CC) -std=gnu11 -g -O2 -I$(CJSON_SRC) -c $< -o $@
 endif
 wheel:
+	scripts/pkg/cjson-src.sh $(CJSON_SRC)
 	$(MAKE) PKG=wheel pkg-bins
 	scripts/pkg/wheel.sh build/wheel build/pkg
 deb:

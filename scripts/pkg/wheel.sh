@@ -54,6 +54,10 @@ sed -e 's|@PREFIX@|${pcfiledir}/../..|' -e "s|@VERSION@|$version|" \
     -e 's|@LIBS_PRIVATE@|-lpthread -lrt -lm|' "$repo/libpg/libpg.pc.in" \
     >"$stage/lib/pkgconfig/libpg.pc"
 install -m 644 "$repo"/libpg/include/*.h "$stage/include/"
+# The binaries carry Debian's cJSON (MIT): its notice goes with them.
+mkdir -p "$stage/share/doc/cdrun"
+install -m 644 "$repo/build/pkg/cjson-src/LICENSE" \
+  "$stage/share/doc/cdrun/cJSON.LICENSE"
 "$here/man.sh" "$version" "$repo/man/cdrun.1" >"$stage/share/man/man1/cdrun.1"
 "$here/man.sh" "$version" "$repo/man/rdzvd.8" >"$stage/share/man/man8/rdzvd.8"
 "$here/man.sh" "$version" "$repo/man/libpg.3" >"$stage/share/man/man3/libpg.3"
