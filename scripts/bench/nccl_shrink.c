@@ -118,15 +118,20 @@ static double slowest(double ms)
   return v;
 }
 
+/* NCCL 2.28 (libpg's Note [child handle]): a non-blocking shrink answers
+ * ncclInProgress with *out NULL, and NCCL's thread writes the handle
+ * through out later (out must outlive this call: it is main's).  The
+ * PARENT says ncclInProgress until then; only after it leaves that state
+ * is *out read and the new comm waited ready. */
 static double shrink(ncclComm_t parent, int flags, ncclComm_t *out)
 {
   int leave[1] = { ws - 1 };
   double t0 = now_ms();
   ncclResult_t r;
 
-  r = ncclCommShrink(parent, leave, 1, out, NULL, flags);
-  if (*out)
-    r = ready(*out, r);
+  r = ready(parent, ncclCommShrink(parent, leave, 1, out, NULL, flags));
+  if (r == ncclSuccess && __atomic_load_n(out, __ATOMIC_ACQUIRE))
+    r = ready(*out, ncclInProgress);
   if (r != ncclSuccess || !*out)
     die("ncclCommShrink", ncclGetErrorString(r));
   return now_ms() - t0;

@@ -1327,6 +1327,22 @@ static ncclResult_t settled(ncclComm_t c)
   return ncclInProgress;
 }
 
+/* NCCL 2.28's non-blocking split and shrink (libpg's Note [child
+ * handle]): the call answers ncclInProgress with *newcomm still NULL;
+ * the PARENT says ncclInProgress until the job ends, and NCCL writes the
+ * handle through the caller's pointer (here a variable of the caller,
+ * alive until this returns) before that.  Only then is the child read
+ * and waited ready. */
+static ncclResult_t child_settled(ncclComm_t parent, ncclResult_t r,
+                                  ncclComm_t *newcomm)
+{
+  if (r == ncclInProgress)
+    r = settled(parent);
+  if (r == ncclSuccess && __atomic_load_n(newcomm, __ATOMIC_ACQUIRE))
+    r = settled(*newcomm);
+  return r;
+}
+
 /* A raw non-blocking NCCL communicator over s's members: the contract
  * tests below call NCCL itself (the fake, or the real one on a GPU). */
 static int raw_comm(const struct pg__setup *s, const char *key,
@@ -1508,8 +1524,9 @@ static int rank_shrink_contract(const struct pg__setup *s)
          ncclInvalidArgument && !nc, "unknown flags");
   r = ncclCommShrink(c, one, 1, &nc, NULL,
                      s->me == 0 ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
-  if (r == ncclInProgress && nc)
-    r = settled(nc);
+  EXPECT(&k, r != ncclInProgress || !nc, "ncclInProgress with the handle "
+         "set at once (NCCL 2.28 writes it when the shrink completes)");
+  r = child_settled(c, r, &nc);
   if (r != ncclSuccess || !nc) {
     EXPECT(&k, 0, "shrink: %s", ncclGetErrorString(r));
   } else {
@@ -1538,8 +1555,7 @@ static int rank_shrink_mismatch(const struct pg__setup *s)
   }
   r = s->me == 1 ? ncclCommShrink(c, l1, 2, &nc, NULL, NCCL_SHRINK_ABORT)
                  : ncclCommShrink(c, l0, 1, &nc, NULL, NCCL_SHRINK_ABORT);
-  if (r == ncclInProgress && nc)
-    r = settled(nc);
+  r = child_settled(c, r, &nc);
   EXPECT(&k, r == ncclInvalidUsage, "mismatched lists: %s",
          ncclGetErrorString(r));
   EXPECT(&k, s->me != 1 || (l1[0] == 2 && l1[1] == 3),
