@@ -366,6 +366,16 @@ int nccl_settle(struct nccl_comm *c, ncclResult_t r, const char *what,
     r = poll_async(c, deadline);
   if (r == ncclSuccess)
     return 0;
+  if (r == ncclRemoteError && nccl_failed(c)) {
+    /* The watchdog failed the comm meanwhile: say why. */
+    pthread_mutex_lock(&c->wmu);
+    pg__fail(nccl_failed(c), "NCCL backend: %s (rank %d of %d, device %d): "
+             "the communicator failed meanwhile: %s", what, c->me, c->n,
+             c->device, c->why[0] ? c->why : "(unknown)");
+    pthread_mutex_unlock(&c->wmu);
+    nccl_stop_locked(c);
+    return nccl_live_error(c, nccl_failed(c));
+  }
   if (r == ncclInProgress)
     return fail_locked(c, pg__fail(-ETIMEDOUT, "NCCL backend: %s (rank %d "
                                    "of %d, device %d) could not be issued "
@@ -420,7 +430,7 @@ static int fence_state(struct pg__fence *f)
 {
   struct nccl_comm *c = f->c;
   cudaError_t e;
-  int err;
+  int err, prev;
 
   pthread_mutex_lock(&c->wmu);
   if ((err = f->result) != 0) {
@@ -438,7 +448,15 @@ static int fence_state(struct pg__fence *f)
     return 0;  /* Note [group per thread]: not launched yet */
   }
   pthread_mutex_unlock(&c->wmu);
+  /* On the comm's device: a query from a thread that never chose one
+   * would make a CUDA context on GPU 0 (Note [contexts], fakecuda.c). */
+  if (cudaGetDevice(&prev) != cudaSuccess || prev == c->device)
+    prev = -1;
+  else
+    cudaSetDevice(c->device);
   e = cudaEventQuery(f->done);
+  if (prev >= 0)
+    cudaSetDevice(prev);
   if (e == cudaErrorNotReady)
     return 0;
   if (e != cudaSuccess)
@@ -1578,7 +1596,8 @@ static int nccl_split(struct pg__comm *base, int color, int key,
   }
   if (!err)
     err = joined;
-  else if (c->comm)
+  /* The other members' new comms learn of it through its abort key. */
+  if (err)
     nccl_mark_failed(c, err, pg_last_error(), true);
   return nccl_comm_start(c, err, prev, out);
 }

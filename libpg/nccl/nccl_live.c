@@ -213,7 +213,8 @@ int nccl_shrink(struct pg__comm *base, const int *excluded,
   }
   if (!err)
     err = joined;
-  else if (c->comm)
+  /* The other members' new comms learn of it through its abort key. */
+  if (err)
     nccl_mark_failed(c, err, pg_last_error(), true);
   if (!err)
     err = nccl_peers_inherit(c, p, list, nexcluded);

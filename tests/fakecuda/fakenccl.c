@@ -36,7 +36,8 @@
  * one rank only.
  * $FAKENCCL_INPROGRESS=1: on a non-blocking communicator every collective
  * and ncclGroupEnd answers ncclInProgress, and ncclCommGetAsyncError says
- * so twice more, as NCCL may.
+ * so twice more, as NCCL may; =hold: it says so until the communicator
+ * is aborted, as a launch that waits for a dead peer's connection does.
  *
  * Stricter than NCCL where libpg could go wrong unseen (issue 23):
  * - every rank's operation must agree with rank 0's on kind, count,
@@ -55,6 +56,7 @@
  * - one thread's group may hold several communicators (NCCL's group
  *   state is per thread). */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -787,9 +789,11 @@ static ncclResult_t maybe_in_progress(struct ncclComm *c)
 {
   const char *v = getenv("FAKENCCL_INPROGRESS");
 
-  if (!c->nonblocking || !v || strcmp(v, "1") != 0)
+  if (!c->nonblocking || !v || (strcmp(v, "1") != 0 &&
+                                strcmp(v, "hold") != 0))
     return ncclSuccess;
-  __atomic_store_n(&c->inprogress, 2, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->inprogress, strcmp(v, "hold") == 0 ? INT_MAX : 2,
+                   __ATOMIC_RELEASE);
   return ncclInProgress;
 }
 
