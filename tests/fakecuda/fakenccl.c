@@ -87,7 +87,9 @@ struct rank_line {
   uint64_t phase;
   int32_t kind, dt, rop, root;
   uint64_t count;
-  char pad[LINE - 32];
+  uint64_t host;            /* where the rank runs (join): its host */
+  int32_t dev, pad1;        /* and device */
+  char pad[LINE - 48];
 };
 
 /* ncclCommShrink's meeting of the survivors (Note [revoke and shrink]):
@@ -1001,11 +1003,32 @@ static void name_of(const ncclUniqueId *id, char *out, size_t len)
     k += (size_t)snprintf(out + k, len - k, "%02x", b[i]);
 }
 
-/* Maps the segment and waits for every rank to join. */
+/* The host's identity, as NCCL's host hash: $NCCL_HOSTID if set, else
+ * the host name. */
+static uint64_t host_hash(void)
+{
+  const char *id = getenv("NCCL_HOSTID");
+  char name[256] = "";
+  uint64_t h = 1469598103934665603ull;
+  const char *p;
+
+  if (!id || !*id) {
+    gethostname(name, sizeof name - 1);
+    id = name;
+  }
+  for (p = id; *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h;
+}
+
+/* Maps the segment and waits for every rank to join.  Two ranks of one
+ * communicator on one GPU of one host are refused as NCCL's init does
+ * ("Duplicate GPU detected", ncclInvalidUsage, src/init.cc); ranks of
+ * different communicators may share a GPU. */
 static ncclResult_t join(struct ncclComm *c)
 {
   unsigned spins = 0;
-  int fd;
+  int fd, r;
 
   fd = shm_open(c->name, O_CREAT | O_RDWR, 0600);
   if (fd < 0)
@@ -1026,6 +1049,8 @@ static ncclResult_t join(struct ncclComm *c)
   c->boxes = (struct box *)(c->shl + c->n);
   c->slots = (char *)(c->boxes + c->n * c->n);
   c->boxdata = c->slots + (size_t)c->n * SLOT;
+  c->rl[c->me].host = host_hash();
+  c->rl[c->me].dev = c->dev;
   __atomic_add_fetch(&c->seg->joined, 1, __ATOMIC_ACQ_REL);
   while (__atomic_load_n(&c->seg->joined, __ATOMIC_ACQUIRE) <
          (uint32_t)c->n) {
@@ -1035,6 +1060,16 @@ static ncclResult_t join(struct ncclComm *c)
   }
   if (c->me == 0)
     shm_unlink(c->name);
+  for (r = 0; r < c->n; r++)
+    if (r != c->me && c->rl[r].host == c->rl[c->me].host &&
+        c->rl[r].dev == c->dev) {
+      fprintf(stderr, "fakenccl: Duplicate GPU detected : rank %d and "
+              "rank %d both on CUDA device %d\n", c->me, r, c->dev);
+      snprintf(c->last, sizeof c->last, "fake: Duplicate GPU detected : "
+               "rank %d and rank %d both on CUDA device %d", c->me, r,
+               c->dev);
+      return ncclInvalidUsage;
+    }
   return ncclSuccess;
 }
 
@@ -1389,7 +1424,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
  * none of its batches runs; a non-blocking one returns ncclInProgress and
  * ncclCommGetAsyncError says ncclInProgress until then, ncclSuccess after
  * (whatever error it held before).  Then destroy, abort, split and shrink
- * may proceed; ncclCommFinalize is ncclInvalidUsage.  Misuse: flags other
+ * may proceed; ncclCommFinalize is ncclInvalidArgument.  Misuse: flags other
  * than NCCL_REVOKE_DEFAULT, a second revoke, a comm still initializing:
  * ncclInvalidArgument; a NULL comm: nothing, ncclSuccess.
  *
@@ -1586,6 +1621,9 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
   return ncclSuccess;
 }
 
+/* NCCL 2.28: a finalize after a revoke is ncclInvalidArgument, and one
+ * on a comm with a pending async error returns that error
+ * (ncclCommEnsureReady). */
 ncclResult_t ncclCommFinalize(ncclComm_t c)
 {
   if (c && !is_live(c))
@@ -1593,9 +1631,9 @@ ncclResult_t ncclCommFinalize(ncclComm_t c)
   if (c && revoked(c)) {
     snprintf(c->last, sizeof c->last, "fake: ncclCommFinalize on a "
              "revoked communicator (destroy or abort it)");
-    return ncclInvalidUsage;
+    return ncclInvalidArgument;
   }
-  return c ? ncclSuccess : ncclInvalidArgument;
+  return c ? ensure_ready(c, "ncclCommFinalize") : ncclInvalidArgument;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t c)
