@@ -1915,7 +1915,7 @@ static int rank_shrink_timeout(const struct pg__setup *s)
   struct pg__comm *c = NULL, *c2 = NULL;
   int three[] = { 3 }, err;
 
-  alarm(40);
+  alarm(20);
   setenv("CDRUN_RECOVERY", "live", 1);
   if (pg__nccl_create(s, &c)) {
     fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
@@ -1942,11 +1942,12 @@ static int rank_shrink_timeout(const struct pg__setup *s)
   return k.fails ? 1 : 0;
 }
 
-/* A shrink that fails on one survivor only (the fake's
- * FAKENCCL_SHRINK_FAIL_RANK=1, after the others' succeeded): that
+/* Live recovery's shrink failing on one survivor only (the fake's
+ * FAKENCCL_SHRINK_FAIL_RANK=1, after the others' succeeded; the parents
+ * revoked and failed before, so their keys carry nothing new): that
  * survivor publishes the failure under the new comm's key, so the
  * others' first op on it fails at once with the reason, not at its
- * 30 s deadline. */
+ * 10 s deadline. */
 static int rank_shrink_fail_spreads(const struct pg__setup *s)
 {
   struct rank k = { .me = s->me };
@@ -1955,13 +1956,15 @@ static int rank_shrink_fail_spreads(const struct pg__setup *s)
   float *d = dev_floats(s, 256);
   int three[] = { 3 }, err;
 
-  alarm(40);
+  alarm(20);
+  setenv("CDRUN_RECOVERY", "live", 1);
   setenv("FAKENCCL_SHRINK_FAIL_RANK", "1", 1);
   if (pg__nccl_create(s, &c)) {
     fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
     return 1;
   }
   if (s->me < 3) {
+    c->ops->revoke(c);
     s2.n = 3;
     s2.ns = "t/shf/g1/";
     err = c->ops->shrink(c, three, 1, &s2, &c2);
@@ -1969,11 +1972,11 @@ static int rank_shrink_fail_spreads(const struct pg__setup *s)
            s->me, err, pg_last_error());
     if (c2) {
       err = c2->ops->all_reduce(c2, d, d, 256, PG_F32, PG_SUM,
-                                pg__now() + 30);
+                                pg__now() + 10);
       if (!err)
         err = wait_last(c2, 60);
-      EXPECT(&k, err == PG_EPEERFAIL && strstr(pg_last_error(),
-                                               "aborted because"),
+      EXPECT(&k, err == PG_ERR_PEER_LOST && strstr(pg_last_error(),
+                                                   "aborted because"),
              "an op after rank 1's shrink failed: %d (%s)", err,
              pg_last_error());
       c2->ops->destroy(c2);
@@ -2002,7 +2005,7 @@ static int rank_split_timeout(const struct pg__setup *s)
   struct pg__comm *c = NULL, *c2 = NULL, *c3 = NULL;
   int err;
 
-  alarm(40);
+  alarm(20);
   if (pg__nccl_create(s, &c)) {
     fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
     return 1;
