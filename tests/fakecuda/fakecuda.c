@@ -11,6 +11,10 @@
  * wrong result.  Synchronous copies and memsets go through the legacy
  * stream and wait for it, as in CUDA.
  *
+ * cudaMallocAsync/cudaFreeAsync are a stream-ordered pool that reuses
+ * freed memory as CUDA's does (Note [stream-ordered pool]); the devices a
+ * process made CUDA contexts on are recorded (Note [contexts]).
+ *
  * Devices: $FAKECUDA_DEVICES (default 4; 0: cudaErrorNoDevice).
  * Work on streams is slowed down (fake_work_delay) so that ordering bugs
  * do not pass by luck.

@@ -15,7 +15,15 @@
  * rounded once; ncclAvg divides the sum (integers truncating).  Aborts are
  * local, as in NCCL: the peers of an aborted rank hang.
  *
- * ncclCommSplit: collective over the parent, through its segment.
+ * ncclCommSplit and ncclCommShrink as NCCL 2.28's source does them (Note
+ * [child job]): on a non-blocking parent they answer ncclInProgress with
+ * *newcomm NULL, a job thread writes the handle through the caller's
+ * pointer later, and the parent says ncclInProgress meanwhile.  Every
+ * call on a comm whose last non-blocking call is in progress is refused,
+ * and a pending async error is the next call's answer (ensure_ready, as
+ * ncclCommEnsureReady).  Two ranks of one comm on one GPU of one host are
+ * refused ("Duplicate GPU detected").  README.md lists what still
+ * differs from NCCL.
  *
  * ncclCommRevoke and ncclCommShrink (NCCL 2.28's contract, Note [revoke
  * and shrink] below): revoke stops the communicator's in-flight work

@@ -2252,6 +2252,22 @@ static int rank_mem_order(const struct pg__setup *s)
   return k.fails ? 1 : 0;
 }
 
+/* Two ranks of one communicator on one GPU: NCCL's init refuses them
+ * ("Duplicate GPU detected", src/init.cc), on a one-GPU machine as on
+ * the fake's one device. */
+static int rank_duplicate_gpu(const struct pg__setup *s)
+{
+  ncclComm_t c = NULL;
+  int failed = raw_comm(s, "t/dup/id", &c);
+
+  if (c)
+    ncclCommAbort(c);
+  if (!failed)
+    fprintf(stderr, "rank %d: two ranks of one communicator on one GPU "
+            "were let in\n", s->me);
+  return failed ? 0 : 1;
+}
+
 /* A buffer on another device is refused with the reason, before NCCL
  * (which would fault on it) sees it. */
 static int rank_other_device_buffer(const struct pg__setup *s)
@@ -2429,6 +2445,12 @@ END_TEST
 START_TEST(test_mem_order)
 {
   run_ranks(rank_mem_order, _i, 60);
+}
+END_TEST
+
+START_TEST(test_duplicate_gpu)
+{
+  run_ranks(rank_duplicate_gpu, 2, 60);
 }
 END_TEST
 
@@ -2664,6 +2686,8 @@ static Suite *pg_nccl_suite(int ndev)
     tcase_add_loop_test(tc, test_mem_order, 1, 2);
     if (ndev >= 2)
       tcase_add_test(tc, test_other_device_buffer);
+    if (ndev == 1)
+      tcase_add_test(tc, test_duplicate_gpu);
     if (nrank >= 2) {
       tcase_add_loop_test(tc, test_collectives,
                           nrank < MAXRANKS ? nrank : MAXRANKS,
