@@ -264,6 +264,98 @@ static ncclResult_t poll_async(struct nccl_comm *c, double deadline)
   }
 }
 
+/* Note [child handle] (NCCL 2.28.9's source; its documentation does not
+ * say this): a non-blocking ncclCommSplit or ncclCommShrink goes through
+ * ncclCommInitChildComm (src/init.cc), which sets *newcomm to NULL
+ * "until comm split fully complete" and keeps the caller's pointer in a
+ * job; the group end (src/group.cc) runs the job on a thread, sets the
+ * PARENT's state to ncclInProgress and returns ncclInProgress, also to a
+ * rank passing NCCL_SPLIT_NOCOLOR.  When the child's init ends,
+ * ncclCommInitRankFunc stores the handle through that pointer
+ * (__atomic_store_n(job->newcomm, comm)) -- even when the init failed,
+ * and a NULL for NOCOLOR -- and the parent's state becomes the job's
+ * result.  Until then ncclCommEnsureReady refuses every call on the
+ * parent ("Attempt to use communicator before the previous operation
+ * returned ncclSuccess": ncclInvalidArgument), and ncclCommAbort or
+ * ncclCommRevoke of the parent stops the job and joins its thread
+ * (ncclGroupJobAbort).  ncclCommInitRankConfig is different: it sets the
+ * handle at once and the new comm itself says ncclInProgress.
+ *
+ * So, as PyTorch's ProcessGroupNCCL: the pointer is the child's own
+ * c->comm (a non-member's, p->nocolor), which outlives the call; the
+ * parent is marked joining (begin and group end wait: nothing else uses
+ * it) and polled through ncclCommGetAsyncError until it leaves
+ * ncclInProgress or the deadline passes, with mu released between polls
+ * so the watchdog keeps watching it; only then is the handle read and
+ * the child waited ready.  A timeout, the parent's failure meanwhile (a
+ * peer's published abort) or the job's error fails and stops the parent
+ * -- which makes NCCL finish the job, so the handle is written by then --
+ * and the caller aborts the child if one was written. */
+void nccl_wait_joined(struct nccl_comm *c)
+{
+  while (c->joining)
+    pthread_cond_wait(&c->jcv, &c->mu);
+}
+
+void nccl_joined(struct nccl_comm *p)
+{
+  p->joining = false;
+  pthread_cond_broadcast(&p->jcv);
+}
+
+int nccl_child_join(struct nccl_comm *p, ncclResult_t r, const char *what,
+                    double deadline, bool shrink)
+{
+  struct nccl_backoff b;
+  ncclResult_t ar = r;
+  double now;
+  int err;
+
+  /* A shrink's parent failed before (its reason to be): only its abort
+   * or the deadline ends the wait; a split's also fails meanwhile. */
+#define STOPPED(p) (!(p)->comm || (!shrink && ((p)->revoked || \
+                                              nccl_failed(p))))
+  nccl_backoff_init(&b);
+  while (ar == ncclInProgress && !STOPPED(p)) {
+    if (ncclCommGetAsyncError(p->comm, &ar) != ncclSuccess)
+      ar = ncclInternalError;
+    if (ar != ncclInProgress)
+      break;
+    now = pg__now();
+    if (now >= deadline)
+      break;
+    pthread_mutex_unlock(&p->mu);
+    nccl_backoff_wait(&b, now);
+    pthread_mutex_lock(&p->mu);
+  }
+  if (ar == ncclSuccess && !STOPPED(p))
+    return 0;
+  if (STOPPED(p)) {
+    pthread_mutex_lock(&p->wmu);
+    err = pg__fail(nccl_failed(p) ? nccl_failed(p) : PG_EPEERFAIL,
+                   "NCCL backend: %s: the parent communicator failed "
+                   "meanwhile: %s", what, p->why[0] ? p->why : "(stopped)");
+    pthread_mutex_unlock(&p->wmu);
+  } else if (ar == ncclInProgress) {
+    err = pg__fail(-ETIMEDOUT, "NCCL backend: %s (rank %d of %d, device "
+                   "%d) did not complete by its deadline: a peer is stuck, "
+                   "dead or not taking part; the parent communicator and "
+                   "the new one were stopped", what, p->me, p->n,
+                   p->device);
+  } else {
+    err = nccl_fail(p, ar, what);
+  }
+#undef STOPPED
+  nccl_mark_failed(p, err, pg_last_error(), true);
+  /* Stopping the parent ends NCCL's job (and its thread) -- but a
+   * revoke of a comm revoked before is refused: abort that one. */
+  if (p->revoked && ar == ncclInProgress)
+    nccl_abort_locked(p);
+  else
+    nccl_stop_locked(p);
+  return nccl_live_error(p, err);
+}
+
 /* A non-blocking comm may answer ncclInProgress: the call goes on in the
  * background (and only then reaches the stream), and nothing else may be
  * issued until ncclCommGetAsyncError stops saying so.  mu held. */
@@ -274,6 +366,16 @@ int nccl_settle(struct nccl_comm *c, ncclResult_t r, const char *what,
     r = poll_async(c, deadline);
   if (r == ncclSuccess)
     return 0;
+  if (r == ncclRemoteError && nccl_failed(c)) {
+    /* The watchdog failed the comm meanwhile: say why. */
+    pthread_mutex_lock(&c->wmu);
+    pg__fail(nccl_failed(c), "NCCL backend: %s (rank %d of %d, device %d): "
+             "the communicator failed meanwhile: %s", what, c->me, c->n,
+             c->device, c->why[0] ? c->why : "(unknown)");
+    pthread_mutex_unlock(&c->wmu);
+    nccl_stop_locked(c);
+    return nccl_live_error(c, nccl_failed(c));
+  }
   if (r == ncclInProgress)
     return fail_locked(c, pg__fail(-ETIMEDOUT, "NCCL backend: %s (rank %d "
                                    "of %d, device %d) could not be issued "
@@ -328,7 +430,7 @@ static int fence_state(struct pg__fence *f)
 {
   struct nccl_comm *c = f->c;
   cudaError_t e;
-  int err;
+  int err, prev;
 
   pthread_mutex_lock(&c->wmu);
   if ((err = f->result) != 0) {
@@ -346,7 +448,15 @@ static int fence_state(struct pg__fence *f)
     return 0;  /* Note [group per thread]: not launched yet */
   }
   pthread_mutex_unlock(&c->wmu);
+  /* On the comm's device: a query from a thread that never chose one
+   * would make a CUDA context on GPU 0 (Note [contexts], fakecuda.c). */
+  if (cudaGetDevice(&prev) != cudaSuccess || prev == c->device)
+    prev = -1;
+  else
+    cudaSetDevice(c->device);
   e = cudaEventQuery(f->done);
+  if (prev >= 0)
+    cudaSetDevice(prev);
   if (e == cudaErrorNotReady)
     return 0;
   if (e != cudaSuccess)
@@ -677,6 +787,7 @@ static int begin(struct nccl_comm *c, const char *what, int *prev)
   if ((err = nccl_enter(c, prev)) != 0)
     return err;
   pthread_mutex_lock(&c->mu);
+  nccl_wait_joined(c);
   if (nccl_failed(c) || !c->comm) {
     /* Note [live recovery]: a peer's death stays what it is. */
     pthread_mutex_lock(&c->wmu);
@@ -991,6 +1102,7 @@ static int nccl_group_end(struct pg__comm *base)
   if ((err = nccl_enter(c, &prev)) != 0)
     return err;
   pthread_mutex_lock(&c->mu);
+  nccl_wait_joined(c);
   if (c->group_depth == 0) {
     pthread_mutex_unlock(&c->mu);
     return nccl_leave(prev, pg__fail(-EINVAL, "NCCL backend: group end without "
@@ -1049,6 +1161,7 @@ static void free_comm(struct nccl_comm *c)
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->wmu);
   pthread_cond_destroy(&c->wcv);
+  pthread_cond_destroy(&c->jcv);
   free(c);
 }
 
@@ -1388,6 +1501,7 @@ struct nccl_comm *nccl_comm_alloc(const struct pg__setup *s, int dev)
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->wmu, NULL);
   pthread_cond_init(&c->wcv, NULL);
+  pthread_cond_init(&c->jcv, NULL);
   return c;
 }
 
@@ -1426,8 +1540,9 @@ static int nccl_split(struct pg__comm *base, int color, int key,
                       const struct pg__setup *s, struct pg__comm **out)
 {
   struct nccl_comm *p = (struct nccl_comm *)base, *c = NULL;
-  ncclComm_t nc = NULL;
   ncclResult_t r;
+  double deadline = pg__now() + (s && s->timeout > 0 ? s->timeout
+                                 : p->timeout);
   int prev, err = 0, joined;
 #ifdef PG_NCCL_NONBLOCKING
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -1446,38 +1561,48 @@ static int nccl_split(struct pg__comm *base, int color, int key,
     err = nccl_init_cuda(c);
   }
   pthread_mutex_lock(&p->mu);
+  nccl_wait_joined(p);
   if (!p->comm || p->revoked) {
     pthread_mutex_unlock(&p->mu);
     err = pg__fail(PG_EPEERFAIL, "NCCL backend: the parent communicator "
                    "was aborted; no sub-group can be split from it");
     return c ? nccl_comm_start(c, err, prev, out) : nccl_leave(prev, err);
   }
+  /* Note [child handle]: NCCL writes the handle later, through a pointer
+   * that must outlive this call. */
+  p->joining = true;
 #ifdef PG_NCCL_NONBLOCKING
-  r = ncclCommSplit(p->comm, s ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &cfg);
+  r = ncclCommSplit(p->comm, s ? color : NCCL_SPLIT_NOCOLOR, key,
+                    c ? &c->comm : &p->nocolor, &cfg);
 #else
-  r = ncclCommSplit(p->comm, s ? color : NCCL_SPLIT_NOCOLOR, key, &nc, NULL);
+  r = ncclCommSplit(p->comm, s ? color : NCCL_SPLIT_NOCOLOR, key,
+                    c ? &c->comm : &p->nocolor, NULL);
 #endif
-  if (!c) {
-    if (r == ncclInProgress)
-      r = poll_async(p, pg__now() + p->timeout);
-    pthread_mutex_unlock(&p->mu);
-    return nccl_leave(prev, r == ncclSuccess ? 0
-                       : nccl_fail(p, r, "ncclCommSplit"));
-  }
+  joined = nccl_child_join(p, r, "ncclCommSplit", deadline, false);
+  nccl_joined(p);
   pthread_mutex_unlock(&p->mu);
-  /* A non-blocking split goes on in the background: the new comm's
-   * state says when it is done. */
-  c->comm = nc;
-  pthread_mutex_lock(&c->mu);
-  joined = nccl_settle(c, r, "ncclCommSplit", pg__now() + c->timeout);
-  pthread_mutex_unlock(&c->mu);
+  if (!c)
+    return nccl_leave(prev, joined);
+  /* The job is over: the handle is what NCCL wrote (a failed child's
+   * too, which nccl_comm_start aborts). */
+  c->comm = __atomic_load_n(&c->comm, __ATOMIC_ACQUIRE);
+  if (!joined && !c->comm)
+    joined = pg__fail(PG_EPEERFAIL, "NCCL backend: ncclCommSplit gave no "
+                      "communicator");
+  if (!joined) {
+    pthread_mutex_lock(&c->mu);
+    joined = nccl_settle(c, ncclInProgress, "ncclCommSplit", deadline);
+    pthread_mutex_unlock(&c->mu);
+  }
   if (!err)
     err = joined;
   /* Live mode: the members' pids, as a created comm has (Note [peer
    * liveness]): a sub-group learns of a death as the world does. */
   if (!err)
     err = nccl_peers_share(c, s, pg__now() + c->timeout);
-  else if (c->comm)
+  /* The other members' new comms learn of a failure through its abort
+   * key. */
+  if (err)
     nccl_mark_failed(c, err, pg_last_error(), true);
   return nccl_comm_start(c, err, prev, out);
 }

@@ -74,7 +74,14 @@ struct pg__fence {
 struct nccl_comm {
   struct pg__comm base;
   pthread_mutex_t mu;    /* the NCCL handle */
-  ncclComm_t comm;       /* NULL once aborted */
+  ncclComm_t comm;       /* NULL once aborted; a split's or shrink's
+                            child: NCCL writes it later (Note [child
+                            handle]) */
+  bool joining;          /* a split or shrink of this parent is in
+                            progress: nothing else may use it (mu) */
+  pthread_cond_t jcv;    /* joining ended (mu) */
+  ncclComm_t nocolor;    /* where NCCL writes a non-member's (NULL)
+                            child handle (Note [child handle]) */
   cudaStream_t stream;
   cudaEvent_t ready;     /* recorded on the caller's stream at submit */
   int *scratch;          /* one device int for barrier */
@@ -152,6 +159,20 @@ int nccl_init_cuda(struct nccl_comm *c);
 /* Waits out an ncclInProgress answer r (mu held): 0, or the comm fails. */
 int nccl_settle(struct nccl_comm *c, ncclResult_t r, const char *what,
                 double deadline);
+/* Note [child handle]: waits out parent p's split or shrink whose NCCL
+ * call answered r, the child's handle going to *slot (c->comm of the
+ * child, or p->nocolor).  Entered and left with p->mu held and
+ * p->joining set; mu is released while waiting.  0 once the job ended
+ * well (*slot then holds the child, not yet ready), else p is failed and
+ * stopped (NCCL has written *slot by then) and the error returned.
+ * shrink: p failed before, as a shrink's parent does; a split's parent
+ * failing meanwhile ends the wait. */
+int nccl_child_join(struct nccl_comm *p, ncclResult_t r, const char *what,
+                    double deadline, bool shrink);
+/* Waits (mu held) until no split or shrink of c is in progress. */
+void nccl_wait_joined(struct nccl_comm *c);
+/* Ends p's split or shrink (mu held): wakes the waiting users. */
+void nccl_joined(struct nccl_comm *p);
 /* The last step of making c: its watchdog, or on err its end; restores
  * the device prev and sets *out on success. */
 int nccl_comm_start(struct nccl_comm *c, int err, int prev,

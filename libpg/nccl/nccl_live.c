@@ -161,7 +161,6 @@ int nccl_shrink(struct pg__comm *base, const int *excluded,
 {
   struct nccl_comm *p = (struct nccl_comm *)base, *c;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  ncclComm_t nc = NULL;
   ncclResult_t r = ncclSuccess;
   double deadline = pg__now() + (s && s->timeout > 0 ? s->timeout
                                  : p->timeout);
@@ -182,6 +181,7 @@ int nccl_shrink(struct pg__comm *base, const int *excluded,
   err = nccl_init_cuda(c);
   cfg.blocking = 0;
   pthread_mutex_lock(&p->mu);
+  nccl_wait_joined(p);
   if (!p->comm) {
     pthread_mutex_unlock(&p->mu);
     free(list);
@@ -191,23 +191,30 @@ int nccl_shrink(struct pg__comm *base, const int *excluded,
     return nccl_comm_start(c, err, prev, out);
   }
   joined = p->revoked ? revoke_settled(p, deadline) : 0;
-  if (!joined)
-    r = ncclCommShrink(p->comm, list, nexcluded, &nc, &cfg,
+  if (!joined) {
+    /* Note [child handle]: NCCL writes c->comm when the job ends; the
+     * parent says ncclInProgress until then. */
+    p->joining = true;
+    r = ncclCommShrink(p->comm, list, nexcluded, &c->comm, &cfg,
                        nccl_failed(p) || p->revoked ? NCCL_SHRINK_ABORT
                                                     : NCCL_SHRINK_DEFAULT);
+    joined = nccl_child_join(p, r, "ncclCommShrink", deadline, true);
+    nccl_joined(p);
+  }
   pthread_mutex_unlock(&p->mu);
-  c->comm = nc;
+  c->comm = __atomic_load_n(&c->comm, __ATOMIC_ACQUIRE);
+  if (!joined && !c->comm)
+    joined = pg__fail(PG_EPEERFAIL, "NCCL backend: ncclCommShrink gave "
+                      "no communicator");
   if (!joined) {
     pthread_mutex_lock(&c->mu);
-    joined = nc || r != ncclSuccess ? nccl_settle(c, r, "ncclCommShrink",
-                                             deadline)
-             : pg__fail(PG_EPEERFAIL, "NCCL backend: ncclCommShrink gave "
-                        "no communicator");
+    joined = nccl_settle(c, ncclInProgress, "ncclCommShrink", deadline);
     pthread_mutex_unlock(&c->mu);
   }
   if (!err)
     err = joined;
-  else if (c->comm)
+  /* The other members' new comms learn of it through its abort key. */
+  if (err)
     nccl_mark_failed(c, err, pg_last_error(), true);
   if (!err)
     err = nccl_peers_inherit(c, p, list, nexcluded);

@@ -1,14 +1,19 @@
 /* nccl_check.c -- correctness of every libpg collective on the NCCL
- * backend, out of place (so data moves even with one rank), for
- * scripts/gpu-check; a cdrun worker (one per GPU, or 1 rank).
+ * backend, out of place (so data moves even with one rank) and in place,
+ * for scripts/gpu-check; a cdrun worker (one per GPU, or 1 rank).
  *
  * Every dtype and reduction for all_reduce, reduce and reduce_scatter;
  * broadcast, all_gather, all_to_all, send/recv (2+ ranks), barrier, a
- * grouped exchange, and the async form (pg_work_wait) of all_reduce.
+ * grouped exchange, and the async form (pg_work_wait) of all_reduce; the
+ * in-place forms of all_reduce, reduce, all_gather and reduce_scatter.
+ * All of it on the world, then on a sub-group from pg_split (every rank,
+ * keys reversing the order: ncclCommSplit, whose child handle NCCL 2.28
+ * writes after the call returns) and on one from pg_new_group, with a
+ * split that gives no group (NCCL_SPLIT_NOCOLOR) between them.
  * Rank r's element i is a small integer ((7 i + 3 r) mod 5 + 1), so every
  * result is exact in every dtype.  Rank 0 prints one line,
  *
- *   nccl_check ranks=N checks=K failures=F
+ *   nccl_check ranks=N checks=K failures=F groups=world,split,new_group
  *
  * and the first failures on stderr; exit status 1 on any failure. */
 #include <math.h>
@@ -192,6 +197,35 @@ static void check_reductions(pg_dtype t, pg_op op)
            reduced(t, op, (size_t)rank * COUNT + i));
 }
 
+/* The in-place forms (pg.h): the data stays in dsend. */
+static void check_in_place(pg_dtype t, pg_op op)
+{
+  size_t i, sz = pg_dtype_size(t);
+  int root = 0;
+
+  fill(t, COUNT, 0, rank);
+  rc("pg_all_reduce in place", pg_all_reduce(g, dsend, dsend, COUNT, t, op));
+  fetch(t, dsend, COUNT);
+  for (i = 0; i < COUNT; i++)
+    expect("all_reduce in place", t, op, i, reduced(t, op, i));
+  fill(t, COUNT, 0, rank);
+  rc("pg_reduce in place", pg_reduce(g, dsend, rank == root ? dsend : NULL,
+                                     COUNT, t, op, root));
+  if (rank == root) {
+    fetch(t, dsend, COUNT);
+    for (i = 0; i < COUNT; i++)
+      expect("reduce in place", t, op, i, reduced(t, op, i));
+  }
+  fill(t, (size_t)ws * COUNT, 0, rank);
+  rc("pg_reduce_scatter in place",
+     pg_reduce_scatter(g, dsend, (char *)dsend + (size_t)rank * COUNT * sz,
+                       COUNT, t, op));
+  fetch(t, (char *)dsend + (size_t)rank * COUNT * sz, COUNT);
+  for (i = 0; i < COUNT; i++)
+    expect("reduce_scatter in place", t, op, i,
+           reduced(t, op, (size_t)rank * COUNT + i));
+}
+
 static void check_moves(pg_dtype t)
 {
   size_t i;
@@ -210,6 +244,18 @@ static void check_moves(pg_dtype t)
   for (r = 0; r < ws; r++)
     for (i = 0; i < COUNT; i++)
       expect("all_gather", t, PG_SUM, (size_t)r * COUNT + i, val(i, r));
+  /* In place: rank r's block already at r * COUNT of the output. */
+  fill(t, COUNT, 0, rank);
+  CUDA(cudaMemcpy((char *)drecv + (size_t)rank * COUNT * pg_dtype_size(t),
+                  dsend, COUNT * pg_dtype_size(t), cudaMemcpyDeviceToDevice));
+  rc("pg_all_gather in place",
+     pg_all_gather(g, (char *)drecv + (size_t)rank * COUNT *
+                   pg_dtype_size(t), drecv, COUNT, t));
+  fetch(t, drecv, (size_t)ws * COUNT);
+  for (r = 0; r < ws; r++)
+    for (i = 0; i < COUNT; i++)
+      expect("all_gather in place", t, PG_SUM, (size_t)r * COUNT + i,
+             val(i, r));
   fill(t, (size_t)ws * COUNT, 0, rank);
   rc("pg_all_to_all", pg_all_to_all(g, dsend, drecv, COUNT, t));
   fetch(t, drecv, (size_t)ws * COUNT);
@@ -229,18 +275,38 @@ static void check_moves(pg_dtype t)
     expect("send/recv", t, PG_SUM, i, val(i, prev));
 }
 
+/* Everything above on group grp (the globals follow it). */
+static void check_group(pg_group *grp)
+{
+  int t, op;
+
+  g = grp;
+  rank = pg_rank(g);
+  ws = pg_size(g);
+  for (t = 0; t < PG_DTYPE_COUNT; t++) {
+    for (op = 0; op < PG_OP_COUNT; op++) {
+      check_reductions((pg_dtype)t, (pg_op)op);
+      check_in_place((pg_dtype)t, (pg_op)op);
+    }
+    check_moves((pg_dtype)t);
+  }
+  rc("pg_barrier", pg_barrier(g));
+}
+
 int main(void)
 {
   struct pg_options o = PG_OPTIONS_INIT;
-  int t, op, ndev = 0;
+  pg_group *world, *sub = NULL, *none = NULL;
+  int ndev = 0, i, *all;
 
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     fprintf(stderr, "nccl_check: no GPU here\n");
     return 3;
   }
   o.backend = PG_BACKEND_NCCL;
-  if (pg_init(&o, &g) != 0)
+  if (pg_init(&o, &world) != 0)
     die("pg_init", pg_last_error());
+  g = world;
   rank = pg_rank(g);
   ws = pg_size(g);
   {
@@ -254,18 +320,35 @@ int main(void)
   hbuf = malloc((size_t)ws * COUNT * 8);
   if (!hbuf)
     die("malloc", "out of memory");
-  for (t = 0; t < PG_DTYPE_COUNT; t++) {
-    for (op = 0; op < PG_OP_COUNT; op++)
-      check_reductions((pg_dtype)t, (pg_op)op);
-    check_moves((pg_dtype)t);
-  }
-  rc("pg_barrier", pg_barrier(g));
+  check_group(world);
+  /* A split: every rank, keys reversing the order. */
+  rc("pg_split", pg_split(world, 0, -pg_rank(world), &sub));
+  if (!sub || pg_size(sub) != pg_size(world) ||
+      pg_rank(sub) != pg_size(world) - 1 - pg_rank(world))
+    die("pg_split", "the sub-group's size or order is wrong");
+  check_group(sub);
+  pg_destroy(sub);
+  /* No color: no group, and the world goes on at once. */
+  rc("pg_split (no color)", pg_split(world, -1, 0, &none));
+  if (none)
+    die("pg_split (no color)", "gave a group");
+  all = calloc((size_t)pg_size(world), sizeof *all);
+  if (!all)
+    die("calloc", "out of memory");
+  for (i = 0; i < pg_size(world); i++)
+    all[i] = i;
+  rc("pg_new_group", pg_new_group(world, all, pg_size(world), &sub));
+  free(all);
+  check_group(sub);
+  pg_destroy(sub);
+  check_group(world);
   if (rank == 0)
-    printf("nccl_check ranks=%d checks=%d failures=%d\n", ws, checks, fails);
+    printf("nccl_check ranks=%d checks=%d failures=%d "
+           "groups=world,split,new_group\n", ws, checks, fails);
   fflush(stdout);
   cudaFree(dsend);
   cudaFree(drecv);
   free(hbuf);
-  pg_destroy(g);
+  pg_destroy(world);
   return fails ? 1 : 0;
 }

@@ -15,7 +15,16 @@
  *
  *   nccl_shrink ranks=N shrink_ms=A revoke_shrink_ms=B init_ms=C failures=F
  *
- * (B is "-" without ncclCommRevoke).  Exit status 1 on a failure. */
+ * (B is "-" without ncclCommRevoke).  With one rank (one GPU: NCCL
+ * refuses two ranks of one communicator on one GPU, and a shrink needs a
+ * survivor and a leaver) it times a split instead, as NCCL 2.28 does it
+ * (ncclInProgress, the handle written later, the parent in progress
+ * meanwhile), checks a split without color, and that a shrink leaving
+ * nobody, or leaving the caller, is refused with no handle:
+ *
+ *   nccl_shrink ranks=1 split_ms=A shrink=refused failures=F
+ *
+ * Exit status 1 on a failure. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +85,7 @@ static ncclComm_t make(const char *key, int n, int me)
 
   if (me == 0) {
     if (ncclGetUniqueId(&id) != ncclSuccess ||
-        pg_store_set(st, key, &id, sizeof id) != 0)
+        (n > 1 && pg_store_set(st, key, &id, sizeof id) != 0))
       die("ncclGetUniqueId", "cannot share the id");
   } else {
     if (pg_store_get(st, key, 120, &v, &len) != 0 || len != sizeof id)
@@ -118,18 +127,73 @@ static double slowest(double ms)
   return v;
 }
 
+/* NCCL 2.28 (libpg's Note [child handle]): a non-blocking shrink answers
+ * ncclInProgress with *out NULL, and NCCL's thread writes the handle
+ * through out later (out must outlive this call: it is main's).  The
+ * PARENT says ncclInProgress until then; only after it leaves that state
+ * is *out read and the new comm waited ready. */
 static double shrink(ncclComm_t parent, int flags, ncclComm_t *out)
 {
   int leave[1] = { ws - 1 };
   double t0 = now_ms();
   ncclResult_t r;
 
-  r = ncclCommShrink(parent, leave, 1, out, NULL, flags);
-  if (*out)
-    r = ready(*out, r);
+  r = ready(parent, ncclCommShrink(parent, leave, 1, out, NULL, flags));
+  if (r == ncclSuccess && __atomic_load_n(out, __ATOMIC_ACQUIRE))
+    r = ready(*out, ncclInProgress);
   if (r != ncclSuccess || !*out)
     die("ncclCommShrink", ncclGetErrorString(r));
   return now_ms() - t0;
+}
+
+/* One rank: the split and the shrink's refusals (above). */
+static void one_rank(void)
+{
+  ncclComm_t world = make("shrink/world1", 1, 0), c = NULL, nc = NULL;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  int self[1] = { 0 };
+  double t0 = now_ms(), t_split;
+  ncclResult_t r;
+
+  check(world, 1, "the world");
+  cfg.blocking = 0;
+  t0 = now_ms();
+  r = ncclCommSplit(world, 0, 0, &c, &cfg);
+  if (r == ncclInProgress && c) {
+    fprintf(stderr, "nccl_shrink: ncclCommSplit answered ncclInProgress "
+            "with the handle already set (NCCL 2.28 writes it later)\n");
+    fails++;
+  }
+  r = ready(world, r);
+  if (r == ncclSuccess && __atomic_load_n(&c, __ATOMIC_ACQUIRE))
+    r = ready(c, ncclInProgress);
+  if (r != ncclSuccess || !c)
+    die("ncclCommSplit", ncclGetErrorString(r));
+  t_split = now_ms() - t0;
+  check(c, 1, "the split comm");
+  ncclCommDestroy(c);
+  r = ready(world, ncclCommSplit(world, NCCL_SPLIT_NOCOLOR, 0, &nc, &cfg));
+  if (r != ncclSuccess || nc) {
+    fprintf(stderr, "nccl_shrink: a split without color: %s, handle %p\n",
+            ncclGetErrorString(r), (void *)nc);
+    fails++;
+  }
+  check(world, 1, "the parent after a split without color");
+  r = ncclCommShrink(world, self, 0, &nc, NULL, NCCL_SHRINK_DEFAULT);
+  if (r != ncclInvalidArgument || nc) {
+    fprintf(stderr, "nccl_shrink: a shrink leaving nobody: %s\n",
+            ncclGetErrorString(r));
+    fails++;
+  }
+  r = ncclCommShrink(world, self, 1, &nc, NULL, NCCL_SHRINK_DEFAULT);
+  if (r != ncclInvalidArgument || nc) {
+    fprintf(stderr, "nccl_shrink: a shrink leaving the caller: %s\n",
+            ncclGetErrorString(r));
+    fails++;
+  }
+  ncclCommAbort(world);
+  printf("nccl_shrink ranks=1 split_ms=%.1f shrink=refused failures=%d\n",
+         t_split, fails);
 }
 
 int main(void)
@@ -151,12 +215,17 @@ int main(void)
   rank = pg_rank(g);
   ws = pg_size(g);
   st = pg_group_store(g);
-  if (ws < 2)
-    die("setup", "needs 2 ranks or more (one GPU each)");
   if (cudaSetDevice(ndev == 1 ? 0 : (lr ? atoi(lr) : 0) % ndev) ||
       cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) ||
       cudaMalloc((void **)&dbuf, 64))
     die("CUDA setup", "failed");
+  if (ws < 2) {
+    one_rank();
+    cudaFree(dbuf);
+    cudaStreamDestroy(stream);
+    pg_destroy(g);
+    return fails ? 1 : 0;
+  }
   world = make("shrink/world", ws, rank);
   check(world, (float)ws * (ws + 1) / 2, "the world");
   want = (float)(ws - 1) * ws / 2;

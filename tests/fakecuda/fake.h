@@ -30,4 +30,8 @@ int fake_live_comms(void);
  * The NCCL suite checks it at the end of every rank. */
 int fake_leaks(char *why, size_t len);
 
+/* The devices this process made a CUDA context on (a bit each; Note
+ * [contexts] in fakecuda.c). */
+unsigned fake_contexts(void);
+
 #endif

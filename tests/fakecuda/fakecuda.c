@@ -11,6 +11,10 @@
  * wrong result.  Synchronous copies and memsets go through the legacy
  * stream and wait for it, as in CUDA.
  *
+ * cudaMallocAsync/cudaFreeAsync are a stream-ordered pool that reuses
+ * freed memory as CUDA's does (Note [stream-ordered pool]); the devices a
+ * process made CUDA contexts on are recorded (Note [contexts]).
+ *
  * Devices: $FAKECUDA_DEVICES (default 4; 0: cudaErrorNoDevice).
  * Work on streams is slowed down (fake_work_delay) so that ordering bugs
  * do not pass by luck.
@@ -87,6 +91,25 @@ static struct CUstream_st *all_streams;
 static int live_streams, live_events;   /* all_mu */
 static int captures;                    /* global-mode captures running */
 static bool capture_invalid;            /* all_mu */
+
+/* Note [contexts]: the CUDA runtime makes the current device's primary
+ * context on a thread's first call that needs one (device 0 if the
+ * thread never called cudaSetDevice): a helper thread that forgets
+ * cudaSetDevice puts a context -- hundreds of MiB -- on GPU 0 from every
+ * rank.  The fake records, per process, the devices such calls ran on
+ * (fake_contexts). */
+static unsigned contexts;           /* atomic: a bit per device */
+
+static void touch(void)
+{
+  __atomic_or_fetch(&contexts, 1u << (current_device & 31),
+                    __ATOMIC_RELAXED);
+}
+
+unsigned fake_contexts(void)
+{
+  return __atomic_load_n(&contexts, __ATOMIC_RELAXED);
+}
 
 static cudaError_t fail(cudaError_t e)
 {
@@ -247,6 +270,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags)
 {
   struct CUstream_st *s = stream_new();
 
+  touch();
   (void)flags;
   *out = s;
   if (!s)
@@ -270,6 +294,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t hs)
   struct CUstream_st *s = resolve(hs);
   uint64_t want;
 
+  touch();
   pthread_mutex_lock(&s->mu);
   want = s->queued;
   while (s->finished < want)
@@ -283,6 +308,7 @@ cudaError_t cudaStreamQuery(cudaStream_t hs)
   struct CUstream_st *s = resolve(hs);
   bool idle;
 
+  touch();
   if (unsafe_during_capture())
     return fail(cudaErrorStreamCaptureUnsupported);
   pthread_mutex_lock(&s->mu);
@@ -297,6 +323,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t hs)
   struct CUstream_st *s = hs, **pp;
   bool found = false;
 
+  touch();
   if (!s || s == resolve(0))
     return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&all_mu);
@@ -336,6 +363,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags)
 {
   struct CUevent_st *e = calloc(1, sizeof *e);
 
+  touch();
   (void)flags;
   if (!e)
     return fail(cudaErrorMemoryAllocation);
@@ -357,6 +385,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *out)
 
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
+  touch();
   if (!e)
     return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&all_mu);
@@ -402,6 +431,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
   struct ev_arg *a;
   cudaError_t r;
 
+  touch();
   if (!e)
     return fail(cudaErrorInvalidResourceHandle);
   if (rs->dev >= 0 && rs->dev != e->dev) {
@@ -431,6 +461,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 {
   bool done;
 
+  touch();
   if (!e)
     return fail(cudaErrorInvalidResourceHandle);
   if (unsafe_during_capture())
@@ -447,6 +478,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
+  touch();
   if (!e)
     return fail(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&e->mu);
@@ -462,6 +494,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e,
   struct ev_arg *a;
   uint64_t gen;
 
+  touch();
   (void)flags;
   if (!e)
     return fail(cudaErrorInvalidResourceHandle);
@@ -543,6 +576,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
 {
   struct alloc *a = malloc(sizeof *a);
 
+  touch();
   if (!a || posix_memalign(p, 256, bytes ? bytes : 1) != 0) {
     free(a);
     *p = NULL;
@@ -578,6 +612,7 @@ static bool alloc_del(void *p)
 /* Waits for every stream first, as CUDA's cudaFree does. */
 cudaError_t cudaFree(void *p)
 {
+  touch();
   if (!p)
     return cudaSuccess;
   cudaDeviceSynchronize();
@@ -587,21 +622,179 @@ cudaError_t cudaFree(void *p)
   return cudaSuccess;
 }
 
-/* Stream-ordered, so no device-wide wait. */
-/* At once (the fake's memory is ready when allocated). */
-cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
+/* Note [stream-ordered pool] (CUDA's cudaMallocAsync/cudaFreeAsync
+ * semantics, "Stream Ordered Memory Allocator" in the CUDA programming
+ * guide): an allocation exists from the point its stream reaches it, and
+ * a freed block may be handed out again at once to an allocation on the
+ * stream that freed it (stream order keeps them apart) and to any other
+ * stream once the freeing stream has reached the free.  The fake's pool
+ * does the same and makes every such point visible: the block is filled
+ * with POISON_ALLOC when its stream reaches the allocation and with
+ * POISON_FREE when it reaches the free, so work that touches the memory
+ * outside its allocation's lifetime in stream order (a missing wait)
+ * reads or leaves garbage, as reuse on a GPU would. */
+#define POISON_ALLOC 0xa5
+#define POISON_FREE 0xdb
+#define POOL_KEEP 64               /* freed blocks kept for reuse */
+#define REACHED 1
+#define TAKEN 2
+
+struct pooled {
+  char *base;
+  size_t bytes;
+  int dev;
+  struct CUstream_st *stream;      /* where it was freed */
+  int reached;                     /* atomic: REACHED once that stream got
+                                      there; TAKEN: reused before (on the
+                                      same stream), poison_free frees b */
+  struct pooled *next;
+};
+
+static struct pooled *pool;         /* mem_mu */
+static int npool;
+
+static void poison_alloc(void *p)
 {
-  (void)s;
-  return cudaMalloc(p, bytes);
+  struct alloc *a = p;
+
+  memset(a->base, POISON_ALLOC, a->bytes);
+  free(a);
 }
 
-cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
+static void poison_free(void *p)
 {
+  struct pooled *b = p;
+
+  memset(b->base, POISON_FREE, b->bytes);
+  if (__atomic_exchange_n(&b->reached, REACHED, __ATOMIC_ACQ_REL) == TAKEN)
+    free(b);
+}
+
+/* A freed block for bytes on s (mem_mu held), or NULL. */
+static struct pooled *pool_take(size_t bytes, struct CUstream_st *s)
+{
+  struct pooled **pp, *b;
+
+  for (pp = &pool; (b = *pp) != NULL; pp = &b->next)
+    if (b->dev == current_device && b->bytes >= bytes &&
+        (b->stream == s || __atomic_load_n(&b->reached, __ATOMIC_ACQUIRE))) {
+      *pp = b->next;
+      npool--;
+      return b;
+    }
+  return NULL;
+}
+
+/* Drops the oldest reached blocks beyond POOL_KEEP (mem_mu held). */
+static void pool_trim(void)
+{
+  struct pooled **pp = &pool, *b;
+  int i = 0;
+
+  while ((b = *pp) != NULL) {
+    if (++i > POOL_KEEP && __atomic_load_n(&b->reached, __ATOMIC_ACQUIRE)) {
+      *pp = b->next;
+      npool--;
+      free(b->base);
+      free(b);
+      continue;
+    }
+    pp = &b->next;
+  }
+}
+
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t hs)
+{
+  struct CUstream_st *s = resolve(hs);
+  struct alloc *a = malloc(sizeof *a), *mark = malloc(sizeof *mark);
+  struct pooled *b;
+  cudaError_t e;
+
+  touch();
+  if (!a || !mark) {
+    free(a);
+    free(mark);
+    *p = NULL;
+    return fail(cudaErrorMemoryAllocation);
+  }
+  if (!bytes)
+    bytes = 1;
+  pthread_mutex_lock(&mem_mu);
+  b = pool_take(bytes, s);
+  pthread_mutex_unlock(&mem_mu);
+  if (b) {
+    *p = b->base;
+    bytes = b->bytes;
+    /* Same stream, free not reached yet: poison_free frees b. */
+    if (__atomic_exchange_n(&b->reached, TAKEN, __ATOMIC_ACQ_REL) == REACHED)
+      free(b);
+  } else if (posix_memalign(p, 256, bytes) != 0) {
+    free(a);
+    free(mark);
+    *p = NULL;
+    return fail(cudaErrorMemoryAllocation);
+  }
+  a->base = *p;
+  a->bytes = bytes;
+  a->dev = current_device;
+  *mark = *a;
+  e = fake_stream_enqueue(hs, poison_alloc, mark);
+  if (e != cudaSuccess) {
+    free(mark);
+    free(a);
+    free(*p);
+    *p = NULL;
+    return e;
+  }
+  pthread_mutex_lock(&mem_mu);
+  a->next = allocs;
+  allocs = a;
+  pthread_mutex_unlock(&mem_mu);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeAsync(void *p, cudaStream_t hs)
+{
+  struct alloc **pp, *a = NULL;
+  struct pooled *b;
+  cudaError_t e;
+
+  touch();
   if (!p)
     return cudaSuccess;
-  if (!alloc_del(p))
+  b = calloc(1, sizeof *b);
+  if (!b)
+    return fail(cudaErrorMemoryAllocation);
+  pthread_mutex_lock(&mem_mu);
+  for (pp = &allocs; *pp; pp = &(*pp)->next)
+    if ((*pp)->base == p) {
+      a = *pp;
+      *pp = a->next;
+      break;
+    }
+  pthread_mutex_unlock(&mem_mu);
+  if (!a) {
+    free(b);
     return fail(cudaErrorInvalidValue);
-  return fake_stream_enqueue(s, free, p);
+  }
+  b->base = a->base;
+  b->bytes = a->bytes;
+  b->dev = a->dev;
+  b->stream = resolve(hs);
+  free(a);
+  e = fake_stream_enqueue(hs, poison_free, b);
+  if (e != cudaSuccess) {
+    free(b->base);
+    free(b);
+    return e;
+  }
+  pthread_mutex_lock(&mem_mu);
+  b->next = pool;
+  pool = b;
+  npool++;
+  pool_trim();
+  pthread_mutex_unlock(&mem_mu);
+  return cudaSuccess;
 }
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
@@ -662,6 +855,7 @@ static cudaError_t enqueue_copy(void *dst, const void *src, size_t bytes,
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
                             enum cudaMemcpyKind kind, cudaStream_t s)
 {
+  touch();
   (void)kind;
   return enqueue_copy(dst, src, bytes, 0, false, s);
 }
@@ -669,6 +863,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes,
                             cudaStream_t s)
 {
+  touch();
   return enqueue_copy(dst, NULL, bytes, value, true, s);
 }
 
@@ -719,6 +914,7 @@ cudaError_t cudaDeviceSynchronize(void)
   struct CUstream_st *s;
   int i, n;
 
+  touch();
   cudaStreamSynchronize(0);
   for (i = 0;; i++) {
     pthread_mutex_lock(&all_mu);
@@ -750,6 +946,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t hs,
 {
   struct CUstream_st *s = hs;
 
+  touch();
   if (hs == 0 || hs == cudaStreamLegacy)
     return fail(cudaErrorStreamCaptureUnsupported);
   s = resolve(hs);

@@ -15,7 +15,15 @@
  * rounded once; ncclAvg divides the sum (integers truncating).  Aborts are
  * local, as in NCCL: the peers of an aborted rank hang.
  *
- * ncclCommSplit: collective over the parent, through its segment.
+ * ncclCommSplit and ncclCommShrink as NCCL 2.28's source does them (Note
+ * [child job]): on a non-blocking parent they answer ncclInProgress with
+ * *newcomm NULL, a job thread writes the handle through the caller's
+ * pointer later, and the parent says ncclInProgress meanwhile.  Every
+ * call on a comm whose last non-blocking call is in progress is refused,
+ * and a pending async error is the next call's answer (ensure_ready, as
+ * ncclCommEnsureReady).  Two ranks of one comm on one GPU of one host are
+ * refused ("Duplicate GPU detected").  README.md lists what still
+ * differs from NCCL.
  *
  * ncclCommRevoke and ncclCommShrink (NCCL 2.28's contract, Note [revoke
  * and shrink] below): revoke stops the communicator's in-flight work
@@ -36,7 +44,8 @@
  * one rank only.
  * $FAKENCCL_INPROGRESS=1: on a non-blocking communicator every collective
  * and ncclGroupEnd answers ncclInProgress, and ncclCommGetAsyncError says
- * so twice more, as NCCL may.
+ * so twice more, as NCCL may; =hold: it says so until the communicator
+ * is aborted, as a launch that waits for a dead peer's connection does.
  *
  * Stricter than NCCL where libpg could go wrong unseen (issue 23):
  * - every rank's operation must agree with rank 0's on kind, count,
@@ -55,6 +64,7 @@
  * - one thread's group may hold several communicators (NCCL's group
  *   state is per thread). */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -66,6 +76,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake.h"
@@ -84,7 +95,9 @@ struct rank_line {
   uint64_t phase;
   int32_t kind, dt, rop, root;
   uint64_t count;
-  char pad[LINE - 32];
+  uint64_t host;            /* where the rank runs (join): its host */
+  int32_t dev, pad1;        /* and device */
+  char pad[LINE - 48];
 };
 
 /* ncclCommShrink's meeting of the survivors (Note [revoke and shrink]):
@@ -134,6 +147,11 @@ struct ncclComm {
                                seen complete by ncclCommGetAsyncError */
   int inflight;             /* atomic: batches launched, not finished */
   struct ncclComm *parent;  /* a shrink's, until the survivors met */
+  struct ncclComm *up;      /* a child's parent while its init runs in
+                               the parent's job: aborting it ends that */
+  pthread_t job_th;         /* a non-blocking split's or shrink's */
+  bool job;                 /* job_th not joined yet */
+  int job_stop;             /* atomic: abort or revoke ends the job */
   uint64_t shrink_seq, shrink_mask;
   bool shrink_fail;         /* $FAKENCCL_SHRINK_FAIL_RANK is its parent's */
   struct box *boxes;
@@ -233,6 +251,12 @@ static bool aborted(struct ncclComm *c)
   return __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE) != 0;
 }
 
+/* The parent's split or shrink job must end (ncclGroupJobAbort). */
+static bool job_stopped(struct ncclComm *c)
+{
+  return __atomic_load_n(&c->job_stop, __ATOMIC_ACQUIRE) != 0;
+}
+
 static bool revoked(struct ncclComm *c)
 {
   return __atomic_load_n(&c->revoked, __ATOMIC_ACQUIRE) != 0;
@@ -243,6 +267,8 @@ static bool halted(struct ncclComm *c)
 {
   return aborted(c) || revoked(c);
 }
+
+static void join_job(struct ncclComm *c);
 
 static void comm_unref(struct ncclComm *c)
 {
@@ -255,6 +281,40 @@ static void comm_unref(struct ncclComm *c)
   if (c->seg)
     munmap(c->seg, c->size);
   free(c);
+}
+
+/* The comm's state as ncclCommGetAsyncError gives it, without using up
+ * a $FAKENCCL_INPROGRESS answer: a non-blocking revoke is over once no
+ * batch of the comm runs (Note [revoke and shrink]). */
+static ncclResult_t state(struct ncclComm *c)
+{
+  if (__atomic_load_n(&c->revoking, __ATOMIC_ACQUIRE) &&
+      __atomic_load_n(&c->inflight, __ATOMIC_ACQUIRE) == 0) {
+    __atomic_store_n(&c->async_err, ncclSuccess, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->revoking, 0, __ATOMIC_RELEASE);
+  }
+  return (ncclResult_t)__atomic_load_n(&c->async_err, __ATOMIC_ACQUIRE);
+}
+
+/* ncclCommEnsureReady (src/init.cc, NCCL 2.28), which every operation,
+ * split and shrink calls first: while the comm's last non-blocking call
+ * is in progress the call is refused (ncclInvalidArgument, and NCCL's
+ * warning); a pending async error is returned as the call's. */
+static ncclResult_t ensure_ready(struct ncclComm *c, const char *fn)
+{
+  ncclResult_t e = state(c);
+
+  if (e == ncclSuccess && __atomic_load_n(&c->inprogress, __ATOMIC_ACQUIRE))
+    e = ncclInProgress;
+  if (e != ncclInProgress)
+    return e;
+  fprintf(stderr, "fakenccl: %s on rank %d: Attempt to use communicator "
+          "before the previous operation returned ncclSuccess\n", fn,
+          c->me);
+  snprintf(c->last, sizeof c->last, "fake: %s: Attempt to use "
+           "communicator before the previous operation returned "
+           "ncclSuccess", fn);
+  return ncclInvalidArgument;
 }
 
 static size_t type_size(ncclDataType_t t)
@@ -739,9 +799,11 @@ static ncclResult_t maybe_in_progress(struct ncclComm *c)
 {
   const char *v = getenv("FAKENCCL_INPROGRESS");
 
-  if (!c->nonblocking || !v || strcmp(v, "1") != 0)
+  if (!c->nonblocking || !v || (strcmp(v, "1") != 0 &&
+                                strcmp(v, "hold") != 0))
     return ncclSuccess;
-  __atomic_store_n(&c->inprogress, 2, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->inprogress, strcmp(v, "hold") == 0 ? INT_MAX : 2,
+                   __ATOMIC_RELEASE);
   return ncclInProgress;
 }
 
@@ -766,6 +828,7 @@ static ncclResult_t submit(struct ncclComm *c, cudaStream_t s, struct op *proto)
   struct pending *p;
   struct op *o;
   const char *fr = getenv("FAKENCCL_FAIL_RANK");
+  ncclResult_t r;
 
   if (!c)
     return ncclInvalidArgument;
@@ -773,13 +836,13 @@ static ncclResult_t submit(struct ncclComm *c, cudaStream_t s, struct op *proto)
     return dead_handle(kind_names[proto->kind]);
   if (aborted(c))
     return ncclInvalidArgument;
-  if (!__atomic_load_n(&c->init_done, __ATOMIC_ACQUIRE))
-    return ncclInvalidUsage;
   if (revoked(c)) {
     snprintf(c->last, sizeof c->last, "fake: %s on a revoked communicator",
              kind_names[proto->kind]);
     return ncclInvalidUsage;
   }
+  if ((r = ensure_ready(c, kind_names[proto->kind])) != ncclSuccess)
+    return r;
   if (!type_size(proto->dt))
     return ncclInvalidArgument;
   if ((proto->kind == K_BCAST || proto->kind == K_REDUCE ||
@@ -807,8 +870,7 @@ static ncclResult_t submit(struct ncclComm *c, cudaStream_t s, struct op *proto)
   o->done = 0;
   o->next = NULL;
   if (group_depth == 0) {
-    ncclResult_t r = launch(c, s, o);
-
+    r = launch(c, s, o);
     return r == ncclSuccess ? maybe_in_progress(c) : r;
   }
   for (p = group_ops; p && (p->c != c || p->stream != s); p = p->next)
@@ -949,11 +1011,32 @@ static void name_of(const ncclUniqueId *id, char *out, size_t len)
     k += (size_t)snprintf(out + k, len - k, "%02x", b[i]);
 }
 
-/* Maps the segment and waits for every rank to join. */
+/* The host's identity, as NCCL's host hash: $NCCL_HOSTID if set, else
+ * the host name. */
+static uint64_t host_hash(void)
+{
+  const char *id = getenv("NCCL_HOSTID");
+  char name[256] = "";
+  uint64_t h = 1469598103934665603ull;
+  const char *p;
+
+  if (!id || !*id) {
+    gethostname(name, sizeof name - 1);
+    id = name;
+  }
+  for (p = id; *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h;
+}
+
+/* Maps the segment and waits for every rank to join.  Two ranks of one
+ * communicator on one GPU of one host are refused as NCCL's init does
+ * ("Duplicate GPU detected", ncclInvalidUsage, src/init.cc); ranks of
+ * different communicators may share a GPU. */
 static ncclResult_t join(struct ncclComm *c)
 {
   unsigned spins = 0;
-  int fd;
+  int fd, r;
 
   fd = shm_open(c->name, O_CREAT | O_RDWR, 0600);
   if (fd < 0)
@@ -974,15 +1057,27 @@ static ncclResult_t join(struct ncclComm *c)
   c->boxes = (struct box *)(c->shl + c->n);
   c->slots = (char *)(c->boxes + c->n * c->n);
   c->boxdata = c->slots + (size_t)c->n * SLOT;
+  c->rl[c->me].host = host_hash();
+  c->rl[c->me].dev = c->dev;
   __atomic_add_fetch(&c->seg->joined, 1, __ATOMIC_ACQ_REL);
   while (__atomic_load_n(&c->seg->joined, __ATOMIC_ACQUIRE) <
          (uint32_t)c->n) {
-    if (aborted(c))
+    if (aborted(c) || (c->up && job_stopped(c->up)))
       return ncclInvalidUsage;
     fake_backoff(&spins);
   }
   if (c->me == 0)
     shm_unlink(c->name);
+  for (r = 0; r < c->n; r++)
+    if (r != c->me && c->rl[r].host == c->rl[c->me].host &&
+        c->rl[r].dev == c->dev) {
+      fprintf(stderr, "fakenccl: Duplicate GPU detected : rank %d and "
+              "rank %d both on CUDA device %d\n", c->me, r, c->dev);
+      snprintf(c->last, sizeof c->last, "fake: Duplicate GPU detected : "
+               "rank %d and rank %d both on CUDA device %d", c->me, r,
+               c->dev);
+      return ncclInvalidUsage;
+    }
   return ncclSuccess;
 }
 
@@ -1001,7 +1096,7 @@ static ncclResult_t shrink_meet(struct ncclComm *c)
     if (r == p->me || (c->shrink_mask >> r & 1))
       continue;
     while ((seq = ld(&p->shl[r].seq)) < k) {
-      if (aborted(c) || aborted(p))
+      if (aborted(c) || job_stopped(p))
         return ncclInvalidUsage;
       fake_backoff(&spins);
     }
@@ -1032,36 +1127,37 @@ static ncclResult_t shrink_failed(struct ncclComm *c, ncclResult_t r)
   return ncclSystemError;
 }
 
-static void *init_main(void *arg)
+/* The whole init of c: a shrink's meeting of the survivors, then the
+ * segment's.  Its result is c's state. */
+static ncclResult_t init_run(struct ncclComm *c)
 {
-  struct ncclComm *c = arg;
   ncclResult_t r = shrink_meet(c);
 
   if (r == ncclSuccess)
     r = shrink_failed(c, join(c));
-
   __atomic_store_n(&c->async_err, r, __ATOMIC_RELEASE);
   __atomic_store_n(&c->init_done, r == ncclSuccess, __ATOMIC_RELEASE);
+  return r;
+}
+
+static void *init_main(void *arg)
+{
+  init_run(arg);
   return NULL;
 }
 
-/* A communicator of n ranks over the segment called name; shrunk from
- * parent (its reference taken) when not NULL. */
-static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
-                              const char *name, ncclConfig_t *cfg,
-                              struct ncclComm *parent, uint64_t shrink_seq,
-                              uint64_t shrink_mask)
+/* A communicator of n ranks over the segment called name, not yet
+ * initialized; shrunk from parent (its reference taken) when not NULL. */
+static struct ncclComm *comm_new(int n, int rank, const char *name,
+                                 const ncclConfig_t *cfg,
+                                 struct ncclComm *parent,
+                                 uint64_t shrink_seq, uint64_t shrink_mask)
 {
-  struct ncclComm *c;
+  struct ncclComm *c = calloc(1, sizeof *c);
   const char *fo = getenv("FAKENCCL_FAIL_OP");
-  ncclResult_t r;
 
-  *out = NULL;
-  if (n < 1 || n > 64 || rank < 0 || rank >= n)
-    return ncclInvalidArgument;
-  c = calloc(1, sizeof *c);
   if (!c)
-    return ncclSystemError;
+    return NULL;
   c->n = n;
   c->me = rank;
   cudaGetDevice(&c->dev);
@@ -1084,8 +1180,25 @@ static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
             (size_t)n * sizeof(struct shrink_line) +
             (size_t)n * n * sizeof(struct box) + (size_t)n * SLOT +
             (size_t)n * n * BOX;
+  return c;
+}
+
+/* ncclCommInitRankConfig: *out is set at once; a non-blocking comm
+ * initializes in the background and says ncclInProgress until then. */
+static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
+                              const char *name, ncclConfig_t *cfg)
+{
+  struct ncclComm *c;
+  ncclResult_t r;
+
+  *out = NULL;
+  if (n < 1 || n > 64 || rank < 0 || rank >= n)
+    return ncclInvalidArgument;
+  c = comm_new(n, rank, name, cfg, NULL, 0, 0);
+  if (!c)
+    return ncclSystemError;
   *out = c;
-  if (cfg && cfg->blocking == 0) {
+  if (c->nonblocking) {
     __atomic_store_n(&c->async_err, ncclInProgress, __ATOMIC_RELEASE);
     if (pthread_create(&c->init_th, NULL, init_main, c) != 0) {
       comm_unref(c);
@@ -1097,17 +1210,13 @@ static ncclResult_t comm_make(ncclComm_t *out, int n, int rank,
     return ncclInProgress;
   }
   live_add(c);
-  r = shrink_meet(c);
-  if (r == ncclSuccess)
-    r = shrink_failed(c, join(c));
+  r = init_run(c);
   if (r != ncclSuccess) {
     live_del(c);
     comm_unref(c);
     *out = NULL;
-    return r;
   }
-  c->init_done = 1;
-  return ncclSuccess;
+  return r;
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
@@ -1116,7 +1225,125 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
   char name[64];
 
   name_of(&id, name, sizeof name);
-  return comm_make(out, n, rank, name, cfg, NULL, 0, 0);
+  return comm_make(out, n, rank, name, cfg);
+}
+
+/* Note [child job] (NCCL 2.28's source, not its documentation):
+ * ncclCommSplit and ncclCommShrink go through ncclCommInitChildComm
+ * (src/init.cc), which sets *newcomm = NCCL_COMM_NULL "until comm split
+ * fully complete" and hands the caller's pointer to a job.  On a
+ * non-blocking parent the group end (src/group.cc) runs that job on a
+ * thread, sets the PARENT's state to ncclInProgress and returns
+ * ncclInProgress; the job's end (ncclCommInitRankFunc) stores the child
+ * into the caller's pointer (__atomic_store_n(job->newcomm, comm)) --
+ * also when the child's init failed -- and then the parent's state
+ * becomes the job's result.  Until then every call on the parent is
+ * refused (ensure_ready).  A rank passing NCCL_SPLIT_NOCOLOR runs the
+ * job too (no child).  Aborting or destroying the parent stops the job
+ * and waits for it (ncclGroupJobAbort).  A blocking parent runs the job
+ * before returning.  The fake's job does the split's all-gather or the
+ * shrink's meeting, then the child's whole init, so the child is ready
+ * (or failed, its state saying why) once its handle is stored. */
+struct child_job {
+  struct ncclComm *parent;  /* its reference taken */
+  ncclComm_t *newcomm;      /* the caller's pointer */
+  bool shrink;
+  int color, key;           /* a split's */
+  uint64_t seq, mask;       /* the split's or shrink's number; excluded */
+  int nlist;
+  ncclConfig_t cfg;
+  bool has_cfg;
+};
+
+static ncclResult_t split_gather(struct child_job *j, int *n, int *me);
+static void trace_split(const struct ncclComm *c, int color, int key);
+
+/* The child's init, its handle stored through the caller's pointer. */
+static ncclResult_t job_run(struct child_job *j)
+{
+  struct ncclComm *p = j->parent, *c;
+  char name[sizeof p->name + 48];
+  int n = p->n - j->nlist, me = 0, r;
+  ncclResult_t res;
+  const char *ms = getenv("FAKENCCL_JOB_MS");
+  struct timespec ts;
+
+  /* NCCL's split or shrink takes bootstrap rounds (tens of ms): the
+   * fake's takes at least $FAKENCCL_JOB_MS (default 20), so that a
+   * caller using the parent too early meets its refusal every time. */
+  ts.tv_sec = 0;
+  ts.tv_nsec = (ms && *ms ? atol(ms) : 20) % 1000 * 1000000L;
+  nanosleep(&ts, NULL);
+
+  if (j->shrink) {
+    for (r = 0; r < p->me; r++)
+      me += !(j->mask >> r & 1);
+    snprintf(name, sizeof name, "%s-x%llu", p->name,
+             (unsigned long long)j->seq);
+  } else {
+    res = split_gather(j, &n, &me);
+    if (res != ncclSuccess || j->color == NCCL_SPLIT_NOCOLOR)
+      return res;
+    snprintf(name, sizeof name, "%s-s%llu-c%d", p->name,
+             (unsigned long long)j->seq, j->color);
+  }
+  c = comm_new(n, me, name, j->has_cfg ? &j->cfg : NULL,
+               j->shrink ? p : NULL, j->seq, j->mask);
+  if (!c)
+    return ncclSystemError;
+  c->dev = p->dev;          /* job->cudaDev = comm->cudaDev */
+  c->up = p;
+  live_add(c);
+  res = init_run(c);
+  c->up = NULL;
+  __atomic_store_n(j->newcomm, c, __ATOMIC_RELEASE);
+  return res;
+}
+
+static void *job_main(void *arg)
+{
+  struct child_job *j = arg;
+  struct ncclComm *p = j->parent;
+  ncclResult_t r = job_run(j);
+
+  __atomic_store_n(&p->async_err, r, __ATOMIC_RELEASE);
+  comm_unref(p);
+  free(j);
+  return NULL;
+}
+
+/* Runs j: on a thread for a non-blocking parent (ncclInProgress). */
+static ncclResult_t job_start(struct child_job *j)
+{
+  struct ncclComm *p = j->parent;
+  ncclResult_t r;
+
+  __atomic_add_fetch(&p->refs, 1, __ATOMIC_ACQ_REL);
+  if (!p->nonblocking) {
+    r = job_run(j);
+    comm_unref(p);
+    free(j);
+    return r;
+  }
+  join_job(p);
+  __atomic_store_n(&p->async_err, ncclInProgress, __ATOMIC_RELEASE);
+  if (pthread_create(&p->job_th, NULL, job_main, j) != 0) {
+    __atomic_store_n(&p->async_err, ncclSuccess, __ATOMIC_RELEASE);
+    comm_unref(p);
+    free(j);
+    return ncclSystemError;
+  }
+  p->job = true;
+  return ncclInProgress;
+}
+
+/* Waits for c's split or shrink job (c aborted first: it ends soon). */
+static void join_job(struct ncclComm *c)
+{
+  if (!c->job)
+    return;
+  pthread_join(c->job_th, NULL);
+  c->job = false;
 }
 
 /* $FAKENCCL_TRACE: a file that gets a line per ncclCommSplit call, so a
@@ -1133,50 +1360,68 @@ static void trace_split(const struct ncclComm *c, int color, int key)
   fclose(f);
 }
 
-/* Collective over comm: the ranks of one color form a communicator,
- * ordered by key, then by rank in comm; its segment is named after
- * comm's, the split's number and the color. */
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
-                           ncclComm_t *newcomm, ncclConfig_t *cfg)
+/* The split's all-gather of (color, key) over the parent: the child's
+ * size and this rank's place in it (by key, then by parent rank). */
+static ncclResult_t split_gather(struct child_job *j, int *n, int *me)
 {
-  char name[sizeof comm->name + 48];
+  struct ncclComm *comm = j->parent;
   unsigned spins = 0;
-  uint64_t k;
-  int b, r, n = 0, me = 0;
+  int b = (int)(j->seq & 1), r;
 
-  *newcomm = NULL;
-  if (comm && !is_live(comm))
-    return dead_handle("ncclCommSplit");
-  if (!comm || !__atomic_load_n(&comm->init_done, __ATOMIC_ACQUIRE))
-    return ncclInvalidArgument;
-  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-    return ncclInvalidArgument;
-  k = ++comm->splits;
-  b = (int)(k & 1);
-  comm->sl[comm->me].color[b] = color;
-  comm->sl[comm->me].key[b] = key;
-  st(&comm->sl[comm->me].seq, k);
+  comm->sl[comm->me].color[b] = j->color;
+  comm->sl[comm->me].key[b] = j->key;
+  st(&comm->sl[comm->me].seq, j->seq);
   for (r = 0; r < comm->n; r++)
-    while (ld(&comm->sl[r].seq) < k) {
-      if (aborted(comm))
+    while (ld(&comm->sl[r].seq) < j->seq) {
+      if (job_stopped(comm))
         return ncclInvalidUsage;
       fake_backoff(&spins);
     }
-  trace_split(comm, color, key);
-  if (color == NCCL_SPLIT_NOCOLOR)
-    return ncclSuccess;
+  trace_split(comm, j->color, j->key);
+  *n = *me = 0;
   for (r = 0; r < comm->n; r++) {
     int kr = comm->sl[r].key[b];
 
-    if (comm->sl[r].color[b] != color)
+    if (comm->sl[r].color[b] != j->color)
       continue;
-    n++;
-    if (kr < key || (kr == key && r < comm->me))
-      me++;
+    ++*n;
+    if (kr < j->key || (kr == j->key && r < comm->me))
+      ++*me;
   }
-  snprintf(name, sizeof name, "%s-s%llu-c%d", comm->name,
-           (unsigned long long)k, color);
-  return comm_make(newcomm, n, me, name, cfg, NULL, 0, 0);
+  return ncclSuccess;
+}
+
+/* Collective over comm (Note [child job]): the ranks of one color form a
+ * communicator, ordered by key, then by rank in comm; its segment is
+ * named after comm's, the split's number and the color. */
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+                           ncclComm_t *newcomm, ncclConfig_t *cfg)
+{
+  struct child_job *j;
+  ncclResult_t r;
+
+  if (!newcomm)
+    return ncclInvalidArgument;
+  if (comm && !is_live(comm))
+    return dead_handle("ncclCommSplit");
+  if (!comm || (color < 0 && color != NCCL_SPLIT_NOCOLOR))
+    return ncclInvalidArgument;
+  if ((r = ensure_ready(comm, "ncclCommSplit")) != ncclSuccess)
+    return r;
+  *newcomm = NULL;
+  j = calloc(1, sizeof *j);
+  if (!j)
+    return ncclSystemError;
+  j->parent = comm;
+  j->newcomm = newcomm;
+  j->color = color;
+  j->key = key;
+  j->seq = ++comm->splits;
+  if (cfg) {
+    j->cfg = *cfg;
+    j->has_cfg = true;
+  }
+  return job_start(j);
 }
 
 /* Note [revoke and shrink] (NCCL 2.28's documented contract)
@@ -1187,7 +1432,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
  * none of its batches runs; a non-blocking one returns ncclInProgress and
  * ncclCommGetAsyncError says ncclInProgress until then, ncclSuccess after
  * (whatever error it held before).  Then destroy, abort, split and shrink
- * may proceed; ncclCommFinalize is ncclInvalidUsage.  Misuse: flags other
+ * may proceed; ncclCommFinalize is ncclInvalidArgument.  Misuse: flags other
  * than NCCL_REVOKE_DEFAULT, a second revoke, a comm still initializing:
  * ncclInvalidArgument; a NULL comm: nothing, ncclSuccess.
  *
@@ -1234,6 +1479,11 @@ ncclResult_t ncclCommRevoke(ncclComm_t c, int flags)
     return ncclInvalidArgument;
   }
   __atomic_store_n(&c->revoked, 1, __ATOMIC_RELEASE);
+  /* Its split or shrink in progress ends first (ncclCommEnsureReady
+   * under the abort flag: ncclGroupJobAbort). */
+  __atomic_store_n(&c->job_stop, 1, __ATOMIC_RELEASE);
+  join_job(c);
+  __atomic_store_n(&c->job_stop, 0, __ATOMIC_RELEASE);
   if (!c->nonblocking) {
     quiesce(c);
     return ncclSuccess;
@@ -1296,42 +1546,48 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *list, int nlist,
                             ncclComm_t *newcomm, ncclConfig_t *cfg,
                             int flags)
 {
-  ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
-  char name[sizeof comm->name + 48];
-  uint64_t k, mask;
-  int r, me = 0;
+  struct child_job *j;
+  uint64_t mask;
+  ncclResult_t r;
 
   if (!newcomm)
     return ncclInvalidArgument;
-  *newcomm = NULL;
   if (comm && !is_live(comm))
     return dead_handle("ncclCommShrink");
-  if (!comm || !__atomic_load_n(&comm->init_done, __ATOMIC_ACQUIRE) ||
-      (flags & ~NCCL_SHRINK_ABORT) != 0 ||
+  if (!comm || (flags & ~NCCL_SHRINK_ABORT) != 0 ||
       !exclude_mask(comm, list, nlist, &mask))
     return ncclInvalidArgument;
-  if (__atomic_load_n(&comm->revoking, __ATOMIC_ACQUIRE)) {
+  if (__atomic_load_n(&comm->revoking, __ATOMIC_ACQUIRE) &&
+      state(comm) == ncclInProgress) {
     snprintf(comm->last, sizeof comm->last, "fake: ncclCommShrink: the "
              "revoke is not complete (poll ncclCommGetAsyncError first)");
-    return ncclInvalidUsage;
+    return ncclInvalidArgument;
   }
+  if ((r = ensure_ready(comm, "ncclCommShrink")) != ncclSuccess)
+    return r;
+  *newcomm = NULL;
   if (flags & NCCL_SHRINK_ABORT) {
     __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
     quiesce(comm);
   }
   trace_shrink(comm, mask, flags);
-  k = ++comm->shrinks;
-  st(&comm->shl[comm->me].mask[k & 1], mask);
-  st(&comm->shl[comm->me].seq, k);
-  for (r = 0; r < comm->me; r++)
-    me += !(mask >> r & 1);
-  if (!cfg) {
-    inherit.blocking = comm->nonblocking ? 0 : 1;
-    cfg = &inherit;
-  }
-  snprintf(name, sizeof name, "%s-x%llu", comm->name,
-           (unsigned long long)k);
-  return comm_make(newcomm, comm->n - nlist, me, name, cfg, comm, k, mask);
+  j = calloc(1, sizeof *j);
+  if (!j)
+    return ncclSystemError;
+  j->parent = comm;
+  j->newcomm = newcomm;
+  j->shrink = true;
+  j->seq = ++comm->shrinks;
+  j->mask = mask;
+  j->nlist = nlist;
+  st(&comm->shl[comm->me].mask[j->seq & 1], mask);
+  st(&comm->shl[comm->me].seq, j->seq);
+  /* config NULL: the child inherits the parent's. */
+  j->cfg = cfg ? *cfg : (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+  if (!cfg)
+    j->cfg.blocking = comm->nonblocking ? 0 : 1;
+  j->has_cfg = true;
+  return job_start(j);
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id,
@@ -1348,13 +1604,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
     return ncclInvalidArgument;
   if (!is_live(c))
     return dead_handle("ncclCommGetAsyncError");
-  /* Note [revoke and shrink]: quiescent once no batch of its runs. */
-  if (__atomic_load_n(&c->revoking, __ATOMIC_ACQUIRE) &&
-      __atomic_load_n(&c->inflight, __ATOMIC_ACQUIRE) == 0) {
-    __atomic_store_n(&c->async_err, ncclSuccess, __ATOMIC_RELEASE);
-    __atomic_store_n(&c->revoking, 0, __ATOMIC_RELEASE);
-  }
-  *err = (ncclResult_t)__atomic_load_n(&c->async_err, __ATOMIC_ACQUIRE);
+  *err = state(c);
   left = __atomic_load_n(&c->inprogress, __ATOMIC_ACQUIRE);
   if (*err == ncclSuccess && left > 0) {
     __atomic_store_n(&c->inprogress, left - 1, __ATOMIC_RELEASE);
@@ -1371,12 +1621,17 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
   if (!live_del(c))
     return dead_handle("ncclCommAbort");
   __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->job_stop, 1, __ATOMIC_RELEASE);
+  join_job(c);
   if (c->me == 0)
     shm_unlink(c->name);
   comm_unref(c);
   return ncclSuccess;
 }
 
+/* NCCL 2.28: a finalize after a revoke is ncclInvalidArgument, and one
+ * on a comm with a pending async error returns that error
+ * (ncclCommEnsureReady). */
 ncclResult_t ncclCommFinalize(ncclComm_t c)
 {
   if (c && !is_live(c))
@@ -1384,9 +1639,9 @@ ncclResult_t ncclCommFinalize(ncclComm_t c)
   if (c && revoked(c)) {
     snprintf(c->last, sizeof c->last, "fake: ncclCommFinalize on a "
              "revoked communicator (destroy or abort it)");
-    return ncclInvalidUsage;
+    return ncclInvalidArgument;
   }
-  return c ? ncclSuccess : ncclInvalidArgument;
+  return c ? ensure_ready(c, "ncclCommFinalize") : ncclInvalidArgument;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t c)
@@ -1398,6 +1653,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t c)
   if (c->me == 0 && !__atomic_load_n(&c->init_done, __ATOMIC_ACQUIRE))
     shm_unlink(c->name);
   __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->job_stop, 1, __ATOMIC_RELEASE);
+  join_job(c);
   comm_unref(c);
   return ncclSuccess;
 }

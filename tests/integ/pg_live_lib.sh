@@ -108,6 +108,9 @@ live_fake_nccl() {
 # live_two_nodes DIR WORLD NA HOST_A HOST_B [VAR=VALUE...]: serves a store
 # and starts WORLD workers on two nodes with round files DIR/round.A
 # (ranks 0..NA-1, host id HOST_A) and DIR/round.B (the rest, HOST_B).
+# Each node's local ranks count from 0, so to NCCL (and the fake, which
+# refuses two ranks of a communicator on one GPU of one host) the nodes
+# are two machines: NCCL_HOSTID.
 live_two_nodes() {
   local d=$1 w=$2 na=$3 ha=$4 hb=$5 r
   shift 5
@@ -117,10 +120,10 @@ live_two_nodes() {
   for ((r = 0; r < w; r++)); do
     if [ "$r" -lt "$na" ]; then
       LOCAL_RANK_OF=$r live_worker "$d" "r$r" "$r" "$w" "$ha" 0 \
-        CDRUN_LIVE_ROUND_FILE="$d/round.A" "$@"
+        CDRUN_LIVE_ROUND_FILE="$d/round.A" NCCL_HOSTID=node-A "$@"
     else
       LOCAL_RANK_OF=$((r - na)) live_worker "$d" "r$r" "$r" "$w" "$hb" 0 \
-        CDRUN_LIVE_ROUND_FILE="$d/round.B" "$@"
+        CDRUN_LIVE_ROUND_FILE="$d/round.B" NCCL_HOSTID=node-B "$@"
     fi
   done
 }

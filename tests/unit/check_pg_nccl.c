@@ -2,6 +2,7 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -32,6 +33,7 @@ extern int fakecuda_is_fake __attribute__((weak));
 /* The fake's accounting (tests/fakecuda/fake.h): communicators, streams
  * and events left; every rank checks it after its last destroy. */
 extern int fake_leaks(char *why, size_t len) __attribute__((weak));
+extern unsigned fake_contexts(void) __attribute__((weak));
 
 /* Devices visible to CUDA, counted in a child: a process that has
  * initialized CUDA cannot use it in children it forks, and the rank
@@ -1327,6 +1329,22 @@ static ncclResult_t settled(ncclComm_t c)
   return ncclInProgress;
 }
 
+/* NCCL 2.28's non-blocking split and shrink (libpg's Note [child
+ * handle]): the call answers ncclInProgress with *newcomm still NULL;
+ * the PARENT says ncclInProgress until the job ends, and NCCL writes the
+ * handle through the caller's pointer (here a variable of the caller,
+ * alive until this returns) before that.  Only then is the child read
+ * and waited ready. */
+static ncclResult_t child_settled(ncclComm_t parent, ncclResult_t r,
+                                  ncclComm_t *newcomm)
+{
+  if (r == ncclInProgress)
+    r = settled(parent);
+  if (r == ncclSuccess && __atomic_load_n(newcomm, __ATOMIC_ACQUIRE))
+    r = settled(*newcomm);
+  return r;
+}
+
 /* A raw non-blocking NCCL communicator over s's members: the contract
  * tests below call NCCL itself (the fake, or the real one on a GPU). */
 static int raw_comm(const struct pg__setup *s, const char *key,
@@ -1420,7 +1438,7 @@ static int rank_revoke_contract(const struct pg__setup *s)
            (int)r);
     EXPECT(&k, ncclCommRevoke(c, 0) == ncclInvalidArgument,
            "a second revoke");
-    EXPECT(&k, ncclCommFinalize(c) == ncclInvalidUsage,
+    EXPECT(&k, ncclCommFinalize(c) == ncclInvalidArgument,
            "finalize after revoke");
     pg_store_set(s->store, "t/rv/done", "1", 1);
   } else {
@@ -1508,8 +1526,9 @@ static int rank_shrink_contract(const struct pg__setup *s)
          ncclInvalidArgument && !nc, "unknown flags");
   r = ncclCommShrink(c, one, 1, &nc, NULL,
                      s->me == 0 ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
-  if (r == ncclInProgress && nc)
-    r = settled(nc);
+  EXPECT(&k, r != ncclInProgress || !nc, "ncclInProgress with the handle "
+         "set at once (NCCL 2.28 writes it when the shrink completes)");
+  r = child_settled(c, r, &nc);
   if (r != ncclSuccess || !nc) {
     EXPECT(&k, 0, "shrink: %s", ncclGetErrorString(r));
   } else {
@@ -1538,8 +1557,7 @@ static int rank_shrink_mismatch(const struct pg__setup *s)
   }
   r = s->me == 1 ? ncclCommShrink(c, l1, 2, &nc, NULL, NCCL_SHRINK_ABORT)
                  : ncclCommShrink(c, l0, 1, &nc, NULL, NCCL_SHRINK_ABORT);
-  if (r == ncclInProgress && nc)
-    r = settled(nc);
+  r = child_settled(c, r, &nc);
   EXPECT(&k, r == ncclInvalidUsage, "mismatched lists: %s",
          ncclGetErrorString(r));
   EXPECT(&k, s->me != 1 || (l1[0] == 2 && l1[1] == 3),
@@ -1595,9 +1613,11 @@ static int rank_live_shrink(const struct pg__setup *s)
     pg_store_set(s->store, "t/exit/1", "1", 1);
     _exit(0);
   }
+  /* The host wait gives up at 30 s: the pidfd sees the death in two
+   * watchdog ticks. */
   err = c->ops->all_reduce(c, d, d, 4096, PG_F32, PG_SUM, pg__now() + 600);
   if (!err)
-    err = wait_last(c, 120);
+    err = wait_last(c, 30);
   EXPECT(&k, err == PG_ERR_PEER_LOST && strstr(pg_last_error(), "died"),
          "with rank 1 dead: %d (%s)", err, pg_last_error());
   err = c->ops->barrier(c, pg__now() + 60);
@@ -1772,13 +1792,521 @@ static int rank_live_timeout(const struct pg__setup *s)
   return k.fails ? 1 : 0;
 }
 
+/* ---- issue 31: split and shrink as NCCL 2.28 does them ---------------- */
+
+static int ndevices;        /* the devices the ranks share (below) */
+static bool other_device;   /* this rank used another device on purpose */
+
+/* Old ranks of c's members, in c's order (an all-gather). */
+static void check_order(struct rank *k, int old, struct pg__comm *c,
+                        const int *want, int n)
+{
+  int32_t *g = NULL, mine = old, got[MAXRANKS];
+  int err, i;
+
+  if (cudaMalloc((void **)&g, (MAXRANKS + 1) * sizeof *g))
+    abort();
+  h2d(g, &mine, sizeof mine);
+  err = c->ops->all_gather(c, g, g + 1, 1, PG_I32, pg__now() + 60);
+  if (!err)
+    err = wait_last(c, 60);
+  EXPECT(k, err == 0, "all-gather on the split comm: %s", pg_last_error());
+  if (!err) {
+    d2h(got, g + 1, (size_t)n * sizeof *got);
+    for (i = 0; i < n; i++)
+      EXPECT(k, got[i] == want[i], "member %d of the split comm is old "
+             "rank %d, want %d", i, got[i], want[i]);
+  }
+  cudaFree(g);
+}
+
+/* An all-reduce of me + 1 on c, checked. */
+static int sum_check(struct rank *k, const struct pg__setup *s,
+                     struct pg__comm *c, const char *what)
+{
+  float *d = dev_floats(s, 1), h = (float)(s->me + 1);
+  int err;
+
+  h2d(d, &h, sizeof h);
+  err = c->ops->all_reduce(c, d, d, 1, PG_F32, PG_SUM, pg__now() + 60);
+  if (!err)
+    err = wait_last(c, 60);
+  d2h(&h, d, sizeof h);
+  EXPECT(k, err == 0 && h == (float)(s->n * (s->n + 1) / 2),
+         "%s: err %d (%s), sum %g", what, err, err ? pg_last_error() : "",
+         h);
+  cudaFree(d);
+  return err;
+}
+
+struct parent_op {
+  struct rank *k;
+  const struct pg__setup *s;
+  struct pg__comm *c;
+};
+
+/* Another thread's op on the parent while the split runs: it must wait
+ * for the split, not meet NCCL's refusal of an in-progress parent. */
+static void *parent_op_main(void *arg)
+{
+  struct parent_op *o = arg;
+
+  usleep(50000);
+  cudaSetDevice(o->s->device);
+  sum_check(o->k, o->s, o->c, "another thread's all-reduce on the parent "
+            "during the split");
+  return NULL;
+}
+
+/* Note [child handle] (libpg/nccl/nccl.c): ranks 0 and 1 split with color
+ * 0 and keys that reverse them, rank 2 alone with color 1, rank 3 with
+ * no color; the split takes 300 ms on the fake (the parent says
+ * ncclInProgress meanwhile, as NCCL's job does), while the watchdogs run
+ * and another thread of each rank issues an all-reduce on the parent.
+ * Then every rank, the non-member too, uses the parent at once, and the
+ * children have the right members in the right order. */
+static int rank_split(const struct pg__setup *s)
+{
+  static const int want0[] = { 1, 0 }, want1[] = { 2 };
+  struct rank k = { .me = s->me };
+  struct pg__setup s2 = *s;
+  struct pg__comm *c = NULL, *c2 = NULL;
+  struct parent_op o;
+  pthread_t th;
+  int err;
+
+  alarm(60);
+  setenv("FAKENCCL_JOB_MS", "300", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  o = (struct parent_op){ &k, s, c };
+  if (pthread_create(&th, NULL, parent_op_main, &o))
+    abort();
+  s2.n = s->me < 2 ? 2 : 1;
+  s2.me = s->me == 0 ? 1 : 0;
+  s2.ns = s->me < 2 ? "t/sp/c0/" : "t/sp/c1/";
+  err = c->ops->split(c, s->me < 2 ? 0 : 1, -s->me,
+                      s->me == 3 ? NULL : &s2, &c2);
+  EXPECT(&k, err == 0, "split: %d (%s)", err, pg_last_error());
+  EXPECT(&k, (c2 != NULL) == (s->me != 3), "rank %d %s a sub-group comm",
+         s->me, c2 ? "got" : "did not get");
+  pthread_join(th, NULL);
+  sum_check(&k, s, c, "the parent right after the split");
+  if (c2) {
+    check_order(&k, s->me, c2, s->me < 2 ? want0 : want1, s2.n);
+    sum_check(&k, &s2, c2, "the split comm");
+    c2->ops->destroy(c2);
+  }
+  c->ops->destroy(c);
+  alarm(0);
+  return k.fails ? 1 : 0;
+}
+
+#ifdef HAVE_SHRINK
+/* A shrink that a survivor (rank 2) never joins fails at the new
+ * group's deadline (2 s, not the parent's 60) on ranks 0 and 1, and
+ * stops both communicators: the revoked parent by an abort (a second
+ * revoke would not end NCCL's job), the child NCCL wrote meanwhile too
+ * (the fake's leak check). */
+static int rank_shrink_timeout(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  struct pg__setup s2 = *s;
+  struct pg__comm *c = NULL, *c2 = NULL;
+  int three[] = { 3 }, err;
+
+  alarm(20);
+  setenv("CDRUN_RECOVERY", "live", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (s->me < 2) {
+    c->ops->revoke(c);
+    s2.n = 3;
+    s2.ns = "t/sht/g1/";
+    s2.timeout = 2;
+    err = c->ops->shrink(c, three, 1, &s2, &c2);
+    EXPECT(&k, err != 0 && !c2 &&
+           strstr(pg_last_error(), "did not complete by its deadline"),
+           "a shrink rank 2 never joins: %d (%s)", err, pg_last_error());
+    pg_store_set(s->store, s->me ? "t/sht/done1" : "t/sht/done0", "1", 1);
+  } else {
+    wait_key(s, "t/sht/done0");
+    wait_key(s, "t/sht/done1");
+  }
+  if (c2)
+    c2->ops->destroy(c2);
+  c->ops->destroy(c);
+  alarm(0);
+  return k.fails ? 1 : 0;
+}
+
+/* Live recovery's shrink failing on one survivor only (the fake's
+ * FAKENCCL_SHRINK_FAIL_RANK=1, after the others' succeeded; the parents
+ * revoked and failed before, so their keys carry nothing new): that
+ * survivor publishes the failure under the new comm's key, so the
+ * others' first op on it fails at once with the reason, not at its
+ * 10 s deadline. */
+static int rank_shrink_fail_spreads(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  struct pg__setup s2 = *s;
+  struct pg__comm *c = NULL, *c2 = NULL;
+  float *d = dev_floats(s, 256);
+  int three[] = { 3 }, err;
+
+  alarm(20);
+  setenv("CDRUN_RECOVERY", "live", 1);
+  setenv("FAKENCCL_SHRINK_FAIL_RANK", "1", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (s->me < 3) {
+    c->ops->revoke(c);
+    s2.n = 3;
+    s2.ns = "t/shf/g1/";
+    err = c->ops->shrink(c, three, 1, &s2, &c2);
+    EXPECT(&k, (err != 0) == (s->me == 1), "shrink on rank %d: %d (%s)",
+           s->me, err, pg_last_error());
+    if (c2) {
+      err = c2->ops->all_reduce(c2, d, d, 256, PG_F32, PG_SUM,
+                                pg__now() + 10);
+      if (!err)
+        err = wait_last(c2, 60);
+      EXPECT(&k, err == PG_ERR_PEER_LOST && strstr(pg_last_error(),
+                                                   "aborted because"),
+             "an op after rank 1's shrink failed: %d (%s)", err,
+             pg_last_error());
+      c2->ops->destroy(c2);
+    }
+    pg_store_set(s->store, s->me == 0 ? "t/shf/d0" : s->me == 1
+                 ? "t/shf/d1" : "t/shf/d2", "1", 1);
+  }
+  wait_key(s, "t/shf/d0");
+  wait_key(s, "t/shf/d1");
+  wait_key(s, "t/shf/d2");
+  c->ops->destroy(c);
+  cudaFree(d);
+  alarm(0);
+  return k.fails ? 1 : 0;
+}
+#endif
+
+/* A split with a member missing fails at the new group's deadline (2 s),
+ * not the parent's, and stops both (no communicator left behind: the
+ * fake's leak check).  The parent here is itself a split comm, so a
+ * child made blocking would hang in the nested split (the alarm). */
+static int rank_split_timeout(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  struct pg__setup s2 = *s, s3;
+  struct pg__comm *c = NULL, *c2 = NULL, *c3 = NULL;
+  int err;
+
+  alarm(20);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  s2.ns = "t/spt/c/";
+  err = c->ops->split(c, 0, 0, &s2, &c2);
+  EXPECT(&k, err == 0, "split: %s", pg_last_error());
+  if (!err && s->me == 0) {
+    s3 = s2;
+    s3.n = 1;
+    s3.ns = "t/spt/cc/";
+    s3.timeout = 2;
+    err = c2->ops->split(c2, 0, 0, &s3, &c3);
+    EXPECT(&k, err == -ETIMEDOUT && !c3 &&
+           strstr(pg_last_error(), "did not complete by its deadline"),
+           "a split without member 1: %d (%s)", err, pg_last_error());
+    err = c2->ops->barrier(c2, pg__now() + 60);
+    EXPECT(&k, err != 0 && strstr(pg_last_error(), "aborted"),
+           "the parent after its split timed out: %d (%s)", err,
+           pg_last_error());
+    pg_store_set(s->store, "t/spt/done", "1", 1);
+  } else if (!err) {
+    wait_key(s, "t/spt/done");
+  }
+  if (c3)
+    c3->ops->destroy(c3);
+  if (c2)
+    c2->ops->destroy(c2);
+  c->ops->destroy(c);
+  alarm(0);
+  return k.fails ? 1 : 0;
+}
+
+/* An op whose NCCL call stays ncclInProgress (a launch waiting for a dead
+ * peer's connection: the fake's FAKENCCL_INPROGRESS=hold on rank 0) ends
+ * as soon as the watchdog fails the comm (rank 1 publishes a failure),
+ * not at its 30 s deadline. */
+static int rank_in_progress_peer(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  struct pg__comm *c = NULL;
+  float *d = dev_floats(s, 256);
+  int err;
+
+  if (s->me == 0)
+    setenv("FAKENCCL_INPROGRESS", "hold", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (s->me == 0) {
+    err = c->ops->all_reduce(c, d, d, 256, PG_F32, PG_SUM, pg__now() + 30);
+    if (!err)
+      err = wait_last(c, 60);
+    EXPECT(&k, err == PG_EPEERFAIL && strstr(pg_last_error(),
+                                             "rank 1 gave up"),
+           "an op held in progress when rank 1 fails: %d (%s)", err,
+           pg_last_error());
+    pg_store_set(s->store, "t/ipp/done", "1", 1);
+  } else {
+    pg_store_set(s->store, "t/nccl/abort", "rank 1 gave up",
+                 strlen("rank 1 gave up"));
+    wait_key(s, "t/ipp/done");
+  }
+  c->ops->destroy(c);
+  cudaFree(d);
+  return k.fails ? 1 : 0;
+}
+
+/* Ordering across communicators in one group: B's all-reduce issued in
+ * A's group.  The caller's stream, told to wait for B's op (a device
+ * wait before the group end), and A's group fence (which covers the
+ * group's other ops) both see its result. */
+static int rank_group_cross_order(const struct pg__setup *s)
+{
+  struct pg__comm *a = NULL, *b = NULL;
+  struct pg__fence *fb = NULL;
+  size_t n = 50000, i;
+  float *d, *e, *h, want = (float)(s->n * (s->n + 1) / 2);
+  int err, fails = 0;
+
+  setenv("FAKECUDA_DELAY_US", "3000", 1);
+  if (create_ns(s, "t/xa/", &a) || create_ns(s, "t/xb/", &b))
+    return 1;
+  d = dev_floats(s, n);
+  e = dev_floats(s, n);
+  h = malloc(n * sizeof *h);
+  for (i = 0; i < n; i++)
+    h[i] = (float)(s->me + 1);
+  h2d(d, h, n * sizeof *h);
+  err = a->ops->group_start(a);
+  if (!err)
+    err = b->ops->all_reduce(b, d, d, n, PG_F32, PG_SUM, pg__now() + 60);
+  fb = err ? NULL : b->ops->take_fence(b);
+  if (fb)
+    err = b->ops->fence_wait(fb, false, 60);  /* queued for the end */
+  if (!err)
+    err = a->ops->group_end(a);
+  /* The caller's stream (the legacy one here) after the device wait. */
+  if (!err && (cudaMemcpyAsync(e, d, n * sizeof *e,
+                               cudaMemcpyDeviceToDevice, 0) ||
+               cudaStreamSynchronize(0)))
+    abort();
+  if (!err) {
+    d2h(h, e, n * sizeof *h);
+    for (i = 0; i < n && !fails; i++)
+      if (h[i] != want) {
+        fprintf(stderr, "rank %d: [%zu] = %g on the caller's stream after "
+                "a device wait for B's op in A's group\n", s->me, i, h[i]);
+        fails++;
+      }
+    err = wait_last(a, 60);
+  }
+  if (fb)
+    b->ops->fence_wait(fb, true, 60);
+  b->ops->fence_free(fb);
+  fb = NULL;
+  /* A second group: only A's fence is waited for, on the host. */
+  for (i = 0; i < n; i++)
+    h[i] = (float)(s->me + 1);
+  h2d(e, h, n * sizeof *h);
+  if (!err)
+    err = a->ops->group_start(a);
+  if (!err)
+    err = b->ops->all_reduce(b, e, e, n, PG_F32, PG_SUM, pg__now() + 60);
+  if (!err)
+    err = a->ops->group_end(a);
+  if (!err)
+    err = wait_last(a, 60);
+  if (!err) {
+    d2h(h, e, n * sizeof *h);
+    for (i = 0; i < n && !fails; i++)
+      if (h[i] != want) {
+        fprintf(stderr, "rank %d: [%zu] = %g after A's group fence: it "
+                "did not cover B's op\n", s->me, i, h[i]);
+        fails++;
+      }
+    err = wait_last(b, 60);
+  }
+  if (err) {
+    fprintf(stderr, "rank %d: %s\n", s->me, pg_last_error());
+    fails++;
+  }
+  if (fb)
+    b->ops->fence_wait(fb, true, 60);
+  b->ops->fence_free(fb);
+  a->ops->destroy(a);
+  b->ops->destroy(b);
+  cudaFree(d);
+  cudaFree(e);
+  free(h);
+  return fails ? 1 : 0;
+}
+
+/* Queues n slow copies of bytes from src to dst on the legacy stream
+ * (the caller's stream here): work that is still running. */
+static void busy_stream(void *dst, const void *src, size_t bytes, int n)
+{
+  while (n-- > 0)
+    if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0))
+      abort();
+}
+
+static int all_bytes(const unsigned char *p, size_t n, unsigned char v)
+{
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    if (p[i] != v)
+      return 0;
+  return 1;
+}
+
+/* The backend's memory (pg_mem_*) in stream order, as CUDA's
+ * stream-ordered pool reuses it (the fake poisons a block where its
+ * stream reaches the allocation and the free: Note [stream-ordered
+ * pool]): a zeroing after the caller's queued writes; a free after the
+ * caller's queued reads; a free after a collective still reading the
+ * buffer; memory handed out only once its stream reached the allocation. */
+static int rank_mem_order(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  struct pg__comm *c = NULL;
+  size_t bytes = 4096;
+  unsigned char *p, *q, *src, out[4096], h[4096];
+  float *x, *y, hx[1024];
+  int err, i;
+
+  setenv("FAKECUDA_DELAY_US", "3000", 1);
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  if (cudaSetDevice(s->device) || cudaMalloc((void **)&src, bytes))
+    abort();
+  memset(h, 7, sizeof h);
+  h2d(src, h, bytes);
+  /* The zeroing comes after the caller's queued writes. */
+  p = c->ops->mem_alloc(c, bytes);
+  busy_stream(p, src, bytes, 3);
+  err = c->ops->mem_zero(c, p, bytes);
+  d2h(out, p, bytes);
+  EXPECT(&k, err == 0 && all_bytes(out, bytes, 0), "pg_mem_zero after "
+         "queued writes on the caller's stream: err %d, [0] = %#x", err,
+         out[0]);
+  /* The free comes after the caller's queued reads. */
+  h2d(p, h, bytes);
+  busy_stream(src, src, bytes, 3);
+  if (cudaMemcpyAsync(src, p, bytes, cudaMemcpyDeviceToDevice, 0))
+    abort();
+  c->ops->mem_free(c, p);
+  d2h(out, src, bytes);
+  EXPECT(&k, all_bytes(out, bytes, 7), "a read queued on the caller's "
+         "stream before pg_mem_free got %#x, want 7", out[0]);
+  /* The free comes after a collective still reading the buffer. */
+  x = c->ops->mem_alloc(c, sizeof hx);
+  y = dev_floats(s, 1024);
+  for (i = 0; i < 1024; i++)
+    hx[i] = (float)i;
+  h2d(x, hx, sizeof hx);
+  err = c->ops->all_reduce(c, x, y, 1024, PG_F32, PG_SUM, pg__now() + 60);
+  c->ops->mem_free(c, x);
+  if (!err)
+    err = wait_last(c, 60);
+  d2h(hx, y, sizeof hx);
+  for (i = 0; i < 1024 && !k.fails; i++)
+    EXPECT(&k, err == 0 && hx[i] == (float)(i * s->n), "an all-reduce "
+           "whose input was freed right after it: err %d, [%d] = %g", err,
+           i, hx[i]);
+  /* Memory handed out while the NCCL stream is busy is the caller's only
+   * once that stream got to the allocation (with 2 ranks, rank 1 joins
+   * the all-reduce 200 ms late: the stream stays busy that long). */
+  if (s->me == 1)
+    usleep(200000);
+  err = c->ops->all_reduce(c, y, y, 1024, PG_F32, PG_SUM, pg__now() + 60);
+  q = c->ops->mem_alloc(c, bytes);
+  h2d(q, h, bytes);
+  if (!err)
+    err = wait_last(c, 60);
+  d2h(out, q, bytes);
+  EXPECT(&k, err == 0 && all_bytes(out, bytes, 7), "memory from "
+         "pg_mem_alloc written at once reads %#x, want 7", out[0]);
+  c->ops->mem_free(c, q);
+  c->ops->destroy(c);
+  cudaFree(src);
+  cudaFree(y);
+  return k.fails ? 1 : 0;
+}
+
+/* Two ranks of one communicator on one GPU: NCCL's init refuses them
+ * ("Duplicate GPU detected", src/init.cc), on a one-GPU machine as on
+ * the fake's one device. */
+static int rank_duplicate_gpu(const struct pg__setup *s)
+{
+  ncclComm_t c = NULL;
+  int failed = raw_comm(s, "t/dup/id", &c);
+
+  if (c)
+    ncclCommAbort(c);
+  if (!failed)
+    fprintf(stderr, "rank %d: two ranks of one communicator on one GPU "
+            "were let in\n", s->me);
+  return failed ? 0 : 1;
+}
+
+/* A buffer on another device is refused with the reason, before NCCL
+ * (which would fault on it) sees it. */
+static int rank_other_device_buffer(const struct pg__setup *s)
+{
+  struct rank k = { .me = s->me };
+  struct pg__comm *c = NULL;
+  float *d;
+  int err;
+
+  if (pg__nccl_create(s, &c)) {
+    fprintf(stderr, "rank %d: create: %s\n", s->me, pg_last_error());
+    return 1;
+  }
+  other_device = true;
+  if (cudaSetDevice((s->device + 1) % ndevices) ||
+      cudaMalloc((void **)&d, 1024 * sizeof *d) ||
+      cudaSetDevice(s->device))
+    abort();
+  err = c->ops->all_reduce(c, d, d, 1024, PG_F32, PG_SUM, pg__now() + 60);
+  EXPECT(&k, err == -EINVAL && strstr(pg_last_error(), "another device"),
+         "another device's buffer: %d (%s)", err, pg_last_error());
+  c->ops->destroy(c);
+  cudaSetDevice((s->device + 1) % ndevices);
+  cudaFree(d);
+  cudaSetDevice(s->device);
+  return k.fails ? 1 : 0;
+}
+
 /* ---- ranks as processes ---------------------------------------------- */
 
 typedef int (*rank_fn)(const struct pg__setup *s);
 
-/* Devices the ranks share (the fake lets ranks share one device, so the
- * multi-rank tests run with one fake device too). */
-static int ndevices;
+/* ndevices: devices the ranks share (the fake lets ranks share one
+ * device, so the multi-rank tests run with one fake device too). */
 
 /* Rank 0 serves the store and hands its port to the others through
  * pipes; each rank gets device `me` (mod the devices, on the fake). */
@@ -1815,6 +2343,15 @@ static int rank_main(rank_fn fn, int n, int me, int (*fds)[2],
       fprintf(stderr, "rank %d: fake CUDA/NCCL leak: %s\n", me, why);
       rc = 1;
     }
+  }
+  /* Note [contexts] (fakecuda.c): a thread of this rank that used CUDA
+   * without cudaSetDevice made a context on another GPU. */
+  if (fake_contexts && !other_device &&
+      (fake_contexts() & ~(1u << s.device))) {
+    fprintf(stderr, "rank %d (device %d): CUDA contexts on devices %#x: a "
+            "thread used CUDA without cudaSetDevice\n", me, s.device,
+            fake_contexts());
+    rc = 1;
   }
   /* Rank 0's store outlives every rank's use of it (as pg_destroy's exit
    * barrier makes sure): the watchdogs read it until the end. */
@@ -1868,6 +2405,63 @@ static void run_ranks(rank_fn fn, int n, double timeout)
 START_TEST(test_collectives)
 {
   run_ranks(rank_collectives, _i, 60);
+}
+END_TEST
+
+START_TEST(test_split)
+{
+  run_ranks(rank_split, 4, 60);
+}
+END_TEST
+
+#ifdef HAVE_SHRINK
+START_TEST(test_shrink_timeout)
+{
+  run_ranks(rank_shrink_timeout, 4, 60);
+}
+END_TEST
+
+START_TEST(test_shrink_fail_spreads)
+{
+  run_ranks(rank_shrink_fail_spreads, 4, 60);
+}
+END_TEST
+#endif
+
+START_TEST(test_split_timeout)
+{
+  run_ranks(rank_split_timeout, 2, 60);
+}
+END_TEST
+
+START_TEST(test_in_progress_peer)
+{
+  run_ranks(rank_in_progress_peer, 2, 60);
+}
+END_TEST
+
+START_TEST(test_group_cross_order)
+{
+  run_ranks(rank_group_cross_order, 2, 60);
+}
+END_TEST
+
+/* _i: the number of ranks. */
+START_TEST(test_mem_order)
+{
+  run_ranks(rank_mem_order, _i, 60);
+}
+END_TEST
+
+START_TEST(test_duplicate_gpu)
+{
+  run_ranks(rank_duplicate_gpu, 2, 60);
+}
+END_TEST
+
+START_TEST(test_other_device_buffer)
+{
+  run_ranks(rank_other_device_buffer, 1, 60);
 }
 END_TEST
 
@@ -2072,8 +2666,11 @@ static Suite *pg_nccl_suite(int ndev)
   int nrank = ndev;
 
   ndevices = ndev;
-  if (fakecuda_is_fake && ndev >= 1)
-    nrank = MAXRANKS;  /* ranks share the fake devices */
+  /* One rank per device, on the fake too: NCCL refuses two ranks of one
+   * communicator on one GPU ("Duplicate GPU detected"), so one fake
+   * device is a one-GPU machine. */
+  if (nrank > MAXRANKS)
+    nrank = MAXRANKS;
 #endif
   Suite *s = suite_create("pg_nccl");
   TCase *tc = tcase_create("build");
@@ -2091,6 +2688,11 @@ static Suite *pg_nccl_suite(int ndev)
     tcase_add_test(tc, test_init_timeout);
     tcase_add_loop_test(tc, test_stream_order, 1, 2);
     tcase_add_test(tc, test_one_visible_device);
+    tcase_add_loop_test(tc, test_mem_order, 1, nrank >= 2 ? 3 : 2);
+    if (ndev >= 2)
+      tcase_add_test(tc, test_other_device_buffer);
+    if (ndev == 1)
+      tcase_add_test(tc, test_duplicate_gpu);
     if (nrank >= 2) {
       tcase_add_loop_test(tc, test_collectives,
                           nrank < MAXRANKS ? nrank : MAXRANKS,
@@ -2103,6 +2705,10 @@ static Suite *pg_nccl_suite(int ndev)
       tcase_add_loop_test(tc, test_barrier_syncs, 2, 4);
       tcase_add_test(tc, test_group_inplace_rs);
       tcase_add_test(tc, test_group_other_comm);
+      tcase_add_test(tc, test_group_cross_order);
+      tcase_add_test(tc, test_split_timeout);
+      if (nrank >= 4)
+        tcase_add_test(tc, test_split);
       tcase_add_test(tc, test_group_timeout);
       tcase_add_test(tc, test_wait_timeout_aborts);
       tcase_add_test(tc, test_torch_blocking_wait);
@@ -2111,6 +2717,7 @@ static Suite *pg_nccl_suite(int ndev)
         tcase_add_test(tc, test_destroy_sees_peer);
         tcase_add_test(tc, test_submit_failure_spreads);
         tcase_add_loop_test(tc, test_in_progress, 1, 3);
+        tcase_add_test(tc, test_in_progress_peer);
       }
     }
     if (fakecuda_is_fake) {
@@ -2131,8 +2738,11 @@ static Suite *pg_nccl_suite(int ndev)
     if (nrank >= 4) {
 #ifdef HAVE_SHRINK
       tcase_add_test(tc, test_shrink_contract);
-      if (fakecuda_is_fake)
+      if (fakecuda_is_fake) {
         tcase_add_test(tc, test_shrink_mismatch);
+        tcase_add_test(tc, test_shrink_fail_spreads);
+      }
+      tcase_add_test(tc, test_shrink_timeout);
       tcase_add_test(tc, test_live_shrink);
 #endif
       tcase_add_test(tc, test_live_grow);
