@@ -550,7 +550,11 @@ int pg_reducer_zero_grad(pg_reducer *r)
 }
 
 /* Rebuilds the buckets in the recorded ready order (rank 0's, broadcast so
- * that every rank builds the same layout), keeping gradient contents. */
+ * that every rank builds the same layout), keeping gradient contents.
+ * rebuilt says what L is, and only that: the heal sends it and a member
+ * with the same layout keeps its own (Note [reducer heal]), so a rebuild
+ * cut short by a death (its broadcast) must not claim it; broken keeps
+ * it from being tried again before the heal. */
 static int rebuild(struct pg_reducer *r)
 {
   size_t n = r->n, i, es;
@@ -558,7 +562,6 @@ static int rebuild(struct pg_reducer *r)
   struct layout nl;
   int err;
 
-  r->rebuilt = true;
   if (!wire)
     return pg__fail(-ENOMEM, "out of memory rebuilding buckets");
   for (i = 0; i < n; i++)
@@ -588,6 +591,7 @@ static int rebuild(struct pg_reducer *r)
   }
   layout_free(r->g, &r->L);
   r->L = nl;
+  r->rebuilt = true;
   return 0;
 }
 

@@ -49,13 +49,14 @@ REGRESS=(
   138019028966797  # the same after a stop at the commit
   226911993872256  # two ranks killed after pg_reducer_finish (TCP, two
                    # reducers, micro-batches): the redone step fails with
-                   # EPROTO on a newcomer and the survivor (open on
-                   # wip-30a 6619fcc + wip-30b 55c2e2a)
+                   # EPROTO on a newcomer and the survivor
   169536587608126  # a death in step 1, before its pg_reducer_prepare
-                   # rebuilds the buckets: every rank ends wrong (passes
-                   # on main; open on wip-30a de9c58a)
+                   # rebuilds the buckets: every rank ends wrong
   84691749363410   # two deaths after pg_reducer_finish of step 1: the
-                   # ranks end with different states (the same)
+                   # ranks end with different states (these three: a
+                   # rebuild cut short by the death said it had rebuilt,
+                   # so the heal left the survivors' old buckets and a
+                   # newcomer built the new ones)
 )
 
 # Schedules written by hand (PROG/WORLD/LIVE_PROG_FAULT), for a phase the
