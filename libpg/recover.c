@@ -942,6 +942,11 @@ bool pg__live_create_alone(const pg_group *g)
   return !g->is_sub && g->live && g->live->joined_running && g->live->fresh;
 }
 
+bool pg__live_unregistered(const pg_group *g)
+{
+  return !g->is_sub && g->live && g->live->fresh;
+}
+
 bool pg_live(const pg_group *g)
 {
   return pg__live_of(g) != NULL;

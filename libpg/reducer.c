@@ -320,6 +320,19 @@ out:
   return err;
 }
 
+/* Note [reducer made during a death]: in live mode, a member that dies
+ * while the reducers are made (after pg_init, before pg_state_register)
+ * cuts the check of the parameter lists short on the others.  Failing
+ * there would leave the program nothing to do: pg_recover heals the
+ * reducers and state registered, and its replacement makes its reducers
+ * alone and heals in pg_state_register.  So the reducer is made anyway
+ * (its own arguments were checked) and the group stays failed: the
+ * program registers its state, its first collective returns
+ * PG_ERR_PEER_LOST, and pg_recover heals as after any death, checking
+ * each reducer's parameters against the healing rank's (-EPROTO when
+ * they differ).  Every survivor ends the same way, whether or not its
+ * all_gather completed before the death. */
+
 /* Collective: every rank takes the same branches, since every rank sees
  * every rank's header, so an invalid argument on one rank fails all of
  * them instead of leaving the others in an all_gather. */
@@ -397,6 +410,11 @@ int pg_reducer_create(pg_group *g, const struct pg_param_spec *p, size_t n,
         : verify_params(g, p, n, local_err, cap, first_cap, o->no_rebuild);
   if (local_err)
     return pg__fail(local_err, "%s", why);
+  if (err == PG_ERR_PEER_LOST && pg__live_unregistered(g)) {
+    /* Note [reducer made during a death] */
+    pg__live_lost(g);
+    err = 0;
+  }
   if (err)
     return err;
 

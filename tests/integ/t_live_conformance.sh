@@ -63,8 +63,10 @@ REGRESS=(
 # drawn kinds reach only by timing:
 SCHEDULES=(
   # rank 0 dies after pg_init, before pg_reducer_create: the survivors'
-  # pg_reducer_create fails with PG_ERR_PEER_LOST, and the documented
-  # recipe has nothing for it before the first step (open)
+  # pg_reducer_create failed with PG_ERR_PEER_LOST, and the documented
+  # recipe had nothing for it before the first step (now: made anyway,
+  # the first collective says PG_ERR_PEER_LOST, Note [reducer made
+  # during a death])
   3906313149/3/create:-:0:0:kill
 )
 
