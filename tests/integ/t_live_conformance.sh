@@ -57,6 +57,9 @@ REGRESS=(
                    # rebuild cut short by the death said it had rebuilt,
                    # so the heal left the survivors' old buckets and a
                    # newcomer built the new ones)
+  178583423495975  # hier: the replacement killed 4.5 ms into pg_init,
+                   # after it published its TCP endpoint: the survivors'
+                   # leader waited in the TCP mesh for PG_TIMEOUT (a race)
 )
 
 # Schedules written by hand (PROG/WORLD/LIVE_PROG_FAULT), for a phase the
