@@ -19,6 +19,16 @@ void pg__setup_watch(pg__setup_watch_fn fn, void *arg)
   watch_arg = arg;
 }
 
+bool pg__setup_watched(void)
+{
+  return watch_fn != NULL;
+}
+
+int pg__setup_watch_ask(void)
+{
+  return watch_fn ? watch_fn(watch_arg) : 0;
+}
+
 /* 0 while this rank's own key is still in the store, else -EPROTO with
  * a sentence: something deleted it (a hostile or broken client of the
  * live store), so the others' keys may never come either. */

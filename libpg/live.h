@@ -171,6 +171,10 @@ PG__HIDDEN void pg__live_remove_reducer(pg_group *g, struct pg_reducer *r);
  * alone (the survivors made theirs long ago); its layout comes with the
  * heal. */
 PG__HIDDEN bool pg__live_create_alone(const pg_group *g);
+/* A live world group whose state is not registered yet (nor recovered):
+ * where the recipe makes the reducers (Note [reducer made during a
+ * death], reducer.c). */
+PG__HIDDEN bool pg__live_unregistered(const pg_group *g);
 /* What the heal sends: the registered buffers and the reducers. */
 PG__HIDDEN void pg__live_registered(pg_group *g,
                                     const struct pg_state_buf **bufs,

@@ -229,6 +229,11 @@ PG__HIDDEN int pg__store_allgather(pg_store *st, const char *ns,
  * sentence) ends the wait with that error.  fn NULL: none. */
 typedef int (*pg__setup_watch_fn)(void *arg);
 PG__HIDDEN void pg__setup_watch(pg__setup_watch_fn fn, void *arg);
+/* Whether a setup watch is set on this thread, and asking it: 0, or its
+ * error (with its sentence); 0 without one.  For a backend's own waits
+ * during setup (the TCP mesh's accepts and connects). */
+PG__HIDDEN bool pg__setup_watched(void);
+PG__HIDDEN int pg__setup_watch_ask(void);
 /* Deletes every key of st that starts with prefix (a view's prefix
  * first); *n (may be NULL) gets how many.  -ENOTSUP (said) from a server
  * without the request. */

@@ -219,10 +219,11 @@ static int connect_store(pg_group *g, const struct pg_options *o)
 /* Note [setup watch]: a member may die after it checked in (Note [check
  * in]) and before the communicator is set up; the others would wait for
  * its keys until the timeout.  So while the group is set up, the store
- * exchanges wait in slices and ask, between them, whether a member is
- * gone from this machine or the next generation started (its
- * replacement went ahead): either ends the setup with PG_ERR_PEER_LOST,
- * and the next generation follows.  Sub-groups are made under the same
+ * exchanges (and the TCP mesh's accepts and connects, for a member that
+ * published its endpoint and died) wait in slices and ask, between
+ * them, whether a member is gone from this machine or the next
+ * generation started (its replacement went ahead): either ends the
+ * setup with PG_ERR_PEER_LOST, and the next generation follows.  Sub-groups are made under the same
  * watch (Note [live sub-groups]). */
 
 void pg__live_test_kill(const char *where, uint64_t gen, int rank)
@@ -940,6 +941,11 @@ uint64_t pg__live_generation(const pg_group *g)
 bool pg__live_create_alone(const pg_group *g)
 {
   return !g->is_sub && g->live && g->live->joined_running && g->live->fresh;
+}
+
+bool pg__live_unregistered(const pg_group *g)
+{
+  return !g->is_sub && g->live && g->live->fresh;
 }
 
 bool pg_live(const pg_group *g)

@@ -320,6 +320,19 @@ out:
   return err;
 }
 
+/* Note [reducer made during a death]: in live mode, a member that dies
+ * while the reducers are made (after pg_init, before pg_state_register)
+ * cuts the check of the parameter lists short on the others.  Failing
+ * there would leave the program nothing to do: pg_recover heals the
+ * reducers and state registered, and its replacement makes its reducers
+ * alone and heals in pg_state_register.  So the reducer is made anyway
+ * (its own arguments were checked) and the group stays failed: the
+ * program registers its state, its first collective returns
+ * PG_ERR_PEER_LOST, and pg_recover heals as after any death, checking
+ * each reducer's parameters against the healing rank's (-EPROTO when
+ * they differ).  Every survivor ends the same way, whether or not its
+ * all_gather completed before the death. */
+
 /* Collective: every rank takes the same branches, since every rank sees
  * every rank's header, so an invalid argument on one rank fails all of
  * them instead of leaving the others in an all_gather. */
@@ -397,6 +410,11 @@ int pg_reducer_create(pg_group *g, const struct pg_param_spec *p, size_t n,
         : verify_params(g, p, n, local_err, cap, first_cap, o->no_rebuild);
   if (local_err)
     return pg__fail(local_err, "%s", why);
+  if (err == PG_ERR_PEER_LOST && pg__live_unregistered(g)) {
+    /* Note [reducer made during a death] */
+    pg__live_lost(g);
+    err = 0;
+  }
   if (err)
     return err;
 
@@ -550,7 +568,11 @@ int pg_reducer_zero_grad(pg_reducer *r)
 }
 
 /* Rebuilds the buckets in the recorded ready order (rank 0's, broadcast so
- * that every rank builds the same layout), keeping gradient contents. */
+ * that every rank builds the same layout), keeping gradient contents.
+ * rebuilt says what L is, and only that: the heal sends it and a member
+ * with the same layout keeps its own (Note [reducer heal]), so a rebuild
+ * cut short by a death (its broadcast) must not claim it; broken keeps
+ * it from being tried again before the heal. */
 static int rebuild(struct pg_reducer *r)
 {
   size_t n = r->n, i, es;
@@ -558,7 +580,6 @@ static int rebuild(struct pg_reducer *r)
   struct layout nl;
   int err;
 
-  r->rebuilt = true;
   if (!wire)
     return pg__fail(-ENOMEM, "out of memory rebuilding buckets");
   for (i = 0; i < n; i++)
@@ -588,6 +609,7 @@ static int rebuild(struct pg_reducer *r)
   }
   layout_free(r->g, &r->L);
   r->L = nl;
+  r->rebuilt = true;
   return 0;
 }
 

@@ -395,6 +395,7 @@ bool tcp_hello_ok(const struct hello *h, uint64_t hash, int to, int n)
 #define STRAY_S 5.0
 #define RETRY_S 0.020
 #define ACCEPT_MAX 64   /* accepted connections proving themselves at once */
+#define WATCH_MS 100    /* how often a watched mesh asks its setup watch */
 
 /* A connector goes CONNECT, TX (hello), RX (answer), TX_PROOF; an
  * acceptor RX (hello), TX (answer), RX_PROOF (Note [mesh hello]). */
@@ -829,7 +830,11 @@ static int mesh_timed_out(const struct mesh *m)
 
 /* Connects this rank to every other of c: out to each lower position (at
  * eps[j]), and accepts the higher ones on lfd, all at once on one poll
- * loop, until every connection has passed its hello or the deadline. */
+ * loop, until every connection has passed its hello or the deadline.
+ * Under a setup watch (live mode, Note [setup watch] in recover.c) the
+ * poll waits WATCH_MS at most and the watch is asked between polls: a
+ * peer that published its endpoint and died before it connected would
+ * otherwise keep this rank here until the deadline. */
 static int mesh(struct tcp_comm *c, const struct pg__token *t, int lfd,
                 char **eps, uint64_t hash, int bufsz, double deadline)
 {
@@ -839,6 +844,8 @@ static int mesh(struct tcp_comm *c, const struct pg__token *t, int lfd,
     .cap = ACCEPT_MAX,
   };
   int err = mesh_init(&m);
+  bool watched = pg__setup_watched();
+  double asked = pg__now();
 
   while (!err && (m.done_out < m.nout || m.got < m.nin)) {
     int ms = tcp_ms_until(deadline), np, k;
@@ -848,7 +855,14 @@ static int mesh(struct tcp_comm *c, const struct pg__token *t, int lfd,
       break;
     if ((m.done_out == m.nout && m.got == m.nin) || ms <= 0)
       break;
+    if (watched && now - asked >= WATCH_MS / 1e3) {
+      asked = now;
+      if ((err = pg__setup_watch_ask()))
+        break;
+    }
     np = mesh_poll_set(&m, now, &ms);
+    if (watched && ms > WATCH_MS)
+      ms = WATCH_MS;
     k = poll(m.pfd, (nfds_t)np, ms);
     if (k < 0 && errno != EINTR)
       err = pg__fail(-errno, "tcp setup: poll: %s", strerror(errno));

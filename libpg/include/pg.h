@@ -497,7 +497,10 @@ struct pg_reducer_options {
 #define PG_REDUCER_OPTIONS_INIT { 0, 0, false }
 
 /* Collective.  Fails with -EINVAL on every rank (pg_last_error names the
- * first difference) when ranks disagree on the parameter list. */
+ * first difference) when ranks disagree on the parameter list.  In live
+ * mode on the world group before pg_state_register, a member's death
+ * during that check is not an error here: the reducer is made and the
+ * first collective after pg_state_register returns PG_ERR_PEER_LOST. */
 PG_EXTERN int pg_reducer_create(pg_group *g, const struct pg_param_spec *p,
                                 size_t n,
                                 const struct pg_reducer_options *o,
@@ -537,7 +540,7 @@ PG_EXTERN int pg_bucket_assign(const struct pg_param_spec *p, size_t n,
  * four calls:
  *
  *   pg_init(&o, &g);                      // opts in (CDRUN_LIVE_OPT_IN)
- *   make the model, pg_reducer_create(g, ...)
+ *   make the model, pg_reducer_create(g, ...)  // a death: seen in the loop
  *   err = pg_state_register(g, bufs, n);  // a newcomer receives them here
  *   if (err == PG_ERR_PEER_LOST) err = recover(g);
  *   while (!err && step < steps) {        // step: in the registered state

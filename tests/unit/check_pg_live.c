@@ -839,6 +839,131 @@ START_TEST(test_recover_zeroes_reducer)
 }
 END_TEST
 
+/* Note [reducer heal]: the heal sends a reducer's "rebuilt" with its
+ * order, and a member whose layout is that already keeps it.  A rebuild
+ * that failed (its broadcast from rank 0 cut by a death, issue 30) left
+ * the old layout: saying "rebuilt" there made the survivors keep the
+ * registration-order buckets while a newcomer built the recorded order's,
+ * and their all-reduces paired different parameters.  Here the only
+ * member's rebuild fails (its group is lost), and after pg_recover the
+ * next prepare must still rebuild. */
+START_TEST(test_recover_after_failed_rebuild)
+{
+  char dir[] = "/tmp/check_pg_live.XXXXXX", path[256];
+  struct pg_reducer_options ro = PG_REDUCER_OPTIONS_INIT;
+  struct pg_param_spec p[3];
+  struct pg_recover_info info;
+  double x[2] = { 1, 2 };
+  struct pg_state_buf b = { x, sizeof x };
+  pg_reducer *r = NULL;
+  pg_group *g = NULL;
+  size_t i;
+
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/optin", dir);
+  env_group();
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("CDRUN_RECOVERY", "live", 1);
+  putenv(ep_env);
+  setenv("CDRUN_LIVE_OPT_IN", path, 1);
+  setenv("CDRUN_JOB_TOKEN", "", 1);
+  serve();
+  snprintf(ep_env, sizeof ep_env, "CDRUN_LIVE_STORE=127.0.0.1:%d", port);
+  ck_assert_msg(pg_init(NULL, &g) == 0, "%s", pg_last_error());
+  for (i = 0; i < 3; i++) {
+    p[i].numel = 512;
+    p[i].dtype = PG_F64;
+  }
+  /* One parameter (4 KiB) per bucket. */
+  ro.first_bucket_cap = 4096;
+  ro.bucket_cap = 4096;
+  ck_assert_msg(pg_reducer_create(g, p, 3, &ro, &r) == 0, "%s",
+                pg_last_error());
+  ck_assert_int_eq(pg_state_register(g, &b, 1), 0);
+  /* Registration order reversed: parameter 0 in the last bucket. */
+  ck_assert_int_eq(pg_reducer_bucket_of(r, 0), 2);
+
+  /* The first iteration records the order 0 1 2. */
+  ck_assert_int_eq(pg_reducer_prepare(r, true), 0);
+  for (i = 0; i < 3; i++)
+    ck_assert_int_eq(pg_reducer_mark_ready(r, i), 0);
+  ck_assert_int_eq(pg_reducer_finish(r), 0);
+  /* The next prepare's rebuild broadcast fails: a peer died. */
+  pg__live_lost(g);
+  ck_assert_int_ne(pg_reducer_prepare(r, true), 0);
+  ck_assert_int_eq(pg_reducer_bucket_of(r, 0), 2);
+
+  ck_assert_msg(pg_recover(g, &info) == 0, "%s", pg_last_error());
+  ck_assert_int_eq(info.heal_source, 0);
+  /* The redone step rebuilds, in the recorded order. */
+  ck_assert_msg(pg_reducer_prepare(r, true) == 0, "%s", pg_last_error());
+  ck_assert_int_eq(pg_reducer_bucket_of(r, 0), 0);
+  ck_assert_int_eq(pg_reducer_bucket_of(r, 2), 2);
+  for (i = 0; i < 3; i++)
+    ck_assert_int_eq(pg_reducer_mark_ready(r, i), 0);
+  ck_assert_int_eq(pg_reducer_finish(r), 0);
+
+  pg_reducer_destroy(r);
+  pg_destroy(g);
+  pg_store_server_stop(server);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+/* Note [reducer made during a death]: a member dead while the reducers
+ * are made (before pg_state_register) fails their check's all_gather;
+ * the reducer is made anyway, the group stays failed, and the recipe's
+ * loop sees PG_ERR_PEER_LOST at its first collective and recovers (here
+ * the only member's group is marked lost by hand). */
+START_TEST(test_create_during_death)
+{
+  char dir[] = "/tmp/check_pg_live.XXXXXX", path[256];
+  struct pg_param_spec p[2] = { { 64, PG_F64 }, { 32, PG_F32 } };
+  struct pg_recover_info info;
+  double x[2] = { 1, 2 }, y = 1;
+  struct pg_state_buf b = { x, sizeof x };
+  pg_reducer *r = NULL, *r2 = NULL;
+  pg_group *g = NULL;
+
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/optin", dir);
+  env_group();
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("CDRUN_RECOVERY", "live", 1);
+  putenv(ep_env);
+  setenv("CDRUN_LIVE_OPT_IN", path, 1);
+  setenv("CDRUN_JOB_TOKEN", "", 1);
+  serve();
+  snprintf(ep_env, sizeof ep_env, "CDRUN_LIVE_STORE=127.0.0.1:%d", port);
+  ck_assert_msg(pg_init(NULL, &g) == 0, "%s", pg_last_error());
+  pg__live_lost(g);
+  ck_assert_msg(pg_reducer_create(g, p, 2, NULL, &r) == 0, "%s",
+                pg_last_error());
+  ck_assert_ptr_nonnull(r);
+  ck_assert_int_eq(pg_state_register(g, &b, 1), 0);
+  ck_assert_int_eq(pg_all_reduce(g, &y, &y, 1, PG_F64, PG_SUM),
+                   PG_ERR_PEER_LOST);
+  ck_assert_msg(pg_recover(g, &info) == 0, "%s", pg_last_error());
+  ck_assert_int_eq(info.heal_source, 0);
+  ck_assert_int_eq(pg_reducer_prepare(r, true), 0);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 0), 0);
+  ck_assert_int_eq(pg_reducer_mark_ready(r, 1), 0);
+  ck_assert_int_eq(pg_reducer_finish(r), 0);
+  /* Once the state is registered, a reducer's check fails as any
+   * collective does. */
+  pg__live_lost(g);
+  ck_assert_int_eq(pg_reducer_create(g, p, 2, NULL, &r2), PG_ERR_PEER_LOST);
+  ck_assert_ptr_null(r2);
+
+  pg_reducer_destroy(r);
+  pg_destroy(g);
+  pg_store_server_stop(server);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 /* Restart mode: live calls cost nothing and pg_recover says so. */
 START_TEST(test_restart_mode)
 {
@@ -894,6 +1019,8 @@ static Suite *live_suite(void)
   tcase_add_test(tc, test_init_live_needs_store);
   tcase_add_test(tc, test_init_opt_in);
   tcase_add_test(tc, test_recover_zeroes_reducer);
+  tcase_add_test(tc, test_recover_after_failed_rebuild);
+  tcase_add_test(tc, test_create_during_death);
   tcase_add_test(tc, test_restart_mode);
   suite_add_tcase(s, tc);
   return s;

@@ -1339,6 +1339,58 @@ START_TEST(test_bad_endpoint_keeps_stdin)
 }
 END_TEST
 
+static int watch_lost_after(void *arg)
+{
+  int *calls = arg;
+
+  if (++*calls < 3)
+    return 0;
+  return pg__fail(PG_ERR_PEER_LOST, "rank 1 is gone");
+}
+
+/* Note [setup watch]: a higher rank that published its endpoint and died
+ * before it connected (issue 30, a replacement killed in its pg_init)
+ * kept rank 0's mesh waiting until the timeout; under a setup watch the
+ * mesh asks it between polls and ends with its error. */
+START_TEST(test_mesh_asks_watch)
+{
+  pid_t store;
+  struct pg__topo tp;
+  struct pg__setup s;
+  struct pg__comm *c = NULL;
+  pg_store *st;
+  int port = 0, ctl, ranks[2] = { 0, 1 }, calls = 0;
+
+  store = store_proc(&port, &ctl);
+  ck_assert_int_eq(pg_store_connect("127.0.0.1", port, 10, &st), 0);
+  /* Rank 1's endpoint, and nobody behind it to connect. */
+  ck_assert_int_eq(pg_store_set(st, "t/comm/ep/1", "127.0.0.1 1", 11), 0);
+  make_topo(&tp, 0, 2, NULL);
+  memset(&s, 0, sizeof s);
+  s.store = st;
+  s.ns = "t/comm/";
+  s.topo = &tp;
+  s.ranks = ranks;
+  s.n = 2;
+  s.me = 0;
+  s.timeout = 5;
+  s.device = -1;
+  pg__setup_watch(watch_lost_after, &calls);
+  ck_assert_int_eq(pg__tcp_create(&s, &c), PG_ERR_PEER_LOST);
+  pg__setup_watch(NULL, NULL);
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(calls, 3);
+  ck_assert_msg(strstr(pg_last_error(), "rank 1 is gone"), "%s",
+                pg_last_error());
+  free(tp.host_of);
+  free(tp.local);
+  free(tp.leader_of);
+  pg_store_close(st);
+  close(ctl);
+  waitpid(store, NULL, 0);
+}
+END_TEST
+
 /* Many ranks connecting at once (the parallel mesh). */
 START_TEST(test_setup_many)
 {
@@ -1405,6 +1457,7 @@ static Suite *pg_tcp_suite(void)
   tcase_add_test(tf, test_setup_strays);
   tcase_add_test(tf, test_setup_many);
   tcase_add_test(tf, test_bad_endpoint_keeps_stdin);
+  tcase_add_test(tf, test_mesh_asks_watch);
   tcase_add_test(tf, test_token_mesh);
   tcase_add_test(tf, test_token_wrong);
   tcase_add_test(tf, test_token_impostor);
