@@ -16,25 +16,35 @@
  * admit.c) loses nothing: the sender connects again, within its
  * operation's deadline.  A captured hello proves nothing on another
  * connection (the challenge).
- * The receiver accepts whenever it does point-to-point (a recv, or a
- * send, which also drains what others send it; a sender waiting for its
- * answer accepts too) and drops what does not prove itself within
- * HELLO_S.  So nobody agrees on who connects (the sender always does),
- * and an exchange or a cycle of sends before receives does not deadlock:
- * every rank in point-to-point answers the others.  The first send to a
- * rank on another host waits until that rank does point-to-point (later
- * sends are eager, as on the flat TCP comm).  The messages are
- * tcp_stream.c's p2p frames, moved by its poll loop: peers[q]
- * is the socket this rank sends q on, peers[n + q] the one q sends it on.
- * A blocked send or recv wakes every SLICE_S to accept connections that
- * arrived
- * meanwhile (the poll loop knows no listener). */
+ * The receiver's acceptor, a thread of its own, accepts, challenges and
+ * takes connections whatever the rank is doing (Note [p2p acceptor]), and
+ * drops what does not prove itself within HELLO_S.  So nobody agrees on
+ * who connects (the sender always does), and an exchange or a cycle of
+ * sends before receives does not deadlock, even with a rank blocked
+ * elsewhere (a shared-memory send to a peer that is itself waiting for
+ * this rank's message).  The messages are tcp_stream.c's p2p frames,
+ * moved by its poll loop: peers[q] is the socket this rank sends q on,
+ * peers[n + q] the one q sends it on; a blocked send or recv collects,
+ * every SLICE_S, the connections the acceptor took meanwhile.
+ *
+ * Note [p2p acceptor]: the challenge needs the receiver's answer before
+ * the sender's first frame, and a receiver that answered only from its
+ * own point-to-point calls deadlocked programs that are fine on every
+ * other transport: rank 2 connecting to rank 1 waits for rank 1, blocked
+ * in a shared-memory send to rank 0, which waits for rank 3's message,
+ * while rank 3 waits in a shared-memory send to rank 2.  The acceptor
+ * owns the listener and the pending table; what it took it publishes in
+ * arrived[q] (an atomic store, from -1 to the socket, once) and tells
+ * through wake_fd; the rank's thread moves it into peers[n + q]. */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -72,8 +82,13 @@ struct hier_p2p {
   char *ns;
   int (*watch)(void *arg);      /* struct pg__setup's */
   void *watch_arg;
+  /* The acceptor's (Note [p2p acceptor]). */
   struct pending pend[PEND_MAX];
   int npend;
+  int *arrived;                 /* [n]: taken from q, -1: not yet */
+  int wake_fd, stop_fd;         /* eventfds: something arrived; stop */
+  pthread_t acceptor;
+  bool acceptor_on;
 };
 
 static void drop_pending(struct hier_p2p *p, int i)
@@ -108,12 +123,13 @@ static bool take_hello(struct hier_p2p *p, struct pending *q)
 
   if (!tcp_hello_ok(&q->in, p->hash, p->me, p->n) || from == p->me ||
       !tcp_hello_signed(p->token, &q->in, q->challenge) ||
-      p->c.peers[p->n + from].fd >= 0)
+      __atomic_load_n(&p->arrived[from], __ATOMIC_ACQUIRE) >= 0)
     return false;
   /* One byte on a fresh socket always fits its buffer. */
   if (send(q->fd, &took, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
     return false;
-  p->c.peers[p->n + from].fd = q->fd;
+  __atomic_store_n(&p->arrived[from], q->fd, __ATOMIC_RELEASE);
+  (void)!eventfd_write(p->wake_fd, 1);
   return true;
 }
 
@@ -172,6 +188,48 @@ static void accept_ready(struct hier_p2p *p)
     ;
 }
 
+/* The acceptor: accepts, challenges and takes connections until told to
+ * stop, whatever the rank's own thread is doing (Note [p2p acceptor]).
+ * Signals are for the rank's thread. */
+static void *acceptor_main(void *arg)
+{
+  struct hier_p2p *p = arg;
+  sigset_t all;
+
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  for (;;) {
+    struct pollfd pf[PEND_MAX + 2];
+    int i, np = 0;
+
+    pf[np].fd = p->stop_fd;
+    pf[np++].events = POLLIN;
+    pf[np].fd = p->lfd;
+    pf[np++].events = POLLIN;
+    for (i = 0; i < p->npend; i++) {
+      pf[np].fd = p->pend[i].fd;
+      pf[np++].events = POLLIN;
+    }
+    poll(pf, (nfds_t)np, p->npend ? (int)(HELLO_S * 1000) : 1000);
+    if (pf[0].revents)
+      return NULL;
+    accept_ready(p);
+  }
+}
+
+/* Moves what the acceptor took into peers[n + q]. */
+static void collect(struct hier_p2p *p)
+{
+  eventfd_t v;
+  int q;
+
+  (void)!eventfd_read(p->wake_fd, &v);
+  for (q = 0; q < p->n; q++)
+    if (p->c.peers[p->n + q].fd < 0)
+      p->c.peers[p->n + q].fd = __atomic_load_n(&p->arrived[q],
+                                                __ATOMIC_ACQUIRE);
+}
+
 /* Waits until fd is readable (or deadline), accepting meanwhile; then
  * reads len bytes that must be there: 0, -ECONNRESET (closed),
  * -ETIMEDOUT, or the watch's verdict. */
@@ -182,9 +240,9 @@ static int wait_read(struct hier_p2p *p, int fd, void *buf, size_t len,
 
   while (got < len) {
     ssize_t k = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
-    struct pollfd pf[PEND_MAX + 2];
+    struct pollfd pf = { .fd = fd, .events = POLLIN };
     double until;
-    int np = 0, ms, i;
+    int ms;
 
     if (k > 0) {
       got += (size_t)k;
@@ -196,22 +254,14 @@ static int wait_read(struct hier_p2p *p, int fd, void *buf, size_t len,
       continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK)
       return -errno;
-    accept_ready(p);
+    collect(p);
     until = pg__now() + SLICE_S * 20;
     ms = tcp_ms_until(until < deadline ? until : deadline);
     if (pg__now() >= deadline)
       return -ETIMEDOUT;
-    pf[np].fd = fd;
-    pf[np++].events = POLLIN;
-    pf[np].fd = p->lfd;
-    pf[np++].events = POLLIN;
-    for (i = 0; i < p->npend; i++) {
-      pf[np].fd = p->pend[i].fd;
-      pf[np++].events = POLLIN;
-    }
-    /* The receiver answers only from its own send or receive: in live
-     * mode it may be recovering instead, and never will. */
-    if (poll(pf, (nfds_t)np, ms) == 0 && p->watch) {
+    /* In live mode the receiver may be recovering instead, and its
+     * acceptor gone with its old generation. */
+    if (poll(&pf, 1, ms) == 0 && p->watch) {
       int err = p->watch(p->watch_arg);
 
       if (err)
@@ -221,7 +271,7 @@ static int wait_read(struct hier_p2p *p, int fd, void *buf, size_t len,
   return 0;
 }
 
-/* Sleeps s seconds (or to deadline), accepting meanwhile. */
+/* Sleeps s seconds (or to deadline), collecting meanwhile. */
 static void wait_accepting(struct hier_p2p *p, double s, double deadline)
 {
   double until = pg__now() + s;
@@ -229,7 +279,7 @@ static void wait_accepting(struct hier_p2p *p, double s, double deadline)
   if (until > deadline)
     until = deadline;
   while (pg__now() < until) {
-    accept_ready(p);
+    collect(p);
     poll(NULL, 0, tcp_ms_until(pg__now() + SLICE_S < until
                                ? pg__now() + SLICE_S : until));
   }
@@ -261,7 +311,11 @@ int pg__hier_p2p_create(const struct pg__setup *s, struct hier_p2p **out)
   p->c.peers = calloc(2 * (size_t)s->n, sizeof *p->c.peers);
   p->c.ss = calloc((size_t)s->n + 2, sizeof *p->c.ss);
   p->c.pfd = calloc((size_t)s->n + 2, sizeof *p->c.pfd);
-  if (!p->ns || !p->c.peers || !p->c.ss || !p->c.pfd) {
+  p->arrived = malloc((size_t)s->n * sizeof *p->arrived);
+  p->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (!p->ns || !p->c.peers || !p->c.ss || !p->c.pfd || !p->arrived ||
+      p->wake_fd < 0 || p->stop_fd < 0) {
     pg__hier_p2p_destroy(p);
     return pg__fail(-ENOMEM, "hier setup: out of memory");
   }
@@ -269,6 +323,8 @@ int pg__hier_p2p_create(const struct pg__setup *s, struct hier_p2p **out)
     p->c.peers[i].fd = -1;
     p->c.peers[i].rank = s->ranks[i % s->n];
   }
+  for (i = 0; i < s->n; i++)
+    p->arrived[i] = -1;
   p->lfd = tcp_listen_ep(s->master_addr, ep, sizeof ep, &p->bufsz);
   if (p->lfd < 0) {
     err = p->lfd;
@@ -276,6 +332,13 @@ int pg__hier_p2p_create(const struct pg__setup *s, struct hier_p2p **out)
     pg__hier_p2p_destroy(p);
     return err;
   }
+  err = -pthread_create(&p->acceptor, NULL, acceptor_main, p);
+  if (err) {
+    pg__hier_p2p_destroy(p);
+    return pg__fail(err, "hier setup: cannot start the point-to-point "
+                    "acceptor: %s", pg_strerror(err));
+  }
+  p->acceptor_on = true;
   snprintf(key, sizeof key, "%sep/%d", p->ns, s->me);
   err = pg_store_set(s->store, key, ep, strlen(ep));
   if (err) {
@@ -443,7 +506,7 @@ int pg__hier_p2p_send(struct hier_p2p *p, const void *buf, size_t bytes,
 
     /* Queue what the others send this rank meanwhile (as the flat comm
      * does), on the connections there are so far. */
-    accept_ready(p);
+    collect(p);
     ns = 1;
     for (i = 0; i < p->n; i++) {
       if (p->c.peers[p->n + i].fd < 0)
@@ -469,10 +532,9 @@ int pg__hier_p2p_recv(struct hier_p2p *p, void *buf, size_t bytes, int q,
   if (q < 0 || q >= p->n || q == p->me)
     return bad_peer(p, "recv", q);
   for (;;) {
-    struct pollfd pf[PEND_MAX + 1];
-    int i, np = 0;
+    struct pollfd pf = { .fd = p->wake_fd, .events = POLLIN };
 
-    accept_ready(p);
+    collect(p);
     if (p->c.peers[p->n + q].fd >= 0)
       break;
     ms = tcp_ms_until(deadline);
@@ -481,17 +543,9 @@ int pg__hier_p2p_recv(struct hier_p2p *p, void *buf, size_t bytes, int q,
                               "waiting for rank %d (it never connected to "
                               "send to this rank)", tag,
                               p->c.peers[q].rank));
-    pf[np].fd = p->lfd;
-    pf[np++].events = POLLIN;
-    for (i = 0; i < p->npend; i++) {
-      pf[np].fd = p->pend[i].fd;
-      pf[np++].events = POLLIN;
-    }
-    if (p->npend && ms > (int)(HELLO_S * 1000))
-      ms = (int)(HELLO_S * 1000);
     if (p->watch && ms > WATCH_MS)
       ms = WATCH_MS;
-    if (poll(pf, (nfds_t)np, ms) == 0 && p->watch) {
+    if (poll(&pf, 1, ms) == 0 && p->watch) {
       int err = p->watch(p->watch_arg);
 
       if (err)
@@ -508,7 +562,7 @@ int pg__hier_p2p_recv(struct hier_p2p *p, void *buf, size_t bytes, int q,
 
     if (err != -ETIMEDOUT || pg__now() >= deadline)
       return fail(p, err);
-    accept_ready(p);
+    collect(p);
   }
 }
 
@@ -518,9 +572,22 @@ void pg__hier_p2p_destroy(struct hier_p2p *p)
 
   if (!p)
     return;
+  if (p->acceptor_on) {
+    (void)!eventfd_write(p->stop_fd, 1);
+    pthread_join(p->acceptor, NULL);
+  }
+  /* What the acceptor took and the rank never collected. */
+  for (i = 0; p->arrived && p->c.peers && i < p->n; i++)
+    if (p->arrived[i] >= 0 && p->c.peers[p->n + i].fd != p->arrived[i])
+      close(p->arrived[i]);
   tcp_comm_release(&p->c, 2 * p->n);
   for (i = 0; i < p->npend; i++)
     close(p->pend[i].fd);
+  if (p->wake_fd > 0)
+    close(p->wake_fd);
+  if (p->stop_fd > 0)
+    close(p->stop_fd);
+  free(p->arrived);
   if (p->lfd >= 0)
     close(p->lfd);
   free(p->ns);
