@@ -29,7 +29,9 @@
  *   node only if its sender was a participant of that node's job, or if
  *   the job table was full and the node's job never ran (reclaimed);
  *   an agent whose connection was reset is still its node while the
- *   node waits detached (it holds the node's token: Note [node tokens]);
+ *   node waits detached (it holds the node's token: Note [node tokens]),
+ *   and a stranger's RESUME with the token a node holds is that node's
+ *   party (a replay without a key file got it there);
  * - only a participant of a job ends it (outside rdzv_state_tick);
  * - round and restart numbers never go back, never below 0 or above the
  *   wire's bounds;
@@ -100,8 +102,14 @@ static struct {
   /* Before the step: which connections were live nodes, and of what;
    * and whether the agent (on its live node or its detached one) was a
    * participant of `job`. */
-  struct { const void *node; const void *job; bool part, never_ran; }
+  struct { const void *node; const void *job; bool part, never_ran;
+           unsigned char token[RDZV_PROTO_TOKEN_BYTES],
+               prev_token[RDZV_PROTO_TOKEN_BYTES]; }
       before[NCONN];
+  /* This step's RESUME token, if any: a node holding it is the sender's
+   * (a token two senders share makes them one party). */
+  bool sent_token;
+  unsigned char token[RDZV_PROTO_TOKEN_BYTES];
   bool table_full;          /* before the step: max_jobs jobs */
   struct { const void *job; int round, restart; enum phase phase;
            uint64_t seq; bool whole; } jobs[8];
@@ -546,6 +554,10 @@ static void send_wire(int i, struct rdzv_proto_msg *m, double now)
   char *frame, err[256];
   size_t len;
 
+  if (m->op == RDZV_PROTO_RESUME) {
+    F.sent_token = true;
+    memcpy(F.token, m->u.resume.round.token, sizeof F.token);
+  }
   if (rdzv_proto_encode(m, &frame, &len) != 0)
     return;
   if (rdzv_proto_decode(frame + RDZV_PROTO_FRAME_HEADER,
@@ -742,6 +754,11 @@ static void note_before(void)
     F.before[i].never_ran = F.before[i].node &&
                             c->node->job->issued_round < 0 &&
                             !c->node->job->rebuild_size;
+    if (F.before[i].node) {
+      memcpy(F.before[i].token, c->node->token, RDZV_PROTO_TOKEN_BYTES);
+      memcpy(F.before[i].prev_token, c->node->prev_token,
+             RDZV_PROTO_TOKEN_BYTES);
+    }
     if (!F.before[i].node) {
       const struct node *self = detached_self(i);
 
@@ -781,7 +798,10 @@ static void check_step(int by)
      * its job may, or a newcomer reclaiming a job that never ran from a
      * full table (Note [tenant share]). */
     if (!(F.before[by].part && F.before[by].job == F.before[i].job) &&
-        !(F.table_full && F.before[i].never_ran))
+        !(F.table_full && F.before[i].never_ran) &&
+        !(F.sent_token && !rdzv_proto_token_none(F.token) &&
+          (!memcmp(F.token, F.before[i].token, sizeof F.token) ||
+           !memcmp(F.token, F.before[i].prev_token, sizeof F.token))))
       abort();              /* a live node displaced by a stranger */
   }
   list_for_each_safe(pos, next, &F.r->jobs_in_order) {
@@ -873,6 +893,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     note_before();
     F.gathering_claim = false;
+    F.sent_token = false;
     by = (int)who;
     switch (op % 15) {
     case 0:
