@@ -451,7 +451,10 @@ static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
       as->world_size == job->world_size &&
       !rank_holder(r, job, as->group_rank))
     return rebuild_take(r, job, n, a, d, now);
-  if (job->rebuilding && as->round >= job->round) {
+  /* A closing job starts no round (rdzv_state__start_round), so a
+   * conflicting claim could not restart it and would leave its sender a
+   * participant with no rank: the job went on without it. */
+  if (job->rebuilding && !job->closing && as->round >= job->round) {
     const struct node *holder = as->round == job->round &&
                                 as->group_world_size == job->rebuild_size
                                 ? rank_holder(r, job, as->group_rank)

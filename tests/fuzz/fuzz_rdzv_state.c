@@ -28,6 +28,10 @@
  * - no live node is displaced: a step drops another live connection's
  *   node only if its sender was a participant of that node's job, or if
  *   the job table was full and the node's job never ran (reclaimed);
+ *   an agent whose connection was reset is still its node while the
+ *   node waits detached (it holds the node's token: Note [node tokens]),
+ *   and a stranger's RESUME with the token a node holds is that node's
+ *   party (a replay without a key file got it there);
  * - only a participant of a job ends it (outside rdzv_state_tick);
  * - round and restart numbers never go back, never below 0 or above the
  *   wire's bounds;
@@ -74,6 +78,10 @@ struct fconn {
   bool have_old, restarted;
   struct rdzv_proto_round old;
   char old_id[8];
+  /* The node its connection had when it was last reset: while the
+   * registry holds it detached, it is this agent's (the agent keeps its
+   * token whatever its later connections do). */
+  const void *detached;
 };
 
 #define MAX_ISSUED 64
@@ -91,9 +99,17 @@ static struct {
    * index, across daemon lives. */
   struct { char id[8]; int round, rank, conn; } issued[MAX_ISSUED];
   int n_issued;
-  /* Before the step: which connections were live nodes, and of what. */
-  struct { const void *node; const void *job; bool part, never_ran; }
+  /* Before the step: which connections were live nodes, and of what;
+   * and whether the agent (on its live node or its detached one) was a
+   * participant of `job`. */
+  struct { const void *node; const void *job; bool part, never_ran;
+           unsigned char token[RDZV_PROTO_TOKEN_BYTES],
+               prev_token[RDZV_PROTO_TOKEN_BYTES]; }
       before[NCONN];
+  /* This step's RESUME token, if any: a node holding it is the sender's
+   * (a token two senders share makes them one party). */
+  bool sent_token;
+  unsigned char token[RDZV_PROTO_TOKEN_BYTES];
   bool table_full;          /* before the step: max_jobs jobs */
   struct { const void *job; int round, restart; enum phase phase;
            uint64_t seq; bool whole; } jobs[8];
@@ -538,6 +554,10 @@ static void send_wire(int i, struct rdzv_proto_msg *m, double now)
   char *frame, err[256];
   size_t len;
 
+  if (m->op == RDZV_PROTO_RESUME) {
+    F.sent_token = true;
+    memcpy(F.token, m->u.resume.round.token, sizeof F.token);
+  }
   if (rdzv_proto_encode(m, &frame, &len) != 0)
     return;
   if (rdzv_proto_decode(frame + RDZV_PROTO_FRAME_HEADER,
@@ -675,6 +695,7 @@ static void restart_daemon(void)
     F.c[i].drop = false;
     F.c[i].gen++;
     F.c[i].restarted = true;
+    F.c[i].detached = NULL;
   }
   F.n_jobs = 0;
 }
@@ -693,6 +714,31 @@ static bool may_end(const struct node *n)
   return n->state == NS_PART || (n->state == NS_IDLE && n->expected);
 }
 
+/* Agent i's node, detached since its connection was reset, if the
+ * registry still holds it (host and pid say it is i's, not a node
+ * allocated at the same address since). */
+static const struct node *detached_self(int i)
+{
+  struct list_node *jpos, *jnext, *pos, *next;
+  const struct job *job;
+  const struct node *n;
+  char host[8];
+
+  if (!F.c[i].detached)
+    return NULL;
+  snprintf(host, sizeof host, "h%d", i);
+  list_for_each_safe(jpos, jnext, &F.r->jobs_in_order) {
+    job = list_entry(jpos, struct job, in_registry);
+    list_for_each_safe(pos, next, &job->nodes) {
+      n = list_entry(pos, struct node, in_job);
+      if (n == F.c[i].detached && !n->c->conn && n->pid == 100 + i &&
+          strcmp(n->host, host) == 0)
+        return n;
+    }
+  }
+  return NULL;
+}
+
 static void note_before(void)
 {
   struct list_node *pos, *next;
@@ -708,6 +754,17 @@ static void note_before(void)
     F.before[i].never_ran = F.before[i].node &&
                             c->node->job->issued_round < 0 &&
                             !c->node->job->rebuild_size;
+    if (F.before[i].node) {
+      memcpy(F.before[i].token, c->node->token, RDZV_PROTO_TOKEN_BYTES);
+      memcpy(F.before[i].prev_token, c->node->prev_token,
+             RDZV_PROTO_TOKEN_BYTES);
+    }
+    if (!F.before[i].node) {
+      const struct node *self = detached_self(i);
+
+      F.before[i].job = self ? self->job : NULL;
+      F.before[i].part = self && may_end(self);
+    }
   }
   F.n_jobs = 0;
   F.table_full = F.r->n_jobs >= F.lim.max_jobs;
@@ -741,7 +798,10 @@ static void check_step(int by)
      * its job may, or a newcomer reclaiming a job that never ran from a
      * full table (Note [tenant share]). */
     if (!(F.before[by].part && F.before[by].job == F.before[i].job) &&
-        !(F.table_full && F.before[i].never_ran))
+        !(F.table_full && F.before[i].never_ran) &&
+        !(F.sent_token && !rdzv_proto_token_none(F.token) &&
+          (!memcmp(F.token, F.before[i].token, sizeof F.token) ||
+           !memcmp(F.token, F.before[i].prev_token, sizeof F.token))))
       abort();              /* a live node displaced by a stranger */
   }
   list_for_each_safe(pos, next, &F.r->jobs_in_order) {
@@ -833,6 +893,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     note_before();
     F.gathering_claim = false;
+    F.sent_token = false;
     by = (int)who;
     switch (op % 15) {
     case 0:
@@ -846,10 +907,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       by = -1;
       break;
     case 9:
-      if ((op / 15) & 1)          /* a reset: a running node detaches */
+      if ((op / 15) & 1) {        /* a reset: a running node detaches */
+        if (F.before[who].node)   /* (an earlier one stays the agent's) */
+          F.c[who].detached = F.before[who].node;
         rdzv_state_conn_reset(F.r, conn_ptr((int)who), now);
-      else
+      } else {
         rdzv_state_conn_closed(F.r, conn_ptr((int)who), now);
+      }
       F.c[who].id[0] = '\0';
       F.c[who].drop = false;
       F.c[who].gen++;

@@ -1821,6 +1821,29 @@ START_TEST(resume_rank_conflict)
 }
 END_TEST
 
+/* A rebuilding job that is closing (a final failure waits for the other
+ * reports) starts no round, so a conflicting claim must not make its
+ * sender a participant: it would hold no rank in a running round.  It
+ * hears that the job went on without it, and CLOSED when the job ends. */
+START_TEST(resume_conflict_while_closing)
+{
+  CF = conf_of(1, 3);
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 4, 0, 0, 3, 0), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 4, 0, 1, 3, 0), 0);
+  ck_assert_int_eq(failure_at(A, true, "rank 0: boom", 1, 1.0, 0, 3), 0);
+  clear();
+  ck_assert_int_eq(resume(X, RDZV_PROTO_PHASE_RUNNING, 6, 0, 0, 2, 2), 0);
+  ck_assert(!logged("conflicting re-assertions"));
+  ck_assert_int_eq(count(X, RDZV_PROTO_RESTART), 1);
+  ck_assert(strstr(last(X, RDZV_PROTO_RESTART)->u.text.message,
+                   "went on without this node"));
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 0);
+  rdzv_state_tick(R, 100);
+  ck_assert_int_eq(count(A, RDZV_PROTO_CLOSED), 1);
+  ck_assert_int_eq(count(X, RDZV_PROTO_CLOSED), 1);
+}
+END_TEST
+
 START_TEST(resume_highest_round_wins)
 {
   CF = conf_of(1, 3);
@@ -2665,6 +2688,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, resume_rebuilds_running_job);
   tcase_add_test(tc, resume_grace_expires);
   tcase_add_test(tc, resume_rank_conflict);
+  tcase_add_test(tc, resume_conflict_while_closing);
   tcase_add_test(tc, resume_highest_round_wins);
   tcase_add_test(tc, resume_gathering_keeps_counts);
   tcase_add_test(tc, resume_after_reset_on_live_server);
