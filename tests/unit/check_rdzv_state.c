@@ -2330,6 +2330,7 @@ START_TEST(job_token_new_per_run)
 
   with_token_key();
   CF = conf_of(2, 2);
+  CF.max_restarts = 1;           /* Note [a lost node]: it may wait */
   ck_assert_int_eq(join(A, 2, 0), 0);
   ck_assert_int_eq(join(B, 2, 0), 0);
   memcpy(t0, last(A, RDZV_PROTO_ROUND)->u.round.job_token, sizeof t0);
