@@ -314,9 +314,13 @@ static bool daemon_answers(void)
   return rc == 0;
 }
 
-/* A fresh one-node job gets its round. */
+/* A fresh one-node job gets its round.  Each is a job of its own: a
+ * fixed-size job whose node left is closed (Note [a lost node] in
+ * rdzvd/rdzv_rules.h), and its id refused while the daemon remembers
+ * it. */
 static bool real_job_works(const char *tag)
 {
+  static int runs;
   char id[64];
   struct rdzv_proto_msg m;
   int fd = dial(0), rc;
@@ -324,7 +328,7 @@ static bool real_job_works(const char *tag)
 
   if (fd < 0)
     return false;
-  snprintf(id, sizeof id, "real-%s-%d", tag, (int)getpid());
+  snprintf(id, sizeof id, "real-%s-%d-%d", tag, (int)getpid(), ++runs);
   /* A real job: cdrun's defaults (rdzv_proto_conf_default), one node. */
   memset(&m, 0, sizeof m);
   m.op = RDZV_PROTO_JOIN;
