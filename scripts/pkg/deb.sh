@@ -119,7 +119,8 @@ strip --strip-debug --remove-section=.comment "$r/usr/lib/$ma/libpg.a"
 ln -s libpg.so.0 "$r/usr/lib/$ma/libpg.so"
 sed -e 's|@PREFIX@|/usr|' -e "s|@VERSION@|$version|" \
     -e 's|@LIBS_PRIVATE@|-lpthread -lrt -lm|' \
-    -e "s|^libdir=\${prefix}/lib$|libdir=\${prefix}/lib/$ma|" \
+    -e "s|@LIBDIR@|\${prefix}/lib/$ma|" \
+    -e 's|@INCLUDEDIR@|${prefix}/include|' \
     "$repo/libpg/libpg.pc.in" >"$r/usr/lib/$ma/pkgconfig/libpg.pc"
 man libpg 3 "$r"
 doc libpg-dev "$r"

@@ -51,8 +51,9 @@ strip --strip-debug "$stage/lib/libpg.so.0"
 cp "$stage/lib/libpg.so.0" "$stage/lib/libpg.so"
 install -m 644 "$build/lib/libpg.a" "$stage/lib/libpg.a"
 sed -e 's|@PREFIX@|${pcfiledir}/../..|' -e "s|@VERSION@|$version|" \
-    -e 's|@LIBS_PRIVATE@|-lpthread -lrt -lm|' "$repo/libpg/libpg.pc.in" \
-    >"$stage/lib/pkgconfig/libpg.pc"
+    -e 's|@LIBS_PRIVATE@|-lpthread -lrt -lm|' \
+    -e 's|@LIBDIR@|${prefix}/lib|' -e 's|@INCLUDEDIR@|${prefix}/include|' \
+    "$repo/libpg/libpg.pc.in" >"$stage/lib/pkgconfig/libpg.pc"
 install -m 644 "$repo"/libpg/include/*.h "$stage/include/"
 # The binaries carry Debian's cJSON (MIT): its notice goes with them.
 mkdir -p "$stage/share/doc/cdrun"
