@@ -642,13 +642,14 @@ static void body_no_mesh(struct rank_ctx *rc)
                                deadline());
   EXPECT(rc, err == 0 && x == 6, "all_reduce: %s, %g", pg_err_name(err),
          (double)x);
-  EXPECT(rc, tcp_sockets() == before, "an all_reduce opened sockets: %d "
-         "then %d", before, tcp_sockets());
-  /* Rank 4's acceptor takes rank 1's connection whenever it comes: not
-   * before rank 4 has counted (Note [p2p acceptor]). */
+  after = tcp_sockets();
+  EXPECT(rc, after == before, "an all_reduce opened sockets: %d then %d",
+         before, after);
+  /* Rank 4's acceptor takes rank 1's connection whenever it comes, which
+   * may be before rank 4 itself leaves the barrier (Note [p2p acceptor]):
+   * every count is taken before it. */
   err = rc->c->ops->barrier(rc->c, deadline());
-  EXPECT(rc, err == 0 && tcp_sockets() == before, "barrier: %s",
-         pg_err_name(err));
+  EXPECT(rc, err == 0, "barrier: %s", pg_err_name(err));
   if (rc->me == 1) {
     err = rc->c->ops->send(rc->c, msg, sizeof msg, 4, 9, deadline());
     EXPECT(rc, err == 0, "send to 4: %s", pg_err_name(err));
