@@ -7,7 +7,8 @@
 #   make integ T=signals  the integration scenarios whose name has "signals"
 #   make asan test    the same under AddressSanitizer + UBSan (build/asan/)
 #   make check-layers the layers hold: no "../" includes, no archive using
-#                     a higher layer's symbol, every header compiles alone
+#                     a higher layer's symbol, every header compiles alone,
+#                     libpg.so exporting only pg.h's pg_* names
 #   make bench        scripts/bench/launch
 #   make install      PREFIX=/usr/local
 #   make wheel        build/pkg/dist/cdrun-*.whl (scripts/pkg/README.md)
@@ -57,13 +58,14 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
             -Wno-format-truncation
 CPPFLAGS += -D_GNU_SOURCE
 # Layering: each folder sees its own headers and those of the layers it is
-# built on (util <- proto <- rdzvd <- launcher; libpg and examples: libpg
-# only).  `make check-layers` checks that the archives keep to it.
+# built on (util <- proto <- rdzvd <- launcher; libpg: libpg and util,
+# Note [libpg's own copies]; examples: pg.h only).  `make check-layers`
+# checks that the archives keep to it.
 INC_util     := -Iproto/util
 INC_proto    := -Iproto $(INC_util)
 INC_rdzvd    := -Irdzvd $(INC_proto)
 INC_launcher := -Ilauncher $(INC_rdzvd)
-INC_libpg    := -Ilibpg/include -Ilibpg
+INC_libpg    := -Ilibpg/include -Ilibpg $(INC_util)
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS))
 LDFLAGS  += $(SANFLAGS)
@@ -122,8 +124,18 @@ PG_NCCL_SRC := libpg/nccl/nccl_none.c
 PG_BACKENDS := cpu(shm,tcp,hier) [nccl not built: no CUDA/NCCL under $(CUDA_HOME)]
 endif
 
+# Note [libpg's own copies]: libpg is installed alone (libpg.so, pg.h,
+# nothing of cdrun's), so it links none of cdrun's archives; but that is
+# about binaries, not sources.  The helpers of proto/util that libpg uses
+# are compiled into it, as redis compiles sds.o into three binaries: one
+# copy of each rule, built twice.  Like every internal symbol of libpg
+# they are hidden (-fvisibility=hidden): libpg.so exports only pg_* names,
+# which scripts/check-layers.sh checks.  libpg keeps its own only where
+# the shape differs: the store's table (store_table.h) and its deadline
+# heap (store_server.c).
+PG_UTIL_SRC := proto/util/num.c proto/util/sha256.c proto/util/hashtab.c
 LIBDIR   := $(if $(filter build/release,$(OUT)),lib,$(OUT)/lib)
-PG_SRC   := $(wildcard libpg/*.c libpg/cpu/*.c) $(PG_NCCL_SRC)
+PG_SRC   := $(wildcard libpg/*.c libpg/cpu/*.c) $(PG_NCCL_SRC) $(PG_UTIL_SRC)
 PG_OBJ   := $(PG_SRC:%.c=$(OUT)/pic/%.o)
 PG_LIBS  := -lpthread -lrt -lm $(PG_NCCL_LIBS)
 PG_CFLAGS := -fPIC -fvisibility=hidden $(INC_libpg)
@@ -327,8 +339,9 @@ $(OUT)/hdr/%.ok: %
 check-headers: $(HDR_OK)
 	@echo "check-headers: $(words $(HDR_OK)) headers compile alone"
 
-check-layers: check-headers $(LAYER_LIBS) $(LIBDIR)/libpg.a
-	scripts/check-layers.sh $(OUT) $(LIBDIR)/libpg.a
+check-layers: check-headers $(LAYER_LIBS) $(LIBDIR)/libpg.a \
+              $(LIBDIR)/libpg.so
+	scripts/check-layers.sh $(OUT) $(LIBDIR)/libpg.a $(LIBDIR)/libpg.so
 
 bench: all
 	scripts/bench/launch

@@ -68,7 +68,7 @@ void pg__auth_mac(const struct pg__token *t, const char *label,
   size_t lens[4] = { strlen(label) + 1, ctxlen, PG_NONCE_BYTES,
                      PG_NONCE_BYTES };
 
-  pg__hmac_sha256(t->key, t->len, parts, lens, 4, out);
+  sha256_hmac_parts(t->key, t->len, parts, lens, 4, out);
 }
 
 bool pg__auth_check(const struct pg__token *t, const char *label,
@@ -80,7 +80,7 @@ bool pg__auth_check(const struct pg__token *t, const char *label,
   uint8_t want[PG_MAC_BYTES];
 
   pg__auth_mac(t, label, ctx, ctxlen, a, b, want);
-  return pg__ct_equal(want, mac, PG_MAC_BYTES);
+  return sha256_equal_ct(want, mac, PG_MAC_BYTES);
 }
 
 static pthread_once_t warn_once = PTHREAD_ONCE_INIT;

@@ -15,14 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hmac.h"
 #include "pg_internal.h"
+#include "sha256.h"
 
 #define PG_TOKEN_VAR "CDRUN_JOB_TOKEN"
 #define PG_TOKEN_MIN 16
 #define PG_TOKEN_MAX 1024
 #define PG_NONCE_BYTES 32
-#define PG_MAC_BYTES PG_SHA256_BYTES
+#define PG_MAC_BYTES SHA256_BYTES
 
 struct pg__token {
   size_t len;               /* 0: none */

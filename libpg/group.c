@@ -16,7 +16,7 @@
 #include "knobs.h"
 #include "launch_env.h"
 #include "live.h"
-#include "number.h"
+#include "num.h"
 
 #define DEFAULT_TIMEOUT_S 300.0
 #define EXIT_WAIT_MAX_S 30.0
@@ -39,7 +39,7 @@ static int env_int(const char *name, long lo, long hi, int fallback,
     *out = fallback;
     return 0;
   }
-  if (pg__number_long(v, lo, hi, &n))
+  if (num_parse_long(v, lo, hi, &n))
     return pg__fail(-EINVAL, "%s is '%s', expected an integer %ld..%ld",
                     name, v, lo, hi);
   *out = (int)n;
@@ -56,7 +56,7 @@ static int env_double(enum pg__knob k, double fallback, double *out)
     *out = fallback;
     return 0;
   }
-  if (pg__number_double(v, 0, 1e9, &d) || !(d > 0))
+  if (num_parse_double(v, 0, 1e9, &d) || !(d > 0))
     return pg__fail(-EINVAL, "%s is '%s', expected seconds > 0", name, v);
   *out = d;
   return 0;

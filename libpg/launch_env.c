@@ -1,7 +1,7 @@
 /* launch_env.c -- RANK, WORLD_SIZE, ... from srun's or mpirun's
  * environment (see launch_env.h). */
 #include "launch_env.h"
-#include "number.h"
+#include "num.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -74,13 +74,13 @@ static int tasks_on_node(const char *spec, int node)
 
   while (*p) {
     digits = strspn(p, "0123456789");
-    if (pg__number_long_n(p, digits, 0, INT_MAX, &count))
+    if (num_parse_long_n(p, digits, 0, INT_MAX, &count))
       return -1;
     p += digits;
     reps = 1;
     if (strncmp(p, "(x", 2) == 0) {
       digits = strspn(p + 2, "0123456789");
-      if (pg__number_long_n(p + 2, digits, 1, INT_MAX, &reps) ||
+      if (num_parse_long_n(p + 2, digits, 1, INT_MAX, &reps) ||
           p[2 + digits] != ')')
         return -1;
       p += 2 + digits + 1;
@@ -117,7 +117,7 @@ static const char *from_slurm(const char *name, char *buf, size_t len)
     if (!v)
       v = env("SLURM_TASKS_PER_NODE");
     if (!v || !env("SLURM_NODEID") ||
-        pg__number_long(env("SLURM_NODEID"), 0, INT_MAX, &node))
+        num_parse_long(env("SLURM_NODEID"), 0, INT_MAX, &node))
       return NULL;
     n = tasks_on_node(v, (int)node);
     if (n < 1)

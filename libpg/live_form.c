@@ -83,7 +83,7 @@
 #include <unistd.h>
 
 #include "live.h"
-#include "number.h"
+#include "num.h"
 
 /* How long a wait for a decision or a verdict lasts before this process
  * looks for a reason to move (a later generation, a new round). */
@@ -187,7 +187,7 @@ static int read_number(pg_store *st, const char *key, int64_t *out)
   if (err)
     return pg__fail(err, "live store: cannot read %s: %s", key,
                     pg_strerror(err));
-  err = pg__number_long_n(v, len, 0, (long)GEN_MAX, &n);
+  err = num_parse_long_n(v, len, 0, (long)GEN_MAX, &n);
   if (!err)
     *out = n;
   for (i = 0; err && i < len && i < sizeof shown - 4; i++)

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "live.h"
-#include "number.h"
+#include "num.h"
 
 #define ROUND_FILE_MAX 512
 
@@ -47,7 +47,7 @@ int pg__live_round_parse(const char *text, size_t len, const char *what,
                       text + i);
     if (seen[f])
       return pg__fail(-EINVAL, "%s: %s= twice", what, field_names[f]);
-    if (pg__number_long_n(text + eq + 1, end - eq - 1, lo[f], hi[f], &v[f]))
+    if (num_parse_long_n(text + eq + 1, end - eq - 1, lo[f], hi[f], &v[f]))
       return pg__fail(-EINVAL, "%s: %s is '%.*s', expected an integer "
                       "%ld..%ld", what, field_names[f],
                       (int)(end - eq - 1), text + eq + 1, lo[f], hi[f]);

@@ -17,7 +17,7 @@
 #include "group.h"
 #include "knobs.h"
 #include "live.h"
-#include "number.h"
+#include "num.h"
 
 /* Note [setup watch] below: what a watch looks at. */
 struct watch {
@@ -167,7 +167,7 @@ static int parse_endpoint(const char *v, char *host, size_t hlen, int *port)
   size_t n;
   long p;
 
-  if (!colon || pg__number_long(colon + 1, 1, 65535, &p))
+  if (!colon || num_parse_long(colon + 1, 1, 65535, &p))
     return pg__fail(-EINVAL, "CDRUN_LIVE_STORE is '%s', expected "
                     "host:port", v);
   n = (size_t)(colon - v);

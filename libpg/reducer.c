@@ -8,7 +8,7 @@
 
 #include "knobs.h"
 #include "live.h"
-#include "number.h"
+#include "num.h"
 #include "pg_internal.h"
 
 #define DEFAULT_CAP ((size_t)25 << 20)
@@ -238,7 +238,7 @@ static int resolve_cap(size_t opt, enum pg__knob k, size_t fallback,
   *out = opt ? opt : fallback;
   if (opt || !v || !*v)
     return 0;
-  if (pg__number_double(v, 0, MAX_CAP_MB, &mb) || mb <= 0)
+  if (num_parse_double(v, 0, MAX_CAP_MB, &mb) || mb <= 0)
     return pg__fail(-EINVAL, "%s is '%s', expected a positive number of "
                     "MiB", env, v);
   *out = (size_t)(mb * 1024.0 * 1024.0);

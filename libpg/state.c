@@ -35,7 +35,6 @@
 #include "group.h"
 #include "knobs.h"
 #include "live.h"
-#include "number.h"
 
 #define HEAL_CHUNK ((size_t)4 << 20)
 #define HASH_BOUNCE ((size_t)1 << 20)

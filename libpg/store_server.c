@@ -42,7 +42,7 @@
 #include "admit.h"
 #include "auth.h"
 #include "knobs.h"
-#include "number.h"
+#include "num.h"
 #include "pg_internal.h"
 #include "store_table.h"
 #include "store_wire.h"
@@ -124,10 +124,10 @@ struct pg_store_server {
 };
 
 /* ---- timers: a binary heap of connections by deadline ----
- * Note [libpg's own copies] (number.h): rdzvd has a heap of its own
- * (rdzvd/timer_heap.c); libpg is installed alone and links nothing of
- * rdzvd's, so its store keeps this one, indexed in place (heap_idx) on
- * the connections it orders. */
+ * Note [libpg's own copies] (Makefile): proto/util/timer_heap.c is the
+ * same heap, and libpg could compile it in; this one, indexed in place
+ * (heap_idx) on the connections it orders, stays until the store's
+ * transport and commands are split apart. */
 
 static void store_server_heap_swap(struct pg_store_server *srv, size_t i,
                                    size_t j)
@@ -1307,7 +1307,7 @@ static int knob_size(enum pg__knob k, size_t dflt, size_t lo, size_t hi,
   *out = dflt;
   if (!v)
     return 0;
-  if (pg__number_size(v, lo, hi, out))
+  if (num_parse_count(v, lo, hi, out))
     return pg__fail(-EINVAL, "%s is '%s', expected bytes %zu..%zu",
                     pg__knob_name(k), v, lo, hi);
   return 0;

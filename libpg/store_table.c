@@ -3,25 +3,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hashtab.h"
 #include "store_table.h"
 
 #define STORE_TABLE_FIRST_BUCKETS 1024
 
-/* FNV-1a from a random basis, then mixed (splitmix64's finalizer), as
- * rdzvd's registry hashes. */
+/* Seeded, as rdzvd's registries hash (proto/util/hashtab.h). */
 static uint64_t store_table_hash(const struct store_table *t,
                                  const uint8_t *k, size_t n)
 {
-  uint64_t h = 1469598103934665603ull ^ t->seed;
-  size_t i;
-
-  for (i = 0; i < n; i++)
-    h = (h ^ k[i]) * 1099511628211ull;
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
+  return hashtab_hash_bytes(t->seed, k, n);
 }
 
 int store_table_init(struct store_table *t, uint64_t seed)

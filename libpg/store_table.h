@@ -3,11 +3,12 @@
  * to the port, and must not be lined up on one chain ahead of time).  The
  * server (store_server.c) hangs its waiting requests on the entries.
  *
- * Note [libpg's own copies] (number.h): rdzvd has a hash table of its own
- * (rdzvd/hashtab.c); libpg is installed alone and links nothing of
- * rdzvd's, so its store keeps this one, shaped for the store: entries
- * that outlive their value while requests wait on them, and a count of
- * key bytes for the budgets. */
+ * Note [libpg's own copies] (Makefile): the hash is proto/util's
+ * (hashtab_hash_bytes); the table is not proto/util's open-addressing one
+ * because the store's differs in shape: entries outlive their value while
+ * requests wait on them, a count of key bytes feeds the budgets, and
+ * DELETE_PREFIX walks the chains freeing entries as it goes, which
+ * backward-shift deletion would reorder under the walk. */
 #ifndef PG_STORE_TABLE_H
 #define PG_STORE_TABLE_H
 

@@ -1,20 +1,27 @@
 #!/bin/bash
-# check-layers.sh OUT LIBPG_A -- the layering that the Makefile promises, checked on
-# the sources, on the layer archives built in OUT (build/release,
-# build/asan) and on libpg's archive LIBPG_A:
+# check-layers.sh OUT LIBPG_A LIBPG_SO -- the layering that the Makefile
+# promises, checked on the sources, on the layer archives built in OUT
+# (build/release, build/asan), on libpg's archive LIBPG_A and on its
+# shared library LIBPG_SO:
 #
 #   1. no #include reaches into another folder with "../": a folder sees
 #      another layer's headers only through its -I in the Makefile;
 #   2. no layer's archive needs a symbol that only a higher layer defines
 #      (util < proto < rdzvd < launcher), and neither the layers nor libpg
-#      need one of the other's: libpg is installed alone.
+#      need one of the other's: libpg is installed alone;
+#   3. libpg.so exports only its public API: pg_* names that pg.h
+#      declares.  The helpers of proto/util compiled into it (Note
+#      [libpg's own copies] in the Makefile) and its pg__ internals are
+#      hidden, so that a program that has its own sha256_init or
+#      num_parse_long never meets libpg's.
 #
 # `make check-layers` builds the archives first, then runs this and the
 # header check (every .h compiles alone).  Exit status 1 names each breach.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: check-layers.sh OUT LIBPG_A}
-libpg_a=${2:?usage: check-layers.sh OUT LIBPG_A}
+out=${1:?usage: check-layers.sh OUT LIBPG_A LIBPG_SO}
+libpg_a=${2:?usage: check-layers.sh OUT LIBPG_A LIBPG_SO}
+libpg_so=${3:?usage: check-layers.sh OUT LIBPG_A LIBPG_SO}
 layers=(util proto rdzvd launcher)
 rc=0
 
@@ -73,6 +80,18 @@ while IFS= read -r b; do
   breach "$b"
 done <"$tmp/breaches"
 
+# 3. What libpg.so exports.
+[ -f "$libpg_so" ] || { echo "check-layers: $libpg_so is not built" >&2; exit 1; }
+while IFS= read -r s; do
+  if [[ ! $s =~ ^pg_[a-z0-9] ]]; then
+    breach "libpg.so exports $s: only pg_* names may leave it (a helper" \
+           "or a pg__ internal must be hidden, as -fvisibility=hidden makes it)"
+  elif ! grep -qw -- "$s" libpg/include/pg.h; then
+    breach "libpg.so exports $s, which libpg/include/pg.h does not declare"
+  fi
+done < <(nm -D --defined-only "$libpg_so" | awk 'NF == 3 { print $3 }' | sort -u)
+
 [ $rc -eq 0 ] && echo "check-layers: includes and archives keep to" \
-  "util < proto < rdzvd < launcher; libpg alone"
+  "util < proto < rdzvd < launcher; libpg alone; libpg.so exports pg.h's" \
+  "pg_* names only"
 exit $rc

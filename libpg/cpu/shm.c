@@ -92,7 +92,7 @@
 #include <unistd.h>
 
 #include "knobs.h"
-#include "number.h"
+#include "num.h"
 #include "pg_internal.h"
 
 #define LINE 128                  /* two cache lines: adjacent-line prefetch */
@@ -1425,7 +1425,7 @@ static int shm_buf_knob(size_t *out)
   const char *v = pg__knob(PG_KNOB_SHM_BUF);
 
   *out = 0;
-  if (v && pg__number_size(v, BUF_MIN, SEG_CAP, out))
+  if (v && num_parse_count(v, BUF_MIN, SEG_CAP, out))
     return pg__fail(-EINVAL, "PG_SHM_BUF is '%s', expected bytes %u..%zu",
                     v, BUF_MIN, SEG_CAP);
   return 0;

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "knobs.h"
-#include "number.h"
+#include "num.h"
 #include "tcp_internal.h"
 
 /* ---- the operations --------------------------------------------------- */
@@ -560,7 +560,7 @@ static int spin_setting(const struct pg__setup *s, double *spin_s,
   *yield = here > pg__usable_cpus();
   *spin_s = *yield ? 200e-6 : 50e-6;
   if (v) {
-    if (pg__number_long(v, 0, 10000, &us))
+    if (num_parse_long(v, 0, 10000, &us))
       return pg__fail(-EINVAL, "PG_TCP_SPIN_US is '%s', expected an "
                       "integer 0..10000 (microseconds)", v);
     *spin_s = (double)us * 1e-6;

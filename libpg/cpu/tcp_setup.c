@@ -14,7 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "number.h"
+#include "num.h"
 #include "tcp_internal.h"
 #include "tcp_setup.h"
 #include "admit.h"
@@ -93,7 +93,7 @@ static long sysctl_long(const char *path)
 
   if (f) {
     if (!fgets(buf, sizeof buf, f) ||
-        pg__number_long_n(buf, strcspn(buf, "\n"), LONG_MIN, LONG_MAX,
+        num_parse_long_n(buf, strcspn(buf, "\n"), LONG_MIN, LONG_MAX,
                           &v))
       v = 0;
     fclose(f);
@@ -210,7 +210,7 @@ static int ep_addr(const char *ep, struct sockaddr_storage *sa,
     return -EPROTO;
   memcpy(host, ep, (size_t)(sp - ep));
   host[sp - ep] = '\0';
-  if (pg__number_long(sp + 1, 1, 65535, &port))
+  if (num_parse_long(sp + 1, 1, 65535, &port))
     return -EPROTO;
   memset(&hints, 0, sizeof hints);
   hints.ai_socktype = SOCK_STREAM;

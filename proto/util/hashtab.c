@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 void *hashtab_find(const struct hashtab *t, uint64_t h, const void *key,
                      bool (*eq)(const void *item, const void *key))
@@ -87,13 +88,20 @@ uint64_t hashtab_mix64(uint64_t x)
 
 /* FNV-1a, seeded per registry so that ids chosen by strangers cannot be
  * lined up on one probe run ahead of time. */
+uint64_t hashtab_hash_bytes(uint64_t seed, const void *p, size_t n)
+{
+  const unsigned char *b = p;
+  uint64_t h = 0xcbf29ce484222325ULL ^ seed;
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    h = (h ^ b[i]) * 0x100000001b3ULL;
+  return hashtab_mix64(h);
+}
+
 uint64_t hashtab_hash_str(uint64_t seed, const char *s)
 {
-  uint64_t h = 0xcbf29ce484222325ULL ^ seed;
-
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-  return hashtab_mix64(h);
+  return hashtab_hash_bytes(seed, s, strlen(s));
 }
 
 uint64_t hashtab_hash_ptr(uint64_t seed, const void *p)

@@ -35,6 +35,7 @@ void hashtab_remove(struct hashtab *t, uint64_t h, const void *item);
  * one probe run ahead of time. */
 uint64_t hashtab_mix64(uint64_t x);
 uint64_t hashtab_hash_str(uint64_t seed, const char *s);
+uint64_t hashtab_hash_bytes(uint64_t seed, const void *p, size_t n);
 uint64_t hashtab_hash_ptr(uint64_t seed, const void *p);
 
 #endif

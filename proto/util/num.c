@@ -106,6 +106,24 @@ int num_parse_size(const char *s, size_t lo, size_t hi, size_t *out)
   return 0;
 }
 
+int num_parse_count(const char *s, size_t lo, size_t hi, size_t *out)
+{
+  size_t n = strlen(s);
+  unsigned long long v;
+  char *end;
+
+  if (n == 0 || strspn(s, "0123456789") != n)
+    return -EINVAL;
+  if (n > 20)
+    return -ERANGE;     /* digits enough to overflow any size */
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno || v > SIZE_MAX || v < lo || v > hi)
+    return -ERANGE;
+  *out = (size_t)v;
+  return 0;
+}
+
 int num_parse_double(const char *s, double lo, double hi, double *out)
 {
   char *end;

@@ -1,7 +1,10 @@
-/* num.h -- the one number parser and its bounds, for cdrun and rdzvd.
+/* num.h -- the one number parser and its bounds, for cdrun, rdzvd and
+ * libpg (which compiles this file in: Note [libpg's own copies] in the
+ * Makefile).
  *
  * One rule for every number a user types (flags, PET_* variables,
- * --rdzv_conf values, rank specs, rdzvd's limits): the whole string is the number (no
+ * --rdzv_conf values, rank specs, rdzvd's limits, libpg's environment,
+ * Slurm's task lists, /proc files): the whole string is the number (no
  * blanks, nothing trailing), an optional sign then decimal digits for
  * integers, a finite decimal (no inf, nan or hex) for reals; the value must
  * lie in [lo, hi], both ends included.  Each bound lives here once. */
@@ -35,5 +38,10 @@ int num_parse_double(const char *s, double lo, double hi, double *out);
 /* s as a byte count in [lo, hi]: decimal digits, then optionally K, M or
  * G (either case: powers of 1024).  Same returns. */
 int num_parse_size(const char *s, size_t lo, size_t hi, size_t *out);
+
+/* s as a plain count (decimal digits only: no sign, no suffix) in
+ * [lo, hi], up to SIZE_MAX; same returns.  For libpg's byte counts
+ * (PG_SHM_BUF, the store's budgets), which take no K/M/G. */
+int num_parse_count(const char *s, size_t lo, size_t hi, size_t *out);
 
 #endif

@@ -205,6 +205,13 @@ void sha256_final(struct sha256 *s, uint8_t out[SHA256_BYTES])
 void sha256_hmac(const void *key, size_t keylen, const void *msg,
                  size_t msglen, uint8_t out[SHA256_BYTES])
 {
+  sha256_hmac_parts(key, keylen, &msg, &msglen, 1, out);
+}
+
+void sha256_hmac_parts(const void *key, size_t keylen,
+                       const void *const *parts, const size_t *lens,
+                       size_t n, uint8_t out[SHA256_BYTES])
+{
   uint8_t k[SHA256_BLOCK_BYTES], pad[SHA256_BLOCK_BYTES], inner[SHA256_BYTES];
   struct sha256 s;
   size_t i;
@@ -221,7 +228,8 @@ void sha256_hmac(const void *key, size_t keylen, const void *msg,
     pad[i] = k[i] ^ 0x36;
   sha256_init(&s);
   sha256_update(&s, pad, sizeof pad);
-  sha256_update(&s, msg, msglen);
+  for (i = 0; i < n; i++)
+    sha256_update(&s, parts[i], lens[i]);
   sha256_final(&s, inner);
   for (i = 0; i < sizeof pad; i++)
     pad[i] = k[i] ^ 0x5c;

@@ -3,9 +3,9 @@
  * tokens (rdzv_token.h).
  *
  * Why not libcrypto: it was 1.4 MB of a cdrun's 4.1 MB peak RSS, loaded
- * at every launch for a few HMACs.  libpg keeps its own copy (libpg/hmac.c,
- * pg__ names): it is installed alone, and a static libpg.a must not export
- * names as common as these.
+ * at every launch for a few HMACs.  libpg compiles this file in for its
+ * job-token proofs (libpg/auth.h; Note [libpg's own copies] in the
+ * Makefile), hidden: libpg.so exports none of these names.
  *
  * On x86-64 with the SHA extensions the blocks go through them (Note
  * [SHA-NI] in sha256.c); CDRUN_SHA256_PORTABLE=1 in the environment
@@ -39,6 +39,11 @@ void sha256_final(struct sha256 *s, uint8_t out[SHA256_BYTES]);
 /* HMAC-SHA256(key, msg) into out. */
 void sha256_hmac(const void *key, size_t keylen, const void *msg,
                  size_t msglen, uint8_t out[SHA256_BYTES]);
+/* HMAC-SHA256 under key of the concatenation of the n pieces parts[i]
+ * (lens[i] bytes each) into out. */
+void sha256_hmac_parts(const void *key, size_t keylen,
+                       const void *const *parts, const size_t *lens,
+                       size_t n, uint8_t out[SHA256_BYTES]);
 
 /* a == b over n bytes, in a time that does not depend on where they
  * differ. */

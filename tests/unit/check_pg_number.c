@@ -1,6 +1,7 @@
-/* check_pg_number.c -- unit tests for libpg/number.c: libpg's one number
- * parser (the whole string is the number, in [lo, hi]), and the errors
- * that name a bad environment variable. */
+/* check_pg_number.c -- unit tests for the numbers libpg reads, through
+ * proto/util/num.c, which libpg compiles in (Note [libpg's own copies] in
+ * the Makefile): the whole string is the number, in [lo, hi]; and the
+ * errors that name a bad environment variable. */
 #include <check.h>
 #include <errno.h>
 #include <float.h>
@@ -9,38 +10,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "number.h"
+#include "num.h"
+#include "pg_internal.h"
 #include "pg.h"
 
 START_TEST(test_long)
 {
   long v = 7;
 
-  ck_assert_int_eq(pg__number_long("42", 0, 100, &v), 0);
+  ck_assert_int_eq(num_parse_long("42", 0, 100, &v), 0);
   ck_assert_int_eq(v, 42);
-  ck_assert_int_eq(pg__number_long("-3", -5, 5, &v), 0);
+  ck_assert_int_eq(num_parse_long("-3", -5, 5, &v), 0);
   ck_assert_int_eq(v, -3);
-  ck_assert_int_eq(pg__number_long("+3", 0, 5, &v), 0);
+  ck_assert_int_eq(num_parse_long("+3", 0, 5, &v), 0);
   ck_assert_int_eq(v, 3);
-  ck_assert_int_eq(pg__number_long("0", 0, 0, &v), 0);
+  ck_assert_int_eq(num_parse_long("0", 0, 0, &v), 0);
   /* Not a number: the whole string or nothing. */
   v = 7;
-  ck_assert_int_eq(pg__number_long("", 0, 100, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_long(" 4", 0, 100, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_long("4 ", 0, 100, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_long("4x", 0, 100, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_long("0x10", 0, 100, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_long("-", 0, 100, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_long("lots", 0, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_long("", 0, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_long(" 4", 0, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_long("4 ", 0, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_long("4x", 0, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_long("0x10", 0, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_long("-", 0, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_long("lots", 0, 100, &v), -EINVAL);
   /* Out of range, both ends included. */
-  ck_assert_int_eq(pg__number_long("101", 0, 100, &v), -ERANGE);
-  ck_assert_int_eq(pg__number_long("-1", 0, 100, &v), -ERANGE);
-  ck_assert_int_eq(pg__number_long("100", 0, 100, &v), 0);
+  ck_assert_int_eq(num_parse_long("101", 0, 100, &v), -ERANGE);
+  ck_assert_int_eq(num_parse_long("-1", 0, 100, &v), -ERANGE);
+  ck_assert_int_eq(num_parse_long("100", 0, 100, &v), 0);
   ck_assert_int_eq(v, 100);
   v = 7;
-  ck_assert_int_eq(pg__number_long("99999999999999999999", LONG_MIN,
+  ck_assert_int_eq(num_parse_long("99999999999999999999", LONG_MIN,
                                    LONG_MAX, &v), -ERANGE);
-  ck_assert_int_eq(pg__number_long("0000000000000000000000000000000001",
+  ck_assert_int_eq(num_parse_long("0000000000000000000000000000000001",
                                    0, 10, &v), -ERANGE);
   ck_assert_int_eq(v, 7);    /* untouched on error */
 }
@@ -50,11 +52,11 @@ START_TEST(test_long_n)
 {
   long v = 0;
 
-  ck_assert_int_eq(pg__number_long_n("12(x3)", 2, 0, 100, &v), 0);
+  ck_assert_int_eq(num_parse_long_n("12(x3)", 2, 0, 100, &v), 0);
   ck_assert_int_eq(v, 12);
-  ck_assert_int_eq(pg__number_long_n("4096\n", 4, 0, 1 << 20, &v), 0);
+  ck_assert_int_eq(num_parse_long_n("4096\n", 4, 0, 1 << 20, &v), 0);
   ck_assert_int_eq(v, 4096);
-  ck_assert_int_eq(pg__number_long_n("(x3)", 0, 0, 100, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_long_n("(x3)", 0, 0, 100, &v), -EINVAL);
 }
 END_TEST
 
@@ -62,20 +64,20 @@ START_TEST(test_size)
 {
   size_t v = 7;
 
-  ck_assert_int_eq(pg__number_size("65536", 1, SIZE_MAX, &v), 0);
+  ck_assert_int_eq(num_parse_count("65536", 1, SIZE_MAX, &v), 0);
   ck_assert_uint_eq(v, 65536);
-  ck_assert_int_eq(pg__number_size("18446744073709551615", 0, SIZE_MAX,
+  ck_assert_int_eq(num_parse_count("18446744073709551615", 0, SIZE_MAX,
                                    &v), 0);
   ck_assert_uint_eq(v, SIZE_MAX);
   v = 7;
-  ck_assert_int_eq(pg__number_size("18446744073709551616", 0, SIZE_MAX,
+  ck_assert_int_eq(num_parse_count("18446744073709551616", 0, SIZE_MAX,
                                    &v), -ERANGE);
-  ck_assert_int_eq(pg__number_size("-1", 0, SIZE_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_size("+1", 0, SIZE_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_size("1k", 0, SIZE_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_size("", 0, SIZE_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_size("9", 10, 20, &v), -ERANGE);
-  ck_assert_int_eq(pg__number_size("21", 10, 20, &v), -ERANGE);
+  ck_assert_int_eq(num_parse_count("-1", 0, SIZE_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_count("+1", 0, SIZE_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_count("1k", 0, SIZE_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_count("", 0, SIZE_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_count("9", 10, 20, &v), -ERANGE);
+  ck_assert_int_eq(num_parse_count("21", 10, 20, &v), -ERANGE);
   ck_assert_uint_eq(v, 7);
 }
 END_TEST
@@ -84,22 +86,22 @@ START_TEST(test_double)
 {
   double v = 7;
 
-  ck_assert_int_eq(pg__number_double("0.25", 0, 1, &v), 0);
+  ck_assert_int_eq(num_parse_double("0.25", 0, 1, &v), 0);
   ck_assert_double_eq(v, 0.25);
-  ck_assert_int_eq(pg__number_double("1e3", 0, 1e9, &v), 0);
+  ck_assert_int_eq(num_parse_double("1e3", 0, 1e9, &v), 0);
   ck_assert_double_eq(v, 1000);
-  ck_assert_int_eq(pg__number_double("1e-400", 0, 1, &v), 0);
+  ck_assert_int_eq(num_parse_double("1e-400", 0, 1, &v), 0);
   ck_assert_double_eq(v, 0);
   v = 7;
-  ck_assert_int_eq(pg__number_double("inf", 0, DBL_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_double("nan", 0, DBL_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_double("0x10", 0, DBL_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_double(" 1", 0, DBL_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_double("1.5s", 0, DBL_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_double("", 0, DBL_MAX, &v), -EINVAL);
-  ck_assert_int_eq(pg__number_double("1e999", 0, DBL_MAX, &v), -ERANGE);
-  ck_assert_int_eq(pg__number_double("-1", 0, 1, &v), -ERANGE);
-  ck_assert_int_eq(pg__number_double("2", 0, 1, &v), -ERANGE);
+  ck_assert_int_eq(num_parse_double("inf", 0, DBL_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_double("nan", 0, DBL_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_double("0x10", 0, DBL_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_double(" 1", 0, DBL_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_double("1.5s", 0, DBL_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_double("", 0, DBL_MAX, &v), -EINVAL);
+  ck_assert_int_eq(num_parse_double("1e999", 0, DBL_MAX, &v), -ERANGE);
+  ck_assert_int_eq(num_parse_double("-1", 0, 1, &v), -ERANGE);
+  ck_assert_int_eq(num_parse_double("2", 0, 1, &v), -ERANGE);
   ck_assert_double_eq(v, 7);
 }
 END_TEST
