@@ -113,7 +113,8 @@ NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard \
                  /usr/lib/x86_64-linux-gnu/libnccl.so /usr/local/lib/libnccl.so))))
 ifneq ($(and $(NCCL_H),$(CUDART_H),$(CUDA_LIBDIR),$(NCCL_LIBDIR)),)
 WITH_NCCL   := 1
-PG_NCCL_SRC := libpg/nccl/nccl.c libpg/nccl/nccl_watchdog.c \
+PG_NCCL_SRC := libpg/nccl/nccl.c libpg/nccl/nccl_comm.c \
+               libpg/nccl/nccl_fence.c libpg/nccl/nccl_watchdog.c \
                libpg/nccl/nccl_peers.c libpg/nccl/nccl_live.c
 PG_NCCL_CFLAGS := -DPG_WITH_NCCL -I$(CUDA_HOME)/include -I$(dir $(NCCL_H))
 PG_NCCL_LIBS := -L$(NCCL_LIBDIR) -L$(CUDA_LIBDIR) -lnccl -lcudart \
@@ -259,10 +260,10 @@ $(OUT)/tests/%: $(OUT)/tests/helpers/%.o $(LIBDIR)/libpg.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(PG_LIBS)
 
-# ---- NCCL on a fake GPU: CI runs libpg/nccl/nccl.c -----------------------
-# tests/fakecuda/ fakes the CUDA runtime and NCCL functions nccl.c calls
-# (host memory, a thread per stream, events, real reductions between
-# processes).  $(FAKE_DIR)/libpg.a is libpg's own objects (nccl.c as
+# ---- NCCL on a fake GPU: CI runs libpg/nccl/ -----------------------------
+# tests/fakecuda/ fakes the CUDA runtime and NCCL functions libpg/nccl/
+# calls (host memory, a thread per stream, events, real reductions between
+# processes).  $(FAKE_DIR)/libpg.a is libpg's own objects (libpg/nccl/ as
 # built for real NCCL) with the fake in place of libcudart/libnccl; the
 # NCCL suite and the workers are linked against it as well.
 FAKE_DIR := $(OUT)/fake-nccl

@@ -73,7 +73,8 @@ struct pg__setup {
  * device is device 0, else local_rank modulo ndev. */
 PG__HIDDEN int pg__pick_device(int requested, int local_rank, int ndev);
 
-/* A stream-ordered backend's completion of one operation (nccl.c). */
+/* A stream-ordered backend's completion of one operation
+ * (nccl/nccl_fence.c). */
 struct pg__fence;
 
 struct pg__comm;

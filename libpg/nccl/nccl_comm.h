@@ -2,8 +2,10 @@
  * communicator, an operation's completion (fence), and the failure path.
  * Internal to libpg; nothing here is part of pg.h.
  *
- * Contract: nccl.c owns a comm's life (create, ops, destroy);
- * nccl_live.c revokes and shrinks it for live recovery (Note [live
+ * Contract: nccl_comm.c owns a comm's life (create, split, destroy) and
+ * its failure path; nccl.c its ops, one NCCL call each, and the thread's
+ * NCCL group; nccl_fence.c the ops' completions (fences); nccl_live.c
+ * revokes and shrinks it for live recovery (Note [live
  * recovery]), and maps its errors then; nccl_watchdog.c runs
  * its watchdog thread (Note [watchdog]) between nccl_watchdog_start and
  * nccl_watchdog_stop; nccl_peers.c knows which members share this
@@ -34,6 +36,9 @@
 #endif
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21300
 #define PG_NCCL_LAST_ERROR 1   /* ncclGetLastError */
+#endif
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21800
+#define PG_NCCL_SPLIT 1        /* ncclCommSplit */
 #endif
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22703 && \
     defined(NCCL_SHRINK_ABORT)
@@ -115,12 +120,18 @@ struct nccl_comm {
   struct nccl_comm *next_comm;   /* the process's comms (comms_mu) */
 };
 
-/* ---- nccl.c: the failure path ----------------------------------------- */
+/* ---- nccl_comm.c: the failure path ------------------------------------ */
 
 /* The comm's first failure (0: none). */
 int nccl_failed(struct nccl_comm *c);
 /* Records an NCCL failure's sentence; returns its error. */
 int nccl_fail(struct nccl_comm *c, ncclResult_t r, const char *what);
+/* Records a CUDA failure's sentence (clearing it unless sticky); returns
+ * its error. */
+int nccl_cuda_fail(struct nccl_comm *c, cudaError_t e, const char *what);
+/* The submitting thread's failure (mu held; err's sentence recorded):
+ * marks, publishes and stops the comm; returns err as c reports it. */
+int nccl_fail_locked(struct nccl_comm *c, int err);
 /* Records the comm's first failure, fails its fences, publishes it
  * (publish: under <ns>abort) and fails the process's other comms. */
 void nccl_mark_failed(struct nccl_comm *c, int err, const char *why,
@@ -130,12 +141,8 @@ void nccl_abort_locked(struct nccl_comm *c);
 /* nccl_mark_failed, then the stop (mu not held). */
 void nccl_fail_abort(struct nccl_comm *c, int err, const char *why,
                      bool publish);
-/* Drops a fence reference (wmu held): the fence, if it must be freed by
- * nccl_fence_destroy (outside wmu). */
-struct pg__fence *nccl_fence_unref_locked(struct pg__fence *f);
-void nccl_fence_destroy(struct pg__fence *f);
 
-/* ---- nccl.c: what nccl_live.c shares with setup ----------------------- */
+/* ---- nccl_comm.c: what nccl_live.c shares with setup ------------------ */
 
 /* Note [backoff]: a small collective finishes in microseconds and a
  * sleep costs tens of microseconds of timer slack, so spin first; then
@@ -151,6 +158,9 @@ void nccl_backoff_wait(struct nccl_backoff *b, double now);
 int nccl_enter(struct nccl_comm *c, int *prev);
 /* Gives the thread back the device it had (prev < 0: unchanged); err. */
 int nccl_leave(int prev, int err);
+/* The stream c's ops are ordered after: the caller's (pg_set_stream),
+ * else its per-thread default stream (Note [stream model] in nccl.c). */
+cudaStream_t nccl_user_stream(struct nccl_comm *c);
 /* A communicator's host side, before NCCL or CUDA know of it (NULL:
  * out of memory). */
 struct nccl_comm *nccl_comm_alloc(const struct pg__setup *s, int dev);
@@ -177,6 +187,47 @@ void nccl_joined(struct nccl_comm *p);
  * the device prev and sets *out on success. */
 int nccl_comm_start(struct nccl_comm *c, int err, int prev,
                     struct pg__comm **out);
+
+/* ---- nccl_comm.c: the pg__comm ops of a comm's life (nccl_ops) -------- */
+
+void nccl_destroy(struct pg__comm *base);
+void *nccl_mem_alloc(struct pg__comm *base, size_t bytes);
+void nccl_mem_free(struct pg__comm *base, void *p);
+int nccl_mem_zero(struct pg__comm *base, void *p, size_t bytes);
+int nccl_mem_copy(struct pg__comm *base, void *dst, const void *src,
+                  size_t bytes);
+#ifdef PG_NCCL_SPLIT
+int nccl_split(struct pg__comm *base, int color, int key,
+               const struct pg__setup *s, struct pg__comm **out);
+#endif
+
+/* ---- nccl_fence.c -------------------------------------------------------- */
+
+/* Drops a fence reference (wmu held): the fence, if it must be freed by
+ * nccl_fence_destroy (outside wmu). */
+struct pg__fence *nccl_fence_unref_locked(struct pg__fence *f);
+void nccl_fence_destroy(struct pg__fence *f);
+/* Records the fence of the op just enqueued on c's stream, or (Note
+ * [group per thread]) of one inside another comm's group, recorded at
+ * the thread's group end.  mu held; 0, or the comm fails. */
+int nccl_track(struct nccl_comm *c, const char *what, double deadline);
+int nccl_track_pending(struct nccl_comm *c, const char *what,
+                       double deadline);
+/* At the thread's outermost group end: records its pending fences, each
+ * failing with err (else PG_EPEERFAIL) unless launched and err is 0. */
+void nccl_fences_flush(struct nccl_comm *c, bool launched, int err);
+/* The pg__comm fence ops (nccl_ops). */
+struct pg__fence *nccl_take_fence(struct pg__comm *base);
+int nccl_fence_query(struct pg__fence *f);
+int nccl_fence_wait(struct pg__fence *f, bool host, double timeout);
+void nccl_fence_free(struct pg__fence *f);
+
+/* ---- nccl.c -------------------------------------------------------------- */
+
+/* The backend's op table (nccl_comm_alloc gives it to every comm). */
+extern const struct pg__comm_ops nccl_ops;
+/* How deep this thread is in pg_group_start (Note [group per thread]). */
+int nccl_group_depth(void);
 
 /* ---- nccl_live.c (Note [live recovery]) -------------------------------- */
 

@@ -30,7 +30,7 @@
  * their communicator.  The watchdog reads the store every STORE_POLL_S
  * while work is in flight, every STORE_IDLE_S otherwise.
  *
- * Live mode (Note [live recovery] in nccl.c): the failure detector of
+ * Live mode (Note [live recovery] in nccl_live.c): the failure detector of
  * pg_recover.  Every tick it also polls the pidfds of the members on this
  * machine (Note [peer liveness], nccl_peers.c): a dead one fails the comm
  * with PG_ERR_PEER_LOST and is published like any failure; it reads the

@@ -1,5 +1,5 @@
 /* fakecuda.c -- a test-only fake of the CUDA runtime functions libpg's
- * NCCL backend calls, so that CI runs libpg/nccl/nccl.c without a GPU.
+ * NCCL backend calls, so that CI runs libpg/nccl/ without a GPU.
  *
  * "Device" memory is host memory.  Every stream is a real thread that runs
  * what is enqueued on it in order; events are recorded by the stream when

@@ -1,5 +1,5 @@
 #!/bin/bash
-# libpg's NCCL backend (libpg/nccl/nccl.c) on the fake GPU of
+# libpg's NCCL backend (libpg/nccl/) on the fake GPU of
 # tests/fakecuda/ (host memory as device memory, a thread per stream,
 # reductions between the worker processes): the collective matrix, async
 # work, point to point, a grouped exchange, sub-groups and the reducer, launched by

@@ -1301,7 +1301,7 @@ static int rank_wait_timeout_aborts(const struct pg__setup *s)
   return fails ? 1 : 0;
 }
 
-/* ---- issue 24: live recovery (Note [live recovery] in nccl.c) ---------- */
+/* ---- issue 24: live recovery (Note [live recovery] in nccl_live.c) ----- */
 
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22807 && \
     defined(NCCL_REVOKE_DEFAULT)
@@ -1858,9 +1858,9 @@ static void *parent_op_main(void *arg)
   return NULL;
 }
 
-/* Note [child handle] (libpg/nccl/nccl.c): ranks 0 and 1 split with color
- * 0 and keys that reverse them, rank 2 alone with color 1, rank 3 with
- * no color; the split takes 300 ms on the fake (the parent says
+/* Note [child handle] (libpg/nccl/nccl_comm.c): ranks 0 and 1 split with
+ * color 0 and keys that reverse them, rank 2 alone with color 1, rank 3
+ * with no color; the split takes 300 ms on the fake (the parent says
  * ncclInProgress meanwhile, as NCCL's job does), while the watchdogs run
  * and another thread of each rank issues an all-reduce on the parent.
  * Then every rank, the non-member too, uses the parent at once, and the
