@@ -1,5 +1,8 @@
 /* shm.c -- the shared-memory communicator: every rank of the comm on one
- * host, all data through one POSIX shm segment.
+ * host, all data through one POSIX shm segment.  This file makes and
+ * ends the segment, waits on its words and fails the comm; the
+ * collectives are shm_coll.c's, send and recv shm_ring.c's
+ * (shm_internal.h says what crosses).
  *
  * Note [shm segment]: local rank 0 creates "/pg-<random>-<pid>" (O_EXCL),
  * reserves its pages (posix_fallocate: a full /dev/shm fails here with
@@ -30,36 +33,6 @@
  *   ring control[n*n] (sender line + receiver line) |
  *   buffers[n][NBUF] (buf bytes each) | rings[n*n] (ring bytes each)
  *
- * Note [phases]: collectives advance in phases.  Every rank runs the same
- * sequence of phases (it depends only on the op, count, dtype and n) and
- * publishes its own counter seq = number of phases it has entered.  A rank
- * writes data only into its own buffers, and only before publishing the
- * phase the data belongs to; a reader waits until the writer's seq reaches
- * that phase, and finishes reading before it publishes its next phase.
- * So data written in phase v is free again once every rank's seq >= v + 1;
- * each buffer remembers that number (free_at) and a writer waits for it
- * before reusing the buffer (with two buffers, alternated, it almost never
- * waits).  Counters are 32-bit (futex words) and compared modulo 2^32.
- *
- * Note [algorithms]: all_reduce up to small_max bytes: everyone copies its
- * input into its buffer, publishes, and reduces all n buffers in rank order
- * (one phase; every rank computes the same bits).  Larger: a reduce-scatter
- * + all-gather, pipelined in chunks of up to n slices (a chunk of every
- * rank fits its buffer, which stays in cache); per chunk, phase A: copy the
- * slices the other ranks reduce into my buffer; phase B: reduce my slice
- * (in rank order: the serial left fold, so every element has one writer
- * and all ranks get the same bits) into my own buffer's slice and, while
- * it is in cache, into my output; then copy the other slices out.  reduce
- * is the same with only the root reducing (small) or copying out (large);
- * reduce_scatter is phase A plus reducing straight into recv; broadcast
- * and all_gather copy through the writer's buffer, one phase per chunk.
- * send/recv use a byte ring per ordered pair (header: tag and length; a
- * message that does not match the tag asked for is moved into a private
- * queue; a message larger than the ring streams through it).  A send
- * waiting for room drains every incoming ring into that queue meanwhile
- * (as the TCP backend does), so ranks that send each other large messages
- * before receiving, in a pair or a cycle, do not wait on each other.
- *
  * Note [waiting]: spin for SPIN_S (only when ranks do not outnumber the
  * CPUs we may run on), then yield with short spins in between until
  * YIELD_S (the peer may need this very CPU), then sleep on the counter
@@ -77,7 +50,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -87,19 +59,16 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "knobs.h"
 #include "num.h"
 #include "pg_internal.h"
+#include "shm_internal.h"
 
-#define LINE 128                  /* two cache lines: adjacent-line prefetch */
-#define NBUF 2
 #define SHM_MAGIC 0x70677368u     /* "pgsh" */
 #define SHM_VERSION 1u
-#define MSG_MAGIC 0x6d736731u
 
 #define BUF_DEFAULT (512u << 10)
 #define BUF_MIN (64u << 10)
@@ -130,78 +99,13 @@ struct shm_abort {
   int32_t err;
 };
 
-struct shm_rank {
-  uint32_t seq;           /* phases entered (futex word), written by owner */
-  int32_t pid;
-  uint32_t left;          /* 1: the owner destroyed the comm (Note [left]) */
-  char pad1[LINE - 12];
-  uint32_t waiters;       /* ranks sleeping on seq */
-  char pad2[LINE - 4];
-};
-
-/* Control of the ring s -> d. */
-struct shm_ring {
-  uint32_t tail;          /* bytes written, by s */
-  uint32_t head_waiters;  /* s sleeping on head */
-  char pad1[LINE - 8];
-  uint32_t head;          /* bytes consumed, by d */
-  uint32_t tail_waiters;  /* d sleeping on tail */
-  char pad2[LINE - 8];
-};
-
-struct msg_hdr {
-  uint64_t len;
-  int32_t tag;
-  uint32_t magic;
-};
-
-/* A message read from a ring before anyone asked for its tag. */
-struct unexpected {
-  struct unexpected *next;
-  int tag;
-  size_t len;
-  char data[];
-};
-
-struct shm_comm {
-  struct pg__comm base;
-  int n, me;
-  char *map;
-  size_t map_len;
-  struct shm_hdr *hdr;
-  struct shm_abort *ab;
-  struct shm_rank *rk;
-  struct shm_ring *rc;
-  char *bufs, *rings;
-  size_t buf, ring, small_max;
-  size_t buf_knob;                 /* $PG_SHM_BUF, 0: unset */
-  uint32_t seq;
-  uint64_t chunk;
-  uint32_t free_at[NBUF];
-  uint32_t *tx_tail, *rx_head;     /* [n]: my ends of each ring */
-  struct unexpected **uq;          /* [n]: per sender, in arrival order */
-  struct unexpected **part;        /* [n]: message being drained, or NULL */
-  size_t *part_got;                /* [n]: its bytes read so far */
-  bool draining;                   /* a send waits: drain_all while waiting */
-  pid_t *pid;
-  int *pidfd;
-  bool spin;
-  int err;
-  const char *what;                /* the op running, for messages */
-};
-
 static const struct pg__comm_ops shm_ops;
 
-/* ---- small helpers ----------------------------------------------------------- */
+/* ---- the futex words ---------------------------------------------------- */
 
 static inline bool ge32(uint32_t a, uint32_t b)
 {
   return (int32_t)(a - b) >= 0;
-}
-
-static inline uint32_t load_acq(const uint32_t *w)
-{
-  return __atomic_load_n(w, __ATOMIC_ACQUIRE);
 }
 
 static inline void cpu_relax(void)
@@ -213,11 +117,6 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void futex_wake(uint32_t *w)
-{
-  syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
 static void futex_wait(uint32_t *w, uint32_t val, double secs)
 {
   struct timespec ts;
@@ -227,31 +126,6 @@ static void futex_wait(uint32_t *w, uint32_t val, double secs)
   ts.tv_sec = (time_t)secs;
   ts.tv_nsec = (long)((secs - (double)ts.tv_sec) * 1e9);
   syscall(SYS_futex, w, FUTEX_WAIT, val, &ts, NULL, 0);
-}
-
-/* Stores v in w and wakes its sleepers, if any.  The seq_cst store and
- * load pair with the waiter's seq_cst increment and load (Dekker): either
- * the waiter sees v, or we see it counted. */
-static inline void publish(uint32_t *w, uint32_t *waiters, uint32_t v)
-{
-  __atomic_store_n(w, v, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(waiters, __ATOMIC_SEQ_CST))
-    futex_wake(w);
-}
-
-static inline char *buf_of(struct shm_comm *c, int r, int b)
-{
-  return c->bufs + ((size_t)r * NBUF + (size_t)b) * c->buf;
-}
-
-static inline struct shm_ring *ring_ctl(struct shm_comm *c, int s, int d)
-{
-  return &c->rc[(size_t)s * (size_t)c->n + (size_t)d];
-}
-
-static inline char *ring_data(struct shm_comm *c, int s, int d)
-{
-  return c->rings + ((size_t)s * (size_t)c->n + (size_t)d) * c->ring;
 }
 
 /* ---- failure -------------------------------------------------------------- */
@@ -268,9 +142,8 @@ static void wake_everyone(struct shm_comm *c)
   }
 }
 
-/* Marks the comm failed, here and for every peer, and returns err (the
- * caller has set the sentence). */
-static int poison(struct shm_comm *c, int err)
+/* shm_internal.h. */
+int shm_poison(struct shm_comm *c, int err)
 {
   uint32_t zero = 0;
 
@@ -319,7 +192,7 @@ static bool peer_dead(struct shm_comm *c, int r)
   return kill(c->pid[r], 0) < 0 && errno == ESRCH;
 }
 
-static int ok_before(struct shm_comm *c)
+int shm_ok_before(struct shm_comm *c)
 {
   if (c->err)
     return pg__fail(PG_EPEERFAIL, "shm: the communicator failed earlier (%s)",
@@ -327,11 +200,9 @@ static int ok_before(struct shm_comm *c)
   return 0;
 }
 
-static int drain_all(struct shm_comm *c);
-
 /* Waits until *w >= target (mod 2^32); peer is whose word it is. */
-static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
-                   uint32_t target, int peer, double deadline)
+int shm_wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
+                uint32_t target, int peer, double deadline)
 {
   double start, now;
   int i, err;
@@ -364,7 +235,7 @@ static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
     }
     if ((err = check_abort(c)) != 0)
       return err;
-    if (c->draining && (err = drain_all(c)) < 0)
+    if (c->draining && (err = shm_drain_all(c)) < 0)
       return err;
     now = pg__now();
     if (now - start > YIELD_S || now >= deadline)
@@ -375,7 +246,7 @@ static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
 
     if ((err = check_abort(c)) != 0)
       return err;
-    if (c->draining && (err = drain_all(c)) < 0)
+    if (c->draining && (err = shm_drain_all(c)) < 0)
       return err;
     now = pg__now();
     if (now >= deadline) {
@@ -383,21 +254,21 @@ static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
         return 0;
       pg__fail(-ETIMEDOUT, "shm: %s timed out waiting for rank %d (pid %d)",
                c->what, peer, (int)c->pid[peer]);
-      return poison(c, -ETIMEDOUT);
+      return shm_poison(c, -ETIMEDOUT);
     }
     if (slept_out && peer_dead(c, peer)) {
       if (ge32(load_acq(w), target))
         return 0;
       pg__fail(-ECONNRESET, "shm: rank %d (pid %d) died during %s", peer,
                (int)c->pid[peer], c->what);
-      return poison(c, -ECONNRESET);
+      return shm_poison(c, -ECONNRESET);
     }
     if (__atomic_load_n(&c->rk[peer].left, __ATOMIC_ACQUIRE)) {
       if (ge32(load_acq(w), target))
         return 0;
       pg__fail(-ECONNRESET, "shm: rank %d (pid %d) left the communicator "
                "(pg_destroy) during %s", peer, (int)c->pid[peer], c->what);
-      return poison(c, -ECONNRESET);
+      return shm_poison(c, -ECONNRESET);
     }
     __atomic_add_fetch(waiters, 1, __ATOMIC_SEQ_CST);
     v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
@@ -414,618 +285,6 @@ static int wait_ge(struct shm_comm *c, uint32_t *w, uint32_t *waiters,
       return 0;
   }
 }
-
-/* ---- phases (Note [phases]) ----------------------------------------------- */
-
-static inline void phase(struct shm_comm *c)
-{
-  c->seq++;
-  publish(&c->rk[c->me].seq, &c->rk[c->me].waiters, c->seq);
-}
-
-static int wait_rank(struct shm_comm *c, int r, uint32_t target,
-                     double deadline)
-{
-  return wait_ge(c, &c->rk[r].seq, &c->rk[r].waiters, target, r, deadline);
-}
-
-static int wait_all(struct shm_comm *c, uint32_t target, double deadline)
-{
-  int r, err;
-
-  for (r = 0; r < c->n; r++)
-    if (r != c->me && (err = wait_rank(c, r, target, deadline)) != 0)
-      return err;
-  return 0;
-}
-
-/* The next buffer index, once every reader of its last contents is done. */
-static int next_buf(struct shm_comm *c, double deadline, int *err)
-{
-  int b = (int)(c->chunk++ % NBUF);
-
-  *err = wait_all(c, c->free_at[b], deadline);
-  return b;
-}
-
-/* dst = srcs[0] op srcs[1] op ... in that order.  dst must not alias a
- * source other than srcs[0] or srcs[1] (the callers give disjoint ones). */
-static void reduce_n(pg_dtype t, pg_op op, void *dst, const void *const *srcs,
-                     int n, size_t count)
-{
-  int i;
-
-  if (n == 1) {
-    if (dst != srcs[0])
-      memmove(dst, srcs[0], count * pg_dtype_size(t));
-    return;
-  }
-  pg__reduce3(t, op, dst, srcs[0], srcs[1], count);
-  for (i = 2; i < n; i++)
-    pg__reduce(t, op, dst, srcs[i], count);
-}
-
-static bool valid(pg_dtype t, pg_op op)
-{
-  return (unsigned)t < PG_DTYPE_COUNT && (unsigned)op < PG_OP_COUNT;
-}
-
-/* Slices of a chunk: elements [r * s, min((r + 1) * s, c)) for rank r. */
-static inline size_t slice_len(size_t c, size_t s, int r)
-{
-  size_t lo = (size_t)r * s;
-
-  return lo >= c ? 0 : (c - lo < s ? c - lo : s);
-}
-
-/* Elements per slice for a chunk of c, at most smax, a multiple of 16
- * where that fits (whole vectors, whole cache lines). */
-static inline size_t slice_of(size_t c, int n, size_t smax)
-{
-  size_t s = (c + (size_t)n - 1) / (size_t)n;
-
-  s = (s + 15) & ~(size_t)15;
-  return s < smax ? s : smax;
-}
-
-static size_t slice_max(struct shm_comm *c, size_t esz)
-{
-  size_t s = c->buf / ((size_t)c->n * esz);
-
-  return s >= 16 ? s & ~(size_t)15 : s;
-}
-
-/* ---- all_reduce / reduce -------------------------------------------------------- */
-
-/* One phase: everyone publishes its whole input; all (or only root >= 0)
- * reduce all n buffers in rank order. */
-static int reduce_small(struct shm_comm *c, const void *send, void *recv,
-                        size_t count, pg_dtype t, pg_op op, int root,
-                        double deadline)
-{
-  size_t bytes = count * pg_dtype_size(t);
-  const void *srcs[c->n];
-  int b, r, err;
-
-  b = next_buf(c, deadline, &err);
-  if (err)
-    return err;
-  memcpy(buf_of(c, c->me, b), send, bytes);
-  phase(c);
-  c->free_at[b] = c->seq + 1;
-  if (root >= 0 && root != c->me)
-    return 0;
-  if ((err = wait_all(c, c->seq, deadline)) != 0)
-    return err;
-  for (r = 0; r < c->n; r++)
-    srcs[r] = buf_of(c, r, b);
-  reduce_n(t, op, recv, srcs, c->n, count);
-  if (op == PG_AVG)
-    pg__avg_finish(t, recv, count, c->n);
-  return 0;
-}
-
-/* Chunked reduce-scatter + all-gather (root < 0) or + gather to root. */
-static int reduce_large(struct shm_comm *c, const void *send, void *recv,
-                        size_t count, pg_dtype t, pg_op op, int root,
-                        double deadline)
-{
-  size_t esz = pg_dtype_size(t), smax = slice_max(c, esz);
-  size_t chunk = smax * (size_t)c->n, off, cn, s, lo, m;
-  const char *in = send;
-  char *out = recv;
-  const void *srcs[c->n];
-  int b, r, err, me = c->me;
-
-  for (off = 0; off < count; off += cn) {
-    char *mine;
-
-    cn = count - off < chunk ? count - off : chunk;
-    s = slice_of(cn, c->n, smax);
-    b = next_buf(c, deadline, &err);
-    if (err)
-      return err;
-    mine = buf_of(c, me, b);
-    /* Phase A: the slices the others reduce. */
-    for (r = 0; r < c->n; r++)
-      if (r != me && (m = slice_len(cn, s, r)) != 0)
-        memcpy(mine + (size_t)r * s * esz, in + (off + (size_t)r * s) * esz,
-               m * esz);
-    phase(c);
-    if ((err = wait_all(c, c->seq, deadline)) != 0)
-      return err;
-    /* Phase B: my slice, in rank order, into my own buffer (and, while
-     * it is still in cache, into my output). */
-    lo = (size_t)me * s;
-    if ((m = slice_len(cn, s, me)) != 0) {
-      for (r = 0; r < c->n; r++)
-        srcs[r] = r == me ? in + (off + lo) * esz : buf_of(c, r, b) + lo * esz;
-      reduce_n(t, op, mine + lo * esz, srcs, c->n, m);
-      if (op == PG_AVG)
-        pg__avg_finish(t, mine + lo * esz, m, c->n);
-      if (root < 0 || root == me)
-        memcpy(out + (off + lo) * esz, mine + lo * esz, m * esz);
-    }
-    phase(c);
-    c->free_at[b] = c->seq + 1;
-    if (root >= 0 && root != me)
-      continue;
-    if ((err = wait_all(c, c->seq, deadline)) != 0)
-      return err;
-    for (r = 0; r < c->n; r++)
-      if (r != me && (m = slice_len(cn, s, r)) != 0)
-        memcpy(out + (off + (size_t)r * s) * esz,
-               buf_of(c, r, b) + (size_t)r * s * esz, m * esz);
-  }
-  return 0;
-}
-
-static int shm_all_reduce(struct pg__comm *pc, const void *send, void *recv,
-                          size_t count, pg_dtype t, pg_op op, double deadline)
-{
-  struct shm_comm *c = (struct shm_comm *)pc;
-  size_t bytes = count * pg_dtype_size(t);
-  int err;
-
-  if (!valid(t, op))
-    return pg__fail(-EINVAL, "shm: all_reduce: bad dtype or op");
-  if ((err = ok_before(c)) != 0 || count == 0)
-    return err;
-  c->what = "all_reduce";
-  if (c->n == 1) {
-    if (recv != send)
-      memmove(recv, send, bytes);
-    return 0;
-  }
-  if (bytes <= c->small_max)
-    return reduce_small(c, send, recv, count, t, op, -1, deadline);
-  return reduce_large(c, send, recv, count, t, op, -1, deadline);
-}
-
-static int shm_reduce(struct pg__comm *pc, const void *send, void *recv,
-                      size_t count, pg_dtype t, pg_op op, int root,
-                      double deadline)
-{
-  struct shm_comm *c = (struct shm_comm *)pc;
-  size_t bytes = count * pg_dtype_size(t);
-  int err;
-
-  if (!valid(t, op) || root < 0 || root >= c->n)
-    return pg__fail(-EINVAL, "shm: reduce: bad dtype, op or root %d", root);
-  if ((err = ok_before(c)) != 0 || count == 0)
-    return err;
-  c->what = "reduce";
-  if (c->n == 1) {
-    if (recv != send)
-      memmove(recv, send, bytes);
-    return 0;
-  }
-  if (bytes <= c->small_max)
-    return reduce_small(c, send, recv, count, t, op, root, deadline);
-  return reduce_large(c, send, recv, count, t, op, root, deadline);
-}
-
-/* ---- reduce_scatter ------------------------------------------------------------ */
-
-static int shm_reduce_scatter(struct pg__comm *pc, const void *send,
-                              void *recv, size_t count, pg_dtype t, pg_op op,
-                              double deadline)
-{
-  struct shm_comm *c = (struct shm_comm *)pc;
-  size_t esz = pg_dtype_size(t), cap, off, m;
-  const char *in = send;
-  char *out = recv;
-  const void *srcs[c->n];
-  int b, r, err, me = c->me;
-
-  if (!valid(t, op))
-    return pg__fail(-EINVAL, "shm: reduce_scatter: bad dtype or op");
-  if ((err = ok_before(c)) != 0 || count == 0)
-    return err;
-  c->what = "reduce_scatter";
-  if (c->n == 1) {
-    if (recv != send)
-      memmove(recv, send, count * esz);
-    return 0;
-  }
-  cap = c->buf / ((size_t)c->n * esz);
-  for (off = 0; off < count; off += m) {
-    char *mine, *dst = out + off * esz;
-    bool overlap;
-
-    m = count - off < cap ? count - off : cap;
-    b = next_buf(c, deadline, &err);
-    if (err)
-      return err;
-    mine = buf_of(c, me, b);
-    for (r = 0; r < c->n; r++)
-      if (r != me)
-        memcpy(mine + (size_t)r * cap * esz,
-               in + ((size_t)r * count + off) * esz, m * esz);
-    phase(c);
-    c->free_at[b] = c->seq + 1;
-    if ((err = wait_all(c, c->seq, deadline)) != 0)
-      return err;
-    for (r = 0; r < c->n; r++)
-      srcs[r] = r == me ? in + ((size_t)me * count + off) * esz
-                        : buf_of(c, r, b) + (size_t)me * cap * esz;
-    /* recv overlapping send: accumulate in my own (unused) slice. */
-    overlap = (uintptr_t)out < (uintptr_t)in + (size_t)c->n * count * esz &&
-              (uintptr_t)in < (uintptr_t)out + count * esz;
-    if (overlap) {
-      char *acc = mine + (size_t)me * cap * esz;
-
-      reduce_n(t, op, acc, srcs, c->n, m);
-      memcpy(dst, acc, m * esz);
-    } else
-      reduce_n(t, op, dst, srcs, c->n, m);
-    if (op == PG_AVG)
-      pg__avg_finish(t, dst, m, c->n);
-  }
-  return 0;
-}
-
-/* ---- broadcast / all_gather ---------------------------------------------------- */
-
-static int shm_broadcast(struct pg__comm *pc, void *buf, size_t count,
-                         pg_dtype t, int root, double deadline)
-{
-  struct shm_comm *c = (struct shm_comm *)pc;
-  size_t bytes = count * pg_dtype_size(t), off, m;
-  char *p = buf;
-  int b, err;
-
-  if ((unsigned)t >= PG_DTYPE_COUNT || root < 0 || root >= c->n)
-    return pg__fail(-EINVAL, "shm: broadcast: bad dtype or root %d", root);
-  if ((err = ok_before(c)) != 0 || count == 0 || c->n == 1)
-    return err;
-  c->what = "broadcast";
-  for (off = 0; off < bytes; off += m) {
-    m = bytes - off < c->buf ? bytes - off : c->buf;
-    if (c->me == root) {
-      b = next_buf(c, deadline, &err);
-      if (err)
-        return err;
-      memcpy(buf_of(c, root, b), p + off, m);
-      phase(c);
-      c->free_at[b] = c->seq + 1;
-    } else {
-      b = (int)(c->chunk++ % NBUF);
-      phase(c);
-      if ((err = wait_rank(c, root, c->seq, deadline)) != 0)
-        return err;
-      memcpy(p + off, buf_of(c, root, b), m);
-    }
-  }
-  return 0;
-}
-
-static int shm_all_gather(struct pg__comm *pc, const void *send, void *recv,
-                          size_t count, pg_dtype t, double deadline)
-{
-  struct shm_comm *c = (struct shm_comm *)pc;
-  size_t bytes = count * pg_dtype_size(t), off, m;
-  const char *in = send;
-  char *out = recv;
-  int b, r, err;
-
-  if ((unsigned)t >= PG_DTYPE_COUNT)
-    return pg__fail(-EINVAL, "shm: all_gather: bad dtype");
-  if ((err = ok_before(c)) != 0 || count == 0)
-    return err;
-  c->what = "all_gather";
-  for (off = 0; off < bytes; off += m) {
-    char *own = out + (size_t)c->me * bytes + off;
-
-    m = bytes - off < c->buf ? bytes - off : c->buf;
-    if (c->n > 1) {
-      b = next_buf(c, deadline, &err);
-      if (err)
-        return err;
-      memcpy(buf_of(c, c->me, b), in + off, m);
-      phase(c);
-      c->free_at[b] = c->seq + 1;
-    } else
-      b = 0;
-    if (own != in + off)
-      memmove(own, in + off, m);
-    for (r = 0; r < c->n; r++) {
-      if (r == c->me)
-        continue;
-      if ((err = wait_rank(c, r, c->seq, deadline)) != 0)
-        return err;
-      memcpy(out + (size_t)r * bytes + off, buf_of(c, r, b), m);
-    }
-  }
-  return 0;
-}
-
-static int shm_barrier(struct pg__comm *pc, double deadline)
-{
-  struct shm_comm *c = (struct shm_comm *)pc;
-  int err;
-
-  if ((err = ok_before(c)) != 0 || c->n == 1)
-    return err;
-  c->what = "barrier";
-  phase(c);
-  return wait_all(c, c->seq, deadline);
-}
-
-/* ---- send / recv ------------------------------------------------------------------ */
-
-/* Copies len bytes into ring s->d at position pos (wrapping). */
-static void ring_put(struct shm_comm *c, char *ring, uint32_t pos,
-                     const char *src, size_t len)
-{
-  size_t at = pos & (c->ring - 1), first = c->ring - at;
-
-  if (first > len)
-    first = len;
-  memcpy(ring + at, src, first);
-  if (len > first)
-    memcpy(ring, src + first, len - first);
-}
-
-static void ring_get(struct shm_comm *c, const char *ring, uint32_t pos,
-                     char *dst, size_t len)
-{
-  size_t at = pos & (c->ring - 1), first = c->ring - at;
-
-  if (!dst)
-    return;
-  if (first > len)
-    first = len;
-  memcpy(dst, ring + at, first);
-  if (len > first)
-    memcpy(dst + first, ring, len - first);
-}
-
-static void queue_unexpected(struct shm_comm *c, int peer,
-                             struct unexpected *u)
-{
-  struct unexpected **pu;
-
-  for (pu = &c->uq[peer]; *pu; pu = &(*pu)->next)
-    ;
-  *pu = u;
-}
-
-/* Moves what peer has written to this rank so far into the unexpected
- * queue, without waiting (a message may be moved in several calls).
- * Returns 1 if it moved anything, 0 if not, or an error. */
-static int drain_peer(struct shm_comm *c, int peer)
-{
-  struct shm_ring *rc = ring_ctl(c, peer, c->me);
-  const char *ring = ring_data(c, peer, c->me);
-  uint32_t head = c->rx_head[peer], avail;
-  struct unexpected *u;
-  struct msg_hdr h;
-  size_t m;
-
-  for (;;) {
-    avail = load_acq(&rc->tail) - head;
-    u = c->part[peer];
-    if (!u) {
-      if (avail < sizeof h)
-        break;
-      ring_get(c, ring, head, (char *)&h, sizeof h);
-      if (h.magic != MSG_MAGIC) {
-        pg__fail(-EPROTO, "shm: garbage in the ring from rank %d", peer);
-        return poison(c, -EPROTO);
-      }
-      u = malloc(sizeof *u + h.len);
-      if (!u) {
-        pg__fail(-ENOMEM, "shm: no memory to queue a %" PRIu64 "-byte "
-                 "message from rank %d", h.len, peer);
-        return poison(c, -ENOMEM);
-      }
-      u->next = NULL;
-      u->tag = h.tag;
-      u->len = h.len;
-      c->part[peer] = u;
-      c->part_got[peer] = 0;
-      head += (uint32_t)sizeof h;
-      avail -= (uint32_t)sizeof h;
-    }
-    m = u->len - c->part_got[peer];
-    if (m > avail)
-      m = avail;
-    ring_get(c, ring, head, u->data + c->part_got[peer], m);
-    head += (uint32_t)m;
-    c->part_got[peer] += m;
-    if (c->part_got[peer] < u->len)
-      break;
-    c->part[peer] = NULL;
-    queue_unexpected(c, peer, u);
-  }
-  if (head == c->rx_head[peer])
-    return 0;
-  c->rx_head[peer] = head;
-  publish(&rc->head, &rc->head_waiters, head);
-  return 1;
-}
-
-static int drain_all(struct shm_comm *c)
-{
-  int r, moved = 0, err;
-
-  for (r = 0; r < c->n; r++) {
-    if (r == c->me)
-      continue;
-    if ((err = drain_peer(c, r)) < 0)
-      return err;
-    moved |= err;
-  }
-  return moved;
-}
-
-static int shm_send(struct pg__comm *pc, const void *buf, size_t bytes,
-                    int peer, int tag, double deadline)
-{
-  struct shm_comm *c = (struct shm_comm *)pc;
-  struct shm_ring *rc;
-  struct msg_hdr h = { bytes, tag, MSG_MAGIC };
-  const char *parts[2] = { (const char *)&h, buf };
-  size_t left[2] = { sizeof h, bytes };
-  char *ring;
-  uint32_t tail;
-  int part = 0, err;
-
-  if (peer < 0 || peer >= c->n || peer == c->me)
-    return pg__fail(-EINVAL, "shm: send: bad peer %d", peer);
-  if ((err = ok_before(c)) != 0)
-    return err;
-  c->what = "send";
-  rc = ring_ctl(c, c->me, peer);
-  ring = ring_data(c, c->me, peer);
-  tail = c->tx_tail[peer];
-  while (part < 2) {
-    size_t want = left[0] + left[1], space, m;
-
-    if (want > c->ring / 2)
-      want = c->ring / 2;
-    /* Room for want bytes: head >= tail + want - ring. */
-    c->draining = true;
-    err = wait_ge(c, &rc->head, &rc->head_waiters,
-                  tail + (uint32_t)want - (uint32_t)c->ring, peer, deadline);
-    c->draining = false;
-    if (err)
-      return err;
-    space = c->ring - (uint32_t)(tail - load_acq(&rc->head));
-    while (part < 2 && space > 0) {
-      m = left[part] < space ? left[part] : space;
-      ring_put(c, ring, tail, parts[part], m);
-      tail += (uint32_t)m;
-      parts[part] += m;
-      left[part] -= m;
-      space -= m;
-      if (left[part] == 0)
-        part++;
-    }
-    c->tx_tail[peer] = tail;
-    publish(&rc->tail, &rc->tail_waiters, tail);
-  }
-  return 0;
-}
-
-/* Reads len bytes from peer's ring into dst (NULL: discard). */
-static int ring_read(struct shm_comm *c, int peer, char *dst, size_t len,
-                     double deadline)
-{
-  struct shm_ring *rc = ring_ctl(c, peer, c->me);
-  const char *ring = ring_data(c, peer, c->me);
-  uint32_t head = c->rx_head[peer];
-  int err;
-
-  while (len > 0) {
-    size_t avail, m;
-
-    err = wait_ge(c, &rc->tail, &rc->tail_waiters, head + 1, peer, deadline);
-    if (err)
-      return err;
-    avail = (uint32_t)(load_acq(&rc->tail) - head);
-    m = avail < len ? avail : len;
-    ring_get(c, ring, head, dst, m);
-    if (dst)
-      dst += m;
-    len -= m;
-    head += (uint32_t)m;
-    c->rx_head[peer] = head;
-    publish(&rc->head, &rc->head_waiters, head);
-  }
-  return 0;
-}
-
-static int shm_recv(struct pg__comm *pc, void *buf, size_t bytes, int peer,
-                    int tag, double deadline)
-{
-  struct shm_comm *c = (struct shm_comm *)pc;
-  struct unexpected **pu, *u;
-  struct msg_hdr h;
-  int err;
-
-  if (peer < 0 || peer >= c->n || peer == c->me)
-    return pg__fail(-EINVAL, "shm: recv: bad peer %d", peer);
-  if ((err = ok_before(c)) != 0)
-    return err;
-  c->what = "recv";
-  if ((u = c->part[peer]) != NULL) {
-    /* A send drained part of this message: read the rest first. */
-    err = ring_read(c, peer, u->data + c->part_got[peer],
-                    u->len - c->part_got[peer], deadline);
-    if (err)
-      return err;
-    c->part[peer] = NULL;
-    queue_unexpected(c, peer, u);
-  }
-  for (pu = &c->uq[peer]; (u = *pu) != NULL; pu = &u->next)
-    if (u->tag == tag) {
-      *pu = u->next;
-      if (u->len != bytes) {
-        err = pg__fail(-EMSGSIZE, "shm: recv from rank %d, tag %d: %zu bytes "
-                       "sent, %zu expected", peer, tag, u->len, bytes);
-        free(u);
-        return err;
-      }
-      memcpy(buf, u->data, bytes);
-      free(u);
-      return 0;
-    }
-  for (;;) {
-    if ((err = ring_read(c, peer, (char *)&h, sizeof h, deadline)) != 0)
-      return err;
-    if (h.magic != MSG_MAGIC) {
-      pg__fail(-EPROTO, "shm: garbage in the ring from rank %d", peer);
-      return poison(c, -EPROTO);
-    }
-    if (h.tag == tag) {
-      if (h.len != bytes) {
-        err = ring_read(c, peer, NULL, h.len, deadline);
-        if (err)
-          return err;
-        return pg__fail(-EMSGSIZE, "shm: recv from rank %d, tag %d: %" PRIu64
-                        " bytes sent, %zu expected", peer, tag, h.len, bytes);
-      }
-      return ring_read(c, peer, buf, bytes, deadline);
-    }
-    u = malloc(sizeof *u + h.len);
-    if (!u) {
-      pg__fail(-ENOMEM, "shm: no memory to queue a %" PRIu64 "-byte message "
-               "from rank %d", h.len, peer);
-      return poison(c, -ENOMEM);
-    }
-    u->next = NULL;
-    u->tag = h.tag;
-    u->len = h.len;
-    if ((err = ring_read(c, peer, u->data, h.len, deadline)) != 0) {
-      free(u);
-      return err;
-    }
-    queue_unexpected(c, peer, u);
-  }
-}
-
 /* ---- create / destroy ---------------------------------------------------------- */
 
 /* Note [left]: a rank that destroys the comm says so before it unmaps.
@@ -1463,7 +722,6 @@ int pg__shm_create(const struct pg__setup *s, struct pg__comm **out)
   *out = &c->base;
   return 0;
 }
-
 /* Host memory: the mem_* hooks stay NULL. */
 static const struct pg__comm_ops shm_ops = {
   .name = "cpu-shm",
