@@ -1,4 +1,6 @@
-/* etcd_client.c -- etcd v3 over the JSON gateway, on libcurl + libuv. */
+/* etcd_client.c -- etcd v3 over the JSON gateway, on libcurl + libuv: the
+ * client, its calls and their members (etcd_client.h); the watches are
+ * etcd_watch.c's. */
 #include "etcd_client.h"
 
 #include <errno.h>
@@ -10,12 +12,12 @@
 #include "err.h"
 #include "libcurl_dl.h"
 
+#include "etcd_client_internal.h"
 #include "http_uv.h"
 #include "list.h"
 #include "monotime.h"
 #include "say.h"
 
-#define MAX_MEMBERS 16
 #define MAX_REPLY (8u << 20)      /* bounds a reply (etcd sends <= ~1.5 MiB) */
 /* Note [a hung member]: a member that accepts connections and never
  * answers (SIGSTOPped, a long GC, a disk stall, a half-open network) must
@@ -30,8 +32,7 @@
 #define ATTEMPT_MS 500L
 #define CONNECT_TIMEOUT_MS 500L
 #define BAD_MS 5000.0
-#define WATCH_RETRY_MIN_MS 100
-#define WATCH_RETRY_MAX_MS 2000
+
 
 struct etcd_call {
   struct http_uv_req req;
@@ -56,60 +57,11 @@ struct etcd_call {
   char errors[600];             /* every member's, for the message */
 };
 
-struct etcd_watch {
-  struct http_uv_req req;
-  struct etcd_client *c;
-  struct list_node node;        /* in c->watches */
-  char *key64, *end64;
-  int64_t next_rev;
-  int member;
-  bool running;                 /* a transfer is in flight */
-  bool stopped;
-  int retry_ms;
-  struct curl_slist *hdrs;
-  char *body;
-  char *buf;                    /* bytes not yet split into lines */
-  size_t len, cap;
-  uv_timer_t retry;             /* reconnect later */
-  uv_timer_t deliver;           /* lines out of curl's write callback */
-  uv_timer_t first_byte;        /* Note [a hung member]: no answer yet */
-  bool answered;                /* this connection sent something */
-  int silent;                   /* connections in a row that did not */
-  int open_handles;
-  etcd_watch_cb cb;
-  etcd_watch_err_cb ecb;
-  void *ctx;
-};
-
-struct etcd_client {
-  uv_loop_t *loop;
-  struct http_uv *cu;
-  char members_text[1024];
-  char *members[MAX_MEMBERS];   /* "host:port" */
-  int n_members;
-  int cur;                      /* member in use */
-  double bad_until[MAX_MEMBERS];  /* Note [a hung member] (monotime) */
-  double latency[MAX_MEMBERS];  /* a member's answers, smoothed (s) */
-  bool https;
-  char *cacert, *cert, *key, *user, *password;
-  long timeout_ms;
-  char *token;                  /* "" until authenticated */
-  bool authenticating;
-  struct list_node calls;       /* struct etcd_call */
-  struct list_node watches;     /* struct etcd_watch, not stopped */
-  int watches_alive;            /* not yet freed */
-  int walking;                  /* token_ready walks calls: no free */
-  bool closing;
-  char local_ip[64];
-  char peer_ip[64];             /* the member that answered last */
-  long peer_port;
-};
-
 static int curl_users;          /* clients alive: global init/cleanup */
 
 /* A closed client is freed when nothing of it is still in use: its
  * watches' handles are closed and no walk of its calls is running. */
-static void client_free_if_done(struct etcd_client *c)
+void etcd_client_free_if_done(struct etcd_client *c)
 {
   if (!c->closing || c->walking || c->watches_alive || !list_empty(&c->calls))
     return;
@@ -117,8 +69,8 @@ static void client_free_if_done(struct etcd_client *c)
   free(c);
 }
 
-/* LOGLEVEL=DEBUG: every request and its outcome on stderr. */
-static bool debug_on(void)
+/* etcd_client_internal.h. */
+bool etcd_debug_on(void)
 {
   static int on = -1;
 
@@ -130,8 +82,6 @@ static bool debug_on(void)
   return on;
 }
 
-#define DEBUG(...) \
-  do { if (debug_on()) say("etcd: " __VA_ARGS__); } while (0)
 
 /* ---- base64 and JSON helpers ------------------------------------------- */
 
@@ -260,8 +210,8 @@ void etcd_prefix_end(const char *prefix, char *out)
 
 /* ---- requests -------------------------------------------------------------- */
 
-static size_t grow_append(char **buf, size_t *len, size_t *cap,
-                          const char *data, size_t n)
+size_t etcd_grow_append(char **buf, size_t *len, size_t *cap,
+                   const char *data, size_t n)
 {
   char *g;
   size_t want;
@@ -288,12 +238,12 @@ static size_t call_write(char *data, size_t size, size_t nmemb, void *userp)
 {
   struct etcd_call *k = userp;
 
-  return grow_append(&k->buf, &k->len, &k->cap, data, size * nmemb);
+  return etcd_grow_append(&k->buf, &k->len, &k->cap, data, size * nmemb);
 }
 
 /* Options every transfer to etcd shares. */
-static CURL *easy_for(struct etcd_client *c, int member, const char *path,
-                      const char *body, struct curl_slist **hdrs)
+CURL *etcd_easy_for(struct etcd_client *c, int member, const char *path,
+               const char *body, struct curl_slist **hdrs)
 {
   char url[600], auth[1200];
   CURL *e = curl_easy_init();
@@ -337,7 +287,6 @@ static void call_free(struct etcd_call *k)
 }
 
 static void call_done(struct http_uv_req *r, CURLcode result);
-static void authenticate(struct etcd_client *c);
 
 /* ---- members: Note [a hung member] ---------------------------------------- */
 
@@ -350,7 +299,7 @@ static bool member_bad(const struct etcd_client *c, int m, double now)
  * next one that is not (in the order given), else the one whose
  * trouble is oldest.  Members in skip (a bit each) are not picked while
  * another one is left. */
-static int member_pick(const struct etcd_client *c, unsigned skip)
+int etcd_member_pick(const struct etcd_client *c, unsigned skip)
 {
   double now = monotime_now();
   int i, m, best = -1;
@@ -370,8 +319,6 @@ static int member_pick(const struct etcd_client *c, unsigned skip)
   return best >= 0 ? best : c->cur;
 }
 
-static void watches_follow(struct etcd_client *c);
-
 /* m answered in `took` seconds: it is good, and the one in use. */
 static void member_good(struct etcd_client *c, int m, double took)
 {
@@ -380,26 +327,26 @@ static void member_good(struct etcd_client *c, int m, double took)
                                     : took;
   if (c->cur != m) {
     c->cur = m;
-    watches_follow(c);
+    etcd_watches_follow(c);
   }
 }
 
 /* m failed (timed out, refused, no leader): avoided for a while; when it
  * was the one in use, the calls and watches move to another. */
-static void member_bad_now(struct etcd_client *c, int m)
+void etcd_member_bad_now(struct etcd_client *c, int m)
 {
   c->bad_until[m] = monotime_now() + BAD_MS / 1000;
   if (c->cur == m) {
-    c->cur = member_pick(c, 1u << m);
-    watches_follow(c);
+    c->cur = etcd_member_pick(c, 1u << m);
+    etcd_watches_follow(c);
   }
 }
 
 /* How long one attempt on m may take: ATTEMPT_MS (more when m's answers
  * have been slow), the whole timeout for the last member of the round or
  * when there is only one. */
-static long attempt_ms(const struct etcd_client *c, int m, long whole_ms,
-                       int tries)
+long etcd_attempt_ms(const struct etcd_client *c, int m, long whole_ms,
+                int tries)
 {
   long ms = (long)(4000 * c->latency[m]);
 
@@ -414,7 +361,7 @@ static long attempt_ms(const struct etcd_client *c, int m, long whole_ms,
 static int call_send(struct etcd_call *k)
 {
   struct etcd_client *c = k->c;
-  long ms = attempt_ms(c, k->member, k->timeout_ms, k->tries);
+  long ms = etcd_attempt_ms(c, k->member, k->timeout_ms, k->tries);
 
   if (k->req.easy)
     curl_easy_cleanup(k->req.easy);
@@ -423,7 +370,7 @@ static int call_send(struct etcd_call *k)
   k->len = 0;
   k->tried |= 1u << k->member;
   k->sent_at = monotime_now();
-  k->req.easy = easy_for(c, k->member, k->path, k->body, &k->hdrs);
+  k->req.easy = etcd_easy_for(c, k->member, k->path, k->body, &k->hdrs);
   if (!k->req.easy)
     return -ENOMEM;
   curl_easy_setopt(k->req.easy, CURLOPT_WRITEFUNCTION, call_write);
@@ -467,14 +414,14 @@ static void call_next_member(struct etcd_call *k, int err)
   int rc;
 
   call_note_error(k);
-  member_bad_now(c, k->member);
+  etcd_member_bad_now(c, k->member);
   if (++k->tries >= c->n_members) {
     snprintf(msg, sizeof msg, "etcd at %s: %s", c->members_text,
              k->errors);
     call_fail(k, err, msg);
     return;
   }
-  k->member = member_pick(c, k->tried);
+  k->member = etcd_member_pick(c, k->tried);
   rc = call_send(k);
   if (rc)
     call_fail(k, rc, "etcd: cannot start a request");
@@ -574,7 +521,7 @@ static void call_done(struct http_uv_req *r, CURLcode result)
     free(c->token);
     c->token = NULL;
     k->waiting_token = true;
-    authenticate(c);
+    etcd_authenticate(c);
     return;
   }
   member_good(c, k->member, monotime_now() - k->sent_at);
@@ -597,7 +544,7 @@ static int call_start(struct etcd_client *c, const char *path,
   k->body = strdup(body);
   k->cb = cb;
   k->ctx = ctx;
-  k->member = member_pick(c, 0);
+  k->member = etcd_member_pick(c, 0);
   k->timeout_ms = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
   k->is_auth = is_auth;
   list_insert_head(&c->calls, &k->node);
@@ -607,7 +554,7 @@ static int call_start(struct etcd_client *c, const char *path,
   }
   if (c->user && !is_auth && (!c->token || c->authenticating)) {
     k->waiting_token = true;
-    authenticate(c);
+    etcd_authenticate(c);
     return 0;
   }
   if (call_send(k)) {
@@ -639,7 +586,7 @@ static void token_ready(struct etcd_client *c, int err, const char *msg)
       break;            /* close freed every call, next included */
   }
   c->walking--;
-  client_free_if_done(c);
+  etcd_client_free_if_done(c);
 }
 
 static void auth_reply(void *ctx, int err, const cJSON *reply,
@@ -665,7 +612,7 @@ static void auth_reply(void *ctx, int err, const cJSON *reply,
   token_ready(c, c->token ? 0 : -ENOMEM, "out of memory");
 }
 
-static void authenticate(struct etcd_client *c)
+void etcd_authenticate(struct etcd_client *c)
 {
   cJSON *b;
   char *body;
@@ -719,348 +666,6 @@ int etcd_call(struct etcd_client *c, const char *path, const cJSON *body,
               etcd_reply_cb cb, void *ctx)
 {
   return etcd_call_within(c, path, body, 0, cb, ctx);
-}
-
-/* ---- watches ------------------------------------------------------------ */
-
-static void watch_closed(uv_handle_t *h)
-{
-  struct etcd_watch *w = h->data;
-  struct etcd_client *c = w->c;
-
-  if (--w->open_handles > 0)
-    return;
-  free(w->key64);
-  free(w->end64);
-  free(w->buf);
-  free(w);
-  c->watches_alive--;
-  client_free_if_done(c);
-}
-
-static void deliver_cb(uv_timer_t *t);
-
-static size_t watch_write(char *data, size_t size, size_t nmemb, void *userp)
-{
-  struct etcd_watch *w = userp;
-  size_t n = grow_append(&w->buf, &w->len, &w->cap, data, size * nmemb);
-
-  if (n && !w->answered) {
-    w->answered = true;
-    w->silent = 0;
-    uv_timer_stop(&w->first_byte);
-  }
-  if (n && memchr(data, '\n', size * nmemb))
-    uv_timer_start(&w->deliver, deliver_cb, 0, 0);
-  return n;
-}
-
-static void watch_schedule(struct etcd_watch *w);
-
-/* Hands every complete line to the watcher (outside curl's callbacks). */
-static void watch_deliver(struct etcd_watch *w)
-{
-  const cJSON *res, *err;
-  char *line = w->buf, *nl;
-  cJSON *j;
-  size_t used;
-
-  while (!w->stopped && w->len && (nl = memchr(line, '\n', w->len -
-                                             (size_t)(line - w->buf)))) {
-    j = cJSON_ParseWithLength(line, (size_t)(nl - line));
-    line = nl + 1;
-    if (!j)
-      continue;
-    res = cJSON_GetObjectItemCaseSensitive(j, "result");
-    err = cJSON_GetObjectItemCaseSensitive(j, "error");
-    if (cJSON_IsObject(res)) {
-      const cJSON *hdr = cJSON_GetObjectItemCaseSensitive(res, "header");
-      int64_t rev = etcd_i64(hdr, "revision");
-
-      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "canceled"))) {
-        int64_t compact = etcd_i64(res, "compact_revision");
-        char msg[128];
-
-        cJSON_Delete(j);
-        w->stopped = true;
-        snprintf(msg, sizeof msg, "etcd watch canceled (compacted at "
-                 "revision %" PRId64 ")", compact);
-        if (w->ecb)
-          w->ecb(w->ctx, compact ? -ESTALE : -ECANCELED, msg);
-        return;
-      }
-      w->retry_ms = WATCH_RETRY_MIN_MS;
-      /* The "created" answer's revision is the member's current one, sent
-       * before the events that lead up to it (a watch that resumes from an
-       * older revision): it says nothing about what was delivered, and a
-       * watch that resumed from it would skip those events. */
-      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "created")) &&
-          !cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(res,
-                                                               "events"))) {
-        cJSON_Delete(j);
-        continue;
-      }
-      if (rev >= w->next_rev)
-        w->next_rev = rev + 1;
-      w->cb(w->ctx, res);
-    } else if (err) {
-      /* {"error":{"grpc_code":14,...}}: this member cannot serve it;
-       * 16: the token expired (etcd restarted): get a new one first. */
-      int code = (int)etcd_i64(err, "grpc_code");
-
-      DEBUG("%s watch error: grpc code %d", w->c->members[w->member], code);
-      if (code == 16 && w->c->user && !w->c->authenticating) {
-        free(w->c->token);
-        w->c->token = NULL;
-        authenticate(w->c);
-      }
-      cJSON_Delete(j);
-      if (w->running) {
-        http_uv_remove(w->c->cu, &w->req);
-        w->running = false;
-      }
-      uv_timer_stop(&w->first_byte);
-      if (code != 16)
-        member_bad_now(w->c, w->member);
-      w->member = member_pick(w->c, 0);
-      w->len = 0;
-      watch_schedule(w);
-      return;
-    }
-    cJSON_Delete(j);
-  }
-  used = (size_t)(line - w->buf);
-  if (used && used <= w->len) {
-    memmove(w->buf, line, w->len - used);
-    w->len -= used;
-  }
-}
-
-static void deliver_cb(uv_timer_t *t)
-{
-  watch_deliver(t->data);
-}
-
-static void watch_done(struct http_uv_req *r, CURLcode result)
-{
-  struct etcd_watch *w = r->data;
-
-  DEBUG("%s watch ended: %s", w->c->members[w->member],
-        curl_easy_strerror(result));
-  w->running = false;
-  uv_timer_stop(&w->first_byte);
-  watch_deliver(w);
-  if (w->stopped)
-    return;
-  /* The stream ended (member gone, or closed by etcd): another member
-   * when this one failed, from the next revision. */
-  if (result != CURLE_OK)
-    member_bad_now(w->c, w->member);
-  w->member = member_pick(w->c, 0);
-  w->len = 0;
-  watch_schedule(w);
-}
-
-static void watch_connect(struct etcd_watch *w);
-
-/* How long a new watch connection may stay silent: an attempt's time,
- * doubled for each one in a row that was (a slow cluster still gets its
- * watch), at most the whole timeout. */
-static long watch_wait_ms(const struct etcd_watch *w)
-{
-  long ms = attempt_ms(w->c, w->member, w->c->timeout_ms, 0);
-  int i;
-
-  for (i = 0; i < w->silent && ms < w->c->timeout_ms; i++)
-    ms *= 2;
-  return ms < w->c->timeout_ms ? ms : w->c->timeout_ms;
-}
-
-/* Note [a hung member]: the watch's member has not said a word (not even
- * "created") within an attempt's time: it is bad, and the watch moves
- * (watches_follow, from member_bad_now). */
-static void first_byte_cb(uv_timer_t *t)
-{
-  struct etcd_watch *w = t->data;
-  struct etcd_client *c = w->c;
-  int m = w->member;
-
-  if (w->stopped || !w->running || w->answered)
-    return;
-  DEBUG("%s watch: no answer within %ld ms", c->members[m],
-        watch_wait_ms(w));
-  w->silent++;
-  member_bad_now(c, m);
-  if (w->member == m && c->n_members > 1) {   /* it was not the one in use */
-    http_uv_remove(c->cu, &w->req);
-    w->running = false;
-    w->len = 0;
-    w->member = member_pick(c, 1u << m);
-    watch_connect(w);
-  }
-}
-
-static void watch_connect(struct etcd_watch *w)
-{
-  struct etcd_client *c = w->c;
-  cJSON *b, *cr;
-
-  if (w->stopped || w->running)
-    return;
-  b = cJSON_CreateObject();
-  cr = cJSON_AddObjectToObject(b, "create_request");
-  cJSON_AddStringToObject(cr, "key", w->key64);
-  if (w->end64)
-    cJSON_AddStringToObject(cr, "range_end", w->end64);
-  if (w->next_rev > 0) {
-    char rev[32];
-
-    snprintf(rev, sizeof rev, "%" PRId64, w->next_rev);
-    cJSON_AddStringToObject(cr, "start_revision", rev);
-  }
-  cJSON_AddTrueToObject(cr, "progress_notify");
-  free(w->body);
-  w->body = cJSON_PrintUnformatted(b);
-  cJSON_Delete(b);
-  if (w->req.easy)
-    curl_easy_cleanup(w->req.easy);
-  curl_slist_free_all(w->hdrs);
-  w->hdrs = NULL;
-  w->req.easy = w->body ? easy_for(c, w->member, "/v3/watch", w->body,
-                                   &w->hdrs) : NULL;
-  if (!w->req.easy) {
-    watch_schedule(w);
-    return;
-  }
-  curl_easy_setopt(w->req.easy, CURLOPT_WRITEFUNCTION, watch_write);
-  curl_easy_setopt(w->req.easy, CURLOPT_WRITEDATA, w);
-  w->req.done = watch_done;
-  w->req.data = w;
-  DEBUG("%s watch from revision %" PRId64, c->members[w->member],
-        w->next_rev);
-  w->answered = false;
-  if (http_uv_add(c->cu, &w->req) == 0) {
-    w->running = true;
-    uv_timer_start(&w->first_byte, first_byte_cb, (uint64_t)watch_wait_ms(w),
-                   0);
-  } else {
-    watch_schedule(w);
-  }
-}
-
-static void retry_cb(uv_timer_t *t)
-{
-  struct etcd_watch *w = t->data;
-
-  if (w->c->user && !w->c->token) {
-    authenticate(w->c);
-    watch_schedule(w);      /* once the token is there */
-    return;
-  }
-  w->member = member_pick(w->c, 0);
-  watch_connect(w);
-}
-
-static void watch_schedule(struct etcd_watch *w)
-{
-  if (w->stopped)
-    return;
-  uv_timer_start(&w->retry, retry_cb, (uint64_t)w->retry_ms, 0);
-  w->retry_ms = w->retry_ms * 2 > WATCH_RETRY_MAX_MS ? WATCH_RETRY_MAX_MS
-                                                      : w->retry_ms * 2;
-}
-
-/* The client moved to another member: watches follow at once. */
-static void watches_follow(struct etcd_client *c)
-{
-  struct list_node *pos, *next;
-
-  list_for_each_safe(pos, next, &c->watches) {
-    struct etcd_watch *w = list_entry(pos, struct etcd_watch, node);
-
-    if (w->stopped || w->member == c->cur)
-      continue;
-    w->member = c->cur;
-    if (w->running) {
-      http_uv_remove(c->cu, &w->req);
-      w->running = false;
-      uv_timer_stop(&w->first_byte);
-      watch_deliver(w);
-      w->len = 0;
-      watch_connect(w);
-    }
-  }
-}
-
-static char *b64_dup(const char *s)
-{
-  size_t n = strlen(s);
-  char *out = malloc(4 * ((n + 2) / 3) + 1);
-
-  if (out)
-    etcd_b64_encode(s, n, out);
-  return out;
-}
-
-struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
-                                    const char *range_end, int64_t start_rev,
-                                    etcd_watch_cb cb, etcd_watch_err_cb ecb,
-                                    void *ctx)
-{
-  struct etcd_watch *w = calloc(1, sizeof *w);
-
-  if (!w)
-    return NULL;
-  w->c = c;
-  w->key64 = b64_dup(key);
-  w->end64 = range_end ? b64_dup(range_end) : NULL;
-  if (!w->key64 || (range_end && !w->end64)) {
-    free(w->key64);
-    free(w->end64);
-    free(w);
-    return NULL;
-  }
-  w->next_rev = start_rev;
-  w->member = member_pick(c, 0);
-  w->retry_ms = WATCH_RETRY_MIN_MS;
-  w->cb = cb;
-  w->ecb = ecb;
-  w->ctx = ctx;
-  uv_timer_init(c->loop, &w->retry);
-  uv_timer_init(c->loop, &w->deliver);
-  uv_timer_init(c->loop, &w->first_byte);
-  w->retry.data = w;
-  w->deliver.data = w;
-  w->first_byte.data = w;
-  w->open_handles = 3;
-  list_insert_head(&c->watches, &w->node);
-  c->watches_alive++;
-  if (c->user && !c->token)
-    watch_schedule(w);
-  else
-    watch_connect(w);
-  return w;
-}
-
-void etcd_watch_stop(struct etcd_watch *w)
-{
-  struct etcd_client *c = w->c;
-
-  w->stopped = true;
-  if (w->running)
-    http_uv_remove(c->cu, &w->req);
-  w->running = false;
-  if (w->req.easy)
-    curl_easy_cleanup(w->req.easy);
-  w->req.easy = NULL;
-  curl_slist_free_all(w->hdrs);
-  w->hdrs = NULL;
-  free(w->body);
-  w->body = NULL;
-  list_remove(&w->node);
-  uv_close((uv_handle_t *)&w->retry, watch_closed);
-  uv_close((uv_handle_t *)&w->deliver, watch_closed);
-  uv_close((uv_handle_t *)&w->first_byte, watch_closed);
 }
 
 /* ---- the client ------------------------------------------------------ */
@@ -1160,8 +765,7 @@ void etcd_client_close(struct etcd_client *c)
     http_uv_remove(c->cu, &k->req);
     call_free(k);
   }
-  while (!list_empty(&c->watches))
-    etcd_watch_stop(list_first(&c->watches, struct etcd_watch, node));
+  etcd_watch_stop_all(c);
   http_uv_close(c->cu);
   c->cu = NULL;
   if (--curl_users == 0)
@@ -1177,7 +781,7 @@ void etcd_client_close(struct etcd_client *c)
     free(c->password);
   }
   c->cacert = c->cert = c->key = c->user = c->password = NULL;
-  client_free_if_done(c);
+  etcd_client_free_if_done(c);
 }
 
 bool etcd_client_plain_peer(const struct etcd_client *c, const char **ip,
