@@ -1,5 +1,5 @@
-/* etcd_session.c -- an agent's lease, keepalives and alive key in etcd
- * (etcd_session.h). */
+/* etcd_session.c -- an agent's lease, keepalives and alive key in etcd,
+ * and the alive set: every agent's alive key (etcd_session.h). */
 #include "etcd_session.h"
 
 #include <errno.h>
@@ -262,4 +262,129 @@ void etcd_session_close(struct etcd_session *s)
   etcd_last_word_disarm();
   s->ec = NULL;
   uv_close((uv_handle_t *)&s->keepalive, closed_cb);
+}
+
+/* ---- the alive set ------------------------------------------------------ */
+
+int etcd_alive_find(const struct etcd_alive_set *a, const char *id)
+{
+  int i;
+
+  for (i = 0; i < a->n; i++)
+    if (strcmp(a->peer[i].id, id) == 0)
+      return i;
+  return -1;
+}
+
+static double jnum(const cJSON *o, const char *k, double dflt)
+{
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, k);
+
+  return cJSON_IsNumber(f) ? f->valuedouble : dflt;
+}
+
+static void peer_parse(struct etcd_peer *p, const char *value, size_t len)
+{
+  cJSON *j = value ? cJSON_ParseWithLength(value, len) : NULL;
+  const cJSON *f;
+
+  memset(&p->node, 0, sizeof p->node);
+  snprintf(p->node.id, sizeof p->node.id, "%s", p->id);
+  f = cJSON_GetObjectItemCaseSensitive(j, "host");
+  snprintf(p->node.host, sizeof p->node.host, "%s",
+           cJSON_IsString(f) ? f->valuestring : "");
+  f = cJSON_GetObjectItemCaseSensitive(j, "addr");
+  snprintf(p->node.addr, sizeof p->node.addr, "%s",
+           cJSON_IsString(f) ? f->valuestring : "");
+  p->node.pid = (int64_t)jnum(j, "pid", 0);
+  p->node.nproc = (int)jnum(j, "nproc", 0);
+  p->node.port = (int)jnum(j, "port", 0);
+  p->conf.min_nodes = (int)jnum(j, "min_nodes", 0);
+  p->conf.max_nodes = (int)jnum(j, "max_nodes", 0);
+  p->conf.max_restarts = (int)jnum(j, "max_restarts", 0);
+  p->conf.last_call_timeout = jnum(j, "last_call_timeout", 0);
+  p->join = (int)jnum(j, "join", -1);
+  p->exit = (int)jnum(j, "exit", -1);
+  p->leave = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "leave"));
+  /* An agent of another version, or a bad value: no requests from it. */
+  if (p->node.nproc < 1 || p->conf.min_nodes < 1)
+    p->join = -1;
+  cJSON_Delete(j);
+}
+
+void etcd_alive_put(struct etcd_alive_set *a, const char *id, int64_t create,
+                    const char *value, size_t len)
+{
+  struct etcd_peer *g;
+  int i = etcd_alive_find(a, id), k;
+
+  if (i < 0) {
+    if (a->n == a->cap) {
+      int cap = a->cap ? a->cap * 2 : 16;
+
+      g = realloc(a->peer, (size_t)cap * sizeof *g);
+      if (!g)
+        return;
+      a->peer = g;
+      a->cap = cap;
+    }
+    /* Creation order: requests are applied in it. */
+    for (i = a->n; i > 0 && a->peer[i - 1].create_rev > create; i--)
+      ;
+    for (k = a->n; k > i; k--)
+      a->peer[k] = a->peer[k - 1];
+    a->n++;
+    memset(&a->peer[i], 0, sizeof a->peer[i]);
+    snprintf(a->peer[i].id, sizeof a->peer[i].id, "%s", id);
+    a->peer[i].create_rev = create;
+  }
+  peer_parse(&a->peer[i], value, len);
+}
+
+void etcd_alive_del(struct etcd_alive_set *a, const char *id)
+{
+  int i = etcd_alive_find(a, id);
+
+  if (i < 0)
+    return;
+  for (; i + 1 < a->n; i++)
+    a->peer[i] = a->peer[i + 1];
+  a->n--;
+}
+
+void etcd_alive_clear(struct etcd_alive_set *a)
+{
+  a->n = 0;
+}
+
+void etcd_alive_free(struct etcd_alive_set *a)
+{
+  free(a->peer);
+  a->peer = NULL;
+  a->n = a->cap = 0;
+}
+
+char *etcd_alive_value(const struct etcd_peer *p)
+{
+  cJSON *v = cJSON_CreateObject();
+  char *out;
+
+  if (!v)
+    return NULL;
+  cJSON_AddStringToObject(v, "host", p->node.host);
+  cJSON_AddStringToObject(v, "addr", p->node.addr);
+  cJSON_AddNumberToObject(v, "pid", (double)p->node.pid);
+  cJSON_AddNumberToObject(v, "nproc", p->node.nproc);
+  cJSON_AddNumberToObject(v, "port", p->node.port);
+  cJSON_AddNumberToObject(v, "min_nodes", p->conf.min_nodes);
+  cJSON_AddNumberToObject(v, "max_nodes", p->conf.max_nodes);
+  cJSON_AddNumberToObject(v, "max_restarts", p->conf.max_restarts);
+  cJSON_AddNumberToObject(v, "last_call_timeout", p->conf.last_call_timeout);
+  cJSON_AddNumberToObject(v, "join", p->join);
+  cJSON_AddNumberToObject(v, "exit", p->exit);
+  if (p->leave)
+    cJSON_AddTrueToObject(v, "leave");
+  out = cJSON_PrintUnformatted(v);
+  cJSON_Delete(v);
+  return out;
 }

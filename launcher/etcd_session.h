@@ -4,6 +4,10 @@
  * the lease lives the others count the agent in; when it expires (or is
  * revoked) etcd deletes the alive key and they count it as lost.
  *
+ * The alive set is what every agent's alive key says, as the watch shows
+ * it: who the agent is and what it asks for (Note [requests in alive
+ * keys]); etcd_alive_value writes our own, the set reads them all.
+ *
  * Async rule: every call returns at once; what etcd answers comes back
  * through the callbacks, on the loop, never from inside the call.  The
  * caller owns the session (embedded in its own struct) and the etcd
@@ -12,6 +16,8 @@
 #define CDRUN_ETCD_SESSION_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include <uv.h>
 
@@ -101,5 +107,49 @@ void etcd_session_stop(struct etcd_session *s);
 /* Stops and closes the timer; closed runs once it is.  The client may be
  * closed already (no call is made). */
 void etcd_session_close(struct etcd_session *s);
+
+/* ---- the alive set -------------------------------------------------------- */
+
+/* Note [requests in alive keys]: an agent's alive key also says what it
+ * wants: join (from round R on), enter the exit barrier of round R, leave.
+ * Whoever writes the state next applies every request it can see, not only
+ * its own, so N agents that join, pass the exit barrier or leave together
+ * need about N transactions, not N^2/2 (each one that loses the
+ * compare-and-swap finds its request already applied).  The requests are
+ * the same idempotent transitions as the agent's own, so applying one
+ * twice, or late, is harmless; the agent still applies its own. */
+struct etcd_peer {
+  char id[ETCD_RDZV_ID_MAX + 1];  /* its lease id: the alive key's name */
+  int64_t create_rev;
+  struct etcd_rdzv_node node;     /* host, addr, pid, nproc, port */
+  struct etcd_rdzv_conf conf;
+  int join;                       /* -1: not joining */
+  int exit;                       /* -1: not in the exit barrier */
+  bool leave;
+};
+
+/* The agents with an alive key, in creation order (the order their
+ * requests are applied in).  Zeroed: empty. */
+struct etcd_alive_set {
+  struct etcd_peer *peer;
+  int n, cap;
+};
+
+/* The index of id's entry, or -1. */
+int etcd_alive_find(const struct etcd_alive_set *a, const char *id);
+/* id's alive key, created at revision create, now says value[0..len)
+ * (NULL: nothing readable; then it asks for nothing).  Out of memory, a
+ * new entry is dropped. */
+void etcd_alive_put(struct etcd_alive_set *a, const char *id, int64_t create,
+                    const char *value, size_t len);
+/* id's alive key is gone. */
+void etcd_alive_del(struct etcd_alive_set *a, const char *id);
+/* Empties the set (a new snapshot follows); etcd_alive_free frees it. */
+void etcd_alive_clear(struct etcd_alive_set *a);
+void etcd_alive_free(struct etcd_alive_set *a);
+/* The alive key's value for p (its node's host, addr, pid, nproc and
+ * port, its conf, join, exit, leave), JSON to free(); NULL when out of
+ * memory. */
+char *etcd_alive_value(const struct etcd_peer *p);
 
 #endif

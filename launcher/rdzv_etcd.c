@@ -75,9 +75,7 @@ struct rdzv_etcd {
   struct etcd_rdzv_state st;
   int64_t st_mod;                 /* mod_revision of st; 0: absent */
   int64_t view_rev;               /* the watch delivered up to here */
-  struct peer *alive;             /* agents with an alive key, in creation
-                                     order */
-  int n_alive, cap_alive;
+  struct etcd_alive_set alive;    /* agents with an alive key */
   bool publish_inflight;          /* our alive key being rewritten */
   bool publish_dirty;             /* ... and it must be again */
   char *published;                /* the value last put there (or NULL) */
@@ -170,117 +168,6 @@ static void lease_lost(void *ctx)
           "count it as lost", e->id, e->session.ttl);
 }
 
-/* ---- the alive set --------------------------------------------------- */
-
-/* Note [requests in alive keys]: an agent's alive key also says what it
- * wants: join (from round R on), enter the exit barrier of round R, leave.
- * Whoever writes the state next applies every request it can see, not only
- * its own, so N agents that join, pass the exit barrier or leave together
- * need about N transactions, not N^2/2 (each one that loses the
- * compare-and-swap finds its request already applied).  The requests are
- * the same idempotent transitions as the agent's own, so applying one
- * twice, or late, is harmless; the agent still applies its own. */
-struct peer {
-  char id[ETCD_RDZV_ID_MAX + 1];
-  int64_t create_rev;
-  struct etcd_rdzv_node node;
-  struct etcd_rdzv_conf conf;
-  int join;                       /* -1: not joining */
-  int exit;                       /* -1: not in the exit barrier */
-  bool leave;
-};
-
-static int alive_find(const struct rdzv_etcd *e, const char *id)
-{
-  int i;
-
-  for (i = 0; i < e->n_alive; i++)
-    if (strcmp(e->alive[i].id, id) == 0)
-      return i;
-  return -1;
-}
-
-static double jnum(const cJSON *o, const char *k, double dflt)
-{
-  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, k);
-
-  return cJSON_IsNumber(f) ? f->valuedouble : dflt;
-}
-
-static void peer_parse(struct peer *p, const char *value, size_t len)
-{
-  cJSON *j = value ? cJSON_ParseWithLength(value, len) : NULL;
-  const cJSON *f;
-
-  memset(&p->node, 0, sizeof p->node);
-  snprintf(p->node.id, sizeof p->node.id, "%s", p->id);
-  f = cJSON_GetObjectItemCaseSensitive(j, "host");
-  snprintf(p->node.host, sizeof p->node.host, "%s",
-           cJSON_IsString(f) ? f->valuestring : "");
-  f = cJSON_GetObjectItemCaseSensitive(j, "addr");
-  snprintf(p->node.addr, sizeof p->node.addr, "%s",
-           cJSON_IsString(f) ? f->valuestring : "");
-  p->node.pid = (int64_t)jnum(j, "pid", 0);
-  p->node.nproc = (int)jnum(j, "nproc", 0);
-  p->node.port = (int)jnum(j, "port", 0);
-  p->conf.min_nodes = (int)jnum(j, "min_nodes", 0);
-  p->conf.max_nodes = (int)jnum(j, "max_nodes", 0);
-  p->conf.max_restarts = (int)jnum(j, "max_restarts", 0);
-  p->conf.last_call_timeout = jnum(j, "last_call_timeout", 0);
-  p->join = (int)jnum(j, "join", -1);
-  p->exit = (int)jnum(j, "exit", -1);
-  p->leave = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "leave"));
-  /* An agent of another version, or a bad value: no requests from it. */
-  if (p->node.nproc < 1 || p->conf.min_nodes < 1)
-    p->join = -1;
-  cJSON_Delete(j);
-}
-
-static void alive_put(struct rdzv_etcd *e, const char *id, int64_t create,
-                      const char *value, size_t len)
-{
-  struct peer *g;
-  int i = alive_find(e, id), k;
-
-  if (i < 0) {
-    if (e->n_alive == e->cap_alive) {
-      int cap = e->cap_alive ? e->cap_alive * 2 : 16;
-
-      g = realloc(e->alive, (size_t)cap * sizeof *g);
-      if (!g)
-        return;
-      e->alive = g;
-      e->cap_alive = cap;
-    }
-    /* Creation order: requests are applied in it. */
-    for (i = e->n_alive; i > 0 && e->alive[i - 1].create_rev > create; i--)
-      ;
-    for (k = e->n_alive; k > i; k--)
-      e->alive[k] = e->alive[k - 1];
-    e->n_alive++;
-    memset(&e->alive[i], 0, sizeof e->alive[i]);
-    snprintf(e->alive[i].id, sizeof e->alive[i].id, "%s", id);
-    e->alive[i].create_rev = create;
-  }
-  peer_parse(&e->alive[i], value, len);
-}
-
-static void alive_del(struct rdzv_etcd *e, const char *id)
-{
-  int i = alive_find(e, id);
-
-  if (i < 0)
-    return;
-  for (; i + 1 < e->n_alive; i++)
-    e->alive[i] = e->alive[i + 1];
-  e->n_alive--;
-}
-
-static void alive_clear(struct rdzv_etcd *e)
-{
-  e->n_alive = 0;
-}
-
 /* ---- what etcd says ------------------------------------------------------- */
 
 /* A newer version of the state (mod 0 with value NULL: deleted). */
@@ -328,12 +215,13 @@ static void take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
     const char *id = key + plen;
 
     if (deleted) {
-      alive_del(e, id);
+      etcd_alive_del(&e->alive, id);
       if (strcmp(id, e->session.id) == 0 && !e->destroyed)
         lease_lost(e);
     } else {
       val = etcd_get_b64(kv, "value", &vlen);
-      alive_put(e, id, etcd_i64(kv, "create_revision"), val, vlen);
+      etcd_alive_put(&e->alive, id, etcd_i64(kv, "create_revision"), val,
+                     vlen);
       free(val);
     }
   }
@@ -457,7 +345,7 @@ static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
   }
   etcd_rdzv_state_free(&e->st);
   e->st_mod = 0;
-  alive_clear(e);
+  etcd_alive_clear(&e->alive);
   cJSON_ArrayForEach(kv, kvs)
     take_kv(e, kv, false);
   e->view_rev = etcd_i64(cJSON_GetObjectItemCaseSensitive(r, "header"),
@@ -498,33 +386,26 @@ static void start_sync(struct rdzv_etcd *e)
  * in alive keys]). */
 static char *alive_value(const struct rdzv_etcd *e)
 {
-  cJSON *v = cJSON_CreateObject();
-  char *out;
+  struct etcd_peer me;
 
-  if (!v)
-    return NULL;
-  cJSON_AddStringToObject(v, "host", e->myhost);
-  cJSON_AddStringToObject(v, "addr", e->local_addr);
-  cJSON_AddNumberToObject(v, "pid", (double)getpid());
-  cJSON_AddNumberToObject(v, "nproc", e->o.nproc);
-  cJSON_AddNumberToObject(v, "port", e->o.master_port);
-  cJSON_AddNumberToObject(v, "min_nodes", e->o.conf.min_nodes);
-  cJSON_AddNumberToObject(v, "max_nodes", e->o.conf.max_nodes);
-  cJSON_AddNumberToObject(v, "max_restarts", e->o.conf.max_restarts);
-  cJSON_AddNumberToObject(v, "last_call_timeout",
-                          e->o.conf.last_call_timeout);
-  cJSON_AddNumberToObject(v, "join", e->want_join && !e->want_leave
-                                         ? e->join_round : -1);
-  cJSON_AddNumberToObject(v, "exit", e->want_leave ? -1 : e->barrier_round);
+  memset(&me, 0, sizeof me);
+  snprintf(me.node.host, sizeof me.node.host, "%s", e->myhost);
+  snprintf(me.node.addr, sizeof me.node.addr, "%s", e->local_addr);
+  me.node.pid = getpid();
+  me.node.nproc = e->o.nproc;
+  me.node.port = e->o.master_port;
+  me.conf.min_nodes = e->o.conf.min_nodes;
+  me.conf.max_nodes = e->o.conf.max_nodes;
+  me.conf.max_restarts = e->o.conf.max_restarts;
+  me.conf.last_call_timeout = e->o.conf.last_call_timeout;
+  me.join = e->want_join && !e->want_leave ? e->join_round : -1;
+  me.exit = e->want_leave ? -1 : e->barrier_round;
   /* Not before our failure report is in the state: another agent that
    * applied the leave first would start a round for a node that "left"
    * and the report, then a no-op, would be lost (a final failure would
    * not close the job; the others would wait for this node). */
-  if (e->want_leave && !e->want_failure)
-    cJSON_AddTrueToObject(v, "leave");
-  out = cJSON_PrintUnformatted(v);
-  cJSON_Delete(v);
-  return out;
+  me.leave = e->want_leave && !e->want_failure;
+  return etcd_alive_value(&me);
 }
 
 static void publish_done(void *ctx, int err, const cJSON *r, const char *msg)
@@ -818,9 +699,10 @@ static void observe(struct rdzv_etcd *e)
 
 static void txn_done(void *ctx, int err, const cJSON *r, const char *msg);
 
-/* The other agents' requests (Note [requests in alive keys]), in the
- * order their alive keys were created.  A request the state cannot take
- * (a config mismatch, a closed job) is left for its agent to find. */
+/* The other agents' requests (Note [requests in alive keys] in
+ * etcd_session.h), in the order their alive keys were created.  A request
+ * the state cannot take (a config mismatch, a closed job) is left for its
+ * agent to find. */
 static int apply_requests(struct rdzv_etcd *e, struct etcd_rdzv_state *s)
 {
   char err[RDZV_PROTO_MAX_TEXT + 1];
@@ -828,8 +710,8 @@ static int apply_requests(struct rdzv_etcd *e, struct etcd_rdzv_state *s)
 
   if (e->view_rev < e->st_mod)
     return 0;     /* requests seen may be older than the state */
-  for (i = 0; i < e->n_alive; i++) {
-    const struct peer *p = &e->alive[i];
+  for (i = 0; i < e->alive.n; i++) {
+    const struct etcd_peer *p = &e->alive.peer[i];
 
     if (strcmp(p->id, e->session.id) == 0)
       continue;
@@ -863,7 +745,7 @@ static int transform(struct rdzv_etcd *e, struct etcd_rdzv_state *s, char *err,
   if (s->exists && e->view_rev >= e->st_mod) {
     for (i = 0; i < s->n;) {
       if (strcmp(s->nodes[i].id, e->session.id) != 0 &&
-          alive_find(e, s->nodes[i].id) < 0 &&
+          etcd_alive_find(&e->alive, s->nodes[i].id) < 0 &&
           etcd_rdzv_state_remove(s, s->nodes[i].id, "lost")) {
         changed = 1;
         continue;
@@ -1253,7 +1135,7 @@ static void defer_fire(uv_timer_t *t)
  * call, a close) goes at once. */
 static bool is_helper(const struct rdzv_etcd *e)
 {
-  return e->n_alive == 0 || strcmp(e->alive[0].id, e->session.id) == 0;
+  return e->alive.n == 0 || strcmp(e->alive.peer[0].id, e->session.id) == 0;
 }
 
 /* At least DEFER_MS, or four of this agent's transaction round trips
@@ -1301,7 +1183,7 @@ static bool others_still_alive(const struct rdzv_etcd *e)
     return false;
   for (i = 0; i < e->st.n; i++)
     if (strcmp(e->st.nodes[i].id, e->session.id) != 0 &&
-        alive_find(e, e->st.nodes[i].id) >= 0)
+        etcd_alive_find(&e->alive, e->st.nodes[i].id) >= 0)
       return true;
   return false;
 }
@@ -1509,8 +1391,8 @@ static void one_closed(void *ctx)
     return;
   etcd_rdzv_state_free(&e->st);
   etcd_rdzv_state_free(&e->txn_state);
-  alive_clear(e);
-  free(e->alive);
+  etcd_alive_clear(&e->alive);
+  etcd_alive_free(&e->alive);
   free(e->published);
   free(e->user);
   if (e->password) {
