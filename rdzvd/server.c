@@ -892,7 +892,7 @@ static ssize_t consume(struct conn *c, const char *data, size_t len)
       return -1;
     }
     /* The frame limit depends on how far the connection got: tiny before
-     * the handshake, small until it joined (Note [bounded resources]). */
+     * the handshake, small until it joined (Note [budgets]). */
     joined = c->joined;
     auth = c->auth.state;
     authed = conn_known(c);
