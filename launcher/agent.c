@@ -843,6 +843,8 @@ static void heartbeat_check(uv_timer_t *t)
                    (uint64_t)((next - now) * 1000.0) + 1, 0);
 }
 
+/* ---- the loop: its handles, its end, agent_run ------------------------- */
+
 static void close_cb_noop(uv_handle_t *h)
 {
   (void)h;

@@ -1,6 +1,8 @@
-/* agent_internal.h -- the agent's own structs, shared by agent.c (the
- * worker group's life in restart mode) and live_agent.c (live recovery),
- * and the few calls of agent.c that live_agent.c makes.  Nothing else
+/* agent_internal.h -- the agent's own structs (struct agent, struct
+ * worker) and the calls that cross between the files that make up the
+ * agent: agent.c (the worker group's life: rendezvous, restarts, signals,
+ * the loop), agent_spawn.c (starting workers) and live_agent.c (live
+ * recovery).  Each declaration below says whose it is.  Nothing else
  * includes it: agent.h is the agent's interface. */
 #ifndef CDRUN_AGENT_INTERNAL_H
 #define CDRUN_AGENT_INTERNAL_H
@@ -112,6 +114,8 @@ struct agent {
   int owed_rank, owed_code;
 };
 
+/* ---- agent.c ------------------------------------------------------------- */
+
 /* Starts tearing the group down: sig to every running worker's process
  * group, SIGKILL after the grace period.  sig 0 sends nothing (every
  * worker already exited). */
@@ -122,9 +126,21 @@ void agent_begin_stop(struct agent *a, enum stop_reason why, int sig);
 void agent_event(struct agent *a, const char *name, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 
-/* agent_spawn.c: starts the round's workers (as: the assignment, in
- * a->assign already); false when one could not start (the group is
- * stopping then, agent_start_failed). */
+/* For agent_spawn.c: the wall clock (epoch seconds); worker w's failure
+ * (pid, code: > 0 status, -signum; message replaces its error file); w
+ * running, findable by pid; whether the group has stopped (what a closed
+ * tee stream may complete). */
+double agent_now_epoch(void);
+void agent_record_failure(struct agent *a, struct worker *w, pid_t pid,
+                          int code, const char *message);
+void agent_pid_insert(struct agent *a, struct worker *w);
+void agent_check_stopped(struct agent *a);
+
+/* ---- agent_spawn.c ------------------------------------------------------- */
+
+/* Starts the round's workers (as: the assignment, in a->assign
+ * already); false when one could not start (the group is stopping then,
+ * agent_start_failed). */
 bool agent_start_workers(struct agent *a, const struct rdzv_assignment *as);
 
 /* Starts worker w alone in the current round (a live replacement): its
@@ -137,15 +153,5 @@ void agent_spawn_worker(struct agent *a, struct worker *w);
  * not be executable next time either). */
 void agent_start_failed(struct agent *a, struct worker *w, int err,
                         pid_t pid);
-
-/* agent.c's, for agent_spawn.c: the wall clock (epoch seconds); worker
- * w's failure (pid, code: > 0 status, -signum; message replaces its error
- * file); w running, findable by pid; whether the group has stopped (what
- * a closed tee stream may complete). */
-double agent_now_epoch(void);
-void agent_record_failure(struct agent *a, struct worker *w, pid_t pid,
-                          int code, const char *message);
-void agent_pid_insert(struct agent *a, struct worker *w);
-void agent_check_stopped(struct agent *a);
 
 #endif
