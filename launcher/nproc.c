@@ -31,9 +31,9 @@ int nproc_cuda_devices(char *err, size_t errlen)
   cu_init = (cu_init_fn)dlsym(lib, "cuInit");
   cu_count = (cu_device_get_count_fn)dlsym(lib, "cuDeviceGetCount");
   if (!cu_init || !cu_count) {
-    snprintf(err, errlen, "libcuda.so.1 lacks cuInit/cuDeviceGetCount");
     dlclose(lib);
-    return -ENODEV;
+    return err_set(err, errlen, -ENODEV,
+                   "libcuda.so.1 lacks cuInit/cuDeviceGetCount");
   }
   rc = cu_init(0);
   if (rc == 0)
@@ -67,16 +67,14 @@ int nproc_resolve(const char *spec, char *err, size_t errlen)
       n = sysconf(_SC_NPROCESSORS_ONLN);
       return n > 0 ? (int)n : 1;
     }
-    snprintf(err, errlen,
-             "--nproc_per_node=gpu: no CUDA device found (%s)",
-             gpus == 0 ? "the driver reports 0 devices" : why);
-    return -ENODEV;
+    return err_set(err, errlen, -ENODEV,
+                   "--nproc_per_node=gpu: no CUDA device found (%s)",
+                   gpus == 0 ? "the driver reports 0 devices" : why);
   }
   if (num_parse_long(spec, 1, NUM_NPROC_MAX, &n)) {
-    snprintf(err, errlen,
-             "--nproc_per_node: invalid value '%s' (expected an integer "
-             "1..%d, cpu, gpu or auto)", spec, NUM_NPROC_MAX);
-    return -EINVAL;
+    return err_set(err, errlen, -EINVAL,
+                   "--nproc_per_node: invalid value '%s' (expected an "
+                   "integer 1..%d, cpu, gpu or auto)", spec, NUM_NPROC_MAX);
   }
   return (int)n;
 }

@@ -50,34 +50,35 @@ int rdzv_auth_secret_load_flags(const char *path, int flags,
                    "secret file %s: %s", path, strerror(errno));
   }
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    snprintf(err, errlen, "secret file %s: not a regular file", path);
     close(fd);
-    return -EINVAL;
+    return err_set(err, errlen, -EINVAL, "secret file %s: not a regular "
+                   "file", path);
   }
   /* As ssh refuses a private key others can read. */
   if (st.st_mode & 077) {
-    snprintf(err, errlen, "secret file %s: permissions %04o are too open: "
-             "it must not be accessible by group or others (chmod 600 %s)",
-             path, (unsigned)(st.st_mode & 07777), path);
     close(fd);
-    return -EPERM;
+    return err_set(err, errlen, -EPERM, "secret file %s: permissions %04o "
+                   "are too open: it must not be accessible by group or "
+                   "others (chmod 600 %s)", path,
+                   (unsigned)(st.st_mode & 07777), path);
   }
   if (st.st_uid != geteuid() && st.st_uid != 0) {
-    snprintf(err, errlen, "secret file %s: owned by uid %u, not by this "
-             "user (uid %u) or root", path, (unsigned)st.st_uid,
-             (unsigned)geteuid());
     close(fd);
-    return -EPERM;
+    return err_set(err, errlen, -EPERM, "secret file %s: owned by uid %u, "
+                   "not by this user (uid %u) or root", path,
+                   (unsigned)st.st_uid, (unsigned)geteuid());
   }
   while (len < sizeof buf) {
     n = read(fd, buf + len, sizeof buf - len);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
-      snprintf(err, errlen, "secret file %s: %s", path, strerror(errno));
+      int rc = err_set(err, errlen, -EIO, "secret file %s: %s", path,
+                       strerror(errno));
+
       explicit_bzero(buf, sizeof buf);
       close(fd);
-      return -EIO;
+      return rc;
     }
     if (n == 0)
       break;
@@ -91,14 +92,14 @@ int rdzv_auth_secret_load_flags(const char *path, int flags,
       len--;
   }
   if (len > RDZV_AUTH_MAX_SECRET || len < RDZV_AUTH_MIN_SECRET) {
-    snprintf(err, errlen, "secret file %s: %s (a secret has %d..%d bytes; "
-             "for example: openssl rand -hex 32 > %s)", path,
-             len > RDZV_AUTH_MAX_SECRET ? "too long"
-             : len == 0          ? "empty"
-                                 : "too short",
-             RDZV_AUTH_MIN_SECRET, RDZV_AUTH_MAX_SECRET, path);
     explicit_bzero(buf, sizeof buf);
-    return -EINVAL;
+    return err_set(err, errlen, -EINVAL, "secret file %s: %s (a secret has "
+                   "%d..%d bytes; for example: openssl rand -hex 32 > %s)",
+                   path,
+                   len > RDZV_AUTH_MAX_SECRET ? "too long"
+                   : len == 0          ? "empty"
+                                       : "too short",
+                   RDZV_AUTH_MIN_SECRET, RDZV_AUTH_MAX_SECRET, path);
   }
   memcpy(out->key, buf, len);
   out->len = len;
@@ -267,15 +268,14 @@ int rdzv_auth_client_step(struct rdzv_auth_client *st,
                           size_t errlen)
 {
   if (m->op == RDZV_PROTO_ERROR) {
-    snprintf(err, errlen, RDZV_AUTH_REFUSED ": the server says: %s%s%s",
-             m->u.text.message[0] ? m->u.text.message : "(no reason)",
-             m->u.text.code == RDZV_PROTO_ERR_AUTH ? "" : " (",
-             m->u.text.code == RDZV_PROTO_ERR_AUTH
-                 ? ""
-                 : rdzv_proto_error_name(m->u.text.code));
-    if (m->u.text.code != RDZV_PROTO_ERR_AUTH)
-      snprintf(err + strlen(err), errlen - strlen(err), ")");
-    return -EACCES;
+    bool plain = m->u.text.code == RDZV_PROTO_ERR_AUTH;
+
+    return err_set(err, errlen, -EACCES,
+                   RDZV_AUTH_REFUSED ": the server says: %s%s%s%s",
+                   m->u.text.message[0] ? m->u.text.message : "(no reason)",
+                   plain ? "" : " (",
+                   plain ? "" : rdzv_proto_error_name(m->u.text.code),
+                   plain ? "" : ")");
   }
   if (st->state == RDZV_AUTH_C_CHALLENGE && m->op == RDZV_PROTO_CHALLENGE) {
     /* Our own nonce coming back is a reflection attempt. */

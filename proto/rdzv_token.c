@@ -108,13 +108,13 @@ int rdzv_token_key_file(const char *path, struct rdzv_auth_secret *out,
     text[sizeof text - 1] = '\n';
     if (rc || write(fd, text, sizeof text) != (ssize_t)sizeof text ||
         fsync(fd) != 0) {
-      snprintf(err, errlen, "token key file %s: cannot write it: %s", path,
-               rc ? "no random bytes" : strerror(errno));
+      rc = err_set(err, errlen, -EIO, "token key file %s: cannot write it: "
+                   "%s", path, rc ? "no random bytes" : strerror(errno));
       close(fd);
       unlink(path);
       explicit_bzero(text, sizeof text);
       explicit_bzero(raw, sizeof raw);
-      return -EIO;
+      return rc;
     }
     close(fd);
     explicit_bzero(text, sizeof text);
