@@ -328,9 +328,16 @@ HDR_proto    := $(wildcard proto/*.h)
 HDR_rdzvd    := $(wildcard rdzvd/*.h)
 HDR_launcher := $(wildcard launcher/*.h)
 HDR_libpg    := $(wildcard libpg/include/*.h libpg/*.h libpg/cpu/*.h)
+# The NCCL backend's headers need CUDA's and NCCL's (PG_NCCL_CFLAGS): they
+# are checked wherever that backend is built (the fake's CI included).
+ifeq ($(WITH_NCCL),1)
+HDR_nccl     := $(wildcard libpg/nccl/*.h)
+HDR_libpg    += $(HDR_nccl)
+endif
 HDR_OK := $(foreach l,$(LAYERS) libpg,$(HDR_$(l):%=$(OUT)/hdr/%.ok))
 $(foreach l,$(LAYERS) libpg,$(eval \
   $$(HDR_$(l):%=$$(OUT)/hdr/%.ok): HDR_INC := $$(INC_$(l))))
+$(HDR_nccl:%=$(OUT)/hdr/%.ok): HDR_INC := $(INC_libpg) $(PG_NCCL_CFLAGS)
 $(OUT)/hdr/%.ok: %
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(HDR_INC) $(CFLAGS) -fsyntax-only -MMD -MP \
