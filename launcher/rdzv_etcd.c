@@ -7,7 +7,8 @@
  *
  * The agent keeps what it wants (join, report a failure, enter the exit
  * barrier, complete a round whose last call ran out, remove dead nodes,
- * leave) as intents.  step() applies every intent to the newest state it
+ * leave) as intents.  step() (rdzv_etcd_step.c; rdzv_etcd_internal.h
+ * says what crosses) applies every intent to the newest state it
  * knows and, when that changes the state, writes it with one transaction
  * that compares the state's mod_revision (and that this agent's alive key
  * still exists); on a conflict the transaction's failure branch returns the
@@ -29,118 +30,19 @@
 #include "etcd_client.h"
 #include "etcd_rdzv_state.h"
 #include "etcd_session.h"
+#include "rdzv_etcd_internal.h"
 #include "monotime.h"
 #include "say.h"
 
-#define RETRY_MS 500
 #define LEAVE_GUARD_MS 5000
 #define PROGRESS_EVERY_S 10.0
-#define CATCHUP_MS 1000
-#define DEFER_MS 300
 
-enum boot { B_IDLE, B_GRANT, B_ALIVE, B_SYNC, B_READY };
 
-struct rdzv_etcd {
-  struct rdzv base;               /* first: a struct rdzv * is one */
-  struct rdzv_etcd_opts o;
-  char endpoints[1024];
-  char id[RDZV_PROTO_MAX_ID + 1];
-  char local_addr[RDZV_PROTO_MAX_ADDR + 1];
-  char myhost[RDZV_PROTO_MAX_ADDR + 1];
-  char *user, *password, *cacert, *cert, *key;
-
-  char prefix[RDZV_PROTO_MAX_ID + 256];   /* <prefix><id>/ */
-  char state_key[RDZV_PROTO_MAX_ID + 300];
-  char alive_prefix[RDZV_PROTO_MAX_ID + 300];
-
-  struct etcd_client *ec;
-  struct etcd_watch *watch;
-  enum boot boot;
-  bool call_inflight;             /* one boot call or transaction */
-  struct etcd_rdzv_state txn_state;      /* what the transaction in flight writes */
-  bool txn_clear_failure;         /* ... and the intents it carries */
-  bool txn_clear_barrier;
-  struct etcd_session session;    /* lease, keepalives, alive key */
-  char end_lease[32];             /* Note [the ended job's marker]; "0":
-                                     none could be had */
-  bool end_lease_used;            /* ... and the state is stored under it */
-  char job_lease[24];             /* Note [the job's lease]: granted here */
-  char dead_lease[24];            /* a job lease etcd no longer has */
-  bool emptied;                   /* our write removed the last node */
-  char emptied_lease[24];         /* ... from a state under this lease */
-  int revokes;                    /* revocations in flight at the end */
-  char last_error[512];
-
-  /* What this agent knows. */
-  struct etcd_rdzv_state st;
-  int64_t st_mod;                 /* mod_revision of st; 0: absent */
-  int64_t view_rev;               /* the watch delivered up to here */
-  struct etcd_alive_set alive;    /* agents with an alive key */
-  bool publish_inflight;          /* our alive key being rewritten */
-  bool publish_dirty;             /* ... and it must be again */
-  char *published;                /* the value last put there (or NULL) */
-  int join_round;                 /* the round our join asks for */
-  bool was_member;
-
-  /* Intents. */
-  bool want_join;
-  bool want_failure;
-  int failure_round;
-  bool failure_final;
-  char failure_msg[RDZV_PROTO_MAX_TEXT + 1];
-  struct rdzv_proto_cause
-      failure_cause;              /* Note [root cause]; exited_at 0: none */
-  int close_wait_round;           /* the wait of this closing round ran
-                                     out here; -1: none */
-  int cw_armed_round;             /* local close-wait timer, -1: none */
-  int barrier_round;              /* -1: not waiting in the barrier */
-  bool barrier_written;
-  int last_call_round;            /* the last call of this round ran out */
-  bool want_leave;
-
-  /* What the agent was told. */
-  int delivered_round;            /* -1: none */
-  int restart_told_round;
-  int last_present;
-  double last_progress;
-  int lc_armed_round;             /* local last-call timer, -1: none */
-  double join_started;
-
-  uv_timer_t kick;                /* step() outside any callback */
-  uv_timer_t retry;
-  uv_timer_t last_call;
-  uv_timer_t close_wait;          /* Note [root cause]: a closing round */
-  uv_timer_t join_deadline;
-  uv_timer_t leave_guard;
-  uv_timer_t catchup;             /* Note [writing from the watch's view] */
-  bool catchup_expired;
-  uv_timer_t defer;               /* Note [one helper] */
-  double txn_sent, txn_rtt;       /* a transaction's round trip, smoothed */
-  bool defer_expired;
-  int open_handles;
-  bool failed;
-  bool destroyed;
-  bool closing;
-};
-
-static void kick_cb(uv_timer_t *t);
-static void retry_cb(uv_timer_t *t);
-static void leave_finish(struct rdzv_etcd *e);
-
-/* step() soon, from the loop: never from inside the call that caused it. */
-static void kick(struct rdzv_etcd *e)
-{
-  if (!e->closing)
-    uv_timer_start(&e->kick, kick_cb, 0, 0);
-}
-
-static void give_up(struct rdzv_etcd *e, int err, const char *fmt, ...)
-  __attribute__((format(printf, 3, 4)));
 
 /* The rendezvous cannot go on: this back end gives up for good (its
  * timers stop) and reports why, once (on_error; err 0: the job finished
  * without this node), as rdzv_client.c's give_up does. */
-static void give_up(struct rdzv_etcd *e, int err, const char *fmt, ...)
+void rdzv_etcd_give_up(struct rdzv_etcd *e, int err, const char *fmt, ...)
 {
   char msg[RDZV_PROTO_MAX_TEXT + 256];
   va_list ap;
@@ -159,13 +61,13 @@ static void give_up(struct rdzv_etcd *e, int err, const char *fmt, ...)
 }
 
 /* This agent's lease is gone: the others count it as lost. */
-static void lease_lost(void *ctx)
+void rdzv_etcd_lease_lost(void *ctx)
 {
   struct rdzv_etcd *e = ctx;
 
-  give_up(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd lease "
-          "expired (no keepalive reached etcd for %d s): the other nodes "
-          "count it as lost", e->id, e->session.ttl);
+  rdzv_etcd_give_up(e, UV_ECONNRESET, "rendezvous '%s': this agent's etcd "
+                    "lease expired (no keepalive reached etcd for %d s): the "
+                    "other nodes count it as lost", e->id, e->session.ttl);
 }
 
 /* ---- what etcd says ------------------------------------------------------- */
@@ -191,7 +93,7 @@ static void take_state(struct rdzv_etcd *e, const char *value, size_t len,
 }
 
 /* One key-value from a range or an event: the state, or an alive key. */
-static void take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
+void rdzv_etcd_take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
 {
   size_t klen = 0, vlen = 0, plen = strlen(e->alive_prefix);
   char *key = etcd_get_b64(kv, "key", &klen), *val;
@@ -217,7 +119,7 @@ static void take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
     if (deleted) {
       etcd_alive_del(&e->alive, id);
       if (strcmp(id, e->session.id) == 0 && !e->destroyed)
-        lease_lost(e);
+        rdzv_etcd_lease_lost(e);
     } else {
       val = etcd_get_b64(kv, "value", &vlen);
       etcd_alive_put(&e->alive, id, etcd_i64(kv, "create_revision"), val,
@@ -238,12 +140,13 @@ static void on_watch(void *ctx, const cJSON *result)
 
   cJSON_ArrayForEach(ev, events) {
     t = cJSON_GetObjectItemCaseSensitive(ev, "type");
-    take_kv(e, cJSON_GetObjectItemCaseSensitive(ev, "kv"),
-            cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0);
+    rdzv_etcd_take_kv(e, cJSON_GetObjectItemCaseSensitive(ev, "kv"),
+                      cJSON_IsString(t) &&
+                      strcmp(t->valuestring, "DELETE") == 0);
   }
   if (rev > e->view_rev)
     e->view_rev = rev;
-  kick(e);
+  rdzv_etcd_kick(e);
 }
 
 static void start_sync(struct rdzv_etcd *e);
@@ -266,23 +169,25 @@ static void boot_failed(struct rdzv_etcd *e, int err, const char *msg)
   e->call_inflight = false;
   snprintf(e->last_error, sizeof e->last_error, "%s", msg);
   if (e->destroyed) {
-    leave_finish(e);
+    rdzv_etcd_leave_finish(e);
     return;
   }
   if (monotime_now() - e->join_started > e->o.conf.join_timeout) {
-    give_up(e, err == -EACCES || err == -EPERM ? UV_EACCES : UV_ECONNREFUSED,
-            "rendezvous '%s': cannot use etcd within the join timeout (%.0f "
-            "s): %s", e->id, e->o.conf.join_timeout, msg);
+    rdzv_etcd_give_up(e, err == -EACCES || err == -EPERM ? UV_EACCES
+                                                         : UV_ECONNREFUSED,
+                      "rendezvous '%s': cannot use etcd within the join "
+                      "timeout (%.0f s): %s", e->id, e->o.conf.join_timeout,
+                      msg);
     return;
   }
   if (err == -EACCES || err == -EPERM || err == -EINVAL) {
-    give_up(e, UV_EACCES, "rendezvous '%s': etcd refused: %s", e->id, msg);
+    rdzv_etcd_give_up(e, UV_EACCES, "rendezvous '%s': etcd refused: %s",
+                      e->id, msg);
     return;
   }
-  uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
+  uv_timer_start(&e->retry, rdzv_etcd_retry_cb, RETRY_MS, 0);
 }
 
-static void boot_next(struct rdzv_etcd *e);
 
 static void grant_done(void *ctx, int err, const char *msg)
 {
@@ -294,14 +199,14 @@ static void grant_done(void *ctx, int err, const char *msg)
   }
   e->call_inflight = false;
   if (e->destroyed) {
-    leave_finish(e);
+    rdzv_etcd_leave_finish(e);
     return;
   }
   if (!e->local_addr[0])
     snprintf(e->local_addr, sizeof e->local_addr, "%s",
              etcd_client_local_ip(e->ec));
   e->boot = B_ALIVE;
-  boot_next(e);
+  rdzv_etcd_boot_next(e);
 }
 
 static void alive_done(void *ctx, int err, const cJSON *r, const char *msg)
@@ -321,11 +226,11 @@ static void alive_done(void *ctx, int err, const cJSON *r, const char *msg)
   }
   e->call_inflight = false;
   if (e->destroyed) {
-    leave_finish(e);
+    rdzv_etcd_leave_finish(e);
     return;
   }
   e->boot = B_SYNC;
-  boot_next(e);
+  rdzv_etcd_boot_next(e);
 }
 
 static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
@@ -340,21 +245,21 @@ static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
   }
   e->call_inflight = false;
   if (e->destroyed) {
-    leave_finish(e);
+    rdzv_etcd_leave_finish(e);
     return;
   }
   etcd_rdzv_state_free(&e->st);
   e->st_mod = 0;
   etcd_alive_clear(&e->alive);
   cJSON_ArrayForEach(kv, kvs)
-    take_kv(e, kv, false);
+    rdzv_etcd_take_kv(e, kv, false);
   e->view_rev = etcd_i64(cJSON_GetObjectItemCaseSensitive(r, "header"),
                          "revision");
   etcd_prefix_end(e->prefix, end);
   e->watch = etcd_watch_start(e->ec, e->prefix, end, e->view_rev + 1,
                               on_watch, on_watch_error, e);
   if (!e->watch) {
-    give_up(e, UV_ENOMEM, "rendezvous '%s': out of memory", e->id);
+    rdzv_etcd_give_up(e, UV_ENOMEM, "rendezvous '%s': out of memory", e->id);
     return;
   }
   e->boot = B_READY;
@@ -362,7 +267,7 @@ static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
   if (e->want_join)
     e->join_round = e->st.exists ? e->st.round : 0;
   e->publish_dirty = true;
-  kick(e);
+  rdzv_etcd_kick(e);
 }
 
 static void start_sync(struct rdzv_etcd *e)
@@ -421,12 +326,12 @@ static void publish_done(void *ctx, int err, const cJSON *r, const char *msg)
     e->published = NULL;
   }
   if (e->publish_dirty)
-    kick(e);
+    rdzv_etcd_kick(e);
 }
 
 /* Rewrites our alive key with what we ask for now (one put at a time);
  * only an optimisation for the others, never needed for progress. */
-static void publish(struct rdzv_etcd *e)
+void rdzv_etcd_publish(struct rdzv_etcd *e)
 {
   char *val;
 
@@ -456,7 +361,7 @@ static void publish(struct rdzv_etcd *e)
   free(val);
 }
 
-static void boot_next(struct rdzv_etcd *e)
+void rdzv_etcd_boot_next(struct rdzv_etcd *e)
 {
   char *val;
   int rc = 0;
@@ -494,7 +399,7 @@ static void boot_next(struct rdzv_etcd *e)
 
 /* ---- observe: the state to callbacks ---------------------------------- */
 
-static void deliver_round(struct rdzv_etcd *e, int me)
+void rdzv_etcd_deliver_round(struct rdzv_etcd *e, int me)
 {
   struct rdzv_assignment a;
   char master_id[sizeof e->st.token_master];
@@ -547,7 +452,7 @@ static void last_call_fire(uv_timer_t *t)
   struct rdzv_etcd *e = t->data;
 
   e->last_call_round = e->lc_armed_round;
-  kick(e);
+  rdzv_etcd_kick(e);
 }
 
 /* While this node waits: progress lines, and the local last-call timer. */
@@ -620,7 +525,7 @@ static void close_wait_fire(uv_timer_t *t)
   struct rdzv_etcd *e = t->data;
 
   e->close_wait_round = e->cw_armed_round;
-  kick(e);
+  rdzv_etcd_kick(e);
 }
 
 /* A closing round waits for the other participants' reports for one
@@ -643,7 +548,7 @@ static void observe_closing(struct rdzv_etcd *e)
   }
 }
 
-static void observe(struct rdzv_etcd *e)
+void rdzv_etcd_observe(struct rdzv_etcd *e)
 {
   const struct etcd_rdzv_state *s = &e->st;
   int me;
@@ -654,26 +559,28 @@ static void observe(struct rdzv_etcd *e)
   if (s->exists && s->phase == ETCD_RDZV_CLOSED && e->was_member) {
     take_cause(e);
     e->base.ended_lost = s->ended_lost;     /* Note [a lost node] */
-    give_up(e, UV_ECANCELED, "the job '%s' was closed: %s", e->id, s->why);
+    rdzv_etcd_give_up(e, UV_ECANCELED, "the job '%s' was closed: %s", e->id,
+                      s->why);
     return;
   }
   me = s->exists ? etcd_rdzv_state_find(s, e->session.id) : -1;
   /* Note [the job's lease]: renewed by every node listed. */
   etcd_session_also(&e->session, me >= 0 ? s->lease : NULL);
   if (s->exists && s->phase == ETCD_RDZV_FINISHED && e->was_member) {
-    give_up(e, 0, "the job '%s' finished: %s", e->id, s->why);
+    rdzv_etcd_give_up(e, 0, "the job '%s' finished: %s", e->id, s->why);
     return;
   }
   if (me < 0) {
     if (e->was_member && e->view_rev >= e->st_mod)
-      give_up(e, UV_ECONNRESET, "rendezvous '%s': the other nodes removed "
-              "this one from the job (its etcd lease expired?)", e->id);
+      rdzv_etcd_give_up(e, UV_ECONNRESET, "rendezvous '%s': the other nodes "
+                        "removed this one from the job (its etcd lease "
+                        "expired?)", e->id);
     return;
   }
   e->was_member = true;
   if (s->phase == ETCD_RDZV_RUNNING && s->nodes[me].st == ETCD_RDZV_PART &&
       e->want_join && s->round != e->delivered_round) {
-    deliver_round(e, me);
+    rdzv_etcd_deliver_round(e, me);
     return;
   }
   if (e->delivered_round >= 0 && s->round > e->restart_told_round &&
@@ -695,590 +602,6 @@ static void observe(struct rdzv_etcd *e)
     observe_gathering(e);
 }
 
-/* ---- step: intents to a transaction -------------------------------------- */
-
-static void txn_done(void *ctx, int err, const cJSON *r, const char *msg);
-
-/* The other agents' requests (Note [requests in alive keys] in
- * etcd_session.h), in the order their alive keys were created.  A request
- * the state cannot take (a config mismatch, a closed job) is left for its
- * agent to find. */
-static int apply_requests(struct rdzv_etcd *e, struct etcd_rdzv_state *s)
-{
-  char err[RDZV_PROTO_MAX_TEXT + 1];
-  int changed = 0, i, k;
-
-  if (e->view_rev < e->st_mod)
-    return 0;     /* requests seen may be older than the state */
-  for (i = 0; i < e->alive.n; i++) {
-    const struct etcd_peer *p = &e->alive.peer[i];
-
-    if (strcmp(p->id, e->session.id) == 0)
-      continue;
-    if (p->leave) {
-      changed |= etcd_rdzv_state_remove(s, p->id, "left");
-      continue;
-    }
-    if (p->exit >= 0)
-      changed |= etcd_rdzv_state_barrier(s, p->id, p->exit);
-    if (p->join >= 0 && p->join >= (s->exists ? s->round : 0)) {
-      k = etcd_rdzv_state_find(s, p->id);
-      if (k < 0 || s->nodes[k].st == ETCD_RDZV_IDLE)
-        changed |= etcd_rdzv_state_join(s, &p->node, &p->conf, err, sizeof err) > 0;
-    }
-  }
-  return changed;
-}
-
-/* Applies every intent to a copy of the state.  Returns 1 to write it, 0
- * when nothing changes, < 0 when a join was refused (err says why). */
-static int transform(struct rdzv_etcd *e, struct etcd_rdzv_state *s, char *err,
-                     size_t errlen, bool *clear_failure, bool *clear_barrier)
-{
-  int changed = 0, rc, i;
-
-  *clear_failure = *clear_barrier = false;
-  if (etcd_rdzv_state_copy(s, &e->st))
-    return -ENOMEM;
-  /* Dead nodes: their alive key is gone in a view at least as new as
-   * the state (a node's alive key is written before it joins). */
-  if (s->exists && e->view_rev >= e->st_mod) {
-    for (i = 0; i < s->n;) {
-      if (strcmp(s->nodes[i].id, e->session.id) != 0 &&
-          etcd_alive_find(&e->alive, s->nodes[i].id) < 0 &&
-          etcd_rdzv_state_remove(s, s->nodes[i].id, "lost")) {
-        changed = 1;
-        continue;
-      }
-      i++;
-    }
-  }
-  if (e->want_failure) {
-    rc = etcd_rdzv_state_failure(s, e->session.id, e->failure_round, e->failure_final,
-                    e->failure_msg, &e->failure_cause);
-    changed |= rc;
-    *clear_failure = true;
-  }
-  if (e->barrier_round >= 0 && !e->barrier_written) {
-    changed |= etcd_rdzv_state_barrier(s, e->session.id, e->barrier_round);
-    *clear_barrier = true;
-  }
-  if (e->want_leave) {
-    changed |= etcd_rdzv_state_remove(s, e->session.id, "left");
-  } else if (e->want_join) {
-    struct etcd_rdzv_node me;
-    struct etcd_rdzv_conf conf;
-
-    memset(&me, 0, sizeof me);
-    snprintf(me.id, sizeof me.id, "%s", e->session.id);
-    snprintf(me.host, sizeof me.host, "%s", e->myhost);
-    snprintf(me.addr, sizeof me.addr, "%s", e->local_addr);
-    me.pid = getpid();
-    me.nproc = e->o.nproc;
-    me.port = e->o.master_port;
-    conf.min_nodes = e->o.conf.min_nodes;
-    conf.max_nodes = e->o.conf.max_nodes;
-    conf.max_restarts = e->o.conf.max_restarts;
-    conf.last_call_timeout = e->o.conf.last_call_timeout;
-    rc = etcd_rdzv_state_join(s, &me, &conf, err, errlen);
-    if (rc < 0)
-      return rc;
-    changed |= rc;
-  }
-  if (e->last_call_round >= 0) {
-    changed |= etcd_rdzv_state_last_call(s, e->last_call_round);
-    e->last_call_round = -1;
-  }
-  if (e->close_wait_round >= 0)     /* kept until the round is closed */
-    changed |= etcd_rdzv_state_close_wait_over(s, e->close_wait_round);
-  changed |= apply_requests(e, s);
-  return changed;
-}
-
-static cJSON *range_op(const char *key)
-{
-  cJSON *op = cJSON_CreateObject();
-  cJSON *rr = cJSON_AddObjectToObject(op, "request_range");
-
-  etcd_add_b64(rr, "key", key, strlen(key));
-  return op;
-}
-
-/* Note [the ended job's marker]: as rdzvd keeps an ended job
- * close_timeout seconds so that a late joiner is told it ended (instead of
- * starting a new job of the same id), the last agent to leave a closed or
- * finished job leaves its state, without nodes, on a lease of its own
- * whose TTL is close_timeout: etcd deletes it then.  The lease is granted
- * just before that write; if it cannot be had, the state is deleted. */
-static bool keeps_marker(const struct rdzv_etcd *e, const struct etcd_rdzv_state *s)
-{
-  return s->exists && s->n == 0 && e->o.conf.close_timeout > 0 &&
-         (s->phase == ETCD_RDZV_CLOSED || s->phase == ETCD_RDZV_FINISHED) &&
-         e->end_lease[0] && strcmp(e->end_lease, "0") != 0;
-}
-
-static void end_grant_done(void *ctx, int err, const cJSON *r,
-                           const char *msg)
-{
-  struct rdzv_etcd *e = ctx;
-  const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "ID");
-
-  (void)msg;
-  e->call_inflight = false;
-  snprintf(e->end_lease, sizeof e->end_lease, "%s",
-           !err && cJSON_IsString(id) ? id->valuestring : "0");
-  kick(e);
-}
-
-/* Asks for the marker's lease when s is an ended job nobody is in.
- * Returns true when the request went out (step() runs again on its
- * answer). */
-static bool grant_end_lease(struct rdzv_etcd *e, const struct etcd_rdzv_state *s,
-                            bool early)
-{
-  cJSON *b;
-  char ttl[32];
-  int rc;
-
-  if (e->end_lease[0] || !s->exists || !(e->o.conf.close_timeout > 0))
-    return false;
-  /* early: the helper of a finished job (Note [leaving a finished
-   * job]), before the others have gone. */
-  if (!early && (s->n != 0 || (s->phase != ETCD_RDZV_CLOSED &&
-                               s->phase != ETCD_RDZV_FINISHED)))
-    return false;
-  b = cJSON_CreateObject();
-  snprintf(ttl, sizeof ttl, "%.0f",
-           fmin(1e7, fmax(ETCD_SESSION_MIN_TTL,
-                          ceil(e->o.conf.close_timeout))));
-  cJSON_AddStringToObject(b, "TTL", ttl);
-  rc = etcd_call(e->ec, "/v3/lease/grant", b, end_grant_done, e);
-  cJSON_Delete(b);
-  if (rc) {
-    snprintf(e->end_lease, sizeof e->end_lease, "0");
-    return false;
-  }
-  e->call_inflight = true;
-  return true;
-}
-
-/* Note [the job's lease]: the job document is stored under a lease of
- * its own, granted by the agent that first writes it (one round trip,
- * once per job) and renewed by every agent listed in it, in the same
- * request as its own lease (etcd_session_also).  So when every agent of
- * the job is SIGKILLed, nobody renews it, and one TTL later etcd deletes
- * the state: nothing of the job is left behind (the alive keys go with
- * their agents' leases).  A job lease that etcd no longer has (the
- * cluster lost it, or every agent was silent for a TTL) is replaced at
- * the next write. */
-static void job_grant_done(void *ctx, int err, const cJSON *r,
-                           const char *msg)
-{
-  struct rdzv_etcd *e = ctx;
-  const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "ID");
-
-  e->call_inflight = false;
-  if (err || !cJSON_IsString(id)) {
-    snprintf(e->last_error, sizeof e->last_error, "%s",
-             err ? msg : "lease grant: no ID in the answer");
-    uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
-    return;
-  }
-  snprintf(e->job_lease, sizeof e->job_lease, "%s", id->valuestring);
-  kick(e);
-}
-
-/* Puts the job's lease into s when it has none that etcd still has.
- * Returns true when a grant went out first (step() runs again on its
- * answer). */
-static bool need_job_lease(struct rdzv_etcd *e, struct etcd_rdzv_state *s)
-{
-  cJSON *b;
-  char ttl[16];
-
-  if (s->n == 0)
-    return false;
-  if (s->lease[0] && strcmp(s->lease, e->dead_lease) != 0)
-    return false;
-  if (e->job_lease[0] && strcmp(e->job_lease, e->dead_lease) != 0) {
-    snprintf(s->lease, sizeof s->lease, "%s", e->job_lease);
-    return false;
-  }
-  b = cJSON_CreateObject();
-  snprintf(ttl, sizeof ttl, "%d", e->session.ttl);
-  cJSON_AddStringToObject(b, "TTL", ttl);
-  if (etcd_call(e->ec, "/v3/lease/grant", b, job_grant_done, e) == 0)
-    e->call_inflight = true;
-  else
-    uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
-  cJSON_Delete(b);
-  return true;
-}
-
-/* Note [the job token on etcd]: the workers' CDRUN_JOB_TOKEN is 32 random
- * bytes drawn by the agent whose write completes a round with a restart
- * count or a master (rank 0's address and port) other than the ones the
- * job's token was drawn for, and stored in the job document, which is
- * under the job's lease and readable by the job's etcd role only (the
- * per-job role recipe, proto/ETCD.md §6).  So, as with rdzvd's, it is the
- * same on every node of a round, it survives a membership round (live
- * recovery's workers keep theirs), a restart or a new master makes a new
- * one, and it cannot be computed from what others know: only read by
- * whoever may read the job's keys. */
-static void refresh_token(struct etcd_rdzv_state *s)
-{
-  char master[sizeof s->token_master];
-  unsigned char rnd[32];
-  int i;
-
-  if (s->phase != ETCD_RDZV_RUNNING)
-    return;
-  for (i = 0; i < s->n; i++)
-    if (s->nodes[i].st == ETCD_RDZV_PART && s->nodes[i].rank == 0)
-      break;
-  if (i == s->n)
-    return;
-  /* As deliver_round names it. */
-  snprintf(master, sizeof master, "%s:%d",
-           s->nodes[i].addr[0] ? s->nodes[i].addr : "127.0.0.1",
-           s->nodes[i].port);
-  if (strlen(s->token) == 64 && s->token_restart == s->restart_count &&
-      strcmp(s->token_master, master) == 0)
-    return;
-  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-    s->token[0] = '\0';      /* jobtoken.h falls back to its own */
-    return;
-  }
-  for (i = 0; i < 32; i++)
-    snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
-  s->token_restart = s->restart_count;
-  snprintf(s->token_master, sizeof s->token_master, "%s", master);
-}
-
-/* Writes s if the state is still at st_mod and this agent is alive. */
-static int write_state(struct rdzv_etcd *e, const struct etcd_rdzv_state *s)
-{
-  cJSON *b = cJSON_CreateObject(), *cmp, *c, *ok, *op, *in;
-  char rev[32], *val = NULL;
-  int rc;
-
-  cmp = cJSON_AddArrayToObject(b, "compare");
-  c = cJSON_CreateObject();
-  etcd_add_b64(c, "key", e->state_key, strlen(e->state_key));
-  cJSON_AddItemToArray(cmp, c);
-  if (e->st_mod > 0 && e->st.exists) {
-    snprintf(rev, sizeof rev, "%" PRId64, e->st_mod);
-    cJSON_AddStringToObject(c, "target", "MOD");
-    cJSON_AddStringToObject(c, "result", "EQUAL");
-    cJSON_AddStringToObject(c, "mod_revision", rev);
-  } else {
-    cJSON_AddStringToObject(c, "target", "CREATE");
-    cJSON_AddStringToObject(c, "result", "EQUAL");
-    cJSON_AddStringToObject(c, "create_revision", "0");
-  }
-  c = cJSON_CreateObject();
-  etcd_add_b64(c, "key", e->session.alive_key,
-               strlen(e->session.alive_key));
-  cJSON_AddStringToObject(c, "target", "VERSION");
-  cJSON_AddStringToObject(c, "result", "GREATER");
-  cJSON_AddStringToObject(c, "version", "0");
-  cJSON_AddItemToArray(cmp, c);
-
-  ok = cJSON_AddArrayToObject(b, "success");
-  op = cJSON_CreateObject();
-  if (s->n == 0 && !keeps_marker(e, s)) {
-    /* Nobody left: the job is forgotten. */
-    in = cJSON_AddObjectToObject(op, "request_delete_range");
-    etcd_add_b64(in, "key", e->state_key, strlen(e->state_key));
-  } else {
-    val = etcd_rdzv_state_serialize(s);
-    if (!val) {
-      cJSON_Delete(op);
-      cJSON_Delete(b);
-      return -ENOMEM;
-    }
-    in = cJSON_AddObjectToObject(op, "request_put");
-    etcd_add_b64(in, "key", e->state_key, strlen(e->state_key));
-    etcd_add_b64(in, "value", val, strlen(val));
-    free(val);
-    if (s->n == 0)
-      cJSON_AddStringToObject(in, "lease", e->end_lease);
-    else if (s->lease[0])
-      cJSON_AddStringToObject(in, "lease", s->lease);
-  }
-  cJSON_AddItemToArray(ok, op);
-  op = cJSON_AddArrayToObject(b, "failure");
-  cJSON_AddItemToArray(op, range_op(e->state_key));
-  cJSON_AddItemToArray(op, range_op(e->session.alive_key));
-  rc = etcd_call(e->ec, "/v3/kv/txn", b, txn_done, e);
-  cJSON_Delete(b);
-  return rc;
-}
-
-static void step(struct rdzv_etcd *e);
-
-static void kick_cb(uv_timer_t *t)
-{
-  step(t->data);
-}
-
-static void retry_cb(uv_timer_t *t)
-{
-  struct rdzv_etcd *e = t->data;
-
-  if (e->boot != B_READY)
-    boot_next(e);
-  else
-    step(e);
-}
-
-static void txn_done(void *ctx, int err, const cJSON *r, const char *msg)
-{
-  struct rdzv_etcd *e = ctx;
-  const cJSON *resp, *kvs, *kv;
-  const cJSON *rr0 = NULL, *rr1 = NULL;
-  double took = monotime_now() - e->txn_sent;
-  int64_t rev;
-
-  e->call_inflight = false;
-  e->txn_rtt = e->txn_rtt > 0 ? 0.8 * e->txn_rtt + 0.2 * took : took;
-  if (err == -ENOENT) {
-    /* "requested lease not found": the lease we wrote under is gone
-     * (Note [the job's lease]; the marker's: no marker then). */
-    if (e->txn_state.n == 0)
-      snprintf(e->end_lease, sizeof e->end_lease, "0");
-    else
-      snprintf(e->dead_lease, sizeof e->dead_lease, "%s",
-               e->txn_state.lease);
-    kick(e);
-    return;
-  }
-  if (err) {
-    /* Outcome unknown (a timeout may commit later): the next attempt
-     * compares again and re-applies the intents, which are idempotent. */
-    snprintf(e->last_error, sizeof e->last_error, "%s", msg);
-    uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
-    return;
-  }
-  rev = etcd_i64(cJSON_GetObjectItemCaseSensitive(r, "header"), "revision");
-  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "succeeded"))) {
-    struct etcd_rdzv_state tmp = e->st;
-
-    e->st = e->txn_state;
-    e->txn_state = tmp;
-    e->st_mod = rev;
-    if (!e->st.n) {
-      e->emptied = true;
-      snprintf(e->emptied_lease, sizeof e->emptied_lease, "%s", e->st.lease);
-      e->end_lease_used |= keeps_marker(e, &e->st);
-      etcd_rdzv_state_free(&e->st);
-    }
-    if (e->txn_clear_failure) {
-      e->want_failure = false;
-      e->publish_dirty |= e->want_leave;    /* now the leave */
-    }
-    if (e->txn_clear_barrier)
-      e->barrier_written = true;
-    kick(e);
-    return;
-  }
-  resp = cJSON_GetObjectItemCaseSensitive(r, "responses");
-  rr0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(resp, 0),
-                                         "response_range");
-  rr1 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(resp, 1),
-                                         "response_range");
-  if (etcd_i64(rr1, "count") == 0) {
-    if (e->want_leave) {
-      leave_finish(e);
-      return;
-    }
-    lease_lost(e);
-    return;
-  }
-  kvs = cJSON_GetObjectItemCaseSensitive(rr0, "kvs");
-  kv = cJSON_GetArrayItem(kvs, 0);
-  if (kv) {
-    take_kv(e, kv, false);
-  } else if (e->st_mod < rev) {
-    etcd_rdzv_state_free(&e->st);    /* deleted meanwhile */
-    e->st_mod = rev;
-  }
-  kick(e);
-}
-
-static void catchup_fire(uv_timer_t *t)
-{
-  struct rdzv_etcd *e = t->data;
-
-  e->catchup_expired = true;
-  kick(e);
-}
-
-static void defer_fire(uv_timer_t *t)
-{
-  struct rdzv_etcd *e = t->data;
-
-  e->defer_expired = true;
-  kick(e);
-}
-
-/* Note [one helper]: when every agent applies every request it sees
- * (Note [requests in alive keys]), N agents that see the same new request
- * all write, one wins and N-1 compare-and-swaps fail, each of them a
- * raft entry etcd must commit: 32 agents made ~9 transactions each.  So
- * one agent helps: the one whose alive key is the oldest (every agent
- * knows the alive set from the watch, so they agree but for a moment).
- * Another agent leaves what its alive key asks (join, exit barrier,
- * leave) and the dead nodes' removal to it for DEFER_MS, then writes
- * itself: a helper that is slow, leaving or dead costs that much, never
- * progress.  What only this agent can write (a failure report, a last
- * call, a close) goes at once. */
-static bool is_helper(const struct rdzv_etcd *e)
-{
-  return e->alive.n == 0 || strcmp(e->alive.peer[0].id, e->session.id) == 0;
-}
-
-/* At least DEFER_MS, or four of this agent's transaction round trips
- * when etcd is slower (the helper needs one, after its watch saw the
- * request), spread over three times that: agents whose requests the
- * helper did not apply in time must not all write at the same moment. */
-static uint64_t defer_ms(const struct rdzv_etcd *e)
-{
-  uint64_t base = (uint64_t)fmax(DEFER_MS, 4000 * e->txn_rtt);
-  unsigned short r = 0;
-
-  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
-    r = (unsigned short)getpid();
-  return base + (uint64_t)r % (2 * base);
-}
-
-static bool urgent(const struct rdzv_etcd *e)
-{
-  return e->want_failure || e->last_call_round >= 0 ||
-         e->close_wait_round >= 0 || e->failed || !e->st.exists;
-}
-
-/* Note [leaving a finished job]: once the exit barrier has passed, a
- * node that goes is no loss (no round starts for it), so an agent other
- * than the helper just revokes its lease: one write instead of three
- * (its alive key's "leave", a transaction, the revoke).  The helper
- * waits until the others' alive keys are gone, then removes them and
- * itself in one transaction, which leaves the ended job's marker; if it
- * cannot (the leave guard ends its wait), the job's lease takes the
- * state away one TTL later. */
-static bool leave_by_revoke(const struct rdzv_etcd *e)
-{
-  return e->st.exists && e->st.phase == ETCD_RDZV_RUNNING &&
-         e->st.exit_passed && e->view_rev >= e->st_mod && !e->want_failure &&
-         !is_helper(e) && etcd_rdzv_state_find(&e->st, e->session.id) >= 0;
-}
-
-/* The helper leaving a finished job: another node of it is still alive. */
-static bool others_still_alive(const struct rdzv_etcd *e)
-{
-  int i;
-
-  if (!e->want_leave || !is_helper(e) || !e->st.exists ||
-      e->st.phase != ETCD_RDZV_RUNNING || !e->st.exit_passed)
-    return false;
-  for (i = 0; i < e->st.n; i++)
-    if (strcmp(e->st.nodes[i].id, e->session.id) != 0 &&
-        etcd_alive_find(&e->alive, e->st.nodes[i].id) >= 0)
-      return true;
-  return false;
-}
-
-static void step(struct rdzv_etcd *e)
-{
-  char err[RDZV_PROTO_MAX_TEXT + 1];
-  bool cf, cb, defer;
-  int rc;
-
-  if (e->closing)
-    return;
-  if (e->boot != B_READY) {
-    boot_next(e);
-    return;
-  }
-  observe(e);
-  if (e->publish_dirty && !e->closing)
-    publish(e);
-  if (e->closing || e->call_inflight || (e->failed && !e->want_leave))
-    return;
-  /* Note [writing from the watch's view]: a transaction's reply can be
-   * ahead of the watch.  Writing from such a state would apply only our
-   * own requests (the others' are known from the watch), and lose to the
-   * agents that write next; so wait for the watch to catch up, which it
-   * does within a round trip.  A bounded wait: a watch that is
-   * reconnecting must not stop the rendezvous. */
-  if (e->view_rev < e->st_mod && !e->catchup_expired) {
-    if (!uv_is_active((uv_handle_t *)&e->catchup))
-      uv_timer_start(&e->catchup, catchup_fire, CATCHUP_MS, 0);
-    return;
-  }
-  uv_timer_stop(&e->catchup);
-  e->catchup_expired = false;
-  /* The helper of a finished job gets the marker's lease as the exit
-   * barrier passes, so the last write does not wait for it. */
-  if (e->st.exists && e->st.phase == ETCD_RDZV_RUNNING &&
-      e->st.exit_passed && is_helper(e) &&
-      grant_end_lease(e, &e->st, true))
-    return;
-  if (others_still_alive(e))
-    return;     /* their revokes come as watch events */
-  defer = !e->defer_expired && !urgent(e) && !is_helper(e);
-  rc = transform(e, &e->txn_state, err, sizeof err, &cf, &cb);
-  if (rc < 0) {
-    if (e->destroyed) {
-      leave_finish(e);
-      return;
-    }
-    give_up(e, rc == -ESHUTDOWN ? UV_ECANCELED : UV_EINVAL,
-            "rendezvous '%s' in etcd refused the join: %s", e->id, err);
-    return;
-  }
-  if (cf && !rc) {
-    e->want_failure = false;
-    if (e->want_leave) {
-      e->publish_dirty = true;
-      kick(e);
-    }
-  }
-  if (cb && !rc) {
-    /* Our barrier request is in the state already (another agent applied
-     * it from our alive key): observe() ran before this and must look
-     * again, or an exit barrier passed meanwhile is never reported when
-     * no further event comes (the other nodes have left). */
-    e->barrier_written = true;
-    kick(e);
-  }
-  if (rc == 0) {
-    uv_timer_stop(&e->defer);
-    e->defer_expired = false;
-    if (e->want_leave)
-      leave_finish(e);
-    return;
-  }
-  if (defer) {
-    if (!uv_is_active((uv_handle_t *)&e->defer))
-      uv_timer_start(&e->defer, defer_fire, defer_ms(e), 0);
-    return;
-  }
-  if (grant_end_lease(e, &e->txn_state, false) ||
-      need_job_lease(e, &e->txn_state))
-    return;
-  refresh_token(&e->txn_state);
-  e->txn_clear_failure = cf;
-  e->txn_clear_barrier = cb;
-  e->txn_sent = monotime_now();
-  rc = write_state(e, &e->txn_state);
-  if (rc) {
-    uv_timer_start(&e->retry, retry_cb, RETRY_MS, 0);
-    return;
-  }
-  e->call_inflight = true;
-}
-
 /* ---- the back-end operations --------------------------------------------- */
 
 static void join_timeout_fire(uv_timer_t *t)
@@ -1289,16 +612,17 @@ static void join_timeout_fire(uv_timer_t *t)
   if (!e->want_join)
     return;
   if (e->boot != B_READY) {
-    give_up(e, UV_ETIMEDOUT, "rendezvous '%s': cannot use etcd at %s within "
-            "the join timeout (%.0f s): %s", e->id, e->endpoints,
-            e->o.conf.join_timeout, e->last_error[0] ? e->last_error
-                                                     : "no answer");
+    rdzv_etcd_give_up(e, UV_ETIMEDOUT, "rendezvous '%s': cannot use etcd at "
+                      "%s within the join timeout (%.0f s): %s", e->id,
+                      e->endpoints, e->o.conf.join_timeout,
+                      e->last_error[0] ? e->last_error : "no answer");
     return;
   }
   etcd_rdzv_state_counts(&e->st, &part, NULL, NULL);
-  give_up(e, UV_ETIMEDOUT, "rendezvous '%s' refused: waited %.0f s: %d of at "
-          "least %d nodes present (join_timeout)", e->id,
-          e->o.conf.join_timeout, part, e->o.conf.min_nodes);
+  rdzv_etcd_give_up(e, UV_ETIMEDOUT, "rendezvous '%s' refused: waited %.0f "
+                    "s: %d of at least %d nodes present (join_timeout)",
+                    e->id, e->o.conf.join_timeout, part,
+                    e->o.conf.min_nodes);
 }
 
 static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
@@ -1314,7 +638,7 @@ static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
   e->join_round = e->st.exists ? e->st.round : 0;
   e->last_present = -1;
   e->join_started = monotime_now();
-  publish(e);
+  rdzv_etcd_publish(e);
   uv_timer_start(&e->join_deadline, join_timeout_fire,
                  (uint64_t)(e->o.conf.join_timeout * 1000), 0);
   if (why == RDZV_JOIN_FIRST && e->boot == B_IDLE) {
@@ -1335,7 +659,7 @@ static int etcd_join(struct rdzv *r, enum rdzv_join_reason why)
     e->boot = B_GRANT;
     etcd_session_start(&e->session, e->ec);
   }
-  kick(e);
+  rdzv_etcd_kick(e);
   return 0;
 }
 
@@ -1363,7 +687,7 @@ static int etcd_report_failure(struct rdzv *r, bool final,
     snprintf(e->failure_cause.host, sizeof e->failure_cause.host, "%s",
              lc->host);
   }
-  kick(e);
+  rdzv_etcd_kick(e);
   return 0;
 }
 
@@ -1375,8 +699,8 @@ static int etcd_exit_barrier(struct rdzv *r)
     return UV_EINVAL;
   e->barrier_round = e->delivered_round;
   e->barrier_written = false;
-  publish(e);
-  kick(e);
+  rdzv_etcd_publish(e);
+  rdzv_etcd_kick(e);
   return 0;
 }
 
@@ -1459,7 +783,7 @@ static void revoke_lease(struct rdzv_etcd *e, const char *lease)
  * marker's lease when our marker was not the one written, the job's
  * lease when our write emptied the job or when it was granted here and
  * never used (Note [the job's lease]). */
-static void leave_finish(struct rdzv_etcd *e)
+void rdzv_etcd_leave_finish(struct rdzv_etcd *e)
 {
   e->want_leave = false;
   if (!e->ec) {
@@ -1500,13 +824,13 @@ static void etcd_destroy(struct rdzv *r)
   uv_timer_start(&e->leave_guard, leave_guard_fire, LEAVE_GUARD_MS, 0);
   if (e->boot != B_READY || !e->session.lease[0]) {
     if (!e->call_inflight)
-      leave_finish(e);
+      rdzv_etcd_leave_finish(e);
     else
       e->want_leave = true;   /* after the boot call, see boot_failed */
     return;
   }
-  if (leave_by_revoke(e)) {
-    leave_finish(e);
+  if (rdzv_etcd_leave_by_revoke(e)) {
+    rdzv_etcd_leave_finish(e);
     return;
   }
   /* A failure report still pending goes with the leave (the transition
@@ -1517,9 +841,9 @@ static void etcd_destroy(struct rdzv *r)
   e->barrier_round = -1;
   /* The helper of a finished job writes its own leave: asking for it
    * would be one more write. */
-  if (!(e->st.exists && e->st.exit_passed && is_helper(e)))
-    publish(e);
-  kick(e);
+  if (!(e->st.exists && e->st.exit_passed && rdzv_etcd_is_helper(e)))
+    rdzv_etcd_publish(e);
+  rdzv_etcd_kick(e);
 }
 
 static const struct rdzv_ops etcd_ops = {
@@ -1563,7 +887,7 @@ int rdzv_etcd_create(uv_loop_t *loop, const struct rdzv_etcd_opts *o,
   snprintf(e->alive_prefix, sizeof e->alive_prefix, "%salive/", e->prefix);
   etcd_session_init(&e->session, loop, e->id, e->alive_prefix,
                     o->conf.keepalive_interval, o->conf.keepalive_misses,
-                    lease_lost, one_closed, e);
+                    rdzv_etcd_lease_lost, one_closed, e);
   e->delivered_round = -1;
   e->restart_told_round = -1;
   e->barrier_round = -1;
