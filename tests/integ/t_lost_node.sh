@@ -2,8 +2,9 @@
 # Note [a lost node] (rdzvd/rdzv_rules.h): a fixed-size job (--nnodes=2,
 # no restart left, no Slurm, no hostfile) whose other node leaves ends on
 # the survivor at once, naming the node and how it left, with exit status
-# 75, on rdzvd, on the embedded back end and on the static back end
-# (Note [static watch], launcher/static_barrier.h).  Before, the survivor
+# 75, on rdzvd, on the embedded back end (the host's own loss too: Note [a
+# lost host]) and on the static back end (Note [static watch],
+# launcher/static_barrier.h).  Before, the survivor
 # restarted its workers and waited for the node until join_timeout (600 s
 # here: the waits below would fail first).
 . "$(dirname "$0")/lib.sh"
@@ -54,19 +55,37 @@ kill -STOP "$AGENT_sb"
 survivor_ends sa "its link went silent"
 kill -9 "$AGENT_sb"
 
+# embedded_pair DIR ID: agents DIRh (hosting the rendezvous on $port) and
+# DIRo of job ID, 1 sleeping worker each; returns once both workers run.
+embedded_pair() {
+  local dir=$1 id=$2
+  port=$(free_port)
+  mkdir "$T/$dir"
+  agent "${dir}h" --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
+    --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id="$id" \
+    "$TW" sleep "$T/$dir" 600
+  wait_grep 'hosting the rendezvous' "$T/${dir}h.err" 30
+  agent "${dir}o" --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
+    --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id="$id" \
+    --rdzv_conf=is_host=0 "$TW" sleep "$T/$dir" 600
+  wait_files "$T/$dir/pid.*" 2 60
+}
+
 # ---- embedded: the hosting node survives the other -----------------------
-port=$(free_port)
-mkdir "$T/e"
-agent eh --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
-  --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=emb \
-  "$TW" sleep "$T/e" 600
-wait_grep 'hosting the rendezvous' "$T/eh.err" 30
-agent eo --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
-  --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=emb \
-  --rdzv_conf=is_host=0 "$TW" sleep "$T/e" 600
-wait_files "$T/e/pid.*" 2 60
+embedded_pair e emb
 kill -9 "$AGENT_eo"
 survivor_ends eh "its agent died"
+
+# ---- embedded: the hosting node is killed --------------------------------
+# Note [a lost host] (rdzvd/rdzv_rules.h): the rendezvous dies with it; the
+# other node ends the job once the host is not back within one keepalive
+# window and the host's grace (7 s here), not after reconnect_timeout
+# (60 s: the wait below fails first, as it did before).
+embedded_pair x embx
+kill -9 "$AGENT_xh"
+wait_exit "$AGENT_xo" 40
+[ "$RC" -eq 75 ] || { cat "$T/xo.err"; fail "xo exited $RC, want 75"; }
+expect_grep "the rendezvous host 127.0.0.1:$port \(embedded in the agent of node 0\) did not come back within 7 s \(one keepalive window and 2 s\): .*: node 0 left \(its agent died\): the job cannot reach its size \(1 of 2 nodes\) and no restart is left \(0 of 0 used\): ending the job \(exit status 75\)" "$T/xo.err"
 
 # ---- static: nodes met once; node 1 stopped, then node 0 killed ----------
 # (--max_restarts=1: a static node gone for good ends the job anyway.)
