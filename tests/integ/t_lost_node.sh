@@ -88,26 +88,30 @@ wait_exit "$AGENT_xo" 40
 expect_grep "the rendezvous host 127.0.0.1:$port \(embedded in the agent of node 0\) did not come back within 7 s \(one keepalive window and 2 s\): .*: node 0 left \(its agent died\): the job cannot reach its size \(1 of 2 nodes\) and no restart is left \(0 of 0 used\): ending the job \(exit status 75\)" "$T/xo.err"
 
 # ---- static: nodes met once; node 1 stopped, then node 0 killed ----------
-# (--max_restarts=1: a static node gone for good ends the job anyway.)
+# static_pair DIR [RESTARTS]: nodes DIR0 and DIR1 (--max_restarts=RESTARTS,
+# 1 by default: a static node gone for good ends the job anyway).
 static_pair() {
-  local dir=$1 port
+  local dir=$1 restarts=${2:-1} port
   port=$(free_port)
   mkdir "$T/$dir"
   for k in 0 1; do
     agent "$dir$k" --nnodes=2 --node_rank=$k --nproc_per_node=1 \
-      --max_restarts=1 --master_addr=127.0.0.1 --master_port="$port" \
-      "$TW" sleep "$T/$dir" 600
+      --max_restarts="$restarts" --master_addr=127.0.0.1 \
+      --master_port="$port" "$TW" sleep "$T/$dir" 600
   done
   wait_files "$T/$dir/pid.*" 2 60
 }
 
-# static_ends NAME HOW: as survivor_ends, for the static back end.
+FIXED="the job's nodes are fixed: none can take its place"
+
+# static_ends NAME HOW [WHY]: as survivor_ends, for the static back end
+# (WHY: the rule's reason, $FIXED by default).
 static_ends() {
   local pid
   pid=AGENT_$1
-  wait_exit "${!pid}" 60
+  wait_exit "${!pid}" 40
   [ "$RC" -eq 75 ] || { cat "$T/$1.err"; fail "$1 exited $RC, want 75"; }
-  expect_grep "static rendezvous: node rank [01] \([^)]*\) left \($2\): the job's nodes are fixed: none can take its place: ending the job \(exit status 75\)" "$T/$1.err"
+  expect_grep "static rendezvous: node rank [01] \([^)]*\) left \($2\): ${3:-$FIXED}: ending the job \(exit status 75\)" "$T/$1.err"
 }
 
 static_pair t
@@ -118,6 +122,21 @@ static_ends t0 "it said goodbye"
 static_pair k
 kill -9 "$AGENT_k0"
 static_ends k1 "its agent died"
+
+# A silent link (Note [static keepalive], launcher/static_barrier.h): a
+# stopped agent closes nothing; with no restart left the other node ends
+# the job after the keepalive window (5 s).  Before, it waited for ever
+# (the waits above fail first).  Node 1 stopped, then node 0.
+SHORT="the job cannot reach its size \(1 of 2 nodes\) and no restart is left \(0 of 0 used\)"
+static_pair u 0
+kill -STOP "$AGENT_u1"
+static_ends u0 "its link went silent" "$SHORT"
+kill -9 "$AGENT_u1"
+static_pair v 0
+kill -STOP "$AGENT_v0"
+static_ends v1 "its link went silent" "$SHORT"
+expect_grep "node rank 0 \(127\.0\.0\.1\)" "$T/v1.err"
+kill -9 "$AGENT_v0"
 
 # A node whose workers succeed leaves quietly: the other runs on.
 port=$(free_port)
