@@ -55,19 +55,20 @@ kill -STOP "$AGENT_sb"
 survivor_ends sa "its link went silent"
 kill -9 "$AGENT_sb"
 
-# embedded_pair DIR ID: agents DIRh (hosting the rendezvous on $port) and
-# DIRo of job ID, 1 sleeping worker each; returns once both workers run.
+# embedded_pair DIR ID [CONF]: agents DIRh (hosting the rendezvous on
+# $port) and DIRo of job ID (--rdzv_conf CONF), 1 sleeping worker each;
+# returns once both workers run.
 embedded_pair() {
-  local dir=$1 id=$2
+  local dir=$1 id=$2 conf=${3:-is_host=1}
   port=$(free_port)
   mkdir "$T/$dir"
   agent "${dir}h" --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
     --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id="$id" \
-    "$TW" sleep "$T/$dir" 600
+    --rdzv_conf="$conf" "$TW" sleep "$T/$dir" 600
   wait_grep 'hosting the rendezvous' "$T/${dir}h.err" 30
   agent "${dir}o" --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
     --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id="$id" \
-    --rdzv_conf=is_host=0 "$TW" sleep "$T/$dir" 600
+    --rdzv_conf="$conf,is_host=0" "$TW" sleep "$T/$dir" 600
   wait_files "$T/$dir/pid.*" 2 60
 }
 
@@ -86,6 +87,15 @@ kill -9 "$AGENT_xh"
 wait_exit "$AGENT_xo" 40
 [ "$RC" -eq 75 ] || { cat "$T/xo.err"; fail "xo exited $RC, want 75"; }
 expect_grep "the rendezvous host 127.0.0.1:$port \(embedded in the agent of node 0\) did not come back within 7 s \(one keepalive window and 2 s\): .*: node 0 left \(its agent died\): the job cannot reach its size \(1 of 2 nodes\) and no restart is left \(0 of 0 used\): ending the job \(exit status 75\)" "$T/xo.err"
+
+# The hosting node's agent stopped: its link went silent (a short window,
+# as for rdzvd above); 2 s after it the other node ends the job.
+embedded_pair y emby keepalive_interval=0.2,keepalive_misses=3
+kill -STOP "$AGENT_yh"
+wait_exit "$AGENT_yo" 40
+[ "$RC" -eq 75 ] || { cat "$T/yo.err"; fail "yo exited $RC, want 75"; }
+expect_grep "embedded in the agent of node 0\) did not come back within 2 s \(2 s after the keepalive window\): .*: node 0 left \(its link went silent\): the job cannot reach its size" "$T/yo.err"
+kill -9 "$AGENT_yh"
 
 # ---- static: nodes met once; node 1 stopped, then node 0 killed ----------
 # static_pair DIR [RESTARTS]: nodes DIR0 and DIR1 (--max_restarts=RESTARTS,
