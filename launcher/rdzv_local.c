@@ -77,10 +77,9 @@ static bool peer_lost(void *ctx, int rank, const char *who,
   char because[160], msg[512];
 
   if (!rdzv_rules_lost_ends(&loss)) {
-    say("static rendezvous: node rank %d (%s): %s for %g s; the job goes "
-        "on (a restart is left, and it may be back)", rank, who,
-        rdzv_rules_leave_name(how), l->meet.keepalive_interval *
-                                    l->meet.keepalive_misses);
+    say("static rendezvous: node rank %d (%s): %s for its keepalive "
+        "window; the job goes on (a restart is left, and it may be back)",
+        rank, who, rdzv_rules_leave_name(how));
     return false;
   }
   rdzv_rules_lost_why(&loss, because, sizeof because);
