@@ -147,6 +147,14 @@ kill -STOP "$AGENT_v0"
 static_ends v1 "its link went silent" "$SHORT"
 expect_grep "node rank 0 \(127\.0\.0\.1\)" "$T/v1.err"
 kill -9 "$AGENT_v0"
+# With a restart left a silent link may be back: node 0 says so and goes
+# on, and ends the job once the stopped node's agent dies.
+static_pair w 1
+kill -STOP "$AGENT_w1"
+wait_grep "static rendezvous: node rank 1 \([^)]*\): its link went silent for its keepalive window; the job goes on" "$T/w0.err" 40
+alive "$AGENT_w0" || fail "w0 ended on a silent link with a restart left"
+kill -9 "$AGENT_w1"
+static_ends w0 "its agent died"
 
 # A node whose workers succeed leaves quietly: the other runs on.
 port=$(free_port)
