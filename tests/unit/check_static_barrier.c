@@ -234,12 +234,12 @@ static void run_for(double secs, int fd, char *got, size_t cap)
   }
 }
 
-/* Node 0 with keepalives (window 0.2 s) and a node 1 played by hand,
+/* Node 0 with keepalives (every 0.1 s) and a node 1 played by hand,
  * which sends its hello, "watch", and then keepalives if ka says so. */
 static int silent_setup(int *fd, char *got, size_t cap, const char *ka)
 {
   int port = free_port();
-  struct static_barrier_opts o = { "127.0.0.1", port, 0, 2, 1, 30, 0.05, 4 };
+  struct static_barrier_opts o = { "127.0.0.1", port, 0, 2, 1, 30, 0.1, 4 };
   const char *hello = "cdrun-static 1 1 2 1 fake:pid1:00000001\n";
   char watch[64];
 
