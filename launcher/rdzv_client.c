@@ -564,9 +564,11 @@ static void reconnect_failed(struct rdzv_client *c)
   schedule_retry(c);
 }
 
-/* Note [a lost host] (rdzvd/rdzv_rules.h): this node runs a round whose
- * embedded host is lost (why: the connection's end, or "no answer for
- * ..."): how long it waits for the host, and whether the job ends then. */
+/* Note [a lost host] (rdzvd/rdzv_rules.h): this node runs a round, or
+ * waits at its exit barrier (the host had not passed it: it stays up
+ * until every other node has left), and its embedded host is lost (why:
+ * the connection's end, or "no answer for ..."): how long it waits for
+ * the host, and whether the job ends then. */
 static void host_lost(struct rdzv_client *c, const char *why)
 {
   double window = c->o.conf.keepalive_interval * c->o.conf.keepalive_misses;
@@ -654,7 +656,7 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
   server_name(c, what, sizeof what);
   embedded = c->have_round && c->last.embedded;
   if (c->o.reconnect_timeout <= 0) {
-    if (embedded && !going_away && c->phase == RDZV_PROTO_PHASE_RUNNING) {
+    if (embedded && !going_away && c->phase != RDZV_PROTO_PHASE_GATHERING) {
       host_lost(c, why);
       if (c->host_ends) {
         snprintf(c->last_connect_error, sizeof c->last_connect_error, "%s",
@@ -672,16 +674,17 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
     c->lost_at = monotime_now();
     c->reconnect_for = c->o.reconnect_timeout;
     c->host_ends = false;
-    if (embedded && !going_away && c->phase == RDZV_PROTO_PHASE_RUNNING)
+    if (embedded && !going_away && c->phase != RDZV_PROTO_PHASE_GATHERING)
       host_lost(c, why);
     if (c->host_ends) {
       char because[160];
 
       rdzv_rules_lost_why(&c->host_loss, because, sizeof because);
       say("%s is gone: %s (%s); without it %s: the job ends unless the "
-          "host is back within %g s; workers keep running, reconnecting",
-          what, why, rdzv_rules_leave_name(c->host_loss.how), because,
-          c->reconnect_for);
+          "host is back within %g s; %s, reconnecting", what, why,
+          rdzv_rules_leave_name(c->host_loss.how), because, c->reconnect_for,
+          c->phase == RDZV_PROTO_PHASE_EXIT ? "waiting at the exit barrier"
+                                            : "workers keep running");
     } else {
       say("%s%s%s: %s; %s, reconnecting for up to %g s (reconnect_timeout)",
           going_away ? "going away: " : embedded ? "" : "lost ", what,

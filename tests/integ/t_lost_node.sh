@@ -88,6 +88,29 @@ wait_exit "$AGENT_xo" 40
 [ "$RC" -eq 75 ] || { cat "$T/xo.err"; fail "xo exited $RC, want 75"; }
 expect_grep "the rendezvous host 127.0.0.1:$port \(embedded in the agent of node 0\) did not come back within 7 s \(one keepalive window and 2 s\): .*: node 0 left \(its agent died\): the job cannot reach its size \(1 of 2 nodes\) and no restart is left \(0 of 0 used\): ending the job \(exit status 75\)" "$T/xo.err"
 
+# The hosting node is killed while the other node's workers have finished
+# and it waits at the exit barrier (its worker reaped: the agent's only
+# child left is its guardian).
+port=$(free_port)
+mkdir "$T/z"
+agent zh --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
+  --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=embz \
+  "$TW" sleep "$T/z" 600
+wait_grep 'hosting the rendezvous' "$T/zh.err" 30
+agent zo --nnodes=2 --nproc_per_node=1 --max_restarts=0 \
+  --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=embz \
+  --rdzv_conf=is_host=0 "$TW" env "$T/z"
+wait_files "$T/z/pid.*" 1 60
+wait_files "$T/z/env.*" 1 60
+for ((i = 0; i < 1200; i++)); do
+  [ "$(cat /proc/"$AGENT_zo"/task/*/children | wc -w)" -le 1 ] && break
+  sleep 0.05
+done
+kill -9 "$AGENT_zh"
+wait_exit "$AGENT_zo" 40
+[ "$RC" -eq 75 ] || { cat "$T/zo.err"; fail "zo exited $RC, want 75"; }
+expect_grep "node 0 left \(its agent died\): the job cannot reach its size \(1 of 2 nodes\)" "$T/zo.err"
+
 # The hosting node's agent stopped: its link went silent (a short window,
 # as for rdzvd above); 2 s after it the other node ends the job.
 embedded_pair y emby keepalive_interval=0.2,keepalive_misses=3
