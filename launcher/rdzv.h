@@ -110,10 +110,14 @@ struct rdzv {
  * of nnodes, each with nproc workers; no elasticity.  Restarts are counted
  * locally, max_restarts of them.  With several nodes and meet_timeout > 0, the first round
  * comes once every node has met at master_addr:master_port (Note [static
- * barrier], static_barrier.h), or an error after meet_timeout seconds. */
+ * barrier], static_barrier.h), or an error after meet_timeout seconds;
+ * then they stay connected, with keepalives every keepalive_interval
+ * seconds of which keepalive_misses may be missed (Note [static
+ * keepalive]; 0: none). */
 int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
                       int max_restarts, const char *master_addr,
                       int master_port, double meet_timeout,
+                      double keepalive_interval, int keepalive_misses,
                       const struct rdzv_callbacks *cb, struct rdzv **out);
 
 /* The rdzvd client (--rdzv_backend=c10d|rdzvd); see rdzv_client.h. */

@@ -83,6 +83,11 @@ struct rdzv_client {
   bool unproven;                  /* reconnected, but no frame yet: the
                                      endpoint has not shown it is an rdzvd */
   double lost_at;
+  double reconnect_for;           /* seconds from lost_at it tries */
+  /* Note [a lost host] (rdzvd/rdzv_rules.h): the embedded host's loss
+   * ends the job unless it is back within reconnect_for. */
+  bool host_ends;
+  struct rdzv_rules_loss host_loss;
   double backoff;                 /* seconds before the next attempt */
   bool failure_pending;           /* a FAILURE to send once back */
   struct rdzv_proto_failure pending_failure;
@@ -499,6 +504,9 @@ static void schedule_retry(struct rdzv_client *c)
   c->rng ^= c->rng >> 7;
   c->rng ^= c->rng << 17;
   delay = c->backoff * (0.5 + 0.5 * (double)(c->rng >> 11) / 0x1p53);
+  if (c->reconnecting)          /* the last attempt at the deadline */
+    delay = fmax(0, fmin(delay, c->lost_at + c->reconnect_for -
+                                monotime_now()));
 
   c->backoff = c->backoff <= 0 ? 0.1 : c->backoff * 2;
   if (c->backoff > RDZV_RECONNECT_BACKOFF_CAP)
@@ -506,18 +514,75 @@ static void schedule_retry(struct rdzv_client *c)
   uv_timer_start(&c->retry, retry_fire, (uint64_t)(delay * 1000.0), 0);
 }
 
-/* One more attempt failed: the next, or the end of reconnect_timeout. */
+/* Note [a lost host] (rdzvd/rdzv_rules.h): the embedded host is not
+ * back, and the job cannot go on without it: every node ends it, naming
+ * the host and how it left (the agent exits 75). */
+static void host_not_back(struct rdzv_client *c, const char *what)
+{
+  const struct rdzv_rules_loss *l = &c->host_loss;
+  char because[160];
+  char bound[64];
+
+  rdzv_rules_lost_why(l, because, sizeof because);
+  snprintf(c->base.lost_host, sizeof c->base.lost_host, "%s", c->host);
+  snprintf(c->base.lost_why, sizeof c->base.lost_why, "%s",
+           l->how == RDZV_LEFT_SILENT ? "its link went silent"
+                                      : "its agent exited");
+  c->base.ended_lost = true;
+  if (c->reconnect_for >= c->o.reconnect_timeout)
+    snprintf(bound, sizeof bound, "reconnect_timeout");
+  else if (l->how == RDZV_LEFT_SILENT)
+    snprintf(bound, sizeof bound, "%g s after the keepalive window",
+             RDZV_RULES_HOST_GRACE);
+  else
+    snprintf(bound, sizeof bound, "one keepalive window and %g s",
+             RDZV_RULES_HOST_GRACE);
+  give_up(c, UV_ETIMEDOUT, "%s did not come back within %g s (%s): %s: "
+          "node %d left (%s): %s", what, c->reconnect_for, bound,
+          c->last_connect_error, c->last.host_rank,
+          rdzv_rules_leave_name(l->how), because);
+}
+
+/* One more attempt failed: the next, or the end of the reconnection
+ * (reconnect_timeout, or a lost host's wait: Note [a lost host]).  A
+ * millisecond's margin: the last attempt was timed for the deadline. */
 static void reconnect_failed(struct rdzv_client *c)
 {
   char what[RDZV_PROTO_MAX_ADDR + 96];
 
-  if (monotime_now() >= c->lost_at + c->o.reconnect_timeout) {
+  if (monotime_now() + 0.001 >= c->lost_at + c->reconnect_for) {
+    server_name(c, what, sizeof what);
+    if (c->host_ends) {
+      host_not_back(c, what);
+      return;
+    }
     give_up(c, UV_ETIMEDOUT, "%s did not come back within %g s "
-            "(reconnect_timeout): %s", server_name(c, what, sizeof what),
-            c->o.reconnect_timeout, c->last_connect_error);
+            "(reconnect_timeout): %s", what, c->o.reconnect_timeout,
+            c->last_connect_error);
     return;
   }
   schedule_retry(c);
+}
+
+/* Note [a lost host] (rdzvd/rdzv_rules.h): this node runs a round, or
+ * waits at its exit barrier (the host had not passed it: it stays up
+ * until every other node has left), and its embedded host is lost (why:
+ * the connection's end, or "no answer for ..."): how long it waits for
+ * the host, and whether the job ends then. */
+static void host_lost(struct rdzv_client *c, const char *why)
+{
+  double window = c->o.conf.keepalive_interval * c->o.conf.keepalive_misses;
+  struct rdzv_rules_loss *l = &c->host_loss;
+
+  memset(l, 0, sizeof *l);
+  l->how = strncmp(why, "no answer for ", 14) == 0 ? RDZV_LEFT_SILENT
+                                                   : RDZV_LEFT_DIED;
+  l->n_left = c->last.group_world_size - 1;
+  l->min_nodes = c->o.conf.min_nodes;
+  l->restart_count = c->last.restart_count;
+  l->max_restarts = c->o.conf.max_restarts;
+  c->host_ends = rdzv_rules_lost_ends(l);
+  c->reconnect_for = rdzv_rules_host_wait(l, window, c->o.reconnect_timeout);
 }
 
 /* Note [first connection]: the first connection failed (refused,
@@ -591,6 +656,15 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
   server_name(c, what, sizeof what);
   embedded = c->have_round && c->last.embedded;
   if (c->o.reconnect_timeout <= 0) {
+    if (embedded && !going_away && c->phase != RDZV_PROTO_PHASE_GATHERING) {
+      host_lost(c, why);
+      if (c->host_ends) {
+        snprintf(c->last_connect_error, sizeof c->last_connect_error, "%s",
+                 why);
+        host_not_back(c, what);
+        return;
+      }
+    }
     give_up(c, going_away ? UV_ECONNRESET : UV_ECONNABORTED, "%s%s%s: %s",
             embedded ? "" : "lost ", what, embedded ? " is gone" : "", why);
     return;
@@ -598,12 +672,27 @@ static void lost(struct rdzv_client *c, const char *why, bool going_away)
   if (!c->reconnecting) {
     c->reconnecting = true;
     c->lost_at = monotime_now();
-    say("%s%s%s: %s; %s, reconnecting for up to %g s (reconnect_timeout)",
-        going_away ? "going away: " : embedded ? "" : "lost ", what,
-        embedded && !going_away ? " is gone" : "", why,
-        c->phase == RDZV_PROTO_PHASE_GATHERING ? "still waiting for a round"
-                                       : "workers keep running",
-        c->o.reconnect_timeout);
+    c->reconnect_for = c->o.reconnect_timeout;
+    c->host_ends = false;
+    if (embedded && !going_away && c->phase != RDZV_PROTO_PHASE_GATHERING)
+      host_lost(c, why);
+    if (c->host_ends) {
+      char because[160];
+
+      rdzv_rules_lost_why(&c->host_loss, because, sizeof because);
+      say("%s is gone: %s (%s); without it %s: the job ends unless the "
+          "host is back within %g s; %s, reconnecting", what, why,
+          rdzv_rules_leave_name(c->host_loss.how), because, c->reconnect_for,
+          c->phase == RDZV_PROTO_PHASE_EXIT ? "waiting at the exit barrier"
+                                            : "workers keep running");
+    } else {
+      say("%s%s%s: %s; %s, reconnecting for up to %g s (reconnect_timeout)",
+          going_away ? "going away: " : embedded ? "" : "lost ", what,
+          embedded && !going_away ? " is gone" : "", why,
+          c->phase == RDZV_PROTO_PHASE_GATHERING ? "still waiting for a round"
+                                                 : "workers keep running",
+          c->o.reconnect_timeout);
+    }
   }
   c->backoff = going_away ? 0 : 0.1;
   schedule_retry(c);
@@ -801,7 +890,7 @@ static void start_connect(struct rdzv_client *c)
   if (!err && c->reconnecting) {
     /* A connect into a network cut hangs for the kernel's SYN retries
      * (minutes): bound each attempt, and all of them by the deadline. */
-    double left = c->lost_at + c->o.reconnect_timeout - monotime_now();
+    double left = c->lost_at + c->reconnect_for - monotime_now();
 
     if (left > RDZV_RECONNECT_BACKOFF_CAP)
       left = RDZV_RECONNECT_BACKOFF_CAP;

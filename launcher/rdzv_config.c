@@ -437,7 +437,9 @@ int rdzv_config_create(const struct rdzv_config *c, int nproc,
     return rdzv_local_create(loop, c->node_rank, c->nnodes, nproc,
                              c->conf.max_restarts, c->master_addr,
                              c->master_port ? c->master_port : offered_port,
-                             c->conf.join_timeout, cb, out);
+                             c->conf.join_timeout,
+                             c->conf.keepalive_interval,
+                             c->conf.keepalive_misses, cb, out);
   memset(&o, 0, sizeof o);
   o.host = c->host;
   o.port = c->port;

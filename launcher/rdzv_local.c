@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "rdzv_rules.h"
+#include "say.h"
 #include "static_barrier.h"
 
 struct rdzv_local {
@@ -58,9 +59,10 @@ static void met(void *ctx, int err, const char *message)
 }
 
 /* Note [static watch] (static_barrier.h), Note [a lost node]
- * (rdzvd/rdzv_rules.h): a node of the job left for good.  The static
- * back end's nodes are fixed: nothing brings one back. */
-static void peer_lost(void *ctx, int rank, const char *who,
+ * (rdzvd/rdzv_rules.h): a node of the job left.  The static back end's
+ * nodes are fixed: nothing brings one back, but a silent link may come
+ * back by itself.  True: the job ends on it. */
+static bool peer_lost(void *ctx, int rank, const char *who,
                       enum rdzv_rules_leave how)
 {
   struct rdzv_local *l = ctx;
@@ -74,8 +76,12 @@ static void peer_lost(void *ctx, int rank, const char *who,
   };
   char because[160], msg[512];
 
-  if (!rdzv_rules_lost_ends(&loss))
-    return;
+  if (!rdzv_rules_lost_ends(&loss)) {
+    say("static rendezvous: node rank %d (%s): %s for its keepalive "
+        "window; the job goes on (a restart is left, and it may be back)",
+        rank, who, rdzv_rules_leave_name(how));
+    return false;
+  }
   rdzv_rules_lost_why(&loss, because, sizeof because);
   /* A token is host:pid<N>:<random>; node 0 is named by its address. */
   snprintf(l->base.lost_host, sizeof l->base.lost_host, "%.*s",
@@ -88,6 +94,7 @@ static void peer_lost(void *ctx, int rank, const char *who,
   snprintf(msg, sizeof msg, "static rendezvous: node rank %d (%s) left "
            "(%s): %s", rank, who, rdzv_rules_leave_name(how), because);
   l->base.cb.on_error(l->base.cb.ctx, UV_ECONNRESET, msg);
+  return true;
 }
 
 static int local_join(struct rdzv *r, enum rdzv_join_reason why)
@@ -164,6 +171,7 @@ static const struct rdzv_ops local_ops = {
 int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
                       int max_restarts, const char *master_addr,
                       int master_port, double meet_timeout,
+                      double keepalive_interval, int keepalive_misses,
                       const struct rdzv_callbacks *cb, struct rdzv **out)
 {
   struct rdzv_local *l = calloc(1, sizeof *l);
@@ -191,6 +199,8 @@ int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
   l->meet.nnodes = nnodes;
   l->meet.nproc = nproc;
   l->meet.timeout_s = meet_timeout;
+  l->meet.keepalive_interval = keepalive_interval;
+  l->meet.keepalive_misses = keepalive_misses;
   err = uv_timer_init(loop, &l->defer);
   if (err) {
     free(l);

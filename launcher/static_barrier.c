@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "list.h"
+#include "monotime.h"
 #include "rdzv_rules.h"
 
 #define LINE_MAX_LEN 200        /* a hello, newline included */
@@ -31,6 +32,10 @@ struct conn {
   /* Note [static watch]: it said "watch" (it tells how it leaves), and
    * then "done" (its workers succeeded) or "bye". */
   bool watch, done, bye;
+  /* Note [static keepalive]: it sends keepalives ("ka"), so its silence
+   * for its own window (the "ka W" it started with) is a silent link. */
+  bool ka, silent;
+  double window, last_rx;
   int rank;
   char token[96];
 };
@@ -52,6 +57,13 @@ struct static_barrier {
   bool left;                    /* static_barrier_leave ran, or a loss was
                                    reported: no more losses */
   bool said;                    /* "done" or "bye" went out */
+  /* Note [static keepalive] */
+  uv_timer_t ka_timer;
+  double window;                /* keepalive_interval x misses; 0: none */
+  double last_tick;             /* when ka_timer last ran */
+  bool server_ka;               /* the client: node 0 answers keepalives */
+  bool server_silent;           /* ... and has been silent for window */
+  double server_rx;             /* the client: last byte from node 0 */
   bool finished;                /* done was called, or close */
   int open_handles;             /* handles and requests not yet back */
   bool freeing;
@@ -160,6 +172,61 @@ static void finish(struct static_barrier *b, int err, const char *message)
   b->done(b->ctx, err, message);
 }
 
+/* ---- Note [static keepalive] (static_barrier.h) ---- */
+
+static void watch_lost(struct static_barrier *b, int rank, const char *token,
+                       enum rdzv_rules_leave how);
+
+/* Every keepalive_interval: a keepalive to node 0 (every other node), and
+ * the silence of whoever sends them judged by its window.  A tick that
+ * comes late (this agent was stopped or starved) judges nobody: what
+ * arrived meanwhile is read first. */
+static void ka_tick(uv_timer_t *t)
+{
+  struct static_barrier *b = t->data;
+  double now = monotime_now();
+  bool judge = now - b->last_tick < 2 * b->o.keepalive_interval;
+  struct list_node *pos, *next;
+  uv_buf_t ka = uv_buf_init("ka\n", 3);
+
+  b->last_tick = now;
+  if (b->left || b->freeing) {
+    uv_timer_stop(t);
+    return;
+  }
+  if (b->watching && b->client_open) {
+    (void)uv_try_write((uv_stream_t *)&b->client, &ka, 1);
+    if (judge && b->server_ka && !b->server_done && !b->server_silent &&
+        now - b->server_rx > b->window) {
+      b->server_silent = true;
+      b->left = !b->lost || b->lost(b->ctx, 0, b->addr, RDZV_LEFT_SILENT);
+      if (b->left)
+        return;
+    }
+  }
+  if (!b->serving_watch || !judge)
+    return;
+  list_for_each_safe(pos, next, &b->conns) {
+    struct conn *c = list_entry(pos, struct conn, in_barrier);
+
+    if (!c->watch || !c->ka || c->closing || c->done || c->silent ||
+        c->rank == 0 || now - c->last_rx <= c->window)
+      continue;
+    c->silent = true;
+    watch_lost(b, c->rank, c->token, RDZV_LEFT_SILENT);
+    if (b->left || b->freeing)
+      return;           /* the job ends: nobody else is judged */
+  }
+}
+
+static void keepalive_start(struct static_barrier *b)
+{
+  uint64_t ms = (uint64_t)(b->o.keepalive_interval * 1000.0);
+
+  b->last_tick = monotime_now();
+  uv_timer_start(&b->ka_timer, ka_tick, ms ? ms : 1, ms ? ms : 1);
+}
+
 /* ---- the server (node 0) ------------------------------------------------ */
 
 static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
@@ -260,7 +327,11 @@ static void on_hello(struct conn *c, const char *line)
   }
   if (!held && ++b->met == b->o.nnodes) {
     b->serving_watch = true;
-    answer_all(b, "ok watch\n");
+    /* Note [static keepalive]: "ka" says this node answers them (an
+     * older node reads only the first line). */
+    answer_all(b, b->window > 0 ? "ok watch\nka\n" : "ok watch\n");
+    if (b->window > 0)
+      keepalive_start(b);
   }
 }
 
@@ -272,8 +343,9 @@ static const char *how_word(enum rdzv_rules_leave how)
                                                                   : "silent";
 }
 
-/* A node of the job left for good: every other watched node hears it,
- * then this one. */
+/* A node of the job left (for good, or silent): every other watched node
+ * hears it, then this one; once the job ends on a loss, no more are
+ * reported. */
 static void watch_lost(struct static_barrier *b, int rank, const char *token,
                        enum rdzv_rules_leave how)
 {
@@ -283,7 +355,6 @@ static void watch_lost(struct static_barrier *b, int rank, const char *token,
 
   if (b->left)
     return;
-  b->left = true;
   snprintf(line, sizeof line, "lost %d %s %s\n", rank, how_word(how), token);
   buf = uv_buf_init(line, (unsigned)strlen(line));
   list_for_each_safe(pos, next, &b->conns) {
@@ -293,8 +364,7 @@ static void watch_lost(struct static_barrier *b, int rank, const char *token,
     if (o->watch && o->rank != rank && !o->closing)
       (void)uv_try_write((uv_stream_t *)&o->h, &buf, 1);
   }
-  if (b->lost)
-    b->lost(b->ctx, rank, token, how);
+  b->left = !b->lost || b->lost(b->ctx, rank, token, how);
 }
 
 /* A watched node's connection ended: unless it said "done", it left. */
@@ -322,6 +392,19 @@ static void watch_lines(struct conn *c)
     } else if (strcmp(c->buf, "bye") == 0) {
       c->bye = true;
       watch_gone(c);
+    } else if (strncmp(c->buf, "ka", 2) == 0 &&
+               (c->buf[2] == '\0' || c->buf[2] == ' ')) {
+      uv_buf_t pong = uv_buf_init("ka\n", 3);
+      double w = 0;
+
+      /* Note [static keepalive]: "ka W" first (its window), then "ka";
+       * each is answered, so that it hears this node too. */
+      if (!c->ka && sscanf(c->buf + 2, "%lf", &w) == 1 && w > 0 && w < 1e7)
+        c->window = w;
+      else if (!c->ka)
+        c->window = c->b->window;     /* "ka" alone: this node's */
+      c->ka = true;
+      (void)uv_try_write((uv_stream_t *)&c->h, &pong, 1);
     }
     memmove(c->buf, c->buf + k, c->len - k);
     c->len -= k;
@@ -352,6 +435,8 @@ static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
   }
   c->len += (size_t)n;
   if (c->b->serving_watch) {
+    c->last_rx = monotime_now();
+    c->silent = false;          /* it speaks again */
     watch_lines(c);
     return;
   }
@@ -460,6 +545,7 @@ static void client_watch(struct static_barrier *b, ssize_t n)
   if (n < 0) {
     b->watching = false;
     close_client(b);
+    uv_timer_stop(&b->ka_timer);
     if (!b->server_done && !b->left) {
       snprintf(host, sizeof host, "%s", b->addr);
       b->left = true;
@@ -468,6 +554,8 @@ static void client_watch(struct static_barrier *b, ssize_t n)
     }
     return;
   }
+  b->server_rx = monotime_now();
+  b->server_silent = false;     /* node 0 speaks again */
   b->clen += (size_t)n;
   b->cbuf[b->clen] = '\0';
   while (b->watching && (nl = strchr(b->cbuf, '\n'))) {
@@ -476,6 +564,8 @@ static void client_watch(struct static_barrier *b, ssize_t n)
     *nl = '\0';
     if (strcmp(b->cbuf, "done") == 0) {
       b->server_done = true;
+    } else if (strcmp(b->cbuf, "ka") == 0) {
+      b->server_ka = b->window > 0;     /* Note [static keepalive] */
     } else if (strcmp(b->cbuf, "bye") == 0 && !b->left) {
       b->left = true;
       if (b->lost)
@@ -483,12 +573,11 @@ static void client_watch(struct static_barrier *b, ssize_t n)
     } else if (sscanf(b->cbuf, "lost %d %15s %95s%n", &rank, how, token,
                       &end) == 3 && b->cbuf[end] == '\0' && !b->left &&
                rank >= 0 && rank < b->o.nnodes) {
-      b->left = true;
-      if (b->lost)
-        b->lost(b->ctx, rank, token,
-                strcmp(how, "bye") == 0 ? RDZV_LEFT_GOODBYE
-                : strcmp(how, "silent") == 0 ? RDZV_LEFT_SILENT
-                                             : RDZV_LEFT_DIED);
+      b->left = !b->lost ||
+                b->lost(b->ctx, rank, token,
+                        strcmp(how, "bye") == 0 ? RDZV_LEFT_GOODBYE
+                        : strcmp(how, "silent") == 0 ? RDZV_LEFT_SILENT
+                                                     : RDZV_LEFT_DIED);
     }
     memmove(b->cbuf, b->cbuf + k, b->clen - k + 1);
     b->clen -= k;
@@ -523,13 +612,29 @@ static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
   }
   *nl = '\0';
   if (strcmp(b->cbuf, "ok watch") == 0 && b->o.node_rank != 0) {
-    uv_buf_t w = uv_buf_init("watch\n", 6);
+    char hello[64];
+    size_t rest = b->clen - (size_t)(nl + 1 - b->cbuf);
+    uv_buf_t w;
 
     /* Note [static watch]: node 0 keeps the connection; say how this
-     * node leaves, when it does. */
-    b->watching = uv_try_write((uv_stream_t *)&b->client, &w, 1) == 6;
-    b->clen = 0;
+     * node leaves, when it does.  Note [static keepalive]: and send
+     * keepalives, the first with this node's window. */
+    if (b->window > 0)
+      snprintf(hello, sizeof hello, "watch\nka %.3f\n", b->window);
+    else
+      snprintf(hello, sizeof hello, "watch\n");
+    w = uv_buf_init(hello, (unsigned)strlen(hello));
+    b->watching = uv_try_write((uv_stream_t *)&b->client, &w, 1) ==
+                  (int)strlen(hello);
+    memmove(b->cbuf, nl + 1, rest + 1);
+    b->clen = rest;
+    b->server_rx = monotime_now();
     finish(b, 0, NULL);
+    if (b->watching && !b->freeing) {
+      if (b->window > 0)
+        keepalive_start(b);
+      client_watch(b, 0);       /* what came with "ok watch" */
+    }
   } else if (strcmp(b->cbuf, "ok") == 0 || strcmp(b->cbuf, "ok watch") == 0)
     finish(b, 0, NULL);
   else if (strncmp(b->cbuf, "error ", 6) == 0)
@@ -674,10 +779,13 @@ int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
            rnd);
   snprintf(b->hello, sizeof b->hello, "cdrun-static 1 %d %d %d %s\n",
            o->node_rank, o->nnodes, o->nproc, b->token);
+  if (o->keepalive_interval > 0 && o->keepalive_misses > 0)
+    b->window = o->keepalive_interval * o->keepalive_misses;
   uv_timer_init(loop, &b->retry);
   uv_timer_init(loop, &b->deadline);
-  b->retry.data = b->deadline.data = b;
-  b->open_handles = 2;
+  uv_timer_init(loop, &b->ka_timer);
+  b->retry.data = b->deadline.data = b->ka_timer.data = b;
+  b->open_handles = 3;
   if (o->node_rank == 0) {
     err = start_server(b);
     if (err) {
@@ -727,4 +835,5 @@ void static_barrier_close(struct static_barrier *b)
     uv_cancel((uv_req_t *)&b->gai);
   uv_close((uv_handle_t *)&b->retry, handle_closed);
   uv_close((uv_handle_t *)&b->deadline, handle_closed);
+  uv_close((uv_handle_t *)&b->ka_timer, handle_closed);
 }

@@ -29,6 +29,10 @@ struct static_barrier_opts {
   int nnodes;
   int nproc;
   double timeout_s;             /* give up after this long */
+  /* Note [static keepalive]: seconds between keepalives and how many
+   * may be missed (--rdzv_conf's); 0: none. */
+  double keepalive_interval;
+  int keepalive_misses;
 };
 
 /* err 0: every node met; else a negative errno and a one-line message.
@@ -43,14 +47,30 @@ struct static_barrier;
  * leaving says "done" (its workers succeeded: no loss) or "bye" (it
  * stops otherwise: it said goodbye); a connection that ends without
  * either is a node whose agent died.  Node 0 tells every other node
- * ("lost <rank> <bye|died> <token>"), and node 0's own leaving reaches
- * every node directly.  A link that only goes silent (a machine cut off)
- * is not detected here: the workers' own timeouts see it.  Older nodes
- * ("ok", no "watch") are not watched, as before.
+ * ("lost <rank> <bye|died|silent> <token>"), and node 0's own leaving
+ * reaches every node directly.  Older nodes ("ok", no "watch") are not
+ * watched, as before.
  *
- * lost: called once, from the loop, when a node of the job left for
- * good: its node rank, its token (or node 0's address) and how. */
-typedef void (*static_barrier_lost)(void *ctx, int rank, const char *who,
+ * Note [static keepalive]: a link that only goes silent (an agent
+ * stopped, a machine cut off) closes nothing, so the watch carries
+ * keepalives with the rule of the other back ends (rdzvd's, Note
+ * [reconnect] in rdzv_client.c): every other node sends "ka" to node 0
+ * each keepalive_interval, the first as "ka W" with its window W
+ * (keepalive_interval x keepalive_misses), and node 0 answers each with
+ * "ka".  Node 0 judges a node by the node's own window, a node judges
+ * node 0 by its own, as rdzvd and its agents do; silent that long, the
+ * peer's link went silent (node 0 tells the others, "lost R silent").
+ * Node 0 says it answers keepalives with a "ka" line after "ok watch"
+ * (an older node reads only the first line), and a node starts judging
+ * node 0 only once it heard one, node 0 a node only once it sent one:
+ * an older peer is never taken for a silent one.
+ *
+ * lost: called from the loop when a node of the job left (its node
+ * rank, its token or node 0's address, and how); it returns true when
+ * the job ends on it (Note [a lost node]: then no more losses are
+ * reported), false when it goes on (a silent link that may be back: a
+ * later loss of the same node, its death, is reported again). */
+typedef bool (*static_barrier_lost)(void *ctx, int rank, const char *who,
                                     enum rdzv_rules_leave how);
 
 /* Starts meeting.  Returns 0, or a negative errno (nothing started; done

@@ -150,6 +150,17 @@ bool rdzv_rules_lost_ends(const struct rdzv_rules_loss *l)
   return short_of_size(l) || fixed_and_gone(l);
 }
 
+double rdzv_rules_host_wait(const struct rdzv_rules_loss *l, double window,
+                            double reconnect_timeout)
+{
+  double wait;
+
+  if (!rdzv_rules_lost_ends(l))
+    return reconnect_timeout;
+  wait = (l->how == RDZV_LEFT_SILENT ? 0 : window) + RDZV_RULES_HOST_GRACE;
+  return wait < reconnect_timeout ? wait : reconnect_timeout;
+}
+
 const char *rdzv_rules_leave_name(enum rdzv_rules_leave how)
 {
   switch (how) {

@@ -182,6 +182,37 @@ struct rdzv_rules_loss {
  * unless a worker failure came first and is the root cause. */
 bool rdzv_rules_lost_ends(const struct rdzv_rules_loss *l);
 
+/* Note [a lost host]: a rendezvous embedded in a node's agent (the
+ * endpoint names that node) dies with that agent, and with it the only
+ * record of the job: nobody is left to apply Note [a lost node] to the
+ * host itself.  So every other node applies it alone, from its round (the
+ * host was one of group_world_size nodes; min_nodes, restarts used and
+ * allowed are the job's, every node agrees on them), and the host's loss
+ * (its connection closed: its agent died; or silent for the keepalive
+ * window) decides how long the node waits for it:
+ * - the job would go on without a node (elastic above min_nodes, or a
+ *   restart left): reconnect_timeout (60 s), since only a host that comes
+ *   back can run the next round;
+ * - the job ends on the loss: one keepalive window after the host was
+ *   last heard from (a close: the window from now; silence: the window
+ *   has passed) and RDZV_RULES_HOST_GRACE, at most reconnect_timeout;
+ *   then the node stops its workers and exits 75 naming the host and how
+ *   it left.
+ * A host that is started again within that wait hosts again: the nodes
+ * re-assert their round to it and it starts a new round with every node.
+ * Its restart budget starts again, since the old count died with the old
+ * host: that is a new run of the job, as if it had been started again.
+ * torchrun's c10d store dies with its host too, and every agent fails at
+ * once. */
+#define RDZV_RULES_HOST_GRACE 2.0
+
+/* Seconds a node waits for its lost rendezvous host, from when it noticed
+ * the loss (Note [a lost host]): l describes the host's loss as this node
+ * sees it (nodes_fixed false); window: keepalive_interval x
+ * keepalive_misses. */
+double rdzv_rules_host_wait(const struct rdzv_rules_loss *l, double window,
+                            double reconnect_timeout);
+
 /* "it said goodbye", "its agent died", "its link went silent". */
 const char *rdzv_rules_leave_name(enum rdzv_rules_leave how);
 

@@ -148,9 +148,33 @@ use_chaos() {
   command -v python3 >/dev/null || skip "no python3"
 }
 
-# free_port: a port nobody listens on right now (for embedded hosting).
+# free_port: a port nobody holds right now, for a process to bind later
+# (an embedded host, a static node 0).  It is drawn outside the kernel's
+# ephemeral range: a port the kernel handed out (bind to port 0) is the
+# next source port of any connect() on a busy machine, and a node 0 that
+# then cannot bind it only connects, and the static nodes wait for their
+# join timeout (t_lost_node did, under load).
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c '
+import random, socket
+lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+first, last = (10000, lo - 1) if lo > 11000 else (hi + 1, 65535)
+for _ in range(1000 if first < last else 0):
+    p = random.randint(first, last)
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break
+else:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    print(s.getsockname()[1])
+'
 }
 
 # agent NAME ARGS...: starts a cdrun agent in the background; its pid goes

@@ -4,9 +4,13 @@
 #     they reconnect at once to the successor started on the same port
 #     and the job goes on untouched;
 #  2. an embedded host (the rendezvous inside node 0's agent) is killed:
-#     the other agents say so by name, and fail after reconnect_timeout;
-#  3. a hosting agent that restarts within reconnect_timeout hosts again;
-#     the others come back to it and the job goes on with a new round.
+#     the other agents say so by name, and fail after reconnect_timeout
+#     (3 s, shorter than their wait for a host: Note [a lost host]);
+#  3. a hosting agent that restarts within the others' wait for it hosts
+#     again; the others come back to it and the job goes on with a new
+#     round.  The job has no restart left, so that wait is one keepalive
+#     window and 2 s (Note [a lost host], rdzvd/rdzv_rules.h): the window
+#     is 30 s here, so that a loaded machine's restart is within it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/soft_lib.sh"
 
@@ -57,12 +61,14 @@ done
 port=$(free_port) ep=127.0.0.1:$port w=$T/w3
 mkdir -p "$w"
 host_args=(--nnodes=3 --nproc_per_node=1 --rdzv_backend=c10d
-  --rdzv_endpoint="$ep" --rdzv_id=emb3 --rdzv_conf=is_host=1 "$TW" gate "$w")
+  --rdzv_endpoint="$ep" --rdzv_id=emb3
+  --rdzv_conf=is_host=1,keepalive_misses=30 "$TW" gate "$w")
 agent a "${host_args[@]}"
 wait_grep "hosting the rendezvous" "$T/a.err" 30
 for n in b c; do
   agent "$n" --nnodes=3 --nproc_per_node=1 --rdzv_backend=c10d \
-    --rdzv_endpoint="$ep" --rdzv_id=emb3 --rdzv_conf=is_host=0 "$TW" gate "$w"
+    --rdzv_endpoint="$ep" --rdzv_id=emb3 \
+    --rdzv_conf=is_host=0,keepalive_misses=30 "$TW" gate "$w"
 done
 wait_files "$w/pid.*.0.3" 3 60
 declare -A before

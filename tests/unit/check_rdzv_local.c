@@ -69,7 +69,8 @@ static struct rdzv *make_node(int node_rank, int nnodes, int nproc,
   struct rdzv *r = NULL;
 
   ck_assert_int_eq(rdzv_local_create(&loop, node_rank, nnodes, nproc,
-                                     MAX_RESTARTS, addr, port, 0, &cb, &r),
+                                     MAX_RESTARTS, addr, port, 0, 0, 0, &cb,
+                                     &r),
                    0);
   ck_assert_ptr_nonnull(r);
   ck_assert_ptr_nonnull(r->ops);

@@ -201,6 +201,33 @@ START_TEST(lost_node)
 }
 END_TEST
 
+/* Note [a lost host]: how long the others wait for a lost embedded host. */
+START_TEST(lost_host)
+{
+  struct rdzv_rules_loss l = {
+    .how = RDZV_LEFT_DIED, .n_left = 2, .min_nodes = 3,
+    .restart_count = 0, .max_restarts = 0,
+  };
+
+  /* The job ends without it: one window after it was last heard from,
+   * and the grace; never longer than reconnect_timeout. */
+  ck_assert(fabs(rdzv_rules_host_wait(&l, 5, 60) -
+                 (5 + RDZV_RULES_HOST_GRACE)) < 1e-9);
+  ck_assert(fabs(rdzv_rules_host_wait(&l, 5, 3) - 3) < 1e-9);
+  l.how = RDZV_LEFT_SILENT;     /* the window passed in silence */
+  ck_assert(fabs(rdzv_rules_host_wait(&l, 5, 60) - RDZV_RULES_HOST_GRACE) <
+            1e-9);
+  /* It would go on without a node: only the host's return can run the
+   * next round, so reconnect_timeout. */
+  l.how = RDZV_LEFT_DIED;
+  l.max_restarts = 1;
+  ck_assert(fabs(rdzv_rules_host_wait(&l, 5, 60) - 60) < 1e-9);
+  l.max_restarts = 0;
+  l.min_nodes = 2;
+  ck_assert(fabs(rdzv_rules_host_wait(&l, 5, 60) - 60) < 1e-9);
+}
+END_TEST
+
 /* ---- both back ends, one table ----
  *
  * A case is a configuration, a script of events and what every node
@@ -639,6 +666,7 @@ static Suite *rdzv_rules_suite(void)
   tcase_add_test(tc, config_check);
   tcase_add_test(tc, restart_budget);
   tcase_add_test(tc, lost_node);
+  tcase_add_test(tc, lost_host);
   tcase_add_loop_test(tc, both_back_ends, 0,
                       (int)(sizeof CASES / sizeof CASES[0] *
                             (sizeof BACKENDS / sizeof BACKENDS[0])));

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -57,7 +58,7 @@ static void start(int i, int port, int rank, int nnodes, int nproc,
                   double timeout)
 {
   struct static_barrier_opts o = { "127.0.0.1", port, rank, nnodes, nproc,
-                                   timeout };
+                                   timeout, 0, 0 };
 
   ck_assert_int_eq(static_barrier_start(&loop, &o, done, NULL, &nodes[i],
                                         &nodes[i].b), 0);
@@ -183,6 +184,119 @@ START_TEST(test_strangers)
 }
 END_TEST
 
+/* ---- Note [static keepalive] ---- */
+
+static int lost_calls, lost_rank;
+static enum rdzv_rules_leave lost_how;
+
+static void done_keep(void *ctx, int err, const char *message)
+{
+  struct node *n = ctx;
+
+  n->calls++;
+  n->err = err;
+  snprintf(n->message, sizeof n->message, "%s", message ? message : "");
+}
+
+static bool on_lost(void *ctx, int rank, const char *who,
+                    enum rdzv_rules_leave how)
+{
+  (void)ctx;
+  (void)who;
+  lost_calls++;
+  lost_rank = rank;
+  lost_how = how;
+  return true;
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Runs the loop in small steps for up to secs, or until lost is called;
+ * what fd received is appended to got. */
+static void run_for(double secs, int fd, char *got, size_t cap)
+{
+  double end = now_s() + secs;
+  size_t len = strlen(got);
+  ssize_t k;
+
+  while (now_s() < end && !lost_calls) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    k = recv(fd, got + len, cap - len - 1, MSG_DONTWAIT);
+    if (k > 0)
+      got[len += (size_t)k] = '\0';
+    usleep(2000);
+  }
+}
+
+/* Node 0 with keepalives (every 0.1 s) and a node 1 played by hand,
+ * which sends its hello, "watch", and then keepalives if ka says so. */
+static int silent_setup(int *fd, char *got, size_t cap, const char *ka)
+{
+  int port = free_port();
+  struct static_barrier_opts o = { "127.0.0.1", port, 0, 2, 1, 30, 0.1, 4 };
+  const char *hello = "cdrun-static 1 1 2 1 fake:pid1:00000001\n";
+  char watch[64];
+
+  lost_calls = 0;
+  got[0] = '\0';
+  ck_assert_int_eq(static_barrier_start(&loop, &o, done_keep, on_lost,
+                                        &nodes[0], &nodes[0].b), 0);
+  *fd = raw_connect(port);
+  ck_assert_int_eq(write(*fd, hello, strlen(hello)), (ssize_t)strlen(hello));
+  run_for(5, *fd, got, cap);
+  ck_assert_msg(strncmp(got, "ok watch\nka\n", 12) == 0, "got '%s'", got);
+  ck_assert_int_eq(nodes[0].calls, 1);
+  ck_assert_int_eq(nodes[0].err, 0);
+  snprintf(watch, sizeof watch, "watch\n%s", ka);
+  ck_assert_int_eq(write(*fd, watch, strlen(watch)), (ssize_t)strlen(watch));
+  return port;
+}
+
+/* A node that sent keepalives and falls silent (its agent stopped: the
+ * connection stays open) is lost, its link silent, after its window; its
+ * keepalive is answered. */
+START_TEST(test_silent_node)
+{
+  char got[256];
+  double t0;
+  int fd;
+
+  silent_setup(&fd, got, sizeof got, "ka 0.200\n");
+  t0 = now_s();
+  run_for(10, fd, got, sizeof got);
+  ck_assert_int_eq(lost_calls, 1);
+  ck_assert_int_eq(lost_rank, 1);
+  ck_assert_int_eq(lost_how, RDZV_LEFT_SILENT);
+  ck_assert_double_ge(now_s() - t0, 0.2);
+  ck_assert_msg(strstr(got + 12, "ka\n") != NULL, "no answer: '%s'", got);
+  close(fd);
+  run_to_end();
+}
+END_TEST
+
+/* A node that never sent a keepalive (an older cdrun) is not judged. */
+START_TEST(test_old_node_not_judged)
+{
+  char got[256];
+  int fd;
+
+  silent_setup(&fd, got, sizeof got, "");
+  run_for(1, fd, got, sizeof got);
+  ck_assert_int_eq(lost_calls, 0);
+  close(fd);
+  run_for(5, fd, got, sizeof got);    /* its close: its agent died */
+  ck_assert_int_eq(lost_calls, 1);
+  ck_assert_int_eq(lost_how, RDZV_LEFT_DIED);
+  run_to_end();
+}
+END_TEST
+
 /* Closed before anything happened: nothing is called, nothing leaks. */
 START_TEST(test_close_at_once)
 {
@@ -214,6 +328,8 @@ int main(void)
   tcase_add_test(tc, test_timeout);
   tcase_add_test(tc, test_strangers);
   tcase_add_test(tc, test_close_at_once);
+  tcase_add_test(tc, test_silent_node);
+  tcase_add_test(tc, test_old_node_not_judged);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
