@@ -1046,10 +1046,12 @@ static bool has_input(const struct store_conn *c)
 
 /* Too many strangers proving nothing: one makes room (Note [admission
  * under a flood], admit.c).  Of the ST_EVICT_WINDOW oldest, those that
- * sent nothing (accepting the backlog comes before reading it, so a
- * client's handshake may wait in the kernel): one past its deadline,
- * else the oldest of the address that holds the most.  If every one of
- * them is talking, the oldest. */
+ * sent nothing, not even a hello (accepting the backlog comes before
+ * reading it, so a client's handshake may wait in the kernel; and one
+ * whose hello was answered is computing its proof, as the mesh never
+ * closes one past its hello): one past its deadline, else the oldest of
+ * the address that holds the most.  If every one of them is talking, the
+ * oldest. */
 static void preauth_evict(struct pg_store_server *srv)
 {
   struct pg__unproven u[ST_EVICT_WINDOW];
@@ -1059,7 +1061,7 @@ static void preauth_evict(struct pg_store_server *srv)
   TAILQ_FOREACH(c, &srv->preauth, in_preauth) {
     if (seen++ == ST_EVICT_WINDOW)
       break;
-    if (has_input(c))
+    if (c->auth != CA_HELLO || has_input(c))
       continue;
     u[n] = c->u;
     who[n++] = c;
