@@ -1073,9 +1073,18 @@ static void preauth_evict(struct pg_store_server *srv)
                                          pg__now())]);
 }
 
+/* Takes at most ST_ACCEPT_PASS waiting connections per wakeup (Note
+ * [admission under a flood]): the listener is level-triggered, so the
+ * rest wait for the next pass, and the proven clients' requests are
+ * served in between.  Draining the whole backlog at once let a flood
+ * that refills it as fast as it is drained keep this thread accepting and
+ * evicting: the job's own requests went unanswered past their slice's
+ * deadline (the client drops such a connection), and live formation
+ * failed ("cannot read live/next: a peer closed its connection"). */
+#define ST_ACCEPT_PASS (ST_MAX_PREAUTH / 2)
 static void srv_accept(struct pg_store_server *srv)
 {
-  for (;;) {
+  for (int n = 0; n < ST_ACCEPT_PASS; n++) {
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
     int fd = accept4(srv->lfd, (struct sockaddr *)&sa, &sl,
