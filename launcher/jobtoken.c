@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "rdzv_auth.h"
 
@@ -22,6 +24,20 @@ static void hex(const unsigned char *b, size_t n, char *out)
     out[2 * i + 1] = digits[b[i] & 15];
   }
   out[2 * n] = '\0';
+}
+
+void jobtoken_run_nonce(char out[JOBTOKEN_NONCE_HEX + 1])
+{
+  unsigned char raw[JOBTOKEN_NONCE_HEX / 2];
+  struct timespec ts;
+
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    memset(raw, 0, sizeof raw);
+    memcpy(raw, &ts, sizeof ts < sizeof raw ? sizeof ts : sizeof raw);
+    raw[sizeof raw - 1] ^= (unsigned char)getpid();
+  }
+  hex(raw, sizeof raw, out);
 }
 
 int jobtoken_make(const unsigned char *secret, size_t keylen,
@@ -55,9 +71,11 @@ int jobtoken_make(const unsigned char *secret, size_t keylen,
     keylen = strlen(PUBLIC_KEY);
     *guessable = true;
   }
-  /* NULs between the fields: no two tuples give the same message. */
-  n = asprintf(&msg, "%s%c%s%c%s%c%d", LABEL, 0, run_id ? run_id : "", 0,
-               as->master_addr, 0, as->master_port);
+  /* NULs between the fields: no two tuples give the same message.  The
+   * run nonce, where there is one, after the port (Note [job token]). */
+  n = asprintf(&msg, "%s%c%s%c%s%c%d%s%s", LABEL, 0, run_id ? run_id : "",
+               0, as->master_addr, 0, as->master_port,
+               as->run_nonce[0] ? " nonce " : "", as->run_nonce);
   if (n < 0)
     return -ENOMEM;
   err = rdzv_auth_hmac(secret, keylen, msg, (size_t)n, mac);

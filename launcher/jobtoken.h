@@ -23,7 +23,10 @@
  *      who knows the run id and the master endpoint can compute it; the
  *      agent says so once.
  * 1, 3 and 5 leave the round out: the static back end counts rounds per
- * node. */
+ * node.  They bind the assignment's run nonce where the back end has one
+ * (the static back end: Note [static run nonce], static_barrier.h), so
+ * that a rerun of the same run id and master endpoint gets another token
+ * and a former run's workers open nothing of the new one. */
 #ifndef CDRUN_JOBTOKEN_H
 #define CDRUN_JOBTOKEN_H
 
@@ -34,6 +37,12 @@
 
 #define JOBTOKEN_VAR "CDRUN_JOB_TOKEN"
 #define JOBTOKEN_HEX 64
+#define JOBTOKEN_NONCE_HEX 32   /* a run nonce (rdzv.h's run_nonce) */
+
+/* A new run nonce into out: 16 random bytes as hex (Note [static run
+ * nonce], static_barrier.h).  It need not be secret, only new: the clock
+ * stands in if the kernel's generator fails. */
+void jobtoken_run_nonce(char out[JOBTOKEN_NONCE_HEX + 1]);
 
 /* The token for round as (key: secret, keylen 0 for none; run_id the
  * job's id) into out.  private_ok: a one-node round may have a token of

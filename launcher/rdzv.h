@@ -33,6 +33,10 @@ struct rdzv_assignment {
   /* The round's job token from the rendezvous, 64 hex digits, the same on
    * every node (launcher/jobtoken.h); "": the back end issues none. */
   char job_token[65];
+  /* A nonce of this run, 32 hex digits, the same on every node of the run
+   * and new for each run; bound into a job token the agent derives
+   * (Note [job token], Note [static run nonce]); "": none. */
+  char run_nonce[33];
 };
 
 /* Why the agent asks for a round. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobtoken.h"
 #include "rdzv_rules.h"
 #include "say.h"
 #include "static_barrier.h"
@@ -55,6 +56,9 @@ static void met(void *ctx, int err, const char *message)
     return;
   }
   l->pending = PENDING_NONE;
+  /* Note [static run nonce]: node 0's, the same on every node. */
+  snprintf(l->next.run_nonce, sizeof l->next.run_nonce, "%s",
+           static_barrier_run_nonce(l->barrier));
   round_done(l);
 }
 
@@ -201,6 +205,10 @@ int rdzv_local_create(uv_loop_t *loop, int node_rank, int nnodes, int nproc,
   l->meet.timeout_s = meet_timeout;
   l->meet.keepalive_interval = keepalive_interval;
   l->meet.keepalive_misses = keepalive_misses;
+  /* Note [static run nonce]: one node has no one to agree with: its
+   * own.  Several nodes take node 0's when they meet (met). */
+  if (nnodes == 1)
+    jobtoken_run_nonce(l->next.run_nonce);
   err = uv_timer_init(loop, &l->defer);
   if (err) {
     free(l);

@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "jobtoken.h"
 #include "list.h"
 #include "monotime.h"
 #include "rdzv_rules.h"
@@ -18,6 +19,7 @@
 #define RETRY_MS 100            /* between attempts to reach node 0 */
 #define EXTRA_CONNS 64          /* connections beyond one per node */
 #define MAX_CONNS 100000
+#define NONCE_HEX JOBTOKEN_NONCE_HEX  /* Note [static run nonce] */
 
 /* One node's connection to node 0's listener (server side). */
 struct conn {
@@ -47,6 +49,13 @@ struct static_barrier {
   char port_text[16];
   char token[96];
   char hello[LINE_MAX_LEN];
+  /* Note [static run nonce]: node 0's own (the server), then the one it
+   * sent (every node); "" none */
+  char serve_nonce[NONCE_HEX + 1];
+  char run_nonce[NONCE_HEX + 1];
+  /* node 0's answer: "ok watch <nonce>\n", then "ka\n" when it answers
+   * keepalives (Note [static keepalive]) */
+  char ok_line[16 + NONCE_HEX + 4];
   static_barrier_done done;
   static_barrier_lost lost;
   void *ctx;
@@ -327,9 +336,7 @@ static void on_hello(struct conn *c, const char *line)
   }
   if (!held && ++b->met == b->o.nnodes) {
     b->serving_watch = true;
-    /* Note [static keepalive]: "ka" says this node answers them (an
-     * older node reads only the first line). */
-    answer_all(b, b->window > 0 ? "ok watch\nka\n" : "ok watch\n");
+    answer_all(b, b->ok_line);
     if (b->window > 0)
       keepalive_start(b);
   }
@@ -586,6 +593,26 @@ static void client_watch(struct static_barrier *b, ssize_t n)
     b->clen = 0;        /* not node 0's: forget it */
 }
 
+/* Whether line is node 0's "ok watch", with or without a run nonce
+ * (Note [static run nonce]); the nonce goes to b->run_nonce. */
+static bool ok_watch(struct static_barrier *b, const char *line)
+{
+  static const char prefix[] = "ok watch";
+  const char *n = line + sizeof prefix - 1;
+
+  if (strncmp(line, prefix, sizeof prefix - 1) != 0)
+    return false;
+  if (*n == '\0') {
+    b->run_nonce[0] = '\0';
+    return true;
+  }
+  if (*n != ' ' || strlen(n + 1) != NONCE_HEX ||
+      strspn(n + 1, "0123456789abcdef") != NONCE_HEX)
+    return false;
+  memcpy(b->run_nonce, n + 1, NONCE_HEX + 1);
+  return true;
+}
+
 static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
   struct static_barrier *b = s->data;
@@ -611,7 +638,7 @@ static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     return;
   }
   *nl = '\0';
-  if (strcmp(b->cbuf, "ok watch") == 0 && b->o.node_rank != 0) {
+  if (ok_watch(b, b->cbuf) && b->o.node_rank != 0) {
     char hello[64];
     size_t rest = b->clen - (size_t)(nl + 1 - b->cbuf);
     uv_buf_t w;
@@ -635,7 +662,7 @@ static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         keepalive_start(b);
       client_watch(b, 0);       /* what came with "ok watch" */
     }
-  } else if (strcmp(b->cbuf, "ok") == 0 || strcmp(b->cbuf, "ok watch") == 0)
+  } else if (strcmp(b->cbuf, "ok") == 0 || ok_watch(b, b->cbuf))
     finish(b, 0, NULL);
   else if (strncmp(b->cbuf, "error ", 6) == 0)
     finish(b, -EINVAL, b->cbuf + 6);
@@ -775,12 +802,18 @@ int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
   host[strcspn(host, " \t\n")] = '\0';
   if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
     rnd = (unsigned)uv_hrtime();
+  if (o->node_rank == 0) {
+    jobtoken_run_nonce(b->serve_nonce);
+  }
   snprintf(b->token, sizeof b->token, "%s:pid%d:%08x", host, (int)getpid(),
            rnd);
   snprintf(b->hello, sizeof b->hello, "cdrun-static 1 %d %d %d %s\n",
            o->node_rank, o->nnodes, o->nproc, b->token);
   if (o->keepalive_interval > 0 && o->keepalive_misses > 0)
     b->window = o->keepalive_interval * o->keepalive_misses;
+  if (o->node_rank == 0)
+    snprintf(b->ok_line, sizeof b->ok_line, "ok watch %s\n%s",
+             b->serve_nonce, b->window > 0 ? "ka\n" : "");
   uv_timer_init(loop, &b->retry);
   uv_timer_init(loop, &b->deadline);
   uv_timer_init(loop, &b->ka_timer);
@@ -800,6 +833,11 @@ int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
   uv_timer_start(&b->retry, retry_fired, 0, 0);
   *out = b;
   return 0;
+}
+
+const char *static_barrier_run_nonce(const struct static_barrier *b)
+{
+  return b ? b->run_nonce : "";
 }
 
 void static_barrier_leave(struct static_barrier *b, bool done)

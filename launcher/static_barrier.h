@@ -13,7 +13,18 @@
  * or another --nnodes or --nproc_per_node, is answered "error <why>" to
  * all, and every node stops.  A node 0 that cannot bind the port (another
  * node 0 on this host has it) only connects.  The meeting happens once per
- * job: a restart of one node's workers does not meet again. */
+ * job: a restart of one node's workers does not meet again.
+ *
+ * Note [static run nonce]: a job token derived from the run id and the
+ * master endpoint (Note [job token], jobtoken.h) would be the same for
+ * every run of the same command, so a former run's workers could open the
+ * rerun's store.  Node 0 draws 16 random bytes when it starts to serve
+ * the meeting and sends them with its answer, "ok watch <32 hex>"; every
+ * node binds them into the job token, so all nodes of one run agree and
+ * the next run differs.  The nonce is not a secret (anyone who reaches
+ * the port while the nodes meet may read it): the secret, where there is
+ * one, keeps the token unguessable; the nonce keeps it fresh.  A node 0
+ * of an older cdrun answers without one: no nonce, the old token. */
 #ifndef CDRUN_STATIC_BARRIER_H
 #define CDRUN_STATIC_BARRIER_H
 
@@ -78,6 +89,10 @@ typedef bool (*static_barrier_lost)(void *ctx, int rank, const char *who,
 int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
                          static_barrier_done done, static_barrier_lost lost,
                          void *ctx, struct static_barrier **out);
+
+/* The run nonce node 0 sent (Note [static run nonce]): 32 hex digits,
+ * or "" when it sent none; valid once done was called with 0. */
+const char *static_barrier_run_nonce(const struct static_barrier *b);
 
 /* This node leaves the job: done (its workers succeeded) or not; no loss
  * is reported afterwards.  NULL is a no-op. */

@@ -12,6 +12,11 @@
  *   1. one past its deadline, else
  *   2. the oldest connection of the source (peer address) that holds the
  *      most slots.
+ * Only a connection that has sent nothing is a candidate: one whose hello
+ * was read and answered is a peer computing its proof, and the store and
+ * the mesh never close it for a newcomer (before, the store did, and a
+ * flood on the live store reset legitimate handshakes that the client
+ * then had to make again).
  * So a flood from one address displaces only itself, and a legitimate
  * peer from another address keeps its slot for its whole deadline; a
  * flood from the legitimate peer's own address (a stranger on the same

@@ -61,6 +61,10 @@ const struct pg__knob_def pg__knobs[PG_KNOB_COUNT] = {
     "tests only: heal:<generation>:<rank> kills that rank (SIGKILL) after "
     "its first chunk of that generation's heal, setup:<generation>:<rank> "
     "before it sets that generation's communicator up" },
+  [PG_KNOB_TEST_MESH_HOLD] = { "PG_TEST_MESH_HOLD", "",
+    "tests only: a path; this rank waits, with its TCP mesh listener "
+    "open and before it publishes its endpoint, until the path exists "
+    "(within the setup's deadline)" },
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

@@ -1046,10 +1046,12 @@ static bool has_input(const struct store_conn *c)
 
 /* Too many strangers proving nothing: one makes room (Note [admission
  * under a flood], admit.c).  Of the ST_EVICT_WINDOW oldest, those that
- * sent nothing (accepting the backlog comes before reading it, so a
- * client's handshake may wait in the kernel): one past its deadline,
- * else the oldest of the address that holds the most.  If every one of
- * them is talking, the oldest. */
+ * sent nothing, not even a hello (accepting the backlog comes before
+ * reading it, so a client's handshake may wait in the kernel; and one
+ * whose hello was answered is computing its proof, as the mesh never
+ * closes one past its hello): one past its deadline, else the oldest of
+ * the address that holds the most.  If every one of them is talking, the
+ * oldest. */
 static void preauth_evict(struct pg_store_server *srv)
 {
   struct pg__unproven u[ST_EVICT_WINDOW];
@@ -1059,7 +1061,7 @@ static void preauth_evict(struct pg_store_server *srv)
   TAILQ_FOREACH(c, &srv->preauth, in_preauth) {
     if (seen++ == ST_EVICT_WINDOW)
       break;
-    if (has_input(c))
+    if (c->auth != CA_HELLO || has_input(c))
       continue;
     u[n] = c->u;
     who[n++] = c;
@@ -1071,9 +1073,18 @@ static void preauth_evict(struct pg_store_server *srv)
                                          pg__now())]);
 }
 
+/* Takes at most ST_ACCEPT_PASS waiting connections per wakeup (Note
+ * [admission under a flood]): the listener is level-triggered, so the
+ * rest wait for the next pass, and the proven clients' requests are
+ * served in between.  Draining the whole backlog at once let a flood
+ * that refills it as fast as it is drained keep this thread accepting and
+ * evicting: the job's own requests went unanswered past their slice's
+ * deadline (the client drops such a connection), and live formation
+ * failed ("cannot read live/next: a peer closed its connection"). */
+#define ST_ACCEPT_PASS (ST_MAX_PREAUTH / 2)
 static void srv_accept(struct pg_store_server *srv)
 {
-  for (;;) {
+  for (int n = 0; n < ST_ACCEPT_PASS; n++) {
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
     int fd = accept4(srv->lfd, (struct sockaddr *)&sa, &sl,

@@ -2,9 +2,9 @@
  * its token key file (Note [job ledger], rdzv_state.h): a folder PATH.jobs
  * (mode 700) holding one small file per job, named by the SHA-256 of the
  * job id, with the job's incarnation and the last round and restart count
- * it issued.  Written (no fsync: a daemon that dies keeps what the kernel
- * has; a machine that dies takes its jobs with it) when a job is created
- * and at every ROUND, removed when the job is forgotten. */
+ * it issued.  Written whole and durably (a temporary file, fsync, rename,
+ * fsync of the folder: Note [ledger writes], job_ledger.c) when a job is
+ * created and at every ROUND, removed when the job is forgotten. */
 #ifndef JOB_LEDGER_H
 #define JOB_LEDGER_H
 
@@ -28,7 +28,8 @@ struct rdzv_ledger job_ledger_calls(struct job_ledger *l,
                                     void (*log)(void *ctx, const char *line),
                                     void *log_ctx);
 
-/* The same calls, for tests: 0, -ENOENT or another negative errno. */
+/* The same calls, for tests: 0, -ENOENT, -EPROTO (a file that is not a
+ * whole record) or another negative errno; get does not log. */
 int job_ledger_get(struct job_ledger *l, const char *job,
                    struct rdzv_ledger_rec *out);
 int job_ledger_put(struct job_ledger *l, const char *job,

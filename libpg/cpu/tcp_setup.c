@@ -18,6 +18,7 @@
 #include "tcp_internal.h"
 #include "tcp_setup.h"
 #include "admit.h"
+#include "knobs.h"
 
 uint64_t tcp_fnv1a(const char *s)
 {
@@ -918,6 +919,17 @@ int tcp_listen_ep(const char *master_addr, char *ep, size_t eplen,
   return lfd;
 }
 
+/* PG_TEST_MESH_HOLD (tests only): waits until its path exists or the
+ * deadline, so that a test can flood the others' listeners while they
+ * wait in this mesh's setup (scripts/bench/abuse). */
+static void test_hold(double deadline)
+{
+  const char *path = pg__knob(PG_KNOB_TEST_MESH_HOLD);
+
+  while (path && access(path, F_OK) != 0 && pg__now() < deadline)
+    usleep(20000);
+}
+
 /* Publishes this rank's endpoint and connects c's peers: every socket of
  * the mesh open and proven to belong to this comm (the hello), or an
  * error already reported. */
@@ -936,6 +948,7 @@ int tcp_connect_all(struct tcp_comm *c, const struct pg__setup *s,
     err = lfd;
     goto out;
   }
+  test_hold(deadline);
   err = publish(s, ep, eps);
   if (!err)
     err = mesh(c, s->token ? s->token : &no_token, lfd, eps,

@@ -28,6 +28,13 @@
  *                           waits for DIR/go (a flood of strangers'
  *                           connections started meanwhile) and runs
  *                           sendrecv (t_pg_p2p_flood.sh)
+ *   pgtest flood_work DIR K the legitimate work of scripts/bench/abuse's
+ *                           libpg floods: K fresh handshakes with the
+ *                           group's store (CDRUN_LIVE_STORE in live mode,
+ *                           else MASTER_ADDR:MASTER_PORT), each with a set
+ *                           and a get, then all-reduces over the mesh;
+ *                           DIR/done.<rank> says "handshakes=K failed=F
+ *                           hwm_kb=N", then it waits for DIR/end
  *   pgtest victim R DIR     rank R SIGKILLs itself in the middle of a
  *                           stream of all-reduces; the others must get an
  *                           error (written to DIR/err.<rank>), not hang
@@ -920,6 +927,88 @@ static int mode_flooded(pg_group *g, const char *dir)
   return mode_sendrecv(g);
 }
 
+/* The store endpoint a worker's own connections go to: the live store in
+ * live mode, else rank 0's. */
+static void store_endpoint(char *host, size_t hlen, int *port)
+{
+  const char *live = getenv("CDRUN_LIVE_STORE");
+  const char *colon;
+
+  if (live && (colon = strrchr(live, ':'))) {
+    snprintf(host, hlen, "%.*s", (int)(colon - live), live);
+    *port = atoi(colon + 1);
+    return;
+  }
+  snprintf(host, hlen, "%s", getenv("MASTER_ADDR") ? getenv("MASTER_ADDR")
+                                                   : "127.0.0.1");
+  *port = getenv("MASTER_PORT") ? atoi(getenv("MASTER_PORT")) : 0;
+}
+
+static long self_hwm_kb(void)
+{
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %ld", &kb) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return kb;
+}
+
+static int mode_flood_work(pg_group *g, const char *dir, int k)
+{
+  const char *token = getenv("CDRUN_JOB_TOKEN");
+  char host[256], key[64], name[64], text[128], path[PATH_MAX];
+  int port, i, failed = 0, spins;
+  float x[1024];
+
+  store_endpoint(host, sizeof host, &port);
+  for (i = 0; i < k; i++) {
+    pg_store *s;
+    void *v = NULL;
+    size_t len = 0;
+    int err = pg_store_connect_auth(host, port, 60, token, &s);
+
+    if (err) {
+      fprintf(stderr, "pgtest rank %d: handshake %d with %s:%d: %s\n",
+              rank, i, host, port, pg_last_error());
+      failed++;
+      continue;
+    }
+    snprintf(key, sizeof key, "flood/%d/%d", rank, i);
+    err = pg_store_set(s, key, &i, sizeof i);
+    if (!err)
+      err = pg_store_get(s, key, 30, &v, &len);
+    if (err || len != sizeof i || *(int *)v != i) {
+      fprintf(stderr, "pgtest rank %d: set/get %d: %s\n", rank, i,
+              err ? pg_last_error() : "wrong value");
+      failed++;
+    }
+    free(v);
+    pg_store_close(s);
+  }
+  for (i = 0; i < 20; i++) {
+    for (size_t j = 0; j < 1024; j++)
+      x[j] = (float)(rank + 1);
+    TRY(pg_all_reduce(g, x, x, 1024, PG_F32, PG_SUM));
+    CHECK(x[0] == (float)world * (world + 1) / 2, "all-reduce %d: %g", i,
+          x[0]);
+  }
+  TRY(pg_barrier(g));
+  CHECK(failed == 0, "%d of %d store handshakes failed", failed, k);
+  snprintf(name, sizeof name, "done.%d", rank);
+  snprintf(text, sizeof text, "handshakes=%d failed=%d hwm_kb=%ld\n", k,
+           failed, self_hwm_kb());
+  write_file(dir, name, text);
+  snprintf(path, sizeof path, "%s/end", dir);
+  for (spins = 0; access(path, F_OK) != 0 && spins < 6000; spins++)
+    usleep(20000);
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "";
@@ -952,6 +1041,8 @@ int main(int argc, char **argv)
     rc = mode_hold(g, argv[2]);
   else if (strcmp(mode, "flooded") == 0 && argc == 3)
     rc = mode_flooded(g, argv[2]);
+  else if (strcmp(mode, "flood_work") == 0 && argc == 4)
+    rc = mode_flood_work(g, argv[2], atoi(argv[3]));
   else if (strcmp(mode, "victim") == 0 && argc == 4)
     rc = mode_victim(g, atoi(argv[2]), argv[3]);
   else

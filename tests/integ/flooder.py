@@ -5,13 +5,18 @@ open, and opens a new one whenever the server closes one (or, at --hold,
 after closing its oldest), so that each listener's backlog always holds
 fresh strangers.  Used by t_pg_p2p_flood.sh and scripts/bench/abuse.
 
-  flooder.py [--hold N] [--ready FILE] [--min N] HOST:PORT...
+  flooder.py [--hold N] [--ready FILE] [--min N] [--bind A,B,...]
+             HOST:PORT...
 
 --ready FILE is written once every listener has taken --min connections
 (the kernel completed them: in its backlog or accepted).  Runs until
 killed; prints "flooder: HOST:PORT opened=N closed_by_server=M" for each
-listener on SIGTERM.
+listener on SIGTERM.  --bind gives the source addresses (each connection
+takes the next in turn: several sources on one host, 127.0.0.2, ...);
+default: the kernel's choice.  A refused connect waits 20 ms before the
+next (the listener is not up yet).
 """
+import time
 import argparse
 import resource
 import select
@@ -24,12 +29,14 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--hold", type=int, default=300)
 ap.add_argument("--min", type=int, default=200)
 ap.add_argument("--ready")
+ap.add_argument("--bind", default="")
 ap.add_argument("targets", nargs="+")
 args = ap.parse_args()
 
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
+sources = [a for a in args.bind.split(",") if a]
 stop = threading.Event()
 stats = {}
 ready_lock = threading.Lock()
@@ -42,12 +49,18 @@ def flood(k, target):
     socks = []
     poller = select.poll()
     st = stats[k] = {"target": target, "opened": 0, "closed": 0}
+    n = 0
     while not stop.is_set():
+        src = (sources[n % len(sources)], 0) if sources else None
+        n += 1
         try:
-            s = socket.create_connection((host, port), timeout=0.5)
+            s = socket.create_connection((host, port), timeout=0.5,
+                                         source_address=src)
             socks.append(s)
             poller.register(s.fileno(), select.POLLIN)
             st["opened"] += 1
+        except ConnectionRefusedError:
+            time.sleep(0.02)
         except OSError:
             pass
         if st["opened"] >= args.min and k not in ready:

@@ -137,6 +137,43 @@ START_TEST(test_rendezvous_issued)
 }
 END_TEST
 
+/* Note [static run nonce]: the run nonce is bound into a derived token,
+ * under a secret, the operator's key or none: every node of one run (one
+ * nonce) agrees, the next run (another) differs; no nonce, the token of
+ * before. */
+START_TEST(test_run_nonce)
+{
+  struct rdzv_assignment n0 = round_of(0, 2), n1 = round_of(1, 2);
+  char a[JOBTOKEN_HEX + 1], b[JOBTOKEN_HEX + 1], c[JOBTOKEN_HEX + 1];
+  char plain[JOBTOKEN_HEX + 1], nonce2[JOBTOKEN_NONCE_HEX + 1];
+  const char *secrets[] = { "a-rendezvous-secret-of-some-length", NULL };
+  bool g;
+
+  for (int op = 0; op < 2; op++)
+    for (int k = 0; k < 2; k++) {
+      if (op)
+        setenv(JOBTOKEN_VAR, "set-by-the-operator-on-every-node", 1);
+      else
+        unsetenv(JOBTOKEN_VAR);
+      n0.run_nonce[0] = n1.run_nonce[0] = '\0';
+      make(secrets[k], &n0, plain, &g);
+      jobtoken_run_nonce(n0.run_nonce);
+      ck_assert_uint_eq(strlen(n0.run_nonce), JOBTOKEN_NONCE_HEX);
+      memcpy(n1.run_nonce, n0.run_nonce, sizeof n1.run_nonce);
+      make(secrets[k], &n0, a, &g);
+      make(secrets[k], &n1, b, &g);
+      ck_assert_str_eq(a, b);
+      ck_assert_str_ne(a, plain);
+      jobtoken_run_nonce(nonce2);
+      ck_assert_str_ne(nonce2, n0.run_nonce);
+      memcpy(n1.run_nonce, nonce2, sizeof n1.run_nonce);
+      make(secrets[k], &n1, c, &g);
+      ck_assert_str_ne(a, c);
+    }
+  unsetenv(JOBTOKEN_VAR);
+}
+END_TEST
+
 static Suite *jobtoken_suite(void)
 {
   Suite *s = suite_create("jobtoken");
@@ -148,6 +185,7 @@ static Suite *jobtoken_suite(void)
   tcase_add_test(tc, test_one_node_shared);
   tcase_add_test(tc, test_no_secret_guessable);
   tcase_add_test(tc, test_rendezvous_issued);
+  tcase_add_test(tc, test_run_nonce);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1280,6 +1280,36 @@ START_TEST(test_auth_preauth_cap)
 }
 END_TEST
 
+/* Note [admission under a flood]: a client whose hello was answered is
+ * computing its proof; strangers that flood the table past 256 displace
+ * one another (the oldest first, one source), never it: the 45 oldest
+ * strangers are closed, and the client's proof is still read (a wrong
+ * one here, answered AUTH_FAILED instead of a reset). */
+START_TEST(test_auth_answered_hello_kept)
+{
+  int port, fds[300], i, client;
+  pg_store_server *srv = start_auth(TOKEN, &port);
+  uint8_t mac[1 + 32], proof[32];
+  char b;
+
+  client = raw_hello_auth(port);
+  for (i = 0; i < 300; i++)
+    fds[i] = raw_connect(port);
+  for (i = 0; i <= 44; i++)
+    raw_expect_close(fds[i]);       /* the oldest strangers made room */
+  ck_assert_int_eq(recv(client, &b, 1, MSG_DONTWAIT), -1);
+  ck_assert_int_eq(errno, EAGAIN);
+  memset(proof, 0, sizeof proof);
+  raw_send(client, proof, sizeof proof);
+  ck_assert(raw_recv(client, mac, sizeof mac));
+  ck_assert_int_eq(mac[0], 10);       /* AUTH_FAILED, not a reset */
+  raw_expect_close(client);
+  for (i = 45; i < 300; i++)
+    close(fds[i]);
+  pg_store_server_stop(srv);
+}
+END_TEST
+
 START_TEST(test_auth_wrong_token)
 {
   int port, port2;
@@ -1642,6 +1672,7 @@ static Suite *store_suite(void)
   tcase_add_test(tc, test_auth_stranger);
   tcase_add_test(tc, test_auth_wrong_token);
   tcase_add_test(tc, test_auth_preauth_cap);
+  tcase_add_test(tc, test_auth_answered_hello_kept);
   tcase_add_test(tc, test_auth_env);
   tcase_add_test(tc, test_budget_conn);
   tcase_add_test(tc, test_budget_conns);

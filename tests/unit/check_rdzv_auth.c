@@ -2,6 +2,7 @@
  * known answers (RFC 4231), the secret file's checks, and both sides of
  * the handshake, honest and tampered with. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -232,6 +233,118 @@ START_TEST(job_ledger_files)
   ck_assert_int_lt(job_ledger_open(key, &l, err, sizeof err), 0);
   ck_assert_msg(strstr(err, "chmod 700"), "%s", err);
   rmdir(jobs);
+  rmdir(kdir);
+}
+END_TEST
+
+/* The one record in folder: its path in path. */
+static void the_record(const char *folder, char *path, size_t len)
+{
+  DIR *d = opendir(folder);
+  struct dirent *e;
+  int n = 0;
+
+  ck_assert_ptr_nonnull(d);
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') {
+      snprintf(path, len, "%s/%s", folder, e->d_name);
+      n++;
+    }
+  closedir(d);
+  ck_assert_int_eq(n, 1);
+}
+
+static void put_bytes(const char *path, const char *bytes, size_t n)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, bytes, n), (ssize_t)n);
+  close(fd);
+}
+
+static char ledger_logged[1024];
+static void ledger_log(void *ctx, const char *line)
+{
+  (void)ctx;
+  snprintf(ledger_logged, sizeof ledger_logged, "%s", line);
+}
+
+/* Note [ledger writes]: a record replaces the last one by a rename (a new
+ * file, never the old one rewritten in place), a temporary file a crash
+ * left is removed at the next opening, and a torn, longer or garbage
+ * record is refused (-EPROTO) and logged naming the file, never read as
+ * a claim's proof or a crash. */
+START_TEST(job_ledger_torn)
+{
+  char kdir[] = "/tmp/cdrun-ledger-XXXXXX", key[600], jobs[640], err[512];
+  char rec[1024], junk[1024], whole[256];
+  struct rdzv_ledger_rec a = { 0x0123456789abcdefull, 7, 2 }, b;
+  struct job_ledger *l;
+  struct rdzv_ledger calls;
+  struct stat st1, st2;
+  ssize_t n;
+  int fd;
+
+  ck_assert_ptr_nonnull(mkdtemp(kdir));
+  snprintf(key, sizeof key, "%s/token.key", kdir);
+  snprintf(jobs, sizeof jobs, "%s.jobs", key);
+  ck_assert_int_eq(job_ledger_open(key, &l, err, sizeof err), 0);
+  ck_assert_int_eq(job_ledger_put(l, "job1", &a), 0);
+  the_record(jobs, rec, sizeof rec);
+  ck_assert_int_eq(stat(rec, &st1), 0);
+  a.round = 8;
+  ck_assert_int_eq(job_ledger_put(l, "job1", &a), 0);
+  the_record(jobs, rec, sizeof rec);     /* no temporary file stays */
+  ck_assert_int_eq(stat(rec, &st2), 0);
+  ck_assert_msg(st1.st_ino != st2.st_ino, "the record was rewritten in "
+                "place, not replaced whole");
+  /* A crash between the temporary file and its rename. */
+  snprintf(junk, sizeof junk, "%s/.tmp-0123", jobs);
+  put_bytes(junk, "cdrun-job-ledger-1 00", 21);
+  job_ledger_close(l);
+  ck_assert_int_eq(job_ledger_open(key, &l, err, sizeof err), 0);
+  ck_assert_int_eq(access(junk, F_OK), -1);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), 0);
+  ck_assert_int_eq(b.round, 8);
+  fd = open(rec, O_RDONLY);
+  ck_assert_int_ge(fd, 0);
+  n = read(fd, whole, sizeof whole);
+  close(fd);
+  ck_assert_int_gt(n, 20);
+  /* Torn: half a record. */
+  put_bytes(rec, whole, (size_t)n / 2);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), -EPROTO);
+  /* A whole record and more after it. */
+  memcpy(junk, whole, (size_t)n);
+  memcpy(junk + n, "7 1\n", 4);
+  put_bytes(rec, junk, (size_t)n + 4);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), -EPROTO);
+  /* Garbage of a record's length, and a record whose last digits are
+   * gone (a newline where they were). */
+  memset(junk, 0xff, (size_t)n);
+  put_bytes(rec, junk, (size_t)n);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), -EPROTO);
+  memcpy(junk, whole, (size_t)n);
+  memset(junk + n - 12, ' ', 11);
+  put_bytes(rec, junk, (size_t)n);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), -EPROTO);
+  /* The daemon's calls log it once, naming the file and why. */
+  calls = job_ledger_calls(l, ledger_log, NULL);
+  ledger_logged[0] = '\0';
+  ck_assert_int_eq(calls.get(calls.ctx, "job1", &b), -EPROTO);
+  ck_assert_msg(strstr(ledger_logged, "not a whole ledger record") &&
+                strstr(ledger_logged, rec + strlen(jobs) + 1),
+                "logged: '%s'", ledger_logged);
+  ledger_logged[0] = '\0';
+  ck_assert_int_eq(calls.get(calls.ctx, "nojob", &b), -ENOENT);
+  ck_assert_str_eq(ledger_logged, "");
+  /* A good write replaces the torn file. */
+  ck_assert_int_eq(job_ledger_put(l, "job1", &a), 0);
+  ck_assert_int_eq(job_ledger_get(l, "job1", &b), 0);
+  ck_assert_int_eq(job_ledger_drop(l, "job1"), 0);
+  job_ledger_close(l);
+  ck_assert_int_eq(rmdir(jobs), 0);
   rmdir(kdir);
 }
 END_TEST
@@ -564,6 +677,7 @@ static Suite *auth_suite(void)
   tcase_add_test(files, token_key_file_made_once);
   tcase_add_test(files, token_key_file_not_regular);
   tcase_add_test(files, job_ledger_files);
+  tcase_add_test(files, job_ledger_torn);
   tcase_add_test(files, secret_file_refused);
   suite_add_tcase(s, files);
   tcase_add_test(hs, handshake_ok);

@@ -21,6 +21,7 @@ struct node {
   int calls;
   int err;
   char message[1024];
+  char nonce[40];
 };
 
 static uv_loop_t loop;
@@ -33,6 +34,8 @@ static void done(void *ctx, int err, const char *message)
   n->calls++;
   n->err = err;
   snprintf(n->message, sizeof n->message, "%s", message ? message : "");
+  snprintf(n->nonce, sizeof n->nonce, "%s",
+           err ? "" : static_barrier_run_nonce(n->b));
   static_barrier_close(n->b);
   n->b = NULL;
 }
@@ -96,6 +99,35 @@ START_TEST(test_meet)
     ck_assert_int_eq(nodes[i].calls, 1);
     ck_assert_int_eq(nodes[i].err, 0);
   }
+}
+END_TEST
+
+/* Note [static run nonce]: every node of one meeting gets node 0's run
+ * nonce; the next meeting of the same nodes on the same port, another. */
+START_TEST(test_run_nonce)
+{
+  int port = free_port(), i;
+  char first[40];
+
+  start(1, port, 1, 3, 2, 30);
+  start(2, port, 2, 3, 2, 30);
+  start(0, port, 0, 3, 2, 30);
+  run_to_end();
+  ck_assert_uint_eq(strlen(nodes[0].nonce), 32);
+  ck_assert_uint_eq(strspn(nodes[0].nonce, "0123456789abcdef"), 32);
+  for (i = 1; i < 3; i++)
+    ck_assert_str_eq(nodes[i].nonce, nodes[0].nonce);
+  snprintf(first, sizeof first, "%s", nodes[0].nonce);
+  setup();
+  start(0, port, 0, 3, 2, 30);
+  start(1, port, 1, 3, 2, 30);
+  start(2, port, 2, 3, 2, 30);
+  run_to_end();
+  for (i = 0; i < 3; i++) {
+    ck_assert_int_eq(nodes[i].err, 0);
+    ck_assert_str_eq(nodes[i].nonce, nodes[0].nonce);
+  }
+  ck_assert_str_ne(nodes[0].nonce, first);
 }
 END_TEST
 
@@ -250,7 +282,9 @@ static int silent_setup(int *fd, char *got, size_t cap, const char *ka)
   *fd = raw_connect(port);
   ck_assert_int_eq(write(*fd, hello, strlen(hello)), (ssize_t)strlen(hello));
   run_for(5, *fd, got, cap);
-  ck_assert_msg(strncmp(got, "ok watch\nka\n", 12) == 0, "got '%s'", got);
+  /* "ok watch <nonce>" (Note [static run nonce]), then "ka" */
+  ck_assert_msg(strncmp(got, "ok watch ", 9) == 0 &&
+                strcmp(strchr(got, '\n'), "\nka\n") == 0, "got '%s'", got);
   ck_assert_int_eq(nodes[0].calls, 1);
   ck_assert_int_eq(nodes[0].err, 0);
   snprintf(watch, sizeof watch, "watch\n%s", ka);
@@ -323,6 +357,7 @@ int main(void)
   tcase_add_checked_fixture(tc, setup, NULL);
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, test_meet);
+  tcase_add_test(tc, test_run_nonce);
   tcase_add_test(tc, test_duplicate_rank);
   tcase_add_test(tc, test_nproc_mismatch);
   tcase_add_test(tc, test_timeout);
