@@ -33,6 +33,10 @@ struct rdzv_assignment {
   /* The round's job token from the rendezvous, 64 hex digits, the same on
    * every node (launcher/jobtoken.h); "": the back end issues none. */
   char job_token[65];
+  /* Note [live store in rdzvd]: the job's live store, "host:port", served
+   * by the rendezvous with job_token; "": none (node 0's agent serves
+   * it). */
+  char live_store[256 + 8];
 };
 
 /* Why the agent asks for a round. */
