@@ -9,6 +9,8 @@
 # data: node 0 costs what any node costs), and its test accuracy within
 # 0.3 points of the fault-free run's (a changed world re-shards the
 # batch, so no run that loses a node can be bitwise the fault-free one).
+# Then the embedded rendezvous, which node 0's cdrun hosts: its loss is
+# the rendezvous' loss, and the job ends, clearly and leaving nothing.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/live_train_lib.sh"
 
@@ -125,4 +127,38 @@ cmp -s "$T/zero.params" "$T/two.params" ||
   fail "node 0's loss left other parameters than node 2's"
 near "$(acc "$T/zero1.out")" "$(acc "$T/ref0.out")" ||
   fail "test accuracy $(acc "$T/zero1.out")%, fault-free $(acc "$T/ref0.out")%"
+
+# ---- the embedded rendezvous: node 0's loss is the rendezvous' loss ----
+# Node 0's cdrun hosts the rendezvous and the live store: the survivors'
+# agents say the host is gone, their workers' recoveries cannot reach the
+# store, and each ends with a nonzero status at reconnect_timeout, naming
+# the host, nothing of theirs left running (man/cdrun.1, Node 0).
+port=$(free_port)
+econf=last_call_timeout=30,join_timeout=30,keepalive_interval=0.2,keepalive_misses=5,reconnect_timeout=5
+for k in 0 1 2; do
+  agent "emb$k" --nnodes=2:3 --nproc_per_node=2 --rdzv_backend=c10d \
+    --rdzv_endpoint=127.0.0.1:"$port" --rdzv_id=emb \
+    --rdzv_conf="$econf$([ $k = 0 ] || echo ,is_host=0)" --recovery=live \
+    --max_restarts=1 "$TRAIN" "${SMALL[@]}" --ckpt-dir "$T/emb.ckpt" \
+    --log-steps 1 --recovery live --hold-at-step 30 --hold-file "$T/go.emb"
+  # The host first (node 0: the first to join its own rendezvous).
+  [ "$k" = 0 ] && wait_grep 'hosting the rendezvous' "$T/emb0.err" 30
+done
+holding 6 "$T/emb0.err" "$T/emb1.err" "$T/emb2.err"
+grep -Eq '^train_mlp: 6 workers ' "$T/emb0.out" || fail "emb0 is not node 0"
+pids=$(workers emb0)
+# shellcheck disable=SC2086
+kill -KILL "$AGENT_emb0" $pids
+wait_exit "$AGENT_emb0" 30
+touch "$T/go.emb"
+for k in 1 2; do
+  a=AGENT_emb$k
+  wait_exit "${!a}" 60
+  [ "$RC" -ne 0 ] || fail "emb$k exited 0 without its rendezvous"
+  expect_grep "the rendezvous host 127.0.0.1:$port \(embedded in the agent of node 0\) is gone" "$T/emb$k.err"
+  expect_grep "rendezvous failed: the rendezvous host 127.0.0.1:$port \(embedded in the agent of node 0\) did not come back within 5 s \(reconnect_timeout\)" "$T/emb$k.err"
+  for p in $(workers "emb$k"); do
+    alive "$p" && fail "emb$k's worker $p outlived its agent"
+  done
+done
 exit 0
