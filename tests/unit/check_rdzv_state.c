@@ -2075,6 +2075,93 @@ START_TEST(job_token_kept_across_membership)
 }
 END_TEST
 
+/* Note [live store in rdzvd]: the daemon's calls, recorded. */
+static struct {
+  int served, dropped, port;
+  char token[2 * RDZV_PROTO_TOKEN_BYTES + 1];
+} live_rec;
+
+static int live_serve(void *ctx, const char *job, const char *token,
+                      int *port)
+{
+  (void)ctx;
+  ck_assert_str_eq(job, "job1");
+  if (strcmp(live_rec.token, token) != 0)
+    live_rec.port++;            /* a new token: a new store */
+  snprintf(live_rec.token, sizeof live_rec.token, "%s", token);
+  live_rec.served++;
+  *port = live_rec.port;
+  return 0;
+}
+
+static void live_drop(void *ctx, const char *job)
+{
+  (void)ctx;
+  (void)job;
+  live_rec.dropped++;
+}
+
+/* A live job (conf.live) on a server that hosts live stores: every round
+ * names the job's store, and the job token leaves the master endpoint
+ * out, so node 0's loss keeps both (the survivors' workers go on); a
+ * restart gives a new token and a new store; the job's end stops it.  A
+ * job that is not live gets none. */
+START_TEST(live_store_kept_when_master_lost)
+{
+  const struct rdzv_live_host h = { NULL, live_serve, live_drop };
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES];
+  const struct rdzv_proto_round *rd;
+
+  memset(&live_rec, 0, sizeof live_rec);
+  live_rec.port = 40000;
+  rdzv_state_set_live_host(R, &h);
+  CF = conf_of(1, 3);
+  CF.last_call_timeout = 30;
+  CF.max_restarts = 1;
+  CF.live = true;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  ck_assert_int_eq(join(C, 1, 0), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  rd = &last(A, RDZV_PROTO_ROUND)->u.round;
+  ck_assert_int_eq(rd->group_rank, 0);
+  ck_assert_int_eq(rd->live_store_port, 40001);
+  memcpy(t0, rd->job_token, sizeof t0);
+  ck_assert(!rdzv_proto_token_none(t0));
+  /* A, the master, lost: the same token and store, another master. */
+  clear();
+  rdzv_state_conn_closed(R, CONN(A), 1);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  ck_assert_int_eq(join(C, 1, 1), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 1);
+  rd = &last(B, RDZV_PROTO_ROUND)->u.round;
+  ck_assert_int_eq(rd->group_rank, 0);
+  ck_assert_int_eq(rd->master_port, 29500 + B);
+  ck_assert(!memcmp(rd->job_token, t0, sizeof t0));
+  ck_assert_int_eq(rd->live_store_port, 40001);
+  ck_assert_int_eq(last(C, RDZV_PROTO_ROUND)->u.round.live_store_port, 40001);
+  ck_assert_int_eq(live_rec.dropped, 0);
+  /* A failure: a restart, another token, another store. */
+  clear();
+  ck_assert_int_eq(failure(B, false, "x", 2), 0);
+  ck_assert_int_eq(join(B, 1, 2), 0);
+  ck_assert_int_eq(join(C, 1, 2), 0);
+  rd = &last(C, RDZV_PROTO_ROUND)->u.round;
+  ck_assert_int_eq(rd->restart_count, 1);
+  ck_assert(memcmp(rd->job_token, t0, sizeof t0) != 0);
+  ck_assert_int_eq(rd->live_store_port, 40002);
+  /* A job that is not live: no store. */
+  CF.live = false;
+  CF.max_nodes = 1;
+  CF.min_nodes = 1;
+  ck_assert_int_eq(join_job(D, "other", NULL, 1, 3), 0);
+  ck_assert_int_eq(last(D, RDZV_PROTO_ROUND)->u.round.live_store_port, 0);
+  rdzv_state_destroy(R);
+  R = NULL;
+  ck_assert_int_eq(live_rec.dropped, 1);
+}
+END_TEST
+
 /* ---- who may speak for a node (Note [node tokens]) ---- */
 
 /* Item 1 of "identities a stranger cannot forge": a RESUME naming a live
@@ -2700,6 +2787,7 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, zero_last_call_waits_for_restarting_nodes);
   tcase_add_test(tc, job_token_per_round);
   tcase_add_test(tc, job_token_kept_across_membership);
+  tcase_add_test(tc, live_store_kept_when_master_lost);
   tcase_add_test(tc, impostor_cannot_displace);
   tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);
