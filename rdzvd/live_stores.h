@@ -19,11 +19,14 @@
  *    endpoint's host : live_store_port and keep them running when a
  *    round moves the master endpoint (launcher/live_agent.c): losing node
  *    0 costs what losing any node does.
- * Soft state, as the rest: a restarted rdzvd has no store for a job it
- * rebuilds from RESUMEs, so an agent that re-joined finds a new port in
- * its next round, and its workers' next recovery cannot reach the old
- * one; it is stated in rdzvd(8) and cdrun(1) (a restart of rdzvd during a
- * live job costs that job a restart at its next failure).  At most
+ * Soft state, as the rest, but not rebuilt from the agents: a restarted
+ * rdzvd has no store for a live job it rebuilds from RESUMEs, and its
+ * workers' next recovery could not reach the old one (each replacement
+ * would wait PG_TIMEOUT for it).  So once the rebuilt round is whole
+ * rdzvd starts a new round (rdzv_resume.c, rebuild_done; no restart
+ * counted) with a new store, and the agents restart their workers in it:
+ * a restart of rdzvd costs a live job a restart of its workers (rdzvd(8),
+ * cdrun(1)).  At most
  * LIVE_STORES_MAX at once (a thread and a listener each); beyond, a live
  * job is served as any other and its agents fall back to node 0's
  * store. */

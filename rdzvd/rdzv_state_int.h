@@ -170,6 +170,8 @@ struct job {
   bool rebuilding;              /* RUNNING, rebuilt from RESUMEs, ranks
                                    still missing: Note [soft state] */
   int rebuild_size;             /* the round's group_world_size then */
+  bool rebuilt_exit;            /* ... and a node re-asserted the exit
+                                   barrier */
   uint64_t incarnation;         /* Note [job ledger]: bound into its tokens */
   int issued_round;             /* the last round it issued (ROUND); -1 */
   int issued_restarts;          /* that round's restart count */

@@ -2541,6 +2541,56 @@ START_TEST(rebuilt_whole_then_claim_is_join)
 }
 END_TEST
 
+/* Note [live store in rdzvd]: a restarted server has no live store for a
+ * live job it rebuilds, and its workers could not recover without one:
+ * once the round is whole, a new round (no restart counted) with a new
+ * store, in which the agents restart their workers; none when a node is
+ * at the exit barrier (the workers are done).  Without it the workers'
+ * next recovery failed on the store that is gone, and each replacement
+ * waited PG_TIMEOUT. */
+START_TEST(live_rebuilt_job_gets_new_store)
+{
+  const struct rdzv_live_host h = { NULL, live_serve, live_drop };
+
+  memset(&live_rec, 0, sizeof live_rec);
+  live_rec.port = 41000;
+  rdzv_state_set_live_host(R, &h);
+  CF = conf_of(2, 3);
+  CF.max_restarts = 3;
+  CF.live = true;
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 2, 1, 0, 2, 0), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 2, 1, 1, 2, 0.5), 0);
+  ck_assert(logged("round 2 rebuilt: all 2 nodes"));
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 1);
+  ck_assert(strstr(last(A, RDZV_PROTO_RESTART)->u.text.message,
+                   "live store is gone"));
+  ck_assert_int_eq(join(A, 2, 1), 0);
+  ck_assert_int_eq(join(B, 2, 1), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 3);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.live_store_port, 41001);
+  ck_assert_int_eq(last(B, RDZV_PROTO_ROUND)->u.round.live_store_port, 41001);
+}
+END_TEST
+
+START_TEST(live_rebuilt_at_exit_keeps_going)
+{
+  const struct rdzv_live_host h = { NULL, live_serve, live_drop };
+
+  memset(&live_rec, 0, sizeof live_rec);
+  rdzv_state_set_live_host(R, &h);
+  CF = conf_of(2, 3);
+  CF.live = true;
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_EXIT, 2, 0, 0, 2, 0), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 2, 0, 1, 2, 0.5), 0);
+  ck_assert(logged("round 2 rebuilt: all 2 nodes"));
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
+  ck_assert_int_eq(live_rec.served, 0);
+}
+END_TEST
+
 /* Item 3: a resumed round near 2^31 overflowed at the next round.  Round
  * numbers now stop at RDZV_PROTO_MAX_ROUND, where the job is closed cleanly. */
 START_TEST(round_numbers_bounded)
@@ -2788,6 +2838,8 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, job_token_per_round);
   tcase_add_test(tc, job_token_kept_across_membership);
   tcase_add_test(tc, live_store_kept_when_master_lost);
+  tcase_add_test(tc, live_rebuilt_job_gets_new_store);
+  tcase_add_test(tc, live_rebuilt_at_exit_keeps_going);
   tcase_add_test(tc, impostor_cannot_displace);
   tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);
