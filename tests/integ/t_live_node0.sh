@@ -46,26 +46,6 @@ three() {
   done
 }
 
-# holding N FILES...: waits until N workers say they hold.
-holding() {
-  local n=$1 i
-  shift
-  for ((i = 0; i < 1200; i++)); do
-    [ "$(cat "$@" | grep -c ': holding at step ')" -ge "$n" ] && return 0
-    sleep 0.05
-  done
-  cat "$@" >&2
-  fail "timed out waiting for $n workers holding"
-}
-
-# acc FILE: the final test accuracy; near A B: within 0.3 points.
-acc() {
-  sed -En 's/^final: step [0-9]+ test-acc ([0-9.]+)% .*/\1/p' "$1"
-}
-near() {
-  awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && d <= 0.3 && d >= -0.3) }'
-}
-
 # workers NAME: the pids of node NAME's workers (their "started" lines).
 workers() {
   sed -En 's/^live: rank [0-9]+ pid ([0-9]+) started at step .*/\1/p' \
