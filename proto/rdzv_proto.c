@@ -374,6 +374,7 @@ void rdzv_proto_conf_default(struct rdzv_proto_conf *c)
   c->close_timeout = 30;
   c->keepalive_interval = 1;
   c->keepalive_misses = 5;
+  c->live = false;
 }
 
 void rdzv_proto_msg_free(struct rdzv_proto_msg *m)
