@@ -4,6 +4,10 @@
  *
  * Note [job token]: every worker of a round, on every node, must get the
  * same token.  In order:
+ *   0. the rendezvous serves the job's live store (Note [live store in
+ *      rdzvd], rdzvd/live_stores.h): its token, taken as is, whatever
+ *      else is set (the store knows no other); for a live job it leaves
+ *      the master endpoint out, so it stays when node 0 is lost;
  *   1. the agent's own $CDRUN_JOB_TOKEN, set by the operator to the same
  *      secret on every node, keys an HMAC over the run id, MASTER_ADDR
  *      and MASTER_PORT (below);

@@ -364,11 +364,22 @@ int live_agent_start_round(struct agent *a, char *why, size_t len)
   }
   if (!a->live.env)
     return 0;
+  if (a->assign.live_store[0]) {
+    /* Note [live store in rdzvd]: the rendezvous serves it; node 0 is
+     * no one special. */
+    live_store_stop(a->live.store);
+    a->live.store = NULL;
+    a->live.store_token[0] = '\0';
+    snprintf(a->live.store_addr, sizeof a->live.store_addr, "%s",
+             a->assign.live_store);
+    write_round(a);
+    return 0;
+  }
   if (a->assign.group_rank == 0 &&
       (!a->live.store || strcmp(a->live.store_token, a->job_token) != 0)) {
     live_store_stop(a->live.store);
     a->live.store = NULL;
-    err = live_store_start(port, a->job_token, &a->live.store, msg,
+    err = live_store_start(NULL, &port, a->job_token, &a->live.store, msg,
                            sizeof msg);
     if (err && a->assign.group_world_size > 1) {
       /* Note [no live store]: the other nodes' workers have the live
@@ -426,7 +437,7 @@ static bool go_on_in_round(struct agent *a, const struct rdzv_assignment *as)
 {
   char token[JOBTOKEN_HEX + 1];
   struct rdzv_assignment old = a->assign;
-  bool guessable;
+  bool guessable, master_moved;
   int i;
 
   if (a->state != ST_RUNNING)
@@ -435,15 +446,24 @@ static bool go_on_in_round(struct agent *a, const struct rdzv_assignment *as)
                     a->o->run_id, as, live_agent_token_private_ok(a),
                     token, &guessable))
     token[0] = '\0';
-  if (strcmp(as->master_addr, old.master_addr) != 0 ||
-      as->master_port != old.master_port ||
+  /* Note [live store in rdzvd]: with the rendezvous' store the master
+   * endpoint is nobody's business in live mode (libpg meets through the
+   * store), so node 0's loss keeps the workers: the store must not move. */
+  master_moved = strcmp(as->master_addr, old.master_addr) != 0 ||
+                 as->master_port != old.master_port;
+  if (as->live_store[0] && strcmp(as->live_store, old.live_store) == 0)
+    master_moved = false;
+  if (master_moved || strcmp(as->live_store, old.live_store) != 0 ||
       as->restart_count != old.restart_count ||
       (as->group_world_size > 1 && strcmp(token, a->job_token) != 0)) {
-    say("round %d moves the master endpoint or restarts the job (master "
-        "%s:%d, was %s:%d; restart %d, was %d; or another job token): "
-        "live recovery cannot keep the workers; restarting them",
+    say("round %d moves the master endpoint or the live store, or "
+        "restarts the job (master %s:%d, was %s:%d; live store %s, was %s; "
+        "restart %d, was %d; or another job token): live recovery cannot "
+        "keep the workers; restarting them",
         as->round, as->master_addr,
         as->master_port, old.master_addr, old.master_port,
+        as->live_store[0] ? as->live_store : "node 0's",
+        old.live_store[0] ? old.live_store : "node 0's",
         as->restart_count, old.restart_count);
     a->live.pending_round = *as;
     a->live.pending_round_set = true;

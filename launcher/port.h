@@ -16,7 +16,7 @@
 int port_reserve(int *port);
 
 /* The same for a given port (1..65535): live recovery's store port
- * (launcher/live_store.h), held so that no other bind(0) and no outgoing
+ * (rdzvd/live_store.h), held so that no other bind(0) and no outgoing
  * connection's ephemeral port takes it.  Returns the fd, or a negative
  * errno: -EADDRINUSE when the port is taken, by a listener or by an
  * outgoing connection (TIME_WAIT included) that would keep a listener

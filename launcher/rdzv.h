@@ -37,6 +37,10 @@ struct rdzv_assignment {
    * and new for each run; bound into a job token the agent derives
    * (Note [job token], Note [static run nonce]); "": none. */
   char run_nonce[33];
+  /* Note [live store in rdzvd]: the job's live store, "host:port", served
+   * by the rendezvous with job_token; "": none (node 0's agent serves
+   * it). */
+  char live_store[256 + 8];
 };
 
 /* Why the agent asks for a round. */

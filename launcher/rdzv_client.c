@@ -276,6 +276,10 @@ static void dispatch(struct rdzv_client *c, const struct rdzv_proto_msg *m)
     if (!rdzv_proto_token_none(m->u.round.job_token))
       for (size_t i = 0; i < RDZV_PROTO_TOKEN_BYTES; i++)
         snprintf(a.job_token + 2 * i, 3, "%02x", m->u.round.job_token[i]);
+    if (m->u.round.live_store_port && a.job_token[0])
+      snprintf(a.live_store, sizeof a.live_store,
+               strchr(c->host, ':') ? "[%s]:%d" : "%s:%d", c->host,
+               m->u.round.live_store_port);
     c->round = a.round;
     c->last_present = -1;
     c->have_round = true;

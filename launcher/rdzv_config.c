@@ -309,6 +309,8 @@ static int resolve_rdzvd(const struct cdrun_args *a, const char *be,
   if (strlen(run_id) > RDZV_PROTO_MAX_ID || !run_id[0])
     return err_invalid(err, errlen, "--rdzv_id: must be 1..%d characters",
                        RDZV_PROTO_MAX_ID);
+  /* Note [live store in rdzvd]: rdzvd serves the live store. */
+  c->conf.live = a->recovery && strcmp(a->recovery, "live") == 0;
   return 0;
 }
 

@@ -235,6 +235,17 @@ PG__HIDDEN void pg__setup_watch(pg__setup_watch_fn fn, void *arg);
  * during setup (the TCP mesh's accepts and connects). */
 PG__HIDDEN bool pg__setup_watched(void);
 PG__HIDDEN int pg__setup_watch_ask(void);
+/* The cut watch (Note [a node cut off], live_cut.c): armed with the
+ * round file, the round and the world of the generation set up (live
+ * mode); a TCP wait asks it every CUT_SLICE: 0, or PG_ERR_PEER_LOST with
+ * its sentence once the round file shows a newer round of a smaller
+ * world. */
+#define PG__CUT_SLICE 0.1
+PG__HIDDEN void pg__live_cut_arm(const char *round_file, int64_t round,
+                                 int world);
+PG__HIDDEN void pg__live_cut_disarm(void);
+PG__HIDDEN bool pg__live_cut_armed(void);
+PG__HIDDEN int pg__live_cut_ask(void);
 /* Deletes every key of st that starts with prefix (a view's prefix
  * first); *n (may be NULL) gets how many.  -ENOTSUP (said) from a server
  * without the request. */

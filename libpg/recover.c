@@ -260,6 +260,8 @@ static int rebuild(pg_group *g, const struct pg__live_formed *f,
   pg__setup_watch(watch_setup, &w);
   err = rebuild_comm(g, f, old_gen);
   pg__setup_watch(NULL, NULL);
+  if (!err)     /* Note [a node cut off] */
+    pg__live_cut_arm(g->live->round_file, g->live->round, g->size);
   return err;
 }
 
@@ -460,6 +462,7 @@ void pg__live_free(struct pg__live *l)
 
   if (!l)
     return;
+  pg__live_cut_disarm();
   /* Sub-groups destroyed after their world (which pg.h forbids) at least
    * find no world to leave. */
   pthread_mutex_lock(&l->subs_mu);

@@ -74,6 +74,7 @@ static const struct field conf_fields[] = {
      RDZV_PROTO_MIN_KEEPALIVE, 3600, false, false},
     {"keepalive_misses", K_INT, CONF(keepalive_misses), 0, 1, 1000, false,
      false},
+    {"live", K_BOOL, CONF(live), OMIT_ZERO, 0, 0, false, false},
     {NULL, 0, 0, 0, 0, 0, false, false}};
 
 /* Wall-clock seconds: after 0 and before the year 5138. */
@@ -184,6 +185,8 @@ static const struct field round_fields[] = {
      RDZV_PROTO_MAX_NODES - 1, false, false},
     {"token", K_TOKEN, ARR(round.token), 0, 0, false, false},
     {"job_token", K_TOKEN, ARR(round.job_token), 0, 0, false, false},
+    {"live_store_port", K_INT, MSG(round.live_store_port), OMIT_ZERO, 0,
+     65535, false, false},
     {NULL, 0, 0, 0, 0, 0, false, false}};
 
 static const struct field resume_fields[] = {
@@ -371,6 +374,7 @@ void rdzv_proto_conf_default(struct rdzv_proto_conf *c)
   c->close_timeout = 30;
   c->keepalive_interval = 1;
   c->keepalive_misses = 5;
+  c->live = false;
 }
 
 void rdzv_proto_msg_free(struct rdzv_proto_msg *m)

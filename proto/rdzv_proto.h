@@ -98,6 +98,9 @@ struct rdzv_proto_conf {
   double close_timeout;      /* seconds, >= 0 */
   double keepalive_interval; /* seconds, > 0 */
   int keepalive_misses;      /* >= 1 */
+  /* The job asks for live recovery: a server that can serves its live
+   * store (Note [live store in rdzvd], rdzvd/live_stores.h). */
+  bool live;
 };
 
 struct rdzv_proto_join {
@@ -178,6 +181,10 @@ struct rdzv_proto_round {
    * libpg's store and mesh for the workers (launcher/jobtoken.h); all
    * zero: none. */
   unsigned char job_token[RDZV_PROTO_TOKEN_BYTES];
+  /* The port of the job's live store on the server's host, served with
+   * job_token (Note [live store in rdzvd]); 0: none (absent on the
+   * wire). */
+  int live_store_port;
 };
 
 /* What a reconnecting agent was doing when it lost the server. */

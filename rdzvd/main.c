@@ -22,6 +22,7 @@
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "job_ledger.h"
+#include "live_stores.h"
 #include "rdzv_token.h"
 #include "server.h"
 #include "status_client.h"
@@ -110,6 +111,9 @@ struct daemon {
   /* --token-key-file's job ledger (Note [job ledger]); NULL: none */
   struct job_ledger *ledger;
   struct rdzv_ledger ledger_calls;
+  /* The live jobs' stores (Note [live store in rdzvd]) */
+  struct live_stores *live;
+  struct rdzv_live_host live_calls;
 };
 
 /* Memory that peers made the daemon hold and then gave up (a job's key-
@@ -298,11 +302,21 @@ static int daemon_start(struct daemon *d, const struct options *opt,
     d->ledger_calls = job_ledger_calls(d->ledger, log_line, d);
     o.ledger = &d->ledger_calls;
   }
+  d->live = live_stores_create(o.host, log_line, d);
+  if (!d->live) {
+    rdzv_auth_secret_clear(&token_key);
+    job_ledger_close(d->ledger);
+    log_file_close(&d->log);
+    return err_set(err, errlen, UV_ENOMEM, "out of memory");
+  }
+  d->live_calls = live_stores_host(d->live);
+  o.live = &d->live_calls;
   metrics_init(&d->metrics);
   o.metrics = &d->metrics;
   rc = rdzvd_server_start(d->loop, &o, &d->server, err, errlen);
   rdzv_auth_secret_clear(&token_key);   /* the server keeps its own copy */
   if (rc) {
+    live_stores_destroy(d->live);
     job_ledger_close(d->ledger);
     log_file_close(&d->log);
     return rc;
@@ -312,6 +326,7 @@ static int daemon_start(struct daemon *d, const struct options *opt,
     if (rc) {
       rdzvd_server_stop(d->server);
       uv_run(d->loop, UV_RUN_DEFAULT);
+      live_stores_destroy(d->live);
       job_ledger_close(d->ledger);
       log_file_close(&d->log);
       return rc;
@@ -385,6 +400,7 @@ static void daemon_run(struct daemon *d)
   uv_walk(d->loop, close_walk, NULL);
   uv_run(d->loop, UV_RUN_DEFAULT);
   uv_loop_close(d->loop);
+  live_stores_destroy(d->live);
   job_ledger_close(d->ledger);
   log_file_close(&d->log);
 }

@@ -124,8 +124,12 @@ static struct proof token_proves(const struct rdzv_state *r,
 
 /* ---- RESUME ---- */
 
-/* The rebuilt round is whole again: barriers may pass. */
-static void rebuild_done(struct rdzv_state *r, struct job *job)
+/* The rebuilt round is whole again: barriers may pass.  Note [live store
+ * in rdzvd]: a live job's store went with the server's last life, and its
+ * workers cannot recover without it: a new round (no restart counted)
+ * serves a new one, and the agents restart their workers in it, unless
+ * they are at the exit barrier (their workers are done). */
+static void rebuild_done(struct rdzv_state *r, struct job *job, double now)
 {
   struct barrier *b;
 
@@ -138,6 +142,13 @@ static void rebuild_done(struct rdzv_state *r, struct job *job)
                   job->id, job->round, job->rebuild_size);
   for (b = job->barriers; b; b = b->next)
     rdzv_state__barrier_check(r, job, b);
+  if (job->conf.live && r->live.serve && !job->rebuilt_exit &&
+      job->phase == PH_RUNNING && !job->closing) {
+    rdzv_state__log(r, "job %s: its live store went with the rendezvous' "
+                    "restart: a new round, with a new one", job->id);
+    rdzv_state__start_round(r, job, now, "the rendezvous restarted: the "
+                            "job's live store is gone", NULL);
+  }
 }
 
 /* The grace period ended with ranks missing: they are lost. */
@@ -324,6 +335,7 @@ static void rebuild_start(struct rdzv_state *r, struct job *job,
   job->phase = PH_RUNNING;
   job->exit_passed = false;
   job->rebuilding = true;
+  job->rebuilt_exit = false;
   job->resumed = true;
   job->rebuild_size = as->group_world_size;
   job->deadline = now + grace;
@@ -366,8 +378,10 @@ static int rebuild_take(struct rdzv_state *r, struct job *job,
                   a->phase == RDZV_PROTO_PHASE_EXIT ? "at the exit barrier"
                                             : "running",
                   job->n_part, job->rebuild_size);
+  if (a->phase == RDZV_PROTO_PHASE_EXIT)
+    job->rebuilt_exit = true;
   if (job->n_part == job->rebuild_size)
-    rebuild_done(r, job);
+    rebuild_done(r, job, now);
   return 0;
 }
 

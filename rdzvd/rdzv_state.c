@@ -411,8 +411,32 @@ static void job_forget(struct rdzv_state *r, struct job *job)
     r->ledger.drop(r->ledger.ctx, job->id);
 }
 
+/* Note [live store in rdzvd]: the round's live store, served with its
+ * job token; a failure leaves the round without one (serve said why). */
+static void serve_live_store(struct rdzv_state *r, struct job *job,
+                             struct rdzv_proto_round *rd)
+{
+  static const char digits[] = "0123456789abcdef";
+  char token[2 * RDZV_PROTO_TOKEN_BYTES + 1];
+  int port = 0;
+  size_t i;
+
+  for (i = 0; i < RDZV_PROTO_TOKEN_BYTES; i++) {
+    token[2 * i] = digits[rd->job_token[i] >> 4];
+    token[2 * i + 1] = digits[rd->job_token[i] & 15];
+  }
+  token[2 * i] = '\0';
+  if (r->live.serve(r->live.ctx, job->id, token, &port) == 0 &&
+      port > 0 && port <= 65535) {
+    rd->live_store_port = port;
+    job->live_served = true;
+  }
+}
+
 static void job_free(struct rdzv_state *r, struct job *job)
 {
+  if (job->live_served && r->live.drop)
+    r->live.drop(r->live.ctx, job->id);
   while (!list_empty(&job->nodes))
     rdzv_state__node_free(r, list_first(&job->nodes, struct node, in_job));
   barriers_free(job);
@@ -574,6 +598,7 @@ static void complete_round(struct rdzv_state *r, struct job *job,
   struct node *n, *master;
   size_t k = 0, i;
   int offset = 0;
+  bool live;
 
   /* Places that nobody came back for go to the waiting list. */
   while (!list_empty(&job->spares) &&
@@ -606,9 +631,16 @@ static void complete_round(struct rdzv_state *r, struct job *job,
   copy_str(rd->master_addr, sizeof rd->master_addr,
            rdzv_state__node_addr(master));
   rd->master_port = master->master_port;
-  if (rdzv_token_job(r->tokens, job->id, job->incarnation, rd->master_addr,
-                     rd->master_port, job->restart_count, rd->job_token))
+  live = job->conf.live && r->live.serve;
+  /* Note [live store in rdzvd]: a live job's token leaves the master
+   * endpoint out, so that it stays when node 0 is lost (the workers keep
+   * theirs); a restart still changes it. */
+  if (rdzv_token_job(r->tokens, job->id, job->incarnation,
+                     live ? "" : rd->master_addr, live ? 0 : rd->master_port,
+                     job->restart_count, rd->job_token))
     memset(rd->job_token, 0, sizeof rd->job_token);
+  if (live && !rdzv_proto_token_none(rd->job_token))
+    serve_live_store(r, job, rd);
   /* Recorded before any ROUND goes out: from now on only this round's
    * tokens prove a running claim (Note [fresh tokens]). */
   job->issued_round = job->round;
@@ -1519,6 +1551,15 @@ void rdzv_state_set_ledger(struct rdzv_state *r, const struct rdzv_ledger *l)
     r->ledger = *l;
   else
     memset(&r->ledger, 0, sizeof r->ledger);
+}
+
+void rdzv_state_set_live_host(struct rdzv_state *r,
+                              const struct rdzv_live_host *h)
+{
+  if (h)
+    r->live = *h;
+  else
+    memset(&r->live, 0, sizeof r->live);
 }
 
 int rdzv_state_set_token_key(struct rdzv_state *r,

@@ -286,6 +286,26 @@ struct rdzv_ledger {
 /* Uses l (copied; NULL: none) from now on.  Call before any node joins. */
 void rdzv_state_set_ledger(struct rdzv_state *r, const struct rdzv_ledger *l);
 
+/* Note [live store in rdzvd] (live_stores.h): the daemon serves the
+ * live store of each job that asks for live recovery (conf.live), so
+ * that losing any node, node 0 included, leaves the job's live membership
+ * where it was.  The state machine does no I/O: serve starts (or keeps,
+ * for the same token) job's store with token (the round's job token, 64
+ * hex digits) and gives its port, or a negative errno (reported by serve
+ * itself; the round then goes out without a live store, and the agents
+ * fall back to node 0's: Note [no live store], launcher/live_agent.c);
+ * drop stops it when the job is forgotten.  Without these calls (cdrun's
+ * embedded server, tests) a live job is served as any other. */
+struct rdzv_live_host {
+  void *ctx;
+  int (*serve)(void *ctx, const char *job, const char *token, int *port);
+  void (*drop)(void *ctx, const char *job);
+};
+
+/* Uses h (copied; NULL: none) from now on.  Call before any node joins. */
+void rdzv_state_set_live_host(struct rdzv_state *r,
+                              const struct rdzv_live_host *h);
+
 /* The number of jobs known, and of nodes connected to any job. */
 int rdzv_state_job_count(const struct rdzv_state *r);
 

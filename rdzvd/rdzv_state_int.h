@@ -170,9 +170,12 @@ struct job {
   bool rebuilding;              /* RUNNING, rebuilt from RESUMEs, ranks
                                    still missing: Note [soft state] */
   int rebuild_size;             /* the round's group_world_size then */
+  bool rebuilt_exit;            /* ... and a node re-asserted the exit
+                                   barrier */
   uint64_t incarnation;         /* Note [job ledger]: bound into its tokens */
   int issued_round;             /* the last round it issued (ROUND); -1 */
   int issued_restarts;          /* that round's restart count */
+  bool live_served;             /* the daemon serves its live store */
   bool resumed;                 /* created from a RESUME in this server
                                    life and not whole again yet: its
                                    history is the agents' word */
@@ -231,6 +234,8 @@ struct rdzv_state {
                                            count for the job it creates */
   struct rdzv_token_key *tokens; /* Note [node tokens] */
   struct rdzv_ledger ledger;    /* Note [job ledger]; get NULL: none */
+  struct rdzv_live_host live;   /* Note [live store in rdzvd]; serve NULL:
+                                   none */
   bool resuming;                /* a RESUME is being handled */
   struct hashtab tenants;       /* addr -> struct tenant (rdzv_tenant.c) */
   int n_tenants;

@@ -1206,6 +1206,7 @@ int rdzvd_server_start(uv_loop_t *loop, const struct rdzvd_server_opts *o,
   s->metrics = o->metrics;
   rdzv_state_set_metrics(s->reg, o->metrics);
   rdzv_state_set_ledger(s->reg, o->ledger);
+  rdzv_state_set_live_host(s->reg, o->live);
   if (o->embedded) {
     char me[RDZV_PROTO_MAX_ADDR + 1] = "";
 

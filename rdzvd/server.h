@@ -50,6 +50,9 @@ struct rdzvd_server_opts {
   /* With a token key file: the job ledger beside it (Note [job ledger],
    * job_ledger.h); NULL: none. */
   const struct rdzv_ledger *ledger;
+  /* The jobs' live stores (Note [live store in rdzvd], live_stores.h);
+   * NULL: none. */
+  const struct rdzv_live_host *live;
   /* Where job log lines go (prefixed with a timestamp); NULL: nowhere. */
   void (*log)(void *ctx, const char *line);
   void *log_ctx;

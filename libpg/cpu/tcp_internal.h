@@ -138,6 +138,7 @@ struct tcp_comm {
   double spin_cur;      /* most, the current budget, and the waits since */
   unsigned spin_idle;   /* the budget reached 0 */
   bool spin_yield;      /* sched_yield between the spin's retries */
+  double cut_next;      /* Note [a node cut off]: the next ask */
 };
 
 /* ---- small helpers ------------------------------------------------------ */

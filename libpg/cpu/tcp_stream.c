@@ -514,6 +514,18 @@ int tcp_run(struct tcp_comm *c, struct stream *ss, int ns,
     k = tcp_ms_until(deadline);
     if (k <= 0)
       return timed_out(c, ss, ns);
+    if (pg__live_cut_armed()) {         /* Note [a node cut off] */
+      double now = pg__now();
+      int err;
+
+      if (now >= c->cut_next) {
+        c->cut_next = now + PG__CUT_SLICE;
+        if ((err = pg__live_cut_ask()))
+          return err;
+      }
+      if (k > (int)(PG__CUT_SLICE * 1000))
+        k = (int)(PG__CUT_SLICE * 1000);
+    }
     k = poll(c->pfd, (nfds_t)nfd, k);
     if (k < 0 && errno != EINTR)
       return pg__fail(-errno, "%s: poll: %s", c->opname, strerror(errno));

@@ -1,6 +1,7 @@
 # live_train_lib.sh -- what the t_live_train*.sh scenarios share
-# (sourced after lib.sh): train_mlp's small job, a runner, and the checks
-# of a run against the fault-free one.
+# (sourced after lib.sh): train_mlp's small job, a runner, the checks
+# of a run against the fault-free one, and the holding and accuracy
+# helpers of the elastic ones.
 use_train_mlp
 
 # train NAME CDRUN-ARGS... -- TRAIN-ARGS...: 4 workers, checkpoints in
@@ -44,4 +45,24 @@ starts() {
 ref() {
   train ref --
   expect_grep '^train_mlp: 4 workers ' "$T/ref.log"
+}
+
+# holding N FILES...: waits until N workers say they hold.
+holding() {
+  local n=$1 i
+  shift
+  for ((i = 0; i < 1200; i++)); do
+    [ "$(cat "$@" | grep -c ': holding at step ')" -ge "$n" ] && return 0
+    sleep 0.05
+  done
+  cat "$@" >&2
+  fail "timed out waiting for $n workers holding"
+}
+
+# acc FILE: the final test accuracy; near A B: within 0.3 points.
+acc() {
+  sed -En 's/^final: step [0-9]+ test-acc ([0-9.]+)% .*/\1/p' "$1"
+}
+near() {
+  awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && d <= 0.3 && d >= -0.3) }'
 }

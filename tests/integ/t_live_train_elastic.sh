@@ -28,28 +28,8 @@ node() {
     "${SMALL[@]}" --ckpt-dir "$T/$id.ckpt" --log-steps 1 "$@"
 }
 
-# holding N FILES...: waits until N workers say they hold.
-holding() {
-  local n=$1 i
-  shift
-  for ((i = 0; i < 1200; i++)); do
-    [ "$(cat "$@" | grep -c ': holding at step ')" -ge "$n" ] && return 0
-    sleep 0.05
-  done
-  cat "$@" >&2
-  fail "timed out waiting for $n workers holding"
-}
-
-# acc NAME-FILE: the final test accuracy; near A B: within 0.3 points.
-acc() {
-  sed -En 's/^final: step [0-9]+ test-acc ([0-9.]+)% .*/\1/p' "$1"
-}
-near() {
-  awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && d <= 0.3 && d >= -0.3) }'
-}
-
 # lose A B WORLDS GO: the agent of A and B that is not node 0 (node 0
-# has rank 0's banner and keeps the live store) is SIGKILLed; once the
+# has rank 0's banner; t_live_node0.sh loses it) is SIGKILLed; once the
 # survivor's agent says the new round's world (WORLDS, a regex), GO is
 # made (the workers hold until it exists) and the survivor's exit status
 # awaited: $keep names it, $RC is its status.

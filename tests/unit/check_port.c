@@ -208,7 +208,7 @@ END_TEST
 
 /* A port an outgoing connection (its port picked by connect()) left in
  * TIME_WAIT: refused, it would keep a listener off (Note [live store
- * port] in launcher/live_store.h). */
+ * port] in rdzvd/live_store.h). */
 START_TEST(test_reserve_at_refuses_time_wait)
 {
   struct sockaddr_in sa = addr4(INADDR_LOOPBACK, 0);

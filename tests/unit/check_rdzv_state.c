@@ -2075,6 +2075,93 @@ START_TEST(job_token_kept_across_membership)
 }
 END_TEST
 
+/* Note [live store in rdzvd]: the daemon's calls, recorded. */
+static struct {
+  int served, dropped, port;
+  char token[2 * RDZV_PROTO_TOKEN_BYTES + 1];
+} live_rec;
+
+static int live_serve(void *ctx, const char *job, const char *token,
+                      int *port)
+{
+  (void)ctx;
+  ck_assert_str_eq(job, "job1");
+  if (strcmp(live_rec.token, token) != 0)
+    live_rec.port++;            /* a new token: a new store */
+  snprintf(live_rec.token, sizeof live_rec.token, "%s", token);
+  live_rec.served++;
+  *port = live_rec.port;
+  return 0;
+}
+
+static void live_drop(void *ctx, const char *job)
+{
+  (void)ctx;
+  (void)job;
+  live_rec.dropped++;
+}
+
+/* A live job (conf.live) on a server that hosts live stores: every round
+ * names the job's store, and the job token leaves the master endpoint
+ * out, so node 0's loss keeps both (the survivors' workers go on); a
+ * restart gives a new token and a new store; the job's end stops it.  A
+ * job that is not live gets none. */
+START_TEST(live_store_kept_when_master_lost)
+{
+  const struct rdzv_live_host h = { NULL, live_serve, live_drop };
+  unsigned char t0[RDZV_PROTO_TOKEN_BYTES];
+  const struct rdzv_proto_round *rd;
+
+  memset(&live_rec, 0, sizeof live_rec);
+  live_rec.port = 40000;
+  rdzv_state_set_live_host(R, &h);
+  CF = conf_of(1, 3);
+  CF.last_call_timeout = 30;
+  CF.max_restarts = 1;
+  CF.live = true;
+  ck_assert_int_eq(join(A, 1, 0), 0);
+  ck_assert_int_eq(join(B, 1, 0), 0);
+  ck_assert_int_eq(join(C, 1, 0), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_ROUND), 1);
+  rd = &last(A, RDZV_PROTO_ROUND)->u.round;
+  ck_assert_int_eq(rd->group_rank, 0);
+  ck_assert_int_eq(rd->live_store_port, 40001);
+  memcpy(t0, rd->job_token, sizeof t0);
+  ck_assert(!rdzv_proto_token_none(t0));
+  /* A, the master, lost: the same token and store, another master. */
+  clear();
+  rdzv_state_conn_closed(R, CONN(A), 1);
+  ck_assert_int_eq(join(B, 1, 1), 0);
+  ck_assert_int_eq(join(C, 1, 1), 0);
+  ck_assert_int_eq(count(B, RDZV_PROTO_ROUND), 1);
+  rd = &last(B, RDZV_PROTO_ROUND)->u.round;
+  ck_assert_int_eq(rd->group_rank, 0);
+  ck_assert_int_eq(rd->master_port, 29500 + B);
+  ck_assert(!memcmp(rd->job_token, t0, sizeof t0));
+  ck_assert_int_eq(rd->live_store_port, 40001);
+  ck_assert_int_eq(last(C, RDZV_PROTO_ROUND)->u.round.live_store_port, 40001);
+  ck_assert_int_eq(live_rec.dropped, 0);
+  /* A failure: a restart, another token, another store. */
+  clear();
+  ck_assert_int_eq(failure(B, false, "x", 2), 0);
+  ck_assert_int_eq(join(B, 1, 2), 0);
+  ck_assert_int_eq(join(C, 1, 2), 0);
+  rd = &last(C, RDZV_PROTO_ROUND)->u.round;
+  ck_assert_int_eq(rd->restart_count, 1);
+  ck_assert(memcmp(rd->job_token, t0, sizeof t0) != 0);
+  ck_assert_int_eq(rd->live_store_port, 40002);
+  /* A job that is not live: no store. */
+  CF.live = false;
+  CF.max_nodes = 1;
+  CF.min_nodes = 1;
+  ck_assert_int_eq(join_job(D, "other", NULL, 1, 3), 0);
+  ck_assert_int_eq(last(D, RDZV_PROTO_ROUND)->u.round.live_store_port, 0);
+  rdzv_state_destroy(R);
+  R = NULL;
+  ck_assert_int_eq(live_rec.dropped, 1);
+}
+END_TEST
+
 /* ---- who may speak for a node (Note [node tokens]) ---- */
 
 /* Item 1 of "identities a stranger cannot forge": a RESUME naming a live
@@ -2454,6 +2541,56 @@ START_TEST(rebuilt_whole_then_claim_is_join)
 }
 END_TEST
 
+/* Note [live store in rdzvd]: a restarted server has no live store for a
+ * live job it rebuilds, and its workers could not recover without one:
+ * once the round is whole, a new round (no restart counted) with a new
+ * store, in which the agents restart their workers; none when a node is
+ * at the exit barrier (the workers are done).  Without it the workers'
+ * next recovery failed on the store that is gone, and each replacement
+ * waited PG_TIMEOUT. */
+START_TEST(live_rebuilt_job_gets_new_store)
+{
+  const struct rdzv_live_host h = { NULL, live_serve, live_drop };
+
+  memset(&live_rec, 0, sizeof live_rec);
+  live_rec.port = 41000;
+  rdzv_state_set_live_host(R, &h);
+  CF = conf_of(2, 3);
+  CF.max_restarts = 3;
+  CF.live = true;
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_RUNNING, 2, 1, 0, 2, 0), 0);
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 2, 1, 1, 2, 0.5), 0);
+  ck_assert(logged("round 2 rebuilt: all 2 nodes"));
+  ck_assert_int_eq(count(A, RDZV_PROTO_RESTART), 1);
+  ck_assert_int_eq(count(B, RDZV_PROTO_RESTART), 1);
+  ck_assert(strstr(last(A, RDZV_PROTO_RESTART)->u.text.message,
+                   "live store is gone"));
+  ck_assert_int_eq(join(A, 2, 1), 0);
+  ck_assert_int_eq(join(B, 2, 1), 0);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.round, 3);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.restart_count, 1);
+  ck_assert_int_eq(last(A, RDZV_PROTO_ROUND)->u.round.live_store_port, 41001);
+  ck_assert_int_eq(last(B, RDZV_PROTO_ROUND)->u.round.live_store_port, 41001);
+}
+END_TEST
+
+START_TEST(live_rebuilt_at_exit_keeps_going)
+{
+  const struct rdzv_live_host h = { NULL, live_serve, live_drop };
+
+  memset(&live_rec, 0, sizeof live_rec);
+  rdzv_state_set_live_host(R, &h);
+  CF = conf_of(2, 3);
+  CF.live = true;
+  ck_assert_int_eq(resume(A, RDZV_PROTO_PHASE_EXIT, 2, 0, 0, 2, 0), 0);
+  ck_assert_int_eq(resume(B, RDZV_PROTO_PHASE_RUNNING, 2, 0, 1, 2, 0.5), 0);
+  ck_assert(logged("round 2 rebuilt: all 2 nodes"));
+  ck_assert_int_eq(total(RDZV_PROTO_RESTART), 0);
+  ck_assert_int_eq(live_rec.served, 0);
+}
+END_TEST
+
 /* Item 3: a resumed round near 2^31 overflowed at the next round.  Round
  * numbers now stop at RDZV_PROTO_MAX_ROUND, where the job is closed cleanly. */
 START_TEST(round_numbers_bounded)
@@ -2700,6 +2837,9 @@ static Suite *rdzv_state_suite(void)
   tcase_add_test(tc, zero_last_call_waits_for_restarting_nodes);
   tcase_add_test(tc, job_token_per_round);
   tcase_add_test(tc, job_token_kept_across_membership);
+  tcase_add_test(tc, live_store_kept_when_master_lost);
+  tcase_add_test(tc, live_rebuilt_job_gets_new_store);
+  tcase_add_test(tc, live_rebuilt_at_exit_keeps_going);
   tcase_add_test(tc, impostor_cannot_displace);
   tcase_add_test(tc, name_twin_cannot_displace);
   tcase_add_test(tc, restarted_server_checks_claims);

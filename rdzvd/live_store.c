@@ -1,4 +1,4 @@
-/* live_store.c -- the live store, libpg's store server loaded at run time
+/* live_store.c -- a live store, libpg's store server loaded at run time
  * (live_store.h). */
 #include "live_store.h"
 
@@ -78,16 +78,14 @@ static int load(char *err, size_t errlen)
   return 0;     /* h is kept: the server's thread runs its code */
 }
 
-int live_store_start(int port, const char *token, struct live_store **out,
-                     char *err, size_t errlen)
+int live_store_start(const char *addr, int *port, const char *token,
+                     struct live_store **out, char *err, size_t errlen)
 {
   struct live_store *s;
-  int r, want = port;
+  int r, want = *port;
 
-  if (port < 1 || port > 65535)
-    return err_set(err, errlen, -EINVAL,
-                   "port %d is not a TCP port (MASTER_PORT + %d)", port,
-                   LIVE_STORE_PORT_OFFSET);
+  if (want < 0 || want > 65535)
+    return err_set(err, errlen, -EINVAL, "port %d is not a TCP port", want);
   r = load(err, errlen);
   if (r)
     return r;
@@ -95,12 +93,14 @@ int live_store_start(int port, const char *token, struct live_store **out,
   if (!s)
     return err_set(err, errlen, -ENOMEM, "out of memory");
   /* "" and not NULL: NULL would make libpg read our own environment. */
-  r = server_start(NULL, &port, token ? token : "", &s->server);
+  r = server_start(addr && *addr ? addr : NULL, port, token ? token : "",
+                   &s->server);
   if (r < 0) {
     const char *why = last_error ? last_error() : "";
 
     free(s);
-    return err_set(err, errlen, r, "cannot serve on port %d: %s", want,
+    return err_set(err, errlen, r, "cannot serve on %s port %d: %s",
+                   addr && *addr ? addr : "every address", want,
                    why && *why ? why : err_str(r));
   }
   *out = s;
