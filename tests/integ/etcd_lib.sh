@@ -19,14 +19,31 @@ trap etcd_cleanup EXIT
 # Keep the environment of the caller (ETCD_*) away from test servers.
 unset $(env | sed -n 's/^\(ETCD_[A-Z_]*\)=.*/\1/p')
 
-# free_ports N: N distinct free loopback ports on one line.
+# free_ports N: N distinct free loopback ports on one line, drawn below
+# the kernel's ephemeral range as lib.sh's free_port is: a port the kernel
+# handed out once can be taken as another connect()'s source port before
+# etcd binds it (an etcd that cannot bind waited out etcd_wait_healthy).
 free_ports() {
   python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
+import random, socket, sys
+lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+first, last = (10000, lo - 1) if lo > 11000 else (hi + 1, 65535)
+want, socks, ports = int(sys.argv[1]), [], []
+for _ in range(1000 if first < last else 0):
+    if len(ports) == want:
+        break
+    p = random.randint(first, last)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        s.close()
+        continue
+    socks.append(s); ports.append(p)
+while len(ports) < want:            # no range below: the kernel's
     s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
+    ports.append(s.getsockname()[1])
+print(" ".join(map(str, ports)))
 PY
 }
 
