@@ -575,7 +575,8 @@ static void reconnect_failed(struct rdzv_client *c)
  * the host, and whether the job ends then. */
 static void host_lost(struct rdzv_client *c, const char *why)
 {
-  double window = c->o.conf.keepalive_interval * c->o.conf.keepalive_misses;
+  double window = rdzv_rules_keepalive_window(c->o.conf.keepalive_interval,
+                                              c->o.conf.keepalive_misses);
   struct rdzv_rules_loss *l = &c->host_loss;
 
   memset(l, 0, sizeof *l);
@@ -787,7 +788,8 @@ static void flush_pending(struct rdzv_client *c)
 static void keepalive_tick(uv_timer_t *t)
 {
   struct rdzv_client *c = t->data;
-  double window = c->o.conf.keepalive_interval * c->o.conf.keepalive_misses;
+  double window = rdzv_rules_keepalive_window(c->o.conf.keepalive_interval,
+                                              c->o.conf.keepalive_misses);
   struct rdzv_proto_msg m;
 
   if (!c->connected)
@@ -1178,7 +1180,8 @@ int rdzv_client_create(uv_loop_t *loop, const struct rdzv_client_opts *o,
   c->base.ops = &client_ops;
   /* rdzvd waits one keepalive window for the other reports (Note [root
    * cause]); a margin for the CLOSED to travel. */
-  c->base.cause_wait = o->conf.keepalive_interval * o->conf.keepalive_misses +
+  c->base.cause_wait = rdzv_rules_keepalive_window(o->conf.keepalive_interval,
+                                                    o->conf.keepalive_misses) +
                        5.0;
   c->base.cb = *cb;
   c->base.loop = loop;

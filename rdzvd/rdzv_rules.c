@@ -132,6 +132,14 @@ enum rdzv_rules_failure rdzv_rules_failure(bool reported_final,
   return RDZV_FAILURE_RESTART;
 }
 
+/* ---- the keepalive window ---- */
+
+double rdzv_rules_keepalive_window(double keepalive_interval,
+                                   int keepalive_misses)
+{
+  return keepalive_interval * keepalive_misses;
+}
+
 /* ---- a lost node ---- */
 
 static bool short_of_size(const struct rdzv_rules_loss *l)

@@ -151,6 +151,17 @@ enum rdzv_rules_failure rdzv_rules_failure(bool reported_final,
                                            int restart_count,
                                            int max_restarts);
 
+/* ---- the keepalive window ---- */
+
+/* Note [keepalive window]: a node (or its link) is dead once it has been
+ * silent for the keepalive window, keepalive_interval x keepalive_misses
+ * seconds: rdzvd's dead-node check and its resume grace, the client's
+ * silent-server check and its wait for the job's end, the static back
+ * end's links, the config check's floor.  One rule, one home: every
+ * place that needs the window asks here. */
+double rdzv_rules_keepalive_window(double keepalive_interval,
+                                   int keepalive_misses);
+
 /* ---- a lost node ---- */
 
 /* How a participant left a running round before its exit barrier. */

@@ -161,6 +161,15 @@ START_TEST(restart_budget)
 }
 END_TEST
 
+/* Note [keepalive window]. */
+START_TEST(keepalive_window)
+{
+  ck_assert(rdzv_rules_keepalive_window(0.5, 3) == 1.5);
+  ck_assert(rdzv_rules_keepalive_window(2.0, 1) == 2.0);
+  ck_assert(rdzv_rules_keepalive_window(0.25, 4) == 1.0);
+}
+END_TEST
+
 /* Note [a lost node]. */
 START_TEST(lost_node)
 {
@@ -665,6 +674,7 @@ static Suite *rdzv_rules_suite(void)
   tcase_add_test(tc, gathering);
   tcase_add_test(tc, config_check);
   tcase_add_test(tc, restart_budget);
+  tcase_add_test(tc, keepalive_window);
   tcase_add_test(tc, lost_node);
   tcase_add_test(tc, lost_host);
   tcase_add_loop_test(tc, both_back_ends, 0,
