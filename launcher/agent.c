@@ -66,6 +66,14 @@ double agent_now_epoch(void)
   return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
 }
 
+/* Note [one authority] (rdzv.h): whether this round's failure ends the
+ * job, as the back ends' rules say. */
+static bool failure_final(const struct agent *a)
+{
+  return rdzv_failure_final(&a->assign, a->final_replaced,
+                            a->o->max_restarts);
+}
+
 static const char *signame(int sig)
 {
   static char buf[16];
@@ -276,7 +284,7 @@ static void restart_after_failure(struct agent *a)
  * restarts are left, else the job's end. */
 static void group_failed(struct agent *a)
 {
-  if (!a->assign.failure_final) {
+  if (!failure_final(a)) {
     restart_after_failure(a);
     return;
   }
@@ -337,7 +345,7 @@ static void group_finished(struct agent *a)
     }
     return;
   case STOP_FAILURE:
-    if (!a->assign.failure_final && live_agent_changing(a)) {
+    if (!failure_final(a) && live_agent_changing(a)) {
       /* Note [failure in a live round] */
       a->state = ST_RENDEZVOUS;
       if (live_agent_take_round(a, &as)) {
@@ -413,7 +421,7 @@ void agent_check_stopped(struct agent *a)
  * while this one stops its own. */
 static void report_failure(struct agent *a, int rank, int code)
 {
-  bool final = a->assign.failure_final;
+  bool final = failure_final(a);
   char msg[512];
 
   /* A round is forming (live recovery): a report now would name a round
@@ -446,6 +454,7 @@ static bool is_cofailure(const struct agent *a, int code)
 
 static void worker_exited(struct agent *a, struct worker *w, int status)
 {
+  enum live_failed live;
   int code;
 
   w->running = false;
@@ -473,8 +482,11 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     else
       say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
-    if (live_agent_worker_failed(a, w, code))
+    live = live_agent_worker_failed(a, w, code);
+    if (live == LIVE_FAILED_REPLACED)
       return;
+    if (live == LIVE_FAILED_NO_REPLACEMENT)
+      a->final_replaced = w->live.replaced;
     agent_record_failure(a, w, w->pid, code,
                    w->hang.killed_why[0] ? w->hang.killed_why : NULL);
     report_failure(a, w->rank, code);
@@ -562,6 +574,7 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
    * round's (Note [root cause]). */
   memset(&a->rdzv->job_cause, 0, sizeof a->rdzv->job_cause);
   a->owed_set = false;
+  a->final_replaced = -1;
   a->assign = *as;
   a->state = ST_RUNNING;
   a->attempt_started = agent_now_epoch();
@@ -1038,6 +1051,7 @@ int agent_run(const struct agent_opts *o)
   memset(&a, 0, sizeof a);
   a.o = o;
   a.exit_status = AGENT_EXIT_INTERNAL;
+  a.final_replaced = -1;
   if (gethostname(a.host, sizeof a.host) < 0)
     snprintf(a.host, sizeof a.host, "localhost");
   a.host[sizeof a.host - 1] = '\0';

@@ -112,6 +112,10 @@ struct agent {
    * round a live re-join asked for. */
   bool owed_set;
   int owed_rank, owed_code;
+  /* Note [one authority] (rdzv.h): the replacements of the rank whose
+   * failure live mode could not replace again, for rdzv_failure_final;
+   * -1: none this round. */
+  int final_replaced;
 };
 
 /* ---- agent.c ------------------------------------------------------------- */

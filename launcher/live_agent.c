@@ -12,6 +12,7 @@
 #include "live_handshake.h"
 #include "live_store.h"
 #include "num.h"
+#include "rdzv_rules.h"
 #include "say.h"
 #include "workerenv.h"
 
@@ -256,27 +257,28 @@ void live_agent_worker_finished(struct agent *a, struct worker *done)
  * max_restarts times per local rank; the rendezvous hears nothing.  The
  * replacement starts once the dead worker's output streams are closed
  * (they are the same structs), in attempt_<k>/<local_rank>/live_<n>/.
- * Returns true when the failure was taken; false: restart mode's path,
- * final when the rank's budget is spent. */
-bool live_agent_worker_failed(struct agent *a, struct worker *w, int code)
+ * The rank's budget is the back ends' rule (Note [live budget],
+ * rdzvd/rdzv_rules.h); when it is spent the failure is restart mode's,
+ * and final by the same rule (Note [one authority], launcher/rdzv.h). */
+enum live_failed live_agent_worker_failed(struct agent *a, struct worker *w,
+                                          int code)
 {
   struct worker *done;
 
   if (!keeps_workers(a))
-    return false;
+    return LIVE_FAILED_NOT_TAKEN;
   if ((done = finished_peer(a, w))) {
     /* Note [finished job] */
     say("worker %d failed after worker %d finished (exit 0): a replacement "
         "could not rejoin its peers; recovering as restart mode does",
         w->rank, done->rank);
-    return false;
+    return LIVE_FAILED_NOT_TAKEN;
   }
-  if (w->live.replaced >= a->o->max_restarts) {
+  if (rdzv_rules_replacement_final(w->live.replaced, a->o->max_restarts)) {
     say("worker %d has no replacement left (%d of --max_restarts %d used; "
         "live mode counts them per rank): the job fails", w->rank,
         w->live.replaced, a->o->max_restarts);
-    a->assign.failure_final = true;
-    return false;
+    return LIVE_FAILED_NO_REPLACEMENT;
   }
   w->live.replaced++;
   say("replacing worker %d alone (live recovery; replacement %d of %d of "
@@ -293,7 +295,7 @@ bool live_agent_worker_failed(struct agent *a, struct worker *w, int code)
   w->live.replace_pending = true;
   a->live.replace_pending++;
   live_agent_start_replacements(a);
-  return true;
+  return LIVE_FAILED_REPLACED;
 }
 
 /* The replacements whose worker's streams are closed now start. */

@@ -81,12 +81,25 @@ int live_agent_start_round(struct agent *a, char *why, size_t len);
 void live_agent_worker_env(const struct agent *a, const struct worker *w,
                            struct worker_env *we, char *opt_in, size_t len);
 
+/* What live recovery did with a failed worker. */
+enum live_failed {
+  LIVE_FAILED_REPLACED,         /* taken: w is replaced alone */
+  LIVE_FAILED_NOT_TAKEN,        /* restart mode's path (restart mode, a
+                                   worker not opted in, or another worker
+                                   of the node already exited 0: Note
+                                   [finished job]) */
+  LIVE_FAILED_NO_REPLACEMENT,   /* w's rank has no replacement left:
+                                   restart mode's path, and the agent asks
+                                   rdzv_failure_final (launcher/rdzv.h)
+                                   with w's count, which says final */
+};
+
 /* Worker w failed with code (> 0 a status, -signum) while the group
- * runs.  Returns true when live recovery took it (w is replaced alone);
- * false: restart mode's path, a final failure when w's rank has no
- * replacement left (the assignment's failure_final is then set), or when
- * another worker of the node already exited 0 (Note [finished job]). */
-bool live_agent_worker_failed(struct agent *a, struct worker *w, int code);
+ * runs: replaced alone when live recovery may (Note [live replacement]);
+ * it decides nothing about the job's end (Note [one authority],
+ * launcher/rdzv.h). */
+enum live_failed live_agent_worker_failed(struct agent *a, struct worker *w,
+                                          int code);
 
 /* Worker done exited 0 while the group runs: a replacement still joining
  * the group (libpg says so in its opt-in file) never will and is killed;

@@ -121,6 +121,11 @@ bool rdzv_rules_failure_final(int restart_count, int max_restarts)
   return !rdzv_rules_restart_left(restart_count, max_restarts);
 }
 
+bool rdzv_rules_replacement_final(int replaced, int max_restarts)
+{
+  return !rdzv_rules_restart_left(replaced, max_restarts);
+}
+
 enum rdzv_rules_failure rdzv_rules_failure(bool reported_final,
                                            int restart_count,
                                            int max_restarts)

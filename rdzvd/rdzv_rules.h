@@ -13,7 +13,9 @@
  *   with the job's;
  * - the restart budget and the final-failure decision: whether a failure
  *   restarts the job or ends it, and whether a round's failure will be
- *   final (what the agent is told with its assignment: launcher/rdzv.h);
+ *   final (what the agent is told with its assignment: launcher/rdzv.h),
+ *   live recovery's per-rank budget of replacements included (Note [live
+ *   budget]);
  * - a lost node: whether the job goes on without it or ends (Note [a lost
  *   node]).
  *
@@ -135,6 +137,16 @@ bool rdzv_rules_restart_left(int restart_count, int max_restarts);
  * final (ends the job): what the back end tells the agent with its
  * assignment, and what the agent then reports. */
 bool rdzv_rules_failure_final(int restart_count, int max_restarts);
+
+/* Note [live budget]: in live recovery (launcher/live_agent.c) a failed
+ * worker is replaced alone, and its rank's replacements are a budget of
+ * the job's max_restarts too, counted by its node's agent (the rendezvous
+ * never hears of a replacement).  A failure of a rank replaced
+ * `replaced` times is final (ends the job) when no replacement is left,
+ * whatever the round's own budget (rdzv_rules_failure_final) says; the
+ * agent then reports it final.  The rule is the back ends': the agent
+ * asks it, through launcher/rdzv.h's rdzv_failure_final. */
+bool rdzv_rules_replacement_final(int replaced, int max_restarts);
 
 enum rdzv_rules_failure {
   RDZV_FAILURE_RESTART,         /* a new round, one restart counted */

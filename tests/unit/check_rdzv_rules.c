@@ -153,6 +153,10 @@ START_TEST(restart_budget)
   ck_assert(!rdzv_rules_failure_final(0, 1));
   ck_assert(rdzv_rules_failure_final(1, 1));
   ck_assert(rdzv_rules_failure_final(0, 0));
+  /* Note [live budget] */
+  ck_assert(!rdzv_rules_replacement_final(0, 1));
+  ck_assert(rdzv_rules_replacement_final(1, 1));
+  ck_assert(rdzv_rules_replacement_final(0, 0));
   ck_assert_int_eq(rdzv_rules_failure(false, 0, 1), RDZV_FAILURE_RESTART);
   ck_assert_int_eq(rdzv_rules_failure(false, 1, 1),
                    RDZV_FAILURE_CLOSE_EXHAUSTED);
