@@ -163,10 +163,10 @@ static void group_finished(struct agent *a)
     }
     return;
   case STOP_FAILURE:
-    if (!agent_failure_final(a) && live_agent_changing(a)) {
+    if (!agent_failure_final(a) && live_agent_changing(&a->live)) {
       /* Note [failure in a live round] */
       a->state = ST_RENDEZVOUS;
-      if (live_agent_take_round(a, &as)) {
+      if (live_agent_take_round(&a->live, &as)) {
         agent_failed_in_round(a, &as);
         return;
       }
@@ -185,14 +185,14 @@ static void group_finished(struct agent *a)
     agent_finish(a, 128 + a->stop_signal);
     return;
   case STOP_MEMBERSHIP:
-    if (!live_agent_changing(a)) {
+    if (!live_agent_changing(&a->live)) {
       agent_join_round(a, RDZV_JOIN_MEMBERSHIP);
       return;
     }
     /* The round was asked for while the workers ran (live recovery):
      * start in it now, or when it comes. */
     a->state = ST_RENDEZVOUS;
-    if (live_agent_take_round(a, &as))
+    if (live_agent_take_round(&a->live, &as))
       agent_start_round(a, &as);
     return;
   }
@@ -265,19 +265,19 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
     else
       say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
-    live = live_agent_worker_failed(a, w, code);
+    live = live_agent_worker_failed(&a->live, w->local_rank, code);
     if (live == LIVE_FAILED_REPLACED)
       return;
     if (live == LIVE_FAILED_NO_REPLACEMENT)
-      a->final_replaced = w->live.replaced;
+      a->final_replaced = live_agent_replaced(&a->live, w->local_rank);
     agent_record_failure(a, w, w->pid, code,
                    w->hang.killed_why[0] ? w->hang.killed_why : NULL);
     agent_report_failure(a, w->rank, code);
     agent_begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
   }
-  live_agent_worker_finished(a, w);
-  if (a->nrunning == 0 && !live_agent_replacing(a))
+  live_agent_worker_finished(&a->live, w->local_rank);
+  if (a->nrunning == 0 && !live_agent_replacing(&a->live))
     agent_begin_stop(a, STOP_SUCCESS, 0);
 }
 
@@ -310,7 +310,7 @@ static void round_token(struct agent *a)
   bool guessable;
   int err = jobtoken_make(a->o->token_secret, a->o->token_secret_len,
                           a->o->run_id, &a->assign,
-                          live_agent_token_private_ok(a), a->job_token,
+                          live_agent_token_private_ok(&a->live), a->job_token,
                           &guessable);
 
   if (err) {
@@ -330,7 +330,7 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
 {
   struct agent *a = ctx;
 
-  if (live_agent_round(a, as))
+  if (live_agent_round(&a->live, as, &a->assign, a->job_token))
     return;
   if (a->state != ST_RENDEZVOUS)
     return;
@@ -370,7 +370,8 @@ void agent_start_round(struct agent *a, const struct rdzv_assignment *as)
   /* Each worker's folder is then one mkdir (prepare_worker). */
   logdir_mkdirs(path);
   round_token(a);
-  err = live_agent_start_round(a, why, sizeof why);
+  err = live_agent_start_round(&a->live, &a->assign, a->job_token, why,
+                               sizeof why);
   if (err) {
     /* Note [no live store] (live_agent.c): a final failure, so that
      * every node ends the job with this reason. */
@@ -386,7 +387,7 @@ void agent_start_round(struct agent *a, const struct rdzv_assignment *as)
 
   if (!agent_start_workers(a, as))
     return;
-  live_agent_workers_up(a);
+  live_agent_workers_up(&a->live, &a->optin_timer);
   if (a->o->heartbeat_timeout > 0)
     uv_timer_start(&a->heartbeat, agent_heartbeat_check,
                    (uint64_t)(a->o->heartbeat_timeout * 1000.0) + 1, 0);
@@ -448,7 +449,7 @@ static void on_restart(void *ctx, const char *reason)
   }
   if (a->state != ST_RUNNING)
     return;
-  if (live_agent_rejoin(a, reason))
+  if (live_agent_rejoin(&a->live, reason))
     return;
   say("restarting the worker group: %s", reason);
   agent_begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
@@ -590,7 +591,7 @@ static int agent_init_handles(struct agent *a)
   err = uv_timer_init(&a->loop, &a->optin_timer);
   if (err)
     goto undo_lost;
-  a->optin_timer.data = a;
+  a->optin_timer.data = &a->live;   /* live mode's (live_agent.h) */
   if (a->o->timer_file) {
     a->ftimer = filetimer_new(0, agent_on_timer_expired, a);
     if (!a->ftimer) {
@@ -607,6 +608,7 @@ static int agent_init_handles(struct agent *a)
   err = a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
   if (err)
     goto undo_ftimer;
+  a->live.fixed_nodes = a->rdzv->ops->fixed_nodes;
   return 0;
 
 undo_ftimer:
@@ -632,6 +634,88 @@ undo_sigchld:
   a->rdzv = NULL;
   return err;
 }
+
+/* ---- what live mode sees of the agent (live_agent.h) -------------------- */
+
+static void live_worker(void *ctx, int local_rank, struct live_worker_view *v)
+{
+  const struct worker *w = &((struct agent *)ctx)->workers[local_rank];
+
+  v->rank = w->rank;
+  v->pid = w->pid;
+  v->running = w->running;
+  v->dir = w->dir;
+  v->streams_closed = w->out.state == OUTPUT_NONE &&
+                      w->err.state == OUTPUT_NONE;
+}
+
+static enum live_group live_group(void *ctx)
+{
+  const struct agent *a = ctx;
+
+  return a->state == ST_RUNNING    ? LIVE_GROUP_RUNNING
+         : a->state == ST_STOPPING ? LIVE_GROUP_STOPPING
+                                   : LIVE_GROUP_OTHER;
+}
+
+static void live_spawn(void *ctx, int local_rank)
+{
+  struct agent *a = ctx;
+
+  agent_spawn_worker(a, &a->workers[local_rank]);
+}
+
+/* Note [live replacement] (live_agent.c): the failed worker's process
+ * group goes with it, and its streams close for the replacement. */
+static void live_retire(void *ctx, int local_rank)
+{
+  struct agent *a = ctx;
+  struct worker *w = &a->workers[local_rank];
+
+  kill(-w->pid, SIGKILL);
+  guardian_forget(&a->guardian, w->pid);
+  w->pid = 0;
+  output_stream_drain_close(&w->out);
+  output_stream_drain_close(&w->err);
+}
+
+static void live_join(void *ctx)
+{
+  struct agent *a = ctx;
+  int err = a->rdzv->ops->join(a->rdzv, RDZV_JOIN_MEMBERSHIP);
+
+  if (err) {
+    say("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
+        say_strerror(err));
+    agent_begin_stop(a, STOP_FATAL, SIGTERM);
+    a->exit_status = AGENT_EXIT_INTERNAL;
+  }
+}
+
+static void live_restart_in_round(void *ctx)
+{
+  agent_begin_stop(ctx, STOP_MEMBERSHIP, SIGTERM);
+}
+
+static void live_adopt_round(void *ctx, const struct rdzv_assignment *as)
+{
+  struct agent *a = ctx;
+  int i;
+
+  a->assign = *as;
+  for (i = 0; i < a->o->nproc; i++)
+    a->workers[i].rank = as->rank_offset + i;
+}
+
+static void live_event(void *ctx, const char *name, const char *detail)
+{
+  agent_event(ctx, name, "%s", detail);
+}
+
+static const struct live_agent_ops live_ops = {
+  live_worker, live_group, live_spawn, live_retire, live_join,
+  live_restart_in_round, live_adopt_round, live_event,
+};
 
 /* Note [overlapped exit]: on a disk, removing a folder costs (on this
  * project's test machines, /tmp's ext4 discards each freed block
@@ -703,7 +787,7 @@ int agent_run(const struct agent_opts *o)
   if (gethostname(a.host, sizeof a.host) < 0)
     snprintf(a.host, sizeof a.host, "localhost");
   a.host[sizeof a.host - 1] = '\0';
-  live_agent_init(&a.live, o->live, o->run_log_dir);
+  err = live_agent_init(&a.live, o, &live_ops, &a);
   a.workers = calloc((size_t)o->nproc, sizeof *a.workers);
   a.sigs = calloc((size_t)(o->nsignals ? o->nsignals : 1), sizeof *a.sigs);
   /* At most half full, so probes stay short and always end. */
@@ -711,8 +795,9 @@ int agent_run(const struct agent_opts *o)
   while (a.by_pid_mask + 1 < 2 * (size_t)o->nproc)
     a.by_pid_mask = a.by_pid_mask * 2 + 1;
   a.by_pid = calloc(a.by_pid_mask + 1, sizeof *a.by_pid);
-  if (!a.workers || !a.sigs || !a.by_pid) {
+  if (err || !a.workers || !a.sigs || !a.by_pid) {
     say("out of memory");
+    live_agent_close(&a.live);
     free(a.workers);
     free(a.sigs);
     free(a.by_pid);

@@ -168,7 +168,7 @@ void agent_report_failure(struct agent *a, int rank, int code)
   /* A round is forming (live recovery): a report now would name a round
    * that is over; it is made in the new round (Note [failure in a live
    * round]). */
-  if (live_agent_rejoining(a) && !final) {
+  if (live_agent_rejoining(&a->live) && !final) {
     if (!a->owed_set) {
       a->owed_set = true;
       a->owed_rank = rank;

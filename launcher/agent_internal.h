@@ -3,9 +3,10 @@
  * agent: agent.c (the worker group's life: rendezvous rounds, supervision,
  * stopping, the loop), agent_failure.c (failures: reporting, restarting,
  * the job's end), agent_signal.c (signals and the grace period),
- * agent_hang.c (hang detection), agent_spawn.c (starting workers) and
- * live_agent.c (live recovery).  Each declaration below says whose it
- * is.  Nothing else includes it: agent.h is the agent's interface. */
+ * agent_hang.c (hang detection) and agent_spawn.c (starting workers).
+ * Each declaration below says whose it is.  Nothing else includes it:
+ * agent.h is the agent's interface, and live recovery (live_agent.c)
+ * sees the agent only through live_agent.h's view and ops. */
 #ifndef CDRUN_AGENT_INTERNAL_H
 #define CDRUN_AGENT_INTERNAL_H
 
@@ -38,7 +39,6 @@ struct worker {
   char *error_file;
   struct output_stream out, err;   /* output.h */
   struct hang_watch hang;       /* hang.h */
-  struct live_worker live;      /* live_agent.h */
 };
 
 enum agent_state {
@@ -109,7 +109,8 @@ struct agent {
   int exit_status;
   char host[256];
   struct filetimer *ftimer;     /* torch's file timer, or NULL */
-  struct live_agent live;       /* live recovery (live_agent.h) */
+  struct live_agent live;       /* live recovery (live_agent.h): it sees
+                                   the agent through live_ops (agent.c) */
   /* Note [failure in a live round]: a failure report that waits for the
    * round a live re-join asked for. */
   bool owed_set;
