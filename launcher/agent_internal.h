@@ -209,9 +209,10 @@ void agent_heartbeat_check(uv_timer_t *t);
  * agent_start_failed). */
 bool agent_start_workers(struct agent *a, const struct rdzv_assignment *as);
 
-/* Starts worker w alone in the current round (a live replacement): its
- * folder, environment and streams, then the process; a failure to start
- * stops the group as at a round's start. */
+/* Starts worker w alone in the current round (a live replacement, for
+ * live mode's spawn op in agent.c): its folder, environment and streams,
+ * then the process; a failure to start stops the group as at a round's
+ * start. */
 void agent_spawn_worker(struct agent *a, struct worker *w);
 
 /* Worker w could not be started (err; pid: the child whose exec failed,
