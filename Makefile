@@ -97,6 +97,9 @@ LAYER_LIBS   := $(launcher_LIB) $(rdzvd_LIB) $(proto_LIB) $(util_LIB)
 $(util_OBJ): CPPFLAGS += $(INC_util)
 $(proto_OBJ): CPPFLAGS += $(INC_proto)
 $(OUT)/rdzvd/%.o: CPPFLAGS += $(INC_rdzvd)
+# rdzvd/live_store.c loads libpg.so and types its calls by pg.h, libpg's
+# installed public header; it links nothing of libpg's.
+$(OUT)/rdzvd/live_store.o: CPPFLAGS += -Ilibpg/include
 $(OUT)/launcher/%.o: CPPFLAGS += $(INC_launcher)
 $(OUT)/examples/%.o: CPPFLAGS += -Ilibpg/include
 $(OUT)/tests/%.o: CPPFLAGS += $(INC_launcher) $(INC_libpg)
