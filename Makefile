@@ -392,7 +392,8 @@ install: all
 	chmod 644 $(DESTDIR)$(SYSTEMD_UNITDIR)/rdzvd.service
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions && $(BINDIR)/cdrun --print-completion bash >$(DESTDIR)$(PREFIX)/share/bash-completion/completions/cdrun
 
-# Coverage-guided fuzzing of everything that parses network input (clang's
+# Coverage-guided fuzzing of everything that parses network input, and of
+# the round file's parser that every live worker runs (clang's
 # libFuzzer).  `make fuzz FUZZ_SECS=60`; the corpus grows in build/fuzz/.
 # Each target links the archives of the layers that face the network
 # (rdzvd and below) and libpg's, built by clang with the fuzzer's coverage
