@@ -73,14 +73,14 @@ int round_file_parse(const char *text, size_t len, struct live_round *out,
         break;
     if (eq == end || f == F_COUNT)
       return refuse(err, errlen, "'%.*s' is not one of round=, "
-                         "world=, rank_offset=, local_world=",
-                         (int)(end - i), text + i);
+                    "world=, rank_offset=, local_world=",
+                    (int)(end - i), text + i);
     if (seen[f])
       return refuse(err, errlen, "%s= twice", field_names[f]);
     if (num_parse_long_n(text + eq + 1, end - eq - 1, lo[f], hi[f], &v[f]))
       return refuse(err, errlen, "%s is '%.*s', expected an integer "
-                         "%ld..%ld", field_names[f], (int)(end - eq - 1),
-                         text + eq + 1, lo[f], hi[f]);
+                    "%ld..%ld", field_names[f], (int)(end - eq - 1),
+                    text + eq + 1, lo[f], hi[f]);
     seen[f] = true;
     i = end + (end < len);
   }
@@ -89,8 +89,8 @@ int round_file_parse(const char *text, size_t len, struct live_round *out,
       return refuse(err, errlen, "%s= is missing", field_names[f]);
   if (v[F_OFFSET] + v[F_LOCAL] > v[F_WORLD])
     return refuse(err, errlen, "rank_offset %ld + local_world %ld is "
-                       "more than the world of %ld", v[F_OFFSET],
-                       v[F_LOCAL], v[F_WORLD]);
+                  "more than the world of %ld", v[F_OFFSET],
+                  v[F_LOCAL], v[F_WORLD]);
   out->round = v[F_ROUND];
   out->world = (int)v[F_WORLD];
   out->rank_offset = (int)v[F_OFFSET];
