@@ -17,8 +17,9 @@
 
 #include "pg_internal.h"
 #include "sha256.h"
+#include "worker_contract.h"
 
-#define PG_TOKEN_VAR "CDRUN_JOB_TOKEN"
+#define PG_TOKEN_VAR WORKER_ENV_JOB_TOKEN  /* worker_contract.h */
 #define PG_TOKEN_MIN 16
 #define PG_TOKEN_MAX 1024
 #define PG_NONCE_BYTES 32

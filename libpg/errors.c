@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "pg_internal.h"
+#include "worker_contract.h"
 
 /* One sentence per thread: a library may not print, and errno-style codes
  * alone cannot say "MASTER_PORT is 'abc'". */
@@ -58,7 +59,8 @@ const char *pg_last_error(void)
   XX(EAGAIN, "resource temporarily unavailable")                          \
   XX(EALREADY, "already done (e.g. a gradient marked ready twice)")       \
   XX(ERANGE, "result out of range (store counter overflow)")            \
-  XX(EACCES, "refused: the job token (CDRUN_JOB_TOKEN) does not match")   \
+  XX(EACCES, "refused: the job token (" WORKER_ENV_JOB_TOKEN               \
+             ") does not match")                                          \
   XX(ENOSPC, "over the store's memory budget")                            \
   XX(ENODATA, "live recovery: no member holds the state any more")
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "knobs.h"
+#include "worker_contract.h"   /* the CDRUN_* names cdrun sets */
 
 const struct pg__knob_def pg__knobs[PG_KNOB_COUNT] = {
   [PG_KNOB_TIMEOUT] = { "PG_TIMEOUT", "300",
@@ -27,13 +28,13 @@ const struct pg__knob_def pg__knobs[PG_KNOB_COUNT] = {
     "2 ranks)" },
   [PG_KNOB_NCCL_BLOCKING_WAIT] = { "PG_NCCL_BLOCKING_WAIT", "0",
     "1: NCCL waits block the host instead of ordering the stream" },
-  [PG_KNOB_HEARTBEAT_FILE] = { "CDRUN_HEARTBEAT_FILE", "",
+  [PG_KNOB_HEARTBEAT_FILE] = { WORKER_ENV_HEARTBEAT_FILE, "",
     "the file pg_heartbeat touches (set by cdrun)" },
   [PG_KNOB_TCP_SPIN_US] = { "PG_TCP_SPIN_US", "",
     "microseconds a TCP wait polls its sockets before it sleeps in "
     "poll() (0 .. 10000); default: 50 when this host's ranks of the "
     "communicator have a CPU each, else 0" },
-  [PG_KNOB_JOB_TOKEN] = { "CDRUN_JOB_TOKEN", "",
+  [PG_KNOB_JOB_TOKEN] = { WORKER_ENV_JOB_TOKEN, "",
     "the job's secret (set by cdrun): store clients and mesh peers must "
     "prove they know it" },
   [PG_KNOB_STORE_MAX_BYTES] = { "PG_STORE_MAX_BYTES", "1073741824",
@@ -46,15 +47,15 @@ const struct pg__knob_def pg__knobs[PG_KNOB_COUNT] = {
     "the largest value the store accepts (0 .. 64 MiB)" },
   [PG_KNOB_STORE_MAX_KEY] = { "PG_STORE_MAX_KEY", "4096",
     "the longest key the store accepts (1 .. 4096 bytes)" },
-  [PG_KNOB_RECOVERY] = { "CDRUN_RECOVERY", "restart",
+  [PG_KNOB_RECOVERY] = { WORKER_ENV_RECOVERY, WORKER_RECOVERY_RESTART,
     "live: live recovery (set by cdrun --recovery=live; man libpg, LIVE "
     "RECOVERY)" },
-  [PG_KNOB_LIVE_OPT_IN] = { "CDRUN_LIVE_OPT_IN", "",
+  [PG_KNOB_LIVE_OPT_IN] = { WORKER_ENV_LIVE_OPT_IN, "",
     "live mode: the file pg_init creates (with its pid) to opt in" },
-  [PG_KNOB_LIVE_STORE] = { "CDRUN_LIVE_STORE", "",
+  [PG_KNOB_LIVE_STORE] = { WORKER_ENV_LIVE_STORE, "",
     "live mode: host:port of the job's live store, used as the group's "
     "store (no rank serves MASTER_PORT)" },
-  [PG_KNOB_LIVE_ROUND_FILE] = { "CDRUN_LIVE_ROUND_FILE", "",
+  [PG_KNOB_LIVE_ROUND_FILE] = { WORKER_ENV_LIVE_ROUND_FILE, "",
     "live mode: the node's round file (round= world= rank_offset= "
     "local_world=); unset: round 0 of RANK and WORLD_SIZE" },
   [PG_KNOB_TEST_LIVE_KILL] = { "PG_TEST_LIVE_KILL", "",

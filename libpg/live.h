@@ -2,7 +2,8 @@
  * installed):
  *
  *   live_round.c   the round file cdrun rewrites at every round of a node
- *                  (CDRUN_LIVE_ROUND_FILE): parsing and reading
+ *                  (CDRUN_LIVE_ROUND_FILE): reading it, with the worker
+ *                  contract's parser (proto/worker/round_file.h)
  *   live_member.c  a member's entry and a generation's decision as text in
  *                  the store, and when a generation is complete (pure)
  *   live_form.c    forming a generation over the live store (Note
@@ -23,29 +24,27 @@
 #include <sys/types.h>
 
 #include "pg_internal.h"
+#include "round_file.h"
+#include "worker_contract.h"
 
 struct pg_reducer;
 
 /* ---- live_round.c ---------------------------------------------------------
- * One line "round=<R> world=<W> rank_offset=<O> local_world=<L>\n"; a
- * process's slot in round R is O + its LOCAL_RANK. */
-struct pg__live_round {
-  int64_t round;
-  int world, rank_offset, local_world;
-};
+ * One line "round=<R> world=<W> rank_offset=<O> local_world=<L>\n" (the
+ * grammar: round_file.h, struct live_round); a process's slot in round R
+ * is O + its LOCAL_RANK. */
 
-/* Parses text[0..len) (one line, fields in any order, each once, the
- * newline optional).  0, or -EINVAL with a sentence naming the problem
- * (what names the file). */
+/* Parses text[0..len) (round_file_parse).  0, or -EINVAL with a sentence
+ * naming the problem (what names the file). */
 PG__HIDDEN int pg__live_round_parse(const char *text, size_t len,
                                     const char *what,
-                                    struct pg__live_round *out);
+                                    struct live_round *out);
 /* Reads and parses the file.  0, or an error with a sentence. */
 PG__HIDDEN int pg__live_round_read(const char *path,
-                                   struct pg__live_round *out);
+                                   struct live_round *out);
 /* This process's slot in r: rank_offset + local_rank, checked against
  * the world.  0, or -EINVAL with a sentence. */
-PG__HIDDEN int pg__live_round_slot(const struct pg__live_round *r,
+PG__HIDDEN int pg__live_round_slot(const struct live_round *r,
                                    int local_rank, int *slot);
 
 /* ---- live_member.c --------------------------------------------------------

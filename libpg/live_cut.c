@@ -40,7 +40,7 @@ static char cut_path[PATH_MAX];
 static int64_t cut_round;
 static int cut_world;
 static struct stat cut_st;              /* the file when last read */
-static struct pg__live_round cut_seen;
+static struct live_round cut_seen;
 
 void pg__live_cut_arm(const char *round_file, int64_t round, int world)
 {
@@ -71,7 +71,7 @@ bool pg__live_cut_armed(void)
 
 int pg__live_cut_ask(void)
 {
-  struct pg__live_round r;
+  struct live_round r;
   struct stat st;
   int err = 0;
 

@@ -107,7 +107,7 @@ static void gkey(char *buf, size_t len, uint64_t gen, const char *what)
 /* This process's round and slot: the round file, else round 0 of
  * RANK/WORLD_SIZE. */
 static int read_view(const struct pg__live_join *j,
-                     struct pg__live_round *r, int *slot)
+                     struct live_round *r, int *slot)
 {
   int err;
 
@@ -126,7 +126,7 @@ static int read_view(const struct pg__live_join *j,
 /* Writes this process's entry in gen and counts it in for its round
  * (live/g<G>/r<R>): *count, the entries of that round so far. */
 static int write_entry(const struct pg__live_join *j, uint64_t gen,
-                       const struct pg__live_round *r, int slot,
+                       const struct live_round *r, int slot,
                        int64_t *count)
 {
   struct pg__live_member m;
@@ -315,7 +315,7 @@ static bool gone_here(const struct pg__live_member *m, const char *boot)
 /* Decides G when every slot of r is filled; the store's compare-and-set
  * picks one decision among racing members. */
 static int try_decide(const struct pg__live_join *j, uint64_t gen,
-                      const struct pg__live_round *r, int *have)
+                      const struct live_round *r, int *have)
 {
   struct pg__live_member *m = calloc((size_t)r->world, sizeof *m);
   bool *present = calloc((size_t)r->world, sizeof *present);
@@ -484,7 +484,7 @@ static int entry_kept(const struct pg__live_join *j, uint64_t gen, int slot)
 int pg__live_form(const struct pg__live_join *j, uint64_t gen,
                   struct pg__live_formed *out)
 {
-  struct pg__live_round r, now_r;
+  struct live_round r, now_r;
   double deadline = pg__now() + j->timeout, left;
   char key[64];
   uint64_t next;

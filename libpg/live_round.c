@@ -7,68 +7,20 @@
 #include <unistd.h>
 
 #include "live.h"
-#include "num.h"
 
-#define ROUND_FILE_MAX 512
-
-enum { F_ROUND, F_WORLD, F_OFFSET, F_LOCAL, F_COUNT };
-
-static const char *const field_names[F_COUNT] = {
-  "round", "world", "rank_offset", "local_world",
-};
-
+/* The grammar and its one parser are the worker contract's
+ * (proto/worker/round_file.h): cdrun's agent writes what this reads. */
 int pg__live_round_parse(const char *text, size_t len, const char *what,
-                         struct pg__live_round *out)
+                         struct live_round *out)
 {
-  static const long lo[F_COUNT] = { 0, 1, 0, 1 };
-  static const long hi[F_COUNT] = { (1L << 62), 1 << 24, (1 << 24) - 1,
-                                    1 << 24 };
-  long v[F_COUNT];
-  bool seen[F_COUNT] = { false };
-  size_t i = 0, end, eq;
-  int f;
+  char why[ROUND_FILE_MAX + 128];   /* the longest names the field */
 
-  if (len && text[len - 1] == '\n')
-    len--;
-  if (memchr(text, '\n', len) || memchr(text, '\0', len))
-    return pg__fail(-EINVAL, "%s: expected one line", what);
-  while (i < len) {
-    for (end = i; end < len && text[end] != ' '; end++)
-      ;
-    for (eq = i; eq < end && text[eq] != '='; eq++)
-      ;
-    for (f = 0; f < F_COUNT; f++)
-      if (strlen(field_names[f]) == eq - i &&
-          memcmp(text + i, field_names[f], eq - i) == 0)
-        break;
-    if (eq == end || f == F_COUNT)
-      return pg__fail(-EINVAL, "%s: '%.*s' is not one of round=, world=, "
-                      "rank_offset=, local_world=", what, (int)(end - i),
-                      text + i);
-    if (seen[f])
-      return pg__fail(-EINVAL, "%s: %s= twice", what, field_names[f]);
-    if (num_parse_long_n(text + eq + 1, end - eq - 1, lo[f], hi[f], &v[f]))
-      return pg__fail(-EINVAL, "%s: %s is '%.*s', expected an integer "
-                      "%ld..%ld", what, field_names[f],
-                      (int)(end - eq - 1), text + eq + 1, lo[f], hi[f]);
-    seen[f] = true;
-    i = end + (end < len);
-  }
-  for (f = 0; f < F_COUNT; f++)
-    if (!seen[f])
-      return pg__fail(-EINVAL, "%s: %s= is missing", what, field_names[f]);
-  if (v[F_OFFSET] + v[F_LOCAL] > v[F_WORLD])
-    return pg__fail(-EINVAL, "%s: rank_offset %ld + local_world %ld is "
-                    "more than the world of %ld", what, v[F_OFFSET],
-                    v[F_LOCAL], v[F_WORLD]);
-  out->round = v[F_ROUND];
-  out->world = (int)v[F_WORLD];
-  out->rank_offset = (int)v[F_OFFSET];
-  out->local_world = (int)v[F_LOCAL];
+  if (round_file_parse(text, len, out, why, sizeof why))
+    return pg__fail(-EINVAL, "%s: %s", what, why);
   return 0;
 }
 
-int pg__live_round_read(const char *path, struct pg__live_round *out)
+int pg__live_round_read(const char *path, struct live_round *out)
 {
   char buf[ROUND_FILE_MAX], what[300];
   ssize_t n;
@@ -77,8 +29,8 @@ int pg__live_round_read(const char *path, struct pg__live_round *out)
 
   if (fd < 0) {
     err = -errno;
-    return pg__fail(err, "cannot open the round file %s "
-                    "(CDRUN_LIVE_ROUND_FILE): %s", path, strerror(-err));
+    return pg__fail(err, "cannot open the round file %s ("
+                    WORKER_ENV_LIVE_ROUND_FILE "): %s", path, strerror(-err));
   }
   while (got < sizeof buf && (n = read(fd, buf + got, sizeof buf - got))) {
     if (n < 0 && errno == EINTR)
@@ -99,7 +51,7 @@ int pg__live_round_read(const char *path, struct pg__live_round *out)
   return pg__live_round_parse(buf, got, what, out);
 }
 
-int pg__live_round_slot(const struct pg__live_round *r, int local_rank,
+int pg__live_round_slot(const struct live_round *r, int local_rank,
                         int *slot)
 {
   if (local_rank < 0 || local_rank >= r->local_world)

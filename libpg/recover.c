@@ -154,7 +154,7 @@ static int opt_in(const char *path, const char *state)
     if (fd >= 0)
       unlink(tmp);
     return pg__fail(err, "cannot opt in to live recovery: writing %s "
-                    "(CDRUN_LIVE_OPT_IN): %s", path, strerror(-err));
+                    "(" WORKER_ENV_LIVE_OPT_IN "): %s", path, strerror(-err));
   }
   return 0;
 }
@@ -168,7 +168,7 @@ static int parse_endpoint(const char *v, char *host, size_t hlen, int *port)
   long p;
 
   if (!colon || num_parse_long(colon + 1, 1, 65535, &p))
-    return pg__fail(-EINVAL, "CDRUN_LIVE_STORE is '%s', expected "
+    return pg__fail(-EINVAL, WORKER_ENV_LIVE_STORE " is '%s', expected "
                     "host:port", v);
   n = (size_t)(colon - v);
   if (n >= 2 && v[0] == '[' && v[n - 1] == ']') {
@@ -176,7 +176,7 @@ static int parse_endpoint(const char *v, char *host, size_t hlen, int *port)
     n -= 2;
   }
   if (n == 0 || n >= hlen)
-    return pg__fail(-EINVAL, "CDRUN_LIVE_STORE is '%s', expected "
+    return pg__fail(-EINVAL, WORKER_ENV_LIVE_STORE " is '%s', expected "
                     "host:port", v);
   memcpy(host, h, n);
   host[n] = '\0';
@@ -199,7 +199,8 @@ static int connect_store(pg_group *g, const struct pg_options *o)
   int port = 0, err;
 
   if (!ep)
-    return pg__fail(-EINVAL, "CDRUN_RECOVERY=live but CDRUN_LIVE_STORE is "
+    return pg__fail(-EINVAL, WORKER_ENV_RECOVERY "=" WORKER_RECOVERY_LIVE
+                    " but " WORKER_ENV_LIVE_STORE " is "
                     "not set (cdrun --recovery=live sets both)");
   if ((err = parse_endpoint(ep, host, sizeof host, &port)))
     return err;
@@ -443,11 +444,12 @@ int pg__live_init(pg_group *g, const struct pg_options *o, bool *handled)
   const char *mode = pg__knob(PG_KNOB_RECOVERY);
 
   *handled = false;
-  if (!mode || strcmp(mode, "restart") == 0)
+  if (!mode || strcmp(mode, WORKER_RECOVERY_RESTART) == 0)
     return 0;
-  if (strcmp(mode, "live") != 0)
-    return pg__fail(-EINVAL, "CDRUN_RECOVERY is '%s', expected restart or "
-                    "live", mode);
+  if (strcmp(mode, WORKER_RECOVERY_LIVE) != 0)
+    return pg__fail(-EINVAL, WORKER_ENV_RECOVERY " is '%s', expected "
+                    WORKER_RECOVERY_RESTART " or " WORKER_RECOVERY_LIVE,
+                    mode);
   *handled = true;
   g->live = calloc(1, sizeof *g->live);
   if (!g->live)
@@ -827,7 +829,8 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
     return pg__fail(-ENOTSUP, "pg_recover: %s", !g ? "NULL group"
                     : g->is_sub ? "a sub-group (recover the world group, "
                     "then make the sub-group again)"
-                    : "the group is not in live mode (CDRUN_RECOVERY=live)");
+                    : "the group is not in live mode (" WORKER_ENV_RECOVERY
+                      "=" WORKER_RECOVERY_LIVE ")");
   close_family(g, l, !can_shrink(g));
   for (i = 0; i < (int)l->nreducers; i++)
     pg__reducer_abandon(l->reducers[i]);
@@ -888,7 +891,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
  * not replaced since the last read is not read again). */
 static int64_t round_now(struct pg__live *l)
 {
-  struct pg__live_round r;
+  struct live_round r;
   struct stat st;
 
   if (!l->round_file[0] || stat(l->round_file, &st) != 0)
