@@ -2,8 +2,8 @@
  * encoder prints (no whitespace, no escapes, whole numbers of at most 15
  * digits, one nested object; Note [flat parse] in rp_flat.c) parsed into
  * cJSON items held in a struct rp_flat, the same tree cJSON_Parse would
- * build, without an allocation.  Internal to proto/: rdzv_proto.c's
- * decoder is its one user. */
+ * build, without an allocation.  Internal to proto/: the decoder
+ * (rdzv_proto_decode.c) is its one user. */
 #ifndef RP_FLAT_H
 #define RP_FLAT_H
 

@@ -4,7 +4,7 @@
  * Writers never fail one by one: the first failure (-ENOMEM, or -EMSGSIZE
  * past a frame's bound) is kept in err and every later write is dropped,
  * so a caller checks err once at the end.  Internal to proto/:
- * rdzv_proto.c's encoder is its one user. */
+ * the encoder (rdzv_proto_encode.c) is its one user. */
 #ifndef RP_OUT_H
 #define RP_OUT_H
 
