@@ -32,7 +32,7 @@ struct cJSON;
 /* How the machine talks back.  No callback may call back into the state
  * machine (rdzv_state_*), not even to report that a connection died while
  * being written to: such closes are deferred until the entry point
- * returns (server.c, Note [deferred close]).  A re-entry aborts the
+ * returns (server_conn.c, Note [deferred close]).  A re-entry aborts the
  * process. */
 struct rdzv_state_sink {
   void *ctx;
