@@ -1,4 +1,7 @@
-/* rdzv_state.c -- the rendezvous state machine (see rdzv_state.h). */
+/* rdzv_state.c -- the rendezvous state machine (see rdzv_state.h): its
+ * registry (jobs, nodes, connections), the entry points, which dispatch
+ * each message to its file (rdzv_join.c, rdzv_round.c, rdzv_failure.c,
+ * rdzv_resume.c, kv_store.c), and the timers. */
 #include "rdzv_state_int.h"
 
 #include <cjson/cJSON.h>
