@@ -1,10 +1,10 @@
 /* rdzv_proto_decode.c -- the codec's decoder: a frame's body, checked
  * field by field against the message tables (rdzv_proto.c), into a
  * struct rdzv_proto_msg.  The flat form the encoder prints is read
- * without an allocation (rp_flat.h); anything else goes to cJSON. */
+ * without an allocation (rdzv_proto_flat.h); anything else goes to cJSON. */
 #include "rdzv_proto.h"
 #include "rdzv_proto_int.h"
-#include "rp_flat.h"
+#include "rdzv_proto_flat.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -316,7 +316,7 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
   struct ctx c = { err, errlen, NULL, NULL };
   enum rdzv_proto_op op = RDZV_PROTO_OP_INVALID;
   cJSON *j = NULL, *heap = NULL;  /* heap: cJSON's tree, not the stack's */
-  struct rp_flat fl;
+  struct rdzv_proto_flat fl;
   int rc;
 
   if (err && errlen)
@@ -330,7 +330,7 @@ int rdzv_proto_decode(const void *body, size_t len, struct rdzv_proto_msg *m,
   rc = rdzv_proto__check_nul(&c, body, len);
   if (rc)
     return rc;
-  j = rp_flat_parse(&fl, body, len);
+  j = rdzv_proto_flat_parse(&fl, body, len);
   if (!j) {
     rc = rdzv_proto__parse_object(&c, body, len, &j);
     if (rc)

@@ -1,9 +1,9 @@
 /* rdzv_proto_encode.c -- the codec's encoder: a struct rdzv_proto_msg,
  * checked as the decoder would check it (rdzv_proto.c), written as one
- * frame straight into the caller's buffer (rp_out.h). */
+ * frame straight into the caller's buffer (rdzv_proto_out.h). */
 #include "rdzv_proto.h"
 #include "rdzv_proto_int.h"
-#include "rp_out.h"
+#include "rdzv_proto_out.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- encoding (into an rp_out: Note [direct encoder] in rp_out.c) ---- */
+/* ---- encoding (into an rdzv_proto_out: Note [direct encoder] in rdzv_proto_out.c) ---- */
 
 
-static int encode_fields(struct ctx *c, struct rp_out *o,
+static int encode_fields(struct ctx *c, struct rdzv_proto_out *o,
                          const struct field *fields, const char *base);
 
 /* A C string in a fixed array: terminated within it. */
@@ -34,7 +34,7 @@ static int array_len(struct ctx *c, const struct field *f, const char *s,
   return rdzv_proto__check_length(c, f, *n);
 }
 
-static int encode_value(struct ctx *c, struct rp_out *o, const struct field *f,
+static int encode_value(struct ctx *c, struct rdzv_proto_out *o, const struct field *f,
                         const struct rdzv_proto_kv *kv)
 {
   char p[80], *s;
@@ -46,7 +46,7 @@ static int encode_value(struct ctx *c, struct rp_out *o, const struct field *f,
       return rdzv_proto__fail(c, -EINVAL, "%s: NULL with length %zu",
                               rdzv_proto__path(c, f->name, p, sizeof p),
                               kv->value_len);
-    rp_out_string(o, "");
+    rdzv_proto_out_string(o, "");
     return 0;
   }
   rc = rdzv_proto__check_length(c, f, kv->value_len);
@@ -61,14 +61,14 @@ static int encode_value(struct ctx *c, struct rp_out *o, const struct field *f,
     return -ENOMEM;
   memcpy(s, kv->value, kv->value_len);
   s[kv->value_len] = '\0';
-  rp_out_string(o, s);
+  rdzv_proto_out_string(o, s);
   free(s);
   return 0;
 }
 
 /* The status report: checked to be one JSON object, printed as cJSON
  * prints it. */
-static int encode_status(struct ctx *c, struct rp_out *o, const struct field *f,
+static int encode_status(struct ctx *c, struct rdzv_proto_out *o, const struct field *f,
                          const char *json)
 {
   char p[80], why[160], *text;
@@ -87,13 +87,13 @@ static int encode_status(struct ctx *c, struct rp_out *o, const struct field *f,
   cJSON_Delete(st);
   if (!text)
     return -ENOMEM;
-  rp_out_put(o, text, strlen(text));
+  rdzv_proto_out_put(o, text, strlen(text));
   cJSON_free(text);
   return 0;
 }
 
 /* Writes f's value (its key is written already). */
-static int encode_field(struct ctx *c, struct rp_out *o, const struct field *f,
+static int encode_field(struct ctx *c, struct rdzv_proto_out *o, const struct field *f,
                         const char *base)
 {
   const void *at = base + f->off;
@@ -119,19 +119,19 @@ static int encode_field(struct ctx *c, struct rp_out *o, const struct field *f,
           *(const int64_t *)at);
     rc = rdzv_proto__check_number(c, f, d);
     if (!rc)
-      rp_out_number(o, d, f->kind != K_DBL);
+      rdzv_proto_out_number(o, d, f->kind != K_DBL);
     return rc;
   case K_BOOL:
     if (*(const bool *)at)
-      rp_out_put(o, "true", 4);
+      rdzv_proto_out_put(o, "true", 4);
     else
-      rp_out_put(o, "false", 5);
+      rdzv_proto_out_put(o, "false", 5);
     return 0;
   case K_STR:
   case K_OSTR:
     rc = array_len(c, f, at, &n);
     if (!rc)
-      rp_out_string(o, at);
+      rdzv_proto_out_string(o, at);
     return rc;
   case K_VALUE:
     return encode_value(c, o, f, at);
@@ -147,7 +147,7 @@ static int encode_field(struct ctx *c, struct rp_out *o, const struct field *f,
       return rdzv_proto__fail(c, -EINVAL, "%s: invalid value %d",
                               rdzv_proto__path(c, f->name, p, sizeof p),
                               *(const int *)at);
-    rp_out_string(o, name);
+    rdzv_proto_out_string(o, name);
     return 0;
   case K_CONF:
   case K_CAUSE: {
@@ -172,7 +172,7 @@ static int encode_field(struct ctx *c, struct rp_out *o, const struct field *f,
       hex[2 + 2 * n] = digits[b[n] & 15];
     }
     hex[1 + 2 * n] = '"';
-    rp_out_put(o, hex, 2 * n + 2);
+    rdzv_proto_out_put(o, hex, 2 * n + 2);
     return 0;
   }
   }
@@ -193,7 +193,7 @@ bool rdzv_proto_token_none(const unsigned char t[RDZV_PROTO_TOKEN_BYTES])
 }
 
 /* The members of fields at base, each after a comma unless *first. */
-static int encode_members(struct ctx *c, struct rp_out *o,
+static int encode_members(struct ctx *c, struct rdzv_proto_out *o,
                           const struct field *fields, const char *base,
                           bool *first)
 {
@@ -212,7 +212,7 @@ static int encode_members(struct ctx *c, struct rp_out *o,
     if (f->kind == K_CAUSE &&
         ((const struct rdzv_proto_cause *)(base + f->off))->exited_at == 0)
       continue;
-    rp_out_key(o, f->name, first);
+    rdzv_proto_out_key(o, f->name, first);
     rc = encode_field(c, o, f, base);
     if (rc)
       return rc;
@@ -221,15 +221,15 @@ static int encode_members(struct ctx *c, struct rp_out *o,
 }
 
 /* The object of fields at base (a nested one: conf, cause). */
-static int encode_fields(struct ctx *c, struct rp_out *o,
+static int encode_fields(struct ctx *c, struct rdzv_proto_out *o,
                          const struct field *fields, const char *base)
 {
   bool first = true;
   int rc;
 
-  rp_out_char(o, '{');
+  rdzv_proto_out_char(o, '{');
   rc = encode_members(c, o, fields, base, &first);
-  rp_out_char(o, '}');
+  rdzv_proto_out_char(o, '}');
   return rc;
 }
 
@@ -238,7 +238,7 @@ int rdzv_proto_encode_into(const struct rdzv_proto_msg *m, char *buf,
 {
   char why[256];
   struct ctx c = { why, sizeof why, NULL, NULL };
-  struct rp_out o = { buf, RDZV_PROTO_FRAME_HEADER, cap, false, 0 };
+  struct rdzv_proto_out o = { buf, RDZV_PROTO_FRAME_HEADER, cap, false, 0 };
   bool first = false;           /* "op" is */
   size_t n;
   int rc;
@@ -251,17 +251,17 @@ int rdzv_proto_encode_into(const struct rdzv_proto_msg *m, char *buf,
   if (!buf || cap < RDZV_PROTO_FRAME_HEADER) {
     o.cap = 0;
     o.len = 0;
-    rp_out_put(&o, "\0\0\0\0", RDZV_PROTO_FRAME_HEADER);
+    rdzv_proto_out_put(&o, "\0\0\0\0", RDZV_PROTO_FRAME_HEADER);
   }
-  rp_out_put(&o, "{\"v\":", 5);
-  rp_out_i64(&o, RDZV_PROTO_VERSION);
-  rp_out_put(&o, ",\"op\":", 6);
-  rp_out_string(&o, c.op);
+  rdzv_proto_out_put(&o, "{\"v\":", 5);
+  rdzv_proto_out_i64(&o, RDZV_PROTO_VERSION);
+  rdzv_proto_out_put(&o, ",\"op\":", 6);
+  rdzv_proto_out_string(&o, c.op);
   rc = encode_members(&c, &o, rdzv_proto__ops[m->op].fields, (const char *)m,
                       &first);
   if (!rc)
     rc = rdzv_proto__check_relations(&c, m);
-  rp_out_char(&o, '}');
+  rdzv_proto_out_char(&o, '}');
   if (!rc)
     rc = o.err;
   if (rc) {

@@ -17,7 +17,7 @@
 #include "rdzv_auth.h"
 #include "rdzv_proto.h"
 #include "err.h"
-#include "rp_frames.h"
+#include "rdzv_proto_frames.h"
 
 /* Replies up to this size are encoded on the stack (Note [replies
  * written at once]); every reply of a round is far smaller. */
@@ -253,8 +253,8 @@ ssize_t server_dispatch_consume(struct conn *c, const char *data, size_t len)
     max_body = joined ? RDZV_PROTO_MAX_FRAME : s->lim.prejoin_frame;
     if (!authed && max_body > RDZV_AUTH_PREAUTH_MAX_FRAME)
       max_body = RDZV_AUTH_PREAUTH_MAX_FRAME;
-    used = rp_frames_read(data + off, len - off, max_body, on_frame, c,
-                          err, sizeof err);
+    used = rdzv_proto_frames_read(data + off, len - off, max_body, on_frame, c,
+                                  err, sizeof err);
     if (used < 0) {
       reject(c, err);
       return -1;

@@ -1,19 +1,19 @@
-/* rp_out.h -- the encoder's output buffer: JSON text written as
+/* rdzv_proto_out.h -- the encoder's output buffer: JSON text written as
  * cJSON_PrintUnformatted writes it, straight into the caller's buffer,
- * grown onto the heap past it (Note [direct encoder] in rp_out.c).
+ * grown onto the heap past it (Note [direct encoder] in rdzv_proto_out.c).
  * Writers never fail one by one: the first failure (-ENOMEM, or -EMSGSIZE
  * past a frame's bound) is kept in err and every later write is dropped,
  * so a caller checks err once at the end.  Internal to proto/:
  * the encoder (rdzv_proto_encode.c) is its one user. */
-#ifndef RP_OUT_H
-#define RP_OUT_H
+#ifndef RDZV_PROTO_OUT_H
+#define RDZV_PROTO_OUT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-struct rp_out {
+struct rdzv_proto_out {
   char *buf;
   size_t len, cap;
   bool heap;              /* buf is malloc'd here (grown past the caller's) */
@@ -21,36 +21,36 @@ struct rp_out {
 };
 
 /* Room for n more bytes: false (err set) when there is none. */
-bool rp_out_grow(struct rp_out *o, size_t n);
+bool rdzv_proto_out_grow(struct rdzv_proto_out *o, size_t n);
 
-static inline bool rp_out_room(struct rp_out *o, size_t n)
+static inline bool rdzv_proto_out_room(struct rdzv_proto_out *o, size_t n)
 {
-  return (!o->err && n <= o->cap - o->len) || rp_out_grow(o, n);
+  return (!o->err && n <= o->cap - o->len) || rdzv_proto_out_grow(o, n);
 }
 
-static inline void rp_out_put(struct rp_out *o, const char *s, size_t n)
+static inline void rdzv_proto_out_put(struct rdzv_proto_out *o, const char *s, size_t n)
 {
-  if (rp_out_room(o, n)) {
+  if (rdzv_proto_out_room(o, n)) {
     memcpy(o->buf + o->len, s, n);
     o->len += n;
   }
 }
 
-static inline void rp_out_char(struct rp_out *o, char ch)
+static inline void rdzv_proto_out_char(struct rdzv_proto_out *o, char ch)
 {
-  if (rp_out_room(o, 1))
+  if (rdzv_proto_out_room(o, 1))
     o->buf[o->len++] = ch;
 }
 
 /* A JSON string, escaped as cJSON escapes it. */
-void rp_out_string(struct rp_out *o, const char *s);
+void rdzv_proto_out_string(struct rdzv_proto_out *o, const char *s);
 
 /* ,"name": (the comma unless *first; clears *first) */
-void rp_out_key(struct rp_out *o, const char *name, bool *first);
+void rdzv_proto_out_key(struct rdzv_proto_out *o, const char *name, bool *first);
 
-void rp_out_i64(struct rp_out *o, int64_t v);
+void rdzv_proto_out_i64(struct rdzv_proto_out *o, int64_t v);
 
 /* A number as a text that reads back exactly (integral: a whole one). */
-void rp_out_number(struct rp_out *o, double d, bool integral);
+void rdzv_proto_out_number(struct rdzv_proto_out *o, double d, bool integral);
 
 #endif
