@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- encoding (into an rdzv_proto_out: Note [direct encoder] in rdzv_proto_out.c) ---- */
-
+/* ---- encoding (into an rdzv_proto_out: Note [direct encoder] in
+ * rdzv_proto_out.c) ---- */
 
 static int encode_fields(struct ctx *c, struct rdzv_proto_out *o,
                          const struct field *fields, const char *base);
@@ -34,8 +34,8 @@ static int array_len(struct ctx *c, const struct field *f, const char *s,
   return rdzv_proto__check_length(c, f, *n);
 }
 
-static int encode_value(struct ctx *c, struct rdzv_proto_out *o, const struct field *f,
-                        const struct rdzv_proto_kv *kv)
+static int encode_value(struct ctx *c, struct rdzv_proto_out *o,
+                        const struct field *f, const struct rdzv_proto_kv *kv)
 {
   char p[80], *s;
   int rc;
@@ -68,8 +68,8 @@ static int encode_value(struct ctx *c, struct rdzv_proto_out *o, const struct fi
 
 /* The status report: checked to be one JSON object, printed as cJSON
  * prints it. */
-static int encode_status(struct ctx *c, struct rdzv_proto_out *o, const struct field *f,
-                         const char *json)
+static int encode_status(struct ctx *c, struct rdzv_proto_out *o,
+                         const struct field *f, const char *json)
 {
   char p[80], why[160], *text;
   struct ctx sub = { why, sizeof why, NULL, NULL };
@@ -93,8 +93,8 @@ static int encode_status(struct ctx *c, struct rdzv_proto_out *o, const struct f
 }
 
 /* Writes f's value (its key is written already). */
-static int encode_field(struct ctx *c, struct rdzv_proto_out *o, const struct field *f,
-                        const char *base)
+static int encode_field(struct ctx *c, struct rdzv_proto_out *o,
+                        const struct field *f, const char *base)
 {
   const void *at = base + f->off;
   const char *name;

@@ -76,7 +76,8 @@ static bool rdzv_proto_flat_number(struct rdzv_proto_flat *fl, double *d)
   return true;
 }
 
-static bool rdzv_proto_flat_object(struct rdzv_proto_flat *fl, cJSON *obj, int depth);
+static bool rdzv_proto_flat_object(struct rdzv_proto_flat *fl, cJSON *obj,
+                                   int depth);
 
 static cJSON *rdzv_proto_flat_value(struct rdzv_proto_flat *fl, int depth)
 {
@@ -91,7 +92,8 @@ static cJSON *rdzv_proto_flat_value(struct rdzv_proto_flat *fl, int depth)
     return it->valuestring ? it : NULL;
   }
   if (*fl->p == '{')
-    return depth < RDZV_PROTO_FLAT_DEPTH && rdzv_proto_flat_object(fl, it, depth + 1) ? it : NULL;
+    return depth < RDZV_PROTO_FLAT_DEPTH &&
+           rdzv_proto_flat_object(fl, it, depth + 1) ? it : NULL;
   if (left >= 4 && memcmp(fl->p, "true", 4) == 0) {
     it->type = cJSON_True;
     fl->p += 4;
@@ -118,7 +120,8 @@ static cJSON *rdzv_proto_flat_value(struct rdzv_proto_flat *fl, int depth)
 }
 
 /* At '{': its members, linked as cJSON links them. */
-static bool rdzv_proto_flat_object(struct rdzv_proto_flat *fl, cJSON *obj, int depth)
+static bool rdzv_proto_flat_object(struct rdzv_proto_flat *fl, cJSON *obj,
+                                   int depth)
 {
   cJSON *it, *last = NULL;
   char *key;
@@ -130,8 +133,9 @@ static bool rdzv_proto_flat_object(struct rdzv_proto_flat *fl, cJSON *obj, int d
     return true;
   }
   for (;;) {
-    if (fl->p == fl->end || *fl->p != '"' || !(key = rdzv_proto_flat_string(fl)) ||
-        fl->p == fl->end || *fl->p++ != ':' || !(it = rdzv_proto_flat_value(fl, depth)))
+    if (fl->p == fl->end || *fl->p != '"' ||
+        !(key = rdzv_proto_flat_string(fl)) || fl->p == fl->end ||
+        *fl->p++ != ':' || !(it = rdzv_proto_flat_value(fl, depth)))
       return false;
     it->string = key;
     if (last) {
@@ -153,7 +157,8 @@ static bool rdzv_proto_flat_object(struct rdzv_proto_flat *fl, cJSON *obj, int d
   return true;
 }
 
-cJSON *rdzv_proto_flat_parse(struct rdzv_proto_flat *fl, const char *s, size_t len)
+cJSON *rdzv_proto_flat_parse(struct rdzv_proto_flat *fl, const char *s,
+                             size_t len)
 {
   cJSON *root;
 

@@ -1,9 +1,9 @@
-/* rdzv_proto_flat.h -- the decoder's fast path: a body in the flat form the
- * encoder prints (no whitespace, no escapes, whole numbers of at most 15
- * digits, one nested object; Note [flat parse] in rdzv_proto_flat.c) parsed into
- * cJSON items held in a struct rdzv_proto_flat, the same tree cJSON_Parse would
- * build, without an allocation.  Internal to proto/: the decoder
- * (rdzv_proto_decode.c) is its one user. */
+/* rdzv_proto_flat.h -- the decoder's fast path: a body in the flat form
+ * the encoder prints (no whitespace, no escapes, whole numbers of at most
+ * 15 digits, one nested object; Note [flat parse] in rdzv_proto_flat.c)
+ * parsed into cJSON items held in a struct rdzv_proto_flat, the same tree
+ * cJSON_Parse would build, without an allocation.  Internal to proto/:
+ * the decoder (rdzv_proto_decode.c) is its one user. */
 #ifndef RDZV_PROTO_FLAT_H
 #define RDZV_PROTO_FLAT_H
 
@@ -18,7 +18,7 @@
 struct rdzv_proto_flat {
   cJSON items[RDZV_PROTO_FLAT_ITEMS];
   size_t n_items;
-  char text[RDZV_PROTO_FLAT_TEXT];         /* keys and strings, each NUL-terminated */
+  char text[RDZV_PROTO_FLAT_TEXT]; /* keys and strings, each NUL-terminated */
   size_t n_text;
   const char *p, *end;
 };
@@ -27,6 +27,7 @@ struct rdzv_proto_flat {
  * *fl (valid while *fl is; never cJSON_Delete them).  NULL when the body
  * is not in the flat form (or does not fit *fl): the caller then parses
  * it with cJSON, which names every syntax error. */
-cJSON *rdzv_proto_flat_parse(struct rdzv_proto_flat *fl, const char *s, size_t len);
+cJSON *rdzv_proto_flat_parse(struct rdzv_proto_flat *fl, const char *s,
+                             size_t len);
 
 #endif

@@ -1,4 +1,5 @@
-/* rdzv_proto_frames.c -- the one frame-reading loop (see rdzv_proto_frames.h). */
+/* rdzv_proto_frames.c -- the one frame-reading loop (see
+ * rdzv_proto_frames.h). */
 #include "rdzv_proto_frames.h"
 
 #include <errno.h>
@@ -17,7 +18,8 @@ static size_t announced(const char *p)
 }
 
 ssize_t rdzv_proto_frames_read(const char *data, size_t len, size_t max_body,
-                               rdzv_proto_frames_cb cb, void *ctx, char *err, size_t errlen)
+                               rdzv_proto_frames_cb cb, void *ctx, char *err,
+                               size_t errlen)
 {
   size_t off = 0, flen;
   struct rdzv_proto_msg m;

@@ -23,6 +23,7 @@ typedef int (*rdzv_proto_frames_cb)(void *ctx, struct rdzv_proto_msg *m);
  * errno for a bad frame (-EMSGSIZE, -EBADMSG, or the decoder's error) with a
  * one-line reason in err. */
 ssize_t rdzv_proto_frames_read(const char *data, size_t len, size_t max_body,
-                               rdzv_proto_frames_cb cb, void *ctx, char *err, size_t errlen);
+                               rdzv_proto_frames_cb cb, void *ctx, char *err,
+                               size_t errlen);
 
 #endif

@@ -28,7 +28,8 @@ static inline bool rdzv_proto_out_room(struct rdzv_proto_out *o, size_t n)
   return (!o->err && n <= o->cap - o->len) || rdzv_proto_out_grow(o, n);
 }
 
-static inline void rdzv_proto_out_put(struct rdzv_proto_out *o, const char *s, size_t n)
+static inline void rdzv_proto_out_put(struct rdzv_proto_out *o, const char *s,
+                                      size_t n)
 {
   if (rdzv_proto_out_room(o, n)) {
     memcpy(o->buf + o->len, s, n);
@@ -46,7 +47,8 @@ static inline void rdzv_proto_out_char(struct rdzv_proto_out *o, char ch)
 void rdzv_proto_out_string(struct rdzv_proto_out *o, const char *s);
 
 /* ,"name": (the comma unless *first; clears *first) */
-void rdzv_proto_out_key(struct rdzv_proto_out *o, const char *name, bool *first);
+void rdzv_proto_out_key(struct rdzv_proto_out *o, const char *name,
+                        bool *first);
 
 void rdzv_proto_out_i64(struct rdzv_proto_out *o, int64_t v);
 
