@@ -1,6 +1,6 @@
-/* rp_out.c -- the encoder's output: JSON text written straight into a
- * buffer (see rp_out.h). */
-#include "rp_out.h"
+/* rdzv_proto_out.c -- the encoder's output: JSON text written straight into a
+ * buffer (see rdzv_proto_out.h). */
+#include "rdzv_proto_out.h"
 
 #include <errno.h>
 #include <locale.h>
@@ -18,7 +18,7 @@
  * them), without the tree's allocations: a round's replies are O(N) and
  * this is their per-node cost. */
 
-bool rp_out_grow(struct rp_out *o, size_t n)
+bool rdzv_proto_out_grow(struct rdzv_proto_out *o, size_t n)
 {
   size_t cap;
   char *b;
@@ -47,52 +47,52 @@ bool rp_out_grow(struct rp_out *o, size_t n)
 
 /* A JSON string as cJSON prints one: '"' '\\' and \b \f \n \r \t escaped,
  * other control bytes as \u00xx, every other byte as it is. */
-void rp_out_string(struct rp_out *o, const char *s)
+void rdzv_proto_out_string(struct rdzv_proto_out *o, const char *s)
 {
   static const char digits[] = "0123456789abcdef";
   const unsigned char *u = (const unsigned char *)s;
 
-  rp_out_char(o, '"');
+  rdzv_proto_out_char(o, '"');
   for (; *u; u++) {
     size_t run = 0;
 
     while (u[run] >= 0x20 && u[run] != '"' && u[run] != '\\')
       run++;
     if (run) {
-      rp_out_put(o, (const char *)u, run);
+      rdzv_proto_out_put(o, (const char *)u, run);
       u += run;
       if (!*u)
         break;
     }
     switch (*u) {
-    case '"': rp_out_put(o, "\\\"", 2); break;
-    case '\\': rp_out_put(o, "\\\\", 2); break;
-    case '\b': rp_out_put(o, "\\b", 2); break;
-    case '\f': rp_out_put(o, "\\f", 2); break;
-    case '\n': rp_out_put(o, "\\n", 2); break;
-    case '\r': rp_out_put(o, "\\r", 2); break;
-    case '\t': rp_out_put(o, "\\t", 2); break;
+    case '"': rdzv_proto_out_put(o, "\\\"", 2); break;
+    case '\\': rdzv_proto_out_put(o, "\\\\", 2); break;
+    case '\b': rdzv_proto_out_put(o, "\\b", 2); break;
+    case '\f': rdzv_proto_out_put(o, "\\f", 2); break;
+    case '\n': rdzv_proto_out_put(o, "\\n", 2); break;
+    case '\r': rdzv_proto_out_put(o, "\\r", 2); break;
+    case '\t': rdzv_proto_out_put(o, "\\t", 2); break;
     default: {
       char esc[6] = { '\\', 'u', '0', '0', digits[*u >> 4], digits[*u & 15] };
 
-      rp_out_put(o, esc, sizeof esc);
+      rdzv_proto_out_put(o, esc, sizeof esc);
     }
     }
   }
-  rp_out_char(o, '"');
+  rdzv_proto_out_char(o, '"');
 }
 
 /* ,"name": (the comma unless it is the object's first member) */
-void rp_out_key(struct rp_out *o, const char *name, bool *first)
+void rdzv_proto_out_key(struct rdzv_proto_out *o, const char *name, bool *first)
 {
   if (!*first)
-    rp_out_char(o, ',');
+    rdzv_proto_out_char(o, ',');
   *first = false;
-  rp_out_string(o, name);
-  rp_out_char(o, ':');
+  rdzv_proto_out_string(o, name);
+  rdzv_proto_out_char(o, ':');
 }
 
-void rp_out_i64(struct rp_out *o, int64_t v)
+void rdzv_proto_out_i64(struct rdzv_proto_out *o, int64_t v)
 {
   char buf[24], *p = buf + sizeof buf;
   uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
@@ -103,13 +103,13 @@ void rp_out_i64(struct rp_out *o, int64_t v)
   } while (u);
   if (v < 0)
     *--p = '-';
-  rp_out_put(o, p, (size_t)(buf + sizeof buf - p));
+  rdzv_proto_out_put(o, p, (size_t)(buf + sizeof buf - p));
 }
 
 /* Numbers go out as text of their own: cJSON's printer rounds to 15
  * digits when that is "close enough", which would not survive a round
  * trip.  A whole double below 1e15 prints as %.15g would print it. */
-void rp_out_number(struct rp_out *o, double d, bool integral)
+void rdzv_proto_out_number(struct rdzv_proto_out *o, double d, bool integral)
 {
   char buf[40];
   const char *dp;
@@ -117,7 +117,7 @@ void rp_out_number(struct rp_out *o, double d, bool integral)
   int prec;
 
   if (integral || (d == floor(d) && fabs(d) < 1e15 && !(d == 0 && signbit(d)))) {
-    rp_out_i64(o, (int64_t)d);
+    rdzv_proto_out_i64(o, (int64_t)d);
     return;
   }
   /* The shortest of 15..17 digits that reads back exactly. */
@@ -130,5 +130,5 @@ void rp_out_number(struct rp_out *o, double d, bool integral)
   dp = localeconv()->decimal_point;
   if (dp && dp[0] && dp[0] != '.' && (p = strchr(buf, dp[0])))
     *p = '.';
-  rp_out_put(o, buf, strlen(buf));
+  rdzv_proto_out_put(o, buf, strlen(buf));
 }

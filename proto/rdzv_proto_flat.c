@@ -1,6 +1,6 @@
-/* rp_flat.c -- agents' flat bodies parsed without cJSON's allocations
- * (see rp_flat.h). */
-#include "rp_flat.h"
+/* rdzv_proto_flat.c -- agents' flat bodies parsed without cJSON's allocations
+ * (see rdzv_proto_flat.h). */
+#include "rdzv_proto_flat.h"
 
 #include <limits.h>
 #include <stdbool.h>
@@ -17,11 +17,11 @@
  * (whitespace, an escape, a fraction, a leading zero, more items or text
  * than fit) is left to cJSON, which also names every syntax error. */
 
-static cJSON *rp_flat_item(struct rp_flat *fl)
+static cJSON *rdzv_proto_flat_item(struct rdzv_proto_flat *fl)
 {
   cJSON *it;
 
-  if (fl->n_items == RP_FLAT_ITEMS)
+  if (fl->n_items == RDZV_PROTO_FLAT_ITEMS)
     return NULL;
   it = &fl->items[fl->n_items++];
   memset(it, 0, sizeof *it);
@@ -29,7 +29,7 @@ static cJSON *rp_flat_item(struct rp_flat *fl)
 }
 
 /* At '"': the string's copy, or NULL outside the flat form. */
-static char *rp_flat_string(struct rp_flat *fl)
+static char *rdzv_proto_flat_string(struct rdzv_proto_flat *fl)
 {
   const char *s = fl->p + 1, *q = s;
   size_t n;
@@ -41,7 +41,7 @@ static char *rp_flat_string(struct rp_flat *fl)
     q++;
   }
   n = (size_t)(q - s);
-  if (q == fl->end || n + 1 > RP_FLAT_TEXT - fl->n_text)
+  if (q == fl->end || n + 1 > RDZV_PROTO_FLAT_TEXT - fl->n_text)
     return NULL;
   copy = fl->text + fl->n_text;
   memcpy(copy, s, n);
@@ -53,7 +53,7 @@ static char *rp_flat_string(struct rp_flat *fl)
 
 /* A whole number of 1..15 digits, no leading zero, not -0: exact in a
  * double, so it is what strtod would read. */
-static bool rp_flat_number(struct rp_flat *fl, double *d)
+static bool rdzv_proto_flat_number(struct rdzv_proto_flat *fl, double *d)
 {
   const char *q = fl->p;
   bool neg = q < fl->end && *q == '-';
@@ -76,22 +76,24 @@ static bool rp_flat_number(struct rp_flat *fl, double *d)
   return true;
 }
 
-static bool rp_flat_object(struct rp_flat *fl, cJSON *obj, int depth);
+static bool rdzv_proto_flat_object(struct rdzv_proto_flat *fl, cJSON *obj,
+                                   int depth);
 
-static cJSON *rp_flat_value(struct rp_flat *fl, int depth)
+static cJSON *rdzv_proto_flat_value(struct rdzv_proto_flat *fl, int depth)
 {
-  cJSON *it = rp_flat_item(fl);
+  cJSON *it = rdzv_proto_flat_item(fl);
   size_t left = (size_t)(fl->end - fl->p);
 
   if (!it || !left)
     return NULL;
   if (*fl->p == '"') {
     it->type = cJSON_String;
-    it->valuestring = rp_flat_string(fl);
+    it->valuestring = rdzv_proto_flat_string(fl);
     return it->valuestring ? it : NULL;
   }
   if (*fl->p == '{')
-    return depth < RP_FLAT_DEPTH && rp_flat_object(fl, it, depth + 1) ? it : NULL;
+    return depth < RDZV_PROTO_FLAT_DEPTH &&
+           rdzv_proto_flat_object(fl, it, depth + 1) ? it : NULL;
   if (left >= 4 && memcmp(fl->p, "true", 4) == 0) {
     it->type = cJSON_True;
     fl->p += 4;
@@ -107,7 +109,7 @@ static cJSON *rp_flat_value(struct rp_flat *fl, int depth)
     fl->p += 4;
     return it;
   }
-  if (!rp_flat_number(fl, &it->valuedouble))
+  if (!rdzv_proto_flat_number(fl, &it->valuedouble))
     return NULL;
   it->type = cJSON_Number;
   /* cJSON's valueint: the number, saturated */
@@ -118,7 +120,8 @@ static cJSON *rp_flat_value(struct rp_flat *fl, int depth)
 }
 
 /* At '{': its members, linked as cJSON links them. */
-static bool rp_flat_object(struct rp_flat *fl, cJSON *obj, int depth)
+static bool rdzv_proto_flat_object(struct rdzv_proto_flat *fl, cJSON *obj,
+                                   int depth)
 {
   cJSON *it, *last = NULL;
   char *key;
@@ -130,8 +133,9 @@ static bool rp_flat_object(struct rp_flat *fl, cJSON *obj, int depth)
     return true;
   }
   for (;;) {
-    if (fl->p == fl->end || *fl->p != '"' || !(key = rp_flat_string(fl)) ||
-        fl->p == fl->end || *fl->p++ != ':' || !(it = rp_flat_value(fl, depth)))
+    if (fl->p == fl->end || *fl->p != '"' ||
+        !(key = rdzv_proto_flat_string(fl)) || fl->p == fl->end ||
+        *fl->p++ != ':' || !(it = rdzv_proto_flat_value(fl, depth)))
       return false;
     it->string = key;
     if (last) {
@@ -153,17 +157,18 @@ static bool rp_flat_object(struct rp_flat *fl, cJSON *obj, int depth)
   return true;
 }
 
-cJSON *rp_flat_parse(struct rp_flat *fl, const char *s, size_t len)
+cJSON *rdzv_proto_flat_parse(struct rdzv_proto_flat *fl, const char *s,
+                             size_t len)
 {
   cJSON *root;
 
-  if (len >= RP_FLAT_TEXT || len == 0 || s[0] != '{')
+  if (len >= RDZV_PROTO_FLAT_TEXT || len == 0 || s[0] != '{')
     return NULL;
   fl->n_items = fl->n_text = 0;
   fl->p = s;
   fl->end = s + len;
-  root = rp_flat_item(fl);
-  if (!rp_flat_object(fl, root, 1) || fl->p != fl->end)
+  root = rdzv_proto_flat_item(fl);
+  if (!rdzv_proto_flat_object(fl, root, 1) || fl->p != fl->end)
     return NULL;
   return root;
 }

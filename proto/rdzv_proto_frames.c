@@ -1,5 +1,6 @@
-/* rp_frames.c -- the one frame-reading loop (see rp_frames.h). */
-#include "rp_frames.h"
+/* rdzv_proto_frames.c -- the one frame-reading loop (see
+ * rdzv_proto_frames.h). */
+#include "rdzv_proto_frames.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -16,8 +17,9 @@ static size_t announced(const char *p)
                   (uint32_t)u[2] << 8 | (uint32_t)u[3]);
 }
 
-ssize_t rp_frames_read(const char *data, size_t len, size_t max_body,
-                       rp_frames_cb cb, void *ctx, char *err, size_t errlen)
+ssize_t rdzv_proto_frames_read(const char *data, size_t len, size_t max_body,
+                               rdzv_proto_frames_cb cb, void *ctx, char *err,
+                               size_t errlen)
 {
   size_t off = 0, flen;
   struct rdzv_proto_msg m;
