@@ -65,7 +65,8 @@ INC_util     := -Iproto/util
 INC_proto    := -Iproto $(INC_util)
 INC_rdzvd    := -Irdzvd $(INC_proto)
 INC_launcher := -Ilauncher $(INC_rdzvd)
-INC_libpg    := -Ilibpg/include -Ilibpg $(INC_util)
+INC_libpg    := -Ilibpg/include -Ilibpg -Ilibpg/core -Ilibpg/ddp -Ilibpg/live \
+                $(INC_util)
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS))
 LDFLAGS  += $(SANFLAGS)
@@ -136,7 +137,8 @@ endif
 # heap (store_server.c).
 PG_UTIL_SRC := proto/util/num.c proto/util/sha256.c proto/util/hashtab.c
 LIBDIR   := $(if $(filter build/release,$(OUT)),lib,$(OUT)/lib)
-PG_SRC   := $(wildcard libpg/*.c libpg/cpu/*.c) $(PG_NCCL_SRC) $(PG_UTIL_SRC)
+PG_SRC   := $(wildcard libpg/*.c libpg/core/*.c libpg/ddp/*.c libpg/live/*.c \
+              libpg/cpu/*.c) $(PG_NCCL_SRC) $(PG_UTIL_SRC)
 PG_OBJ   := $(PG_SRC:%.c=$(OUT)/pic/%.o)
 PG_LIBS  := -lpthread -lrt -lm $(PG_NCCL_LIBS)
 PG_CFLAGS := -fPIC -fvisibility=hidden $(INC_libpg)
@@ -327,7 +329,8 @@ HDR_util     := $(wildcard proto/util/*.h)
 HDR_proto    := $(wildcard proto/*.h)
 HDR_rdzvd    := $(wildcard rdzvd/*.h)
 HDR_launcher := $(wildcard launcher/*.h)
-HDR_libpg    := $(wildcard libpg/include/*.h libpg/*.h libpg/cpu/*.h)
+HDR_libpg    := $(wildcard libpg/include/*.h libpg/*.h libpg/core/*.h \
+                libpg/ddp/*.h libpg/live/*.h libpg/cpu/*.h)
 # The NCCL backend's headers need CUDA's and NCCL's (PG_NCCL_CFLAGS): they
 # are checked wherever that backend is built (the fake's CI included).
 ifeq ($(WITH_NCCL),1)
