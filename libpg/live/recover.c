@@ -1,7 +1,9 @@
 /* recover.c -- live recovery (pg.h, "live recovery"): live mode at
- * pg_init, pg_recover, pg_membership_poll, and the error that a peer's
- * loss turns into.  The generation protocol is live_form.c's, the heal
- * state.c's. */
+ * pg_init, pg_recover, pg_membership_poll, and the hooks (core/hooks.h)
+ * it attaches to a live world: the error that a peer's loss turns into,
+ * stale sub-groups, the watches.  The generation protocol is
+ * live_form.c's, the heal heal.c's, the reducers' part of it theirs
+ * (through the core's rebuild registry). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,6 +20,12 @@
 #include "knobs.h"
 #include "live.h"
 #include "num.h"
+
+/* The live hooks (the end of this file), and a world group's live state
+ * (NULL: not a live world). */
+static const struct pg__hooks live_hooks;
+#define world_live(w) \
+  ((w) && (w)->hooks == &live_hooks ? (struct pg__live *)(w)->upper : NULL)
 
 /* Note [setup watch] below: what a watch looks at. */
 struct watch {
@@ -45,8 +53,6 @@ struct pg__live {
   struct pg_state_buf *bufs;    /* pg_state_register's */
   size_t nbufs;
   bool registered;
-  struct pg_reducer **reducers; /* in creation order */
-  size_t nreducers;
   /* [is_new_n]: whether each rank of generation gen was not a member of
    * the one before (pg_rank_is_new); NULL: none is. */
   unsigned char *is_new;
@@ -63,6 +69,8 @@ struct pg__live {
   pthread_mutex_t subs_mu;
   pg_group **subs, **snap;
   size_t nsubs, cap;
+  /* Note [a node cut off] (live_cut.c): the world's cut watch. */
+  struct pg__live_cut cut;
 };
 
 /* Which ranks of formed generation f are new to the group (a
@@ -97,17 +105,19 @@ static int note_new(struct pg__live *l, const struct pg__live_formed *f,
 
 /* ---- the error of a lost peer ------------------------------------------- */
 
-struct pg__live *pg__live_of(const pg_group *g)
+/* The world group of a live g, or NULL. */
+static struct pg__live *live_of(const pg_group *g)
 {
   if (!g)
     return NULL;
-  return g->is_sub ? (g->world ? g->world->live : NULL) : g->live;
+  return g->is_sub ? world_live(g->world) : world_live(g);
 }
 
-bool pg__live_stale(const pg_group *g)
+/* A sub-group made in an older generation of its live world: true. */
+static bool stale(const pg_group *g)
 {
-  return g && g->is_sub && g->world && g->world->live &&
-         g->world->live->gen != g->gen;
+  return g && g->is_sub && world_live(g->world) &&
+         world_live(g->world)->gen != g->gen;
 }
 
 /* Whether err says a peer is gone (or could not keep up). */
@@ -123,9 +133,12 @@ static bool peer_caused(int err)
   }
 }
 
-int pg__live_peer_err(const pg_group *g, int err)
+/* Hook op_err: err, or PG_ERR_PEER_LOST when err says a peer is gone
+ * (ECONNRESET, EPIPE, ETIMEDOUT, PG_EPEERFAIL, ...); the sentence is
+ * kept. */
+static int peer_err(const pg_group *g, int err)
 {
-  if (!err || err == PG_ERR_PEER_LOST || !pg__live_of(g) ||
+  if (!err || err == PG_ERR_PEER_LOST || !live_of(g) ||
       !peer_caused(err))
     return err;
   return pg__fail(PG_ERR_PEER_LOST, "%s", pg_last_error());
@@ -253,7 +266,8 @@ static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
 static int rebuild(pg_group *g, const struct pg__live_formed *f,
                    uint64_t old_gen)
 {
-  struct watch w = { g->store, f, g->live->boot };
+  struct pg__live *l = world_live(g);
+  struct watch w = { g->store, f, l->boot };
   int err;
 
   pg__live_test_kill("setup", f->gen, f->slot);
@@ -261,14 +275,14 @@ static int rebuild(pg_group *g, const struct pg__live_formed *f,
   err = rebuild_comm(g, f, old_gen);
   pg__setup_watch(NULL, NULL);
   if (!err)     /* Note [a node cut off] */
-    pg__live_cut_arm(g->live->round_file, g->live->round, g->size);
+    pg__live_cut_arm(&l->cut, l->round_file, l->round, g->size);
   return err;
 }
 
 /* f becomes the generation g is a member of (f->m is taken). */
 static void keep_formed(pg_group *g, struct pg__live_formed *f)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = world_live(g);
 
   free(l->formed.m);
   l->formed = *f;
@@ -282,7 +296,7 @@ static void keep_formed(pg_group *g, struct pg__live_formed *f)
 static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
                         uint64_t old_gen)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = world_live(g);
   struct pg__comm *old = g->comm, *shrunk = NULL;
   struct pg__setup s;
   int *excluded = NULL, nex = 0, i, err, last, old_size = g->size;
@@ -365,7 +379,7 @@ static bool can_shrink(const pg_group *g)
 
 static void fill_join(pg_group *g, struct pg__live_join *j, bool fresh)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = world_live(g);
 
   *j = (struct pg__live_join){
     .store = g->store, .local_rank = g->local_rank,
@@ -379,7 +393,7 @@ static void fill_join(pg_group *g, struct pg__live_join *j, bool fresh)
 
 static int live_setup(pg_group *g, const struct pg_options *o)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = world_live(g);
   struct pg__live_formed f;
   struct pg__live_join j;
   const char *v, *hid;
@@ -441,6 +455,7 @@ static int live_setup(pg_group *g, const struct pg_options *o)
 int pg__live_init(pg_group *g, const struct pg_options *o, bool *handled)
 {
   const char *mode = pg__knob(PG_KNOB_RECOVERY);
+  struct pg__live *l;
 
   *handled = false;
   if (!mode || strcmp(mode, "restart") == 0)
@@ -449,20 +464,30 @@ int pg__live_init(pg_group *g, const struct pg_options *o, bool *handled)
     return pg__fail(-EINVAL, "CDRUN_RECOVERY is '%s', expected restart or "
                     "live", mode);
   *handled = true;
-  g->live = calloc(1, sizeof *g->live);
-  if (!g->live)
+  l = calloc(1, sizeof *l);
+  if (!l)
     return pg__fail(-ENOMEM, "out of memory for live recovery");
-  pthread_mutex_init(&g->live->subs_mu, NULL);
+  pthread_mutex_init(&l->subs_mu, NULL);
+  pg__live_cut_init(&l->cut);
+  /* Attached before anything can fail: a failed setup's pg_destroy frees
+   * l through the hooks (and keeps the store's exit barrier out). */
+  g->upper = l;
+  g->hooks = &live_hooks;
   return live_setup(g, o);
 }
 
-void pg__live_free(struct pg__live *l)
+/* Hook free: the world's destroy, its communicator closed. */
+static void hook_free(pg_group *g)
 {
+  struct pg__live *l = world_live(g);
   size_t i;
 
   if (!l)
     return;
-  pg__live_cut_disarm();
+  g->hooks = NULL;
+  g->upper = NULL;
+  pg__live_cut_disarm(&l->cut);
+  pg__live_cut_destroy(&l->cut);
   /* Sub-groups destroyed after their world (which pg.h forbids) at least
    * find no world to leave. */
   pthread_mutex_lock(&l->subs_mu);
@@ -474,53 +499,21 @@ void pg__live_free(struct pg__live *l)
   free(l->snap);
   free(l->formed.m);
   free(l->bufs);
-  free(l->reducers);
   free(l->is_new);
   free(l);
 }
 
-/* ---- reducers and state ------------------------------------------------- */
+/* ---- state -------------------------------------------------------------- */
 
-int pg__live_add_reducer(pg_group *g, struct pg_reducer *r)
-{
-  struct pg__live *l = g->live;
-  struct pg_reducer **nr;
-
-  if (!l || g->is_sub)
-    return 0;
-  nr = realloc(l->reducers, (l->nreducers + 1) * sizeof *nr);
-  if (!nr)
-    return pg__fail(-ENOMEM, "out of memory recording a reducer");
-  l->reducers = nr;
-  l->reducers[l->nreducers++] = r;
-  return 0;
-}
-
-void pg__live_remove_reducer(pg_group *g, struct pg_reducer *r)
-{
-  struct pg__live *l = g ? g->live : NULL;
-  size_t i;
-
-  for (i = 0; l && i < l->nreducers; i++)
-    if (l->reducers[i] == r) {
-      memmove(l->reducers + i, l->reducers + i + 1,
-              (l->nreducers - i - 1) * sizeof *l->reducers);
-      l->nreducers--;
-      return;
-    }
-}
-
-/* The registered state and reducers, for state.c. */
+/* The registered state, for heal.c (the reducers are in the core's
+ * rebuild registry). */
 void pg__live_registered(pg_group *g, const struct pg_state_buf **bufs,
-                         size_t *nbufs, struct pg_reducer *const **reducers,
-                         size_t *nreducers)
+                         size_t *nbufs)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = world_live(g);
 
   *bufs = l->bufs;
   *nbufs = l->nbufs;
-  *reducers = l->reducers;
-  *nreducers = l->nreducers;
 }
 
 int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
@@ -539,7 +532,7 @@ int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
     if (b[i].bytes && !b[i].ptr)
       return pg__fail(-EINVAL, "pg_state_register: buffer %zu is NULL "
                       "with %zu bytes", i, b[i].bytes);
-  l = g->live;
+  l = world_live(g);
   if (!l)
     return 0;
   if (l->registered)
@@ -559,7 +552,7 @@ int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
   err = pg__live_heal(g, l->heal_source, &valid);
   l->valid = valid;
   if (err) {
-    err = pg__live_peer_err(g, err);
+    err = peer_err(g, err);
     pthread_mutex_lock(&g->mu);
     if (!g->failed)
       g->failed = err;
@@ -625,14 +618,17 @@ static void queue_release(pg_group *g, int failed)
  * pg_recover, and a PG_ERR_PEER_LOST from that is one more loss: recover
  * again, then make them again (libpg(3), LIVE RECOVERY). */
 
-int pg__live_add_sub(pg_group *sub)
+/* Hook sub_add: sub is recorded, with the generation it is made in (an
+ * op of it in a later one fails with PG_ESTALE_GROUP). */
+static int hook_sub_add(pg_group *sub)
 {
-  struct pg__live *l = pg__live_of(sub);
+  struct pg__live *l = live_of(sub);
   pg_group **a, **b;
   size_t cap;
 
   if (!l)
     return 0;
+  sub->gen = l->gen;
   pthread_mutex_lock(&l->subs_mu);
   if (l->nsubs == l->cap) {
     cap = l->cap ? 2 * l->cap : 8;
@@ -653,9 +649,10 @@ int pg__live_add_sub(pg_group *sub)
   return 0;
 }
 
-void pg__live_remove_sub(pg_group *sub)
+/* Hook sub_remove: forgotten at its pg_destroy. */
+static void hook_sub_remove(pg_group *sub)
 {
-  struct pg__live *l = pg__live_of(sub);
+  struct pg__live *l = live_of(sub);
   size_t i;
 
   if (!l)
@@ -677,9 +674,11 @@ static void mark_lost(pg_group *g)
   pthread_mutex_unlock(&g->mu);
 }
 
+/* Hook lost: the world and every sub-group are marked failed, so that
+ * their queued and later operations fail at once. */
 void pg__live_lost(pg_group *g)
 {
-  struct pg__live *l = pg__live_of(g);
+  struct pg__live *l = live_of(g);
   pg_group *w = g->is_sub ? g->world : g;
   size_t i;
 
@@ -692,22 +691,24 @@ void pg__live_lost(pg_group *g)
   pthread_mutex_unlock(&l->subs_mu);
 }
 
-void pg__live_watch(pg_group *g, bool on)
+/* Hook setup_watch: the watch over g's world's generation on this
+ * thread while a sub-group is made. */
+static void hook_setup_watch(pg_group *g, bool on)
 {
-  struct pg__live *l = pg__live_of(g);
+  struct pg__live *l = live_of(g);
 
   if (l && l->formed.m)
     pg__setup_watch(on ? watch_setup : NULL, on ? &l->sub_watch : NULL);
 }
 
-/* An op's watch (pg__live_op_watch): only whether the next generation
+/* An op's watch (hook_op_watch): only whether the next generation
  * started (a member recovers, or a dead one's replacement came), not
  * whether a member is gone, which one that finished and exited also is.
  * l->formed changes only in pg_init and pg_recover, when no op runs. */
 static int op_watch(void *arg)
 {
   pg_group *w = arg;
-  struct pg__live *l = w->live;
+  struct pg__live *l = world_live(w);
   struct pg__live_formed next_only = { .gen = l->formed.gen };
 
   if (!l->formed.m || !pg__live_formed_check(w->store, &next_only, l->boot))
@@ -717,15 +718,19 @@ static int op_watch(void *arg)
                   "replaced) while this rank waited", l->formed.gen);
 }
 
-void pg__live_op_watch(pg_group *g, int (**fn)(void *), void **arg)
+/* Hook op_watch: the op watch and the cut watch (Note [a node cut off])
+ * of a communicator of g. */
+static void hook_op_watch(pg_group *g, struct pg__setup *s)
 {
   pg_group *w = g->is_sub ? g->world : g;
+  struct pg__live *l = world_live(w);
 
-  *fn = NULL;
-  *arg = NULL;
-  if (w && w->live) {
-    *fn = op_watch;
-    *arg = w;
+  if (l) {
+    s->watch = op_watch;
+    s->watch_arg = w;
+    s->cut_armed = &l->cut.armed;
+    s->cut_ask = pg__live_cut_ask;
+    s->cut_arg = &l->cut;
   }
 }
 
@@ -813,7 +818,9 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   struct pg_recover_info local;
   struct pg__live_formed f;
   struct pg__live_join j;
-  struct pg__live *l = g ? g->live : NULL;
+  struct pg__live *l = g ? world_live(g) : NULL;
+  const struct pg__rebuild *rb;
+  size_t k, nrb;
   double t0 = pg__now(), t1;
   uint64_t old_gen;
   int old_rank, old_world, err, i;
@@ -829,8 +836,9 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
                     "then make the sub-group again)"
                     : "the group is not in live mode (CDRUN_RECOVERY=live)");
   close_family(g, l, !can_shrink(g));
-  for (i = 0; i < (int)l->nreducers; i++)
-    pg__reducer_abandon(l->reducers[i]);
+  rb = pg__rebuild_list(g, &nrb);
+  for (k = 0; k < nrb; k++)
+    rb[k].ops->abandon(rb[k].obj);
   queue_hold(g);
   if (can_shrink(g)) {
     if (g->comm->ops->revoke && g->failed)
@@ -875,7 +883,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   l->valid = valid;
   info->heal_s = pg__now() - t1;
   if (err) {
-    err = pg__live_peer_err(g, err);
+    err = peer_err(g, err);
     queue_hold(g);
     queue_release(g, err);
   }
@@ -916,7 +924,7 @@ int pg_membership_poll(pg_group *g, bool *pending)
   if (!g || !pending)
     return pg__fail(-EINVAL, "pg_membership_poll: NULL argument");
   *pending = false;
-  l = g->is_sub ? NULL : g->live;
+  l = g->is_sub ? NULL : world_live(g);
   if (!l)
     return 0;
   newest = round_now(l);
@@ -936,37 +944,80 @@ int pg_membership_poll(pg_group *g, bool *pending)
 
 uint64_t pg__live_generation(const pg_group *g)
 {
-  struct pg__live *l = pg__live_of(g);
+  struct pg__live *l = live_of(g);
 
   return l ? l->gen : 0;
 }
 
-bool pg__live_create_alone(const pg_group *g)
+/* Hook alone: a reducer made by a fresh process that joined a running
+ * job is made alone (the survivors made theirs long ago); its layout
+ * comes with the heal. */
+static bool hook_alone(const pg_group *g)
 {
-  return !g->is_sub && g->live && g->live->joined_running && g->live->fresh;
+  const struct pg__live *l = g->is_sub ? NULL : world_live(g);
+
+  return l && l->joined_running && l->fresh;
 }
 
-bool pg__live_unregistered(const pg_group *g)
+/* Hook defer_loss: a live world group whose state is not registered yet
+ * (nor recovered): where the recipe makes the reducers (Note [reducer
+ * made during a death], reducer.c). */
+static bool hook_defer_loss(const pg_group *g)
 {
-  return !g->is_sub && g->live && g->live->fresh;
+  const struct pg__live *l = g->is_sub ? NULL : world_live(g);
+
+  return l && l->fresh;
+}
+
+/* Hook refuse: a stale sub-group refuses everything; a world that lost a
+ * member and has no communicator refuses operations. */
+static int hook_refuse(const pg_group *g, const char *what)
+{
+  if (stale(g))
+    return what ? pg__fail(PG_ESTALE_GROUP, "%s: the parent is a "
+                           "sub-group of an earlier live generation", what)
+                : pg__fail(PG_ESTALE_GROUP, "this sub-group was made in "
+                           "live generation %llu; the group is in "
+                           "generation %llu now: destroy the sub-group and "
+                           "make it again", (unsigned long long)g->gen,
+                           (unsigned long long)pg__live_generation(g));
+  if (!what && !g->comm && g->size > 1 && live_of(g))
+    return pg__fail(PG_ERR_PEER_LOST, "the group lost a member and has no "
+                    "communicator: call pg_recover");
+  return 0;
 }
 
 bool pg_live(const pg_group *g)
 {
-  return pg__live_of(g) != NULL;
+  return live_of(g) != NULL;
 }
 
 bool pg_joined_running(const pg_group *g)
 {
-  struct pg__live *l = pg__live_of(g);
+  struct pg__live *l = live_of(g);
 
   return l && l->joined_running;
 }
 
 bool pg_rank_is_new(const pg_group *g, int rank)
 {
-  const struct pg__live *l = g && !g->is_sub ? g->live : NULL;
+  const struct pg__live *l = g && !g->is_sub ? world_live(g) : NULL;
 
   return l && l->is_new && rank >= 0 && rank < l->is_new_n &&
          l->is_new[rank];
 }
+
+/* Note [floors] (core/hooks.h): what the core asks of a live world. */
+static const struct pg__hooks live_hooks = {
+  .op_err = peer_err,
+  .lost = pg__live_lost,
+  .refuse = hook_refuse,
+  .op_watch = hook_op_watch,
+  .setup_watch = hook_setup_watch,
+  .sub_add = hook_sub_add,
+  .sub_remove = hook_sub_remove,
+  .alone = hook_alone,
+  .defer_loss = hook_defer_loss,
+  .free = hook_free,
+  .keeps_store = true,
+};
