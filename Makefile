@@ -59,14 +59,18 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
 CPPFLAGS += -D_GNU_SOURCE
 # Layering: each folder sees its own headers and those of the layers it is
 # built on (util <- proto <- rdzvd <- launcher; libpg: libpg and util,
-# Note [libpg's own copies]; examples: pg.h only).  `make check-layers`
-# checks that the archives keep to it.
+# Note [libpg's own copies]; examples: pg.h only).  Inside libpg the same
+# holds for its floors (Note [floors] in libpg/core/hooks.h): core (with
+# the backends cpu/ and nccl/) <- ddp <- live <- init.c.  `make
+# check-layers` checks that the archives and objects keep to it.
 INC_util     := -Iproto/util
 INC_proto    := -Iproto $(INC_util)
 INC_rdzvd    := -Irdzvd $(INC_proto)
 INC_launcher := -Ilauncher $(INC_rdzvd)
-INC_libpg    := -Ilibpg/include -Ilibpg -Ilibpg/core -Ilibpg/ddp -Ilibpg/live \
-                $(INC_util)
+INC_pg_core  := -Ilibpg/include -Ilibpg/core $(INC_util)
+INC_pg_ddp   := -Ilibpg/ddp $(INC_pg_core)
+INC_pg_live  := -Ilibpg/live $(INC_pg_ddp)
+INC_libpg    := -Ilibpg $(INC_pg_live)
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS))
 LDFLAGS  += $(SANFLAGS)
@@ -141,15 +145,23 @@ PG_SRC   := $(wildcard libpg/*.c libpg/core/*.c libpg/ddp/*.c libpg/live/*.c \
               libpg/cpu/*.c) $(PG_NCCL_SRC) $(PG_UTIL_SRC)
 PG_OBJ   := $(PG_SRC:%.c=$(OUT)/pic/%.o)
 PG_LIBS  := -lpthread -lrt -lm $(PG_NCCL_LIBS)
-PG_CFLAGS := -fPIC -fvisibility=hidden $(INC_libpg)
+PG_CFLAGS := -fPIC -fvisibility=hidden
+# Each floor's objects see their floor's headers and those below only.
+PG_INC   := $(INC_util)
+$(OUT)/pic/libpg/core/%.o $(OUT)/pic/libpg/cpu/%.o \
+$(OUT)/pic/libpg/nccl/%.o: PG_INC := $(INC_pg_core)
+$(OUT)/pic/libpg/ddp/%.o: PG_INC := $(INC_pg_ddp)
+$(OUT)/pic/libpg/live/%.o: PG_INC := $(INC_pg_live)
+$(OUT)/pic/libpg/init.o: PG_INC := $(INC_libpg)
 
 $(OUT)/pic/libpg/nccl/%.o: libpg/nccl/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_NCCL_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_INC) $(PG_NCCL_CFLAGS) \
+	    -MMD -MP -c $< -o $@
 
 $(OUT)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_INC) -MMD -MP -c $< -o $@
 
 $(LIBDIR)/libpg.a: $(PG_OBJ)
 	@mkdir -p $(dir $@)
@@ -329,18 +341,21 @@ HDR_util     := $(wildcard proto/util/*.h)
 HDR_proto    := $(wildcard proto/*.h)
 HDR_rdzvd    := $(wildcard rdzvd/*.h)
 HDR_launcher := $(wildcard launcher/*.h)
-HDR_libpg    := $(wildcard libpg/include/*.h libpg/*.h libpg/core/*.h \
-                libpg/ddp/*.h libpg/live/*.h libpg/cpu/*.h)
+HDR_pg_core  := $(wildcard libpg/include/*.h libpg/core/*.h libpg/cpu/*.h)
+HDR_pg_ddp   := $(wildcard libpg/ddp/*.h)
+HDR_pg_live  := $(wildcard libpg/live/*.h)
+HDR_libpg    := $(wildcard libpg/*.h)
 # The NCCL backend's headers need CUDA's and NCCL's (PG_NCCL_CFLAGS): they
 # are checked wherever that backend is built (the fake's CI included).
 ifeq ($(WITH_NCCL),1)
 HDR_nccl     := $(wildcard libpg/nccl/*.h)
-HDR_libpg    += $(HDR_nccl)
+HDR_pg_core  += $(HDR_nccl)
 endif
-HDR_OK := $(foreach l,$(LAYERS) libpg,$(HDR_$(l):%=$(OUT)/hdr/%.ok))
-$(foreach l,$(LAYERS) libpg,$(eval \
+HDR_SETS := $(LAYERS) pg_core pg_ddp pg_live libpg
+HDR_OK := $(foreach l,$(HDR_SETS),$(HDR_$(l):%=$(OUT)/hdr/%.ok))
+$(foreach l,$(HDR_SETS),$(eval \
   $$(HDR_$(l):%=$$(OUT)/hdr/%.ok): HDR_INC := $$(INC_$(l))))
-$(HDR_nccl:%=$(OUT)/hdr/%.ok): HDR_INC := $(INC_libpg) $(PG_NCCL_CFLAGS)
+$(HDR_nccl:%=$(OUT)/hdr/%.ok): HDR_INC := $(INC_pg_core) $(PG_NCCL_CFLAGS)
 $(OUT)/hdr/%.ok: %
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(HDR_INC) $(CFLAGS) -fsyntax-only -MMD -MP \
