@@ -137,9 +137,10 @@ endif
 # copy of each rule, built twice.  Like every internal symbol of libpg
 # they are hidden (-fvisibility=hidden): libpg.so exports only pg_* names,
 # which scripts/check-layers.sh checks.  libpg keeps its own only where
-# the shape differs: the store's table (store_table.h) and its deadline
-# heap (store_server.c).
-PG_UTIL_SRC := proto/util/num.c proto/util/sha256.c proto/util/hashtab.c
+# the shape differs: the store's table (store_table.h).  The store
+# server's deadlines are util's timer heap (timer_heap.h).
+PG_UTIL_SRC := proto/util/num.c proto/util/sha256.c proto/util/hashtab.c \
+               proto/util/timer_heap.c
 LIBDIR   := $(if $(filter build/release,$(OUT)),lib,$(OUT)/lib)
 PG_SRC   := $(wildcard libpg/*.c libpg/core/*.c libpg/ddp/*.c libpg/live/*.c \
               libpg/cpu/*.c) $(PG_NCCL_SRC) $(PG_UTIL_SRC)

@@ -437,7 +437,7 @@ int pg__group_setup(pg_group *g, const struct pg_options *o,
   return pg__group_create_comm(g, in->be, o->device, in->local_rank);
 }
 
-/* ---- the rebuild registry (hooks.h) --------------------------------------- */
+/* ---- the rebuild registry (hooks.h) ------------------------------------- */
 
 int pg__rebuild_add(pg_group *g, const struct pg__rebuild_ops *ops,
                     void *obj)

@@ -1,6 +1,6 @@
 /* store_server.c -- the store's server: one epoll thread serving every
  * connection (protocol: store_wire.h), keys in a hash table
- * (store_table.h), waiting requests on a deadline heap.
+ * (store_table.h), deadlines on util's timer heap.
  *
  * Note [store budget]: with a job token nothing but the handshake is read
  * from a connection until it has proved the token (auth.h), and a
@@ -46,8 +46,8 @@
 #include "pg_internal.h"
 #include "store_table.h"
 #include "store_wire.h"
+#include "timer_heap.h"
 
-#define ST_NOT_IN_HEAP SIZE_MAX
 /* Stop reading a connection's requests while this much output waits: a
  * client that does not read its replies cannot grow our memory. */
 #define ST_OUT_HIGH (4u << 20)
@@ -98,8 +98,7 @@ struct store_conn {
   uint32_t wait_id;
   struct store_reg *regs;
   size_t nregs, missing;
-  double deadline;                  /* wait end, or linger end */
-  size_t heap_idx;
+  struct timer_heap_node timer;     /* handshake, wait or linger end */
   struct pg__unproven u;            /* while in preauth (admit.h) */
 };
 
@@ -119,87 +118,28 @@ struct pg_store_server {
   TAILQ_HEAD(, store_conn) preauth;
   LIST_HEAD(, store_conn) conns;
   struct store_conn *resume, *dead;
-  struct store_conn **heap;         /* min-heap on deadline */
-  size_t heap_len, heap_cap;
+  struct timer_heap timers;         /* the connections' deadlines */
 };
 
-/* ---- timers: a binary heap of connections by deadline ----
- * Note [libpg's own copies] (Makefile): proto/util/timer_heap.c is the
- * same heap, and libpg could compile it in; this one, indexed in place
- * (heap_idx) on the connections it orders, stays until the store's
- * transport and commands are split apart. */
+/* ---- timers ----
+ * Each connection's one deadline (its handshake's, its wait's or its
+ * linger's) is a node of proto/util's timer heap (Note [libpg's own
+ * copies] in the Makefile), reserved while the connection lives, so
+ * arming never fails. */
 
-static void store_server_heap_swap(struct pg_store_server *srv, size_t i,
-                                   size_t j)
+static struct store_conn *conn_of_timer(struct timer_heap_node *t)
 {
-  struct store_conn *t = srv->heap[i];
-
-  srv->heap[i] = srv->heap[j];
-  srv->heap[j] = t;
-  srv->heap[i]->heap_idx = i;
-  srv->heap[j]->heap_idx = j;
+  return (struct store_conn *)((char *)t -
+                               offsetof(struct store_conn, timer));
 }
 
-static void store_server_heap_up(struct pg_store_server *srv, size_t i)
+/* A connection closed (or never served): its memory and its timer's
+ * room. */
+static void conn_free(struct pg_store_server *srv, struct store_conn *c)
 {
-  while (i > 0 && srv->heap[i]->deadline <
-                  srv->heap[(i - 1) / 2]->deadline) {
-    store_server_heap_swap(srv, i, (i - 1) / 2);
-    i = (i - 1) / 2;
-  }
-}
-
-static void store_server_heap_down(struct pg_store_server *srv, size_t i)
-{
-  for (;;) {
-    size_t l = 2 * i + 1, m = i;
-
-    if (l < srv->heap_len && srv->heap[l]->deadline <
-                             srv->heap[m]->deadline)
-      m = l;
-    if (l + 1 < srv->heap_len && srv->heap[l + 1]->deadline <
-                                 srv->heap[m]->deadline)
-      m = l + 1;
-    if (m == i)
-      return;
-    store_server_heap_swap(srv, i, m);
-    i = m;
-  }
-}
-
-static bool store_server_heap_push(struct pg_store_server *srv,
-                                   struct store_conn *c)
-{
-  if (srv->heap_len == srv->heap_cap) {
-    size_t cap = srv->heap_cap ? 2 * srv->heap_cap : 64;
-    struct store_conn **h = realloc(srv->heap, cap * sizeof *h);
-
-    if (!h)
-      return false;
-    srv->heap = h;
-    srv->heap_cap = cap;
-  }
-  c->heap_idx = srv->heap_len;
-  srv->heap[srv->heap_len++] = c;
-  store_server_heap_up(srv, c->heap_idx);
-  return true;
-}
-
-static void store_server_heap_remove(struct pg_store_server *srv,
-                                     struct store_conn *c)
-{
-  size_t i = c->heap_idx;
-
-  if (i == ST_NOT_IN_HEAP)
-    return;
-  c->heap_idx = ST_NOT_IN_HEAP;
-  srv->heap_len--;
-  if (i == srv->heap_len)
-    return;
-  srv->heap[i] = srv->heap[srv->heap_len];
-  srv->heap[i]->heap_idx = i;
-  store_server_heap_down(srv, i);
-  store_server_heap_up(srv, srv->heap[i]->heap_idx);
+  timer_heap_clear(&srv->timers, &c->timer);
+  timer_heap_unreserve(&srv->timers, 1);
+  free(c);
 }
 
 /* ---- connections ---- */
@@ -361,7 +301,7 @@ static void wait_clear(struct pg_store_server *srv, struct store_conn *c)
   c->regs = NULL;
   c->nregs = c->missing = 0;
   c->waiting = false;
-  store_server_heap_remove(srv, c);
+  timer_heap_clear(&srv->timers, &c->timer);
 }
 
 /* Answers c's wait: OK (e is the key that completed it) or TIMEOUT. */
@@ -418,7 +358,8 @@ static void preauth_end(struct pg_store_server *srv, struct store_conn *c)
   TAILQ_REMOVE(&srv->preauth, c, in_preauth);
   c->in_preauth_list = false;
   srv->npreauth--;
-  store_server_heap_remove(srv, c);      /* its handshake deadline */
+  /* Its handshake deadline. */
+  timer_heap_clear(&srv->timers, &c->timer);
 }
 
 static void conn_close(struct pg_store_server *srv, struct store_conn *c)
@@ -426,7 +367,7 @@ static void conn_close(struct pg_store_server *srv, struct store_conn *c)
   if (c->dead)
     return;
   wait_clear(srv, c);
-  store_server_heap_remove(srv, c);
+  timer_heap_clear(&srv->timers, &c->timer);
   preauth_end(srv, c);
   epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
@@ -453,10 +394,8 @@ static void conn_reject(struct pg_store_server *srv, struct store_conn *c,
   c->closing = true;
   c->in.off = c->in.len = 0;
   c->skip = 0;
-  store_server_heap_remove(srv, c);
-  c->deadline = pg__now() + ST_LINGER;
-  if (!store_server_heap_push(srv, c))
-    c->out.oom = true;      /* closes it at once */
+  timer_heap_clear(&srv->timers, &c->timer);
+  timer_heap_set(&srv->timers, &c->timer, pg__now() + ST_LINGER);
   resume_push(srv, c);
 }
 
@@ -499,9 +438,7 @@ static void wait_start(struct pg_store_server *srv, struct store_conn *c,
     c->missing++;
   }
   if (ms != ST_NO_LIMIT) {
-    c->deadline = pg__now() + ms / 1000.0;
-    if (!store_server_heap_push(srv, c))
-      goto oom;
+    timer_heap_set(&srv->timers, &c->timer, pg__now() + ms / 1000.0);
   }
   return;
 oom:
@@ -1108,28 +1045,23 @@ static void srv_accept(struct pg_store_server *srv)
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c = calloc(1, sizeof *c);
-    if (!c) {
+    if (!c || timer_heap_reserve(&srv->timers, 1)) {
       close(fd);
+      free(c);
       continue;
     }
     c->fd = fd;
-    c->heap_idx = ST_NOT_IN_HEAP;
+    timer_heap_node_init(&c->timer, 0);
     c->events = EPOLLIN | EPOLLRDHUP;
-    c->deadline = pg__now() + ST_HANDSHAKE_S;
     c->u.src = pg__admit_source((struct sockaddr *)&sa, sl);
     c->u.since = pg__now();
-    c->u.until = c->deadline;
+    c->u.until = c->u.since + ST_HANDSHAKE_S;
+    timer_heap_set(&srv->timers, &c->timer, c->u.until);
     ev.events = c->events;
     ev.data.ptr = c;
-    if (!store_server_heap_push(srv, c)) {
-      close(fd);
-      free(c);
-      continue;
-    }
     if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-      store_server_heap_remove(srv, c);
+      conn_free(srv, c);
       close(fd);
-      free(c);
       continue;
     }
     LIST_INSERT_HEAD(&srv->conns, c, in_server);
@@ -1145,10 +1077,12 @@ static void srv_expire(struct pg_store_server *srv)
 {
   double now = pg__now();
 
-  while (srv->heap_len > 0 && srv->heap[0]->deadline <= now) {
-    struct store_conn *c = srv->heap[0];
+  struct timer_heap_node *t;
 
-    store_server_heap_remove(srv, c);
+  while ((t = timer_heap_top(&srv->timers)) && t->at <= now) {
+    struct store_conn *c = conn_of_timer(t);
+
+    timer_heap_clear(&srv->timers, &c->timer);
     if (c->waiting)
       wait_done(srv, c, ST_TIMEOUT, NULL);
     else
@@ -1158,10 +1092,11 @@ static void srv_expire(struct pg_store_server *srv)
 
 static int srv_timeout_ms(const struct pg_store_server *srv)
 {
+  const struct timer_heap_node *t = timer_heap_top(&srv->timers);
   double dt, next = INFINITY;
 
-  if (srv->heap_len > 0)
-    next = srv->heap[0]->deadline;
+  if (t)
+    next = t->at;
   if (srv->accept_resume > 0)
     next = fmin(next, srv->accept_resume);
   if (isinf(next))
@@ -1209,7 +1144,7 @@ static void *srv_main(void *arg)
     }
     while ((c = srv->dead)) {
       srv->dead = c->dead_next;
-      free(c);
+      conn_free(srv, c);
     }
   }
   /* Stopping (or epoll broke): every client sees its connection close
@@ -1220,7 +1155,7 @@ static void *srv_main(void *arg)
     struct store_conn *c = srv->dead;
 
     srv->dead = c->dead_next;
-    free(c);
+    conn_free(srv, c);
   }
   srv->resume = NULL;
   return NULL;
@@ -1305,7 +1240,7 @@ static void srv_free(struct pg_store_server *srv)
   if (srv->wakefd >= 0)
     close(srv->wakefd);
   store_table_free(&srv->keys);
-  free(srv->heap);
+  timer_heap_free(&srv->timers);
   free(srv);
 }
 

@@ -820,9 +820,9 @@ static size_t reducer_wire_len(const void *obj)
  * communicator may be broken (a device memset can queue behind a
  * collective that never ends until the revoke): abandon, at the start of
  * pg_recover on every survivor, marks the gradients stale; the heal's
- * the rebuild's set (reducer_sync_set), on every member, zeroes them; where no heal runs
- * (nobody's state was valid, a failed pg_recover), the first use of the
- * reducer does (settle_locked).  A fresh process's reducer starts zero. */
+ * set (reducer_sync_set), on every member, zeroes them; where no heal
+ * runs (nobody's state was valid, a failed pg_recover), the first use of
+ * the reducer does (settle_locked).  A fresh process's reducer starts zero. */
 static void reducer_abandon(void *obj)
 {
   struct pg_reducer *r = obj;

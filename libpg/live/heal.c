@@ -113,7 +113,8 @@ static int heal_header(pg_group *g, int source,
                      "this rank's %zu", source, i < nb ? "state buffer"
                      : "reducer", i < nb ? i : i - nb, (long long)sizes[i],
                      i < nb ? "bytes" : "parameters",
-                     i < nb ? b[i].bytes : r[i - nb].ops->params(r[i - nb].obj));
+                     i < nb ? b[i].bytes
+                            : r[i - nb].ops->params(r[i - nb].obj));
   free(sizes);
   return err;
 }

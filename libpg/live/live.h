@@ -109,7 +109,7 @@ PG__HIDDEN bool pg__live_shrinks(const struct pg__live_member *m, int world,
 PG__HIDDEN int pg__live_heal_source(const struct pg__live_member *m,
                                     int world);
 
-/* ---- live_form.c ------------------------------------------------------------
+/* ---- live_form.c -----------------------------------------------------------
  * Note [generations] there.  What one process brings to a formation, and
  * what it learns. */
 struct pg__live_join {
@@ -147,7 +147,7 @@ PG__HIDDEN int pg__live_formed_check(pg_store *st,
                                      const struct pg__live_formed *f,
                                      const char *boot);
 
-/* ---- live_cut.c -------------------------------------------------------------
+/* ---- live_cut.c ------------------------------------------------------------
  * The cut watch of a live world (Note [a node cut off]): armed with the
  * round file, the round and the world of the generation set up; ask
  * (struct pg__setup's cut_ask, arg: the watch) is 0, or PG_ERR_PEER_LOST
