@@ -60,7 +60,7 @@ struct pg__setup {
   int local_rank;         /* NCCL: picks the device when device < 0 */
   const struct pg__token *token;  /* the job token (auth.h): TCP peers
                                      prove it in their hello */
-  /* The op watch (hooks.h; live: Note [live sub-groups] in recover.c):
+  /* The op watch (hooks.h; live: Note [live sub-groups], live_hooks.c):
    * an op that waits for a peer that nothing else can tell is gone (a
    * connection it never made) calls watch(watch_arg) between slices;
    * nonzero: the error, with its sentence, to end the op with.  NULL: no

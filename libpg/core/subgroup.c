@@ -18,7 +18,7 @@
  * two threads.  It borrows the world's store connection and topology:
  * destroy children before the world group.  In live mode a child is
  * made under the setup watch and recorded with its world, whose
- * pg_recover closes it (Note [live sub-groups] in recover.c). */
+ * pg_recover closes it (Note [live sub-groups] in live/live_hooks.c). */
 
 /* Whether the parent's children are split from its communicator (NCCL's
  * ncclCommSplit, which every parent rank must call, members or not). */

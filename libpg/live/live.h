@@ -9,9 +9,10 @@
  *                  [generations])
  *   live_cut.c     the cut watch (Note [a node cut off])
  *   recover.c      live mode at pg_init, pg_recover, pg_membership_poll,
- *                  pg_state_register, and the hooks (core/hooks.h) it
- *                  attaches to a live world: the error a peer's loss turns
- *                  into, stale sub-groups, the watches
+ *                  pg_state_register
+ *   live_hooks.c   the hooks (core/hooks.h) a live world attaches: the
+ *                  error a peer's loss turns into, stale sub-groups, the
+ *                  watches (Note [live sub-groups])
  *   heal.c         the heal (Note [heal])
  *
  * The top floor of libpg (Note [floors], core/hooks.h): it uses the core
@@ -170,6 +171,73 @@ PG__HIDDEN void pg__live_cut_arm(struct pg__live_cut *c,
                                  int world);
 PG__HIDDEN void pg__live_cut_disarm(struct pg__live_cut *c);
 PG__HIDDEN int pg__live_cut_ask(void *arg);
+
+/* ---- recover.c and live_hooks.c: a live world's state ---------------------
+ * g->upper of a world group whose hooks are pg__live_hooks. */
+/* Note [setup watch] (recover.c): what a watch looks at. */
+struct watch {
+  pg_store *store;
+  const struct pg__live_formed *f;
+  const char *boot;
+};
+
+struct pg__live {
+  char round_file[PATH_MAX];    /* "" : none (round 0 of RANK/WORLD_SIZE) */
+  char host_id[512], boot[PG__LIVE_BOOT_MAX];
+  uint64_t inc;                 /* this process's incarnation */
+  uint64_t gen;                 /* the generation of g->comm */
+  int64_t round;                /* the round it formed for */
+  int env_rank, env_world;
+  bool fresh;                   /* a new process that has not yet taken
+                                   part in a heal (pg_state_register or
+                                   pg_recover): a newcomer to the job */
+  bool valid;                   /* this rank's state is the job's */
+  bool joined_running;
+  bool heal_pending;            /* pg_state_register heals from source */
+  int heal_source;
+  struct stat round_st;         /* the round file when last read */
+  int64_t round_seen;
+  struct pg_state_buf *bufs;    /* pg_state_register's */
+  size_t nbufs;
+  bool registered;
+  /* [is_new_n]: whether each rank of generation gen was not a member of
+   * the one before (pg_rank_is_new); NULL: none is. */
+  unsigned char *is_new;
+  int is_new_n;
+  /* The generation g->comm was made for, as it formed (f.m NULL before
+   * the first), and the watch over it that sub-group creation sets
+   * (Note [live sub-groups]). */
+  struct pg__live_formed formed;
+  struct watch sub_watch;
+  /* Note [live sub-groups]: every sub-group made from this world, at any
+   * depth, until its pg_destroy; snap has room for as many (pg_recover
+   * works on a copy, without the lock).  subs_mu is taken before any
+   * group's mu, never after. */
+  pthread_mutex_t subs_mu;
+  pg_group **subs, **snap;
+  size_t nsubs, cap;
+  /* Note [a node cut off] (live_cut.c): the world's cut watch. */
+  struct pg__live_cut cut;
+};
+
+/* The hooks a live world attaches (live_hooks.c), and the live state of
+ * a world group w (NULL: not a live world). */
+extern PG__HIDDEN const struct pg__hooks pg__live_hooks;
+#define PG__LIVE_WORLD(w) \
+  ((w) && (w)->hooks == &pg__live_hooks ? (struct pg__live *)(w)->upper \
+                                       : NULL)
+/* The live state of g's world (g a world or a sub-group), or NULL. */
+PG__HIDDEN struct pg__live *pg__live_of(const pg_group *g);
+/* Whether err says a peer is gone (or could not keep up). */
+PG__HIDDEN bool pg__live_peer_caused(int err);
+/* The hook op_err: err, or PG_ERR_PEER_LOST (the sentence kept) when g
+ * is live and err says a peer is gone. */
+PG__HIDDEN int pg__live_peer_err(const pg_group *g, int err);
+/* g marked failed (PG_ERR_PEER_LOST) unless it already failed. */
+PG__HIDDEN void pg__live_mark_lost(pg_group *g);
+/* A setup watch (arg: a struct watch): 0, or PG_ERR_PEER_LOST once a
+ * member is gone or the next generation started (Note [setup watch]). */
+PG__HIDDEN int pg__live_watch_formed(void *arg);
 
 /* ---- recover.c ---------------------------------------------------------- */
 /* Live mode at pg_init (CDRUN_RECOVERY=live), called by init.c: opts in,
