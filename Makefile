@@ -59,16 +59,21 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
 CPPFLAGS += -D_GNU_SOURCE
 # Layering: each folder sees its own headers and those of the layers it is
 # built on (util <- proto <- rdzvd <- launcher; libpg: libpg, worker and
-# util, Note [libpg's own copies]; examples: pg.h only).  `make
-# check-layers` checks that the archives keep to it.  proto/worker is
-# the worker contract (worker_contract.h): part of the proto layer, and
-# compiled into libpg too.
+# util, Note [libpg's own copies]; examples: pg.h only).  Inside libpg the
+# same holds for its floors (Note [floors] in libpg/core/hooks.h): core
+# (with the backends cpu/ and nccl/) <- ddp <- live <- init.c.  `make
+# check-layers` checks that the archives and objects keep to it.
+# proto/worker is the worker contract (worker_contract.h): part of the
+# proto layer, and compiled into libpg too.
 INC_util     := -Iproto/util
 INC_worker   := -Iproto/worker
 INC_proto    := -Iproto $(INC_worker) $(INC_util)
 INC_rdzvd    := -Irdzvd $(INC_proto)
 INC_launcher := -Ilauncher $(INC_rdzvd)
-INC_libpg    := -Ilibpg/include -Ilibpg $(INC_worker) $(INC_util)
+INC_pg_core  := -Ilibpg/include -Ilibpg/core $(INC_worker) $(INC_util)
+INC_pg_ddp   := -Ilibpg/ddp $(INC_pg_core)
+INC_pg_live  := -Ilibpg/live $(INC_pg_ddp)
+INC_libpg    := -Ilibpg $(INC_pg_live)
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS))
 LDFLAGS  += $(SANFLAGS)
@@ -138,24 +143,34 @@ endif
 # copy of each rule, built twice.  Like every internal symbol of libpg
 # they are hidden (-fvisibility=hidden): libpg.so exports only pg_* names,
 # which scripts/check-layers.sh checks.  libpg keeps its own only where
-# the shape differs: the store's table (store_table.h) and its deadline
-# heap (store_server.c).  So is the worker contract's round file parser
-# (proto/worker/round_file.h): cdrun writes what libpg reads, one grammar.
+# the shape differs: the store's table (store_table.h).  The store
+# server's deadlines are util's timer heap (timer_heap.h).  So is the
+# worker contract's round file parser (proto/worker/round_file.h): cdrun
+# writes what libpg reads, one grammar.
 PG_UTIL_SRC := proto/util/num.c proto/util/sha256.c proto/util/hashtab.c \
-               proto/worker/round_file.c
+               proto/util/timer_heap.c proto/worker/round_file.c
 LIBDIR   := $(if $(filter build/release,$(OUT)),lib,$(OUT)/lib)
-PG_SRC   := $(wildcard libpg/*.c libpg/cpu/*.c) $(PG_NCCL_SRC) $(PG_UTIL_SRC)
+PG_SRC   := $(wildcard libpg/*.c libpg/core/*.c libpg/ddp/*.c libpg/live/*.c \
+              libpg/cpu/*.c) $(PG_NCCL_SRC) $(PG_UTIL_SRC)
 PG_OBJ   := $(PG_SRC:%.c=$(OUT)/pic/%.o)
 PG_LIBS  := -lpthread -lrt -lm $(PG_NCCL_LIBS)
-PG_CFLAGS := -fPIC -fvisibility=hidden $(INC_libpg)
+PG_CFLAGS := -fPIC -fvisibility=hidden
+# Each floor's objects see their floor's headers and those below only.
+PG_INC   := $(INC_util)
+$(OUT)/pic/libpg/core/%.o $(OUT)/pic/libpg/cpu/%.o \
+$(OUT)/pic/libpg/nccl/%.o: PG_INC := $(INC_pg_core)
+$(OUT)/pic/libpg/ddp/%.o: PG_INC := $(INC_pg_ddp)
+$(OUT)/pic/libpg/live/%.o: PG_INC := $(INC_pg_live)
+$(OUT)/pic/libpg/init.o: PG_INC := $(INC_libpg)
 
 $(OUT)/pic/libpg/nccl/%.o: libpg/nccl/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_NCCL_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_INC) $(PG_NCCL_CFLAGS) \
+	    -MMD -MP -c $< -o $@
 
 $(OUT)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_INC) -MMD -MP -c $< -o $@
 
 $(LIBDIR)/libpg.a: $(PG_OBJ)
 	@mkdir -p $(dir $@)
@@ -335,17 +350,21 @@ HDR_util     := $(wildcard proto/util/*.h)
 HDR_proto    := $(wildcard proto/*.h proto/worker/*.h)
 HDR_rdzvd    := $(wildcard rdzvd/*.h)
 HDR_launcher := $(wildcard launcher/*.h)
-HDR_libpg    := $(wildcard libpg/include/*.h libpg/*.h libpg/cpu/*.h)
+HDR_pg_core  := $(wildcard libpg/include/*.h libpg/core/*.h libpg/cpu/*.h)
+HDR_pg_ddp   := $(wildcard libpg/ddp/*.h)
+HDR_pg_live  := $(wildcard libpg/live/*.h)
+HDR_libpg    := $(wildcard libpg/*.h)
 # The NCCL backend's headers need CUDA's and NCCL's (PG_NCCL_CFLAGS): they
 # are checked wherever that backend is built (the fake's CI included).
 ifeq ($(WITH_NCCL),1)
 HDR_nccl     := $(wildcard libpg/nccl/*.h)
-HDR_libpg    += $(HDR_nccl)
+HDR_pg_core  += $(HDR_nccl)
 endif
-HDR_OK := $(foreach l,$(LAYERS) libpg,$(HDR_$(l):%=$(OUT)/hdr/%.ok))
-$(foreach l,$(LAYERS) libpg,$(eval \
+HDR_SETS := $(LAYERS) pg_core pg_ddp pg_live libpg
+HDR_OK := $(foreach l,$(HDR_SETS),$(HDR_$(l):%=$(OUT)/hdr/%.ok))
+$(foreach l,$(HDR_SETS),$(eval \
   $$(HDR_$(l):%=$$(OUT)/hdr/%.ok): HDR_INC := $$(INC_$(l))))
-$(HDR_nccl:%=$(OUT)/hdr/%.ok): HDR_INC := $(INC_libpg) $(PG_NCCL_CFLAGS)
+$(HDR_nccl:%=$(OUT)/hdr/%.ok): HDR_INC := $(INC_pg_core) $(PG_NCCL_CFLAGS)
 $(OUT)/hdr/%.ok: %
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(HDR_INC) $(CFLAGS) -fsyntax-only -MMD -MP \

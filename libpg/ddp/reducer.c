@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "group.h"
 #include "knobs.h"
-#include "live.h"
 #include "num.h"
 #include "pg_internal.h"
 
@@ -387,10 +387,13 @@ out:
   return err;
 }
 
+static const struct pg__rebuild_ops reducer_rebuild;
+
 int pg_reducer_create(pg_group *g, const struct pg_param_spec *p, size_t n,
                       const struct pg_reducer_options *o, pg_reducer **out)
 {
   struct pg_reducer_options defaults = PG_REDUCER_OPTIONS_INIT;
+  const struct pg__hooks *h;
   struct pg_reducer *r;
   size_t cap = 0, first_cap = 0;
   char why[512] = "";
@@ -406,13 +409,14 @@ int pg_reducer_create(pg_group *g, const struct pg_param_spec *p, size_t n,
     snprintf(why, sizeof why, "%s", pg_last_error());
   /* A fresh process in a running live job makes its reducer alone: the
    * heal checks it against the survivors' and sends their layout. */
-  err = pg__live_create_alone(g) ? 0
+  h = pg__hooks_of(g);
+  err = h && h->alone(g) ? 0
         : verify_params(g, p, n, local_err, cap, first_cap, o->no_rebuild);
   if (local_err)
     return pg__fail(local_err, "%s", why);
-  if (err == PG_ERR_PEER_LOST && pg__live_unregistered(g)) {
+  if (err == PG_ERR_PEER_LOST && h && h->defer_loss(g)) {
     /* Note [reducer made during a death] */
-    pg__live_lost(g);
+    h->lost(g);
     err = 0;
   }
   if (err)
@@ -439,7 +443,7 @@ int pg_reducer_create(pg_group *g, const struct pg_param_spec *p, size_t n,
   err = layout_build(r, NULL, &r->L);
   if (err)
     goto fail;
-  if ((err = pg__live_add_reducer(g, r))) {
+  if ((err = pg__rebuild_add(g, &reducer_rebuild, r))) {
     layout_free(g, &r->L);
     goto fail;
   }
@@ -485,7 +489,7 @@ void pg_reducer_destroy(pg_reducer *r)
   pthread_mutex_lock(&r->mu);
   wait_all(r);
   pthread_mutex_unlock(&r->mu);
-  pg__live_remove_reducer(r->g, r);
+  pg__rebuild_remove(r->g, r);
   layout_free(r->g, &r->L);
   free(r->p);
   free(r->ready);
@@ -772,11 +776,26 @@ out:
   return err;
 }
 
-/* ---- live recovery (live.h) ---------------------------------------------- */
+/* ---- the rebuild registry (core/hooks.h) ---------------------------------
+ * What a membership change (live recovery's pg_recover and heal) does to
+ * a reducer, through the registry the reducer put itself in at its
+ * create: the layout a heal sends (spec hash, whether rebuilt, the
+ * order) and adopting one; the reducer owns all of its state, and the
+ * heal only carries it.  The wire: SYNC_HDR + n int64s. */
+#define SYNC_HDR 4
 
-size_t pg__reducer_params(const struct pg_reducer *r)
+static size_t reducer_params(const void *obj)
 {
+  const struct pg_reducer *r = obj;
+
   return r->n;
+}
+
+static size_t reducer_wire_len(const void *obj)
+{
+  const struct pg_reducer *r = obj;
+
+  return SYNC_HDR + r->n;
 }
 
 /* Note [reducer after recovery]: the contract, in the words of pg.h and
@@ -801,11 +820,13 @@ size_t pg__reducer_params(const struct pg_reducer *r)
  * communicator may be broken (a device memset can queue behind a
  * collective that never ends until the revoke): abandon, at the start of
  * pg_recover on every survivor, marks the gradients stale; the heal's
- * pg__reducer_sync_set, on every member, zeroes them; where no heal runs
- * (nobody's state was valid, a failed pg_recover), the first use of the
- * reducer does (settle_locked).  A fresh process's reducer starts zero. */
-void pg__reducer_abandon(struct pg_reducer *r)
+ * set (reducer_sync_set), on every member, zeroes them; where no heal
+ * runs (nobody's state was valid, a failed pg_recover), the first use of
+ * the reducer does (settle_locked).  A fresh process's reducer starts zero. */
+static void reducer_abandon(void *obj)
 {
+  struct pg_reducer *r = obj;
+
   pthread_mutex_lock(&r->mu);
   wait_all(r);
   r->active = false;
@@ -818,8 +839,9 @@ void pg__reducer_abandon(struct pg_reducer *r)
 
 enum { S_N, S_HASH, S_REBUILT, S_HAVE_ORDER };
 
-void pg__reducer_sync_get(struct pg_reducer *r, int64_t *wire)
+static void reducer_sync_get(void *obj, int64_t *wire)
 {
+  struct pg_reducer *r = obj;
   size_t i;
 
   pthread_mutex_lock(&r->mu);
@@ -828,7 +850,7 @@ void pg__reducer_sync_get(struct pg_reducer *r, int64_t *wire)
   wire[S_REBUILT] = r->rebuilt;
   wire[S_HAVE_ORDER] = r->have_order;
   for (i = 0; i < r->n; i++)
-    wire[PG__REDUCER_SYNC_HDR + i] = (int64_t)r->order[i];
+    wire[SYNC_HDR + i] = (int64_t)r->order[i];
   pthread_mutex_unlock(&r->mu);
 }
 
@@ -841,7 +863,7 @@ static bool same_layout(const struct pg_reducer *r, const int64_t *wire)
   if ((wire[S_REBUILT] != 0) != r->rebuilt)
     return false;
   for (i = 0; i < r->n && r->rebuilt; i++)
-    if (wire[PG__REDUCER_SYNC_HDR + i] != (int64_t)r->order[i])
+    if (wire[SYNC_HDR + i] != (int64_t)r->order[i])
       return false;
   return true;
 }
@@ -852,9 +874,10 @@ static bool same_layout(const struct pg_reducer *r, const int64_t *wire)
  * already keeps its bucket memory, so addresses do not move) and the
  * gradients zero (Note [reducer after recovery]), so that every rank
  * issues the same all-reduces from the next prepare on. */
-int pg__reducer_sync_set(struct pg_reducer *r, const int64_t *wire)
+static int reducer_sync_set(void *obj, const int64_t *wire)
 {
-  const int64_t *order = wire + PG__REDUCER_SYNC_HDR;
+  struct pg_reducer *r = obj;
+  const int64_t *order = wire + SYNC_HDR;
   struct layout nl;
   bool keep;
   size_t i;
@@ -898,6 +921,11 @@ out:
   pthread_mutex_unlock(&r->mu);
   return err;
 }
+
+static const struct pg__rebuild_ops reducer_rebuild = {
+  reducer_params, reducer_wire_len, reducer_abandon, reducer_sync_get,
+  reducer_sync_set,
+};
 
 size_t pg_reducer_num_buckets(const pg_reducer *r)
 {

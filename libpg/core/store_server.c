@@ -1,6 +1,8 @@
-/* store_server.c -- the store's server: one epoll thread serving every
- * connection (protocol: store_wire.h), keys in a hash table
- * (store_table.h), waiting requests on a deadline heap.
+/* store_server.c -- the store server's transport: one epoll thread
+ * serving every connection (protocol: store_wire.h), handshakes,
+ * reading, writing and deadlines (util's timer heap); whole frames go to
+ * the commands (store_commands.c: the keys, in a hash table,
+ * store_table.h).  store_server.h holds what the two share.
  *
  * Note [store budget]: with a job token nothing but the handshake is read
  * from a connection until it has proved the token (auth.h), and a
@@ -17,7 +19,6 @@
  * head frame and one ST_READ_SLICE behind it).  So is a write or a reply
  * that would take the whole past max_bytes.  The client gets an error
  * naming the budget; the server and every other client go on. */
-
 
 #include <errno.h>
 #include <inttypes.h>
@@ -46,165 +47,33 @@
 #include "pg_internal.h"
 #include "store_table.h"
 #include "store_wire.h"
+#include "store_server.h"
+#include "timer_heap.h"
 
-#define ST_NOT_IN_HEAP SIZE_MAX
-/* Stop reading a connection's requests while this much output waits: a
- * client that does not read its replies cannot grow our memory. */
-#define ST_OUT_HIGH (4u << 20)
-/* Bytes read from one connection per wakeup, so one big upload does not
- * starve the others. */
-#define ST_READ_SLICE (4u << 20)
-/* How long a connection being closed for garbage may still drain. */
-#define ST_LINGER 1.0
-/* How long a new connection has to prove the token, and how many may be
- * proving it at once (Note [store budget]). */
-#define ST_HANDSHAKE_S 10.0
-#define ST_MAX_PREAUTH 256
-/* What a proven connection costs while it is open, buffers aside: its
- * state, its epoll entry and the kernel's socket, roughly (Note [store
- * budget]: 3000 idle authenticated connections held 17 MB outside it). */
-#define ST_CONN_COST 8192
-/* What a key costs beyond its bytes: its entry and hash chain. */
-#define ST_ENTRY_COST (sizeof(struct store_entry) + 16)
+/* ---- timers ----
+ * Each connection's one deadline (its handshake's, its wait's or its
+ * linger's) is a node of proto/util's timer heap (Note [libpg's own
+ * copies] in the Makefile), reserved while the connection lives, so
+ * arming never fails. */
 
-struct store_conn;
-
-/* One key a waiting connection still misses, linked on that key. */
-struct store_reg {
-  LIST_ENTRY(store_reg) on_key;  /* e->waiters */
-  struct store_entry *e;         /* NULL once unlinked */
-  struct store_conn *c;
-};
-
-/* Where a connection's handshake stands (store_wire.h). */
-enum store_auth { CA_HELLO, CA_PROOF, CA_READY };
-
-struct store_conn {
-  LIST_ENTRY(store_conn) in_server;    /* srv->conns: every open one */
-  TAILQ_ENTRY(store_conn) in_preauth;  /* srv->preauth, oldest first */
-  struct store_conn *resume_next;   /* needs progress after a wakeup */
-  struct store_conn *dead_next;     /* closed, freed after the batch */
-  int fd;
-  uint32_t events;                  /* what epoll watches */
-  bool closing, shut, eof, dead, in_resume, in_preauth_list, admitted;
-  enum store_auth auth;
-  uint8_t nc[PG_NONCE_BYTES], ns[PG_NONCE_BYTES];
-  struct buf in, out;
-  size_t charge;                    /* in.cap + out.cap, in srv->buffered */
-  size_t skip;                      /* bytes of a refused frame to drop */
-  /* A WAIT or GET that waits: one reg per missing key. */
-  bool waiting;
-  uint8_t wait_op;
-  uint32_t wait_id;
-  struct store_reg *regs;
-  size_t nregs, missing;
-  double deadline;                  /* wait end, or linger end */
-  size_t heap_idx;
-  struct pg__unproven u;            /* while in preauth (admit.h) */
-};
-
-struct pg_store_server {
-  pthread_t thread;
-  int epfd, lfd, wakefd;
-  double accept_resume;             /* > 0: accepting paused until then */
-  struct store_table keys;
-  int64_t nkeys;                    /* present ones (NUM_KEYS) */
-  uint64_t requests;                /* served, for benchmarks (atomic) */
-  struct pg__token token;           /* len 0: open to every client */
-  /* Note [store budget] */
-  size_t max_bytes, max_conn, max_value, max_key;
-  size_t stored;                    /* keys (ST_ENTRY_COST each), values */
-  size_t buffered;                  /* every connection's charge */
-  int npreauth;
-  TAILQ_HEAD(, store_conn) preauth;
-  LIST_HEAD(, store_conn) conns;
-  struct store_conn *resume, *dead;
-  struct store_conn **heap;         /* min-heap on deadline */
-  size_t heap_len, heap_cap;
-};
-
-/* ---- timers: a binary heap of connections by deadline ----
- * Note [libpg's own copies] (Makefile): proto/util/timer_heap.c is the
- * same heap, and libpg could compile it in; this one, indexed in place
- * (heap_idx) on the connections it orders, stays until the store's
- * transport and commands are split apart. */
-
-static void store_server_heap_swap(struct pg_store_server *srv, size_t i,
-                                   size_t j)
+static struct store_conn *conn_of_timer(struct timer_heap_node *t)
 {
-  struct store_conn *t = srv->heap[i];
-
-  srv->heap[i] = srv->heap[j];
-  srv->heap[j] = t;
-  srv->heap[i]->heap_idx = i;
-  srv->heap[j]->heap_idx = j;
+  return (struct store_conn *)((char *)t -
+                               offsetof(struct store_conn, timer));
 }
 
-static void store_server_heap_up(struct pg_store_server *srv, size_t i)
+/* A connection closed (or never served): its memory and its timer's
+ * room. */
+static void conn_free(struct pg_store_server *srv, struct store_conn *c)
 {
-  while (i > 0 && srv->heap[i]->deadline <
-                  srv->heap[(i - 1) / 2]->deadline) {
-    store_server_heap_swap(srv, i, (i - 1) / 2);
-    i = (i - 1) / 2;
-  }
-}
-
-static void store_server_heap_down(struct pg_store_server *srv, size_t i)
-{
-  for (;;) {
-    size_t l = 2 * i + 1, m = i;
-
-    if (l < srv->heap_len && srv->heap[l]->deadline <
-                             srv->heap[m]->deadline)
-      m = l;
-    if (l + 1 < srv->heap_len && srv->heap[l + 1]->deadline <
-                                 srv->heap[m]->deadline)
-      m = l + 1;
-    if (m == i)
-      return;
-    store_server_heap_swap(srv, i, m);
-    i = m;
-  }
-}
-
-static bool store_server_heap_push(struct pg_store_server *srv,
-                                   struct store_conn *c)
-{
-  if (srv->heap_len == srv->heap_cap) {
-    size_t cap = srv->heap_cap ? 2 * srv->heap_cap : 64;
-    struct store_conn **h = realloc(srv->heap, cap * sizeof *h);
-
-    if (!h)
-      return false;
-    srv->heap = h;
-    srv->heap_cap = cap;
-  }
-  c->heap_idx = srv->heap_len;
-  srv->heap[srv->heap_len++] = c;
-  store_server_heap_up(srv, c->heap_idx);
-  return true;
-}
-
-static void store_server_heap_remove(struct pg_store_server *srv,
-                                     struct store_conn *c)
-{
-  size_t i = c->heap_idx;
-
-  if (i == ST_NOT_IN_HEAP)
-    return;
-  c->heap_idx = ST_NOT_IN_HEAP;
-  srv->heap_len--;
-  if (i == srv->heap_len)
-    return;
-  srv->heap[i] = srv->heap[srv->heap_len];
-  srv->heap[i]->heap_idx = i;
-  store_server_heap_down(srv, i);
-  store_server_heap_up(srv, srv->heap[i]->heap_idx);
+  timer_heap_clear(&srv->timers, &c->timer);
+  timer_heap_unreserve(&srv->timers, 1);
+  free(c);
 }
 
 /* ---- connections ---- */
 
-static void resume_push(struct pg_store_server *srv, struct store_conn *c)
+void pg__st_resume(struct pg_store_server *srv, struct store_conn *c)
 {
   if (c->in_resume)
     return;
@@ -214,16 +83,16 @@ static void resume_push(struct pg_store_server *srv, struct store_conn *c)
 }
 
 /* Every byte held for clients (Note [store budget]). */
-static size_t srv_used(const struct pg_store_server *srv)
+size_t pg__st_used(const struct pg_store_server *srv)
 {
   return srv->stored + srv->keys.key_bytes +
          srv->keys.nentries * ST_ENTRY_COST + srv->buffered;
 }
 
 /* The budget has room for extra more bytes. */
-static bool room_for(const struct pg_store_server *srv, size_t extra)
+bool pg__st_room(const struct pg_store_server *srv, size_t extra)
 {
-  size_t used = srv_used(srv);
+  size_t used = pg__st_used(srv);
 
   return used <= srv->max_bytes && extra <= srv->max_bytes - used;
 }
@@ -238,176 +107,6 @@ static void conn_charge(struct pg_store_server *srv, struct store_conn *c)
   c->charge = now;
 }
 
-/* Queues a reply: status plus up to two pieces of fields. */
-static void reply(struct pg_store_server *srv, struct store_conn *c,
-                  uint32_t id, uint8_t status, const void *a, size_t alen,
-                  const void *b, size_t blen)
-{
-  stw_buf_u32(&c->out, (uint32_t)(5 + alen + blen));
-  stw_buf_u32(&c->out, id);
-  stw_buf_u8(&c->out, status);
-  stw_buf_put(&c->out, a, alen);
-  stw_buf_put(&c->out, b, blen);
-  /* The connection may not be the one being served (a woken waiter). */
-  resume_push(srv, c);
-}
-
-static void reply_status(struct pg_store_server *srv, struct store_conn *c,
-                         uint32_t id, uint8_t status)
-{
-  reply(srv, c, id, status, NULL, 0, NULL, 0);
-}
-
-/* A refusal with a sentence for the client to show: status, then the
- * sentence as bytes. */
-static void reply_refusal(struct pg_store_server *srv, struct store_conn *c,
-                          uint32_t id, uint8_t status, const char *fmt, ...)
-  __attribute__((format(printf, 5, 6)));
-
-static void reply_refusal(struct pg_store_server *srv, struct store_conn *c,
-                          uint32_t id, uint8_t status, const char *fmt, ...)
-{
-  char msg[300];
-  uint8_t n[4];
-  va_list ap;
-  int k;
-
-  va_start(ap, fmt);
-  k = vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (k < 0)
-    k = 0;
-  if ((size_t)k >= sizeof msg)
-    k = sizeof msg - 1;
-  stw_put_u32(n, (uint32_t)k);
-  reply(srv, c, id, status, n, 4, msg, (size_t)k);
-}
-
-/* A reply of n bytes would take c or the store past its budget: says so
- * to the client instead. */
-static bool reply_over(struct pg_store_server *srv, struct store_conn *c,
-                       uint32_t id, size_t n)
-{
-  if (stw_buf_used(&c->out) + n > srv->max_conn) {
-    reply_refusal(srv, c, id, ST_OVER_BUDGET, "a reply of %zu bytes is "
-                  "over rank 0's per-connection budget of %zu bytes "
-                  "(PG_STORE_MAX_CONN_BYTES)", n, srv->max_conn);
-    return true;
-  }
-  if (!room_for(srv, n)) {
-    reply_refusal(srv, c, id, ST_OVER_BUDGET, "a reply of %zu bytes would "
-                  "take rank 0's store past its budget of %zu bytes "
-                  "(PG_STORE_MAX_BYTES; %zu in use)", n, srv->max_bytes,
-                  srv_used(srv));
-    return true;
-  }
-  return false;
-}
-
-/* Storing vn bytes under k would take the store past its budget: says
- * so to the client. */
-static bool store_over(struct pg_store_server *srv, struct store_conn *c,
-                       uint32_t id, const uint8_t *k, size_t kn, size_t vn)
-{
-  const struct store_entry *e = store_table_find(&srv->keys, k, kn);
-  size_t old = e && e->present ? e->vlen : 0;
-  size_t add = vn + (e ? 0 : kn + ST_ENTRY_COST);
-
-  if (add <= old || room_for(srv, add - old))
-    return false;
-  reply_refusal(srv, c, id, ST_OVER_BUDGET, "storing %zu bytes would take "
-                "rank 0's store past its budget of %zu bytes "
-                "(PG_STORE_MAX_BYTES; %zu in use)", vn, srv->max_bytes,
-                srv_used(srv));
-  return true;
-}
-
-static void reply_value(struct pg_store_server *srv, struct store_conn *c,
-                        uint32_t id, const struct store_entry *e)
-{
-  uint8_t n[4];
-
-  if (reply_over(srv, c, id, 13 + e->vlen))
-    return;
-  stw_put_u32(n, (uint32_t)e->vlen);
-  reply(srv, c, id, ST_OK, n, 4, e->val, e->vlen);
-}
-
-static void reply_i64(struct pg_store_server *srv, struct store_conn *c,
-                      uint32_t id, int64_t v)
-{
-  uint8_t t[8];
-
-  stw_put_u64(t, (uint64_t)v);
-  reply(srv, c, id, ST_OK, t, 8, NULL, 0);
-}
-
-/* Unlinks c's remaining waits, freeing keys nobody needs any more. */
-static void wait_clear(struct pg_store_server *srv, struct store_conn *c)
-{
-  size_t i;
-
-  for (i = 0; i < c->nregs; i++) {
-    struct store_reg *r = &c->regs[i];
-    struct store_entry *e = r->e;
-
-    if (!e)
-      continue;
-    LIST_REMOVE(r, on_key);
-    r->e = NULL;
-    store_table_release(&srv->keys, e);
-  }
-  free(c->regs);
-  c->regs = NULL;
-  c->nregs = c->missing = 0;
-  c->waiting = false;
-  store_server_heap_remove(srv, c);
-}
-
-/* Answers c's wait: OK (e is the key that completed it) or TIMEOUT. */
-static void wait_done(struct pg_store_server *srv, struct store_conn *c,
-                      uint8_t status, const struct store_entry *e)
-{
-  if (status == ST_OK && c->wait_op == ST_GET)
-    reply_value(srv, c, c->wait_id, e);
-  else
-    reply_status(srv, c, c->wait_id, status);
-  wait_clear(srv, c);
-}
-
-/* e just got a value: answer the waits it completes. */
-static void entry_wake(struct pg_store_server *srv, struct store_entry *e)
-{
-  struct store_reg *r;
-
-  while ((r = LIST_FIRST(&e->waiters))) {
-    LIST_REMOVE(r, on_key);
-    r->e = NULL;
-    if (--r->c->missing == 0)
-      wait_done(srv, r->c, ST_OK, e);
-  }
-}
-
-/* Gives e the value p[0, n); false when out of memory. */
-static bool entry_set(struct pg_store_server *srv, struct store_entry *e,
-                      const void *p, size_t n)
-{
-  uint8_t *v = malloc(n ? n : 1);
-
-  if (!v)
-    return false;
-  if (n)
-    memcpy(v, p, n);
-  srv->stored = srv->stored - e->vlen + n;
-  free(e->val);
-  e->val = v;
-  e->vlen = n;
-  if (!e->present) {
-    e->present = true;
-    srv->nkeys++;
-  }
-  return true;
-}
 
 /* c has proved the token, or failed to, or closes: it no longer counts
  * among the connections proving it. */
@@ -418,15 +117,16 @@ static void preauth_end(struct pg_store_server *srv, struct store_conn *c)
   TAILQ_REMOVE(&srv->preauth, c, in_preauth);
   c->in_preauth_list = false;
   srv->npreauth--;
-  store_server_heap_remove(srv, c);      /* its handshake deadline */
+  /* Its handshake deadline. */
+  timer_heap_clear(&srv->timers, &c->timer);
 }
 
 static void conn_close(struct pg_store_server *srv, struct store_conn *c)
 {
   if (c->dead)
     return;
-  wait_clear(srv, c);
-  store_server_heap_remove(srv, c);
+  pg__st_unwait(srv, c);
+  timer_heap_clear(&srv->timers, &c->timer);
   preauth_end(srv, c);
   epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
@@ -444,335 +144,20 @@ static void conn_close(struct pg_store_server *srv, struct store_conn *c)
 /* A frame we cannot parse: say so, then close once the reply is out (or
  * after ST_LINGER), reading and dropping what still comes so the close
  * does not reset the connection before the peer reads the reply. */
-static void conn_reject(struct pg_store_server *srv, struct store_conn *c,
-                        uint32_t id)
+void pg__st_reject(struct pg_store_server *srv, struct store_conn *c,
+                          uint32_t id)
 {
   if (id || c->auth == CA_READY)
-    reply_status(srv, c, id, ST_MALFORMED);
+    pg__st_status(srv, c, id, ST_MALFORMED);
   preauth_end(srv, c);
   c->closing = true;
   c->in.off = c->in.len = 0;
   c->skip = 0;
-  store_server_heap_remove(srv, c);
-  c->deadline = pg__now() + ST_LINGER;
-  if (!store_server_heap_push(srv, c))
-    c->out.oom = true;      /* closes it at once */
-  resume_push(srv, c);
+  timer_heap_clear(&srv->timers, &c->timer);
+  timer_heap_set(&srv->timers, &c->timer, pg__now() + ST_LINGER);
+  pg__st_resume(srv, c);
 }
 
-/* Registers c as waiting for the keys keys[0..n) (lens in klen) that are
- * absent; the caller checked at least one is. */
-static void wait_start(struct pg_store_server *srv, struct store_conn *c,
-                       uint8_t op, uint32_t id, const uint8_t *const *keys,
-                       const size_t *klen, size_t n, uint32_t ms)
-{
-  size_t i, need = 0;
-
-  /* Absent keys get entries while they are waited for. */
-  for (i = 0; i < n; i++)
-    need += sizeof *c->regs + ST_ENTRY_COST + klen[i];
-  if (!room_for(srv, need))
-    return reply_refusal(srv, c, id, ST_OVER_BUDGET, "waiting for %zu "
-                         "keys would take rank 0's store past its budget of "
-                         "%zu bytes (PG_STORE_MAX_BYTES; %zu in use)", n,
-                         srv->max_bytes, srv_used(srv));
-  c->regs = calloc(n, sizeof *c->regs);
-  if (!c->regs) {
-    reply_status(srv, c, id, ST_NO_MEMORY);
-    return;
-  }
-  c->nregs = n;
-  c->waiting = true;
-  c->wait_op = op;
-  c->wait_id = id;
-  for (i = 0; i < n; i++) {
-    struct store_entry *e = store_table_get(&srv->keys, keys[i], klen[i]);
-    struct store_reg *r = &c->regs[i];
-
-    if (!e)
-      goto oom;
-    if (e->present)
-      continue;
-    r->c = c;
-    r->e = e;
-    LIST_INSERT_HEAD(&e->waiters, r, on_key);
-    c->missing++;
-  }
-  if (ms != ST_NO_LIMIT) {
-    c->deadline = pg__now() + ms / 1000.0;
-    if (!store_server_heap_push(srv, c))
-      goto oom;
-  }
-  return;
-oom:
-  wait_clear(srv, c);
-  reply_status(srv, c, id, ST_NO_MEMORY);
-}
-
-static bool key_ok(const struct pg_store_server *srv, size_t n)
-{
-  return n <= srv->max_key;
-}
-
-/* TOO_LARGE with the limit that refused it. */
-static void reply_too_large(struct pg_store_server *srv, struct store_conn *c,
-                            uint32_t id, size_t kn, size_t vn)
-{
-  if (kn > srv->max_key)
-    reply_refusal(srv, c, id, ST_TOO_LARGE, "a key of %zu bytes is over "
-                  "rank 0's limit of %zu (PG_STORE_MAX_KEY)", kn,
-                  srv->max_key);
-  else
-    reply_refusal(srv, c, id, ST_TOO_LARGE, "a value of %zu bytes is over "
-                  "rank 0's limit of %zu (PG_STORE_MAX_VALUE)", vn,
-                  srv->max_value);
-}
-
-static void op_set(struct pg_store_server *srv, struct store_conn *c,
-                   uint32_t id, struct rd *r)
-{
-  size_t kn, vn;
-  const uint8_t *k = stw_rd_bytes(r, &kn), *v = stw_rd_bytes(r, &vn);
-  struct store_entry *e;
-
-  if (!stw_rd_done(r))
-    return conn_reject(srv, c, id);
-  if (!key_ok(srv, kn) || vn > srv->max_value)
-    return reply_too_large(srv, c, id, kn, vn);
-  if (store_over(srv, c, id, k, kn, vn))
-    return;
-  e = store_table_get(&srv->keys, k, kn);
-  if (!e || !entry_set(srv, e, v, vn)) {
-    if (e)
-      store_table_release(&srv->keys, e);
-    return reply_status(srv, c, id, ST_NO_MEMORY);
-  }
-  reply_status(srv, c, id, ST_OK);
-  entry_wake(srv, e);
-}
-
-static void op_get(struct pg_store_server *srv, struct store_conn *c,
-                   uint32_t id, struct rd *r)
-{
-  size_t kn;
-  const uint8_t *k = stw_rd_bytes(r, &kn);
-  uint32_t ms = stw_rd_u32(r);
-  struct store_entry *e;
-
-  if (!stw_rd_done(r))
-    return conn_reject(srv, c, id);
-  if (!key_ok(srv, kn))
-    return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = store_table_find(&srv->keys, k, kn);
-  if (e && e->present)
-    return reply_value(srv, c, id, e);
-  if (ms == 0)
-    return reply_status(srv, c, id, ST_NOT_FOUND);
-  wait_start(srv, c, ST_GET, id, &k, &kn, 1, ms);
-}
-
-static void op_add(struct pg_store_server *srv, struct store_conn *c,
-                   uint32_t id, struct rd *r)
-{
-  size_t kn;
-  const uint8_t *k = stw_rd_bytes(r, &kn);
-  int64_t delta = (int64_t)stw_rd_u64(r), cur = 0;
-  struct store_entry *e;
-  char text[24];
-  int n;
-
-  if (!stw_rd_done(r))
-    return conn_reject(srv, c, id);
-  if (!key_ok(srv, kn))
-    return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = store_table_find(&srv->keys, k, kn);
-  if (e && e->present && !stw_parse_i64(e->val, e->vlen, &cur))
-    return reply_status(srv, c, id, ST_NOT_NUMBER);
-  if (__builtin_add_overflow(cur, delta, &cur))
-    return reply_status(srv, c, id, ST_OVERFLOW);
-  n = snprintf(text, sizeof text, "%" PRId64, cur);
-  if (store_over(srv, c, id, k, kn, (size_t)n))
-    return;
-  e = store_table_get(&srv->keys, k, kn);
-  if (!e || !entry_set(srv, e, text, (size_t)n)) {
-    if (e)
-      store_table_release(&srv->keys, e);
-    return reply_status(srv, c, id, ST_NO_MEMORY);
-  }
-  reply_i64(srv, c, id, cur);
-  entry_wake(srv, e);
-}
-
-static void op_cas(struct pg_store_server *srv, struct store_conn *c,
-                   uint32_t id, struct rd *r)
-{
-  size_t kn, xn, dn;
-  const uint8_t *k = stw_rd_bytes(r, &kn), *x = stw_rd_bytes(r, &xn),
-                *d = stw_rd_bytes(r, &dn);
-  struct store_entry *e;
-  uint8_t head[6];
-  bool swap;
-
-  if (!stw_rd_done(r))
-    return conn_reject(srv, c, id);
-  if (!key_ok(srv, kn) || xn > srv->max_value || dn > srv->max_value)
-    return reply_too_large(srv, c, id, kn, xn > dn ? xn : dn);
-  e = store_table_find(&srv->keys, k, kn);
-  if (!e || !e->present)
-    swap = xn == 0;
-  else
-    swap = e->vlen == xn && (xn == 0 || !memcmp(e->val, x, xn));
-  if (reply_over(srv, c, id, 15 + (swap ? dn : e && e->present ? e->vlen
-                                                             : 0)))
-    return;
-  if (swap && store_over(srv, c, id, k, kn, dn))
-    return;
-  if (swap) {
-    e = store_table_get(&srv->keys, k, kn);
-    if (!e || !entry_set(srv, e, d, dn)) {
-      if (e)
-        store_table_release(&srv->keys, e);
-      return reply_status(srv, c, id, ST_NO_MEMORY);
-    }
-  }
-  head[0] = swap;
-  head[1] = e && e->present;
-  stw_put_u32(head + 2, head[1] ? (uint32_t)e->vlen : 0);
-  reply(srv, c, id, ST_OK, head, 6, head[1] ? e->val : NULL,
-        head[1] ? e->vlen : 0);
-  if (swap)
-    entry_wake(srv, e);
-}
-
-static void op_wait(struct pg_store_server *srv, struct store_conn *c,
-                    uint32_t id, struct rd *r)
-{
-  uint32_t ms = stw_rd_u32(r), n = stw_rd_u32(r), i, missing = 0;
-  const uint8_t **keys;
-  size_t *klen;
-  bool big = false;
-
-  /* Every key takes 4 bytes at least: a bogus n allocates nothing. */
-  if (r->bad || n > r->n / 4)
-    return conn_reject(srv, c, id);
-  if (n > ST_MAX_WAIT_KEYS)
-    return reply_status(srv, c, id, ST_TOO_LARGE);
-  keys = malloc((n ? n : 1) * sizeof *keys);
-  klen = malloc((n ? n : 1) * sizeof *klen);
-  if (!keys || !klen) {
-    reply_status(srv, c, id, ST_NO_MEMORY);
-    goto out;
-  }
-  for (i = 0; i < n; i++) {
-    struct store_entry *e;
-
-    keys[i] = stw_rd_bytes(r, &klen[i]);
-    if (r->bad)
-      break;
-    big |= !key_ok(srv, klen[i]);
-    e = big ? NULL : store_table_find(&srv->keys, keys[i], klen[i]);
-    missing += !e || !e->present;
-  }
-  if (!stw_rd_done(r))
-    conn_reject(srv, c, id);
-  else if (big)
-    reply_refusal(srv, c, id, ST_TOO_LARGE, "a key is over rank 0's limit "
-                  "of %zu bytes (PG_STORE_MAX_KEY)", srv->max_key);
-  else if (missing == 0)
-    reply_status(srv, c, id, ST_OK);
-  else if (ms == 0)
-    reply_status(srv, c, id, ST_TIMEOUT);
-  else
-    wait_start(srv, c, ST_WAIT, id, keys, klen, n, ms);
-out:
-  free(keys);
-  free(klen);
-}
-
-/* Makes present e absent (its waiters, if any, keep it). */
-static void entry_delete(struct pg_store_server *srv, struct store_entry *e)
-{
-  srv->stored -= e->vlen;
-  free(e->val);
-  e->val = NULL;
-  e->vlen = 0;
-  e->present = false;
-  srv->nkeys--;
-  store_table_release(&srv->keys, e);
-}
-
-static void op_delete(struct pg_store_server *srv, struct store_conn *c,
-                      uint32_t id, struct rd *r)
-{
-  size_t kn;
-  const uint8_t *k = stw_rd_bytes(r, &kn);
-  struct store_entry *e;
-  uint8_t existed = 0;
-
-  if (!stw_rd_done(r))
-    return conn_reject(srv, c, id);
-  if (!key_ok(srv, kn))
-    return reply_status(srv, c, id, ST_TOO_LARGE);
-  e = store_table_find(&srv->keys, k, kn);
-  if (e && e->present) {
-    existed = 1;
-    entry_delete(srv, e);
-  }
-  reply(srv, c, id, ST_OK, &existed, 1, NULL, 0);
-}
-
-/* Every key that starts with the prefix: one walk of the table (its
- * size is the store's budget's, so the walk is bounded too). */
-static void op_del_prefix(struct pg_store_server *srv,
-                          struct store_conn *c, uint32_t id, struct rd *r)
-{
-  size_t kn, i;
-  const uint8_t *k = stw_rd_bytes(r, &kn);
-  struct store_entry *e, *next;
-  int64_t n = 0;
-
-  if (!stw_rd_done(r))
-    return conn_reject(srv, c, id);
-  if (!key_ok(srv, kn))
-    return reply_status(srv, c, id, ST_TOO_LARGE);
-  for (i = 0; i < srv->keys.nbuckets; i++)
-    for (e = srv->keys.buckets[i]; e; e = next) {
-      next = e->next;
-      if (e->present && e->klen >= kn && (kn == 0 ||
-                                          !memcmp(e->key, k, kn))) {
-        entry_delete(srv, e);
-        n++;
-      }
-    }
-  reply_i64(srv, c, id, n);
-}
-
-static void serve_frame(struct pg_store_server *srv, struct store_conn *c,
-                        const uint8_t *p, size_t n)
-{
-  struct rd r = { p, n, false };
-  uint8_t op = stw_rd_u8(&r);
-  uint32_t id = stw_rd_u32(&r);
-
-  __atomic_add_fetch(&srv->requests, 1, __ATOMIC_RELAXED);
-  switch (op) {
-  case ST_SET: op_set(srv, c, id, &r); break;
-  case ST_GET: op_get(srv, c, id, &r); break;
-  case ST_ADD: op_add(srv, c, id, &r); break;
-  case ST_CAS: op_cas(srv, c, id, &r); break;
-  case ST_WAIT: op_wait(srv, c, id, &r); break;
-  case ST_DELETE: op_delete(srv, c, id, &r); break;
-  case ST_DEL_PREFIX: op_del_prefix(srv, c, id, &r); break;
-  case ST_NUM_KEYS:
-    if (!stw_rd_done(&r))
-      conn_reject(srv, c, id);
-    else
-      reply_i64(srv, c, id, srv->nkeys);
-    break;
-  default:
-    reply_status(srv, c, id, ST_UNKNOWN_OP);
-  }
-}
 
 /* The handshake bytes c still owes us in its present step. */
 static size_t handshake_left(const struct store_conn *c)
@@ -794,7 +179,7 @@ static bool conn_handshake(struct pg_store_server *srv, struct store_conn *c)
   if (c->auth == CA_HELLO) {
     if (avail >= 4 && memcmp(p, stw_hello, 4)) {
       stw_buf_put(&c->out, stw_hello, 4);   /* what we speak, then close */
-      conn_reject(srv, c, 0);
+      pg__st_reject(srv, c, 0);
       return false;
     }
     if (avail < ST_HELLO_BYTES)
@@ -820,16 +205,16 @@ static bool conn_handshake(struct pg_store_server *srv, struct store_conn *c)
     memset(mac, 0, sizeof mac);
     stw_buf_u8(&c->out, ST_AUTH_FAILED);
     stw_buf_put(&c->out, mac, sizeof mac);
-    conn_reject(srv, c, 0);
+    pg__st_reject(srv, c, 0);
     return false;
   }
   c->in.off += PG_MAC_BYTES;
-  if (!room_for(srv, ST_CONN_COST)) {
+  if (!pg__st_room(srv, ST_CONN_COST)) {
     /* Proven, but the budget holds no more connections: told so. */
     memset(mac, 0, sizeof mac);
     stw_buf_u8(&c->out, ST_OVER_BUDGET);
     stw_buf_put(&c->out, mac, sizeof mac);
-    conn_reject(srv, c, 0);
+    pg__st_reject(srv, c, 0);
     return false;
   }
   pg__auth_mac(&srv->token, ST_LABEL_SERVER, NULL, 0, c->nc, c->ns, mac);
@@ -847,15 +232,15 @@ static bool conn_handshake(struct pg_store_server *srv, struct store_conn *c)
 static bool frame_admit(struct pg_store_server *srv, struct store_conn *c,
                         const uint8_t *p, size_t avail, uint32_t len)
 {
-  size_t need = 4 + (size_t)len, used = srv_used(srv) - c->charge, take;
+  size_t need = 4 + (size_t)len, used = pg__st_used(srv) - c->charge, take;
   uint32_t id = stw_get_u32(p + 5);
 
   if (need > srv->max_conn)
-    reply_refusal(srv, c, id, ST_OVER_BUDGET, "a request of %zu bytes is "
+    pg__st_refuse(srv, c, id, ST_OVER_BUDGET, "a request of %zu bytes is "
                   "over rank 0's per-connection budget of %zu bytes "
                   "(PG_STORE_MAX_CONN_BYTES)", need, srv->max_conn);
   else if (used > srv->max_bytes || need > srv->max_bytes - used)
-    reply_refusal(srv, c, id, ST_OVER_BUDGET, "a request of %zu bytes "
+    pg__st_refuse(srv, c, id, ST_OVER_BUDGET, "a request of %zu bytes "
                   "would take rank 0's store past its budget of %zu bytes "
                   "(PG_STORE_MAX_BYTES; %zu in use)", need, srv->max_bytes,
                   used);
@@ -888,7 +273,7 @@ static void conn_serve(struct pg_store_server *srv, struct store_conn *c)
       break;
     len = stw_get_u32(p);
     if (len < 5 || len > ST_MAX_FRAME) {
-      conn_reject(srv, c, avail >= 9 ? stw_get_u32(p + 5) : 0);
+      pg__st_reject(srv, c, avail >= 9 ? stw_get_u32(p + 5) : 0);
       break;
     }
     if (avail < 9)
@@ -903,7 +288,7 @@ static void conn_serve(struct pg_store_server *srv, struct store_conn *c)
     /* Nothing below reads c->in, so the frame can be used in place. */
     c->in.off += 4 + (size_t)len;
     c->admitted = false;
-    serve_frame(srv, c, p + 4, len);
+    pg__st_serve(srv, c, p + 4, len);
   }
   if (stw_buf_used(&c->in) == 0)
     stw_buf_clear(&c->in);
@@ -1108,28 +493,23 @@ static void srv_accept(struct pg_store_server *srv)
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c = calloc(1, sizeof *c);
-    if (!c) {
+    if (!c || timer_heap_reserve(&srv->timers, 1)) {
       close(fd);
+      free(c);
       continue;
     }
     c->fd = fd;
-    c->heap_idx = ST_NOT_IN_HEAP;
+    timer_heap_node_init(&c->timer, 0);
     c->events = EPOLLIN | EPOLLRDHUP;
-    c->deadline = pg__now() + ST_HANDSHAKE_S;
     c->u.src = pg__admit_source((struct sockaddr *)&sa, sl);
     c->u.since = pg__now();
-    c->u.until = c->deadline;
+    c->u.until = c->u.since + ST_HANDSHAKE_S;
+    timer_heap_set(&srv->timers, &c->timer, c->u.until);
     ev.events = c->events;
     ev.data.ptr = c;
-    if (!store_server_heap_push(srv, c)) {
-      close(fd);
-      free(c);
-      continue;
-    }
     if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-      store_server_heap_remove(srv, c);
+      conn_free(srv, c);
       close(fd);
-      free(c);
       continue;
     }
     LIST_INSERT_HEAD(&srv->conns, c, in_server);
@@ -1145,12 +525,14 @@ static void srv_expire(struct pg_store_server *srv)
 {
   double now = pg__now();
 
-  while (srv->heap_len > 0 && srv->heap[0]->deadline <= now) {
-    struct store_conn *c = srv->heap[0];
+  struct timer_heap_node *t;
 
-    store_server_heap_remove(srv, c);
+  while ((t = timer_heap_top(&srv->timers)) && t->at <= now) {
+    struct store_conn *c = conn_of_timer(t);
+
+    timer_heap_clear(&srv->timers, &c->timer);
     if (c->waiting)
-      wait_done(srv, c, ST_TIMEOUT, NULL);
+      pg__st_done(srv, c, ST_TIMEOUT, NULL);
     else
       conn_close(srv, c);   /* lingered enough, or proved nothing */
   }
@@ -1158,10 +540,11 @@ static void srv_expire(struct pg_store_server *srv)
 
 static int srv_timeout_ms(const struct pg_store_server *srv)
 {
+  const struct timer_heap_node *t = timer_heap_top(&srv->timers);
   double dt, next = INFINITY;
 
-  if (srv->heap_len > 0)
-    next = srv->heap[0]->deadline;
+  if (t)
+    next = t->at;
   if (srv->accept_resume > 0)
     next = fmin(next, srv->accept_resume);
   if (isinf(next))
@@ -1209,7 +592,7 @@ static void *srv_main(void *arg)
     }
     while ((c = srv->dead)) {
       srv->dead = c->dead_next;
-      free(c);
+      conn_free(srv, c);
     }
   }
   /* Stopping (or epoll broke): every client sees its connection close
@@ -1220,7 +603,7 @@ static void *srv_main(void *arg)
     struct store_conn *c = srv->dead;
 
     srv->dead = c->dead_next;
-    free(c);
+    conn_free(srv, c);
   }
   srv->resume = NULL;
   return NULL;
@@ -1305,7 +688,7 @@ static void srv_free(struct pg_store_server *srv)
   if (srv->wakefd >= 0)
     close(srv->wakefd);
   store_table_free(&srv->keys);
-  free(srv->heap);
+  timer_heap_free(&srv->timers);
   free(srv);
 }
 

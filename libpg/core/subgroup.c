@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "group.h"
-#include "live.h"
 
 /* Note [sub-groups]: pg_new_group and pg_split are called by every rank
  * of the parent in the same order, so each rank's count of the parent's
@@ -19,7 +18,7 @@
  * two threads.  It borrows the world's store connection and topology:
  * destroy children before the world group.  In live mode a child is
  * made under the setup watch and recorded with its world, whose
- * pg_recover closes it (Note [live sub-groups] in recover.c). */
+ * pg_recover closes it (Note [live sub-groups] in live/live_hooks.c). */
 
 /* Whether the parent's children are split from its communicator (NCCL's
  * ncclCommSplit, which every parent rank must call, members or not). */
@@ -47,6 +46,7 @@ static int split_nonmember(pg_group *parent)
 static int child_create(pg_group *parent, const int *members, int n, int me,
                         int color, int key, const char *ns, pg_group **out)
 {
+  const struct pg__hooks *h;
   char view[300], what[300];
   pg_group *g = calloc(1, sizeof *g);
   int i, err;
@@ -63,7 +63,6 @@ static int child_create(pg_group *parent, const int *members, int n, int me,
   g->store = parent->store;
   g->wtopo = parent->wtopo;
   g->world = parent->is_sub ? parent->world : parent;
-  g->gen = pg__live_generation(parent);
   memcpy(g->master_addr, parent->master_addr, sizeof g->master_addr);
   g->token = parent->token;
   snprintf(g->ns, sizeof g->ns, "%s", ns);
@@ -94,7 +93,7 @@ static int child_create(pg_group *parent, const int *members, int n, int me,
     snprintf(g->backend, sizeof g->backend, "self");
   else if ((err = pg__group_create_comm(g, g->be, g->device, g->local_rank)))
     goto fail;
-  if ((err = pg__live_add_sub(g)))
+  if ((h = pg__hooks_of(g)) && (err = h->sub_add(g)))
     goto fail;
   *out = g;
   return 0;
@@ -122,6 +121,7 @@ static int cmp_int(const void *a, const void *b)
 
 int pg_new_group(pg_group *parent, const int *ranks, int n, pg_group **out)
 {
+  const struct pg__hooks *h;
   char ns[256];
   int *m, i, me = -1, err;
 
@@ -131,9 +131,9 @@ int pg_new_group(pg_group *parent, const int *ranks, int n, pg_group **out)
   if (!parent || !ranks || n < 1 || n > parent->size)
     return pg__fail(-EINVAL, "pg_new_group: %d ranks of a group of %d",
                     n, parent ? parent->size : 0);
-  if (pg__live_stale(parent))
-    return pg__fail(PG_ESTALE_GROUP, "pg_new_group: the parent is a "
-                    "sub-group of an earlier live generation");
+  h = pg__hooks_of(parent);
+  if (h && (err = h->refuse(parent, "pg_new_group")))
+    return err;
   m = malloc((size_t)n * sizeof *m);
   if (!m)
     return pg__fail(-ENOMEM, "pg_new_group: out of memory");
@@ -152,12 +152,14 @@ int pg_new_group(pg_group *parent, const int *ranks, int n, pg_group **out)
   }
   child_ns(parent, ns, sizeof ns);
   /* Members by parent rank: NCCL orders a split by key, then rank. */
-  pg__live_watch(parent, true);
+  if (h)
+    h->setup_watch(parent, true);
   err = me < 0 ? split_nonmember(parent)
                : child_create(parent, m, n, me, 0, parent->rank, ns, out);
-  pg__live_watch(parent, false);
+  if (h)
+    h->setup_watch(parent, false);
   free(m);
-  return pg__live_peer_err(parent, err);
+  return pg__group_op_err(parent, err);
 }
 
 struct split_entry {
@@ -208,6 +210,7 @@ static int split_exchange(pg_group *parent, const char *ns, int color,
 
 int pg_split(pg_group *parent, int color, int key, pg_group **out)
 {
+  const struct pg__hooks *h;
   struct split_entry *e;
   char ns[256], cns[300];
   int *m, n = 0, i, me = -1, err;
@@ -217,9 +220,9 @@ int pg_split(pg_group *parent, int color, int key, pg_group **out)
   *out = NULL;
   if (!parent)
     return pg__fail(-EINVAL, "pg_split: NULL parent");
-  if (pg__live_stale(parent))
-    return pg__fail(PG_ESTALE_GROUP, "pg_split: the parent is a sub-group "
-                    "of an earlier live generation");
+  h = pg__hooks_of(parent);
+  if (h && (err = h->refuse(parent, "pg_split")))
+    return err;
   child_ns(parent, ns, sizeof ns);
   e = calloc((size_t)parent->size, sizeof *e);
   m = calloc((size_t)parent->size, sizeof *m);
@@ -228,7 +231,8 @@ int pg_split(pg_group *parent, int color, int key, pg_group **out)
     free(m);
     return pg__fail(-ENOMEM, "pg_split: out of memory");
   }
-  pg__live_watch(parent, true);
+  if (h)
+    h->setup_watch(parent, true);
   if (parent->size == 1) {
     e[0] = (struct split_entry){ color, key, 0 };
     err = 0;
@@ -249,8 +253,9 @@ int pg_split(pg_group *parent, int color, int key, pg_group **out)
   } else if (!err) {
     err = split_nonmember(parent);
   }
-  pg__live_watch(parent, false);
+  if (h)
+    h->setup_watch(parent, false);
   free(e);
   free(m);
-  return pg__live_peer_err(parent, err);
+  return pg__group_op_err(parent, err);
 }

@@ -60,12 +60,20 @@ struct pg__setup {
   int local_rank;         /* NCCL: picks the device when device < 0 */
   const struct pg__token *token;  /* the job token (auth.h): TCP peers
                                      prove it in their hello */
-  /* Live mode (Note [live sub-groups] in recover.c): an op that waits
-   * for a peer that nothing else can tell is gone (a connection it never
-   * made) calls watch(watch_arg) between slices; nonzero: the error, with
-   * its sentence, to end the op with.  NULL: no watch. */
+  /* The op watch (hooks.h; live: Note [live sub-groups], live_hooks.c):
+   * an op that waits for a peer that nothing else can tell is gone (a
+   * connection it never made) calls watch(watch_arg) between slices;
+   * nonzero: the error, with its sentence, to end the op with.  NULL: no
+   * watch. */
   int (*watch)(void *arg);
   void *watch_arg;
+  /* The cut watch (Note [a node cut off], live_cut.c): while *cut_armed,
+   * a TCP wait sleeps in slices of PG__CUT_SLICE and asks
+   * cut_ask(cut_arg) between them; nonzero: the error (with its
+   * sentence) to end the op with.  cut_armed NULL: no cut watch. */
+  const bool *cut_armed;
+  int (*cut_ask)(void *arg);
+  void *cut_arg;
 };
 
 /* The CUDA device of a process that sees ndev devices (Note [device
@@ -235,17 +243,8 @@ PG__HIDDEN void pg__setup_watch(pg__setup_watch_fn fn, void *arg);
  * during setup (the TCP mesh's accepts and connects). */
 PG__HIDDEN bool pg__setup_watched(void);
 PG__HIDDEN int pg__setup_watch_ask(void);
-/* The cut watch (Note [a node cut off], live_cut.c): armed with the
- * round file, the round and the world of the generation set up (live
- * mode); a TCP wait asks it every CUT_SLICE: 0, or PG_ERR_PEER_LOST with
- * its sentence once the round file shows a newer round of a smaller
- * world. */
+/* How often a TCP wait asks an armed cut watch (struct pg__setup). */
 #define PG__CUT_SLICE 0.1
-PG__HIDDEN void pg__live_cut_arm(const char *round_file, int64_t round,
-                                 int world);
-PG__HIDDEN void pg__live_cut_disarm(void);
-PG__HIDDEN bool pg__live_cut_armed(void);
-PG__HIDDEN int pg__live_cut_ask(void);
 /* Deletes every key of st that starts with prefix (a view's prefix
  * first); *n (may be NULL) gets how many.  -ENOTSUP (said) from a server
  * without the request. */

@@ -8,9 +8,17 @@
  *                  the store, and when a generation is complete (pure)
  *   live_form.c    forming a generation over the live store (Note
  *                  [generations])
+ *   live_cut.c     the cut watch (Note [a node cut off])
  *   recover.c      live mode at pg_init, pg_recover, pg_membership_poll,
- *                  pg_state_register, the error a peer's loss turns into
- *   state.c        the heal (Note [heal])
+ *                  pg_state_register
+ *   live_hooks.c   the hooks (core/hooks.h) a live world attaches: the
+ *                  error a peer's loss turns into, stale sub-groups, the
+ *                  watches (Note [live sub-groups])
+ *   heal.c         the heal (Note [heal])
+ *
+ * The top floor of libpg (Note [floors], core/hooks.h): it uses the core
+ * and, through the core's rebuild registry, the reducers; nothing below
+ * calls it but init.c.
  *
  * A live group's members are its slots 0..world-1 in the round it formed
  * for; a process is told apart from the one it replaced by a random
@@ -20,14 +28,15 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "pg_internal.h"
 #include "round_file.h"
 #include "worker_contract.h"
-
-struct pg_reducer;
 
 /* ---- live_round.c ---------------------------------------------------------
  * One line "round=<R> world=<W> rank_offset=<O> local_world=<L>\n" (the
@@ -100,7 +109,7 @@ PG__HIDDEN bool pg__live_shrinks(const struct pg__live_member *m, int world,
 PG__HIDDEN int pg__live_heal_source(const struct pg__live_member *m,
                                     int world);
 
-/* ---- live_form.c ------------------------------------------------------------
+/* ---- live_form.c -----------------------------------------------------------
  * Note [generations] there.  What one process brings to a formation, and
  * what it learns. */
 struct pg__live_join {
@@ -138,84 +147,130 @@ PG__HIDDEN int pg__live_formed_check(pg_store *st,
                                      const struct pg__live_formed *f,
                                      const char *boot);
 
-/* ---- recover.c ---------------------------------------------------------- */
-struct pg__live;
+/* ---- live_cut.c ------------------------------------------------------------
+ * The cut watch of a live world (Note [a node cut off]): armed with the
+ * round file, the round and the world of the generation set up; ask
+ * (struct pg__setup's cut_ask, arg: the watch) is 0, or PG_ERR_PEER_LOST
+ * with its sentence once the round file shows a newer round of a smaller
+ * world.  armed is read without the lock (a hint; struct pg__setup's
+ * cut_armed points at it). */
+struct pg__live_cut {
+  pthread_mutex_t lock;
+  bool armed;
+  char path[PATH_MAX];
+  int64_t round;
+  int world;
+  struct stat st;                       /* the file when last read */
+  struct live_round seen;
+};
+PG__HIDDEN void pg__live_cut_init(struct pg__live_cut *c);
+PG__HIDDEN void pg__live_cut_destroy(struct pg__live_cut *c);
+PG__HIDDEN void pg__live_cut_arm(struct pg__live_cut *c,
+                                 const char *round_file, int64_t round,
+                                 int world);
+PG__HIDDEN void pg__live_cut_disarm(struct pg__live_cut *c);
+PG__HIDDEN int pg__live_cut_ask(void *arg);
 
-/* err, or PG_ERR_PEER_LOST when g runs in live mode and err says a peer
- * is gone (ECONNRESET, EPIPE, ETIMEDOUT, PG_EPEERFAIL, ...); the sentence
- * is kept. */
-PG__HIDDEN int pg__live_peer_err(const pg_group *g, int err);
-/* A sub-group made in an older generation of its live world: true. */
-PG__HIDDEN bool pg__live_stale(const pg_group *g);
-/* The world group of a live g, or NULL. */
+/* ---- recover.c and live_hooks.c: a live world's state ---------------------
+ * g->upper of a world group whose hooks are pg__live_hooks. */
+/* Note [setup watch] (recover.c): what a watch looks at. */
+struct watch {
+  pg_store *store;
+  const struct pg__live_formed *f;
+  const char *boot;
+};
+
+struct pg__live {
+  char round_file[PATH_MAX];    /* "" : none (round 0 of RANK/WORLD_SIZE) */
+  char host_id[512], boot[PG__LIVE_BOOT_MAX];
+  uint64_t inc;                 /* this process's incarnation */
+  uint64_t gen;                 /* the generation of g->comm */
+  int64_t round;                /* the round it formed for */
+  int env_rank, env_world;
+  bool fresh;                   /* a new process that has not yet taken
+                                   part in a heal (pg_state_register or
+                                   pg_recover): a newcomer to the job */
+  bool valid;                   /* this rank's state is the job's */
+  bool joined_running;
+  bool heal_pending;            /* pg_state_register heals from source */
+  int heal_source;
+  struct stat round_st;         /* the round file when last read */
+  int64_t round_seen;
+  struct pg_state_buf *bufs;    /* pg_state_register's */
+  size_t nbufs;
+  bool registered;
+  /* [is_new_n]: whether each rank of generation gen was not a member of
+   * the one before (pg_rank_is_new); NULL: none is. */
+  unsigned char *is_new;
+  int is_new_n;
+  /* The generation g->comm was made for, as it formed (f.m NULL before
+   * the first), and the watch over it that sub-group creation sets
+   * (Note [live sub-groups]). */
+  struct pg__live_formed formed;
+  struct watch sub_watch;
+  /* Note [live sub-groups]: every sub-group made from this world, at any
+   * depth, until its pg_destroy; snap has room for as many (pg_recover
+   * works on a copy, without the lock).  subs_mu is taken before any
+   * group's mu, never after. */
+  pthread_mutex_t subs_mu;
+  pg_group **subs, **snap;
+  size_t nsubs, cap;
+  /* Note [a node cut off] (live_cut.c): the world's cut watch. */
+  struct pg__live_cut cut;
+};
+
+/* The hooks a live world attaches (live_hooks.c), and the live state of
+ * a world group w (NULL: not a live world). */
+extern PG__HIDDEN const struct pg__hooks pg__live_hooks;
+#define PG__LIVE_WORLD(w) \
+  ((w) && (w)->hooks == &pg__live_hooks ? (struct pg__live *)(w)->upper \
+                                       : NULL)
+/* The live state of g's world (g a world or a sub-group), or NULL. */
 PG__HIDDEN struct pg__live *pg__live_of(const pg_group *g);
-/* Live mode at pg_init (CDRUN_RECOVERY=live): opts in, connects to the
- * live store, forms the first generation this process belongs to and
- * sets up its communicator.  *handled = false when not live (nothing
- * done).  0 or an error with a sentence. */
+/* Whether err says a peer is gone (or could not keep up). */
+PG__HIDDEN bool pg__live_peer_caused(int err);
+/* The hook op_err: err, or PG_ERR_PEER_LOST (the sentence kept) when g
+ * is live and err says a peer is gone. */
+PG__HIDDEN int pg__live_peer_err(const pg_group *g, int err);
+/* g marked failed (PG_ERR_PEER_LOST) unless it already failed. */
+PG__HIDDEN void pg__live_mark_lost(pg_group *g);
+/* A setup watch (arg: a struct watch): 0, or PG_ERR_PEER_LOST once a
+ * member is gone or the next generation started (Note [setup watch]). */
+PG__HIDDEN int pg__live_watch_formed(void *arg);
+
+/* ---- recover.c ---------------------------------------------------------- */
+/* Live mode at pg_init (CDRUN_RECOVERY=live), called by init.c: opts in,
+ * attaches the live hooks (core/hooks.h) to g, connects to the live
+ * store, forms the first generation this process belongs to and sets up
+ * its communicator.  *handled = false when not live (nothing done).  0
+ * or an error with a sentence. */
 PG__HIDDEN int pg__live_init(pg_group *g, const struct pg_options *o,
                              bool *handled);
-PG__HIDDEN void pg__live_free(struct pg__live *l);
 /* The test hook PG_TEST_LIVE_KILL="<where>:<generation>:<rank>": that
  * rank of that generation dies (SIGKILL) at that point ("heal": after
  * its first chunk of the heal; "setup": before it sets the communicator
  * up), so that tests kill a process there without a timing window. */
 PG__HIDDEN void pg__live_test_kill(const char *where, uint64_t gen,
                                    int rank);
-/* A reducer made on a live world: recorded so that heals re-sync its
- * buckets; forgotten at its destroy. */
-PG__HIDDEN int pg__live_add_reducer(pg_group *g, struct pg_reducer *r);
-PG__HIDDEN void pg__live_remove_reducer(pg_group *g, struct pg_reducer *r);
-/* A reducer made by a fresh process that joined a running job: made
- * alone (the survivors made theirs long ago); its layout comes with the
- * heal. */
-PG__HIDDEN bool pg__live_create_alone(const pg_group *g);
-/* A live world group whose state is not registered yet (nor recovered):
- * where the recipe makes the reducers (Note [reducer made during a
- * death], reducer.c). */
-PG__HIDDEN bool pg__live_unregistered(const pg_group *g);
-/* What the heal sends: the registered buffers and the reducers. */
+/* What the heal sends besides the rebuild registry's entries: the
+ * registered buffers of g (a live world). */
 PG__HIDDEN void pg__live_registered(pg_group *g,
                                     const struct pg_state_buf **bufs,
-                                    size_t *nbufs,
-                                    struct pg_reducer *const **reducers,
-                                    size_t *nreducers);
-/* The current generation of g's world. */
-PG__HIDDEN uint64_t pg__live_generation(const pg_group *g);
-/* Note [live sub-groups]: a sub-group of a live world (sub->world set)
- * is recorded at its creation (0 or -ENOMEM; nothing for other groups)
- * and forgotten at its pg_destroy, so that pg_recover closes it first. */
-PG__HIDDEN int pg__live_add_sub(pg_group *sub);
-PG__HIDDEN void pg__live_remove_sub(pg_group *sub);
+                                    size_t *nbufs);
 /* An operation of g (a live world or its sub-group) failed with
  * PG_ERR_PEER_LOST: the world and every sub-group are marked failed, so
- * that their queued and later operations fail at once. */
+ * that their queued and later operations fail at once (the hook lost;
+ * the unit tests call it to stand for a death). */
 PG__HIDDEN void pg__live_lost(pg_group *g);
-/* Sets (on) or clears the setup watch over g's world's generation on this
- * thread while a sub-group is made (nothing when g is not live). */
-PG__HIDDEN void pg__live_watch(pg_group *g, bool on);
-/* The watch of g's communicators' ops (struct pg__setup's watch): in
- * live mode, PG_ERR_PEER_LOST once the generation after the world's
- * current one started; NULL and NULL otherwise. */
-PG__HIDDEN void pg__live_op_watch(pg_group *g, int (**fn)(void *),
-                                  void **arg);
+/* The current generation of g's world. */
+PG__HIDDEN uint64_t pg__live_generation(const pg_group *g);
 
-/* ---- state.c --------------------------------------------------------------
- * The heal (Note [heal]): collective over the generation, from source.
- * *valid (in: this rank's state was valid; out: it still is, even when
- * the heal failed half-way).  0 or an error (PG_ERR_PEER_LOST). */
+/* ---- heal.c ---------------------------------------------------------------
+ * The heal (Note [heal]): collective over the generation, from source:
+ * the registered buffers, and every entry of the rebuild registry (the
+ * reducers' layouts).  *valid (in: this rank's state was valid; out: it
+ * still is, even when the heal failed half-way).  0 or an error
+ * (PG_ERR_PEER_LOST). */
 PG__HIDDEN int pg__live_heal(pg_group *g, int source, bool *valid);
-
-/* ---- reducer.c: live recovery's view of a reducer --------------------------
- * The layout a heal sends (spec hash, whether rebuilt, the order) and
- * adopting one: a reducer abandons its iteration and takes the source's
- * buckets.  wire holds PG__REDUCER_SYNC_HDR + n int64s. */
-#define PG__REDUCER_SYNC_HDR 4
-PG__HIDDEN size_t pg__reducer_params(const struct pg_reducer *r);
-PG__HIDDEN void pg__reducer_sync_get(struct pg_reducer *r, int64_t *wire);
-PG__HIDDEN int pg__reducer_sync_set(struct pg_reducer *r,
-                                    const int64_t *wire);
-/* Waits for (and drops) in-flight buckets and ends the iteration. */
-PG__HIDDEN void pg__reducer_abandon(struct pg_reducer *r);
 
 #endif

@@ -1,6 +1,8 @@
-/* group.c -- pg_init and pg_destroy: the options and the environment, the
- * store (rank 0 serves it), the topology (topo.c), and the choice of
- * backend.  The rest of a group lives beside it (group.h lists where). */
+/* group.c -- a group's making and its end, for pg_init and pg_destroy
+ * (init.c): the options and the environment, the store (rank 0 serves
+ * it), the topology (topo.c), the choice of backend, and the rebuild
+ * registry (hooks.h).  The rest of a group lives beside it (group.h lists
+ * where). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
@@ -15,7 +17,6 @@
 #include "group.h"
 #include "knobs.h"
 #include "launch_env.h"
-#include "live.h"
 #include "num.h"
 
 #define DEFAULT_TIMEOUT_S 300.0
@@ -73,7 +74,7 @@ int pg__group_setup_failed(pg_group *g, int err, const char *what)
 
   snprintf(why, sizeof why, "%s", pg_last_error());
   g->comm = NULL;
-  pg_destroy(g);
+  pg__group_destroy(g);
   return what ? pg__fail(err, "%s: %s", what, why)
               : pg__fail(err, "%s", why);
 }
@@ -161,6 +162,8 @@ static int member_hosts(const pg_group *g)
 
 void pg__group_fill_setup(pg_group *g, const char *ns, struct pg__setup *s)
 {
+  const struct pg__hooks *h;
+
   memset(s, 0, sizeof *s);
   s->store = g->store;
   s->topo = g->wtopo;
@@ -173,7 +176,8 @@ void pg__group_fill_setup(pg_group *g, const char *ns, struct pg__setup *s)
   s->ns = ns;
   s->master_addr = g->master_addr[0] ? g->master_addr : NULL;
   s->token = &g->token;
-  pg__live_op_watch(g, &s->watch, &s->watch_arg);
+  if ((h = pg__hooks_of(g)))
+    h->op_watch(g, s);
 }
 
 int pg__group_create_comm(pg_group *g, pg_backend be, int device,
@@ -266,7 +270,8 @@ static void exit_barrier(pg_group *g)
   int i;
 
   /* Live mode: the store is cdrun's and outlives every worker. */
-  if (!g->store || g->size == 1 || g->is_sub || g->live)
+  if (!g->store || g->size == 1 || g->is_sub ||
+      (g->hooks && g->hooks->keeps_store))
     return;
   snprintf(key, sizeof key, "pg/exit/%d", g->rank);
   pg_store_set(g->store, key, "1", 1);
@@ -286,8 +291,10 @@ static void exit_barrier(pg_group *g)
   free(keys);
 }
 
-void pg_destroy(pg_group *g)
+void pg__group_destroy(pg_group *g)
 {
+  const struct pg__hooks *h;
+
   if (!g)
     return;
   pthread_mutex_lock(&g->mu);
@@ -295,8 +302,9 @@ void pg_destroy(pg_group *g)
   pthread_cond_broadcast(&g->queued);
   pthread_mutex_unlock(&g->mu);
   pthread_join(g->thread, NULL);
-  if (g->is_sub)
-    pg__live_remove_sub(g);
+  h = pg__hooks_of(g);
+  if (g->is_sub && h)
+    h->sub_remove(g);
   if (g->comm)
     g->comm->ops->destroy(g->comm);
   exit_barrier(g);
@@ -306,7 +314,9 @@ void pg_destroy(pg_group *g)
   if (g->server)
     pg_store_server_stop(g->server);
   pg__topo_free(&g->topo);
-  pg__live_free(g->live);
+  if (!g->is_sub && h)
+    h->free(g);
+  free(g->rebuild);
   free(g->all_ranks);
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->queued);
@@ -350,18 +360,15 @@ static int store_open(pg_group *g, const struct pg_options *o,
   return 0;
 }
 
-int pg_init(const struct pg_options *o, pg_group **out)
+int pg__group_start(const struct pg_options *o, struct pg__group_init *in,
+                    pg_group **out)
 {
-  struct pg_options defaults = PG_OPTIONS_INIT;
-  char host_id[512], boot[64];
-  const char *addr = NULL, *hid;
-  pg_backend be = PG_BACKEND_AUTO;
   pg_group *g;
-  int port = 0, local_rank = 0, err;
-  bool live;
+  int err;
 
-  if (!o)
-    o = &defaults;
+  *out = NULL;
+  memset(in, 0, sizeof *in);
+  in->be = PG_BACKEND_AUTO;
   g = calloc(1, sizeof *g);
   if (!g)
     return pg__fail(-ENOMEM, "out of memory");
@@ -369,33 +376,41 @@ int pg_init(const struct pg_options *o, pg_group **out)
   pthread_cond_init(&g->queued, NULL);
   pthread_cond_init(&g->finished, NULL);
   snprintf(g->ns, sizeof g->ns, "pg/");
-  err = resolve_options(o, g, &addr, &port, &be, &local_rank);
+  err = resolve_options(o, g, &in->addr, &in->port, &in->be,
+                        &in->local_rank);
   if (err)
     goto fail_early;
-  if (addr)
-    snprintf(g->master_addr, sizeof g->master_addr, "%s", addr);
+  if (in->addr)
+    snprintf(g->master_addr, sizeof g->master_addr, "%s", in->addr);
   if (pthread_create(&g->thread, NULL, pg__work_progress_main, g) != 0) {
     err = pg__fail(-EAGAIN, "cannot start the progress thread");
     goto fail_early;
   }
-  if (be == PG_BACKEND_NCCL && !pg__nccl_built()) {
+  if (in->be == PG_BACKEND_NCCL && !pg__nccl_built()) {
     err = pg__fail(-ENOTSUP, "PG_BACKEND=nccl: libpg was built without "
                    "NCCL (no CUDA/NCCL found at build time)");
-    goto fail;
+    return pg__group_setup_failed(g, err, NULL);
   }
-  g->be = be;
+  g->be = in->be;
   g->device = o->device;
-  g->local_rank = local_rank;
-  err = pg__live_init(g, o, &live);
-  if (err)
-    goto fail;
-  if (live) {
-    *out = g;
-    return 0;
-  }
-  if (g->size == 1 && be != PG_BACKEND_NCCL) {
+  g->local_rank = in->local_rank;
+  *out = g;
+  return 0;
+
+fail_early:
+  pg__group_free_early(g);
+  return err;
+}
+
+int pg__group_setup(pg_group *g, const struct pg_options *o,
+                    const struct pg__group_init *in)
+{
+  char host_id[512], boot[64];
+  const char *hid;
+  int err;
+
+  if (g->size == 1 && in->be != PG_BACKEND_NCCL) {
     snprintf(g->backend, sizeof g->backend, "self");
-    *out = g;
     return 0;
   }
   if (g->size == 1) {
@@ -404,16 +419,12 @@ int pg_init(const struct pg_options *o, pg_group **out)
     g->topo.rank = 0;
     g->topo.size = 1;
     g->topo.nhosts = 1;
-    err = pg__group_create_comm(g, be, o->device, local_rank);
-    if (err)
-      goto fail;
-    *out = g;
-    return 0;
+    return pg__group_create_comm(g, in->be, o->device, in->local_rank);
   }
 
-  err = store_open(g, o, addr, port);
+  err = store_open(g, o, in->addr, in->port);
   if (err)
-    goto fail;
+    return err;
   pg__topo_boot_id(boot, sizeof boot);
   hid = o->host_id ? o->host_id : pg__knob(PG_KNOB_HOST_ID);
   if (!hid || !*hid) {
@@ -422,16 +433,42 @@ int pg_init(const struct pg_options *o, pg_group **out)
   }
   err = pg__topo_build(g, hid, boot);
   if (err)
-    goto fail;
-  err = pg__group_create_comm(g, be, o->device, local_rank);
-  if (err)
-    goto fail;
-  *out = g;
-  return 0;
+    return err;
+  return pg__group_create_comm(g, in->be, o->device, in->local_rank);
+}
 
-fail:
-  return pg__group_setup_failed(g, err, NULL);
-fail_early:
-  pg__group_free_early(g);
-  return err;
+/* ---- the rebuild registry (hooks.h) ------------------------------------- */
+
+int pg__rebuild_add(pg_group *g, const struct pg__rebuild_ops *ops,
+                    void *obj)
+{
+  struct pg__rebuild *r;
+
+  if (g->is_sub)
+    return 0;
+  r = realloc(g->rebuild, (g->nrebuild + 1) * sizeof *r);
+  if (!r)
+    return pg__fail(-ENOMEM, "out of memory recording a reducer");
+  g->rebuild = r;
+  g->rebuild[g->nrebuild++] = (struct pg__rebuild){ ops, obj };
+  return 0;
+}
+
+void pg__rebuild_remove(pg_group *g, void *obj)
+{
+  size_t i;
+
+  for (i = 0; g && i < g->nrebuild; i++)
+    if (g->rebuild[i].obj == obj) {
+      memmove(g->rebuild + i, g->rebuild + i + 1,
+              (g->nrebuild - i - 1) * sizeof *g->rebuild);
+      g->nrebuild--;
+      return;
+    }
+}
+
+const struct pg__rebuild *pg__rebuild_list(const pg_group *g, size_t *n)
+{
+  *n = g->nrebuild;
+  return g->rebuild;
 }

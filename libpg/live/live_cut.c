@@ -22,8 +22,10 @@
  * agent, which the job went on without, re-joins: they come back as
  * members of a later generation and are healed like newcomers.  One stat
  * per slice, behind a lock (the operations of sub-groups and the hier
- * leaders' stage run on threads of their own); process-wide, as the live
- * world is. */
+ * leaders' stage run on threads of their own).  The watch is the live
+ * world's (struct pg__live_cut in its state, recover.c), and every
+ * communicator of the world and its sub-groups gets it through the
+ * core's hooks (op_watch: struct pg__setup's cut watch). */
 #include <pthread.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -34,66 +36,66 @@
 
 #include "live.h"
 
-static pthread_mutex_t cut_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool cut_armed;                  /* read without the lock: a hint */
-static char cut_path[PATH_MAX];
-static int64_t cut_round;
-static int cut_world;
-static struct stat cut_st;              /* the file when last read */
-static struct live_round cut_seen;
-
-void pg__live_cut_arm(const char *round_file, int64_t round, int world)
+void pg__live_cut_init(struct pg__live_cut *c)
 {
-  pthread_mutex_lock(&cut_lock);
-  cut_path[0] = '\0';
-  if (round_file && strlen(round_file) < sizeof cut_path)
-    snprintf(cut_path, sizeof cut_path, "%s", round_file);
-  cut_round = round;
-  cut_world = world;
-  memset(&cut_st, 0, sizeof cut_st);
-  memset(&cut_seen, 0, sizeof cut_seen);
-  __atomic_store_n(&cut_armed, cut_path[0] != '\0', __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&cut_lock);
+  memset(c, 0, sizeof *c);
+  pthread_mutex_init(&c->lock, NULL);
 }
 
-void pg__live_cut_disarm(void)
+void pg__live_cut_destroy(struct pg__live_cut *c)
 {
-  pthread_mutex_lock(&cut_lock);
-  __atomic_store_n(&cut_armed, false, __ATOMIC_RELEASE);
-  cut_path[0] = '\0';
-  pthread_mutex_unlock(&cut_lock);
+  pthread_mutex_destroy(&c->lock);
 }
 
-bool pg__live_cut_armed(void)
+void pg__live_cut_arm(struct pg__live_cut *c, const char *round_file,
+                      int64_t round, int world)
 {
-  return __atomic_load_n(&cut_armed, __ATOMIC_ACQUIRE);
+  pthread_mutex_lock(&c->lock);
+  c->path[0] = '\0';
+  if (round_file && strlen(round_file) < sizeof c->path)
+    snprintf(c->path, sizeof c->path, "%s", round_file);
+  c->round = round;
+  c->world = world;
+  memset(&c->st, 0, sizeof c->st);
+  memset(&c->seen, 0, sizeof c->seen);
+  __atomic_store_n(&c->armed, c->path[0] != '\0', __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&c->lock);
 }
 
-int pg__live_cut_ask(void)
+void pg__live_cut_disarm(struct pg__live_cut *c)
 {
+  pthread_mutex_lock(&c->lock);
+  __atomic_store_n(&c->armed, false, __ATOMIC_RELEASE);
+  c->path[0] = '\0';
+  pthread_mutex_unlock(&c->lock);
+}
+
+int pg__live_cut_ask(void *arg)
+{
+  struct pg__live_cut *c = arg;
   struct live_round r;
   struct stat st;
   int err = 0;
 
-  pthread_mutex_lock(&cut_lock);
-  if (!cut_armed || stat(cut_path, &st) != 0)
+  pthread_mutex_lock(&c->lock);
+  if (!c->armed || stat(c->path, &st) != 0)
     goto out;
-  if (st.st_ino != cut_st.st_ino ||
-      st.st_mtim.tv_sec != cut_st.st_mtim.tv_sec ||
-      st.st_mtim.tv_nsec != cut_st.st_mtim.tv_nsec ||
-      st.st_size != cut_st.st_size) {
+  if (st.st_ino != c->st.st_ino ||
+      st.st_mtim.tv_sec != c->st.st_mtim.tv_sec ||
+      st.st_mtim.tv_nsec != c->st.st_mtim.tv_nsec ||
+      st.st_size != c->st.st_size) {
     /* A file being replaced reads whole or not at all (rename). */
-    if (pg__live_round_read(cut_path, &r) != 0)
+    if (pg__live_round_read(c->path, &r) != 0)
       goto out;
-    cut_st = st;
-    cut_seen = r;
+    c->st = st;
+    c->seen = r;
   }
-  if (cut_seen.round > cut_round && cut_seen.world < cut_world)
+  if (c->seen.round > c->round && c->seen.world < c->world)
     err = pg__fail(PG_ERR_PEER_LOST, "the rendezvous went on without a "
                    "member's node (round %" PRId64 ": world %d, the "
-                   "group's %d): lost or cut off", cut_seen.round,
-                   cut_seen.world, cut_world);
+                   "group's %d): lost or cut off", c->seen.round,
+                   c->seen.world, c->world);
 out:
-  pthread_mutex_unlock(&cut_lock);
+  pthread_mutex_unlock(&c->lock);
   return err;
 }

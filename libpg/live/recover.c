@@ -1,7 +1,8 @@
 /* recover.c -- live recovery (pg.h, "live recovery"): live mode at
- * pg_init, pg_recover, pg_membership_poll, and the error that a peer's
- * loss turns into.  The generation protocol is live_form.c's, the heal
- * state.c's. */
+ * pg_init (attaching the live hooks, live_hooks.c, to the world),
+ * pg_state_register, pg_recover, pg_membership_poll.  The generation
+ * protocol is live_form.c's, the heal heal.c's, the reducers' part of it
+ * theirs (through the core's rebuild registry). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,52 +19,6 @@
 #include "knobs.h"
 #include "live.h"
 #include "num.h"
-
-/* Note [setup watch] below: what a watch looks at. */
-struct watch {
-  pg_store *store;
-  const struct pg__live_formed *f;
-  const char *boot;
-};
-
-struct pg__live {
-  char round_file[PATH_MAX];    /* "" : none (round 0 of RANK/WORLD_SIZE) */
-  char host_id[512], boot[PG__LIVE_BOOT_MAX];
-  uint64_t inc;                 /* this process's incarnation */
-  uint64_t gen;                 /* the generation of g->comm */
-  int64_t round;                /* the round it formed for */
-  int env_rank, env_world;
-  bool fresh;                   /* a new process that has not yet taken
-                                   part in a heal (pg_state_register or
-                                   pg_recover): a newcomer to the job */
-  bool valid;                   /* this rank's state is the job's */
-  bool joined_running;
-  bool heal_pending;            /* pg_state_register heals from source */
-  int heal_source;
-  struct stat round_st;         /* the round file when last read */
-  int64_t round_seen;
-  struct pg_state_buf *bufs;    /* pg_state_register's */
-  size_t nbufs;
-  bool registered;
-  struct pg_reducer **reducers; /* in creation order */
-  size_t nreducers;
-  /* [is_new_n]: whether each rank of generation gen was not a member of
-   * the one before (pg_rank_is_new); NULL: none is. */
-  unsigned char *is_new;
-  int is_new_n;
-  /* The generation g->comm was made for, as it formed (f.m NULL before
-   * the first), and the watch over it that sub-group creation sets
-   * (Note [live sub-groups]). */
-  struct pg__live_formed formed;
-  struct watch sub_watch;
-  /* Note [live sub-groups]: every sub-group made from this world, at any
-   * depth, until its pg_destroy; snap has room for as many (pg_recover
-   * works on a copy, without the lock).  subs_mu is taken before any
-   * group's mu, never after. */
-  pthread_mutex_t subs_mu;
-  pg_group **subs, **snap;
-  size_t nsubs, cap;
-};
 
 /* Which ranks of formed generation f are new to the group (a
  * replacement or a joining node's worker): not members of old_gen, this
@@ -93,42 +48,6 @@ static int note_new(struct pg__live *l, const struct pg__live_formed *f,
   l->is_new = is_new;
   l->is_new_n = f->world;
   return 0;
-}
-
-/* ---- the error of a lost peer ------------------------------------------- */
-
-struct pg__live *pg__live_of(const pg_group *g)
-{
-  if (!g)
-    return NULL;
-  return g->is_sub ? (g->world ? g->world->live : NULL) : g->live;
-}
-
-bool pg__live_stale(const pg_group *g)
-{
-  return g && g->is_sub && g->world && g->world->live &&
-         g->world->live->gen != g->gen;
-}
-
-/* Whether err says a peer is gone (or could not keep up). */
-static bool peer_caused(int err)
-{
-  switch (err) {
-  case -ECONNRESET: case -EPIPE: case -ETIMEDOUT: case -ECONNABORTED:
-  case -ECONNREFUSED: case -ENOTCONN: case -EHOSTUNREACH: case -ENETRESET:
-  case PG_EPEERFAIL: case PG_ERR_PEER_LOST:
-    return true;
-  default:
-    return false;
-  }
-}
-
-int pg__live_peer_err(const pg_group *g, int err)
-{
-  if (!err || err == PG_ERR_PEER_LOST || !pg__live_of(g) ||
-      !peer_caused(err))
-    return err;
-  return pg__fail(PG_ERR_PEER_LOST, "%s", pg_last_error());
 }
 
 /* ---- live mode at pg_init ----------------------------------------------- */
@@ -239,7 +158,7 @@ void pg__live_test_kill(const char *where, uint64_t gen, int rank)
     raise(SIGKILL);
 }
 
-static int watch_setup(void *arg)
+int pg__live_watch_formed(void *arg)
 {
   struct watch *w = arg;
 
@@ -254,22 +173,23 @@ static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
 static int rebuild(pg_group *g, const struct pg__live_formed *f,
                    uint64_t old_gen)
 {
-  struct watch w = { g->store, f, g->live->boot };
+  struct pg__live *l = PG__LIVE_WORLD(g);
+  struct watch w = { g->store, f, l->boot };
   int err;
 
   pg__live_test_kill("setup", f->gen, f->slot);
-  pg__setup_watch(watch_setup, &w);
+  pg__setup_watch(pg__live_watch_formed, &w);
   err = rebuild_comm(g, f, old_gen);
   pg__setup_watch(NULL, NULL);
   if (!err)     /* Note [a node cut off] */
-    pg__live_cut_arm(g->live->round_file, g->live->round, g->size);
+    pg__live_cut_arm(&l->cut, l->round_file, l->round, g->size);
   return err;
 }
 
 /* f becomes the generation g is a member of (f->m is taken). */
 static void keep_formed(pg_group *g, struct pg__live_formed *f)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = PG__LIVE_WORLD(g);
 
   free(l->formed.m);
   l->formed = *f;
@@ -283,7 +203,7 @@ static void keep_formed(pg_group *g, struct pg__live_formed *f)
 static int rebuild_comm(pg_group *g, const struct pg__live_formed *f,
                         uint64_t old_gen)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = PG__LIVE_WORLD(g);
   struct pg__comm *old = g->comm, *shrunk = NULL;
   struct pg__setup s;
   int *excluded = NULL, nex = 0, i, err, last, old_size = g->size;
@@ -366,7 +286,7 @@ static bool can_shrink(const pg_group *g)
 
 static void fill_join(pg_group *g, struct pg__live_join *j, bool fresh)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = PG__LIVE_WORLD(g);
 
   *j = (struct pg__live_join){
     .store = g->store, .local_rank = g->local_rank,
@@ -380,7 +300,7 @@ static void fill_join(pg_group *g, struct pg__live_join *j, bool fresh)
 
 static int live_setup(pg_group *g, const struct pg_options *o)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = PG__LIVE_WORLD(g);
   struct pg__live_formed f;
   struct pg__live_join j;
   const char *v, *hid;
@@ -431,7 +351,7 @@ static int live_setup(pg_group *g, const struct pg_options *o)
     keep_formed(g, &f);
     if (!err && (v = pg__knob(PG_KNOB_LIVE_OPT_IN)))
       err = opt_in(v, "joined");
-    if (!err || !peer_caused(err))
+    if (!err || !pg__live_peer_caused(err))
       return err;
     if (g->comm)
       g->comm->ops->destroy(g->comm);
@@ -442,6 +362,7 @@ static int live_setup(pg_group *g, const struct pg_options *o)
 int pg__live_init(pg_group *g, const struct pg_options *o, bool *handled)
 {
   const char *mode = pg__knob(PG_KNOB_RECOVERY);
+  struct pg__live *l;
 
   *handled = false;
   if (!mode || strcmp(mode, WORKER_RECOVERY_RESTART) == 0)
@@ -451,78 +372,29 @@ int pg__live_init(pg_group *g, const struct pg_options *o, bool *handled)
                     WORKER_RECOVERY_RESTART " or " WORKER_RECOVERY_LIVE,
                     mode);
   *handled = true;
-  g->live = calloc(1, sizeof *g->live);
-  if (!g->live)
+  l = calloc(1, sizeof *l);
+  if (!l)
     return pg__fail(-ENOMEM, "out of memory for live recovery");
-  pthread_mutex_init(&g->live->subs_mu, NULL);
+  pthread_mutex_init(&l->subs_mu, NULL);
+  pg__live_cut_init(&l->cut);
+  /* Attached before anything can fail: a failed setup's pg_destroy frees
+   * l through the hooks (and keeps the store's exit barrier out). */
+  g->upper = l;
+  g->hooks = &pg__live_hooks;
   return live_setup(g, o);
 }
 
-void pg__live_free(struct pg__live *l)
-{
-  size_t i;
+/* ---- state -------------------------------------------------------------- */
 
-  if (!l)
-    return;
-  pg__live_cut_disarm();
-  /* Sub-groups destroyed after their world (which pg.h forbids) at least
-   * find no world to leave. */
-  pthread_mutex_lock(&l->subs_mu);
-  for (i = 0; i < l->nsubs; i++)
-    l->subs[i]->world = NULL;
-  pthread_mutex_unlock(&l->subs_mu);
-  pthread_mutex_destroy(&l->subs_mu);
-  free(l->subs);
-  free(l->snap);
-  free(l->formed.m);
-  free(l->bufs);
-  free(l->reducers);
-  free(l->is_new);
-  free(l);
-}
-
-/* ---- reducers and state ------------------------------------------------- */
-
-int pg__live_add_reducer(pg_group *g, struct pg_reducer *r)
-{
-  struct pg__live *l = g->live;
-  struct pg_reducer **nr;
-
-  if (!l || g->is_sub)
-    return 0;
-  nr = realloc(l->reducers, (l->nreducers + 1) * sizeof *nr);
-  if (!nr)
-    return pg__fail(-ENOMEM, "out of memory recording a reducer");
-  l->reducers = nr;
-  l->reducers[l->nreducers++] = r;
-  return 0;
-}
-
-void pg__live_remove_reducer(pg_group *g, struct pg_reducer *r)
-{
-  struct pg__live *l = g ? g->live : NULL;
-  size_t i;
-
-  for (i = 0; l && i < l->nreducers; i++)
-    if (l->reducers[i] == r) {
-      memmove(l->reducers + i, l->reducers + i + 1,
-              (l->nreducers - i - 1) * sizeof *l->reducers);
-      l->nreducers--;
-      return;
-    }
-}
-
-/* The registered state and reducers, for state.c. */
+/* The registered state, for heal.c (the reducers are in the core's
+ * rebuild registry). */
 void pg__live_registered(pg_group *g, const struct pg_state_buf **bufs,
-                         size_t *nbufs, struct pg_reducer *const **reducers,
-                         size_t *nreducers)
+                         size_t *nbufs)
 {
-  struct pg__live *l = g->live;
+  struct pg__live *l = PG__LIVE_WORLD(g);
 
   *bufs = l->bufs;
   *nbufs = l->nbufs;
-  *reducers = l->reducers;
-  *nreducers = l->nreducers;
 }
 
 int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
@@ -541,7 +413,7 @@ int pg_state_register(pg_group *g, const struct pg_state_buf *b, size_t n)
     if (b[i].bytes && !b[i].ptr)
       return pg__fail(-EINVAL, "pg_state_register: buffer %zu is NULL "
                       "with %zu bytes", i, b[i].bytes);
-  l = g->live;
+  l = PG__LIVE_WORLD(g);
   if (!l)
     return 0;
   if (l->registered)
@@ -594,142 +466,6 @@ static void queue_release(pg_group *g, int failed)
   pthread_mutex_unlock(&g->mu);
 }
 
-/* ---- sub-groups ---------------------------------------------------------- */
-
-/* Note [live sub-groups]: a member's death must reach every survivor of
- * every group it was in, as PG_ERR_PEER_LOST within the failure
- * detector's time.  A survivor that waits in a sub-group on a peer that
- * is alive (it saw the death elsewhere and entered pg_recover) learns of
- * nothing from that peer's pid or sockets, so four things carry the
- * death on:
- *  - an operation of any group of a live world that fails with
- *    PG_ERR_PEER_LOST marks the world and all its sub-groups failed
- *    (pg__live_lost): their queued and later operations fail at once;
- *  - pg_recover first closes every sub-group's communicator and the
- *    world's: those that nothing uses at once, then the others once
- *    their operation ends (so that an operation of this rank waiting on
- *    a peer is not what keeps that peer waiting on this rank in another
- *    group).  The peers waiting on this rank learn of it at once (shared
- *    memory: the rank's left word; TCP: the closed connection), fail,
- *    recover in turn and close theirs.  A death so spreads one closed
- *    communicator at a time through every group that its peers share
- *    with others;
- *  - sub-groups are made under the setup watch (Note [setup watch]): a
- *    member of the world that dies during pg_new_group or pg_split, or a
- *    next generation that starts meanwhile, fails the creation with
- *    PG_ERR_PEER_LOST instead of the timeout;
- *  - a wait that no closed communicator can end (a hierarchical comm's
- *    receive from a rank on another host that never connected: Note
- *    [lazy p2p]) asks the op watch (struct pg__setup's) between slices:
- *    the next generation started, PG_ERR_PEER_LOST.
- * The recovery does not rebuild sub-groups (their members may be gone
- * and the ranks renumbered): the program makes them again after
- * pg_recover, and a PG_ERR_PEER_LOST from that is one more loss: recover
- * again, then make them again (libpg(3), LIVE RECOVERY). */
-
-int pg__live_add_sub(pg_group *sub)
-{
-  struct pg__live *l = pg__live_of(sub);
-  pg_group **a, **b;
-  size_t cap;
-
-  if (!l)
-    return 0;
-  pthread_mutex_lock(&l->subs_mu);
-  if (l->nsubs == l->cap) {
-    cap = l->cap ? 2 * l->cap : 8;
-    a = realloc(l->subs, cap * sizeof *a);
-    if (a)
-      l->subs = a;
-    b = a ? realloc(l->snap, cap * sizeof *b) : NULL;
-    if (b)
-      l->snap = b;
-    if (!a || !b) {
-      pthread_mutex_unlock(&l->subs_mu);
-      return pg__fail(-ENOMEM, "out of memory recording a sub-group");
-    }
-    l->cap = cap;
-  }
-  l->subs[l->nsubs++] = sub;
-  pthread_mutex_unlock(&l->subs_mu);
-  return 0;
-}
-
-void pg__live_remove_sub(pg_group *sub)
-{
-  struct pg__live *l = pg__live_of(sub);
-  size_t i;
-
-  if (!l)
-    return;
-  pthread_mutex_lock(&l->subs_mu);
-  for (i = 0; i < l->nsubs; i++)
-    if (l->subs[i] == sub) {
-      l->subs[i] = l->subs[--l->nsubs];
-      break;
-    }
-  pthread_mutex_unlock(&l->subs_mu);
-}
-
-static void mark_lost(pg_group *g)
-{
-  pthread_mutex_lock(&g->mu);
-  if (!g->failed)
-    g->failed = PG_ERR_PEER_LOST;
-  pthread_mutex_unlock(&g->mu);
-}
-
-void pg__live_lost(pg_group *g)
-{
-  struct pg__live *l = pg__live_of(g);
-  pg_group *w = g->is_sub ? g->world : g;
-  size_t i;
-
-  if (!l || !w)
-    return;
-  pthread_mutex_lock(&l->subs_mu);
-  mark_lost(w);
-  for (i = 0; i < l->nsubs; i++)
-    mark_lost(l->subs[i]);
-  pthread_mutex_unlock(&l->subs_mu);
-}
-
-void pg__live_watch(pg_group *g, bool on)
-{
-  struct pg__live *l = pg__live_of(g);
-
-  if (l && l->formed.m)
-    pg__setup_watch(on ? watch_setup : NULL, on ? &l->sub_watch : NULL);
-}
-
-/* An op's watch (pg__live_op_watch): only whether the next generation
- * started (a member recovers, or a dead one's replacement came), not
- * whether a member is gone, which one that finished and exited also is.
- * l->formed changes only in pg_init and pg_recover, when no op runs. */
-static int op_watch(void *arg)
-{
-  pg_group *w = arg;
-  struct pg__live *l = w->live;
-  struct pg__live_formed next_only = { .gen = l->formed.gen };
-
-  if (!l->formed.m || !pg__live_formed_check(w->store, &next_only, l->boot))
-    return 0;
-  return pg__fail(PG_ERR_PEER_LOST, "generation %" PRIu64 ": the next "
-                  "generation started (a member recovers, or one was "
-                  "replaced) while this rank waited", l->formed.gen);
-}
-
-void pg__live_op_watch(pg_group *g, int (**fn)(void *), void **arg)
-{
-  pg_group *w = g->is_sub ? g->world : g;
-
-  *fn = NULL;
-  *arg = NULL;
-  if (w && w->live) {
-    *fn = op_watch;
-    *arg = w;
-  }
-}
 
 /* Closes g's communicator (revoked first where the backend can), with
  * its queue held: at once when nothing runs or waits on it (wait false,
@@ -773,7 +509,7 @@ static void close_family(pg_group *g, struct pg__live *l, bool world)
     memcpy(l->snap, l->subs, n * sizeof *l->snap);
   pthread_mutex_unlock(&l->subs_mu);
   for (i = 0; i < n; i++)
-    mark_lost(l->snap[i]);
+    pg__live_mark_lost(l->snap[i]);
   for (i = 0; i < n; i++)
     close_comm(l->snap[i], false, PG_ERR_PEER_LOST);
   if (world) {
@@ -815,7 +551,9 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   struct pg_recover_info local;
   struct pg__live_formed f;
   struct pg__live_join j;
-  struct pg__live *l = g ? g->live : NULL;
+  struct pg__live *l = g ? PG__LIVE_WORLD(g) : NULL;
+  const struct pg__rebuild *rb;
+  size_t k, nrb;
   double t0 = pg__now(), t1;
   uint64_t old_gen;
   int old_rank, old_world, err, i;
@@ -832,8 +570,9 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
                     : "the group is not in live mode (" WORKER_ENV_RECOVERY
                       "=" WORKER_RECOVERY_LIVE ")");
   close_family(g, l, !can_shrink(g));
-  for (i = 0; i < (int)l->nreducers; i++)
-    pg__reducer_abandon(l->reducers[i]);
+  rb = pg__rebuild_list(g, &nrb);
+  for (k = 0; k < nrb; k++)
+    rb[k].ops->abandon(rb[k].obj);
   queue_hold(g);
   if (can_shrink(g)) {
     if (g->comm->ops->revoke && g->failed)
@@ -866,7 +605,7 @@ int pg_recover(pg_group *g, struct pg_recover_info *info)
   t1 = pg__now();
   info->rebuild_s = t1 - t0;
   if (err) {
-    err = pg__fail(peer_caused(err) ? PG_ERR_PEER_LOST : err,
+    err = pg__fail(pg__live_peer_caused(err) ? PG_ERR_PEER_LOST : err,
                    "generation %" PRIu64 ": rebuilding the communicator "
                    "failed: %s", l->gen, pg_last_error());
     queue_release(g, err);
@@ -919,7 +658,7 @@ int pg_membership_poll(pg_group *g, bool *pending)
   if (!g || !pending)
     return pg__fail(-EINVAL, "pg_membership_poll: NULL argument");
   *pending = false;
-  l = g->is_sub ? NULL : g->live;
+  l = g->is_sub ? NULL : PG__LIVE_WORLD(g);
   if (!l)
     return 0;
   newest = round_now(l);
@@ -935,41 +674,4 @@ int pg_membership_poll(pg_group *g, bool *pending)
   if (!err)
     *pending = newest > l->round;
   return err;
-}
-
-uint64_t pg__live_generation(const pg_group *g)
-{
-  struct pg__live *l = pg__live_of(g);
-
-  return l ? l->gen : 0;
-}
-
-bool pg__live_create_alone(const pg_group *g)
-{
-  return !g->is_sub && g->live && g->live->joined_running && g->live->fresh;
-}
-
-bool pg__live_unregistered(const pg_group *g)
-{
-  return !g->is_sub && g->live && g->live->fresh;
-}
-
-bool pg_live(const pg_group *g)
-{
-  return pg__live_of(g) != NULL;
-}
-
-bool pg_joined_running(const pg_group *g)
-{
-  struct pg__live *l = pg__live_of(g);
-
-  return l && l->joined_running;
-}
-
-bool pg_rank_is_new(const pg_group *g, int rank)
-{
-  const struct pg__live *l = g && !g->is_sub ? g->live : NULL;
-
-  return l && l->is_new && rank >= 0 && rank < l->is_new_n &&
-         l->is_new[rank];
 }

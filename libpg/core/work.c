@@ -9,11 +9,11 @@
 #include <time.h>
 
 #include "group.h"
-#include "live.h"
 
 /* Runs w and records the outcome; called with g->mu NOT held. */
 static void execute(pg_group *g, struct pg_work *w)
 {
+  const struct pg__hooks *h;
   int failed, err;
 
   pthread_mutex_lock(&g->mu);
@@ -23,9 +23,9 @@ static void execute(pg_group *g, struct pg_work *w)
                           "group failed (%s): the group is unusable",
                           pg_err_name(failed))
                : pg__composed_run(g, w);
-  err = pg__live_peer_err(g, err);
-  if (err == PG_ERR_PEER_LOST)
-    pg__live_lost(g);
+  err = pg__group_op_err(g, err);
+  if (err == PG_ERR_PEER_LOST && (h = pg__hooks_of(g)))
+    h->lost(g);
   pthread_mutex_lock(&g->mu);
   if (err && !w->why)
     w->why = strdup(pg_last_error());
@@ -103,12 +103,12 @@ static int submit_stream(pg_group *g, const struct pg_work *proto,
   f = err ? NULL : c->ops->take_fence(c);
   pthread_mutex_unlock(&g->mu);
   if (err)
-    return pg__live_peer_err(g, err);
+    return pg__group_op_err(g, err);
   if (!out) {
     if (f)
       err = c->ops->fence_wait(f, proto->kind == W_BARRIER, -1);
     c->ops->fence_free(f);
-    return pg__live_peer_err(g, err);
+    return pg__group_op_err(g, err);
   }
   w = calloc(1, sizeof *w);
   if (!w) {
@@ -154,20 +154,14 @@ static int batch_add(pg_group *g, const struct pg_work *proto)
 int pg__work_submit(pg_group *g, const struct pg_work *proto,
                     pg_work **out)
 {
+  const struct pg__hooks *h;
   struct pg_work *w;
   int err = pg__work_check(g, proto);
 
   if (err)
     return err;
-  if (pg__live_stale(g))
-    return pg__fail(PG_ESTALE_GROUP, "this sub-group was made in live "
-                    "generation %llu; the group is in generation %llu now: "
-                    "destroy the sub-group and make it again",
-                    (unsigned long long)g->gen,
-                    (unsigned long long)pg__live_generation(g));
-  if (!g->comm && g->size > 1 && pg__live_of(g))
-    return pg__fail(PG_ERR_PEER_LOST, "the group lost a member and has no "
-                    "communicator: call pg_recover");
+  if ((h = pg__hooks_of(g)) && (err = h->refuse(g, NULL)))
+    return err;
   if (g->grouping && out)
     return pg__fail(-EINVAL, "between pg_group_start and pg_group_end "
                     "issue pg_send/pg_recv (no work handles): "
@@ -220,7 +214,7 @@ int pg_work_test(pg_work *w, bool *done)
   if (w->fence) {
     r = w->g->comm->ops->fence_query(w->fence);
     *done = r != 0;
-    return r < 0 ? pg__live_peer_err(w->g, r) : 0;
+    return r < 0 ? pg__group_op_err(w->g, r) : 0;
   }
 
   pthread_mutex_lock(&w->g->mu);
@@ -239,7 +233,7 @@ int pg_work_wait(pg_work *w, double timeout)
   int r;
 
   if (w->fence)
-    return pg__live_peer_err(g, g->comm->ops->fence_wait(w->fence, false,
+    return pg__group_op_err(g, g->comm->ops->fence_wait(w->fence, false,
                                                          timeout));
   pthread_mutex_lock(&g->mu);
   while (!w->done) {
@@ -267,7 +261,7 @@ int pg_work_wait(pg_work *w, double timeout)
 int pg_work_synchronize(pg_work *w, double timeout)
 {
   if (w && w->fence)
-    return pg__live_peer_err(w->g, w->g->comm->ops->fence_wait(w->fence,
+    return pg__group_op_err(w->g, w->g->comm->ops->fence_wait(w->fence,
                                                                true,
                                                                timeout));
   return w ? pg_work_wait(w, timeout)

@@ -1,8 +1,10 @@
 /* group.h -- a group's state and one operation's description, shared by
  * the files that make up a group (nothing here is installed):
  *
- *   group.c       pg_init/pg_destroy: options and environment, the store,
- *                 the choice of backend (pg__group_create_comm)
+ *   group.c       a group's making and end (pg_init/pg_destroy are
+ *                 init.c's): options and environment, the store, the
+ *                 choice of backend (pg__group_create_comm), the rebuild
+ *                 registry (hooks.h)
  *   topo.c        which ranks share a host (struct pg__topo)
  *   work.c        the work queue and progress thread: every operation runs
  *                 in issue order, on the thread or inline (pg__work_submit);
@@ -28,6 +30,7 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "hooks.h"
 #include "pg_internal.h"
 
 enum work_kind {
@@ -86,12 +89,17 @@ struct pg_group {
   char launch_addr[256];        /* MASTER_ADDR derived from srun's env */
   char master_addr[256];        /* rank 0's address, as resolved */
   struct pg__token token;       /* the job token (auth.h); len 0: none */
-  /* Live recovery (live.h): the world group's state in live mode (NULL
-   * otherwise); a sub-group's world and the world's generation when it
-   * was made (older: every op fails with PG_ESTALE_GROUP). */
-  struct pg__live *live;
+  /* Note [floors] (hooks.h): the world group's hooks and the state of
+   * the mode that attached them (NULL, NULL: a plain group); a
+   * sub-group's world, and the mark its world's hooks put on it at its
+   * creation (live: the generation it was made in). */
+  const struct pg__hooks *hooks;
+  void *upper;
   struct pg_group *world;
   uint64_t gen;
+  /* The rebuild registry (hooks.h): the world group's. */
+  struct pg__rebuild *rebuild;
+  size_t nrebuild;
 
   pthread_mutex_t mu;
   pthread_cond_t queued;        /* work was queued, or stop */
@@ -115,6 +123,23 @@ static inline bool pg__group_stream_ordered(const pg_group *g)
   return g->comm && g->comm->ops->take_fence;
 }
 
+/* The hooks of g's world (NULL: none, or a sub-group destroyed after its
+ * world). */
+static inline const struct pg__hooks *pg__hooks_of(const pg_group *g)
+{
+  const pg_group *w = g->is_sub ? g->world : g;
+
+  return w ? w->hooks : NULL;
+}
+
+/* The error an operation of g ends with (hooks.h, op_err). */
+static inline int pg__group_op_err(const pg_group *g, int err)
+{
+  const struct pg__hooks *h = err ? pg__hooks_of(g) : NULL;
+
+  return h ? h->op_err(g, err) : err;
+}
+
 /* Whether two byte ranges share a byte (empty ranges share none). */
 static inline bool pg__group_overlap(const void *a, size_t alen,
                                      const void *b, size_t blen)
@@ -125,7 +150,24 @@ static inline bool pg__group_overlap(const void *a, size_t alen,
 }
 
 /* ---- group.c ---------------------------------------------------------------
- * Sets up g->comm for g's members (g->all_ranks, made 0..size-1 for the
+ * pg_init's parts (init.c): start makes the group from the options and
+ * the environment and starts its progress thread (*out NULL on an error,
+ * everything undone); setup then gives it its store, topology and
+ * communicator, the plain way (a mode above the core may do its own
+ * instead).  An error from setup leaves g for pg__group_setup_failed.
+ * destroy is pg_destroy's body. */
+struct pg__group_init {
+  const char *addr;     /* MASTER_ADDR (NULL: none, a group of one) */
+  int port;
+  pg_backend be;
+  int local_rank;
+};
+PG__HIDDEN int pg__group_start(const struct pg_options *o,
+                               struct pg__group_init *in, pg_group **out);
+PG__HIDDEN int pg__group_setup(pg_group *g, const struct pg_options *o,
+                               const struct pg__group_init *in);
+PG__HIDDEN void pg__group_destroy(pg_group *g);
+/* Sets up g->comm for g's members (g->all_ranks, made 0..size-1 for the
  * world when NULL): NCCL (split from g->split_from when set), shared
  * memory when the members share one host, TCP when each is on a host of
  * its own, hierarchical otherwise; names g->backend.  Collective over the

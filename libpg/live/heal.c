@@ -1,6 +1,8 @@
-/* state.c -- the heal: every registered buffer, and every reducer's
- * bucket layout, sent from one surviving rank to every rank of a new
- * generation (live.h).
+/* heal.c -- the heal: every registered buffer, and every entry of the
+ * core's rebuild registry (each reducer's bucket layout, core/hooks.h),
+ * sent from one surviving rank to every rank of a new generation
+ * (live.h).  What an entry's state is and how it is taken is the entry's
+ * own (the reducer's, ddp/reducer.c): the heal carries it.
  *
  * Note [heal]: collective over the generation, in this order: a header
  * (how many reducers and buffers, their sizes) so that a mismatch is
@@ -84,7 +86,7 @@ static int state_hash(pg_group *g, const struct pg_state_buf *b, size_t n,
  * every rank checks the source's against its own. */
 static int heal_header(pg_group *g, int source,
                        const struct pg_state_buf *b, size_t nb,
-                       struct pg_reducer *const *r, size_t nr)
+                       const struct pg__rebuild *r, size_t nr)
 {
   int64_t counts[2] = { (int64_t)nr, (int64_t)nb }, *sizes;
   size_t i;
@@ -102,38 +104,39 @@ static int heal_header(pg_group *g, int source,
   for (i = 0; i < nb; i++)
     sizes[i] = (int64_t)b[i].bytes;
   for (i = 0; i < nr; i++)
-    sizes[nb + i] = (int64_t)pg__reducer_params(r[i]);
+    sizes[nb + i] = (int64_t)r[i].ops->params(r[i].obj);
   err = bcast_i64(g, sizes, nb + nr, source);
   for (i = 0; i < nb + nr && !err; i++)
     if (sizes[i] != (int64_t)(i < nb ? b[i].bytes
-                                     : pg__reducer_params(r[i - nb])))
+                                     : r[i - nb].ops->params(r[i - nb].obj)))
       err = pg__fail(-EPROTO, "the heal: rank %d's %s %zu has %lld %s, "
                      "this rank's %zu", source, i < nb ? "state buffer"
                      : "reducer", i < nb ? i : i - nb, (long long)sizes[i],
                      i < nb ? "bytes" : "parameters",
-                     i < nb ? b[i].bytes : pg__reducer_params(r[i - nb]));
+                     i < nb ? b[i].bytes
+                            : r[i - nb].ops->params(r[i - nb].obj));
   free(sizes);
   return err;
 }
 
 static int heal_reducers(pg_group *g, int source,
-                         struct pg_reducer *const *r, size_t nr)
+                         const struct pg__rebuild *r, size_t nr)
 {
   size_t i, k;
   int64_t *wire;
   int err = 0;
 
   for (i = 0; i < nr && !err; i++) {
-    k = PG__REDUCER_SYNC_HDR + pg__reducer_params(r[i]);
+    k = r[i].ops->wire_len(r[i].obj);
     wire = malloc(k * sizeof *wire);
     if (!wire)
       return pg__fail(-ENOMEM, "out of memory for the heal");
-    pg__reducer_sync_get(r[i], wire);
+    r[i].ops->get(r[i].obj, wire);
     err = bcast_i64(g, wire, k, source);
     /* The source too: its gradients are zeroed like everyone's (Note
      * [reducer after recovery], reducer.c). */
     if (!err)
-      err = pg__reducer_sync_set(r[i], wire);
+      err = r[i].ops->set(r[i].obj, wire);
     free(wire);
   }
   return err;
@@ -142,7 +145,7 @@ static int heal_reducers(pg_group *g, int source,
 int pg__live_heal(pg_group *g, int source, bool *valid)
 {
   const struct pg_state_buf *b;
-  struct pg_reducer *const *r;
+  const struct pg__rebuild *r;
   uint64_t mine, *all = NULL;
   size_t nb, nr, i, off, len;
   bool still_valid;
@@ -160,7 +163,8 @@ int pg__live_heal(pg_group *g, int source, bool *valid)
                     pg__live_generation(g));
   }
 
-  pg__live_registered(g, &b, &nb, &r, &nr);
+  pg__live_registered(g, &b, &nb);
+  r = pg__rebuild_list(g, &nr);
   if ((err = heal_header(g, source, b, nb, r, nr)) ||
       (err = heal_reducers(g, source, r, nr)))
     return err;
