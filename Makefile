@@ -58,14 +58,22 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
             -Wno-format-truncation
 CPPFLAGS += -D_GNU_SOURCE
 # Layering: each folder sees its own headers and those of the layers it is
-# built on (util <- proto <- rdzvd <- launcher; libpg: libpg and util,
-# Note [libpg's own copies]; examples: pg.h only).  `make check-layers`
-# checks that the archives keep to it.
+# built on (util <- proto <- rdzvd <- launcher; libpg: libpg, worker and
+# util, Note [libpg's own copies]; examples: pg.h only).  Inside libpg the
+# same holds for its floors (Note [floors] in libpg/core/hooks.h): core
+# (with the backends cpu/ and nccl/) <- ddp <- live <- init.c.  `make
+# check-layers` checks that the archives and objects keep to it.
+# proto/worker is the worker contract (worker_contract.h): part of the
+# proto layer, and compiled into libpg too.
 INC_util     := -Iproto/util
-INC_proto    := -Iproto $(INC_util)
+INC_worker   := -Iproto/worker
+INC_proto    := -Iproto $(INC_worker) $(INC_util)
 INC_rdzvd    := -Irdzvd $(INC_proto)
 INC_launcher := -Ilauncher $(INC_rdzvd)
-INC_libpg    := -Ilibpg/include -Ilibpg $(INC_util)
+INC_pg_core  := -Ilibpg/include -Ilibpg/core $(INC_worker) $(INC_util)
+INC_pg_ddp   := -Ilibpg/ddp $(INC_pg_core)
+INC_pg_live  := -Ilibpg/live $(INC_pg_ddp)
+INC_libpg    := -Ilibpg $(INC_pg_live)
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SANFLAGS) \
             $(shell pkg-config --cflags $(PKGS))
 LDFLAGS  += $(SANFLAGS)
@@ -82,7 +90,7 @@ CPPFLAGS += -DCDRUN_VERSION='"$(VERSION)"'
 # every .c in a layer's folder is built into its archive (but the mains).
 LAYERS       := util proto rdzvd launcher
 util_SRC     := $(wildcard proto/util/*.c)
-proto_SRC    := $(wildcard proto/*.c)
+proto_SRC    := $(wildcard proto/*.c proto/worker/*.c)
 rdzvd_SRC    := $(filter-out rdzvd/main.c, $(wildcard rdzvd/*.c))
 launcher_SRC := $(filter-out launcher/main.c launcher/cjson_dl.c, \
                 $(wildcard launcher/*.c))
@@ -94,6 +102,9 @@ LAYER_LIBS   := $(launcher_LIB) $(rdzvd_LIB) $(proto_LIB) $(util_LIB)
 $(util_OBJ): CPPFLAGS += $(INC_util)
 $(proto_OBJ): CPPFLAGS += $(INC_proto)
 $(OUT)/rdzvd/%.o: CPPFLAGS += $(INC_rdzvd)
+# rdzvd/live_store.c loads libpg.so and types its calls by pg.h, libpg's
+# installed public header; it links nothing of libpg's.
+$(OUT)/rdzvd/live_store.o: CPPFLAGS += -Ilibpg/include
 $(OUT)/launcher/%.o: CPPFLAGS += $(INC_launcher)
 $(OUT)/examples/%.o: CPPFLAGS += -Ilibpg/include
 $(OUT)/tests/%.o: CPPFLAGS += $(INC_launcher) $(INC_libpg)
@@ -132,22 +143,34 @@ endif
 # copy of each rule, built twice.  Like every internal symbol of libpg
 # they are hidden (-fvisibility=hidden): libpg.so exports only pg_* names,
 # which scripts/check-layers.sh checks.  libpg keeps its own only where
-# the shape differs: the store's table (store_table.h) and its deadline
-# heap (store_server.c).
-PG_UTIL_SRC := proto/util/num.c proto/util/sha256.c proto/util/hashtab.c
+# the shape differs: the store's table (store_table.h).  The store
+# server's deadlines are util's timer heap (timer_heap.h).  So is the
+# worker contract's round file parser (proto/worker/round_file.h): cdrun
+# writes what libpg reads, one grammar.
+PG_UTIL_SRC := proto/util/num.c proto/util/sha256.c proto/util/hashtab.c \
+               proto/util/timer_heap.c proto/worker/round_file.c
 LIBDIR   := $(if $(filter build/release,$(OUT)),lib,$(OUT)/lib)
-PG_SRC   := $(wildcard libpg/*.c libpg/cpu/*.c) $(PG_NCCL_SRC) $(PG_UTIL_SRC)
+PG_SRC   := $(wildcard libpg/*.c libpg/core/*.c libpg/ddp/*.c libpg/live/*.c \
+              libpg/cpu/*.c) $(PG_NCCL_SRC) $(PG_UTIL_SRC)
 PG_OBJ   := $(PG_SRC:%.c=$(OUT)/pic/%.o)
 PG_LIBS  := -lpthread -lrt -lm $(PG_NCCL_LIBS)
-PG_CFLAGS := -fPIC -fvisibility=hidden $(INC_libpg)
+PG_CFLAGS := -fPIC -fvisibility=hidden
+# Each floor's objects see their floor's headers and those below only.
+PG_INC   := $(INC_util)
+$(OUT)/pic/libpg/core/%.o $(OUT)/pic/libpg/cpu/%.o \
+$(OUT)/pic/libpg/nccl/%.o: PG_INC := $(INC_pg_core)
+$(OUT)/pic/libpg/ddp/%.o: PG_INC := $(INC_pg_ddp)
+$(OUT)/pic/libpg/live/%.o: PG_INC := $(INC_pg_live)
+$(OUT)/pic/libpg/init.o: PG_INC := $(INC_libpg)
 
 $(OUT)/pic/libpg/nccl/%.o: libpg/nccl/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_NCCL_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_INC) $(PG_NCCL_CFLAGS) \
+	    -MMD -MP -c $< -o $@
 
 $(OUT)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PG_CFLAGS) $(PG_INC) -MMD -MP -c $< -o $@
 
 $(LIBDIR)/libpg.a: $(PG_OBJ)
 	@mkdir -p $(dir $@)
@@ -324,20 +347,24 @@ integ: all $(HELPER_BIN) $(FAKE_BINS)
 # A header is compiled as its own translation unit with its layer's -I
 # (libpg's with libpg's); a stamp per header keeps the check incremental.
 HDR_util     := $(wildcard proto/util/*.h)
-HDR_proto    := $(wildcard proto/*.h)
+HDR_proto    := $(wildcard proto/*.h proto/worker/*.h)
 HDR_rdzvd    := $(wildcard rdzvd/*.h)
 HDR_launcher := $(wildcard launcher/*.h)
-HDR_libpg    := $(wildcard libpg/include/*.h libpg/*.h libpg/cpu/*.h)
+HDR_pg_core  := $(wildcard libpg/include/*.h libpg/core/*.h libpg/cpu/*.h)
+HDR_pg_ddp   := $(wildcard libpg/ddp/*.h)
+HDR_pg_live  := $(wildcard libpg/live/*.h)
+HDR_libpg    := $(wildcard libpg/*.h)
 # The NCCL backend's headers need CUDA's and NCCL's (PG_NCCL_CFLAGS): they
 # are checked wherever that backend is built (the fake's CI included).
 ifeq ($(WITH_NCCL),1)
 HDR_nccl     := $(wildcard libpg/nccl/*.h)
-HDR_libpg    += $(HDR_nccl)
+HDR_pg_core  += $(HDR_nccl)
 endif
-HDR_OK := $(foreach l,$(LAYERS) libpg,$(HDR_$(l):%=$(OUT)/hdr/%.ok))
-$(foreach l,$(LAYERS) libpg,$(eval \
+HDR_SETS := $(LAYERS) pg_core pg_ddp pg_live libpg
+HDR_OK := $(foreach l,$(HDR_SETS),$(HDR_$(l):%=$(OUT)/hdr/%.ok))
+$(foreach l,$(HDR_SETS),$(eval \
   $$(HDR_$(l):%=$$(OUT)/hdr/%.ok): HDR_INC := $$(INC_$(l))))
-$(HDR_nccl:%=$(OUT)/hdr/%.ok): HDR_INC := $(INC_libpg) $(PG_NCCL_CFLAGS)
+$(HDR_nccl:%=$(OUT)/hdr/%.ok): HDR_INC := $(INC_pg_core) $(PG_NCCL_CFLAGS)
 $(OUT)/hdr/%.ok: %
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(HDR_INC) $(CFLAGS) -fsyntax-only -MMD -MP \
@@ -384,7 +411,8 @@ install: all
 	chmod 644 $(DESTDIR)$(SYSTEMD_UNITDIR)/rdzvd.service
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions && $(BINDIR)/cdrun --print-completion bash >$(DESTDIR)$(PREFIX)/share/bash-completion/completions/cdrun
 
-# Coverage-guided fuzzing of everything that parses network input (clang's
+# Coverage-guided fuzzing of everything that parses network input, and of
+# the round file's parser that every live worker runs (clang's
 # libFuzzer).  `make fuzz FUZZ_SECS=60`; the corpus grows in build/fuzz/.
 # Each target links the archives of the layers that face the network
 # (rdzvd and below) and libpg's, built by clang with the fuzzer's coverage

@@ -38,8 +38,9 @@
 #include <stddef.h>
 
 #include "rdzv.h"
+#include "worker_contract.h"
 
-#define JOBTOKEN_VAR "CDRUN_JOB_TOKEN"
+#define JOBTOKEN_VAR WORKER_ENV_JOB_TOKEN   /* worker_contract.h */
 #define JOBTOKEN_HEX 64
 #define JOBTOKEN_NONCE_HEX 32   /* a run nonce (rdzv.h's run_nonce) */
 

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,22 +15,12 @@ bool live_handshake_opted_in(const char *path)
   return path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int live_handshake_round_line(const struct live_round *r, char *buf,
-                              size_t len)
-{
-  int n = snprintf(buf, len, "round=%d world=%d rank_offset=%d "
-                   "local_world=%d\n", r->round, r->world, r->rank_offset,
-                   r->local_world);
-
-  return n < 0 || (size_t)n >= len ? -ENOSPC : n;
-}
-
 int live_handshake_write_round(const char *path, const struct live_round *r)
 {
-  char tmp[4096], line[128];
+  char tmp[4096], line[ROUND_FILE_MAX];
   int fd, n, err = 0;
 
-  n = live_handshake_round_line(r, line, sizeof line);
+  n = round_file_line(r, line, sizeof line);
   if (n < 0)
     return n;
   if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
@@ -48,19 +37,4 @@ int live_handshake_write_round(const char *path, const struct live_round *r)
   if (err)
     unlink(tmp);
   return err;
-}
-
-int live_handshake_parse_round(const char *line, struct live_round *r)
-{
-  struct live_round v;
-  int end = -1;
-
-  if (sscanf(line, "round=%d world=%d rank_offset=%d local_world=%d\n%n",
-             &v.round, &v.world, &v.rank_offset, &v.local_world, &end) != 4
-      || end < 0 || line[end] != '\0' || v.round < 0 || v.world < 1 ||
-      v.rank_offset < 0 || v.local_world < 1 ||
-      v.rank_offset > v.world - v.local_world)
-    return -EINVAL;
-  *r = v;
-  return 0;
 }

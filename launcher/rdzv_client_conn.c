@@ -13,7 +13,7 @@
 
 #include "rdzv_rules.h"
 #include "monotime.h"
-#include "rp_frames.h"
+#include "rdzv_proto_frames.h"
 #include "say.h"
 
 #define READ_CHUNK 65536
@@ -168,7 +168,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
   c->last_rx = monotime_now();
   c->len += (size_t)nread;
   c->rx_bytes += (size_t)nread;
-  used = rp_frames_read(c->buf, c->len, 0, on_frame, c, err, sizeof err);
+  used = rdzv_proto_frames_read(c->buf, c->len, 0, on_frame, c, err,
+                                sizeof err);
   if (used < 0) {
     rdzv_client__close_tcp(c);
     if (!c->spoke && !c->ever_spoke) {

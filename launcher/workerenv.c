@@ -1,9 +1,12 @@
-/* workerenv.c -- builds a worker's environment block. */
+/* workerenv.c -- builds a worker's environment block: torchrun's
+ * variables and the worker contract's CDRUN_* ones (worker_contract.h). */
 #include "workerenv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "worker_contract.h"
 
 /* The names the agent owns; an inherited value of any of these is
  * replaced.  The three "inherit if set" ones are handled separately. */
@@ -13,8 +16,8 @@ static const char *const owned[] = {
   "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
   "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
   "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "NODE_RANK",
-  "CDRUN_RECOVERY", "CDRUN_LIVE_OPT_IN", "CDRUN_LIVE_STORE",
-  "CDRUN_LIVE_ROUND_FILE", "CDRUN_WORKER_RESTARTS",
+  WORKER_ENV_RECOVERY, WORKER_ENV_LIVE_OPT_IN, WORKER_ENV_LIVE_STORE,
+  WORKER_ENV_LIVE_ROUND_FILE, WORKER_ENV_WORKER_RESTARTS,
   NULL,
 };
 
@@ -45,8 +48,8 @@ static bool is_owned(const char *entry, const struct worker_env *w)
   /* These are ours only when we set them. */
   return (w->virtual_local_rank && name_is(entry, "CUDA_VISIBLE_DEVICES")) ||
          (w->timer_file && name_is(entry, "TORCHELASTIC_TIMER_FILE")) ||
-         (w->heartbeat_file && name_is(entry, "CDRUN_HEARTBEAT_FILE")) ||
-         (w->job_token && name_is(entry, "CDRUN_JOB_TOKEN"));
+         (w->heartbeat_file && name_is(entry, WORKER_ENV_HEARTBEAT_FILE)) ||
+         (w->job_token && name_is(entry, WORKER_ENV_JOB_TOKEN));
 }
 
 /* The local_rank-th entry of a CUDA_VISIBLE_DEVICES list ("4,5,GPU-ab"),
@@ -152,16 +155,17 @@ char **workerenv_build(char *const *base, const struct worker_env *w)
   if (w->timer_file)
     bad |= add(env, &n, "TORCHELASTIC_TIMER_FILE", w->timer_file);
   if (w->heartbeat_file)
-    bad |= add(env, &n, "CDRUN_HEARTBEAT_FILE", w->heartbeat_file);
+    bad |= add(env, &n, WORKER_ENV_HEARTBEAT_FILE, w->heartbeat_file);
   /* The job's secret for libpg's store and mesh (jobtoken.h). */
   if (w->job_token)
-    bad |= add(env, &n, "CDRUN_JOB_TOKEN", w->job_token);
+    bad |= add(env, &n, WORKER_ENV_JOB_TOKEN, w->job_token);
   if (w->live) {
-    bad |= add(env, &n, "CDRUN_RECOVERY", "live");
-    bad |= add(env, &n, "CDRUN_LIVE_OPT_IN", w->live_opt_in);
-    bad |= add(env, &n, "CDRUN_LIVE_STORE", w->live_store);
-    bad |= add(env, &n, "CDRUN_LIVE_ROUND_FILE", w->live_round_file);
-    bad |= add_int(env, &n, "CDRUN_WORKER_RESTARTS", w->worker_restarts);
+    bad |= add(env, &n, WORKER_ENV_RECOVERY, WORKER_RECOVERY_LIVE);
+    bad |= add(env, &n, WORKER_ENV_LIVE_OPT_IN, w->live_opt_in);
+    bad |= add(env, &n, WORKER_ENV_LIVE_STORE, w->live_store);
+    bad |= add(env, &n, WORKER_ENV_LIVE_ROUND_FILE, w->live_round_file);
+    bad |= add_int(env, &n, WORKER_ENV_WORKER_RESTARTS,
+                   w->worker_restarts);
   }
   if (bad)
     goto fail_free_env;

@@ -1,5 +1,7 @@
 /* workerenv.h -- the environment each worker gets: the agent's own, plus
- * torchrun's variables (shared/reference/torchrun.md §1.2). */
+ * torchrun's variables (shared/reference/torchrun.md §1.2) and cdrun's
+ * CDRUN_* ones, whose names and meanings are the worker contract's
+ * (proto/worker/worker_contract.h). */
 #ifndef CDRUN_WORKERENV_H
 #define CDRUN_WORKERENV_H
 

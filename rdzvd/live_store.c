@@ -11,21 +11,21 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "pg.h"
 
-/* libpg's pg.h, the two calls used: cdrun does not see libpg's headers
- * (the layers: make check-layers). */
-typedef int (*server_start_fn)(const char *addr, int *port,
-                               const char *token, void **out);
-typedef void (*server_stop_fn)(void *s);
-typedef const char *(*last_error_fn)(void);
+/* libpg's calls, named and typed by its public header (this object alone
+ * sees libpg/include: the Makefile).  __typeof__ and # name no symbol, so
+ * the archive needs none of libpg's (make check-layers): dlsym finds
+ * them in the libpg.so loaded. */
+#define LIBPG_SYM(h, name) ((__typeof__(name) *)dlsym(h, #name))
 
 struct live_store {
-  void *server;
+  pg_store_server *server;
 };
 
-static server_start_fn server_start;
-static server_stop_fn server_stop;
-static last_error_fn last_error;
+static __typeof__(pg_store_server_start_auth) *server_start;
+static __typeof__(pg_store_server_stop) *server_stop;
+static __typeof__(pg_last_error) *last_error;
 
 /* <dir of /proc/self/exe>/../lib/libpg.so, or "" when unknown. */
 static void beside_binary(char *path, size_t len)
@@ -66,9 +66,9 @@ static int load(char *err, size_t errlen)
                    "live recovery needs libpg.so (looked for %s, then the "
                    "loader's path): %s%s", path[0] ? path : "?", first,
                    dlerror());
-  server_start = (server_start_fn)dlsym(h, "pg_store_server_start_auth");
-  server_stop = (server_stop_fn)dlsym(h, "pg_store_server_stop");
-  last_error = (last_error_fn)dlsym(h, "pg_last_error");
+  server_start = LIBPG_SYM(h, pg_store_server_start_auth);
+  server_stop = LIBPG_SYM(h, pg_store_server_stop);
+  last_error = LIBPG_SYM(h, pg_last_error);
   if (!server_start || !server_stop) {
     server_start = NULL;
     dlclose(h);

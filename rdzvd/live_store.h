@@ -3,7 +3,8 @@
  * so that it outlives every worker; workers find it in CDRUN_LIVE_STORE.
  * rdzvd serves one per live job (live_stores.h, Note [live store in
  * rdzvd]); with another back end the agent of node rank 0 serves it on
- * MASTER_PORT + LIVE_STORE_PORT_OFFSET (launcher/live_agent.c).
+ * MASTER_PORT + LIVE_STORE_PORT_OFFSET (launcher/live_agent.c, Note [live
+ * store port] in proto/worker/worker_contract.h).
  *
  * Neither binary links libpg: restart mode never pays for it (launch
  * time, RSS).  live_store_start loads libpg.so with dlopen the first
@@ -15,14 +16,9 @@
 
 #include <stddef.h>
 
-/* Note [live store port]: the store's port is MASTER_PORT + 2, not + 1.
- * Linux gives bind(0) odd ports and connect() even ones, so the MASTER_PORT
- * cdrun reserves is odd and the port after it is in every outgoing
- * connection's pool: on a busy host each even port holds some
- * connection's TIME_WAIT, which keeps a listener off it for a minute
- * (a loaded test machine had none of 200 free).  + 2 is odd like
- * MASTER_PORT; cdrun reserves both from the start (launcher/main.c). */
-#define LIVE_STORE_PORT_OFFSET 2
+/* LIVE_STORE_PORT_OFFSET, the port node rank 0's agent serves it on, is
+ * the worker contract's: Note [live store port] in worker_contract.h. */
+#include "worker_contract.h"
 
 struct live_store;
 

@@ -11,8 +11,8 @@
  *  - a JOIN says conf.live; each round of the job carries
  *    live_store_port, a store on the daemon's address (--host) at a port
  *    of its own, served with the round's job token;
- *  - that token leaves the master endpoint out (rdzv_state.c,
- *    complete_round), so it stays when node 0 is lost, and the store with
+ *  - that token leaves the master endpoint out (rdzv_round.c,
+ *    rdzv_round_complete), so it stays when node 0 is lost, and the store with
  *    it: only a restart (a new restart count) gives a new token, and a
  *    new store;
  *  - the agents give the workers CDRUN_LIVE_STORE = the rendezvous

@@ -1,5 +1,6 @@
 /* rdzv_reply.h -- how the rendezvous state machine's files (rdzv_state.c,
- * rdzv_resume.c, kv_store.c) answer a connection: one message, a text
+ * rdzv_round.c, rdzv_join.c, rdzv_failure.c, rdzv_resume.c, kv_store.c)
+ * answer a connection: one message, a text
  * message (RESTART, CLOSED, ERROR), or an ERROR that refuses a request.
  *
  * Pure: every message goes to the injected sink (rdzv_state.h, struct

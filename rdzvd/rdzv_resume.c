@@ -1,8 +1,8 @@
 /* rdzv_resume.c -- the registry as soft state (rdzv_state.h, Note [soft
  * state]): RESUME after a reconnect, and a job rebuilt from the nodes'
  * re-assertions after the daemon restarted, with its grace period.  The
- * state machine's own file (rdzv_state.c) holds the jobs, rounds and
- * nodes this acts on. */
+ * state machine's other files (rdzv_state.c, rdzv_round.c, rdzv_join.c)
+ * hold the jobs, rounds and nodes this acts on. */
 #include "rdzv_state_int.h"
 
 #include <errno.h>
@@ -142,13 +142,13 @@ static void rebuild_done(struct rdzv_state *r, struct job *job, double now)
   rdzv_state__log(r, "job %s: round %d rebuilt: all %d nodes re-asserted it",
                   job->id, job->round, job->rebuild_size);
   for (b = job->barriers; b; b = b->next)
-    rdzv_state__barrier_check(r, job, b);
+    rdzv_round_barrier_check(r, job, b);
   if (job->conf.live && r->live.serve && !job->rebuilt_exit &&
       job->phase == PH_RUNNING && !job->closing) {
     rdzv_state__log(r, "job %s: its live store went with the rendezvous' "
                     "restart: a new round, with a new one", job->id);
-    rdzv_state__start_round(r, job, now, "the rendezvous restarted: the "
-                            "job's live store is gone", NULL);
+    rdzv_round_start(r, job, now, "the rendezvous restarted: the "
+                     "job's live store is gone", NULL);
   }
 }
 
@@ -165,7 +165,7 @@ void rdzv_resume_expired(struct rdzv_state *r, struct job *job, double now)
                                             job->conf.keepalive_misses)));
   rdzv_state__log(r, "job %s: round %d: %s", job->id, job->round, text);
   job->resumed = false;        /* a new round: its nodes get new tokens */
-  rdzv_state__start_round(r, job, now, text, NULL);
+  rdzv_round_start(r, job, now, text, NULL);
 }
 
 /* The node of job that a's agent is, or NULL: same host and pid, and it
@@ -255,7 +255,7 @@ static int resume_gathering(struct rdzv_state *r, struct conn *c,
                job->round);
       rdzv_state__log(r, "job %s: %s: highest round wins", job->id, text);
       job->round = a->round.round - 1;
-      rdzv_state__start_round(r, job, now, text, NULL);
+      rdzv_round_start(r, job, now, text, NULL);
     }
   }
   if (prev) {
@@ -266,12 +266,12 @@ static int resume_gathering(struct rdzv_state *r, struct conn *c,
     rdzv_state__describe(prev, d, sizeof d);
     rdzv_state__log(r, "job %s: %s reconnected while gathering: its old "
                     "connection is superseded", job->id, d);
-    rdzv_state__node_remove(r, prev, now, "superseded by its reconnection");
+    rdzv_round_node_remove(r, prev, now, "superseded by its reconnection");
     rdzv_state__conn_drop(r, old);
   }
   r->resume_hint = vouched ? a : NULL;
   r->resuming = vouched;        /* unproven: a plain join, a new run */
-  rc = rdzv_state__join_node(r, c, conn, &a->join, now, NULL);
+  rc = rdzv_join_node(r, c, conn, &a->join, now, NULL);
   r->resume_hint = NULL;
   if (rc == 0)
     metrics_reconnect(r->metrics);
@@ -292,9 +292,9 @@ static int reattach(struct rdzv_state *r, struct conn *c, void *conn,
 
   c = c ? c : rdzv_state__conn_get(r, conn, true);
   if (!c)
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
-                                   RDZV_PROTO_ERR_LIMIT, -ENOMEM,
-                                   "out of memory");
+    return rdzv_join_refuse(r, conn, NULL, now, NULL,
+                            RDZV_PROTO_ERR_LIMIT, -ENOMEM,
+                            "out of memory");
   if (n->c->conn) {             /* superseded: closed, node kept */
     struct conn *old = n->c;
 
@@ -362,9 +362,9 @@ static int rebuild_take(struct rdzv_state *r, struct job *job,
     void *conn = n->c->conn;
 
     rdzv_state__node_free(r, n);
-    return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
-                                   RDZV_PROTO_ERR_LIMIT, -ENOMEM,
-                                   "out of memory");
+    return rdzv_join_refuse(r, conn, NULL, now, NULL,
+                            RDZV_PROTO_ERR_LIMIT, -ENOMEM,
+                            "out of memory");
   }
   if (as->restart_count > job->restart_count) {
     rdzv_state__log(r, "job %s: adopts restart count %d re-asserted by %s (it "
@@ -424,7 +424,7 @@ static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
   /* A round no JOIN of this configuration could have made: rebuilt, it
    * would hold more participants than max_nodes. */
   if (as->group_world_size > a->join.conf.max_nodes)
-    return rdzv_state__refuse_join(
+    return rdzv_join_refuse(
         r, conn, NULL, now, NULL, RDZV_PROTO_ERR_BAD_REQUEST, -EINVAL,
         "bad resume: "
         "a round of %d nodes, but max_nodes is %d",
@@ -446,15 +446,15 @@ static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
                       "job %s: refused a resume from %.*s (pid %" PRId64 "): "
                       "%s", a->join.id, RDZV_PROTO_MAX_ADDR, a->join.host,
                       a->join.pid, p.why);
-      return rdzv_state__refuse_join(r, conn, NULL, now, NULL,
-                                     RDZV_PROTO_ERR_AUTH, -EACCES,
-                                     "resume refused: %s of job %s", p.why,
-                                     a->join.id);
+      return rdzv_join_refuse(r, conn, NULL, now, NULL,
+                              RDZV_PROTO_ERR_AUTH, -EACCES,
+                              "resume refused: %s of job %s", p.why,
+                              a->join.id);
     }
   }
   fresh = !job;
   n = NULL;
-  rc = rdzv_state__join_node(r, c, conn, &a->join, now, &n);
+  rc = rdzv_join_node(r, c, conn, &a->join, now, &n);
   if (rc || !n)
     return rc;
   job = n->job;
@@ -468,7 +468,7 @@ static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
       as->world_size == job->world_size &&
       !rank_holder(r, job, as->group_rank))
     return rebuild_take(r, job, n, a, d, now);
-  /* A closing job starts no round (rdzv_state__start_round), so a
+  /* A closing job starts no round (rdzv_round_start), so a
    * conflicting claim could not restart it and would leave its sender a
    * participant with no rank: the job went on without it. */
   if (job->rebuilding && !job->closing && as->round >= job->round) {
@@ -493,7 +493,7 @@ static int resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
     if (as->round > job->round)
       job->round = as->round;
     rdzv_state__node_set_state(job, n, NS_PART, false);
-    rdzv_state__start_round(r, job, now, text, NULL);
+    rdzv_round_start(r, job, now, text, NULL);
     return 0;
   }
   /* The job went on without this node: its workers stop, and it joins

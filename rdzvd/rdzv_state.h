@@ -10,8 +10,11 @@
  * caller (never dereferenced here).  One connection is one node of at most
  * one job.
  *
- * Files: rdzv_state.c (the machine: jobs, rounds, nodes, barriers),
- * rdzv_resume.c (soft state: RESUME and rebuilt jobs), kv_store.c (each
+ * Files: rdzv_state.c (the registry: jobs, nodes, connections, timers,
+ * the entry points), rdzv_round.c (rounds, barriers, lost nodes),
+ * rdzv_join.c (JOIN), rdzv_failure.c (FAILURE and the closing wait),
+ * rdzv_waiting.c (what gathering nodes hear), rdzv_tenant.c (a peer's
+ * share), rdzv_resume.c (soft state: RESUME and rebuilt jobs), kv_store.c (each
  * job's key-value store), status_render.c (the status report),
  * rdzv_reply.c (the answers they send), on rdzv_rules.c (the rules both
  * back ends share), hashtab.c and timer_heap.c; their shared types are in
@@ -29,7 +32,7 @@ struct cJSON;
 /* How the machine talks back.  No callback may call back into the state
  * machine (rdzv_state_*), not even to report that a connection died while
  * being written to: such closes are deferred until the entry point
- * returns (server.c, Note [deferred close]).  A re-entry aborts the
+ * returns (server_conn.c, Note [deferred close]).  A re-entry aborts the
  * process. */
 struct rdzv_state_sink {
   void *ctx;

@@ -1,8 +1,10 @@
 /* rdzv_state_int.h -- the rendezvous state machine's own types, shared by
- * its files (rdzv_state.c, the machine; rdzv_waiting.c, what gathering
- * nodes hear; rdzv_resume.c, its soft state;
+ * its files (rdzv_state.c, the registry and its entry points;
+ * rdzv_round.c, a job's rounds; rdzv_join.c, JOIN; rdzv_failure.c,
+ * FAILURE and the closing wait; rdzv_waiting.c, what gathering nodes
+ * hear; rdzv_resume.c, its soft state; rdzv_tenant.c, a peer's share;
  * kv_store.c, the jobs' stores; status_render.c, its status report) and
- * by nothing else. */
+ * by nothing else, and what crosses between them. */
 #ifndef RDZV_STATE_INT_H
 #define RDZV_STATE_INT_H
 
@@ -13,6 +15,7 @@
 
 #include "hashtab.h"
 #include "list.h"
+#include "rdzv_rules.h"
 #include "rdzv_state.h"
 #include "rdzv_token.h"
 #include "timer_heap.h"
@@ -189,7 +192,7 @@ struct job {
                                    the other participants' reports */
   bool closing_exhausted;       /* ... because no restart is left */
   /* The participant whose loss starts the round (its RESTART says so):
-   * set around start_round only. */
+   * set around rdzv_round_start only. */
   const char *lost_host, *lost_why;
   double closing_deadline;
   bool progress_dirty;
@@ -244,52 +247,95 @@ struct rdzv_state {
   char embedded_host[RDZV_PROTO_MAX_ADDR + 1];
 };
 
-/* status_render.c's: a phase's name, as status and metrics show it. */
-const char *status_render_phase_name(enum phase p);
+/* What crosses between the machine's files: each section is one file's,
+ * and declares only what the others call (the comments are at the
+ * definitions). */
 
-/* rdzv_state.c's, for rdzv_resume.c: the machine's own steps (their
- * comments are at their definitions). */
+/* ---- rdzv_state.c: the registry, its entry points and timers ---- */
+
 #define DESC_MAX                                                               \
   (2 * RDZV_PROTO_MAX_ADDR + 64) /* rdzv_state__describe's text */
 /* One line of what happened to a job, to the sink's log (if any). */
 __attribute__((format(printf, 2, 3)))
 void rdzv_state__log(const struct rdzv_state *r, const char *f, ...);
+/* A bounded copy: at most size - 1 bytes of src, NUL-terminated. */
+void rdzv_state__copy_str(char *dst, size_t size, const char *src);
 void rdzv_state__describe(const struct node *n, char *buf, size_t size);
 bool rdzv_state__gathering(const struct job *job);
+struct rdzv_rules_job rdzv_state__rules_view(const struct job *job);
 uint64_t rdzv_state__rank_hash(const struct rdzv_state *r, int rank);
 void rdzv_state__ranks_clear(struct job *job);
 void rdzv_state__send_text(const struct rdzv_state *r, void *conn,
                            enum rdzv_proto_op op,
                            enum rdzv_proto_error_code code, bool success,
                            const char *text);
+void rdzv_state__send_text_cause(const struct rdzv_state *r, void *conn,
+                                 enum rdzv_proto_op op,
+                                 enum rdzv_proto_error_code code, bool success,
+                                 const char *text,
+                                 const struct rdzv_proto_cause *cause,
+                                 const struct job *job);
 struct conn *rdzv_state__conn_get(struct rdzv_state *r, void *conn,
                                   bool create);
 void rdzv_state__conn_drop(struct rdzv_state *r, void *conn);
 void rdzv_state__node_set_state(struct job *job, struct node *n,
                                 enum nstate st, bool expected);
+void rdzv_state__empty_add(struct rdzv_state *r, struct job *job);
+void rdzv_state__empty_remove(struct rdzv_state *r, struct job *job);
 void rdzv_state__node_free(struct rdzv_state *r, struct node *n);
-void rdzv_state__node_remove(struct rdzv_state *r, struct node *n, double now,
-                             const char *why);
+void rdzv_state__barriers_free(struct job *job);
+void rdzv_state__job_forget(struct rdzv_state *r, struct job *job);
+void rdzv_state__job_free(struct rdzv_state *r, struct job *job);
 struct job *rdzv_state__job_find(const struct rdzv_state *r, const char *id);
-void rdzv_state__start_round(struct rdzv_state *r, struct job *job, double now,
-                             const char *why, const struct node *except);
-void rdzv_state__barrier_check(struct rdzv_state *r, struct job *job,
-                               struct barrier *b);
-__attribute__((format(printf, 8, 9))) int rdzv_state__refuse_join(
+
+/* ---- rdzv_round.c: a job's rounds, BARRIER and LEAVE ---- */
+
+void rdzv_round_complete(struct rdzv_state *r, struct job *job, double now);
+void rdzv_round_recheck(struct rdzv_state *r, struct job *job, double now);
+void rdzv_round_start(struct rdzv_state *r, struct job *job, double now,
+                      const char *why, const struct node *except);
+void rdzv_round_end_job(struct rdzv_state *r, struct job *job, double now,
+                        bool success, const char *text);
+void rdzv_round_barrier_check(struct rdzv_state *r, struct job *job,
+                              struct barrier *b);
+void rdzv_round_node_remove(struct rdzv_state *r, struct node *n, double now,
+                            const char *why);
+void rdzv_round_node_lost(struct rdzv_state *r, struct node *n, double now,
+                          const char *why);
+int rdzv_round_barrier(struct rdzv_state *r, struct node *n,
+                       const struct rdzv_proto_barrier *m);
+int rdzv_round_leave(struct rdzv_state *r, struct node *n, double now);
+
+/* ---- rdzv_join.c: JOIN ---- */
+
+int rdzv_join_handle(struct rdzv_state *r, struct conn *c, void *conn,
+                     const struct rdzv_proto_join *j, double now);
+int rdzv_join_node(struct rdzv_state *r, struct conn *c, void *conn,
+                   const struct rdzv_proto_join *j, double now,
+                   struct node **created);
+__attribute__((format(printf, 8, 9))) int rdzv_join_refuse(
     struct rdzv_state *r, void *conn, struct node *n, double now,
     const char *why, enum rdzv_proto_error_code code, int err, const char *f,
     ...);
-int rdzv_state__join_node(struct rdzv_state *r, struct conn *c, void *conn,
-                          const struct rdzv_proto_join *j, double now,
-                          struct node **created);
 
-/* rdzv_waiting.c: what a gathering node hears, and when (Note [settled
- * waiting]).  send: a WAITING now; owe: the WAITING answering n's JOIN,
- * once the job's JOINs settle; settled: the job's owed timer fired;
- * cancel: the round completed (ROUND answers the owed participants; owed
- * spares hear WAITING now); forget: n is freed; progress: the count
- * changed (everyone hears within PROGRESS_PERIOD); progress_timer: the
- * job's progress timer fired.  token_store: n's new credential. */
+/* ---- rdzv_failure.c: FAILURE, the closing wait, the root cause ---- */
+
+int rdzv_failure_handle(struct rdzv_state *r, struct node *n,
+                        const struct rdzv_proto_failure *f, double now);
+const struct rdzv_proto_cause *rdzv_failure_cause(const struct job *job);
+int rdzv_failure_closing_pending(const struct job *job);
+void rdzv_failure_closing_end(struct rdzv_state *r, struct job *job,
+                              double now);
+
+/* ---- rdzv_waiting.c: what a gathering node hears, and when ----
+ *
+ * Note [settled waiting].  send: a WAITING now; owe: the WAITING
+ * answering n's JOIN, once the job's JOINs settle; settled: the job's
+ * owed timer fired; cancel: the round completed (ROUND answers the owed
+ * participants; owed spares hear WAITING now); forget: n is freed;
+ * progress: the count changed (everyone hears within PROGRESS_PERIOD);
+ * progress_timer: the job's progress timer fired.  token_store: n's new
+ * credential. */
 void rdzv_waiting_send(const struct rdzv_state *r, const struct job *job,
                        struct node *n, double now);
 void rdzv_waiting_owe(struct rdzv_state *r, struct job *job, struct node *n,
@@ -300,17 +346,21 @@ void rdzv_waiting_forget(struct node *n);
 void rdzv_waiting_progress(struct rdzv_state *r, struct job *job, double now);
 void rdzv_waiting_progress_timer(struct rdzv_state *r, struct job *job,
                                  double now);
-void rdzv_state__token_store(struct node *n,
-                             const unsigned char t[RDZV_PROTO_TOKEN_BYTES]);
+void rdzv_waiting_token_store(struct node *n,
+                              const unsigned char t[RDZV_PROTO_TOKEN_BYTES]);
 
-/* rdzv_resume.c: RESUME from conn (c: its entry, or NULL); the grace
- * period of a job being rebuilt ran out. */
+/* ---- rdzv_resume.c: RESUME from conn (c: its entry, or NULL); the
+ * grace period of a job being rebuilt ran out ---- */
 int rdzv_resume_handle(struct rdzv_state *r, struct conn *c, void *conn,
                        const struct rdzv_proto_resume *a, double now);
 void rdzv_resume_expired(struct rdzv_state *r, struct job *job,
                          double now);
 
-/* kv_store.c: KV_SET, KV_GET, KV_ADD from node n; a waiting GET freed
+/* ---- status_render.c: a phase's name, as status and metrics show it ---- */
+const char *status_render_phase_name(enum phase p);
+
+/* ---- kv_store.c ---- */
+/* KV_SET, KV_GET, KV_ADD from node n; a waiting GET freed
  * (its node goes); one timed out (ERROR timeout); a job's store freed. */
 int kv_store_handle(struct rdzv_state *r, struct node *n,
                     const struct rdzv_proto_msg *m, double now);

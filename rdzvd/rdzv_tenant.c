@@ -20,7 +20,7 @@
  * outlasts any flood; only a new job can be refused.  The peer address
  * is the connection's (rdzv_state_set_peer_addr); an unknown one ("",
  * embedded and tests) is nobody's share.  The server bounds connections
- * per peer itself (server.c). */
+ * per peer itself (server.c, server_conn.c). */
 #include "rdzv_state_int.h"
 
 #include <stdio.h>

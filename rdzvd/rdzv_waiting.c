@@ -32,8 +32,8 @@
 #define WAITING_SETTLE 0.010
 #define WAITING_MAX_DEFER 0.250
 
-void rdzv_state__token_store(struct node *n,
-                             const unsigned char t[RDZV_PROTO_TOKEN_BYTES])
+void rdzv_waiting_token_store(struct node *n,
+                              const unsigned char t[RDZV_PROTO_TOKEN_BYTES])
 {
   memcpy(n->prev_token, n->token, RDZV_PROTO_TOKEN_BYTES);
   memcpy(n->token, t, RDZV_PROTO_TOKEN_BYTES);
@@ -55,7 +55,7 @@ static const unsigned char *token_gathering(const struct rdzv_state *r,
                              n->host, n->pid, n->incarnation, round,
                              restarts, t))
       memset(t, 0, sizeof t);
-    rdzv_state__token_store(n, t);
+    rdzv_waiting_token_store(n, t);
     n->token_gathering = true;
     n->token_round = round;
     n->token_restarts = restarts;

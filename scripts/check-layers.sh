@@ -13,7 +13,15 @@
 #      declares.  The helpers of proto/util compiled into it (Note
 #      [libpg's own copies] in the Makefile) and its pg__ internals are
 #      hidden, so that a program that has its own sha256_init or
-#      num_parse_long never meets libpg's.
+#      num_parse_long never meets libpg's;
+#   4. inside libpg, its floors (Note [floors] in libpg/core/hooks.h):
+#      core (libpg/core/ and the backends libpg/cpu/, libpg/nccl/) < ddp
+#      (libpg/ddp/) < live (libpg/live/) < init (libpg/init.c).  Every
+#      #include "..." of a floor's file names a header of its own folder
+#      or of a floor at or below it (the -I the Makefile gives it), and no
+#      floor's objects (OUT/pic/libpg/...) use a symbol that only a higher
+#      floor defines.  The core reaches live recovery only through the
+#      hooks of its world group, never by name.
 #
 # `make check-layers` builds the archives first, then runs this and the
 # header check (every .h compiles alone).  Exit status 1 names each breach.
@@ -91,7 +99,89 @@ while IFS= read -r s; do
   fi
 done < <(nm -D --defined-only "$libpg_so" | awk 'NF == 3 { print $3 }' | sort -u)
 
+# 4. libpg's floors, lowest first: a floor's folders (its objects under
+# OUT/pic), and the folders whose headers it may include.
+floors=(core ddp live init)
+declare -A floor_dirs=(
+  [core]="libpg/core libpg/cpu libpg/nccl"
+  [ddp]="libpg/ddp"
+  [live]="libpg/live"
+  [init]="libpg"
+)
+declare -A floor_sees=(
+  [core]="libpg/include libpg/core proto/worker proto/util"
+  [ddp]="libpg/include libpg/core libpg/ddp proto/worker proto/util"
+  [live]="libpg/include libpg/core libpg/ddp libpg/live proto/worker proto/util"
+  [init]="libpg/include libpg/core libpg/ddp libpg/live libpg proto/worker proto/util"
+)
+# The files of floor f (init: libpg/*.c only, not the folders below).
+floor_files() {
+  local d
+  for d in ${floor_dirs[$1]}; do
+    if [ "$1" = init ]; then
+      find "$d" -maxdepth 1 -name '*.[ch]'
+    else
+      find "$d" -name '*.[ch]'
+    fi
+  done
+}
+# -I: every quoted include resolves in the file's folder or a folder the
+# floor sees.
+for f in "${floors[@]}"; do
+  while IFS= read -r src; do
+    while IFS= read -r h; do
+      ok=0
+      for d in "$(dirname "$src")" ${floor_sees[$f]}; do
+        [ -f "$d/$h" ] && { ok=1; break; }
+      done
+      if [ $ok -eq 0 ]; then
+        owner=$(for d in libpg/core libpg/ddp libpg/live libpg; do
+                  [ -f "$d/$h" ] && { echo "$d"; break; }; done || true)
+        breach "$src (floor $f) includes \"$h\"${owner:+ from $owner}," \
+               "which its floor does not see: a lower floor reaches a" \
+               "higher one only through the hooks (libpg/core/hooks.h)"
+      fi
+    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$src")
+  done < <(floor_files "$f")
+done
+# nm: what each floor's objects define and need.
+pic=$out/pic
+for f in "${floors[@]}"; do
+  # The objects of the floor's sources (a stale object of a file moved
+  # away is not the floor's).
+  objs=()
+  while IFS= read -r src; do
+    o=$pic/${src%.c}.o
+    [ -f "$o" ] && objs+=("$o")
+  done < <(floor_files "$f" | grep '\.c$')
+  [ ${#objs[@]} -gt 0 ] ||
+    { echo "check-layers: no objects of libpg's floor $f under $pic" >&2; exit 1; }
+  nm -g --defined-only "${objs[@]}" | awk 'NF == 3 { print $3 }' |
+    sort -u >"$tmp/fdef_$f"
+  nm -g --undefined-only "${objs[@]}" | awk '{ print $NF }' |
+    sort -u >"$tmp/fneed_$f"
+done
+: >"$tmp/fbreaches"
+for i in "${!floors[@]}"; do
+  f=${floors[$i]}
+  for h in "${floors[@]:$((i + 1))}"; do
+    comm -23 "$tmp/fneed_$f" "$tmp/fdef_$f" | comm -12 - "$tmp/fdef_$h" |
+      sed "s/.*/libpg's floor $f uses &, which the higher floor $h defines/" \
+      >>"$tmp/fbreaches"
+  done
+done
+while IFS= read -r b; do
+  breach "$b"
+done <"$tmp/fbreaches"
+# And by name: the core calls no pg__live_* function.
+if hits=$(grep -rn 'pg__live_' libpg/core libpg/cpu libpg/nccl libpg/ddp \
+            --include='*.c' --include='*.h'); then
+  while IFS= read -r h; do
+    breach "$h: names live recovery below its floor (use the hooks)"
+  done <<<"$hits"
+fi
+
 [ $rc -eq 0 ] && echo "check-layers: includes and archives keep to" \
   "util < proto < rdzvd < launcher; libpg alone; libpg.so exports pg.h's" \
-  "pg_* names only"
+  "pg_* names only; libpg's floors keep to core < ddp < live < init"
 exit $rc

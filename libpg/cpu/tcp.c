@@ -581,6 +581,9 @@ int pg__tcp_create(const struct pg__setup *s, struct pg__comm **out)
   c->n = s->n;
   c->me = s->me;
   c->opname = "tcp setup";
+  c->cut_armed = s->cut_armed;
+  c->cut_ask = s->cut_ask;
+  c->cut_arg = s->cut_arg;
   c->peers = calloc((size_t)s->n, sizeof *c->peers);
   c->ss = calloc(2 * (size_t)s->n + 2, sizeof *c->ss);
   c->pfd = calloc(2 * (size_t)s->n + 2, sizeof *c->pfd);

@@ -139,6 +139,9 @@ struct tcp_comm {
   unsigned spin_idle;   /* the budget reached 0 */
   bool spin_yield;      /* sched_yield between the spin's retries */
   double cut_next;      /* Note [a node cut off]: the next ask */
+  const bool *cut_armed;  /* struct pg__setup's cut watch */
+  int (*cut_ask)(void *arg);
+  void *cut_arg;
 };
 
 /* ---- small helpers ------------------------------------------------------ */

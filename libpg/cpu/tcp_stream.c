@@ -514,13 +514,14 @@ int tcp_run(struct tcp_comm *c, struct stream *ss, int ns,
     k = tcp_ms_until(deadline);
     if (k <= 0)
       return timed_out(c, ss, ns);
-    if (pg__live_cut_armed()) {         /* Note [a node cut off] */
+    /* Note [a node cut off] */
+    if (c->cut_armed && __atomic_load_n(c->cut_armed, __ATOMIC_ACQUIRE)) {
       double now = pg__now();
       int err;
 
       if (now >= c->cut_next) {
         c->cut_next = now + PG__CUT_SLICE;
-        if ((err = pg__live_cut_ask()))
+        if ((err = c->cut_ask(c->cut_arg)))
           return err;
       }
       if (k > (int)(PG__CUT_SLICE * 1000))

@@ -21,6 +21,7 @@
 
 #include "knobs.h"
 #include "nccl_comm.h"
+#include "worker_contract.h"
 
 /* Every communicator of the process, for spreading a failure. */
 static pthread_mutex_t comms_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -677,7 +678,7 @@ struct nccl_comm *nccl_comm_alloc(const struct pg__setup *s, int dev)
   const char *nbw = getenv("NCCL_BLOCKING_WAIT");
   const char *aeh = getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
   const char *naeh = getenv("NCCL_ASYNC_ERROR_HANDLING");
-  const char *recovery = getenv("CDRUN_RECOVERY");
+  const char *recovery = getenv(WORKER_ENV_RECOVERY);
   struct nccl_comm *c = calloc(1, sizeof *c);
 
   if (!c)
@@ -695,7 +696,7 @@ struct nccl_comm *nccl_comm_alloc(const struct pg__setup *s, int dev)
   if (!aeh || !*aeh)
     aeh = naeh;
   c->spread = !(aeh && strcmp(aeh, "0") == 0);
-  c->live = recovery && strcmp(recovery, "live") == 0;
+  c->live = recovery && strcmp(recovery, WORKER_RECOVERY_LIVE) == 0;
   c->store = s->n > 1 ? s->store : NULL;
   snprintf(c->abort_key, sizeof c->abort_key, "%sabort", s->ns ? s->ns
            : "");

@@ -183,7 +183,7 @@ static void check_error_text(int rc, const char *err)
   free(frame);
 }
 
-/* Note [flat parse] (rp_flat.c): a body decodes as it does with a
+/* Note [flat parse] (rdzv_proto_flat.c): a body decodes as it does with a
  * space after its '{', which only cJSON parses: the same message, or the
  * same refusal (a syntax error's text names an offset the space moves). */
 static void flat_vs_cjson(const uint8_t *body, size_t len)

@@ -1,5 +1,6 @@
 /* check_live_handshake.c -- unit tests for launcher/live_handshake.c: the
- * opt-in check and the round file of live recovery. */
+ * opt-in check and the round file of live recovery, written as the worker
+ * contract says (its grammar's own tests: check_round_file.c). */
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
@@ -66,19 +67,6 @@ START_TEST(test_opted_in)
 }
 END_TEST
 
-START_TEST(test_round_line)
-{
-  struct live_round r = { 7, 12, 4, 4 };
-  char buf[128];
-
-  ck_assert_int_eq(live_handshake_round_line(&r, buf, sizeof buf),
-                   (int)strlen("round=7 world=12 rank_offset=4 "
-                               "local_world=4\n"));
-  ck_assert_str_eq(buf, "round=7 world=12 rank_offset=4 local_world=4\n");
-  ck_assert_int_eq(live_handshake_round_line(&r, buf, 10), -ENOSPC);
-}
-END_TEST
-
 /* Written whole, replaced whole, nothing left beside it. */
 START_TEST(test_write_round)
 {
@@ -93,7 +81,7 @@ START_TEST(test_write_round)
   slurp(path, buf, sizeof buf);
   ck_assert_str_eq(buf,
                    "round=3 world=1000 rank_offset=996 local_world=4\n");
-  ck_assert_int_eq(live_handshake_parse_round(buf, &got), 0);
+  ck_assert_int_eq(round_file_parse(buf, strlen(buf), &got, NULL, 0), 0);
   ck_assert_int_eq(got.round, 3);
   ck_assert_int_eq(got.world, 1000);
   ck_assert_int_eq(got.rank_offset, 996);
@@ -136,25 +124,6 @@ START_TEST(test_write_round_atomic)
 }
 END_TEST
 
-START_TEST(test_parse_round_bad)
-{
-  static const char *const bad[] = {
-    "", "round=1", "round=1 world=2 rank_offset=0\n",
-    "round=1 world=2 rank_offset=0 local_world=2 extra\n",
-    "round=-1 world=2 rank_offset=0 local_world=2\n",
-    "round=1 world=0 rank_offset=0 local_world=1\n",
-    "round=1 world=2 rank_offset=2 local_world=1\n",
-    "round=1 world=2 rank_offset=0 local_world=0\n",
-    "world=2 round=1 rank_offset=0 local_world=2\n",
-  };
-  struct live_round r;
-
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-    ck_assert_msg(live_handshake_parse_round(bad[i], &r) == -EINVAL,
-                  "accepted '%s'", bad[i]);
-}
-END_TEST
-
 static Suite *live_handshake_suite(void)
 {
   Suite *s = suite_create("live_handshake");
@@ -162,11 +131,9 @@ static Suite *live_handshake_suite(void)
 
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_opted_in);
-  tcase_add_test(tc, test_round_line);
   tcase_add_test(tc, test_write_round);
   tcase_add_test(tc, test_write_round_error);
   tcase_add_test(tc, test_write_round_atomic);
-  tcase_add_test(tc, test_parse_round_bad);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -16,14 +16,14 @@
 
 /* ---- round file ------------------------------------------------------- */
 
-static int parse(const char *s, struct pg__live_round *r)
+static int parse(const char *s, struct live_round *r)
 {
   return pg__live_round_parse(s, strlen(s), "the round file", r);
 }
 
 START_TEST(test_round_parse)
 {
-  struct pg__live_round r;
+  struct live_round r;
   int slot;
 
   ck_assert_int_eq(parse("round=3 world=8 rank_offset=4 local_world=4\n",
@@ -57,7 +57,7 @@ START_TEST(test_round_parse_errors)
     { "round=1 world=2\nrank_offset=0 local_world=1\n", "one line" },
     { "", "round= is missing" },
   };
-  struct pg__live_round r;
+  struct live_round r;
   size_t i;
 
   for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -73,7 +73,7 @@ END_TEST
 START_TEST(test_round_read)
 {
   char path[] = "/tmp/check_pg_live.XXXXXX";
-  struct pg__live_round r;
+  struct live_round r;
   int fd = mkstemp(path);
   const char *line = "round=2 world=3 rank_offset=2 local_world=1\n";
 

@@ -208,7 +208,7 @@ END_TEST
 
 /* A port an outgoing connection (its port picked by connect()) left in
  * TIME_WAIT: refused, it would keep a listener off (Note [live store
- * port] in rdzvd/live_store.h). */
+ * port] in proto/worker/worker_contract.h). */
 START_TEST(test_reserve_at_refuses_time_wait)
 {
   struct sockaddr_in sa = addr4(INADDR_LOOPBACK, 0);

@@ -1,6 +1,6 @@
 /* check_proto.c -- unit tests for the rendezvous wire codec. */
 #include "rdzv_proto.h"
-#include "rp_frames.h"
+#include "rdzv_proto_frames.h"
 
 #include <check.h>
 #include <errno.h>
@@ -1943,7 +1943,7 @@ static void teardown(void)
   rdzv_proto_msg_free(&M);
 }
 
-/* ---- the frame loop (rp_frames.c) ---- */
+/* ---- the frame loop (rdzv_proto_frames.c) ---- */
 
 static int frames_seen;
 
@@ -1972,22 +1972,22 @@ START_TEST(frames_read_loop)
   memcpy(buf + 2 * len, f, len - 1);          /* the third is partial */
   used = 3 * len - 1;
   frames_seen = 0;
-  rc = rp_frames_read(buf, used, 0, count_frame, &never, why, sizeof why);
+  rc = rdzv_proto_frames_read(buf, used, 0, count_frame, &never, why, sizeof why);
   ck_assert_int_eq(rc, (ssize_t)(2 * len));
   ck_assert_int_eq(frames_seen, 2);
   /* A callback can stop the loop. */
   frames_seen = 0;
-  rc = rp_frames_read(buf, used, 0, count_frame, &one, why, sizeof why);
+  rc = rdzv_proto_frames_read(buf, used, 0, count_frame, &one, why, sizeof why);
   ck_assert_int_eq(rc, (ssize_t)len);
   /* A header announcing more than max_body fails at once, body or not. */
-  rc = rp_frames_read(buf, 4, 2, count_frame, &never, why, sizeof why);
+  rc = rdzv_proto_frames_read(buf, 4, 2, count_frame, &never, why, sizeof why);
   ck_assert_int_eq(rc, -EMSGSIZE);
   ck_assert(strstr(why, "frame too large") != NULL);
   /* A bad body names the problem. */
   memcpy(buf + 4, "{\"v\":1}", 7);
   buf[0] = buf[1] = buf[2] = 0;
   buf[3] = 7;
-  rc = rp_frames_read(buf, 11, 0, count_frame, &never, why, sizeof why);
+  rc = rdzv_proto_frames_read(buf, 11, 0, count_frame, &never, why, sizeof why);
   ck_assert_int_lt(rc, 0);
   free(f);
 }
