@@ -231,8 +231,8 @@ bool rdzv_rules_lost_ends(const struct rdzv_rules_loss *l);
 
 /* Seconds a node waits for its lost rendezvous host, from when it noticed
  * the loss (Note [a lost host]): l describes the host's loss as this node
- * sees it (nodes_fixed false); window: keepalive_interval x
- * keepalive_misses. */
+ * sees it (nodes_fixed false); window: the keepalive window
+ * (rdzv_rules_keepalive_window). */
 double rdzv_rules_host_wait(const struct rdzv_rules_loss *l, double window,
                             double reconnect_timeout);
 
