@@ -133,13 +133,10 @@ void agent_begin_stop(struct agent *a, enum stop_reason why, int sig);
 void agent_event(struct agent *a, const char *name, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));
 
-/* For agent_spawn.c: the wall clock (epoch seconds); worker w's failure
- * (pid, code: > 0 status, -signum; message replaces its error file); w
- * running, findable by pid; whether the group has stopped (what a closed
- * tee stream may complete). */
+/* For agent_spawn.c: the wall clock (epoch seconds); w running,
+ * findable by pid; whether the group has stopped (what a closed tee
+ * stream may complete). */
 double agent_now_epoch(void);
-void agent_record_failure(struct agent *a, struct worker *w, pid_t pid,
-                          int code, const char *message);
 void agent_pid_insert(struct agent *a, struct worker *w);
 void agent_check_stopped(struct agent *a);
 
@@ -153,6 +150,11 @@ void agent_start_round(struct agent *a, const struct rdzv_assignment *as);
 void agent_finish(struct agent *a, int status);
 
 /* ---- agent_failure.c ----------------------------------------------------- */
+
+/* Worker w's failure (pid, code: > 0 status, -signum; message replaces
+ * its error file), recorded now. */
+void agent_record_failure(struct agent *a, struct worker *w, pid_t pid,
+                          int code, const char *message);
 
 /* Note [one authority] (rdzv.h): whether this round's failure ends the
  * job. */
