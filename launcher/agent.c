@@ -1,9 +1,12 @@
 /* agent.c -- the local worker group's life: rendezvous, start, watch,
- * stop, restart, report.  One libuv loop, no polling: workers are reaped on
+ * stop, and the loop.  One libuv loop, no polling: workers are reaped on
  * SIGCHLD, their tee'd output read as it arrives (output.c).  How the
- * workers are started is agent_spawn.c's; what a failure was and what
- * cdrun says and returns about it is failures.c's; the watchdogs that
- * kill a hung worker are hang.c's. */
+ * workers are started is agent_spawn.c's; what the agent does with a
+ * failure (report it, restart, end the job) is agent_failure.c's, and
+ * what a failure was and what cdrun says and returns about it
+ * failures.c's; signals and the grace period are agent_signal.c's; the
+ * watchdogs that kill a hung worker are hang.c's, driven from
+ * agent_hang.c. */
 #include "agent.h"
 #include "agent_internal.h"
 
@@ -39,10 +42,6 @@
 #define DRAIN_MS 1000
 #define CONSOLE_STALL_S 0.5     /* Note [console queue]: at the end */
 
-static void heartbeat_check(uv_timer_t *t);
-static void join_round(struct agent *a, enum rdzv_join_reason why);
-static void start_round(struct agent *a, const struct rdzv_assignment *as);
-
 void agent_event(struct agent *a, const char *name, const char *fmt,
                         ...)
 {
@@ -64,66 +63,6 @@ double agent_now_epoch(void)
 
   gettimeofday(&tv, NULL);
   return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
-}
-
-static const char *signame(int sig)
-{
-  static char buf[16];
-
-  return sig_name(sig, buf, sizeof buf);
-}
-
-/* ---- failures ----------------------------------------------------------- */
-
-/* Records the failure of worker w (pid, code: > 0 status, -signum) now.
- * message (an exec failure, a watchdog's kill) replaces its error file. */
-void agent_record_failure(struct agent *a, struct worker *w, pid_t pid,
-                          int code, const char *message)
-{
-  struct worker_failure seen;
-
-  memset(&seen, 0, sizeof seen);
-  seen.local_rank = w->local_rank;
-  seen.rank = w->rank;
-  seen.pid = pid;
-  seen.exitcode = code;
-  /* Note [exit time] (guardian.h): when it exited, not when we saw it. */
-  seen.time = guardian_exit_time(&a->guardian, pid);
-  if (seen.time <= 0 || seen.time > agent_now_epoch())
-    seen.time = agent_now_epoch();
-  seen.error_file = w->error_file;
-  seen.message = message;
-  failures_record(&a->failures, &seen, a->o->error_files_read);
-}
-
-/* The job's root cause, when the rendezvous named one (Note [root
- * cause]). */
-static const struct rdzv_cause *job_cause(const struct agent *a)
-{
-  return a->rdzv ? &a->rdzv->job_cause : NULL;
-}
-
-static void print_summary(struct agent *a)
-{
-  failures_print_summary(&a->failures, job_cause(a), a->o->target, a->host);
-}
-
-static void finish(struct agent *a, int status);
-
-/* The group failed for good: the summary, then cdrun's status. */
-static void finish_failed(struct agent *a)
-{
-  print_summary(a);
-  finish(a, failures_exit_status(&a->failures, job_cause(a)));
-}
-
-static void close_wait_expired(uv_timer_t *t)
-{
-  struct agent *a = t->data;
-
-  say("the rendezvous did not say within %.0f s how the job ended; the "
-      "summary has this node's failures only", a->rdzv->cause_wait);
-  finish_failed(a);
 }
 
 /* ---- the group's life ---------------------------------------------------- */
@@ -167,31 +106,6 @@ static int any_running(const struct agent *a)
   return a->nrunning;
 }
 
-static void kill_running(struct agent *a, int sig)
-{
-  int i;
-
-  if (sig == SIGKILL)
-    a->sigkill_sent = true;
-  for (i = 0; i < a->o->nproc; i++)
-    if (a->workers[i].running)
-      kill(-a->workers[i].pid, sig);
-}
-
-static void grace_expired(uv_timer_t *t)
-{
-  struct agent *a = t->data;
-
-  if (any_running(a)) {
-    say("workers still running %.0f s after %s; sending SIGKILL",
-              a->o->grace_s, signame(a->stop_signal));
-    kill_running(a, SIGKILL);
-  }
-}
-
-static unsigned signal_bit(int sig);
-static void start_grace(struct agent *a);
-
 void agent_begin_stop(struct agent *a, enum stop_reason why, int sig)
 {
   a->state = ST_STOPPING;
@@ -199,10 +113,10 @@ void agent_begin_stop(struct agent *a, enum stop_reason why, int sig)
   uv_timer_stop(&a->heartbeat);
   a->stop_signal = sig ? sig : SIGTERM;
   a->sigkill_sent = false;
-  a->forwarded = signal_bit(sig);
+  a->forwarded = agent_signal_bit(sig);
   if (sig && any_running(a)) {
-    kill_running(a, sig);
-    start_grace(a);
+    agent_kill_running(a, sig);
+    agent_start_grace(a);
   }
   agent_check_stopped(a);
 }
@@ -219,7 +133,7 @@ static void drain_expired(uv_timer_t *t)
   }
 }
 
-static void join_round(struct agent *a, enum rdzv_join_reason why)
+void agent_join_round(struct agent *a, enum rdzv_join_reason why)
 {
   int err;
 
@@ -228,96 +142,8 @@ static void join_round(struct agent *a, enum rdzv_join_reason why)
   if (err) {
     say("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
               say_strerror(err));
-    finish(a, AGENT_EXIT_INTERNAL);
+    agent_finish(a, AGENT_EXIT_INTERNAL);
   }
-}
-
-static void backoff_expired(uv_timer_t *t)
-{
-  struct agent *a = t->data;
-
-  join_round(a, RDZV_JOIN_FAILURE);
-}
-
-/* A failed group with restarts left: again, at once or after the wait of
- * Note [restart backoff]. */
-static void restart_after_failure(struct agent *a)
-{
-  const struct worker_failure *f = NULL;
-  char cause[256] = "", when[48] = "";
-  double delay;
-
-  f = failures_root(&a->failures);
-  if (f)
-    failures_describe(f, cause, sizeof cause);
-  delay = backoff_next(&a->backoff, &a->o->backoff,
-                       a->failures.first_time - a->attempt_started,
-                       f ? cause : NULL);
-  if (delay > 0)
-    snprintf(when, sizeof when, " in %.3g s", delay);
-  say("worker group failed; restarting it%s (%d of %d restarts used)",
-      when, a->assign.restart_count + 1, a->o->max_restarts);
-  if (a->backoff.same >= 2)
-    say("the same failure %d times in a row: %s", a->backoff.same, cause);
-  agent_event(a, "RESTART", "restart_count=%d delay_s=%g",
-              a->assign.restart_count + 1, delay);
-  failures_clear(&a->failures);
-  if (delay > 0) {
-    /* Waiting counts as the rendezvous: a signal ends cdrun at once. */
-    a->state = ST_RENDEZVOUS;
-    uv_timer_start(&a->backoff_timer, backoff_expired,
-                   (uint64_t)(delay * 1000.0), 0);
-    return;
-  }
-  join_round(a, RDZV_JOIN_FAILURE);
-}
-
-/* The group failed (stopped, its failure reported): again while
- * restarts are left, else the job's end. */
-static void group_failed(struct agent *a)
-{
-  if (!a->assign.failure_final) {
-    restart_after_failure(a);
-    return;
-  }
-  agent_event(a, "FAILED", "restart_count=%d", a->assign.restart_count);
-  /* Note [root cause]: the job's end names its root cause, which may
-   * be another node's earlier failure. */
-  if (a->rdzv->cause_wait > 0 && !a->job_ended) {
-    a->state = ST_CLOSING;
-    uv_timer_start(&a->backoff_timer, close_wait_expired,
-                   (uint64_t)(a->rdzv->cause_wait * 1000.0), 0);
-    return;
-  }
-  finish_failed(a);
-}
-
-static void report_failure(struct agent *a, int rank, int code);
-
-/* Note [failure in a live round]: a failure that live recovery does not
- * take (a worker of the node had not opted in, or no longer has) while a
- * live re-join is in flight stops the group, but cannot be reported then:
- * the round it would name is over.  It is reported in the round that
- * comes, and counted as restart mode counts it: the group restarts in a
- * round with one more restart, or the job fails when none is left.
- * Starting the workers in the new round instead would restart them
- * uncounted, as often as they fail.  A round that counted a restart
- * already (another node failed meanwhile) is that restart. */
-static void failed_in_round(struct agent *a, const struct rdzv_assignment *as)
-{
-  bool owed = a->owed_set;
-
-  a->owed_set = false;
-  if (!owed || as->restart_count > a->assign.restart_count) {
-    failures_clear(&a->failures);
-    start_round(a, as);
-    return;
-  }
-  say("worker group failed during a membership change: round %d counts "
-      "it", as->round);
-  a->assign = *as;
-  report_failure(a, a->owed_rank, a->owed_code);
-  group_failed(a);
 }
 
 /* Everything of the group is gone: decide what comes next. */
@@ -333,41 +159,41 @@ static void group_finished(struct agent *a)
     err = a->rdzv->ops->exit_barrier(a->rdzv);
     if (err) {
       say("exit barrier: %s", say_strerror(err));
-      finish(a, AGENT_EXIT_INTERNAL);
+      agent_finish(a, AGENT_EXIT_INTERNAL);
     }
     return;
   case STOP_FAILURE:
-    if (!a->assign.failure_final && live_agent_changing(a)) {
+    if (!agent_failure_final(a) && live_agent_changing(&a->live)) {
       /* Note [failure in a live round] */
       a->state = ST_RENDEZVOUS;
-      if (live_agent_take_round(a, &as)) {
-        failed_in_round(a, &as);
+      if (live_agent_take_round(&a->live, &as)) {
+        agent_failed_in_round(a, &as);
         return;
       }
       say("worker group failed during a membership change; it restarts "
           "once the new round completes");
       return;
     }
-    group_failed(a);
+    agent_group_failed(a);
     return;
   case STOP_FATAL:
     agent_event(a, "FAILED", "could not start the workers");
-    print_summary(a);
-    finish(a, a->exit_status);
+    agent_print_summary(a);
+    agent_finish(a, a->exit_status);
     return;
   case STOP_SIGNAL:
-    finish(a, 128 + a->stop_signal);
+    agent_finish(a, 128 + a->stop_signal);
     return;
   case STOP_MEMBERSHIP:
-    if (!live_agent_changing(a)) {
-      join_round(a, RDZV_JOIN_MEMBERSHIP);
+    if (!live_agent_changing(&a->live)) {
+      agent_join_round(a, RDZV_JOIN_MEMBERSHIP);
       return;
     }
     /* The round was asked for while the workers ran (live recovery):
      * start in it now, or when it comes. */
     a->state = ST_RENDEZVOUS;
-    if (live_agent_take_round(a, &as))
-      start_round(a, &as);
+    if (live_agent_take_round(&a->live, &as))
+      agent_start_round(a, &as);
     return;
   }
 }
@@ -409,43 +235,9 @@ void agent_check_stopped(struct agent *a)
   group_finished(a);
 }
 
-/* Tells the rendezvous at once, so the other nodes stop their workers
- * while this one stops its own. */
-static void report_failure(struct agent *a, int rank, int code)
-{
-  bool final = a->assign.failure_final;
-  char msg[512];
-
-  /* A round is forming (live recovery): a report now would name a round
-   * that is over; it is made in the new round (Note [failure in a live
-   * round]). */
-  if (live_agent_rejoining(a) && !final) {
-    if (!a->owed_set) {
-      a->owed_set = true;
-      a->owed_rank = rank;
-      a->owed_code = code;
-    }
-    return;
-  }
-
-  /* Note [root cause]: this node's earliest failure, with its time (the
-   * error file's, else when it was reaped), for the job's root cause. */
-  failures_local_cause(&a->failures, a->host, agent_now_epoch(),
-                       &a->rdzv->local_cause);
-  failures_report_text(&a->failures, rank, code, msg, sizeof msg);
-  a->rdzv->ops->report_failure(a->rdzv, final, msg);
-}
-
-/* Note [simultaneous failures] (failures.c). */
-static bool is_cofailure(const struct agent *a, int code)
-{
-  return failures_is_cofailure(&a->failures, code, a->stop_signal,
-                               a->sigkill_sent, a->o->cofailure_s,
-                               agent_now_epoch());
-}
-
 static void worker_exited(struct agent *a, struct worker *w, int status)
 {
+  enum live_failed live;
   int code;
 
   w->running = false;
@@ -453,7 +245,7 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
   code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
   /* A worker our watchdogs killed failed, whenever it went. */
   if (a->state == ST_STOPPING && a->reason == STOP_FAILURE &&
-      (is_cofailure(a, code) || w->hang.killed_why[0])) {
+      (agent_is_cofailure(a, code) || w->hang.killed_why[0])) {
     say("worker %d (local rank %d, pid %d) failed too (%s %d)",
               w->rank, w->local_rank, (int)w->pid,
               code < 0 ? "signal" : "status", code < 0 ? -code : code);
@@ -469,20 +261,23 @@ static void worker_exited(struct agent *a, struct worker *w, int status)
   if (code != 0) {
     if (code < 0)
       say("worker %d (local rank %d, pid %d) was killed by %s",
-                w->rank, w->local_rank, (int)w->pid, signame(-code));
+                w->rank, w->local_rank, (int)w->pid, agent_signame(-code));
     else
       say("worker %d (local rank %d, pid %d) exited with status %d",
                 w->rank, w->local_rank, (int)w->pid, code);
-    if (live_agent_worker_failed(a, w, code))
+    live = live_agent_worker_failed(&a->live, w->local_rank, code);
+    if (live == LIVE_FAILED_REPLACED)
       return;
+    if (live == LIVE_FAILED_NO_REPLACEMENT)
+      a->final_replaced = live_agent_replaced(&a->live, w->local_rank);
     agent_record_failure(a, w, w->pid, code,
                    w->hang.killed_why[0] ? w->hang.killed_why : NULL);
-    report_failure(a, w->rank, code);
+    agent_report_failure(a, w->rank, code);
     agent_begin_stop(a, STOP_FAILURE, SIGTERM);
     return;
   }
-  live_agent_worker_finished(a, w);
-  if (a->nrunning == 0 && !live_agent_replacing(a))
+  live_agent_worker_finished(&a->live, w->local_rank);
+  if (a->nrunning == 0 && !live_agent_replacing(&a->live))
     agent_begin_stop(a, STOP_SUCCESS, 0);
 }
 
@@ -515,7 +310,7 @@ static void round_token(struct agent *a)
   bool guessable;
   int err = jobtoken_make(a->o->token_secret, a->o->token_secret_len,
                           a->o->run_id, &a->assign,
-                          live_agent_token_private_ok(a), a->job_token,
+                          live_agent_token_private_ok(&a->live), a->job_token,
                           &guessable);
 
   if (err) {
@@ -535,19 +330,19 @@ static void on_round(void *ctx, const struct rdzv_assignment *as)
 {
   struct agent *a = ctx;
 
-  if (live_agent_round(a, as))
+  if (live_agent_round(&a->live, as, &a->assign, a->job_token))
     return;
   if (a->state != ST_RENDEZVOUS)
     return;
   if (a->owed_set) {
-    failed_in_round(a, as);
+    agent_failed_in_round(a, as);
     return;
   }
-  start_round(a, as);
+  agent_start_round(a, as);
 }
 
 /* A round completed with no workers running: start them all. */
-static void start_round(struct agent *a, const struct rdzv_assignment *as)
+void agent_start_round(struct agent *a, const struct rdzv_assignment *as)
 {
   char path[PATH_MAX + 32], why[640];
   int err;
@@ -562,6 +357,7 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
    * round's (Note [root cause]). */
   memset(&a->rdzv->job_cause, 0, sizeof a->rdzv->job_cause);
   a->owed_set = false;
+  a->final_replaced = -1;
   a->assign = *as;
   a->state = ST_RUNNING;
   a->attempt_started = agent_now_epoch();
@@ -574,7 +370,8 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
   /* Each worker's folder is then one mkdir (prepare_worker). */
   logdir_mkdirs(path);
   round_token(a);
-  err = live_agent_start_round(a, why, sizeof why);
+  err = live_agent_start_round(&a->live, &a->assign, a->job_token, why,
+                               sizeof why);
   if (err) {
     /* Note [no live store] (live_agent.c): a final failure, so that
      * every node ends the job with this reason. */
@@ -590,9 +387,9 @@ static void start_round(struct agent *a, const struct rdzv_assignment *as)
 
   if (!agent_start_workers(a, as))
     return;
-  live_agent_workers_up(a);
+  live_agent_workers_up(&a->live, &a->optin_timer);
   if (a->o->heartbeat_timeout > 0)
-    uv_timer_start(&a->heartbeat, heartbeat_check,
+    uv_timer_start(&a->heartbeat, agent_heartbeat_check,
                    (uint64_t)(a->o->heartbeat_timeout * 1000.0) + 1, 0);
 }
 
@@ -615,7 +412,7 @@ static void lost_grace_expired(uv_timer_t *t)
     agent_begin_stop(a, STOP_FATAL, SIGTERM);
     return;
   }
-  finish(a, AGENT_EXIT_NODE_LOST);
+  agent_finish(a, AGENT_EXIT_NODE_LOST);
 }
 
 /* A participant was lost: under a launcher that cannot start it again,
@@ -647,12 +444,12 @@ static void on_restart(void *ctx, const char *reason)
     /* Our workers are done but another node's are not: the job goes on
      * in a new round, and so do we. */
     say("the job needs a new round: %s", reason);
-    join_round(a, RDZV_JOIN_MEMBERSHIP);
+    agent_join_round(a, RDZV_JOIN_MEMBERSHIP);
     return;
   }
   if (a->state != ST_RUNNING)
     return;
-  if (live_agent_rejoin(a, reason))
+  if (live_agent_rejoin(&a->live, reason))
     return;
   say("restarting the worker group: %s", reason);
   agent_begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
@@ -670,12 +467,12 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
   if (a->state == ST_CLOSING) {
     uv_timer_stop(&a->backoff_timer);
     say("%s", message);
-    finish_failed(a);
+    agent_finish_failed(a);
     return;
   }
   if (err == 0 && a->state != ST_RUNNING && a->state != ST_STOPPING) {
     say("%s", message);
-    finish(a, 0);
+    agent_finish(a, 0);
     return;
   }
   /* A refusal (authentication) already says what it is, and so does
@@ -691,8 +488,8 @@ static void on_rdzv_error(void *ctx, int err, const char *message)
     agent_begin_stop(a, STOP_FATAL, SIGTERM);
     a->exit_status = status;
   } else if (a->state != ST_STOPPING) {
-    print_summary(a);   /* the job's root cause, when it names one */
-    finish(a, status);
+    agent_print_summary(a);   /* the job's root cause, when it names one */
+    agent_finish(a, status);
   } else if (lost && a->reason == STOP_MEMBERSHIP) {
     a->reason = STOP_FATAL;
     a->exit_status = status;
@@ -705,142 +502,7 @@ static void on_barrier(void *ctx, int err)
 
   if (err)
     say("exit barrier failed: %s", say_strerror(err));
-  finish(a, err ? AGENT_EXIT_INTERNAL : 0);
-}
-
-/* Note [signal escalation]: a handled signal is forwarded to every
- * worker's process group and starts the grace period (SIGKILL when it
- * ends).  Only an interactive repeat escalates: a second SIGINT (the
- * impatient second Ctrl-C) SIGKILLs the workers at once.  Anything else
- * received while stopping is no reason to kill: a signal already
- * forwarded is the same event arriving twice (Slurm's srun forwards a
- * SIGTERM and the step's end sends another, milliseconds apart), and a
- * signal not yet forwarded (SIGTERM after Slurm's --signal=USR1 warning)
- * is forwarded too and starts the grace period afresh, as if it were the
- * first.  Each signal is forwarded once per stop, so the grace period is
- * restarted at most once per handled signal. */
-static unsigned signal_bit(int sig)
-{
-  return sig > 0 && sig < 32 ? 1u << sig : 0;
-}
-
-static void start_grace(struct agent *a)
-{
-  uv_timer_start(&a->grace, grace_expired,
-                 (uint64_t)(a->o->grace_s * 1000.0), 0);
-}
-
-static void on_signal(uv_signal_t *h, int signum)
-{
-  struct agent *a = h->data;
-  bool was_signal;
-
-  switch (a->state) {
-  case ST_CLOSING:
-    say("received %s; not waiting for the job's end", signame(signum));
-    uv_timer_stop(&a->backoff_timer);
-    finish_failed(a);
-    return;
-  case ST_RENDEZVOUS:
-  case ST_BARRIER:
-    say("received %s; exiting", signame(signum));
-    finish(a, 128 + signum);
-    return;
-  case ST_RUNNING:
-    say("received %s; forwarding it to the workers (SIGKILL in %.0f s%s)",
-        signame(signum), a->o->grace_s,
-        signum == SIGINT ? ", or at once on a second SIGINT" : "");
-    agent_begin_stop(a, STOP_SIGNAL, signum);
-    return;
-  case ST_STOPPING:
-    was_signal = a->reason == STOP_SIGNAL;
-    /* A signal while restarting after a failure: do not restart. */
-    a->reason = STOP_SIGNAL;
-    if (!was_signal && (a->forwarded & signal_bit(signum))) {
-      say("received %s; the workers were already sent it (stopping "
-          "after a failure); no restart", signame(signum));
-      return;
-    }
-    if (signum == SIGINT && (a->forwarded & signal_bit(SIGINT))) {
-      if (any_running(a)) {
-        say("received %s again; killing the workers now",
-            signame(signum));
-        kill_running(a, SIGKILL);
-      }
-      return;
-    }
-    if (a->forwarded & signal_bit(signum)) {
-      say("received %s again; already forwarded to the workers, SIGKILL "
-          "when the %.0f s grace period ends", signame(signum),
-          a->o->grace_s);
-      return;
-    }
-    a->forwarded |= signal_bit(signum);
-    a->stop_signal = signum;
-    if (any_running(a) && !a->sigkill_sent) {
-      say("received %s; forwarding it to the workers too (SIGKILL in "
-          "%.0f s)", signame(signum), a->o->grace_s);
-      kill_running(a, signum);
-      start_grace(a);
-    }
-    return;
-  case ST_DONE:
-    return;
-  }
-}
-
-/* ---- hang detection ------------------------------------------------------ */
-
-/* The running worker pid is, or whose process group holds pid. */
-static struct worker *worker_of(struct agent *a, pid_t pid)
-{
-  pid_t pgid = getpgid(pid);
-  int i;
-
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
-
-    if (w->running && (w->pid == pid || w->pid == pgid))
-      return w;
-  }
-  return NULL;
-}
-
-/* A file timer expired (filetimer.h): for a worker of ours only. */
-static void on_timer_expired(void *ctx, const struct filetimer_request *t)
-{
-  struct agent *a = ctx;
-  struct worker *w = worker_of(a, t->pid);
-
-  if (w)
-    hang_timer_expired(&w->hang, w->pid, w->rank, t);
-  else
-    hang_timer_expired(NULL, 0, 0, t);
-}
-
-/* Note [heartbeat watchdog] (hang.c): checks every running worker, then
- * sleeps until the earliest moment one could be silent for too long. */
-static void heartbeat_check(uv_timer_t *t)
-{
-  struct agent *a = t->data;
-  double timeout = a->o->heartbeat_timeout, now = agent_now_epoch(), next = -1;
-  int i;
-
-  if (a->state != ST_RUNNING)
-    return;
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
-    double due;
-
-    if (!w->running || w->hang.killed_why[0])
-      continue;
-    due = hang_heartbeat_check(&w->hang, w->pid, w->rank, timeout, now);
-    if (due >= 0 && (next < 0 || due < next))
-      next = due;
-  }
-  if (next >= 0)
-    uv_timer_start(&a->heartbeat, heartbeat_check,
-                   (uint64_t)((next - now) * 1000.0) + 1, 0);
+  agent_finish(a, err ? AGENT_EXIT_INTERNAL : 0);
 }
 
 /* ---- the loop: its handles, its end, agent_run ------------------------- */
@@ -850,7 +512,7 @@ static void close_cb_noop(uv_handle_t *h)
   (void)h;
 }
 
-static void finish(struct agent *a, int status)
+void agent_finish(struct agent *a, int status)
 {
   int i;
 
@@ -881,7 +543,7 @@ static void finish(struct agent *a, int status)
 
 /* Sets up every handle and the rendezvous.  On failure closes what it
  * initialised, in reverse (the loop still has to run for the close
- * callbacks), and returns the error: finish() is then never called. */
+ * callbacks), and returns the error: agent_finish() is then never called. */
 static int agent_init_handles(struct agent *a)
 {
   struct rdzv_callbacks cb = { a, on_round, on_restart, on_rdzv_error,
@@ -900,7 +562,7 @@ static int agent_init_handles(struct agent *a)
     if (err)
       goto undo_sigs;
     a->sigs[i].data = a;
-    err = uv_signal_start(&a->sigs[i], on_signal, a->o->signals[i]);
+    err = uv_signal_start(&a->sigs[i], agent_on_signal, a->o->signals[i]);
     if (err) {
       i++;      /* this one is initialised: close it too */
       goto undo_sigs;
@@ -929,9 +591,9 @@ static int agent_init_handles(struct agent *a)
   err = uv_timer_init(&a->loop, &a->optin_timer);
   if (err)
     goto undo_lost;
-  a->optin_timer.data = a;
+  a->optin_timer.data = &a->live;   /* live mode's (live_agent.h) */
   if (a->o->timer_file) {
-    a->ftimer = filetimer_new(0, on_timer_expired, a);
+    a->ftimer = filetimer_new(0, agent_on_timer_expired, a);
     if (!a->ftimer) {
       err = UV_ENOMEM;
       goto undo_optin;
@@ -946,6 +608,7 @@ static int agent_init_handles(struct agent *a)
   err = a->o->rdzv_create(a->o->rdzv_arg, &a->loop, &cb, &a->rdzv);
   if (err)
     goto undo_ftimer;
+  a->live.fixed_nodes = a->rdzv->ops->fixed_nodes;
   return 0;
 
 undo_ftimer:
@@ -971,6 +634,88 @@ undo_sigchld:
   a->rdzv = NULL;
   return err;
 }
+
+/* ---- what live mode sees of the agent (live_agent.h) -------------------- */
+
+static void live_worker(void *ctx, int local_rank, struct live_worker_view *v)
+{
+  const struct worker *w = &((struct agent *)ctx)->workers[local_rank];
+
+  v->rank = w->rank;
+  v->pid = w->pid;
+  v->running = w->running;
+  v->dir = w->dir;
+  v->streams_closed = w->out.state == OUTPUT_NONE &&
+                      w->err.state == OUTPUT_NONE;
+}
+
+static enum live_group live_group(void *ctx)
+{
+  const struct agent *a = ctx;
+
+  return a->state == ST_RUNNING    ? LIVE_GROUP_RUNNING
+         : a->state == ST_STOPPING ? LIVE_GROUP_STOPPING
+                                   : LIVE_GROUP_OTHER;
+}
+
+static void live_spawn(void *ctx, int local_rank)
+{
+  struct agent *a = ctx;
+
+  agent_spawn_worker(a, &a->workers[local_rank]);
+}
+
+/* Note [live replacement] (live_agent.c): the failed worker's process
+ * group goes with it, and its streams close for the replacement. */
+static void live_retire(void *ctx, int local_rank)
+{
+  struct agent *a = ctx;
+  struct worker *w = &a->workers[local_rank];
+
+  kill(-w->pid, SIGKILL);
+  guardian_forget(&a->guardian, w->pid);
+  w->pid = 0;
+  output_stream_drain_close(&w->out);
+  output_stream_drain_close(&w->err);
+}
+
+static void live_join(void *ctx)
+{
+  struct agent *a = ctx;
+  int err = a->rdzv->ops->join(a->rdzv, RDZV_JOIN_MEMBERSHIP);
+
+  if (err) {
+    say("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
+        say_strerror(err));
+    agent_begin_stop(a, STOP_FATAL, SIGTERM);
+    a->exit_status = AGENT_EXIT_INTERNAL;
+  }
+}
+
+static void live_restart_in_round(void *ctx)
+{
+  agent_begin_stop(ctx, STOP_MEMBERSHIP, SIGTERM);
+}
+
+static void live_adopt_round(void *ctx, const struct rdzv_assignment *as)
+{
+  struct agent *a = ctx;
+  int i;
+
+  a->assign = *as;
+  for (i = 0; i < a->o->nproc; i++)
+    a->workers[i].rank = as->rank_offset + i;
+}
+
+static void live_event(void *ctx, const char *name, const char *detail)
+{
+  agent_event(ctx, name, "%s", detail);
+}
+
+static const struct live_agent_ops live_ops = {
+  live_worker, live_group, live_spawn, live_retire, live_join,
+  live_restart_in_round, live_adopt_round, live_event,
+};
 
 /* Note [overlapped exit]: on a disk, removing a folder costs (on this
  * project's test machines, /tmp's ext4 discards each freed block
@@ -1038,10 +783,11 @@ int agent_run(const struct agent_opts *o)
   memset(&a, 0, sizeof a);
   a.o = o;
   a.exit_status = AGENT_EXIT_INTERNAL;
+  a.final_replaced = -1;
   if (gethostname(a.host, sizeof a.host) < 0)
     snprintf(a.host, sizeof a.host, "localhost");
   a.host[sizeof a.host - 1] = '\0';
-  live_agent_init(&a.live, o->live, o->run_log_dir);
+  err = live_agent_init(&a.live, o, &live_ops, &a);
   a.workers = calloc((size_t)o->nproc, sizeof *a.workers);
   a.sigs = calloc((size_t)(o->nsignals ? o->nsignals : 1), sizeof *a.sigs);
   /* At most half full, so probes stay short and always end. */
@@ -1049,8 +795,9 @@ int agent_run(const struct agent_opts *o)
   while (a.by_pid_mask + 1 < 2 * (size_t)o->nproc)
     a.by_pid_mask = a.by_pid_mask * 2 + 1;
   a.by_pid = calloc(a.by_pid_mask + 1, sizeof *a.by_pid);
-  if (!a.workers || !a.sigs || !a.by_pid) {
+  if (err || !a.workers || !a.sigs || !a.by_pid) {
     say("out of memory");
+    live_agent_close(&a.live);
     free(a.workers);
     free(a.sigs);
     free(a.by_pid);
@@ -1087,11 +834,11 @@ int agent_run(const struct agent_opts *o)
     a.state = ST_DONE;          /* the ladder closed what was open */
     a.exit_status = AGENT_EXIT_INTERNAL;
   } else {
-    join_round(&a, RDZV_JOIN_FIRST);
+    agent_join_round(&a, RDZV_JOIN_FIRST);
   }
   uv_run(&a.loop, UV_RUN_DEFAULT);
   settle_logs(&a);
-  /* finish() closed every handle; let the close callbacks run. */
+  /* agent_finish() closed every handle; let the close callbacks run. */
   uv_run(&a.loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&a.loop) != 0)
     say("internal: event loop closed with handles left open");
@@ -1124,3 +871,4 @@ out_free:
   free(a.by_pid);
   return status;
 }
+

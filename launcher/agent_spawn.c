@@ -76,7 +76,7 @@ static void stream_closed(void *ctx)
   struct agent *a = ctx;
 
   a->nstreams--;
-  live_agent_start_replacements(a);
+  live_agent_start_replacements(&a->live);
   agent_check_stopped(a);
 }
 
@@ -145,9 +145,10 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
   w->error_file = NULL;
   /* Note [live replacement]: a replacement's folder is inside the
    * original's, so attempt_<k>/ keeps torchrun's layout. */
-  if (w->live.replaced > 0)
+  if (live_agent_replaced(&a->live, w->local_rank) > 0)
     n = asprintf(&w->dir, "%s/attempt_%d/%d/live_%d", o->run_log_dir,
-                 attempt, w->local_rank, w->live.replaced);
+                 attempt, w->local_rank,
+                 live_agent_replaced(&a->live, w->local_rank));
   else
     n = asprintf(&w->dir, "%s/attempt_%d/%d", o->run_log_dir, attempt,
                  w->local_rank);
@@ -172,7 +173,8 @@ static int prepare_worker(struct agent *a, struct worker *w, int attempt,
     return err;
 
   worker_env(a, w, &we);
-  live_agent_worker_env(a, w, &we, opt_in, sizeof opt_in);
+  live_agent_worker_env(&a->live, w->local_rank, w->dir, &we, opt_in,
+                        sizeof opt_in);
   env = workerenv_build(environ, &we);
   if (!env)
     return -ENOMEM;

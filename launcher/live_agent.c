@@ -8,22 +8,31 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent_internal.h"
+#include "agent.h"
 #include "live_handshake.h"
 #include "live_store.h"
 #include "num.h"
+#include "rdzv_rules.h"
 #include "say.h"
 #include "workerenv.h"
 
 #define LIVE_OPT_IN_WINDOW_S 30.0  /* Note [opt-in window] */
 #define OPT_IN_WINDOW_ENV "CDRUN_LIVE_OPT_IN_WINDOW"
 
-void live_agent_init(struct live_agent *l, bool live,
-                     const char *run_log_dir)
+int live_agent_init(struct live_agent *l, const struct agent_opts *o,
+                    const struct live_agent_ops *ops, void *ctx)
 {
   const char *v = getenv(OPT_IN_WINDOW_ENV);
+  bool live = o->live;
 
   memset(l, 0, sizeof *l);
+  l->o = o;
+  l->ops = ops;
+  l->ctx = ctx;
+  l->workers = calloc((size_t)(o->nproc > 0 ? o->nproc : 1),
+                      sizeof *l->workers);
+  if (!l->workers)
+    return -ENOMEM;
   l->env = l->replace = live;
   l->optin_window = LIVE_OPT_IN_WINDOW_S;
   if (live && v && *v &&
@@ -33,26 +42,41 @@ void live_agent_init(struct live_agent *l, bool live,
     l->optin_window = LIVE_OPT_IN_WINDOW_S;
   }
   if (live)
-    snprintf(l->round_file, sizeof l->round_file, "%s/%s", run_log_dir,
+    snprintf(l->round_file, sizeof l->round_file, "%s/%s", o->run_log_dir,
              LIVE_HANDSHAKE_ROUND);
+  return 0;
 }
 
 void live_agent_close(struct live_agent *l)
 {
   live_store_stop(l->store);
   l->store = NULL;
+  free(l->workers);
+  l->workers = NULL;
 }
 
-void live_agent_worker_env(const struct agent *a, const struct worker *w,
-                           struct worker_env *we, char *opt_in, size_t len)
+/* Local worker i as the agent has it now. */
+static void view(const struct live_agent *l, int i, struct live_worker_view *v)
 {
-  if (!a->live.env)
+  l->ops->worker(l->ctx, i, v);
+}
+
+int live_agent_replaced(const struct live_agent *l, int local_rank)
+{
+  return l->workers[local_rank].replaced;
+}
+
+void live_agent_worker_env(const struct live_agent *l, int local_rank,
+                           const char *dir, struct worker_env *we,
+                           char *opt_in, size_t len)
+{
+  if (!l->env)
     return;
   we->live = true;
-  we->live_store = a->live.store_addr;
-  we->live_round_file = a->live.round_file;
-  we->worker_restarts = w->live.replaced;
-  snprintf(opt_in, len, "%s/%s", w->dir, LIVE_HANDSHAKE_OPT_IN);
+  we->live_store = l->store_addr;
+  we->live_round_file = l->round_file;
+  we->worker_restarts = l->workers[local_rank].replaced;
+  snprintf(opt_in, len, "%s/%s", dir, LIVE_HANDSHAKE_OPT_IN);
   unlink(opt_in);
   we->live_opt_in = opt_in;
 }
@@ -64,32 +88,32 @@ void live_agent_worker_env(const struct agent *a, const struct worker *w,
  * a round of several nodes is (case 5: derived from the run id and the
  * master endpoint, said to be guessable), unless its back end can never
  * add a node (the static one: --standalone, fixed nodes). */
-bool live_agent_token_private_ok(const struct agent *a)
+bool live_agent_token_private_ok(const struct live_agent *l)
 {
-  return !a->live.env || a->rdzv->ops->fixed_nodes;
+  return !l->env || l->fixed_nodes;
 }
 
-bool live_agent_replacing(const struct agent *a)
+bool live_agent_replacing(const struct live_agent *l)
 {
-  return a->live.replace_pending > 0;
+  return l->replace_pending > 0;
 }
 
-bool live_agent_rejoining(const struct agent *a)
+bool live_agent_rejoining(const struct live_agent *l)
 {
-  return a->live.rejoining;
+  return l->rejoining;
 }
 
-bool live_agent_changing(const struct agent *a)
+bool live_agent_changing(const struct live_agent *l)
 {
-  return a->live.rejoining || a->live.pending_round_set;
+  return l->rejoining || l->pending_round_set;
 }
 
-bool live_agent_take_round(struct agent *a, struct rdzv_assignment *as)
+bool live_agent_take_round(struct live_agent *l, struct rdzv_assignment *as)
 {
-  if (!a->live.pending_round_set)
+  if (!l->pending_round_set)
     return false;
-  *as = a->live.pending_round;
-  a->live.pending_round_set = false;
+  *as = l->pending_round;
+  l->pending_round_set = false;
   return true;
 }
 
@@ -98,23 +122,23 @@ bool live_agent_take_round(struct agent *a, struct rdzv_assignment *as)
  * program in the same environment opts in again (libpg's pg_init), so a
  * membership change or its own failure before it has is no reason to
  * restart everyone. */
-static struct worker *not_opted_in(struct agent *a)
+static bool not_opted_in(const struct live_agent *l,
+                         struct live_worker_view *w)
 {
   char path[PATH_MAX];
   int i;
 
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
-
-    if (w->live.replaced > 0)
+  for (i = 0; i < l->o->nproc; i++) {
+    if (l->workers[i].replaced > 0)
       continue;
 
+    view(l, i, w);
     snprintf(path, sizeof path, "%s/%s", w->dir ? w->dir : "",
              LIVE_HANDSHAKE_OPT_IN);
     if (!w->dir || !live_handshake_opted_in(path))
-      return w;
+      return true;
   }
-  return NULL;
+  return false;
 }
 
 /* Whether live recovery may keep the workers now: every local worker has
@@ -122,19 +146,18 @@ static struct worker *not_opted_in(struct agent *a)
  * job: a program that never opts in (a PyTorch script) is restarted at
  * every failure, and one that had not yet opted in (a membership change
  * just after a start) is live again once it has. */
-static bool keeps_workers(struct agent *a)
+static bool keeps_workers(struct live_agent *l)
 {
-  struct worker *w;
+  struct live_worker_view w;
 
-  if (!a->live.replace)
+  if (!l->replace)
     return false;
-  w = not_opted_in(a);
-  if (!w)
+  if (!not_opted_in(l, &w))
     return true;
-  if (!a->live.optin_said)
+  if (!l->optin_said)
     say("worker %d (pid %d) did not opt in to live recovery: restarting "
-        "the worker group instead", w->rank, (int)w->pid);
-  a->live.optin_said = true;
+        "the worker group instead", w.rank, (int)w.pid);
+  l->optin_said = true;
   return false;
 }
 
@@ -150,33 +173,35 @@ static bool keeps_workers(struct agent *a)
  * does. */
 static void optin_window_over(uv_timer_t *t)
 {
-  struct agent *a = t->data;
+  struct live_agent *l = t->data;
+  struct live_worker_view w;
   char path[PATH_MAX];
   int i;
 
-  if (a->state != ST_RUNNING || !a->live.replace || a->live.optin_said)
+  if (l->ops->group(l->ctx) != LIVE_GROUP_RUNNING || !l->replace ||
+      l->optin_said)
     return;
-  for (i = 0; i < a->o->nproc; i++) {
-    const struct worker *w = &a->workers[i];
-
-    snprintf(path, sizeof path, "%s/%s", w->dir ? w->dir : "",
+  for (i = 0; i < l->o->nproc; i++) {
+    view(l, i, &w);
+    snprintf(path, sizeof path, "%s/%s", w.dir ? w.dir : "",
              LIVE_HANDSHAKE_OPT_IN);
-    if (w->live.replaced > 0 || (w->dir && live_handshake_opted_in(path)))
+    if (l->workers[i].replaced > 0 ||
+        (w.dir && live_handshake_opted_in(path)))
       return;           /* some did: decided at each event */
   }
   say("no worker opted in to live recovery within %g s of its start (a "
       "program without the handshake, such as a PyTorch script): this job "
       "is recovered by restarting the worker group, as with "
-      "--recovery=restart", a->live.optin_window);
-  a->live.optin_said = true;
+      "--recovery=restart", l->optin_window);
+  l->optin_said = true;
 }
 
-void live_agent_workers_up(struct agent *a)
+void live_agent_workers_up(struct live_agent *l, uv_timer_t *t)
 {
-  if (!a->live.replace || a->live.optin_said)
+  if (!l->replace || l->optin_said)
     return;
-  uv_timer_start(&a->optin_timer, optin_window_over,
-                 (uint64_t)(a->live.optin_window * 1000.0) + 1, 0);
+  uv_timer_start(t, optin_window_over,
+                 (uint64_t)(l->optin_window * 1000.0) + 1, 0);
 }
 
 /* Note [finished job]: a worker that exited 0 has left the group for
@@ -193,30 +218,33 @@ void live_agent_workers_up(struct agent *a)
  * workers: a worker here that exited 0 is one that is not running and
  * still has its pid (a failed one is replaced, pid 0, or stops the
  * group). */
-static struct worker *finished_peer(struct agent *a, const struct worker *w)
+static int finished_peer(const struct live_agent *l, int w)
 {
+  struct live_worker_view p;
   int i;
 
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *p = &a->workers[i];
-
-    if (p != w && !p->running && p->pid > 0 && !p->live.replace_pending)
-      return p;
+  for (i = 0; i < l->o->nproc; i++) {
+    if (i == w)
+      continue;
+    view(l, i, &p);
+    if (!p.running && p.pid > 0 && !l->workers[i].replace_pending)
+      return i;
   }
-  return NULL;
+  return -1;
 }
 
 /* Whether w is a replacement that has not joined the group: it has not
  * opted in yet, or libpg says it is still joining (its opt-in file's
  * second line, Note [opt in] in libpg/recover.c).  A file without that
  * line (a program that implements the handshake alone) never says so. */
-static bool still_joining(const struct worker *w)
+static bool still_joining(const struct live_worker *lw,
+                          const struct live_worker_view *w)
 {
   char path[PATH_MAX], buf[64];
   FILE *f;
   size_t n;
 
-  if (w->live.replaced == 0 || !w->running || !w->dir)
+  if (lw->replaced == 0 || !w->running || !w->dir)
     return false;
   snprintf(path, sizeof path, "%s/%s", w->dir, LIVE_HANDSHAKE_OPT_IN);
   f = fopen(path, "re");
@@ -232,21 +260,26 @@ static bool still_joining(const struct worker *w)
  * replacement is still joining (the failure came right after the last
  * step, before the peers exited), so it never will: it goes, and its
  * exit takes restart mode's path (live_agent_worker_failed). */
-void live_agent_worker_finished(struct agent *a, struct worker *done)
+void live_agent_worker_finished(struct live_agent *l, int done)
 {
+  struct live_worker_view d, w;
   int i;
 
-  if (!a->live.replace)
+  if (!l->replace)
     return;
-  for (i = 0; i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
+  view(l, done, &d);
+  for (i = 0; i < l->o->nproc; i++) {
+    struct live_worker *lw = &l->workers[i];
 
-    if (w == done || w->live.stopped || !still_joining(w))
+    if (i == done || lw->stopped)
+      continue;
+    view(l, i, &w);
+    if (!still_joining(lw, &w))
       continue;
     say("worker %d finished (exit 0) while worker %d's replacement was "
-        "still joining: it never can; stopping it", done->rank, w->rank);
-    w->live.stopped = true;
-    kill(-w->pid, SIGKILL);
+        "still joining: it never can; stopping it", d.rank, w.rank);
+    lw->stopped = true;
+    kill(-w.pid, SIGKILL);
   }
 }
 
@@ -256,82 +289,90 @@ void live_agent_worker_finished(struct agent *a, struct worker *done)
  * max_restarts times per local rank; the rendezvous hears nothing.  The
  * replacement starts once the dead worker's output streams are closed
  * (they are the same structs), in attempt_<k>/<local_rank>/live_<n>/.
- * Returns true when the failure was taken; false: restart mode's path,
- * final when the rank's budget is spent. */
-bool live_agent_worker_failed(struct agent *a, struct worker *w, int code)
+ * The rank's budget is the back ends' rule (Note [live budget],
+ * rdzvd/rdzv_rules.h); when it is spent the failure is restart mode's,
+ * and final by the same rule (Note [one authority], launcher/rdzv.h). */
+enum live_failed live_agent_worker_failed(struct live_agent *l,
+                                          int local_rank, int code)
 {
-  struct worker *done;
+  struct live_worker *lw = &l->workers[local_rank];
+  struct live_worker_view w, d;
+  char detail[256];
+  int done;
 
-  if (!keeps_workers(a))
-    return false;
-  if ((done = finished_peer(a, w))) {
+  if (!keeps_workers(l))
+    return LIVE_FAILED_NOT_TAKEN;
+  view(l, local_rank, &w);
+  if ((done = finished_peer(l, local_rank)) >= 0) {
     /* Note [finished job] */
+    view(l, done, &d);
     say("worker %d failed after worker %d finished (exit 0): a replacement "
         "could not rejoin its peers; recovering as restart mode does",
-        w->rank, done->rank);
-    return false;
+        w.rank, d.rank);
+    return LIVE_FAILED_NOT_TAKEN;
   }
-  if (w->live.replaced >= a->o->max_restarts) {
+  if (rdzv_rules_replacement_final(lw->replaced, l->o->max_restarts)) {
     say("worker %d has no replacement left (%d of --max_restarts %d used; "
-        "live mode counts them per rank): the job fails", w->rank,
-        w->live.replaced, a->o->max_restarts);
-    a->assign.failure_final = true;
-    return false;
+        "live mode counts them per rank): the job fails", w.rank,
+        lw->replaced, l->o->max_restarts);
+    return LIVE_FAILED_NO_REPLACEMENT;
   }
-  w->live.replaced++;
+  lw->replaced++;
   say("replacing worker %d alone (live recovery; replacement %d of %d of "
-      "this rank)", w->rank, w->live.replaced, a->o->max_restarts);
-  agent_event(a, "WORKER_REPLACED", "rank=%d local_rank=%d pid=%d "
-              "exitcode=%d worker_restarts=%d", w->rank, w->local_rank,
-              (int)w->pid, code, w->live.replaced);
+      "this rank)", w.rank, lw->replaced, l->o->max_restarts);
+  snprintf(detail, sizeof detail, "rank=%d local_rank=%d pid=%d "
+           "exitcode=%d worker_restarts=%d", w.rank, local_rank,
+           (int)w.pid, code, lw->replaced);
+  l->ops->event(l->ctx, "WORKER_REPLACED", detail);
   /* What is left of its process group goes with it. */
-  kill(-w->pid, SIGKILL);
-  guardian_forget(&a->guardian, w->pid);
-  w->pid = 0;
-  output_stream_drain_close(&w->out);
-  output_stream_drain_close(&w->err);
-  w->live.replace_pending = true;
-  a->live.replace_pending++;
-  live_agent_start_replacements(a);
-  return true;
+  l->ops->retire(l->ctx, local_rank);
+  lw->replace_pending = true;
+  l->replace_pending++;
+  live_agent_start_replacements(l);
+  return LIVE_FAILED_REPLACED;
 }
 
 /* The replacements whose worker's streams are closed now start. */
-void live_agent_start_replacements(struct agent *a)
+void live_agent_start_replacements(struct live_agent *l)
 {
+  struct live_worker_view w;
   int i;
 
-  for (i = 0; a->live.replace_pending && i < a->o->nproc; i++) {
-    struct worker *w = &a->workers[i];
+  for (i = 0; l->replace_pending && i < l->o->nproc; i++) {
+    struct live_worker *lw = &l->workers[i];
 
-    if (!w->live.replace_pending || w->out.state != OUTPUT_NONE ||
-        w->err.state != OUTPUT_NONE)
+    if (!lw->replace_pending)
       continue;
-    w->live.replace_pending = false;
-    a->live.replace_pending--;
-    if (a->state != ST_RUNNING)
+    view(l, i, &w);
+    if (!w.streams_closed)
       continue;
-    w->live.stopped = false;
-    agent_spawn_worker(a, w);
+    lw->replace_pending = false;
+    l->replace_pending--;
+    if (l->ops->group(l->ctx) != LIVE_GROUP_RUNNING)
+      continue;
+    lw->stopped = false;
+    l->ops->spawn(l->ctx, i);
     /* A peer finished while it waited to start (Note [finished job]). */
-    if (w->running && finished_peer(a, w)) {
+    view(l, i, &w);
+    if (w.running && finished_peer(l, i) >= 0) {
       say("a worker finished before worker %d's replacement started: it "
-          "could never join; stopping it", w->rank);
-      w->live.stopped = true;
-      kill(-w->pid, SIGKILL);
+          "could never join; stopping it", w.rank);
+      lw->stopped = true;
+      kill(-w.pid, SIGKILL);
     }
   }
 }
 
 /* Rewrites the node's round file for the current round. */
-static void write_round(struct agent *a)
+static void write_round(struct live_agent *l,
+                        const struct rdzv_assignment *as)
 {
-  struct live_round r = { a->assign.round, a->assign.world_size,
-                          a->assign.rank_offset, a->o->nproc };
-  int err = live_handshake_write_round(a->live.round_file, &r);
+  struct live_round r = { as->round, as->world_size, as->rank_offset,
+                          l->o->nproc };
+  int err = live_handshake_write_round(l->round_file, &r);
 
   if (err)
-    say("cannot write the live round file %s: %s", a->live.round_file,
+    say("cannot write the live round file %s: %s", l->round_file,
         say_strerror(err));
 }
 
@@ -346,42 +387,44 @@ static void write_round(struct agent *a)
  * others do not look at.  So in a round of several nodes node 0 ends the
  * job with a final failure naming the reason, which every node ends
  * with; a job of one node falls back to restart mode, consistent there. */
-int live_agent_start_round(struct agent *a, char *why, size_t len)
+int live_agent_start_round(struct live_agent *l,
+                           const struct rdzv_assignment *as,
+                           const char *job_token, char *why, size_t len)
 {
   char msg[512];
-  int i, err, port = a->assign.master_port + LIVE_STORE_PORT_OFFSET;
+  int i, err, port = as->master_port + LIVE_STORE_PORT_OFFSET;
 
-  for (i = 0; i < a->o->nproc; i++) {
-    a->workers[i].live.replace_pending = false;
-    a->workers[i].live.stopped = false;
+  for (i = 0; i < l->o->nproc; i++) {
+    l->workers[i].replace_pending = false;
+    l->workers[i].stopped = false;
   }
-  a->live.replace_pending = 0;
-  if (a->live.no_store[0] && a->assign.group_world_size > 1) {
+  l->replace_pending = 0;
+  if (l->no_store[0] && as->group_world_size > 1) {
     /* Alone at first, in restart mode; now others came. */
     snprintf(why, len, "node rank 0 cannot serve the live store (%s): "
-             "the job cannot run with --recovery=live", a->live.no_store);
+             "the job cannot run with --recovery=live", l->no_store);
     return -ENOENT;
   }
-  if (!a->live.env)
+  if (!l->env)
     return 0;
-  if (a->assign.live_store[0]) {
+  if (as->live_store[0]) {
     /* Note [live store in rdzvd]: the rendezvous serves it; node 0 is
      * no one special. */
-    live_store_stop(a->live.store);
-    a->live.store = NULL;
-    a->live.store_token[0] = '\0';
-    snprintf(a->live.store_addr, sizeof a->live.store_addr, "%s",
-             a->assign.live_store);
-    write_round(a);
+    live_store_stop(l->store);
+    l->store = NULL;
+    l->store_token[0] = '\0';
+    snprintf(l->store_addr, sizeof l->store_addr, "%s",
+             as->live_store);
+    write_round(l, as);
     return 0;
   }
-  if (a->assign.group_rank == 0 &&
-      (!a->live.store || strcmp(a->live.store_token, a->job_token) != 0)) {
-    live_store_stop(a->live.store);
-    a->live.store = NULL;
-    err = live_store_start(NULL, &port, a->job_token, &a->live.store, msg,
+  if (as->group_rank == 0 &&
+      (!l->store || strcmp(l->store_token, job_token) != 0)) {
+    live_store_stop(l->store);
+    l->store = NULL;
+    err = live_store_start(NULL, &port, job_token, &l->store, msg,
                            sizeof msg);
-    if (err && a->assign.group_world_size > 1) {
+    if (err && as->group_world_size > 1) {
       /* Note [no live store]: the other nodes' workers have the live
        * variables already, and cannot run without the store. */
       snprintf(why, len, "node rank 0 cannot serve the live store (%s): "
@@ -391,59 +434,54 @@ int live_agent_start_round(struct agent *a, char *why, size_t len)
     if (err) {
       say("cannot serve the live store (%s): live recovery is off, this "
           "node's workers run in restart mode", msg);
-      snprintf(a->live.no_store, sizeof a->live.no_store, "%s", msg);
-      a->live.env = false;
-      a->live.replace = false;
+      snprintf(l->no_store, sizeof l->no_store, "%s", msg);
+      l->env = false;
+      l->replace = false;
       return 0;
     }
-    snprintf(a->live.store_token, sizeof a->live.store_token, "%s",
-             a->job_token);
+    snprintf(l->store_token, sizeof l->store_token, "%s",
+             job_token);
   }
-  snprintf(a->live.store_addr, sizeof a->live.store_addr, "%s:%d",
-           a->assign.master_addr, port);
-  write_round(a);
+  snprintf(l->store_addr, sizeof l->store_addr, "%s:%d",
+           as->master_addr, port);
+  write_round(l, as);
   return 0;
 }
 
 /* The job needs a new round and live recovery keeps the workers: join
  * with them running.  False: restart mode. */
-bool live_agent_rejoin(struct agent *a, const char *reason)
+bool live_agent_rejoin(struct live_agent *l, const char *reason)
 {
-  int err;
-
-  if (a->live.rejoining)
+  if (l->rejoining)
     return true;        /* the join in flight serves this change too */
-  if (!keeps_workers(a))
+  if (!keeps_workers(l))
     return false;
   say("the job needs a new round (%s): re-joining with the workers "
       "running (live recovery)", reason);
-  a->live.rejoining = true;
-  err = a->rdzv->ops->join(a->rdzv, RDZV_JOIN_MEMBERSHIP);
-  if (err) {
-    say("rendezvous (%s): cannot join: %s", a->rdzv->ops->name,
-        say_strerror(err));
-    agent_begin_stop(a, STOP_FATAL, SIGTERM);
-    a->exit_status = AGENT_EXIT_INTERNAL;
-  }
+  l->rejoining = true;
+  l->ops->join(l->ctx);
   return true;
 }
 
 /* The round a live re-join asked for: the workers go on in it, and learn
  * it from the round file, unless what they hold changed (the master
  * endpoint: node 0 was lost; the restart count or the job token: the job
- * restarted); then they restart in it.  Returns false when the agent is
- * not running them any more. */
-static bool go_on_in_round(struct agent *a, const struct rdzv_assignment *as)
+ * restarted); then they restart in it.  old is the round they run in,
+ * job_token its token.  Returns false when the agent is not running them
+ * any more. */
+static bool go_on_in_round(struct live_agent *l,
+                           const struct rdzv_assignment *as,
+                           const struct rdzv_assignment *cur,
+                           const char *job_token)
 {
-  char token[JOBTOKEN_HEX + 1];
-  struct rdzv_assignment old = a->assign;
+  char token[JOBTOKEN_HEX + 1], detail[128];
+  struct rdzv_assignment old = *cur;
   bool guessable, master_moved;
-  int i;
 
-  if (a->state != ST_RUNNING)
+  if (l->ops->group(l->ctx) != LIVE_GROUP_RUNNING)
     return false;
-  if (jobtoken_make(a->o->token_secret, a->o->token_secret_len,
-                    a->o->run_id, as, live_agent_token_private_ok(a),
+  if (jobtoken_make(l->o->token_secret, l->o->token_secret_len,
+                    l->o->run_id, as, live_agent_token_private_ok(l),
                     token, &guessable))
     token[0] = '\0';
   /* Note [live store in rdzvd]: with the rendezvous' store the master
@@ -455,7 +493,7 @@ static bool go_on_in_round(struct agent *a, const struct rdzv_assignment *as)
     master_moved = false;
   if (master_moved || strcmp(as->live_store, old.live_store) != 0 ||
       as->restart_count != old.restart_count ||
-      (as->group_world_size > 1 && strcmp(token, a->job_token) != 0)) {
+      (as->group_world_size > 1 && strcmp(token, job_token) != 0)) {
     say("round %d moves the master endpoint or the live store, or "
         "restarts the job (master %s:%d, was %s:%d; live store %s, was %s; "
         "restart %d, was %d; or another job token): live recovery cannot "
@@ -465,38 +503,39 @@ static bool go_on_in_round(struct agent *a, const struct rdzv_assignment *as)
         as->live_store[0] ? as->live_store : "node 0's",
         old.live_store[0] ? old.live_store : "node 0's",
         as->restart_count, old.restart_count);
-    a->live.pending_round = *as;
-    a->live.pending_round_set = true;
-    agent_begin_stop(a, STOP_MEMBERSHIP, SIGTERM);
+    l->pending_round = *as;
+    l->pending_round_set = true;
+    l->ops->restart_in_round(l->ctx);
     return true;
   }
-  a->assign = *as;
-  for (i = 0; i < a->o->nproc; i++)
-    a->workers[i].rank = as->rank_offset + i;
-  write_round(a);
+  l->ops->adopt_round(l->ctx, as);
+  write_round(l, as);
   say("round %d: world %d on %d node%s, this node's ranks from %d; the "
       "workers go on (live recovery)", as->round, as->world_size,
       as->group_world_size, as->group_world_size == 1 ? "" : "s",
       as->rank_offset);
-  agent_event(a, "LIVE_ROUND", "world_size=%d group_rank=%d "
-              "rank_offset=%d", as->world_size, as->group_rank,
-              as->rank_offset);
+  snprintf(detail, sizeof detail, "world_size=%d group_rank=%d "
+           "rank_offset=%d", as->world_size, as->group_rank,
+           as->rank_offset);
+  l->ops->event(l->ctx, "LIVE_ROUND", detail);
   return true;
 }
 
 
-bool live_agent_round(struct agent *a, const struct rdzv_assignment *as)
+bool live_agent_round(struct live_agent *l, const struct rdzv_assignment *as,
+                      const struct rdzv_assignment *cur,
+                      const char *job_token)
 {
-  if (!a->live.rejoining)
+  if (!l->rejoining)
     return false;
-  a->live.rejoining = false;
-  if (go_on_in_round(a, as))
+  l->rejoining = false;
+  if (go_on_in_round(l, as, cur, job_token))
     return true;
-  if (a->state == ST_STOPPING) {
+  if (l->ops->group(l->ctx) == LIVE_GROUP_STOPPING) {
     /* The group stops (a failure live recovery did not take): it
      * starts in this round once stopped. */
-    a->live.pending_round = *as;
-    a->live.pending_round_set = true;
+    l->pending_round = *as;
+    l->pending_round_set = true;
     return true;
   }
   return false;

@@ -12,9 +12,10 @@
  * Note [dead links]: a host whose link or machine dies sends nothing, not
  * even an EOF.  The head's ssh asks the server for a sign of life every
  * keepalive interval (ServerAliveInterval x ServerAliveCountMax, from the
- * job's keepalive_interval x keepalive_misses) and exits 255 when none
- * comes; the head names the host at once.  The other way, the head writes
- * a byte to each ssh's stdin every interval, and the remote watchdog
+ * job's keepalive_interval x keepalive_misses: the keepalive window,
+ * rdzv_rules_keepalive_window) and exits 255 when none comes; the head
+ * names the host at once.  The other way, the head writes a byte to each
+ * ssh's stdin every interval, and the remote watchdog
  * (told the window in CDRUN_HEAD_BEAT) stops its agent when nothing came
  * within it.  A lost host is cdrun's exit status 75, never ssh's 255. */
 #include "multihost.h"
@@ -39,6 +40,7 @@
 #include "num.h"
 #include "output.h"
 #include "rdzv_proto.h"
+#include "rdzv_rules.h"
 #include "say.h"
 #include "slurm_env.h"
 #include "stdin_watchdog.h"
@@ -149,8 +151,9 @@ struct job_plan {
   char cdrun[PATH_MAX];
   char cwd[PATH_MAX];
   /* Note [dead links]: ssh's ServerAliveInterval (whole seconds) and
-   * ServerAliveCountMax, and the head's beat to the remote watchdogs. */
-  int alive_interval, alive_count;
+   * ServerAliveCountMax, the window they make (the keepalive window in
+   * whole seconds), and the head's beat to the remote watchdogs. */
+  int alive_interval, alive_count, alive_window;
   double beat;
 };
 
@@ -173,7 +176,7 @@ static char *remote_command(const struct cdrun_args *a, int argc,
    * (an older cdrun there ignores it). */
   sb_add(&b, " exec env", 9);
   sb_argf(&b, STDIN_WATCHDOG_BEAT_ENV "=%g",
-          p->alive_interval * p->alive_count + BEAT_MARGIN);
+          p->alive_window + BEAT_MARGIN);
   sb_arg(&b, p->cdrun);
   for (i = 1; i < ti; i++) {
     if (strcmp(argv[i], "--") == 0)
@@ -246,6 +249,8 @@ static void plan_keepalive(const struct cdrun_args *a, struct job_plan *p)
   if (p->alive_interval < 1)
     p->alive_interval = 1;
   p->alive_count = (int)misses;
+  p->alive_window = (int)rdzv_rules_keepalive_window(p->alive_interval,
+                                                     p->alive_count);
   p->beat = interval;
 }
 
@@ -704,8 +709,7 @@ static void remote_exited(struct head *h, struct remote *r, int st)
     code = SSH_FAILED;
   } else if (!h->stopping) {
     report_exit(r, code, h->plan.elastic,
-                h->plan.alive_interval * h->plan.alive_count,
-                h->plan.alive_count);
+                h->plan.alive_window, h->plan.alive_count);
   }
   if (!h->first_fail)
     h->first_fail = code;

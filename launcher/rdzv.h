@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "rdzv_rules.h"
+
 /* What one completed round gives this node.  O(1) data, whatever the job's
  * size. */
 struct rdzv_assignment {
@@ -20,9 +22,10 @@ struct rdzv_assignment {
   int restart_count;      /* restarts so far, counted per job */
   /* A failure of this round's workers ends the job: no restart is left
    * (rdzvd/rdzv_rules.h, rdzv_rules_failure_final).  The back end is the
-   * one authority on the restart budget: the agent reports its failure
-   * with this (report_failure's final) and re-joins only when it is
-   * false; it never counts restarts itself. */
+   * one authority on the restart budget: the agent asks
+   * rdzv_failure_final (below), reports its failure with the answer
+   * (report_failure's final) and re-joins only when it is false; it
+   * never counts restarts itself, and never changes this. */
   bool failure_final;
   int group_rank;         /* this node's rank */
   int group_world_size;   /* nodes in the round */
@@ -42,6 +45,23 @@ struct rdzv_assignment {
    * it). */
   char live_store[256 + 8];
 };
+
+/* Note [one authority]: whether a failure of the round's workers (as)
+ * ends the job.  The back ends decide, by their rules (rdzvd/rdzv_rules.h):
+ * the round's restart budget (as->failure_final), and in live recovery
+ * the failed rank's budget of replacements (Note [live budget]): replaced
+ * is how many that rank had when live mode could not replace it again,
+ * -1 when live mode did not decline for its budget (restart mode, or the
+ * failure was not live mode's to take).  max_restarts is the job's, the
+ * same on every node (the rules' config check).  The agent asks this,
+ * live mode included; nothing else decides a final failure. */
+static inline bool rdzv_failure_final(const struct rdzv_assignment *as,
+                                      int replaced, int max_restarts)
+{
+  return as->failure_final ||
+         (replaced >= 0 &&
+          rdzv_rules_replacement_final(replaced, max_restarts));
+}
 
 /* Why the agent asks for a round. */
 enum rdzv_join_reason {
@@ -70,8 +90,9 @@ struct rdzv_ops {
   const char *name;
   int (*join)(struct rdzv *r, enum rdzv_join_reason why);
   /* Local workers failed: tell the job at once, before the local group is
-   * torn down, so other nodes start stopping theirs.  final: the round's
-   * assignment said failure_final (no restart is left): the job ends.
+   * torn down, so other nodes start stopping theirs.  final:
+   * rdzv_failure_final said so (no restart, or in live mode no
+   * replacement, is left): the job ends.
    * Then join(RDZV_JOIN_FAILURE) unless final. */
   int (*report_failure)(struct rdzv *r, bool final, const char *message);
   int (*exit_barrier)(struct rdzv *r);

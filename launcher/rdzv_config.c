@@ -12,6 +12,7 @@
 #include "etcd_rdzv_state.h"
 #include "num.h"
 #include "rdzv_etcd.h"
+#include "rdzv_rules.h"
 
 #define C10D_DEFAULT_PORT 29400
 #define STATIC_DEFAULT_PORT 29500
@@ -228,6 +229,7 @@ static int parse_conf(struct rdzv_config *c, const char *conf, char *err,
 {
   char key[64], val[256];
   const char *p = conf, *eq;
+  double window;
   size_t len;
 
   while (*p) {
@@ -248,12 +250,12 @@ static int parse_conf(struct rdzv_config *c, const char *conf, char *err,
     if (*p == ',')
       p++;
   }
-  if (c->conf.keepalive_interval * c->conf.keepalive_misses <
-      RDZV_PROTO_MIN_KEEPALIVE_WINDOW) {
+  window = rdzv_rules_keepalive_window(c->conf.keepalive_interval,
+                                       c->conf.keepalive_misses);
+  if (window < RDZV_PROTO_MIN_KEEPALIVE_WINDOW) {
     return err_invalid(err, errlen, "--rdzv_conf: keepalive_interval x "
                        "keepalive_misses is %g s; it must be at least %g s",
-                       c->conf.keepalive_interval * c->conf.keepalive_misses,
-                       RDZV_PROTO_MIN_KEEPALIVE_WINDOW);
+                       window, RDZV_PROTO_MIN_KEEPALIVE_WINDOW);
   }
   return 0;
 }

@@ -68,7 +68,7 @@ struct static_barrier {
   bool said;                    /* "done" or "bye" went out */
   /* Note [static keepalive] */
   uv_timer_t ka_timer;
-  double window;                /* keepalive_interval x misses; 0: none */
+  double window;                /* rdzv_rules_keepalive_window; 0: none */
   double last_tick;             /* when ka_timer last ran */
   bool server_ka;               /* the client: node 0 answers keepalives */
   bool server_silent;           /* ... and has been silent for window */
@@ -810,7 +810,8 @@ int static_barrier_start(uv_loop_t *loop, const struct static_barrier_opts *o,
   snprintf(b->hello, sizeof b->hello, "cdrun-static 1 %d %d %d %s\n",
            o->node_rank, o->nnodes, o->nproc, b->token);
   if (o->keepalive_interval > 0 && o->keepalive_misses > 0)
-    b->window = o->keepalive_interval * o->keepalive_misses;
+    b->window = rdzv_rules_keepalive_window(o->keepalive_interval,
+                                            o->keepalive_misses);
   if (o->node_rank == 0)
     snprintf(b->ok_line, sizeof b->ok_line, "ok watch %s\n%s",
              b->serve_nonce, b->window > 0 ? "ka\n" : "");

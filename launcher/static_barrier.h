@@ -65,10 +65,10 @@ struct static_barrier;
  * Note [static keepalive]: a link that only goes silent (an agent
  * stopped, a machine cut off) closes nothing, so the watch carries
  * keepalives with the rule of the other back ends (rdzvd's, Note
- * [reconnect] in rdzv_client.c): every other node sends "ka" to node 0
- * each keepalive_interval, the first as "ka W" with its window W
- * (keepalive_interval x keepalive_misses), and node 0 answers each with
- * "ka".  Node 0 judges a node by the node's own window, a node judges
+ * [reconnect] in rdzv_client_conn.c): every other node sends "ka" to
+ * node 0 each keepalive_interval, the first as "ka W" with its window W
+ * (keepalive_interval x keepalive_misses, rdzv_rules_keepalive_window),
+ * and node 0 answers each with "ka".  Node 0 judges a node by the node's own window, a node judges
  * node 0 by its own, as rdzvd and its agents do; silent that long, the
  * peer's link went silent (node 0 tells the others, "lost R silent").
  * Node 0 says it answers keepalives with a "ka" line after "ok watch"

@@ -15,6 +15,7 @@
 
 #include "metrics.h"
 #include "rdzv_reply.h"
+#include "rdzv_rules.h"
 
 /* ---- a rebuilding job's ranks (rdzv_state__rank_hash) ---- */
 
@@ -160,7 +161,8 @@ void rdzv_resume_expired(struct rdzv_state *r, struct job *job, double now)
            "after the rendezvous restarted", job->rebuild_size - job->n_part,
            job->rebuild_size,
            fmax(r->lim.resume_grace,
-                job->conf.keepalive_interval * job->conf.keepalive_misses));
+                rdzv_rules_keepalive_window(job->conf.keepalive_interval,
+                                            job->conf.keepalive_misses)));
   rdzv_state__log(r, "job %s: round %d: %s", job->id, job->round, text);
   job->resumed = false;        /* a new round: its nodes get new tokens */
   rdzv_round_start(r, job, now, text, NULL);
@@ -326,8 +328,9 @@ static int reattach(struct rdzv_state *r, struct conn *c, void *conn,
 static void rebuild_start(struct rdzv_state *r, struct job *job,
                           const struct rdzv_proto_round *as, double now)
 {
-  double grace = fmax(r->lim.resume_grace, job->conf.keepalive_interval *
-                                           job->conf.keepalive_misses);
+  double grace = fmax(r->lim.resume_grace,
+                      rdzv_rules_keepalive_window(job->conf.keepalive_interval,
+                                                  job->conf.keepalive_misses));
 
   job->round = as->round;
   job->restart_count = as->restart_count;

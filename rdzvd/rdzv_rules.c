@@ -121,6 +121,11 @@ bool rdzv_rules_failure_final(int restart_count, int max_restarts)
   return !rdzv_rules_restart_left(restart_count, max_restarts);
 }
 
+bool rdzv_rules_replacement_final(int replaced, int max_restarts)
+{
+  return !rdzv_rules_restart_left(replaced, max_restarts);
+}
+
 enum rdzv_rules_failure rdzv_rules_failure(bool reported_final,
                                            int restart_count,
                                            int max_restarts)
@@ -130,6 +135,14 @@ enum rdzv_rules_failure rdzv_rules_failure(bool reported_final,
   if (!rdzv_rules_restart_left(restart_count, max_restarts))
     return RDZV_FAILURE_CLOSE_EXHAUSTED;
   return RDZV_FAILURE_RESTART;
+}
+
+/* ---- the keepalive window ---- */
+
+double rdzv_rules_keepalive_window(double keepalive_interval,
+                                   int keepalive_misses)
+{
+  return keepalive_interval * keepalive_misses;
 }
 
 /* ---- a lost node ---- */

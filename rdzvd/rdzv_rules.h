@@ -13,7 +13,9 @@
  *   with the job's;
  * - the restart budget and the final-failure decision: whether a failure
  *   restarts the job or ends it, and whether a round's failure will be
- *   final (what the agent is told with its assignment: launcher/rdzv.h);
+ *   final (what the agent is told with its assignment: launcher/rdzv.h),
+ *   live recovery's per-rank budget of replacements included (Note [live
+ *   budget]);
  * - a lost node: whether the job goes on without it or ends (Note [a lost
  *   node]).
  *
@@ -136,6 +138,16 @@ bool rdzv_rules_restart_left(int restart_count, int max_restarts);
  * assignment, and what the agent then reports. */
 bool rdzv_rules_failure_final(int restart_count, int max_restarts);
 
+/* Note [live budget]: in live recovery (launcher/live_agent.c) a failed
+ * worker is replaced alone, and its rank's replacements are a budget of
+ * the job's max_restarts too, counted by its node's agent (the rendezvous
+ * never hears of a replacement).  A failure of a rank replaced
+ * `replaced` times is final (ends the job) when no replacement is left,
+ * whatever the round's own budget (rdzv_rules_failure_final) says; the
+ * agent then reports it final.  The rule is the back ends': the agent
+ * asks it, through launcher/rdzv.h's rdzv_failure_final. */
+bool rdzv_rules_replacement_final(int replaced, int max_restarts);
+
 enum rdzv_rules_failure {
   RDZV_FAILURE_RESTART,         /* a new round, one restart counted */
   RDZV_FAILURE_CLOSE,           /* the node said final: the job ends */
@@ -150,6 +162,17 @@ enum rdzv_rules_failure {
 enum rdzv_rules_failure rdzv_rules_failure(bool reported_final,
                                            int restart_count,
                                            int max_restarts);
+
+/* ---- the keepalive window ---- */
+
+/* Note [keepalive window]: a node (or its link) is dead once it has been
+ * silent for the keepalive window, keepalive_interval x keepalive_misses
+ * seconds: rdzvd's dead-node check and its resume grace, the client's
+ * silent-server check and its wait for the job's end, the static back
+ * end's links, the config check's floor.  One rule, one home: every
+ * place that needs the window asks here. */
+double rdzv_rules_keepalive_window(double keepalive_interval,
+                                   int keepalive_misses);
 
 /* ---- a lost node ---- */
 
@@ -208,8 +231,8 @@ bool rdzv_rules_lost_ends(const struct rdzv_rules_loss *l);
 
 /* Seconds a node waits for its lost rendezvous host, from when it noticed
  * the loss (Note [a lost host]): l describes the host's loss as this node
- * sees it (nodes_fixed false); window: keepalive_interval x
- * keepalive_misses. */
+ * sees it (nodes_fixed false); window: the keepalive window
+ * (rdzv_rules_keepalive_window). */
 double rdzv_rules_host_wait(const struct rdzv_rules_loss *l, double window,
                             double reconnect_timeout);
 

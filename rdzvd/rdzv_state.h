@@ -145,8 +145,9 @@ void rdzv_state_destroy(struct rdzv_state *r);
  * skew larger than the gap between two failures can swap them. 
  *
  * Dead nodes: rdzv_state_conn_closed (connection lost) or silence longer
- * than keepalive_interval * keepalive_misses (checked by rdzv_state_tick;
- * any message from the node counts as a sign of life).  A dead
+ * than the keepalive window (keepalive_interval x keepalive_misses,
+ * rdzv_rules_keepalive_window; checked by rdzv_state_tick; any message
+ * from the node counts as a sign of life).  A dead
  * participant of a RUNNING round starts a new round for the survivors
  * (RESTART "<host> lost"; no restart counted).  A dead node in GATHERING
  * is just removed (the last-call deadline is cancelled if the count drops

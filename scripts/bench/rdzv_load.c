@@ -26,8 +26,8 @@
 #define PHASE_TIMEOUT 60.0      /* seconds for ROUND, barrier */
 #define READ_SCRATCH 65536
 #define MAX_EVENTS 1024
-/* The real agent's reconnection (launcher/rdzv_client.c schedule_retry,
- * start_connect): 0.1 s doubling to 5 s, each attempt bounded by 5 s. */
+/* The real agent's reconnection (launcher/rdzv_client_conn.c
+ * schedule_retry, rdzv_client__start_connect): 0.1 s doubling to 5 s, each attempt bounded by 5 s. */
 #define BACKOFF_FIRST 0.1
 #define BACKOFF_CAP 5.0
 #define ATTEMPT_TIMEOUT 5.0
@@ -894,7 +894,7 @@ static void join_all(struct load *L)
 /* Note [restart]: the round runs (every agent has its ROUND and its
  * token); rdzv_load says so on stderr ("rdzv_load: running ...") and the
  * caller SIGKILLs rdzvd and starts a new one on the same port.  Each agent
- * sees its connection die and does what launcher/rdzv_client.c does:
+ * sees its connection die and does what launcher/rdzv_client_conn.c does:
  * waits 0.1 s, doubling to 5 s, each delay drawn uniformly between half
  * and all of it; connects (an attempt bounded by 5 s; refused or reset:
  * the next delay); passes the handshake when there is a secret; sends
@@ -965,7 +965,7 @@ static void drop_fd(struct conn *c)
   c->in_len = 0;
 }
 
-/* rdzv_client.c schedule_retry: the delay, then the next backoff. */
+/* rdzv_client_conn.c schedule_retry: the delay, then the next backoff. */
 static void schedule_retry(struct load *L, struct conn *c)
 {
   double delay;

@@ -1,7 +1,8 @@
 #!/bin/bash
 # An endpoint that is not (or no longer) a rendezvous server is a clear
 # error within the join timeout or the reconnect timeout, never a loop
-# (Note [first connection], Note [foreign protocol] in rdzv_client.c):
+# (Note [first connection], Note [foreign protocol] in
+# rdzv_client_conn.c):
 # 1. nothing listens (is_host=0): said at once, then a failure at the join
 #    timeout naming the address;
 # 2. a listener that accepts and stays silent: the join timeout, naming

@@ -153,11 +153,24 @@ START_TEST(restart_budget)
   ck_assert(!rdzv_rules_failure_final(0, 1));
   ck_assert(rdzv_rules_failure_final(1, 1));
   ck_assert(rdzv_rules_failure_final(0, 0));
+  /* Note [live budget] */
+  ck_assert(!rdzv_rules_replacement_final(0, 1));
+  ck_assert(rdzv_rules_replacement_final(1, 1));
+  ck_assert(rdzv_rules_replacement_final(0, 0));
   ck_assert_int_eq(rdzv_rules_failure(false, 0, 1), RDZV_FAILURE_RESTART);
   ck_assert_int_eq(rdzv_rules_failure(false, 1, 1),
                    RDZV_FAILURE_CLOSE_EXHAUSTED);
   ck_assert_int_eq(rdzv_rules_failure(true, 0, 1), RDZV_FAILURE_CLOSE);
   ck_assert_int_eq(rdzv_rules_failure(true, 1, 1), RDZV_FAILURE_CLOSE);
+}
+END_TEST
+
+/* Note [keepalive window]. */
+START_TEST(keepalive_window)
+{
+  ck_assert(rdzv_rules_keepalive_window(0.5, 3) == 1.5);
+  ck_assert(rdzv_rules_keepalive_window(2.0, 1) == 2.0);
+  ck_assert(rdzv_rules_keepalive_window(0.25, 4) == 1.0);
 }
 END_TEST
 
@@ -665,6 +678,7 @@ static Suite *rdzv_rules_suite(void)
   tcase_add_test(tc, gathering);
   tcase_add_test(tc, config_check);
   tcase_add_test(tc, restart_budget);
+  tcase_add_test(tc, keepalive_window);
   tcase_add_test(tc, lost_node);
   tcase_add_test(tc, lost_host);
   tcase_add_loop_test(tc, both_back_ends, 0,
