@@ -105,9 +105,10 @@ static void closing_start(struct rdzv_state *r, struct job *job,
     n = list_entry(pos, struct node, in_job);
     n->reported = n == reporter;
   }
-  job->closing_deadline = now + fmin(CLOSE_WAIT_MAX,
-                                     job->conf.keepalive_interval *
-                                     job->conf.keepalive_misses);
+  job->closing_deadline =
+      now + fmin(CLOSE_WAIT_MAX,
+                 rdzv_rules_keepalive_window(job->conf.keepalive_interval,
+                                             job->conf.keepalive_misses));
   if (!rdzv_failure_closing_pending(job)) {
     rdzv_failure_closing_end(r, job, now);
     return;

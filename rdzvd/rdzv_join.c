@@ -32,8 +32,8 @@ static void node_fill(const struct rdzv_state *r, struct node *n,
   n->nproc = j->nproc;
   n->master_port = j->master_port;
   n->join_timeout = fmin(cf->join_timeout, r->lim.max_join_timeout);
-  n->alive_window = cf->keepalive_interval *
-                    fmin(cf->keepalive_misses, misses);
+  n->alive_window = rdzv_rules_keepalive_window(
+      cf->keepalive_interval, (int)fmin(cf->keepalive_misses, misses));
 }
 static struct node *node_create(struct rdzv_state *r, struct job *job,
                                 struct conn *c, const struct rdzv_proto_join *j,

@@ -30,7 +30,8 @@ static bool spare_fits(const struct job *job, bool completing)
  * told to restart may still come back. */
 static double keepalive_window(const struct job *job)
 {
-  return job->conf.keepalive_interval * job->conf.keepalive_misses;
+  return rdzv_rules_keepalive_window(job->conf.keepalive_interval,
+                                      job->conf.keepalive_misses);
 }
 /* Note [live store in rdzvd]: the round's live store, served with its
  * job token; a failure leaves the round without one (serve said why). */

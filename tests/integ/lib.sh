@@ -29,7 +29,7 @@ cleanup() {
 trap cleanup EXIT
 
 fail() {
-  echo "FAIL: $*" >&2
+  echo "FAIL: $*" >&2; [ -f "$T/err" ] && tail -60 "$T/err" >&2
   exit 1
 }
 
