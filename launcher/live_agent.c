@@ -235,7 +235,7 @@ static int finished_peer(const struct live_agent *l, int w)
 
 /* Whether w is a replacement that has not joined the group: it has not
  * opted in yet, or libpg says it is still joining (its opt-in file's
- * second line, Note [opt in] in libpg/recover.c).  A file without that
+ * second line, Note [opt in] in libpg/live/recover.c).  A file without that
  * line (a program that implements the handshake alone) never says so. */
 static bool still_joining(const struct live_worker *lw,
                           const struct live_worker_view *w)

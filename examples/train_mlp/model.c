@@ -14,7 +14,7 @@
  * Note [vectorizing]: gcc 12 at -O2 vectorizes only loops whose vector
  * code replaces the scalar loop entirely, so the kernels run an inner
  * loop of constant trip count BLOCK over restrict pointers and finish the
- * rest with a scalar loop (as libpg/reduce.c does).
+ * rest with a scalar loop (as libpg/core/reduce.c does).
  *
  * Note [determinism]: every output element is accumulated in one fixed
  * order (inputs ascending), whatever the blocking, so the results are the

@@ -338,7 +338,7 @@ static int live_setup(pg_group *g, const struct pg_options *o)
     for (i = 0; i < f.world; i++)
       l->joined_running |= !f.m[i].fresh;
     l->heal_source = pg__live_heal_source(f.m, f.world);
-    /* Joining a running job: a heal even with no source (state.c says
+    /* Joining a running job: a heal even with no source (heal.c says
      * the state is lost). */
     l->heal_pending = l->heal_source >= 0 || l->joined_running;
     /* Nothing to heal from: this rank starts the job's state itself. */

@@ -4,7 +4,7 @@
  *
  * Why not libcrypto: it was 1.4 MB of a cdrun's 4.1 MB peak RSS, loaded
  * at every launch for a few HMACs.  libpg compiles this file in for its
- * job-token proofs (libpg/auth.h; Note [libpg's own copies] in the
+ * job-token proofs (libpg/core/auth.h; Note [libpg's own copies] in the
  * Makefile), hidden: libpg.so exports none of these names.
  *
  * On x86-64 with the SHA extensions the blocks go through them (Note

@@ -1,6 +1,6 @@
 /* round_file.h -- the round file of live recovery: its grammar, its one
  * writer (cdrun's agent, launcher/live_handshake.c) and its one parser
- * (libpg, libpg/live_round.c).  Its name reaches the workers as
+ * (libpg, libpg/live/live_round.c).  Its name reaches the workers as
  * CDRUN_LIVE_ROUND_FILE (worker_contract.h).
  *
  * One file per node, which the agent rewrites at every round of the node,

@@ -11,7 +11,7 @@
  * torchrun's own variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
  * ...) are torchrun's contract (shared/reference/torchrun.md section 1.2),
  * spelled where cdrun sets them (launcher/workerenv.c) and where libpg
- * reads them (libpg/launch_env.c).
+ * reads them (libpg/core/launch_env.c).
  *
  * Only names and rules live here: no code, nothing either side must link.
  * The live recovery names are cdrun's in either mode: an inherited value
@@ -44,7 +44,7 @@
 
 /* A path the worker creates (libpg writes its pid and "\n") to opt in:
  * cdrun replaces a failed worker alone only when every worker of its node
- * did (Note [opt in], libpg/recover.c). */
+ * did (Note [opt in], libpg/live/recover.c). */
 #define WORKER_ENV_LIVE_OPT_IN "CDRUN_LIVE_OPT_IN"
 
 /* "host:port" or "[v6]:port" of the job's live store, a libpg store with

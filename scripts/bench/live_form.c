@@ -1,5 +1,5 @@
 /* live_form.c -- scripts/bench/live_form's program: how long forming one
- * live generation (libpg/live_form.c, Note [generations]) takes for N
+ * live generation (libpg/live/live_form.c, Note [generations]) takes for N
  * members, and how many store requests it costs, against one store
  * server in this process; each member is a thread with a connection of
  * its own, as a process would have.

@@ -11,7 +11,7 @@
 #    NCCL_SHRINK_ABORT, seen in the fake's trace) and finish alone;
 #  - a shrink that fails on one survivor only (FAKENCCL_SHRINK_FAIL_RANK)
 #    is followed by a new communicator on every member, not a second
-#    shrink beside a create (Note [shrink] in libpg/recover.c).
+#    shrink beside a create (Note [shrink] in libpg/live/recover.c).
 # Workers are started by hand as cdrun --recovery=live would start them
 # (pg_live_lib.sh).
 # integ-timeout: 300

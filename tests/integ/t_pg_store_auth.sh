@@ -10,7 +10,7 @@
 
 PGTEST=$(dirname "$TW")/pgtest
 
-# The stranger: raw protocol (libpg/store_wire.h), no token.
+# The stranger: raw protocol (libpg/core/store_wire.h), no token.
 cat >"$T/stranger.py" <<'PY'
 import socket, struct, sys
 host, port = sys.argv[1], int(sys.argv[2])

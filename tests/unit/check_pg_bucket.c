@@ -1,4 +1,4 @@
-/* check_pg_bucket.c -- unit tests for pg_bucket_assign (libpg/bucket.c). */
+/* check_pg_bucket.c -- unit tests for pg_bucket_assign (libpg/ddp/bucket.c). */
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* check_pg_composed.c -- unit tests for libpg/composed.c: how one
+/* check_pg_composed.c -- unit tests for libpg/core/composed.c: how one
  * operation reaches a backend, following the capabilities in the
  * backend's ops table (in_place_gathers, half_reductions) rather than its
  * name.  A recording backend stands in for a real one. */

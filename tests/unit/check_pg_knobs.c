@@ -1,4 +1,4 @@
-/* check_pg_knobs.c -- unit tests for libpg/knobs.c: the one table of
+/* check_pg_knobs.c -- unit tests for libpg/core/knobs.c: the one table of
  * libpg's environment knobs, read once, and documented. */
 #include <check.h>
 #include <stdio.h>

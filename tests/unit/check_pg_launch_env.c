@@ -1,4 +1,4 @@
-/* check_pg_launch_env.c -- unit tests for libpg/launch_env.c: RANK,
+/* check_pg_launch_env.c -- unit tests for libpg/core/launch_env.c: RANK,
  * WORLD_SIZE, ... from srun's and mpirun's environment. */
 #include <check.h>
 #include <errno.h>

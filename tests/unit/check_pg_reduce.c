@@ -1,4 +1,4 @@
-/* check_pg_reduce.c -- unit tests for libpg/reduce.c: every dtype x op
+/* check_pg_reduce.c -- unit tests for libpg/core/reduce.c: every dtype x op
  * against a scalar reference, the f16/bf16 conversions, aliasing, and
  * PG_AVG's division. */
 #include <check.h>

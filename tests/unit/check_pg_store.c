@@ -196,7 +196,7 @@ static int hold_port(uint32_t ip, int *port)
 
 /* ---- raw protocol (see the comment at the top of store_wire.h) ---- */
 
-/* The handshake (libpg/store_wire.h): magic and version, then a 32-byte
+/* The handshake (libpg/core/store_wire.h): magic and version, then a 32-byte
  * nonce; the server answers its magic and version, its auth mode and
  * its nonce. */
 static const uint8_t hello[4] = { 'p', 'g', 's', 2 };

@@ -1,7 +1,7 @@
 /* check_round_file.c -- unit tests for proto/worker/round_file.c, the
  * round file's one writer and one parser (the worker contract), and for
  * the file between its two users: what cdrun's agent writes
- * (launcher/live_handshake.c) is what libpg reads (libpg/live_round.c). */
+ * (launcher/live_handshake.c) is what libpg reads (libpg/live/live_round.c). */
 #include <check.h>
 #include <errno.h>
 #include <limits.h>

@@ -1,6 +1,6 @@
 /* check_worker_contract.c -- unit tests for proto/worker/worker_contract.h:
  * each CDRUN_* variable the agent gives a worker (launcher/workerenv.c) is
- * the one libpg reads (libpg/knobs.c), with the value the agent meant;
+ * the one libpg reads (libpg/core/knobs.c), with the value the agent meant;
  * and the live store's port rule.  The round file's grammar has its own
  * suite (check_round_file.c). */
 #include <check.h>
