@@ -830,6 +830,12 @@ static void etcd_destroy(struct rdzv *r)
     return;
   }
   if (rdzv_etcd_leave_by_revoke(e)) {
+    /* Note [leaving a finished job]: nothing the watch says matters to
+     * this agent any more; closed before the revoke, so the others'
+     * revokes (all at about the same time) are not sent down it. */
+    if (e->watch)
+      etcd_watch_stop(e->watch);
+    e->watch = NULL;
     rdzv_etcd_leave_finish(e);
     return;
   }
