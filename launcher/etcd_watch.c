@@ -21,6 +21,7 @@ struct etcd_watch {
   struct list_node node;        /* in c->watches */
   char *key64, *end64;
   int64_t next_rev;
+  unsigned flags;               /* ETCD_WATCH_* */
   int member;
   bool running;                 /* a transfer is in flight */
   bool stopped;
@@ -239,6 +240,8 @@ static void watch_connect(struct etcd_watch *w)
     cJSON_AddStringToObject(cr, "start_revision", rev);
   }
   cJSON_AddTrueToObject(cr, "progress_notify");
+  if (w->flags & ETCD_WATCH_NOPUT)
+    cJSON_AddItemToObject(cr, "filters", cJSON_CreateRaw("[\"NOPUT\"]"));
   free(w->body);
   w->body = cJSON_PrintUnformatted(b);
   cJSON_Delete(b);
@@ -327,6 +330,17 @@ struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
                                     etcd_watch_cb cb, etcd_watch_err_cb ecb,
                                     void *ctx)
 {
+  return etcd_watch_start_flags(c, key, range_end, start_rev, 0, cb, ecb,
+                                ctx);
+}
+
+struct etcd_watch *etcd_watch_start_flags(struct etcd_client *c,
+                                          const char *key,
+                                          const char *range_end,
+                                          int64_t start_rev, unsigned flags,
+                                          etcd_watch_cb cb,
+                                          etcd_watch_err_cb ecb, void *ctx)
+{
   struct etcd_watch *w = calloc(1, sizeof *w);
 
   if (!w)
@@ -341,6 +355,7 @@ struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
     return NULL;
   }
   w->next_rev = start_rev;
+  w->flags = flags;
   w->member = etcd_member_pick(c, 0);
   w->retry_ms = WATCH_RETRY_MIN_MS;
   w->cb = cb;
