@@ -538,7 +538,7 @@ static void observe_gathering(struct rdzv_etcd *e)
   int part, me = s->exists ? etcd_rdzv_state_find(s, e->session.id) : -1;
 
   etcd_rdzv_state_counts(s, &part, NULL, NULL);
-  if (s->phase == ETCD_RDZV_GATHERING && part >= s->conf.min_nodes) {
+  if (etcd_rdzv_state_last_call_due(s)) {
     if (e->lc_armed_round != s->round) {
       e->lc_armed_round = s->round;
       uv_timer_start(&e->last_call, last_call_fire,
@@ -565,7 +565,7 @@ static void observe_gathering(struct rdzv_etcd *e)
         "waiting for a place; join timeout in %.0f s", e->id, s->round,
         part, s->conf.max_nodes,
         fmax(0, e->join_started + e->o.conf.join_timeout - now));
-  else if (part >= s->conf.min_nodes)
+  else if (etcd_rdzv_state_last_call_due(s))
     say("rendezvous '%s' round %d: %d node%s present (min %d, max %d); "
         "starting in %.1f s unless more join", e->id, s->round, part,
         part == 1 ? "" : "s", s->conf.min_nodes, s->conf.max_nodes,

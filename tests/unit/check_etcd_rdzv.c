@@ -141,12 +141,27 @@ START_TEST(test_last_call)
   struct etcd_rdzv_conf c = conf(1, 3, 0, 30);
 
   etcd_rdzv_state_init(&s);
+  ck_assert(!etcd_rdzv_state_last_call_due(&s));          /* no job yet */
   join(&s, "a", 1, c);
   ck_assert_int_eq(s.phase, ETCD_RDZV_GATHERING);        /* waits for more */
+  ck_assert(etcd_rdzv_state_last_call_due(&s));           /* min is there */
   ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 5), 0);       /* another round's */
   ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 1);
   ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 0);       /* twice: nothing */
+  ck_assert(!etcd_rdzv_state_last_call_due(&s));          /* it runs */
+  etcd_rdzv_state_free(&s);
+  /* Below min_nodes (rdzv_rules_gather: wait): no last call. */
+  etcd_rdzv_state_init(&s);
+  c = conf(2, 3, 0, 30);
+  join(&s, "a", 1, c);
+  ck_assert(!etcd_rdzv_state_last_call_due(&s));
+  ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 0);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_GATHERING);
+  join(&s, "b", 1, c);
+  ck_assert(etcd_rdzv_state_last_call_due(&s));
+  ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 1);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   etcd_rdzv_state_free(&s);
   /* last_call_timeout 0: complete at min_nodes. */
   etcd_rdzv_state_init(&s);
