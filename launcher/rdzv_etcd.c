@@ -669,6 +669,13 @@ void rdzv_etcd_observe(struct rdzv_etcd *e)
       s->round == e->barrier_round && s->phase == ETCD_RDZV_RUNNING &&
       s->exit_passed) {
     e->barrier_round = -1;
+    /* Note [leaving a finished job]: a node that goes now starts no
+     * round, and this agent leaves next: the others' revokes, which come
+     * at the same time, need not reach it (Note [what an agent
+     * watches]). */
+    if (e->alive_watch)
+      etcd_watch_stop(e->alive_watch);
+    e->alive_watch = NULL;
     e->base.cb.on_barrier(e->base.cb.ctx, 0);
     return;
   }
