@@ -377,7 +377,13 @@ static char *alive_value(const struct rdzv_etcd *e)
   me.conf.max_nodes = e->o.conf.max_nodes;
   me.conf.max_restarts = e->o.conf.max_restarts;
   me.conf.last_call_timeout = e->o.conf.last_call_timeout;
-  me.join = e->want_join && !e->want_leave ? e->join_round : -1;
+  /* A join of the round this agent was given stays: it asks for
+   * nothing more (a join is applied only for its round or a later one,
+   * to a node not in it), and clearing it would be one more write, on
+   * the path of the exit request that follows. */
+  me.join = !e->want_leave && (e->want_join ||
+                               e->delivered_round == e->join_round)
+                ? e->join_round : -1;
   me.exit = e->want_leave ? -1 : e->barrier_round;
   /* Not before our failure report is in the state: another agent that
    * applied the leave first would start a round for a node that "left"
