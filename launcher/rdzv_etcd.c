@@ -667,6 +667,10 @@ void rdzv_etcd_observe(struct rdzv_etcd *e)
       !e->want_join) {
     e->restart_told_round = s->round;
     e->barrier_round = -1;
+    /* A round after this agent closed its alive-deletes watch (the exit
+     * barrier passed): it must know the helper again. */
+    if (!e->full_view && !e->alive_watch)
+      e->want_resync = true;
     take_cause(e);
     e->base.cb.on_restart(e->base.cb.ctx, s->why);
     return;
