@@ -457,10 +457,13 @@ static void defer_fire(uv_timer_t *t)
  * one agent helps: the one whose alive key is the oldest (every agent
  * knows the alive set from the watch, so they agree but for a moment).
  * Another agent leaves what its alive key asks (join, exit barrier,
- * leave) and the dead nodes' removal to it for DEFER_MS, then writes
- * itself: a helper that is slow, leaving or dead costs that much, never
- * progress.  What only this agent can write (a failure report, a last
- * call, a close) goes at once. */
+ * leave) to it for DEFER_MS, then writes it itself (its own intents
+ * only: it does not see the others' requests, Note [what an agent
+ * watches] in rdzv_etcd.c): a helper that is slow or leaving costs that
+ * much, never progress.  The dead nodes' removal is the helper's alone;
+ * a dead helper's key goes one TTL later and the next oldest agent takes
+ * over.  What only this agent can write (a failure report, a last call,
+ * a close) goes at once. */
 bool rdzv_etcd_is_helper(const struct rdzv_etcd *e)
 {
   return e->alive.n == 0 || strcmp(e->alive.peer[0].id, e->session.id) == 0;
