@@ -73,6 +73,16 @@ struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
                                     const char *range_end, int64_t start_rev,
                                     etcd_watch_cb cb, etcd_watch_err_cb ecb,
                                     void *ctx);
+/* etcd_watch_start with flags: ETCD_WATCH_NOPUT, etcd's NOPUT filter
+ * (deletes only; a put sends nothing, and the watch's revision does not
+ * move past it). */
+#define ETCD_WATCH_NOPUT 1u
+struct etcd_watch *etcd_watch_start_flags(struct etcd_client *c,
+                                          const char *key,
+                                          const char *range_end,
+                                          int64_t start_rev, unsigned flags,
+                                          etcd_watch_cb cb,
+                                          etcd_watch_err_cb ecb, void *ctx);
 void etcd_watch_stop(struct etcd_watch *w);
 
 /* Cancels every call and watch (no callback runs) and frees the client

@@ -74,5 +74,10 @@ void etcd_authenticate(struct etcd_client *c);
 void etcd_watches_follow(struct etcd_client *c);
 /* Stops every watch of a closing client. */
 void etcd_watch_stop_all(struct etcd_client *c);
+/* A watch's body: its create_request for [key64, end64) (base64; end64
+ * NULL: the key alone) from start_rev (0: now), with flags
+ * (ETCD_WATCH_NOPUT), as malloc'd text; NULL when out of memory. */
+char *etcd_watch_request(const char *key64, const char *end64,
+                         int64_t start_rev, unsigned flags);
 
 #endif

@@ -726,14 +726,22 @@ int etcd_rdzv_state_remove(struct etcd_rdzv_state *s, const char *id, const char
   return 1;
 }
 
+bool etcd_rdzv_state_last_call_due(const struct etcd_rdzv_state *s)
+{
+  struct rdzv_rules_job v;
+
+  if (!s->exists || s->phase != ETCD_RDZV_GATHERING)
+    return false;
+  v = rules_view(s);
+  /* As one whose last call runs: the rules' threshold, not whether a
+   * last call of 0 s would complete the round at once (recheck). */
+  v.in_last_call = true;
+  return rdzv_rules_gather(&v, INFINITY) != RDZV_GATHER_WAIT;
+}
+
 int etcd_rdzv_state_last_call(struct etcd_rdzv_state *s, int round)
 {
-  int part;
-
-  if (!s->exists || s->phase != ETCD_RDZV_GATHERING || s->round != round)
-    return 0;
-  etcd_rdzv_state_counts(s, &part, NULL, NULL);
-  if (part < s->conf.min_nodes)
+  if (s->round != round || !etcd_rdzv_state_last_call_due(s))
     return 0;
   complete_round(s);
   return 1;

@@ -122,6 +122,12 @@ int etcd_rdzv_state_remove(struct etcd_rdzv_state *s, const char *id, const char
  * at least min_nodes. */
 int etcd_rdzv_state_last_call(struct etcd_rdzv_state *s, int round);
 
+/* Whether the round gathers with its last call due: rdzv_rules_gather
+ * (rdzvd/rdzv_rules.h) says it starts its last call or completes (at
+ * least min_nodes are there), not that it waits.  The agent arms its
+ * last-call timer then; etcd_rdzv_state_last_call completes only then. */
+bool etcd_rdzv_state_last_call_due(const struct etcd_rdzv_state *s);
+
 /* How long the gathering round's last call lasts (seconds): the job's
  * last_call_timeout, but at least rejoin_window (the agent's keepalive
  * window) while nodes told to restart are still on their way back

@@ -21,6 +21,7 @@ struct etcd_watch {
   struct list_node node;        /* in c->watches */
   char *key64, *end64;
   int64_t next_rev;
+  unsigned flags;               /* ETCD_WATCH_* */
   int member;
   bool running;                 /* a transfer is in flight */
   bool stopped;
@@ -220,28 +221,42 @@ static void first_byte_cb(uv_timer_t *t)
   }
 }
 
-static void watch_connect(struct etcd_watch *w)
+/* etcd_client_internal.h.  etcd ignores a field it does not know (a
+ * misspelt filter would only cost the messages it was to save). */
+char *etcd_watch_request(const char *key64, const char *end64,
+                         int64_t start_rev, unsigned flags)
 {
-  struct etcd_client *c = w->c;
-  cJSON *b, *cr;
+  cJSON *b = cJSON_CreateObject(), *cr;
+  char *out;
 
-  if (w->stopped || w->running)
-    return;
-  b = cJSON_CreateObject();
+  if (!b)
+    return NULL;
   cr = cJSON_AddObjectToObject(b, "create_request");
-  cJSON_AddStringToObject(cr, "key", w->key64);
-  if (w->end64)
-    cJSON_AddStringToObject(cr, "range_end", w->end64);
-  if (w->next_rev > 0) {
+  cJSON_AddStringToObject(cr, "key", key64);
+  if (end64)
+    cJSON_AddStringToObject(cr, "range_end", end64);
+  if (start_rev > 0) {
     char rev[32];
 
-    snprintf(rev, sizeof rev, "%" PRId64, w->next_rev);
+    snprintf(rev, sizeof rev, "%" PRId64, start_rev);
     cJSON_AddStringToObject(cr, "start_revision", rev);
   }
   cJSON_AddTrueToObject(cr, "progress_notify");
-  free(w->body);
-  w->body = cJSON_PrintUnformatted(b);
+  if (flags & ETCD_WATCH_NOPUT)
+    cJSON_AddItemToObject(cr, "filters", cJSON_CreateRaw("[\"NOPUT\"]"));
+  out = cJSON_PrintUnformatted(b);
   cJSON_Delete(b);
+  return out;
+}
+
+static void watch_connect(struct etcd_watch *w)
+{
+  struct etcd_client *c = w->c;
+
+  if (w->stopped || w->running)
+    return;
+  free(w->body);
+  w->body = etcd_watch_request(w->key64, w->end64, w->next_rev, w->flags);
   if (w->req.easy)
     curl_easy_cleanup(w->req.easy);
   curl_slist_free_all(w->hdrs);
@@ -327,6 +342,17 @@ struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
                                     etcd_watch_cb cb, etcd_watch_err_cb ecb,
                                     void *ctx)
 {
+  return etcd_watch_start_flags(c, key, range_end, start_rev, 0, cb, ecb,
+                                ctx);
+}
+
+struct etcd_watch *etcd_watch_start_flags(struct etcd_client *c,
+                                          const char *key,
+                                          const char *range_end,
+                                          int64_t start_rev, unsigned flags,
+                                          etcd_watch_cb cb,
+                                          etcd_watch_err_cb ecb, void *ctx)
+{
   struct etcd_watch *w = calloc(1, sizeof *w);
 
   if (!w)
@@ -341,6 +367,7 @@ struct etcd_watch *etcd_watch_start(struct etcd_client *c, const char *key,
     return NULL;
   }
   w->next_rev = start_rev;
+  w->flags = flags;
   w->member = etcd_member_pick(c, 0);
   w->retry_ms = WATCH_RETRY_MIN_MS;
   w->cb = cb;

@@ -130,6 +130,24 @@ void rdzv_etcd_take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
   free(key);
 }
 
+/* Note [what an agent watches]: every agent that watched the job's
+ * prefix got every alive key's put and delete, N agents' joins, exit
+ * barriers and leaves each sent down N watches (N^2 watch messages a
+ * job, most of etcd's CPU at 32 agents: scripts/bench/etcd_requests).
+ * But only the helper (Note [one helper]) applies the others' requests
+ * and removes the dead; the others need the state, and the alive keys'
+ * deletes, to know when the helper is gone and which agent helps then
+ * (the oldest alive key: any key they have not seen was created after
+ * their snapshot, so it is younger than theirs).  So an agent that is not
+ * the helper when it reads the job watches the state key (all events)
+ * and the alive keys with etcd's NOPUT filter (two streams): a request
+ * costs etcd one watch message, to the helper, not N.  Its view_rev is
+ * the state watch's; it applies only its own intents (a compare-and-swap
+ * like any other), never another agent's request or a verdict on a dead
+ * node, which need every alive key as of the state.  Once the deletes
+ * make it the oldest, it reads the job again (rdzv_etcd_resync: a range
+ * of the prefix, as at the start) and watches the whole prefix from
+ * there, as the helper. */
 static void on_watch(void *ctx, const cJSON *result)
 {
   struct rdzv_etcd *e = ctx;
@@ -149,18 +167,55 @@ static void on_watch(void *ctx, const cJSON *result)
   rdzv_etcd_kick(e);
 }
 
-static void start_sync(struct rdzv_etcd *e);
+/* Note [what an agent watches]: the alive keys' deletes of an agent that
+ * was not the helper. */
+static void on_alive_watch(void *ctx, const cJSON *result)
+{
+  struct rdzv_etcd *e = ctx;
+  const cJSON *events = cJSON_GetObjectItemCaseSensitive(result, "events");
+  const cJSON *ev, *t;
+
+  cJSON_ArrayForEach(ev, events) {
+    t = cJSON_GetObjectItemCaseSensitive(ev, "type");
+    if (cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0)
+      rdzv_etcd_take_kv(e, cJSON_GetObjectItemCaseSensitive(ev, "kv"), true);
+  }
+  if (!e->full_view && !e->failed && rdzv_etcd_is_helper(e))
+    e->want_resync = true;
+  rdzv_etcd_kick(e);
+}
+
+static void stop_watches(struct rdzv_etcd *e)
+{
+  if (e->watch)
+    etcd_watch_stop(e->watch);
+  if (e->alive_watch)
+    etcd_watch_stop(e->alive_watch);
+  e->watch = e->alive_watch = NULL;
+}
 
 static void on_watch_error(void *ctx, int err, const char *msg)
 {
   struct rdzv_etcd *e = ctx;
 
+  (void)err;
   /* Compacted past what we saw: read everything again, watch anew. */
   say("rendezvous '%s': %s; reading the job again", e->id, msg);
-  e->watch = NULL;      /* stopped by the client: freed with it */
-  e->boot = B_SYNC;
-  start_sync(e);
+  stop_watches(e);
+  e->want_resync = true;
+  rdzv_etcd_kick(e);
 }
+
+/* rdzv_etcd_internal.h.  From step(), with no call in flight. */
+void rdzv_etcd_resync(struct rdzv_etcd *e)
+{
+  e->want_resync = false;
+  stop_watches(e);
+  e->boot = B_SYNC;
+  rdzv_etcd_boot_next(e);
+}
+
+static void start_leave(struct rdzv_etcd *e);
 
 /* ---- boot: lease, alive key, snapshot, watch --------------------------- */
 
@@ -172,7 +227,8 @@ static void boot_failed(struct rdzv_etcd *e, int err, const char *msg)
     rdzv_etcd_leave_finish(e);
     return;
   }
-  if (monotime_now() - e->join_started > e->o.conf.join_timeout) {
+  if (!e->synced &&
+      monotime_now() - e->join_started > e->o.conf.join_timeout) {
     rdzv_etcd_give_up(e, err == -EACCES || err == -EPERM ? UV_EACCES
                                                          : UV_ECONNREFUSED,
                       "rendezvous '%s': cannot use etcd within the join "
@@ -244,7 +300,7 @@ static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
     return;
   }
   e->call_inflight = false;
-  if (e->destroyed) {
+  if (e->destroyed && !e->synced) {
     rdzv_etcd_leave_finish(e);
     return;
   }
@@ -255,18 +311,36 @@ static void sync_done(void *ctx, int err, const cJSON *r, const char *msg)
     rdzv_etcd_take_kv(e, kv, false);
   e->view_rev = etcd_i64(cJSON_GetObjectItemCaseSensitive(r, "header"),
                          "revision");
-  etcd_prefix_end(e->prefix, end);
-  e->watch = etcd_watch_start(e->ec, e->prefix, end, e->view_rev + 1,
-                              on_watch, on_watch_error, e);
-  if (!e->watch) {
+  /* Note [what an agent watches]. */
+  stop_watches(e);
+  e->full_view = rdzv_etcd_is_helper(e);
+  if (e->full_view) {
+    etcd_prefix_end(e->prefix, end);
+    e->watch = etcd_watch_start(e->ec, e->prefix, end, e->view_rev + 1,
+                                on_watch, on_watch_error, e);
+  } else {
+    e->watch = etcd_watch_start(e->ec, e->state_key, NULL, e->view_rev + 1,
+                                on_watch, on_watch_error, e);
+    etcd_prefix_end(e->alive_prefix, end);
+    e->alive_watch = etcd_watch_start_flags(e->ec, e->alive_prefix, end,
+                                            e->view_rev + 1, ETCD_WATCH_NOPUT,
+                                            on_alive_watch, on_watch_error,
+                                            e);
+  }
+  if (!e->watch || (!e->full_view && !e->alive_watch)) {
     rdzv_etcd_give_up(e, UV_ENOMEM, "rendezvous '%s': out of memory", e->id);
     return;
   }
   e->boot = B_READY;
   /* The round our join asks for, now that we know the job. */
-  if (e->want_join)
+  if (e->want_join && !e->synced)
     e->join_round = e->st.exists ? e->st.round : 0;
+  e->synced = true;
   e->publish_dirty = true;
+  if (e->destroyed) {       /* while it read the job again */
+    start_leave(e);
+    return;
+  }
   rdzv_etcd_kick(e);
 }
 
@@ -303,7 +377,13 @@ static char *alive_value(const struct rdzv_etcd *e)
   me.conf.max_nodes = e->o.conf.max_nodes;
   me.conf.max_restarts = e->o.conf.max_restarts;
   me.conf.last_call_timeout = e->o.conf.last_call_timeout;
-  me.join = e->want_join && !e->want_leave ? e->join_round : -1;
+  /* A join of the round this agent was given stays: it asks for
+   * nothing more (a join is applied only for its round or a later one,
+   * to a node not in it), and clearing it would be one more write, on
+   * the path of the exit request that follows. */
+  me.join = !e->want_leave && (e->want_join ||
+                               e->delivered_round == e->join_round)
+                ? e->join_round : -1;
   me.exit = e->want_leave ? -1 : e->barrier_round;
   /* Not before our failure report is in the state: another agent that
    * applied the leave first would start a round for a node that "left"
@@ -464,7 +544,7 @@ static void observe_gathering(struct rdzv_etcd *e)
   int part, me = s->exists ? etcd_rdzv_state_find(s, e->session.id) : -1;
 
   etcd_rdzv_state_counts(s, &part, NULL, NULL);
-  if (s->phase == ETCD_RDZV_GATHERING && part >= s->conf.min_nodes) {
+  if (etcd_rdzv_state_last_call_due(s)) {
     if (e->lc_armed_round != s->round) {
       e->lc_armed_round = s->round;
       uv_timer_start(&e->last_call, last_call_fire,
@@ -491,7 +571,7 @@ static void observe_gathering(struct rdzv_etcd *e)
         "waiting for a place; join timeout in %.0f s", e->id, s->round,
         part, s->conf.max_nodes,
         fmax(0, e->join_started + e->o.conf.join_timeout - now));
-  else if (part >= s->conf.min_nodes)
+  else if (etcd_rdzv_state_last_call_due(s))
     say("rendezvous '%s' round %d: %d node%s present (min %d, max %d); "
         "starting in %.1f s unless more join", e->id, s->round, part,
         part == 1 ? "" : "s", s->conf.min_nodes, s->conf.max_nodes,
@@ -587,6 +667,10 @@ void rdzv_etcd_observe(struct rdzv_etcd *e)
       !e->want_join) {
     e->restart_told_round = s->round;
     e->barrier_round = -1;
+    /* A round after this agent closed its alive-deletes watch (the exit
+     * barrier passed): it must know the helper again. */
+    if (!e->full_view && !e->alive_watch)
+      e->want_resync = true;
     take_cause(e);
     e->base.cb.on_restart(e->base.cb.ctx, s->why);
     return;
@@ -595,6 +679,13 @@ void rdzv_etcd_observe(struct rdzv_etcd *e)
       s->round == e->barrier_round && s->phase == ETCD_RDZV_RUNNING &&
       s->exit_passed) {
     e->barrier_round = -1;
+    /* Note [leaving a finished job]: a node that goes now starts no
+     * round, and this agent leaves next: the others' revokes, which come
+     * at the same time, need not reach it (Note [what an agent
+     * watches]). */
+    if (e->alive_watch)
+      etcd_watch_stop(e->alive_watch);
+    e->alive_watch = NULL;
     e->base.cb.on_barrier(e->base.cb.ctx, 0);
     return;
   }
@@ -742,7 +833,7 @@ static void close_all(struct rdzv_etcd *e)
   if (e->ec)
     etcd_client_close(e->ec);   /* stops the watch too */
   e->ec = NULL;
-  e->watch = NULL;
+  e->watch = e->alive_watch = NULL;
   uv_close((uv_handle_t *)&e->kick, handle_closed);
   uv_close((uv_handle_t *)&e->retry, handle_closed);
   etcd_session_close(&e->session);
@@ -822,6 +913,11 @@ static void etcd_destroy(struct rdzv *r)
   }
   /* Bounded: etcd may be unreachable. */
   uv_timer_start(&e->leave_guard, leave_guard_fire, LEAVE_GUARD_MS, 0);
+  if (e->synced && e->boot == B_SYNC && e->session.lease[0] &&
+      e->call_inflight) {
+    e->want_join = false;   /* sync_done leaves (start_leave) */
+    return;
+  }
   if (e->boot != B_READY || !e->session.lease[0]) {
     if (!e->call_inflight)
       rdzv_etcd_leave_finish(e);
@@ -829,7 +925,17 @@ static void etcd_destroy(struct rdzv *r)
       e->want_leave = true;   /* after the boot call, see boot_failed */
     return;
   }
+  start_leave(e);
+}
+
+/* etcd_destroy of an agent that has read the job: out of the state. */
+static void start_leave(struct rdzv_etcd *e)
+{
   if (rdzv_etcd_leave_by_revoke(e)) {
+    /* Note [leaving a finished job]: nothing the watch says matters to
+     * this agent any more; closed before the revoke, so the others'
+     * revokes (all at about the same time) are not sent down it. */
+    stop_watches(e);
     rdzv_etcd_leave_finish(e);
     return;
   }

@@ -34,7 +34,12 @@ struct rdzv_etcd {
   char alive_prefix[RDZV_PROTO_MAX_ID + 300];
 
   struct etcd_client *ec;
-  struct etcd_watch *watch;
+  struct etcd_watch *watch;       /* Note [what an agent watches]: the
+                                     prefix (full_view), or the state */
+  struct etcd_watch *alive_watch; /* ... the alive keys' deletes (NOPUT) */
+  bool full_view;                 /* ... this agent sees every request */
+  bool want_resync;               /* ... it is the helper now: read again */
+  bool synced;                    /* a snapshot was read once */
   enum boot boot;
   bool call_inflight;             /* one boot call or transaction */
   struct etcd_rdzv_state txn_state;      /* what the transaction in flight writes */
@@ -54,7 +59,8 @@ struct rdzv_etcd {
   /* What this agent knows. */
   struct etcd_rdzv_state st;
   int64_t st_mod;                 /* mod_revision of st; 0: absent */
-  int64_t view_rev;               /* the watch delivered up to here */
+  int64_t view_rev;               /* the (state's) watch delivered up to
+                                     here */
   struct etcd_alive_set alive;    /* agents with an alive key */
   bool publish_inflight;          /* our alive key being rewritten */
   bool publish_dirty;             /* ... and it must be again */
@@ -120,6 +126,9 @@ void rdzv_etcd_boot_next(struct rdzv_etcd *e);
 void rdzv_etcd_deliver_round(struct rdzv_etcd *e, int me);
 /* What the state says, to the agent's callbacks. */
 void rdzv_etcd_observe(struct rdzv_etcd *e);
+/* Note [what an agent watches]: reads the job again (once no call is in
+ * flight) and watches what this agent needs then. */
+void rdzv_etcd_resync(struct rdzv_etcd *e);
 /* Out of the state (or giving up on it): revokes this agent's lease and
  * what else is left to expire, then closes. */
 void rdzv_etcd_leave_finish(struct rdzv_etcd *e);

@@ -33,7 +33,9 @@ static int apply_requests(struct rdzv_etcd *e, struct etcd_rdzv_state *s)
   char err[RDZV_PROTO_MAX_TEXT + 1];
   int changed = 0, i, k;
 
-  if (e->view_rev < e->st_mod)
+  /* Note [what an agent watches]: only a view of every alive key, at
+   * least as new as the state. */
+  if (!e->full_view || e->view_rev < e->st_mod)
     return 0;     /* requests seen may be older than the state */
   for (i = 0; i < e->alive.n; i++) {
     const struct etcd_peer *p = &e->alive.peer[i];
@@ -66,8 +68,9 @@ static int transform(struct rdzv_etcd *e, struct etcd_rdzv_state *s, char *err,
   if (etcd_rdzv_state_copy(s, &e->st))
     return -ENOMEM;
   /* Dead nodes: their alive key is gone in a view at least as new as
-   * the state (a node's alive key is written before it joins). */
-  if (s->exists && e->view_rev >= e->st_mod) {
+   * the state (a node's alive key is written before it joins) that has
+   * every alive key (Note [what an agent watches]). */
+  if (s->exists && e->full_view && e->view_rev >= e->st_mod) {
     for (i = 0; i < s->n;) {
       if (strcmp(s->nodes[i].id, e->session.id) != 0 &&
           etcd_alive_find(&e->alive, s->nodes[i].id) < 0 &&
@@ -454,10 +457,13 @@ static void defer_fire(uv_timer_t *t)
  * one agent helps: the one whose alive key is the oldest (every agent
  * knows the alive set from the watch, so they agree but for a moment).
  * Another agent leaves what its alive key asks (join, exit barrier,
- * leave) and the dead nodes' removal to it for DEFER_MS, then writes
- * itself: a helper that is slow, leaving or dead costs that much, never
- * progress.  What only this agent can write (a failure report, a last
- * call, a close) goes at once. */
+ * leave) to it for DEFER_MS, then writes it itself (its own intents
+ * only: it does not see the others' requests, Note [what an agent
+ * watches] in rdzv_etcd.c): a helper that is slow or leaving costs that
+ * much, never progress.  The dead nodes' removal is the helper's alone;
+ * a dead helper's key goes one TTL later and the next oldest agent takes
+ * over.  What only this agent can write (a failure report, a last call,
+ * a close) goes at once. */
 bool rdzv_etcd_is_helper(const struct rdzv_etcd *e)
 {
   return e->alive.n == 0 || strcmp(e->alive.peer[0].id, e->session.id) == 0;
@@ -526,18 +532,27 @@ static void step(struct rdzv_etcd *e)
     rdzv_etcd_boot_next(e);
     return;
   }
+  /* Note [what an agent watches]: the helper now, or a watch that cannot
+   * resume. */
+  if (e->want_resync && !e->destroyed && !e->failed) {
+    if (!e->call_inflight)
+      rdzv_etcd_resync(e);
+    return;
+  }
   rdzv_etcd_observe(e);
   if (e->publish_dirty && !e->closing)
     rdzv_etcd_publish(e);
   if (e->closing || e->call_inflight || (e->failed && !e->want_leave))
     return;
   /* Note [writing from the watch's view]: a transaction's reply can be
-   * ahead of the watch.  Writing from such a state would apply only our
-   * own requests (the others' are known from the watch), and lose to the
-   * agents that write next; so wait for the watch to catch up, which it
-   * does within a round trip.  A bounded wait: a watch that is
-   * reconnecting must not stop the rendezvous. */
-  if (e->view_rev < e->st_mod && !e->catchup_expired) {
+   * ahead of the watch.  The helper, writing from such a state, would
+   * apply only its own requests (the others' are known from the watch),
+   * and lose to the agents that write next; so it waits for the watch to
+   * catch up, which it does within a round trip.  A bounded wait: a watch
+   * that is reconnecting must not stop the rendezvous.  Another agent
+   * writes only its own intents (Note [what an agent watches]), which a
+   * reply's state takes as well as the watch's: it does not wait. */
+  if (e->full_view && e->view_rev < e->st_mod && !e->catchup_expired) {
     if (!uv_is_active((uv_handle_t *)&e->catchup))
       uv_timer_start(&e->catchup, catchup_fire, CATCHUP_MS, 0);
     return;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "etcd_client.h"
+#include "etcd_client_internal.h"
 #include "etcd_rdzv_state.h"
 
 /* ---- wire helpers ---- */
@@ -78,6 +79,45 @@ START_TEST(test_prefix_end)
 }
 END_TEST
 
+/* Note [what an agent watches]: the watch's create_request, with etcd's
+ * NOPUT filter spelt as etcd wants it (a field it does not know is
+ * silently ignored). */
+START_TEST(test_watch_request)
+{
+  char *txt = etcd_watch_request("YQ==", "Yg==", 42, ETCD_WATCH_NOPUT);
+  cJSON *j, *cr, *f;
+
+  ck_assert_ptr_nonnull(txt);
+  j = cJSON_Parse(txt);
+  ck_assert_ptr_nonnull(j);
+  cr = cJSON_GetObjectItemCaseSensitive(j, "create_request");
+  ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(cr, "key")->valuestring,
+                   "YQ==");
+  ck_assert_str_eq(
+      cJSON_GetObjectItemCaseSensitive(cr, "range_end")->valuestring, "Yg==");
+  ck_assert_str_eq(
+      cJSON_GetObjectItemCaseSensitive(cr, "start_revision")->valuestring,
+      "42");
+  f = cJSON_GetObjectItemCaseSensitive(cr, "filters");
+  ck_assert(cJSON_IsArray(f));
+  ck_assert_int_eq(cJSON_GetArraySize(f), 1);
+  ck_assert_str_eq(cJSON_GetArrayItem(f, 0)->valuestring, "NOPUT");
+  cJSON_Delete(j);
+  free(txt);
+  /* The key alone, from now, every event. */
+  txt = etcd_watch_request("YQ==", NULL, 0, 0);
+  j = cJSON_Parse(txt);
+  cr = cJSON_GetObjectItemCaseSensitive(j, "create_request");
+  ck_assert(!cJSON_HasObjectItem(cr, "range_end"));
+  ck_assert(!cJSON_HasObjectItem(cr, "start_revision"));
+  ck_assert(!cJSON_HasObjectItem(cr, "filters"));
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cr,
+                                                           "progress_notify")));
+  cJSON_Delete(j);
+  free(txt);
+}
+END_TEST
+
 /* ---- state transitions ---- */
 
 static struct etcd_rdzv_conf conf(int min, int max, int restarts, double last_call)
@@ -141,12 +181,27 @@ START_TEST(test_last_call)
   struct etcd_rdzv_conf c = conf(1, 3, 0, 30);
 
   etcd_rdzv_state_init(&s);
+  ck_assert(!etcd_rdzv_state_last_call_due(&s));          /* no job yet */
   join(&s, "a", 1, c);
   ck_assert_int_eq(s.phase, ETCD_RDZV_GATHERING);        /* waits for more */
+  ck_assert(etcd_rdzv_state_last_call_due(&s));           /* min is there */
   ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 5), 0);       /* another round's */
   ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 1);
   ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 0);       /* twice: nothing */
+  ck_assert(!etcd_rdzv_state_last_call_due(&s));          /* it runs */
+  etcd_rdzv_state_free(&s);
+  /* Below min_nodes (rdzv_rules_gather: wait): no last call. */
+  etcd_rdzv_state_init(&s);
+  c = conf(2, 3, 0, 30);
+  join(&s, "a", 1, c);
+  ck_assert(!etcd_rdzv_state_last_call_due(&s));
+  ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 0);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_GATHERING);
+  join(&s, "b", 1, c);
+  ck_assert(etcd_rdzv_state_last_call_due(&s));
+  ck_assert_int_eq(etcd_rdzv_state_last_call(&s, 0), 1);
+  ck_assert_int_eq(s.phase, ETCD_RDZV_RUNNING);
   etcd_rdzv_state_free(&s);
   /* last_call_timeout 0: complete at min_nodes. */
   etcd_rdzv_state_init(&s);
@@ -418,6 +473,7 @@ static Suite *etcd_suite(void)
   tcase_add_test(tc, test_b64_bad);
   tcase_add_test(tc, test_json_fields);
   tcase_add_test(tc, test_prefix_end);
+  tcase_add_test(tc, test_watch_request);
   tcase_add_test(tc, test_complete_at_max);
   tcase_add_test(tc, test_last_call);
   tcase_add_test(tc, test_failure_once_per_round);
