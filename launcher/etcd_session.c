@@ -11,11 +11,12 @@
 
 #include "etcd_last_word.h"
 #include "monotime.h"
+#include "rdzv_rules.h"
 #include "say.h"
 
 int etcd_session_ttl(double interval, double misses)
 {
-  double ttl = ceil(interval * misses);
+  double ttl = ceil(rdzv_rules_keepalive_window(interval, (int)misses));
 
   return ttl < ETCD_SESSION_MIN_TTL ? ETCD_SESSION_MIN_TTL
          : ttl > 1e6 ? 1000000 : (int)ttl;

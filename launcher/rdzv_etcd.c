@@ -32,6 +32,7 @@
 #include "etcd_session.h"
 #include "rdzv_etcd_internal.h"
 #include "monotime.h"
+#include "rdzv_rules.h"
 #include "say.h"
 
 #define LEAVE_GUARD_MS 5000
@@ -540,7 +541,8 @@ static void observe_gathering(struct rdzv_etcd *e)
 {
   const struct etcd_rdzv_state *s = &e->st;
   double now = monotime_now();
-  double window = e->o.conf.keepalive_interval * e->o.conf.keepalive_misses;
+  double window = rdzv_rules_keepalive_window(e->o.conf.keepalive_interval,
+                                              e->o.conf.keepalive_misses);
   int part, me = s->exists ? etcd_rdzv_state_find(s, e->session.id) : -1;
 
   etcd_rdzv_state_counts(s, &part, NULL, NULL);
