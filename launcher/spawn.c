@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -414,20 +415,31 @@ static void *spawner_main(void *arg)
 
 /* Note [as many spawning threads as CPUs]: a spawning thread sleeps
  * while its child execs (CLONE_VFORK), and the child needs a CPU for
- * that; with the caller's thread and one more per further CPU, every CPU
- * is busy with an exec.  More threads only take turns on the same CPUs:
- * on 2 CPUs, 8 x /bin/true took 6.57 ms with one thread beside the
- * caller's against 6.97 with three (median of 41, load 0.8), and 1.2 ms
- * less CPU.  At least one thread (the caller may block elsewhere). */
-static int cpus_usable(void)
+ * that.  On an idle machine, the caller's thread and one more per further
+ * CPU keep every CPU busy with an exec, and more threads only take turns
+ * on the same CPUs: on 2 CPUs, 8 x /bin/true took 6.57 ms with one
+ * thread beside the caller's against 6.97 with three (median of 41, load
+ * 0.8), and 1.2 ms less CPU.  On a busy machine the spawns wait for a
+ * CPU instead, and each thread in flight is one more task in the
+ * scheduler's queue: there one thread took 11.5-12.7 ms where three took
+ * 9.1 (load 5.6).  So the cap applies while the load average (the last
+ * minute's, sysinfo(2)) is below the number of CPUs; at least one thread
+ * (the caller may block elsewhere). */
+static int spawn_threads_cap(int nthreads)
 {
+  struct sysinfo si;
   cpu_set_t set;
   int n;
 
   if (sched_getaffinity(0, sizeof set, &set) < 0)
-    return SPAWN_THREADS_MAX;
+    return nthreads;
   n = CPU_COUNT(&set);
-  return n < 2 ? 2 : n;
+  if (n < 2)
+    n = 2;
+  if (sysinfo(&si) < 0 ||
+      si.loads[0] >= (unsigned long)n << SI_LOAD_SHIFT)
+    return nthreads;
+  return nthreads < n - 1 ? nthreads : n - 1;
 }
 
 int spawner_start(int nthreads, struct spawner **out)
@@ -445,9 +457,7 @@ int spawner_start(int nthreads, struct spawner **out)
   pthread_cond_init(&sp->more, NULL);
   if (nthreads > SPAWN_THREADS_MAX)
     nthreads = SPAWN_THREADS_MAX;
-  /* Note [as many spawning threads as CPUs]. */
-  if (nthreads > cpus_usable() - 1)
-    nthreads = cpus_usable() - 1;
+  nthreads = spawn_threads_cap(nthreads);   /* Note [as many spawning...] */
   /* Signals stay with the caller's thread: the threads block them all. */
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
