@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <sched.h>
+#include <signal.h>
 #include <stddef.h>
 #include <sys/types.h>
 
