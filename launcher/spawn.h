@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <sched.h>
+#include <signal.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -111,6 +112,7 @@ struct spawn_batch {
   pid_t *pids;
   int *errs;
   struct spawner *sp;   /* NULL: the caller spawns them all at the end */
+  sigset_t caught;      /* the signals the children reset (spawn.c) */
 };
 
 /* Starts a stream of at most n spawns over opts, pids and errs, which

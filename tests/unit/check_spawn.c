@@ -565,6 +565,44 @@ START_TEST(test_signals_reset)
 }
 END_TEST
 
+/* A batch reads the dispositions once (spawn.c's Note [resetting the
+ * handlers]): what the agent ignores or catches when the batch begins is
+ * SIG_DFL in every worker of it, on every spawning thread. */
+static void usr2_handler(int sig)
+{
+  (void)sig;
+}
+
+START_TEST(test_signals_reset_many)
+{
+  char *argv[] = { "/bin/sleep", "30", NULL };
+  struct spawn_opts o[3];
+  struct spawner *sp;
+  int errs[3], i;
+  pid_t pids[3];
+
+  ck_assert(signal(SIGHUP, SIG_IGN) != SIG_ERR);
+  ck_assert(signal(SIGUSR2, usr2_handler) != SIG_ERR);
+  ck_assert_int_eq(spawner_start(2, &sp), 0);
+  for (i = 0; i < 3; i++) {
+    o[i] = (struct spawn_opts)SPAWN_OPTS_INIT;
+    o[i].argv = argv;
+    o[i].envp = empty_env;
+  }
+  spawn_many(sp, o, 3, pids, errs);
+  for (i = 0; i < 3; i++) {
+    ck_assert_int_eq(errs[i], 0);
+    track(pids[i]);
+    ck_assert_uint_eq(proc_sigmask(pids[i], "SigIgn") & sigbit(SIGHUP), 0);
+    ck_assert_int_eq(kill(pids[i], i == 0 ? SIGHUP : SIGUSR2), 0);
+    expect_killed_by(pids[i], i == 0 ? SIGHUP : SIGUSR2);
+  }
+  spawner_stop(sp);
+  ck_assert(signal(SIGHUP, SIG_DFL) == SIG_IGN);
+  ck_assert(signal(SIGUSR2, SIG_DFL) == usr2_handler);
+}
+END_TEST
+
 /* The middle process of the parent-death test: spawns sleep, reports its
  * pid, waits to be killed. */
 static void middle_main(int wfd)
@@ -777,6 +815,7 @@ static Suite *spawn_suite(void)
   tc = tcase_create("signals");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_signals_reset);
+  tcase_add_test(tc, test_signals_reset_many);
   tcase_add_test(tc, test_parent_death_kills_worker);
   suite_add_tcase(s, tc);
   return s;
