@@ -8,12 +8,12 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -422,12 +422,33 @@ static void *spawner_main(void *arg)
  * 0.8), and 1.2 ms less CPU.  On a busy machine the spawns wait for a
  * CPU instead, and each thread in flight is one more task in the
  * scheduler's queue: there one thread took 11.5-12.7 ms where three took
- * 9.1 (load 5.6).  So the cap applies while the load average (the last
- * minute's, sysinfo(2)) is below the number of CPUs; at least one thread
- * (the caller may block elsewhere). */
+ * 9.1 (load 5.6).  So the cap applies while no more tasks are runnable
+ * now than CPUs beside this one: /proc/loadavg's running count, the
+ * instant's, not its averages, which a launch's own short-lived children
+ * push above the CPUs within seconds on an idle machine.  At least one
+ * thread (the caller may block elsewhere). */
+static bool machine_idle(int cpus)
+{
+  char buf[128];
+  long running = -1;
+  ssize_t len;
+  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+
+  if (fd < 0)
+    return false;
+  len = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (len <= 0)
+    return false;
+  buf[len] = '\0';
+  /* "0.35 2.09 3.30 1/123 4567": runnable/total, this thread included. */
+  if (sscanf(buf, "%*s %*s %*s %ld/", &running) != 1)
+    return false;
+  return running >= 1 && running - 1 < cpus;
+}
+
 static int spawn_threads_cap(int nthreads)
 {
-  struct sysinfo si;
   cpu_set_t set;
   int n;
 
@@ -436,8 +457,7 @@ static int spawn_threads_cap(int nthreads)
   n = CPU_COUNT(&set);
   if (n < 2)
     n = 2;
-  if (sysinfo(&si) < 0 ||
-      si.loads[0] >= (unsigned long)n << SI_LOAD_SHIFT)
+  if (!machine_idle(n))
     return nthreads;
   return nthreads < n - 1 ? nthreads : n - 1;
 }
