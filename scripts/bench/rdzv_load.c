@@ -355,10 +355,7 @@ static void ep_set(struct load *L, struct conn *c, int op, uint32_t ev)
     die("epoll_ctl: %s", strerror(errno));
 }
 
-/* 0, or the errno of a connect refused or reset at once (loopback
- * answers in the call itself), which the caller retries as it does an
- * asynchronous one. */
-static int start_connect(struct load *L, struct conn *c)
+static void start_connect(struct load *L, struct conn *c)
 {
   int one = 1;
 
@@ -369,31 +366,9 @@ static int start_connect(struct load *L, struct conn *c)
   /* Agents send small frames and wait for answers: no Nagle delay. */
   setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (connect(c->fd, (struct sockaddr *)&L->addr, L->addrlen) != 0 &&
-      errno != EINPROGRESS) {
-    int err = errno;
-
-    if (err != ECONNREFUSED && err != ECONNRESET && err != EAGAIN)
-      die("connect (connection %d): %s", c->idx, strerror(err));
-    close(c->fd);
-    c->fd = -1;
-    return err;
-  }
+      errno != EINPROGRESS)
+    die("connect (connection %d): %s", c->idx, strerror(errno));
   ep_set(L, c, EPOLL_CTL_ADD, EPOLLOUT);
-  return 0;
-}
-
-/* Starts connection c, retrying an at-once refusal within the budget of
- * retries that the asynchronous ones share. */
-static void start_connect_retrying(struct load *L, struct conn *c,
-                                   int *retries)
-{
-  int err;
-
-  while ((err = start_connect(L, c))) {
-    if (++*retries > L->nodes)
-      die("connect (connection %d): %s", c->idx, strerror(err));
-    sleep_ms(1);
-  }
 }
 
 /* Untimed: every connection established and, where the listener is
@@ -414,7 +389,7 @@ static void connect_all(struct load *L)
                now_s() < deadline)
           sleep_ms(1);
       }
-      start_connect_retrying(L, &L->c[next++], &retries);
+      start_connect(L, &L->c[next++]);
       inflight++;
     }
     n = epoll_wait(L->ep, ev, MAX_EVENTS, 1000);
@@ -433,7 +408,7 @@ static void connect_all(struct load *L)
         epoll_ctl(L->ep, EPOLL_CTL_DEL, c->fd, NULL);
         close(c->fd);
         sleep_ms(1);
-        start_connect_retrying(L, c, &retries);
+        start_connect(L, c);
         continue;
       }
       c->connected = true;
