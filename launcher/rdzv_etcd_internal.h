@@ -1,8 +1,9 @@
-/* rdzv_etcd_internal.h -- what the etcd back end's two files share:
- * rdzv_etcd.c (boot, observe, the back-end operations, leaving) and
+/* rdzv_etcd_internal.h -- what the etcd back end's three files share:
+ * rdzv_etcd.c (boot, the watches, the back-end operations, leaving),
+ * rdzv_etcd_observe.c (the state to the agent's callbacks) and
  * rdzv_etcd_step.c (the sync step: intents to a transaction).  The
  * back end's state, and the calls that cross.  rdzv_etcd.h is the back
- * end's interface; nothing but these two files includes this. */
+ * end's interface; nothing but these three files includes this. */
 #ifndef CDRUN_RDZV_ETCD_INTERNAL_H
 #define CDRUN_RDZV_ETCD_INTERNAL_H
 
