@@ -148,20 +148,24 @@ void rdzv_etcd_take_kv(struct rdzv_etcd *e, const cJSON *kv, bool deleted)
  * make it the oldest, it reads the job again (rdzv_etcd_resync: a range
  * of the prefix, as at the start) and watches the whole prefix from
  * there, as the helper. */
+static bool event_is_delete(const cJSON *ev)
+{
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "type");
+
+  return cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0;
+}
+
 static void on_watch(void *ctx, const cJSON *result)
 {
   struct rdzv_etcd *e = ctx;
   const cJSON *events = cJSON_GetObjectItemCaseSensitive(result, "events");
-  const cJSON *ev, *t;
+  const cJSON *ev;
   int64_t rev = etcd_i64(cJSON_GetObjectItemCaseSensitive(result, "header"),
                          "revision");
 
-  cJSON_ArrayForEach(ev, events) {
-    t = cJSON_GetObjectItemCaseSensitive(ev, "type");
+  cJSON_ArrayForEach(ev, events)
     rdzv_etcd_take_kv(e, cJSON_GetObjectItemCaseSensitive(ev, "kv"),
-                      cJSON_IsString(t) &&
-                      strcmp(t->valuestring, "DELETE") == 0);
-  }
+                      event_is_delete(ev));
   if (rev > e->view_rev)
     e->view_rev = rev;
   rdzv_etcd_kick(e);
@@ -173,13 +177,11 @@ static void on_alive_watch(void *ctx, const cJSON *result)
 {
   struct rdzv_etcd *e = ctx;
   const cJSON *events = cJSON_GetObjectItemCaseSensitive(result, "events");
-  const cJSON *ev, *t;
+  const cJSON *ev;
 
-  cJSON_ArrayForEach(ev, events) {
-    t = cJSON_GetObjectItemCaseSensitive(ev, "type");
-    if (cJSON_IsString(t) && strcmp(t->valuestring, "DELETE") == 0)
+  cJSON_ArrayForEach(ev, events)
+    if (event_is_delete(ev))
       rdzv_etcd_take_kv(e, cJSON_GetObjectItemCaseSensitive(ev, "kv"), true);
-  }
   if (!e->full_view && !e->failed && rdzv_etcd_is_helper(e))
     e->want_resync = true;
   rdzv_etcd_kick(e);
